@@ -1,0 +1,98 @@
+"""Division of a layout by a tiler: split each mode into (tile, rest).
+
+- ``logical_divide(L, T) = L o (T, complement(T, size(L)))`` for a layout tiler ``T``;
+  a tuple tiler divides mode by mode (``None`` keeps a mode whole, an int ``n`` is ``n:1``).
+  The result's mode 0 enumerates the tile, mode 1 the tiles.
+- ``zipped_divide``: ``((tile modes...), (rest modes...))``.
+- ``tiled_divide``:  ``((tile modes...), rest0, rest1, ...)``.
+- ``flat_divide``:   ``(tile0, tile1, ..., rest0, rest1, ...)``.
+
+On a ``ComposedLayout`` each applies to its inner layout ``layout_b`` (CuTe C++).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .complement import complement
+from .composition import Tiler, composition
+from .inttuple import fmt, is_int, is_tuple
+from .layout import Layout, coalesce, make_layout
+
+__all__ = ["logical_divide", "zipped_divide", "tiled_divide", "flat_divide", "zip2_by", "tuple_layout"]
+
+
+def tuple_layout(modes: list[Layout]) -> Layout:
+    """The layout whose modes are ``modes`` (a rank-1 tuple layout when there is one)."""
+    return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
+
+
+def logical_divide(layout: Any, tiler: Tiler) -> Any:
+    from .composed import ComposedLayout
+
+    if isinstance(layout, ComposedLayout):
+        return ComposedLayout(layout.layout_a, layout.offset, logical_divide(layout.layout_b, tiler))
+    if tiler is None:
+        return layout
+    if is_int(tiler):
+        tiler = Layout(int(tiler))
+    if isinstance(tiler, Layout):
+        try:
+            shp = coalesce(layout).shape
+            return composition(layout, make_layout(tiler, complement(tiler, shp)))
+        except ValueError as e:
+            raise ValueError(f"logical_divide({layout}, {tiler}): {e}") from None
+    if is_tuple(tiler):
+        if len(tiler) > layout.rank:
+            raise ValueError(f"logical_divide({layout}, {fmt(tiler)}): too many modes in the tiler")
+        modes = [logical_divide(layout[i], tiler[i]) for i in range(len(tiler))]
+        modes += [layout[i] for i in range(len(tiler), layout.rank)]
+        return tuple_layout(modes)
+    raise ValueError(f"logical_divide({layout}, {tiler!r}): the tiler is not a Layout, int, None or tuple")
+
+
+def zip2_by(layout: Layout, guide: Tiler) -> Layout:
+    """Gather the (tile, rest) pairs at the terminals of ``guide`` into ((tiles...), (rests...))."""
+    if is_tuple(guide):
+        if layout.rank < len(guide):
+            raise ValueError(f"zip2_by({layout}, {fmt(guide)}): mismatched ranks")
+        split = [zip2_by(layout[i], guide[i]) for i in range(len(guide))]
+        first = tuple_layout([s[0] for s in split])
+        second = tuple_layout([s[1] for s in split] + [layout[j] for j in range(len(guide), layout.rank)])
+        return tuple_layout([first, second])
+    if layout.rank != 2:
+        raise ValueError(f"zip2_by({layout}): expected a rank-2 (tile, rest) mode")
+    return layout
+
+
+def _unzip(layout: Any, tiler: Tiler, f: Any) -> Any:
+    from .composed import ComposedLayout
+
+    if isinstance(layout, ComposedLayout):
+        return ComposedLayout(layout.layout_a, layout.offset, f(layout.layout_b, tiler))
+    return None
+
+
+def zipped_divide(layout: Any, tiler: Tiler) -> Any:
+    c = _unzip(layout, tiler, zipped_divide)
+    if c is not None:
+        return c
+    if tiler is None or (is_tuple(tiler) and all(t is None for t in tiler)):
+        raise ValueError(f"zipped_divide({layout}, {fmt(tiler)}): the tiler selects no tile")
+    return zip2_by(logical_divide(layout, tiler), tiler)
+
+
+def tiled_divide(layout: Any, tiler: Tiler) -> Any:
+    c = _unzip(layout, tiler, tiled_divide)
+    if c is not None:
+        return c
+    z = zipped_divide(layout, tiler)
+    return tuple_layout([z[0]] + list(z[1]))
+
+
+def flat_divide(layout: Any, tiler: Tiler) -> Any:
+    c = _unzip(layout, tiler, flat_divide)
+    if c is not None:
+        return c
+    z = zipped_divide(layout, tiler)
+    return tuple_layout(list(z[0]) + list(z[1]))

@@ -1,0 +1,131 @@
+"""Products of a layout with a tiler: reproduce a block over the tiler's layout.
+
+- ``logical_product(A, B) = (A, complement(A, size(A) * cosize(B)) o B)``: mode 0 is
+  the block A, mode 1 the layout of the copies of A arranged as B.
+- ``zipped_product`` / ``tiled_product`` / ``flat_product``: as the divides, regrouped.
+- ``blocked_product(A, B)``: rank-wise ``(A_i, B_i)`` pairs with A's modes innermost
+  (each element of B is a block A).
+- ``raked_product(A, B)``: rank-wise ``(B_i, A_i)`` pairs (the copies interleaved).
+- ``tile_to_shape(A, shape)``: ``blocked_product`` of A to fill ``shape``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .complement import complement
+from .composition import Tiler, composition
+from .divide import tuple_layout, zip2_by
+from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, product, product_each
+from .layout import Layout, append, cosize, make_layout, make_ordered_layout
+
+__all__ = [
+    "logical_product",
+    "zipped_product",
+    "tiled_product",
+    "flat_product",
+    "blocked_product",
+    "raked_product",
+    "tile_to_shape",
+]
+
+
+def _composed(layout: Any, tiler: Any, f: Any) -> Any:
+    from .composed import ComposedLayout
+
+    if isinstance(layout, ComposedLayout):
+        return ComposedLayout(layout.layout_a, layout.offset, f(layout.layout_b, tiler))
+    return None
+
+
+def logical_product(block: Any, tiler: Tiler) -> Any:
+    c = _composed(block, tiler, logical_product)
+    if c is not None:
+        return c
+    if tiler is None:
+        return block
+    if is_int(tiler):
+        tiler = Layout(int(tiler))
+    if isinstance(tiler, Layout):
+        try:
+            comp = complement(block, block.size() * cosize(tiler))
+            return make_layout(block, composition(comp, tiler))
+        except ValueError as e:
+            raise ValueError(f"logical_product({block}, {tiler}): {e}") from None
+    if is_tuple(tiler):
+        if len(tiler) > block.rank:
+            raise ValueError(f"logical_product({block}, {fmt(tiler)}): too many modes in the tiler")
+        modes = [logical_product(block[i], tiler[i]) for i in range(len(tiler))]
+        modes += [block[i] for i in range(len(tiler), block.rank)]
+        return tuple_layout(modes)
+    raise ValueError(f"logical_product({block}, {tiler!r}): the tiler is not a Layout, int, None or tuple")
+
+
+def zipped_product(block: Any, tiler: Tiler) -> Any:
+    c = _composed(block, tiler, zipped_product)
+    if c is not None:
+        return c
+    return zip2_by(logical_product(block, tiler), tiler)
+
+
+def tiled_product(block: Any, tiler: Tiler) -> Any:
+    c = _composed(block, tiler, tiled_product)
+    if c is not None:
+        return c
+    z = zipped_product(block, tiler)
+    return tuple_layout([z[0]] + list(z[1]))
+
+
+def flat_product(block: Any, tiler: Tiler) -> Any:
+    c = _composed(block, tiler, flat_product)
+    if c is not None:
+        return c
+    z = zipped_product(block, tiler)
+    return tuple_layout(list(z[0]) + list(z[1]))
+
+
+def _rank_product(block: Layout, tiler: Layout, raked: bool) -> Layout:
+    if not isinstance(tiler, Layout):
+        raise ValueError(f"{'raked' if raked else 'blocked'}_product: tiler {tiler!r} must be a Layout")
+    r = max(block.rank, tiler.rank)
+    result = logical_product(append(block, n=r), append(tiler, n=r))
+    a, b = result[0], result[1]
+    if r == 1:
+        return tuple_layout([b, a]) if raked else tuple_layout([a, b])
+    pairs = [tuple_layout([b[i], a[i]]) if raked else tuple_layout([a[i], b[i]]) for i in range(r)]
+    return tuple_layout(pairs)
+
+
+def blocked_product(block: Any, tiler: Layout) -> Any:
+    c = _composed(block, tiler, blocked_product)
+    if c is not None:
+        return c
+    return _rank_product(block, tiler, raked=False)
+
+
+def raked_product(block: Any, tiler: Layout) -> Any:
+    c = _composed(block, tiler, raked_product)
+    if c is not None:
+        return c
+    return _rank_product(block, tiler, raked=True)
+
+
+def tile_to_shape(block: Any, trg_shape: IntTuple, order: IntTuple | None = None) -> Any:
+    """Repeat ``block`` (blocked) until it has shape ``trg_shape``; ``order`` orders the repeats."""
+    c = _composed(block, trg_shape, lambda b, s: tile_to_shape(b, s, order))
+    if c is not None:
+        return c
+    r = len(trg_shape) if is_tuple(trg_shape) else 1
+    if block.rank > r:
+        raise ValueError(f"tile_to_shape({block}, {fmt(trg_shape)}): the block has more modes than the shape")
+    padded = append(block, n=r)
+    block_shape = product_each(padded.shape) if r > 1 else (product(padded.shape),)
+    target = product_each(trg_shape) if is_tuple(trg_shape) else (trg_shape,)
+    for t, b in zip(target, block_shape):
+        if t % b != 0:
+            raise ValueError(f"tile_to_shape({block}, {fmt(trg_shape)}): block extent {b} does not divide {t}")
+    rep = tuple(ceil_div(t, b) for t, b in zip(target, block_shape))
+    if order is None:
+        order = tuple(range(r))
+    rep_layout = make_ordered_layout(rep if r > 1 else rep[0], order if r > 1 else (order[0] if is_tuple(order) else order))
+    return blocked_product(padded, rep_layout)
