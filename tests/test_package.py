@@ -1,0 +1,73 @@
+"""Package-level guarantees: light imports, layering, style."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Layers from DESIGN.md, bottom first. A package may import only those listed before it.
+LAYERS = ["layout", "arch", "draw", "lang", "ir", "synth", "codegen", "emulator", "runtime", "fusion"]
+
+
+def _probe(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_core_imports_are_light_and_need_no_torch_or_cuda() -> None:
+    code = (
+        "import time, sys\n"
+        "t = time.perf_counter()\n"
+        "import hexlayout, hexlayout.layout, hexlayout.arch\n"
+        "dt = time.perf_counter() - t\n"
+        "heavy = sorted(m for m in ('torch', 'cuda', 'matplotlib', 'z3', 'constraint') if m in sys.modules)\n"
+        "print(dt, ','.join(heavy))\n"
+    )
+    runs = [_probe(code).split() for _ in range(3)]
+    best = min(float(r[0]) for r in runs)
+    heavy = runs[0][1:]
+    assert heavy == [], f"import hexlayout pulled in {heavy}"
+    assert best < 0.2, f"import hexlayout, hexlayout.layout, hexlayout.arch took {best:.3f} s"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                found.add(node.module)
+            elif node.level == 2 and node.module:
+                found.add("hexlayout." + node.module)
+    return found
+
+
+@pytest.mark.parametrize("layer", [name for name in LAYERS if (ROOT / "hexlayout" / name).is_dir()])
+def test_layers_import_only_layers_below(layer: str) -> None:
+    pkg = ROOT / "hexlayout" / layer
+    allowed = set(LAYERS[: LAYERS.index(layer) + 1])
+    bad = []
+    for f in sorted(pkg.rglob("*.py")):
+        for mod in _imports(f):
+            parts = mod.split(".")
+            if parts[0] == "hexlayout" and len(parts) > 1 and parts[1] in LAYERS and parts[1] not in allowed:
+                bad.append(f"{f.relative_to(ROOT)} imports {mod}")
+    assert not bad, "layering violations:\n" + "\n".join(bad)
+
+
+def test_ruff_clean() -> None:
+    ruff = shutil.which("ruff")
+    cmd = [ruff] if ruff else [sys.executable, "-m", "ruff"]
+    out = subprocess.run([*cmd, "check", "hexlayout", "ops", "integrations", "tests", "benchmarks"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
