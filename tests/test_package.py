@@ -13,7 +13,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Layers from DESIGN.md, bottom first. A package may import only those listed before it.
-LAYERS = ["layout", "arch", "draw", "lang", "ir", "synth", "codegen", "emulator", "runtime", "fusion"]
+LAYERS = ["layout", "arch", "draw", "ir", "lang", "synth", "codegen", "emulator", "runtime", "fusion"]
 
 
 def _probe(code: str) -> str:

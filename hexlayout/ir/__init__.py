@@ -1,0 +1,1 @@
+"""The tile-level IR built by ``hexlayout.lang`` and the lowered per-thread program."""

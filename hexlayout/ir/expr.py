@@ -1,0 +1,502 @@
+"""Scalar integer / boolean expressions of the lowered program.
+
+An ``Expr`` is a tree over ``Var`` (thread index, block index, loop variables, kernel
+scalars) and ``Const``, closed under ``+ - * // % & | ^ << >>``, comparisons, ``min``,
+``max`` and ``select``. Python operators build expressions, so a CuTe ``Layout`` or
+``Swizzle`` evaluated at an ``Expr`` coordinate yields the symbolic address expression
+(``crd2idx`` only uses ``+ * // %``; swizzles use ``& >> ^``).
+
+Construction simplifies: constants fold; ``x+0``, ``x*1``, ``x*0``, ``x//1``, ``x%1``
+vanish; with variable bounds ``0 <= x < n`` known, ``x % m == x`` and ``x // m == 0``
+for ``n <= m``. Integer division and modulo are floor operations on non-negative
+operands, matching C's ``/`` and ``%`` there.
+
+``evaluate(e, env)`` computes an expression over numpy arrays (vectorized over
+threads and values); ``to_c(e)`` prints it as a C expression.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any, Union
+
+import numpy as np
+
+__all__ = [
+    "Expr", "Var", "Const", "BinOp", "UnOp", "Select", "ExprLike", "as_expr", "evaluate", "to_c",
+    "select", "emin", "emax", "bounds", "free_vars", "substitute", "is_const", "const_value",
+]
+
+ExprLike = Union["Expr", int, bool, np.integer]
+
+
+class Expr:
+    """Base class; subclasses are immutable and hashable by structure."""
+
+    __slots__ = ()
+
+    # arithmetic -----------------------------------------------------------------
+    def __add__(self, o: ExprLike) -> Expr:
+        return _binop("+", self, o)
+
+    def __radd__(self, o: ExprLike) -> Expr:
+        return _binop("+", o, self)
+
+    def __sub__(self, o: ExprLike) -> Expr:
+        return _binop("-", self, o)
+
+    def __rsub__(self, o: ExprLike) -> Expr:
+        return _binop("-", o, self)
+
+    def __mul__(self, o: ExprLike) -> Expr:
+        return _binop("*", self, o)
+
+    def __rmul__(self, o: ExprLike) -> Expr:
+        return _binop("*", o, self)
+
+    def __floordiv__(self, o: ExprLike) -> Expr:
+        return _binop("//", self, o)
+
+    def __rfloordiv__(self, o: ExprLike) -> Expr:
+        return _binop("//", o, self)
+
+    def __mod__(self, o: ExprLike) -> Expr:
+        return _binop("%", self, o)
+
+    def __rmod__(self, o: ExprLike) -> Expr:
+        return _binop("%", o, self)
+
+    def __and__(self, o: ExprLike) -> Expr:
+        return _binop("&", self, o)
+
+    def __rand__(self, o: ExprLike) -> Expr:
+        return _binop("&", o, self)
+
+    def __or__(self, o: ExprLike) -> Expr:
+        return _binop("|", self, o)
+
+    def __ror__(self, o: ExprLike) -> Expr:
+        return _binop("|", o, self)
+
+    def __xor__(self, o: ExprLike) -> Expr:
+        return _binop("^", self, o)
+
+    def __rxor__(self, o: ExprLike) -> Expr:
+        return _binop("^", o, self)
+
+    def __lshift__(self, o: ExprLike) -> Expr:
+        return _binop("<<", self, o)
+
+    def __rlshift__(self, o: ExprLike) -> Expr:
+        return _binop("<<", o, self)
+
+    def __rshift__(self, o: ExprLike) -> Expr:
+        return _binop(">>", self, o)
+
+    def __rrshift__(self, o: ExprLike) -> Expr:
+        return _binop(">>", o, self)
+
+    def __neg__(self) -> Expr:
+        return _binop("-", 0, self)
+
+    # comparisons build expressions (use ``structurally_equal`` for identity) --------
+    def __lt__(self, o: ExprLike) -> Expr:
+        return _binop("<", self, o)
+
+    def __le__(self, o: ExprLike) -> Expr:
+        return _binop("<=", self, o)
+
+    def __gt__(self, o: ExprLike) -> Expr:
+        return _binop("<", o, self)
+
+    def __ge__(self, o: ExprLike) -> Expr:
+        return _binop("<=", o, self)
+
+    def eq(self, o: ExprLike) -> Expr:
+        return _binop("==", self, o)
+
+    def ne(self, o: ExprLike) -> Expr:
+        return _binop("!=", self, o)
+
+    def logical_and(self, o: ExprLike) -> Expr:
+        return _binop("&&", self, o)
+
+    def logical_or(self, o: ExprLike) -> Expr:
+        return _binop("||", self, o)
+
+    def logical_not(self) -> Expr:
+        return UnOp.make("!", self)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the symbolic expression {to_c(self)} has no Python truth value; "
+            "use hexlayout.lang conditionals (hl.if_) or select()"
+        )
+
+    def __str__(self) -> str:
+        return to_c(self)
+
+    def __repr__(self) -> str:
+        return f"Expr({to_c(self)})"
+
+
+class Const(Expr):
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        object.__setattr__(self, "value", int(value))
+
+    def __eq__(self, o: object) -> bool:
+        return isinstance(o, Const) and o.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(("c", self.value))
+
+
+class Var(Expr):
+    """A named integer variable with optional bounds ``lo <= v < hi`` (``hi`` exclusive)."""
+
+    __slots__ = ("name", "lo", "hi", "kind")
+
+    def __init__(self, name: str, lo: int | None = 0, hi: int | None = None, kind: str = "var") -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        object.__setattr__(self, "kind", kind)
+
+    def __eq__(self, o: object) -> bool:
+        return o is self
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class BinOp(Expr):
+    __slots__ = ("op", "a", "b", "_h")
+
+    def __init__(self, op: str, a: Expr, b: Expr) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "a", a)
+        object.__setattr__(self, "b", b)
+        object.__setattr__(self, "_h", hash((op, a, b)))
+
+    def __eq__(self, o: object) -> bool:
+        return (isinstance(o, BinOp) and o._h == self._h and o.op == self.op
+                and o.a == self.a and o.b == self.b)
+
+    def __hash__(self) -> int:
+        return self._h
+
+
+class UnOp(Expr):
+    __slots__ = ("op", "a")
+
+    def __init__(self, op: str, a: Expr) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "a", a)
+
+    @staticmethod
+    def make(op: str, a: Expr) -> Expr:
+        if isinstance(a, Const):
+            return Const(int(not a.value))
+        return UnOp(op, a)
+
+    def __eq__(self, o: object) -> bool:
+        return isinstance(o, UnOp) and o.op == self.op and o.a == self.a
+
+    def __hash__(self) -> int:
+        return hash(("u", self.op, self.a))
+
+
+class Select(Expr):
+    __slots__ = ("cond", "a", "b")
+
+    def __init__(self, cond: Expr, a: Expr, b: Expr) -> None:
+        object.__setattr__(self, "cond", cond)
+        object.__setattr__(self, "a", a)
+        object.__setattr__(self, "b", b)
+
+    def __eq__(self, o: object) -> bool:
+        return isinstance(o, Select) and (o.cond, o.a, o.b) == (self.cond, self.a, self.b)
+
+    def __hash__(self) -> int:
+        return hash(("sel", self.cond, self.a, self.b))
+
+
+def as_expr(x: ExprLike) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, int, np.integer)):
+        return Const(int(x))
+    raise TypeError(f"{x!r} is not an integer expression")
+
+
+def is_const(x: ExprLike) -> bool:
+    return not isinstance(x, Expr) or isinstance(x, Const)
+
+
+def const_value(x: ExprLike) -> int:
+    if isinstance(x, Const):
+        return x.value
+    if isinstance(x, Expr):
+        raise ValueError(f"{to_c(x)} is not a constant")
+    return int(x)
+
+
+_PY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+    "%": operator.mod, "&": operator.and_, "|": operator.or_, "^": operator.xor,
+    "<<": operator.lshift, ">>": operator.rshift,
+    "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
+    "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+    "&&": lambda a, b: int(bool(a) and bool(b)), "||": lambda a, b: int(bool(a) or bool(b)),
+    "min": min, "max": max,
+}
+
+_NP: dict[str, Callable[[Any, Any], Any]] = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide, "%": np.mod,
+    "&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor, "<<": np.left_shift,
+    ">>": np.right_shift, "<": np.less, "<=": np.less_equal, "==": np.equal, "!=": np.not_equal,
+    "&&": np.logical_and, "||": np.logical_or, "min": np.minimum, "max": np.maximum,
+}
+
+
+def bounds(e: ExprLike) -> tuple[int | None, int | None]:
+    """Conservative ``[lo, hi)`` of ``e`` (``None`` = unbounded)."""
+    if not isinstance(e, Expr):
+        return int(e), int(e) + 1
+    if isinstance(e, Const):
+        return e.value, e.value + 1
+    if isinstance(e, Var):
+        return e.lo, e.hi
+    if isinstance(e, BinOp):
+        (al, ah), (bl, bh) = bounds(e.a), bounds(e.b)
+        if e.op == "+":
+            return (None if al is None or bl is None else al + bl,
+                    None if ah is None or bh is None else ah + bh - 1)
+        if e.op == "*" and None not in (al, ah, bl, bh) and al >= 0 and bl >= 0:
+            return al * bl, (ah - 1) * (bh - 1) + 1
+        if e.op == "//" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
+            return al // e.b.value, None if ah is None else (ah - 1) // e.b.value + 1
+        if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
+            hi = e.b.value if ah is None else min(e.b.value, ah)
+            return 0, hi
+        if e.op == "&" and isinstance(e.b, Const) and e.b.value >= 0:
+            return 0, e.b.value + 1
+        if e.op in ("<", "<=", "==", "!=", "&&", "||"):
+            return 0, 2
+        if e.op == "min" and None not in (ah, bh):
+            lo = None if al is None or bl is None else min(al, bl)
+            return lo, min(ah, bh)
+        if e.op == ">>" and isinstance(e.b, Const) and al is not None and al >= 0:
+            return al >> e.b.value, None if ah is None else ((ah - 1) >> e.b.value) + 1
+    if isinstance(e, Select):
+        (al, ah), (bl, bh) = bounds(e.a), bounds(e.b)
+        lo = None if al is None or bl is None else min(al, bl)
+        hi = None if ah is None or bh is None else max(ah, bh)
+        return lo, hi
+    if isinstance(e, UnOp):
+        return 0, 2
+    return None, None
+
+
+def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    a, b = as_expr(a), as_expr(b)
+    if isinstance(a, Const) and isinstance(b, Const):
+        if op in ("//", "%") and b.value == 0:
+            raise ZeroDivisionError(f"constant expression {a.value} {op} 0")
+        return Const(_PY[op](a.value, b.value))
+    ca = a.value if isinstance(a, Const) else None
+    cb = b.value if isinstance(b, Const) else None
+    if op == "+":
+        if ca == 0:
+            return b
+        if cb == 0:
+            return a
+        # fold constants to the right: (x + c1) + c2 -> x + (c1 + c2)
+        if cb is not None and isinstance(a, BinOp) and a.op == "+" and isinstance(a.b, Const):
+            return _binop("+", a.a, a.b.value + cb)
+        if ca is not None:
+            return _binop("+", b, a)
+    elif op == "-":
+        if cb == 0:
+            return a
+        if cb is not None:
+            return _binop("+", a, -cb)
+    elif op == "*":
+        if ca == 0 or cb == 0:
+            return Const(0)
+        if ca == 1:
+            return b
+        if cb == 1:
+            return a
+        if ca is not None:
+            return _binop("*", b, a)
+        if cb is not None and isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const):
+            return _binop("*", a.a, a.b.value * cb)
+    elif op == "//":
+        if cb == 1:
+            return a
+        if cb is not None and cb > 0:
+            lo, hi = bounds(a)
+            if lo is not None and hi is not None and lo >= 0 and hi <= cb:
+                return Const(0)
+            # (x * c1) // c2 with c2 | c1
+            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value % cb == 0:
+                return _binop("*", a.a, a.b.value // cb)
+            # (x // c1) // c2 -> x // (c1*c2) for non-negative x
+            if isinstance(a, BinOp) and a.op == "//" and isinstance(a.b, Const) and a.b.value > 0:
+                alo, _ = bounds(a.a)
+                if alo is not None and alo >= 0:
+                    return _binop("//", a.a, a.b.value * cb)
+    elif op == "%":
+        if cb == 1:
+            return Const(0)
+        if cb is not None and cb > 0:
+            lo, hi = bounds(a)
+            if lo is not None and hi is not None and lo >= 0 and hi <= cb:
+                return a
+            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value % cb == 0:
+                return Const(0)
+            # (x % c1) % c2 with c2 | c1
+            if isinstance(a, BinOp) and a.op == "%" and isinstance(a.b, Const) and a.b.value % cb == 0:
+                return _binop("%", a.a, cb)
+    elif op in ("&", "|", "^", "<<", ">>"):
+        if op == "&" and (ca == 0 or cb == 0):
+            return Const(0)
+        if op in ("|", "^") and cb == 0:
+            return a
+        if op in ("|", "^") and ca == 0:
+            return b
+        if op in ("<<", ">>") and cb == 0:
+            return a
+        if op == ">>" and cb is not None:
+            lo, hi = bounds(a)
+            if lo is not None and hi is not None and lo >= 0 and hi <= (1 << cb):
+                return Const(0)
+        if op == "&" and cb is not None:
+            lo, hi = bounds(a)
+            if lo is not None and hi is not None and lo >= 0 and hi <= 1 << (cb.bit_length()) and \
+                    cb == (1 << cb.bit_length()) - 1:
+                return a
+    elif op == "&&":
+        if ca is not None:
+            return b if ca else Const(0)
+        if cb is not None:
+            return a if cb else Const(0)
+    elif op == "||":
+        if ca is not None:
+            return Const(1) if ca else b
+        if cb is not None:
+            return Const(1) if cb else a
+    elif op in ("<", "<="):
+        (al, ah), (bl, bh) = bounds(a), bounds(b)
+        if op == "<" and ah is not None and bl is not None and ah - 1 < bl:
+            return Const(1)
+        if op == "<" and al is not None and bh is not None and al >= bh - 1:
+            return Const(0)
+        if op == "<=" and ah is not None and bl is not None and ah - 1 <= bl:
+            return Const(1)
+    return BinOp(op, a, b)
+
+
+def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Expr:
+    cond, a, b = as_expr(cond), as_expr(a), as_expr(b)
+    if isinstance(cond, Const):
+        return a if cond.value else b
+    if a == b:
+        return a
+    return Select(cond, a, b)
+
+
+def emin(a: ExprLike, b: ExprLike) -> Expr:
+    return _binop("min", a, b)
+
+
+def emax(a: ExprLike, b: ExprLike) -> Expr:
+    return _binop("max", a, b)
+
+
+def evaluate(e: ExprLike, env: Mapping[Var, Any]) -> Any:
+    """Value of ``e`` with each ``Var`` replaced by ``env[var]`` (ints or numpy arrays)."""
+    if not isinstance(e, Expr):
+        return e
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        try:
+            return env[e]
+        except KeyError:
+            raise KeyError(f"no value for variable {e.name!r}") from None
+    if isinstance(e, BinOp):
+        a, b = evaluate(e.a, env), evaluate(e.b, env)
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            r = _NP[e.op](a, b)
+            return r.astype(np.int64) if r.dtype == bool else r
+        return _PY[e.op](a, b)
+    if isinstance(e, UnOp):
+        a = evaluate(e.a, env)
+        return np.logical_not(a).astype(np.int64) if isinstance(a, np.ndarray) else int(not a)
+    if isinstance(e, Select):
+        c, a, b = evaluate(e.cond, env), evaluate(e.a, env), evaluate(e.b, env)
+        if any(isinstance(x, np.ndarray) for x in (c, a, b)):
+            return np.where(np.asarray(c) != 0, a, b)
+        return a if c else b
+    raise TypeError(f"cannot evaluate {e!r}")
+
+
+_PREC = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, "<<": 8, ">>": 8,
+         "+": 9, "-": 9, "*": 10, "//": 10, "%": 10}
+_C_OP = {"//": "/"}
+
+
+def to_c(e: ExprLike, parent_prec: int = 0) -> str:
+    """C source for ``e`` (fully parenthesized where precedence requires)."""
+    if not isinstance(e, Expr):
+        return str(int(e))
+    if isinstance(e, Const):
+        return str(e.value) if e.value >= 0 else f"({e.value})"
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, UnOp):
+        return f"!({to_c(e.a)})"
+    if isinstance(e, Select):
+        return f"(({to_c(e.cond)}) ? ({to_c(e.a)}) : ({to_c(e.b)}))"
+    if isinstance(e, BinOp):
+        if e.op in ("min", "max"):
+            return f"{e.op}({to_c(e.a)}, {to_c(e.b)})"
+        p = _PREC[e.op]
+        s = f"{to_c(e.a, p)} {_C_OP.get(e.op, e.op)} {to_c(e.b, p + 1)}"
+        return f"({s})" if p < parent_prec else s
+    raise TypeError(f"cannot print {e!r}")
+
+
+def free_vars(e: ExprLike) -> set[Var]:
+    if not isinstance(e, Expr) or isinstance(e, Const):
+        return set()
+    if isinstance(e, Var):
+        return {e}
+    if isinstance(e, BinOp):
+        return free_vars(e.a) | free_vars(e.b)
+    if isinstance(e, UnOp):
+        return free_vars(e.a)
+    if isinstance(e, Select):
+        return free_vars(e.cond) | free_vars(e.a) | free_vars(e.b)
+    return set()
+
+
+def substitute(e: ExprLike, mapping: Mapping[Var, ExprLike]) -> Expr:
+    """``e`` with variables replaced (re-simplified)."""
+    e = as_expr(e)
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Var):
+        return as_expr(mapping[e]) if e in mapping else e
+    if isinstance(e, BinOp):
+        return _binop(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
+    if isinstance(e, UnOp):
+        return UnOp.make(e.op, substitute(e.a, mapping))
+    if isinstance(e, Select):
+        return select(substitute(e.cond, mapping), substitute(e.a, mapping), substitute(e.b, mapping))
+    raise TypeError(f"cannot substitute in {e!r}")

@@ -1,0 +1,362 @@
+"""The lowered program: per-thread loops of concrete instructions.
+
+Synthesis fixes every layout and instruction; lowering then turns each tile op into
+instructions whose operands are per-thread addresses and register slices computed
+from those layouts. The emulator executes exactly this form and the CUDA printer
+prints exactly this form, so a kernel proven in the emulator is the kernel printed.
+
+Conventions
+- Every instruction is executed by every thread of the block for which its ``pred``
+  (an ``Expr`` over the thread index, block index and loop variables; ``None`` = all)
+  is non-zero. Warp-level instructions (``Ldmatrix``, ``Stmatrix``, ``MmaSync``) need
+  their whole warp active, warp-group ones (``Wgmma``) their whole warp group.
+- ``RegRef(array, start, count)``: ``count`` consecutive elements of a per-thread
+  register array; ``start`` may depend on loop variables but not on the thread.
+- ``GlobalRef(param, offset)``: element ``offset`` (an Expr, usually thread-dependent)
+  of a global tensor argument. ``SharedRef(buffer, offset)``: element ``offset`` of a
+  shared buffer (in the buffer's element type). Vector accesses move ``bits`` starting
+  there and must be aligned to their width.
+- Register fragments of mma / ldmatrix are element arrays; the register ``j`` of a
+  PTX fragment is elements ``[j*32/bits, (j+1)*32/bits)`` of the ``RegRef``.
+- ``SmemDesc`` is the wgmma shared-memory matrix descriptor (fields as in PTX: start
+  address, leading / stride byte offsets, swizzle mode); the emulator decodes it as the
+  hardware does, so a wrong descriptor shows up as wrong results.
+- ``TmaDesc`` describes a tensor map (``cuTensorMapEncodeTiled`` parameters): global
+  tensor, box shape, element strides, swizzle mode; built on the host at launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .expr import ExprLike, Var
+from .tile import GlobalParam, ScalarParam, SourceLoc
+from .types import DType
+
+__all__ = [
+    "RegArray", "RegRef", "SmemBuffer", "SharedRef", "GlobalRef", "SmemDesc", "TmaDesc", "MbarRef",
+    "Instr", "LdGlobal", "StGlobal", "LdShared", "StShared", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
+    "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
+    "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
+    "FenceProxyAsync", "Alu", "Shfl", "SetMaxNReg", "Comment", "ForLoop", "IfThen", "LoweredKernel",
+    "ALU_OPS",
+]
+
+
+@dataclass(eq=False)
+class RegArray:
+    name: str
+    dtype: DType
+    count: int
+
+
+@dataclass(eq=False)
+class RegRef:
+    array: RegArray
+    start: ExprLike
+    count: int
+
+
+@dataclass(eq=False)
+class SmemBuffer:
+    """``nbytes`` bytes of dynamic shared memory at byte ``offset``, viewed as ``dtype``."""
+
+    name: str
+    dtype: DType
+    nbytes: int
+    offset: int = 0
+    align: int = 128
+
+
+@dataclass(eq=False)
+class SharedRef:
+    buffer: SmemBuffer
+    offset: ExprLike
+
+
+@dataclass(eq=False)
+class GlobalRef:
+    param: GlobalParam
+    offset: ExprLike
+
+
+@dataclass(eq=False)
+class SmemDesc:
+    """wgmma matrix descriptor for an operand tile starting at element ``offset`` of ``buffer``.
+
+    ``swizzle``: 0 none (interleave), 1 = 128 B, 2 = 64 B, 3 = 32 B (PTX layout_type).
+    ``lbo`` / ``sbo``: leading / stride dimension byte offsets. ``major``: "K" or "MN".
+    """
+
+    buffer: SmemBuffer
+    offset: ExprLike
+    swizzle: int
+    lbo: int
+    sbo: int
+    major: str = "K"
+
+
+@dataclass(eq=False)
+class TmaDesc:
+    name: str
+    param: GlobalParam
+    box: tuple[int, ...]           # box extent per global mode, innermost (stride-1) first
+    dims: tuple[int, ...]          # which global modes, innermost first
+    swizzle_bytes: int = 0         # 0, 32, 64, 128
+    oob_fill_zero: bool = True
+
+
+@dataclass(eq=False)
+class MbarRef:
+    name: str
+    index: ExprLike = 0
+    count: int = 1                 # number of barriers in the array this refers into
+
+
+@dataclass(eq=False)
+class Instr:
+    pred: ExprLike | None = field(default=None, kw_only=True)
+    loc: SourceLoc | None = field(default=None, kw_only=True)
+    origin: str = field(default="", kw_only=True)   # the tile op this came from, for messages
+
+    @property
+    def opname(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(eq=False)
+class LdGlobal(Instr):
+    dst: RegRef
+    src: GlobalRef
+    bits: int
+    zero_fill: bool = True          # predicated-off threads write zeros to dst
+
+
+@dataclass(eq=False)
+class StGlobal(Instr):
+    dst: GlobalRef
+    src: RegRef
+    bits: int
+
+
+@dataclass(eq=False)
+class LdShared(Instr):
+    dst: RegRef
+    src: SharedRef
+    bits: int
+
+
+@dataclass(eq=False)
+class StShared(Instr):
+    dst: SharedRef
+    src: RegRef
+    bits: int
+
+
+@dataclass(eq=False)
+class CpAsync(Instr):
+    """cp.async of ``nbytes`` (4, 8, 16); predicated-off threads zero-fill (src-size 0)."""
+
+    dst: SharedRef
+    src: GlobalRef
+    nbytes: int
+    cache: str = "cg"
+
+
+@dataclass(eq=False)
+class CpAsyncCommit(Instr):
+    pass
+
+
+@dataclass(eq=False)
+class CpAsyncWait(Instr):
+    pending: int
+
+
+@dataclass(eq=False)
+class Ldmatrix(Instr):
+    """ldmatrix.sync.aligned.m8n8.x{num}[.trans].b16: this lane's 16-byte row at ``src``."""
+
+    dst: RegRef
+    src: SharedRef
+    num: int
+    trans: bool = False
+
+
+@dataclass(eq=False)
+class Stmatrix(Instr):
+    dst: SharedRef
+    src: RegRef
+    num: int
+    trans: bool = False
+
+
+@dataclass(eq=False)
+class MmaSync(Instr):
+    atom: str
+    d: RegRef
+    a: RegRef
+    b: RegRef
+    c: RegRef
+
+
+@dataclass(eq=False)
+class Wgmma(Instr):
+    atom: str
+    d: RegRef
+    a: RegRef | SmemDesc
+    b: SmemDesc
+    scale_d: ExprLike = 1           # 0: D = A*B, 1: D = A*B + D
+
+
+@dataclass(eq=False)
+class WgmmaFence(Instr):
+    pass
+
+
+@dataclass(eq=False)
+class WgmmaCommit(Instr):
+    pass
+
+
+@dataclass(eq=False)
+class WgmmaWait(Instr):
+    pending: int
+
+
+@dataclass(eq=False)
+class TmaLoad(Instr):
+    dst: SharedRef
+    desc: TmaDesc
+    coords: tuple[ExprLike, ...]    # element coordinates of the box origin, innermost first
+    bar: MbarRef
+
+
+@dataclass(eq=False)
+class TmaStore(Instr):
+    desc: TmaDesc
+    coords: tuple[ExprLike, ...]
+    src: SharedRef
+
+
+@dataclass(eq=False)
+class TmaStoreCommit(Instr):
+    pass
+
+
+@dataclass(eq=False)
+class TmaStoreWait(Instr):
+    pending: int
+
+
+@dataclass(eq=False)
+class MbarInit(Instr):
+    bar: MbarRef
+    arrivals: int
+
+
+@dataclass(eq=False)
+class MbarArrive(Instr):
+    """mbarrier.arrive (with ``tx_bytes`` > 0: arrive.expect_tx)."""
+
+    bar: MbarRef
+    tx_bytes: int = 0
+
+
+@dataclass(eq=False)
+class MbarWait(Instr):
+    """Block until the barrier's phase with parity ``phase`` has completed (try_wait.parity loop)."""
+
+    bar: MbarRef
+    phase: ExprLike
+
+
+@dataclass(eq=False)
+class BarSync(Instr):
+    barrier_id: int = 0
+    threads: int | None = None      # None: the whole block
+
+
+@dataclass(eq=False)
+class FenceProxyAsync(Instr):
+    pass
+
+
+ALU_OPS = {
+    "mov": 1, "neg": 1, "abs": 1, "exp2": 1, "exp": 1, "log2": 1, "log": 1, "rcp": 1, "rsqrt": 1,
+    "sqrt": 1, "silu": 1, "gelu": 1, "cvt": 1, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2,
+    "min": 2, "fma": 3, "select": 3,
+}
+
+
+@dataclass(eq=False)
+class Alu(Instr):
+    """``dst[i] = op(srcs[0][i], srcs[1][i], ...)`` for ``i < count``; a scalar src broadcasts.
+
+    ``cvt`` converts to ``dst``'s element type with round-to-nearest-even.
+    """
+
+    op: str
+    dst: RegRef
+    srcs: tuple[RegRef | float | int, ...]
+
+
+@dataclass(eq=False)
+class Shfl(Instr):
+    """shfl.sync: ``mode`` "bfly" (lane ^ arg) or "idx" (lane arg) over ``width`` lanes."""
+
+    dst: RegRef
+    src: RegRef
+    mode: str
+    arg: ExprLike
+    width: int = 32
+
+
+@dataclass(eq=False)
+class SetMaxNReg(Instr):
+    count: int
+    increase: bool
+
+
+@dataclass(eq=False)
+class Comment(Instr):
+    text: str
+
+
+@dataclass(eq=False)
+class ForLoop(Instr):
+    var: Var
+    start: ExprLike
+    stop: ExprLike
+    step: int
+    body: list[Instr]
+    unroll: bool | int = False
+
+
+@dataclass(eq=False)
+class IfThen(Instr):
+    cond: ExprLike
+    then_body: list[Instr]
+    else_body: list[Instr] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class LoweredKernel:
+    name: str
+    params: list[GlobalParam | ScalarParam]
+    grid: tuple[ExprLike, ...]
+    threads: int
+    thread_index: Var
+    block_index: tuple[Var, ...]
+    body: list[Instr]
+    registers: list[RegArray] = field(default_factory=list)
+    smem: list[SmemBuffer] = field(default_factory=list)
+    mbarriers: list[MbarRef] = field(default_factory=list)
+    tma: list[TmaDesc] = field(default_factory=list)
+    cluster: tuple[int, ...] | None = None
+    arch: str = "sm_80"
+    loc: SourceLoc | None = None
+
+    @property
+    def smem_bytes(self) -> int:
+        return max((b.offset + b.nbytes for b in self.smem), default=0)

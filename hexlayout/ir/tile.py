@@ -1,0 +1,322 @@
+"""The tile-level program: what ``hexlayout.lang`` builds from a kernel definition.
+
+A ``TileKernel`` holds parameters, a launch configuration and a body of ``Op``s. Tile
+values (``Value``) carry a ``TileType`` whose layout may still be a ``LayoutVar``;
+scalar quantities (block indices, loop variables, sizes) are ``Expr``. Every op keeps
+the ``SourceLoc`` of the kernel line that created it, so diagnostics and generated code
+can point back to it.
+
+Ops and their meaning (all block-wide unless stated):
+
+- ``GlobalView``: a ``tile_shape`` window of a global tensor at element ``origin``;
+  ``layout`` maps tile coordinates to element offsets from the origin; ``extent``
+  gives, per mode, how many rows/columns from the origin are in bounds (ragged edges).
+  With ``gather`` set, mode 0 is indexed through a row-index tensor.
+- ``Alloc``: a shared or register tile (layout given or ``LayoutVar``).
+- ``Slice``: a view of a tile with some modes fixed at (possibly runtime) indices.
+- ``Copy(src, dst)``: move a tile between scopes (instruction chosen by synthesis or
+  given), optionally masked, or completing on an mbarrier (bulk/TMA copies).
+- ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles.
+- ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Rearrange``: register-tile math.
+- ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
+  ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
+  ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``SetMaxNReg``.
+- ``For`` (runtime or unrolled loop), ``If`` (runtime condition; a condition on the
+  warp-group index expresses warp specialization).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .expr import Expr, ExprLike, Var
+from .types import DType, LayoutLike, Scope, TileType
+
+__all__ = [
+    "SourceLoc", "Value", "Op", "Block", "GlobalParam", "ScalarParam", "GlobalView", "Alloc", "Slice",
+    "Copy", "Mma", "Cast", "Elementwise", "Fill", "Reduce", "Rearrange", "Sync", "AsyncCommit",
+    "AsyncWait", "Mbarrier", "MbarrierInit", "MbarrierArrive", "MbarrierWait", "WgmmaFence",
+    "WgmmaCommit", "WgmmaWait", "SetMaxNReg", "For", "If", "TileKernel", "LaunchConfig",
+]
+
+_value_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    file: str
+    line: int
+    func: str = ""
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(eq=False)
+class Value:
+    """A tile value (or a view of one). ``base`` is the buffer a view aliases (self if none)."""
+
+    name: str
+    type: TileType
+    loc: SourceLoc | None = None
+    base: Value | None = None
+    id: int = field(default_factory=lambda: next(_value_ids))
+
+    @property
+    def root(self) -> Value:
+        return self if self.base is None else self.base.root
+
+    @property
+    def scope(self) -> Scope:
+        return self.type.scope
+
+    def __str__(self) -> str:
+        return f"%{self.name}"
+
+    __repr__ = __str__
+
+
+@dataclass(eq=False)
+class Op:
+    loc: SourceLoc | None = field(default=None, kw_only=True)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def operands(self) -> list[Value]:
+        return [v for v in self.__dict__.values() if isinstance(v, Value)]
+
+    def results(self) -> list[Value]:
+        r = getattr(self, "result", None)
+        return [r] if isinstance(r, Value) else []
+
+
+@dataclass(eq=False)
+class Block:
+    ops: list[Op] = field(default_factory=list)
+
+    def append(self, op: Op) -> Op:
+        self.ops.append(op)
+        return op
+
+    def walk(self) -> Any:
+        for op in self.ops:
+            yield op
+            for b in _sub_blocks(op):
+                yield from b.walk()
+
+
+def _sub_blocks(op: Op) -> list[Block]:
+    if isinstance(op, For):
+        return [op.body]
+    if isinstance(op, If):
+        return [op.then_body] + ([op.else_body] if op.else_body is not None else [])
+    return []
+
+
+@dataclass(eq=False)
+class GlobalParam:
+    """A global tensor argument: element type, symbolic or static shape and strides (elements)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[ExprLike, ...]
+    stride: tuple[ExprLike, ...]
+    align_bytes: int = 16
+
+
+@dataclass(eq=False)
+class ScalarParam:
+    name: str
+    dtype: DType
+    var: Var
+
+
+@dataclass(eq=False)
+class GlobalView(Op):
+    result: Value
+    param: GlobalParam
+    origin: tuple[ExprLike, ...]
+    extent: tuple[ExprLike, ...]
+    gather: Value | None = None
+
+
+@dataclass(eq=False)
+class Alloc(Op):
+    result: Value
+
+
+@dataclass(eq=False)
+class Slice(Op):
+    result: Value
+    src: Value
+    index: tuple[ExprLike | None, ...]
+
+
+@dataclass(eq=False)
+class Copy(Op):
+    src: Value
+    dst: Value
+    instruction: str | None = None
+    mask: ExprLike | None = None
+    mbarrier: Value | None = None
+
+
+@dataclass(eq=False)
+class Mma(Op):
+    a: Value
+    b: Value
+    c: Value
+    atom: str | None = None
+    warps: Any = None  # a TaskMapping over warps, or None for auto
+
+
+@dataclass(eq=False)
+class Cast(Op):
+    result: Value
+    src: Value
+
+
+@dataclass(eq=False)
+class Elementwise(Op):
+    result: Value
+    fn: str
+    args: tuple[Any, ...]
+
+
+@dataclass(eq=False)
+class Fill(Op):
+    dst: Value
+    value: float
+
+
+@dataclass(eq=False)
+class Reduce(Op):
+    result: Value
+    src: Value
+    fn: str
+    axis: int
+
+
+@dataclass(eq=False)
+class Rearrange(Op):
+    result: Value
+    src: Value
+
+
+@dataclass(eq=False)
+class Sync(Op):
+    pass
+
+
+@dataclass(eq=False)
+class AsyncCommit(Op):
+    pass
+
+
+@dataclass(eq=False)
+class AsyncWait(Op):
+    pending: int
+
+
+@dataclass(eq=False)
+class Mbarrier:
+    """A shared-memory transaction barrier (an array of ``count`` barriers)."""
+
+    name: str
+    count: int = 1
+    loc: SourceLoc | None = None
+
+
+@dataclass(eq=False)
+class MbarrierInit(Op):
+    bar: Mbarrier
+    index: ExprLike
+    arrivals: int
+
+
+@dataclass(eq=False)
+class MbarrierArrive(Op):
+    bar: Mbarrier
+    index: ExprLike
+    tx_bytes: int = 0
+
+
+@dataclass(eq=False)
+class MbarrierWait(Op):
+    bar: Mbarrier
+    index: ExprLike
+    phase: ExprLike
+
+
+@dataclass(eq=False)
+class WgmmaFence(Op):
+    pass
+
+
+@dataclass(eq=False)
+class WgmmaCommit(Op):
+    pass
+
+
+@dataclass(eq=False)
+class WgmmaWait(Op):
+    pending: int
+
+
+@dataclass(eq=False)
+class SetMaxNReg(Op):
+    count: int
+    increase: bool
+
+
+@dataclass(eq=False)
+class For(Op):
+    var: Var
+    start: ExprLike
+    stop: ExprLike
+    step: int
+    body: Block
+    unroll: bool | int = False
+
+
+@dataclass(eq=False)
+class If(Op):
+    cond: Expr
+    then_body: Block
+    else_body: Block | None = None
+
+
+@dataclass(eq=False)
+class LaunchConfig:
+    """Grid (blocks per dimension, from the task mapping), threads per block, cluster shape."""
+
+    grid: tuple[ExprLike, ...]
+    threads: int
+    cluster: tuple[int, ...] | None = None
+    block_index: tuple[Var, ...] = ()
+    thread_index: Var | None = None
+
+
+@dataclass(eq=False)
+class TileKernel:
+    name: str
+    params: list[GlobalParam | ScalarParam]
+    launch: LaunchConfig
+    body: Block
+    loc: SourceLoc | None = None
+    consts: dict[str, Any] = field(default_factory=dict)
+
+    def values(self) -> list[Value]:
+        seen: dict[int, Value] = {}
+        for op in self.body.walk():
+            for v in op.operands() + op.results():
+                seen.setdefault(v.id, v)
+        return list(seen.values())
+
+    def layout_vars(self) -> list[tuple[Value, LayoutLike]]:
+        return [(v, v.type.layout) for v in self.values() if not v.type.has_layout]
