@@ -1,0 +1,112 @@
+"""``MmaAtom``: one matrix-multiply-accumulate instruction as CuTe's ``MMA_Traits`` see it.
+
+An atom computes ``D[M,N] = A[M,K] @ B[N,K]^T + C[M,N]`` over ``shape_mnk = (M, N, K)``
+with ``num_threads`` cooperating threads. Its three TV layouts map
+``(thread, value) -> index`` in elements, thread mode first:
+
+* ``a_layout``: ``(T, V) -> m + M*k``      (A is M x K)
+* ``b_layout``: ``(T, V) -> n + N*k``      (B is N x K, i.e. K x N stored "col")
+* ``c_layout``: ``(T, V) -> m + M*n``      (C and D share it)
+
+Value order equals PTX register element order (``a0, a1, ...``; two 16-bit elements per
+32-bit register, low half first). For operands read from shared memory through a wgmma
+descriptor (``a_source == "smem"``), CuTe's layout is ``(128, (M, K)) : (0, (1, M))``:
+every thread sees the whole tile, the hardware reads it through the descriptor; ``a_major``
+/ ``b_major`` say which canonical shared-memory layout (K- or MN-major) the descriptor
+describes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..layout import Layout
+from .dtypes import DType
+from .targets import archs_offering
+
+__all__ = ["MmaAtom"]
+
+
+@dataclass(frozen=True)
+class MmaAtom:
+    """An mma instruction: shapes, TV layouts (elements), dtypes, PTX and register counts.
+
+    ``regs_a``/``regs_b``/``regs_c`` count the 32-bit registers one thread passes for the
+    operand (0 for a shared-memory operand, which is passed as one 64-bit descriptor).
+    ``ptx`` is the instruction with all its modifiers, ``ptx_operands`` a template of its
+    operand list.
+    """
+
+    name: str
+    kind: str  # "mma.sync" or "wgmma"
+    shape_mnk: tuple[int, int, int]
+    thr_id: Layout
+    a_layout: Layout
+    b_layout: Layout
+    c_layout: Layout
+    a_dtype: DType
+    b_dtype: DType
+    c_dtype: DType
+    arch: str
+    ptx: str
+    ptx_operands: str
+    regs_a: int
+    regs_b: int
+    regs_c: int
+    a_source: str = "rmem"
+    b_source: str = "rmem"
+    a_major: str = "K"
+    b_major: str = "K"
+    options: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def kind_family(self) -> str:
+        return "mma"
+
+    @property
+    def num_threads(self) -> int:
+        return self.thr_id.size()
+
+    @property
+    def d_layout(self) -> Layout:
+        """D shares C's layout (CuTe asserts it for every atom)."""
+        return self.c_layout
+
+    @property
+    def d_dtype(self) -> DType:
+        return self.c_dtype
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """The supported targets that offer this instruction."""
+        return archs_offering(self.arch)
+
+    @property
+    def m(self) -> int:
+        return self.shape_mnk[0]
+
+    @property
+    def n(self) -> int:
+        return self.shape_mnk[1]
+
+    @property
+    def k(self) -> int:
+        return self.shape_mnk[2]
+
+    @property
+    def values_a(self) -> int:
+        """Elements of A per thread (``size(a_layout) / num_threads``)."""
+        return self.a_layout.size() // self.num_threads
+
+    @property
+    def values_b(self) -> int:
+        return self.b_layout.size() // self.num_threads
+
+    @property
+    def values_c(self) -> int:
+        return self.c_layout.size() // self.num_threads
+
+    def __str__(self) -> str:
+        return (f"{self.name}: {self.ptx} (M,N,K)={self.shape_mnk} threads={self.num_threads}\n"
+                f"  A {self.a_dtype} {self.a_layout}\n  B {self.b_dtype} {self.b_layout}\n"
+                f"  C {self.c_dtype} {self.c_layout}")
