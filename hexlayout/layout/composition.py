@@ -26,6 +26,7 @@ Tiler = Any  # Layout | int | None | tuple[Tiler, ...]
 
 
 def _impl(ls: Any, ld: Any, rs: Any, rd: Any, lhs: Layout, rhs: Any) -> Layout:
+    """CuTe's ``detail::composition_impl`` on a flat (coalesced) ``ls:ld`` and any ``rs:rd``."""
     if is_tuple(rs):
         modes = [_impl(ls, ld, s, d, lhs, rhs) for s, d in zip(rs, rd)]
         return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
@@ -37,22 +38,36 @@ def _impl(ls: Any, ld: Any, rs: Any, rd: Any, lhs: Layout, rhs: Any) -> Layout:
     result_stride: list[int] = []
     rest_shape, rest_stride = rs, rd
     for curr_shape, curr_stride in zip(ls[:-1], ld[:-1]):
-        if not (abs(rest_stride) % curr_shape == 0 or abs(rest_stride) < curr_shape):
-            raise ValueError(
-                f"composition({lhs}, {rhs}): stride divisibility condition fails "
-                f"(stride {rest_stride} vs. shape {curr_shape})"
-            )
-        next_shape = ceil_div(curr_shape, abs(rest_stride))
-        next_stride = ceil_div(abs(rest_stride), curr_shape) * signum(rest_stride)
-        if next_shape == 1 or rest_shape == 1:
+        abs_stride = abs(rest_stride)
+        next_shape = ceil_div(curr_shape, abs_stride)
+        next_stride = ceil_div(abs_stride, curr_shape) * signum(rest_stride)
+        if rest_shape == 1:
+            rest_stride = next_stride
+            continue
+        # Stride divisibility: B steps over this mode of A (next_shape == 1) only if its
+        # stride is a multiple of the mode's extent; B crosses out of this mode
+        # (next_shape < rest_shape) only if its stride divides the mode's extent.
+        if next_shape == 1:
+            if abs_stride % curr_shape != 0:
+                raise ValueError(
+                    f"composition({lhs}, {rhs}): stride divisibility condition fails: stride "
+                    f"{rest_stride} of the right operand vs. extent {curr_shape} of the left operand"
+                )
             rest_stride = next_stride
             continue
         new_shape = min(next_shape, rest_shape)
-        if rest_shape % new_shape != 0:
-            raise ValueError(
-                f"composition({lhs}, {rhs}): shape divisibility condition fails "
-                f"({rest_shape} is not divisible by {new_shape})"
-            )
+        if new_shape < rest_shape:
+            if curr_shape % abs_stride != 0:
+                raise ValueError(
+                    f"composition({lhs}, {rhs}): stride divisibility condition fails: stride "
+                    f"{rest_stride} of the right operand does not divide extent {curr_shape} "
+                    "of the left operand"
+                )
+            if rest_shape % new_shape != 0:
+                raise ValueError(
+                    f"composition({lhs}, {rhs}): shape divisibility condition fails: "
+                    f"{rest_shape} is not divisible by {new_shape}"
+                )
         result_shape.append(new_shape)
         result_stride.append(rest_stride * curr_stride)
         rest_shape //= new_shape

@@ -22,6 +22,12 @@ from .layout import Layout, coalesce, make_layout
 __all__ = ["logical_divide", "zipped_divide", "tiled_divide", "flat_divide", "zip2_by", "tuple_layout"]
 
 
+def unpack_modes(mode: Layout) -> list[Layout]:
+    """The modes a slice ``mode(repeat<rank(mode)>(_))`` keeps: a rank-1 mode stays whole
+    (CuTe's ``repeat<1>(_)`` is a bare ``_``), a rank-r mode gives its r modes."""
+    return [mode] if mode.rank == 1 else list(mode)
+
+
 def tuple_layout(modes: list[Layout]) -> Layout:
     """The layout whose modes are ``modes`` (a rank-1 tuple layout when there is one)."""
     return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
@@ -61,7 +67,7 @@ def zip2_by(layout: Layout, guide: Tiler) -> Layout:
         second = tuple_layout([s[1] for s in split] + [layout[j] for j in range(len(guide), layout.rank)])
         return tuple_layout([first, second])
     if layout.rank != 2:
-        raise ValueError(f"zip2_by({layout}): expected a rank-2 (tile, rest) mode")
+        raise ValueError(f"zip2_by({layout}, {fmt(guide)}): expected a rank-2 (tile, rest) mode")
     return layout
 
 
@@ -77,8 +83,6 @@ def zipped_divide(layout: Any, tiler: Tiler) -> Any:
     c = _unzip(layout, tiler, zipped_divide)
     if c is not None:
         return c
-    if tiler is None or (is_tuple(tiler) and all(t is None for t in tiler)):
-        raise ValueError(f"zipped_divide({layout}, {fmt(tiler)}): the tiler selects no tile")
     return zip2_by(logical_divide(layout, tiler), tiler)
 
 
@@ -87,7 +91,7 @@ def tiled_divide(layout: Any, tiler: Tiler) -> Any:
     if c is not None:
         return c
     z = zipped_divide(layout, tiler)
-    return tuple_layout([z[0]] + list(z[1]))
+    return tuple_layout([z[0]] + unpack_modes(z[1]))
 
 
 def flat_divide(layout: Any, tiler: Tiler) -> Any:
@@ -95,4 +99,4 @@ def flat_divide(layout: Any, tiler: Tiler) -> Any:
     if c is not None:
         return c
     z = zipped_divide(layout, tiler)
-    return tuple_layout(list(z[0]) + list(z[1]))
+    return tuple_layout(unpack_modes(z[0]) + unpack_modes(z[1]))

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import reduce
-from typing import Any, Union
+from typing import Any
 
-IntTuple = Union[int, tuple["IntTuple", ...]]
+IntTuple = int | tuple["IntTuple", ...]
 
 __all__ = [
     "IntTuple",
@@ -36,6 +36,8 @@ __all__ = [
     "unflatten",
     "prefix_product",
     "suffix_product",
+    "compact_col_major",
+    "compact_row_major",
     "inner_product",
     "elem_scale",
     "shape_div",
@@ -46,6 +48,7 @@ __all__ = [
     "crd2idx",
     "idx2crd",
     "crd2crd",
+    "is_coord_leaf",
     "repeat_like",
     "tuple_max",
     "signum",
@@ -144,6 +147,31 @@ def prefix_product(s: IntTuple, init: int = 1) -> IntTuple:
             cur = cur * product(e)
         return tuple(out)
     return init
+
+
+def compact_col_major(s: IntTuple, init: int = 1) -> IntTuple:
+    """CuTe's ``compact_major<LayoutLeft>``: ``prefix_product`` except that extent-1 modes
+    get stride 0 (``(1,4,(1,3)) -> (0,1,(0,4))``), as C++ does for static shapes."""
+    if is_tuple(s):
+        out = []
+        cur = init
+        for e in s:
+            out.append(compact_col_major(e, cur))
+            cur = cur * product(e)
+        return tuple(out)
+    return 0 if s == 1 else init
+
+
+def compact_row_major(s: IntTuple, init: int = 1) -> IntTuple:
+    """CuTe's ``compact_major<LayoutRight>``: ``suffix_product`` with 0 for extent-1 modes."""
+    if is_tuple(s):
+        out = []
+        cur = init
+        for e in reversed(s):
+            out.append(compact_row_major(e, cur))
+            cur = cur * product(e)
+        return tuple(reversed(out))
+    return 0 if s == 1 else init
 
 
 def suffix_product(s: IntTuple, init: int = 1) -> IntTuple:
@@ -255,14 +283,39 @@ def compatible(a: IntTuple, b: IntTuple) -> bool:
     return product(b) == a
 
 
-def crd2idx(crd: Any, shape: IntTuple, stride: IntTuple) -> Any:
-    """Map coordinate ``crd`` (int, numpy array, or tuple congruent to a prefix of shape)."""
+def is_coord_leaf(x: Any) -> bool:
+    """An integer coordinate: a Python/numpy int, an integer numpy array (vectorized
+    evaluation) or a symbolic integer expression (any object with integer arithmetic,
+    e.g. ``hexlayout.ir.expr.Expr``). Floats, strings, bools and None are not."""
+    if isinstance(x, (bool, float, complex, str, bytes)) or x is None:
+        return False
+    if is_int(x):
+        return True
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None:
+        return False  # a non-integer numpy scalar / array
+    return hasattr(x, "__mul__") and hasattr(x, "__floordiv__") and hasattr(x, "__mod__")
+
+
+def crd2idx(crd: Any, shape: IntTuple, stride: IntTuple | None = None) -> Any:
+    """``<crd, stride>`` after splitting integral coordinates colexicographically by ``shape``.
+
+    ``crd`` is an int / numpy integer array / symbolic integer, or a tuple congruent to
+    (a coarsening of) ``shape``. An integral coordinate for a tuple mode is split as
+    ``c_k = (c // (s_0...s_{k-1})) % s_k`` with the last mode taking whatever is left, so
+    coordinates are not bounds-checked: ``L(size(L) + j)`` extends the last mode exactly as
+    in CuTe. ``stride`` defaults to ``prefix_product(shape)`` (CuTe's ``crd2idx(c, s)``).
+    """
+    if stride is None:
+        stride = prefix_product(shape)
     if is_tuple(crd):
         if not is_tuple(shape):
-            raise ValueError(f"crd2idx: coordinate {crd!r} has more modes than shape {fmt(shape)}")
+            raise ValueError(f"crd2idx: coordinate {fmt(crd)} has more modes than shape {fmt(shape)}")
         if len(crd) != len(shape):
-            raise ValueError(f"crd2idx: coordinate {crd!r} does not match the rank of shape {fmt(shape)}")
+            raise ValueError(f"crd2idx: coordinate {fmt(crd)} does not match the rank of shape {fmt(shape)}")
         return sum((crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride)), 0)
+    if not is_coord_leaf(crd):
+        raise ValueError(f"crd2idx: {crd!r} is not an integer coordinate (shape {fmt(shape)})")
     if is_tuple(shape):
         if len(shape) == 0:
             return 0
@@ -278,23 +331,50 @@ def crd2idx(crd: Any, shape: IntTuple, stride: IntTuple) -> Any:
 def idx2crd(idx: Any, shape: IntTuple, stride: IntTuple | None = None) -> Any:
     """Natural coordinate of ``idx`` in ``shape`` (colexicographic); an int for an int shape.
 
-    With ``stride`` given, each mode's coordinate is ``(idx // stride) % shape``
-    (CuTe's idx2crd with explicit strides).
+    Without ``stride`` this inverts ``crd2idx(., shape, prefix_product(shape))`` exactly as
+    CuTe's ``idx2crd(i, s)``: mode ``k`` gets ``(i // (s_0...s_{k-1})) % s_k`` except the
+    last mode, which takes whatever is left (so ``i >= size(shape)`` extends the last
+    mode, mirroring ``crd2idx``). With ``stride`` given, every mode's coordinate is
+    ``(idx // stride) % shape`` (CuTe's ``idx2crd(i, s, d)``; 0 for extent-1 modes).
     """
-    if stride is None:
-        stride = prefix_product(shape)
+    if stride is not None:
+        if is_tuple(idx):
+            if not is_tuple(shape) or len(idx) != len(shape):
+                raise ValueError(f"idx2crd: {fmt(idx)} does not match shape {fmt(shape)}")
+            return tuple(idx2crd(i, s, d) for i, s, d in zip(idx, shape, stride))
+        if is_tuple(shape):
+            if not is_tuple(stride) or len(stride) != len(shape):
+                raise ValueError(f"idx2crd: stride {fmt(stride)} does not match shape {fmt(shape)}")
+            return tuple(idx2crd(idx, s, d) for s, d in zip(shape, stride))
+        if shape == 1:
+            return idx * 0
+        return (idx // stride) % shape
     if is_tuple(idx):
         if not is_tuple(shape) or len(idx) != len(shape):
-            raise ValueError(f"idx2crd: {idx!r} does not match shape {fmt(shape)}")
-        return tuple(idx2crd(i, s, d) for i, s, d in zip(idx, shape, stride))
+            raise ValueError(f"idx2crd: {fmt(idx)} does not match shape {fmt(shape)}")
+        return tuple(idx2crd(i, s) for i, s in zip(idx, shape))
     if is_tuple(shape):
-        return tuple(idx2crd(idx, s, d) for s, d in zip(shape, stride))
-    return (idx // stride) % shape
+        out = []
+        for k, s in enumerate(shape):
+            if k == len(shape) - 1:
+                out.append(idx2crd(idx, s))
+            else:
+                n = product(s)
+                out.append(idx2crd(idx % n, s))
+                idx = idx // n
+        return tuple(out)
+    return idx
 
 
-def crd2crd(crd: Any, dst_shape: IntTuple, src_shape: IntTuple) -> Any:
-    """Re-express a coordinate of ``src_shape`` as a coordinate of ``dst_shape``."""
-    return idx2crd(crd2idx(crd, src_shape, prefix_product(src_shape)), dst_shape)
+def crd2crd(crd: Any, src_shape: IntTuple, dst_shape: IntTuple) -> Any:
+    """Re-express a coordinate of ``src_shape`` as a coordinate of ``dst_shape`` (CuTe's
+    argument order ``crd2crd(coord, src_shape, dst_shape)``), mode by mode where all three
+    are tuples, else through the colexicographic index."""
+    if is_tuple(crd) and is_tuple(src_shape) and is_tuple(dst_shape):
+        if not len(crd) == len(src_shape) == len(dst_shape):
+            raise ValueError(f"crd2crd: {fmt(crd)}, {fmt(src_shape)}, {fmt(dst_shape)} have mismatched ranks")
+        return tuple(crd2crd(c, s, d) for c, s, d in zip(crd, src_shape, dst_shape))
+    return idx2crd(crd2idx(crd, src_shape), dst_shape)
 
 
 def transform_leaves(f: Callable[..., Any], *ts: IntTuple) -> Any:
@@ -309,4 +389,6 @@ def fmt(t: Any) -> str:
         return "_"
     if is_tuple(t):
         return "(" + ",".join(fmt(e) for e in t) + ")"
+    if is_int(t) and getattr(t, "ndim", 0) == 0:
+        return str(int(t))
     return str(t)

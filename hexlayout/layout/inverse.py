@@ -1,9 +1,19 @@
 """Right and left (quasi-)inverses of a layout, and the largest common vector of two layouts.
 
 - ``right_inverse(L) = R``: ``L(R(i)) == i`` for all ``i < size(R)``; R is the largest
-  such layout built from the contiguous run of L's modes starting at stride 1.
+  such layout built from the contiguous run of L's modes starting at stride 1 (modes
+  ``s_k:d_k`` of ``coalesce(L)`` in increasing stride order with ``d_0 = 1`` and
+  ``d_{k+1} = s_k d_k``; ``R`` maps them back to their colexicographic position).
+  Stride-0 and negative-stride modes never start or continue the run (CuTe C++).
 - ``left_inverse(L) = R``: ``R(L(i)) == i`` for all ``i < size(L)`` when L is injective
-  (in general ``L(R(L(i))) == L(i)``), following CuTe C++ (pycute differs here).
+  (in general ``L(R(L(i))) == L(i)``), following CuTe C++ (pycute differs here). Built
+  from the non-zero strides of ``coalesce(L)`` in increasing order: each contributes a
+  mode ``d_k / size(previous modes) : position of mode k``, then the extent of the
+  largest-stride mode is appended.
+
+Deliberate deviations from C++ (which asserts statically): ``left_inverse`` raises
+ValueError for negative strides and when a stride is not divisible by the size of the
+modes below it ("left inverse divisibility condition").
 - ``max_common_vector(A, B)``: the number of leading elements on which A and B agree
   with ``A(B^{-1}(i)) == i`` (the widest vector both can move at once).
 """
@@ -15,12 +25,10 @@ from .layout import Layout, coalesce
 __all__ = ["right_inverse", "left_inverse", "max_common_layout", "max_common_vector"]
 
 
-def _flat_sorted(layout: Layout, op: str) -> tuple[list[int], list[int], list[int], list[int]]:
+def _flat_sorted(layout: Layout) -> tuple[list[int], list[int], list[int], list[int]]:
     c = coalesce(layout)
     shp = list(c.shape) if isinstance(c.shape, tuple) else [c.shape]
     std = list(c.stride) if isinstance(c.stride, tuple) else [c.stride]
-    if any(d < 0 for d in std):
-        raise ValueError(f"{op}({layout}): negative strides are not supported")
     pre = [1]
     for s in shp:
         pre.append(pre[-1] * s)
@@ -29,9 +37,12 @@ def _flat_sorted(layout: Layout, op: str) -> tuple[list[int], list[int], list[in
 
 
 def right_inverse(layout: Layout | None) -> Layout | None:
+    """CuTe's ``right_inverse``: ``layout(R(i)) == i`` for ``0 <= i < size(R)``."""
     if layout is None:
         return None
-    shp, std, pre, order = _flat_sorted(layout, "right_inverse")
+    if not isinstance(layout, Layout):
+        raise ValueError(f"right_inverse: {layout!r} is not a Layout")
+    shp, std, pre, order = _flat_sorted(layout)
     rs, rd = [1], [0]
     curr = 1
     for i in order:
@@ -43,9 +54,14 @@ def right_inverse(layout: Layout | None) -> Layout | None:
 
 
 def left_inverse(layout: Layout | None) -> Layout | None:
+    """CuTe's ``left_inverse``: ``R(layout(i)) == i`` for ``0 <= i < size(layout)`` if injective."""
     if layout is None:
         return None
-    shp, std, pre, order = _flat_sorted(layout, "left_inverse")
+    if not isinstance(layout, Layout):
+        raise ValueError(f"left_inverse: {layout!r} is not a Layout")
+    shp, std, pre, order = _flat_sorted(layout)
+    if any(d < 0 for d in std):
+        raise ValueError(f"left_inverse({layout}): negative strides are not supported")
     rs: list[int] = []
     rd: list[int] = [0]
     for i in order:
@@ -56,8 +72,8 @@ def left_inverse(layout: Layout | None) -> Layout | None:
             sz *= s
         if std[i] % sz != 0:
             raise ValueError(
-                f"left_inverse({layout}): stride {std[i]} is not divisible by {sz}; "
-                "the layout is not injective or its modes overlap"
+                f"left_inverse({layout}): left inverse divisibility condition fails: stride "
+                f"{std[i]} is not divisible by {sz} (the layout is not injective or its modes interleave)"
             )
         rs.append(std[i] // sz)
         rd.append(pre[i])

@@ -22,14 +22,14 @@ import numpy as np
 from .inttuple import (
     IntTuple,
     as_inttuple,
+    compact_col_major,
+    compact_row_major,
     congruent,
     crd2idx,
     fmt,
-    is_int,
+    is_coord_leaf,
     is_tuple,
-    prefix_product,
     product,
-    suffix_product,
 )
 from .inttuple import depth as tuple_depth
 from .inttuple import flatten as tuple_flatten
@@ -60,7 +60,8 @@ __all__ = [
 
 
 class Layout:
-    """``shape:stride`` as in CuTe; ``Layout(shape)`` has compact column-major strides."""
+    """``shape:stride`` as in CuTe; ``Layout(shape)`` has compact column-major strides
+    (extent-1 modes get stride 0, as CuTe's ``make_layout`` does for static shapes)."""
 
     __slots__ = ("_shape", "_stride", "_hash")
 
@@ -70,7 +71,7 @@ class Layout:
             if s <= 0:
                 raise ValueError(f"Layout: shape {fmt(shape)} has a non-positive extent {s}")
         if stride is None:
-            stride = prefix_product(shape)
+            stride = compact_col_major(shape)
         else:
             stride = as_inttuple(stride, "Layout stride")
             if not congruent(shape, stride):
@@ -136,12 +137,14 @@ class Layout:
                 if len(crd) == 1:
                     crd = crd[0]
                 else:
-                    raise ValueError(f"Layout {self}: coordinate {fmt(crd)} has rank {len(crd)}, layout rank 1")
+                    raise ValueError(
+                        f"Layout {self}: coordinate {fmt(crd)} has rank {len(crd)}, layout rank 1"
+                    )
             elif len(crd) != len(self._shape):
                 raise ValueError(
                     f"Layout {self}: coordinate {fmt(crd)} has rank {len(crd)}, layout rank {self.rank}"
                 )
-        elif not is_int(crd):
+        elif not is_coord_leaf(crd):
             raise ValueError(f"Layout {self}: {crd!r} is not a coordinate")
         return crd2idx(crd, self._shape, self._stride)
 
@@ -218,7 +221,7 @@ def make_ordered_layout(shape: IntTuple, order: IntTuple) -> Layout:
     strides = [0] * len(fs)
     cur = 1
     for i in sorted(range(len(fs)), key=lambda k: (fo[k], k)):
-        strides[i] = cur
+        strides[i] = 0 if fs[i] == 1 else cur
         cur *= fs[i]
     from .inttuple import unflatten
 
@@ -230,7 +233,8 @@ def make_identity_layout(shp: IntTuple) -> Layout:
 
 
 def make_row_major(shp: IntTuple) -> Layout:
-    return Layout(shp, suffix_product(shp))
+    """Compact row-major layout of ``shp`` (CuTe's ``make_layout(shp, LayoutRight{})``)."""
+    return Layout(shp, compact_row_major(shp))
 
 
 def size(x: Any, *modes: int) -> int:
@@ -397,30 +401,37 @@ def group(x: Layout, begin: int, end: int) -> Layout:
     return Layout(tuple(m.shape for m in out), tuple(m.stride for m in out))
 
 
-def slice_and_offset(crd: Any, x: Layout) -> tuple[Layout, int]:
-    """Keep the modes where ``crd`` is ``None``; the fixed modes give the offset.
+def slice_and_offset(crd: Any, x: Layout) -> tuple[Layout, Any]:
+    """CuTe's ``slice_and_offset``: keep the modes where ``crd`` is ``None`` (``_``), and the
+    offset ``<crd, stride>`` of the fixed modes (``None`` counts as 0).
 
-    As in CuTe, the kept modes of a nested coordinate join the result's top level
-    (``L(None, (None, None))`` unpacks mode 1); a rank-1 result is unwrapped.
+    As in CuTe's ``slice``, the kept modes of a tuple coordinate are concatenated into one
+    flat tuple of modes: ``L(None, (2, None))`` on ``(4,(3,5))`` keeps ``(4,5)``, and
+    ``L(None, 2)`` on ``(4,8):(1,4)`` is the rank-1 tuple layout ``(4):(1)``. A bare
+    ``None`` keeps the whole layout.
     """
-    def rec(c: Any, s: IntTuple, d: IntTuple) -> tuple[list[tuple[IntTuple, IntTuple]], int]:
+    if crd is None:
+        return x, 0
+
+    def rec(c: Any, s: IntTuple, d: IntTuple) -> tuple[list[tuple[IntTuple, IntTuple]], Any]:
         if c is None:
             return [(s, d)], 0
         if is_tuple(c):
             if not is_tuple(s) or len(c) != len(s):
                 raise ValueError(f"slice: coordinate {fmt(c)} does not match shape {fmt(s)} of {x}")
             kept: list[tuple[IntTuple, IntTuple]] = []
-            off = 0
+            off: Any = 0
             for ci, si, di in zip(c, s, d):
                 k, o = rec(ci, si, di)
                 kept += k
-                off += o
+                off = off + o
             return kept, off
         return [], crd2idx(c, s, d)
 
-    kept, off = rec(crd, x.shape, x.stride)
-    if not kept:
-        return Layout(1, 0), off
-    if len(kept) == 1:
-        return Layout(kept[0][0], kept[0][1]), off
+    if is_tuple(crd) and not is_tuple(x.shape):
+        if len(crd) != 1:
+            raise ValueError(f"slice: coordinate {fmt(crd)} has rank {len(crd)}, layout {x} rank 1")
+        kept, off = rec(crd[0], x.shape, x.stride)
+    else:
+        kept, off = rec(crd, x.shape, x.stride)
     return Layout(tuple(k[0] for k in kept), tuple(k[1] for k in kept)), off

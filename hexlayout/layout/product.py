@@ -15,7 +15,7 @@ from typing import Any
 
 from .complement import complement
 from .composition import Tiler, composition
-from .divide import tuple_layout, zip2_by
+from .divide import tuple_layout, unpack_modes, zip2_by
 from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, product, product_each
 from .layout import Layout, append, cosize, make_layout, make_ordered_layout
 
@@ -73,7 +73,7 @@ def tiled_product(block: Any, tiler: Tiler) -> Any:
     if c is not None:
         return c
     z = zipped_product(block, tiler)
-    return tuple_layout([z[0]] + list(z[1]))
+    return tuple_layout([z[0]] + unpack_modes(z[1]))
 
 
 def flat_product(block: Any, tiler: Tiler) -> Any:
@@ -81,22 +81,42 @@ def flat_product(block: Any, tiler: Tiler) -> Any:
     if c is not None:
         return c
     z = zipped_product(block, tiler)
-    return tuple_layout(list(z[0]) + list(z[1]))
+    return tuple_layout(unpack_modes(z[0]) + unpack_modes(z[1]))
 
 
-def _rank_product(block: Layout, tiler: Layout, raked: bool) -> Layout:
+def _zip(a: IntTuple, b: IntTuple) -> IntTuple:
+    """CuTe's ``zip(a, b)``: ``((a0,b0),(a1,b1),...)`` for tuples, ``((a,b))`` for integers."""
+    if is_tuple(a):
+        bs = b if is_tuple(b) else (b,)
+        if len(bs) != len(a):
+            raise ValueError(f"zip: mismatched ranks of {fmt(a)} and {fmt(b)}")
+        return tuple((x, y) for x, y in zip(a, bs))
+    if is_tuple(b):
+        return _zip((a,), b)
+    return ((a, b),)
+
+
+def _rank_product(block: Any, tiler: Any, raked: bool) -> Layout:
+    op = "raked_product" if raked else "blocked_product"
+    if not isinstance(block, Layout):
+        raise ValueError(f"{op}: block {block!r} must be a Layout")
+    if is_int(tiler):
+        tiler = Layout(int(tiler))
     if not isinstance(tiler, Layout):
-        raise ValueError(f"{'raked' if raked else 'blocked'}_product: tiler {tiler!r} must be a Layout")
+        raise ValueError(f"{op}({block}, {tiler!r}): the tiler must be a Layout")
     r = max(block.rank, tiler.rank)
-    result = logical_product(append(block, n=r), append(tiler, n=r))
+    try:
+        result = logical_product(append(block, n=r), append(tiler, n=r))
+    except ValueError as e:
+        raise ValueError(f"{op}({block}, {tiler}): {e}") from None
     a, b = result[0], result[1]
-    if r == 1:
-        return tuple_layout([b, a]) if raked else tuple_layout([a, b])
-    pairs = [tuple_layout([b[i], a[i]]) if raked else tuple_layout([a[i], b[i]]) for i in range(r)]
-    return tuple_layout(pairs)
+    first, second = (b, a) if raked else (a, b)
+    return Layout(_zip(first.shape, second.shape), _zip(first.stride, second.stride))
 
 
 def blocked_product(block: Any, tiler: Layout) -> Any:
+    """``zip(A*, B*)`` of ``logical_product(A*, B*)`` with both padded to the same rank:
+    mode ``i`` is ``(A_i, B_i)``, each copy of the block contiguous in the result."""
     c = _composed(block, tiler, blocked_product)
     if c is not None:
         return c
@@ -104,6 +124,7 @@ def blocked_product(block: Any, tiler: Layout) -> Any:
 
 
 def raked_product(block: Any, tiler: Layout) -> Any:
+    """``zip(B*, A*)``: mode ``i`` is ``(B_i, A_i)``, the copies of the block interleaved."""
     c = _composed(block, tiler, raked_product)
     if c is not None:
         return c
@@ -123,9 +144,14 @@ def tile_to_shape(block: Any, trg_shape: IntTuple, order: IntTuple | None = None
     target = product_each(trg_shape) if is_tuple(trg_shape) else (trg_shape,)
     for t, b in zip(target, block_shape):
         if t % b != 0:
-            raise ValueError(f"tile_to_shape({block}, {fmt(trg_shape)}): block extent {b} does not divide {t}")
+            raise ValueError(
+                f"tile_to_shape({block}, {fmt(trg_shape)}): block extent {b} does not divide {t}"
+            )
     rep = tuple(ceil_div(t, b) for t, b in zip(target, block_shape))
     if order is None:
         order = tuple(range(r))
-    rep_layout = make_ordered_layout(rep if r > 1 else rep[0], order if r > 1 else (order[0] if is_tuple(order) else order))
+    if r == 1:
+        rep_layout = make_ordered_layout(rep[0], order[0] if is_tuple(order) else order)
+    else:
+        rep_layout = make_ordered_layout(rep, order)
     return blocked_product(padded, rep_layout)

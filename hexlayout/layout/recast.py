@@ -6,8 +6,18 @@
   ``s -> s * n``; every other stride ``d -> d * n``.
 - ``recast_layout(L, old_bits, new_bits)``: upcast / downcast by the ratio of widths.
 
-A ``Swizzle<B,M,S>`` changes its base: ``upcast(Sw, 2^k) = Sw<B,M-k,S>``,
-``downcast(Sw, 2^k) = Sw<B,M+k,S>``; a ``ComposedLayout`` recasts both parts.
+A ``Swizzle<B,M,S>`` changes its base: ``upcast(Sw, 2^k) = Sw<B,M-k,S>`` (when
+``k > M``: ``Sw<max(B+M-k,0),0,S>``, as in C++), ``downcast(Sw, 2^k) = Sw<B,M+k,S>``;
+a ``ComposedLayout`` recasts all three parts (its offset must divide by n on upcast).
+
+Post-conditions: ``upcast(downcast(L, n), n) == L`` when L has a stride-1 mode and all
+other strides are non-zero; ``downcast(L, n)(n*i + j) == n*L(i) + j`` for the stride-1
+mode's elements.
+
+Deliberate deviations from C++ (static asserts there): upcast raises ValueError when a
+stride and ``n`` do not divide one another; downcast raises ValueError when no mode has
+stride +-1 ("Downcast requires adjacent elements"); non-power-of-two factors raise for
+swizzles.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from __future__ import annotations
 from math import gcd
 from typing import Any
 
-from .inttuple import ceil_div, is_tuple, signum
+from .inttuple import ceil_div, flatten, is_int, is_tuple, signum
 from .layout import Layout
 
 __all__ = ["upcast", "downcast", "recast_layout"]
@@ -31,17 +41,19 @@ def upcast(layout: Any, n: int) -> Any:
     from .composed import ComposedLayout
     from .swizzle import Swizzle
 
-    if n <= 0:
-        raise ValueError(f"upcast({layout}, {n}): the factor must be positive")
+    if not is_int(n) or n <= 0:
+        raise ValueError(f"upcast({layout}, {n!r}): the factor must be a positive int")
     if isinstance(layout, Swizzle):
         k = _log2(n, f"upcast({layout}, {n})")
-        if layout.base < k:
-            raise ValueError(f"upcast({layout}, {n}): the swizzle base {layout.base} is below log2({n})")
-        return Swizzle(layout.bits, layout.base - k, layout.shift)
+        if layout.base >= k:
+            return Swizzle(layout.bits, layout.base - k, layout.shift)
+        return Swizzle(max(layout.bits + layout.base - k, 0), 0, layout.shift)
     if isinstance(layout, ComposedLayout):
         if layout.offset % n:
             raise ValueError(f"upcast({layout}, {n}): the offset {layout.offset} is not divisible by {n}")
         return ComposedLayout(upcast(layout.layout_a, n), layout.offset // n, upcast(layout.layout_b, n))
+    if not isinstance(layout, Layout):
+        raise ValueError(f"upcast({layout!r}, {n}): not a Layout, Swizzle or ComposedLayout")
 
     def rec(s: Any, d: Any) -> tuple[Any, Any]:
         if is_tuple(s):
@@ -61,13 +73,19 @@ def downcast(layout: Any, n: int) -> Any:
     from .composed import ComposedLayout
     from .swizzle import Swizzle
 
-    if n <= 0:
-        raise ValueError(f"downcast({layout}, {n}): the factor must be positive")
+    if not is_int(n) or n <= 0:
+        raise ValueError(f"downcast({layout}, {n!r}): the factor must be a positive int")
     if isinstance(layout, Swizzle):
         k = _log2(n, f"downcast({layout}, {n})")
         return Swizzle(layout.bits, layout.base + k, layout.shift)
     if isinstance(layout, ComposedLayout):
         return ComposedLayout(downcast(layout.layout_a, n), layout.offset * n, downcast(layout.layout_b, n))
+
+    if not isinstance(layout, Layout):
+        raise ValueError(f"downcast({layout!r}, {n}): not a Layout, Swizzle or ComposedLayout")
+    flat_d = flatten(layout.stride) if is_tuple(layout.stride) else (layout.stride,)
+    if 1 not in flat_d and -1 not in flat_d:
+        raise ValueError(f"downcast({layout}, {n}): downcast requires adjacent elements (a stride-1 mode)")
 
     def rec(s: Any, d: Any) -> tuple[Any, Any]:
         if is_tuple(s):
