@@ -150,3 +150,24 @@ def test_non_canonical_rejected() -> None:
         make_gmma_desc(Layout((64, 16), (16, 1)), "K", 16, 64, 16)  # plain row-major, rows 32 B apart
     with pytest.raises(ValueError, match="aligned"):
         make_gmma_desc(gmma_smem_atom(16, "K", 128), "K", 16, 8, 16, base_address=512)
+
+
+def test_every_wgmma_atom() -> None:
+    """All 704 wgmma atoms: D against the ISA formula (vectorized), A/B per source."""
+    thr = np.arange(128)[:, None]
+    for name in WGMMA:
+        atom = get_atom(name)
+        m, n, k = atom.shape_mnk
+        i = np.arange(n // 2)[None, :]
+        w, g, t = thr // 32, (thr % 32) >> 2, thr % 4
+        row = 16 * w + g + 8 * ((i >> 1) & 1)
+        col = 8 * (i >> 2) + 2 * t + (i & 1)
+        np.testing.assert_array_equal(tv_index_table(atom.c_layout, 128), row + 64 * col, err_msg=name)
+        assert atom.b_layout == Layout((128, (n, k)), (0, (1, n)))
+        if atom.a_source == "smem":
+            assert atom.a_layout == Layout((128, (64, k)), (0, (1, 64)))
+        else:
+            a = tv_index_table(atom.a_layout, 128)
+            want = [[(lambda mk: mk[0] + 64 * mk[1])(wgmma_a_reg_coord(atom.a_dtype.bits, tt, ii))
+                     for ii in range(a.shape[1])] for tt in range(128)]
+            np.testing.assert_array_equal(a, np.array(want), err_msg=name)
