@@ -82,7 +82,7 @@ def layouts(draw: st.DrawFn) -> Layout:
     return Layout(shape, strides(shape))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(layouts(), st.booleans(), st.integers(0, 3), st.integers(0, 4), st.integers(0, 256))
 def test_round_trip_random(layout: Layout, swizzled: bool, b: int, m: int, offset: int) -> None:
     assert parse_layout(str(layout)) == layout

@@ -98,7 +98,8 @@ class CellGrid:
     colour is chosen by (thread, bank, value; -1 for an empty cell); ``colors[i, j]`` its RGB
     in [0, 1]; ``highlight[i, j]`` marks cells outlined (an access pattern); ``row_notes`` are
     printed right of each row, ``footer`` under the grid. ``row_name``/``col_name`` name
-    the axes (``m``, ``n``, ``k``, ``row``, ``col``).
+    the axes (``m``, ``n``, ``k``, ``row``, ``col``). With ``merge_runs`` a run of equal
+    labels in a row is written once, centred over the run (e.g. a 16-byte chunk).
     """
 
     title: str
@@ -110,6 +111,7 @@ class CellGrid:
     highlight: np.ndarray | None = None
     row_notes: list[str] | None = None
     footer: str = ""
+    merge_runs: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -266,7 +268,7 @@ def smem_grid(layout: Layout | ComposedLayout, elem_bits: int = 16, label: str =
         title=title or f"Shared-memory tile {layout}, {elem_bits}-bit elements, "
                        f"cells: {label}, colour: bank",
         labels=labels, keys=banks, colors=_colors_from(banks, bank_color),
-        row_name="row", col_name="col",
+        row_name="row", col_name="col", merge_runs=(label == "chunk"),
         meta={"offsets": offs, "banks": banks, "chunks": chunks, "elem_bits": elem_bits},
     )
     if access:

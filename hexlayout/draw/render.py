@@ -51,6 +51,21 @@ def _ticks(n: int) -> list[int]:
     return list(range(0, n, step))
 
 
+def _label_runs(row: np.ndarray, merge: bool) -> list[tuple[int, int, str]]:
+    """``(first, end, label)`` per label of a row: one per cell, or per run of equal labels."""
+    out: list[tuple[int, int, str]] = []
+    j = 0
+    while j < len(row):
+        end = j + 1
+        if merge:
+            while end < len(row) and row[end] == row[j]:
+                end += 1
+        if row[j]:
+            out.append((j, end, str(row[j])))
+        j = end
+    return out
+
+
 def render(grid: CellGrid, path: str | os.PathLike[str], *, labels: bool | None = None) -> Path:
     """Draw ``grid`` into ``path`` (format by suffix) and return the path.
 
@@ -101,11 +116,9 @@ def render(grid: CellGrid, path: str | os.PathLike[str], *, labels: bool | None 
                                              linewidths=max(1.0, 3 * lw)))
         if show:
             for i in range(rows):
-                for j in range(cols):
-                    s = grid.labels[i, j]
-                    if s:
-                        ax.text(j + 0.5, i + 0.5, s, ha="center", va="center", fontsize=fs,
-                                linespacing=1.0)
+                for j0, j1, s in _label_runs(grid.labels[i], grid.merge_runs):
+                    ax.text((j0 + j1) / 2, i + 0.5, s, ha="center", va="center", fontsize=fs,
+                            linespacing=1.0)
         tick_fs = max(4.0, min(9.0, cell_in * 72 * 0.6))
         ax.set_xticks([j + 0.5 for j in _ticks(cols)], [str(j) for j in _ticks(cols)], fontsize=tick_fs)
         ax.set_yticks([i + 0.5 for i in _ticks(rows)], [str(i) for i in _ticks(rows)], fontsize=tick_fs)
