@@ -65,7 +65,8 @@ def test_demo_prints_layouts_and_writes_pictures(tmp_path: Path) -> None:
 # --- in process --------------------------------------------------------------------------
 
 def test_draw_tv_svg_and_smem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["draw", "((4,8),(2,2)):((32,1),(16,8))", "--tile", "16x8", "-o", str(tmp_path / "c.svg")]) == 0
+    svg = str(tmp_path / "c.svg")
+    assert main(["draw", "((4,8),(2,2)):((32,1),(16,8))", "--tile", "16x8", "-o", svg]) == 0
     assert "T31" in (tmp_path / "c.svg").read_text()
     assert main(["draw", "Sw<3,3,3> o 0 o (8,64):(64,1)", "--elem-bits", "16", "--access", "ldmatrix:1",
                  "--label", "chunk", "-o", str(tmp_path / "s.png")]) == 0
@@ -94,7 +95,8 @@ def test_draw_atom(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_messages(argv: list[str], fragment: str, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+                                  capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
     if "--atom" in argv:
         pytest.importorskip("hexlayout.arch")
     monkeypatch.chdir(tmp_path)

@@ -106,7 +106,8 @@ def test_smem_grid_swizzle_offsets_banks_chunks() -> None:
     g = smem_grid(parse_layout("Sw<3,3,3> o 0 o (8,64):(64,1)"), elem_bits=16, label="chunk")
     assert g.labels[3, 9] == str((64 * 3 + 8 * (1 ^ 3)) // 8)
     g32 = smem_grid(parse_layout("(4,32):(32,1)"), elem_bits=32, label="bank")
-    assert [g32.labels[1, j] for j in range(3)] == ["0", "1", "2"]  # 32 words per row: row 1 restarts at bank 0
+    # 32 words per row: row 1 starts at bank 0 again.
+    assert [g32.labels[1, j] for j in range(3)] == ["0", "1", "2"]
 
 
 def test_smem_access_wavefronts_and_row_groups() -> None:
