@@ -339,6 +339,9 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         if cb == 1:
             return a
         if cb is not None and cb > 0:
+            rest, mult = _split_multiple(a, cb)
+            if mult is not None:
+                return _binop("+", _binop("//", rest, cb), _binop("//", mult, cb))
             lo, hi = bounds(a)
             if lo is not None and hi is not None and lo >= 0 and hi <= cb:
                 return Const(0)
@@ -354,6 +357,9 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         if cb == 1:
             return Const(0)
         if cb is not None and cb > 0:
+            rest, mult = _split_multiple(a, cb)
+            if mult is not None:
+                return _binop("%", rest, cb)
             lo, hi = bounds(a)
             if lo is not None and hi is not None and lo >= 0 and hi <= cb:
                 return a
@@ -399,6 +405,42 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         if op == "<=" and ah is not None and bl is not None and ah - 1 <= bl:
             return Const(1)
     return BinOp(op, a, b)
+
+
+def _terms(e: Expr) -> list[Expr]:
+    if isinstance(e, BinOp) and e.op == "+":
+        return _terms(e.a) + _terms(e.b)
+    return [e]
+
+
+def _is_multiple(e: Expr, c: int) -> bool:
+    if isinstance(e, Const):
+        return e.value % c == 0
+    if isinstance(e, BinOp) and e.op == "*":
+        return (isinstance(e.b, Const) and e.b.value % c == 0) or _is_multiple(e.a, c)
+    return False
+
+
+def _split_multiple(a: Expr, c: int) -> tuple[Expr, Expr | None]:
+    """Split a sum ``a`` into (rest, multiple of c) when some terms are multiples of ``c``
+    and the rest is non-negative (so that floor division and modulo distribute)."""
+    terms = _terms(a)
+    if len(terms) < 2:
+        return a, None
+    mult = [t for t in terms if _is_multiple(t, c)]
+    if not mult:
+        return a, None
+    rest_terms = [t for t in terms if not _is_multiple(t, c)]
+    rest: Expr = Const(0)
+    for t in rest_terms:
+        rest = _binop("+", rest, t)
+    lo, _ = bounds(rest)
+    if lo is None or lo < 0:
+        return a, None
+    m: Expr = Const(0)
+    for t in mult:
+        m = _binop("+", m, t)
+    return rest, m
 
 
 def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Expr:

@@ -107,24 +107,34 @@ class TaskMapping:
 
         yield from rec(0, tuple(0 for _ in range(self.rank)))
 
-    def tv_layout(self) -> Layout:
-        """``(worker, task) -> t0 + D0*t1 + ...`` over ``task_shape`` (CuTe TV form)."""
+    def tv_layout(self, dims: tuple[int, ...] | None = None) -> Layout:
+        """``(worker, task) -> t0 + D0*t1 + ...`` over ``task_shape`` (CuTe TV form).
+
+        With ``dims``, the projection onto those task dimensions (index colexicographic
+        over them): workers that differ only in the other dimensions get the same tasks
+        (stride-0 worker modes) and repeats along the other dimensions are dropped.
+        """
         shape = self.task_shape
-        # Each factor contributes, per dimension d, a digit with extent f.shape[d] scaled by the
-        # product of the extents of the factors inside it along d.
+        keep = tuple(range(self.rank)) if dims is None else tuple(dims)
+        for d in keep:
+            if not 0 <= d < self.rank:
+                raise ValueError(f"task mapping {self}: dimension {d} out of range")
+        dim_scale = [0] * self.rank
+        scale = 1
+        for d in keep:
+            dim_scale[d] = scale
+            scale *= shape[d]
         inner = [1] * self.rank
-        dim_scale = [1] * self.rank
-        for d in range(1, self.rank):
-            dim_scale[d] = dim_scale[d - 1] * shape[d - 1]
         wmodes: list[tuple[int, int]] = []   # (extent, stride), fastest first
         tmodes: list[tuple[int, int]] = []
         for f in reversed(self.factors):
             # row-major digits: the last dimension is fastest
-            modes = [(f.shape[d], inner[d] * dim_scale[d]) for d in reversed(range(self.rank))]
-            if f.kind == "spatial":
-                wmodes += modes
-            else:
-                tmodes += modes
+            for d in reversed(range(self.rank)):
+                mode = (f.shape[d], inner[d] * dim_scale[d])
+                if f.kind == "spatial":
+                    wmodes.append(mode)
+                elif d in keep:
+                    tmodes.append(mode)
             inner = [a * b for a, b in zip(inner, f.shape)]
         wl = _mode(wmodes)
         tl = _mode(tmodes)
@@ -137,11 +147,11 @@ class TaskMapping:
 
 
 def _mode(modes: list[tuple[int, int]]) -> Layout:
+    """The modes fastest first, coalesced (size-1 modes dropped; ``1:0`` if none remain)."""
     modes = [m for m in modes if m[0] != 1]
     if not modes:
         return Layout(1, 0)
-    lay = Layout(tuple(m[0] for m in modes), tuple(m[1] for m in modes))
-    return coalesce(lay)
+    return coalesce(Layout(tuple(m[0] for m in modes), tuple(m[1] for m in modes)))
 
 
 def _row_major(i: int, shape: tuple[int, ...]) -> tuple[int, ...]:

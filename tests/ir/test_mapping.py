@@ -62,3 +62,14 @@ def test_bad_mappings_are_rejected() -> None:
         spatial(2, 2) * repeat(2)
     with pytest.raises(ValueError, match="out of range"):
         spatial(2).worker_tasks(2)
+
+
+@pytest.mark.parametrize(("m", "dim"), [(m, d) for m in MAPPINGS for d in range(m.rank)], ids=str)
+def test_projection_onto_one_dimension(m, dim) -> None:
+    tv = m.tv_layout(dims=(dim,))
+    nw = m.num_workers
+    per = tv.size() // nw
+    for w in range(nw):
+        want = sorted({t[dim] for t in m.worker_tasks(w)})
+        got = sorted(tv(w + nw * i) for i in range(per))
+        assert got == want
