@@ -117,8 +117,12 @@ def render(grid: CellGrid, path: str | os.PathLike[str], *, labels: bool | None 
         if show:
             for i in range(rows):
                 for j0, j1, s in _label_runs(grid.labels[i], grid.merge_runs):
+                    # A label over several cells covers a grid line: give it a light backing.
+                    box = None
+                    if j1 - j0 > 1:
+                        box = dict(boxstyle="square,pad=0.1", fc=(1, 1, 1, 0.75), ec="none")
                     ax.text((j0 + j1) / 2, i + 0.5, s, ha="center", va="center", fontsize=fs,
-                            linespacing=1.0)
+                            linespacing=1.0, bbox=box)
         tick_fs = max(4.0, min(9.0, cell_in * 72 * 0.6))
         ax.set_xticks([j + 0.5 for j in _ticks(cols)], [str(j) for j in _ticks(cols)], fontsize=tick_fs)
         ax.set_yticks([i + 0.5 for i in _ticks(rows)], [str(i) for i in _ticks(rows)], fontsize=tick_fs)
