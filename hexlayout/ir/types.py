@@ -1,5 +1,8 @@
 """Types of the tile-level IR: element types, memory scopes, layout variables, tile types.
 
+Element types are ``hexlayout.arch``'s ``DType`` (re-exported here with short names:
+``f16``, ``bf16``, ``f32``, ``i8`` = ``s8``, ``i32`` = ``s32``, ``e4m3``, ...).
+
 A tile value has type ``TileType(dtype, shape, scope, layout)``:
 
 - ``scope`` is where it lives: ``global`` (a view of a kernel argument), ``shared``
@@ -27,75 +30,23 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class DType:
-    """An element type: ``name`` (PTX-like), width in bits, kind (float/int/uint/bits)."""
-
-    name: str
-    bits: int
-    kind: str
-    c_name: str
-
-    @property
-    def bytes(self) -> float:
-        return self.bits / 8
-
-    @property
-    def is_float(self) -> bool:
-        return self.kind == "float"
-
-    def numpy(self) -> Any:
-        """The numpy dtype used to emulate values of this type (ml_dtypes for bf16 / fp8)."""
-        import numpy as np
-
-        if self.name in ("bf16", "e4m3", "e5m2"):
-            import ml_dtypes
-
-            return {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
-                    "e5m2": ml_dtypes.float8_e5m2}[self.name]
-        table = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i8": np.int8, "u8": np.uint8,
-                 "i32": np.int32, "u32": np.uint32, "i64": np.int64, "b16": np.uint16, "pred": np.bool_,
-                 "i4": np.int8, "u4": np.uint8}
-        return np.dtype(table[self.name])
-
-    def __str__(self) -> str:
-        return self.name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-f16 = DType("f16", 16, "float", "half")
-bf16 = DType("bf16", 16, "float", "__nv_bfloat16")
-f32 = DType("f32", 32, "float", "float")
-f64 = DType("f64", 64, "float", "double")
-e4m3 = DType("e4m3", 8, "float", "__nv_fp8_e4m3")
-e5m2 = DType("e5m2", 8, "float", "__nv_fp8_e5m2")
-i4 = DType("i4", 4, "int", "int8_t")
-u4 = DType("u4", 4, "uint", "uint8_t")
-i8 = DType("i8", 8, "int", "int8_t")
-u8 = DType("u8", 8, "uint", "uint8_t")
-b16 = DType("b16", 16, "bits", "uint16_t")
-i32 = DType("i32", 32, "int", "int")
-u32 = DType("u32", 32, "uint", "unsigned")
-i64 = DType("i64", 64, "int", "long long")
-bool_ = DType("pred", 1, "bits", "bool")
-
-_DTYPES = {d.name: d for d in (f16, bf16, f32, f64, e4m3, e5m2, i4, u4, i8, u8, b16, i32, u32, i64, bool_)}
-_ALIASES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float32": "f32", "float": "f32",
-            "float64": "f64", "int8": "i8", "uint8": "u8", "int32": "i32", "uint32": "u32", "int64": "i64",
-            "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "bool": "pred"}
-
-
-def dtype_from_name(name: Any) -> DType:
-    """``DType`` for a name (``'f16'``, ``'bfloat16'``), a numpy / torch dtype, or a DType."""
-    if isinstance(name, DType):
-        return name
-    s = str(name).replace("torch.", "")
-    s = _ALIASES.get(s, s)
-    if s in _DTYPES:
-        return _DTYPES[s]
-    raise ValueError(f"unknown element type {name!r}; known: {', '.join(sorted(_DTYPES))}")
+from hexlayout.arch.dtypes import B16 as b16
+from hexlayout.arch.dtypes import BF16 as bf16
+from hexlayout.arch.dtypes import E4M3 as e4m3
+from hexlayout.arch.dtypes import E5M2 as e5m2
+from hexlayout.arch.dtypes import F16 as f16
+from hexlayout.arch.dtypes import F32 as f32
+from hexlayout.arch.dtypes import F64 as f64
+from hexlayout.arch.dtypes import PRED as bool_
+from hexlayout.arch.dtypes import S4 as i4
+from hexlayout.arch.dtypes import S8 as i8
+from hexlayout.arch.dtypes import S32 as i32
+from hexlayout.arch.dtypes import S64 as i64
+from hexlayout.arch.dtypes import U4 as u4
+from hexlayout.arch.dtypes import U8 as u8
+from hexlayout.arch.dtypes import U32 as u32
+from hexlayout.arch.dtypes import DType
+from hexlayout.arch.dtypes import get_dtype as dtype_from_name
 
 
 class Scope(str, Enum):
