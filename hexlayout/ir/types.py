@@ -21,15 +21,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from hexlayout.layout import ComposedLayout, Layout
-from hexlayout.layout.inttuple import IntTuple, fmt
-
-__all__ = [
-    "DType", "f16", "bf16", "f32", "f64", "i8", "u8", "i32", "u32", "i4", "u4", "e4m3", "e5m2", "b16",
-    "i64", "bool_", "dtype_from_name", "Scope", "LayoutVar", "TileType", "LayoutLike",
-]
-
-
 from hexlayout.arch.dtypes import B16 as b16
 from hexlayout.arch.dtypes import BF16 as bf16
 from hexlayout.arch.dtypes import E4M3 as e4m3
@@ -47,6 +38,13 @@ from hexlayout.arch.dtypes import U8 as u8
 from hexlayout.arch.dtypes import U32 as u32
 from hexlayout.arch.dtypes import DType
 from hexlayout.arch.dtypes import get_dtype as dtype_from_name
+from hexlayout.layout import ComposedLayout, Layout
+from hexlayout.layout.inttuple import IntTuple, fmt
+
+__all__ = [
+    "DType", "f16", "bf16", "f32", "f64", "i8", "u8", "i32", "u32", "i4", "u4", "e4m3", "e5m2", "b16",
+    "i64", "bool_", "dtype_from_name", "Scope", "LayoutVar", "TileType", "LayoutLike",
+]
 
 
 class Scope(str, Enum):
