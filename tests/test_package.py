@@ -71,3 +71,14 @@ def test_ruff_clean() -> None:
     out = subprocess.run([*cmd, "check", "hexlayout", "ops", "integrations", "tests", "benchmarks"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_package_is_listed_in_pyproject() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"hexlayout." + ".".join(p.parent.relative_to(ROOT / "hexlayout").parts)
+             for p in (ROOT / "hexlayout").rglob("__init__.py")}
+    found = {f.rstrip(".") for f in found}
+    missing = sorted(found - listed)
+    assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {missing}"
