@@ -85,14 +85,12 @@ def flat_product(block: Any, tiler: Tiler) -> Any:
 
 
 def _zip(a: IntTuple, b: IntTuple) -> IntTuple:
-    """CuTe's ``zip(a, b)``: ``((a0,b0),(a1,b1),...)`` for tuples, ``((a,b))`` for integers."""
+    """CuTe's ``zip(a, b)``: ``((a0,b0),(a1,b1),...)`` for a tuple ``a``, ``((a,b))`` for an int ``a``."""
     if is_tuple(a):
         bs = b if is_tuple(b) else (b,)
         if len(bs) != len(a):
             raise ValueError(f"zip: mismatched ranks of {fmt(a)} and {fmt(b)}")
         return tuple((x, y) for x, y in zip(a, bs))
-    if is_tuple(b):
-        return _zip((a,), b)
     return ((a, b),)
 
 
