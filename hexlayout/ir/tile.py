@@ -14,6 +14,10 @@ Ops and their meaning (all block-wide unless stated):
   With ``gather`` set, mode 0 is indexed through a row-index tensor.
 - ``Alloc``: a shared or register tile (layout given or ``LayoutVar``).
 - ``Slice``: a view of a tile with some modes fixed at (possibly runtime) indices.
+- ``SubTile``: a view of a ``shape`` window of a tile at element ``offset`` (per mode).
+- ``Permute``: a view of a tile with its modes reordered (``perm[i]`` = source mode of
+  result mode ``i``; ``x.T`` of a rank-2 tile is ``perm=(1, 0)``).
+- ``Iota``: a register tile whose element at coordinate ``c`` is ``c[axis]`` (i32).
 - ``Copy(src, dst)``: move a tile between scopes (instruction chosen by synthesis or
   given), optionally masked, or completing on an mbarrier (bulk/TMA copies).
 - ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles.
@@ -22,7 +26,12 @@ Ops and their meaning (all block-wide unless stated):
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
   ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``SetMaxNReg``.
 - ``For`` (runtime or unrolled loop), ``If`` (runtime condition; a condition on the
-  warp-group index expresses warp specialization).
+  warp-group index expresses warp specialization, and ``If.warp_groups`` then lists the
+  warp groups that run ``then_body``).
+
+Register tiles are buffers: an op's ``result`` is usually a fresh ``Value``, but it may
+be an existing one (``Elementwise`` with ``out=``, in-place ``+=``), as ``Mma`` (``c``)
+and ``Fill`` (``dst``) write into existing tiles. Loop-carried state is such a buffer.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ __all__ = [
     "Copy", "Mma", "Cast", "Elementwise", "Fill", "Reduce", "Rearrange", "Sync", "AsyncCommit",
     "AsyncWait", "Mbarrier", "MbarrierInit", "MbarrierArrive", "MbarrierWait", "WgmmaFence",
     "WgmmaCommit", "WgmmaWait", "SetMaxNReg", "For", "If", "TileKernel", "LaunchConfig",
+    "SubTile", "Permute", "Iota",
 ]
 
 _value_ids = itertools.count()
@@ -158,12 +168,42 @@ class Slice(Op):
 
 
 @dataclass(eq=False)
+class SubTile(Op):
+    """``result`` = the ``result.type.shape`` window of ``src`` at element ``offset``."""
+
+    result: Value
+    src: Value
+    offset: tuple[ExprLike, ...]
+
+
+@dataclass(eq=False)
+class Permute(Op):
+    """``result`` = ``src`` with modes reordered: result mode ``i`` is source mode ``perm[i]``."""
+
+    result: Value
+    src: Value
+    perm: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Iota(Op):
+    """``result[c] = c[axis]`` for every coordinate ``c`` of a register tile."""
+
+    result: Value
+    axis: int
+
+
+@dataclass(eq=False)
 class Copy(Op):
+    """``dst = src``. ``mask``: an Expr (all or nothing) or a predicate tile of ``src``'s shape.
+    ``mbarrier`` (a ``Mbarrier``) with ``mbarrier_index``: the async copy completes on it."""
+
     src: Value
     dst: Value
     instruction: str | None = None
-    mask: ExprLike | None = None
-    mbarrier: Value | None = None
+    mask: ExprLike | Value | None = None
+    mbarrier: Mbarrier | Value | None = None
+    mbarrier_index: ExprLike = 0
 
 
 @dataclass(eq=False)
@@ -241,9 +281,14 @@ class MbarrierInit(Op):
 
 @dataclass(eq=False)
 class MbarrierArrive(Op):
+    """Arrive on barrier ``index``. ``who``: "thread" (every executing thread arrives),
+    "warp" / "warpgroup" (one elected thread per executing warp / warp group), "one" (one
+    elected thread of the executing threads). ``tx_bytes`` > 0: arrive.expect_tx."""
+
     bar: Mbarrier
     index: ExprLike
     tx_bytes: int = 0
+    who: str = "thread"
 
 
 @dataclass(eq=False)
@@ -289,6 +334,7 @@ class If(Op):
     cond: Expr
     then_body: Block
     else_body: Block | None = None
+    warp_groups: tuple[int, ...] | None = None  # set when cond selects warp groups
 
 
 @dataclass(eq=False)
@@ -310,6 +356,12 @@ class TileKernel:
     body: Block
     loc: SourceLoc | None = None
     consts: dict[str, Any] = field(default_factory=dict)
+    mbarriers: list[Mbarrier] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        from .printer import format_kernel
+
+        return format_kernel(self)
 
     def values(self) -> list[Value]:
         seen: dict[int, Value] = {}
