@@ -341,13 +341,19 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         if cb is not None and cb > 0:
             rest, mult = _split_multiple(a, cb)
             if mult is not None:
-                return _binop("+", _binop("//", rest, cb), _binop("//", mult, cb))
+                out = _binop("//", rest, cb)
+                for t in _terms(mult):
+                    out = _binop("+", out, _binop("//", t, cb))
+                return out
             lo, hi = bounds(a)
             if lo is not None and hi is not None and lo >= 0 and hi <= cb:
                 return Const(0)
-            # (x * c1) // c2 with c2 | c1
-            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value % cb == 0:
-                return _binop("*", a.a, a.b.value // cb)
+            # (x * c1) // c2 with c2 | c1, or c1 | c2 (x >= 0)
+            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value > 0:
+                if a.b.value % cb == 0:
+                    return _binop("*", a.a, a.b.value // cb)
+                if cb % a.b.value == 0 and _nonneg(a.a):
+                    return _binop("//", a.a, cb // a.b.value)
             # (x // c1) // c2 -> x // (c1*c2) for non-negative x
             if isinstance(a, BinOp) and a.op == "//" and isinstance(a.b, Const) and a.b.value > 0:
                 alo, _ = bounds(a.a)
@@ -365,6 +371,10 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
                 return a
             if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value % cb == 0:
                 return Const(0)
+            # (x * c1) % c2 with c1 | c2 -> (x % (c2 / c1)) * c1 (x >= 0)
+            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value > 0 \
+                    and cb % a.b.value == 0 and _nonneg(a.a):
+                return _binop("*", _binop("%", a.a, cb // a.b.value), a.b.value)
             # (x % c1) % c2 with c2 | c1
             if isinstance(a, BinOp) and a.op == "%" and isinstance(a.b, Const) and a.b.value % cb == 0:
                 return _binop("%", a.a, cb)
@@ -405,6 +415,11 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         if op == "<=" and ah is not None and bl is not None and ah - 1 <= bl:
             return Const(1)
     return BinOp(op, a, b)
+
+
+def _nonneg(e: Expr) -> bool:
+    lo, _ = bounds(e)
+    return lo is not None and lo >= 0
 
 
 def _terms(e: Expr) -> list[Expr]:

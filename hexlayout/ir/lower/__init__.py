@@ -1,0 +1,1 @@
+"""Lowering: a tile program with every layout and instruction fixed -> the lowered per-thread program."""

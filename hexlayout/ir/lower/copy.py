@@ -1,0 +1,332 @@
+"""Lowering of tile copies to per-thread instructions.
+
+Notation: a register tile has TV layout ``f: (t, v) -> i`` (tile index), a memory tile an
+offset map ``g: i -> element offset``; an instruction atom has a source TV layout ``p``
+and a destination TV layout ``q`` over a reference domain ``R`` (CuTe's Copy_Traits,
+recast from bits to elements). The data movement is legal when
+``f o q^-1 = g o p^-1`` up to the choice of which register values an issue fills.
+
+- Register <-> memory with plain vector instructions (ld/st.global, ld/st.shared): each
+  thread moves runs of ``w`` consecutive register values whose offsets are consecutive
+  and ``w``-aligned: ``g(f(t, w*n + j)) == g(f(t, w*n)) + j``. The widest ``w`` with
+  ``w * bits <= 128`` that holds for every thread is chosen.
+- Shared -> register with ldmatrix (and register -> shared with stmatrix): issue ``n`` of
+  warp ``w`` fills register values ``[n*Vq, (n+1)*Vq)``; reference element ``a`` goes to
+  lane/value ``q^-1(a)``, i.e. tile index ``phi(a) = f(32w + lane(q^-1(a)), n*Vq + val(q^-1(a)))``.
+  Lane ``l`` then supplies the row starting at ``g(phi(p(l, 0)))``; legal when each row's
+  ``Vp`` elements are contiguous and 16-byte aligned: ``g(phi(p(l, j))) == g(phi(p(l, 0))) + j``.
+- Global -> shared (cp.async) has no register tile: threads take ``w``-element vectors in
+  the global tensor's memory order (coalesced: thread ``t`` takes vectors ``t + T*n``);
+  legal when both sides are contiguous and aligned over each vector. Predicated-off
+  vectors (outside the tensor) zero-fill shared memory.
+
+Every check is done numerically over all threads and values; every emitted address is the
+symbolic composition of the same maps evaluated at the thread index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hexlayout.layout import Layout, left_inverse, upcast
+from hexlayout.layout.inttuple import crd2idx
+
+from ..expr import Const, Expr, ExprLike, Var, as_expr
+from ..lowered import (
+    CpAsync,
+    GlobalRef,
+    Instr,
+    LdGlobal,
+    Ldmatrix,
+    LdShared,
+    RegArray,
+    RegRef,
+    SharedRef,
+    StGlobal,
+    Stmatrix,
+    StShared,
+)
+from .views import GlobalTileView, RegisterTile, SharedTileView, tile_coords
+
+__all__ = ["CopyPlan", "vector_width", "lower_reg_mem", "lower_ldmatrix", "lower_stmatrix",
+           "lower_gmem_to_smem", "lower_mem_to_mem", "Requirement"]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A condition on launch arguments that the lowered code relies on (checked at launch)."""
+
+    param: str
+    kind: str        # "align_bytes" | "stride_multiple" | "extent_multiple"
+    value: int
+    mode: int = -1
+    reason: str = ""
+
+
+@dataclass
+class CopyPlan:
+    instrs: list[Instr]
+    instruction: str
+    vector_elems: int
+    requirements: list[Requirement]
+
+
+MemView = GlobalTileView | SharedTileView
+
+
+def _tv_index(tv: Layout, threads: int, tid: ExprLike, v: ExprLike) -> Expr:
+    return as_expr(crd2idx(as_expr(tid) + threads * as_expr(v), tv.shape, tv.stride))
+
+
+def vector_width(offs: np.ndarray, max_elems: int, min_elems: int = 1) -> int:
+    """Largest power-of-two ``w`` in ``[min_elems, max_elems]`` such that along the last axis
+    runs of ``w`` offsets are consecutive and start ``w``-aligned (0 if none)."""
+    n = offs.shape[-1]
+    w = max_elems
+    while w >= min_elems:
+        if n % w == 0:
+            grp = offs.reshape(offs.shape[:-1] + (n // w, w))
+            first = grp[..., :1]
+            if np.all(grp == first + np.arange(w)) and np.all(first % w == 0):
+                return w
+        w //= 2
+    return 0
+
+
+def _global_requirements(view: MemView, w: int, elem_bits: int, vec_mode: int | None) -> list[Requirement]:
+    if not isinstance(view, GlobalTileView) or w <= 1:
+        return []
+    reqs = [Requirement(view.param.name, "align_bytes", w * elem_bits // 8,
+                        reason=f"{w}-element vector accesses")]
+    for k in range(len(view.strides)):
+        if view.static_stride(k) is None:
+            reqs.append(Requirement(view.param.name, "stride_multiple", w, k,
+                                    reason=f"{w}-element vectors start aligned in every row"))
+    if vec_mode is not None:
+        reqs.append(Requirement(view.param.name, "extent_multiple", w, vec_mode,
+                                reason=f"a {w}-element vector is either wholly in bounds or wholly out"))
+    return reqs
+
+
+def _vector_mode(view: MemView, w: int) -> int | None:
+    if not isinstance(view, GlobalTileView) or w <= 1:
+        return None
+    for k in range(len(view.shape)):
+        if view.static_stride(k) == 1:
+            return k
+    return None
+
+
+def lower_reg_mem(reg: RegisterTile, mem: MemView, load: bool, tid: Var, elem_bits: int,
+                  max_bits: int = 128) -> CopyPlan | str:
+    """Plain vector loads (``load``) or stores between a register tile and a memory tile."""
+    table = reg.index_table()
+    offs = mem.offsets(table)
+    w = vector_width(offs, max(1, max_bits // elem_bits))
+    if w == 0:
+        return "no element run is contiguous in memory"
+    instrs: list[Instr] = []
+    for n in range(reg.values // w):
+        idx = _tv_index(reg.tv, reg.threads, tid, w * n)
+        ref = RegRef(reg.array, w * n, w)
+        bits = w * elem_bits
+        if isinstance(mem, GlobalTileView):
+            g = GlobalRef(mem.param, mem.offset(idx))
+            pred = mem.inbounds(idx)
+            pred_e = None if isinstance(pred, Const) and pred.value else pred
+            instrs.append(LdGlobal(ref, g, bits, pred=pred_e) if load
+                          else StGlobal(g, ref, bits, pred=pred_e))
+        else:
+            s = SharedRef(mem.buffer, mem.offset(idx))
+            instrs.append(LdShared(ref, s, bits) if load else StShared(s, ref, bits))
+    kind = ("ld" if load else "st") + (".global" if isinstance(mem, GlobalTileView) else ".shared")
+    reqs = _global_requirements(mem, w, elem_bits, _vector_mode(mem, w))
+    return CopyPlan(instrs, f"{kind}.b{w * elem_bits}", w, reqs)
+
+
+def _ldsm_tables(reg: RegisterTile, mem: SharedTileView, q: Layout,
+                 p: Layout) -> tuple[np.ndarray, int, int] | str:
+    """Shared offsets ``[warp, issue, lane, j]`` each lane's row element ``j`` maps to."""
+    vq = q.size() // 32
+    vp = p.size() // 32
+    if reg.values % vq:
+        return f"the register tile has {reg.values} values per thread, not a multiple of {vq}"
+    if reg.threads % 32:
+        return "the register tile does not span whole warps"
+    try:
+        qinv = left_inverse(q)
+    except ValueError as e:
+        return f"the atom's register layout is not invertible: {e}"
+    a = p.indices().reshape(vp, 32).T                       # [lane, j] -> ref element
+    qi = np.asarray(crd2idx(a, qinv.shape, qinv.stride))
+    lane_q, val_q = qi % 32, qi // 32
+    table = reg.index_table()                                # [t, v] -> tile index
+    nw, ni = reg.threads // 32, reg.values // vq
+    w = np.arange(nw)[:, None, None, None]
+    n = np.arange(ni)[None, :, None, None]
+    t = 32 * w + lane_q[None, None]
+    v = n * vq + val_q[None, None]
+    idx = table[t, v]
+    return mem.offsets(idx), vq, vp
+
+
+def _matrix_atom_layouts(atom: Any, elem_bits: int, reg_side: str) -> tuple[Layout, Layout] | str:
+    if atom.kind in ("ldmatrix", "stmatrix") and atom.name.endswith("_T") and elem_bits != 16:
+        return f"{atom.name} transposes 16-bit elements; the tile holds {elem_bits}-bit elements"
+    if 16 % elem_bits and elem_bits % 16:
+        return f"{elem_bits}-bit elements do not pack into 16-bit matrix elements"
+    try:
+        reg_l = upcast(atom.dst_layout if reg_side == "dst" else atom.src_layout, elem_bits)
+        row_l = upcast(atom.src_layout if reg_side == "dst" else atom.dst_layout, elem_bits)
+    except ValueError as e:
+        return str(e)
+    return reg_l, row_l
+
+
+def _matrix_issue_address(reg: RegisterTile, mem: SharedTileView, q: Layout, p: Layout, tid: Var,
+                          n: int) -> Expr:
+    vq = q.size() // 32
+    lane = as_expr(tid) % 32
+    warp = as_expr(tid) // 32
+    qinv = left_inverse(q)
+    a0 = crd2idx(lane, p.shape, p.stride)
+    qi = as_expr(crd2idx(as_expr(a0), qinv.shape, qinv.stride))
+    t = warp * 32 + qi % 32
+    v = n * vq + qi // 32
+    return mem.offset(_tv_index(reg.tv, reg.threads, t, v))
+
+
+def _lower_matrix(reg: RegisterTile, mem: SharedTileView, atom: Any, tid: Var, elem_bits: int,
+                  load: bool) -> CopyPlan | str:
+    lay = _matrix_atom_layouts(atom, elem_bits, "dst" if load else "src")
+    if isinstance(lay, str):
+        return lay
+    q, p = lay
+    res = _ldsm_tables(reg, mem, q, p)
+    if isinstance(res, str):
+        return res
+    offs, vq, vp = res
+    first = offs[..., :1]
+    if not np.all(offs == first + np.arange(vp)):
+        return f"{atom.name}: the {vp} elements of a matrix row are not contiguous in shared memory"
+    if not np.all(first % vp == 0):
+        return f"{atom.name}: matrix rows do not start on 16-byte boundaries"
+    num = q.size() * elem_bits // 1024          # 8x8 matrices of 16-bit elements per issue
+    instrs: list[Instr] = []
+    trans = atom.name.endswith("_T")
+    for n in range(reg.values // vq):
+        addr = SharedRef(mem.buffer, _matrix_issue_address(reg, mem, q, p, tid, n))
+        ref = RegRef(reg.array, n * vq, vq)
+        if load:
+            instrs.append(Ldmatrix(ref, addr, num, trans))
+        else:
+            instrs.append(Stmatrix(addr, ref, num, trans))
+    return CopyPlan(instrs, atom.name, vq, [])
+
+
+def lower_ldmatrix(reg: RegisterTile, mem: SharedTileView, atom: Any, tid: Var,
+                   elem_bits: int) -> CopyPlan | str:
+    return _lower_matrix(reg, mem, atom, tid, elem_bits, load=True)
+
+
+def lower_stmatrix(reg: RegisterTile, mem: SharedTileView, atom: Any, tid: Var,
+                   elem_bits: int) -> CopyPlan | str:
+    return _lower_matrix(reg, mem, atom, tid, elem_bits, load=False)
+
+
+def _memory_order(view: GlobalTileView) -> list[int]:
+    """Tile modes ordered from the contiguous one outwards (static strides first, by size)."""
+    def key(k: int) -> tuple[int, int]:
+        d = view.static_stride(k)
+        return (0, d) if d is not None else (1, k)
+    return sorted(range(len(view.shape)), key=key)
+
+
+def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads: int) -> Layout | str:
+    """TV layout ``(t, (j, n)) -> tile index`` of ``w``-element vectors taken in ``order``
+    (``order[0]`` fastest, vectorized by ``w``), vector ``u = t + threads*n``."""
+    inner = order[0]
+    if shape[inner] % w:
+        return f"the contiguous extent {shape[inner]} is not a multiple of the vector width {w}"
+    colex = [1]
+    for s in shape[:-1]:
+        colex.append(colex[-1] * s)
+    total_vecs = 1
+    for s in shape:
+        total_vecs *= s
+    total_vecs //= w
+    if total_vecs % threads:
+        return f"{total_vecs} vectors do not divide evenly among {threads} threads"
+    # the vector index u walks modes in 'order' with the inner mode in units of w
+    u_shape = [shape[inner] // w] + [shape[k] for k in order[1:]]
+    u_stride = [colex[inner] * w] + [colex[k] for k in order[1:]]
+    u = Layout(tuple(u_shape), tuple(u_stride))
+    t_part = u.with_shape((threads, total_vecs // threads)) if total_vecs > threads else u.with_shape(threads)
+    if total_vecs > threads:
+        thr, rest = t_part[0], t_part[1]
+    else:
+        thr, rest = t_part, Layout(1, 0)
+    vec = Layout(w, colex[inner])
+    return Layout((thr.shape, (vec.shape, rest.shape)), (thr.stride, (vec.stride, rest.stride)))
+
+
+def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threads: int, elem_bits: int,
+                       cache: str = "cg") -> CopyPlan | str:
+    """cp.async of the widest legal vector (4, 8 or 16 bytes), coalesced in global memory."""
+    order = _memory_order(src)
+    inner = order[0]
+    if src.static_stride(inner) != 1:
+        return "no mode of the global tile is contiguous (stride 1)"
+    for w_bytes in (16, 8, 4):
+        w = w_bytes * 8 // elem_bits
+        if w < 1 or src.shape[inner] % w:
+            continue
+        tv = copy_thread_layout(src.shape, order, w, threads)
+        if isinstance(tv, str):
+            continue
+        table = tv.indices().reshape(-1, threads).T            # [t, (j, n)]
+        nvec = table.shape[1] // w
+        vec_idx = table.reshape(threads, nvec, w)              # [t, n, j]
+        if vector_width(src.offsets(vec_idx), w, w) != w or vector_width(dst.offsets(vec_idx), w, w) != w:
+            continue
+        instrs: list[Instr] = []
+        for n in range(nvec):
+            idx = as_expr(crd2idx(as_expr(tid) + threads * (w * n), tv.shape, tv.stride))
+            pred = src.inbounds(idx)
+            pred_e = None if isinstance(pred, Const) and pred.value else pred
+            instrs.append(CpAsync(SharedRef(dst.buffer, dst.offset(idx)),
+                                  GlobalRef(src.param, src.offset(idx)),
+                                  w_bytes, cache if w_bytes == 16 else "ca", pred=pred_e))
+        reqs = _global_requirements(src, w, elem_bits, inner)
+        return CopyPlan(instrs, f"cp.async.{cache if w_bytes == 16 else 'ca'}.{w_bytes}", w, reqs)
+    return "no vector width of 4, 8 or 16 bytes is contiguous and aligned on both sides"
+
+
+def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bits: int,
+                     tmp: RegArray) -> CopyPlan | str:
+    """Through registers: vector loads into ``tmp`` then vector stores, coalesced on the global side."""
+    glob = src if isinstance(src, GlobalTileView) else dst
+    order = _memory_order(glob) if isinstance(glob, GlobalTileView) else list(range(len(src.shape)))
+    for w_bits in (128, 64, 32, 16, 8):
+        w = w_bits // elem_bits
+        if w < 1:
+            continue
+        tv = copy_thread_layout(src.shape, order, w, threads)
+        if isinstance(tv, str):
+            continue
+        reg = RegisterTile(tmp, src.dtype, src.shape, tv, threads)
+        if tmp.count < reg.values:
+            return f"temporary register array too small ({tmp.count} < {reg.values})"
+        ld = lower_reg_mem(reg, src, True, tid, elem_bits, w_bits)
+        st = lower_reg_mem(reg, dst, False, tid, elem_bits, w_bits)
+        if isinstance(ld, str) or isinstance(st, str) or ld.vector_elems != w or st.vector_elems != w:
+            continue
+        return CopyPlan(ld.instrs + st.instrs, f"{ld.instruction}+{st.instruction}", w,
+                        ld.requirements + st.requirements)
+    return "no vector width is contiguous on both sides"
+
+
+__all__ += ["copy_thread_layout", "tile_coords"]

@@ -1,0 +1,193 @@
+"""Where the elements of a tile live: per-scope views used by the lowering.
+
+Every view answers, for a tile element given by its colexicographic tile index ``i``
+(``i = c0 + S0*c1 + ...`` over the tile shape ``S``):
+
+- ``GlobalTileView.offset(i)``: element offset into the global tensor,
+  ``base + sum_k c_k * stride_k`` (strides may be symbolic); ``inbounds(i)`` is the
+  predicate ``c_k < extent_k`` for every mode (ragged edges).
+- ``SharedTileView.offset(i)``: element offset into the shared buffer,
+  ``swizzle(base + L(i))`` where ``L`` is the tile's (unswizzled) layout and ``base`` the
+  offset of a slice (e.g. a pipeline stage); the swizzle acts on element offsets.
+- ``RegisterTile``: per-thread array of ``V`` values; the TV layout maps
+  ``(t, v) -> i``.
+
+``offsets(i_array)`` evaluates a view numerically (symbolic strides replaced by a large
+generic multiple of 128 and the base by 0) for the legality analysis of copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.layout import ComposedLayout, Layout, Swizzle
+from hexlayout.layout.inttuple import crd2idx
+
+from ..expr import Const, Expr, ExprLike, as_expr, evaluate, free_vars
+from ..lowered import RegArray, SmemBuffer
+from ..tile import GlobalParam
+from ..types import DType
+
+__all__ = ["GlobalTileView", "SharedTileView", "RegisterTile", "tile_coords", "GENERIC_STRIDE"]
+
+#: Value standing in for a symbolic stride in numeric analyses: a large multiple of 128
+#: (so any vector alignment holds) that is unlikely to create accidental coincidences.
+GENERIC_STRIDE = 128 * 1_000_003
+
+
+def tile_coords(idx: Any, shape: tuple[int, ...]) -> list[Any]:
+    """Colexicographic coordinates of tile index ``idx`` (int, numpy array or Expr)."""
+    out = []
+    scale = 1
+    for k, s in enumerate(shape):
+        c = idx // scale if scale != 1 else idx
+        if k != len(shape) - 1:
+            c = c % s
+        out.append(c)
+        scale *= s
+    return out
+
+
+def _numeric_stride(d: ExprLike) -> int:
+    """A static stride, or ``GENERIC_STRIDE`` for a symbolic one."""
+    if isinstance(d, Expr) and not isinstance(d, Const):
+        return GENERIC_STRIDE
+    return int(d.value if isinstance(d, Const) else d)
+
+
+def _numeric_base(e: ExprLike) -> int:
+    """A slice base with every variable (loop index, stage) at 0."""
+    if not isinstance(e, Expr):
+        return int(e)
+    return int(evaluate(e, {v: 0 for v in free_vars(e)}))
+
+
+@dataclass(eq=False)
+class GlobalTileView:
+    param: GlobalParam
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[ExprLike, ...]
+    base: ExprLike
+    extent: tuple[ExprLike, ...]
+
+    def offset(self, idx: ExprLike) -> Expr:
+        off: Expr = as_expr(self.base)
+        for c, d in zip(tile_coords(idx, self.shape), self.strides):
+            off = off + c * d
+        return off
+
+    def inbounds(self, idx: ExprLike) -> Expr:
+        pred: Expr = Const(1)
+        for c, s, e in zip(tile_coords(idx, self.shape), self.shape, self.extent):
+            if isinstance(e, int) and e >= s:
+                continue
+            pred = pred.logical_and(as_expr(c) < e)
+        return pred
+
+    def offsets(self, idx: np.ndarray) -> np.ndarray:
+        coords = tile_coords(idx, self.shape)
+        off = np.zeros_like(idx)
+        for c, d in zip(coords, self.strides):
+            off = off + c * _numeric_stride(d)
+        return off
+
+    def stride_of_mode(self, k: int) -> ExprLike:
+        return self.strides[k]
+
+    def static_stride(self, k: int) -> int | None:
+        d = self.strides[k]
+        if isinstance(d, int):
+            return d
+        if isinstance(d, Const):
+            return d.value
+        return None
+
+    def slice(self, index: tuple[ExprLike | None, ...]) -> GlobalTileView:
+        if len(index) != len(self.shape):
+            raise ValueError(f"slice {index} does not match the rank of tile {self.shape}")
+        base: Expr = as_expr(self.base)
+        shape, strides, extent = [], [], []
+        for i, s, d, e in zip(index, self.shape, self.strides, self.extent):
+            if i is None:
+                shape.append(s)
+                strides.append(d)
+                extent.append(e)
+            else:
+                base = base + as_expr(i) * d
+        return GlobalTileView(self.param, self.dtype, tuple(shape), tuple(strides), base, tuple(extent))
+
+
+@dataclass(eq=False)
+class SharedTileView:
+    buffer: SmemBuffer
+    dtype: DType
+    shape: tuple[int, ...]
+    layout: Layout
+    swizzle: Swizzle | None = None
+    base: ExprLike = 0
+
+    @staticmethod
+    def of(buffer: SmemBuffer, dtype: DType, shape: tuple[int, ...],
+           layout: Layout | ComposedLayout) -> SharedTileView:
+        if isinstance(layout, ComposedLayout):
+            if not isinstance(layout.layout_a, Swizzle):
+                raise ValueError(f"shared layout {layout}: only swizzle functions compose with a layout")
+            return SharedTileView(buffer, dtype, shape, layout.layout_b, layout.layout_a, layout.offset)
+        return SharedTileView(buffer, dtype, shape, layout)
+
+    @property
+    def full_layout(self) -> Layout | ComposedLayout:
+        if self.swizzle is None:
+            return self.layout
+        return ComposedLayout(self.swizzle, 0, self.layout)
+
+    def offset(self, idx: ExprLike) -> Expr:
+        o = as_expr(self.base) + crd2idx(as_expr(idx), self.layout.shape, self.layout.stride)
+        return self.swizzle(o) if self.swizzle is not None else o
+
+    def offsets(self, idx: np.ndarray) -> np.ndarray:
+        o = crd2idx(idx, self.layout.shape, self.layout.stride) + _numeric_base(self.base)
+        return self.swizzle(o) if self.swizzle is not None else o
+
+    def slice(self, index: tuple[ExprLike | None, ...]) -> SharedTileView:
+        if len(index) != len(self.shape):
+            raise ValueError(f"slice {index} does not match the rank of tile {self.shape}")
+        modes = [self.layout[k] for k in range(len(self.shape))] if len(self.shape) > 1 else [self.layout]
+        base: Expr = as_expr(self.base)
+        kept = []
+        shape = []
+        for i, m, s in zip(index, modes, self.shape):
+            if i is None:
+                kept.append(m)
+                shape.append(s)
+            else:
+                base = base + crd2idx(as_expr(i), m.shape, m.stride)
+        if not kept:
+            lay = Layout(1, 0)
+        elif len(kept) == 1:
+            lay = kept[0]
+        else:
+            lay = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
+        return SharedTileView(self.buffer, self.dtype, tuple(shape), lay, self.swizzle, base)
+
+
+@dataclass(eq=False)
+class RegisterTile:
+    array: RegArray
+    dtype: DType
+    shape: tuple[int, ...]
+    tv: Layout
+    threads: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def values(self) -> int:
+        return self.tv.size() // self.threads
+
+    def index_table(self) -> np.ndarray:
+        """``[t, v] -> tile index`` for every thread and value."""
+        return self.tv.indices().reshape(self.values, self.threads).T
