@@ -44,7 +44,8 @@ FUNCTIONAL_ONLY = {"raked_product", "flat_divide", "flat_product"}
 
 def _have_dsl() -> bool:
     try:
-        return importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
+        return importlib.util.find_spec("cutlass") is not None and (
+            importlib.util.find_spec("cutlass.cute") is not None)
     except (ImportError, ValueError):
         return False
 
@@ -74,7 +75,8 @@ def _postcondition_broken(op: str, args: tuple, dsl: Layout) -> bool:
     if op == "composition":
         a, b = args
         if isinstance(b, tuple):
-            return any(_postcondition_broken(op, (a[i], b[i]), dsl[i]) for i in range(len(b)) if b[i] is not None)
+            return any(_postcondition_broken(op, (a[i], b[i]), dsl[i])
+                       for i in range(len(b)) if b[i] is not None)
         n = size(b)
         return not np.array_equal(dsl(np.arange(n)), a(b(np.arange(n))))
     if op in ("logical_divide", "zipped_divide", "tiled_divide", "flat_divide"):
