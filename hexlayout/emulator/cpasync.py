@@ -1,0 +1,100 @@
+"""``cp.async`` (sm_80): asynchronous global -> shared copies in per-thread commit groups.
+
+* ``CpAsync``: every thread of the group issues a copy of ``nbytes`` (4, 8, 16) to its
+  shared address; threads the predicate switches off copy nothing and zero-fill (src-size
+  0). The global source is read at issue; the shared bytes are *pending*: reading or
+  writing them is an error until the copy completes. Issue checks the destination for
+  write-after-read / write-after-write races.
+* ``CpAsyncCommit``: each executing thread closes its current group.
+* ``CpAsyncWait(n)`` (``cp.async.wait_group n``): in each executing thread, all committed
+  groups but the ``n`` most recent complete: their bytes land in shared memory as writes of
+  that thread (other threads need a bar.sync before reading them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hexlayout.ir.lowered import CpAsync, CpAsyncCommit, CpAsyncWait
+
+from .errors import IllegalInstructionError
+from .machine import Active, AsyncOp, Machine
+from .memory import gather_bytes
+
+__all__ = ["HANDLERS", "CpAsyncState", "complete_rows"]
+
+
+@dataclass
+class CpAsyncState:
+    committed: np.ndarray
+    open: list[int] = field(default_factory=list)
+
+
+def _state(m: Machine) -> CpAsyncState:
+    st = m.state.get("cp.async")
+    if st is None:
+        st = m.state["cp.async"] = CpAsyncState(np.zeros(m.T, dtype=np.int64))
+    return st
+
+
+def cp_async(m: Machine, ins: CpAsync, x: Active) -> None:
+    nb = ins.nbytes
+    if nb not in (4, 8, 16):
+        m.fail(IllegalInstructionError, ins, f"cp.async of {nb} bytes; it copies 4, 8 or 16 bytes")
+    if ins.cache == "cg" and nb != 16:
+        m.fail(IllegalInstructionError, ins, f"cp.async.cg copies 16 bytes, not {nb}")
+    tids = x.group
+    data = np.zeros((len(tids), nb), dtype=np.uint8)
+    mask = np.ones(len(tids), dtype=bool) if x.mask is None else x.mask
+    if len(x.tids):
+        t, gaddr = m.global_addresses(ins.src, x.env, x.tids, nb, ins)
+        data[mask] = gather_bytes(t.raw, gaddr, nb)
+        m.count_gmem(ins, x.tids, gaddr, nb)
+    saddr = m.smem_addresses(ins.dst, x.group_env, tids, nb, ins)
+    idx = m.byte_idx(saddr, nb)
+    m.smem_write_check(ins, tids, idx)
+    st = _state(m)
+    op = m.new_async("cp.async", ins, tids, addr=idx, data=data, group=st.committed[tids].copy(),
+                     done=np.zeros(len(tids), dtype=bool))
+    m.shadow.pend_write[idx] = op.ident
+    st.open.append(op.ident)
+    m.count_smem(ins, tids, saddr, nb)
+
+
+def cp_async_commit(m: Machine, ins: CpAsyncCommit, x: Active) -> None:
+    _state(m).committed[x.tids] += 1
+
+
+def complete_rows(m: Machine, op: AsyncOp, sel: np.ndarray) -> None:
+    """Land rows ``sel`` of a pending shared-memory write ``op`` as writes by their threads."""
+    assert op.addr is not None and op.data is not None and op.done is not None
+    idx = op.addr[sel]
+    m.smem.raw[idx] = op.data[sel]
+    m.shadow.clear_marks(m.shadow.pend_write, idx, op.ident)
+    if m.options.check_races:
+        m.shadow.record_write(op.tids[sel], idx, m.site_id(op.instr), op.epochs[sel] if op.epochs is not None
+                              else None)
+    op.done[sel] = True
+
+
+def cp_async_wait(m: Machine, ins: CpAsyncWait, x: Active) -> None:
+    st = _state(m)
+    waiting = np.zeros(m.T, dtype=bool)
+    waiting[x.tids] = True
+    limit = st.committed - int(ins.pending)
+    still = []
+    for ident in st.open:
+        op = m.async_ops[ident]
+        sel = waiting[op.tids] & ~op.done & (op.group < limit[op.tids])
+        if sel.any():
+            complete_rows(m, op, sel)
+        if op.done.all():
+            del m.async_ops[ident]
+        else:
+            still.append(ident)
+    st.open = still
+
+
+HANDLERS = {CpAsync: cp_async, CpAsyncCommit: cp_async_commit, CpAsyncWait: cp_async_wait}

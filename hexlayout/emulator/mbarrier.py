@@ -1,0 +1,138 @@
+"""``mbarrier`` (sm_80 / sm_90): arrival-count and transaction-count barriers with phases.
+
+State per barrier (``MbarRef`` name and index): expected arrivals (from ``MbarInit``),
+pending arrivals and transaction bytes of the current phase, and the phase number.
+``MbarArrive`` counts one arrival per executing thread; with ``tx_bytes > 0`` it is
+``arrive.expect_tx``: the transaction count grows by ``tx_bytes`` per thread first. A TMA
+load completing on the barrier lowers the transaction count by its bytes. The current phase
+completes when both counts reach zero: the TMA writes attached to it land in shared memory,
+the pending count resets to the expected count and the phase number advances.
+
+``MbarWait(phase)`` (``try_wait.parity`` loop) returns once the phase with parity ``phase``
+has completed, i.e. while the current phase's parity differs from ``phase`` (so waiting for
+parity 1 on a fresh barrier passes at once, the producer-start idiom).
+
+Happens-before: arrivals release the arriving threads' clocks into the barrier (a TMA
+releases its issuing thread's); a completed phase publishes their join, which a successful
+wait acquires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.ir.lowered import Instr, MbarArrive, MbarInit, MbarRef
+
+from .cpasync import complete_rows
+from .errors import IllegalInstructionError, OutOfBoundsError
+from .machine import Active, AsyncOp, Machine
+
+__all__ = ["HANDLERS", "MbarState", "barrier_key", "get_barrier", "is_complete", "acquire", "complete_tx",
+           "describe"]
+
+
+@dataclass
+class MbarState:
+    name: str
+    index: int
+    expected: int
+    pending: int
+    clock: np.ndarray
+    tx: int = 0
+    phase: int = 0
+    completed: dict[int, np.ndarray] = field(default_factory=dict)
+    attached: list[AsyncOp] = field(default_factory=list)
+    init_instr: Instr | None = None
+
+
+def barrier_key(m: Machine, ref: MbarRef, env: dict[Any, Any], ins: Instr) -> tuple[str, int]:
+    idx = m.ev_uniform(ref.index, env, ins, f"mbarrier index of {ref.name}")
+    if not 0 <= idx < max(ref.count, 1):
+        m.fail(OutOfBoundsError, ins, f"mbarrier {ref.name}[{idx}] is outside its array of {ref.count}",
+               buffer=ref.name, address=idx)
+    return ref.name, idx
+
+
+def _barriers(m: Machine) -> dict[tuple[str, int], MbarState]:
+    return m.state.setdefault("mbarrier", {})
+
+
+def get_barrier(m: Machine, key: tuple[str, int], ins: Instr) -> MbarState:
+    st = _barriers(m).get(key)
+    if st is None:
+        m.fail(IllegalInstructionError, ins, f"mbarrier {key[0]}[{key[1]}] is used before mbarrier.init",
+               buffer=key[0], address=key[1])
+    return st
+
+
+def describe(st: MbarState) -> str:
+    return (f"mbarrier {st.name}[{st.index}]: phase {st.phase} (parity {st.phase & 1}) in progress, "
+            f"{st.pending}/{st.expected} arrival(s) missing, {st.tx} transaction byte(s) outstanding")
+
+
+def _maybe_complete(m: Machine, st: MbarState) -> None:
+    if st.pending != 0 or st.tx != 0:
+        return
+    for op in st.attached:
+        assert op.done is not None
+        complete_rows(m, op, ~op.done)
+        m.async_ops.pop(op.ident, None)
+    st.attached = []
+    st.completed[st.phase & 1] = st.clock.copy()
+    st.phase += 1
+    st.pending = st.expected
+
+
+def is_complete(st: MbarState, parity: int) -> bool:
+    return (st.phase & 1) != (parity & 1)
+
+
+def acquire(m: Machine, st: MbarState, parity: int, tids: np.ndarray) -> None:
+    clk = st.completed.get(parity & 1)
+    if clk is not None and m.options.check_races:
+        m.shadow.clocks.acquire(tids, clk)
+
+
+def complete_tx(m: Machine, st: MbarState, nbytes: int, op: AsyncOp | None, issuer: np.ndarray) -> None:
+    """A TMA transfer of ``nbytes`` (writing ``op``) completes on the barrier's current phase."""
+    if op is not None:
+        st.attached.append(op)
+    st.clock = np.maximum(st.clock, m.shadow.clocks.release(issuer))
+    st.tx -= nbytes
+    _maybe_complete(m, st)
+
+
+def mbar_init(m: Machine, ins: MbarInit, x: Active) -> None:
+    if not len(x.tids):
+        return
+    if ins.arrivals < 1 or ins.arrivals >= 1 << 20:
+        m.fail(IllegalInstructionError, ins, f"mbarrier.init with {ins.arrivals} arrivals (must be in [1, 2^20))")
+    idx = m.ev_vec(ins.bar.index, x.env, len(x.tids))
+    for i in np.unique(idx):
+        key = barrier_key(m, ins.bar, {**x.env, m.tvar: x.tids[idx == i]}, ins)
+        _barriers(m)[key] = MbarState(key[0], key[1], ins.arrivals, ins.arrivals,
+                                      np.zeros(m.T, dtype=np.int32), init_instr=ins)
+
+
+def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
+    if not len(x.tids):
+        return
+    idx = m.ev_vec(ins.bar.index, x.env, len(x.tids))
+    for i in np.unique(idx):
+        sub = x.tids[idx == i]
+        key = barrier_key(m, ins.bar, {**x.env, m.tvar: sub}, ins)
+        st = get_barrier(m, key, ins)
+        st.tx += ins.tx_bytes * len(sub)
+        if len(sub) > st.pending:
+            m.fail(IllegalInstructionError, ins, f"{len(sub)} arrival(s) on {describe(st)}: more arrivals than "
+                   f"the phase expects", buffer=key[0], address=key[1])
+        st.pending -= len(sub)
+        if m.options.check_races:
+            st.clock = np.maximum(st.clock, m.shadow.clocks.release(sub))
+        _maybe_complete(m, st)
+
+
+HANDLERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive}

@@ -1,0 +1,126 @@
+"""Global and shared memory as flat byte arrays, and vectorized byte gather / scatter.
+
+* A global tensor argument is the user's numpy array, viewed as a flat buffer of its
+  elements (so it must be contiguous); its in-bounds extent is the span its
+  ``GlobalParam`` shape and strides address, evaluated with the scalar arguments:
+  ``1 + sum((shape_i - 1) * stride_i)`` elements (0 if any extent is 0). Writes go
+  straight into the user's array.
+* Shared memory is one byte array of the kernel's dynamic shared-memory size; the
+  dynamic shared window starts at shared address 0, so a ``SmemBuffer`` at byte
+  ``offset`` has absolute shared addresses ``[offset, offset + nbytes)`` (swizzles of
+  wgmma descriptors and TMA act on these absolute addresses).
+* It starts filled with ``0xFF`` bytes (NaN for floats) unless asked otherwise, so a read
+  of never-written shared memory shows up in results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hexlayout.ir.expr import Var, evaluate
+from hexlayout.ir.lowered import LoweredKernel, SmemBuffer
+from hexlayout.ir.tile import GlobalParam, ScalarParam
+
+from .errors import ArgumentError
+
+__all__ = ["GlobalTensor", "bind_arguments", "SharedMemory", "gather_bytes", "scatter_bytes", "byte_index"]
+
+
+@dataclass
+class GlobalTensor:
+    """A bound global tensor: ``flat`` elements, ``raw`` bytes, ``extent`` elements in bounds."""
+
+    param: GlobalParam
+    array: np.ndarray
+    flat: np.ndarray
+    raw: np.ndarray
+    extent: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+    @property
+    def esize(self) -> int:
+        return self.flat.itemsize
+
+
+def bind_arguments(kernel: LoweredKernel, args: Mapping[str, Any]) -> tuple[dict[int, GlobalTensor],
+                                                                              dict[Var, int]]:
+    """Check ``args`` against the kernel's parameters; returns ``(tensors by id(param), scalars)``."""
+    scalars: dict[Var, int] = {}
+    names = {p.name for p in kernel.params}
+    extra = sorted(set(args) - names)
+    if extra:
+        raise ArgumentError(f"unknown argument(s) {', '.join(extra)}; parameters: {', '.join(sorted(names))}",
+                            kernel=kernel.name)
+    for p in kernel.params:
+        if isinstance(p, ScalarParam):
+            if p.name not in args:
+                raise ArgumentError(f"missing scalar argument {p.name!r}", kernel=kernel.name)
+            v = args[p.name]
+            if isinstance(v, np.ndarray):
+                v = v.item()
+            scalars[p.var] = int(v)
+    tensors: dict[int, GlobalTensor] = {}
+    for p in kernel.params:
+        if not isinstance(p, GlobalParam):
+            continue
+        if p.name not in args:
+            raise ArgumentError(f"missing tensor argument {p.name!r}", kernel=kernel.name)
+        arr = args[p.name]
+        if not isinstance(arr, np.ndarray):
+            raise ArgumentError(f"argument {p.name!r} must be a numpy array, got {type(arr).__name__}",
+                                kernel=kernel.name)
+        want = np.dtype(p.dtype.numpy())
+        if arr.dtype != want:
+            raise ArgumentError(f"argument {p.name!r} has dtype {arr.dtype}, the parameter is {p.dtype} ({want})",
+                                kernel=kernel.name, buffer=p.name)
+        if not arr.flags.c_contiguous:
+            raise ArgumentError(f"argument {p.name!r} must be C-contiguous (it is viewed as a flat buffer)",
+                                kernel=kernel.name, buffer=p.name)
+        shape = tuple(int(evaluate(s, scalars)) for s in p.shape)
+        strides = tuple(int(evaluate(s, scalars)) for s in p.stride)
+        extent = 0 if any(s == 0 for s in shape) else 1 + sum((s - 1) * abs(d) for s, d in zip(shape, strides))
+        flat = arr.reshape(-1)
+        if flat.size < extent:
+            raise ArgumentError(f"argument {p.name!r} has {flat.size} elements, its shape {shape} and strides "
+                                f"{strides} address {extent}", kernel=kernel.name, buffer=p.name)
+        tensors[id(p)] = GlobalTensor(p, arr, flat, flat.view(np.uint8), extent, shape, strides)
+    return tensors, scalars
+
+
+class SharedMemory:
+    """The block's shared memory: ``raw`` bytes, absolute addresses from 0."""
+
+    def __init__(self, kernel: LoweredKernel, fill: int = 0xFF) -> None:
+        self.nbytes = kernel.smem_bytes
+        self.raw = np.full(max(self.nbytes, 1), fill, dtype=np.uint8)
+        self.buffers: list[SmemBuffer] = list(kernel.smem)
+
+    def buffer_at(self, addr: int) -> str:
+        for b in self.buffers:
+            if b.offset <= addr < b.offset + b.nbytes:
+                return b.name
+        return "<no buffer>"
+
+
+def byte_index(addr: np.ndarray, nbytes: int) -> np.ndarray:
+    """``[n, nbytes]`` byte addresses ``addr[i] + j``."""
+    return addr.reshape(-1, 1) + np.arange(nbytes, dtype=np.int64)
+
+
+def gather_bytes(raw: np.ndarray, addr: np.ndarray, nbytes: int) -> np.ndarray:
+    """``raw[addr[i] : addr[i] + nbytes]`` for every ``i`` as a ``[n, nbytes]`` uint8 array."""
+    return raw[byte_index(addr, nbytes)]
+
+
+def scatter_bytes(raw: np.ndarray, addr: np.ndarray, data: np.ndarray) -> None:
+    """``raw[addr[i] : addr[i] + nbytes] = data[i]`` (later rows win on overlap)."""
+    raw[byte_index(addr, data.shape[1])] = data

@@ -1,0 +1,141 @@
+"""Happens-before race detection over shared memory, and marks of pending async accesses.
+
+Vector clocks (``clocks``, a ``threads x threads`` int32 matrix): row ``t`` is what thread
+``t`` knows of every thread's progress; ``clocks[t, t]`` is ``t``'s own epoch. A release
+(bar.sync, mbarrier arrive, TMA complete_tx) publishes a thread's row and then advances
+its epoch; an acquire (bar.sync, mbarrier wait) joins a published clock into the row.
+``bar.sync`` is a release + acquire among all participants.
+
+Per shared-memory byte the shadow keeps the last writer (thread, epoch, site) and the last
+reader (thread, epoch, site). An access by thread ``t`` races with the recorded access of
+another thread ``u`` at epoch ``e`` when ``clocks[t, u] < e`` (``t`` has not synchronized
+with ``u`` since): read-after-write against the last writer; write-after-write and
+write-after-read against the last writer and the last reader. A write clears the reader
+(later writes are ordered after it by the write-after-write check). Keeping only the last
+reader per byte can miss a race with an earlier unsynchronized reader (FastTrack keeps a
+read set); it never reports a false one.
+
+Pending asynchronous accesses: ``pend_write[b]`` is the id of an incomplete cp.async / TMA
+write of byte ``b`` (any access of it is an error until it completes); ``pend_read[b]`` the
+id of an in-flight wgmma / TMA store that reads byte ``b`` (writing it is an error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["VectorClocks", "SmemShadow", "Conflict"]
+
+
+class VectorClocks:
+    def __init__(self, threads: int) -> None:
+        self.c = np.zeros((threads, threads), dtype=np.int32)
+        np.fill_diagonal(self.c, 1)
+
+    def epoch(self, tids: np.ndarray) -> np.ndarray:
+        return self.c[tids, tids]
+
+    def barrier(self, tids: np.ndarray) -> None:
+        """bar.sync among ``tids``: everyone learns the join, then advances its epoch."""
+        self.c[tids] = self.c[tids].max(axis=0)
+        self.c[tids, tids] += 1
+
+    def release(self, tids: np.ndarray) -> np.ndarray:
+        """The join of ``tids``' clocks (to publish), then ``tids`` advance their epochs."""
+        out = self.c[tids].max(axis=0)
+        self.c[tids, tids] += 1
+        return out
+
+    def acquire(self, tids: np.ndarray, clock: np.ndarray) -> None:
+        self.c[tids] = np.maximum(self.c[tids], clock)
+
+
+@dataclass
+class Conflict:
+    """A race found by the shadow: ``what`` is "read-after-write", "write-after-write" or
+    "write-after-read"; ``thread`` accessed byte ``address``, ``other_thread`` at ``other_site``."""
+
+    what: str
+    address: int
+    thread: int
+    other_thread: int
+    other_site: int
+
+
+class SmemShadow:
+    def __init__(self, nbytes: int, threads: int) -> None:
+        n = max(nbytes, 1)
+        self.clocks = VectorClocks(threads)
+        self.w_tid = np.full(n, -1, dtype=np.int32)
+        self.w_clk = np.zeros(n, dtype=np.int32)
+        self.w_site = np.full(n, -1, dtype=np.int32)
+        self.r_tid = np.full(n, -1, dtype=np.int32)
+        self.r_clk = np.zeros(n, dtype=np.int32)
+        self.r_site = np.full(n, -1, dtype=np.int32)
+        self.pend_write = np.zeros(n, dtype=np.int32)
+        self.pend_read = np.zeros(n, dtype=np.int32)
+
+    # ---- race checks ----------------------------------------------------------------
+    def _check(self, who: np.ndarray, other: np.ndarray, oclk: np.ndarray, osite: np.ndarray,
+               addr: np.ndarray, what: str) -> Conflict | None:
+        m = (other >= 0) & (other != who)
+        if not m.any():
+            return None
+        known = self.clocks.c[who[m], other[m]]
+        bad = known < oclk[m]
+        if not bad.any():
+            return None
+        i = int(np.flatnonzero(bad)[0])
+        return Conflict(what, int(addr[m][i]), int(who[m][i]), int(other[m][i]), int(osite[m][i]))
+
+    def read(self, tids: np.ndarray, addr: np.ndarray, site: int, check: bool = True) -> Conflict | None:
+        """Record reads of bytes ``addr`` (``[n, nb]``) by threads ``tids`` (``[n]``)."""
+        who = np.broadcast_to(tids.reshape(-1, 1), addr.shape)
+        if check:
+            c = self._check(who, self.w_tid[addr], self.w_clk[addr], self.w_site[addr], addr, "read-after-write")
+            if c is not None:
+                return c
+        self.r_tid[addr] = who
+        self.r_clk[addr] = np.broadcast_to(self.clocks.epoch(tids).reshape(-1, 1), addr.shape)
+        self.r_site[addr] = site
+        return None
+
+    def check_write(self, tids: np.ndarray, addr: np.ndarray) -> Conflict | None:
+        who = np.broadcast_to(tids.reshape(-1, 1), addr.shape)
+        c = self._check(who, self.w_tid[addr], self.w_clk[addr], self.w_site[addr], addr, "write-after-write")
+        if c is None:
+            c = self._check(who, self.r_tid[addr], self.r_clk[addr], self.r_site[addr], addr, "write-after-read")
+        return c
+
+    def record_write(self, tids: np.ndarray, addr: np.ndarray, site: int, epochs: np.ndarray | None = None) -> None:
+        who = np.broadcast_to(tids.reshape(-1, 1), addr.shape)
+        ep = self.clocks.epoch(tids) if epochs is None else epochs
+        self.w_tid[addr] = who
+        self.w_clk[addr] = np.broadcast_to(np.asarray(ep).reshape(-1, 1), addr.shape)
+        self.w_site[addr] = site
+        self.r_tid[addr] = -1
+
+    def write(self, tids: np.ndarray, addr: np.ndarray, site: int, check: bool = True) -> Conflict | None:
+        if check:
+            c = self.check_write(tids, addr)
+            if c is not None:
+                return c
+        self.record_write(tids, addr, site)
+        return None
+
+    # ---- pending asynchronous accesses ------------------------------------------------
+    @staticmethod
+    def first_mark(marks: np.ndarray, addr: np.ndarray) -> tuple[int, int] | None:
+        """``(byte address, mark id)`` of the first marked byte among ``addr``, or None."""
+        p = marks[addr]
+        if not p.any():
+            return None
+        i = np.flatnonzero(p.reshape(-1))[0]
+        return int(addr.reshape(-1)[i]), int(p.reshape(-1)[i])
+
+    @staticmethod
+    def clear_marks(marks: np.ndarray, addr: np.ndarray, ident: int) -> None:
+        sel = marks[addr] == ident
+        marks[addr[sel]] = 0

@@ -1,0 +1,157 @@
+"""TMA bulk tensor copies (sm_90): ``cp.async.bulk.tensor`` loads and stores of a box.
+
+A ``TmaDesc`` is a tensor map: the global tensor, the box extent per mode (innermost
+first), which tensor modes it spans (``dims``), the swizzle (0 / 32 / 64 / 128 bytes) and
+the out-of-bounds fill. Each executing thread issues one copy at its box origin ``coords``.
+
+* Shared layout of a box: dense, innermost mode contiguous (element ``(c0, c1, ...)`` at
+  byte ``(c0 + box0 * (c1 + box1 * ...)) * esize``), then ``Swizzle<B,4,3>`` on the absolute
+  shared byte address (B = 1, 2, 3 for 32, 64, 128 bytes); the destination must be aligned
+  to the swizzle period (128 B without swizzle). Legality (``hexlayout.arch.check_tma``) is
+  checked at issue.
+* ``TmaLoad``: global is read at issue; elements outside the tensor read as zero (or NaN
+  without ``oob_fill_zero``); the full box's bytes complete as transactions on the mbarrier;
+  the shared bytes stay pending (any access is an error) until the barrier phase completes.
+* ``TmaStore``: the box is read from shared memory at issue (race- and pending-checked) and
+  written to the in-bounds global elements; the shared bytes stay marked as being read
+  (writing them is an error) until ``TmaStoreWait`` retires its bulk group
+  (``TmaStoreCommit`` closes a group per thread).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hexlayout.arch.tma import check_tma, tma_swizzle_period
+from hexlayout.ir.lowered import Instr, TmaDesc, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
+
+from .errors import IllegalInstructionError
+from .machine import Active, Machine
+from .mbarrier import barrier_key, complete_tx, get_barrier
+from .memory import GlobalTensor
+
+__all__ = ["HANDLERS", "box_geometry"]
+
+_SWZ_BITS = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+@dataclass
+class _StoreState:
+    committed: np.ndarray
+    open: list[int] = field(default_factory=list)
+
+
+def box_geometry(t: GlobalTensor, desc: TmaDesc, origin: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(element offsets, in-bounds mask, box byte offsets before swizzle)`` of every box element
+    in box order (innermost fastest)."""
+    r = len(desc.box)
+    crd = np.indices(tuple(reversed(desc.box))).reshape(r, -1)[::-1]
+    off = np.zeros(crd.shape[1], dtype=np.int64)
+    inb = np.ones(crd.shape[1], dtype=bool)
+    for i, d in enumerate(desc.dims):
+        g = origin[i] + crd[i]
+        inb &= (g >= 0) & (g < t.shape[d])
+        off += g * t.strides[d]
+    es = t.esize
+    lin = np.arange(crd.shape[1], dtype=np.int64) * es
+    return off, inb, (lin[:, None] + np.arange(es)).reshape(-1)
+
+
+def _prepare(m: Machine, ins: Instr, desc: TmaDesc, coords: tuple, ref: object, env: dict,
+             tid: int) -> tuple[GlobalTensor, np.ndarray, np.ndarray, np.ndarray]:
+    t = m.tensors.get(id(desc.param))
+    if t is None:
+        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r}: tensor {desc.param.name!r} is not a "
+               f"kernel parameter")
+    if len(coords) != len(desc.box) or len(desc.dims) != len(desc.box):
+        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r}: box rank {len(desc.box)}, dims "
+               f"{len(desc.dims)}, coordinates {len(coords)} differ")
+    tenv = {**env, m.tvar: np.array([tid])}
+    origin = [m.ev_uniform(c, tenv, ins, "TMA coordinate") for c in coords]
+    es = t.esize
+    nbytes = int(np.prod(desc.box)) * es
+    if desc.swizzle_bytes not in _SWZ_BITS:
+        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r}: swizzle {desc.swizzle_bytes} bytes "
+               f"is not 0, 32, 64 or 128")
+    period = tma_swizzle_period(desc.swizzle_bytes)
+    base = m.smem_addresses(ref, tenv, np.array([tid]), nbytes, ins, align=period)[0]  # type: ignore[arg-type]
+    problems = check_tma(es * 8, [t.shape[d] for d in desc.dims], [t.strides[d] for d in desc.dims],
+                         list(desc.box), swizzle=desc.swizzle_bytes, smem_address=int(base))
+    if problems:
+        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r} on tensor {t.name!r} is illegal: "
+               + "; ".join(problems), buffer=t.name)
+    goff, inb, boff = box_geometry(t, desc, origin)
+    addr = base + boff
+    b = _SWZ_BITS[desc.swizzle_bytes]
+    if b:
+        addr = addr ^ ((addr >> 3) & (((1 << b) - 1) << 4))
+    return t, goff, inb, addr.reshape(1, -1)
+
+
+def tma_load(m: Machine, ins: TmaLoad, x: Active) -> None:
+    for tid in x.tids:
+        t, goff, inb, idx = _prepare(m, ins, ins.desc, ins.coords, ins.dst, x.env, int(tid))
+        vals = np.zeros(len(goff), dtype=t.flat.dtype)
+        if not ins.desc.oob_fill_zero and t.param.dtype.is_float:
+            vals[:] = np.nan
+        vals[inb] = t.flat[goff[inb]]
+        issuer = np.array([tid])
+        m.smem_write_check(ins, issuer, idx)
+        op = m.new_async("TMA load", ins, issuer, addr=idx, data=vals.view(np.uint8).reshape(1, -1),
+                         done=np.zeros(1, dtype=bool), epochs=m.shadow.clocks.epoch(issuer).copy())
+        m.shadow.pend_write[idx] = op.ident
+        key = barrier_key(m, ins.bar, {**x.env, m.tvar: issuer}, ins)
+        st = get_barrier(m, key, ins)
+        s = m.report.site(ins)
+        s.gmem_requests += 1
+        s.gmem_bytes += int(inb.sum()) * t.esize
+        complete_tx(m, st, idx.shape[1], op, issuer)
+
+
+def _store_state(m: Machine) -> _StoreState:
+    st = m.state.get("tma.store")
+    if st is None:
+        st = m.state["tma.store"] = _StoreState(np.zeros(m.T, dtype=np.int64))
+    return st
+
+
+def tma_store(m: Machine, ins: TmaStore, x: Active) -> None:
+    st = _store_state(m)
+    for tid in x.tids:
+        t, goff, inb, idx = _prepare(m, ins, ins.desc, ins.coords, ins.src, x.env, int(tid))
+        issuer = np.array([tid])
+        m.smem_read(ins, issuer, idx)
+        vals = np.ascontiguousarray(m.smem.raw[idx[0]]).view(t.flat.dtype)
+        t.flat[goff[inb]] = vals[inb]
+        op = m.new_async("TMA store", ins, issuer, addr=idx, group=st.committed[issuer].copy())
+        m.shadow.pend_read[idx] = op.ident
+        st.open.append(op.ident)
+        s = m.report.site(ins)
+        s.gmem_requests += 1
+        s.gmem_bytes += int(inb.sum()) * t.esize
+
+
+def tma_store_commit(m: Machine, ins: TmaStoreCommit, x: Active) -> None:
+    _store_state(m).committed[x.tids] += 1
+
+
+def tma_store_wait(m: Machine, ins: TmaStoreWait, x: Active) -> None:
+    st = _store_state(m)
+    waiting = np.zeros(m.T, dtype=bool)
+    waiting[x.tids] = True
+    limit = st.committed - int(ins.pending)
+    still = []
+    for ident in st.open:
+        op = m.async_ops[ident]
+        tid = int(op.tids[0])
+        if waiting[tid] and op.group[0] < limit[tid]:  # type: ignore[index]
+            m.shadow.clear_marks(m.shadow.pend_read, op.addr, ident)  # type: ignore[arg-type]
+            del m.async_ops[ident]
+        else:
+            still.append(ident)
+    st.open = still
+
+
+HANDLERS = {TmaLoad: tma_load, TmaStore: tma_store, TmaStoreCommit: tma_store_commit, TmaStoreWait: tma_store_wait}
