@@ -1,0 +1,134 @@
+"""Lowering of a block-level mma ``c += a @ b^T`` to mma.sync / wgmma issues.
+
+The register tiles must carry the TiledMma's TV layouts (``a_tv``, ``b_tv``, ``c_tv``),
+compared as functions ``(t, v) -> tile index``. Issue ``(r, k)`` of every worker then
+reads the contiguous value runs described in ``hexlayout.ir.tiled_mma``.
+
+For wgmma a shared-memory operand is passed as a matrix descriptor: the ``atom_m x atom_k``
+(or ``atom_n x atom_k``) sub-tile of worker ``w``'s task starts at element
+``L(m0 + M*k0)`` of the operand's (unswizzled) layout, with ``m0`` the task's row offset
+(a function of the warp-group index) and ``k0 = k * atom_k``; its leading / stride byte
+offsets come from ``hexlayout.arch.gmma.make_gmma_desc``, which also proves the sub-tile
+is a canonical wgmma layout. Every instance is checked to share those offsets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hexlayout.arch.gmma import make_gmma_desc
+from hexlayout.layout import ComposedLayout, Layout, composition
+from hexlayout.layout.inttuple import crd2idx
+
+from ..expr import ExprLike, Var, as_expr
+from ..lowered import Instr, MmaSync, RegRef, SmemDesc, Wgmma
+from ..tiled_mma import TiledMma
+from .views import RegisterTile, SharedTileView
+
+__all__ = ["lower_mma", "same_function"]
+
+
+def same_function(a: Layout, b: Layout) -> bool:
+    """Equal as maps over ``[0, size)``."""
+    return a.size() == b.size() and np.array_equal(a.indices(), b.indices())
+
+
+def _check_tv(name: str, reg: RegisterTile, want: Layout, threads: int) -> str | None:
+    if reg.threads != threads:
+        return f"{name} is spread over {reg.threads} threads, the mma over {threads}"
+    if not same_function(reg.tv, want):
+        return f"the register layout of {name} {reg.tv} is not the mma's {name} layout {want}"
+    return None
+
+
+def _task_offset(tm: TiledMma, dim: int, worker: ExprLike, r: int) -> ExprLike:
+    """Atom-tile coordinate along ``dim`` of the ``r``-th projected task of ``worker``
+    (an int for an int worker, an Expr for a symbolic one)."""
+    proj = tm.warps.tv_layout(dims=(dim,))
+    return crd2idx(worker + tm.warps.num_workers * r, proj.shape, proj.stride)
+
+
+def _desc(tm: TiledMma, view: SharedTileView, dim: int, major: str, tid: Var, r: int, k: int,
+          elem_bits: int) -> SmemDesc | str:
+    """Descriptor of the operand sub-tile of task ``r`` at k-step ``k`` (symbolic in the warp group)."""
+    m_a, n_a, k_a = tm.atom.shape_mnk
+    ext = m_a if dim == 0 else n_a
+    big = view.shape[0]
+    inner = view.layout
+    sub = composition(inner, Layout((ext, k_a), (1, big)))
+    period = view.swizzle.period() if view.swizzle is not None else 1
+    fields = set()
+    for w in range(tm.warps.num_workers):
+        start = _task_offset(tm, dim, w, r) * ext + big * (k * k_a)
+        base = int(inner(start))
+        offs = np.asarray(crd2idx(start + np.arange(ext)[:, None] + big * np.arange(k_a)[None, :],
+                                  inner.shape, inner.stride))
+        if not np.array_equal(offs, base + sub.indices().reshape(k_a, ext).T):
+            return f"the {ext}x{k_a} sub-tiles of layout {inner} are not translates of one layout"
+        lay = ComposedLayout(view.swizzle, base % period, sub) if view.swizzle is not None else sub
+        try:
+            d = make_gmma_desc(lay, major, elem_bits, ext, k_a, base_address=0)
+        except ValueError as e:
+            return str(e)
+        fields.add((d.leading_byte_offset, d.stride_byte_offset, d.swizzle))
+    if len(fields) != 1:
+        return "the operand sub-tiles of different warp groups need different descriptors"
+    lbo, sbo, swz = fields.pop()
+    worker = as_expr(tid) // tm.atom_threads
+    start_e = _task_offset(tm, dim, worker, r) * ext + big * (k * k_a)
+    offset = as_expr(view.base) + crd2idx(as_expr(start_e), inner.shape, inner.stride)
+    return SmemDesc(view.buffer, offset, {0: 0, 128: 1, 64: 2, 32: 3}[swz], lbo, sbo, major)
+
+
+def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | SharedTileView,
+              c: RegisterTile, tid: Var, elem_bits: int) -> list[Instr] | str:
+    """Instructions for ``c += a @ b^T``, or the reason it cannot be lowered."""
+    atom = tm.atom
+    err = _check_tv("c", c, tm.c_tv(), tm.threads)
+    if err:
+        return err
+    regs_a = isinstance(a, RegisterTile)
+    regs_b = isinstance(b, RegisterTile)
+    if atom.kind == "mma.sync":
+        if not (regs_a and regs_b):
+            return f"{atom.name} reads A and B from registers; copy the shared tiles to registers first"
+        for name, reg, want in (("a", a, tm.a_tv()), ("b", b, tm.b_tv())):
+            err = _check_tv(name, reg, want, tm.threads)
+            if err:
+                return err
+    else:
+        if regs_a != (atom.a_source == "rmem"):
+            return f"{atom.name} reads A from {'registers' if atom.a_source == 'rmem' else 'shared memory'}"
+        if regs_b:
+            return f"{atom.name} reads B from shared memory"
+        if regs_a:
+            err = _check_tv("a", a, tm.a_tv(), tm.threads)
+            if err:
+                return err
+    va, vb, vc = atom.values_a, atom.values_b, atom.values_c
+    out: list[Instr] = []
+    desc_cache: dict[tuple[str, int, int], SmemDesc] = {}
+    for inst in tm.instances():
+        d_ref = RegRef(c.array, vc * inst.r, vc)
+        if regs_a:
+            a_op: RegRef | SmemDesc = RegRef(a.array, va * (inst.r_m + tm.tasks_m * inst.k), va)
+        else:
+            key = ("a", inst.r_m, inst.k)
+            if key not in desc_cache:
+                dsc = _desc(tm, a, 0, atom.a_major, tid, inst.r_m, inst.k, elem_bits)
+                if isinstance(dsc, str):
+                    return f"A operand: {dsc}"
+                desc_cache[key] = dsc
+            a_op = desc_cache[key]
+        if atom.kind == "mma.sync":
+            b_op: RegRef | SmemDesc = RegRef(b.array, vb * (inst.r_n + tm.tasks_n * inst.k), vb)
+            out.append(MmaSync(atom.name, d_ref, a_op, b_op, d_ref))
+        else:
+            key = ("b", inst.r_n, inst.k)
+            if key not in desc_cache:
+                dsc = _desc(tm, b, 1, atom.b_major, tid, inst.r_n, inst.k, elem_bits)
+                if isinstance(dsc, str):
+                    return f"B operand: {dsc}"
+                desc_cache[key] = dsc
+            out.append(Wgmma(atom.name, d_ref, a_op, desc_cache[key], 1))
+    return out
