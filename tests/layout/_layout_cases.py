@@ -120,3 +120,31 @@ def random_divisor_layout(rng: random.Random, n: int, max_modes: int = 3) -> Lay
     if len(shp) == 1:
         return Layout(shp[0], strides[0])
     return Layout(tuple(shp), tuple(strides))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def aligned_tiler(rng: random.Random, lay: Layout) -> Layout:
+    """A tiler admissible for ``lay`` (for composition and logical_divide): each of its
+    modes ``t_k : P_k u_k`` lies inside one mode ``s_k`` of ``coalesce(lay)`` (``P_k`` the
+    prefix product of the coalesced shape, ``t_k u_k | s_k``), modes in random order."""
+    from hexlayout.layout import coalesce
+
+    c = coalesce(lay)
+    shp = list(c.shape) if isinstance(c.shape, tuple) else [c.shape]
+    modes: list[tuple[int, int]] = []
+    pre = 1
+    for s in shp:
+        t = rng.choice(_divisors(s))
+        u = rng.choice(_divisors(s // t)) if rng.random() < 0.3 else 1
+        if t > 1:
+            modes.append((t, pre * u))
+        pre *= s
+    if not modes:
+        return Layout(1, 0)
+    rng.shuffle(modes)
+    if len(modes) == 1:
+        return Layout(*modes[0])
+    return Layout(tuple(m[0] for m in modes), tuple(m[1] for m in modes))

@@ -119,7 +119,8 @@ def test_doc_divides() -> None:
 
 def test_doc_products() -> None:
     assert str(logical_product(Layout((2, 2), (4, 1)), Layout(6, 1))) == "((2,2),(2,3)):((4,1),(2,8))"
-    assert str(logical_product(Layout((2, 2), (4, 1)), Layout((4, 2), (2, 1)))) == "((2,2),(4,2)):((4,1),(8,2))"
+    assert str(logical_product(Layout((2, 2), (4, 1)), Layout((4, 2), (2, 1)))) == \
+        "((2,2),(4,2)):((4,1),(8,2))"
     a, b = Layout((2, 5), (5, 1)), Layout((3, 4), (1, 3))
     assert str(blocked_product(a, b)) == "((2,3),(5,4)):((5,10),(1,30))"
     assert str(raked_product(a, b)) == "((3,2),(4,5)):((10,5),(30,1))"
@@ -231,6 +232,7 @@ def test_import_is_light() -> None:
             "dt = time.perf_counter() - t; "
             "bad = [m for m in ('torch', 'matplotlib', 'cuda', 'cutlass') if m in sys.modules]; "
             "print(dt, bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = proc.stdout.split()
     assert float(out[0]) < 0.2, out
     assert out[1] == "[]", out
