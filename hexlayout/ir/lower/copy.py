@@ -42,17 +42,20 @@ from ..lowered import (
     LdGlobal,
     Ldmatrix,
     LdShared,
+    MbarRef,
     RegArray,
     RegRef,
     SharedRef,
     StGlobal,
     Stmatrix,
     StShared,
+    TmaDesc,
+    TmaLoad,
 )
 from .views import GlobalTileView, RegisterTile, SharedTileView, tile_coords
 
 __all__ = ["CopyPlan", "vector_width", "lower_reg_mem", "lower_ldmatrix", "lower_stmatrix",
-           "lower_gmem_to_smem", "lower_mem_to_mem", "Requirement"]
+           "lower_gmem_to_smem", "lower_mem_to_mem", "lower_tma_load", "Requirement"]
 
 
 @dataclass(frozen=True)
@@ -330,3 +333,109 @@ def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bi
 
 
 __all__ += ["copy_thread_layout", "tile_coords"]
+
+
+def _tma_swizzle_bytes(view: SharedTileView, elem_bits: int) -> int | str:
+    sw = view.swizzle
+    if sw is None or sw.bits == 0:
+        return 0
+    base = 4 - (elem_bits // 8).bit_length() + 1
+    if sw.shift != 3 or sw.base != base or sw.bits not in (1, 2, 3):
+        return (f"shared swizzle {sw} is not a TMA byte swizzle Swizzle<B,4,3> "
+                f"(Swizzle<B,{base},3> for {elem_bits}-bit elements)")
+    return 16 << sw.bits
+
+
+def lower_tma_load(src: GlobalTileView, dst: SharedTileView, bar: MbarRef, elect: ExprLike,
+                   elem_bits: int, name: str) -> tuple[CopyPlan, TmaDesc] | str:
+    """TMA box loads of a global tile into shared memory, completing on ``bar``.
+
+    The box runs along the tile's contiguous mode (innermost, at most one swizzle row when
+    swizzled) and the tile's other modes; tensor modes outside the tile get extent 1. The
+    shared layout must be exactly what TMA writes: box ``b`` at a period-aligned start
+    ``s_b``, element ``e`` of the box at ``s_b + Sw(e0 + B0*(e1 + B1*...))``.
+    """
+    eb = elem_bits // 8
+    if elem_bits % 8 or eb not in (1, 2, 4, 8):
+        return f"TMA moves 1-, 2-, 4- or 8-byte elements, not {elem_bits}-bit"
+    inner = next((k for k in range(len(src.shape)) if src.static_stride(k) == 1), None)
+    if inner is None:
+        return "no mode of the global tile is contiguous (stride 1)"
+    swz = _tma_swizzle_bytes(dst, elem_bits)
+    if isinstance(swz, str):
+        return swz
+    rank = len(src.param.shape)
+    inner_mode = src.modes[inner]
+    dims = (inner_mode,) + tuple(m for m in reversed(range(rank)) if m != inner_mode)
+    box_inner = src.shape[inner] if not swz else min(src.shape[inner], swz // eb)
+    if src.shape[inner] % box_inner:
+        return f"the contiguous extent {src.shape[inner]} is not a multiple of the box row {box_inner}"
+    if (box_inner * eb) % 16:
+        return f"a box row of {box_inner * eb} bytes is not a multiple of 16 bytes"
+    tile_of_mode = {m: k for k, m in enumerate(src.modes)}
+    box = tuple(box_inner if m == inner_mode else (src.shape[tile_of_mode[m]] if m in tile_of_mode else 1)
+                for m in dims)
+    if any(b > 256 for b in box):
+        return f"box {box} has an extent above 256"
+    box_elems = 1
+    for b in box:
+        box_elems *= b
+    period = dst.swizzle.period() if dst.swizzle is not None else 1
+    # verify the shared layout, box by box
+    n = 1
+    for s in src.shape:
+        n *= s
+    idx = np.arange(n)
+    coords = tile_coords(idx, src.shape)
+    want = np.zeros(n, dtype=np.int64)
+    b_of = coords[inner] // box_inner
+    lin = np.zeros(n, dtype=np.int64)
+    scale = 1
+    for m, ext in zip(dims, box):
+        if m == inner_mode:
+            e = coords[inner] % box_inner
+        elif m in tile_of_mode:
+            e = coords[tile_of_mode[m]]
+        else:
+            continue
+        lin += e * scale
+        scale *= ext
+    nboxes = src.shape[inner] // box_inner
+    starts = []
+    first_idx = [0] * len(src.shape)
+    for b in range(nboxes):
+        first_idx[inner] = b * box_inner
+        start = int(crd2idx(int(sum(c * s for c, s in zip(first_idx, _colex_strides(src.shape)))),
+                            dst.layout.shape, dst.layout.stride))
+        if start % period or (start * eb) % 128:
+            return (f"box {b} starts at element {start} of the shared tile, not aligned to "
+                    f"{max(period * eb, 128)} bytes")
+        starts.append(start)
+    sw = dst.swizzle
+    for b in range(nboxes):
+        sel = b_of == b
+        want[sel] = starts[b] + (sw(lin[sel]) if sw is not None else lin[sel])
+    got = np.asarray(crd2idx(idx, dst.layout.shape, dst.layout.stride))
+    got = sw(got) if sw is not None else got
+    if not np.array_equal(got, want):
+        bad = int(np.argwhere(got != want)[0][0])
+        return (f"the shared layout {dst.full_layout} is not the layout TMA writes for box {box} "
+                f"with {swz or 'no'}-byte swizzle (tile element {tuple(int(c[bad]) for c in coords)} is at "
+                f"{int(got[bad])}, TMA puts it at {int(want[bad])})")
+    desc = TmaDesc(name, src.param, box, dims, swz)
+    instrs: list[Instr] = []
+    for b in range(nboxes):
+        crd = tuple(as_expr(src.origin[m]) + (b * box_inner if m == inner_mode else 0) for m in dims)
+        instrs.append(TmaLoad(SharedRef(dst.buffer, as_expr(dst.base) + starts[b]), desc, crd, bar,
+                              pred=elect))
+    reqs = [Requirement(src.param.name, "align_bytes", 16, reason="TMA global address"),
+            Requirement(src.param.name, "stride_bytes_multiple", 16, reason="TMA global strides")]
+    return CopyPlan(instrs, "SM90_TMA_LOAD", box_inner, reqs), desc
+
+
+def _colex_strides(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for x in shape:
+        out.append(s)
+        s *= x
+    return out

@@ -67,15 +67,30 @@ def _numeric_base(e: ExprLike) -> int:
 
 @dataclass(eq=False)
 class GlobalTileView:
+    """A window of global tensor ``param``: tile mode ``k`` runs along tensor mode ``modes[k]``
+    from element coordinate ``origin`` (one entry per tensor mode); ``extent[k]`` elements of
+    tile mode ``k`` are inside the tensor."""
+
     param: GlobalParam
     dtype: DType
     shape: tuple[int, ...]
-    strides: tuple[ExprLike, ...]
-    base: ExprLike
+    modes: tuple[int, ...]
+    origin: tuple[ExprLike, ...]
     extent: tuple[ExprLike, ...]
 
+    @property
+    def strides(self) -> tuple[ExprLike, ...]:
+        return tuple(self.param.stride[m] for m in self.modes)
+
+    @property
+    def base(self) -> Expr:
+        off: Expr = Const(0)
+        for o, d in zip(self.origin, self.param.stride):
+            off = off + as_expr(o) * d
+        return off
+
     def offset(self, idx: ExprLike) -> Expr:
-        off: Expr = as_expr(self.base)
+        off = self.base
         for c, d in zip(tile_coords(idx, self.shape), self.strides):
             off = off + c * d
         return off
@@ -95,9 +110,6 @@ class GlobalTileView:
             off = off + c * _numeric_stride(d)
         return off
 
-    def stride_of_mode(self, k: int) -> ExprLike:
-        return self.strides[k]
-
     def static_stride(self, k: int) -> int | None:
         d = self.strides[k]
         if isinstance(d, int):
@@ -107,18 +119,33 @@ class GlobalTileView:
         return None
 
     def slice(self, index: tuple[ExprLike | None, ...]) -> GlobalTileView:
+        """Fix the tile modes where ``index`` is not ``None`` (tile-relative coordinates)."""
         if len(index) != len(self.shape):
             raise ValueError(f"slice {index} does not match the rank of tile {self.shape}")
-        base: Expr = as_expr(self.base)
-        shape, strides, extent = [], [], []
-        for i, s, d, e in zip(index, self.shape, self.strides, self.extent):
+        origin = list(self.origin)
+        shape, modes, extent = [], [], []
+        for i, s, m, e in zip(index, self.shape, self.modes, self.extent):
             if i is None:
                 shape.append(s)
-                strides.append(d)
+                modes.append(m)
                 extent.append(e)
             else:
-                base = base + as_expr(i) * d
-        return GlobalTileView(self.param, self.dtype, tuple(shape), tuple(strides), base, tuple(extent))
+                origin[m] = as_expr(origin[m]) + i
+        return GlobalTileView(self.param, self.dtype, tuple(shape), tuple(modes), tuple(origin),
+                              tuple(extent))
+
+    def subtile(self, shape: tuple[int, ...], offset: tuple[ExprLike, ...]) -> GlobalTileView:
+        origin = list(self.origin)
+        extent = []
+        for k, (o, m) in enumerate(zip(offset, self.modes)):
+            origin[m] = as_expr(origin[m]) + o
+            extent.append(as_expr(self.extent[k]) - o)
+        return GlobalTileView(self.param, self.dtype, tuple(shape), self.modes, tuple(origin), tuple(extent))
+
+    def permute(self, perm: tuple[int, ...]) -> GlobalTileView:
+        return GlobalTileView(self.param, self.dtype, tuple(self.shape[p] for p in perm),
+                              tuple(self.modes[p] for p in perm), self.origin,
+                              tuple(self.extent[p] for p in perm))
 
 
 @dataclass(eq=False)
