@@ -285,20 +285,25 @@ class FenceProxyAsync(Instr):
 ALU_OPS = {
     "mov": 1, "neg": 1, "abs": 1, "exp2": 1, "exp": 1, "log2": 1, "log": 1, "rcp": 1, "rsqrt": 1,
     "sqrt": 1, "silu": 1, "gelu": 1, "cvt": 1, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2,
-    "min": 2, "fma": 3, "select": 3,
+    "min": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2,
+    "fma": 3, "select": 3,
 }
 
 
 @dataclass(eq=False)
 class Alu(Instr):
-    """``dst[i] = op(srcs[0][i], srcs[1][i], ...)`` for ``i < count``; a scalar src broadcasts.
+    """``dst[i] = op(srcs[0][i], srcs[1][i], ...)`` for ``i < dst.count``.
 
-    ``cvt`` converts to ``dst``'s element type with round-to-nearest-even.
+    A source is a ``RegRef`` (same count as ``dst``), a Python number (an immediate),
+    an ``Expr`` (an integer per thread, e.g. a coordinate; broadcast over ``i``) or a
+    ``ScalarParam`` (a kernel scalar argument). Arithmetic happens in ``dst``'s element
+    type (f32 for 16-bit float destinations, then rounded); ``cvt`` converts to ``dst``'s
+    element type with round-to-nearest-even; comparisons (``lt``, ``le``, ``eq``...) give 0/1.
     """
 
     op: str
     dst: RegRef
-    srcs: tuple[RegRef | float | int, ...]
+    srcs: tuple[RegRef | float | int | ExprLike | ScalarParam, ...]
 
 
 @dataclass(eq=False)
