@@ -17,7 +17,7 @@ from typing import Any
 from .complement import complement
 from .composition import Tiler, composition
 from .inttuple import fmt, is_int, is_tuple
-from .layout import Layout, coalesce, make_layout
+from .layout import Layout, coalesce, make_layout, require_layout
 
 __all__ = ["logical_divide", "zipped_divide", "tiled_divide", "flat_divide", "zip2_by", "tuple_layout"]
 
@@ -38,6 +38,7 @@ def logical_divide(layout: Any, tiler: Tiler) -> Any:
 
     if isinstance(layout, ComposedLayout):
         return ComposedLayout(layout.layout_a, layout.offset, logical_divide(layout.layout_b, tiler))
+    require_layout(layout, "logical_divide")
     if tiler is None:
         return layout
     if is_int(tiler):

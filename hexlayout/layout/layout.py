@@ -56,7 +56,19 @@ __all__ = [
     "group",
     "slice_and_offset",
     "is_layout",
+    "require_layout",
+    "ModeIndexError",
 ]
+
+
+class ModeIndexError(ValueError, IndexError):
+    """A mode index out of range (a ValueError, and an IndexError for Python idioms)."""
+
+
+def require_layout(x: Any, op: str) -> None:
+    """Raise ValueError naming ``op`` unless ``x`` is a Layout."""
+    if not isinstance(x, Layout):
+        raise ValueError(f"{op}: {x!r} is not a Layout")
 
 
 class Layout:
@@ -114,11 +126,15 @@ class Layout:
             for j in i:
                 out = out[j]
             return out
+        if not isinstance(i, int):
+            raise ValueError(f"Layout {self}: mode index {i!r} is not an int")
         if is_tuple(self._shape):
+            if not -len(self._shape) <= i < len(self._shape):
+                raise ModeIndexError(f"Layout {self}: mode {i} out of range for rank {len(self._shape)}")
             return Layout(self._shape[i], self._stride[i])
         if i in (0, -1):
             return self
-        raise IndexError(f"Layout {self}: mode {i} out of range for a rank-1 layout")
+        raise ModeIndexError(f"Layout {self}: mode {i} out of range for a rank-1 layout")
 
     def __iter__(self) -> Iterator[Layout]:
         for i in range(self.rank):
@@ -244,7 +260,7 @@ def size(x: Any, *modes: int) -> int:
         for m in modes:
             lay = lay[m]
         return lay.size()
-    t = x
+    t = as_inttuple(x, "size")
     for m in modes:
         t = t[m]
     return product(t)
@@ -254,6 +270,7 @@ def cosize(x: Layout) -> int:
     """``L(shape - 1) + 1``: one past the image of the last coordinate (CuTe's cosize)."""
     if hasattr(x, "cosize") and not isinstance(x, Layout):
         return x.cosize()
+    require_layout(x, "cosize")
 
     def last(s: IntTuple, d: IntTuple) -> int:
         if is_tuple(s):
@@ -322,6 +339,7 @@ def coalesce(x: Layout, profile: IntTuple | None = None) -> Layout:
     Preserves ``L(i)`` for ``0 <= i < size(L)``; the result has depth <= 1. With a
     ``profile`` (a tuple), coalesces each mode separately, keeping the rank.
     """
+    require_layout(x, "coalesce")
     if profile is not None and is_tuple(profile):
         if len(profile) > x.rank:
             raise ValueError(f"coalesce: profile {fmt(profile)} has more modes than {x}")
@@ -341,6 +359,7 @@ def coalesce_x(x: Layout) -> Layout:
 
 def filter_zeros(x: Layout, profile: IntTuple | None = None) -> Layout:
     """Replace every stride-0 mode by a size-1 mode (``profile`` zeros select the modes instead)."""
+    require_layout(x, "filter_zeros")
     key = x.stride if profile is None else profile
 
     def rec(k: IntTuple, s: IntTuple) -> IntTuple:
@@ -353,6 +372,7 @@ def filter_zeros(x: Layout, profile: IntTuple | None = None) -> Layout:
 
 def filter(x: Layout, profile: IntTuple | None = None) -> Layout:  # noqa: A001 - CuTe's name
     """Remove stride-0 and size-1 modes, then coalesce (``1:0`` if nothing remains)."""
+    require_layout(x, "filter")
     if profile is not None and is_tuple(profile):
         modes = [filter(x[i], profile[i]) for i in range(len(profile))]
         modes += [x[i] for i in range(len(profile), x.rank)]
@@ -363,6 +383,8 @@ def filter(x: Layout, profile: IntTuple | None = None) -> Layout:  # noqa: A001 
 def append(x: Layout, y: Layout | None = None, n: int | None = None) -> Layout:
     """Append mode ``y`` (default ``1:0``); with ``n``, pad with ``y`` up to rank ``n``."""
     y = Layout(1, 0) if y is None else y
+    require_layout(x, "append")
+    require_layout(y, "append")
     modes = list(x) if is_tuple(x.shape) else [x]
     if n is None:
         modes.append(y)
@@ -375,7 +397,10 @@ def append(x: Layout, y: Layout | None = None, n: int | None = None) -> Layout:
 
 
 def prepend(x: Layout, y: Layout | None = None, n: int | None = None) -> Layout:
+    """Prepend mode ``y`` (default ``1:0``); with ``n``, pad with ``y`` up to rank ``n``."""
     y = Layout(1, 0) if y is None else y
+    require_layout(x, "prepend")
+    require_layout(y, "prepend")
     modes = list(x) if is_tuple(x.shape) else [x]
     if n is None:
         modes.insert(0, y)
@@ -389,11 +414,18 @@ def prepend(x: Layout, y: Layout | None = None, n: int | None = None) -> Layout:
 
 def select(x: Layout, *modes: int) -> Layout:
     """The layout made of the listed modes, in that order."""
+    require_layout(x, "select")
+    for i in modes:
+        if not isinstance(i, int) or not -x.rank <= i < x.rank:
+            raise ValueError(f"select({x}, {modes}): mode {i!r} out of range for rank {x.rank}")
     return Layout(tuple(x[i].shape for i in modes), tuple(x[i].stride for i in modes))
 
 
 def group(x: Layout, begin: int, end: int) -> Layout:
     """Group modes ``[begin, end)`` into one mode."""
+    require_layout(x, "group")
+    if not 0 <= begin < end <= x.rank:
+        raise ValueError(f"group({x}, {begin}, {end}): need 0 <= begin < end <= rank {x.rank}")
     ms = list(x)
     inner = ms[begin:end]
     grouped = Layout(tuple(m.shape for m in inner), tuple(m.stride for m in inner))

@@ -17,7 +17,7 @@ from .complement import complement
 from .composition import Tiler, composition
 from .divide import tuple_layout, unpack_modes, zip2_by
 from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, product, product_each
-from .layout import Layout, append, cosize, make_layout, make_ordered_layout
+from .layout import Layout, append, cosize, make_layout, make_ordered_layout, require_layout
 
 __all__ = [
     "logical_product",
@@ -42,6 +42,7 @@ def logical_product(block: Any, tiler: Tiler) -> Any:
     c = _composed(block, tiler, logical_product)
     if c is not None:
         return c
+    require_layout(block, "logical_product")
     if tiler is None:
         return block
     if is_int(tiler):
