@@ -1,0 +1,126 @@
+"""wgmma m64nNk16 with operands read through shared-memory descriptors (128B-swizzled K-major),
+register A (RS), wrong descriptors, and the asynchronous hazards of wgmma."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hexlayout.emulator import AsyncHazardError, run
+from hexlayout.emulator.gmma_desc import decode, encode
+from hexlayout.ir import lowered as L
+from hexlayout.layout import Swizzle
+
+from .kbuild import KB, gparam, here, rr
+
+SW128 = Swizzle(3, 3, 3)   # Swizzle<3,4,3> on bytes == Swizzle<3,3,3> on 16-bit elements
+
+
+def d_frag_stores(kb, D, acc, N):
+    """D fragment (PTX: row = 16w + g + 8((i>>1)&1), col = 8(i>>2) + 2t + (i&1)) -> global, 64-bit pairs."""
+    tid = kb.tid
+    w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+    out = []
+    for i in range(0, N // 2, 2):
+        row = 16 * w + g + 8 * ((i >> 1) & 1)
+        col = 8 * (i >> 2) + 2 * t
+        out.append(L.StGlobal(L.GlobalRef(D, row * N + col), rr(acc, i, 2), 64, origin="store D"))
+    return out
+
+
+def stage_k_major(kb, src, dst, rows, K, swizzle=True):
+    """st.shared a row-major (rows, K=64) f16 global tile into a 128B-swizzled K-major smem tile."""
+    tid, out = kb.tid, []
+    v = kb.reg(f"v_{dst.name}", "f16", 8)
+    sw = SW128 if swizzle else (lambda e: e)
+    for i in range(rows * K // 8 // kb.threads):
+        c = tid + i * kb.threads
+        r, ch = c // (K // 8), c % (K // 8)
+        out += [L.LdGlobal(rr(v), L.GlobalRef(src, r * K + ch * 8), 128),
+                L.StShared(L.SharedRef(dst, sw(r * K + ch * 8)), rr(v), 128, origin=f"stage {dst.name}")]
+    return out
+
+
+def wgmma_kernel(N=64, K=64, a_swizzle=1, b_swizzle=1, rs=False, read_early=False, overwrite_early=False):
+    kb = KB("wgmma", 128, arch="sm_90a")
+    A = gparam("A", "f16", (64, K))
+    B = gparam("B", "f16", (N, K))
+    D = gparam("D", "f32", (64, N))
+    sA = kb.shared("sA", "f16", 64 * K, align=1024)
+    sB = kb.shared("sB", "f16", N * K, align=1024)
+    acc = kb.reg("acc", "f32", N // 2)
+    body = stage_k_major(kb, A, sA, 64, K) + stage_k_major(kb, B, sB, N, K)
+    body += [L.BarSync(), L.FenceProxyAsync(), L.WgmmaFence()]
+    atom = f"SM90_64x{N}x16_F32F16F16_{'RS' if rs else 'SS'}"
+    fa = kb.reg("fa", "f16", 8 * (K // 16))
+    if rs:   # A fragments from global by the PTX formula (each warp's m16n8k16 A, rows + 16w)
+        tid = kb.tid
+        w, g, t = tid // 32, (tid % 32) // 4, tid % 4
+        for ks in range(K // 16):
+            for i in range(0, 8, 2):
+                row = 16 * w + g + 8 * ((i >> 1) & 1)
+                col = ks * 16 + 2 * t + 8 * (i >= 4)
+                body.append(L.LdGlobal(rr(fa, ks * 8 + i, 2), L.GlobalRef(A, row * K + col), 32))
+    for ks in range(K // 16):
+        a = rr(fa, ks * 8, 8) if rs else L.SmemDesc(sA, ks * 16, a_swizzle, 16, 1024)
+        b = L.SmemDesc(sB, ks * 16, b_swizzle, 16, 1024)
+        body.append(L.Wgmma(atom, rr(acc), a, b, scale_d=0 if ks == 0 else 1, loc=here("wgmma"), origin="mma"))
+    body.append(L.WgmmaCommit(loc=here("commit")))
+    if overwrite_early:
+        body.append(L.StShared(L.SharedRef(sB, kb.tid * 8), rr(kb.regs[1]), 128, loc=here("sB[...] = v")))
+    if not read_early:
+        body.append(L.WgmmaWait(0, loc=here("wait")))
+    body += d_frag_stores(kb, D, acc, N)
+    return kb.build([A, B, D], body)
+
+
+def _args(N=64, K=64, seed=60):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (64, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (N, K)).astype(np.float16)
+    return {"A": a, "B": b, "D": np.zeros((64, N), np.float32)}
+
+
+def _ref(args):
+    return args["A"].astype(np.float64) @ args["B"].astype(np.float64).T
+
+
+@pytest.mark.parametrize("N", [64, 128])
+def test_wgmma_ss_128b_swizzled_k_major(N):
+    args = _args(N)
+    rep = run(wgmma_kernel(N), args)
+    np.testing.assert_allclose(args["D"], _ref(args), rtol=1e-5, atol=1e-5)
+    assert sum(s.executions for s in rep.find("Wgmma")) == 4
+
+
+def test_wgmma_rs_register_a():
+    args = _args(seed=61)
+    run(wgmma_kernel(rs=True), args)
+    np.testing.assert_allclose(args["D"], _ref(args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wrong", [2, 3, 0])
+def test_wgmma_wrong_swizzle_mode_gives_wrong_answer(wrong):
+    args = _args(seed=62)
+    run(wgmma_kernel(b_swizzle=wrong), args)
+    assert not np.allclose(args["D"], _ref(args), rtol=1e-2, atol=1e-2)
+
+
+def test_reading_accumulator_before_wait_is_an_error():
+    with pytest.raises(AsyncHazardError) as e:
+        run(wgmma_kernel(read_early=True), _args())
+    assert e.value.instr.opname == "StGlobal" and e.value.other_instr.opname == "Wgmma"
+    assert "wgmma.wait_group" in str(e.value)
+
+
+def test_overwriting_operand_smem_of_inflight_wgmma_is_an_error():
+    with pytest.raises(AsyncHazardError) as e:
+        run(wgmma_kernel(overwrite_early=True), _args())
+    assert e.value.instr.opname == "StShared" and e.value.other_instr.opname == "Wgmma"
+    assert e.value.buffer == "sB"
+
+
+def test_descriptor_bits_round_trip():
+    d = decode(encode(0x1230, 16, 1024, 1))
+    assert (d.start, d.lbo, d.sbo, d.layout_type, d.swizzle_name) == (0x1230, 16, 1024, 1, "128B")
+    assert encode(0x1230, 16, 1024, 1) == (0x123 | (1 << 16) | (64 << 32) | (1 << 62))
