@@ -1,0 +1,103 @@
+"""FlashAttention-2-style forward: ``o = softmax(q k^T * scale [+ causal mask]) v`` per head.
+
+Layouts ``[batch, seq, heads, head_dim]``; grouped-query attention: query head ``h``
+reads kv head ``h // (H // KVH)``. Each block owns ``BM`` query rows of one (batch,
+head); it streams ``BN``-row blocks of k and v through two shared buffers (cp.async,
+the next block loads while this one is used), computes ``S = Q K^T`` with mma, keeps the
+online-softmax row max ``m_i`` and sum ``l_i`` in registers (``exp2`` with the scale
+pre-multiplied by log2(e): ``qk_scale = sm_scale * log2(e)``, given by the host), and
+accumulates ``P V`` where ``P`` (cast to f16) is the A operand and ``V^T`` (a transposed
+view of the shared v tile) the B operand. ``HEAD_DIM`` is the padded head size: views
+clamp to the real ``D``. Causal masking is bottom-right aligned (query ``i`` sees keys
+``j <= i + Sk - Sq``); rows with no visible key produce zeros.
+"""
+
+from __future__ import annotations
+
+import hexlayout.lang as hl
+from hexlayout.lang import f16, f32
+
+B, Sq, Sk, H, KVH, D = hl.dims("B Sq Sk H KVH D")
+
+NEG_INF = float("-inf")
+
+
+@hl.kernel(threads=lambda c: 32 * c["WARPS"])
+def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
+                        v: f16[B, Sk, KVH, D], o: f16[B, Sq, H, D], qk_scale: f32, *,
+                        BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, CAUSAL: bool = False,
+                        WARPS: int = 8):
+    B, Sq, H, D = q.shape
+    Sk = k.shape[1]
+    KVH = k.shape[2]
+    pid_b, pid_h, pid_m = hl.grid(hl.spatial(B, H, hl.cdiv(Sq, BM)))
+    kvh = pid_h // (H // KVH)
+    m0 = pid_m * BM
+
+    # key blocks this query block needs
+    if CAUSAL:
+        n_end = hl.minimum(Sk, m0 + BM + (Sk - Sq))
+    else:
+        n_end = Sk
+    num_kv = hl.cdiv(n_end, BN)
+
+    sq = hl.shared(f16, (BM, HEAD_DIM))
+    sk = hl.shared(f16, (BN, HEAD_DIM, 2))
+    sv = hl.shared(f16, (BN, HEAD_DIM, 2))
+
+    hl.copy(q.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :], sq)
+    hl.commit_group()
+    hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sk[:, :, 0])
+    hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sv[:, :, 0])
+    hl.commit_group()
+
+    m_i = hl.full((BM, 1), NEG_INF, f32)
+    l_i = hl.zeros((BM, 1), f32)
+    acc = hl.zeros((BM, HEAD_DIM), f32)
+    rq = hl.register(f16, (BM, HEAD_DIM))
+    hl.wait_group(1)  # Q has landed (k/v block 0 may still be in flight)
+    hl.syncthreads()
+    hl.copy(sq, rq)
+
+    for j in hl.range(num_kv):
+        buf = j % 2
+        nxt = (j + 1) % 2
+        # block j has landed; every warp is done with the buffer the prefetch overwrites
+        hl.wait_group(0)
+        hl.syncthreads()
+        n1 = (j + 1) * BN
+        hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sk[:, :, nxt])
+        hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sv[:, :, nxt])
+        hl.commit_group()
+
+        # S = Q K^T, scaled to the log2 domain, masked
+        rk = hl.register(f16, (BN, HEAD_DIM))
+        hl.copy(sk[:, :, buf], rk)
+        s = hl.zeros((BM, BN), f32)
+        hl.mma(rq, rk, s)
+        s *= qk_scale
+        cols = hl.iota((BM, BN), 1) + j * BN
+        valid = cols < Sk
+        if CAUSAL:
+            rows = hl.iota((BM, BN), 0) + (m0 + (Sk - Sq))
+            valid = valid & (cols <= rows)
+        s = hl.where(valid, s, NEG_INF)
+
+        # online softmax
+        m_new = hl.maximum(m_i, hl.max_reduce(s, 1))
+        m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
+        p = hl.exp2(s - m_use)
+        alpha = hl.exp2(m_i - m_use)
+        hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
+        acc *= alpha
+        hl.assign(m_i, m_new)
+
+        # O += P V: P is the A operand (BM x BN), V^T the B operand (HEAD_DIM x BN)
+        rv = hl.register(f16, (HEAD_DIM, BN))
+        hl.copy(sv[:, :, buf].T, rv)
+        hl.mma(hl.cast(p, f16), rv, acc)
+
+    hl.wait_group(0)
+    l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
+    out = hl.cast(acc / l_safe, f16)
+    hl.copy(out, o.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :])

@@ -1,0 +1,231 @@
+"""``@hl.kernel``: a kernel definition, traced into a ``TileKernel``.
+
+    @hl.kernel(threads=128)
+    def gemm(a: hl.f16["M", "K"], b: hl.f16["N", "K"], c: hl.f16["M", "N"], *, BM: int = 128):
+        ...
+
+Parameters (before ``*``) are global tensors annotated with ``hl.Tensor`` types
+(``hl.f16["M", "K"]``) or scalars annotated with an element type (``n: hl.i32``; a
+scalar named like a symbolic size *is* that size). Keyword-only parameters are
+compile-time constants (a default, or a value given to ``trace``).
+
+``gemm.trace(**consts)`` runs the function once on proxies (``GlobalTensor`` for
+tensors, ``Var`` for scalars) and returns the ``TileKernel``; results are cached per
+constants. ``gemm.trace(a=hl.f16[4096, 4096])`` also specializes an argument's type
+(static sizes or strides). ``threads`` may be a function of the constants
+(``threads=lambda c: 32 * c["WARPS"]``).
+
+Errors: ``KernelError`` for mistakes in the use of ``hexlayout.lang`` (including a
+Python ``if``/``and``/``while`` on a symbolic expression); other Python exceptions raised
+by the function propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+from hexlayout.arch.dtypes import DType
+from hexlayout.ir.expr import Var
+from hexlayout.ir.tile import GlobalParam, LaunchConfig, ScalarParam, SourceLoc, TileKernel
+
+from . import source
+from .context import TraceContext
+from .dtypes import canonical
+from .errors import KernelError
+from .spec import Tensor, resolve_dim
+from .tensor import GlobalTensor
+
+__all__ = ["kernel", "Kernel"]
+
+
+class Kernel:
+    """A kernel definition (see the module docstring)."""
+
+    def __init__(self, fn: Callable[..., Any], threads: int | Callable[[dict[str, Any]], int],
+                 cluster: tuple[int, ...] | None = None, name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.threads = threads
+        self.cluster = tuple(cluster) if cluster is not None else None
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        code = fn.__code__
+        line = code.co_firstlineno
+        for k in range(line, line + 20):  # skip decorators: point at the `def` line
+            if source.loc_of_frame_line(code.co_filename, k).startswith(("def ", "async def ")):
+                line = k
+                break
+        text = source.loc_of_frame_line(code.co_filename, line)
+        self.loc = SourceLoc(code.co_filename, line, code.co_name, text)
+        self._cache: dict[Any, TileKernel] = {}
+        self._params, self._consts = self._signature()
+
+    # --- signature ------------------------------------------------------------------------
+    def _error(self, detail: str) -> KernelError:
+        return KernelError(self.name, "kernel", self.loc, detail)
+
+    def _annotations(self) -> dict[str, Any]:
+        try:
+            return inspect.get_annotations(self.fn, eval_str=True)
+        except Exception:  # noqa: BLE001 - fall back to evaluating with the closure too
+            raw = inspect.get_annotations(self.fn)
+            env = dict(self.fn.__globals__)
+            if self.fn.__closure__:
+                env.update(zip(self.fn.__code__.co_freevars, (c.cell_contents for c in self.fn.__closure__)))
+            out = {}
+            for k, v in raw.items():
+                try:
+                    out[k] = eval(v, env) if isinstance(v, str) else v  # noqa: S307 - the author's own code
+                except Exception as e:  # noqa: BLE001
+                    raise self._error(f"cannot evaluate the annotation of {k}: {v!r} ({e})") from None
+            return out
+
+    def _signature(self) -> tuple[list[tuple[str, Any]], dict[str, inspect.Parameter]]:
+        sig = inspect.signature(self.fn)
+        ann = self._annotations()
+        params: list[tuple[str, Any]] = []
+        consts: dict[str, inspect.Parameter] = {}
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise self._error(f"*{p.name} / **{p.name} parameters are not supported")
+            if p.kind == p.KEYWORD_ONLY:
+                consts[p.name] = p
+                continue
+            a = ann.get(p.name)
+            if isinstance(a, Tensor) or isinstance(a, DType):
+                params.append((p.name, a))
+            else:
+                raise self._error(f"parameter {p.name} needs a tensor type (hl.f16['M', 'K']) or a scalar "
+                                  "type "
+                                  f"(hl.i32) annotation; compile-time constants go after `*`")
+        return params, consts
+
+    # --- tracing --------------------------------------------------------------------------
+    def trace(self, **kwargs: Any) -> TileKernel:
+        """The ``TileKernel`` for the given constants / argument types (cached)."""
+        specs = {k: v for k, v in kwargs.items() if k in dict(self._params)}
+        consts = {k: v for k, v in kwargs.items() if k not in specs}
+        unknown = [k for k in consts if k not in self._consts]
+        if unknown:
+            raise self._error(f"unknown constant(s) {', '.join(unknown)}; constants: "
+                              f"{', '.join(self._consts) or 'none'}")
+        values: dict[str, Any] = {}
+        for name, p in self._consts.items():
+            if name in consts:
+                values[name] = consts[name]
+            elif p.default is not inspect.Parameter.empty:
+                values[name] = p.default
+            else:
+                raise self._error(f"the constant {name} has no default; pass it: .trace({name}=...)")
+        try:
+            key = (tuple(sorted(values.items())), tuple(sorted(specs.items(), key=lambda kv: kv[0])))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and key in self._cache:
+            return self._cache[key]
+        tk = self._trace(values, specs)
+        if key is not None:
+            self._cache[key] = tk
+        return tk
+
+    def _threads(self, consts: dict[str, Any]) -> int:
+        t = self.threads(consts) if callable(self.threads) else self.threads
+        if not isinstance(t, int) or isinstance(t, bool) or t <= 0 or t % 32 or t > 1024:
+            raise self._error(f"threads={t!r} must be a positive multiple of 32, at most 1024")
+        return t
+
+    def _trace(self, consts: dict[str, Any], specs: dict[str, Any]) -> TileKernel:
+        threads = self._threads(consts)
+        ctx = TraceContext(self.name, self.fn.__code__, threads, self.cluster)
+        sizes: dict[str, Var] = {}
+        scalar_params: dict[str, ScalarParam] = {}
+        # scalars first, so that a size named like a scalar is that scalar
+        for name, ann in self._params:
+            ann = specs.get(name, ann)
+            if isinstance(ann, DType) and not isinstance(ann, Tensor):
+                var = Var(name, None, None, kind="scalar")
+                ctx.reserve_var_name(name)
+                sizes[name] = var
+                scalar_params[name] = ScalarParam(name, canonical(ann), var)
+        params: list[GlobalParam | ScalarParam] = []
+        args: list[Any] = []
+        for name, ann in self._params:
+            ann = specs.get(name, ann)
+            if name in scalar_params:
+                params.append(scalar_params[name])
+                args.append(scalar_params[name].var)
+                continue
+            if not isinstance(ann, Tensor):
+                raise self._error(f"argument {name}: {ann!r} is not a tensor type")
+            try:
+                shape = tuple(resolve_dim(s, sizes) for s in ann.shape)
+                if ann.stride is None:
+                    stride_l: list[Any] = []
+                    acc: Any = 1
+                    for s in reversed(shape):
+                        stride_l.append(acc)
+                        acc = acc * s
+                    stride = tuple(reversed(stride_l))
+                else:
+                    stride = tuple(resolve_dim(s, sizes) for s in ann.stride)
+            except ValueError as e:
+                raise self._error(f"argument {name}: {e}") from None
+            gp = GlobalParam(name, canonical(ann.dtype), shape, stride, ann.align_bytes)
+            params.append(gp)
+            args.append(GlobalTensor(gp, ctx))
+        for v in sizes.values():
+            ctx.reserve_var_name(v.name)
+        with ctx:
+            try:
+                self.fn(*args, **consts)
+            except TypeError as e:
+                if "has no Python truth value" in str(e):
+                    raise self._bool_error(e) from e
+                raise
+            if ctx.broken_loop is not None:
+                ctx.check_open("range", None)
+            if len(ctx.blocks) != 1:
+                raise KernelError(self.name, "range", None, "a runtime loop or branch was not closed")
+        launch = LaunchConfig(ctx.grid if ctx.grid is not None else (1,), threads, self.cluster,
+                              ctx.block_index, ctx.thread_var)
+        if ctx.grid is None:
+            launch.block_index = (Var("blockIdx.x", 0, 1, kind="block"),)
+        return TileKernel(self.name, params, launch, ctx.body, self.loc, dict(consts), list(ctx.mbarriers))
+
+    def _bool_error(self, e: TypeError) -> KernelError:
+        loc = None
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is self.fn.__code__:
+                loc = SourceLoc(tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name,
+                                source.loc_of_frame_line(tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+            tb = tb.tb_next
+        return KernelError(self.name, "bool", loc, f"{e}. Python `if`, `and`, `or`, `not` and `while` need "
+                           "values known at trace time")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"kernel {self.name} is a definition: trace it with {self.name}.trace(...) and "
+                        "compile "
+                        "it with hexlayout's runtime")
+
+    def __repr__(self) -> str:
+        return f"<hl.kernel {self.name} at {os.path.basename(self.loc.file)}:{self.loc.line}>"
+
+
+def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dict[str, Any]], int] = 128,
+           cluster: tuple[int, ...] | None = None, name: str | None = None) -> Any:
+    """Decorator: ``@hl.kernel(threads=128, cluster=None)`` (or bare ``@hl.kernel``)."""
+    if fn is not None:
+        return Kernel(fn, threads, cluster, name)
+
+    def wrap(f: Callable[..., Any]) -> Kernel:
+        return Kernel(f, threads, cluster, name)
+
+    return wrap
+
+
+
