@@ -11,6 +11,15 @@ by dividing out ``d`` and then modding out ``s``. The result is compatible with 
 mode by mode to A (modes of A past the tiler's rank are dropped, as in CuTe), or an
 integer ``n`` meaning ``n:1``. ``A`` may be a ``Swizzle`` or ``ComposedLayout``; the
 result is then a ``ComposedLayout``.
+
+Deliberate deviation from C++: the divisibility conditions are always checked, and a
+violation raises ValueError (C++ checks only static values and otherwise returns a wrong
+layout): for a mode ``s:d`` of B (``s > 1``) and a mode of A of extent ``a`` that B steps
+over, ``a | d``; that B leaves part-way, ``d | a`` and the remaining extent divisible.
+Conversely a size-1 mode of B is never rejected (C++ asserts statically there too).
+Known limitation shared with C++: the check is per mode of B, so a B whose modes are
+each admissible but jointly straddle a mode boundary of A (``A = (6,4):(144,36)``,
+``B = (5,2):(1,5)``) still yields ``(A o B0, A o B1)``, which differs from ``A(B(c))``.
 """
 
 from __future__ import annotations

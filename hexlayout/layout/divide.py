@@ -8,6 +8,13 @@
 - ``flat_divide``:   ``(tile0, tile1, ..., rest0, rest1, ...)``.
 
 On a ``ComposedLayout`` each applies to its inner layout ``layout_b`` (CuTe C++).
+
+Post-conditions: ``size(result[0]) == size(T)``, ``result[0] == L o T``, and the result
+is a permutation of L's values when T's modes fit L's (coalesced) modes; as in C++, a
+tile that does not divide a 1-D layout pads it (``6:1 / 4:1 = (4,2):(1,4)``, reading
+past ``size(L)``), and a tile that straddles L's modes unevenly raises ValueError
+(composition's divisibility check). ``tiled``/``flat`` unpack a mode with C++'s
+``repeat<rank>(_)``: a rank-1 (tuple) mode is kept whole, e.g. ``((2),3,4)``.
 """
 
 from __future__ import annotations

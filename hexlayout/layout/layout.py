@@ -3,9 +3,16 @@
 A ``Layout`` is a pair (shape, stride) of congruent IntTuples. Evaluated at a 1-D
 index ``i`` it splits ``i`` colexicographically by ``shape`` (column-major) and takes
 the inner product with ``stride``; evaluated at a hierarchical coordinate it takes the
-inner product directly. ``None`` in a coordinate is CuTe's ``_``: ``L(None, 2)``
-returns the sub-layout of mode 0 (the offset ``L(0, 2)`` is dropped, as in CuTe;
-``slice_and_offset`` returns both).
+inner product directly. Coordinates may be ints, integer numpy arrays (vectorized) or
+symbolic integer expressions; they are not bounds-checked (C++ semantics: a 1-D index
+past ``size(L)`` extends the last mode). ``None`` in a coordinate is CuTe's ``_``:
+``L(None, 2)`` on ``(4,8):(1,4)`` is the rank-1 tuple layout ``(4):(1)`` (the offset
+``L(0, 2)`` is dropped, as in CuTe; ``slice_and_offset`` returns both).
+``Layout(shape)`` gives extent-1 modes stride 0, as C++'s ``make_layout`` does.
+
+Deviation from C++: bad operands (non-Layouts, non-positive extents, non-congruent
+strides, wrong coordinate ranks, out-of-range mode indices) raise ValueError naming the
+operation.
 
 The functions here are the CuTe C++ operations on a single layout: ``make_layout``,
 ``size``, ``cosize``, ``rank``, ``depth``, ``flatten``, ``coalesce`` (by-mode with a
