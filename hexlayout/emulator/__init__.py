@@ -30,6 +30,17 @@ from .report import EmulatorReport, SiteStats
 from .run import grid_of, run
 
 __all__ = [
-    "run", "grid_of", "EmulatorReport", "SiteStats", "EmulationError", "OutOfBoundsError", "MisalignedAccessError",
-    "RaceError", "AsyncHazardError", "DeadlockError", "DivergenceError", "IllegalInstructionError", "ArgumentError",
+    "run",
+    "grid_of",
+    "EmulatorReport",
+    "SiteStats",
+    "EmulationError",
+    "OutOfBoundsError",
+    "MisalignedAccessError",
+    "RaceError",
+    "AsyncHazardError",
+    "DeadlockError",
+    "DivergenceError",
+    "IllegalInstructionError",
+    "ArgumentError",
 ]

@@ -66,9 +66,19 @@ def _gelu(a: np.ndarray) -> np.ndarray:
 
 
 _UNARY = {
-    "mov": lambda a: a, "cvt": lambda a: a, "neg": np.negative, "abs": np.abs, "exp2": np.exp2, "exp": np.exp,
-    "log2": np.log2, "log": np.log, "rcp": lambda a: 1.0 / a, "rsqrt": lambda a: 1.0 / np.sqrt(a),
-    "sqrt": np.sqrt, "silu": lambda a: a / (1.0 + np.exp(-a)), "gelu": _gelu,
+    "mov": lambda a: a,
+    "cvt": lambda a: a,
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp2": np.exp2,
+    "exp": np.exp,
+    "log2": np.log2,
+    "log": np.log,
+    "rcp": lambda a: 1.0 / a,
+    "rsqrt": lambda a: 1.0 / np.sqrt(a),
+    "sqrt": np.sqrt,
+    "silu": lambda a: a / (1.0 + np.exp(-a)),
+    "gelu": _gelu,
 }
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -81,9 +91,13 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def alu(m: Machine, ins: Alu, x: Active) -> None:
     if ins.op not in ALU_OPS:
-        m.fail(IllegalInstructionError, ins, f"unknown ALU op {ins.op!r}; known: {', '.join(sorted(ALU_OPS))}")
+        m.fail(
+            IllegalInstructionError, ins, f"unknown ALU op {ins.op!r}; known: {', '.join(sorted(ALU_OPS))}"
+        )
     if len(ins.srcs) != ALU_OPS[ins.op]:
-        m.fail(IllegalInstructionError, ins, f"{ins.op} takes {ALU_OPS[ins.op]} operand(s), got {len(ins.srcs)}")
+        m.fail(
+            IllegalInstructionError, ins, f"{ins.op} takes {ALU_OPS[ins.op]} operand(s), got {len(ins.srcs)}"
+        )
     if not len(x.tids):
         return
     dst_t = ins.dst.array.dtype
@@ -94,8 +108,12 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
     for s in ins.srcs:
         if isinstance(s, RegRef):
             if s.count != ins.dst.count:
-                m.fail(IllegalInstructionError, ins, f"{ins.op}: source {s.array.name} has {s.count} element(s), "
-                       f"the destination {ins.dst.count}")
+                m.fail(
+                    IllegalInstructionError,
+                    ins,
+                    f"{ins.op}: source {s.array.name} has {s.count} element(s), "
+                    f"the destination {ins.dst.count}",
+                )
             v = m.read_regs(s, x.tids, x.env, ins)
             any_float_src |= s.array.dtype.is_float
             vals.append(v.astype(np.float64) if (dst_float or s.array.dtype.is_float) else v.astype(np.int64))
@@ -112,8 +130,11 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
         elif op in _BINARY:
             r = _BINARY[op](vals[0], vals[1])
         elif op == "div":
-            r = vals[0] / vals[1] if (dst_float or any_float_src) else _int_div(np.asarray(vals[0]),
-                                                                                 np.asarray(vals[1]))
+            r = (
+                vals[0] / vals[1]
+                if (dst_float or any_float_src)
+                else _int_div(np.asarray(vals[0]), np.asarray(vals[1]))
+            )
         elif op == "fma":
             r = vals[0] * vals[1] + vals[2]
         else:  # select
@@ -147,15 +168,24 @@ def shfl(m: Machine, ins: Shfl, x: Active) -> None:
     p = pos[src_tid]
     if (p < 0).any():
         i = int(np.flatnonzero(p < 0)[0])
-        m.fail(DivergenceError, ins, f"shfl.sync: thread {int(x.tids[i])} reads lane {int(src_tid[i]) & 31}, "
-               f"which is not executing the shuffle", thread=int(x.tids[i]))
+        m.fail(
+            DivergenceError,
+            ins,
+            f"shfl.sync: thread {int(x.tids[i])} reads lane {int(src_tid[i]) & 31}, "
+            f"which is not executing the shuffle",
+            thread=int(x.tids[i]),
+        )
     m.write_reg_bytes(ins.dst, x.tids, x.env, ins, src[p])
 
 
 def set_max_nreg(m: Machine, ins: SetMaxNReg, x: Active) -> None:
     if ins.count % 8 or not 24 <= ins.count <= 256:
-        m.fail(IllegalInstructionError, ins, f"setmaxnreg.{'inc' if ins.increase else 'dec'} {ins.count}: the "
-               f"count must be a multiple of 8 in [24, 256]")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"setmaxnreg.{'inc' if ins.increase else 'dec'} {ins.count}: the "
+            f"count must be a multiple of 8 in [24, 256]",
+        )
     if not len(x.tids):
         return
     grid = whole_units(m, ins, x.tids, 128, "setmaxnreg")

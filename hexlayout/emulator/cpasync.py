@@ -56,8 +56,15 @@ def cp_async(m: Machine, ins: CpAsync, x: Active) -> None:
     idx = m.byte_idx(saddr, nb)
     m.smem_write_check(ins, tids, idx)
     st = _state(m)
-    op = m.new_async("cp.async", ins, tids, addr=idx, data=data, group=st.committed[tids].copy(),
-                     done=np.zeros(len(tids), dtype=bool))
+    op = m.new_async(
+        "cp.async",
+        ins,
+        tids,
+        addr=idx,
+        data=data,
+        group=st.committed[tids].copy(),
+        done=np.zeros(len(tids), dtype=bool),
+    )
     m.shadow.pend_write[idx] = op.ident
     st.open.append(op.ident)
     m.count_smem(ins, tids, saddr, nb)
@@ -74,8 +81,9 @@ def complete_rows(m: Machine, op: AsyncOp, sel: np.ndarray) -> None:
     m.smem.raw[idx] = op.data[sel]
     m.shadow.clear_marks(m.shadow.pend_write, idx, op.ident)
     if m.options.check_races:
-        m.shadow.record_write(op.tids[sel], idx, m.site_id(op.instr), op.epochs[sel] if op.epochs is not None
-                              else None)
+        m.shadow.record_write(
+            op.tids[sel], idx, m.site_id(op.instr), op.epochs[sel] if op.epochs is not None else None
+        )
     op.done[sel] = True
 
 

@@ -14,8 +14,16 @@ from hexlayout.ir.lowered import Instr
 from hexlayout.ir.tile import SourceLoc
 
 __all__ = [
-    "EmulationError", "OutOfBoundsError", "MisalignedAccessError", "RaceError", "AsyncHazardError",
-    "DeadlockError", "DivergenceError", "IllegalInstructionError", "ArgumentError", "describe_instr",
+    "EmulationError",
+    "OutOfBoundsError",
+    "MisalignedAccessError",
+    "RaceError",
+    "AsyncHazardError",
+    "DeadlockError",
+    "DivergenceError",
+    "IllegalInstructionError",
+    "ArgumentError",
+    "describe_instr",
 ]
 
 
@@ -41,10 +49,20 @@ class EmulationError(Exception):
 
     kind = "emulation error"
 
-    def __init__(self, detail: str, *, kernel: str = "", instr: Instr | None = None,
-                 block: tuple[int, ...] | None = None, thread: int | None = None, buffer: str | None = None,
-                 address: int | None = None, other_instr: Instr | None = None,
-                 other_thread: int | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        kernel: str = "",
+        instr: Instr | None = None,
+        block: tuple[int, ...] | None = None,
+        thread: int | None = None,
+        buffer: str | None = None,
+        address: int | None = None,
+        other_instr: Instr | None = None,
+        other_thread: int | None = None,
+        **extra: Any,
+    ) -> None:
         self.detail = detail
         self.kernel = kernel
         self.instr = instr

@@ -40,9 +40,9 @@ _NAMES = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
 
 @dataclass(frozen=True)
 class GmmaDescriptor:
-    start: int          # bytes
-    lbo: int            # bytes
-    sbo: int            # bytes
+    start: int  # bytes
+    lbo: int  # bytes
+    sbo: int  # bytes
     base_offset: int
     layout_type: int
 
@@ -53,14 +53,23 @@ class GmmaDescriptor:
 
 def encode(start: int, lbo: int, sbo: int, layout_type: int, base_offset: int = 0) -> int:
     """The 64-bit descriptor (the low 4 bits of addresses and offsets are dropped, as in hardware)."""
-    return (((start >> 4) & 0x3FFF) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32)
-            | ((base_offset & 0x7) << 49) | ((layout_type & 0x3) << 62))
+    return (
+        ((start >> 4) & 0x3FFF)
+        | (((lbo >> 4) & 0x3FFF) << 16)
+        | (((sbo >> 4) & 0x3FFF) << 32)
+        | ((base_offset & 0x7) << 49)
+        | ((layout_type & 0x3) << 62)
+    )
 
 
 def decode(desc: int) -> GmmaDescriptor:
-    return GmmaDescriptor(start=(desc & 0x3FFF) << 4, lbo=((desc >> 16) & 0x3FFF) << 4,
-                          sbo=((desc >> 32) & 0x3FFF) << 4, base_offset=(desc >> 49) & 0x7,
-                          layout_type=(desc >> 62) & 0x3)
+    return GmmaDescriptor(
+        start=(desc & 0x3FFF) << 4,
+        lbo=((desc >> 16) & 0x3FFF) << 4,
+        sbo=((desc >> 32) & 0x3FFF) << 4,
+        base_offset=(desc >> 49) & 0x7,
+        layout_type=(desc >> 62) & 0x3,
+    )
 
 
 def operand_addresses(d: GmmaDescriptor, mn: int, k: int, esize: int, major: str) -> np.ndarray:

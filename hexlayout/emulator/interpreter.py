@@ -145,8 +145,11 @@ def exec_body(m: Machine, body: list[Instr], g: Group) -> Generator[Request, Non
             key = mbarrier.barrier_key(m, ins.bar, x.env, ins)
             parity = m.ev_uniform(ins.phase, x.env, ins, "mbarrier wait parity")
             st = mbarrier.get_barrier(m, key, ins)
+            mbarrier.land(m, st)
             if not mbarrier.is_complete(st, parity):
                 yield MbarRequest(ins, x.tids, key, parity)
             mbarrier.acquire(m, st, parity, x.tids)
         else:
-            m.fail(IllegalInstructionError, ins, f"the emulator does not know instruction {type(ins).__name__}")
+            m.fail(
+                IllegalInstructionError, ins, f"the emulator does not know instruction {type(ins).__name__}"
+            )

@@ -22,21 +22,26 @@ from .warps import whole_units
 __all__ = ["HANDLERS"]
 
 _LANE = np.arange(32)
-_ROW = _LANE // 4                                  # row (non-trans) / column (trans) of each lane
-_COLS = 2 * (_LANE % 4)[:, None] + np.arange(2)    # [32, 2] the lane's two columns (rows when .trans)
+_ROW = _LANE // 4  # row (non-trans) / column (trans) of each lane
+_COLS = 2 * (_LANE % 4)[:, None] + np.arange(2)  # [32, 2] the lane's two columns (rows when .trans)
 
 
-def _setup(m: Machine, ins: Ldmatrix | Stmatrix, x: Active, reg_ref: object) -> tuple[np.ndarray, np.ndarray,
-                                                                                         np.ndarray, int]:
+def _setup(
+    m: Machine, ins: Ldmatrix | Stmatrix, x: Active, reg_ref: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     num = ins.num
     if num not in (1, 2, 4):
         m.fail(IllegalInstructionError, ins, f"{ins.opname}.x{num}: only .x1, .x2, .x4 exist")
     nb = m.reg_bytes_of(reg_ref)  # type: ignore[arg-type]
     if nb != 4 * num:
-        m.fail(IllegalInstructionError, ins, f"{ins.opname}.x{num} moves {num} 32-bit register(s) per lane, its "
-               f"register slice holds {nb} bytes")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"{ins.opname}.x{num} moves {num} 32-bit register(s) per lane, its "
+            f"register slice holds {nb} bytes",
+        )
     grid = whole_units(m, ins, x.tids, 32, ins.opname)
-    rows_t = grid[:, : 8 * num].reshape(-1)           # lanes giving row addresses, [W * 8num]
+    rows_t = grid[:, : 8 * num].reshape(-1)  # lanes giving row addresses, [W * 8num]
     env = {**x.env, m.tvar: rows_t}
     ref = ins.src if isinstance(ins, Ldmatrix) else ins.dst
     addr = m.smem_addresses(ref, env, rows_t, 16, ins)
@@ -51,7 +56,7 @@ def ldmatrix(m: Machine, ins: Ldmatrix, x: Active) -> None:
     m.smem_read(ins, rows_t, idx)
     mats = np.ascontiguousarray(m.smem.raw[idx]).view(np.uint16).reshape(len(grid), num, 8, 8)
     if ins.trans:
-        vals = mats[:, :, _COLS, _ROW[:, None]]        # [W, num, 32, 2]
+        vals = mats[:, :, _COLS, _ROW[:, None]]  # [W, num, 32, 2]
     else:
         vals = mats[:, :, _ROW[:, None], _COLS]
     out = np.ascontiguousarray(vals.transpose(0, 2, 1, 3)).reshape(len(x.tids), 2 * num)
@@ -64,7 +69,7 @@ def stmatrix(m: Machine, ins: Stmatrix, x: Active) -> None:
         return
     grid, rows_t, addr, num = _setup(m, ins, x, ins.src)
     regs = np.ascontiguousarray(m.read_reg_bytes(ins.src, grid.reshape(-1), x.env, ins)).view(np.uint16)
-    vals = regs.reshape(len(grid), 32, num, 2).transpose(0, 2, 1, 3)     # [W, num, 32, 2]
+    vals = regs.reshape(len(grid), 32, num, 2).transpose(0, 2, 1, 3)  # [W, num, 32, 2]
     mats = np.zeros((len(grid), num, 8, 8), dtype=np.uint16)
     if ins.trans:
         mats[:, :, _COLS, _ROW[:, None]] = vals

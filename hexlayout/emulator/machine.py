@@ -82,9 +82,19 @@ class AsyncOp:
     extra: Any = None
 
 
+_WAIT_FOR = {"wgmma": "wgmma.wait_group", "TMA store": "cp.async.bulk.wait_group.read"}
+
+
 class Machine:
-    def __init__(self, kernel: LoweredKernel, tensors: dict[int, GlobalTensor], scalars: Mapping[Var, int],
-                 block: tuple[int, ...], report: EmulatorReport, options: Options) -> None:
+    def __init__(
+        self,
+        kernel: LoweredKernel,
+        tensors: dict[int, GlobalTensor],
+        scalars: Mapping[Var, int],
+        block: tuple[int, ...],
+        report: EmulatorReport,
+        options: Options,
+    ) -> None:
         self.kernel = kernel
         self.T = kernel.threads
         self.block = block
@@ -103,7 +113,7 @@ class Machine:
         self.tvar = kernel.thread_index
         self.async_ops: dict[int, AsyncOp] = {}
         self._next_async = 1
-        self.state: dict[str, Any] = {}     # per-family state (cp.async groups, mbarriers, ...)
+        self.state: dict[str, Any] = {}  # per-family state (cp.async groups, mbarriers, ...)
 
     # ---- errors -------------------------------------------------------------------
     def fail(self, cls: type[EmulationError], ins: Instr | None, detail: str, **fields: Any) -> NoReturn:
@@ -140,9 +150,14 @@ class Machine:
                 tids = env.get(self.tvar)
                 bad = int(np.flatnonzero(v.reshape(-1) != first)[0])
                 t = int(tids[bad]) if isinstance(tids, np.ndarray) else None
-                self.fail(DivergenceError, ins, f"{what} `{to_c(e)}` must be the same in every thread, but it "
-                          f"is {int(first)} in thread {int(tids[0]) if t is not None else '?'} and "
-                          f"{int(v.reshape(-1)[bad])} in thread {t}", thread=t)
+                self.fail(
+                    DivergenceError,
+                    ins,
+                    f"{what} `{to_c(e)}` must be the same in every thread, but it "
+                    f"is {int(first)} in thread {int(tids[0]) if t is not None else '?'} and "
+                    f"{int(v.reshape(-1)[bad])} in thread {t}",
+                    thread=t,
+                )
             return int(first)
         return int(v)
 
@@ -151,12 +166,19 @@ class Machine:
         self.regs.ensure(ref.array)
         start = self.ev_uniform(ref.start, env, ins, f"start of register slice {ref.array.name}")
         if start < 0 or start + ref.count > ref.array.count:
-            self.fail(OutOfBoundsError, ins, f"register slice {ref.array.name}[{start}:{start + ref.count}] is "
-                      f"outside the register array ({ref.array.count} elements)", buffer=ref.array.name,
-                      address=start)
+            self.fail(
+                OutOfBoundsError,
+                ins,
+                f"register slice {ref.array.name}[{start}:{start + ref.count}] is "
+                f"outside the register array ({ref.array.count} elements)",
+                buffer=ref.array.name,
+                address=start,
+            )
         return start, start + ref.count
 
-    def _check_reg_pending(self, ref: RegRef, tids: np.ndarray, lo: int, hi: int, ins: Instr, write: bool) -> None:
+    def _check_reg_pending(
+        self, ref: RegRef, tids: np.ndarray, lo: int, hi: int, ins: Instr, write: bool
+    ) -> None:
         tables = [self.regs.pending_write] + ([self.regs.pending_read] if write else [])
         for table in tables:
             marks = table.get(ref.array)
@@ -167,49 +189,79 @@ class Machine:
                 r, c = np.argwhere(sub)[0]
                 op = self.async_ops.get(int(sub[r, c]))
                 act = "writes" if table is self.regs.pending_write else "reads"
-                self.fail(AsyncHazardError, ins, f"{'writes' if write else 'reads'} register "
-                          f"{ref.array.name}[{lo + int(c)}] that an in-flight wgmma {act}; wait for it with "
-                          f"wgmma.wait_group first", thread=int(tids[r]), buffer=ref.array.name,
-                          address=lo + int(c), other_instr=None if op is None else op.instr)
+                self.fail(
+                    AsyncHazardError,
+                    ins,
+                    f"{'writes' if write else 'reads'} register "
+                    f"{ref.array.name}[{lo + int(c)}] that an in-flight wgmma {act}; wait for it with "
+                    f"wgmma.wait_group first",
+                    thread=int(tids[r]),
+                    buffer=ref.array.name,
+                    address=lo + int(c),
+                    other_instr=None if op is None else op.instr,
+                )
 
-    def read_regs(self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr,
-                  check_pending: bool = True) -> np.ndarray:
+    def read_regs(
+        self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, check_pending: bool = True
+    ) -> np.ndarray:
         """Typed copy ``[n, count]`` of the slice for threads ``tids``."""
         lo, hi = self.reg_range(ref, env, ins)
         if check_pending:
             self._check_reg_pending(ref, tids, lo, hi, ins, write=False)
         return self.regs.typed(ref.array)[tids, lo:hi]
 
-    def read_reg_bytes(self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr,
-                       check_pending: bool = True) -> np.ndarray:
+    def read_reg_bytes(
+        self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, check_pending: bool = True
+    ) -> np.ndarray:
         lo, hi = self.reg_range(ref, env, ins)
         if check_pending:
             self._check_reg_pending(ref, tids, lo, hi, ins, write=False)
         isz = self.regs.itemsize[ref.array]
-        return self.regs.raw[ref.array][tids, lo * isz:hi * isz]
+        return self.regs.raw[ref.array][tids, lo * isz : hi * isz]
 
-    def write_regs(self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, values: Any,
-                   check_pending: bool = True) -> None:
+    def write_regs(
+        self,
+        ref: RegRef,
+        tids: np.ndarray,
+        env: Mapping[Var, Any],
+        ins: Instr,
+        values: Any,
+        check_pending: bool = True,
+    ) -> None:
         lo, hi = self.reg_range(ref, env, ins)
         if check_pending:
             self._check_reg_pending(ref, tids, lo, hi, ins, write=True)
         self.regs.typed(ref.array)[tids, lo:hi] = values
 
-    def write_reg_bytes(self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr,
-                        data: np.ndarray, check_pending: bool = True) -> None:
+    def write_reg_bytes(
+        self,
+        ref: RegRef,
+        tids: np.ndarray,
+        env: Mapping[Var, Any],
+        ins: Instr,
+        data: np.ndarray,
+        check_pending: bool = True,
+    ) -> None:
         lo, hi = self.reg_range(ref, env, ins)
         if check_pending:
             self._check_reg_pending(ref, tids, lo, hi, ins, write=True)
         isz = self.regs.itemsize[ref.array]
-        self.regs.raw[ref.array][tids, lo * isz:hi * isz] = data
+        self.regs.raw[ref.array][tids, lo * isz : hi * isz] = data
 
     def reg_bytes_of(self, ref: RegRef) -> int:
         self.regs.ensure(ref.array)
         return ref.count * self.regs.itemsize[ref.array]
 
     # ---- addresses --------------------------------------------------------------------
-    def smem_addresses(self, ref: SharedRef, env: Mapping[Var, Any], tids: np.ndarray, nbytes: int, ins: Instr,
-                       align: int | None = None) -> np.ndarray:
+    def smem_addresses(
+        self,
+        ref: SharedRef,
+        env: Mapping[Var, Any],
+        tids: np.ndarray,
+        nbytes: int,
+        ins: Instr,
+        align: int | None = None,
+    ) -> np.ndarray:
         """Absolute shared byte addresses ``[n]`` of ``ref`` for ``tids``, checked: inside the
         buffer for ``nbytes`` bytes, aligned to ``align`` (default ``nbytes``)."""
         buf = ref.buffer
@@ -219,55 +271,101 @@ class Machine:
         bad = (rel < 0) | (rel + nbytes > buf.nbytes)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            self.fail(OutOfBoundsError, ins, f"shared buffer {buf.name!r} ({buf.nbytes} bytes, {buf.dtype}): "
-                      f"access of {nbytes} bytes at element offset {int(off[i])} (byte {int(rel[i])}) is out "
-                      f"of bounds", thread=int(tids[i]), buffer=buf.name, address=int(off[i]))
+            self.fail(
+                OutOfBoundsError,
+                ins,
+                f"shared buffer {buf.name!r} ({buf.nbytes} bytes, {buf.dtype}): "
+                f"access of {nbytes} bytes at element offset {int(off[i])} (byte {int(rel[i])}) is out "
+                f"of bounds",
+                thread=int(tids[i]),
+                buffer=buf.name,
+                address=int(off[i]),
+            )
         addr = rel + buf.offset
         a = nbytes if align is None else align
         mis = addr % a != 0
         if mis.any():
             i = int(np.flatnonzero(mis)[0])
-            self.fail(MisalignedAccessError, ins, f"shared buffer {buf.name!r}: {nbytes}-byte access at element "
-                      f"offset {int(off[i])} (shared address {int(addr[i])}) is not aligned to {a} bytes",
-                      thread=int(tids[i]), buffer=buf.name, address=int(off[i]))
+            self.fail(
+                MisalignedAccessError,
+                ins,
+                f"shared buffer {buf.name!r}: {nbytes}-byte access at element "
+                f"offset {int(off[i])} (shared address {int(addr[i])}) is not aligned to {a} bytes",
+                thread=int(tids[i]),
+                buffer=buf.name,
+                address=int(off[i]),
+            )
         return addr
 
-    def global_addresses(self, ref: GlobalRef, env: Mapping[Var, Any], tids: np.ndarray, nbytes: int,
-                         ins: Instr) -> tuple[GlobalTensor, np.ndarray]:
+    def global_addresses(
+        self, ref: GlobalRef, env: Mapping[Var, Any], tids: np.ndarray, nbytes: int, ins: Instr
+    ) -> tuple[GlobalTensor, np.ndarray]:
         """``(tensor, byte addresses [n])`` of ``ref`` for ``tids``, bounds- and alignment-checked."""
         t = self.tensors.get(id(ref.param))
         if t is None:
-            self.fail(IllegalInstructionError, ins, f"global tensor {ref.param.name!r} is not a kernel parameter")
+            self.fail(
+                IllegalInstructionError, ins, f"global tensor {ref.param.name!r} is not a kernel parameter"
+            )
         off = self.ev_vec(ref.offset, env, len(tids))
         es = t.esize
         if nbytes % es:
-            self.fail(IllegalInstructionError, ins, f"{nbytes}-byte access of tensor {t.name!r} is not a whole "
-                      f"number of {t.param.dtype} elements", buffer=t.name)
+            self.fail(
+                IllegalInstructionError,
+                ins,
+                f"{nbytes}-byte access of tensor {t.name!r} is not a whole "
+                f"number of {t.param.dtype} elements",
+                buffer=t.name,
+            )
         bad = (off < 0) | (off + nbytes // es > t.extent)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            self.fail(OutOfBoundsError, ins, f"global tensor {t.name!r} (extent {t.extent} elements, shape "
-                      f"{t.shape}, strides {t.strides}): access of {nbytes // es} element(s) at element offset "
-                      f"{int(off[i])} is out of bounds", thread=int(tids[i]), buffer=t.name, address=int(off[i]))
+            self.fail(
+                OutOfBoundsError,
+                ins,
+                f"global tensor {t.name!r} (extent {t.extent} elements, shape "
+                f"{t.shape}, strides {t.strides}): access of {nbytes // es} element(s) at element offset "
+                f"{int(off[i])} is out of bounds",
+                thread=int(tids[i]),
+                buffer=t.name,
+                address=int(off[i]),
+            )
         addr = off * es
         mis = addr % nbytes != 0
         if mis.any():
             i = int(np.flatnonzero(mis)[0])
-            self.fail(MisalignedAccessError, ins, f"global tensor {t.name!r}: {nbytes}-byte vector access at "
-                      f"element offset {int(off[i])} (byte {int(addr[i])}) is not {nbytes}-byte aligned",
-                      thread=int(tids[i]), buffer=t.name, address=int(off[i]))
+            self.fail(
+                MisalignedAccessError,
+                ins,
+                f"global tensor {t.name!r}: {nbytes}-byte vector access at "
+                f"element offset {int(off[i])} (byte {int(addr[i])}) is not {nbytes}-byte aligned",
+                thread=int(tids[i]),
+                buffer=t.name,
+                address=int(off[i]),
+            )
         return t, addr
 
     # ---- checked shared-memory traffic ----------------------------------------------
     def _conflict(self, ins: Instr, c: Conflict) -> NoReturn:
         other = self.sites[c.other_site] if c.other_site >= 0 else None
         buf = self.smem.buffer_at(c.address)
-        verb = {"read-after-write": "reads", "write-after-write": "writes", "write-after-read": "writes"}[c.what]
-        prev = {"read-after-write": "written", "write-after-write": "written", "write-after-read": "read"}[c.what]
-        self.fail(RaceError, ins, f"{c.what} race on shared buffer {buf!r}, shared address {c.address}: thread "
-                  f"{c.thread} {verb} bytes {prev} by thread {c.other_thread} without an intervening "
-                  f"synchronization (bar.sync / mbarrier)", thread=c.thread, buffer=buf, address=c.address,
-                  other_instr=other, other_thread=c.other_thread)
+        verb = {"read-after-write": "reads", "write-after-write": "writes", "write-after-read": "writes"}[
+            c.what
+        ]
+        prev = {"read-after-write": "written", "write-after-write": "written", "write-after-read": "read"}[
+            c.what
+        ]
+        self.fail(
+            RaceError,
+            ins,
+            f"{c.what} race on shared buffer {buf!r}, shared address {c.address}: thread "
+            f"{c.thread} {verb} bytes {prev} by thread {c.other_thread} without an intervening "
+            f"synchronization (bar.sync / mbarrier)",
+            thread=c.thread,
+            buffer=buf,
+            address=c.address,
+            other_instr=other,
+            other_thread=c.other_thread,
+        )
 
     def _pending(self, ins: Instr, marks: np.ndarray, idx: np.ndarray, verb: str, tids: np.ndarray) -> None:
         hit = self.shadow.first_mark(marks, idx)
@@ -279,14 +377,28 @@ class Machine:
         row = int(np.argwhere(idx == addr)[0][0]) if idx.ndim == 2 else 0
         kind = op.kind if op is not None else "asynchronous operation"
         if marks is self.shadow.pend_write:
-            how = {"cp.async": "wait for it (cp.async.wait_group) and synchronize first",
-                   "TMA load": "wait on its mbarrier first"}.get(kind, "wait for it first")
-            msg = f"{verb} shared buffer {buf!r} at shared address {addr} while an incomplete {kind} writes it; {how}"
+            how = {
+                "cp.async": "wait for it (cp.async.wait_group) and synchronize first",
+                "TMA load": "wait on its mbarrier first",
+            }.get(kind, "wait for it first")
+            msg = (
+                f"{verb} shared buffer {buf!r} at shared address {addr} while an incomplete {kind} "
+                f"writes it; {how}"
+            )
         else:
-            msg = (f"{verb} shared buffer {buf!r} at shared address {addr} while an in-flight {kind} reads it; "
-                   f"wait for it ({'wgmma.wait_group' if kind == 'wgmma' else 'cp.async.bulk.wait_group.read'}) first")
-        self.fail(AsyncHazardError, ins, msg, thread=int(tids[min(row, len(tids) - 1)]), buffer=buf, address=addr,
-                  other_instr=None if op is None else op.instr)
+            msg = (
+                f"{verb} shared buffer {buf!r} at shared address {addr} while an in-flight {kind} reads it; "
+                f"wait for it ({_WAIT_FOR.get(kind, 'its wait')}) first"
+            )
+        self.fail(
+            AsyncHazardError,
+            ins,
+            msg,
+            thread=int(tids[min(row, len(tids) - 1)]),
+            buffer=buf,
+            address=addr,
+            other_instr=None if op is None else op.instr,
+        )
 
     def smem_read(self, ins: Instr, tids: np.ndarray, idx: np.ndarray) -> None:
         """Check and record reads of byte addresses ``idx`` (``[n, nb]``) by ``tids``."""
@@ -336,11 +448,11 @@ class Machine:
         if not self.options.count or len(tids) == 0:
             return
         warps = tids >> 5
-        first = (addr // 32)
+        first = addr // 32
         last = (addr + width - 1) // 32
         span = int((last - first).max()) + 1
         secs = (first.reshape(-1, 1) + np.arange(span)).reshape(-1)
-        valid = (secs <= np.repeat(last, span))
+        valid = secs <= np.repeat(last, span)
         wsec = np.repeat(warps, span)[valid]
         keys = np.unique(wsec * (1 << 40) + secs[valid])
         uaddr = np.unique(warps * (1 << 40) + addr)

@@ -4,9 +4,14 @@ State per barrier (``MbarRef`` name and index): expected arrivals (from ``MbarIn
 pending arrivals and transaction bytes of the current phase, and the phase number.
 ``MbarArrive`` counts one arrival per executing thread; with ``tx_bytes > 0`` it is
 ``arrive.expect_tx``: the transaction count grows by ``tx_bytes`` per thread first. A TMA
-load completing on the barrier lowers the transaction count by its bytes. The current phase
-completes when both counts reach zero: the TMA writes attached to it land in shared memory,
-the pending count resets to the expected count and the phase number advances.
+load issued on the barrier is *in flight* until it lands, which the emulator delays as
+long as the program allows: until some thread tests the barrier (``MbarWait``), or no
+thread group can run otherwise (before a deadlock is declared), or the block ends. Landing
+lowers the transaction count by the box's bytes. The current phase completes when both
+counts reach zero: the TMA writes that landed in it reach shared memory, the pending count
+resets to the expected count and the phase number advances. (So a read of a TMA
+destination that does not wait on the barrier always sees the write still pending, and an
+``arrive`` without ``expect_tx`` lets the phase complete before the data is there.)
 
 ``MbarWait(phase)`` (``try_wait.parity`` loop) returns once the phase with parity ``phase``
 has completed, i.e. while the current phase's parity differs from ``phase`` (so waiting for
@@ -30,8 +35,18 @@ from .cpasync import complete_rows
 from .errors import IllegalInstructionError, OutOfBoundsError
 from .machine import Active, AsyncOp, Machine
 
-__all__ = ["HANDLERS", "MbarState", "barrier_key", "get_barrier", "is_complete", "acquire", "complete_tx",
-           "describe"]
+__all__ = [
+    "HANDLERS",
+    "MbarState",
+    "barrier_key",
+    "get_barrier",
+    "is_complete",
+    "acquire",
+    "complete_tx",
+    "describe",
+    "land",
+    "land_all",
+]
 
 
 @dataclass
@@ -45,14 +60,20 @@ class MbarState:
     phase: int = 0
     completed: dict[int, np.ndarray] = field(default_factory=dict)
     attached: list[AsyncOp] = field(default_factory=list)
+    inflight: list[tuple[AsyncOp | None, int]] = field(default_factory=list)
     init_instr: Instr | None = None
 
 
 def barrier_key(m: Machine, ref: MbarRef, env: dict[Any, Any], ins: Instr) -> tuple[str, int]:
     idx = m.ev_uniform(ref.index, env, ins, f"mbarrier index of {ref.name}")
     if not 0 <= idx < max(ref.count, 1):
-        m.fail(OutOfBoundsError, ins, f"mbarrier {ref.name}[{idx}] is outside its array of {ref.count}",
-               buffer=ref.name, address=idx)
+        m.fail(
+            OutOfBoundsError,
+            ins,
+            f"mbarrier {ref.name}[{idx}] is outside its array of {ref.count}",
+            buffer=ref.name,
+            address=idx,
+        )
     return ref.name, idx
 
 
@@ -63,14 +84,22 @@ def _barriers(m: Machine) -> dict[tuple[str, int], MbarState]:
 def get_barrier(m: Machine, key: tuple[str, int], ins: Instr) -> MbarState:
     st = _barriers(m).get(key)
     if st is None:
-        m.fail(IllegalInstructionError, ins, f"mbarrier {key[0]}[{key[1]}] is used before mbarrier.init",
-               buffer=key[0], address=key[1])
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"mbarrier {key[0]}[{key[1]}] is used before mbarrier.init",
+            buffer=key[0],
+            address=key[1],
+        )
     return st
 
 
 def describe(st: MbarState) -> str:
-    return (f"mbarrier {st.name}[{st.index}]: phase {st.phase} (parity {st.phase & 1}) in progress, "
-            f"{st.pending}/{st.expected} arrival(s) missing, {st.tx} transaction byte(s) outstanding")
+    return (
+        f"mbarrier {st.name}[{st.index}]: phase {st.phase} (parity {st.phase & 1}) in progress, "
+        f"{st.pending}/{st.expected} arrival(s) missing, {st.tx} transaction byte(s) outstanding"
+        + (f", {len(st.inflight)} TMA transfer(s) in flight" if st.inflight else "")
+    )
 
 
 def _maybe_complete(m: Machine, st: MbarState) -> None:
@@ -97,24 +126,46 @@ def acquire(m: Machine, st: MbarState, parity: int, tids: np.ndarray) -> None:
 
 
 def complete_tx(m: Machine, st: MbarState, nbytes: int, op: AsyncOp | None, issuer: np.ndarray) -> None:
-    """A TMA transfer of ``nbytes`` (writing ``op``) completes on the barrier's current phase."""
-    if op is not None:
-        st.attached.append(op)
-    st.clock = np.maximum(st.clock, m.shadow.clocks.release(issuer))
-    st.tx -= nbytes
-    _maybe_complete(m, st)
+    """A TMA transfer of ``nbytes`` (writing ``op``) is issued to complete on the barrier; it is in
+    flight until ``land`` (its completion releases the issuing thread's clock into the barrier)."""
+    if m.options.check_races:
+        st.clock = np.maximum(st.clock, m.shadow.clocks.release(issuer))
+    st.inflight.append((op, nbytes))
+
+
+def land(m: Machine, st: MbarState) -> None:
+    """Complete the barrier's in-flight transfers (transaction bytes; maybe the phase)."""
+    while st.inflight:
+        op, nbytes = st.inflight.pop(0)
+        if op is not None:
+            st.attached.append(op)
+        st.tx -= nbytes
+        _maybe_complete(m, st)
+
+
+def land_all(m: Machine) -> bool:
+    """Land every in-flight transfer of every barrier; True if there were any."""
+    any_ = False
+    for st in _barriers(m).values():
+        if st.inflight:
+            any_ = True
+            land(m, st)
+    return any_
 
 
 def mbar_init(m: Machine, ins: MbarInit, x: Active) -> None:
     if not len(x.tids):
         return
     if ins.arrivals < 1 or ins.arrivals >= 1 << 20:
-        m.fail(IllegalInstructionError, ins, f"mbarrier.init with {ins.arrivals} arrivals (must be in [1, 2^20))")
+        m.fail(
+            IllegalInstructionError, ins, f"mbarrier.init with {ins.arrivals} arrivals (must be in [1, 2^20))"
+        )
     idx = m.ev_vec(ins.bar.index, x.env, len(x.tids))
     for i in np.unique(idx):
         key = barrier_key(m, ins.bar, {**x.env, m.tvar: x.tids[idx == i]}, ins)
-        _barriers(m)[key] = MbarState(key[0], key[1], ins.arrivals, ins.arrivals,
-                                      np.zeros(m.T, dtype=np.int32), init_instr=ins)
+        _barriers(m)[key] = MbarState(
+            key[0], key[1], ins.arrivals, ins.arrivals, np.zeros(m.T, dtype=np.int32), init_instr=ins
+        )
 
 
 def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
@@ -127,8 +178,13 @@ def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
         st = get_barrier(m, key, ins)
         st.tx += ins.tx_bytes * len(sub)
         if len(sub) > st.pending:
-            m.fail(IllegalInstructionError, ins, f"{len(sub)} arrival(s) on {describe(st)}: more arrivals than "
-                   f"the phase expects", buffer=key[0], address=key[1])
+            m.fail(
+                IllegalInstructionError,
+                ins,
+                f"{len(sub)} arrival(s) on {describe(st)}: more arrivals than the phase expects",
+                buffer=key[0],
+                address=key[1],
+            )
         st.pending -= len(sub)
         if m.options.check_races:
             st.clock = np.maximum(st.clock, m.shadow.clocks.release(sub))

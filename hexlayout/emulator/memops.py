@@ -28,8 +28,11 @@ def _check_width(m: Machine, ins: Instr, bits: int, reg_bytes: int, what: str) -
     if bits not in _WIDTHS:
         m.fail(IllegalInstructionError, ins, f"{what}: {bits}-bit access is not one of {_WIDTHS}")
     if reg_bytes * 8 != bits:
-        m.fail(IllegalInstructionError, ins, f"{what}: moves {bits} bits but its register slice holds "
-               f"{reg_bytes * 8} bits")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"{what}: moves {bits} bits but its register slice holds {reg_bytes * 8} bits",
+        )
     return bits // 8
 
 

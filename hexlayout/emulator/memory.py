@@ -51,15 +51,18 @@ class GlobalTensor:
         return self.flat.itemsize
 
 
-def bind_arguments(kernel: LoweredKernel, args: Mapping[str, Any]) -> tuple[dict[int, GlobalTensor],
-                                                                              dict[Var, int]]:
+def bind_arguments(
+    kernel: LoweredKernel, args: Mapping[str, Any]
+) -> tuple[dict[int, GlobalTensor], dict[Var, int]]:
     """Check ``args`` against the kernel's parameters; returns ``(tensors by id(param), scalars)``."""
     scalars: dict[Var, int] = {}
     names = {p.name for p in kernel.params}
     extra = sorted(set(args) - names)
     if extra:
-        raise ArgumentError(f"unknown argument(s) {', '.join(extra)}; parameters: {', '.join(sorted(names))}",
-                            kernel=kernel.name)
+        raise ArgumentError(
+            f"unknown argument(s) {', '.join(extra)}; parameters: {', '.join(sorted(names))}",
+            kernel=kernel.name,
+        )
     for p in kernel.params:
         if isinstance(p, ScalarParam):
             if p.name not in args:
@@ -76,22 +79,35 @@ def bind_arguments(kernel: LoweredKernel, args: Mapping[str, Any]) -> tuple[dict
             raise ArgumentError(f"missing tensor argument {p.name!r}", kernel=kernel.name)
         arr = args[p.name]
         if not isinstance(arr, np.ndarray):
-            raise ArgumentError(f"argument {p.name!r} must be a numpy array, got {type(arr).__name__}",
-                                kernel=kernel.name)
+            raise ArgumentError(
+                f"argument {p.name!r} must be a numpy array, got {type(arr).__name__}", kernel=kernel.name
+            )
         want = np.dtype(p.dtype.numpy())
         if arr.dtype != want:
-            raise ArgumentError(f"argument {p.name!r} has dtype {arr.dtype}, the parameter is {p.dtype} ({want})",
-                                kernel=kernel.name, buffer=p.name)
+            raise ArgumentError(
+                f"argument {p.name!r} has dtype {arr.dtype}, the parameter is {p.dtype} ({want})",
+                kernel=kernel.name,
+                buffer=p.name,
+            )
         if not arr.flags.c_contiguous:
-            raise ArgumentError(f"argument {p.name!r} must be C-contiguous (it is viewed as a flat buffer)",
-                                kernel=kernel.name, buffer=p.name)
+            raise ArgumentError(
+                f"argument {p.name!r} must be C-contiguous (it is viewed as a flat buffer)",
+                kernel=kernel.name,
+                buffer=p.name,
+            )
         shape = tuple(int(evaluate(s, scalars)) for s in p.shape)
         strides = tuple(int(evaluate(s, scalars)) for s in p.stride)
-        extent = 0 if any(s == 0 for s in shape) else 1 + sum((s - 1) * abs(d) for s, d in zip(shape, strides))
+        extent = (
+            0 if any(s == 0 for s in shape) else 1 + sum((s - 1) * abs(d) for s, d in zip(shape, strides))
+        )
         flat = arr.reshape(-1)
         if flat.size < extent:
-            raise ArgumentError(f"argument {p.name!r} has {flat.size} elements, its shape {shape} and strides "
-                                f"{strides} address {extent}", kernel=kernel.name, buffer=p.name)
+            raise ArgumentError(
+                f"argument {p.name!r} has {flat.size} elements, its shape {shape} and strides "
+                f"{strides} address {extent}",
+                kernel=kernel.name,
+                buffer=p.name,
+            )
         tensors[id(p)] = GlobalTensor(p, arr, flat, flat.view(np.uint8), extent, shape, strides)
     return tensors, scalars
 

@@ -11,7 +11,7 @@ executing group must be complete.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from .warps import whole_units
 __all__ = ["HANDLERS", "tv_index", "read_operand", "dense_from_fragments", "fragments_from_dense"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def tv_index(atom_name: str, operand: str) -> np.ndarray:
     """``[threads, values]`` tile index of each fragment element of an atom operand (a, b, c)."""
     atom = get_atom(atom_name)
@@ -36,14 +36,27 @@ def tv_index(atom_name: str, operand: str) -> np.ndarray:
     return lay.indices().reshape(-1, t).T.copy()
 
 
-def read_operand(m: Machine, ins: object, ref: RegRef, tids: np.ndarray, env: dict, dtype: object, count: int,
-                 what: str, check_pending: bool = True) -> np.ndarray:
+def read_operand(
+    m: Machine,
+    ins: object,
+    ref: RegRef,
+    tids: np.ndarray,
+    env: dict,
+    dtype: object,
+    count: int,
+    what: str,
+    check_pending: bool = True,
+) -> np.ndarray:
     """The register slice as ``[n, count]`` values of the atom's ``dtype`` (bytes reinterpreted)."""
     npd = atom_numpy(dtype)
     nb = m.reg_bytes_of(ref)
     if nb != count * npd.itemsize:
-        m.fail(IllegalInstructionError, ins, f"{what}: the atom takes {count} {dtype} element(s) per thread "  # type: ignore[arg-type]
-               f"({count * npd.itemsize} bytes), register slice {ref.array.name} holds {nb} bytes")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"{what}: the atom takes {count} {dtype} element(s) per thread "  # type: ignore[arg-type]
+            f"({count * npd.itemsize} bytes), register slice {ref.array.name} holds {nb} bytes",
+        )
     raw = m.read_reg_bytes(ref, tids, env, ins, check_pending=check_pending)  # type: ignore[arg-type]
     return np.ascontiguousarray(raw).view(npd).reshape(len(tids), count)
 
@@ -90,8 +103,12 @@ def mma_sync(m: Machine, ins: MmaSync, x: Active) -> None:
     B = dense_from_fragments(to_compute(b, atom.b_dtype).reshape(w, 32, -1), tv_index(ins.atom, "b"), N, K)
     C = dense_from_fragments(to_compute(c, atom.c_dtype).reshape(w, 32, -1), tv_index(ins.atom, "c"), M, N)
     if m.reg_bytes_of(ins.d) != atom.values_c * atom_numpy(atom.c_dtype).itemsize:
-        m.fail(IllegalInstructionError, ins, f"D: register slice {ins.d.array.name} holds {m.reg_bytes_of(ins.d)} "
-               f"bytes, the atom writes {atom.values_c} {atom.c_dtype} element(s) per thread")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"D: register slice {ins.d.array.name} holds {m.reg_bytes_of(ins.d)} "
+            f"bytes, the atom writes {atom.values_c} {atom.c_dtype} element(s) per thread",
+        )
     D = np.matmul(A, B.transpose(0, 2, 1)) + C
     d = fragments_from_dense(finish_accumulator(D, atom.c_dtype), tv_index(ins.atom, "c"))
     m.write_reg_bytes(ins.d, tids, x.env, ins, np.ascontiguousarray(d.reshape(len(tids), -1)).view(np.uint8))

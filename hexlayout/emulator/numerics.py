@@ -16,8 +16,15 @@ import numpy as np
 __all__ = ["atom_numpy", "to_compute", "is_int_type"]
 
 _TABLE: dict[str, Any] = {
-    "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "tf32": np.float32, "s8": np.int8,
-    "u8": np.uint8, "s32": np.int32, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+    "f16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "f32": np.float32,
+    "tf32": np.float32,
+    "s8": np.int8,
+    "u8": np.uint8,
+    "s32": np.int32,
+    "e4m3": ml_dtypes.float8_e4m3fn,
+    "e5m2": ml_dtypes.float8_e5m2,
 }
 
 

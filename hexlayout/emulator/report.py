@@ -1,7 +1,8 @@
 """What an emulation run measured: per instruction site and in total.
 
-A *site* is one instruction of the lowered program (identity of the ``Instr`` object),
-shown by its source line, origin (the tile op) and instruction kind. Counters:
+A *site* is a (source line, origin, instruction kind) triple: all instructions lowered
+from one tile op at one line that are of the same kind share a site (instructions without
+a source location are sites of their own). Counters:
 
 * ``executions``: dynamic executions by a thread group (one per group per iteration);
   ``warp_executions``: warp-level instances (warps with at least one active thread).
@@ -56,8 +57,16 @@ class SiteStats:
         return self.gmem_sectors / self.gmem_requests if self.gmem_requests else 0.0
 
 
-_COUNTERS = ("executions", "warp_executions", "smem_wavefronts", "smem_ideal_wavefronts", "gmem_requests",
-             "gmem_sectors", "gmem_ideal_sectors", "gmem_bytes")
+_COUNTERS = (
+    "executions",
+    "warp_executions",
+    "smem_wavefronts",
+    "smem_ideal_wavefronts",
+    "gmem_requests",
+    "gmem_sectors",
+    "gmem_ideal_sectors",
+    "gmem_bytes",
+)
 
 
 @dataclass
@@ -68,20 +77,34 @@ class EmulatorReport:
     sites: list[SiteStats] = field(default_factory=list)
     blocks: list[tuple[int, ...]] = field(default_factory=list)
     seconds: float = 0.0
+    _by_key: dict[object, SiteStats] = field(default_factory=dict, repr=False)
     _by_instr: dict[int, SiteStats] = field(default_factory=dict, repr=False)
 
     def site(self, instr: Instr) -> SiteStats:
-        """The (created on first use) statistics of ``instr``."""
+        """The statistics of the site of ``instr`` (created on first use)."""
         s = self._by_instr.get(id(instr))
+        if s is not None:
+            return s
+        key: object = (
+            ("loc", instr.loc.file, instr.loc.line, instr.origin, instr.opname)
+            if instr.loc is not None
+            else ("id", id(instr))
+        )
+        s = self._by_key.get(key)
         if s is None:
             s = SiteStats(instr)
-            self._by_instr[id(instr)] = s
+            self._by_key[key] = s
             self.sites.append(s)
+        self._by_instr[id(instr)] = s
         return s
 
     def find(self, kind: str | None = None, origin: str | None = None) -> list[SiteStats]:
         """Sites of an instruction kind (``"Ldmatrix"``) and / or origin."""
-        return [s for s in self.sites if (kind is None or s.kind == kind) and (origin is None or s.origin == origin)]
+        return [
+            s
+            for s in self.sites
+            if (kind is None or s.kind == kind) and (origin is None or s.origin == origin)
+        ]
 
     def total(self, counter: str) -> int:
         if counter == "bank_conflicts":
@@ -95,17 +118,52 @@ class EmulatorReport:
         return out
 
     def __str__(self) -> str:
-        head = ("site", "origin", "instr", "execs", "warps", "smem wf", "ideal", "confl", "g req",
-                "sectors", "ideal")
+        head = (
+            "site",
+            "origin",
+            "instr",
+            "execs",
+            "warps",
+            "smem wf",
+            "ideal",
+            "confl",
+            "g req",
+            "sectors",
+            "ideal",
+        )
         rows = []
         for s in self.sites:
-            rows.append((s.loc or "-", s.origin or "-", s.kind, s.executions, s.warp_executions,
-                         s.smem_wavefronts, s.smem_ideal_wavefronts, s.bank_conflicts, s.gmem_requests,
-                         s.gmem_sectors, s.gmem_ideal_sectors))
+            rows.append(
+                (
+                    s.loc or "-",
+                    s.origin or "-",
+                    s.kind,
+                    s.executions,
+                    s.warp_executions,
+                    s.smem_wavefronts,
+                    s.smem_ideal_wavefronts,
+                    s.bank_conflicts,
+                    s.gmem_requests,
+                    s.gmem_sectors,
+                    s.gmem_ideal_sectors,
+                )
+            )
         t = self.totals
-        rows.append(("total", "", "", t["executions"], t["warp_executions"], t["smem_wavefronts"],
-                     t["smem_ideal_wavefronts"], t["bank_conflicts"], t["gmem_requests"], t["gmem_sectors"],
-                     t["gmem_ideal_sectors"]))
+        rows.append(
+            (
+                "total",
+                "",
+                "",
+                t["executions"],
+                t["warp_executions"],
+                t["smem_wavefronts"],
+                t["smem_ideal_wavefronts"],
+                t["bank_conflicts"],
+                t["gmem_requests"],
+                t["gmem_sectors"],
+                t["gmem_ideal_sectors"],
+            )
+        )
         cells = [tuple(str(c) for c in head)] + [tuple(str(c) for c in r) for r in rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
 
@@ -113,8 +171,11 @@ class EmulatorReport:
             return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
 
         rule = "-" * len(fmt(cells[0]))
-        lines = [f"emulator report: kernel {self.kernel!r}, {len(self.blocks)} block(s), {self.seconds:.3f} s",
-                 fmt(cells[0]), rule]
+        lines = [
+            f"emulator report: kernel {self.kernel!r}, {len(self.blocks)} block(s), {self.seconds:.3f} s",
+            fmt(cells[0]),
+            rule,
+        ]
         lines += [fmt(r) for r in cells[1:-1]]
         lines += [rule, fmt(cells[-1])]
         return "\n".join(lines)

@@ -12,6 +12,7 @@ from hexlayout.ir.lowered import LoweredKernel
 
 from .errors import ArgumentError
 from .machine import Machine, Options
+from .mbarrier import land_all
 from .memory import bind_arguments
 from .report import EmulatorReport
 from .scheduler import run_block
@@ -38,8 +39,15 @@ def _blocks(grid: tuple[int, ...], blocks: Iterable[Any] | None) -> list[tuple[i
     return out
 
 
-def run(kernel: LoweredKernel, args: Mapping[str, Any], blocks: Iterable[Any] | None = None, *,
-        check_races: bool = True, count: bool = True, poison: int = 0xFF) -> EmulatorReport:
+def run(
+    kernel: LoweredKernel,
+    args: Mapping[str, Any],
+    blocks: Iterable[Any] | None = None,
+    *,
+    check_races: bool = True,
+    count: bool = True,
+    poison: int = 0xFF,
+) -> EmulatorReport:
     """Run ``kernel`` with ``args`` (tensor parameters: numpy arrays of the parameter's dtype,
     written in place; scalar parameters: ints) on ``blocks`` (default: the whole grid; a
     block is an int or a tuple of block indices), one block after the other.
@@ -53,7 +61,9 @@ def run(kernel: LoweredKernel, args: Mapping[str, Any], blocks: Iterable[Any] | 
     tensors, scalars = bind_arguments(kernel, args)
     grid = tuple(int(evaluate(g, scalars)) for g in kernel.grid)
     if len(kernel.block_index) > len(grid):
-        raise ArgumentError(f"{len(kernel.block_index)} block indices but a {len(grid)}-d grid", kernel=kernel.name)
+        raise ArgumentError(
+            f"{len(kernel.block_index)} block indices but a {len(grid)}-d grid", kernel=kernel.name
+        )
     report = EmulatorReport(kernel.name)
     opts = Options(check_races=check_races, count=count, poison=poison)
     for b in _blocks(grid, blocks):
@@ -61,6 +71,7 @@ def run(kernel: LoweredKernel, args: Mapping[str, Any], blocks: Iterable[Any] | 
             raise ArgumentError(f"block {b} is outside the grid {grid}", kernel=kernel.name)
         m = Machine(kernel, tensors, scalars, b, report, opts)
         run_block(m)
+        land_all(m)
         retire_all(m)
         report.blocks.append(b)
     report.seconds = time.perf_counter() - t0

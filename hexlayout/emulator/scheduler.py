@@ -8,7 +8,8 @@ until it finishes or yields a request:
 * ``BarRequest`` (``bar.sync``): the task's threads arrive at the named barrier; when the
   expected number of threads has arrived, all waiting tasks resume (a bar.sync
   happens-before join among them);
-* ``MbarRequest``: the task waits until the barrier's phase of that parity completes.
+* ``MbarRequest``: the task waits until the barrier's phase of that parity completes
+  (waiters are re-tested when no task is ready; in-flight TMA transfers land then).
 
 When no task can run and some wait, the block is deadlocked: ``DeadlockError`` lists every
 waiting group (threads, instruction, source line, and the state of what it waits for).
@@ -64,8 +65,10 @@ def _deadlock(m: Machine, blocked: list[_Task]) -> None:
             what = f"waits for parity {req.parity} of {mbarrier.describe(st)}"
         elif isinstance(req, BarRequest):
             arrived = sum(len(r.tids) for _, r in bars.get(req.instr.barrier_id, []))
-            what = (f"waits at bar.sync {req.instr.barrier_id}: {arrived} of {req.expected} thread(s) have "
-                    f"arrived")
+            what = (
+                f"waits at bar.sync {req.instr.barrier_id}: {arrived} of {req.expected} thread(s) have "
+                f"arrived"
+            )
         else:
             continue
         first = first or req.instr
@@ -86,12 +89,15 @@ def run_block(m: Machine) -> None:
             for t in mbar_wait:
                 req: MbarRequest = t.waiting
                 st = mbarrier.get_barrier(m, req.key, req.instr)
+                mbarrier.land(m, st)
                 if mbarrier.is_complete(st, req.parity):
                     t.waiting = None
                     ready.append(t)
                 else:
                     still.append(t)
             mbar_wait = still
+            if not ready and mbarrier.land_all(m):
+                continue
             if not ready:
                 blocked = mbar_wait + [t for lst in bars.values() for t, _ in lst]
                 _deadlock(m, blocked)

@@ -78,8 +78,15 @@ class SmemShadow:
         self.pend_read = np.zeros(n, dtype=np.int32)
 
     # ---- race checks ----------------------------------------------------------------
-    def _check(self, who: np.ndarray, other: np.ndarray, oclk: np.ndarray, osite: np.ndarray,
-               addr: np.ndarray, what: str) -> Conflict | None:
+    def _check(
+        self,
+        who: np.ndarray,
+        other: np.ndarray,
+        oclk: np.ndarray,
+        osite: np.ndarray,
+        addr: np.ndarray,
+        what: str,
+    ) -> Conflict | None:
         m = (other >= 0) & (other != who)
         if not m.any():
             return None
@@ -94,7 +101,9 @@ class SmemShadow:
         """Record reads of bytes ``addr`` (``[n, nb]``) by threads ``tids`` (``[n]``)."""
         who = np.broadcast_to(tids.reshape(-1, 1), addr.shape)
         if check:
-            c = self._check(who, self.w_tid[addr], self.w_clk[addr], self.w_site[addr], addr, "read-after-write")
+            c = self._check(
+                who, self.w_tid[addr], self.w_clk[addr], self.w_site[addr], addr, "read-after-write"
+            )
             if c is not None:
                 return c
         self.r_tid[addr] = who
@@ -106,10 +115,14 @@ class SmemShadow:
         who = np.broadcast_to(tids.reshape(-1, 1), addr.shape)
         c = self._check(who, self.w_tid[addr], self.w_clk[addr], self.w_site[addr], addr, "write-after-write")
         if c is None:
-            c = self._check(who, self.r_tid[addr], self.r_clk[addr], self.r_site[addr], addr, "write-after-read")
+            c = self._check(
+                who, self.r_tid[addr], self.r_clk[addr], self.r_site[addr], addr, "write-after-read"
+            )
         return c
 
-    def record_write(self, tids: np.ndarray, addr: np.ndarray, site: int, epochs: np.ndarray | None = None) -> None:
+    def record_write(
+        self, tids: np.ndarray, addr: np.ndarray, site: int, epochs: np.ndarray | None = None
+    ) -> None:
         who = np.broadcast_to(tids.reshape(-1, 1), addr.shape)
         ep = self.clocks.epoch(tids) if epochs is None else epochs
         self.w_tid[addr] = who

@@ -43,7 +43,9 @@ class _StoreState:
     open: list[int] = field(default_factory=list)
 
 
-def box_geometry(t: GlobalTensor, desc: TmaDesc, origin: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def box_geometry(
+    t: GlobalTensor, desc: TmaDesc, origin: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(element offsets, in-bounds mask, box byte offsets before swizzle)`` of every box element
     in box order (innermost fastest)."""
     r = len(desc.box)
@@ -59,29 +61,58 @@ def box_geometry(t: GlobalTensor, desc: TmaDesc, origin: list[int]) -> tuple[np.
     return off, inb, (lin[:, None] + np.arange(es)).reshape(-1)
 
 
-def _prepare(m: Machine, ins: Instr, desc: TmaDesc, coords: tuple, ref: object, env: dict,
-             tid: int) -> tuple[GlobalTensor, np.ndarray, np.ndarray, np.ndarray]:
+def _prepare(
+    m: Machine, ins: Instr, desc: TmaDesc, coords: tuple, ref: object, env: dict, tid: int
+) -> tuple[GlobalTensor, np.ndarray, np.ndarray, np.ndarray]:
     t = m.tensors.get(id(desc.param))
     if t is None:
-        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r}: tensor {desc.param.name!r} is not a "
-               f"kernel parameter")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"TMA descriptor {desc.name!r}: tensor {desc.param.name!r} is not a kernel parameter",
+        )
     if len(coords) != len(desc.box) or len(desc.dims) != len(desc.box):
-        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r}: box rank {len(desc.box)}, dims "
-               f"{len(desc.dims)}, coordinates {len(coords)} differ")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"TMA descriptor {desc.name!r}: box rank {len(desc.box)}, dims "
+            f"{len(desc.dims)}, coordinates {len(coords)} differ",
+        )
     tenv = {**env, m.tvar: np.array([tid])}
     origin = [m.ev_uniform(c, tenv, ins, "TMA coordinate") for c in coords]
     es = t.esize
     nbytes = int(np.prod(desc.box)) * es
     if desc.swizzle_bytes not in _SWZ_BITS:
-        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r}: swizzle {desc.swizzle_bytes} bytes "
-               f"is not 0, 32, 64 or 128")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"TMA descriptor {desc.name!r}: swizzle {desc.swizzle_bytes} bytes is not 0, 32, 64 or 128",
+        )
     period = tma_swizzle_period(desc.swizzle_bytes)
-    base = m.smem_addresses(ref, tenv, np.array([tid]), nbytes, ins, align=period)[0]  # type: ignore[arg-type]
-    problems = check_tma(es * 8, [t.shape[d] for d in desc.dims], [t.strides[d] for d in desc.dims],
-                         list(desc.box), swizzle=desc.swizzle_bytes, smem_address=int(base))
+    buf = ref.buffer  # type: ignore[attr-defined]
+    raw_base = (
+        buf.offset
+        + m.ev_uniform(ref.offset, tenv, ins, "TMA shared address")
+        * np.dtype(  # type: ignore
+            buf.dtype.numpy()
+        ).itemsize
+    )
+    problems = check_tma(
+        es * 8,
+        [t.shape[d] for d in desc.dims],
+        [t.strides[d] for d in desc.dims],
+        list(desc.box),
+        swizzle=desc.swizzle_bytes,
+        smem_address=int(raw_base),
+    )
     if problems:
-        m.fail(IllegalInstructionError, ins, f"TMA descriptor {desc.name!r} on tensor {t.name!r} is illegal: "
-               + "; ".join(problems), buffer=t.name)
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"TMA descriptor {desc.name!r} on tensor {t.name!r} is illegal: " + "; ".join(problems),
+            buffer=t.name,
+        )
+    base = m.smem_addresses(ref, tenv, np.array([tid]), nbytes, ins, align=period)[0]  # type: ignore[arg-type]
     goff, inb, boff = box_geometry(t, desc, origin)
     addr = base + boff
     b = _SWZ_BITS[desc.swizzle_bytes]
@@ -99,8 +130,15 @@ def tma_load(m: Machine, ins: TmaLoad, x: Active) -> None:
         vals[inb] = t.flat[goff[inb]]
         issuer = np.array([tid])
         m.smem_write_check(ins, issuer, idx)
-        op = m.new_async("TMA load", ins, issuer, addr=idx, data=vals.view(np.uint8).reshape(1, -1),
-                         done=np.zeros(1, dtype=bool), epochs=m.shadow.clocks.epoch(issuer).copy())
+        op = m.new_async(
+            "TMA load",
+            ins,
+            issuer,
+            addr=idx,
+            data=vals.view(np.uint8).reshape(1, -1),
+            done=np.zeros(1, dtype=bool),
+            epochs=m.shadow.clocks.epoch(issuer).copy(),
+        )
         m.shadow.pend_write[idx] = op.ident
         key = barrier_key(m, ins.bar, {**x.env, m.tvar: issuer}, ins)
         st = get_barrier(m, key, ins)
@@ -154,4 +192,9 @@ def tma_store_wait(m: Machine, ins: TmaStoreWait, x: Active) -> None:
     st.open = still
 
 
-HANDLERS = {TmaLoad: tma_load, TmaStore: tma_store, TmaStoreCommit: tma_store_commit, TmaStoreWait: tma_store_wait}
+HANDLERS = {
+    TmaLoad: tma_load,
+    TmaStore: tma_store,
+    TmaStoreCommit: tma_store_commit,
+    TmaStoreWait: tma_store_wait,
+}

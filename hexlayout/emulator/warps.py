@@ -24,7 +24,11 @@ def whole_units(m: Machine, ins: Instr, tids: np.ndarray, size: int, what: str) 
         have = np.isin(np.arange(u * size, (u + 1) * size), tids)
         if not have.all():
             missing = int(np.arange(u * size, (u + 1) * size)[~have][0])
-            m.fail(DivergenceError, ins, f"{what} needs all {size} threads of its "
-                   f"{'warp' if size == 32 else 'warp group'} {int(u)} active, thread {missing} is not",
-                   thread=missing)
+            m.fail(
+                DivergenceError,
+                ins,
+                f"{what} needs all {size} threads of its "
+                f"{'warp' if size == 32 else 'warp group'} {int(u)} active, thread {missing} is not",
+                thread=missing,
+            )
     raise AssertionError("unreachable")

@@ -41,7 +41,7 @@ _LAYOUT_TYPES = {0: 0, 1: 1, 2: 2, 3: 3}
 
 @dataclass
 class WgmmaState:
-    uncommitted: dict[int, list[int]] = field(default_factory=dict)     # warp group -> op ids
+    uncommitted: dict[int, list[int]] = field(default_factory=dict)  # warp group -> op ids
     committed: dict[int, list[list[int]]] = field(default_factory=dict)  # warp group -> groups
 
 
@@ -52,8 +52,9 @@ def _state(m: Machine) -> WgmmaState:
     return st
 
 
-def _desc_operand(m: Machine, ins: Wgmma, desc: SmemDesc, env: dict, rows: int, k: int, dtype: object,
-                  what: str) -> tuple[np.ndarray, np.ndarray]:
+def _desc_operand(
+    m: Machine, ins: Wgmma, desc: SmemDesc, env: dict, rows: int, k: int, dtype: object, what: str
+) -> tuple[np.ndarray, np.ndarray]:
     """``(values [rows, k], byte addresses [rows, k * esize])`` of a descriptor operand."""
     npd = atom_numpy(dtype)
     es = npd.itemsize
@@ -65,18 +66,33 @@ def _desc_operand(m: Machine, ins: Wgmma, desc: SmemDesc, env: dict, rows: int, 
         m.fail(IllegalInstructionError, ins, f"{what}: descriptor layout type {desc.swizzle} is not 0..3")
     if desc.major not in ("K", "MN"):
         m.fail(IllegalInstructionError, ins, f"{what}: descriptor major {desc.major!r} is not 'K' or 'MN'")
-    for name, v in (("start address", start), ("leading byte offset", desc.lbo), ("stride byte offset", desc.sbo)):
+    for name, v in (
+        ("start address", start),
+        ("leading byte offset", desc.lbo),
+        ("stride byte offset", desc.sbo),
+    ):
         if v % 16 or v < 0 or v >= 1 << 18:
-            m.fail(MisalignedAccessError, ins, f"{what}: descriptor {name} {v} of buffer {buf.name!r} is not a "
-                   f"multiple of 16 in [0, 2^18) (the descriptor drops its low 4 bits)", buffer=buf.name,
-                   address=v)
+            m.fail(
+                MisalignedAccessError,
+                ins,
+                f"{what}: descriptor {name} {v} of buffer {buf.name!r} is not a "
+                f"multiple of 16 in [0, 2^18) (the descriptor drops its low 4 bits)",
+                buffer=buf.name,
+                address=v,
+            )
     d = decode(encode(start, desc.lbo, desc.sbo, desc.swizzle))
     addr = operand_addresses(d, rows, k, es, desc.major)
     if addr.min() < 0 or addr.max() + es > m.smem.nbytes:
         bad = int(addr.max())
-        m.fail(OutOfBoundsError, ins, f"{what}: descriptor (buffer {buf.name!r}, start {start}, LBO {desc.lbo}, "
-               f"SBO {desc.sbo}, swizzle {d.swizzle_name}, {desc.major}-major) reaches shared address {bad}, "
-               f"beyond the {m.smem.nbytes} bytes of shared memory", buffer=buf.name, address=bad)
+        m.fail(
+            OutOfBoundsError,
+            ins,
+            f"{what}: descriptor (buffer {buf.name!r}, start {start}, LBO {desc.lbo}, "
+            f"SBO {desc.sbo}, swizzle {d.swizzle_name}, {desc.major}-major) reaches shared address {bad}, "
+            f"beyond the {m.smem.nbytes} bytes of shared memory",
+            buffer=buf.name,
+            address=bad,
+        )
     idx = (addr[..., None] + np.arange(es)).reshape(rows, k * es)
     vals = np.ascontiguousarray(m.smem.raw[idx]).view(npd).reshape(rows, k)
     return vals, idx
@@ -94,14 +110,22 @@ def wgmma(m: Machine, ins: Wgmma, x: Active) -> None:
     M, N, K = atom.shape_mnk
     rs = isinstance(ins.a, RegRef)
     if rs != (atom.a_source == "rmem"):
-        m.fail(IllegalInstructionError, ins, f"atom {ins.atom} takes A from {atom.a_source}, the instruction "
-               f"gives {'registers' if rs else 'a shared-memory descriptor'}")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"atom {ins.atom} takes A from {atom.a_source}, the instruction "
+            f"gives {'registers' if rs else 'a shared-memory descriptor'}",
+        )
     st = _state(m)
     grid = whole_units(m, ins, x.tids, 128, "wgmma")
     cnpd = atom_numpy(atom.c_dtype)
     if m.reg_bytes_of(ins.d) != atom.values_c * cnpd.itemsize:
-        m.fail(IllegalInstructionError, ins, f"D: register slice {ins.d.array.name} holds {m.reg_bytes_of(ins.d)} "
-               f"bytes, the atom writes {atom.values_c} {atom.c_dtype} element(s) per thread")
+        m.fail(
+            IllegalInstructionError,
+            ins,
+            f"D: register slice {ins.d.array.name} holds {m.reg_bytes_of(ins.d)} "
+            f"bytes, the atom writes {atom.values_c} {atom.c_dtype} element(s) per thread",
+        )
     for wg_tids in grid:
         env = {**x.env, m.tvar: wg_tids}
         scale_d = m.ev_uniform(ins.scale_d, env, ins, "scale_d")
@@ -122,10 +146,14 @@ def wgmma(m: Machine, ins: Wgmma, x: Active) -> None:
             m.smem_read(ins, reader, flat)
         D = A @ B.T
         if scale_d:
-            c = read_operand(m, ins, ins.d, wg_tids, env, atom.c_dtype, atom.values_c, "D", check_pending=False)
+            c = read_operand(
+                m, ins, ins.d, wg_tids, env, atom.c_dtype, atom.values_c, "D", check_pending=False
+            )
             D = D + dense_from_fragments(to_compute(c, atom.c_dtype)[None], tv_index(ins.atom, "c"), M, N)[0]
         d = fragments_from_dense(finish_accumulator(D, atom.c_dtype)[None], tv_index(ins.atom, "c"))[0]
-        m.write_reg_bytes(ins.d, wg_tids, env, ins, np.ascontiguousarray(d).view(np.uint8), check_pending=False)
+        m.write_reg_bytes(
+            ins.d, wg_tids, env, ins, np.ascontiguousarray(d).view(np.uint8), check_pending=False
+        )
         op = m.new_async("wgmma", ins, wg_tids, extra=(ins.d, ins.a if rs else None, reads))
         lo, hi = m.reg_range(ins.d, env, ins)
         m.regs.pending_marks(ins.d.array, write=True)[wg_tids, lo:hi] = op.ident
@@ -169,7 +197,7 @@ def wgmma_wait(m: Machine, ins: WgmmaWait, x: Active) -> None:
     n = int(ins.pending)
     for wg in np.unique(x.tids // 128):
         groups = st.committed.get(int(wg), [])
-        keep = groups[len(groups) - n:] if n else []
+        keep = groups[len(groups) - n :] if n else []
         for g in groups[: max(0, len(groups) - n)]:
             for ident in g:
                 _retire(m, ident)

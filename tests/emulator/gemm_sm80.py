@@ -17,8 +17,18 @@ from .kbuild import KB, gparam, here, rr
 ATOM = "SM80_16x8x16_F32F16F16F32_TN"
 
 
-def gemm_kernel(M: int, N: int, K: int, BM: int, BN: int, BK: int, WM: int, WN: int,
-                swizzle: bool = True, sync_after_wait: bool = True) -> L.LoweredKernel:
+def gemm_kernel(
+    M: int,
+    N: int,
+    K: int,
+    BM: int,
+    BN: int,
+    BK: int,
+    WM: int,
+    WN: int,
+    swizzle: bool = True,
+    sync_after_wait: bool = True,
+) -> L.LoweredKernel:
     threads = 32 * WM * WN
     kb = KB(f"gemm_{BM}x{BN}x{BK}", threads, grid=(M // BM, N // BN))
     A = gparam("A", "f16", (M, K))
@@ -39,14 +49,20 @@ def gemm_kernel(M: int, N: int, K: int, BM: int, BN: int, BK: int, WM: int, WN: 
     kt = Var("kt", 0, K // BK)
     body: list[L.Instr] = [L.Alu("mov", rr(acc), (0.0,), origin="acc = 0")]
     loop: list[L.Instr] = []
-    cpr = BK // 8                                    # 16-byte chunks per row
+    cpr = BK // 8  # 16-byte chunks per row
     for src, dst, rows, org in ((A, sA, BM, bm), (B, sB, BN, bn)):
         for i in range(rows * cpr // threads):
             c = tid + i * threads
             r, ch = c // cpr, c % cpr
-            loop.append(L.CpAsync(L.SharedRef(dst, sw(r * BK + ch * 8)),
-                                  L.GlobalRef(src, (org * rows + r) * K + kt * BK + ch * 8), 16,
-                                  loc=here("copy(g, s)"), origin=f"copy {src.name} -> {dst.name}"))
+            loop.append(
+                L.CpAsync(
+                    L.SharedRef(dst, sw(r * BK + ch * 8)),
+                    L.GlobalRef(src, (org * rows + r) * K + kt * BK + ch * 8),
+                    16,
+                    loc=here("copy(g, s)"),
+                    origin=f"copy {src.name} -> {dst.name}",
+                )
+            )
     loop += [L.CpAsyncCommit(), L.CpAsyncWait(0)]
     if sync_after_wait:
         loop.append(L.BarSync(loc=here("sync")))
@@ -55,18 +71,33 @@ def gemm_kernel(M: int, N: int, K: int, BM: int, BN: int, BK: int, WM: int, WN: 
         for mi in range(MI):
             m = wm * TM + mi * 16 + r8 + 8 * (j % 2)
             k = kk * 16 + 8 * (j // 2)
-            loop.append(L.Ldmatrix(rr(fa, mi * 8, 8), L.SharedRef(sA, sw(m * BK + k)), 4,
-                                   loc=here("ldmatrix A"), origin="copy sA -> regs"))
+            loop.append(
+                L.Ldmatrix(
+                    rr(fa, mi * 8, 8),
+                    L.SharedRef(sA, sw(m * BK + k)),
+                    4,
+                    loc=here("ldmatrix A"),
+                    origin="copy sA -> regs",
+                )
+            )
         for ni in range(0, NI, 2):
             n = wn * TN + ni * 8 + r8 + 8 * (j // 2)
             k = kk * 16 + 8 * (j % 2)
-            loop.append(L.Ldmatrix(rr(fb, ni * 4, 8), L.SharedRef(sB, sw(n * BK + k)), 4,
-                                   loc=here("ldmatrix B"), origin="copy sB -> regs"))
+            loop.append(
+                L.Ldmatrix(
+                    rr(fb, ni * 4, 8),
+                    L.SharedRef(sB, sw(n * BK + k)),
+                    4,
+                    loc=here("ldmatrix B"),
+                    origin="copy sB -> regs",
+                )
+            )
         for mi in range(MI):
             for ni in range(NI):
                 d = rr(acc, (mi * NI + ni) * 4, 4)
-                loop.append(L.MmaSync(ATOM, d, rr(fa, mi * 8, 8), rr(fb, ni * 4, 4), d, loc=here("mma"),
-                                      origin="mma"))
+                loop.append(
+                    L.MmaSync(ATOM, d, rr(fa, mi * 8, 8), rr(fb, ni * 4, 4), d, loc=here("mma"), origin="mma")
+                )
     loop.append(L.BarSync(loc=here("sync before refill")))
     body.append(L.ForLoop(kt, 0, K // BK, 1, loop))
     g, t = lane // 4, lane % 4
@@ -75,6 +106,13 @@ def gemm_kernel(M: int, N: int, K: int, BM: int, BN: int, BK: int, WM: int, WN: 
             for h in range(2):
                 row = bm * BM + wm * TM + mi * 16 + g + 8 * h
                 col = bn * BN + wn * TN + ni * 8 + 2 * t
-                body.append(L.StGlobal(L.GlobalRef(C, row * N + col), rr(acc, (mi * NI + ni) * 4 + 2 * h, 2), 64,
-                                       loc=here("store C"), origin="copy acc -> C"))
+                body.append(
+                    L.StGlobal(
+                        L.GlobalRef(C, row * N + col),
+                        rr(acc, (mi * NI + ni) * 4 + 2 * h, 2),
+                        64,
+                        loc=here("store C"),
+                        origin="copy acc -> C",
+                    )
+                )
     return kb.build([A, B, C], body)

@@ -23,7 +23,9 @@ def dt(name: str) -> DType:
     return dtype_from_name(name)
 
 
-def gparam(name: str, dtype: str, shape: tuple[Any, ...], stride: tuple[Any, ...] | None = None) -> GlobalParam:
+def gparam(
+    name: str, dtype: str, shape: tuple[Any, ...], stride: tuple[Any, ...] | None = None
+) -> GlobalParam:
     if stride is None:
         st, acc = [], 1
         for s in reversed(shape):
@@ -71,15 +73,30 @@ class KB:
         return r
 
     def build(self, params: list[Any], body: list[L.Instr]) -> L.LoweredKernel:
-        return L.LoweredKernel(self.name, params, self.grid, self.threads, self.tid, self.bid, body,
-                               registers=self.regs, smem=self.smem, mbarriers=self.mbarriers, arch=self.arch)
+        return L.LoweredKernel(
+            self.name,
+            params,
+            self.grid,
+            self.threads,
+            self.tid,
+            self.bid,
+            body,
+            registers=self.regs,
+            smem=self.smem,
+            mbarriers=self.mbarriers,
+            arch=self.arch,
+        )
 
 
 def rr(arr: L.RegArray, start: Any = 0, count: int | None = None) -> L.RegRef:
-    return L.RegRef(arr, start, arr.count - (start if isinstance(start, int) else 0) if count is None else count)
+    return L.RegRef(
+        arr, start, arr.count - (start if isinstance(start, int) else 0) if count is None else count
+    )
 
 
-def rand(shape: tuple[int, ...], dtype: Any, rng: np.random.Generator, lo: float = -2.0, hi: float = 2.0) -> np.ndarray:
+def rand(
+    shape: tuple[int, ...], dtype: Any, rng: np.random.Generator, lo: float = -2.0, hi: float = 2.0
+) -> np.ndarray:
     """Fresh random data (never zeros) of a numpy dtype."""
     x = rng.uniform(lo, hi, size=shape)
     x = np.where(np.abs(x) < 0.05, 0.5, x)

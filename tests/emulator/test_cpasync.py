@@ -24,8 +24,13 @@ def pipeline_kernel(ntiles: int, second_sync: bool = True, first_sync: bool = Tr
     tid = kb.tid
 
     def issue(tile, stage):
-        return L.CpAsync(L.SharedRef(s, stage * 256 + tid * 8), L.GlobalRef(x, tile * 256 + tid * 8), 16,
-                         loc=here("cp.async tile"), origin="x -> stages")
+        return L.CpAsync(
+            L.SharedRef(s, stage * 256 + tid * 8),
+            L.GlobalRef(x, tile * 256 + tid * 8),
+            16,
+            loc=here("cp.async tile"),
+            origin="x -> stages",
+        )
 
     body_k = [
         L.IfThen(k + 1 < ntiles, [issue(k + 1, (k + 1) % 2)], loc=here("if k+1 < n")),
@@ -35,8 +40,13 @@ def pipeline_kernel(ntiles: int, second_sync: bool = True, first_sync: bool = Tr
     if first_sync:
         body_k.append(L.BarSync(loc=here("sync after wait")))
     body_k += [
-        L.LdShared(rr(r), L.SharedRef(s, (k % 2) * 256 + ((tid + 1) % 32) * 8), 128, loc=here("r = stage[...]"),
-                   origin="stages -> regs"),
+        L.LdShared(
+            rr(r),
+            L.SharedRef(s, (k % 2) * 256 + ((tid + 1) % 32) * 8),
+            128,
+            loc=here("r = stage[...]"),
+            origin="stages -> regs",
+        ),
         L.StGlobal(L.GlobalRef(y, k * 256 + tid * 8), rr(r), 128),
     ]
     if second_sync:
@@ -57,21 +67,27 @@ def test_cp_async_double_buffer_pipeline():
     y = np.zeros_like(x)
     rep = run(pipeline_kernel(n), {"x": x, "y": y})
     np.testing.assert_array_equal(y, _expected(x, n))
-    cps = rep.find("CpAsync")                 # prologue and loop sites
+    cps = rep.find("CpAsync")  # prologue and loop sites
     assert sum(c.executions for c in cps) == n and sum(c.gmem_sectors for c in cps) == n * 16
     assert sum(c.bank_conflicts for c in cps) == 0
 
 
 def test_missing_sync_before_refill_is_a_write_after_read_race():
     with pytest.raises(RaceError) as e:
-        run(pipeline_kernel(4, second_sync=False), {"x": np.ones(1024, np.float16), "y": np.zeros(1024, np.float16)})
+        run(
+            pipeline_kernel(4, second_sync=False),
+            {"x": np.ones(1024, np.float16), "y": np.zeros(1024, np.float16)},
+        )
     assert "write-after-read" in str(e.value)
     assert e.value.instr.opname == "CpAsync" and e.value.other_instr.opname == "LdShared"
 
 
 def test_missing_sync_after_wait_is_a_race():
     with pytest.raises(RaceError) as e:
-        run(pipeline_kernel(4, first_sync=False), {"x": np.ones(1024, np.float16), "y": np.zeros(1024, np.float16)})
+        run(
+            pipeline_kernel(4, first_sync=False),
+            {"x": np.ones(1024, np.float16), "y": np.zeros(1024, np.float16)},
+        )
     assert e.value.instr.opname == "LdShared" and e.value.other_instr.opname == "CpAsync"
 
 
@@ -102,9 +118,13 @@ def test_cp_async_zero_fill_when_predicated_off():
     y = gparam("y", "f32", (128,))
     s = kb.shared("buf", "f32", 128)
     r = kb.reg("r", "f32", 4)
-    body = [L.CpAsync(L.SharedRef(s, kb.tid * 4), L.GlobalRef(x, kb.tid * 4), 16, pred=kb.tid * 4 < 100),
-            L.CpAsyncCommit(), L.CpAsyncWait(0),
-            L.LdShared(rr(r), L.SharedRef(s, kb.tid * 4), 128), L.StGlobal(L.GlobalRef(y, kb.tid * 4), rr(r), 128)]
+    body = [
+        L.CpAsync(L.SharedRef(s, kb.tid * 4), L.GlobalRef(x, kb.tid * 4), 16, pred=kb.tid * 4 < 100),
+        L.CpAsyncCommit(),
+        L.CpAsyncWait(0),
+        L.LdShared(rr(r), L.SharedRef(s, kb.tid * 4), 128),
+        L.StGlobal(L.GlobalRef(y, kb.tid * 4), rr(r), 128),
+    ]
     x_ = rand((100,), np.float32, rng)
     y_ = rand((128,), np.float32, rng)
     run(kb.build([x, y], body), {"x": x_, "y": y_})

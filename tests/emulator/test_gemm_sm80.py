@@ -28,7 +28,7 @@ def test_gemm_64x64x32_four_warps():
     assert sum(s.bank_conflicts for s in rep.find("Ldmatrix")) == 0
     assert sum(s.bank_conflicts for s in rep.find("CpAsync")) == 0
     mma = rep.find("MmaSync")
-    assert sum(s.warp_executions for s in mma) == 2 * 4 * (64 // 32) * 2 * 2 * 4   # blocks*warps*kt*kk*MI*NI
+    assert sum(s.warp_executions for s in mma) == 2 * 4 * (64 // 32) * 2 * 2 * 4  # blocks*warps*kt*kk*MI*NI
 
 
 def test_gemm_unswizzled_has_ldmatrix_conflicts():
@@ -55,5 +55,7 @@ def test_gemm_128x128x128_speed():
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-5)
     execs = rep.total("executions")
     warps = rep.total("warp_executions")
-    print(f"\n128x128x128 GEMM, 128 threads: {execs} instruction executions ({warps} warp-level) in {dt:.2f} s")
+    print(
+        f"\n128x128x128 GEMM, 128 threads: {execs} instruction executions ({warps} warp-level) in {dt:.2f} s"
+    )
     assert dt < 10.0

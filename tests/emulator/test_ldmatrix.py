@@ -25,19 +25,24 @@ def _ldsm_kernel(num: int, trans: bool, swizzle: bool, stmatrix: bool = False):
     f = kb.reg("f", "f16", 2 * num)
     tid = kb.tid
     body = []
-    for h in range(2):                                  # each thread stages 16 elements of the tile
-        e = tid * 16 + h * 8                            # row = e // 64, col = e % 64
-        body += [L.LdGlobal(rr(v), L.GlobalRef(x, e), 128),
-                 L.StShared(L.SharedRef(s, sw(e)), rr(v), 128, origin="stage tile")]
+    for h in range(2):  # each thread stages 16 elements of the tile
+        e = tid * 16 + h * 8  # row = e // 64, col = e % 64
+        body += [
+            L.LdGlobal(rr(v), L.GlobalRef(x, e), 128),
+            L.StShared(L.SharedRef(s, sw(e)), rr(v), 128, origin="stage tile"),
+        ]
     body.append(L.BarSync())
-    row_addr = sw((tid % 8) * 64 + (tid // 8) * 8)     # lane 8j+r: row r of matrix j
+    row_addr = sw((tid % 8) * 64 + (tid // 8) * 8)  # lane 8j+r: row r of matrix j
     body.append(L.Ldmatrix(rr(f), L.SharedRef(s, row_addr), num, trans, loc=here("ldmatrix"), origin="ldsm"))
     if stmatrix:
-        body += [L.Stmatrix(L.SharedRef(o, row_addr), rr(f), num, trans, origin="stsm"), L.BarSync(),
-                 L.LdShared(rr(v), L.SharedRef(o, sw(tid * 16)), 128),
-                 L.StGlobal(L.GlobalRef(y, tid * 16), rr(v), 128),
-                 L.LdShared(rr(v), L.SharedRef(o, sw(tid * 16 + 8)), 128),
-                 L.StGlobal(L.GlobalRef(y, tid * 16 + 8), rr(v), 128)]
+        body += [
+            L.Stmatrix(L.SharedRef(o, row_addr), rr(f), num, trans, origin="stsm"),
+            L.BarSync(),
+            L.LdShared(rr(v), L.SharedRef(o, sw(tid * 16)), 128),
+            L.StGlobal(L.GlobalRef(y, tid * 16), rr(v), 128),
+            L.LdShared(rr(v), L.SharedRef(o, sw(tid * 16 + 8)), 128),
+            L.StGlobal(L.GlobalRef(y, tid * 16 + 8), rr(v), 128),
+        ]
     else:
         body.append(L.StGlobal(L.GlobalRef(y, tid * 2 * num), rr(f), 32 * num))
     return kb.build([x, y], body)
@@ -72,7 +77,7 @@ def test_ldmatrix_bank_conflicts_unswizzled_vs_swizzled():
     swz = run(_ldsm_kernel(4, False, swizzle=True), {"x": x, "y": np.zeros(256, np.float16)})
     p = plain.find("Ldmatrix")[0]
     s = swz.find("Ldmatrix")[0]
-    assert (p.smem_wavefronts, p.smem_ideal_wavefronts, p.bank_conflicts) == (32, 4, 28)   # 8 per phase
+    assert (p.smem_wavefronts, p.smem_ideal_wavefronts, p.bank_conflicts) == (32, 4, 28)  # 8 per phase
     assert (s.smem_wavefronts, s.smem_ideal_wavefronts, s.bank_conflicts) == (4, 4, 0)
     # the staging stores (16 B per thread, 8 consecutive threads cover one 128-byte row) are conflict-free
     assert all(st.bank_conflicts == 0 for st in swz.find("StShared"))
@@ -85,5 +90,5 @@ def test_stmatrix_inverts_ldmatrix(trans):
     y = np.zeros(512, np.float16)
     run(_ldsm_kernel(4, trans, swizzle=True, stmatrix=True), {"x": x, "y": y})
     got, want = y.reshape(8, 64), x.reshape(8, 64)
-    np.testing.assert_array_equal(got[:, :32], want[:, :32])    # the 4 matrices stmatrix wrote
-    assert np.isnan(got[:, 32:]).all()                             # never written: poisoned (NaN)
+    np.testing.assert_array_equal(got[:, :32], want[:, :32])  # the 4 matrices stmatrix wrote
+    assert np.isnan(got[:, 32:]).all()  # never written: poisoned (NaN)

@@ -23,8 +23,14 @@ def copy_kernel(vec: int = 8, threads: int = 64, zero_fill_out: bool = False):
     inb = off < n.var
     body = [
         L.LdGlobal(rr(r), L.GlobalRef(x, off), vec * 16, pred=inb, loc=here("r = x[off]"), origin="load x"),
-        L.StGlobal(L.GlobalRef(y, off), rr(r), vec * 16, pred=None if zero_fill_out else inb,
-                   loc=here("y[off] = r"), origin="store y"),
+        L.StGlobal(
+            L.GlobalRef(y, off),
+            rr(r),
+            vec * 16,
+            pred=None if zero_fill_out else inb,
+            loc=here("y[off] = r"),
+            origin="store y",
+        ),
     ]
     params = [x, y, n] + ([ylen] if zero_fill_out else [])
     return kb.build(params, body)
@@ -32,7 +38,7 @@ def copy_kernel(vec: int = 8, threads: int = 64, zero_fill_out: bool = False):
 
 def test_vector_copy_with_predication_and_ragged_size():
     rng = np.random.default_rng(0)
-    n = 1000                                  # 2 blocks of 512, the second ragged
+    n = 1000  # 2 blocks of 512, the second ragged
     x = rand((n,), np.float16, rng)
     y = rand((n,), np.float16, rng)
     rep = run(copy_kernel(), {"x": x, "y": y, "n": n})
@@ -97,7 +103,9 @@ def _transpose_kernel(sync: bool):
     r = kb.reg("r", "f32", 1)
     q = kb.reg("q", "f32", 1)
     store = L.StShared(L.SharedRef(s, kb.tid), rr(r), 32, loc=here("buf[tid] = r"), origin="store buf")
-    load = L.LdShared(rr(q), L.SharedRef(s, (kb.tid + 1) % 64), 32, loc=here("q = buf[tid+1]"), origin="load buf")
+    load = L.LdShared(
+        rr(q), L.SharedRef(s, (kb.tid + 1) % 64), 32, loc=here("q = buf[tid+1]"), origin="load buf"
+    )
     body = [L.LdGlobal(rr(r), L.GlobalRef(x, kb.tid), 32), store]
     if sync:
         body.append(L.BarSync(loc=here("sync")))
@@ -131,9 +139,13 @@ def test_write_after_read_race_on_buffer_reuse():
     kb = KB("war", 32)
     s = kb.shared("buf", "f32", 32)
     r = kb.reg("r", "f32", 1)
-    body = [L.Alu("mov", rr(r), (1.5,)), L.StShared(L.SharedRef(s, kb.tid), rr(r), 32), L.BarSync(),
-            L.LdShared(rr(r), L.SharedRef(s, (kb.tid + 1) % 32), 32, loc=here("r = buf[tid+1]")),
-            L.StShared(L.SharedRef(s, kb.tid), rr(r), 32, loc=here("buf[tid] = r"))]
+    body = [
+        L.Alu("mov", rr(r), (1.5,)),
+        L.StShared(L.SharedRef(s, kb.tid), rr(r), 32),
+        L.BarSync(),
+        L.LdShared(rr(r), L.SharedRef(s, (kb.tid + 1) % 32), 32, loc=here("r = buf[tid+1]")),
+        L.StShared(L.SharedRef(s, kb.tid), rr(r), 32, loc=here("buf[tid] = r")),
+    ]
     with pytest.raises(RaceError) as e:
         run(kb.build([], body), {})
     assert "write-after-read" in str(e.value) and e.value.other_instr is body[3]

@@ -13,7 +13,7 @@ from hexlayout.layout import Swizzle
 
 from .kbuild import KB, gparam, here, rr
 
-SW128 = Swizzle(3, 3, 3)   # Swizzle<3,4,3> on bytes == Swizzle<3,3,3> on 16-bit elements
+SW128 = Swizzle(3, 3, 3)  # Swizzle<3,4,3> on bytes == Swizzle<3,3,3> on 16-bit elements
 
 
 def d_frag_stores(kb, D, acc, N):
@@ -36,8 +36,10 @@ def stage_k_major(kb, src, dst, rows, K, swizzle=True):
     for i in range(rows * K // 8 // kb.threads):
         c = tid + i * kb.threads
         r, ch = c // (K // 8), c % (K // 8)
-        out += [L.LdGlobal(rr(v), L.GlobalRef(src, r * K + ch * 8), 128),
-                L.StShared(L.SharedRef(dst, sw(r * K + ch * 8)), rr(v), 128, origin=f"stage {dst.name}")]
+        out += [
+            L.LdGlobal(rr(v), L.GlobalRef(src, r * K + ch * 8), 128),
+            L.StShared(L.SharedRef(dst, sw(r * K + ch * 8)), rr(v), 128, origin=f"stage {dst.name}"),
+        ]
     return out
 
 
@@ -53,7 +55,7 @@ def wgmma_kernel(N=64, K=64, a_swizzle=1, b_swizzle=1, rs=False, read_early=Fals
     body += [L.BarSync(), L.FenceProxyAsync(), L.WgmmaFence()]
     atom = f"SM90_64x{N}x16_F32F16F16_{'RS' if rs else 'SS'}"
     fa = kb.reg("fa", "f16", 8 * (K // 16))
-    if rs:   # A fragments from global by the PTX formula (each warp's m16n8k16 A, rows + 16w)
+    if rs:  # A fragments from global by the PTX formula (each warp's m16n8k16 A, rows + 16w)
         tid = kb.tid
         w, g, t = tid // 32, (tid % 32) // 4, tid % 4
         for ks in range(K // 16):
@@ -64,7 +66,9 @@ def wgmma_kernel(N=64, K=64, a_swizzle=1, b_swizzle=1, rs=False, read_early=Fals
     for ks in range(K // 16):
         a = rr(fa, ks * 8, 8) if rs else L.SmemDesc(sA, ks * 16, a_swizzle, 16, 1024)
         b = L.SmemDesc(sB, ks * 16, b_swizzle, 16, 1024)
-        body.append(L.Wgmma(atom, rr(acc), a, b, scale_d=0 if ks == 0 else 1, loc=here("wgmma"), origin="mma"))
+        body.append(
+            L.Wgmma(atom, rr(acc), a, b, scale_d=0 if ks == 0 else 1, loc=here("wgmma"), origin="mma")
+        )
     body.append(L.WgmmaCommit(loc=here("commit")))
     if overwrite_early:
         body.append(L.StShared(L.SharedRef(sB, kb.tid * 8), rr(kb.regs[1]), 128, loc=here("sB[...] = v")))
