@@ -3,7 +3,8 @@
 - Inline expected values come from CUTLASS's ``media/docs/cpp/cute/0{1,2}_layout*.md``,
   from CuTe DSL's docstrings or from CuTe DSL runs (noted per test).
 - ``cpp/cute_cpp_golden.json`` holds ~200 cases (the documented ones plus random ones)
-  evaluated by CuTe C++ headers compiled with nvcc (``cpp/gen_golden.py``); every case
+  recorded once from CuTe C++ (the CUTLASS headers compiled with nvcc 13.0, 2026-11-22; the
+  recording program is not part of this repository); every case
   C++ accepted must print identically here.
 """
 
