@@ -285,7 +285,7 @@ class FenceProxyAsync(Instr):
 ALU_OPS = {
     "mov": 1, "neg": 1, "abs": 1, "exp2": 1, "exp": 1, "log2": 1, "log": 1, "rcp": 1, "rsqrt": 1,
     "sqrt": 1, "silu": 1, "gelu": 1, "cvt": 1, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2,
-    "min": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2,
+    "min": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "not": 1,
     "fma": 3, "select": 3,
 }
 

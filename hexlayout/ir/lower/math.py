@@ -38,14 +38,15 @@ def _coords_table(reg: RegisterTile) -> list[np.ndarray]:
 def value_map(dst: RegisterTile, src: RegisterTile) -> np.ndarray | str:
     """``v'`` per ``v`` such that thread ``t``'s ``src`` value ``v'`` is at the (broadcast)
     coordinate of its ``dst`` value ``v``; a reason string when no thread-independent map exists."""
-    if len(src.shape) != len(dst.shape):
+    if len(src.shape) > len(dst.shape):
         return f"rank {len(src.shape)} does not broadcast against rank {len(dst.shape)}"
+    src_shape = (1,) * (len(dst.shape) - len(src.shape)) + tuple(src.shape)   # numpy: align right
     if src.threads != dst.threads:
         return f"tiles spread over {src.threads} and {dst.threads} threads"
     dcoords = _coords_table(dst)
     sidx = np.zeros_like(dcoords[0])
     scale = 1
-    for k, (s, d) in enumerate(zip(src.shape, dst.shape)):
+    for k, (s, d) in enumerate(zip(src_shape, dst.shape)):
         if s not in (1, d):
             return f"extent {s} of mode {k} does not broadcast to {d}"
         if s != 1:

@@ -202,6 +202,30 @@ class SharedTileView:
         return SharedTileView(self.buffer, self.dtype, tuple(shape), lay, self.swizzle, base)
 
 
+    def _modes(self) -> list[Layout]:
+        return [self.layout[k] for k in range(len(self.shape))] if len(self.shape) > 1 else [self.layout]
+
+    def subtile(self, shape: tuple[int, ...], offset: tuple[ExprLike, ...]) -> SharedTileView:
+        """The ``shape`` window at per-mode ``offset``: the base moves, the modes are cut."""
+        modes = self._modes()
+        base: Expr = as_expr(self.base)
+        for o, m in zip(offset, modes):
+            base = base + crd2idx(as_expr(o), m.shape, m.stride)
+        cut = []
+        for s, m in zip(shape, modes):
+            if isinstance(m.shape, tuple):
+                raise ValueError(f"a window of the hierarchical mode {m} of shared layout {self.layout}")
+            cut.append(Layout(s, m.stride))
+        lay = cut[0] if len(cut) == 1 else Layout(tuple(c.shape for c in cut), tuple(c.stride for c in cut))
+        return SharedTileView(self.buffer, self.dtype, tuple(shape), lay, self.swizzle, base)
+
+    def permute(self, perm: tuple[int, ...]) -> SharedTileView:
+        modes = self._modes()
+        lay = Layout(tuple(modes[p].shape for p in perm), tuple(modes[p].stride for p in perm))
+        return SharedTileView(self.buffer, self.dtype, tuple(self.shape[p] for p in perm), lay, self.swizzle,
+                              self.base)
+
+
 @dataclass(eq=False)
 class RegisterTile:
     array: RegArray

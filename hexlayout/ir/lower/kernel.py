@@ -1,0 +1,562 @@
+"""Lower a tile program whose layouts and instructions are all fixed to the per-thread program.
+
+``lower_kernel(tile_kernel, arch)`` walks the ops in order and keeps, for every tile value,
+where its elements live (``GlobalTileView``, ``SharedTileView`` or ``RegisterTile``).
+Each op becomes instructions (see ``copy``, ``mma``, ``math``); control flow maps to
+``ForLoop`` / ``IfThen``. Shared buffers are packed in order of allocation, each aligned
+to its swizzle period (at least 128 bytes). Conditions on launch arguments that the
+instructions rely on (alignment, divisibility) are collected as ``requirements``.
+
+Every failure is a ``LoweringError`` naming the kernel, the op, its tensors and its
+source line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.arch import get_arch, get_atom
+from hexlayout.layout import ComposedLayout, Layout
+
+from ..expr import ExprLike, Var, as_expr
+from ..lowered import (
+    BarSync,
+    Comment,
+    CpAsyncCommit,
+    CpAsyncWait,
+    ForLoop,
+    IfThen,
+    Instr,
+    LoweredKernel,
+    MbarArrive,
+    MbarInit,
+    MbarRef,
+    MbarWait,
+    RegArray,
+    SetMaxNReg,
+    SmemBuffer,
+    TmaDesc,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
+)
+from ..mapping import TaskMapping
+from ..tile import (
+    Alloc,
+    AsyncCommit,
+    AsyncWait,
+    Block,
+    Cast,
+    Copy,
+    Elementwise,
+    Fill,
+    For,
+    GlobalView,
+    If,
+    Iota,
+    Mbarrier,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
+    Mma,
+    Op,
+    Permute,
+    Reduce,
+    Slice,
+    SubTile,
+    Sync,
+    TileKernel,
+    Value,
+)
+from ..tile import (
+    SetMaxNReg as TileSetMaxNReg,
+)
+from ..tile import (
+    WgmmaCommit as TileWgmmaCommit,
+)
+from ..tile import (
+    WgmmaFence as TileWgmmaFence,
+)
+from ..tile import (
+    WgmmaWait as TileWgmmaWait,
+)
+from ..tiled_mma import TiledMma
+from ..types import Scope
+from .copy import (
+    CopyPlan,
+    Requirement,
+    lower_gmem_to_smem,
+    lower_ldmatrix,
+    lower_mem_to_mem,
+    lower_reg_mem,
+    lower_stmatrix,
+    lower_tma_load,
+)
+from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
+from .mma import lower_mma
+from .views import GlobalTileView, RegisterTile, SharedTileView
+
+__all__ = ["LoweringError", "lower_kernel", "LoweredProgram"]
+
+
+class LoweringError(ValueError):
+    """A tile op that cannot be lowered, with the kernel, op, tensors and source line."""
+
+    def __init__(self, kernel: str, op: Op | None, message: str) -> None:
+        where = ""
+        if op is not None and op.loc is not None:
+            where = f" at {op.loc.file}:{op.loc.line}"
+            if op.loc.code:
+                where += f" `{op.loc.code.strip()}`"
+        name = _op_name(op) if op is not None else "kernel"
+        super().__init__(f"{kernel}: {name}{where}: {message}")
+        self.kernel = kernel
+        self.op = op
+        self.loc = op.loc if op is not None else None
+
+
+def _op_name(op: Op) -> str:
+    return {"Copy": "copy", "Mma": "mma", "Elementwise": "elementwise", "Alloc": "alloc"}.get(
+        type(op).__name__, type(op).__name__.lower())
+
+
+@dataclass
+class LoweredProgram:
+    kernel: LoweredKernel
+    requirements: list[Requirement] = field(default_factory=list)
+    choices: list[tuple[Op, str]] = field(default_factory=list)   # (op, instruction chosen)
+
+
+_ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "abs", "exp", "exp2", "log", "log2", "rsqrt", "sqrt",
+                "silu", "gelu", "max", "min", "select", "mov", "lt", "le", "gt", "ge", "eq", "ne", "and",
+                "or", "not", "cvt"}
+
+# Instruction preference for shared -> register and register -> shared copies.
+_LDSM = ("SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T", "SM75_U32x2_LDSM_N", "SM75_U16x4_LDSM_T",
+         "SM75_U32x1_LDSM_N", "SM75_U16x2_LDSM_T")
+_STSM = ("SM90_U32x4_STSM_N", "SM90_U16x8_STSM_T", "SM90_U32x2_STSM_N", "SM90_U16x4_STSM_T",
+         "SM90_U32x1_STSM_N", "SM90_U16x2_STSM_T")
+
+
+class _Lowering:
+    def __init__(self, tk: TileKernel, arch: str) -> None:
+        self.tk = tk
+        self.arch = get_arch(arch)
+        self.tid: Var = tk.launch.thread_index or Var("threadIdx.x", 0, tk.launch.threads, "thread")
+        self.threads = tk.launch.threads
+        self.views: dict[int, Any] = {}
+        self.smem: list[SmemBuffer] = []
+        self.smem_top = 0
+        self.regs: list[RegArray] = []
+        self.reg_names: set[str] = set()
+        self.reqs: list[Requirement] = []
+        self.tma: list[TmaDesc] = []
+        self.mbars: dict[int, MbarRef] = {}
+        self.choices: list[tuple[Op, str]] = []
+        self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
+        self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
+
+    # --- errors / naming -------------------------------------------------------------
+    def fail(self, op: Op | None, msg: str) -> LoweringError:
+        return LoweringError(self.tk.name, op, msg)
+
+    def _reg_name(self, base: str) -> str:
+        name = base if base.isidentifier() else "r"
+        k = 0
+        while name in self.reg_names:
+            k += 1
+            name = f"{base}_{k}"
+        self.reg_names.add(name)
+        return name
+
+    # --- storage ---------------------------------------------------------------------
+    def view(self, v: Value, op: Op) -> Any:
+        try:
+            return self.views[v.id]
+        except KeyError:
+            raise self.fail(op, f"%{v.name} is used before it is defined") from None
+
+    def alloc_shared(self, v: Value, op: Op) -> SharedTileView:
+        lay = v.type.layout
+        if not isinstance(lay, (Layout, ComposedLayout)):
+            raise self.fail(op, f"shared tile %{v.name} has no layout ({lay}); give one or run synthesis")
+        eb = v.type.dtype.bits
+        n = v.type.size
+        probe = SharedTileView.of(SmemBuffer(v.name, v.type.dtype, 0), v.type.dtype, tuple(v.type.shape), lay)
+        offs = probe.offsets(np.arange(n))
+        if offs.min() < 0:
+            raise self.fail(op, f"shared layout {lay} of %{v.name} maps an element to a negative offset")
+        if len(np.unique(offs)) != n:
+            raise self.fail(op, f"shared layout {lay} of %{v.name} maps two elements to one offset")
+        nbytes = (int(offs.max()) + 1) * eb // 8
+        period = probe.swizzle.period() * eb // 8 if probe.swizzle is not None else 0
+        align = max(128, period)
+        nbytes = -(-nbytes // align) * align
+        start = -(-self.smem_top // align) * align
+        buf = SmemBuffer(v.name, v.type.dtype, nbytes, start, align)
+        self.smem.append(buf)
+        self.smem_top = start + nbytes
+        return SharedTileView.of(buf, v.type.dtype, tuple(v.type.shape), lay)
+
+    def alloc_register(self, v: Value, op: Op) -> RegisterTile:
+        lay = v.type.layout
+        if not isinstance(lay, Layout):
+            raise self.fail(op, f"register tile %{v.name} has no TV layout ({lay}); "
+                            "give one or run synthesis")
+        if lay.size() % self.threads:
+            raise self.fail(op, f"TV layout {lay} of %{v.name} does not spread over the "
+                            f"{self.threads} threads")
+        values = lay.size() // self.threads
+        idx = lay.indices()
+        if idx.min() < 0 or idx.max() >= v.type.size:
+            raise self.fail(op, f"TV layout {lay} of %{v.name} reaches outside its "
+                            f"{v.type.size}-element tile")
+        missing = v.type.size - len(np.unique(idx))
+        if missing:
+            raise self.fail(op, f"TV layout {lay} of %{v.name} leaves {missing} tile elements unheld")
+        arr = RegArray(self._reg_name(v.name), v.type.dtype, values)
+        self.regs.append(arr)
+        return RegisterTile(arr, v.type.dtype, tuple(v.type.shape), lay, self.threads)
+
+    def scratch(self, base: str, dtype: Any, count: int) -> RegArray:
+        arr = RegArray(self._reg_name(base), dtype, count)
+        self.regs.append(arr)
+        return arr
+
+    def register_of(self, v: Value, op: Op, like: list[Any] | None = None) -> RegisterTile:
+        """The register tile ``v`` names; an op result not yet allocated is allocated now.
+
+        A result without a layout takes the layout of a same-shaped register operand in
+        ``like`` (elementwise ops and casts keep the distribution of their inputs)."""
+        if v.id not in self.views:
+            if not isinstance(v.type.layout, Layout) and like:
+                for x in like:
+                    if isinstance(x, RegisterTile) and x.shape == tuple(v.type.shape):
+                        v.type = v.type.with_layout(x.tv)
+                        break
+            self.views[v.id] = self.alloc_register(v, op)
+        t = self.views[v.id]
+        if not isinstance(t, RegisterTile):
+            raise self.fail(op, f"%{v.name} is a {v.scope} tile, not a register tile")
+        return t
+
+    # --- ops -------------------------------------------------------------------------
+    def block(self, b: Block) -> list[Instr]:
+        out: list[Instr] = []
+        for op in b.ops:
+            try:
+                instrs = self.op(op)
+            except LoweringError:
+                raise
+            except ValueError as e:
+                raise self.fail(op, str(e)) from None
+            for ins in instrs:
+                if ins.loc is None:
+                    ins.loc = op.loc
+                if not ins.origin:
+                    ins.origin = _op_name(op)
+            out += instrs
+        return out
+
+    def op(self, op: Op) -> list[Instr]:
+        m = getattr(self, "op_" + type(op).__name__, None)
+        if m is None:
+            raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
+        return m(op)
+
+    def op_GlobalView(self, op: GlobalView) -> list[Instr]:
+        if op.gather is not None:
+            raise self.fail(op, "gathered rows are not supported by the lowering yet")
+        p = op.param
+        shape = tuple(op.result.type.shape)
+        rank = len(p.shape)
+        if len(shape) != rank:
+            raise self.fail(op, f"a {len(shape)}-mode window of the {rank}-mode tensor {p.name}")
+        self.views[op.result.id] = GlobalTileView(p, p.dtype, shape, tuple(range(rank)), tuple(op.origin),
+                                                  tuple(op.extent))
+        return []
+
+    def op_Alloc(self, op: Alloc) -> list[Instr]:
+        v = op.result
+        if v.scope == Scope.SHARED:
+            self.views[v.id] = self.alloc_shared(v, op)
+        elif v.scope == Scope.REGISTER:
+            self.views[v.id] = self.alloc_register(v, op)
+        else:
+            raise self.fail(op, f"cannot allocate a {v.scope} tile")
+        return []
+
+    def _derived_view(self, op: Op, src: Value, make: Any) -> list[Instr]:
+        base = self.view(src, op)
+        if isinstance(base, RegisterTile):
+            raise self.fail(op, f"views of register tile %{src.name} are not supported by the "
+                            "lowering yet")
+        self.views[op.result.id] = make(base)
+        return []
+
+    def op_Slice(self, op: Slice) -> list[Instr]:
+        return self._derived_view(op, op.src, lambda b: b.slice(tuple(op.index)))
+
+    def op_SubTile(self, op: SubTile) -> list[Instr]:
+        def make(b: Any) -> Any:
+            if isinstance(b, GlobalTileView):
+                return b.subtile(tuple(op.result.type.shape), tuple(op.offset))
+            return b.subtile(tuple(op.result.type.shape), tuple(op.offset))
+        return self._derived_view(op, op.src, make)
+
+    def op_Permute(self, op: Permute) -> list[Instr]:
+        def make(b: Any) -> Any:
+            if isinstance(b, GlobalTileView):
+                return b.permute(tuple(op.perm))
+            return b.permute(tuple(op.perm))
+        return self._derived_view(op, op.src, make)
+
+    # copies
+    def op_Copy(self, op: Copy) -> list[Instr]:
+        src, dst = self.view(op.src, op), self.view(op.dst, op) if op.dst.id in self.views else None
+        if dst is None:
+            dst = self.register_of(op.dst, op)
+        if op.mask is not None:
+            raise self.fail(op, "masked copies are not supported by the lowering yet "
+                            "(the views' extents predicate ragged edges)")
+        eb = op.src.type.dtype.bits
+        tried: list[str] = []
+        want = op.instruction
+
+        def attempt(name: str, res: CopyPlan | str) -> CopyPlan | None:
+            if isinstance(res, str):
+                tried.append(f"{name}: {res}")
+                return None
+            return res
+
+        plan_ok: CopyPlan | None = None
+        if isinstance(src, GlobalTileView) and isinstance(dst, SharedTileView):
+            if op.mbarrier is not None or (want or "").startswith("SM90_TMA"):
+                if op.mbarrier is None:
+                    raise self.fail(op, "a TMA copy completes on an mbarrier: pass mbarrier=")
+                bar = self.mbar_ref(op.mbarrier, op.mbarrier_index, op)
+                name = f"tma_{op.src.root.name}_{len(self.tma)}"
+                res = lower_tma_load(src, dst, bar, self.elect[-1], eb, name)
+                if isinstance(res, str):
+                    raise self.fail(op, f"TMA load of %{op.src.name} into %{op.dst.name}: {res}")
+                plan_ok, desc = res
+                self.tma.append(desc)
+            else:
+                plan_ok = attempt("cp.async", lower_gmem_to_smem(src, dst, self.tid, self.threads, eb))
+                if plan_ok is None and want is None:
+                    plan_ok = attempt("ld.global+st.shared", self._via_registers(src, dst, op))
+        elif isinstance(dst, RegisterTile) and isinstance(src, SharedTileView):
+            names = [want] if want else list(_LDSM) + ["ld.shared"]
+            for name in names:
+                if name == "ld.shared" or not name.startswith("SM75"):
+                    plan_ok = attempt(name, lower_reg_mem(dst, src, True, self.tid, eb))
+                else:
+                    plan_ok = attempt(name, lower_ldmatrix(dst, src, get_atom(name), self.tid, eb))
+                if plan_ok:
+                    break
+        elif isinstance(src, RegisterTile) and isinstance(dst, SharedTileView):
+            names = [want] if want else (list(_STSM) if self.arch.has_stmatrix else []) + ["st.shared"]
+            for name in names:
+                if name == "st.shared" or not name.startswith("SM90"):
+                    plan_ok = attempt(name, lower_reg_mem(src, dst, False, self.tid, eb))
+                else:
+                    plan_ok = attempt(name, lower_stmatrix(src, dst, get_atom(name), self.tid, eb))
+                if plan_ok:
+                    break
+        elif isinstance(src, GlobalTileView) and isinstance(dst, RegisterTile):
+            plan_ok = attempt("ld.global", lower_reg_mem(dst, src, True, self.tid, eb))
+        elif isinstance(src, RegisterTile) and isinstance(dst, GlobalTileView):
+            plan_ok = attempt("st.global", lower_reg_mem(src, dst, False, self.tid, eb))
+        elif isinstance(src, SharedTileView) and isinstance(dst, GlobalTileView):
+            plan_ok = attempt("ld.shared+st.global", self._via_registers(src, dst, op))
+        elif isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
+            raise self.fail(op, f"register-to-register copy %{op.src.name} -> %{op.dst.name}: use rearrange")
+        else:
+            raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
+        if plan_ok is None:
+            raise self.fail(op, f"no instruction can copy %{op.src.name} ({op.src.type}) into %{op.dst.name} "
+                            f"({op.dst.type}): " + "; ".join(tried))
+        self.reqs += plan_ok.requirements
+        self.choices.append((op, plan_ok.instruction))
+        return plan_ok.instrs
+
+    def _via_registers(self, src: Any, dst: Any, op: Copy) -> CopyPlan | str:
+        n = op.src.type.size
+        per = -(-n // self.threads)
+        tmp = RegArray(self._reg_name(f"{op.src.root.name}_tmp"), op.src.type.dtype, per)
+        plan = lower_mem_to_mem(src, dst, self.tid, self.threads, op.src.type.dtype.bits, tmp)
+        if not isinstance(plan, str):
+            self.regs.append(tmp)
+        return plan
+
+    # mma
+    def op_Mma(self, op: Mma) -> list[Instr]:
+        if op.atom is None or op.warps is None:
+            raise self.fail(op, "the mma atom and warp arrangement are not chosen; give atom= and warps= or "
+                            "run synthesis")
+        atom = get_atom(op.atom)
+        if atom.arch not in ("sm_80", "sm_89", "sm_90a") or self.arch.name not in atom.archs:
+            raise self.fail(op, f"{atom.name} needs {atom.arch}; the kernel is lowered for {self.arch.name}")
+        warps = op.warps
+        if not isinstance(warps, TaskMapping):
+            raise self.fail(op, f"warps={warps!r} is not a task mapping")
+        k = op.a.type.shape[1]
+        if k % atom.k:
+            raise self.fail(op, f"K = {k} is not a multiple of the atom's K = {atom.k}")
+        tm = TiledMma(atom, warps, k // atom.k)
+        m, n, kk = tm.tile_mnk
+        if (m, n, kk) != (op.c.type.shape[0], op.c.type.shape[1], k):
+            raise self.fail(op, f"{tm} covers {m}x{n}x{kk}, the operands are "
+                            f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{k}")
+        if tm.threads != self.threads:
+            raise self.fail(op, f"{tm} needs {tm.threads} threads, the block has {self.threads}")
+        a = self.view(op.a, op) if op.a.scope == Scope.SHARED else self.register_of(op.a, op)
+        b = self.view(op.b, op) if op.b.scope == Scope.SHARED else self.register_of(op.b, op)
+        c = self.register_of(op.c, op)
+        res = lower_mma(tm, a, b, c, self.tid, op.a.type.dtype.bits)
+        if isinstance(res, str):
+            raise self.fail(op, f"{tm}: {res}")
+        self.choices.append((op, str(tm)))
+        return res
+
+    # register math
+    def _operand(self, x: Any, op: Op) -> Any:
+        if isinstance(x, Value):
+            return self.register_of(x, op)
+        return x
+
+    def op_Elementwise(self, op: Elementwise) -> list[Instr]:
+        if op.fn not in _ELEMENTWISE:
+            raise self.fail(op, f"unknown elementwise function {op.fn!r}")
+        args = [self._operand(a, op) for a in op.args]
+        dst = self.register_of(op.result, op, args)
+        res = lower_elementwise(op.fn, dst, args)
+        if isinstance(res, str):
+            raise self.fail(op, res)
+        return res
+
+    def op_Cast(self, op: Cast) -> list[Instr]:
+        src = self.register_of(op.src, op)
+        res = lower_elementwise("cvt", self.register_of(op.result, op, [src]), [src])
+        if isinstance(res, str):
+            raise self.fail(op, res)
+        return res
+
+    def op_Fill(self, op: Fill) -> list[Instr]:
+        return lower_fill(self.register_of(op.dst, op), op.value)
+
+    def op_Iota(self, op: Iota) -> list[Instr]:
+        return lower_iota(self.register_of(op.result, op), op.axis, self.tid)
+
+    def op_Reduce(self, op: Reduce) -> list[Instr]:
+        dst = self.register_of(op.result, op)
+        src = self.register_of(op.src, op)
+        tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
+        res = lower_reduce(op.fn, dst, src, op.axis, tmp)
+        if isinstance(res, str):
+            raise self.fail(op, res)
+        return res
+
+    # synchronization
+    def op_Sync(self, op: Sync) -> list[Instr]:
+        lo, hi = self.group_threads[-1]
+        if (lo, hi) != (0, self.threads):
+            raise self.fail(op, "syncthreads inside a warp-group branch would deadlock the other warp groups")
+        return [BarSync()]
+
+    def op_AsyncCommit(self, op: AsyncCommit) -> list[Instr]:
+        return [CpAsyncCommit()]
+
+    def op_AsyncWait(self, op: AsyncWait) -> list[Instr]:
+        return [CpAsyncWait(op.pending)]
+
+    def mbar_ref(self, bar: Any, index: ExprLike, op: Op) -> MbarRef:
+        if not isinstance(bar, Mbarrier):
+            raise self.fail(op, f"{bar!r} is not an mbarrier")
+        return MbarRef(bar.name, index, bar.count)
+
+    def op_MbarrierInit(self, op: MbarrierInit) -> list[Instr]:
+        return [MbarInit(self.mbar_ref(op.bar, op.index, op), op.arrivals, pred=self.elect[-1])]
+
+    def op_MbarrierArrive(self, op: MbarrierArrive) -> list[Instr]:
+        pred: ExprLike | None = None
+        t = as_expr(self.tid)
+        if op.who == "one":
+            pred = self.elect[-1]
+        elif op.who == "warp":
+            pred = (t % 32).eq(0)
+        elif op.who == "warpgroup":
+            pred = (t % 128).eq(0)
+        return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, pred=pred)]
+
+    def op_MbarrierWait(self, op: MbarrierWait) -> list[Instr]:
+        return [MbarWait(self.mbar_ref(op.bar, op.index, op), op.phase)]
+
+    def op_WgmmaFence(self, op: TileWgmmaFence) -> list[Instr]:
+        return [WgmmaFence()]
+
+    def op_WgmmaCommit(self, op: TileWgmmaCommit) -> list[Instr]:
+        return [WgmmaCommit()]
+
+    def op_WgmmaWait(self, op: TileWgmmaWait) -> list[Instr]:
+        return [WgmmaWait(op.pending)]
+
+    def op_SetMaxNReg(self, op: TileSetMaxNReg) -> list[Instr]:
+        return [SetMaxNReg(op.count, op.increase)]
+
+    # control flow
+    def op_For(self, op: For) -> list[Instr]:
+        body = self.block(op.body)
+        return [ForLoop(op.var, op.start, op.stop, op.step, body, op.unroll)]
+
+    def op_If(self, op: If) -> list[Instr]:
+        pushed = False
+        if op.warp_groups:
+            lo = 128 * min(op.warp_groups)
+            hi = 128 * (max(op.warp_groups) + 1)
+            self.elect.append(as_expr(self.tid).eq(lo))
+            self.group_threads.append((lo, hi))
+            pushed = True
+        try:
+            then = self.block(op.then_body)
+        finally:
+            if pushed:
+                self.elect.pop()
+                self.group_threads.pop()
+        other = self.block(op.else_body) if op.else_body is not None else []
+        return [IfThen(op.cond, then, other)]
+
+    # --- driver ----------------------------------------------------------------------
+    def run(self) -> LoweredProgram:
+        for b in self.tk.mbarriers:
+            self.mbars[id(b)] = MbarRef(b.name, 0, b.count)
+        body = [Comment(f"kernel {self.tk.name}")] + self.block(self.tk.body)
+        if self.smem_top > self.arch.smem_per_block_max:
+            raise self.fail(None, f"{self.smem_top} bytes of shared memory exceed the "
+                            f"{self.arch.smem_per_block_max} bytes a block may use on {self.arch.name}")
+        launch = self.tk.launch
+        lk = LoweredKernel(
+            name=self.tk.name, params=list(self.tk.params), grid=tuple(launch.grid), threads=self.threads,
+            thread_index=self.tid, block_index=tuple(launch.block_index), body=body, registers=self.regs,
+            smem=self.smem, mbarriers=list(self.mbars.values()), tma=self.tma, cluster=launch.cluster,
+            arch=self.arch.name, loc=self.tk.loc,
+        )
+        return LoweredProgram(lk, _dedupe(self.reqs), self.choices)
+
+
+def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
+    seen: dict[tuple[str, str, int], Requirement] = {}
+    for r in reqs:
+        key = (r.param, r.kind, r.mode)
+        if key not in seen or r.value > seen[key].value:
+            seen[key] = r
+    return list(seen.values())
+
+
+def lower_kernel(tk: TileKernel, arch: str = "sm_80") -> LoweredProgram:
+    """The per-thread program of ``tk`` for ``arch`` (every layout and mma choice fixed)."""
+    return _Lowering(tk, arch).run()
+
