@@ -9,6 +9,7 @@ import pytest
 from hexlayout.emulator import AsyncHazardError, run
 from hexlayout.emulator.gmma_desc import decode, encode
 from hexlayout.ir import lowered as L
+from hexlayout.ir.types import f16
 from hexlayout.layout import Swizzle
 
 from .kbuild import KB, gparam, here, rr
@@ -128,3 +129,72 @@ def test_descriptor_bits_round_trip():
     d = decode(encode(0x1230, 16, 1024, 1))
     assert (d.start, d.lbo, d.sbo, d.layout_type, d.swizzle_name) == (0x1230, 16, 1024, 1, "128B")
     assert encode(0x1230, 16, 1024, 1) == (0x123 | (1 << 16) | (64 << 32) | (1 << 62))
+
+
+def test_wgmma_mn_major_b_128b_swizzle():
+    """B given as Bkn[K, N] (N contiguous) in the MN-major SW128 canonical layout
+    ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)): 64-element N blocks LBO apart, 8-row K groups SBO apart."""
+    N, K = 128, 32
+    kb = KB("wgmma_mn", 128, arch="sm_90a")
+    A = gparam("A", "f16", (64, K))
+    Bkn = gparam("Bkn", "f16", (K, N))
+    D = gparam("D", "f32", (64, N))
+    sA = kb.shared("sA", "f16", 64 * 64, align=1024)
+    sB = kb.shared("sB", "f16", K * N, align=1024)
+    acc = kb.reg("acc", "f32", N // 2)
+    v = kb.reg("v", "f16", 8)
+    tid = kb.tid
+    LBO, SBO = 1024, 2048  # bytes: N block of 64 x 8 rows; K group of 8
+    body = []
+    # A: (64, K=32) into a K-major SW128 tile of 64-element rows (only k < 32 used)
+    for i in range(64 * K // 8 // 128):
+        c = tid + i * 128
+        r, ch = c // (K // 8), c % (K // 8)
+        body += [
+            L.LdGlobal(rr(v), L.GlobalRef(A, r * K + ch * 8), 128),
+            L.StShared(L.SharedRef(sA, SW128(r * 64 + ch * 8)), rr(v), 128),
+        ]
+    for i in range(K * N // 8 // 128):
+        c = tid + i * 128
+        k, n = c // (N // 8), (c % (N // 8)) * 8
+        off = (k % 8) * 64 + (k // 8) * (SBO // 2) + (n // 64) * (LBO // 2) + n % 64
+        body += [
+            L.LdGlobal(rr(v), L.GlobalRef(Bkn, k * N + n), 128),
+            L.StShared(L.SharedRef(sB, SW128(off)), rr(v), 128),
+        ]
+    body += [L.BarSync(), L.WgmmaFence()]
+    for ks in range(K // 16):
+        body.append(
+            L.Wgmma(
+                f"SM90_64x{N}x16_F32F16F16_SS",
+                rr(acc),
+                L.SmemDesc(sA, ks * 16, 1, 16, 1024),
+                L.SmemDesc(sB, ks * 2 * (SBO // 2), 1, LBO, SBO, major="MN"),
+                scale_d=int(ks > 0),
+            )
+        )
+    body += [L.WgmmaCommit(), L.WgmmaWait(0)] + d_frag_stores(kb, D, acc, N)
+    rng = np.random.default_rng(63)
+    a = rng.uniform(-1, 1, (64, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    d = np.zeros((64, N), np.float32)
+    run(kb.build([A, Bkn, D], body), {"A": a, "Bkn": b, "D": d})
+    np.testing.assert_allclose(d, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_wgmma_f16_accumulator():
+    k = wgmma_kernel()
+    for ins in k.body:
+        if isinstance(ins, L.Wgmma):
+            ins.atom = "SM90_64x64x16_F16F16F16_SS"
+    acc = next(r for r in k.registers if r.name == "acc")
+    acc.dtype = f16
+    D = next(p for p in k.params if p.name == "D")
+    D.dtype = acc.dtype
+    for ins in k.body:
+        if isinstance(ins, L.StGlobal) and ins.dst.param is D:
+            ins.bits = 32
+    args = _args(seed=64)
+    args["D"] = np.zeros((64, 64), np.float16)
+    run(k, args)
+    np.testing.assert_allclose(args["D"], _ref(args), rtol=1e-2, atol=1e-2)
