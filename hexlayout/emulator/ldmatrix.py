@@ -62,6 +62,8 @@ def ldmatrix(m: Machine, ins: Ldmatrix, x: Active) -> None:
     out = np.ascontiguousarray(vals.transpose(0, 2, 1, 3)).reshape(len(x.tids), 2 * num)
     m.write_reg_bytes(ins.dst, grid.reshape(-1), x.env, ins, out.view(np.uint8))
     m.count_smem(ins, rows_t, addr, 16, ldsm=num)
+    if m.options.check_races:
+        m.shadow.clocks.join_units(grid)
 
 
 def stmatrix(m: Machine, ins: Stmatrix, x: Active) -> None:
@@ -78,6 +80,8 @@ def stmatrix(m: Machine, ins: Stmatrix, x: Active) -> None:
     data = mats.reshape(-1, 8).view(np.uint8)
     m.smem_write(ins, rows_t, m.byte_idx(addr, 16), data)
     m.count_smem(ins, rows_t, addr, 16, ldsm=num)
+    if m.options.check_races:
+        m.shadow.clocks.join_units(grid)
 
 
 HANDLERS = {Ldmatrix: ldmatrix, Stmatrix: stmatrix}

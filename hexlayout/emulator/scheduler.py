@@ -72,7 +72,8 @@ def _deadlock(m: Machine, blocked: list[_Task]) -> None:
         else:
             continue
         first = first or req.instr
-        lines.append(f"threads {thread_ranges(req.tids)}: {describe_instr(req.instr)} {what}")
+        who = "thread" if len(req.tids) == 1 else "threads"
+        lines.append(f"{who} {thread_ranges(req.tids)}: {describe_instr(req.instr)} {what}")
     m.fail(DeadlockError, first, "every remaining thread group is waiting:\n    " + "\n    ".join(lines))
 
 

@@ -4,7 +4,12 @@ Vector clocks (``clocks``, a ``threads x threads`` int32 matrix): row ``t`` is w
 ``t`` knows of every thread's progress; ``clocks[t, t]`` is ``t``'s own epoch. A release
 (bar.sync, mbarrier arrive, TMA complete_tx) publishes a thread's row and then advances
 its epoch; an acquire (bar.sync, mbarrier wait) joins a published clock into the row.
-``bar.sync`` is a release + acquire among all participants.
+``bar.sync`` is a release + acquire among all participants. Warp-collective instructions
+(ldmatrix, stmatrix) join their warp's clocks after their accesses, warp-group
+ones (wgmma) their warp group's: the lanes are converged there, and the shared-memory
+accesses of such an instruction are recorded as those of one lane (the lane giving the row
+address; the warp group's first thread for wgmma), so another lane's later release must
+cover them.
 
 Per shared-memory byte the shadow keeps the last writer (thread, epoch, site) and the last
 reader (thread, epoch, site). An access by thread ``t`` races with the recorded access of
@@ -41,6 +46,13 @@ class VectorClocks:
         """bar.sync among ``tids``: everyone learns the join, then advances its epoch."""
         self.c[tids] = self.c[tids].max(axis=0)
         self.c[tids, tids] += 1
+
+    def join_units(self, grid: np.ndarray) -> None:
+        """A collective ``.sync.aligned`` instruction: each row of ``grid`` (a warp or warp group)
+        joins its clocks, like a barrier among those threads."""
+        rows = self.c[grid]
+        self.c[grid] = np.broadcast_to(rows.max(axis=1, keepdims=True), rows.shape)
+        self.c[grid, grid] += 1
 
     def release(self, tids: np.ndarray) -> np.ndarray:
         """The join of ``tids``' clocks (to publish), then ``tids`` advance their epochs."""

@@ -144,6 +144,8 @@ def wgmma(m: Machine, ins: Wgmma, x: Active) -> None:
         for idx in reads:
             flat = idx.reshape(1, -1)
             m.smem_read(ins, reader, flat)
+        if m.options.check_races:
+            m.shadow.clocks.join_units(wg_tids.reshape(1, -1))
         D = A @ B.T
         if scale_d:
             c = read_operand(

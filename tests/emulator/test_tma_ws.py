@@ -96,7 +96,7 @@ def test_illegal_tma_box_is_reported():
     assert "swizzle" in str(e.value)
 
 
-def ws_gemm_kernel(N=64, K=512, stages=2, consumer_release=True, skip_arrive_expect=False):
+def ws_gemm_kernel(N=64, K=512, stages=2, consumer_release=True, skip_arrive_expect=False, releaser=0):
     """Warp-specialized C[64, N] = A[64, K] @ B[N, K]^T: warp group 0 produces (one thread issues the
     TMA loads of A and B k-tiles of 64 into a `stages`-deep ring), warp group 1 consumes (4 wgmma per
     k-tile), full[s] / empty[s] mbarriers between them."""
@@ -172,7 +172,9 @@ def ws_gemm_kernel(N=64, K=512, stages=2, consumer_release=True, skip_arrive_exp
         )
     mma += [L.WgmmaCommit(), L.WgmmaWait(0, loc=here("wgmma wait"))]
     if consumer_release:
-        mma.append(L.MbarArrive(L.MbarRef("empty", s, stages), pred=ctid.eq(0), loc=here("arrive empty")))
+        mma.append(
+            L.MbarArrive(L.MbarRef("empty", s, stages), pred=ctid.eq(releaser), loc=here("arrive empty"))
+        )
     consumer = [L.SetMaxNReg(232, True), L.Alu("mov", rr(acc), (0.0,)), L.ForLoop(kt, 0, K // 64, 1, mma)]
     # the consumer's D-fragment stores index by the warp group's own thread index
     stores = d_frag_stores(kb, D, acc, N)
@@ -187,14 +189,14 @@ def ws_gemm_kernel(N=64, K=512, stages=2, consumer_release=True, skip_arrive_exp
     return k
 
 
-@pytest.mark.parametrize("stages", [2, 3])
-def test_warp_specialized_producer_consumer_gemm(stages):
+@pytest.mark.parametrize("stages,releaser", [(2, 0), (3, 0), (2, 37)])
+def test_warp_specialized_producer_consumer_gemm(stages, releaser):
     rng = np.random.default_rng(72)
     K = 512
     a = rng.uniform(-1, 1, (64, K)).astype(np.float16)
     b = rng.uniform(-1, 1, (64, K)).astype(np.float16)
     d = np.zeros((64, 64), np.float32)
-    rep = run(ws_gemm_kernel(K=K, stages=stages), {"A": a, "B": b, "D": d})
+    rep = run(ws_gemm_kernel(K=K, stages=stages, releaser=releaser), {"A": a, "B": b, "D": d})
     np.testing.assert_allclose(d, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-4)
     assert sum(s.executions for s in rep.find("TmaLoad")) == 2 * K // 64
     assert sum(s.executions for s in rep.find("Wgmma")) == 4 * K // 64
@@ -214,7 +216,7 @@ def test_producer_overwriting_a_stage_without_empty_barrier_is_caught():
             },
         )
     msg = str(e.value)
-    assert "wait empty" in msg and "empty[0]" in msg and "threads 0:" in msg
+    assert "wait empty" in msg and "empty[0]" in msg and "thread 0:" in msg
 
 
 def test_deadlock_on_barrier_nobody_arrives_on():
