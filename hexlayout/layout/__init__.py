@@ -31,6 +31,7 @@ from .layout import (
     size,
     slice_and_offset,
 )
+from .parse import parse_inttuple, parse_layout
 from .product import (
     blocked_product,
     flat_product,
@@ -52,5 +53,5 @@ __all__ = [
     "max_common_vector", "logical_divide", "zipped_divide", "tiled_divide", "flat_divide",
     "logical_product", "zipped_product", "tiled_product", "flat_product", "blocked_product",
     "raked_product", "tile_to_shape", "upcast", "downcast", "recast_layout", "make_layout_tv",
-    "tv_coords", "tv_inverse", "tv_table",
+    "tv_coords", "tv_inverse", "tv_table", "parse_layout", "parse_inttuple",
 ]
