@@ -36,6 +36,13 @@ def tv_index(atom_name: str, operand: str) -> np.ndarray:
     return lay.indices().reshape(-1, t).T.copy()
 
 
+@cache
+def atom_values(atom_name: str) -> tuple[int, int, int]:
+    """Elements of A, B, C per thread (cached: computing layout sizes is not free)."""
+    atom = get_atom(atom_name)
+    return atom.values_a, atom.values_b, atom.values_c  # type: ignore[union-attr]
+
+
 def read_operand(
     m: Machine,
     ins: object,
@@ -96,18 +103,19 @@ def mma_sync(m: Machine, ins: MmaSync, x: Active) -> None:
     tids = grid.reshape(-1)
     M, N, K = atom.shape_mnk
     w = len(grid)
-    a = read_operand(m, ins, ins.a, tids, x.env, atom.a_dtype, atom.values_a, "A")
-    b = read_operand(m, ins, ins.b, tids, x.env, atom.b_dtype, atom.values_b, "B")
-    c = read_operand(m, ins, ins.c, tids, x.env, atom.c_dtype, atom.values_c, "C")
+    va, vb, vc = atom_values(ins.atom)
+    a = read_operand(m, ins, ins.a, tids, x.env, atom.a_dtype, va, "A")
+    b = read_operand(m, ins, ins.b, tids, x.env, atom.b_dtype, vb, "B")
+    c = read_operand(m, ins, ins.c, tids, x.env, atom.c_dtype, vc, "C")
     A = dense_from_fragments(to_compute(a, atom.a_dtype).reshape(w, 32, -1), tv_index(ins.atom, "a"), M, K)
     B = dense_from_fragments(to_compute(b, atom.b_dtype).reshape(w, 32, -1), tv_index(ins.atom, "b"), N, K)
     C = dense_from_fragments(to_compute(c, atom.c_dtype).reshape(w, 32, -1), tv_index(ins.atom, "c"), M, N)
-    if m.reg_bytes_of(ins.d) != atom.values_c * atom_numpy(atom.c_dtype).itemsize:
+    if m.reg_bytes_of(ins.d) != vc * atom_numpy(atom.c_dtype).itemsize:
         m.fail(
             IllegalInstructionError,
             ins,
             f"D: register slice {ins.d.array.name} holds {m.reg_bytes_of(ins.d)} "
-            f"bytes, the atom writes {atom.values_c} {atom.c_dtype} element(s) per thread",
+            f"bytes, the atom writes {vc} {atom.c_dtype} element(s) per thread",
         )
     D = np.matmul(A, B.transpose(0, 2, 1)) + C
     d = fragments_from_dense(finish_accumulator(D, atom.c_dtype), tv_index(ins.atom, "c"))
