@@ -54,10 +54,11 @@ class Kernel:
         self.__wrapped__ = fn
         code = fn.__code__
         line = code.co_firstlineno
-        for k in range(line, line + 20):  # skip decorators: point at the `def` line
-            if source.loc_of_frame_line(code.co_filename, k).startswith(("def ", "async def ")):
-                line = k
-                break
+        if source.loc_of_frame_line(code.co_filename, line).startswith("@"):
+            for k in range(line, line + 20):  # skip decorators: point at the `def` line
+                if source.loc_of_frame_line(code.co_filename, k).startswith(("def ", "async def ")):
+                    line = k
+                    break
         text = source.loc_of_frame_line(code.co_filename, line)
         self.loc = SourceLoc(code.co_filename, line, code.co_name, text)
         self._cache: dict[Any, TileKernel] = {}
@@ -184,7 +185,11 @@ class Kernel:
                 self.fn(*args, **consts)
             except TypeError as e:
                 if "has no Python truth value" in str(e):
-                    raise self._bool_error(e) from e
+                    raise self._user_error(e, "bool", f"{e}. Python `if`, `and`, `or`, `not` and `while` "
+                                           "need values known at trace time") from e
+                if str(e).startswith("Tile(%") and "is not an integer expression" in str(e):
+                    raise self._user_error(e, "expression", f"{e}: a tile operand must come first when the "
+                                           "other is an Expr (write `tile + expr`, `tile > expr`)") from e
                 raise
             if ctx.broken_loop is not None:
                 ctx.check_open("range", None)
@@ -196,16 +201,17 @@ class Kernel:
             launch.block_index = (Var("blockIdx.x", 0, 1, kind="block"),)
         return TileKernel(self.name, params, launch, ctx.body, self.loc, dict(consts), list(ctx.mbarriers))
 
-    def _bool_error(self, e: TypeError) -> KernelError:
+    def _user_error(self, e: TypeError, op: str, detail: str) -> KernelError:
+        """A ``KernelError`` at the innermost kernel line of ``e``'s traceback."""
         loc = None
         tb = e.__traceback__
         while tb is not None:
-            if tb.tb_frame.f_code is self.fn.__code__:
-                loc = SourceLoc(tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name,
-                                source.loc_of_frame_line(tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+            code = tb.tb_frame.f_code
+            if code is self.fn.__code__:
+                loc = SourceLoc(code.co_filename, tb.tb_lineno, code.co_name,
+                                source.loc_of_frame_line(code.co_filename, tb.tb_lineno))
             tb = tb.tb_next
-        return KernelError(self.name, "bool", loc, f"{e}. Python `if`, `and`, `or`, `not` and `while` need "
-                           "values known at trace time")
+        return KernelError(self.name, op, loc, detail)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"kernel {self.name} is a definition: trace it with {self.name}.trace(...) and "

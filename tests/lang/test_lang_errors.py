@@ -382,3 +382,14 @@ def test_signature_errors() -> None:
 def test_ops_outside_a_kernel() -> None:
     with pytest.raises(KernelError, match="outside a kernel"):
         hl.syncthreads()
+
+
+def test_expr_on_the_left_of_a_tile() -> None:
+    @hl.kernel(threads=128)
+    def expr_left(a: f16[M, K]):
+        cols = hl.iota((16, 16), 1)
+        shifted = hl.thread_index() + cols  # noqa: F841
+
+    with pytest.raises(KernelError) as e:
+        expr_left.trace()
+    _check(e.value, expr_left, "expression", "shifted = hl.thread_index() + cols", "tile + expr")
