@@ -145,7 +145,8 @@ class _Lowering:
     def __init__(self, tk: TileKernel, arch: str) -> None:
         self.tk = tk
         self.arch = get_arch(arch)
-        self.tid: Var = tk.launch.thread_index or Var("threadIdx.x", 0, tk.launch.threads, "thread")
+        tid = tk.launch.thread_index
+        self.tid: Var = tid if tid is not None else Var("threadIdx.x", 0, tk.launch.threads, "thread")
         self.threads = tk.launch.threads
         self.views: dict[int, Any] = {}
         self.smem: list[SmemBuffer] = []
@@ -338,12 +339,13 @@ class _Lowering:
                 if op.mbarrier is None:
                     raise self.fail(op, "a TMA copy completes on an mbarrier: pass mbarrier=")
                 bar = self.mbar_ref(op.mbarrier, op.mbarrier_index, op)
-                name = f"tma_{op.src.root.name}_{len(self.tma)}"
-                res = lower_tma_load(src, dst, bar, self.elect[-1], eb, name)
+                res = lower_tma_load(src, dst, bar, self.elect[-1], eb, f"tma_{src.param.name}")
                 if isinstance(res, str):
                     raise self.fail(op, f"TMA load of %{op.src.name} into %{op.dst.name}: {res}")
                 plan_ok, desc = res
-                self.tma.append(desc)
+                desc = self.tma_desc(desc)
+                for ins in plan_ok.instrs:
+                    ins.desc = desc
             else:
                 plan_ok = attempt("cp.async", lower_gmem_to_smem(src, dst, self.tid, self.threads, eb))
                 if plan_ok is None and want is None:
@@ -382,6 +384,17 @@ class _Lowering:
         self.reqs += plan_ok.requirements
         self.choices.append((op, plan_ok.instruction))
         return plan_ok.instrs
+
+    def tma_desc(self, desc: TmaDesc) -> TmaDesc:
+        """One tensor map per (tensor, box, dims, swizzle): reuse an equal one."""
+        for d in self.tma:
+            if (d.param is desc.param and d.box == desc.box and d.dims == desc.dims
+                    and d.swizzle_bytes == desc.swizzle_bytes):
+                return d
+        n = sum(d.param is desc.param for d in self.tma)
+        desc.name = f"tma_{desc.param.name}" + (str(n) if n else "")
+        self.tma.append(desc)
+        return desc
 
     def _via_registers(self, src: Any, dst: Any, op: Copy) -> CopyPlan | str:
         n = op.src.type.size
