@@ -71,6 +71,7 @@ def bind_arguments(
             if isinstance(v, np.ndarray):
                 v = v.item()
             scalars[p.var] = int(v)
+    _bind_sizes(kernel, args, scalars)
     tensors: dict[int, GlobalTensor] = {}
     for p in kernel.params:
         if not isinstance(p, GlobalParam):
@@ -110,6 +111,25 @@ def bind_arguments(
             )
         tensors[id(p)] = GlobalTensor(p, arr, flat, flat.view(np.uint8), extent, shape, strides)
     return tensors, scalars
+
+
+def _bind_sizes(kernel: LoweredKernel, args: Mapping[str, Any], scalars: dict[Var, int]) -> None:
+    """Symbolic extents (size variables in a parameter's shape) take the array's extents;
+    a size shared by several tensors must agree."""
+    for p in kernel.params:
+        if not isinstance(p, GlobalParam) or not isinstance(args.get(p.name), np.ndarray):
+            continue
+        arr = args[p.name]
+        if arr.ndim != len(p.shape):
+            raise ArgumentError(f"argument {p.name!r} has {arr.ndim} dimensions, the parameter "
+                                f"{len(p.shape)}", kernel=kernel.name, buffer=p.name)
+        for i, s in enumerate(p.shape):
+            if isinstance(s, Var):
+                got = int(arr.shape[i])
+                if s in scalars and scalars[s] != got:
+                    raise ArgumentError(f"size {s.name} is {scalars[s]} elsewhere but dimension {i} of "
+                                        f"{p.name!r} is {got}", kernel=kernel.name, buffer=p.name)
+                scalars[s] = got
 
 
 class SharedMemory:

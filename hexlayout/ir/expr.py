@@ -141,6 +141,15 @@ class Expr:
         return f"Expr({to_c(self)})"
 
 
+def _no_number_equality(e: Expr, o: object) -> None:
+    """``expr == 3`` has no Python truth value for a non-constant expression."""
+    if isinstance(o, (int, float, np.integer)) and not isinstance(o, bool):
+        raise TypeError(
+            f"the symbolic expression {to_c(e)} == {o} has no Python truth value; use "
+            "expr.eq(...) to build the comparison, or hexlayout.lang conditionals (hl.if_)"
+        )
+
+
 class Const(Expr):
     __slots__ = ("value",)
 
@@ -148,6 +157,8 @@ class Const(Expr):
         object.__setattr__(self, "value", int(value))
 
     def __eq__(self, o: object) -> bool:
+        if isinstance(o, (int, np.integer)) and not isinstance(o, bool):
+            return self.value == int(o)
         return isinstance(o, Const) and o.value == self.value
 
     def __hash__(self) -> int:
@@ -166,6 +177,7 @@ class Var(Expr):
         object.__setattr__(self, "kind", kind)
 
     def __eq__(self, o: object) -> bool:
+        _no_number_equality(self, o)
         return o is self
 
     def __hash__(self) -> int:
@@ -182,6 +194,7 @@ class BinOp(Expr):
         object.__setattr__(self, "_h", hash((op, a, b)))
 
     def __eq__(self, o: object) -> bool:
+        _no_number_equality(self, o)
         return (isinstance(o, BinOp) and o._h == self._h and o.op == self.op
                 and o.a == self.a and o.b == self.b)
 
@@ -203,6 +216,7 @@ class UnOp(Expr):
         return UnOp(op, a)
 
     def __eq__(self, o: object) -> bool:
+        _no_number_equality(self, o)
         return isinstance(o, UnOp) and o.op == self.op and o.a == self.a
 
     def __hash__(self) -> int:
@@ -218,6 +232,7 @@ class Select(Expr):
         object.__setattr__(self, "b", b)
 
     def __eq__(self, o: object) -> bool:
+        _no_number_equality(self, o)
         return isinstance(o, Select) and (o.cond, o.a, o.b) == (self.cond, self.a, self.b)
 
     def __hash__(self) -> int:

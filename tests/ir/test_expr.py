@@ -141,3 +141,11 @@ def test_c_printing_matches_evaluation(tmp_path) -> None:
             want = [int(evaluate(e, {T: t, K: k})) for e in cases]
             assert got == want, (t, k)
             row += 1
+
+
+def test_equality_with_a_number_is_refused_for_symbolic_expressions() -> None:
+    with pytest.raises(TypeError, match="no Python truth value"):
+        _ = T == 0
+    with pytest.raises(TypeError, match="no Python truth value"):
+        _ = (T + 1) == 3
+    assert Const(3) == 3 and (T + 1).eq(3) is not None

@@ -221,7 +221,7 @@ def test_symbolic_strides_and_annotations() -> None:
     tk = strided.trace()
     a, b, n = tk.params
     assert [str(s) for s in a.stride] == ["lda", "1"]
-    assert str(b.shape[1]) == "K * 2" and b.shape[1] != 0
+    assert str(b.shape[1]) == "K * 2" and not isinstance(b.shape[1], int)
     assert a.shape[1] in free_vars(b.shape[1])     # the same size variable K
     gv = ops_of(tk.body, GlobalView)[0]
     assert gv.result.type.layout is None           # symbolic strides: layout None, strides on the param
