@@ -8,6 +8,9 @@
   not): S = Q K^T, online softmax (reduce max / exp2 / sum), P cast to f16 and used as
   the A operand of P V, ragged sequence edges handled through view extents.
 
+- ``explicit``: the same GEMMs (sm_80 and sm_90a) with every layout and instruction
+  written out, as synthesis should find them; run end to end in the emulator.
+
 All compute ``C = A @ B^T`` style products: ``b`` is (N, K) (K-major), as ``hl.mma`` takes it.
 """
 
