@@ -12,7 +12,7 @@ import pytest
 import hexlayout.lang as hl
 from hexlayout.emulator import run
 from hexlayout.ir.lower.kernel import lower_kernel
-from hexlayout.lang.examples.explicit import gemm_sm80_explicit, gemm_sm90_explicit
+from hexlayout.lang.examples.explicit import gemm_sm80_explicit, gemm_sm90_explicit, gemm_sm90_ws_explicit
 
 SIZES = [(128, 128, 128), (200, 136, 72), (64, 256, 40)]
 
@@ -47,6 +47,14 @@ def test_sm90_gemm_matches_float64(dtype, m: int, n: int, k: int) -> None:
     prog, report = _check(gemm_sm90_explicit(dtype), "sm_90a", dtype, m, n, k, 7 * m + n + k)
     kinds = {type(i).__name__ for i in _walk(prog.kernel.body)}
     assert {"TmaLoad", "Wgmma", "MbarWait"} <= kinds
+
+
+@pytest.mark.parametrize("dtype", [hl.f16, hl.bf16], ids=str)
+@pytest.mark.parametrize(("m", "n", "k"), [(128, 128, 512), (72, 200, 136)])
+def test_warp_specialized_sm90_gemm_matches_float64(dtype, m: int, n: int, k: int) -> None:
+    prog, _ = _check(gemm_sm90_ws_explicit(dtype), "sm_90a", dtype, m, n, k, 3 * m + n + k)
+    kinds = {type(i).__name__ for i in _walk(prog.kernel.body)}
+    assert {"TmaLoad", "Wgmma", "MbarWait", "SetMaxNReg", "IfThen"} <= kinds
 
 
 def _walk(body):

@@ -160,6 +160,18 @@ class _Lowering:
         self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
         self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
 
+    # --- the threads running the current region (warp specialization) -----------------
+    @property
+    def gthreads(self) -> int:
+        lo, hi = self.group_threads[-1]
+        return hi - lo
+
+    @property
+    def gtid(self) -> ExprLike:
+        """The thread index relative to the first thread of the current region."""
+        lo, _ = self.group_threads[-1]
+        return self.tid if lo == 0 else as_expr(self.tid) - lo
+
     # --- errors / naming -------------------------------------------------------------
     def fail(self, op: Op | None, msg: str) -> LoweringError:
         return LoweringError(self.tk.name, op, msg)
@@ -207,10 +219,11 @@ class _Lowering:
         if not isinstance(lay, Layout):
             raise self.fail(op, f"register tile %{v.name} has no TV layout ({lay}); "
                             "give one or run synthesis")
-        if lay.size() % self.threads:
+        threads = self.gthreads
+        if lay.size() % threads:
             raise self.fail(op, f"TV layout {lay} of %{v.name} does not spread over the "
-                            f"{self.threads} threads")
-        values = lay.size() // self.threads
+                            f"{threads} threads that run it")
+        values = lay.size() // threads
         idx = lay.indices()
         if idx.min() < 0 or idx.max() >= v.type.size:
             raise self.fail(op, f"TV layout {lay} of %{v.name} reaches outside its "
@@ -220,7 +233,9 @@ class _Lowering:
             raise self.fail(op, f"TV layout {lay} of %{v.name} leaves {missing} tile elements unheld")
         arr = RegArray(self._reg_name(v.name), v.type.dtype, values)
         self.regs.append(arr)
-        return RegisterTile(arr, v.type.dtype, tuple(v.type.shape), lay, self.threads)
+        tile = RegisterTile(arr, v.type.dtype, tuple(v.type.shape), lay, threads)
+        tile.extra["range"] = self.group_threads[-1]
+        return tile
 
     def scratch(self, base: str, dtype: Any, count: int) -> RegArray:
         arr = RegArray(self._reg_name(base), dtype, count)
@@ -242,6 +257,10 @@ class _Lowering:
         t = self.views[v.id]
         if not isinstance(t, RegisterTile):
             raise self.fail(op, f"%{v.name} is a {v.scope} tile, not a register tile")
+        if t.extra.get("range") != self.group_threads[-1]:
+            lo, hi = t.extra.get("range", (0, 0))
+            raise self.fail(op, f"register tile %{v.name} belongs to threads [{lo}, {hi}); this op runs on "
+                            f"threads {list(self.group_threads[-1])}")
         return t
 
     # --- ops -------------------------------------------------------------------------
@@ -347,31 +366,31 @@ class _Lowering:
                 for ins in plan_ok.instrs:
                     ins.desc = desc
             else:
-                plan_ok = attempt("cp.async", lower_gmem_to_smem(src, dst, self.tid, self.threads, eb))
+                plan_ok = attempt("cp.async", lower_gmem_to_smem(src, dst, self.gtid, self.gthreads, eb))
                 if plan_ok is None and want is None:
                     plan_ok = attempt("ld.global+st.shared", self._via_registers(src, dst, op))
         elif isinstance(dst, RegisterTile) and isinstance(src, SharedTileView):
             names = [want] if want else list(_LDSM) + ["ld.shared"]
             for name in names:
                 if name == "ld.shared" or not name.startswith("SM75"):
-                    plan_ok = attempt(name, lower_reg_mem(dst, src, True, self.tid, eb))
+                    plan_ok = attempt(name, lower_reg_mem(dst, src, True, self.gtid, eb))
                 else:
-                    plan_ok = attempt(name, lower_ldmatrix(dst, src, get_atom(name), self.tid, eb))
+                    plan_ok = attempt(name, lower_ldmatrix(dst, src, get_atom(name), self.gtid, eb))
                 if plan_ok:
                     break
         elif isinstance(src, RegisterTile) and isinstance(dst, SharedTileView):
             names = [want] if want else (list(_STSM) if self.arch.has_stmatrix else []) + ["st.shared"]
             for name in names:
                 if name == "st.shared" or not name.startswith("SM90"):
-                    plan_ok = attempt(name, lower_reg_mem(src, dst, False, self.tid, eb))
+                    plan_ok = attempt(name, lower_reg_mem(src, dst, False, self.gtid, eb))
                 else:
-                    plan_ok = attempt(name, lower_stmatrix(src, dst, get_atom(name), self.tid, eb))
+                    plan_ok = attempt(name, lower_stmatrix(src, dst, get_atom(name), self.gtid, eb))
                 if plan_ok:
                     break
         elif isinstance(src, GlobalTileView) and isinstance(dst, RegisterTile):
-            plan_ok = attempt("ld.global", lower_reg_mem(dst, src, True, self.tid, eb))
+            plan_ok = attempt("ld.global", lower_reg_mem(dst, src, True, self.gtid, eb))
         elif isinstance(src, RegisterTile) and isinstance(dst, GlobalTileView):
-            plan_ok = attempt("st.global", lower_reg_mem(src, dst, False, self.tid, eb))
+            plan_ok = attempt("st.global", lower_reg_mem(src, dst, False, self.gtid, eb))
         elif isinstance(src, SharedTileView) and isinstance(dst, GlobalTileView):
             plan_ok = attempt("ld.shared+st.global", self._via_registers(src, dst, op))
         elif isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
@@ -398,9 +417,9 @@ class _Lowering:
 
     def _via_registers(self, src: Any, dst: Any, op: Copy) -> CopyPlan | str:
         n = op.src.type.size
-        per = -(-n // self.threads)
+        per = -(-n // self.gthreads)
         tmp = RegArray(self._reg_name(f"{op.src.root.name}_tmp"), op.src.type.dtype, per)
-        plan = lower_mem_to_mem(src, dst, self.tid, self.threads, op.src.type.dtype.bits, tmp)
+        plan = lower_mem_to_mem(src, dst, self.gtid, self.gthreads, op.src.type.dtype.bits, tmp)
         if not isinstance(plan, str):
             self.regs.append(tmp)
         return plan
@@ -424,12 +443,12 @@ class _Lowering:
         if (m, n, kk) != (op.c.type.shape[0], op.c.type.shape[1], k):
             raise self.fail(op, f"{tm} covers {m}x{n}x{kk}, the operands are "
                             f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{k}")
-        if tm.threads != self.threads:
-            raise self.fail(op, f"{tm} needs {tm.threads} threads, the block has {self.threads}")
+        if tm.threads != self.gthreads:
+            raise self.fail(op, f"{tm} needs {tm.threads} threads; {self.gthreads} threads run it")
         a = self.view(op.a, op) if op.a.scope == Scope.SHARED else self.register_of(op.a, op)
         b = self.view(op.b, op) if op.b.scope == Scope.SHARED else self.register_of(op.b, op)
         c = self.register_of(op.c, op)
-        res = lower_mma(tm, a, b, c, self.tid, op.a.type.dtype.bits)
+        res = lower_mma(tm, a, b, c, self.gtid, op.a.type.dtype.bits)
         if isinstance(res, str):
             raise self.fail(op, f"{tm}: {res}")
         self.choices.append((op, str(tm)))
@@ -462,7 +481,7 @@ class _Lowering:
         return lower_fill(self.register_of(op.dst, op), op.value)
 
     def op_Iota(self, op: Iota) -> list[Instr]:
-        return lower_iota(self.register_of(op.result, op), op.axis, self.tid)
+        return lower_iota(self.register_of(op.result, op), op.axis, self.gtid)
 
     def op_Reduce(self, op: Reduce) -> list[Instr]:
         dst = self.register_of(op.result, op)
@@ -525,21 +544,36 @@ class _Lowering:
         body = self.block(op.body)
         return [ForLoop(op.var, op.start, op.stop, op.step, body, op.unroll)]
 
-    def op_If(self, op: If) -> list[Instr]:
-        pushed = False
-        if op.warp_groups:
-            lo = 128 * min(op.warp_groups)
-            hi = 128 * (max(op.warp_groups) + 1)
-            self.elect.append(as_expr(self.tid).eq(lo))
-            self.group_threads.append((lo, hi))
-            pushed = True
+    def _region(self, groups: tuple[int, ...] | None, op: Op) -> tuple[int, int] | None:
+        if not groups:
+            return None
+        groups = tuple(sorted(groups))
+        if groups != tuple(range(groups[0], groups[-1] + 1)):
+            raise self.fail(op, f"warp groups {groups} are not contiguous")
+        return 128 * groups[0], 128 * (groups[-1] + 1)
+
+    def _in_region(self, region: tuple[int, int] | None, body: Block) -> list[Instr]:
+        if region is None:
+            return self.block(body)
+        lo, hi = region
+        self.elect.append(as_expr(self.tid).eq(lo))
+        self.group_threads.append(region)
         try:
-            then = self.block(op.then_body)
+            return self.block(body)
         finally:
-            if pushed:
-                self.elect.pop()
-                self.group_threads.pop()
-        other = self.block(op.else_body) if op.else_body is not None else []
+            self.elect.pop()
+            self.group_threads.pop()
+
+    def op_If(self, op: If) -> list[Instr]:
+        then_region = self._region(op.warp_groups, op)
+        else_region = None
+        if op.warp_groups and op.else_body is not None:
+            lo, hi = self.group_threads[-1]
+            all_groups = range(lo // 128, hi // 128)
+            rest = tuple(g for g in all_groups if g not in op.warp_groups)
+            else_region = self._region(rest, op)
+        then = self._in_region(then_region, op.then_body)
+        other = self._in_region(else_region, op.else_body) if op.else_body is not None else []
         return [IfThen(op.cond, then, other)]
 
     # --- driver ----------------------------------------------------------------------

@@ -25,7 +25,7 @@ from hexlayout.ir.tiled_mma import TiledMma
 from hexlayout.lang import f32
 from hexlayout.layout import ComposedLayout, Layout, Swizzle, composition, tile_to_shape
 
-__all__ = ["gemm_sm80_explicit", "gemm_sm90_explicit", "staged"]
+__all__ = ["gemm_sm80_explicit", "gemm_sm90_explicit", "gemm_sm90_ws_explicit", "staged"]
 
 M, N, K = hl.dims("M N K")
 
@@ -137,5 +137,57 @@ def gemm_sm90_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128, B
             hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, kn * BK)), sa[:, :, sn], mbarrier=full[sn])
             hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, kn * BK)), sb[:, :, sn], mbarrier=full[sn])
         hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+
+    return gemm
+
+
+def gemm_sm90_ws_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128, BK: int = 64,
+                          STAGES: int = 4, CONSUMERS: int = 2) -> Any:
+    """Warp-specialized sm_90a GEMM: warp group 0 produces (TMA into ``STAGES`` stages after
+    waiting on ``empty``), warp groups ``1..CONSUMERS`` consume (wait ``full``, wgmma, release
+    ``empty``), with register budgets moved by setmaxnreg."""
+    atom = _mma_atom("SM90", dtype, f"64x{BN}x16")
+    warps = hl.spatial(CONSUMERS, 1) * hl.repeat(BM // (64 * CONSUMERS), 1)
+    tm = TiledMma(get_atom(atom), warps, BK // 16)
+    smem_a = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", 128), (BM, BK)), STAGES)
+    smem_b = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", 128), (BN, BK)), STAGES)
+    stage_bytes = (BM + BN) * BK * dtype.bits // 8
+    dt = dtype
+
+    @hl.kernel(threads=128 * (1 + CONSUMERS), name=f"gemm_sm90_ws_{dtype}")
+    def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N]):  # type: ignore[valid-type]
+        M, K = a.shape
+        N = b.shape[0]
+        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(M, BM), hl.cdiv(N, BN)))
+        m0, n0 = pid_m * BM, pid_n * BN
+        num_k = hl.cdiv(K, BK)
+        sa = hl.shared(dt, (BM, BK, STAGES), layout=smem_a)
+        sb = hl.shared(dt, (BN, BK, STAGES), layout=smem_b)
+        full = hl.mbarrier(STAGES)
+        empty = hl.mbarrier(STAGES)
+        for s in range(STAGES):
+            hl.mbarrier_init(full, s, 1)
+            hl.mbarrier_init(empty, s, CONSUMERS)
+        hl.syncthreads()
+        with hl.warp_group(0):
+            hl.setmaxnreg(40, increase=False)
+            for k in hl.range(num_k):
+                s = k % STAGES
+                hl.wait(empty, s, ((k // STAGES) % 2) ^ 1)
+                hl.arrive(full, s, tx_bytes=stage_bytes, who="one")
+                hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=full[s])
+                hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=full[s])
+        with hl.else_():
+            hl.setmaxnreg(232, increase=True)
+            acc = hl.zeros((BM, BN), f32, layout=tm.c_tv())
+            for k in hl.range(num_k):
+                s = k % STAGES
+                hl.wait(full, s, (k // STAGES) % 2)
+                hl.wgmma_fence()
+                hl.mma(sa[:, :, s], sb[:, :, s], acc, atom=atom, warps=warps)
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+                hl.arrive(empty, s, who="warpgroup")
+            hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
 
     return gemm
