@@ -22,7 +22,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from hexlayout.ir.expr import Expr, evaluate
 from hexlayout.ir.lowered import ALU_OPS, Alu, Comment, FenceProxyAsync, RegRef, SetMaxNReg, Shfl
+from hexlayout.ir.tile import ScalarParam
 
 from .errors import DivergenceError, IllegalInstructionError
 from .machine import Active, Machine
@@ -79,8 +81,11 @@ _UNARY = {
     "sqrt": np.sqrt,
     "silu": lambda a: a / (1.0 + np.exp(-a)),
     "gelu": _gelu,
+    "not": np.logical_not,
 }
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+           "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+           "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or}
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -117,6 +122,14 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
             v = m.read_regs(s, x.tids, x.env, ins)
             any_float_src |= s.array.dtype.is_float
             vals.append(v.astype(np.float64) if (dst_float or s.array.dtype.is_float) else v.astype(np.int64))
+        elif isinstance(s, ScalarParam):
+            v = x.env[s.var]
+            any_float_src |= s.dtype.is_float
+            vals.append(float(v) if dst_float or s.dtype.is_float else int(v))
+        elif isinstance(s, Expr):
+            v = np.asarray(evaluate(s, x.env), dtype=np.int64)
+            v = np.broadcast_to(v.reshape(-1, 1) if v.ndim else v, (len(x.tids), 1))
+            vals.append(v.astype(np.float64) if dst_float else v)
         else:
             any_float_src |= isinstance(s, float)
             vals.append(float(s) if dst_float or isinstance(s, float) else int(s))
@@ -124,7 +137,7 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
     with np.errstate(all="ignore"):
         if op in _UNARY:
             r = _UNARY[op](vals[0])
-            if not dst_float and op not in ("mov", "cvt", "neg", "abs"):
+            if not dst_float and op not in ("mov", "cvt", "neg", "abs", "not"):
                 r = np.asarray(r, dtype=np.float64)
                 any_float_src = True
         elif op in _BINARY:

@@ -70,7 +70,7 @@ def bind_arguments(
             v = args[p.name]
             if isinstance(v, np.ndarray):
                 v = v.item()
-            scalars[p.var] = int(v)
+            scalars[p.var] = float(v) if p.dtype.is_float else int(v)
     _bind_sizes(kernel, args, scalars)
     tensors: dict[int, GlobalTensor] = {}
     for p in kernel.params:

@@ -272,7 +272,7 @@ def rearrange(x: Tile, layout: Any = auto) -> Tile:
     return Tile(v, ctx)
 
 
-def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32) -> Tile:
+def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32, layout: Any = auto) -> Tile:
     """A register tile whose element at coordinate ``c`` is ``c[axis]``."""
     ctx, loc = begin("iota")
     shp = static_shape(ctx, "iota", loc, shape, "shape")
@@ -282,7 +282,8 @@ def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32) -> Tile:
     dt = canonical(dtype)
     if dt.kind not in ("int", "uint"):
         raise ctx.error("iota", loc, f"iota needs an integer element type, not {dt}")
-    v = ctx.new_value(TileType(dt, shp, R, LayoutVar()), loc)
+    v = ctx.new_value(TileType(dt, shp, R, None), loc)
+    v.type.layout = resolve_layout(ctx, "iota", loc, f"%{v.name}", R, shp, layout)
     ctx.emit(Iota(v, ax % len(shp), loc=loc))
     return Tile(v, ctx)
 

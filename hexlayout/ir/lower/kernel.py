@@ -484,8 +484,10 @@ class _Lowering:
         return lower_iota(self.register_of(op.result, op), op.axis, self.gtid)
 
     def op_Reduce(self, op: Reduce) -> list[Instr]:
-        dst = self.register_of(op.result, op)
         src = self.register_of(op.src, op)
+        if op.result.id not in self.views and not isinstance(op.result.type.layout, Layout):
+            op.result.type = op.result.type.with_layout(reduced_tv(src.tv, src.shape, op.axis, self.fail, op))
+        dst = self.register_of(op.result, op)
         tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
         res = lower_reduce(op.fn, dst, src, op.axis, tmp)
         if isinstance(res, str):
@@ -592,6 +594,35 @@ class _Lowering:
             arch=self.arch.name, loc=self.tk.loc,
         )
         return LoweredProgram(lk, _dedupe(self.reqs), self.choices)
+
+
+def reduced_tv(tv: Layout, shape: tuple[int, ...], axis: int, fail: Any, op: Op) -> Layout:
+    """The TV layout of ``reduce(x, axis)`` for ``x`` with TV layout ``tv``: every thread keeps
+    one value per distinct output coordinate it holds. ``P o tv`` with ``P`` the projection of
+    the tile onto ``axis = 0`` maps the reduced values to stride-0 value modes, which are
+    dropped (threads along the axis keep stride-0 thread modes: they share the result)."""
+    from hexlayout.layout import coalesce, composition
+
+    out_shape = tuple(1 if k == axis else s for k, s in enumerate(shape))
+    strides, scale = [], 1
+    for k in range(len(shape)):
+        strides.append(0 if k == axis else scale)
+        scale *= out_shape[k]
+    proj = Layout(tuple(shape), tuple(strides))
+    try:
+        h = composition(proj, tv)
+    except ValueError as e:
+        raise fail(op, f"cannot derive the layout of the reduction of {tv} along axis {axis}: {e}") from None
+    thr, val = h[0], coalesce(h[1])
+    vmodes = [val[i] for i in range(val.rank)] if isinstance(val.shape, tuple) else [val]
+    kept = [m for m in vmodes if m.stride != 0 and m.shape != 1]
+    if not kept:
+        vl = Layout(1, 0)
+    elif len(kept) == 1:
+        vl = kept[0]
+    else:
+        vl = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
+    return Layout((thr.shape, vl.shape), (thr.stride, vl.stride))
 
 
 def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
