@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hexlayout.arch import get_atom
+from hexlayout.arch.gmma import LAYOUT_TYPE, GmmaDescriptor, gmma_desc_addresses
 from hexlayout.arch.mma_atom import MmaAtom
 from hexlayout.ir.lowered import RegRef, SmemDesc, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
 from .errors import IllegalInstructionError, MisalignedAccessError, OutOfBoundsError
-from .gmma_desc import decode, encode, operand_addresses
 from .machine import Active, Machine
 from .mma import dense_from_fragments, finish_accumulator, fragments_from_dense, read_operand, tv_index
 from .numerics import atom_numpy, to_compute
@@ -80,15 +80,17 @@ def _desc_operand(
                 buffer=buf.name,
                 address=v,
             )
-    d = decode(encode(start, desc.lbo, desc.sbo, desc.swizzle))
-    addr = operand_addresses(d, rows, k, es, desc.major)
+    swizzle = {v: b for b, v in LAYOUT_TYPE.items()}[desc.swizzle]
+    d = GmmaDescriptor.decode(GmmaDescriptor(start, desc.lbo, desc.sbo, swizzle).encode())
+    addr = gmma_desc_addresses(d, desc.major, es * 8, rows, k)
     if addr.min() < 0 or addr.max() + es > m.smem.nbytes:
         bad = int(addr.max())
         m.fail(
             OutOfBoundsError,
             ins,
             f"{what}: descriptor (buffer {buf.name!r}, start {start}, LBO {desc.lbo}, "
-            f"SBO {desc.sbo}, swizzle {d.swizzle_name}, {desc.major}-major) reaches shared address {bad}, "
+            f"SBO {desc.sbo}, {d.swizzle or 'no'}-byte swizzle, {desc.major}-major) reaches shared "
+            f"address {bad}, "
             f"beyond the {m.smem.nbytes} bytes of shared memory",
             buffer=buf.name,
             address=bad,

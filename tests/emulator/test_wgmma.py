@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from hexlayout.emulator import AsyncHazardError, run
-from hexlayout.emulator.gmma_desc import decode, encode
 from hexlayout.ir import lowered as L
 from hexlayout.ir.types import f16
 from hexlayout.layout import Swizzle
@@ -123,12 +122,6 @@ def test_overwriting_operand_smem_of_inflight_wgmma_is_an_error():
         run(wgmma_kernel(overwrite_early=True), _args())
     assert e.value.instr.opname == "StShared" and e.value.other_instr.opname == "Wgmma"
     assert e.value.buffer == "sB"
-
-
-def test_descriptor_bits_round_trip():
-    d = decode(encode(0x1230, 16, 1024, 1))
-    assert (d.start, d.lbo, d.sbo, d.layout_type, d.swizzle_name) == (0x1230, 16, 1024, 1, "128B")
-    assert encode(0x1230, 16, 1024, 1) == (0x123 | (1 << 16) | (64 << 32) | (1 << 62))
 
 
 def test_wgmma_mn_major_b_128b_swizzle():
