@@ -1,0 +1,224 @@
+"""``Emitter``: the state of printing one kernel (names, bound variables, storage, output lines).
+
+Instruction printers (``memory``, ``matrix``, ``mma``, ``tma``, ``sync``, ``alu``) receive
+the ``Emitter`` and return C++ statements; ``kernel`` walks the body and places them.
+Integer expressions print through ``hexlayout.ir.expr.to_c``; variables whose C name
+differs from their IR name (``threadIdx.x`` is printed as the ``int`` ``tid``, loop
+variables that collide with other names) are substituted first.
+"""
+
+from __future__ import annotations
+
+from hexlayout.ir.expr import Expr, ExprLike, Var, as_expr, free_vars, substitute, to_c
+from hexlayout.ir.lowered import (
+    GlobalRef,
+    Instr,
+    LoweredKernel,
+    MbarRef,
+    RegArray,
+    RegRef,
+    SharedRef,
+    SmemBuffer,
+    TmaDesc,
+)
+from hexlayout.ir.tile import GlobalParam
+
+from .errors import CodegenError
+from .names import NameTable
+
+__all__ = ["Emitter", "MBAR_ALIGN"]
+
+MBAR_ALIGN = 8
+
+
+class Emitter:
+    """Names and storage of one kernel, and helpers shared by the instruction printers."""
+
+    def __init__(self, kernel: LoweredKernel) -> None:
+        self.kernel = kernel
+        self.arch = kernel.arch
+        self.names = NameTable()
+        self.helpers: set[str] = set()
+        self.instr: Instr | None = None           # the instruction being printed (for errors)
+        self._bound: dict[Var, str] = {}
+        self._rename: dict[Var, Var] = {}
+        self._retired: dict[Var, str] = {}
+        self._params: dict[int, str] = {}         # id(GlobalParam) -> C name
+        self._regs: dict[int, str] = {}           # id(RegArray) -> C name
+        self._tma: dict[int, str] = {}            # id(TmaDesc) -> C name
+        self._smem: dict[int, SmemBuffer] = {id(b): b for b in kernel.smem}
+        self.mbar_offsets: dict[str, tuple[int, int]] = {}   # name -> (byte offset, count)
+        self.wgmma_arrays: list[RegArray] = []    # register arrays wgmma reads or writes asynchronously
+
+    # --- errors ---------------------------------------------------------------------------
+    def error(self, message: str) -> CodegenError:
+        return CodegenError(self.kernel.name, message, self.instr)
+
+    # --- variables and expressions -----------------------------------------------------------
+    def bind(self, var: Var, want: str | None = None) -> str:
+        """Give ``var`` a C name (once); expressions over it print with that name."""
+        if var in self._bound:
+            return self._bound[var]
+        name = self._retired.pop(var, None) or self.names.take(want or var.name)
+        self._bound[var] = name
+        if name != var.name:
+            self._rename[var] = Var(name, var.lo, var.hi, var.kind)
+        return name
+
+    def unbind(self, var: Var) -> None:
+        """End the scope of ``var`` (a loop variable); binding it again reuses its name."""
+        name = self._bound.pop(var, None)
+        if name is not None:
+            self._retired[var] = name
+
+    def is_bound(self, var: Var) -> bool:
+        return var in self._bound
+
+    def expr(self, e: ExprLike) -> str:
+        """C source of an integer expression over bound variables."""
+        if not isinstance(e, Expr):
+            return str(int(e)) if int(e) >= 0 else f"({int(e)})"
+        fv = free_vars(e)
+        unbound = sorted(v.name for v in fv if v not in self._bound)
+        if unbound:
+            raise self.error(f"the expression {to_c(e)} uses {', '.join(unbound)}, which is not a kernel "
+                             "parameter, size, thread or block index, or an enclosing loop variable")
+        ren = {v: self._rename[v] for v in fv if v in self._rename}
+        return to_c(substitute(e, ren) if ren else e)
+
+    # --- storage ----------------------------------------------------------------------------
+    def add_param(self, p: GlobalParam, name: str) -> None:
+        self._params[id(p)] = name
+
+    def param_name(self, p: GlobalParam) -> str:
+        try:
+            return self._params[id(p)]
+        except KeyError:
+            raise self.error(f"global tensor {p.name!r} is not a parameter of the kernel") from None
+
+    def add_reg(self, arr: RegArray, name: str) -> None:
+        self._regs[id(arr)] = name
+
+    def reg_name(self, arr: RegArray) -> str:
+        try:
+            return self._regs[id(arr)]
+        except KeyError:
+            raise self.error(f"register array {arr.name!r} is not declared in LoweredKernel.registers") from None
+
+    def reg_index(self, ref: RegRef, i: ExprLike | str = 0) -> str:
+        """``name[start + i]``; ``i`` may be the C name of an element loop variable."""
+        name = self.reg_name(ref.array)
+        if isinstance(i, str):
+            s = self.expr(ref.start)
+            return f"{name}[{i}]" if s == "0" else f"{name}[{s} + {i}]"
+        return f"{name}[{self.expr(as_expr(ref.start) + i)}]"
+
+    def check_reg_range(self, ref: RegRef) -> None:
+        start = as_expr(ref.start)
+        if not free_vars(start):
+            s = int(to_c(start).strip("()"))
+            if s < 0 or s + ref.count > ref.array.count:
+                raise self.error(f"register slice {ref.array.name}[{s}:{s + ref.count}] is outside the "
+                                 f"{ref.array.count}-element array")
+
+    def reg_u32(self, ref: RegRef, j: int) -> str:
+        """Fragment register ``j`` of ``ref`` as an ``unsigned`` lvalue."""
+        bits = ref.array.dtype.bits
+        per = 32 // bits if bits < 32 else 1
+        self.helpers.add("u32")
+        return f"hl_u32({self.reg_index(ref, j * per)})"
+
+    def add_tma(self, desc: TmaDesc, name: str) -> None:
+        self._tma[id(desc)] = name
+
+    def tma_name(self, desc: TmaDesc) -> str:
+        try:
+            return self._tma[id(desc)]
+        except KeyError:
+            raise self.error(f"TMA descriptor {desc.name!r} is not in LoweredKernel.tma") from None
+
+    def buffer(self, buf: SmemBuffer) -> SmemBuffer:
+        if id(buf) not in self._smem:
+            raise self.error(f"shared buffer {buf.name!r} is not in LoweredKernel.smem")
+        return buf
+
+    def smem_byte_offset(self, ref: SharedRef) -> Expr:
+        """Byte offset of ``ref`` from the start of dynamic shared memory."""
+        buf = self.buffer(ref.buffer)
+        bits = buf.dtype.bits
+        off = as_expr(ref.offset) * bits // 8 if bits % 8 == 0 else (as_expr(ref.offset) * bits) // 8
+        return off + buf.offset
+
+    def smem_addr(self, ref: SharedRef) -> str:
+        """The 32-bit shared-window address of ``ref`` (for PTX ``.shared`` operands)."""
+        off = self.expr(self.smem_byte_offset(ref))
+        return "smem_base" if off == "0" else f"smem_base + {off}"
+
+    def smem_ptr(self, ref: SharedRef) -> str:
+        """A generic ``unsigned char*`` to ``ref``."""
+        off = self.expr(self.smem_byte_offset(ref))
+        return "smem" if off == "0" else f"smem + {off}"
+
+    def gmem_ptr(self, ref: GlobalRef) -> str:
+        name = self.param_name(ref.param)
+        bits = ref.param.dtype.bits
+        if bits % 8:
+            off = self.expr((as_expr(ref.offset) * bits) // 8)
+            return f"reinterpret_cast<const unsigned char*>({name}) + {off}"
+        off = self.expr(ref.offset)
+        return name if off == "0" else f"{name} + {off}"
+
+    def mbar_addr(self, bar: MbarRef) -> str:
+        try:
+            base, count = self.mbar_offsets[bar.name]
+        except KeyError:
+            raise self.error(f"mbarrier {bar.name!r} is not allocated") from None
+        idx = as_expr(bar.index)
+        if not free_vars(idx):
+            i = int(self.expr(idx).strip("()"))
+            if not 0 <= i < count:
+                raise self.error(f"mbarrier {bar.name}[{i}] is outside its {count} barriers")
+        return f"smem_base + {self.expr(idx * MBAR_ALIGN + base)}"
+
+
+def asm(template: str, outputs: list[str], inputs: list[str], memory: bool = True,
+        volatile: bool = True) -> list[str]:
+    """An ``asm`` statement: ``template`` is PTX with ``%n`` operands (one instruction per line)."""
+    body = "".join(f"{line}\\n" for line in template.split("\n"))
+    head = f'asm volatile("{body}"' if volatile else f'asm("{body}"'
+    clob = '"memory"' if memory else ""
+    if not outputs and not inputs:
+        return [head + (f" ::: {clob});" if clob else ");")]
+    tail = f" : {clob}" if clob else ""
+    outs = f" : {', '.join(outputs)} :" if outputs else " ::"
+    one = f"{head}{outs} {', '.join(inputs)}{tail});"
+    if len(one) <= 110:
+        return [one]
+    lines = [head]
+    lines += _wrap(": ", outputs) if outputs else []
+    lines += _wrap(": " if outputs else ":: ", inputs)
+    if clob:
+        lines.append(f"    : {clob}")
+    lines[-1] += ");"
+    return lines
+
+
+def _wrap(lead: str, ops: list[str], width: int = 100) -> list[str]:
+    """Operand list lines, indented under an asm statement."""
+    out: list[str] = []
+    cur = "    " + lead
+    fresh = True
+    for i, op in enumerate(ops):
+        piece = op + ("," if i < len(ops) - 1 else "")
+        if len(cur) + len(piece) > width and not fresh:
+            out.append(cur.rstrip())
+            cur = "      "
+        cur += piece + " "
+        fresh = False
+    out.append(cur.rstrip())
+    return out
+
+
+def operand_list(start: int, count: int) -> str:
+    """``{%start, ..., %start+count-1}``."""
+    return "{" + ", ".join(f"%{start + i}" for i in range(count)) + "}"

@@ -1,0 +1,68 @@
+"""Device helper functions the generated code calls, emitted only where used.
+
+Each helper is a few lines of inline PTX or a reinterpretation; keeping them as named
+functions makes the kernel body read like the lowered program.
+"""
+
+from __future__ import annotations
+
+__all__ = ["HELPERS", "helper_source"]
+
+HELPERS: dict[str, str] = {
+    "u32": """\
+// 32-bit view of a register-array element (fragment register j of a 16/8-bit array).
+template <typename T>
+__device__ __forceinline__ unsigned& hl_u32(T& x) { return *reinterpret_cast<unsigned*>(&x); }""",
+    "gmma_desc": """\
+// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets (bytes),
+// layout type (0 none, 1 128B, 2 64B, 3 32B swizzle) in bits 62-63.
+__device__ __forceinline__ unsigned long long hl_gmma_desc(unsigned addr, unsigned lbo, unsigned sbo,
+                                                           unsigned layout_type) {
+  return static_cast<unsigned long long>((addr >> 4) & 0x3FFFu)
+       | static_cast<unsigned long long>((lbo >> 4) & 0x3FFFu) << 16
+       | static_cast<unsigned long long>((sbo >> 4) & 0x3FFFu) << 32
+       | static_cast<unsigned long long>(layout_type & 3u) << 62;
+}""",
+    "mbar_wait_sm90": """\
+// Wait until the mbarrier phase with this parity has completed.
+__device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+                 "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}""",
+    "mbar_wait_sm80": """\
+// Wait until the mbarrier phase with this parity has completed.
+__device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\\n.reg .pred p;\\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+                 "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}""",
+    "shfl": """\
+// shfl.sync of an element narrower than 32 bits (moved as its bit pattern).
+template <typename T>
+__device__ __forceinline__ T hl_shfl(T x, int arg, int width, bool bfly) {
+  unsigned u = 0;
+  __builtin_memcpy(&u, &x, sizeof(T));
+  u = bfly ? __shfl_xor_sync(0xffffffffu, u, arg, width) : __shfl_sync(0xffffffffu, u, arg, width);
+  T r;
+  __builtin_memcpy(&r, &u, sizeof(T));
+  return r;
+}""",
+    "tensor_map": """\
+// The 128-byte tensor map of cuda.h (encoded on the host by cuTensorMapEncodeTiled).
+typedef struct __align__(64) CUtensorMap_st { unsigned long long opaque[16]; } CUtensorMap;""",
+}
+
+_ORDER = ("tensor_map", "u32", "gmma_desc", "mbar_wait_sm90", "mbar_wait_sm80", "shfl")
+
+
+def helper_source(used: set[str]) -> str:
+    """The helpers in ``used``, in a fixed order."""
+    unknown = used - set(HELPERS)
+    if unknown:
+        raise KeyError(f"unknown helpers {sorted(unknown)}")
+    return "\n\n".join(HELPERS[h] for h in _ORDER if h in used)

@@ -1,0 +1,69 @@
+"""Printers of synchronization: mbarriers (init, arrive[.expect_tx], parity wait), block
+barriers, the async-proxy fence and ``setmaxnreg``.
+
+An mbarrier is 8 bytes of dynamic shared memory placed after the buffers; ``MbarWait`` is a
+``try_wait.parity`` loop on sm_90a and a ``test_wait.parity`` loop on sm_80 / sm_89.
+"""
+
+from __future__ import annotations
+
+from hexlayout.ir.lowered import BarSync, FenceProxyAsync, MbarArrive, MbarInit, MbarWait, SetMaxNReg
+
+from .emitter import Emitter, asm
+
+__all__ = ["PRINTERS"]
+
+
+def mbar_init(em: Emitter, ins: MbarInit) -> list[str]:
+    if ins.arrivals < 1:
+        raise em.error(f"mbarrier.init with {ins.arrivals} arrivals")
+    return asm("mbarrier.init.shared::cta.b64 [%0], %1;", [],
+               [f'"r"({em.mbar_addr(ins.bar)})', f'"r"({int(ins.arrivals)})'])
+
+
+def mbar_arrive(em: Emitter, ins: MbarArrive) -> list[str]:
+    addr = em.mbar_addr(ins.bar)
+    if ins.tx_bytes:
+        if em.arch != "sm_90a":
+            raise em.error(f"mbarrier.arrive.expect_tx needs sm_90; the kernel is for {em.arch}")
+        if not 0 < ins.tx_bytes < 1 << 20:
+            raise em.error(f"expect_tx of {ins.tx_bytes} bytes is outside (0, 2^20)")
+        return asm("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;", [],
+                   [f'"r"({addr})', f'"r"({int(ins.tx_bytes)})'])
+    return asm("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}", [],
+               [f'"r"({addr})'])
+
+
+def mbar_wait(em: Emitter, ins: MbarWait) -> list[str]:
+    em.helpers.add("mbar_wait_sm90" if em.arch == "sm_90a" else "mbar_wait_sm80")
+    return [f"hl_mbar_wait({em.mbar_addr(ins.bar)}, {em.expr(ins.phase)});"]
+
+
+def bar_sync(em: Emitter, ins: BarSync) -> list[str]:
+    if not 0 <= ins.barrier_id < 16:
+        raise em.error(f"bar.sync {ins.barrier_id}: named barriers are 0..15")
+    if ins.threads is None:
+        return asm(f"bar.sync {int(ins.barrier_id)};", [], [])
+    if ins.threads % 32 or not 0 < ins.threads <= em.kernel.threads:
+        raise em.error(f"bar.sync with {ins.threads} threads: a multiple of 32 up to the block's "
+                       f"{em.kernel.threads} is needed")
+    return asm(f"bar.sync {int(ins.barrier_id)}, {int(ins.threads)};", [], [])
+
+
+def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
+    if em.arch != "sm_90a":
+        raise em.error(f"fence.proxy.async needs sm_90; the kernel is for {em.arch}")
+    return asm("fence.proxy.async.shared::cta;", [], [])
+
+
+def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:
+    if em.arch != "sm_90a":
+        raise em.error(f"setmaxnreg needs sm_90a; the kernel is for {em.arch}")
+    if ins.count % 8 or not 24 <= ins.count <= 256:
+        raise em.error(f"setmaxnreg {ins.count}: the count must be a multiple of 8 in [24, 256]")
+    kind = "inc" if ins.increase else "dec"
+    return asm(f"setmaxnreg.{kind}.sync.aligned.u32 {int(ins.count)};", [], [])
+
+
+PRINTERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive, MbarWait: mbar_wait, BarSync: bar_sync,
+            FenceProxyAsync: fence_proxy_async, SetMaxNReg: set_max_nreg}
