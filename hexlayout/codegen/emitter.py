@@ -103,7 +103,7 @@ class Emitter:
         try:
             return self._regs[id(arr)]
         except KeyError:
-            raise self.error(f"register array {arr.name!r} is not declared in LoweredKernel.registers") from None
+            raise self.error(f"register array {arr.name!r} is not in LoweredKernel.registers") from None
 
     def reg_index(self, ref: RegRef, i: ExprLike | str = 0) -> str:
         """``name[start + i]``; ``i`` may be the C name of an element loop variable."""

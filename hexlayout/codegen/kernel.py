@@ -371,7 +371,8 @@ class _Printer:
             lines.append("// registers (per thread):")
             for a in k.registers:
                 lay = getattr(a, "layout", None)
-                lines.append(f"//   {a.name:<16} {a.dtype.name}[{a.count}]" + (f"  TV layout {lay}" if lay else ""))
+                tv = f"  TV layout {lay}" if lay is not None else ""
+                lines.append(f"//   {a.name:<16} {a.dtype.name}[{a.count}]{tv}")
         return lines
 
 
