@@ -46,11 +46,9 @@ __device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
 template <typename T>
 __device__ __forceinline__ T hl_shfl(T x, int arg, int width, bool bfly) {
   unsigned u = 0;
-  __builtin_memcpy(&u, &x, sizeof(T));
+  *reinterpret_cast<T*>(&u) = x;
   u = bfly ? __shfl_xor_sync(0xffffffffu, u, arg, width) : __shfl_sync(0xffffffffu, u, arg, width);
-  T r;
-  __builtin_memcpy(&r, &u, sizeof(T));
-  return r;
+  return *reinterpret_cast<T*>(&u);
 }""",
     "tensor_map": """\
 // The 128-byte tensor map of cuda.h (encoded on the host by cuTensorMapEncodeTiled).

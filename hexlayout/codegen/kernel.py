@@ -39,6 +39,7 @@ from hexlayout.ir.lowered import (
     MbarWait,
     RegArray,
     RegRef,
+    SetMaxNReg,
     StGlobal,
     TmaLoad,
     TmaStore,
@@ -322,7 +323,9 @@ class _Printer:
         em.instr = None
         smem_total = max(k.smem_bytes, max((off + MBAR_ALIGN * n for _, off, n in bars), default=0))
         head = self.header(kname, bars, smem_total)
-        attrs = f"__launch_bounds__({k.threads})"
+        # setmaxnreg needs the register count at entry, which ptxas derives from minBlocks
+        uses_maxnreg = any(isinstance(i, SetMaxNReg) for i in _walk(k.body))
+        attrs = f"__launch_bounds__({k.threads}, 1)" if uses_maxnreg else f"__launch_bounds__({k.threads})"
         if k.cluster:
             dims = tuple(k.cluster) + (1,) * (3 - len(k.cluster))
             attrs = f"__cluster_dims__({', '.join(str(int(d)) for d in dims)}) " + attrs

@@ -14,7 +14,7 @@ from .toolchain import INSTALL_HINT, tool_path
 
 __all__ = ["disassemble", "opcode_counts", "count_prefix", "res_usage"]
 
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)")
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?(?P<op>[A-Z][A-Za-z0-9_.]*)")
 
 
 def _cuobjdump(args: list[str], cubin: bytes) -> str:

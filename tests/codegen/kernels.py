@@ -198,7 +198,8 @@ def elementwise(arch: str = "sm_89") -> LoweredKernel:
     col, keep = _reg("col", i32, (32, 64), tv), _reg("keep", i32, (32, 64), tv)
     y, z = _reg("y", bf16, (32, 64), tv), _reg("z", e4m3, (32, 64), tv)
     ew = lower_elementwise
-    body = [*tag(_ok(lower_reg_mem(x, views["X"], True, tid, 16)).instrs, 60, "copy", "x = hl.copy(X[m0, :])"),
+    load = _ok(lower_reg_mem(x, views["X"], True, tid, 16)).instrs
+    body = [*tag(load, 60, "copy", "x = hl.copy(X[m0, :])"),
             *tag(_ok(ew("cvt", t, [x])), 61, "cast", "t = hl.cast(x, f32)"),
             *tag(_ok(ew("mul", t, [t, scale])), 62, "elementwise", "t = t * scale"),
             *tag(_ok(ew("exp2", t, [t])), 63, "elementwise", "t = hl.exp2(t)"),
@@ -207,7 +208,7 @@ def elementwise(arch: str = "sm_89") -> LoweredKernel:
             *tag(_ok(ew("select", t, [keep, t, 0.0])), 66, "elementwise", "t = hl.where(keep, t, 0.0)"),
             *tag(_ok(ew("cvt", y, [t])), 67, "cast", "y = hl.cast(t, bf16)"),
             *tag(_ok(ew("cvt", z, [t])), 68, "cast", "z = hl.cast(t, e4m3)"),
-            *tag(_ok(lower_reg_mem(y, views["Y"], False, tid, 16)).instrs, 69, "copy", "hl.copy(y, Y[m0, :])"),
+            *tag(_ok(lower_reg_mem(y, views["Y"], False, tid, 16)).instrs, 69, "copy", "hl.copy(y, Y)"),
             *tag(_ok(lower_reg_mem(z, views["Z"], False, tid, 8)).instrs, 70, "copy", "hl.copy(z, Z[m0, :])")]
     return LoweredKernel("elementwise", [X, Y, Z, scale], ((M + 31) // 32,), 128, tid, (bx,), body,
                          registers=[x.array, t.array, col.array, keep.array, y.array, z.array], arch=arch,
@@ -215,3 +216,73 @@ def elementwise(arch: str = "sm_89") -> LoweredKernel:
 
 
 ALL = {"gemm_sm80": gemm_sm80, "gemm_sm90": gemm_sm90, "row_reduce": row_reduce, "elementwise": elementwise}
+
+
+def misc_sm90() -> LoweredKernel:
+    """Instructions the other kernels do not use: setmaxnreg in warp-specialized branches,
+    shared loads / stores, stmatrix, TMA store groups, named barriers, shfl.idx of 16- and
+    8-bit elements, runtime if / else, partially unrolled loops, every ALU op."""
+    from hexlayout.ir.lowered import (
+        Alu,
+        FenceProxyAsync,
+        IfThen,
+        LdShared,
+        RegRef,
+        SetMaxNReg,
+        SharedRef,
+        Shfl,
+        Stmatrix,
+        StShared,
+        TmaDesc,
+        TmaStore,
+        TmaStoreCommit,
+        TmaStoreWait,
+    )
+
+    tid = Var("threadIdx.x", 0, 256, "thread")
+    bx = Var("blockIdx.x", 0, None, "block")
+    i = Var("i", 0, None, "loop")
+    M = Var("M", 1, None, "size")
+    n = ScalarParam("n", i32, Var("n", None, None, "scalar"))
+    Y = GlobalParam("Y", f16, (M, 64), (64, 1))
+    buf = SmemBuffer("tile", f16, 64 * 64 * 2, 0, 1024)
+    desc = TmaDesc("tma_y", Y, (64, 64), (1, 0), 128)
+    h = RegArray("h", f16, 8)
+    q = RegArray("q", e4m3, 4)
+    f = RegArray("f", f32, 4)
+    k = RegArray("k", i32, 4)
+    t = as_expr(tid)
+    ops = []
+    for op, nsrc in (("neg", 1), ("abs", 1), ("exp", 1), ("log2", 1), ("log", 1), ("rcp", 1), ("rsqrt", 1),
+                     ("sqrt", 1), ("silu", 1), ("gelu", 1), ("add", 2), ("sub", 2), ("mul", 2), ("div", 2),
+                     ("max", 2), ("min", 2), ("le", 2), ("gt", 2), ("ge", 2), ("eq", 2), ("ne", 2),
+                     ("and", 2), ("or", 2), ("not", 1), ("fma", 3)):
+        srcs = tuple([RegRef(f, 0, 4)] * nsrc)
+        ops.append(Alu(op, RegRef(f, 0, 4), srcs))
+    ints = [Alu("mov", RegRef(k, 0, 4), (t % 7,)), Alu("add", RegRef(k, 0, 4), (RegRef(k, 0, 4), n)),
+            Alu("max", RegRef(k, 0, 4), (RegRef(k, 0, 4), 3)),
+            Alu("div", RegRef(k, 0, 4), (RegRef(k, 0, 4), 2)),
+            Alu("cvt", RegRef(f, 0, 4), (RegRef(k, 0, 4),)), Alu("cvt", RegRef(k, 0, 4), (RegRef(f, 0, 4),)),
+            Alu("mov", RegRef(f, 0, 1), (float("inf"),)), Alu("mov", RegRef(f, 1, 1), (-1.5,))]
+    producer = [SetMaxNReg(40, False),
+                *tag([TmaStore(desc, (0, bx * 64), SharedRef(buf, 0), pred=t.eq(0)),
+                      TmaStoreCommit(pred=t.eq(0)), TmaStoreWait(0, pred=t.eq(0))], 80, "copy")]
+    consumer = [SetMaxNReg(232, True),
+                LdShared(RegRef(h, 0, 8), SharedRef(buf, (t % 128) * 8), 128),
+                Alu("cvt", RegRef(f, 0, 4), (RegRef(h, 0, 4),)),
+                *ops, *ints,
+                Alu("cvt", RegRef(h, 4, 4), (RegRef(f, 0, 4),)),
+                Alu("cvt", RegRef(q, 0, 4), (RegRef(f, 0, 4),)),
+                Shfl(RegRef(h, 0, 8), RegRef(h, 0, 8), "idx", t % 32 // 2, 16),
+                Shfl(RegRef(q, 0, 4), RegRef(q, 0, 4), "bfly", 1),
+                BarSync(1, 128),
+                Stmatrix(SharedRef(buf, (t % 128) * 8), RegRef(h, 0, 8), 4),
+                ForLoop(i, 0, n.var, 2, [StShared(SharedRef(buf, (t % 128) * 8 + i), RegRef(h, 0, 1), 16)],
+                        unroll=4),
+                FenceProxyAsync()]
+    body = [IfThen(t < 128, producer, consumer), BarSync()]
+    return LoweredKernel("misc_sm90", [Y, n], ((M + 63) // 64,), 256, tid, (bx,), body,
+                         registers=[h, q, f, k], smem=[buf], tma=[desc], arch="sm_90a")
+
+
+ALL["misc_sm90"] = misc_sm90
