@@ -127,7 +127,10 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
             any_float_src |= s.dtype.is_float
             vals.append(float(v) if dst_float or s.dtype.is_float else int(v))
         elif isinstance(s, Expr):
-            v = np.asarray(evaluate(s, x.env), dtype=np.int64)
+            v = np.asarray(evaluate(s, x.env))         # a float scalar argument stays a float
+            is_float = v.dtype.kind == "f"
+            any_float_src |= is_float
+            v = v.astype(np.float64 if is_float else np.int64)
             v = np.broadcast_to(v.reshape(-1, 1) if v.ndim else v, (len(x.tids), 1))
             vals.append(v.astype(np.float64) if dst_float else v)
         else:
@@ -155,6 +158,8 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
         r = np.broadcast_to(np.asarray(r), (len(x.tids), ins.dst.count))
         if dst_float:
             out = round_to(r, npd, dst_t.name)
+        elif npd == np.dtype(np.bool_):
+            out = np.asarray(r) != 0
         else:
             out = _to_int(r, npd, from_float=any_float_src or r.dtype.kind == "f")
     m.write_regs(ins.dst, x.tids, x.env, ins, out)

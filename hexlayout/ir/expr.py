@@ -185,13 +185,14 @@ class Var(Expr):
 
 
 class BinOp(Expr):
-    __slots__ = ("op", "a", "b", "_h")
+    __slots__ = ("op", "a", "b", "_h", "_bounds")
 
     def __init__(self, op: str, a: Expr, b: Expr) -> None:
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "a", a)
         object.__setattr__(self, "b", b)
         object.__setattr__(self, "_h", hash((op, a, b)))
+        object.__setattr__(self, "_bounds", None)
 
     def __eq__(self, o: object) -> bool:
         _no_number_equality(self, o)
@@ -286,26 +287,9 @@ def bounds(e: ExprLike) -> tuple[int | None, int | None]:
     if isinstance(e, Var):
         return e.lo, e.hi
     if isinstance(e, BinOp):
-        (al, ah), (bl, bh) = bounds(e.a), bounds(e.b)
-        if e.op == "+":
-            return (None if al is None or bl is None else al + bl,
-                    None if ah is None or bh is None else ah + bh - 1)
-        if e.op == "*" and None not in (al, ah, bl, bh) and al >= 0 and bl >= 0:
-            return al * bl, (ah - 1) * (bh - 1) + 1
-        if e.op == "//" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
-            return al // e.b.value, None if ah is None else (ah - 1) // e.b.value + 1
-        if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
-            hi = e.b.value if ah is None else min(e.b.value, ah)
-            return 0, hi
-        if e.op == "&" and isinstance(e.b, Const) and e.b.value >= 0:
-            return 0, e.b.value + 1
-        if e.op in ("<", "<=", "==", "!=", "&&", "||"):
-            return 0, 2
-        if e.op == "min" and None not in (ah, bh):
-            lo = None if al is None or bl is None else min(al, bl)
-            return lo, min(ah, bh)
-        if e.op == ">>" and isinstance(e.b, Const) and al is not None and al >= 0:
-            return al >> e.b.value, None if ah is None else ((ah - 1) >> e.b.value) + 1
+        if e._bounds is None:
+            object.__setattr__(e, "_bounds", _binop_bounds(e))
+        return e._bounds
     if isinstance(e, Select):
         (al, ah), (bl, bh) = bounds(e.a), bounds(e.b)
         lo = None if al is None or bl is None else min(al, bl)
@@ -313,6 +297,30 @@ def bounds(e: ExprLike) -> tuple[int | None, int | None]:
         return lo, hi
     if isinstance(e, UnOp):
         return 0, 2
+    return None, None
+
+
+def _binop_bounds(e: BinOp) -> tuple[int | None, int | None]:
+    (al, ah), (bl, bh) = bounds(e.a), bounds(e.b)
+    if e.op == "+":
+        return (None if al is None or bl is None else al + bl,
+                None if ah is None or bh is None else ah + bh - 1)
+    if e.op == "*" and None not in (al, ah, bl, bh) and al >= 0 and bl >= 0:
+        return al * bl, (ah - 1) * (bh - 1) + 1
+    if e.op == "//" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
+        return al // e.b.value, None if ah is None else (ah - 1) // e.b.value + 1
+    if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
+        hi = e.b.value if ah is None else min(e.b.value, ah)
+        return 0, hi
+    if e.op == "&" and isinstance(e.b, Const) and e.b.value >= 0:
+        return 0, e.b.value + 1
+    if e.op in ("<", "<=", "==", "!=", "&&", "||"):
+        return 0, 2
+    if e.op == "min" and None not in (ah, bh):
+        lo = None if al is None or bl is None else min(al, bl)
+        return lo, min(ah, bh)
+    if e.op == ">>" and isinstance(e.b, Const) and al is not None and al >= 0:
+        return al >> e.b.value, None if ah is None else ((ah - 1) >> e.b.value) + 1
     return None, None
 
 

@@ -99,7 +99,7 @@ from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
-__all__ = ["LoweringError", "lower_kernel", "LoweredProgram"]
+__all__ = ["LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
 
 
 class LoweringError(ValueError):
@@ -578,6 +578,60 @@ class _Lowering:
         other = self._in_region(else_region, op.else_body) if op.else_body is not None else []
         return [IfThen(op.cond, then, other)]
 
+    # --- probing single ops (for synthesis) --------------------------------------------
+    def index(self) -> dict[int, tuple[int, int]]:
+        """Build the views of every tile whose layout is known, without lowering anything
+        else; returns the thread range that runs each op (by ``id(op)``)."""
+        regions: dict[int, tuple[int, int]] = {}
+
+        def walk(b: Block) -> None:
+            for op in b.ops:
+                regions[id(op)] = self.group_threads[-1]
+                if isinstance(op, For):
+                    walk(op.body)
+                elif isinstance(op, If):
+                    then_region = self._region(op.warp_groups, op)
+                    else_region = None
+                    if op.warp_groups and op.else_body is not None:
+                        lo, hi = self.group_threads[-1]
+                        rest = tuple(g for g in range(lo // 128, hi // 128) if g not in op.warp_groups)
+                        else_region = self._region(rest, op)
+                    for region, body in ((then_region, op.then_body), (else_region, op.else_body)):
+                        if body is None:
+                            continue
+                        if region is not None:
+                            self.group_threads.append(region)
+                        walk(body)
+                        if region is not None:
+                            self.group_threads.pop()
+                elif isinstance(op, (GlobalView, Slice, SubTile, Permute)):
+                    src = getattr(op, "src", None)
+                    if src is None or src.id in self.views:
+                        if src is None or not isinstance(self.views[src.id], RegisterTile):
+                            self.op(op)
+                elif isinstance(op, Alloc) and op.result.scope == Scope.SHARED:
+                    if isinstance(op.result.type.layout, (Layout, ComposedLayout)):
+                        self.op(op)
+
+        walk(self.tk.body)
+        self.regions = regions
+        return regions
+
+    def probe(self, op: Op) -> list[Instr]:
+        """Lower one op with the views built by ``index`` (raises ``LoweringError``)."""
+        region = self.regions.get(id(op), (0, self.threads))
+        self.group_threads.append(region)
+        self.elect.append(as_expr(self.tid).eq(region[0]))
+        try:
+            return self.op(op)
+        except LoweringError:
+            raise
+        except ValueError as e:
+            raise self.fail(op, str(e)) from None
+        finally:
+            self.group_threads.pop()
+            self.elect.pop()
+
     # --- driver ----------------------------------------------------------------------
     def run(self) -> LoweredProgram:
         for b in self.tk.mbarriers:
@@ -632,6 +686,14 @@ def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
         if key not in seen or r.value > seen[key].value:
             seen[key] = r
     return list(seen.values())
+
+
+class Prober(_Lowering):
+    """Lowers single ops of a kernel whose layouts are partly known (synthesis's oracle)."""
+
+    def __init__(self, tk: TileKernel, arch: str) -> None:
+        super().__init__(tk, arch)
+        self.index()
 
 
 def lower_kernel(tk: TileKernel, arch: str = "sm_80") -> LoweredProgram:

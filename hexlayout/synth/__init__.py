@@ -1,0 +1,1 @@
+"""Layout and instruction synthesis."""

@@ -1,0 +1,129 @@
+"""Static cost of lowered instructions: issue slots, shared-memory wavefronts, global sectors.
+
+Each instruction is weighted by ``8 ** loop_depth`` of the tile op it came from (trip
+counts are unknown at synthesis time; deeper loops dominate). Addresses are evaluated
+for every thread of the region with loop variables at 0:
+
+- shared accesses (ld/st.shared, ldmatrix/stmatrix rows, cp.async destinations): the
+  wavefronts of each warp-wide request under the bank model of ``hexlayout.arch``;
+- global accesses (ld/st.global, cp.async sources): the 32-byte sectors per warp request;
+- issue: one slot per instruction (mma.sync 2, wgmma 4, an ALU op one per 4 elements).
+
+``cost = issue + wavefronts + sectors``; ``CostBreakdown`` keeps the parts for ``explain``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hexlayout.arch.banks import bank_conflicts
+from hexlayout.ir.expr import Expr, evaluate, free_vars
+from hexlayout.ir.lowered import (
+    Alu,
+    CpAsync,
+    Instr,
+    LdGlobal,
+    Ldmatrix,
+    LdShared,
+    MmaSync,
+    StGlobal,
+    Stmatrix,
+    StShared,
+    Wgmma,
+)
+
+__all__ = ["CostBreakdown", "instr_cost"]
+
+
+@dataclass
+class CostBreakdown:
+    issue: float = 0.0
+    wavefronts: float = 0.0
+    ideal_wavefronts: float = 0.0
+    sectors: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.issue + self.wavefronts + self.sectors
+
+    @property
+    def bank_conflicts(self) -> float:
+        return self.wavefronts - self.ideal_wavefronts
+
+    def add(self, other: CostBreakdown, weight: float = 1.0) -> None:
+        self.issue += weight * other.issue
+        self.wavefronts += weight * other.wavefronts
+        self.ideal_wavefronts += weight * other.ideal_wavefronts
+        self.sectors += weight * other.sectors
+
+    def as_dict(self) -> dict[str, float]:
+        return {"total": self.total, "issue": self.issue, "smem_wavefronts": self.wavefronts,
+                "bank_conflicts": self.bank_conflicts, "gmem_sectors": self.sectors}
+
+
+def _addresses(e: Any, tid: Any, tids: np.ndarray) -> np.ndarray:
+    if not isinstance(e, Expr):
+        return np.full(tids.shape, int(e), dtype=np.int64)
+    # sizes at a generic large multiple of 128 (strides keep their alignment), indices at 0
+    env = {v: (4096 if v.kind == "size" else 0) for v in free_vars(e)}
+    env[tid] = tids
+    try:
+        val = evaluate(e, env)
+    except ZeroDivisionError:
+        env = {v: 1 for v in env}
+        env[tid] = tids
+        val = evaluate(e, env)
+    return np.broadcast_to(np.asarray(val, dtype=np.int64), tids.shape)
+
+
+def _smem_cost(byte_addr: np.ndarray, width: int) -> tuple[float, float]:
+    n = byte_addr.size // 32 * 32
+    if n == 0:
+        return 0.0, 0.0
+    rep = bank_conflicts(byte_addr[:n].reshape(-1, 32), width)
+    return float(np.sum(rep.wavefronts)), float(np.sum(rep.min_wavefronts))
+
+
+def _sectors(byte_addr: np.ndarray, width: int) -> float:
+    total = 0.0
+    for w0 in range(0, byte_addr.size, 32):
+        a = byte_addr[w0:w0 + 32]
+        total += len(set((a // 32).tolist()) | set(((a + width - 1) // 32).tolist()))
+    return total
+
+
+def instr_cost(ins: Instr, tid: Any, lo: int, hi: int) -> CostBreakdown:
+    """Cost of one execution of ``ins`` by threads ``[lo, hi)``."""
+    c = CostBreakdown()
+    tids = np.arange(lo, hi, dtype=np.int64)
+    if isinstance(ins, MmaSync):
+        c.issue = 2
+    elif isinstance(ins, Wgmma):
+        c.issue = 4
+    elif isinstance(ins, Alu):
+        c.issue = max(1.0, ins.dst.count / 4)
+    else:
+        c.issue = 1
+    if isinstance(ins, (LdShared, StShared)):
+        ref = ins.src if isinstance(ins, LdShared) else ins.dst
+        eb = ref.buffer.dtype.bits // 8
+        addr = ref.buffer.offset + _addresses(ref.offset, tid, tids) * eb
+        c.wavefronts, c.ideal_wavefronts = _smem_cost(addr, ins.bits // 8)
+    elif isinstance(ins, (Ldmatrix, Stmatrix)):
+        ref = ins.src if isinstance(ins, Ldmatrix) else ins.dst
+        eb = ref.buffer.dtype.bits // 8
+        addr = ref.buffer.offset + _addresses(ref.offset, tid, tids) * eb
+        c.wavefronts, c.ideal_wavefronts = _smem_cost(addr, 16)
+    elif isinstance(ins, CpAsync):
+        eb = ins.dst.buffer.dtype.bits // 8
+        addr = ins.dst.buffer.offset + _addresses(ins.dst.offset, tid, tids) * eb
+        c.wavefronts, c.ideal_wavefronts = _smem_cost(addr, ins.nbytes)
+        c.sectors = _sectors(_addresses(ins.src.offset, tid, tids) * eb, ins.nbytes)
+    elif isinstance(ins, (LdGlobal, StGlobal)):
+        ref = ins.src if isinstance(ins, LdGlobal) else ins.dst
+        eb = max(1, ref.param.dtype.bits // 8)
+        c.sectors = _sectors(_addresses(ref.offset, tid, tids) * eb, ins.bits // 8)
+    return c

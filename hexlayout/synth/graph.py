@@ -1,0 +1,190 @@
+"""The layout constraint graph of a tile program.
+
+Register tiles are grouped into classes that must share one TV layout (a union-find over
+values): the result and same-shaped operands of an elementwise op, a cast and its source,
+the destination and source of an in-place update. Relations between classes:
+
+- ``reduced(dst, src, axes)``: ``dst``'s layout is ``src``'s with ``axes`` collapsed
+  (a reduction's result; an operand that broadcasts along ``axes``);
+- ``mma(op, role)``: the class is operand ``role`` (a, b, c) of an mma op.
+
+Shared tiles are handled per root buffer: every copy, mma operand use and view chain
+that touches the buffer is recorded so candidate layouts can be checked use by use.
+Each relation remembers the op that created it, for diagnostics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hexlayout.ir.tile import (
+    Alloc,
+    Block,
+    Cast,
+    Copy,
+    Elementwise,
+    Fill,
+    For,
+    If,
+    Iota,
+    Mma,
+    Op,
+    Permute,
+    Rearrange,
+    Reduce,
+    Slice,
+    SubTile,
+    TileKernel,
+    Value,
+)
+from hexlayout.ir.types import Scope
+from hexlayout.layout import ComposedLayout, Layout
+
+__all__ = ["LayoutGraph", "Reduced", "MmaRole", "build_graph"]
+
+
+@dataclass
+class Reduced:
+    dst: int            # class id
+    src: int
+    axes: tuple[int, ...]
+    op: Op
+
+
+@dataclass
+class MmaRole:
+    cls: int
+    op: Mma
+    role: str           # "a", "b", "c"
+
+
+@dataclass
+class LayoutGraph:
+    kernel: TileKernel
+    parent: dict[int, int] = field(default_factory=dict)          # union-find over value ids
+    values: dict[int, Value] = field(default_factory=dict)
+    why: dict[int, list[Op]] = field(default_factory=dict)         # ops that merged into a class
+    reduced: list[Reduced] = field(default_factory=list)
+    mma_roles: list[MmaRole] = field(default_factory=list)
+    mmas: list[Mma] = field(default_factory=list)
+    explicit: list[tuple[int, Layout, Op]] = field(default_factory=list)   # (value id, given layout, op)
+    shared_uses: dict[int, list[tuple[Op, Value]]] = field(default_factory=dict)  # root id -> uses
+    copies_with_global: dict[int, list[Copy]] = field(default_factory=dict)       # class -> copies
+    regions: dict[int, Any] = field(default_factory=dict)
+
+    # union-find ---------------------------------------------------------------------
+    def find(self, vid: int) -> int:
+        p = self.parent.setdefault(vid, vid)
+        if p != vid:
+            p = self.find(p)
+            self.parent[vid] = p
+        return p
+
+    def union(self, a: Value, b: Value, op: Op) -> None:
+        self.values.setdefault(a.id, a)
+        self.values.setdefault(b.id, b)
+        ra, rb = self.find(a.id), self.find(b.id)
+        if ra != rb:
+            self.parent[rb] = ra
+            self.why.setdefault(ra, []).extend(self.why.pop(rb, []))
+        self.why.setdefault(ra, []).append(op)
+
+    def cls(self, v: Value) -> int:
+        self.values.setdefault(v.id, v)
+        return self.find(v.id)
+
+    def classes(self) -> dict[int, list[Value]]:
+        out: dict[int, list[Value]] = {}
+        for vid, v in self.values.items():
+            out.setdefault(self.find(vid), []).append(v)
+        return out
+
+
+def _register(v: Any) -> bool:
+    return isinstance(v, Value) and v.type.scope == Scope.REGISTER
+
+
+def build_graph(tk: TileKernel) -> LayoutGraph:
+    g = LayoutGraph(tk)
+
+    def walk(b: Block) -> None:
+        for op in b.ops:
+            visit(op)
+            if isinstance(op, For):
+                walk(op.body)
+            elif isinstance(op, If):
+                walk(op.then_body)
+                if op.else_body is not None:
+                    walk(op.else_body)
+
+    def visit(op: Op) -> None:
+        if isinstance(op, Alloc) and _register(op.result):
+            g.cls(op.result)
+            if isinstance(op.result.type.layout, Layout):
+                g.explicit.append((op.result.id, op.result.type.layout, op))
+        elif isinstance(op, Alloc) and op.result.type.scope == Scope.SHARED:
+            g.shared_uses.setdefault(op.result.id, [])
+        elif isinstance(op, (Elementwise, Cast)):
+            res = op.result
+            args = op.args if isinstance(op, Elementwise) else (op.src,)
+            g.cls(res)
+            if isinstance(res.type.layout, Layout) and res.id not in {e[0] for e in g.explicit}:
+                g.explicit.append((res.id, res.type.layout, op))
+            for a in args:
+                if not _register(a):
+                    continue
+                if tuple(a.type.shape) == tuple(res.type.shape):
+                    g.union(res, a, op)
+                else:
+                    pad = len(res.type.shape) - len(a.type.shape)
+                    ashape = (1,) * pad + tuple(a.type.shape)
+                    axes = tuple(k for k, (x, y) in enumerate(zip(ashape, res.type.shape)) if x != y)
+                    g.reduced.append(Reduced(g.cls(a), g.cls(res), axes, op))
+        elif isinstance(op, Iota):
+            g.cls(op.result)
+            if isinstance(op.result.type.layout, Layout):
+                g.explicit.append((op.result.id, op.result.type.layout, op))
+        elif isinstance(op, Fill) and _register(op.dst):
+            g.cls(op.dst)
+        elif isinstance(op, Reduce):
+            g.reduced.append(Reduced(g.cls(op.result), g.cls(op.src), (op.axis,), op))
+        elif isinstance(op, Rearrange):
+            g.cls(op.result)
+            g.cls(op.src)
+        elif isinstance(op, Mma):
+            g.mmas.append(op)
+            for role in ("a", "b", "c"):
+                v = getattr(op, role)
+                if _register(v):
+                    g.mma_roles.append(MmaRole(g.cls(v), op, role))
+                else:
+                    g.shared_uses.setdefault(v.root.id, []).append((op, v))
+        elif isinstance(op, Copy):
+            for v in (op.src, op.dst):
+                if v.type.scope == Scope.SHARED:
+                    g.shared_uses.setdefault(v.root.id, []).append((op, v))
+            if _register(op.dst) and op.src.type.scope == Scope.GLOBAL:
+                g.copies_with_global.setdefault(g.cls(op.dst), []).append(op)
+            if _register(op.src) and op.dst.type.scope == Scope.GLOBAL:
+                g.copies_with_global.setdefault(g.cls(op.src), []).append(op)
+            if _register(op.src):
+                g.cls(op.src)
+            if _register(op.dst):
+                g.cls(op.dst)
+        elif isinstance(op, (Slice, SubTile, Permute)):
+            if _register(op.result):
+                raise ValueError("views of register tiles are not supported by synthesis yet")
+
+    walk(tk.body)
+    for r in g.reduced:
+        r.dst, r.src = g.find(r.dst), g.find(r.src)
+    for m in g.mma_roles:
+        m.cls = g.find(m.cls)
+    g.copies_with_global = {g.find(c): v for c, v in g.copies_with_global.items()}
+    return g
+
+
+def given_layout(v: Value) -> Layout | ComposedLayout | None:
+    lay = v.type.layout
+    return lay if isinstance(lay, (Layout, ComposedLayout)) else None

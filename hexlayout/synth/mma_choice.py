@@ -1,0 +1,107 @@
+"""Candidate mma atoms and warp arrangements for an ``mma`` op.
+
+For ``c[M,N] += a[M,K] @ b[N,K]^T`` run by ``T`` threads on architecture ``arch``:
+
+- atoms: the architecture's mma atoms whose A/B/C types match the operands and whose
+  operand sources match their scopes (mma.sync: both in registers; wgmma: B in shared
+  memory, A in shared memory (SS) or registers (RS)); for wgmma the N of the atom ranges
+  over multiples of 8 that divide the worker's share of N;
+- arrangements: ``spatial(wm, wn) * repeat(rm, rn)`` (each worker a contiguous block of
+  atom tiles) and ``repeat(rm, rn) * spatial(wm, wn)`` (interleaved), for every
+  ``wm * wn = T / atom_threads`` with ``wm | M/atom_m`` and ``wn | N/atom_n``.
+
+Candidates are ordered by a load-balance heuristic: the per-worker operand traffic
+``(M/wm + N/wn) * K`` first, then warps along M before N (row reductions stay inside a
+warp), contiguous before interleaved, larger wgmma N first.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from hexlayout.arch import get_atom, list_atoms
+from hexlayout.ir.mapping import TaskMapping, repeat, spatial
+from hexlayout.ir.tile import Mma
+from hexlayout.ir.tiled_mma import TiledMma
+from hexlayout.ir.types import Scope
+
+__all__ = ["mma_candidates"]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _atoms(op: Mma, arch: str) -> list:
+    a, b, c = op.a.type, op.b.type, op.c.type
+    if op.atom is not None:
+        return [get_atom(op.atom)]
+    out = []
+    for name in _mma_names(arch):
+        at = get_atom(name)
+        if (at.a_dtype.name, at.b_dtype.name, at.c_dtype.name) != (a.dtype.name, b.dtype.name, c.dtype.name):
+            continue
+        a_smem, b_smem = a.scope == Scope.SHARED, b.scope == Scope.SHARED
+        if at.kind == "mma.sync":
+            if a_smem or b_smem:
+                continue
+        else:
+            if not b_smem or (at.a_source == "smem") != a_smem:
+                continue
+            if at.a_major != "K" or at.b_major != "K":
+                continue          # MN-major descriptors are offered through options below
+        out.append(at)
+    return out
+
+
+@lru_cache(maxsize=8)
+def _mma_names(arch: str) -> tuple[str, ...]:
+    return tuple(list_atoms(arch, kind="mma"))
+
+
+def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma]:
+    """Every legal TiledMma for ``op`` run by ``threads`` threads, best first."""
+    m, k = op.a.type.shape
+    n = op.b.type.shape[0]
+    scored: list[tuple[tuple, TiledMma]] = []
+    for at in _atoms(op, arch):
+        am, an, ak = at.shape_mnk
+        if m % am or n % an or k % ak or threads % at.num_threads:
+            continue
+        workers = threads // at.num_threads
+        maps: list[tuple[int, TaskMapping]] = []
+        if op.warps is not None:
+            w = op.warps
+            if w.task_shape != (m // am, n // an):
+                if w.num_workers == workers and (m // am) % w.task_shape[0] == 0 \
+                        and (n // an) % w.task_shape[1] == 0:
+                    w = w * repeat((m // am) // w.task_shape[0], (n // an) // w.task_shape[1])
+                else:
+                    continue
+            if w.num_workers != workers or w.task_shape != (m // am, n // an):
+                continue
+            maps.append((0, w))
+        else:
+            for wm in _divisors(workers):
+                wn = workers // wm
+                if (m // am) % wm or (n // an) % wn:
+                    continue
+                rm, rn = (m // am) // wm, (n // an) // wn
+                maps.append((0, spatial(wm, wn) * repeat(rm, rn)))
+                if rm * rn > 1:
+                    maps.append((1, repeat(rm, rn) * spatial(wm, wn)))
+        for order, w in maps:
+            per_m = m // _spatial_extent(w, 0)
+            per_n = n // _spatial_extent(w, 1)
+            score = ((per_m + per_n) * k, -_spatial_extent(w, 0), order, -an, at.name)
+            scored.append((score, TiledMma(at, w, k // ak)))
+    scored.sort(key=lambda x: x[0])
+    return [t for _, t in scored]
+
+
+def _spatial_extent(w: TaskMapping, dim: int) -> int:
+    n = 1
+    for f in w.factors:
+        if f.kind == "spatial":
+            n *= f.shape[dim]
+    return n

@@ -1,0 +1,143 @@
+"""Register TV layouts from the mma choices: seed, propagate, check.
+
+Seeds: each mma's operand classes get its TiledMma's ``a_tv`` / ``b_tv`` / ``c_tv``;
+explicit layouts are seeds too. Propagation: a ``reduced(dst, src, axes)`` relation gives
+``dst = reduced_tv(src, axes)`` (the reduction's layout; a broadcast operand's). A class
+that receives two layouts that differ as functions ``(t, v) -> index`` is a conflict,
+reported with both origins. Classes left without a layout that are copied to or from
+global memory get a coalesced layout (``w``-element vectors along the tensor's contiguous
+mode, consecutive threads on consecutive vectors); any other is unresolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.ir.lower.copy import copy_thread_layout
+from hexlayout.ir.lower.kernel import reduced_tv
+from hexlayout.ir.tile import GlobalView, Mma, Op, Value
+from hexlayout.ir.tiled_mma import TiledMma
+from hexlayout.layout import Layout
+
+from .graph import LayoutGraph
+
+__all__ = ["RegisterAssignment", "Conflict", "assign_registers", "same_function"]
+
+
+def same_function(a: Layout, b: Layout) -> bool:
+    return a.size() == b.size() and np.array_equal(a.indices(), b.indices())
+
+
+@dataclass
+class Conflict:
+    """Two requirements on one register class that cannot both hold."""
+
+    cls: int
+    first: tuple[Layout, Op | None, str]
+    second: tuple[Layout, Op | None, str]
+    values: list[Value] = field(default_factory=list)
+
+
+@dataclass
+class RegisterAssignment:
+    layouts: dict[int, Layout]
+    origin: dict[int, tuple[Op | None, str]]
+    conflict: Conflict | None = None
+    unresolved: list[int] = field(default_factory=list)
+
+
+def _fail(_: Any, msg: str) -> ValueError:
+    return ValueError(msg)
+
+
+def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: dict[int, int],
+                     global_views: dict[int, Any] | None = None) -> RegisterAssignment:
+    """Layouts for every register class given ``choice`` (mma op id -> TiledMma)."""
+    lay: dict[int, Layout] = {}
+    origin: dict[int, tuple[Op | None, str]] = {}
+    classes = g.classes()
+    shape_of = {c: tuple(vs[0].type.shape) for c, vs in classes.items()}
+
+    def put(c: int, layout: Layout, op: Op | None, why: str) -> Conflict | None:
+        if c in lay:
+            if not same_function(lay[c], layout):
+                return Conflict(c, (lay[c], *origin[c]), (layout, op, why), classes.get(c, []))
+            return None
+        lay[c] = layout
+        origin[c] = (op, why)
+        return None
+
+    for vid, layout, op in g.explicit:
+        err = put(g.find(vid), layout, op, "given explicitly")
+        if err:
+            return RegisterAssignment(lay, origin, err)
+    for r in g.mma_roles:
+        tm = choice[id(r.op)]
+        layout = {"a": tm.a_tv, "b": tm.b_tv, "c": tm.c_tv}[r.role]()
+        err = put(r.cls, layout, r.op, f"operand {r.role} of {tm}")
+        if err:
+            return RegisterAssignment(lay, origin, err)
+    changed = True
+    while changed:
+        changed = False
+        for rel in g.reduced:
+            if rel.src in lay:
+                out = lay[rel.src]
+                shape = shape_of[rel.src]
+                try:
+                    for ax in rel.axes:
+                        out = reduced_tv(out, shape, ax, _fail, rel.op)
+                        shape = tuple(1 if k == ax else s for k, s in enumerate(shape))
+                except ValueError as e:
+                    return RegisterAssignment(lay, origin, Conflict(rel.dst, (lay[rel.src], rel.op, str(e)),
+                                                                    (lay[rel.src], rel.op, str(e))))
+                known = rel.dst in lay
+                err = put(rel.dst, out, rel.op, f"{type(rel.op).__name__.lower()} along axes {rel.axes}")
+                if err:
+                    return RegisterAssignment(lay, origin, err)
+                changed |= not known
+    unresolved = []
+    for c in classes:
+        if c in lay:
+            continue
+        layout = _coalesced(g, c, shape_of[c], threads_of.get(c, 0), global_views or {})
+        if layout is None:
+            unresolved.append(c)
+        else:
+            lay[c] = layout
+            origin[c] = (g.copies_with_global[c][0], "coalesced with global memory")
+    return RegisterAssignment(lay, origin, None, unresolved)
+
+
+def _coalesced(g: LayoutGraph, c: int, shape: tuple[int, ...], threads: int,
+               global_views: dict[int, Any]) -> Layout | None:
+    copies = g.copies_with_global.get(c)
+    if not copies or threads <= 0:
+        return None
+    op = copies[0]
+    gv = op.src if op.src.type.scope.value == "global" else op.dst
+    view = global_views.get(gv.id)
+    order = list(range(len(shape)))
+    if view is not None:
+        order = sorted(order, key=lambda k: (0, view.static_stride(k)) if view.static_stride(k) is not None
+                       else (1, -k))
+    elem_bits = gv.type.dtype.bits
+    w = max(1, 128 // elem_bits)
+    while w > 1:
+        tv = copy_thread_layout(shape, order, w, threads)
+        if not isinstance(tv, str):
+            return tv
+        w //= 2
+    tv = copy_thread_layout(shape, order, 1, threads)
+    return None if isinstance(tv, str) else tv
+
+
+def mma_ops(g: LayoutGraph) -> list[Mma]:
+    return list(g.mmas)
+
+
+def global_view_ops(g: LayoutGraph) -> list[GlobalView]:
+    return [op for op in g.kernel.body.walk() if isinstance(op, GlobalView)]

@@ -1,0 +1,160 @@
+"""Candidate layouts of shared tiles, checked against every use.
+
+A shared root buffer of shape ``(R, C)`` (plus trailing stage modes) gets candidates in
+order of preference, for a contiguous mode ``d`` taken from the global tensors it is
+copied with (the mode with stride 1 there; both modes are tried):
+
+1. wgmma canonical layouts ``tile_to_shape(gmma_smem_atom(bits, major, swizzle), (R, C))``
+   for 128/64/32-byte swizzles and none (when the architecture has wgmma);
+2. rows along ``d`` with each conflict-free ``Swizzle<B,M,S>`` (``swizzle.py``);
+3. rows along ``d`` padded by the smallest conflict-free padding (z3);
+4. plain rows along ``d``.
+
+Trailing stage modes are appended with the stride of a whole (swizzle-period aligned)
+tile. A user hint (``hl.auto(swizzle="128B")``, ``hl.auto(stride=(None, 1))``) filters the
+list. Each candidate is checked by lowering every op that touches the buffer (the
+lowering is the legality oracle: it proves ldmatrix rows, cp.async / TMA boxes, wgmma
+descriptors) and scored by the static cost of the instructions it produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hexlayout.arch.gmma import gmma_smem_atom
+from hexlayout.ir.tile import Op, Permute, Slice, SubTile, TileKernel, Value
+from hexlayout.ir.types import LayoutVar, Scope
+from hexlayout.layout import ComposedLayout, Layout, composition, cosize, tile_to_shape
+
+from .swizzle import conflict_free_padding, conflict_free_swizzles
+
+__all__ = ["SharedCandidate", "shared_candidates", "root_mode_map"]
+
+
+@dataclass(frozen=True)
+class SharedCandidate:
+    layout: Layout | ComposedLayout
+    kind: str              # "gmma", "swizzle", "padded", "plain"
+    note: str
+
+    def __str__(self) -> str:
+        return f"{self.layout} ({self.note})"
+
+
+def _stage(tile: Layout | ComposedLayout, extra: tuple[int, ...]) -> Layout | ComposedLayout:
+    if not extra:
+        return tile
+    inner = tile.layout_b if isinstance(tile, ComposedLayout) else tile
+    step = cosize(inner)
+    if isinstance(tile, ComposedLayout):
+        period = tile.layout_a.period()
+        step = -(-step // period) * period
+    shapes = [inner.shape[0], inner.shape[1]]
+    strides = [inner.stride[0], inner.stride[1]]
+    for e in extra:
+        shapes.append(e)
+        strides.append(step)
+        step *= e
+    lay = Layout(tuple(shapes), tuple(strides))
+    return ComposedLayout(tile.layout_a, tile.offset, lay) if isinstance(tile, ComposedLayout) else lay
+
+
+def _rows(shape: tuple[int, int], d: int, pad: int = 0) -> Layout:
+    r, c = shape
+    if d == 1:
+        return Layout((r, c), (c + pad, 1))
+    return Layout((r, c), (1, r + pad))
+
+
+_HINT_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
+
+
+def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bits: int,
+                      ) -> list[SharedCandidate]:
+    """Candidates for shared root ``v`` (see the module docstring)."""
+    shape = tuple(v.type.shape)
+    if len(shape) == 1:
+        return [SharedCandidate(Layout(shape[0]), "plain", "contiguous")]
+    base, extra = (shape[0], shape[1]), tuple(shape[2:])
+    hints = v.type.layout.hints if isinstance(v.type.layout, LayoutVar) else {}
+    eb = elem_bits // 8
+    out: list[SharedCandidate] = []
+    order = []
+    for d in contiguous + [1, 0]:
+        if d not in order:
+            order.append(d)
+    if has_wgmma and elem_bits in (8, 16, 32):
+        for d in order:
+            major = "K" if d == 1 else "MN"
+            for swz in (128, 64, 32, 0):
+                try:
+                    tile = tile_to_shape(gmma_smem_atom(elem_bits, major, swz), base)
+                except ValueError:
+                    continue
+                out.append(SharedCandidate(_stage(tile, extra), "gmma",
+                                           f"wgmma {major}-major, {swz or 'no'}-byte swizzle"))
+    for d in order:
+        row_bytes = base[d] * elem_bits // 8
+        rows = base[1 - d]
+        for sw in conflict_free_swizzles(row_bytes, rows, elem_bits):
+            if sw.bits == 0:
+                continue
+            tile = composition(sw, _rows(base, d))
+            out.append(SharedCandidate(_stage(tile, extra), "swizzle",
+                                       f"rows along mode {d}, {sw} (conflict-free)"))
+        pad = conflict_free_padding(row_bytes, elem_bits) if eb >= 1 else None
+        if pad:
+            out.append(SharedCandidate(_stage(_rows(base, d, pad), extra), "padded",
+                                       f"rows along mode {d} padded by {pad} elements"))
+        out.append(SharedCandidate(_stage(_rows(base, d), extra), "plain", f"rows along mode {d}"))
+    if "swizzle" in hints:
+        want = hints["swizzle"]
+        want_bytes = _HINT_BYTES.get(want) if isinstance(want, str) else None
+        out = [c for c in out if _swizzle_bytes(c.layout, elem_bits) == want_bytes]
+    if "stride" in hints:
+        out = [c for c in out if _strides_match(c.layout, hints["stride"])]
+    return out
+
+
+def _swizzle_bytes(lay: Any, elem_bits: int) -> int | None:
+    if not isinstance(lay, ComposedLayout):
+        return 0
+    sw = lay.layout_a
+    eb = elem_bits // 8
+    if sw.bits == 0:
+        return 0
+    return (1 << sw.bits) * 16 if sw.shift == 3 and (1 << sw.base) * eb == 16 else None
+
+
+def _strides_match(lay: Any, want: tuple[Any, ...]) -> bool:
+    inner = lay.layout_b if isinstance(lay, ComposedLayout) else lay
+    for k, w in enumerate(want):
+        if w is not None and (k >= inner.rank or inner[k].stride != w):
+            return False
+    return True
+
+
+def root_mode_map(tk: TileKernel) -> dict[int, tuple[Value, list[int]]]:
+    """For every shared view value: (its root, the root mode of each of its modes)."""
+    out: dict[int, tuple[Value, list[int]]] = {}
+    for op in tk.body.walk():
+        if isinstance(op, (Slice, SubTile, Permute)) and op.src.type.scope == Scope.SHARED:
+            root, modes = out.get(op.src.id, (op.src, list(range(len(op.src.type.shape)))))
+            if isinstance(op, Slice):
+                modes = [m for m, i in zip(modes, op.index) if i is None]
+            elif isinstance(op, Permute):
+                modes = [modes[p] for p in op.perm]
+            out[op.result.id] = (root, modes)
+    return out
+
+
+def uses_of(tk: TileKernel) -> dict[int, list[Op]]:
+    """Ops touching each shared root (by root value id)."""
+    out: dict[int, list[Op]] = {}
+    for op in tk.body.walk():
+        for v in op.operands():
+            if v.type.scope == Scope.SHARED and op not in out.setdefault(v.root.id, []):
+                if not isinstance(op, (Slice, SubTile, Permute)):
+                    out[v.root.id].append(op)
+    return out

@@ -1,0 +1,504 @@
+"""Synthesis: choose every unspecified layout and instruction of a tile program.
+
+Order (as in Hexcute): mma ops are the seeds, then register layouts, then shared tiles,
+and global<->shared copies last.
+
+1. Each ``mma`` op gets candidate TiledMmas (``mma_choice``); python-constraint
+   enumerates assignments of candidates to the mma ops under one n-ary constraint: the
+   register layouts they imply are consistent (``registers``) and every op on register
+   tiles only (elementwise, reduce, mma, global<->register copies) lowers.
+2. For a register solution, each shared root buffer gets candidate layouts
+   (``shared``); candidates are checked use by use through the lowering and scored by
+   static cost (``cost``); ops touching several shared roots (a wgmma reading A and B)
+   become joint constraints in a second python-constraint problem.
+3. The cheapest complete solution among the first few register solutions wins; ties
+   keep candidate order, so the same program gives the same answer.
+
+Failures become a ``SynthesisError`` naming the ops in conflict, their source lines and
+the two requirements that cannot both hold (``diagnose``).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from constraint import BacktrackingSolver, Constraint, Problem
+
+from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, Prober, lower_kernel
+from hexlayout.ir.tile import (
+    Cast,
+    Copy,
+    Elementwise,
+    Fill,
+    GlobalView,
+    Iota,
+    Mma,
+    Op,
+    Reduce,
+    TileKernel,
+    Value,
+)
+from hexlayout.ir.tiled_mma import TiledMma
+from hexlayout.ir.types import LayoutVar, Scope
+from hexlayout.layout import ComposedLayout, Layout
+
+from .cost import CostBreakdown, instr_cost
+from .graph import LayoutGraph, build_graph
+from .mma_choice import mma_candidates
+from .registers import RegisterAssignment, assign_registers
+from .shared import SharedCandidate, root_mode_map, shared_candidates, uses_of
+
+__all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
+
+MAX_REGISTER_SOLUTIONS = 3
+
+
+class LazyConstraint(Constraint):
+    """A python-constraint constraint checked only once all its variables are assigned
+    (no pre-processing pass over the domains: each check lowers ops, so stay lazy)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __call__(self, variables: Any, domains: Any, assignments: dict, forwardcheck: bool = False) -> bool:
+        if any(v not in assignments for v in variables):
+            return True
+        return bool(self.fn(*[assignments[v] for v in variables]))
+
+    def preProcess(self, variables: Any, domains: Any, constraints: Any, vconstraints: Any) -> None:
+        return None
+
+
+class SynthesisError(ValueError):
+    """No layout assignment satisfies the program; names the conflicting ops and lines."""
+
+    def __init__(self, kernel: str, message: str, ops: list[Op] | None = None) -> None:
+        super().__init__(f"{kernel}: {message}")
+        self.kernel = kernel
+        self.ops = ops or []
+
+
+@dataclass
+class Alternative:
+    what: str
+    status: str             # "chosen", "legal", "rejected"
+    reason: str = ""
+    cost: float | None = None
+
+
+@dataclass
+class Decision:
+    subject: str            # e.g. "mma at gemm.py:42", "shared %sa"
+    op: Op | None
+    value: Value | None
+    chosen: str
+    alternatives: list[Alternative] = field(default_factory=list)
+
+
+@dataclass
+class Synthesis:
+    kernel: TileKernel
+    arch: str
+    lowered: LoweredProgram
+    decisions: list[Decision]
+    cost: CostBreakdown
+    seconds: float
+    mma: dict[int, TiledMma] = field(default_factory=dict)
+
+    def layouts(self) -> list[tuple[Value, Any]]:
+        """Every tile value with its synthesized layout, in program order."""
+        out, seen = [], set()
+        for op in self.kernel.body.walk():
+            for v in op.results() + op.operands():
+                if v.id not in seen and v.type.scope != Scope.GLOBAL:
+                    seen.add(v.id)
+                    out.append((v, v.type.layout))
+        return out
+
+
+SharedSolution = tuple[dict[int, SharedCandidate], CostBreakdown, list[Decision]]
+
+
+def _undecided_shared(v: Value) -> bool:
+    return v.type.scope == Scope.SHARED and not isinstance(v.root.type.layout, (Layout, ComposedLayout))
+
+
+def _loc(op: Op | None) -> str:
+    if op is None or op.loc is None:
+        return ""
+    return f"{op.loc.file.rsplit('/', 1)[-1]}:{op.loc.line}"
+
+
+def _opname(op: Op) -> str:
+    return type(op).__name__.lower()
+
+
+def _register_ops(tk: TileKernel) -> list[Op]:
+    out = []
+    for op in tk.body.walk():
+        if isinstance(op, (Elementwise, Cast, Reduce, Iota, Fill)):
+            if isinstance(op, Fill) and op.dst.type.scope != Scope.REGISTER:
+                continue
+            out.append(op)
+        elif isinstance(op, Mma) and op.a.type.scope == Scope.REGISTER and op.b.type.scope == Scope.REGISTER:
+            out.append(op)
+        elif isinstance(op, Copy):
+            scopes = {op.src.type.scope, op.dst.type.scope}
+            if Scope.SHARED not in scopes:
+                out.append(op)
+    return out
+
+
+class _Synth:
+    def __init__(self, tk: TileKernel, arch: str) -> None:
+        self.tk = tk
+        self.arch = arch
+        self.g: LayoutGraph = build_graph(tk)
+        self.base = Prober(tk, arch)
+        self.regions = self.base.regions
+        self.register_values = [v for vs in self.g.classes().values() for v in vs]
+        self.given = {v.id: v.type.layout for v in self.register_values}
+        self.shared_roots = [op.result for op in tk.body.walk()
+                             if type(op).__name__ == "Alloc" and op.result.type.scope == Scope.SHARED]
+        self.uses = uses_of(tk)
+        self.modes = root_mode_map(tk)
+        self.reg_ops = _register_ops(tk)
+        self.depth = _loop_depths(tk)
+        self.decisions: list[Decision] = []
+        self.reg_cost: dict[tuple, CostBreakdown] = {}
+        self.global_views = {op.result.id: self.base.views.get(op.result.id)
+                             for op in tk.body.walk() if isinstance(op, GlobalView)}
+
+    # --- phase 1: mma choices and register layouts --------------------------------------
+    def threads_of(self, op: Op) -> int:
+        lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
+        return hi - lo
+
+    def class_threads(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for op in self.tk.body.walk():
+            for v in op.results() + op.operands():
+                if v.type.scope == Scope.REGISTER:
+                    out.setdefault(self.g.find(v.id), self.threads_of(op))
+        return out
+
+    def apply_registers(self, ra: RegisterAssignment) -> None:
+        for v in self.register_values:
+            c = self.g.find(v.id)
+            v.type = v.type.with_layout(ra.layouts.get(c, self.given[v.id]))
+
+    def check_register_ops(self, choice: dict[int, TiledMma]) -> str | None:
+        """Lower every op on register tiles only; keeps their cost in ``self.reg_cost``."""
+        prober = Prober(self.tk, self.arch)
+        self.set_mma(choice)
+        total = CostBreakdown()
+        for op in self.reg_ops:
+            try:
+                instrs = prober.probe(op)
+            except LoweringError as e:
+                return str(e)
+            total.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
+        self.reg_cost[tuple(sorted((k, str(v)) for k, v in choice.items()))] = total
+        return None
+
+    def set_mma(self, choice: dict[int, TiledMma]) -> None:
+        for op in self.g.mmas:
+            tm = choice[id(op)]
+            op.atom, op.warps = tm.atom.name, tm.warps
+
+    # --- phase 2: shared layouts ----------------------------------------------------------
+    def contiguous_modes(self, root: Value) -> list[int]:
+        out = []
+        for op in self.uses.get(root.id, []):
+            if not isinstance(op, Copy):
+                continue
+            other, mine = (op.src, op.dst) if op.dst.root is root else (op.dst, op.src)
+            if other.type.scope != Scope.GLOBAL:
+                continue
+            gv = self.base.views.get(other.id)
+            if gv is None:
+                continue
+            _, modes = self.modes.get(mine.id, (root, list(range(len(root.type.shape)))))
+            for k in range(len(gv.shape)):
+                if gv.static_stride(k) == 1 and k < len(modes):
+                    out.append(modes[k])
+        return out
+
+    def check_shared(self, root: Value, cand: SharedCandidate) -> tuple[str | None, CostBreakdown, Op | None]:
+        """Lower every op that touches ``root`` with ``cand`` (other shared roots as they are)."""
+        saved = root.type.layout
+        root.type = root.type.with_layout(cand.layout)
+        cost = CostBreakdown()
+        try:
+            prober = Prober(self.tk, self.arch)
+            for op in self.uses.get(root.id, []):
+                if any(_undecided_shared(v) for v in op.operands()):
+                    continue            # joint with an undecided root: checked in the joint problem
+                try:
+                    instrs = prober.probe(op)
+                except LoweringError as e:
+                    return str(e), cost, op
+                cost.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
+            return None, cost, None
+        finally:
+            root.type = root.type.with_layout(saved)
+
+    def op_cost(self, op: Op, instrs: list[Any], prober: Prober) -> CostBreakdown:
+        lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
+        c = CostBreakdown()
+        for ins in instrs:
+            c.add(instr_cost(ins, prober.tid, lo, hi))
+        return c
+
+    def solve_shared(self) -> SharedSolution | SynthesisError:
+        has_wgmma = any(Scope.SHARED in (op.a.type.scope, op.b.type.scope) for op in self.g.mmas)
+        legal: dict[int, list[tuple[SharedCandidate, CostBreakdown]]] = {}
+        decisions = []
+        fixed: dict[int, SharedCandidate] = {}
+        for root in self.shared_roots:
+            lay = root.type.layout
+            if isinstance(lay, (Layout, ComposedLayout)):
+                fixed[root.id] = SharedCandidate(lay, "given", "given explicitly")
+                continue
+            cands = shared_candidates(root, self.contiguous_modes(root), has_wgmma and self.arch == "sm_90a",
+                                      root.type.dtype.bits)
+            alts, ok = [], []
+            failures: dict[int, tuple[SharedCandidate, str, Op]] = {}
+            done = False
+            for cand in cands:
+                if done:
+                    alts.append(Alternative(str(cand), "not tried",
+                                            "an earlier, preferred candidate is legal and conflict-free"))
+                    continue
+                err, cost, bad = self.check_shared(root, cand)
+                if err is None:
+                    ok.append((cand, cost))
+                    alts.append(Alternative(str(cand), "legal", cost=cost.total))
+                    done = cost.bank_conflicts == 0 and cand.kind != "plain"
+                else:
+                    alts.append(Alternative(str(cand), "rejected", err))
+                    failures[id(cand)] = (cand, err, bad)
+            if not ok:
+                return self.explain_shared(root, cands, failures)
+            ok.sort(key=lambda x: x[1].total)
+            legal[root.id] = ok
+            decisions.append((root, alts))
+        # joint ops (touching two undecided roots): python-constraint over the legal sets
+        problem = Problem(BacktrackingSolver())
+        for rid, ok in legal.items():
+            # python-constraint tries a domain from its end: best candidates last
+            problem.addVariable(rid, list(reversed(range(len(ok)))))
+        joint = [op for op in self.tk.body.walk()
+                 if sum(1 for v in op.operands() if v.type.scope == Scope.SHARED and v.root.id in legal) >= 2]
+        by_id = {r.id: r for r in self.shared_roots}
+        for op in joint:
+            rids = sorted({v.root.id for v in op.operands()
+                           if v.type.scope == Scope.SHARED and v.root.id in legal})
+
+            def check(*idx: int, op: Op = op, rids: list[int] = rids) -> bool:
+                return self.joint_ok(op, {r: legal[r][i][0] for r, i in zip(rids, idx)}, by_id)
+
+            problem.addConstraint(LazyConstraint(check), rids)
+        best = None
+        for k, sol in enumerate(problem.getSolutionIter()):
+            total = CostBreakdown()
+            for rid, i in sol.items():
+                total.add(legal[rid][i][1])
+            if best is None or total.total < best[1].total:
+                best = (sol, total)
+            if k >= 16:
+                break
+        if best is None:
+            op = joint[0] if joint else None
+            what = f"{_opname(op)} at {_loc(op)}" if op else "the program"
+            return SynthesisError(self.tk.name, f"no combination of shared layouts satisfies {what}",
+                                  [op] if op else [])
+        sol, total = best
+        chosen = dict(fixed)
+        for rid, i in sol.items():
+            chosen[rid] = legal[rid][i][0]
+        out_decisions = []
+        for root, alts in decisions:
+            pick = chosen[root.id]
+            for a in alts:
+                if a.what == str(pick):
+                    a.status = "chosen"
+            out_decisions.append(Decision(f"shared %{root.name}", None, root, str(pick), alts))
+        return chosen, total, out_decisions
+
+    def joint_ok(self, op: Op, picks: dict[int, SharedCandidate], by_id: dict[int, Value]) -> bool:
+        saved = {rid: by_id[rid].type.layout for rid in picks}
+        try:
+            for rid, cand in picks.items():
+                by_id[rid].type = by_id[rid].type.with_layout(cand.layout)
+            Prober(self.tk, self.arch).probe(op)
+            return True
+        except LoweringError:
+            return False
+        finally:
+            for rid, lay in saved.items():
+                by_id[rid].type = by_id[rid].type.with_layout(lay)
+
+    def explain_shared(self, root: Value, cands: list[SharedCandidate],
+                       failures: dict[int, tuple[SharedCandidate, str, Op]]) -> SynthesisError:
+        from .diagnose import shared_conflict
+
+        return shared_conflict(self, root, cands, failures)
+
+    # --- driver -----------------------------------------------------------------------------
+    def run(self) -> Synthesis:
+        t0 = time.perf_counter()
+        mma_ops = self.g.mmas
+        cands = {id(op): mma_candidates(op, self.arch, self.threads_of(op)) for op in mma_ops}
+        for op in mma_ops:
+            if not cands[id(op)]:
+                from .diagnose import no_mma
+
+                raise no_mma(self, op)
+        cthreads = self.class_threads()
+        problem = Problem(BacktrackingSolver())
+        keys = [id(op) for op in mma_ops]
+        for k in keys:
+            problem.addVariable(k, list(reversed(range(len(cands[k])))))
+        rejected: dict[tuple[int, ...], str] = {}
+        first_conflict: list[Any] = []
+
+        def consistent(*idx: int) -> bool:
+            choice = {k: cands[k][i] for k, i in zip(keys, idx)}
+            ra = assign_registers(self.g, choice, cthreads, self.global_views)
+            if ra.conflict is not None:
+                rejected[idx] = "conflict"
+                if not first_conflict:
+                    first_conflict.append(ra)
+                return False
+            if ra.unresolved:
+                rejected[idx] = "unresolved"
+                if not first_conflict:
+                    first_conflict.append(ra)
+                return False
+            self.apply_registers(ra)
+            err = self.check_register_ops(choice)
+            if err:
+                rejected[idx] = err
+                if not first_conflict:
+                    first_conflict.append(err)
+                return False
+            return True
+
+        if keys:
+            problem.addConstraint(LazyConstraint(consistent), keys)
+            solutions = problem.getSolutionIter()
+        else:
+            solutions = iter([{}])
+        best: tuple[float, Any, float] | None = None
+        last_error: SynthesisError | None = None
+        for n, sol in enumerate(solutions):
+            idx = tuple(sol[k] for k in keys)
+            choice = {k: cands[k][i] for k, i in zip(keys, idx)}
+            ra = assign_registers(self.g, choice, cthreads, self.global_views)
+            self.apply_registers(ra)
+            self.set_mma(choice)
+            res = self.solve_shared()
+            if isinstance(res, SynthesisError):
+                last_error = res
+            else:
+                shared, scost, sdec = res
+                key = tuple(sorted((k, str(v)) for k, v in choice.items()))
+                if key not in self.reg_cost:
+                    self.check_register_ops(choice)
+                cost = CostBreakdown()
+                cost.add(scost)
+                cost.add(self.reg_cost[key])
+                if best is None or cost.total < best[0]:
+                    best = (cost.total, (choice, ra, shared, sdec, idx, cost), scost.bank_conflicts)
+            if n + 1 >= MAX_REGISTER_SOLUTIONS or (best is not None and best[2] == 0):
+                break
+        if best is None:
+            if last_error is not None:
+                raise last_error
+            from .diagnose import register_conflict
+
+            raise register_conflict(self, cands, first_conflict)
+        _, (choice, ra, shared, sdec, idx, cost), _ = best
+        self.apply_registers(ra)
+        self.set_mma(choice)
+        for root in self.shared_roots:
+            root.type = root.type.with_layout(shared[root.id].layout)
+        prog = lower_kernel(self.tk, self.arch)
+        decisions = self.mma_decisions(cands, idx, rejected) + sdec + self.copy_decisions(prog)
+        return Synthesis(self.tk, self.arch, prog, decisions, cost, time.perf_counter() - t0,
+                         {k: choice[k] for k in keys})
+
+    def mma_decisions(self, cands: dict[int, list[TiledMma]], idx: tuple[int, ...],
+                      rejected: dict[tuple[int, ...], str]) -> list[Decision]:
+        out = []
+        for j, op in enumerate(self.g.mmas):
+            chosen = cands[id(op)][idx[j]]
+            alts = []
+            for i, tm in enumerate(cands[id(op)][:12]):
+                key = tuple(idx[:j]) + (i,) + tuple(idx[j + 1:])
+                if i == idx[j]:
+                    alts.append(Alternative(str(tm), "chosen"))
+                elif key in rejected:
+                    alts.append(Alternative(str(tm), "rejected", rejected[key]))
+                else:
+                    alts.append(Alternative(str(tm), "legal", "ranked lower (operand traffic per warp)"))
+            out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))
+        return out
+
+    def copy_decisions(self, prog: LoweredProgram) -> list[Decision]:
+        out = []
+        for op, instr in prog.choices:
+            if isinstance(op, Copy):
+                out.append(Decision(f"copy at {_loc(op)}", op, None, instr,
+                                    [Alternative(instr, "chosen")]))
+        return out
+
+
+def _loop_depths(tk: TileKernel) -> dict[int, int]:
+    from hexlayout.ir.tile import Block, For, If
+
+    out: dict[int, int] = {}
+
+    def walk(b: Block, d: int) -> None:
+        for op in b.ops:
+            out[id(op)] = d
+            if isinstance(op, For):
+                walk(op.body, d + 1)
+            elif isinstance(op, If):
+                walk(op.then_body, d)
+                if op.else_body is not None:
+                    walk(op.else_body, d)
+
+    walk(tk.body, 0)
+    return out
+
+
+def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
+    """Fill in every ``auto`` layout, mma atom and warp arrangement of ``tk`` for ``arch``.
+
+    ``tk`` itself is not modified: synthesis works on a copy, returned as ``.kernel`` with
+    its lowered program (``.lowered``), the decisions with their rejected alternatives
+    (``.decisions``) and the predicted cost (``.cost``).
+    """
+    work = copy.deepcopy(tk)
+    for v in _all_values(work):
+        if v.type.layout is None and v.type.scope != Scope.GLOBAL:
+            v.type = v.type.with_layout(LayoutVar())
+    try:
+        return _Synth(work, arch).run()
+    except LoweringError as e:
+        raise SynthesisError(tk.name, str(e).split(": ", 1)[-1], [e.op] if e.op else []) from None
+
+
+def _all_values(tk: TileKernel) -> list[Value]:
+    out, seen = [], set()
+    for op in tk.body.walk():
+        for v in op.results() + op.operands():
+            if v.id not in seen:
+                seen.add(v.id)
+                out.append(v)
+    return out
