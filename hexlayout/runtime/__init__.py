@@ -1,6 +1,7 @@
 """The runtime: compile generated CUDA C++ (NVRTC through cuda-bindings, nvcc as fallback)
 with an on-disk cache; SASS and resource reports for checking what was compiled.
 
+* ``build(kernel, arch, **consts) -> Build``: trace, synthesize, generate, compile.
 * ``compile_cuda(source, arch, options) -> CompiledKernel`` (cubin, ptx, log, resources).
 * ``DiskCache``: ``HEXLAYOUT_CACHE_DIR`` or ``~/.cache/hexlayout``; atomic, checksummed.
 * ``CompileError`` / ``ToolchainError``.
@@ -8,6 +9,7 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 Not imported by ``import hexlayout``; nothing here needs a GPU or a driver.
 """
 
+from .build import Build, build, clear_builds
 from .cache import DiskCache, default_cache_dir
 from .compile import (
     SUPPORTED_ARCHS,
@@ -22,4 +24,4 @@ from .resources import ResourceUsage
 
 __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "DiskCache", "default_cache_dir",
            "CompileError", "ToolchainError", "ResourceUsage", "available_backends", "clear_memory_cache",
-           "SUPPORTED_ARCHS"]
+           "SUPPORTED_ARCHS", "build", "Build", "clear_builds"]
