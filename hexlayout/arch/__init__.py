@@ -17,11 +17,11 @@ from .banks import BankReport, bank_conflicts, ldmatrix_bank_conflicts
 from .copy_atom import CopyAtom
 from .dtypes import DType, get_dtype
 from .mma_atom import MmaAtom
-from .registry import get_atom, list_atoms
+from .registry import atom_spec, get_atom, list_atoms
 from .targets import SUPPORTED_ARCHS
 from .tma import check_tma
 
 __all__ = [
-    "get_atom", "list_atoms", "MmaAtom", "CopyAtom", "DType", "get_dtype", "get_arch", "ArchInfo",
-    "SUPPORTED_ARCHS", "bank_conflicts", "ldmatrix_bank_conflicts", "BankReport", "check_tma",
+    "get_atom", "list_atoms", "atom_spec", "MmaAtom", "CopyAtom", "DType", "get_dtype", "get_arch",
+    "ArchInfo", "SUPPORTED_ARCHS", "bank_conflicts", "ldmatrix_bank_conflicts", "BankReport", "check_tma",
 ]

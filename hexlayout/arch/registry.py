@@ -24,7 +24,7 @@ from .copy_atom import CopyAtom
 from .mma_atom import MmaAtom
 from .targets import check_arch_name
 
-__all__ = ["get_atom", "list_atoms", "Atom"]
+__all__ = ["get_atom", "list_atoms", "Atom", "atom_spec"]
 
 Atom = MmaAtom | CopyAtom
 
@@ -60,14 +60,45 @@ def _build(name: str, options: tuple[tuple[str, Any], ...]) -> Atom:
     return _tables()[name](**dict(options))
 
 
+_OPTIONS = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<opts>[^\[\]]*)\]$")
+
+
+def _split_options(name: str) -> tuple[str, dict[str, Any]]:
+    """``"NAME[a_major=K,b_major=MN]"`` -> ``("NAME", {"a_major": "K", "b_major": "MN"})``."""
+    m = _OPTIONS.match(name.strip())
+    if not m:
+        return name, {}
+    opts: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in m.group("opts").split(","))):
+        if "=" not in part:
+            raise ValueError(f"atom {name!r}: option {part!r} is not key=value")
+        k, v = (x.strip() for x in part.split("=", 1))
+        opts[k] = int(v) if v.isdigit() else v
+    return m.group("name").strip(), opts
+
+
+def atom_spec(atom: Atom) -> str:
+    """The string ``get_atom`` takes back to this atom: its name, with its options when they
+    differ from the defaults (``SM90_64x128x16_F32F16F16_SS[a_major=K,b_major=MN]``)."""
+    default = get_atom(atom.name)
+    if default == atom:
+        return atom.name
+    return atom.name + "[" + ",".join(f"{k}={v}" for k, v in atom.options) + "]"
+
+
 def get_atom(name: str, **options: Any) -> Atom:
     """The atom CuTe calls ``name``, e.g. ``get_atom("SM80_16x8x16_F32F16F16F32_TN")``.
+
+    Options may also be written into the name: ``"SM90_64x128x16_F32F16F16_SS[b_major=MN]"``
+    (``atom_spec`` gives that form for an atom).
 
     Options configure atoms that CuTe parameterizes by template arguments:
     wgmma SS atoms take ``a_major`` / ``b_major`` in {"K", "MN"}; ``UniversalCopy_*`` take
     ``src`` / ``dst`` memory spaces; TMA atoms take ``bits``. Unknown names raise a
     ``ValueError`` listing close matches; unknown options raise ``ValueError`` too.
     """
+    name, named_options = _split_options(name)
+    options = {**named_options, **options}
     key = _normalize(name)
     tables = _tables()
     if key not in tables:

@@ -157,4 +157,6 @@ class TiledMma:
 
     def __str__(self) -> str:
         m, n, k = self.tile_mnk
-        return f"TiledMma({self.atom.name} x [{self.warps}] x k{self.k_tiles} -> {m}x{n}x{k})"
+        from hexlayout.arch import atom_spec
+
+        return f"TiledMma({atom_spec(self.atom)} x [{self.warps}] x k{self.k_tiles} -> {m}x{n}x{k})"

@@ -49,7 +49,20 @@ def _atoms(op: Mma, arch: str) -> list:
             if not b_smem or (at.a_source == "smem") != a_smem:
                 continue
             if at.a_major != "K" or at.b_major != "K":
-                continue          # MN-major descriptors are offered through options below
+                continue
+            # MN-major shared operands: the same instruction with other descriptor majors
+            a_majors = ("K", "MN") if at.a_source == "smem" else ("K",)
+            for am in a_majors:
+                for bm in ("K", "MN"):
+                    if (am, bm) == ("K", "K"):
+                        out.append(at)
+                        continue
+                    try:
+                        opts = {"b_major": bm} if at.a_source != "smem" else {"a_major": am, "b_major": bm}
+                        out.append(get_atom(at.name, **opts))
+                    except ValueError:
+                        continue
+            continue
         out.append(at)
     return out
 
@@ -93,7 +106,8 @@ def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma]:
         for order, w in maps:
             per_m = m // _spatial_extent(w, 0)
             per_n = n // _spatial_extent(w, 1)
-            score = ((per_m + per_n) * k, -_spatial_extent(w, 0), order, -an, at.name)
+            majors = (at.a_major != "K") + (at.b_major != "K")
+            score = ((per_m + per_n) * k, -_spatial_extent(w, 0), order, -an, at.name, majors)
             scored.append((score, TiledMma(at, w, k // ak)))
     scored.sort(key=lambda x: x[0])
     return [t for _, t in scored]

@@ -86,14 +86,14 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
             order.append(d)
     if has_wgmma and elem_bits in (8, 16, 32):
         for d in order:
-            major = "K" if d == 1 else "MN"
+            major = "K" if d == 1 else "MN"       # for the root's own (mode 0, mode 1) order
             for swz in (128, 64, 32, 0):
                 try:
                     tile = tile_to_shape(gmma_smem_atom(elem_bits, major, swz), base)
                 except ValueError:
                     continue
                 out.append(SharedCandidate(_stage(tile, extra), "gmma",
-                                           f"wgmma {major}-major, {swz or 'no'}-byte swizzle"))
+                                           f"wgmma canonical, mode {d} contiguous, {swz or 'no'}-byte swizzle"))
     for d in order:
         row_bytes = base[d] * elem_bits // 8
         rows = base[1 - d]

@@ -27,6 +27,7 @@ from typing import Any
 
 from constraint import BacktrackingSolver, Constraint, Problem
 
+from hexlayout.arch import atom_spec
 from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, Prober, lower_kernel
 from hexlayout.ir.tile import (
     Cast,
@@ -207,7 +208,7 @@ class _Synth:
     def set_mma(self, choice: dict[int, TiledMma]) -> None:
         for op in self.g.mmas:
             tm = choice[id(op)]
-            op.atom, op.warps = tm.atom.name, tm.warps
+            op.atom, op.warps = atom_spec(tm.atom), tm.warps
 
     # --- phase 2: shared layouts ----------------------------------------------------------
     def contiguous_modes(self, root: Value) -> list[int]:
@@ -292,7 +293,8 @@ class _Synth:
             # python-constraint tries a domain from its end: best candidates last
             problem.addVariable(rid, list(reversed(range(len(ok)))))
         joint = [op for op in self.tk.body.walk()
-                 if sum(1 for v in op.operands() if v.type.scope == Scope.SHARED and v.root.id in legal) >= 2]
+                 if len({v.root.id for v in op.operands()
+                         if v.type.scope == Scope.SHARED and v.root.id in legal}) >= 2]
         by_id = {r.id: r for r in self.shared_roots}
         for op in joint:
             rids = sorted({v.root.id for v in op.operands()

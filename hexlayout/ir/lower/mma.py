@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hexlayout.arch import atom_spec
 from hexlayout.arch.gmma import make_gmma_desc
 from hexlayout.layout import ComposedLayout, Layout, composition
 from hexlayout.layout.inttuple import crd2idx
@@ -122,7 +123,7 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
             a_op = desc_cache[key]
         if atom.kind == "mma.sync":
             b_op: RegRef | SmemDesc = RegRef(b.array, vb * (inst.r_n + tm.tasks_n * inst.k), vb)
-            out.append(MmaSync(atom.name, d_ref, a_op, b_op, d_ref))
+            out.append(MmaSync(atom_spec(atom), d_ref, a_op, b_op, d_ref))
         else:
             key = ("b", inst.r_n, inst.k)
             if key not in desc_cache:
@@ -130,5 +131,5 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
                 if isinstance(dsc, str):
                     return f"B operand: {dsc}"
                 desc_cache[key] = dsc
-            out.append(Wgmma(atom.name, d_ref, a_op, desc_cache[key], 1))
+            out.append(Wgmma(atom_spec(atom), d_ref, a_op, desc_cache[key], 1))
     return out
