@@ -92,8 +92,8 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
                     tile = tile_to_shape(gmma_smem_atom(elem_bits, major, swz), base)
                 except ValueError:
                     continue
-                out.append(SharedCandidate(_stage(tile, extra), "gmma",
-                                           f"wgmma canonical, mode {d} contiguous, {swz or 'no'}-byte swizzle"))
+                note = f"wgmma canonical, mode {d} contiguous, {swz or 'no'}-byte swizzle"
+                out.append(SharedCandidate(_stage(tile, extra), "gmma", note))
     for d in order:
         row_bytes = base[d] * elem_bits // 8
         rows = base[1 - d]
