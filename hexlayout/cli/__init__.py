@@ -21,7 +21,7 @@ from collections.abc import Sequence
 __all__ = ["main", "build_parser", "CLIError", "SUBCOMMANDS"]
 
 # Module names under hexlayout.cli, in the order ``--help`` lists them.
-SUBCOMMANDS = ("explain", "draw", "demo")
+SUBCOMMANDS = ("explain", "compile", "draw", "demo")
 
 
 class CLIError(Exception):

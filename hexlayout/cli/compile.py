@@ -1,0 +1,116 @@
+"""``hexlayout compile``: a kernel synthesized, printed as CUDA C++ and compiled; one artifact out.
+
+    hexlayout compile gemm --arch sm_90a --emit sass -o gemm_sm90.sass
+    hexlayout compile gemm --arch sm_80 --emit cuda -o gemm_sm80.cu
+    hexlayout compile attention --arch sm_80 -D CAUSAL=true --emit cubin -o fa.cubin
+    hexlayout compile my_kernels.py:gemm --arch sm_89 --emit ptx -o gemm.ptx
+
+``--emit cuda`` writes the generated source (no compiler needed); ``ptx`` and ``cubin`` come
+from NVRTC (or nvcc) through the on-disk cache; ``sass`` is the cubin disassembled with
+cuobjdump. A one-line summary follows: registers, spills, shared memory, synthesis and
+compile time, and whether the cubin came from the cache. No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import CLIError
+from .kernels import ARCHS, arch_arg, known_names, parse_defines, resolve, synthesize_kernel
+
+__all__ = ["register", "run", "EMITS", "summary_line"]
+
+EMITS = ("cuda", "ptx", "cubin", "sass")
+
+
+def register(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``compile`` subcommand to ``sub``."""
+    p = sub.add_parser("compile", help="synthesize and compile a kernel; write CUDA C++, PTX, cubin or SASS",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kernel", metavar="KERNEL",
+                   help=f"a registered kernel ({', '.join(known_names())}), module:attr or file.py:attr")
+    p.add_argument("--arch", type=arch_arg, required=True, metavar="ARCH",
+                   help=f"target architecture: {', '.join(ARCHS)}")
+    p.add_argument("--emit", choices=EMITS, required=True, help="what to write")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="a compile-time constant, e.g. -D BM=64 -D CAUSAL=true (repeatable)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file ('-' for stdout, "
+                   "not for cubin)")
+    p.add_argument("--no-cache", action="store_true", help="compile even if the cubin is in the disk cache")
+    p.set_defaults(func=run)
+    return p
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n % 1024 else f"{n // 1024} KiB"
+
+
+def summary_line(name: str, arch: str, output: str, nbytes: int, generated: Any, compiled: Any,
+                 synth_s: float) -> str:
+    """``name arch: wrote FILE (N bytes); R registers, no spills, S shared; ...`` on one line."""
+    parts = [f"{name} {arch}: wrote {output} ({nbytes} bytes)"]
+    smem = generated.smem_bytes
+    if compiled is not None:
+        res = compiled.resources
+        if res is not None:
+            spills = (f"spills {res.spill_stores} B stored / {res.spill_loads} B loaded" if res.spills
+                      else "no spills")
+            smem += res.shared_static
+            parts.append(f"{res.registers} registers, {spills}")
+        else:
+            parts.append("registers unknown")
+    parts.append(f"{_kib(smem)} shared memory")
+    parts.append(f"{generated.threads} threads")
+    parts.append(f"synthesis {synth_s:.2f} s")
+    if compiled is not None:
+        hit = f"cache hit ({compiled.cache})" if compiled.cache_hit else "cache miss"
+        parts.append(f"compile {compiled.seconds:.2f} s, {hit}, {compiled.compiler}")
+    return "; ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Resolve, synthesize, generate, compile ``args.kernel`` and write the ``--emit`` artifact."""
+    from hexlayout.codegen import generate
+    from hexlayout.runtime import CompileError, ToolchainError, compile_generated
+
+    rk = resolve(args.kernel, args.arch, parse_defines(args.defines))
+    result = synthesize_kernel(rk)
+    t = time.perf_counter()
+    gen = generate(result.synthesis.lowered.kernel)
+    gen_s = time.perf_counter() - t
+    compiled = None
+    data: bytes
+    if args.emit == "cuda":
+        data = gen.source.encode()
+    else:
+        try:
+            compiled = compile_generated(gen, cache=not args.no_cache)
+            if args.emit == "ptx":
+                data = compiled.ptx.encode()
+            elif args.emit == "cubin":
+                data = compiled.cubin
+            else:
+                data = compiled.sass().encode()
+        except (CompileError, ToolchainError) as e:
+            raise CLIError(str(e)) from None
+    if not data:
+        raise CLIError(f"the {args.emit} output of {gen.name} is empty")
+    if args.output == "-":
+        if args.emit == "cubin":
+            raise CLIError("a cubin is binary: give a file name with -o")
+        sys.stdout.write(data.decode())
+        out_name = "stdout"
+    else:
+        out = Path(args.output)
+        if out.parent and not out.parent.exists():
+            raise CLIError(f"directory {out.parent} does not exist")
+        out.write_bytes(data)
+        out_name = str(out)
+    line = summary_line(gen.name, args.arch, out_name, len(data), gen, compiled, result.synth_seconds)
+    line += f"; generate {gen_s:.2f} s"
+    print(line, file=sys.stderr if args.output == "-" else sys.stdout)
+    return 0
