@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hexlayout.ops.gemm_config import CONFIGS, choose_config
+from hexlayout.ops.gemm_kernels import gemm_sm80_kernel, gemm_sm90_kernel
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
-from hexlayout.ops.gemm_config import CONFIGS, choose_config
-from hexlayout.ops.gemm_kernels import gemm_sm80_kernel, gemm_sm90_kernel
 from hexlayout.runtime import build
 
 SASS = {
