@@ -173,15 +173,17 @@ def write_results(meta: dict, rows: list[dict]) -> None:  # pragma: no cover - G
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# GEMM {meta['dtype']} on {meta['device']} ({meta['date']})", "",
              f"torch {meta['torch']}, CUDA {meta['cuda']}, triton {meta.get('triton', '-')}", "",
-             "| shape | M | N | K | cuBLAS TFLOP/s | hexlayout TFLOP/s | x cuBLAS | Triton TFLOP/s | x cuBLAS |",
+             "| shape | M | N | K | cuBLAS TFLOP/s | hexlayout TFLOP/s | x cuBLAS | Triton TFLOP/s "
+             "| x cuBLAS |",
              "|---|---|---|---|---|---|---|---|---|"]
+    def f(r: dict, name: str, key: str) -> str:
+        v = r.get(name, {}).get(key)
+        return "-" if v is None else f"{v:.2f}"
+
     for r in rows:
-        def f(name: str, key: str) -> str:
-            v = r.get(name, {}).get(key)
-            return "-" if v is None else f"{v:.2f}"
-        lines.append(f"| {r['shape']} | {r['m']} | {r['n']} | {r['k']} | {f('cublas', 'tflops')} | "
-                     f"{f('hexlayout', 'tflops')} | {f('hexlayout', 'vs_cublas')} | {f('triton', 'tflops')} | "
-                     f"{f('triton', 'vs_cublas')} |")
+        lines.append(f"| {r['shape']} | {r['m']} | {r['n']} | {r['k']} | {f(r, 'cublas', 'tflops')} | "
+                     f"{f(r, 'hexlayout', 'tflops')} | {f(r, 'hexlayout', 'vs_cublas')} | "
+                     f"{f(r, 'triton', 'tflops')} | {f(r, 'triton', 'vs_cublas')} |")
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
