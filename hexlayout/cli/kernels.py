@@ -19,6 +19,7 @@ and instructions are all written out is lowered directly if synthesis has nothin
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import os
@@ -126,14 +127,15 @@ def known_names() -> list[str]:
 
 
 def arch_arg(text: str) -> str:
-    """Normalize an architecture name (``sm80``, ``SM_90A``) to ``sm_80`` / ``sm_89`` / ``sm_90a``."""
+    """Normalize an architecture name (``sm80``, ``SM_90A``) to ``sm_80`` / ``sm_89`` / ``sm_90a``
+    (an ``argparse`` type: unknown names raise ``ArgumentTypeError``, a usage error)."""
     t = text.strip().lower().replace("-", "_")
     if not t.startswith("sm_"):
         t = "sm_" + t.removeprefix("sm")
     if t == "sm_90":
         t = "sm_90a"
     if t not in ARCHS:
-        raise CLIError(f"unknown architecture {text!r}; supported: {', '.join(ARCHS)}")
+        raise argparse.ArgumentTypeError(f"unknown architecture {text!r}; supported: {', '.join(ARCHS)}")
     return t
 
 
