@@ -60,7 +60,7 @@ class BoundArgs:
     """One call's checked arguments.
 
     ``values``: one per ``GeneratedKernel.args`` entry - a data pointer (int) per tensor, the
-    scalar value (int or float; 16-bit float scalars as their bit pattern), the int value of
+    scalar value (int or float; 8- and 16-bit float scalars as their bit pattern), the int value of
     each size variable, a ``TensorMapParams`` per tensor map. ``grid``: 3 block counts.
     ``device``: the CUDA device index, or ``"cpu"``. ``sizes``: size variable name -> value.
     """
@@ -531,7 +531,7 @@ _INT_RANGES = {"s8": (-2**7, 2**7 - 1), "u8": (0, 2**8 - 1), "s32": (-2**31, 2**
 
 
 def _scalar_value(kernel: str, p: ScalarParam, x: Any) -> Any:
-    """A Python int / float for scalar parameter ``p`` (16-bit floats: their bit pattern)."""
+    """A Python int / float for scalar parameter ``p`` (8/16-bit floats: their bit pattern)."""
     import numbers
 
     dt = p.dtype
@@ -545,10 +545,10 @@ def _scalar_value(kernel: str, p: ScalarParam, x: Any) -> Any:
         if not isinstance(x, numbers.Real):
             raise ArgumentError(kernel, p.name, f"expected a float scalar ({dt}), got {type(x).__name__}")
         f = float(x)
-        if dt.bits == 16:
+        if dt.bits in (8, 16):
             import numpy as np
 
-            return int(np.array(f, dtype=dt.numpy()).view(np.uint16))
+            return int(np.array(f, dtype=dt.numpy()).view(np.uint8 if dt.bits == 8 else np.uint16))
         return f
     if isinstance(x, bool) and dt.name != "pred":
         raise ArgumentError(kernel, p.name, f"expected an integer scalar ({dt}), got a bool")

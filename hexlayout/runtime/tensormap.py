@@ -26,7 +26,7 @@ from hexlayout.arch.tma import check_tma
 from hexlayout.ir.lowered import TmaDesc
 
 __all__ = ["TensorMapParams", "tensormap_params", "encode_tensor_map", "tensor_map_bytes",
-           "TMA_DATA_TYPES", "TENSOR_MAP_BYTES"]
+           "TMA_DATA_TYPES", "TENSOR_MAP_BYTES", "L2_PROMOTIONS"]
 
 #: Size of a ``CUtensorMap`` (it is 64-byte aligned).
 TENSOR_MAP_BYTES = 128
@@ -50,7 +50,8 @@ TMA_DATA_TYPES: dict[str, str] = {
 
 _SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
              64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
-_L2 = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+#: L2 promotion in bytes -> ``CUtensorMapL2promotion`` member name.
+L2_PROMOTIONS = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
        128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", 256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
 
 
@@ -130,7 +131,7 @@ def tensormap_params(desc: TmaDesc, shape: Sequence[int], strides: Sequence[int]
         global_address=int(ptr), global_dims=dims, global_strides=tuple(gstrides),
         box_dims=tuple(int(b) for b in desc.box), element_strides=(1,) * rank,
         interleave="CU_TENSOR_MAP_INTERLEAVE_NONE", swizzle=_SWIZZLES[desc.swizzle_bytes],
-        swizzle_bytes=desc.swizzle_bytes, l2_promotion=_L2[l2_promotion], oob_fill=oob)
+        swizzle_bytes=desc.swizzle_bytes, l2_promotion=L2_PROMOTIONS[l2_promotion], oob_fill=oob)
 
 
 def encode_tensor_map(p: TensorMapParams) -> Any:

@@ -1,0 +1,326 @@
+"""Launch a compiled ``Build`` on torch's current CUDA stream through the driver API.
+
+``Launcher(build)`` is created once per build; ``launcher(*args, **kwargs)`` per call:
+
+1. ``bind_args`` checks the arguments (``ArgumentError`` before anything runs) and gives the
+   grid and the kernel argument values (cached per argument shapes: microseconds);
+2. tensor maps are encoded with ``cuTensorMapEncodeTiled`` (cached per parameters, so a
+   repeated call with the same tensors costs a dictionary lookup);
+3. the values are packed into one preallocated parameter block (``ArgPacker``: one
+   ``struct.pack_into`` for pointers, scalars and sizes, a 128-byte copy per
+   ``__grid_constant__ CUtensorMap``), addressed by a fixed ``void*`` array;
+4. ``cuLaunchKernelEx`` runs the kernel on ``torch.cuda.current_stream(device)`` (or
+   ``stream=``), with the cluster dimensions when the kernel has them.
+
+The cubin is loaded once with ``cuLibraryLoadData`` (context-independent: the kernel lands
+in the context of the stream it is launched on); per device, the launcher checks the
+compute capability against the build's architecture (``UnsupportedDeviceError``) and the
+opt-in shared-memory limit, and raises ``MAX_DYNAMIC_SHARED_SIZE_BYTES`` when the kernel
+needs more than 48 KB. ``measure_host_overhead`` times the host side (GPU machines).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .args import ArgumentError, BoundArgs, kernel_plan
+from .tensormap import L2_PROMOTIONS, TENSOR_MAP_BYTES, TensorMapParams, encode_tensor_map, tensor_map_bytes
+
+__all__ = ["Launcher", "ArgPacker", "UnsupportedDeviceError", "LaunchError", "check_device_arch",
+           "measure_host_overhead", "DEFAULT_SMEM_LIMIT"]
+
+#: Dynamic shared memory a kernel gets without opting in.
+DEFAULT_SMEM_LIMIT = 48 * 1024
+
+#: C type of a scalar / size kernel argument -> struct format character.
+_STRUCT_CHARS = {
+    "float": "f", "double": "d", "int": "i", "unsigned": "I", "long long": "q", "half": "H",
+    "__nv_bfloat16": "H", "unsigned short": "H", "signed char": "b", "unsigned char": "B", "bool": "?",
+    "__nv_fp8_e4m3": "B", "__nv_fp8_e5m2": "B",
+}
+
+
+class UnsupportedDeviceError(RuntimeError):
+    """The build's architecture cannot run on the device (or the device lacks a resource)."""
+
+
+class LaunchError(RuntimeError):
+    """A CUDA driver call failed while loading or launching a kernel."""
+
+
+def check_device_arch(kernel: str, arch: str, capability: tuple[int, int],
+                      device: str = "the device") -> None:
+    """Raise ``UnsupportedDeviceError`` unless a cubin for ``arch`` runs on ``capability``.
+
+    A cubin runs on devices of its major version with an equal or higher minor version;
+    arch-specific targets (``sm_90a``) run only on exactly their version.
+    """
+    digits = arch.removeprefix("sm_")
+    specific = digits.endswith("a")
+    digits = digits.rstrip("a")
+    want = (int(digits[:-1]), int(digits[-1]))
+    major, minor = capability
+    ok = (major, minor) == want if specific else (major == want[0] and minor >= want[1])
+    if not ok:
+        have = f"sm_{major}{minor}"
+        hint = {(8, 0): "sm_80", (8, 6): "sm_80", (8, 7): "sm_80", (8, 9): "sm_89", (9, 0): "sm_90a"}.get(
+            (major, minor))
+        fix = f"; build it for {hint!r}" if hint else "; hexlayout targets sm_80, sm_89 and sm_90a"
+        raise UnsupportedDeviceError(f"{kernel}: built for {arch}, but {device} is {have} "
+                                     f"(compute capability {major}.{minor}){fix}")
+
+
+class ArgPacker:
+    """The kernel's parameter block: one slot per ``GeneratedKernel.args`` entry (8 bytes for
+    pointers, scalars and sizes; 128 bytes, 64-byte aligned, per ``CUtensorMap``) and the
+    ``void*`` array ``cuLaunchKernel`` reads (``kernel_params``, its address as an int)."""
+
+    def __init__(self, args: Sequence[Any]) -> None:
+        fmt = ["<"]
+        offsets: list[int] = []
+        self.map_slots: list[tuple[int, int]] = []     # (argument position, byte offset)
+        self.value_positions: list[int] = []
+        off = 0
+        for pos, a in enumerate(args):
+            if a.kind == "tensor_map":
+                off = -(-off // 64) * 64
+                offsets.append(off)
+                self.map_slots.append((pos, off))
+                off += TENSOR_MAP_BYTES
+                continue
+            if self.map_slots:
+                raise ValueError("tensor maps must come after every other kernel argument")
+            char = "Q" if a.kind == "tensor" else _STRUCT_CHARS.get(a.c_type)
+            if char is None:
+                raise ValueError(f"kernel argument {a.name}: no packing for C type {a.c_type!r}")
+            offsets.append(off)
+            fmt.append(char)
+            size = struct.calcsize("<" + char)
+            fmt.append(f"{8 - size}x" if size < 8 else "")
+            self.value_positions.append(pos)
+            off += 8
+        self.size = max(off, 8)
+        self.offsets = tuple(offsets)
+        self.struct = struct.Struct("".join(fmt))
+        self._raw = bytearray(self.size + 64)
+        self._cbuf = (ctypes.c_char * len(self._raw)).from_buffer(self._raw)
+        addr = ctypes.addressof(self._cbuf)
+        self.base = -addr % 64                              # 64-byte aligned start in _raw
+        self.address = addr + self.base
+        n = max(len(offsets), 1)
+        self._ptrs = (ctypes.c_void_p * n)(*[self.address + o for o in offsets] or [0])
+        self.kernel_params = ctypes.addressof(self._ptrs)
+
+    def pack(self, values: Sequence[Any], maps: Sequence[bytes] = ()) -> None:
+        """Write one call's values (tensor maps given as their 128 encoded bytes)."""
+        self.struct.pack_into(self._raw, self.base, *[values[p] for p in self.value_positions])
+        for (_, off), blob in zip(self.map_slots, maps):
+            s = self.base + off
+            self._raw[s:s + TENSOR_MAP_BYTES] = blob
+
+    def slot_bytes(self, position: int, nbytes: int = 8) -> bytes:
+        """The bytes of argument ``position`` as the driver will read them (for tests)."""
+        return ctypes.string_at(self._ptrs[position], nbytes)
+
+
+def _drv() -> Any:
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:  # pragma: no cover - depends on the installation
+        raise LaunchError("launching needs cuda-bindings (pip install 'hexlayout[cuda]')") from e
+    return driver
+
+
+def _check(drv: Any, result: Any, what: str) -> Any:
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        name = getattr(err, "name", str(err))
+        raise LaunchError(f"{what} failed: {name}")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+class Launcher:
+    """Callable launcher of a compiled ``Build`` (see the module docstring).
+
+    ``launcher(*args, stream=None, **kwargs)``: the kernel's parameters positionally (declaration
+    order) or by name - CUDA torch tensors and Python scalars. ``stream``: a
+    ``torch.cuda.Stream`` or a raw ``CUstream`` handle (default: torch's current stream of the
+    tensors' device). Returns the ``BoundArgs`` of the call.
+    """
+
+    def __init__(self, build: Any, *, l2_promotion: int = 128) -> None:
+        gen = build.generated
+        if build.compiled is None or not getattr(build.compiled, "cubin", None):
+            raise ValueError(f"{gen.name}: the build has no cubin (built with compile=False?); "
+                             "use hexlayout.runtime.build(kernel, arch) with compile=True")
+        self.build = build
+        self.name = gen.name
+        self.arch = gen.arch
+        self.threads = gen.threads
+        self.smem_bytes = gen.smem_bytes
+        self.cluster = tuple(gen.cluster) + (1,) * (3 - len(gen.cluster)) if gen.cluster else None
+        self.plan = kernel_plan(build)
+        self.packer = ArgPacker(gen.args)
+        self.l2_promotion = l2_promotion
+        self._cubin = bytes(build.compiled.cubin)
+        self._lock = threading.Lock()
+        self._library: Any = None
+        self._kernel: Any = None
+        self._devices: set[int] = set()
+        self._maps: dict[TensorMapParams, bytes] = {}
+        self._config: Any = None
+        self._ctx_ok = threading.local()
+
+    # --- loading ----------------------------------------------------------------------------
+    def _load(self) -> None:
+        drv = _drv()
+        _check(drv, drv.cuInit(0), "cuInit")
+        lib = _check(drv, drv.cuLibraryLoadData(self._cubin, [], [], 0, [], [], 0),
+                     f"{self.name}: cuLibraryLoadData")
+        self._kernel = _check(drv, drv.cuLibraryGetKernel(lib, self.name.encode()),
+                              f"{self.name}: cuLibraryGetKernel")
+        self._library = lib
+        cfg = drv.CUlaunchConfig()
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.threads, 1, 1
+        cfg.sharedMemBytes = self.smem_bytes
+        if self.cluster:
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = self.cluster
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+        else:
+            cfg.numAttrs = 0
+        self._config = cfg
+
+    def prepare(self, device: int) -> None:
+        """Load the cubin (once) and set up ``device``: architecture and shared-memory checks,
+        the dynamic shared-memory opt-in. Called by the first launch on each device."""
+        if device in self._devices:
+            return
+        with self._lock:
+            if self._kernel is None:
+                self._load()
+            drv = _drv()
+            dev = _check(drv, drv.cuDeviceGet(device), f"cuDeviceGet({device})")
+            attr = drv.CUdevice_attribute
+            major, minor = (_check(drv, drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute")
+                            for a in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                      attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+            raw = _check(drv, drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
+            name = raw.split(b"\x00", 1)[0].decode(errors="replace")
+            label = f"cuda:{device} ({name})"
+            check_device_arch(self.name, self.arch, (int(major), int(minor)), label)
+            if self.smem_bytes > DEFAULT_SMEM_LIMIT:
+                optin = _check(drv, drv.cuDeviceGetAttribute(
+                    attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "cuDeviceGetAttribute")
+                if self.smem_bytes > int(optin):
+                    raise UnsupportedDeviceError(f"{self.name}: needs {self.smem_bytes} bytes of shared "
+                                                 f"memory per block, {label} allows {int(optin)}")
+                _check(drv, drv.cuKernelSetAttribute(
+                    drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem_bytes,
+                    self._kernel, dev), f"{self.name}: cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            self._devices.add(device)
+
+    def _ensure_context(self, device: int) -> None:
+        """A current context for launches on the legacy default stream (handle 0)."""
+        if getattr(self._ctx_ok, "device", None) == device:
+            return
+        drv = _drv()
+        cur = _check(drv, drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if cur is None or int(cur) == 0:
+            dev = _check(drv, drv.cuDeviceGet(device), "cuDeviceGet")
+            ctx = _check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            _check(drv, drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self._ctx_ok.device = device
+
+    # --- per call -----------------------------------------------------------------------------
+    def bind(self, *args: Any, **kwargs: Any) -> BoundArgs:
+        """Check one call's arguments (no launch)."""
+        plan = self.plan
+        return plan.bind(plan.collect(args, kwargs), "cuda")
+
+    def tensor_map(self, params: TensorMapParams) -> bytes:
+        """The encoded 128 bytes of ``params`` (cached)."""
+        blob = self._maps.get(params)
+        if blob is None:
+            enc = params if self.l2_promotion == 128 else params._replace(
+                l2_promotion=L2_PROMOTIONS[self.l2_promotion])
+            blob = tensor_map_bytes(encode_tensor_map(enc))
+            if len(self._maps) > 4096:
+                self._maps.clear()
+            self._maps[params] = blob
+        return blob
+
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> BoundArgs:
+        plan = self.plan
+        bound = plan.bind(plan.collect(args, kwargs), "cuda")
+        if bound.empty:
+            return bound
+        device = bound.device
+        if device not in self._devices:
+            self.prepare(device)
+        grid = bound.grid
+        if self.cluster and any(g % c for g, c in zip(grid, self.cluster)):
+            raise ArgumentError(self.name, None,
+                                f"grid {grid} is not a multiple of the cluster {self.cluster}")
+        if stream is None:
+            import torch
+
+            handle = torch.cuda.current_stream(device).cuda_stream
+        else:
+            handle = int(getattr(stream, "cuda_stream", stream))
+        if handle == 0:
+            self._ensure_context(device)
+        maps = [self.tensor_map(p) for p in bound.tensor_maps] if bound.tensor_maps else ()
+        drv = _drv()
+        with self._lock:
+            self.packer.pack(bound.values, maps)
+            cfg = self._config
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+            cfg.hStream = handle
+            err = drv.cuLaunchKernelEx(cfg, self._kernel, self.packer.kernel_params, 0)[0]
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"{self.name}: cuLaunchKernelEx(grid {grid}, {self.threads} threads, "
+                              f"{self.smem_bytes} B shared) failed: {getattr(err, 'name', err)}")
+        return bound
+
+
+def measure_host_overhead(launcher: Launcher, *args: Any, iters: int = 2000, warmup: int = 20,
+                          **kwargs: Any) -> dict[str, float]:
+    """Host-side cost of one call in microseconds (GPU machines): ``bind`` (argument checks),
+    ``call`` (a whole ``launcher(...)``: checks, packing, ``cuLaunchKernelEx``), ``launch``
+    (only ``cuLaunchKernelEx`` with prepacked parameters) and ``torch_op`` (a trivial torch
+    CUDA op, ``x.add_(0)`` on one element, for scale). The GPU is synchronized before timing;
+    launches queue asynchronously, so ``iters`` is kept below the launch-queue depth."""
+    import torch
+
+    for _ in range(warmup):
+        launcher(*args, **kwargs)
+    torch.cuda.synchronize()
+
+    def per_call(fn: Any) -> float:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        dt = time.perf_counter() - t
+        torch.cuda.synchronize()
+        return dt / iters * 1e6
+
+    bound = launcher.bind(*args, **kwargs)
+    drv = _drv()
+    cfg, kern, params = launcher._config, launcher._kernel, launcher.packer.kernel_params
+    device = bound.device if isinstance(bound.device, int) else 0
+    x = torch.zeros(1, device=f"cuda:{device}")
+    return {
+        "bind": per_call(lambda: launcher.bind(*args, **kwargs)),
+        "call": per_call(lambda: launcher(*args, **kwargs)),
+        "launch": per_call(lambda: drv.cuLaunchKernelEx(cfg, kern, params, 0)),
+        "torch_op": per_call(lambda: x.add_(0)),
+    }
