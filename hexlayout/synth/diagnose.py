@@ -1,43 +1,106 @@
 """Diagnostics for programs that have no layout assignment.
 
 Every message names the ops in conflict, their source lines (``file:line`` and the code)
-and the two requirements that cannot both hold:
+and the two requirements that cannot both hold, in plain words:
 
 - ``no_mma``: no atom of the architecture multiplies the operand types and scopes, or
   none tiles the block with the threads that run the op;
 - ``register_conflict``: two requirements give one register tile different layouts
-  (e.g. operand a of one mma and the accumulator of another), or an op on the tiles
-  cannot be lowered with the layouts the mma choices imply;
+  (operand a of one mma and operand b of another, an explicit layout and an mma operand,
+  two accumulators joined by an elementwise op: the ops that join them are named too),
+  or an op on the tiles cannot be lowered with the layouts the mma choices imply;
 - ``shared_conflict``: two uses of a shared tile accept disjoint sets of layouts: a
-  layout one accepts is rejected by the other with the lowering's reason, and vice versa.
+  layout one accepts is rejected by the other with the lowering's reason, and vice versa;
+  or a layout hint (``hl.auto(swizzle=...)``, ``hl.auto(stride=...)``) on the tile's
+  allocation excludes every layout a use accepts;
+- ``joint_conflict``: an op reading two shared tiles at once (a wgmma) accepts no pair of
+  their legal layouts; when a hint on one of them is the cause, the hint is named.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
-from hexlayout.ir.tile import Mma, Op, Value
+from hexlayout.ir.lower.kernel import LoweringError, Prober
+from hexlayout.ir.tile import Alloc, Copy, Mma, Op, Value
+from hexlayout.ir.types import LayoutVar, Scope
 
-__all__ = ["no_mma", "register_conflict", "shared_conflict", "describe_op"]
+if TYPE_CHECKING:
+    from .solve import SynthesisError
 
+__all__ = ["no_mma", "register_conflict", "shared_conflict", "joint_conflict", "describe_op"]
+
+
+# --- naming -----------------------------------------------------------------------------
 
 def describe_op(op: Op | None) -> str:
+    """``copy at gemm.py:42 `hl.copy(sa, ra)``` (the op's kind, file:line and code)."""
     if op is None:
         return "(unknown op)"
-    name = type(op).__name__.lower()
+    name = _kind(op)
     if op.loc is None:
         return name
     code = f" `{op.loc.code.strip()}`" if op.loc.code else ""
     return f"{name} at {op.loc.file.rsplit('/', 1)[-1]}:{op.loc.line}{code}"
 
 
-def _error(s: Any, msg: str, ops: list[Op]) -> Exception:
+def _kind(op: Op) -> str:
+    if isinstance(op, Alloc):
+        return {Scope.SHARED: "hl.shared", Scope.REGISTER: "hl.register"}.get(op.result.type.scope, "alloc")
+    return type(op).__name__.lower()
+
+
+def _error(s: Any, msg: str, ops: list[Op]) -> SynthesisError:
     from .solve import SynthesisError
 
     return SynthesisError(s.tk.name, msg, ops)
 
 
-def no_mma(s: Any, op: Mma) -> Exception:
+def _reason(e: LoweringError) -> str:
+    """The lowering's reason without its ``kernel: op at file:line `code`:`` prefix, with
+    repeated ``ATOM: ATOM:`` prefixes collapsed."""
+    text = str(e)
+    op = e.op
+    marker = f"`{op.loc.code.strip()}`: " if op is not None and op.loc is not None and op.loc.code else None
+    if marker and marker in text:
+        text = text.split(marker, 1)[1]
+    else:
+        text = text.split(": ", 2)[-1]
+    return _dedupe(text)
+
+
+def _dedupe(text: str) -> str:
+    return re.sub(r"\b([\w.]+: )(\1)+", r"\1", text)
+
+
+def _alloc_of(s: Any, root: Value) -> Op | None:
+    for op in s.tk.body.walk():
+        if isinstance(op, Alloc) and op.result is root:
+            return op
+    return None
+
+
+def _values_of(op: Op) -> list[Value]:
+    """Every value an op mentions (``operands()`` skips tuples such as elementwise args)."""
+    out = []
+    for x in op.__dict__.values():
+        for v in (x if isinstance(x, tuple) else (x,)):
+            if isinstance(v, Value) and v not in out:
+                out.append(v)
+    return out
+
+
+def _tile(v: Value) -> str:
+    shape = "x".join(str(x) for x in v.type.shape)
+    return f"%{v.name} ({v.type.dtype} {shape})"
+
+
+# --- mma -----------------------------------------------------------------------------------
+
+def no_mma(s: Any, op: Mma) -> SynthesisError:
+    """No atom / warp arrangement of ``s.arch`` computes ``op``."""
     a, b, c = op.a.type, op.b.type, op.c.type
     threads = s.threads_of(op)
     what = (f"{describe_op(op)}: no mma atom of {s.arch} computes {c.dtype} += {a.dtype} ({a.scope}) x "
@@ -49,44 +112,127 @@ def no_mma(s: Any, op: Mma) -> Exception:
     return _error(s, what, [op])
 
 
-def _value_names(values: list[Value]) -> str:
-    return ", ".join(f"%{v.name}" for v in values[:4])
+# --- register tiles -----------------------------------------------------------------------
+
+_ROLE = {"a": "A operand (M x K)", "b": "B operand (N x K)", "c": "accumulator (M x N)"}
 
 
-def register_conflict(s: Any, cands: dict[int, list[Any]], first: list[Any]) -> Exception:
+def _requirement(op: Op | None, why: str, layout: Any, v: Value | None) -> str:
+    """What ``op`` requires of register tile ``v``, in words, ending with the TV layout."""
+    it = f"%{v.name}" if v is not None else "it"
+    m = re.match(r"operand ([abc]) of (.*)$", why)
+    if m and isinstance(op, Mma):
+        role, tm = m.group(1), m.group(2)
+        hint = " (warps= given there)" if "warps=" in (op.loc.code if op.loc else "") else ""
+        return (f"{describe_op(op)} needs {it} as the {_ROLE[role]} fragment of {tm}{hint}, "
+                f"i.e. the TV layout {layout}")
+    if why == "given explicitly":
+        return f"{describe_op(op)} gives {it} the explicit TV layout {layout}"
+    if why == "coalesced with global memory":
+        return f"{describe_op(op)} copies {it} with global memory in the coalesced TV layout {layout}"
+    return f"{describe_op(op)} requires {it} to have the TV layout {layout} ({why})"
+
+
+def _join_path(s: Any, cls: int, v1: Value | None, v2: Value | None) -> list[Op]:
+    """The ops (elementwise, cast, in-place updates) that put ``v1`` and ``v2`` in one class."""
+    if v1 is None or v2 is None or v1.id == v2.id:
+        return []
+    members = {v.id for v in s.g.classes().get(cls, [])}
+    adj: dict[int, list[tuple[int, Op]]] = {}
+    for op in s.g.why.get(cls, []):
+        vids = [v.id for v in _values_of(op) if v.id in members]
+        for x in vids:
+            for y in vids:
+                if x != y:
+                    adj.setdefault(x, []).append((y, op))
+    prev: dict[int, tuple[int, Op] | None] = {v1.id: None}
+    todo = deque([v1.id])
+    while todo:
+        x = todo.popleft()
+        if x == v2.id:
+            break
+        for y, op in adj.get(x, []):
+            if y not in prev:
+                prev[y] = (x, op)
+                todo.append(y)
+    if v2.id not in prev:
+        return []
+    path: list[Op] = []
+    cur = v2.id
+    while prev[cur] is not None:
+        x, op = prev[cur]           # type: ignore[misc]
+        if op not in path:
+            path.append(op)
+        cur = x
+    return list(reversed(path))
+
+
+def _value_in(op: Op | None, why: str, members: list[Value]) -> Value | None:
+    if op is None:
+        return None
+    ids = {v.id for v in members}
+    m = re.match(r"operand ([abc]) of", why)
+    if m and isinstance(op, Mma):
+        v = getattr(op, m.group(1))
+        return v if v.id in ids else None
+    for v in _values_of(op):
+        if v.id in ids:
+            return v
+    return None
+
+
+def register_conflict(s: Any, cands: dict[int, list[Any]], first: list[Any],
+                      rejected: dict[tuple[int, ...], str] | None = None) -> SynthesisError:
+    """No combination of mma choices gives consistent register layouts; explain the first."""
+    tried = len(rejected) if rejected else 0
+    every = (f" Every one of the {tried} combinations of mma atoms and warp arrangements tried fails; "
+             "the first is shown." if tried > 1 else "")
     if not first:
         return _error(s, "no mma choice gives consistent register layouts", list(s.g.mmas))
     ra = first[0]
     if isinstance(ra, str):
-        return _error(s, f"with every mma choice an op on register tiles cannot be lowered; first: {ra}",
-                      list(s.g.mmas))
+        return _error(s, f"with every mma choice an op on register tiles cannot be lowered; first: "
+                      f"{_dedupe(ra)}", list(s.g.mmas))
     if ra.conflict is not None:
         c = ra.conflict
         (l1, op1, why1), (l2, op2, why2) = c.first, c.second
-        tiles = _value_names(c.values)
-        msg = (f"register tile {tiles} needs two different layouts: {describe_op(op1)} requires {l1} "
-               f"({why1}), but {describe_op(op2)} requires {l2} ({why2})")
-        return _error(s, msg, [o for o in (op1, op2) if o is not None])
+        members = c.values or s.g.classes().get(c.cls, [])
+        if op1 is op2 and why1 == why2:
+            name = _tile(members[0]) if members else "?"
+            msg = f"register tile {name}: {describe_op(op1)} cannot be lowered: {why1}"
+            return _error(s, msg, [op1] if op1 is not None else [])
+        v1, v2 = _value_in(op1, why1, members), _value_in(op2, why2, members)
+        joined = _join_path(s, c.cls, v1, v2)
+        if v1 is not None and v2 is not None and v1.id != v2.id:
+            subject = f"register tiles {_tile(v1)} and {_tile(v2)} must have one layout"
+            if joined:
+                subject += " (" + "; ".join(f"{describe_op(o)} combines them elementwise"
+                                            for o in joined) + ")"
+            subject += ", but two ops require different ones"
+        else:
+            v = v1 or v2 or (members[0] if members else None)
+            name = _tile(v) if v is not None else "?"
+            subject = f"register tile {name} cannot have one layout for two uses"
+        msg = (f"{subject}: (1) {_requirement(op1, why1, l1, v1)}; (2) {_requirement(op2, why2, l2, v2)}. "
+               f"These are different maps from (thread, value) to elements.{every}")
+        ops = [o for o in (op1, op2) if o is not None] + [o for o in joined if o not in (op1, op2)]
+        return _error(s, msg, ops)
     names = []
     classes = s.g.classes()
     for cls in ra.unresolved:
-        names.append(_value_names(classes.get(cls, [])))
+        names.append(", ".join(_tile(v) for v in classes.get(cls, [])[:4]))
     return _error(s, f"nothing determines the layout of register tile(s) {'; '.join(names)}: they meet "
                   "no mma, explicit layout or global copy", [])
 
 
-def shared_conflict(s: Any, root: Value, cands: list[Any],
-                    failures: dict[int, tuple[Any, str, Op]]) -> Exception:
-    """Find two uses with disjoint accepted candidates and explain both sides."""
-    uses = s.uses.get(root.id, [])
-    if not cands:
-        return _error(s, f"shared tile %{root.name}: no candidate layout for shape {root.type.shape} "
-                      f"(hints {getattr(root.type.layout, 'hints', {})})", uses)
+# --- shared tiles ---------------------------------------------------------------------------
+
+def _probe_all(s: Any, root: Value, cands: list[Any], uses: list[Op]) -> tuple[dict[int, set[int]],
+                                                                              dict[tuple[int, int], str]]:
+    """Which candidates each use accepts (each use alone), with the reasons for the others."""
     accepted: dict[int, set[int]] = {id(op): set() for op in uses}
     reasons: dict[tuple[int, int], str] = {}
     saved = root.type.layout
-    from hexlayout.ir.lower.kernel import LoweringError, Prober
-
     try:
         for i, cand in enumerate(cands):
             root.type = root.type.with_layout(cand.layout)
@@ -96,27 +242,202 @@ def shared_conflict(s: Any, root: Value, cands: list[Any],
                     prober.probe(op)
                     accepted[id(op)].add(i)
                 except LoweringError as e:
-                    reasons[(id(op), i)] = str(e).split(": ", 2)[-1]
+                    reasons[(id(op), i)] = _reason(e)
     finally:
         root.type = root.type.with_layout(saved)
+    return accepted, reasons
+
+
+def _orientation(cand: Any) -> int | None:
+    m = re.search(r"(?:rows along|mode) (\d)", cand.note)
+    return int(m.group(1)) if m else None
+
+
+def _needs(s: Any, root: Value, op: Op, cands: list[Any], ok: set[int]) -> str:
+    """What ``op`` needs of the shared tile, from the candidates it accepts."""
+    dirs = {_orientation(cands[i]) for i in ok}
+    if len(dirs) == 1 and None not in dirs:
+        (d,) = dirs
+        n = root.type.shape[d]
+        what = (f"the tile's rows along mode {d} (its {n} elements of mode {d} contiguous in shared memory, "
+                f"{n * root.type.dtype.bits // 8} bytes)")
+    else:
+        what = f"a layout such as {cands[min(ok)].layout} ({cands[min(ok)].note})"
+    src = _global_contiguity(s, op, root)
+    return what + (f"; {src}" if src else "")
+
+
+def _global_contiguity(s: Any, op: Op, root: Value) -> str:
+    """For a global<->shared copy: which mode of the global side is contiguous."""
+    if not isinstance(op, Copy):
+        return ""
+    other = op.src if op.dst.type.scope == Scope.SHARED else op.dst
+    if other.type.scope != Scope.GLOBAL:
+        return ""
+    gv = s.base.views.get(other.id)
+    if gv is None:
+        return ""
+    modes = [k for k in range(len(gv.shape)) if gv.static_stride(k) == 1]
+    if not modes:
+        return f"its global side %{other.name} has no contiguous mode"
+    k = modes[0]
+    bytes_ = other.type.shape[k] * other.type.dtype.bits // 8
+    return (f"its global side %{other.name} is contiguous along mode {k} only "
+            f"({other.type.shape[k]} elements, {bytes_} bytes per row)")
+
+
+def _hint_words(hints: dict[str, Any]) -> str:
+    parts = []
+    for k, v in hints.items():
+        if k == "swizzle":
+            if isinstance(v, str) and v.endswith("B"):
+                parts.append(f'a {v[:-1]}-byte swizzle (swizzle="{v}")')
+            else:
+                parts.append(f"swizzle {v}")
+        elif k == "stride":
+            fixed = [f"stride {w} in mode {i}" for i, w in enumerate(v) if w is not None]
+            rows = [f"rows along mode {i}" for i, w in enumerate(v) if w == 1]
+            parts.append(", ".join(fixed) + (f" ({rows[0]})" if rows else ""))
+        else:
+            parts.append(f"{k}={v!r}")
+    return " and ".join(parts)
+
+
+def _row_note(root: Value, hints: dict[str, Any], cand: Any) -> str:
+    """Why a swizzle hint cannot work: the swizzle spans more bytes than a row of ``cand`` has."""
+    want = hints.get("swizzle")
+    d = _orientation(cand) if cand is not None else None
+    if not isinstance(want, str) or not want.endswith("B") or d is None or d >= len(root.type.shape):
+        return ""
+    span = int(want[:-1])
+    n = root.type.shape[d]
+    row = n * root.type.dtype.bits // 8
+    if row >= span:
+        return ""
+    return (f" A {span}-byte swizzle permutes 16-byte chunks within {span}-byte rows, but a row of "
+            f"%{root.name} along mode {d} is {n} x {root.type.dtype} = {row} bytes.")
+
+
+def hint_conflict(s: Any, root: Value, op: Op, hinted: list[Any], reason: str) -> SynthesisError | None:
+    """``op`` accepts none of the hinted candidates of ``root``: if it accepts one without the
+    hint, the hint and ``op`` are the two requirements in conflict."""
+    lay = root.type.layout
+    hints = dict(lay.hints) if isinstance(lay, LayoutVar) else {}
+    if not hints:
+        return None
+    free = _unhinted(s, root)
+    accepted, _ = _probe_all(s, root, free, [op])
+    if not accepted[id(op)]:
+        return None
+    good = free[min(accepted[id(op)])]
+    alloc = _alloc_of(s, root)
+    tried = f"with {hinted[0].layout} ({hinted[0].note}) it fails: {reason}" if hinted else \
+        "no candidate layout has it"
+    msg = (f"shared tile {_tile(root)}: the layout hint of {describe_op(alloc)} asks for "
+           f"{_hint_words(hints)}, but {describe_op(op)} needs "
+           f"{_needs(s, root, op, free, accepted[id(op)])}: {tried}."
+           f"{_row_note(root, hints, hinted[0] if hinted else None)} "
+           f"Without the hint it accepts {good.layout} ({good.note}).")
+    return _error(s, msg, [o for o in (alloc, op) if o is not None])
+
+
+def _unhinted(s: Any, root: Value) -> list[Any]:
+    from .shared import shared_candidates
+
+    saved = root.type.layout
+    root.type = root.type.with_layout(LayoutVar())
+    try:
+        has_wgmma = any(Scope.SHARED in (m.a.type.scope, m.b.type.scope) for m in s.g.mmas)
+        return shared_candidates(root, s.contiguous_modes(root), has_wgmma and s.arch == "sm_90a",
+                                 root.type.dtype.bits)
+    finally:
+        root.type = root.type.with_layout(saved)
+
+
+def shared_conflict(s: Any, root: Value, cands: list[Any],
+                    failures: dict[int, tuple[Any, str, Op]]) -> SynthesisError:
+    """Find two uses with disjoint accepted candidates (or a hint and a use) and explain both."""
+    uses = s.uses.get(root.id, [])
+    alloc = _alloc_of(s, root)
+    if not cands:
+        hints = getattr(root.type.layout, "hints", {})
+        for op in uses:
+            err = hint_conflict(s, root, op, [], "")
+            if err is not None:
+                return err
+        return _error(s, f"shared tile {_tile(root)} ({describe_op(alloc)}): no candidate layout for shape "
+                      f"{root.type.shape} with the hints {hints}",
+                      [o for o in [alloc, *uses] if o is not None])
+    accepted, reasons = _probe_all(s, root, cands, uses)
+    for op in uses:
+        if not accepted[id(op)]:
+            err = hint_conflict(s, root, op, cands, reasons.get((id(op), 0), "?"))
+            if err is not None:
+                return err
     for x in uses:
         for y in uses:
             if x is y or not accepted[id(x)] or not accepted[id(y)]:
                 continue
             if accepted[id(x)] & accepted[id(y)]:
                 continue
-            i = min(accepted[id(x)])
-            j = min(accepted[id(y)])
-            msg = (f"shared tile %{root.name}: {describe_op(x)} and {describe_op(y)} need incompatible "
-                   f"layouts. {describe_op(x)} works with {cands[i].layout} ({cands[i].note}), but with it "
-                   f"{describe_op(y)} fails: {reasons.get((id(y), i), '?')}. {describe_op(y)} works with "
-                   f"{cands[j].layout} ({cands[j].note}), but with it {describe_op(x)} fails: "
-                   f"{reasons.get((id(x), j), '?')}")
+            i, j = min(accepted[id(x)]), min(accepted[id(y)])
+            msg = (f"shared tile {_tile(root)} ({describe_op(alloc)}) has no layout that serves both "
+                   f"{describe_op(x)} and {describe_op(y)}: (1) {describe_op(x)} needs "
+                   f"{_needs(s, root, x, cands, accepted[id(x)])}; with {cands[j].layout} ({cands[j].note}) "
+                   f"it fails: {reasons.get((id(x), j), '?')}. (2) {describe_op(y)} needs "
+                   f"{_needs(s, root, y, cands, accepted[id(y)])}; with {cands[i].layout} ({cands[i].note}) "
+                   f"it fails: {reasons.get((id(y), i), '?')}.")
             return _error(s, msg, [x, y])
     for op in uses:
         if not accepted[id(op)]:
-            first = min(i for i in range(len(cands)))
-            return _error(s, f"shared tile %{root.name}: {describe_op(op)} accepts none of its "
-                          f"{len(cands)} candidate layouts; with {cands[first].layout}: "
-                          f"{reasons.get((id(op), first), '?')}", [op])
-    return _error(s, f"shared tile %{root.name}: no layout satisfies all of its uses together", uses)
+            return _error(s, f"shared tile {_tile(root)} ({describe_op(alloc)}): {describe_op(op)} accepts "
+                          f"none of its {len(cands)} candidate layouts; with {cands[0].layout} "
+                          f"({cands[0].note}): {reasons.get((id(op), 0), '?')}",
+                          [o for o in (alloc, op) if o is not None])
+    return _error(s, f"shared tile {_tile(root)} ({describe_op(alloc)}): no layout satisfies all of its "
+                  f"uses together ({', '.join(describe_op(o) for o in uses)})", uses)
+
+
+def joint_conflict(s: Any, op: Op | None, legal: dict[int, list[Any]],
+                   by_id: dict[int, Value]) -> SynthesisError:
+    """``op`` (touching several shared roots, e.g. a wgmma) accepts no combination of their
+    legal layouts. A hint on one root that excludes the layout ``op`` would take is named."""
+    if op is None:
+        return _error(s, "no combination of shared layouts satisfies the program", [])
+    rids = sorted({v.root.id for v in op.operands() if v.type.scope == Scope.SHARED and v.root.id in legal})
+    picks = {r: legal[r][0][0] for r in rids}
+    reason = _joint_reason(s, op, picks, by_id) or "?"
+    for rid in rids:
+        root = by_id[rid]
+        lay = root.type.layout
+        if not (isinstance(lay, LayoutVar) and lay.hints):
+            continue
+        for cand in _unhinted(s, root):
+            trial = dict(picks)
+            trial[rid] = cand
+            if _joint_reason(s, op, trial, by_id) is None and s.check_shared(root, cand)[0] is None:
+                alloc = _alloc_of(s, root)
+                mine = picks[rid]
+                msg = (f"shared tile {_tile(root)}: the layout hint of {describe_op(alloc)} asks for "
+                       f"{_hint_words(lay.hints)}, but {describe_op(op)} reads it from shared memory and "
+                       f"needs a layout its instruction can address: with {mine.layout} ({mine.note}) it "
+                       f"fails: {reason}.{_row_note(root, lay.hints, mine)} Without the hint it works "
+                       f"with {cand.layout} ({cand.note}).")
+                return _error(s, msg, [o for o in (alloc, op) if o is not None])
+    shown = ", ".join(f"%{by_id[r].name} = {picks[r].layout} ({picks[r].note})" for r in rids)
+    return _error(s, f"{describe_op(op)} accepts no combination of the legal layouts of "
+                  f"{', '.join('%' + by_id[r].name for r in rids)}; with {shown}: {reason}", [op])
+
+
+def _joint_reason(s: Any, op: Op, picks: dict[int, Any], by_id: dict[int, Value]) -> str | None:
+    saved = {rid: by_id[rid].type.layout for rid in picks}
+    try:
+        for rid, cand in picks.items():
+            by_id[rid].type = by_id[rid].type.with_layout(cand.layout)
+        Prober(s.tk, s.arch).probe(op)
+        return None
+    except LoweringError as e:
+        return _reason(e)
+    finally:
+        for rid, lay in saved.items():
+            by_id[rid].type = by_id[rid].type.with_layout(lay)

@@ -305,7 +305,9 @@ class _Synth:
 
             problem.addConstraint(LazyConstraint(check), rids)
         best = None
-        for k, sol in enumerate(problem.getSolutionIter()):
+        # python-constraint yields nothing for a problem without variables: no undecided root
+        shared_solutions = problem.getSolutionIter() if legal else iter([{}])
+        for k, sol in enumerate(shared_solutions):
             total = CostBreakdown()
             for rid, i in sol.items():
                 total.add(legal[rid][i][1])
@@ -314,10 +316,9 @@ class _Synth:
             if k >= 16:
                 break
         if best is None:
-            op = joint[0] if joint else None
-            what = f"{_opname(op)} at {_loc(op)}" if op else "the program"
-            return SynthesisError(self.tk.name, f"no combination of shared layouts satisfies {what}",
-                                  [op] if op else [])
+            from .diagnose import joint_conflict
+
+            return joint_conflict(self, joint[0] if joint else None, legal, by_id)
         sol, total = best
         chosen = dict(fixed)
         for rid, i in sol.items():
@@ -405,7 +406,7 @@ class _Synth:
             self.set_mma(choice)
             res = self.solve_shared()
             if isinstance(res, SynthesisError):
-                last_error = res
+                last_error = last_error or res      # report the preferred mma choice's failure
             else:
                 shared, scost, sdec = res
                 key = tuple(sorted((k, str(v)) for k, v in choice.items()))
@@ -423,7 +424,7 @@ class _Synth:
                 raise last_error
             from .diagnose import register_conflict
 
-            raise register_conflict(self, cands, first_conflict)
+            raise register_conflict(self, cands, first_conflict, rejected)
         _, (choice, ra, shared, sdec, idx, cost), _ = best
         self.apply_registers(ra)
         self.set_mma(choice)
