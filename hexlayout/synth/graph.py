@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hexlayout.ir.lower.kernel import LoweringError
 from hexlayout.ir.tile import (
     Alloc,
     Block,
@@ -174,7 +175,8 @@ def build_graph(tk: TileKernel) -> LayoutGraph:
                 g.cls(op.dst)
         elif isinstance(op, (Slice, SubTile, Permute)):
             if _register(op.result):
-                raise ValueError("views of register tiles are not supported by synthesis yet")
+                raise LoweringError(tk.name, op, "views of register tiles are not supported by synthesis yet "
+                                    "(copy the part you need into a register tile of its own)")
 
     walk(tk.body)
     for r in g.reduced:

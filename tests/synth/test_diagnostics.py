@@ -195,3 +195,16 @@ def test_elementwise_join_names_the_joining_op() -> None:
 
 def test_same_program_same_diagnostic() -> None:
     assert diagnose(column_copy_vs_ldmatrix, "sm_80")[0] == diagnose(column_copy_vs_ldmatrix, "sm_80")[0]
+
+
+@hl.kernel(threads=128)
+def register_view(a: f16[M, K], c: f16[M, K]):
+    x = hl.register(f16, (64, 64))
+    hl.copy(hl.view(a, tile=(64, 64)), x)
+    hl.copy(x[:32, :], hl.view(c, tile=(32, 64)))
+
+
+def test_unsupported_construct_is_a_synthesis_error_with_its_line() -> None:
+    msg, err = diagnose(register_view, "sm_80")
+    line = line_of(register_view, "hl.copy(x[:32, :]")
+    assert f"{FILE}:{line}" in msg and "views of register tiles are not supported" in msg
