@@ -5,10 +5,17 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 * ``compile_cuda(source, arch, options) -> CompiledKernel`` (cubin, ptx, log, resources).
 * ``DiskCache``: ``HEXLAYOUT_CACHE_DIR`` or ``~/.cache/hexlayout``; atomic, checksummed.
 * ``CompileError`` / ``ToolchainError``.
+* ``bind_args`` / ``ArgumentError``: launch arguments checked against a kernel (``args``).
+* ``Launcher(build)``: ``cuLaunchKernelEx`` on torch's current stream (``launch``; GPU only).
+* ``emulate(build, *args)``: the CPU emulator on CPU torch tensors / numpy arrays.
+* ``tensormap_params``: TMA tensor-map parameters of a ``TmaDesc`` (``tensormap``).
+* ``define_op`` / ``run_build``: ``torch.ops.hexlayout.<name>`` registration (``torch_ops``).
 
-Not imported by ``import hexlayout``; nothing here needs a GPU or a driver.
+Not imported by ``import hexlayout``; importing it imports neither torch nor the CUDA driver
+(both are imported inside the functions that need them).
 """
 
+from .args import ArgumentError, BoundArgs, bind_args
 from .build import Build, build, clear_builds
 from .cache import DiskCache, default_cache_dir
 from .compile import (
@@ -19,9 +26,15 @@ from .compile import (
     compile_cuda,
     compile_generated,
 )
+from .emulate import emulate
 from .errors import CompileError, ToolchainError
+from .launch import Launcher, LaunchError, UnsupportedDeviceError, measure_host_overhead
 from .resources import ResourceUsage
+from .tensormap import TensorMapParams, tensormap_params
+from .torch_ops import EmulationDisabledError, Op, define_op, run_build
 
 __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "DiskCache", "default_cache_dir",
            "CompileError", "ToolchainError", "ResourceUsage", "available_backends", "clear_memory_cache",
-           "SUPPORTED_ARCHS", "build", "Build", "clear_builds"]
+           "SUPPORTED_ARCHS", "build", "Build", "clear_builds", "ArgumentError", "BoundArgs", "bind_args",
+           "Launcher", "LaunchError", "UnsupportedDeviceError", "measure_host_overhead", "emulate",
+           "TensorMapParams", "tensormap_params", "define_op", "Op", "run_build", "EmulationDisabledError"]
