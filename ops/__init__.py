@@ -1,4 +1,18 @@
-"""hexlayout kernels written in the tile language (GEMM, attention, MoE) and their torch ops.
+"""hexlayout kernels written in the tile language, and their torch ops.
 
-Installed as ``hexlayout.ops``. Empty until the language and code generator exist.
+- ``gemm`` (``hexlayout.ops.gemm``): ``act(scale * a @ B + bias) + residual`` for f16 /
+  bf16, sm_80 / sm_89 (multistage cp.async + mma.sync) and sm_90a (warp-specialized,
+  persistent TMA + wgmma), with the config space, heuristics and autotuner of
+  ``gemm_config`` and the kernels of ``gemm_kernels``.
+
+Importing this package registers ``torch.ops.hexlayout.gemm`` when torch is installed;
+the kernels and configs work without torch.
 """
+
+try:
+    import torch as _torch  # noqa: F401 - registration needs torch
+except ImportError:  # pragma: no cover - torch is optional for the kernels themselves
+    _torch = None
+
+if _torch is not None:
+    from .torch_gemm import gemm_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
