@@ -62,7 +62,8 @@ class BoundArgs:
     ``values``: one per ``GeneratedKernel.args`` entry - a data pointer (int) per tensor, the
     scalar value (int or float; 8- and 16-bit float scalars as their bit pattern), the int value of
     each size variable, a ``TensorMapParams`` per tensor map. ``grid``: 3 block counts.
-    ``device``: the CUDA device index, or ``"cpu"``. ``sizes``: size variable name -> value.
+    ``device``: the CUDA device index, or ``"cpu"``. ``sizes``: the value of every variable of
+    the kernel's extents, strides and grid by name (scalar parameters included).
     """
 
     kernel: str
@@ -238,9 +239,10 @@ class _Plan:
             if r.kind == "align_bytes":
                 t.align.append((int(r.value), r.reason))
             elif r.kind == "stride_multiple":
-                t.stride_mult.append((int(r.mode), int(r.value), r.reason))
+                for k in _stride_modes(t.param, int(r.mode)):
+                    t.stride_mult.append((k, int(r.value), r.reason))
             elif r.kind == "extent_multiple":
-                t.extent_mult.append((int(r.mode), int(r.value), r.reason))
+                t.extent_mult.append((_vector_mode(t.param, int(r.mode)), int(r.value), r.reason))
             elif r.kind == "stride_bytes_multiple":
                 t.stride_bytes.append((int(r.mode), int(r.value), r.reason))
             else:
@@ -502,6 +504,33 @@ class _Plan:
 
 
 _MISSING = object()
+
+
+def _unit_modes(p: GlobalParam) -> list[int]:
+    return [k for k, d in enumerate(p.stride) if not isinstance(d, Expr) and int(d) == 1
+            or isinstance(d, Const) and d.value == 1]
+
+
+def _vector_mode(p: GlobalParam, mode: int) -> int:
+    """The tensor mode an ``extent_multiple`` requirement constrains.
+
+    The lowering numbers requirement modes by the modes of the tile *view* it copies, which
+    differ from the tensor's when the view spans fewer modes (a (Sq, D) tile of a
+    (B, Sq, H, D) tensor). The vector mode is the one of unit stride, so the tensor's unique
+    unit-stride mode is taken; otherwise ``mode`` as given.
+    """
+    units = _unit_modes(p)
+    return units[0] if len(units) == 1 else mode
+
+
+def _stride_modes(p: GlobalParam, mode: int) -> list[int]:
+    """The tensor modes a ``stride_multiple`` requirement constrains: every mode without a
+    unit stride (a view's origin moves along the modes it does not span too, so their strides
+    must keep vectors aligned as well); ``mode`` alone when no unit-stride mode is known."""
+    units = _unit_modes(p)
+    if len(units) != 1:
+        return [mode] if 0 <= mode < len(p.stride) else []
+    return [k for k in range(len(p.stride)) if k != units[0]]
 _CACHE_LIMIT = 256
 _new_tuple = tuple.__new__
 
@@ -615,7 +644,7 @@ def _tensor_info(kernel: str, t: _TensorParam, obj: Any, device: str
 
 # --- the entry point ------------------------------------------------------------------------------
 
-_PLANS: dict[int, tuple[Any, Any, _Plan]] = {}
+_PLANS: dict[tuple[int, int], tuple[Any, Any, _Plan]] = {}
 
 
 def _unpack(build_or_generated: Any, lowered: Any) -> tuple[Any, LoweredKernel, list[Any]]:
@@ -633,12 +662,13 @@ def _unpack(build_or_generated: Any, lowered: Any) -> tuple[Any, LoweredKernel, 
 def kernel_plan(build_or_generated: Any, lowered: Any = None) -> _Plan:
     """The cached argument plan of a ``Build`` (or ``GeneratedKernel`` + lowered program)."""
     gen = getattr(build_or_generated, "generated", build_or_generated)
-    hit = _PLANS.get(id(gen))
-    if hit is not None and hit[0] is gen:
+    key = (id(gen), id(lowered))
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is gen and hit[1] is lowered:
         return hit[2]
     gen, kernel, reqs = _unpack(build_or_generated, lowered)
     plan = _Plan(kernel, gen.args, reqs, gen.grid)
-    _PLANS[id(gen)] = (gen, kernel, plan)
+    _PLANS[key] = (gen, lowered, plan)
     return plan
 
 
