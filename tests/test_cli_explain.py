@@ -236,7 +236,8 @@ def test_file_kernel_without_attr(tmp_path: Path, capsys: pytest.CaptureFixture[
     path = tmp_path / "one.py"
     path.write_text(BAD_KERNEL)
     assert main(["explain", str(path)]) == 1             # picks `bad`, which is contradictory
-    assert "bad_kernel" not in capsys.readouterr().err   # the message names this file
+    err = capsys.readouterr().err
+    assert "one.py:14" in err and "one.py:16" in err     # the diagnostic names this file's lines
     assert main(["explain", f"{path}:nothing"]) == 1
     assert "no attribute 'nothing'" in capsys.readouterr().err
 
