@@ -228,12 +228,9 @@ def test_numpy_coordinates() -> None:
     assert Layout(6, 0).indices().tolist() == [0] * 6
 
 
-def test_import_is_light() -> None:
-    code = ("import sys, time; t = time.perf_counter(); import hexlayout.layout; "
-            "dt = time.perf_counter() - t; "
-            "bad = [m for m in ('torch', 'matplotlib', 'cuda', 'cutlass') if m in sys.modules]; "
-            "print(dt, bad)")
+def test_import_loads_no_heavy_packages() -> None:
+    # (the import time itself is checked, best of three, in tests/test_package.py)
+    code = ("import sys; import hexlayout.layout; "
+            "print([m for m in ('torch', 'matplotlib', 'cuda', 'cutlass') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    out = proc.stdout.split()
-    assert float(out[0]) < 0.2, out
-    assert out[1] == "[]", out
+    assert proc.stdout.strip() == "[]", proc.stdout
