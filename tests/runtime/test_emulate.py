@@ -1,0 +1,60 @@
+"""``emulate``: builds run thread by thread on CPU torch tensors (or numpy arrays), checked
+like a launch, results written in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hexlayout.lang as hl
+from hexlayout.ir.lower.kernel import lower_kernel
+from hexlayout.lang.examples.explicit import gemm_sm80_explicit
+from hexlayout.runtime import ArgumentError, emulate
+
+
+def _ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.double() @ b.double().T
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(64, 64, 32), (100, 72, 40), (7, 130, 24)])
+def test_gemm_on_cpu_tensors_matches_torch(gemm80, m: int, n: int, k: int) -> None:
+    g = torch.Generator().manual_seed(m * n + k)
+    a = torch.randn(m, k, generator=g).half()
+    b = torch.randn(n, k, generator=g).half()
+    c = torch.full((m, n), float("nan"), dtype=torch.float16)
+    report = emulate(gemm80, a, b, c)
+    torch.testing.assert_close(c.double(), _ref(a, b), rtol=1e-2, atol=1e-2)
+    assert report.blocks and report.seconds > 0
+
+
+def test_bf16_through_ml_dtypes_views() -> None:
+    prog = lower_kernel(gemm_sm80_explicit(hl.bf16, BM=64, BN=64).trace(), "sm_80")
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(72, 40, generator=g).bfloat16(), torch.randn(136, 40, generator=g).bfloat16()
+    c = torch.full((72, 136), float("nan"), dtype=torch.bfloat16)
+    emulate(prog, a=a, b=b, c=c)
+    torch.testing.assert_close(c.double(), _ref(a, b), rtol=2e-2, atol=1e-1)
+
+
+def test_numpy_arrays(gemm80) -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((40, 16)).astype(np.float16), rng.standard_normal((24, 16)).astype(np.float16)
+    c = np.zeros((40, 24), np.float16)
+    emulate(gemm80, a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-2, atol=1e-2)
+
+
+def test_checks_run_before_emulation(gemm80) -> None:
+    a, b, c = torch.randn(8, 16).half(), torch.randn(8, 16).half(), torch.empty(8, 8).half()
+    with pytest.raises(ArgumentError, match="'b': is on meta, expected the CPU"):
+        emulate(gemm80, a, b.to("meta"), c)
+    with pytest.raises(ArgumentError, match="has dtype torch.float32"):
+        emulate(gemm80, a.float(), b, c)
+    with pytest.raises(ArgumentError, match="stride 0 is 12 elements, expected a multiple of 8"):
+        emulate(gemm80, torch.randn(8, 12).half(), torch.randn(8, 12).half(), c)
+
+
+def test_empty_problem_runs_no_block(gemm80) -> None:
+    report = emulate(gemm80, torch.empty(0, 16).half(), torch.randn(8, 16).half(), torch.empty(0, 8).half())
+    assert report.blocks == []

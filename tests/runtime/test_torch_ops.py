@@ -1,0 +1,156 @@
+"""``define_op``: a toy GEMM op ``torch.ops.hexlayout.<toy>`` on CPU through the emulator
+(``HEXLAYOUT_EMULATE=1``), its fake implementation (fake and meta tensors), torch.compile
+tracing; on a GPU, launches and CUDA-graph capture."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+import hexlayout.runtime as rt
+from hexlayout.lang.examples import gemm_sm80, gemm_sm90
+from hexlayout.runtime import EmulationDisabledError, define_op, run_build
+from hexlayout.runtime.torch_ops import EMULATE_ENV
+
+
+def _build_for(t: torch.Tensor):
+    """A compiled build for CUDA tensors (by device architecture), an uncompiled one for the CPU."""
+    if t.device.type == "cuda":
+        if torch.cuda.get_device_capability(t.device) == (9, 0):
+            return rt.build(gemm_sm90, "sm_90a")
+        return rt.build(gemm_sm80, "sm_80")
+    return rt.build(gemm_sm80, "sm_80", compile=False, BM=64, BN=64)
+
+
+toy = define_op("test_toy_gemm", "(Tensor a, Tensor b) -> Tensor")
+
+
+@toy.fake
+def _toy_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[0]))
+
+
+@toy.impl
+def _toy_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    c = a.new_empty((a.shape[0], b.shape[0]))
+    run_build(_build_for(a), a, b, c)
+    return c
+
+
+def _toy_out_impl(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    run_build(_build_for(a), a, b, c)
+
+
+toy_out = define_op("test_toy_gemm_out", "(Tensor a, Tensor b, Tensor(a!) c) -> ()",
+                    fake=lambda a, b, c: None, impl=_toy_out_impl)
+
+
+def _inputs(m: int = 40, n: int = 24, k: int = 32, device: str = "cpu"):
+    g = torch.Generator(device=device).manual_seed(m + n + k)
+    return (torch.randn(m, k, generator=g, device=device).half(),
+            torch.randn(n, k, generator=g, device=device).half())
+
+
+@pytest.fixture
+def emulate_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(EMULATE_ENV, "1")
+
+
+def test_cpu_tensors_run_in_the_emulator(emulate_on) -> None:
+    a, b = _inputs(100, 72, 40)
+    c = torch.ops.hexlayout.test_toy_gemm(a, b)
+    torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-2, atol=1e-2)
+    assert toy(a, b).shape == (100, 72)
+
+
+def test_cpu_tensors_without_emulation_are_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(EMULATE_ENV, raising=False)
+    a, b = _inputs()
+    with pytest.raises(EmulationDisabledError, match=r"hexlayout\.test_toy_gemm: CPU tensors need "
+                       r"HEXLAYOUT_EMULATE=1 \(emulator, small sizes\) or a CUDA device"):
+        torch.ops.hexlayout.test_toy_gemm(a, b)
+    monkeypatch.setenv(EMULATE_ENV, "0")
+    with pytest.raises(EmulationDisabledError):
+        torch.ops.hexlayout.test_toy_gemm(a, b)
+
+
+def test_argument_errors_reach_the_caller(emulate_on) -> None:
+    a, b = _inputs()
+    with pytest.raises(rt.ArgumentError, match="'a': has dtype torch.float32"):
+        torch.ops.hexlayout.test_toy_gemm(a.float(), b)
+
+
+def test_fake_tensors_and_meta_tensors() -> None:
+    with FakeTensorMode():
+        a, b = torch.empty(40, 32, dtype=torch.float16), torch.empty(24, 32, dtype=torch.float16)
+        c = torch.ops.hexlayout.test_toy_gemm(a, b)
+    assert isinstance(c, FakeTensor) and c.shape == (40, 24) and c.dtype == torch.float16
+    m = torch.ops.hexlayout.test_toy_gemm(torch.empty(7, 16, device="meta").half(),
+                                          torch.empty(9, 16, device="meta").half())
+    assert m.device.type == "meta" and m.shape == (7, 9) and m.dtype == torch.float16
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_fullgraph_traces_the_op(emulate_on, backend: str) -> None:
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True, backend=backend)
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.ops.hexlayout.test_toy_gemm(a * 2, b).float() + 1
+
+    a, b = _inputs(64, 48, 16)
+    torch.testing.assert_close(f(a, b).double(), 2 * a.double() @ b.double().T + 1, rtol=2e-2, atol=2e-2)
+
+
+def test_mutating_op_under_compile(emulate_on) -> None:
+    torch._dynamo.reset()
+    a, b = _inputs(32, 16, 16)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def f(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        torch.ops.hexlayout.test_toy_gemm_out(a, b, c)
+        return c + 0
+
+    c = torch.zeros(32, 16, dtype=torch.float16)
+    out = f(a, b, c)
+    torch.testing.assert_close(out.double(), a.double() @ b.double().T, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(c, out)
+
+
+def test_redefinition_swaps_implementations(emulate_on) -> None:
+    again = define_op("test_toy_gemm", "(Tensor a,  Tensor b) -> Tensor")
+    assert again is toy
+    with pytest.raises(ValueError, match="already defined as"):
+        define_op("test_toy_gemm", "(Tensor a) -> Tensor")
+    plain = define_op("test_toy_plain", "(Tensor x) -> Tensor", fake=lambda x: torch.empty_like(x))
+    with pytest.raises(NotImplementedError, match="no CPU"):
+        torch.ops.hexlayout.test_toy_plain(torch.zeros(2))
+    plain.cpu(lambda x: x + 1)
+    assert torch.ops.hexlayout.test_toy_plain(torch.zeros(2)).tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="must start with the argument list"):
+        define_op("test_bad", "Tensor x -> Tensor")
+
+
+@pytest.mark.gpu
+def test_op_on_cuda_and_in_a_cuda_graph() -> None:
+    a, b = _inputs(256, 128, 64, device="cuda")
+    c = torch.ops.hexlayout.test_toy_gemm(a, b)
+    torch.testing.assert_close(c.float(), a.float() @ b.float().T, rtol=2e-2, atol=2e-2)
+    out = torch.empty_like(c)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.ops.hexlayout.test_toy_gemm_out(a, b, out)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), a.float() @ b.float().T, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_op_under_torch_compile_on_cuda() -> None:
+    pytest.importorskip("triton")
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: torch.ops.hexlayout.test_toy_gemm(a, b) * 2, fullgraph=True)
+    a, b = _inputs(128, 256, 64, device="cuda")
+    torch.testing.assert_close(f(a, b).float(), 2 * (a.float() @ b.float().T), rtol=3e-2, atol=3e-2)
