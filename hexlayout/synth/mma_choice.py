@@ -37,7 +37,8 @@ def _atoms(op: Mma, arch: str) -> list:
     if op.atom is not None:
         return [get_atom(op.atom)]
     out = []
-    for name in _mma_names(arch):
+    types = f"{c.dtype.cute}{a.dtype.cute}{b.dtype.cute}"
+    for name in _mma_names(arch, types):
         at = get_atom(name)
         if (at.a_dtype.name, at.b_dtype.name, at.c_dtype.name) != (a.dtype.name, b.dtype.name, c.dtype.name):
             continue
@@ -67,9 +68,22 @@ def _atoms(op: Mma, arch: str) -> list:
     return out
 
 
-@lru_cache(maxsize=8)
-def _mma_names(arch: str) -> tuple[str, ...]:
-    return tuple(list_atoms(arch, kind="mma"))
+_PREFIXES = {"sm_80": ("SM80_",), "sm_89": ("SM80_", "SM89_"), "sm_90a": ("SM80_", "SM89_", "SM90_")}
+
+
+@lru_cache(maxsize=64)
+def _mma_names(arch: str, types: str) -> tuple[str, ...]:
+    """Names of ``arch``'s mma atoms whose type token (``D A B``, e.g. ``F32F16F16``) is
+    ``types``, filtered by name before any atom is built."""
+    prefixes = _PREFIXES.get(arch, ())
+    out = []
+    for name in list_atoms():
+        if not name.startswith(prefixes) or f"_{types}" not in name:
+            continue
+        at = get_atom(name)
+        if at.kind in ("mma.sync", "wgmma") and arch in at.archs:
+            out.append(name)
+    return tuple(out)
 
 
 def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma]:

@@ -373,12 +373,17 @@ class _Synth:
             choice = {k: cands[k][i] for k, i in zip(keys, idx)}
             ra = assign_registers(self.g, choice, cthreads, self.global_views)
             if ra.conflict is not None:
-                rejected[idx] = "conflict"
+                c = ra.conflict
+                names = ", ".join(f"%{v.name}" for v in c.values[:3])
+                rejected[idx] = (f"register tile {names} would need two layouts: {c.first[2]} "
+                                 f"({_loc(c.first[1])}) and {c.second[2]} ({_loc(c.second[1])})")
                 if not first_conflict:
                     first_conflict.append(ra)
                 return False
             if ra.unresolved:
-                rejected[idx] = "unresolved"
+                classes = self.g.classes()
+                names = ", ".join(f"%{v.name}" for c in ra.unresolved[:3] for v in classes.get(c, [])[:1])
+                rejected[idx] = f"nothing determines the layout of register tile(s) {names}"
                 if not first_conflict:
                     first_conflict.append(ra)
                 return False
