@@ -204,6 +204,8 @@ class Launcher:
         if device in self._devices:
             return
         with self._lock:
+            if device in self._devices:
+                return
             if self._kernel is None:
                 self._load()
             drv = _drv()
@@ -225,6 +227,14 @@ class Launcher:
                 _check(drv, drv.cuKernelSetAttribute(
                     drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem_bytes,
                     self._kernel, dev), f"{self.name}: cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            # load the kernel into the device's primary context now, not lazily at the first
+            # launch (which may happen inside a CUDA-graph capture)
+            ctx = _check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            _check(drv, drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+            try:
+                _check(drv, drv.cuKernelGetFunction(self._kernel), f"{self.name}: cuKernelGetFunction")
+            finally:
+                _check(drv, drv.cuCtxPopCurrent(), "cuCtxPopCurrent")
             self._devices.add(device)
 
     def _ensure_context(self, device: int) -> None:

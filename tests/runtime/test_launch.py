@@ -150,3 +150,119 @@ def test_cuda_graph_replays_the_launch() -> None:
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(c.float(), a.float() @ b.float().T, rtol=2e-2, atol=2e-2)
+
+
+# --- the driver call sequence, against a recording stand-in for cuda.bindings.driver --------------------
+
+class _FakeDriver:
+    """``cuda.bindings.driver`` with its types and enums but recording functions."""
+
+    def __init__(self, capability: tuple[int, int] = (9, 0), optin: int = 227 * 1024) -> None:
+        from cuda.bindings import driver
+
+        self._real = driver
+        self.capability = capability
+        self.optin = optin
+        self.calls: list[tuple] = []
+        self.launches: list[dict] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def _ok(self, *rest):
+        return (self._real.CUresult.CUDA_SUCCESS, *rest)
+
+    def cuInit(self, flags):
+        self.calls.append(("cuInit",))
+        return self._ok()
+
+    def cuLibraryLoadData(self, code, *opts):
+        self.calls.append(("cuLibraryLoadData", len(code)))
+        return self._ok("lib")
+
+    def cuLibraryGetKernel(self, lib, name):
+        self.calls.append(("cuLibraryGetKernel", name))
+        return self._ok(self._real.CUkernel(0x1234))
+
+    def cuDeviceGet(self, ordinal):
+        return self._ok(ordinal)
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        a = self._real.CUdevice_attribute
+        return self._ok({a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.capability[0],
+                         a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.capability[1],
+                         a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: self.optin}[attr])
+
+    def cuDeviceGetName(self, n, dev):
+        return self._ok(b"Fake GPU\x00\x00")
+
+    def cuKernelSetAttribute(self, attr, value, kernel, dev):
+        self.calls.append(("cuKernelSetAttribute", attr.name, value))
+        return self._ok()
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self._ok("ctx")
+
+    def cuCtxPushCurrent(self, ctx):
+        self.calls.append(("push",))
+        return self._ok()
+
+    def cuKernelGetFunction(self, kernel):
+        self.calls.append(("cuKernelGetFunction",))
+        return self._ok("fn")
+
+    def cuCtxPopCurrent(self):
+        self.calls.append(("pop",))
+        return self._ok("ctx")
+
+    def cuLaunchKernelEx(self, cfg, f, params, extra):
+        ptrs = (ctypes.c_void_p * 8).from_address(params)
+        self.launches.append({
+            "grid": (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), "block": cfg.blockDimX,
+            "smem": cfg.sharedMemBytes, "stream": int(cfg.hStream), "kernel": int(f),
+            "ptrs": [struct.unpack("<Q", ctypes.string_at(ptrs[i], 8))[0] for i in range(3)],
+            "sizes": [struct.unpack("<i", ctypes.string_at(ptrs[i], 4))[0] for i in range(3, 6)],
+            "maps": [ctypes.string_at(ptrs[i], 128) for i in (6, 7)]})
+        return self._ok()
+
+
+def test_driver_sequence_with_a_stand_in_driver(compiled90, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hexlayout.runtime.launch as launch_mod
+
+    fake = _FakeDriver()
+    monkeypatch.setattr(launch_mod, "_drv", lambda: fake)
+    encoded: list = []
+    monkeypatch.setattr(launch_mod, "encode_tensor_map", lambda p: encoded.append(p) or p)
+    monkeypatch.setattr(launch_mod, "tensor_map_bytes", lambda p: p.name.encode().ljust(128, b"\0"))
+    launcher = Launcher(compiled90)
+    a, b, c = torch.randn(300, 64).half(), torch.randn(520, 64).half(), torch.empty(300, 520).half()
+    bound = rt.bind_args(compiled90, None, (a, b, c), device="cpu")
+    bound.device = 0
+    monkeypatch.setattr(launcher, "bind", lambda *args, **kw: bound)
+    monkeypatch.setattr(launcher.plan, "bind", lambda vals, device: bound)
+    for _ in range(2):
+        launcher(a, b, c, stream=0x77)
+    names = [c[0] for c in fake.calls]
+    assert names == ["cuInit", "cuLibraryLoadData", "cuLibraryGetKernel", "cuKernelSetAttribute", "push",
+                     "cuKernelGetFunction", "pop"]                 # once, not per call
+    assert fake.calls[2][1] == compiled90.generated.name.encode()
+    assert fake.calls[3][1:] == ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", launcher.smem_bytes)
+    assert len(encoded) == 2                                      # tensor maps encoded once, then cached
+    first = fake.launches[0]
+    assert first["grid"] == bound.grid == (3, 3, 1) and first["block"] == 384
+    assert first["smem"] == compiled90.generated.smem_bytes and first["stream"] == 0x77
+    assert first["kernel"] == 0x1234
+    assert first["ptrs"] == [a.data_ptr(), b.data_ptr(), c.data_ptr()] and first["sizes"] == [300, 64, 520]
+    assert [m.rstrip(b"\0") for m in first["maps"]] == [b"tma_a", b"tma_b"]
+    assert fake.launches[1] == first
+
+
+def test_stand_in_driver_reports_an_unsupported_device(compiled90, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hexlayout.runtime.launch as launch_mod
+
+    monkeypatch.setattr(launch_mod, "_drv", lambda: _FakeDriver(capability=(8, 0)))
+    with pytest.raises(UnsupportedDeviceError, match=r"built for sm_90a, but cuda:0 \(Fake GPU\) is sm_80"):
+        Launcher(compiled90).prepare(0)
+    monkeypatch.setattr(launch_mod, "_drv", lambda: _FakeDriver(optin=100 * 1024))
+    with pytest.raises(UnsupportedDeviceError, match="bytes of shared memory per block"):
+        Launcher(compiled90).prepare(0)
