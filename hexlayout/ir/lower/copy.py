@@ -63,9 +63,9 @@ class Requirement:
     """A condition on launch arguments that the lowered code relies on (checked at launch)."""
 
     param: str
-    kind: str        # "align_bytes" | "stride_multiple" | "extent_multiple"
+    kind: str        # "align_bytes" | "stride_multiple" | "extent_multiple" | "stride_bytes_multiple"
     value: int
-    mode: int = -1
+    mode: int = -1   # the tensor mode it concerns; -1: the whole tensor / every non-unit stride
     reason: str = ""
 
 
@@ -100,16 +100,18 @@ def vector_width(offs: np.ndarray, max_elems: int, min_elems: int = 1) -> int:
 
 
 def _global_requirements(view: MemView, w: int, elem_bits: int, vec_mode: int | None) -> list[Requirement]:
+    """Launch-time conditions for ``w``-element vector accesses of a global view; ``mode``
+    is the tensor's mode (not the tile's)."""
     if not isinstance(view, GlobalTileView) or w <= 1:
         return []
     reqs = [Requirement(view.param.name, "align_bytes", w * elem_bits // 8,
                         reason=f"{w}-element vector accesses")]
     for k in range(len(view.strides)):
         if view.static_stride(k) is None:
-            reqs.append(Requirement(view.param.name, "stride_multiple", w, k,
+            reqs.append(Requirement(view.param.name, "stride_multiple", w, view.modes[k],
                                     reason=f"{w}-element vectors start aligned in every row"))
     if vec_mode is not None:
-        reqs.append(Requirement(view.param.name, "extent_multiple", w, vec_mode,
+        reqs.append(Requirement(view.param.name, "extent_multiple", w, view.modes[vec_mode],
                                 reason=f"a {w}-element vector is either wholly in bounds or wholly out"))
     return reqs
 
