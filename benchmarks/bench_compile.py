@@ -60,7 +60,8 @@ def main(runs: int = 5) -> int:
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# Fresh process to compiled kernel ({meta['date']})", "",
              f"{meta['machine']}, {meta['cpus']} CPUs, Python {meta['python']}, median of {runs} runs "
-             f"(load average {meta['load_average']:.1f}). *cold*: empty cache; *hit*: the persisted build.", "",
+             f"(load average {meta['load_average']:.1f}). *cold*: empty cache; *hit*: the persisted "
+             "build.", "",
              "| kernel | cold median (s) | cold min (s) | hit median (s) | hit min (s) | anchors (cold) |",
              "|---|---:|---:|---:|---:|---|"]
     for r in rows:
