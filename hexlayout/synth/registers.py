@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from hexlayout.ir.lower.copy import copy_thread_layout
 from hexlayout.ir.lower.kernel import reduced_tv
+from hexlayout.ir.lower.mma import same_function
 from hexlayout.ir.tile import GlobalView, Mma, Op, Value
 from hexlayout.ir.tiled_mma import TiledMma
 from hexlayout.layout import Layout
@@ -25,10 +24,6 @@ from hexlayout.layout import Layout
 from .graph import LayoutGraph
 
 __all__ = ["RegisterAssignment", "Conflict", "assign_registers", "same_function"]
-
-
-def same_function(a: Layout, b: Layout) -> bool:
-    return a.size() == b.size() and np.array_equal(a.indices(), b.indices())
 
 
 @dataclass
