@@ -180,8 +180,13 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, 
                     hl.mma(sa[:, :, s], sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
                            warps=hl.spatial(CONSUMERS, 1))
                     hl.wgmma_commit()
-                    hl.wgmma_wait(0)
-                    hl.arrive(empty, s, who="warpgroup")
+                    # keep one wgmma group in flight: the previous k-tile's has retired, release its stage
+                    hl.wgmma_wait(1)
+                    with hl.if_(k > 0):
+                        hl.arrive(empty, (it + STAGES - 1) % STAGES, who="warpgroup")
+                hl.wgmma_wait(0)
+                with hl.if_(num_k > 0):
+                    hl.arrive(empty, (t * num_k + num_k - 1) % STAGES, who="warpgroup")
                 y = _epilogue(acc, ep, bias, residual, scale, m0, n0, BM, BN, dt)
                 hl.copy(hl.cast(y, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
 
