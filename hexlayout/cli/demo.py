@@ -32,7 +32,8 @@ ELEM_BITS = 16
 
 
 def register(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("demo", help="print and draw an sm_80 mma atom and a swizzled shared-memory tile",
+    p = sub.add_parser("demo", help="a tour: atom and swizzle layouts, GEMMs emulated thread by thread, "
+                       "the synthesized production GEMM",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="hexlayout-out", metavar="DIR",
                    help="directory for the pictures (default ./hexlayout-out)")
