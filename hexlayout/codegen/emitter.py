@@ -9,7 +9,18 @@ variables that collide with other names) are substituted first.
 
 from __future__ import annotations
 
-from hexlayout.ir.expr import Expr, ExprLike, Var, as_expr, free_vars, substitute, to_c
+from hexlayout.ir.expr import (
+    Expr,
+    ExprLike,
+    RegRead,
+    Var,
+    as_expr,
+    free_vars,
+    reg_reads,
+    replace_leaves,
+    substitute,
+    to_c,
+)
 from hexlayout.ir.lowered import (
     GlobalRef,
     Instr,
@@ -84,7 +95,11 @@ class Emitter:
             raise self.error(f"the expression {to_c(e)} uses {', '.join(unbound)}, which is not a kernel "
                              "parameter, size, thread or block index, or an enclosing loop variable")
         ren = {v: self._rename[v] for v in fv if v in self._rename}
-        return to_c(substitute(e, ren) if ren else e)
+        out = substitute(e, ren) if ren else e
+        if reg_reads(out):        # per-thread register values (e.g. gathered row indices)
+            out = replace_leaves(out, lambda x: Var(f"{self.reg_name(x.array)}[{x.index}]", 0, None)
+                                 if isinstance(x, RegRead) else x)
+        return to_c(out)
 
     # --- storage ----------------------------------------------------------------------------
     def add_param(self, p: GlobalParam, name: str) -> None:

@@ -127,7 +127,7 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
             any_float_src |= s.dtype.is_float
             vals.append(float(v) if dst_float or s.dtype.is_float else int(v))
         elif isinstance(s, Expr):
-            v = np.asarray(evaluate(s, x.env))         # a float scalar argument stays a float
+            v = np.asarray(evaluate(s, m.with_registers(s, x.env)))   # a float scalar stays a float
             is_float = v.dtype.kind == "f"
             any_float_src |= is_float
             v = v.astype(np.float64 if is_float else np.int64)

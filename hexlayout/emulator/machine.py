@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from hexlayout.arch.banks import bank_conflicts
-from hexlayout.ir.expr import Expr, ExprLike, Var, evaluate, to_c
+from hexlayout.ir.expr import Expr, ExprLike, Var, evaluate, reg_reads, to_c
 from hexlayout.ir.lowered import GlobalRef, Instr, LoweredKernel, RegRef, SharedRef
 
 from .errors import (
@@ -134,14 +134,28 @@ class Machine:
         return op
 
     # ---- expressions ----------------------------------------------------------------
+    def with_registers(self, e: ExprLike, env: Mapping[Var, Any]) -> Mapping[Any, Any]:
+        """``env`` plus the register values an expression reads (``RegRead`` leaves), for the
+        threads ``env`` binds to the thread index."""
+        reads = reg_reads(e)
+        if not reads:
+            return env
+        tids = env.get(self.tvar)
+        out: dict[Any, Any] = dict(env)
+        for r in reads:
+            self.regs.ensure(r.array)
+            vals = self.regs.typed(r.array)
+            out[r.array] = vals[tids] if tids is not None else vals
+        return out
+
     def ev_vec(self, e: ExprLike, env: Mapping[Var, Any], n: int) -> np.ndarray:
-        v = evaluate(e, env)
+        v = evaluate(e, self.with_registers(e, env))
         if isinstance(v, np.ndarray):
             return v.astype(np.int64, copy=False).reshape(-1) if v.size == n else np.broadcast_to(v, (n,))
         return np.full(n, int(v), dtype=np.int64)
 
     def ev_uniform(self, e: ExprLike, env: Mapping[Var, Any], ins: Instr, what: str) -> int:
-        v = evaluate(e, env)
+        v = evaluate(e, self.with_registers(e, env))
         if isinstance(v, np.ndarray):
             if v.size == 0:
                 return 0

@@ -25,7 +25,8 @@ import numpy as np
 
 __all__ = [
     "Expr", "Var", "Const", "BinOp", "UnOp", "Select", "ExprLike", "as_expr", "evaluate", "to_c",
-    "select", "emin", "emax", "bounds", "free_vars", "substitute", "is_const", "const_value",
+    "select", "emin", "emax", "bounds", "free_vars", "substitute", "is_const", "const_value", "RegRead",
+    "reg_reads", "replace_leaves",
 ]
 
 ExprLike = Union["Expr", int, bool, np.integer]
@@ -240,6 +241,53 @@ class Select(Expr):
         return hash(("sel", self.cond, self.a, self.b))
 
 
+class RegRead(Expr):
+    """Element ``index`` of a per-thread register array (an integer loaded at run time, e.g. a
+    gathered row index): a leaf whose value differs per thread. ``evaluate`` takes its
+    values from ``env[array]`` (a ``[threads, count]`` array); ``to_c`` prints
+    ``name[index]``. Known to be non-negative."""
+
+    __slots__ = ("array", "index")
+
+    def __init__(self, array: Any, index: int) -> None:
+        object.__setattr__(self, "array", array)
+        object.__setattr__(self, "index", int(index))
+
+    def __eq__(self, o: object) -> bool:
+        _no_number_equality(self, o)
+        return isinstance(o, RegRead) and o.array is self.array and o.index == self.index
+
+    def __hash__(self) -> int:
+        return hash(("reg", id(self.array), self.index))
+
+
+def reg_reads(e: ExprLike) -> set[RegRead]:
+    """The register leaves of ``e``."""
+    if isinstance(e, RegRead):
+        return {e}
+    if isinstance(e, BinOp):
+        return reg_reads(e.a) | reg_reads(e.b)
+    if isinstance(e, UnOp):
+        return reg_reads(e.a)
+    if isinstance(e, Select):
+        return reg_reads(e.cond) | reg_reads(e.a) | reg_reads(e.b)
+    return set()
+
+
+def replace_leaves(e: ExprLike, fn: Callable[[Expr], ExprLike]) -> Expr:
+    """``e`` rebuilt with every ``Var`` / ``RegRead`` leaf ``x`` replaced by ``fn(x)``."""
+    e = as_expr(e)
+    if isinstance(e, (Var, RegRead)):
+        return as_expr(fn(e))
+    if isinstance(e, BinOp):
+        return _binop(e.op, replace_leaves(e.a, fn), replace_leaves(e.b, fn))
+    if isinstance(e, UnOp):
+        return UnOp.make(e.op, replace_leaves(e.a, fn))
+    if isinstance(e, Select):
+        return select(replace_leaves(e.cond, fn), replace_leaves(e.a, fn), replace_leaves(e.b, fn))
+    return e
+
+
 def as_expr(x: ExprLike) -> Expr:
     if isinstance(x, Expr):
         return x
@@ -286,6 +334,8 @@ def bounds(e: ExprLike) -> tuple[int | None, int | None]:
         return e.value, e.value + 1
     if isinstance(e, Var):
         return e.lo, e.hi
+    if isinstance(e, RegRead):
+        return 0, None
     if isinstance(e, BinOp):
         if e._bounds is None:
             object.__setattr__(e, "_bounds", _binop_bounds(e))
@@ -509,6 +559,12 @@ def evaluate(e: ExprLike, env: Mapping[Var, Any]) -> Any:
             return env[e]
         except KeyError:
             raise KeyError(f"no value for variable {e.name!r}") from None
+    if isinstance(e, RegRead):
+        try:
+            values = env[e.array]  # type: ignore[index]
+        except KeyError:
+            raise KeyError(f"no values for register array {getattr(e.array, 'name', e.array)!r}") from None
+        return np.asarray(values)[..., e.index].astype(np.int64)
     if isinstance(e, BinOp):
         a, b = evaluate(e.a, env), evaluate(e.b, env)
         if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -539,6 +595,8 @@ def to_c(e: ExprLike, parent_prec: int = 0) -> str:
         return str(e.value) if e.value >= 0 else f"({e.value})"
     if isinstance(e, Var):
         return e.name
+    if isinstance(e, RegRead):
+        return f"{getattr(e.array, 'name', 'r')}[{e.index}]"
     if isinstance(e, UnOp):
         return f"!({to_c(e.a)})"
     if isinstance(e, Select):
@@ -569,7 +627,7 @@ def free_vars(e: ExprLike) -> set[Var]:
 def substitute(e: ExprLike, mapping: Mapping[Var, ExprLike]) -> Expr:
     """``e`` with variables replaced (re-simplified)."""
     e = as_expr(e)
-    if isinstance(e, Const):
+    if isinstance(e, (Const, RegRead)):
         return e
     if isinstance(e, Var):
         return as_expr(mapping[e]) if e in mapping else e

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from hexlayout.arch.banks import bank_conflicts
-from hexlayout.ir.expr import Expr, evaluate, free_vars
+from hexlayout.ir.expr import Expr, Var, evaluate, free_vars, reg_reads
 from hexlayout.ir.lowered import (
     Alu,
     CpAsync,
@@ -67,13 +67,16 @@ class CostBreakdown:
 def _addresses(e: Any, tid: Any, tids: np.ndarray) -> np.ndarray:
     if not isinstance(e, Expr):
         return np.full(tids.shape, int(e), dtype=np.int64)
-    # sizes at a generic large multiple of 128 (strides keep their alignment), indices at 0
-    env = {v: (4096 if v.kind == "size" else 0) for v in free_vars(e)}
+    # sizes at a generic large multiple of 128 (strides keep their alignment), indices at 0;
+    # gathered row indices (register values) distinct per thread and slot
+    env: dict[Any, Any] = {v: (4096 if v.kind == "size" else 0) for v in free_vars(e)}
     env[tid] = tids
+    for r in reg_reads(e):
+        env[r.array] = tids[:, None] * 131 + np.arange(max(1, r.array.count))[None, :]
     try:
         val = evaluate(e, env)
     except ZeroDivisionError:
-        env = {v: 1 for v in env}
+        env = {v: (1 if isinstance(v, Var) else env[v]) for v in env}
         env[tid] = tids
         val = evaluate(e, env)
     return np.broadcast_to(np.asarray(val, dtype=np.int64), tids.shape)

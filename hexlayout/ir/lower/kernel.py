@@ -97,7 +97,7 @@ from .copy import (
 )
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
-from .views import GlobalTileView, RegisterTile, SharedTileView
+from .views import Gather, GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
 
@@ -288,15 +288,24 @@ class _Lowering:
         return m(op)
 
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
+        gather = None
         if op.gather is not None:
-            raise self.fail(op, "gathered rows are not supported by the lowering yet")
+            index = self.views.get(op.gather.id)
+            if not isinstance(index, GlobalTileView):
+                raise self.fail(op, "gathered rows come from a view of a global index tensor; "
+                                f"%{op.gather.name} is a {op.gather.scope} tile")
+            if index.dtype.kind not in ("int", "uint") or index.dtype.bits not in (32, 64):
+                raise self.fail(op, f"row indices must be 32- or 64-bit integers, not {index.dtype}")
+            rows = RegArray(self._reg_name(f"{op.result.name}_rows"), index.dtype, 0)
+            self.regs.append(rows)
+            gather = Gather(index, rows)
         p = op.param
         shape = tuple(op.result.type.shape)
         rank = len(p.shape)
         if len(shape) != rank:
             raise self.fail(op, f"a {len(shape)}-mode window of the {rank}-mode tensor {p.name}")
         self.views[op.result.id] = GlobalTileView(p, p.dtype, shape, tuple(range(rank)), tuple(op.origin),
-                                                  tuple(op.extent))
+                                                  tuple(op.extent), gather)
         return []
 
     def op_Alloc(self, op: Alloc) -> list[Instr]:
@@ -367,7 +376,7 @@ class _Lowering:
                     ins.desc = desc
             else:
                 plan_ok = attempt("cp.async", lower_gmem_to_smem(src, dst, self.gtid, self.gthreads, eb))
-                if plan_ok is None and want is None:
+                if plan_ok is None and want is None and src.gather is None:
                     plan_ok = attempt("ld.global+st.shared", self._via_registers(src, dst, op))
         elif isinstance(dst, RegisterTile) and isinstance(src, SharedTileView):
             names = [want] if want else list(_LDSM) + ["ld.shared"]
@@ -402,6 +411,11 @@ class _Lowering:
                             f"({op.dst.type}): " + "; ".join(tried))
         self.reqs += plan_ok.requirements
         self.choices.append((op, plan_ok.instruction))
+        gather = src.gather if isinstance(src, GlobalTileView) else None
+        if gather is not None:
+            if plan_ok.instruction == "SM90_TMA_LOAD":
+                raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
+            return gather.take_loads() + plan_ok.instrs
         return plan_ok.instrs
 
     def tma_desc(self, desc: TmaDesc) -> TmaDesc:

@@ -26,7 +26,7 @@ import numpy as np
 from hexlayout.layout import ComposedLayout, Layout, Swizzle
 from hexlayout.layout.inttuple import crd2idx
 
-from ..expr import Const, Expr, ExprLike, as_expr, evaluate, free_vars
+from ..expr import Const, Expr, ExprLike, RegRead, as_expr, evaluate, free_vars
 from ..lowered import RegArray, SmemBuffer
 from ..tile import GlobalParam
 from ..types import DType
@@ -66,10 +66,43 @@ def _numeric_base(e: ExprLike) -> int:
 
 
 @dataclass(eq=False)
+class Gather:
+    """Rows of a global tile taken through an index tile: tile row ``r`` is tensor row
+    ``index[r]``. Each distinct row a thread touches gets a register slot of ``rows``,
+    filled by an ``LdGlobal`` of the index (``loads``, emitted before the copy)."""
+
+    index: GlobalTileView
+    rows: RegArray
+    loads: list[Any] = field(default_factory=list)
+    slots: dict[str, int] = field(default_factory=dict)
+
+    def row(self, r: ExprLike) -> RegRead:
+        from ..expr import to_c
+        from ..lowered import GlobalRef, LdGlobal, RegRef
+
+        key = to_c(r)
+        if key not in self.slots:
+            slot = len(self.slots)
+            self.slots[key] = slot
+            self.rows.count = len(self.slots)
+            pred = self.index.inbounds(r)
+            src = GlobalRef(self.index.param, self.index.offset(r))
+            self.loads.append(LdGlobal(RegRef(self.rows, slot, 1), src, self.index.dtype.bits,
+                                       pred=None if isinstance(pred, Const) and pred.value else pred))
+        return RegRead(self.rows, self.slots[key])
+
+    def take_loads(self) -> list[Any]:
+        out, self.loads = self.loads, []
+        self.slots.clear()
+        return out
+
+
+@dataclass(eq=False)
 class GlobalTileView:
     """A window of global tensor ``param``: tile mode ``k`` runs along tensor mode ``modes[k]``
     from element coordinate ``origin`` (one entry per tensor mode); ``extent[k]`` elements of
-    tile mode ``k`` are inside the tensor."""
+    tile mode ``k`` are inside the tensor. With ``gather``, tensor mode 0 is indexed through
+    the gather's index tile instead (``origin[0]`` is then 0)."""
 
     param: GlobalParam
     dtype: DType
@@ -77,6 +110,7 @@ class GlobalTileView:
     modes: tuple[int, ...]
     origin: tuple[ExprLike, ...]
     extent: tuple[ExprLike, ...]
+    gather: Gather | None = None
 
     @property
     def strides(self) -> tuple[ExprLike, ...]:
@@ -91,8 +125,11 @@ class GlobalTileView:
 
     def offset(self, idx: ExprLike) -> Expr:
         off = self.base
-        for c, d in zip(tile_coords(idx, self.shape), self.strides):
-            off = off + c * d
+        for c, d, m in zip(tile_coords(idx, self.shape), self.strides, self.modes):
+            if self.gather is not None and m == 0:
+                off = off + self.gather.row(c) * d
+            else:
+                off = off + c * d
         return off
 
     def inbounds(self, idx: ExprLike) -> Expr:
@@ -131,8 +168,10 @@ class GlobalTileView:
                 extent.append(e)
             else:
                 origin[m] = as_expr(origin[m]) + i
+        if self.gather is not None and 0 not in modes:
+            raise ValueError("a slice of a gathered view must keep its gathered rows")
         return GlobalTileView(self.param, self.dtype, tuple(shape), tuple(modes), tuple(origin),
-                              tuple(extent))
+                              tuple(extent), self.gather)
 
     def subtile(self, shape: tuple[int, ...], offset: tuple[ExprLike, ...]) -> GlobalTileView:
         origin = list(self.origin)
@@ -140,12 +179,16 @@ class GlobalTileView:
         for k, (o, m) in enumerate(zip(offset, self.modes)):
             origin[m] = as_expr(origin[m]) + o
             extent.append(as_expr(self.extent[k]) - o)
-        return GlobalTileView(self.param, self.dtype, tuple(shape), self.modes, tuple(origin), tuple(extent))
+        if self.gather is not None and any(m == 0 and not (isinstance(o, int) and o == 0)
+                                           for o, m in zip(offset, self.modes)):
+            raise ValueError("a window of a gathered view must start at its first gathered row")
+        return GlobalTileView(self.param, self.dtype, tuple(shape), self.modes, tuple(origin), tuple(extent),
+                              self.gather)
 
     def permute(self, perm: tuple[int, ...]) -> GlobalTileView:
         return GlobalTileView(self.param, self.dtype, tuple(self.shape[p] for p in perm),
                               tuple(self.modes[p] for p in perm), self.origin,
-                              tuple(self.extent[p] for p in perm))
+                              tuple(self.extent[p] for p in perm), self.gather)
 
 
 @dataclass(eq=False)
