@@ -63,3 +63,23 @@ def test_gathered_rows_compile_to_index_loads_and_cp_async() -> None:
     assert "cp.async" in src and "_rows[" in src
     counts = b.compiled.sass_counts()
     assert any(op.startswith("LDGSTS") for op in counts) and b.compiled.resources.spill_stores == 0
+
+
+M2, N2 = hl.dims("M2 N2")
+
+
+@hl.kernel(threads=128)
+def masked_copy(x: f16[M2, N2], y: f16[M2, N2], limit: i32):
+    r = hl.register(f16, (32, 64))
+    hl.copy(hl.view(x, tile=(32, 64), origin=(0, 0)), r)
+    hl.copy(r, hl.view(y, tile=(32, 64), origin=(0, 0)), mask=hl.thread_index() < limit)
+
+
+def test_copy_with_a_condition_only_writes_where_it_holds() -> None:
+    syn = synthesize(masked_copy.trace(), "sm_80")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((32, 64)).astype(np.float16)
+    y = np.zeros((32, 64), np.float16)
+    run(syn.lowered.kernel, {"x": x, "y": y, "limit": 64})
+    written = y != 0                    # threads 0..63 own half of the tile, whatever the layout
+    assert written.sum() == 32 * 64 // 2 and np.array_equal(y[written], x[written])

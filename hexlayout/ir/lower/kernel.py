@@ -348,9 +348,9 @@ class _Lowering:
         src, dst = self.view(op.src, op), self.view(op.dst, op) if op.dst.id in self.views else None
         if dst is None:
             dst = self.register_of(op.dst, op)
-        if op.mask is not None:
-            raise self.fail(op, "masked copies are not supported by the lowering yet "
-                            "(the views' extents predicate ragged edges)")
+        if isinstance(op.mask, Value):
+            raise self.fail(op, "copies masked by a predicate tile are not supported by the lowering yet; "
+                            "give a condition (an expression) or rely on the views' extents")
         eb = op.src.type.dtype.bits
         tried: list[str] = []
         want = op.instruction
@@ -411,6 +411,8 @@ class _Lowering:
                             f"({op.dst.type}): " + "; ".join(tried))
         self.reqs += plan_ok.requirements
         self.choices.append((op, plan_ok.instruction))
+        if op.mask is not None:
+            _and_predicate(plan_ok.instrs, as_expr(op.mask))
         gather = src.gather if isinstance(src, GlobalTileView) else None
         if gather is not None:
             if plan_ok.instruction == "SM90_TMA_LOAD":
@@ -691,6 +693,13 @@ def reduced_tv(tv: Layout, shape: tuple[int, ...], axis: int, fail: Any, op: Op)
     else:
         vl = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
     return Layout((thr.shape, vl.shape), (thr.stride, vl.stride))
+
+
+def _and_predicate(instrs: list[Instr], cond: Any) -> None:
+    """Run ``instrs`` only where ``cond`` holds (a condition of the copy as a whole). A
+    predicated-off zero-filling load writes zeros, as for out-of-bounds elements."""
+    for ins in instrs:
+        ins.pred = cond if ins.pred is None else as_expr(ins.pred).logical_and(cond)
 
 
 def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
