@@ -38,6 +38,7 @@ from hexlayout.ir.tile import (
     Iota,
     Mma,
     Op,
+    Rearrange,
     Reduce,
     TileKernel,
     Value,
@@ -140,7 +141,7 @@ def _opname(op: Op) -> str:
 def _register_ops(tk: TileKernel) -> list[Op]:
     out = []
     for op in tk.body.walk():
-        if isinstance(op, (Elementwise, Cast, Reduce, Iota, Fill)):
+        if isinstance(op, (Elementwise, Cast, Reduce, Iota, Fill, Rearrange)):
             if isinstance(op, Fill) and op.dst.type.scope != Scope.REGISTER:
                 continue
             out.append(op)
@@ -416,7 +417,10 @@ class _Synth:
                 shared, scost, sdec = res
                 key = tuple(sorted((k, str(v)) for k, v in choice.items()))
                 if key not in self.reg_cost:
-                    self.check_register_ops(choice)
+                    err = self.check_register_ops(choice)
+                    if err:
+                        last_error = last_error or SynthesisError(self.tk.name, err.split(": ", 1)[-1])
+                        continue
                 cost = CostBreakdown()
                 cost.add(scost)
                 cost.add(self.reg_cost[key])

@@ -83,3 +83,23 @@ def test_copy_with_a_condition_only_writes_where_it_holds() -> None:
     run(syn.lowered.kernel, {"x": x, "y": y, "limit": 64})
     written = y != 0                    # threads 0..63 own half of the tile, whatever the layout
     assert written.sum() == 32 * 64 // 2 and np.array_equal(y[written], x[written])
+
+
+@hl.kernel(threads=128)
+def transpose_in_registers(x: f16[M2, N2], y: f16[M2, N2]):
+    # thread t holds row t % 64, columns 32 * (t // 64) ...
+    rows = hl.register(f16, (64, 64), layout=hl.Layout(((64, 2), 32), ((1, 2048), 64)))
+    hl.copy(hl.view(x, tile=(64, 64), origin=(0, 0)), rows)
+    # ... and after the rearrange column t % 64, rows 32 * (t // 64) ...
+    cols = hl.rearrange(rows, layout=hl.Layout(((64, 2), 32), ((64, 32), 1)))
+    hl.copy(cols, hl.view(y, tile=(64, 64), origin=(0, 0)))
+
+
+def test_rearrange_moves_values_between_layouts() -> None:
+    syn = synthesize(transpose_in_registers.trace(), "sm_80")
+    assert any("through shared memory" in ins for _, ins in syn.lowered.choices)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 64)).astype(np.float16)
+    y = np.zeros_like(x)
+    run(syn.lowered.kernel, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, x)

@@ -64,6 +64,7 @@ from ..tile import (
     Mma,
     Op,
     Permute,
+    Rearrange,
     Reduce,
     Slice,
     SubTile,
@@ -509,6 +510,39 @@ class _Lowering:
         if isinstance(res, str):
             raise self.fail(op, res)
         return res
+
+    def op_Rearrange(self, op: Rearrange) -> list[Instr]:
+        """Redistribute a register tile through a shared scratch tile (row-major): every
+        thread stores its values, a barrier, every thread loads the values its new layout
+        holds, a barrier (so the scratch can be reused)."""
+        src = self.register_of(op.src, op)
+        dst = self.register_of(op.result, op)
+        shape = tuple(op.src.type.shape)
+        n = op.src.type.size
+        eb = op.src.type.dtype.bits
+        scratch = SmemBuffer(self._reg_name(f"{op.result.name}_xchg"), op.src.type.dtype,
+                             -(-n * eb // 8 // 128) * 128)
+        start = -(-self.smem_top // 128) * 128
+        scratch.offset = start
+        self.smem.append(scratch)
+        self.smem_top = start + scratch.nbytes
+        strides, s = [], 1
+        for e in reversed(shape):
+            strides.append(s)
+            s *= e
+        view = SharedTileView(scratch, op.src.type.dtype, shape,
+                              Layout(shape, tuple(reversed(strides))) if len(shape) > 1 else Layout(shape[0]))
+        st = lower_reg_mem(src, view, False, self.gtid, eb)
+        ld = lower_reg_mem(dst, view, True, self.gtid, eb)
+        for name, plan in (("store", st), ("load", ld)):
+            if isinstance(plan, str):
+                raise self.fail(op, f"rearrange {name} through shared memory: {plan}")
+        lo, hi = self.group_threads[-1]
+        whole = (lo, hi) == (0, self.threads)
+        bar = BarSync() if whole else BarSync(1 + lo // 128, hi - lo)
+        bar2 = BarSync() if whole else BarSync(1 + lo // 128, hi - lo)
+        self.choices.append((op, f"{st.instruction} + {ld.instruction} through shared memory"))
+        return st.instrs + [bar] + ld.instrs + [bar2]
 
     # synchronization
     def op_Sync(self, op: Sync) -> list[Instr]:
