@@ -1,5 +1,6 @@
-"""Gathered rows (the MoE pattern): ``y[r] = x[ids[r]] @ w^T``, the rows of ``x`` read through
-an index tensor. Layout-free, synthesized, emulated, compiled."""
+"""Data movement beyond plain tiles, synthesized, emulated and compiled: gathered rows (the MoE
+pattern ``y[r] = x[ids[r]] @ w^T``, rows of ``x`` read through an index tensor), copies masked
+by a condition, and register tiles rearranged between layouts."""
 
 from __future__ import annotations
 
