@@ -506,7 +506,10 @@ class _Lowering:
             op.result.type = op.result.type.with_layout(reduced_tv(src.tv, src.shape, op.axis, self.fail, op))
         dst = self.register_of(op.result, op)
         tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
-        res = lower_reduce(op.fn, dst, src, op.axis, tmp)
+        res = lower_reduce(op.fn, dst, src, op.axis, tmp, self.gtid,
+                           lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes))
+        if not isinstance(res, str) and any(isinstance(i, BarSync) for i in res):
+            self.choices.append((op, "warp shuffles + shared memory across warps"))
         if isinstance(res, str):
             raise self.fail(op, res)
         return res
@@ -520,12 +523,7 @@ class _Lowering:
         shape = tuple(op.src.type.shape)
         n = op.src.type.size
         eb = op.src.type.dtype.bits
-        scratch = SmemBuffer(self._reg_name(f"{op.result.name}_xchg"), op.src.type.dtype,
-                             -(-n * eb // 8 // 128) * 128)
-        start = -(-self.smem_top // 128) * 128
-        scratch.offset = start
-        self.smem.append(scratch)
-        self.smem_top = start + scratch.nbytes
+        scratch, _ = self.exchange_buffer(f"{op.result.name}_xchg", op.src.type.dtype, n * eb // 8)
         strides, s = [], 1
         for e in reversed(shape):
             strides.append(s)
@@ -537,12 +535,24 @@ class _Lowering:
         for name, plan in (("store", st), ("load", ld)):
             if isinstance(plan, str):
                 raise self.fail(op, f"rearrange {name} through shared memory: {plan}")
-        lo, hi = self.group_threads[-1]
-        whole = (lo, hi) == (0, self.threads)
-        bar = BarSync() if whole else BarSync(1 + lo // 128, hi - lo)
-        bar2 = BarSync() if whole else BarSync(1 + lo // 128, hi - lo)
         self.choices.append((op, f"{st.instruction} + {ld.instruction} through shared memory"))
-        return st.instrs + [bar] + ld.instrs + [bar2]
+        return st.instrs + [self.region_barrier()] + ld.instrs + [self.region_barrier()]
+
+    def region_barrier(self) -> BarSync:
+        """A barrier of the threads running the current region (a named one inside a warp-group
+        branch, so the other warp groups are not waited for)."""
+        lo, hi = self.group_threads[-1]
+        if (lo, hi) == (0, self.threads):
+            return BarSync()
+        return BarSync(1 + lo // 128, hi - lo)
+
+    def exchange_buffer(self, name: str, dtype: Any, nbytes: int) -> tuple[SmemBuffer, Any]:
+        """A shared scratch buffer of ``nbytes`` (128-byte aligned) and a barrier factory."""
+        buf = SmemBuffer(self._reg_name(name), dtype, -(-nbytes // 128) * 128)
+        buf.offset = -(-self.smem_top // 128) * 128
+        self.smem.append(buf)
+        self.smem_top = buf.offset + buf.nbytes
+        return buf, self.region_barrier
 
     # synchronization
     def op_Sync(self, op: Sync) -> list[Instr]:

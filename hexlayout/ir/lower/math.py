@@ -117,9 +117,14 @@ def lower_iota(dst: RegisterTile, axis: int, tid: Var) -> list[Instr]:
     return out
 
 
-def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int,
-                 scratch: RegArray) -> list[Instr] | str:
-    """``dst = reduce_fn(src, axis)`` (``dst`` has extent 1 along ``axis``)."""
+def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int, scratch: RegArray,
+                 tid: Any = None, exchange: Any = None) -> list[Instr] | str:
+    """``dst = reduce_fn(src, axis)`` (``dst`` has extent 1 along ``axis``).
+
+    When the threads sharing a result element lie in several warps, the warps' partials go
+    through shared memory: ``exchange(nbytes) -> (SmemBuffer, barrier_factory)`` provides a
+    scratch buffer; one lane per warp part writes, a barrier, every thread combines all parts,
+    a barrier. Without ``exchange`` such a reduction is refused."""
     if fn not in REDUCE_OPS:
         return f"unknown reduction {fn!r}; known: {', '.join(REDUCE_OPS)}"
     op = REDUCE_OPS[fn]
@@ -157,14 +162,11 @@ def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int,
         for v in g[1:]:
             out.append(Alu(op, dref, (dref, RegRef(src.array, v, 1))))
     # 2. across threads: threads holding partials of the same output element
-    lanes_bits = 0
+    bits = 0
     for vd in range(dst.values):
         for t in range(nt):
             target = dtable[t, vd]
             holders = np.nonzero((oidx == target).any(axis=1))[0]
-            if holders.min() // 32 != holders.max() // 32:
-                return ("the reduction spans several warps (cross-warp reductions through shared "
-                        "memory are not supported yet)")
             diff = 0
             for h in holders:
                 diff |= int(h) ^ int(holders[0])
@@ -172,13 +174,54 @@ def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int,
                 return "the threads sharing a result element do not form an XOR butterfly group"
             if not np.all(dtable[holders, vd] == target):
                 return "the threads sharing a result element keep it at different value indices"
-            lanes_bits |= diff
+            bits |= diff
+    lanes_bits, warp_bits = bits & 31, bits >> 5
+    whole = RegRef(dst.array, 0, dst.values)
     if lanes_bits:
         tmp = RegRef(scratch, 0, dst.values)
         for b in range(5):
             if lanes_bits >> b & 1:
-                out.append(Shfl(tmp, RegRef(dst.array, 0, dst.values), "bfly", 1 << b))
-                whole = RegRef(dst.array, 0, dst.values)
+                out.append(Shfl(tmp, whole, "bfly", 1 << b))
                 out.append(Alu(op, whole, (whole, tmp)))
+    if warp_bits:
+        if exchange is None or tid is None:
+            return "the reduction spans several warps and no shared scratch was provided"
+        out += _cross_warp(op, dst, scratch, lanes_bits, warp_bits, tid, exchange)
     return out
 
+
+def _cross_warp(op: str, dst: RegisterTile, scratch: RegArray, lanes_bits: int, warp_bits: int,
+                tid: Any, exchange: Any) -> list[Instr]:
+    """Combine the per-warp partials of ``dst`` through shared memory (see ``lower_reduce``)."""
+    from ..lowered import LdShared, SharedRef, StShared
+
+    t = as_expr(tid)
+    warp = t // 32
+    part: Any = 0
+    nparts = 1
+    for b in range(warp_bits.bit_length()):
+        if warp_bits >> b & 1:
+            part = as_expr(part) + ((warp >> b) & 1) * nparts
+            nparts *= 2
+    out_size = 1
+    for e in dst.shape:
+        out_size *= e
+    buf, barrier = exchange(nparts * out_size * dst.dtype.bits // 8)
+    bits = dst.dtype.bits
+    writer = (t & lanes_bits).eq(0) if lanes_bits else None
+    instrs: list[Instr] = []
+    for vd in range(dst.values):
+        idx = as_expr(crd2idx(t + dst.threads * vd, dst.tv.shape, dst.tv.stride))
+        instrs.append(StShared(SharedRef(buf, as_expr(part) * out_size + idx), RegRef(dst.array, vd, 1), bits,
+                               pred=writer))
+    instrs.append(barrier())
+    for vd in range(dst.values):
+        idx = as_expr(crd2idx(t + dst.threads * vd, dst.tv.shape, dst.tv.stride))
+        d = RegRef(dst.array, vd, 1)
+        tmp = RegRef(scratch, vd, 1)
+        instrs.append(LdShared(d, SharedRef(buf, idx), bits))
+        for q in range(1, nparts):
+            instrs.append(LdShared(tmp, SharedRef(buf, q * out_size + idx), bits))
+            instrs.append(Alu(op, d, (d, tmp)))
+    instrs.append(barrier())
+    return instrs
