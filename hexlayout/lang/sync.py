@@ -97,6 +97,8 @@ def as_barrier(ctx: TraceContext, op: str, loc: SourceLoc | None, x: Any, index:
 
 
 def syncthreads() -> None:
+    """A barrier: of the whole block, or, inside ``hl.warp_group(...)`` / its ``else_``, of the
+    warp groups running that branch."""
     ctx, loc = begin("syncthreads")
     ctx.emit(Sync(loc=loc))
 

@@ -556,10 +556,9 @@ class _Lowering:
 
     # synchronization
     def op_Sync(self, op: Sync) -> list[Instr]:
-        lo, hi = self.group_threads[-1]
-        if (lo, hi) != (0, self.threads):
-            raise self.fail(op, "syncthreads inside a warp-group branch would deadlock the other warp groups")
-        return [BarSync()]
+        """``syncthreads``: a barrier of the block, or of the warp groups running the current
+        branch (a named barrier, so the other warp groups are not waited for)."""
+        return [self.region_barrier()]
 
     def op_AsyncCommit(self, op: AsyncCommit) -> list[Instr]:
         return [CpAsyncCommit()]
