@@ -3,6 +3,7 @@ and counts of its instruction opcodes (``HMMA.16816.F32``, ``LDSM.16.M88.4``, ``
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -21,10 +22,15 @@ def _cuobjdump(args: list[str], cubin: bytes) -> str:
     exe = tool_path("cuobjdump")
     if exe is None:
         raise ToolchainError(f"cuobjdump was not found (pip install nvidia-cuda-cuobjdump); {INSTALL_HINT}")
+    env = dict(os.environ)
+    nvdisasm = tool_path("nvdisasm")          # cuobjdump -sass runs nvdisasm (its own wheel)
+    if nvdisasm is not None:
+        env["NVDISASM_PATH"] = str(Path(nvdisasm).parent)
+        env["PATH"] = str(Path(nvdisasm).parent) + os.pathsep + env.get("PATH", "")
     with tempfile.TemporaryDirectory(prefix="hexlayout-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        r = subprocess.run([exe, *args, str(path)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([exe, *args, str(path)], capture_output=True, text=True, timeout=120, env=env)
     if r.returncode != 0:
         raise ToolchainError(f"cuobjdump {' '.join(args)} failed: {r.stderr.strip()}")
     return r.stdout
