@@ -74,7 +74,6 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, 
     """The Ampere multistage GEMM for ``dtype`` / ``b_layout`` / epilogue ``ep``."""
     _check(dtype, b_layout, ep)
     dt = dtype
-    has_bias, has_res, _, _ = ep
     b_shape = (N, K) if b_layout == "nk" else (K, N)
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{b_layout}_{_ep_name(ep)}")
@@ -115,7 +114,6 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, 
         y = _epilogue(acc, ep, bias, residual, scale, m0, n0, BM, BN, dt)
         hl.copy(hl.cast(y, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
 
-    del has_bias, has_res
     return gemm
 
 

@@ -68,7 +68,6 @@ def tv_table(layout_tv: Layout, tile_shape: IntTuple) -> tuple[np.ndarray, np.nd
     dims = tile_shape if is_tuple(tile_shape) else (tile_shape,)
     total = int(np.prod(dims))
     nt = product(layout_tv.shape[0]) if is_tuple(layout_tv.shape) else layout_tv.size()
-    nv = layout_tv.size() // nt
     idx = layout_tv.indices()
     t = np.arange(layout_tv.size()) % nt
     v = np.arange(layout_tv.size()) // nt
@@ -79,5 +78,4 @@ def tv_table(layout_tv: Layout, tile_shape: IntTuple) -> tuple[np.ndarray, np.nd
         i = idx[k]
         if 0 <= i < total:
             thr[i], val[i] = t[k], v[k]
-    del nv
     return thr.reshape(dims, order="F"), val.reshape(dims, order="F")

@@ -55,7 +55,7 @@ from ..lowered import (
 from .views import GlobalTileView, RegisterTile, SharedTileView, tile_coords
 
 __all__ = ["CopyPlan", "vector_width", "lower_reg_mem", "lower_ldmatrix", "lower_stmatrix",
-           "lower_gmem_to_smem", "lower_mem_to_mem", "lower_tma_load", "Requirement"]
+           "lower_gmem_to_smem", "lower_mem_to_mem", "lower_tma_load", "Requirement", "copy_thread_layout"]
 
 
 @dataclass(frozen=True)
@@ -333,8 +333,6 @@ def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bi
                         ld.requirements + st.requirements)
     return "no vector width is contiguous on both sides"
 
-
-__all__ += ["copy_thread_layout", "tile_coords"]
 
 
 def _tma_swizzle_bytes(view: SharedTileView, elem_bits: int) -> int | str:
