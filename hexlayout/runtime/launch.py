@@ -172,6 +172,7 @@ class Launcher:
         self._library: Any = None
         self._kernel: Any = None
         self._devices: set[int] = set()
+        self._functions: dict[int, Any] = {}
         self._maps: dict[TensorMapParams, bytes] = {}
         self._config: Any = None
         self._ctx_ok = threading.local()
@@ -232,7 +233,10 @@ class Launcher:
             ctx = _check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
             _check(drv, drv.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
             try:
-                _check(drv, drv.cuKernelGetFunction(self._kernel), f"{self.name}: cuKernelGetFunction")
+                # a CUfunction of the primary context (launches take a CUfunction; torch runs on
+                # the primary context)
+                self._functions[device] = _check(drv, drv.cuKernelGetFunction(self._kernel),
+                                                 f"{self.name}: cuKernelGetFunction")
             finally:
                 _check(drv, drv.cuCtxPopCurrent(), "cuCtxPopCurrent")
             self._devices.add(device)
@@ -294,7 +298,7 @@ class Launcher:
             cfg = self._config
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
             cfg.hStream = handle
-            err = drv.cuLaunchKernelEx(cfg, self._kernel, self.packer.kernel_params, 0)[0]
+            err = drv.cuLaunchKernelEx(cfg, self._functions[device], self.packer.kernel_params, 0)[0]
         if err != drv.CUresult.CUDA_SUCCESS:
             raise LaunchError(f"{self.name}: cuLaunchKernelEx(grid {grid}, {self.threads} threads, "
                               f"{self.smem_bytes} B shared) failed: {getattr(err, 'name', err)}")

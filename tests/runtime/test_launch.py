@@ -209,7 +209,7 @@ class _FakeDriver:
 
     def cuKernelGetFunction(self, kernel):
         self.calls.append(("cuKernelGetFunction",))
-        return self._ok("fn")
+        return self._ok(0x5678)
 
     def cuCtxPopCurrent(self):
         self.calls.append(("pop",))
@@ -251,7 +251,7 @@ def test_driver_sequence_with_a_stand_in_driver(compiled90, monkeypatch: pytest.
     first = fake.launches[0]
     assert first["grid"] == bound.grid == (3, 3, 1) and first["block"] == 384
     assert first["smem"] == compiled90.generated.smem_bytes and first["stream"] == 0x77
-    assert first["kernel"] == 0x1234
+    assert first["kernel"] == 0x5678                               # the CUfunction of the primary context
     assert first["ptrs"] == [a.data_ptr(), b.data_ptr(), c.data_ptr()] and first["sizes"] == [300, 64, 520]
     assert [m.rstrip(b"\0") for m in first["maps"]] == [b"tma_a", b"tma_b"]
     assert fake.launches[1] == first
