@@ -329,8 +329,9 @@ def measure_host_overhead(launcher: Launcher, *args: Any, iters: int = 2000, war
 
     bound = launcher.bind(*args, **kwargs)
     drv = _drv()
-    cfg, kern, params = launcher._config, launcher._kernel, launcher.packer.kernel_params
     device = bound.device if isinstance(bound.device, int) else 0
+    launcher.prepare(device)
+    cfg, kern, params = launcher._config, launcher._functions[device], launcher.packer.kernel_params
     x = torch.zeros(1, device=f"cuda:{device}")
     return {
         "bind": per_call(lambda: launcher.bind(*args, **kwargs)),
