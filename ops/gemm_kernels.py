@@ -133,9 +133,8 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, 
         tiles_m, tiles_n = hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)
         num_tiles = tiles_m * tiles_n
         num_k = hl.cdiv(Kx, BK)
-        sa = hl.shared(dt, (BM, BK, STAGES), layout=hl.auto(swizzle="128B"))
-        sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES),
-                       layout=hl.auto(swizzle="128B"))
+        sa = hl.shared(dt, (BM, BK, STAGES))
+        sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
         full = hl.mbarrier(STAGES)
         empty = hl.mbarrier(STAGES)
         for s in range(STAGES):
