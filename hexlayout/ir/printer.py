@@ -199,6 +199,8 @@ class Printer:
                 s += f" atom={op.atom}"
             if op.warps is not None:
                 s += f" warps={op.warps}"
+            if not op.k_inner:
+                s += " k_outer"
             return s
         if isinstance(op, Cast):
             return f"{self.val(op.result)} = cast %{op.src.name}"

@@ -213,6 +213,7 @@ class Mma(Op):
     c: Value
     atom: str | None = None
     warps: Any = None  # a TaskMapping over warps, or None for auto
+    k_inner: bool = True  # A/B register value order of the TiledMma (see TiledMma.k_inner)
 
 
 @dataclass(eq=False)

@@ -11,13 +11,17 @@ Its TV layouts (thread mode first, index colexicographic over the operand tile):
 - ``c_tv``: ``((atom_t, W), (atom_v, R)) -> m + M*n`` where ``(w, r)`` is the worker and
   its ``r``-th task ``(am, an)`` and the atom value ``(atom_t, atom_v)`` lands at
   ``(am*atom_m + m_a, an*atom_n + n_a)``.
-- ``a_tv``: ``((atom_t, W), (atom_v, R_m, k_tiles)) -> m + M*k`` (workers that differ
+- ``a_tv``: ``((atom_t, W), (atom_v, k_tiles, R_m)) -> m + M*k`` (``k_inner``, the default;
+  ``(atom_v, R_m, k_tiles)`` otherwise; workers that differ
   only along N hold the same values: stride-0 worker modes).
-- ``b_tv``: ``((atom_t, W), (atom_v, R_n, k_tiles)) -> n + N*k``.
+- ``b_tv``: ``((atom_t, W), (atom_v, k_tiles, R_n)) -> n + N*k``.
 
 So the fragment of instance ``(r, k)`` is a contiguous run of ``atom_v`` values of each
-operand: C values ``[Vc*r, Vc*(r+1))``, A values ``[Va*(r_m + R_m*k), ...)``, B values
-``[Vb*(r_n + R_n*k), ...)``.
+operand: C values ``[Vc*r, Vc*(r+1))``, A values ``[Va*(k + k_tiles*r_m), ...)``, B values
+``[Vb*(k + k_tiles*r_n), ...)``. The k-step is the inner value mode of A and B so that a
+C tile of one mma, cast, can be the A operand of the next without moving values (the C
+values of the n-repeats of one row block run in the same order as the A values of its
+k-steps: FlashAttention's P @ V).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class TiledMma:
     atom: Any           # hexlayout.arch.MmaAtom
     warps: TaskMapping  # over the (AM, AN) grid of atom tiles
     k_tiles: int = 1
+    k_inner: bool = True   # A/B value order (atom_v, k, R) if True, else (atom_v, R, k)
 
     def __post_init__(self) -> None:
         if self.warps.rank != 2:
@@ -94,7 +99,16 @@ class TiledMma:
         atom = composition(Layout((extent, k_a), (1, big)), atom_layout)
         tasks = composition(Layout(grid, extent), self.warps.tv_layout(dims=(dim,)))
         ktiles = Layout(self.k_tiles, big * k_a)
+        if self.k_inner:
+            return _join(_cat(atom[0], tasks[0]), _cat(atom[1], ktiles, tasks[1]))
         return _join(_cat(atom[0], tasks[0]), _cat(atom[1], tasks[1], ktiles))
+
+    def a_start(self, inst: MmaInstance) -> int:
+        """First A value of issue ``inst`` (in units of the atom's A values)."""
+        return inst.k + self.k_tiles * inst.r_m if self.k_inner else inst.r_m + self.tasks_m * inst.k
+
+    def b_start(self, inst: MmaInstance) -> int:
+        return inst.k + self.k_tiles * inst.r_n if self.k_inner else inst.r_n + self.tasks_n * inst.k
 
     def a_tv(self) -> Layout:
         if getattr(self.atom, "a_source", "rmem") != "rmem":
@@ -159,4 +173,5 @@ class TiledMma:
         m, n, k = self.tile_mnk
         from hexlayout.arch import atom_spec
 
-        return f"TiledMma({atom_spec(self.atom)} x [{self.warps}] x k{self.k_tiles} -> {m}x{n}x{k})"
+        order = "" if self.k_inner else ", k outer"
+        return f"TiledMma({atom_spec(self.atom)} x [{self.warps}] x k{self.k_tiles}{order} -> {m}x{n}x{k})"

@@ -10,7 +10,9 @@ For ``c[M,N] += a[M,K] @ b[N,K]^T`` run by ``T`` threads on architecture ``arch`
   atom tiles) and ``repeat(rm, rn) * spatial(wm, wn)`` (interleaved), for every
   ``wm * wn = T / atom_threads`` with ``wm | M/atom_m`` and ``wn | N/atom_n``.
 
-Candidates are ordered by a load-balance heuristic: the per-worker operand traffic
+Each arrangement comes with the two value orders of the A / B register fragments (k-step
+inner, the default, which lets an accumulator feed the next mma as its A operand; and
+k-step outer). Candidates are ordered by a load-balance heuristic: the per-worker operand traffic
 ``(M/wm + N/wn) * K`` first, then warps along M before N (row reductions stay inside a
 warp), contiguous before interleaved, larger wgmma N first.
 """
@@ -122,7 +124,10 @@ def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma]:
             per_n = n // _spatial_extent(w, 1)
             majors = (at.a_major != "K") + (at.b_major != "K")
             score = ((per_m + per_n) * k, -_spatial_extent(w, 0), order, -an, at.name, majors)
-            scored.append((score, TiledMma(at, w, k // ak)))
+            scored.append((score + (0,), TiledMma(at, w, k // ak)))
+            if k // ak > 1 and w.tasks_per_worker > 1 and at.a_source == "rmem":
+                # the other order of the A / B register values (k-step outer)
+                scored.append((score + (1,), TiledMma(at, w, k // ak, k_inner=False)))
     scored.sort(key=lambda x: x[0])
     return [t for _, t in scored]
 

@@ -209,7 +209,7 @@ class _Synth:
     def set_mma(self, choice: dict[int, TiledMma]) -> None:
         for op in self.g.mmas:
             tm = choice[id(op)]
-            op.atom, op.warps = atom_spec(tm.atom), tm.warps
+            op.atom, op.warps, op.k_inner = atom_spec(tm.atom), tm.warps, tm.k_inner
 
     # --- phase 2: shared layouts ----------------------------------------------------------
     def contiguous_modes(self, root: Value) -> list[int]:

@@ -22,10 +22,11 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("k_inner", [True, False])
 @pytest.mark.parametrize(("atom_name", "warps", "k_tiles"), CASES, ids=lambda x: str(x))
-def test_tiled_tv_layouts_match_atom_placement(atom_name: str, warps, k_tiles: int) -> None:
+def test_tiled_tv_layouts_match_atom_placement(atom_name: str, warps, k_tiles: int, k_inner: bool) -> None:
     atom = get_atom(atom_name)
-    tm = TiledMma(atom, warps, k_tiles)
+    tm = TiledMma(atom, warps, k_tiles, k_inner)
     big_m, big_n, big_k = tm.tile_mnk
     m_a, n_a, k_a = atom.shape_mnk
     at = atom.num_threads
@@ -48,12 +49,12 @@ def test_tiled_tv_layouts_match_atom_placement(atom_name: str, warps, k_tiles: i
                 for i in range(atom.values_a):
                     ma, ka = _decode(atom.a_layout(lane + at * i), m_a)
                     want = (am * m_a + ma) + big_m * (inst.k * k_a + ka)
-                    v = i + atom.values_a * (inst.r_m + tm.tasks_m * inst.k)
+                    v = i + atom.values_a * tm.a_start(inst)
                     assert a_tv(t + nt * v) == want
                 for i in range(atom.values_b if b_tv is not None else 0):
                     nb, kb = _decode(atom.b_layout(lane + at * i), n_a)
                     want = (an * n_a + nb) + big_n * (inst.k * k_a + kb)
-                    v = i + atom.values_b * (inst.r_n + tm.tasks_n * inst.k)
+                    v = i + atom.values_b * tm.b_start(inst)
                     assert b_tv(t + nt * v) == want
     assert len(seen_c) == big_m * big_n
     assert a_tv.size() // nt == atom.values_a * tm.tasks_m * k_tiles

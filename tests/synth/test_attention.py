@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from hexlayout.emulator import run
+from hexlayout.ir.tile import Mma
 from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 from hexlayout.synth.solve import Synthesis, synthesize
 
@@ -25,8 +26,8 @@ LOG2E = math.log2(math.e)
 
 
 @cache
-def _synth(causal: bool, head_dim: int = 64) -> Synthesis:
-    tk = flash_attention_fwd.trace(BM=64, BN=64, HEAD_DIM=head_dim, WARPS=4, CAUSAL=causal)
+def _synth(causal: bool, head_dim: int = 64, bm: int = 64) -> Synthesis:
+    tk = flash_attention_fwd.trace(BM=bm, BN=64, HEAD_DIM=head_dim, WARPS=4, CAUSAL=causal)
     return synthesize(tk, "sm_80")
 
 
@@ -94,6 +95,17 @@ def test_matches_float64(b: int, sq: int, sk: int, h: int, kvh: int, d: int, cau
 def test_head_dim_128_matches_float64() -> None:
     s = _synth(True, 128)
     report = _emulate(s, 1, 80, 96, 2, 1, 128, True)
+    assert report.totals["bank_conflicts"] == 0
+
+
+def test_two_row_blocks_per_warp_matches_float64() -> None:
+    """BM=128 on 4 warps: each warp owns two 16-row blocks of S, so the accumulator of QK^T
+    can only be P.V's A operand when the k-step is the inner value mode of A (k_inner)."""
+    s = _synth(False, 64, 128)
+    pv = [s.mma[id(op)] for op in s.kernel.body.walk()
+          if isinstance(op, Mma) and "cast" in getattr(op.loc, "code", "")]
+    assert len(pv) == 1 and pv[0].k_inner and pv[0].tile_mnk[0] == 128
+    report = _emulate(s, 1, 150, 90, 1, 1, 64, False)
     assert report.totals["bank_conflicts"] == 0
 
 

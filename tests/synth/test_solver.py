@@ -11,6 +11,7 @@ import numpy as np
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
+from hexlayout.ir.printer import format_kernel
 from hexlayout.lang import f16, f32
 from hexlayout.synth.solve import synthesize
 
@@ -36,6 +37,10 @@ def two_roles(a: f16[M, K], w: f16[N, K], w2: f16[N, K], c1: f32[M, N], c2: f32[
 def test_register_only_kernel_with_a_tile_in_two_mma_roles() -> None:
     s = synthesize(two_roles.trace(), "sm_80")
     assert not any(d.subject.startswith("shared") for d in s.decisions)
+    # %x is A of one mma and B of the other: the (atom_v, k, m-repeat) values of A never line
+    # up with the (atom_v, k, n-repeat) values of B, so one mma takes the k-step-outer order
+    outer = [not tm.k_inner for tm in s.mma.values()]
+    assert any(outer) and format_kernel(s.kernel).count(" k_outer") == sum(outer)
     rng = np.random.default_rng(0)
     a, w, w2 = (rng.standard_normal((64, 64)).astype(np.float16) for _ in range(3))
     c1 = np.full((64, 64), np.nan, dtype=np.float32)

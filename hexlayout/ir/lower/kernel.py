@@ -455,7 +455,7 @@ class _Lowering:
         k = op.a.type.shape[1]
         if k % atom.k:
             raise self.fail(op, f"K = {k} is not a multiple of the atom's K = {atom.k}")
-        tm = TiledMma(atom, warps, k // atom.k)
+        tm = TiledMma(atom, warps, k // atom.k, op.k_inner)
         m, n, kk = tm.tile_mnk
         if (m, n, kk) != (op.c.type.shape[0], op.c.type.shape[1], k):
             raise self.fail(op, f"{tm} covers {m}x{n}x{kk}, the operands are "

@@ -112,7 +112,7 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
     for inst in tm.instances():
         d_ref = RegRef(c.array, vc * inst.r, vc)
         if regs_a:
-            a_op: RegRef | SmemDesc = RegRef(a.array, va * (inst.r_m + tm.tasks_m * inst.k), va)
+            a_op: RegRef | SmemDesc = RegRef(a.array, va * tm.a_start(inst), va)
         else:
             key = ("a", inst.r_m, inst.k)
             if key not in desc_cache:
@@ -122,7 +122,7 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
                 desc_cache[key] = dsc
             a_op = desc_cache[key]
         if atom.kind == "mma.sync":
-            b_op: RegRef | SmemDesc = RegRef(b.array, vb * (inst.r_n + tm.tasks_n * inst.k), vb)
+            b_op: RegRef | SmemDesc = RegRef(b.array, vb * tm.b_start(inst), vb)
             out.append(MmaSync(atom_spec(atom), d_ref, a_op, b_op, d_ref))
         else:
             key = ("b", inst.r_n, inst.k)
