@@ -133,6 +133,31 @@ def _requirement(op: Op | None, why: str, layout: Any, v: Value | None) -> str:
     return f"{describe_op(op)} requires {it} to have the TV layout {layout} ({why})"
 
 
+def _chain_hint(s: Any, cands: dict[int, list[Any]], op1: Op | None, why1: str,
+                op2: Op | None, why2: str) -> str:
+    """A hint when an accumulator (C, M x N) must be the A operand of a later mma: the A
+    fragment replicates over the warps that split N, so no warp may split the accumulator's
+    N; that needs ``M / atom_m >= warps`` for some candidate atom."""
+    roles = {}
+    for op, why in ((op1, why1), (op2, why2)):
+        m = re.match(r"operand ([abc]) of ", why)
+        if m and isinstance(op, Mma):
+            roles[m.group(1)] = op
+    c_op = roles.get("c")
+    if c_op is None or "a" not in roles or not cands.get(id(c_op)):
+        return ""
+    tm = cands[id(c_op)][0]
+    warps = tm.threads // tm.atom.num_threads
+    m_rows = c_op.c.type.shape[0]
+    blocks = max(m_rows // t.atom.shape_mnk[0] for t in cands[id(c_op)])
+    if blocks >= warps:
+        return ""
+    return (f" Hint: {describe_op(c_op)} has {m_rows} rows, {blocks} row block(s) of its mma atom, for "
+            f"{warps} warps, so some warps must split its columns, while as the A operand of "
+            f"{describe_op(roles['a'])} each warp must hold whole rows. Use at most {blocks} warps or a "
+            f"larger M tile, or pass the tile through shared memory.")
+
+
 def _join_path(s: Any, cls: int, v1: Value | None, v2: Value | None) -> list[Op]:
     """The ops (elementwise, cast, in-place updates) that put ``v1`` and ``v2`` in one class."""
     if v1 is None or v2 is None or v1.id == v2.id:
@@ -214,7 +239,8 @@ def register_conflict(s: Any, cands: dict[int, list[Any]], first: list[Any],
             name = _tile(v) if v is not None else "?"
             subject = f"register tile {name} cannot have one layout for two uses"
         msg = (f"{subject}: (1) {_requirement(op1, why1, l1, v1)}; (2) {_requirement(op2, why2, l2, v2)}. "
-               f"These are different maps from (thread, value) to elements.{every}")
+               f"These are different maps from (thread, value) to elements.{every}"
+               f"{_chain_hint(s, cands, op1, why1, op2, why2)}")
         ops = [o for o in (op1, op2) if o is not None] + [o for o in joined if o not in (op1, op2)]
         return _error(s, msg, ops)
     names = []

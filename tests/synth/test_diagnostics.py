@@ -208,3 +208,28 @@ def test_unsupported_construct_is_a_synthesis_error_with_its_line() -> None:
     msg, err = diagnose(register_view, "sm_80")
     line = line_of(register_view, "hl.copy(x[:32, :]")
     assert f"{FILE}:{line}" in msg and "views of register tiles are not supported" in msg
+
+
+def _chained(q: f16[M, K], k: f16[N, K], v: f16[N, K], o: f32[M, N]):
+    """P = q k^T (64 x 64) feeds P v as its A operand, as in attention."""
+    rq = hl.register(f16, (64, 64))
+    hl.copy(hl.view(q, tile=(64, 64)), rq)
+    rk = hl.register(f16, (64, 64))
+    hl.copy(hl.view(k, tile=(64, 64)), rk)
+    rv = hl.register(f16, (64, 64))
+    hl.copy(hl.view(v, tile=(64, 64)), rv)
+    s = hl.zeros((64, 64), f32)
+    hl.mma(rq, rk, s)
+    acc = hl.zeros((64, 64), f32)
+    hl.mma(hl.cast(s, f16), rv, acc)
+    hl.copy(acc, hl.view(o, tile=(64, 64)))
+
+
+def test_chained_mma_on_too_many_warps_hints_at_the_warp_count() -> None:
+    """64 rows are 4 m16 row blocks: on 8 warps two warps split each row block's columns, which
+    the next mma's A operand cannot take; on 4 warps the same program synthesizes."""
+    msg, err = diagnose(hl.kernel(threads=256, name="chained8")(_chained), "sm_80")
+    assert "Hint: mma at" in msg and "has 64 rows, 4 row block(s) of its mma atom, for 8 warps" in msg
+    assert "Use at most 4 warps" in msg
+    assert len({op.loc.line for op in err.ops if op.loc is not None}) >= 2
+    synthesize(hl.kernel(threads=128, name="chained4")(_chained).trace(), "sm_80")
