@@ -210,8 +210,8 @@ def register_conflict(s: Any, cands: dict[int, list[Any]], first: list[Any],
                       rejected: dict[tuple[int, ...], str] | None = None) -> SynthesisError:
     """No combination of mma choices gives consistent register layouts; explain the first."""
     tried = len(rejected) if rejected else 0
-    every = (f" Every one of the {tried} combinations of mma atoms and warp arrangements tried fails; "
-             "the first is shown." if tried > 1 else "")
+    every = (f" Every combination of mma atoms and warp arrangements fails ({tried} full or partial "
+             "combinations checked); the first conflict is shown." if tried > 1 else "")
     if not first:
         return _error(s, "no mma choice gives consistent register layouts", list(s.g.mmas))
     ra = first[0]

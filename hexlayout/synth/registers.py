@@ -49,8 +49,13 @@ def _fail(_: Any, msg: str) -> ValueError:
 
 
 def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: dict[int, int],
-                     global_views: dict[int, Any] | None = None) -> RegisterAssignment:
-    """Layouts for every register class given ``choice`` (mma op id -> TiledMma)."""
+                     global_views: dict[int, Any] | None = None, *,
+                     partial: bool = False) -> RegisterAssignment:
+    """Layouts for every register class given ``choice`` (mma op id -> TiledMma).
+
+    ``partial``: ``choice`` covers only some mma ops; the others' operands are left open, no
+    class gets a default (coalesced) layout and none is reported unresolved. A conflict found
+    so is a conflict of every completion of ``choice``."""
     lay: dict[int, Layout] = {}
     origin: dict[int, tuple[Op | None, str]] = {}
     classes = g.classes()
@@ -70,6 +75,8 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
         if err:
             return RegisterAssignment(lay, origin, err)
     for r in g.mma_roles:
+        if partial and id(r.op) not in choice:
+            continue
         tm = choice[id(r.op)]
         layout = {"a": tm.a_tv, "b": tm.b_tv, "c": tm.c_tv}[r.role]()
         err = put(r.cls, layout, r.op, f"operand {r.role} of {tm}")
@@ -94,7 +101,9 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
                 if err:
                     return RegisterAssignment(lay, origin, err)
                 changed |= not known
-    unresolved = []
+    unresolved: list[int] = []
+    if partial:
+        return RegisterAssignment(lay, origin, None, unresolved)
     for c in classes:
         if c in lay:
             continue

@@ -58,16 +58,30 @@ __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative
 MAX_REGISTER_SOLUTIONS = 3
 
 
-class LazyConstraint(Constraint):
-    """A python-constraint constraint checked only once all its variables are assigned
-    (no pre-processing pass over the domains: each check lowers ops, so stay lazy)."""
+def _rejection(rejected: dict[tuple[int | None, ...], str], key: tuple[int, ...]) -> str | None:
+    """Why the full choice ``key`` was rejected: its own entry, or that of a partial choice
+    (``None`` = not yet chosen) it completes."""
+    if key in rejected:
+        return rejected[key]
+    for part, why in rejected.items():
+        if all(p is None or p == k for p, k in zip(part, key)):
+            return why
+    return None
 
-    def __init__(self, fn: Any) -> None:
+
+class LazyConstraint(Constraint):
+    """A python-constraint constraint over all its variables: ``fn`` once every variable is
+    assigned, ``partial_fn`` (a necessary condition, given the assigned subset) before; no
+    pre-processing pass over the domains (each check lowers ops, so stay lazy)."""
+
+    def __init__(self, fn: Any, partial_fn: Any = None) -> None:
         self.fn = fn
+        self.partial_fn = partial_fn
 
     def __call__(self, variables: Any, domains: Any, assignments: dict, forwardcheck: bool = False) -> bool:
-        if any(v not in assignments for v in variables):
-            return True
+        assigned = {v: assignments[v] for v in variables if v in assignments}
+        if len(assigned) < len(variables):
+            return len(assigned) < 2 or self.partial_fn is None or bool(self.partial_fn(assigned))
         return bool(self.fn(*[assignments[v] for v in variables]))
 
     def preProcess(self, variables: Any, domains: Any, constraints: Any, vconstraints: Any) -> None:
@@ -370,16 +384,32 @@ class _Synth:
         rejected: dict[tuple[int, ...], str] = {}
         first_conflict: list[Any] = []
 
+        def conflict(idx: tuple[int | None, ...], ra: Any) -> bool:
+            if ra.conflict is None:
+                return False
+            c = ra.conflict
+            names = ", ".join(f"%{v.name}" for v in c.values[:3])
+            rejected[idx] = (f"register tile {names} would need two layouts: {c.first[2]} "
+                             f"({_loc(c.first[1])}) and {c.second[2]} ({_loc(c.second[1])})")
+            if not first_conflict:
+                first_conflict.append(ra)
+            return True
+
+        partial_seen: dict[tuple[int | None, ...], bool] = {}
+
+        def partially_consistent(assigned: dict[int, int]) -> bool:
+            """No register conflict among the mma ops chosen so far (prunes the search)."""
+            idx = tuple(assigned.get(k) for k in keys)
+            if idx not in partial_seen:
+                choice = {k: cands[k][i] for k, i in assigned.items()}
+                ra = assign_registers(self.g, choice, cthreads, self.global_views, partial=True)
+                partial_seen[idx] = not conflict(idx, ra)
+            return partial_seen[idx]
+
         def consistent(*idx: int) -> bool:
             choice = {k: cands[k][i] for k, i in zip(keys, idx)}
             ra = assign_registers(self.g, choice, cthreads, self.global_views)
-            if ra.conflict is not None:
-                c = ra.conflict
-                names = ", ".join(f"%{v.name}" for v in c.values[:3])
-                rejected[idx] = (f"register tile {names} would need two layouts: {c.first[2]} "
-                                 f"({_loc(c.first[1])}) and {c.second[2]} ({_loc(c.second[1])})")
-                if not first_conflict:
-                    first_conflict.append(ra)
+            if conflict(idx, ra):
                 return False
             if ra.unresolved:
                 classes = self.g.classes()
@@ -398,7 +428,7 @@ class _Synth:
             return True
 
         if keys:
-            problem.addConstraint(LazyConstraint(consistent), keys)
+            problem.addConstraint(LazyConstraint(consistent, partially_consistent), keys)
             solutions = problem.getSolutionIter()
         else:
             solutions = iter([{}])
@@ -454,8 +484,8 @@ class _Synth:
                 key = tuple(idx[:j]) + (i,) + tuple(idx[j + 1:])
                 if i == idx[j]:
                     alts.append(Alternative(str(tm), "chosen"))
-                elif key in rejected:
-                    alts.append(Alternative(str(tm), "rejected", rejected[key]))
+                elif (why := _rejection(rejected, key)) is not None:
+                    alts.append(Alternative(str(tm), "rejected", why))
                 else:
                     alts.append(Alternative(str(tm), "legal", "ranked lower (operand traffic per warp)"))
             out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))

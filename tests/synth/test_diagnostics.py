@@ -12,9 +12,11 @@ import inspect
 import os
 from typing import Any
 
+import numpy as np
 import pytest
 
 import hexlayout.lang as hl
+from hexlayout.emulator import run
 from hexlayout.lang import f16, f32
 from hexlayout.layout import Layout
 from hexlayout.synth.solve import SynthesisError, synthesize
@@ -233,3 +235,38 @@ def test_chained_mma_on_too_many_warps_hints_at_the_warp_count() -> None:
     assert "Use at most 4 warps" in msg
     assert len({op.loc.line for op in err.ops if op.loc is not None}) >= 2
     synthesize(hl.kernel(threads=128, name="chained4")(_chained).trace(), "sm_80")
+
+
+def _chain4(q: f16[M, K], w: f16[N, K], o: f32[M, N]):
+    """Four mmas, each accumulator (cast) the A operand of the next."""
+    x = hl.register(f16, (64, 64))
+    hl.copy(hl.view(q, tile=(64, 64)), x)
+    for _ in range(4):
+        rw = hl.register(f16, (64, 64))
+        hl.copy(hl.view(w, tile=(64, 64)), rw)
+        s = hl.zeros((64, 64), f32)
+        hl.mma(x, rw, s)
+        x = hl.cast(s, f16)
+    hl.copy(s, hl.view(o, tile=(64, 64)))
+
+
+def test_conflicts_prune_the_search_over_partial_mma_choices() -> None:
+    """Each of the 4 mmas has 24 candidates (331,776 combinations). A conflict between two
+    chosen mmas rejects every completion at once, so an unsatisfiable chain is reported after
+    a few hundred checks, and a satisfiable one (4 warps) is found."""
+    msg, _ = diagnose(hl.kernel(threads=256, name="chain8")(_chain4), "sm_80")
+    checked = int(msg.split(" full or partial combinations checked")[0].rsplit("(", 1)[1])
+    assert 1 < checked < 2000, checked
+    s = synthesize(hl.kernel(threads=128, name="chain4")(_chain4).trace(), "sm_80")
+    assert len(s.mma) == 4
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((64, 64)).astype(np.float16)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float16)
+    o = np.full((64, 64), np.nan, dtype=np.float32)
+    run(s.lowered.kernel, {"q": q, "w": w, "o": o})
+    want = q.astype(np.float64)
+    for step in range(4):
+        want = want @ w.astype(np.float64).T
+        if step < 3:
+            want = want.astype(np.float16).astype(np.float64)   # the cast between mmas
+    np.testing.assert_allclose(o, want, rtol=1e-2, atol=1e-2)
