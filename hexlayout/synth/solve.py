@@ -367,6 +367,32 @@ class _Synth:
         return shared_conflict(self, root, cands, failures)
 
     # --- driver -----------------------------------------------------------------------------
+    def search_order(self) -> list[int]:
+        """Indices into ``g.mmas``: breadth-first over "shares a register tile", program order
+        first, so each mma after the first of its group meets one already chosen."""
+        mmas = self.g.mmas
+        pos = {id(op): j for j, op in enumerate(mmas)}
+        by_cls: dict[int, set[int]] = {}
+        for r in self.g.mma_roles:
+            by_cls.setdefault(r.cls, set()).add(pos[id(r.op)])
+        nbrs: dict[int, set[int]] = {j: set() for j in range(len(mmas))}
+        for group in by_cls.values():
+            for j in group:
+                nbrs[j] |= group - {j}
+        order: list[int] = []
+        for start in range(len(mmas)):
+            if start in order:
+                continue
+            queue = [start]
+            order.append(start)
+            while queue:
+                j = queue.pop(0)
+                for n in sorted(nbrs[j]):
+                    if n not in order:
+                        order.append(n)
+                        queue.append(n)
+        return order
+
     def run(self) -> Synthesis:
         t0 = time.perf_counter()
         mma_ops = self.g.mmas
@@ -379,8 +405,12 @@ class _Synth:
         cthreads = self.class_threads()
         problem = Problem(BacktrackingSolver())
         keys = [id(op) for op in mma_ops]
-        for k in keys:
-            problem.addVariable(k, list(reversed(range(len(cands[k])))))
+        # problem variables are positions in a search order that visits mmas sharing a register
+        # tile one after another (python-constraint breaks ties by variable name), so partial
+        # choices meet their conflicts early and the search is the same in every process
+        var_of = {j: p for p, j in enumerate(self.search_order())}
+        for j, k in enumerate(keys):
+            problem.addVariable(var_of[j], list(reversed(range(len(cands[k])))))
         rejected: dict[tuple[int, ...], str] = {}
         first_conflict: list[Any] = []
 
@@ -399,9 +429,9 @@ class _Synth:
 
         def partially_consistent(assigned: dict[int, int]) -> bool:
             """No register conflict among the mma ops chosen so far (prunes the search)."""
-            idx = tuple(assigned.get(k) for k in keys)
+            idx = tuple(assigned.get(var_of[j]) for j in range(len(keys)))
             if idx not in partial_seen:
-                choice = {k: cands[k][i] for k, i in assigned.items()}
+                choice = {k: cands[k][i] for k, i in zip(keys, idx) if i is not None}
                 ra = assign_registers(self.g, choice, cthreads, self.global_views, partial=True)
                 partial_seen[idx] = not conflict(idx, ra)
             return partial_seen[idx]
@@ -428,14 +458,15 @@ class _Synth:
             return True
 
         if keys:
-            problem.addConstraint(LazyConstraint(consistent, partially_consistent), keys)
+            problem.addConstraint(LazyConstraint(consistent, partially_consistent),
+                                  [var_of[j] for j in range(len(keys))])
             solutions = problem.getSolutionIter()
         else:
             solutions = iter([{}])
         best: tuple[float, Any, float] | None = None
         last_error: SynthesisError | None = None
         for n, sol in enumerate(solutions):
-            idx = tuple(sol[k] for k in keys)
+            idx = tuple(sol[var_of[j]] for j in range(len(keys)))
             choice = {k: cands[k][i] for k, i in zip(keys, idx)}
             ra = assign_registers(self.g, choice, cthreads, self.global_views)
             self.apply_registers(ra)
