@@ -207,11 +207,16 @@ def _value_in(op: Op | None, why: str, members: list[Value]) -> Value | None:
 
 
 def register_conflict(s: Any, cands: dict[int, list[Any]], first: list[Any],
-                      rejected: dict[tuple[int, ...], str] | None = None) -> SynthesisError:
+                      rejected: dict[tuple[int, ...], str] | None = None,
+                      stopped: bool = False) -> SynthesisError:
     """No combination of mma choices gives consistent register layouts; explain the first."""
     tried = len(rejected) if rejected else 0
     every = (f" Every combination of mma atoms and warp arrangements fails ({tried} full or partial "
              "combinations checked); the first conflict is shown." if tried > 1 else "")
+    if stopped:
+        every = (f" The search stopped after {tried} full or partial combinations of mma atoms and warp "
+                 "arrangements, all failing (give atom= or warps= to an mma to narrow it); the first "
+                 "conflict is shown.")
     if not first:
         return _error(s, "no mma choice gives consistent register layouts", list(s.g.mmas))
     ra = first[0]

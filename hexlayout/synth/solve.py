@@ -56,6 +56,11 @@ from .shared import SharedCandidate, root_mode_map, shared_candidates, uses_of
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
 MAX_REGISTER_SOLUTIONS = 3
+MAX_REGISTER_CHECKS = 20000     # full or partial mma choices checked before the search gives up
+
+
+class _SearchLimit(Exception):
+    """The mma search checked ``MAX_REGISTER_CHECKS`` choices."""
 
 
 def _rejection(rejected: dict[tuple[int | None, ...], str], key: tuple[int, ...]) -> str | None:
@@ -426,17 +431,25 @@ class _Synth:
             return True
 
         partial_seen: dict[tuple[int | None, ...], bool] = {}
+        checks = [0]
+
+        def count() -> None:
+            checks[0] += 1
+            if checks[0] > MAX_REGISTER_CHECKS:
+                raise _SearchLimit
 
         def partially_consistent(assigned: dict[int, int]) -> bool:
             """No register conflict among the mma ops chosen so far (prunes the search)."""
             idx = tuple(assigned.get(var_of[j]) for j in range(len(keys)))
             if idx not in partial_seen:
+                count()
                 choice = {k: cands[k][i] for k, i in zip(keys, idx) if i is not None}
                 ra = assign_registers(self.g, choice, cthreads, self.global_views, partial=True)
                 partial_seen[idx] = not conflict(idx, ra)
             return partial_seen[idx]
 
         def consistent(*idx: int) -> bool:
+            count()
             choice = {k: cands[k][i] for k, i in zip(keys, idx)}
             ra = assign_registers(self.g, choice, cthreads, self.global_views)
             if conflict(idx, ra):
@@ -465,36 +478,40 @@ class _Synth:
             solutions = iter([{}])
         best: tuple[float, Any, float] | None = None
         last_error: SynthesisError | None = None
-        for n, sol in enumerate(solutions):
-            idx = tuple(sol[var_of[j]] for j in range(len(keys)))
-            choice = {k: cands[k][i] for k, i in zip(keys, idx)}
-            ra = assign_registers(self.g, choice, cthreads, self.global_views)
-            self.apply_registers(ra)
-            self.set_mma(choice)
-            res = self.solve_shared()
-            if isinstance(res, SynthesisError):
-                last_error = last_error or res      # report the preferred mma choice's failure
-            else:
-                shared, scost, sdec = res
-                key = tuple(sorted((k, str(v)) for k, v in choice.items()))
-                if key not in self.reg_cost:
-                    err = self.check_register_ops(choice)
-                    if err:
-                        last_error = last_error or SynthesisError(self.tk.name, err.split(": ", 1)[-1])
-                        continue
-                cost = CostBreakdown()
-                cost.add(scost)
-                cost.add(self.reg_cost[key])
-                if best is None or cost.total < best[0]:
-                    best = (cost.total, (choice, ra, shared, sdec, idx, cost), scost.bank_conflicts)
-            if n + 1 >= MAX_REGISTER_SOLUTIONS or (best is not None and best[2] == 0):
-                break
+        stopped = False
+        try:
+            for n, sol in enumerate(solutions):
+                idx = tuple(sol[var_of[j]] for j in range(len(keys)))
+                choice = {k: cands[k][i] for k, i in zip(keys, idx)}
+                ra = assign_registers(self.g, choice, cthreads, self.global_views)
+                self.apply_registers(ra)
+                self.set_mma(choice)
+                res = self.solve_shared()
+                if isinstance(res, SynthesisError):
+                    last_error = last_error or res      # report the preferred mma choice's failure
+                else:
+                    shared, scost, sdec = res
+                    key = tuple(sorted((k, str(v)) for k, v in choice.items()))
+                    if key not in self.reg_cost:
+                        err = self.check_register_ops(choice)
+                        if err:
+                            last_error = last_error or SynthesisError(self.tk.name, err.split(": ", 1)[-1])
+                            continue
+                    cost = CostBreakdown()
+                    cost.add(scost)
+                    cost.add(self.reg_cost[key])
+                    if best is None or cost.total < best[0]:
+                        best = (cost.total, (choice, ra, shared, sdec, idx, cost), scost.bank_conflicts)
+                if n + 1 >= MAX_REGISTER_SOLUTIONS or (best is not None and best[2] == 0):
+                    break
+        except _SearchLimit:
+            stopped = True
         if best is None:
             if last_error is not None:
                 raise last_error
             from .diagnose import register_conflict
 
-            raise register_conflict(self, cands, first_conflict, rejected)
+            raise register_conflict(self, cands, first_conflict, rejected, stopped)
         _, (choice, ra, shared, sdec, idx, cost), _ = best
         self.apply_registers(ra)
         self.set_mma(choice)

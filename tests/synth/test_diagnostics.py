@@ -270,3 +270,15 @@ def test_conflicts_prune_the_search_over_partial_mma_choices() -> None:
         if step < 3:
             want = want.astype(np.float16).astype(np.float64)   # the cast between mmas
     np.testing.assert_allclose(o, want, rtol=1e-2, atol=1e-2)
+
+
+def test_search_limit_gives_a_diagnostic_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_REGISTER_CHECKS`` checked choices the search stops with the first conflict
+    and says so (with a limit of 50 the 576 conflicting pairs of the chain are not all seen)."""
+    import hexlayout.synth.solve as solve
+
+    monkeypatch.setattr(solve, "MAX_REGISTER_CHECKS", 50)
+    msg, err = diagnose(hl.kernel(threads=256, name="chain8s")(_chain4), "sm_80")
+    assert "The search stopped after 50 full or partial combinations" in msg
+    assert "give atom= or warps= to an mma" in msg
+    assert "has 64 rows, 4 row block(s)" in msg and len(err.ops) >= 2
