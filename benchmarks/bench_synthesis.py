@@ -84,9 +84,9 @@ CASES = [
     Case("gemm_sm90a", "sm_90a", _gemm_sm90, {}, TARGETS["gemm"],
          "warp-specialized TMA + wgmma GEMM, 128x256x64 tile, 4 stages, 3 warp groups"),
     Case("attention_sm80", "sm_80", _attention, {"CAUSAL": False}, TARGETS["attention"],
-         "FlashAttention-2 forward, BM=128 BN=64 HEAD_DIM=128, 8 warps"),
+         "FlashAttention-2 forward, BM=128 BN=32 HEAD_DIM=128, 8 warps"),
     Case("attention_causal_sm80", "sm_80", _attention, {"CAUSAL": True}, TARGETS["attention"],
-         "FlashAttention-2 forward, causal, BM=128 BN=64 HEAD_DIM=128, 8 warps"),
+         "FlashAttention-2 forward, causal, BM=128 BN=32 HEAD_DIM=128, 8 warps"),
 ]
 
 

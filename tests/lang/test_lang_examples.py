@@ -128,12 +128,12 @@ def test_flash_attention_structure(causal: bool) -> None:
     mmas = ops_of(loop.body, Mma)
     assert len(mmas) == 2
     qk, pv = mmas
-    assert qk.a.type.shape == (128, 128) and qk.b.type.shape == (64, 128) and qk.c.type.shape == (128, 64)
+    assert qk.a.type.shape == (128, 128) and qk.b.type.shape == (32, 128) and qk.c.type.shape == (128, 32)
     # P (cast to f16) is the A operand of P @ V; V^T comes from a transposed shared view
-    assert pv.a.type.shape == (128, 64) and str(pv.a.type.dtype) == "f16"
+    assert pv.a.type.shape == (128, 32) and str(pv.a.type.dtype) == "f16"
     cast_p = next(op for op in ops_of(loop.body, Cast) if op.result is pv.a)
     assert cast_p.src.name == "p"
-    assert pv.c.name == "acc" and pv.b.type.shape == (128, 64)
+    assert pv.c.name == "acc" and pv.b.type.shape == (128, 32)
     perm = next(op for op in ops_of(loop.body, Permute))
     assert perm.perm == (1, 0) and perm.src.scope == Scope.SHARED
     reduces = ops_of(loop.body, Reduce)

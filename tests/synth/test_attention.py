@@ -114,3 +114,20 @@ def _walk(body: list[Any]) -> Any:
         yield ins
         for attr in ("body", "then_body", "else_body"):
             yield from _walk(getattr(ins, attr, []) or [])
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_default_config_compiles_without_spills(causal: bool) -> None:
+    """The example's defaults (BM=128, BN=32, HEAD_DIM=128, 8 warps) fit in registers."""
+    from hexlayout.codegen import generate
+    from hexlayout.runtime import compile_generated
+    from hexlayout.runtime.sass import count_prefix
+
+    s = synthesize(flash_attention_fwd.trace(CAUSAL=causal), "sm_80")
+    ck = compile_generated(generate(s.lowered.kernel), cache=False)
+    assert ck.resources is not None and ck.resources.registers > 0, ck.log
+    assert not ck.resources.spills and ck.resources.stack_frame == 0, ck.resources
+    # per k block S = Q K^T is 128x32x128 and O += P V 128x128x32: m16n8k16 mmas over 8 warps
+    per_warp = (128 * 32 * 128 + 128 * 128 * 32) // (16 * 8 * 16) // 8
+    assert count_prefix(ck.sass_counts(), "HMMA.16816") >= per_warp
