@@ -105,7 +105,7 @@ class SynthesisError(ValueError):
 @dataclass
 class Alternative:
     what: str
-    status: str             # "chosen", "legal", "rejected"
+    status: str             # "chosen", "legal", "rejected", "not tried"
     reason: str = ""
     cost: float | None = None
 
@@ -431,6 +431,7 @@ class _Synth:
             return True
 
         partial_seen: dict[tuple[int | None, ...], bool] = {}
+        accepted: set[tuple[int, ...]] = set()
         checks = [0]
 
         def count() -> None:
@@ -468,6 +469,7 @@ class _Synth:
                 if not first_conflict:
                     first_conflict.append(err)
                 return False
+            accepted.add(idx)
             return True
 
         if keys:
@@ -518,12 +520,12 @@ class _Synth:
         for root in self.shared_roots:
             root.type = root.type.with_layout(shared[root.id].layout)
         prog = lower_kernel(self.tk, self.arch)
-        decisions = self.mma_decisions(cands, idx, rejected) + sdec + self.copy_decisions(prog)
+        decisions = self.mma_decisions(cands, idx, rejected, accepted) + sdec + self.copy_decisions(prog)
         return Synthesis(self.tk, self.arch, prog, decisions, cost, time.perf_counter() - t0,
                          {k: choice[k] for k in keys})
 
     def mma_decisions(self, cands: dict[int, list[TiledMma]], idx: tuple[int, ...],
-                      rejected: dict[tuple[int, ...], str]) -> list[Decision]:
+                      rejected: dict[tuple[int, ...], str], accepted: set[tuple[int, ...]]) -> list[Decision]:
         out = []
         for j, op in enumerate(self.g.mmas):
             chosen = cands[id(op)][idx[j]]
@@ -534,8 +536,10 @@ class _Synth:
                     alts.append(Alternative(str(tm), "chosen"))
                 elif (why := _rejection(rejected, key)) is not None:
                     alts.append(Alternative(str(tm), "rejected", why))
-                else:
+                elif key in accepted:
                     alts.append(Alternative(str(tm), "legal", "ranked lower (operand traffic per warp)"))
+                else:
+                    alts.append(Alternative(str(tm), "not tried", "an earlier, preferred choice was legal"))
             out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))
         return out
 

@@ -49,3 +49,15 @@ def test_register_only_kernel_with_a_tile_in_two_mma_roles() -> None:
     x, y, y2 = (t.astype(np.float64) for t in (a, w, w2))
     np.testing.assert_allclose(c1, x @ y.T, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(c2, y2 @ x.T, rtol=1e-4, atol=1e-3)
+
+
+def test_mma_alternatives_report_what_the_search_checked() -> None:
+    """Alternatives before the chosen one were rejected with the conflict; the search stops at
+    the first legal choices, so the ones it never checked are "not tried", never "legal"."""
+    s = synthesize(two_roles.trace(), "sm_80")
+    alts = s.decisions[0].alternatives
+    statuses = [a.status for a in alts]
+    chosen = statuses.index("chosen")
+    assert chosen > 0 and set(statuses[:chosen]) == {"rejected"}
+    assert all("%x would need two layouts" in a.reason for a in alts[:chosen])
+    assert "not tried" in statuses[chosen + 1:] and "legal" not in statuses
