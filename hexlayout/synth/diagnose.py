@@ -117,12 +117,17 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
 _ROLE = {"a": "A operand (M x K)", "b": "B operand (N x K)", "c": "accumulator (M x N)"}
 
 
+def _mma_role(op: Op | None, why: str) -> tuple[str, str] | None:
+    """``(role, tiled mma)`` when ``why`` is an mma operand requirement ("operand a of ...")."""
+    m = re.match(r"operand ([abc]) of (.*)$", why)
+    return (m.group(1), m.group(2)) if m and isinstance(op, Mma) else None
+
+
 def _requirement(op: Op | None, why: str, layout: Any, v: Value | None) -> str:
     """What ``op`` requires of register tile ``v``, in words, ending with the TV layout."""
     it = f"%{v.name}" if v is not None else "it"
-    m = re.match(r"operand ([abc]) of (.*)$", why)
-    if m and isinstance(op, Mma):
-        role, tm = m.group(1), m.group(2)
+    if (mr := _mma_role(op, why)) is not None:
+        role, tm = mr
         hint = " (warps= given there)" if "warps=" in (op.loc.code if op.loc else "") else ""
         return (f"{describe_op(op)} needs {it} as the {_ROLE[role]} fragment of {tm}{hint}, "
                 f"i.e. the TV layout {layout}")
@@ -140,9 +145,8 @@ def _chain_hint(s: Any, cands: dict[int, list[Any]], op1: Op | None, why1: str,
     N; that needs ``M / atom_m >= warps`` for some candidate atom."""
     roles = {}
     for op, why in ((op1, why1), (op2, why2)):
-        m = re.match(r"operand ([abc]) of ", why)
-        if m and isinstance(op, Mma):
-            roles[m.group(1)] = op
+        if (mr := _mma_role(op, why)) is not None:
+            roles[mr[0]] = op
     c_op = roles.get("c")
     if c_op is None or "a" not in roles or not cands.get(id(c_op)):
         return ""
@@ -196,9 +200,8 @@ def _value_in(op: Op | None, why: str, members: list[Value]) -> Value | None:
     if op is None:
         return None
     ids = {v.id for v in members}
-    m = re.match(r"operand ([abc]) of", why)
-    if m and isinstance(op, Mma):
-        v = getattr(op, m.group(1))
+    if (mr := _mma_role(op, why)) is not None:
+        v = getattr(op, mr[0])
         return v if v.id in ids else None
     for v in _values_of(op):
         if v.id in ids:

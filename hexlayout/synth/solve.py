@@ -432,11 +432,12 @@ class _Synth:
 
         partial_seen: dict[tuple[int | None, ...], bool] = {}
         accepted: set[tuple[int, ...]] = set()
-        checks = [0]
+        checks = 0
 
         def count() -> None:
-            checks[0] += 1
-            if checks[0] > MAX_REGISTER_CHECKS:
+            nonlocal checks
+            checks += 1
+            if checks > MAX_REGISTER_CHECKS:
                 raise _SearchLimit
 
         def partially_consistent(assigned: dict[int, int]) -> bool:
