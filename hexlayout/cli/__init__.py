@@ -19,13 +19,15 @@ import os
 import sys
 from collections.abc import Sequence
 
+from hexlayout.errors import HexlayoutError
+
 __all__ = ["main", "build_parser", "CLIError", "SUBCOMMANDS"]
 
 # Module names under hexlayout.cli, in the order ``--help`` lists them.
 SUBCOMMANDS = ("explain", "compile", "draw", "demo")
 
 
-class CLIError(Exception):
+class CLIError(HexlayoutError):
     """An error in the user's input: printed as a message, exit status 1."""
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from hexlayout.errors import HexlayoutError
 from hexlayout.ir.lowered import Instr
 
 __all__ = ["CodegenError"]
 
 
-class CodegenError(ValueError):
+class CodegenError(HexlayoutError, ValueError):
     """Raised for an instruction the printer cannot express; names the kernel, the
     instruction, the tile op it came from and its source line."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hexlayout.errors import HexlayoutError
 from hexlayout.ir.lowered import Instr
 from hexlayout.ir.tile import SourceLoc
 
@@ -41,7 +42,7 @@ def describe_instr(ins: Instr | None) -> str:
     return s
 
 
-class EmulationError(Exception):
+class EmulationError(HexlayoutError):
     """Base class. Fields: ``kernel``, ``instr``, ``loc``, ``origin``, ``block``, ``thread``,
     ``buffer`` (tensor or shared buffer name), ``address`` (element offset or byte address, as
     the message says), ``other_instr`` / ``other_loc`` / ``other_thread`` (the conflicting

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 
+from hexlayout.errors import HexlayoutError
 from hexlayout.ir.tile import SourceLoc
 
 __all__ = ["KernelError", "format_error"]
 
 
-class KernelError(ValueError):
+class KernelError(HexlayoutError, ValueError):
     """A user error in a kernel definition (a ``ValueError``).
 
     Attributes: ``kernel`` (name), ``op`` (the operation, e.g. ``"mma"``), ``loc``

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hexlayout.errors import HexlayoutError
 from hexlayout.ir.expr import BinOp, Const, Expr, Select, UnOp, Var, evaluate, free_vars, to_c
 from hexlayout.ir.lowered import LoweredKernel, TmaDesc
 from hexlayout.ir.tile import GlobalParam, ScalarParam
@@ -44,7 +45,7 @@ INT32_MAX = 2**31 - 1
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 
-class ArgumentError(ValueError):
+class ArgumentError(HexlayoutError, ValueError):
     """A launch argument does not fit the kernel; ``kernel``, ``arg`` and ``detail`` say how."""
 
     def __init__(self, kernel: str, arg: str | None, detail: str) -> None:

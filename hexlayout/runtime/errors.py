@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from hexlayout.errors import HexlayoutError
+
 __all__ = ["CompileError", "ToolchainError", "explain_log"]
 
 _FRONTEND = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|catastrophic error|warning)"
@@ -11,11 +13,11 @@ _FRONTEND = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|ca
 _SITE = re.compile(r"^\s*// (?P<site>\S+:\d+.*)$")
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(HexlayoutError, RuntimeError):
     """No compiler is usable (NVRTC not installed or not loadable, no nvcc), or a tool is missing."""
 
 
-class CompileError(RuntimeError):
+class CompileError(HexlayoutError, RuntimeError):
     """The CUDA compiler rejected generated source; ``log`` is its full output."""
 
     def __init__(self, message: str, log: str = "", source: str = "", arch: str = "",

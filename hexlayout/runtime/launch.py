@@ -28,6 +28,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from hexlayout.errors import HexlayoutError
+
 from .args import ArgumentError, BoundArgs, kernel_plan
 from .tensormap import L2_PROMOTIONS, TENSOR_MAP_BYTES, TensorMapParams, encode_tensor_map, tensor_map_bytes
 
@@ -45,11 +47,11 @@ _STRUCT_CHARS = {
 }
 
 
-class UnsupportedDeviceError(RuntimeError):
+class UnsupportedDeviceError(HexlayoutError, RuntimeError):
     """The build's architecture cannot run on the device (or the device lacks a resource)."""
 
 
-class LaunchError(RuntimeError):
+class LaunchError(HexlayoutError, RuntimeError):
     """A CUDA driver call failed while loading or launching a kernel."""
 
 

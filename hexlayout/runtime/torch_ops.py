@@ -43,6 +43,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from hexlayout.errors import HexlayoutError
+
 __all__ = ["define_op", "Op", "run_build", "launcher_for", "emulation_enabled", "EmulationDisabledError",
            "EMULATE_ENV", "NAMESPACE"]
 
@@ -54,7 +56,7 @@ NAMESPACE = "hexlayout"
 Fn = Callable[..., Any]
 
 
-class EmulationDisabledError(RuntimeError):
+class EmulationDisabledError(HexlayoutError, RuntimeError):
     """A hexlayout op got CPU tensors while ``HEXLAYOUT_EMULATE`` is not ``1``."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from constraint import BacktrackingSolver, Constraint, Problem
 
 from hexlayout.arch import atom_spec
+from hexlayout.errors import HexlayoutError
 from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, Prober, lower_kernel
 from hexlayout.ir.tile import (
     Cast,
@@ -93,7 +94,7 @@ class LazyConstraint(Constraint):
         return None
 
 
-class SynthesisError(ValueError):
+class SynthesisError(HexlayoutError, ValueError):
     """No layout assignment satisfies the program; names the conflicting ops and lines."""
 
     def __init__(self, kernel: str, message: str, ops: list[Op] | None = None) -> None:

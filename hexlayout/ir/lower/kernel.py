@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hexlayout.arch import get_arch, get_atom
+from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
 
 from ..expr import ExprLike, Var, as_expr
@@ -103,7 +104,7 @@ from .views import Gather, GlobalTileView, RegisterTile, SharedTileView
 __all__ = ["LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
 
 
-class LoweringError(ValueError):
+class LoweringError(HexlayoutError, ValueError):
     """A tile op that cannot be lowered, with the kernel, op, tensors and source line."""
 
     def __init__(self, kernel: str, op: Op | None, message: str) -> None:
