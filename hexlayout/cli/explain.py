@@ -65,7 +65,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def _file(loc: Any) -> str | None:
-    return os.path.basename(loc.file) if loc is not None else None
+    return loc.filename if loc is not None else None
 
 
 def _line(loc: Any) -> int | None:
@@ -73,7 +73,7 @@ def _line(loc: Any) -> int | None:
 
 
 def _code(loc: Any) -> str | None:
-    return loc.code.strip() if loc is not None and loc.code else None
+    return (loc.text or None) if loc is not None else None
 
 
 def _cute_shape(shape: Any) -> str:

@@ -299,7 +299,7 @@ def _lower_directly(tk: Any, arch: str, t0: float) -> Any:
     prog = lower_kernel(work, arch)
     decisions = []
     for op, instr in prog.choices:
-        loc = f"{os.path.basename(op.loc.file)}:{op.loc.line}" if op.loc else ""
+        loc = op.loc.format() if op.loc else ""
         decisions.append(Decision(f"{type(op).__name__.lower()} at {loc}", op, None, instr,
                                   [Alternative(instr, "chosen", "given explicitly")]))
     return Synthesis(work, arch, prog, decisions, CostBreakdown(), time.perf_counter() - t0)

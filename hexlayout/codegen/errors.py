@@ -19,9 +19,7 @@ class CodegenError(HexlayoutError, ValueError):
             if instr.origin:
                 where += f" (from {instr.origin})"
             if instr.loc is not None:
-                where += f" at {instr.loc.file}:{instr.loc.line}"
-                if instr.loc.code:
-                    where += f" `{instr.loc.code.strip()}`"
+                where += f" at {instr.loc.format(full_path=True, code='backticks')}"
         super().__init__(f"{kernel}:{where}: {message}" if where else f"{kernel}: {message}")
         self.kernel = kernel
         self.instr = instr

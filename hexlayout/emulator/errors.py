@@ -36,9 +36,7 @@ def describe_instr(ins: Instr | None) -> str:
     if ins.origin:
         s += f" [{ins.origin}]"
     if ins.loc is not None:
-        s += f" at {ins.loc}"
-        if ins.loc.code:
-            s += f" (`{ins.loc.code.strip()}`)"
+        s += f" at {ins.loc.format(full_path=True, code='parens')}"
     return s
 
 

@@ -17,7 +17,6 @@ symbolic strides). Output is deterministic: it depends on nothing but the kernel
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .expr import Expr, to_c
@@ -82,7 +81,7 @@ def _e(x: Any) -> str:
 
 
 def _loc(loc: SourceLoc | None) -> str:
-    return f"  # {os.path.basename(loc.file)}:{loc.line}" if loc is not None else ""
+    return f"  # {loc.format()}" if loc is not None else ""
 
 
 def _scalar(x: Any) -> str:

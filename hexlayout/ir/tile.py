@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .expr import Expr, ExprLike, Var
+from .source import SourceLoc
 from .types import DType, LayoutLike, Scope, TileType
 
 __all__ = [
@@ -52,17 +53,6 @@ __all__ = [
 ]
 
 _value_ids = itertools.count()
-
-
-@dataclass(frozen=True)
-class SourceLoc:
-    file: str
-    line: int
-    func: str = ""
-    code: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
 
 
 @dataclass(eq=False)

@@ -8,8 +8,6 @@ line's code) and then the detail, which names the tensors involved::
 
 from __future__ import annotations
 
-import os
-
 from hexlayout.errors import HexlayoutError
 from hexlayout.ir.tile import SourceLoc
 
@@ -32,10 +30,6 @@ class KernelError(HexlayoutError, ValueError):
 
 
 def format_error(kernel: str, op: str, loc: SourceLoc | None, detail: str) -> str:
-    where = ""
-    if loc is not None:
-        where = f" at {os.path.basename(loc.file)}:{loc.line}"
-        if loc.code:
-            where += f" `{loc.code}`"
+    where = f" at {loc.format(code='backticks')}" if loc is not None else ""
     head = f"{kernel}: {op}" if kernel else op
     return f"{head}{where}: {detail}"

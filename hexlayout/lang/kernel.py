@@ -23,7 +23,6 @@ by the function propagate unchanged.
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -219,7 +218,7 @@ class Kernel:
                         "it with hexlayout's runtime")
 
     def __repr__(self) -> str:
-        return f"<hl.kernel {self.name} at {os.path.basename(self.loc.file)}:{self.loc.line}>"
+        return f"<hl.kernel {self.name} at {self.loc.format()}>"
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dict[str, Any]], int] = 128,

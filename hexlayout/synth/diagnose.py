@@ -42,8 +42,7 @@ def describe_op(op: Op | None) -> str:
     name = _kind(op)
     if op.loc is None:
         return name
-    code = f" `{op.loc.code.strip()}`" if op.loc.code else ""
-    return f"{name} at {op.loc.file.rsplit('/', 1)[-1]}:{op.loc.line}{code}"
+    return f"{name} at {op.loc.format(code='backticks')}"
 
 
 def _kind(op: Op) -> str:
@@ -63,7 +62,7 @@ def _reason(e: LoweringError) -> str:
     repeated ``ATOM: ATOM:`` prefixes collapsed."""
     text = str(e)
     op = e.op
-    marker = f"`{op.loc.code.strip()}`: " if op is not None and op.loc is not None and op.loc.code else None
+    marker = f"`{op.loc.text}`: " if op is not None and op.loc is not None and op.loc.text else None
     if marker and marker in text:
         text = text.split(marker, 1)[1]
     else:

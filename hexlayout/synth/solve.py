@@ -151,7 +151,7 @@ def _undecided_shared(v: Value) -> bool:
 def _loc(op: Op | None) -> str:
     if op is None or op.loc is None:
         return ""
-    return f"{op.loc.file.rsplit('/', 1)[-1]}:{op.loc.line}"
+    return op.loc.format()
 
 
 def _opname(op: Op) -> str:

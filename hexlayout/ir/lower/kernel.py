@@ -110,9 +110,7 @@ class LoweringError(HexlayoutError, ValueError):
     def __init__(self, kernel: str, op: Op | None, message: str) -> None:
         where = ""
         if op is not None and op.loc is not None:
-            where = f" at {op.loc.file}:{op.loc.line}"
-            if op.loc.code:
-                where += f" `{op.loc.code.strip()}`"
+            where = f" at {op.loc.format(full_path=True, code='backticks')}"
         name = _op_name(op) if op is not None else "kernel"
         super().__init__(f"{kernel}: {name}{where}: {message}")
         self.kernel = kernel
