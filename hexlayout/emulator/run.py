@@ -1,14 +1,37 @@
-"""``run``: execute a lowered kernel on the CPU, block after block."""
+"""``run``: execute a lowered kernel on the CPU, block after block.
+
+Before anything runs, the arguments are checked as the GPU launcher checks them: every
+scalar is a number of its parameter's kind (a float parameter takes a real number, not a
+string such as ``'0.5'``, ``None`` or a bool; an integer parameter an integer), and every
+tensor's base address is aligned to the widest global access the kernel makes on it (a
+16-byte ``cp.async`` / ``ld.global.v4`` needs a 16-byte aligned base, TMA a 16-byte aligned
+global address) - the emulator addresses tensors from their first element, so without this
+check a view 2 bytes off alignment would run here and fault on a GPU.
+"""
 
 from __future__ import annotations
 
 import itertools
+import numbers
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from hexlayout.ir.expr import evaluate
-from hexlayout.ir.lowered import LoweredKernel
+from hexlayout.ir.lowered import (
+    CpAsync,
+    ForLoop,
+    IfThen,
+    Instr,
+    LdGlobal,
+    LoweredKernel,
+    StGlobal,
+    TmaLoad,
+    TmaStore,
+)
+from hexlayout.ir.tile import ScalarParam
 
 from .errors import ArgumentError
 from .machine import Machine, Options
@@ -18,11 +41,12 @@ from .report import EmulatorReport
 from .scheduler import run_block
 from .wgmma import retire_all
 
-__all__ = ["run", "grid_of"]
+__all__ = ["run", "grid_of", "check_scalars", "check_alignment", "global_access_widths"]
 
 
 def grid_of(kernel: LoweredKernel, args: Mapping[str, Any]) -> tuple[int, ...]:
     """The launch grid with the scalar arguments substituted."""
+    check_scalars(kernel, args)
     _, scalars = bind_arguments(kernel, {k: v for k, v in args.items()})
     return tuple(int(evaluate(g, scalars)) for g in kernel.grid)
 
@@ -58,7 +82,9 @@ def run(
     error; returns the ``EmulatorReport``.
     """
     t0 = time.perf_counter()
+    check_scalars(kernel, args)
     tensors, scalars = bind_arguments(kernel, args)
+    check_alignment(kernel, args)
     grid = tuple(int(evaluate(g, scalars)) for g in kernel.grid)
     if len(kernel.block_index) > len(grid):
         raise ArgumentError(
@@ -76,3 +102,72 @@ def run(
         report.blocks.append(b)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def check_scalars(kernel: LoweredKernel, args: Mapping[str, Any]) -> None:
+    """Refuse, naming the argument, a scalar that is not a number of its parameter's kind
+    (float parameters: a real number, not a bool or a string; integer parameters: an integer;
+    a numpy 0-d array or scalar counts as its value)."""
+    for p in kernel.params:
+        if not isinstance(p, ScalarParam) or p.name not in args:
+            continue
+        v = args[p.name]
+        if isinstance(v, np.ndarray):
+            if v.size != 1:
+                raise ArgumentError(f"argument {p.name!r}: expected a scalar ({p.dtype}), got an array of "
+                                    f"shape {v.shape}", kernel=kernel.name, buffer=p.name)
+            v = v.item()
+        if p.dtype.is_float:
+            ok, kind = isinstance(v, numbers.Real) and not isinstance(v, bool), "a real number"
+        else:
+            ok = isinstance(v, numbers.Integral) and (not isinstance(v, bool) or p.dtype.name == "pred")
+            kind = "an integer"
+        if not ok:
+            raise ArgumentError(f"argument {p.name!r}: expected {kind} ({p.dtype} scalar), got "
+                                f"{type(v).__name__} {v!r}", kernel=kernel.name, buffer=p.name)
+
+
+def _walk(body: list[Instr]) -> Iterable[Instr]:
+    for ins in body:
+        yield ins
+        if isinstance(ins, ForLoop):
+            yield from _walk(ins.body)
+        elif isinstance(ins, IfThen):
+            yield from _walk(ins.then_body)
+            yield from _walk(ins.else_body)
+
+
+def global_access_widths(kernel: LoweredKernel) -> dict[str, tuple[int, str]]:
+    """Per global tensor parameter: the widest access the kernel makes on it, in bytes, and
+    the instruction (``ld.global`` / ``st.global`` / ``cp.async`` vector width; TMA: 16)."""
+    out: dict[str, tuple[int, str]] = {}
+
+    def note(name: str, nbytes: int, what: str) -> None:
+        if nbytes > out.get(name, (0, ""))[0]:
+            out[name] = (nbytes, what)
+
+    for ins in _walk(kernel.body):
+        if isinstance(ins, LdGlobal):
+            note(ins.src.param.name, ins.bits // 8, f"{ins.bits // 8}-byte ld.global")
+        elif isinstance(ins, StGlobal):
+            note(ins.dst.param.name, ins.bits // 8, f"{ins.bits // 8}-byte st.global")
+        elif isinstance(ins, CpAsync):
+            note(ins.src.param.name, ins.nbytes, f"{ins.nbytes}-byte cp.async")
+        elif isinstance(ins, (TmaLoad, TmaStore)):
+            note(ins.desc.param.name, 16, "TMA (16-byte aligned global address)")
+    return out
+
+
+def check_alignment(kernel: LoweredKernel, args: Mapping[str, Any]) -> None:
+    """Refuse, naming the argument, a tensor whose base address is not aligned to the widest
+    global access the kernel makes on it (the access a GPU would fault on)."""
+    for name, (nbytes, what) in global_access_widths(kernel).items():
+        arr = args.get(name)
+        if not isinstance(arr, np.ndarray) or arr.size == 0 or nbytes <= 1:
+            continue
+        addr = int(arr.ctypes.data)
+        if addr % nbytes:
+            raise ArgumentError(f"argument {name!r}: base address {addr:#x} is {addr % nbytes} bytes off "
+                                f"{nbytes}-byte alignment, which the kernel's {what} needs (a GPU faults); "
+                                "pass a copy (.copy() / .clone()), not a view with an offset",
+                                kernel=kernel.name, buffer=name)

@@ -485,7 +485,8 @@ class _Plan:
             if ptr % nbytes:
                 raise ArgumentError(name, pname,
                                     f"data pointer {ptr:#x} is not {nbytes}-byte aligned (needed for "
-                                    f"{why}); pass a freshly allocated or .contiguous() tensor")
+                                    f"{why}); pass a copy (.clone()) or a freshly allocated tensor "
+                                    "(.contiguous() keeps a contiguous view's offset)")
         for k, w, why in t.stride_mult:
             if shape[k] > 1 and strides[k] % w:
                 raise ArgumentError(name, pname,
@@ -572,8 +573,9 @@ def _scalar_value(kernel: str, p: ScalarParam, x: Any) -> Any:
             raise ArgumentError(kernel, p.name, f"expected a scalar ({dt}), got a {type(x).__name__} "
                                 f"of shape {tuple(x.shape)}; pass a Python number")
     if dt.is_float:
-        if not isinstance(x, numbers.Real):
-            raise ArgumentError(kernel, p.name, f"expected a float scalar ({dt}), got {type(x).__name__}")
+        if not isinstance(x, numbers.Real) or isinstance(x, bool):
+            raise ArgumentError(kernel, p.name, f"expected a float scalar ({dt}), got {type(x).__name__} "
+                                f"{x!r}")
         f = float(x)
         if dt.bits in (8, 16):
             import numpy as np

@@ -81,6 +81,9 @@ def test_fast_path_rechecks_pointers_and_scalars(gemm80, scalars_kernel) -> None
     bind_args(scalars_kernel, None, (x, 5, 1.0, y), device="cpu")
     err = _error(scalars_kernel, (x, 5, "one", y))
     assert err.arg == "alpha" and "float scalar" in str(err)
+    for bad in ("0.5", None, True):                   # a numeric string is not a number either
+        err = _error(scalars_kernel, (x, 5, bad, y))
+        assert err.arg == "alpha" and "float scalar" in str(err) and repr(bad) in str(err)
 
 
 def test_scalar_that_is_a_size_and_free_stride_variable(scalars_kernel) -> None:
@@ -191,6 +194,10 @@ def test_requirements_alignment_vector_strides_and_extents(gemm80) -> None:
     mis = torch.empty(64 * 64 + 4, dtype=torch.float16)[4:].view(64, 64)     # 8-byte aligned only
     err = _error(gemm80, (mis, b, c))
     assert err.arg == "a" and "is not 16-byte aligned (needed for 8-element vector accesses)" in str(err)
+    # the hint is one that works: .contiguous() returns the misaligned view itself, .clone() a fresh copy
+    assert ".clone()" in str(err)
+    assert mis.contiguous().data_ptr() == mis.data_ptr()
+    bind_args(gemm80, None, (mis.clone(), b, c), device="cpu")
     reqs = [Requirement("c", "extent_multiple", 16, 1, "a test requirement")]
     prog = SimpleNamespace(kernel=gemm80.lowered, requirements=reqs)
     args = (a, torch.empty(40, 64).half(), torch.empty(64, 40).half())

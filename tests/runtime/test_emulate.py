@@ -58,3 +58,44 @@ def test_checks_run_before_emulation(gemm80) -> None:
 def test_empty_problem_runs_no_block(gemm80) -> None:
     report = emulate(gemm80, torch.empty(0, 16).half(), torch.randn(8, 16).half(), torch.empty(0, 8).half())
     assert report.blocks == []
+
+
+def test_misaligned_base_is_refused_like_a_launch(gemm80) -> None:
+    """A view 2 bytes off 16-byte alignment under the kernel's 16-byte cp.async faults on a GPU:
+    refused before running, naming the argument, whether the requirements are known
+    (``emulate`` of a build) or not (``emulate`` of a bare lowered kernel, ``emulator.run``)."""
+    from hexlayout.emulator import ArgumentError as EmulatorArgumentError
+    from hexlayout.emulator import run
+
+    a = torch.randn(64 * 32 + 1).half()[1:].view(64, 32)              # data pointer 2 bytes off
+    assert a.data_ptr() % 16 == 2
+    b, c = torch.randn(64, 32).half(), torch.zeros(64, 64).half()
+    with pytest.raises(ArgumentError, match=r"argument 'a'.*not 16-byte aligned.*\.clone\(\)"):
+        emulate(gemm80, a, b, c)
+    kernel = gemm80.synthesis.lowered.kernel
+    with pytest.raises(EmulatorArgumentError, match=r"'a'.*2 bytes off 16-byte alignment.*cp\.async"):
+        emulate(kernel, a, b, c)
+    arrays = {"a": a.numpy(), "b": b.numpy(), "c": c.numpy()}
+    with pytest.raises(EmulatorArgumentError, match=r"argument 'a'.*2 bytes off 16-byte alignment"):
+        run(kernel, arrays)
+    emulate(kernel, a.clone(), b, c)                                 # the copy the message suggests runs
+    torch.testing.assert_close(c.double(), _ref(a, b), rtol=1e-2, atol=1e-2)
+
+
+def test_scalars_are_numbers_of_their_kind(scalars_kernel) -> None:
+    """``emulator.run`` refuses a string (also ``'0.5'``), ``None`` or a bool for a float scalar
+    and a float for an integer one, naming the argument."""
+    from hexlayout.emulator import ArgumentError as EmulatorArgumentError
+    from hexlayout.emulator import run
+    from hexlayout.emulator.run import check_scalars
+
+    kernel = scalars_kernel.lowered
+    x, y = np.zeros((5, 16), np.float32), np.zeros((3, 5), np.float32)
+    for bad in ("0.5", None, True, "abc"):
+        with pytest.raises(EmulatorArgumentError, match=rf"'alpha': expected a real number.*{bad!r}"):
+            run(kernel, {"x": x, "n": 5, "alpha": bad, "y": y})
+        with pytest.raises(ArgumentError, match="argument 'alpha'"):
+            emulate(scalars_kernel, x, 5, bad, y)
+    with pytest.raises(EmulatorArgumentError, match=r"argument 'n': expected an integer.*2\.5"):
+        run(kernel, {"x": x, "n": 2.5, "alpha": 0.5, "y": y})
+    check_scalars(kernel, {"x": x, "n": np.int32(5), "alpha": np.float16(0.5), "y": y})   # numpy numbers pass
