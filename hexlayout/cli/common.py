@@ -7,7 +7,7 @@ from typing import Any
 
 from . import CLIError
 
-__all__ = ["layout_arg", "tile_arg", "load_atom"]
+__all__ = ["layout_arg", "tile_arg", "load_atom", "elem_bits_arg"]
 
 
 def layout_arg(text: str) -> Any:
@@ -18,6 +18,8 @@ def layout_arg(text: str) -> Any:
         return parse_layout(text)
     except ValueError as e:
         raise CLIError(str(e)) from None
+    except RecursionError:
+        raise CLIError(f"cannot parse layout {text[:40]!r}...: nested too deeply") from None
 
 
 _TILE = re.compile(r"^\(?\s*(\d+)\s*(?:[x,X*]\s*(\d+)\s*)?\)?$")
@@ -46,3 +48,18 @@ def load_atom(name: str) -> Any:
     except (KeyError, ValueError) as e:
         msg = e.args[0] if e.args else str(e)
         raise CLIError(msg if name in str(msg) else f"unknown atom {name!r}: {msg}") from None
+
+
+def elem_bits_arg(text: str) -> int:
+    """``--elem-bits``: a power of two from 1 to 128, else a ``CLIError`` naming the option."""
+    from hexlayout.draw import DrawError, check_elem_bits
+
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise CLIError(f"--elem-bits {text!r} is not an integer: expected a power of two from 1 to 128 "
+                       "bits, e.g. --elem-bits 16") from None
+    try:
+        return check_elem_bits(value, "--elem-bits")
+    except DrawError as e:
+        raise CLIError(str(e)) from None

@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from . import CLIError
-from .common import layout_arg, load_atom, tile_arg
+from .common import elem_bits_arg, layout_arg, load_atom, tile_arg
 
 __all__ = ["register", "run"]
 
@@ -28,9 +28,10 @@ def register(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file: .png, .svg or .pdf")
     p.add_argument("--tile", metavar="MxN",
                    help="draw LAYOUT as a TV layout (t,v) -> m + M*n over an MxN tile")
-    p.add_argument("--elem-bits", type=int, metavar="BITS",
+    p.add_argument("--elem-bits", metavar="BITS",
                    help="draw LAYOUT as a shared-memory tile of BITS-bit elements coloured by bank "
-                        "(default 16 for a swizzled layout); for copy atoms: the element width")
+                        "(default 16 for a swizzled layout); for copy atoms: the element width. "
+                        "A power of two from 1 to 128 (8 or more for a shared-memory tile)")
     p.add_argument("--label", choices=("offset", "chunk", "bank"), default="offset",
                    help="shared-memory cells: element offset, 16-byte chunk, or bank (default offset)")
     p.add_argument("--access", metavar="PATTERN",
@@ -62,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
     from hexlayout import draw as hd
     from hexlayout.layout import ComposedLayout, Layout
 
+    elem_bits = None if args.elem_bits is None else elem_bits_arg(args.elem_bits)
     if args.atom:
         if args.layout:
             raise CLIError("give either LAYOUT or --atom, not both")
         atom = load_atom(args.atom)
         if not args.operand:
             raise CLIError("--atom needs --operand (a, b, c for an mma atom; src, dst for a copy atom)")
-        grid = hd.atom_grid(atom, args.operand, args.elem_bits or 16)
+        grid = hd.atom_grid(atom, args.operand, 16 if elem_bits is None else elem_bits)
     elif not args.layout:
         raise CLIError("nothing to draw: give a LAYOUT or --atom NAME")
     else:
@@ -79,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
             m, n = tile_arg(args.tile)
             if layout.rank < 2:
                 raise CLIError(f"TV layout {layout} needs a thread mode and a value mode (rank 2)")
+            hd.check_evaluable(layout, "TV layout")
             cos = int(layout.indices().max()) + 1
             if cos > m * n:
                 raise CLIError(f"TV layout {layout} reaches index {cos - 1}, outside the {m}x{n} tile")
             grid = hd.tv_grid(layout, (m, n))
-        elif args.elem_bits is not None or isinstance(layout, ComposedLayout) or args.access:
-            bits = args.elem_bits or 16
+        elif elem_bits is not None or isinstance(layout, ComposedLayout) or args.access:
+            bits = 16 if elem_bits is None else elem_bits
             access = _access(args.access, hd.layout_values(layout).shape[0], bits) if args.access else None
             grid = hd.smem_grid(layout, bits, args.label, access)
         else:

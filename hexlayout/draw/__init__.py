@@ -13,6 +13,11 @@ Each ``draw_*`` function builds a :class:`CellGrid` (pure data, see
 - :func:`draw_atom`: an operand of an mma atom (A: M x K, B: K x N as in CuTe's
   ``print_latex``, C: M x N) or of a copy atom (src/dst, bits converted to elements).
 - :func:`draw`: dispatches on a layout string or object.
+
+Pictures are limited to ``MAX_DRAW_CELLS`` cells, ``MAX_DRAW_SIDE`` per side (and TV
+layouts to ``MAX_EVALUATED_POINTS`` points): larger ones raise :class:`DrawError` before
+anything is evaluated. A file that cannot be written raises :class:`DrawOutputError`
+naming its path.
 """
 
 from __future__ import annotations
@@ -23,12 +28,19 @@ from typing import Any
 
 from ..layout.composed import ComposedLayout
 from ..layout.layout import Layout
+from .errors import DrawError, DrawOutputError
 from .grids import (
     CUTE_TV_COLORS,
+    MAX_DRAW_CELLS,
+    MAX_DRAW_SIDE,
+    MAX_EVALUATED_POINTS,
     CellGrid,
     atom_grid,
     bank_color,
     bank_of,
+    check_drawable,
+    check_elem_bits,
+    check_evaluable,
     column_chunk_phases,
     layout_grid,
     layout_values,
@@ -43,6 +55,8 @@ __all__ = [
     "draw", "draw_layout", "draw_tv", "draw_smem", "draw_atom", "render",
     "CellGrid", "layout_grid", "tv_grid", "smem_grid", "atom_grid", "layout_values",
     "column_chunk_phases", "wavefronts", "bank_of", "thread_color", "bank_color", "CUTE_TV_COLORS",
+    "DrawError", "DrawOutputError", "MAX_DRAW_CELLS", "MAX_DRAW_SIDE", "MAX_EVALUATED_POINTS",
+    "check_drawable", "check_evaluable", "check_elem_bits",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -91,5 +105,5 @@ def draw(obj: Any, path: PathLike, *, tile: Any = None, elem_bits: int | None = 
             raise ValueError(f"a TV layout must be a plain Layout, not {obj}")
         return draw_tv(obj, tile, path, labels=labels)
     if elem_bits is not None or isinstance(obj, ComposedLayout):
-        return draw_smem(obj, path, elem_bits=elem_bits or 16, labels=labels)
+        return draw_smem(obj, path, elem_bits=16 if elem_bits is None else elem_bits, labels=labels)
     return draw_layout(obj, path, labels=labels)

@@ -30,6 +30,7 @@ from ..layout.inttuple import is_tuple, product
 from ..layout.layout import Layout
 from ..layout.recast import upcast
 from ..layout.tv import tv_table
+from .errors import DrawError
 
 __all__ = [
     "CellGrid",
@@ -45,10 +46,24 @@ __all__ = [
     "column_chunk_phases",
     "bank_of",
     "wavefronts",
+    "MAX_DRAW_CELLS",
+    "MAX_DRAW_SIDE",
+    "MAX_EVALUATED_POINTS",
+    "check_drawable",
+    "check_evaluable",
+    "check_elem_bits",
 ]
 
 BANKS = 32
 BANK_BYTES = 4
+
+# Drawable sizes. A cell is at least 0.16 in at 120 dpi (render.py), about 19 x 19 pixels, so
+# 65,536 cells are at most ~25 megapixels (~2 s, ~250 MB to render 256 x 256); a side of at
+# most 1,024 cells keeps a one-row picture under 20,000 pixels wide. TV layouts and copy atoms
+# are evaluated point by point: at most MAX_EVALUATED_POINTS of them (~1 s).
+MAX_DRAW_CELLS = 256 * 256
+MAX_DRAW_SIDE = 1024
+MAX_EVALUATED_POINTS = 1 << 20
 
 # CuTe's print_latex TV palette (cute/util/print_latex.hpp, TikzColor_TV): thread t -> t % 8.
 CUTE_TV_COLORS: tuple[tuple[int, int, int], ...] = (
@@ -147,9 +162,36 @@ def grid_shape(layout: Layout | ComposedLayout) -> tuple[int, int]:
     return 1, layout.size()
 
 
+def check_drawable(rows: int, cols: int, what: str) -> None:
+    """Raise :class:`DrawError` naming ``what`` unless a ``rows x cols`` grid is drawable:
+    ``rows*cols <= MAX_DRAW_CELLS`` and each side ``<= MAX_DRAW_SIDE``."""
+    if rows * cols > MAX_DRAW_CELLS or max(rows, cols) > MAX_DRAW_SIDE:
+        raise DrawError(f"{what} is {rows}x{cols} cells, too large to draw: at most "
+                        f"{MAX_DRAW_CELLS} cells and {MAX_DRAW_SIDE} per side; draw a tile of it")
+
+
+def check_evaluable(layout: Layout | ComposedLayout, what: str) -> None:
+    """Raise :class:`DrawError` unless ``size(layout) <= MAX_EVALUATED_POINTS``."""
+    n = layout.size()
+    if n > MAX_EVALUATED_POINTS:
+        raise DrawError(f"{what} {layout} has {n} points, too many to draw: at most {MAX_EVALUATED_POINTS}")
+
+
+def check_elem_bits(elem_bits: Any, what: str = "elem_bits") -> int:
+    """``elem_bits`` if it is an element width a picture can use: a power of two from 1 to
+    128 bits; else :class:`DrawError` naming ``what``."""
+    ok = isinstance(elem_bits, (int, np.integer)) and not isinstance(elem_bits, bool)
+    if not ok or not (1 <= elem_bits <= 128) or elem_bits & (elem_bits - 1):
+        raise DrawError(f"{what} {elem_bits!r} is not an element width: expected a power of two "
+                        "from 1 to 128 bits (8 or more for a shared-memory tile)")
+    return int(elem_bits)
+
+
 def layout_values(layout: Layout | ComposedLayout) -> np.ndarray:
-    """``(M, N)`` array with ``[i, j] = L(i + M*j)`` (see :func:`grid_shape`)."""
+    """``(M, N)`` array with ``[i, j] = L(i + M*j)`` (see :func:`grid_shape`); a layout of
+    more than ``MAX_DRAW_CELLS`` cells raises :class:`DrawError` before it is evaluated."""
     m, n = grid_shape(layout)
+    check_drawable(m, n, f"layout {layout}")
     return np.asarray(layout.indices(), dtype=np.int64).reshape((m, n), order="F")
 
 
@@ -181,6 +223,8 @@ def _tile2(tile_shape: Any) -> tuple[int, int]:
 def tv_arrays(layout_tv: Layout, tile_shape: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(thread, value)`` arrays of shape ``(M, N)`` over the tile (``-1`` where nobody)."""
     m, n = _tile2(tile_shape)
+    check_drawable(m, n, f"the {m}x{n} tile of TV layout {layout_tv}")
+    check_evaluable(layout_tv, "TV layout")
     thr, val = tv_table(layout_tv, (m, n))
     return np.asarray(thr).reshape(m, n), np.asarray(val).reshape(m, n)
 
@@ -249,8 +293,9 @@ def smem_grid(layout: Layout | ComposedLayout, elem_bits: int = 16, label: str =
     ``bank // 4``) its accessed cells hit, and the footer gives the wavefronts per phase
     (:func:`wavefronts`).
     """
-    if elem_bits <= 0 or elem_bits % 8:
-        raise ValueError(f"smem_grid: elem_bits {elem_bits} is not a positive multiple of 8")
+    check_elem_bits(elem_bits, "smem_grid: elem_bits")
+    if elem_bits % 8:
+        raise DrawError(f"smem_grid: elem_bits {elem_bits} is not a positive multiple of 8")
     ebytes = elem_bits // 8
     offs = layout_values(layout)
     byte = offs * ebytes
@@ -350,7 +395,9 @@ def atom_grid(atom: Any, operand: str, elem_bits: int = 16,
     else:
         if op not in COPY_OPERANDS:
             raise ValueError(f"copy atom {name}: operand must be src or dst, not {operand!r}")
+        check_elem_bits(elem_bits, f"copy atom {name}: elem_bits")
         bits_layout = getattr(atom, f"{op}_layout")
+        check_evaluable(bits_layout, f"copy atom {name}: {op} layout")
         layout = upcast(bits_layout, elem_bits) if elem_bits > 1 else bits_layout
         # Element codomain: cosize of the upcast layout.
         total = int(np.asarray(layout.indices()).max()) + 1

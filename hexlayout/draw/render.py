@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import DrawOutputError
 from .grids import CellGrid
 
 __all__ = ["render", "FORMATS", "MIN_LABEL_PT", "MAX_LABELLED_CELLS"]
@@ -29,12 +30,30 @@ MAX_LABELLED_CELLS = 2048  # matplotlib draws ~1000 labels a second; more would 
 DPI = 120
 
 
+def _cannot_write(p: Path, err: OSError) -> DrawOutputError:
+    reason = err.strerror or str(err)
+    if err.filename is not None and str(err.filename) != str(p):
+        reason += f" ({err.filename})"
+    return DrawOutputError(f"cannot write the picture to {str(p)!r}: {reason}")
+
+
 def _check_path(path: str | os.PathLike[str]) -> Path:
+    """The output path: its suffix must be a known format; a missing parent directory is
+    created; a path that is a directory, or whose directory cannot be made, raises
+    :class:`DrawOutputError` naming it (before anything is drawn)."""
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
         raise ValueError(f"cannot draw to {str(p)!r}: the file suffix must be one of {', '.join(FORMATS)}")
-    if p.parent and not p.parent.exists():
+    if p.is_dir():
+        raise DrawOutputError(f"cannot write the picture to {str(p)!r}: it is a directory")
+    existing = next((d for d in p.parents if d.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise DrawOutputError(f"cannot write the picture to {str(p)!r}: {str(existing)!r} is not a directory")
+    try:
         p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DrawOutputError(f"cannot write the picture to {str(p)!r}: cannot create its directory "
+                              f"{str(p.parent)!r}: {e.strerror or e}") from None
     return p
 
 
@@ -142,5 +161,8 @@ def render(grid: CellGrid, path: str | os.PathLike[str], *, labels: bool | None 
             fig.text(margin_l / fig_w, 0.1 / fig_h, textwrap.shorten(grid.footer, 200), fontsize=8,
                      ha="left", va="bottom")
         fig.text(0.5, 1 - 0.12 / fig_h, wrapped, ha="center", va="top", fontsize=9)
-        fig.savefig(out, dpi=DPI, facecolor="white")
+        try:
+            fig.savefig(out, dpi=DPI, facecolor="white")
+        except OSError as e:
+            raise _cannot_write(out, e) from None
     return out

@@ -23,6 +23,7 @@ by the function propagate unchanged.
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,22 @@ from .spec import Tensor, resolve_dim
 from .tensor import GlobalTensor
 
 __all__ = ["kernel", "Kernel"]
+
+
+def _constant_type_problem(value: Any, annotation: Any) -> str | None:
+    """What a constant annotated ``annotation`` must be when ``value`` does not fit it
+    (``None`` when it fits or the annotation is not one of int, float, bool, str, DType)."""
+    if annotation is bool:
+        return None if isinstance(value, bool) else "a bool (true or false)"
+    if annotation is int:
+        return None if isinstance(value, numbers.Integral) and not isinstance(value, bool) else "an int"
+    if annotation is float:
+        return None if isinstance(value, numbers.Real) and not isinstance(value, bool) else "a number"
+    if annotation is str:
+        return None if isinstance(value, str) else "a str"
+    if annotation is DType:
+        return None if isinstance(value, DType) else "an element type (e.g. f16)"
+    return None
 
 
 class Kernel:
@@ -62,6 +79,8 @@ class Kernel:
         self.loc = SourceLoc(code.co_filename, line, code.co_name, text)
         self._cache: dict[Any, TileKernel] = {}
         self._params, self._consts = self._signature()
+        ann = self._annotations()
+        self._const_types = {k: ann.get(k) for k in self._consts}
 
     # --- signature ------------------------------------------------------------------------
     def _error(self, detail: str) -> KernelError:
@@ -112,6 +131,11 @@ class Kernel:
         if unknown:
             raise self._error(f"unknown constant(s) {', '.join(unknown)}; constants: "
                               f"{', '.join(self._consts) or 'none'}")
+        for name, value in consts.items():
+            expected = _constant_type_problem(value, self._const_types.get(name))
+            if expected:
+                raise self._error(f"the constant {name} must be {expected}, not {value!r} "
+                                  f"({type(value).__name__})")
         values: dict[str, Any] = {}
         for name, p in self._consts.items():
             if name in consts:
