@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TOP_KEYS = {"version", "kernel", "spec", "arch", "source", "constants", "threads", "grid", "smem_bytes",
             "seconds", "trace_seconds", "tensors", "ops", "shared", "decisions", "cost", "requirements",
-            "notes", "pictures"}
+            "notes", "pictures", "stats"}
 TENSOR_KEYS = {"name", "scope", "dtype", "shape", "layout", "kind", "view_of", "offset", "file", "line",
                "code"}
 OP_KEYS = {"op", "file", "line", "code", "operands", "instruction", "alternatives"}

@@ -4,11 +4,21 @@
     hexlayout compile gemm --arch sm_80 --emit cuda -o gemm_sm80.cu
     hexlayout compile attention --arch sm_80 -D CAUSAL=true --emit cubin -o fa.cubin
     hexlayout compile my_kernels.py:gemm --arch sm_89 --emit ptx -o gemm.ptx
+    hexlayout compile gemm --arch sm_90a --stats          # static quality report, no file
+    hexlayout compile gemm --arch sm_80 --stats json      # the same as one JSON document
 
 ``--emit cuda`` writes the generated source (no compiler needed); ``ptx`` and ``cubin`` come
 from NVRTC (or nvcc) through the on-disk cache; ``sass`` is the cubin disassembled with
 cuobjdump. A one-line summary follows: registers, spills, shared memory, synthesis and
 compile time, and whether the cubin came from the cache. No GPU is needed.
+
+``--stats`` (with or without ``--emit``) prints the static quality report of the cubin
+(``hexlayout.runtime.stats``): registers and the highest register per ``setmaxnreg`` region,
+spills, shared memory, the main loop's instruction count and mix, MMA per iteration,
+non-MMA instructions per k-tile (k-tiles per iteration = MMA in the SASS loop / MMA that one
+iteration of the kernel's k-loop issues in the lowered program), epilogue store widths,
+TMA / ldmatrix / stmatrix / cp.async use and ptxas' warnings. ``--stats json`` prints it as
+JSON (the keys of ``KernelStats.to_dict``, documented in docs/explain-json.md under ``stats``).
 """
 
 from __future__ import annotations
@@ -35,11 +45,14 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help=f"a registered kernel ({', '.join(known_names())}), module:attr or file.py:attr")
     p.add_argument("--arch", type=arch_arg, required=True, metavar="ARCH",
                    help=f"target architecture: {', '.join(ARCHS)}")
-    p.add_argument("--emit", choices=EMITS, required=True, help="what to write")
+    p.add_argument("--emit", choices=EMITS, help="what to write (required unless --stats)")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="a compile-time constant, e.g. -D BM=64 -D CAUSAL=true (repeatable)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file ('-' for stdout, "
-                   "not for cubin)")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file ('-' for stdout, not for cubin); "
+                   "required with --emit")
+    p.add_argument("--stats", nargs="?", const="text", choices=("text", "json"), metavar="{text,json}",
+                   help="print the static quality report of the cubin (registers, spills, main loop, "
+                   "non-MMA per k-tile, stores, ptxas warnings); 'json' for one JSON document")
     p.add_argument("--no-cache", action="store_true", help="compile even if the cubin is in the disk cache")
     p.set_defaults(func=run)
     return p
@@ -77,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     from hexlayout.codegen import generate
     from hexlayout.runtime import CompileError, ToolchainError, compile_generated
 
+    if args.emit is None and args.stats is None:
+        raise CLIError("nothing to do: give --emit cuda|ptx|cubin|sass with -o FILE, or --stats")
+    if (args.emit is None) != (args.output is None):
+        raise CLIError("--emit and -o go together: --emit says what to write, -o where")
     rk = resolve(args.kernel, args.arch, parse_defines(args.defines))
     result = synthesize_kernel(rk)
     t = time.perf_counter()
@@ -84,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     gen_s = time.perf_counter() - t
     compiled = None
     data: bytes
+    if args.emit is None:
+        return _print_stats(args, gen, result)
     if args.emit == "cuda":
         data = gen.source.encode()
     else:
@@ -113,4 +132,28 @@ def run(args: argparse.Namespace) -> int:
     line = summary_line(gen.name, args.arch, out_name, len(data), gen, compiled, result.synth_seconds)
     line += f"; generate {gen_s:.2f} s"
     print(line, file=sys.stderr if args.output == "-" else sys.stdout)
+    if args.stats is not None:
+        return _print_stats(args, gen, result, compiled)
+    return 0
+
+
+def _print_stats(args: argparse.Namespace, gen: Any, result: Any, compiled: Any = None) -> int:
+    """Compile (if not done) and print ``KernelStats`` as text or JSON on stdout (stderr when
+    the artifact went to stdout)."""
+    import json
+
+    from hexlayout.runtime import CompileError, ToolchainError, compile_generated
+    from hexlayout.runtime.stats import StatsError, kernel_stats, mma_per_source_iteration
+
+    try:
+        if compiled is None:
+            compiled = compile_generated(gen, cache=not args.no_cache)
+        st = kernel_stats(compiled.cubin, sass=compiled.sass(), log=compiled.log, name=compiled.name,
+                          resources=compiled.resources,
+                          mma_per_ktile=mma_per_source_iteration(result.synthesis.lowered.kernel),
+                          shared_dynamic=gen.smem_bytes)
+    except (CompileError, ToolchainError, StatsError) as e:
+        raise CLIError(str(e)) from None
+    text = json.dumps(st.to_dict(), indent=2) if args.stats == "json" else st.summary()
+    print(text, file=sys.stderr if args.output == "-" else sys.stdout)
     return 0

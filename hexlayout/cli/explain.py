@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import CLIError
 from .kernels import ARCHS, arch_arg, known_names, parse_defines, resolve, synthesize_kernel
 
 __all__ = ["register", "run", "explain_report", "format_report", "draw_report", "JSON_VERSION"]
@@ -48,6 +49,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
                    help="a compile-time constant, e.g. -D BM=64 -D CAUSAL=true (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON document (see docs/explain-json.md)")
     p.add_argument("--draw", metavar="DIR", help="write PNG pictures of the synthesized layouts into DIR")
+    p.add_argument("--stats", action="store_true", help="also compile the kernel and report the cubin's "
+                   "static quality (registers, spills, main loop, non-MMA per k-tile; key 'stats')")
     p.set_defaults(func=run)
     return p
 
@@ -387,6 +390,23 @@ def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, 
     return pictures
 
 
+def _static_stats(result: Any) -> Any:
+    """The ``KernelStats`` of the synthesized kernel's cubin (compiled through the cache)."""
+    from hexlayout.codegen import generate
+    from hexlayout.runtime import CompileError, ToolchainError, compile_generated
+    from hexlayout.runtime.stats import StatsError, kernel_stats, mma_per_source_iteration
+
+    lowered = result.synthesis.lowered.kernel
+    gen = generate(lowered)
+    try:
+        c = compile_generated(gen)
+        return kernel_stats(c.cubin, sass=c.sass(), log=c.log, name=c.name, resources=c.resources,
+                            mma_per_ktile=mma_per_source_iteration(lowered),
+                            shared_dynamic=gen.smem_bytes)
+    except (CompileError, ToolchainError, StatsError) as e:
+        raise CLIError(str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Resolve, synthesize and explain ``args.kernel``; print text or JSON."""
     rk = resolve(args.kernel, args.arch, parse_defines(args.defines))
@@ -394,8 +414,12 @@ def run(args: argparse.Namespace) -> int:
     report = explain_report(result, args.kernel, args.arch)
     if args.draw:
         report["pictures"] = draw_report(result, args.draw)
+    stats = _static_stats(result) if args.stats else None
+    report["stats"] = stats.to_dict() if stats is not None else None
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
+        if stats is not None:
+            print(stats.summary())
     return 0

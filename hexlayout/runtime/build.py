@@ -43,6 +43,14 @@ class Build:
     def lowered(self) -> Any:
         return self.synthesis.lowered.kernel
 
+    @property
+    def stats(self) -> Any:
+        """The static quality report of the cubin (``runtime.stats.KernelStats``; computed on
+        first use, memoized per cubin; needs cuobjdump)."""
+        from .stats import build_stats
+
+        return build_stats(self)
+
 
 _BUILDS: dict[tuple, Build] = {}
 
