@@ -19,13 +19,15 @@ and the two requirements that cannot both hold, in plain words:
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from hexlayout.ir.lower.kernel import LoweringError, Prober
+from hexlayout.ir.lower.rejection import Rejection
 from hexlayout.ir.tile import Alloc, Copy, Mma, Op, Value
 from hexlayout.ir.types import LayoutVar, Scope
+
+from .registers import LayoutSource
 
 if TYPE_CHECKING:
     from .solve import SynthesisError
@@ -57,21 +59,9 @@ def _error(s: Any, msg: str, ops: list[Op]) -> SynthesisError:
     return SynthesisError(s.tk.name, msg, ops)
 
 
-def _reason(e: LoweringError) -> str:
-    """The lowering's reason without its ``kernel: op at file:line `code`:`` prefix, with
-    repeated ``ATOM: ATOM:`` prefixes collapsed."""
-    text = str(e)
-    op = e.op
-    marker = f"`{op.loc.text}`: " if op is not None and op.loc is not None and op.loc.text else None
-    if marker and marker in text:
-        text = text.split(marker, 1)[1]
-    else:
-        text = text.split(": ", 2)[-1]
-    return _dedupe(text)
-
-
-def _dedupe(text: str) -> str:
-    return re.sub(r"\b([\w.]+: )(\1)+", r"\1", text)
+def _reason(e: LoweringError) -> Rejection:
+    """The lowering's reason (a ``Rejection``: no kernel, op or line in it)."""
+    return e.reason
 
 
 def _alloc_of(s: Any, root: Value) -> Op | None:
@@ -82,13 +72,8 @@ def _alloc_of(s: Any, root: Value) -> Op | None:
 
 
 def _values_of(op: Op) -> list[Value]:
-    """Every value an op mentions (``operands()`` skips tuples such as elementwise args)."""
-    out = []
-    for x in op.__dict__.values():
-        for v in (x if isinstance(x, tuple) else (x,)):
-            if isinstance(v, Value) and v not in out:
-                out.append(v)
-    return out
+    """Every value an op mentions (its outputs and inputs, in field order)."""
+    return op.values()
 
 
 def _tile(v: Value) -> str:
@@ -116,13 +101,14 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
 _ROLE = {"a": "A operand (M x K)", "b": "B operand (N x K)", "c": "accumulator (M x N)"}
 
 
-def _mma_role(op: Op | None, why: str) -> tuple[str, str] | None:
-    """``(role, tiled mma)`` when ``why`` is an mma operand requirement ("operand a of ...")."""
-    m = re.match(r"operand ([abc]) of (.*)$", why)
-    return (m.group(1), m.group(2)) if m and isinstance(op, Mma) else None
+def _mma_role(op: Op | None, why: LayoutSource) -> tuple[str, str] | None:
+    """``(role, tiled mma)`` when ``why`` is an mma operand requirement."""
+    if why.kind == "mma" and isinstance(op, Mma) and why.role is not None:
+        return why.role, str(why.mma)
+    return None
 
 
-def _requirement(op: Op | None, why: str, layout: Any, v: Value | None) -> str:
+def _requirement(op: Op | None, why: LayoutSource, layout: Any, v: Value | None) -> str:
     """What ``op`` requires of register tile ``v``, in words, ending with the TV layout."""
     it = f"%{v.name}" if v is not None else "it"
     if (mr := _mma_role(op, why)) is not None:
@@ -130,15 +116,15 @@ def _requirement(op: Op | None, why: str, layout: Any, v: Value | None) -> str:
         hint = " (warps= given there)" if "warps=" in (op.loc.code if op.loc else "") else ""
         return (f"{describe_op(op)} needs {it} as the {_ROLE[role]} fragment of {tm}{hint}, "
                 f"i.e. the TV layout {layout}")
-    if why == "given explicitly":
+    if why.kind == "explicit":
         return f"{describe_op(op)} gives {it} the explicit TV layout {layout}"
-    if why == "coalesced with global memory":
+    if why.kind == "coalesced":
         return f"{describe_op(op)} copies {it} with global memory in the coalesced TV layout {layout}"
     return f"{describe_op(op)} requires {it} to have the TV layout {layout} ({why})"
 
 
-def _chain_hint(s: Any, cands: dict[int, list[Any]], op1: Op | None, why1: str,
-                op2: Op | None, why2: str) -> str:
+def _chain_hint(s: Any, cands: dict[int, list[Any]], op1: Op | None, why1: LayoutSource,
+                op2: Op | None, why2: LayoutSource) -> str:
     """A hint when an accumulator (C, M x N) must be the A operand of a later mma: the A
     fragment replicates over the warps that split N, so no warp may split the accumulator's
     N; that needs ``M / atom_m >= warps`` for some candidate atom."""
@@ -195,7 +181,7 @@ def _join_path(s: Any, cls: int, v1: Value | None, v2: Value | None) -> list[Op]
     return list(reversed(path))
 
 
-def _value_in(op: Op | None, why: str, members: list[Value]) -> Value | None:
+def _value_in(op: Op | None, why: LayoutSource, members: list[Value]) -> Value | None:
     if op is None:
         return None
     ids = {v.id for v in members}
@@ -222,9 +208,9 @@ def register_conflict(s: Any, cands: dict[int, list[Any]], first: list[Any],
     if not first:
         return _error(s, "no mma choice gives consistent register layouts", list(s.g.mmas))
     ra = first[0]
-    if isinstance(ra, str):
-        return _error(s, f"with every mma choice an op on register tiles cannot be lowered; first: "
-                      f"{_dedupe(ra)}", list(s.g.mmas))
+    if isinstance(ra, LoweringError):
+        return _error(s, f"with every mma choice an op on register tiles cannot be lowered; first: {ra}",
+                      [o for o in [*s.g.mmas, ra.op] if o is not None])
     if ra.conflict is not None:
         c = ra.conflict
         (l1, op1, why1), (l2, op2, why2) = c.first, c.second
@@ -282,8 +268,8 @@ def _probe_all(s: Any, root: Value, cands: list[Any], uses: list[Op]) -> tuple[d
 
 
 def _orientation(cand: Any) -> int | None:
-    m = re.search(r"(?:rows along|mode) (\d)", cand.note)
-    return int(m.group(1)) if m else None
+    """The mode along which a candidate shared layout keeps elements contiguous."""
+    return cand.mode
 
 
 def _needs(s: Any, root: Value, op: Op, cands: list[Any], ok: set[int]) -> str:
@@ -431,13 +417,127 @@ def shared_conflict(s: Any, root: Value, cands: list[Any],
                   f"uses together ({', '.join(describe_op(o) for o in uses)})", uses)
 
 
-def joint_conflict(s: Any, op: Op | None, legal: dict[int, list[Any]],
+def joint_conflict(s: Any, joint: list[Op], legal: dict[int, list[Any]],
                    by_id: dict[int, Value]) -> SynthesisError:
-    """``op`` (touching several shared roots, e.g. a wgmma) accepts no combination of their
-    legal layouts. A hint on one root that excludes the layout ``op`` would take is named."""
-    if op is None:
+    """The ops touching several shared roots at once (wgmmas reading A and B) accept no common
+    choice of the roots' legal layouts. Either one op accepts no combination (a hint on one
+    of its roots may be the cause, and is named), or two ops accept disjoint layouts of a root
+    they share: both are named, each with what it needs and why it fails with what the other
+    needs."""
+    if not joint:
         return _error(s, "no combination of shared layouts satisfies the program", [])
-    rids = sorted({v.root.id for v in op.operands() if v.type.scope == Scope.SHARED and v.root.id in legal})
+    accepted = {id(op): _accepted_combinations(s, op, legal, by_id) for op in joint}
+    for op in joint:
+        if not accepted[id(op)]:
+            return _single_joint_conflict(s, op, joint, legal, by_id)
+    for x in joint:
+        for y in joint:
+            if x is y:
+                continue
+            err = _pair_conflict(s, x, y, accepted, legal, by_id)
+            if err is not None:
+                return err
+    names = ", ".join(describe_op(op) for op in joint)
+    return _error(s, f"no combination of the legal shared layouts satisfies {names} together (each pair of "
+                  "them has a common choice)", list(joint))
+
+
+_MAX_JOINT = 64     # legal layouts per root tried when explaining a joint conflict
+
+
+def _joint_roots(op: Op, legal: dict[int, list[Any]]) -> list[int]:
+    return sorted({v.root.id for v in op.operands() if v.type.scope == Scope.SHARED and v.root.id in legal})
+
+
+def _accepted_combinations(s: Any, op: Op, legal: dict[int, list[Any]],
+                           by_id: dict[int, Value]) -> list[dict[int, int]]:
+    """The combinations (root id -> index into its legal list) of the first legal layouts of
+    ``op``'s roots that ``op`` accepts, best first."""
+    from itertools import product
+
+    rids = _joint_roots(op, legal)
+    out = []
+    for idx in product(*(range(min(len(legal[r]), _MAX_JOINT)) for r in rids)):
+        picks = {r: legal[r][i][0] for r, i in zip(rids, idx)}
+        if _joint_reason(s, op, picks, by_id) is None:
+            out.append(dict(zip(rids, idx)))
+    return out
+
+
+def _pair_conflict(s: Any, x: Op, y: Op, accepted: dict[int, list[dict[int, int]]],
+                   legal: dict[int, list[Any]], by_id: dict[int, Value]) -> SynthesisError | None:
+    """``x`` and ``y`` share roots whose layouts the two accept are disjoint: name both."""
+    common = sorted(set(_joint_roots(x, legal)) & set(_joint_roots(y, legal)))
+    if not common:
+        return None
+    ax = {tuple(c[r] for r in common) for c in accepted[id(x)]}
+    ay = {tuple(c[r] for r in common) for c in accepted[id(y)]}
+    if ax & ay:
+        return None
+    cx, cy = accepted[id(x)][0], accepted[id(y)][0]
+
+    def shown(c: dict[int, int]) -> str:
+        return ", ".join(f"%{by_id[r].name} = {legal[r][c[r]][0].layout} ({legal[r][c[r]][0].note})"
+                         for r in common)
+
+    def fails(op: Op, mine: dict[int, int], theirs: dict[int, int]) -> str:
+        picks = {r: legal[r][theirs[r] if r in common else mine[r]][0] for r in mine}
+        return str(_joint_reason(s, op, picks, by_id) or "?")
+
+    tiles = " and ".join(_tile(by_id[r]) for r in common)
+    msg = (f"shared tile {tiles} has no layout that serves both {describe_op(x)} and {describe_op(y)}: "
+           f"(1) {describe_op(x)} needs {shown(cx)}; with {shown(cy)} it fails: {fails(x, cx, cy)}. "
+           f"(2) {describe_op(y)} needs {shown(cy)}; with {shown(cx)} it fails: {fails(y, cy, cx)}.")
+    return _error(s, msg, [x, y])
+
+
+def _rejecting_use(s: Any, op: Op, joint: list[Op], legal: dict[int, list[Any]], by_id: dict[int, Value],
+                   picks: dict[int, Any], reason: str) -> SynthesisError | None:
+    """A layout of one of ``op``'s roots that ``op`` accepts, and another use of that root
+    (another op reading several shared tiles first, then the root's other uses) that rejects
+    it: the two ops in conflict, each with its requirement."""
+    for rid in _joint_roots(op, legal):
+        root = by_id[rid]
+        for cand in _unhinted(s, root):
+            trial = dict(picks)
+            trial[rid] = cand
+            if _joint_reason(s, op, trial, by_id) is not None:
+                continue
+            why: str | None = None
+            for y in joint:
+                if y is op or rid not in _joint_roots(y, legal):
+                    continue
+                theirs = {r: legal[r][0][0] for r in _joint_roots(y, legal)}
+                theirs[rid] = cand
+                why = _joint_reason(s, y, theirs, by_id)
+                if why is not None:
+                    break
+            else:
+                y = None
+                for use in s.uses.get(rid, []):
+                    if use is op or use in joint:
+                        continue
+                    _, reasons = _probe_all(s, root, [cand], [use])
+                    if (id(use), 0) in reasons:
+                        y, why = use, reasons[(id(use), 0)]
+                        break
+            if y is None or why is None:
+                continue
+            mine = picks[rid]
+            alloc = describe_op(_alloc_of(s, root))
+            msg = (f"shared tile {_tile(root)} ({alloc}) has no layout that serves both "
+                   f"{describe_op(op)} and {describe_op(y)}: (1) {describe_op(op)} needs %{root.name} = "
+                   f"{cand.layout} ({cand.note}); with {mine.layout} ({mine.note}) it fails: {reason}. "
+                   f"(2) {describe_op(y)} rejects %{root.name} = {cand.layout}: {why}.")
+            return _error(s, msg, [op, y])
+    return None
+
+
+def _single_joint_conflict(s: Any, op: Op, joint: list[Op], legal: dict[int, list[Any]],
+                           by_id: dict[int, Value]) -> SynthesisError:
+    """``op`` accepts no combination of its roots' legal layouts. A hint on one root that
+    excludes the layout ``op`` would take is named."""
+    rids = _joint_roots(op, legal)
     picks = {r: legal[r][0][0] for r in rids}
     reason = _joint_reason(s, op, picks, by_id) or "?"
     for rid in rids:
@@ -457,6 +557,9 @@ def joint_conflict(s: Any, op: Op | None, legal: dict[int, list[Any]],
                        f"fails: {reason}.{_row_note(root, lay.hints, mine)} Without the hint it works "
                        f"with {cand.layout} ({cand.note}).")
                 return _error(s, msg, [o for o in (alloc, op) if o is not None])
+    other = _rejecting_use(s, op, joint, legal, by_id, picks, reason)
+    if other is not None:
+        return other
     shown = ", ".join(f"%{by_id[r].name} = {picks[r].layout} ({picks[r].note})" for r in rids)
     return _error(s, f"{describe_op(op)} accepts no combination of the legal layouts of "
                   f"{', '.join('%' + by_id[r].name for r in rids)}; with {shown}: {reason}", [op])

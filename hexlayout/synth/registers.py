@@ -23,7 +23,36 @@ from hexlayout.layout import Layout
 
 from .graph import LayoutGraph
 
-__all__ = ["RegisterAssignment", "Conflict", "assign_registers", "same_function"]
+__all__ = ["RegisterAssignment", "Conflict", "LayoutSource", "assign_registers", "same_function"]
+
+
+@dataclass(frozen=True)
+class LayoutSource:
+    """Why a register class must have a layout (one side of a conflict), as a value.
+
+    ``kind``: ``"mma"`` (operand ``role`` a / b / c of the TiledMma ``mma``), ``"explicit"``
+    (given in the program), ``"coalesced"`` (the default for a tile copied with global
+    memory), ``"reduced"`` (a reduction's or broadcast's result, ``detail`` names it) or
+    ``"invalid"`` (the layout cannot be derived, ``detail`` says why). ``str()`` is the
+    requirement in words."""
+
+    kind: str
+    role: str | None = None
+    mma: TiledMma | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "mma":
+            return f"operand {self.role} of {self.mma}"
+        if self.kind == "explicit":
+            return "given explicitly"
+        if self.kind == "coalesced":
+            return "coalesced with global memory"
+        return self.detail
+
+
+EXPLICIT = LayoutSource("explicit")
+COALESCED = LayoutSource("coalesced")
 
 
 @dataclass
@@ -31,15 +60,15 @@ class Conflict:
     """Two requirements on one register class that cannot both hold."""
 
     cls: int
-    first: tuple[Layout, Op | None, str]
-    second: tuple[Layout, Op | None, str]
+    first: tuple[Layout, Op | None, LayoutSource]
+    second: tuple[Layout, Op | None, LayoutSource]
     values: list[Value] = field(default_factory=list)
 
 
 @dataclass
 class RegisterAssignment:
     layouts: dict[int, Layout]
-    origin: dict[int, tuple[Op | None, str]]
+    origin: dict[int, tuple[Op | None, LayoutSource]]
     conflict: Conflict | None = None
     unresolved: list[int] = field(default_factory=list)
 
@@ -57,11 +86,11 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
     class gets a default (coalesced) layout and none is reported unresolved. A conflict found
     so is a conflict of every completion of ``choice``."""
     lay: dict[int, Layout] = {}
-    origin: dict[int, tuple[Op | None, str]] = {}
+    origin: dict[int, tuple[Op | None, LayoutSource]] = {}
     classes = g.classes()
     shape_of = {c: tuple(vs[0].type.shape) for c, vs in classes.items()}
 
-    def put(c: int, layout: Layout, op: Op | None, why: str) -> Conflict | None:
+    def put(c: int, layout: Layout, op: Op | None, why: LayoutSource) -> Conflict | None:
         if c in lay:
             if not same_function(lay[c], layout):
                 return Conflict(c, (lay[c], *origin[c]), (layout, op, why), classes.get(c, []))
@@ -71,7 +100,7 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
         return None
 
     for vid, layout, op in g.explicit:
-        err = put(g.find(vid), layout, op, "given explicitly")
+        err = put(g.find(vid), layout, op, EXPLICIT)
         if err:
             return RegisterAssignment(lay, origin, err)
     for r in g.mma_roles:
@@ -79,7 +108,7 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
             continue
         tm = choice[id(r.op)]
         layout = {"a": tm.a_tv, "b": tm.b_tv, "c": tm.c_tv}[r.role]()
-        err = put(r.cls, layout, r.op, f"operand {r.role} of {tm}")
+        err = put(r.cls, layout, r.op, LayoutSource("mma", r.role, tm))
         if err:
             return RegisterAssignment(lay, origin, err)
     changed = True
@@ -94,10 +123,12 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
                         out = reduced_tv(out, shape, ax, _fail, rel.op)
                         shape = tuple(1 if k == ax else s for k, s in enumerate(shape))
                 except ValueError as e:
-                    return RegisterAssignment(lay, origin, Conflict(rel.dst, (lay[rel.src], rel.op, str(e)),
-                                                                    (lay[rel.src], rel.op, str(e))))
+                    bad = LayoutSource("invalid", detail=str(e))
+                    return RegisterAssignment(lay, origin, Conflict(rel.dst, (lay[rel.src], rel.op, bad),
+                                                                    (lay[rel.src], rel.op, bad)))
                 known = rel.dst in lay
-                err = put(rel.dst, out, rel.op, f"{type(rel.op).__name__.lower()} along axes {rel.axes}")
+                why = LayoutSource("reduced", detail=f"{type(rel.op).__name__.lower()} along axes {rel.axes}")
+                err = put(rel.dst, out, rel.op, why)
                 if err:
                     return RegisterAssignment(lay, origin, err)
                 changed |= not known
@@ -112,7 +143,7 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
             unresolved.append(c)
         else:
             lay[c] = layout
-            origin[c] = (g.copies_with_global[c][0], "coalesced with global memory")
+            origin[c] = (g.copies_with_global[c][0], COALESCED)
     return RegisterAssignment(lay, origin, None, unresolved)
 
 

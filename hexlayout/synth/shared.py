@@ -37,6 +37,7 @@ class SharedCandidate:
     layout: Layout | ComposedLayout
     kind: str              # "gmma", "swizzle", "padded", "plain"
     note: str
+    mode: int | None = None    # the mode whose elements are contiguous (rows along it), if one is
 
     def __str__(self) -> str:
         return f"{self.layout} ({self.note})"
@@ -93,7 +94,7 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
                 except ValueError:
                     continue
                 note = f"wgmma canonical, mode {d} contiguous, {swz or 'no'}-byte swizzle"
-                out.append(SharedCandidate(_stage(tile, extra), "gmma", note))
+                out.append(SharedCandidate(_stage(tile, extra), "gmma", note, d))
     for d in order:
         row_bytes = base[d] * elem_bits // 8
         rows = base[1 - d]
@@ -102,12 +103,12 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
                 continue
             tile = composition(sw, _rows(base, d))
             out.append(SharedCandidate(_stage(tile, extra), "swizzle",
-                                       f"rows along mode {d}, {sw} (conflict-free)"))
+                                       f"rows along mode {d}, {sw} (conflict-free)", d))
         pad = conflict_free_padding(row_bytes, elem_bits) if eb >= 1 else None
         if pad:
             out.append(SharedCandidate(_stage(_rows(base, d, pad), extra), "padded",
-                                       f"rows along mode {d} padded by {pad} elements"))
-        out.append(SharedCandidate(_stage(_rows(base, d), extra), "plain", f"rows along mode {d}"))
+                                       f"rows along mode {d} padded by {pad} elements", d))
+        out.append(SharedCandidate(_stage(_rows(base, d), extra), "plain", f"rows along mode {d}", d))
     if "swizzle" in hints:
         want = hints["swizzle"]
         want_bytes = _HINT_BYTES.get(want) if isinstance(want, str) else None

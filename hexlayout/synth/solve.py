@@ -212,7 +212,7 @@ class _Synth:
             c = self.g.find(v.id)
             v.type = v.type.with_layout(ra.layouts.get(c, self.given[v.id]))
 
-    def check_register_ops(self, choice: dict[int, TiledMma]) -> str | None:
+    def check_register_ops(self, choice: dict[int, TiledMma]) -> LoweringError | None:
         """Lower every op on register tiles only; keeps their cost in ``self.reg_cost``."""
         prober = Prober(self.tk, self.arch)
         self.set_mma(choice)
@@ -221,7 +221,7 @@ class _Synth:
             try:
                 instrs = prober.probe(op)
             except LoweringError as e:
-                return str(e)
+                return e
             total.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
         self.reg_cost[tuple(sorted((k, str(v)) for k, v in choice.items()))] = total
         return None
@@ -339,7 +339,7 @@ class _Synth:
         if best is None:
             from .diagnose import joint_conflict
 
-            return joint_conflict(self, joint[0] if joint else None, legal, by_id)
+            return joint_conflict(self, joint, legal, by_id)
         sol, total = best
         chosen = dict(fixed)
         for rid, i in sol.items():
@@ -467,7 +467,7 @@ class _Synth:
             self.apply_registers(ra)
             err = self.check_register_ops(choice)
             if err:
-                rejected[idx] = err
+                rejected[idx] = str(err)
                 if not first_conflict:
                     first_conflict.append(err)
                 return False
@@ -499,7 +499,8 @@ class _Synth:
                     if key not in self.reg_cost:
                         err = self.check_register_ops(choice)
                         if err:
-                            last_error = last_error or SynthesisError(self.tk.name, err.split(": ", 1)[-1])
+                            last_error = last_error or SynthesisError(self.tk.name, err.located,
+                                                                      [err.op] if err.op else [])
                             continue
                     cost = CostBreakdown()
                     cost.add(scost)
@@ -587,7 +588,7 @@ def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
     try:
         return _Synth(work, arch).run()
     except LoweringError as e:
-        raise SynthesisError(tk.name, str(e).split(": ", 1)[-1], [e.op] if e.op else []) from None
+        raise SynthesisError(tk.name, e.located, [e.op] if e.op else []) from None
 
 
 def _all_values(tk: TileKernel) -> list[Value]:

@@ -282,3 +282,40 @@ def test_search_limit_gives_a_diagnostic_not_a_hang(monkeypatch: pytest.MonkeyPa
     assert "The search stopped after 50 full or partial combinations" in msg
     assert "give atom= or warps= to an mma" in msg
     assert "has 64 rows, 4 row block(s)" in msg and len(err.ops) >= 2
+
+
+@hl.kernel(threads=128)
+def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N]):
+    """(g) %sa is the A operand of one wgmma (K-major: rows along mode 1) and, transposed, the
+    B operand of another (K-major B of sa.T: rows along mode 0)."""
+    sa = hl.shared(f16, (64, 32))
+    sb = hl.shared(f16, (64, 32))
+    sc = hl.shared(f16, (64, 64))
+    hl.copy(hl.view(a, tile=(64, 32)), sa)
+    hl.copy(hl.view(b, tile=(64, 32)), sb)
+    hl.copy(hl.view(b, tile=(64, 64)), sc)
+    hl.commit_group()
+    hl.wait_group(0)
+    hl.syncthreads()
+    acc = hl.zeros((64, 64), f32)
+    acc2 = hl.zeros((64, 32), f32)
+    hl.wgmma_fence()
+    hl.mma(sa, sb, acc)
+    hl.mma(sc, sa.T, acc2)
+    hl.wgmma_commit()
+    hl.wgmma_wait(0)
+    hl.copy(acc, hl.view(c, tile=(64, 64)))
+    hl.copy(acc2, hl.view(c, tile=(64, 32)))
+
+
+def test_shared_tile_as_a_and_transposed_b_names_both_mmas() -> None:
+    """Both wgmmas are named with their lines and the requirement each fails (no '?')."""
+    msg, err = diagnose(shared_a_and_transposed_b, "sm_90a")
+    lines = [line_of(shared_a_and_transposed_b, s) for s in ("hl.mma(sa, sb, acc)", "hl.mma(sc, sa.T, acc2)")]
+    for line in lines:
+        assert f"{FILE}:{line} `" in msg, (line, msg)
+    assert "shared tile %sa" in msg and "has no layout that serves both" in msg
+    assert "B operand: " in msg and "A operand: " in msg
+    assert msg.count("not a canonical K-major wgmma layout") == 2
+    assert ": ?" not in msg
+    assert {op.loc.line for op in err.ops if op.loc is not None} >= set(lines)

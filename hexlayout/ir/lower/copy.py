@@ -52,6 +52,7 @@ from ..lowered import (
     TmaDesc,
     TmaLoad,
 )
+from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile, SharedTileView, tile_coords
 
 __all__ = ["CopyPlan", "vector_width", "lower_reg_mem", "lower_ldmatrix", "lower_stmatrix",
@@ -132,7 +133,8 @@ def lower_reg_mem(reg: RegisterTile, mem: MemView, load: bool, tid: Var, elem_bi
     offs = mem.offsets(table)
     w = vector_width(offs, max(1, max_bits // elem_bits))
     if w == 0:
-        return "no element run is contiguous in memory"
+        return Rejection("no element run is contiguous in memory",
+                         layouts=(("register", reg.tv), ("memory", _mem_layout(mem))))
     instrs: list[Instr] = []
     for n in range(reg.values // w):
         idx = _tv_index(reg.tv, reg.threads, tid, w * n)
@@ -215,10 +217,13 @@ def _lower_matrix(reg: RegisterTile, mem: SharedTileView, atom: Any, tid: Var, e
         return res
     offs, vq, vp = res
     first = offs[..., :1]
+    lays = (("register", reg.tv), ("shared", mem.full_layout))
     if not np.all(offs == first + np.arange(vp)):
-        return f"{atom.name}: the {vp} elements of a matrix row are not contiguous in shared memory"
+        return Rejection(f"the {vp} elements of a matrix row are not contiguous in shared memory",
+                         instruction=atom.name, layouts=lays)
     if not np.all(first % vp == 0):
-        return f"{atom.name}: matrix rows do not start on 16-byte boundaries"
+        return Rejection("matrix rows do not start on 16-byte boundaries", instruction=atom.name,
+                         layouts=lays)
     num = q.size() * elem_bits // 1024          # 8x8 matrices of 16-bit elements per issue
     instrs: list[Instr] = []
     trans = atom.name.endswith("_T")
@@ -431,6 +436,13 @@ def lower_tma_load(src: GlobalTileView, dst: SharedTileView, bar: MbarRef, elect
     reqs = [Requirement(src.param.name, "align_bytes", 16, reason="TMA global address"),
             Requirement(src.param.name, "stride_bytes_multiple", 16, reason="TMA global strides")]
     return CopyPlan(instrs, "SM90_TMA_LOAD", box_inner, reqs), desc
+
+
+def _mem_layout(view: MemView) -> Any:
+    """The layout of a memory view, for a rejection: shared layout or global strides."""
+    if isinstance(view, SharedTileView):
+        return view.full_layout
+    return f"{view.shape}:{view.strides}"
 
 
 def _colex_strides(shape: tuple[int, ...]) -> list[int]:

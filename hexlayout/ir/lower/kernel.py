@@ -99,6 +99,7 @@ from .copy import (
 )
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
+from .rejection import Rejection
 from .views import Gather, GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
@@ -108,11 +109,13 @@ class LoweringError(HexlayoutError, ValueError):
     """A tile op that cannot be lowered, with the kernel, op, tensors and source line."""
 
     def __init__(self, kernel: str, op: Op | None, message: str) -> None:
+        self.reason = Rejection.of(message)     # the reason as a value (no kernel, op or line in it)
         where = ""
         if op is not None and op.loc is not None:
             where = f" at {op.loc.format(full_path=True, code='backticks')}"
         name = _op_name(op) if op is not None else "kernel"
-        super().__init__(f"{kernel}: {name}{where}: {message}")
+        self.located = f"{name}{where}: {self.reason}"      # the message without the kernel's name
+        super().__init__(f"{kernel}: {self.located}")
         self.kernel = kernel
         self.op = op
         self.loc = op.loc if op is not None else None
@@ -173,7 +176,7 @@ class _Lowering:
         return self.tid if lo == 0 else as_expr(self.tid) - lo
 
     # --- errors / naming -------------------------------------------------------------
-    def fail(self, op: Op | None, msg: str) -> LoweringError:
+    def fail(self, op: Op | None, msg: str | Rejection) -> LoweringError:
         return LoweringError(self.tk.name, op, msg)
 
     def _reg_name(self, base: str) -> str:
@@ -352,12 +355,12 @@ class _Lowering:
             raise self.fail(op, "copies masked by a predicate tile are not supported by the lowering yet; "
                             "give a condition (an expression) or rely on the views' extents")
         eb = op.src.type.dtype.bits
-        tried: list[str] = []
+        tried: list[Rejection] = []
         want = op.instruction
 
         def attempt(name: str, res: CopyPlan | str) -> CopyPlan | None:
             if isinstance(res, str):
-                tried.append(f"{name}: {res}")
+                tried.append(Rejection.of(res).tried(name))
                 return None
             return res
 
@@ -407,8 +410,8 @@ class _Lowering:
         else:
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
         if plan_ok is None:
-            raise self.fail(op, f"no instruction can copy %{op.src.name} ({op.src.type}) into %{op.dst.name} "
-                            f"({op.dst.type}): " + "; ".join(tried))
+            raise self.fail(op, Rejection(f"no instruction can copy %{op.src.name} ({op.src.type}) into "
+                                          f"%{op.dst.name} ({op.dst.type})", alternatives=tuple(tried)))
         self.reqs += plan_ok.requirements
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
@@ -466,7 +469,7 @@ class _Lowering:
         c = self.register_of(op.c, op)
         res = lower_mma(tm, a, b, c, self.gtid, op.a.type.dtype.bits)
         if isinstance(res, str):
-            raise self.fail(op, f"{tm}: {res}")
+            raise self.fail(op, Rejection.of(res).tried(str(tm)))
         self.choices.append((op, str(tm)))
         return res
 
@@ -669,6 +672,9 @@ class _Lowering:
                             self.op(op)
                 elif isinstance(op, Alloc) and op.result.scope == Scope.SHARED:
                     if isinstance(op.result.type.layout, (Layout, ComposedLayout)):
+                        self.op(op)
+                elif isinstance(op, Alloc) and op.result.scope == Scope.REGISTER:
+                    if isinstance(op.result.type.layout, Layout):   # a register tile copied to memory
                         self.op(op)
 
         walk(self.tk.body)

@@ -24,6 +24,7 @@ from hexlayout.layout.inttuple import crd2idx
 from ..expr import ExprLike, Var, as_expr
 from ..lowered import Instr, MmaSync, RegRef, SmemDesc, Wgmma
 from ..tiled_mma import TiledMma
+from .rejection import Rejection
 from .views import RegisterTile, SharedTileView
 
 __all__ = ["lower_mma", "same_function"]
@@ -34,11 +35,12 @@ def same_function(a: Layout, b: Layout) -> bool:
     return a.size() == b.size() and np.array_equal(a.indices(), b.indices())
 
 
-def _check_tv(name: str, reg: RegisterTile, want: Layout, threads: int) -> str | None:
+def _check_tv(name: str, reg: RegisterTile, want: Layout, threads: int) -> Rejection | None:
     if reg.threads != threads:
-        return f"{name} is spread over {reg.threads} threads, the mma over {threads}"
+        return Rejection(f"{name} is spread over {reg.threads} threads, the mma over {threads}", operand=name)
     if not same_function(reg.tv, want):
-        return f"the register layout of {name} {reg.tv} is not the mma's {name} layout {want}"
+        return Rejection(f"the register layout of {name} {reg.tv} is not the mma's {name} layout {want}",
+                         operand=name, layouts=((name, reg.tv), (f"mma {name}", want)))
     return None
 
 
@@ -118,7 +120,7 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
             if key not in desc_cache:
                 dsc = _desc(tm, a, 0, atom.a_major, tid, inst.r_m, inst.k, elem_bits)
                 if isinstance(dsc, str):
-                    return f"A operand: {dsc}"
+                    return Rejection(dsc, operand="a", layouts=(("a", a.full_layout),))
                 desc_cache[key] = dsc
             a_op = desc_cache[key]
         if atom.kind == "mma.sync":
@@ -129,7 +131,7 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
             if key not in desc_cache:
                 dsc = _desc(tm, b, 1, atom.b_major, tid, inst.r_n, inst.k, elem_bits)
                 if isinstance(dsc, str):
-                    return f"B operand: {dsc}"
+                    return Rejection(dsc, operand="b", layouts=(("b", b.full_layout),))
                 desc_cache[key] = dsc
             out.append(Wgmma(atom_spec(atom), d_ref, a_op, desc_cache[key], 1))
     return out
