@@ -32,7 +32,49 @@ __all__ = ["range_", "if_", "else_", "warp_group"]
 
 def range_(start: ExprLike, stop: ExprLike | None = None, step: int = 1, unroll: bool | int = False
            ) -> Iterator[Expr]:
-    """A runtime loop ``for (k = start; k < stop; k += step)`` (see the module docstring)."""
+    """A runtime loop: ``for (k = start; k < stop; k += step)``, written ``for k in hl.range(...)``.
+
+    The body is traced once, with ``k`` a loop variable (an ``Expr`` whose bounds come
+    from static limits), and becomes a ``For`` op. Like Python's ``range``, one argument
+    is ``stop`` with ``start = 0``. Leaving the body early (``break``, ``return``) is an
+    error: the body is not re-run per iteration at trace time. Loop-carried register
+    state must be updated in place (``acc += ...``, ``out=``, ``hl.assign``); rebinding a
+    Python name inside the body does not carry to the next iteration. A Python
+    ``range`` loop instead unrolls at trace time. Named ``hl.range`` in the ``hl``
+    namespace only (it shadows the built-in there).
+
+    Args:
+        start (int | Expr): the first value, or ``stop`` when ``stop`` is omitted.
+        stop (int | Expr | None): the bound (exclusive).
+        step (int): a static positive step; default 1.
+        unroll (bool | int): ``True`` to unroll fully, an int to unroll by that factor
+            (a hint to the CUDA compiler); default ``False``.
+
+    Returns:
+        Iterator[Expr]: yields the loop variable once (the body is traced once).
+
+    Raises:
+        KernelError: called outside a kernel trace; ``start`` / ``stop`` are not integer
+            indices; ``step`` is not a static positive integer; ``unroll`` is neither a
+            bool nor an int; the body is left by ``break`` or ``return`` (reported at the
+            ``for`` line).
+
+    Example:
+        Accumulate over the K dimension::
+
+            @hl.kernel(threads=128)
+            def ksum(a: hl.f32["M", "K"], c: hl.f32["M", "N"]):
+                M, K = a.shape
+                acc = hl.zeros((64, 32), hl.f32)
+                for k in hl.range(hl.cdiv(K, 32)):
+                    r = hl.register(hl.f32, (64, 32))
+                    hl.copy(a.tile((64, 32), (0, k * 32)), r)
+                    acc += r
+                hl.copy(acc, c.tile((64, 32), (0, 0)))
+
+            tk = ksum.trace()
+            assert any(op.name == "For" for op in tk.body.ops)
+    """
     ctx, loc = begin("range")
     if stop is None:
         start, stop = 0, start
@@ -90,7 +132,36 @@ def _cond(ctx: TraceContext, op: str, loc: Any, cond: Any) -> Expr:
 
 
 def if_(cond: ExprLike) -> _Region:
-    """``with hl.if_(cond):`` a runtime branch."""
+    """A runtime branch: ``with hl.if_(cond):`` runs its body where ``cond != 0``.
+
+    ``cond`` is a scalar integer ``Expr`` (block or thread indices, loop variables,
+    scalar arguments, their comparisons ``x.eq(y)``, ``x < y``); the body is traced once
+    into the ``then`` block of an ``If`` op. ``with hl.else_():`` may follow directly.
+    A Python ``if`` on an ``Expr`` is an error; an elementwise choice on tiles is
+    ``hl.where``.
+
+    Args:
+        cond (Expr | int | bool): the condition, nonzero = taken.
+
+    Returns:
+        _Region: a context manager; its body is the branch.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``cond`` is a tile or not an integer
+            expression.
+
+    Example:
+        Only blocks inside the problem store their tile::
+
+            @hl.kernel(threads=128)
+            def guarded(c: hl.f32["M", "N"], n: hl.i32):
+                pid = hl.grid(hl.spatial(8))
+                acc = hl.zeros((64, 64), hl.f32)
+                with hl.if_(pid * 64 < n):
+                    hl.copy(acc, c.tile((64, 64), (pid * 64, 0)))
+
+            guarded.trace()
+    """
     ctx, loc = begin("if_")
     op = If(_cond(ctx, "if_", loc, cond), Block(), loc=loc)
     ctx.emit(op)
@@ -98,7 +169,31 @@ def if_(cond: ExprLike) -> _Region:
 
 
 def else_() -> _Region:
-    """``with hl.else_():`` the other branch of the ``hl.if_`` / ``hl.warp_group`` just closed."""
+    """The other branch: ``with hl.else_():`` right after ``hl.if_`` / ``hl.warp_group``.
+
+    The body runs where the preceding branch's condition is 0 (for ``hl.warp_group``: in
+    the other warp groups). It must directly follow the ``with`` block it completes.
+
+    Returns:
+        _Region: a context manager; its body is the ``else`` block of the same ``If``.
+
+    Raises:
+        KernelError: called outside a kernel trace, or not directly after a ``with
+            hl.if_(...)`` / ``with hl.warp_group(...)`` block (or after one that already
+            has an else).
+
+    Example:
+        Producer and consumer warp groups::
+
+            @hl.kernel(threads=256)
+            def specialized():
+                with hl.warp_group(0):
+                    hl.setmaxnreg(40, increase=False)
+                with hl.else_():
+                    hl.setmaxnreg(232)
+
+            specialized.trace()
+    """
     ctx, loc = begin("else_")
     op = ctx.last_if
     if op is None or not ctx.blocks[-1].ops or ctx.blocks[-1].ops[-1] is not op or op.else_body is not None:
@@ -110,7 +205,36 @@ def else_() -> _Region:
 
 
 def warp_group(*indices: int) -> _Region:
-    """``with hl.warp_group(0):`` the body runs in warp group 0 only (warp specialization)."""
+    """Warp specialization: ``with hl.warp_group(i, ...):`` runs its body in those warp groups.
+
+    Warp group ``i`` is threads ``128*i .. 128*i + 127``. The body becomes an ``If`` on
+    ``hl.warp_group_index()`` whose ``warp_groups`` lists ``indices``, so synthesis and
+    the lowering know which threads execute it (e.g. a wgmma or a ``hl.syncthreads()``
+    inside synchronizes only those warp groups). ``hl.else_()`` may follow.
+
+    Args:
+        *indices (int): static warp-group indices in ``[0, threads / 128)``.
+
+    Returns:
+        _Region: a context manager; its body is the branch.
+
+    Raises:
+        KernelError: called outside a kernel trace; no index given; an index is not a
+            static warp group of the block.
+
+    Example:
+        Warp group 0 loads, warp groups 1 and 2 compute::
+
+            @hl.kernel(threads=384)
+            def ws():
+                with hl.warp_group(0):
+                    hl.setmaxnreg(40, increase=False)
+                with hl.warp_group(1, 2):
+                    hl.setmaxnreg(232)
+
+            tk = ws.trace()
+            assert [op.warp_groups for op in tk.body.ops] == [(0,), (1, 2)]
+    """
     ctx, loc = begin("warp_group")
     groups = max(ctx.threads // 128, 1)
     if not indices:

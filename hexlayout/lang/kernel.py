@@ -58,7 +58,23 @@ def _constant_type_problem(value: Any, annotation: Any) -> str | None:
 
 
 class Kernel:
-    """A kernel definition (see the module docstring)."""
+    """A kernel definition made by ``@hl.kernel``: the function, its launch shape and its traces.
+
+    Parameters before ``*`` are global tensors (annotated ``hl.f16["M", "K"]``) or scalars
+    (annotated with an element type: ``n: hl.i32``; a scalar named like a symbolic size
+    *is* that size); keyword-only parameters are compile-time constants. ``trace``
+    runs the function on proxies and returns the tile IR; the runtime compiles traces.
+    Attributes: ``fn``, ``name``, ``threads``, ``cluster``, ``loc`` (the ``def`` line).
+
+    Example:
+        >>> @hl.kernel(threads=128)
+        ... def copy_rows(x: hl.f32["M", "N"], y: hl.f32["M", "N"], *, BM: int = 64):
+        ...     t = hl.register(hl.f32, (BM, 32))
+        ...     hl.copy(x.tile((BM, 32), (0, 0)), t)
+        ...     hl.copy(t, y.tile((BM, 32), (0, 0)))
+        >>> copy_rows.name, copy_rows.trace(BM=32).consts
+        ('copy_rows', {'BM': 32})
+    """
 
     def __init__(self, fn: Callable[..., Any], threads: int | Callable[[dict[str, Any]], int],
                  cluster: tuple[int, ...] | None = None, name: str | None = None) -> None:
@@ -124,7 +140,35 @@ class Kernel:
 
     # --- tracing --------------------------------------------------------------------------
     def trace(self, **kwargs: Any) -> TileKernel:
-        """The ``TileKernel`` for the given constants / argument types (cached)."""
+        """Trace the kernel for the given constants and argument types; the ``TileKernel``.
+
+        Runs the function once with a ``GlobalTensor`` per tensor argument and a ``Var`` per
+        scalar, recording every ``hl`` operation (with its source line) into the tile IR.
+        Constants not given take their defaults. An argument name given a tensor type
+        specializes that argument (static sizes or strides: ``a=hl.f16[4096, 4096]``).
+        Results are cached per (constants, types).
+
+        Args:
+            **kwargs (Any): compile-time constants by name, and tensor types for arguments.
+
+        Returns:
+            TileKernel: the traced kernel (``print`` shows it).
+
+        Raises:
+            KernelError: an unknown constant; a constant without default not given; an
+                invalid ``threads``; an invalid argument type; any misuse of ``hl`` in the
+                body (naming the line), including a Python ``if`` / ``while`` on a symbolic
+                value or a runtime loop left by ``break``.
+            Exception: other exceptions raised by the function propagate unchanged.
+
+        Example:
+            >>> @hl.kernel(threads=128)
+            ... def fill_tile(y: hl.f32["M", "N"], *, V: float = 1.0):
+            ...     hl.copy(hl.full((64, 64), V), y.tile((64, 64), (0, 0)))
+            >>> tk = fill_tile.trace(V=2.0, y=hl.f32[256, 256])
+            >>> tk.params[0].shape, tk.consts
+            ((256, 256), {'V': 2.0})
+        """
         specs = {k: v for k, v in kwargs.items() if k in dict(self._params)}
         consts = {k: v for k, v in kwargs.items() if k not in specs}
         unknown = [k for k in consts if k not in self._consts]
@@ -237,6 +281,27 @@ class Kernel:
         return KernelError(self.name, op, loc, detail)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Refuse a direct call: a kernel is a definition, not a Python function.
+
+        Args:
+            *args (Any): ignored.
+            **kwargs (Any): ignored.
+
+        Returns:
+            Any: never returns.
+
+        Raises:
+            TypeError: always; trace it with ``.trace(...)`` and compile it with the runtime.
+
+        Example:
+            >>> @hl.kernel
+            ... def noop():
+            ...     pass
+            >>> noop()
+            Traceback (most recent call last):
+            ...
+            TypeError: kernel noop is a definition: trace it with noop.trace(...) ...runtime
+        """
         raise TypeError(f"kernel {self.name} is a definition: trace it with {self.name}.trace(...) and "
                         "compile "
                         "it with hexlayout's runtime")
@@ -247,7 +312,38 @@ class Kernel:
 
 def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dict[str, Any]], int] = 128,
            cluster: tuple[int, ...] | None = None, name: str | None = None) -> Any:
-    """Decorator: ``@hl.kernel(threads=128, cluster=None)`` (or bare ``@hl.kernel``)."""
+    """Decorator that makes a Python function a kernel definition (a ``Kernel``).
+
+    ``@hl.kernel(threads=128)`` or bare ``@hl.kernel`` (128 threads). The function states
+    the dataflow of one thread block: parameters before ``*`` are global tensors
+    (``a: hl.f16["M", "K"]``; see ``hl.Tensor``) or scalars (``n: hl.i32``),
+    keyword-only parameters are compile-time constants. Nothing runs at decoration
+    time except reading the signature; ``.trace(**consts)`` builds the tile IR.
+
+    Args:
+        fn (Callable | None): the function (when used without parentheses).
+        threads (int | Callable[[dict], int]): threads per block, a positive multiple of
+            32 up to 1024, or a function of the constants (``lambda c: 32 * c["WARPS"]``).
+        cluster (tuple[int, ...] | None): the thread-block cluster shape (sm_90a), or ``None``.
+        name (str | None): the kernel's name (default: the function's name).
+
+    Returns:
+        Kernel | Callable[[Callable], Kernel]: the ``Kernel``, or a decorator making one.
+
+    Raises:
+        KernelError: a ``*args`` / ``**kwargs`` parameter; a positional parameter
+            without a tensor or scalar annotation; an annotation that does not evaluate.
+
+    Example:
+        >>> @hl.kernel(threads=lambda c: 32 * c["WARPS"])
+        ... def scale(x: hl.f32["M", "N"], *, WARPS: int = 4):
+        ...     t = hl.register(hl.f32, (64, 64))
+        ...     hl.copy(x.tile((64, 64), (0, 0)), t)
+        ...     t *= 2.0
+        ...     hl.copy(t, x.tile((64, 64), (0, 0)))
+        >>> scale.trace(WARPS=8).launch.threads
+        256
+    """
     if fn is not None:
         return Kernel(fn, threads, cluster, name)
 

@@ -87,19 +87,84 @@ def _dims(kind: str, dims: tuple[Any, ...]) -> tuple[ExprLike, ...] | None:
 
 
 def spatial(*dims: Any) -> TaskMapping | GridMapping:
-    """Hidet's ``spatial``: one worker per task, row-major. Symbolic extents give a ``GridMapping``."""
+    """Hidet's ``spatial`` task mapping: one worker per task, tasks in row-major order.
+
+    ``spatial(d0, ..., dr)`` has ``d0 * ... * dr`` workers over a task grid of shape
+    ``(d0, ..., dr)``; worker ``w`` takes the task whose row-major index is ``w``.
+    Composition ``f * g`` (both of rank r) tiles the task grid: worker tasks of ``f``
+    scaled by ``g``'s task shape plus those of ``g``, i.e. ``task = t_f * shape_g + t_g``.
+    With ``hl.grid`` it assigns tasks to thread blocks; with ``hl.mma(warps=...)`` atom
+    tiles to warps.
+
+    Args:
+        *dims (int | Expr): positive extents, one per task dimension; symbolic extents
+            (``hl.cdiv(M, BM)``) are allowed for ``hl.grid``.
+
+    Returns:
+        TaskMapping | GridMapping: a ``TaskMapping`` when every extent is static, else a
+        ``GridMapping`` (symbolic extents, for ``hl.grid`` only).
+
+    Raises:
+        ValueError: no extent, a non-positive extent, or an extent that is neither an int
+            nor an ``Expr``.
+
+    Example:
+        >>> m = hl.spatial(2, 3)
+        >>> m.num_workers, m.worker_tasks(4)
+        (6, [(1, 1)])
+        >>> (hl.spatial(2, 3) * hl.spatial(1, 2)).worker_tasks(4)
+        [(0, 4)]
+    """
     sym = _dims("spatial", dims)
     return _spatial(*(static_int(d) for d in dims)) if sym is None else GridMapping((("spatial", sym),))
 
 
 def repeat(*dims: Any) -> TaskMapping | GridMapping:
-    """Hidet's ``repeat``: one worker does all tasks, row-major."""
+    """Hidet's ``repeat`` task mapping: one worker does every task, in row-major order.
+
+    ``repeat(d0, ..., dr)`` has one worker and ``d0 * ... * dr`` tasks. Composed with
+    ``spatial`` it gives each worker several tasks: in ``hl.repeat(2, 1) * hl.spatial(2, 3)``
+    each of the 6 workers takes 2 tasks of a (4, 3) task grid.
+
+    Args:
+        *dims (int | Expr): positive extents, one per task dimension (static for ``hl.grid``).
+
+    Returns:
+        TaskMapping | GridMapping: a ``TaskMapping`` when every extent is static, else a
+        ``GridMapping``.
+
+    Raises:
+        ValueError: no extent, a non-positive extent, or an extent that is neither an int
+            nor an ``Expr``.
+
+    Example:
+        >>> m = hl.repeat(2, 1) * hl.spatial(2, 3)
+        >>> m.num_workers, m.task_shape, m.worker_tasks(4)
+        (6, (4, 3), [(1, 1), (3, 1)])
+    """
     sym = _dims("repeat", dims)
     return _repeat(*(static_int(d) for d in dims)) if sym is None else GridMapping((("repeat", sym),))
 
 
 def cdiv(a: ExprLike, b: ExprLike) -> ExprLike:
-    """``ceil(a / b)`` for non-negative ``a`` and positive ``b``."""
+    """Ceiling division: ``ceil(a / b)`` for ``a >= 0`` and ``b > 0``.
+
+    Static operands give an int; otherwise the ``Expr`` ``(a + b - 1) // b``.
+
+    Args:
+        a (int | Expr): the dividend, non-negative.
+        b (int | Expr): the divisor, positive.
+
+    Returns:
+        int | Expr: ``ceil(a / b)``.
+
+    Raises:
+        TypeError: an operand is neither an int nor an ``Expr``.
+
+    Example:
+        >>> hl.cdiv(10, 4), hl.cdiv(8, 4)
+        (3, 2)
+    """
     sa, sb = static_int(a), static_int(b)
     if sa is not None and sb is not None:
         return -(-sa // sb)
@@ -122,7 +187,44 @@ def _row_major(w: ExprLike, shape: tuple[ExprLike, ...]) -> list[ExprLike]:
 
 
 def grid(mapping: Any) -> Any:
-    """Map the tasks of ``mapping`` to thread blocks (see the module docstring)."""
+    """Assign the tasks of a task mapping to thread blocks; returns this block's task.
+
+    - One ``spatial`` factor of rank <= 3: a multi-dimensional launch grid with the last
+      task dimension on ``blockIdx.x``, so consecutive blocks take consecutive tasks of
+      the last dimension (row-major). Coordinate ``d`` is a ``blockIdx`` variable with
+      bounds ``[0, extent)``.
+    - Any other mapping (products, ``repeat``, rank > 3): a 1-D grid of ``num_workers``
+      blocks; the coordinates are computed from ``blockIdx.x`` as the mapping prescribes
+      (e.g. grouped tile orders for L2 reuse).
+
+    A kernel calls ``hl.grid`` at most once; without it the grid is one block.
+
+    Args:
+        mapping (TaskMapping | GridMapping): ``hl.spatial`` / ``hl.repeat`` or a product;
+            extents may be symbolic (``hl.cdiv(M, BM)``); ``repeat`` extents must be static.
+
+    Returns:
+        Expr | tuple[Expr, ...] | list: the task coordinates of this block: one ``Expr``
+        for a rank-1 mapping, a tuple for higher ranks, a list of those when the mapping
+        gives each block several tasks (``repeat``).
+
+    Raises:
+        KernelError: called outside a kernel trace or twice in one kernel; ``mapping`` is
+            not a task mapping; an extent is not an index; a ``repeat`` extent is symbolic.
+
+    Example:
+        One block per 128x128 tile of C::
+
+            @hl.kernel(threads=128)
+            def tiles(c: hl.f32["M", "N"]):
+                M, N = c.shape
+                pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(M, 128), hl.cdiv(N, 128)))
+                acc = hl.zeros((128, 128), hl.f32)
+                hl.copy(acc, c.tile((128, 128), (pid_m * 128, pid_n * 128)))
+
+            tk = tiles.trace()
+            assert len(tk.launch.grid) == 2
+    """
     ctx, loc = begin("grid")
     if ctx.grid is not None:
         raise ctx.error("grid", loc, "hl.grid was already called; a kernel has one launch grid")
@@ -194,18 +296,92 @@ def _tasks(gm: GridMapping, w: ExprLike) -> list[tuple[ExprLike, ...]]:
 
 
 def thread_index() -> Expr:
-    """``threadIdx.x`` (bounds ``[0, threads)``)."""
+    """The thread's index in the block: ``threadIdx.x``, in ``[0, threads)``.
+
+    Returns:
+        Expr: the ``threadIdx.x`` variable (bounds ``[0, threads)``).
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        Let thread 0 alone initialize a barrier::
+
+            @hl.kernel(threads=128)
+            def first():
+                bars = hl.mbarrier(1)
+                with hl.if_(hl.thread_index().eq(0)):
+                    hl.mbarrier_init(bars, 0, 1)
+
+            first.trace()
+    """
     ctx, _ = begin("thread_index")
     return ctx.thread_var
 
 
 def warp_index() -> Expr:
+    """The warp's index in the block: ``threadIdx.x // 32``.
+
+    Returns:
+        Expr: ``threadIdx.x // 32``, in ``[0, threads / 32)``.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        A branch taken by warp 0 only::
+
+            @hl.kernel(threads=128)
+            def warp0():
+                with hl.if_(hl.warp_index().eq(0)):
+                    hl.syncthreads()
+
+            warp0.trace()
+    """
     return thread_index() // 32
 
 
 def lane_index() -> Expr:
+    """The thread's lane in its warp: ``threadIdx.x % 32``.
+
+    Returns:
+        Expr: ``threadIdx.x % 32``, in ``[0, 32)``.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        A branch taken by the first lane of every warp::
+
+            @hl.kernel(threads=64)
+            def lane0():
+                with hl.if_(hl.lane_index().eq(0)):
+                    hl.syncthreads()
+
+            lane0.trace()
+    """
     return thread_index() % 32
 
 
 def warp_group_index() -> Expr:
+    """The warp group's index in the block: ``threadIdx.x // 128``.
+
+    ``hl.warp_group(i)`` branches on it for warp specialization.
+
+    Returns:
+        Expr: ``threadIdx.x // 128``, in ``[0, threads / 128)``.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        A branch of warp group 1 written by hand::
+
+            @hl.kernel(threads=256)
+            def producer():
+                with hl.if_(hl.warp_group_index().eq(1)):
+                    hl.setmaxnreg(40, increase=False)
+
+            producer.trace()
+    """
     return thread_index() // 128

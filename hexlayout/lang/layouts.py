@@ -30,12 +30,54 @@ _SWIZZLES = ("none", "32B", "64B", "128B")
 
 
 class Auto:
-    """``hl.auto``: let synthesis choose; call it with hints (``hl.auto(swizzle="128B")``)."""
+    """``hl.auto``: a layout left to synthesis, optionally with hints.
+
+    Where a layout is expected (``hl.shared``, ``hl.register``, ``hl.full``,
+    ``hl.rearrange``, ...), ``hl.auto`` makes it a layout variable that synthesis solves
+    from the tile's uses. Calling it adds hints that narrow the choice (they become
+    ``LayoutVar.hints``); calls accumulate (``hl.auto(swizzle="128B")(stride=(None, 1))``).
+
+    Args:
+        **hints (Any): by keyword:
+            ``swizzle`` (str | Swizzle), shared tiles only: ``"none"``, ``"32B"``,
+            ``"64B"``, ``"128B"`` (Hopper's byte swizzles) or an explicit ``Swizzle``;
+            ``stride`` (tuple[int | None, ...]): a known element stride per mode, ``None``
+            = free (e.g. ``(None, 1)``: the last mode is contiguous).
+
+    Returns:
+        Auto: the hinted ``hl.auto``.
+
+    Raises:
+        KernelError: when the tile is created: an unknown hint; a swizzle hint on a
+            non-shared tile or of another value; a stride hint of the wrong length.
+
+    Example:
+        >>> hl.auto, hl.auto(swizzle="128B")
+        (auto, auto(swizzle='128B'))
+        >>> @hl.kernel(threads=128)
+        ... def k():
+        ...     sa = hl.shared(hl.f16, (64, 64), hl.auto(swizzle="64B", stride=(None, 1)))
+        ...     print(sa.layout.hints)
+        >>> _ = k.trace()
+        {'swizzle': '64B', 'stride': (None, 1)}
+    """
 
     def __init__(self, **hints: Any) -> None:
         self.hints = dict(hints)
 
     def __call__(self, **hints: Any) -> Auto:
+        """``hl.auto(**hints)``: a new ``Auto`` with ``hints`` added to this one's.
+
+        Args:
+            **hints (Any): ``swizzle=`` and / or ``stride=`` (see the class).
+
+        Returns:
+            Auto: the combined hints (later values win).
+
+        Example:
+            >>> hl.auto(swizzle="32B")(stride=(None, 1))
+            auto(swizzle='32B', stride=(None, 1))
+        """
         return Auto(**{**self.hints, **hints})
 
     def __repr__(self) -> str:

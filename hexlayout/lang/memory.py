@@ -39,7 +39,54 @@ __all__ = ["view", "shared", "register"]
 
 def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None = None, *,
          rows: Tile | None = None, valid_rows: ExprLike | None = None, name: str | None = None) -> Tile:
-    """The ``tile`` window of global tensor ``a`` at ``origin`` (see the module docstring)."""
+    """A ``tile``-shaped window of a global tensor: ``y[c] = a[origin + c]``.
+
+    The window's first element is at element coordinate ``origin`` (ints or ``Expr``;
+    default 0). Its ``extent`` per mode is ``min(tile[i], a.shape[i] - origin[i])``: the
+    number of in-bounds elements from the origin (<= 0: none), so ragged edges need no
+    masks: copies from the view read out-of-bounds elements as 0 and copies into it skip
+    them. Its layout (coordinate -> element offset from the origin) is ``a``'s strides
+    restricted to the window: ``Layout(tile, a.stride)`` when every stride is static,
+    else ``None`` (symbolic strides).
+
+    Gathered rows: with ``rows=idx`` (an integer register tile of shape ``(tile[0],)`` or
+    ``(tile[0], 1)``) mode 0 goes through the index tile: ``y[i, j] = a[idx[i], origin[1] + j]``
+    and ``origin[0]`` must be ``None``. ``valid_rows`` bounds mode 0's extent (rows past it
+    read as 0). ``a.tile(tile, origin)`` is the same view.
+
+    Args:
+        a (GlobalTensor): a global tensor argument of the kernel.
+        tile (tuple[int, ...]): static positive extents, one per mode of ``a``.
+        origin (tuple[int | Expr | None, ...] | None): the element coordinate of the
+            window's first element, one entry per mode; ``None`` means all zeros.
+        rows (Tile | None): an integer register tile of row indices (gathered rows).
+        valid_rows (int | Expr | None): with ``rows``, how many leading rows are valid.
+        name (str | None): the value's name in the IR (default ``<a>_tile``).
+
+    Returns:
+        Tile: a global tile of shape ``tile`` and ``a``'s element type.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``a`` is not a global tensor argument
+            (a tile: use ``x.tile``); ``tile`` is not static and positive or has another
+            rank than ``a``; ``origin`` has the wrong length or a non-index entry; ``None``
+            in ``origin`` other than mode 0 with ``rows``; ``rows`` is not an integer tile
+            of ``(tile[0],)`` or ``(tile[0], 1)``.
+
+    Example:
+        A ragged 64x32 tile at the bottom-right corner, and rows gathered by index::
+
+            @hl.kernel(threads=128)
+            def edges(a: hl.f16["M", "K"], ids: hl.i32["T"]):
+                M, K = a.shape
+                t = hl.view(a, (64, 32), (M - 10, K - 20))
+                idx = hl.register(hl.i32, (64,))
+                hl.copy(hl.view(ids, (64,), (0,)), idx)
+                g = hl.view(a, (64, 32), (None, 0), rows=idx)
+                assert t.shape == g.shape == (64, 32)
+
+            edges.trace()
+    """
     ctx, loc = begin("view")
     if not isinstance(a, GlobalTensor):
         if isinstance(a, Tile):
@@ -118,10 +165,78 @@ def _alloc(op: str, scope: Scope, dtype: DType, shape: Any, layout: Any, name: s
 
 
 def shared(dtype: DType, shape: tuple[int, ...], layout: Any = auto, *, name: str | None = None) -> Tile:
-    """A new shared-memory tile (block-wide buffer)."""
+    """A new shared-memory tile: a block-wide buffer of ``shape`` elements of ``dtype``.
+
+    Its layout maps tile coordinates to element offsets in the buffer: ``hl.auto`` lets
+    synthesis choose it (including the swizzle that makes the copies into and out of it
+    free of bank conflicts); hints narrow the choice (``hl.auto(swizzle="128B")``,
+    ``hl.auto(stride=(None, 1))``). An explicit ``Layout`` or swizzled ``ComposedLayout``
+    must have size ``prod(shape)`` (per mode when the ranks agree) and be injective.
+    Index a leading "stage" mode (``s[:, :, i]``) for multi-stage pipelines.
+
+    Args:
+        dtype (DType): the element type.
+        shape (tuple[int, ...]): static positive extents.
+        layout (Auto | Layout | ComposedLayout): ``hl.auto`` (default, with optional
+            hints) or an explicit layout.
+        name (str | None): the value's name in the IR (default: the assignment target).
+
+    Returns:
+        Tile: the shared tile (``Alloc``).
+
+    Raises:
+        KernelError: called outside a kernel trace; ``dtype`` is not an element type;
+            ``shape`` is not static and positive; ``layout`` is neither ``hl.auto`` nor a
+            layout of the right size, is not injective, or has an unknown / invalid hint.
+
+    Example:
+        A two-stage buffer with a 128-byte swizzle, and one with an explicit row-major layout::
+
+            @hl.kernel(threads=128)
+            def buffers():
+                sa = hl.shared(hl.f16, (128, 64, 2), hl.auto(swizzle="128B"))
+                sb = hl.shared(hl.f16, (64, 32), hl.Layout((64, 32), (32, 1)))
+                assert sa[:, :, 1].shape == (128, 64) and sb.layout.size() == 2048
+
+            buffers.trace()
+    """
     return _alloc("shared", Scope.SHARED, dtype, shape, layout, name)
 
 
 def register(dtype: DType, shape: tuple[int, ...], layout: Any = auto, *, name: str | None = None) -> Tile:
-    """A new register tile (distributed over the block's threads by its TV layout)."""
+    """A new register tile, distributed over the block's threads by a TV layout.
+
+    The layout is a thread-value layout ``(thread, value) -> m + M * n`` (column-major
+    tile index, CuTe's convention): thread ``t``'s ``v``-th register holds that element.
+    ``hl.auto`` (default) lets synthesis choose it from the tile's uses (mma operand and
+    accumulator fragments, vectorized copies); an explicit ``Layout`` of rank 2 (or the
+    ``(tiler, layout_tv)`` pair ``hl.make_layout_tv`` returns) must cover every element
+    and use at most the block's threads. The contents are undefined until written.
+
+    Args:
+        dtype (DType): the element type.
+        shape (tuple[int, ...]): static positive extents.
+        layout (Auto | Layout | tuple): ``hl.auto`` (default) or an explicit TV layout.
+        name (str | None): the value's name in the IR (default: the assignment target).
+
+    Returns:
+        Tile: the register tile (``Alloc``).
+
+    Raises:
+        KernelError: called outside a kernel trace; ``dtype`` is not an element type;
+            ``shape`` is not static and positive; the TV layout has another rank, does
+            not cover the tile exactly, uses more threads than the block, or a tiler
+            other than ``shape``.
+
+    Example:
+        A synthesized tile and one whose 32 threads each hold 4 consecutive rows of a column::
+
+            @hl.kernel(threads=32)
+            def frags():
+                ra = hl.register(hl.f16, (64, 32))
+                rb = hl.register(hl.f32, (4, 32), hl.Layout((32, 4), (4, 1)))
+                assert ra.shape == (64, 32) and rb.layout.size() == 128
+
+            frags.trace()
+    """
     return _alloc("register", Scope.REGISTER, dtype, shape, layout, name)

@@ -54,7 +54,58 @@ _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 def copy(src: Tile, dst: Tile, instruction: str | None = None, mask: Any = None,
          mbarrier: BarrierRef | Any = None) -> None:
-    """``dst = src`` (see the module docstring)."""
+    """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
+
+    ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
+    global->register, global->shared, shared->register, register->shared, register->global
+    and shared->global (a register->register change of layout is ``hl.rearrange``). A global
+    view (``hl.view``) with ragged-edge extents reads its out-of-bounds elements as 0 and
+    never writes them. Synthesis chooses the instruction (vectorized ld/st.global,
+    cp.async, ldmatrix/stmatrix, TMA) and the layouts of both tiles unless they are given.
+    A cp.async copy is asynchronous: close its group with ``hl.commit_group()`` and wait
+    with ``hl.wait_group(n)`` before reading ``dst``.
+
+    Args:
+        src (Tile): the tile read.
+        dst (Tile): the tile written; same shape and element type as ``src``.
+        instruction (str | None): the name of a copy atom of ``hexlayout.arch`` to use
+            (``hexlayout.arch.list_atoms()``, e.g. ``"SM80_CP_ASYNC_CACHEGLOBAL_U128"``);
+            its source and destination memory spaces must be those of the two tiles.
+            ``None``: synthesis chooses.
+        mask (Expr | Tile | None): an integer ``Expr``: the whole copy happens iff it is
+            nonzero (a masked-off zero-filling load writes zeros); or a register ``bool_``
+            tile of the copy's shape selecting elements (accepted by the language; the
+            lowering rejects it for now).
+        mbarrier (BarrierRef | None): ``bars[i]`` of an ``hl.mbarrier`` array: the copy is
+            an asynchronous global->shared bulk (TMA) copy whose bytes complete on that
+            barrier (``hl.arrive(..., tx_bytes=)`` / ``hl.wait``).
+
+    Returns:
+        None: the ``Copy`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``src`` or ``dst`` is not a tile (a
+            whole global tensor instead of ``a.tile(...)``); the scope pair is not one of
+            the six above; the shapes or the element types differ; ``instruction`` is
+            unknown, not a copy atom, or copies between other memory spaces; ``mask`` is
+            neither an expression nor a register predicate tile of the copy's shape;
+            ``mbarrier`` is given for a copy that is not global->shared.
+
+    Example:
+        Stage a tile of ``a`` through shared memory into registers and store it to ``c``::
+
+            @hl.kernel(threads=128)
+            def stage(a: hl.f16["M", "K"], c: hl.f16["M", "K"]):
+                sa = hl.shared(hl.f16, (64, 32))
+                ra = hl.register(hl.f16, (64, 32))
+                hl.copy(a.tile((64, 32), (0, 0)), sa)
+                hl.syncthreads()
+                hl.copy(sa, ra)
+                hl.copy(ra, c.tile((64, 32), (0, 0)))
+
+            tk = stage.trace()
+            assert [op.name for op in tk.body.ops].count("Copy") == 3
+    """
     ctx, loc = begin("copy")
     s = as_tile(ctx, "copy", loc, src, "src")
     d = as_tile(ctx, "copy", loc, dst, "dst")
@@ -107,7 +158,57 @@ _ACC = {"f32", "f16", "s32"}
 
 def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping | tuple[int, ...] | None = None
         ) -> None:
-    """``c += a @ b^T`` (see the module docstring)."""
+    """Matrix multiply-accumulate: ``c += a @ b^T``.
+
+    ``c[m, n] += sum_k a[m, k] * b[n, k]`` for ``a`` of shape (M, K), ``b`` of shape
+    (N, K) (both K-major operands, as mma.sync / wgmma take them) and ``c`` of shape
+    (M, N). ``a`` and ``b`` are register or shared tiles of the same element type (f16,
+    bf16, tf32/f32, s8/u8, or any two fp8 types e4m3/e5m2); ``c`` is a register
+    accumulator of f32 or f16 for floating-point inputs, s32 for integer inputs. The
+    products are summed in the accumulator's precision. Synthesis picks the mma atom
+    (mma.sync or wgmma), the arrangement of warps over the (M, N) atom tiles and the
+    operand layouts unless they are given.
+
+    Args:
+        a (Tile): the (M, K) left operand, register or shared.
+        b (Tile): the (N, K) right operand, register or shared, same element type as ``a``
+            (fp8 types may mix).
+        c (Tile): the (M, N) register accumulator, f32, f16 or s32; updated in place.
+        atom (str | None): the name of an mma atom of ``hexlayout.arch`` to use (e.g.
+            ``"SM80_16x8x16_F32F16F16F32_TN"``); its element types must match, M, N and K
+            must be multiples of its shape and ``a`` / ``b`` must be in the memory it reads
+            (``_SS`` wgmma atoms read both from shared memory). ``None``: synthesis chooses.
+        warps (TaskMapping | tuple[int, ...] | None): the task mapping of the atom's thread
+            groups (warps, or warp groups for wgmma) over the (M/atom_m, N/atom_n) atom
+            tiles; a tuple ``(wm, wn)`` means ``hl.spatial(wm, wn)``. ``None``: synthesized.
+
+    Returns:
+        None: the ``Mma`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; an operand is not a tile, is not a
+            matrix, or is in the wrong scope (``c`` must be a register tile); M, N or K
+            disagree between ``a``, ``b`` and ``c``; ``a`` and ``b`` differ in element type;
+            ``c`` is not f32/f16/s32 or does not match integer/floating inputs; ``atom`` is
+            unknown, not an mma atom, of other element types, does not divide the shape or
+            reads an operand from the other memory; ``warps`` is not a task mapping or
+            needs more warps than the block has.
+
+    Example:
+        One K-step of a GEMM tile with f32 accumulation::
+
+            @hl.kernel(threads=128)
+            def step(a: hl.f16["M", "K"], b: hl.f16["N", "K"], c: hl.f32["M", "N"]):
+                ra = hl.register(hl.f16, (64, 32))
+                rb = hl.register(hl.f16, (64, 32))
+                acc = hl.zeros((64, 64), hl.f32)
+                hl.copy(a.tile((64, 32), (0, 0)), ra)
+                hl.copy(b.tile((64, 32), (0, 0)), rb)
+                hl.mma(ra, rb, acc)
+                hl.copy(acc, c.tile((64, 64), (0, 0)))
+
+            step.trace()
+    """
     ctx, loc = begin("mma")
     ta = as_tile(ctx, "mma", loc, a, "a")
     tb = as_tile(ctx, "mma", loc, b, "b")
@@ -171,7 +272,37 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping |
 
 
 def cast(x: Tile, dtype: DType) -> Tile:
-    """A register tile holding ``x`` converted to ``dtype``."""
+    """Convert a register tile to another element type: ``y[c] = dtype(x[c])``.
+
+    Floating-point results are rounded to nearest even (fp8 results saturate to the
+    largest finite value, as ``cvt.rn.satfinite``); a floating-point input converted to an
+    integer type rounds to nearest even and saturates (NaN -> 0); integer to integer
+    wraps. The result is a new register tile of ``x``'s shape whose layout
+    synthesis chooses (usually ``x``'s).
+
+    Args:
+        x (Tile): a register tile.
+        dtype (DType): the result's element type (``hl.f16``, ``hl.bf16``, ``hl.f32``, ...).
+
+    Returns:
+        Tile: a new register tile of shape ``x.shape`` and element type ``dtype``.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``x`` is not a register tile;
+            ``dtype`` is not an element type.
+
+    Example:
+        Store an f32 accumulator as f16::
+
+            @hl.kernel(threads=128)
+            def store(c: hl.f16["M", "N"]):
+                acc = hl.zeros((64, 64), hl.f32)
+                out = hl.cast(acc, hl.f16)
+                assert out.dtype == hl.f16 and out.shape == (64, 64)
+                hl.copy(out, c.tile((64, 64), (0, 0)))
+
+            store.trace()
+    """
     ctx, loc = begin("cast")
     t = as_tile(ctx, "cast", loc, x, "x")
     require_scope(ctx, "cast", loc, t, "x", (R,))
@@ -194,7 +325,33 @@ def _scalar(ctx: Any, op: str, loc: Any, v: Any) -> float:
 
 
 def fill(x: Tile, value: float) -> Tile:
-    """Set every element of register or shared tile ``x`` to ``value``; returns ``x``."""
+    """Set every element of a register or shared tile to one value: ``x[c] = value``.
+
+    ``value`` is converted to ``x``'s element type (round to nearest even). For a shared
+    tile the whole block writes it; synchronize (``hl.syncthreads()``) before other threads
+    read it.
+
+    Args:
+        x (Tile): a register or shared tile, written in place.
+        value (float): the value (a Python number, or anything ``float()`` accepts).
+
+    Returns:
+        Tile: ``x`` itself.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``x`` is not a register or shared
+            tile; ``value`` is not a number.
+
+    Example:
+        Reset a running maximum at the start of a row block::
+
+            @hl.kernel(threads=128)
+            def reset():
+                m = hl.register(hl.f32, (64, 1))
+                hl.fill(m, float("-inf"))
+
+            reset.trace()
+    """
     ctx, loc = begin("fill")
     t = as_tile(ctx, "fill", loc, x, "x")
     require_scope(ctx, "fill", loc, t, "x", (R, S))
@@ -204,7 +361,34 @@ def fill(x: Tile, value: float) -> Tile:
 
 def full(shape: tuple[int, ...] | int, value: float, dtype: DType = f32, layout: Any = auto, *,
          name: str | None = None) -> Tile:
-    """A new register tile of ``shape`` filled with ``value``."""
+    """A new register tile filled with one value: ``y[c] = value`` for ``c`` in ``shape``.
+
+    Args:
+        shape (tuple[int, ...] | int): static positive extents (an int is one mode).
+        value (float): the value, converted to ``dtype`` (round to nearest even).
+        dtype (DType): the element type; default ``hl.f32``.
+        layout (Auto | Layout): ``hl.auto`` (synthesis chooses, hints allowed) or an
+            explicit TV layout ``(thread, value) -> index`` (see ``hl.register``).
+        name (str | None): the value's name in the IR (default: the assignment target).
+
+    Returns:
+        Tile: a new register tile (``Alloc`` followed by ``Fill``).
+
+    Raises:
+        KernelError: called outside a kernel trace; ``shape`` is not static and positive;
+            ``dtype`` is not an element type; ``value`` is not a number; ``layout`` is not
+            a valid register layout for ``shape``.
+
+    Example:
+        A row-sum accumulator that starts at one::
+
+            @hl.kernel(threads=128)
+            def ones():
+                l = hl.full((64, 1), 1.0, hl.f32)
+                assert l.shape == (64, 1) and l.dtype == hl.f32
+
+            ones.trace()
+    """
     ctx, loc = begin("full")
     shp = static_shape(ctx, "full", loc, shape, "shape")
     try:
@@ -223,7 +407,30 @@ def full(shape: tuple[int, ...] | int, value: float, dtype: DType = f32, layout:
 
 def zeros(shape: tuple[int, ...] | int, dtype: DType = f32, layout: Any = auto, *,
           name: str | None = None) -> Tile:
-    """``hl.full(shape, 0.0, dtype)``."""
+    """A new register tile of zeros: ``hl.full(shape, 0.0, dtype, layout)``.
+
+    Args:
+        shape (tuple[int, ...] | int): static positive extents (an int is one mode).
+        dtype (DType): the element type; default ``hl.f32``.
+        layout (Auto | Layout): ``hl.auto`` or an explicit TV layout (see ``hl.register``).
+        name (str | None): the value's name in the IR (default: the assignment target).
+
+    Returns:
+        Tile: a new register tile with every element 0.
+
+    Raises:
+        KernelError: as ``hl.full``.
+
+    Example:
+        The accumulator of a GEMM tile::
+
+            @hl.kernel(threads=128)
+            def init():
+                acc = hl.zeros((128, 128), hl.f32)
+                assert str(acc.scope) == "register" and acc.shape == (128, 128)
+
+            init.trace()
+    """
     return full(shape, 0.0, dtype, layout, name=name)
 
 
@@ -231,7 +438,37 @@ _REDUCE = ("sum", "max", "min")
 
 
 def reduce(x: Tile, fn: str, axis: int) -> Tile:
-    """Reduce ``x`` along ``axis`` with ``fn``; the axis stays with extent 1."""
+    """Reduce a register tile along one axis, keeping the axis with extent 1.
+
+    For ``fn`` in ``"sum"``, ``"max"``, ``"min"``: ``y[..., 0, ...] = fn_i x[..., i, ...]``
+    over the extent of ``axis``. The result has ``x``'s shape with ``shape[axis] = 1`` and
+    ``x``'s element type, so it broadcasts against ``x`` (``x - hl.max_reduce(x, 1)``).
+    Sums accumulate in the element type. Synthesis routes the reduction through
+    in-thread accumulation, warp shuffles and, across warps, shared memory.
+
+    Args:
+        x (Tile): a register tile.
+        fn (str): ``"sum"``, ``"max"`` or ``"min"``.
+        axis (int): the mode reduced, static; negative counts from the end.
+
+    Returns:
+        Tile: a new register tile of shape ``x.shape`` with ``axis`` of extent 1.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``x`` is not a register tile; ``fn``
+            is not one of the three; ``axis`` is not a static mode of ``x``.
+
+    Example:
+        Row maxima of a score tile::
+
+            @hl.kernel(threads=128)
+            def rowmax():
+                s = hl.zeros((64, 128), hl.f32)
+                m = hl.reduce(s, "max", axis=1)
+                assert m.shape == (64, 1)
+
+            rowmax.trace()
+    """
     ctx, loc = begin("reduce")
     t = as_tile(ctx, "reduce", loc, x, "x")
     require_scope(ctx, "reduce", loc, t, "x", (R,))
@@ -248,19 +485,121 @@ def reduce(x: Tile, fn: str, axis: int) -> Tile:
 
 
 def sum_(x: Tile, axis: int) -> Tile:
+    """The sum along ``axis``: ``hl.reduce(x, "sum", axis)``.
+
+    ``y[..., 0, ...] = sum_i x[..., i, ...]``; the axis stays with extent 1.
+
+    Args:
+        x (Tile): a register tile.
+        axis (int): the mode summed, static; negative counts from the end.
+
+    Returns:
+        Tile: a new register tile of shape ``x.shape`` with ``axis`` of extent 1.
+
+    Raises:
+        KernelError: as ``hl.reduce``.
+
+    Example:
+        Row sums (the softmax denominator)::
+
+            @hl.kernel(threads=128)
+            def rowsum():
+                p = hl.zeros((64, 128), hl.f32)
+                l = hl.sum(p, 1)
+                assert l.shape == (64, 1)
+
+            rowsum.trace()
+    """
     return reduce(x, "sum", axis)
 
 
 def max_reduce(x: Tile, axis: int) -> Tile:
+    """The maximum along ``axis``: ``hl.reduce(x, "max", axis)``.
+
+    ``y[..., 0, ...] = max_i x[..., i, ...]``; the axis stays with extent 1.
+
+    Args:
+        x (Tile): a register tile.
+        axis (int): the mode reduced, static; negative counts from the end.
+
+    Returns:
+        Tile: a new register tile of shape ``x.shape`` with ``axis`` of extent 1.
+
+    Raises:
+        KernelError: as ``hl.reduce``.
+
+    Example:
+        Column maxima::
+
+            @hl.kernel(threads=128)
+            def colmax():
+                s = hl.zeros((64, 128), hl.f32)
+                m = hl.max_reduce(s, 0)
+                assert m.shape == (1, 128)
+
+            colmax.trace()
+    """
     return reduce(x, "max", axis)
 
 
 def min_reduce(x: Tile, axis: int) -> Tile:
+    """The minimum along ``axis``: ``hl.reduce(x, "min", axis)``.
+
+    ``y[..., 0, ...] = min_i x[..., i, ...]``; the axis stays with extent 1.
+
+    Args:
+        x (Tile): a register tile.
+        axis (int): the mode reduced, static; negative counts from the end.
+
+    Returns:
+        Tile: a new register tile of shape ``x.shape`` with ``axis`` of extent 1.
+
+    Raises:
+        KernelError: as ``hl.reduce``.
+
+    Example:
+        Row minima, last axis by a negative index::
+
+            @hl.kernel(threads=128)
+            def rowmin():
+                s = hl.zeros((64, 128), hl.f32)
+                m = hl.min_reduce(s, -1)
+                assert m.shape == (64, 1)
+
+            rowmin.trace()
+    """
     return reduce(x, "min", axis)
 
 
 def rearrange(x: Tile, layout: Any = auto) -> Tile:
-    """``x``'s values in a new register tile with layout ``layout``."""
+    """The same values in a new register tile of another layout: ``y[c] = x[c]``.
+
+    Only the distribution over threads changes (e.g. an mma accumulator re-used as the A
+    operand of the next mma, or a layout that stores coalesced). Synthesis routes it
+    through register moves, warp shuffles or shared memory.
+
+    Args:
+        x (Tile): a register tile.
+        layout (Auto | Layout): the new TV layout, or ``hl.auto`` (synthesis chooses).
+
+    Returns:
+        Tile: a new register tile of ``x``'s shape and element type.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``x`` is not a register tile;
+            ``layout`` is not a valid register layout for ``x``'s shape.
+
+    Example:
+        Hand an accumulator to a layout synthesis picks for its consumer::
+
+            @hl.kernel(threads=128)
+            def relayout(c: hl.f32["M", "N"]):
+                acc = hl.zeros((64, 64), hl.f32)
+                r = hl.rearrange(acc)
+                hl.copy(r, c.tile((64, 64), (0, 0)))
+
+            relayout.trace()
+    """
     ctx, loc = begin("rearrange")
     t = as_tile(ctx, "rearrange", loc, x, "x")
     require_scope(ctx, "rearrange", loc, t, "x", (R,))
@@ -273,7 +612,36 @@ def rearrange(x: Tile, layout: Any = auto) -> Tile:
 
 
 def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32, layout: Any = auto) -> Tile:
-    """A register tile whose element at coordinate ``c`` is ``c[axis]``."""
+    """A register tile of coordinates: ``y[c] = c[axis]``.
+
+    Useful for masks and index arithmetic (``cols = hl.iota((1, BN), 1) + n0``, then
+    ``cols < N``).
+
+    Args:
+        shape (tuple[int, ...] | int): static positive extents.
+        axis (int): the mode whose coordinate each element holds; negative counts from the end.
+        dtype (DType): an integer element type; default ``hl.i32``.
+        layout (Auto | Layout): ``hl.auto`` or an explicit TV layout.
+
+    Returns:
+        Tile: a new register tile of ``shape`` and element type ``dtype``.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``shape`` is not static and positive;
+            ``axis`` is not a mode of ``shape``; ``dtype`` is not an integer type.
+
+    Example:
+        Column indices of a 64x128 tile, for a causal mask::
+
+            @hl.kernel(threads=128)
+            def causal():
+                rows = hl.iota((64, 1), 0)
+                cols = hl.iota((1, 128), 1)
+                keep = cols <= rows
+                assert keep.shape == (64, 128)
+
+            causal.trace()
+    """
     ctx, loc = begin("iota")
     shp = static_shape(ctx, "iota", loc, shape, "shape")
     ax = static_int(axis)
@@ -289,7 +657,38 @@ def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32, layout: An
 
 
 def assign(dst: Tile, src: Any) -> Tile:
-    """Write ``src`` (a tile or scalar, broadcast) into register tile ``dst``; returns ``dst``."""
+    """Write ``src`` into register tile ``dst``: ``dst[c] = src[c]`` (``src`` broadcast).
+
+    A tile ``src`` broadcasts to ``dst``'s shape as in numpy and must have ``dst``'s
+    element type; a scalar is ``hl.fill(dst, src)``. ``dst[...] = src`` and
+    ``dst[i, :] = src`` are the same through views. This is how loop-carried register
+    state takes a new value (rebinding a Python name does not carry across ``hl.range``
+    iterations).
+
+    Args:
+        dst (Tile): the register tile written in place.
+        src (Tile | float): a register tile broadcastable to ``dst``, or a number.
+
+    Returns:
+        Tile: ``dst`` itself.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``dst`` is not a register tile (or,
+            for a scalar, not a register or shared tile); the shapes do not broadcast or
+            the element types differ.
+
+    Example:
+        Carry a running maximum across loop iterations::
+
+            @hl.kernel(threads=128)
+            def running(n: hl.i32):
+                m = hl.full((64, 1), float("-inf"))
+                for k in hl.range(n):
+                    s = hl.zeros((64, 128), hl.f32)
+                    hl.assign(m, hl.maximum(m, hl.max_reduce(s, 1)))
+
+            running.trace()
+    """
     if not isinstance(src, Tile):
         return fill(dst, src)
     return elementwise("mov", (src,), out=dst, opname="assign")

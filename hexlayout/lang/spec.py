@@ -22,10 +22,16 @@ __all__ = ["Tensor", "Dim", "dims", "resolve_dim"]
 
 
 class Dim:
-    """A named symbolic size for annotations: ``M, N, K = hl.dims("M N K")``; ``f16[M, K]``.
+    """A named symbolic size for annotations, visible to linters: ``M, K = hl.dims("M K")``.
 
-    Equivalent to the string ``"M"`` (``f16["M", "K"]``) but visible to linters; supports
-    ``+ - * //`` with ints and other ``Dim``s (``f16[M, 2 * D]``).
+    ``hl.f16[M, K]`` is the same type as ``hl.f16["M", "K"]``: every annotation (and a
+    scalar argument) naming ``M`` refers to one size variable. ``Dim``s combine with ints
+    and other ``Dim``s by ``+ - * //`` into size expressions (``hl.f16[M, 2 * D]``).
+
+    Example:
+        >>> M, D = hl.dims("M D")
+        >>> hl.f16[M, 2 * D]
+        Tensor(dtype=f16, shape=(M, (2) * (D)), stride=None, align_bytes=16)
     """
 
     __slots__ = ("text",)
@@ -71,14 +77,40 @@ class Dim:
 
 
 def dims(names: str) -> Any:
-    """``hl.dims("M N K")`` -> ``(Dim("M"), Dim("N"), Dim("K"))`` (one name: that ``Dim``)."""
+    """Named symbolic sizes: ``hl.dims("M N K")`` is ``(Dim("M"), Dim("N"), Dim("K"))``.
+
+    Args:
+        names (str): names separated by spaces or commas.
+
+    Returns:
+        Dim | tuple[Dim, ...]: one ``Dim`` per name (a single name gives that ``Dim``).
+
+    Example:
+        >>> M, N = hl.dims("M, N")
+        >>> str(hl.f32[M, N]), hl.dims("K")
+        ('f32[M, N]', K)
+    """
     out = tuple(Dim(n) for n in names.replace(",", " ").split())
     return out[0] if len(out) == 1 else out
 
 
 @dataclass(frozen=True)
 class Tensor:
-    """A global tensor type: element type, shape, strides (elements) and pointer alignment."""
+    """The type of a global tensor argument: element type, shape, strides, pointer alignment.
+
+    ``a: hl.f16["M", "K"]`` is ``Tensor(f16, ("M", "K"))``. Shape and stride entries are
+    ints (static), strings naming symbolic sizes (``"M"``, or a small expression of names
+    and ints with ``+ - * //`` such as ``"2*D"``), ``Dim``s or ``Expr``. The same name in
+    several annotations (or a scalar argument of that name) is one size variable.
+    ``stride=None`` means row-major contiguous: ``stride[i] = prod(shape[i+1:])``; element
+    ``c`` is at ``sum_i c[i] * stride[i]`` elements from the data pointer, which is
+    aligned to ``align_bytes``.
+
+    Example:
+        >>> t = hl.Tensor(hl.f16, ("M", "K"))
+        >>> t == hl.f16["M", "K"], str(t.strides("K", 1))
+        (True, 'f16[M, K].strides(K, 1)')
+    """
 
     dtype: DType
     shape: tuple[Any, ...]
@@ -96,12 +128,44 @@ class Tensor:
                 raise ValueError(f"Tensor {self}: {len(self.stride)} strides for {len(self.shape)} modes")
 
     def strides(self, *stride: Any) -> Tensor:
-        """The same type with explicit element strides: ``hl.f16["M", "K"].strides("K", 1)``."""
+        """The same type with explicit element strides.
+
+        Args:
+            *stride (int | str | Dim | Expr): one stride per mode (or one tuple of them).
+
+        Returns:
+            Tensor: a copy with ``stride`` set.
+
+        Raises:
+            ValueError: the number of strides differs from the number of modes.
+
+        Example:
+            A column-major (M, K) matrix::
+
+                @hl.kernel(threads=128)
+                def colmajor(a: hl.f16["M", "K"].strides(1, "M")):
+                    assert a.stride[0] == 1
+
+                colmajor.trace()
+        """
         if len(stride) == 1 and isinstance(stride[0], (tuple, list)):
             stride = tuple(stride[0])
         return Tensor(self.dtype, self.shape, tuple(stride), self.align_bytes)
 
     def aligned(self, align_bytes: int) -> Tensor:
+        """The same type with another guaranteed data-pointer alignment.
+
+        Args:
+            align_bytes (int): the alignment of the data pointer in bytes (default of a
+                type: 16); vectorized and async copies use it to pick their width.
+
+        Returns:
+            Tensor: a copy with ``align_bytes`` set.
+
+        Example:
+            >>> hl.f16["M", "K"].aligned(4).align_bytes
+            4
+        """
         return Tensor(self.dtype, self.shape, self.stride, align_bytes)
 
     def __str__(self) -> str:

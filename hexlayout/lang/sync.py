@@ -57,7 +57,12 @@ class BarrierRef:
 
 
 class Barriers:
-    """An array of mbarriers (``hl.mbarrier(count)``); ``bars[i]`` is a ``BarrierRef``."""
+    """An array of shared-memory transaction barriers (mbarriers), from ``hl.mbarrier(count)``.
+
+    ``bars[i]`` (an int or ``Expr`` index) is a ``BarrierRef`` to barrier ``i``, as
+    ``hl.copy(..., mbarrier=bars[i])`` takes it; the other barrier functions take
+    ``bars, i`` or ``bars[i]``.
+    """
 
     def __init__(self, bar: Mbarrier, ctx: TraceContext) -> None:
         self.bar = bar
@@ -65,9 +70,32 @@ class Barriers:
 
     @property
     def count(self) -> int:
+        """The number of barriers in the array."""
         return self.bar.count
 
     def __getitem__(self, i: ExprLike) -> BarrierRef:
+        """Barrier ``i`` of the array: ``bars[i]``.
+
+        Args:
+            i (int | Expr): the index, in ``[0, count)`` (checked when static).
+
+        Returns:
+            BarrierRef: a reference to barrier ``i``.
+
+        Raises:
+            KernelError: ``i`` is not an integer index, or a static ``i`` is out of range.
+
+        Example:
+            A TMA load completing on barrier ``s`` of a two-stage pipeline::
+
+                @hl.kernel(threads=128)
+                def tma(a: hl.f16["M", "K"]):
+                    bars = hl.mbarrier(2)
+                    sa = hl.shared(hl.f16, (64, 64))
+                    hl.copy(a.tile((64, 64), (0, 0)), sa, mbarrier=bars[1])
+
+                tma.trace()
+        """
         loc = self._ctx.loc()
         return BarrierRef(self.bar, _index(self._ctx, "mbarrier", loc, self.bar, i))
 
@@ -97,13 +125,61 @@ def as_barrier(ctx: TraceContext, op: str, loc: SourceLoc | None, x: Any, index:
 
 
 def syncthreads() -> None:
-    """A barrier: of the whole block, or, inside ``hl.warp_group(...)`` / its ``else_``, of the
-    warp groups running that branch."""
+    """A block barrier: ``__syncthreads()``.
+
+    Every thread waits until all threads of the block have arrived, and shared-memory
+    writes before it are visible to reads after it. Inside ``hl.warp_group(...)`` (or its
+    ``hl.else_()``) it synchronizes only the warp groups running that branch (a named
+    barrier).
+
+    Returns:
+        None: the ``Sync`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        Make a shared tile written by some threads visible to all::
+
+            @hl.kernel(threads=128)
+            def publish(a: hl.f16["M", "K"]):
+                sa = hl.shared(hl.f16, (64, 32))
+                ra = hl.register(hl.f16, (64, 32))
+                hl.copy(a.tile((64, 32), (0, 0)), sa)
+                hl.syncthreads()
+                hl.copy(sa, ra)
+
+            publish.trace()
+    """
     ctx, loc = begin("syncthreads")
     ctx.emit(Sync(loc=loc))
 
 
 def commit_group() -> None:
+    """Close the current group of asynchronous copies: ``cp.async.commit_group``.
+
+    The cp.async copies issued since the previous commit form one group, which
+    ``hl.wait_group(n)`` can wait for.
+
+    Returns:
+        None: the ``AsyncCommit`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        A two-stage cp.async prologue::
+
+            @hl.kernel(threads=128)
+            def prologue(a: hl.f16["M", "K"]):
+                sa = hl.shared(hl.f16, (64, 32, 2))
+                for s in range(2):
+                    hl.copy(a.tile((64, 32), (0, 32 * s)), sa[:, :, s])
+                    hl.commit_group()
+                hl.wait_group(1)
+
+            prologue.trace()
+    """
     ctx, loc = begin("commit_group")
     ctx.emit(AsyncCommit(loc=loc))
 
@@ -116,12 +192,71 @@ def _count(ctx: TraceContext, op: str, loc: SourceLoc | None, n: Any) -> int:
 
 
 def wait_group(n: int) -> None:
+    """Wait for asynchronous copies: ``cp.async.wait_group n``.
+
+    Blocks the thread until at most ``n`` of its committed cp.async groups are still
+    pending (``n = 0``: all have completed). Follow with ``hl.syncthreads()`` before
+    other threads read the data.
+
+    Args:
+        n (int): a static non-negative number of groups that may stay in flight.
+
+    Returns:
+        None: the ``AsyncWait`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``n`` is not a static non-negative integer.
+
+    Example:
+        Wait for the oldest of two stages::
+
+            @hl.kernel(threads=128)
+            def oldest(a: hl.f16["M", "K"]):
+                sa = hl.shared(hl.f16, (64, 32, 2))
+                for s in range(2):
+                    hl.copy(a.tile((64, 32), (0, 32 * s)), sa[:, :, s])
+                    hl.commit_group()
+                hl.wait_group(1)
+                hl.syncthreads()
+
+            oldest.trace()
+    """
     ctx, loc = begin("wait_group")
     ctx.emit(AsyncWait(_count(ctx, "wait_group", loc, n), loc=loc))
 
 
 def mbarrier(count: int = 1, *, name: str | None = None) -> Barriers:
-    """A new array of ``count`` mbarriers."""
+    """A new array of ``count`` shared-memory transaction barriers (mbarriers).
+
+    Each barrier counts arrivals and transaction bytes of one phase; a phase completes
+    when the expected arrivals (``hl.mbarrier_init``) have arrived and every expected byte
+    (``hl.arrive(tx_bytes=)``) has landed, then the next phase begins (phase parity
+    alternates 0, 1, 0, ...). The array is named after the assignment target.
+
+    Args:
+        count (int): a static positive number of barriers; default 1.
+        name (str | None): the array's name in the IR (default: the assignment target).
+
+    Returns:
+        Barriers: the array; ``bars[i]`` refers to one barrier.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``count`` is not a static positive integer.
+
+    Example:
+        One barrier per pipeline stage, initialized by one thread::
+
+            @hl.kernel(threads=128)
+            def setup():
+                full = hl.mbarrier(2)
+                with hl.if_(hl.thread_index().eq(0)):
+                    for s in range(2):
+                        hl.mbarrier_init(full, s, 1)
+                hl.syncthreads()
+
+            tk = setup.trace()
+            assert [b.count for b in tk.mbarriers] == [2]
+    """
     ctx, loc = begin("mbarrier")
     n = _count(ctx, "mbarrier", loc, count)
     if n == 0:
@@ -138,6 +273,35 @@ def mbarrier(count: int = 1, *, name: str | None = None) -> Barriers:
 
 
 def mbarrier_init(bars: Barriers | BarrierRef, i: ExprLike | None = None, arrivals: int = 1) -> None:
+    """Set the expected arrival count of barrier ``i``: ``mbarrier.init``.
+
+    Executed by one thread (put it under ``hl.if_(hl.thread_index().eq(0))``), followed by
+    ``hl.syncthreads()`` before any thread uses the barrier.
+
+    Args:
+        bars (Barriers | BarrierRef): the array (with ``i``) or ``bars[i]``.
+        i (int | Expr | None): the barrier's index when ``bars`` is an array (default 0).
+        arrivals (int): a static positive number of arrivals that completes a phase.
+
+    Returns:
+        None: the ``MbarrierInit`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``bars`` is not an mbarrier; the index
+            is out of range; ``arrivals`` is not a static positive integer.
+
+    Example:
+        Two arrivals per phase (two producer warps)::
+
+            @hl.kernel(threads=128)
+            def init2():
+                bars = hl.mbarrier(1)
+                with hl.if_(hl.thread_index().eq(0)):
+                    hl.mbarrier_init(bars[0], arrivals=2)
+                hl.syncthreads()
+
+            init2.trace()
+    """
     ctx, loc = begin("mbarrier_init")
     ref = as_barrier(ctx, "mbarrier_init", loc, bars, i)
     n = _count(ctx, "mbarrier_init", loc, arrivals)
@@ -151,6 +315,44 @@ _WHO = ("thread", "warp", "warpgroup", "one")
 
 def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int = 0, *,
            who: str = "thread") -> None:
+    """Arrive on barrier ``i``: ``mbarrier.arrive`` (``.expect_tx`` with ``tx_bytes``).
+
+    Each arrival counts once towards the phase's expected arrivals; with ``tx_bytes`` the
+    arrival also adds that many bytes the phase waits for (the bytes of TMA copies issued
+    with ``hl.copy(..., mbarrier=bars[i])``; ``tile.nbytes`` gives them). ``who`` says
+    which of the executing threads arrive: every ``"thread"``, one per ``"warp"``, one per
+    ``"warpgroup"``, or ``"one"`` elected thread.
+
+    Args:
+        bars (Barriers | BarrierRef): the array (with ``i``) or ``bars[i]``.
+        i (int | Expr | None): the barrier's index when ``bars`` is an array (default 0).
+        tx_bytes (int): static non-negative bytes of bulk copies this phase expects.
+        who (str): ``"thread"`` (default), ``"warp"``, ``"warpgroup"`` or ``"one"``.
+
+    Returns:
+        None: the ``MbarrierArrive`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``bars`` is not an mbarrier; the index
+            is out of range; ``tx_bytes`` is not a static non-negative integer; ``who`` is
+            not one of the four.
+
+    Example:
+        A TMA load announced and awaited on one barrier::
+
+            @hl.kernel(threads=128)
+            def load(a: hl.f16["M", "K"]):
+                bars = hl.mbarrier(1)
+                sa = hl.shared(hl.f16, (64, 64))
+                with hl.if_(hl.thread_index().eq(0)):
+                    hl.mbarrier_init(bars, 0, 1)
+                hl.syncthreads()
+                hl.arrive(bars, 0, tx_bytes=sa.nbytes, who="one")
+                hl.copy(a.tile((64, 64), (0, 0)), sa, mbarrier=bars[0])
+                hl.wait(bars, 0, phase=0)
+
+            load.trace()
+    """
     ctx, loc = begin("arrive")
     ref = as_barrier(ctx, "arrive", loc, bars, i)
     tx = _count(ctx, "arrive", loc, tx_bytes)
@@ -160,6 +362,35 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
 
 
 def wait(bars: Barriers | BarrierRef, i: ExprLike | None = None, phase: ExprLike = 0) -> None:
+    """Wait until the phase of barrier ``i`` with parity ``phase`` has completed.
+
+    ``mbarrier.try_wait.parity`` (``test_wait`` on sm_80 / sm_89) in a loop: the thread
+    blocks until that phase's expected arrivals and transaction bytes are all in. A loop
+    over stages flips ``phase`` each time it reuses a barrier (``(k // STAGES) % 2``).
+
+    Args:
+        bars (Barriers | BarrierRef): the array (with ``i``) or ``bars[i]``.
+        i (int | Expr | None): the barrier's index when ``bars`` is an array (default 0).
+        phase (int | Expr): the parity (0 or 1) of the phase waited for; default 0.
+
+    Returns:
+        None: the ``MbarrierWait`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``bars`` is not an mbarrier; the index
+            is out of range; ``phase`` is not an integer expression.
+
+    Example:
+        The consumer side of a two-stage pipeline::
+
+            @hl.kernel(threads=128)
+            def consume(n: hl.i32):
+                full = hl.mbarrier(2)
+                for k in hl.range(n):
+                    hl.wait(full[k % 2], phase=(k // 2) % 2)
+
+            consume.trace()
+    """
     ctx, loc = begin("wait")
     ref = as_barrier(ctx, "wait", loc, bars, i)
     if not isinstance(phase, (int, Expr)) or isinstance(phase, bool):
@@ -168,21 +399,122 @@ def wait(bars: Barriers | BarrierRef, i: ExprLike | None = None, phase: ExprLike
 
 
 def wgmma_fence() -> None:
+    """``wgmma.fence``: order register writes before the wgmma that reads them.
+
+    Required before the first wgmma of a sequence whose register operands or
+    accumulator were written by other instructions.
+
+    Returns:
+        None: the ``WgmmaFence`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        The fence / commit / wait protocol around an asynchronous wgmma::
+
+            @hl.kernel(threads=128)
+            def hopper():
+                sa = hl.shared(hl.f16, (64, 64))
+                sb = hl.shared(hl.f16, (64, 64))
+                acc = hl.zeros((64, 64), hl.f32)
+                hl.wgmma_fence()
+                hl.mma(sa, sb, acc)
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+
+            hopper.trace()
+    """
     ctx, loc = begin("wgmma_fence")
     ctx.emit(WgmmaFence(loc=loc))
 
 
 def wgmma_commit() -> None:
+    """``wgmma.commit_group``: close the group of wgmma operations issued so far.
+
+    Returns:
+        None: the ``WgmmaCommit`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        Commit one wgmma and wait for it::
+
+            @hl.kernel(threads=128)
+            def one():
+                sa = hl.shared(hl.f16, (64, 16))
+                sb = hl.shared(hl.f16, (64, 16))
+                acc = hl.zeros((64, 64), hl.f32)
+                hl.wgmma_fence()
+                hl.mma(sa, sb, acc)
+                hl.wgmma_commit()
+                hl.wgmma_wait()
+
+            one.trace()
+    """
     ctx, loc = begin("wgmma_commit")
     ctx.emit(WgmmaCommit(loc=loc))
 
 
 def wgmma_wait(n: int = 0) -> None:
+    """``wgmma.wait_group n``: wait until at most ``n`` wgmma groups are pending.
+
+    After it, the accumulators of the completed groups may be read.
+
+    Args:
+        n (int): a static non-negative number of groups that may stay in flight; default 0.
+
+    Returns:
+        None: the ``WgmmaWait`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``n`` is not a static non-negative integer.
+
+    Example:
+        Keep one wgmma group in flight::
+
+            @hl.kernel(threads=128)
+            def overlap():
+                hl.wgmma_commit()
+                hl.wgmma_wait(1)
+
+            overlap.trace()
+    """
     ctx, loc = begin("wgmma_wait")
     ctx.emit(WgmmaWait(_count(ctx, "wgmma_wait", loc, n), loc=loc))
 
 
 def setmaxnreg(n: int, increase: bool = True) -> None:
+    """``setmaxnreg.inc`` / ``.dec``: change the warp group's register budget to ``n`` per thread.
+
+    For warp-specialized kernels: producer warp groups give registers back
+    (``increase=False``), consumer warp groups take them (``increase=True``). Executed by
+    whole warp groups.
+
+    Args:
+        n (int): the registers per thread after the instruction: a multiple of 8 in [24, 256].
+        increase (bool): ``True`` for ``.inc`` (default), ``False`` for ``.dec``.
+
+    Returns:
+        None: the ``SetMaxNReg`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace; ``n`` is not a static multiple of 8
+            in [24, 256].
+
+    Example:
+        A producer with 40 registers and consumers with 232::
+
+            @hl.kernel(threads=384)
+            def budget():
+                with hl.warp_group(0):
+                    hl.setmaxnreg(40, increase=False)
+                with hl.else_():
+                    hl.setmaxnreg(232, increase=True)
+
+            budget.trace()
+    """
     ctx, loc = begin("setmaxnreg")
     v = static_int(n)
     if v is None or not 24 <= v <= 256 or v % 8:

@@ -40,7 +40,20 @@ def describe(v: Value) -> str:
 
 
 class GlobalTensor:
-    """A global tensor kernel argument (see the module docstring)."""
+    """A global tensor argument, as the kernel function sees it while it is traced.
+
+    ``a.shape`` / ``a.stride`` are ints or ``Expr`` (symbolic sizes are variables named as
+    in the annotation: ``hl.f16["M", "K"]`` gives ``M`` and ``K``); element ``(i, j)`` is
+    at element offset ``i * stride[0] + j * stride[1]`` from the data pointer. Operations
+    take tiles of it: ``a.tile(tile, origin)`` (``hl.view``).
+
+    Example:
+        >>> @hl.kernel(threads=128)
+        ... def k(a: hl.f16["M", "K"]):
+        ...     print(a, a.shape, a.stride)
+        >>> _ = k.trace()
+        GlobalTensor(a: f16[M, K]) (Expr(M), Expr(K)) (Expr(K), 1)
+    """
 
     def __init__(self, param: GlobalParam, ctx: TraceContext) -> None:
         self.param = param
@@ -48,27 +61,61 @@ class GlobalTensor:
 
     @property
     def name(self) -> str:
+        """The argument's name."""
         return self.param.name
 
     @property
     def dtype(self) -> DType:
+        """The element type."""
         return self.param.dtype
 
     @property
     def shape(self) -> tuple[ExprLike, ...]:
+        """The extents, one per mode: ints or ``Expr`` (symbolic sizes)."""
         return tuple(self.param.shape)
 
     @property
     def stride(self) -> tuple[ExprLike, ...]:
+        """The element strides, one per mode: ints or ``Expr`` (row-major unless annotated)."""
         return tuple(self.param.stride)
 
     @property
     def ndim(self) -> int:
+        """The number of modes."""
         return len(self.param.shape)
 
     def tile(self, tile: tuple[int, ...], origin: tuple[Any, ...] | None = None, *, rows: Tile | None = None,
              valid_rows: ExprLike | None = None, name: str | None = None) -> Tile:
-        """``hl.view(self, tile, origin, rows=..., valid_rows=...)``."""
+        """The ``tile``-shaped window at ``origin``: ``hl.view(self, tile, origin, ...)``.
+
+        ``y[c] = self[origin + c]``, out-of-bounds elements read as 0 and never written.
+
+        Args:
+            tile (tuple[int, ...]): static positive extents, one per mode.
+            origin (tuple[int | Expr | None, ...] | None): the first element's coordinate
+                (default all zeros; ``None`` in mode 0 with ``rows``).
+            rows (Tile | None): an integer register tile of row indices (gathered rows).
+            valid_rows (int | Expr | None): with ``rows``, how many leading rows are valid.
+            name (str | None): the value's name in the IR.
+
+        Returns:
+            Tile: a global tile of shape ``tile``.
+
+        Raises:
+            KernelError: as ``hl.view``.
+
+        Example:
+            The (pid_m, k)-th 128x32 tile of ``a``::
+
+                @hl.kernel(threads=128)
+                def tiles(a: hl.f16["M", "K"]):
+                    pid_m = hl.grid(hl.spatial(4))
+                    for k in hl.range(8):
+                        t = a.tile((128, 32), (pid_m * 128, k * 32))
+                        assert t.shape == (128, 32)
+
+                tiles.trace()
+        """
         from .memory import view
 
         return view(self, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
@@ -85,7 +132,32 @@ class GlobalTensor:
 
 
 class Tile:
-    """A tile value (see the module docstring). ``value`` is the IR ``Value``."""
+    """A tile value, as the kernel function sees it while it is traced.
+
+    A tile is a global view, a shared tile or a register tile with a static shape, an
+    element type and a layout (``hl.auto`` until synthesis decides it). It wraps the IR
+    ``Value`` (``x.value``).
+
+    - Views alias their source (writing through a view writes the source): ``x[i, :, s]``
+      fixes modes (ints or ``Expr``), ``x[0:64, :]`` / ``x.tile(shape, origin)`` take a
+      window, ``x.T`` / ``x.permute(...)`` reorder modes.
+    - Operators on register tiles are elementwise with numpy broadcasting, producing new
+      register tiles: ``+ - * /`` (``y[c] = x[c] op z[c]``), unary ``-`` and ``abs``,
+      comparisons ``< <= > >=`` and ``x.eq(z)`` / ``x.ne(z)`` giving predicate (``bool_``)
+      tiles, ``& | ~`` on predicate tiles. Python numbers and integer ``Expr`` broadcast
+      as scalars; put the tile on the left when the other operand is an ``Expr``
+      (``cols + n0``). Augmented assignments (``acc *= alpha``) update the tile in place.
+    - A tile has no truth value and is not iterable: ``if x:`` and ``for v in x:`` raise
+      ``KernelError``.
+
+    Example:
+        >>> @hl.kernel(threads=128)
+        ... def k():
+        ...     x = hl.zeros((64, 32), hl.f32)
+        ...     print(x.shape, x.dtype, x.scope, (x * 2.0 + 1.0).shape, x.T.shape)
+        >>> _ = k.trace()
+        (64, 32) f32 register (64, 32) (32, 64)
+    """
 
     __slots__ = ("value", "_ctx")
     __array_priority__ = 1000  # numpy scalars on the left defer to our reflected operators
@@ -97,44 +169,111 @@ class Tile:
     # --- type ---------------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The value's name in the IR (``%name`` in printed kernels and messages)."""
         return self.value.name
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The static extents, one int per mode."""
         return tuple(self.value.type.shape)
 
     @property
     def dtype(self) -> DType:
+        """The element type."""
         return self.value.type.dtype
 
     @property
     def scope(self) -> Scope:
+        """The memory: ``Scope.GLOBAL``, ``Scope.SHARED`` or ``Scope.REGISTER``."""
         return self.value.type.scope
 
     @property
     def layout(self) -> LayoutLike:
+        """The layout: a ``Layout`` / ``ComposedLayout``, ``None`` (a global view with
+        symbolic strides) or a ``LayoutVar`` that synthesis solves."""
         return self.value.type.layout
 
     @property
     def ndim(self) -> int:
+        """The number of modes."""
         return len(self.value.type.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements, ``prod(shape)``."""
         return self.value.type.size
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the whole tile (e.g. the ``tx_bytes`` a TMA copy of it transfers)."""
+        """Bytes of the whole tile, ``size * dtype.bits / 8`` (e.g. the ``tx_bytes`` of a TMA copy of it)."""
         return self.value.type.size * self.dtype.bits // 8
 
     # --- views --------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Tile:
+        """A view of some modes or a window: ``x[i, :, s]``, ``x[0:64, :]``, ``x[..., k]``.
+
+        Per mode, an int or integer ``Expr`` fixes the mode at that index (the result drops
+        it: ``y[c'] = x[c' with i inserted]``), ``:`` keeps it, ``a:b`` with a static
+        width ``b - a`` keeps the window ``[a, b)`` (``a`` may be an ``Expr``), and one
+        ``...`` stands for the remaining modes. Negative static indices count from the end.
+        Static indices are bounds-checked; a runtime index is checked when its bounds prove
+        it out of range. The view aliases ``x`` (``Slice`` / ``SubTile`` ops); its layout
+        is derived from ``x``'s.
+
+        Args:
+            index (int | Expr | slice | Ellipsis | tuple): one entry per mode (missing
+                trailing modes are kept).
+
+        Returns:
+            Tile: the view, of ``x``'s scope and element type.
+
+        Raises:
+            KernelError: more indices than modes; several ``...``; a slice step; a window
+                whose width is not static and positive; an index that is not an integer or
+                is out of range.
+
+        Example:
+            Stage ``s`` of a multi-stage shared buffer, and one row window::
+
+                @hl.kernel(threads=128)
+                def stages():
+                    sa = hl.shared(hl.f16, (64, 32, 3))
+                    for s in range(3):
+                        assert sa[:, :, s].shape == (64, 32)
+                    assert sa[0:16, ..., 0].shape == (16, 32)
+
+                stages.trace()
+        """
         from .views import getitem
 
         return getitem(self, index)
 
     def __setitem__(self, index: Any, src: Any) -> None:
+        """Write into a view: ``x[index] = src`` is ``hl.assign(x[index], src)``.
+
+        ``x[...] = src`` writes the whole tile. ``src`` (a tile, broadcast, or a number)
+        must have ``x``'s element type.
+
+        Args:
+            index (int | Expr | slice | Ellipsis | tuple): as for ``x[index]``.
+            src (Tile | float): the values written.
+
+        Returns:
+            None.
+
+        Raises:
+            KernelError: as ``x[index]`` and ``hl.assign``.
+
+        Example:
+            Reset a running maximum in place::
+
+                @hl.kernel(threads=128)
+                def reset():
+                    m = hl.zeros((64, 1), hl.f32)
+                    m[...] = float("-inf")
+
+                reset.trace()
+        """
         from .ops import assign
         from .views import getitem
 
@@ -143,23 +282,113 @@ class Tile:
 
     def tile(self, shape: tuple[int, ...], origin: tuple[ExprLike, ...] | None = None, *,
              name: str | None = None) -> Tile:
-        """The ``shape`` window at element offsets ``origin`` (a view, ``SubTile``)."""
+        """The ``shape`` window of this tile at element offsets ``origin`` (a view).
+
+        ``y[c] = x[origin + c]``; the window must lie inside the tile (checked when the
+        origin is static or its bounds prove it out of range).
+
+        Args:
+            shape (tuple[int, ...]): static positive extents, one per mode.
+            origin (tuple[int | Expr, ...] | None): the window's first element (default 0).
+            name (str | None): the value's name in the IR.
+
+        Returns:
+            Tile: the view (``SubTile``), of this tile's scope and element type.
+
+        Raises:
+            KernelError: ``shape`` is not static and positive or has another rank;
+                ``origin`` has another length or a non-integer entry; the window leaves the tile.
+
+        Example:
+            The K-slices of a shared tile fed to successive mma steps::
+
+                @hl.kernel(threads=128)
+                def ksteps():
+                    sa = hl.shared(hl.f16, (64, 64))
+                    sb = hl.shared(hl.f16, (64, 64))
+                    acc = hl.zeros((64, 64), hl.f32)
+                    for kk in range(4):
+                        hl.mma(sa.tile((64, 16), (0, 16 * kk)), sb.tile((64, 16), (0, 16 * kk)), acc)
+
+                ksteps.trace()
+        """
         from .views import subtile
 
         return subtile(self, shape, origin, name=name)
 
     def permute(self, *perm: int) -> Tile:
+        """A view with the modes reordered: result mode ``i`` is source mode ``perm[i]``.
+
+        ``y[c_perm] = x[c]`` with ``y.shape[i] = x.shape[perm[i]]``.
+
+        Args:
+            *perm (int): a permutation of ``range(ndim)`` (or one tuple of it).
+
+        Returns:
+            Tile: the view (``Permute``).
+
+        Raises:
+            KernelError: ``perm`` is not a permutation of the modes.
+
+        Example:
+            Move a stage mode to the front::
+
+                @hl.kernel(threads=128)
+                def front():
+                    sa = hl.shared(hl.f16, (64, 32, 2))
+                    assert sa.permute(2, 0, 1).shape == (2, 64, 32)
+
+                front.trace()
+        """
         from .views import permute
 
         return permute(self, perm[0] if len(perm) == 1 and isinstance(perm[0], tuple) else perm)
 
     @property
     def T(self) -> Tile:  # noqa: N802 - numpy's name
+        """The transposed view: the modes in reverse order (``y[j, i] = x[i, j]``).
+
+        Returns:
+            Tile: the view (``Permute``), e.g. a (K, N) tile as the (N, K) ``b`` of ``hl.mma``.
+
+        Example:
+            Use a row-major (K, N) shared tile as the (N, K) operand::
+
+                @hl.kernel(threads=128)
+                def kn():
+                    sa = hl.shared(hl.f16, (64, 32))
+                    sb = hl.shared(hl.f16, (32, 64))
+                    acc = hl.zeros((64, 64), hl.f32)
+                    hl.mma(sa, sb.T, acc)
+
+                kn.trace()
+        """
         from .views import permute
 
         return permute(self, tuple(reversed(range(self.ndim))))
 
     def to(self, dtype: DType) -> Tile:
+        """Convert to ``dtype``: ``hl.cast(self, dtype)``.
+
+        Args:
+            dtype (DType): the result's element type.
+
+        Returns:
+            Tile: a new register tile of this tile's shape.
+
+        Raises:
+            KernelError: as ``hl.cast``.
+
+        Example:
+            An f16 copy of an accumulator::
+
+                @hl.kernel(threads=128)
+                def half():
+                    acc = hl.zeros((64, 64), hl.f32)
+                    assert acc.to(hl.f16).dtype == hl.f16
+
+                half.trace()
+        """
         from .ops import cast
 
         return cast(self, dtype)
@@ -225,9 +454,53 @@ class Tile:
         return self._ew("ge", self, o)
 
     def eq(self, o: Any) -> Tile:
+        """Elementwise equality: a predicate tile ``y[c] = (x[c] == o[c])`` (broadcast).
+
+        Args:
+            o (Tile | float | Expr): a register tile of the same element type, or a scalar.
+
+        Returns:
+            Tile: a register ``bool_`` tile of the broadcast shape.
+
+        Raises:
+            KernelError: the shapes do not broadcast or the element types differ.
+
+        Example:
+            The diagonal of a 64x64 tile::
+
+                @hl.kernel(threads=128)
+                def diag():
+                    rows = hl.iota((64, 1), 0)
+                    cols = hl.iota((1, 64), 1)
+                    assert rows.eq(cols).shape == (64, 64)
+
+                diag.trace()
+        """
         return self._ew("eq", self, o)
 
     def ne(self, o: Any) -> Tile:
+        """Elementwise inequality: a predicate tile ``y[c] = (x[c] != o[c])`` (broadcast).
+
+        Args:
+            o (Tile | float | Expr): a register tile of the same element type, or a scalar.
+
+        Returns:
+            Tile: a register ``bool_`` tile of the broadcast shape.
+
+        Raises:
+            KernelError: the shapes do not broadcast or the element types differ.
+
+        Example:
+            Every element off the diagonal::
+
+                @hl.kernel(threads=128)
+                def offdiag():
+                    rows = hl.iota((64, 1), 0)
+                    cols = hl.iota((1, 64), 1)
+                    assert rows.ne(cols).dtype == hl.bool_
+
+                offdiag.trace()
+        """
         return self._ew("ne", self, o)
 
     def __and__(self, o: Any) -> Tile:
