@@ -24,7 +24,7 @@ are left to synthesis. Tracing a kernel builds the tile IR (``hexlayout.ir.tile`
 
     tk = gemm.trace(BK=64)      # a hexlayout.ir.tile.TileKernel; print(tk) shows it
 
-API (details in each module's docstring):
+API (each name's docstring states its semantics, arguments, errors and an example):
 
 - kernels (``kernel``): ``@hl.kernel(threads=, cluster=)``, ``.trace(**consts)``; argument
   types ``hl.f16["M", "K"]`` (or ``M, K = hl.dims("M K")``; ``hl.f16[M, K]``, which linters

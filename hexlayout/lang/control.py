@@ -47,8 +47,9 @@ def range_(start: ExprLike, stop: ExprLike | None = None, step: int = 1, unroll:
         start (int | Expr): the first value, or ``stop`` when ``stop`` is omitted.
         stop (int | Expr | None): the bound (exclusive).
         step (int): a static positive step; default 1.
-        unroll (bool | int): ``True`` to unroll fully, an int to unroll by that factor
-            (a hint to the CUDA compiler); default ``False``.
+        unroll (bool | int): ``#pragma unroll`` for ``True``, ``#pragma unroll n`` for an
+            int ``n``, ``#pragma unroll 1`` (no unrolling) for ``False`` (default). A loop
+            whose body indexes register tiles with ``k`` is unrolled fully regardless.
 
     Returns:
         Iterator[Expr]: yields the loop variable once (the body is traced once).

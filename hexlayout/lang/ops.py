@@ -161,11 +161,12 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping |
     """Matrix multiply-accumulate: ``c += a @ b^T``.
 
     ``c[m, n] += sum_k a[m, k] * b[n, k]`` for ``a`` of shape (M, K), ``b`` of shape
-    (N, K) (both K-major operands, as mma.sync / wgmma take them) and ``c`` of shape
-    (M, N). ``a`` and ``b`` are register or shared tiles of the same element type (f16,
-    bf16, tf32/f32, s8/u8, or any two fp8 types e4m3/e5m2); ``c`` is a register
-    accumulator of f32 or f16 for floating-point inputs, s32 for integer inputs. The
-    products are summed in the accumulator's precision. Synthesis picks the mma atom
+    (N, K) (a (K, N) tile is passed as ``b.T``) and ``c`` of shape (M, N). ``a`` and
+    ``b`` are register or shared tiles of the same element type (f16, bf16, tf32/f32, s8
+    or u8, or any two fp8 types e4m3/e5m2); ``c`` is a register accumulator of f32 or
+    f16 for floating-point inputs, s32 for integer inputs. Within one instruction the
+    products are summed in f32 (integers exactly, wrapping to s32) and an f16
+    accumulator is rounded to f16 after each instruction. Synthesis picks the mma atom
     (mma.sync or wgmma), the arrangement of warps over the (M, N) atom tiles and the
     operand layouts unless they are given.
 
@@ -443,7 +444,7 @@ def reduce(x: Tile, fn: str, axis: int) -> Tile:
     For ``fn`` in ``"sum"``, ``"max"``, ``"min"``: ``y[..., 0, ...] = fn_i x[..., i, ...]``
     over the extent of ``axis``. The result has ``x``'s shape with ``shape[axis] = 1`` and
     ``x``'s element type, so it broadcasts against ``x`` (``x - hl.max_reduce(x, 1)``).
-    Sums accumulate in the element type. Synthesis routes the reduction through
+    Sums accumulate in the element type, in an unspecified order. Synthesis routes the reduction through
     in-thread accumulation, warp shuffles and, across warps, shared memory.
 
     Args:
