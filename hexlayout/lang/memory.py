@@ -172,7 +172,7 @@ def shared(dtype: DType, shape: tuple[int, ...], layout: Any = auto, *, name: st
     free of bank conflicts); hints narrow the choice (``hl.auto(swizzle="128B")``,
     ``hl.auto(stride=(None, 1))``). An explicit ``Layout`` or swizzled ``ComposedLayout``
     must have size ``prod(shape)`` (per mode when the ranks agree) and be injective.
-    Index a leading "stage" mode (``s[:, :, i]``) for multi-stage pipelines.
+    Give it an extra mode for the stages of a pipeline and index it (``s[:, :, i]``).
 
     Args:
         dtype (DType): the element type.

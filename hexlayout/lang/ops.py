@@ -328,12 +328,12 @@ def _scalar(ctx: Any, op: str, loc: Any, v: Any) -> float:
 def fill(x: Tile, value: float) -> Tile:
     """Set every element of a register or shared tile to one value: ``x[c] = value``.
 
-    ``value`` is converted to ``x``'s element type (round to nearest even). For a shared
-    tile the whole block writes it; synchronize (``hl.syncthreads()``) before other threads
-    read it.
+    ``value`` is converted to ``x``'s element type (round to nearest even). Shared tiles
+    are accepted when tracing, but synthesis fills register tiles only for now (a shared
+    fill is reported as a ``SynthesisError``).
 
     Args:
-        x (Tile): a register or shared tile, written in place.
+        x (Tile): a register tile (or, when tracing, a shared tile), written in place.
         value (float): the value (a Python number, or anything ``float()`` accepts).
 
     Returns:
