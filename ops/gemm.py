@@ -15,20 +15,43 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
   sizes, for tests; ``HEXLAYOUT_EMULATE_ARCH`` picks the architecture, default sm_80);
   otherwise a clear error.
 
-Requirements checked before launch: 2-D tensors of one dtype on one device; shapes that
-agree; row-major contiguous operands whose rows are 16-byte aligned (K, and N for
-``"kn"``, multiples of 8) as the 16-byte vector / TMA copies need.
+Requirements, checked by ``check_gemm`` - the one check the eager call, the torch op's
+CUDA / CPU kernels and its fake (meta, torch.compile) implementation all run, raising a
+``hexlayout.runtime.args.ArgumentError`` (``ValueError``) or ``ArgumentTypeError``
+(``TypeError``) that names the argument: tensors (``bias`` / ``residual`` may be ``None``)
+of one dtype (f16 or bf16) on one device; ``a`` and ``b`` matrices whose shapes agree,
+``bias`` of shape ``(N,)``, ``residual`` ``(M, N)``; row-major contiguous tensors; K a
+multiple of 8 (and N for ``"kn"``) so rows are 16-byte aligned for the 16-byte vector / TMA
+copies, and N even (the epilogue stores 2-element vectors); ``a`` / ``b`` 16-byte aligned,
+``bias`` / ``residual`` 4-byte aligned (a view with an element offset is not: pass
+``.clone()``); ``b`` addressable with 32-bit indices (N * K < 2^31); ``activation`` and
+``b_layout`` one of their strings, ``scale`` a real number or ``None`` (NaN and infinities
+propagate as in torch).
+
+Any M: a problem whose launch grid would exceed CUDA's limits (on sm_80 / sm_89 the row
+tiles are ``grid.y``, at most 65,535, i.e. M <= 8,388,480 with 128-row tiles) or whose ``a``,
+``c`` or ``residual`` would exceed 32-bit indexing runs as several launches over row slices
+(``rows_per_launch``).
+
+K = 0: the product is zero and the epilogue runs in torch: ``act(scale * 0 + bias) +
+residual`` (``scale`` NaN or infinite gives NaN, as torch's ``scale * (a @ B)``).
 """
 
 from __future__ import annotations
 
+import numbers
 import os
+from collections.abc import Callable
 from typing import Any
+
+from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
 from .gemm_config import CONFIGS, Autotuner, GemmConfig, choose_config
 from .gemm_kernels import ACTIVATIONS, gemm_sm80_kernel, gemm_sm90_kernel
 
-__all__ = ["gemm", "gemm_build", "device_arch"]
+__all__ = ["gemm", "check_gemm", "gemm_build", "device_arch", "rows_per_launch"]
+
+_OP = "hexlayout.gemm"
 
 _FACTORY = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
 _LAUNCHERS: dict[tuple, Any] = {}
@@ -47,42 +70,122 @@ def device_arch(capability: tuple[int, int]) -> str:
                      "(supported: 8.0-8.9 (sm_80, sm_89) and 9.0 (sm_90a))")
 
 
-def _dtype(t: Any) -> Any:
+def _kind(x: Any) -> str:
+    return f"{type(x).__name__} {x!r}"[:80]
+
+
+def _is_real(t: Any) -> bool:
+    """Whether ``t`` has real storage (a data pointer); meta and fake tensors have not."""
     import torch
 
-    from hexlayout.lang import bf16, f16
-
-    table = {torch.float16: f16, torch.bfloat16: bf16}
-    if t.dtype not in table:
-        raise ValueError(f"hexlayout.gemm: a has dtype {t.dtype}; supported: torch.float16, torch.bfloat16")
-    return table[t.dtype]
+    return (type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter)) and t.device.type != "meta"
 
 
-def _check(a: Any, b: Any, bias: Any, residual: Any, activation: str, b_layout: str) -> tuple[int, int, int]:
-    if b_layout not in ("nk", "kn"):
-        raise ValueError(f"hexlayout.gemm: b_layout must be 'nk' (b is N x K) or 'kn' (b is K x N), "
-                         f"not {b_layout!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"hexlayout.gemm: activation must be one of {', '.join(ACTIVATIONS)}, "
-                         f"not {activation!r}")
-    for name, t in (("a", a), ("b", b)):
-        if t.dim() != 2:
-            raise ValueError(f"hexlayout.gemm: {name} must be a matrix (2 dimensions), got shape "
-                             f"{tuple(t.shape)}")
-    m, k = a.shape
-    n, kb = (b.shape[0], b.shape[1]) if b_layout == "nk" else (b.shape[1], b.shape[0])
-    if kb != k:
-        raise ValueError(f"hexlayout.gemm: a is {m} x {k} but b ({b_layout}) has K = {kb}")
-    for name, t, shape in (("b", b, None), ("bias", bias, (n,)), ("residual", residual, (m, n))):
+def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
+               scale: float | None = None, b_layout: str = "nk") -> tuple[int, int, int]:
+    """Check the arguments of ``gemm`` (see the module docstring) and return ``(M, N, K)``.
+
+    Works on real, meta and fake tensors (alignment: the data pointer, or for tensors
+    without storage the element offset). Raises ``ArgumentTypeError`` / ``ArgumentError``
+    naming the argument.
+    """
+    import torch
+
+    for name, t, optional in (("a", a, False), ("b", b, False), ("bias", bias, True),
+                              ("residual", residual, True)):
+        if not isinstance(t, torch.Tensor) and not (optional and t is None):
+            raise ArgumentTypeError(_OP, name, f"expected a tensor{' or None' if optional else ''}, "
+                                    f"got {_kind(t)}")
+    for name, v, allowed in (("activation", activation, ACTIVATIONS), ("b_layout", b_layout, ("nk", "kn"))):
+        if not isinstance(v, str):
+            raise ArgumentTypeError(_OP, name, f"expected a string ({', '.join(map(repr, allowed))}), "
+                                    f"got {_kind(v)}")
+        if v not in allowed:
+            what = " ('nk': b is N x K, 'kn': b is K x N)" if name == "b_layout" else ""
+            raise ArgumentError(_OP, name, f"must be one of {', '.join(map(repr, allowed))}{what}, not {v!r}")
+    if scale is not None and (not isinstance(scale, numbers.Real) or isinstance(scale, bool)):
+        raise ArgumentTypeError(_OP, "scale", f"expected a real number or None, got {_kind(scale)}")
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise ArgumentError(_OP, "a", f"has dtype {a.dtype}; supported: torch.float16, torch.bfloat16")
+    dev = a.device
+    if dev.type not in ("cuda", "cpu", "meta"):
+        raise ArgumentError(_OP, "a", f"is on {dev}; supported: CUDA, CPU (HEXLAYOUT_EMULATE=1), meta")
+    tensors = [("a", a, 2), ("b", b, 2), ("bias", bias, 1), ("residual", residual, 2)]
+    for name, t, rank in tensors:
         if t is None:
             continue
         if t.dtype != a.dtype:
-            raise ValueError(f"hexlayout.gemm: {name} has dtype {t.dtype}, a has {a.dtype}")
-        if t.device != a.device:
-            raise ValueError(f"hexlayout.gemm: {name} is on {t.device}, a on {a.device}")
-        if shape is not None and tuple(t.shape) != shape:
-            raise ValueError(f"hexlayout.gemm: {name} must have shape {shape}, got {tuple(t.shape)}")
+            raise ArgumentError(_OP, name, f"has dtype {t.dtype}, a has {a.dtype}; all tensors must have one "
+                                "dtype")
+        if t.device != dev:
+            raise ArgumentError(_OP, name, f"is on {t.device}, a on {dev}; all tensors must be on one device")
+        if t.dim() != rank:
+            what = "a matrix (2 dimensions)" if rank == 2 else "a vector (1 dimension)"
+            raise ArgumentError(_OP, name, f"must be {what}, got shape {tuple(t.shape)}")
+    m, k = a.shape
+    n, kb = (b.shape[0], b.shape[1]) if b_layout == "nk" else (b.shape[1], b.shape[0])
+    if kb != k:
+        raise ArgumentError(_OP, "b", f"a is {m} x {k} but b ({b_layout}) has K = {kb}")
+    for name, t, shape in (("bias", bias, (n,)), ("residual", residual, (m, n))):
+        if t is not None and tuple(t.shape) != shape:
+            raise ArgumentError(_OP, name, f"must have shape {shape} (M = {m}, N = {n}), got "
+                                f"{tuple(t.shape)}")
+    if k % 8:
+        raise ArgumentError(_OP, "a", f"stride 0 is {k} elements, expected a multiple of 8 (K = {k}: rows "
+                            "of a and b must be 16-byte aligned for the 16-byte vector / TMA copies)")
+    if b_layout == "kn" and n % 8:
+        raise ArgumentError(_OP, "b", f"N = {n} is not a multiple of 8: rows of a 'kn' b must be 16-byte "
+                            "aligned for the kernel's 16-byte vector / TMA copies")
+    if n % 2:
+        raise ArgumentError(_OP, "b", f"N = {n} is odd: the epilogue stores c in 2-element vectors, so N "
+                            "must be even")
+    if n * k > INT32_MAX:
+        raise ArgumentError(_OP, "b", f"has {n} x {k} elements; the kernel indexes b with 32-bit int "
+                            "(N * K < 2^31)")
+    for name, t, align in (("a", a, 16), ("b", b, 16), ("bias", bias, 4), ("residual", residual, 4)):
+        if t is None:
+            continue
+        want = [1]
+        for size in reversed(t.shape[1:]):
+            want.insert(0, want[0] * size)
+        if any(s != w and size > 1 for s, w, size in zip(t.stride(), want, t.shape)):
+            raise ArgumentError(_OP, name, f"has strides {tuple(t.stride())}, expected row-major contiguous "
+                                f"{tuple(want)}; pass {name}.contiguous()")
+        if t.numel() == 0:
+            continue
+        off = t.data_ptr() % align if _is_real(t) else t.storage_offset() * t.element_size() % align
+        if off:
+            raise ArgumentError(_OP, name, f"starts {off} bytes off {align}-byte alignment (a view with an "
+                                f"element offset); pass {name}.clone() (.contiguous() keeps the offset)")
     return m, n, k
+
+
+def rows_per_launch(arch: str, config: GemmConfig, n: int, k: int) -> int:
+    """The most rows of ``a`` one launch may take: the grid within CUDA's limits (sm_80 /
+    sm_89: ``cdiv(M, BM)`` row tiles in ``grid.y`` <= 65,535; sm_90a: ``cdiv(M, BM) *
+    cdiv(N, BN)`` tiles in ``grid.x`` < 2^31) and every row slice of ``a``, ``c`` and
+    ``residual``, with one tile of slack, addressable with 32-bit indices."""
+    bm = config.BM
+    if arch == "sm_90a":
+        tiles = GRID_LIMITS[0] // max(1, -(-n // config.BN))
+    else:
+        tiles = GRID_LIMITS[1]
+    rows = tiles * bm
+    rows = min(rows, INT32_MAX // max(k, n, 1) - bm)
+    if rows >= bm:
+        rows -= rows % bm
+    return max(rows, 1)
+
+
+def _by_rows(launch: Callable[[Any, Any, Any, int], None], m: int, rows: int, a: Any, c: Any,
+             res: Any) -> None:
+    """``launch(a rows, c rows, residual rows, number of rows)`` over slices of at most ``rows`` rows."""
+    if m <= rows:
+        launch(a, c, res, m)
+        return
+    for r0 in range(0, m, rows):
+        r1 = min(m, r0 + rows)
+        launch(a[r0:r1], c[r0:r1], res[r0:r1], r1 - r0)
 
 
 def gemm_build(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
@@ -108,17 +211,25 @@ def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str
          scale: float | None = None, b_layout: str = "nk", *, config: GemmConfig | None = None,
          autotune: bool = False) -> Any:
     """``act(scale * (a @ B) + bias) + residual`` (see the module docstring)."""
+    m, n, k = check_gemm(a, b, bias, residual, activation, scale, b_layout)
+    return run_checked(a, b, bias, residual, activation, scale, b_layout, m, n, k, config, autotune)
+
+
+def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale: float | None, b_layout: str,
+                m: int, n: int, k: int, config: GemmConfig | None = None, autotune: bool = False) -> Any:
+    """``gemm`` on arguments ``check_gemm`` accepted (it gave ``m, n, k``)."""
     import torch
 
-    m, n, k = _check(a, b, bias, residual, activation, b_layout)
-    dtype = _dtype(a)
+    from hexlayout.lang import bf16, f16
+
+    dtype = bf16 if a.dtype == torch.bfloat16 else f16
     ep = (bias is not None, residual is not None, activation, scale is not None)
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if m == 0 or n == 0:
         return c
     if k == 0:
         return _epilogue_only(c.zero_(), bias, residual, activation, scale)
-    bias_arg = bias if bias is not None else c[0] if m else c.new_empty(n)
+    bias_arg = bias if bias is not None else c[0]
     res_arg = residual if residual is not None else c
     scale_arg = float(scale) if scale is not None else 1.0
     key = f"gemm/{a.dtype}/{b_layout}/{activation}/{int(ep[0])}{int(ep[1])}{int(ep[3])}"
@@ -127,46 +238,58 @@ def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str
 
         arch = device_arch(torch.cuda.get_device_capability(a.device))
 
+        def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
+            def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
+                lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0))
+                lau = _LAUNCHERS.get(lkey)
+                if lau is None:
+                    lau = _LAUNCHERS[lkey] = Launcher(gemm_build(dtype, b_layout, ep, arch, cfg, rows, n))
+                lau(a_, b, c_, bias_arg, res_, scale_arg)
+            return one
+
         def timer(cfg: GemmConfig) -> float:  # pragma: no cover - GPU only
-            lau = Launcher(gemm_build(dtype, b_layout, ep, arch, cfg, m, n))
-            args = (a, b, c, bias_arg, res_arg, scale_arg)
+            one, rows = launch(cfg), rows_per_launch(arch, cfg, n, k)
             for _ in range(3):
-                lau(*args)
+                _by_rows(one, m, rows, a, c, res_arg)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(10):
-                lau(*args)
+                _by_rows(one, m, rows, a, c, res_arg)
             end.record()
             torch.cuda.synchronize()
             return start.elapsed_time(end) / 10 / 1e3
 
         cfg = config or _config(key, arch, m, n, k, autotune, timer)
-        lkey = (key, arch, cfg, cfg.consts(m, n).get("GRID", 0))
-        if lkey not in _LAUNCHERS:
-            _LAUNCHERS[lkey] = Launcher(gemm_build(dtype, b_layout, ep, arch, cfg, m, n))
-        _LAUNCHERS[lkey](a, b, c, bias_arg, res_arg, scale_arg)
+        _by_rows(launch(cfg), m, rows_per_launch(arch, cfg, n, k), a, c, res_arg)
         return c
-    if os.environ.get("HEXLAYOUT_EMULATE") != "1":
-        raise RuntimeError("hexlayout.gemm: CPU tensors need HEXLAYOUT_EMULATE=1 (thread-level emulator, "
-                           "small "
-                           "sizes) or CUDA tensors on an sm_80 / sm_89 / sm_90a GPU")
+    from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
+
+    if not emulation_enabled():
+        raise EmulationDisabledError(f"{_OP}: CPU tensors need HEXLAYOUT_EMULATE=1 (thread-level emulator, "
+                                     "small sizes) or CUDA tensors on an sm_80 / sm_89 / sm_90a GPU")
     from hexlayout.runtime.emulate import emulate
 
     arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
     if arch not in _FACTORY:
-        raise ValueError(f"hexlayout.gemm: HEXLAYOUT_EMULATE_ARCH={arch!r}; "
-                         f"supported: {', '.join(_FACTORY)}")
+        raise ArgumentError(_OP, None, f"HEXLAYOUT_EMULATE_ARCH={arch!r}; supported: {', '.join(_FACTORY)}")
     cfg = config or choose_config(arch, m, n, k)
-    bld = gemm_build(dtype, b_layout, ep, arch, cfg, m, n, compile=False)
-    emulate(bld, a.contiguous(), b.contiguous(), c, bias_arg.contiguous(), res_arg.contiguous(), scale_arg)
+
+    def emulate_rows(a_: Any, c_: Any, res_: Any, rows: int) -> None:
+        bld = gemm_build(dtype, b_layout, ep, arch, cfg, rows, n, compile=False)
+        emulate(bld, a_, b, c_, bias_arg, res_, scale_arg)
+
+    _by_rows(emulate_rows, m, rows_per_launch(arch, cfg, n, k), a, c, res_arg)
     return c
 
 
 def _epilogue_only(c: Any, bias: Any, residual: Any, activation: str, scale: float | None) -> Any:
-    """K = 0: the product is zero; apply the epilogue in torch (no kernel launch needed)."""
+    """K = 0: the product is zero; the epilogue in torch (no kernel launch), with torch's IEEE
+    semantics: ``scale * 0`` is NaN for a NaN or infinite ``scale``."""
     import torch
 
     y = c.float()
+    if scale is not None:
+        y = y * float(scale)
     if bias is not None:
         y = y + bias.float()
     if activation == "relu":
@@ -177,5 +300,4 @@ def _epilogue_only(c: Any, bias: Any, residual: Any, activation: str, scale: flo
         y = torch.nn.functional.silu(y)
     if residual is not None:
         y = y + residual.float()
-    del scale
     return y.to(c.dtype)

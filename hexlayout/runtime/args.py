@@ -39,14 +39,16 @@ from hexlayout.ir.tile import GlobalParam, ScalarParam
 
 from .tensormap import TensorMapParams, tensormap_params
 
-__all__ = ["ArgumentError", "BoundArgs", "bind_args", "kernel_plan", "torch_dtype", "INT32_MAX"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "BoundArgs", "bind_args", "kernel_plan", "torch_dtype",
+           "INT32_MAX", "GRID_LIMITS"]
 
 INT32_MAX = 2**31 - 1
-_GRID_LIMITS = (2**31 - 1, 65535, 65535)
+#: CUDA's launch-grid limits (blocks in x, y, z).
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 
-class ArgumentError(HexlayoutError, ValueError):
-    """A launch argument does not fit the kernel; ``kernel``, ``arg`` and ``detail`` say how."""
+class _NamedArgument(HexlayoutError):
+    """An error about argument ``arg`` of ``kernel`` (a kernel or op name): ``detail`` says what."""
 
     def __init__(self, kernel: str, arg: str | None, detail: str) -> None:
         self.kernel = kernel
@@ -54,6 +56,15 @@ class ArgumentError(HexlayoutError, ValueError):
         self.detail = detail
         where = f"argument {arg!r}: " if arg else ""
         super().__init__(f"{kernel}: {where}{detail}")
+
+
+class ArgumentError(_NamedArgument, ValueError):
+    """A launch argument does not fit the kernel; ``kernel``, ``arg`` and ``detail`` say how."""
+
+
+class ArgumentTypeError(_NamedArgument, TypeError):
+    """An argument of the wrong kind (not a tensor where a tensor is expected, a string for a
+    number, ...); ``kernel`` (kernel or op), ``arg`` and ``detail`` as in ``ArgumentError``."""
 
 
 @dataclass
@@ -430,10 +441,10 @@ class _Plan:
             self._check_tensor(t, shape, strides, ptr, v)
         grid = [int(f(v)) for f in self.grid_fns]
         for k, g in enumerate(grid):
-            if not 0 <= g <= _GRID_LIMITS[k]:
+            if not 0 <= g <= GRID_LIMITS[k]:
                 raise ArgumentError(name, None,
                                     f"grid dimension {'xyz'[k]} = {g} ({_show(self.grid_exprs[k])}) "
-                                    f"is outside [0, {_GRID_LIMITS[k]}]")
+                                    f"is outside [0, {GRID_LIMITS[k]}]")
         grid3 = (tuple(grid) + (1, 1, 1))[:3]
         maps: list[TensorMapParams] = []
         for desc, t in self.maps:

@@ -29,9 +29,24 @@ the CPU path is the thread-level emulator, meant for tests on small sizes; other
 raises ``EmulationDisabledError`` ("hexlayout.gemm: CPU tensors need HEXLAYOUT_EMULATE=1
 (emulator, small sizes) or a CUDA device").
 
+Arguments are checked in one place for every path: ``check=`` (or ``@op.check``) is called
+with the op's arguments before the fake implementation (meta / fake tensors, torch.compile)
+and before the CUDA or CPU implementation, so a bad argument gets the same error eagerly
+and while tracing (raise ``hexlayout.runtime.args.ArgumentError`` / ``ArgumentTypeError``
+naming the argument). Calling the ``Op`` object (``op(a, b)``) also checks each argument's
+kind against the schema first (a string for a ``Tensor`` or a ``float`` is an
+``ArgumentTypeError`` naming it); ``torch.ops.hexlayout.<name>`` leaves that to torch's own
+schema binding (a ``RuntimeError`` naming the argument).
+
+Autograd: ``backward=`` and ``setup_context=`` register a backward with
+``torch.library.register_autograd``. An op without one refuses, eagerly and while tracing,
+inputs that require grad when grad mode is on (``ArgumentError`` naming the argument:
+call it under ``torch.no_grad()`` or pass ``.detach()``-ed tensors), so a backward never
+silently leaves gradients ``None``.
+
 Defining an op again with the same schema returns the existing ``Op`` and replaces the
 implementations given (the registered torch kernels call through the ``Op``); a different
-schema for a defined name is an error. No autograd formula is registered.
+schema for a defined name is an error. ``defined_ops()`` lists every ``Op`` defined here.
 
 ``run_build(build, *args, **kwargs)`` runs a ``Build`` on the arguments' device: a cached
 ``Launcher`` for CUDA tensors, ``emulate`` for CPU tensors.
@@ -39,14 +54,17 @@ schema for a defined name is an error. No autograd formula is registered.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable
 from typing import Any
 
 from hexlayout.errors import HexlayoutError
 
-__all__ = ["define_op", "Op", "run_build", "launcher_for", "emulation_enabled", "EmulationDisabledError",
-           "EMULATE_ENV", "NAMESPACE"]
+from .args import ArgumentError, ArgumentTypeError
+
+__all__ = ["define_op", "defined_ops", "Op", "run_build", "launcher_for", "emulation_enabled",
+           "EmulationDisabledError", "EMULATE_ENV", "NAMESPACE"]
 
 #: The environment variable that enables the CPU (emulator) implementations.
 EMULATE_ENV = "HEXLAYOUT_EMULATE"
@@ -77,11 +95,18 @@ class Op:
         self.schema = schema
         self.namespace = namespace
         self.qualname = f"{namespace}::{name}"
+        self.label = f"{namespace}.{name}"
         self._lib = lib
         self._fake: Fn | None = None
         self._impl: Fn | None = None
         self._cuda: Fn | None = None
         self._cpu: Fn | None = None
+        self._check: Fn | None = None
+        self._backward: Fn | None = None
+        self._setup_context: Fn | None = None
+        self._autograd_registered = False
+        self._args: list[tuple[str, str, bool]] | None = None     # (name, type, has default)
+        self.module = ""          # the module of the first implementation given (who defined the op)
 
     # --- decorators ---------------------------------------------------------------------------
     def fake(self, fn: Fn) -> Fn:
@@ -104,6 +129,24 @@ class Op:
         self._cpu = fn
         return fn
 
+    def check(self, fn: Fn) -> Fn:
+        """The argument check run before every implementation (fake, CUDA, CPU): raises a
+        hexlayout error naming the argument, or returns."""
+        self._check = fn
+        return fn
+
+    def autograd(self, backward: Fn, setup_context: Fn | None = None) -> None:
+        """Register the backward (``torch.library.register_autograd``): ``setup_context(ctx,
+        inputs, output)`` saves what ``backward(ctx, *grads)`` needs; ``backward`` returns
+        one gradient (or ``None``) per input."""
+        import torch
+
+        self._backward, self._setup_context = backward, setup_context
+        if not self._autograd_registered:
+            torch.library.register_autograd(self.qualname, self._run_backward,
+                                            setup_context=self._run_setup_context, lib=self._lib)
+            self._autograd_registered = True
+
     # --- calling --------------------------------------------------------------------------------
     @property
     def op(self) -> Any:
@@ -113,19 +156,72 @@ class Op:
         return getattr(getattr(torch.ops, self.namespace), self.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``torch.ops.<namespace>.<name>(*args, **kwargs)`` after checking each argument's
+        kind against the schema (``ArgumentTypeError`` naming the argument)."""
+        self.check_kinds(args, kwargs)
         return self.op(*args, **kwargs)
+
+    def arguments(self) -> list[tuple[str, str, bool]]:
+        """``(name, type, has_default)`` of each schema argument (types as torch prints them:
+        ``Tensor``, ``Optional[Tensor]``, ``str``, ``Optional[float]``, ...)."""
+        if self._args is None:
+            schema = self.op.default._schema
+            self._args = [(a.name, str(a.type), a.has_default_value()) for a in schema.arguments]
+        return self._args
+
+    def check_kinds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Bind ``args`` / ``kwargs`` to the schema and check each value's kind."""
+        spec = self.arguments()
+        names = [n for n, _, _ in spec]
+        if len(args) > len(spec):
+            raise ArgumentTypeError(self.label, None, f"takes {len(spec)} arguments ({', '.join(names)}), "
+                                    f"got {len(args)} positional")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise ArgumentTypeError(self.label, k, f"no such argument; arguments: {', '.join(names)}")
+            if k in given:
+                raise ArgumentTypeError(self.label, k, "given twice (positionally and by name)")
+            given[k] = v
+        for name, typ, has_default in spec:
+            if name not in given:
+                if not has_default:
+                    raise ArgumentTypeError(self.label, name, "missing")
+                continue
+            _check_kind(self.label, name, typ, given[name])
 
     def __repr__(self) -> str:
         return f"Op({self.qualname}{self.schema})"
 
+    def _named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+        names = [n for n, _, _ in self.arguments()]
+        return list(zip(names, args)) + list(kwargs.items())
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """What runs before every implementation: the op's check, then (for an op without a
+        backward) the refusal of inputs that require grad."""
+        if self._check is not None:
+            self._check(*args, **kwargs)
+        if self._backward is None:
+            import torch
+
+            if torch.is_grad_enabled():
+                for name, v in self._named(args, kwargs):
+                    if isinstance(v, torch.Tensor) and v.requires_grad:
+                        raise ArgumentError(self.label, name, f"requires grad, but {self.label} has no "
+                                            "backward; call it under torch.no_grad() or pass "
+                                            f"{name}.detach()")
+
     # --- the registered kernels -----------------------------------------------------------------
     def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
+        self._prepare(args, kwargs)
         fn = self._cuda or self._impl
         if fn is None:
             raise NotImplementedError(f"{self.namespace}.{self.name}: no CUDA implementation registered")
         return fn(*args, **kwargs)
 
     def _run_cpu(self, *args: Any, **kwargs: Any) -> Any:
+        self._prepare(args, kwargs)
         if not emulation_enabled():
             raise EmulationDisabledError(f"{self.namespace}.{self.name}: CPU tensors need {EMULATE_ENV}=1 "
                                          "(emulator, small sizes) or a CUDA device")
@@ -136,10 +232,46 @@ class Op:
         return fn(*args, **kwargs)
 
     def _run_fake(self, *args: Any, **kwargs: Any) -> Any:
+        self._prepare(args, kwargs)
         if self._fake is None:
             raise NotImplementedError(f"{self.namespace}.{self.name}: no fake implementation registered "
                                       "(needed for torch.compile and meta tensors)")
         return self._fake(*args, **kwargs)
+
+    def _run_setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        if self._setup_context is not None:
+            self._setup_context(ctx, inputs, output)
+
+    def _run_backward(self, ctx: Any, *grads: Any) -> Any:
+        assert self._backward is not None
+        return self._backward(ctx, *grads)
+
+
+def _check_kind(op: str, name: str, typ: str, v: Any) -> None:
+    """``v`` fits schema type ``typ`` (checked: Tensor, str, float, int, bool and their
+    Optional forms; other types are left to torch), else ``ArgumentTypeError`` naming ``name``."""
+    import torch
+
+    if typ.startswith("Optional[") and typ.endswith("]"):
+        if v is None:
+            return
+        typ = typ[len("Optional["):-1]
+    if typ == "Tensor":
+        ok = isinstance(v, torch.Tensor)
+    elif typ == "str":
+        ok = isinstance(v, str)
+    elif typ == "float":
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+    elif typ in ("int", "SymInt"):
+        ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    elif typ == "bool":
+        ok = isinstance(v, bool)
+    else:
+        return
+    if not ok:
+        got = f"a tensor of shape {tuple(v.shape)}" if isinstance(v, torch.Tensor) else \
+            f"{type(v).__name__} {v!r}"[:80]
+        raise ArgumentTypeError(op, name, f"expected {typ}, got {got}")
 
 
 _LIBS: dict[str, Any] = {}
@@ -159,14 +291,23 @@ def _normalize(schema: str) -> str:
     return " ".join(schema.split())
 
 
+def defined_ops() -> list[Op]:
+    """Every ``Op`` defined with ``define_op`` in this process."""
+    return list(_OPS.values())
+
+
 def define_op(name: str, schema: str, *, fake: Fn | None = None, impl: Fn | None = None,
-              cuda: Fn | None = None, cpu: Fn | None = None, namespace: str = NAMESPACE) -> Op:
+              cuda: Fn | None = None, cpu: Fn | None = None, check: Fn | None = None,
+              backward: Fn | None = None, setup_context: Fn | None = None,
+              namespace: str = NAMESPACE) -> Op:
     """Register ``torch.ops.<namespace>.<name>`` with ``schema`` (``"(Tensor a, Tensor b) -> Tensor"``;
     mutated arguments annotated as ``Tensor(a!) out``) and return its ``Op``.
 
     ``fake``: shapes / dtypes of the outputs (torch.compile, meta and fake tensors). ``impl``:
     for CUDA and CPU tensors; ``cuda`` / ``cpu``: per device (CPU kernels run only with
-    ``HEXLAYOUT_EMULATE=1``). Each may also be given later with the ``Op``'s decorators.
+    ``HEXLAYOUT_EMULATE=1``). ``check``: the argument check run before each of them.
+    ``backward`` / ``setup_context``: the autograd formula (without one, inputs that require
+    grad are refused). Each may also be given later with the ``Op``'s decorators.
     """
     import torch
 
@@ -188,9 +329,12 @@ def define_op(name: str, schema: str, *, fake: Fn | None = None, impl: Fn | None
         lib.impl(name, op._run_cpu, "CPU")
         torch.library.register_fake(key, op._run_fake, lib=lib)
         _OPS[key] = op
-    for fn, setter in ((fake, op.fake), (impl, op.impl), (cuda, op.cuda), (cpu, op.cpu)):
+    for fn, setter in ((fake, op.fake), (impl, op.impl), (cuda, op.cuda), (cpu, op.cpu), (check, op.check)):
         if fn is not None:
             setter(fn)
+            op.module = op.module or getattr(fn, "__module__", "") or ""
+    if backward is not None:
+        op.autograd(backward, setup_context)
     return op
 
 
