@@ -29,6 +29,13 @@ Ops and their meaning (all block-wide unless stated):
   warp-group index expresses warp specialization, and ``If.warp_groups`` then lists the
   warp groups that run ``then_body``).
 
+Every op declares the tile values it reads and writes: ``op.inputs()`` and
+``op.outputs()`` (an accumulator such as ``Mma.c`` is both), ``op.values()`` all of them,
+and ``op.blocks()`` its nested blocks (``For.body``; ``If.then_body`` and ``else_body``).
+Subclasses name the fields in ``INPUTS``, ``OUTPUTS`` and ``BLOCKS``. Barrier ops act on
+``Mbarrier`` objects, not tile values. ``hexlayout.ir.walk`` visits every op,
+``hexlayout.ir.rewrite`` replaces ops, ``hexlayout.ir.structural`` compares programs.
+
 Register tiles are buffers: an op's ``result`` is usually a fresh ``Value``, but it may
 be an existing one (``Elementwise`` with ``out=``, in-place ``+=``), as ``Mma`` (``c``)
 and ``Fill`` (``dst``) write into existing tiles. Loop-carried state is such a buffer.
@@ -37,8 +44,8 @@ and ``Fill`` (``dst``) write into existing tiles. Loop-carried state is such a b
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from .expr import Expr, ExprLike, Var
 from .source import SourceLoc
@@ -81,18 +88,87 @@ class Value:
 
 @dataclass(eq=False)
 class Op:
+    """A tile op. Each subclass declares which of its fields hold the tile values it reads
+    (``INPUTS``), the tile values it writes or defines (``OUTPUTS``; a field may be in both,
+    as ``Mma.c``, an accumulator read and written) and its nested blocks (``BLOCKS``). A
+    declared field holds a ``Value``, ``None``, a ``Block`` or a tuple mixing values with
+    scalars (``Elementwise.args``); every other field is a plain attribute (expressions,
+    constants, instruction names). Passes read values through ``inputs()`` / ``outputs()``
+    and never through field names."""
+
+    INPUTS: ClassVar[tuple[str, ...]] = ()
+    OUTPUTS: ClassVar[tuple[str, ...]] = ()
+    BLOCKS: ClassVar[tuple[str, ...]] = ()
+
     loc: SourceLoc | None = field(default=None, kw_only=True)
 
     @property
     def name(self) -> str:
         return type(self).__name__
 
+    def inputs(self) -> list[Value]:
+        """The tile values this op reads, in field order (no repeats)."""
+        return _values_in(self, self.INPUTS)
+
+    def outputs(self) -> list[Value]:
+        """The tile values this op writes or defines, in field order (no repeats)."""
+        return _values_in(self, self.OUTPUTS)
+
+    def values(self) -> list[Value]:
+        """Every tile value the op mentions (outputs and inputs), in field declaration order."""
+        return _values_in(self, _value_fields(type(self)))
+
+    def blocks(self) -> list[Block]:
+        """The nested blocks (a loop body, the branches of an ``If``), in field order."""
+        out = []
+        for name in self.BLOCKS:
+            b = getattr(self, name)
+            if b is not None:
+                out.append(b)
+        return out
+
+    def replace_values(self, mapping: dict[int, Value]) -> None:
+        """Mention ``mapping[v.id]`` wherever this op reads or writes a value ``v`` whose id
+        is in ``mapping`` (the fields named in ``INPUTS`` and ``OUTPUTS``)."""
+        for name in dict.fromkeys(self.INPUTS + self.OUTPUTS):
+            x = getattr(self, name)
+            if isinstance(x, Value) and x.id in mapping:
+                setattr(self, name, mapping[x.id])
+            elif isinstance(x, tuple) and any(isinstance(v, Value) and v.id in mapping for v in x):
+                setattr(self, name, tuple(mapping.get(v.id, v) if isinstance(v, Value) else v for v in x))
+
     def operands(self) -> list[Value]:
-        return [v for v in self.__dict__.values() if isinstance(v, Value)]
+        """Deprecated spelling of ``values()`` (every tile value the op mentions, the
+        results included)."""
+        return self.values()
 
     def results(self) -> list[Value]:
+        """Deprecated: the ``result`` field, if the op has one (a value it defines);
+        ``outputs()`` also lists the existing buffers an op writes (``Mma.c``, ``Copy.dst``)."""
         r = getattr(self, "result", None)
         return [r] if isinstance(r, Value) else []
+
+
+_VALUE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _value_fields(cls: type[Op]) -> tuple[str, ...]:
+    """The fields of ``cls`` named in ``INPUTS`` or ``OUTPUTS``, in declaration order."""
+    names = _VALUE_FIELDS.get(cls)
+    if names is None:
+        names = tuple(f.name for f in fields(cls) if f.name in cls.INPUTS or f.name in cls.OUTPUTS)
+        _VALUE_FIELDS[cls] = names
+    return names
+
+
+def _values_in(op: Op, names: Any) -> list[Value]:
+    out: list[Value] = []
+    for name in names:
+        x = getattr(op, name)
+        for v in (x if isinstance(x, tuple) else (x,)):
+            if isinstance(v, Value) and all(v is not w for w in out):
+                out.append(v)
+    return out
 
 
 @dataclass(eq=False)
@@ -104,18 +180,10 @@ class Block:
         return op
 
     def walk(self) -> Any:
-        for op in self.ops:
-            yield op
-            for b in _sub_blocks(op):
-                yield from b.walk()
+        """Every op of this block and of the blocks nested in it, in pre-order."""
+        from .walk import walk
 
-
-def _sub_blocks(op: Op) -> list[Block]:
-    if isinstance(op, For):
-        return [op.body]
-    if isinstance(op, If):
-        return [op.then_body] + ([op.else_body] if op.else_body is not None else [])
-    return []
+        return walk(self)
 
 
 @dataclass(eq=False)
@@ -138,6 +206,9 @@ class ScalarParam:
 
 @dataclass(eq=False)
 class GlobalView(Op):
+    INPUTS = ("gather",)
+    OUTPUTS = ("result",)
+
     result: Value
     param: GlobalParam
     origin: tuple[ExprLike, ...]
@@ -147,11 +218,16 @@ class GlobalView(Op):
 
 @dataclass(eq=False)
 class Alloc(Op):
+    OUTPUTS = ("result",)
+
     result: Value
 
 
 @dataclass(eq=False)
 class Slice(Op):
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
+
     result: Value
     src: Value
     index: tuple[ExprLike | None, ...]
@@ -160,6 +236,9 @@ class Slice(Op):
 @dataclass(eq=False)
 class SubTile(Op):
     """``result`` = the ``result.type.shape`` window of ``src`` at element ``offset``."""
+
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
 
     result: Value
     src: Value
@@ -170,6 +249,9 @@ class SubTile(Op):
 class Permute(Op):
     """``result`` = ``src`` with modes reordered: result mode ``i`` is source mode ``perm[i]``."""
 
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
+
     result: Value
     src: Value
     perm: tuple[int, ...]
@@ -179,6 +261,8 @@ class Permute(Op):
 class Iota(Op):
     """``result[c] = c[axis]`` for every coordinate ``c`` of a register tile."""
 
+    OUTPUTS = ("result",)
+
     result: Value
     axis: int
 
@@ -187,6 +271,9 @@ class Iota(Op):
 class Copy(Op):
     """``dst = src``. ``mask``: an Expr (all or nothing) or a predicate tile of ``src``'s shape.
     ``mbarrier`` (a ``Mbarrier``) with ``mbarrier_index``: the async copy completes on it."""
+
+    INPUTS = ("src", "mask", "mbarrier")
+    OUTPUTS = ("dst",)
 
     src: Value
     dst: Value
@@ -198,6 +285,9 @@ class Copy(Op):
 
 @dataclass(eq=False)
 class Mma(Op):
+    INPUTS = ("a", "b", "c")
+    OUTPUTS = ("c",)
+
     a: Value
     b: Value
     c: Value
@@ -208,12 +298,18 @@ class Mma(Op):
 
 @dataclass(eq=False)
 class Cast(Op):
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
+
     result: Value
     src: Value
 
 
 @dataclass(eq=False)
 class Elementwise(Op):
+    INPUTS = ("args",)
+    OUTPUTS = ("result",)
+
     result: Value
     fn: str
     args: tuple[Any, ...]
@@ -221,12 +317,17 @@ class Elementwise(Op):
 
 @dataclass(eq=False)
 class Fill(Op):
+    OUTPUTS = ("dst",)
+
     dst: Value
     value: float
 
 
 @dataclass(eq=False)
 class Reduce(Op):
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
+
     result: Value
     src: Value
     fn: str
@@ -235,6 +336,9 @@ class Reduce(Op):
 
 @dataclass(eq=False)
 class Rearrange(Op):
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
+
     result: Value
     src: Value
 
@@ -312,6 +416,8 @@ class SetMaxNReg(Op):
 
 @dataclass(eq=False)
 class For(Op):
+    BLOCKS = ("body",)
+
     var: Var
     start: ExprLike
     stop: ExprLike
@@ -322,6 +428,8 @@ class For(Op):
 
 @dataclass(eq=False)
 class If(Op):
+    BLOCKS = ("then_body", "else_body")
+
     cond: Expr
     then_body: Block
     else_body: Block | None = None
@@ -354,10 +462,18 @@ class TileKernel:
 
         return format_kernel(self)
 
+    def structural_key(self) -> tuple[Any, ...]:
+        """A value equal for two kernels exactly when they are the same program, whatever
+        their value and object ids (see ``hexlayout.ir.structural``)."""
+        from .structural import structural_key
+
+        return structural_key(self)
+
     def values(self) -> list[Value]:
+        """Every tile value of the program, in order of first mention."""
         seen: dict[int, Value] = {}
         for op in self.body.walk():
-            for v in op.operands() + op.results():
+            for v in op.values():
                 seen.setdefault(v.id, v)
         return list(seen.values())
 
