@@ -17,9 +17,11 @@ symbolic strides). Output is deterministic: it depends on nothing but the kernel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .expr import Expr, to_c
+from .registry import OpRegistry
 from .tile import (
     Alloc,
     AsyncCommit,
@@ -56,7 +58,7 @@ from .tile import (
 )
 from .types import LayoutVar, TileType
 
-__all__ = ["format_kernel", "format_op", "Printer"]
+__all__ = ["format_kernel", "format_op", "Printer", "PRINTING"]
 
 
 def format_kernel(tk: TileKernel) -> str:
@@ -145,100 +147,188 @@ class Printer:
             self.op(op, depth, out)
 
     def op(self, op: Op, depth: int, out: list[str]) -> None:
+        """Append ``op``'s lines at indentation ``depth`` (its nested blocks one deeper)."""
         ind = "  " * depth
-        if isinstance(op, For):
-            unroll = "" if op.unroll is False else \
-                (" unroll" if op.unroll is True else f" unroll={op.unroll}")
-            out.append(f"{ind}for {op.var.name} in range({_e(op.start)}, {_e(op.stop)}, {op.step}){unroll}:"
-                       f"{_loc(op.loc)}")
-            self.block(op.body, depth + 1, out)
+        form = self.text(op)
+        if isinstance(form, str):
+            out.append(f"{ind}{form}{_loc(op.loc)}")
             return
-        if isinstance(op, If):
-            wg = "" if op.warp_groups is None else f"  [warp_group {', '.join(map(str, op.warp_groups))}]"
-            out.append(f"{ind}if {to_c(op.cond)}:{wg}{_loc(op.loc)}")
-            self.block(op.then_body, depth + 1, out)
-            if op.else_body is not None:
-                out.append(f"{ind}else:")
-                self.block(op.else_body, depth + 1, out)
-            return
-        out.append(f"{ind}{self.text(op)}{_loc(op.loc)}")
+        for k, part in enumerate(form):
+            if isinstance(part, Block):
+                self.block(part, depth + 1, out)
+            else:
+                out.append(f"{ind}{part}{_loc(op.loc) if k == 0 else ''}")
 
-    def text(self, op: Op) -> str:  # noqa: C901 - one case per op
-        if isinstance(op, GlobalView):
-            org = ", ".join(_e(o) for o in op.origin)
-            ext = ", ".join(_e(e) for e in op.extent)
-            s = f"{self.val(op.result)} = view %{op.param.name}[{org}] extent ({ext})"
-            if op.gather is not None:
-                s += f" rows %{op.gather.name}"
-            return s
-        if isinstance(op, Alloc):
-            return f"{self.val(op.result)} = alloc"
-        if isinstance(op, Slice):
-            return f"{self.val(op.result)} = slice %{op.src.name}[{', '.join(_e(i) for i in op.index)}]"
-        if isinstance(op, SubTile):
-            return f"{self.val(op.result)} = subtile %{op.src.name}[{', '.join(_e(o) for o in op.offset)}]"
-        if isinstance(op, Permute):
-            return f"{self.val(op.result)} = permute %{op.src.name} ({', '.join(map(str, op.perm))})"
-        if isinstance(op, Iota):
-            return f"{self.val(op.result)} = iota axis={op.axis}"
-        if isinstance(op, Copy):
-            s = f"copy %{op.src.name} -> %{op.dst.name}"
-            if op.instruction:
-                s += f" instruction={op.instruction}"
-            if op.mask is not None:
-                s += f" mask={_scalar(op.mask)}"
-            if isinstance(op.mbarrier, Mbarrier):
-                s += f" mbarrier=%{op.mbarrier.name}[{_e(op.mbarrier_index)}]"
-            elif op.mbarrier is not None:
-                s += f" mbarrier={_scalar(op.mbarrier)}"
-            return s
-        if isinstance(op, Mma):
-            s = f"mma %{op.a.name}, %{op.b.name} -> %{op.c.name}"
-            if op.atom:
-                s += f" atom={op.atom}"
-            if op.warps is not None:
-                s += f" warps={op.warps}"
-            if not op.k_inner:
-                s += " k_outer"
-            return s
-        if isinstance(op, Cast):
-            return f"{self.val(op.result)} = cast %{op.src.name}"
-        if isinstance(op, Elementwise):
-            args = ", ".join(_scalar(a) for a in op.args)
-            return f"{self.val(op.result)} = {op.fn}({args})"
-        if isinstance(op, Fill):
-            return f"fill %{op.dst.name}, {op.value!r}"
-        if isinstance(op, Reduce):
-            return f"{self.val(op.result)} = reduce.{op.fn} %{op.src.name} axis={op.axis}"
-        if isinstance(op, Rearrange):
-            return f"{self.val(op.result)} = rearrange %{op.src.name}"
-        if isinstance(op, Sync):
-            return "syncthreads"
-        if isinstance(op, AsyncCommit):
-            return "cp.async.commit_group"
-        if isinstance(op, AsyncWait):
-            return f"cp.async.wait_group {op.pending}"
-        if isinstance(op, MbarrierInit):
-            return f"mbarrier.init %{op.bar.name}[{_e(op.index)}] arrivals={op.arrivals}"
-        if isinstance(op, MbarrierArrive):
-            s = f"mbarrier.arrive %{op.bar.name}[{_e(op.index)}]"
-            if op.tx_bytes:
-                s += f" tx_bytes={op.tx_bytes}"
-            if op.who != "thread":
-                s += f" by={op.who}"
-            return s
-        if isinstance(op, MbarrierWait):
-            return f"mbarrier.wait %{op.bar.name}[{_e(op.index)}] phase={_e(op.phase)}"
-        if isinstance(op, WgmmaFence):
-            return "wgmma.fence"
-        if isinstance(op, WgmmaCommit):
-            return "wgmma.commit_group"
-        if isinstance(op, WgmmaWait):
-            return f"wgmma.wait_group {op.pending}"
-        if isinstance(op, SetMaxNReg):
-            return f"setmaxnreg.{'inc' if op.increase else 'dec'} {op.count}"
-        fields = ", ".join(f"{k}={_scalar(v)}" for k, v in op.__dict__.items() if k != "loc")
-        return f"{op.name.lower()} {fields}"
+    def text(self, op: Op) -> OpText:
+        """The printed form of ``op`` (its printing rule in ``PRINTING``)."""
+        fn = PRINTING.rule(type(op))
+        if fn is None:
+            fields = ", ".join(f"{k}={_scalar(v)}" for k, v in op.__dict__.items() if k != "loc")
+            return f"{op.name.lower()} {fields}"
+        return fn(self, op)
+
+
+# An op prints as one line, or as a header line followed by nested blocks (printed one level
+# deeper) and further lines between them (``else:``).
+OpText = str | tuple[str | Block, ...]
+
+PRINTING: OpRegistry[Callable[[Printer, Any], OpText]] = OpRegistry("printing")
+"""The printing rule of each tile-op class: ``rule(printer, op) -> OpText``."""
+
+
+@PRINTING.register(For)
+def _for(p: Printer, op: For) -> OpText:
+    unroll = "" if op.unroll is False else (" unroll" if op.unroll is True else f" unroll={op.unroll}")
+    return (f"for {op.var.name} in range({_e(op.start)}, {_e(op.stop)}, {op.step}){unroll}:", op.body)
+
+
+@PRINTING.register(If)
+def _if(p: Printer, op: If) -> OpText:
+    wg = "" if op.warp_groups is None else f"  [warp_group {', '.join(map(str, op.warp_groups))}]"
+    head = f"if {to_c(op.cond)}:{wg}"
+    return (head, op.then_body) if op.else_body is None else (head, op.then_body, "else:", op.else_body)
+
+
+@PRINTING.register(GlobalView)
+def _global_view(p: Printer, op: GlobalView) -> OpText:
+    org = ", ".join(_e(o) for o in op.origin)
+    ext = ", ".join(_e(e) for e in op.extent)
+    s = f"{p.val(op.result)} = view %{op.param.name}[{org}] extent ({ext})"
+    if op.gather is not None:
+        s += f" rows %{op.gather.name}"
+    return s
+
+
+@PRINTING.register(Alloc)
+def _alloc(p: Printer, op: Alloc) -> OpText:
+    return f"{p.val(op.result)} = alloc"
+
+
+@PRINTING.register(Slice)
+def _slice(p: Printer, op: Slice) -> OpText:
+    return f"{p.val(op.result)} = slice %{op.src.name}[{', '.join(_e(i) for i in op.index)}]"
+
+
+@PRINTING.register(SubTile)
+def _subtile(p: Printer, op: SubTile) -> OpText:
+    return f"{p.val(op.result)} = subtile %{op.src.name}[{', '.join(_e(o) for o in op.offset)}]"
+
+
+@PRINTING.register(Permute)
+def _permute(p: Printer, op: Permute) -> OpText:
+    return f"{p.val(op.result)} = permute %{op.src.name} ({', '.join(map(str, op.perm))})"
+
+
+@PRINTING.register(Iota)
+def _iota(p: Printer, op: Iota) -> OpText:
+    return f"{p.val(op.result)} = iota axis={op.axis}"
+
+
+@PRINTING.register(Copy)
+def _copy(p: Printer, op: Copy) -> OpText:
+    s = f"copy %{op.src.name} -> %{op.dst.name}"
+    if op.instruction:
+        s += f" instruction={op.instruction}"
+    if op.mask is not None:
+        s += f" mask={_scalar(op.mask)}"
+    if isinstance(op.mbarrier, Mbarrier):
+        s += f" mbarrier=%{op.mbarrier.name}[{_e(op.mbarrier_index)}]"
+    elif op.mbarrier is not None:
+        s += f" mbarrier={_scalar(op.mbarrier)}"
+    return s
+
+
+@PRINTING.register(Mma)
+def _mma(p: Printer, op: Mma) -> OpText:
+    s = f"mma %{op.a.name}, %{op.b.name} -> %{op.c.name}"
+    if op.atom:
+        s += f" atom={op.atom}"
+    if op.warps is not None:
+        s += f" warps={op.warps}"
+    if not op.k_inner:
+        s += " k_outer"
+    return s
+
+
+@PRINTING.register(Cast)
+def _cast(p: Printer, op: Cast) -> OpText:
+    return f"{p.val(op.result)} = cast %{op.src.name}"
+
+
+@PRINTING.register(Elementwise)
+def _elementwise(p: Printer, op: Elementwise) -> OpText:
+    args = ", ".join(_scalar(a) for a in op.args)
+    return f"{p.val(op.result)} = {op.fn}({args})"
+
+
+@PRINTING.register(Fill)
+def _fill(p: Printer, op: Fill) -> OpText:
+    return f"fill %{op.dst.name}, {op.value!r}"
+
+
+@PRINTING.register(Reduce)
+def _reduce(p: Printer, op: Reduce) -> OpText:
+    return f"{p.val(op.result)} = reduce.{op.fn} %{op.src.name} axis={op.axis}"
+
+
+@PRINTING.register(Rearrange)
+def _rearrange(p: Printer, op: Rearrange) -> OpText:
+    return f"{p.val(op.result)} = rearrange %{op.src.name}"
+
+
+@PRINTING.register(Sync)
+def _sync(p: Printer, op: Sync) -> OpText:
+    return "syncthreads"
+
+
+@PRINTING.register(AsyncCommit)
+def _async_commit(p: Printer, op: AsyncCommit) -> OpText:
+    return "cp.async.commit_group"
+
+
+@PRINTING.register(AsyncWait)
+def _async_wait(p: Printer, op: AsyncWait) -> OpText:
+    return f"cp.async.wait_group {op.pending}"
+
+
+@PRINTING.register(MbarrierInit)
+def _mbarrier_init(p: Printer, op: MbarrierInit) -> OpText:
+    return f"mbarrier.init %{op.bar.name}[{_e(op.index)}] arrivals={op.arrivals}"
+
+
+@PRINTING.register(MbarrierArrive)
+def _mbarrier_arrive(p: Printer, op: MbarrierArrive) -> OpText:
+    s = f"mbarrier.arrive %{op.bar.name}[{_e(op.index)}]"
+    if op.tx_bytes:
+        s += f" tx_bytes={op.tx_bytes}"
+    if op.who != "thread":
+        s += f" by={op.who}"
+    return s
+
+
+@PRINTING.register(MbarrierWait)
+def _mbarrier_wait(p: Printer, op: MbarrierWait) -> OpText:
+    return f"mbarrier.wait %{op.bar.name}[{_e(op.index)}] phase={_e(op.phase)}"
+
+
+@PRINTING.register(WgmmaFence)
+def _wgmma_fence(p: Printer, op: WgmmaFence) -> OpText:
+    return "wgmma.fence"
+
+
+@PRINTING.register(WgmmaCommit)
+def _wgmma_commit(p: Printer, op: WgmmaCommit) -> OpText:
+    return "wgmma.commit_group"
+
+
+@PRINTING.register(WgmmaWait)
+def _wgmma_wait(p: Printer, op: WgmmaWait) -> OpText:
+    return f"wgmma.wait_group {op.pending}"
+
+
+@PRINTING.register(SetMaxNReg)
+def _setmaxnreg(p: Printer, op: SetMaxNReg) -> OpText:
+    return f"setmaxnreg.{'inc' if op.increase else 'dec'} {op.count}"
 
 
 def _hint(v: Any) -> str:

@@ -15,34 +15,47 @@ Each relation remembers the op that created it, for diagnostics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hexlayout.ir.lower.kernel import LoweringError
+from hexlayout.ir.registry import OpRegistry
 from hexlayout.ir.tile import (
     Alloc,
-    Block,
+    AsyncCommit,
+    AsyncWait,
     Cast,
     Copy,
     Elementwise,
     Fill,
     For,
+    GlobalView,
     If,
     Iota,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
     Mma,
     Op,
     Permute,
     Rearrange,
     Reduce,
+    SetMaxNReg,
     Slice,
     SubTile,
+    Sync,
     TileKernel,
     Value,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
 )
 from hexlayout.ir.types import Scope
+from hexlayout.ir.walk import walk
 from hexlayout.layout import ComposedLayout, Layout
 
-__all__ = ["LayoutGraph", "Reduced", "MmaRole", "build_graph"]
+__all__ = ["LayoutGraph", "Reduced", "MmaRole", "build_graph", "RELATIONS"]
 
 
 @dataclass
@@ -106,85 +119,128 @@ def _register(v: Any) -> bool:
     return isinstance(v, Value) and v.type.scope == Scope.REGISTER
 
 
+RELATIONS: OpRegistry[Callable[[LayoutGraph, Any], None]] = OpRegistry("layout relation")
+"""The layout-graph rule of each tile-op class: ``rule(graph, op)`` records the op's classes,
+unions and relations in ``graph``. Ops that relate no layouts register ``_no_relation``."""
+
+
 def build_graph(tk: TileKernel) -> LayoutGraph:
+    """The layout constraint graph of ``tk``: every op's rule in ``RELATIONS``, in program order."""
     g = LayoutGraph(tk)
-
-    def walk(b: Block) -> None:
-        for op in b.ops:
-            visit(op)
-            if isinstance(op, For):
-                walk(op.body)
-            elif isinstance(op, If):
-                walk(op.then_body)
-                if op.else_body is not None:
-                    walk(op.else_body)
-
-    def visit(op: Op) -> None:
-        if isinstance(op, Alloc) and _register(op.result):
-            g.cls(op.result)
-            if isinstance(op.result.type.layout, Layout):
-                g.explicit.append((op.result.id, op.result.type.layout, op))
-        elif isinstance(op, Alloc) and op.result.type.scope == Scope.SHARED:
-            g.shared_uses.setdefault(op.result.id, [])
-        elif isinstance(op, (Elementwise, Cast)):
-            res = op.result
-            args = op.args if isinstance(op, Elementwise) else (op.src,)
-            g.cls(res)
-            if isinstance(res.type.layout, Layout) and res.id not in {e[0] for e in g.explicit}:
-                g.explicit.append((res.id, res.type.layout, op))
-            for a in args:
-                if not _register(a):
-                    continue
-                if tuple(a.type.shape) == tuple(res.type.shape):
-                    g.union(res, a, op)
-                else:
-                    pad = len(res.type.shape) - len(a.type.shape)
-                    ashape = (1,) * pad + tuple(a.type.shape)
-                    axes = tuple(k for k, (x, y) in enumerate(zip(ashape, res.type.shape)) if x != y)
-                    g.reduced.append(Reduced(g.cls(a), g.cls(res), axes, op))
-        elif isinstance(op, Iota):
-            g.cls(op.result)
-            if isinstance(op.result.type.layout, Layout):
-                g.explicit.append((op.result.id, op.result.type.layout, op))
-        elif isinstance(op, Fill) and _register(op.dst):
-            g.cls(op.dst)
-        elif isinstance(op, Reduce):
-            g.reduced.append(Reduced(g.cls(op.result), g.cls(op.src), (op.axis,), op))
-        elif isinstance(op, Rearrange):
-            g.cls(op.result)
-            g.cls(op.src)
-        elif isinstance(op, Mma):
-            g.mmas.append(op)
-            for role in ("a", "b", "c"):
-                v = getattr(op, role)
-                if _register(v):
-                    g.mma_roles.append(MmaRole(g.cls(v), op, role))
-                else:
-                    g.shared_uses.setdefault(v.root.id, []).append((op, v))
-        elif isinstance(op, Copy):
-            for v in (op.src, op.dst):
-                if v.type.scope == Scope.SHARED:
-                    g.shared_uses.setdefault(v.root.id, []).append((op, v))
-            if _register(op.dst) and op.src.type.scope == Scope.GLOBAL:
-                g.copies_with_global.setdefault(g.cls(op.dst), []).append(op)
-            if _register(op.src) and op.dst.type.scope == Scope.GLOBAL:
-                g.copies_with_global.setdefault(g.cls(op.src), []).append(op)
-            if _register(op.src):
-                g.cls(op.src)
-            if _register(op.dst):
-                g.cls(op.dst)
-        elif isinstance(op, (Slice, SubTile, Permute)):
-            if _register(op.result):
-                raise LoweringError(tk.name, op, "views of register tiles are not supported by synthesis yet "
-                                    "(copy the part you need into a register tile of its own)")
-
-    walk(tk.body)
+    rule = RELATIONS.rule
+    for op in walk(tk):
+        fn = rule(type(op))
+        if fn is None:
+            raise LoweringError(tk.name, op, f"{op.name} has no layout relation for synthesis")
+        fn(g, op)
     for r in g.reduced:
         r.dst, r.src = g.find(r.dst), g.find(r.src)
     for m in g.mma_roles:
         m.cls = g.find(m.cls)
     g.copies_with_global = {g.find(c): v for c, v in g.copies_with_global.items()}
     return g
+
+
+@RELATIONS.register(Alloc)
+def _alloc(g: LayoutGraph, op: Alloc) -> None:
+    """A register tile is a class (with its given layout, if any); a shared tile a root buffer."""
+    if _register(op.result):
+        g.cls(op.result)
+        if isinstance(op.result.type.layout, Layout):
+            g.explicit.append((op.result.id, op.result.type.layout, op))
+    elif op.result.type.scope == Scope.SHARED:
+        g.shared_uses.setdefault(op.result.id, [])
+
+
+@RELATIONS.register(Elementwise, Cast)
+def _pointwise(g: LayoutGraph, op: Elementwise | Cast) -> None:
+    """The result and every same-shaped register operand share one layout; an operand that
+    broadcasts along some axes has the result's layout with those axes reduced."""
+    res = op.result
+    args = op.args if isinstance(op, Elementwise) else (op.src,)
+    g.cls(res)
+    if isinstance(res.type.layout, Layout) and res.id not in {e[0] for e in g.explicit}:
+        g.explicit.append((res.id, res.type.layout, op))
+    for a in args:
+        if not _register(a):
+            continue
+        if tuple(a.type.shape) == tuple(res.type.shape):
+            g.union(res, a, op)
+        else:
+            pad = len(res.type.shape) - len(a.type.shape)
+            ashape = (1,) * pad + tuple(a.type.shape)
+            axes = tuple(k for k, (x, y) in enumerate(zip(ashape, res.type.shape)) if x != y)
+            g.reduced.append(Reduced(g.cls(a), g.cls(res), axes, op))
+
+
+@RELATIONS.register(Iota)
+def _iota(g: LayoutGraph, op: Iota) -> None:
+    g.cls(op.result)
+    if isinstance(op.result.type.layout, Layout):
+        g.explicit.append((op.result.id, op.result.type.layout, op))
+
+
+@RELATIONS.register(Fill)
+def _fill(g: LayoutGraph, op: Fill) -> None:
+    if _register(op.dst):
+        g.cls(op.dst)
+
+
+@RELATIONS.register(Reduce)
+def _reduce(g: LayoutGraph, op: Reduce) -> None:
+    """The result's layout is the source's with ``axis`` collapsed."""
+    g.reduced.append(Reduced(g.cls(op.result), g.cls(op.src), (op.axis,), op))
+
+
+@RELATIONS.register(Rearrange)
+def _rearrange(g: LayoutGraph, op: Rearrange) -> None:
+    """Source and result are classes of their own (the data moves through shared memory)."""
+    g.cls(op.result)
+    g.cls(op.src)
+
+
+@RELATIONS.register(Mma)
+def _mma(g: LayoutGraph, op: Mma) -> None:
+    """Register operands take the roles a, b, c of the mma; shared operands are buffer uses."""
+    g.mmas.append(op)
+    for role in ("a", "b", "c"):
+        v = getattr(op, role)
+        if _register(v):
+            g.mma_roles.append(MmaRole(g.cls(v), op, role))
+        else:
+            g.shared_uses.setdefault(v.root.id, []).append((op, v))
+
+
+@RELATIONS.register(Copy)
+def _copy(g: LayoutGraph, op: Copy) -> None:
+    """Shared ends are buffer uses; a register end of a global copy remembers the copy."""
+    for v in (op.src, op.dst):
+        if v.type.scope == Scope.SHARED:
+            g.shared_uses.setdefault(v.root.id, []).append((op, v))
+    if _register(op.dst) and op.src.type.scope == Scope.GLOBAL:
+        g.copies_with_global.setdefault(g.cls(op.dst), []).append(op)
+    if _register(op.src) and op.dst.type.scope == Scope.GLOBAL:
+        g.copies_with_global.setdefault(g.cls(op.src), []).append(op)
+    if _register(op.src):
+        g.cls(op.src)
+    if _register(op.dst):
+        g.cls(op.dst)
+
+
+@RELATIONS.register(Slice, SubTile, Permute)
+def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
+    """Views of shared and global tiles follow their source (handled per use of the root
+    buffer); views of register tiles are not supported yet."""
+    if _register(op.result):
+        raise LoweringError(g.kernel.name, op, "views of register tiles are not supported by synthesis yet "
+                            "(copy the part you need into a register tile of its own)")
+
+
+@RELATIONS.register(GlobalView, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive, MbarrierWait,
+                    WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg, For, If)
+def _no_relation(g: LayoutGraph, op: Op) -> None:
+    """Global views (layouts given by the arguments), synchronization and control flow relate
+    no layouts (a loop's or branch's body is walked op by op)."""
 
 
 def given_layout(v: Value) -> Layout | ComposedLayout | None:

@@ -556,22 +556,9 @@ class _Synth:
 
 
 def _loop_depths(tk: TileKernel) -> dict[int, int]:
-    from hexlayout.ir.tile import Block, For, If
+    from hexlayout.ir.walk import walk_with_context
 
-    out: dict[int, int] = {}
-
-    def walk(b: Block, d: int) -> None:
-        for op in b.ops:
-            out[id(op)] = d
-            if isinstance(op, For):
-                walk(op.body, d + 1)
-            elif isinstance(op, If):
-                walk(op.then_body, d)
-                if op.else_body is not None:
-                    walk(op.else_body, d)
-
-    walk(tk.body, 0)
-    return out
+    return {id(v.op): v.loop_depth for v in walk_with_context(tk)}
 
 
 def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
