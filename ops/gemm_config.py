@@ -13,20 +13,34 @@ short tiles, large ones the big tiles; Hopper goes persistent when there are mor
 than SMs. ``Autotuner`` times every config of the space with a caller-given timer (CUDA
 events on a GPU), shows a progress bar, and persists the winner per shape bucket in
 ``$HEXLAYOUT_CACHE_DIR/autotune.json``.
+
+The persisted file is ``{"format": 2, "entries": {...}, "sha256": ...}`` with the checksum
+over the canonical JSON of ``entries``. It is read once per process (per path) and re-read
+only when its modification time, size or inode changed (checked at most every
+``REFRESH_SECONDS``), never per call. A file that fails any check (JSON, schema, checksum: one
+flipped digit) is refused whole with a ``CacheWarning`` naming it; an entry whose config is
+not in the shipped config space (``CONFIGS``) is dropped with a warning. The file lives in a
+``trusted_dir`` (see ``hexlayout.runtime.cache``); a directory writable by other users is
+refused, and a file that cannot be written never fails a tuning run (a warning, the result
+is still returned and kept in memory).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import sys
-import tempfile
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GemmConfig", "CONFIGS", "choose_config", "Autotuner", "SM_COUNT"]
+__all__ = ["GemmConfig", "CONFIGS", "choose_config", "Autotuner", "SM_COUNT", "autotuner", "AUTOTUNE_FORMAT",
+           "REFRESH_SECONDS"]
 
 #: Streaming multiprocessors per architecture's flagship part (persistent grid size).
 SM_COUNT = {"sm_80": 108, "sm_89": 128, "sm_90a": 132}
@@ -114,36 +128,164 @@ def _bucket(m: int, n: int, k: int) -> str:
     return f"{up(m)}x{n}x{k}"
 
 
+#: Version of the persisted autotuning file.
+AUTOTUNE_FORMAT = 2
+#: At most this often (seconds) a lookup checks whether the file changed on disk.
+REFRESH_SECONDS = 1.0
+_MAX_FILE_BYTES = 16 << 20
+_CONFIG_FIELDS = {f.name: f.type for f in fields(GemmConfig)}
+
+
+def _digest(entries: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _parse_config(raw: Any) -> GemmConfig | None:
+    """The ``GemmConfig`` of a persisted entry when it is one of the shipped configs, else ``None``."""
+    if type(raw) is not dict or set(raw) != set(_CONFIG_FIELDS):
+        return None
+    for name, value in raw.items():
+        want = bool if name == "persistent" else str if name == "arch" else int
+        if type(value) is not want:
+            return None
+    cfg = GemmConfig(**raw)
+    return cfg if cfg in CONFIGS.get(cfg.arch, ()) else None
+
+
+class _Table:
+    """The validated contents of one autotuning file, shared by every ``Autotuner`` of its path."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.raw: dict[str, Any] = {}              # as persisted (validated entries only)
+        self.configs: dict[str, GemmConfig] = {}
+        self.stamp: tuple[int, int, int] | None = None
+        self.checked = -math.inf
+        self.lock = threading.Lock()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read the file when it changed (checked at most every ``REFRESH_SECONDS``)."""
+        now = time.monotonic()
+        if not force and now - self.checked < REFRESH_SECONDS:
+            return
+        self.checked = now
+        stamp = self._stat()
+        if stamp == self.stamp and not force:
+            return
+        self.stamp = stamp
+        self.raw, self.configs = self._read() if stamp is not None else ({}, {})
+
+    def _refuse(self, why: str) -> tuple[dict[str, Any], dict[str, GemmConfig]]:
+        from hexlayout.runtime.cache import warn_cache
+
+        warn_cache(f"hexlayout: autotuning file {self.path} {why}; ignoring it (configs come from the "
+                   "heuristic until it is tuned again)")
+        return {}, {}
+
+    def _read(self) -> tuple[dict[str, Any], dict[str, GemmConfig]]:
+        from hexlayout.runtime.cache import trusted_dir, warn_cache
+
+        if trusted_dir(self.path.parent) is None:
+            return {}, {}
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(_MAX_FILE_BYTES + 1)
+        except OSError as e:
+            return self._refuse(f"cannot be read ({e.strerror or e})")
+        if len(data) > _MAX_FILE_BYTES:
+            return self._refuse(f"is larger than {_MAX_FILE_BYTES} bytes")
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
+            return self._refuse("is not valid JSON (damaged)")
+        if type(doc) is not dict or doc.get("format") != AUTOTUNE_FORMAT:
+            return self._refuse(f"is not an autotuning file of format {AUTOTUNE_FORMAT} (an older hexlayout "
+                                "wrote it, or it is damaged)")
+        entries = doc.get("entries")
+        if type(entries) is not dict or type(doc.get("sha256")) is not str:
+            return self._refuse("does not have the expected fields (entries, sha256)")
+        if _digest(entries) != doc["sha256"]:
+            return self._refuse("does not match its checksum (damaged or edited)")
+        raw: dict[str, Any] = {}
+        configs: dict[str, GemmConfig] = {}
+        for key, e in entries.items():
+            cfg = _parse_config(e.get("config")) if type(e) is dict else None
+            seconds = e.get("seconds") if type(e) is dict else None
+            if cfg is None or type(seconds) is not float or not 0 < seconds < math.inf:
+                warn_cache(f"hexlayout: autotuning file {self.path}: entry {key!r:.100} is not a shipped "
+                           "config with a positive time; ignoring it")
+                continue
+            raw[key] = e
+            configs[key] = cfg
+        return raw, configs
+
+    def store(self, key: str, entry: dict[str, Any], cfg: GemmConfig) -> None:
+        """Add ``entry`` (merged with what the file holds now) and write the file atomically."""
+        from hexlayout.runtime.cache import trusted_dir, write_atomic
+
+        with self.lock:
+            self.refresh(force=True)
+            self.raw[key] = entry
+            self.configs[key] = cfg
+            doc = {"format": AUTOTUNE_FORMAT, "entries": self.raw, "sha256": _digest(self.raw)}
+            if trusted_dir(self.path.parent, create=True) is None:
+                return
+            if write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(), "autotuning file"):
+                self.stamp = self._stat()
+
+
+_TABLES: dict[Path, _Table] = {}
+
+
+def _table(path: Path) -> _Table:
+    t = _TABLES.get(path)
+    if t is None:
+        t = _TABLES.setdefault(path, _Table(path))
+    return t
+
+
+def _default_path() -> Path:
+    base = os.environ.get("HEXLAYOUT_CACHE_DIR") or os.path.join(Path.home(), ".cache", "hexlayout")
+    return Path(base) / "autotune.json"
+
+
+_DEFAULT: tuple[str | None, Autotuner] | None = None
+
+
+def autotuner() -> Autotuner:
+    """The process's ``Autotuner`` of ``$HEXLAYOUT_CACHE_DIR/autotune.json`` (reused while the
+    variable keeps its value)."""
+    global _DEFAULT
+    env = os.environ.get("HEXLAYOUT_CACHE_DIR")
+    hit = _DEFAULT
+    if hit is None or hit[0] != env:
+        hit = _DEFAULT = (env, Autotuner())
+    return hit[1]
+
+
 class Autotuner:
     """Time each config with ``timer(config) -> seconds`` and remember the fastest per
-    (key, shape bucket); ``M`` is bucketed to the next power of two."""
+    (key, shape bucket); ``M`` is bucketed to the next power of two. The persisted file is
+    validated and loaded once per process (see the module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, stream: Any = None) -> None:
-        if path is None:
-            base = os.environ.get("HEXLAYOUT_CACHE_DIR") or os.path.join(Path.home(), ".cache", "hexlayout")
-            path = os.path.join(base, "autotune.json")
-        self.path = Path(path)
+        self.path = Path(path) if path is not None else _default_path()
         self.stream = stream if stream is not None else sys.stderr
-        self._table: dict[str, Any] | None = None
-
-    def _load(self) -> dict[str, Any]:
-        if self._table is None:
-            try:
-                self._table = json.loads(self.path.read_text())
-            except (OSError, ValueError):
-                self._table = {}
-        return self._table
-
-    def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".autotune-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self._load(), f, indent=1, sort_keys=True)
-        os.replace(tmp, self.path)
+        self._table = _table(self.path)
 
     def lookup(self, key: str, m: int, n: int, k: int) -> GemmConfig | None:
-        hit = self._load().get(f"{key}/{_bucket(m, n, k)}")
-        return GemmConfig(**hit["config"]) if hit else None
+        """The persisted winner for ``key`` and the shape's bucket, or ``None``."""
+        t = self._table
+        if time.monotonic() - t.checked >= REFRESH_SECONDS:
+            t.refresh()
+        return t.configs.get(f"{key}/{_bucket(m, n, k)}")
 
     def tune(self, key: str, m: int, n: int, k: int, configs: list[GemmConfig],
              timer: Callable[[GemmConfig], float]) -> GemmConfig:
@@ -162,11 +304,11 @@ class Autotuner:
             results.append({"config": asdict(cfg), "seconds": t})
             print(f"\rautotune {key} {m}x{n}x{k} [{bar:<20}] {i + 1}/{len(configs)} {cfg}: {t * 1e6:.1f} us",
                   file=self.stream, flush=True)
-            if best is None or t < best[0]:
+            if (best is None or t < best[0]) and 0 < t < math.inf:
                 best = (t, cfg)
         if best is None:
             raise RuntimeError(f"autotune {key} {m}x{n}x{k}: every config failed: {results}")
-        self._load()[f"{key}/{_bucket(m, n, k)}"] = {"config": asdict(best[1]), "seconds": best[0],
-                                                     "tried": results}
-        self._save()
+        entry = {"config": asdict(best[1]), "seconds": best[0], "tried": results}
+        if _parse_config(entry["config"]) is not None:
+            self._table.store(f"{key}/{_bucket(m, n, k)}", entry, best[1])
         return best[1]

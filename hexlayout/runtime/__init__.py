@@ -3,7 +3,8 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 
 * ``build(kernel, arch, **consts) -> Build``: trace, synthesize, generate, compile.
 * ``compile_cuda(source, arch, options) -> CompiledKernel`` (cubin, ptx, log, resources).
-* ``DiskCache``: ``HEXLAYOUT_CACHE_DIR`` or ``~/.cache/hexlayout``; atomic, checksummed.
+* ``DiskCache``: ``HEXLAYOUT_CACHE_DIR`` or ``~/.cache/hexlayout``; atomic, checksummed; a cache
+  directory writable by other users, or one that cannot be written, gives a ``CacheWarning``.
 * ``CompileError`` / ``ToolchainError``.
 * ``bind_args`` / ``ArgumentError``: launch arguments checked against a kernel (``args``).
 * ``Launcher(build)``: ``cuLaunchKernelEx`` on torch's current stream (``launch``; GPU only).
@@ -17,7 +18,7 @@ Not imported by ``import hexlayout``; importing it imports neither torch nor the
 
 from .args import ArgumentError, BoundArgs, bind_args
 from .build import Build, build, clear_builds
-from .cache import DiskCache, default_cache_dir
+from .cache import CacheWarning, DiskCache, default_cache_dir
 from .compile import (
     SUPPORTED_ARCHS,
     CompiledKernel,
@@ -37,4 +38,5 @@ __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "DiskCache", "
            "CompileError", "ToolchainError", "ResourceUsage", "available_backends", "clear_memory_cache",
            "SUPPORTED_ARCHS", "build", "Build", "clear_builds", "ArgumentError", "BoundArgs", "bind_args",
            "Launcher", "LaunchError", "UnsupportedDeviceError", "measure_host_overhead", "emulate",
-           "TensorMapParams", "tensormap_params", "define_op", "Op", "run_build", "EmulationDisabledError"]
+           "TensorMapParams", "tensormap_params", "define_op", "Op", "run_build", "EmulationDisabledError",
+           "CacheWarning"]

@@ -3,19 +3,30 @@
 ``build(kernel, arch, **consts)`` traces a ``hexlayout.lang`` kernel (or takes a traced
 ``TileKernel``), synthesizes every layout and instruction for ``arch``, prints the
 lowered program as CUDA C++ and (unless ``compile=False``) compiles it. Results are
-memoized per (kernel, arch, constants) in the process, and on disk per the printed tile
-program: ``$HEXLAYOUT_CACHE_DIR/builds/<sha256>.pkl`` keyed by the tile program's text,
-the architecture, whether it was compiled, and a hash of hexlayout's own sources (so a
-change to the synthesizer or code generator invalidates it). Entries carry a checksum
-and are written atomically; a damaged entry is rebuilt, never used.
+memoized per (kernel, arch, constants) in the process, and on disk in
+``$HEXLAYOUT_CACHE_DIR/builds/<sha256>.hlb``.
+
+The disk key (``build_key``) covers a hash of hexlayout's own sources (so a change to the
+synthesizer or code generator invalidates it), the architecture, whether it was compiled,
+the compiler and its version and the compile options (``compiler_identity``,
+``DEFAULT_OPTIONS``), and the tile program (``program_key``).
+
+An entry is ``MAGIC | sha256(payload) | payload``; the payload is a JSON header (format, key,
+kernel, architecture, compiler, section sizes), the ``Build`` as a plain-data JSON document
+(``plaindata``: no pickle, reading it runs no code chosen by the file) and its byte blobs
+(the cubin). A read checks the magic, checksum, header schema, key, architecture and every
+size; an entry that fails any check is removed (a ``CacheWarning`` when it cannot be) and
+rebuilt, never used. Entries are written atomically in a ``trusted_dir`` (see ``cache``:
+the cache directory is trusted like ``~/.cache``; one writable by other users is refused
+with a warning, and an unwritable one never fails a build).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
-import tempfile
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +36,11 @@ from hexlayout.codegen import GeneratedKernel, generate
 from hexlayout.ir.tile import TileKernel
 from hexlayout.synth.solve import Synthesis, synthesize
 
-from .cache import default_cache_dir
-from .compile import CompiledKernel, compile_generated
+from . import plaindata
+from .cache import default_cache_dir, remove_damaged, trusted_dir, warn_cache, write_atomic
+from .compile import DEFAULT_OPTIONS, CompiledKernel, compile_generated, compiler_identity
 
-__all__ = ["Build", "build", "clear_builds"]
+__all__ = ["Build", "build", "clear_builds", "build_key", "program_key"]
 
 
 @dataclass
@@ -52,7 +64,7 @@ class Build:
         return build_stats(self)
 
 
-_BUILDS: dict[tuple, Build] = {}
+_BUILDS: dict[tuple, tuple[Any, Build]] = {}
 
 
 def _key(kernel: Any, arch: str, consts: dict[str, Any], compile: bool) -> tuple:
@@ -60,7 +72,9 @@ def _key(kernel: Any, arch: str, consts: dict[str, Any], compile: bool) -> tuple
 
 
 _SOURCE_HASH: str | None = None
-_MAGIC = b"HLB1"
+_MAGIC = b"HLB2"
+_FORMAT = 2
+_SUFFIX = ".hlb"
 
 
 def _source_hash() -> str:
@@ -76,62 +90,133 @@ def _source_hash() -> str:
     return _SOURCE_HASH
 
 
-def _disk_path(tk: TileKernel, arch: str, compile: bool) -> Path:
+def program_key(tk: TileKernel) -> str:
+    """The tile program's part of the build key: its structural hash (``hexlayout.ir.structural``:
+    ops, types, layouts, constants, launch and loop structure, and the source lines the
+    generated code quotes; not value or object ids)."""
+    from hexlayout.ir.structural import structural_hash
+
+    return structural_hash(tk)
+
+
+def build_key(tk: TileKernel, arch: str, compile: bool) -> str:
+    """sha256 over everything that determines a persisted build: hexlayout's sources, the
+    architecture, whether it is compiled, the compiler with its version and the options
+    (when compiled), the kernel's name and its tile program."""
+    compiler = (compiler_identity() or "no compiler") if compile else "not compiled"
     h = hashlib.sha256()
-    for part in (_source_hash(), arch, str(compile), tk.name, str(tk)):
-        h.update(part.encode())
-        h.update(b"\0")
-    return default_cache_dir() / "builds" / f"{h.hexdigest()}.pkl"
+    for part in (f"hexlayout-build-v{_FORMAT}", _source_hash(), arch, str(compile), compiler,
+                 "\0".join(DEFAULT_OPTIONS), tk.name, program_key(tk)):
+        b = part.encode()
+        h.update(struct.pack("<Q", len(b)))
+        h.update(b)
+    return h.hexdigest()
 
 
-def _load(path: Path) -> Build | None:
+def _entry_path(key: str) -> Path:
+    return default_cache_dir() / "builds" / f"{key}{_SUFFIX}"
+
+
+def _encode(b: Build, key: str) -> bytes | None:
+    """The entry's bytes, or ``None`` when the build holds something plain data cannot store."""
+    try:
+        doc, blobs = plaindata.encode(b)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    head = json.dumps({"format": _FORMAT, "key": key, "kernel": b.generated.name, "arch": b.generated.arch,
+                       "compiler": b.compiled.compiler if b.compiled else None,
+                       "document": len(doc), "blobs": [len(x) for x in blobs]}, sort_keys=True).encode()
+    payload = struct.pack("<I", len(head)) + head + doc + b"".join(blobs)
+    return _MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+def _decode(data: bytes, key: str, arch: str, compile: bool) -> Build | None:
+    """The build in ``data`` when every check passes, else ``None``."""
+    n_magic = len(_MAGIC)
+    if len(data) < n_magic + 36 or data[:n_magic] != _MAGIC:
+        return None
+    digest, payload = data[n_magic:n_magic + 32], data[n_magic + 32:]
+    if hashlib.sha256(payload).digest() != digest:
+        return None
+    try:
+        (n,) = struct.unpack_from("<I", payload)
+        head = json.loads(payload[4:4 + n])
+        if (type(head) is not dict or head.get("format") != _FORMAT or head.get("key") != key
+                or head.get("arch") != arch):
+            return None
+        sizes = head["blobs"]
+        doc_len = head["document"]
+        if (type(doc_len) is not int or type(sizes) is not list
+                or not all(type(x) is int and x >= 0 for x in [doc_len, *sizes])
+                or 4 + n + doc_len + sum(sizes) != len(payload)):
+            return None
+        at = 4 + n
+        doc = payload[at:at + doc_len]
+        at += doc_len
+        blobs = []
+        for size in sizes:
+            blobs.append(payload[at:at + size])
+            at += size
+        out = plaindata.decode(doc, blobs)
+    except (ValueError, KeyError, TypeError, struct.error, RecursionError):
+        return None
+    if (not isinstance(out, Build) or not isinstance(out.generated, GeneratedKernel)
+            or out.generated.name != head.get("kernel") or out.generated.arch != arch
+            or not isinstance(out.synthesis, Synthesis) or not isinstance(out.tile_kernel, TileKernel)):
+        return None
+    if compile != (out.compiled is not None):
+        return None
+    if out.compiled is not None and (not isinstance(out.compiled, CompiledKernel)
+                                     or type(out.compiled.cubin) is not bytes or not out.compiled.cubin):
+        return None
+    return out
+
+
+def _load(path: Path, key: str, arch: str, compile: bool) -> Build | None:
+    if trusted_dir(path.parents[1], path.parent.name) is None:
+        return None
     try:
         data = path.read_bytes()
-    except OSError:
+    except FileNotFoundError:
         return None
-    body = data[len(_MAGIC) + 32:]
-    if data[:len(_MAGIC)] != _MAGIC or hashlib.sha256(body).digest() != data[len(_MAGIC):len(_MAGIC) + 32]:
-        path.unlink(missing_ok=True)
+    except OSError as e:
+        warn_cache(f"hexlayout: cannot read the build cache entry {path} ({e.strerror or e}); rebuilding")
         return None
-    try:
-        out = pickle.loads(body)
-    except Exception:  # noqa: BLE001 - an unreadable entry is rebuilt
-        path.unlink(missing_ok=True)
-        return None
-    return out if isinstance(out, Build) else None
+    out = _decode(data, key, arch, compile)
+    if out is None:
+        warn_cache(f"hexlayout: the build cache entry {path} is damaged or not a hexlayout build; "
+                   "rebuilding it")
+        remove_damaged(path, "build cache entry")
+    return out
 
 
-def _store(path: Path, b: Build) -> None:
-    try:
-        body = pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - a build that cannot be pickled is simply not persisted
+def _store(path: Path, b: Build, key: str) -> None:
+    data = _encode(b, key)
+    if data is None:
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(body).digest() + body)
-        os.replace(tmp, path)
-    except OSError:
+    if trusted_dir(path.parents[1], path.parent.name, create=True) is None:
         return
+    write_atomic(path, data, "build cache entry")
 
 
 def build(kernel: Any, arch: str, *, compile: bool = True, **consts: Any) -> Build:
     """Trace (if needed), synthesize, generate and compile ``kernel`` for ``arch``."""
     key = _key(kernel, arch, consts, compile)
-    if key in _BUILDS:
-        return _BUILDS[key]
+    memo = _BUILDS.get(key)
+    if memo is not None and memo[0] is kernel:
+        return memo[1]
     times: dict[str, float] = {}
     t = time.perf_counter()
     tk = kernel if isinstance(kernel, TileKernel) else kernel.trace(**consts)
     times["trace"] = time.perf_counter() - t
-    path = _disk_path(tk, arch, compile) if os.environ.get("HEXLAYOUT_BUILD_CACHE", "1") != "0" else None
-    if path is not None:
+    disk_key = build_key(tk, arch, compile) if os.environ.get("HEXLAYOUT_BUILD_CACHE", "1") != "0" else None
+    path = _entry_path(disk_key) if disk_key is not None else None
+    if path is not None and disk_key is not None:
         t = time.perf_counter()
-        hit = _load(path)
+        hit = _load(path, disk_key, arch, compile)
         if hit is not None:
             hit.seconds = {"trace": times["trace"], "load": time.perf_counter() - t}
-            _BUILDS[key] = hit
+            _BUILDS[key] = (kernel, hit)
             return hit
     t = time.perf_counter()
     syn = synthesize(tk, arch)
@@ -145,9 +230,9 @@ def build(kernel: Any, arch: str, *, compile: bool = True, **consts: Any) -> Bui
         compiled = compile_generated(gen)
         times["compile"] = time.perf_counter() - t
     out = Build(tk, syn, gen, compiled, times)
-    _BUILDS[key] = out
-    if path is not None:
-        _store(path, out)
+    _BUILDS[key] = (kernel, out)
+    if path is not None and disk_key is not None:
+        _store(path, out, disk_key)
     return out
 
 

@@ -6,6 +6,16 @@ An entry is ``MAGIC | sha256(payload) | payload`` where the payload is a JSON he
 to a temporary file in the same directory and are published with ``os.replace`` (atomic), so
 a reader sees a whole entry or none; an entry whose checksum does not match (truncated,
 corrupted) is deleted and reported as a miss, never loaded.
+
+Threat model: the cache directory is trusted like ``~/.cache``. The checksum detects damage,
+not forgery: whoever can write the directory can place a cubin that the next launch runs.
+So the cache is used only when every directory from the cache root down to the entry is
+owned by the current user and writable by no one else (no group / other write bit);
+otherwise ``trusted_dir`` warns once (``CacheWarning``, naming the directory) and the
+compile goes on without a persistent cache. Directories hexlayout creates are ``0o700``.
+A cache that cannot be read or written (a read-only directory, a cache path that is a file,
+a directory that cannot be created, a damaged entry that cannot be removed) never fails a
+compile either: it warns once, naming the path, and goes on.
 """
 
 from __future__ import annotations
@@ -13,21 +23,120 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DiskCache", "CacheEntry", "default_cache_dir", "cache_key", "FORMAT_VERSION"]
+__all__ = ["DiskCache", "CacheEntry", "default_cache_dir", "cache_key", "FORMAT_VERSION", "CacheWarning",
+           "trusted_dir", "warn_cache", "write_atomic", "remove_damaged"]
 
 MAGIC = b"HLK1"
 FORMAT_VERSION = 1
 
 
+class CacheWarning(UserWarning):
+    """The persistent cache (or a part of it) is not used: unsafe permissions, unwritable,
+    or a damaged entry. The operation goes on without it."""
+
+
+_WARNED: set[str] = set()
+
+
+def warn_cache(message: str) -> None:
+    """Warn (``CacheWarning``) once per process and message."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, CacheWarning, stacklevel=3)
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("HEXLAYOUT_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "hexlayout"
+
+
+def _unsafe(st: os.stat_result) -> str | None:
+    """Why a directory with status ``st`` must not hold cached code, or ``None``."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and st.st_uid != getuid():
+        return f"is owned by uid {st.st_uid}, not by the current user (uid {getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.filemode(st.st_mode)})"
+    return None
+
+
+def trusted_dir(root: Path, sub: Path | str | None = None, *, create: bool = False) -> Path | None:
+    """``root / sub`` when it can hold cached code, else ``None``.
+
+    Every directory from ``root`` down to ``root / sub`` must be owned by the current user and
+    not group- or other-writable; with ``create``, missing ones are made with mode ``0o700``.
+    A missing directory without ``create`` is ``None`` silently (a cache miss); an unsafe or
+    uncreatable one is ``None`` with a ``CacheWarning`` (once) naming it.
+    """
+    d = Path(root)
+    parts = Path(sub).parts if sub is not None else ()
+    for i in range(len(parts) + 1):
+        if i:
+            d = d / parts[i - 1]
+        try:
+            st = d.stat()
+        except FileNotFoundError:
+            if not create:
+                return None
+            try:
+                d.mkdir(mode=0o700, parents=True, exist_ok=True)
+                st = d.stat()
+            except OSError as e:
+                warn_cache(f"hexlayout: cache directory {d} cannot be created ({e.strerror or e}); "
+                           "going on without a persistent cache")
+                return None
+        except OSError as e:
+            warn_cache(f"hexlayout: cache directory {d} cannot be used ({e.strerror or e}); "
+                       "going on without a persistent cache")
+            return None
+        why = _unsafe(st)
+        if why is not None:
+            warn_cache(f"hexlayout: cache directory {d} {why}; refusing to load or store compiled code "
+                       "there (see README, 'Security and caching'); going on without a persistent cache")
+            return None
+    return d
+
+
+def write_atomic(path: Path, data: bytes, what: str = "cache entry") -> bool:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``; the parent must be a
+    ``trusted_dir``. ``False`` with a ``CacheWarning`` (once) when it cannot be written."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return True
+    except OSError as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        warn_cache(f"hexlayout: cannot write the {what} {path} ({e.strerror or e}); going on without "
+                   "storing it")
+        return False
+
+
+def remove_damaged(path: Path, what: str = "cache entry") -> None:
+    """Delete a damaged entry; a ``CacheWarning`` (once) when that is not possible."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        warn_cache(f"hexlayout: damaged {what} {path} cannot be removed ({e.strerror or e}); it is "
+                   "ignored and rebuilt in memory")
 
 
 def cache_key(source: str, arch: str, compiler: str, options: list[str] | tuple[str, ...]) -> str:
@@ -57,37 +166,30 @@ class DiskCache:
         return self.directory / "kernels" / key[:2] / f"{key}.hlk"
 
     def get(self, key: str) -> CacheEntry | None:
-        """The entry, or ``None`` when absent or damaged (a damaged file is removed)."""
+        """The entry, or ``None`` when absent, damaged (a damaged file is removed) or in a
+        directory that is not trusted (``trusted_dir``)."""
         p = self.path(key)
+        if trusted_dir(self.directory, p.parent.relative_to(self.directory)) is None:
+            return None
         try:
             data = p.read_bytes()
-        except OSError:
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            warn_cache(f"hexlayout: cannot read the cache entry {p} ({e.strerror or e}); recompiling")
             return None
         entry = _decode(data)
         if entry is None:
-            try:
-                p.unlink()
-            except OSError:
-                pass
+            remove_damaged(p)
         return entry
 
-    def put(self, key: str, entry: CacheEntry) -> Path:
+    def put(self, key: str, entry: CacheEntry) -> Path | None:
+        """Store ``entry``; its path, or ``None`` (with a ``CacheWarning``) when the cache directory
+        is not trusted or cannot be written - never an exception."""
         p = self.path(key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=p.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_encode(entry))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        return p
+        if trusted_dir(self.directory, p.parent.relative_to(self.directory), create=True) is None:
+            return None
+        return p if write_atomic(p, _encode(entry)) else None
 
     def clear(self) -> None:
         """Remove every entry."""

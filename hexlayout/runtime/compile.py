@@ -1,5 +1,10 @@
 """``compile_cuda``: CUDA C++ source to a ``CompiledKernel`` (cubin, PTX, log, resources),
-through NVRTC when available, else nvcc, with an on-disk cache and a per-process memo."""
+through NVRTC when available, else nvcc, with an on-disk cache and a per-process memo.
+
+The cache key covers the source, the architecture, the compiler and its version
+(``compiler_identity``: NVRTC version and header directories, or nvcc's version) and the
+options, so a compiler upgrade recompiles. A cache that cannot be used warns and the
+compile goes on (see ``cache``)."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from .resources import ResourceUsage, parse_ptxas, parse_res_usage
 from .toolchain import INSTALL_HINT, include_dirs, nvcc_version, nvrtc_version
 
 __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "available_backends", "clear_memory_cache",
-           "SUPPORTED_ARCHS"]
+           "SUPPORTED_ARCHS", "compiler_identity", "DEFAULT_OPTIONS"]
 
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 DEFAULT_OPTIONS = ("-std=c++17",)
@@ -89,6 +94,21 @@ def _compiler_id(backend: str) -> str:
     return nvcc_version()
 
 
+def compiler_identity(backend: str = "auto") -> str | None:
+    """What identifies the compiler ``compile_cuda(backend=backend)`` would use: its name and
+    version (``"nvrtc 13.0 <include dirs>"``, ``"nvcc 13.0.88"``); ``None`` when none is usable.
+    Part of every persisted artifact's key."""
+    if backend == "auto":
+        avail = available_backends()
+        if not avail:
+            return None
+        backend = avail[0]
+    try:
+        return _compiler_id(backend)
+    except (ToolchainError, OSError):
+        return None
+
+
 def clear_memory_cache() -> None:
     _MEMO.clear()
 
@@ -148,7 +168,7 @@ def compile_cuda(source: str, arch: str = "sm_80", options: list[str] | tuple[st
             res = None
     ck = CompiledKernel(name, arch, cubin, ptx, log, compiler.split(" /")[0], opts, res, key,
                         time.perf_counter() - t0)
-    if disk is not None:
+    if disk is not None:   # never raises: an unusable cache warns (CacheWarning) and is skipped
         disk.put(key, CacheEntry(cubin, ptx, {"name": name, "log": log, "compiler": ck.compiler,
                                               "resources": res.to_dict() if res else None}))
     _MEMO[key] = ck
