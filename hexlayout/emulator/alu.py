@@ -1,14 +1,14 @@
 """Per-thread arithmetic (``Alu``), warp shuffles (``Shfl``), ``setmaxnreg`` and no-ops.
 
 ``Alu``: ``dst[i] = op(srcs[0][i], ...)`` over the register slices of every active thread
-(a Python number broadcasts). Floating results are computed in float64 and rounded once to
-the destination type (round to nearest even; for + - * / sqrt this equals the correctly
-rounded operation in the destination precision; bf16 / fp8 go through round-to-odd float32
-so that no double rounding occurs). Integer results are computed in int64 and wrapped.
-``cvt`` converts to the destination type: float -> float rounds to nearest even (fp8
-saturates to the largest finite value, as ``cvt.rn.satfinite``), float -> int rounds to
-nearest even and saturates (NaN -> 0), int -> int wraps. ``gelu`` is the tanh
-approximation; ``silu(x) = x / (1 + exp(-x))``; ``select(c, a, b) = c != 0 ? a : b``.
+(a Python number broadcasts). The function ``op`` (``hexlayout.ir.functions``) gives the
+semantics; this module evaluates it as the printed CUDA code does: the operands are
+converted into the compute domain (``float`` for floating destinations up to 32 bits,
+``double`` for f64, ``float`` for integer destinations of floating functions or operands,
+else ``int`` / ``long long``, here int64), the function is evaluated step by step in that
+precision, and the result is converted to the destination type: floats round to nearest
+even (fp8 saturates to the largest finite value, as ``cvt.rn.satfinite``), float -> int
+rounds to nearest even and saturates (NaN -> 0), int -> int wraps.
 
 ``Shfl``: ``shfl.sync`` within segments of ``width`` lanes: "bfly" reads lane ``lane ^ arg``,
 "idx" lane ``arg`` (of the segment); the source lane must be executing the shuffle too.
@@ -23,14 +23,15 @@ import ml_dtypes
 import numpy as np
 
 from hexlayout.ir.expr import Expr, evaluate
-from hexlayout.ir.lowered import ALU_OPS, Alu, Comment, FenceProxyAsync, RegRef, SetMaxNReg, Shfl
+from hexlayout.ir.functions import NUMPY_DOMAIN, compute_domain
+from hexlayout.ir.lowered import Alu, Comment, FenceProxyAsync, RegRef, SetMaxNReg, Shfl
 from hexlayout.ir.tile import ScalarParam
 
 from .errors import DivergenceError, IllegalInstructionError
 from .machine import Active, Machine
 from .warps import whole_units
 
-__all__ = ["HANDLERS", "round_to"]
+__all__ = ["HANDLERS", "round_to", "to_integer"]
 
 _FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
@@ -55,113 +56,55 @@ def round_to(x: np.ndarray, npd: np.dtype, name: str) -> np.ndarray:
     return _round_to_odd_f32(x).astype(npd)
 
 
-def _to_int(x: np.ndarray, npd: np.dtype, from_float: bool) -> np.ndarray:
-    if from_float:
-        info = np.iinfo(npd)
-        r = np.rint(np.nan_to_num(x, nan=0.0, posinf=info.max, neginf=info.min))
-        return np.clip(r, info.min, info.max).astype(npd)
-    return np.asarray(x).astype(np.int64).astype(npd)
+def to_integer(x: np.ndarray, npd: np.dtype) -> np.ndarray:
+    """Floating values rounded to nearest even and saturated to the integer type ``npd``
+    (NaN -> 0), as ``cvt.rni.sat`` / ``__float2int_rn``."""
+    info = np.iinfo(npd)
+    r = np.rint(np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0))
+    hi = r >= float(info.max) + 1.0            # exact powers of two: 2**31, 2**63, ...
+    lo = r <= float(info.min)
+    mid = np.where(hi | lo, 0.0, r)
+    return np.where(hi, info.max, np.where(lo, info.min, mid.astype(np.int64))).astype(npd)
 
 
-def _gelu(a: np.ndarray) -> np.ndarray:
-    return 0.5 * a * (1.0 + np.tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
-
-
-_UNARY = {
-    "mov": lambda a: a,
-    "cvt": lambda a: a,
-    "neg": np.negative,
-    "abs": np.abs,
-    "exp2": np.exp2,
-    "exp": np.exp,
-    "log2": np.log2,
-    "log": np.log,
-    "rcp": lambda a: 1.0 / a,
-    "rsqrt": lambda a: 1.0 / np.sqrt(a),
-    "sqrt": np.sqrt,
-    "silu": lambda a: a / (1.0 + np.exp(-a)),
-    "gelu": _gelu,
-    "not": np.logical_not,
-}
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
-           "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-           "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or}
-
-
-def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    return np.where(b == 0, 0, np.where((a < 0) != (safe < 0), -q, q))
+def _source(m: Machine, ins: Alu, x: Active, s: Any) -> tuple[Any, bool]:
+    """Operand ``s`` as an array (or scalar) of the compute domain, and whether it is floating."""
+    if isinstance(s, RegRef):
+        if s.count != ins.dst.count:
+            m.fail(IllegalInstructionError, ins, f"{ins.op}: source {s.array.name} has {s.count} element(s), "
+                                                 f"the destination {ins.dst.count}")
+        return m.read_regs(s, x.tids, x.env, ins), s.array.dtype.is_float
+    if isinstance(s, ScalarParam):
+        return np.asarray(x.env[s.var]), s.dtype.is_float
+    if isinstance(s, Expr):
+        v = np.asarray(evaluate(s, m.with_registers(s, x.env)))   # a float scalar stays a float
+        return (v.reshape(-1, 1) if v.ndim else v), v.dtype.kind == "f"
+    return np.asarray(s), isinstance(s, float)
 
 
 def alu(m: Machine, ins: Alu, x: Active) -> None:
-    if ins.op not in ALU_OPS:
-        m.fail(
-            IllegalInstructionError, ins, f"unknown ALU op {ins.op!r}; known: {', '.join(sorted(ALU_OPS))}"
-        )
-    if len(ins.srcs) != ALU_OPS[ins.op]:
-        m.fail(
-            IllegalInstructionError, ins, f"{ins.op} takes {ALU_OPS[ins.op]} operand(s), got {len(ins.srcs)}"
-        )
+    fn = ins.op
+    if len(ins.srcs) != fn.arity:
+        m.fail(IllegalInstructionError, ins, f"{fn} takes {fn.arity} operand(s), got {len(ins.srcs)}")
     if not len(x.tids):
         return
     dst_t = ins.dst.array.dtype
     npd = np.dtype(dst_t.numpy())
-    dst_float = dst_t.is_float
-    vals: list[Any] = []
-    any_float_src = False
-    for s in ins.srcs:
-        if isinstance(s, RegRef):
-            if s.count != ins.dst.count:
-                m.fail(
-                    IllegalInstructionError,
-                    ins,
-                    f"{ins.op}: source {s.array.name} has {s.count} element(s), "
-                    f"the destination {ins.dst.count}",
-                )
-            v = m.read_regs(s, x.tids, x.env, ins)
-            any_float_src |= s.array.dtype.is_float
-            vals.append(v.astype(np.float64) if (dst_float or s.array.dtype.is_float) else v.astype(np.int64))
-        elif isinstance(s, ScalarParam):
-            v = x.env[s.var]
-            any_float_src |= s.dtype.is_float
-            vals.append(float(v) if dst_float or s.dtype.is_float else int(v))
-        elif isinstance(s, Expr):
-            v = np.asarray(evaluate(s, m.with_registers(s, x.env)))   # a float scalar stays a float
-            is_float = v.dtype.kind == "f"
-            any_float_src |= is_float
-            v = v.astype(np.float64 if is_float else np.int64)
-            v = np.broadcast_to(v.reshape(-1, 1) if v.ndim else v, (len(x.tids), 1))
-            vals.append(v.astype(np.float64) if dst_float else v)
-        else:
-            any_float_src |= isinstance(s, float)
-            vals.append(float(s) if dst_float or isinstance(s, float) else int(s))
-    op = ins.op
+    raw = [_source(m, ins, x, s) for s in ins.srcs]
+    dom = compute_domain(fn, dst_t, any(f for _, f in raw))
+    npdom = NUMPY_DOMAIN[dom]
     with np.errstate(all="ignore"):
-        if op in _UNARY:
-            r = _UNARY[op](vals[0])
-            if not dst_float and op not in ("mov", "cvt", "neg", "abs", "not"):
-                r = np.asarray(r, dtype=np.float64)
-                any_float_src = True
-        elif op in _BINARY:
-            r = _BINARY[op](vals[0], vals[1])
-        elif op == "div":
-            r = (
-                vals[0] / vals[1]
-                if (dst_float or any_float_src)
-                else _int_div(np.asarray(vals[0]), np.asarray(vals[1]))
-            )
-        elif op == "fma":
-            r = vals[0] * vals[1] + vals[2]
-        else:  # select
-            r = np.where(np.asarray(vals[0]) != 0, vals[1], vals[2])
-        r = np.broadcast_to(np.asarray(r), (len(x.tids), ins.dst.count))
-        if dst_float:
-            out = round_to(r, npd, dst_t.name)
+        vals = [np.asarray(v).astype(npdom) for v, _ in raw]
+        r = np.asarray(fn.numpy(*vals))
+        r = np.broadcast_to(r, (len(x.tids), ins.dst.count))
+        if dst_t.is_float:
+            out = round_to(r.astype(npdom).astype(np.float64), npd, dst_t.name)
         elif npd == np.dtype(np.bool_):
-            out = np.asarray(r) != 0
+            out = r != 0
+        elif dom in ("float", "double"):
+            out = to_integer(r, npd)
         else:
-            out = _to_int(r, npd, from_float=any_float_src or r.dtype.kind == "f")
+            out = r.astype(np.int64).astype(npd)
     m.write_regs(ins.dst, x.tids, x.env, ins, out)
 
 

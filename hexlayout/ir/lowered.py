@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .expr import ExprLike, Var
+from .functions import AluFunction, alu_function
 from .tile import GlobalParam, ScalarParam, SourceLoc
 from .types import DType
 
@@ -39,7 +40,6 @@ __all__ = [
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
     "FenceProxyAsync", "Alu", "Shfl", "SetMaxNReg", "Comment", "ForLoop", "IfThen", "LoweredKernel",
-    "ALU_OPS",
 ]
 
 
@@ -282,14 +282,6 @@ class FenceProxyAsync(Instr):
     pass
 
 
-ALU_OPS = {
-    "mov": 1, "neg": 1, "abs": 1, "exp2": 1, "exp": 1, "log2": 1, "log": 1, "rcp": 1, "rsqrt": 1,
-    "sqrt": 1, "silu": 1, "gelu": 1, "cvt": 1, "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2,
-    "min": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "not": 1,
-    "fma": 3, "select": 3,
-}
-
-
 @dataclass(eq=False)
 class Alu(Instr):
     """``dst[i] = op(srcs[0][i], srcs[1][i], ...)`` for ``i < dst.count``.
@@ -299,11 +291,16 @@ class Alu(Instr):
     ``ScalarParam`` (a kernel scalar argument). Arithmetic happens in ``dst``'s element
     type (f32 for 16-bit float destinations, then rounded); ``cvt`` converts to ``dst``'s
     element type with round-to-nearest-even; comparisons (``lt``, ``le``, ``eq``...) give 0/1.
+    ``op`` is an ``AluFunction`` (``hexlayout.ir.functions``; a name is looked up there):
+    its definition gives the arity, the semantics, the printing and the cost.
     """
 
-    op: str
+    op: AluFunction
     dst: RegRef
     srcs: tuple[RegRef | float | int | ExprLike | ScalarParam, ...]
+
+    def __post_init__(self) -> None:
+        self.op = alu_function(self.op)
 
 
 @dataclass(eq=False)

@@ -37,8 +37,10 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   ``x[:, :, s]``, ``x.tile(shape, origin)``, ``x.T``, ``x.permute``.
 - operations (``ops``, ``math``): ``copy``, ``mma``, ``cast``, ``fill``, ``full``,
   ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
-  ``iota``, ``assign``; elementwise operators and ``exp exp2 log log2 rsqrt sqrt abs silu
-  gelu maximum minimum max min where equal not_equal logical_and logical_or logical_not``.
+  ``iota``, ``assign``; elementwise operators and ``abs maximum minimum max min where equal
+  not_equal logical_and logical_or logical_not``, and one unary function per ALU function
+  with a language name (``exp exp2 log log2 rsqrt sqrt silu gelu tanh softplus``, generated
+  from ``hexlayout.ir.functions``).
 - control (``control``): ``range``, ``if_``, ``else_``, ``warp_group``.
 - synchronization (``sync``): ``syncthreads``, ``commit_group``, ``wait_group``,
   ``mbarrier``, ``mbarrier_init``, ``arrive``, ``wait``, ``wgmma_fence``,
@@ -81,23 +83,16 @@ from .errors import KernelError
 from .kernel import Kernel, kernel
 from .launch import cdiv, grid, lane_index, repeat, spatial, thread_index, warp_group_index, warp_index
 from .layouts import auto
+from .math import FUNCTIONS as _FUNCTIONS
 from .math import abs_ as abs  # noqa: A004
 from .math import (
     equal,
-    exp,
-    exp2,
-    gelu,
-    log,
-    log2,
     logical_and,
     logical_not,
     logical_or,
     maximum,
     minimum,
     not_equal,
-    rsqrt,
-    silu,
-    sqrt,
     where,
 )
 from .math import maximum as max  # noqa: A004
@@ -130,9 +125,23 @@ __all__ = [
     "make_layout_tv",
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
     "iota", "assign",
-    "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "abs", "silu", "gelu", "maximum", "minimum", "max", "min",
+    "abs", "maximum", "minimum", "max", "min",
     "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",
     "syncthreads", "commit_group", "wait_group", "mbarrier", "mbarrier_init", "arrive", "wait",
     "wgmma_fence", "wgmma_commit", "wgmma_wait", "setmaxnreg",
 ]
+
+# hl.exp, hl.silu, ...: one unary function per ALU function with a language name
+globals().update(_FUNCTIONS)
+__all__ += list(_FUNCTIONS)
+
+
+def __getattr__(name: str) -> object:
+    """``hl.<name>`` of an ALU function defined after this package was imported."""
+    from .math import function
+
+    try:
+        return function(name)
+    except LookupError:
+        raise AttributeError(f"module 'hexlayout.lang' has no attribute {name!r}") from None

@@ -7,7 +7,8 @@ for every thread of the region with loop variables at 0:
 - shared accesses (ld/st.shared, ldmatrix/stmatrix rows, cp.async destinations): the
   wavefronts of each warp-wide request under the bank model of ``hexlayout.arch``;
 - global accesses (ld/st.global, cp.async sources): the 32-byte sectors per warp request;
-- issue: one slot per instruction (mma.sync 2, wgmma 4, an ALU op one per 4 elements).
+- issue: one slot per instruction (mma.sync 2, wgmma 4, an ALU op its function's ``issue``,
+  one per 4 elements).
 
 ``cost = issue + wavefronts + sectors``; ``CostBreakdown`` keeps the parts for ``explain``.
 """
@@ -107,7 +108,7 @@ def instr_cost(ins: Instr, tid: Any, lo: int, hi: int) -> CostBreakdown:
     elif isinstance(ins, Wgmma):
         c.issue = 4
     elif isinstance(ins, Alu):
-        c.issue = max(1.0, ins.dst.count / 4)
+        c.issue = ins.op.issue(ins.dst.count)
     else:
         c.issue = 1
     if isinstance(ins, (LdShared, StShared)):

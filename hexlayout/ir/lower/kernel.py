@@ -23,6 +23,7 @@ from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
 
 from ..expr import ExprLike, Var, as_expr
+from ..functions import ALU_FUNCTIONS
 from ..lowered import (
     BarSync,
     Comment,
@@ -132,10 +133,6 @@ class LoweredProgram:
     requirements: list[Requirement] = field(default_factory=list)
     choices: list[tuple[Op, str]] = field(default_factory=list)   # (op, instruction chosen)
 
-
-_ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "abs", "exp", "exp2", "log", "log2", "rsqrt", "sqrt",
-                "silu", "gelu", "max", "min", "select", "mov", "lt", "le", "gt", "ge", "eq", "ne", "and",
-                "or", "not", "cvt"}
 
 # Instruction preference for shared -> register and register -> shared copies.
 _LDSM = ("SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T", "SM75_U32x2_LDSM_N", "SM75_U16x4_LDSM_T",
@@ -480,7 +477,7 @@ class _Lowering:
         return x
 
     def op_Elementwise(self, op: Elementwise) -> list[Instr]:
-        if op.fn not in _ELEMENTWISE:
+        if op.fn not in ALU_FUNCTIONS:
             raise self.fail(op, f"unknown elementwise function {op.fn!r}")
         args = [self._operand(a, op) for a in op.args]
         dst = self.register_of(op.result, op, args)

@@ -23,12 +23,14 @@ import numpy as np
 from hexlayout.layout.inttuple import crd2idx
 
 from ..expr import Var, as_expr
+from ..functions import AluFunction, alu_function
 from ..lowered import Alu, Instr, RegArray, RegRef, Shfl
 from .views import RegisterTile, tile_coords
 
 __all__ = ["lower_elementwise", "lower_fill", "lower_iota", "lower_reduce", "value_map", "REDUCE_OPS"]
 
-REDUCE_OPS = {"sum": "add", "max": "max", "min": "min"}
+#: reduction -> the ALU function that combines two partials
+REDUCE_OPS = {"sum": alu_function("add"), "max": alu_function("max"), "min": alu_function("min")}
 
 
 def _coords_table(reg: RegisterTile) -> list[np.ndarray]:
@@ -81,8 +83,9 @@ def _runs(pairs: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], int]]:
     return runs
 
 
-def lower_elementwise(op: str, dst: RegisterTile, srcs: list[Any]) -> list[Instr] | str:
-    """``dst = op(*srcs)``; a src is a RegisterTile, a number, an Expr or a ScalarParam."""
+def lower_elementwise(op: str | AluFunction, dst: RegisterTile, srcs: list[Any]) -> list[Instr] | str:
+    """``dst = op(*srcs)`` (``op``: an ALU function or its name); a src is a RegisterTile, a
+    number, an Expr or a ScalarParam."""
     maps: list[np.ndarray | None] = []
     for s in srcs:
         if isinstance(s, RegisterTile):
@@ -190,7 +193,7 @@ def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int, scrat
     return out
 
 
-def _cross_warp(op: str, dst: RegisterTile, scratch: RegArray, lanes_bits: int, warp_bits: int,
+def _cross_warp(op: AluFunction, dst: RegisterTile, scratch: RegArray, lanes_bits: int, warp_bits: int,
                 tid: Any, exchange: Any) -> list[Instr]:
     """Combine the per-warp partials of ``dst`` through shared memory (see ``lower_reduce``)."""
     from ..lowered import LdShared, SharedRef, StShared

@@ -1,0 +1,184 @@
+"""Floating-point math functions: exp exp2 log log2 sqrt rsqrt silu gelu tanh softplus.
+
+Each computes in ``float`` (``double`` for f64 destinations) with the C math library
+function named in its printing; ``numpy`` evaluates the same expression step by step in
+the same precision, each library call correctly rounded (``libm``), so the two differ only
+by the C math library's rounding (``ulp``; glibc on the host, CUDA's on the device).
+``device_ulp`` is the maximum error CUDA documents for the device function (CUDA C++
+Programming Guide, "Mathematical Functions", single precision), composed through the
+expression for silu, gelu and softplus.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import FLOAT, AluFunction, CDomain, libm
+
+__all__ = ["Exp", "Exp2", "Log", "Log2", "Sqrt", "Rsqrt", "Silu", "Gelu", "Tanh", "Softplus"]
+
+
+class _Transcendental(AluFunction):
+    """A floating-point function (operands and result floating; integers are converted)."""
+
+    accepts = FLOAT
+    floating = True
+
+
+class Exp(_Transcendental):
+    """``e**x``."""
+
+    name = "exp"
+    lang_name = "exp"
+    ulp = 1
+    device_ulp = 2
+
+    def numpy(self, x: Any) -> Any:
+        return libm(np.exp, x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('exp')}({x})"
+
+
+class Exp2(_Transcendental):
+    """``2**x`` (prefer it with a log2(e)-scaled argument)."""
+
+    name = "exp2"
+    lang_name = "exp2"
+    ulp = 1
+    device_ulp = 2
+
+    def numpy(self, x: Any) -> Any:
+        return libm(np.exp2, x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('exp2')}({x})"
+
+
+class Log(_Transcendental):
+    """``ln x`` (NaN for x < 0, -inf at 0)."""
+
+    name = "log"
+    lang_name = "log"
+    ulp = 1
+    device_ulp = 1
+
+    def numpy(self, x: Any) -> Any:
+        return libm(np.log, x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('log')}({x})"
+
+
+class Log2(_Transcendental):
+    """``log2 x`` (NaN for x < 0, -inf at 0)."""
+
+    name = "log2"
+    lang_name = "log2"
+    ulp = 1
+    device_ulp = 1
+
+    def numpy(self, x: Any) -> Any:
+        return libm(np.log2, x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('log2')}({x})"
+
+
+class Sqrt(_Transcendental):
+    """``sqrt x``, correctly rounded."""
+
+    name = "sqrt"
+    lang_name = "sqrt"
+
+    def numpy(self, x: Any) -> Any:
+        return np.sqrt(x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('sqrt')}({x})"
+
+
+class Rsqrt(_Transcendental):
+    """``1 / sqrt x``."""
+
+    name = "rsqrt"
+    lang_name = "rsqrt"
+    ulp = 1
+    device_ulp = 2
+
+    def numpy(self, x: Any) -> Any:
+        return 1 / np.sqrt(x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('rsqrt')}({x})"
+
+
+class Silu(_Transcendental):
+    """``silu(x) = x * sigmoid(x) = x / (1 + e**-x)``."""
+
+    name = "silu"
+    lang_name = "silu"
+    ulp = 2
+    device_ulp = 4
+
+    def numpy(self, x: Any) -> Any:
+        return x / (1 + libm(np.exp, -x))
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"({x}) / ({c.one()} + {c.math('exp')}(-({x})))"
+
+
+_GELU_K = 0.7978845608028654    # sqrt(2 / pi)
+_GELU_C = 0.044715
+
+
+class Gelu(_Transcendental):
+    """GELU, tanh approximation: ``0.5 x (1 + tanh(k (x + 0.044715 x**3)))``, ``k = sqrt(2/pi)``,
+    computed as the equal ``x / (1 + e**(-2k (x + 0.044715 x**3)))`` (no cancellation for
+    negative x)."""
+
+    name = "gelu"
+    lang_name = "gelu"
+    ulp = 2
+    device_ulp = 4
+
+    def numpy(self, x: Any) -> Any:
+        return x / (1 + libm(np.exp, -2 * _GELU_K * (x + _GELU_C * x * x * x)))
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return (f"({x}) / ({c.one()} + {c.math('exp')}({c.lit(-2 * _GELU_K)} * (({x}) + "
+                f"{c.lit(_GELU_C)} * ({x}) * ({x}) * ({x}))))")
+
+
+class Tanh(_Transcendental):
+    """``tanh x``."""
+
+    name = "tanh"
+    lang_name = "tanh"
+    ulp = 2
+    device_ulp = 2
+
+    def numpy(self, x: Any) -> Any:
+        return libm(np.tanh, x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math('tanh')}({x})"
+
+
+class Softplus(_Transcendental):
+    """``softplus(x) = ln(1 + e**x)``, computed as ``max(x, 0) + ln(1 + e**-|x|)`` (no
+    overflow for large x)."""
+
+    name = "softplus"
+    lang_name = "softplus"
+    ulp = 2
+    device_ulp = 3
+
+    def numpy(self, x: Any) -> Any:
+        return np.fmax(x, 0) + libm(np.log1p, libm(np.exp, -np.abs(x)))
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return (f"{c.math('fmax')}({x}, {c.lit(0.0)}) + "
+                f"{c.math('log1p')}({c.math('exp')}(-{c.math('fabs')}({x})))")
