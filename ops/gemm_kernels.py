@@ -47,7 +47,7 @@ def _epilogue(acc: Any, ep: Epilogue, bias: Any, residual: Any, scale: Any, m0: 
         hl.copy(hl.view(bias, tile=(bn,), origin=(n0,)), rb)
         y = y + hl.cast(rb, f32)
     if act == "relu":
-        y = hl.maximum(y, 0.0)
+        y = hl.where(y < 0.0, 0.0, y)       # NaN stays NaN, as torch.relu (max.f32 would give 0)
     elif act == "gelu":
         y = hl.gelu(y)
     elif act == "silu":
