@@ -11,8 +11,10 @@ patterns of tiled copies when
 each touch 8 distinct bank groups.
 
 - ``conflict_free_swizzles``: every ``Swizzle<B, M, S>`` on element offsets with
-  ``M = log2(16 / elem_bytes)`` (whole chunks move), ``S >= B``, period at most the tile,
-  that makes both patterns conflict-free (checked exhaustively over the 32 ``(B, S)``).
+  ``M = log2(16 / elem_bytes)`` (whole chunks move), ``S >= B``, whose period
+  ``2^(B+M+S)`` divides the tile's element count (so the swizzle permutes the tile's own
+  offsets ``[0, rows*row_elems)``; a 48 x 80 f16 tile, 3840 elements, admits periods up to
+  256), that makes both patterns conflict-free (checked exhaustively over the 32 ``(B, S)``).
 - ``conflict_free_padding``: the smallest row padding ``P`` (elements) with 16-byte
   aligned rows of ``row_bytes + P * elem_bytes`` bytes that makes the ldmatrix phase
   conflict-free, solved with z3 (an ``Optimize`` over the integer padding with the bank
@@ -62,8 +64,8 @@ def conflict_free_swizzles(row_bytes: int, rows: int, elem_bits: int) -> tuple[S
     out = []
     for b in range(4):
         for s in range(b, 8):
-            if b and (1 << (b + m_bits + s)) > tile_elems:
-                continue
+            if b and tile_elems % (1 << (b + m_bits + s)):
+                continue                                # the period must tile the buffer exactly
             sw = Swizzle(b, m_bits, s)
 
             def addr(r: np.ndarray, c: np.ndarray, sw: Swizzle = sw) -> np.ndarray:

@@ -274,13 +274,49 @@ def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads
     u_shape = [shape[inner] // w] + [shape[k] for k in order[1:]]
     u_stride = [colex[inner] * w] + [colex[k] for k in order[1:]]
     u = Layout(tuple(u_shape), tuple(u_stride))
-    t_part = u.with_shape((threads, total_vecs // threads)) if total_vecs > threads else u.with_shape(threads)
+    split = (threads, total_vecs // threads) if total_vecs > threads else threads
+    try:
+        t_part = u.with_shape(split)
+    except ValueError:   # e.g. rows of 12 vectors over 128 threads: no layout takes vectors in order
+        return _spread_thread_layout(u_shape, u_stride, Layout(w, colex[inner]), threads)
     if total_vecs > threads:
         thr, rest = t_part[0], t_part[1]
     else:
         thr, rest = t_part, Layout(1, 0)
     vec = Layout(w, colex[inner])
     return Layout((thr.shape, (vec.shape, rest.shape)), (thr.stride, (vec.stride, rest.stride)))
+
+
+def _spread_thread_layout(u_shape: list[int], u_stride: list[int], vec: Layout, threads: int) -> Layout | str:
+    """``copy_thread_layout`` when vectors ``u = t + threads*n`` are no layout (a mode's extent
+    neither divides nor is divided by the threads left): ``f_k = gcd(e_k, T_k)`` threads go
+    along vector mode ``k`` (extent ``e_k``, fastest first; ``T_k`` threads still unplaced) with
+    the mode's stride ``s_k``, and its ``e_k / f_k`` remaining vectors, stride ``f_k*s_k``, are
+    values. A 64 x 96 f16 tile (12 vectors a row) over 128 threads: 4 threads a row, 32 rows."""
+    import math
+
+    thr: list[tuple[int, int]] = []
+    rest: list[tuple[int, int]] = []
+    left = threads
+    for e, st in zip(u_shape, u_stride):
+        f = math.gcd(e, left)
+        if f > 1:
+            thr.append((f, st))
+        if e // f > 1:
+            rest.append((e // f, st * f))
+        left //= f
+    if left > 1:
+        return f"{threads} threads cannot be spread evenly over {tuple(u_shape)} vectors"
+
+    def mode(parts: list[tuple[int, int]]) -> Layout:
+        if not parts:
+            return Layout(1, 0)
+        if len(parts) == 1:
+            return Layout(parts[0][0], parts[0][1])
+        return Layout(tuple(p[0] for p in parts), tuple(p[1] for p in parts))
+
+    t, r = mode(thr), mode(rest)
+    return Layout((t.shape, (vec.shape, r.shape)), (t.stride, (vec.stride, r.stride)))
 
 
 def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threads: int, elem_bits: int,
