@@ -152,3 +152,160 @@ def test_gpu_cuda_graph_capture() -> None:
     g.replay()
     torch.cuda.synchronize()
     _close(out.cpu(), _ref(a.cpu(), b.cpu()), torch.float16)
+
+
+# --- issue 15: autograd, one check everywhere, IEEE edge cases, hints, any M ----------------------------
+
+def _grad_inputs(m, n, k, b_layout, seed):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).half()
+    b = torch.randn(*((n, k) if b_layout == "nk" else (k, n)), generator=g).half()
+    return a, b, torch.randn(n, generator=g).half(), torch.randn(m, n, generator=g).half()
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
+@pytest.mark.parametrize("b_layout", ["nk", "kn"])
+def test_backward_matches_float64_autograd(emulate, activation, b_layout) -> None:
+    """dA, dB, d bias, d residual of the emulated op against torch autograd in float64 on the
+    same (f16-representable) inputs."""
+    a, b, bias, res = _grad_inputs(24, 16, 32, b_layout, seed=len(activation) + len(b_layout))
+    ours = [x.clone().requires_grad_() for x in (a, b, bias, res)]
+    ref = [x.double().requires_grad_() for x in (a, b, bias, res)]
+    dc = torch.randn(24, 16, generator=torch.Generator().manual_seed(5)).half()
+    torch.ops.hexlayout.gemm(*ours, activation, 0.75, b_layout).backward(dc)
+    _ref(*ref, activation=activation, scale=0.75, b_layout=b_layout).backward(dc.double())
+    for name, x, y in zip(("a", "b", "bias", "residual"), ours, ref):
+        assert x.grad is not None and x.grad.dtype == torch.float16, name
+        err = ((x.grad.double() - y.grad).abs().max() / y.grad.abs().max()).item()
+        assert err < 2e-3, (name, err)
+
+
+def test_backward_only_for_inputs_that_require_grad_and_under_compile(emulate) -> None:
+    a, b, bias, _ = _grad_inputs(16, 8, 16, "nk", seed=1)
+    w = b.clone().requires_grad_()
+    torch.ops.hexlayout.gemm(a, w, bias, activation="silu").sum().backward()
+    ref = b.double().requires_grad_()
+    _ref(a, ref, bias.double(), activation="silu").sum().backward()
+    assert a.grad is None and bias.grad is None
+    torch.testing.assert_close(w.grad.double(), ref.grad, rtol=2e-3, atol=2e-3)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, y: torch.ops.hexlayout.gemm(x, y, activation="gelu").sum(),
+                      backend="aot_eager", fullgraph=True)
+    x = a.clone().requires_grad_()
+    f(x, b).backward()
+    ref = a.double().requires_grad_()
+    _ref(ref, b.double(), activation="gelu").sum().backward()
+    torch.testing.assert_close(x.grad.double(), ref.grad, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("scale", [None, 0.5, -2.0, float("nan"), float("inf"), float("-inf")])
+def test_k0_epilogue_matches_torch(emulate, scale) -> None:
+    """K = 0: act(scale * 0 + bias) + residual exactly as torch computes it (NaN for a NaN or
+    infinite scale), for every epilogue combination."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.empty(5, 0).half(), torch.empty(6, 0).half()
+    bias, res = torch.randn(6, generator=g).half(), torch.randn(5, 6, generator=g).half()
+    for activation in ("none", "relu", "gelu", "silu"):
+        for kw in ({}, {"bias": bias}, {"residual": res}, {"bias": bias, "residual": res}):
+            c = torch.ops.hexlayout.gemm(a, b, activation=activation, scale=scale, **kw)
+            want = _ref(a, b, activation=activation, scale=scale, **kw).half()
+            torch.testing.assert_close(c, want, equal_nan=True, rtol=0, atol=1e-3)
+
+
+def test_nan_propagates_through_the_kernel_epilogue(emulate) -> None:
+    """K > 0: a NaN scale gives NaN through every activation, relu included, as in torch."""
+    a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
+    for activation in ("none", "relu", "gelu", "silu"):
+        c = torch.ops.hexlayout.gemm(a, b, activation=activation, scale=float("nan"))
+        assert c.isnan().all(), activation
+
+
+@pytest.mark.parametrize(("make", "arg", "match"), [
+    (lambda d: (torch.empty(4, 8, device=d).half(), torch.empty(6, 16, device=d).half()), "b", "K = 16"),
+    (lambda d: (torch.empty(4, 8, device=d), torch.empty(6, 8, device=d)), "a", "dtype torch.float32"),
+    (lambda d: (torch.empty(8, device=d).half(), torch.empty(6, 8, device=d).half()), "a", "matrix"),
+    (lambda d: (torch.empty(4, 8, device=d).half(), torch.empty(5, 8, device=d).half()), "b", "N = 5 is odd"),
+    (lambda d: (torch.empty(4, 8).half(), torch.empty(6, 8, device="meta").half()), "b", "one device"),
+    (lambda d: (torch.empty(8, 4, device=d).half().t(), torch.empty(6, 8, device=d).half()), "a",
+     "contiguous"),
+])
+def test_meta_and_fake_tensors_get_the_eager_errors(emulate, make, arg, match) -> None:
+    """The fake implementation runs the eager check: the same error for CPU tensors (eager),
+    meta tensors and fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hexlayout.errors import HexlayoutError
+
+    errors = []
+    for device in ("cpu", "meta"):
+        with pytest.raises(HexlayoutError, match=match) as e:
+            torch.ops.hexlayout.gemm(*make(device))
+        errors.append(e.value)
+    with FakeTensorMode(), pytest.raises(HexlayoutError, match=match) as e:
+        torch.ops.hexlayout.gemm(*make("cpu"))
+    errors.append(e.value)
+    assert all(isinstance(x, ValueError) and x.arg == arg for x in errors)
+    assert len({str(x) for x in errors}) == 1
+
+
+def test_misaligned_view_hint_is_clone(emulate) -> None:
+    a = torch.randn(16 * 32 + 1).half()[1:].view(16, 32)            # contiguous, 2 bytes off
+    b = torch.randn(8, 32).half()
+    with pytest.raises(ValueError, match=r"argument 'a': starts 2 bytes off 16-byte alignment.*a\.clone\(\)"):
+        torch.ops.hexlayout.gemm(a, b)
+    assert a.contiguous().data_ptr() == a.data_ptr()                 # what the old hint said does not help
+    _close(torch.ops.hexlayout.gemm(a.clone(), b), _ref(a, b), torch.float16)
+    bias = torch.randn(9).half()[1:]                                 # 2 bytes off the 4-byte vectors
+    with pytest.raises(ValueError, match=r"argument 'bias': starts 2 bytes off 4-byte.*bias\.clone\(\)"):
+        torch.ops.hexlayout.gemm(a.clone(), b, bias)
+
+
+def test_scalar_strings_and_kinds_are_refused_naming_the_argument(emulate) -> None:
+    from hexlayout.ops.gemm import gemm
+    from hexlayout.ops.torch_gemm import gemm_op
+
+    from hexlayout.runtime.args import ArgumentTypeError
+
+    a, b = torch.randn(8, 16).half(), torch.randn(8, 16).half()
+    for fn in (gemm, gemm_op):
+        for bad in ("0.5", True, torch.tensor(0.5)):
+            with pytest.raises(ArgumentTypeError, match="argument 'scale'"):
+                fn(a, b, scale=bad)
+        with pytest.raises(ArgumentTypeError, match="argument 'activation'"):
+            fn(a, b, activation=None)
+        with pytest.raises(ArgumentTypeError, match="argument 'b'"):
+            fn(a, "b")
+    with pytest.raises(RuntimeError, match="argument 'scale'"):  # torch's own schema binding
+        torch.ops.hexlayout.gemm(a, b, scale="0.5")
+
+
+def test_any_m_splits_launches_within_the_grid_and_32_bit_limits(emulate, monkeypatch) -> None:
+    """M > 65,535 row tiles (8,388,480 rows with 128-row tiles on sm_80) is not refused: the
+    op runs several launches over row slices. Checked on meta tensors (no allocation), on the
+    limits themselves, and by emulating a split launch with a shrunken grid limit."""
+    import hexlayout.ops.gemm as G
+    from hexlayout.ops.gemm_config import CONFIGS, GemmConfig
+
+    from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX
+
+    big = torch.ops.hexlayout.gemm(torch.empty(10_000_000, 64, device="meta").half(),
+                                   torch.empty(64, 64, device="meta").half())
+    assert big.shape == (10_000_000, 64)
+    cfg128 = GemmConfig("sm_80", 128, 128, 32, 3)
+    assert G.rows_per_launch("sm_80", cfg128, 64, 64) == GRID_LIMITS[1] * 128 == 8_388_480
+    for arch, cfgs in CONFIGS.items():
+        for cfg in cfgs:
+            for n, k in ((8, 8), (64, 4096), (4096, 65536), (2**20, 8), (8, 2**20)):
+                rows = G.rows_per_launch(arch, cfg, n, k)
+                tiles_m = -(-rows // cfg.BM)
+                if arch == "sm_90a":
+                    assert tiles_m * -(-n // cfg.BN) <= GRID_LIMITS[0]
+                else:
+                    assert tiles_m <= GRID_LIMITS[1]
+                assert rows >= 1 and (rows + cfg.BM) * max(n, k) <= INT32_MAX
+    monkeypatch.setattr(G, "GRID_LIMITS", (GRID_LIMITS[0], 2, GRID_LIMITS[2]))   # 2 row tiles a launch
+    small = CONFIGS["sm_80"][5]                                                      # BM = 16
+    assert G.rows_per_launch("sm_80", small, 16, 16) == 32
+    a, b, bias, res = _grad_inputs(69, 16, 16, "nk", seed=7)          # launches of 32, 32 and 5 rows
+    c = G.gemm(a, b, bias, res, "relu", 0.5, config=small)
+    _close(c, _ref(a, b, bias, res, "relu", 0.5), torch.float16)

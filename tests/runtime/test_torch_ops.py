@@ -154,3 +154,67 @@ def test_op_under_torch_compile_on_cuda() -> None:
     f = torch.compile(lambda a, b: torch.ops.hexlayout.test_toy_gemm(a, b) * 2, fullgraph=True)
     a, b = _inputs(128, 256, 64, device="cuda")
     torch.testing.assert_close(f(a, b).float(), 2 * (a.float() @ b.float().T), rtol=3e-2, atol=3e-2)
+
+
+# --- one check for every path; autograd never silently missing ------------------------------------
+
+def test_op_without_backward_refuses_inputs_that_require_grad(emulate_on) -> None:
+    """No silent ``None`` gradients: an op with no backward refuses, naming the argument,
+    eagerly and on meta tensors; under no_grad or with detached inputs it runs."""
+    a, b = _inputs(16, 8, 16)
+    w = b.clone().requires_grad_()
+    for args in ((a, w), (a.to("meta"), w.detach().to("meta").requires_grad_())):
+        with pytest.raises(rt.ArgumentError, match=r"argument 'b': requires grad, but "
+                           r"hexlayout\.test_toy_gemm has no backward.*b\.detach\(\)"):
+            torch.ops.hexlayout.test_toy_gemm(*args)
+    with torch.no_grad():
+        torch.testing.assert_close(toy(a, w).double(), a.double() @ b.double().T, rtol=1e-2, atol=1e-2)
+    assert toy(a, w.detach()).shape == (16, 8)
+
+
+def test_check_runs_before_every_implementation(emulate_on) -> None:
+    """``check=`` is called with the op's arguments before the fake, CPU and CUDA kernels,
+    so eager, meta and fake tensors get its error."""
+    seen = []
+
+    def check(x: torch.Tensor, n: int = 1) -> None:
+        seen.append(x.device.type)
+        if n < 0:
+            raise rt.ArgumentError("hexlayout.test_checked", "n", f"must be >= 0, got {n}")
+
+    op = define_op("test_checked", "(Tensor x, int n=1) -> Tensor", check=check,
+                   fake=lambda x, n=1: torch.empty_like(x), impl=lambda x, n=1: x * n)
+    assert op.arguments() == [("x", "Tensor", False), ("n", "int", True)]
+    assert torch.ops.hexlayout.test_checked(torch.ones(2), 3).tolist() == [3.0, 3.0]
+    for x in (torch.ones(2), torch.ones(2, device="meta")):
+        with pytest.raises(rt.ArgumentError, match="argument 'n': must be >= 0, got -1"):
+            torch.ops.hexlayout.test_checked(x, -1)
+    with FakeTensorMode(), pytest.raises(rt.ArgumentError, match="argument 'n'"):
+        torch.ops.hexlayout.test_checked(torch.ones(2), -1)
+    assert seen[:3] == ["cpu", "cpu", "meta"]
+    assert op in rt.torch_ops.defined_ops() and op.module == __name__
+
+
+def test_calling_the_op_object_checks_argument_kinds(emulate_on) -> None:
+    """``Op.__call__`` binds the arguments to the schema: wrong kinds, unknown, missing and
+    doubled arguments are ``ArgumentTypeError``s (``TypeError``) naming the argument."""
+    from hexlayout.runtime.args import ArgumentTypeError
+
+    a, b = _inputs(16, 8, 16)
+    cases = [((a, "b"), {}, "'b': expected Tensor, got str 'b'"),
+             ((a,), {}, "'b': missing"),
+             ((a, b), {"c": 1}, "'c': no such argument"),
+             ((a, b), {"a": a}, "'a': given twice"),
+             ((a, b, a), {}, "takes 2 arguments"),
+             ((None, b), {}, "'a': expected Tensor, got NoneType")]
+    for args, kwargs, match in cases:
+        with pytest.raises(ArgumentTypeError, match=match):
+            toy(*args, **kwargs)
+    op = define_op("test_kinds",
+                   "(Tensor x, float s, str mode=\"a\", Tensor? y=None, bool flag=False) -> Tensor",
+                   fake=lambda x, *r, **k: torch.empty_like(x), impl=lambda x, *r, **k: x.clone())
+    for kwargs, arg in (({"s": "0.5"}, "s"), ({"s": True}, "s"), ({"s": 1.0, "mode": 3}, "mode"),
+                        ({"s": 1.0, "y": 2.0}, "y"), ({"s": 1.0, "flag": 1}, "flag")):
+        with pytest.raises(ArgumentTypeError, match=f"argument '{arg}'"):
+            op(torch.ones(2), **kwargs)
+    assert op(torch.ones(2), s=float("nan"), y=None).tolist() == [1.0, 1.0]
