@@ -26,7 +26,7 @@ symbolic composition of the same maps evaluated at the thread index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,8 @@ class CopyPlan:
     instruction: str
     vector_elems: int
     requirements: list[Requirement]
+    desc: TmaDesc | None = None                                  # the tensor map a TMA plan uses
+    scratch: list[RegArray] = field(default_factory=list)        # temporary registers it uses
 
 
 MemView = GlobalTileView | SharedTileView

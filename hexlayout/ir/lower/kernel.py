@@ -88,16 +88,8 @@ from ..tile import (
 )
 from ..tiled_mma import TiledMma
 from ..types import Scope
-from .copy import (
-    CopyPlan,
-    Requirement,
-    lower_gmem_to_smem,
-    lower_ldmatrix,
-    lower_mem_to_mem,
-    lower_reg_mem,
-    lower_stmatrix,
-    lower_tma_load,
-)
+from .copy import Requirement, lower_reg_mem
+from .copy_rules import COPY_RULES, CopyContext, legal_copies
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
@@ -132,13 +124,6 @@ class LoweredProgram:
     kernel: LoweredKernel
     requirements: list[Requirement] = field(default_factory=list)
     choices: list[tuple[Op, str]] = field(default_factory=list)   # (op, instruction chosen)
-
-
-# Instruction preference for shared -> register and register -> shared copies.
-_LDSM = ("SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T", "SM75_U32x2_LDSM_N", "SM75_U16x4_LDSM_T",
-         "SM75_U32x1_LDSM_N", "SM75_U16x2_LDSM_T")
-_STSM = ("SM90_U32x4_STSM_N", "SM90_U16x8_STSM_T", "SM90_U32x2_STSM_N", "SM90_U16x4_STSM_T",
-         "SM90_U32x1_STSM_N", "SM90_U16x2_STSM_T")
 
 
 class _Lowering:
@@ -351,64 +336,23 @@ class _Lowering:
         if isinstance(op.mask, Value):
             raise self.fail(op, "copies masked by a predicate tile are not supported by the lowering yet; "
                             "give a condition (an expression) or rely on the views' extents")
-        eb = op.src.type.dtype.bits
-        tried: list[Rejection] = []
-        want = op.instruction
-
-        def attempt(name: str, res: CopyPlan | str) -> CopyPlan | None:
-            if isinstance(res, str):
-                tried.append(Rejection.of(res).tried(name))
-                return None
-            return res
-
-        plan_ok: CopyPlan | None = None
-        if isinstance(src, GlobalTileView) and isinstance(dst, SharedTileView):
-            if op.mbarrier is not None or (want or "").startswith("SM90_TMA"):
-                if op.mbarrier is None:
-                    raise self.fail(op, "a TMA copy completes on an mbarrier: pass mbarrier=")
-                bar = self.mbar_ref(op.mbarrier, op.mbarrier_index, op)
-                res = lower_tma_load(src, dst, bar, self.elect[-1], eb, f"tma_{src.param.name}")
-                if isinstance(res, str):
-                    raise self.fail(op, f"TMA load of %{op.src.name} into %{op.dst.name}: {res}")
-                plan_ok, desc = res
-                desc = self.tma_desc(desc)
-                for ins in plan_ok.instrs:
-                    ins.desc = desc
-            else:
-                plan_ok = attempt("cp.async", lower_gmem_to_smem(src, dst, self.gtid, self.gthreads, eb))
-                if plan_ok is None and want is None and src.gather is None:
-                    plan_ok = attempt("ld.global+st.shared", self._via_registers(src, dst, op))
-        elif isinstance(dst, RegisterTile) and isinstance(src, SharedTileView):
-            names = [want] if want else list(_LDSM) + ["ld.shared"]
-            for name in names:
-                if name == "ld.shared" or not name.startswith("SM75"):
-                    plan_ok = attempt(name, lower_reg_mem(dst, src, True, self.gtid, eb))
-                else:
-                    plan_ok = attempt(name, lower_ldmatrix(dst, src, get_atom(name), self.gtid, eb))
-                if plan_ok:
-                    break
-        elif isinstance(src, RegisterTile) and isinstance(dst, SharedTileView):
-            names = [want] if want else (list(_STSM) if self.arch.has_stmatrix else []) + ["st.shared"]
-            for name in names:
-                if name == "st.shared" or not name.startswith("SM90"):
-                    plan_ok = attempt(name, lower_reg_mem(src, dst, False, self.gtid, eb))
-                else:
-                    plan_ok = attempt(name, lower_stmatrix(src, dst, get_atom(name), self.gtid, eb))
-                if plan_ok:
-                    break
-        elif isinstance(src, GlobalTileView) and isinstance(dst, RegisterTile):
-            plan_ok = attempt("ld.global", lower_reg_mem(dst, src, True, self.gtid, eb))
-        elif isinstance(src, RegisterTile) and isinstance(dst, GlobalTileView):
-            plan_ok = attempt("st.global", lower_reg_mem(src, dst, False, self.gtid, eb))
-        elif isinstance(src, SharedTileView) and isinstance(dst, GlobalTileView):
-            plan_ok = attempt("ld.shared+st.global", self._via_registers(src, dst, op))
-        elif isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
+        if isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
             raise self.fail(op, f"register-to-register copy %{op.src.name} -> %{op.dst.name}: use rearrange")
-        else:
+        ctx = self.copy_context(op, src, dst)
+        if not any(rule.instructions(ctx) for rule in COPY_RULES):
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
-        if plan_ok is None:
-            raise self.fail(op, Rejection(f"no instruction can copy %{op.src.name} ({op.src.type}) into "
-                                          f"%{op.dst.name} ({op.dst.type})", alternatives=tuple(tried)))
+        res = legal_copies(ctx, limit=1)
+        if isinstance(res, Rejection):
+            if res.alternatives:
+                res = Rejection(f"no instruction can copy %{op.src.name} ({op.src.type}) into "
+                                f"%{op.dst.name} ({op.dst.type})", alternatives=res.alternatives)
+            raise self.fail(op, res)
+        plan_ok = res[0].plan
+        if plan_ok.desc is not None:
+            desc = self.tma_desc(plan_ok.desc)
+            for ins in plan_ok.instrs:
+                ins.desc = desc
+        self.regs += plan_ok.scratch
         self.reqs += plan_ok.requirements
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
@@ -420,6 +364,16 @@ class _Lowering:
             return gather.take_loads() + plan_ok.instrs
         return plan_ok.instrs
 
+    def copy_context(self, op: Copy, src: Any, dst: Any) -> CopyContext:
+        """What the copy rules see of ``op`` (views, threads, arch, the instruction asked for)."""
+        bar = self.mbar_ref(op.mbarrier, op.mbarrier_index, op) if op.mbarrier is not None else None
+
+        def scratch(dtype: Any, count: int) -> RegArray:
+            return RegArray(self._reg_name(f"{op.src.root.name}_tmp"), dtype, count)
+
+        return CopyContext(src, dst, self.gtid, self.gthreads, op.src.type.dtype.bits, self.arch,
+                           op.instruction, bar, self.elect[-1], (op.src.name, op.dst.name), scratch)
+
     def tma_desc(self, desc: TmaDesc) -> TmaDesc:
         """One tensor map per (tensor, box, dims, swizzle): reuse an equal one."""
         for d in self.tma:
@@ -430,15 +384,6 @@ class _Lowering:
         desc.name = f"tma_{desc.param.name}" + (str(n) if n else "")
         self.tma.append(desc)
         return desc
-
-    def _via_registers(self, src: Any, dst: Any, op: Copy) -> CopyPlan | str:
-        n = op.src.type.size
-        per = -(-n // self.gthreads)
-        tmp = RegArray(self._reg_name(f"{op.src.root.name}_tmp"), op.src.type.dtype, per)
-        plan = lower_mem_to_mem(src, dst, self.gtid, self.gthreads, op.src.type.dtype.bits, tmp)
-        if not isinstance(plan, str):
-            self.regs.append(tmp)
-        return plan
 
     # mma
     def op_Mma(self, op: Mma) -> list[Instr]:
