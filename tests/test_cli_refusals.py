@@ -168,3 +168,11 @@ def test_unwritable_output_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_deeply_nested_layout_is_refused() -> None:
     _refused(_run("draw", "(" * 3000 + "1" + ")" * 3000, "-o", "/tmp/never.png"), "nested too deeply")
+
+
+def test_draw_help_states_the_limits() -> None:
+    import hexlayout.cli.draw as draw_cli
+
+    doc = " ".join(draw_cli.__doc__.split())
+    assert f"{hd.MAX_DRAW_CELLS:,} cells" in doc and f"{hd.MAX_DRAW_SIDE:,} a side" in doc
+    assert hd.MAX_EVALUATED_POINTS == 2 ** 20 and "2^20 points" in doc

@@ -5,6 +5,9 @@
     hexlayout draw 'Sw<3,3,3> o 0 o (8,64):(64,1)' --elem-bits 16 --access ldmatrix -o s.svg
     hexlayout draw --atom SM80_16x8x16_F32F16F16F32_TN --operand a -o a.png
     hexlayout draw --atom SM75_U32x4_LDSM_N --operand dst --elem-bits 16 -o ldsm.png
+
+A picture has at most 65,536 cells and 1,024 a side (a TV layout at most 2^20 points);
+larger layouts are refused: draw a tile of them.
 """
 
 from __future__ import annotations
