@@ -161,6 +161,7 @@ class _Table:
         self.configs: dict[str, GemmConfig] = {}
         self.stamp: tuple[int, int, int] | None = None
         self.checked = -math.inf
+        self.generation = 0                        # bumped whenever ``configs`` may have changed
         self.lock = threading.Lock()
 
     def _stat(self) -> tuple[int, int, int] | None:
@@ -181,6 +182,7 @@ class _Table:
             return
         self.stamp = stamp
         self.raw, self.configs = self._read() if stamp is not None else ({}, {})
+        self.generation += 1
 
     def _refuse(self, why: str) -> tuple[dict[str, Any], dict[str, GemmConfig]]:
         from hexlayout.runtime.cache import warn_cache
@@ -234,6 +236,7 @@ class _Table:
             self.refresh(force=True)
             self.raw[key] = entry
             self.configs[key] = cfg
+            self.generation += 1
             doc = {"format": AUTOTUNE_FORMAT, "entries": self.raw, "sha256": _digest(self.raw)}
             if trusted_dir(self.path.parent, create=True) is None:
                 return
@@ -286,6 +289,14 @@ class Autotuner:
         if time.monotonic() - t.checked >= REFRESH_SECONDS:
             t.refresh()
         return t.configs.get(f"{key}/{_bucket(m, n, k)}")
+
+    def generation(self) -> int:
+        """A number that changes whenever a lookup may answer differently (the file was
+        re-read or a result was stored); callers memoize lookups under it."""
+        t = self._table
+        if time.monotonic() - t.checked >= REFRESH_SECONDS:
+            t.refresh()
+        return t.generation
 
     def tune(self, key: str, m: int, n: int, k: int, configs: list[GemmConfig],
              timer: Callable[[GemmConfig], float]) -> GemmConfig:

@@ -37,7 +37,7 @@ from hexlayout.ir.tile import TileKernel
 from hexlayout.synth.solve import Synthesis, synthesize
 
 from . import plaindata
-from .cache import default_cache_dir, remove_damaged, trusted_dir, warn_cache, write_atomic
+from .cache import default_cache_dir, remove_damaged, source_hash, trusted_dir, warn_cache, write_atomic
 from .compile import DEFAULT_OPTIONS, CompiledKernel, compile_generated, compiler_identity
 
 __all__ = ["Build", "build", "clear_builds", "build_key", "program_key"]
@@ -71,23 +71,9 @@ def _key(kernel: Any, arch: str, consts: dict[str, Any], compile: bool) -> tuple
     return (id(kernel), arch, tuple(sorted((k, repr(v)) for k, v in consts.items())), compile)
 
 
-_SOURCE_HASH: str | None = None
 _MAGIC = b"HLB2"
 _FORMAT = 2
 _SUFFIX = ".hlb"
-
-
-def _source_hash() -> str:
-    """sha256 of hexlayout's Python sources (the synthesizer and code generator included)."""
-    global _SOURCE_HASH
-    if _SOURCE_HASH is None:
-        root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
-        for f in sorted(root.rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-        _SOURCE_HASH = h.hexdigest()
-    return _SOURCE_HASH
 
 
 def program_key(tk: TileKernel) -> str:
@@ -105,7 +91,7 @@ def build_key(tk: TileKernel, arch: str, compile: bool) -> str:
     (when compiled), the kernel's name and its tile program."""
     compiler = (compiler_identity() or "no compiler") if compile else "not compiled"
     h = hashlib.sha256()
-    for part in (f"hexlayout-build-v{_FORMAT}", _source_hash(), arch, str(compile), compiler,
+    for part in (f"hexlayout-build-v{_FORMAT}", source_hash(), arch, str(compile), compiler,
                  "\0".join(DEFAULT_OPTIONS), tk.name, program_key(tk)):
         b = part.encode()
         h.update(struct.pack("<Q", len(b)))

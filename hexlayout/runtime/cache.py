@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DiskCache", "CacheEntry", "default_cache_dir", "cache_key", "FORMAT_VERSION", "CacheWarning",
-           "trusted_dir", "warn_cache", "write_atomic", "remove_damaged"]
+           "trusted_dir", "warn_cache", "write_atomic", "remove_damaged", "source_hash"]
 
 MAGIC = b"HLK1"
 FORMAT_VERSION = 1
@@ -139,10 +139,31 @@ def remove_damaged(path: Path, what: str = "cache entry") -> None:
                    "ignored and rebuilt in memory")
 
 
+_SOURCE_HASH: str | None = None
+
+
+def source_hash() -> str:
+    """sha256 of hexlayout's Python sources (paths and contents; computed once per process).
+    Part of every persisted artifact's key, so a hexlayout upgrade never reads what an older
+    one wrote (generated code, resource parsing, the build format)."""
+    global _SOURCE_HASH
+    if _SOURCE_HASH is None:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+        _SOURCE_HASH = h.hexdigest()
+    return _SOURCE_HASH
+
+
 def cache_key(source: str, arch: str, compiler: str, options: list[str] | tuple[str, ...]) -> str:
-    """sha256 over everything that determines the compiled bytes."""
+    """sha256 over everything that determines the compiled bytes and what hexlayout stores with
+    them: hexlayout's sources, the CUDA source, architecture, compiler (with its version) and
+    options."""
     h = hashlib.sha256()
-    for part in (f"hexlayout-cache-v{FORMAT_VERSION}", source, arch, compiler, "\0".join(options)):
+    for part in (f"hexlayout-cache-v{FORMAT_VERSION}", source_hash(), source, arch, compiler,
+                 "\0".join(options)):
         b = part.encode()
         h.update(struct.pack("<Q", len(b)))
         h.update(b)

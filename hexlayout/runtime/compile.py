@@ -1,7 +1,8 @@
 """``compile_cuda``: CUDA C++ source to a ``CompiledKernel`` (cubin, PTX, log, resources),
 through NVRTC when available, else nvcc, with an on-disk cache and a per-process memo.
 
-The cache key covers the source, the architecture, the compiler and its version
+The cache key covers hexlayout's own sources, the CUDA source, the architecture, the
+compiler and its version
 (``compiler_identity``: NVRTC version and header directories, or nvcc's version) and the
 options, so a compiler upgrade recompiles. A cache that cannot be used warns and the
 compile goes on (see ``cache``)."""

@@ -188,3 +188,22 @@ def test_a_new_compiler_version_changes_the_key_and_recompiles(fresh, monkeypatc
     assert again.compiled.cache == ""                                   # compiled, not served from kernels/
     assert len(list((fresh / "builds").glob("*.hlb"))) == 2
     assert len(list((fresh / "kernels").glob("*/*.hlk"))) == 2
+
+
+def test_keys_cover_hexlayout_sources_compiler_options_and_program(fresh, monkeypatch) -> None:
+    from hexlayout.runtime.cache import cache_key
+
+    tk = _kernel().trace()
+    tk64 = gemm_sm80_explicit(BM=64, BN=64, BK=64).trace()
+    base = (build_key(tk, "sm_80", True), cache_key("src", "sm_80", "nvrtc 13.0", ("-O3",)))
+    assert build_key(tk64, "sm_80", True) != base[0] and build_key(tk, "sm_90a", True) != base[0]
+    assert cache_key("src", "sm_80", "nvrtc 13.1", ("-O3",)) != base[1]
+    assert cache_key("src", "sm_80", "nvrtc 13.0", ("-O2",)) != base[1]
+    with monkeypatch.context() as mp:                                    # other default options
+        mp.setattr(sys.modules["hexlayout.runtime.build"], "DEFAULT_OPTIONS", ("-std=c++20",))
+        assert build_key(tk, "sm_80", True) != base[0]
+    with monkeypatch.context() as mp:                                    # another hexlayout version
+        mp.setattr(rc, "_SOURCE_HASH", "0" * 64)
+        assert build_key(tk, "sm_80", True) != base[0]
+        assert cache_key("src", "sm_80", "nvrtc 13.0", ("-O3",)) != base[1]
+    assert build_key(tk, "sm_80", True) == base[0]

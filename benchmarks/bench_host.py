@@ -1,0 +1,226 @@
+"""Host cost of a cached ``torch.ops.hexlayout.gemm`` call, up to the driver launch (no GPU).
+
+What runs is the production path of a call whose kernel is already built and launched once:
+the torch dispatcher, ``hexlayout.ops.gemm.gemm`` (argument checks, output allocation, the
+config and launcher lookup) and ``Launcher.__call__`` (the argument-plan fast path,
+parameter packing). Only what needs a GPU is stubbed, and said so in the results:
+
+- ``torch.Tensor.is_cuda`` reports ``True`` for the CPU tensors, so ``gemm`` takes its CUDA
+  branch (the tensors stay CPU tensors: ``torch.empty`` allocates on the CPU);
+- ``torch.cuda.get_device_capability`` answers (8, 0) and ``torch.cuda.current_stream``
+  a stream object with a nonzero handle;
+- the driver (``launch._drv``) is a stub whose ``cuLaunchKernelEx`` returns success, and the
+  launcher's per-device preparation (cubin load) is marked done;
+- the argument plan's first (slow) bind of each shape is made for ``"cpu"`` and stored under
+  the call's ``"cuda"`` key, because its device check refuses CPU tensors; every timed call
+  then takes the same cached fast path a CUDA call takes (through one wrapper call);
+- the op is dispatched to its CPU kernel (``HEXLAYOUT_EMULATE=1``), which reads one
+  environment variable more than the CUDA kernel does.
+
+Also timed: each stage alone (the dispatcher into a trivial op, ``gemm`` called directly,
+the launcher alone, the config/launcher lookup alone). Writes
+``benchmarks/results/host_<date>.md`` and ``.json``. Target (issue 10): at most 10 us per
+cached call; Triton 3.9's ``JITFunction.run`` costs about 10 us here (REFERENCE.md).
+
+    python benchmarks/bench_host.py [--iters N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class _Driver:
+    """The driver calls ``Launcher.__call__`` makes, answering success."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    def __init__(self) -> None:
+        self.launches = 0
+
+    def cuLaunchKernelEx(self, cfg: Any, fn: Any, params: int, extra: int) -> tuple[int]:  # noqa: N802
+        self.launches += 1
+        return (0,)
+
+
+def _per_call(fn: Any, iters: int, repeats: int) -> dict[str, float]:
+    """Median and min over ``repeats`` of the mean time of ``iters`` calls, in microseconds."""
+    for _ in range(min(iters, 200)):
+        fn()
+    means = []
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            means.append((time.perf_counter() - t) / iters * 1e6)
+    finally:
+        if gc_was:
+            gc.enable()
+    return {"median_us": statistics.median(means), "min_us": min(means)}
+
+
+def stub_gpu(torch: Any, set_attr: Any = setattr) -> _Driver:
+    """Make ``gemm``'s CUDA path run on CPU tensors up to the driver launch (see the module
+    docstring); ``set_attr`` is ``setattr`` or a test's ``monkeypatch.setattr``. Returns the
+    driver stub (it counts launches)."""
+    import hexlayout.runtime.launch as launch
+    from hexlayout.runtime.args import ArgumentError
+
+    drv = _Driver()
+    stream = SimpleNamespace(cuda_stream=0x5EED)
+    set_attr(torch.Tensor, "is_cuda", property(lambda self: True))
+    set_attr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    set_attr(torch.cuda, "current_stream", lambda device=None: stream)
+    set_attr(launch, "_drv", lambda: drv)
+    real_init = launch.Launcher.__init__
+
+    def init(self: Any, build: Any, **kw: Any) -> None:
+        real_init(self, build, **kw)
+        self._devices.add(0)
+        self._functions[0] = "CUfunction"
+        self._config = SimpleNamespace()
+        plan = self.plan
+        real_bind = plan.bind
+
+        def bind(vals: list[Any], device: str) -> Any:
+            try:
+                return real_bind(vals, device)       # cached shapes: the fast path, as on a GPU
+            except ArgumentError:                    # new shapes: the device check refuses CPU tensors
+                key = plan._key(vals, device)
+                ba = plan._bind_slow(vals, "cpu")
+                ba.device = 0
+                plan.cache[key] = ba
+                return real_bind(vals, device)
+
+        plan.bind = bind
+    set_attr(launch.Launcher, "__init__", init)
+    return drv
+
+
+def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) -> dict[str, Any]:
+    os.environ["HEXLAYOUT_EMULATE"] = "1"
+    import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
+    import torch
+    from hexlayout.ops import gemm as gemm_mod
+
+    drv = stub_gpu(torch)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=g).half()
+    b = torch.randn(n, k, generator=g).half()
+    bias = torch.randn(n, generator=g).half()
+    op = torch.ops.hexlayout.gemm
+    t0 = time.perf_counter()
+    op(a, b)                                   # builds (or loads) and compiles the kernel once
+    op(a, b, bias, activation="relu")
+    first_s = time.perf_counter() - t0
+    before = drv.launches
+    op(a, b)
+    assert drv.launches == before + 1, "the stubbed launch did not run"
+
+    lau = next(iter(gemm_mod._LAUNCHERS.values())) if hasattr(gemm_mod, "_LAUNCHERS") else None
+    c = torch.empty(m, n, dtype=torch.float16)
+    one = torch.zeros(1)
+    rows = {
+        "torch.ops.hexlayout.gemm(a, b)": _per_call(lambda: op(a, b), iters, repeats),
+        "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')":
+            _per_call(lambda: op(a, b, bias, None, "relu"), iters, repeats),
+        "hexlayout.ops.gemm.gemm(a, b) (no dispatcher)": _per_call(lambda: gemm_mod.gemm(a, b), iters,
+                                                                   repeats),
+        "  check_gemm(a, b) alone (argument checks)": _per_call(lambda: gemm_mod.check_gemm(a, b), iters,
+                                                                repeats),
+        "  run_checked(...) alone (allocation, lookup, launcher)": _per_call(
+            lambda: gemm_mod.run_checked(a, b, None, None, "none", None, "nk", m, n, k), iters, repeats),
+    }
+    if lau is not None:
+        args = (a, b, c, c[0], c, 1.0)
+        rows["    Launcher(...) alone (bind fast path, pack, stub launch)"] = _per_call(lambda: lau(*args),
+                                                                                     iters, repeats)
+        rows["      launcher.plan.bind alone"] = _per_call(lambda: lau.plan.bind(list(args), "cuda"), iters,
+                                                           repeats)
+    rows["    torch.empty((m, n)) alone"] = _per_call(
+        lambda: torch.empty((m, n), dtype=a.dtype, device=a.device), iters, repeats)
+    rows["for scale: x.add_(0) on a 1-element CPU tensor (an aten op through the dispatcher)"] = _per_call(
+        lambda: one.add_(0), iters, repeats)
+    from hexlayout.runtime.torch_ops import define_op
+
+    out = torch.zeros(1)
+    plain = define_op("noop", "(Tensor a) -> Tensor", fake=lambda x: x.new_empty(1), impl=lambda x: out,
+                      namespace="hexlayout_bench")
+    with_ag = define_op("noop_autograd", "(Tensor a) -> Tensor", fake=lambda x: x.new_empty(1),
+                        impl=lambda x: out, backward=lambda ctx, g: g,
+                        setup_context=lambda ctx, inputs, output: None, namespace="hexlayout_bench")
+    rows["for scale: a define_op op whose impl returns a tensor (dispatcher into Python)"] = _per_call(
+        lambda: plain.op(one), iters, repeats)
+    rows["for scale: the same with a backward registered (torch's Python autograd wrapper)"] = _per_call(
+        lambda: with_ag.op(one), iters, repeats)
+    return {"rows": rows, "first_call_s": first_s, "shape": [m, n, k], "launches": drv.launches}
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        from importlib.metadata import version
+
+        out["hexlayout"] = version("hexlayout")
+        out["cuda-bindings"] = version("cuda-bindings")
+    except Exception:  # noqa: BLE001 - versions are informative only
+        pass
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ns = ap.parse_args(argv)
+    res = measure(ns.iters, ns.repeats)
+    cpu = ""
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
+            "load_average": os.getloadavg()[0], "iters": ns.iters, "repeats": ns.repeats,
+            "versions": _versions(), "stubbed": "is_cuda, get_device_capability, current_stream, the driver "
+                                                "launch, the first bind's device check (see bench_host.py)"}
+    for name, r in res["rows"].items():
+        print(f"{r['median_us']:8.2f} us (min {r['min_us']:.2f})  {name}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = f"host_{meta['date'][:10]}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
+    lines = [f"# Host cost per cached torch-op call ({meta['date'][:10]})", "",
+             f"{meta['cpu']} ({meta['cpus']} CPUs, load {meta['load_average']:.1f}), {meta['machine']}; "
+             + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".", "",
+             f"No GPU: stubbed {meta['stubbed']}. M x N x K = {' x '.join(map(str, res['shape']))}, f16. "
+             f"Mean of {ns.iters} calls, median (min) of {ns.repeats} repeats, GC off while timing.", "",
+             "| path | us per call |", "|---|---|"]
+    lines += [f"| {name} | {r['median_us']:.2f} ({r['min_us']:.2f}) |" for name, r in res["rows"].items()]
+    lines += ["", "Target (issue 10): <= 10 us per cached `torch.ops.hexlayout.gemm` call up to the driver "
+              "launch. Triton 3.9 `JITFunction.run`: about 10 us on this machine (REFERENCE.md).", ""]
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines))
+    print(f"wrote {RESULTS / stem}.md and .json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The host path of a cached CUDA ``gemm`` call, run on CPU tensors with the GPU parts stubbed
+as in ``benchmarks/bench_host.py`` (``is_cuda``, device capability, stream, driver launch,
+the first bind's device check): a cached call launches once per call, asks the device for
+its capability once per process, reads no file, and follows the autotuner when its
+persisted choice changes. Timing is the benchmark's job, not a test's."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
+import hexlayout.ops.gemm as gemm_mod
+import hexlayout.ops.gemm_config as gc_mod
+import pytest
+import torch
+
+import hexlayout.runtime.cache as rc
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_host.py"
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_host", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HEXLAYOUT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    for d in (gemm_mod._FAST, gemm_mod._ARCHS, gemm_mod._LAUNCHERS, gc_mod._TABLES):
+        d.clear()
+    rc._WARNED.clear()
+    drv = _bench_module().stub_gpu(torch, monkeypatch.setattr)
+    capability_calls = []
+    cap = torch.cuda.get_device_capability
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda d=None: capability_calls.append(d) or cap(d))
+    yield drv, capability_calls
+    for d in (gemm_mod._FAST, gemm_mod._ARCHS, gemm_mod._LAUNCHERS, gc_mod._TABLES):
+        d.clear()
+
+
+@pytest.mark.nvrtc
+def test_cached_calls_launch_without_lookups_or_file_reads(stubbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    drv, capability_calls = stubbed
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
+    torch.ops.hexlayout.gemm(a, b)
+    assert drv.launches == 1 and len(gemm_mod._FAST) == 1
+    reads = []
+    with monkeypatch.context() as mp:
+        mp.setattr(gc_mod._Table, "_read", lambda self: reads.append(1) or ({}, {}))
+        mp.setattr(gemm_mod, "choose_config", lambda *a: pytest.fail("config searched on a cached call"))
+        for _ in range(50):
+            c = torch.ops.hexlayout.gemm(a, b)
+            assert c.shape == (64, 128) and c.dtype == torch.float16
+    assert drv.launches == 51
+    assert len(capability_calls) == 1 and not reads
+    # another shape is another entry; the first stays cached
+    torch.ops.hexlayout.gemm(a[:32].clone(), b)
+    assert drv.launches == 52 and len(gemm_mod._FAST) == 2
+
+
+@pytest.mark.nvrtc
+def test_a_new_autotuning_result_is_followed(stubbed) -> None:
+    drv, _ = stubbed
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
+    torch.ops.hexlayout.gemm(a, b)
+    (first,) = gemm_mod._FAST.values()
+    heuristic = gc_mod.choose_config("sm_80", 64, 128, 64)
+    other = next(c for c in gc_mod.CONFIGS["sm_80"] if c != heuristic and c.BM == 64)
+    key = "gemm/torch.float16/nk/none/000"
+    gc_mod.autotuner().tune(key, 64, 128, 64, [other], lambda cfg: 1e-5)
+    torch.ops.hexlayout.gemm(a, b)
+    used = [lau for k, lau in gemm_mod._LAUNCHERS.items() if k[2] == other]
+    assert drv.launches == 2 and len(used) == 1 and used[0] is not first
+    assert gemm_mod._FAST[next(reversed(gemm_mod._FAST))] is used[0]
