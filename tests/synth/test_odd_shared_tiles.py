@@ -220,6 +220,7 @@ def test_a_tile_threads_cannot_share_is_refused_naming_tile_and_lines() -> None:
     msg = str(err.value)
     assert "24x72" in msg and "test_odd_shared_tiles.py" in msg
     assert "hl.shared" in msg and "copy at" in msg
+    assert "spreads evenly over the 128 threads" in msg and "1728 vectors do not divide evenly" in msg
 
 
 def test_gemm_without_an_mma_arrangement_is_refused_naming_the_mma() -> None:

@@ -328,13 +328,17 @@ def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threa
     inner = order[0]
     if src.static_stride(inner) != 1:
         return "no mode of the global tile is contiguous (stride 1)"
+    uneven: str | None = None     # why the narrowest width tried could not be shared by the threads
+    spread = False
     for w_bytes in (16, 8, 4):
         w = w_bytes * 8 // elem_bits
         if w < 1 or src.shape[inner] % w:
             continue
         tv = copy_thread_layout(src.shape, order, w, threads)
         if isinstance(tv, str):
+            uneven = f"{w_bytes} bytes: {tv}"
             continue
+        spread = True
         table = tv.indices().reshape(-1, threads).T            # [t, (j, n)]
         nvec = table.shape[1] // w
         vec_idx = table.reshape(threads, nvec, w)              # [t, n, j]
@@ -350,6 +354,8 @@ def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threa
                                   w_bytes, cache if w_bytes == 16 else "ca", pred=pred_e))
         reqs = _global_requirements(src, w, elem_bits, inner)
         return CopyPlan(instrs, f"cp.async.{cache if w_bytes == 16 else 'ca'}.{w_bytes}", w, reqs)
+    if uneven is not None and not spread:
+        return f"no vector width of 4, 8 or 16 bytes spreads evenly over the {threads} threads ({uneven})"
     return "no vector width of 4, 8 or 16 bytes is contiguous and aligned on both sides"
 
 
@@ -358,13 +364,17 @@ def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bi
     """Through registers: vector loads into ``tmp`` then vector stores, coalesced on the global side."""
     glob = src if isinstance(src, GlobalTileView) else dst
     order = _memory_order(glob) if isinstance(glob, GlobalTileView) else list(range(len(src.shape)))
+    uneven: str | None = None     # why the narrowest width tried could not be shared by the threads
+    spread = False
     for w_bits in (128, 64, 32, 16, 8):
         w = w_bits // elem_bits
         if w < 1:
             continue
         tv = copy_thread_layout(src.shape, order, w, threads)
         if isinstance(tv, str):
+            uneven = f"{w_bits // 8} bytes: {tv}"
             continue
+        spread = True
         reg = RegisterTile(tmp, src.dtype, src.shape, tv, threads)
         if tmp.count < reg.values:
             return f"temporary register array too small ({tmp.count} < {reg.values})"
@@ -374,6 +384,8 @@ def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bi
             continue
         return CopyPlan(ld.instrs + st.instrs, f"{ld.instruction}+{st.instruction}", w,
                         ld.requirements + st.requirements)
+    if uneven is not None and not spread:
+        return f"no vector width spreads evenly over the {threads} threads ({uneven})"
     return "no vector width is contiguous on both sides"
 
 
