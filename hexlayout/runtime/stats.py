@@ -8,10 +8,12 @@ widths, TMA / ldmatrix / stmatrix / cp.async use and ptxas' warnings. No GPU is 
 Definitions (per warp instruction stream, i.e. counted in the SASS of the function):
 
 - **main loop**: the innermost backward-branch span ``[target, branch]`` (addresses) that
-  holds the most MMA instructions (HMMA, HGMMA, IMMA, ...). A backward branch counts only if
-  its target dominates it in the control-flow graph: jumps back from out-of-line blocks
-  (the retry path of an mbarrier wait placed after the loop) are not loops. Among spans
-  with the same MMA count the shortest (innermost) wins.
+  holds the most MMA instructions (HMMA, HGMMA, IMMA, ...). A span is a loop when the
+  control flow goes from the target back to the branch without leaving the span; its MMA
+  are counted on that cycle, so the jump back from an out-of-line block (the retry path of
+  an mbarrier wait placed after the loop) is no candidate. Among the innermost spans that
+  hold MMA (no MMA-holding span nested in them) the one with the most MMA wins, the
+  shortest among equals; the span's instructions are then counted.
 - **padding**: instructions predicated ``@!PT`` (never executed; ptxas' alignment fill).
 - **non-MMA** = instructions in the loop − MMA − padding.
 - **k-tiles per iteration** = MMA in the SASS loop ÷ ``mma_per_ktile``, the MMA
@@ -21,12 +23,14 @@ Definitions (per warp instruction stream, i.e. counted in the SASS of the functi
   ``BM·BN·BK / (m·n·k · issuers)`` (:func:`mma_per_ktile_for_tile`) with ``m x n x k`` the
   instruction's shape and ``issuers`` the warps (mma.sync) or warp groups (wgmma) that
   split the tile.
+  Given only the block tile's ``BK`` it is read from the loop's SASS
+  (:func:`mma_per_ktile_from_bk`): accumulation chains × ``BK / k``.
 - **non-MMA per k-tile** = non-MMA ÷ k-tiles per iteration; **non-MMA per MMA** = non-MMA
   ÷ MMA in the loop (the attention metric: it needs no tile).
 - **highest register**: the largest ``R`` index any instruction touches, counting every
   register of a wide operand (a 128-bit load's 4, an HMMA accumulator's 4, an HGMMA
   64xN f32 accumulator's N/2, a ``.64`` pair's 2). Per ``setmaxnreg`` region: over the
-  instructions reachable from each ``USETMAXREG``.
+  instructions reachable from each ``USETMAXREG`` up to the next one.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .resources import ResourceUsage, parse_ptxas, parse_res_usage
 __all__ = ["StatsError", "build_stats", "Instruction", "Loop", "MainLoop", "KernelStats", "parse_sass",
            "loops", "find_main_loop", "kernel_stats", "register_extents", "highest_register",
            "setmaxnreg_regions", "ptxas_warnings", "mma_per_source_iteration", "mma_per_ktile_for_tile",
+           "mma_per_ktile_from_bk",
            "MMA_OPCODES", "SERIALIZATION_CODES"]
 
 #: Opcodes (before the first ``.``) of tensor-core instructions.
@@ -162,74 +167,10 @@ def _successors(code: list[Instruction]) -> list[list[int]]:
     return succ
 
 
-def _dominators(succ: list[list[int]]) -> list[int | None]:
-    """Immediate dominator of each instruction (entry: itself; unreachable: ``None``);
-    Cooper, Harvey and Kennedy's iterative algorithm over reverse postorder."""
-    n = len(succ)
-    order: list[int] = []
-    seen = [False] * n
-    if n:
-        stack: list[tuple[int, int]] = [(0, 0)]
-        seen[0] = True
-        while stack:
-            v, k = stack[-1]
-            if k < len(succ[v]):
-                stack[-1] = (v, k + 1)
-                w = succ[v][k]
-                if not seen[w]:
-                    seen[w] = True
-                    stack.append((w, 0))
-            else:
-                stack.pop()
-                order.append(v)
-    order.reverse()
-    rpo = {v: i for i, v in enumerate(order)}
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for v in order:
-        for w in succ[v]:
-            preds[w].append(v)
-    idom: list[int | None] = [None] * n
-    if not n:
-        return idom
-    idom[0] = 0
-
-    def meet(a: int, b: int) -> int:
-        while a != b:
-            while rpo[a] > rpo[b]:
-                a = idom[a]  # type: ignore[assignment]
-            while rpo[b] > rpo[a]:
-                b = idom[b]  # type: ignore[assignment]
-        return a
-
-    changed = True
-    while changed:
-        changed = False
-        for v in order[1:]:
-            new = None
-            for p in preds[v]:
-                if idom[p] is not None:
-                    new = p if new is None else meet(p, new)
-            if new is not None and idom[v] != new:
-                idom[v] = new
-                changed = True
-    return idom
-
-
-def _dominates(idom: list[int | None], a: int, b: int) -> bool:
-    if idom[b] is None or idom[a] is None:
-        return False
-    while True:
-        if b == a:
-            return True
-        up = idom[b]
-        if up is None or up == b:
-            return False
-        b = up
-
-
 @dataclass(frozen=True)
 class Loop:
-    """A backward-branch span: instructions ``code[first..last]`` (inclusive)."""
+    """A backward-branch span: instructions ``code[first..last]`` (inclusive); ``mma`` counts
+    the MMA of its cycle (the instructions on a path from the target back to the branch)."""
 
     first: int
     last: int
@@ -238,30 +179,65 @@ class Loop:
     mma: int
 
 
+def _cycle(succ: list[list[int]], first: int, last: int) -> set[int]:
+    """Instructions of ``[first, last]`` on a path from ``first`` to ``last`` inside the span
+    (empty when ``last`` cannot be reached from ``first`` without leaving it)."""
+    fwd = {first}
+    todo = [first]
+    while todo:
+        v = todo.pop()
+        for w in succ[v]:
+            if first <= w <= last and w not in fwd:
+                fwd.add(w)
+                todo.append(w)
+    if last not in fwd:
+        return set()
+    preds: dict[int, list[int]] = {}
+    for v in fwd:
+        for w in succ[v]:
+            if w in fwd:
+                preds.setdefault(w, []).append(v)
+    back = {last}
+    todo = [last]
+    while todo:
+        v = todo.pop()
+        for u in preds.get(v, ()):
+            if u not in back:
+                back.add(u)
+                todo.append(u)
+    return fwd & back
+
+
 def loops(code: list[Instruction]) -> list[Loop]:
-    """Every loop span (backward branch whose target dominates it), one per target."""
+    """Every loop span, one per branch target: a backward branch whose span holds a cycle
+    from the target back to it. A jump back from an out-of-line block (the retry path of an
+    mbarrier wait placed after the loop) closes no cycle inside its span, or one without the
+    loop's MMA, and is no main-loop candidate."""
     succ = _successors(code)
-    idom = _dominators(succ)
     index = {ins.addr: i for i, ins in enumerate(code)}
-    spans: dict[int, int] = {}
+    spans: dict[int, tuple[int, set[int]]] = {}
     for i, ins in enumerate(code):
         t = _target(ins)
         if t is None or t > ins.addr or t not in index:
             continue
         j = index[t]
-        if _dominates(idom, j, i):
-            spans[j] = max(spans.get(j, i), i)
-    return [Loop(j, i, code[j].addr, code[i].addr, sum(c.is_mma for c in code[j:i + 1]))
-            for j, i in sorted(spans.items())]
+        cyc = _cycle(succ, j, i)
+        if cyc and (j not in spans or i > spans[j][0]):
+            spans[j] = (i, cyc)
+    return [Loop(j, i, code[j].addr, code[i].addr, sum(code[v].is_mma for v in cyc))
+            for j, (i, cyc) in sorted(spans.items())]
 
 
 def find_main_loop(code: list[Instruction]) -> Loop | None:
-    """The loop span holding the most MMA instructions; the shortest among equals; ``None``
-    when no loop holds an MMA."""
+    """Among the innermost loop spans holding MMA (no other such span inside them), the one
+    whose cycle holds the most MMA; the shortest among equals; ``None`` when no loop holds
+    an MMA. (An outer loop around two warp groups' k-loops is not the main loop.)"""
     cands = [lp for lp in loops(code) if lp.mma]
-    if not cands:
+    inner = [lp for lp in cands
+             if not any(o is not lp and lp.first <= o.first and o.last <= lp.last for o in cands)]
+    if not inner:
         return None
-    return max(cands, key=lambda lp: (lp.mma, -(lp.last - lp.first)))
+    return max(inner, key=lambda lp: (lp.mma, -(lp.last - lp.first)))
 
 
 # --- registers ----------------------------------------------------------------------------------
@@ -289,12 +265,10 @@ def _mma_widths(op: str) -> tuple[int, int, int] | None:
         acc = types[0] if types else 32
         inp = types[1] if len(types) > 1 else 16 if base == "HGMMA" else 8
         return m * n * acc // (128 * 32), m * k * inp // (128 * 32), 0
-    if not mods or not mods[0].isdigit():
+    shape = _mma_shape(op)
+    if shape is None:
         return None
-    shape = mods[0]
-    m = int(shape[:2])
-    n = int(shape[2])
-    k = int(shape[3:])
+    m, n, k = shape
     if base == "IMMA":
         acc, inp = 32, types[0] if types else 8
     else:   # HMMA.16816.F32.BF16: f32 accumulator, bf16 inputs; HMMA.16816.F32: f16 inputs
@@ -340,7 +314,8 @@ def highest_register(code: list[Instruction]) -> int:
 
 def setmaxnreg_regions(code: list[Instruction]) -> list[dict[str, Any]]:
     """For each ``USETMAXREG``: its register limit and the highest register among the
-    instructions reachable from it (the warp group's code under that limit)."""
+    instructions reachable from it without passing another ``USETMAXREG`` (the warp
+    group's code under that limit)."""
     succ = _successors(code)
     out = []
     for i, ins in enumerate(code):
@@ -352,7 +327,7 @@ def setmaxnreg_regions(code: list[Instruction]) -> list[dict[str, Any]]:
         while todo:
             v = todo.pop()
             for w in succ[v]:
-                if w not in seen:
+                if w not in seen and code[w].base != "USETMAXREG":   # the next region starts there
                     seen.add(w)
                     todo.append(w)
         reach = [code[v] for v in sorted(seen)]
@@ -391,6 +366,40 @@ def mma_per_ktile_for_tile(bm: int, bn: int, bk: int, mma_shape: tuple[int, int,
     warps (mma.sync) or warp groups (wgmma)."""
     m, n, k = mma_shape
     return bm * bn * bk / (m * n * k * issuers)
+
+
+def mma_per_ktile_from_bk(loop_code: list[Instruction], bk: int) -> float | None:
+    """MMA per ``bk``-deep k-tile for the loop ``loop_code``, read from its SASS: each
+    accumulation chain is one of the warp's output tiles and takes ``bk / k`` MMA per k-tile
+    (``k``: the instruction's depth). A chain starts at an MMA whose accumulator input (last
+    register operand) no earlier MMA of the loop wrote; ptxas may rename the accumulator
+    along a chain. ``None`` without MMA."""
+    mma = [i for i in loop_code if i.is_mma and not i.never]
+    if not mma:
+        return None
+    written: set[str] = set()
+    chains = 0
+    for ins in mma:
+        regs = [o for o in ins.operands if _REG.fullmatch(o)]
+        if len(regs) < 2 or regs[-1] not in written:
+            chains += 1
+        if regs:
+            written.add(regs[0])
+    shape = _mma_shape(mma[0].op)
+    return chains * bk / shape[2] if shape else None
+
+
+def _mma_shape(op: str) -> tuple[int, int, int] | None:
+    """``(m, n, k)`` of an MMA opcode: ``HMMA.16816...`` -> (16, 8, 16), ``HGMMA.64x128x16...``
+    -> (64, 128, 16)."""
+    mods = op.split(".")[1:]
+    if not mods:
+        return None
+    if (s := _SHAPE.match(mods[0])):
+        return int(s.group("m")), int(s.group("n")), int(s.group("k"))
+    if mods[0].isdigit() and len(mods[0]) >= 4:
+        return int(mods[0][:2]), int(mods[0][2]), int(mods[0][3:])
+    return None
 
 
 def _const(x: Any) -> int | None:
@@ -510,7 +519,8 @@ class KernelStats:
                  f"{self.shared_static or 0} B static + {self.shared_dynamic or 0} B dynamic, "
                  f"{self.instructions} instructions, {self.mma} MMA"]
         for r in self.setmaxnreg:
-            lines.append(f"  setmaxnreg {r['kind']} {r['limit']}: highest register R{r['highest_register']} "
+            hi = f"R{r['highest_register']}" if r["highest_register"] >= 0 else "none"
+            lines.append(f"  setmaxnreg {r['kind']} {r['limit']}: highest register {hi} "
                          f"({r['instructions']} reachable instructions)")
         lp = self.main_loop
         if lp is None:
@@ -546,13 +556,16 @@ def _pick(functions: dict[str, tuple[str, list[Instruction]]], name: str | None)
 
 def kernel_stats(cubin: bytes | None = None, *, sass: str | None = None, log: str = "",
                  name: str | None = None, resources: ResourceUsage | None = None,
-                 mma_per_ktile: float | None = None, shared_dynamic: int | None = None) -> KernelStats:
+                 mma_per_ktile: float | None = None, bk: int | None = None,
+                 shared_dynamic: int | None = None) -> KernelStats:
     """The static report of kernel ``name`` (default: the function with the most MMA).
 
     ``sass`` is the ``cuobjdump -sass`` listing (disassembled from ``cubin`` when absent);
     ``log`` ptxas' ``-v`` output (registers, spills, warnings); ``resources`` overrides what
     the log says (else ``cuobjdump -res-usage`` of the cubin gives registers and shared
-    memory, without spill bytes). ``mma_per_ktile``: see the module docstring.
+    memory, without spill bytes). ``mma_per_ktile``: see the module docstring; without it,
+    ``bk`` (the block tile's k depth) gives it from the loop's SASS
+    (:func:`mma_per_ktile_from_bk`).
     """
     from .sass import disassemble, res_usage
 
@@ -574,6 +587,8 @@ def kernel_stats(cubin: bytes | None = None, *, sass: str | None = None, log: st
         mix = Counter(i.base for i in body if not i.never)
         cats = Counter(_category(i.base) for i in body if not i.never)
         mma_ops = Counter(i.op for i in body if i.is_mma)
+        if mma_per_ktile is None and bk:
+            mma_per_ktile = mma_per_ktile_from_bk(body, bk)
         k_tiles = lp.mma / mma_per_ktile if mma_per_ktile else None
         main = MainLoop(lp.start, lp.end, len(body), lp.mma, mma_ops.most_common(1)[0][0], padding, non_mma,
                         sum("c[0x" in i.args for i in body if not i.never), dict(mix.most_common()),

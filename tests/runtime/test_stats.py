@@ -18,6 +18,7 @@ from hexlayout.runtime.stats import (
     kernel_stats,
     loops,
     mma_per_ktile_for_tile,
+    mma_per_ktile_from_bk,
     parse_sass,
     ptxas_warnings,
     register_extents,
@@ -97,6 +98,45 @@ def test_innermost_loop_with_most_mma_wins() -> None:
     assert spans == {(0x10, 0x40), (0x0, 0x70)}
     main = find_main_loop(code)
     assert main is not None and (main.start, main.end) == (0x10, 0x40)
+
+
+def test_outer_loop_with_more_mma_is_not_the_main_loop() -> None:
+    # an outer loop [0x00, 0x60] around two inner k-loops (as two warp groups' code, or a
+    # k-loop plus a tail): the innermost MMA loops are candidates, the outer one is not
+    code = _code("""
+        HMMA.16816.F32 R4, R8, R12, R4
+        HMMA.16816.F32 R4, R8, R12, R4
+        @P1 BRA 0x0
+        HMMA.16816.F32 R16, R8, R12, R16
+        @P2 BRA 0x30
+        @P0 BRA 0x0
+        EXIT
+    """)
+    assert {(lp.start, lp.end, lp.mma) for lp in loops(code)} == {(0x0, 0x50, 3), (0x30, 0x40, 1)}
+    main = find_main_loop(code)
+    assert main is not None and (main.start, main.end) == (0x30, 0x40)
+
+
+def test_retry_cycle_through_an_out_of_line_block_holds_no_mma() -> None:
+    # the retry block at 0x90 jumps back to the wait itself (0x10): a real cycle, but the
+    # span [0x10, 0xb0] holds loop B's 2 HMMA only by address, not on the cycle
+    code = _code("""
+        MOV R1, RZ
+        SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R2], R3
+        @!P0 BRA 0x90
+        HMMA.16816.F32 R4, R8, R12, R4
+        @P1 BRA 0x0
+        HMMA.16816.F32 R4, R8, R12, R4
+        HMMA.16816.F32 R4, R8, R12, R4
+        @P1 BRA 0x50
+        EXIT
+        NANOSLEEP 0x20
+        BRA 0x10
+    """)
+    by_start = {lp.start: lp for lp in loops(code)}
+    assert by_start[0x10].end == 0xa0 and by_start[0x10].mma == 0
+    main = find_main_loop(code)
+    assert main is not None and (main.start, main.end, main.mma) == (0x50, 0x70, 2)
 
 
 def test_jump_back_from_an_out_of_line_block_is_not_a_loop() -> None:
@@ -190,6 +230,29 @@ def test_unknown_kernel_is_a_clear_error() -> None:
         kernel_stats()
 
 
+def test_mma_per_ktile_from_bk_counts_accumulation_chains() -> None:
+    # two output tiles, accumulators renamed along their chains (R4 -> R20, R6 -> R22): 2 chains
+    # x BK 32 / k 16 = 4 MMA per k-tile; the loop has 4, so 1 k-tile per iteration
+    code = _code("""
+        HMMA.16816.F32.BF16 R20, R8, R12, R4
+        HMMA.16816.F32.BF16 R22, R8, R14, R6
+        HMMA.16816.F32.BF16 R4, R10, R12, R20
+        HMMA.16816.F32.BF16 R6, R10, R14, R22
+        @P0 BRA 0x0
+        EXIT
+    """)
+    assert mma_per_ktile_from_bk(code, 32) == 4
+    assert mma_per_ktile_from_bk(code, 64) == 8
+    # LOOP: three chains (R12, R16, R20) of one MMA each: 6 per 32-deep k-tile, half a k-tile
+    lp = kernel_stats(sass=_sass(LOOP), bk=32).main_loop
+    assert lp is not None and lp.mma_per_ktile == 6 and lp.k_tiles == pytest.approx(0.5)
+    hg = _code("""
+        HGMMA.64x256x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT
+        HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8], R24
+    """)
+    assert mma_per_ktile_from_bk(hg, 64) == 4
+
+
 def test_mma_per_ktile_for_tile_counts_instruction_tiles() -> None:
     # 128x128x32 over 4 warps (2x2): each warp 64x64x32 = 4 m16 x 8 n8 x 2 k16 mma.sync
     assert mma_per_ktile_for_tile(128, 128, 32, (16, 8, 16), 4) == 4 * 8 * 2
@@ -252,6 +315,9 @@ def test_shipped_gemm_config_structure(cfg: Any) -> None:
         c7515 = any("(C7515)" in line for line in b.compiled.log.splitlines())
         assert ("C7515" in st.serialization) == c7515
     assert lp.k_tiles is not None and lp.k_tiles >= 1 and float(lp.k_tiles).is_integer()
+    # the same k-tiles from the SASS alone: the loop's accumulators and BK
+    body = [i for i in parse_sass(b.compiled.sass())[st.kernel][1] if lp.start <= i.addr <= lp.end]
+    assert mma_per_ktile_from_bk(body, cfg.BK) == lp.mma_per_ktile
     assert lp.non_mma == lp.instructions - lp.mma - lp.padding > 0
     json.dumps(st.to_dict())                                 # JSON-able
 

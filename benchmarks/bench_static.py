@@ -1,0 +1,540 @@
+"""Static code quality of every shipped kernel, from its cubin; with ``--peers``, Triton side by side.
+
+No GPU is needed: hexlayout's kernels are compiled with NVRTC (or nvcc), Triton's with
+``triton.compile`` for a ``GPUTarget("cuda", 80 | 90, 32)``; both cubins are read with
+cuobjdump by ``hexlayout.runtime.stats`` (definitions in its docstring: main loop, non-MMA
+per k-tile = (loop instructions - MMA - ``@!PT`` padding) / k-tiles per iteration, per warp
+instruction stream).
+
+Kernels: the GEMM config space of ``hexlayout.ops.gemm_config`` (bf16, ``b`` given N x K,
+no epilogue) for sm_80 and sm_90a, a 128x256x64 sm_90a candidate (not in the config space),
+and the FlashAttention example at head dim 128 on sm_80 (its defaults BM=128, BN=32, 8
+warps, and BN=64).
+
+Peers (``--peers``, needs ``pip install triton``; the ``bench`` extra): written here after the
+Triton tutorials' semantics, compiled for the same tiles, warps and stages:
+
+- ``tt_matmul``: the tutorial matmul (grouped tile order, pointer blocks advanced by
+  ``BK`` each k-step, K-masked loads, fp32 accumulator, masked store), specialized as
+  Triton's JIT would for contiguous 4096 x 4096 operands (unit strides constant, the rest
+  divisible by 16); ``b`` is N x K (``stride_bk = 1``) as hexlayout's ops default (two
+  rows repeat the main tiles with ``b`` K x N, the tutorial's own layout, for both). sm_80.
+- ``tt_matmul_tma`` / ``tt_matmul_tma_persistent`` (sm_90a): the persistent-matmul tutorial's
+  descriptor kernel: TMA tensor descriptors, ``tl.range(..., warp_specialize=True)`` (Triton
+  adds producer and consumer warp groups to ``num_warps=4``), one program per tile, or a
+  persistent tile loop over ``GRID = 132`` programs for hexlayout's persistent config (not
+  ``flatten``-ed: a flattened loop carries the epilogue in its body).
+- ``tt_attention``: FlashAttention-2 forward as in the fused-attention tutorial (online
+  softmax in base 2, ``q`` block resident, K / V blocks streamed), same ``[B, S, H, D]``
+  layout, GQA and key masking as hexlayout's example (non-causal).
+
+k-tiles per iteration: hexlayout counts MMA per iteration of its k-loop in the lowered
+program; Triton's GEMM from its loop's SASS and ``BK`` (distinct MMA accumulators x
+``BK / k``, ``stats.mma_per_ktile_from_bk``), its attention from the tile
+(``2 BM·BN·HD / (16·8·16 · warps)``). Triton's ptxas log (``-v``, registers, spills, warnings)
+is captured through ``TRITON_DUMP_PTXAS_LOG``.
+
+Writes ``benchmarks/results/static_<date>.json`` and ``.md`` (machine, versions, date) and
+prints the table.
+
+    python benchmarks/bench_static.py            # hexlayout only
+    python benchmarks/bench_static.py --peers    # and Triton side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel configuration measured for hexlayout (and a Triton peer of the same tile)."""
+
+    kernel: str                # "gemm" or "attention"
+    arch: str
+    BM: int
+    BN: int
+    BK: int                    # head dim for attention
+    stages: int
+    warps: int                 # sm_80: warps; sm_90a: consumer warp groups x 4
+    persistent: bool = False
+    shipped: bool = True
+    b_layout: str = "nk"       # GEMM: b is N x K ("nk") or K x N ("kn")
+
+    @property
+    def label(self) -> str:
+        if self.kernel == "attention":
+            return f"FA fwd hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w"
+        extra = " persistent" if self.persistent else ""
+        who = f"{self.warps // 4} consumers" if self.arch == "sm_90a" else f"{self.warps} warps"
+        cand = "" if self.shipped else " (candidate)"
+        lay = "" if self.b_layout == "nk" else " B KxN"
+        return f"{self.BM}x{self.BN}x{self.BK} {self.stages}st {who}{extra}{cand}{lay}"
+
+
+def cases() -> list[Case]:
+    from hexlayout.ops.gemm_config import CONFIGS
+
+    out = [Case("gemm", "sm_80", c.BM, c.BN, c.BK, c.STAGES, c.WARPS) for c in CONFIGS["sm_80"]]
+    out += [Case("gemm", "sm_90a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent)
+            for c in CONFIGS["sm_90a"]]
+    out.append(Case("gemm", "sm_90a", 128, 256, 64, 4, 8, False, shipped=False))
+    out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8))
+    out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
+    # b given K x N (the Triton tutorial's own layout), for the two main tiles
+    out.append(Case("gemm", "sm_80", 128, 128, 32, 3, 4, b_layout="kn"))
+    out.append(Case("gemm", "sm_90a", 128, 128, 64, 4, 8, b_layout="kn"))
+    return out
+
+
+# --- hexlayout ----------------------------------------------------------------------------------
+
+def hexlayout_stats(case: Case) -> dict[str, Any]:
+    """``Build.stats`` of hexlayout's kernel for ``case``."""
+    from hexlayout.runtime import build
+
+    t = time.perf_counter()
+    if case.kernel == "gemm":
+        from hexlayout.ops.gemm import gemm_build
+        from hexlayout.ops.gemm_config import GemmConfig
+
+        from hexlayout.lang import bf16
+
+        if case.arch == "sm_90a":
+            cfg = GemmConfig("sm_90a", case.BM, case.BN, case.BK, case.stages, CONSUMERS=case.warps // 4,
+                             persistent=case.persistent)
+        else:
+            cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
+        b = gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
+    else:
+        from hexlayout.lang.examples.flash_attention import flash_attention_fwd
+
+        b = build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps)
+    d = b.stats.to_dict()
+    d["seconds"] = time.perf_counter() - t
+    return d
+
+
+# --- Triton peers -------------------------------------------------------------------------------
+
+def _triton_kernels() -> tuple[Any, Any, Any, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def tt_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                  stride_cn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+        # grouped ("super-tile") order of output tiles, for L2 reuse
+        pid = tl.program_id(0)
+        tiles_m = tl.cdiv(M, BM)
+        tiles_n = tl.cdiv(N, BN)
+        per_group = GROUP_M * tiles_n
+        first_m = (pid // per_group) * GROUP_M
+        rows_in_group = min(tiles_m - first_m, GROUP_M)
+        tile_m = first_m + (pid % per_group) % rows_in_group
+        tile_n = (pid % per_group) // rows_in_group
+        rm = (tile_m * BM + tl.arange(0, BM)) % M
+        rn = (tile_n * BN + tl.arange(0, BN)) % N
+        rk = tl.arange(0, BK)
+        pa = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+        pb = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kt in range(0, tl.cdiv(K, BK)):
+            left = K - kt * BK
+            a = tl.load(pa, mask=rk[None, :] < left, other=0.0)
+            b = tl.load(pb, mask=rk[:, None] < left, other=0.0)
+            acc = tl.dot(a, b, acc)
+            pa += BK * stride_ak
+            pb += BK * stride_bk
+        cm = tile_m * BM + tl.arange(0, BM)
+        cn = tile_n * BN + tl.arange(0, BN)
+        pc = c_ptr + cm[:, None] * stride_cm + cn[None, :] * stride_cn
+        tl.store(pc, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+    @triton.jit
+    def tt_attention(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, Sq, Sk, H, KVH, sqb, sqs, sqh, skb, sks, skh,
+                     BM: tl.constexpr, BN: tl.constexpr, HD: tl.constexpr):
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        kvh = h // (H // KVH)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = tl.arange(0, BN)
+        rd = tl.arange(0, HD)
+        q_base = q_ptr + b * sqb + h * sqh
+        q = tl.load(q_base + rm[:, None] * sqs + rd[None, :], mask=rm[:, None] < Sq, other=0.0)
+        k_base = k_ptr + b * skb + kvh * skh
+        v_base = v_ptr + b * skb + kvh * skh
+        m_i = tl.full((BM,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BM,), tl.float32)
+        acc = tl.zeros((BM, HD), tl.float32)
+        for n0 in range(0, Sk, BN):
+            cols = n0 + rn
+            kt = tl.load(k_base + cols[None, :] * sks + rd[:, None], mask=cols[None, :] < Sk, other=0.0)
+            s = tl.dot(q, kt) * qk_scale
+            s = tl.where(cols[None, :] < Sk, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            v = tl.load(v_base + cols[:, None] * sks + rd[None, :], mask=cols[:, None] < Sk, other=0.0)
+            acc = tl.dot(p.to(tl.float16), v, acc)
+            m_i = m_new
+        acc = acc / l_i[:, None]
+        o_base = o_ptr + b * sqb + h * sqh
+        tl.store(o_base + rm[:, None] * sqs + rd[None, :], acc.to(tl.float16), mask=rm[:, None] < Sq)
+
+    @triton.jit
+    def tt_matmul_tma(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                      B_NK: tl.constexpr):
+        # one output tile per program; TMA descriptors; Triton warp-specializes the k-loop
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        if B_NK:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+        else:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        pid = tl.program_id(0)
+        tiles_n = tl.cdiv(N, BN)
+        m0 = (pid // tiles_n) * BM
+        n0 = (pid % tiles_n) * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kt in tl.range(0, tl.cdiv(K, BK), warp_specialize=True):
+            a = a_desc.load([m0, kt * BK])
+            if B_NK:
+                acc = tl.dot(a, b_desc.load([n0, kt * BK]).T, acc)
+            else:
+                acc = tl.dot(a, b_desc.load([kt * BK, n0]), acc)
+        c_desc.store([m0, n0], acc.to(tl.bfloat16))
+
+    @triton.jit
+    def tt_matmul_tma_persistent(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                                 BK: tl.constexpr, B_NK: tl.constexpr, GRID: tl.constexpr):
+        # persistent: each program walks tiles pid, pid + GRID, ...; the tile loop is
+        # warp-specialized (tutorial 09's descriptor kernel, without flattening the k-loop into it)
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        if B_NK:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+        else:
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        tiles_n = tl.cdiv(N, BN)
+        num_tiles = tl.cdiv(M, BM) * tiles_n
+        k_tiles = tl.cdiv(K, BK)
+        for tile in tl.range(tl.program_id(0), num_tiles, GRID, warp_specialize=True):
+            m0 = (tile // tiles_n) * BM
+            n0 = (tile % tiles_n) * BN
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for kt in range(k_tiles):
+                a = a_desc.load([m0, kt * BK])
+                if B_NK:
+                    acc = tl.dot(a, b_desc.load([n0, kt * BK]).T, acc)
+                else:
+                    acc = tl.dot(a, b_desc.load([kt * BK, n0]), acc)
+            c_desc.store([m0, n0], acc.to(tl.bfloat16))
+
+    return tt_matmul, tt_attention, tt_matmul_tma, tt_matmul_tma_persistent
+
+
+def _div16(names: list[str], sig: dict[str, str]) -> dict[tuple[int, ...], list[list[Any]]]:
+    """``tt.divisibility = 16`` on the given (non-constexpr) parameters, as the JIT specializes
+    16-byte aligned pointers and sizes divisible by 16."""
+    order = list(sig)
+    return {(order.index(n),): [["tt.divisibility", 16]] for n in names}
+
+
+def triton_compile(case: Case) -> tuple[Any, str]:
+    """Triton's cubin for ``case`` and ptxas' ``-v`` log of it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    tt_matmul, tt_attention, tt_tma, tt_tma_persistent = _triton_kernels()
+    warps = case.warps
+    if case.kernel == "gemm" and case.arch == "sm_90a":
+        sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+               "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "B_NK": "constexpr"}
+        consts = {"BM": case.BM, "BN": case.BN, "BK": case.BK, "B_NK": case.b_layout == "nk"}
+        fn = tt_tma
+        if case.persistent:
+            from hexlayout.ops.gemm_config import SM_COUNT
+
+            sig["GRID"] = "constexpr"
+            consts["GRID"] = SM_COUNT["sm_90a"]
+            fn = tt_tma_persistent
+        src = ASTSource(fn=fn, signature=sig, constexprs=consts,
+                        attrs=_div16(["a_ptr", "b_ptr", "c_ptr", "M", "N", "K"], sig))
+        warps = 4            # Triton's warp specialization adds the producer and consumer warp groups
+    elif case.kernel == "gemm":
+        sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+               "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "constexpr", "stride_bn": "i32",
+               "stride_cm": "i32", "stride_cn": "constexpr", "BM": "constexpr", "BN": "constexpr",
+               "BK": "constexpr", "GROUP_M": "constexpr"}
+        unit, strided = ("stride_bk", "stride_bn") if case.b_layout == "nk" else ("stride_bn", "stride_bk")
+        sig[unit], sig[strided] = "constexpr", "i32"
+        consts = {"stride_ak": 1, unit: 1, "stride_cn": 1, "BM": case.BM, "BN": case.BN, "BK": case.BK,
+                  "GROUP_M": 8}
+        attrs = _div16(["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", strided, "stride_cm"], sig)
+        src = ASTSource(fn=tt_matmul, signature=sig, constexprs=consts, attrs=attrs)
+    else:
+        sig = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "qk_scale": "fp32",
+               "Sq": "i32", "Sk": "i32", "H": "i32", "KVH": "i32", "sqb": "i32", "sqs": "i32", "sqh": "i32",
+               "skb": "i32", "sks": "i32", "skh": "i32", "BM": "constexpr", "BN": "constexpr",
+               "HD": "constexpr"}
+        consts = {"BM": case.BM, "BN": case.BN, "HD": case.BK}
+        attrs = _div16(["q_ptr", "k_ptr", "v_ptr", "o_ptr", "sqb", "sqs", "sqh", "skb", "sks", "skh"], sig)
+        src = ASTSource(fn=tt_attention, signature=sig, constexprs=consts, attrs=attrs)
+    cap = 90 if case.arch == "sm_90a" else int(case.arch[3:])
+    out = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix="bench-static-triton-") as cache:
+        old = {k: os.environ.get(k) for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_PTXAS_LOG")}
+        os.environ.update(TRITON_CACHE_DIR=cache, TRITON_DUMP_PTXAS_LOG="1")
+        try:
+            with contextlib.redirect_stdout(out):
+                compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
+                                          options={"num_warps": warps, "num_stages": case.stages})
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return compiled, out.getvalue()
+
+
+def triton_stats(case: Case) -> dict[str, Any]:
+    """``KernelStats`` of Triton's kernel for ``case``; k-tiles from the tile (module docstring)."""
+    from hexlayout.runtime.sass import disassemble
+    from hexlayout.runtime.stats import kernel_stats, mma_per_ktile_for_tile
+
+    t = time.perf_counter()
+    compiled, log = triton_compile(case)
+    cubin = compiled.asm["cubin"]
+    name = compiled.metadata.name
+    sass = disassemble(cubin)
+    shared = int(compiled.metadata.shared)
+    if case.kernel == "gemm":   # k-tiles from the loop's accumulators and BK
+        st = kernel_stats(cubin, sass=sass, log=log, name=name, bk=case.BK, shared_dynamic=shared)
+    else:                       # a "k-tile" is one key block: S = Q K^T and O += P V, all warps
+        per = 2 * mma_per_ktile_for_tile(case.BM, case.BN, case.BK, (16, 8, 16), case.warps)
+        st = kernel_stats(cubin, sass=sass, log=log, name=name, mma_per_ktile=per, shared_dynamic=shared)
+    d = st.to_dict()
+    d["seconds"] = time.perf_counter() - t
+    return d
+
+
+# --- report -------------------------------------------------------------------------------------
+
+def _regs(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    hi = d["highest_register"]
+    alloc = [r for r in d["setmaxnreg"] if r["kind"] == "alloc"]
+    if alloc:
+        hi = max(r["highest_register"] for r in alloc)
+    return f"{d['registers']}, R{hi}"
+
+
+def _spills(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    if d["spill_stores"] is None:
+        return f"{d['local_memory_instructions']} LDL/STL"
+    return f"{d['spill_stores']}/{d['spill_loads']} B" if d["spills"] else "0"
+
+
+def _per(d: dict[str, Any] | None, key: str) -> str:
+    if d is None or d["main_loop"] is None or d["main_loop"][key] is None:
+        return "-"
+    return f"{d['main_loop'][key]:.1f}"
+
+
+def _loop(d: dict[str, Any] | None) -> str:
+    if d is None or d["main_loop"] is None:
+        return "-"
+    lp = d["main_loop"]
+    return f"{lp['instructions']} ({lp['mma']} MMA, {lp['k_tiles']:g} kt)" if lp["k_tiles"] else str(
+        lp["instructions"])
+
+
+def _warn(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    if d["serialization"]:
+        return " ".join(d["serialization"])
+    return f"{len(d['warnings'])} other" if d["warnings"] else "none"
+
+
+def _stores(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    return " ".join(f"{k}x{v}" for k, v in d["epilogue_stores"].items()) or "-"
+
+
+def _mem(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    c = d["counts"]
+    used = [f"{k}:{c[k]}" for k in ("LDGSTS", "LDSM", "STSM", "UTMALDG", "UTMASTG") if c.get(k)]
+    return " ".join(used) or "-"
+
+
+#: The static targets of issue 10 ("Done when"), per case label prefix.
+TARGETS = {
+    ("sm_80", "128x128x32 3st 4 warps"): "≤ 100 / k-tile",
+    ("sm_80", "128x128x64 3st 8 warps"): "≤ 110 / k-tile",
+    ("sm_90a", "128x128x64 4st 2 consumers"): "≤ 50 / k-tile, no C7515",
+    ("sm_90a", "128x256x64"): "≤ 50 / k-tile, no spills",
+    ("sm_80", "FA fwd hd128 BM128 BN64"): "≤ 4 / MMA, no spills",
+}
+
+
+def _target(r: dict[str, Any]) -> str:
+    for (arch, prefix), t in TARGETS.items():
+        if r["arch"] == arch and r["config"].startswith(prefix):
+            return t
+    return "no C7515" if r["arch"] == "sm_90a" else ""
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> str:
+    lines = [f"# Static code quality from the cubin ({meta['date']})", "",
+             f"{meta['machine']}; Python {meta['python']}; hexlayout {meta['hexlayout_commit']}, compiled "
+             f"with {meta['hexlayout_compiler']}"
+             + (f"; Triton {meta['triton']} (its ptxas: {meta['triton_ptxas']})" if peers else "")
+             + ". No GPU: the SASS is read with cuobjdump by `hexlayout.runtime.stats` "
+             "(`python benchmarks/bench_static.py" + (" --peers" if peers else "") + "`).", "",
+             "*Non-MMA / k-tile* = (main-loop instructions − MMA − `@!PT` padding) ÷ k-tiles per iteration, "
+             "per warp instruction stream; the main loop is the innermost backward-branch span holding the "
+             "most HMMA/HGMMA. *Registers*: ptxas' count per thread at launch, then the highest register "
+             "used (under setmaxnreg: the highest in the consumer warp groups' code). *Serialization*: ptxas "
+             "C75xx wgmma-serialization messages. Attention: a k-tile is one key block "
+             "(S = QKᵀ and O += PV); *non-MMA / MMA* is its per-HMMA figure.", ""]
+    if peers:
+        lines += ["Triton's peers are written in `benchmarks/bench_static.py` after its tutorials: sm_80 the "
+                  "pointer-based matmul (cp.async), sm_90a the TMA-descriptor matmul with warp "
+                  "specialization (persistent for the persistent config), attention a FlashAttention-2 "
+                  "forward. Same tile, "
+                  "stages and (sm_80) warps; bf16 GEMM with B given N x K unless *B KxN*.", ""]
+    tools = ["hexlayout", "Triton"] if peers else ["hexlayout"]
+    metrics = [("non-MMA / k-tile", lambda d: _per(d, "non_mma_per_ktile")),
+               ("non-MMA / MMA", lambda d: _per(d, "non_mma_per_mma")),
+               ("main loop", _loop), ("registers", _regs), ("spills", _spills),
+               ("serialization", _warn), ("epilogue stores", _stores), ("TMA / LDSM / STSM / LDGSTS", _mem)]
+    head = ["arch", "kernel, config", "target (issue 10)"]
+    for name, _ in metrics:
+        head += [f"{name} {t}" if peers else name for t in tools]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["arch"], f"{r['kernel']} {r['config']}", _target(r)]
+        for _, f in metrics:
+            cells.append(f(r["hexlayout"]))
+            if peers:
+                cells.append(f(r.get("triton")))
+        lines.append("| " + " | ".join(cells) + " |")
+    errors = [(r["config"], r.get("triton_error")) for r in rows if r.get("triton_error")]
+    if errors:
+        lines += ["", "Triton failed on: " + "; ".join(f"{c}: {e}" for c, e in errors)]
+    lines += ["", "Per-kernel details (the loop's opcode mix and categories, setmaxnreg regions, ptxas' "
+              "messages, counts) are in the JSON file of the same name."]
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str:
+    """``git describe --always --dirty`` of the checkout (``dirty``: uncommitted changes were measured)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=30)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _meta(peers: bool) -> dict[str, Any]:
+    from hexlayout.runtime.compile import available_backends
+    from hexlayout.runtime.toolchain import nvrtc_version
+
+    meta: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.platform()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
+        "hexlayout_compiler": (nvrtc_version() if "nvrtc" in available_backends() else "nvcc"),
+        "gpu": None, "hexlayout_commit": _commit(),
+    }
+    if peers:
+        import subprocess
+
+        import triton
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        meta["triton"] = triton.__version__
+        try:
+            out = subprocess.run([get_ptxas(90).path, "--version"], capture_output=True, text=True).stdout
+            meta["triton_ptxas"] = out.strip().splitlines()[-1]
+        except Exception as e:  # noqa: BLE001 - a version string is informative only
+            meta["triton_ptxas"] = f"unknown ({e})"
+    return meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peers", action="store_true", help="also compile Triton's kernels for the same tiles")
+    ap.add_argument("--out", default=str(RESULTS), help="directory for static_<date>.md / .json")
+    ap.add_argument("--only", default="", help="run only configs whose label contains this text")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    if args.peers:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            print("bench_static --peers needs Triton: pip install triton (or pip install -e '.[bench]')",
+                  file=sys.stderr)
+            return 2
+    meta = _meta(args.peers)
+    rows = []
+    for case in cases():
+        if args.only and args.only not in case.label:
+            continue
+        row: dict[str, Any] = {"kernel": case.kernel, "arch": case.arch, "config": case.label,
+                               "shipped": case.shipped, "case": case.__dict__}
+        row["hexlayout"] = hexlayout_stats(case)
+        if args.peers:
+            try:
+                row["triton"] = triton_stats(case)
+            except Exception as e:  # noqa: BLE001 - a peer that fails to compile is reported, not fatal
+                row["triton"] = None
+                row["triton_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        rows.append(row)
+        h, t = row["hexlayout"], row.get("triton")
+        print(f"{case.arch} {case.label}: hexlayout {_per(h, 'non_mma_per_ktile')} non-MMA/k-tile, "
+              f"{_regs(h)}, spills {_spills(h)}, {_warn(h)}"
+              + (f" | Triton {_per(t, 'non_mma_per_ktile')}, {_regs(t)}, spills {_spills(t)}, {_warn(t)}"
+                 if args.peers else ""), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"static_{meta['date'][:10]}"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    md = markdown(rows, meta, args.peers)
+    (out / f"{stem}.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
