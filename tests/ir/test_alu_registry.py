@@ -176,10 +176,10 @@ class Case:
         return f"{self.fn}-{'-'.join(map(str, self.srcs))}-{self.dst}"
 
 
-def _cases() -> list[Case]:
+def cases_of(fns: list[AluFunction]) -> list[Case]:
+    """Every (function, accepted type) case of ``fns``; ``cvt`` from and to every type."""
     out = []
-    for name in sorted(ALU_FUNCTIONS):
-        fn = ALU_FUNCTIONS[name]
+    for fn in fns:
         for dt in TYPES:
             if kind_of(dt) not in fn.accepts:
                 continue
@@ -403,21 +403,27 @@ def _report(case: Case, inputs: list[np.ndarray], emu: np.ndarray, c: np.ndarray
     return f"{case.id}: {len(bad)} of {N} differ\n" + "\n".join(rows)
 
 
-CASES = _cases()
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or _include_dir() is None,
-                               reason="needs g++ and the CUDA headers to run the printed code on the host")
-
-
-@needs_gxx
-def test_printed_code_computes_what_the_emulator_computes(tmp_path: Path) -> None:
-    work = [(case, case.fn, _inputs(case.fn, case.srcs, seed)) for seed, case in enumerate(CASES)]
-    outs = run_printed(work, tmp_path)
+def check(cases: list[Case], tmp: Path) -> list[str]:
+    """Run ``cases`` in the emulator and as printed host code; a report per disagreeing case."""
+    work = [(case, case.fn, _inputs(case.fn, case.srcs, seed)) for seed, case in enumerate(cases)]
+    outs = run_printed(work, tmp)
     failures = []
     for (case, fn, inputs), c in zip(work, outs):
         emu = _emulate(case, fn, inputs)
         bad = mismatches(fn, case.dst, emu, c)
         if len(bad):
             failures.append(_report(case, inputs, emu, c, bad))
+    return failures
+
+
+CASES = cases_of([ALU_FUNCTIONS[n] for n in sorted(ALU_FUNCTIONS)])
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or _include_dir() is None,
+                               reason="needs g++ and the CUDA headers to run the printed code on the host")
+
+
+@needs_gxx
+def test_printed_code_computes_what_the_emulator_computes(tmp_path: Path) -> None:
+    failures = check(CASES, tmp_path)
     assert not failures, "\n".join(failures)
     # every function and every type it accepts was exercised
     covered = {(str(c.fn), str(c.srcs[-1])) for c in CASES}

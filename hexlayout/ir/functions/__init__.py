@@ -23,10 +23,11 @@ from .base import (
     alu_functions,
     compute_domain,
     kind_of,
+    libm,
 )
 
 __all__ = [
     "ALU_FUNCTIONS", "AluFunction", "AluTypeError", "CDomain", "UnknownFunctionError", "alu_function",
-    "alu_functions", "compute_domain", "NUMPY_DOMAIN", "kind_of", "KIND_WORDS", "arithmetic", "logic",
+    "alu_functions", "compute_domain", "NUMPY_DOMAIN", "kind_of", "libm", "KIND_WORDS", "arithmetic", "logic",
     "moves", "transcendental",
 ]

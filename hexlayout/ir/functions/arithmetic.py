@@ -158,8 +158,10 @@ def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _fma_exact(a: float, b: float, c: float) -> float:
     """``a * b + c`` rounded once to float64 (exact rational arithmetic; IEEE for non-finite)."""
-    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+    if not (math.isfinite(a) and math.isfinite(b)):
         return a * b + c
+    if not math.isfinite(c):
+        return c                               # a finite product (even one past float64's range)
     exact = Fraction(a) * Fraction(b) + Fraction(c)
     if exact == 0:
         return a * b + c                       # the sign of an exact zero, as IEEE gives it

@@ -236,13 +236,19 @@ def compute_domain(fn: AluFunction, dst: DType, float_operand: bool) -> str:
 NUMPY_DOMAIN = {"float": np.float32, "double": np.float64, "int": np.int64, "long long": np.int64}
 
 
+_WIDE = np.longdouble if np.finfo(np.longdouble).nmant > 52 else np.float64   # x87: 64-bit mantissa
+
+
 def libm(f: Callable[[Any], Any], x: Any) -> Any:
     """The math-library function ``f`` (a numpy ufunc) of ``x`` as a correctly rounding C
-    library computes it in ``x``'s precision: float32 arguments are evaluated in float64 and
-    rounded once (numpy's own float32 kernels are less accurate than glibc's or CUDA's)."""
+    library computes it in ``x``'s precision: evaluated in a wider type (float32 in float64,
+    float64 in long double where that is wider) and rounded once (numpy's own float32 and
+    float64 kernels are less accurate than glibc's or CUDA's)."""
     x = np.asarray(x)
     if x.dtype == np.float32:
         return f(x.astype(np.float64)).astype(np.float32)
+    if x.dtype == np.float64:
+        return f(x.astype(_WIDE)).astype(np.float64)
     return f(x)
 
 
