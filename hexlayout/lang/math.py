@@ -212,8 +212,39 @@ def function(lang_name: str) -> Callable[..., Tile]:
     return FUNCTIONS[lang_name]
 
 
+_TILE_RAISES = """KernelError: an operand is not a register tile or a scalar, the shapes do not
+        broadcast, the element types differ or are not accepted, or ``out`` does not fit
+        (the message names the kernel, the tiles and the source line)."""
+
+
 def abs_(x: Tile, *, out: Tile | None = None) -> Tile:
-    """``|x|`` elementwise (``hl.abs``; also ``abs(tile)``)."""
+    """``|x|`` elementwise (``hl.abs``; also ``abs(tile)``).
+
+    Element ``i`` of the result is ``|x[i]|`` (``-0.0`` becomes ``+0.0``, NaN stays NaN; of
+    the most negative integer, itself, as two's complement wraps). The ALU function ``abs``.
+
+    Args:
+        x: a register tile of floating-point or signed integer elements.
+        out: a register tile to write into (the shape and type of the result); ``None`` for a
+            new tile.
+
+    Returns:
+        The result tile (``out`` when given), of ``x``'s type.
+
+    Raises:
+        {raises}
+
+    Example:
+        The magnitude of a loaded tile::
+
+            @hl.kernel(threads=128)
+            def magnitude(a: hl.f32["M", "N"], c: hl.f32["M", "N"]):
+                x = hl.register(hl.f32, (64, 64))
+                hl.copy(a.tile((64, 64), (0, 0)), x)
+                hl.copy(hl.abs(x), c.tile((64, 64), (0, 0)))
+
+            magnitude.trace()
+    """
     return elementwise("abs", (x,), out=out, opname="abs")
 
 
@@ -222,39 +253,229 @@ def _scalars(a: Any, b: Any) -> bool:
 
 
 def maximum(a: Any, b: Any, *, out: Tile | None = None) -> Any:
-    """Elementwise maximum (``hl.max`` for two tiles); of two integer scalars / ``Expr``, their max."""
+    """The elementwise maximum of two tiles (``hl.max``), or of two integer scalars.
+
+    With a register tile among ``a`` and ``b``: element ``i`` of the result is
+    ``max(a[i], b[i])`` after numpy broadcasting (a scalar broadcasts); of a NaN and a number
+    it is the number (PTX ``max``, C ``fmaxf``). With two integers or integer ``Expr`` (and no
+    ``out``): their maximum, an ``Expr`` when either is one (for sizes and bounds).
+
+    Args:
+        a: a register tile, a number or an integer ``Expr``.
+        b: a register tile, a number or an integer ``Expr``.
+        out: a register tile to write into (the broadcast shape, the operands' type);
+            ``None`` for a new tile.
+
+    Returns:
+        The result tile (``out`` when given), or the scalar maximum.
+
+    Raises:
+        {raises}
+
+    Example:
+        A ReLU, and the maximum of two sizes::
+
+            @hl.kernel(threads=128)
+            def relu(a: hl.f32["M", "N"], c: hl.f32["M", "N"]):
+                x = hl.register(hl.f32, (64, 64))
+                hl.copy(a.tile((64, 64), (0, 0)), x)
+                hl.copy(hl.maximum(x, 0.0), c.tile((64, 64), (0, 0)))
+
+            relu.trace()
+            assert hl.max(3, 5) == 5
+    """
     if out is None and _scalars(a, b):
         return emax(a, b) if isinstance(a, Expr) or isinstance(b, Expr) else max(a, b)
     return elementwise("max", (a, b), out=out, opname="maximum")
 
 
 def minimum(a: Any, b: Any, *, out: Tile | None = None) -> Any:
-    """Elementwise minimum (``hl.min``); of two integer scalars / ``Expr``, their min."""
+    """The elementwise minimum of two tiles (``hl.min``), or of two integer scalars.
+
+    With a register tile among ``a`` and ``b``: element ``i`` of the result is
+    ``min(a[i], b[i])`` after numpy broadcasting; of a NaN and a number it is the number
+    (PTX ``min``, C ``fminf``). With two integers or integer ``Expr`` (and no ``out``):
+    their minimum, an ``Expr`` when either is one.
+
+    Args:
+        a: a register tile, a number or an integer ``Expr``.
+        b: a register tile, a number or an integer ``Expr``.
+        out: a register tile to write into (the broadcast shape, the operands' type);
+            ``None`` for a new tile.
+
+    Returns:
+        The result tile (``out`` when given), or the scalar minimum.
+
+    Raises:
+        {raises}
+
+    Example:
+        Clamp a tile from above, and the minimum of two sizes::
+
+            @hl.kernel(threads=128)
+            def clamp(a: hl.f32["M", "N"], c: hl.f32["M", "N"]):
+                x = hl.register(hl.f32, (64, 64))
+                hl.copy(a.tile((64, 64), (0, 0)), x)
+                hl.copy(hl.minimum(x, 6.0), c.tile((64, 64), (0, 0)))
+
+            clamp.trace()
+            assert hl.min(3, 5) == 3
+    """
     if out is None and _scalars(a, b):
         return emin(a, b) if isinstance(a, Expr) or isinstance(b, Expr) else min(a, b)
     return elementwise("min", (a, b), out=out, opname="minimum")
 
 
 def where(cond: Tile, a: Any, b: Any, *, out: Tile | None = None) -> Tile:
-    """``a`` where the predicate tile ``cond`` holds, else ``b`` (broadcasting)."""
+    """``a`` where the predicate tile ``cond`` holds, else ``b``, elementwise.
+
+    Element ``i`` of the result is ``a[i] if cond[i] else b[i]`` after numpy broadcasting
+    of the three operands (scalars broadcast). The ALU function ``select``.
+
+    Args:
+        cond: a predicate register tile (a comparison such as ``x < y``).
+        a: the value where ``cond`` holds: a register tile or a scalar.
+        b: the value elsewhere: a register tile or a scalar (one of ``a``, ``b`` a tile).
+        out: a register tile to write into; ``None`` for a new tile.
+
+    Returns:
+        The result tile (``out`` when given), of the type of ``a`` and ``b``.
+
+    Raises:
+        {raises}
+
+    Example:
+        A causal mask over a tile of scores::
+
+            @hl.kernel(threads=128)
+            def mask(s: hl.f32["M", "N"], c: hl.f32["M", "N"]):
+                x = hl.register(hl.f32, (64, 64))
+                hl.copy(s.tile((64, 64), (0, 0)), x)
+                rows = hl.iota((64, 64), 0)
+                cols = hl.iota((64, 64), 1)
+                hl.copy(hl.where(cols <= rows, x, -1e30), c.tile((64, 64), (0, 0)))
+
+            mask.trace()
+    """
     return elementwise("select", (cond, a, b), out=out, opname="where")
 
 
+_PRED_EXAMPLE = """
+    Example:
+        {what}::
+
+            @hl.kernel(threads=128)
+            def f(a: hl.s32["M", "N"], c: hl.s32["M", "N"]):
+                x = hl.register(hl.s32, (64, 64))
+                hl.copy(a.tile((64, 64), (0, 0)), x)
+                keep = {expr}
+                hl.copy(hl.where(keep, x, 0), c.tile((64, 64), (0, 0)))
+
+            f.trace()
+"""
+
+
 def equal(a: Any, b: Any) -> Tile:
+    """``a == b`` elementwise, as a predicate tile.
+
+    Element ``i`` is true where ``a[i] == b[i]`` after numpy broadcasting (floats compare as
+    IEEE: NaN equals nothing, ``-0.0 == +0.0``). The ALU function ``eq``.
+
+    Args:
+        a: a register tile or a scalar.
+        b: a register tile or a scalar (one of ``a``, ``b`` a tile; tiles of one type).
+
+    Returns:
+        A new predicate (``bool_``) register tile of the broadcast shape.
+
+    Raises:
+        {raises}
+    """
     return elementwise("eq", (a, b), opname="equal")
 
 
 def not_equal(a: Any, b: Any) -> Tile:
+    """``a != b`` elementwise, as a predicate tile.
+
+    Element ``i`` is true where ``a[i] != b[i]`` after numpy broadcasting (true where either
+    is NaN). The ALU function ``ne``.
+
+    Args:
+        a: a register tile or a scalar.
+        b: a register tile or a scalar (one of ``a``, ``b`` a tile; tiles of one type).
+
+    Returns:
+        A new predicate (``bool_``) register tile of the broadcast shape.
+
+    Raises:
+        {raises}
+    """
     return elementwise("ne", (a, b), opname="not_equal")
 
 
 def logical_and(a: Any, b: Any) -> Tile:
+    """``a and b`` of two predicate tiles, elementwise (also ``a & b``).
+
+    Element ``i`` is true where both ``a[i]`` and ``b[i]`` are, after numpy broadcasting.
+    The ALU function ``and``.
+
+    Args:
+        a: a predicate register tile (or a 0 / 1 scalar).
+        b: a predicate register tile (or a 0 / 1 scalar).
+
+    Returns:
+        A new predicate register tile of the broadcast shape.
+
+    Raises:
+        {raises}
+    """
     return elementwise("and", (a, b), opname="logical_and")
 
 
 def logical_or(a: Any, b: Any) -> Tile:
+    """``a or b`` of two predicate tiles, elementwise (also ``a | b``).
+
+    Element ``i`` is true where ``a[i]`` or ``b[i]`` is, after numpy broadcasting. The ALU
+    function ``or``.
+
+    Args:
+        a: a predicate register tile (or a 0 / 1 scalar).
+        b: a predicate register tile (or a 0 / 1 scalar).
+
+    Returns:
+        A new predicate register tile of the broadcast shape.
+
+    Raises:
+        {raises}
+    """
     return elementwise("or", (a, b), opname="logical_or")
 
 
 def logical_not(a: Any) -> Tile:
+    """``not a`` of a predicate tile, elementwise (also ``~a``).
+
+    Element ``i`` is true where ``a[i]`` is false. The ALU function ``not``.
+
+    Args:
+        a: a predicate register tile.
+
+    Returns:
+        A new predicate register tile of ``a``'s shape.
+
+    Raises:
+        {raises}
+    """
     return elementwise("not", (a,), opname="logical_not")
+
+
+for _f in (abs_, maximum, minimum, where, equal, not_equal, logical_and, logical_or, logical_not):
+    _f.__doc__ = (_f.__doc__ or "").replace("{raises}", _TILE_RAISES)
+_PRED_EXAMPLES = {
+    equal: ("Keep the elements equal to 7", "hl.equal(x, 7)"),
+    not_equal: ("Zero the elements equal to 7", "hl.not_equal(x, 7)"),
+    logical_and: ("Keep the elements in [0, 10)", "hl.logical_and(x >= 0, x < 10)"),
+    logical_or: ("Keep the elements outside [0, 10)", "hl.logical_or(x < 0, x >= 10)"),
+    logical_not: ("Keep the non-negative elements", "hl.logical_not(x < 0)"),
+}
+for _f, (_what, _expr) in _PRED_EXAMPLES.items():
+    _f.__doc__ += _PRED_EXAMPLE.format(what=_what, expr=_expr)

@@ -24,10 +24,6 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang.sync import Barriers
 
-# The elementwise math functions are defined by the ALU registry that replaces
-# hexlayout/lang/math.py (issue 8, item 1); their documentation belongs to that rewrite.
-MATH = {"exp", "exp2", "log", "log2", "rsqrt", "sqrt", "abs", "silu", "gelu", "maximum", "minimum", "max",
-        "min", "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not"}
 # Re-exported from lower layers and documented there (hexlayout.layout, hexlayout.ir.mapping).
 REEXPORTS = {"Layout", "Swizzle", "ComposedLayout", "composition", "make_layout_tv", "TaskMapping"}
 # Functions that cannot raise (pure helpers): no Raises section needed.
@@ -44,7 +40,7 @@ def _api() -> list[tuple[str, Any]]:
     out = []
     for name in hl.__all__:
         obj = getattr(hl, name)
-        if name in MATH or name in REEXPORTS or isinstance(obj, DType):
+        if name in REEXPORTS or isinstance(obj, DType):
             continue
         out.append((f"hl.{name}", obj))
     for cls in MEMBER_CLASSES:
