@@ -1,0 +1,427 @@
+"""Property test: random invalid arguments thrown at every torch op hexlayout registers.
+
+Each op has an entry in ``TABLE`` (a test asserts the table covers exactly the ops that
+``import hexlayout.ops`` registers, every argument of each schema, and nothing else): a
+valid argument set drawn at random, and mutations that each make one or more arguments
+invalid (wrong dtypes, shapes, ranks, devices, non-contiguous or misaligned views,
+non-tensors, bad strings, numbers given as strings, ...) and say which arguments the error
+may blame. On top of one to three mutations a case gets harmless noise - a NaN or infinite
+``scale``, inputs that require grad - which must not hide the error.
+
+Every case runs eagerly (CPU tensors, ``HEXLAYOUT_EMULATE=1``) through ``torch.ops``, the
+``Op`` object and the Python function, and under ``FakeTensorMode``; a smaller sample runs
+under ``torch.compile(backend="eager")``. Each must raise a hexlayout error that is a
+``ValueError`` or ``TypeError`` and names (``.arg``) a blamed argument - no crash, hang,
+internal exception or result. Two reports come from torch itself and are accepted as such:
+a value ``torch.ops`` cannot bind to the schema (a string for a ``Tensor`` or ``float``) is
+torch's ``RuntimeError`` "... for argument 'x'", and under ``torch.compile`` dynamo reports
+an error raised while tracing as a ``TorchRuntimeError`` quoting it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+hypothesis = pytest.importorskip("hypothesis")
+import hexlayout.ops  # noqa: E402,F401 - registers the ops
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+from hexlayout.errors import HexlayoutError  # noqa: E402
+from hexlayout.runtime.torch_ops import defined_ops  # noqa: E402
+
+# --- tensors described as data, built inside the mode under test ------------------------------------
+
+
+@dataclass(frozen=True)
+class T:
+    """A tensor to build: shape, dtype, device and layout (``contiguous``, ``transposed``: a
+    transposed matrix, ``strided``: every other element of a wider one, ``offset``: a
+    contiguous view one element into its storage)."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    device: str = "cpu"
+    layout: str = "contiguous"
+    requires_grad: bool = False
+
+    def build(self) -> Any:
+        kw = {"dtype": self.dtype, "device": self.device}
+        n = 1
+        for s in self.shape:
+            n *= s
+        if self.layout == "offset":
+            t = torch.zeros(n + 1, **kw)[1:].view(self.shape)
+        elif self.layout == "transposed" and len(self.shape) == 2:
+            t = torch.zeros(self.shape[::-1], **kw).t()
+        elif self.layout in ("strided", "transposed") and self.shape:
+            t = torch.zeros(*self.shape[:-1], 2 * self.shape[-1], **kw)[..., ::2]
+        else:
+            t = torch.zeros(self.shape, **kw)
+        if self.requires_grad and self.dtype.is_floating_point:
+            t.requires_grad_()
+        return t
+
+
+def _build(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.build() if isinstance(v, T) else v for k, v in args.items()}
+
+
+@dataclass
+class Case:
+    args: dict[str, Any]
+    blame: set[str] = field(default_factory=set)     # arguments the error may name
+    kinds: set[str] = field(default_factory=set)     # arguments of a kind torch.ops cannot bind
+    what: list[str] = field(default_factory=list)
+
+
+# --- the GEMM ------------------------------------------------------------------------------------------
+
+F16, BF16 = torch.float16, torch.bfloat16
+TENSORS = ("a", "b", "bias", "residual")
+
+
+@st.composite
+def gemm_valid(draw: Any) -> dict[str, Any]:
+    m = draw(st.integers(2, 5))
+    n = 8 * draw(st.integers(1, 3))
+    k = 8 * draw(st.integers(1, 3))
+    dt = draw(st.sampled_from([F16, BF16]))
+    b_layout = draw(st.sampled_from(["nk", "kn"]))
+    args: dict[str, Any] = {"a": T((m, k), dt), "b": T((n, k) if b_layout == "nk" else (k, n), dt),
+                            "bias": draw(st.sampled_from([None, T((n,), dt)])),
+                            "residual": draw(st.sampled_from([None, T((m, n), dt)])),
+                            "activation": draw(st.sampled_from(["none", "relu", "gelu", "silu"])),
+                            "scale": draw(st.sampled_from([None, 0.5, -2.0])), "b_layout": b_layout}
+    return args
+
+
+def _present(c: Case) -> list[str]:
+    return [x for x in TENSORS if isinstance(c.args.get(x), T)]
+
+
+def _matrices(c: Case) -> bool:
+    """``a`` and ``b`` are matrices and ``b_layout`` is valid: shapes can be changed consistently."""
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == 2 for x in ("a", "b")) and \
+        c.args["b_layout"] in ("nk", "kn")
+
+
+def _mnk(c: Case) -> tuple[int, int, int]:
+    m, k = c.args["a"].shape
+    b = c.args["b"].shape
+    return m, (b[0] if c.args["b_layout"] == "nk" else b[1]), k
+
+
+def _dtype(c: Case) -> Any:
+    a = c.args.get("a")
+    return a.dtype if isinstance(a, T) else F16
+
+
+def _set_mnk(c: Case, m: int, n: int, k: int) -> None:
+    """Reshape every tensor consistently for (m, n, k)."""
+    a = c.args
+    a["a"] = replace(a["a"], shape=(m, k))
+    a["b"] = replace(a["b"], shape=(n, k) if a["b_layout"] == "nk" else (k, n))
+    if isinstance(a["bias"], T):
+        a["bias"] = replace(a["bias"], shape=(n,))
+    if isinstance(a["residual"], T):
+        a["residual"] = replace(a["residual"], shape=(m, n))
+
+
+# Each mutation makes the case invalid whatever was done before (or returns False when it does
+# not apply) and adds the arguments the error may name to ``blame``.
+
+def m_a_dtype(c: Case, draw: Any) -> bool:
+    if not isinstance(c.args["a"], T):
+        return False
+    c.args["a"] = replace(c.args["a"], dtype=draw(st.sampled_from([torch.float32, torch.float64, torch.int8,
+                                                                    torch.bool, torch.int32])))
+    c.blame.add("a")
+    return True
+
+
+def m_other_dtype(c: Case, draw: Any) -> bool:
+    others = [t for t in _present(c) if t != "a"]
+    if not others or not isinstance(c.args["a"], T):
+        return False
+    x = draw(st.sampled_from(others))
+    other = BF16 if _dtype(c) == F16 else F16
+    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other, torch.int16])))
+    c.blame.add(x)
+    return True
+
+
+RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2}
+
+
+def m_rank(c: Case, draw: Any) -> bool:
+    if not _present(c):
+        return False
+    x = draw(st.sampled_from(_present(c)))
+    rank = draw(st.sampled_from([r for r in (0, 1, 2, 3) if r != RANK[x]]))
+    c.args[x] = replace(c.args[x], shape=(2, 8, 8)[3 - rank:])
+    c.blame.add(x)
+    return True
+
+
+def m_k_mismatch(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, n, k = _mnk(c)
+    k2 = k + 8 * draw(st.integers(1, 2))
+    c.args["b"] = replace(c.args["b"], shape=(n, k2) if c.args["b_layout"] == "nk" else (k2, n))
+    c.blame |= {"a", "b"}
+    return True
+
+
+def m_epilogue_shape(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, n, _ = _mnk(c)
+    x = draw(st.sampled_from(["bias", "residual"]))
+    shapes = [(n + 2,), (n - 2,), (1,)] if x == "bias" else [(m + 1, n), (m, n + 2), (n, m + 3)]
+    c.args[x] = T(draw(st.sampled_from(shapes)), _dtype(c))
+    c.blame.add(x)
+    return True
+
+
+def m_k_not_multiple_of_8(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, n, _ = _mnk(c)
+    _set_mnk(c, m, n, draw(st.sampled_from([1, 4, 12, 36])))
+    c.blame |= {"a", "b"}
+    return True
+
+
+def m_n_odd(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, _, k = _mnk(c)
+    _set_mnk(c, m, draw(st.sampled_from([1, 5, 9, 27])), k)
+    c.blame.add("b")
+    return True
+
+
+def m_n_kn_not_multiple_of_8(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, _, k = _mnk(c)
+    c.args["b_layout"] = "kn"
+    _set_mnk(c, m, draw(st.sampled_from([2, 6, 12])), k)
+    c.blame.add("b")
+    return True
+
+
+def m_layout(c: Case, draw: Any) -> bool:
+    if not _present(c):
+        return False
+    x = draw(st.sampled_from(_present(c)))
+    layouts = ["offset", "strided"] + (["transposed"] if len(c.args[x].shape) == 2 else [])
+    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(layouts)))
+    c.blame.add(x)
+    return True
+
+
+def m_device(c: Case, draw: Any) -> bool:
+    if not _present(c):
+        return False
+    x = draw(st.sampled_from(_present(c)))
+    c.args[x] = replace(c.args[x], device="meta")
+    c.blame |= set(_present(c)) if x == "a" else {x}
+    return True
+
+
+def m_not_a_tensor(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(TENSORS))
+    bad: list[Any] = ["a", 1.5, [1.0, 2.0], 3] + ([None] if x in ("a", "b") else [])
+    v = draw(st.sampled_from(bad))
+    c.args[x] = v
+    c.blame.add(x)
+    if v is not None:
+        c.kinds.add(x)
+    return True
+
+
+def m_bad_string(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(["activation", "b_layout"]))
+    pool = ["RELU", "tanh", "", "none ", "gelu_tanh"] if x == "activation" else ["NK", "mk", "", "n k"]
+    c.args[x] = draw(st.sampled_from(pool))
+    c.blame.add(x)
+    return True
+
+
+def m_bad_kind(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(["activation", "b_layout", "scale"]))
+    # (not bytes: torch.ops binds b"relu" to a str argument as "relu")
+    pool = {"activation": [None, 3, ["relu"], 0.5], "b_layout": [None, 1, ("nk",)],
+            "scale": ["0.5", "nan", "abc", [0.5], "1e3"]}[x]
+    v = draw(st.sampled_from(pool))
+    c.args[x] = v
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def gemm_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: a NaN or infinite scale, inputs that require grad."""
+    if draw(st.booleans()) and "scale" not in c.blame:
+        c.args["scale"] = draw(st.sampled_from([float("nan"), float("inf"), float("-inf"), 0.0]))
+    for x in _present(c):
+        if draw(st.booleans()):
+            c.args[x] = replace(c.args[x], requires_grad=True)
+
+
+@dataclass
+class OpTable:
+    valid: Callable[[], Any]
+    mutations: list[Callable[[Case, Any], bool]]
+    exclusive: list[set[Callable[..., None]]]        # at most one mutation of each group per case
+    noise: Callable[[Case, Any], None]
+    covers: dict[str, list[Callable[..., None]]]     # schema argument -> mutations that break it
+    module: Any = None                               # where the mutations are (by name)
+
+
+GEMM_MUTATIONS = [m_a_dtype, m_other_dtype, m_rank, m_k_mismatch, m_epilogue_shape, m_k_not_multiple_of_8,
+                  m_n_odd, m_n_kn_not_multiple_of_8, m_layout, m_device, m_not_a_tensor, m_bad_string,
+                  m_bad_kind]
+
+TABLE: dict[str, OpTable] = {
+    "gemm": OpTable(
+        valid=gemm_valid, mutations=GEMM_MUTATIONS,
+        exclusive=[{m_device}, {m_k_not_multiple_of_8, m_n_odd, m_n_kn_not_multiple_of_8}],
+        noise=gemm_noise,
+        covers={"a": [m_a_dtype, m_rank, m_layout, m_device, m_not_a_tensor, m_k_not_multiple_of_8],
+                "b": [m_other_dtype, m_rank, m_k_mismatch, m_n_odd, m_layout, m_device, m_not_a_tensor],
+                "bias": [m_other_dtype, m_epilogue_shape, m_rank, m_layout, m_device, m_not_a_tensor],
+                "residual": [m_other_dtype, m_epilogue_shape, m_rank, m_layout, m_device, m_not_a_tensor],
+                "activation": [m_bad_string, m_bad_kind], "scale": [m_bad_kind],
+                "b_layout": [m_bad_string, m_bad_kind]},
+        module=sys.modules[__name__]),
+}
+
+
+def _ops() -> dict[str, Any]:
+    """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
+    return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
+
+
+def test_table_covers_every_registered_op_and_argument() -> None:
+    ops = _ops()
+    assert set(ops) == set(TABLE) and ops
+    for name, op in ops.items():
+        assert set(TABLE[name].covers) == {n for n, _, _ in op.arguments()}, name
+        assert all(TABLE[name].covers.values()), name
+
+
+@st.composite
+def invalid_case(draw: Any, name: str) -> Case:
+    table = TABLE[name]
+    case = Case(draw(table.valid()))
+    for _ in range(draw(st.integers(1, 3))):
+        mut = draw(st.sampled_from(table.mutations))
+        chosen = {getattr(table.module, w) for w in case.what}
+        if any(mut in group and group & chosen for group in table.exclusive):
+            continue
+        if mut(case, draw):
+            case.what.append(mut.__name__)
+    if not case.what:
+        m_bad_string(case, draw)
+        case.what.append("m_bad_string")
+    table.noise(case, draw)
+    return case
+
+
+# --- running a case -----------------------------------------------------------------------------------
+
+def _assert_named(e: BaseException, case: Case, via_torch_ops: bool) -> None:
+    """A hexlayout ValueError / TypeError naming a blamed argument; for ``torch.ops``, torch's
+    schema binding error naming an argument of a kind it cannot bind."""
+    if isinstance(e, HexlayoutError) and isinstance(e, (ValueError, TypeError)):
+        assert getattr(e, "arg", None) in case.blame, (str(e), case)
+        return
+    if via_torch_ops and type(e) is RuntimeError:
+        assert any(f"for argument '{x}'" in str(e) for x in case.kinds), (str(e), case)
+        return
+    raise AssertionError(f"{type(e).__name__}: {e} for {case}") from e
+
+
+def _expect_error(fn: Callable[[], Any], case: Case, via_torch_ops: bool) -> None:
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 - every kind is judged below
+        _assert_named(e, case, via_torch_ops)
+    else:
+        raise AssertionError(f"accepted invalid arguments {case}: returned {type(out).__name__}")
+
+
+@pytest.fixture
+def emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+
+
+PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm.gemm}}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_random_invalid_arguments_eager_and_fake(emulate, name: str) -> None:
+    op = getattr(torch.ops.hexlayout, name)
+    others = [get() for get in PATHS[name].values()]
+    count = [0]
+
+    @settings(max_examples=250, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(invalid_case(name))
+    def run(case: Case) -> None:
+        count[0] += 1
+        for w in case.what:
+            event(w)                     # pytest --hypothesis-show-statistics shows the mix
+        _expect_error(lambda: op(**_build(case.args)), case, via_torch_ops=True)
+        for fn in others:
+            _expect_error(lambda fn=fn: fn(**_build(case.args)), case, via_torch_ops=False)
+        with FakeTensorMode():
+            _expect_error(lambda: op(**_build(case.args)), case, via_torch_ops=True)
+
+    run()
+    assert count[0] >= 200
+
+
+def _compiled_error(e: BaseException, case: Case) -> None:
+    """Under torch.compile: the error itself (eager fallback after a graph break) or dynamo's
+    ``TorchRuntimeError`` quoting it."""
+    if isinstance(e, HexlayoutError) or type(e) is RuntimeError:
+        _assert_named(e, case, via_torch_ops=True)
+        return
+    msg = str(e)
+    named = any(f"argument '{x}'" in msg or f"argument \\'{x}\\'" in msg for x in case.blame)
+    assert type(e).__module__.startswith("torch._dynamo") and named, (type(e), msg[:500], case)
+    quoted = "ArgumentError(" in msg or "ArgumentTypeError(" in msg or \
+        any(f"for argument \\'{x}\\'" in msg for x in case.kinds)
+    assert quoted, (msg[:500], case)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_random_invalid_arguments_under_torch_compile(emulate, name: str) -> None:
+    op = getattr(torch.ops.hexlayout, name)
+
+    @settings(max_examples=20, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(invalid_case(name))
+    def run(case: Case) -> None:
+        torch._dynamo.reset()
+        f = torch.compile(lambda kw: op(**kw), backend="eager")
+        try:
+            f(_build(case.args))
+        except Exception as e:  # noqa: BLE001 - judged below
+            _compiled_error(e, case)
+        else:
+            raise AssertionError(f"accepted invalid arguments under torch.compile: {case}")
+
+    run()
