@@ -472,3 +472,53 @@ def test_the_check_catches_a_wrong_definition(tmp_path: Path) -> None:
     for (case, fn, inputs), c in zip(work, outs):
         emu = _emulate(case, fn, inputs)
         assert len(mismatches(fn, case.dst, emu, c)) > N // 4, case.id
+
+
+# --- the registry's API and the errors built on it ----------------------------------------
+
+
+def test_names_resolve_to_the_one_instance_and_unknown_names_are_refused() -> None:
+    from hexlayout.errors import HexlayoutError
+    from hexlayout.ir.functions import UnknownFunctionError, alu_function
+
+    assert alu_function("silu") is ALU_FUNCTIONS["silu"] is alu_function(ALU_FUNCTIONS["silu"])
+    assert L.Alu("add", L.RegRef(L.RegArray("r", F32, 1), 0, 1), ()).op is ALU_FUNCTIONS["add"]
+    with pytest.raises(UnknownFunctionError, match="unknown ALU function 'sigmoidd'; known: .*silu") as e:
+        alu_function("sigmoidd")
+    assert isinstance(e.value, HexlayoutError) and isinstance(e.value, ValueError)
+    with pytest.raises(ValueError, match="defined twice"):
+        type("SiluAgain", (AluFunction,), {"name": "silu", "numpy": None, "cuda": None})
+
+
+def test_typing_refusals_name_the_requirement() -> None:
+    sel, exp, land = ALU_FUNCTIONS["select"], ALU_FUNCTIONS["exp"], ALU_FUNCTIONS["and"]
+    cases = [(sel, [F32, F32, F32], "condition"), (sel, [PRED, None, None], "tile"),
+             (exp, [S32], "kind"), (land, [F32, F32], "kind"), (ALU_FUNCTIONS["add"], [F32, F16], "same")]
+    for fn, ops, req in cases:
+        with pytest.raises(AluTypeError) as e:
+            fn.result_dtype(ops)
+        assert e.value.requirement == req, (fn, ops)
+    assert sel.result_dtype([PRED, None, F16]) == F16
+    assert ALU_FUNCTIONS["cvt"].result_dtype([F32], dst=S8) == S8
+
+
+DIM_M, DIM_N = hl.dims("M N")
+
+
+def test_language_errors_come_from_the_typing_rule() -> None:
+    @hl.kernel(threads=128)
+    def bad_exp(a: hl.s32[DIM_M, DIM_N]):
+        x = hl.register(hl.s32, (64, 64))
+        hl.copy(a.tile((64, 64), (0, 0)), x)
+        y = hl.tanh(x)  # noqa: F841
+
+    with pytest.raises(hl.KernelError, match=r"y = hl.tanh\(x\).*tanh needs a floating-point tile, %x s32"):
+        bad_exp.trace()
+
+    @hl.kernel(threads=128)
+    def bad_and(a: hl.f32[DIM_M, DIM_N]):
+        x = hl.register(hl.f32, (64, 64))
+        y = hl.logical_and(x, x)  # noqa: F841
+
+    with pytest.raises(hl.KernelError, match="and needs a predicate tile, %x f32"):
+        bad_and.trace()

@@ -143,7 +143,15 @@ class AluFunction(str):
         ALU_FUNCTIONS[cls.name] = cls(cls.name)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return alu_function, (str(self),)
+        if ALU_FUNCTIONS.get(str(self)) is self:
+            return alu_function, (str(self),)          # unpickles to the registered instance
+        return type(self), (str(self),)
+
+    def __copy__(self) -> AluFunction:
+        return self                                     # immutable
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AluFunction:
+        return self
 
     def __repr__(self) -> str:
         return f"AluFunction({str(self)!r})"
