@@ -57,8 +57,10 @@ _FACTORY = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm
 _LAUNCHERS: dict[tuple, Any] = {}
 #: CUDA device -> hexlayout architecture (``torch.cuda.get_device_capability`` is slow).
 _ARCHS: dict[Any, str] = {}
-#: One-launch calls: (dtype, b_layout, activation, epilogue, device, M, N, K, autotuning
-#: generation) -> the launcher; the hit path of a cached call (no config search, no key text).
+#: One-launch calls: (dtype, B layout, epilogue, device, M, N, K, row strides when M = 1,
+#: autotuning generation) -> (launcher, the checked arguments of the first call); the hit
+#: path of a cached call: no config search, no key text, only data pointers and scale
+#: re-checked (``Launcher.call_like``).
 _FAST: dict[tuple, Any] = {}
 _FAST_LIMIT = 4096
 
@@ -235,10 +237,12 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     scale_arg = float(scale) if scale is not None else 1.0
     fast = None
     if a.is_cuda and config is None and not autotune:
-        fast = (a.dtype, b_layout, ep, a.device, m, n, k, autotuner().generation())
-        lau = _FAST.get(fast)
-        if lau is not None:                  # a cached call: one dictionary lookup to the launcher
-            lau(a, b, c, bias_arg, res_arg, scale_arg)
+        # (a row stride is free when M = 1: check_gemm accepts any; it is then part of the key)
+        rows_stride = (a.stride(0), residual.stride(0) if residual is not None else 0) if m == 1 else None
+        fast = (a.dtype, b_layout, ep, a.device, m, n, k, rows_stride, autotuner().generation())
+        hit = _FAST.get(fast)
+        if hit is not None:                  # a cached call: one dictionary lookup to the launcher
+            hit[0].call_like(hit[1], [a, b, c, bias_arg, res_arg, scale_arg])
             return c
 
     from hexlayout.lang import bf16, f16
@@ -279,7 +283,10 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         if fast is not None and m <= rows:
             if len(_FAST) >= _FAST_LIMIT:
                 _FAST.clear()
-            _FAST[fast] = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0))]
+            lau = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0))]
+            # check_gemm fixed dtypes, device and (contiguous) strides, and ``fast`` the shapes:
+            # later calls with this key differ from this one only in data pointers and scale
+            _FAST[fast] = (lau, lau.bind(a, b, c, bias_arg, res_arg, scale_arg))
         return c
     from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 

@@ -374,18 +374,22 @@ class _Plan:
         for pos, k in self.ptr_slots:
             values[pos] = ptrs[k]
         scal = dict(tpl.scalars)
+        sizes = tpl.sizes
         for pos, sc in self.free_scalars:
             x = _scalar_value(self.name, sc.param, vals[sc.index])
             scal[sc.param.name] = x
             if pos is not None:
                 values[pos] = x
+            if sizes.get(sc.param.name, x) != x:          # this call's scalar, not the template's
+                sizes = sizes if sizes is not tpl.sizes else dict(sizes)
+                sizes[sc.param.name] = x
         maps = []
         for pos, mi, k in self.map_slots:
             mp = tpl.tensor_maps[mi]
             mp = _new_tuple(TensorMapParams, mp[:5] + (ptrs[k],) + mp[6:])
             values[pos] = mp
             maps.append(mp)
-        return BoundArgs(self.name, values, tpl.grid, tpl.device, tpl.sizes,
+        return BoundArgs(self.name, values, tpl.grid, tpl.device, sizes,
                          dict(zip(self.tensor_names, (vals[t.index] for t in self.tensors))), scal, maps)
 
     def _bind_slow(self, vals: list[Any], device: str) -> BoundArgs:
@@ -574,9 +578,11 @@ _INT_RANGES = {"s8": (-2**7, 2**7 - 1), "u8": (0, 2**8 - 1), "s32": (-2**31, 2**
 
 def _scalar_value(kernel: str, p: ScalarParam, x: Any) -> Any:
     """A Python int / float for scalar parameter ``p`` (8/16-bit floats: their bit pattern)."""
+    dt = p.dtype
+    if type(x) is float and dt.is_float and dt.bits >= 32:     # the common case, per launch
+        return x
     import numbers
 
-    dt = p.dtype
     if hasattr(x, "shape") and not isinstance(x, numbers.Number):
         if getattr(x, "shape", None) == () and type(x).__module__.startswith("numpy"):
             x = x.item()

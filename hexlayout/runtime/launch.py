@@ -275,7 +275,20 @@ class Launcher:
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> BoundArgs:
         plan = self.plan
-        bound = plan.bind(plan.collect(args, kwargs), "cuda")
+        return self.launch(plan.bind(plan.collect(args, kwargs), "cuda"), stream)
+
+    def call_like(self, template: BoundArgs, args: Sequence[Any], stream: Any = None) -> BoundArgs:
+        """Launch with ``args`` (every parameter, positionally) when the caller knows they have
+        the dtypes, device, shapes and strides of the earlier call that gave ``template``: only
+        the data pointers (alignment) and scalars are checked, as on ``bind``'s fast path.
+        Anything else goes through the full check (``launcher(*args)``)."""
+        bound = self.plan._from_template(template, args)
+        if bound is None:
+            return self(*args, stream=stream)
+        return self.launch(bound, stream)
+
+    def launch(self, bound: BoundArgs, stream: Any = None) -> BoundArgs:
+        """Launch one call whose arguments ``bind`` checked (``bound``)."""
         if bound.empty:
             return bound
         device = bound.device

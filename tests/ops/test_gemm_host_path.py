@@ -71,7 +71,7 @@ def test_a_new_autotuning_result_is_followed(stubbed) -> None:
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
     torch.ops.hexlayout.gemm(a, b)
-    (first,) = gemm_mod._FAST.values()
+    ((first, _),) = gemm_mod._FAST.values()
     heuristic = gc_mod.choose_config("sm_80", 64, 128, 64)
     other = next(c for c in gc_mod.CONFIGS["sm_80"] if c != heuristic and c.BM == 64)
     key = "gemm/torch.float16/nk/none/000"
@@ -79,4 +79,39 @@ def test_a_new_autotuning_result_is_followed(stubbed) -> None:
     torch.ops.hexlayout.gemm(a, b)
     used = [lau for k, lau in gemm_mod._LAUNCHERS.items() if k[2] == other]
     assert drv.launches == 2 and len(used) == 1 and used[0] is not first
-    assert gemm_mod._FAST[next(reversed(gemm_mod._FAST))] is used[0]
+    assert gemm_mod._FAST[next(reversed(gemm_mod._FAST))][0] is used[0]
+
+
+@pytest.mark.nvrtc
+def test_cached_calls_bind_each_calls_own_pointers_scale_and_row_strides(stubbed, monkeypatch) -> None:
+    """The fast path re-reads what may differ between calls with one key: data pointers, the
+    scale, and for M = 1 the row strides check_gemm leaves free. Each launch gets the values a
+    full check of its own arguments gives."""
+    import hexlayout.runtime.launch as launch
+
+    seen = []
+    real = launch.Launcher.launch
+    monkeypatch.setattr(launch.Launcher, "launch", lambda self, bound, stream=None: seen.append((self, bound))
+                        or real(self, bound, stream))
+
+    def full(lau, bound):
+        t = bound.tensors
+        ref = lau.plan._bind_slow([t["a"], t["b"], t["c"], t["bias"], t["residual"], bound.scalars["scale"]],
+                                  "cpu")
+        return ref.values, ref.grid, ref.sizes
+
+    g = torch.Generator().manual_seed(2)
+    b = torch.randn(128, 64, generator=g).half()
+    for i in range(3):
+        a = torch.randn(64, 64, generator=g).half()
+        c = torch.ops.hexlayout.gemm(a, b, scale=0.5 + i)
+        lau, bound = seen[-1]
+        assert bound.tensors["a"] is a and bound.tensors["c"] is c and bound.scalars["scale"] == 0.5 + i
+        assert (bound.values, bound.grid, bound.sizes) == full(lau, bound)
+    wide = torch.randn(1, 128, generator=g).half()
+    for a in (torch.randn(1, 64, generator=g).half(), wide[:, :64], torch.randn(1, 64, generator=g).half()):
+        torch.ops.hexlayout.gemm(a, b)
+        lau, bound = seen[-1]
+        assert bound.tensors["a"] is a
+        assert (bound.values, bound.grid, bound.sizes) == full(lau, bound)
+    assert len(seen) == 6
