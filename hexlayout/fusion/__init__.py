@@ -1,0 +1,6 @@
+"""Post-scheduling fusion: prologues into an anchor kernel's operand loads, epilogues into
+its store (see ``spec`` for what a fused kernel computes)."""
+
+from .spec import ANCHORS, Epilogue, FusedSpec, FusionUnsupported, Node, Prologue
+
+__all__ = ["ANCHORS", "Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported"]
