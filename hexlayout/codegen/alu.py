@@ -57,7 +57,8 @@ def _src(em: Emitter, s: Any, idx: int | str, n: int, dom: str) -> str:
     if isinstance(s, (bool, int, float)) or hasattr(s, "__int__"):
         if flt:
             return float_literal(float(s), dom == "double")
-        return str(int(s)) if int(s) >= 0 else f"({int(s)})"
+        lit = f"{int(s)}ll" if dom == "long long" else str(int(s))   # max(long long, int) is ambiguous
+        return lit if int(s) >= 0 else f"({lit})"
     raise em.error(f"ALU source {s!r} is not a register slice, number, expression or scalar parameter")
 
 

@@ -167,17 +167,32 @@ def _inputs(fn: AluFunction, types: list[DType], seed: int) -> list[np.ndarray]:
 
 @dataclass
 class Case:
+    """``dst = fn(srcs...)``; with ``imm`` set, the last operand is that immediate (a Python
+    number, printed as a literal) instead of a register of type ``srcs[-1]``."""
+
     fn: AluFunction
     srcs: list[DType]
     dst: DType
+    imm: float | int | None = None
+
+    @property
+    def regs(self) -> list[DType]:
+        return self.srcs if self.imm is None else self.srcs[:-1]
 
     @property
     def id(self) -> str:
-        return f"{self.fn}-{'-'.join(map(str, self.srcs))}-{self.dst}"
+        last = "" if self.imm is None else f"-imm({self.imm!r})"
+        return f"{self.fn}-{'-'.join(map(str, self.srcs))}-{self.dst}{last}"
+
+
+#: immediates tried as the last operand of every function of two or more operands
+IMMEDIATES = {"float": [0.1, -0.0, float("inf"), float("nan"), 1e30], "int": [3, -7, 0], "uint": [3, 250, 0],
+              "pred": [1, 0]}
 
 
 def cases_of(fns: list[AluFunction]) -> list[Case]:
-    """Every (function, accepted type) case of ``fns``; ``cvt`` from and to every type."""
+    """Every (function, accepted type) case of ``fns`` (``cvt`` from and to every type), and,
+    for functions of several operands, the same with an immediate last operand."""
     out = []
     for fn in fns:
         for dt in TYPES:
@@ -189,7 +204,13 @@ def cases_of(fns: list[AluFunction]) -> list[Case]:
             srcs = [dt] * fn.arity
             if fn.condition:
                 srcs[0] = PRED
-            out.append(Case(fn, srcs, fn.result_dtype(srcs)))
+            dst = fn.result_dtype(srcs)
+            out.append(Case(fn, srcs, dst))
+            if fn.arity >= 2:
+                imms = IMMEDIATES[kind_of(dt)]
+                if fn == "div" and not dt.is_float:
+                    imms = [v for v in imms if v != 0]
+                out += [Case(fn, srcs, dst, v) for v in imms]
     return out
 
 
@@ -204,7 +225,7 @@ def _emulate(case: Case, fn: AluFunction, inputs: list[np.ndarray]) -> np.ndarra
     gi = bid * THREADS + tid
     params, body, regs = [], [], []
     srcs: list[Any] = []
-    for j, dt in enumerate(case.srcs):
+    for j, dt in enumerate(case.regs):
         st = _storage(dt)
         p = GlobalParam(f"x{j}", st, (N,), (1,))
         params.append(p)
@@ -217,6 +238,8 @@ def _emulate(case: Case, fn: AluFunction, inputs: list[np.ndarray]) -> np.ndarra
             body.append(L.Alu("cvt", L.RegRef(q, 0, 1), (L.RegRef(r, 0, 1),)))
             r = q
         srcs.append(L.RegRef(r, 0, 1))
+    if case.imm is not None:
+        srcs.append(case.imm)
     d = L.RegArray("d", case.dst, 1)
     regs.append(d)
     body.append(L.Alu(fn, L.RegRef(d, 0, 1), tuple(srcs)))
@@ -230,7 +253,7 @@ def _emulate(case: Case, fn: AluFunction, inputs: list[np.ndarray]) -> np.ndarra
     body.append(L.StGlobal(L.GlobalRef(y, gi), L.RegRef(d, 0, 1), out_t.bits))
     k = L.LoweredKernel("alu_case", params + [y], (BLOCKS,), THREADS, tid, (bid,), body, registers=regs)
     args = {f"x{j}": (x.astype(np.uint8) if dt == PRED else x)
-            for j, (x, dt) in enumerate(zip(inputs, case.srcs))}
+            for j, (x, dt) in enumerate(zip(inputs, case.regs))}
     args["y"] = np.zeros(N, dtype=out_t.numpy())
     run(k, args, check_races=False, count=False)
     return args["y"]
@@ -238,13 +261,14 @@ def _emulate(case: Case, fn: AluFunction, inputs: list[np.ndarray]) -> np.ndarra
 
 def _print(case: Case, fn: AluFunction) -> str:
     """The code generator's statement for ``d[0] = fn(a0[0], ...)`` (one element)."""
-    regs = [L.RegArray(f"a{j}", dt, 1) for j, dt in enumerate(case.srcs)]
+    regs = [L.RegArray(f"a{j}", dt, 1) for j, dt in enumerate(case.regs)]
     d = L.RegArray("d", case.dst, 1)
     k = L.LoweredKernel("alu_case", [], (1,), 1, Var("t", 0, 1, kind="thread"), (), [], registers=regs + [d])
     em = Emitter(k)
     for r in regs + [d]:
         em.add_reg(r, r.name)
-    (stmt,) = print_alu(em, L.Alu(fn, L.RegRef(d, 0, 1), tuple(L.RegRef(r, 0, 1) for r in regs)))
+    srcs: list[Any] = [L.RegRef(r, 0, 1) for r in regs] + ([] if case.imm is None else [case.imm])
+    (stmt,) = print_alu(em, L.Alu(fn, L.RegRef(d, 0, 1), tuple(srcs)))
     return stmt
 
 
@@ -279,10 +303,15 @@ static long long __float2ll_rn(float x) {
   if (x <= -9223372036854775808.0f) return LLONG_MIN;
   return (long long)std::nearbyint(x);
 }
+// CUDA's integer max / min overloads (crt/math_functions.hpp), mixed signedness included
 static int max(int a, int b) { return a > b ? a : b; }
 static int min(int a, int b) { return a < b ? a : b; }
 static unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 static unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static unsigned max(int a, unsigned b) { return max((unsigned)a, b); }
+static unsigned max(unsigned a, int b) { return max(a, (unsigned)b); }
+static unsigned min(int a, unsigned b) { return min((unsigned)a, b); }
+static unsigned min(unsigned a, int b) { return min(a, (unsigned)b); }
 static long long max(long long a, long long b) { return a > b ? a : b; }
 static long long min(long long a, long long b) { return a < b ? a : b; }
 static unsigned char* load(const char* path, size_t n) {
@@ -297,7 +326,7 @@ static void store(const char* path, const void* p, size_t n) {
 
 
 def _c_case(k: int, case: Case, stmt: str) -> str:
-    ts = [c_type(dt) for dt in case.srcs]
+    ts = [c_type(dt) for dt in case.regs]
     td = c_type(case.dst)
     lines = [f"static void case_{k}(const char* dir) {{", "  char path[4096];"]
     for j, t in enumerate(ts):
@@ -343,7 +372,7 @@ def run_printed(cases: list[tuple[Case, AluFunction, list[np.ndarray]]], tmp: Pa
     src = [HARNESS]
     for k, (case, fn, inputs) in enumerate(cases):
         src.append(_c_case(k, case, _print(case, fn)))
-        for j, (x, dt) in enumerate(zip(inputs, case.srcs)):
+        for j, (x, dt) in enumerate(zip(inputs, case.regs)):
             (tmp / f"in{k}_{j}.bin").write_bytes(np.ascontiguousarray(x.astype(np.bool_) if dt == PRED else x)
                                                  .tobytes())
     src.append("int main(int argc, char** argv) {")
@@ -398,14 +427,15 @@ def mismatches(fn: AluFunction, dst: DType, emu: np.ndarray, c: np.ndarray) -> n
 def _report(case: Case, inputs: list[np.ndarray], emu: np.ndarray, c: np.ndarray, bad: np.ndarray) -> str:
     rows = []
     for i in bad[:6]:
-        xs = ", ".join(repr(x[i].item()) for x in inputs)
+        xs = ", ".join([repr(x[i].item()) for x in inputs] + ([] if case.imm is None else [repr(case.imm)]))
         rows.append(f"  {case.fn}({xs}) -> emulator {np.asarray(emu)[i]!r}, printed code {c[i]!r}")
     return f"{case.id}: {len(bad)} of {N} differ\n" + "\n".join(rows)
 
 
 def check(cases: list[Case], tmp: Path) -> list[str]:
     """Run ``cases`` in the emulator and as printed host code; a report per disagreeing case."""
-    work = [(case, case.fn, _inputs(case.fn, case.srcs, seed)) for seed, case in enumerate(cases)]
+    work = [(case, case.fn, _inputs(case.fn, case.srcs, seed)[:len(case.regs)])
+            for seed, case in enumerate(cases)]
     outs = run_printed(work, tmp)
     failures = []
     for (case, fn, inputs), c in zip(work, outs):
