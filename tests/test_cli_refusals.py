@@ -176,3 +176,15 @@ def test_draw_help_states_the_limits() -> None:
     doc = " ".join(draw_cli.__doc__.split())
     assert f"{hd.MAX_DRAW_CELLS:,} cells" in doc and f"{hd.MAX_DRAW_SIDE:,} a side" in doc
     assert hd.MAX_EVALUATED_POINTS == 2 ** 20 and "2^20 points" in doc
+
+
+def test_forced_labels_on_a_huge_grid_are_refused(tmp_path: Path) -> None:
+    from hexlayout.draw.render import MAX_FORCED_LABELS
+
+    target = tmp_path / "labels.png"
+    rows = MAX_FORCED_LABELS // 128 + 1                       # one row of 128 cells too many
+    line = _refused(_run("draw", f"({rows},128):(128,1)", "--labels", "-o", str(target)),
+                    f"{rows}x128", str(MAX_FORCED_LABELS))
+    assert "labels" in line and not target.exists()
+    # the same grid without forced labels is drawn (colours only)
+    assert main(["draw", f"({rows},128):(128,1)", "-o", str(target)]) == 0 and target.stat().st_size > 0

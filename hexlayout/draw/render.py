@@ -8,7 +8,8 @@ In SVG the labels stay ``<text>`` elements (``svg.fonttype = none``).
 Sizing: a cell is ``clamp(14 in / max(rows, cols), 0.16 in, 0.6 in)`` wide; the label font
 scales with the cell, and labels are left out (said in the title) when they would be
 smaller than ``MIN_LABEL_PT`` points or the grid has more than ``MAX_LABELLED_CELLS``
-cells (e.g. a 64 x 64 tile), unless ``labels=True``.
+cells (e.g. a 64 x 64 tile), unless ``labels=True`` (refused beyond ``MAX_FORCED_LABELS``
+cells: matplotlib draws about 500 labels a second).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DrawOutputError
+from .errors import DrawError, DrawOutputError
 from .grids import CellGrid
 
-__all__ = ["render", "FORMATS", "MIN_LABEL_PT", "MAX_LABELLED_CELLS"]
+__all__ = ["render", "FORMATS", "MIN_LABEL_PT", "MAX_LABELLED_CELLS", "MAX_FORCED_LABELS"]
 
 FORMATS = (".png", ".svg", ".pdf")
 MIN_LABEL_PT = 4.0
 MAX_LABELLED_CELLS = 2048  # matplotlib draws ~1000 labels a second; more would be slow to draw and read
+MAX_FORCED_LABELS = 128 * 128  # labels=True on more cells is refused (128 x 128 takes ~30 s)
 DPI = 120
 
 
@@ -97,6 +99,9 @@ def render(grid: CellGrid, path: str | os.PathLike[str], *, labels: bool | None 
 
     out = _check_path(path)
     rows, cols = grid.shape
+    if labels and rows * cols > MAX_FORCED_LABELS:
+        raise DrawError(f"cell labels on {rows}x{cols} cells would take minutes to draw: at most "
+                        f"{MAX_FORCED_LABELS} labelled cells; draw without labels (colours only)")
     cell_in = min(0.6, max(0.16, 14.0 / max(rows, cols, 1)))
     fs = _label_fontsize(grid, cell_in)
     show = (fs >= MIN_LABEL_PT and rows * cols <= MAX_LABELLED_CELLS) if labels is None else labels
