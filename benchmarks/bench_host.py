@@ -42,6 +42,16 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+TOTAL = "torch.ops.hexlayout.gemm(a, b)"
+DIRECT = "hexlayout.ops.gemm.gemm(a, b) (no dispatcher)"
+CHECK = "check_gemm(a, b) (argument checks)"
+RUN = "run_checked(...) (allocation, cached lookup, launch)"
+LAUNCH = "Launcher.call_like (cached arguments: pointers, scalars, packing, stub launch)"
+EMPTY = "torch.empty((M, N)) (the output)"
+HOLLOW = "torch.ops.hexlayout.gemm(a, b) with its check and impl emptied (dispatch + autograd wrapper)"
+NOOP = "for scale: a define_op op returning a tensor (dispatcher into Python)"
+NOOP_AG = "for scale: the same op with a backward registered (torch's Python autograd wrapper)"
+
 
 class _Driver:
     """The driver calls ``Launcher.__call__`` makes, answering success."""
@@ -57,23 +67,27 @@ class _Driver:
         return (0,)
 
 
-def _per_call(fn: Any, iters: int, repeats: int) -> dict[str, float]:
-    """Median and min over ``repeats`` of the mean time of ``iters`` calls, in microseconds."""
-    for _ in range(min(iters, 200)):
-        fn()
-    means = []
+def _time(fns: dict[str, Any], iters: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Per function: median and min over ``repeats`` of the mean time of ``iters`` calls, in
+    microseconds. The repeats go round-robin over the functions, so a change of machine load
+    during the run touches every row alike; the garbage collector is off while timing."""
+    for fn in fns.values():
+        for _ in range(min(iters, 200)):
+            fn()
+    means: dict[str, list[float]] = {name: [] for name in fns}
     gc_was = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeats):
-            t = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            means.append((time.perf_counter() - t) / iters * 1e6)
+            for name, fn in fns.items():
+                t = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                means[name].append((time.perf_counter() - t) / iters * 1e6)
     finally:
         if gc_was:
             gc.enable()
-    return {"median_us": statistics.median(means), "min_us": min(means)}
+    return {name: {"median_us": statistics.median(v), "min_us": min(v)} for name, v in means.items()}
 
 
 def stub_gpu(torch: Any, set_attr: Any = setattr) -> _Driver:
@@ -114,6 +128,13 @@ def stub_gpu(torch: Any, set_attr: Any = setattr) -> _Driver:
     return drv
 
 
+def gemm_mod_op() -> Any:
+    """The ``Op`` of ``torch.ops.hexlayout.gemm``."""
+    from hexlayout.ops.torch_gemm import gemm_op
+
+    return gemm_op
+
+
 def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) -> dict[str, Any]:
     os.environ["HEXLAYOUT_EMULATE"] = "1"
     import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
@@ -134,30 +155,10 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) 
     op(a, b)
     assert drv.launches == before + 1, "the stubbed launch did not run"
 
-    lau = next(iter(gemm_mod._LAUNCHERS.values())) if hasattr(gemm_mod, "_LAUNCHERS") else None
+    lau, template = next(iter(gemm_mod._FAST.values()))
     c = torch.empty(m, n, dtype=torch.float16)
+    args = [a, b, c, c[0], c, 1.0]
     one = torch.zeros(1)
-    rows = {
-        "torch.ops.hexlayout.gemm(a, b)": _per_call(lambda: op(a, b), iters, repeats),
-        "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')":
-            _per_call(lambda: op(a, b, bias, None, "relu"), iters, repeats),
-        "hexlayout.ops.gemm.gemm(a, b) (no dispatcher)": _per_call(lambda: gemm_mod.gemm(a, b), iters,
-                                                                   repeats),
-        "  check_gemm(a, b) alone (argument checks)": _per_call(lambda: gemm_mod.check_gemm(a, b), iters,
-                                                                repeats),
-        "  run_checked(...) alone (allocation, lookup, launcher)": _per_call(
-            lambda: gemm_mod.run_checked(a, b, None, None, "none", None, "nk", m, n, k), iters, repeats),
-    }
-    if lau is not None:
-        args = (a, b, c, c[0], c, 1.0)
-        rows["    Launcher(...) alone (bind fast path, pack, stub launch)"] = _per_call(lambda: lau(*args),
-                                                                                     iters, repeats)
-        rows["      launcher.plan.bind alone"] = _per_call(lambda: lau.plan.bind(list(args), "cuda"), iters,
-                                                           repeats)
-    rows["    torch.empty((m, n)) alone"] = _per_call(
-        lambda: torch.empty((m, n), dtype=a.dtype, device=a.device), iters, repeats)
-    rows["for scale: x.add_(0) on a 1-element CPU tensor (an aten op through the dispatcher)"] = _per_call(
-        lambda: one.add_(0), iters, repeats)
     from hexlayout.runtime.torch_ops import define_op
 
     out = torch.zeros(1)
@@ -166,10 +167,31 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) 
     with_ag = define_op("noop_autograd", "(Tensor a) -> Tensor", fake=lambda x: x.new_empty(1),
                         impl=lambda x: out, backward=lambda ctx, g: g,
                         setup_context=lambda ctx, inputs, output: None, namespace="hexlayout_bench")
-    rows["for scale: a define_op op whose impl returns a tensor (dispatcher into Python)"] = _per_call(
-        lambda: plain.op(one), iters, repeats)
-    rows["for scale: the same with a backward registered (torch's Python autograd wrapper)"] = _per_call(
-        lambda: with_ag.op(one), iters, repeats)
+    fns = {
+        TOTAL: lambda: op(a, b),
+        "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')": lambda: op(a, b, bias, None, "relu"),
+        DIRECT: lambda: gemm_mod.gemm(a, b),
+        CHECK: lambda: gemm_mod.check_gemm(a, b),
+        RUN: lambda: gemm_mod.run_checked(a, b, None, None, "none", None, "nk", m, n, k),
+        LAUNCH: lambda: lau.call_like(template, args),
+        "Launcher(...) with the full bind (its shape cache), for comparison": lambda: lau(*args),
+        EMPTY: lambda: torch.empty((m, n), dtype=a.dtype, device=a.device),
+        "for scale: x.add_(0) on a 1-element CPU tensor (an aten op)": lambda: one.add_(0),
+        NOOP: lambda: plain.op(one),
+        NOOP_AG: lambda: with_ag.op(one),
+    }
+    gop = gemm_mod_op()
+    saved = (gop._check, gop._impl)
+
+    def hollow() -> Any:                      # the op's own dispatch: check and impl emptied
+        gop._check, gop._impl = None, lambda *a, **kw: c
+        try:
+            return op(a, b)
+        finally:
+            gop._check, gop._impl = saved
+
+    fns[HOLLOW] = hollow
+    rows = _time(fns, iters, repeats)
     return {"rows": rows, "first_call_s": first_s, "shape": [m, n, k], "launches": drv.launches}
 
 
@@ -192,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
     ns = ap.parse_args(argv)
+    load_before = os.getloadavg()[0]
     res = measure(ns.iters, ns.repeats)
     cpu = ""
     try:
@@ -200,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
-            "load_average": os.getloadavg()[0], "iters": ns.iters, "repeats": ns.repeats,
+            "load_average": os.getloadavg()[0], "load_average_before": load_before, "iters": ns.iters,
+            "repeats": ns.repeats,
             "versions": _versions(), "stubbed": "is_cuda, get_device_capability, current_stream, the driver "
                                                 "launch, the first bind's device check (see bench_host.py)"}
     for name, r in res["rows"].items():
@@ -209,12 +233,27 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"host_{meta['date'][:10]}"
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
     lines = [f"# Host cost per cached torch-op call ({meta['date'][:10]})", "",
-             f"{meta['cpu']} ({meta['cpus']} CPUs, load {meta['load_average']:.1f}), {meta['machine']}; "
+             f"{meta['cpu']} ({meta['cpus']} CPUs, load average {load_before:.1f} before, "
+             f"{meta['load_average']:.1f} after), {meta['machine']}; "
              + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".", "",
              f"No GPU: stubbed {meta['stubbed']}. M x N x K = {' x '.join(map(str, res['shape']))}, f16. "
              f"Mean of {ns.iters} calls, median (min) of {ns.repeats} repeats, GC off while timing.", "",
              "| path | us per call |", "|---|---|"]
     lines += [f"| {name} | {r['median_us']:.2f} ({r['min_us']:.2f}) |" for name, r in res["rows"].items()]
+    med = {name: r["median_us"] for name, r in res["rows"].items()}
+    split = [("torch dispatcher and autograd wrapper for this schema, the Op's dispatch into Python",
+              med[HOLLOW]),
+             ("the rest of the op minus gemm() called directly (the impl wrapper, environment check)",
+              med[TOTAL] - med[DIRECT] - med[HOLLOW]),
+             ("check_gemm (argument checks)", med[CHECK]),
+             ("torch.empty (the output)", med[EMPTY]),
+             ("gemm's cached lookup (key, bias / residual placeholders, autotuning generation)",
+              med[RUN] - med[LAUNCH] - med[EMPTY]),
+             ("Launcher.call_like (pointers, scalars, packing, stub launch)", med[LAUNCH])]
+    lines += ["", "## Where the time goes (medians)", "",
+              "| part | us |", "|---|---|"]
+    lines += [f"| {what} | {us:.2f} |" for what, us in split]
+    lines += [f"| sum | {sum(us for _, us in split):.2f} (the op: {med[TOTAL]:.2f}) |"]
     lines += ["", "Target (issue 10): <= 10 us per cached `torch.ops.hexlayout.gemm` call up to the driver "
               "launch. Triton 3.9 `JITFunction.run`: about 10 us on this machine (REFERENCE.md).", ""]
     (RESULTS / f"{stem}.md").write_text("\n".join(lines))
