@@ -300,7 +300,9 @@ class Autotuner:
 
     def tune(self, key: str, m: int, n: int, k: int, configs: list[GemmConfig],
              timer: Callable[[GemmConfig], float]) -> GemmConfig:
-        """Time ``configs`` (skipping ones that fail to build), persist and return the fastest."""
+        """Time ``configs`` (skipping ones that fail to build), persist and return the fastest
+        (persisted only when it is a config of the shipped space, ``CONFIGS``: a file entry
+        outside it is refused on reading)."""
         best: tuple[float, GemmConfig] | None = None
         results = []
         for i, cfg in enumerate(configs):

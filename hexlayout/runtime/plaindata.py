@@ -23,6 +23,7 @@ numbered in a table). Anything else (functions, foreign classes) makes ``encode`
 from __future__ import annotations
 
 import enum
+import gc
 import importlib
 import json
 from typing import Any
@@ -262,6 +263,8 @@ _BUSY = object()
 
 def decode(document: bytes, blobs: list[bytes]) -> Any:
     """The object graph of ``document`` (see the module docstring); ``ValueError`` when malformed."""
+    gc_was = gc.isenabled()
+    gc.disable()                  # many small objects, no garbage: collection would only cost time
     try:
         doc = json.loads(document)
         if type(doc) is not dict or doc.get("format") != FORMAT:
@@ -270,3 +273,6 @@ def decode(document: bytes, blobs: list[bytes]) -> Any:
         return dec.value(doc["root"])
     except (KeyError, TypeError, AttributeError, IndexError, RecursionError, UnicodeDecodeError) as e:
         raise ValueError(f"malformed document: {type(e).__name__}: {e}") from None
+    finally:
+        if gc_was:
+            gc.enable()
