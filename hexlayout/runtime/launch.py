@@ -130,12 +130,19 @@ class ArgPacker:
         return ctypes.string_at(self._ptrs[position], nbytes)
 
 
+_DRIVER: Any = None
+
+
 def _drv() -> Any:
-    try:
-        from cuda.bindings import driver
-    except ImportError as e:  # pragma: no cover - depends on the installation
-        raise LaunchError("launching needs cuda-bindings (pip install 'hexlayout[cuda]')") from e
-    return driver
+    """``cuda.bindings.driver`` (imported once: this runs on every launch)."""
+    global _DRIVER
+    if _DRIVER is None:
+        try:
+            from cuda.bindings import driver
+        except ImportError as e:  # pragma: no cover - depends on the installation
+            raise LaunchError("launching needs cuda-bindings (pip install 'hexlayout[cuda]')") from e
+        _DRIVER = driver
+    return _DRIVER
 
 
 def _check(drv: Any, result: Any, what: str) -> Any:
