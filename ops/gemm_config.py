@@ -255,8 +255,9 @@ def _table(path: Path) -> _Table:
 
 
 def _default_path() -> Path:
-    base = os.environ.get("HEXLAYOUT_CACHE_DIR") or os.path.join(Path.home(), ".cache", "hexlayout")
-    return Path(base) / "autotune.json"
+    from hexlayout.runtime.cache import default_cache_dir
+
+    return default_cache_dir() / "autotune.json"
 
 
 _DEFAULT: tuple[str | None, Autotuner] | None = None

@@ -54,8 +54,17 @@ def warn_cache(message: str) -> None:
 
 
 def default_cache_dir() -> Path:
+    """``HEXLAYOUT_CACHE_DIR``, else ``~/.cache/hexlayout``; without a home directory, a
+    per-user directory in the system's temporary directory (checked like any cache directory:
+    one that another user created first is refused)."""
     env = os.environ.get("HEXLAYOUT_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "hexlayout"
+    if env:
+        return Path(env)
+    try:
+        return Path.home() / ".cache" / "hexlayout"
+    except (RuntimeError, KeyError, OSError):
+        uid = getattr(os, "getuid", lambda: "user")()
+        return Path(tempfile.gettempdir()) / f"hexlayout-cache-{uid}"
 
 
 def _unsafe(st: os.stat_result) -> str | None:

@@ -180,3 +180,14 @@ def test_cli_compile_with_an_unwritable_cache(tmp_path: Path, monkeypatch: pytes
         rc_ = main(["compile", "gemm_explicit", "--arch", "sm_80", "--emit", "cubin", "-o", str(out)])
     assert rc_ == 0, capsys.readouterr().err
     assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_no_home_directory_falls_back_to_a_private_temporary_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HEXLAYOUT_CACHE_DIR", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    d = rc.default_cache_dir()
+    assert d.parent == Path(tempfile.gettempdir()) and str(os.getuid()) in d.name
