@@ -216,8 +216,25 @@ def _config(key: str, arch: str, m: int, n: int, k: int, autotune: bool, timer: 
 def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
          scale: float | None = None, b_layout: str = "nk", *, config: GemmConfig | None = None,
          autotune: bool = False) -> Any:
-    """``act(scale * (a @ B) + bias) + residual`` (see the module docstring)."""
+    """``act(scale * (a @ B) + bias) + residual`` (see the module docstring).
+
+    Inputs that require grad (grad mode on) go through ``torch.ops.hexlayout.gemm``, whose
+    registered backward gives their gradients; with ``config`` or ``autotune`` (not part of
+    the op) they are refused, naming the argument, rather than left without a gradient.
+    """
     m, n, k = check_gemm(a, b, bias, residual, activation, scale, b_layout)
+    if a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad) or \
+            (residual is not None and residual.requires_grad):
+        import torch
+
+        if torch.is_grad_enabled():
+            if config is None and not autotune:
+                return torch.ops.hexlayout.gemm(a, b, bias, residual, activation, scale, b_layout)
+            name = next(x for x, t in (("a", a), ("b", b), ("bias", bias), ("residual", residual))
+                        if t is not None and t.requires_grad)
+            raise ArgumentError(_OP, name, "requires grad, but gemm(config=..., autotune=...) has no "
+                                "backward; call it without them (torch.ops.hexlayout.gemm), under "
+                                f"torch.no_grad(), or pass {name}.detach()")
     return run_checked(a, b, bias, residual, activation, scale, b_layout, m, n, k, config, autotune)
 
 

@@ -309,3 +309,22 @@ def test_any_m_splits_launches_within_the_grid_and_32_bit_limits(emulate, monkey
     a, b, bias, res = _grad_inputs(69, 16, 16, "nk", seed=7)          # launches of 32, 32 and 5 rows
     c = G.gemm(a, b, bias, res, "relu", 0.5, config=small)
     _close(c, _ref(a, b, bias, res, "relu", 0.5), torch.float16)
+
+
+def test_python_function_never_drops_gradients(emulate) -> None:
+    """``hexlayout.ops.gemm.gemm`` with inputs that require grad goes through the op's backward
+    (a gradient, not a silently missing one); with ``config=`` it refuses, naming the input."""
+    from hexlayout.ops.gemm import gemm
+    from hexlayout.ops.gemm_config import CONFIGS
+
+    a, b, bias, _ = _grad_inputs(16, 8, 16, "nk", seed=3)
+    x = a.clone().requires_grad_()
+    (gemm(x, b, bias, activation="relu") + x.sum()).sum().backward()
+    ref = a.double().requires_grad_()
+    (_ref(ref, b.double(), bias.double(), activation="relu") + ref.sum()).sum().backward()
+    torch.testing.assert_close(x.grad.double(), ref.grad, rtol=2e-3, atol=2e-3)
+    w = b.clone().requires_grad_()
+    with pytest.raises(ValueError, match=r"argument 'b': requires grad.*b\.detach\(\)"):
+        gemm(a, w, config=CONFIGS["sm_80"][5])
+    with torch.no_grad():
+        assert gemm(a, w, config=CONFIGS["sm_80"][5]).shape == (16, 8)
