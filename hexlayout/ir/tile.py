@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .expr import Expr, ExprLike, Var
+from .functions import AluFunction, alu_function
 from .source import SourceLoc
 from .types import DType, LayoutLike, Scope, TileType
 
@@ -307,12 +308,19 @@ class Cast(Op):
 
 @dataclass(eq=False)
 class Elementwise(Op):
+    """``result = fn(*args)`` elementwise with numpy broadcasting; ``fn`` is an ALU function
+    (``hexlayout.ir.functions``, which defines its typing, semantics, printing and cost; a
+    name is looked up there), an arg a tile value or a scalar."""
+
     INPUTS = ("args",)
     OUTPUTS = ("result",)
 
     result: Value
-    fn: str
+    fn: AluFunction
     args: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        self.fn = alu_function(self.fn)
 
 
 @dataclass(eq=False)
