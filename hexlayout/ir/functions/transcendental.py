@@ -6,7 +6,9 @@ the same precision, each library call correctly rounded (``libm``), so the two d
 by the C math library's rounding (``ulp``; glibc on the host, CUDA's on the device).
 ``device_ulp`` is the maximum error CUDA documents for the device function (CUDA C++
 Programming Guide, "Mathematical Functions", single precision), composed through the
-expression for silu, gelu and softplus.
+expression for silu, gelu and softplus (an estimate, not measured on a device; it also
+allows for NVRTC / nvcc contracting ``a * b + c`` into an fma, ``--fmad=true`` by default,
+which the host check of ``tests/ir/test_alu_registry.py`` compiles without).
 """
 
 from __future__ import annotations
