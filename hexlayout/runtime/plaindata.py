@@ -13,7 +13,8 @@ compiled cubin) without ``pickle``. Reading a document can only create
   ``tuple.__new__``, and members of ``hexlayout`` enums by value.
 
 Class names are resolved only inside the ``hexlayout`` package (``module:qualname``; the
-module must be ``hexlayout`` or ``hexlayout.*``, the attribute a class defined there), so a
+module must be ``hexlayout`` or ``hexlayout.*``, already loaded or in one of the data-model
+packages (never ``__main__`` or the command line), the attribute a class defined there), so a
 document cannot name ``os.system`` or any other callable: unlike ``pickle``, decoding
 executes no code chosen by the file. Shared and cyclic references are kept (objects are
 numbered in a table). Anything else (functions, foreign classes) makes ``encode`` raise
@@ -26,6 +27,7 @@ import enum
 import gc
 import importlib
 import json
+import sys
 from typing import Any
 
 __all__ = ["encode", "decode", "FORMAT"]
@@ -124,16 +126,27 @@ def encode(obj: Any) -> tuple[bytes, list[bytes]]:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode(), enc.blobs
 
 
+#: Packages whose modules a document may cause to be imported (data model only: never the
+#: command line, ``__main__`` or the pictures); other hexlayout modules must already be loaded.
+_IMPORTABLE = ("hexlayout.arch.", "hexlayout.ir.", "hexlayout.layout.", "hexlayout.synth.",
+               "hexlayout.codegen.", "hexlayout.runtime.", "hexlayout.lang.", "hexlayout.emulator.",
+               "hexlayout.fusion.")
+
+
 def _resolve(name: Any) -> type:
     if not isinstance(name, str) or name.count(":") != 1:
         raise ValueError(f"bad class name {name!r}")
     mod, qual = name.split(":")
-    if not (mod == "hexlayout" or mod.startswith("hexlayout.")) or "<" in qual:
+    if not (mod == "hexlayout" or mod.startswith("hexlayout.")) or "<" in qual or "__main__" in mod:
         raise ValueError(f"class {name!r} is outside hexlayout")
-    try:
-        obj: Any = importlib.import_module(mod)
-    except ImportError as e:
-        raise ValueError(f"class {name!r}: {e}") from None
+    obj: Any = sys.modules.get(mod)
+    if obj is None:
+        if not (mod + ".").startswith(_IMPORTABLE):
+            raise ValueError(f"class {name!r}: module {mod} is not loaded and not in hexlayout's data model")
+        try:
+            obj = importlib.import_module(mod)
+        except ImportError as e:
+            raise ValueError(f"class {name!r}: {e}") from None
     for part in qual.split("."):
         obj = getattr(obj, part, None)
     if not isinstance(obj, type) or obj.__module__ != mod or obj.__qualname__ != qual:

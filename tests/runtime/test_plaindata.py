@@ -62,7 +62,8 @@ def _doc(classes, table, root) -> bytes:
 
 @pytest.mark.parametrize("name", ["os:system", "builtins:eval", "antigravity:geohash", "subprocess:Popen",
                                   "hexlayout.runtime.build:build", "hexlayout.runtime.build:os",
-                                  "hexlayoutx.evil:C", "hexlayout.ir.expr:<locals>.X"])
+                                  "hexlayoutx.evil:C", "hexlayout.ir.expr:<locals>.X", "hexlayout.__main__:X",
+                                  "hexlayout.cli.__main__:X", "hexlayout.cli.demo_nonexistent:X"])
 def test_documents_naming_anything_outside_hexlayout_classes_are_refused(name: str) -> None:
     before = set(sys.modules)
     with pytest.raises(ValueError):
