@@ -17,6 +17,7 @@ CASES = [
     ("hexlayout.runtime.launch", "LaunchError", RuntimeError),
     ("hexlayout.runtime.launch", "UnsupportedDeviceError", RuntimeError),
     ("hexlayout.emulator.errors", "EmulationError", Exception),
+    ("hexlayout.emulator.errors", "ArgumentError", ValueError),
     ("hexlayout.cli", "CLIError", Exception),
 ]
 

@@ -149,7 +149,7 @@ class IllegalInstructionError(EmulationError):
     kind = "illegal instruction"
 
 
-class ArgumentError(EmulationError):
-    """Kernel arguments that do not match the kernel's parameters."""
+class ArgumentError(EmulationError, ValueError):
+    """Kernel arguments that do not match the kernel's parameters (also a ``ValueError``, as the launcher's)."""
 
     kind = "bad kernel argument"
