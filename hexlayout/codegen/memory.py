@@ -47,7 +47,8 @@ def ld_global(em: Emitter, ins: LdGlobal) -> list[str]:
         return [f"{dst} = {src};"]
     pred = em.expr(ins.pred)
     if ins.zero_fill:
-        return [f"{dst} = ({pred}) ? {src} : {vt}{{}};"]
+        zero = f"static_cast<{vt}>(0)" if " " in vt else f"{vt}{{}}"   # `unsigned short{}` is not C++
+        return [f"{dst} = ({pred}) ? {src} : {zero};"]
     return [f"if ({pred}) {dst} = {src};"]
 
 
@@ -76,10 +77,10 @@ def cp_async(em: Emitter, ins: CpAsync) -> list[str]:
     op = f"cp.async.{cache}.shared.global [%0], [%1], {ins.nbytes}"
     if ins.pred is None:
         return asm(op + ";", [], [f'"r"({dst})', f'"l"({src})'])
-    # predicated off: src-size 0 zero-fills the destination and reads nothing
-    base = em.param_name(ins.src.param)
+    # predicated off: src-size 0 zero-fills the destination and reads nothing, so the source
+    # address is not accessed and needs no select (as CUTLASS's SM80_CP_ASYNC_CACHEGLOBAL_ZFILL)
     lines = ["{", f"  const bool in = {em.expr(ins.pred)};"]
-    lines += ["  " + s for s in asm(op + ", %2;", [], [f'"r"({dst})', f'"l"(in ? {src} : {base})',
+    lines += ["  " + s for s in asm(op + ", %2;", [], [f'"r"({dst})', f'"l"({src})',
                                                        f'"r"(in ? {ins.nbytes} : 0)'])]
     return lines + ["}"]
 

@@ -125,6 +125,10 @@ def elementwise(fn: str | AluFunction, args: tuple[Any, ...], *, out: Tile | Non
 def _result_dtype(ctx: TraceContext, op: str, loc: SourceLoc | None, fn: AluFunction,
                   ops: list[Any]) -> DType:
     """``fn``'s typing rule on the operands, its refusal as a message naming the tiles."""
+    if "float" not in fn.accepts:
+        for o in ops:
+            if isinstance(o, float):
+                raise ctx.error(op, loc, f"{fn} takes no floating-point operands, {o!r} is a float")
     try:
         return fn.result_dtype([o.type.dtype if isinstance(o, Value) else None for o in ops])
     except AluTypeError as e:

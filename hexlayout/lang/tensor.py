@@ -10,9 +10,11 @@
   ``SubTile``), ``x.T`` / ``x.permute(1, 0)`` (``Permute``). Operators on register tiles
   are elementwise ops with numpy broadcasting: ``+ - * /``, unary ``-``, ``abs``,
   comparisons ``< <= > >=`` and ``x.eq(y)`` / ``x.ne(y)`` (predicate tiles), ``& | ~``
-  on predicate tiles. Augmented assignments (``acc *= alpha``) update the tile in place.
-  A tile has no truth value: ``if x:`` raises ``KernelError``. Put the tile on the
-  left of an operator whose other operand is an ``Expr`` (``cols + n0``, not ``n0 + cols``).
+  on predicate tiles (logical) and integer tiles (bitwise), ``^ << >>`` on integer tiles
+  (``>>`` arithmetic for signed, logical for unsigned types). Augmented assignments
+  (``acc *= alpha``) update the tile in place. A tile has no truth value: ``if x:``
+  raises ``KernelError``. Put the tile on the left of an operator whose other operand is
+  an ``Expr`` (``cols + n0``, not ``n0 + cols``).
 """
 
 from __future__ import annotations
@@ -144,7 +146,9 @@ class Tile:
     - Operators on register tiles are elementwise with numpy broadcasting, producing new
       register tiles: ``+ - * /`` (``y[c] = x[c] op z[c]``), unary ``-`` and ``abs``,
       comparisons ``< <= > >=`` and ``x.eq(z)`` / ``x.ne(z)`` giving predicate (``bool_``)
-      tiles, ``& | ~`` on predicate tiles. Python numbers and integer ``Expr`` broadcast
+      tiles, ``& | ~`` on predicate tiles (logical) and ``& | ^ ~ << >>`` on integer tiles
+      (bitwise; ``>>`` is arithmetic for signed, logical for unsigned types; a shift by at
+      least the width of the type gives 0, or the sign bits). Python numbers and integer ``Expr`` broadcast
       as scalars; put the tile on the left when the other operand is an ``Expr``
       (``cols + n0``). Augmented assignments (``acc *= alpha``) update the tile in place.
     - A tile has no truth value and is not iterable: ``if x:`` and ``for v in x:`` raise
@@ -503,20 +507,58 @@ class Tile:
         """
         return self._ew("ne", self, o)
 
+    def _bitwise(self, logical: str, bits: str) -> str:
+        """The function of ``& | ~`` on this tile: the logical one on predicates, the
+        bitwise one on integers (other types are refused by its typing rule)."""
+        return logical if self.dtype.name == "pred" else bits
+
     def __and__(self, o: Any) -> Tile:
-        return self._ew("and", self, o)
+        return self._ew(self._bitwise("and", "bitand"), self, o)
 
     def __rand__(self, o: Any) -> Tile:
-        return self._ew("and", o, self)
+        return self._ew(self._bitwise("and", "bitand"), o, self)
+
+    def __iand__(self, o: Any) -> Tile:
+        return self._ew(self._bitwise("and", "bitand"), self, o, out=self)
 
     def __or__(self, o: Any) -> Tile:
-        return self._ew("or", self, o)
+        return self._ew(self._bitwise("or", "bitor"), self, o)
 
     def __ror__(self, o: Any) -> Tile:
-        return self._ew("or", o, self)
+        return self._ew(self._bitwise("or", "bitor"), o, self)
+
+    def __ior__(self, o: Any) -> Tile:
+        return self._ew(self._bitwise("or", "bitor"), self, o, out=self)
 
     def __invert__(self) -> Tile:
-        return self._ew("not", self)
+        return self._ew(self._bitwise("not", "bitnot"), self)
+
+    def __xor__(self, o: Any) -> Tile:
+        return self._ew("bitxor", self, o)
+
+    def __rxor__(self, o: Any) -> Tile:
+        return self._ew("bitxor", o, self)
+
+    def __ixor__(self, o: Any) -> Tile:
+        return self._ew("bitxor", self, o, out=self)
+
+    def __lshift__(self, o: Any) -> Tile:
+        return self._ew("shl", self, o)
+
+    def __rlshift__(self, o: Any) -> Tile:
+        return self._ew("shl", o, self)
+
+    def __ilshift__(self, o: Any) -> Tile:
+        return self._ew("shl", self, o, out=self)
+
+    def __rshift__(self, o: Any) -> Tile:
+        return self._ew("shr", self, o)
+
+    def __rrshift__(self, o: Any) -> Tile:
+        return self._ew("shr", o, self)
+
+    def __irshift__(self, o: Any) -> Tile:
+        return self._ew("shr", self, o, out=self)
 
     # --- misuse ---------------------------------------------------------------------------
     def __bool__(self) -> bool:

@@ -5,12 +5,13 @@ name to it. A function is a subclass of ``AluFunction`` (``base``) holding its t
 numpy semantics, CUDA C++ printing, cost and accuracy; defining the class registers it.
 The language (``hl.exp``, operators), the lowering, the emulator, the code generator and
 the cost model all read these definitions. Families: ``arithmetic``, ``transcendental``,
-``logic`` (comparisons, logical functions, select) and ``moves`` (mov, cvt).
+``logic`` (comparisons, logical functions, select), ``bits`` (shifts and bitwise
+functions of integers) and ``moves`` (mov, cvt).
 """
 
 from __future__ import annotations
 
-from . import arithmetic, logic, moves, transcendental
+from . import arithmetic, bits, logic, moves, transcendental
 from .base import (
     ALU_FUNCTIONS,
     KIND_WORDS,
@@ -28,6 +29,6 @@ from .base import (
 
 __all__ = [
     "ALU_FUNCTIONS", "AluFunction", "AluTypeError", "CDomain", "UnknownFunctionError", "alu_function",
-    "alu_functions", "compute_domain", "NUMPY_DOMAIN", "kind_of", "libm", "KIND_WORDS", "arithmetic", "logic",
-    "moves", "transcendental",
+    "alu_functions", "compute_domain", "NUMPY_DOMAIN", "kind_of", "libm", "KIND_WORDS", "arithmetic", "bits",
+    "logic", "moves", "transcendental",
 ]

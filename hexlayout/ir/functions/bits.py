@@ -1,0 +1,140 @@
+"""Bit operations on integer values: ``<< >> & | ^ ~``.
+
+The operands are integers of one type (``int`` or ``uint`` kinds); the result has their
+type. In the integer compute domain (``int``, or ``long long`` for 64-bit types: ``W``
+bits) the operands are the values sign- or zero-extended from their type, so:
+
+- ``a & b``, ``a | b``, ``a ^ b``, ``~a`` act on the two's complement bits; the result,
+  truncated to the type, is the bitwise result of the operands' own bits.
+- ``a << n``: the bits of ``a`` moved up by ``n``, zeros shifted in; ``n`` is read as an
+  unsigned amount and an amount of at least ``W`` gives 0 (PTX ``shl`` clamps, C leaves it
+  undefined, so the printed code clamps explicitly).
+- ``a >> n``: arithmetic (sign-filling) for signed types, logical (zero-filling) for
+  unsigned ones, as C's ``>>`` on the operand's own type; an amount of at least ``W``
+  (read unsigned) gives the shift by ``W - 1`` then by 1: all sign bits, or 0.
+
+Shifts by ``W`` or more of a narrow type (``u8`` by 12, say) are exact in the domain and
+then truncated to the type (0 for ``<<`` and for logical ``>>``), as C's integer promotion
+gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import AluFunction, CDomain
+
+__all__ = ["Shl", "Shr", "BitAnd", "BitOr", "BitXor", "BitNot", "INTEGERS"]
+
+INTEGERS = frozenset({"int", "uint"})
+
+
+def _width(c: CDomain) -> int:
+    """Bits of the integer compute domain ``c``."""
+    return 64 if c.ctype == "long long" else 32
+
+
+def _amount(n: Any) -> tuple[Any, Any]:
+    """``(in_range, n)``: whether the amount, read unsigned, is below 64, and the amount
+    with out-of-range entries replaced by 0 (numpy needs a shift below the width)."""
+    n = np.asarray(n, dtype=np.int64)
+    ok = (n >= 0) & (n < 64)
+    return ok, np.where(ok, n, 0)
+
+
+class _Bits(AluFunction):
+    accepts = INTEGERS
+
+
+class Shl(_Bits):
+    """``a << n``: zeros shifted in; ``n`` read unsigned, ``n >= W`` gives 0."""
+
+    name = "shl"
+    arity = 2
+    operator = "<<"
+
+    def numpy(self, a: Any, n: Any) -> Any:
+        ok, k = _amount(n)
+        a = np.asarray(a, dtype=np.int64)
+        return np.where(ok, np.left_shift(a, k), 0)
+
+    def cuda(self, c: CDomain, a: str, n: str) -> str:
+        w = _width(c)
+        u = "unsigned long long" if w == 64 else "unsigned"
+        return (f"(static_cast<unsigned long long>({n}) < {w}ull ? "
+                f"static_cast<{c.ctype}>(static_cast<{u}>({a}) << ({n})) : static_cast<{c.ctype}>(0))")
+
+
+class Shr(_Bits):
+    """``a >> n``: arithmetic for signed, logical for unsigned types; ``n`` read unsigned,
+    ``n >= W`` gives all sign bits (signed) or 0 (unsigned)."""
+
+    name = "shr"
+    arity = 2
+    operator = ">>"
+
+    def numpy(self, a: Any, n: Any) -> Any:
+        ok, k = _amount(n)
+        a = np.asarray(a, dtype=np.int64)
+        return np.right_shift(a, np.where(ok, k, 63))
+
+    def cuda(self, c: CDomain, a: str, n: str) -> str:
+        w = _width(c)
+        return f"(static_cast<unsigned long long>({n}) < {w}ull ? ({a}) >> ({n}) : ({a}) >> {w - 1} >> 1)"
+
+
+class BitAnd(_Bits):
+    """``a & b``, bit by bit."""
+
+    name = "bitand"
+    arity = 2
+    operator = "&"
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        return np.bitwise_and(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+    def cuda(self, c: CDomain, a: str, b: str) -> str:
+        return f"({a}) & ({b})"
+
+
+class BitOr(_Bits):
+    """``a | b``, bit by bit."""
+
+    name = "bitor"
+    arity = 2
+    operator = "|"
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        return np.bitwise_or(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+    def cuda(self, c: CDomain, a: str, b: str) -> str:
+        return f"({a}) | ({b})"
+
+
+class BitXor(_Bits):
+    """``a ^ b``, bit by bit."""
+
+    name = "bitxor"
+    arity = 2
+    operator = "^"
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        return np.bitwise_xor(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+    def cuda(self, c: CDomain, a: str, b: str) -> str:
+        return f"({a}) ^ ({b})"
+
+
+class BitNot(_Bits):
+    """``~a``: every bit flipped."""
+
+    name = "bitnot"
+    operator = "~"
+
+    def numpy(self, a: Any) -> Any:
+        return np.invert(np.asarray(a, dtype=np.int64))
+
+    def cuda(self, c: CDomain, a: str) -> str:
+        return f"~({a})"
