@@ -29,7 +29,7 @@ per tensor, so a call costs a few microseconds per tensor.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hexlayout.errors import HexlayoutError
@@ -343,7 +343,7 @@ class _Plan:
         if key is not None:
             if len(self.cache) >= _CACHE_LIMIT:
                 self.cache.clear()
-            self.cache[key] = ba
+            self.cache[key] = replace(ba, tensors={})      # the template must not keep tensors alive
         return ba
 
     def _key(self, vals: list[Any], device: str) -> tuple | None:

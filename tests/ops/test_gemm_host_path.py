@@ -71,13 +71,14 @@ def test_a_new_autotuning_result_is_followed(stubbed) -> None:
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
     torch.ops.hexlayout.gemm(a, b)
-    ((first, _),) = gemm_mod._FAST.values()
+    (entry,) = gemm_mod._FAST.values()
+    first = entry[0]
     heuristic = gc_mod.choose_config("sm_80", 64, 128, 64)
     other = next(c for c in gc_mod.CONFIGS["sm_80"] if c != heuristic and c.BM == 64)
     key = "gemm/torch.float16/nk/none/000"
     gc_mod.autotuner().tune(key, 64, 128, 64, [other], lambda cfg: 1e-5)
     torch.ops.hexlayout.gemm(a, b)
-    used = [lau for k, lau in gemm_mod._LAUNCHERS.items() if k[2] == other]
+    used = [v[0] if isinstance(v, tuple) else v for k, v in gemm_mod._LAUNCHERS.items() if k[2] == other]
     assert drv.launches == 2 and len(used) == 1 and used[0] is not first
     assert gemm_mod._FAST[next(reversed(gemm_mod._FAST))][0] is used[0]
 
@@ -94,24 +95,34 @@ def test_cached_calls_bind_each_calls_own_pointers_scale_and_row_strides(stubbed
     monkeypatch.setattr(launch.Launcher, "launch", lambda self, bound, stream=None: seen.append((self, bound))
                         or real(self, bound, stream))
 
-    def full(lau, bound):
-        t = bound.tensors
-        ref = lau.plan._bind_slow([t["a"], t["b"], t["c"], t["bias"], t["residual"], bound.scalars["scale"]],
-                                  "cpu")
-        return ref.values, ref.grid, ref.sizes
+    def check(a, c, scale):
+        lau, bound = seen[-1]
+        given = {**bound.tensors, **bound.scalars}
+        assert any(t is a for t in bound.tensors.values()) and any(t is c for t in bound.tensors.values())
+        assert scale in bound.scalars.values()
+        ref = lau.plan._bind_slow([given[name] for name in lau.plan.names], "cpu")
+        assert (bound.values, bound.grid, bound.sizes) == (ref.values, ref.grid, ref.sizes)
 
     g = torch.Generator().manual_seed(2)
     b = torch.randn(128, 64, generator=g).half()
     for i in range(3):
         a = torch.randn(64, 64, generator=g).half()
-        c = torch.ops.hexlayout.gemm(a, b, scale=0.5 + i)
-        lau, bound = seen[-1]
-        assert bound.tensors["a"] is a and bound.tensors["c"] is c and bound.scalars["scale"] == 0.5 + i
-        assert (bound.values, bound.grid, bound.sizes) == full(lau, bound)
+        check(a, torch.ops.hexlayout.gemm(a, b, scale=0.5 + i), 0.5 + i)
     wide = torch.randn(1, 128, generator=g).half()
     for a in (torch.randn(1, 64, generator=g).half(), wide[:, :64], torch.randn(1, 64, generator=g).half()):
-        torch.ops.hexlayout.gemm(a, b)
-        lau, bound = seen[-1]
-        assert bound.tensors["a"] is a
-        assert (bound.values, bound.grid, bound.sizes) == full(lau, bound)
+        check(a, torch.ops.hexlayout.gemm(a, b, scale=2.0), 2.0)
     assert len(seen) == 6
+
+
+@pytest.mark.nvrtc
+def test_the_caches_keep_no_tensor_of_a_call_alive(stubbed) -> None:
+    import gc
+    import weakref
+
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
+    c = torch.ops.hexlayout.gemm(a, b)
+    refs = [weakref.ref(t) for t in (a, b, c)]
+    del a, b, c
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
