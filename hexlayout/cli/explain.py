@@ -224,7 +224,7 @@ def explain_report(result: Any, spec: str, arch: str) -> dict[str, Any]:
 
     s = result.synthesis
     tk = s.kernel
-    views = Prober(tk, arch).views
+    views = Prober(tk, arch, s.assignment).views      # the views of exactly what synthesis chose
     cost = s.cost.as_dict() if result.cost_computed else dict.fromkeys(s.cost.as_dict())
     return {
         "version": JSON_VERSION,
@@ -356,7 +356,7 @@ def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, 
     s = result.synthesis
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    views = Prober(s.kernel, s.arch).views
+    views = Prober(s.kernel, s.arch, s.assignment).views
     pictures: list[dict[str, str]] = []
     groups: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
     for v, lay in s.layouts():

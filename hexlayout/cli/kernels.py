@@ -272,42 +272,11 @@ class SynthesisResult:
     cost_computed: bool = True
 
 
-def _fully_explicit(tk: Any) -> bool:
-    """Every shared buffer has a layout and every mma its atom and warps: nothing to decide."""
-    from hexlayout.ir.tile import Alloc, Mma
-    from hexlayout.ir.types import Scope
-    from hexlayout.layout import ComposedLayout, Layout
-
-    for op in tk.body.walk():
-        if isinstance(op, Alloc) and op.result.type.scope == Scope.SHARED:
-            if not isinstance(op.result.type.layout, (Layout, ComposedLayout)):
-                return False
-        if isinstance(op, Mma) and (op.atom is None or op.warps is None):
-            return False
-    return True
-
-
-def _lower_directly(tk: Any, arch: str, t0: float) -> Any:
-    """A ``Synthesis`` for a fully explicit kernel: lowered as written, decisions 'given'."""
-    import copy
-
-    from hexlayout.ir.lower.kernel import lower_kernel
-    from hexlayout.synth.cost import CostBreakdown
-    from hexlayout.synth.solve import Alternative, Decision, Synthesis
-
-    work = copy.deepcopy(tk)
-    prog = lower_kernel(work, arch)
-    decisions = []
-    for op, instr in prog.choices:
-        loc = op.loc.format() if op.loc else ""
-        decisions.append(Decision(f"{type(op).__name__.lower()} at {loc}", op, None, instr,
-                                  [Alternative(instr, "chosen", "given explicitly")]))
-    return Synthesis(work, arch, prog, decisions, CostBreakdown(), time.perf_counter() - t0)
-
-
 def synthesize_kernel(rk: ResolvedKernel) -> SynthesisResult:
-    """Trace and synthesize ``rk`` (``SynthesisError`` / ``KernelError`` propagate)."""
-    from hexlayout.synth.solve import SynthesisError, synthesize
+    """Trace and synthesize ``rk`` (``SynthesisError`` / ``KernelError`` propagate). A fully
+    explicit kernel is synthesized like any other (its decisions are the program's own), so
+    ``explain`` shows the same synthesis result that ``hexlayout.runtime.build`` compiles."""
+    from hexlayout.synth.solve import synthesize
 
     t = time.perf_counter()
     tk = rk.trace()
@@ -315,15 +284,5 @@ def synthesize_kernel(rk: ResolvedKernel) -> SynthesisResult:
     consts = dict(getattr(tk, "consts", {}) or {})
     consts.update(rk.factory_constants)
     t = time.perf_counter()
-    try:
-        syn = synthesize(tk, rk.arch)
-        return SynthesisResult(tk, syn, trace_s, time.perf_counter() - t, consts)
-    except SynthesisError:
-        if not _fully_explicit(tk):
-            raise
-        # Synthesis has nothing to choose; lower the program as written (its own errors stand).
-        t = time.perf_counter()
-        syn = _lower_directly(tk, rk.arch, t)
-        note = ("every layout and instruction is given explicitly: the program was lowered as written "
-                "(synthesis found nothing to decide); no cost prediction")
-        return SynthesisResult(tk, syn, trace_s, time.perf_counter() - t, consts, [note], cost_computed=False)
+    syn = synthesize(tk, rk.arch)
+    return SynthesisResult(tk, syn, trace_s, time.perf_counter() - t, consts)

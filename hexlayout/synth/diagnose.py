@@ -251,19 +251,14 @@ def _probe_all(s: Any, root: Value, cands: list[Any], uses: list[Op]) -> tuple[d
     """Which candidates each use accepts (each use alone), with the reasons for the others."""
     accepted: dict[int, set[int]] = {id(op): set() for op in uses}
     reasons: dict[tuple[int, int], str] = {}
-    saved = root.type.layout
-    try:
-        for i, cand in enumerate(cands):
-            root.type = root.type.with_layout(cand.layout)
-            prober = Prober(s.tk, s.arch)
-            for op in uses:
-                try:
-                    prober.probe(op)
-                    accepted[id(op)].add(i)
-                except LoweringError as e:
-                    reasons[(id(op), i)] = _reason(e)
-    finally:
-        root.type = root.type.with_layout(saved)
+    for i, cand in enumerate(cands):
+        prober = Prober(s.tk, s.arch, s.current.with_layouts({root.id: cand.layout}))
+        for op in uses:
+            try:
+                prober.probe(op)
+                accepted[id(op)].add(i)
+            except LoweringError as e:
+                reasons[(id(op), i)] = _reason(e)
     return accepted, reasons
 
 
@@ -363,14 +358,9 @@ def hint_conflict(s: Any, root: Value, op: Op, hinted: list[Any], reason: str) -
 def _unhinted(s: Any, root: Value) -> list[Any]:
     from .shared import shared_candidates
 
-    saved = root.type.layout
-    root.type = root.type.with_layout(LayoutVar())
-    try:
-        has_wgmma = any(Scope.SHARED in (m.a.type.scope, m.b.type.scope) for m in s.g.mmas)
-        return shared_candidates(root, s.contiguous_modes(root), has_wgmma and s.arch == "sm_90a",
-                                 root.type.dtype.bits)
-    finally:
-        root.type = root.type.with_layout(saved)
+    has_wgmma = any(Scope.SHARED in (m.a.type.scope, m.b.type.scope) for m in s.g.mmas)
+    return shared_candidates(root, s.contiguous_modes(root), has_wgmma and s.arch == "sm_90a",
+                             root.type.dtype.bits, hints={})
 
 
 def shared_conflict(s: Any, root: Value, cands: list[Any],
@@ -565,15 +555,10 @@ def _single_joint_conflict(s: Any, op: Op, joint: list[Op], legal: dict[int, lis
                   f"{', '.join('%' + by_id[r].name for r in rids)}; with {shown}: {reason}", [op])
 
 
-def _joint_reason(s: Any, op: Op, picks: dict[int, Any], by_id: dict[int, Value]) -> str | None:
-    saved = {rid: by_id[rid].type.layout for rid in picks}
+def _joint_reason(s: Any, op: Op, picks: dict[int, Any], by_id: dict[int, Value]) -> Rejection | None:
+    """Why ``op`` rejects the layouts ``picks`` (root id -> candidate), or ``None``."""
     try:
-        for rid, cand in picks.items():
-            by_id[rid].type = by_id[rid].type.with_layout(cand.layout)
-        Prober(s.tk, s.arch).probe(op)
+        Prober(s.tk, s.arch, s.current.with_layouts({rid: c.layout for rid, c in picks.items()})).probe(op)
         return None
     except LoweringError as e:
         return _reason(e)
-    finally:
-        for rid, lay in saved.items():
-            by_id[rid].type = by_id[rid].type.with_layout(lay)

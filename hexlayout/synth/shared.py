@@ -72,13 +72,15 @@ _HINT_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
 
 
 def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bits: int,
-                      ) -> list[SharedCandidate]:
-    """Candidates for shared root ``v`` (see the module docstring)."""
+                      hints: dict[str, Any] | None = None) -> list[SharedCandidate]:
+    """Candidates for shared root ``v`` (see the module docstring); ``hints``: the layout
+    hints to filter by (default: those of ``v``'s ``hl.auto(...)``; ``{}``: none)."""
     shape = tuple(v.type.shape)
     if len(shape) == 1:
         return [SharedCandidate(Layout(shape[0]), "plain", "contiguous")]
     base, extra = (shape[0], shape[1]), tuple(shape[2:])
-    hints = v.type.layout.hints if isinstance(v.type.layout, LayoutVar) else {}
+    if hints is None:
+        hints = v.type.layout.hints if isinstance(v.type.layout, LayoutVar) else {}
     eb = elem_bits // 8
     out: list[SharedCandidate] = []
     order = []

@@ -20,15 +20,14 @@ the two requirements that cannot both hold (``diagnose``).
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from constraint import BacktrackingSolver, Constraint, Problem
 
-from hexlayout.arch import atom_spec
 from hexlayout.errors import HexlayoutError
+from hexlayout.ir.lower.assignment import EMPTY, Assignment
 from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, Prober, lower_kernel
 from hexlayout.ir.tile import (
     Cast,
@@ -45,7 +44,7 @@ from hexlayout.ir.tile import (
     Value,
 )
 from hexlayout.ir.tiled_mma import TiledMma
-from hexlayout.ir.types import LayoutVar, Scope
+from hexlayout.ir.types import Scope
 from hexlayout.layout import ComposedLayout, Layout
 
 from .cost import CostBreakdown, instr_cost
@@ -129,6 +128,7 @@ class Synthesis:
     cost: CostBreakdown
     seconds: float
     mma: dict[int, TiledMma] = field(default_factory=dict)
+    assignment: Assignment = field(default_factory=Assignment)   # what the lowering was given
 
     def layouts(self) -> list[tuple[Value, Any]]:
         """Every tile value with its synthesized layout, in program order."""
@@ -182,7 +182,9 @@ class _Synth:
         self.base = Prober(tk, arch)
         self.regions = self.base.regions
         self.register_values = [v for vs in self.g.classes().values() for v in vs]
-        self.given = {v.id: v.type.layout for v in self.register_values}
+        # the assignment being checked: register layouts and mma choices, then shared layouts
+        # (rebound, never changed; the program itself is never changed)
+        self.current: Assignment = EMPTY
         self.shared_roots = [op.result for op in tk.body.walk()
                              if type(op).__name__ == "Alloc" and op.result.type.scope == Scope.SHARED]
         self.uses = uses_of(tk)
@@ -191,6 +193,9 @@ class _Synth:
         self.depth = _loop_depths(tk)
         self.decisions: list[Decision] = []
         self.reg_cost: dict[tuple, CostBreakdown] = {}
+        # the copy instructions the checks found (legal_copies' first choice), to assign them
+        self.reg_copies: dict[tuple, dict[int, tuple[str, str]]] = {}
+        self.shared_copies: dict[tuple[int, int], tuple[SharedCandidate, dict[int, tuple[str, str]]]] = {}
         self.global_views = {op.result.id: self.base.views.get(op.result.id)
                              for op in tk.body.walk() if isinstance(op, GlobalView)}
 
@@ -207,15 +212,18 @@ class _Synth:
                     out.setdefault(self.g.find(v.id), self.threads_of(op))
         return out
 
-    def apply_registers(self, ra: RegisterAssignment) -> None:
+    def register_assignment(self, ra: RegisterAssignment, choice: dict[int, TiledMma]) -> Assignment:
+        """The assignment of the register layouts ``ra`` and the mma choices ``choice``."""
+        layouts = {}
         for v in self.register_values:
-            c = self.g.find(v.id)
-            v.type = v.type.with_layout(ra.layouts.get(c, self.given[v.id]))
+            lay = ra.layouts.get(self.g.find(v.id))
+            if lay is not None:
+                layouts[v.id] = lay
+        return Assignment(layouts, {k: choice[k] for k in choice})
 
-    def check_register_ops(self, choice: dict[int, TiledMma]) -> LoweringError | None:
-        """Lower every op on register tiles only; keeps their cost in ``self.reg_cost``."""
-        prober = Prober(self.tk, self.arch)
-        self.set_mma(choice)
+    def check_register_ops(self, choice: dict[int, TiledMma], asg: Assignment) -> LoweringError | None:
+        """Lower every op on register tiles only under ``asg``; keeps their cost in ``self.reg_cost``."""
+        prober = Prober(self.tk, self.arch, asg)
         total = CostBreakdown()
         for op in self.reg_ops:
             try:
@@ -223,13 +231,10 @@ class _Synth:
             except LoweringError as e:
                 return e
             total.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
-        self.reg_cost[tuple(sorted((k, str(v)) for k, v in choice.items()))] = total
+        key = tuple(sorted((k, str(v)) for k, v in choice.items()))
+        self.reg_cost[key] = total
+        self.reg_copies[key] = dict(prober.copy_choices)
         return None
-
-    def set_mma(self, choice: dict[int, TiledMma]) -> None:
-        for op in self.g.mmas:
-            tm = choice[id(op)]
-            op.atom, op.warps, op.k_inner = atom_spec(tm.atom), tm.warps, tm.k_inner
 
     # --- phase 2: shared layouts ----------------------------------------------------------
     def contiguous_modes(self, root: Value) -> list[int]:
@@ -250,23 +255,20 @@ class _Synth:
         return out
 
     def check_shared(self, root: Value, cand: SharedCandidate) -> tuple[str | None, CostBreakdown, Op | None]:
-        """Lower every op that touches ``root`` with ``cand`` (other shared roots as they are)."""
-        saved = root.type.layout
-        root.type = root.type.with_layout(cand.layout)
+        """Lower every op that touches ``root`` with ``cand`` added to the current assignment
+        (other undecided shared roots stay undecided)."""
         cost = CostBreakdown()
-        try:
-            prober = Prober(self.tk, self.arch)
-            for op in self.uses.get(root.id, []):
-                if any(_undecided_shared(v) for v in op.operands()):
-                    continue            # joint with an undecided root: checked in the joint problem
-                try:
-                    instrs = prober.probe(op)
-                except LoweringError as e:
-                    return str(e), cost, op
-                cost.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
-            return None, cost, None
-        finally:
-            root.type = root.type.with_layout(saved)
+        prober = Prober(self.tk, self.arch, self.current.with_layouts({root.id: cand.layout}))
+        for op in self.uses.get(root.id, []):
+            if any(v.root is not root and _undecided_shared(v) for v in op.operands()):
+                continue            # joint with an undecided root: checked in the joint problem
+            try:
+                instrs = prober.probe(op)
+            except LoweringError as e:
+                return str(e), cost, op
+            cost.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
+        self.shared_copies[(root.id, id(cand))] = (cand, dict(prober.copy_choices))
+        return None, cost, None
 
     def op_cost(self, op: Op, instrs: list[Any], prober: Prober) -> CostBreakdown:
         lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
@@ -354,17 +356,12 @@ class _Synth:
         return chosen, total, out_decisions
 
     def joint_ok(self, op: Op, picks: dict[int, SharedCandidate], by_id: dict[int, Value]) -> bool:
-        saved = {rid: by_id[rid].type.layout for rid in picks}
+        asg = self.current.with_layouts({rid: cand.layout for rid, cand in picks.items()})
         try:
-            for rid, cand in picks.items():
-                by_id[rid].type = by_id[rid].type.with_layout(cand.layout)
-            Prober(self.tk, self.arch).probe(op)
+            Prober(self.tk, self.arch, asg).probe(op)
             return True
         except LoweringError:
             return False
-        finally:
-            for rid, lay in saved.items():
-                by_id[rid].type = by_id[rid].type.with_layout(lay)
 
     def explain_shared(self, root: Value, cands: list[SharedCandidate],
                        failures: dict[int, tuple[SharedCandidate, str, Op]]) -> SynthesisError:
@@ -464,8 +461,7 @@ class _Synth:
                 if not first_conflict:
                     first_conflict.append(ra)
                 return False
-            self.apply_registers(ra)
-            err = self.check_register_ops(choice)
+            err = self.check_register_ops(choice, self.register_assignment(ra, choice))
             if err:
                 rejected[idx] = str(err)
                 if not first_conflict:
@@ -488,8 +484,7 @@ class _Synth:
                 idx = tuple(sol[var_of[j]] for j in range(len(keys)))
                 choice = {k: cands[k][i] for k, i in zip(keys, idx)}
                 ra = assign_registers(self.g, choice, cthreads, self.global_views)
-                self.apply_registers(ra)
-                self.set_mma(choice)
+                self.current = self.register_assignment(ra, choice)
                 res = self.solve_shared()
                 if isinstance(res, SynthesisError):
                     last_error = last_error or res      # report the preferred mma choice's failure
@@ -497,7 +492,7 @@ class _Synth:
                     shared, scost, sdec = res
                     key = tuple(sorted((k, str(v)) for k, v in choice.items()))
                     if key not in self.reg_cost:
-                        err = self.check_register_ops(choice)
+                        err = self.check_register_ops(choice, self.current)
                         if err:
                             last_error = last_error or SynthesisError(self.tk.name, err.located,
                                                                       [err.op] if err.op else [])
@@ -506,7 +501,8 @@ class _Synth:
                     cost.add(scost)
                     cost.add(self.reg_cost[key])
                     if best is None or cost.total < best[0]:
-                        best = (cost.total, (choice, ra, shared, sdec, idx, cost), scost.bank_conflicts)
+                        found = (choice, self.current, shared, sdec, idx, cost)
+                        best = (cost.total, found, scost.bank_conflicts)
                 if n + 1 >= MAX_REGISTER_SOLUTIONS or (best is not None and best[2] == 0):
                     break
         except _SearchLimit:
@@ -517,15 +513,42 @@ class _Synth:
             from .diagnose import register_conflict
 
             raise register_conflict(self, cands, first_conflict, rejected, stopped)
-        _, (choice, ra, shared, sdec, idx, cost), _ = best
-        self.apply_registers(ra)
-        self.set_mma(choice)
-        for root in self.shared_roots:
-            root.type = root.type.with_layout(shared[root.id].layout)
-        prog = lower_kernel(self.tk, self.arch)
+        _, (choice, asg, shared, sdec, idx, cost), _ = best
+        asg = asg.with_layouts({root.id: shared[root.id].layout for root in self.shared_roots})
+        asg = asg.with_copies(self.copy_choices(asg, choice, shared))
+        # the result: a copy of the program annotated with the assignment, lowered as assigned
+        kernel, ops = asg.annotate(self.tk)
+        asg = Assignment(asg.layouts, {id(ops[k]): tm for k, tm in asg.mma.items()},
+                         {id(ops[k]): c for k, c in asg.copies.items()})
+        prog = lower_kernel(kernel, self.arch, asg)
+        values = {v.id: v for op in ops.values() for v in op.values()}
         decisions = self.mma_decisions(cands, idx, rejected, accepted) + sdec + self.copy_decisions(prog)
-        return Synthesis(self.tk, self.arch, prog, decisions, cost, time.perf_counter() - t0,
-                         {k: choice[k] for k in keys})
+        for d in decisions:
+            d.op = ops.get(id(d.op), d.op) if d.op is not None else None
+            d.value = values.get(d.value.id, d.value) if d.value is not None else None
+        return Synthesis(kernel, self.arch, prog, decisions, cost, time.perf_counter() - t0,
+                         {id(ops[k]): choice[k] for k in keys}, asg)
+
+    def copy_choices(self, asg: Assignment, choice: dict[int, TiledMma],
+                     shared: dict[int, SharedCandidate]) -> dict[int, tuple[str, str]]:
+        """The instruction of every copy under ``asg``, by ``id(op)``: the first legal one in
+        the copy rules' preference order (``legal_copies``), as the checks of the chosen
+        register and shared layouts found it; copies no check lowered (those touching a shared
+        tile whose layout is given) are asked here."""
+        out = dict(self.reg_copies.get(tuple(sorted((k, str(v)) for k, v in choice.items())), {}))
+        for rid, cand in shared.items():
+            found = self.shared_copies.get((rid, id(cand)))
+            if found is not None and found[0] is cand:
+                out.update(found[1])
+        copies = [op for op in self.tk.body.walk() if isinstance(op, Copy)]
+        if all(id(op) in out for op in copies):
+            return out
+        prober = Prober(self.tk, self.arch, asg)
+        defining = {id(op) for op in self.reg_ops}       # ops defining the register tiles copies read
+        for op in self.tk.body.walk():
+            if (isinstance(op, Copy) and id(op) not in out) or id(op) in defining:
+                prober.probe(op)
+        return {**prober.copy_choices, **out}
 
     def mma_decisions(self, cands: dict[int, list[TiledMma]], idx: tuple[int, ...],
                       rejected: dict[tuple[int, ...], str], accepted: set[tuple[int, ...]]) -> list[Decision]:
@@ -562,27 +585,18 @@ def _loop_depths(tk: TileKernel) -> dict[int, int]:
 
 
 def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
-    """Fill in every ``auto`` layout, mma atom and warp arrangement of ``tk`` for ``arch``.
+    """Fill in every ``auto`` layout, mma atom and warp arrangement and choose every copy
+    instruction of ``tk`` for ``arch``.
 
-    ``tk`` itself is not modified: synthesis works on a copy, returned as ``.kernel`` with
-    its lowered program (``.lowered``), the decisions with their rejected alternatives
-    (``.decisions``) and the predicted cost (``.cost``).
+    ``tk`` itself is never modified: the search builds immutable ``Assignment`` values and
+    asks the lowering (``Prober``) whether each is legal. The result carries the chosen
+    assignment (``.assignment``), a copy of ``tk`` annotated with it (``.kernel``), its
+    lowered program (``.lowered``, lowered from exactly that assignment), the decisions with
+    their rejected alternatives (``.decisions``) and the predicted cost (``.cost``). A fully
+    explicit program (every layout, atom and warp arrangement given) synthesizes too: its
+    decisions are the program's own.
     """
-    work = copy.deepcopy(tk)
-    for v in _all_values(work):
-        if v.type.layout is None and v.type.scope != Scope.GLOBAL:
-            v.type = v.type.with_layout(LayoutVar())
     try:
-        return _Synth(work, arch).run()
+        return _Synth(tk, arch).run()
     except LoweringError as e:
         raise SynthesisError(tk.name, e.located, [e.op] if e.op else []) from None
-
-
-def _all_values(tk: TileKernel) -> list[Value]:
-    out, seen = [], set()
-    for op in tk.body.walk():
-        for v in op.results() + op.operands():
-            if v.id not in seen:
-                seen.add(v.id)
-                out.append(v)
-    return out

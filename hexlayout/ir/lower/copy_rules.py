@@ -48,7 +48,7 @@ from .copy import (
 from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
-__all__ = ["CopyContext", "CopyChoice", "CopyRule", "CopyRules", "COPY_RULES", "legal_copies",
+__all__ = ["CopyContext", "CopyChoice", "CopyRule", "CopyRules", "COPY_RULES", "legal_copies", "lower_choice",
            "TmaRule", "CpAsyncRule", "MatrixRule", "VectorRule", "ViaRegistersRule"]
 
 # ldmatrix / stmatrix in preference order: widest first, non-transposed before transposed
@@ -100,9 +100,12 @@ def _scope(view: Any) -> str:
 
 @dataclass(frozen=True)
 class CopyChoice:
-    """A legal instruction for a copy: the rule that offers it, its name and its plan."""
+    """A legal instruction for a copy: the rule (family) that offers it, the name the rule
+    was asked to lower (``name``, what an ``Assignment`` records), the instruction as the
+    plan spells it (e.g. ``cp.async.cg.16``) and the plan."""
 
     rule: str
+    name: str
     instruction: str
     plan: CopyPlan = field(compare=False)
 
@@ -287,20 +290,33 @@ def legal_copies(ctx: CopyContext, *, limit: int | None = None,
                 res = rule.lower(ctx, name)
                 if isinstance(res, str):
                     return Rejection.of(res)
-                return [CopyChoice(rule.family, res.instruction, res)]
+                return [CopyChoice(rule.family, name, res.instruction, res)]
     for rule in rules:
         for name in rule.instructions(ctx):
             res = rule.lower(ctx, name)
             if isinstance(res, str):
                 tried.append(Rejection.of(res).tried(name))
                 continue
-            out.append(CopyChoice(rule.family, res.instruction, res))
+            out.append(CopyChoice(rule.family, name, res.instruction, res))
             if limit is not None and len(out) >= limit:
                 return out
     if out:
         return out
     src, dst = ctx.names
     return Rejection(f"no instruction can copy %{src} into %{dst}", alternatives=tuple(tried))
+
+
+def lower_choice(ctx: CopyContext, family: str, name: str, *,
+                 rules: CopyRules | None = None) -> list[CopyChoice] | Rejection:
+    """Lower the copy with the instruction ``name`` of the rule ``family`` that synthesis chose
+    (no search): ``[choice]``, or the ``Rejection`` if it is not legal here."""
+    for rule in rules if rules is not None else COPY_RULES:
+        if rule.family == family:
+            res = rule.lower(ctx, name)
+            if isinstance(res, str):
+                return Rejection.of(res).tried(name)
+            return [CopyChoice(family, name, res.instruction, res)]
+    return Rejection(f"no copy rule of family {family!r} is registered", instruction=name)
 
 
 def copy_context(src: Any, dst: Any, tid: Var | ExprLike, threads: int, elem_bits: int, arch: Any,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.arch import get_arch, get_atom
+from hexlayout.arch import atom_spec, get_arch, get_atom
 from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
 
@@ -88,8 +88,9 @@ from ..tile import (
 )
 from ..tiled_mma import TiledMma
 from ..types import Scope
+from .assignment import EMPTY, Assignment
 from .copy import Requirement, lower_reg_mem
-from .copy_rules import COPY_RULES, CopyContext, legal_copies
+from .copy_rules import COPY_RULES, CopyContext, legal_copies, lower_choice
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
@@ -127,8 +128,12 @@ class LoweredProgram:
 
 
 class _Lowering:
-    def __init__(self, tk: TileKernel, arch: str) -> None:
+    def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None) -> None:
         self.tk = tk
+        self.assignment = assignment if assignment is not None else EMPTY
+        # layouts the lowering derives itself where neither the assignment nor the program
+        # gives one (an elementwise result takes its operand's; a reduction's is reduced_tv)
+        self.derived: dict[int, Layout] = {}
         self.arch = get_arch(arch)
         tid = tk.launch.thread_index
         self.tid: Var = tid if tid is not None else Var("threadIdx.x", 0, tk.launch.threads, "thread")
@@ -142,6 +147,7 @@ class _Lowering:
         self.tma: list[TmaDesc] = []
         self.mbars: dict[int, MbarRef] = {}
         self.choices: list[tuple[Op, str]] = []
+        self.copy_choices: dict[int, tuple[str, str]] = {}   # id(copy op) -> (rule family, name)
         self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
         self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
 
@@ -177,8 +183,15 @@ class _Lowering:
         except KeyError:
             raise self.fail(op, f"%{v.name} is used before it is defined") from None
 
+    def layout(self, v: Value) -> Any:
+        """The layout of ``v``: the assignment's, else the program's, else the one derived here."""
+        lay = self.assignment.layout_of(v)
+        if not isinstance(lay, (Layout, ComposedLayout)) and v.id in self.derived:
+            return self.derived[v.id]
+        return lay
+
     def alloc_shared(self, v: Value, op: Op) -> SharedTileView:
-        lay = v.type.layout
+        lay = self.layout(v)
         if not isinstance(lay, (Layout, ComposedLayout)):
             raise self.fail(op, f"shared tile %{v.name} has no layout ({lay}); give one or run synthesis")
         eb = v.type.dtype.bits
@@ -200,7 +213,7 @@ class _Lowering:
         return SharedTileView.of(buf, v.type.dtype, tuple(v.type.shape), lay)
 
     def alloc_register(self, v: Value, op: Op) -> RegisterTile:
-        lay = v.type.layout
+        lay = self.layout(v)
         if not isinstance(lay, Layout):
             raise self.fail(op, f"register tile %{v.name} has no TV layout ({lay}); "
                             "give one or run synthesis")
@@ -233,10 +246,10 @@ class _Lowering:
         A result without a layout takes the layout of a same-shaped register operand in
         ``like`` (elementwise ops and casts keep the distribution of their inputs)."""
         if v.id not in self.views:
-            if not isinstance(v.type.layout, Layout) and like:
+            if not isinstance(self.layout(v), Layout) and like:
                 for x in like:
                     if isinstance(x, RegisterTile) and x.shape == tuple(v.type.shape):
-                        v.type = v.type.with_layout(x.tv)
+                        self.derived[v.id] = x.tv
                         break
             self.views[v.id] = self.alloc_register(v, op)
         t = self.views[v.id]
@@ -269,10 +282,19 @@ class _Lowering:
     def op(self, op: Op) -> list[Instr]:
         m = getattr(self, "op_" + type(op).__name__, None)
         if m is None:
-            raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
+            from .indirect import LOWERING     # ops defined outside this module (scalar loads, atomics)
+
+            rule = LOWERING.rule(type(op))
+            if rule is None:
+                raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
+            return rule(self, op)
         return m(op)
 
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
+        if op.index_map is not None:
+            from .indirect import lower_gathered_view
+
+            return lower_gathered_view(self, op)
         gather = None
         if op.gather is not None:
             index = self.views.get(op.gather.id)
@@ -330,7 +352,11 @@ class _Lowering:
 
     # copies
     def op_Copy(self, op: Copy) -> list[Instr]:
-        src, dst = self.view(op.src, op), self.view(op.dst, op) if op.dst.id in self.views else None
+        # a register source computed by an op a probe did not lower (an elementwise result
+        # copied to shared memory) is allocated from its assigned layout
+        src = (self.register_of(op.src, op) if op.src.scope == Scope.REGISTER and op.src.id not in self.views
+               else self.view(op.src, op))
+        dst = self.view(op.dst, op) if op.dst.id in self.views else None
         if dst is None:
             dst = self.register_of(op.dst, op)
         if isinstance(op.mask, Value):
@@ -341,13 +367,15 @@ class _Lowering:
         ctx = self.copy_context(op, src, dst)
         if not any(rule.instructions(ctx) for rule in COPY_RULES):
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
-        res = legal_copies(ctx, limit=1)
+        given = self.assignment.copies.get(id(op))
+        res = lower_choice(ctx, *given) if given is not None else legal_copies(ctx, limit=1)
         if isinstance(res, Rejection):
             if res.alternatives:
                 res = Rejection(f"no instruction can copy %{op.src.name} ({op.src.type}) into "
                                 f"%{op.dst.name} ({op.dst.type})", alternatives=res.alternatives)
             raise self.fail(op, res)
         plan_ok = res[0].plan
+        self.copy_choices[id(op)] = (res[0].rule, res[0].name)
         if plan_ok.desc is not None:
             desc = self.tma_desc(plan_ok.desc)
             for ins in plan_ok.instrs:
@@ -357,12 +385,14 @@ class _Lowering:
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
             _and_predicate(plan_ok.instrs, as_expr(op.mask))
-        gather = src.gather if isinstance(src, GlobalTileView) else None
-        if gather is not None:
-            if plan_ok.instruction == "SM90_TMA_LOAD":
-                raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
-            return gather.take_loads() + plan_ok.instrs
-        return plan_ok.instrs
+        loads: list[Instr] = []
+        for view in (src, dst):
+            gather = view.gather if isinstance(view, GlobalTileView) else None
+            if gather is not None:
+                if plan_ok.instruction.startswith("SM90_TMA"):
+                    raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
+                loads += gather.take_loads()
+        return loads + plan_ok.instrs
 
     def copy_context(self, op: Copy, src: Any, dst: Any) -> CopyContext:
         """What the copy rules see of ``op`` (views, threads, arch, the instruction asked for)."""
@@ -387,19 +417,23 @@ class _Lowering:
 
     # mma
     def op_Mma(self, op: Mma) -> list[Instr]:
-        if op.atom is None or op.warps is None:
+        chosen = self.assignment.mma.get(id(op))
+        if chosen is not None:
+            atom_name, warps, k_inner = atom_spec(chosen.atom), chosen.warps, chosen.k_inner
+        else:
+            atom_name, warps, k_inner = op.atom, op.warps, op.k_inner
+        if atom_name is None or warps is None:
             raise self.fail(op, "the mma atom and warp arrangement are not chosen; give atom= and warps= or "
                             "run synthesis")
-        atom = get_atom(op.atom)
+        atom = get_atom(atom_name)
         if atom.arch not in ("sm_80", "sm_89", "sm_90a") or self.arch.name not in atom.archs:
             raise self.fail(op, f"{atom.name} needs {atom.arch}; the kernel is lowered for {self.arch.name}")
-        warps = op.warps
         if not isinstance(warps, TaskMapping):
             raise self.fail(op, f"warps={warps!r} is not a task mapping")
         k = op.a.type.shape[1]
         if k % atom.k:
             raise self.fail(op, f"K = {k} is not a multiple of the atom's K = {atom.k}")
-        tm = TiledMma(atom, warps, k // atom.k, op.k_inner)
+        tm = TiledMma(atom, warps, k // atom.k, k_inner)
         m, n, kk = tm.tile_mnk
         if (m, n, kk) != (op.c.type.shape[0], op.c.type.shape[1], k):
             raise self.fail(op, f"{tm} covers {m}x{n}x{kk}, the operands are "
@@ -446,8 +480,8 @@ class _Lowering:
 
     def op_Reduce(self, op: Reduce) -> list[Instr]:
         src = self.register_of(op.src, op)
-        if op.result.id not in self.views and not isinstance(op.result.type.layout, Layout):
-            op.result.type = op.result.type.with_layout(reduced_tv(src.tv, src.shape, op.axis, self.fail, op))
+        if op.result.id not in self.views and not isinstance(self.layout(op.result), Layout):
+            self.derived[op.result.id] = reduced_tv(src.tv, src.shape, op.axis, self.fail, op)
         dst = self.register_of(op.result, op)
         tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
         res = lower_reduce(op.fn, dst, src, op.axis, tmp, self.gtid,
@@ -613,10 +647,10 @@ class _Lowering:
                         if src is None or not isinstance(self.views[src.id], RegisterTile):
                             self.op(op)
                 elif isinstance(op, Alloc) and op.result.scope == Scope.SHARED:
-                    if isinstance(op.result.type.layout, (Layout, ComposedLayout)):
+                    if isinstance(self.layout(op.result), (Layout, ComposedLayout)):
                         self.op(op)
                 elif isinstance(op, Alloc) and op.result.scope == Scope.REGISTER:
-                    if isinstance(op.result.type.layout, Layout):   # a register tile copied to memory
+                    if isinstance(self.layout(op.result), Layout):   # a register tile copied to memory
                         self.op(op)
 
         walk(self.tk.body)
@@ -704,12 +738,14 @@ def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
 class Prober(_Lowering):
     """Lowers single ops of a kernel whose layouts are partly known (synthesis's oracle)."""
 
-    def __init__(self, tk: TileKernel, arch: str) -> None:
-        super().__init__(tk, arch)
+    def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None) -> None:
+        super().__init__(tk, arch, assignment)
         self.index()
 
 
-def lower_kernel(tk: TileKernel, arch: str = "sm_80") -> LoweredProgram:
-    """The per-thread program of ``tk`` for ``arch`` (every layout and mma choice fixed)."""
-    return _Lowering(tk, arch).run()
+def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | None = None) -> LoweredProgram:
+    """The per-thread program of ``tk`` for ``arch``: every layout, mma and copy instruction
+    as ``assignment`` gives it (synthesis's choices), else as the program gives it. ``tk`` is
+    not changed."""
+    return _Lowering(tk, arch, assignment).run()
 
