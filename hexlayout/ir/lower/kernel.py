@@ -282,19 +282,10 @@ class _Lowering:
     def op(self, op: Op) -> list[Instr]:
         m = getattr(self, "op_" + type(op).__name__, None)
         if m is None:
-            from .indirect import LOWERING     # ops defined outside this module (scalar loads, atomics)
-
-            rule = LOWERING.rule(type(op))
-            if rule is None:
-                raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
-            return rule(self, op)
+            raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
         return m(op)
 
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
-        if op.index_map is not None:
-            from .indirect import lower_gathered_view
-
-            return lower_gathered_view(self, op)
         gather = None
         if op.gather is not None:
             index = self.views.get(op.gather.id)
@@ -352,11 +343,7 @@ class _Lowering:
 
     # copies
     def op_Copy(self, op: Copy) -> list[Instr]:
-        # a register source computed by an op a probe did not lower (an elementwise result
-        # copied to shared memory) is allocated from its assigned layout
-        src = (self.register_of(op.src, op) if op.src.scope == Scope.REGISTER and op.src.id not in self.views
-               else self.view(op.src, op))
-        dst = self.view(op.dst, op) if op.dst.id in self.views else None
+        src, dst = self.view(op.src, op), self.view(op.dst, op) if op.dst.id in self.views else None
         if dst is None:
             dst = self.register_of(op.dst, op)
         if isinstance(op.mask, Value):
@@ -385,14 +372,12 @@ class _Lowering:
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
             _and_predicate(plan_ok.instrs, as_expr(op.mask))
-        loads: list[Instr] = []
-        for view in (src, dst):
-            gather = view.gather if isinstance(view, GlobalTileView) else None
-            if gather is not None:
-                if plan_ok.instruction.startswith("SM90_TMA"):
-                    raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
-                loads += gather.take_loads()
-        return loads + plan_ok.instrs
+        gather = src.gather if isinstance(src, GlobalTileView) else None
+        if gather is not None:
+            if plan_ok.instruction == "SM90_TMA_LOAD":
+                raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
+            return gather.take_loads() + plan_ok.instrs
+        return plan_ok.instrs
 
     def copy_context(self, op: Copy, src: Any, dst: Any) -> CopyContext:
         """What the copy rules see of ``op`` (views, threads, arch, the instruction asked for)."""
