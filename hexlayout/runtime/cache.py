@@ -71,9 +71,10 @@ def _unsafe(st: os.stat_result) -> str | None:
     """Why a directory with status ``st`` must not hold cached code, or ``None``."""
     if not stat.S_ISDIR(st.st_mode):
         return "is not a directory"
-    getuid = getattr(os, "getuid", None)
-    if getuid is not None and st.st_uid != getuid():
-        return f"is owned by uid {st.st_uid}, not by the current user (uid {getuid()})"
+    if os.name != "posix":            # no owner / mode bits to check (Windows: ACLs)
+        return None
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not by the current user (uid {os.getuid()})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"is writable by other users (mode {stat.filemode(st.st_mode)})"
     return None
