@@ -155,9 +155,11 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) 
     op(a, b)
     assert drv.launches == before + 1, "the stubbed launch did not run"
 
-    lau, template = next(iter(gemm_mod._FAST.values()))
+    entry = next(iter(gemm_mod._FAST.values()))       # (launcher, template[, parameter order])
+    lau, template = entry[0], entry[1]
     c = torch.empty(m, n, dtype=torch.float16)
-    args = [a, b, c, c[0], c, 1.0]
+    vals = (a, b, c, c[0], c, 1.0)                     # a, b, c, bias, residual, scale
+    args = [vals[i] for i in entry[2]] if len(entry) > 2 else list(vals)
     one = torch.zeros(1)
     from hexlayout.runtime.torch_ops import define_op
 
