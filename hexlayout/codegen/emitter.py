@@ -32,6 +32,7 @@ from hexlayout.ir.lowered import (
     SmemBuffer,
     TmaDesc,
 )
+from hexlayout.ir.passes.algebra import linear_terms, sum_terms
 from hexlayout.ir.tile import GlobalParam
 
 from .errors import CodegenError
@@ -161,8 +162,11 @@ class Emitter:
         """Byte offset of ``ref`` from the start of dynamic shared memory."""
         buf = self.buffer(ref.buffer)
         bits = buf.dtype.bits
-        off = as_expr(ref.offset) * bits // 8 if bits % 8 == 0 else (as_expr(ref.offset) * bits) // 8
-        return off + buf.offset
+        if bits % 8:
+            return (as_expr(ref.offset) * bits) // 8 + buf.offset
+        # element offset x bytes per element, distributed over the offset's terms (an
+        # invariant part, immediate offsets and a stage offset stay separate additions)
+        return sum_terms([t * (bits // 8) for t in linear_terms(ref.offset)] + [as_expr(buf.offset)])
 
     def smem_addr(self, ref: SharedRef) -> str:
         """The 32-bit shared-window address of ``ref`` (for PTX ``.shared`` operands)."""

@@ -731,6 +731,12 @@ class Prober(_Lowering):
 def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | None = None) -> LoweredProgram:
     """The per-thread program of ``tk`` for ``arch``: every layout, mma and copy instruction
     as ``assignment`` gives it (synthesis's choices), else as the program gives it. ``tk`` is
-    not changed."""
-    return _Lowering(tk, arch, assignment).run()
+    not changed. Its sequential loops go through ``hexlayout.ir.passes.optimize_loops``
+    (loop-invariant code motion, stage rotation): the emulator and the code generator both
+    take this result."""
+    from ..passes import optimize_loops
+
+    prog = _Lowering(tk, arch, assignment).run()
+    prog.kernel = optimize_loops(prog.kernel)
+    return prog
 

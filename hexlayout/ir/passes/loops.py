@@ -1,0 +1,332 @@
+"""Loop-invariant code motion and strength reduction of a lowered kernel's sequential loops.
+
+For every ``ForLoop`` that the code generator keeps as a loop (``unroll=False`` and no
+register array indexed by its variable), the address, predicate and descriptor
+expressions of the instructions in its body (``pred``, ``GlobalRef.offset``,
+``SharedRef.offset``, ``SmemDesc.offset``) are rewritten into an equal form:
+
+1. **swizzle folding** (``algebra.fold``): ``Swizzle(r + stage*size) = Swizzle(r) + stage*size``
+   when the stage size is a multiple of the swizzle period, so a swizzled shared address is
+   a per-thread constant plus a stage offset;
+2. **stage rotation**: every ``(k + c) % S`` over the loop variable ``k`` (constant step
+   ``d``) becomes a rotating counter ``s`` in an ``i32`` register: ``s = (start + c) % S``
+   before the loop, ``s = s + d%S < S ? s + d%S : s + d%S - S`` at the end of each
+   iteration (no division in the loop);
+3. **loop-invariant code motion**: each expression is written as a sum of terms
+   (``algebra.linear_terms``); the terms that do not depend on the loop (its variable, the
+   variables of loops nested in it, registers written in it) are summed and computed once
+   before the loop into an ``i32`` register, as are loop-invariant comparisons and other
+   maximal invariant sub-expressions (e.g. a division by kernel scalars). Equal invariant
+   expressions share one register (common sub-expressions across instructions).
+
+Only non-negative values are kept in registers: a register read (``RegRead``) is known
+to be non-negative, which later simplifications rely on. A hoisted expression that divides
+by a non-constant is computed only where the loop runs at least once (its divisor may be
+zero otherwise). The rewritten instructions are copies; the input kernel is not changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from hexlayout.ir.expr import (
+    BinOp,
+    Const,
+    Expr,
+    ExprLike,
+    RegRead,
+    Select,
+    UnOp,
+    Var,
+    as_expr,
+    bounds,
+    free_vars,
+    reg_reads,
+    select,
+)
+from hexlayout.ir.lowered import (
+    Alu,
+    ForLoop,
+    GlobalRef,
+    IfThen,
+    Instr,
+    LoweredKernel,
+    RegArray,
+    RegRef,
+    SharedRef,
+    SmemDesc,
+)
+from hexlayout.ir.types import i32
+
+from .algebra import apply, fold, linear_terms, nonnegative, sum_terms, xor_constant_out
+
+__all__ = ["optimize_loops", "HOIST_ARRAY", "ROTATION_ARRAY"]
+
+HOIST_ARRAY = "loop_inv"
+ROTATION_ARRAY = "loop_stage"
+
+#: register fields an instruction writes (the others, and ``srcs``, are read)
+_WRITTEN_FIELDS = ("dst", "d")
+
+
+def _walk(body: list[Instr]) -> list[Instr]:
+    out: list[Instr] = []
+    for ins in body:
+        out.append(ins)
+        if isinstance(ins, ForLoop):
+            out += _walk(ins.body)
+        elif isinstance(ins, IfThen):
+            out += _walk(ins.then_body) + _walk(ins.else_body)
+    return out
+
+
+def _ops(e: Expr) -> int:
+    """Number of operations in ``e``."""
+    if isinstance(e, BinOp):
+        return 1 + _ops(e.a) + _ops(e.b)
+    if isinstance(e, UnOp):
+        return 1 + _ops(e.a)
+    if isinstance(e, Select):
+        return 1 + _ops(e.cond) + _ops(e.a) + _ops(e.b)
+    return 0
+
+
+def _divides_by_variable(e: Expr) -> bool:
+    if isinstance(e, BinOp):
+        if e.op in ("//", "%") and not isinstance(e.b, Const):
+            return True
+        return _divides_by_variable(e.a) or _divides_by_variable(e.b)
+    if isinstance(e, UnOp):
+        return _divides_by_variable(e.a)
+    if isinstance(e, Select):
+        return any(_divides_by_variable(x) for x in (e.cond, e.a, e.b))
+    return False
+
+
+def _is_sequential(loop: ForLoop) -> bool:
+    """The code generator keeps ``loop`` as a loop (it unrolls those indexing registers)."""
+    if loop.unroll is not False:
+        return False
+    for ins in _walk(loop.body):
+        for v in vars(ins).values():
+            if isinstance(v, RegRef) and loop.var in free_vars(v.start):
+                return False
+        for s in getattr(ins, "srcs", ()):
+            if isinstance(s, RegRef) and loop.var in free_vars(s.start):
+                return False
+    return True
+
+
+class _Registers:
+    """The ``i32`` register arrays the pass adds: hoisted values and stage counters."""
+
+    def __init__(self, kernel: LoweredKernel) -> None:
+        taken = {a.name for a in kernel.registers}
+        self.inv = RegArray(_fresh(HOIST_ARRAY, taken), i32, 0)
+        self.rot = RegArray(_fresh(ROTATION_ARRAY, taken), i32, 0)
+
+    def new(self, arr: RegArray) -> RegRead:
+        arr.count += 1
+        return RegRead(arr, arr.count - 1)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    out, i = name, 1
+    while out in taken:
+        out, i = f"{name}{i}", i + 1
+    return out
+
+
+class _LoopPass:
+    """LICM and stage rotation of one sequential loop (its nested loops already done)."""
+
+    def __init__(self, loop: ForLoop, regs: _Registers) -> None:
+        self.loop = loop
+        self.regs = regs
+        self.k = loop.var
+        inner = _walk(loop.body)
+        self.inner_vars = {ins.var for ins in inner if isinstance(ins, ForLoop)} | {self.k}
+        self.written: set[int] = set()
+        for ins in inner:
+            for f in _WRITTEN_FIELDS:
+                r = getattr(ins, f, None)
+                if isinstance(r, RegRef):
+                    self.written.add(id(r.array))
+        self.hoisted: dict[Expr, RegRead] = {}
+        self.pre: list[Instr] = []
+        self.rotations: dict[tuple[int, int], RegRead] = {}
+        self.post: list[Instr] = []
+
+    # --- classification -----------------------------------------------------------------
+    def variant(self, e: Expr) -> bool:
+        if free_vars(e) & self.inner_vars:
+            return True
+        return any(id(r.array) in self.written or r.array is self.regs.rot for r in reg_reads(e))
+
+    # --- stage rotation -------------------------------------------------------------------
+    def rotate(self, e: Expr) -> Expr:
+        """``(k + c) % S`` -> a rotating counter (recursively)."""
+        if isinstance(e, BinOp):
+            a, b = self.rotate(e.a), self.rotate(e.b)
+            if e.op == "%" and isinstance(b, Const) and b.value > 1:
+                c = self._offset_of_k(a)
+                if c is not None:
+                    return self._counter(c, b.value)
+            return apply(e.op, a, b)
+        if isinstance(e, UnOp):
+            return UnOp.make(e.op, self.rotate(e.a))
+        if isinstance(e, Select):
+            return select(self.rotate(e.cond), self.rotate(e.a), self.rotate(e.b))
+        return e
+
+    def _offset_of_k(self, a: Expr) -> int | None:
+        """``c`` when ``a`` is ``k + c`` (``c >= 0``, ``k`` the loop variable), else None."""
+        if isinstance(a, Var) and a is self.k:
+            return 0
+        if isinstance(a, BinOp) and a.op == "+" and a.a is self.k and isinstance(a.b, Const) \
+                and a.b.value >= 0:
+            return a.b.value
+        return None
+
+    def _counter(self, c: int, n: int) -> RegRead:
+        step = self.loop.step
+        lo, _ = bounds(as_expr(self.loop.start))
+        if not isinstance(step, int) or step <= 0 or lo is None or lo < 0:
+            raise _NoRotation
+        key = (c, n)
+        r = self.rotations.get(key)
+        if r is None:
+            r = self.regs.new(self.regs.rot)
+            ref = RegRef(r.array, r.index, 1)
+            self.pre.append(Alu("mov", ref, ((as_expr(self.loop.start) + c) % n,), origin="stage counter"))
+            d = step % n
+            nxt = r + d
+            self.post.append(Alu("mov", ref, (select(nxt < n, nxt, nxt - n),), origin="stage counter"))
+            self.rotations[key] = r
+        return r
+
+    # --- hoisting ------------------------------------------------------------------------
+    def materialize(self, e: Expr) -> Expr:
+        """A register holding the loop-invariant ``e`` (``e`` itself when cheap or signed);
+        a constant term stays outside (an immediate offset), so that ``x`` and ``x + 1024``
+        share one register."""
+        terms = linear_terms(e)
+        c = sum(t.value for t in terms if isinstance(t, Const))
+        if c and len(terms) > 1:
+            rest = sum_terms([t for t in terms if not isinstance(t, Const)])
+            if nonnegative(rest):
+                return self.materialize(rest) + c
+        xc = xor_constant_out(e)
+        if xc is not None:
+            return self.materialize(xc[0]) ^ xc[1]
+        if _ops(e) < 2:
+            return e
+        if not nonnegative(e):
+            return self._hoist_children(e)
+        r = self.hoisted.get(e)
+        if r is None:
+            r = self.regs.new(self.regs.inv)
+            pred = None
+            if _divides_by_variable(e):
+                pred = as_expr(self.loop.start) < as_expr(self.loop.stop)
+            self.pre.append(Alu("mov", RegRef(r.array, r.index, 1), (e,), pred=pred, origin="loop invariant"))
+            self.hoisted[e] = r
+        return r
+
+    def _hoist_children(self, e: Expr) -> Expr:
+        """A signed invariant ``e``: hoist its non-negative parts."""
+        if isinstance(e, BinOp):
+            if e.op in ("+", "-", "*"):
+                return apply(e.op, self.materialize(e.a), self.materialize(e.b))
+        return e
+
+    def hoist(self, e: Expr) -> Expr:
+        if not self.variant(e):
+            return self.materialize(e)
+        if isinstance(e, BinOp) and e.op in ("+", "-", "*", "<<"):
+            terms = linear_terms(e)
+            inv = [t for t in terms if not self.variant(t)]
+            var = [t for t in terms if self.variant(t)]
+            if len(terms) > 1 and inv:
+                return self.materialize(sum_terms(inv)) + sum_terms([self._hoist_inside(t) for t in var])
+        return self._hoist_inside(e)
+
+    def _hoist_inside(self, e: Expr) -> Expr:
+        if isinstance(e, BinOp):
+            return apply(e.op, self.hoist(e.a), self.hoist(e.b))
+        if isinstance(e, UnOp):
+            return UnOp.make(e.op, self.hoist(e.a))
+        if isinstance(e, Select):
+            return select(self.hoist(e.cond), self.hoist(e.a), self.hoist(e.b))
+        return e
+
+    def rewrite(self, e: ExprLike) -> ExprLike:
+        if not isinstance(e, Expr) or isinstance(e, (Const, Var, RegRead)):
+            return e
+        x = fold(e)
+        try:
+            x = self.rotate(x)
+        except _NoRotation:
+            pass
+        return self.hoist(x)
+
+    # --- instructions ---------------------------------------------------------------------
+    def instr(self, ins: Instr) -> Instr:
+        new = copy.copy(ins)
+        if ins.pred is not None:
+            new.pred = self.rewrite(ins.pred)
+        for f in dataclasses.fields(ins):
+            v = getattr(ins, f.name)
+            if isinstance(v, (GlobalRef, SharedRef, SmemDesc)):
+                setattr(new, f.name, dataclasses.replace(v, offset=self.rewrite(v.offset)))
+        if isinstance(ins, ForLoop):
+            new.body = [self.instr(i) for i in ins.body]
+        elif isinstance(ins, IfThen):
+            new.then_body = [self.instr(i) for i in ins.then_body]
+            new.else_body = [self.instr(i) for i in ins.else_body]
+        return new
+
+    def run(self) -> list[Instr]:
+        body = [self.instr(i) for i in self.loop.body]
+        if not self.pre:
+            return [self.loop]
+        loop = copy.copy(self.loop)
+        loop.body = body + self.post
+        return self.pre + [loop]
+
+
+class _NoRotation(Exception):
+    pass
+
+
+def _body(body: list[Instr], regs: _Registers) -> list[Instr]:
+    out: list[Instr] = []
+    for ins in body:
+        if isinstance(ins, ForLoop):
+            inner = copy.copy(ins)
+            inner.body = _body(ins.body, regs)
+            if _is_sequential(inner):
+                out += _LoopPass(inner, regs).run()
+            else:
+                out.append(inner)
+        elif isinstance(ins, IfThen):
+            new = copy.copy(ins)
+            new.then_body = _body(ins.then_body, regs)
+            new.else_body = _body(ins.else_body, regs)
+            out.append(new)
+        else:
+            out.append(ins)
+    return out
+
+
+def optimize_loops(kernel: LoweredKernel) -> LoweredKernel:
+    """``kernel`` with its sequential loops' invariant address / predicate computations
+    hoisted and their stage indices rotated (module docstring); an equal program."""
+    regs = _Registers(kernel)
+    body = _body(kernel.body, regs)
+    added: list[Any] = [a for a in (regs.inv, regs.rot) if a.count]
+    if not added:
+        return kernel
+    return dataclasses.replace(kernel, body=body, registers=list(kernel.registers) + added)
