@@ -27,6 +27,7 @@ is still returned and kept in memory).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -34,7 +35,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -233,15 +234,33 @@ class _Table:
         from hexlayout.runtime.cache import trusted_dir, write_atomic
 
         with self.lock:
-            self.refresh(force=True)
-            self.raw[key] = entry
-            self.configs[key] = cfg
-            self.generation += 1
-            doc = {"format": AUTOTUNE_FORMAT, "entries": self.raw, "sha256": _digest(self.raw)}
-            if trusted_dir(self.path.parent, create=True) is None:
-                return
-            if write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(), "autotuning file"):
-                self.stamp = self._stat()
+            trusted = trusted_dir(self.path.parent, create=True) is not None
+            with _file_lock(self.path) if trusted else contextlib.nullcontext():
+                self.refresh(force=True)              # what other processes stored meanwhile
+                self.raw[key] = entry
+                self.configs[key] = cfg
+                self.generation += 1
+                doc = {"format": AUTOTUNE_FORMAT, "entries": self.raw, "sha256": _digest(self.raw)}
+                if trusted and write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(),
+                                            "autotuning file"):
+                    self.stamp = self._stat()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (``flock`` on ``<path>.lock``) around a read-merge-
+    write of ``path``; without ``fcntl`` or a lock file, no lock (the write is still atomic)."""
+    try:
+        import fcntl
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 _TABLES: dict[Path, _Table] = {}

@@ -155,3 +155,26 @@ def test_a_group_writable_cache_dir_is_not_read(tmp_path: Path) -> None:
     os.chmod(path.parent, 0o775)
     with pytest.warns(CacheWarning, match="writable by other users"):
         assert _new_process_lookup() is None
+
+
+def test_processes_tuning_at_once_lose_no_result(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = """
+import io, sys
+from hexlayout.ops.gemm_config import CONFIGS, Autotuner
+space = CONFIGS["sm_80"]
+for i in range(8):
+    Autotuner(stream=io.StringIO()).tune(f"gemm/p{sys.argv[1]}/{i}", 64, 64, 64, space[:2],
+                                         lambda cfg: 1e-5 if cfg == space[1] else 2e-5)
+"""
+    env = {**os.environ, "HEXLAYOUT_CACHE_DIR": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(p)], env=env, stderr=subprocess.PIPE,
+                              text=True) for p in range(3)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    doc = json.loads((tmp_path / "cache" / "autotune.json").read_text())
+    assert len(doc["entries"]) == 24 and doc["sha256"] == gc_mod._digest(doc["entries"])
+    assert _new_process_lookup() is None                     # other keys; and the file validates
+    assert Autotuner().lookup("gemm/p2/7", 64, 64, 64) == SPACE[1]
