@@ -2,7 +2,7 @@
 
 Directory: ``HEXLAYOUT_CACHE_DIR``, else ``~/.cache/hexlayout`` (``kernels/<k[:2]>/<k>.hlk``).
 An entry is ``MAGIC | sha256(payload) | payload`` where the payload is a JSON header
-(lengths, log, compiler, options, resources) followed by the cubin and PTX bytes. Writes go
+(its key, lengths, log, compiler, options, resources) followed by the cubin and PTX bytes. Writes go
 to a temporary file in the same directory and are published with ``os.replace`` (atomic), so
 a reader sees a whole entry or none; an entry whose checksum does not match (truncated,
 corrupted) is deleted and reported as a miss, never loaded.
@@ -210,7 +210,10 @@ class DiskCache:
             warn_cache(f"hexlayout: cannot read the cache entry {p} ({e.strerror or e}); recompiling")
             return None
         entry = _decode(data)
+        if entry is not None and entry.meta.pop("key", None) != key:
+            entry = None                  # a whole entry, but of another key (copied or renamed)
         if entry is None:
+            warn_cache(f"hexlayout: the cache entry {p} is damaged or not of its key; recompiling")
             remove_damaged(p)
         return entry
 
@@ -220,7 +223,8 @@ class DiskCache:
         p = self.path(key)
         if trusted_dir(self.directory, p.parent.relative_to(self.directory), create=True) is None:
             return None
-        return p if write_atomic(p, _encode(entry)) else None
+        stored = CacheEntry(entry.cubin, entry.ptx, {**entry.meta, "key": key})
+        return p if write_atomic(p, _encode(stored)) else None
 
     def clear(self) -> None:
         """Remove every entry."""

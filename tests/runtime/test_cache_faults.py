@@ -196,3 +196,22 @@ def test_no_home_directory_falls_back_to_a_private_temporary_cache(monkeypatch: 
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
     d = rc.default_cache_dir()
     assert d.parent == Path(tempfile.gettempdir()) and str(os.getuid()) in d.name
+
+
+@pytest.mark.nvrtc
+def test_an_entry_copied_under_another_key_is_not_served(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from hexlayout.runtime import DiskCache
+
+    monkeypatch.setenv("HEXLAYOUT_CACHE_DIR", str(tmp_path))
+    one, two = SRC.format(v=1.0), SRC.format(v=2.0)
+    first = compile_cuda(one, "sm_80", name="k")
+    second = compile_cuda(two, "sm_80", name="k")
+    assert first.cubin != second.cubin
+    cache = DiskCache()
+    cache.path(second.key).write_bytes(cache.path(first.key).read_bytes())   # a valid entry, wrong name
+    clear_memory_cache()
+    with pytest.warns(CacheWarning, match="not of its key"):
+        again = compile_cuda(two, "sm_80", name="k")
+    assert again.cache == "" and again.cubin == second.cubin
+    assert compile_cuda(one, "sm_80", name="k").cache == "disk"
