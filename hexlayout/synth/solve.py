@@ -13,6 +13,15 @@ and global<->shared copies last.
    become joint constraints in a second python-constraint problem.
 3. The cheapest complete solution among the first few register solutions wins; ties
    keep candidate order, so the same program gives the same answer.
+4. Every copy gets the first legal instruction in the copy rules' preference order
+   (``hexlayout.ir.lower.copy_rules.legal_copies``, as the checks above found it).
+
+Every choice is a value: the search builds immutable ``Assignment`` values (layout per
+tensor value, TiledMma and copy instruction per op) and asks the lowering, as a pure
+legality oracle (``Prober(kernel, arch, assignment).probe(op)``: the op's instructions or
+a ``LoweringError`` carrying a structured ``Rejection``), whether each is legal; the
+program itself is never saved, changed or restored. The final assignment is lowered as
+given (``lower_kernel(kernel, arch, assignment)``): the lowering decides nothing.
 
 Failures become a ``SynthesisError`` naming the ops in conflict, their source lines and
 the two requirements that cannot both hold (``diagnose``).
