@@ -48,13 +48,19 @@ from typing import Any
 from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
 from .gemm_config import CONFIGS, GemmConfig, autotuner, choose_config
-from .gemm_kernels import ACTIVATIONS, gemm_sm80_kernel, gemm_sm90_kernel
+from .gemm_kernels import ARCH_KERNELS
 
-__all__ = ["gemm", "check_gemm", "gemm_build", "device_arch", "rows_per_launch"]
+__all__ = ["gemm", "check_gemm", "gemm_build", "gemm_fused", "gemm_epilogue", "device_arch",
+           "rows_per_launch", "ACTIVATIONS"]
 
 _OP = "hexlayout.gemm"
 
-_FACTORY = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
+#: ``activation`` values and the aten op each one is in the fused epilogue.
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+_ACT_NODES = {"relu": ("aten.relu.default", ()), "gelu": ("aten.gelu.default", (("approximate", "tanh"),)),
+              "silu": ("aten.silu.default", ())}
+
+_FACTORY = ARCH_KERNELS
 _LAUNCHERS: dict[tuple, Any] = {}
 #: CUDA device -> hexlayout architecture (``torch.cuda.get_device_capability`` is slow).
 _ARCHS: dict[Any, str] = {}
@@ -195,13 +201,73 @@ def _by_rows(launch: Callable[[Any, Any, Any, int], None], m: int, rows: int, a:
         launch(a[r0:r1], c[r0:r1], res[r0:r1], r1 - r0)
 
 
+def gemm_epilogue(has_bias: bool, has_residual: bool, activation: str, has_scale: bool) -> Any:
+    """The epilogue ``act(scale * Y + bias) + residual`` of the product ``Y`` as fusion nodes:
+    ``(nodes, outputs, inputs)``. ``nodes``: aten ``mul`` (scale), ``add`` (bias), the
+    activation (``relu``, ``gelu`` in its tanh form, ``silu``), ``add`` (residual), those
+    present; one output, the last node. ``inputs``, in order: ``scale`` (an ``InputSpec``
+    of a runtime scalar), then ``("bias", (True, False))`` (a ``1 x N`` row broadcast over
+    the rows) and ``("residual", (False, False))`` (``M x N``) for those present."""
+    from hexlayout.fusion.mechanism import InputSpec
+    from hexlayout.fusion.spec import Node
+
+    nodes: list[Any] = []
+    inputs: list[Any] = []
+    y: tuple = ("anchor",)
+
+    def add(op: str, *args: tuple, kwargs: tuple = ()) -> None:
+        nonlocal y
+        nodes.append(Node(op, (y, *args), kwargs))
+        y = ("node", len(nodes) - 1)
+
+    if has_scale:
+        inputs.append(InputSpec("scalar"))
+        add("aten.mul.Tensor", ("input", len(inputs) - 1))
+    if has_bias:
+        inputs.append(("bias", (True, False)))
+        add("aten.add.Tensor", ("input", len(inputs) - 1))
+    if activation != "none":
+        op, kw = _ACT_NODES[activation]
+        add(op, kwargs=kw)
+    if has_residual:
+        inputs.append(("residual", (False, False)))
+        add("aten.add.Tensor", ("input", len(inputs) - 1))
+    return tuple(nodes), (y,), tuple(inputs)
+
+
 def gemm_build(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
                config: GemmConfig, m: int, n: int, compile: bool = True) -> Any:
-    """The build of the GEMM kernel specialized as given (memoized by ``runtime.build``)."""
-    from hexlayout.runtime import build
+    """The build of the GEMM kernel with ``epilogue`` = ``(has_bias, has_residual, activation,
+    has_scale)`` fused into its store by ``hexlayout.fusion`` (memoized there); the build's
+    parameters are ``a, b`` then those of ``gemm_fused(...)[1].sources``."""
+    return gemm_fused(dtype, b_layout, epilogue, arch, config, m, n, compile)[0]
 
-    kernel = _FACTORY[arch](dtype, b_layout, epilogue)
-    return build(kernel, "sm_90a" if arch == "sm_90a" else arch, compile=compile, **config.consts(m, n))
+
+def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
+               config: GemmConfig, m: int, n: int, compile: bool = True) -> tuple[Any, Any]:
+    """``(build, fused program)`` of ``gemm_build``."""
+    from hexlayout.fusion.mechanism import InputSpec, KernelPlan
+    from hexlayout.fusion.run import gemm_fused_build
+
+    nodes, outputs, raw = gemm_epilogue(*epilogue)
+    dname = dtype.name if hasattr(dtype, "name") else str(dtype)
+    inputs = tuple(x if isinstance(x, InputSpec) else InputSpec("tensor", dname, x[1]) for x in raw)
+    plan = KernelPlan("c", ((0, "a"), (1, "b")), (), nodes, outputs, (dname,), inputs)
+    name = "gemm" + "".join(f"_{n.op.split('.')[1]}" for n in nodes)
+    return gemm_fused_build(arch, dtype, b_layout, config.consts(m, n), plan, name, anchor="hexlayout.gemm",
+                            epilogue_ops=tuple(n.op for n in nodes), compile=compile)
+
+
+def _arg_order(prog: Any, epilogue: tuple[bool, bool, str, bool]) -> tuple[int, ...]:
+    """For the fused program, the positions in ``(a, b, c, bias, residual, scale)`` of its
+    parameters, in parameter order."""
+    _, _, raw = gemm_epilogue(*epilogue)
+    where = {"bias": 3, "residual": 4}
+    roles = [5 if not isinstance(x, tuple) else where[x[0]] for x in raw]
+    order = [0, 1]
+    for src in prog.sources:
+        order.append(2 if src[0] == "output" else roles[src[1]])
+    return tuple(order)
 
 
 def _config(key: str, arch: str, m: int, n: int, k: int, autotune: bool, timer: Any) -> GemmConfig:
@@ -250,7 +316,7 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         return c
     if k == 0:
         return _epilogue_only(c.zero_(), bias, residual, activation, scale)
-    bias_arg = bias if bias is not None else c[0]
+    bias_arg = bias.reshape(1, n) if bias is not None else None     # a row broadcast over the rows
     res_arg = residual if residual is not None else c
     scale_arg = float(scale) if scale is not None else 1.0
     fast = None
@@ -260,7 +326,8 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         fast = (a.dtype, b_layout, ep, a.device, m, n, k, rows_stride, autotuner().generation())
         hit = _FAST.get(fast)
         if hit is not None:                  # a cached call: one dictionary lookup to the launcher
-            hit[0].call_like(hit[1], [a, b, c, bias_arg, res_arg, scale_arg])
+            vals = (a, b, c, bias_arg, res_arg, scale_arg)
+            hit[0].call_like(hit[1], [vals[i] for i in hit[2]])
             return c
 
     from hexlayout.lang import bf16, f16
@@ -277,10 +344,12 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
             def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
                 lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0))
-                lau = _LAUNCHERS.get(lkey)
-                if lau is None:
-                    lau = _LAUNCHERS[lkey] = Launcher(gemm_build(dtype, b_layout, ep, arch, cfg, rows, n))
-                lau(a_, b, c_, bias_arg, res_, scale_arg)
+                hit = _LAUNCHERS.get(lkey)
+                if hit is None:
+                    bld, prog = gemm_fused(dtype, b_layout, ep, arch, cfg, rows, n)
+                    hit = _LAUNCHERS[lkey] = (Launcher(bld), _arg_order(prog, ep))
+                vals = (a_, b, c_, bias_arg, res_, scale_arg)
+                hit[0](*[vals[i] for i in hit[1]])
             return one
 
         def timer(cfg: GemmConfig) -> float:  # pragma: no cover - GPU only
@@ -301,11 +370,12 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         if fast is not None and m <= rows:
             if len(_FAST) >= _FAST_LIMIT:
                 _FAST.clear()
-            lau = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0))]
+            lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0))]
+            vals = (a, b, c, bias_arg, res_arg, scale_arg)
             # check_gemm fixed dtypes, device and (contiguous) strides, and ``fast`` the shapes:
             # later calls with this key differ from this one only in data pointers and scale
             # (the template keeps no tensor alive: only their pointers, shapes and strides)
-            _FAST[fast] = (lau, replace(lau.bind(a, b, c, bias_arg, res_arg, scale_arg), tensors={}))
+            _FAST[fast] = (lau, replace(lau.bind(*[vals[i] for i in order]), tensors={}), order)
         return c
     from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 
@@ -320,8 +390,9 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     cfg = config or choose_config(arch, m, n, k)
 
     def emulate_rows(a_: Any, c_: Any, res_: Any, rows: int) -> None:
-        bld = gemm_build(dtype, b_layout, ep, arch, cfg, rows, n, compile=False)
-        emulate(bld, a_, b, c_, bias_arg, res_, scale_arg)
+        bld, prog = gemm_fused(dtype, b_layout, ep, arch, cfg, rows, n, compile=False)
+        vals = (a_, b, c_, bias_arg, res_, scale_arg)
+        emulate(bld, *[vals[i] for i in _arg_order(prog, ep)])
 
     _by_rows(emulate_rows, m, rows_per_launch(arch, cfg, n, k), a, c, res_arg)
     return c

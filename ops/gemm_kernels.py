@@ -1,10 +1,11 @@
-"""GEMM kernels in the tile language, layout-free, with a fused epilogue.
+"""GEMM kernels in the tile language, layout-free: the anchors of post-scheduling fusion.
 
-``c[M, N] = act(scale * (a[M, K] @ B) + bias[N]) + residual[M, N]`` where ``B`` is
-``b[N, K]^T`` (``b_layout="nk"``, K-major) or ``b[K, N]`` (``b_layout="kn"``, N-major),
-f16 or bf16 inputs, f32 accumulation, output in the input type. The epilogue is applied
-to the accumulator in registers before the single store (post-scheduling fusion of a
-bijective epilogue into the anchor's store).
+``c[M, N] = a[M, K] @ B`` where ``B`` is ``b[N, K]^T`` (``b_layout="nk"``, K-major) or
+``b[K, N]`` (``b_layout="kn"``, N-major), f16 or bf16 inputs, f32 accumulation, output in
+the input type. The kernels are scheduled alone; their operand loads and their single
+store of the accumulator (``copy(cast(acc), view(c))``) are the fusion points where
+``hexlayout.fusion`` puts prologues and epilogues (bias, activation, residual, scale, ...):
+``hexlayout.ops.gemm`` builds its epilogue that way.
 
 - ``gemm_sm80_kernel``: multistage cp.async pipeline (``STAGES`` shared buffers, one
   barrier per k-tile), shared -> register copies and mma.sync; synthesis picks the
@@ -14,8 +15,10 @@ bijective epilogue into the anchor's store).
   from shared memory and the epilogue; register budgets move with setmaxnreg. Persistent
   over output tiles: ``GRID`` blocks walk the tiles (``GRID = 0``: one block per tile).
 
-Kernels are built by factories specialized on the dtype, the B layout and the epilogue
-(these change the signature); tile shapes are keyword constants of the kernel.
+Kernels are built by factories specialized on the dtype and the B layout; tile shapes are
+keyword constants of the kernel. ``gemm_anchor(arch, dtype, b_layout)`` is the factory of
+an architecture; importing this module registers it with ``hexlayout.fusion`` (the GEMM
+anchors ``mm``, ``addmm``, ``linear``, ``bmm``).
 """
 
 # Annotations are evaluated when a kernel is defined (no ``from __future__ import annotations``):
@@ -27,58 +30,29 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32
 
-__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "ACTIVATIONS", "Epilogue"]
+__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_anchor", "ARCH_KERNELS"]
 
 M, N, K = hl.dims("M N K")
 
-ACTIVATIONS = ("none", "relu", "gelu", "silu")
 
-Epilogue = tuple[bool, bool, str, bool]   # (has_bias, has_residual, activation, has_scale)
-
-
-def _epilogue(acc: Any, ep: Epilogue, bias: Any, residual: Any, scale: Any, m0: Any, n0: Any,
-              bm: int, bn: int, dt: DType) -> Any:
-    has_bias, has_res, act, has_scale = ep
-    y = acc
-    if has_scale:
-        y = y * scale
-    if has_bias:
-        rb = hl.register(dt, (bn,))
-        hl.copy(hl.view(bias, tile=(bn,), origin=(n0,)), rb)
-        y = y + hl.cast(rb, f32)
-    if act == "relu":
-        y = hl.where(y < 0.0, 0.0, y)       # NaN stays NaN, as torch.relu (max.f32 would give 0)
-    elif act == "gelu":
-        y = hl.gelu(y)
-    elif act == "silu":
-        y = hl.silu(y)
-    if has_res:
-        rr = hl.register(dt, (bm, bn))
-        hl.copy(hl.view(residual, tile=(bm, bn), origin=(m0, n0)), rr)
-        y = y + hl.cast(rr, f32)
-    return y
-
-
-def _check(dtype: DType, b_layout: str, ep: Epilogue) -> None:
+def _check(dtype: DType, b_layout: str) -> None:
     if dtype.name not in ("f16", "bf16"):
         raise ValueError(f"hexlayout gemm: inputs must be f16 or bf16, not {dtype}")
     if b_layout not in ("nk", "kn"):
         raise ValueError(f"hexlayout gemm: b_layout must be 'nk' (b is N x K) or 'kn' (b is K x N), "
                          f"not {b_layout!r}")
-    if ep[2] not in ACTIVATIONS:
-        raise ValueError(f"hexlayout gemm: activation must be one of {', '.join(ACTIVATIONS)}, not {ep[2]!r}")
 
 
 @cache
-def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, False, "none", False)) -> Any:
-    """The Ampere multistage GEMM for ``dtype`` / ``b_layout`` / epilogue ``ep``."""
-    _check(dtype, b_layout, ep)
+def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk") -> Any:
+    """The Ampere multistage GEMM ``c = a @ B`` for ``dtype`` / ``b_layout``."""
+    _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{b_layout}_{_ep_name(ep)}")
-    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N], bias: dt[N], residual: dt[M, N],  # type: ignore
-             scale: f32, *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4):
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{b_layout}")
+    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
+             *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4):
         Mx, Kx = a.shape
         Nx = c.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
@@ -111,22 +85,22 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, 
             hl.copy(sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, rb)
             hl.mma(ra, rb, acc)
         hl.wait_group(0)
-        y = _epilogue(acc, ep, bias, residual, scale, m0, n0, BM, BN, dt)
-        hl.copy(hl.cast(y, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+        # the fusion point of epilogues: the one store of the accumulator
+        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
 
     return gemm
 
 
 @cache
-def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, False, "none", False)) -> Any:
-    """The Hopper warp-specialized, persistent TMA + wgmma GEMM."""
-    _check(dtype, b_layout, ep)
+def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk") -> Any:
+    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``."""
+    _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"gemm_sm90_{dt}_{b_layout}_{_ep_name(ep)}")
-    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N], bias: dt[N], residual: dt[M, N],  # type: ignore
-             scale: f32, *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"gemm_sm90_{dt}_{b_layout}")
+    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
+             *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
              GRID: int = 0):
         Mx, Kx = a.shape
         Nx = c.shape[1]
@@ -184,13 +158,39 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", ep: Epilogue = (False, 
                 hl.wgmma_wait(0)
                 with hl.if_(num_k > 0):
                     hl.arrive(empty, (t * num_k + num_k - 1) % STAGES, who="warpgroup")
-                y = _epilogue(acc, ep, bias, residual, scale, m0, n0, BM, BN, dt)
-                hl.copy(hl.cast(y, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+                # the fusion point of epilogues: the one store of the accumulator
+                hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
 
     return gemm
 
 
-def _ep_name(ep: Epilogue) -> str:
-    has_bias, has_res, act, has_scale = ep
-    parts = [act] + ["bias"] * has_bias + ["res"] * has_res + ["scale"] * has_scale
-    return "_".join(parts)
+#: The GEMM factory of each architecture (sm_89 runs the Ampere kernel).
+ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
+
+
+def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False) -> Any:
+    """The GEMM anchor kernel for ``arch``; ``staged=True``: one whose operand loads are plain
+    copies into shared memory (not TMA), so that a computing prologue can replace them (the
+    Ampere kernel, which every supported architecture runs)."""
+    if arch not in ARCH_KERNELS:
+        raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; supported: "
+                         f"{', '.join(ARCH_KERNELS)}")
+    return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout)
+
+
+def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False) -> dict[str, Any]:
+    """The tile constants of ``gemm_anchor(arch, ..., staged)`` for an ``m x n x k`` problem
+    (the heuristic of ``gemm_config``; the staged kernel takes the Ampere configs)."""
+    from .gemm_config import choose_config
+
+    cfg_arch = "sm_80" if staged or arch == "sm_89" else arch
+    return choose_config(cfg_arch, m, n, k).consts(m, n)
+
+
+def _register() -> None:
+    from hexlayout.fusion.anchors import register_gemm
+
+    register_gemm(gemm_anchor, gemm_consts)
+
+
+_register()

@@ -1,6 +1,8 @@
 """Post-scheduling fusion: prologues into an anchor kernel's operand loads, epilogues into
 its store (see ``spec`` for what a fused kernel computes)."""
 
+from .run import clear_fused_builds, reference, run_fused
 from .spec import ANCHORS, Epilogue, FusedSpec, FusionUnsupported, Node, Prologue
 
-__all__ = ["ANCHORS", "Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported"]
+__all__ = ["ANCHORS", "Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported", "run_fused",
+           "reference", "clear_fused_builds"]

@@ -9,6 +9,7 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 * ``bind_args`` / ``ArgumentError``: launch arguments checked against a kernel (``args``).
 * ``Launcher(build)``: ``cuLaunchKernelEx`` on torch's current stream (``launch``; GPU only).
 * ``emulate(build, *args)``: the CPU emulator on CPU torch tensors / numpy arrays.
+* ``launch_log()`` / ``LaunchRecord``: what ran (every launch, CUDA or emulated; ``launch_log``).
 * ``tensormap_params``: TMA tensor-map parameters of a ``TmaDesc`` (``tensormap``).
 * ``define_op`` / ``run_build``: ``torch.ops.hexlayout.<name>`` registration (``torch_ops``).
 
@@ -30,6 +31,7 @@ from .compile import (
 from .emulate import emulate
 from .errors import CompileError, ToolchainError
 from .launch import Launcher, LaunchError, UnsupportedDeviceError, measure_host_overhead
+from .launch_log import LaunchRecord, launch_log
 from .resources import ResourceUsage
 from .tensormap import TensorMapParams, tensormap_params
 from .torch_ops import EmulationDisabledError, Op, define_op, run_build
@@ -39,4 +41,4 @@ __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "DiskCache", "
            "SUPPORTED_ARCHS", "build", "Build", "clear_builds", "ArgumentError", "BoundArgs", "bind_args",
            "Launcher", "LaunchError", "UnsupportedDeviceError", "measure_host_overhead", "emulate",
            "TensorMapParams", "tensormap_params", "define_op", "Op", "run_build", "EmulationDisabledError",
-           "CacheWarning"]
+           "CacheWarning", "launch_log", "LaunchRecord"]

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .args import ArgumentError, kernel_plan
+from .launch_log import _LOGS as _LAUNCH_LOGS
+from .launch_log import launched, profiled
 
 __all__ = ["emulate", "as_numpy"]
 
@@ -83,7 +85,10 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
         from hexlayout.emulator import EmulatorReport
 
         return EmulatorReport(plan.name)
-    return run(kernel, arrays, blocks, check_races=check_races, count=count)
+    if _LAUNCH_LOGS:
+        launched(build, plan.name, bound, "cpu")
+    with profiled(plan.name):
+        return run(kernel, arrays, blocks, check_races=check_races, count=count)
 
 
 _GENERATED: dict[int, tuple[Any, Any]] = {}

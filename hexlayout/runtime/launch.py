@@ -31,6 +31,8 @@ from typing import Any
 from hexlayout.errors import HexlayoutError
 
 from .args import ArgumentError, BoundArgs, kernel_plan
+from .launch_log import _LOGS as _LAUNCH_LOGS
+from .launch_log import launched, profiled
 from .tensormap import L2_PROMOTIONS, TENSOR_MAP_BYTES, TensorMapParams, encode_tensor_map, tensor_map_bytes
 
 __all__ = ["Launcher", "ArgPacker", "UnsupportedDeviceError", "LaunchError", "check_device_arch",
@@ -315,7 +317,9 @@ class Launcher:
             self._ensure_context(device)
         maps = [self.tensor_map(p) for p in bound.tensor_maps] if bound.tensor_maps else ()
         drv = _drv()
-        with self._lock:
+        if _LAUNCH_LOGS:
+            launched(self.build, self.name, bound, "cuda")
+        with profiled(self.name), self._lock:
             self.packer.pack(bound.values, maps)
             cfg = self._config
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid

@@ -111,11 +111,13 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
         err = put(r.cls, layout, r.op, LayoutSource("mma", r.role, tm))
         if err:
             return RegisterAssignment(lay, origin, err)
-    changed = True
-    while changed:
-        changed = False
-        for rel in g.reduced:
-            if rel.src in lay:
+    def propagate() -> Conflict | None:
+        changed = True
+        while changed:
+            changed = False
+            for rel in g.reduced:
+                if rel.src not in lay:
+                    continue
                 out = lay[rel.src]
                 shape = shape_of[rel.src]
                 try:
@@ -124,14 +126,18 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
                         shape = tuple(1 if k == ax else s for k, s in enumerate(shape))
                 except ValueError as e:
                     bad = LayoutSource("invalid", detail=str(e))
-                    return RegisterAssignment(lay, origin, Conflict(rel.dst, (lay[rel.src], rel.op, bad),
-                                                                    (lay[rel.src], rel.op, bad)))
+                    return Conflict(rel.dst, (lay[rel.src], rel.op, bad), (lay[rel.src], rel.op, bad))
                 known = rel.dst in lay
                 why = LayoutSource("reduced", detail=f"{type(rel.op).__name__.lower()} along axes {rel.axes}")
                 err = put(rel.dst, out, rel.op, why)
                 if err:
-                    return RegisterAssignment(lay, origin, err)
+                    return err
                 changed |= not known
+        return None
+
+    err = propagate()
+    if err:
+        return RegisterAssignment(lay, origin, err)
     unresolved: list[int] = []
     if partial:
         return RegisterAssignment(lay, origin, None, unresolved)
@@ -144,7 +150,35 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
         else:
             lay[c] = layout
             origin[c] = (g.copies_with_global[c][0], COALESCED)
+    if unresolved:
+        # a broadcast operand too small for a coalesced layout of its own (a (64, 1) scale
+        # column) takes the reduced layout of a class that only now has its coalesced one
+        err = propagate()
+        if err:
+            return RegisterAssignment(lay, origin, err)
+        unresolved = [c for c in unresolved if c not in lay]
+    for c in list(unresolved):
+        # integer tiles that only compute gather indices (iota and integer math): the gather
+        # recomputes them per thread (hexlayout.ir.lower.index_tiles), any layout holds them
+        if all(v.type.dtype.kind != "float" for v in classes.get(c, [])) and threads_of.get(c, 0) > 0:
+            tv = _index_layout(shape_of[c], threads_of[c])
+            if tv is not None:
+                lay[c] = tv
+                origin[c] = (None, LayoutSource("index", detail="an index computation: any layout"))
+                unresolved.remove(c)
     return RegisterAssignment(lay, origin, None, unresolved)
+
+
+def _index_layout(shape: tuple[int, ...], threads: int) -> Layout | None:
+    """Element ``t % size`` per thread when the tile has fewer elements than threads
+    (replicated), else whole elements spread over the threads in order."""
+    size = 1
+    for s in shape:
+        size *= s
+    if size < threads:
+        return Layout(((size, threads // size), 1), ((1, 0), 0)) if threads % size == 0 else None
+    tv = copy_thread_layout(shape, list(range(len(shape))), 1, threads)
+    return None if isinstance(tv, str) else tv
 
 
 def _coalesced(g: LayoutGraph, c: int, shape: tuple[int, ...], threads: int,

@@ -1,0 +1,54 @@
+"""Where fusion finds its anchor kernels.
+
+The anchor kernels live in the kernels layer (``hexlayout.ops``), above fusion; that layer
+registers them here when it is imported (``register_gemm``), and ``gemm_provider()``
+imports ``hexlayout.ops`` by name the first time an anchor is needed (as a plugin is
+loaded), so fusion never imports the layer above it statically.
+
+A GEMM provider is two functions:
+
+- ``kernel(arch, dtype, b_layout, staged) -> hl.Kernel``: the anchor ``c[M, N] = a[M, K] @ B``
+  with parameters ``a``, ``b`` (``N x K`` for ``"nk"``, ``K x N`` for ``"kn"``), ``c``;
+  ``staged=True`` asks for a kernel whose operand loads are plain copies (a computing
+  prologue needs them);
+- ``consts(arch, m, n, k, staged) -> dict``: the kernel's tile constants for a problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .spec import FusionUnsupported
+
+__all__ = ["GemmProvider", "register_gemm", "gemm_provider"]
+
+
+@dataclass(frozen=True)
+class GemmProvider:
+    """The GEMM anchor kernels of the kernels layer (see the module docstring)."""
+
+    kernel: Callable[..., Any]
+    consts: Callable[..., dict[str, Any]]
+
+
+_GEMM: list[GemmProvider] = []
+
+
+def register_gemm(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
+    """Register the GEMM anchor provider (the latest registration wins)."""
+    _GEMM[:] = [GemmProvider(kernel, consts)]
+
+
+def gemm_provider() -> GemmProvider:
+    """The registered GEMM provider (importing ``hexlayout.ops`` once if none is yet)."""
+    if not _GEMM:
+        try:
+            importlib.import_module("hexlayout.ops.gemm_kernels")
+        except ImportError as e:                   # pragma: no cover - a broken install
+            raise FusionUnsupported(f"no GEMM anchor kernels: importing hexlayout.ops failed ({e})") from None
+    if not _GEMM:                                  # pragma: no cover
+        raise FusionUnsupported("no GEMM anchor kernels are registered")
+    return _GEMM[0]

@@ -1,0 +1,337 @@
+"""The fusion pass over an already scheduled tile program.
+
+An anchor kernel (a GEMM: loads of its operands from global memory into shared memory, an
+MMA main loop, one store of its f32 accumulator cast to the output type) is traced alone;
+its fusion points are
+
+- the **operand loads**: ``copy(view(<operand param>, tile, origin) -> dst)``. A prologue
+  replaces each such copy by: a view of every extra input at the same tile and origin ->
+  registers -> cast to f32 -> the prologue's ops -> cast to the operand's type -> a copy
+  into ``dst`` (the shared stage the anchor staged the operand in). The anchor's
+  pipeline is unchanged: the stage is written synchronously before the barrier that
+  publishes it. Synthesis then chooses the instructions and layouts of the new tiles;
+- the **output store**: ``copy(cast(acc) -> view(<output param>, tile, origin))``. An
+  epilogue replaces it by the epilogue's ops on the f32 accumulator tile ``acc`` and one
+  store per output into a new output parameter. Extra inputs are loaded at the output
+  tile's origin; a mode of size 1 in an input (a bias row ``(1, N)``, a per-row scale
+  ``(M, 1)``, a scalar tensor ``(1, 1)``) is a tile mode of extent 1 that broadcasts (a
+  stride-0 layout of the broadcast value). A column slice (``slice(Y, -1, 0, N/2)`` /
+  ``(N/2, N)``) of an anchor whose B operand the host gave in half-interleaved column
+  order (tile columns ``[0, BN/2)`` from the first half, ``[BN/2, BN)`` from the second)
+  is the corresponding half of the tile, stored at column ``n0 / 2``: the product tile
+  is staged once in shared memory (in the output type, as eager rounds the product) and
+  each half read back into registers (a block barrier between; so the staged, not the
+  warp-specialized, anchor).
+
+Every new parameter is recorded in ``FusedProgram.sources`` (what the host passes for it).
+Sizes stay symbolic: parameter shapes are expressions over the anchor's own size
+variables, so one build serves every size.
+
+``fuse(tk, plan)`` applies both to a deep copy of ``tk`` with the rewriter
+(``hexlayout.ir.rewrite``) and returns the ``FusedProgram``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from hexlayout.ir.expr import ExprLike
+from hexlayout.ir.rewrite import rewrite
+from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel, Value
+from hexlayout.ir.walk import walk
+
+from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
+from .extend import KernelExtender, defining_ops
+from .spec import FusionUnsupported, Node
+
+__all__ = ["InputSpec", "KernelPlan", "FusedProgram", "fuse"]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """An extra input as the program sees it: ``kind`` ``"scalar"`` (a runtime number, an f32
+    parameter) or ``"tensor"`` with ``dtype`` (a dtype name) and ``bcast``: per mode of
+    the rank-2 frame, whether the input's extent there is 1 (broadcast)."""
+
+    kind: str
+    dtype: str = "f32"
+    bcast: tuple[bool, bool] = (False, False)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What to fuse into a rank-2 GEMM-like anchor (no sizes: it is part of the build key).
+
+    ``output_param``: the anchor's output parameter; ``operands``: (operand position, the
+    anchor's parameter name), position 0 is A and 1 is B; ``prologues``: (operand position,
+    nodes, output node); ``epilogue`` nodes and ``outputs`` (refs) with ``out_dtypes``
+    (dtype names); ``inputs``: the extra inputs as the program sees them; ``halves``: the B
+    operand comes half-interleaved (column slices are tile halves)."""
+
+    output_param: str
+    operands: tuple[tuple[int, str], ...]
+    prologues: tuple[tuple[int, tuple[Node, ...], int], ...]
+    epilogue: tuple[Node, ...]
+    outputs: tuple[tuple, ...]
+    out_dtypes: tuple[str, ...]
+    inputs: tuple[InputSpec, ...]
+    halves: bool = False
+
+
+@dataclass
+class FusedProgram:
+    """The fused tile program and, per parameter after the anchor's kept ones, what the host
+    passes: ``("input", i, "tensor" | "scalar")`` (extra input ``i``) or ``("output", k)``.
+    ``removed``: anchor parameters the fused program no longer has (the output, operands
+    a prologue computes)."""
+
+    kernel: TileKernel
+    sources: list[tuple] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+#: keyword arguments the fused math honours (alpha of add / sub, gelu's approximate - computed
+#: in the tanh form either way -, a cast's dtype) or that do not change values
+_NEUTRAL_KWARGS = frozenset({"alpha", "approximate", "dtype", "memory_format", "layout", "device",
+                             "pin_memory", "non_blocking", "copy"})
+#: keyword arguments fused only when ``None`` (``div``'s rounding_mode)
+_NONE_KWARGS = frozenset({"rounding_mode"})
+
+
+@dataclass(frozen=True)
+class _Frame:
+    tile: tuple[int, int]
+    origin: tuple[ExprLike, ExprLike]
+    shape: tuple[ExprLike, ExprLike]
+
+
+class _Evaluator:
+    """Traces node lists into the kernel (inside ``KernelExtender.trace``)."""
+
+    def __init__(self, ext: KernelExtender, plan: KernelPlan, prog: FusedProgram) -> None:
+        self.ext = ext
+        self.plan = plan
+        self.prog = prog
+        self.params: dict[tuple, Any] = {}
+        self.staged: Any = None                 # the product staged in shared memory (column halves)
+        self.anchor_dtype: Any = None
+
+    def input_param(self, i: int, frame: _Frame) -> Any:
+        spec = self.plan.inputs[i]
+        if spec.kind == "scalar":
+            key = ("scalar", i)
+            if key not in self.params:
+                self.params[key] = self.ext.scalar_param(f"s{i}", hl_dtype("f32"))
+                self.prog.sources.append(("input", i, "scalar"))
+            return self.params[key]
+        shape = tuple(1 if b else s for b, s in zip(spec.bcast, frame.shape))
+        key = ("tensor", i, tuple(str(s) for s in shape))
+        if key not in self.params:
+            self.params[key] = self.ext.tensor_param(f"in{i}", hl_dtype(spec.dtype), shape)
+            self.prog.sources.append(("input", i, "tensor"))
+        return self.params[key]
+
+    def load(self, i: int, frame: _Frame) -> Any:
+        import hexlayout.lang as hl
+
+        p = self.input_param(i, frame)
+        spec = self.plan.inputs[i]
+        if spec.kind == "scalar":
+            return p
+        tile = tuple(1 if b else t for b, t in zip(spec.bcast, frame.tile))
+        origin = tuple(0 if b else o for b, o in zip(spec.bcast, frame.origin))
+        r = hl.register(hl_dtype(spec.dtype), tile)
+        hl.copy(hl.view(p, tile, origin), r)
+        return hl.cast(r, hl.f32)
+
+    def run(self, nodes: tuple[Node, ...], base: _Frame, anchor: Any, where: str) -> list[tuple[Any, _Frame]]:
+        """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue)."""
+        env: list[tuple[Any, _Frame]] = []
+        for j, n in enumerate(nodes):
+            if not is_fusible(n.op):
+                raise FusionUnsupported(f"{where} node {j}: {n.op} is not an op fusion knows")
+            frame = next((env[a[1]][1] for a in n.args if a[0] == "node"), base)
+            if n.op in VIEWS:
+                if anchor is None:
+                    raise FusionUnsupported(f"{where} node {j}: {n.op} inside a prologue")
+                env.append((None, frame))      # an output's trailing view: the host applies it
+                continue
+            kw = dict(n.kwargs)
+            if n.op in SLICES:
+                env.append(self.slice(n, j, env, anchor, base, where))
+                continue
+            args: list[Any] = []
+            for a in n.args:
+                if a[0] == "anchor":
+                    args.append(anchor)
+                elif a[0] == "node":
+                    if env[a[1]][0] is None:
+                        raise FusionUnsupported(f"{where} node {j}: {n.op} reads the view node {a[1]} (views "
+                                                "are fused only as the last ops of an epilogue output)")
+                    args.append(env[a[1]][0])
+                elif a[0] == "input":
+                    args.append(self.load(a[1], frame))
+                else:
+                    v = a[1]
+                    args.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+            odd = {k: v for k, v in kw.items()
+                   if k not in _NEUTRAL_KWARGS and not (k in _NONE_KWARGS and v is None)}
+            if odd:
+                raise FusionUnsupported(f"{where} node {j}: {n.op} with {odd} is not fused")
+            try:
+                env.append((emit_elementwise(n.op, args, kw), frame))
+            except NotImplementedError as e:
+                raise FusionUnsupported(f"{where} node {j}: {n.op}: {e}") from None
+        return env
+
+    def slice(self, n: Node, j: int, env: list, anchor: Any, base: _Frame, where: str) -> tuple[Any, _Frame]:
+        if not self.plan.halves or not n.args or n.args[0] != ("anchor",):
+            raise FusionUnsupported(f"{where} node {j}: a slice is fused only as a column half of the "
+                                    "anchor's output")
+        import hexlayout.lang as hl
+
+        half = int(n.args[2][1])             # the run-time planner normalized start to the half index
+        bn = base.tile[1] // 2
+        if self.staged is None:
+            # register tiles have no column views: the product goes through shared memory once,
+            # rounded to the anchor's output type (as eager rounds the product before the split)
+            staged = hl.register(self.anchor_dtype, base.tile)
+            hl.assign(staged, hl.cast(anchor, self.anchor_dtype))
+            self.staged = hl.shared(self.anchor_dtype, base.tile)
+            hl.copy(staged, self.staged)
+            hl.syncthreads()
+        r = hl.register(self.anchor_dtype, (base.tile[0], bn))
+        hl.copy(self.staged[:, half * bn:(half + 1) * bn], r)
+        t = hl.cast(r, hl.f32)
+        frame = _Frame((base.tile[0], bn), (base.origin[0], base.origin[1] // 2),
+                       (base.shape[0], base.shape[1] // 2))
+        return t, frame
+
+
+def _view_param(view_of: dict[int, GlobalView], v: Value) -> GlobalView | None:
+    return view_of.get(v.id)
+
+
+def fuse(tk: TileKernel, plan: KernelPlan, name: str) -> FusedProgram:
+    """The anchor ``tk`` with ``plan``'s prologues and epilogue fused (a new program)."""
+    import hexlayout.lang as hl
+
+    tk = copy.deepcopy(tk)
+    tk.name = name
+    prog = FusedProgram(tk)
+    ext = KernelExtender(tk)
+    ev = _Evaluator(ext, plan, prog)
+    defs = defining_ops(tk)
+    view_of = {op.result.id: op for op in walk(tk) if isinstance(op, GlobalView)}
+    params = {p.name: p for p in tk.params}
+
+    # --- prologues: operand loads ---------------------------------------------------------
+    for operand, nodes, out in plan.prologues:
+        pname = dict(plan.operands).get(operand)
+        if pname is None:
+            raise FusionUnsupported(f"{tk.name}: operand {operand} has no load to fuse a prologue into")
+        dtype = params[pname].dtype
+        where = f"prologue of operand {operand}"
+
+        def rule(visit: Any, pname: str = pname, nodes: tuple = nodes, out: int = out, dtype: Any = dtype,
+                 where: str = where) -> Any:
+            op = visit.op
+            gv = _view_param(view_of, op.src)
+            if gv is None or gv.param.name != pname:
+                return None
+            if op.mbarrier is not None:
+                raise FusionUnsupported(f"{tk.name}: the load of {pname} is an asynchronous bulk (TMA) copy; "
+                                        "a computing prologue needs a kernel that stages operands "
+                                        "through registers or cp.async (the sm_80 kernel)")
+            frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
+
+            def body() -> None:
+                env = ev.run(nodes, frame, None, where)
+                val = env[out][0]
+                hl.copy(hl.cast(val, dtype), ext.tile(op.dst))
+
+            ops, _ = ext.trace(body)
+            return ops
+
+        if rewrite(tk, rule, kinds=(Copy,)) == 0:
+            raise FusionUnsupported(f"{tk.name}: no load of {pname} found to fuse a prologue into")
+        _drop_param(tk, pname, prog)
+        if pname not in prog.removed:
+            raise FusionUnsupported(f"{tk.name}: {pname} is still read after fusing its prologue")
+
+    # --- epilogue: the output store -------------------------------------------------------
+    out_name = plan.output_param
+    stores: list[Copy] = []
+
+    store_views = {op.dst.id for op in walk(tk) if isinstance(op, Copy) and op.dst.id in view_of
+                   and view_of[op.dst.id].param.name == out_name}
+
+    def store_rule(visit: Any) -> Any:
+        op = visit.op
+        if isinstance(op, GlobalView):        # the output's old view goes with its store
+            return [] if op.result.id in store_views else None
+        gv = _view_param(view_of, op.dst)
+        if gv is None or gv.param.name != out_name:
+            return None
+        src_def = defs.get(op.src.id)
+        acc = src_def.src if isinstance(src_def, Cast) else op.src
+        stores.append(op)
+        frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
+        if plan.halves and frame.tile[1] % 2:
+            raise FusionUnsupported(f"{tk.name}: column halves need an even tile width, not {frame.tile[1]}")
+
+        ev.anchor_dtype = gv.param.dtype
+        ev.staged = None
+
+        def body() -> None:
+            y = ext.tile(acc)
+            env = ev.run(plan.epilogue, frame, y, "epilogue")
+            for k, ref in enumerate(plan.outputs):
+                val, fr = (y, frame) if ref[0] == "anchor" else env[ref[1]]
+                key = ("out", k)
+                if key not in ev.params:
+                    ev.params[key] = ext.tensor_param(f"out{k}", hl_dtype(plan.out_dtypes[k]), fr.shape)
+                    prog.sources.append(("output", k))
+                hl.copy(hl.cast(val, hl_dtype(plan.out_dtypes[k])),
+                        hl.view(ev.params[key], fr.tile, fr.origin))
+
+        ops, _ = ext.trace(body)
+        return ops
+
+    if rewrite(tk, store_rule, kinds=(Copy, GlobalView)) == 0:
+        raise FusionUnsupported(f"{tk.name}: no store of {out_name} found to fuse the epilogue into")
+    _drop_dead(tk)
+    _drop_param(tk, out_name, prog)
+    return prog
+
+
+def _drop_param(tk: TileKernel, name: str, prog: FusedProgram) -> None:
+    """Remove parameter ``name`` and the views of it nothing uses any more."""
+    used = {v.id for op in walk(tk) if not isinstance(op, GlobalView) for v in op.inputs() + op.outputs()}
+
+    def rule(visit: Any) -> Any:
+        op = visit.op
+        if op.param.name == name and op.result.id not in used:
+            return []
+        return None
+
+    rewrite(tk, rule, kinds=(GlobalView,))
+    if any(isinstance(o, GlobalView) and o.param.name == name for o in walk(tk)):
+        return
+    tk.params[:] = [p for p in tk.params if p.name != name]
+    prog.removed.append(name)
+
+
+def _drop_dead(tk: TileKernel) -> None:
+    """Remove casts whose results nothing reads (the anchor's cast before its old store)."""
+    while True:
+        read = {v.id for op in walk(tk) for v in op.inputs()}
+
+        def rule(visit: Any, read: set[int] = read) -> Any:
+            op: Op = visit.op
+            return [] if op.result.id not in read else None
+
+        if rewrite(tk, rule, kinds=(Cast,)) == 0:
+            return

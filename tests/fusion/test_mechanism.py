@@ -1,0 +1,226 @@
+"""The fusion mechanism (issue 13): prologues into a GEMM anchor's operand loads, epilogues
+into its store, run in the emulator on CPU tensors and compared with torch eager (within
+1e-2 of max|eager| for f16 / bf16); what ran, through ``launch_log`` and torch.profiler;
+one build for sizes that differ only in symbolic dims."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hexlayout.fusion import Epilogue, FusedSpec, FusionUnsupported, Node, Prologue, run_fused  # noqa: E402
+from hexlayout.runtime import launch_log  # noqa: E402
+
+A = ("anchor",)
+
+
+@pytest.fixture(autouse=True)
+def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    monkeypatch.delenv("HEXLAYOUT_EMULATE_ARCH", raising=False)
+
+
+def _close(out, want) -> None:
+    assert out.shape == want.shape and out.dtype == want.dtype
+    err = (out.double() - want.double()).abs().max().item()
+    assert err <= 1e-2 * want.double().abs().max().item(), err
+
+
+def _rand(*shape, dtype=torch.float16, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+
+def test_addmm_bias_gelu_is_one_kernel() -> None:
+    x, w, bias = _rand(40, 32), _rand(64, 32, scale=0.3, seed=1), _rand(64, seed=2)
+    spec = FusedSpec("aten.addmm.default",
+                     epilogue=Epilogue((Node("aten.gelu.default", (A,)),), (("node", 0),)))
+    with launch_log() as log:
+        (out,) = run_fused(spec, [bias, x, w.t()], [])
+    _close(out, torch.nn.functional.gelu(torch.addmm(bias, x, w.t())))
+    (rec,) = log                                     # one kernel: no separate bias or GELU kernel
+    assert rec.anchor == "aten.addmm.default" and rec.prologue == ()
+    assert rec.epilogue == ("aten.gelu.default",) and rec.device == "cpu"
+    assert (40, 32) in rec.shapes and (40, 64) in rec.shapes and len(rec.build_key) == 64
+
+
+def test_linear_bias_residual_bf16_three_dims() -> None:
+    dt = torch.bfloat16
+    x, w = _rand(2, 20, 32, dtype=dt), _rand(64, 32, dtype=dt, scale=0.3, seed=1)
+    bias, res = _rand(64, dtype=dt, seed=2), _rand(2, 20, 64, dtype=dt, seed=3)
+    spec = FusedSpec("aten.linear.default",
+                     epilogue=Epilogue((Node("aten.relu.default", (A,)),
+                                        Node("aten.add.Tensor", (("node", 0), ("input", 0)))),
+                                       (("node", 1),)))
+    (out,) = run_fused(spec, [x, w, bias], [res])
+    _close(out, torch.relu(torch.nn.functional.linear(x, w, bias)) + res)
+
+
+def test_gated_mlp_from_one_concatenated_weight() -> None:
+    """SiLU(gate) * up where gate and up are the two column halves of one product."""
+    h = 32
+    x, wgu = _rand(40, 32), _rand(2 * h, 32, scale=0.3, seed=4)
+    nodes = (Node("aten.slice.Tensor", (A, ("const", -1), ("const", 0), ("const", h))),
+             Node("aten.slice.Tensor", (A, ("const", -1), ("const", h), ("const", 2 * h))),
+             Node("aten.silu.default", (("node", 0),)),
+             Node("aten.mul.Tensor", (("node", 2), ("node", 1))))
+    spec = FusedSpec("aten.mm.default", epilogue=Epilogue(nodes, (("node", 3),)))
+    with launch_log() as log:
+        (out,) = run_fused(spec, [x, wgu.t()], [])
+    y = x @ wgu.t()
+    _close(out, torch.nn.functional.silu(y[:, :h]) * y[:, h:])
+    assert len(log) == 1 and log[0].epilogue == tuple(n.op for n in nodes)
+
+
+def test_output_permuted_into_heads() -> None:
+    b, s, heads, d = 2, 20, 4, 16
+    dt = torch.bfloat16
+    x, w = _rand(b, s, 32, dtype=dt), _rand(heads * d, 32, dtype=dt, scale=0.3, seed=5)
+    nodes = (Node("aten.add.Tensor", (A, ("const", 1.0))),
+             Node("aten.view.default", (("node", 0), ("const", (b, s, heads, d)))),
+             Node("aten.permute.default", (("node", 1), ("const", (0, 2, 1, 3)))))
+    spec = FusedSpec("aten.linear.default", epilogue=Epilogue(nodes, (("node", 2),)))
+    (out,) = run_fused(spec, [x, w], [])
+    want = (torch.nn.functional.linear(x, w) + 1.0).view(b, s, heads, d).permute(0, 2, 1, 3)
+    _close(out, want)
+    assert out.stride() == want.stride()
+
+
+@pytest.mark.parametrize("qdtype", [torch.int8, torch.float8_e4m3fn])
+def test_dequantization_prologue_of_the_weight(qdtype) -> None:
+    """linear(x, w_q.to(f16) * scale[:, None]): the dequantization runs in the weight's loads."""
+    n, k = 64, 32
+    x = _rand(40, k)
+    if qdtype == torch.int8:
+        wq = torch.randint(-127, 128, (n, k), generator=torch.Generator().manual_seed(6), dtype=torch.int8)
+    else:
+        wq = _rand(n, k, dtype=torch.float32, seed=6).to(qdtype)
+    scale = (torch.rand(n, 1, generator=torch.Generator().manual_seed(7)) * 0.02 + 0.001).half()
+    pro = Prologue(1, (Node("aten._to_copy.default", (("input", 0),), (("dtype", "f16"),)),
+                       Node("aten.mul.Tensor", (("node", 0), ("input", 1)))), 1)
+    spec = FusedSpec("aten.linear.default", prologues=(pro,))
+    with launch_log() as log:
+        (out,) = run_fused(spec, [x, None], [wq, scale])
+    _close(out, torch.nn.functional.linear(x, wq.to(torch.float16) * scale))
+    (rec,) = log
+    assert rec.prologue == ("aten._to_copy.default", "aten.mul.Tensor") and (n, k) in rec.shapes
+
+
+def test_activation_dequantization_prologue_with_a_scalar_scale() -> None:
+    """mm(x_int8.to(f16) * s, w) + bias with a per-tensor scale ``s`` (a scalar parameter)."""
+    xq = torch.randint(-100, 100, (40, 32), generator=torch.Generator().manual_seed(8), dtype=torch.int8)
+    w, bias = _rand(32, 64, scale=0.05, seed=9), _rand(64, seed=10)
+    pro = Prologue(0, (Node("aten._to_copy.default", (("input", 0),), (("dtype", "f16"),)),
+                       Node("aten.mul.Tensor", (("node", 0), ("input", 1)))), 1)
+    spec = FusedSpec("aten.mm.default", prologues=(pro,),
+                     epilogue=Epilogue((Node("aten.add.Tensor", (A, ("input", 2))),), (("node", 0),)))
+    (out,) = run_fused(spec, [None, w], [xq, 0.03, bias])
+    _close(out, (xq.to(torch.float16) * 0.03) @ w + bias)
+
+
+def test_symbolic_sizes_share_one_build_and_bmm_runs_per_batch() -> None:
+    w, bias = _rand(64, 32, scale=0.3, seed=11), _rand(64, seed=12)
+    spec = FusedSpec("aten.linear.default",
+                     epilogue=Epilogue((Node("aten.silu.default", (A,)),), (("node", 0),)))
+    with launch_log() as log:
+        for m in (72, 100):                          # sequence lengths: one tile config, one build
+            x = _rand(m, 32, seed=m)
+            (out,) = run_fused(spec, [x, w, bias], [])
+            _close(out, torch.nn.functional.silu(torch.nn.functional.linear(x, w, bias)))
+    assert len(log) == 2 and log[0].shapes != log[1].shapes
+    assert log[0].build_key == log[1].build_key
+    a, b = _rand(3, 24, 32, seed=13), _rand(3, 32, 48, scale=0.3, seed=14)
+    spec = FusedSpec("aten.bmm.default",
+                     epilogue=Epilogue((Node("aten.tanh.default", (A,)),), (("node", 0),)))
+    with launch_log() as log:
+        (out,) = run_fused(spec, [a, b], [])
+    _close(out, torch.tanh(torch.bmm(a, b)))
+    assert len(log) == 3 and len({r.build_key for r in log}) == 1
+
+
+def test_launches_appear_in_torch_profiler() -> None:
+    x, w = _rand(24, 32), _rand(32, 32, scale=0.3, seed=15)
+    spec = FusedSpec("aten.mm.default", name="neg_mm",
+                     epilogue=Epilogue((Node("aten.neg.default", (A,)),), (("node", 0),)))
+    run_fused(spec, [x, w], [])                        # build first: the profiled call only runs
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with launch_log() as log, torch.profiler.profile(activities=cpu) as prof:
+        (out,) = run_fused(spec, [x, w], [])
+    _close(out, -(x @ w))
+    names = {e.key for e in prof.key_averages()}
+    assert f"hexlayout::{log[0].name}" in names and log[0].name.startswith("neg_mm")
+
+
+def test_gemm_op_builds_its_epilogue_through_the_mechanism() -> None:
+    import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
+
+    a, b, bias, res = _rand(24, 32), _rand(40, 32, seed=16), _rand(40, seed=17), _rand(24, 40, seed=18)
+    with launch_log() as log:
+        c = torch.ops.hexlayout.gemm(a, b, bias, res, "silu", 0.5)
+    want = torch.nn.functional.silu(0.5 * (a.float() @ b.float().t()) + bias.float()) + res.float()
+    _close(c, want.half())
+    (rec,) = log
+    assert rec.anchor == "hexlayout.gemm"
+    assert rec.epilogue == ("aten.mul.Tensor", "aten.add.Tensor", "aten.silu.default", "aten.add.Tensor")
+
+
+@pytest.mark.parametrize(("spec", "args", "inputs", "match"), [
+    (FusedSpec("aten.mm.default", epilogue=Epilogue((Node("aten.cumsum.default", (A, ("const", 1))),),
+                                                    (("node", 0),))),
+     "f16", [], "cumsum"),
+    (FusedSpec("aten.mm.default", epilogue=Epilogue((Node("aten.t.default", (A,)),
+                                                     Node("aten.relu.default", (("node", 0),))),
+                                                    (("node", 1),))),
+     "f16", [], "view"),
+    (FusedSpec("aten.mm.default"), "f32", [], "f16 or bf16"),
+    (FusedSpec("aten.mm.default", epilogue=Epilogue((Node("aten.add.Tensor", (A, ("input", 0))),),
+                                                    (("node", 0),))),
+     "f16", ["col3"], "broadcast"),
+    (FusedSpec("aten.convolution.default"), "f16", [], "not an anchor"),
+])
+def test_what_cannot_fuse_says_why(spec, args, inputs, match) -> None:
+    dt = torch.float16 if args == "f16" else torch.float32
+    x, w = _rand(16, 32, dtype=dt), _rand(32, 64, dtype=dt, seed=19)
+    extra = [torch.zeros(16, 3, dtype=dt) if i == "col3" else i for i in inputs]
+    with launch_log() as log, pytest.raises(FusionUnsupported, match=match) as e:
+        run_fused(spec, [x, w], extra)
+    assert e.value.reason and not log                  # nothing ran
+
+
+def _compile_cases():
+    h = 32
+    gated = FusedSpec("aten.mm.default", epilogue=Epilogue(
+        (Node("aten.slice.Tensor", (A, ("const", -1), ("const", 0), ("const", h))),
+         Node("aten.slice.Tensor", (A, ("const", -1), ("const", h), ("const", 2 * h))),
+         Node("aten.silu.default", (("node", 0),)), Node("aten.mul.Tensor", (("node", 2), ("node", 1)))),
+        (("node", 3),)))
+    dequant = FusedSpec("aten.linear.default", prologues=(Prologue(1, (
+        Node("aten._to_copy.default", (("input", 0),), (("dtype", "f16"),)),
+        Node("aten.mul.Tensor", (("node", 0), ("input", 1)))), 1),))
+    mlp = FusedSpec("aten.addmm.default", epilogue=Epilogue(
+        (Node("aten.gelu.default", (A,)), Node("aten.add.Tensor", (("node", 0), ("input", 0)))),
+        (("node", 1),)))
+    x, w = _rand(64, 64), _rand(64, 64, seed=20)
+    return [(gated, [x, w.t()], []),
+            (dequant, [x, None], [torch.zeros(64, 64, dtype=torch.int8), torch.ones(64, 1).half()]),
+            (mlp, [_rand(64), x, w.t()], [_rand(64, 64, seed=21)])]
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_fused_kernels_compile_without_spills(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path's kernels: every pattern compiles for the architecture at production tile
+    sizes, without spills (the warp-specialized Hopper kernel takes epilogues; prologues and
+    column halves take the staged kernel)."""
+    from hexlayout.fusion.anchors import gemm_provider
+    from hexlayout.fusion.run import fused_build, plan_call
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    for spec, args, inputs in _compile_cases():
+        call = plan_call(spec, args, inputs)
+        consts = gemm_provider().consts(arch, 4096, 4096, 4096, staged=call.staged)
+        bld, _ = fused_build(spec, call, consts, compile=True)
+        res = bld.compiled.resources
+        assert res.spill_stores == 0 and res.spill_loads == 0, (spec.display_name(), res)
+        assert bld.generated.name.startswith(spec.display_name())
