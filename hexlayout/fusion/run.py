@@ -203,6 +203,42 @@ def _shift(ref: tuple, offset: int, anchor_to: tuple) -> tuple:
     return ref
 
 
+def _sig(xs: list[Any]) -> tuple:
+    """What the meta evaluation of a spec depends on: tensors' shapes, strides and dtypes."""
+    out = []
+    for x in xs:
+        if hasattr(x, "shape") and hasattr(x, "stride"):
+            out.append((tuple(x.shape), tuple(x.stride()), str(x.dtype)))
+        else:
+            out.append(type(x).__name__)
+    return tuple(out)
+
+
+def _metas(xs: list[Any]) -> list[Any]:
+    import torch
+
+    return [torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+            if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+_META: dict[tuple, Any] = {}
+
+
+def _meta_eval(key: tuple, fn: Any) -> Any:
+    """``fn()`` (torch's ops on meta tensors: shapes and dtypes), memoized on ``key``."""
+    try:
+        hit = _META.get(key)
+    except TypeError:                    # an unhashable constant in the spec
+        return fn()
+    if hit is None:
+        hit = fn()
+        with _LOCK:
+            if len(_META) > 4096:
+                _META.clear()
+            _META[key] = hit
+    return hit
+
+
 def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> _Call:
     """How to run ``spec`` on these arguments (raises ``FusionUnsupported``)."""
     import torch
@@ -218,9 +254,9 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     def operand_meta(i: int) -> Any:
         if i in pro:
             p = pro[i]
-            metas = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
             try:
-                return _eval_nodes(p.nodes, None, metas)[p.output]
+                return _meta_eval(("prologue", i, spec, _sig(extra_inputs)),
+                                  lambda: _eval_nodes(p.nodes, None, _metas(extra_inputs))[p.output])
             except Exception as e:  # noqa: BLE001 - any failure of the prologue's ops on meta tensors
                 raise FusionUnsupported(f"{where}: the prologue of operand {i} does not evaluate: "
                                         f"{e}") from None
@@ -412,10 +448,9 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
         specs.append(s)
         host.append(h_)
     # output dtypes and shapes: torch's (meta tensors)
-    meta_args = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in anchor_args]
-    meta_inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in extra_inputs]
     try:
-        metas = reference(spec, meta_args, meta_inputs)
+        metas = _meta_eval(("outputs", spec, _sig(anchor_args), _sig(extra_inputs)),
+                           lambda: reference(spec, _metas(anchor_args), _metas(extra_inputs)))
     except FusionUnsupported:
         raise
     except Exception as e:  # noqa: BLE001 - the spec's ops on meta tensors fail: not fusible
@@ -500,6 +535,7 @@ def clear_fused_builds() -> None:
         _PROGRAMS.clear()
         _LAUNCHERS.clear()
         _RELAID.clear()
+        _META.clear()
 
 
 def _halves_relaid(b: Any, b_layout: str, bn: int) -> Any:

@@ -89,6 +89,7 @@ from ..tile import (
 from ..tiled_mma import TiledMma
 from ..types import Scope
 from .assignment import EMPTY, Assignment
+from .conversions import conversion
 from .copy import Requirement, lower_reg_mem
 from .copy_rules import COPY_RULES, CopyContext, legal_copies, lower_choice
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
@@ -452,9 +453,12 @@ class _Lowering:
 
     def op_Cast(self, op: Cast) -> list[Instr]:
         src = self.register_of(op.src, op)
-        res = lower_elementwise("cvt", self.register_of(op.result, op, [src]), [src])
+        fn = conversion(self.tk, op)            # cvt, or a magic-number conversion exact for src's values
+        res = lower_elementwise(fn, self.register_of(op.result, op, [src]), [src])
         if isinstance(res, str):
             raise self.fail(op, res)
+        if fn != "cvt":
+            self.choices.append((op, str(fn)))
         return res
 
     def op_Fill(self, op: Fill) -> list[Instr]:
