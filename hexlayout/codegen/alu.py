@@ -7,7 +7,8 @@ prints its expression in the compute domain: floating destinations compute in ``
 ``__float2bfloat16_rn``, ``__nv_fp8_e4m3(x)`` which saturates); integer destinations compute
 in ``int`` / ``long long`` unless the function is floating or a source is floating, then in
 ``float`` with rounding to nearest even and saturation (``__float2int_rn``). Predicate
-destinations are ``result != 0``.
+destinations are ``result != 0``. A function with ``integer_domain`` computes in ``int``
+and prints a value of the destination's C type.
 """
 
 from __future__ import annotations

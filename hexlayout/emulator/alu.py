@@ -8,7 +8,8 @@ converted into the compute domain (``float`` for floating destinations up to 32 
 else ``int`` / ``long long``, here int64), the function is evaluated step by step in that
 precision, and the result is converted to the destination type: floats round to nearest
 even (fp8 saturates to the largest finite value, as ``cvt.rn.satfinite``), float -> int
-rounds to nearest even and saturates (NaN -> 0), int -> int wraps.
+rounds to nearest even and saturates (NaN -> 0), int -> int wraps. A function with
+``integer_domain`` computes on the integers and gives the destination's values itself.
 
 ``Shfl``: ``shfl.sync`` within segments of ``width`` lanes: "bfly" reads lane ``lane ^ arg``,
 "idx" lane ``arg`` (of the segment); the source lane must be executing the shuffle too.
@@ -97,7 +98,9 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
         vals = [np.asarray(v).astype(npdom) for v, _ in raw]
         r = np.asarray(fn.numpy(*vals))
         r = np.broadcast_to(r, (len(x.tids), ins.dst.count))
-        if dst_t.is_float:
+        if fn.integer_domain and dst_t.is_float:
+            out = r.astype(npd)                 # numpy gave the destination's values
+        elif dst_t.is_float:
             out = round_to(r.astype(npdom).astype(np.float64), npd, dst_t.name)
         elif npd == np.dtype(np.bool_):
             out = r != 0

@@ -12,7 +12,8 @@ the scales and ``c`` as ``[rows, N / 8, 8]``.
 
 Checked: the emulator against a float64 reference on ragged random data (M from 1 to 16, N not a
 multiple of the block), no shared-memory bank conflicts; NVRTC compiles it without spills and its
-SASS has no local-memory traffic and unpacks with LOP3 / PRMT.
+SASS has no local-memory traffic, unpacks with LOP3 / PRMT and converts without I2F (the
+casts of ``q - z``, known to lie in ``[-15, 15]``, lower to the magic-number conversion).
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def test_the_instructions_synthesis_chose() -> None:
     assert any("SM80_16x8x16_F32F16F16F32_TN" in i for i in mma80), mma80
     mma90 = {str(i) for _, i in synthesize(w4a16_sm90.trace(), "sm_90a").lowered.choices}
     assert any("SM90_64x16x16_F32F16F16_RS" in i for i in mma90), mma90   # register A: swap-AB
+    # q - z lies in [-15, 15]: the casts to f16 convert by the magic number, not cvt (I2F)
+    assert "i2f16_magic" in mma80 and "i2f16_magic" in mma90
 
 
 @pytest.mark.nvrtc
@@ -144,4 +147,5 @@ def test_compiles_without_local_memory_and_unpacks_with_lop3_prmt(arch: str) -> 
     counts = opcode_counts(disassemble(b.compiled.cubin))
     assert count_prefix(counts, "LDL") == 0 and count_prefix(counts, "STL") == 0
     assert count_prefix(counts, "LOP3") > 0 and count_prefix(counts, "PRMT") > 0, counts
+    assert count_prefix(counts, "I2F") == 0, counts          # the magic-number conversion
     assert count_prefix(counts, "HMMA" if arch == "sm_80" else "HGMMA.64x16x16") > 0, counts

@@ -44,7 +44,7 @@ import numpy as np
 import pytest
 
 import hexlayout.lang as hl
-from hexlayout.arch.dtypes import BF16, E4M3, E5M2, F16, F32, F64, PRED, S8, S32, S64, U8, U32, DType
+from hexlayout.arch.dtypes import BF16, DTYPES, E4M3, E5M2, F16, F32, F64, PRED, S8, S32, S64, U8, U32, DType
 from hexlayout.codegen.alu import alu as print_alu
 from hexlayout.codegen.ctypes_map import c_type
 from hexlayout.codegen.emitter import Emitter
@@ -72,7 +72,7 @@ def test_every_function_has_every_rule(name: str) -> None:
     assert fn.doc, f"{name}: no docstring stating the math"
     assert fn.arity >= 1
     assert fn.accepts and fn.accepts <= {"float", "int", "uint", "pred"}, fn.accepts
-    assert fn.result in ("same", "pred", "dst")
+    assert fn.result in ("same", "pred", "dst") or fn.result in DTYPES      # a type name: always that type
     assert cls.numpy is not AluFunction.numpy, f"{name}: no emulator semantics"
     assert cls.cuda is not AluFunction.cuda, f"{name}: no CUDA printing"
     assert len(inspect.signature(fn.numpy).parameters) == fn.arity, f"{name}: numpy arity"
@@ -90,7 +90,7 @@ def test_every_function_has_every_rule(name: str) -> None:
         if fn.condition:
             ops[0] = PRED
         if kind_of(dt) in fn.accepts:
-            want = PRED if fn.result == "pred" else F32 if fn.result == "dst" else dt
+            want = {"pred": PRED, "dst": F32, "same": dt}.get(fn.result) or DTYPES[fn.result]
             assert fn.result_dtype(ops, dst=F32) == want
         else:
             with pytest.raises(AluTypeError) as e:

@@ -5,7 +5,8 @@ above need to know about it, so a new function is one class (plus its test):
 
 - typing: ``arity``; ``accepts`` (the element kinds its operands may have: ``"float"``,
   ``"int"`` (signed), ``"uint"``, ``"pred"``); ``result`` (``"same"``: the operands'
-  type, ``"pred"``: a predicate, ``"dst"``: whatever the destination is, as ``cvt``);
+  type, ``"pred"``: a predicate, ``"dst"``: whatever the destination is, as ``cvt``, or
+  the name of one type, as ``"f16"``: always that type);
   ``condition`` (the first operand is a predicate, the rest are typed, as ``select``).
   ``result_dtype(dtypes)`` applies the rule (``None`` stands for a scalar operand).
 - semantics: ``numpy(*xs)``, evaluated in the C compute domain of the printed code (see
@@ -13,6 +14,9 @@ above need to know about it, so a new function is one class (plus its test):
   computes in floating point (an integer destination receives the rounded result).
 - CUDA C++: ``cuda(c, *xs)``, the expression over the operand expressions ``xs`` in the
   compute domain described by ``c`` (a ``CDomain``).
+- ``integer_domain``: the function computes on the integer operands themselves (the
+  ``int`` domain) whatever its result type; ``cuda`` then gives a value of the result's C
+  type and ``numpy`` the result's values (the fast integer -> float conversions).
 - cost: ``issue(count)``, issue slots of one instruction over ``count`` elements.
 - accuracy: ``ulp``, the largest difference, in units in the last place of the
   destination type, between the printed code and ``numpy`` (0: bit for bit), and
@@ -41,7 +45,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hexlayout.arch.dtypes import PRED, DType
+from hexlayout.arch.dtypes import DTYPES, PRED, DType
 from hexlayout.errors import HexlayoutError
 
 __all__ = [
@@ -123,6 +127,7 @@ class AluFunction(str):
     result: ClassVar[str] = "same"
     condition: ClassVar[bool] = False
     floating: ClassVar[bool] = False
+    integer_domain: ClassVar[bool] = False
     ulp: ClassVar[int] = 0
     device_ulp: ClassVar[int] = 0
     lang_name: ClassVar[str | None] = None
@@ -138,8 +143,9 @@ class AluFunction(str):
         if cls.name in ALU_FUNCTIONS:
             raise ValueError(f"ALU function {cls.name!r} is defined twice "
                              f"({type(ALU_FUNCTIONS[cls.name]).__qualname__} and {cls.__qualname__})")
-        if cls.result not in ("same", "pred", "dst"):
-            raise ValueError(f"{cls.__qualname__}.result is {cls.result!r}, not 'same', 'pred' or 'dst'")
+        if cls.result not in ("same", "pred", "dst") and cls.result not in DTYPES:
+            raise ValueError(f"{cls.__qualname__}.result is {cls.result!r}, not 'same', 'pred', 'dst' "
+                             f"or a type name")
         ALU_FUNCTIONS[cls.name] = cls(cls.name)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -184,6 +190,8 @@ class AluFunction(str):
                 raise AluTypeError(self, "kind", (i,), f"needs {want} operands, operand {i} is {d}")
         if self.result == "pred":
             return PRED
+        if self.result in DTYPES:
+            return DTYPES[self.result]
         if self.result == "dst":
             if dst is None:
                 raise AluTypeError(self, "dst", (), "the result type is the destination's, none given")
@@ -233,6 +241,8 @@ def alu_functions() -> Iterator[AluFunction]:
 def compute_domain(fn: AluFunction, dst: DType, float_operand: bool) -> str:
     """The C type ``fn`` computes in for a ``dst`` destination (see the module docstring):
     ``float``, ``double``, ``int`` or ``long long``."""
+    if fn.integer_domain:
+        return "int"
     if dst.is_float:
         return "double" if dst.bits == 64 else "float"
     if fn.floating or float_operand:

@@ -1,0 +1,75 @@
+"""Fast integer -> half / bfloat16 conversions by magic numbers.
+
+An integer ``v`` added to the bit pattern of a float whose ulp is 1 is that float plus ``v``;
+subtracting the float again leaves ``v``, exactly, with an integer add and one floating
+subtraction instead of a conversion instruction (``I2F``, a quarter-rate unit on sm_80 /
+sm_90). The lowering picks these for ``hl.cast`` when the operand's value range is inside
+the exact range (``hexlayout.ir.lower.conversions``); outside it the functions are still
+defined (the bit pattern wraps), and the emulator computes what the printed code computes.
+
+- ``i2f16_magic(v)``: the f16 of bits ``(0x6600 + v) mod 2**16`` minus ``1536``, in f16
+  (``__hsub``: rounded once). ``0x6600`` is ``1536.0``, in ``[1024, 2048)`` where the f16
+  ulp is 1, so ``v`` itself for ``-512 <= v < 512``.
+- ``i2bf16_magic(v)``: the f32 of bits ``(0x4B400000 + v) mod 2**32`` minus ``12582912.0``
+  (``1.5 * 2**23``, f32 ulp 1), rounded to bf16 (nearest even): ``bf16(v)`` for
+  ``-2**22 <= v < 2**22``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .base import AluFunction, CDomain
+from .bits import INTEGERS
+
+__all__ = ["I2F16Magic", "I2Bf16Magic", "EXACT_RANGE"]
+
+
+class I2F16Magic(AluFunction):
+    """``f16(bits = (0x6600 + v) mod 2**16) - 1536``, rounded once to f16: ``v`` for
+    ``-512 <= v < 512``."""
+
+    name = "i2f16_magic"
+    accepts = INTEGERS
+    result = "f16"
+    integer_domain = True
+
+    def numpy(self, v: Any) -> Any:
+        bits = ((np.asarray(v, dtype=np.int64) + 0x6600) & 0xFFFF).astype(np.uint16)
+        return (bits.view(np.float16).astype(np.float64) - 1536.0).astype(np.float16)
+
+    def cuda(self, c: CDomain, v: str) -> str:
+        return ("__hsub(__ushort_as_half(static_cast<unsigned short>(0x6600 + (" + v + "))), "
+                "__ushort_as_half(static_cast<unsigned short>(0x6600)))")
+
+    def issue(self, count: int) -> float:
+        return max(1.0, count / 8)          # an integer add and half a packed half subtraction
+
+
+class I2Bf16Magic(AluFunction):
+    """``bf16(f32(bits = (0x4B400000 + v) mod 2**32) - 12582912)``: ``bf16(v)`` for
+    ``-2**22 <= v < 2**22``."""
+
+    name = "i2bf16_magic"
+    accepts = INTEGERS
+    result = "bf16"
+    integer_domain = True
+
+    def numpy(self, v: Any) -> Any:
+        bits = ((np.asarray(v, dtype=np.int64) + 0x4B400000) & 0xFFFFFFFF).astype(np.uint32)
+        f = bits.view(np.float32) - np.float32(12582912.0)
+        return f.astype(ml_dtypes.bfloat16)       # nearest even, as __float2bfloat16_rn
+
+    def cuda(self, c: CDomain, v: str) -> str:
+        return ("__float2bfloat16_rn(__int_as_float(static_cast<int>(0x4B400000u + static_cast<unsigned>("
+                + v + "))) - 12582912.0f)")
+
+    def issue(self, count: int) -> float:
+        return max(1.0, count / 6)          # integer add, float subtraction, pack
+
+
+#: the operand values each function converts exactly: [lo, hi)
+EXACT_RANGE = {"i2f16_magic": (-512, 512), "i2bf16_magic": (-(1 << 22), 1 << 22)}
