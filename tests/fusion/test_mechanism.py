@@ -224,3 +224,25 @@ def test_fused_kernels_compile_without_spills(arch: str, monkeypatch: pytest.Mon
         res = bld.compiled.resources
         assert res.spill_stores == 0 and res.spill_loads == 0, (spec.display_name(), res)
         assert bld.generated.name.startswith(spec.display_name())
+
+
+def test_a_broadcast_bias_gets_a_stride_zero_layout() -> None:
+    """The bias row is loaded once per column and broadcast over the rows in registers: its
+    synthesized TV layout has stride 0 on the thread modes that walk rows (many (thread,
+    value) slots hold one element)."""
+    import hexlayout.ops  # noqa: F401 - registers the GEMM anchors
+    from hexlayout.ops.gemm import gemm_fused
+    from hexlayout.ops.gemm_config import CONFIGS
+
+    import hexlayout.lang as hl
+    from hexlayout.ir.types import Scope
+    from hexlayout.layout import flatten, size
+
+    cfg = CONFIGS["sm_80"][4]
+    bld, _ = gemm_fused(hl.f16, "nk", (True, False, "none", False), "sm_80", cfg, 64, 64, compile=False)
+    rows = [(v, lay) for v, lay in bld.synthesis.layouts()
+            if v.type.scope == Scope.REGISTER and tuple(v.type.shape) == (1, cfg.BN)]
+    assert rows
+    for _, lay in rows:
+        assert 0 in flatten(lay.stride)
+        assert len({lay(i) for i in range(size(lay))}) == cfg.BN < size(lay)
