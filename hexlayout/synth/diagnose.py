@@ -432,7 +432,8 @@ def joint_conflict(s: Any, joint: list[Op], legal: dict[int, list[Any]],
                   "them has a common choice)", list(joint))
 
 
-_MAX_JOINT = 64     # legal layouts per root tried when explaining a joint conflict
+_MAX_JOINT = 64         # legal layouts per root tried when explaining a joint conflict
+_MAX_COMBINATIONS = 512  # combinations of them lowered per op (an error path: bounded time)
 
 
 def _joint_roots(op: Op, legal: dict[int, list[Any]]) -> list[int]:
@@ -443,11 +444,12 @@ def _accepted_combinations(s: Any, op: Op, legal: dict[int, list[Any]],
                            by_id: dict[int, Value]) -> list[dict[int, int]]:
     """The combinations (root id -> index into its legal list) of the first legal layouts of
     ``op``'s roots that ``op`` accepts, best first."""
-    from itertools import product
+    from itertools import islice, product
 
     rids = _joint_roots(op, legal)
     out = []
-    for idx in product(*(range(min(len(legal[r]), _MAX_JOINT)) for r in rids)):
+    combos = product(*(range(min(len(legal[r]), _MAX_JOINT)) for r in rids))
+    for idx in islice(combos, _MAX_COMBINATIONS):
         picks = {r: legal[r][i][0] for r, i in zip(rids, idx)}
         if _joint_reason(s, op, picks, by_id) is None:
             out.append(dict(zip(rids, idx)))
