@@ -11,9 +11,13 @@ view of the shared v tile) the B operand. ``HEAD_DIM`` is the padded head size: 
 clamp to the real ``D``. Causal masking is bottom-right aligned (query ``i`` sees keys
 ``j <= i + Sk - Sq``); rows with no visible key produce zeros.
 
-The defaults (BM=128, BN=32, HEAD_DIM=128, 8 warps) compile for sm_80 to 223 registers
-without spills; with BN=64 every warp holds a 64x128 k tile and a 128x64 v^T tile in
-registers and ptxas spills.
+``CHUNK`` / ``DCHUNK`` (0 = the whole block) bound what a warp holds in registers: S is
+computed per sub-block of ``CHUNK`` keys (the row max is still the whole block's; P V is
+accumulated per sub-block), summed over ``DCHUNK`` columns of the head dimension, with q
+read from shared memory per column chunk when ``DCHUNK < HEAD_DIM`` instead of kept in
+registers. The defaults (BM=128, BN=32, HEAD_DIM=128, 8 warps) compile for sm_80 without
+spills; BN=64 spills unless chunked: BN=64, CHUNK=32, DCHUNK=64 compiles without spills
+(240 registers; ``benchmarks/results/static_*.md``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ NEG_INF = float("-inf")
 def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
                         v: f16[B, Sk, KVH, D], o: f16[B, Sq, H, D], qk_scale: f32, *,
                         BM: int = 128, BN: int = 32, HEAD_DIM: int = 128, CAUSAL: bool = False,
-                        WARPS: int = 8):
+                        WARPS: int = 8, CHUNK: int = 0, DCHUNK: int = 0):
     B, Sq, H, D = q.shape
     Sk = k.shape[1]
     KVH = k.shape[2]
@@ -58,10 +62,13 @@ def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
     m_i = hl.full((BM, 1), NEG_INF, f32)
     l_i = hl.zeros((BM, 1), f32)
     acc = hl.zeros((BM, HEAD_DIM), f32)
-    rq = hl.register(f16, (BM, HEAD_DIM))
+    chunk = CHUNK or BN
+    dchunk = DCHUNK or HEAD_DIM
     hl.wait_group(1)  # Q has landed (k/v block 0 may still be in flight)
     hl.syncthreads()
-    hl.copy(sq, rq)
+    if dchunk == HEAD_DIM:
+        rq = hl.register(f16, (BM, HEAD_DIM))
+        hl.copy(sq, rq)
 
     for j in hl.range(num_kv):
         buf = j % 2
@@ -74,32 +81,43 @@ def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
         hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sv[:, :, nxt])
         hl.commit_group()
 
-        # S = Q K^T, scaled to the log2 domain, masked
-        rk = hl.register(f16, (BN, HEAD_DIM))
-        hl.copy(sk[:, :, buf], rk)
-        s = hl.zeros((BM, BN), f32)
-        hl.mma(rq, rk, s)
-        s *= qk_scale
-        cols = hl.iota((BM, BN), 1) + j * BN
-        valid = cols < Sk
-        if CAUSAL:
-            rows = hl.iota((BM, BN), 0) + (m0 + (Sk - Sq))
-            valid = valid & (cols <= rows)
-        s = hl.where(valid, s, NEG_INF)
+        # S = Q K^T, scaled to the log2 domain, masked: per sub-block of `chunk` keys, summed
+        # over `dchunk` columns of the head dimension (q from shared memory when dchunk < HEAD_DIM)
+        scores = []
+        for c in range(BN // chunk):
+            s = hl.zeros((BM, chunk), f32)
+            for d in range(HEAD_DIM // dchunk):
+                if dchunk < HEAD_DIM:
+                    rq = hl.register(f16, (BM, dchunk))
+                    hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
+                rk = hl.register(f16, (chunk, dchunk))
+                hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
+                hl.mma(rq, rk, s)
+            s *= qk_scale
+            cols = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
+            valid = cols < Sk
+            if CAUSAL:
+                rows = hl.iota((BM, chunk), 0) + (m0 + (Sk - Sq))
+                valid = valid & (cols <= rows)
+            scores.append(hl.where(valid, s, NEG_INF))
 
-        # online softmax
-        m_new = hl.maximum(m_i, hl.max_reduce(s, 1))
+        # online softmax over the whole key block
+        m_new = m_i
+        for s in scores:
+            m_new = hl.maximum(m_new, hl.max_reduce(s, 1))
         m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
-        p = hl.exp2(s - m_use)
         alpha = hl.exp2(m_i - m_use)
-        hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
         acc *= alpha
+        row_sum = None
+        for c, s in enumerate(scores):
+            p = hl.exp2(s - m_use)
+            row_sum = hl.sum(p, 1) if row_sum is None else row_sum + hl.sum(p, 1)
+            # O += P V: P is the A operand (BM x chunk), V^T the B operand (HEAD_DIM x chunk)
+            rv = hl.register(f16, (HEAD_DIM, chunk))
+            hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
+            hl.mma(hl.cast(p, f16), rv, acc)
+        hl.assign(l_i, l_i * alpha + row_sum)
         hl.assign(m_i, m_new)
-
-        # O += P V: P is the A operand (BM x BN), V^T the B operand (HEAD_DIM x BN)
-        rv = hl.register(f16, (HEAD_DIM, BN))
-        hl.copy(sv[:, :, buf].T, rv)
-        hl.mma(hl.cast(p, f16), rv, acc)
 
     hl.wait_group(0)
     l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
