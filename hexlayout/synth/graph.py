@@ -225,6 +225,10 @@ def _copy(g: LayoutGraph, op: Copy) -> None:
         g.cls(op.src)
     if _register(op.dst):
         g.cls(op.dst)
+    # a predicate-tile mask is distributed like the register end it masks
+    reg = op.src if _register(op.src) else op.dst if _register(op.dst) else None
+    if reg is not None and _register(op.mask):
+        g.union(reg, op.mask, op)
 
 
 @RELATIONS.register(Slice, SubTile, Permute)

@@ -8,7 +8,13 @@ copied with (the mode with stride 1 there; both modes are tried):
    for 128/64/32-byte swizzles and none (when the architecture has wgmma);
 2. rows along ``d`` with each conflict-free ``Swizzle<B,M,S>`` (``swizzle.py``);
 3. rows along ``d`` padded by the smallest conflict-free padding (z3);
-4. plain rows along ``d``.
+4. plain rows along ``d``;
+5. rows along ``d`` with every other chunk-moving swizzle (``chunk_swizzles``): tried only
+   when none of the above is conflict-free for the accesses the program makes (the solver
+   stops at the first conflict-free candidate). The cost of a candidate counts the bank
+   conflicts of every access, the writes and the reads: a tile written by rows and read by
+   columns (a transpose through shared memory that feeds no mma) needs a swizzle that XORs
+   the chunk index with high row bits, which 2. does not offer.
 
 Trailing stage modes are appended with the stride of a whole (swizzle-period aligned)
 tile. A user hint (``hl.auto(swizzle="128B")``, ``hl.auto(stride=(None, 1))``) filters the
@@ -27,7 +33,7 @@ from hexlayout.ir.tile import Op, Permute, Slice, SubTile, TileKernel, Value
 from hexlayout.ir.types import LayoutVar, Scope
 from hexlayout.layout import ComposedLayout, Layout, composition, cosize, tile_to_shape
 
-from .swizzle import conflict_free_padding, conflict_free_swizzles
+from .swizzle import chunk_swizzles, conflict_free_padding, conflict_free_swizzles
 
 __all__ = ["SharedCandidate", "shared_candidates", "root_mode_map"]
 
@@ -111,6 +117,12 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
             out.append(SharedCandidate(_stage(_rows(base, d, pad), extra), "padded",
                                        f"rows along mode {d} padded by {pad} elements", d))
         out.append(SharedCandidate(_stage(_rows(base, d), extra), "plain", f"rows along mode {d}", d))
+    for d in order:
+        usual = set(conflict_free_swizzles(base[d] * elem_bits // 8, base[1 - d], elem_bits))
+        for sw in chunk_swizzles(base[d] * elem_bits // 8, base[1 - d], elem_bits):
+            if sw not in usual:
+                out.append(SharedCandidate(_stage(composition(sw, _rows(base, d)), extra), "swizzle",
+                                           f"rows along mode {d}, {sw}", d))
     if "swizzle" in hints:
         want = hints["swizzle"]
         want_bytes = _HINT_BYTES.get(want) if isinstance(want, str) else None

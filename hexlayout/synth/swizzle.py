@@ -15,6 +15,13 @@ each touch 8 distinct bank groups.
   ``2^(B+M+S)`` divides the tile's element count (so the swizzle permutes the tile's own
   offsets ``[0, rows*row_elems)``; a 48 x 80 f16 tile, 3840 elements, admits periods up to
   256), that makes both patterns conflict-free (checked exhaustively over the 32 ``(B, S)``).
+- ``chunk_swizzles``: every ``Swizzle<B, M, S>`` that moves whole 16-byte chunks
+  (``B >= 1``, ``M`` as above, ``S >= B``) and permutes the tile's own offsets, whatever
+  the access patterns: the candidates for accesses neither pattern above describes (a
+  transpose writes rows and reads columns: rows ``8a + v`` of one chunk column must land in
+  distinct bank groups, which ``Swizzle<3, M, log2(8 * row_elems)>`` does). Which of them
+  is conflict-free is decided by counting the conflicts of the actual accesses (the cost
+  model), not here.
 - ``conflict_free_padding``: the smallest row padding ``P`` (elements) with 16-byte
   aligned rows of ``row_bytes + P * elem_bytes`` bytes that makes the ldmatrix phase
   conflict-free, solved with z3 (an ``Optimize`` over the integer padding with the bank
@@ -29,7 +36,7 @@ import numpy as np
 
 from hexlayout.layout import Swizzle
 
-__all__ = ["conflict_free_swizzles", "conflict_free_padding", "phase_groups"]
+__all__ = ["conflict_free_swizzles", "chunk_swizzles", "conflict_free_padding", "phase_groups"]
 
 
 def phase_groups(byte_addr: np.ndarray) -> np.ndarray:
@@ -76,6 +83,19 @@ def conflict_free_swizzles(row_bytes: int, rows: int, elem_bits: int) -> tuple[S
             if b == 0:
                 break                                   # without bits the shift is irrelevant
     return tuple(out)
+
+
+@lru_cache(maxsize=128)
+def chunk_swizzles(row_bytes: int, rows: int, elem_bits: int) -> tuple[Swizzle, ...]:
+    """Every chunk-moving swizzle of a ``rows x row_bytes`` tile (see the module docstring),
+    most bits first, then by shift."""
+    eb = elem_bits // 8
+    if eb < 1 or 16 % eb or row_bytes % 16 or rows < 1:
+        return ()
+    m_bits = (16 // eb).bit_length() - 1
+    tile_elems = row_bytes * rows // eb
+    return tuple(Swizzle(b, m_bits, s) for b in (3, 2, 1) for s in range(b, 16)
+                 if tile_elems % (1 << (b + m_bits + s)) == 0)
 
 
 @lru_cache(maxsize=128)

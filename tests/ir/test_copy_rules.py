@@ -20,6 +20,7 @@ from hexlayout.ir.lower.copy_rules import (
     legal_copies,
 )
 from hexlayout.ir.lower.rejection import Rejection
+from hexlayout.ir.lower.tma_store import TmaStoreRule
 from hexlayout.ir.lower.views import RegisterTile, SharedTileView
 from hexlayout.ir.lowered import Ldmatrix, LdShared, RegArray, SmemBuffer
 from hexlayout.ir.mapping import repeat, spatial
@@ -40,7 +41,8 @@ def _ctx(layout, tv: Layout, arch: str = "sm_80") -> CopyContext:
 
 def test_builtin_rules_in_preference_order() -> None:
     kinds = [type(r) for r in COPY_RULES]
-    assert kinds == [TmaRule, CpAsyncRule, MatrixRule, VectorRule, ViaRegistersRule]
+    # the TMA store (hexlayout.ir.lower.tma_store) registers itself ahead of the copies through registers
+    assert kinds == [TmaRule, CpAsyncRule, MatrixRule, VectorRule, TmaStoreRule, ViaRegistersRule]
 
 
 def test_legal_copies_lists_ldmatrix_before_ld_shared_and_mutates_nothing() -> None:

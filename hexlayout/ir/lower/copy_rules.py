@@ -69,7 +69,9 @@ class CopyContext:
     mbarrier the copy completes on (TMA); ``elect``: the predicate of the one thread that
     issues single-thread instructions; ``names``: ``(src, dst)`` value names (for messages
     and scratch registers); ``scratch``: makes a temporary register array from ``(dtype,
-    count)`` (not yet part of the kernel: a plan lists the ones it uses)."""
+    count)`` (not yet part of the kernel: a plan lists the ones it uses); ``barrier``: makes a
+    barrier of the threads running the copy (``None`` where the copy may not synchronize, e.g.
+    under a condition)."""
 
     src: Any
     dst: Any
@@ -82,6 +84,7 @@ class CopyContext:
     elect: ExprLike = 1
     names: tuple[str, str] = ("src", "dst")
     scratch: Callable[[Any, int], RegArray] | None = None
+    barrier: Callable[[], Any] | None = None   # a barrier of the region's threads (None: none may be used)
 
     @property
     def scopes(self) -> tuple[str, str]:

@@ -344,12 +344,15 @@ class _Lowering:
 
     # copies
     def op_Copy(self, op: Copy) -> list[Instr]:
-        src, dst = self.view(op.src, op), self.view(op.dst, op) if op.dst.id in self.views else None
+        # a register source computed by an op a probe did not lower (an elementwise result
+        # copied to shared memory) is allocated from its assigned layout
+        src = (self.register_of(op.src, op) if op.src.scope == Scope.REGISTER and op.src.id not in self.views
+               else self.view(op.src, op))
+        dst = self.view(op.dst, op) if op.dst.id in self.views else None
         if dst is None:
             dst = self.register_of(op.dst, op)
         if isinstance(op.mask, Value):
-            raise self.fail(op, "copies masked by a predicate tile are not supported by the lowering yet; "
-                            "give a condition (an expression) or rely on the views' extents")
+            return self.masked_copy(op, src, dst)
         if isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
             raise self.fail(op, f"register-to-register copy %{op.src.name} -> %{op.dst.name}: use rearrange")
         ctx = self.copy_context(op, src, dst)
@@ -380,6 +383,19 @@ class _Lowering:
             return gather.take_loads() + plan_ok.instrs
         return plan_ok.instrs
 
+    def masked_copy(self, op: Copy, src: Any, dst: Any) -> list[Instr]:
+        """A copy masked by a predicate tile (``masked.py``): one predicated access per element."""
+        from .masked import lower_masked_copy
+
+        assert isinstance(op.mask, Value)
+        plan = lower_masked_copy(src, dst, self.register_of(op.mask, op), self.gtid, op.src.type.dtype.bits,
+                                 (op.src.name, op.dst.name, op.mask.name))
+        if isinstance(plan, Rejection):
+            raise self.fail(op, plan)
+        self.reqs += plan.requirements
+        self.choices.append((op, plan.instruction))
+        return plan.instrs
+
     def copy_context(self, op: Copy, src: Any, dst: Any) -> CopyContext:
         """What the copy rules see of ``op`` (views, threads, arch, the instruction asked for)."""
         bar = self.mbar_ref(op.mbarrier, op.mbarrier_index, op) if op.mbarrier is not None else None
@@ -388,7 +404,8 @@ class _Lowering:
             return RegArray(self._reg_name(f"{op.src.root.name}_tmp"), dtype, count)
 
         return CopyContext(src, dst, self.gtid, self.gthreads, op.src.type.dtype.bits, self.arch,
-                           op.instruction, bar, self.elect[-1], (op.src.name, op.dst.name), scratch)
+                           op.instruction, bar, self.elect[-1], (op.src.name, op.dst.name), scratch,
+                           self.region_barrier if op.mask is None else None)
 
     def tma_desc(self, desc: TmaDesc) -> TmaDesc:
         """One tensor map per (tensor, box, dims, swizzle): reuse an equal one."""
