@@ -1,0 +1,175 @@
+"""``torch.compile(model, backend="hexlayout")``: the graph front end of the fusion layer.
+
+Found by torch through the ``torch_dynamo_backends`` entry point
+(``hexlayout = "hexlayout.fusion.backend:hexlayout_backend"`` in ``pyproject.toml``), so
+``torch.compile(..., backend="hexlayout")`` works without importing hexlayout first.
+
+``hexlayout_backend(gm, example_inputs, options=None, mode=None)``:
+
+1. a graph that needs gradients (grad mode on and an input - a parameter included - that
+   requires grad) goes to torch whole: hexlayout fuses for inference only;
+2. otherwise ``aot_autograd`` turns dynamo's graph into its aten inference graph (the op
+   names ``explain`` reports, e.g. ``aten.addmm.default``), ``partition`` groups every
+   anchor with its prologues and epilogues, and each group becomes one call of
+   ``torch.ops.hexlayout.fused_kernel`` (the fused hexlayout kernel; the group's own aten
+   ops in torch when the mechanism cannot fuse it, with the reason);
+3. the rest of the graph is torch's: compiled by inductor (default) or run eagerly with
+   ``options={"fallback": "eager"}``.
+
+Options (``torch.compile(..., options={...})``): ``"fallback"``: ``"inductor"`` (default) or
+``"eager"``; ``"on_plan"``: a callable given the ``GraphPlan`` of each compiled graph
+(``explain`` uses it). Sizes that dynamo marks dynamic stay symbolic in the specs, so one
+kernel serves every size.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from hexlayout.errors import HexlayoutError
+
+from .fused_op import FusedKernel, fused_kernel_op, register_kernel
+from .partition import Partition, op_name, partition
+from .plan import Fallback, GraphPlan
+
+__all__ = ["hexlayout_backend", "BackendOptionError", "FALLBACKS", "GRAD_REASON"]
+
+#: Where the ops hexlayout does not fuse run.
+FALLBACKS = ("inductor", "eager")
+GRAD_REASON = ("the graph needs gradients (grad mode is on and an input or parameter requires grad); "
+               "hexlayout fuses for inference only")
+
+
+class BackendOptionError(HexlayoutError, ValueError):
+    """An option of ``torch.compile(..., backend="hexlayout", options=...)`` is not valid."""
+
+
+def _options(options: dict[str, Any] | None) -> tuple[str, Callable[[GraphPlan], Any] | None]:
+    options = dict(options or {})
+    fallback = options.pop("fallback", "inductor")
+    on_plan = options.pop("on_plan", None)
+    if options:
+        raise BackendOptionError(f"hexlayout backend: unknown option(s) {', '.join(map(repr, options))}; "
+                                 "options: 'fallback' ('inductor' or 'eager'), 'on_plan' (a callable)")
+    if fallback not in FALLBACKS:
+        raise BackendOptionError(f"hexlayout backend: option 'fallback' must be 'inductor' or 'eager', "
+                                 f"not {fallback!r}")
+    if on_plan is not None and not callable(on_plan):
+        raise BackendOptionError(f"hexlayout backend: option 'on_plan' must be callable, not {on_plan!r}")
+    return fallback, on_plan
+
+
+def _needs_grad(example_inputs: list[Any]) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in example_inputs)
+
+
+def _torch_compiler(fallback: str, mode: str | None) -> Callable[[Any, list[Any]], Any]:
+    """Compile an aten graph (inside aot_autograd) with torch's ``fallback``."""
+    if fallback == "eager":
+        return lambda gm, inputs: gm
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    patches = list_mode_options(mode) if mode else {}
+
+    def inductor(gm: Any, inputs: list[Any]) -> Any:
+        import contextlib
+
+        import torch
+        from torch._guards import detect_fake_mode
+        from torch._inductor.decomposition import select_decomp_table
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        # inductor lowers its own decompositions of what is left (after the partition, so
+        # the fused groups were found on the plain aten graph)
+        fake = detect_fake_mode(inputs)
+        with fake if fake is not None else contextlib.nullcontext():
+            decomposed = make_fx(gm, decomposition_table=select_decomp_table())(*inputs)
+        with torch._inductor.config.patch(patches):
+            return compile_fx_inner(decomposed, inputs)
+    return inductor
+
+
+def rewrite(gm: Any, part: Partition) -> list[FusedKernel]:
+    """Replace each group of ``part`` in ``gm`` by a ``hexlayout.fused_kernel`` call (and
+    ``getitem`` s for its outputs); return the registered kernels."""
+    from torch.fx.passes.tools_common import legalize_graph
+
+    op = fused_kernel_op()
+    graph = gm.graph
+    kernels = []
+    replaced: dict[Any, Any] = {}          # an erased group output -> the getitem that replaced it
+    for g in part.groups:
+        k = FusedKernel(g)
+        key = register_kernel(k)
+        kernels.append(k)
+        members = set(g.nodes)
+        with graph.inserting_after(g.nodes[-1]):
+            inputs = [replaced.get(a, a) for a in g.inputs]
+            call = graph.call_function(op, (key, inputs[:g.n_tensors], inputs[g.n_tensors:]))
+        vals = []
+        last = call
+        for i, out in enumerate(g.outputs):
+            with graph.inserting_after(last):
+                item = graph.call_function(operator.getitem, (call, i))
+            v = out.meta.get("val")
+            if v is not None:
+                v = v.contiguous()
+                item.meta["val"] = v
+            vals.append(v)
+            out.replace_all_uses_with(item, delete_user_cb=lambda user, m=members: user not in m)
+            replaced[out] = item
+            last = item
+        call.meta["val"] = vals
+        for n in reversed(g.nodes):
+            graph.erase_node(n)
+    legalize_graph(gm)
+    graph.lint()
+    gm.recompile()
+    return kernels
+
+
+def _aten_fallbacks(reason: str, on_plan: Callable[[GraphPlan], Any] | None) -> Callable[..., Any]:
+    def record(gm: Any, inputs: list[Any]) -> Any:
+        if on_plan is not None:
+            on_plan(GraphPlan([], [Fallback(op_name(n.target), reason) for n in gm.graph.nodes
+                                   if n.op == "call_function" and op_name(n.target) != "getitem"]))
+        return gm
+    return record
+
+
+def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | None = None,
+                      mode: str | None = None) -> Any:
+    """The ``torch.compile`` backend (see the module docstring): fused hexlayout kernels
+    for the anchors of ``gm`` and their prologues / epilogues, torch for the rest."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    fallback, on_plan = _options(options)
+    if _needs_grad(example_inputs):
+        if fallback == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            if on_plan is not None:
+                on_plan(GraphPlan([], [Fallback(op_name(n.target), GRAD_REASON) for n in gm.graph.nodes
+                                       if n.op in ("call_function", "call_method", "call_module")]))
+            return compile_fx(gm, example_inputs)
+        record = _aten_fallbacks(GRAD_REASON, on_plan)
+        return aot_module_simplified(gm, example_inputs, fw_compiler=record,
+                                     bw_compiler=lambda g, _: g)
+    inner = _torch_compiler(fallback, mode)
+
+    def forward_compiler(aten_gm: Any, inputs: list[Any]) -> Any:
+        part = partition(aten_gm)
+        plan = GraphPlan([], [Fallback(op_name(n.target), why) for n, why in part.fallbacks])
+        if part.groups:
+            plan.kernels = rewrite(aten_gm, part)
+        if on_plan is not None:
+            on_plan(plan)
+        return inner(aten_gm, inputs)
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler)

@@ -1,0 +1,641 @@
+"""Partition an aten-level FX graph into fused hexlayout kernels and ops left to torch.
+
+The graph is the inference graph ``aot_autograd`` gives (aten ops after
+functionalization: ``nn.Linear`` is ``addmm(bias, view(x, [M, K]), t(w))``). Every
+**anchor** (``spec.ANCHORS``: ``mm``, ``addmm``, ``bmm``, ``linear``) becomes one kernel,
+in graph order:
+
+1. **prologue** of each anchor operand: walking back from the operand, a producer joins
+   when it is injective (elementwise, cast, view / permute / transpose, broadcast) and all
+   of its users are already in that prologue (a value used elsewhere is read from memory,
+   not recomputed);
+2. **epilogue**: walking forward in graph order, a consumer joins when it is bijective on
+   what it reads from the kernel (elementwise without broadcasting the kernel's value up,
+   cast, view / permute, a column slice of ``split`` / ``chunk``) and every other input does
+   not depend on the kernel (so the kernel can run before it). Kernel values used outside
+   the kernel (or returned by the graph) are the kernel's outputs.
+
+Such a group is convex (no path leaves it and comes back), so replacing it by one call
+keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
+reason; attention (``scaled_dot_product_attention`` in its aten forms) is recognized as an
+anchor that the fusion mechanism does not schedule yet.
+
+Specs are shape-free: constant sizes stay constants, and a view whose size has one
+symbolic dimension (dynamic shapes) writes ``-1`` for it, so one spec (and one kernel
+build) serves every sequence length.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .aten import CASTS, dtype_name
+from .aten import ELEMENTWISE as _MATH
+from .aten import VIEWS as _ATEN_VIEWS
+from .spec import ANCHORS, Epilogue, FusedSpec, Node, Prologue
+
+__all__ = ["partition", "Partition", "Group", "Step", "ATTENTION", "ELEMENTWISE", "VIEWS", "op_name"]
+
+#: Attention in its aten forms (after decomposition of ``F.scaled_dot_product_attention``).
+ATTENTION = frozenset({
+    "aten.scaled_dot_product_attention.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_cudnn_attention.default",
+})
+
+#: Elementwise ops and casts that the mechanism can fuse (``aten.ELEMENTWISE``, ``aten.CASTS``):
+#: injective as prologues; bijective as epilogues when the kernel's value is not broadcast up.
+ELEMENTWISE = frozenset(_MATH) | frozenset(CASTS)
+#: Reshapes and permutations (bijective).
+VIEWS = frozenset(_ATEN_VIEWS) - {"aten.expand.default"}
+_RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
+#: Ops whose result is a view of their first argument, besides ``VIEWS``.
+_ALIASES = frozenset({"aten.alias.default", "aten.detach.default", "aten.expand.default", "aten.slice.Tensor",
+                      "getitem", "aten.split.Tensor", "aten.split_with_sizes.default"})
+#: Broadcasts: injective, so prologue only.
+_BROADCASTS = frozenset({"aten.expand.default"})
+#: Splits of the kernel's output (epilogue only), read through ``getitem``.
+_SPLITS = frozenset({"aten.split.Tensor", "aten.split_with_sizes.default"})
+_REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "var", "std", "prod", "argmax", "argmin",
+               "logsumexp", "_softmax", "_log_softmax", "cumsum", "norm", "linalg_vector_norm")
+
+
+def op_name(target: Any) -> str:
+    """The op's name as FX prints it (``aten.addmm.default``)."""
+    if target is operator.getitem:
+        return "getitem"
+    if hasattr(target, "_schema"):
+        return str(target)
+    return getattr(target, "__qualname__", str(target))
+
+
+def rows(t: Any) -> Any:
+    """``t`` as ``rows x columns``: its leading dimensions flattened."""
+    return t.reshape(-1, t.shape[-1])
+
+
+def row(t: Any) -> Any:
+    """``t`` (leading dimensions of size 1) as one row."""
+    return t.reshape(1, t.shape[-1])
+
+
+class _NotFusible(Exception):
+    """An argument a spec cannot express (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a group as the torch fallback runs it: ``target(*args, **kwargs)`` with
+    ``Slot`` references (``("slot", k)``) to the group's inputs and earlier steps."""
+
+    target: Any
+    args: tuple
+    kwargs: dict
+
+
+@dataclass
+class Group:
+    """One fused kernel: the spec, the FX nodes it replaces and how to call it."""
+
+    spec: FusedSpec
+    anchor: Any                       # the anchor fx.Node
+    nodes: list                       # every fx.Node of the group, in graph order
+    inputs: list                      # external fx.Nodes (tensors first, then symbolic ints)
+    n_tensors: int                    # how many of ``inputs`` are tensors
+    outputs: list                     # fx.Nodes whose values the kernel returns
+    anchor_args: list                 # per anchor argument: index into ``kernel_inputs`` or None
+    extra_inputs: list                # per spec ("input", i): index into ``kernel_inputs``
+    kernel_inputs: list               # (index into ``inputs``, host views: ((target, args), ...))
+    out_shapes: list                  # per output: its sizes (-1: the symbolic one), or None
+    ops: tuple = ()                   # (anchor op, prologue ops, epilogue ops) of the graph
+    clone_outputs: list = field(default_factory=list)   # per output: it views an earlier output
+    steps: list = field(default_factory=list)   # the torch fallback program
+    out_slots: list = field(default_factory=list)
+
+
+@dataclass
+class Partition:
+    """The fused groups and the ops left to torch (``(fx.Node, reason)``)."""
+
+    groups: list
+    fallbacks: list
+
+
+def _val(n: Any) -> Any:
+    return n.meta.get("val") if hasattr(n, "meta") else None
+
+
+def _is_tensor(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+def _computes_tensor(n: Any) -> bool:
+    v = _val(n)
+    if _is_tensor(v):
+        return True
+    return isinstance(v, (list, tuple)) and any(_is_tensor(x) for x in v)
+
+
+def _static_int(x: Any) -> int | None:
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    try:
+        import torch
+
+        if isinstance(x, torch.SymInt) and x.node.is_constant():
+            return int(x.node.maybe_as_int())
+    except Exception:  # pragma: no cover - symbolic internals vary across torch versions
+        return None
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two sizes are equal for every value of their symbols."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    try:
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return bool(statically_known_true(a == b))
+    except Exception:  # pragma: no cover - symbolic internals vary across torch versions
+        return False
+
+
+def _shape(n: Any) -> tuple:
+    return tuple(_val(n).shape)
+
+
+def _arg_nodes(n: Any) -> list:
+    from torch.fx import Node as FxNode
+    from torch.fx.node import map_arg
+
+    out: list = []
+    map_arg((n.args, n.kwargs), lambda a: out.append(a) if isinstance(a, FxNode) else None)
+    return out
+
+
+def _kind_reason(op: str) -> str:
+    if op in ATTENTION:
+        return (f"attention anchor: hexlayout's fusion mechanism schedules {', '.join(ANCHORS)}, "
+                "not attention yet")
+    base = op.split(".")[1] if op.startswith("aten.") else op
+    if base in _REDUCTIONS:
+        return "a reduction: neither an injective prologue nor a bijective epilogue of an anchor"
+    return "not an anchor and not a fusible op (elementwise, cast, view/permute, split)"
+
+
+class _Partitioner:
+    def __init__(self, gm: Any) -> None:
+        self.gm = gm
+        self.nodes = list(gm.graph.nodes)
+        self.order = {n: i for i, n in enumerate(self.nodes)}
+        self.claimed: dict[Any, Any] = {}      # fx.Node -> anchor fx.Node
+        self.flat = False                      # whether the current anchor is 2-D
+        self.why: dict[Any, str] = {}          # fx.Node -> why it was not fused
+
+    # --- op classes -----------------------------------------------------------------------------
+    def _op(self, n: Any) -> str:
+        return op_name(n.target) if n.op == "call_function" else n.op
+
+    def _expressible(self, n: Any) -> bool:
+        """Whether a spec can hold ``n``'s arguments (else the reason is kept)."""
+        reshape = self._op(n) in _RESHAPES
+        for a in [*n.args, *n.kwargs.values()]:
+            try:
+                if hasattr(a, "op"):
+                    if not _is_tensor(_val(a)):
+                        raise _NotFusible(f"{self._op(n)} ({n.name}) reads the symbolic value {a.name}")
+                elif not isinstance(a, __import__("torch").memory_format):
+                    self._const(a, n, reshape=reshape)
+            except _NotFusible as e:
+                self.why.setdefault(n, f"not expressible in a fused kernel: {e}")
+                return False
+        return True
+
+    def _leading_view(self, n: Any) -> bool:
+        """A reshape that only regroups the leading dimensions (``[B, S, N] <-> [B*S, N]``) in a
+        kernel whose anchor is 2-D: free in the kernel's ``rows x columns`` frame."""
+        if not self.flat or self._op(n) not in _RESHAPES or not hasattr(n.args[0], "op"):
+            return False
+        src, out = _shape(n.args[0]), _shape(n)
+        return len(src) >= 2 and len(out) >= 2 and _same(src[-1], out[-1])
+
+    def _frame_ok(self, n: Any) -> bool:
+        """An elementwise op of rank > 2 in a 2-D kernel: every tensor it reads is either
+        broadcast along all leading dimensions or along none (so it is the same op in the
+        flattened ``rows x columns`` frame)."""
+        if not self.flat or self._op(n) not in ELEMENTWISE:
+            return True
+        lead = _shape(n)[:-1]
+        if len(lead) < 2:
+            return True
+        for a in _arg_nodes(n):
+            s = _shape(a) if _is_tensor(_val(a)) else ()
+            if len(s) <= 1 or all(_same(x, 1) for x in s[:-1]):
+                continue
+            if len(s) == len(lead) + 1 and all(_same(x, y) for x, y in zip(s[:-1], lead)):
+                continue
+            self.why.setdefault(n, f"broadcasts {a.name} {list(s)} along some of the leading dimensions "
+                                   f"of {list(_shape(n))} only (not expressible in the kernel's 2-D frame)")
+            return False
+        return True
+
+    def _prologue_ok(self, n: Any) -> bool:
+        op = self._op(n)
+        return n.op == "call_function" and (op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS) \
+            and _is_tensor(_val(n)) and self._expressible(n) and self._frame_ok(n)
+
+    def _epilogue_ok(self, n: Any, group: set, viewed: set) -> bool:
+        op = self._op(n)
+        if n.op != "call_function":
+            return False
+        if op == "getitem":
+            src = n.args[0]
+            return src in group and self._op(src) in _SPLITS
+        if op in VIEWS and self._expressible(n):
+            return True
+        if any(a in viewed for a in _arg_nodes(n)):
+            self.why.setdefault(n, "reads a permuted / reshaped output of the kernel (views end a "
+                                   "kernel's output)")
+            return False
+        if op in _SPLITS:
+            src = _shape(n.args[0])
+            dim = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)
+            if dim % len(src) != len(src) - 1:
+                self.why.setdefault(n, "splits the kernel's output along a dimension other than the last")
+                return False
+            return True
+        if not _is_tensor(_val(n)) or not self._expressible(n) or not self._frame_ok(n):
+            return False
+        if op in ELEMENTWISE:
+            out = _val(n)
+            for a in _arg_nodes(n):
+                if a in group and _is_tensor(_val(a)) and _val(a).numel() != out.numel():
+                    self.why.setdefault(n, "broadcasts the kernel's output up (not bijective)")
+                    return False
+            return True
+        return False
+
+    # --- the walk -------------------------------------------------------------------------------
+    def run(self) -> Partition:
+        groups = []
+        for n in self.nodes:
+            if n.op == "call_function" and self._op(n) in ANCHORS and n not in self.claimed:
+                if not _is_tensor(_val(n)):
+                    self.why[n] = "its value is not a tensor"
+                    continue
+                g = self._group(n)
+                if g is not None:
+                    groups.append(g)
+        fallbacks = []
+        for n in self.nodes:
+            if n.op != "call_function" or n in self.claimed or not _computes_tensor(n):
+                continue
+            op = self._op(n)
+            if op == "getitem":
+                continue
+            if op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or op in _SPLITS:
+                reason = self.why.get(n, "no anchor kernel to fuse into: it neither produces an anchor's "
+                                         "operand alone nor consumes an anchor's output")
+            else:
+                reason = self.why.get(n, _kind_reason(op))
+            fallbacks.append((n, reason))
+        return Partition(groups, fallbacks)
+
+    def _prologue(self, anchor: Any, operand: Any) -> list:
+        """The producers of ``operand`` that join its prologue (graph order)."""
+        if operand in self.claimed or not self._prologue_ok(operand):
+            return []
+        if any(u is not anchor for u in operand.users) or \
+                sum(1 for a in anchor.args if a is operand) != 1:
+            self.why.setdefault(operand, "its result is also used outside the kernel it would be a "
+                                         "prologue of (not recomputed)")
+            return []
+        taken = {operand}
+        work = [a for a in _arg_nodes(operand)]
+        while work:
+            work.sort(key=self.order.__getitem__)
+            p = work.pop()              # latest first: its users are decided before it
+            if p in taken or p in self.claimed or not self._prologue_ok(p):
+                continue
+            if all(u in taken for u in p.users):
+                taken.add(p)
+                work.extend(a for a in _arg_nodes(p) if a not in taken)
+            elif any(u in taken for u in p.users):
+                self.why.setdefault(p, "its result is also used outside the kernel it would be a "
+                                       "prologue of (not recomputed)")
+        return sorted(taken, key=self.order.__getitem__)
+
+    def _epilogue(self, anchor: Any) -> list:
+        group = {anchor}
+        depends = {anchor}              # nodes that depend on the group
+        viewed: set = set()             # group values after a permute / a non-leading reshape
+        taken = []
+        for n in self.nodes[self.order[anchor] + 1:]:
+            deps = _arg_nodes(n)
+            if not any(d in depends for d in deps):
+                continue
+            outside = [d for d in deps if d in depends and d not in group]
+            if not outside and n not in self.claimed and self._epilogue_ok(n, group, viewed):
+                group.add(n)
+                taken.append(n)
+                if (self._op(n) in VIEWS and not self._leading_view(n)) or \
+                        any(a in viewed for a in _arg_nodes(n)):
+                    viewed.add(n)
+            elif outside and n.op == "call_function" and self._op(n) in ELEMENTWISE | VIEWS:
+                self.why.setdefault(n, f"reads the output of {self._op(anchor)} ({anchor.name}) through "
+                                       f"{self._op(outside[0])} ({outside[0].name}), which is not fused "
+                                       "into that kernel")
+            depends.add(n)
+        return taken
+
+    def _group(self, anchor: Any) -> Group | None:
+        self.flat = len(_shape(anchor)) == 2
+        prologues: dict[int, list] = {}
+        for i, a in enumerate(anchor.args):
+            if hasattr(a, "op"):
+                nodes = self._prologue(anchor, a)
+                if nodes:
+                    prologues[i] = nodes
+        for nodes in prologues.values():
+            for p in nodes:
+                self.claimed[p] = anchor
+        self.claimed[anchor] = anchor
+        epi = self._epilogue(anchor)
+        for e in epi:
+            self.claimed[e] = anchor
+        try:
+            return self._build(anchor, prologues, epi)
+        except _NotFusible as e:
+            for nodes in (*prologues.values(), epi, [anchor]):
+                for n in nodes:
+                    self.claimed.pop(n, None)
+                    self.why[n] = f"not expressible in a fused kernel: {e}"
+            return None
+
+    # --- spec -----------------------------------------------------------------------------------
+    def _build(self, anchor: Any, prologues: dict[int, list], epi: list) -> Group:
+        members = {anchor, *epi, *(p for ps in prologues.values() for p in ps)}
+        kin: list = []                  # kernel inputs: (fx.Node, host steps) pairs
+        extra: list = []                # spec ("input", i) -> index into ``kin``
+
+        def kernel_input(a: Any, steps: tuple) -> int:
+            if not _is_tensor(_val(a)):
+                raise _NotFusible(f"{a.name} is a symbolic value, not a tensor")
+            if (a, steps) not in kin:
+                kin.append((a, steps))
+            return kin.index((a, steps))
+
+        def extra_ref(a: Any, steps: tuple) -> tuple:
+            k = kernel_input(a, steps)
+            if k not in extra:
+                extra.append(k)
+            return ("input", extra.index(k))
+
+        # the operands: a prologue's spec nodes, or an input (with the views the host applies)
+        operands: dict[int, Any] = {}       # anchor argument -> ("spec", nodes, out) | ("ext", node, steps)
+        for i, a in enumerate(anchor.args):
+            if i in prologues:
+                refs: dict[Any, tuple] = {}
+                spec_nodes: list[Node] = []
+                self._lower(prologues[i], refs, set(), spec_nodes, extra_ref)
+                r = refs[a]
+                operands[i] = ("spec", spec_nodes, r[1]) if r[0] == "node" else r
+            elif hasattr(a, "op"):
+                operands[i] = ("ext", a, ())
+            else:
+                raise _NotFusible(f"anchor argument {i} is {a!r}, not a tensor")
+        anchor_op = op_name(anchor.target)
+        anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in anchor.kwargs.items()))
+        spec_anchor, order = anchor_op, list(range(len(anchor.args)))
+        b_i = {"aten.addmm.default": 2, "aten.mm.default": 1}.get(anchor_op)
+        if b_i is not None and not anchor_kwargs and self._untranspose(operands, b_i):
+            # x @ w.t() (+ bias): nn.Linear; the mechanism reads w (N x K) as it is
+            spec_anchor, order = "aten.linear.default", ([1, 2, 0] if b_i == 2 else [0, 1])
+        prologue_specs, anchor_args = [], []
+        for pos, i in enumerate(order):
+            o = operands[i]
+            if o[0] == "spec":
+                prologue_specs.append(Prologue(pos, tuple(o[1]), o[2]))
+                anchor_args.append(None)
+            else:
+                anchor_args.append(kernel_input(o[1], o[2]))
+
+        refs = {anchor: ("anchor",)}
+        flat: set = set()
+        epi_nodes: list[Node] = []
+        self._lower(epi, refs, flat, epi_nodes, extra_ref)
+        outputs = [n for n in [anchor, *epi] if self._op(n) not in _SPLITS
+                   and any(u not in members for u in n.users)]
+        if not outputs:
+            raise _NotFusible("the kernel's values are not used")
+        if any(refs[o][0] == "ext" for o in outputs):
+            raise _NotFusible("an output is a view of an input")
+        out_shapes = [self._sizes(o, strict=False) for o in outputs]
+        bases = [self._base(o) for o in outputs]
+        shared = [b in bases[:i] for i, b in enumerate(bases)]
+        spec = FusedSpec(spec_anchor, tuple(prologue_specs),
+                         Epilogue(tuple(epi_nodes), tuple(refs[o] for o in outputs)),
+                         anchor_kwargs=anchor_kwargs)
+        spec = FusedSpec(spec.anchor, spec.prologues, spec.epilogue, spec.display_name(), anchor_kwargs)
+
+        # the torch fallback: every member in graph order, reading the external inputs
+        ordered = sorted(members, key=self.order.__getitem__)
+        ext: list = []
+        for n in ordered:
+            for a in _arg_nodes(n):
+                if a not in members and a not in ext:
+                    ext.append(a)
+        tensors = [a for a in ext if _is_tensor(_val(a))]
+        new_inputs = tensors + [a for a in ext if not _is_tensor(_val(a))]
+        group = Group(spec, anchor, ordered, new_inputs, len(tensors), outputs,
+                      anchor_args, list(extra), [(new_inputs.index(a), st) for a, st in kin],
+                      out_shapes)
+        group.clone_outputs = shared
+        group.ops = (anchor_op, [self._op(n) for ps in prologues.values() for n in ps],
+                     [self._op(n) for n in epi if self._op(n) != "getitem"])
+        slots = {a: ("slot", i) for i, a in enumerate(new_inputs)}
+        from torch.fx.node import map_arg
+
+        for n in ordered:
+            args = map_arg(n.args, slots.__getitem__)
+            kwargs = map_arg(n.kwargs, slots.__getitem__)
+            group.steps.append(Step(n.target, args, dict(kwargs)))
+            slots[n] = ("slot", len(new_inputs) + len(group.steps) - 1)
+        group.out_slots = [slots[o][1] for o in outputs]
+        return group
+
+    @staticmethod
+    def _untranspose(operands: dict[int, Any], b_i: int) -> bool:
+        """If operand ``b_i`` ends in a 2-D transpose, drop it (in place) and say so."""
+        def is_t(name: str, args: tuple) -> bool:
+            if name == "aten.t.default":
+                return True
+            if name == "aten.transpose.int":
+                return {a % 2 for a in args} == {0, 1}
+            return name == "aten.permute.default" and tuple(args[0]) == (1, 0)
+
+        o = operands[b_i]
+        if o[0] == "ext":
+            if o[2] and is_t(op_name(o[2][-1][0]), o[2][-1][1]):
+                operands[b_i] = ("ext", o[1], o[2][:-1])
+                return True
+            return False
+        nodes, out = o[1], o[2]
+        last = nodes[out]
+        if out == len(nodes) - 1 and is_t(last.op, tuple(a[1] for a in last.args[1:])) \
+                and last.args[0][0] == "node":
+            operands[b_i] = ("spec", nodes[:-1], last.args[0][1])
+            return True
+        return False
+
+    def _to_frame(self, n: Any, a: Any, steps: tuple) -> tuple:
+        """The host views of input ``a`` of ``n``, and for an elementwise op of logical rank
+        > 2 in a 2-D kernel its flattening into the ``rows x columns`` frame."""
+        if not self.flat or self._op(n) not in ELEMENTWISE or len(_shape(n)) <= 2:
+            return steps
+        s = _shape(a)
+        if len(s) <= 1:
+            return steps
+        return steps + ((row if all(_same(x, 1) for x in s[:-1]) else rows, ()),)
+
+    def _sizes(self, n: Any, *, strict: bool = True) -> tuple | None:
+        """``n``'s sizes with ``-1`` for its one symbolic size (None, or an error when
+        ``strict``, if it has more)."""
+        sizes = [_static_int(x) for x in _shape(n)]
+        if sum(x is None for x in sizes) > 1:
+            if strict:
+                raise _NotFusible(f"{n.name} has more than one symbolic size")
+            return None
+        return tuple(-1 if x is None else x for x in sizes)
+
+    def _base(self, n: Any) -> Any:
+        """The value ``n`` is a view of (``n`` itself when it is not a view)."""
+        while self._op(n) in VIEWS or self._op(n) in _ALIASES:
+            n = n.args[0]
+        return n
+
+    def _host_step(self, n: Any) -> tuple:
+        """A view of an input as the host applies it: ``(target, constant args)``."""
+        reshape = self._op(n) in _RESHAPES
+        return (n.target, tuple(self._const(a, n, reshape=reshape)[1] for a in n.args[1:]))
+
+    def _lower(self, nodes: list, refs: dict, flat: set, out: list, extra_ref: Any) -> None:
+        """Spec nodes of ``nodes`` (graph order) appended to ``out``; ``refs`` maps each to its
+        reference. Views of an input are the host's (``("ext", input, steps)``, resolved
+        where read); in a 2-D kernel a leading reshape of a computed value is free (it keeps
+        the ``rows x columns`` frame; ``flat`` holds the values whose logical rank is > 2)."""
+        for n in nodes:
+            op = self._op(n)
+            if op in _SPLITS:
+                continue                        # its parts are the getitems' slices
+            src = n.args[0] if n.args else None
+            if (op in VIEWS or op in _BROADCASTS) and hasattr(src, "op") and \
+                    (src not in refs or refs[src][0] == "ext"):
+                base, steps = (src, ()) if src not in refs else refs[src][1:]
+                refs[n] = ("ext", base, steps + (self._host_step(n),))
+                continue
+            if self._leading_view(n):
+                refs[n] = refs[src]
+                if len(_shape(n)) > 2:
+                    flat.add(n)
+                else:
+                    flat.discard(n)
+                continue
+            if op == "getitem":
+                node = self._slice_of(n, refs, flat)
+                if n.args[0].args[0] in flat:
+                    flat.add(n)
+            else:
+                node = self._spec_node(n, refs, flat, out, extra_ref)
+                if op in ELEMENTWISE and len(_shape(n)) > 2 and self.flat:
+                    flat.add(n)
+            out.append(node)
+            refs[n] = ("node", len(out) - 1)
+
+    def _const(self, v: Any, n: Any, *, reshape: bool = False) -> tuple:
+        import torch
+
+        if v is None or isinstance(v, (bool, str)):
+            return ("const", v)
+        if isinstance(v, numbers.Number):
+            return ("const", v)
+        if isinstance(v, torch.dtype):
+            return ("const", dtype_name(v))
+        if isinstance(v, (list, tuple)):
+            ints = [_static_int(x) for x in v]
+            if all(x is not None for x in ints):
+                return ("const", tuple(ints))
+            if reshape and sum(x is None for x in ints) == 1:
+                return ("const", tuple(-1 if x is None else x for x in ints))
+            raise _NotFusible(f"{self._op(n)} ({n.name}) has symbolic sizes {list(v)}")
+        raise _NotFusible(f"{self._op(n)} ({n.name}) has an argument {v!r} a fused kernel cannot hold")
+
+    def _spec_node(self, n: Any, refs: dict, flat: set, out: list, extra_ref: Any) -> Node:
+        import torch
+
+        op = self._op(n)
+        reshape = op in _RESHAPES
+        elementwise = op in ELEMENTWISE
+
+        def conv(a: Any) -> tuple:
+            if not hasattr(a, "op"):
+                return self._const(a, n, reshape=reshape)
+            r = refs.get(a)
+            if r is None:
+                return extra_ref(a, self._to_frame(n, a, ()))
+            if r[0] == "ext":                    # a view of an input: the host's
+                return extra_ref(r[1], self._to_frame(n, a, r[2]))
+            if a in flat and not elementwise:   # a view of a flattened value sees its logical sizes
+                out.append(Node("aten.view.default", (r, ("const", self._sizes(a)))))
+                r = ("node", len(out) - 1)
+            return r
+
+        args = tuple(conv(a) for a in n.args)
+        kwargs = []
+        for k, v in sorted(n.kwargs.items()):
+            if op == "aten.clone.default" and k == "memory_format":
+                continue                        # values are the same in any memory format
+            if op in CASTS and k in ("layout", "device", "pin_memory", "memory_format"):
+                if k == "device" and v is not None and _val(n).device != _val(n.args[0]).device:
+                    raise _NotFusible(f"{n.name} moves a tensor to {v}")
+                continue
+            if isinstance(v, torch.memory_format):
+                raise _NotFusible(f"{op} ({n.name}) asks for memory format {v}")
+            kwargs.append((k, conv(v) if hasattr(v, "op") else conv(v)[1]))
+        return Node(op, args, tuple(kwargs))
+
+    def _slice_of(self, getitem: Any, refs: dict, flat: set) -> Node:
+        split, k = getitem.args
+        src = split.args[0]
+        shape = _shape(src)
+        dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+        dim = dim % len(shape)
+        size = _static_int(shape[dim])
+        if self._op(split) == "aten.split.Tensor":
+            step = _static_int(split.args[1])
+            if step is None or size is None:
+                raise _NotFusible(f"{split.name} splits a symbolic size")
+            start, end = k * step, min((k + 1) * step, size)
+        else:
+            sizes = [_static_int(x) for x in split.args[1]]
+            if any(x is None for x in sizes):
+                raise _NotFusible(f"{split.name} splits into symbolic sizes")
+            start, end = sum(sizes[:k]), sum(sizes[:k + 1])
+        if src in flat:
+            dim = 1                              # the last dimension of the 2-D frame
+        return Node("aten.slice.Tensor", (refs[src], ("const", dim), ("const", start), ("const", end)))
+
+
+def partition(gm: Any) -> Partition:
+    """Partition ``gm`` (an aten-level ``torch.fx.GraphModule`` whose nodes carry
+    ``meta["val"]``): the fused groups and the ops left to torch with their reasons."""
+    return _Partitioner(gm).run()
+

@@ -1,0 +1,93 @@
+"""What the graph front end did with a model: ``FusionPlan`` (fused kernels and the ops
+left to torch, with reasons), built from the plans of each compiled graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FusionPlan", "KernelPlan", "Fallback", "GraphPlan"]
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """One fused hexlayout kernel: its ``name``, its ``anchor`` (the graph's aten op as FX
+    prints it, e.g. ``aten.addmm.default``), and the graph's aten ops fused into it as
+    ``prologue`` (operand by operand) and ``epilogue`` (in order) - views of inputs among
+    them are applied by the host, for free. ``spec`` is what the fusion mechanism runs
+    (``nn.Linear``'s ``addmm(bias, x, w.t())`` is the spec anchor ``aten.linear.default``
+    reading ``w`` as it is); launch records (``hexlayout.runtime.launch_log``) name the
+    spec's ops."""
+
+    name: str
+    anchor: str
+    prologue: list[str]
+    epilogue: list[str]
+    spec: Any = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return (f"kernel {self.name}: anchor {self.anchor}; prologue [{', '.join(self.prologue)}]; "
+                f"epilogue [{', '.join(self.epilogue)}]")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """One op left to torch (``op``: aten name) and why (``reason``)."""
+
+    op: str
+    reason: str
+
+    def __str__(self) -> str:
+        reason = self.reason if len(self.reason) <= 300 else self.reason[:297] + "..."
+        return f"torch {self.op}: {reason}"
+
+
+@dataclass
+class FusionPlan:
+    """``kernels``: the fused hexlayout kernels; ``fallbacks``: every op left to torch with
+    its reason. ``str(plan)`` lists both."""
+
+    kernels: list[KernelPlan] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"FusionPlan: {len(self.kernels)} fused kernel(s), "
+                 f"{len(self.fallbacks)} op(s) left to torch"]
+        lines += [f"  {k}" for k in self.kernels]
+        lines += [f"  {f}" for f in self.fallbacks]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+@dataclass
+class GraphPlan:
+    """The plan of one compiled FX graph: its fused kernels (``FusedKernel`` objects, whose
+    run-time fallbacks are read when the plan is resolved) and its static fallbacks."""
+
+    kernels: list[Any] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
+
+    def resolve(self) -> FusionPlan:
+        """The plan as it stands: a kernel whose latest call fell back to torch is listed
+        as its aten ops left to torch with that reason."""
+        plan = FusionPlan([], list(self.fallbacks))
+        for k in self.kernels:
+            reason = k.fallback_reason()
+            anchor, prologue, epilogue = k.ops
+            if reason is None:
+                plan.kernels.append(KernelPlan(k.spec.name, anchor, list(prologue), list(epilogue), k.spec))
+            else:
+                why = f"hexlayout could not fuse kernel {k.spec.name}: {reason}"
+                plan.fallbacks += [Fallback(op, why) for op in [*prologue, anchor, *epilogue]]
+        return plan
+
+    @staticmethod
+    def merge(plans: list[GraphPlan]) -> FusionPlan:
+        """One ``FusionPlan`` of several graphs' plans, in compile order."""
+        out = FusionPlan()
+        for p in plans:
+            r = p.resolve()
+            out.kernels += r.kernels
+            out.fallbacks += r.fallbacks
+        return out
