@@ -123,19 +123,30 @@ def _is_rowmajor(t: Any) -> bool:
             and (t.stride(0) == t.shape[1] or t.shape[0] <= 1))
 
 
+_ARCHS: dict[Any, str] = {}
+
+
 def _arch_of(device: Any) -> str:
+    """The hexlayout target of ``device`` (CUDA: by compute capability, cached; CPU: the
+    emulated architecture, ``HEXLAYOUT_EMULATE_ARCH`` or sm_80)."""
     if device.type == "cuda":
+        hit = _ARCHS.get(device)
+        if hit is not None:
+            return hit
         import torch
 
         major, minor = torch.cuda.get_device_capability(device)
-        if major == 9:
-            return "sm_90a"
-        if (major, minor) == (8, 9):
-            return "sm_89"
-        if major == 8:
-            return "sm_80"
-        raise FusionUnsupported(f"compute capability {major}.{minor} has no hexlayout GEMM (sm_80-sm_90a)")
-    return os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
+        arch = {(9, 0): "sm_90a", (8, 9): "sm_89"}.get((major, minor), "sm_80" if major == 8 else None)
+        if arch is None:
+            raise FusionUnsupported(f"compute capability {major}.{minor} has no hexlayout GEMM "
+                                    "(sm_80-sm_89, sm_90a)")
+        _ARCHS[device] = arch
+        return arch
+    arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
+    if arch not in ("sm_80", "sm_89", "sm_90a"):
+        raise FusionUnsupported(f"HEXLAYOUT_EMULATE_ARCH={arch!r} is not a GEMM architecture (sm_80, sm_89, "
+                                "sm_90a)")
+    return arch
 
 
 def _trailing_views(nodes: tuple[Node, ...], ref: tuple) -> tuple[tuple, list[Node]]:

@@ -196,6 +196,8 @@ def _global_view(p: Printer, op: GlobalView) -> OpText:
     s = f"{p.val(op.result)} = view %{op.param.name}[{org}] extent ({ext})"
     if op.gather is not None:
         s += f" rows %{op.gather.name}"
+    if op.index_map is not None:
+        s += f" gather {op.index_map.text([v.name for v in op.indices])}"
     return s
 
 

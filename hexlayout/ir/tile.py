@@ -207,7 +207,11 @@ class ScalarParam:
 
 @dataclass(eq=False)
 class GlobalView(Op):
-    INPUTS = ("gather",)
+    """A window of global tensor ``param`` (see the module docstring). Gathered views
+    (``hexlayout.ir.gather``): ``indices`` are integer index tiles and ``index_map`` says,
+    per tensor mode, how its coordinate is formed from the tile coordinate and them."""
+
+    INPUTS = ("gather", "indices")
     OUTPUTS = ("result",)
 
     result: Value
@@ -215,6 +219,8 @@ class GlobalView(Op):
     origin: tuple[ExprLike, ...]
     extent: tuple[ExprLike, ...]
     gather: Value | None = None
+    indices: tuple[Value, ...] = ()
+    index_map: Any = None
 
 
 @dataclass(eq=False)

@@ -32,8 +32,9 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 i4 u4 i8 u8 i32 u32 i64 b16 bool_``.
 - launch (``launch``): ``grid``, ``spatial``, ``repeat``, ``cdiv``, ``thread_index``,
   ``warp_index``, ``lane_index``, ``warp_group_index``.
-- tiles (``memory``, ``views``, ``tensor``): ``view`` (global windows with ragged-edge
-  extents, gathered rows), ``shared``, ``register``, ``auto`` (layout hints); slicing
+- tiles (``memory``, ``views``, ``tensor``, ``indirect``): ``view`` (global windows with ragged-edge
+  extents, gathered rows), ``load`` and ``a[i, j]`` (scalars from global memory), ``a[idx, :]``
+  (gathers through index tiles), ``shared``, ``register``, ``auto`` (layout hints); slicing
   ``x[:, :, s]``, ``x.tile(shape, origin)``, ``x.T``, ``x.permute``.
 - operations (``ops``, ``math``): ``copy``, ``mma``, ``cast``, ``fill``, ``full``,
   ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
@@ -80,6 +81,7 @@ from .dtypes import (
     u32,
 )
 from .errors import KernelError
+from .indirect import load
 from .kernel import Kernel, kernel
 from .launch import cdiv, grid, lane_index, repeat, spatial, thread_index, warp_group_index, warp_index
 from .layouts import auto
@@ -121,7 +123,7 @@ __all__ = [
     "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "i4", "u4", "i8", "u8", "i32", "u32", "i64", "s8",
     "s32", "s64", "b16", "bool_",
     "grid", "spatial", "repeat", "cdiv", "thread_index", "warp_index", "lane_index", "warp_group_index",
-    "view", "shared", "register", "auto", "Layout", "Swizzle", "ComposedLayout", "composition",
+    "view", "shared", "register", "load", "auto", "Layout", "Swizzle", "ComposedLayout", "composition",
     "make_layout_tv",
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
     "iota", "assign",

@@ -11,9 +11,11 @@ to the tile: a ``Layout(tile, stride)`` when every stride is static; otherwise `
 and the strides are the (symbolic) ``GlobalParam.stride``.
 
 Gathered rows: ``hl.view(a, tile, origin=(None, k0), rows=idx)`` reads mode 0 through a
-row-index tile ``idx`` (integer, shape ``(tile[0],)`` or ``(tile[0], 1)``): tile row ``i``
-is tensor row ``idx[i]``. ``valid_rows`` (default ``tile[0]``) bounds mode 0's extent.
-Its layout is ``None`` (not affine).
+row-index tile ``idx`` (integer, shape ``(tile[0],)`` or ``(tile[0], 1)``; a global view of
+an index tensor or a register tile computed in registers): tile row ``i`` is tensor row
+``idx[i]``. ``valid_rows`` (default ``tile[0]``) bounds mode 0's extent. Its layout is
+``None`` (not affine). It is the gathered view ``a[idx, k0:k0+tile[1]]`` (``hexlayout.lang.indirect``,
+gathers along any mode).
 
 ``hl.shared(dtype, shape, layout=hl.auto)`` / ``hl.register(...)``: a new buffer
 (``Alloc``); ``layout`` is ``hl.auto`` (with hints), or explicit (see ``layouts``).
@@ -25,7 +27,8 @@ from typing import Any
 
 from hexlayout.arch.dtypes import DType
 from hexlayout.ir.expr import ExprLike, emin
-from hexlayout.ir.tile import Alloc, GlobalView
+from hexlayout.ir.gather import IndexMap, ModeIndex
+from hexlayout.ir.tile import Alloc, GlobalView, Value
 from hexlayout.ir.types import Scope, TileType
 from hexlayout.layout import Layout
 
@@ -137,7 +140,13 @@ def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None 
         layout = Layout(shape, tuple(strides))  # type: ignore[arg-type]
     ty = TileType(a.dtype, shape, Scope.GLOBAL, layout)
     v = ctx.new_value(ty, loc, (gather,) if gather is not None else (), name=name, default=f"{a.name}_tile")
-    ctx.emit(GlobalView(v, a.param, tuple(org), tuple(extent), gather, loc=loc))
+    indices: tuple[Value, ...] = ()
+    index_map = None
+    if gather is not None:    # a gather through an index tile (hexlayout.ir.gather): x_0 = rows[c0]
+        indices = (gather,)
+        index_map = IndexMap((ModeIndex(None, 0, tuple(range(len(gather.type.shape)))),)
+                             + tuple(ModeIndex(m) for m in range(1, len(shape))))
+    ctx.emit(GlobalView(v, a.param, tuple(org), tuple(extent), gather, indices, index_map, loc=loc))
     return Tile(v, ctx)
 
 

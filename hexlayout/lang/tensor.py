@@ -122,6 +122,46 @@ class GlobalTensor:
 
         return view(self, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
 
+    def __getitem__(self, index: Any) -> Any:
+        """numpy-style indexing of a global tensor: a scalar load, a gathered or a plain view.
+
+        Integers / ``Expr`` only: one element is loaded (``hl.load``): an integer ``Expr``,
+        the same in every thread. With integer index tiles among the indices: a gathered
+        view, numpy's advanced indexing (the index tiles broadcast together; their shape
+        replaces the indexed modes; ``:`` / ``a:b`` keep a mode); elements whose coordinates
+        fall outside the tensor read 0 and are never written. With slices only: the plain
+        view. ``hexlayout.lang.indirect`` gives the rules.
+
+        Args:
+            index (tuple): one entry per mode (missing trailing modes are ``:``): an int or
+                ``Expr``, a slice with a static width, or an integer index tile.
+
+        Returns:
+            Expr | Tile: the loaded value, or a global tile.
+
+        Raises:
+            KernelError: an index of the wrong kind, rank or range (see ``hl.load``),
+                index tiles that do not broadcast, a slice without a static width.
+
+        Example:
+            A sequence length loaded from memory, and K rows gathered through a block table::
+
+                @hl.kernel(threads=128)
+                def paged(k: hl.f16["NB", 16, 128], table: hl.i32["B", "MB"], lens: hl.i32["B"]):
+                    s = hl.grid(hl.spatial(lens.shape[0]))
+                    n = lens[s]
+                    pos = hl.iota((64,), 0)
+                    page = hl.register(hl.i32, (64,))
+                    hl.copy(table[s, pos >> 4], page)
+                    rows = k[hl.where(pos < n, page, -1), pos & 15, :]
+                    assert rows.shape == (64, 128)
+
+                paged.trace()
+        """
+        from .indirect import index_global
+
+        return index_global(self, index)
+
     def __bool__(self) -> bool:
         from .context import current
 

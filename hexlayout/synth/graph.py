@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hexlayout.ir.gather import ScalarLoad
 from hexlayout.ir.lower.kernel import LoweringError
 from hexlayout.ir.registry import OpRegistry
 from hexlayout.ir.tile import (
@@ -240,8 +241,8 @@ def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
                             "(copy the part you need into a register tile of its own)")
 
 
-@RELATIONS.register(GlobalView, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive, MbarrierWait,
-                    WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg, For, If)
+@RELATIONS.register(GlobalView, ScalarLoad, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive,
+                    MbarrierWait, WgmmaFence, WgmmaCommit, WgmmaWait, SetMaxNReg, For, If)
 def _no_relation(g: LayoutGraph, op: Op) -> None:
     """Global views (layouts given by the arguments), synchronization and control flow relate
     no layouts (a loop's or branch's body is walked op by op)."""

@@ -30,8 +30,8 @@ from typing import Any
 
 from hexlayout.arch.gmma import gmma_smem_atom
 from hexlayout.ir.tile import Op, Permute, Slice, SubTile, TileKernel, Value
-from hexlayout.ir.types import LayoutVar, Scope
-from hexlayout.layout import ComposedLayout, Layout, composition, cosize, tile_to_shape
+from hexlayout.ir.types import LayoutVar, Scope, TileType
+from hexlayout.layout import ComposedLayout, Layout, composition, cosize, select, tile_to_shape
 
 from .swizzle import chunk_swizzles, conflict_free_padding, conflict_free_swizzles
 
@@ -84,6 +84,8 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
     shape = tuple(v.type.shape)
     if len(shape) == 1:
         return [SharedCandidate(Layout(shape[0]), "plain", "contiguous")]
+    if len(shape) > 2 and any(d >= 2 for d in contiguous):
+        return _matrix_in_later_modes(v, contiguous, has_wgmma, elem_bits, hints)
     base, extra = (shape[0], shape[1]), tuple(shape[2:])
     if hints is None:
         hints = v.type.layout.hints if isinstance(v.type.layout, LayoutVar) else {}
@@ -129,6 +131,27 @@ def shared_candidates(v: Value, contiguous: list[int], has_wgmma: bool, elem_bit
         out = [c for c in out if _swizzle_bytes(c.layout, elem_bits) == want_bytes]
     if "stride" in hints:
         out = [c for c in out if _strides_match(c.layout, hints["stride"])]
+    return out
+
+
+def _matrix_in_later_modes(v: Value, contiguous: list[int], has_wgmma: bool, elem_bits: int,
+                           hints: dict[str, Any] | None) -> list[SharedCandidate]:
+    """Candidates for a tile whose contiguous mode ``d`` is not among its first two (a tile
+    of leading stage modes, ``(2, 2, 32, 64)`` sliced ``sh[i, j]``): those of the tile with
+    modes ``(d - 1, d)`` first and the others after (as stages), modes put back in place."""
+    shape = tuple(v.type.shape)
+    d = next(d for d in contiguous if d >= 2)
+    perm = [d - 1, d] + [k for k in range(len(shape)) if k not in (d - 1, d)]
+    moved = Value(v.name, TileType(v.type.dtype, tuple(shape[k] for k in perm), v.type.scope, v.type.layout))
+    inv = [perm.index(k) for k in range(len(shape))]
+    out = []
+    for c in shared_candidates(moved, [1], has_wgmma, elem_bits, hints):
+        lay = c.layout
+        if isinstance(lay, ComposedLayout):
+            lay = ComposedLayout(lay.layout_a, lay.offset, select(lay.layout_b, *inv))
+        else:
+            lay = select(lay, *inv)
+        out.append(SharedCandidate(lay, c.kind, c.note, None if c.mode is None else perm[c.mode]))
     return out
 
 

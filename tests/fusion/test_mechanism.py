@@ -246,3 +246,18 @@ def test_a_broadcast_bias_gets_a_stride_zero_layout() -> None:
     for _, lay in rows:
         assert 0 in flatten(lay.stride)
         assert len({lay(i) for i in range(size(lay))}) == cfg.BN < size(lay)
+
+
+def test_several_outputs_of_different_dtypes() -> None:
+    """One kernel stores the product (f16) and relu(product) + r as f32: two outputs."""
+    x, w, r = _rand(40, 32), _rand(32, 64, scale=0.3, seed=22), _rand(40, 64, seed=23)
+    nodes = (Node("aten.relu.default", (A,)),
+             Node("aten._to_copy.default", (("node", 0),), (("dtype", "f32"),)),
+             Node("aten.add.Tensor", (("node", 1), ("input", 0))))
+    spec = FusedSpec("aten.mm.default", epilogue=Epilogue(nodes, (A, ("node", 2))))
+    with launch_log() as log:
+        y, z = run_fused(spec, [x, w], [r])
+    prod = x @ w
+    _close(y, prod)
+    _close(z, torch.relu(prod).float() + r)
+    assert len(log) == 1 and (40, 64) in log[0].shapes

@@ -286,7 +286,16 @@ class _Lowering:
             raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
         return m(op)
 
+    def op_ScalarLoad(self, op: Any) -> list[Instr]:
+        from .indirect import lower_scalar_load
+
+        return lower_scalar_load(self, op)
+
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
+        if op.index_map is not None:
+            from .indirect import lower_gathered_view
+
+            return lower_gathered_view(self, op)
         gather = None
         if op.gather is not None:
             index = self.views.get(op.gather.id)
@@ -376,12 +385,14 @@ class _Lowering:
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
             _and_predicate(plan_ok.instrs, as_expr(op.mask))
-        gather = src.gather if isinstance(src, GlobalTileView) else None
-        if gather is not None:
-            if plan_ok.instruction == "SM90_TMA_LOAD":
-                raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
-            return gather.take_loads() + plan_ok.instrs
-        return plan_ok.instrs
+        loads: list[Instr] = []
+        for view in (src, dst):
+            gather = view.gather if isinstance(view, GlobalTileView) else None
+            if gather is not None:
+                if plan_ok.instruction.startswith("SM90_TMA"):
+                    raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
+                loads += gather.take_loads()
+        return loads + plan_ok.instrs
 
     def masked_copy(self, op: Copy, src: Any, dst: Any) -> list[Instr]:
         """A copy masked by a predicate tile (``masked.py``): one predicated access per element."""

@@ -31,11 +31,22 @@ from ..lowered import RegArray, SmemBuffer
 from ..tile import GlobalParam
 from ..types import DType
 
-__all__ = ["GlobalTileView", "SharedTileView", "RegisterTile", "tile_coords", "GENERIC_STRIDE"]
+__all__ = ["GlobalTileView", "SharedTileView", "RegisterTile", "tile_coords", "GENERIC_STRIDE", "LoadSlots",
+           "IndexedGather", "crd2idx_colex"]
 
 #: Value standing in for a symbolic stride in numeric analyses: a large multiple of 128
 #: (so any vector alignment holds) that is unlikely to create accidental coincidences.
 GENERIC_STRIDE = 128 * 1_000_003
+
+
+def crd2idx_colex(coords: list[Any], shape: tuple[int, ...]) -> Any:
+    """The colexicographic tile index of ``coords`` (inverse of ``tile_coords``)."""
+    idx: Any = 0
+    scale = 1
+    for c, s in zip(coords, shape):
+        idx = idx + c * scale
+        scale *= s
+    return idx
 
 
 def tile_coords(idx: Any, shape: tuple[int, ...]) -> list[Any]:
@@ -98,6 +109,69 @@ class Gather:
 
 
 @dataclass(eq=False)
+class LoadSlots:
+    """Register slots of the index values one copy needs: ``load`` gives the value of an
+    element of a global tensor as a ``RegRead`` and queues the ``LdGlobal`` that fills it
+    (one per distinct address and predicate; threads where ``pred`` fails read 0); the copy
+    emits the queued loads before its own instructions (``take_loads``). Arrays, one per
+    index element type, come from ``new_array(dtype)``."""
+
+    new_array: Any
+    arrays: dict[str, RegArray] = field(default_factory=dict)
+    loads: list[Any] = field(default_factory=list)
+    slots: dict[tuple[str, str, str], RegRead] = field(default_factory=dict)
+
+    def load(self, param: GlobalParam, dtype: DType, offset: ExprLike, pred: ExprLike) -> RegRead:
+        from ..expr import to_c
+        from ..lowered import GlobalRef, LdGlobal, RegRef
+
+        if dtype.kind not in ("int", "uint") or dtype.bits not in (8, 16, 32, 64):
+            raise ValueError(f"index values of {param.name} must be 8- to 64-bit integers, not {dtype}")
+        key = (param.name, to_c(as_expr(offset)), to_c(as_expr(pred)))
+        got = self.slots.get(key)
+        if got is not None:
+            return got
+        arr = self.arrays.get(dtype.name)
+        if arr is None:
+            arr = self.arrays[dtype.name] = self.new_array(dtype)
+        slot = sum(1 for r in self.slots.values() if r.array is arr)
+        arr.count = max(arr.count, slot + 1)
+        p = as_expr(pred)
+        always = isinstance(p, Const) and p.value
+        self.loads.append(LdGlobal(RegRef(arr, slot, 1), GlobalRef(param, offset), dtype.bits,
+                                   pred=None if always else p))
+        got = self.slots[key] = RegRead(arr, slot)
+        return got
+
+    def take_loads(self) -> list[Any]:
+        out, self.loads = self.loads, []
+        self.slots.clear()
+        return out
+
+
+@dataclass(eq=False)
+class IndexedGather:
+    """The tensor coordinates of a gathered view: ``fn(coords, slots)`` maps tile
+    coordinates to ``(one Expr per tensor mode, validity Expr)``, loading index values
+    through ``slots`` (``hexlayout.ir.lower.index_tiles``). ``axes``: the tile modes some
+    index depends on; ``align``: gcd of the element strides of the indexed tensor modes
+    (numeric analyses place gathered positions far apart at that alignment)."""
+
+    fn: Any
+    slots: LoadSlots
+    axes: frozenset[int]
+    align: int
+
+    def take_loads(self) -> list[Any]:
+        return self.slots.take_loads()
+
+    def remap(self, f: Any, axes: frozenset[int]) -> IndexedGather:
+        """The same gather seen through the coordinate map ``old = f(new)``."""
+        fn = self.fn
+        return IndexedGather(lambda c, slots: fn(f(c), slots), self.slots, axes, self.align)
+
+
+@dataclass(eq=False)
 class GlobalTileView:
     """A window of global tensor ``param``: tile mode ``k`` runs along tensor mode ``modes[k]``
     from element coordinate ``origin`` (one entry per tensor mode); ``extent[k]`` elements of
@@ -123,7 +197,26 @@ class GlobalTileView:
             off = off + as_expr(o) * d
         return off
 
+    def element(self, coords: list[Any], slots: LoadSlots | None = None) -> tuple[Expr, Expr]:
+        """``(element offset, in-bounds predicate)`` of the element at tile ``coords``
+        (index values of a gathered view are loaded through ``slots``, default its own)."""
+        g = self.gather
+        if not isinstance(g, IndexedGather):
+            c = as_expr(crd2idx_colex(coords, self.shape))
+            return self.offset(c), self.inbounds(c)
+        tc, valid = g.fn(list(coords), slots if slots is not None else g.slots)
+        off: Expr = Const(0)
+        for x, d in zip(tc, self.param.stride):
+            off = off + as_expr(x) * d
+        for c, s, e in zip(coords, self.shape, self.extent):
+            if isinstance(e, int) and e >= s:
+                continue
+            valid = as_expr(valid).logical_and(as_expr(c) < e)
+        return off, as_expr(valid)
+
     def offset(self, idx: ExprLike) -> Expr:
+        if isinstance(self.gather, IndexedGather):
+            return self.element(tile_coords(idx, self.shape))[0]
         off = self.base
         for c, d, m in zip(tile_coords(idx, self.shape), self.strides, self.modes):
             if self.gather is not None and m == 0:
@@ -133,6 +226,8 @@ class GlobalTileView:
         return off
 
     def inbounds(self, idx: ExprLike) -> Expr:
+        if isinstance(self.gather, IndexedGather):
+            return self.element(tile_coords(idx, self.shape))[1]
         pred: Expr = Const(1)
         for c, s, e in zip(tile_coords(idx, self.shape), self.shape, self.extent):
             if isinstance(e, int) and e >= s:
@@ -143,11 +238,18 @@ class GlobalTileView:
     def offsets(self, idx: np.ndarray) -> np.ndarray:
         coords = tile_coords(idx, self.shape)
         off = np.zeros_like(idx)
-        for c, d in zip(coords, self.strides):
-            off = off + c * _numeric_stride(d)
+        g = self.gather
+        for k, (c, d) in enumerate(zip(coords, self.strides)):
+            if isinstance(g, IndexedGather) and k in g.axes:
+                # gathered positions: far apart, aligned as the indexed modes' strides allow
+                off = off + c * (GENERIC_STRIDE + g.align)
+            else:
+                off = off + c * _numeric_stride(d)
         return off
 
     def static_stride(self, k: int) -> int | None:
+        if isinstance(self.gather, IndexedGather) and k in self.gather.axes:
+            return None
         d = self.strides[k]
         if isinstance(d, int):
             return d
@@ -159,6 +261,14 @@ class GlobalTileView:
         """Fix the tile modes where ``index`` is not ``None`` (tile-relative coordinates)."""
         if len(index) != len(self.shape):
             raise ValueError(f"slice {index} does not match the rank of tile {self.shape}")
+        if isinstance(self.gather, IndexedGather):
+            kept = [k for k, i in enumerate(index) if i is None]
+
+            def f(c: list[Any]) -> list[Any]:
+                it = iter(c)
+                return [next(it) if i is None else as_expr(i) for i in index]
+
+            return self._remapped(f, tuple(kept), tuple(self.shape[k] for k in kept))
         origin = list(self.origin)
         shape, modes, extent = [], [], []
         for i, s, m, e in zip(index, self.shape, self.modes, self.extent):
@@ -174,6 +284,12 @@ class GlobalTileView:
                               tuple(extent), self.gather)
 
     def subtile(self, shape: tuple[int, ...], offset: tuple[ExprLike, ...]) -> GlobalTileView:
+        if isinstance(self.gather, IndexedGather):
+            view = self._remapped(lambda c: [as_expr(x) + o for x, o in zip(c, offset)],
+                                  tuple(range(len(shape))), tuple(shape))
+            view.extent = tuple(e - o if isinstance(e, int) and isinstance(o, int) else as_expr(e) - o
+                                for e, o in zip(self.extent, offset))
+            return view
         origin = list(self.origin)
         extent = []
         for k, (o, m) in enumerate(zip(offset, self.modes)):
@@ -185,7 +301,24 @@ class GlobalTileView:
         return GlobalTileView(self.param, self.dtype, tuple(shape), self.modes, tuple(origin), tuple(extent),
                               self.gather)
 
+    def _remapped(self, f: Any, kept: tuple[int, ...], shape: tuple[int, ...]) -> GlobalTileView:
+        """A gathered view whose tile mode ``i`` is this view's mode ``kept[i]``; ``f`` maps
+        the new tile coordinates to this view's."""
+        g = self.gather
+        assert isinstance(g, IndexedGather)
+        axes = frozenset(i for i, k in enumerate(kept) if k in g.axes)
+        return GlobalTileView(self.param, self.dtype, shape, tuple(self.modes[k] for k in kept), self.origin,
+                              tuple(self.extent[k] for k in kept), g.remap(f, axes))
+
     def permute(self, perm: tuple[int, ...]) -> GlobalTileView:
+        if isinstance(self.gather, IndexedGather):
+            def f(c: list[Any]) -> list[Any]:
+                old: list[Any] = [0] * len(perm)
+                for i, p in enumerate(perm):
+                    old[p] = c[i]
+                return old
+
+            return self._remapped(f, tuple(perm), tuple(self.shape[p] for p in perm))
         return GlobalTileView(self.param, self.dtype, tuple(self.shape[p] for p in perm),
                               tuple(self.modes[p] for p in perm), self.origin,
                               tuple(self.extent[p] for p in perm), self.gather)
