@@ -8,7 +8,8 @@ prints its expression in the compute domain: floating destinations compute in ``
 in ``int`` / ``long long`` unless the function is floating or a source is floating, then in
 ``float`` with rounding to nearest even and saturation (``__float2int_rn``). Predicate
 destinations are ``result != 0``. A function with ``integer_domain`` computes in ``int``
-and prints a value of the destination's C type.
+and prints a value of the destination's C type; one ``on_bits`` (``bitcast``) maps the
+operands' bit patterns (``unsigned long long``) to the destination's.
 """
 
 from __future__ import annotations
@@ -75,8 +76,11 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     except ValueError as e:
         raise em.error(str(e)) from None
     n = dst.count
-    dom = compute_domain(fn, dt, any(_is_float_src(s) for s in ins.srcs))
     idx: int | str = "v" if n > 1 else 0
+    if fn.on_bits:
+        stmt = _on_bits(em, ins, idx)
+        return [stmt] if n == 1 else ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
+    dom = compute_domain(fn, dt, any(_is_float_src(s) for s in ins.srcs))
     vals = [_src(em, s, idx, n, dom) for s in ins.srcs]
     r = fn.cuda(c_domain(dom), *vals)
     if dom in ("float", "double"):
@@ -87,6 +91,31 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     if n == 1:
         return [stmt]
     return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
+
+
+_UNSIGNED = {8: "unsigned char", 16: "unsigned short", 32: "unsigned", 64: "unsigned long long"}
+
+
+def _on_bits(em: Emitter, ins: Alu, idx: int | str) -> str:
+    """A function of bit patterns (``bitcast``): each operand element's bits as an unsigned
+    long long, the low bits of the result stored as the destination's type."""
+    pats = []
+    for s in ins.srcs:
+        if not isinstance(s, RegRef) or s.count != ins.dst.count:
+            raise em.error(f"{ins.op} needs register slices of {ins.dst.count} element(s), got {s!r}")
+        em.check_reg_range(s)
+        u = _UNSIGNED.get(s.array.dtype.bits)
+        if u is None:
+            raise em.error(f"{ins.op} of {s.array.dtype} elements ({s.array.dtype.bits} bits)")
+        reg = em.reg_index(s, idx)
+        pats.append(f"static_cast<unsigned long long>(*reinterpret_cast<const {u}*>(&{reg}))")
+    dt = ins.dst.array.dtype
+    ud = _UNSIGNED.get(dt.bits)
+    if ud is None:
+        raise em.error(f"{ins.op} to {dt} elements ({dt.bits} bits)")
+    r = ins.op.cuda(c_domain("unsigned long long"), *pats)
+    return (f"{{ const {ud} hl_bits = static_cast<{ud}>({r}); "
+            f"{em.reg_index(ins.dst, idx)} = *reinterpret_cast<const {c_type(dt)}*>(&hl_bits); }}")
 
 
 _DIRECT_SHFL = ("f32", "s32", "u32", "f16", "bf16")

@@ -9,7 +9,8 @@ else ``int`` / ``long long``, here int64), the function is evaluated step by ste
 precision, and the result is converted to the destination type: floats round to nearest
 even (fp8 saturates to the largest finite value, as ``cvt.rn.satfinite``), float -> int
 rounds to nearest even and saturates (NaN -> 0), int -> int wraps. A function with
-``integer_domain`` computes on the integers and gives the destination's values itself.
+``integer_domain`` computes on the integers and gives the destination's values itself; one
+``on_bits`` (``bitcast``) maps the operands' bit patterns to the destination's.
 
 ``Shfl``: ``shfl.sync`` within segments of ``width`` lanes: "bfly" reads lane ``lane ^ arg``,
 "idx" lane ``arg`` (of the segment); the source lane must be executing the shuffle too.
@@ -91,6 +92,8 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
         return
     dst_t = ins.dst.array.dtype
     npd = np.dtype(dst_t.numpy())
+    if fn.on_bits:
+        return _on_bits(m, ins, x, npd)
     raw = [_source(m, ins, x, s) for s in ins.srcs]
     dom = compute_domain(fn, dst_t, any(f for _, f in raw))
     npdom = NUMPY_DOMAIN[dom]
@@ -109,6 +112,26 @@ def alu(m: Machine, ins: Alu, x: Active) -> None:
         else:
             out = r.astype(np.int64).astype(npd)
     m.write_regs(ins.dst, x.tids, x.env, ins, out)
+
+
+def _on_bits(m: Machine, ins: Alu, x: Active, npd: np.dtype) -> None:
+    """A function of bit patterns (``bitcast``): each operand element's bytes as a uint64
+    (zero-extended), the result's low bytes into the destination."""
+    n = ins.dst.count
+    pats = []
+    for s in ins.srcs:
+        if not isinstance(s, RegRef):
+            m.fail(IllegalInstructionError, ins, f"{ins.op}: operand {s!r} is not a register slice")
+        if s.count != n:
+            m.fail(IllegalInstructionError, ins, f"{ins.op}: source {s.array.name} has {s.count} element(s), "
+                                                 f"the destination {n}")
+        b = m.read_reg_bytes(s, x.tids, x.env, ins).reshape(len(x.tids), n, -1)
+        wide = np.zeros((len(x.tids), n, 8), dtype=np.uint8)
+        wide[:, :, :min(8, b.shape[2])] = b[:, :, :8]
+        pats.append(wide.view("<u8")[:, :, 0])
+    r = np.broadcast_to(np.asarray(ins.op.numpy(*pats), dtype=np.uint64), (len(x.tids), n))
+    out = np.ascontiguousarray(r).astype("<u8").view(np.uint8).reshape(len(x.tids), n, 8)[:, :, :npd.itemsize]
+    m.write_reg_bytes(ins.dst, x.tids, x.env, ins, np.ascontiguousarray(out).reshape(len(x.tids), -1))
 
 
 def shfl(m: Machine, ins: Shfl, x: Active) -> None:

@@ -10,7 +10,7 @@ import hexlayout.lang as hl
 from hexlayout.emulator import run
 from hexlayout.synth.solve import synthesize
 
-R, C = hl.dims("R C")
+R, C, N = hl.dims("R C N")
 RNG = np.random.default_rng(7)
 
 
@@ -122,3 +122,53 @@ def test_refusals_name_the_op_and_line() -> None:
 
     with pytest.raises(hl.KernelError, match=r"mixed.*b = a \^ u.*element types differ"):
         mixed.trace()
+
+
+def test_bitcast_keeps_the_bits() -> None:
+    import ml_dtypes
+
+    @hl.kernel(threads=128)
+    def reinterpret(x: hl.f32[N], h: hl.f16[N], b: hl.u8[N], y: hl.u32[N], z: hl.bf16[N], e: hl.e4m3[N],
+                    f: hl.f32[N]):
+        t = hl.register(hl.f32, (256,))
+        hl.copy(x.tile((256,), (0,)), t)
+        bits = hl.bitcast(t, hl.u32)
+        hl.copy(bits >> 23 & 0xFF, y.tile((256,), (0,)))              # the biased exponents
+        hl.copy(hl.bitcast(bits ^ 0x80000000, hl.f32), f.tile((256,), (0,)))   # -x
+        r = hl.register(hl.f16, (256,))
+        hl.copy(h.tile((256,), (0,)), r)
+        hl.copy(hl.bitcast(r, hl.bf16), z.tile((256,), (0,)))
+        q = hl.register(hl.u8, (256,))
+        hl.copy(b.tile((256,), (0,)), q)
+        hl.copy(hl.bitcast(q, hl.e4m3), e.tile((256,), (0,)))
+
+    x = (RNG.standard_normal(256) * 2.0 ** RNG.integers(-60, 60, 256)).astype(np.float32)
+    x[:4] = [np.inf, -0.0, np.nan, 1e-45]
+    h = RNG.standard_normal(256).astype(np.float16)
+    b = RNG.integers(0, 256, 256).astype(np.uint8)
+    out = {"y": np.zeros(256, np.uint32), "z": np.zeros(256, ml_dtypes.bfloat16),
+           "e": np.zeros(256, ml_dtypes.float8_e4m3fn), "f": np.zeros(256, np.float32)}
+    run(synthesize(reinterpret.trace(), "sm_80").lowered.kernel, {"x": x, "h": h, "b": b, **out})
+    np.testing.assert_array_equal(out["y"], (x.view(np.uint32) >> 23) & 0xFF)
+    np.testing.assert_array_equal(out["f"].view(np.uint32), x.view(np.uint32) ^ np.uint32(0x80000000))
+    np.testing.assert_array_equal(out["z"].view(np.uint16), h.view(np.uint16))
+    np.testing.assert_array_equal(out["e"].view(np.uint8), b)
+
+
+def test_bitcast_refuses_other_widths_and_predicates() -> None:
+    @hl.kernel(threads=128)
+    def widen(x: hl.f16[R, C]):
+        a = hl.register(hl.f16, (64, 32))
+        b = hl.bitcast(a, hl.f32)  # noqa: F841
+
+    with pytest.raises(hl.KernelError, match=r"widen: bitcast at .*%a f16\(64,32\) register has 16-bit "
+                                             r"elements, f32 32-bit ones"):
+        widen.trace()
+
+    @hl.kernel(threads=128)
+    def of_pred(x: hl.s32[R, C]):
+        a = hl.register(hl.s32, (64, 32))
+        b = hl.bitcast(a > 0, hl.u8)  # noqa: F841
+
+    with pytest.raises(hl.KernelError, match=r"of_pred: bitcast at .*pred has no bit pattern"):
+        of_pred.trace()

@@ -17,6 +17,9 @@ above need to know about it, so a new function is one class (plus its test):
 - ``integer_domain``: the function computes on the integer operands themselves (the
   ``int`` domain) whatever its result type; ``cuda`` then gives a value of the result's C
   type and ``numpy`` the result's values (the fast integer -> float conversions).
+- ``on_bits``: the function acts on bit patterns (``bitcast``): its operands are register
+  slices, ``numpy`` and ``cuda`` see each element's bits as an unsigned 64-bit integer
+  (zero-extended) and the destination takes the low bits of the result.
 - cost: ``issue(count)``, issue slots of one instruction over ``count`` elements.
 - accuracy: ``ulp``, the largest difference, in units in the last place of the
   destination type, between the printed code and ``numpy`` (0: bit for bit), and
@@ -128,6 +131,7 @@ class AluFunction(str):
     condition: ClassVar[bool] = False
     floating: ClassVar[bool] = False
     integer_domain: ClassVar[bool] = False
+    on_bits: ClassVar[bool] = False
     ulp: ClassVar[int] = 0
     device_ulp: ClassVar[int] = 0
     lang_name: ClassVar[str | None] = None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .base import AluFunction, CDomain
@@ -60,6 +59,8 @@ class I2Bf16Magic(AluFunction):
 
     def numpy(self, v: Any) -> Any:
         bits = ((np.asarray(v, dtype=np.int64) + 0x4B400000) & 0xFFFFFFFF).astype(np.uint32)
+        import ml_dtypes
+
         f = bits.view(np.float32) - np.float32(12582912.0)
         return f.astype(ml_dtypes.bfloat16)       # nearest even, as __float2bfloat16_rn
 
