@@ -35,6 +35,7 @@ from hexlayout.layout import Layout
 from .checks import as_index, as_tile, begin, static_int, static_shape
 from .dtypes import canonical
 from .layouts import auto, resolve_layout
+from .packed import refuse_sub_byte
 from .tensor import GlobalTensor, Tile, describe, shape_str
 
 __all__ = ["view", "shared", "register"]
@@ -163,6 +164,7 @@ def _alloc(op: str, scope: Scope, dtype: DType, shape: Any, layout: Any, name: s
         dt = canonical(dtype)
     except (ValueError, KeyError, AttributeError):
         raise ctx.error(op, loc, f"{dtype!r} is not an element type") from None
+    refuse_sub_byte(ctx, op, loc, dt, f"{op} tiles")
     shp = static_shape(ctx, op, loc, shape, "shape")
     ty = TileType(dt, shp, scope, None)
     v = ctx.new_value(ty, loc, name=name)

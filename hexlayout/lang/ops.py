@@ -41,6 +41,7 @@ from .checks import SCOPE_NAMES, as_tile, begin, require_scope, static_int, stat
 from .dtypes import canonical, f32, i32
 from .layouts import auto, resolve_layout
 from .math import elementwise
+from .packed import refuse_sub_byte
 from .sync import BarrierRef, as_barrier
 from .tensor import Tile, describe, shape_str
 
@@ -311,6 +312,7 @@ def cast(x: Tile, dtype: DType) -> Tile:
         dt = canonical(dtype)
     except (ValueError, KeyError, AttributeError):
         raise ctx.error("cast", loc, f"{dtype!r} is not an element type") from None
+    refuse_sub_byte(ctx, "cast", loc, dt, "register tiles")
     v = ctx.new_value(TileType(dt, t.shape, R, LayoutVar()), loc, (t.value,))
     ctx.emit(Cast(v, t.value, loc=loc))
     return Tile(v, ctx)
@@ -396,6 +398,7 @@ def full(shape: tuple[int, ...] | int, value: float, dtype: DType = f32, layout:
         dt = canonical(dtype)
     except (ValueError, KeyError, AttributeError):
         raise ctx.error("full", loc, f"{dtype!r} is not an element type") from None
+    refuse_sub_byte(ctx, "full", loc, dt, "register tiles")
     val = _scalar(ctx, "full", loc, value)
     v = ctx.new_value(TileType(dt, shp, R, None), loc, name=name)
     v.type.layout = resolve_layout(ctx, "full", loc, f"%{v.name}", R, shp, layout)
@@ -651,6 +654,7 @@ def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32, layout: An
     dt = canonical(dtype)
     if dt.kind not in ("int", "uint"):
         raise ctx.error("iota", loc, f"iota needs an integer element type, not {dt}")
+    refuse_sub_byte(ctx, "iota", loc, dt, "register tiles")
     v = ctx.new_value(TileType(dt, shp, R, None), loc)
     v.type.layout = resolve_layout(ctx, "iota", loc, f"%{v.name}", R, shp, layout)
     ctx.emit(Iota(v, ax % len(shp), loc=loc))

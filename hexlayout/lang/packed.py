@@ -8,14 +8,24 @@ from __future__ import annotations
 
 from hexlayout.arch.dtypes import PRED, DType
 from hexlayout.ir.functions import alu_function
-from hexlayout.ir.tile import Elementwise
+from hexlayout.ir.tile import Elementwise, SourceLoc
 from hexlayout.ir.types import LayoutVar, Scope, TileType
 
 from .checks import as_tile, begin, require_scope
+from .context import TraceContext
 from .dtypes import canonical
 from .tensor import Tile, describe
 
-__all__ = ["bitcast"]
+__all__ = ["bitcast", "refuse_sub_byte"]
+
+
+def refuse_sub_byte(ctx: TraceContext, op: str, loc: SourceLoc | None, dt: DType, what: str) -> None:
+    """``KernelError`` for a shared or register tile of a 4-bit type (``what``: "register
+    tiles", "shared tiles"): they have no storage of their own yet; packed words do."""
+    if dt != PRED and dt.bits < 8:
+        raise ctx.error(op, loc, f"{what} of {dt} elements are not supported: 4-bit values live packed in "
+                        f"wider words; load the words (as s32 / u32 / u8, e.g. AWQ's int32) and unpack them "
+                        f"with shifts and masks, (w >> 4 * i) & 0xF")
 
 
 def bitcast(x: Tile, dtype: DType) -> Tile:
@@ -58,7 +68,7 @@ def bitcast(x: Tile, dtype: DType) -> Tile:
     except (ValueError, KeyError, AttributeError):
         raise ctx.error("bitcast", loc, f"{dtype!r} is not an element type") from None
     for d in (t.dtype, dt):
-        if d == PRED or d.bits < 8:
+        if d == PRED or d.bits < 8:       # (4-bit register tiles are refused where they are made)
             raise ctx.error("bitcast", loc, f"{d} has no bit pattern of its own in registers "
                             f"(bitcast {describe(t.value)} to {dt})")
     if dt.bits != t.dtype.bits:

@@ -172,3 +172,21 @@ def test_bitcast_refuses_other_widths_and_predicates() -> None:
 
     with pytest.raises(hl.KernelError, match=r"of_pred: bitcast at .*pred has no bit pattern"):
         of_pred.trace()
+
+
+@pytest.mark.parametrize("make", ["register", "shared", "cast", "full"])
+def test_four_bit_tiles_are_refused_with_the_packed_word_route(make: str) -> None:
+    @hl.kernel(threads=128)
+    def four_bit(x: hl.u4[R, C]):
+        if make == "register":
+            hl.register(hl.u4, (64, 64))
+        elif make == "shared":
+            hl.shared(hl.i4, (64, 64))
+        elif make == "cast":
+            hl.cast(hl.zeros((64, 64), hl.s32), hl.u4)
+        else:
+            hl.full((64, 64), 3, hl.u4)
+
+    with pytest.raises(hl.KernelError, match=r"four_bit: \w+ at .*tiles of [us]4 elements are not supported: "
+                                             r"4-bit values live packed in wider words"):
+        four_bit.trace()
