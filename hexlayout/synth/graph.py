@@ -6,7 +6,9 @@ the destination and source of an in-place update. Relations between classes:
 
 - ``reduced(dst, src, axes)``: ``dst``'s layout is ``src``'s with ``axes`` collapsed
   (a reduction's result; an operand that broadcasts along ``axes``);
-- ``mma(op, role)``: the class is operand ``role`` (a, b, c) of an mma op.
+- ``mma(op, role)``: the class is operand ``role`` (a, b, c) of an mma op;
+- ``mapped(dst, src, fwd, bwd)``: ``dst = fwd o src`` and ``src = bwd o dst`` (``x.T`` of a
+  register tile: the same registers).
 
 Shared tiles are handled per root buffer: every copy, mma operand use and view chain
 that touches the buffer is recorded so candidate layouts can be checked use by use.
@@ -56,7 +58,7 @@ from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import walk
 from hexlayout.layout import ComposedLayout, Layout
 
-__all__ = ["LayoutGraph", "Reduced", "MmaRole", "build_graph", "RELATIONS"]
+__all__ = ["LayoutGraph", "Reduced", "Mapped", "MmaRole", "build_graph", "RELATIONS"]
 
 
 @dataclass
@@ -64,6 +66,18 @@ class Reduced:
     dst: int            # class id
     src: int
     axes: tuple[int, ...]
+    op: Op
+
+
+@dataclass
+class Mapped:
+    """``dst = fwd o src`` and ``src = bwd o dst``: a register view that moves no data
+    (``x.T``; ``hexlayout.ir.lower.register_views``)."""
+
+    dst: int            # class id when recorded (``find`` it: classes merge later)
+    src: int
+    fwd: Layout
+    bwd: Layout
     op: Op
 
 
@@ -81,6 +95,7 @@ class LayoutGraph:
     values: dict[int, Value] = field(default_factory=dict)
     why: dict[int, list[Op]] = field(default_factory=dict)         # ops that merged into a class
     reduced: list[Reduced] = field(default_factory=list)
+    mapped: list[Mapped] = field(default_factory=list)
     mma_roles: list[MmaRole] = field(default_factory=list)
     mmas: list[Mma] = field(default_factory=list)
     explicit: list[tuple[int, Layout, Op]] = field(default_factory=list)   # (value id, given layout, op)
@@ -235,10 +250,17 @@ def _copy(g: LayoutGraph, op: Copy) -> None:
 @RELATIONS.register(Slice, SubTile, Permute)
 def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
     """Views of shared and global tiles follow their source (handled per use of the root
-    buffer); views of register tiles are not supported yet."""
-    if _register(op.result):
+    buffer); ``x.T`` of a register tile is the same registers under a mapped layout; other
+    views of register tiles are not supported yet."""
+    if _register(op.result) and isinstance(op, Permute):
+        from hexlayout.ir.lower.register_views import permute_maps
+
+        fwd, bwd = permute_maps(tuple(op.src.type.shape), tuple(op.perm))
+        g.mapped.append(Mapped(g.cls(op.result), g.cls(op.src), fwd, bwd, op))
+    elif _register(op.result):
         raise LoweringError(g.kernel.name, op, "views of register tiles are not supported by synthesis yet "
-                            "(copy the part you need into a register tile of its own)")
+                            "other than x.T / x.permute(...) (slice the shared or global tile the values "
+                            "came from, or copy the part you need into a register tile of its own)")
 
 
 @RELATIONS.register(GlobalView, ScalarLoad, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive,

@@ -2,7 +2,9 @@
 
 Seeds: each mma's operand classes get its TiledMma's ``a_tv`` / ``b_tv`` / ``c_tv``;
 explicit layouts are seeds too. Propagation: a ``reduced(dst, src, axes)`` relation gives
-``dst = reduced_tv(src, axes)`` (the reduction's layout; a broadcast operand's). A class
+``dst = reduced_tv(src, axes)`` (the reduction's layout; a broadcast operand's); a
+``mapped(dst, src, fwd, bwd)`` relation (``x.T`` of a register tile) gives ``dst = fwd o src``
+or ``src = bwd o dst``, whichever side is known first. A class
 that receives two layouts that differ as functions ``(t, v) -> index`` is a conflict,
 reported with both origins. Classes left without a layout that are copied to or from
 global memory get a coalesced layout (``w``-element vectors along the tensor's contiguous
@@ -19,7 +21,7 @@ from hexlayout.ir.lower.kernel import reduced_tv
 from hexlayout.ir.lower.mma import same_function
 from hexlayout.ir.tile import GlobalView, Mma, Op, Value
 from hexlayout.ir.tiled_mma import TiledMma
-from hexlayout.layout import Layout
+from hexlayout.layout import Layout, composition
 
 from .graph import LayoutGraph
 
@@ -32,8 +34,9 @@ class LayoutSource:
 
     ``kind``: ``"mma"`` (operand ``role`` a / b / c of the TiledMma ``mma``), ``"explicit"``
     (given in the program), ``"coalesced"`` (the default for a tile copied with global
-    memory), ``"reduced"`` (a reduction's or broadcast's result, ``detail`` names it) or
-    ``"invalid"`` (the layout cannot be derived, ``detail`` says why). ``str()`` is the
+    memory), ``"reduced"`` (a reduction's or broadcast's result, ``detail`` names it),
+    ``"mapped"`` (a view of another class, ``x.T``) or ``"invalid"`` (the layout cannot be
+    derived, ``detail`` says why). ``str()`` is the
     requirement in words."""
 
     kind: str
@@ -133,6 +136,22 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
                 if err:
                     return err
                 changed |= not known
+            for m in g.mapped:
+                src, dst = g.find(m.src), g.find(m.dst)       # classes may have merged since
+                for a, b, f in ((src, dst, m.fwd), (dst, src, m.bwd)):
+                    if a not in lay:
+                        continue
+                    try:
+                        out = composition(f, lay[a])
+                    except ValueError as e:
+                        bad = LayoutSource("invalid", detail=f"{type(m.op).__name__.lower()}: {e}")
+                        return Conflict(b, (lay[a], m.op, bad), (lay[a], m.op, bad))
+                    known = b in lay
+                    why = LayoutSource("mapped", detail=f"a view ({type(m.op).__name__.lower()})")
+                    err = put(b, out, m.op, why)
+                    if err:
+                        return err
+                    changed |= not known
         return None
 
     err = propagate()
@@ -150,6 +169,11 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
         else:
             lay[c] = layout
             origin[c] = (g.copies_with_global[c][0], COALESCED)
+            if g.mapped:
+                # a view's class follows at once (before it gets a default of its own)
+                err = propagate()
+                if err:
+                    return RegisterAssignment(lay, origin, err)
     if unresolved:
         # a broadcast operand too small for a coalesced layout of its own (a (64, 1) scale
         # column) takes the reduced layout of a class that only now has its coalesced one

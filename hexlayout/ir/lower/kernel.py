@@ -345,11 +345,27 @@ class _Lowering:
         return self._derived_view(op, op.src, make)
 
     def op_Permute(self, op: Permute) -> list[Instr]:
+        if op.src.scope == Scope.REGISTER:
+            return self.register_permute(op)
+
         def make(b: Any) -> Any:
             if isinstance(b, GlobalTileView):
                 return b.permute(tuple(op.perm))
             return b.permute(tuple(op.perm))
         return self._derived_view(op, op.src, make)
+
+    def register_permute(self, op: Permute) -> list[Instr]:
+        """``x.T`` of a register tile: the same registers under ``P o tv`` (``register_views``)."""
+        from .mma import same_function
+        from .register_views import permuted_tile
+
+        view = permuted_tile(self.register_of(op.src, op), tuple(op.perm))
+        lay = self.layout(op.result)
+        if isinstance(lay, Layout) and not same_function(lay, view.tv):
+            raise self.fail(op, f"the view of %{op.src.name} with modes {tuple(op.perm)} has layout "
+                            f"{view.tv}, not {lay}")
+        self.views[op.result.id] = view
+        return []
 
     # copies
     def op_Copy(self, op: Copy) -> list[Instr]:

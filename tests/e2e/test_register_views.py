@@ -1,0 +1,90 @@
+"""Views of register tiles: ``x.T`` is the same registers under the mapped layout ``P o tv``
+(no data moves), in the language, synthesis (the relation propagates both ways), lowering,
+the emulator and the compiled code; slices of register tiles are refused with the line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hexlayout.lang as hl
+from hexlayout.emulator import run
+from hexlayout.errors import HexlayoutError
+from hexlayout.ir.lower.register_views import permute_maps
+from hexlayout.lang import f16, f32
+from hexlayout.runtime import build
+from hexlayout.synth.solve import synthesize
+
+M, N, K = hl.dims("M N K")
+
+
+def test_permute_maps_are_inverse_bijections() -> None:
+    shape, perm = (4, 6, 5), (2, 0, 1)
+    fwd, bwd = permute_maps(shape, perm)
+    x = np.arange(120).reshape(shape, order="F")          # colex: element value = its colex index
+    y = np.transpose(x, perm)
+    for c in np.ndindex(*shape):                          # P maps x's colex index to y's
+        c_y = tuple(c[p] for p in perm)
+        assert y.flatten(order="F")[fwd(int(x[c]))] == x[c]
+        assert bwd(int(np.ravel_multi_index(c_y, y.shape, order="F"))) == x[c]
+
+
+@hl.kernel(threads=128)
+def doubled_transpose(x: f16[M, N], y: f16[N, M]):
+    r = hl.register(f16, (64, 32))
+    hl.copy(hl.view(x, tile=(64, 32)), r)
+    hl.copy(r.T * 2.0, hl.view(y, tile=(32, 64)))
+
+
+@hl.kernel(threads=128)
+def gemm_b_transposed(a: f16[M, K], bt: f16[K, N], c: f32[M, N]):
+    ra = hl.register(f16, (64, 32))
+    rbt = hl.register(f16, (32, 64))
+    hl.copy(hl.view(a, tile=(64, 32)), ra)
+    hl.copy(hl.view(bt, tile=(32, 64)), rbt)
+    acc = hl.zeros((64, 64), f32)
+    hl.mma(ra, rbt.T, acc)            # the (K, N) tile seen as the (N, K) operand b
+    hl.copy(acc, hl.view(c, tile=(64, 64)))
+
+
+def test_transpose_of_a_register_tile_moves_no_data() -> None:
+    syn = synthesize(doubled_transpose.trace(), "sm_80")
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float16)
+    y = np.zeros((32, 64), np.float16)
+    run(syn.lowered.kernel, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, x.T * np.float16(2))
+    # r is loaded with 16-byte vectors; its view is stored as it lies (per-element stores)
+    assert [i for _, i in syn.lowered.choices] == ["ld.global.b128", "st.global.b16"]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_mma_operand_seen_through_a_transpose(arch: str) -> None:
+    """The mma gives rbt.T the b-operand layout; rbt's layout is derived backwards (P^-1 o b)."""
+    syn = synthesize(gemm_b_transposed.trace(), arch)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 32)).astype(np.float16)
+    bt = rng.standard_normal((32, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    run(syn.lowered.kernel, {"a": a, "bt": bt, "c": c})
+    np.testing.assert_allclose(c, a.astype(np.float64) @ bt.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.nvrtc
+def test_register_transpose_compiles_without_spills() -> None:
+    b = build(gemm_b_transposed, "sm_80")
+    assert b.compiled.resources.spill_stores == 0
+    assert b.compiled.sass_counts().get("HMMA.16816.F32", 0) > 0
+
+
+@hl.kernel(threads=128)
+def register_slice(x: f16[M, N], y: f16[M, N]):
+    r = hl.register(f16, (64, 64))
+    hl.copy(hl.view(x, tile=(64, 64)), r)
+    hl.copy(r.tile((32, 64), (0, 0)), hl.view(y, tile=(32, 64)))
+
+
+def test_slice_of_a_register_tile_is_refused_with_the_line() -> None:
+    with pytest.raises(HexlayoutError) as e:
+        synthesize(register_slice.trace(), "sm_80")
+    msg = str(e.value)
+    assert "register_slice" in msg and "test_register_views.py" in msg and "views of register tiles are not supported" in msg and "x.T" in msg
