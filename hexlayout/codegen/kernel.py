@@ -46,7 +46,7 @@ from hexlayout.ir.lowered import (
 )
 from hexlayout.ir.tile import GlobalParam, ScalarParam
 
-from . import alu, matrix, memory, mma, sync, tma
+from . import alu, atomics, matrix, memory, mma, sync, tma
 from .ctypes_map import c_type, is_fp8
 from .emitter import MBAR_ALIGN, Emitter
 from .errors import CodegenError
@@ -56,7 +56,7 @@ __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
 
 Printer = Callable[[Emitter, Any], list[str]]
 PRINTERS: dict[type, Printer] = {}
-for _m in (memory, matrix, mma, tma, sync, alu):
+for _m in (memory, matrix, mma, tma, sync, alu, atomics):
     PRINTERS.update(_m.PRINTERS)  # type: ignore[attr-defined]
 SELF_PREDICATED = set(memory.SELF_PREDICATED)
 

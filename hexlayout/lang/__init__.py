@@ -36,8 +36,8 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   extents, gathered rows), ``load`` and ``a[i, j]`` (scalars from global memory), ``a[idx, :]``
   (gathers through index tiles), ``shared``, ``register``, ``auto`` (layout hints); slicing
   ``x[:, :, s]``, ``x.tile(shape, origin)``, ``x.T``, ``x.permute``.
-- operations (``ops``, ``math``): ``copy``, ``mma``, ``cast``, ``fill``, ``full``,
-  ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
+- operations (``ops``, ``math``, ``atomics``): ``copy``, ``atomic_add``, ``mma``, ``cast``, ``fill``,
+  ``full``, ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
   ``iota``, ``assign``; elementwise operators and ``abs maximum minimum max min where equal
   not_equal logical_and logical_or logical_not``, and one unary function per ALU function
   with a language name (``exp exp2 log log2 rsqrt sqrt silu gelu tanh softplus``, generated
@@ -57,6 +57,7 @@ inside the ``hl`` namespace only. Example kernels: ``hexlayout.lang.examples``.
 from hexlayout.ir.mapping import TaskMapping
 from hexlayout.layout import ComposedLayout, Layout, Swizzle, composition, make_layout_tv
 
+from .atomics import atomic_add
 from .control import else_, if_, warp_group
 from .control import range_ as range  # noqa: A004 - the language's runtime loop
 from .dtypes import (
@@ -127,7 +128,7 @@ __all__ = [
     "view", "shared", "register", "load", "auto", "Layout", "Swizzle", "ComposedLayout", "composition",
     "make_layout_tv",
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
-    "iota", "assign", "bitcast",
+    "iota", "assign", "atomic_add", "bitcast",
     "abs", "maximum", "minimum", "max", "min",
     "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",

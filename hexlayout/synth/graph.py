@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hexlayout.ir.atomic import AtomicAdd
 from hexlayout.ir.gather import ScalarLoad
 from hexlayout.ir.lower.kernel import LoweringError
 from hexlayout.ir.registry import OpRegistry
@@ -245,6 +246,13 @@ def _copy(g: LayoutGraph, op: Copy) -> None:
     reg = op.src if _register(op.src) else op.dst if _register(op.dst) else None
     if reg is not None and _register(op.mask):
         g.union(reg, op.mask, op)
+
+
+@RELATIONS.register(AtomicAdd)
+def _atomic_add(g: LayoutGraph, op: AtomicAdd) -> None:
+    """The register tile added into global memory is coalesced with it, as a store's."""
+    if _register(op.src):
+        g.copies_with_global.setdefault(g.cls(op.src), []).append(op)
 
 
 @RELATIONS.register(Slice, SubTile, Permute)

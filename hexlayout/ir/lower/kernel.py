@@ -117,7 +117,8 @@ class LoweringError(HexlayoutError, ValueError):
 
 
 def _op_name(op: Op) -> str:
-    return {"Copy": "copy", "Mma": "mma", "Elementwise": "elementwise", "Alloc": "alloc"}.get(
+    return {"Copy": "copy", "Mma": "mma", "Elementwise": "elementwise", "Alloc": "alloc",
+            "AtomicAdd": "atomic_add", "ScalarLoad": "load"}.get(
         type(op).__name__, type(op).__name__.lower())
 
 
@@ -290,6 +291,11 @@ class _Lowering:
         from .indirect import lower_scalar_load
 
         return lower_scalar_load(self, op)
+
+    def op_AtomicAdd(self, op: Any) -> list[Instr]:
+        from .atomic import lower_atomic_add
+
+        return lower_atomic_add(self, op)
 
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
         if op.index_map is not None:
