@@ -2,8 +2,9 @@
 
 The graph is the inference graph ``aot_autograd`` gives (aten ops after
 functionalization: ``nn.Linear`` is ``addmm(bias, view(x, [M, K]), t(w))``). Every
-**anchor** (``spec.ANCHORS``: ``mm``, ``addmm``, ``bmm``, ``linear``) becomes one kernel,
-in graph order:
+**anchor** (``spec.ANCHORS``: ``mm``, ``addmm``, ``bmm``, ``linear``; and hexlayout's own
+``hexlayout.gemm``, whose bias / scale / activation / residual become epilogue nodes) becomes
+one kernel, in graph order:
 
 1. **prologue** of each anchor operand: walking back from the operand, a producer joins
    when it is injective (elementwise, cast, view / permute / transpose, broadcast) and all
@@ -20,9 +21,22 @@ keeps the graph acyclic. Every other op that computes a tensor is left to torch,
 reason; attention (``scaled_dot_product_attention`` in its aten forms) is recognized as an
 anchor that the fusion mechanism does not schedule yet.
 
-Specs are shape-free: constant sizes stay constants, and a view whose size has one
-symbolic dimension (dynamic shapes) writes ``-1`` for it, so one spec (and one kernel
-build) serves every sequence length.
+How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluates with
+eager aten ops on the arguments it is given):
+
+- views of graph inputs (``view``, ``t``, ``permute``, ``unsqueeze``, ``expand``) are applied
+  by the host before the call (free), never put in a prologue;
+- ``x @ w.t()`` (+ bias) - ``nn.Linear`` - is the spec anchor ``aten.linear.default`` reading
+  ``w`` (``N x K``) as it is;
+- in a kernel whose anchor is 2-D, a reshape that regroups leading dimensions of a computed
+  value is free (the value keeps the ``rows x columns`` frame), and tensors of rank > 2 that
+  elementwise ops read are flattened to that frame by the host (an op that broadcasts along
+  some leading dimensions only is not fused); a permute / reshape of the output ends it
+  (views end an output), and ``split`` / ``chunk`` halves along the last dimension become
+  ``slice`` nodes;
+- specs are shape-free: constant sizes stay constants, and a view whose size has one
+  symbolic dimension (dynamic shapes) writes ``-1`` for it, so one spec (and one kernel
+  build) serves every sequence length.
 """
 
 from __future__ import annotations
@@ -54,6 +68,11 @@ ELEMENTWISE = frozenset(_MATH) | frozenset(CASTS)
 #: Reshapes and permutations (bijective).
 VIEWS = frozenset(_ATEN_VIEWS) - {"aten.expand.default"}
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
+#: hexlayout's own GEMM op, an anchor too: ``act(scale * a @ B + bias) + residual``.
+HEXLAYOUT_GEMM = "hexlayout.gemm.default"
+_ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM}
+_GEMM_ACTIVATIONS = {"relu": ("aten.relu.default", ()), "silu": ("aten.silu.default", ()),
+                     "gelu": ("aten.gelu.default", (("approximate", "tanh"),))}
 #: Ops whose result is a view of their first argument, besides ``VIEWS``.
 _ALIASES = frozenset({"aten.alias.default", "aten.detach.default", "aten.expand.default", "aten.slice.Tensor",
                       "getitem", "aten.split.Tensor", "aten.split_with_sizes.default"})
@@ -206,13 +225,15 @@ class _Partitioner:
 
     def _expressible(self, n: Any) -> bool:
         """Whether a spec can hold ``n``'s arguments (else the reason is kept)."""
+        import torch
+
         reshape = self._op(n) in _RESHAPES
         for a in [*n.args, *n.kwargs.values()]:
             try:
                 if hasattr(a, "op"):
                     if not _is_tensor(_val(a)):
                         raise _NotFusible(f"{self._op(n)} ({n.name}) reads the symbolic value {a.name}")
-                elif not isinstance(a, __import__("torch").memory_format):
+                elif not isinstance(a, (torch.memory_format, torch.device, torch.layout)):
                     self._const(a, n, reshape=reshape)
             except _NotFusible as e:
                 self.why.setdefault(n, f"not expressible in a fused kernel: {e}")
@@ -220,12 +241,14 @@ class _Partitioner:
         return True
 
     def _leading_view(self, n: Any) -> bool:
-        """A reshape that only regroups the leading dimensions (``[B, S, N] <-> [B*S, N]``) in a
-        kernel whose anchor is 2-D: free in the kernel's ``rows x columns`` frame."""
-        if not self.flat or self._op(n) not in _RESHAPES or not hasattr(n.args[0], "op"):
+        """A reshape that changes nothing, or (in a kernel whose anchor is 2-D) only regroups
+        the leading dimensions (``[B, S, N] <-> [B*S, N]``): free in the kernel's frame."""
+        if self._op(n) not in _RESHAPES or not hasattr(n.args[0], "op"):
             return False
         src, out = _shape(n.args[0]), _shape(n)
-        return len(src) >= 2 and len(out) >= 2 and _same(src[-1], out[-1])
+        if len(src) == len(out) and all(_same(a, b) for a, b in zip(src, out)):
+            return True
+        return self.flat and len(src) >= 2 and len(out) >= 2 and _same(src[-1], out[-1])
 
     def _frame_ok(self, n: Any) -> bool:
         """An elementwise op of rank > 2 in a 2-D kernel: every tensor it reads is either
@@ -287,7 +310,7 @@ class _Partitioner:
     def run(self) -> Partition:
         groups = []
         for n in self.nodes:
-            if n.op == "call_function" and self._op(n) in ANCHORS and n not in self.claimed:
+            if n.op == "call_function" and self._op(n) in _ANCHORS and n not in self.claimed:
                 if not _is_tensor(_val(n)):
                     self.why[n] = "its value is not a tensor"
                     continue
@@ -356,10 +379,14 @@ class _Partitioner:
             depends.add(n)
         return taken
 
+    def _operands(self, anchor: Any) -> tuple:
+        """The anchor's arguments that are GEMM operands (a prologue may produce them)."""
+        return anchor.args[:2] if self._op(anchor) == HEXLAYOUT_GEMM else anchor.args
+
     def _group(self, anchor: Any) -> Group | None:
         self.flat = len(_shape(anchor)) == 2
         prologues: dict[int, list] = {}
-        for i, a in enumerate(anchor.args):
+        for i, a in enumerate(self._operands(anchor)):
             if hasattr(a, "op"):
                 nodes = self._prologue(anchor, a)
                 if nodes:
@@ -401,7 +428,7 @@ class _Partitioner:
 
         # the operands: a prologue's spec nodes, or an input (with the views the host applies)
         operands: dict[int, Any] = {}       # anchor argument -> ("spec", nodes, out) | ("ext", node, steps)
-        for i, a in enumerate(anchor.args):
+        for i, a in enumerate(self._operands(anchor)):
             if i in prologues:
                 refs: dict[Any, tuple] = {}
                 spec_nodes: list[Node] = []
@@ -413,10 +440,14 @@ class _Partitioner:
             else:
                 raise _NotFusible(f"anchor argument {i} is {a!r}, not a tensor")
         anchor_op = op_name(anchor.target)
-        anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in anchor.kwargs.items()))
-        spec_anchor, order = anchor_op, list(range(len(anchor.args)))
+        implied: list[Node] = []            # epilogue nodes the anchor itself computes
+        if anchor_op == HEXLAYOUT_GEMM:
+            spec_anchor, order, anchor_kwargs = self._gemm(anchor, implied, extra_ref)
+        else:
+            anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in anchor.kwargs.items()))
+            spec_anchor, order = anchor_op, list(range(len(anchor.args)))
         b_i = {"aten.addmm.default": 2, "aten.mm.default": 1}.get(anchor_op)
-        if b_i is not None and not anchor_kwargs and self._untranspose(operands, b_i):
+        if b_i is not None and not anchor_kwargs and not implied and self._untranspose(operands, b_i):
             # x @ w.t() (+ bias): nn.Linear; the mechanism reads w (N x K) as it is
             spec_anchor, order = "aten.linear.default", ([1, 2, 0] if b_i == 2 else [0, 1])
         prologue_specs, anchor_args = [], []
@@ -428,9 +459,9 @@ class _Partitioner:
             else:
                 anchor_args.append(kernel_input(o[1], o[2]))
 
-        refs = {anchor: ("anchor",)}
+        refs = {anchor: ("node", len(implied) - 1) if implied else ("anchor",)}
         flat: set = set()
-        epi_nodes: list[Node] = []
+        epi_nodes: list[Node] = list(implied)
         self._lower(epi, refs, flat, epi_nodes, extra_ref)
         outputs = [n for n in [anchor, *epi] if self._op(n) not in _SPLITS
                    and any(u not in members for u in n.users)]
@@ -471,6 +502,32 @@ class _Partitioner:
             slots[n] = ("slot", len(new_inputs) + len(group.steps) - 1)
         group.out_slots = [slots[o][1] for o in outputs]
         return group
+
+    def _gemm(self, n: Any, implied: list, extra_ref: Any) -> tuple:
+        """``hexlayout.gemm(a, b, bias, residual, activation, scale, b_layout)`` as a spec:
+        ``linear(a, b)`` (``"nk"``) or ``mm(a, b)`` (``"kn"``) with its epilogue
+        ``act(scale * y + bias) + residual`` appended to ``implied``."""
+        names = [a.name for a in n.target._schema.arguments]
+        given = dict(zip(names, n.args)) | dict(n.kwargs)
+        get = given.get
+        y: tuple = ("anchor",)
+
+        def add(op: str, args: tuple, kwargs: tuple = ()) -> tuple:
+            implied.append(Node(op, args, kwargs))
+            return ("node", len(implied) - 1)
+
+        if get("scale") is not None:
+            y = add("aten.mul.Tensor", (y, ("const", float(get("scale")))))
+        if get("bias") is not None:
+            y = add("aten.add.Tensor", (y, extra_ref(get("bias"), ())))
+        act = get("activation", "none")
+        if act != "none":
+            op, kw = _GEMM_ACTIVATIONS[act]
+            y = add(op, (y,), kw)
+        if get("residual") is not None:
+            add("aten.add.Tensor", (y, extra_ref(get("residual"), ())))
+        kn = get("b_layout", "nk") == "kn"
+        return ("aten.mm.default" if kn else "aten.linear.default"), [0, 1], ()
 
     @staticmethod
     def _untranspose(operands: dict[int, Any], b_i: int) -> bool:

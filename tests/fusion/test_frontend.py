@@ -50,9 +50,16 @@ def _compile_run(model: nn.Module, *inputs: torch.Tensor, fallback: str = "eager
 
 
 def _check_ran(plan: FusionPlan, log: list) -> None:
-    """Exactly the planned kernels launched (no separate elementwise kernel), each once."""
-    assert len(log) == len(plan.kernels), (plan, [r.name for r in log])
-    for k, rec in zip(plan.kernels, log):
+    """Exactly the planned kernels launched (no separate elementwise kernel), in order, each
+    once (a bmm: one launch per batch entry, of one build)."""
+    runs: list = []
+    for rec in log:
+        if runs and runs[-1][0].name == rec.name and runs[-1][0].anchor == "aten.bmm.default":
+            assert rec.build_key == runs[-1][0].build_key
+            continue
+        runs.append((rec,))
+    assert len(runs) == len(plan.kernels), (plan, [r.name for r in log])
+    for k, (rec,) in zip(plan.kernels, runs):
         assert rec.name.startswith(k.name), (rec.name, k.name)
         assert rec.anchor == k.spec.anchor
         assert list(rec.epilogue) == k.spec.epilogue_ops()
@@ -316,3 +323,34 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(code, "README.md[torch.compile]", "exec"), ns)  # noqa: S102 - the README's own example
     torch.testing.assert_close(ns["y"], ns["model"](ns["x"]), atol=1e-2 * ns["y"].abs().max().item(), rtol=0)
     assert capsys.readouterr().out.strip() == printed.strip()
+
+
+def test_hexlayout_gemm_op_and_bmm_are_anchors() -> None:
+    import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
+
+    torch.manual_seed(0)
+    w, bias = torch.randn(64, 32, dtype=torch.float16) * 0.2, torch.randn(64, dtype=torch.float16)
+
+    def gemm_then_scale(x: torch.Tensor) -> torch.Tensor:
+        return (torch.ops.hexlayout.gemm(x, w, bias=bias, activation="gelu") * 0.5).float()
+
+    def batched(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.matmul(a, b))
+
+    x = torch.randn(40, 32, dtype=torch.float16)
+    a, b = torch.randn(3, 16, 32, dtype=torch.float16), torch.randn(3, 32, 64, dtype=torch.float16)
+    with torch.no_grad():
+        out, plan, log = _compile_run(gemm_then_scale, x)
+        _close(out, gemm_then_scale(x))
+        _check_ran(plan, log)
+        assert [k.anchor for k in plan.kernels] == ["hexlayout.gemm.default"] and plan.fallbacks == []
+        # the op's own epilogue (bias, GELU) and the graph's (scale, cast) run in one kernel
+        assert log[0].epilogue == ("aten.add.Tensor", "aten.gelu.default", "aten.mul.Tensor",
+                                   "aten._to_copy.default")
+
+        torch._dynamo.reset()
+        out, plan, log = _compile_run(batched, a, b)
+        _close(out, batched(a, b))
+        _check_ran(plan, log)
+        assert [k.anchor for k in plan.kernels] == ["aten.bmm.default"] and plan.fallbacks == []
+        assert "aten.relu.default" in log[0].epilogue
