@@ -126,10 +126,10 @@ def _is_rowmajor(t: Any) -> bool:
 _ARCHS: dict[Any, str] = {}
 
 
-def _arch_of(device: Any) -> str:
+def _arch_of(device: Any, cuda: bool) -> str:
     """The hexlayout target of ``device`` (CUDA: by compute capability, cached; CPU: the
     emulated architecture, ``HEXLAYOUT_EMULATE_ARCH`` or sm_80)."""
-    if device.type == "cuda":
+    if cuda:
         hit = _ARCHS.get(device)
         if hit is not None:
             return hit
@@ -169,7 +169,7 @@ def _place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpe
         return InputSpec("scalar"), float(t)
     if not isinstance(t, torch.Tensor):
         raise FusionUnsupported(f"{where}: extra input {i} is {type(t).__name__}, not a tensor or a number")
-    if t.numel() == 1 and t.device.type == "cpu" and t.dim() <= 2:
+    if t.numel() == 1 and not t.is_cuda and t.dim() <= 2:
         return InputSpec("scalar"), float(t.reshape(()).item())
     rows, cols = frame
     shape = tuple(t.shape)
@@ -312,10 +312,15 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
         raise FusionUnsupported(f"{where}: {anchor} on {a.dtype} x {b.dtype} (fused GEMMs take f16 or bf16, "
                                 "one dtype)")
-    device = next((x.device for x in [*args, *inputs]
-                   if isinstance(x, torch.Tensor) and x.device.type != "meta"), None)
+    first = next((x for x in [*args, *inputs] if isinstance(x, torch.Tensor) and x.device.type != "meta"),
+                 None)
+    device = first.device if first is not None else None
     if device is None or device.type not in ("cuda", "cpu"):
         raise FusionUnsupported(f"{where}: tensors on {device} (CUDA, or CPU with HEXLAYOUT_EMULATE=1)")
+    others = {str(x.device) for x in [*args, *inputs] if isinstance(x, torch.Tensor)} - {str(device)}
+    if others:
+        raise FusionUnsupported(f"{where}: tensors on {device} and on {', '.join(sorted(others))} (fused "
+                                "kernels take one device)")
     batch = None
     lead: tuple[int, ...] = ()
     if anchor == "aten.bmm.default":
@@ -482,7 +487,7 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
         inputs=tuple(specs),
         halves=halves,
     )
-    arch = _arch_of(device)
+    arch = _arch_of(device, first.is_cuda)
     staged = bool(prologues) or halves
     a_host = None
     if a_i not in pro:
@@ -592,9 +597,9 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     if not isinstance(spec, FusedSpec):
         raise FusionUnsupported(f"run_fused takes a FusedSpec, not {type(spec).__name__}")
     call = plan_call(spec, list(anchor_args), list(extra_inputs))
-    device = next(x.device for x in [*anchor_args, *extra_inputs]
-                  if isinstance(x, torch.Tensor) and x.device.type != "meta")
-    cuda = device.type == "cuda"
+    first = next(x for x in [*anchor_args, *extra_inputs]
+                 if isinstance(x, torch.Tensor) and x.device.type != "meta")
+    device, cuda = first.device, first.is_cuda
     if not cuda:
         from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 

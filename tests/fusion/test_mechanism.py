@@ -261,3 +261,30 @@ def test_several_outputs_of_different_dtypes() -> None:
     _close(y, prod)
     _close(z, torch.relu(prod).float() + r)
     assert len(log) == 1 and (40, 64) in log[0].shapes
+
+
+@pytest.mark.nvrtc
+def test_cuda_host_path_with_the_gpu_stubbed(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA branch of run_fused up to the driver launch (the GPU parts stubbed as in
+    benchmarks/bench_host.py): the kernel compiles, every argument passes the launcher's
+    checks (shapes, strides, alignment) in the order of the fused program's parameters, one
+    launch per call, recorded as a CUDA launch; a second length reuses the build."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_host.py"
+    spec_ = importlib.util.spec_from_file_location("bench_host", path)
+    bench = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(bench)
+    monkeypatch.setenv("HEXLAYOUT_CACHE_DIR", str(tmp_path / "cache"))
+    w, bias = _rand(64, 32, scale=0.3, seed=24), _rand(64, seed=25)
+    spec = FusedSpec("aten.linear.default", epilogue=Epilogue(
+        (Node("aten.gelu.default", (A,)), Node("aten.add.Tensor", (("node", 0), ("input", 0)))),
+        (("node", 1),)))
+    drv = bench.stub_gpu(torch, monkeypatch.setattr)
+    with launch_log() as log:
+        for m in (80, 120):
+            (out,) = run_fused(spec, [_rand(m, 32, seed=m), w, bias], [_rand(m, 64, seed=m + 1)])
+            assert out.shape == (m, 64) and out.dtype == torch.float16
+    assert drv.launches == 2
+    assert [r.device for r in log] == ["cuda", "cuda"] and log[0].build_key == log[1].build_key
