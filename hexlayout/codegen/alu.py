@@ -9,7 +9,8 @@ in ``int`` / ``long long`` unless the function is floating or a source is floati
 ``float`` with rounding to nearest even and saturation (``__float2int_rn``). Predicate
 destinations are ``result != 0``. A function with ``integer_domain`` computes in ``int``
 and prints a value of the destination's C type; one ``on_bits`` (``bitcast``) maps the
-operands' bit patterns (``unsigned long long``) to the destination's.
+operands' bit patterns (``unsigned long long``) to the destination's. ``cvt`` between fp8
+and f16 prints the paired hardware conversions (two elements per call where it can).
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     if fn.on_bits:
         stmt = _on_bits(em, ins, idx)
         return [stmt] if n == 1 else ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
+    fp8 = _fp8_half(em, ins)
+    if fp8 is not None:
+        return fp8
     dom = compute_domain(fn, dt, any(_is_float_src(s) for s in ins.srcs))
     vals = [_src(em, s, idx, n, dom) for s in ins.srcs]
     r = fn.cuda(c_domain(dom), *vals)
@@ -91,6 +95,53 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     if n == 1:
         return [stmt]
     return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
+
+
+_FP8 = {"e4m3": "__NV_E4M3", "e5m2": "__NV_E5M2"}
+
+
+def _even_start(ref: RegRef) -> bool:
+    try:
+        return int(ref.start) % 2 == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _fp8_half(em: Emitter, ins: Alu) -> list[str] | None:
+    """``cvt`` between fp8 and f16 as the hardware's paired conversions (``cvt.rn.f16x2.e4m3x2``
+    and ``cvt.rn.satfinite.e4m3x2.f16x2`` on sm_89+): two elements per call where the slices
+    hold pairs, else one. Bit for bit what the float route computes (fp8 -> f16 is exact; f16
+    -> fp8 rounds once from the f16 value, saturating), without the detour through f32."""
+    if ins.op != "cvt" or not isinstance(ins.srcs[0], RegRef):
+        return None
+    src, dst = ins.srcs[0], ins.dst
+    sn, dn = src.array.dtype.name, dst.array.dtype.name
+    if not ((sn in _FP8 and dn == "f16") or (sn == "f16" and dn in _FP8)):
+        return None
+    em.check_reg_range(src)
+    n = dst.count
+    if src.count != n:
+        raise em.error(f"source {src.array.name} has {src.count} element(s), the destination {n}")
+
+    def one(i: int | str) -> str:
+        s, d = em.reg_index(src, i), em.reg_index(dst, i)
+        if sn in _FP8:
+            return f"{d} = __half(__nv_cvt_fp8_to_halfraw({s}.__x, {_FP8[sn]}));"
+        return f"{d}.__x = __nv_cvt_halfraw_to_fp8({s}, __NV_SATFINITE, {_FP8[dn]});"
+
+    def two(i: str) -> str:
+        s, d = em.reg_index(src, i), em.reg_index(dst, i)
+        if sn in _FP8:
+            return (f"*reinterpret_cast<__half2*>(&{d}) = __half2(__nv_cvt_fp8x2_to_halfraw2("
+                    f"*reinterpret_cast<const __nv_fp8x2_storage_t*>(&{s}), {_FP8[sn]}));")
+        return (f"*reinterpret_cast<__nv_fp8x2_storage_t*>(&{d}) = __nv_cvt_halfraw2_to_fp8x2("
+                f"*reinterpret_cast<const __half2*>(&{s}), __NV_SATFINITE, {_FP8[dn]});")
+
+    if n == 1:
+        return [one(0)]
+    if n % 2 or not (_even_start(src) and _even_start(dst)):
+        return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {one('v')}"]
+    return ["#pragma unroll", f"for (int v = 0; v < {n // 2}; ++v) {two('2 * v')}"]
 
 
 _UNSIGNED = {8: "unsigned char", 16: "unsigned short", 32: "unsigned", 64: "unsigned long long"}
