@@ -8,7 +8,8 @@ the destination and source of an in-place update. Relations between classes:
   (a reduction's result; an operand that broadcasts along ``axes``);
 - ``mma(op, role)``: the class is operand ``role`` (a, b, c) of an mma op;
 - ``mapped(dst, src, fwd, bwd)``: ``dst = fwd o src`` and ``src = bwd o dst`` (``x.T`` of a
-  register tile: the same registers).
+  register tile: the same registers; a reshape);
+- ``derived(dst, src, fn)``: ``dst = fn(src)`` (a join of register tiles).
 
 Shared tiles are handled per root buffer: every copy, mma operand use and view chain
 that touches the buffer is recorded so candidate layouts can be checked use by use.
@@ -25,6 +26,7 @@ from hexlayout.ir.atomic import AtomicAdd
 from hexlayout.ir.gather import ScalarLoad
 from hexlayout.ir.lower.kernel import LoweringError
 from hexlayout.ir.registry import OpRegistry
+from hexlayout.ir.regroup import Join, Reshape
 from hexlayout.ir.tile import (
     Alloc,
     AsyncCommit,
@@ -59,7 +61,7 @@ from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import walk
 from hexlayout.layout import ComposedLayout, Layout
 
-__all__ = ["LayoutGraph", "Reduced", "Mapped", "MmaRole", "build_graph", "RELATIONS"]
+__all__ = ["LayoutGraph", "Reduced", "Mapped", "Derived", "MmaRole", "build_graph", "RELATIONS"]
 
 
 @dataclass
@@ -83,6 +85,16 @@ class Mapped:
 
 
 @dataclass
+class Derived:
+    """``dst = fn(src)``: a layout derived one way (a join's result from its sources')."""
+
+    dst: int            # class id when recorded (``find`` it: classes merge later)
+    src: int
+    fn: Callable[[Layout], Layout]
+    op: Op
+
+
+@dataclass
 class MmaRole:
     cls: int
     op: Mma
@@ -97,6 +109,7 @@ class LayoutGraph:
     why: dict[int, list[Op]] = field(default_factory=dict)         # ops that merged into a class
     reduced: list[Reduced] = field(default_factory=list)
     mapped: list[Mapped] = field(default_factory=list)
+    derived: list[Derived] = field(default_factory=list)
     mma_roles: list[MmaRole] = field(default_factory=list)
     mmas: list[Mma] = field(default_factory=list)
     explicit: list[tuple[int, Layout, Op]] = field(default_factory=list)   # (value id, given layout, op)
@@ -269,6 +282,31 @@ def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
         raise LoweringError(g.kernel.name, op, "views of register tiles are not supported by synthesis yet "
                             "other than x.T / x.permute(...) (slice the shared or global tile the values "
                             "came from, or copy the part you need into a register tile of its own)")
+
+
+@RELATIONS.register(Reshape)
+def _reshape(g: LayoutGraph, op: Reshape) -> None:
+    """A reshape keeps every value in its thread: ``R o tv`` either way (``lower/regroup.py``)."""
+    from hexlayout.ir.lower.regroup import reshape_maps
+
+    try:
+        fwd, bwd = reshape_maps(tuple(op.src.type.shape), tuple(op.result.type.shape))
+    except ValueError as e:
+        raise LoweringError(g.kernel.name, op, f"reshape of %{op.src.name}: {e}") from None
+    g.mapped.append(Mapped(g.cls(op.result), g.cls(op.src), fwd, bwd, op))
+
+
+@RELATIONS.register(Join)
+def _join(g: LayoutGraph, op: Join) -> None:
+    """The sources share one layout; the result's is derived from it (``join_tv``)."""
+    from hexlayout.ir.lower.regroup import join_tv
+
+    first = op.srcs[0]
+    for s in op.srcs[1:]:
+        g.union(first, s, op)
+    shape, k, axis, inter = tuple(first.type.shape), len(op.srcs), op.axis, op.interleave
+    g.derived.append(Derived(g.cls(op.result), g.cls(first),
+                             lambda f: join_tv(f, shape, k, axis, inter), op))
 
 
 @RELATIONS.register(GlobalView, ScalarLoad, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive,

@@ -136,6 +136,21 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
                 if err:
                     return err
                 changed |= not known
+            for d in g.derived:
+                src, dst = g.find(d.src), g.find(d.dst)
+                if src not in lay:
+                    continue
+                try:
+                    out = d.fn(lay[src])
+                except ValueError as e:
+                    bad = LayoutSource("invalid", detail=f"{type(d.op).__name__.lower()}: {e}")
+                    return Conflict(dst, (lay[src], d.op, bad), (lay[src], d.op, bad))
+                known = dst in lay
+                err = put(dst, out, d.op, LayoutSource("derived", detail=f"a {type(d.op).__name__.lower()} "
+                                                       "of register tiles"))
+                if err:
+                    return err
+                changed |= not known
             for m in g.mapped:
                 src, dst = g.find(m.src), g.find(m.dst)       # classes may have merged since
                 for a, b, f in ((src, dst, m.fwd), (dst, src, m.bwd)):
@@ -169,7 +184,7 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
         else:
             lay[c] = layout
             origin[c] = (g.copies_with_global[c][0], COALESCED)
-            if g.mapped:
+            if g.mapped or g.derived:
                 # a view's class follows at once (before it gets a default of its own)
                 err = propagate()
                 if err:

@@ -87,4 +87,81 @@ def test_slice_of_a_register_tile_is_refused_with_the_line() -> None:
     with pytest.raises(HexlayoutError) as e:
         synthesize(register_slice.trace(), "sm_80")
     msg = str(e.value)
-    assert "register_slice" in msg and "test_register_views.py" in msg and "views of register tiles are not supported" in msg and "x.T" in msg
+    assert "register_slice" in msg and "test_register_views.py" in msg and "x.T" in msg
+    assert "views of register tiles are not supported" in msg
+
+
+# --- reshape, concat, interleave: new register tiles whose values stay in their threads ------
+P, Q = hl.dims("P Q")
+
+
+@hl.kernel(threads=128)
+def swapped_halves(x: f16[M, N], y: f16[M, N]):
+    a = hl.register(f16, (32, 64))
+    b = hl.register(f16, (32, 64))
+    hl.copy(hl.view(x, tile=(32, 64), origin=(0, 0)), a)
+    hl.copy(hl.view(x, tile=(32, 64), origin=(32, 0)), b)
+    hl.copy(hl.concat([b, a], axis=0), hl.view(y, tile=(64, 64)))
+
+
+@hl.kernel(threads=128)
+def woven(x: f16[M, N], y: f16[M, N]):
+    a = hl.register(f16, (64, 32))
+    b = hl.register(f16, (64, 32))
+    hl.copy(hl.view(x, tile=(64, 32), origin=(0, 0)), a)
+    hl.copy(hl.view(x, tile=(64, 32), origin=(0, 32)), b)
+    hl.copy(hl.interleave([a, b], axis=1), hl.view(y, tile=(64, 64)))
+
+
+@hl.kernel(threads=128)
+def reshaped(x: f16[M, N], y: f16[P, Q]):
+    a = hl.register(f16, (64, 64))
+    hl.copy(hl.view(x, tile=(64, 64)), a)
+    hl.copy(hl.reshape(a, (32, 128)) * 2.0, hl.view(y, tile=(32, 128)))
+
+
+CASES = [
+    (swapped_halves, lambda x: np.concatenate([x[32:], x[:32]]), (64, 64)),
+    (woven, lambda x: np.stack([x[:, :32], x[:, 32:]], axis=2).reshape(64, 64), (64, 64)),
+    (reshaped, lambda x: x.reshape(32, 128) * np.float16(2), (32, 128)),
+]
+
+
+@pytest.mark.parametrize(("kern", "ref", "out_shape"), CASES, ids=["concat", "interleave", "reshape"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_regrouped_register_tiles_match_numpy(kern, ref, out_shape, arch: str) -> None:
+    syn = synthesize(kern.trace(), arch)
+    x = np.random.default_rng(7).standard_normal((64, 64)).astype(np.float16)
+    y = np.full(out_shape, np.nan, np.float16)
+    run(syn.lowered.kernel, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, ref(x))
+    # the values stay in their threads and keep 16-byte runs: every global access is 128-bit
+    assert all(i.endswith(".b128") for _, i in syn.lowered.choices), syn.lowered.choices
+
+
+@pytest.mark.nvrtc
+def test_regrouped_tiles_compile_to_plain_vector_accesses() -> None:
+    b = build(woven, "sm_80")
+    counts = b.compiled.sass_counts()
+    assert b.compiled.resources.spill_stores == 0
+    assert counts.get("STG.E.128", 0) > 0 and any(k.startswith("LDG.E.128") for k in counts)
+    assert not any(k.startswith(("HADD2", "F2F")) for k in counts), counts    # moves, no conversions
+
+
+@hl.kernel(threads=128)
+def bad_reshape():
+    hl.reshape(hl.zeros((64, 64), f32), (64, 63))
+
+
+@hl.kernel(threads=128)
+def bad_concat():
+    hl.concat([hl.zeros((64, 64), f32), hl.zeros((32, 64), f32)])
+
+
+@pytest.mark.parametrize(("kern", "words"), [(bad_reshape, "cannot reshape"),
+                                             (bad_concat, "differs from tiles[0]")])
+def test_invalid_regroupings_name_the_kernel_op_and_line(kern, words: str) -> None:
+    with pytest.raises(hl.KernelError) as e:
+        kern.trace()
+    msg = str(e.value)
+    assert kern.name in msg and "test_register_views.py" in msg and words in msg

@@ -360,6 +360,16 @@ class _Lowering:
             return b.permute(tuple(op.perm))
         return self._derived_view(op, op.src, make)
 
+    def op_Reshape(self, op: Any) -> list[Instr]:
+        from .regroup import lower_reshape
+
+        return lower_reshape(self, op)
+
+    def op_Join(self, op: Any) -> list[Instr]:
+        from .regroup import lower_join
+
+        return lower_join(self, op)
+
     def register_permute(self, op: Permute) -> list[Instr]:
         """``x.T`` of a register tile: the same registers under ``P o tv`` (``register_views``)."""
         from .mma import same_function
