@@ -19,7 +19,6 @@ and a result outside its type's range (it might wrap) falls back to the type's r
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -102,20 +101,6 @@ def value_range(v: Value, ws: dict[int, list[Op]], depth: int = 0) -> tuple[int,
     return r
 
 
-_WRITERS: dict[int, tuple[weakref.ref[TileKernel], dict[int, list[Op]]]] = {}
-
-
-def _writers_of(tk: TileKernel) -> dict[int, list[Op]]:
-    hit = _WRITERS.get(id(tk))
-    if hit is not None and hit[0]() is tk:
-        return hit[1]
-    ws = writers(tk)
-    for k in [k for k, (ref, _) in _WRITERS.items() if ref() is None]:
-        del _WRITERS[k]
-    _WRITERS[id(tk)] = (weakref.ref(tk), ws)
-    return ws
-
-
 def conversion(tk: TileKernel, op: Cast) -> AluFunction:
     """The ALU function ``op`` (a ``Cast`` of ``tk``) lowers to: the first of
     ``CONVERSIONS[destination]`` whose exact range holds the operand's ``value_range``,
@@ -123,7 +108,7 @@ def conversion(tk: TileKernel, op: Cast) -> AluFunction:
     dst = op.result.type.dtype
     cands = CONVERSIONS.get(dst.name, ())
     if cands and type_range(op.src.type.dtype) is not None:
-        r = value_range(op.src, _writers_of(tk))
+        r = value_range(op.src, writers(tk))    # (not cached: passes may rewrite tk in place)
         for name in cands:
             lo, hi = EXACT_RANGE[name]
             if r is not None and lo <= r[0] and r[1] < hi and name in ALU_FUNCTIONS:
