@@ -128,8 +128,8 @@ def rewrite(gm: Any, part: Partition) -> list[FusedKernel]:
         call.meta["val"] = vals
         for n in reversed(g.nodes):
             graph.erase_node(n)
-    legalize_graph(gm)
-    graph.lint()
+    legalize_graph(gm)                     # (a new graph: the groups' calls in dependency order)
+    gm.graph.lint()
     gm.recompile()
     return kernels
 

@@ -217,6 +217,15 @@ class _Partitioner:
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.claimed: dict[Any, Any] = {}      # fx.Node -> anchor fx.Node
         self.flat = False                      # whether the current anchor is 2-D
+        self.kernels: dict[Any, tuple] = {}    # anchor fx.Node -> (members bit mask, external inputs)
+        self.prologue_nodes: set = set()       # the current kernel's prologue nodes
+        self.bit = {n: 1 << i for i, n in enumerate(self.nodes)}
+        self.anc: dict[Any, int] = {}          # node -> bit mask of the nodes it depends on
+        for n in self.nodes:
+            mask = 0
+            for d in _arg_nodes(n):
+                mask |= self.bit[d] | self.anc[d]
+            self.anc[n] = mask
         self.why: dict[Any, str] = {}          # fx.Node -> why it was not fused
 
     # --- op classes -----------------------------------------------------------------------------
@@ -317,6 +326,8 @@ class _Partitioner:
                 g = self._group(n)
                 if g is not None:
                     groups.append(g)
+                    self.kernels[n] = (sum(self.bit[m] for m in g.nodes), list(g.inputs))
+        groups = self._acyclic(groups)
         fallbacks = []
         for n in self.nodes:
             if n.op != "call_function" or n in self.claimed or not _computes_tensor(n):
@@ -331,6 +342,34 @@ class _Partitioner:
                 reason = self.why.get(n, _kind_reason(op))
             fallbacks.append((n, reason))
         return Partition(groups, fallbacks)
+
+    def _acyclic(self, groups: list) -> list:
+        """``groups`` without any that would wait on a kernel waiting on it (a safety net:
+        the epilogue walk avoids these); their ops go back to torch with the reason."""
+        while True:
+            masks = [sum(self.bit[m] for m in g.nodes) for g in groups]
+            after = {i: {j for j, mj in enumerate(masks) if j != i and
+                         any((self.bit[d] | self.anc[d]) & mj for d in g.inputs)}
+                     for i, g in enumerate(groups)}
+            bad = next((i for i in after if self._reaches(after, i)), None)
+            if bad is None:
+                return groups
+            for n in groups[bad].nodes:
+                self.claimed.pop(n, None)
+                self.why[n] = "its kernel and another would wait for each other's outputs"
+            groups = groups[:bad] + groups[bad + 1:]
+
+    @staticmethod
+    def _reaches(after: dict, start: int) -> bool:
+        seen, work = set(), list(after[start])
+        while work:
+            j = work.pop()
+            if j == start:
+                return True
+            if j not in seen:
+                seen.add(j)
+                work.extend(after[j])
+        return False
 
     def _prologue(self, anchor: Any, operand: Any) -> list:
         """The producers of ``operand`` that join its prologue (graph order)."""
@@ -356,6 +395,24 @@ class _Partitioner:
                                        "prologue of (not recomputed)")
         return sorted(taken, key=self.order.__getitem__)
 
+    def _cycle(self, n: Any, members: set, ext: list) -> bool:
+        """Whether adding ``n`` (reading ``ext`` from outside) to the kernel of ``members``
+        would make it and an earlier kernel each wait for the other's output (through ops
+        left to torch)."""
+        mine = sum(self.bit[m] for m in members) | self.bit[n]
+        inputs = [d for d in [*ext, *self.ext_of(members)] if d not in members and d is not n]
+        for other, (mask, their_inputs) in self.kernels.items():
+            if any((self.bit[d] | self.anc[d]) & mask for d in inputs) and \
+                    any((self.bit[i] | self.anc[i]) & mine for i in their_inputs):
+                self.why.setdefault(n, f"reads kernel {other.name}'s output, which reads this kernel's "
+                                       "(fusing it would make the two kernels wait for each other)")
+                return True
+        return False
+
+    def ext_of(self, members: set) -> list:
+        """The values ``members`` read from outside."""
+        return [d for m in members for d in _arg_nodes(m) if d not in members]
+
     def _epilogue(self, anchor: Any) -> list:
         group = {anchor}
         depends = {anchor}              # nodes that depend on the group
@@ -366,7 +423,8 @@ class _Partitioner:
             if not any(d in depends for d in deps):
                 continue
             outside = [d for d in deps if d in depends and d not in group]
-            if not outside and n not in self.claimed and self._epilogue_ok(n, group, viewed):
+            if not outside and n not in self.claimed and self._epilogue_ok(n, group, viewed) and \
+                    not self._cycle(n, group | self.prologue_nodes, [d for d in deps if d not in group]):
                 group.add(n)
                 taken.append(n)
                 if (self._op(n) in VIEWS and not self._leading_view(n)) or \
@@ -391,9 +449,9 @@ class _Partitioner:
                 nodes = self._prologue(anchor, a)
                 if nodes:
                     prologues[i] = nodes
-        for nodes in prologues.values():
-            for p in nodes:
-                self.claimed[p] = anchor
+        self.prologue_nodes = {p for nodes in prologues.values() for p in nodes}
+        for p in self.prologue_nodes:
+            self.claimed[p] = anchor
         self.claimed[anchor] = anchor
         epi = self._epilogue(anchor)
         for e in epi:
