@@ -464,6 +464,18 @@ class Tile:
     def __truediv__(self, o: Any) -> Tile:
         return self._ew("div", self, o)
 
+    def __floordiv__(self, o: Any) -> Tile:
+        return self._ew("floordiv", self, o)
+
+    def __rfloordiv__(self, o: Any) -> Tile:
+        return self._ew("floordiv", o, self)
+
+    def __mod__(self, o: Any) -> Tile:
+        return self._ew("mod", self, o)
+
+    def __rmod__(self, o: Any) -> Tile:
+        return self._ew("mod", o, self)
+
     def __rtruediv__(self, o: Any) -> Tile:
         return self._ew("div", o, self)
 

@@ -223,3 +223,26 @@ def _walk(body: list) -> list:
         for attr in ("body", "then_body", "else_body"):
             out += _walk(getattr(ins, attr, []) or [])
     return out
+
+
+@hl.kernel(threads=128)
+def floor_div_mod(a: i32[M, K], b: i32[M, K], q: i32[M, K], r: i32[M, K]):
+    x, y = hl.register(i32, (32, 64)), hl.register(i32, (32, 64))
+    hl.copy(a.tile((32, 64), (0, 0)), x)
+    hl.copy(b.tile((32, 64), (0, 0)), y)
+    hl.copy(x // y, q.tile((32, 64), (0, 0)))
+    hl.copy(x % y, r.tile((32, 64), (0, 0)))
+
+
+def test_floor_division_and_modulo_of_integer_tiles() -> None:
+    """``//`` and ``%`` on integer tiles are Python's (floor, the sign of the divisor)."""
+    syn = synthesize(floor_div_mod.trace(), "sm_80")
+    rng = np.random.default_rng(4)
+    a = rng.integers(-1000, 1000, (32, 64)).astype(np.int32)
+    b = rng.integers(-30, 30, (32, 64)).astype(np.int32)
+    b[b == 0] = 7
+    b[0, :4] = (1, -1, 16, -16)
+    q, r = np.zeros_like(a), np.zeros_like(a)
+    run(syn.lowered.kernel, {"a": a, "b": b, "q": q, "r": r})
+    np.testing.assert_array_equal(q, a // b)
+    np.testing.assert_array_equal(r, a % b)

@@ -16,18 +16,18 @@ from hexlayout.emulator import run
 from hexlayout.lang.examples.paged_attention import paged_decode
 from hexlayout.synth.solve import Synthesis, synthesize
 
-BLOCK = 16          # KV-cache block size (BLOCK_SHIFT = 4)
+BLOCK = 16          # KV-cache block size (the kernel's default)
 
 
 @cache
-def _synth(arch: str) -> Synthesis:
-    return synthesize(paged_decode.trace(), arch)
+def _synth(arch: str, block: int = BLOCK) -> Synthesis:
+    return synthesize(paged_decode.trace(BLOCK=block), arch)
 
 
-def _case(seed: int, lens: list[int], kvh: int, g: int, d: int) -> dict[str, np.ndarray]:
+def _case(seed: int, lens: list[int], kvh: int, g: int, d: int, block: int = BLOCK) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     b = len(lens)
-    blocks = [-(-n // BLOCK) for n in lens]
+    blocks = [-(-n // block) for n in lens]
     nb = sum(blocks) + 7                                   # spare blocks nobody owns
     maxb = max(blocks) + 3
     # unused entries hold anything (vLLM pads with garbage or -1): they must never be read
@@ -39,8 +39,8 @@ def _case(seed: int, lens: list[int], kvh: int, g: int, d: int) -> dict[str, np.
         k += nbk
     return {
         "q": rng.standard_normal((b, kvh, g, d)).astype(np.float16),
-        "k_cache": rng.standard_normal((nb, BLOCK, kvh, d)).astype(np.float16),
-        "v_cache": rng.standard_normal((nb, BLOCK, kvh, d)).astype(np.float16),
+        "k_cache": rng.standard_normal((nb, block, kvh, d)).astype(np.float16),
+        "v_cache": rng.standard_normal((nb, block, kvh, d)).astype(np.float16),
         "block_table": table,
         "seq_lens": np.array(lens, np.int32),
         "o": np.full((b, kvh, g, d), np.nan, np.float16),
@@ -49,13 +49,14 @@ def _case(seed: int, lens: list[int], kvh: int, g: int, d: int) -> dict[str, np.
 
 def _reference(a: dict[str, np.ndarray], scale: float) -> np.ndarray:
     """float64 attention of each sequence's G query heads per KV head over its keys, found
-    through the block table (key j: block table[s, j // BLOCK], row j % BLOCK)."""
+    through the block table (key j: block table[s, j // block], row j % block)."""
     q, kc, vc = a["q"], a["k_cache"], a["v_cache"]
+    block = kc.shape[1]
     out = np.zeros(q.shape)
     for s, n in enumerate(a["seq_lens"]):
-        blk = a["block_table"][s, np.arange(n) // BLOCK]
-        keys = kc[blk, np.arange(n) % BLOCK].astype(np.float64)       # [n, KVH, D]
-        vals = vc[blk, np.arange(n) % BLOCK].astype(np.float64)
+        blk = a["block_table"][s, np.arange(n) // block]
+        keys = kc[blk, np.arange(n) % block].astype(np.float64)       # [n, KVH, D]
+        vals = vc[blk, np.arange(n) % block].astype(np.float64)
         for h in range(q.shape[1]):
             sc = q[s, h].astype(np.float64) @ keys[:, h].T * scale
             e = np.exp(sc - sc.max(axis=1, keepdims=True))
@@ -72,6 +73,15 @@ def test_matches_float64(arch: str, seed: int, lens: list[int], kvh: int, d: int
     a = _case(seed, lens, kvh, 8, d)
     scale = 1.0 / math.sqrt(d)
     report = run(_synth(arch).lowered.kernel, {**a, "qk_scale": scale * math.log2(math.e)})
+    err = np.abs(a["o"].astype(np.float64) - _reference(a, scale))
+    assert err.max() <= 2e-3, f"max abs error {err.max()}"
+    assert report.totals["bank_conflicts"] == 0
+
+
+def test_block_size_32_matches_float64() -> None:
+    a = _case(2, [40, 7, 95], 2, 8, 128, block=32)
+    scale = 1.0 / math.sqrt(128)
+    report = run(_synth("sm_80", 32).lowered.kernel, {**a, "qk_scale": scale * math.log2(math.e)})
     err = np.abs(a["o"].astype(np.float64) - _reference(a, scale))
     assert err.max() <= 2e-3, f"max abs error {err.max()}"
     assert report.totals["bank_conflicts"] == 0

@@ -6,13 +6,13 @@ numpy semantics, CUDA C++ printing, cost and accuracy; defining the class regist
 The language (``hl.exp``, operators), the lowering, the emulator, the code generator and
 the cost model all read these definitions. Families: ``arithmetic``, ``transcendental``,
 ``logic`` (comparisons, logical functions, select), ``bits`` (shifts and bitwise
-functions of integers), ``moves`` (mov, cvt) and ``convert`` (fast integer -> f16 / bf16
-conversions).
+functions of integers), ``index_math`` (floor division and modulo of integers), ``moves``
+(mov, cvt) and ``convert`` (fast integer -> f16 / bf16 conversions).
 """
 
 from __future__ import annotations
 
-from . import arithmetic, bits, convert, logic, moves, transcendental
+from . import arithmetic, bits, convert, index_math, logic, moves, transcendental
 from .base import (
     ALU_FUNCTIONS,
     KIND_WORDS,
@@ -31,5 +31,5 @@ from .base import (
 __all__ = [
     "ALU_FUNCTIONS", "AluFunction", "AluTypeError", "CDomain", "UnknownFunctionError", "alu_function",
     "alu_functions", "compute_domain", "NUMPY_DOMAIN", "kind_of", "libm", "KIND_WORDS", "arithmetic", "bits",
-    "convert", "logic", "moves", "transcendental",
+    "convert", "index_math", "logic", "moves", "transcendental",
 ]

@@ -8,7 +8,7 @@ the scalars in scope (``IndexTiles.value_at``). Supported definitions (the ways 
 tile is written naturally):
 
 - ``hl.iota(shape, axis)``: ``c[axis]``;
-- integer elementwise math (``+ - * / min max``, comparisons, ``where``, ``& | ^ ~ << >>``,
+- integer elementwise math (``+ - * / // % min max``, comparisons, ``where``, ``& | ^ ~ << >>``,
   casts between integer types) on index tiles, scalars and ``Expr``;
 - ``hl.fill`` / ``hl.full``: the constant;
 - a copy from a global view (plain or itself gathered) into the tile: the element is
@@ -39,6 +39,7 @@ _TRUE = Const(1)
 def _binary(name: str, a: Expr, b: Expr) -> Expr | None:
     table: dict[str, Any] = {
         "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a // b,
+        "floordiv": lambda: a // b, "mod": lambda: a % b,
         "min": lambda: emin(a, b), "max": lambda: emax(a, b), "lt": lambda: a < b, "le": lambda: a <= b,
         "gt": lambda: a > b, "ge": lambda: a >= b, "eq": lambda: a.eq(b), "ne": lambda: a.ne(b),
         "and": lambda: a.logical_and(b), "or": lambda: a.logical_or(b), "bitand": lambda: a & b,

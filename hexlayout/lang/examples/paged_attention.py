@@ -14,7 +14,7 @@ of an mma; the view's extent zero-fills the rest and skips them on the store) ag
 gather of the block table through it, and K and V rows a gather of the caches through the
 computed (block, row) pair, copied with cp.async. The online softmax is FlashAttention's
 (``exp2``, ``qk_scale = scale * log2(e)``); P stays in registers as the A operand of P V.
-No layout is written anywhere. ``BLOCK_SHIFT`` is log2 of the block size.
+No layout is written anywhere; ``BLOCK`` is the cache's block size.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ NEG_INF = float("-inf")
 @hl.kernel(threads=lambda c: 32 * c["WARPS"])
 def paged_decode(q: f16[B, KVH, G, D], k_cache: f16[NB, BS, KVH, D], v_cache: f16[NB, BS, KVH, D],
                  block_table: i32[B, MAXB], seq_lens: i32[B], o: f16[B, KVH, G, D], qk_scale: f32, *,
-                 BN: int = 32, HEAD_DIM: int = 128, BLOCK_SHIFT: int = 4, ROWS: int = 16, WARPS: int = 1):
+                 BN: int = 32, HEAD_DIM: int = 128, BLOCK: int = 16, ROWS: int = 16, WARPS: int = 1):
     s, kvh = hl.grid(hl.spatial(q.shape[0], q.shape[1]))
     n = seq_lens[s]                                          # this sequence's length, from memory
     sq = hl.shared(f16, (ROWS, HEAD_DIM))
@@ -49,9 +49,9 @@ def paged_decode(q: f16[B, KVH, G, D], k_cache: f16[NB, BS, KVH, D], v_cache: f1
     for j in hl.range(hl.cdiv(n, BN)):
         pos = hl.iota((BN,), 0) + j * BN                      # key positions of this step
         page = hl.register(i32, (BN,))
-        hl.copy(block_table[s, pos >> BLOCK_SHIFT], page)   # their KV-cache blocks
+        hl.copy(block_table[s, pos // BLOCK], page)          # their KV-cache blocks
         page = hl.where(pos < n, page, -1)                    # past the end: no row
-        row = pos & ((1 << BLOCK_SHIFT) - 1)
+        row = pos % BLOCK
         hl.copy(k_cache[page, row, kvh, 0:HEAD_DIM], sk)      # gathered rows, cp.async
         hl.copy(v_cache[page, row, kvh, 0:HEAD_DIM], sv)
         hl.commit_group()
