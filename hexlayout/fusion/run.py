@@ -1,44 +1,26 @@
 """``run_fused(spec, anchor_args, extra_inputs)``: build (once per structure) and run a fused
 kernel: launched on CUDA tensors, run in the emulator on CPU tensors (``HEXLAYOUT_EMULATE=1``).
 
-Planning a call (``plan_call``) reads the aten semantics of the anchor:
-
-- ``aten.mm.default(a[M,K], b[K,N])``, ``aten.addmm.default(bias, a, b, beta=1, alpha=1)``
-  (``beta * bias + alpha * (a @ b)``: two epilogue nodes before the spec's own),
-  ``aten.linear.default(x[..., K], w[N,K], bias=None)`` (``x`` flattened to ``M x K``,
-  outputs given back the leading dims), ``aten.bmm.default(a[B,M,K], b[B,K,N])`` (one
-  launch per batch entry, one build);
-- ``b`` given as ``K x N`` row-major runs the ``"kn"`` kernel, its transpose (a ``.t()`` of
-  an ``N x K`` row-major tensor, as ``linear``'s weight) the ``"nk"`` one;
-- extra inputs are placed against the frame they are used in (the output ``M x N``, a
-  column half ``M x N/2``, or a prologue's operand): a mode equal to the frame's is a full
-  mode, a mode of 1 broadcasts (stride 0); Python numbers (and one-element tensors on the
-  CPU) are runtime scalar parameters;
-- epilogue outputs that end in views (``view``, ``permute``, ``t``, ``transpose``,
-  ``reshape``, ``unsqueeze``, ``squeeze``) are stored unviewed and returned as the same view
-  of the stored tensor (values, shape and strides as eager's);
-- column slices of the anchor's output into two halves (``split`` of a concatenated
-  gate/up projection): the kernel computes column tiles of ``BN`` whose first ``BN/2``
-  columns are from the first half and last ``BN/2`` from the second (``B``'s columns
-  re-laid out once per weight and cached), and each half is a tile half.
-
-The build is keyed on the structure (anchor kernel, architecture, tile constants, the
-fused program's shape-free plan), never on sizes: two calls that differ in sizes with the
-same tile constants share one build. Anything the mechanism cannot fuse raises
-``FusionUnsupported`` with the reason, before any kernel runs.
+The call is planned by ``gemm_plan.plan_call`` (the aten semantics of the anchor, where each
+extra input goes, what the host does to the outputs). The build is keyed on the structure
+(anchor kernel, architecture, tile constants, the fused program's shape-free plan), never on
+sizes: two calls that differ in sizes with the same tile constants share one build. Column
+halves take the B operand with its columns re-laid out once per weight (cached). Anything
+the mechanism cannot fuse raises ``FusionUnsupported`` with the reason, before any kernel
+runs.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
-from dataclasses import dataclass
 from typing import Any
 
-from .aten import SLICES, VIEWS, dtype_name, is_fusible, torch_dtype
-from .mechanism import FusedProgram, InputSpec, KernelPlan, fuse
-from .spec import FusedSpec, FusionUnsupported, Node
+from .aten import dtype_name, torch_dtype
+from .gemm_plan import GemmCall, clear_plans, output_frames, plan_call
+from .mechanism import FusedProgram, KernelPlan, fuse
+from .reference import aten_op, reference
+from .spec import FusedSpec, FusionUnsupported
 
 __all__ = ["run_fused", "reference", "fused_build", "gemm_fused_build", "clear_fused_builds", "plan_call"]
 
@@ -47,464 +29,7 @@ _PROGRAMS: dict[tuple, FusedProgram] = {}
 _LAUNCHERS: dict[int, Any] = {}
 _RELAID: dict[tuple, Any] = {}
 
-_TRANSPOSES = ("aten.t.default", "aten.transpose.int", "aten.permute.default")
 
-
-def _aten(op: str) -> Any:
-    import torch
-
-    parts = op.split(".")
-    ns = torch.ops.prims if parts[0] == "prims" else torch.ops.aten
-    return getattr(getattr(ns, parts[1]), parts[2] if len(parts) > 2 else "default")
-
-
-def _value(ref: tuple, env: list, anchor: Any, inputs: list) -> Any:
-    kind = ref[0]
-    if kind == "anchor":
-        return anchor
-    if kind == "node":
-        return env[ref[1]]
-    if kind == "input":
-        return inputs[ref[1]]
-    v = ref[1]
-    if isinstance(v, str):
-        try:
-            from .aten import torch_dtype
-
-            return torch_dtype(v)
-        except (KeyError, ValueError):
-            return v
-    return v
-
-
-def _eval_nodes(nodes: tuple[Node, ...], anchor: Any, inputs: list) -> list:
-    env: list = []
-    for n in nodes:
-        args = [_value(a, env, anchor, inputs) if isinstance(a, tuple) and a and a[0] in
-                ("anchor", "node", "input", "const") else a for a in n.args]
-        kw = {k: (_value(("const", v), env, anchor, inputs) if k == "dtype" else v) for k, v in n.kwargs}
-        env.append(_aten(n.op)(*args, **kw))
-    return env
-
-
-def reference(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> list[Any]:
-    """What ``spec`` computes, with torch's aten ops (eager; meta tensors give shapes/dtypes)."""
-    args = list(anchor_args)
-    for p in spec.prologues:
-        args[p.operand] = _eval_nodes(p.nodes, None, extra_inputs)[p.output]
-    y = _aten(spec.anchor)(*args, **dict(spec.anchor_kwargs))
-    env = _eval_nodes(spec.epilogue.nodes, y, extra_inputs)
-    return [y if o[0] == "anchor" else env[o[1]] for o in spec.epilogue.outputs]
-
-
-# --- planning ------------------------------------------------------------------------------
-@dataclass
-class _Call:
-    arch: str
-    dtype: Any                   # torch dtype of a / b
-    b_layout: str
-    staged: bool
-    a: Any                       # M x K (or B x M x K), None when a prologue computes it
-    b: Any                       # N x K ("nk") / K x N ("kn") (batched for bmm), None likewise
-    m: int
-    n: int
-    k: int
-    batch: int | None
-    lead: tuple[int, ...]        # linear: the leading dims of the output
-    plan: KernelPlan
-    inputs: list[Any]            # host values of the plan's inputs (rank-2 tensors / numbers)
-    out_views: list[list[Node]]  # per output, the trailing view nodes to apply on the host
-    out_shapes: list[tuple[int, ...]]
-
-
-def _is_rowmajor(t: Any) -> bool:
-    """A row-major contiguous matrix (strides of modes of extent 1 free)."""
-    return (t.dim() == 2 and (t.stride(1) == 1 or t.shape[1] <= 1)
-            and (t.stride(0) == t.shape[1] or t.shape[0] <= 1))
-
-
-_ARCHS: dict[Any, str] = {}
-
-
-def _arch_of(device: Any, cuda: bool) -> str:
-    """The hexlayout target of ``device`` (CUDA: by compute capability, cached; CPU: the
-    emulated architecture, ``HEXLAYOUT_EMULATE_ARCH`` or sm_80)."""
-    if cuda:
-        hit = _ARCHS.get(device)
-        if hit is not None:
-            return hit
-        import torch
-
-        major, minor = torch.cuda.get_device_capability(device)
-        arch = {(9, 0): "sm_90a", (8, 9): "sm_89"}.get((major, minor), "sm_80" if major == 8 else None)
-        if arch is None:
-            raise FusionUnsupported(f"compute capability {major}.{minor} has no hexlayout GEMM "
-                                    "(sm_80-sm_89, sm_90a)")
-        _ARCHS[device] = arch
-        return arch
-    arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
-    if arch not in ("sm_80", "sm_89", "sm_90a"):
-        raise FusionUnsupported(f"HEXLAYOUT_EMULATE_ARCH={arch!r} is not a GEMM architecture (sm_80, sm_89, "
-                                "sm_90a)")
-    return arch
-
-
-def _trailing_views(nodes: tuple[Node, ...], ref: tuple) -> tuple[tuple, list[Node]]:
-    """The output ``ref`` without its trailing view nodes, and those nodes in order."""
-    chain: list[Node] = []
-    while ref[0] == "node" and nodes[ref[1]].op in VIEWS:
-        n = nodes[ref[1]]
-        chain.insert(0, n)
-        ref = n.args[0]
-    return ref, chain
-
-
-def _place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec, Any]:
-    """Extra input ``t`` against a rank-2 frame ``(rows, cols)`` (leading dims flattened)."""
-    import numbers
-
-    import torch
-
-    if isinstance(t, numbers.Number) and not isinstance(t, bool):
-        return InputSpec("scalar"), float(t)
-    if not isinstance(t, torch.Tensor):
-        raise FusionUnsupported(f"{where}: extra input {i} is {type(t).__name__}, not a tensor or a number")
-    if t.numel() == 1 and not t.is_cuda and t.dim() <= 2:
-        return InputSpec("scalar"), float(t.reshape(()).item())
-    rows, cols = frame
-    shape = tuple(t.shape)
-    last = shape[-1] if shape else 1
-    lead = shape[:-1]
-    nlead = 1
-    for s in lead:
-        nlead *= s
-    if last not in (cols, 1):
-        raise FusionUnsupported(f"{where}: extra input {i} of shape {shape} does not broadcast to the "
-                                f"{rows} x {cols} tile frame (last dim must be {cols} or 1)")
-    if nlead == rows:
-        brow = False
-    elif nlead == 1:
-        brow = True
-    else:
-        raise FusionUnsupported(f"{where}: extra input {i} of shape {shape}: its leading dims hold {nlead} "
-                                f"rows, the frame {rows} (only full rows or a broadcast row fuse)")
-    bcol = last == 1 and cols != 1
-    host = t.reshape(1 if brow else rows, 1 if bcol else cols)
-    if not host.is_contiguous() or host.data_ptr() % 16:
-        host = host.clone(memory_format=torch.contiguous_format)     # a fresh, aligned allocation
-    return InputSpec("tensor", dtype_name(t.dtype), (brow, bcol)), host
-
-
-def _frames(nodes: tuple[Node, ...], base: str) -> list[str]:
-    """Per node, the frame it runs in (``base`` or ``"half"`` after a column slice)."""
-    out: list[str] = []
-    for n in nodes:
-        if n.op in SLICES:
-            out.append("half")
-            continue
-        out.append(next((out[a[1]] for a in n.args if isinstance(a, tuple) and a and a[0] == "node"), base))
-    return out
-
-
-def _shift(ref: tuple, offset: int, anchor_to: tuple) -> tuple:
-    if ref[0] == "anchor":
-        return anchor_to
-    if ref[0] == "node":
-        return ("node", ref[1] + offset)
-    return ref
-
-
-def _sig(xs: list[Any]) -> tuple:
-    """What the meta evaluation of a spec depends on: tensors' shapes, strides and dtypes."""
-    out = []
-    for x in xs:
-        if hasattr(x, "shape") and hasattr(x, "stride"):
-            out.append((tuple(x.shape), tuple(x.stride()), str(x.dtype)))
-        else:
-            out.append(type(x).__name__)
-    return tuple(out)
-
-
-def _metas(xs: list[Any]) -> list[Any]:
-    import torch
-
-    return [torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
-            if isinstance(x, torch.Tensor) else x for x in xs]
-
-
-_META: dict[tuple, Any] = {}
-
-
-def _meta_eval(key: tuple, fn: Any) -> Any:
-    """``fn()`` (torch's ops on meta tensors: shapes and dtypes), memoized on ``key``."""
-    try:
-        hit = _META.get(key)
-    except TypeError:                    # an unhashable constant in the spec
-        return fn()
-    if hit is None:
-        hit = fn()
-        with _LOCK:
-            if len(_META) > 4096:
-                _META.clear()
-            _META[key] = hit
-    return hit
-
-
-def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> _Call:
-    """How to run ``spec`` on these arguments (raises ``FusionUnsupported``)."""
-    import torch
-
-    anchor = spec.anchor
-    where = spec.display_name()
-    args = list(anchor_args)
-    inputs = list(extra_inputs)
-    kw = dict(spec.anchor_kwargs)
-    pre: list[Node] = []                 # epilogue nodes the anchor itself implies
-    pro = {p.operand: p for p in spec.prologues}
-
-    def operand_meta(i: int) -> Any:
-        if i in pro:
-            p = pro[i]
-            try:
-                return _meta_eval(("prologue", i, spec, _sig(extra_inputs)),
-                                  lambda: _eval_nodes(p.nodes, None, _metas(extra_inputs))[p.output])
-            except Exception as e:  # noqa: BLE001 - any failure of the prologue's ops on meta tensors
-                raise FusionUnsupported(f"{where}: the prologue of operand {i} does not evaluate: "
-                                        f"{e}") from None
-        return args[i]
-
-    if anchor == "aten.addmm.default":
-        a_i, b_i = 1, 2
-        beta, alpha = kw.pop("beta", 1), kw.pop("alpha", 1)
-        if 0 in pro:
-            raise FusionUnsupported(f"{where}: a prologue of addmm's bias is not fused")
-        inputs.append(args[0])
-        bias_ref: tuple = ("input", len(inputs) - 1)
-        y: tuple = ("anchor",)
-        if alpha != 1:
-            pre.append(Node("aten.mul.Tensor", (y, ("const", alpha))))
-            y = ("node", len(pre) - 1)
-        if beta != 1:
-            pre.append(Node("aten.mul.Tensor", (bias_ref, ("const", beta))))
-            bias_ref = ("node", len(pre) - 1)
-        pre.append(Node("aten.add.Tensor", (y, bias_ref)))
-    elif anchor == "aten.linear.default":
-        a_i, b_i = 0, 1
-        if len(args) > 2 and args[2] is not None:
-            if 2 in pro:
-                raise FusionUnsupported(f"{where}: a prologue of linear's bias is not fused")
-            inputs.append(args[2])
-            pre.append(Node("aten.add.Tensor", (("anchor",), ("input", len(inputs) - 1))))
-    elif anchor in ("aten.mm.default", "aten.bmm.default"):
-        a_i, b_i = 0, 1
-    else:
-        raise FusionUnsupported(f"{where}: {anchor} is not an anchor the mechanism schedules "
-                                "(mm, addmm, linear, bmm)")
-    if kw:
-        raise FusionUnsupported(f"{where}: {anchor} with {kw} is not fused")
-    if set(pro) - {a_i, b_i}:
-        raise FusionUnsupported(f"{where}: prologues of operands {sorted(set(pro) - {a_i, b_i})} are not "
-                                "fused")
-
-    a, b = operand_meta(a_i), operand_meta(b_i)
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        raise FusionUnsupported(f"{where}: the operands of {anchor} are not tensors")
-    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
-        raise FusionUnsupported(f"{where}: {anchor} on {a.dtype} x {b.dtype} (fused GEMMs take f16 or bf16, "
-                                "one dtype)")
-    first = next((x for x in [*args, *inputs] if isinstance(x, torch.Tensor) and x.device.type != "meta"),
-                 None)
-    device = first.device if first is not None else None
-    if device is None or device.type not in ("cuda", "cpu"):
-        raise FusionUnsupported(f"{where}: tensors on {device} (CUDA, or CPU with HEXLAYOUT_EMULATE=1)")
-    others = {str(x.device) for x in [*args, *inputs] if isinstance(x, torch.Tensor)} - {str(device)}
-    if others:
-        raise FusionUnsupported(f"{where}: tensors on {device} and on {', '.join(sorted(others))} (fused "
-                                "kernels take one device)")
-    batch = None
-    lead: tuple[int, ...] = ()
-    if anchor == "aten.bmm.default":
-        if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
-            raise FusionUnsupported(f"{where}: bmm of shapes {tuple(a.shape)} x {tuple(b.shape)}")
-        if pro:
-            raise FusionUnsupported(f"{where}: prologues of bmm are not fused")
-        batch = a.shape[0]
-        m, k = a.shape[1], a.shape[2]
-        n = b.shape[2]
-        b2 = b[0]
-    elif anchor == "aten.linear.default":
-        if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[1]:
-            raise FusionUnsupported(f"{where}: linear of shapes {tuple(a.shape)} x {tuple(b.shape)}")
-        lead = tuple(a.shape[:-1])
-        k, n = a.shape[-1], b.shape[0]
-        m = 1
-        for s in lead:
-            m *= s
-        b2 = b.t()
-    else:
-        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-            raise FusionUnsupported(f"{where}: {anchor} of shapes {tuple(a.shape)} x {tuple(b.shape)}")
-        m, k = a.shape
-        n = b.shape[1]
-        b2 = b
-    # B as K x N (b2): "kn" when row-major, "nk" when its transpose is
-    if b_i in pro:
-        b_layout = "nk" if anchor == "aten.linear.default" else "kn"
-    elif _is_rowmajor(b2):
-        b_layout = "kn"
-    elif _is_rowmajor(b2.t()):
-        b_layout = "nk"
-    else:
-        b_layout = "nk"                               # copied once below
-    if k % 8 or n % 8 or k == 0 or m == 0:
-        raise FusionUnsupported(f"{where}: {m} x {n} x {k}: fused GEMMs need K and N multiples of 8 and "
-                                "non-empty operands (16-byte rows for the vector / TMA copies)")
-
-    # --- epilogue: the anchor's implied nodes, then the spec's ----------------------------
-    off = len(pre)
-    y_ref: tuple = ("node", off - 1) if pre else ("anchor",)
-    ep_nodes = list(pre) + [Node(n.op, tuple(_shift(x, off, y_ref) if isinstance(x, tuple) and x
-                                             and x[0] in ("anchor", "node") else x for x in n.args), n.kwargs)
-                            for n in spec.epilogue.nodes]
-    outputs = [_shift(o, off, y_ref) for o in spec.epilogue.outputs]
-    # outputs' trailing views run on the host
-    bases, chains = [], []
-    for o in outputs:
-        base, chain = _trailing_views(tuple(ep_nodes), o)
-        bases.append(base)
-        chains.append(chain)
-    for j, node in enumerate(ep_nodes):
-        if node.op in VIEWS and not any(o == ("node", j) or (o[0] == "node" and any(
-                c is node for c in ch)) for o, ch in zip(outputs, chains)):
-            raise FusionUnsupported(f"{where}: epilogue node {j} ({node.op}) is a view inside the epilogue "
-                                    "(only the last ops of an output may be views)")
-        if not is_fusible(node.op):
-            raise FusionUnsupported(f"{where}: epilogue node {j}: {node.op} is not an op fusion knows")
-    # column halves
-    halves = False
-    for j, node in enumerate(ep_nodes):
-        if node.op not in SLICES:
-            continue
-        if node.args[0] != ("anchor",) and node.args[0] != y_ref:
-            raise FusionUnsupported(f"{where}: epilogue node {j} slices something other than the product")
-        if node.args[0] != ("anchor",) or pre:
-            raise FusionUnsupported(f"{where}: column halves of addmm / linear with a bias are not fused")
-        vals = [x[1] for x in node.args[1:]]
-        dim, start, end = (vals + [None, None, None])[:3]
-        step = vals[3] if len(vals) > 3 else 1
-        ndim = 2 if not lead else len(lead) + 1
-        if dim not in (-1, ndim - 1) or step != 1 or n % 2:
-            raise FusionUnsupported(f"{where}: epilogue node {j}: slice {vals} is not a column half")
-        h = n // 2
-        if start == 0 and end == h:
-            half = 0
-        elif start == h and end is not None and end >= n:
-            half = 1
-        else:
-            raise FusionUnsupported(f"{where}: epilogue node {j}: slice [{start}:{end}] of {n} columns is "
-                                    "not one of the two halves")
-        ep_nodes[j] = Node(node.op, (("anchor",), ("const", -1), ("const", half)))
-        halves = True
-    # the kernel's plan keeps no sizes: trailing views (done on the host) lose their shapes
-    ep_nodes = [Node(nd.op, nd.args[:1]) if nd.op in VIEWS else nd for nd in ep_nodes]
-    if halves and (b_i in pro or batch is not None):
-        raise FusionUnsupported(f"{where}: column halves with a B prologue or bmm are not fused")
-    if halves and (n // 2) % 8:
-        raise FusionUnsupported(f"{where}: column halves of N = {n} need N/2 a multiple of 8")
-
-    # prologue with a trailing transpose (t(w) of a linear decomposed to mm): strip it
-    prologues = []
-    for p in spec.prologues:
-        nodes, out = p.nodes, p.output
-        if nodes[out].op in _TRANSPOSES and p.operand == b_i and anchor != "aten.linear.default":
-            if nodes[out].op == "aten.permute.default" and tuple(nodes[out].args[1][1]) != (1, 0):
-                raise FusionUnsupported(f"{where}: prologue permute {nodes[out].args[1][1]} of a matrix")
-            out = nodes[out].args[0][1]
-            b_layout = "nk"
-        for j, node in enumerate(nodes[:out + 1]):
-            if node.op in VIEWS:
-                raise FusionUnsupported(f"{where}: prologue node {j} ({node.op}) is a view inside a prologue")
-        prologues.append((0 if p.operand == a_i else 1, nodes[:out + 1], out))
-
-    # --- inputs: place each against the frame it is used in --------------------------------
-    frames = _frames(tuple(ep_nodes), "out")
-    used: dict[int, str] = {}
-    for j, node in enumerate(ep_nodes):
-        for x in node.args:
-            if isinstance(x, tuple) and x and x[0] == "input":
-                f = frames[j]
-                if used.setdefault(x[1], f) != f:
-                    raise FusionUnsupported(f"{where}: extra input {x[1]} is used in two tile frames")
-    for p in spec.prologues:
-        for node in p.nodes:
-            for x in node.args:
-                if isinstance(x, tuple) and x and x[0] == "input":
-                    f = f"operand{p.operand}"
-                    if used.setdefault(x[1], f) != f:
-                        raise FusionUnsupported(f"{where}: extra input {x[1]} is used in two tile frames")
-    specs: list[InputSpec] = []
-    host: list[Any] = []
-    for i, t in enumerate(inputs):
-        f = used.get(i)
-        if f is None:
-            specs.append(InputSpec("scalar"))
-            host.append(0.0)
-            continue
-        if f == "out":
-            frame = (m, n)
-        elif f == "half":
-            frame = (m, n // 2)
-        elif f == f"operand{a_i}":
-            frame = (m, k)
-        else:
-            frame = (n, k) if b_layout == "nk" else (k, n)
-        if batch is not None and isinstance(t, torch.Tensor) and t.dim() == 3:
-            raise FusionUnsupported(f"{where}: batched extra inputs of bmm are not fused")
-        s, h_ = _place(t, frame, where, i)
-        specs.append(s)
-        host.append(h_)
-    # output dtypes and shapes: torch's (meta tensors)
-    try:
-        metas = _meta_eval(("outputs", spec, _sig(anchor_args), _sig(extra_inputs)),
-                           lambda: reference(spec, _metas(anchor_args), _metas(extra_inputs)))
-    except FusionUnsupported:
-        raise
-    except Exception as e:  # noqa: BLE001 - the spec's ops on meta tensors fail: not fusible
-        raise FusionUnsupported(f"{where}: the spec does not evaluate with torch's ops: {e}") from None
-    out_dtypes = []
-    for t in metas:
-        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise FusionUnsupported(f"{where}: an output of dtype {t.dtype} (fused outputs are f16, bf16 "
-                                    "or f32)")
-        out_dtypes.append(dtype_name(t.dtype))
-    plan = KernelPlan(
-        output_param="c",
-        operands=((0, "a"), (1, "b")),
-        prologues=tuple(prologues),
-        epilogue=tuple(ep_nodes),
-        outputs=tuple(bases),
-        out_dtypes=tuple(out_dtypes),
-        inputs=tuple(specs),
-        halves=halves,
-    )
-    arch = _arch_of(device, first.is_cuda)
-    staged = bool(prologues) or halves
-    a_host = None
-    if a_i not in pro:
-        a_host = args[a_i].reshape(m, k) if anchor == "aten.linear.default" else args[a_i]
-    b_host = None
-    if b_i not in pro:
-        if batch is not None:
-            b_host = args[b_i] if b_layout == "kn" else args[b_i].transpose(1, 2)
-        elif anchor == "aten.linear.default":
-            b_host = args[b_i]
-        else:
-            b_host = args[b_i] if b_layout == "kn" else args[b_i].t()
-    return _Call(arch, a.dtype, b_layout, staged, a_host, b_host, m, n, k, batch, lead, plan, host,
-                 chains, [tuple(t.shape) for t in metas])
-
-
-# --- building ------------------------------------------------------------------------------
 def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any], plan: KernelPlan,
                      name: str, *, anchor: str, prologue_ops: tuple[str, ...] = (),
                      epilogue_ops: tuple[str, ...] = (), staged: bool = False,
@@ -537,7 +62,7 @@ def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any
     return bld, prog
 
 
-def fused_build(spec: FusedSpec, call: _Call, consts: dict[str, Any],
+def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any],
                 compile: bool) -> tuple[Any, FusedProgram]:
     """The build of ``call``'s fused program (memoized on its structure)."""
     return gemm_fused_build(call.arch, call.dtype, call.b_layout, consts, call.plan, spec.display_name(),
@@ -551,7 +76,7 @@ def clear_fused_builds() -> None:
         _PROGRAMS.clear()
         _LAUNCHERS.clear()
         _RELAID.clear()
-        _META.clear()
+        clear_plans()
 
 
 def _halves_relaid(b: Any, b_layout: str, bn: int) -> Any:
@@ -620,7 +145,7 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
         b = _halves_relaid(b, call.b_layout, bn)
     bld, prog = fused_build(spec, call, consts, compile=cuda)
     outs = []
-    for dt, shape in zip(call.plan.out_dtypes, _out2d(call)):
+    for dt, shape in zip(call.plan.out_dtypes, output_frames(call)):
         outs.append(torch.empty(((call.batch,) if call.batch else ()) + shape, dtype=torch_dtype(dt),
                                 device=device))
     if call.batch:
@@ -633,7 +158,7 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
         if call.lead:
             o = o.reshape(*call.lead, o.shape[-1])
         for node in chain:                     # the outputs' trailing views, as eager's
-            o = _aten(node.op)(o, *[x[1] for x in node.args[1:]], **dict(node.kwargs))
+            o = aten_op(node.op)(o, *[x[1] for x in node.args[1:]], **dict(node.kwargs))
         if tuple(o.shape) != tuple(shape):     # pragma: no cover - a planning bug, not a user error
             raise RuntimeError(f"hexlayout fused kernel {prog.kernel.name}: output of shape "
                                f"{tuple(o.shape)}, torch gives {tuple(shape)}")
@@ -641,18 +166,10 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     return results
 
 
-def _out2d(call: _Call) -> list[tuple[int, int]]:
-    out = []
-    for ref in call.plan.outputs:
-        half = False
-        if ref[0] == "node":
-            frames = _frames(call.plan.epilogue, "out")
-            half = frames[ref[1]] == "half"
-        out.append((call.m, call.n // 2 if half else call.n))
-    return out
-
-
-def _launch(bld: Any, prog: FusedProgram, call: _Call, a: Any, b: Any, outs: list[Any], cuda: bool) -> None:
+def _launch(bld: Any, prog: FusedProgram, call: GemmCall, a: Any, b: Any, outs: list[Any],
+            cuda: bool) -> None:
+    """One launch (or emulation) of the fused build: the kept anchor parameters, then each
+    new parameter's source (an extra input or an output)."""
     from hexlayout.ir.tile import GlobalParam
 
     named = {"a": a, "b": b}
