@@ -74,11 +74,13 @@ class Case:
     persistent: bool = False
     shipped: bool = True
     b_layout: str = "nk"       # GEMM: b is N x K ("nk") or K x N ("kn")
+    chunk: tuple[int, int] = (0, 0)   # attention: (CHUNK, DCHUNK) of the example (0 = whole block)
 
     @property
     def label(self) -> str:
         if self.kernel == "attention":
-            return f"FA fwd hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w"
+            ch = f" chunk {self.chunk[0]}x{self.chunk[1]}" if any(self.chunk) else ""
+            return f"FA fwd hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w{ch}"
         extra = " persistent" if self.persistent else ""
         who = f"{self.warps // 4} consumers" if self.arch == "sm_90a" else f"{self.warps} warps"
         cand = "" if self.shipped else " (candidate)"
@@ -95,6 +97,7 @@ def cases() -> list[Case]:
     out.append(Case("gemm", "sm_90a", 128, 256, 64, 4, 8, False, shipped=False))
     out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8))
     out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
+    out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False, chunk=(32, 64)))
     # b given K x N (the Triton tutorial's own layout), for the two main tiles
     out.append(Case("gemm", "sm_80", 128, 128, 32, 3, 4, b_layout="kn"))
     out.append(Case("gemm", "sm_90a", 128, 128, 64, 4, 8, b_layout="kn"))
@@ -123,7 +126,8 @@ def hexlayout_stats(case: Case) -> dict[str, Any]:
     else:
         from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 
-        b = build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps)
+        b = build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps,
+                  CHUNK=case.chunk[0], DCHUNK=case.chunk[1])
     d = b.stats.to_dict()
     d["seconds"] = time.perf_counter() - t
     return d

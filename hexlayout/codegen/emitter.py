@@ -193,7 +193,7 @@ class Emitter:
         except KeyError:
             raise self.error(f"mbarrier {bar.name!r} is not allocated") from None
         idx = as_expr(bar.index)
-        if not free_vars(idx):
+        if not free_vars(idx) and not reg_reads(idx):
             i = int(self.expr(idx).strip("()"))
             if not 0 <= i < count:
                 raise self.error(f"mbarrier {bar.name}[{i}] is outside its {count} barriers")

@@ -123,3 +123,35 @@ def test_sm80_gemm_main_loop_non_mma_per_ktile(cfg, bound: int) -> None:
     loop = b.stats.to_dict()["main_loop"]
     assert loop["non_mma_per_ktile"] <= bound, loop
     assert b.compiled.resources.spill_stores == 0
+
+
+def test_sm90_three_stage_phases_rotate_and_match_float64() -> None:
+    """STAGES=3 (not a power of two): ``k % 3`` becomes a counter and the mbarrier parity
+    ``(k // 3) % 2`` a bit flipped when it wraps; 7 k-tiles wrap it twice. Both programs
+    (optimized, unoptimized) give the same bits and match float64."""
+    from hexlayout.lang.examples.gemm_sm90 import gemm_sm90
+
+    tk = gemm_sm90.trace(BM=128, BN=64, BK=64, STAGES=3)
+    s = synthesize(tk, "sm_90a")
+    origins = {i.origin for i in _walk_all(s.lowered.kernel.body) if isinstance(i, Alu)}
+    assert {"stage counter", "phase bit"} <= origins
+    raw = _Lowering(s.kernel, "sm_90a", s.assignment).run().kernel
+    m, n, k = 130, 72, 448
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    outs = []
+    for kern in (s.lowered.kernel, raw):
+        c = np.full((m, n), np.nan, dtype=np.float16)
+        run(kern, {"a": a, "b": b, "c": c})
+        outs.append(c)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    assert np.abs(outs[0].astype(np.float64) - ref).max() <= 2e-2 * max(1.0, np.abs(ref).max())
+    assert np.array_equal(outs[0], outs[1])
+
+
+def _walk_all(body):
+    for ins in body:
+        yield ins
+        for attr in ("body", "then_body", "else_body"):
+            yield from _walk_all(getattr(ins, attr, []) or [])

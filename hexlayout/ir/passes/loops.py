@@ -3,15 +3,20 @@
 For every ``ForLoop`` that the code generator keeps as a loop (``unroll=False`` and no
 register array indexed by its variable), the address, predicate and descriptor
 expressions of the instructions in its body (``pred``, ``GlobalRef.offset``,
-``SharedRef.offset``, ``SmemDesc.offset``) are rewritten into an equal form:
+``SharedRef.offset``, ``SmemDesc.offset``, mbarrier indices and wait parities, TMA
+coordinates) are rewritten into an equal form:
 
 1. **swizzle folding** (``algebra.fold``): ``Swizzle(r + stage*size) = Swizzle(r) + stage*size``
    when the stage size is a multiple of the swizzle period, so a swizzled shared address is
    a per-thread constant plus a stage offset;
 2. **stage rotation**: every ``(k + c) % S`` over the loop variable ``k`` (constant step
-   ``d``) becomes a rotating counter ``s`` in an ``i32`` register: ``s = (start + c) % S``
+   ``d``, ``S`` not a power of two: those are a mask) becomes a rotating counter ``s`` in
+   an ``i32`` register: ``s = (start + c) % S``
    before the loop, ``s = s + d%S < S ? s + d%S : s + d%S - S`` at the end of each
-   iteration (no division in the loop);
+   iteration (no division in the loop); ``c`` may be any non-negative loop-invariant
+   expression (e.g. ``tile * num_k`` of a persistent kernel). For a unit step,
+   ``((k + c) // S) % 2`` (an mbarrier phase) becomes a bit that flips after the
+   iteration in which that counter wraps to 0;
 3. **loop-invariant code motion**: each expression is written as a sum of terms
    (``algebra.linear_terms``); the terms that do not depend on the loop (its variable, the
    variables of loops nested in it, registers written in it) are summed and computed once
@@ -41,7 +46,6 @@ from hexlayout.ir.expr import (
     UnOp,
     Var,
     as_expr,
-    bounds,
     free_vars,
     reg_reads,
     select,
@@ -53,10 +57,14 @@ from hexlayout.ir.lowered import (
     IfThen,
     Instr,
     LoweredKernel,
+    MbarRef,
+    MbarWait,
     RegArray,
     RegRef,
     SharedRef,
     SmemDesc,
+    TmaLoad,
+    TmaStore,
 )
 from hexlayout.ir.types import i32
 
@@ -167,8 +175,14 @@ class _LoopPass:
 
     # --- stage rotation -------------------------------------------------------------------
     def rotate(self, e: Expr) -> Expr:
-        """``(k + c) % S`` -> a rotating counter (recursively)."""
+        """``(k + c) % S`` -> a rotating counter, ``((k + c) // S) % 2`` -> a phase bit that
+        flips when that counter wraps (recursively; ``c`` loop-invariant)."""
         if isinstance(e, BinOp):
+            if e.op == "%" and isinstance(e.b, Const) and e.b.value == 2 and isinstance(e.a, BinOp) \
+                    and e.a.op == "//" and isinstance(e.a.b, Const) and e.a.b.value > 1:
+                c = self._offset_of_k(e.a.a)
+                if c is not None and self.loop.step == 1:
+                    return self._phase(c, e.a.b.value)
             a, b = self.rotate(e.a), self.rotate(e.b)
             if e.op == "%" and isinstance(b, Const) and b.value > 1:
                 c = self._offset_of_k(a)
@@ -181,29 +195,51 @@ class _LoopPass:
             return select(self.rotate(e.cond), self.rotate(e.a), self.rotate(e.b))
         return e
 
-    def _offset_of_k(self, a: Expr) -> int | None:
-        """``c`` when ``a`` is ``k + c`` (``c >= 0``, ``k`` the loop variable), else None."""
-        if isinstance(a, Var) and a is self.k:
-            return 0
-        if isinstance(a, BinOp) and a.op == "+" and a.a is self.k and isinstance(a.b, Const) \
-                and a.b.value >= 0:
-            return a.b.value
-        return None
+    def _offset_of_k(self, a: Expr) -> Expr | None:
+        """``c`` when ``a`` is ``k + c`` (``k`` the loop variable, ``c >= 0`` loop-invariant)."""
+        terms = linear_terms(a)
+        ks = [t for t in terms if isinstance(t, Var) and t is self.k]
+        rest = [t for t in terms if not (isinstance(t, Var) and t is self.k)]
+        if len(ks) != 1 or any(self.variant(t) for t in rest):
+            return None
+        c = sum_terms(rest)
+        return c if nonnegative(c) else None
 
-    def _counter(self, c: int, n: int) -> RegRead:
-        step = self.loop.step
-        lo, _ = bounds(as_expr(self.loop.start))
-        if not isinstance(step, int) or step <= 0 or lo is None or lo < 0:
+    def _check_rotatable(self, n: int) -> None:
+        """Rotate by ``n`` only where it saves work: ``% 2^j`` and ``// 2^j`` are one mask or
+        shift, cheaper than a counter's update (add, compare, select) and its register."""
+        if n & (n - 1) == 0:
             raise _NoRotation
-        key = (c, n)
+        step = self.loop.step
+        if not isinstance(step, int) or step <= 0 or not nonnegative(as_expr(self.loop.start)):
+            raise _NoRotation
+
+    def _counter(self, c: Expr, n: int) -> RegRead:
+        self._check_rotatable(n)
+        key = ("stage", c, n)
         r = self.rotations.get(key)
         if r is None:
             r = self.regs.new(self.regs.rot)
             ref = RegRef(r.array, r.index, 1)
             self.pre.append(Alu("mov", ref, ((as_expr(self.loop.start) + c) % n,), origin="stage counter"))
-            d = step % n
+            d = self.loop.step % n
             nxt = r + d
             self.post.append(Alu("mov", ref, (select(nxt < n, nxt, nxt - n),), origin="stage counter"))
+            self.rotations[key] = r
+        return r
+
+    def _phase(self, c: Expr, n: int) -> RegRead:
+        """``((k + c) // n) % 2`` for a unit-step loop: flips after the iteration whose stage
+        counter ``(k + c) % n`` wraps to 0 (the update follows the counter's)."""
+        self._check_rotatable(n)
+        key = ("phase", c, n)
+        r = self.rotations.get(key)
+        if r is None:
+            stage = self._counter(c, n)
+            r = self.regs.new(self.regs.rot)
+            ref = RegRef(r.array, r.index, 1)
+            self.pre.append(Alu("mov", ref, ((as_expr(self.loop.start) + c) // n % 2,), origin="phase bit"))
+            self.post.append(Alu("mov", ref, (select(stage.eq(0), 1 - r, r),), origin="phase bit"))
             self.rotations[key] = r
         return r
 
@@ -281,6 +317,12 @@ class _LoopPass:
             v = getattr(ins, f.name)
             if isinstance(v, (GlobalRef, SharedRef, SmemDesc)):
                 setattr(new, f.name, dataclasses.replace(v, offset=self.rewrite(v.offset)))
+            elif isinstance(v, MbarRef):
+                setattr(new, f.name, dataclasses.replace(v, index=self.rewrite(v.index)))
+        if isinstance(ins, MbarWait):
+            new.phase = self.rewrite(ins.phase)
+        if isinstance(ins, (TmaLoad, TmaStore)):
+            new.coords = tuple(self.rewrite(c) for c in ins.coords)
         if isinstance(ins, ForLoop):
             new.body = [self.instr(i) for i in ins.body]
         elif isinstance(ins, IfThen):
