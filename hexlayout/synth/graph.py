@@ -271,17 +271,25 @@ def _atomic_add(g: LayoutGraph, op: AtomicAdd) -> None:
 @RELATIONS.register(Slice, SubTile, Permute)
 def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
     """Views of shared and global tiles follow their source (handled per use of the root
-    buffer); ``x.T`` of a register tile is the same registers under a mapped layout; other
-    views of register tiles are not supported yet."""
+    buffer); ``x.T`` of a register tile is the same registers under a mapped layout; a static
+    window of a register tile keeps each thread's values (its layout derived: ``window_tv``)."""
     if _register(op.result) and isinstance(op, Permute):
         from hexlayout.ir.lower.register_views import permute_maps
 
         fwd, bwd = permute_maps(tuple(op.src.type.shape), tuple(op.perm))
         g.mapped.append(Mapped(g.cls(op.result), g.cls(op.src), fwd, bwd, op))
     elif _register(op.result):
-        raise LoweringError(g.kernel.name, op, "views of register tiles are not supported by synthesis yet "
-                            "other than x.T / x.permute(...) (slice the shared or global tile the values "
-                            "came from, or copy the part you need into a register tile of its own)")
+        from hexlayout.ir.lower.register_views import window_of, window_tv
+
+        try:
+            origin, extent, _ = window_of(op)
+        except ValueError as e:
+            raise LoweringError(g.kernel.name, op, f"{e}; views of register tiles are not supported with "
+                                "run-time indices (slice the shared or global tile the values came "
+                                "from)") from None
+        shape = tuple(op.src.type.shape)
+        g.derived.append(Derived(g.cls(op.result), g.cls(op.src),
+                                 lambda f: window_tv(f, f[0].size(), shape, origin, extent), op))
 
 
 @RELATIONS.register(Reshape)

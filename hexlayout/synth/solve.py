@@ -493,6 +493,12 @@ class _Synth:
                 idx = tuple(sol[var_of[j]] for j in range(len(keys)))
                 choice = {k: cands[k][i] for k, i in zip(keys, idx)}
                 ra = assign_registers(self.g, choice, cthreads, self.global_views)
+                if not keys and ra.conflict is not None:
+                    # no mma to choose: the one register assignment conflicts (e.g. a window of a
+                    # register tile that leaves some threads without values)
+                    from .diagnose import register_conflict
+
+                    raise register_conflict(self, cands, [ra], rejected, False)
                 self.current = self.register_assignment(ra, choice)
                 res = self.solve_shared()
                 if isinstance(res, SynthesisError):

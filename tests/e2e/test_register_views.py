@@ -1,6 +1,8 @@
-"""Views of register tiles: ``x.T`` is the same registers under the mapped layout ``P o tv``
-(no data moves), in the language, synthesis (the relation propagates both ways), lowering,
-the emulator and the compiled code; slices of register tiles are refused with the line."""
+"""Register views and regroupings: ``x.T`` is the same registers under the mapped layout
+``P o tv`` (no data moves; synthesis propagates it both ways); static windows, reshape,
+concat and interleave are new tiles whose values stay in their threads. In the language,
+synthesis, lowering, the emulator and the compiled code; windows that would move values
+between threads are refused with the line."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from hexlayout.lang import f16, f32
 from hexlayout.runtime import build
 from hexlayout.synth.solve import synthesize
 
-M, N, K = hl.dims("M N K")
+M, N, K, P, Q = hl.dims("M N K P Q")
 
 
 def test_permute_maps_are_inverse_bijections() -> None:
@@ -77,22 +79,67 @@ def test_register_transpose_compiles_without_spills() -> None:
 
 
 @hl.kernel(threads=128)
-def register_slice(x: f16[M, N], y: f16[M, N]):
+def top_half(x: f16[M, N], y: f16[P, Q]):
     r = hl.register(f16, (64, 64))
     hl.copy(hl.view(x, tile=(64, 64)), r)
-    hl.copy(r.tile((32, 64), (0, 0)), hl.view(y, tile=(32, 64)))
+    hl.copy(r[:32, :] * 2.0, hl.view(y, tile=(32, 64)))
 
 
-def test_slice_of_a_register_tile_is_refused_with_the_line() -> None:
+@hl.kernel(threads=128)
+def right_columns_of_an_accumulator(a: f16[M, K], b: f16[N, K], c: f32[P, Q]):
+    ra = hl.register(f16, (64, 32))
+    rb = hl.register(f16, (64, 32))
+    hl.copy(hl.view(a, tile=(64, 32)), ra)
+    hl.copy(hl.view(b, tile=(64, 32)), rb)
+    acc = hl.zeros((64, 64), f32)
+    hl.mma(ra, rb, acc)
+    hl.copy(acc.tile((64, 32), (0, 32)), hl.view(c, tile=(64, 32)))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_static_windows_of_register_tiles(arch: str) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 64)).astype(np.float16)
+    y = np.zeros((32, 64), np.float16)
+    run(synthesize(top_half.trace(), arch).lowered.kernel, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, x[:32] * np.float16(2))
+    # the mma's warps are arranged so that every thread holds part of the right half
+    syn = synthesize(right_columns_of_an_accumulator.trace(), arch)
+    a = rng.standard_normal((64, 32)).astype(np.float16)
+    b = rng.standard_normal((64, 32)).astype(np.float16)
+    c = np.zeros((64, 32), np.float32)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    want = (a.astype(np.float64) @ b.astype(np.float64).T)[:, 32:]
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+
+
+@hl.kernel(threads=128)
+def one_column(x: f16[M, N], y: f16[P]):
+    r = hl.register(f16, (64, 64))
+    hl.copy(hl.view(x, tile=(64, 64)), r)
+    hl.copy(r[:, 5], hl.view(y, tile=(64,)))
+
+
+@hl.kernel(threads=128)
+def moving_window(x: f16[M, N], y: f16[M, N]):
+    r = hl.register(f16, (64, 64))
+    hl.copy(hl.view(x, tile=(64, 64)), r)
+    for k in hl.range(2):
+        hl.copy(r.tile((32, 64), (k * 32, 0)), hl.view(y, tile=(32, 64)))
+
+
+@pytest.mark.parametrize(("kern", "words"), [
+    (one_column, "must give every thread as many"),              # values would leave their threads
+    (moving_window, "views of register tiles are not supported with run-time indices"),
+])
+def test_windows_that_move_values_are_refused_with_the_line(kern, words: str) -> None:
     with pytest.raises(HexlayoutError) as e:
-        synthesize(register_slice.trace(), "sm_80")
+        synthesize(kern.trace(), "sm_80")
     msg = str(e.value)
-    assert "register_slice" in msg and "test_register_views.py" in msg and "x.T" in msg
-    assert "views of register tiles are not supported" in msg
+    assert kern.name in msg and "test_register_views.py" in msg and words in msg
 
 
 # --- reshape, concat, interleave: new register tiles whose values stay in their threads ------
-P, Q = hl.dims("P Q")
 
 
 @hl.kernel(threads=128)

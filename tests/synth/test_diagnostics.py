@@ -203,12 +203,15 @@ def test_same_program_same_diagnostic() -> None:
 def register_view(a: f16[M, K], c: f16[M, K]):
     x = hl.register(f16, (64, 64))
     hl.copy(hl.view(a, tile=(64, 64)), x)
-    hl.copy(x[:32, :], hl.view(c, tile=(32, 64)))
+    for k in hl.range(2):
+        hl.copy(x.tile((32, 64), (k * 32, 0)), hl.view(c, tile=(32, 64)))
 
 
 def test_unsupported_construct_is_a_synthesis_error_with_its_line() -> None:
+    # static windows of register tiles are supported now (tests/e2e/test_register_views.py);
+    # a window at a run-time offset is not
     msg, err = diagnose(register_view, "sm_80")
-    line = line_of(register_view, "hl.copy(x[:32, :]")
+    line = line_of(register_view, "hl.copy(x.tile((32, 64), (k * 32, 0))")
     assert f"{FILE}:{line}" in msg and "views of register tiles are not supported" in msg
 
 

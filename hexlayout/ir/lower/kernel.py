@@ -335,8 +335,9 @@ class _Lowering:
     def _derived_view(self, op: Op, src: Value, make: Any) -> list[Instr]:
         base = self.view(src, op)
         if isinstance(base, RegisterTile):
-            raise self.fail(op, f"views of register tile %{src.name} are not supported by the "
-                            "lowering yet")
+            from .register_views import lower_register_window
+
+            return lower_register_window(self, op, base)
         self.views[op.result.id] = make(base)
         return []
 
