@@ -527,7 +527,7 @@ class _Partitioner:
             raise _NotFusible("the kernel's values are not used")
         if any(refs[o][0] == "ext" for o in outputs):
             raise _NotFusible("an output is a view of an input")
-        out_shapes = [self._sizes(o, strict=False) for o in outputs]
+        out_shapes = [self._sizes(o, strict=o in flat) for o in outputs]
         bases = [self._base(o) for o in outputs]
         shared = [b in bases[:i] for i, b in enumerate(bases)]
         spec = FusedSpec(spec_anchor, tuple(prologue_specs),
