@@ -246,3 +246,30 @@ def test_floor_division_and_modulo_of_integer_tiles() -> None:
     run(syn.lowered.kernel, {"a": a, "b": b, "q": q, "r": r})
     np.testing.assert_array_equal(q, a // b)
     np.testing.assert_array_equal(r, a % b)
+
+
+@hl.kernel(threads=128)
+def stage_from_memory(x: f16[M, K], stage: i32[N], y: f16[M, K]):
+    """A loaded scalar picks the stage of a shared buffer; a 2-D gather (rows and columns
+    through two broadcast index tiles) reads x[2r, 63 - c]."""
+    n = stage[0]
+    s = hl.shared(f16, (64, 64, 4))
+    hl.copy(x.tile((64, 64), (0, 0)), s[:, :, n])
+    hl.commit_group()
+    hl.wait_group(0)
+    hl.syncthreads()
+    r = hl.register(f16, (64, 64))
+    hl.copy(s[:, :, n], r)
+    hl.copy(r, y.tile((64, 64), (0, 0)))
+    t = hl.register(f16, (64, 64))
+    hl.copy(x[hl.iota((64, 1), 0) * 2, 63 - hl.iota((1, 64), 1)], t)
+    hl.copy(t, y.tile((64, 64), (64, 0)))
+
+
+def test_a_loaded_stage_index_and_a_two_mode_gather() -> None:
+    syn = synthesize(stage_from_memory.trace(), "sm_80")
+    x = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float16)
+    y = np.zeros_like(x)
+    run(syn.lowered.kernel, {"x": x, "stage": np.array([2], np.int32), "y": y})
+    np.testing.assert_array_equal(y[:64], x[:64])
+    np.testing.assert_array_equal(y[64:], x[0:128:2, ::-1])

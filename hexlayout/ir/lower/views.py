@@ -26,7 +26,7 @@ import numpy as np
 from hexlayout.layout import ComposedLayout, Layout, Swizzle
 from hexlayout.layout.inttuple import crd2idx
 
-from ..expr import Const, Expr, ExprLike, RegRead, as_expr, evaluate, free_vars
+from ..expr import Const, Expr, ExprLike, RegRead, as_expr, evaluate, free_vars, reg_reads, replace_leaves
 from ..lowered import RegArray, SmemBuffer
 from ..tile import GlobalParam
 from ..types import DType
@@ -70,9 +70,12 @@ def _numeric_stride(d: ExprLike) -> int:
 
 
 def _numeric_base(e: ExprLike) -> int:
-    """A slice base with every variable (loop index, stage) at 0."""
+    """A slice base with every variable (loop index, stage) and every value loaded into
+    registers (``RegRead``) at 0."""
     if not isinstance(e, Expr):
         return int(e)
+    if reg_reads(e):
+        e = replace_leaves(e, lambda x: 0 if isinstance(x, RegRead) else x)
     return int(evaluate(e, {v: 0 for v in free_vars(e)}))
 
 
