@@ -167,7 +167,7 @@ def _sig(xs: list[Any]) -> tuple:
     out = []
     for x in xs:
         if hasattr(x, "shape") and hasattr(x, "stride"):
-            out.append((tuple(x.shape), tuple(x.stride()), str(x.dtype)))
+            out.append((tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), bool(x.is_cuda)))
         else:
             out.append(type(x).__name__)
     return tuple(out)
@@ -198,14 +198,76 @@ def _meta_eval(key: tuple, fn: Any) -> Any:
     return hit
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """How a call's host values come from its arguments (the same for every call with one
+    plan): operand positions, whether ``a`` is flattened and how ``b`` is turned, which
+    anchor arguments are extra inputs too (a bias), and each input's frame."""
+
+    anchor: str
+    a_i: int | None                      # None: a prologue computes it
+    b_i: int | None
+    b_layout: str
+    batched: bool
+    m: int
+    k: int
+    implied: tuple[int, ...]
+    frames: tuple[tuple[int, int] | None, ...]
+
+
+def _host_values(r: _Recipe, args: list[Any], extra_inputs: list[Any], where: str) -> tuple[Any, Any, list]:
+    """``(a, b, inputs)`` as the kernel takes them, for this call's arguments."""
+    a_host = b_host = None
+    if r.a_i is not None:
+        a_host = args[r.a_i].reshape(r.m, r.k) if r.anchor == "aten.linear.default" else args[r.a_i]
+    if r.b_i is not None:
+        b = args[r.b_i]
+        if r.batched:
+            b_host = b if r.b_layout == "kn" else b.transpose(1, 2)
+        elif r.anchor == "aten.linear.default":
+            b_host = b
+        else:
+            b_host = b if r.b_layout == "kn" else b.t()
+    inputs = [*extra_inputs, *(args[i] for i in r.implied)]
+    host = [0.0 if f is None else _place(t, f, where, i)[1] for i, (t, f) in enumerate(zip(inputs, r.frames))]
+    return a_host, b_host, host
+
+
+_PLANS: dict[tuple, tuple[GemmCall, _Recipe]] = {}
+
+
 def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> GemmCall:
-    """How to run ``spec`` on these arguments (raises ``FusionUnsupported``)."""
+    """How to run ``spec`` on these arguments (raises ``FusionUnsupported``). Memoized on the
+    spec and the arguments' shapes, strides, dtypes and devices: a later call only binds its
+    own tensors and numbers."""
+    import dataclasses
+
+    key = (spec, _sig(anchor_args), _sig(extra_inputs), os.environ.get("HEXLAYOUT_EMULATE_ARCH"))
+    try:
+        hit = _PLANS.get(key)
+    except TypeError:                    # an unhashable constant in the spec
+        hit, key = None, None
+    if hit is None:
+        hit = _plan(spec, list(anchor_args), list(extra_inputs))
+        if key is not None:
+            with _LOCK:
+                if len(_PLANS) > 4096:
+                    _PLANS.clear()
+                _PLANS[key] = hit
+    template, recipe = hit
+    a, b, host = _host_values(recipe, list(anchor_args), list(extra_inputs), spec.display_name())
+    return dataclasses.replace(template, a=a, b=b, inputs=host)
+
+
+def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> tuple[GemmCall, _Recipe]:
+    """The plan of ``plan_call`` and the recipe of its host values (no memo)."""
     import torch
 
     anchor = spec.anchor
     where = spec.display_name()
     args = list(anchor_args)
     inputs = list(extra_inputs)
+    implied: list[int] = []              # anchor arguments that are extra inputs too (a bias)
     kw = dict(spec.anchor_kwargs)
     pre: list[Node] = []                 # epilogue nodes the anchor itself implies
     pro = {p.operand: p for p in spec.prologues}
@@ -227,6 +289,7 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
         if 0 in pro:
             raise FusionUnsupported(f"{where}: a prologue of addmm's bias is not fused")
         inputs.append(args[0])
+        implied.append(0)
         bias_ref: tuple = ("input", len(inputs) - 1)
         y: tuple = ("anchor",)
         if alpha != 1:
@@ -242,6 +305,7 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
             if 2 in pro:
                 raise FusionUnsupported(f"{where}: a prologue of linear's bias is not fused")
             inputs.append(args[2])
+            implied.append(2)
             pre.append(Node("aten.add.Tensor", (("anchor",), ("input", len(inputs) - 1))))
     elif anchor in ("aten.mm.default", "aten.bmm.default"):
         a_i, b_i = 0, 1
@@ -391,12 +455,12 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
                     if used.setdefault(x[1], f) != f:
                         raise FusionUnsupported(f"{where}: extra input {x[1]} is used in two tile frames")
     specs: list[InputSpec] = []
-    host: list[Any] = []
+    frames: list[tuple[int, int] | None] = []
     for i, t in enumerate(inputs):
         f = used.get(i)
         if f is None:
             specs.append(InputSpec("scalar"))
-            host.append(0.0)
+            frames.append(None)
             continue
         if f == "out":
             frame = (m, n)
@@ -408,9 +472,8 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
             frame = (n, k) if b_layout == "nk" else (k, n)
         if batch is not None and isinstance(t, torch.Tensor) and t.dim() == 3:
             raise FusionUnsupported(f"{where}: batched extra inputs of bmm are not fused")
-        s, h_ = _place(t, frame, where, i)
-        specs.append(s)
-        host.append(h_)
+        specs.append(_place(t, frame, where, i)[0])
+        frames.append(frame)
     # output dtypes and shapes: torch's (meta tensors)
     try:
         metas = _meta_eval(("outputs", spec, _sig(anchor_args), _sig(extra_inputs)),
@@ -437,19 +500,11 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     )
     arch = _arch_of(device, first.is_cuda)
     staged = bool(prologues) or halves
-    a_host = None
-    if a_i not in pro:
-        a_host = args[a_i].reshape(m, k) if anchor == "aten.linear.default" else args[a_i]
-    b_host = None
-    if b_i not in pro:
-        if batch is not None:
-            b_host = args[b_i] if b_layout == "kn" else args[b_i].transpose(1, 2)
-        elif anchor == "aten.linear.default":
-            b_host = args[b_i]
-        else:
-            b_host = args[b_i] if b_layout == "kn" else args[b_i].t()
-    return GemmCall(arch, a.dtype, b_layout, staged, a_host, b_host, m, n, k, batch, lead, plan, host,
-                 chains, [tuple(t.shape) for t in metas])
+    recipe = _Recipe(anchor, None if a_i in pro else a_i, None if b_i in pro else b_i, b_layout,
+                     batch is not None, m, k, tuple(implied), tuple(frames))
+    call = GemmCall(arch, a.dtype, b_layout, staged, None, None, m, n, k, batch, lead, plan, [],
+                    chains, [tuple(t.shape) for t in metas])
+    return call, recipe
 
 
 def output_frames(call: GemmCall) -> list[tuple[int, int]]:
@@ -468,3 +523,4 @@ def clear_plans() -> None:
     """Forget the memoized meta evaluations."""
     with _LOCK:
         _META.clear()
+        _PLANS.clear()
