@@ -7,7 +7,9 @@ Found by torch through the ``torch_dynamo_backends`` entry point
 ``hexlayout_backend(gm, example_inputs, options=None, mode=None)``:
 
 1. a graph that needs gradients (grad mode on and an input - a parameter included - that
-   requires grad) goes to torch whole: hexlayout fuses for inference only;
+   requires grad) goes to torch whole: hexlayout fuses for inference only (its plan lists
+   every op with that reason: aten names with ``"eager"``, dynamo's with inductor, which
+   traces the graph itself);
 2. otherwise ``aot_autograd`` turns dynamo's graph into its aten inference graph (the op
    names ``explain`` reports, e.g. ``aten.addmm.default``), ``partition`` groups every
    anchor with its prologues and epilogues, and each group becomes one call of
