@@ -10,7 +10,9 @@ in ``int`` / ``long long`` unless the function is floating or a source is floati
 destinations are ``result != 0``. A function with ``integer_domain`` computes in ``int``
 and prints a value of the destination's C type; one ``on_bits`` (``bitcast``) maps the
 operands' bit patterns (``unsigned long long``) to the destination's. ``cvt`` between fp8
-and f16 prints the paired hardware conversions (two elements per call where it can).
+and f16 prints the paired hardware conversions (two elements per call where it can); ``+ - *``
+of f16 registers print ``__hadd`` / ``__hsub`` / ``__hmul`` (the float route rounds them
+correctly: f32 has more than twice f16's precision, so the results are the same).
 """
 
 from __future__ import annotations
@@ -84,6 +86,16 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     fp8 = _fp8_half(em, ins)
     if fp8 is not None:
         return fp8
+    if fn in _HALF_OPS and dt.name == "f16" and all(isinstance(s, RegRef) and s.array.dtype.name == "f16"
+                                                    for s in ins.srcs):
+        # f32 holds 2 * 11 + 2 bits: the float route rounds f16 +, -, * correctly, as HADD2 / HMUL2 do
+        for s in ins.srcs:
+            if s.count != n:
+                raise em.error(f"source {s.array.name} has {s.count} element(s), the destination {n}")
+            em.check_reg_range(s)
+        a, b = (em.reg_index(s, idx) for s in ins.srcs)
+        stmt = f"{em.reg_index(dst, idx)} = {_HALF_OPS[fn]}({a}, {b});"
+        return [stmt] if n == 1 else ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
     dom = compute_domain(fn, dt, any(_is_float_src(s) for s in ins.srcs))
     vals = [_src(em, s, idx, n, dom) for s in ins.srcs]
     r = fn.cuda(c_domain(dom), *vals)
@@ -98,6 +110,7 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
 
 
 _FP8 = {"e4m3": "__NV_E4M3", "e5m2": "__NV_E5M2"}
+_HALF_OPS = {"add": "__hadd", "sub": "__hsub", "mul": "__hmul"}
 
 
 def _even_start(ref: RegRef) -> bool:
