@@ -434,6 +434,10 @@ class Machine:
         """Check, perform and record a write of ``data`` (``[n, nb]`` uint8) at ``idx``."""
         self.smem_write_check(ins, tids, idx)
         self.smem.raw[idx] = data
+        if self.kernel.tma:         # a kernel with tensor maps may read it through the async proxy
+            from .proxy import note_generic_write
+
+            note_generic_write(self, tids, idx)
         if self.options.check_races:
             self.shadow.record_write(tids, idx, self.site_id(ins))
 

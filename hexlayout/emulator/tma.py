@@ -13,7 +13,8 @@ the out-of-bounds fill. Each executing thread issues one copy at its box origin 
   without ``oob_fill_zero``); the full box's bytes complete as transactions on the mbarrier;
   the shared bytes stay pending (any access is an error) until the barrier phase completes.
 * ``TmaStore``: the box is read from shared memory at issue (race- and pending-checked) and
-  written to the in-bounds global elements; the shared bytes stay marked as being read
+  written to the in-bounds global elements (bytes written by ordinary stores must have been
+  fenced, ``proxy.py``); the shared bytes stay marked as being read
   (writing them is an error) until ``TmaStoreWait`` retires its bulk group
   (``TmaStoreCommit`` closes a group per thread).
 """
@@ -31,6 +32,7 @@ from .errors import IllegalInstructionError
 from .machine import Active, Machine
 from .mbarrier import barrier_key, complete_tx, get_barrier
 from .memory import GlobalTensor
+from .proxy import check_async_read
 
 __all__ = ["HANDLERS", "box_geometry"]
 
@@ -161,6 +163,7 @@ def tma_store(m: Machine, ins: TmaStore, x: Active) -> None:
         t, goff, inb, idx = _prepare(m, ins, ins.desc, ins.coords, ins.src, x.env, int(tid))
         issuer = np.array([tid])
         m.smem_read(ins, issuer, idx)
+        check_async_read(m, ins, idx)
         vals = np.ascontiguousarray(m.smem.raw[idx[0]]).view(t.flat.dtype)
         t.flat[goff[inb]] = vals[inb]
         op = m.new_async("TMA store", ins, issuer, addr=idx, group=st.committed[issuer].copy())

@@ -234,3 +234,20 @@ def test_masked_shared_to_register_copy_is_refused_with_the_line() -> None:
     msg = str(e.value)
     assert "masked_shared_read" in msg and "copy" in msg and "test_staging.py" in msg
     assert "stale" in msg
+
+
+def test_tma_store_without_the_proxy_fence_is_an_async_hazard() -> None:
+    """The emulator checks the fence.proxy.async the TMA store needs: drop it and the store
+    reads bytes an ordinary store wrote without fencing them."""
+    from hexlayout.emulator.errors import AsyncHazardError
+    from hexlayout.ir.lowered import FenceProxyAsync, TmaStore
+
+    syn = synthesize(scaled_through_shared.trace(), "sm_90a")
+    body = syn.lowered.kernel.body
+    kinds = [type(i) for i in body]
+    assert FenceProxyAsync in kinds and kinds.index(FenceProxyAsync) < kinds.index(TmaStore)
+    x = np.random.default_rng(8).standard_normal((64, 64)).astype(np.float16)
+    run(syn.lowered.kernel, {"x": x, "y": np.zeros_like(x)})        # with the fence: fine
+    syn.lowered.kernel.body = [i for i in body if not isinstance(i, FenceProxyAsync)]
+    with pytest.raises(AsyncHazardError, match="without a fence.proxy.async"):
+        run(syn.lowered.kernel, {"x": x, "y": np.zeros_like(x)})
