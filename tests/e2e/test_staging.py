@@ -251,3 +251,68 @@ def test_tma_store_without_the_proxy_fence_is_an_async_hazard() -> None:
     syn.lowered.kernel.body = [i for i in body if not isinstance(i, FenceProxyAsync)]
     with pytest.raises(AsyncHazardError, match="without a fence.proxy.async"):
         run(syn.lowered.kernel, {"x": x, "y": np.zeros_like(x)})
+
+
+# --- kernel (e) on sm_90a as it is written there: warp-specialized wgmma, epilogue by TMA store ---
+CONSUMERS = 2
+
+@hl.kernel(threads=128 * (1 + CONSUMERS))
+def gemm_ws_staged(a: f16[M, K], b: f16[N, K], c: f16[M, N], *, BM: int = 128, BN: int = 128,
+                   BK: int = 64, STAGES: int = 3):
+    pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(a.shape[0], BM), hl.cdiv(b.shape[0], BN)))
+    m0, n0 = pid_m * BM, pid_n * BN
+    num_k = hl.cdiv(a.shape[1], BK)
+    sa = hl.shared(f16, (BM, BK, STAGES), layout=hl.auto(swizzle="128B"))
+    sb = hl.shared(f16, (BN, BK, STAGES), layout=hl.auto(swizzle="128B"))
+    sc = hl.shared(f16, (BM, BN))
+    full = hl.mbarrier(STAGES)
+    empty = hl.mbarrier(STAGES)
+    for s in range(STAGES):
+        hl.mbarrier_init(full, s, arrivals=1)
+        hl.mbarrier_init(empty, s, arrivals=CONSUMERS)
+    hl.syncthreads()
+    stage_bytes = sa[:, :, 0].nbytes + sb[:, :, 0].nbytes
+    with hl.warp_group(0):
+        hl.setmaxnreg(40, increase=False)
+        for k in hl.range(num_k):
+            s = k % STAGES
+            hl.wait(empty, s, phase=((k // STAGES) % 2) ^ 1)
+            hl.arrive(full, s, tx_bytes=stage_bytes, who="one")
+            hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=full[s])
+            hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=full[s])
+    with hl.else_():
+        hl.setmaxnreg(232, increase=True)
+        acc = hl.zeros((BM, BN), f32)
+        for k in hl.range(num_k):
+            s = k % STAGES
+            hl.wait(full, s, phase=(k // STAGES) % 2)
+            hl.wgmma_fence()
+            hl.mma(sa[:, :, s], sb[:, :, s], acc, warps=hl.spatial(CONSUMERS, 1))
+            hl.wgmma_commit()
+            hl.wgmma_wait(0)
+            hl.arrive(empty, s, who="warpgroup")
+        hl.copy(hl.cast(acc, f16), sc)
+        hl.syncthreads()
+        hl.copy(sc, hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+
+
+def test_warp_specialized_gemm_stages_its_epilogue_through_stmatrix_and_tma() -> None:
+    syn = synthesize(gemm_ws_staged.trace(), "sm_90a")
+    assert _choices(syn)[-2:] == ["SM90_U32x4_STSM_N", "SM90_TMA_STORE"]
+    rng = np.random.default_rng(9)
+    m, n, k = 200, 136, 128
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    report = run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    assert np.all(np.isfinite(c)) and (np.abs(c - want) / (np.abs(want) + 1)).max() < 1e-2
+    assert report.totals["bank_conflicts"] == 0
+
+
+@pytest.mark.nvrtc
+def test_warp_specialized_staged_epilogue_sass() -> None:
+    b = build(gemm_ws_staged, "sm_90a")
+    assert b.compiled.resources.spill_stores == 0 and not b.stats.warnings
+    stores = b.stats.epilogue_stores
+    assert stores.get("STSM", 0) > 0 and stores.get("UTMASTG", 0) > 0 and "STG.32" not in stores, stores
