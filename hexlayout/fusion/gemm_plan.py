@@ -11,8 +11,8 @@
   an ``N x K`` row-major tensor, as ``linear``'s weight) the ``"nk"`` one;
 - extra inputs are placed against the frame they are used in (the output ``M x N``, a
   column half ``M x N/2``, or a prologue's operand): a mode equal to the frame's is a full
-  mode, a mode of 1 broadcasts (stride 0); Python numbers (and one-element tensors on the
-  CPU) are runtime scalar parameters;
+  mode, a mode of 1 broadcasts (stride 0; a one-element tensor is a ``1 x 1`` tile, read on
+  the device, never synchronized to the host); Python numbers are runtime scalar parameters;
 - epilogue outputs that end in views (``view``, ``permute``, ``t``, ``transpose``,
   ``reshape``, ``unsqueeze``, ``squeeze``) are stored unviewed and returned as the same view
   of the stored tensor (values, shape and strides as eager's);
@@ -117,8 +117,6 @@ def _place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpe
         return InputSpec("scalar"), float(t)
     if not isinstance(t, torch.Tensor):
         raise FusionUnsupported(f"{where}: extra input {i} is {type(t).__name__}, not a tensor or a number")
-    if t.numel() == 1 and not t.is_cuda and t.dim() <= 2:
-        return InputSpec("scalar"), float(t.reshape(()).item())
     rows, cols = frame
     shape = tuple(t.shape)
     last = shape[-1] if shape else 1

@@ -288,3 +288,19 @@ def test_cuda_host_path_with_the_gpu_stubbed(tmp_path, monkeypatch: pytest.Monke
             assert out.shape == (m, 64) and out.dtype == torch.float16
     assert drv.launches == 2
     assert [r.device for r in log] == ["cuda", "cuda"] and log[0].build_key == log[1].build_key
+
+
+def test_per_row_and_one_element_tensor_inputs_broadcast() -> None:
+    """(Y * s_row[M, 1]) * s[()] - t[N]: a per-row column, a 0-d tensor (read in the kernel,
+    never synchronized to the host) and a row, each broadcast over the tile."""
+    x, w = _rand(40, 32), _rand(32, 64, scale=0.3, seed=26)
+    s_row = (torch.rand(40, 1, generator=torch.Generator().manual_seed(27)) + 0.5).half()
+    s, t = torch.tensor(0.75, dtype=torch.float16), _rand(64, seed=28)
+    nodes = (Node("aten.mul.Tensor", (A, ("input", 0))),
+             Node("aten.mul.Tensor", (("node", 0), ("input", 1))),
+             Node("aten.sub.Tensor", (("node", 1), ("input", 2))))
+    spec = FusedSpec("aten.mm.default", epilogue=Epilogue(nodes, (("node", 2),)))
+    with launch_log() as log:
+        (out,) = run_fused(spec, [x, w], [s_row, s, t])
+    _close(out, (x @ w) * s_row * s - t)
+    assert {(40, 1), (1, 1), (1, 64)} <= set(log[0].shapes)
