@@ -28,18 +28,11 @@ import numpy as np
 
 from hexlayout.layout import Layout, composition
 
+from .copy import _colex_strides as _colex
 from .views import RegisterTile
 
 __all__ = ["permute_maps", "permuted_tv", "permuted_tile", "window_of", "window_tv", "window_tables",
            "fit_tv"]
-
-
-def _colex(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for e in shape:
-        out.append(s)
-        s *= e
-    return out
 
 
 def permute_maps(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[Layout, Layout]:

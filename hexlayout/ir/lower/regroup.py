@@ -32,17 +32,10 @@ import numpy as np
 from hexlayout.layout import Layout, composition
 
 from ..lowered import Alu, Instr, RegRef
+from .copy import _colex_strides as _colex
 from .views import RegisterTile
 
 __all__ = ["reshape_maps", "join_tv", "join_sources", "lower_moves", "lower_reshape", "lower_join"]
-
-
-def _colex(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for e in shape:
-        out.append(s)
-        s *= e
-    return out
 
 
 def _rowmajor(shape: tuple[int, ...]) -> list[int]:
