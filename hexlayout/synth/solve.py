@@ -11,8 +11,12 @@ and global<->shared copies last.
    (``shared``); candidates are checked use by use through the lowering and scored by
    static cost (``cost``); ops touching several shared roots (a wgmma reading A and B)
    become joint constraints in a second python-constraint problem.
-3. The cheapest complete solution among the first few register solutions wins; ties
-   keep candidate order, so the same program gives the same answer.
+3. Register solutions are tried in preference order until one also has legal shared
+   layouts; the cheapest complete solution among the first ``MAX_REGISTER_SOLUTIONS``
+   register solutions tried wins (ties keep candidate order, so the same program gives the
+   same answer). The search is complete: it never stops before a legal solution because of a
+   count of solutions, only when ``MAX_REGISTER_CHECKS`` mma choices and shared-layout checks
+   were spent, and then its error says so.
 4. Every copy gets the first legal instruction in the copy rules' preference order
    (``hexlayout.ir.lower.copy_rules.legal_copies``, as the checks above found it).
 
@@ -64,12 +68,12 @@ from .shared import SharedCandidate, root_mode_map, shared_candidates, uses_of
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
-MAX_REGISTER_SOLUTIONS = 3
-MAX_REGISTER_CHECKS = 20000     # full or partial mma choices checked before the search gives up
+MAX_REGISTER_SOLUTIONS = 3      # complete solutions ranked by cost once one is found
+MAX_REGISTER_CHECKS = 20000     # mma choices + shared-layout checks before the search gives up
 
 
 class _SearchLimit(Exception):
-    """The mma search checked ``MAX_REGISTER_CHECKS`` choices."""
+    """The search checked ``MAX_REGISTER_CHECKS`` mma choices and shared layouts."""
 
 
 def _rejection(rejected: dict[tuple[int | None, ...], str], key: tuple[int, ...]) -> str | None:
@@ -201,6 +205,7 @@ class _Synth:
         self.reg_ops = _register_ops(tk)
         self.depth = _loop_depths(tk)
         self.decisions: list[Decision] = []
+        self.shared_checks = 0      # shared-layout checks so far (bounded with the mma checks)
         self.reg_cost: dict[tuple, CostBreakdown] = {}
         # the copy instructions the checks found (legal_copies' first choice), to assign them
         self.reg_copies: dict[tuple, dict[int, tuple[str, str]]] = {}
@@ -266,6 +271,7 @@ class _Synth:
     def check_shared(self, root: Value, cand: SharedCandidate) -> tuple[str | None, CostBreakdown, Op | None]:
         """Lower every op that touches ``root`` with ``cand`` added to the current assignment
         (other undecided shared roots stay undecided)."""
+        self.shared_checks += 1
         cost = CostBreakdown()
         prober = Prober(self.tk, self.arch, self.current.with_layouts({root.id: cand.layout}))
         for op in self.uses.get(root.id, []):
@@ -286,7 +292,10 @@ class _Synth:
             c.add(instr_cost(ins, prober.tid, lo, hi))
         return c
 
-    def solve_shared(self) -> SharedSolution | SynthesisError:
+    def solve_shared(self, explain: bool = True) -> SharedSolution | SynthesisError | None:
+        """The shared layouts of the current register assignment, with their cost and
+        decisions; when there are none, the diagnosis (``explain``) or ``None`` (the search
+        tries further register solutions first and explains only if all fail)."""
         has_wgmma = any(Scope.SHARED in (op.a.type.scope, op.b.type.scope) for op in self.g.mmas)
         legal: dict[int, list[tuple[SharedCandidate, CostBreakdown]]] = {}
         decisions = []
@@ -309,13 +318,15 @@ class _Synth:
                 err, cost, bad = self.check_shared(root, cand)
                 if err is None:
                     ok.append((cand, cost))
-                    alts.append(Alternative(str(cand), "legal", cost=cost.total))
+                    conflicts = cost.bank_conflicts
+                    alts.append(Alternative(str(cand), "legal", f"{conflicts:g} bank conflicts predicted"
+                                            if conflicts else "", cost=cost.total))
                     done = cost.bank_conflicts == 0 and cand.kind != "plain"
                 else:
                     alts.append(Alternative(str(cand), "rejected", err))
                     failures[id(cand)] = (cand, err, bad)
             if not ok:
-                return self.explain_shared(root, cands, failures)
+                return self.explain_shared(root, cands, failures) if explain else None
             ok.sort(key=lambda x: x[1].total)
             legal[root.id] = ok
             decisions.append((root, alts))
@@ -348,6 +359,8 @@ class _Synth:
             if k >= 16:
                 break
         if best is None:
+            if not explain:
+                return None
             from .diagnose import joint_conflict
 
             return joint_conflict(self, joint, legal, by_id)
@@ -361,7 +374,10 @@ class _Synth:
             for a in alts:
                 if a.what == str(pick):
                     a.status = "chosen"
-            out_decisions.append(Decision(f"shared %{root.name}", None, root, str(pick), alts))
+            said = next((a.reason for a in alts if a.what == str(pick) and a.reason), "")
+            # a layout with bank conflicts says so
+            note = f"; {said} (the least costly legal candidate)" if said else ""
+            out_decisions.append(Decision(f"shared %{root.name}", None, root, str(pick) + note, alts))
         return chosen, total, out_decisions
 
     def joint_ok(self, op: Op, picks: dict[int, SharedCandidate], by_id: dict[int, Value]) -> bool:
@@ -405,10 +421,72 @@ class _Synth:
                         queue.append(n)
         return order
 
+    def unresolved_error(self, unresolved: list[int], cthreads: dict[int, int]) -> SynthesisError:
+        """No mma and no global copy determines a register tile's layout: name the tile, the
+        op that moves it and why no coalesced layout spreads it over the threads."""
+        from hexlayout.ir.lower.copy import copy_thread_layout
+
+        classes = self.g.classes()
+        for c in unresolved:
+            members = classes.get(c, [])
+            if not members:
+                continue
+            v = members[0]
+            copies = self.g.copies_with_global.get(c, [])
+            shape = tuple(v.type.shape)
+            threads = cthreads.get(c, self.tk.launch.threads)
+            size = 1
+            for e in shape:
+                size *= e
+            if copies:
+                why = copy_thread_layout(shape, list(reversed(range(len(shape)))), 1, threads)
+                why = why if isinstance(why, str) else "no coalesced layout is legal"
+                return SynthesisError(
+                    self.tk.name,
+                    f"{_opname(copies[0])} at {_loc(copies[0])}: register tile %{v.name} {v.type.dtype}"
+                    f"{shape} ({size} elements) has no layout over the {threads} threads that run it "
+                    f"({why}); use a tile whose element count is a multiple of {threads}, or fewer "
+                    "threads", [copies[0]])
+            ops = [op for op in self.tk.body.walk() if any(x.id == v.id for x in op.values())]
+            where = f"{_opname(ops[0])} at {_loc(ops[0])}: " if ops else ""
+            return SynthesisError(self.tk.name, f"{where}nothing determines the layout of register tile "
+                                  f"%{v.name} (no mma or global copy reaches it); give it a layout",
+                                  ops[:1])
+        return SynthesisError(self.tk.name, "nothing determines the layout of some register tiles")
+
+    def shared_major(self, v: Value, k_mode: int) -> str | None:
+        """Which wgmma descriptor major the global copies into shared operand ``v`` make
+        natural: "K" when its ``k_mode`` is contiguous in global memory, "MN" when its other
+        mode is, ``None`` when neither or ``v`` is not shared."""
+        if v.type.scope != Scope.SHARED or len(v.type.shape) != 2:
+            return None
+        root, modes = self.modes.get(v.id, (v.root, list(range(len(v.type.shape)))))
+        contiguous = set(self.contiguous_modes(root))
+        if modes[k_mode] in contiguous:
+            return "K"
+        if modes[1 - k_mode] in contiguous:
+            return "MN"
+        return None
+
+    def prefer_majors(self, op: Mma, cands: list[TiledMma]) -> list[TiledMma]:
+        """``cands`` with the wgmma majors that match the operands' global contiguity first
+        (stable otherwise): the search still tries every candidate, this only finds the
+        legal one sooner when an operand is MN-major in global memory."""
+        want = (self.shared_major(op.a, 1), self.shared_major(op.b, 1))
+        if want == (None, None) or want == ("K", "K"):
+            return cands
+
+        def mismatch(tm: TiledMma) -> int:
+            got = (tm.atom.a_major, tm.atom.b_major)
+            return sum(w is not None and w != g for w, g in zip(want, got))
+
+        return sorted(cands, key=mismatch)
+
     def run(self) -> Synthesis:
         t0 = time.perf_counter()
         mma_ops = self.g.mmas
-        cands = {id(op): mma_candidates(op, self.arch, self.threads_of(op)) for op in mma_ops}
+        cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.threads_of(op)))
+                 for op in mma_ops}
         for op in mma_ops:
             if not cands[id(op)]:
                 from .diagnose import no_mma
@@ -444,7 +522,7 @@ class _Synth:
         def count() -> None:
             nonlocal checks
             checks += 1
-            if checks > MAX_REGISTER_CHECKS:
+            if checks + self.shared_checks > MAX_REGISTER_CHECKS:
                 raise _SearchLimit
 
         def partially_consistent(assigned: dict[int, int]) -> bool:
@@ -484,9 +562,13 @@ class _Synth:
                                   [var_of[j] for j in range(len(keys))])
             solutions = problem.getSolutionIter()
         else:
+            ra = assign_registers(self.g, {}, cthreads, self.global_views)
+            if ra.conflict is None and ra.unresolved:
+                raise self.unresolved_error(ra.unresolved, cthreads)
             solutions = iter([{}])
         best: tuple[float, Any, float] | None = None
         last_error: SynthesisError | None = None
+        unexplained: Assignment | None = None   # first register solution without shared layouts
         stopped = False
         try:
             for n, sol in enumerate(solutions):
@@ -500,9 +582,12 @@ class _Synth:
 
                     raise register_conflict(self, cands, [ra], rejected, False)
                 self.current = self.register_assignment(ra, choice)
-                res = self.solve_shared()
-                if isinstance(res, SynthesisError):
-                    last_error = last_error or res      # report the preferred mma choice's failure
+                res = self.solve_shared(explain=False)
+                if res is None:
+                    if last_error is None and unexplained is None:
+                        unexplained = self.current      # the preferred mma choice's failure, explained below
+                elif isinstance(res, SynthesisError):
+                    last_error = last_error or res
                 else:
                     shared, scost, sdec = res
                     key = tuple(sorted((k, str(v)) for k, v in choice.items()))
@@ -518,12 +603,26 @@ class _Synth:
                     if best is None or cost.total < best[0]:
                         found = (choice, self.current, shared, sdec, idx, cost)
                         best = (cost.total, found, scost.bank_conflicts)
-                if n + 1 >= MAX_REGISTER_SOLUTIONS or (best is not None and best[2] == 0):
+                # no count of solutions hides a legal one: keep going until one is found
+                if best is not None and (n + 1 >= MAX_REGISTER_SOLUTIONS or best[2] == 0):
                     break
+                if checks + self.shared_checks > MAX_REGISTER_CHECKS:
+                    raise _SearchLimit
         except _SearchLimit:
             stopped = True
         if best is None:
+            if unexplained is not None:
+                self.current = unexplained
+                res = self.solve_shared()
+                if isinstance(res, SynthesisError):
+                    last_error = res
             if last_error is not None:
+                if stopped:
+                    raise SynthesisError(
+                        self.tk.name, f"{str(last_error).removeprefix(self.tk.name + ': ')} (the search "
+                        f"stopped after {checks} mma choices and {self.shared_checks} shared-layout checks, "
+                        "MAX_REGISTER_CHECKS; the first failure is shown; give atom= or warps= to an mma "
+                        "or layouts to shared tiles to narrow it)", last_error.ops)
                 raise last_error
             from .diagnose import register_conflict
 

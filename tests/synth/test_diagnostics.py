@@ -288,9 +288,11 @@ def test_search_limit_gives_a_diagnostic_not_a_hang(monkeypatch: pytest.MonkeyPa
 
 
 @hl.kernel(threads=128)
-def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N]):
+def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N], *,
+                              ATOM: str | None = "SM90_64x32x16_F32F16F16_SS"):
     """(g) %sa is the A operand of one wgmma (K-major: rows along mode 1) and, transposed, the
-    B operand of another (K-major B of sa.T: rows along mode 0)."""
+    B operand of another (K-major B of sa.T when ``ATOM`` is the K-major atom: rows along
+    mode 0; legal with an MN-major B descriptor when the atom is left to synthesis)."""
     sa = hl.shared(f16, (64, 32))
     sb = hl.shared(f16, (64, 32))
     sc = hl.shared(f16, (64, 64))
@@ -304,7 +306,7 @@ def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N]):
     acc2 = hl.zeros((64, 32), f32)
     hl.wgmma_fence()
     hl.mma(sa, sb, acc)
-    hl.mma(sc, sa.T, acc2)
+    hl.mma(sc, sa.T, acc2, atom=ATOM)
     hl.wgmma_commit()
     hl.wgmma_wait(0)
     hl.copy(acc, hl.view(c, tile=(64, 64)))
@@ -314,7 +316,7 @@ def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N]):
 def test_shared_tile_as_a_and_transposed_b_names_both_mmas() -> None:
     """Both wgmmas are named with their lines and the requirement each fails (no '?')."""
     msg, err = diagnose(shared_a_and_transposed_b, "sm_90a")
-    lines = [line_of(shared_a_and_transposed_b, s) for s in ("hl.mma(sa, sb, acc)", "hl.mma(sc, sa.T, acc2)")]
+    lines = [line_of(shared_a_and_transposed_b, s) for s in ("hl.mma(sa, sb, acc)", "hl.mma(sc, sa.T, acc2, atom=ATOM)")]
     for line in lines:
         assert f"{FILE}:{line} `" in msg, (line, msg)
     assert "shared tile %sa" in msg and "has no layout that serves both" in msg
@@ -322,3 +324,20 @@ def test_shared_tile_as_a_and_transposed_b_names_both_mmas() -> None:
     assert msg.count("not a canonical K-major wgmma layout") == 2
     assert ": ?" not in msg
     assert {op.loc.line for op in err.ops if op.loc is not None} >= set(lines)
+
+
+def test_shared_tile_as_a_and_transposed_b_is_legal_with_an_mn_major_b() -> None:
+    """Left to synthesis, the second wgmma reads %sa.T through an MN-major B descriptor (this
+    program was refused while the search stopped after three register solutions)."""
+    syn = synthesize(shared_a_and_transposed_b.trace(ATOM=None), "sm_90a")
+    majors = sorted((tm.atom.a_major, tm.atom.b_major) for tm in syn.mma.values())
+    assert majors == [("K", "K"), ("K", "MN")], majors
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    report = run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    ad, bd = a.astype(np.float64), b.astype(np.float64)
+    want = ad[:, :32] @ bd[:, :32].T
+    want[:, :32] = bd @ ad[:, :32]            # the second store overwrites the first 32 columns
+    assert np.abs(c - want).max() < 1e-3 and report.totals["bank_conflicts"] == 0
