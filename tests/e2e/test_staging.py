@@ -316,3 +316,28 @@ def test_warp_specialized_staged_epilogue_sass() -> None:
     assert b.compiled.resources.spill_stores == 0 and not b.stats.warnings
     stores = b.stats.epilogue_stores
     assert stores.get("STSM", 0) > 0 and stores.get("UTMASTG", 0) > 0 and "STG.32" not in stores, stores
+
+
+@hl.kernel(threads=128)
+def unswizzled_transpose(x: f16[M, N], y: f16[N, M]):
+    rows = hl.register(f16, (64, 64))
+    hl.copy(hl.view(x, tile=(64, 64)), rows)
+    s = hl.shared(f16, (64, 64), layout=hl.auto(swizzle="none"))    # no swizzle allowed
+    hl.copy(rows, s)
+    hl.syncthreads()
+    cols = hl.register(f16, (64, 64))
+    hl.copy(s.T, cols)
+    hl.copy(cols, hl.view(y, tile=(64, 64)))
+
+
+def test_a_conflicting_shared_layout_says_so() -> None:
+    """When every allowed layout conflicts, the decision states the predicted conflicts, and
+    the emulator measures the same number."""
+    syn = synthesize(unswizzled_transpose.trace(), "sm_80")
+    dec = next(d for d in syn.decisions if d.subject == "shared %s")
+    x = np.random.default_rng(10).standard_normal((64, 64)).astype(np.float16)
+    y = np.zeros_like(x)
+    report = run(syn.lowered.kernel, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, x.T)
+    measured = report.totals["bank_conflicts"]
+    assert measured > 0 and f"{measured} bank conflicts predicted" in dec.chosen, (measured, dec.chosen)
