@@ -39,7 +39,7 @@ from typing import Any
 
 from hexlayout.ir.expr import ExprLike
 from hexlayout.ir.rewrite import rewrite
-from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel, Value
+from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel
 from hexlayout.ir.walk import walk
 
 from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
@@ -210,10 +210,6 @@ class _Evaluator:
         return t, frame
 
 
-def _view_param(view_of: dict[int, GlobalView], v: Value) -> GlobalView | None:
-    return view_of.get(v.id)
-
-
 def fuse(tk: TileKernel, plan: KernelPlan, name: str) -> FusedProgram:
     """The anchor ``tk`` with ``plan``'s prologues and epilogue fused (a new program)."""
     import hexlayout.lang as hl
@@ -238,7 +234,7 @@ def fuse(tk: TileKernel, plan: KernelPlan, name: str) -> FusedProgram:
         def rule(visit: Any, pname: str = pname, nodes: tuple = nodes, out: int = out, dtype: Any = dtype,
                  where: str = where) -> Any:
             op = visit.op
-            gv = _view_param(view_of, op.src)
+            gv = view_of.get(op.src.id)
             if gv is None or gv.param.name != pname:
                 return None
             if op.mbarrier is not None:
@@ -263,8 +259,6 @@ def fuse(tk: TileKernel, plan: KernelPlan, name: str) -> FusedProgram:
 
     # --- epilogue: the output store -------------------------------------------------------
     out_name = plan.output_param
-    stores: list[Copy] = []
-
     store_views = {op.dst.id for op in walk(tk) if isinstance(op, Copy) and op.dst.id in view_of
                    and view_of[op.dst.id].param.name == out_name}
 
@@ -272,12 +266,11 @@ def fuse(tk: TileKernel, plan: KernelPlan, name: str) -> FusedProgram:
         op = visit.op
         if isinstance(op, GlobalView):        # the output's old view goes with its store
             return [] if op.result.id in store_views else None
-        gv = _view_param(view_of, op.dst)
+        gv = view_of.get(op.dst.id)
         if gv is None or gv.param.name != out_name:
             return None
         src_def = defs.get(op.src.id)
         acc = src_def.src if isinstance(src_def, Cast) else op.src
-        stores.append(op)
         frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
         if plan.halves and frame.tile[1] % 2:
             raise FusionUnsupported(f"{tk.name}: column halves need an even tile width, not {frame.tile[1]}")

@@ -304,3 +304,18 @@ def test_per_row_and_one_element_tensor_inputs_broadcast() -> None:
         (out,) = run_fused(spec, [x, w], [s_row, s, t])
     _close(out, (x @ w) * s_row * s - t)
     assert {(40, 1), (1, 1), (1, 64)} <= set(log[0].shapes)
+
+
+def test_addmm_with_a_transposed_dequantized_weight() -> None:
+    """addmm(bias, x, t(w_q.to(bf16) * s)) - nn.Linear on a quantized weight as aot_autograd
+    writes it: the transpose ends the prologue, so the kernel reads w as N x K."""
+    dt = torch.bfloat16
+    x, bias = _rand(40, 32, dtype=dt), _rand(64, dtype=dt, seed=29)
+    wq = torch.randint(-127, 128, (64, 32), generator=torch.Generator().manual_seed(30), dtype=torch.int8)
+    s = (torch.rand(64, 1, generator=torch.Generator().manual_seed(31)) * 0.02).to(dt)
+    pro = Prologue(2, (Node("aten._to_copy.default", (("input", 0),), (("dtype", "bf16"),)),
+                       Node("aten.mul.Tensor", (("node", 0), ("input", 1))),
+                       Node("aten.t.default", (("node", 1),))), 2)
+    spec = FusedSpec("aten.addmm.default", prologues=(pro,))
+    (out,) = run_fused(spec, [bias, x, None], [wq, s])
+    _close(out, torch.addmm(bias, x, (wq.to(dt) * s).t()))
