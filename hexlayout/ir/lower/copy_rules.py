@@ -9,6 +9,9 @@ first legal instruction, in preference order, among those the registered rules o
 - ``MatrixRule`` (``ldmatrix`` shared -> register, ``stmatrix`` register -> shared on
   architectures that have it), the widest ``.x4 / .x2 / .x1``, non-transposed first;
 - ``VectorRule`` (``ld/st.global``, ``ld/st.shared``): register <-> memory vectors;
+- ``TmaStoreRule`` (``SM90_TMA_STORE``, ``hexlayout.ir.lower.tma_store``): shared -> global
+  by TMA box stores with their proxy fence, barrier, commit and wait (architectures with
+  TMA; registered by that module ahead of ``ViaRegistersRule``);
 - ``ViaRegistersRule`` (``ld.global+st.shared``, ``ld.shared+st.global``): memory to
   memory through temporary registers.
 
