@@ -313,7 +313,9 @@ def test_warp_specialized_gemm_stages_its_epilogue_through_stmatrix_and_tma() ->
 @pytest.mark.nvrtc
 def test_warp_specialized_staged_epilogue_sass() -> None:
     b = build(gemm_ws_staged, "sm_90a")
-    assert b.compiled.resources.spill_stores == 0 and not b.stats.warnings
+    assert b.compiled.resources.spill_stores == 0
+    # wgmma kept in flight: no serialization warning
+    assert not any("C7515" in w or "C7510" in w for w in b.stats.warnings), b.stats.warnings
     stores = b.stats.epilogue_stores
     assert stores.get("STSM", 0) > 0 and stores.get("UTMASTG", 0) > 0 and "STG.32" not in stores, stores
 
