@@ -153,11 +153,17 @@ class Tensor:
         return Tensor(self.dtype, self.shape, tuple(stride), self.align_bytes)
 
     def aligned(self, align_bytes: int) -> Tensor:
-        """The same type with another guaranteed data-pointer alignment.
+        """The same type with another guaranteed alignment.
+
+        ``aligned(n)`` promises that the data pointer, every row and every view origin the
+        kernel addresses are ``n``-byte aligned, and no more: copies of this tensor use
+        vectors of at most ``n`` bytes (cp.async needs ``n >= 4``, TMA ``n = 16``). The
+        default, 16, lets the kernel assume 16-byte vectors; the launcher then checks the
+        strides and extents they need. Rows of odd length (f16 rows of 301 elements, the
+        second half of a ``[T, 2*I]`` row with ``I`` odd) need ``aligned(2)``.
 
         Args:
-            align_bytes (int): the alignment of the data pointer in bytes (default of a
-                type: 16); vectorized and async copies use it to pick their width.
+            align_bytes (int): the alignment in bytes (default of a type: 16).
 
         Returns:
             Tensor: a copy with ``align_bytes`` set.

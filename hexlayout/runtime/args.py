@@ -506,11 +506,11 @@ class _Plan:
             if shape[k] > 1 and strides[k] % w:
                 raise ArgumentError(name, pname,
                                     f"stride {k} is {strides[k]} elements, expected a multiple of "
-                                    f"{w} ({why})")
+                                    f"{w} ({why}){_ALIGN_HINT}")
         for k, w, why in t.extent_mult:
             if shape[k] % w:
                 raise ArgumentError(name, pname, f"dimension {k} is {shape[k]}, expected a multiple of {w} "
-                                    f"({why})")
+                                    f"({why}){_ALIGN_HINT}")
         for k, nbytes, why in t.stride_bytes:
             ks = range(len(shape)) if k < 0 else (k,)
             for j in ks:
@@ -521,6 +521,8 @@ class _Plan:
 
 
 _MISSING = object()
+_ALIGN_HINT = ("; for rows of any length declare the tensor's alignment in the kernel "
+               "(e.g. hl.f16[T, I].aligned(2)): the kernel then uses vectors no wider than that")
 
 
 def _unit_modes(p: GlobalParam) -> list[int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hexlayout.ir.lower.copy import copy_thread_layout
+from hexlayout.ir.lower.copy import copy_thread_layout, declared_vector_bits
 from hexlayout.ir.lower.kernel import reduced_tv
 from hexlayout.ir.lower.mma import same_function
 from hexlayout.ir.tile import GlobalView, Mma, Op, Value
@@ -233,7 +233,8 @@ def _coalesced(g: LayoutGraph, c: int, shape: tuple[int, ...], threads: int,
         order = sorted(order, key=lambda k: (0, view.static_stride(k)) if view.static_stride(k) is not None
                        else (1, -k))
     elem_bits = gv.type.dtype.bits
-    w = max(1, 128 // elem_bits)
+    # vectors as wide as the tensor's declared alignment allows (hl.f16[...].aligned(n))
+    w = max(1, min(128, declared_vector_bits(view) if view is not None else 128) // elem_bits)
     while w > 1:
         tv = copy_thread_layout(shape, order, w, threads)
         if not isinstance(tv, str):

@@ -34,7 +34,7 @@ import numpy as np
 from hexlayout.layout import Layout, left_inverse, upcast
 from hexlayout.layout.inttuple import crd2idx
 
-from ..expr import Const, Expr, ExprLike, Var, as_expr
+from ..expr import Const, Expr, ExprLike, Var, as_expr, evaluate, free_vars
 from ..lowered import (
     CpAsync,
     GlobalRef,
@@ -53,7 +53,7 @@ from ..lowered import (
     TmaLoad,
 )
 from .rejection import Rejection
-from .views import GlobalTileView, RegisterTile, SharedTileView, tile_coords
+from .views import GENERIC_STRIDE, GlobalTileView, RegisterTile, SharedTileView, tile_coords
 
 __all__ = ["CopyPlan", "vector_width", "lower_reg_mem", "lower_ldmatrix", "lower_stmatrix",
            "lower_gmem_to_smem", "lower_mem_to_mem", "lower_tma_load", "Requirement", "copy_thread_layout"]
@@ -119,6 +119,41 @@ def _global_requirements(view: MemView, w: int, elem_bits: int, vec_mode: int | 
     return reqs
 
 
+def declared_vector_bits(view: MemView) -> int:
+    """The widest access (bits) the declaration of ``view``'s tensor allows: its declared
+    alignment (``hl.f16[...].aligned(n)``: the data pointer, every row and every view origin
+    are ``n``-byte aligned), 128 for shared memory."""
+    if isinstance(view, GlobalTileView):
+        return max(8, view.param.align_bytes * 8)
+    return 128
+
+
+def origin_alignment(view: MemView, max_elems: int) -> int:
+    """The largest power of two ``w <= max_elems`` dividing the element offset of ``view``'s
+    origin for every block index and loop counter; symbolic sizes and strides count as
+    aligned (the launcher checks the strides and extents vectors need). The offset is taken
+    as linear in those variables: it is checked at 0 and at 1 in each of them alone (a row
+    origin at an odd static column, ``origin=(r, 301)``, allows no 2-element vector)."""
+    if not isinstance(view, GlobalTileView) or max_elems <= 1 or view.gather is not None:
+        return max_elems
+    base = view.base
+    sizes: set[Var] = set()
+    for e in (*view.param.shape, *view.param.stride):
+        sizes |= free_vars(e)
+    others = sorted(free_vars(base) - sizes, key=lambda v: v.name)
+    env0 = {**{v: GENERIC_STRIDE for v in sizes}, **{v: 0 for v in others}}
+    try:
+        values = [int(evaluate(base, env0))]
+        for v in others:
+            values.append(int(evaluate(base, {**env0, v: 1})))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return max_elems              # an origin read from memory: assumed aligned, as before
+    w = max_elems
+    while w > 1 and any(x % w for x in values):
+        w //= 2
+    return w
+
+
 def _vector_mode(view: MemView, w: int) -> int | None:
     if not isinstance(view, GlobalTileView) or w <= 1:
         return None
@@ -133,7 +168,8 @@ def lower_reg_mem(reg: RegisterTile, mem: MemView, load: bool, tid: Var, elem_bi
     """Plain vector loads (``load``) or stores between a register tile and a memory tile."""
     table = reg.index_table()
     offs = mem.offsets(table)
-    w = vector_width(offs, max(1, max_bits // elem_bits))
+    widest = max(1, min(max_bits, declared_vector_bits(mem)) // elem_bits)
+    w = vector_width(offs, origin_alignment(mem, widest))
     if w == 0:
         return Rejection("no element run is contiguous in memory",
                          layouts=(("register", reg.tv), ("memory", _mem_layout(mem))))
@@ -330,9 +366,13 @@ def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threa
         return "no mode of the global tile is contiguous (stride 1)"
     uneven: str | None = None     # why the narrowest width tried could not be shared by the threads
     spread = False
+    declared = declared_vector_bits(src) // 8
+    if declared < 4:
+        return (f"{src.param.name} is declared {declared}-byte aligned; cp.async moves 4, 8 or 16 "
+                "aligned bytes")
     for w_bytes in (16, 8, 4):
         w = w_bytes * 8 // elem_bits
-        if w < 1 or src.shape[inner] % w:
+        if w < 1 or src.shape[inner] % w or w_bytes > declared or origin_alignment(src, w) < w:
             continue
         tv = copy_thread_layout(src.shape, order, w, threads)
         if isinstance(tv, str):
@@ -368,7 +408,7 @@ def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bi
     spread = False
     for w_bits in (128, 64, 32, 16, 8):
         w = w_bits // elem_bits
-        if w < 1:
+        if w < 1 or w_bits > min(declared_vector_bits(src), declared_vector_bits(dst)):
             continue
         tv = copy_thread_layout(src.shape, order, w, threads)
         if isinstance(tv, str):
@@ -413,6 +453,8 @@ def lower_tma_load(src: GlobalTileView, dst: SharedTileView, bar: MbarRef, elect
     eb = elem_bits // 8
     if elem_bits % 8 or eb not in (1, 2, 4, 8):
         return f"TMA moves 1-, 2-, 4- or 8-byte elements, not {elem_bits}-bit"
+    if declared_vector_bits(src) < 128:
+        return f"{src.param.name} is declared {src.param.align_bytes}-byte aligned; TMA needs 16-byte rows"
     inner = next((k for k in range(len(src.shape)) if src.static_stride(k) == 1), None)
     if inner is None:
         return "no mode of the global tile is contiguous (stride 1)"
