@@ -112,7 +112,7 @@ def _wrong_kernel(name: str, which: int) -> Any:
         elif which == 2:
             t = hl.sum(t, 3)                               # no such axis
         elif which == 3:
-            hl.mma(t, t, t)                                 # f16 accumulator of 16x16x16: maybe
+            hl.mma(t, t, t)                                 # 16x16 f16 tile as A, B and accumulator
         elif which == 4:
             s = hl.shared(f16, (16, 16, 4))
             hl.copy(t, s[:, :, 5])                          # stage out of range
@@ -124,9 +124,18 @@ def _wrong_kernel(name: str, which: int) -> Any:
             g = hl.view(x, tile=(16, 16), origin=(None, 0), rows=t)         # float row indices
             hl.copy(g, t)
         elif which == 8:
-            t = t.T.T[0:3]                                  # a register view that may be refused
+            t = t.T.T[0:3]                                  # a 3-row window stored as 16 rows
         elif which == 9:
             hl.copy(t, hl.view(y, tile=(16, 32)))           # shape mismatch into global
+        elif which == 10:
+            s = hl.shared(f16, (1024, 1024))                # more shared memory than a block has
+            hl.copy(hl.view(x, tile=(1024, 1024)), s)
+        elif which == 11:
+            hl.copy(hl.view(x, tile=(16, 16), origin=(0.5, 0)), t)     # a float origin
+        elif which == 12:
+            t = hl.reduce(t, "median", 0)                   # no such reduction
+        elif which == 13:
+            hl.copy(t, hl.view(y, tile=(16, 16)), mask=hl.iota((16, 8), 0) < 3)   # mask shape
         hl.copy(t, hl.view(y, tile=(16, 16)))
 
     return hl.kernel(threads=64, name=name)(body)
@@ -201,9 +210,10 @@ def test_random_gemm_programs_fail_only_with_located_errors(seed: int) -> None:
     assert outcomes.count("ok") >= 1, outcomes
 
 
-@pytest.mark.parametrize("which", range(10))
+@pytest.mark.parametrize("which", range(14))
 def test_wrong_ops_are_refused_with_the_kernel_op_and_line(which: int) -> None:
     k = _wrong_kernel(f"wrong_{which}", which)
     rng = np.random.default_rng(which)
     x = rng.standard_normal((20, 20)).astype(np.float16)
-    _run_case(k, "sm_80", [x, np.zeros_like(x), np.zeros(20, np.int32)], f"wrong op {which}")
+    outcome = _run_case(k, "sm_80", [x, np.zeros_like(x), np.zeros(20, np.int32)], f"wrong op {which}")
+    assert outcome in ("KernelError", "SynthesisError"), outcome

@@ -728,8 +728,10 @@ class _Lowering:
             self.mbars[id(b)] = MbarRef(b.name, 0, b.count)
         body = [Comment(f"kernel {self.tk.name}")] + self.block(self.tk.body)
         if self.smem_top > self.arch.smem_per_block_max:
-            raise self.fail(None, f"{self.smem_top} bytes of shared memory exceed the "
-                            f"{self.arch.smem_per_block_max} bytes a block may use on {self.arch.name}")
+            limit = self.arch.smem_per_block_max
+            raise self.fail(_largest_shared_alloc(self.tk),
+                            f"{self.smem_top} bytes of shared memory exceed the {limit} bytes a block may "
+                            f"use on {self.arch.name} (the largest shared tile is named here)")
         launch = self.tk.launch
         lk = LoweredKernel(
             name=self.tk.name, params=list(self.tk.params), grid=tuple(launch.grid), threads=self.threads,
@@ -805,3 +807,17 @@ def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | N
     prog.kernel = optimize_loops(prog.kernel)
     return prog
 
+
+def _largest_shared_alloc(tk: TileKernel) -> Op | None:
+    """The allocation of the largest shared tile of ``tk`` (to locate a shared-memory overflow)."""
+    best, size = None, -1
+    for op in tk.body.walk():
+        r = op.results()[0] if op.results() else None
+        if type(op).__name__ != "Alloc" or r is None or r.type.scope != Scope.SHARED:
+            continue
+        n = r.type.dtype.bits
+        for e in r.type.shape:
+            n *= e
+        if n > size:
+            best, size = op, n
+    return best
