@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ..expr import Const, Expr, as_expr
-from ..gather import ScalarLoad
+from ..gather import IndexMap, ModeIndex, ScalarLoad
 from ..lowered import GlobalRef, Instr, LdGlobal, RegRef
 from ..tile import GlobalView
 from .index_tiles import IndexTiles, valid_and
@@ -56,6 +56,9 @@ def lower_gathered_view(lw: Any, op: GlobalView) -> list[Instr]:
     """The ``GlobalTileView`` of a gathered view (no instructions of its own)."""
     p = op.param
     imap = op.index_map
+    if imap is None:    # rows gathered through op.gather only (built by hand): x_0 = gather[c0]
+        imap = IndexMap((ModeIndex(None, 0, tuple(range(len(op.gather.type.shape)))),)
+                        + tuple(ModeIndex(m) for m in range(1, len(p.shape))))
     shape = tuple(op.result.type.shape)
     if len(imap.modes) != len(p.shape):
         raise ValueError(f"the gather of {p.name} gives {len(imap.modes)} coordinates for "
@@ -63,7 +66,7 @@ def lower_gathered_view(lw: Any, op: GlobalView) -> list[Instr]:
     tiles = getattr(lw, "_index_tiles", None)
     if tiles is None:
         tiles = lw._index_tiles = IndexTiles(lw)
-    indices = tuple(op.indices)
+    indices = tuple(op.indices) if op.index_map is not None else (op.gather,)
     axes: set[int] = set()
     strides: list[int] = []
     for m, mi in enumerate(imap.modes):

@@ -95,7 +95,7 @@ from .copy_rules import COPY_RULES, CopyContext, legal_copies, lower_choice
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
-from .views import Gather, GlobalTileView, RegisterTile, SharedTileView
+from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
 
@@ -298,28 +298,17 @@ class _Lowering:
         return lower_atomic_add(self, op)
 
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
-        if op.index_map is not None:
+        if op.index_map is not None or op.gather is not None:   # a gather (hexlayout.ir.gather)
             from .indirect import lower_gathered_view
 
             return lower_gathered_view(self, op)
-        gather = None
-        if op.gather is not None:
-            index = self.views.get(op.gather.id)
-            if not isinstance(index, GlobalTileView):
-                raise self.fail(op, "gathered rows come from a view of a global index tensor; "
-                                f"%{op.gather.name} is a {op.gather.scope} tile")
-            if index.dtype.kind not in ("int", "uint") or index.dtype.bits not in (32, 64):
-                raise self.fail(op, f"row indices must be 32- or 64-bit integers, not {index.dtype}")
-            rows = RegArray(self._reg_name(f"{op.result.name}_rows"), index.dtype, 0)
-            self.regs.append(rows)
-            gather = Gather(index, rows)
         p = op.param
         shape = tuple(op.result.type.shape)
         rank = len(p.shape)
         if len(shape) != rank:
             raise self.fail(op, f"a {len(shape)}-mode window of the {rank}-mode tensor {p.name}")
         self.views[op.result.id] = GlobalTileView(p, p.dtype, shape, tuple(range(rank)), tuple(op.origin),
-                                                  tuple(op.extent), gather)
+                                                  tuple(op.extent))
         return []
 
     def op_Alloc(self, op: Alloc) -> list[Instr]:

@@ -80,38 +80,6 @@ def _numeric_base(e: ExprLike) -> int:
 
 
 @dataclass(eq=False)
-class Gather:
-    """Rows of a global tile taken through an index tile: tile row ``r`` is tensor row
-    ``index[r]``. Each distinct row a thread touches gets a register slot of ``rows``,
-    filled by an ``LdGlobal`` of the index (``loads``, emitted before the copy)."""
-
-    index: GlobalTileView
-    rows: RegArray
-    loads: list[Any] = field(default_factory=list)
-    slots: dict[str, int] = field(default_factory=dict)
-
-    def row(self, r: ExprLike) -> RegRead:
-        from ..expr import to_c
-        from ..lowered import GlobalRef, LdGlobal, RegRef
-
-        key = to_c(r)
-        if key not in self.slots:
-            slot = len(self.slots)
-            self.slots[key] = slot
-            self.rows.count = len(self.slots)
-            pred = self.index.inbounds(r)
-            src = GlobalRef(self.index.param, self.index.offset(r))
-            self.loads.append(LdGlobal(RegRef(self.rows, slot, 1), src, self.index.dtype.bits,
-                                       pred=None if isinstance(pred, Const) and pred.value else pred))
-        return RegRead(self.rows, self.slots[key])
-
-    def take_loads(self) -> list[Any]:
-        out, self.loads = self.loads, []
-        self.slots.clear()
-        return out
-
-
-@dataclass(eq=False)
 class LoadSlots:
     """Register slots of the index values one copy needs: ``load`` gives the value of an
     element of a global tensor as a ``RegRead`` and queues the ``LdGlobal`` that fills it
@@ -178,8 +146,8 @@ class IndexedGather:
 class GlobalTileView:
     """A window of global tensor ``param``: tile mode ``k`` runs along tensor mode ``modes[k]``
     from element coordinate ``origin`` (one entry per tensor mode); ``extent[k]`` elements of
-    tile mode ``k`` are inside the tensor. With ``gather``, tensor mode 0 is indexed through
-    the gather's index tile instead (``origin[0]`` is then 0)."""
+    tile mode ``k`` are inside the tensor. With ``gather`` (a gathered view), ``gather.fn``
+    gives the tensor coordinates of every element instead (``hexlayout.ir.gather``)."""
 
     param: GlobalParam
     dtype: DType
@@ -187,7 +155,7 @@ class GlobalTileView:
     modes: tuple[int, ...]
     origin: tuple[ExprLike, ...]
     extent: tuple[ExprLike, ...]
-    gather: Gather | None = None
+    gather: IndexedGather | None = None
 
     @property
     def strides(self) -> tuple[ExprLike, ...]:
@@ -204,7 +172,7 @@ class GlobalTileView:
         """``(element offset, in-bounds predicate)`` of the element at tile ``coords``
         (index values of a gathered view are loaded through ``slots``, default its own)."""
         g = self.gather
-        if not isinstance(g, IndexedGather):
+        if g is None:
             c = as_expr(crd2idx_colex(coords, self.shape))
             return self.offset(c), self.inbounds(c)
         tc, valid = g.fn(list(coords), slots if slots is not None else g.slots)
@@ -221,11 +189,8 @@ class GlobalTileView:
         if isinstance(self.gather, IndexedGather):
             return self.element(tile_coords(idx, self.shape))[0]
         off = self.base
-        for c, d, m in zip(tile_coords(idx, self.shape), self.strides, self.modes):
-            if self.gather is not None and m == 0:
-                off = off + self.gather.row(c) * d
-            else:
-                off = off + c * d
+        for c, d in zip(tile_coords(idx, self.shape), self.strides):
+            off = off + c * d
         return off
 
     def inbounds(self, idx: ExprLike) -> Expr:
@@ -281,10 +246,8 @@ class GlobalTileView:
                 extent.append(e)
             else:
                 origin[m] = as_expr(origin[m]) + i
-        if self.gather is not None and 0 not in modes:
-            raise ValueError("a slice of a gathered view must keep its gathered rows")
         return GlobalTileView(self.param, self.dtype, tuple(shape), tuple(modes), tuple(origin),
-                              tuple(extent), self.gather)
+                              tuple(extent))
 
     def subtile(self, shape: tuple[int, ...], offset: tuple[ExprLike, ...]) -> GlobalTileView:
         if isinstance(self.gather, IndexedGather):
@@ -298,11 +261,7 @@ class GlobalTileView:
         for k, (o, m) in enumerate(zip(offset, self.modes)):
             origin[m] = as_expr(origin[m]) + o
             extent.append(as_expr(self.extent[k]) - o)
-        if self.gather is not None and any(m == 0 and not (isinstance(o, int) and o == 0)
-                                           for o, m in zip(offset, self.modes)):
-            raise ValueError("a window of a gathered view must start at its first gathered row")
-        return GlobalTileView(self.param, self.dtype, tuple(shape), self.modes, tuple(origin), tuple(extent),
-                              self.gather)
+        return GlobalTileView(self.param, self.dtype, tuple(shape), self.modes, tuple(origin), tuple(extent))
 
     def _remapped(self, f: Any, kept: tuple[int, ...], shape: tuple[int, ...]) -> GlobalTileView:
         """A gathered view whose tile mode ``i`` is this view's mode ``kept[i]``; ``f`` maps
@@ -324,7 +283,7 @@ class GlobalTileView:
             return self._remapped(f, tuple(perm), tuple(self.shape[p] for p in perm))
         return GlobalTileView(self.param, self.dtype, tuple(self.shape[p] for p in perm),
                               tuple(self.modes[p] for p in perm), self.origin,
-                              tuple(self.extent[p] for p in perm), self.gather)
+                              tuple(self.extent[p] for p in perm))
 
 
 @dataclass(eq=False)
