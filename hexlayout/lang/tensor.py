@@ -2,13 +2,15 @@
 
 - ``GlobalTensor``: a global tensor argument. ``a.shape`` / ``a.stride`` are ints or
   ``Expr`` (symbolic sizes are ``Var``s named as in the annotation); ``a.tile(tile,
-  origin)`` is ``hl.view(a, tile, origin)``.
+  origin)`` is ``hl.view(a, tile, origin)``; ``a[i, j]`` loads one element (an ``Expr``),
+  ``a[idx, 0:64]`` with integer index tiles is a gathered view (``indirect``).
 - ``Tile``: a tile value (global view, shared or register tile) wrapping an IR ``Value``.
   ``x.shape`` (ints), ``x.dtype``, ``x.scope``, ``x.layout``, ``x.nbytes``. Views:
   ``x[:, :, s]`` (modes fixed at indices, runtime indices allowed -> ``Slice``),
   ``x[0:64, :]`` / ``x.tile((64, 32), (m, k))`` (a window at element offsets ->
   ``SubTile``), ``x.T`` / ``x.permute(1, 0)`` (``Permute``). Operators on register tiles
-  are elementwise ops with numpy broadcasting: ``+ - * /``, unary ``-``, ``abs``,
+  are elementwise ops with numpy broadcasting: ``+ - * /``, ``// %`` on integer tiles
+  (floor division, as Python's), unary ``-``, ``abs``,
   comparisons ``< <= > >=`` and ``x.eq(y)`` / ``x.ne(y)`` (predicate tiles), ``& | ~``
   on predicate tiles (logical) and integer tiles (bitwise), ``^ << >>`` on integer tiles
   (``>>`` arithmetic for signed, logical for unsigned types). Augmented assignments
