@@ -273,3 +273,29 @@ def test_a_loaded_stage_index_and_a_two_mode_gather() -> None:
     run(syn.lowered.kernel, {"x": x, "stage": np.array([2], np.int32), "y": y})
     np.testing.assert_array_equal(y[:64], x[:64])
     np.testing.assert_array_equal(y[64:], x[0:128:2, ::-1])
+
+
+@hl.kernel(threads=128)
+def scatter_from_shared(x: f16[M, K], ids: i32[N], y: f16[M, K]):
+    """y[ids[r]] = x[r]: a shared tile stored through a gathered view (never TMA)."""
+    s = hl.shared(f16, (64, 64))
+    hl.copy(x.tile((64, 64), (0, 0)), s)
+    hl.commit_group()
+    hl.wait_group(0)
+    hl.syncthreads()
+    rows = hl.register(i32, (64,))
+    hl.copy(ids[0:64], rows)
+    hl.copy(s, y[rows, 0:64])
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_scatter_from_shared_memory(arch: str) -> None:
+    syn = synthesize(scatter_from_shared.trace(), arch)
+    assert not any("TMA" in i for _, i in syn.lowered.choices)
+    x = np.random.default_rng(6).standard_normal((64, 64)).astype(np.float16)
+    ids = np.random.default_rng(7).permutation(64).astype(np.int32)
+    y = np.zeros_like(x)
+    run(syn.lowered.kernel, {"x": x, "ids": ids, "y": y})
+    want = np.zeros_like(x)
+    want[ids] = x
+    np.testing.assert_array_equal(y, want)
