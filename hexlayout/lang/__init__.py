@@ -103,7 +103,7 @@ from .math import minimum as min  # noqa: A004
 from .memory import register, shared, view
 from .ops import assign, cast, copy, fill, full, iota, max_reduce, min_reduce, mma, rearrange, reduce, zeros
 from .ops import sum_ as sum  # noqa: A004
-from .packed import bitcast
+from .packed import bitcast, pack, unpack
 from .regroup import concat, interleave, reshape
 from .spec import Dim, Tensor, dims
 from .sync import (
@@ -129,7 +129,7 @@ __all__ = [
     "view", "shared", "register", "load", "auto", "Layout", "Swizzle", "ComposedLayout", "composition",
     "make_layout_tv",
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
-    "iota", "assign", "atomic_add", "bitcast", "reshape", "concat", "interleave",
+    "iota", "assign", "atomic_add", "bitcast", "unpack", "pack", "reshape", "concat", "interleave",
     "abs", "maximum", "minimum", "max", "min",
     "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",
