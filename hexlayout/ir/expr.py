@@ -245,7 +245,8 @@ class RegRead(Expr):
     """Element ``index`` of a per-thread register array (an integer loaded at run time, e.g. a
     gathered row index): a leaf whose value differs per thread. ``evaluate`` takes its
     values from ``env[array]`` (a ``[threads, count]`` array); ``to_c`` prints
-    ``name[index]``. Known to be non-negative."""
+    ``name[index]``. Non-negative when the array's type is unsigned; a signed value (a block-table
+    entry, a slot) may be negative, so comparisons with 0 are not folded away."""
 
     __slots__ = ("array", "index")
 
@@ -335,7 +336,8 @@ def bounds(e: ExprLike) -> tuple[int | None, int | None]:
     if isinstance(e, Var):
         return e.lo, e.hi
     if isinstance(e, RegRead):
-        return 0, None
+        dt = getattr(e.array, "dtype", None)
+        return (0, None) if dt is not None and getattr(dt, "kind", "") == "uint" else (None, None)
     if isinstance(e, BinOp):
         if e._bounds is None:
             object.__setattr__(e, "_bounds", _binop_bounds(e))

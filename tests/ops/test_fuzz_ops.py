@@ -287,6 +287,7 @@ class OpTable:
     noise: Callable[[Case, Any], None]
     covers: dict[str, list[Callable[..., None]]]     # schema argument -> mutations that break it
     module: Any = None                               # where the mutations are (by name)
+    fallback: Callable[[Case, Any], bool] | None = None   # when no mutation applied (default m_bad_string)
 
 
 GEMM_MUTATIONS = [m_a_dtype, m_other_dtype, m_rank, m_k_mismatch, m_epilogue_shape, m_k_not_multiple_of_8,
@@ -306,6 +307,182 @@ TABLE: dict[str, OpTable] = {
                 "b_layout": [m_bad_string, m_bad_kind]},
         module=sys.modules[__name__]),
 }
+
+
+# --- reshape_and_cache ---------------------------------------------------------------------------------
+
+RC_TENSORS = ("key", "value", "key_cache", "value_cache", "slot_mapping")
+RC_RANK = {"key": 3, "value": 3, "key_cache": 4, "value_cache": 4, "slot_mapping": 1}
+I64 = torch.int64
+
+
+def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[int, ...]:
+    return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
+
+
+@st.composite
+def rc_valid(draw: Any) -> dict[str, Any]:
+    t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
+    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
+    cache = _rc_cache_shape(layout, nb, bs, kvh, d)
+    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, dt),
+            "value_cache": T(cache, dt), "slot_mapping": T((t,), I64), "kv_layout": layout}
+
+
+def _rc_present(c: Case) -> list[str]:
+    return [x for x in RC_TENSORS if isinstance(c.args.get(x), T)]
+
+
+def _rc_consistent(c: Case) -> bool:
+    """Every tensor present with its rank and a valid layout string: shapes can be rebuilt."""
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in RC_RANK.items()) and \
+        c.args["kv_layout"] in ("NHD", "HND")
+
+
+def _rc_set(c: Case, bs: int | None = None, d: int | None = None) -> None:
+    a = c.args
+    t, kvh, d0 = a["key"].shape
+    d = d0 if d is None else d
+    nb = a["key_cache"].shape[0]
+    if bs is None:
+        bs = a["key_cache"].shape[1] if a["kv_layout"] == "NHD" else a["key_cache"].shape[2]
+    for x in ("key", "value"):
+        a[x] = replace(a[x], shape=(t, kvh, d))
+    for x in ("key_cache", "value_cache"):
+        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
+
+
+def rc_key_dtype(c: Case, draw: Any) -> bool:
+    if not isinstance(c.args["key"], T):
+        return False
+    bad = [torch.float32, torch.int8, torch.int32]
+    c.args["key"] = replace(c.args["key"], dtype=draw(st.sampled_from(bad)))
+    c.blame.add("key")
+    return True
+
+
+def rc_other_dtype(c: Case, draw: Any) -> bool:
+    others = [x for x in _rc_present(c) if x != "key"]
+    if not others or not isinstance(c.args["key"], T):
+        return False
+    x = draw(st.sampled_from(others))
+    if x == "slot_mapping":
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int32, torch.float16, torch.int16])))
+    else:
+        other = BF16 if c.args["key"].dtype == F16 else F16
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
+    c.blame.add(x)
+    return True
+
+
+def rc_rank(c: Case, draw: Any) -> bool:
+    if not _rc_present(c):
+        return False
+    x = draw(st.sampled_from(_rc_present(c)))
+    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != RC_RANK[x]]))
+    c.args[x] = replace(c.args[x], shape=(2, 2, 16, 2, 64)[5 - rank:])
+    c.blame.add(x)
+    return True
+
+
+def rc_shape_mismatch(c: Case, draw: Any) -> bool:
+    if not _rc_consistent(c):
+        return False
+    a = c.args
+    t, kvh, d = a["key"].shape
+    x = draw(st.sampled_from(["value", "slot_mapping", "value_cache", "key_kvh"]))
+    if x == "value":
+        a["value"] = replace(a["value"], shape=(t + 1, kvh, d))
+        c.blame.add("value")
+    elif x == "slot_mapping":
+        a["slot_mapping"] = replace(a["slot_mapping"], shape=(t + draw(st.sampled_from([-1, 1, 3])),))
+        c.blame.add("slot_mapping")
+    elif x == "value_cache":
+        s = list(a["value_cache"].shape)
+        s[draw(st.integers(0, 3))] += 8
+        a["value_cache"] = replace(a["value_cache"], shape=tuple(s))
+        c.blame |= {"value_cache", "key_cache"}
+    else:
+        for y in ("key", "value"):
+            a[y] = replace(a[y], shape=(t, kvh + 1, d))
+        c.blame |= {"key", "value"}
+    return True
+
+
+def rc_block_or_head_size(c: Case, draw: Any) -> bool:
+    if not _rc_consistent(c):
+        return False
+    if draw(st.booleans()):
+        _rc_set(c, bs=draw(st.sampled_from([8, 12, 24, 256])))
+    else:
+        _rc_set(c, d=draw(st.sampled_from([264, 320, 12, 4])))
+    c.blame |= {"key", "value", "key_cache", "value_cache"}
+    return True
+
+
+def rc_layout(c: Case, draw: Any) -> bool:
+    if not _rc_present(c):
+        return False
+    x = draw(st.sampled_from(_rc_present(c)))
+    lay = "strided" if x == "slot_mapping" else draw(st.sampled_from(["offset", "strided"]))
+    if x == "slot_mapping" and c.args[x].shape in ((), (0,), (1,)):
+        return False
+    c.args[x] = replace(c.args[x], layout=lay)
+    c.blame.add(x)
+    return True
+
+
+def rc_device(c: Case, draw: Any) -> bool:
+    if not _rc_present(c):
+        return False
+    x = draw(st.sampled_from(_rc_present(c)))
+    c.args[x] = replace(c.args[x], device="meta")
+    c.blame |= set(_rc_present(c)) if x == "key" else {x}
+    return True
+
+
+def rc_not_a_tensor(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(RC_TENSORS))
+    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def rc_bad_layout_string(c: Case, draw: Any) -> bool:
+    c.args["kv_layout"] = draw(st.sampled_from(["nhd", "", "HDN", "NDH", "NHD "]))
+    c.blame.add("kv_layout")
+    return True
+
+
+def rc_bad_layout_kind(c: Case, draw: Any) -> bool:
+    c.args["kv_layout"] = draw(st.sampled_from([None, 1, ("NHD",), 0.5]))
+    c.blame.add("kv_layout")
+    c.kinds.add("kv_layout")
+    return True
+
+
+def rc_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: float tensors that require grad."""
+    for x in _rc_present(c):
+        if x != "slot_mapping" and draw(st.booleans()):
+            c.args[x] = replace(c.args[x], requires_grad=True)
+
+
+RC_MUTATIONS = [rc_key_dtype, rc_other_dtype, rc_rank, rc_shape_mismatch, rc_block_or_head_size, rc_layout,
+                rc_device, rc_not_a_tensor, rc_bad_layout_string, rc_bad_layout_kind]
+
+RC_COMMON = [rc_rank, rc_layout, rc_device, rc_not_a_tensor]
+TABLE["reshape_and_cache"] = OpTable(
+    valid=rc_valid, mutations=RC_MUTATIONS, exclusive=[{rc_device}], noise=rc_noise,
+    covers={"key": [rc_key_dtype, rc_shape_mismatch, *RC_COMMON],
+            "value": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
+            "key_cache": [rc_other_dtype, rc_block_or_head_size, *RC_COMMON],
+            "value_cache": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
+            "slot_mapping": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
+            "kv_layout": [rc_bad_layout_string, rc_bad_layout_kind]},
+    module=sys.modules[__name__], fallback=rc_bad_layout_string)
 
 
 def _ops() -> dict[str, Any]:
@@ -333,8 +510,9 @@ def invalid_case(draw: Any, name: str) -> Case:
         if mut(case, draw):
             case.what.append(mut.__name__)
     if not case.what:
-        m_bad_string(case, draw)
-        case.what.append("m_bad_string")
+        fallback = table.fallback or m_bad_string
+        fallback(case, draw)
+        case.what.append(fallback.__name__)
     table.noise(case, draw)
     return case
 
@@ -367,7 +545,9 @@ def emulate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
 
 
-PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm.gemm}}
+PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm.gemm},
+         "reshape_and_cache": {"Op": lambda: _ops()["reshape_and_cache"],
+                               "function": lambda: hexlayout.ops.kv_cache.reshape_and_cache}}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -1,0 +1,282 @@
+"""Argument checks and the run path shared by the serving-attention ops (``reshape_and_cache``,
+``paged_attention``).
+
+Each ``check_*`` is the one check an op runs eagerly and in its fake implementation (meta /
+fake tensors, ``torch.compile``, CUDA-graph capture): it raises ``ArgumentTypeError``
+(``TypeError``) or ``ArgumentError`` (``ValueError``) naming the argument. Checks that need
+tensor contents (slot values, sequence offsets against the block table) run on CPU tensors
+and, on CUDA, only with ``HEXLAYOUT_CHECK=1`` (the fast path never synchronizes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hexlayout.runtime.args import INT32_MAX, ArgumentError, ArgumentTypeError
+
+__all__ = [
+    "check_reshape_and_cache",
+    "head_dim_tile",
+    "lang_dtype",
+    "build_for",
+    "run_kernel",
+    "content_checks",
+    "BLOCK_SIZES",
+    "KV_LAYOUTS",
+    "MAX_HEAD_DIM",
+]
+
+KV_LAYOUTS = ("NHD", "HND")
+BLOCK_SIZES = (16, 32, 64, 128)
+MAX_HEAD_DIM = 256
+CHECK_ENV = "HEXLAYOUT_CHECK"
+
+
+def _kind(x: Any) -> str:
+    import torch
+
+    return (
+        f"a tensor of shape {tuple(x.shape)}"
+        if isinstance(x, torch.Tensor)
+        else f"{type(x).__name__} {x!r}"[:80]
+    )
+
+
+def _is_real(t: Any) -> bool:
+    return t.device.type in ("cuda", "cpu") and not type(t).__name__.startswith("Fake")
+
+
+def content_checks(t: Any) -> bool:
+    """Whether checks reading tensor contents run: CPU tensors always, CUDA tensors only with
+    ``HEXLAYOUT_CHECK=1`` (they synchronize), meta / fake tensors never."""
+    if not _is_real(t):
+        return False
+    return t.device.type == "cpu" or os.environ.get(CHECK_ENV, "") == "1"
+
+
+def head_dim_tile(d: int) -> int:
+    """The kernels' head-dimension tile: ``d`` padded up to 64, 128 or 256."""
+    return 64 if d <= 64 else 128 if d <= 128 else 256
+
+
+def lang_dtype(torch_dtype: Any) -> Any:
+    import torch
+
+    from hexlayout.lang import bf16, f16
+
+    return bf16 if torch_dtype == torch.bfloat16 else f16
+
+
+def check_tensors(op: str, named: list[tuple[str, Any, int]]) -> None:
+    """Each ``(name, value, rank)`` is a tensor of that rank."""
+    import torch
+
+    for name, t, rank in named:
+        if not isinstance(t, torch.Tensor):
+            raise ArgumentTypeError(op, name, f"expected a tensor, got {_kind(t)}")
+        if t.dim() != rank:
+            raise ArgumentError(op, name, f"must have {rank} dimensions, got shape {tuple(t.shape)}")
+
+
+def check_device(op: str, first: tuple[str, Any], others: list[tuple[str, Any]]) -> None:
+    name0, t0 = first
+    if t0.device.type not in ("cuda", "cpu", "meta"):
+        raise ArgumentError(op, name0, f"is on {t0.device}; supported: CUDA, CPU (HEXLAYOUT_EMULATE=1), meta")
+    for name, t in others:
+        if t.device != t0.device:
+            raise ArgumentError(
+                op, name, f"is on {t.device}, {name0} on {t0.device}; all tensors must be on one device"
+            )
+
+
+def check_rows(op: str, name: str, t: Any) -> None:
+    """A contiguous last dimension, the other strides multiples of 8 elements and a 16-byte
+    aligned start (the kernels move 16-byte vectors), offsets within 32-bit indexing."""
+    if t.numel() == 0:
+        return
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ArgumentError(
+            op, name, f"has strides {tuple(t.stride())}: the last dimension must be contiguous (stride 1)"
+        )
+    for i, (s, n) in enumerate(zip(t.stride()[:-1], t.shape[:-1])):
+        if n > 1 and s % 8:
+            raise ArgumentError(
+                op,
+                name,
+                f"stride {i} is {s} elements, expected a multiple of 8 (rows must be "
+                "16-byte aligned for the kernels' 16-byte vectors)",
+            )
+    off = t.data_ptr() % 16 if _is_real(t) else t.storage_offset() * t.element_size() % 16
+    if off:
+        raise ArgumentError(op, name, f"starts {off} bytes off 16-byte alignment; pass {name}.clone()")
+    span = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    if span > INT32_MAX:
+        raise ArgumentError(
+            op, name, f"spans {span + 1} elements; the kernels index with 32-bit int (< 2^31)"
+        )
+
+
+def check_kv_layout(op: str, kv_layout: Any) -> None:
+    if not isinstance(kv_layout, str):
+        raise ArgumentTypeError(
+            op, "kv_layout", f"expected a string ('NHD' or 'HND'), got {_kind(kv_layout)}"
+        )
+    if kv_layout not in KV_LAYOUTS:
+        raise ArgumentError(
+            op,
+            "kv_layout",
+            f"must be 'NHD' ([num_blocks, block_size, KVH, D]) or 'HND' "
+            f"([num_blocks, KVH, block_size, D]), not {kv_layout!r}",
+        )
+
+
+def check_caches(
+    op: str, key_cache: Any, value_cache: Any, kv_layout: str, dtype: Any
+) -> tuple[int, int, int, int]:
+    """The two caches agree and fit the layout: returns ``(num_blocks, block_size, KVH, D)``."""
+    shapes = {}
+    for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if c.dtype != dtype:
+            raise ArgumentError(op, name, f"has dtype {c.dtype}, expected {dtype} (the dtype of the keys)")
+        nb, x, y, d = c.shape
+        shapes[name] = (nb, x, y, d) if kv_layout == "NHD" else (nb, y, x, d)
+    kc, vc = shapes["key_cache"], shapes["value_cache"]
+    what = ("num_blocks", "block_size", "KVH", "head size")
+    for i in range(4):
+        if kc[i] != vc[i]:
+            raise ArgumentError(
+                op,
+                "value_cache",
+                f"has {what[i]} {vc[i]}, key_cache {kc[i]} (shapes "
+                f"{tuple(value_cache.shape)} and {tuple(key_cache.shape)}, layout {kv_layout})",
+            )
+    nb, bs, kvh, d = kc
+    if bs not in BLOCK_SIZES:
+        raise ArgumentError(
+            op,
+            "key_cache",
+            f"has block size {bs} (layout {kv_layout}, shape "
+            f"{tuple(key_cache.shape)}); supported: {', '.join(map(str, BLOCK_SIZES))}",
+        )
+    if d > MAX_HEAD_DIM or d % 8 or d == 0:
+        raise ArgumentError(
+            op, "key_cache", f"has head size {d}; supported: multiples of 8 up to {MAX_HEAD_DIM}"
+        )
+    for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
+        check_rows(op, name, c)
+    return nb, bs, kvh, d
+
+
+def check_dtype(op: str, name: str, t: Any) -> None:
+    import torch
+
+    if t.dtype not in (torch.float16, torch.bfloat16):
+        raise ArgumentError(op, name, f"has dtype {t.dtype}; supported: torch.float16, torch.bfloat16")
+
+
+def check_reshape_and_cache(
+    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_layout: str = "NHD"
+) -> None:
+    """The arguments of ``reshape_and_cache`` (``hexlayout.ops.kv_cache``); raises naming the argument."""
+    import torch
+
+    op = "hexlayout.reshape_and_cache"
+    check_tensors(
+        op,
+        [
+            ("key", key, 3),
+            ("value", value, 3),
+            ("key_cache", key_cache, 4),
+            ("value_cache", value_cache, 4),
+            ("slot_mapping", slot_mapping, 1),
+        ],
+    )
+    check_kv_layout(op, kv_layout)
+    check_dtype(op, "key", key)
+    check_device(
+        op,
+        ("key", key),
+        [
+            ("value", value),
+            ("key_cache", key_cache),
+            ("value_cache", value_cache),
+            ("slot_mapping", slot_mapping),
+        ],
+    )
+    if value.dtype != key.dtype:
+        raise ArgumentError(op, "value", f"has dtype {value.dtype}, key {key.dtype}")
+    if slot_mapping.dtype != torch.int64:
+        raise ArgumentError(op, "slot_mapping", f"has dtype {slot_mapping.dtype}, expected torch.int64")
+    if tuple(value.shape) != tuple(key.shape):
+        raise ArgumentError(op, "value", f"has shape {tuple(value.shape)}, key {tuple(key.shape)}")
+    nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, key.dtype)
+    t = key.shape[0]
+    if tuple(key.shape[1:]) != (kvh, d):
+        raise ArgumentError(
+            op,
+            "key",
+            f"has shape {tuple(key.shape)}: expected [T, {kvh}, {d}] (KVH and head "
+            f"size of the caches, shape {tuple(key_cache.shape)}, layout {kv_layout})",
+        )
+    if slot_mapping.shape[0] != t:
+        raise ArgumentError(op, "slot_mapping", f"has {slot_mapping.shape[0]} entries, key {t} tokens")
+    for name, x in (("key", key), ("value", value)):
+        check_rows(op, name, x)
+    if slot_mapping.numel() > 1 and slot_mapping.stride(0) != 1:
+        raise ArgumentError(
+            op, "slot_mapping", f"has stride {slot_mapping.stride(0)}, expected contiguous (1)"
+        )
+    if content_checks(slot_mapping) and t:
+        hi = int(slot_mapping.max())
+        if hi >= nb * bs:
+            raise ArgumentError(
+                op, "slot_mapping", f"holds slot {hi}, past the caches' {nb} blocks x {bs} slots"
+            )
+
+
+# --- building and running ---------------------------------------------------------------------------
+
+_ARCHS: dict[Any, str] = {}
+
+
+def build_for(kernel: Any, device: Any, consts: dict[str, Any]) -> Any:
+    """``kernel`` built for ``device``: compiled for a CUDA device's architecture, synthesized
+    only (for the emulator, ``HEXLAYOUT_EMULATE_ARCH``, default sm_80) for a CPU one."""
+    from hexlayout.runtime import build
+
+    if device.type == "cuda":
+        import torch
+
+        from .gemm import device_arch
+
+        arch = _ARCHS.get(device)
+        if arch is None:
+            arch = _ARCHS[device] = device_arch(torch.cuda.get_device_capability(device))
+        return build(kernel, arch, **consts)
+    arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
+    return build(kernel, arch, compile=False, **consts)
+
+
+def run_kernel(
+    bld: Any, args: tuple[Any, ...], outputs: tuple[int, ...], strides: tuple[int, ...] = ()
+) -> None:
+    """Run ``bld`` on ``args`` (tensors and scalars) followed by the leading strides (all but
+    the last) of the tensors ``strides`` indexes, as scalar arguments. CUDA tensors launch on
+    torch's current stream with their own strides; CPU tensors run in the emulator, which needs
+    C-contiguous arrays, so strided tensors go as contiguous copies (with their contiguous
+    strides) and the ``outputs`` (indices into ``args``) are copied back."""
+    import torch
+
+    from hexlayout.runtime.torch_ops import run_build
+
+    t0 = next(a for a in args if isinstance(a, torch.Tensor))
+    if t0.device.type != "cuda":
+        conv = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+    else:
+        conv = list(args)
+    extra = [int(s) for i in strides for s in conv[i].stride()[:-1]]
+    run_build(bld, *conv, *extra)
+    for i in outputs:
+        if conv[i] is not args[i]:
+            args[i].copy_(conv[i])
