@@ -3,7 +3,8 @@
 For every ``ForLoop`` that the code generator keeps as a loop (``unroll=False`` and no
 register array indexed by its variable), the address, predicate and descriptor
 expressions of the instructions in its body (``pred``, ``GlobalRef.offset``,
-``SharedRef.offset``, ``SmemDesc.offset``, mbarrier indices and wait parities, TMA
+``SharedRef.offset``, ``SmemDesc.offset`` (whose thread-index terms, a warp group's
+offset, stay in place), mbarrier indices and wait parities, TMA
 coordinates) are rewritten into an equal form:
 
 1. **swizzle folding** (``algebra.fold``): ``Swizzle(r + stage*size) = Swizzle(r) + stage*size``
@@ -75,8 +76,8 @@ __all__ = ["optimize_loops", "HOIST_ARRAY", "ROTATION_ARRAY"]
 HOIST_ARRAY = "loop_inv"
 ROTATION_ARRAY = "loop_stage"
 
-#: register fields an instruction writes (the others, and ``srcs``, are read)
-_WRITTEN_FIELDS = ("dst", "d")
+#: register fields an instruction only reads; any other ``RegRef`` field counts as written
+_READ_FIELDS = ("src", "srcs", "a", "b", "c")
 
 
 def _walk(body: list[Instr]) -> list[Instr]:
@@ -158,9 +159,8 @@ class _LoopPass:
         self.inner_vars = {ins.var for ins in inner if isinstance(ins, ForLoop)} | {self.k}
         self.written: set[int] = set()
         for ins in inner:
-            for f in _WRITTEN_FIELDS:
-                r = getattr(ins, f, None)
-                if isinstance(r, RegRef):
+            for f, r in vars(ins).items():
+                if isinstance(r, RegRef) and f not in _READ_FIELDS:
                     self.written.add(id(r.array))
         self.hoisted: dict[Expr, RegRead] = {}
         self.pre: list[Instr] = []
@@ -308,6 +308,19 @@ class _LoopPass:
             pass
         return self.hoist(x)
 
+    def rewrite_desc(self, e: ExprLike) -> ExprLike:
+        """A wgmma descriptor offset: its terms over the thread index (a warp group's
+        offset, warp-uniform) stay in place, whole products that the code generator divides
+        into the descriptor's 16-byte units; the other terms are rewritten as ``rewrite``."""
+        if not isinstance(e, Expr) or isinstance(e, (Const, Var, RegRead)):
+            return e
+        terms = linear_terms(fold(e))
+        mine = [t for t in terms if any(v.kind == "thread" for v in free_vars(t))]
+        if not mine:
+            return self.rewrite(e)
+        rest = [t for t in terms if not any(v.kind == "thread" for v in free_vars(t))]
+        return sum_terms(mine) + (self.rewrite(sum_terms(rest)) if rest else 0)
+
     # --- instructions ---------------------------------------------------------------------
     def instr(self, ins: Instr) -> Instr:
         new = copy.copy(ins)
@@ -315,7 +328,9 @@ class _LoopPass:
             new.pred = self.rewrite(ins.pred)
         for f in dataclasses.fields(ins):
             v = getattr(ins, f.name)
-            if isinstance(v, (GlobalRef, SharedRef, SmemDesc)):
+            if isinstance(v, SmemDesc):
+                setattr(new, f.name, dataclasses.replace(v, offset=self.rewrite_desc(v.offset)))
+            elif isinstance(v, (GlobalRef, SharedRef)):
                 setattr(new, f.name, dataclasses.replace(v, offset=self.rewrite(v.offset)))
             elif isinstance(v, MbarRef):
                 setattr(new, f.name, dataclasses.replace(v, index=self.rewrite(v.index)))
