@@ -246,13 +246,13 @@ def gemm_build(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool]
 def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
                config: GemmConfig, m: int, n: int, compile: bool = True) -> tuple[Any, Any]:
     """``(build, fused program)`` of ``gemm_build``."""
-    from hexlayout.fusion.mechanism import InputSpec, KernelPlan
+    from hexlayout.fusion.mechanism import InputSpec, TilePlan
     from hexlayout.fusion.run import gemm_fused_build
 
     nodes, outputs, raw = gemm_epilogue(*epilogue)
     dname = dtype.name if hasattr(dtype, "name") else str(dtype)
     inputs = tuple(x if isinstance(x, InputSpec) else InputSpec("tensor", dname, x[1]) for x in raw)
-    plan = KernelPlan("c", ((0, "a"), (1, "b")), (), nodes, outputs, (dname,), inputs)
+    plan = TilePlan("c", ((0, "a"), (1, "b")), (), nodes, outputs, (dname,), inputs)
     name = "gemm" + "".join(f"_{n.op.split('.')[1]}" for n in nodes)
     return gemm_fused_build(arch, dtype, b_layout, config.consts(m, n), plan, name, anchor="hexlayout.gemm",
                             epilogue_ops=tuple(n.op for n in nodes), compile=compile)

@@ -21,7 +21,7 @@
   columns are from the first half and last ``BN/2`` from the second (``B``'s columns
   re-laid out once per weight and cached), and each half is a tile half.
 
-It returns the call's ``KernelPlan`` (shape-free: the part of the build key), the tile
+It returns the call's ``TilePlan`` (shape-free: the part of the build key), the tile
 problem (``m``, ``n``, ``k``, batch), the host tensors each parameter receives and what the
 host does to the outputs; anything that cannot fuse raises ``FusionUnsupported``.
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .aten import SLICES, VIEWS, dtype_name, is_fusible
-from .mechanism import InputSpec, KernelPlan
+from .mechanism import InputSpec, TilePlan
 from .reference import eval_nodes, reference
 from .spec import FusedSpec, FusionUnsupported, Node
 
@@ -59,7 +59,7 @@ class GemmCall:
     k: int
     batch: int | None
     lead: tuple[int, ...]        # linear: the leading dims of the output
-    plan: KernelPlan
+    plan: TilePlan
     inputs: list[Any]            # host values of the plan's inputs (rank-2 tensors / numbers)
     out_views: list[list[Node]]  # per output, the trailing view nodes to apply on the host
     out_shapes: list[tuple[int, ...]]
@@ -486,7 +486,7 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
             raise FusionUnsupported(f"{where}: an output of dtype {t.dtype} (fused outputs are f16, bf16 "
                                     "or f32)")
         out_dtypes.append(dtype_name(t.dtype))
-    plan = KernelPlan(
+    plan = TilePlan(
         output_param="c",
         operands=((0, "a"), (1, "b")),
         prologues=tuple(prologues),

@@ -46,7 +46,7 @@ from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
 from .extend import KernelExtender, defining_ops
 from .spec import FusionUnsupported, Node
 
-__all__ = ["InputSpec", "KernelPlan", "FusedProgram", "fuse"]
+__all__ = ["InputSpec", "TilePlan", "FusedProgram", "fuse"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
-class KernelPlan:
+class TilePlan:
     """What to fuse into a rank-2 GEMM-like anchor (no sizes: it is part of the build key).
 
     ``output_param``: the anchor's output parameter; ``operands``: (operand position, the
@@ -110,7 +110,7 @@ class _Frame:
 class _Evaluator:
     """Traces node lists into the kernel (inside ``KernelExtender.trace``)."""
 
-    def __init__(self, ext: KernelExtender, plan: KernelPlan, prog: FusedProgram) -> None:
+    def __init__(self, ext: KernelExtender, plan: TilePlan, prog: FusedProgram) -> None:
         self.ext = ext
         self.plan = plan
         self.prog = prog
@@ -210,7 +210,7 @@ class _Evaluator:
         return t, frame
 
 
-def fuse(tk: TileKernel, plan: KernelPlan, name: str) -> FusedProgram:
+def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
     """The anchor ``tk`` with ``plan``'s prologues and epilogue fused (a new program)."""
     import hexlayout.lang as hl
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from .aten import dtype_name, torch_dtype
 from .gemm_plan import GemmCall, clear_plans, output_frames, plan_call
-from .mechanism import FusedProgram, KernelPlan, fuse
+from .mechanism import FusedProgram, TilePlan, fuse
 from .reference import aten_op, reference
 from .spec import FusedSpec, FusionUnsupported
 
@@ -30,7 +30,7 @@ _LAUNCHERS: dict[int, Any] = {}
 _RELAID: dict[tuple, Any] = {}
 
 
-def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any], plan: KernelPlan,
+def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any], plan: TilePlan,
                      name: str, *, anchor: str, prologue_ops: tuple[str, ...] = (),
                      epilogue_ops: tuple[str, ...] = (), staged: bool = False,
                      compile: bool = True) -> tuple[Any, FusedProgram]:
