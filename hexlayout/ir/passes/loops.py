@@ -25,10 +25,12 @@ coordinates) are rewritten into an equal form:
    maximal invariant sub-expressions (e.g. a division by kernel scalars). Equal invariant
    expressions share one register (common sub-expressions across instructions).
 
-Only non-negative values are kept in registers: a register read (``RegRead``) is known
-to be non-negative, which later simplifications rely on. A hoisted expression that divides
-by a non-constant is computed only where the loop runs at least once (its divisor may be
-zero otherwise). The rewritten instructions are copies; the input kernel is not changed.
+Only values proven non-negative are kept in registers (32-bit, as the printed ``int``
+arithmetic computes them; an ``i32`` register read is not assumed non-negative by later
+simplifications, so the rewritten expressions are folded no further than exactness allows).
+A hoisted expression that divides by a non-constant is computed only where the loop runs
+at least once (its divisor may be zero otherwise). The rewritten instructions are copies;
+the input kernel is not changed.
 """
 
 from __future__ import annotations
