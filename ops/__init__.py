@@ -6,9 +6,12 @@
   ``gemm_config`` and the kernels of ``gemm_kernels``.
 - ``reshape_and_cache`` (``hexlayout.ops.kv_cache``): new K/V rows scattered into a paged KV
   cache through a slot mapping (NHD and HND layouts).
+- ``paged_attention`` (``hexlayout.ops.attention``): varlen attention over a paged KV cache
+  (mixed prefill / decode, causal, windows, softcap, GQA, LSE), kernels in ``attention_kernels``.
 
-Importing this package registers ``torch.ops.hexlayout.gemm`` and
-``torch.ops.hexlayout.reshape_and_cache`` when torch is installed;
+Importing this package registers ``torch.ops.hexlayout.gemm``,
+``torch.ops.hexlayout.reshape_and_cache`` and ``torch.ops.hexlayout.paged_attention`` when
+torch is installed;
 the kernels and configs work without torch.
 """
 
@@ -18,5 +21,6 @@ except ImportError:  # pragma: no cover - torch is optional for the kernels them
     _torch = None
 
 if _torch is not None:
+    from .torch_attention import paged_attention_op  # noqa: F401 - torch.ops.hexlayout.paged_attention
     from .torch_gemm import gemm_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
     from .torch_kv_cache import reshape_and_cache_op  # noqa: F401 - torch.ops.hexlayout.reshape_and_cache

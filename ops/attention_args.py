@@ -280,3 +280,163 @@ def run_kernel(
     for i in outputs:
         if conv[i] is not args[i]:
             args[i].copy_(conv[i])
+
+
+def _int(op: str, name: str, v: Any) -> int:
+    import numbers
+
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise ArgumentTypeError(op, name, f"expected an int, got {_kind(v)}")
+    return int(v)
+
+
+def _real(op: str, name: str, v: Any, optional: bool = False) -> float | None:
+    import math
+    import numbers
+
+    if v is None and optional:
+        return None
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise ArgumentTypeError(
+            op, name, f"expected a real number{' or None' if optional else ''}, got {_kind(v)}"
+        )
+    if not math.isfinite(float(v)):
+        raise ArgumentError(op, name, f"must be finite, got {v}")
+    return float(v)
+
+
+def check_paged_attention(
+    q: Any,
+    key_cache: Any,
+    value_cache: Any,
+    cu_seqlens_q: Any,
+    seqused_k: Any,
+    block_table: Any,
+    max_seqlen_q: Any,
+    max_seqlen_k: Any,
+    softmax_scale: Any = None,
+    causal: Any = True,
+    window_size: Any = (-1, -1),
+    softcap: Any = 0.0,
+    kv_layout: Any = "NHD",
+    num_splits: Any = 0,
+) -> tuple[int, int, int, int, int, int]:
+    """The arguments of ``paged_attention`` (``hexlayout.ops.attention``); raises naming the
+    argument. Returns ``(B, H, KVH, D, block_size, max_blocks)``."""
+    import torch
+
+    op = "hexlayout.paged_attention"
+    check_tensors(
+        op,
+        [
+            ("q", q, 3),
+            ("key_cache", key_cache, 4),
+            ("value_cache", value_cache, 4),
+            ("cu_seqlens_q", cu_seqlens_q, 1),
+            ("seqused_k", seqused_k, 1),
+            ("block_table", block_table, 2),
+        ],
+    )
+    check_kv_layout(op, kv_layout)
+    max_q, max_k = _int(op, "max_seqlen_q", max_seqlen_q), _int(op, "max_seqlen_k", max_seqlen_k)
+    for name, v in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
+        if v < 0:
+            raise ArgumentError(op, name, f"must be >= 0, got {v}")
+    scale = _real(op, "softmax_scale", softmax_scale, optional=True)
+    if not isinstance(causal, bool):
+        raise ArgumentTypeError(op, "causal", f"expected a bool, got {_kind(causal)}")
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ArgumentTypeError(op, "window_size", f"expected (left, right) ints, got {_kind(window_size)}")
+    for w in window_size:
+        if _int(op, "window_size", w) < -1:
+            raise ArgumentError(
+                op, "window_size", f"bounds must be >= 0 or -1 (unbounded), got {tuple(window_size)}"
+            )
+    cap = _real(op, "softcap", softcap)
+    if cap is not None and cap < 0:
+        raise ArgumentError(op, "softcap", f"must be >= 0 (0: no softcap), got {cap}")
+    splits = _int(op, "num_splits", num_splits)
+    if splits < 0:
+        raise ArgumentError(op, "num_splits", f"must be >= 0 (0: chosen by the op), got {splits}")
+    if splits > 1:
+        raise ArgumentError(
+            op, "num_splits", f"split-KV is not built yet: num_splits must be 0 or 1, got {splits}"
+        )
+    if scale is not None and scale <= 0:
+        raise ArgumentError(op, "softmax_scale", f"must be > 0, got {scale}")
+    check_dtype(op, "q", q)
+    check_device(
+        op,
+        ("q", q),
+        [
+            ("key_cache", key_cache),
+            ("value_cache", value_cache),
+            ("cu_seqlens_q", cu_seqlens_q),
+            ("seqused_k", seqused_k),
+            ("block_table", block_table),
+        ],
+    )
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table)):
+        if t.dtype != torch.int32:
+            raise ArgumentError(op, name, f"has dtype {t.dtype}, expected torch.int32")
+        if t.numel() > 1 and t.stride(-1) != 1:
+            raise ArgumentError(
+                op, name, f"has strides {tuple(t.stride())}: the last dimension must be contiguous"
+            )
+    nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, q.dtype)
+    tq, h, dq = q.shape
+    if dq != d:
+        raise ArgumentError(op, "q", f"has head size {dq}, the caches {d}")
+    if h % kvh:
+        raise ArgumentError(op, "q", f"has {h} heads, not a multiple of the caches' {kvh} KV heads")
+    check_rows(op, "q", q)
+    b = seqused_k.shape[0]
+    if cu_seqlens_q.shape[0] != b + 1:
+        raise ArgumentError(
+            op,
+            "cu_seqlens_q",
+            f"has {cu_seqlens_q.shape[0]} entries, expected B + 1 = {b + 1} (seqused_k has B = {b})",
+        )
+    if block_table.shape[0] != b:
+        raise ArgumentError(op, "block_table", f"has {block_table.shape[0]} rows, expected B = {b}")
+    if tq * h > INT32_MAX:
+        raise ArgumentError(op, "q", f"has {tq} x {h} rows; the kernels index with 32-bit int")
+    maxb = block_table.shape[1]
+    if content_checks(cu_seqlens_q):
+        cu = cu_seqlens_q.tolist()
+        ks = seqused_k.tolist()
+        if cu and cu[0] < 0:
+            raise ArgumentError(op, "cu_seqlens_q", f"starts at {cu[0]} < 0")
+        for i in range(b):
+            if cu[i + 1] < cu[i]:
+                raise ArgumentError(op, "cu_seqlens_q", f"decreases at {i}: {cu[i]} then {cu[i + 1]}")
+            if cu[i + 1] - cu[i] > max_q:
+                raise ArgumentError(
+                    op, "max_seqlen_q", f"is {max_q}, but sequence {i} has {cu[i + 1] - cu[i]} queries"
+                )
+        if b and cu[-1] > tq:
+            raise ArgumentError(op, "cu_seqlens_q", f"ends at {cu[-1]}, past q's {tq} tokens")
+        for i in range(b):
+            if ks[i] < 0:
+                raise ArgumentError(op, "seqused_k", f"holds {ks[i]} < 0 for sequence {i}")
+            if ks[i] > max_k:
+                raise ArgumentError(op, "max_seqlen_k", f"is {max_k}, but sequence {i} has {ks[i]} keys")
+            if -(-ks[i] // bs) > maxb:
+                raise ArgumentError(
+                    op,
+                    "block_table",
+                    f"has {maxb} blocks per sequence, sequence {i} needs "
+                    f"{-(-ks[i] // bs)} for {ks[i]} keys of block size {bs}",
+                )
+        if b and ks:
+            used = [block_table[i, : -(-ks[i] // bs)] for i in range(b) if ks[i]]
+            if used:
+                ids = torch.cat(used)
+                lo, hi = int(ids.min()), int(ids.max())
+                if lo < 0 or hi >= nb:
+                    raise ArgumentError(
+                        op,
+                        "block_table",
+                        f"holds block {lo if lo < 0 else hi} for a used key, outside the caches' {nb} blocks",
+                    )
+    return b, h, kvh, d, bs, maxb

@@ -485,6 +485,191 @@ TABLE["reshape_and_cache"] = OpTable(
     module=sys.modules[__name__], fallback=rc_bad_layout_string)
 
 
+# --- paged_attention -----------------------------------------------------------------------------------
+
+PA_TENSORS = ("q", "key_cache", "value_cache", "cu_seqlens_q", "seqused_k", "block_table")
+PA_RANK = {"q": 3, "key_cache": 4, "value_cache": 4, "cu_seqlens_q": 1, "seqused_k": 1, "block_table": 2}
+PA_INTS = ("cu_seqlens_q", "seqused_k", "block_table")
+I32 = torch.int32
+
+
+@st.composite
+def pa_valid(draw: Any) -> dict[str, Any]:
+    """Valid arguments whose index tensors are zeros: every sequence empty (nothing to compute)."""
+    b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
+    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
+    cache = _rc_cache_shape(layout, nb, bs, kvh, d)
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, dt),
+            "value_cache": T(cache, dt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
+            "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
+            "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
+            "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
+            "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
+            "num_splits": draw(st.sampled_from([0, 1]))}
+
+
+def _pa_present(c: Case) -> list[str]:
+    return [x for x in PA_TENSORS if isinstance(c.args.get(x), T)]
+
+
+def _pa_consistent(c: Case) -> bool:
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in PA_RANK.items()) and \
+        c.args["kv_layout"] in ("NHD", "HND")
+
+
+def pa_q_dtype(c: Case, draw: Any) -> bool:
+    if not isinstance(c.args["q"], T):
+        return False
+    c.args["q"] = replace(c.args["q"], dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
+    c.blame.add("q")
+    return True
+
+
+def pa_other_dtype(c: Case, draw: Any) -> bool:
+    others = [x for x in _pa_present(c) if x != "q"]
+    if not others or not isinstance(c.args["q"], T):
+        return False
+    x = draw(st.sampled_from(others))
+    if x in PA_INTS:
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
+    else:
+        other = BF16 if c.args["q"].dtype == F16 else F16
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
+    c.blame.add(x)
+    return True
+
+
+def pa_rank(c: Case, draw: Any) -> bool:
+    if not _pa_present(c):
+        return False
+    x = draw(st.sampled_from(_pa_present(c)))
+    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != PA_RANK[x]]))
+    c.args[x] = replace(c.args[x], shape=(2, 2, 16, 2, 64)[5 - rank:])
+    c.blame.add(x)
+    return True
+
+
+def pa_shape_mismatch(c: Case, draw: Any) -> bool:
+    if not _pa_consistent(c):
+        return False
+    a = c.args
+    tq, h, d = a["q"].shape
+    b = a["seqused_k"].shape[0]
+    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "table", "value_cache"]))
+    if x == "q_heads":                       # not a multiple of the caches' KVH (2 or more)
+        kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
+        if kvh < 2:
+            return False
+        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
+        c.blame.add("q")
+    elif x == "q_dim":
+        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
+        c.blame.add("q")
+    elif x == "cu":
+        a["cu_seqlens_q"] = replace(a["cu_seqlens_q"], shape=(b + draw(st.sampled_from([0, 2])),))
+        c.blame |= {"cu_seqlens_q", "seqused_k"}
+    elif x == "table":
+        a["block_table"] = replace(a["block_table"], shape=(b + 1, a["block_table"].shape[1]))
+        c.blame |= {"block_table", "seqused_k"}
+    else:
+        sh = list(a["value_cache"].shape)
+        sh[draw(st.integers(0, 3))] += 8
+        a["value_cache"] = replace(a["value_cache"], shape=tuple(sh))
+        c.blame |= {"value_cache", "key_cache"}
+    return True
+
+
+def pa_block_or_head_size(c: Case, draw: Any) -> bool:
+    if not _pa_consistent(c):
+        return False
+    a = c.args
+    nb = a["key_cache"].shape[0]
+    kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
+    bs, d = draw(st.sampled_from([(8, 64), (12, 64), (256, 64), (16, 320), (16, 12), (16, 264)]))
+    for x in ("key_cache", "value_cache"):
+        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
+    a["q"] = replace(a["q"], shape=(*a["q"].shape[:2], d))
+    c.blame |= {"key_cache", "value_cache", "q"}
+    return True
+
+
+def pa_layout(c: Case, draw: Any) -> bool:
+    cands = [x for x in _pa_present(c)
+             if x not in PA_INTS or len(c.args[x].shape) and c.args[x].shape[-1] > 1]
+    if not cands:
+        return False
+    x = draw(st.sampled_from(cands))
+    lay = "strided" if x in PA_INTS else draw(st.sampled_from(["offset", "strided"]))
+    c.args[x] = replace(c.args[x], layout=lay)
+    c.blame.add(x)
+    return True
+
+
+def pa_device(c: Case, draw: Any) -> bool:
+    if not _pa_present(c):
+        return False
+    x = draw(st.sampled_from(_pa_present(c)))
+    c.args[x] = replace(c.args[x], device="meta")
+    c.blame |= set(_pa_present(c)) if x == "q" else {x}
+    return True
+
+
+def pa_not_a_tensor(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(PA_TENSORS))
+    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+PA_BAD_VALUES = {"max_seqlen_q": [-1, -5], "max_seqlen_k": [-1],
+                 "softmax_scale": [-1.0, 0.0, float("nan"), float("inf")], "window_size": [(-2, 0), (0, -3)],
+                 "softcap": [-1.0, float("nan"), float("-inf")], "num_splits": [-1, 2, 5],
+                 "kv_layout": ["nhd", "", "HDN", "NHD "]}
+PA_BAD_KINDS = {"max_seqlen_q": ["3", 2.5, None], "max_seqlen_k": ["3", 2.5], "softmax_scale": ["0.5", [0.5]],
+                "causal": ["yes", None, 1.5], "window_size": ["ab", (1, 2, 3), [1.5, 2.0]],
+                "softcap": ["x", None], "kv_layout": [None, 1, ("NHD",)], "num_splits": ["2", 1.5, None]}
+
+
+def pa_bad_value(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(sorted(PA_BAD_VALUES)))
+    c.args[x] = draw(st.sampled_from(PA_BAD_VALUES[x]))
+    c.blame.add(x)
+    return True
+
+
+def pa_bad_kind(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(sorted(PA_BAD_KINDS)))
+    c.args[x] = draw(st.sampled_from(PA_BAD_KINDS[x]))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def pa_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: float tensors that require grad."""
+    for x in ("q", "key_cache", "value_cache"):
+        if isinstance(c.args.get(x), T) and draw(st.booleans()):
+            c.args[x] = replace(c.args[x], requires_grad=True)
+
+
+PA_COMMON = [pa_rank, pa_layout, pa_device, pa_not_a_tensor]
+TABLE["paged_attention"] = OpTable(
+    valid=pa_valid, mutations=[pa_q_dtype, pa_other_dtype, pa_shape_mismatch, pa_block_or_head_size,
+                               *PA_COMMON, pa_bad_value, pa_bad_kind],
+    exclusive=[{pa_device}], noise=pa_noise,
+    covers={"q": [pa_q_dtype, pa_shape_mismatch, *PA_COMMON], "key_cache": [pa_other_dtype, *PA_COMMON],
+            "value_cache": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
+            "cu_seqlens_q": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
+            "seqused_k": [pa_other_dtype, *PA_COMMON],
+            "block_table": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
+            **{x: [pa_bad_value, pa_bad_kind] for x in ("max_seqlen_q", "max_seqlen_k", "softmax_scale",
+                                                       "window_size", "softcap", "kv_layout", "num_splits")},
+            "causal": [pa_bad_kind]},
+    module=sys.modules[__name__], fallback=pa_bad_value)
+
+
 def _ops() -> dict[str, Any]:
     """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
     return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
@@ -547,7 +732,9 @@ def emulate(monkeypatch: pytest.MonkeyPatch) -> None:
 
 PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm.gemm},
          "reshape_and_cache": {"Op": lambda: _ops()["reshape_and_cache"],
-                               "function": lambda: hexlayout.ops.kv_cache.reshape_and_cache}}
+                               "function": lambda: hexlayout.ops.kv_cache.reshape_and_cache},
+         "paged_attention": {"Op": lambda: _ops()["paged_attention"],
+                             "function": lambda: hexlayout.ops.attention.paged_attention}}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -1,0 +1,177 @@
+"""``hexlayout.ops.paged_attention``: attention over a paged KV cache (FlashAttention's varlen
+semantics), mixed prefill and decode in one call.
+
+``paged_attention(q, key_cache, value_cache, cu_seqlens_q, seqused_k, block_table,
+max_seqlen_q, max_seqlen_k, *, softmax_scale=None, causal=True, window_size=(-1, -1),
+softcap=0.0, kv_layout="NHD", num_splits=0, return_lse=False)``:
+
+- ``q`` ``[total_q, H, D]`` (any strides with a contiguous last dimension: a slice of a fused
+  QKV output works); sequence ``s`` owns rows ``cu_seqlens_q[s] .. cu_seqlens_q[s+1]``
+  (``cu_seqlens_q`` ``[B+1]`` int32) and has ``Sk = seqused_k[s]`` keys (``[B]`` int32, the
+  context length including the new tokens);
+- caches ``[num_blocks, block_size, KVH, D]`` (``kv_layout="NHD"``) or ``[num_blocks, KVH,
+  block_size, D]`` (``"HND"``; e.g. the halves ``[..., :D]`` / ``[..., D:]`` of vLLM's CPU
+  ``[num_blocks, KVH, block_size, 2·D]`` tensor); block sizes 16, 32, 64, 128; key ``j`` of
+  sequence ``s`` is row ``j % block_size`` of block ``block_table[s, j // block_size]``
+  (``[B, max_blocks]`` int32; entries past a sequence's last block are never read);
+- ``o_i = sum_j softmax_j(s_ij) v_j`` over the visible keys, ``s_ij = (q_i . k_j) * scale``
+  (``scale = softmax_scale`` or ``D^-0.5``; ``softcap > 0``: ``softcap * tanh(s_ij / softcap)``),
+  key ``j`` visible from query ``i`` (0-based within its sequence) when ``j < Sk`` and, with
+  ``causal``, ``j <= i + Sk - Sq`` (bottom-right aligned), and with ``window_size = (left,
+  right)`` (-1 = unbounded) ``i + Sk - Sq - left <= j <= i + Sk - Sq + right``; query head ``h``
+  reads KV head ``h // (H / KVH)`` (GQA / MQA, any ratio). A row with no visible key is 0;
+  ``lse`` ``[H, total_q]`` fp32 is ``log sum_j exp(s_ij)`` (natural log, -inf for such a row).
+- Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: they hold whatever
+  ``torch.empty`` gave (0 and -inf lse on the emulated CPU path, which starts from zeros).
+
+Returns ``out`` (``[total_q, H, D]``, q's dtype), or ``(out, lse)`` with ``return_lse=True``.
+``max_seqlen_q`` sizes the grid (never the tensor contents: no host synchronization), so it
+must bound every sequence's query count; the content checks of ``check_paged_attention``
+enforce that on CPU and, on CUDA, under ``HEXLAYOUT_CHECK=1``.
+
+Not built yet: split-KV (``num_splits`` must be 0 or 1), the sm_90a wgmma kernel (sm_90a runs
+the mma.sync kernel), head size 256 without spills (see the README), ``attention_varlen``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .attention_args import build_for, check_paged_attention, head_dim_tile, lang_dtype, run_kernel
+from .attention_kernels import paged_attention_kernel
+
+__all__ = ["paged_attention", "paged_attention_consts", "run_paged_attention"]
+
+LOG2E = 1.4426950408889634
+
+
+def paged_attention_consts(
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+) -> dict[str, Any]:
+    """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps; the grid's
+    row tiles from ``max_seqlen_q`` and the group size."""
+    bm = 64
+    return {
+        "BM": bm,
+        "BN": 32,
+        "HEAD_DIM": head_dim_tile(head_size),
+        "BLOCK": block_size,
+        "WARPS": 4,
+        "CAUSAL": bool(causal),
+        "WINDOW": bool(window),
+        "SOFTCAP": bool(softcap),
+        "TILES": max(1, -(-max_seqlen_q * group // bm)),
+    }
+
+
+def paged_attention(
+    q: Any,
+    key_cache: Any,
+    value_cache: Any,
+    cu_seqlens_q: Any,
+    seqused_k: Any,
+    block_table: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    kv_layout: str = "NHD",
+    num_splits: int = 0,
+    return_lse: bool = False,
+) -> Any:
+    """Paged attention (see the module docstring): ``out`` or ``(out, lse)``."""
+    check_paged_attention(
+        q,
+        key_cache,
+        value_cache,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        kv_layout,
+        num_splits,
+    )
+    out, lse = run_paged_attention(
+        q,
+        key_cache,
+        value_cache,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        max_seqlen_q,
+        softmax_scale,
+        causal,
+        tuple(window_size),
+        softcap,
+        kv_layout,
+    )
+    return (out, lse) if return_lse else out
+
+
+def run_paged_attention(
+    q: Any,
+    key_cache: Any,
+    value_cache: Any,
+    cu_seqlens_q: Any,
+    seqused_k: Any,
+    block_table: Any,
+    max_seqlen_q: int,
+    softmax_scale: float | None,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    kv_layout: str,
+    out: Any = None,
+    lse: Any = None,
+) -> tuple[Any, Any]:
+    """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given."""
+    import torch
+
+    tq, h, d = q.shape
+    kc = key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2)
+    vc = value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2)
+    bs, kvh = kc.shape[1], kc.shape[2]
+    fresh = torch.zeros if q.device.type == "cpu" else torch.empty
+    if out is None:
+        out = fresh((tq, h, d), dtype=q.dtype, device=q.device)
+    if lse is None:
+        lse = fresh((h, tq), dtype=torch.float32, device=q.device)
+        if q.device.type == "cpu":
+            lse.fill_(float("-inf"))
+    b = seqused_k.shape[0]
+    if b == 0 or tq == 0:
+        return out, lse
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    left, right = window_size
+    window = left >= 0 or right >= 0
+    cap = float(softcap)
+    qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
+    consts = paged_attention_consts(d, bs, h // kvh, max_seqlen_q, causal, window, cap > 0)
+    bld = build_for(paged_attention_kernel(lang_dtype(q.dtype)), q.device, consts)
+    big = 1 << 30  # an unbounded side of a window
+    args = (
+        q,
+        kc,
+        vc,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        out,
+        lse,
+        h // kvh,
+        qk_scale,
+        cap_arg,
+        left if left >= 0 else big,
+        right if right >= 0 else big,
+    )
+    run_kernel(bld, args, outputs=(6, 7), strides=(0, 1, 2, 5))
+    return out, lse

@@ -1,0 +1,135 @@
+"""Paged attention kernels in the tile language, layout-free (``hexlayout.ops.attention``).
+
+``paged_attention_kernel(dtype)`` computes, for sequence ``s`` (queries ``cu_seqlens_q[s] ..
+cu_seqlens_q[s+1]``, ``Sq`` of them; keys ``0 .. seqused_k[s]``, ``Sk`` of them, key ``j`` at
+block ``block_table[s, j // BLOCK]``, row ``j % BLOCK`` of the caches) and query head
+``h = kvh * G + g`` (GQA: ``G = H / KVH`` query heads per KV head)::
+
+    s_ij = (q_i . k_j) * scale                  (softcap c > 0: c * tanh(s_ij / c))
+    visible(i, j) = j < Sk  [and j <= i + Sk - Sq if causal]
+                    [and i + Sk - Sq - left <= j <= i + Sk - Sq + right for a window]
+    o_i = sum_j softmax_j(s_ij over visible j) v_j      (0 when no key is visible)
+    lse_i = log(sum_j exp(s_ij) over visible j)         (-inf when none)
+
+One thread block owns one (sequence, KV head, tile of ``BM`` rows), a row being one (query
+token, query head of the group): row ``r`` is token ``r // G``, head ``kvh * G + r % G``, so
+a decode step's ``G`` heads share the block's K/V traffic. Q rows are gathered through the
+two computed index tiles (token, head); K and V rows through the block table (``BN`` keys per
+step, cp.async gathers); the online softmax is FlashAttention's in the log2 domain
+(``qk_scale = scale * log2(e)``, or ``scale / c`` and ``cap = c * log2(e)`` with a softcap); P
+stays in registers as the A operand of P V. Output rows and the LSE are scattered back
+through the same index tiles: rows of other sequences or past ``cu_seqlens_q[-1]`` are never
+written. The caches are ``[NB, BLOCK, KVH, D]`` views with strides given as arguments (the HND
+layout is the permuted view). No layout is written anywhere.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32
+
+__all__ = ["paged_attention_kernel"]
+
+TQ, H, D, NB, BS, KVH, B1, B, MAXB = hl.dims("TQ H D NB BS KVH B1 B MAXB")
+SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
+
+NEG_INF = float("-inf")
+LN2 = 0.6931471805599453
+
+
+@cache
+def paged_attention_kernel(dtype: DType) -> Any:
+    """The paged attention kernel for ``dtype`` (f16 / bf16). Constants: ``BM`` rows and ``BN``
+    keys per step, ``HEAD_DIM`` (the head size padded to 64 / 128 / 256), ``BLOCK`` (the
+    caches' block size), ``CAUSAL``, ``WINDOW`` (a left or right bound is given), ``SOFTCAP``."""
+    dt = dtype
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"paged_attention_{dt}")
+    def paged_attention(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
+                        k_cache: dt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
+                        v_cache: dt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
+                        cu_seqlens_q: i32[B1], seqused_k: i32[B], block_table: i32[B, MAXB].strides(SBT, 1),
+                        o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                        G: i32, qk_scale: f32, cap: f32, left: i32, right: i32,
+                        SQT: i32, SQH: i32, SKB: i32, SKS: i32, SKC: i32,
+                        SVB: i32, SVS: i32, SVC: i32, SBT: i32,
+                        *, BM: int = 64, BN: int = 32, HEAD_DIM: int = 128, BLOCK: int = 16, WARPS: int = 4,
+                        CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1):
+        s, kvh, mt = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES))
+        q0 = cu_seqlens_q[s]
+        sq_len = cu_seqlens_q[s + 1] - q0
+        n = seqused_k[s]
+        m0 = mt * BM
+        r = hl.iota((BM,), 0) + m0                             # this block's rows
+        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
+        head = r % G + kvh * G
+        shift = n - sq_len                                     # bottom-right alignment
+        if CAUSAL:
+            n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1)
+        else:
+            n_end = n
+
+        sq = hl.shared(dt, (BM, HEAD_DIM))
+        sk = hl.shared(dt, (BN, HEAD_DIM))
+        sv = hl.shared(dt, (BN, HEAD_DIM))
+        hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
+        hl.commit_group()
+        m_i = hl.full((BM, 1), NEG_INF, f32)
+        l_i = hl.zeros((BM, 1), f32)
+        acc = hl.zeros((BM, HEAD_DIM), f32)
+        rq = hl.register(dt, (BM, HEAD_DIM))
+        hl.wait_group(0)
+        hl.syncthreads()
+        hl.copy(sq, rq)
+        qi = hl.iota((BM, BN), 0) + m0
+        qpos = qi // G + shift                                 # the key aligned with each row
+
+        for j in hl.range(hl.cdiv(n_end, BN)):
+            pos = hl.iota((BN,), 0) + j * BN                   # key positions of this step
+            page = hl.register(i32, (BN,))
+            hl.copy(block_table[s, pos // BLOCK], page)
+            page = hl.where(pos < n, page, -1)                 # past the end: no row, no read
+            row = pos % BLOCK
+            hl.copy(k_cache[page, row, kvh, 0:HEAD_DIM], sk)
+            hl.copy(v_cache[page, row, kvh, 0:HEAD_DIM], sv)
+            hl.commit_group()
+            hl.wait_group(0)
+            hl.syncthreads()
+
+            rk = hl.register(dt, (BN, HEAD_DIM))
+            hl.copy(sk, rk)
+            sc = hl.zeros((BM, BN), f32)
+            hl.mma(rq, rk, sc)
+            sc *= qk_scale
+            if SOFTCAP:
+                sc = hl.tanh(sc) * cap
+            kj = hl.iota((BM, BN), 1) + j * BN
+            valid = kj < n
+            if CAUSAL:
+                valid = valid & (kj <= qpos)
+            if WINDOW:
+                valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
+            sc = hl.where(valid, sc, NEG_INF)
+            m_new = hl.maximum(m_i, hl.max_reduce(sc, 1))
+            m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
+            p = hl.exp2(sc - m_use)
+            alpha = hl.exp2(m_i - m_use)
+            hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
+            acc *= alpha
+            hl.assign(m_i, m_new)
+            rv = hl.register(dt, (HEAD_DIM, BN))
+            hl.copy(sv.T, rv)
+            hl.mma(hl.cast(p, dt), rv, acc)
+            hl.syncthreads()                                   # before the next step overwrites sk, sv
+
+        l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
+        hl.copy(hl.cast(acc / l_safe, dt), o[tok, head, 0:HEAD_DIM])
+        r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
+        tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
+        head2 = r2 % G + kvh * G
+        hl.copy((m_i + hl.log2(l_i)) * LN2, lse[head2, tok2])
+
+    return paged_attention
