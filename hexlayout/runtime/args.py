@@ -244,6 +244,8 @@ class _Plan:
         self.nslots = len(slots)
         self.var_names = {i: v.name for v, i in slots.items()}
         by_name = {t.param.name: t for t in self.tensors}
+        slot_of = {n: i for i, n in self.var_names.items()}
+        self.size_mult: list[tuple[int, int, str, str]] = []     # (slot, multiple, reason, tensor)
         for r in requirements:
             t = by_name.get(r.param)
             if t is None:
@@ -257,6 +259,9 @@ class _Plan:
                 t.extent_mult.append((_vector_mode(t.param, int(r.mode)), int(r.value), r.reason))
             elif r.kind == "stride_bytes_multiple":
                 t.stride_bytes.append((int(r.mode), int(r.value), r.reason))
+            elif r.kind == "size_multiple":
+                if r.size in slot_of:
+                    self.size_mult.append((slot_of[r.size], int(r.value), r.reason, r.param))
             else:
                 raise ArgumentError(self.name, r.param, f"unknown requirement kind {r.kind!r}")
         self.grid_fns = [_compile(g, slots) for g in grid]
@@ -443,6 +448,10 @@ class _Plan:
                                     "fit the kernel's 32-bit int")
         for t, _, shape, strides, ptr in infos:
             self._check_tensor(t, shape, strides, ptr, v)
+        for i, w, why, pname in self.size_mult:
+            if isinstance(v[i], int) and v[i] % w:
+                raise ArgumentError(name, pname, f"size {self.var_names[i]} is {v[i]} (from {src.get(i)}), "
+                                    f"expected a multiple of {w} ({why}){_ALIGN_HINT}")
         grid = [int(f(v)) for f in self.grid_fns]
         for k, g in enumerate(grid):
             if not 0 <= g <= GRID_LIMITS[k]:

@@ -180,3 +180,26 @@ def test_global_to_shared_copies_follow_the_declared_alignment(align: int, cols:
     y = np.zeros_like(x)
     emulate(syn.lowered, x, y)
     assert np.array_equal(x[:, :64], y[:, :64])
+
+
+@hl.kernel(threads=128)
+def up_half_only(x: f16[T, 2 * I], out: f16[T, I].aligned(2), *, BT: int = 4, BI: int = 256):
+    """out[t, i] = x[t, I + i]: only the origin of x's view involves I."""
+    t0, i0 = hl.grid(hl.spatial(hl.cdiv(x.shape[0], BT), hl.cdiv(out.shape[1], BI)))
+    up = hl.register(f16, (BT, BI))
+    hl.copy(hl.view(x, tile=(BT, BI), origin=(t0 * BT, out.shape[1] + i0 * BI)), up)
+    hl.copy(up, hl.view(out, tile=(BT, BI), origin=(t0 * BT, i0 * BI)))
+
+
+def test_a_size_in_a_view_origin_is_checked_at_launch() -> None:
+    """x keeps 16-byte vectors, which need its origin column I to be a multiple of 8: the
+    launcher checks that (it used to run into a misaligned access) and names I."""
+    syn = synthesize(up_half_only.trace(), "sm_80")
+    assert [ins for _, ins in syn.lowered.choices][0] == "ld.global.b128"
+    x = np.zeros((3, 2 * 300), np.float16)       # rows of 600: strides and extents allow 8-vectors
+    with pytest.raises(HexlayoutError, match=r"size I is 300 .*multiple of 8"):
+        emulate(syn.lowered, x, np.zeros((3, 300), np.float16))
+    x = np.random.default_rng(6).standard_normal((3, 2 * 304)).astype(np.float16)
+    out = np.zeros((3, 304), np.float16)
+    emulate(syn.lowered, x, out)
+    assert np.array_equal(out, x[:, 304:])

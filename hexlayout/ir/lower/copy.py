@@ -26,6 +26,7 @@ symbolic composition of the same maps evaluated at the thread index.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +66,11 @@ class Requirement:
 
     param: str
     kind: str        # "align_bytes" | "stride_multiple" | "extent_multiple" | "stride_bytes_multiple"
+    #                  | "size_multiple" (the size variable ``size`` is a multiple of ``value``)
     value: int
     mode: int = -1   # the tensor mode it concerns; -1: the whole tensor / every non-unit stride
     reason: str = ""
+    size: str = ""   # size_multiple: the name of the size variable
 
 
 @dataclass
@@ -116,7 +119,33 @@ def _global_requirements(view: MemView, w: int, elem_bits: int, vec_mode: int | 
     if vec_mode is not None:
         reqs.append(Requirement(view.param.name, "extent_multiple", w, view.modes[vec_mode],
                                 reason=f"a {w}-element vector is either wholly in bounds or wholly out"))
-    return reqs
+    return reqs + _origin_size_requirements(view, w)
+
+
+def _origin_size_requirements(view: GlobalTileView, w: int) -> list[Requirement]:
+    """Sizes that move the view's origin by themselves (``origin=(r, I + c)``: the offset
+    ``c_v * v`` of size ``v`` at block index 0) must keep ``w``-element vectors aligned:
+    ``v`` a multiple of ``w / gcd(c_v, w)`` (checked at launch, as the synthesis assumed)."""
+    if view.gather is not None:
+        return []
+    base = view.base
+    sizes: set[Var] = set()
+    for e in (*view.param.shape, *view.param.stride):
+        sizes |= free_vars(e)
+    used = free_vars(base)
+    out = []
+    for v in sorted(used & sizes, key=lambda x: x.name):
+        env = {u: (1 if u is v else 0) for u in used}
+        try:
+            c = int(evaluate(base, env))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        need = w // math.gcd(c, w) if c else 1
+        if need > 1:
+            out.append(Requirement(view.param.name, "size_multiple", need,
+                                   reason=f"the origin of {w}-element vector accesses of {view.param.name} "
+                                   f"moves with {v.name}", size=v.name))
+    return out
 
 
 def declared_vector_bits(view: MemView) -> int:
