@@ -4,9 +4,10 @@ A ``GemmConfig`` fixes the tile constants of one schedule:
 
 - sm_80 / sm_89 (``gemm_sm80_kernel``): block tile ``BM x BN``, k-tile ``BK``, pipeline
   ``STAGES``, ``WARPS`` warps (the warp arrangement is synthesized);
-- sm_90a (``gemm_sm90_kernel``): ``BM x BN`` per block, ``BK``, ``STAGES``,
-  ``CONSUMERS`` consumer warp groups (plus one producer), ``persistent`` blocks walking
-  the tiles (``GRID`` = number of SMs) or one block per tile.
+- sm_90a (``gemm_sm90_kernel``): ``BM x BN`` per block, ``BK``, ``STAGES`` (as many as
+  the shared memory holds, at most 7: ``sm90_stages``), ``CONSUMERS`` consumer warp groups
+  (plus one producer), ``persistent`` blocks walking the tiles (``GRID`` = number of SMs)
+  or one block per tile; tiles 64x64 to 128x256 / 256x128.
 
 ``choose_config(arch, m, n, k)`` is the heuristic: small ``M`` (decode-like) shapes get
 short tiles, large ones the big tiles; Hopper goes persistent when there are more tiles
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["GemmConfig", "CONFIGS", "choose_config", "Autotuner", "SM_COUNT", "autotuner", "AUTOTUNE_FORMAT",
-           "REFRESH_SECONDS"]
+           "REFRESH_SECONDS", "sm90_stages", "SM90_MAX_STAGES", "SM90_EPILOGUE_SMEM"]
 
 #: Streaming multiprocessors per architecture's flagship part (persistent grid size).
 SM_COUNT = {"sm_80": 108, "sm_89": 128, "sm_90a": 132}
@@ -84,14 +85,43 @@ _SM80 = [
     GemmConfig("sm_80", 64, 64, 64, 4, 4),
     GemmConfig("sm_80", 16, 64, 64, 4, 2),
 ]
-# 128x256 tiles (64x256 fp32 accumulators per consumer warp group) spill under the 168
-# registers per thread a 384-thread block starts with; they stay out until the register
-# budget after setmaxnreg is used by the compiler.
+#: Most pipeline stages of a Hopper config (peers use 6-7; more buys no latency hiding).
+SM90_MAX_STAGES = 7
+#: Shared memory kept for the epilogue's staging of the output tile (a tile of at most
+#: this many bytes, or sub-tiles of it), besides the pipeline stages.
+SM90_EPILOGUE_SMEM = 32 << 10
+
+
+def sm90_stages(bm: int, bn: int, bk: int, elem_bytes: int = 2) -> int:
+    """Pipeline stages of a Hopper ``bm x bn x bk`` config from the shared-memory budget:
+    ``(smem_per_block_max - min(bm*bn*elem_bytes, SM90_EPILOGUE_SMEM)) // stage_bytes``,
+    with ``stage_bytes = (bm + bn) * bk * elem_bytes + 16`` (the A and B tiles and the
+    stage's two 8-byte mbarriers), at most ``SM90_MAX_STAGES``; e.g. 227 KiB gives 6 stages
+    for 128x128x64 bf16 (32 KiB each), 7 for 64x128x64, 4 for 128x256x64 (48 KiB each)."""
+    from hexlayout.arch import get_arch
+
+    budget = get_arch("sm_90a").smem_per_block_max - min(bm * bn * elem_bytes, SM90_EPILOGUE_SMEM)
+    stages = budget // ((bm + bn) * bk * elem_bytes + 16)
+    if stages < 2:
+        raise ValueError(f"hexlayout gemm: a {bm}x{bn}x{bk} sm_90a tile leaves room for {stages} "
+                         "pipeline stage(s) in shared memory; at least 2 are needed")
+    return min(stages, SM90_MAX_STAGES)
+
+
+def _sm90(bm: int, bn: int, consumers: int, persistent: bool = False) -> GemmConfig:
+    return GemmConfig("sm_90a", bm, bn, 64, sm90_stages(bm, bn, 64), CONSUMERS=consumers,
+                      persistent=persistent)
+
+
+# Consumers keep their 64 x BN (128x256) or 2 x 64 x 128 (256x128) fp32 accumulators under
+# the 232 registers setmaxnreg gives them (ptxas: highest register R151 / R154, no spills).
 _SM90 = [
-    GemmConfig("sm_90a", 128, 128, 64, 4, CONSUMERS=2, persistent=True),
-    GemmConfig("sm_90a", 128, 128, 64, 4, CONSUMERS=2),
-    GemmConfig("sm_90a", 64, 128, 64, 4, CONSUMERS=1),
-    GemmConfig("sm_90a", 64, 64, 64, 4, CONSUMERS=1),
+    _sm90(128, 128, 2, persistent=True),
+    _sm90(128, 128, 2),
+    _sm90(64, 128, 1),
+    _sm90(64, 64, 1),
+    _sm90(128, 256, 2),
+    _sm90(256, 128, 2),
 ]
 
 #: The shipped config space per architecture.

@@ -10,9 +10,13 @@ variables that collide with other names) are substituted first.
 from __future__ import annotations
 
 from hexlayout.ir.expr import (
+    BinOp,
+    Const,
     Expr,
     ExprLike,
     RegRead,
+    Select,
+    UnOp,
     Var,
     as_expr,
     free_vars,
@@ -61,6 +65,13 @@ class Emitter:
         self._smem: dict[int, SmemBuffer] = {id(b): b for b in kernel.smem}
         self.mbar_offsets: dict[str, tuple[int, int]] = {}   # name -> (byte offset, count)
         self.wgmma_arrays: list[RegArray] = []    # register arrays wgmma reads or writes asynchronously
+        #: the warp index ``threadIdx.x / 32`` as a value the compiler knows is the same in every
+        #: lane (read from lane 0 by ``__shfl_sync``): in ``expr(e, warp_uniform=True)``,
+        #: ``tid / (32 j)`` prints as ``warp_id / j``, so warp-uniform values (a warp group's
+        #: descriptor offsets) go to uniform registers; declared by the kernel printer when used
+        self.warp_var = Var(self.names.take("warp_id"), 0, max(1, kernel.threads // 32), "warp")
+        self.warp_used = False
+        self._bound[self.warp_var] = self.warp_var.name
 
     # --- errors ---------------------------------------------------------------------------
     def error(self, message: str) -> CodegenError:
@@ -86,8 +97,9 @@ class Emitter:
     def is_bound(self, var: Var) -> bool:
         return var in self._bound
 
-    def expr(self, e: ExprLike) -> str:
-        """C source of an integer expression over bound variables."""
+    def expr(self, e: ExprLike, warp_uniform: bool = False) -> str:
+        """C source of an integer expression over bound variables; ``warp_uniform``: with
+        ``tid / (32 j)`` read as the warp-uniform ``warp_id / j`` (see ``warp_var``)."""
         if not isinstance(e, Expr):
             return str(int(e)) if int(e) >= 0 else f"({int(e)})"
         fv = free_vars(e)
@@ -95,12 +107,31 @@ class Emitter:
         if unbound:
             raise self.error(f"the expression {to_c(e)} uses {', '.join(unbound)}, which is not a kernel "
                              "parameter, size, thread or block index, or an enclosing loop variable")
+        out = self._warp_uniform(e) if warp_uniform and self.kernel.thread_index in fv else e
         ren = {v: self._rename[v] for v in fv if v in self._rename}
-        out = substitute(e, ren) if ren else e
+        out = substitute(out, ren) if ren else out
         if reg_reads(out):        # per-thread register values (e.g. gathered row indices)
             out = replace_leaves(out, lambda x: Var(f"{self.reg_name(x.array)}[{x.index}]", 0, None)
                                  if isinstance(x, RegRead) else x)
         return to_c(out)
+
+    def _warp_uniform(self, e: Expr) -> Expr:
+        """``e`` with every ``tid // (32 j)`` written ``warp_id // j`` (equal values)."""
+        if isinstance(e, BinOp):
+            if e.op == "//" and e.a is self.kernel.thread_index and isinstance(e.b, Const) \
+                    and e.b.value > 0 and e.b.value % 32 == 0:
+                self.warp_used = True
+                j = e.b.value // 32
+                return as_expr(self.warp_var) // j if j > 1 else as_expr(self.warp_var)
+            a, b = self._warp_uniform(e.a), self._warp_uniform(e.b)
+            return e if a is e.a and b is e.b else BinOp(e.op, a, b)
+        if isinstance(e, UnOp):
+            a = self._warp_uniform(e.a)
+            return e if a is e.a else UnOp(e.op, a)
+        if isinstance(e, Select):
+            c, a, b = self._warp_uniform(e.cond), self._warp_uniform(e.a), self._warp_uniform(e.b)
+            return e if c is e.cond and a is e.a and b is e.b else Select(c, a, b)
+        return e
 
     # --- storage ----------------------------------------------------------------------------
     def add_param(self, p: GlobalParam, name: str) -> None:

@@ -23,6 +23,14 @@ __device__ __forceinline__ unsigned long long hl_gmma_desc(unsigned addr, unsign
        | static_cast<unsigned long long>((sbo >> 4) & 0x3FFFu) << 32
        | static_cast<unsigned long long>(layout_type & 3u) << 62;
 }""",
+    "gmma_desc_add": """\
+// A descriptor whose start address is `units` 16-byte units further: added to the low word
+// (the 14-bit address field; shared-window addresses stay below 2^18 bytes, so no carry
+// leaves it), as CUTLASS's descriptor iterator advances its descriptors.
+__device__ __forceinline__ unsigned long long hl_gmma_desc_add(unsigned long long desc, int units) {
+  const unsigned lo = static_cast<unsigned>(desc) + static_cast<unsigned>(units);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}""",
     "mbar_wait_sm90": """\
 // Wait until the mbarrier phase with this parity has completed.
 __device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
@@ -55,7 +63,7 @@ __device__ __forceinline__ T hl_shfl(T x, int arg, int width, bool bfly) {
 typedef struct __align__(64) CUtensorMap_st { unsigned long long opaque[16]; } CUtensorMap;""",
 }
 
-_ORDER = ("tensor_map", "u32", "gmma_desc", "mbar_wait_sm90", "mbar_wait_sm80", "shfl")
+_ORDER = ("tensor_map", "u32", "gmma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80", "shfl")
 
 
 def helper_source(used: set[str]) -> str:

@@ -320,6 +320,8 @@ class _Printer:
         em.wgmma_arrays.extend(a for a in _wgmma_arrays(k.body))
         self.body(k.body)
         em.instr = None
+        if em.warp_used:
+            prologue.append(f"const int {em.warp_var.name} = __shfl_sync(0xffffffffu, {tid} >> 5, 0);")
         smem_total = max(k.smem_bytes, max((off + MBAR_ALIGN * n for _, off, n in bars), default=0))
         head = self.header(kname, bars, smem_total)
         # setmaxnreg needs the register count at entry, which ptxas derives from minBlocks

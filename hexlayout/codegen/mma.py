@@ -6,13 +6,17 @@ register ``j`` of a 16- or 8-bit operand is elements ``[j*32/bits, (j+1)*32/bits
 register slice, passed as an ``unsigned`` view (``hl_u32``); f32 accumulators are passed as
 ``float`` (``"f"``). A wgmma shared-memory operand is a 64-bit descriptor built from the
 ``SmemDesc`` (``hl_gmma_desc``: shared address of buffer + offset, LBO, SBO, layout type).
+When every term of the operand's byte offset is a provable multiple of 16, the descriptor is
+the one of the shared window's start advanced by ``offset / 16`` in its 14-bit address field
+(``hl_gmma_desc_add``): a loop-invariant descriptor plus a stage / k-step / warp-group offset,
+not 64 bits rebuilt per wgmma.
 """
 
 from __future__ import annotations
 
 from hexlayout.arch import get_atom
 from hexlayout.arch.mma_atom import MmaAtom
-from hexlayout.ir.expr import const_value, is_const
+from hexlayout.ir.expr import BinOp, Const, Expr, const_value, is_const
 from hexlayout.ir.lowered import (
     MmaSync,
     RegArray,
@@ -24,6 +28,7 @@ from hexlayout.ir.lowered import (
     WgmmaFence,
     WgmmaWait,
 )
+from hexlayout.ir.passes.algebra import linear_terms, sum_terms
 
 from .emitter import Emitter, asm, operand_list
 
@@ -112,8 +117,33 @@ def _desc_expr(em: Emitter, d: SmemDesc, what: str) -> str:
     if is_const(start) and const_value(start) % 16:
         raise em.error(f"{what}: descriptor start byte {const_value(start)} is not a multiple of 16")
     em.helpers.add("gmma_desc")
+    units = _units16(start)
+    if units is not None:
+        # the descriptor of the shared window's start (a kernel constant the compiler keeps)
+        # advanced by the operand's offset: no rebuilding of the 64 bits per k-tile
+        em.helpers.add("gmma_desc_add")
+        return (f"hl_gmma_desc_add(hl_gmma_desc(smem_base, {d.lbo}, {d.sbo}, {d.swizzle}), "
+                f"{em.expr(units, warp_uniform=True)})")
     addr = em.smem_addr(SharedRef(d.buffer, d.offset))
     return f"hl_gmma_desc({addr}, {d.lbo}, {d.sbo}, {d.swizzle})"
+
+
+def _units16(start: Expr) -> Expr | None:
+    """``start / 16`` written term by term (each term of the byte offset ``start`` a provable
+    multiple of 16: constants, products with such a constant), else ``None``."""
+    out: list[Expr] = []
+    for t in linear_terms(start):
+        if isinstance(t, Const):
+            if t.value % 16:
+                return None
+            out.append(Const(t.value // 16))
+        elif isinstance(t, BinOp) and t.op == "*" and isinstance(t.b, Const) and t.b.value % 16 == 0:
+            out.append(t.a * (t.b.value // 16))
+        elif isinstance(t, BinOp) and t.op == "*" and isinstance(t.a, Const) and t.a.value % 16 == 0:
+            out.append(t.b * (t.a.value // 16))
+        else:
+            return None
+    return sum_terms(out)
 
 
 def wgmma(em: Emitter, ins: Wgmma) -> list[str]:

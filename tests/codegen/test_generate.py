@@ -57,9 +57,10 @@ def test_sm90_gemm_text() -> None:
     assert [a.kind for a in g.args] == ["tensor"] * 3 + ["size"] * 3 + ["tensor_map"] * 2
     assert "const __grid_constant__ CUtensorMap tma_a" in src
     assert src.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16") == 4
-    # K-major 128-byte swizzle: LBO 16 (unused), SBO 1024 (8 rows of 128 B), layout type 1; k steps of 32 B
-    for start in ("smem_base", "smem_base + 32", "smem_base + 64", "smem_base + 96"):
-        assert f"hl_gmma_desc({start}, 16, 1024, 1)" in src
+    # K-major 128-byte swizzle: LBO 16 (unused), SBO 1024 (8 rows of 128 B), layout type 1; k steps of
+    # 32 B: the descriptor of the shared window advanced by 2 units of 16 B (A at 0, B at 8192 B)
+    for units in (0, 2, 4, 6, 512, 514, 516, 518):
+        assert f"hl_gmma_desc_add(hl_gmma_desc(smem_base, 16, 1024, 1), {units})" in src
     assert "p, 1, 1, 0, 0;" in src                                                 # scale-d, K-major A and B
     assert src.count("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") == 2
     assert "mbarrier.init.shared::cta.b64" in src and "mbarrier.arrive.expect_tx.shared::cta.b64" in src

@@ -58,6 +58,9 @@ EMULATED = [
     ("sm_80", CONFIGS["sm_80"][3], "kn", (False, True, "silu", True), hl.bf16, (64, 136, 40)),
     ("sm_90a", CONFIGS["sm_90a"][0], "nk", (True, True, "gelu", True), hl.f16, (200, 300, 136)),
     ("sm_90a", CONFIGS["sm_90a"][2], "kn", (False, False, "none", False), hl.bf16, (64, 200, 200)),
+    # the big tiles: 64x256 per consumer warp group; two 64x128 wgmma rows per consumer
+    ("sm_90a", CONFIGS["sm_90a"][4], "nk", (True, False, "relu", False), hl.bf16, (136, 264, 328)),
+    ("sm_90a", CONFIGS["sm_90a"][5], "kn", (False, True, "none", True), hl.f16, (264, 136, 200)),
 ]
 
 

@@ -9,7 +9,10 @@ For wgmma a shared-memory operand is passed as a matrix descriptor: the ``atom_m
 ``L(m0 + M*k0)`` of the operand's (unswizzled) layout, with ``m0`` the task's row offset
 (a function of the warp-group index) and ``k0 = k * atom_k``; its leading / stride byte
 offsets come from ``hexlayout.arch.gmma.make_gmma_desc``, which also proves the sub-tile
-is a canonical wgmma layout. Every instance is checked to share those offsets.
+is a canonical wgmma layout. Every instance is checked to share those offsets. When the
+start ``L(m0(w) + M*k0)`` is affine in the worker ``w`` (``L(m0(0)) + w * step``, checked
+for every worker), the offset is written so: a sum of the view's base, a constant and a
+warp-uniform term, which the code generator adds to one descriptor instead of rebuilding it.
 """
 
 from __future__ import annotations
@@ -61,9 +64,11 @@ def _desc(tm: TiledMma, view: SharedTileView, dim: int, major: str, tid: Var, r:
     sub = composition(inner, Layout((ext, k_a), (1, big)))
     period = view.swizzle.period() if view.swizzle is not None else 1
     fields = set()
+    bases: list[int] = []
     for w in range(tm.warps.num_workers):
         start = _task_offset(tm, dim, w, r) * ext + big * (k * k_a)
         base = int(inner(start))
+        bases.append(base)
         offs = np.asarray(crd2idx(start + np.arange(ext)[:, None] + big * np.arange(k_a)[None, :],
                                   inner.shape, inner.stride))
         if not np.array_equal(offs, base + sub.indices().reshape(k_a, ext).T):
@@ -78,8 +83,14 @@ def _desc(tm: TiledMma, view: SharedTileView, dim: int, major: str, tid: Var, r:
         return "the operand sub-tiles of different warp groups need different descriptors"
     lbo, sbo, swz = fields.pop()
     worker = as_expr(tid) // tm.atom_threads
-    start_e = _task_offset(tm, dim, worker, r) * ext + big * (k * k_a)
-    offset = as_expr(view.base) + crd2idx(as_expr(start_e), inner.shape, inner.stride)
+    step = bases[1] - bases[0] if len(bases) > 1 else 0
+    if all(b == bases[0] + w * step for w, b in enumerate(bases)):
+        # affine in the worker: base(w) = base(0) + w * step (a sum the code generator and the
+        # loop passes keep as separate terms: a warp-uniform part, a constant, a stage offset)
+        offset = as_expr(view.base) + bases[0] + (worker * step if step else 0)
+    else:
+        start_e = _task_offset(tm, dim, worker, r) * ext + big * (k * k_a)
+        offset = as_expr(view.base) + crd2idx(as_expr(start_e), inner.shape, inner.stride)
     return SmemDesc(view.buffer, offset, {0: 0, 128: 1, 64: 2, 32: 3}[swz], lbo, sbo, major)
 
 
