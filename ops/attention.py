@@ -30,7 +30,7 @@ must bound every sequence's query count; the content checks of ``check_paged_att
 enforce that on CPU and, on CUDA, under ``HEXLAYOUT_CHECK=1``.
 
 Not built yet: split-KV (``num_splits`` must be 0 or 1), the sm_90a wgmma kernel (sm_90a runs
-the mma.sync kernel), head size 256 without spills (see the README), ``attention_varlen``.
+the mma.sync kernel), ``attention_varlen``.
 """
 
 from __future__ import annotations
@@ -49,13 +49,15 @@ LOG2E = 1.4426950408889634
 def paged_attention_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
 ) -> dict[str, Any]:
-    """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps; the grid's
-    row tiles from ``max_seqlen_q`` and the group size."""
+    """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps (16 keys for
+    head size 256, which then fits 254 registers without spills); the grid's row tiles from
+    ``max_seqlen_q`` and the group size."""
     bm = 64
+    hd = head_dim_tile(head_size)
     return {
         "BM": bm,
-        "BN": 32,
-        "HEAD_DIM": head_dim_tile(head_size),
+        "BN": 16 if hd == 256 else 32,
+        "HEAD_DIM": hd,
         "BLOCK": block_size,
         "WARPS": 4,
         "CAUSAL": bool(causal),

@@ -410,6 +410,7 @@ def check_paged_attention(
         for i in range(b):
             if cu[i + 1] < cu[i]:
                 raise ArgumentError(op, "cu_seqlens_q", f"decreases at {i}: {cu[i]} then {cu[i + 1]}")
+        for i in range(b):
             if cu[i + 1] - cu[i] > max_q:
                 raise ArgumentError(
                     op, "max_seqlen_q", f"is {max_q}, but sequence {i} has {cu[i + 1] - cu[i]} queries"

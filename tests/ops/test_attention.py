@@ -139,6 +139,7 @@ CASES = [
         {"causal": False, "window_size": (3, 2), "softmax_scale": 0.3},
     ),
     (4, [2, 1], [130, 257], 8, 2, 64, 128, "NHD", torch.bfloat16, {}),
+    (7, [1, 3], [19, 4], 2, 1, 256, 16, "NHD", torch.float16, {}),
 ]
 
 
@@ -207,7 +208,7 @@ def test_fake_tensors() -> None:
 
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("hd", [64, 128])
+@pytest.mark.parametrize("hd", [64, 128, 256])
 def test_compiles_without_spills(arch: str, hd: int) -> None:
     from hexlayout.ops.attention import paged_attention_consts
     from hexlayout.ops.attention_kernels import paged_attention_kernel
