@@ -150,6 +150,7 @@ class IllegalInstructionError(EmulationError):
 
 
 class ArgumentError(EmulationError, ValueError):
-    """Kernel arguments that do not match the kernel's parameters (also a ``ValueError``, as the launcher's)."""
+    """Kernel arguments that do not match the kernel's parameters (a ``ValueError`` too, as the
+    launcher's)."""
 
     kind = "bad kernel argument"

@@ -316,7 +316,8 @@ def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N], *,
 def test_shared_tile_as_a_and_transposed_b_names_both_mmas() -> None:
     """Both wgmmas are named with their lines and the requirement each fails (no '?')."""
     msg, err = diagnose(shared_a_and_transposed_b, "sm_90a")
-    lines = [line_of(shared_a_and_transposed_b, s) for s in ("hl.mma(sa, sb, acc)", "hl.mma(sc, sa.T, acc2, atom=ATOM)")]
+    calls = ("hl.mma(sa, sb, acc)", "hl.mma(sc, sa.T, acc2, atom=ATOM)")
+    lines = [line_of(shared_a_and_transposed_b, s) for s in calls]
     for line in lines:
         assert f"{FILE}:{line} `" in msg, (line, msg)
     assert "shared tile %sa" in msg and "has no layout that serves both" in msg
