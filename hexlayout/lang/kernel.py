@@ -35,6 +35,7 @@ from . import source
 from .context import TraceContext
 from .dtypes import canonical
 from .errors import KernelError
+from .packed_global import HELD_AS, PackedGlobalTensor, packed_param
 from .spec import Tensor, resolve_dim
 from .tensor import GlobalTensor
 
@@ -240,9 +241,16 @@ class Kernel:
                     stride = tuple(reversed(stride_l))
                 else:
                     stride = tuple(resolve_dim(s, sizes) for s in ann.stride)
+                dt = canonical(ann.dtype)
+                if dt.name in HELD_AS:     # u4 / s4: the kernel's argument is the packed bytes
+                    gp, elems = packed_param(name, dt, shape, tuple(ann.shape), ann.stride, ann.align_bytes,
+                                             sizes)
+                    params.append(gp)
+                    args.append(PackedGlobalTensor(gp, ctx, dt, elems))
+                    continue
             except ValueError as e:
                 raise self._error(f"argument {name}: {e}") from None
-            gp = GlobalParam(name, canonical(ann.dtype), shape, stride, ann.align_bytes)
+            gp = GlobalParam(name, dt, shape, stride, ann.align_bytes)
             params.append(gp)
             args.append(GlobalTensor(gp, ctx))
         for v in sizes.values():

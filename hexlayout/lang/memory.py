@@ -36,6 +36,7 @@ from .checks import as_index, as_tile, begin, static_int, static_shape
 from .dtypes import canonical
 from .layouts import auto, resolve_layout
 from .packed import refuse_sub_byte
+from .packed_global import PackedGlobalTensor, packed_view
 from .tensor import GlobalTensor, Tile, describe, shape_str
 
 __all__ = ["view", "shared", "register"]
@@ -91,6 +92,8 @@ def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None 
 
             edges.trace()
     """
+    if isinstance(a, PackedGlobalTensor):     # u4 / s4: a window of its bytes
+        return packed_view(a, tile, origin, rows=rows, valid_rows=valid_rows, name=name)  # type: ignore[return-value]
     ctx, loc = begin("view")
     if not isinstance(a, GlobalTensor):
         if isinstance(a, Tile):

@@ -42,6 +42,7 @@ from .dtypes import canonical, f32, i32
 from .layouts import auto, resolve_layout
 from .math import elementwise
 from .packed import refuse_sub_byte
+from .packed_global import PackedView, copy_packed
 from .sync import BarrierRef, as_barrier
 from .tensor import Tile, describe, shape_str
 
@@ -53,8 +54,8 @@ _COPY_PAIRS = {(G, R), (G, S), (S, R), (R, S), (R, G), (S, G)}
 _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 
-def copy(src: Tile, dst: Tile, instruction: str | None = None, mask: Any = None,
-         mbarrier: BarrierRef | Any = None) -> None:
+def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mask: Any = None,
+         mbarrier: BarrierRef | Any = None) -> Tile | None:
     """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
 
     ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
@@ -81,8 +82,14 @@ def copy(src: Tile, dst: Tile, instruction: str | None = None, mask: Any = None,
             an asynchronous global->shared bulk (TMA) copy whose bytes complete on that
             barrier (``hl.arrive(..., tx_bytes=)`` / ``hl.wait``).
 
+    A 4-bit global view (``hl.view`` of a ``u4`` / ``s4`` argument, ``hexlayout.lang.
+    packed_global``) copies to or from register tiles of ``u8`` / ``s8``: ``w =
+    hl.copy(view)`` returns a new register tile of the unpacked values (``dst`` left out),
+    ``hl.copy(tile, view)`` packs and stores.
+
     Returns:
-        None: the ``Copy`` op is appended to the kernel being traced.
+        Tile | None: ``None`` (the ``Copy`` op is appended to the kernel being traced);
+        for a 4-bit global source, the register tile of its values.
 
     Raises:
         KernelError: called outside a kernel trace; ``src`` or ``dst`` is not a tile (a
@@ -107,6 +114,8 @@ def copy(src: Tile, dst: Tile, instruction: str | None = None, mask: Any = None,
             tk = stage.trace()
             assert [op.name for op in tk.body.ops].count("Copy") == 3
     """
+    if isinstance(src, PackedView) or isinstance(dst, PackedView):   # a 4-bit global tensor
+        return copy_packed(src, dst, instruction, mask)
     ctx, loc = begin("copy")
     s = as_tile(ctx, "copy", loc, src, "src")
     d = as_tile(ctx, "copy", loc, dst, "dst")

@@ -31,7 +31,8 @@ def refuse_sub_byte(ctx: TraceContext, op: str, loc: SourceLoc | None, dt: DType
     if dt != PRED and dt.bits < 8:
         raise ctx.error(op, loc, f"{what} of {dt} elements are not supported: 4-bit values live packed in "
                         f"wider words; load the words (as s32 / u32 / u8, e.g. AWQ's int32) and unpack them "
-                        f"with shifts and masks, (w >> 4 * i) & 0xF")
+                        f"with shifts and masks, (w >> 4 * i) & 0xF; or declare the argument u4 / i4 and "
+                        f"take w = hl.copy(hl.view(arg, ...)), a register tile of the values as u8 / s8")
 
 
 def bitcast(x: Tile, dtype: DType) -> Tile:
