@@ -12,6 +12,13 @@ A GEMM provider is two functions:
   ``staged=True`` asks for a kernel whose operand loads are plain copies (a computing
   prologue needs them);
 - ``consts(arch, m, n, k, staged) -> dict``: the kernel's tile constants for a problem.
+
+A row-reduction provider (``register_reduction``) is two functions too:
+
+- ``kernel(dtype, fn) -> hl.Kernel``: the anchor ``c[M, 1] = fn_j x[M, j]`` (f32) with
+  parameters ``x``, ``c``, ``fn`` in ``"sum"``, ``"mean"``, ``"max"``; its one load of ``x``
+  (whole rows into a register tile) and its one store of ``c`` are the fusion points;
+- ``consts(m, n) -> dict``: its tile constants for ``m`` rows of ``n``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Any
 
 from .spec import FusionUnsupported
 
-__all__ = ["GemmProvider", "register_gemm", "gemm_provider"]
+__all__ = ["GemmProvider", "register_gemm", "gemm_provider", "ReductionProvider", "register_reduction",
+           "reduction_provider"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +60,32 @@ def gemm_provider() -> GemmProvider:
     if not _GEMM:                                  # pragma: no cover
         raise FusionUnsupported("no GEMM anchor kernels are registered")
     return _GEMM[0]
+
+
+@dataclass(frozen=True)
+class ReductionProvider:
+    """The row-reduction anchor kernels of the kernels layer (see the module docstring)."""
+
+    kernel: Callable[..., Any]
+    consts: Callable[..., dict[str, Any]]
+
+
+_REDUCTION: list[ReductionProvider] = []
+
+
+def register_reduction(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
+    """Register the row-reduction anchor provider (the latest registration wins)."""
+    _REDUCTION[:] = [ReductionProvider(kernel, consts)]
+
+
+def reduction_provider() -> ReductionProvider:
+    """The registered row-reduction provider (importing it from ``hexlayout.ops`` once)."""
+    if not _REDUCTION:
+        try:
+            importlib.import_module("hexlayout.ops.row_reduce_kernels")
+        except ImportError as e:                   # pragma: no cover - a broken install
+            raise FusionUnsupported(f"no row-reduction anchor kernels: importing hexlayout.ops failed "
+                                    f"({e})") from None
+    if not _REDUCTION:                             # pragma: no cover
+        raise FusionUnsupported("no row-reduction anchor kernels are registered")
+    return _REDUCTION[0]

@@ -40,6 +40,7 @@ from typing import Any
 from hexlayout.ir.expr import ExprLike
 from hexlayout.ir.rewrite import rewrite
 from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel
+from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import walk
 
 from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
@@ -68,7 +69,11 @@ class TilePlan:
     anchor's parameter name), position 0 is A and 1 is B; ``prologues``: (operand position,
     nodes, output node); ``epilogue`` nodes and ``outputs`` (refs) with ``out_dtypes``
     (dtype names); ``inputs``: the extra inputs as the program sees them; ``halves``: the B
-    operand comes half-interleaved (column slices are tile halves)."""
+    operand comes half-interleaved (column slices are tile halves); ``row``: the anchor is a
+    row reduction (``c[M, 1]`` of whole rows of operand 0): the epilogue runs in the frame of
+    the operand's row load (``BM x N``), the anchor's ``BM x 1`` value broadcasts over it,
+    extra inputs are placed against that frame and each output is stored in the frame of its
+    value (``BM x N`` or ``BM x 1``)."""
 
     output_param: str
     operands: tuple[tuple[int, str], ...]
@@ -78,6 +83,7 @@ class TilePlan:
     out_dtypes: tuple[str, ...]
     inputs: tuple[InputSpec, ...]
     halves: bool = False
+    row: bool = False
 
 
 @dataclass
@@ -222,6 +228,12 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
     defs = defining_ops(tk)
     view_of = {op.result.id: op for op in walk(tk) if isinstance(op, GlobalView)}
     params = {p.name: p for p in tk.params}
+    row_frame: _Frame | None = None
+    if plan.row:                                # the frame of the reduced operand's row load
+        gv = next((v for v in view_of.values() if v.param.name == dict(plan.operands).get(0)), None)
+        if gv is None:
+            raise FusionUnsupported(f"{tk.name}: no load of the reduced operand")
+        row_frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
 
     # --- prologues: operand loads ---------------------------------------------------------
     for operand, nodes, out in plan.prologues:
@@ -246,7 +258,10 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
             def body() -> None:
                 env = ev.run(nodes, frame, None, where)
                 val = env[out][0]
-                hl.copy(hl.cast(val, dtype), ext.tile(op.dst))
+                if op.dst.scope == Scope.REGISTER:  # an operand loaded into registers (a row)
+                    hl.assign(ext.tile(op.dst), hl.cast(val, dtype))
+                else:
+                    hl.copy(hl.cast(val, dtype), ext.tile(op.dst))
 
             ops, _ = ext.trace(body)
             return ops
@@ -278,11 +293,16 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
         ev.anchor_dtype = gv.param.dtype
         ev.staged = None
 
+        col_frame = frame
+        base = row_frame if row_frame is not None else frame
+
         def body() -> None:
             y = ext.tile(acc)
-            env = ev.run(plan.epilogue, frame, y, "epilogue")
+            env = ev.run(plan.epilogue, base, y, "epilogue")
             for k, ref in enumerate(plan.outputs):
                 val, fr = (y, frame) if ref[0] == "anchor" else env[ref[1]]
+                if row_frame is not None:        # a row's value or the reduced column's
+                    fr = col_frame if tuple(val.shape)[-1] == 1 else row_frame
                 key = ("out", k)
                 if key not in ev.params:
                     ev.params[key] = ext.tensor_param(f"out{k}", hl_dtype(plan.out_dtypes[k]), fr.shape)

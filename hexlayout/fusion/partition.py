@@ -4,7 +4,11 @@ The graph is the inference graph ``aot_autograd`` gives (aten ops after
 functionalization: ``nn.Linear`` is ``addmm(bias, view(x, [M, K]), t(w))``). Every
 **anchor** (``spec.ANCHORS``: ``mm``, ``addmm``, ``bmm``, ``linear``; and hexlayout's own
 ``hexlayout.gemm``, whose bias / scale / activation / residual become epilogue nodes) becomes
-one kernel, in graph order:
+one kernel, in graph order. A **row reduction** (``spec.ROW_REDUCTIONS``: ``mean`` / ``sum`` /
+``amax`` over the last dimension with ``keepdim``) is an anchor too: its epilogue may
+broadcast the reduced value over the rows it reduced (``x * rsqrt(mean(x * x) + eps) * w``),
+and a producer of its operand that the epilogue also reads (the norm's ``x.float()``) joins
+the prologue and is recomputed in the epilogue:
 
 1. **prologue** of each anchor operand: walking back from the operand, a producer joins
    when it is injective (elementwise, cast, view / permute / transpose, broadcast) and all
@@ -49,7 +53,7 @@ from typing import Any
 from .aten import CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
-from .spec import ANCHORS, Epilogue, FusedSpec, Node, Prologue
+from .spec import ANCHORS, ROW_REDUCTIONS, Epilogue, FusedSpec, Node, Prologue
 
 __all__ = ["partition", "Partition", "Group", "Step", "ATTENTION", "ELEMENTWISE", "VIEWS", "op_name"]
 
@@ -70,7 +74,7 @@ VIEWS = frozenset(_ATEN_VIEWS) - {"aten.expand.default"}
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
 #: hexlayout's own GEMM op, an anchor too: ``act(scale * a @ B + bias) + residual``.
 HEXLAYOUT_GEMM = "hexlayout.gemm.default"
-_ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM}
+_ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM} | frozenset(ROW_REDUCTIONS)
 _GEMM_ACTIVATIONS = {"relu": ("aten.relu.default", ()), "silu": ("aten.silu.default", ()),
                      "gelu": ("aten.gelu.default", (("approximate", "tanh"),))}
 #: Ops whose result is a view of their first argument, besides ``VIEWS``.
@@ -219,6 +223,8 @@ class _Partitioner:
         self.flat = False                      # whether the current anchor is 2-D
         self.kernels: dict[Any, tuple] = {}    # anchor fx.Node -> (members bit mask, external inputs)
         self.prologue_nodes: set = set()       # the current kernel's prologue nodes
+        self.row_shape: tuple | None = None    # a row reduction's operand shape (its epilogue's frame)
+        self.epilogue_users: set = set()       # epilogue nodes a prologue node may also feed
         self.bit = {n: 1 << i for i, n in enumerate(self.nodes)}
         self.anc: dict[Any, int] = {}          # node -> bit mask of the nodes it depends on
         for n in self.nodes:
@@ -308,8 +314,10 @@ class _Partitioner:
             return False
         if op in ELEMENTWISE:
             out = _val(n)
+            row = self.row_shape is not None and len(_shape(n)) == len(self.row_shape) and \
+                all(_same(x, y) for x, y in zip(_shape(n), self.row_shape))
             for a in _arg_nodes(n):
-                if a in group and _is_tensor(_val(a)) and _val(a).numel() != out.numel():
+                if a in group and _is_tensor(_val(a)) and _val(a).numel() != out.numel() and not row:
                     self.why.setdefault(n, "broadcasts the kernel's output up (not bijective)")
                     return False
             return True
@@ -322,6 +330,8 @@ class _Partitioner:
             if n.op == "call_function" and self._op(n) in _ANCHORS and n not in self.claimed:
                 if not _is_tensor(_val(n)):
                     self.why[n] = "its value is not a tensor"
+                    continue
+                if self._op(n) in ROW_REDUCTIONS and not self._row_reduction(n):
                     continue
                 g = self._group(n)
                 if g is not None:
@@ -375,7 +385,7 @@ class _Partitioner:
         """The producers of ``operand`` that join its prologue (graph order)."""
         if operand in self.claimed or not self._prologue_ok(operand):
             return []
-        if any(u is not anchor for u in operand.users) or \
+        if any(u is not anchor and u not in self.epilogue_users for u in operand.users) or \
                 sum(1 for a in anchor.args if a is operand) != 1:
             self.why.setdefault(operand, "its result is also used outside the kernel it would be a "
                                          "prologue of (not recomputed)")
@@ -387,7 +397,7 @@ class _Partitioner:
             p = work.pop()              # latest first: its users are decided before it
             if p in taken or p in self.claimed or not self._prologue_ok(p):
                 continue
-            if all(u in taken for u in p.users):
+            if all(u in taken or u in self.epilogue_users for u in p.users):
                 taken.add(p)
                 work.extend(a for a in _arg_nodes(p) if a not in taken)
             elif any(u in taken for u in p.users):
@@ -439,10 +449,67 @@ class _Partitioner:
 
     def _operands(self, anchor: Any) -> tuple:
         """The anchor's arguments that are GEMM operands (a prologue may produce them)."""
+        if self._op(anchor) in ROW_REDUCTIONS:
+            return anchor.args[:1]
         return anchor.args[:2] if self._op(anchor) == HEXLAYOUT_GEMM else anchor.args
 
+    @staticmethod
+    def _reduction_args(n: Any) -> dict:
+        """A reduction's arguments by name (``self``, ``dim``, ``keepdim``, ``dtype``)."""
+        names = [a.name for a in n.target._schema.arguments]
+        return dict(zip(names, n.args)) | dict(n.kwargs)
+
+    def _row_reduction(self, n: Any) -> bool:
+        """Whether reduction ``n`` is an anchor (else the reason is kept): over the last
+        dimension of a tensor, rows of a static power of two from 32 to 1024, with
+        ``keepdim``, no ``dtype``."""
+        given = self._reduction_args(n)
+        x = given.get("self")
+        rank = len(_shape(x)) if hasattr(x, "op") and _is_tensor(_val(x)) else 0
+        dims = given.get("dim")
+        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+        if rank == 0 or len(dims) != 1 or not isinstance(dims[0], int) or dims[0] % rank != rank - 1:
+            self.why[n] = (f"a reduction over dims {dims} of a rank-{rank} tensor (row reductions fuse over "
+                           "the last dimension)")
+            return False
+        cols = _static_int(_shape(x)[-1])
+        if cols is None or cols < 32 or cols > 1024 or cols & (cols - 1):
+            self.why[n] = (f"a reduction of rows of {_shape(x)[-1]} (row reductions fuse rows of a power "
+                           "of two from 32 to 1024)")
+            return False
+        if not given.get("keepdim", False) or given.get("dtype") is not None:
+            self.why[n] = "a row reduction without keepdim or with a dtype (fused with keepdim=True only)"
+            return False
+        return True
+
     def _group(self, anchor: Any) -> Group | None:
-        self.flat = len(_shape(anchor)) == 2
+        reduction = self._op(anchor) in ROW_REDUCTIONS
+        self.flat = len(_shape(anchor)) == 2 or reduction     # a reduction's frame: rows x columns
+        self.row_shape = _shape(anchor.args[0]) if reduction else None
+        self.epilogue_users: set = set()
+        prologues = self._prologues(anchor)
+        self.claimed[anchor] = anchor
+        epi = self._epilogue(anchor)
+        for e in epi:
+            self.claimed[e] = anchor
+        if reduction and epi:
+            # producers of the operand that the epilogue reads too join the prologue (recomputed)
+            for p in self.prologue_nodes:
+                del self.claimed[p]
+            self.epilogue_users = set(epi)
+            prologues = self._prologues(anchor)
+            self.epilogue_users = set()
+        try:
+            return self._build(anchor, prologues, epi)
+        except _NotFusible as e:
+            for nodes in (*prologues.values(), epi, [anchor]):
+                for n in nodes:
+                    self.claimed.pop(n, None)
+                    self.why[n] = f"not expressible in a fused kernel: {e}"
+            return None
+
+    def _prologues(self, anchor: Any) -> dict[int, list]:
+        """Each operand's prologue nodes (claimed; also ``self.prologue_nodes``)."""
         prologues: dict[int, list] = {}
         for i, a in enumerate(self._operands(anchor)):
             if hasattr(a, "op"):
@@ -452,18 +519,7 @@ class _Partitioner:
         self.prologue_nodes = {p for nodes in prologues.values() for p in nodes}
         for p in self.prologue_nodes:
             self.claimed[p] = anchor
-        self.claimed[anchor] = anchor
-        epi = self._epilogue(anchor)
-        for e in epi:
-            self.claimed[e] = anchor
-        try:
-            return self._build(anchor, prologues, epi)
-        except _NotFusible as e:
-            for nodes in (*prologues.values(), epi, [anchor]):
-                for n in nodes:
-                    self.claimed.pop(n, None)
-                    self.why[n] = f"not expressible in a fused kernel: {e}"
-            return None
+        return prologues
 
     # --- spec -----------------------------------------------------------------------------------
     def _build(self, anchor: Any, prologues: dict[int, list], epi: list) -> Group:
@@ -501,6 +557,12 @@ class _Partitioner:
         implied: list[Node] = []            # epilogue nodes the anchor itself computes
         if anchor_op == HEXLAYOUT_GEMM:
             spec_anchor, order, anchor_kwargs = self._gemm(anchor, implied, extra_ref)
+        elif anchor_op in ROW_REDUCTIONS:
+            given = self._reduction_args(anchor)
+            anchor_kwargs = (("dim", (-1,)), ("keepdim", True))
+            spec_anchor, order = anchor_op, [0]
+            if operands[0][0] == "ext" and len(_shape(given["self"])) > 2:
+                operands[0] = ("ext", operands[0][1], operands[0][2] + ((rows, ()),))
         else:
             anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in anchor.kwargs.items()))
             spec_anchor, order = anchor_op, list(range(len(anchor.args)))
@@ -520,6 +582,17 @@ class _Partitioner:
         refs = {anchor: ("node", len(implied) - 1) if implied else ("anchor",)}
         flat: set = set()
         epi_nodes: list[Node] = list(implied)
+        if anchor_op in ROW_REDUCTIONS:
+            # prologue values the epilogue reads are recomputed in it (from the same inputs)
+            pro = {p for ps in prologues.values() for p in ps}
+            need: set = set()
+            work = [a for e in epi for a in _arg_nodes(e) if a in pro]
+            while work:
+                p = work.pop()
+                if p not in need:
+                    need.add(p)
+                    work.extend(a for a in _arg_nodes(p) if a in pro)
+            self._lower(sorted(need, key=self.order.__getitem__), refs, flat, epi_nodes, extra_ref)
         self._lower(epi, refs, flat, epi_nodes, extra_ref)
         outputs = [n for n in [anchor, *epi] if self._op(n) not in _SPLITS
                    and any(u not in members for u in n.users)]

@@ -20,6 +20,7 @@ from .aten import dtype_name, torch_dtype
 from .gemm_plan import GemmCall, clear_plans, output_frames, plan_call
 from .mechanism import FusedProgram, TilePlan, fuse
 from .reference import aten_op, reference
+from .row_reduction import ROW_REDUCTIONS, clear_row_builds, run_row_reduction
 from .spec import FusedSpec, FusionUnsupported
 
 __all__ = ["run_fused", "reference", "fused_build", "gemm_fused_build", "clear_fused_builds", "plan_call"]
@@ -77,6 +78,7 @@ def clear_fused_builds() -> None:
         _LAUNCHERS.clear()
         _RELAID.clear()
         clear_plans()
+    clear_row_builds()
 
 
 def _halves_relaid(b: Any, b_layout: str, bn: int) -> Any:
@@ -121,6 +123,8 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
 
     if not isinstance(spec, FusedSpec):
         raise FusionUnsupported(f"run_fused takes a FusedSpec, not {type(spec).__name__}")
+    if spec.anchor in ROW_REDUCTIONS:
+        return run_row_reduction(spec, list(anchor_args), list(extra_inputs))
     call = plan_call(spec, list(anchor_args), list(extra_inputs))
     first = next(x for x in [*anchor_args, *extra_inputs]
                  if isinstance(x, torch.Tensor) and x.device.type != "meta")
@@ -168,11 +172,16 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
 
 def _launch(bld: Any, prog: FusedProgram, call: GemmCall, a: Any, b: Any, outs: list[Any],
             cuda: bool) -> None:
-    """One launch (or emulation) of the fused build: the kept anchor parameters, then each
-    new parameter's source (an extra input or an output)."""
+    """One launch (or emulation) of the fused GEMM build."""
+    _launch_args(bld, prog, {"a": a, "b": b}, call.inputs, outs, cuda)
+
+
+def _launch_args(bld: Any, prog: FusedProgram, named: dict[str, Any], inputs: list[Any], outs: list[Any],
+                 cuda: bool) -> None:
+    """One launch (or emulation) of a fused build: the kept anchor parameters (``named``),
+    then each new parameter's source (an extra input of ``inputs`` or an output)."""
     from hexlayout.ir.tile import GlobalParam
 
-    named = {"a": a, "b": b}
     args: list[Any] = []
     kept = [p for p in prog.kernel.params][: len(prog.kernel.params) - len(prog.sources)]
     for p in kept:
@@ -186,7 +195,7 @@ def _launch(bld: Any, prog: FusedProgram, call: GemmCall, a: Any, b: Any, outs: 
         if src[0] == "output":
             args.append(outs[src[1]])
         else:
-            args.append(call.inputs[src[1]])
+            args.append(inputs[src[1]])
     if cuda:
         from hexlayout.runtime.launch import Launcher
 

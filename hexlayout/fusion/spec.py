@@ -2,7 +2,9 @@
 end (FX partitioning) and the fusion mechanism.
 
 A fused kernel is one **anchor** (an aten op that hexlayout schedules: ``aten.mm.default``,
-``aten.addmm.default``, ``aten.linear.default``, ``aten.bmm.default``) plus
+``aten.addmm.default``, ``aten.linear.default``, ``aten.bmm.default``, or a row reduction of
+``ROW_REDUCTIONS`` - ``aten.mean.dim``, ``aten.sum.dim_IntList``, ``aten.amax.default`` over the
+last dimension, whose epilogue sees the reduced ``[..., 1]`` value broadcast over the row) plus
 
 - **prologues**: injective computations that produce an anchor operand from extra tensor
   inputs (cast, scale, dequantization, broadcast, transpose/permute/reshape, elementwise of
@@ -41,7 +43,8 @@ from typing import Any
 
 from hexlayout.errors import HexlayoutError
 
-__all__ = ["Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported", "Ref", "ANCHORS"]
+__all__ = ["Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported", "Ref", "ANCHORS",
+           "ROW_REDUCTIONS"]
 
 Ref = tuple  # ("anchor",) | ("input", i) | ("node", j) | ("const", value)
 
@@ -49,6 +52,9 @@ Ref = tuple  # ("anchor",) | ("input", i) | ("node", j) | ("const", value)
 #: mm (a[M,K], b[K,N]); addmm (bias, a[M,K], b[K,N]; kwargs beta, alpha);
 #: linear (x[..., K], w[N,K], bias[N] or absent); bmm (a[B,M,K], b[B,K,N]).
 ANCHORS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
+#: Row-reduction anchors (over the last dimension; keyword arguments ``dim``, ``keepdim``), with
+#: the reduction their anchor kernel computes: ``hexlayout.fusion.row_reduction``.
+ROW_REDUCTIONS = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum", "aten.amax.default": "max"}
 
 
 class FusionUnsupported(HexlayoutError, ValueError):

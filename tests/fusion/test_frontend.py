@@ -225,12 +225,20 @@ def test_llama_decoder_layer(dtype: torch.dtype) -> None:
         out, plan, log = _compile_run(m, x)
         _close(out, m(x))
     _check_ran(plan, log)
-    # every projection is an anchor of a fused kernel; attention and the norms' reductions
-    # are left to torch, each with its reason
-    assert len(plan.kernels) == 4, plan
+    # every projection is an anchor of a fused kernel, and so is each norm's mean (a row
+    # reduction): the first norm is one kernel (cast, square in its prologue; rsqrt, scale,
+    # cast, weight in its epilogue), the second squares in the output projection's epilogue;
+    # attention is left to torch with its reason, nothing of the norms is
+    assert len(plan.kernels) == 6, plan
+    assert [k.anchor for k in plan.kernels].count("aten.mean.dim") == 2, plan
+    norm1 = next(k for k in plan.kernels if k.anchor == "aten.mean.dim")
+    assert {"aten._to_copy.default", "aten.pow.Tensor_Scalar"} <= set(norm1.prologue), plan
+    assert {"aten.rsqrt.default", "aten.mul.Tensor"} <= set(norm1.epilogue), plan
     left = {f.op: f.reason for f in plan.fallbacks}
     assert "attention" in left["aten._scaled_dot_product_flash_attention_for_cpu.default"]
-    assert "reduction" in left["aten.mean.dim"]
+    assert not {"aten.mean.dim", "aten.pow.Tensor_Scalar", "aten.rsqrt.default",
+                "aten._to_copy.default"} & set(left), plan
+    assert [r.anchor for r in log].count("aten.mean.dim") == 2
 
 
 def test_graph_that_needs_gradients_goes_to_torch() -> None:

@@ -1,0 +1,207 @@
+"""Fused row reductions: ``run_row_reduction(spec, anchor_args, extra_inputs)`` for a spec
+whose anchor is a reduction over the last dimension (``ROW_REDUCTIONS``):
+
+- ``aten.mean.dim`` / ``aten.sum.dim_IntList`` / ``aten.amax.default`` with keyword
+  arguments ``dim`` (the last dimension: ``-1`` or ``rank - 1``) and ``keepdim`` (``True``
+  when the epilogue reads the reduced value: eager broadcasts ``[..., 1]`` over the row);
+  ``x`` (or the prologue's result) is seen as ``M x N`` rows (leading dims flattened);
+  ``N`` is a power of two from 32 to 1024 (one register tile holds whole rows);
+- the prologue computes ``x`` from the extra inputs in the row load (``x = xf ** 2`` of
+  ``xf = x16.float()``); the epilogue runs on the rows with the reduced ``M x 1`` column
+  broadcast (``xf * rsqrt(mean + eps) * w``); extra inputs broadcast against ``M x N``
+  (full rows, a row ``[N]``, a column ``[M, 1]``, a scalar); every output is ``M x N`` or
+  ``M x 1`` and is given back with eager's shape.
+
+The anchor kernel (``hexlayout.fusion.anchors.reduction_provider``) is traced alone and
+``mechanism.fuse`` rewrites its load and its store (``TilePlan.row``); one build per
+structure (no sizes in the key but the row length ``N``, a tile constant).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .aten import VIEWS, dtype_name, is_fusible, torch_dtype
+from .gemm_plan import _arch_of, _meta_eval, _metas, _place, _sig
+from .mechanism import FusedProgram, InputSpec, TilePlan, fuse
+from .reference import eval_nodes, reference
+from .spec import ROW_REDUCTIONS, FusedSpec, FusionUnsupported, Node
+
+__all__ = ["ROW_REDUCTIONS", "run_row_reduction", "clear_row_builds"]
+
+
+_RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
+_LOCK = threading.Lock()
+_PROGRAMS: dict[tuple, FusedProgram] = {}
+
+
+@dataclass
+class _RowCall:
+    arch: str
+    dtype: Any                   # torch dtype of the reduced operand
+    fn: str
+    m: int
+    n: int
+    plan: TilePlan
+    x: Any                       # M x N, None when a prologue computes it
+    inputs: list                 # host values of the plan's inputs
+    out_frames: list             # per output (rows, cols) the kernel stores
+    out_shapes: list             # per output eager's shape
+
+
+def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
+    import torch
+
+    where = spec.display_name()
+    fn = ROW_REDUCTIONS.get(spec.anchor)
+    if fn is None:
+        raise FusionUnsupported(f"{where}: {spec.anchor} is not a row-reduction anchor")
+    kw = dict(spec.anchor_kwargs)
+    dims, keepdim = kw.pop("dim", None), bool(kw.pop("keepdim", False))
+    if kw.get("dtype") is None:
+        kw.pop("dtype", None)
+    if kw:
+        raise FusionUnsupported(f"{where}: {spec.anchor} with {kw} is not fused")
+    if any(p.operand != 0 for p in spec.prologues):
+        raise FusionUnsupported(f"{where}: only the reduced operand takes a prologue")
+    if spec.prologues:
+        p = spec.prologues[0]
+        try:
+            x = _meta_eval(("row prologue", spec, _sig(extra)),
+                           lambda: eval_nodes(p.nodes, None, _metas(extra))[p.output])
+        except Exception as e:  # noqa: BLE001 - any failure of the prologue's ops on meta tensors
+            raise FusionUnsupported(f"{where}: the prologue does not evaluate: {e}") from None
+    else:
+        x = anchor_args[0] if anchor_args else None
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise FusionUnsupported(f"{where}: the reduced operand is not a tensor of rank >= 1")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise FusionUnsupported(f"{where}: a reduction of {x.dtype} (fused reductions take f16, bf16, f32)")
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if len(dims) != 1 or dims[0] is None or dims[0] % x.dim() != x.dim() - 1:
+        raise FusionUnsupported(f"{where}: {spec.anchor} over dims {list(dims)} of a rank-{x.dim()} tensor "
+                                "(fused reductions are over the last dimension)")
+    if spec.epilogue.nodes and not keepdim:
+        raise FusionUnsupported(f"{where}: an epilogue of a reduction without keepdim is not fused")
+    n = int(x.shape[-1])
+    m = x.numel() // n if n else 0
+    if n < 32 or n > 1024 or n & (n - 1) or m == 0:
+        raise FusionUnsupported(f"{where}: rows of {n} (fused row reductions take rows of a power of two "
+                                "from 32 to 1024, at least one row)")
+    for j, nd in enumerate(spec.epilogue.nodes):
+        if not is_fusible(nd.op):
+            raise FusionUnsupported(f"{where}: epilogue node {j}: {nd.op} is not an op fusion knows")
+    for p in spec.prologues:
+        for j, nd in enumerate(p.nodes):
+            if not is_fusible(nd.op):
+                raise FusionUnsupported(f"{where}: prologue node {j}: {nd.op} is not an op fusion knows")
+    first = next((t for t in [*anchor_args, *extra] if isinstance(t, torch.Tensor)), None)
+    others = {str(t.device) for t in [*anchor_args, *extra] if isinstance(t, torch.Tensor)}
+    if first is None or len(others) != 1 or first.device.type not in ("cuda", "cpu"):
+        raise FusionUnsupported(f"{where}: tensors on {sorted(others)} (one device: CUDA, or CPU with "
+                                "HEXLAYOUT_EMULATE=1)")
+    used = {a[1] for nodes in [spec.epilogue.nodes, *(p.nodes for p in spec.prologues)] for nd in nodes
+            for a in nd.args if isinstance(a, tuple) and a and a[0] == "input"}
+    specs, host = [], []
+    for i, t in enumerate(extra):
+        if i not in used:
+            specs.append(InputSpec("scalar"))
+            host.append(0.0)
+            continue
+        s, h = _place(t, (m, n), where, i)
+        specs.append(s)
+        host.append(h)
+    x2 = None if spec.prologues else anchor_args[0].reshape(m, n)
+    try:
+        metas = _meta_eval(("row outputs", spec, _sig(anchor_args), _sig(extra)),
+                           lambda: reference(spec, _metas(anchor_args), _metas(extra)))
+    except Exception as e:  # noqa: BLE001 - the spec's ops on meta tensors fail: not fusible
+        raise FusionUnsupported(f"{where}: the spec does not evaluate with torch's ops: {e}") from None
+    out_dtypes, frames = [], []
+    for t in metas:
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise FusionUnsupported(f"{where}: an output of dtype {t.dtype} (fused outputs are f16, bf16 "
+                                    "or f32)")
+        last = int(t.shape[-1]) if t.dim() else 1
+        if t.numel() not in (m, m * n) or (t.numel() == m * n and last != n) or \
+                (t.numel() == m and m != m * n and t.dim() and last not in (1, m)):
+            raise FusionUnsupported(f"{where}: an output of shape {tuple(t.shape)} is neither the rows "
+                                    f"({m} x {n}) nor one value per row")
+        out_dtypes.append(dtype_name(t.dtype))
+        frames.append((m, n) if t.numel() == m * n and n != 1 else (m, 1))
+    outputs = []
+    for o in spec.epilogue.outputs:
+        # trailing reshapes keep the row-major order: the host gives the stored rows eager's shape
+        while o[0] == "node" and spec.epilogue.nodes[o[1]].op in _RESHAPES:
+            o = spec.epilogue.nodes[o[1]].args[0]
+        if o[0] == "node" and spec.epilogue.nodes[o[1]].op in VIEWS:
+            view = spec.epilogue.nodes[o[1]].op
+            raise FusionUnsupported(f"{where}: an output that is a {view} view is not fused into a reduction")
+        outputs.append(o)
+    for j, nd in enumerate(spec.epilogue.nodes):
+        if nd.op in VIEWS and nd.op not in _RESHAPES:
+            raise FusionUnsupported(f"{where}: epilogue node {j} ({nd.op}) permutes the rows")
+    plan = TilePlan(output_param="c", operands=((0, "x"),),
+                    prologues=tuple((0, p.nodes, p.output) for p in spec.prologues),
+                    epilogue=tuple(Node(nd.op, nd.args[:1]) if nd.op in VIEWS else nd
+                                   for nd in spec.epilogue.nodes), outputs=tuple(outputs),
+                    out_dtypes=tuple(out_dtypes), inputs=tuple(specs), row=True)
+    return _RowCall(_arch_of(first.device, first.is_cuda), x.dtype, fn, m, n, plan, x2, host, frames,
+                    [tuple(t.shape) for t in metas])
+
+
+def _build(call: _RowCall, spec: FusedSpec, compile: bool) -> tuple[Any, FusedProgram]:
+    import hexlayout.lang as hl
+    from hexlayout.runtime import build
+    from hexlayout.runtime.launch_log import describe
+
+    from .anchors import reduction_provider
+
+    prov = reduction_provider()
+    consts = prov.consts(call.m, call.n)
+    dname = dtype_name(call.dtype)
+    name = spec.display_name()
+    key = (dname, call.fn, tuple(sorted(consts.items())), call.plan, name)
+    with _LOCK:
+        prog = _PROGRAMS.get(key)
+    if prog is None:
+        tk = prov.kernel(getattr(hl, dname), call.fn).trace(**consts)
+        prog = fuse(tk, call.plan, f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}")
+        with _LOCK:
+            _PROGRAMS[key] = prog
+    bld = build(prog.kernel, call.arch, compile=compile)
+    describe(bld, anchor=spec.anchor, prologue=tuple(spec.prologue_ops()),
+             epilogue=tuple(spec.epilogue_ops()))
+    return bld, prog
+
+
+def clear_row_builds() -> None:
+    """Forget the memoized fused reduction programs."""
+    with _LOCK:
+        _PROGRAMS.clear()
+
+
+def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> list:
+    """``spec`` (a row-reduction anchor) as one fused kernel: its outputs with eager's shapes
+    and dtypes (raises ``FusionUnsupported`` before anything runs when it cannot fuse)."""
+    import torch
+
+    from .run import _launch_args
+
+    call = _plan(spec, list(anchor_args), list(extra_inputs))
+    first = next(t for t in [*anchor_args, *extra_inputs] if isinstance(t, torch.Tensor))
+    cuda = first.is_cuda
+    if not cuda:
+        from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
+
+        if not emulation_enabled():
+            raise EmulationDisabledError(f"hexlayout fused kernel {spec.display_name()}: CPU tensors need "
+                                         "HEXLAYOUT_EMULATE=1 (the thread-level emulator) or CUDA tensors")
+    bld, prog = _build(call, spec, compile=cuda)
+    outs = [torch.empty(f, dtype=torch_dtype(dt), device=first.device)
+            for f, dt in zip(call.out_frames, call.plan.out_dtypes)]
+    _launch_args(bld, prog, {"x": call.x}, call.inputs, outs, cuda)
+    return [o.reshape(s) for o, s in zip(outs, call.out_shapes)]
