@@ -562,9 +562,6 @@ class _Synth:
                                   [var_of[j] for j in range(len(keys))])
             solutions = problem.getSolutionIter()
         else:
-            ra = assign_registers(self.g, {}, cthreads, self.global_views)
-            if ra.conflict is None and ra.unresolved:
-                raise self.unresolved_error(ra.unresolved, cthreads)
             solutions = iter([{}])
         best: tuple[float, Any, float] | None = None
         last_error: SynthesisError | None = None
@@ -594,6 +591,9 @@ class _Synth:
                     if key not in self.reg_cost:
                         err = self.check_register_ops(choice, self.current)
                         if err:
+                            if not keys and ra.conflict is None and ra.unresolved:
+                                # no mma: a register tile no coalesced layout spreads over the threads
+                                last_error = last_error or self.unresolved_error(ra.unresolved, cthreads)
                             last_error = last_error or SynthesisError(self.tk.name, err.located,
                                                                       [err.op] if err.op else [])
                             continue
