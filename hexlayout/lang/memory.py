@@ -57,7 +57,9 @@ def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None 
     Gathered rows: with ``rows=idx`` (an integer register tile of shape ``(tile[0],)`` or
     ``(tile[0], 1)``) mode 0 goes through the index tile: ``y[i, j] = a[idx[i], origin[1] + j]``
     and ``origin[0]`` must be ``None``. ``valid_rows`` bounds mode 0's extent (rows past it
-    read as 0). ``a.tile(tile, origin)`` is the same view.
+    read as 0). ``a.tile(tile, origin)`` is the same view. Of a ``u4`` / ``i4`` argument the
+    view is a ``PackedView`` (``hexlayout.lang.packed_global``) for ``hl.copy``; its last
+    mode's tile extent and origin must be even.
 
     Args:
         a (GlobalTensor): a global tensor argument of the kernel.

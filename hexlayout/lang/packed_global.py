@@ -8,7 +8,8 @@ CUTLASS's ``int4b_t`` arrays, and the one a little-endian load of wider words se
 last extent is ``N / 2`` (``N`` even); an ``s4`` byte holds two's-complement nibbles.
 
 In the kernel program the argument *is* that byte tensor (a ``u8`` parameter of shape
-``[..., N_bytes]``, the size ``N_bytes`` bound from the host tensor), so the emulator, the
+``[..., N_bytes]``, the size ``N_bytes`` bound from the host tensor; a size ``N`` of other
+arguments is a separate size, not checked against it), so the emulator, the
 launcher and the code generator address whole bytes only. The language shows the element
 view: ``w.dtype`` is ``u4`` / ``s4``, ``w.shape[-1]`` is ``2 * N_bytes``. ``hl.view(w, tile,
 origin)`` is a ``PackedView``; ``hl.copy`` from it into a register tile of ``u8`` (``u4``:
