@@ -99,6 +99,8 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     dom = compute_domain(fn, dt, any(_is_float_src(s) for s in ins.srcs))
     vals = [_src(em, s, idx, n, dom) for s in ins.srcs]
     r = fn.cuda(c_domain(dom), *vals)
+    if fn.helper:
+        em.helpers.add(fn.helper)
     if dom in ("float", "double"):
         out = from_float(dt, r) if dt.name != "pred" else f"({r}) != 0"
     else:

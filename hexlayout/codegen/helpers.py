@@ -58,12 +58,20 @@ __device__ __forceinline__ T hl_shfl(T x, int arg, int width, bool bfly) {
   u = bfly ? __shfl_xor_sync(0xffffffffu, u, arg, width) : __shfl_sync(0xffffffffu, u, arg, width);
   return *reinterpret_cast<T*>(&u);
 }""",
+    "ex2_approx_ftz": """\
+// 2**x by the hardware approximation (MUFU.EX2), subnormal inputs and results flushed to zero.
+__device__ __forceinline__ float hl_ex2_approx_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}""",
     "tensor_map": """\
 // The 128-byte tensor map of cuda.h (encoded on the host by cuTensorMapEncodeTiled).
 typedef struct __align__(64) CUtensorMap_st { unsigned long long opaque[16]; } CUtensorMap;""",
 }
 
-_ORDER = ("tensor_map", "u32", "gmma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80", "shfl")
+_ORDER = ("tensor_map", "u32", "gmma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80", "shfl",
+          "ex2_approx_ftz")
 
 
 def helper_source(used: set[str]) -> str:

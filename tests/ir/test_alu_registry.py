@@ -16,7 +16,9 @@ an input pair of a binary function.
 What is modelled rather than checked: the device-only intrinsics the printed code calls
 have host stand-ins in the harness header below (``__float2int_rn`` and friends: nearest
 even, saturating, NaN -> 0, as the CUDA Math API documents; ``__frcp_rn``: ``1 / x``;
-``rsqrtf``: ``1 / sqrtf``; bit casts; integer ``max`` / ``min``), the host math library
+``rsqrtf``: ``1 / sqrtf``; ``hl_ex2_approx_ftz`` (inline PTX ``ex2.approx.ftz.f32``):
+``exp2f`` with subnormal inputs and results flushed to zero; bit casts; integer ``max`` /
+``min``), the host math library
 (glibc) stands in for CUDA's (``expf``, ``tanhf``, ...), and signed integer overflow is
 compiled with ``-fwrapv`` (two's complement, as the PTX instructions nvcc emits wrap).
 
@@ -288,6 +290,9 @@ static double __longlong_as_double(long long x) { double f; std::memcpy(&f, &x, 
 static float __frcp_rn(float x) { return 1.0f / x; }
 static float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static double rsqrt(double x) { return 1.0 / sqrt(x); }
+// hl_ex2_approx_ftz (codegen helper, PTX ex2.approx.ftz.f32): 2**x, subnormals flushed to zero
+static float hl_ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
+static float hl_ex2_approx_ftz(float x) { return hl_ftz(exp2f(hl_ftz(x))); }
 template <class I> static I sat_rn(float x, double lo, double hi) {
   if (std::isnan(x)) return 0;
   double r = std::nearbyint((double)x);           // the default rounding mode: nearest even
@@ -558,9 +563,11 @@ def test_language_errors_come_from_the_typing_rule() -> None:
 def test_printed_code_compiles_for_the_device() -> None:
     """Every case's statement also compiles as device code with NVRTC (sm_80): overloads and
     intrinsics exist for the device (the host harness above stands in for some of them)."""
+    from hexlayout.codegen.helpers import helper_source
     from hexlayout.runtime.compile import compile_cuda
 
     src = ["#include <cuda_fp16.h>", "#include <cuda_bf16.h>", "#include <cuda_fp8.h>",
+           helper_source({fn.helper for fn in ALU_FUNCTIONS.values() if fn.helper}),
            'extern "C" __global__ void alu_cases(unsigned char* buf) {']
     for k, case in enumerate(CASES):
         body = [f"{c_type(dt)} a{j}[1]; a{j}[0] = *reinterpret_cast<const {c_type(dt)}*>(buf + {16 * j});"

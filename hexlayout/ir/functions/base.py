@@ -26,6 +26,9 @@ above need to know about it, so a new function is one class (plus its test):
   ``device_ulp``, the bound CUDA documents for the device math function it calls.
 - language: ``lang_name`` (an ``hl.<lang_name>(x, out=None)`` unary function is generated
   for it), ``operator`` (how error messages spell it, e.g. ``+``).
+- device helper: ``helper``, the name of a device function of ``hexlayout.codegen.helpers``
+  its printing calls (inline PTX such as ``ex2.approx.ftz.f32``); the code generator emits it
+  where used, and the registry test's host harness has a stand-in for it.
 
 The compute domain: a floating destination computes in ``float`` (``double`` for f64);
 an integer or predicate destination computes in ``float`` when the function is
@@ -135,6 +138,8 @@ class AluFunction(str):
     ulp: ClassVar[int] = 0
     device_ulp: ClassVar[int] = 0
     lang_name: ClassVar[str | None] = None
+    #: the device helper (``hexlayout.codegen.helpers``) its printing calls, emitted where used
+    helper: ClassVar[str | None] = None
     operator: ClassVar[str | None] = None
 
     def __new__(cls, name: str) -> AluFunction:

@@ -1,4 +1,4 @@
-"""Floating-point math functions: exp exp2 log log2 sqrt rsqrt silu gelu tanh softplus.
+"""Floating-point math functions: exp exp2 exp2_approx log log2 sqrt rsqrt silu gelu tanh softplus.
 
 Each computes in ``float`` (``double`` for f64 destinations) with the C math library
 function named in its printing; ``numpy`` evaluates the same expression step by step in
@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from hexlayout.arch.dtypes import DType
+
 from .base import FLOAT, AluFunction, CDomain, libm
 
-__all__ = ["Exp", "Exp2", "Log", "Log2", "Sqrt", "Rsqrt", "Silu", "Gelu", "Tanh", "Softplus"]
+__all__ = ["Exp", "Exp2", "Exp2Approx", "Log", "Log2", "Sqrt", "Rsqrt", "Silu", "Gelu", "Tanh", "Softplus"]
 
 
 class _Transcendental(AluFunction):
@@ -57,6 +59,43 @@ class Exp2(_Transcendental):
 
     def cuda(self, c: CDomain, x: str) -> str:
         return f"{c.math('exp2')}({x})"
+
+
+_F32_MIN_NORMAL = np.float32(2.0 ** -126)
+
+
+def _flush(x: Any) -> Any:
+    """``x`` with subnormal values replaced by zero of the same sign (float32's ``.ftz``)."""
+    return np.where(np.abs(x) < _F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+class Exp2Approx(_Transcendental):
+    """``2**x`` by the hardware approximation, flushing subnormals to zero: PTX
+    ``ex2.approx.ftz.f32`` (one MUFU.EX2; ``exp2`` adds the subnormal-range fix-up around
+    it). Computed in float32 whatever the destination: a subnormal input counts as 0 (2**0 =
+    1) and a result below 2**-126 (x < -126) is +0; ``2**-inf = 0``, ``2**inf = inf``, NaN
+    stays NaN. The device result is within a relative error of 2**-22 of ``2**x`` (PTX ISA,
+    ``ex2``: at most 4 float32 ulps); the emulator computes the correctly rounded ``2**x``."""
+
+    name = "exp2_approx"
+    lang_name = "exp2_approx"
+    ulp = 1
+    device_ulp = 4
+    helper = "ex2_approx_ftz"
+
+    def ulp_bound(self, dst: DType) -> int:
+        """Computed in float32 for every destination: ``ulp`` float32 ulps, which are 2**29
+        f64 ulps."""
+        return self.ulp << 29 if dst.bits > 32 else super().ulp_bound(dst)
+
+    def numpy(self, x: Any) -> Any:
+        x = np.asarray(x)
+        r = _flush(libm(np.exp2, _flush(x.astype(np.float32))))
+        return r.astype(x.dtype) if x.dtype.kind == "f" else r
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        r = f"hl_ex2_approx_ftz(static_cast<float>({x}))"
+        return r if c.ctype == "float" else f"static_cast<{c.ctype}>({r})"
 
 
 class Log(_Transcendental):
