@@ -43,6 +43,16 @@ __all__ = ["PackedGlobalTensor", "PackedView", "packed_param", "copy_packed", "H
 HELD_AS = {"u4": "u8", "s4": "s8"}
 
 
+def _row_major(shape: tuple[ExprLike, ...]) -> tuple[ExprLike, ...]:
+    """Row-major strides: ``stride[i] = prod(shape[i+1:])``."""
+    out: list[ExprLike] = []
+    acc: ExprLike = 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc = acc * s
+    return tuple(reversed(out))
+
+
 def packed_param(name: str, dtype: DType, shape: tuple[ExprLike, ...], dims: tuple[Any, ...],
                  stride: Any, align_bytes: int, sizes: dict[str, Var]
                  ) -> tuple[GlobalParam, tuple[ExprLike, ...]]:
@@ -75,12 +85,7 @@ def packed_param(name: str, dtype: DType, shape: tuple[ExprLike, ...], dims: tup
         raise ValueError(f"the last extent of a {dtype} tensor must be an even integer or a size name, "
                          f"not {dims[-1]!r}")
     bshape = tuple(shape[:-1]) + (nbytes,)
-    bstride: list[ExprLike] = []
-    acc: ExprLike = 1
-    for s in reversed(bshape):
-        bstride.append(acc)
-        acc = acc * s
-    gp = GlobalParam(name, canonical("u8"), bshape, tuple(reversed(bstride)), align_bytes)
+    gp = GlobalParam(name, canonical("u8"), bshape, _row_major(bshape), align_bytes)
     return gp, tuple(shape[:-1]) + (elems,)
 
 
@@ -107,12 +112,7 @@ class PackedGlobalTensor(GlobalTensor):
     @property
     def stride(self) -> tuple[ExprLike, ...]:
         """Row-major element strides."""
-        out: list[ExprLike] = []
-        acc: ExprLike = 1
-        for s in reversed(self._shape):
-            out.append(acc)
-            acc = acc * s
-        return tuple(reversed(out))
+        return _row_major(self._shape)
 
     def tile(self, tile: tuple[int, ...], origin: tuple[Any, ...] | None = None, *, rows: Tile | None = None,
              valid_rows: ExprLike | None = None, name: str | None = None) -> PackedView:  # type: ignore[override]
