@@ -441,10 +441,12 @@ class _Synth:
             if copies:
                 why = copy_thread_layout(shape, list(reversed(range(len(shape)))), 1, threads)
                 why = why if isinstance(why, str) else "no coalesced layout is legal"
+                declared = f" (declared at {v.loc.format(code='backticks')})" if v.loc is not None else ""
                 return SynthesisError(
                     self.tk.name,
-                    f"{_opname(copies[0])} at {_loc(copies[0])}: register tile %{v.name} {v.type.dtype}"
-                    f"{shape} ({size} elements) has no layout over the {threads} threads that run it "
+                    f"{_opname(copies[0])} at {_loc(copies[0])}: register tile %{v.name}{declared} "
+                    f"{v.type.dtype}{shape} ({size} elements) has no layout over the {threads} threads "
+                    "that run it "
                     f"({why}); use a tile whose element count is a multiple of {threads}, or fewer "
                     "threads", [copies[0]])
             ops = [op for op in self.tk.body.walk() if any(x.id == v.id for x in op.values())]
