@@ -19,6 +19,10 @@ A row-reduction provider (``register_reduction``) is two functions too:
   parameters ``x``, ``c``, ``fn`` in ``"sum"``, ``"mean"``, ``"max"``; its one load of ``x``
   (whole rows into a register tile) and its one store of ``c`` are the fusion points;
 - ``consts(m, n) -> dict``: its tile constants for ``m`` rows of ``n``.
+
+The attention provider (``register_attention``): ``kernel() -> hl.Kernel`` (parameters
+``q``, ``k``, ``v``, ``o`` in ``[B, S, heads, D]``, f16, and ``qk_scale``; constant
+``CAUSAL``) and ``consts(sq, sk, d, causal, emulated) -> dict``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from typing import Any
 from .spec import FusionUnsupported
 
 __all__ = ["GemmProvider", "register_gemm", "gemm_provider", "ReductionProvider", "register_reduction",
-           "reduction_provider"]
+           "reduction_provider", "AttentionProvider", "register_attention",
+           "attention_provider"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +94,32 @@ def reduction_provider() -> ReductionProvider:
     if not _REDUCTION:                             # pragma: no cover
         raise FusionUnsupported("no row-reduction anchor kernels are registered")
     return _REDUCTION[0]
+
+
+@dataclass(frozen=True)
+class AttentionProvider:
+    """The attention anchor kernel of the kernels layer (see the module docstring)."""
+
+    kernel: Callable[..., Any]
+    consts: Callable[..., dict[str, Any]]
+
+
+_ATTENTION: list[AttentionProvider] = []
+
+
+def register_attention(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
+    """Register the attention anchor provider (the latest registration wins)."""
+    _ATTENTION[:] = [AttentionProvider(kernel, consts)]
+
+
+def attention_provider() -> AttentionProvider:
+    """The registered attention provider (importing it from ``hexlayout.ops`` once)."""
+    if not _ATTENTION:
+        try:
+            importlib.import_module("hexlayout.ops.sdpa_anchor")
+        except ImportError as e:                   # pragma: no cover - a broken install
+            raise FusionUnsupported(f"no attention anchor kernel: importing hexlayout.ops failed "
+                                    f"({e})") from None
+    if not _ATTENTION:                             # pragma: no cover
+        raise FusionUnsupported("no attention anchor kernel is registered")
+    return _ATTENTION[0]

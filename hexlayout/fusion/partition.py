@@ -22,8 +22,9 @@ the prologue and is recomputed in the epilogue:
 
 Such a group is convex (no path leaves it and comes back), so replacing it by one call
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
-reason; attention (``scaled_dot_product_attention`` in its aten forms) is recognized as an
-anchor that the fusion mechanism does not schedule yet.
+reason. Attention (``scaled_dot_product_attention`` in its aten forms) is an anchor with no
+prologue whose epilogue is the views of its output (``fusion.attention``); attention the
+kernel cannot compute (a mask, bf16, ...) is left to torch with the reason.
 
 How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluates with
 eager aten ops on the arguments it is given):
@@ -53,18 +54,13 @@ from typing import Any
 from .aten import CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
+from .attention import ATTENTION_ANCHORS
 from .spec import ANCHORS, ROW_REDUCTIONS, Epilogue, FusedSpec, Node, Prologue
 
 __all__ = ["partition", "Partition", "Group", "Step", "ATTENTION", "ELEMENTWISE", "VIEWS", "op_name"]
 
 #: Attention in its aten forms (after decomposition of ``F.scaled_dot_product_attention``).
-ATTENTION = frozenset({
-    "aten.scaled_dot_product_attention.default",
-    "aten._scaled_dot_product_flash_attention.default",
-    "aten._scaled_dot_product_flash_attention_for_cpu.default",
-    "aten._scaled_dot_product_efficient_attention.default",
-    "aten._scaled_dot_product_cudnn_attention.default",
-})
+ATTENTION = ATTENTION_ANCHORS
 
 #: Elementwise ops and casts that the mechanism can fuse (``aten.ELEMENTWISE``, ``aten.CASTS``):
 #: injective as prologues; bijective as epilogues when the kernel's value is not broadcast up.
@@ -74,7 +70,7 @@ VIEWS = frozenset(_ATEN_VIEWS) - {"aten.expand.default"}
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
 #: hexlayout's own GEMM op, an anchor too: ``act(scale * a @ B + bias) + residual``.
 HEXLAYOUT_GEMM = "hexlayout.gemm.default"
-_ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM} | frozenset(ROW_REDUCTIONS)
+_ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM} | frozenset(ROW_REDUCTIONS) | ATTENTION
 _GEMM_ACTIVATIONS = {"relu": ("aten.relu.default", ()), "silu": ("aten.silu.default", ()),
                      "gelu": ("aten.gelu.default", (("approximate", "tanh"),))}
 #: Ops whose result is a view of their first argument, besides ``VIEWS``.
@@ -206,8 +202,7 @@ def _arg_nodes(n: Any) -> list:
 
 def _kind_reason(op: str) -> str:
     if op in ATTENTION:
-        return (f"attention anchor: hexlayout's fusion mechanism schedules {', '.join(ANCHORS)}, "
-                "not attention yet")
+        return "attention anchor not fused"
     base = op.split(".")[1] if op.startswith("aten.") else op
     if base in _REDUCTIONS:
         return "a reduction: neither an injective prologue nor a bijective epilogue of an anchor"
@@ -296,9 +291,13 @@ class _Partitioner:
             return False
         if op == "getitem":
             src = n.args[0]
+            if self._op(src) in ATTENTION:
+                return src in group and n.args[1] == 0
             return src in group and self._op(src) in _SPLITS
         if op in VIEWS and self._expressible(n):
             return True
+        if op == "aten.clone.default" and self._op(self._base(n.args[0])) in ATTENTION:
+            return True                 # reshape's copy of attention's transposed output: free
         if any(a in viewed for a in _arg_nodes(n)):
             self.why.setdefault(n, "reads a permuted / reshaped output of the kernel (views end a "
                                    "kernel's output)")
@@ -328,7 +327,10 @@ class _Partitioner:
         groups = []
         for n in self.nodes:
             if n.op == "call_function" and self._op(n) in _ANCHORS and n not in self.claimed:
-                if not _is_tensor(_val(n)):
+                if self._op(n) in ATTENTION:
+                    if not self._attention(n):
+                        continue
+                elif not _is_tensor(_val(n)):
                     self.why[n] = "its value is not a tensor"
                     continue
                 if self._op(n) in ROW_REDUCTIONS and not self._row_reduction(n):
@@ -451,6 +453,8 @@ class _Partitioner:
         """The anchor's arguments that are GEMM operands (a prologue may produce them)."""
         if self._op(anchor) in ROW_REDUCTIONS:
             return anchor.args[:1]
+        if self._op(anchor) in ATTENTION:
+            return anchor.args[:3]
         return anchor.args[:2] if self._op(anchor) == HEXLAYOUT_GEMM else anchor.args
 
     @staticmethod
@@ -458,6 +462,26 @@ class _Partitioner:
         """A reduction's arguments by name (``self``, ``dim``, ``keepdim``, ``dtype``)."""
         names = [a.name for a in n.target._schema.arguments]
         return dict(zip(names, n.args)) | dict(n.kwargs)
+
+    def _attention(self, n: Any) -> bool:
+        """Whether attention ``n`` is an anchor (else the reason is kept)."""
+        from .attention import attention_refusal
+
+        given = self._reduction_args(n)
+        names = [a.name for a in n.target._schema.arguments]
+        q, k, v = (_val(given.get(x)) if hasattr(given.get(x), "op") else None for x in names[:3])
+        kw = {key: val for key, val in given.items() if key not in names[:3]}
+        if q is None or k is None or v is None:
+            why: str | None = "attention of arguments that are not tensors"
+        else:
+            why = attention_refusal(q, k, v, kw, cuda=q.device.type == "cuda")
+        extra = [u for u in n.users if not (self._op(u) == "getitem" and u.args[1] == 0)]
+        if why is None and not _is_tensor(_val(n)) and extra:
+            why = "attention's extra outputs (logsumexp, ...) are used"
+        if why is not None:
+            self.why[n] = f"attention anchor not fused: {why}"
+            return False
+        return True
 
     def _row_reduction(self, n: Any) -> bool:
         """Whether reduction ``n`` is an anchor (else the reason is kept): over the last
@@ -484,10 +508,14 @@ class _Partitioner:
 
     def _group(self, anchor: Any) -> Group | None:
         reduction = self._op(anchor) in ROW_REDUCTIONS
-        self.flat = len(_shape(anchor)) == 2 or reduction     # a reduction's frame: rows x columns
+        # a reduction's frame: rows x columns; attention's output is 4-D
+        self.flat = reduction or (_is_tensor(_val(anchor)) and len(_shape(anchor)) == 2)
         self.row_shape = _shape(anchor.args[0]) if reduction else None
         self.epilogue_users: set = set()
-        prologues = self._prologues(anchor)
+        attention = self._op(anchor) in ATTENTION
+        prologues = {} if attention else self._prologues(anchor)     # attention: no prologue
+        if attention:
+            self.prologue_nodes = set()
         self.claimed[anchor] = anchor
         epi = self._epilogue(anchor)
         for e in epi:
@@ -557,6 +585,12 @@ class _Partitioner:
         implied: list[Node] = []            # epilogue nodes the anchor itself computes
         if anchor_op == HEXLAYOUT_GEMM:
             spec_anchor, order, anchor_kwargs = self._gemm(anchor, implied, extra_ref)
+        elif anchor_op in ATTENTION:
+            given = self._reduction_args(anchor)
+            names = [a.name for a in anchor.target._schema.arguments]
+            anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in given.items()
+                                         if k not in names[:3]))
+            spec_anchor, order = anchor_op, [0, 1, 2]
         elif anchor_op in ROW_REDUCTIONS:
             given = self._reduction_args(anchor)
             anchor_kwargs = (("dim", (-1,)), ("keepdim", True))
@@ -595,7 +629,8 @@ class _Partitioner:
             self._lower(sorted(need, key=self.order.__getitem__), refs, flat, epi_nodes, extra_ref)
         self._lower(epi, refs, flat, epi_nodes, extra_ref)
         outputs = [n for n in [anchor, *epi] if self._op(n) not in _SPLITS
-                   and any(u not in members for u in n.users)]
+                   and any(u not in members for u in n.users)
+                   and not (n is anchor and anchor_op in ATTENTION and not _is_tensor(_val(n)))]
         if not outputs:
             raise _NotFusible("the kernel's values are not used")
         if any(refs[o][0] == "ext" for o in outputs):
@@ -729,6 +764,9 @@ class _Partitioner:
                     (src not in refs or refs[src][0] == "ext"):
                 base, steps = (src, ()) if src not in refs else refs[src][1:]
                 refs[n] = ("ext", base, steps + (self._host_step(n),))
+                continue
+            if op == "getitem" and self._op(src) in ATTENTION:
+                refs[n] = refs[src]                     # attention's output
                 continue
             if self._leading_view(n):
                 refs[n] = refs[src]

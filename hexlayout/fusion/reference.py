@@ -60,5 +60,7 @@ def reference(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     for p in spec.prologues:
         args[p.operand] = eval_nodes(p.nodes, None, extra_inputs)[p.output]
     y = aten_op(spec.anchor)(*args, **dict(spec.anchor_kwargs))
+    if isinstance(y, tuple):                   # attention's aten forms: (output, logsumexp, ...)
+        y = y[0]
     env = eval_nodes(spec.epilogue.nodes, y, extra_inputs)
     return [y if o[0] == "anchor" else env[o[1]] for o in spec.epilogue.outputs]

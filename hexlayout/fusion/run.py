@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from .aten import dtype_name, torch_dtype
+from .attention import ATTENTION_ANCHORS, run_attention
 from .gemm_plan import GemmCall, clear_plans, output_frames, plan_call
 from .mechanism import FusedProgram, TilePlan, fuse
 from .reference import aten_op, reference
@@ -125,6 +126,8 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
         raise FusionUnsupported(f"run_fused takes a FusedSpec, not {type(spec).__name__}")
     if spec.anchor in ROW_REDUCTIONS:
         return run_row_reduction(spec, list(anchor_args), list(extra_inputs))
+    if spec.anchor in ATTENTION_ANCHORS:
+        return run_attention(spec, list(anchor_args), list(extra_inputs))
     call = plan_call(spec, list(anchor_args), list(extra_inputs))
     first = next(x for x in [*anchor_args, *extra_inputs]
                  if isinstance(x, torch.Tensor) and x.device.type != "meta")
