@@ -30,7 +30,7 @@ from .mechanism import FusedProgram, InputSpec, TilePlan, fuse
 from .reference import eval_nodes, reference
 from .spec import ROW_REDUCTIONS, FusedSpec, FusionUnsupported, Node
 
-__all__ = ["ROW_REDUCTIONS", "run_row_reduction", "clear_row_builds"]
+__all__ = ["ROW_REDUCTIONS", "run_row_reduction", "row_fused_build", "clear_row_builds"]
 
 
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
@@ -176,6 +176,12 @@ def _build(call: _RowCall, spec: FusedSpec, compile: bool) -> tuple[Any, FusedPr
     describe(bld, anchor=spec.anchor, prologue=tuple(spec.prologue_ops()),
              epilogue=tuple(spec.epilogue_ops()))
     return bld, prog
+
+
+def row_fused_build(spec: FusedSpec, anchor_args: list, extra_inputs: list, *, compile: bool = True) -> Any:
+    """The build of ``spec`` (a row-reduction anchor) for these arguments, on their device's
+    architecture (CPU: ``HEXLAYOUT_EMULATE_ARCH``), compiled unless ``compile=False``."""
+    return _build(_plan(spec, list(anchor_args), list(extra_inputs)), spec, compile)[0]
 
 
 def clear_row_builds() -> None:

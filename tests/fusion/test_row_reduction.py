@@ -86,6 +86,19 @@ def test_softmax_is_two_reduction_kernels(dtype: torch.dtype, dname: str) -> Non
     assert [r.anchor for r in log] == ["aten.amax.default", "aten.sum.dim_IntList"]
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_fused_reductions_compile_without_spills(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVRTC: the fused RMSNorm over rows of 1024 (4 warps) and of 64 (one warp)."""
+    from hexlayout.fusion.row_reduction import row_fused_build
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    for cols in (1024, 64):
+        x, w = torch.randn(8, cols, dtype=torch.float16), torch.randn(cols, dtype=torch.float16)
+        bld = row_fused_build(_rmsnorm_spec("f16", 1e-6), [None], [x, w])
+        res = bld.compiled.resources
+        assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, (cols, res)
+
+
 def test_unfusible_reductions_say_why() -> None:
     for cols in (48, 16):                                 # not a power of two; too short a row
         with pytest.raises(FusionUnsupported, match="power of two"):
