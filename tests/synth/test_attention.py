@@ -27,7 +27,8 @@ LOG2E = math.log2(math.e)
 
 @cache
 def _synth(causal: bool, head_dim: int = 64, bm: int = 64) -> Synthesis:
-    tk = flash_attention_fwd.trace(BM=bm, BN=64, HEAD_DIM=head_dim, WARPS=4, CAUSAL=causal)
+    # unchunked (the example's default chunks S and q: tests/synth/test_attention_chunked.py)
+    tk = flash_attention_fwd.trace(BM=bm, BN=64, HEAD_DIM=head_dim, WARPS=4, CAUSAL=causal, CHUNK=0, DCHUNK=0)
     return synthesize(tk, "sm_80")
 
 
@@ -68,7 +69,8 @@ def _emulate(s: Synthesis, b: int, sq: int, sk: int, h: int, kvh: int, d: int, c
 def test_decisions() -> None:
     s = _synth(False)
     mmas = list(s.mma.values())
-    assert len(mmas) == 2 and all(tm.atom.name == "SM80_16x8x16_F32F16F16F32_TN" for tm in mmas)
+    # two mmas per key block, traced twice: the unmasked full blocks and the masked rest (loop split)
+    assert len(mmas) == 4 and all(tm.atom.name == "SM80_16x8x16_F32F16F16F32_TN" for tm in mmas)
     # QK^T's accumulator is P.V's A operand: both mmas split the 64 query rows over the 4 warps
     assert all(tm.tile_mnk[:2] == (64, 64) and str(tm.warps).startswith("spatial(4, 1)")
                for tm in mmas)
@@ -102,9 +104,10 @@ def test_two_row_blocks_per_warp_matches_float64() -> None:
     """BM=128 on 4 warps: each warp owns two 16-row blocks of S, so the accumulator of QK^T
     can only be P.V's A operand when the k-step is the inner value mode of A (k_inner)."""
     s = _synth(False, 64, 128)
-    pv = [s.mma[id(op)] for op in s.kernel.body.walk()
+    pv = [s.mma[op.uid] for op in s.kernel.body.walk()
           if isinstance(op, Mma) and "cast" in getattr(op.loc, "code", "")]
-    assert len(pv) == 1 and pv[0].k_inner and pv[0].tile_mnk[0] == 128
+    # one P.V per loop of the split (unmasked full key blocks, masked rest)
+    assert len(pv) == 2 and all(m.k_inner and m.tile_mnk[0] == 128 for m in pv)
     report = _emulate(s, 1, 150, 90, 1, 1, 64, False)
     assert report.totals["bank_conflicts"] == 0
 

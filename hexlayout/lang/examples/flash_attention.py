@@ -4,20 +4,28 @@ Layouts ``[batch, seq, heads, head_dim]``; grouped-query attention: query head `
 reads kv head ``h // (H // KVH)``. Each block owns ``BM`` query rows of one (batch,
 head); it streams ``BN``-row blocks of k and v through two shared buffers (cp.async,
 the next block loads while this one is used), computes ``S = Q K^T`` with mma, keeps the
-online-softmax row max ``m_i`` and sum ``l_i`` in registers (``exp2`` with the scale
-pre-multiplied by log2(e): ``qk_scale = sm_scale * log2(e)``, given by the host), and
-accumulates ``P V`` where ``P`` (cast to f16) is the A operand and ``V^T`` (a transposed
-view of the shared v tile) the B operand. ``HEAD_DIM`` is the padded head size: views
-clamp to the real ``D``. Causal masking is bottom-right aligned (query ``i`` sees keys
-``j <= i + Sk - Sq``); rows with no visible key produce zeros.
+online-softmax row max ``m_i`` and sum ``l_i`` in registers, and accumulates ``P V``
+where ``P`` (cast to f16) is the A operand and ``V^T`` (a transposed view of the shared v
+tile) the B operand. ``HEAD_DIM`` is the padded head size: views clamp to the real ``D``.
+Causal masking is bottom-right aligned (query ``i`` sees keys ``j <= i + Sk - Sq``); rows
+with no visible key produce zeros.
 
-``CHUNK`` / ``DCHUNK`` (0 = the whole block) bound what a warp holds in registers: S is
-computed per sub-block of ``CHUNK`` keys (the row max is still the whole block's; P V is
-accumulated per sub-block), summed over ``DCHUNK`` columns of the head dimension, with q
-read from shared memory per column chunk when ``DCHUNK < HEAD_DIM`` instead of kept in
-registers. The defaults (BM=128, BN=32, HEAD_DIM=128, 8 warps) compile for sm_80 without
-spills; BN=64 spills unless chunked: BN=64, CHUNK=32, DCHUNK=64 compiles without spills
-(240 registers; ``benchmarks/results/static_*.md``).
+Softmax in the log2 domain: ``qk_scale = sm_scale * log2(e)`` (given by the host, > 0) is
+applied to the row max of the unscaled scores once and to each score inside the
+exponential's argument, ``2**(s * qk_scale - m)`` (one FMA), and the exponentials are
+``hl.exp2_approx`` (PTX ``ex2.approx.ftz.f32``: one MUFU.EX2; weights below 2**-126 flush
+to 0, as in Triton and FlashAttention). The key loop is split: the blocks whose keys every
+row of the query block sees (``n_full``: all but a partial last block; with ``CAUSAL``
+also before the diagonal) run without a per-element mask; the rest compare and select.
+
+``CHUNK`` / ``DCHUNK`` (0 = the whole block; clamped to ``BN`` / ``HEAD_DIM``) bound what
+a warp holds in registers: S is computed per sub-block of ``CHUNK`` keys (the row max is
+still the whole block's; P V is accumulated per sub-block), summed over ``DCHUNK``
+columns of the head dimension, with q read from shared memory per column chunk when
+``DCHUNK < HEAD_DIM`` instead of kept in registers. The defaults (BM=128, BN=64,
+CHUNK=32, DCHUNK=64, HEAD_DIM=128, 8 warps) compile for sm_80 without spills (255
+registers) at 3.11 non-MMA instructions per HMMA in the main loop (issue 10 item 4;
+``benchmarks/results/static_*.md``); sm_89 and sm_90a compile them without spills too.
 """
 
 from __future__ import annotations
@@ -33,8 +41,8 @@ NEG_INF = float("-inf")
 @hl.kernel(threads=lambda c: 32 * c["WARPS"])
 def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
                         v: f16[B, Sk, KVH, D], o: f16[B, Sq, H, D], qk_scale: f32, *,
-                        BM: int = 128, BN: int = 32, HEAD_DIM: int = 128, CAUSAL: bool = False,
-                        WARPS: int = 8, CHUNK: int = 0, DCHUNK: int = 0):
+                        BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, CAUSAL: bool = False,
+                        WARPS: int = 8, CHUNK: int = 32, DCHUNK: int = 64):
     B, Sq, H, D = q.shape
     Sk = k.shape[1]
     KVH = k.shape[2]
@@ -62,62 +70,75 @@ def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
     m_i = hl.full((BM, 1), NEG_INF, f32)
     l_i = hl.zeros((BM, 1), f32)
     acc = hl.zeros((BM, HEAD_DIM), f32)
-    chunk = CHUNK or BN
-    dchunk = DCHUNK or HEAD_DIM
+    chunk = min(CHUNK or BN, BN)
+    dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
     hl.wait_group(1)  # Q has landed (k/v block 0 may still be in flight)
     hl.syncthreads()
     if dchunk == HEAD_DIM:
-        rq = hl.register(f16, (BM, HEAD_DIM))
-        hl.copy(sq, rq)
+        rq_full = hl.register(f16, (BM, HEAD_DIM))
+        hl.copy(sq, rq_full)
 
-    for j in hl.range(num_kv):
-        buf = j % 2
-        nxt = (j + 1) % 2
-        # block j has landed; every warp is done with the buffer the prefetch overwrites
-        hl.wait_group(0)
-        hl.syncthreads()
-        n1 = (j + 1) * BN
-        hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sk[:, :, nxt])
-        hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sv[:, :, nxt])
-        hl.commit_group()
+    # loop split: blocks whose keys every row of this query block sees run unmasked; the
+    # rest (the partial last block, and with CAUSAL the blocks crossing the diagonal) masked
+    if CAUSAL:
+        n_full = hl.minimum(Sk // BN, hl.maximum(m0 + (Sk - Sq) + 1, 0) // BN)
+    else:
+        n_full = Sk // BN
+    for masked in (False, True):
+        for j in (hl.range(n_full, num_kv) if masked else hl.range(n_full)):
+            # key block j: prefetch the next, S = Q K^T, online softmax, O += P V
+            buf = j % 2
+            nxt = (j + 1) % 2
+            # block j has landed; every warp is done with the buffer the prefetch overwrites
+            hl.wait_group(0)
+            hl.syncthreads()
+            n1 = (j + 1) * BN
+            hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sk[:, :, nxt])
+            hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sv[:, :, nxt])
+            hl.commit_group()
 
-        # S = Q K^T, scaled to the log2 domain, masked: per sub-block of `chunk` keys, summed
-        # over `dchunk` columns of the head dimension (q from shared memory when dchunk < HEAD_DIM)
-        scores = []
-        for c in range(BN // chunk):
-            s = hl.zeros((BM, chunk), f32)
-            for d in range(HEAD_DIM // dchunk):
-                if dchunk < HEAD_DIM:
-                    rq = hl.register(f16, (BM, dchunk))
-                    hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
-                rk = hl.register(f16, (chunk, dchunk))
-                hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
-                hl.mma(rq, rk, s)
-            s *= qk_scale
-            cols = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
-            valid = cols < Sk
-            if CAUSAL:
-                rows = hl.iota((BM, chunk), 0) + (m0 + (Sk - Sq))
-                valid = valid & (cols <= rows)
-            scores.append(hl.where(valid, s, NEG_INF))
+            # S = Q K^T (unscaled) per sub-block of `chunk` keys, summed over `dchunk` columns of
+            # the head dimension (q from shared memory when dchunk < HEAD_DIM); masked (-inf) only
+            # in the blocks that hold invisible keys
+            scores = []
+            for c in range(BN // chunk):
+                s = hl.zeros((BM, chunk), f32)
+                for d in range(HEAD_DIM // dchunk):
+                    if dchunk < HEAD_DIM:
+                        rq = hl.register(f16, (BM, dchunk))
+                        hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
+                    else:
+                        rq = rq_full
+                    rk = hl.register(f16, (chunk, dchunk))
+                    hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
+                    hl.mma(rq, rk, s)
+                if masked:
+                    cols = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
+                    valid = cols < Sk
+                    if CAUSAL:
+                        rows = hl.iota((BM, chunk), 0) + (m0 + (Sk - Sq))
+                        valid = valid & (cols <= rows)
+                    s = hl.where(valid, s, NEG_INF)
+                scores.append(s)
 
-        # online softmax over the whole key block
-        m_new = m_i
-        for s in scores:
-            m_new = hl.maximum(m_new, hl.max_reduce(s, 1))
-        m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
-        alpha = hl.exp2(m_i - m_use)
-        acc *= alpha
-        row_sum = None
-        for c, s in enumerate(scores):
-            p = hl.exp2(s - m_use)
-            row_sum = hl.sum(p, 1) if row_sum is None else row_sum + hl.sum(p, 1)
-            # O += P V: P is the A operand (BM x chunk), V^T the B operand (HEAD_DIM x chunk)
-            rv = hl.register(f16, (HEAD_DIM, chunk))
-            hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
-            hl.mma(hl.cast(p, f16), rv, acc)
-        hl.assign(l_i, l_i * alpha + row_sum)
-        hl.assign(m_i, m_new)
+            # online softmax over the whole key block, in the log2 domain: the scale (> 0) applied
+            # to the row max once and to each score inside the exp2 argument (s * qk_scale - m: an FMA)
+            m_new = m_i
+            for s in scores:
+                m_new = hl.maximum(m_new, hl.max_reduce(s, 1) * qk_scale)
+            m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
+            alpha = hl.exp2_approx(m_i - m_use)
+            acc *= alpha
+            row_sum = None
+            for c, s in enumerate(scores):
+                p = hl.exp2_approx(s * qk_scale - m_use)
+                row_sum = hl.sum(p, 1) if row_sum is None else row_sum + hl.sum(p, 1)
+                # O += P V: P is the A operand (BM x chunk), V^T the B operand (HEAD_DIM x chunk)
+                rv = hl.register(f16, (HEAD_DIM, chunk))
+                hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
+                hl.mma(hl.cast(p, f16), rv, acc)
+            hl.assign(l_i, l_i * alpha + row_sum)
+            hl.assign(m_i, m_new)
 
     hl.wait_group(0)
     l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
