@@ -94,9 +94,10 @@ def cases() -> list[Case]:
     out = [Case("gemm", "sm_80", c.BM, c.BN, c.BK, c.STAGES, c.WARPS) for c in CONFIGS["sm_80"]]
     out += [Case("gemm", "sm_90a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent)
             for c in CONFIGS["sm_90a"]]
-    out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8))
+    # the example's defaults: BN=64 with S per 32-key sub-block and q per 64 columns
+    out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8, shipped=False))
     out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
-    out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False, chunk=(32, 64)))
+    out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, chunk=(32, 64)))
     # b given K x N (the Triton tutorial's own layout), for the two main tiles
     out.append(Case("gemm", "sm_80", 128, 128, 32, 3, 4, b_layout="kn"))
     h = CONFIGS["sm_90a"][1]
