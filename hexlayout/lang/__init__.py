@@ -40,7 +40,7 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   ``full``, ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
   ``iota``, ``assign``; elementwise operators and ``abs maximum minimum max min where equal
   not_equal logical_and logical_or logical_not``, and one unary function per ALU function
-  with a language name (``exp exp2 log log2 rsqrt sqrt silu gelu tanh softplus``, generated
+  with a language name (``exp exp2 exp2_approx log log2 rsqrt sqrt silu gelu tanh softplus``, generated
   from ``hexlayout.ir.functions``).
 - control (``control``): ``range``, ``if_``, ``else_``, ``warp_group``.
 - synchronization (``sync``): ``syncthreads``, ``commit_group``, ``wait_group``,

@@ -8,7 +8,7 @@ Each call emits one ``Elementwise(result, fn, args)`` op; ``out=`` writes into a
 tile of the broadcast shape instead of a new one (how loop-carried state is updated).
 
 The functions and their rules are the ALU functions of ``hexlayout.ir.functions``; every
-one with a ``lang_name`` (``exp exp2 log log2 rsqrt sqrt silu gelu tanh softplus``) gets a
+one with a ``lang_name`` (``exp exp2 exp2_approx log log2 rsqrt sqrt silu gelu tanh softplus``) gets a
 unary ``hl.<lang_name>(x, *, out=None)`` generated here (``FUNCTIONS``), whose docstring is
 the function's. Operators, ``abs``, ``maximum``/``minimum``, ``where``, comparisons and
 logical functions are written out below.
