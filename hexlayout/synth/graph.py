@@ -9,7 +9,9 @@ the destination and source of an in-place update. Relations between classes:
 - ``mma(op, role)``: the class is operand ``role`` (a, b, c) of an mma op;
 - ``mapped(dst, src, fwd, bwd)``: ``dst = fwd o src`` and ``src = bwd o dst`` (``x.T`` of a
   register tile: the same registers; a reshape);
-- ``derived(dst, src, fn)``: ``dst = fn(src)`` (a join of register tiles).
+- ``derived(dst, src, fn, inv)``: ``dst = fn(src)`` (a join of register tiles, a window), and
+  ``src = inv(dst)`` where ``inv`` is given and finds one (a join's sources from a required
+  result layout: ``join_source_tv``).
 
 Shared tiles are handled per root buffer: every copy, mma operand use and view chain
 that touches the buffer is recorded so candidate layouts can be checked use by use.
@@ -86,12 +88,15 @@ class Mapped:
 
 @dataclass
 class Derived:
-    """``dst = fn(src)``: a layout derived one way (a join's result from its sources')."""
+    """``dst = fn(src)``: a layout derived from another (a join's result from its sources');
+    ``inv``, when given, goes back: ``src = inv(dst)``, None where no source layout gives
+    ``dst`` (then only the forward direction is used)."""
 
     dst: int            # class id when recorded (``find`` it: classes merge later)
     src: int
     fn: Callable[[Layout], Layout]
     op: Op
+    inv: Callable[[Layout], Layout | None] | None = None
 
 
 @dataclass
@@ -306,15 +311,17 @@ def _reshape(g: LayoutGraph, op: Reshape) -> None:
 
 @RELATIONS.register(Join)
 def _join(g: LayoutGraph, op: Join) -> None:
-    """The sources share one layout; the result's is derived from it (``join_tv``)."""
-    from hexlayout.ir.lower.regroup import join_tv
+    """The sources share one layout; the result's is derived from it (``join_tv``), or theirs
+    from a result layout required first (an mma operand: ``join_source_tv``)."""
+    from hexlayout.ir.lower.regroup import join_source_tv, join_tv
 
     first = op.srcs[0]
     for s in op.srcs[1:]:
         g.union(first, s, op)
     shape, k, axis, inter = tuple(first.type.shape), len(op.srcs), op.axis, op.interleave
     g.derived.append(Derived(g.cls(op.result), g.cls(first),
-                             lambda f: join_tv(f, shape, k, axis, inter), op))
+                             lambda f: join_tv(f, shape, k, axis, inter), op,
+                             lambda r: join_source_tv(r, shape, k, axis, inter)))
 
 
 @RELATIONS.register(GlobalView, ScalarLoad, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive,

@@ -4,7 +4,9 @@ Seeds: each mma's operand classes get its TiledMma's ``a_tv`` / ``b_tv`` / ``c_t
 explicit layouts are seeds too. Propagation: a ``reduced(dst, src, axes)`` relation gives
 ``dst = reduced_tv(src, axes)`` (the reduction's layout; a broadcast operand's); a
 ``mapped(dst, src, fwd, bwd)`` relation (``x.T`` of a register tile) gives ``dst = fwd o src``
-or ``src = bwd o dst``, whichever side is known first. A class
+or ``src = bwd o dst``, whichever side is known first; a ``derived`` relation (a join) gives
+``dst = fn(src)``, and ``src = inv(dst)`` when the result is known first (an unpacked tile that
+feeds an mma: the words are loaded where the mma wants their values). A class
 that receives two layouts that differ as functions ``(t, v) -> index`` is a conflict,
 reported with both origins. Classes left without a layout that are copied to or from
 global memory get a coalesced layout (``w``-element vectors along the tensor's contiguous
@@ -138,6 +140,15 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
                 changed |= not known
             for d in g.derived:
                 src, dst = g.find(d.src), g.find(d.dst)
+                if src not in lay and dst in lay and d.inv is not None:
+                    back = d.inv(lay[dst])          # the sources' layout a required result asks for
+                    if back is not None:
+                        err = put(src, back, d.op, LayoutSource(
+                            "derived", detail=f"the sources of a {type(d.op).__name__.lower()} whose result "
+                            f"is {origin[dst][1]}"))
+                        if err:
+                            return err
+                        changed = True
                 if src not in lay:
                     continue
                 try:
