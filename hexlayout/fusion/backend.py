@@ -11,7 +11,9 @@ Found by torch through the ``torch_dynamo_backends`` entry point
    every op with that reason: aten names with ``"eager"``, dynamo's with inductor, which
    traces the graph itself);
 2. otherwise ``aot_autograd`` turns dynamo's graph into its aten inference graph (the op
-   names ``explain`` reports, e.g. ``aten.addmm.default``), ``partition`` groups every
+   names ``explain`` reports, e.g. ``aten.addmm.default``; a softmax over rows the row
+   reductions fuse is decomposed into ``amax``, ``exp(x - max)``, ``sum`` and a division,
+   which become two reduction kernels), ``partition`` groups every
    anchor with its prologues and epilogues, and each group becomes one call of
    ``torch.ops.hexlayout.fused_kernel`` (the fused hexlayout kernel; the group's own aten
    ops in torch when the mechanism cannot fuse it, with the reason);
@@ -145,6 +147,28 @@ def _aten_fallbacks(reason: str, on_plan: Callable[[GraphPlan], Any] | None) -> 
     return record
 
 
+def _softmax_decompositions() -> dict[Any, Any]:
+    """``aten._softmax`` over the last dimension of rows of a static power of two from 32 to
+    1024 (what the row-reduction anchors fuse) as torch's own decomposition (``amax``,
+    ``exp(x - max)``, ``sum``, divide; f32 computation); any other softmax stays one op."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    aten = torch.ops.aten
+    decomp = decomposition_table.get(aten._softmax.default)
+    if decomp is None:                       # pragma: no cover - torch without the decomposition
+        return {}
+
+    def softmax(x: Any, dim: int, half_to_float: bool) -> Any:
+        cols = x.shape[-1] if x.dim() else 0
+        if x.dim() and dim % x.dim() == x.dim() - 1 and isinstance(cols, int) and 32 <= cols <= 1024 \
+                and not cols & (cols - 1):
+            return decomp(x, dim, half_to_float)
+        return NotImplemented
+
+    return {aten._softmax.default: softmax}
+
+
 def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | None = None,
                       mode: str | None = None) -> Any:
     """The ``torch.compile`` backend (see the module docstring): fused hexlayout kernels
@@ -174,4 +198,5 @@ def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any
             on_plan(plan)
         return inner(aten_gm, inputs)
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler)
+    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,
+                                 decompositions=_softmax_decompositions())

@@ -129,6 +129,22 @@ def test_frontend_fuses_softmax_and_leaves_other_reductions() -> None:
     _close(out, m(x))
     assert [r.anchor for r in log] == ["aten.amax.default", "aten.sum.dim_IntList"]
 
+    # F.softmax over rows of 64: the backend decomposes it into the same two kernels
+    torch._dynamo.reset()
+    sm = nn.Softmax(-1)
+    plan = explain(sm, x)
+    assert [k.anchor for k in plan.kernels] == ["aten.amax.default", "aten.sum.dim_IntList"], plan
+    assert plan.fallbacks == [], plan
+    torch._dynamo.reset()
+    c = torch.compile(sm, backend="hexlayout", options={"fallback": "eager"})
+    with launch_log() as log:
+        out = c(x)
+    _close(out, sm(x))
+    assert [r.anchor for r in log] == ["aten.amax.default", "aten.sum.dim_IntList"]
+    torch._dynamo.reset()                                 # rows of 48: one softmax op, left to torch
+    plan = explain(sm, torch.randn(2, 48, dtype=torch.float16))
+    assert plan.kernels == [] and [f.op for f in plan.fallbacks] == ["aten._softmax.default"], plan
+
     class ColSum(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x.sum(1, keepdim=True) * 2
