@@ -112,6 +112,35 @@ def test_the_bytes_are_loaded_where_the_mma_wants_their_nibbles() -> None:
     assert any(str(i) == "i2f16_magic" for _, i in choices)
 
 
+@hl.kernel(threads=32)
+def add_int4_to_accumulator(a: f16[M, K], b: f16[N, K], w: hl.i4[M, N].aligned(1), c: f32[M, N]):
+    """Loop-carried: the unpacked tile is added into an mma accumulator every iteration, so
+    its layout is the accumulator's (fixed by the mma) and the bytes are loaded to match."""
+    acc = hl.zeros((16, 16), f32)
+    for k in hl.range(hl.cdiv(a.shape[1], 16)):
+        ra = hl.register(f16, (16, 16))
+        hl.copy(hl.view(a, tile=(16, 16), origin=(0, k * 16)), ra)
+        rb = hl.register(f16, (16, 16))
+        hl.copy(hl.view(b, tile=(16, 16), origin=(0, k * 16)), rb)
+        hl.mma(ra, rb, acc)
+        q = hl.copy(hl.view(w, tile=(16, 16)))
+        hl.assign(acc, acc + hl.cast(q, f32))
+    hl.copy(acc, hl.view(c, tile=(16, 16)))
+
+
+def test_an_accumulator_fixes_the_unpacked_layout_across_iterations() -> None:
+    syn = synthesize(add_int4_to_accumulator.trace(), "sm_80")
+    rng = np.random.default_rng(11)
+    m, n, k = 11, 16, 48
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    q = rng.integers(-8, 8, (m, n))
+    c = np.zeros((m, n), np.float32)
+    run(syn.lowered.kernel, {"a": a, "b": b, "w": pack_k(q), "c": c})
+    want = a.astype(np.float64) @ b.T.astype(np.float64) + (k // 16) * q
+    assert np.allclose(c, want, rtol=1e-5, atol=1e-3), float(np.abs(c - want).max())
+
+
 def test_words_whose_nibbles_span_threads_are_refused_naming_the_join() -> None:
     """AWQ-style words unpacked along N (8 consecutive columns per word) cannot feed the mma's
     B fragment (one column per thread per 8-column block) without moving values between
