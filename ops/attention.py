@@ -29,8 +29,13 @@ Returns ``out`` (``[total_q, H, D]``, q's dtype), or ``(out, lse)`` with ``retur
 must bound every sequence's query count; the content checks of ``check_paged_attention``
 enforce that on CPU and, on CUDA, under ``HEXLAYOUT_CHECK=1``.
 
-Not built yet: split-KV (``num_splits`` must be 0 or 1), the sm_90a wgmma kernel (sm_90a runs
-the mma.sync kernel), ``attention_varlen``.
+Split-KV: ``num_splits > 1`` (at most 16) runs the kernel with each split taking its share of
+every sequence's key blocks, writing normalized partial outputs and LSEs (f32 workspaces), and
+a combine kernel merging them (``o = sum_sp exp(lse_sp - lse) o_sp``, ``lse = log sum_sp
+exp(lse_sp)``); ``num_splits=0`` chooses from the grid's block count, ``max_seqlen_k`` and the
+SM count (``choose_splits``; 1 on the CPU), never from tensor contents.
+
+Not built yet: the sm_90a wgmma kernel (sm_90a runs the mma.sync kernel), ``attention_varlen``.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import math
 from typing import Any
 
 from .attention_args import build_for, check_paged_attention, head_dim_tile, lang_dtype, run_kernel
-from .attention_kernels import paged_attention_kernel
+from .attention_kernels import paged_attention_combine_kernel, paged_attention_kernel
 
 __all__ = ["paged_attention", "paged_attention_consts", "run_paged_attention"]
 
@@ -115,6 +120,8 @@ def paged_attention(
         tuple(window_size),
         softcap,
         kv_layout,
+        num_splits=num_splits,
+        max_seqlen_k=max_seqlen_k,
     )
     return (out, lse) if return_lse else out
 
@@ -134,6 +141,8 @@ def run_paged_attention(
     kv_layout: str,
     out: Any = None,
     lse: Any = None,
+    num_splits: int = 0,
+    max_seqlen_k: int = 0,
 ) -> tuple[Any, Any]:
     """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given."""
     import torch
@@ -158,7 +167,16 @@ def run_paged_attention(
     cap = float(softcap)
     qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
     consts = paged_attention_consts(d, bs, h // kvh, max_seqlen_q, causal, window, cap > 0)
-    bld = build_for(paged_attention_kernel(lang_dtype(q.dtype)), q.device, consts)
+    splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
+    dt = lang_dtype(q.dtype)
+    if splits > 1:
+        consts["SPLITS"] = splits
+        o_part = torch.empty((splits, tq, h, d), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((splits, h, tq), dtype=torch.float32, device=q.device)
+        bld = build_for(paged_attention_kernel(dt, True), q.device, consts)
+    else:
+        o_part, lse_part = out, lse
+        bld = build_for(paged_attention_kernel(dt), q.device, consts)
     big = 1 << 30  # an unbounded side of a window
     args = (
         q,
@@ -167,8 +185,8 @@ def run_paged_attention(
         cu_seqlens_q,
         seqused_k,
         block_table,
-        out,
-        lse,
+        o_part,
+        lse_part,
         h // kvh,
         qk_scale,
         cap_arg,
@@ -176,4 +194,40 @@ def run_paged_attention(
         right if right >= 0 else big,
     )
     run_kernel(bld, args, outputs=(6, 7), strides=(0, 1, 2, 5))
+    if splits > 1:
+        comb = build_for(
+            paged_attention_combine_kernel(dt),
+            q.device,
+            {"ROWS": 16, "HEAD_DIM": consts["HEAD_DIM"], "SPLITS": splits},
+        )
+        run_kernel(comb, (o_part, lse_part, cu_seqlens_q, out, lse), outputs=(3, 4))
     return out, lse
+
+
+#: The largest split count (each count is its own build).
+MAX_SPLITS = 16
+
+
+def choose_splits(device: Any, blocks: int, max_seqlen_k: int) -> int:
+    """Split-KV count when the caller leaves it to the op: from the grid's block count, the
+    longest context and the device's SM count only (never tensor contents: capture-safe).
+    1 on the CPU (emulator) and when the blocks fill the SMs or contexts are short; else as
+    many splits as fill the SMs, each with at least 256 keys, at most 8."""
+    if device.type != "cuda" or max_seqlen_k <= 256:
+        return 1
+    sms = _sm_count(device)
+    if blocks >= sms:
+        return 1
+    return max(1, min(8, sms // max(blocks, 1), -(-max_seqlen_k // 256)))
+
+
+_SMS: dict[Any, int] = {}
+
+
+def _sm_count(device: Any) -> int:
+    n = _SMS.get(device)
+    if n is None:
+        import torch
+
+        n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n

@@ -358,10 +358,8 @@ def check_paged_attention(
     splits = _int(op, "num_splits", num_splits)
     if splits < 0:
         raise ArgumentError(op, "num_splits", f"must be >= 0 (0: chosen by the op), got {splits}")
-    if splits > 1:
-        raise ArgumentError(
-            op, "num_splits", f"split-KV is not built yet: num_splits must be 0 or 1, got {splits}"
-        )
+    if splits > 16:
+        raise ArgumentError(op, "num_splits", f"must be at most 16 (each count is a build), got {splits}")
     if scale is not None and scale <= 0:
         raise ArgumentError(op, "softmax_scale", f"must be > 0, got {scale}")
     check_dtype(op, "q", q)

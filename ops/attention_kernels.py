@@ -31,9 +31,9 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-__all__ = ["paged_attention_kernel"]
+__all__ = ["paged_attention_kernel", "paged_attention_combine_kernel"]
 
-TQ, H, D, NB, BS, KVH, B1, B, MAXB = hl.dims("TQ H D NB BS KVH B1 B MAXB")
+TQ, H, D, NB, BS, KVH, B1, B, MAXB, SP = hl.dims("TQ H D NB BS KVH B1 B MAXB SP")
 SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
 
 NEG_INF = float("-inf")
@@ -41,24 +41,31 @@ LN2 = 0.6931471805599453
 
 
 @cache
-def paged_attention_kernel(dtype: DType) -> Any:
+def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
     """The paged attention kernel for ``dtype`` (f16 / bf16). Constants: ``BM`` rows and ``BN``
     keys per step, ``HEAD_DIM`` (the head size padded to 64 / 128 / 256), ``BLOCK`` (the
-    caches' block size), ``CAUSAL``, ``WINDOW`` (a left or right bound is given), ``SOFTCAP``."""
+    caches' block size), ``CAUSAL``, ``WINDOW`` (a left or right bound is given), ``SOFTCAP``,
+    ``SPLITS``. ``split``: split-KV: split ``sp`` of ``SPLITS`` takes its share of the key
+    blocks and writes its normalized partial output and LSE (f32) to ``o[sp]`` / ``lse[sp]``
+    (``[SPLITS, TQ, H, D]``, ``[SPLITS, H, TQ]``), merged by ``paged_attention_combine_kernel``."""
     dt = dtype
+    o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
+    lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"paged_attention_{dt}")
     def paged_attention(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
                         k_cache: dt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
                         v_cache: dt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
                         cu_seqlens_q: i32[B1], seqused_k: i32[B], block_table: i32[B, MAXB].strides(SBT, 1),
-                        o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                        o: o_t, lse: lse_t,  # type: ignore
                         G: i32, qk_scale: f32, cap: f32, left: i32, right: i32,
                         SQT: i32, SQH: i32, SKB: i32, SKS: i32, SKC: i32,
                         SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                         *, BM: int = 64, BN: int = 32, HEAD_DIM: int = 128, BLOCK: int = 16, WARPS: int = 4,
-                        CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1):
-        s, kvh, mt = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES))
+                        CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
+                        SPLITS: int = 1):
+        s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
+        mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         q0 = cu_seqlens_q[s]
         sq_len = cu_seqlens_q[s + 1] - q0
         n = seqused_k[s]
@@ -87,7 +94,10 @@ def paged_attention_kernel(dtype: DType) -> Any:
         qi = hl.iota((BM, BN), 0) + m0
         qpos = qi // G + shift                                 # the key aligned with each row
 
-        for j in hl.range(hl.cdiv(n_end, BN)):
+        nblk = hl.cdiv(n_end, BN)
+        per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
+        lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
+        for j in hl.range(lo, hi):
             pos = hl.iota((BN,), 0) + j * BN                   # key positions of this step
             page = hl.register(i32, (BN,))
             hl.copy(block_table[s, pos // BLOCK], page)
@@ -126,10 +136,55 @@ def paged_attention_kernel(dtype: DType) -> Any:
             hl.syncthreads()                                   # before the next step overwrites sk, sv
 
         l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
-        hl.copy(hl.cast(acc / l_safe, dt), o[tok, head, 0:HEAD_DIM])
         r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
         tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
         head2 = r2 % G + kvh * G
-        hl.copy((m_i + hl.log2(l_i)) * LN2, lse[head2, tok2])
+        if split:
+            hl.copy(acc / l_safe, o[sp, tok, head, 0:HEAD_DIM])
+            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[sp, head2, tok2])
+        else:
+            hl.copy(hl.cast(acc / l_safe, dt), o[tok, head, 0:HEAD_DIM])
+            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[head2, tok2])
 
     return paged_attention
+
+
+@cache
+def paged_attention_combine_kernel(dtype: DType) -> Any:
+    """Split-KV's merge: ``lse = log sum_sp exp(lse[sp])`` and ``o = sum_sp exp(lse[sp] - lse)
+    o[sp]`` per (token, head), written in ``dtype`` for tokens below ``cu_seqlens_q[-1]`` only (a
+    row no split saw a key for: 0, -inf). Constants: ``ROWS`` tokens per block, ``HEAD_DIM``,
+    ``SPLITS``."""
+    dt = dtype
+
+    @hl.kernel(threads=128, name=f"paged_attention_combine_{dt}")
+    def paged_attention_combine(o_part: f32[SP, TQ, H, D], lse_part: f32[SP, H, TQ], cu_seqlens_q: i32[B1],
+                                o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                                *, ROWS: int = 16, HEAD_DIM: int = 128, SPLITS: int = 2):
+        tb, h = hl.grid(hl.spatial(hl.cdiv(o.shape[0], ROWS), o.shape[1]))
+        total = cu_seqlens_q[cu_seqlens_q.shape[0] - 1]        # rows past it are not written
+        t = hl.iota((ROWS,), 0) + tb * ROWS
+        tok = hl.where(t < total, t, -1)
+        t2 = hl.iota((ROWS, 1), 0) + tb * ROWS
+        tok2 = hl.where(t2 < total, t2, -1)
+        parts = []
+        m = hl.full((ROWS, 1), NEG_INF, f32)
+        for sp in range(SPLITS):
+            ls = hl.register(f32, (ROWS, 1))
+            hl.copy(lse_part[sp, h, tok2], ls)
+            m = hl.maximum(m, ls)
+            parts.append(ls)
+        m_use = hl.where(m.eq(NEG_INF), 0.0, m)
+        acc = hl.zeros((ROWS, HEAD_DIM), f32)
+        tot = hl.zeros((ROWS, 1), f32)
+        for sp in range(SPLITS):
+            w = hl.exp(parts[sp] - m_use)
+            tot += w
+            x = hl.register(f32, (ROWS, HEAD_DIM))
+            hl.copy(o_part[sp, tok, h, 0:HEAD_DIM], x)
+            acc += x * w
+        t_safe = hl.where(tot.eq(0.0), 1.0, tot)
+        hl.copy(hl.cast(acc / t_safe, dt), o[tok, h, 0:HEAD_DIM])
+        hl.copy(m_use + hl.log(tot), lse[h, tok2])
+
+    return paged_attention_combine

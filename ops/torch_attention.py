@@ -80,6 +80,8 @@ def _impl(
         tuple(window_size),
         softcap,
         kv_layout,
+        num_splits=num_splits,
+        max_seqlen_k=max_seqlen_k,
     )
 
 

@@ -248,7 +248,7 @@ class Op:
 
 
 def _check_kind(op: str, name: str, typ: str, v: Any) -> None:
-    """``v`` fits schema type ``typ`` (checked: Tensor, str, float, int, bool and their
+    """``v`` fits schema type ``typ`` (checked: Tensor, str, float, int, bool, int lists and their
     Optional forms; other types are left to torch), else ``ArgumentTypeError`` naming ``name``."""
     import torch
 
@@ -266,6 +266,9 @@ def _check_kind(op: str, name: str, typ: str, v: Any) -> None:
         ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
     elif typ == "bool":
         ok = isinstance(v, bool)
+    elif typ == "List[int]":
+        ok = isinstance(v, (list, tuple)) and all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
+                                                   for x in v)
     else:
         return
     if not ok:

@@ -63,7 +63,7 @@ STATIC = [
     ({"cu_seqlens_q": torch.tensor([0, 3], dtype=torch.int32)}, "cu_seqlens_q", "B \\+ 1"),
     ({"block_table": torch.zeros(3, 2, dtype=torch.int32)}, "block_table", "rows"),
     ({"seqused_k": torch.tensor([20, 5])}, "seqused_k", "int64"),
-    ({"num_splits": 4}, "num_splits", "not built yet"),
+    ({"num_splits": 17}, "num_splits", "at most 16"),
     ({"window_size": (-3, 0)}, "window_size", ">= 0 or -1"),
     ({"softcap": -1.0}, "softcap", ">= 0"),
     ({"kv_layout": "NDH"}, "kv_layout", "HND"),
