@@ -22,7 +22,7 @@ the launcher alone, the config/launcher lookup alone). Writes
 ``benchmarks/results/host_<date>.md`` and ``.json``. Target (issue 10): at most 10 us per
 cached call; Triton 3.9's ``JITFunction.run`` costs about 10 us here (REFERENCE.md).
 
-    python benchmarks/bench_host.py [--iters N] [--repeats R]
+    python benchmarks/bench_host.py [--iters N] [--repeats R] [--tag T]
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ DIRECT = "hexlayout.ops.gemm.gemm(a, b) (no dispatcher)"
 CHECK = "check_gemm(a, b) (argument checks)"
 RUN = "run_checked(...) (allocation, cached lookup, launch)"
 LAUNCH = "Launcher.call_like (cached arguments: pointers, scalars, packing, stub launch)"
+PREPARED = "Launcher.prepared(template) launch (the cached call's: pre-packed, pointers and scale rewritten)"
 EMPTY = "torch.empty((M, N)) (the output)"
 HOLLOW = "torch.ops.hexlayout.gemm(a, b) with its check and impl emptied (dispatch + autograd wrapper)"
 NOOP = "for scale: a define_op op returning a tensor (dispatcher into Python)"
@@ -176,6 +177,7 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) 
         CHECK: lambda: gemm_mod.check_gemm(a, b),
         RUN: lambda: gemm_mod.run_checked(a, b, None, None, "none", None, "nk", m, n, k),
         LAUNCH: lambda: lau.call_like(template, args),
+        PREPARED: (lambda go: lambda: go(args))(lau.prepared(template)),
         "Launcher(...) with the full bind (its shape cache), for comparison": lambda: lau(*args),
         EMPTY: lambda: torch.empty((m, n), dtype=a.dtype, device=a.device),
         "for scale: x.add_(0) on a 1-element CPU tensor (an aten op)": lambda: one.add_(0),
@@ -215,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--tag", default="", help="suffix of the result files (host_<date>-<tag>.md)")
     ns = ap.parse_args(argv)
     load_before = os.getloadavg()[0]
     res = measure(ns.iters, ns.repeats)
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in res["rows"].items():
         print(f"{r['median_us']:8.2f} us (min {r['min_us']:.2f})  {name}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = f"host_{meta['date'][:10]}"
+    stem = f"host_{meta['date'][:10]}" + (f"-{ns.tag}" if ns.tag else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
     lines = [f"# Host cost per cached torch-op call ({meta['date'][:10]})", "",
              f"{meta['cpu']} ({meta['cpus']} CPUs, load average {load_before:.1f} before, "
@@ -250,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
              ("check_gemm (argument checks)", med[CHECK]),
              ("torch.empty (the output)", med[EMPTY]),
              ("gemm's cached lookup (key, bias / residual placeholders, autotuning generation)",
-              med[RUN] - med[LAUNCH] - med[EMPTY]),
-             ("Launcher.call_like (pointers, scalars, packing, stub launch)", med[LAUNCH])]
+              med[RUN] - med[PREPARED] - med[EMPTY]),
+             ("the pre-packed launch (Launcher.prepared: pointers, scale, stub launch)", med[PREPARED])]
     lines += ["", "## Where the time goes (medians)", "",
               "| part | us |", "|---|---|"]
     lines += [f"| {what} | {us:.2f} |" for what, us in split]

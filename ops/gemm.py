@@ -50,8 +50,8 @@ from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, Argume
 from .gemm_config import CONFIGS, GemmConfig, autotuner, choose_config
 from .gemm_kernels import ARCH_KERNELS
 
-__all__ = ["gemm", "check_gemm", "gemm_build", "gemm_fused", "gemm_epilogue", "device_arch",
-           "rows_per_launch", "ACTIVATIONS"]
+__all__ = ["gemm", "check_gemm", "check_arguments", "gemm_build", "gemm_fused", "gemm_epilogue",
+           "device_arch", "rows_per_launch", "ACTIVATIONS"]
 
 _OP = "hexlayout.gemm"
 
@@ -96,6 +96,18 @@ def _is_real(t: Any) -> bool:
     return (type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter)) and t.device.type != "meta"
 
 
+#: check_gemm's memo: the arguments' (shapes, strides, dtypes, devices, kinds) of accepted
+#: calls on real (plain ``torch.Tensor``) tensors -> ((M, N, K), (argument position, alignment)
+#: of each non-empty tensor): a later call with the same key differs only in data pointers.
+_VERDICTS: dict[tuple, tuple] = {}
+_VERDICTS_LIMIT = 4096
+_TENSOR: Any = None
+
+
+def _tensor_key(t: Any) -> Any:
+    return (t.shape, t.stride(), t.dtype, t.device) if type(t) is _TENSOR else ()
+
+
 def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
                scale: float | None = None, b_layout: str = "nk") -> tuple[int, int, int]:
     """Check the arguments of ``gemm`` (see the module docstring) and return ``(M, N, K)``.
@@ -103,8 +115,46 @@ def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activatio
     Works on real, meta and fake tensors (alignment: the data pointer, or for tensors
     without storage the element offset). Raises ``ArgumentTypeError`` / ``ArgumentError``
     naming the argument.
+
+    Memoized for plain tensors on a real device: the verdict of ``check_arguments`` (the
+    checks) for the same shapes, strides, dtypes, devices and argument kinds is reused and
+    only the data pointers' alignment is checked again; anything else (fake and meta
+    tensors, subclasses, a first call, a misaligned pointer) runs ``check_arguments``.
     """
+    if _TENSOR is not None and type(a) is _TENSOR and type(b) is _TENSOR:
+        try:
+            key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+                   None if bias is None else _tensor_key(bias),
+                   None if residual is None else _tensor_key(residual),
+                   type(activation), activation, type(scale), type(b_layout), b_layout)
+            hit = _VERDICTS.get(key)
+        except TypeError:                    # an unhashable argument: the checks name it
+            hit = key = None
+        if hit is not None:
+            ts = (a, b, bias, residual)
+            for i, align in hit[1]:
+                if ts[i].data_ptr() % align:
+                    return check_arguments(a, b, bias, residual, activation, scale, b_layout)
+            return hit[0]
+        mnk = check_arguments(a, b, bias, residual, activation, scale, b_layout)
+        if key is not None and a.device.type != "meta" and all(
+                t is None or type(t) is _TENSOR for t in (bias, residual)):
+            if len(_VERDICTS) >= _VERDICTS_LIMIT:
+                _VERDICTS.clear()
+            aligns = tuple((i, al) for i, (t, al) in enumerate(((a, 16), (b, 16), (bias, 4), (residual, 4)))
+                           if t is not None and t.numel())
+            _VERDICTS[key] = (mnk, aligns)
+        return mnk
+    return check_arguments(a, b, bias, residual, activation, scale, b_layout)
+
+
+def check_arguments(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
+                    scale: float | None = None, b_layout: str = "nk") -> tuple[int, int, int]:
+    """The checks of ``check_gemm`` (every one, every call; see ``check_gemm``)."""
+    global _TENSOR
     import torch
+
+    _TENSOR = torch.Tensor
 
     for name, t, optional in (("a", a, False), ("b", b, False), ("bias", bias, True),
                               ("residual", residual, True)):
@@ -327,7 +377,9 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         hit = _FAST.get(fast)
         if hit is not None:                  # a cached call: one dictionary lookup to the launcher
             vals = (a, b, c, bias_arg, res_arg, scale_arg)
-            hit[0].call_like(hit[1], [vals[i] for i in hit[2]])
+            args = [vals[i] for i in hit[2]]
+            if not hit[3](args):             # the pre-packed launch declined: the checked path
+                hit[0].call_like(hit[1], args)
             return c
 
     from hexlayout.lang import bf16, f16
@@ -375,7 +427,8 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
             # check_gemm fixed dtypes, device and (contiguous) strides, and ``fast`` the shapes:
             # later calls with this key differ from this one only in data pointers and scale
             # (the template keeps no tensor alive: only their pointers, shapes and strides)
-            _FAST[fast] = (lau, replace(lau.bind(*[vals[i] for i in order]), tensors={}), order)
+            template = replace(lau.bind(*[vals[i] for i in order]), tensors={})
+            _FAST[fast] = (lau, template, order, lau.prepared(template))
         return c
     from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 

@@ -25,12 +25,12 @@ import ctypes
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hexlayout.errors import HexlayoutError
 
-from .args import ArgumentError, BoundArgs, kernel_plan
+from .args import ArgumentError, BoundArgs, _new_tuple, _scalar_value, kernel_plan
 from .launch_log import _LOGS as _LAUNCH_LOGS
 from .launch_log import launched, profiled
 from .tensormap import L2_PROMOTIONS, TENSOR_MAP_BYTES, TensorMapParams, encode_tensor_map, tensor_map_bytes
@@ -295,6 +295,79 @@ class Launcher:
         if bound is None:
             return self(*args, stream=stream)
         return self.launch(bound, stream)
+
+    def prepared(self, template: BoundArgs) -> Callable[[Sequence[Any]], bool]:
+        """A launch of calls like ``template``'s (same dtypes, device, shapes and strides, as
+        for ``call_like``) on torch's current stream, with the template's parameter block packed
+        once into a buffer of its own: per call only the data pointers (checked for the
+        alignment ``bind`` checks), the free scalars and the tensor maps' addresses are
+        rewritten. ``go(args)`` (every parameter, positionally) launches and returns ``True``,
+        or returns ``False`` without launching when the call needs more than that - a
+        misaligned pointer (``call_like`` then names it), launch logging or torch's profiler on
+        - so the caller falls back to ``call_like``."""
+        import sys
+
+        plan = self.plan
+        if template.empty or template.device not in self._devices:
+            return lambda args: False
+        device, grid = template.device, template.grid
+        if self.cluster and any(g % c for g, c in zip(grid, self.cluster)):
+            return lambda args: False
+        packer = ArgPacker(self.build.generated.args)
+        maps = [self.tensor_map(p) for p in template.tensor_maps]
+        packer.pack(template.values, maps)
+        raw, base, offsets = packer._raw, packer.base, packer.offsets
+        q = struct.Struct("<Q")
+        checks = [(t.index, t.max_align) for t in plan.tensors]
+        ptr_writes = [(base + offsets[pos], k) for pos, k in plan.ptr_slots]
+        scalar_writes = []
+        kargs = self.build.generated.args
+        for pos, sc in plan.free_scalars:
+            at = None
+            if pos is not None:
+                at = (base + offsets[pos], struct.Struct("<" + _STRUCT_CHARS[kargs[pos].c_type]))
+            scalar_writes.append((at, sc))
+        map_writes = [(base + offsets[pos], tpl_map, k) for (pos, mi, k), tpl_map
+                      in zip(plan.map_slots, template.tensor_maps)]
+        name, fn, params, lock = self.name, self._functions[device], packer.kernel_params, self._lock
+        cfg, tensor_map, scalar_value = self._config, self.tensor_map, _scalar_value
+        torch = sys.modules["torch"]
+        profiler = torch.autograd.profiler
+        if not isinstance(getattr(profiler, "_is_profiler_enabled", None), bool):   # pragma: no cover
+            return lambda args: False
+
+        def go(args: Sequence[Any], _keep: ArgPacker = packer) -> bool:   # _keep: params points into it
+            if _LAUNCH_LOGS or profiler._is_profiler_enabled:
+                return False
+            ptrs = []
+            for i, align in checks:
+                ptr = args[i].data_ptr()
+                if ptr % align:
+                    return False
+                ptrs.append(ptr)
+            handle = torch.cuda.current_stream(device).cuda_stream
+            if handle == 0:
+                self._ensure_context(device)
+            drv = _drv()
+            with lock:
+                for at, k in ptr_writes:
+                    q.pack_into(raw, at, ptrs[k])
+                for at, sc in scalar_writes:
+                    x = scalar_value(name, sc.param, args[sc.index])
+                    if at is not None:
+                        at[1].pack_into(raw, at[0], x)
+                for at, mp, k in map_writes:
+                    raw[at:at + TENSOR_MAP_BYTES] = tensor_map(_new_tuple(TensorMapParams,
+                                                                          mp[:5] + (ptrs[k],) + mp[6:]))
+                cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+                cfg.hStream = handle
+                err = drv.cuLaunchKernelEx(cfg, fn, params, 0)[0]
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise LaunchError(f"{name}: cuLaunchKernelEx(grid {grid}, {self.threads} threads, "
+                                  f"{self.smem_bytes} B shared) failed: {getattr(err, 'name', err)}")
+            return True
+
+        return go
 
     def launch(self, bound: BoundArgs, stream: Any = None) -> BoundArgs:
         """Launch one call whose arguments ``bind`` checked (``bound``)."""

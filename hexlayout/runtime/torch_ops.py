@@ -105,6 +105,7 @@ class Op:
         self._backward: Fn | None = None
         self._setup_context: Fn | None = None
         self._autograd_registered = False
+        self._torch_autograd: Fn | None = None
         self._args: list[tuple[str, str, bool]] | None = None     # (name, type, has default)
         self.module = ""          # the module of the first implementation given (who defined the op)
 
@@ -143,8 +144,13 @@ class Op:
 
         self._backward, self._setup_context = backward, setup_context
         if not self._autograd_registered:
-            torch.library.register_autograd(self.qualname, self._run_backward,
-                                            setup_context=self._run_setup_context, lib=self._lib)
+            self._torch_autograd = _torch_autograd_kernel(self.op.default, self._run_backward,
+                                                          self._run_setup_context)
+            if self._torch_autograd is None:
+                torch.library.register_autograd(self.qualname, self._run_backward,
+                                                setup_context=self._run_setup_context, lib=self._lib)
+            else:
+                self._lib.impl(self.name, self._run_autograd, "Autograd", with_keyset=True)
             self._autograd_registered = True
 
     # --- calling --------------------------------------------------------------------------------
@@ -238,6 +244,23 @@ class Op:
                                       "(needed for torch.compile and meta tensors)")
         return self._fake(*args, **kwargs)
 
+    def _run_autograd(self, keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        """The op's Autograd kernel: torch's ``register_autograd`` kernel (``autograd.Function``
+        with the registered backward) when grad mode is on and an input requires grad; else,
+        for plain CPU / CUDA tensors (nothing but the backend below autograd), the CPU / CUDA
+        implementation called directly instead of redispatched (the same function the
+        dispatcher would reach, without a second trip through it); anything else (fake,
+        functionalized, batched tensors, ...) redispatches as torch's kernel does."""
+        torch_c = _KEYS[3]
+        if not (torch_c.is_grad_enabled() and torch_c._any_requires_grad(*args, **kwargs)):
+            below = (keyset & torch_c._after_autograd_keyset).remove(_KEYS[0])
+            top = below.highestPriorityTypeId()
+            if top == _KEYS[1]:
+                return self._run_cuda(*args, **kwargs)
+            if top == _KEYS[2]:
+                return self._run_cpu(*args, **kwargs)
+        return self._torch_autograd(keyset, *args, **kwargs)
+
     def _run_setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         if self._setup_context is not None:
             self._setup_context(ctx, inputs, output)
@@ -245,6 +268,30 @@ class Op:
     def _run_backward(self, ctx: Any, *grads: Any) -> Any:
         assert self._backward is not None
         return self._backward(ctx, *grads)
+
+
+_KEYS: tuple[Any, ...] = ()          # (ADInplaceOrView, CUDA, CPU dispatch keys, torch._C)
+
+
+def _torch_autograd_kernel(op: Any, backward: Fn, setup_context: Fn) -> Fn | None:
+    """The Autograd kernel ``torch.library.register_autograd`` registers for ``op`` (made by
+    torch's ``make_autograd_impl``), or ``None`` where that is not available or the schema is
+    not one it accepts (``register_autograd`` then registers, or refuses, as usual)."""
+    global _KEYS
+    import torch
+
+    try:
+        from torch._library import utils
+        from torch._library.autograd import Info, make_autograd_impl
+
+        if utils.is_out(op) or not utils.is_functional_schema(op._schema) or \
+                utils.has_kwarg_only_tensors(op._schema):
+            return None
+        keys = torch._C.DispatchKey
+        _KEYS = (keys.ADInplaceOrView, keys.CUDA, keys.CPU, torch._C)
+        return make_autograd_impl(op, Info(backward, setup_context))
+    except (ImportError, AttributeError):  # pragma: no cover - depends on the torch version
+        return None
 
 
 def _check_kind(op: str, name: str, typ: str, v: Any) -> None:

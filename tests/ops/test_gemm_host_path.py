@@ -87,15 +87,48 @@ def test_a_new_autotuning_result_is_followed(stubbed) -> None:
 def test_cached_calls_bind_each_calls_own_pointers_scale_and_row_strides(stubbed, monkeypatch) -> None:
     """The fast path re-reads what may differ between calls with one key: data pointers, the
     scale, and for M = 1 the row strides check_gemm leaves free. Each launch gets the values a
-    full check of its own arguments gives."""
+    full check of its own arguments gives: the first call's ``BoundArgs``; a cached call's
+    parameter bytes as the driver reads them (the pre-packed ``Launcher.prepared`` buffer)."""
+    import ctypes
+
     import hexlayout.runtime.launch as launch
 
+    drv, _ = stubbed
     seen = []
     real = launch.Launcher.launch
     monkeypatch.setattr(launch.Launcher, "launch", lambda self, bound, stream=None: seen.append((self, bound))
                         or real(self, bound, stream))
+    params = []
+    real_launch = drv.cuLaunchKernelEx
+    monkeypatch.setattr(drv, "cuLaunchKernelEx", lambda cfg, fn, p, extra: params.append(
+        (p, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ))) or real_launch(cfg, fn, p, extra))
+    real_prepared = launch.Launcher.prepared
+
+    def prepared(self, template):
+        go = real_prepared(self, template)
+
+        def recorded(args):
+            ok = go(args)
+            if ok:                             # the bytes now, before another call rewrites them
+                p, grid = params[-1]
+                slots = [ctypes.string_at(ctypes.c_void_p.from_address(p + 8 * i).value, 8)
+                         for i in range(len(self.build.generated.args))]
+                seen.append((self, list(args), slots, grid))
+            return ok
+        return recorded
+
+    monkeypatch.setattr(launch.Launcher, "prepared", prepared)
 
     def check(a, c, scale):
+        if isinstance(seen[-1][1], list):      # a cached call: the packed bytes
+            lau, args, slots, grid = seen[-1]
+            assert any(t is a for t in args) and any(t is c for t in args)
+            assert scale in [x for x in args if isinstance(x, float)]
+            ref = lau.plan._bind_slow(args, "cpu")
+            packer = launch.ArgPacker(lau.build.generated.args)
+            packer.pack(ref.values)
+            assert slots == [packer.slot_bytes(i) for i in range(len(slots))] and grid == ref.grid
+            return
         lau, bound = seen[-1]
         given = {**bound.tensors, **bound.scalars}
         assert any(t is a for t in bound.tensors.values()) and any(t is c for t in bound.tensors.values())
