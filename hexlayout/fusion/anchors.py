@@ -34,92 +34,68 @@ from typing import Any
 
 from .spec import FusionUnsupported
 
-__all__ = ["GemmProvider", "register_gemm", "gemm_provider", "ReductionProvider", "register_reduction",
-           "reduction_provider", "AttentionProvider", "register_attention",
+__all__ = ["AnchorProvider", "GemmProvider", "register_gemm", "gemm_provider", "ReductionProvider",
+           "register_reduction", "reduction_provider", "AttentionProvider", "register_attention",
            "attention_provider"]
 
 
 @dataclass(frozen=True)
-class GemmProvider:
-    """The GEMM anchor kernels of the kernels layer (see the module docstring)."""
+class AnchorProvider:
+    """Anchor kernels of the kernels layer: ``kernel`` and ``consts`` (see the module
+    docstring for each kind's signatures)."""
 
     kernel: Callable[..., Any]
     consts: Callable[..., dict[str, Any]]
 
 
-_GEMM: list[GemmProvider] = []
+#: the GEMM, row-reduction and attention providers are the same record
+GemmProvider = ReductionProvider = AttentionProvider = AnchorProvider
+
+#: kind -> (the hexlayout.ops module that registers it, what it is called in errors)
+_KINDS = {"gemm": ("hexlayout.ops.gemm_kernels", "GEMM anchor kernels"),
+          "reduction": ("hexlayout.ops.row_reduce_kernels", "row-reduction anchor kernels"),
+          "attention": ("hexlayout.ops.sdpa_anchor", "attention anchor kernel")}
+_REGISTERED: dict[str, AnchorProvider] = {}
+
+
+def _provider(kind: str) -> AnchorProvider:
+    """The registered provider of ``kind`` (importing its ``hexlayout.ops`` module once)."""
+    module, what = _KINDS[kind]
+    if kind not in _REGISTERED:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:                   # pragma: no cover - a broken install
+            raise FusionUnsupported(f"no {what}: importing hexlayout.ops failed ({e})") from None
+    if kind not in _REGISTERED:                    # pragma: no cover
+        raise FusionUnsupported(f"no {what} registered")
+    return _REGISTERED[kind]
 
 
 def register_gemm(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
     """Register the GEMM anchor provider (the latest registration wins)."""
-    _GEMM[:] = [GemmProvider(kernel, consts)]
+    _REGISTERED["gemm"] = AnchorProvider(kernel, consts)
 
 
-def gemm_provider() -> GemmProvider:
+def gemm_provider() -> AnchorProvider:
     """The registered GEMM provider (importing ``hexlayout.ops`` once if none is yet)."""
-    if not _GEMM:
-        try:
-            importlib.import_module("hexlayout.ops.gemm_kernels")
-        except ImportError as e:                   # pragma: no cover - a broken install
-            raise FusionUnsupported(f"no GEMM anchor kernels: importing hexlayout.ops failed ({e})") from None
-    if not _GEMM:                                  # pragma: no cover
-        raise FusionUnsupported("no GEMM anchor kernels are registered")
-    return _GEMM[0]
-
-
-@dataclass(frozen=True)
-class ReductionProvider:
-    """The row-reduction anchor kernels of the kernels layer (see the module docstring)."""
-
-    kernel: Callable[..., Any]
-    consts: Callable[..., dict[str, Any]]
-
-
-_REDUCTION: list[ReductionProvider] = []
+    return _provider("gemm")
 
 
 def register_reduction(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
     """Register the row-reduction anchor provider (the latest registration wins)."""
-    _REDUCTION[:] = [ReductionProvider(kernel, consts)]
+    _REGISTERED["reduction"] = AnchorProvider(kernel, consts)
 
 
-def reduction_provider() -> ReductionProvider:
+def reduction_provider() -> AnchorProvider:
     """The registered row-reduction provider (importing it from ``hexlayout.ops`` once)."""
-    if not _REDUCTION:
-        try:
-            importlib.import_module("hexlayout.ops.row_reduce_kernels")
-        except ImportError as e:                   # pragma: no cover - a broken install
-            raise FusionUnsupported(f"no row-reduction anchor kernels: importing hexlayout.ops failed "
-                                    f"({e})") from None
-    if not _REDUCTION:                             # pragma: no cover
-        raise FusionUnsupported("no row-reduction anchor kernels are registered")
-    return _REDUCTION[0]
-
-
-@dataclass(frozen=True)
-class AttentionProvider:
-    """The attention anchor kernel of the kernels layer (see the module docstring)."""
-
-    kernel: Callable[..., Any]
-    consts: Callable[..., dict[str, Any]]
-
-
-_ATTENTION: list[AttentionProvider] = []
+    return _provider("reduction")
 
 
 def register_attention(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
     """Register the attention anchor provider (the latest registration wins)."""
-    _ATTENTION[:] = [AttentionProvider(kernel, consts)]
+    _REGISTERED["attention"] = AnchorProvider(kernel, consts)
 
 
-def attention_provider() -> AttentionProvider:
+def attention_provider() -> AnchorProvider:
     """The registered attention provider (importing it from ``hexlayout.ops`` once)."""
-    if not _ATTENTION:
-        try:
-            importlib.import_module("hexlayout.ops.sdpa_anchor")
-        except ImportError as e:                   # pragma: no cover - a broken install
-            raise FusionUnsupported(f"no attention anchor kernel: importing hexlayout.ops failed "
-                                    f"({e})") from None
-    if not _ATTENTION:                             # pragma: no cover
-        raise FusionUnsupported("no attention anchor kernel is registered")
-    return _ATTENTION[0]
+    return _provider("attention")
