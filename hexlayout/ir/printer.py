@@ -163,7 +163,7 @@ class Printer:
         """The printed form of ``op`` (its printing rule in ``PRINTING``)."""
         fn = PRINTING.rule(type(op))
         if fn is None:
-            fields = ", ".join(f"{k}={_scalar(v)}" for k, v in op.__dict__.items() if k != "loc")
+            fields = ", ".join(f"{k}={_scalar(v)}" for k, v in op.__dict__.items() if k not in ("loc", "uid"))
             return f"{op.name.lower()} {fields}"
         return fn(self, op)
 

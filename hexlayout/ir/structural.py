@@ -107,7 +107,7 @@ class _Encoder:
         if isinstance(x, Block):
             return ("block",) + tuple(self.enc(op) for op in x.ops)
         if isinstance(x, Op):
-            return (type(x).__name__, self.loc(x.loc)) + self._fields(x, skip=("loc",))
+            return (type(x).__name__, self.loc(x.loc)) + self._fields(x, skip=("loc", "uid"))
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
             return (type(x).__name__,) + self._fields(x)
         if hasattr(type(x), "__slots__"):

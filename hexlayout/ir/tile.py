@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 _value_ids = itertools.count()
+_op_ids = itertools.count()
 
 
 @dataclass(eq=False)
@@ -102,6 +103,10 @@ class Op:
     BLOCKS: ClassVar[tuple[str, ...]] = ()
 
     loc: SourceLoc | None = field(default=None, kw_only=True)
+    # a stable identity, given at construction (trace time): copies of the op (deepcopy, the
+    # persisted build's plain-data round trip, ``dataclasses.replace``) keep it, so an
+    # ``Assignment`` keyed by it resolves the ops of any copy of the program it was made for
+    uid: int = field(default_factory=lambda: next(_op_ids), kw_only=True, repr=False, compare=False)
 
     @property
     def name(self) -> str:

@@ -140,7 +140,7 @@ class Synthesis:
     decisions: list[Decision]
     cost: CostBreakdown
     seconds: float
-    mma: dict[int, TiledMma] = field(default_factory=dict)
+    mma: dict[int, TiledMma] = field(default_factory=dict)   # by op uid (``Op.uid``)
     assignment: Assignment = field(default_factory=Assignment)   # what the lowering was given
 
     def layouts(self) -> list[tuple[Value, Any]]:
@@ -203,6 +203,10 @@ class _Synth:
         self.uses = uses_of(tk)
         self.modes = root_mode_map(tk)
         self.reg_ops = _register_ops(tk)
+        self.op_uid = {id(op): op.uid for op in tk.body.walk()}   # the assignment's op keys
+        if len(set(self.op_uid.values())) != len(self.op_uid):
+            raise RuntimeError(f"{tk.name}: two ops of the tile program share a uid (an op object "
+                               "copied into its own program): an assignment could not tell them apart")
         self.depth = _loop_depths(tk)
         self.decisions: list[Decision] = []
         self.shared_checks = 0      # shared-layout checks so far (bounded with the mma checks)
@@ -233,7 +237,7 @@ class _Synth:
             lay = ra.layouts.get(self.g.find(v.id))
             if lay is not None:
                 layouts[v.id] = lay
-        return Assignment(layouts, {k: choice[k] for k in choice})
+        return Assignment(layouts, {self.op_uid[k]: tm for k, tm in choice.items()})
 
     def check_register_ops(self, choice: dict[int, TiledMma], asg: Assignment) -> LoweringError | None:
         """Lower every op on register tiles only under ``asg``; keeps their cost in ``self.reg_cost``."""
@@ -633,9 +637,7 @@ class _Synth:
         asg = asg.with_layouts({root.id: shared[root.id].layout for root in self.shared_roots})
         asg = asg.with_copies(self.copy_choices(asg, choice, shared))
         # the result: a copy of the program annotated with the assignment, lowered as assigned
-        kernel, ops = asg.annotate(self.tk)
-        asg = Assignment(asg.layouts, {id(ops[k]): tm for k, tm in asg.mma.items()},
-                         {id(ops[k]): c for k, c in asg.copies.items()})
+        kernel, ops = asg.annotate(self.tk)          # the copy keeps op uids and value ids
         prog = lower_kernel(kernel, self.arch, asg)
         values = {v.id: v for op in ops.values() for v in op.values()}
         decisions = self.mma_decisions(cands, idx, rejected, accepted) + sdec + self.copy_decisions(prog)
@@ -643,11 +645,11 @@ class _Synth:
             d.op = ops.get(id(d.op), d.op) if d.op is not None else None
             d.value = values.get(d.value.id, d.value) if d.value is not None else None
         return Synthesis(kernel, self.arch, prog, decisions, cost, time.perf_counter() - t0,
-                         {id(ops[k]): choice[k] for k in keys}, asg)
+                         {self.op_uid[k]: choice[k] for k in keys}, asg)
 
     def copy_choices(self, asg: Assignment, choice: dict[int, TiledMma],
                      shared: dict[int, SharedCandidate]) -> dict[int, tuple[str, str]]:
-        """The instruction of every copy under ``asg``, by ``id(op)``: the first legal one in
+        """The instruction of every copy under ``asg``, by ``op.uid``: the first legal one in
         the copy rules' preference order (``legal_copies``), as the checks of the chosen
         register and shared layouts found it; copies no check lowered (those touching a shared
         tile whose layout is given) are asked here."""
@@ -657,12 +659,12 @@ class _Synth:
             if found is not None and found[0] is cand:
                 out.update(found[1])
         copies = [op for op in self.tk.body.walk() if isinstance(op, Copy)]
-        if all(id(op) in out for op in copies):
+        if all(op.uid in out for op in copies):
             return out
         prober = Prober(self.tk, self.arch, asg)
         defining = {id(op) for op in self.reg_ops}       # ops defining the register tiles copies read
         for op in self.tk.body.walk():
-            if (isinstance(op, Copy) and id(op) not in out) or id(op) in defining:
+            if (isinstance(op, Copy) and op.uid not in out) or id(op) in defining:
                 prober.probe(op)
         return {**prober.copy_choices, **out}
 

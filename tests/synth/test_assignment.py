@@ -48,17 +48,17 @@ def test_lowering_takes_the_assignment_and_decides_nothing() -> None:
     asg = s.assignment
     again = lower_kernel(s.kernel, "sm_80", asg)
     assert generate(again.kernel).source == generate(s.lowered.kernel).source
-    copies = [op for op in s.kernel.body.walk() if isinstance(op, Copy) and id(op) in asg.copies]
-    ldsm = [op for op in copies if asg.copies[id(op)][1].startswith("SM75_")]
+    copies = [op for op in s.kernel.body.walk() if isinstance(op, Copy) and op.uid in asg.copies]
+    ldsm = [op for op in copies if asg.copies[op.uid][1].startswith("SM75_")]
     assert ldsm, asg.copies
     # the assignment, not the lowering, picks the instruction: plain ld.shared where synthesis
     # chose ldmatrix, and the program still computes the same product
     plain = Assignment(asg.layouts, asg.mma,
-                       {**asg.copies, **{id(op): ("ld/st", "ld.shared") for op in ldsm}})
+                       {**asg.copies, **{op.uid: ("ld/st", "ld.shared") for op in ldsm}})
     prog = lower_kernel(s.kernel, "sm_80", plain)
     chosen = dict((id(op), instr) for op, instr in prog.choices)
     assert all(chosen[id(op)].startswith("ld.shared.b") for op in ldsm)
-    assert asg.copies[id(ldsm[0])][1].startswith("SM75_")      # the original assignment is unchanged
+    assert asg.copies[ldsm[0].uid][1].startswith("SM75_")      # the original assignment is unchanged
     rng = np.random.default_rng(1)
     m, n, k = 128, 128, 64
     a = rng.standard_normal((m, k)).astype(np.float16)

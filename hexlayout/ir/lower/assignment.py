@@ -4,9 +4,14 @@ An assignment gives
 
 - ``layouts``: a layout per tile value, by ``Value.id`` (register tiles: their TV layout;
   shared root buffers: their layout in elements, swizzle included);
-- ``mma``: the ``TiledMma`` (atom, warp arrangement, k order) of each ``mma`` op, by ``id(op)``;
-- ``copies``: the instruction of each copy op, by ``id(op)``, as ``(rule family, name)``
+- ``mma``: the ``TiledMma`` (atom, warp arrangement, k order) of each ``mma`` op, by ``op.uid``;
+- ``copies``: the instruction of each copy op, by ``op.uid``, as ``(rule family, name)``
   (``hexlayout.ir.lower.copy_rules``).
+
+Both keys are stable identities that copies of the program keep: ``Value.id`` and ``Op.uid``
+are fields given at trace time, carried by ``copy.deepcopy`` (``annotate``) and by the
+persisted build's plain-data round trip, so an assignment resolves the values and ops of the
+program it was made for, of its annotated copy and of a build read back from the cache.
 
 The lowering takes ``(tile kernel, assignment, arch)`` and decides nothing that the
 assignment gives: where it gives a value's layout, an mma's TiledMma or a copy's instruction,
@@ -30,7 +35,7 @@ __all__ = ["Assignment", "EMPTY"]
 
 @dataclass(frozen=True)
 class Assignment:
-    """Layouts per value id, TiledMma and copy instruction per op id (see the module docstring).
+    """Layouts per value id, TiledMma and copy instruction per op uid (see the module docstring).
 
     The mappings are private copies made at construction and never changed afterwards (read
     them, never write them); every ``with_*`` method returns a new assignment."""
@@ -52,9 +57,11 @@ class Assignment:
         return Assignment({**self.layouts, **layouts}, self.mma, self.copies)
 
     def with_mma(self, mma: Mapping[int, TiledMma]) -> Assignment:
+        """This assignment with ``mma`` (op uid -> TiledMma) added or replaced."""
         return Assignment(self.layouts, {**self.mma, **mma}, self.copies)
 
     def with_copies(self, copies: Mapping[int, tuple[str, str]]) -> Assignment:
+        """This assignment with ``copies`` (op uid -> (rule family, name)) added or replaced."""
         return Assignment(self.layouts, self.mma, {**self.copies, **copies})
 
     def annotate(self, tk: Any) -> tuple[Any, dict[int, Any]]:
@@ -72,9 +79,9 @@ class Assignment:
                     v.type = v.type.with_layout(lay)
         from hexlayout.arch import atom_spec
 
-        for key, tm in self.mma.items():
-            op = ops.get(key)
-            if op is not None:
+        for op in ops.values():
+            tm = self.mma.get(op.uid)
+            if tm is not None:
                 op.atom, op.warps, op.k_inner = atom_spec(tm.atom), tm.warps, tm.k_inner
         return out, ops
 
