@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import hexlayout.ir.tile as tile
-from hexlayout.ir.lower.kernel import _Lowering
+from hexlayout.ir.lower.kernel import LOWERING
 from hexlayout.ir.printer import PRINTING
 from hexlayout.ir.registry import OpRegistry, op_classes
 from hexlayout.ir.tile import Block, Copy, Elementwise, Fill, For, If, Mma, Op, TileKernel, Value
@@ -50,7 +50,7 @@ def test_the_enumeration_finds_every_op_class_of_the_ir() -> None:
 def test_every_op_has_every_rule(cls: type[Op]) -> None:
     assert PRINTING.rule(cls) is not None, f"{cls.__name__} has no printing rule"
     assert RELATIONS.rule(cls) is not None, f"{cls.__name__} has no layout relation"
-    assert callable(getattr(_Lowering, "op_" + cls.__name__, None)), f"{cls.__name__} has no lowering"
+    assert LOWERING.rule(cls) is not None, f"{cls.__name__} has no lowering"
 
 
 @pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)

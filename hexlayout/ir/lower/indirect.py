@@ -1,6 +1,6 @@
 """Lowering of indirect addressing: scalar loads and gathered global views.
 
-``ScalarLoad`` (``_Lowering.op_ScalarLoad`` calls ``lower_scalar_load``) becomes one
+``ScalarLoad`` (its rule in ``LOWERING`` calls ``lower_scalar_load``) becomes one
 ``LdGlobal`` of ``count`` elements per thread (the same address in every thread), its
 register array joining the kernel's. A gathered ``GlobalView`` becomes a
 ``GlobalTileView`` whose ``IndexedGather`` maps tile coordinates to tensor coordinates

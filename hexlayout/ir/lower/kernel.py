@@ -13,6 +13,7 @@ source line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +23,10 @@ from hexlayout.arch import atom_spec, get_arch, get_atom
 from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
 
+from ..atomic import AtomicAdd
 from ..expr import ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
+from ..gather import ScalarLoad
 from ..lowered import (
     BarSync,
     Comment,
@@ -46,6 +49,8 @@ from ..lowered import (
     WgmmaWait,
 )
 from ..mapping import TaskMapping
+from ..registry import OpRegistry
+from ..regroup import Join, Reshape
 from ..tile import (
     Alloc,
     AsyncCommit,
@@ -97,7 +102,7 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
-__all__ = ["LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
+__all__ = ["LOWERING", "LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
 
 
 class LoweringError(HexlayoutError, ValueError):
@@ -129,6 +134,12 @@ class LoweredProgram:
     choices: list[tuple[Op, str]] = field(default_factory=list)   # (op, instruction chosen)
 
 
+# the lowering rule of every tile-op class, ``rule(lowering, op) -> instructions`` (the
+# methods ``_Lowering.op_<Class>`` register themselves below), found like the op's printing
+# (``hexlayout.ir.printer.PRINTING``) and layout relation (``hexlayout.synth.graph.RELATIONS``)
+LOWERING: OpRegistry[Callable[[Any, Any], list[Instr]]] = OpRegistry("lowering")
+
+
 class _Lowering:
     def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None) -> None:
         self.tk = tk
@@ -149,7 +160,7 @@ class _Lowering:
         self.tma: list[TmaDesc] = []
         self.mbars: dict[int, MbarRef] = {}
         self.choices: list[tuple[Op, str]] = []
-        self.copy_choices: dict[int, tuple[str, str]] = {}   # id(copy op) -> (rule family, name)
+        self.copy_choices: dict[int, tuple[str, str]] = {}   # copy op uid -> (rule family, name)
         self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
         self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
 
@@ -282,21 +293,25 @@ class _Lowering:
         return out
 
     def op(self, op: Op) -> list[Instr]:
-        m = getattr(self, "op_" + type(op).__name__, None)
-        if m is None:
+        """The instructions of ``op``: its lowering rule (``LOWERING``, by op class)."""
+        rule = LOWERING.rule(type(op))
+        if rule is None:
             raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
-        return m(op)
+        return rule(self, op)
 
+    @LOWERING.register(ScalarLoad)
     def op_ScalarLoad(self, op: Any) -> list[Instr]:
         from .indirect import lower_scalar_load
 
         return lower_scalar_load(self, op)
 
+    @LOWERING.register(AtomicAdd)
     def op_AtomicAdd(self, op: Any) -> list[Instr]:
         from .atomic import lower_atomic_add
 
         return lower_atomic_add(self, op)
 
+    @LOWERING.register(GlobalView)
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
         if op.index_map is not None or op.gather is not None:   # a gather (hexlayout.ir.gather)
             from .indirect import lower_gathered_view
@@ -311,6 +326,7 @@ class _Lowering:
                                                   tuple(op.extent))
         return []
 
+    @LOWERING.register(Alloc)
     def op_Alloc(self, op: Alloc) -> list[Instr]:
         v = op.result
         if v.scope == Scope.SHARED:
@@ -330,9 +346,11 @@ class _Lowering:
         self.views[op.result.id] = make(base)
         return []
 
+    @LOWERING.register(Slice)
     def op_Slice(self, op: Slice) -> list[Instr]:
         return self._derived_view(op, op.src, lambda b: b.slice(tuple(op.index)))
 
+    @LOWERING.register(SubTile)
     def op_SubTile(self, op: SubTile) -> list[Instr]:
         def make(b: Any) -> Any:
             if isinstance(b, GlobalTileView):
@@ -340,6 +358,7 @@ class _Lowering:
             return b.subtile(tuple(op.result.type.shape), tuple(op.offset))
         return self._derived_view(op, op.src, make)
 
+    @LOWERING.register(Permute)
     def op_Permute(self, op: Permute) -> list[Instr]:
         if op.src.scope == Scope.REGISTER:
             return self.register_permute(op)
@@ -350,11 +369,13 @@ class _Lowering:
             return b.permute(tuple(op.perm))
         return self._derived_view(op, op.src, make)
 
+    @LOWERING.register(Reshape)
     def op_Reshape(self, op: Any) -> list[Instr]:
         from .regroup import lower_reshape
 
         return lower_reshape(self, op)
 
+    @LOWERING.register(Join)
     def op_Join(self, op: Any) -> list[Instr]:
         from .regroup import lower_join
 
@@ -374,6 +395,7 @@ class _Lowering:
         return []
 
     # copies
+    @LOWERING.register(Copy)
     def op_Copy(self, op: Copy) -> list[Instr]:
         # a register source computed by an op a probe did not lower (an elementwise result
         # copied to shared memory) is allocated from its assigned layout
@@ -389,7 +411,7 @@ class _Lowering:
         ctx = self.copy_context(op, src, dst)
         if not any(rule.instructions(ctx) for rule in COPY_RULES):
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
-        given = self.assignment.copies.get(id(op))
+        given = self.assignment.copies.get(op.uid)
         res = lower_choice(ctx, *given) if given is not None else legal_copies(ctx, limit=1)
         if isinstance(res, Rejection):
             if res.alternatives:
@@ -397,7 +419,7 @@ class _Lowering:
                                 f"%{op.dst.name} ({op.dst.type})", alternatives=res.alternatives)
             raise self.fail(op, res)
         plan_ok = res[0].plan
-        self.copy_choices[id(op)] = (res[0].rule, res[0].name)
+        self.copy_choices[op.uid] = (res[0].rule, res[0].name)
         if plan_ok.desc is not None:
             desc = self.tma_desc(plan_ok.desc)
             for ins in plan_ok.instrs:
@@ -452,8 +474,9 @@ class _Lowering:
         return desc
 
     # mma
+    @LOWERING.register(Mma)
     def op_Mma(self, op: Mma) -> list[Instr]:
-        chosen = self.assignment.mma.get(id(op))
+        chosen = self.assignment.mma.get(op.uid)
         if chosen is not None:
             atom_name, warps, k_inner = atom_spec(chosen.atom), chosen.warps, chosen.k_inner
         else:
@@ -491,6 +514,7 @@ class _Lowering:
             return self.register_of(x, op)
         return x
 
+    @LOWERING.register(Elementwise)
     def op_Elementwise(self, op: Elementwise) -> list[Instr]:
         if op.fn not in ALU_FUNCTIONS:
             raise self.fail(op, f"unknown elementwise function {op.fn!r}")
@@ -501,6 +525,7 @@ class _Lowering:
             raise self.fail(op, res)
         return res
 
+    @LOWERING.register(Cast)
     def op_Cast(self, op: Cast) -> list[Instr]:
         src = self.register_of(op.src, op)
         fn = conversion(self.tk, op)            # cvt, or a magic-number conversion exact for src's values
@@ -511,12 +536,15 @@ class _Lowering:
             self.choices.append((op, str(fn)))
         return res
 
+    @LOWERING.register(Fill)
     def op_Fill(self, op: Fill) -> list[Instr]:
         return lower_fill(self.register_of(op.dst, op), op.value)
 
+    @LOWERING.register(Iota)
     def op_Iota(self, op: Iota) -> list[Instr]:
         return lower_iota(self.register_of(op.result, op), op.axis, self.gtid)
 
+    @LOWERING.register(Reduce)
     def op_Reduce(self, op: Reduce) -> list[Instr]:
         src = self.register_of(op.src, op)
         if op.result.id not in self.views and not isinstance(self.layout(op.result), Layout):
@@ -531,6 +559,7 @@ class _Lowering:
             raise self.fail(op, res)
         return res
 
+    @LOWERING.register(Rearrange)
     def op_Rearrange(self, op: Rearrange) -> list[Instr]:
         """Redistribute a register tile through a shared scratch tile (row-major): every
         thread stores its values, a barrier, every thread loads the values its new layout
@@ -572,14 +601,17 @@ class _Lowering:
         return buf, self.region_barrier
 
     # synchronization
+    @LOWERING.register(Sync)
     def op_Sync(self, op: Sync) -> list[Instr]:
         """``syncthreads``: a barrier of the block, or of the warp groups running the current
         branch (a named barrier, so the other warp groups are not waited for)."""
         return [self.region_barrier()]
 
+    @LOWERING.register(AsyncCommit)
     def op_AsyncCommit(self, op: AsyncCommit) -> list[Instr]:
         return [CpAsyncCommit()]
 
+    @LOWERING.register(AsyncWait)
     def op_AsyncWait(self, op: AsyncWait) -> list[Instr]:
         return [CpAsyncWait(op.pending)]
 
@@ -588,9 +620,11 @@ class _Lowering:
             raise self.fail(op, f"{bar!r} is not an mbarrier")
         return MbarRef(bar.name, index, bar.count)
 
+    @LOWERING.register(MbarrierInit)
     def op_MbarrierInit(self, op: MbarrierInit) -> list[Instr]:
         return [MbarInit(self.mbar_ref(op.bar, op.index, op), op.arrivals, pred=self.elect[-1])]
 
+    @LOWERING.register(MbarrierArrive)
     def op_MbarrierArrive(self, op: MbarrierArrive) -> list[Instr]:
         pred: ExprLike | None = None
         t = as_expr(self.tid)
@@ -602,22 +636,28 @@ class _Lowering:
             pred = (t % 128).eq(0)
         return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, pred=pred)]
 
+    @LOWERING.register(MbarrierWait)
     def op_MbarrierWait(self, op: MbarrierWait) -> list[Instr]:
         return [MbarWait(self.mbar_ref(op.bar, op.index, op), op.phase)]
 
+    @LOWERING.register(TileWgmmaFence)
     def op_WgmmaFence(self, op: TileWgmmaFence) -> list[Instr]:
         return [WgmmaFence()]
 
+    @LOWERING.register(TileWgmmaCommit)
     def op_WgmmaCommit(self, op: TileWgmmaCommit) -> list[Instr]:
         return [WgmmaCommit()]
 
+    @LOWERING.register(TileWgmmaWait)
     def op_WgmmaWait(self, op: TileWgmmaWait) -> list[Instr]:
         return [WgmmaWait(op.pending)]
 
+    @LOWERING.register(TileSetMaxNReg)
     def op_SetMaxNReg(self, op: TileSetMaxNReg) -> list[Instr]:
         return [SetMaxNReg(op.count, op.increase)]
 
     # control flow
+    @LOWERING.register(For)
     def op_For(self, op: For) -> list[Instr]:
         body = self.block(op.body)
         return [ForLoop(op.var, op.start, op.stop, op.step, body, op.unroll)]
@@ -642,6 +682,7 @@ class _Lowering:
             self.elect.pop()
             self.group_threads.pop()
 
+    @LOWERING.register(If)
     def op_If(self, op: If) -> list[Instr]:
         then_region = self._region(op.warp_groups, op)
         else_region = None
