@@ -359,6 +359,8 @@ def _binop_bounds(e: BinOp) -> tuple[int | None, int | None]:
                 None if ah is None or bh is None else ah + bh - 1)
     if e.op == "*" and None not in (al, ah, bl, bh) and al >= 0 and bl >= 0:
         return al * bl, (ah - 1) * (bh - 1) + 1
+    if e.op == "*" and None not in (al, bl) and al >= 0 and bl >= 0:
+        return al * bl, None
     if e.op == "//" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
         return al // e.b.value, None if ah is None else (ah - 1) // e.b.value + 1
     if e.op == "%" and isinstance(e.b, Const) and e.b.value > 0 and al is not None and al >= 0:
@@ -606,10 +608,27 @@ def to_c(e: ExprLike, parent_prec: int = 0) -> str:
     if isinstance(e, BinOp):
         if e.op in ("min", "max"):
             return f"{e.op}({to_c(e.a)}, {to_c(e.b)})"
+        if e.op in ("//", "%") and not (_nonneg(e.a) and _nonneg(e.b)):
+            return _floor_c(e)
         p = _PREC[e.op]
         s = f"{to_c(e.a, p)} {_C_OP.get(e.op, e.op)} {to_c(e.b, p + 1)}"
         return f"({s})" if p < parent_prec else s
     raise TypeError(f"cannot print {e!r}")
+
+
+def _floor_c(e: BinOp) -> str:
+    """C for ``a // b`` / ``a % b`` with Python's floor semantics (what ``evaluate`` and the
+    emulator compute) where an operand may be negative: C's ``/`` and ``%`` truncate, so
+    ``a // b = a / b - r`` and ``a % b = a % b + r * b`` with
+    ``r = (a % b != 0) && ((a % b < 0) != (b < 0))``."""
+    a, b = to_c(e.a, 11), to_c(e.b, 11)
+    if isinstance(e.b, Const) and e.b.value > 0:
+        r = f"({a} % {b} < 0)"
+    else:
+        r = f"({a} % {b} != 0 && (({a} % {b} < 0) != ({b} < 0)))"
+    if e.op == "//":
+        return f"({a} / {b} - {r})"
+    return f"({a} % {b} + {r} * {b})"
 
 
 def free_vars(e: ExprLike) -> set[Var]:

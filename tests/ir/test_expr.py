@@ -149,3 +149,32 @@ def test_equality_with_a_number_is_refused_for_symbolic_expressions() -> None:
     with pytest.raises(TypeError, match="no Python truth value"):
         _ = (T + 1) == 3
     assert Const(3) == 3 and (T + 1).eq(3) is not None
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to check the C printing")
+def test_floor_division_of_possibly_negative_operands_prints_floor_semantics(tmp_path) -> None:
+    """C's / and % truncate; the printed code must floor like evaluate() (and the emulator) does
+    when an operand may be negative, with constant and variable divisors of either sign."""
+    s = Var("s", -50, 50)        # a signed value (e.g. a loaded slot that may be -1)
+    d = Var("d", -7, 8)          # a divisor of either sign (0 skipped below)
+    cases = [s // 4, s % 4, (s - 3) // 5, (s + 1) % 16, s // d, s % d, (s * 3) // d, T // d]
+    src = ["#include <stdio.h>", "int main(){",
+           "for (int s = -50; s < 50; s += 3) for (int d = -7; d < 8; d++) { if (!d) continue;",
+           "int t = s + 60;"]
+    for e in cases:
+        src.append(f'printf("%d ", (int)({to_c(e)}));')
+    src += ['printf("\\n");', "}", "return 0;}"]
+    (tmp_path / "f.c").write_text("\n".join(src))
+    subprocess.run(["gcc", "-O0", "-o", str(tmp_path / "f"), str(tmp_path / "f.c")], check=True)
+    out = subprocess.run([str(tmp_path / "f")], capture_output=True, text=True, check=True).stdout.split("\n")
+    row = 0
+    for sv in range(-50, 50, 3):
+        for dv in range(-7, 8):
+            if dv == 0:
+                continue
+            got = [int(x) for x in out[row].split()]
+            want = [int(evaluate(e, {s: sv, d: dv, T: sv + 60})) for e in cases]
+            assert got == want, (sv, dv, got, want)
+            row += 1
+    # provably non-negative operands keep the plain (cheaper) C operators
+    assert to_c(T // 4) == "t / 4" and to_c(T % K) == "t % k"
