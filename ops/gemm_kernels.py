@@ -2,8 +2,10 @@
 
 ``c[M, N] = a[M, K] @ B`` where ``B`` is ``b[N, K]^T`` (``b_layout="nk"``, K-major) or
 ``b[K, N]`` (``b_layout="kn"``, N-major), f16 or bf16 inputs, f32 accumulation, output in
-the input type. The kernels are scheduled alone; their operand loads and their single
-store of the accumulator (``copy(cast(acc), view(c))``) are the fusion points where
+the input type. The kernels are scheduled alone; their operand loads and their stores of
+the accumulator (``copy(cast(acc), view(c))``, or with ``stage_epilogue=True``
+``copy(cast(acc window), staging tile)`` then ``copy(staging tile, view(c))``) are the
+fusion points where
 ``hexlayout.fusion`` puts prologues and epilogues (bias, activation, residual, scale, ...):
 ``hexlayout.ops.gemm`` builds its epilogue that way.
 
@@ -43,9 +45,24 @@ def _check(dtype: DType, b_layout: str) -> None:
                          f"not {b_layout!r}")
 
 
+def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
+    """Columns of the output tile staged at once on sm_90a: the widest power-of-two divisor
+    ``w`` of ``bn`` whose ``bm x w`` tile fits ``SM90_EPILOGUE_SMEM`` (the shared memory
+    ``sm90_stages`` leaves beside the pipeline stages)."""
+    from .gemm_config import SM90_EPILOGUE_SMEM
+
+    w = bn
+    while w > 8 and (bm * w * dt.bytes > SM90_EPILOGUE_SMEM or bn % w):
+        w //= 2
+    return w
+
+
 @cache
-def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk") -> Any:
-    """The Ampere multistage GEMM ``c = a @ B`` for ``dtype`` / ``b_layout``."""
+def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
+    """The Ampere multistage GEMM ``c = a @ B`` for ``dtype`` / ``b_layout``; the accumulator
+    is stored from registers in one ``BM x BN`` store, or with ``stage_epilogue=True``
+    through shared memory in 16-byte stores (rows of ``c`` must then be 16-byte aligned:
+    ``N % 8 == 0``; not yet chosen by the host path, see issue 10 item 3)."""
     _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
@@ -85,15 +102,31 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk") -> Any:
             hl.copy(sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, rb)
             hl.mma(ra, rb, acc)
         hl.wait_group(0)
-        # the fusion point of epilogues: the one store of the accumulator
-        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+        # the fusion point of epilogues: the accumulator stored, or staged through shared memory (32-bit
+        # shared stores, 16-byte shared loads and global stores: stmatrix is sm_90+) in column
+        # windows of BK, through the first A stage buffer, which the main loop no longer reads
+        # after the first barrier (no extra shared memory; 128x128x32 on 4 warps: 231
+        # registers, no spills, where a separate BM x BN tile spilled at 255)
+        if not stage_epilogue:
+            hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+        elif BN % BK:
+            raise ValueError(f"hexlayout gemm: gemm_sm80 stages its epilogue in BK-column windows: "
+                             f"BN ({BN}) must be a multiple of BK ({BK})")
+        sc = sa[:, :, 0] if stage_epilogue else None
+        for j in range(BN // BK if stage_epilogue else 0):
+            hl.syncthreads()
+            hl.copy(hl.cast(acc[:, j * BK:(j + 1) * BK], dt), sc)
+            hl.syncthreads()
+            hl.copy(sc, hl.view(c, tile=(BM, BK), origin=(m0, n0 + j * BK)))
 
     return gemm
 
 
 @cache
-def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk") -> Any:
-    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``."""
+def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
+    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``; the
+    accumulator is stored from registers, or with ``stage_epilogue=True`` by stmatrix and TMA
+    stores (``c``'s row stride must then be a multiple of 16 bytes: ``N % 8 == 0``)."""
     _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
@@ -109,6 +142,8 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk") -> Any:
         num_k = hl.cdiv(Kx, BK)
         sa = hl.shared(dt, (BM, BK, STAGES))
         sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
+        W = _epilogue_window(BM, BN, dt)
+        sc = hl.shared(dt, (BM, W)) if stage_epilogue else None
         full = hl.mbarrier(STAGES)
         empty = hl.mbarrier(STAGES)
         for s in range(STAGES):
@@ -158,8 +193,17 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk") -> Any:
                 hl.wgmma_wait(0)
                 with hl.if_(num_k > 0):
                     hl.arrive(empty, (t * num_k + num_k - 1) % STAGES, who="warpgroup")
-                # the fusion point of epilogues: the one store of the accumulator
-                hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+                # the fusion point of epilogues: the accumulator staged through shared memory
+                # (stmatrix, then a TMA store), in column windows of at most
+                # SM90_EPILOGUE_SMEM bytes; the first barrier waits for the previous
+                # window's (or tile's) TMA store to have read sc
+                if not stage_epilogue:
+                    hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+                for j in range(BN // W if stage_epilogue else 0):
+                    hl.syncthreads()
+                    hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
+                    hl.syncthreads()
+                    hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
 
     return gemm
 
@@ -171,7 +215,8 @@ ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": 
 def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False) -> Any:
     """The GEMM anchor kernel for ``arch``; ``staged=True``: one whose operand loads are plain
     copies into shared memory (not TMA), so that a computing prologue can replace them (the
-    Ampere kernel, which every supported architecture runs)."""
+    Ampere kernel, which every supported architecture runs), and whose accumulator is stored
+    from registers in one piece."""
     if arch not in ARCH_KERNELS:
         raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; supported: "
                          f"{', '.join(ARCH_KERNELS)}")

@@ -13,7 +13,12 @@ its fusion points are
 - the **output store**: ``copy(cast(acc) -> view(<output param>, tile, origin))``. An
   epilogue replaces it by the epilogue's ops on the f32 accumulator tile ``acc`` and one
   store per output into a new output parameter. Extra inputs are loaded at the output
-  tile's origin; a mode of size 1 in an input (a bias row ``(1, N)``, a per-row scale
+  tile's origin. A store staged through shared memory, ``copy(cast(acc) -> s)`` ...
+  ``copy(s -> view(<output param>))`` (the GEMMs with ``stage_epilogue=True``, in column windows),
+  is fused the same way at the first copy, the epilogue's math in registers: its first
+  output of ``s``'s dtype over the whole window is copied into ``s`` and the second copy
+  stores it from there; other outputs are stored directly. A mode of size 1 in an input
+  (a bias row ``(1, N)``, a per-row scale
   ``(M, 1)``, a scalar tensor ``(1, 1)``) is a tile mode of extent 1 that broadcasts (a
   stride-0 layout of the broadcast value). A column slice (``slice(Y, -1, 0, N/2)`` /
   ``(N/2, N)``) of an anchor whose B operand the host gave in half-interleaved column
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hexlayout.ir.expr import ExprLike
-from hexlayout.ir.rewrite import rewrite
+from hexlayout.ir.rewrite import Replacement, rewrite
 from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel
 from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import walk
@@ -276,12 +281,37 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
     out_name = plan.output_param
     store_views = {op.dst.id for op in walk(tk) if isinstance(op, Copy) and op.dst.id in view_of
                    and view_of[op.dst.id].param.name == out_name}
+    # a store staged through shared memory, copy(cast(acc), s) ... copy(s, view(out)): the
+    # epilogue (math in registers) replaces the first copy and stages its first output of the
+    # staging tile's dtype and frame in s; the second copy stores that output (or goes)
+    staging: dict[int, Copy] = {}              # id(copy into s) -> the store from s
+    pending: dict[int, Copy] = {}
+    for op in walk(tk):
+        if not isinstance(op, Copy):
+            continue
+        gv = view_of.get(op.dst.id)
+        if gv is not None and gv.param.name == out_name and op.src.id in pending:
+            staging[id(pending.pop(op.src.id))] = op
+        elif op.dst.scope == Scope.SHARED and isinstance(defs.get(op.src.id), Cast):
+            pending[op.dst.id] = op
+    staged_stores = {id(st) for st in staging.values()}
+    staged_out: dict[int, tuple[Any, _Frame]] = {}     # id(store from s) -> (param key, frame)
 
     def store_rule(visit: Any) -> Any:
         op = visit.op
         if isinstance(op, GlobalView):        # the output's old view goes with its store
             return [] if op.result.id in store_views else None
-        gv = view_of.get(op.dst.id)
+        if id(op) in staged_stores:           # the staged tile's store: of the output staged
+            if id(op) not in staged_out:
+                return []
+
+            def store() -> None:
+                key, fr = staged_out[id(op)]
+                hl.copy(ext.tile(op.src), hl.view(ev.params[key], fr.tile, fr.origin))
+
+            return ext.trace(store)[0]
+        stage = op.dst if id(op) in staging else None
+        gv = view_of.get(staging[id(op)].dst.id if stage is not None else op.dst.id)
         if gv is None or gv.param.name != out_name:
             return None
         src_def = defs.get(op.src.id)
@@ -307,11 +337,17 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
                 if key not in ev.params:
                     ev.params[key] = ext.tensor_param(f"out{k}", hl_dtype(plan.out_dtypes[k]), fr.shape)
                     prog.sources.append(("output", k))
-                hl.copy(hl.cast(val, hl_dtype(plan.out_dtypes[k])),
-                        hl.view(ev.params[key], fr.tile, fr.origin))
+                dtype = hl_dtype(plan.out_dtypes[k])
+                if (stage is not None and id(staging[id(op)]) not in staged_out and fr is frame
+                        and tuple(val.shape) == frame.tile and dtype == stage.type.dtype):
+                    hl.copy(hl.cast(val, dtype), ext.tile(stage))
+                    staged_out[id(staging[id(op)])] = (key, fr)
+                else:
+                    hl.copy(hl.cast(val, dtype), hl.view(ev.params[key], fr.tile, fr.origin))
 
         ops, _ = ext.trace(body)
-        return ops
+        # an output not staged leaves the staging tile as it was (no longer written)
+        return ops if stage is None else Replacement(ops, {stage: stage})
 
     if rewrite(tk, store_rule, kinds=(Copy, GlobalView)) == 0:
         raise FusionUnsupported(f"{tk.name}: no store of {out_name} found to fuse the epilogue into")
