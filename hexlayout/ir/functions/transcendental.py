@@ -31,34 +31,37 @@ class _Transcendental(AluFunction):
     floating = True
 
 
-class Exp(_Transcendental):
+class _MathCall(_Transcendental):
+    """A function that is one C math-library call named ``name`` (``expf``, ``exp``, ... by
+    type): the emulator evaluates ``libm_fn`` as the host libm does."""
+
+    libm_fn: Any = None
+
+    def numpy(self, x: Any) -> Any:
+        return libm(self.libm_fn, x)
+
+    def cuda(self, c: CDomain, x: str) -> str:
+        return f"{c.math(self.name)}({x})"
+
+
+class Exp(_MathCall):
     """``e**x``."""
 
     name = "exp"
     lang_name = "exp"
     ulp = 1
     device_ulp = 2
-
-    def numpy(self, x: Any) -> Any:
-        return libm(np.exp, x)
-
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('exp')}({x})"
+    libm_fn = np.exp
 
 
-class Exp2(_Transcendental):
+class Exp2(_MathCall):
     """``2**x`` (prefer it with a log2(e)-scaled argument)."""
 
     name = "exp2"
     lang_name = "exp2"
     ulp = 1
     device_ulp = 2
-
-    def numpy(self, x: Any) -> Any:
-        return libm(np.exp2, x)
-
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('exp2')}({x})"
+    libm_fn = np.exp2
 
 
 _F32_MIN_NORMAL = np.float32(2.0 ** -126)
@@ -98,34 +101,24 @@ class Exp2Approx(_Transcendental):
         return r if c.ctype == "float" else f"static_cast<{c.ctype}>({r})"
 
 
-class Log(_Transcendental):
+class Log(_MathCall):
     """``ln x`` (NaN for x < 0, -inf at 0)."""
 
     name = "log"
     lang_name = "log"
     ulp = 1
     device_ulp = 1
-
-    def numpy(self, x: Any) -> Any:
-        return libm(np.log, x)
-
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('log')}({x})"
+    libm_fn = np.log
 
 
-class Log2(_Transcendental):
+class Log2(_MathCall):
     """``log2 x`` (NaN for x < 0, -inf at 0)."""
 
     name = "log2"
     lang_name = "log2"
     ulp = 1
     device_ulp = 1
-
-    def numpy(self, x: Any) -> Any:
-        return libm(np.log2, x)
-
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('log2')}({x})"
+    libm_fn = np.log2
 
 
 class Sqrt(_Transcendental):
@@ -193,19 +186,14 @@ class Gelu(_Transcendental):
                 f"{c.lit(_GELU_C)} * ({x}) * ({x}) * ({x}))))")
 
 
-class Tanh(_Transcendental):
+class Tanh(_MathCall):
     """``tanh x``."""
 
     name = "tanh"
     lang_name = "tanh"
     ulp = 2
     device_ulp = 2
-
-    def numpy(self, x: Any) -> Any:
-        return libm(np.tanh, x)
-
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('tanh')}({x})"
+    libm_fn = np.tanh
 
 
 class Softplus(_Transcendental):
