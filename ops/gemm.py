@@ -40,6 +40,7 @@ residual`` (``scale`` NaN or infinite gives NaN, as torch's ``scale * (a @ B)``)
 from __future__ import annotations
 
 import numbers
+import operator
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -47,7 +48,7 @@ from typing import Any
 
 from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
-from .gemm_config import CONFIGS, GemmConfig, autotuner, choose_config
+from .gemm_config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
 from .gemm_kernels import ARCH_KERNELS
 
 __all__ = ["gemm", "check_gemm", "check_arguments", "gemm_build", "gemm_fused", "gemm_epilogue",
@@ -64,10 +65,11 @@ _FACTORY = ARCH_KERNELS
 _LAUNCHERS: dict[tuple, Any] = {}
 #: CUDA device -> hexlayout architecture (``torch.cuda.get_device_capability`` is slow).
 _ARCHS: dict[Any, str] = {}
-#: One-launch calls: (dtype, B layout, epilogue, device, M, N, K, row strides when M = 1,
-#: autotuning generation) -> (launcher, the checked arguments of the first call); the hit
-#: path of a cached call: no config search, no key text, only data pointers and scale
-#: re-checked (``Launcher.call_like``).
+#: One-launch calls: (dtype, device, B layout, activation, bias / residual / scale absent, M,
+#: N, K, row strides when M = 1) -> (launcher, the checked arguments of the first call
+#: (template), parameter order, the pre-packed launch, the ``tuning_token`` it was chosen
+#: under, ``_fast_launch``); the hit path of a cached call: no config search, no key text,
+#: only data pointers and scale re-read (``Launcher.prepared``, else ``Launcher.call_like``).
 _FAST: dict[tuple, Any] = {}
 _FAST_LIMIT = 4096
 
@@ -320,6 +322,37 @@ def _arg_order(prog: Any, epilogue: tuple[bool, bool, str, bool]) -> tuple[int, 
     return tuple(order)
 
 
+_TORCH: Any = None
+
+
+def _load_torch() -> Any:
+    global _TORCH
+    import torch
+
+    _TORCH = torch
+    return torch
+
+
+def _fast_launch(lau: Any, template: Any, order: tuple[int, ...], go: Callable[[Any], bool],
+                 n: int) -> Callable[..., None]:
+    """The launch of a cached call: ``launch(a, b, c, bias, residual, scale)`` with the
+    arguments of a call whose key matched ``template``'s (they differ only in data pointers
+    and scale). The pre-packed launch ``go`` reads only the tensors' data pointers (so ``bias``
+    is given as it is: the ``1 x N`` view of it has the same pointer) and the scale; when it
+    declines (a misaligned pointer, launch logs, the profiler), ``call_like`` checks the
+    arguments as the template's shapes give them."""
+    pick = operator.itemgetter(*order)
+
+    def launch(a: Any, b: Any, c: Any, bias: Any, residual: Any, scale: Any) -> None:
+        res = c if residual is None else residual
+        sc = 1.0 if scale is None else float(scale)
+        if not go(pick((a, b, c, bias, res, sc))):
+            row = None if bias is None else bias.reshape(1, n)
+            lau.call_like(template, list(pick((a, b, c, row, res, sc))))
+
+    return launch
+
+
 def _config(key: str, arch: str, m: int, n: int, k: int, autotune: bool, timer: Any) -> GemmConfig:
     tuner = autotuner()
     hit = tuner.lookup(key, m, n, k)
@@ -358,7 +391,17 @@ def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str
 def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale: float | None, b_layout: str,
                 m: int, n: int, k: int, config: GemmConfig | None = None, autotune: bool = False) -> Any:
     """``gemm`` on arguments ``check_gemm`` accepted (it gave ``m, n, k``)."""
-    import torch
+    torch = _TORCH or _load_torch()
+    if config is None and not autotune and m and n and k:
+        # the fast path of a cached call: one dictionary lookup to a prepared launch (a row
+        # stride is free when M = 1: check_gemm accepts any; it is then part of the key)
+        rows = (a.stride(0), 0 if residual is None else residual.stride(0)) if m == 1 else None
+        hit = _FAST.get((a.dtype, a.device, b_layout, activation, bias is None, residual is None,
+                         scale is None, m, n, k, rows))
+        if hit is not None and hit[4] == tuning_token():
+            c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+            hit[5](a, b, c, bias, residual, scale)
+            return c
 
     ep = (bias is not None, residual is not None, activation, scale is not None)
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
@@ -371,16 +414,10 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     scale_arg = float(scale) if scale is not None else 1.0
     fast = None
     if a.is_cuda and config is None and not autotune:
-        # (a row stride is free when M = 1: check_gemm accepts any; it is then part of the key)
         rows_stride = (a.stride(0), residual.stride(0) if residual is not None else 0) if m == 1 else None
-        fast = (a.dtype, b_layout, ep, a.device, m, n, k, rows_stride, autotuner().generation())
-        hit = _FAST.get(fast)
-        if hit is not None:                  # a cached call: one dictionary lookup to the launcher
-            vals = (a, b, c, bias_arg, res_arg, scale_arg)
-            args = [vals[i] for i in hit[2]]
-            if not hit[3](args):             # the pre-packed launch declined: the checked path
-                hit[0].call_like(hit[1], args)
-            return c
+        fast = (a.dtype, a.device, b_layout, activation, bias is None, residual is None, scale is None,
+                m, n, k, rows_stride)
+        token = tuning_token()
 
     from hexlayout.lang import bf16, f16
 
@@ -428,7 +465,8 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
             # later calls with this key differ from this one only in data pointers and scale
             # (the template keeps no tensor alive: only their pointers, shapes and strides)
             template = replace(lau.bind(*[vals[i] for i in order]), tensors={})
-            _FAST[fast] = (lau, template, order, lau.prepared(template))
+            go = lau.prepared(template)
+            _FAST[fast] = (lau, template, order, go, token, _fast_launch(lau, template, order, go, n))
         return c
     from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["GemmConfig", "CONFIGS", "choose_config", "Autotuner", "SM_COUNT", "autotuner", "AUTOTUNE_FORMAT",
-           "REFRESH_SECONDS", "sm90_stages", "SM90_MAX_STAGES", "SM90_EPILOGUE_SMEM"]
+           "REFRESH_SECONDS", "tuning_token", "sm90_stages", "SM90_MAX_STAGES", "SM90_EPILOGUE_SMEM"]
 
 #: Streaming multiprocessors per architecture's flagship part (persistent grid size).
 SM_COUNT = {"sm_80": 108, "sm_89": 128, "sm_90a": 132}
@@ -309,18 +309,45 @@ def _default_path() -> Path:
     return default_cache_dir() / "autotune.json"
 
 
-_DEFAULT: tuple[str | None, Autotuner] | None = None
+_DEFAULT: tuple[Any, Autotuner] | None = None
+_CACHE_ENV = "HEXLAYOUT_CACHE_DIR"
+_ENVIRON_TYPE = type(os.environ)
+try:                                      # the variable's key in os.environ's own (encoded) mapping
+    _CACHE_ENV_RAW: Any = os.environ.encodekey(_CACHE_ENV)  # type: ignore[attr-defined]
+except AttributeError:                    # pragma: no cover - an os.environ without encodekey
+    _CACHE_ENV_RAW = None
+
+
+def _cache_env() -> Any:
+    """The value of ``HEXLAYOUT_CACHE_DIR`` as ``os.environ`` holds it (its encoded form, read
+    without decoding when ``os.environ`` is the standard mapping: a dictionary lookup), or
+    ``None``; any change of the variable through ``os.environ`` changes the answer."""
+    env = os.environ
+    if type(env) is _ENVIRON_TYPE and _CACHE_ENV_RAW is not None:
+        return env._data.get(_CACHE_ENV_RAW)  # type: ignore[attr-defined]
+    return env.get(_CACHE_ENV)
 
 
 def autotuner() -> Autotuner:
     """The process's ``Autotuner`` of ``$HEXLAYOUT_CACHE_DIR/autotune.json`` (reused while the
-    variable keeps its value)."""
+    variable keeps its value; the value is compared on each call, not re-parsed)."""
     global _DEFAULT
-    env = os.environ.get("HEXLAYOUT_CACHE_DIR")
+    env = _cache_env()
     hit = _DEFAULT
     if hit is None or hit[0] != env:
         hit = _DEFAULT = (env, Autotuner())
     return hit[1]
+
+
+def tuning_token() -> tuple[Any, int]:
+    """A value that changes whenever the persisted choice of a config may change: the autotuning
+    table in use (``HEXLAYOUT_CACHE_DIR``) and its generation (bumped when the file is re-read
+    or a result stored; the file is checked at most every ``REFRESH_SECONDS``). Callers memoize
+    config choices under it."""
+    t = autotuner()._table
+    if time.monotonic() - t.checked >= REFRESH_SECONDS:
+        t.refresh()
+    return (t, t.generation)
 
 
 class Autotuner:
