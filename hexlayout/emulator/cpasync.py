@@ -80,6 +80,10 @@ def complete_rows(m: Machine, op: AsyncOp, sel: np.ndarray) -> None:
     idx = op.addr[sel]
     m.smem.raw[idx] = op.data[sel]
     m.shadow.clear_marks(m.shadow.pend_write, idx, op.ident)
+    if m.async_proxy_reads and op.kind == "cp.async":  # through the generic proxy (TMA: async)
+        from .proxy import note_generic_write
+
+        note_generic_write(m, op.tids[sel], idx)
     if m.options.check_races:
         m.shadow.record_write(
             op.tids[sel], idx, m.site_id(op.instr), op.epochs[sel] if op.epochs is not None else None

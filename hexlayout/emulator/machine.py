@@ -114,6 +114,10 @@ class Machine:
         self.async_ops: dict[int, AsyncOp] = {}
         self._next_async = 1
         self.state: dict[str, Any] = {}  # per-family state (cp.async groups, mbarriers, ...)
+        from .proxy import reads_async_proxy
+
+        #: the kernel reads shared memory through the async proxy (tensor maps, wgmma descriptors)
+        self.async_proxy_reads = reads_async_proxy(kernel)
 
     # ---- errors -------------------------------------------------------------------
     def fail(self, cls: type[EmulationError], ins: Instr | None, detail: str, **fields: Any) -> NoReturn:
@@ -434,7 +438,7 @@ class Machine:
         """Check, perform and record a write of ``data`` (``[n, nb]`` uint8) at ``idx``."""
         self.smem_write_check(ins, tids, idx)
         self.smem.raw[idx] = data
-        if self.kernel.tma:         # a kernel with tensor maps may read it through the async proxy
+        if self.async_proxy_reads:  # TMA stores / wgmma may read it through the async proxy
             from .proxy import note_generic_write
 
             note_generic_write(self, tids, idx)

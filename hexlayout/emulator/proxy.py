@@ -1,25 +1,26 @@
-"""The async proxy (sm_90): shared memory written by ordinary stores and read by TMA.
+"""The async proxy (sm_90): shared memory written by ordinary stores and read by TMA / wgmma.
 
-Ordinary shared-memory stores (``st.shared``, ``stmatrix``) go through the generic proxy; a
-TMA store (``cp.async.bulk.tensor`` shared -> global) reads through the async proxy. PTX
-requires each writing thread to execute ``fence.proxy.async.shared::cta`` after its writes
-before the bulk copy that reads them (then a barrier orders the fence before the issuing
-thread). The emulator keeps, per shared byte, the thread whose generic write has not been
-fenced yet (``-1``: none); ``FenceProxyAsync`` by a thread clears its bytes, and a TMA store
-that reads an unfenced byte is an ``AsyncHazardError`` naming the writer. (The barrier
-between the fence and the read is checked by the race detector as for any other read.)
+Ordinary shared-memory stores (``st.shared``, ``stmatrix``) and landed ``cp.async`` copies go
+through the generic proxy; a TMA store (``cp.async.bulk.tensor`` shared -> global) and a
+wgmma's shared operands (matrix descriptors) are read through the async proxy. PTX requires
+each writing thread to execute ``fence.proxy.async.shared::cta`` after its writes before the
+async-proxy read (then a barrier orders the fence before the reading threads). The emulator
+keeps, per shared byte, the thread whose generic write has not been fenced yet (``-1``:
+none); ``FenceProxyAsync`` by a thread clears its bytes, and an async-proxy read of an
+unfenced byte is an ``AsyncHazardError`` naming the writer. (The barrier between the fence
+and the read is checked by the race detector as for any other read.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hexlayout.ir.lowered import FenceProxyAsync, Instr
+from hexlayout.ir.lowered import FenceProxyAsync, ForLoop, IfThen, Instr, LoweredKernel, SmemDesc, Wgmma
 
 from .errors import AsyncHazardError
 from .machine import Active, Machine
 
-__all__ = ["HANDLERS", "note_generic_write", "check_async_read"]
+__all__ = ["HANDLERS", "note_generic_write", "check_async_read", "reads_async_proxy"]
 
 _KEY = "proxy.unfenced"
 
@@ -31,6 +32,24 @@ def _unfenced(m: Machine) -> np.ndarray:
     return arr
 
 
+def reads_async_proxy(kernel: LoweredKernel) -> bool:
+    """``kernel`` has tensor maps or a wgmma with a shared-memory operand descriptor."""
+    if kernel.tma:
+        return True
+
+    def walk(body: list[Instr]) -> bool:
+        for ins in body:
+            if isinstance(ins, Wgmma) and (isinstance(ins.a, SmemDesc) or isinstance(ins.b, SmemDesc)):
+                return True
+            if isinstance(ins, ForLoop) and walk(ins.body):
+                return True
+            if isinstance(ins, IfThen) and (walk(ins.then_body) or walk(ins.else_body)):
+                return True
+        return False
+
+    return walk(kernel.body)
+
+
 def note_generic_write(m: Machine, tids: np.ndarray, idx: np.ndarray) -> None:
     """Byte addresses ``idx`` (``[n, nb]``) written by threads ``tids`` (``[n]``) through the
     generic proxy."""
@@ -38,9 +57,9 @@ def note_generic_write(m: Machine, tids: np.ndarray, idx: np.ndarray) -> None:
     arr[np.asarray(idx).reshape(len(tids), -1)] = np.asarray(tids).reshape(-1, 1)
 
 
-def check_async_read(m: Machine, ins: Instr, idx: np.ndarray) -> None:
-    """A read through the async proxy of byte addresses ``idx``: every generic write to them
-    must have been fenced by its writer."""
+def check_async_read(m: Machine, ins: Instr, idx: np.ndarray, reader: str = "the TMA store") -> None:
+    """A read through the async proxy of byte addresses ``idx`` by ``reader``: every generic
+    write to them must have been fenced by its writer."""
     arr = m.state.get(_KEY)
     if arr is None:
         return
@@ -49,9 +68,10 @@ def check_async_read(m: Machine, ins: Instr, idx: np.ndarray) -> None:
     if bad.any():
         addr = int(np.asarray(idx).reshape(-1)[np.argmax(bad)])
         m.fail(AsyncHazardError, ins,
-               f"the TMA store reads shared byte {addr}, written by thread {int(writers[np.argmax(bad)])} "
-               "through the generic proxy (st.shared / stmatrix) without a fence.proxy.async.shared::cta "
-               "after the write", thread=int(writers[np.argmax(bad)]))
+               f"{reader} reads shared byte {addr}, written by thread {int(writers[np.argmax(bad)])} "
+               "through the generic proxy (st.shared / stmatrix / cp.async) without a "
+               "fence.proxy.async.shared::cta (hl.fence_proxy_async) after the write",
+               thread=int(writers[np.argmax(bad)]))
 
 
 def fence_proxy_async(m: Machine, ins: FenceProxyAsync, x: Active) -> None:

@@ -32,6 +32,7 @@ from .errors import IllegalInstructionError, MisalignedAccessError, OutOfBoundsE
 from .machine import Active, Machine
 from .mma import dense_from_fragments, finish_accumulator, fragments_from_dense, read_operand, tv_index
 from .numerics import atom_numpy, to_compute
+from .proxy import check_async_read
 from .warps import whole_units
 
 __all__ = ["HANDLERS", "WgmmaState"]
@@ -145,6 +146,7 @@ def wgmma(m: Machine, ins: Wgmma, x: Active) -> None:
         reader = wg_tids[:1]
         for idx in reads:
             flat = idx.reshape(1, -1)
+            check_async_read(m, ins, flat, "the wgmma")
             m.smem_read(ins, reader, flat)
         if m.options.check_races:
             m.shadow.clocks.join_units(wg_tids.reshape(1, -1))

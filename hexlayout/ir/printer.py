@@ -30,6 +30,7 @@ from .tile import (
     Cast,
     Copy,
     Elementwise,
+    FenceProxyAsync,
     Fill,
     For,
     GlobalParam,
@@ -321,6 +322,11 @@ def _wgmma_fence(p: Printer, op: WgmmaFence) -> OpText:
 @PRINTING.register(WgmmaCommit)
 def _wgmma_commit(p: Printer, op: WgmmaCommit) -> OpText:
     return "wgmma.commit_group"
+
+
+@PRINTING.register(FenceProxyAsync)
+def _fence_proxy_async(p: Printer, op: FenceProxyAsync) -> OpText:
+    return "fence.proxy.async"
 
 
 @PRINTING.register(WgmmaWait)

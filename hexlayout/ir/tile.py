@@ -24,7 +24,7 @@ Ops and their meaning (all block-wide unless stated):
 - ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Rearrange``: register-tile math.
 - ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
-  ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``SetMaxNReg``.
+  ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``FenceProxyAsync``, ``SetMaxNReg``.
 - ``For`` (runtime or unrolled loop), ``If`` (runtime condition; a condition on the
   warp-group index expresses warp specialization, and ``If.warp_groups`` then lists the
   warp groups that run ``then_body``).
@@ -56,7 +56,7 @@ __all__ = [
     "SourceLoc", "Value", "Op", "Block", "GlobalParam", "ScalarParam", "GlobalView", "Alloc", "Slice",
     "Copy", "Mma", "Cast", "Elementwise", "Fill", "Reduce", "Rearrange", "Sync", "AsyncCommit",
     "AsyncWait", "Mbarrier", "MbarrierInit", "MbarrierArrive", "MbarrierWait", "WgmmaFence",
-    "WgmmaCommit", "WgmmaWait", "SetMaxNReg", "For", "If", "TileKernel", "LaunchConfig",
+    "WgmmaCommit", "WgmmaWait", "FenceProxyAsync", "SetMaxNReg", "For", "If", "TileKernel", "LaunchConfig",
     "SubTile", "Permute", "Iota",
 ]
 
@@ -420,6 +420,12 @@ class WgmmaFence(Op):
 @dataclass(eq=False)
 class WgmmaCommit(Op):
     pass
+
+
+@dataclass(eq=False)
+class FenceProxyAsync(Op):
+    """``fence.proxy.async.shared::cta``: order this thread's generic-proxy shared-memory writes
+    (stores, cp.async) before later async-proxy reads (wgmma operands, TMA stores); sm_90+."""
 
 
 @dataclass(eq=False)

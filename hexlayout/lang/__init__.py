@@ -45,7 +45,7 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
 - control (``control``): ``range``, ``if_``, ``else_``, ``warp_group``.
 - synchronization (``sync``): ``syncthreads``, ``commit_group``, ``wait_group``,
   ``mbarrier``, ``mbarrier_init``, ``arrive``, ``wait``, ``wgmma_fence``,
-  ``wgmma_commit``, ``wgmma_wait``, ``setmaxnreg``.
+  ``wgmma_commit``, ``wgmma_wait``, ``fence_proxy_async``, ``setmaxnreg``.
 - errors: ``KernelError`` (a ``ValueError``) names kernel, operation, tensors and line.
 - re-exports: ``Layout``, ``Swizzle``, ``ComposedLayout``, ``composition``,
   ``make_layout_tv`` (hexlayout.layout), ``TaskMapping``.
@@ -109,6 +109,7 @@ from .spec import Dim, Tensor, dims
 from .sync import (
     arrive,
     commit_group,
+    fence_proxy_async,
     mbarrier,
     mbarrier_init,
     setmaxnreg,
@@ -134,7 +135,7 @@ __all__ = [
     "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",
     "syncthreads", "commit_group", "wait_group", "mbarrier", "mbarrier_init", "arrive", "wait",
-    "wgmma_fence", "wgmma_commit", "wgmma_wait", "setmaxnreg",
+    "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async", "setmaxnreg",
 ]
 
 # hl.exp, hl.silu, ...: one unary function per ALU function with a language name

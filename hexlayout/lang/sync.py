@@ -26,6 +26,7 @@ from hexlayout.ir.expr import Expr, ExprLike
 from hexlayout.ir.tile import (
     AsyncCommit,
     AsyncWait,
+    FenceProxyAsync,
     Mbarrier,
     MbarrierArrive,
     MbarrierInit,
@@ -44,7 +45,8 @@ from .context import TraceContext
 
 __all__ = [
     "Barriers", "BarrierRef", "as_barrier", "syncthreads", "commit_group", "wait_group", "mbarrier",
-    "mbarrier_init", "arrive", "wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "setmaxnreg",
+    "mbarrier_init", "arrive", "wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
+    "setmaxnreg",
 ]
 
 
@@ -427,6 +429,47 @@ def wgmma_fence() -> None:
     """
     ctx, loc = begin("wgmma_fence")
     ctx.emit(WgmmaFence(loc=loc))
+
+
+def fence_proxy_async() -> None:
+    """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes through the
+    generic proxy (``hl.copy`` stores and cp.async copies into shared memory) visible to later
+    reads through the async proxy (wgmma shared operands, TMA stores).
+
+    On sm_90 a wgmma reads its shared operands through the async proxy: a tile filled by
+    cp.async (e.g. rows gathered through an index tile, which TMA cannot load) needs, in
+    every thread that wrote it, ``hl.wait_group`` then this fence, then a barrier before the
+    wgmma. Nothing is emitted for architectures without the async proxy (sm_80, sm_89).
+
+    Returns:
+        None: the ``FenceProxyAsync`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace.
+
+    Example:
+        A cp.async-loaded tile read by wgmma::
+
+            @hl.kernel(threads=128)
+            def gathered(a: hl.f16["M", "K"]):
+                sa = hl.shared(hl.f16, (64, 64))
+                sb = hl.shared(hl.f16, (64, 64))
+                hl.copy(a.tile((64, 64), (0, 0)), sa)
+                hl.copy(a.tile((64, 64), (0, 0)), sb)
+                hl.commit_group()
+                hl.wait_group(0)
+                hl.fence_proxy_async()
+                hl.syncthreads()
+                acc = hl.zeros((64, 64), hl.f32)
+                hl.wgmma_fence()
+                hl.mma(sa, sb, acc)
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+
+            gathered.trace()
+    """
+    ctx, loc = begin("fence_proxy_async")
+    ctx.emit(FenceProxyAsync(loc=loc))
 
 
 def wgmma_commit() -> None:

@@ -155,7 +155,7 @@ def test_wgmma_mn_major_b_128b_swizzle():
             L.LdGlobal(rr(v), L.GlobalRef(Bkn, k * N + n), 128),
             L.StShared(L.SharedRef(sB, SW128(off)), rr(v), 128),
         ]
-    body += [L.BarSync(), L.WgmmaFence()]
+    body += [L.FenceProxyAsync(), L.BarSync(), L.WgmmaFence()]  # generic writes, then wgmma reads
     for ks in range(K // 16):
         body.append(
             L.Wgmma(

@@ -32,6 +32,7 @@ from ..lowered import (
     Comment,
     CpAsyncCommit,
     CpAsyncWait,
+    FenceProxyAsync,
     ForLoop,
     IfThen,
     Instr,
@@ -78,6 +79,9 @@ from ..tile import (
     Sync,
     TileKernel,
     Value,
+)
+from ..tile import (
+    FenceProxyAsync as TileFenceProxyAsync,
 )
 from ..tile import (
     SetMaxNReg as TileSetMaxNReg,
@@ -651,6 +655,11 @@ class _Lowering:
     @LOWERING.register(TileWgmmaWait)
     def op_WgmmaWait(self, op: TileWgmmaWait) -> list[Instr]:
         return [WgmmaWait(op.pending)]
+
+    @LOWERING.register(TileFenceProxyAsync)
+    def op_FenceProxyAsync(self, op: TileFenceProxyAsync) -> list[Instr]:
+        # no async proxy before sm_90: nothing to order
+        return [FenceProxyAsync()] if self.arch.has_tma else []
 
     @LOWERING.register(TileSetMaxNReg)
     def op_SetMaxNReg(self, op: TileSetMaxNReg) -> list[Instr]:

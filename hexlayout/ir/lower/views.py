@@ -71,12 +71,16 @@ def _numeric_stride(d: ExprLike) -> int:
 
 def _numeric_base(e: ExprLike) -> int:
     """A slice base with every variable (loop index, stage) and every value loaded into
-    registers (``RegRead``) at 0."""
+    registers (``RegRead``) at 0 (at 1 where 0 would divide by zero: a base such as
+    ``(j - n // g) % 2``)."""
     if not isinstance(e, Expr):
         return int(e)
     if reg_reads(e):
         e = replace_leaves(e, lambda x: 0 if isinstance(x, RegRead) else x)
-    return int(evaluate(e, {v: 0 for v in free_vars(e)}))
+    try:
+        return int(evaluate(e, {v: 0 for v in free_vars(e)}))
+    except ZeroDivisionError:
+        return int(evaluate(e, {v: 1 for v in free_vars(e)}))
 
 
 @dataclass(eq=False)
