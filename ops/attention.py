@@ -35,18 +35,28 @@ a combine kernel merging them (``o = sum_sp exp(lse_sp - lse) o_sp``, ``lse = lo
 exp(lse_sp)``); ``num_splits=0`` chooses from the grid's block count, ``max_seqlen_k`` and the
 SM count (``choose_splits``; 1 on the CPU), never from tensor contents.
 
-Not built yet: the sm_90a wgmma kernel (sm_90a runs the mma.sync kernel), ``attention_varlen``.
+On sm_90a (a Hopper device, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` in the emulator) the kernel
+is ``attention_kernels_sm90.paged_attention_sm90_kernel`` (wgmma for both products, same
+arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from .attention_args import build_for, check_paged_attention, head_dim_tile, lang_dtype, run_kernel
 from .attention_kernels import paged_attention_combine_kernel, paged_attention_kernel
+from .attention_kernels_sm90 import paged_attention_sm90_kernel
 
-__all__ = ["paged_attention", "paged_attention_consts", "run_paged_attention"]
+__all__ = [
+    "paged_attention",
+    "paged_attention_consts",
+    "paged_attention_sm90_consts",
+    "run_paged_attention",
+    "kernel_arch",
+]
 
 LOG2E = 1.4426950408889634
 
@@ -70,6 +80,27 @@ def paged_attention_consts(
         "SOFTCAP": bool(softcap),
         "TILES": max(1, -(-max_seqlen_q * group // bm)),
     }
+
+
+def paged_attention_sm90_consts(
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+) -> dict[str, Any]:
+    """The sm_90a kernel's constants: one warp group (64 rows), 64 keys per step."""
+    consts = paged_attention_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
+    del consts["WARPS"]
+    return {**consts, "BN": 64, "WG": 1}
+
+
+def kernel_arch(device: Any) -> str:
+    """The architecture kernels are built for on ``device``: a CUDA device's own, else the
+    emulated one (``HEXLAYOUT_EMULATE_ARCH``, default sm_80)."""
+    if device.type == "cuda":
+        import torch
+
+        from .gemm import device_arch
+
+        return device_arch(torch.cuda.get_device_capability(device))
+    return os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
 
 
 def paged_attention(
@@ -166,17 +197,20 @@ def run_paged_attention(
     window = left >= 0 or right >= 0
     cap = float(softcap)
     qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
-    consts = paged_attention_consts(d, bs, h // kvh, max_seqlen_q, causal, window, cap > 0)
+    sm90 = kernel_arch(q.device) == "sm_90a"
+    consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
+    kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
+    consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap > 0)
     splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
     dt = lang_dtype(q.dtype)
     if splits > 1:
         consts["SPLITS"] = splits
         o_part = torch.empty((splits, tq, h, d), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((splits, h, tq), dtype=torch.float32, device=q.device)
-        bld = build_for(paged_attention_kernel(dt, True), q.device, consts)
+        bld = build_for(kernel_of(dt, True), q.device, consts)
     else:
         o_part, lse_part = out, lse
-        bld = build_for(paged_attention_kernel(dt), q.device, consts)
+        bld = build_for(kernel_of(dt), q.device, consts)
     big = 1 << 30  # an unbounded side of a window
     args = (
         q,

@@ -1,0 +1,44 @@
+"""Compile evidence for the sm_90a paged attention kernel (wgmma): the shipped configurations
+(head sizes 64 / 128 / 256, f16 / bf16, the split-KV variant) compile with NVRTC for sm_90a
+without spills or local memory, with no ptxas wgmma-serialization message (C75xx), and the
+SASS holds HGMMA for both products (Q K^T from shared memory, P V with P in registers) and
+the cp.async gathers of the K / V pages."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hexlayout.runtime.stats import SERIALIZATION_CODES
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize(
+    ("hd", "dtype", "split"), [(64, "f16", False), (128, "bf16", True), (256, "bf16", False)]
+)
+def test_sm90_paged_kernel_compiles_without_spills_or_serialization(hd: int, dtype: str, split: bool) -> None:
+    from hexlayout.ops.attention import paged_attention_sm90_consts
+    from hexlayout.ops.attention_kernels_sm90 import paged_attention_sm90_kernel
+
+    import hexlayout.lang as hl
+    from hexlayout.runtime import build
+
+    consts = paged_attention_sm90_consts(hd, 16, 8, 1, True, False, False)
+    if split:
+        consts["SPLITS"] = 4
+    b = build(paged_attention_sm90_kernel(getattr(hl, dtype), split), "sm_90a", **consts)
+    res = b.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
+    st = b.stats
+    assert st.local_memory_instructions == 0 and not st.serialization, st.summary()
+    assert not re.findall(r"\((C75\d\d)\)", b.compiled.log)
+    assert not any(c in w for w in st.warnings for c in SERIALIZATION_CODES), st.warnings
+    counts = b.compiled.sass_counts()
+    assert any(op.startswith("LDGSTS") for op in counts)
+    assert not any(op.startswith("HMMA") for op in counts)
+    # per 64-key step and warp group: hd/16 Q K^T wgmma (64x64x16) and 4 P V wgmma (64 x hd x 16)
+    lp = st.main_loop
+    assert lp is not None and lp.mma == hd // 16 + 4, st.summary()
+    pv = [op for op in counts if op.startswith(f"HGMMA.64x{hd}x16")]
+    assert pv and (hd == 64 or any(op.startswith("HGMMA.64x64x16") for op in counts)), counts
