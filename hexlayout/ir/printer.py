@@ -250,6 +250,8 @@ def _mma(p: Printer, op: Mma) -> OpText:
         s += f" warps={op.warps}"
     if not op.k_inner:
         s += " k_outer"
+    if op.accumulate is not True:
+        s += f" accumulate={_scalar(op.accumulate)}"
     return s
 
 

@@ -20,7 +20,8 @@ Ops and their meaning (all block-wide unless stated):
 - ``Iota``: a register tile whose element at coordinate ``c`` is ``c[axis]`` (i32).
 - ``Copy(src, dst)``: move a tile between scopes (instruction chosen by synthesis or
   given), optionally masked, or completing on an mbarrier (bulk/TMA copies).
-- ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles.
+- ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles (``accumulate`` False or a
+  run-time zero: ``c = a @ b^T``).
 - ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Rearrange``: register-tile math.
 - ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
@@ -306,6 +307,9 @@ class Mma(Op):
     atom: str | None = None
     warps: Any = None  # a TaskMapping over warps, or None for auto
     k_inner: bool = True  # A/B register value order of the TiledMma (see TiledMma.k_inner)
+    # True: c += a @ b^T; False: c = a @ b^T (c not read); an integer Expr: either, chosen at
+    # run time (nonzero: accumulate), uniform over the threads of each mma (wgmma's scale-d)
+    accumulate: Any = True
 
 
 @dataclass(eq=False)

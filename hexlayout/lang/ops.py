@@ -166,9 +166,9 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
 _ACC = {"f32", "f16", "s32"}
 
 
-def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping | tuple[int, ...] | None = None
-        ) -> None:
-    """Matrix multiply-accumulate: ``c += a @ b^T``.
+def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
+        warps: TaskMapping | tuple[int, ...] | None = None, *, accumulate: bool | Expr = True) -> None:
+    """Matrix multiply-accumulate: ``c += a @ b^T`` (``c = a @ b^T`` when not ``accumulate``).
 
     ``c[m, n] += sum_k a[m, k] * b[n, k]`` for ``a`` of shape (M, K), ``b`` of shape
     (N, K) (a (K, N) tile is passed as ``b.T``) and ``c`` of shape (M, N). ``a`` and
@@ -192,6 +192,14 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping |
         warps (TaskMapping | tuple[int, ...] | None): the task mapping of the atom's thread
             groups (warps, or warp groups for wgmma) over the (M/atom_m, N/atom_n) atom
             tiles; a tuple ``(wm, wn)`` means ``hl.spatial(wm, wn)``. ``None``: synthesized.
+        accumulate (bool | Expr): ``True``: ``c += a @ b^T``; ``False``: ``c = a @ b^T``
+            (``c``'s earlier values are not read: no zeroed accumulator needed); a scalar
+            integer expression (e.g. ``k > 0`` in a k-loop): chosen at run time, nonzero
+            accumulates. On wgmma it is the instruction's scale-d operand of the first
+            k-step (the first wgmma of a tile writes the accumulator instead of adding to
+            registers zeroed before the loop, which would serialize the wgmma pipeline); on
+            mma.sync the accumulator is zeroed (or selected) before the first k-step. A
+            run-time value must be the same for every thread of the block.
 
     Returns:
         None: the ``Mma`` op is appended to the kernel being traced.
@@ -203,7 +211,8 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping |
             ``c`` is not f32/f16/s32 or does not match integer/floating inputs; ``atom`` is
             unknown, not an mma atom, of other element types, does not divide the shape or
             reads an operand from the other memory; ``warps`` is not a task mapping or
-            needs more warps than the block has.
+            needs more warps than the block has; ``accumulate`` is not a bool or a scalar
+            integer expression.
 
     Example:
         One K-step of a GEMM tile with f32 accumulation::
@@ -279,7 +288,11 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None, warps: TaskMapping |
         if wm.num_workers * 32 > ctx.threads:
             raise ctx.error("mma", loc, f"warps={wm} needs {wm.num_workers} warps, the block has "
                             f"{ctx.threads // 32}")
-    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, loc=loc))
+    if isinstance(accumulate, Tile) or not isinstance(accumulate, (bool, int, Expr)):
+        raise ctx.error("mma", loc, f"accumulate={accumulate!r:.60} must be True, False or a scalar integer "
+                        "expression (e.g. k > 0), not a tile or another value")
+    acc_flag: bool | Expr = accumulate if isinstance(accumulate, (bool, Expr)) else accumulate != 0
+    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc))
 
 
 def cast(x: Tile, dtype: DType) -> Tile:

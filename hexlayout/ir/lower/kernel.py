@@ -506,7 +506,7 @@ class _Lowering:
         a = self.view(op.a, op) if op.a.scope == Scope.SHARED else self.register_of(op.a, op)
         b = self.view(op.b, op) if op.b.scope == Scope.SHARED else self.register_of(op.b, op)
         c = self.register_of(op.c, op)
-        res = lower_mma(tm, a, b, c, self.gtid, op.a.type.dtype.bits)
+        res = lower_mma(tm, a, b, c, self.gtid, op.a.type.dtype.bits, op.accumulate)
         if isinstance(res, str):
             raise self.fail(op, Rejection.of(res).tried(str(tm)))
         self.choices.append((op, str(tm)))

@@ -24,8 +24,8 @@ from hexlayout.arch.gmma import make_gmma_desc
 from hexlayout.layout import ComposedLayout, Layout, composition
 from hexlayout.layout.inttuple import crd2idx
 
-from ..expr import ExprLike, Var, as_expr
-from ..lowered import Instr, MmaSync, RegRef, SmemDesc, Wgmma
+from ..expr import ExprLike, Var, as_expr, select
+from ..lowered import Alu, Instr, MmaSync, RegRef, SmemDesc, Wgmma
 from ..tiled_mma import TiledMma
 from .rejection import Rejection
 from .views import RegisterTile, SharedTileView
@@ -95,8 +95,12 @@ def _desc(tm: TiledMma, view: SharedTileView, dim: int, major: str, tid: Var, r:
 
 
 def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | SharedTileView,
-              c: RegisterTile, tid: Var, elem_bits: int) -> list[Instr] | str:
-    """Instructions for ``c += a @ b^T``, or the reason it cannot be lowered."""
+              c: RegisterTile, tid: Var, elem_bits: int,
+              accumulate: bool | ExprLike = True) -> list[Instr] | str:
+    """Instructions for ``c += a @ b^T`` (``accumulate``: ``False`` or a run-time zero gives
+    ``c = a @ b^T``), or the reason it cannot be lowered. wgmma: the first k-step of each
+    output tile carries ``accumulate`` as its scale-d (0: D = A*B); mma.sync (no such operand):
+    ``c`` is zeroed (``False``) or selected (``accumulate ? c : 0``) before the first k-step."""
     atom = tm.atom
     err = _check_tv("c", c, tm.c_tv(), tm.threads)
     if err:
@@ -121,6 +125,15 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
                 return err
     va, vb, vc = atom.values_a, atom.values_b, atom.values_c
     out: list[Instr] = []
+    first_scale: ExprLike = 1                 # scale-d of a wgmma at the first k-step
+    if accumulate is False:
+        first_scale = 0
+    elif accumulate is not True:
+        first_scale = select(as_expr(accumulate), 1, 0)
+    if atom.kind == "mma.sync" and accumulate is not True:
+        whole = RegRef(c.array, 0, c.values)
+        out.append(Alu("mov", whole, (0,)) if accumulate is False else
+                   Alu("select", whole, (as_expr(accumulate), whole, 0)))
     desc_cache: dict[tuple[str, int, int], SmemDesc] = {}
     for inst in tm.instances():
         d_ref = RegRef(c.array, vc * inst.r, vc)
@@ -144,5 +157,6 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
                 if isinstance(dsc, str):
                     return Rejection(dsc, operand="b", layouts=(("b", b.full_layout),))
                 desc_cache[key] = dsc
-            out.append(Wgmma(atom_spec(atom), d_ref, a_op, desc_cache[key], 1))
+            scale_d = first_scale if inst.k == 0 else 1
+            out.append(Wgmma(atom_spec(atom), d_ref, a_op, desc_cache[key], scale_d))
     return out
