@@ -1,10 +1,10 @@
 """Argument checks and the run path shared by the serving-attention ops (``reshape_and_cache``,
-``paged_attention``).
+``paged_attention``, ``attention_varlen``).
 
 Each ``check_*`` is the one check an op runs eagerly and in its fake implementation (meta /
 fake tensors, ``torch.compile``, CUDA-graph capture): it raises ``ArgumentTypeError``
 (``TypeError``) or ``ArgumentError`` (``ValueError``) naming the argument. Checks that need
-tensor contents (slot values, sequence offsets against the block table) run on CPU tensors
+tensor contents (slot values, sequence offsets against q / k and the block table) run on CPU tensors
 and, on CUDA, only with ``HEXLAYOUT_CHECK=1`` (the fast path never synchronizes).
 """
 
@@ -17,6 +17,9 @@ from hexlayout.runtime.args import INT32_MAX, ArgumentError, ArgumentTypeError
 
 __all__ = [
     "check_reshape_and_cache",
+    "check_attention_options",
+    "check_attention_varlen",
+    "check_cu_seqlens",
     "head_dim_tile",
     "lang_dtype",
     "build_for",
@@ -305,6 +308,58 @@ def _real(op: str, name: str, v: Any, optional: bool = False) -> float | None:
     return float(v)
 
 
+def check_attention_options(
+    op: str,
+    max_seqlen_q: Any,
+    max_seqlen_k: Any,
+    softmax_scale: Any,
+    causal: Any,
+    window_size: Any,
+    softcap: Any,
+) -> tuple[int, int]:
+    """The scalar options the attention ops share; returns ``(max_seqlen_q, max_seqlen_k)``."""
+    max_q, max_k = _int(op, "max_seqlen_q", max_seqlen_q), _int(op, "max_seqlen_k", max_seqlen_k)
+    for name, v in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
+        if v < 0:
+            raise ArgumentError(op, name, f"must be >= 0, got {v}")
+    scale = _real(op, "softmax_scale", softmax_scale, optional=True)
+    if scale is not None and scale <= 0:
+        raise ArgumentError(op, "softmax_scale", f"must be > 0, got {scale}")
+    if not isinstance(causal, bool):
+        raise ArgumentTypeError(op, "causal", f"expected a bool, got {_kind(causal)}")
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ArgumentTypeError(op, "window_size", f"expected (left, right) ints, got {_kind(window_size)}")
+    for w in window_size:
+        if _int(op, "window_size", w) < -1:
+            raise ArgumentError(
+                op, "window_size", f"bounds must be >= 0 or -1 (unbounded), got {tuple(window_size)}"
+            )
+    cap = _real(op, "softcap", softcap)
+    if cap is not None and cap < 0:
+        raise ArgumentError(op, "softcap", f"must be >= 0 (0: no softcap), got {cap}")
+    return max_q, max_k
+
+
+def check_cu_seqlens(
+    op: str, name: str, cu_seqlens: Any, max_name: str, max_len: int, rows_name: str, rows: int, what: str
+) -> None:
+    """Content check of one ``cu_seqlens`` (CPU, or CUDA under ``HEXLAYOUT_CHECK=1``): starts at
+    >= 0, never decreases, each sequence at most ``max_len`` long, ends within ``rows``."""
+    cu = cu_seqlens.tolist()
+    if cu and cu[0] < 0:
+        raise ArgumentError(op, name, f"starts at {cu[0]} < 0")
+    for i in range(len(cu) - 1):
+        if cu[i + 1] < cu[i]:
+            raise ArgumentError(op, name, f"decreases at {i}: {cu[i]} then {cu[i + 1]}")
+    for i in range(len(cu) - 1):
+        if cu[i + 1] - cu[i] > max_len:
+            raise ArgumentError(
+                op, max_name, f"is {max_len}, but sequence {i} has {cu[i + 1] - cu[i]} {what}"
+            )
+    if len(cu) > 1 and cu[-1] > rows:
+        raise ArgumentError(op, name, f"ends at {cu[-1]}, past {rows_name}'s {rows} tokens")
+
+
 def check_paged_attention(
     q: Any,
     key_cache: Any,
@@ -338,30 +393,14 @@ def check_paged_attention(
         ],
     )
     check_kv_layout(op, kv_layout)
-    max_q, max_k = _int(op, "max_seqlen_q", max_seqlen_q), _int(op, "max_seqlen_k", max_seqlen_k)
-    for name, v in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
-        if v < 0:
-            raise ArgumentError(op, name, f"must be >= 0, got {v}")
-    scale = _real(op, "softmax_scale", softmax_scale, optional=True)
-    if not isinstance(causal, bool):
-        raise ArgumentTypeError(op, "causal", f"expected a bool, got {_kind(causal)}")
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise ArgumentTypeError(op, "window_size", f"expected (left, right) ints, got {_kind(window_size)}")
-    for w in window_size:
-        if _int(op, "window_size", w) < -1:
-            raise ArgumentError(
-                op, "window_size", f"bounds must be >= 0 or -1 (unbounded), got {tuple(window_size)}"
-            )
-    cap = _real(op, "softcap", softcap)
-    if cap is not None and cap < 0:
-        raise ArgumentError(op, "softcap", f"must be >= 0 (0: no softcap), got {cap}")
+    max_q, max_k = check_attention_options(
+        op, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap
+    )
     splits = _int(op, "num_splits", num_splits)
     if splits < 0:
         raise ArgumentError(op, "num_splits", f"must be >= 0 (0: chosen by the op), got {splits}")
     if splits > 16:
         raise ArgumentError(op, "num_splits", f"must be at most 16 (each count is a build), got {splits}")
-    if scale is not None and scale <= 0:
-        raise ArgumentError(op, "softmax_scale", f"must be > 0, got {scale}")
     check_dtype(op, "q", q)
     check_device(
         op,
@@ -401,20 +440,8 @@ def check_paged_attention(
         raise ArgumentError(op, "q", f"has {tq} x {h} rows; the kernels index with 32-bit int")
     maxb = block_table.shape[1]
     if content_checks(cu_seqlens_q):
-        cu = cu_seqlens_q.tolist()
+        check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, "max_seqlen_q", max_q, "q", tq, "queries")
         ks = seqused_k.tolist()
-        if cu and cu[0] < 0:
-            raise ArgumentError(op, "cu_seqlens_q", f"starts at {cu[0]} < 0")
-        for i in range(b):
-            if cu[i + 1] < cu[i]:
-                raise ArgumentError(op, "cu_seqlens_q", f"decreases at {i}: {cu[i]} then {cu[i + 1]}")
-        for i in range(b):
-            if cu[i + 1] - cu[i] > max_q:
-                raise ArgumentError(
-                    op, "max_seqlen_q", f"is {max_q}, but sequence {i} has {cu[i + 1] - cu[i]} queries"
-                )
-        if b and cu[-1] > tq:
-            raise ArgumentError(op, "cu_seqlens_q", f"ends at {cu[-1]}, past q's {tq} tokens")
         for i in range(b):
             if ks[i] < 0:
                 raise ArgumentError(op, "seqused_k", f"holds {ks[i]} < 0 for sequence {i}")
@@ -439,3 +466,80 @@ def check_paged_attention(
                         f"holds block {lo if lo < 0 else hi} for a used key, outside the caches' {nb} blocks",
                     )
     return b, h, kvh, d, bs, maxb
+
+
+def check_attention_varlen(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: Any,
+    max_seqlen_k: Any,
+    softmax_scale: Any = None,
+    causal: Any = False,
+    window_size: Any = (-1, -1),
+    softcap: Any = 0.0,
+    return_lse: Any = False,
+) -> tuple[int, int, int, int]:
+    """The arguments of ``attention_varlen`` (``hexlayout.ops.attention_varlen``); raises
+    naming the argument. Returns ``(B, H, KVH, D)``."""
+    import torch
+
+    op = "hexlayout.attention_varlen"
+    check_tensors(
+        op,
+        [
+            ("q", q, 3),
+            ("k", k, 3),
+            ("v", v, 3),
+            ("cu_seqlens_q", cu_seqlens_q, 1),
+            ("cu_seqlens_k", cu_seqlens_k, 1),
+        ],
+    )
+    max_q, max_k = check_attention_options(
+        op, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap
+    )
+    if not isinstance(return_lse, bool):
+        raise ArgumentTypeError(op, "return_lse", f"expected a bool, got {_kind(return_lse)}")
+    check_dtype(op, "q", q)
+    check_device(
+        op, ("q", q), [("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)]
+    )
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ArgumentError(op, name, f"has dtype {t.dtype}, q {q.dtype}")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if t.dtype != torch.int32:
+            raise ArgumentError(op, name, f"has dtype {t.dtype}, expected torch.int32")
+        if t.numel() > 1 and t.stride(0) != 1:
+            raise ArgumentError(op, name, f"has stride {t.stride(0)}, expected contiguous (1)")
+    if cu_seqlens_q.shape[0] < 1:
+        raise ArgumentError(op, "cu_seqlens_q", "is empty; expected B + 1 >= 1 entries")
+    b = cu_seqlens_q.shape[0] - 1
+    if cu_seqlens_k.shape[0] != b + 1:
+        raise ArgumentError(
+            op,
+            "cu_seqlens_k",
+            f"has {cu_seqlens_k.shape[0]} entries, cu_seqlens_q {b + 1} (both are [B + 1])",
+        )
+    tq, h, d = q.shape
+    tk, kvh, dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise ArgumentError(
+            op, "v", f"has shape {tuple(v.shape)}, k {tuple(k.shape)} (both [total_k, KVH, D])"
+        )
+    if dk != d:
+        raise ArgumentError(op, "k", f"has head size {dk}, q {d}")
+    if d > MAX_HEAD_DIM or d % 8 or d == 0:
+        raise ArgumentError(op, "q", f"has head size {d}; supported: multiples of 8 up to {MAX_HEAD_DIM}")
+    if kvh == 0 or h % kvh:
+        raise ArgumentError(op, "q", f"has {h} heads, not a multiple of k's {kvh} KV heads")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_rows(op, name, t)
+    if tq * h > INT32_MAX:
+        raise ArgumentError(op, "q", f"has {tq} x {h} rows; the kernels index with 32-bit int")
+    if content_checks(cu_seqlens_q):
+        check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, "max_seqlen_q", max_q, "q", tq, "queries")
+        check_cu_seqlens(op, "cu_seqlens_k", cu_seqlens_k, "max_seqlen_k", max_k, "k", tk, "keys")
+    return b, h, kvh, d

@@ -1,0 +1,181 @@
+"""The varlen (prefill) attention kernel in the tile language, layout-free
+(``hexlayout.ops.attention_varlen``).
+
+``attention_varlen_kernel(dtype)`` computes, for sequence ``s`` (queries ``cu_seqlens_q[s] ..
+cu_seqlens_q[s+1]``, ``Sq`` of them; keys and values ``cu_seqlens_k[s] .. cu_seqlens_k[s+1]``,
+``Sk`` of them) and query head ``h`` (KV head ``h // (H / KVH)``)::
+
+    s_ij = (q_i . k_j) * scale                  (softcap c > 0: c * tanh(s_ij / c))
+    visible(i, j) = j < Sk  [and j >= i + Sk - Sq - left] [and j <= i + Sk - Sq + right]
+    o_i = sum_j softmax_j(s_ij over visible j) v_j      (0 when no key is visible)
+    lse_i = log(sum_j exp(s_ij) over visible j)         (-inf when none)
+
+Causal masking is the bound ``right = 0`` (bottom-right aligned), intersected with a window's
+(the host passes ``min(right, 0)``); each bound is compiled in only when given (``LEFT``,
+``RIGHT``). One thread block owns
+one (sequence, query head, tile of ``BM`` query rows); the grid's tile count comes from
+``max_seqlen_q`` (no tensor contents), and a tile past its sequence's queries runs no key
+step and writes nothing. Q rows, K/V rows and output rows are gathered / scattered through
+index tiles (-1 past the sequence: never read, never written), so rows of other sequences and
+rows past ``cu_seqlens_q[-1]`` are never touched. K/V blocks of ``BN`` keys are double
+buffered (cp.async: block ``j + 1`` loads while block ``j`` is used); only the key blocks some
+row of the tile sees are visited (causal and windowed tiles skip the rest), and only the
+blocks with an invisible key compare and select (the loop is split in masked / unmasked
+segments). Softmax in the log2 domain (FlashAttention-2's online form): ``qk_scale = scale *
+log2(e)`` is applied to the row max once and inside the exponential's argument (an FMA;
+with a softcap ``qk_scale = scale / c`` and ``cap = c * log2(e)``); ``hl.exp2_approx`` (one
+MUFU.EX2). ``CHUNK`` / ``DCHUNK`` bound what a warp holds in registers: S per sub-block of
+``CHUNK`` keys, summed over ``DCHUNK`` columns of q and k (q read from shared memory per
+column chunk when ``DCHUNK < HEAD_DIM``); P (cast to the input dtype) stays in registers as
+the A operand of P V, V streamed from shared memory per ``CHUNK`` keys. No layout is written
+anywhere.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.ir.expr import select
+from hexlayout.lang import f32, i32
+
+__all__ = ["attention_varlen_kernel"]
+
+TQ, TK, H, KVH, D, B1 = hl.dims("TQ TK H KVH D B1")
+SQT, SQH, SKT, SKH, SVT, SVH = hl.dims("SQT SQH SKT SKH SVT SVH")
+
+NEG_INF = float("-inf")
+LN2 = 0.6931471805599453
+
+
+@cache
+def attention_varlen_kernel(dtype: DType) -> Any:
+    """The varlen attention kernel for ``dtype`` (f16 / bf16). Constants: ``BM`` query rows
+    and ``BN`` keys per step on ``WARPS`` warps, ``HEAD_DIM`` (the head size padded to 64 / 128
+    / 256), ``CHUNK`` / ``DCHUNK`` (register blocking, see the module docstring), ``LEFT`` /
+    ``RIGHT`` (keys bounded below by ``left`` / above by ``right``: a window, causal),
+    ``SOFTCAP``. The argument ``tiles`` (query tiles per sequence, ``ceil(max_seqlen_q / BM)``)
+    sizes the grid at launch: one build serves every ``max_seqlen_q``."""
+    dt = dtype
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"attention_varlen_{dt}")
+    def attention_varlen(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
+                         k: dt[TK, KVH, D].strides(SKT, SKH, 1),  # type: ignore
+                         v: dt[TK, KVH, D].strides(SVT, SVH, 1),  # type: ignore
+                         cu_seqlens_q: i32[B1], cu_seqlens_k: i32[B1],
+                         o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                         qk_scale: f32, cap: f32, left: i32, right: i32, tiles: i32,
+                         SQT: i32, SQH: i32, SKT: i32, SKH: i32, SVT: i32, SVH: i32,
+                         *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, WARPS: int = 8,
+                         CHUNK: int = 32, DCHUNK: int = 64, LEFT: bool = False, RIGHT: bool = False,
+                         SOFTCAP: bool = False):
+        s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
+        kvh = h // (q.shape[1] // k.shape[1])
+        q0 = cu_seqlens_q[s]
+        sq_len = cu_seqlens_q[s + 1] - q0
+        k0 = cu_seqlens_k[s]
+        sk_len = cu_seqlens_k[s + 1] - k0
+        m0 = mt * BM
+        shift = sk_len - sq_len                                # bottom-right alignment
+        # key blocks [lo, hi) some row sees; [u_lo, u_hi) every row sees whole (no mask)
+        k_end = select(m0 < sq_len, sk_len, 0)                 # a tile past the queries: none
+        last = hl.minimum(m0 + BM, sq_len) - 1 + shift         # the last row's aligned key
+        full = sk_len
+        if RIGHT:
+            k_end = hl.maximum(hl.minimum(k_end, last + right + 1), 0)
+            full = hl.minimum(sk_len, m0 + shift + right + 1)  # keys the first row sees
+        hi = hl.cdiv(k_end, BN)
+        lo = hl.minimum(hl.maximum(m0 + shift - left, 0) // BN, hi) if LEFT else 0
+        u_hi = hl.minimum(hl.maximum(full // BN, lo), hi)
+        if LEFT:
+            u_lo = hl.minimum(hl.maximum(hl.cdiv(hl.maximum(last - left, 0), BN), lo), u_hi)
+            segments = ((lo, u_lo, True), (u_lo, u_hi, False), (u_hi, hi, True))
+        else:
+            segments = ((lo, u_hi, False), (u_hi, hi, True))
+
+        sq = hl.shared(dt, (BM, HEAD_DIM))
+        sk = hl.shared(dt, (BN, HEAD_DIM, 2))
+        sv = hl.shared(dt, (BN, HEAD_DIM, 2))
+        r = hl.iota((BM,), 0) + m0
+        tok = hl.where(r < sq_len, r + q0, -1)                 # past the sequence: no row
+        hl.copy(q[tok, h, 0:HEAD_DIM], sq)
+        hl.commit_group()
+        pos = hl.iota((BN,), 0) + lo * BN
+        krow = hl.where(pos < k_end, pos + k0, -1)
+        hl.copy(k[krow, kvh, 0:HEAD_DIM], sk[:, :, lo % 2])
+        hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, lo % 2])
+        hl.commit_group()
+
+        m_i = hl.full((BM, 1), NEG_INF, f32)
+        l_i = hl.zeros((BM, 1), f32)
+        acc = hl.zeros((BM, HEAD_DIM), f32)
+        chunk = min(CHUNK or BN, BN)
+        dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
+        mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
+        hl.wait_group(1)                                       # Q has landed
+        hl.syncthreads()
+        if dchunk == HEAD_DIM:
+            rq_full = hl.register(dt, (BM, HEAD_DIM))
+            hl.copy(sq, rq_full)
+
+        for start, stop, masked in segments:
+            for j in hl.range(start, stop):
+                buf = j % 2
+                hl.wait_group(0)                               # block j has landed
+                hl.syncthreads()                               # and the other buffer is free
+                pos = hl.iota((BN,), 0) + (j + 1) * BN
+                krow = hl.where(pos < k_end, pos + k0, -1)
+                hl.copy(k[krow, kvh, 0:HEAD_DIM], sk[:, :, 1 - buf])
+                hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, 1 - buf])
+                hl.commit_group()
+
+                scores = []
+                for c in range(BN // chunk):
+                    sc = hl.zeros((BM, chunk), f32)
+                    for d in range(HEAD_DIM // dchunk):
+                        if dchunk < HEAD_DIM:
+                            rq = hl.register(dt, (BM, dchunk))
+                            hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
+                        else:
+                            rq = rq_full
+                        rk = hl.register(dt, (chunk, dchunk))
+                        hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
+                        hl.mma(rq, rk, sc)
+                    if SOFTCAP:
+                        sc = hl.tanh(sc * qk_scale) * cap
+                    if masked:
+                        kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
+                        valid = kj < sk_len
+                        qpos = hl.iota((BM, chunk), 0) + (m0 + shift)   # each row's aligned key
+                        if LEFT:
+                            valid = valid & (kj >= qpos - left)
+                        if RIGHT:
+                            valid = valid & (kj <= qpos + right)
+                        sc = hl.where(valid, sc, NEG_INF)
+                    scores.append(sc)
+
+                m_new = m_i
+                for sc in scores:
+                    m_new = hl.maximum(m_new, hl.max_reduce(sc, 1) * mult)
+                m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
+                alpha = hl.exp2_approx(m_i - m_use)
+                acc *= alpha
+                row_sum = None
+                for c, sc in enumerate(scores):
+                    p = hl.exp2_approx(sc * mult - m_use)
+                    row_sum = hl.sum(p, 1) if row_sum is None else row_sum + hl.sum(p, 1)
+                    rv = hl.register(dt, (HEAD_DIM, chunk))
+                    hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
+                    hl.mma(hl.cast(p, dt), rv, acc)
+                hl.assign(l_i, l_i * alpha + row_sum)
+                hl.assign(m_i, m_new)
+
+        hl.wait_group(0)
+        inv = 1.0 / hl.where(l_i.eq(0.0), 1.0, l_i)
+        hl.copy(hl.cast(acc * inv, dt), o[tok, h, 0:HEAD_DIM])
+        r2 = hl.iota((BM, 1), 0) + m0
+        tok2 = hl.where(r2 < sq_len, r2 + q0, -1)
+        hl.copy((m_i + hl.log2(l_i)) * LN2, lse[h, tok2])
+
+    return attention_varlen
