@@ -8,6 +8,9 @@
   cache through a slot mapping (NHD and HND layouts).
 - ``paged_attention`` (``hexlayout.ops.attention``): varlen attention over a paged KV cache
   (mixed prefill / decode, causal, windows, softcap, GQA, LSE), kernels in ``attention_kernels``.
+- ``attention_varlen`` (``hexlayout.ops.attention_varlen``): prefill attention over packed
+  variable-length sequences (FlashAttention's varlen interface), kernel in
+  ``attention_varlen_kernels``.
 
 Importing this package registers ``torch.ops.hexlayout.gemm``,
 ``torch.ops.hexlayout.reshape_and_cache`` and ``torch.ops.hexlayout.paged_attention`` when
@@ -22,5 +25,6 @@ except ImportError:  # pragma: no cover - torch is optional for the kernels them
 
 if _torch is not None:
     from .torch_attention import paged_attention_op  # noqa: F401 - torch.ops.hexlayout.paged_attention
+    from .torch_attention_varlen import attention_varlen_op  # noqa: F401 - torch.ops.hexlayout.attention_varlen
     from .torch_gemm import gemm_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
     from .torch_kv_cache import reshape_and_cache_op  # noqa: F401 - torch.ops.hexlayout.reshape_and_cache
