@@ -1,0 +1,255 @@
+"""W4A16 / W8A16 fused-MoE kernels in the tile language, layout-free (``hexlayout.ops.moe_wna16``).
+
+Notation: ``x`` ``[T, H]`` activations (f16 / bf16), ``k`` experts per token, routed row ``r = t
+* k + j`` (token ``t``, choice ``j``), local expert ``e`` of a block of ``BM`` sorted rows
+(``sorted_ids``, padding ids ``>= T * k``; ``block_expert[b] = -1``: nothing to do). The
+weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` with input dim
+``K`` and output dim ``N`` of every expert stored as ``q [E * N, K]`` (row ``e * N + n`` holds
+column ``n`` of expert ``e``'s ``W``; ``u4``: two values per byte along K, even k in the low
+nibble; ``u8``: one per byte), scales ``s [E * N, G]`` and, for AWQ, zero points ``z [E * N,
+G]`` (both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
+
+    W[e, c, n] = (q[e * N + n, c] - z[e * N + n, c // GROUP]) * s[e * N + n, c // GROUP]
+
+with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
+``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
+magic-number conversion, shifted by the zero point, scaled and fed to ``mma.sync`` as its B
+operand in registers: the dequantized weights never touch shared memory.
+
+- ``moe_wna16_gate_up_kernel(dtype, bits)``: for ``BN`` intermediate columns ``n0 ..``::
+
+      g[r, n] = sum_c x[t, c] * W13[e, c, n]          (gate: columns n < I of w13)
+      u[r, n] = sum_c x[t, c] * W13[e, c, I + n]      (up)
+      h[r, n] = act(g) * u                            (SiLU, or exact erf GELU)
+
+  stored in ``dtype`` at row ``r`` of ``h [T * k, I]`` (``ROUTER=True``: ``x[t]`` is first
+  multiplied by ``tw[r]``, ``apply_router_weight_on_input``).
+- ``moe_wna16_down_kernel(dtype, bits)``: ``y[r, n] = tw[r] * sum_c h[r, c] * W2[e, c, n]``
+  (f32, ``y [T * k, H]``; ``ROUTER=True``: without ``tw``), combined over the k choices
+  afterwards (``out[t] = sum_j y[t * k + j]`` over local experts).
+
+Targets: sm_80 / sm_89 (``mma.sync.m16n8k16``); sm_90a runs the same mma.sync kernels.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32, u4, u8
+
+__all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "moe_wna16_combine_kernel", "gelu_erf"]
+
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
+
+# erf(x) = 1 - (a1 p + a2 p^2 + ... + a5 p^5) exp(-x^2), p = 1 / (1 + P |x|) (x >= 0):
+# Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_SQRT1_2 = 0.7071067811865476
+
+
+def gelu_erf(x: Any) -> Any:
+    """Exact (erf) GELU of an f32 register tile: ``x / 2 * (1 + erf(x / sqrt 2))``, erf by
+    Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7)."""
+    z = hl.abs(x) * _SQRT1_2
+    p = 1.0 / (z * _P + 1.0)
+    poly = p * (p * (p * (p * (p * _A[4] + _A[3]) + _A[2]) + _A[1]) + _A[0])
+    erf_abs = 1.0 - poly * hl.exp(-(z * z))
+    erf = hl.where(x < 0.0, -erf_abs, erf_abs)
+    return x * 0.5 * (erf + 1.0)
+
+
+def _dequant(
+    q: Any,
+    s: Any,
+    z: Any,
+    e: Any,
+    n0: Any,
+    k0: Any,
+    BN: int,
+    BK: int,
+    GROUP: int,
+    ZERO: int,
+    dt: DType,
+    bits: int,
+) -> Any:
+    """The dequantized ``(BN, BK)`` tile of expert ``e``'s ``W^T`` at columns ``n0 ..`` and k
+    ``k0 ..``: ``(q - z) * s``, in ``dt``, in registers (the mma's B operand). ``q`` holds each
+    k-tile of a row as ``[4, BK/4]`` (element ``[t, 4 c + 2 h + b]`` is k ``16 c + 8 h + 2 t +
+    b``): the values one thread's mma fragments take are contiguous."""
+    g = k0 // GROUP
+    row0 = e * s.shape[2] + n0
+    tile = (BN, 1, 4, BK // 4)
+    origin = (row0, k0 // BK, 0, 0)
+    if bits == 4:
+        qt = hl.copy(hl.view(q, tile=tile, origin=origin))  # bytes, unpacked to [0, 15]
+    else:
+        qt = hl.register(u8, tile)
+        hl.copy(hl.view(q, tile=tile, origin=origin), qt)
+    qt = hl.reshape(hl.reshape(qt, (BN, 4, BK // 16, 2, 2)).permute((0, 2, 3, 1, 4)), (BN, BK))
+    st = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    if ZERO:
+        return (hl.cast(qt, dt) - float(ZERO)) * st
+    zt = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
+    return (hl.cast(qt, dt) - zt) * st
+
+
+def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
+    """``tw[r]`` of the block's routed rows ``r`` as a ``(BM, 1)`` f32 column (0 for padding)."""
+    r = hl.register(i32, (BM, 1))
+    hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], r)
+    wr = hl.register(f32, (BM, 1))
+    hl.copy(tw[hl.where(r < tw.shape[0], r, -1)], wr)
+    return wr
+
+
+@cache
+def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+    """The gate-up grouped GEMM with the activation epilogue (see the module docstring).
+    Constants: ``BM`` sorted rows, ``BN`` intermediate columns (of gate and of up), ``BK``,
+    ``WARPS``, ``GROUP`` (K rows per scale), ``ZERO`` (GPTQ's zero point; 0: ``z`` given),
+    ``TOPK``, ``GELU``, ``ROUTER``."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_wna16_gate_up_{dt}_w{bits}_k{bk}")
+    def moe_wna16_gate_up(
+        x: dt[T, H],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        num_post: i32[1],
+        tw: f32[TK],
+        h: dt[TK, I],  # type: ignore
+        *,
+        BM: int = 16,
+        BN: int = 64,
+        BK: int = bk,
+        WARPS: int = 4,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+    ):
+        Tx, Hx = x.shape
+        Ix = h.shape[1]
+        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_((e >= 0) & (m0 < num_post[0])):
+            rid = hl.register(i32, (BM,))
+            hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
+            rid = hl.where(rid < Tx * TOPK, rid, -1)
+            tok = hl.where(rid >= 0, rid // TOPK, -1)
+            acc_g = hl.zeros((BM, BN), f32)
+            acc_u = hl.zeros((BM, BN), f32)
+            if ROUTER:
+                wr = _topk_weight(sorted_ids, tw, m0, BM)
+            for kt in hl.range(hl.cdiv(Hx, BK)):
+                k0 = kt * BK
+                ra = hl.register(dt, (BM, BK))
+                hl.copy(hl.view(x, (BM, BK), (None, k0), rows=tok), ra)  # gathered token rows
+                if ROUTER:
+                    ra = hl.cast(hl.cast(ra, f32) * wr, dt)
+                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc_g)
+                hl.mma(ra, _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits), acc_u)
+            a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
+            hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid))
+
+    return moe_wna16_gate_up
+
+
+@cache
+def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+    """The down grouped GEMM with the top-k weight in its epilogue (see the module docstring).
+    Constants as ``moe_wna16_gate_up_kernel``'s (``BN`` output columns)."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_wna16_down_{dt}_w{bits}_k{bk}")
+    def moe_wna16_down(
+        h: dt[TK, KD],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        num_post: i32[1],
+        tw: f32[TK],
+        y: f32[TK, H],
+        *,
+        BM: int = 16,
+        BN: int = 64,
+        BK: int = bk,
+        WARPS: int = 4,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+    ):
+        TKx, Kx = h.shape
+        Hx = y.shape[1]
+        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Hx, BN)))
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_((e >= 0) & (m0 < num_post[0])):
+            rid = hl.register(i32, (BM,))
+            hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
+            rid = hl.where(rid < TKx, rid, -1)
+            acc = hl.zeros((BM, BN), f32)
+            for kt in hl.range(hl.cdiv(Kx, BK)):
+                k0 = kt * BK
+                ra = hl.register(dt, (BM, BK))
+                hl.copy(hl.view(h, (BM, BK), (None, k0), rows=rid), ra)  # gathered routed rows
+                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
+            if not ROUTER:
+                acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
+            hl.copy(acc, hl.view(y, (BM, BN), (None, n0), rows=rid))
+
+    return moe_wna16_down
+
+
+@cache
+def moe_wna16_combine_kernel(dtype: DType) -> Any:
+    """``out[t, n] = sum_j y[t * k + j, n]`` over the choices ``j`` whose expert is local
+    (``emap[ids[t * k + j]] >= 0``; every choice without ``MAPPED``), in ``dtype``; 0 when none
+    is. Constants: ``ROWS`` tokens and ``BN`` columns per block, ``TOPK``, ``MAPPED``."""
+
+    @hl.kernel(threads=128, name=f"moe_wna16_combine_{dtype}")
+    def moe_wna16_combine(
+        y: f32[TK, H],
+        ids: i32[TK],
+        emap: i32[G],
+        out: dtype[T, H],  # type: ignore
+        *,
+        ROWS: int = 4,
+        BN: int = 256,
+        TOPK: int = 1,
+        MAPPED: bool = False,
+    ):
+        Tx, Hx = out.shape
+        pid_t, pid_n = hl.grid(hl.spatial(hl.cdiv(Tx, ROWS), hl.cdiv(Hx, BN)))
+        t = hl.iota((ROWS, 1), 0) + pid_t * ROWS
+        acc = hl.zeros((ROWS, BN), f32)
+        for j in range(TOPK):
+            slot = hl.where(t < Tx, t * TOPK + j, -1)
+            if MAPPED:
+                g = hl.register(i32, (ROWS, 1))
+                hl.copy(ids[slot], g)
+                loc = hl.register(i32, (ROWS, 1))
+                hl.copy(emap[hl.where((slot >= 0) & (g >= 0) & (g < emap.shape[0]), g, -1)], loc)
+                slot = hl.where(loc >= 0, slot, -1)
+            part = hl.register(f32, (ROWS, BN))
+            hl.copy(hl.view(y, (ROWS, BN), (None, pid_n * BN), rows=slot), part)
+            acc += part
+        hl.copy(hl.cast(acc, dtype), hl.view(out, (ROWS, BN), (pid_t * ROWS, pid_n * BN)))
+
+    return moe_wna16_combine
