@@ -672,6 +672,171 @@ TABLE["paged_attention"] = OpTable(
     module=sys.modules[__name__], fallback=pa_bad_value)
 
 
+# --- attention_varlen ----------------------------------------------------------------------------------
+
+AV_TENSORS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")
+AV_RANK = {"q": 3, "k": 3, "v": 3, "cu_seqlens_q": 1, "cu_seqlens_k": 1}
+AV_INTS = ("cu_seqlens_q", "cu_seqlens_k")
+
+
+@st.composite
+def av_valid(draw: Any) -> dict[str, Any]:
+    """Valid arguments whose cu_seqlens are zeros: every sequence empty (nothing to compute)."""
+    b, kvh, grp = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    d, dt = draw(st.sampled_from([64, 128])), draw(st.sampled_from([F16, BF16]))
+    tk = draw(st.integers(1, 4))
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "k": T((tk, kvh, d), dt),
+            "v": T((tk, kvh, d), dt), "cu_seqlens_q": T((b + 1,), I32), "cu_seqlens_k": T((b + 1,), I32),
+            "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
+            "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
+            "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
+            "softcap": draw(st.sampled_from([0.0, 30.0]))}
+
+
+def _av_present(c: Case) -> list[str]:
+    return [x for x in AV_TENSORS if isinstance(c.args.get(x), T)]
+
+
+def _av_consistent(c: Case) -> bool:
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in AV_RANK.items())
+
+
+def av_q_dtype(c: Case, draw: Any) -> bool:
+    if not isinstance(c.args["q"], T):
+        return False
+    c.args["q"] = replace(c.args["q"], dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
+    c.blame.add("q")
+    return True
+
+
+def av_other_dtype(c: Case, draw: Any) -> bool:
+    others = [x for x in _av_present(c) if x != "q"]
+    if not others or not isinstance(c.args["q"], T):
+        return False
+    x = draw(st.sampled_from(others))
+    if x in AV_INTS:
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
+    else:
+        other = BF16 if c.args["q"].dtype == F16 else F16
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
+    c.blame.add(x)
+    return True
+
+
+def av_rank(c: Case, draw: Any) -> bool:
+    if not _av_present(c):
+        return False
+    x = draw(st.sampled_from(_av_present(c)))
+    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != AV_RANK[x]]))
+    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
+    c.blame.add(x)
+    return True
+
+
+def av_shape_mismatch(c: Case, draw: Any) -> bool:
+    """Heads not a multiple of KVH, head sizes or K / V rows that disagree, cu_seqlens of
+    different lengths, a head size past 256 or not a multiple of 8."""
+    if not _av_consistent(c):
+        return False
+    a = c.args
+    tq, h, d = a["q"].shape
+    tk, kvh, _ = a["k"].shape
+    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "v", "head_size"]))
+    if x == "q_heads":
+        if kvh < 2:
+            return False
+        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
+        c.blame.add("q")
+    elif x == "q_dim":
+        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
+        c.blame |= {"q", "k"}
+    elif x == "cu":
+        y = draw(st.sampled_from(AV_INTS))
+        a[y] = replace(a[y], shape=(a[y].shape[0] + draw(st.sampled_from([1, 2])),))
+        c.blame |= set(AV_INTS)
+    elif x == "v":
+        sh = list(a["v"].shape)
+        sh[draw(st.integers(0, 2))] += 8
+        a["v"] = replace(a["v"], shape=tuple(sh))
+        c.blame |= {"v", "k"}
+    else:
+        d2 = draw(st.sampled_from([264, 320, 12]))
+        for y in ("q", "k", "v"):
+            a[y] = replace(a[y], shape=(*a[y].shape[:2], d2))
+        c.blame |= {"q", "k", "v"}
+    return True
+
+
+def av_layout(c: Case, draw: Any) -> bool:
+    cands = [x for x in _av_present(c)
+             if x not in AV_INTS or len(c.args[x].shape) and c.args[x].shape[-1] > 1]
+    if not cands:
+        return False
+    x = draw(st.sampled_from(cands))
+    lay = "strided" if x in AV_INTS else draw(st.sampled_from(["offset", "strided"]))
+    c.args[x] = replace(c.args[x], layout=lay)
+    c.blame.add(x)
+    return True
+
+
+def av_device(c: Case, draw: Any) -> bool:
+    if not _av_present(c):
+        return False
+    x = draw(st.sampled_from(_av_present(c)))
+    c.args[x] = replace(c.args[x], device="meta")
+    c.blame |= set(_av_present(c)) if x == "q" else {x}
+    return True
+
+
+def av_not_a_tensor(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(AV_TENSORS))
+    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+AV_BAD_VALUES = {x: v for x, v in PA_BAD_VALUES.items() if x not in ("kv_layout", "num_splits")}
+AV_BAD_KINDS = {x: v for x, v in PA_BAD_KINDS.items() if x not in ("kv_layout", "num_splits")}
+
+
+def av_bad_value(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(sorted(AV_BAD_VALUES)))
+    c.args[x] = draw(st.sampled_from(AV_BAD_VALUES[x]))
+    c.blame.add(x)
+    return True
+
+
+def av_bad_kind(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(sorted(AV_BAD_KINDS)))
+    c.args[x] = draw(st.sampled_from(AV_BAD_KINDS[x]))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def av_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: float tensors that require grad."""
+    for x in ("q", "k", "v"):
+        if isinstance(c.args.get(x), T) and draw(st.booleans()):
+            c.args[x] = replace(c.args[x], requires_grad=True)
+
+
+AV_COMMON = [av_rank, av_layout, av_device, av_not_a_tensor]
+TABLE["attention_varlen"] = OpTable(
+    valid=av_valid, mutations=[av_q_dtype, av_other_dtype, av_shape_mismatch, *AV_COMMON, av_bad_value,
+                               av_bad_kind],
+    exclusive=[{av_device}], noise=av_noise,
+    covers={"q": [av_q_dtype, av_shape_mismatch, *AV_COMMON], "k": [av_other_dtype, *AV_COMMON],
+            "v": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
+            "cu_seqlens_q": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
+            "cu_seqlens_k": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
+            **{x: [av_bad_value, av_bad_kind] for x in ("max_seqlen_q", "max_seqlen_k", "softmax_scale",
+                                                       "window_size", "softcap")},
+            "causal": [av_bad_kind]},
+    module=sys.modules[__name__], fallback=av_bad_value)
+
+
 def _ops() -> dict[str, Any]:
     """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
     return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
@@ -736,7 +901,9 @@ PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.op
          "reshape_and_cache": {"Op": lambda: _ops()["reshape_and_cache"],
                                "function": lambda: hexlayout.ops.kv_cache.reshape_and_cache},
          "paged_attention": {"Op": lambda: _ops()["paged_attention"],
-                             "function": lambda: hexlayout.ops.attention.paged_attention}}
+                             "function": lambda: hexlayout.ops.attention.paged_attention},
+         "attention_varlen": {"Op": lambda: _ops()["attention_varlen"],
+                              "function": lambda: hexlayout.ops.attention_varlen.attention_varlen}}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
@@ -772,7 +939,7 @@ def _compiled_error(e: BaseException, case: Case) -> None:
     named = any(f"argument '{x}'" in msg or f"argument \\'{x}\\'" in msg for x in case.blame)
     assert type(e).__module__.startswith("torch._dynamo") and named, (type(e), msg[:500], case)
     quoted = "ArgumentError(" in msg or "ArgumentTypeError(" in msg or \
-        any(f"for argument \\'{x}\\'" in msg for x in case.kinds)
+        any(f"for argument \\'{x}\\'" in msg or f"for argument '{x}'" in msg for x in case.kinds)
     assert quoted, (msg[:500], case)
 
 
