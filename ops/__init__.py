@@ -11,6 +11,9 @@
 - ``attention_varlen`` (``hexlayout.ops.attention_varlen``): prefill attention over packed
   variable-length sequences (FlashAttention's varlen interface), kernel in
   ``attention_varlen_kernels``.
+- ``prepare_wna16`` / ``fused_moe_wna16`` (``hexlayout.ops.moe_wna16``): mixture of experts with
+  AWQ / GPTQ 4-bit and GPTQ 8-bit expert weights, dequantized in registers before mma.sync
+  (kernels in ``moe_wna16_kernels``).
 
 Importing this package registers ``torch.ops.hexlayout.gemm``,
 ``torch.ops.hexlayout.reshape_and_cache`` and ``torch.ops.hexlayout.paged_attention`` when
@@ -23,8 +26,11 @@ try:
 except ImportError:  # pragma: no cover - torch is optional for the kernels themselves
     _torch = None
 
+from .moe_wna16 import WNA16Weights, prepare_wna16  # noqa: E402,F401 - hexlayout.ops.prepare_wna16
+
 if _torch is not None:
     from .torch_attention import paged_attention_op  # noqa: F401 - torch.ops.hexlayout.paged_attention
     from .torch_attention_varlen import attention_varlen_op  # noqa: F401 - torch.ops.hexlayout.attention_varlen
     from .torch_gemm import gemm_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
     from .torch_kv_cache import reshape_and_cache_op  # noqa: F401 - torch.ops.hexlayout.reshape_and_cache
+    from .torch_moe_wna16 import fused_moe_wna16_op  # noqa: F401 - torch.ops.hexlayout.fused_moe_wna16
