@@ -26,6 +26,7 @@ try:
 except ImportError:  # pragma: no cover - torch is optional for the kernels themselves
     _torch = None
 
+from . import compile_backend as _compile_backend  # noqa: E402,F401 - registers the fusion anchors
 from .moe_wna16 import WNA16Weights, prepare_wna16  # noqa: E402,F401 - hexlayout.ops.prepare_wna16
 
 if _torch is not None:

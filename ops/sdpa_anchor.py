@@ -1,33 +1,169 @@
-"""The attention anchor of post-scheduling fusion: the FlashAttention-2 forward of
-``hexlayout.lang.examples.flash_attention`` (``o[B, Sq, H, D] = softmax(q k^T * scale
-[+ causal mask]) v``, f16, grouped-query heads), with tile constants per problem.
-Importing this module registers it with ``hexlayout.fusion`` (``register_attention``).
+"""The attention anchor of post-scheduling fusion: ``scaled_dot_product_attention`` as one
+FlashAttention-2-style forward kernel in the tile language, for f16 and bf16, with an
+optional attention mask, top-left causal masking and grouped-query heads.
+
+``o[b, i, h, :] = sum_j p_ij v[b, j, h // (H // KVH), :]`` with
+``p_i = softmax_j(t_ij)``, ``t_ij = scale * q[b, i, h, :] . k[b, j, h // (H // KVH), :]
+(+ mask[b, h, i, j])`` over the keys ``j`` the row sees: ``j < Sk``; with ``CAUSAL``
+``j <= i`` (torch's ``is_causal``: the mask aligned top-left, for any ``Sq`` and ``Sk``);
+with a boolean mask where ``mask[b, h, i, j]`` is true. Tensors are ``[B, S, heads, D]``;
+the mask ``[MB, MH, Sq, Sk]`` with ``MB`` in ``{1, B}`` and ``MH`` in ``{1, H}`` (a mode of
+1 broadcasts: the kernel reads index ``min(b, MB - 1)``). A row with no visible key gives
+zeros (torch gives NaN there).
+
+Each block owns ``BM`` query rows of one (batch, head): ``q`` is kept in registers; ``BN``-row
+blocks of ``k`` and ``v`` stream through two shared buffers (cp.async, the next block loads
+while this one is used); ``S = Q K^T`` (mma), the scores scaled into the log2 domain
+(``qk_scale = scale * log2(e)``, an additive mask times ``log2(e)``), masked, the online
+softmax's row max ``m_i`` and sum ``l_i`` in f32 registers, and ``P V`` accumulated with
+``P`` (cast to the input type) as the A operand. ``HEAD_DIM`` is the padded head size
+(views read past ``D`` as zeros). Importing this module registers it with
+``hexlayout.fusion`` (``register_attention``).
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the factory.
+from functools import cache
 from typing import Any
 
-__all__ = ["sdpa_anchor", "sdpa_consts"]
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32
+
+__all__ = ["sdpa_kernel", "sdpa_anchor", "sdpa_consts", "MASKS"]
+
+B, Sq, Sk, H, KVH, D, MB, MH = hl.dims("B Sq Sk H KVH D MB MH")
+
+#: the mask kinds: none, a boolean mask (read as bytes), an additive mask of the input type
+MASKS = ("none", "bool", "add")
+_NEG_INF = float("-inf")
+_LOG2E = 1.4426950408889634
 
 
-def sdpa_anchor() -> Any:
-    """The anchor kernel (parameters ``q``, ``k``, ``v``, ``o`` in ``[B, S, heads, D]`` and
-    ``qk_scale = scale * log2(e)``; constant ``CAUSAL``)."""
-    from hexlayout.lang.examples.flash_attention import flash_attention_fwd
+def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType, kind: str, *, BM: int,
+            BN: int, HEAD_DIM: int, CAUSAL: bool) -> None:
+    """The kernel body (traced inside ``sdpa_kernel``'s kernels; see the module docstring)."""
+    nb, nq, nh, _ = q.shape
+    nk = k.shape[1]
+    nkvh = k.shape[2]
+    pid_b, pid_h, pid_m = hl.grid(hl.spatial(nb, nh, hl.cdiv(nq, BM)))
+    kvh = pid_h // (nh // nkvh)
+    m0 = pid_m * BM
+    n_end = hl.minimum(nk, m0 + BM) if CAUSAL else nk     # top-left: row i sees keys j <= i
+    num_kv = hl.cdiv(n_end, BN)
+    if kind != "none":
+        mb = hl.minimum(pid_b, mask.shape[0] - 1)
+        mh = hl.minimum(pid_h, mask.shape[1] - 1)
 
-    return flash_attention_fwd
+    sq = hl.shared(dt, (BM, HEAD_DIM))
+    sk = hl.shared(dt, (BN, HEAD_DIM, 2))
+    sv = hl.shared(dt, (BN, HEAD_DIM, 2))
+    hl.copy(q.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :], sq)
+    hl.commit_group()
+    hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sk[:, :, 0])
+    hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sv[:, :, 0])
+    hl.commit_group()
+
+    m_i = hl.full((BM, 1), _NEG_INF, f32)
+    l_i = hl.zeros((BM, 1), f32)
+    acc = hl.zeros((BM, HEAD_DIM), f32)
+    hl.wait_group(1)                      # q has landed (k / v block 0 may still be in flight)
+    hl.syncthreads()
+    rq = hl.register(dt, (BM, HEAD_DIM))
+    hl.copy(sq, rq)
+    for j in hl.range(num_kv):
+        buf = j % 2
+        nxt = (j + 1) % 2
+        hl.wait_group(0)                  # block j has landed; every warp is done with buffer nxt
+        hl.syncthreads()
+        n1 = (j + 1) * BN
+        hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sk[:, :, nxt])
+        hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, n1, kvh, 0))[0, :, 0, :], sv[:, :, nxt])
+        hl.commit_group()
+
+        s = hl.zeros((BM, BN), f32)
+        rk = hl.register(dt, (BN, HEAD_DIM))
+        hl.copy(sk[:, :, buf], rk)
+        hl.mma(rq, rk, s)
+        t = s * qk_scale                  # log2 domain
+        cols = hl.iota((BM, BN), 1) + j * BN
+        valid = cols < nk
+        if CAUSAL:
+            valid = valid & (cols <= hl.iota((BM, BN), 0) + m0)
+        if kind == "bool":
+            mt = hl.register(hl.u8, (BM, BN))
+            hl.copy(mask.tile((1, 1, BM, BN), (mb, mh, m0, j * BN))[0, 0, :, :], mt)
+            valid = valid & mt.ne(0)
+        elif kind == "add":
+            mt = hl.register(dt, (BM, BN))
+            hl.copy(mask.tile((1, 1, BM, BN), (mb, mh, m0, j * BN))[0, 0, :, :], mt)
+            t = t + hl.cast(mt, f32) * _LOG2E
+        t = hl.where(valid, t, _NEG_INF)
+
+        m_new = hl.maximum(m_i, hl.max_reduce(t, 1))
+        m_use = hl.where(m_new.eq(_NEG_INF), 0.0, m_new)     # rows with no visible key yet
+        alpha = hl.exp2_approx(m_i - m_use)
+        acc *= alpha
+        p = hl.exp2_approx(t - m_use)
+        rv = hl.register(dt, (HEAD_DIM, BN))
+        hl.copy(sv[:, :, buf].T, rv)
+        hl.mma(hl.cast(p, dt), rv, acc)
+        hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
+        hl.assign(m_i, m_new)
+
+    hl.wait_group(0)
+    l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
+    hl.copy(hl.cast(acc / l_safe, dt), o.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :])
+
+
+@cache
+def sdpa_kernel(dtype: DType, mask: str = "none", mask_align: int = 16) -> Any:
+    """The attention kernel for ``dtype`` (f16 / bf16) and ``mask`` (``MASKS``; the mask's rows
+    ``mask_align``-byte aligned): parameters ``q``, ``k``, ``v``, ``o`` (``[B, S, heads, D]``),
+    then ``mask`` (``[MB, MH, Sq, Sk]``: u8 for ``"bool"``, ``dtype`` for ``"add"``) unless
+    ``"none"``, then ``qk_scale`` (``scale * log2(e)``); constants ``BM``, ``BN``, ``HEAD_DIM``,
+    ``CAUSAL``, ``WARPS``."""
+    if mask not in MASKS:
+        raise ValueError(f"hexlayout sdpa: mask must be one of {MASKS}, not {mask!r}")
+    if str(dtype) not in ("f16", "bf16"):
+        raise ValueError(f"hexlayout sdpa: dtype must be f16 or bf16, not {dtype}")
+    dt = dtype
+    threads = lambda c: 32 * c["WARPS"]  # noqa: E731
+    name = f"sdpa_{dt}" + ("" if mask == "none" else f"_{mask}_mask")
+
+    if mask == "none":
+        @hl.kernel(threads=threads, name=name)
+        def sdpa(q: dt[B, Sq, H, D], k: dt[B, Sk, KVH, D], v: dt[B, Sk, KVH, D],  # type: ignore
+                 o: dt[B, Sq, H, D], qk_scale: f32, *, BM: int = 64, BN: int = 64,  # type: ignore
+                 HEAD_DIM: int = 128, CAUSAL: bool = False, WARPS: int = 4):
+            _attend(q, k, v, o, None, qk_scale, dt, mask, BM=BM, BN=BN, HEAD_DIM=HEAD_DIM, CAUSAL=CAUSAL)
+        return sdpa
+
+    mdt = hl.u8 if mask == "bool" else dt
+
+    @hl.kernel(threads=threads, name=name)
+    def sdpa_masked(q: dt[B, Sq, H, D], k: dt[B, Sk, KVH, D], v: dt[B, Sk, KVH, D],  # type: ignore
+                    o: dt[B, Sq, H, D], mask: mdt[MB, MH, Sq, Sk].aligned(mask_align),  # type: ignore
+                    qk_scale: f32, *, BM: int = 64, BN: int = 64, HEAD_DIM: int = 128,
+                    CAUSAL: bool = False, WARPS: int = 4):
+        _attend(q, k, v, o, mask, qk_scale, dt, "bool" if mdt is hl.u8 else "add", BM=BM, BN=BN,
+                HEAD_DIM=HEAD_DIM, CAUSAL=CAUSAL)
+    return sdpa_masked
+
+
+def sdpa_anchor(dtype: DType, mask: str = "none", mask_align: int = 16) -> Any:
+    """The anchor kernel (``hexlayout.fusion``'s attention provider): ``sdpa_kernel``."""
+    return sdpa_kernel(dtype, mask, mask_align)
 
 
 def sdpa_consts(sq: int, sk: int, d: int, causal: bool, emulated: bool) -> dict[str, Any]:
-    """Tile constants: the example's compiled configuration on a GPU (``HEAD_DIM = 128``,
-    so ``d <= 128``); small tiles in the emulator (one warp, 16 query rows, ``HEAD_DIM``
-    the next power of two >= ``d``, at least 16)."""
-    if not emulated:
-        return {"BM": 128, "BN": 32, "HEAD_DIM": 128, "WARPS": 8, "CAUSAL": causal}
+    """Tile constants: ``HEAD_DIM`` the power of two ``>= d`` (at least 16); on a GPU 64 query
+    rows and 64 keys a block over 4 warps (16 rows a warp); in the emulator one warp of 16
+    rows and 16 keys (small and quick)."""
     hd = 16
     while hd < d:
         hd *= 2
+    if not emulated:
+        return {"BM": 64, "BN": 64 if hd <= 64 else 32, "HEAD_DIM": hd, "WARPS": 4, "CAUSAL": causal}
     return {"BM": 16, "BN": 16, "HEAD_DIM": hd, "WARPS": 1, "CAUSAL": causal}
 
 

@@ -1,9 +1,11 @@
 """Where fusion finds its anchor kernels.
 
-The anchor kernels live in the kernels layer (``hexlayout.ops``), above fusion; that layer
-registers them here when it is imported (``register_gemm``), and ``gemm_provider()``
-imports ``hexlayout.ops`` by name the first time an anchor is needed (as a plugin is
-loaded), so fusion never imports the layer above it statically.
+The anchor kernels live in the kernels layer (``hexlayout.ops``), above fusion: each of its
+anchor modules registers itself here when it is imported (``register_gemm``,
+``register_reduction``, ``register_attention``); importing ``hexlayout.ops`` - or its
+``compile_backend``, which torch's ``torch_dynamo_backends`` entry point names - registers
+them all. Fusion never imports that layer (statically or by name): an anchor nobody
+registered is ``FusionUnsupported`` with that reason.
 
 A GEMM provider is two functions:
 
@@ -15,10 +17,11 @@ A GEMM provider is two functions:
 
 A row-reduction provider (``register_reduction``) is two functions too:
 
-- ``kernel(dtype, fn) -> hl.Kernel``: the anchor ``c[M, 1] = fn_j x[M, j]`` (f32) with
-  parameters ``x``, ``c``, ``fn`` in ``"sum"``, ``"mean"``, ``"max"``; its one load of ``x``
-  (whole rows into a register tile) and its one store of ``c`` are the fusion points;
-- ``consts(m, n) -> dict``: its tile constants for ``m`` rows of ``n``.
+- ``kernel(dtype, fn, align_bytes) -> hl.Kernel``: the anchor ``c[M, 1] = fn_j x[M, j]``
+  (f32) with parameters ``x`` (rows ``align_bytes``-aligned), ``c``, ``fn`` in ``"sum"``,
+  ``"mean"``, ``"max"``; its one load of ``x`` (whole rows into a register tile, the tail
+  past ``N`` masked) and its one store of ``c`` are the fusion points;
+- ``consts(m, n) -> dict``: its tile constants for ``m`` rows of ``n`` (``n <= MAX_ROW``).
 
 The attention provider (``register_attention``): ``kernel() -> hl.Kernel`` (parameters
 ``q``, ``k``, ``v``, ``o`` in ``[B, S, heads, D]``, f16, and ``qk_scale``; constant
@@ -27,7 +30,6 @@ The attention provider (``register_attention``): ``kernel() -> hl.Kernel`` (para
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,24 +53,20 @@ class AnchorProvider:
 #: the GEMM, row-reduction and attention providers are the same record
 GemmProvider = ReductionProvider = AttentionProvider = AnchorProvider
 
-#: kind -> (the hexlayout.ops module that registers it, what it is called in errors)
-_KINDS = {"gemm": ("hexlayout.ops.gemm_kernels", "GEMM anchor kernels"),
-          "reduction": ("hexlayout.ops.row_reduce_kernels", "row-reduction anchor kernels"),
-          "attention": ("hexlayout.ops.sdpa_anchor", "attention anchor kernel")}
+#: kind -> what it is called in errors
+_KINDS = {"gemm": "GEMM anchor kernels", "reduction": "row-reduction anchor kernels",
+          "attention": "attention anchor kernel"}
 _REGISTERED: dict[str, AnchorProvider] = {}
 
 
 def _provider(kind: str) -> AnchorProvider:
-    """The registered provider of ``kind`` (importing its ``hexlayout.ops`` module once)."""
-    module, what = _KINDS[kind]
-    if kind not in _REGISTERED:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:                   # pragma: no cover - a broken install
-            raise FusionUnsupported(f"no {what}: importing hexlayout.ops failed ({e})") from None
-    if kind not in _REGISTERED:                    # pragma: no cover
-        raise FusionUnsupported(f"no {what} registered")
-    return _REGISTERED[kind]
+    """The registered provider of ``kind`` (``FusionUnsupported`` when there is none)."""
+    hit = _REGISTERED.get(kind)
+    if hit is None:
+        raise FusionUnsupported(f"no {_KINDS[kind]} registered: the kernels layer registers them when it "
+                                "is imported (import hexlayout.ops; torch.compile(backend='hexlayout') "
+                                "does)")
+    return hit
 
 
 def register_gemm(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
@@ -77,7 +75,7 @@ def register_gemm(kernel: Callable[..., Any], consts: Callable[..., dict[str, An
 
 
 def gemm_provider() -> AnchorProvider:
-    """The registered GEMM provider (importing ``hexlayout.ops`` once if none is yet)."""
+    """The registered GEMM provider."""
     return _provider("gemm")
 
 
@@ -87,7 +85,7 @@ def register_reduction(kernel: Callable[..., Any], consts: Callable[..., dict[st
 
 
 def reduction_provider() -> AnchorProvider:
-    """The registered row-reduction provider (importing it from ``hexlayout.ops`` once)."""
+    """The registered row-reduction provider."""
     return _provider("reduction")
 
 
@@ -97,5 +95,5 @@ def register_attention(kernel: Callable[..., Any], consts: Callable[..., dict[st
 
 
 def attention_provider() -> AnchorProvider:
-    """The registered attention provider (importing it from ``hexlayout.ops`` once)."""
+    """The registered attention provider."""
     return _provider("attention")

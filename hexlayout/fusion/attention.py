@@ -1,17 +1,21 @@
 """Attention as a fusion anchor: ``scaled_dot_product_attention`` in its aten forms runs as
-the FlashAttention-2 kernel (``hexlayout.fusion.anchors.attention_provider``).
+the attention kernel of the kernels layer (``hexlayout.fusion.anchors.attention_provider``).
 
-``q[B, H, Sq, D]``, ``k`` / ``v`` ``[B, KVH, Sk, D]`` (torch's SDPA convention; the kernel
-reads them as ``[B, S, heads, D]``, transposed views the host makes contiguous), f16,
-``D`` a multiple of 8 (at most 128 on a GPU, 256 in the emulator), no mask, no dropout;
-``is_causal`` only with ``Sq == Sk`` (torch aligns the causal mask top-left, the kernel
-bottom-right: the same then); ``scale`` (default ``1 / sqrt(D)``).
-``o = softmax(q k^T * scale [+ causal mask]) v`` is stored as ``[B, Sq, H, D]``, so the
-attention output is its transposed view and the usual ``transpose(1, 2).reshape(B, Sq, H * D)``
-after it is free: an epilogue of views (``permute`` / ``transpose`` / ``view`` /
-``reshape``, and the ``clone`` a reshape makes of the transposed output, which is contiguous
-already) is applied by the host to the stored output, with eager's shapes.
-Computing epilogues and prologues are not fused into attention (``FusionUnsupported``).
+``q[B, H, Sq, D]``, ``k`` / ``v`` ``[B, KVH, Sk, D]`` (torch's SDPA convention; ``H`` a
+multiple of ``KVH``: grouped-query heads; the kernel reads them as ``[B, S, heads, D]``,
+transposed views the host makes contiguous), f16 or bf16 (one dtype), ``D`` a multiple of 8
+(at most 128 on a GPU, 256 in the emulator), no dropout; ``is_causal`` (torch's top-left
+alignment, any ``Sq`` and ``Sk``); ``scale`` (default ``1 / sqrt(D)``); an attention mask
+(anchor argument 3: ``attn_mask`` / ``attn_bias`` of the aten op), boolean or additive of
+the inputs' dtype, broadcastable to ``[B, H, Sq, Sk]`` (not with ``is_causal``). A mask
+given as ``where(m, 0, -inf)`` of a boolean ``m`` (how torch's graphs turn a boolean mask
+into an additive one: the spec's prologue of argument 3) is read as the boolean ``m``.
+``o = softmax(q k^T * scale [+ mask]) v`` is stored as ``[B, Sq, H, D]``, so the attention
+output is its transposed view and the usual ``transpose(1, 2).reshape(B, Sq, H * D)`` after
+it is free: an epilogue of views (``permute`` / ``transpose`` / ``view`` / ``reshape``, and
+the ``clone`` a reshape makes of the transposed output, which is contiguous already) is
+applied by the host to the stored output, with eager's shapes. Other prologues and
+computing epilogues are not fused into attention (``FusionUnsupported``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,12 @@ ATTENTION_ANCHORS = frozenset({
 
 _LOCK = threading.Lock()
 _PROGRAMS: dict[tuple, Any] = {}
+_LAUNCHERS: dict[int, Any] = {}
 _LOG2E = 1.4426950408889634
+
+
+#: the keyword names of the attention mask in the aten forms
+MASK_KWARGS = ("attn_mask", "attn_bias")
 
 
 def attention_refusal(q: Any, k: Any, v: Any, kwargs: dict[str, Any], *, cuda: bool) -> str | None:
@@ -50,40 +59,91 @@ def attention_refusal(q: Any, k: Any, v: Any, kwargs: dict[str, Any], *, cuda: b
 
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return "attention of tensors that are not all 4-D [B, heads, S, D]"
-    if {q.dtype, k.dtype, v.dtype} != {torch.float16}:
-        return f"attention in {q.dtype} (the FlashAttention anchor takes f16)"
+    if q.dtype not in (torch.float16, torch.bfloat16) or {k.dtype, v.dtype} != {q.dtype}:
+        return (f"attention in {q.dtype} x {k.dtype} x {v.dtype} (the attention anchor takes f16 or bf16, "
+                "one dtype)")
     b, h, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape) or k.shape[0] != b or k.shape[3] != d or h % k.shape[1]:
         return f"attention of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     if d % 8 or d > (128 if cuda else 256):
         return f"head size {d} (a multiple of 8, at most {128 if cuda else 256})"
-    odd = {key: val for key, val in kwargs.items() if key not in ("is_causal", "scale", "enable_gqa")
-           and val not in (None, 0, 0.0, False)}
+    mask = next((kwargs[n] for n in MASK_KWARGS if kwargs.get(n) is not None), None)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            return f"an attention mask that is a {type(mask).__name__}"
+        if mask.dtype not in (torch.bool, q.dtype):
+            return f"an attention mask of {mask.dtype} (boolean or {q.dtype}, the inputs' dtype)"
+        full = (b, h, sq, k.shape[2])
+        if mask.dim() > 4 or any(x not in (1, y) for x, y in zip(reversed(mask.shape), reversed(full))):
+            return f"an attention mask of shape {tuple(mask.shape)} (broadcastable to {list(full)})"
+        if kwargs.get("is_causal"):
+            return "an attention mask and is_causal together"
+    known = ("is_causal", "scale", "enable_gqa", *MASK_KWARGS)
+    odd = {key: val for key, val in kwargs.items() if key not in known and val not in (None, 0, 0.0, False)}
     if odd:
-        return f"attention with {odd} (no mask, no dropout, no extra outputs)"
-    if kwargs.get("is_causal") and sq != k.shape[2]:
-        return f"causal attention of {sq} queries over {k.shape[2]} keys (fused only when they are equal)"
+        return f"attention with {odd} (no dropout, no extra outputs)"
     return None
 
 
-def _build(spec: FusedSpec, consts: dict[str, Any], arch: str, compile: bool) -> Any:
+def _mask_of(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[str, Any]:
+    """The mask's kind (``"none"``, ``"bool"``, ``"add"``) and tensor: anchor argument 3, or
+    the boolean tensor of a ``where(m, 0, -inf)`` prologue of it (cast to the inputs' dtype or not)."""
+    import torch
+
+    pro = {p.operand: p for p in spec.prologues}
+    if set(pro) - {3}:
+        raise FusionUnsupported(f"{spec.display_name()}: prologues of q, k or v are not fused into attention")
+    if 3 in pro:
+        p = pro[3]
+        nodes = p.nodes[: p.output + 1]
+        where = nodes[0]
+        casts = nodes[1:]
+        ok = where.op == "aten.where.Scalar" and len(where.args) == 3 and where.args[0][0] == "input" \
+            and where.args[1] == ("const", 0.0) and where.args[2] == ("const", float("-inf")) and \
+            all(c.op == "aten._to_copy.default" and c.args == (("node", i),) for i, c in enumerate(casts))
+        m = extra_inputs[where.args[0][1]] if ok else None
+        if not ok or not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            raise FusionUnsupported(f"{spec.display_name()}: a prologue of the attention mask other than "
+                                    "where(boolean mask, 0, -inf)")
+        return "bool", m
+    mask = anchor_args[3] if len(anchor_args) > 3 else None
+    if mask is None:
+        return "none", None
+    return ("bool" if mask.dtype == torch.bool else "add"), mask
+
+
+def _build(spec: FusedSpec, consts: dict[str, Any], arch: str, compile: bool, dtype: Any, kind: str,
+           align: int) -> Any:
     from hexlayout.runtime import build
     from hexlayout.runtime.launch_log import describe
 
     from .anchors import attention_provider
 
     name = spec.display_name()
-    key = (name, tuple(sorted(consts.items())))
+    key = (name, tuple(sorted(consts.items())), str(dtype), kind, align)
     with _LOCK:
         tk = _PROGRAMS.get(key)
     if tk is None:
-        tk = copy.deepcopy(attention_provider().kernel().trace(**consts))
+        tk = copy.deepcopy(attention_provider().kernel(dtype, kind, align).trace(**consts))
         tk.name = f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}"
         with _LOCK:
             _PROGRAMS[key] = tk
     bld = build(tk, arch, compile=compile)
-    describe(bld, anchor=spec.anchor, prologue=(), epilogue=tuple(spec.epilogue_ops()))
+    describe(bld, anchor=spec.anchor, prologue=tuple(spec.prologue_ops()),
+             epilogue=tuple(spec.epilogue_ops()))
     return bld
+
+
+def _mask_host(mask: Any, kind: str, b: int, h: int, sq: int, sk: int) -> Any:
+    """The mask as the kernel reads it: ``[MB, MH, Sq, Sk]`` contiguous (``MB`` in ``{1, B}``,
+    ``MH`` in ``{1, H}``; the query and key modes expanded), a boolean one as bytes."""
+    import torch
+
+    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    m = m.expand(m.shape[0], m.shape[1], sq, sk)
+    if kind == "bool":
+        m = m.contiguous().view(torch.uint8)
+    return m.contiguous()
 
 
 def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> list:
@@ -98,24 +158,25 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
         raise FusionUnsupported(f"{where}: attention takes q, k, v")
     q, k, v = anchor_args[:3]
     kw = dict(spec.anchor_kwargs)
-    if spec.prologues:
-        raise FusionUnsupported(f"{where}: prologues of attention are not fused")
     for j, n in enumerate(spec.epilogue.nodes):
         if n.op not in VIEWS and n.op != "aten.clone.default":
             raise FusionUnsupported(f"{where}: epilogue node {j}: {n.op} (only views of attention's output "
                                     "are fused)")
+    kind, mask = _mask_of(spec, list(anchor_args), list(extra_inputs))
     cuda = isinstance(q, torch.Tensor) and q.is_cuda
-    why = attention_refusal(q, k, v, kw, cuda=cuda)
+    why = attention_refusal(q, k, v, {**kw, "attn_mask": mask}, cuda=cuda)
     if why is not None:
         raise FusionUnsupported(f"{where}: {why}")
-    if {str(t.device) for t in (q, k, v)} != {str(q.device)}:
-        raise FusionUnsupported(f"{where}: q, k, v on different devices")
+    if {str(t.device) for t in (q, k, v) + ((mask,) if mask is not None else ())} != {str(q.device)}:
+        raise FusionUnsupported(f"{where}: q, k, v and the mask on different devices")
     if not cuda:
         from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 
         if not emulation_enabled():
             raise EmulationDisabledError(f"hexlayout fused kernel {where}: CPU tensors need "
                                          "HEXLAYOUT_EMULATE=1 (the thread-level emulator) or CUDA tensors")
+    from hexlayout.fusion.aten import dtype_name
+
     from .anchors import attention_provider
 
     b, h, sq, d = q.shape
@@ -124,17 +185,29 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
     scale = kw.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     consts = attention_provider().consts(sq, sk, d, causal, not cuda)
-    bld = _build(spec, consts, _arch_of(q.device, cuda), cuda)
+    esize = 1 if kind == "bool" else q.element_size()
+    align = min(16, (sk * esize) & -(sk * esize))
+    import hexlayout.lang as hl
+
+    bld = _build(spec, consts, _arch_of(q.device, cuda), cuda, getattr(hl, dtype_name(q.dtype)), kind,
+                 align)
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     o = torch.empty(b, sq, h, d, dtype=q.dtype, device=q.device)
+    args = [qs, ks, vs, o]
+    if kind != "none":
+        args.append(_mask_host(mask, kind, b, h, sq, sk))
+    args.append(scale * _LOG2E)
     if cuda:
         from hexlayout.runtime.launch import Launcher
 
-        Launcher(bld)(qs, ks, vs, o, scale * _LOG2E)
+        lau = _LAUNCHERS.get(id(bld))
+        if lau is None or lau.build is not bld:
+            lau = _LAUNCHERS[id(bld)] = Launcher(bld)
+        lau(*args)
     else:
         from hexlayout.runtime.emulate import emulate
 
-        emulate(bld, qs, ks, vs, o, scale * _LOG2E)
+        emulate(bld, *args)
     y = o.transpose(1, 2)                               # [B, H, Sq, D], as SDPA returns it
     env: list = []
     for n in spec.epilogue.nodes:

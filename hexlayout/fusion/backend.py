@@ -1,8 +1,9 @@
 """``torch.compile(model, backend="hexlayout")``: the graph front end of the fusion layer.
 
-Found by torch through the ``torch_dynamo_backends`` entry point
-(``hexlayout = "hexlayout.fusion.backend:hexlayout_backend"`` in ``pyproject.toml``), so
-``torch.compile(..., backend="hexlayout")`` works without importing hexlayout first.
+Found by torch through the ``torch_dynamo_backends`` entry point, which names the kernels
+layer's ``hexlayout.ops.compile_backend:hexlayout_backend`` (it registers the anchor kernels
+with ``fusion.anchors`` and calls this function), so ``torch.compile(..., backend="hexlayout")``
+works without importing hexlayout first and this layer never imports the one above it.
 
 ``hexlayout_backend(gm, example_inputs, options=None, mode=None)``:
 
@@ -37,6 +38,7 @@ from hexlayout.errors import HexlayoutError
 from .fused_op import FusedKernel, fused_kernel_op, register_kernel
 from .partition import Partition, op_name, partition
 from .plan import Fallback, GraphPlan
+from .spec import MAX_ROW
 
 __all__ = ["hexlayout_backend", "BackendOptionError", "FALLBACKS", "GRAD_REASON"]
 
@@ -148,8 +150,8 @@ def _aten_fallbacks(reason: str, on_plan: Callable[[GraphPlan], Any] | None) -> 
 
 
 def _softmax_decompositions() -> dict[Any, Any]:
-    """``aten._softmax`` over the last dimension of rows of a static power of two from 32 to
-    1024 (what the row-reduction anchors fuse) as torch's own decomposition (``amax``,
+    """``aten._softmax`` over the last dimension of rows of a static length up to ``MAX_ROW``
+    (what the row-reduction anchors fuse) as torch's own decomposition (``amax``,
     ``exp(x - max)``, ``sum``, divide; f32 computation); any other softmax stays one op."""
     import torch
     from torch._decomp import decomposition_table
@@ -161,8 +163,7 @@ def _softmax_decompositions() -> dict[Any, Any]:
 
     def softmax(x: Any, dim: int, half_to_float: bool) -> Any:
         cols = x.shape[-1] if x.dim() else 0
-        if x.dim() and dim % x.dim() == x.dim() - 1 and isinstance(cols, int) and 32 <= cols <= 1024 \
-                and not cols & (cols - 1):
+        if x.dim() and dim % x.dim() == x.dim() - 1 and isinstance(cols, int) and 1 <= cols <= MAX_ROW:
             return decomp(x, dim, half_to_float)
         return NotImplemented
 

@@ -58,8 +58,9 @@ class KernelExtender:
         return name
 
     def tensor_param(self, base: str, dtype: Any, shape: tuple[ExprLike, ...],
-                     stride: tuple[ExprLike, ...] | None = None) -> GlobalTensor:
-        """A new global tensor parameter (row-major unless ``stride``), appended to the kernel."""
+                     stride: tuple[ExprLike, ...] | None = None, align_bytes: int = 16) -> GlobalTensor:
+        """A new global tensor parameter (row-major unless ``stride``; pointer, rows and views
+        ``align_bytes``-aligned), appended to the kernel."""
         if stride is None:
             acc: ExprLike = 1
             st: list[ExprLike] = []
@@ -67,10 +68,16 @@ class KernelExtender:
                 st.append(acc)
                 acc = acc * s
             stride = tuple(reversed(st))
-        p = GlobalParam(self.fresh_param_name(base), dtype, tuple(shape), tuple(stride))
+        p = GlobalParam(self.fresh_param_name(base), dtype, tuple(shape), tuple(stride), align_bytes)
         self.tk.params.append(p)
         self.ctx._used.add(p.name)
         return GlobalTensor(p, self.ctx)
+
+    def size_var(self, base: str) -> Var:
+        """A new symbolic size (bound at launch from the shape of the parameter that has it)."""
+        name = self.fresh_param_name(base)
+        self.ctx.reserve_var_name(name)
+        return Var(name, 0, None, kind="size")
 
     def scalar_param(self, base: str, dtype: Any) -> Var:
         """A new scalar parameter (a runtime value), appended to the kernel; its ``Var``."""

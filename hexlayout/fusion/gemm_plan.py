@@ -38,7 +38,8 @@ from .mechanism import InputSpec, TilePlan
 from .reference import eval_nodes, reference
 from .spec import FusedSpec, FusionUnsupported, Node
 
-__all__ = ["GemmCall", "plan_call", "output_frames", "clear_plans"]
+__all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "host_shapes", "output_frames",
+           "clear_plans"]
 
 _LOCK = threading.Lock()
 _TRANSPOSES = ("aten.t.default", "aten.transpose.int", "aten.permute.default")
@@ -105,6 +106,33 @@ def _trailing_views(nodes: tuple[Node, ...], ref: tuple) -> tuple[tuple, list[No
         chain.insert(0, n)
         ref = n.args[0]
     return ref, chain
+
+
+_RESHAPE_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+
+
+def _heads_output(nodes: tuple[Node, ...], ref: tuple) -> tuple[tuple, int, int, list[int]] | None:
+    """An output ``clone(permute(reshape(y, [B, T, H, hd]), (0, 2, 1, 3)))`` (a projection
+    materialized as ``[B, H, T, hd]`` heads): ``(y's ref, H, hd, the chain's node indices)``,
+    or None. ``H`` and ``hd`` are static."""
+    if ref[0] != "node" or nodes[ref[1]].op != "aten.clone.default":
+        return None
+    chain = [ref[1]]
+    p = nodes[ref[1]].args[0]
+    if p[0] != "node" or nodes[p[1]].op != "aten.permute.default" or \
+            tuple(nodes[p[1]].args[1][1]) not in ((0, 2, 1, 3), (0, 2, 1, -1), (-4, -2, -3, -1)):
+        return None
+    chain.append(p[1])
+    r = nodes[p[1]].args[0]
+    if r[0] != "node" or nodes[r[1]].op not in _RESHAPE_OPS or len(nodes[r[1]].args) < 2:
+        return None
+    shape = tuple(nodes[r[1]].args[1][1])
+    if len(shape) != 4 or not all(isinstance(x, int) and x > 0 for x in shape[2:]):
+        return None
+    while r[0] == "node" and nodes[r[1]].op in _RESHAPE_OPS:
+        chain.append(r[1])
+        r = nodes[r[1]].args[0]
+    return r, shape[2], shape[3], chain
 
 
 def _place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec, Any]:
@@ -231,6 +259,62 @@ def _host_values(r: _Recipe, args: list[Any], extra_inputs: list[Any], where: st
     return a_host, b_host, host
 
 
+def bind_inputs(shapes: tuple, inputs: list[Any]) -> list[Any]:
+    """The host values of extra inputs placed before (``_place``) with these results: per
+    input ``None`` (unused: ``0.0``), ``"scalar"`` (a number) or the rank-2 shape it was
+    given as (a contiguous, 16-byte aligned tensor: a copy when the view is not)."""
+    import torch
+
+    out: list[Any] = []
+    for t, shape in zip(inputs, shapes):
+        if shape is None:
+            out.append(0.0)
+        elif shape == "scalar":
+            out.append(float(t))
+        else:
+            h = t.reshape(shape)
+            if not h.is_contiguous() or h.data_ptr() % 16:
+                h = h.clone(memory_format=torch.contiguous_format)
+            out.append(h)
+    return out
+
+
+def host_shapes(inputs: list[Any]) -> tuple:
+    """What ``bind_inputs`` repeats of a call's placed ``inputs`` (``GemmCall.inputs``)."""
+    import torch
+
+    return tuple(tuple(h.shape) if isinstance(h, torch.Tensor) else "scalar" for h in inputs)
+
+
+def gemm_binder(call: GemmCall, recipe: _Recipe, extra_inputs: list[Any]) -> Any:
+    """``bind(anchor_args, extra_inputs) -> (a, b, inputs)`` for later calls with the shapes,
+    strides, dtypes and devices of ``call``'s (the planning of ``plan_call`` done once)."""
+    shapes = list(host_shapes(call.inputs))
+    for i, f in enumerate(recipe.frames):
+        if f is None:
+            shapes[i] = None
+    shapes = tuple(shapes)
+    r = recipe
+    linear = r.anchor == "aten.linear.default"
+
+    def bind(args: list[Any], extra: list[Any]) -> tuple[Any, Any, list[Any]]:
+        a_host = b_host = None
+        if r.a_i is not None:
+            a_host = args[r.a_i].reshape(r.m, r.k) if linear else args[r.a_i]
+        if r.b_i is not None:
+            b = args[r.b_i]
+            if r.batched:
+                b_host = b if r.b_layout == "kn" else b.transpose(1, 2)
+            elif linear:
+                b_host = b
+            else:
+                b_host = b if r.b_layout == "kn" else b.t()
+        inputs = [*extra, *(args[i] for i in r.implied)] if r.implied else extra
+        return a_host, b_host, bind_inputs(shapes, inputs)
+
+    return bind
+
+
 _PLANS: dict[tuple, tuple[GemmCall, _Recipe]] = {}
 
 
@@ -238,6 +322,11 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     """How to run ``spec`` on these arguments (raises ``FusionUnsupported``). Memoized on the
     spec and the arguments' shapes, strides, dtypes and devices: a later call only binds its
     own tensors and numbers."""
+    return planned(spec, anchor_args, extra_inputs)[0]
+
+
+def planned(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> tuple[GemmCall, _Recipe]:
+    """``plan_call``'s call and the recipe of its host values."""
     import dataclasses
 
     key = (spec, _sig(anchor_args), _sig(extra_inputs), os.environ.get("HEXLAYOUT_EMULATE_ARCH"))
@@ -254,7 +343,7 @@ def plan_call(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
                 _PLANS[key] = hit
     template, recipe = hit
     a, b, host = _host_values(recipe, list(anchor_args), list(extra_inputs), spec.display_name())
-    return dataclasses.replace(template, a=a, b=b, inputs=host)
+    return dataclasses.replace(template, a=a, b=b, inputs=host), recipe
 
 
 def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> tuple[GemmCall, _Recipe]:
@@ -377,13 +466,28 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
                                              and x[0] in ("anchor", "node") else x for x in n.args), n.kwargs)
                             for n in spec.epilogue.nodes]
     outputs = [_shift(o, off, y_ref) for o in spec.epilogue.outputs]
-    # outputs' trailing views run on the host
-    bases, chains = [], []
+    # outputs' trailing views run on the host; an output materialized permuted into heads is
+    # stored by the kernel in its own layout
+    bases, chains, heads = [], [], []
+    exempt: set[int] = set()
     for o in outputs:
+        found = _heads_output(tuple(ep_nodes), o)
+        if found is not None and batch is None:
+            base, nh, hd, chain_idx = found
+            bases.append(base)
+            chains.append([])
+            heads.append((nh, hd))
+            exempt.update(chain_idx)
+            continue
         base, chain = _trailing_views(tuple(ep_nodes), o)
         bases.append(base)
         chains.append(chain)
+        heads.append(None)
+    for j in exempt:                  # the heads chain: no value of its own in the kernel
+        ep_nodes[j] = Node("aten.view.default", ep_nodes[j].args[:1])
     for j, node in enumerate(ep_nodes):
+        if j in exempt:
+            continue
         if node.op in VIEWS and not any(o == ("node", j) or (o[0] == "node" and any(
                 c is node for c in ch)) for o, ch in zip(outputs, chains)):
             raise FusionUnsupported(f"{where}: epilogue node {j} ({node.op}) is a view inside the epilogue "
@@ -495,9 +599,15 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
         out_dtypes=tuple(out_dtypes),
         inputs=tuple(specs),
         halves=halves,
+        heads=tuple(heads) if any(heads) else (),
     )
     arch = _arch_of(device, first.is_cuda)
-    staged = bool(prologues) or halves
+    staged = bool(prologues) or halves or any(heads)
+    for k_, (hd_, t) in enumerate(zip(heads, metas)):
+        if hd_ is not None and (t.dim() != 4 or t.shape[0] * t.shape[2] != m or
+                                (t.shape[1], t.shape[3]) != hd_):
+            raise FusionUnsupported(f"{where}: output {k_} of shape {tuple(t.shape)} is not the {m} x {n} "
+                                    f"product permuted into {hd_[0]} heads of {hd_[1]}")
     recipe = _Recipe(anchor, None if a_i in pro else a_i, None if b_i in pro else b_i, b_layout,
                      batch is not None, m, k, tuple(implied), tuple(frames))
     call = GemmCall(arch, a.dtype, b_layout, staged, None, None, m, n, k, batch, lead, plan, [],

@@ -78,7 +78,12 @@ class TilePlan:
     row reduction (``c[M, 1]`` of whole rows of operand 0): the epilogue runs in the frame of
     the operand's row load (``BM x N``), the anchor's ``BM x 1`` value broadcasts over it,
     extra inputs are placed against that frame and each output is stored in the frame of its
-    value (``BM x N`` or ``BM x 1``)."""
+    value (``BM x N`` or ``BM x 1``); ``row_align``: the largest power of two (at most 16)
+    dividing the row length ``N``, so the rows of an ``M x N`` tensor of ``b``-byte elements
+    start ``min(16, row_align * b)``-byte aligned (what its parameter promises); ``heads``:
+    per output ``(H, hd)`` when it is stored permuted into heads (``out[b, h, t, d] =
+    Y[b * T + t, h * hd + d]``, a ``[B, H, T, hd]`` parameter whose ``B`` and ``T`` are new
+    sizes) or None (empty: none is)."""
 
     output_param: str
     operands: tuple[tuple[int, str], ...]
@@ -89,6 +94,8 @@ class TilePlan:
     inputs: tuple[InputSpec, ...]
     halves: bool = False
     row: bool = False
+    row_align: int = 16
+    heads: tuple = ()
 
 
 @dataclass
@@ -140,9 +147,18 @@ class _Evaluator:
         shape = tuple(1 if b else s for b, s in zip(spec.bcast, frame.shape))
         key = ("tensor", i, tuple(str(s) for s in shape))
         if key not in self.params:
-            self.params[key] = self.ext.tensor_param(f"in{i}", hl_dtype(spec.dtype), shape)
+            dt = hl_dtype(spec.dtype)
+            self.params[key] = self.ext.tensor_param(f"in{i}", dt, shape,
+                                                     align_bytes=self.align(dt, spec.bcast[1]))
             self.prog.sources.append(("input", i, "tensor"))
         return self.params[key]
+
+    def align(self, dtype: Any, one_column: bool) -> int:
+        """The byte alignment of rows of a new parameter (16; less for rows of a row
+        reduction's length that is not a multiple of 16 bytes)."""
+        if not self.plan.row or one_column:
+            return 16
+        return min(16, self.plan.row_align * dtype.bits // 8)
 
     def load(self, i: int, frame: _Frame) -> Any:
         import hexlayout.lang as hl
@@ -335,9 +351,19 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
                     fr = col_frame if tuple(val.shape)[-1] == 1 else row_frame
                 key = ("out", k)
                 if key not in ev.params:
-                    ev.params[key] = ext.tensor_param(f"out{k}", hl_dtype(plan.out_dtypes[k]), fr.shape)
+                    odt = hl_dtype(plan.out_dtypes[k])
+                    if plan.heads and plan.heads[k] is not None:
+                        nh, hd = plan.heads[k]
+                        shape = (ext.size_var(f"B{k}"), nh, ext.size_var(f"T{k}"), hd)
+                        ev.params[key] = ext.tensor_param(f"out{k}", odt, shape)
+                    else:
+                        ev.params[key] = ext.tensor_param(f"out{k}", odt, fr.shape,
+                                                          align_bytes=ev.align(odt, fr.tile[-1] == 1))
                     prog.sources.append(("output", k))
                 dtype = hl_dtype(plan.out_dtypes[k])
+                if plan.heads and plan.heads[k] is not None:
+                    _store_heads(ext, ev.params[key], val, fr, dtype, plan.heads[k], tk.name)
+                    continue
                 if (stage is not None and id(staging[id(op)]) not in staged_out and fr is frame
                         and tuple(val.shape) == frame.tile and dtype == stage.type.dtype):
                     hl.copy(hl.cast(val, dtype), ext.tile(stage))
@@ -354,6 +380,33 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
     _drop_dead(tk)
     _drop_param(tk, out_name, prog)
     return prog
+
+
+def _store_heads(ext: KernelExtender, out: Any, val: Any, fr: _Frame, dtype: Any, heads: tuple[int, int],
+                 name: str) -> None:
+    """Store the ``BM x BN`` tile ``val`` of ``Y`` (origin ``(m0, n0)``) into ``out[B, H, T, hd]``
+    at ``out[m // T, n // hd, m % T, n % hd]``: through shared memory (in ``dtype``), then in
+    column pieces of ``w = min(BN, hd)`` (inside one head), each a gathered store of ``BM``
+    rows of ``w`` contiguous elements (rows past ``M`` / heads past ``H`` are not written)."""
+    import hexlayout.lang as hl
+
+    bm, bn = fr.tile
+    hd = heads[1]
+    w = min(bn, hd)
+    if bn % w or hd % w:
+        raise FusionUnsupported(f"{name}: a column tile of {bn} and heads of {hd} (one must divide the "
+                                "other)")
+    stage = hl.shared(dtype, (bm, bn))
+    hl.copy(hl.cast(val, dtype), stage)
+    hl.syncthreads()
+    t = out.shape[2]
+    for c in range(bn // w):
+        col = fr.origin[1] + c * w
+        piece = hl.register(dtype, (bm, w))
+        hl.copy(stage[:, c * w:(c + 1) * w], piece)
+        rows = hl.iota(bm, 0) + fr.origin[0]      # per piece: short-lived index tiles
+        d0 = col % hd
+        hl.copy(piece, out[rows // t, col // hd, rows % t, d0:d0 + w])
 
 
 def _drop_param(tk: TileKernel, name: str, prog: FusedProgram) -> None:

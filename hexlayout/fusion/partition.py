@@ -55,7 +55,7 @@ from .aten import CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
 from .attention import ATTENTION_ANCHORS
-from .spec import ANCHORS, ROW_REDUCTIONS, Epilogue, FusedSpec, Node, Prologue
+from .spec import ANCHORS, MAX_ROW, ROW_REDUCTIONS, Epilogue, FusedSpec, Node, Prologue
 
 __all__ = ["partition", "Partition", "Group", "Step", "ATTENTION", "ELEMENTWISE", "VIEWS", "op_name"]
 
@@ -298,6 +298,9 @@ class _Partitioner:
             return True
         if op == "aten.clone.default" and self._op(self._base(n.args[0])) in ATTENTION:
             return True                 # reshape's copy of attention's transposed output: free
+        if op == "aten.clone.default" and n.args[0] in viewed and \
+                self._op(n.args[0]) == "aten.permute.default" and self._expressible(n):
+            return True                 # a permuted output made contiguous: the kernel stores it so
         if any(a in viewed for a in _arg_nodes(n)):
             self.why.setdefault(n, "reads a permuted / reshaped output of the kernel (views end a "
                                    "kernel's output)")
@@ -454,8 +457,40 @@ class _Partitioner:
         if self._op(anchor) in ROW_REDUCTIONS:
             return anchor.args[:1]
         if self._op(anchor) in ATTENTION:
-            return anchor.args[:3]
+            mask = self._attention_mask(anchor)
+            return (*anchor.args[:3], *(() if mask is None else (mask,)))
         return anchor.args[:2] if self._op(anchor) == HEXLAYOUT_GEMM else anchor.args
+
+    def _attention_mask(self, anchor: Any) -> Any:
+        """Attention's mask argument (``attn_mask`` / ``attn_bias``) when it is a tensor node."""
+        from .attention import MASK_KWARGS
+
+        given = self._reduction_args(anchor)
+        mask = next((given[k] for k in MASK_KWARGS if given.get(k) is not None), None)
+        return mask if hasattr(mask, "op") else None
+
+    def _bool_mask(self, anchor: Any) -> list:
+        """The nodes ``where(m, scalar_tensor(0), scalar_tensor(-inf))`` that turn a boolean
+        ``m`` into attention's additive mask (torch's graphs do), when only the attention
+        reads them (they join its kernel: it reads ``m``); else ``[]``."""
+        where = self._attention_mask(anchor)
+        if where is None or self._op(where) != "aten.where.self" or len(where.args) != 3 or \
+                where in self.claimed or set(where.users) != {anchor}:
+            return []
+        cond, zero, ninf = where.args
+        consts = []
+        for st in (zero, ninf):
+            if not hasattr(st, "op") or self._op(st) != "aten.scalar_tensor.default" or \
+                    set(st.users) != {where} or st in self.claimed:
+                return []
+            consts.append(st.args[0] if st.args else None)
+        if consts != [0.0, float("-inf")] or not hasattr(cond, "op") or not _is_tensor(_val(cond)):
+            return []
+        import torch
+
+        if _val(cond).dtype != torch.bool:
+            return []
+        return sorted([zero, ninf, where], key=self.order.__getitem__)
 
     @staticmethod
     def _reduction_args(n: Any) -> dict:
@@ -470,7 +505,8 @@ class _Partitioner:
         given = self._reduction_args(n)
         names = [a.name for a in n.target._schema.arguments]
         q, k, v = (_val(given.get(x)) if hasattr(given.get(x), "op") else None for x in names[:3])
-        kw = {key: val for key, val in given.items() if key not in names[:3]}
+        kw = {key: (_val(val) if hasattr(val, "op") else val) for key, val in given.items()
+              if key not in names[:3]}
         if q is None or k is None or v is None:
             why: str | None = "attention of arguments that are not tensors"
         else:
@@ -485,8 +521,8 @@ class _Partitioner:
 
     def _row_reduction(self, n: Any) -> bool:
         """Whether reduction ``n`` is an anchor (else the reason is kept): over the last
-        dimension of a tensor, rows of a static power of two from 32 to 1024, with
-        ``keepdim``, no ``dtype``."""
+        dimension of a tensor, rows of a static length up to ``MAX_ROW``, with ``keepdim``,
+        no ``dtype``."""
         given = self._reduction_args(n)
         x = given.get("self")
         rank = len(_shape(x)) if hasattr(x, "op") and _is_tensor(_val(x)) else 0
@@ -497,9 +533,9 @@ class _Partitioner:
                            "the last dimension)")
             return False
         cols = _static_int(_shape(x)[-1])
-        if cols is None or cols < 32 or cols > 1024 or cols & (cols - 1):
-            self.why[n] = (f"a reduction of rows of {_shape(x)[-1]} (row reductions fuse rows of a power "
-                           "of two from 32 to 1024)")
+        if cols is None or not 1 <= cols <= MAX_ROW:
+            self.why[n] = (f"a reduction of rows of {_shape(x)[-1]} (row reductions fuse rows of a static "
+                           f"length from 1 to {MAX_ROW})")
             return False
         if not given.get("keepdim", False) or given.get("dtype") is not None:
             self.why[n] = "a row reduction without keepdim or with a dtype (fused with keepdim=True only)"
@@ -513,9 +549,15 @@ class _Partitioner:
         self.row_shape = _shape(anchor.args[0]) if reduction else None
         self.epilogue_users: set = set()
         attention = self._op(anchor) in ATTENTION
-        prologues = {} if attention else self._prologues(anchor)     # attention: no prologue
+        prologues = {} if attention else self._prologues(anchor)     # attention: no prologue ...
         if attention:
             self.prologue_nodes = set()
+            bool_mask = self._bool_mask(anchor)         # ... but where(m, 0, -inf) of its mask
+            if bool_mask:
+                prologues = {3: bool_mask}
+                self.prologue_nodes = set(bool_mask)
+                for p in bool_mask:
+                    self.claimed[p] = anchor
         self.claimed[anchor] = anchor
         epi = self._epilogue(anchor)
         for e in epi:
@@ -570,8 +612,14 @@ class _Partitioner:
 
         # the operands: a prologue's spec nodes, or an input (with the views the host applies)
         operands: dict[int, Any] = {}       # anchor argument -> ("spec", nodes, out) | ("ext", node, steps)
+        attention = op_name(anchor.target) in ATTENTION
         for i, a in enumerate(self._operands(anchor)):
-            if i in prologues:
+            if attention and i in prologues:            # where(m, 0, -inf): the boolean m, cast as eager
+                m, cast = prologues[i][-1].args[0], (("dtype", dtype_name(_val(a).dtype)),)
+                operands[i] = ("spec", [
+                    Node("aten.where.Scalar", (extra_ref(m, ()), ("const", 0.0), ("const", float("-inf")))),
+                    Node("aten._to_copy.default", (("node", 0),), cast)], 1)
+            elif i in prologues:
                 refs: dict[Any, tuple] = {}
                 spec_nodes: list[Node] = []
                 self._lower(prologues[i], refs, set(), spec_nodes, extra_ref)
@@ -588,9 +636,10 @@ class _Partitioner:
         elif anchor_op in ATTENTION:
             given = self._reduction_args(anchor)
             names = [a.name for a in anchor.target._schema.arguments]
+            mask = self._attention_mask(anchor)
             anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in given.items()
-                                         if k not in names[:3]))
-            spec_anchor, order = anchor_op, [0, 1, 2]
+                                         if k not in names[:3] and not (mask is not None and v is mask)))
+            spec_anchor, order = anchor_op, [0, 1, 2] if mask is None else [0, 1, 2, 3]
         elif anchor_op in ROW_REDUCTIONS:
             given = self._reduction_args(anchor)
             anchor_kwargs = (("dim", (-1,)), ("keepdim", True))

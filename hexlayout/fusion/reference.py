@@ -59,7 +59,12 @@ def reference(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     args = list(anchor_args)
     for p in spec.prologues:
         args[p.operand] = eval_nodes(p.nodes, None, extra_inputs)[p.output]
-    y = aten_op(spec.anchor)(*args, **dict(spec.anchor_kwargs))
+    kwargs = dict(spec.anchor_kwargs)
+    if "scaled_dot_product" in spec.anchor and len(args) > 3:
+        # attention: argument 3 is the mask, the op's attn_mask / attn_bias
+        names = [a.name for a in aten_op(spec.anchor)._schema.arguments]
+        kwargs["attn_mask" if "attn_mask" in names else "attn_bias"] = args.pop(3)
+    y = aten_op(spec.anchor)(*args, **kwargs)
     if isinstance(y, tuple):                   # attention's aten forms: (output, logsumexp, ...)
         y = y[0]
     env = eval_nodes(spec.epilogue.nodes, y, extra_inputs)

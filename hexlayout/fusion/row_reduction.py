@@ -5,7 +5,8 @@ whose anchor is a reduction over the last dimension (``ROW_REDUCTIONS``):
   arguments ``dim`` (the last dimension: ``-1`` or ``rank - 1``) and ``keepdim`` (``True``
   when the epilogue reads the reduced value: eager broadcasts ``[..., 1]`` over the row);
   ``x`` (or the prologue's result) is seen as ``M x N`` rows (leading dims flattened);
-  ``N`` is a power of two from 32 to 1024 (one register tile holds whole rows);
+  ``1 <= N <= MAX_ROW`` (one register tile of a power of two ``>= N`` columns holds whole
+  rows, its tail masked; rows of lengths with one such tile share one build);
 - the prologue computes ``x`` from the extra inputs in the row load (``x = xf ** 2`` of
   ``xf = x16.float()``); the epilogue runs on the rows with the reduced ``M x 1`` column
   broadcast (``xf * rsqrt(mean + eps) * w``); extra inputs broadcast against ``M x N``
@@ -14,7 +15,7 @@ whose anchor is a reduction over the last dimension (``ROW_REDUCTIONS``):
 
 The anchor kernel (``hexlayout.fusion.anchors.reduction_provider``) is traced alone and
 ``mechanism.fuse`` rewrites its load and its store (``TilePlan.row``); one build per
-structure (no sizes in the key but the row length ``N``, a tile constant).
+structure (no sizes in the key but the row tile ``BN``, a tile constant).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .aten import VIEWS, dtype_name, is_fusible, torch_dtype
 from .gemm_plan import _arch_of, _meta_eval, _metas, _place, _sig
 from .mechanism import FusedProgram, InputSpec, TilePlan, fuse
 from .reference import eval_nodes, reference
-from .spec import ROW_REDUCTIONS, FusedSpec, FusionUnsupported, Node
+from .spec import MAX_ROW, ROW_REDUCTIONS, FusedSpec, FusionUnsupported, Node
 
 __all__ = ["ROW_REDUCTIONS", "run_row_reduction", "row_fused_build", "clear_row_builds"]
 
@@ -50,6 +51,7 @@ class _RowCall:
     inputs: list                 # host values of the plan's inputs
     out_frames: list             # per output (rows, cols) the kernel stores
     out_shapes: list             # per output eager's shape
+    used: frozenset = frozenset()  # the extra inputs the kernel reads
 
 
 def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
@@ -88,9 +90,9 @@ def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
         raise FusionUnsupported(f"{where}: an epilogue of a reduction without keepdim is not fused")
     n = int(x.shape[-1])
     m = x.numel() // n if n else 0
-    if n < 32 or n > 1024 or n & (n - 1) or m == 0:
-        raise FusionUnsupported(f"{where}: rows of {n} (fused row reductions take rows of a power of two "
-                                "from 32 to 1024, at least one row)")
+    if not 1 <= n <= MAX_ROW or m == 0:
+        raise FusionUnsupported(f"{where}: rows of {n} (fused row reductions take rows of 1 to {MAX_ROW}, "
+                                "at least one row)")
     for j, nd in enumerate(spec.epilogue.nodes):
         if not is_fusible(nd.op):
             raise FusionUnsupported(f"{where}: epilogue node {j}: {nd.op} is not an op fusion knows")
@@ -148,9 +150,10 @@ def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
                     prologues=tuple((0, p.nodes, p.output) for p in spec.prologues),
                     epilogue=tuple(Node(nd.op, nd.args[:1]) if nd.op in VIEWS else nd
                                    for nd in spec.epilogue.nodes), outputs=tuple(outputs),
-                    out_dtypes=tuple(out_dtypes), inputs=tuple(specs), row=True)
+                    out_dtypes=tuple(out_dtypes), inputs=tuple(specs), row=True,
+                    row_align=n & -n if n % 16 else 16)
     return _RowCall(_arch_of(first.device, first.is_cuda), x.dtype, fn, m, n, plan, x2, host, frames,
-                    [tuple(t.shape) for t in metas])
+                    [tuple(t.shape) for t in metas], frozenset(used))
 
 
 def _build(call: _RowCall, spec: FusedSpec, compile: bool) -> tuple[Any, FusedProgram]:
@@ -168,7 +171,8 @@ def _build(call: _RowCall, spec: FusedSpec, compile: bool) -> tuple[Any, FusedPr
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        tk = prov.kernel(getattr(hl, dname), call.fn).trace(**consts)
+        align = min(16, call.plan.row_align * getattr(hl, dname).bits // 8)
+        tk = prov.kernel(getattr(hl, dname), call.fn, align).trace(**consts)
         prog = fuse(tk, call.plan, f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}")
         with _LOCK:
             _PROGRAMS[key] = prog
@@ -190,24 +194,34 @@ def clear_row_builds() -> None:
         _PROGRAMS.clear()
 
 
-def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> list:
+def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, dict[str, Any]]:
     """``spec`` (a row-reduction anchor) as one fused kernel: its outputs with eager's shapes
-    and dtypes (raises ``FusionUnsupported`` before anything runs when it cannot fuse)."""
+    and dtypes (raises ``FusionUnsupported`` before anything runs when it cannot fuse), and
+    how to repeat the call for arguments of the same shapes (``run._Prepared``'s fields)."""
     import torch
 
-    from .run import _launch_args
+    from .gemm_plan import bind_inputs, host_shapes
+    from .run import _check_emulation, _launch_args
 
     call = _plan(spec, list(anchor_args), list(extra_inputs))
     first = next(t for t in [*anchor_args, *extra_inputs] if isinstance(t, torch.Tensor))
     cuda = first.is_cuda
     if not cuda:
-        from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
-
-        if not emulation_enabled():
-            raise EmulationDisabledError(f"hexlayout fused kernel {spec.display_name()}: CPU tensors need "
-                                         "HEXLAYOUT_EMULATE=1 (the thread-level emulator) or CUDA tensors")
+        _check_emulation(spec)
     bld, prog = _build(call, spec, compile=cuda)
-    outs = [torch.empty(f, dtype=torch_dtype(dt), device=first.device)
-            for f, dt in zip(call.out_frames, call.plan.out_dtypes)]
-    _launch_args(bld, prog, {"x": call.x}, call.inputs, outs, cuda)
-    return [o.reshape(s) for o, s in zip(outs, call.out_shapes)]
+    out_specs = [(f, torch_dtype(dt)) for f, dt in zip(call.out_frames, call.plan.out_dtypes)]
+    outs = [torch.empty(f, dtype=dt, device=first.device) for f, dt in out_specs]
+    bound = _launch_args(bld, prog, {"x": call.x}, call.inputs, outs, cuda)
+    shapes = tuple(sh if i in call.used else None for i, sh in enumerate(host_shapes(call.inputs)))
+    m, n, prologue = call.m, call.n, bool(spec.prologues)
+    out_shapes = [tuple(s) for s in call.out_shapes]
+
+    def bind(args: list, extra: list) -> tuple[dict[str, Any], list]:
+        return {"x": None if prologue else args[0].reshape(m, n)}, bind_inputs(shapes, extra)
+
+    def finish(outs: list) -> list:
+        return [o.reshape(s) for o, s in zip(outs, out_shapes)]
+
+    prep = {"bld": bld, "prog": prog, "cuda": cuda, "device": first.device, "bind": bind, "outs": out_specs,
+            "finish": finish, "bound": bound, "cuda_bound": bound if cuda else None}
+    return finish(outs), prep

@@ -44,7 +44,7 @@ from typing import Any
 from hexlayout.errors import HexlayoutError
 
 __all__ = ["Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported", "Ref", "ANCHORS",
-           "ROW_REDUCTIONS"]
+           "ROW_REDUCTIONS", "MAX_ROW"]
 
 Ref = tuple  # ("anchor",) | ("input", i) | ("node", j) | ("const", value)
 
@@ -55,6 +55,9 @@ ANCHORS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten
 #: Row-reduction anchors (over the last dimension; keyword arguments ``dim``, ``keepdim``), with
 #: the reduction their anchor kernel computes: ``hexlayout.fusion.row_reduction``.
 ROW_REDUCTIONS = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum", "aten.amax.default": "max"}
+#: The longest row a row-reduction anchor takes (one block holds a row in registers; any
+#: length from 1 up, the tail of a power-of-two tile masked); longer rows are not fused.
+MAX_ROW = 8192
 
 
 class FusionUnsupported(HexlayoutError, ValueError):

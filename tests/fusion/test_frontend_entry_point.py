@@ -24,7 +24,7 @@ def _run(code: str, cwd: Path) -> str:
 def test_entry_point_is_declared() -> None:
     eps = entry_points(group="torch_dynamo_backends")
     assert "hexlayout" in eps.names
-    assert eps["hexlayout"].value == "hexlayout.fusion.backend:hexlayout_backend"
+    assert eps["hexlayout"].value == "hexlayout.ops.compile_backend:hexlayout_backend"
 
 
 def test_compile_by_name_without_importing_hexlayout(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_compile_by_name_without_importing_hexlayout(tmp_path: Path) -> None:
         ref = f(x).float()
         err = (out.float() - ref).abs().max().item()
         assert err <= 1e-2 * ref.abs().max().item(), err
-        assert "hexlayout.fusion.backend" in sys.modules
+        assert "hexlayout.fusion.backend" in sys.modules and "hexlayout.ops.compile_backend" in sys.modules
         from hexlayout.fusion.fused_op import _KERNELS
         (k,) = _KERNELS.values()
         print(k.fused_calls, k.torch_calls, k.spec.anchor, k.spec.epilogue_ops())
@@ -61,6 +61,30 @@ def test_import_hexlayout_stays_free_of_torch(tmp_path: Path) -> None:
     out = _run("""
         import sys
         import hexlayout, hexlayout.fusion, hexlayout.fusion.backend, hexlayout.fusion.explain
-        print("torch" in sys.modules)
+        print("torch" in sys.modules, any(m.startswith("hexlayout.ops") for m in sys.modules))
     """, tmp_path)
-    assert out.strip() == "False"
+    assert out.split() == ["False", "False"]
+
+
+def test_fusion_never_imports_the_kernels_layer(tmp_path: Path) -> None:
+    """Fusion is below the kernels: without them registered, a fused kernel is refused with
+    the reason (nothing imports hexlayout.ops behind the caller's back)."""
+    pytest.importorskip("torch")
+    out = _run("""
+        import os, sys
+        os.environ["HEXLAYOUT_EMULATE"] = "1"
+        import torch
+        from hexlayout.fusion import FusedSpec, FusionUnsupported, run_fused
+        x, w = torch.randn(8, 16).half(), torch.randn(32, 16).half()
+        try:
+            run_fused(FusedSpec("aten.linear.default"), [x, w], [])
+        except FusionUnsupported as e:
+            print("refused:", e.reason)
+        assert not any(m.startswith("hexlayout.ops") for m in sys.modules)
+        import hexlayout.ops
+        (y,) = run_fused(FusedSpec("aten.linear.default"), [x, w], [])
+        ref = torch.nn.functional.linear(x.float(), w.float())
+        print("ran", (y.float() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item())
+    """, tmp_path)
+    assert "refused: no GEMM anchor kernels registered" in out and "import hexlayout.ops" in out, out
+    assert "ran True" in out, out

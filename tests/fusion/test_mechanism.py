@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import hexlayout.ops  # noqa: E402,F401 - registers the anchor kernels with hexlayout.fusion
+
 from hexlayout.fusion import Epilogue, FusedSpec, FusionUnsupported, Node, Prologue, run_fused  # noqa: E402
 from hexlayout.runtime import launch_log  # noqa: E402
 
@@ -87,6 +89,33 @@ def test_output_permuted_into_heads() -> None:
     assert out.stride() == want.stride()
 
 
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_output_stored_permuted_into_heads(dt: torch.dtype) -> None:
+    """clone(permute(view(Y, [B, T, H, hd]), (0, 2, 1, 3))): the kernel stores [B, H, T, hd]
+    itself (a 4-D output parameter, gathered row stores per head; tiles that cross a batch
+    boundary: T = 7), no host view; contiguous like eager's; T = 7 and T = 13 share one build."""
+    heads, d = 4, 16
+    w, bias = _rand(heads * d, 32, dtype=dt, scale=0.3, seed=40), _rand(heads * d, dtype=dt, seed=41)
+    nodes = (Node("aten.relu.default", (A,)),
+             Node("aten.view.default", (("node", 0), ("const", (-1, 7, heads, d)))),
+             Node("aten.permute.default", (("node", 1), ("const", (0, 2, 1, 3)))),
+             Node("aten.clone.default", (("node", 2),)))
+    with launch_log() as log:
+        for b, t in ((3, 7), (2, 13)):
+            view = Node("aten.view.default", (("node", 0), ("const", (-1, t, heads, d))))
+            nodes = (nodes[0], view, *nodes[2:])
+            spec = FusedSpec("aten.linear.default", epilogue=Epilogue(nodes, (("node", 3),)))
+            x = _rand(b, t, 32, dtype=dt, seed=b)
+            (out,) = run_fused(spec, [x, w, bias], [])
+            want = torch.relu(torch.nn.functional.linear(x, w, bias)).view(b, t, heads, d).permute(0, 2, 1, 3)
+            want = want.contiguous()
+            _close(out, want)
+            assert out.stride() == want.stride() and out.is_contiguous()
+            assert (b, heads, t, d) in log[-1].shapes           # the kernel's own 4-D output
+    assert log[0].build_key == log[1].build_key
+    assert log[0].epilogue[-2:] == ("aten.permute.default", "aten.clone.default")
+
+
 @pytest.mark.parametrize("qdtype", [torch.int8, torch.float8_e4m3fn])
 def test_dequantization_prologue_of_the_weight(qdtype) -> None:
     """linear(x, w_q.to(f16) * scale[:, None]): the dequantization runs in the weight's loads."""
@@ -153,8 +182,6 @@ def test_launches_appear_in_torch_profiler() -> None:
 
 
 def test_gemm_op_builds_its_epilogue_through_the_mechanism() -> None:
-    import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
-
     a, b, bias, res = _rand(24, 32), _rand(40, 32, seed=16), _rand(40, seed=17), _rand(24, 40, seed=18)
     with launch_log() as log:
         c = torch.ops.hexlayout.gemm(a, b, bias, res, "silu", 0.5)
@@ -201,10 +228,16 @@ def _compile_cases():
     mlp = FusedSpec("aten.addmm.default", epilogue=Epilogue(
         (Node("aten.gelu.default", (A,)), Node("aten.add.Tensor", (("node", 0), ("input", 0)))),
         (("node", 1),)))
+    # heads of 64 (with heads of 16, 8 column pieces a 128-wide tile, sm_80 spills 24 bytes)
+    heads = FusedSpec("aten.linear.default", epilogue=Epilogue(
+        (Node("aten.view.default", (A, ("const", (-1, 16, 2, 64)))),
+         Node("aten.permute.default", (("node", 0), ("const", (0, 2, 1, 3)))),
+         Node("aten.clone.default", (("node", 1),))), (("node", 2),)))
     x, w = _rand(64, 64), _rand(64, 64, seed=20)
     return [(gated, [x, w.t()], []),
             (dequant, [x, None], [torch.zeros(64, 64, dtype=torch.int8), torch.ones(64, 1).half()]),
-            (mlp, [_rand(64), x, w.t()], [_rand(64, 64, seed=21)])]
+            (mlp, [_rand(64), x, w.t()], [_rand(64, 64, seed=21)]),
+            (heads, [x, _rand(128, 64, seed=22)], [])]
 
 
 @pytest.mark.nvrtc
@@ -230,7 +263,6 @@ def test_a_broadcast_bias_gets_a_stride_zero_layout() -> None:
     """The bias row is loaded once per column and broadcast over the rows in registers: its
     synthesized TV layout has stride 0 on the thread modes that walk rows (many (thread,
     value) slots hold one element)."""
-    import hexlayout.ops  # noqa: F401 - registers the GEMM anchors
     from hexlayout.ops.gemm import gemm_fused
     from hexlayout.ops.gemm_config import CONFIGS
 

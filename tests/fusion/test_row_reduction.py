@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+import hexlayout.ops  # noqa: E402,F401 - registers the anchor kernels with hexlayout.fusion
+
 from hexlayout.fusion import Epilogue, FusedSpec, FusionUnsupported, Node, Prologue, run_fused  # noqa: E402
 from hexlayout.fusion.explain import explain  # noqa: E402
 from hexlayout.runtime.launch_log import launch_log  # noqa: E402
@@ -88,11 +90,12 @@ def test_softmax_is_two_reduction_kernels(dtype: torch.dtype, dname: str) -> Non
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_fused_reductions_compile_without_spills(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """NVRTC: the fused RMSNorm over rows of 1024 (4 warps) and of 64 (one warp)."""
+    """NVRTC: the fused RMSNorm over rows of 1024 (4 warps), of 64 (one warp), of 100 (a masked
+    tail, 8-byte aligned rows) and of MAX_ROW = 8192 (8 warps)."""
     from hexlayout.fusion.row_reduction import row_fused_build
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
-    for cols in (1024, 64):
+    for cols in (1024, 64, 100, 8192):
         x, w = torch.randn(8, cols, dtype=torch.float16), torch.randn(cols, dtype=torch.float16)
         bld = row_fused_build(_rmsnorm_spec("f16", 1e-6), [None], [x, w])
         res = bld.compiled.resources
@@ -100,13 +103,55 @@ def test_fused_reductions_compile_without_spills(arch: str, monkeypatch: pytest.
 
 
 def test_unfusible_reductions_say_why() -> None:
-    for cols in (48, 16):                                 # not a power of two; too short a row
-        with pytest.raises(FusionUnsupported, match="power of two"):
-            run_fused(FusedSpec("aten.sum.dim_IntList", anchor_kwargs=KEEP),
-                      [torch.randn(4, cols, dtype=torch.float16)], [])
+    from hexlayout.fusion.spec import MAX_ROW
+
+    with pytest.raises(FusionUnsupported, match=f"rows of {MAX_ROW + 1} .*1 to {MAX_ROW}"):
+        run_fused(FusedSpec("aten.sum.dim_IntList", anchor_kwargs=KEEP),
+                  [torch.randn(1, MAX_ROW + 1, dtype=torch.float16)], [])
     with pytest.raises(FusionUnsupported, match="last dimension"):
         run_fused(FusedSpec("aten.sum.dim_IntList", anchor_kwargs=(("dim", (0,)), ("keepdim", True))),
                   [torch.randn(4, 64)], [])
+
+
+@pytest.mark.parametrize("cols", [1, 7, 33, 100, 300])
+def test_rows_of_any_length_mask_their_tail(cols: int) -> None:
+    """Rows that are not a power of two: the tile's tail is masked with each reduction's
+    identity (all-negative rows: a max over zeros would be wrong; softmax's exp(x - max)
+    prologue is 1 on a zero tail: a sum over it would be wrong), vs float64."""
+    g = torch.Generator().manual_seed(cols)
+    x = -(torch.rand(5, cols, generator=g) * 3 + 0.5).half()           # every value negative
+    x64 = x.double()
+    with launch_log() as log:
+        (s,) = run_fused(FusedSpec("aten.sum.dim_IntList", anchor_kwargs=KEEP), [x], [])
+        (mu,) = run_fused(FusedSpec("aten.mean.dim", anchor_kwargs=KEEP), [x], [])
+        (mx,) = run_fused(FusedSpec("aten.amax.default", anchor_kwargs=KEEP), [x.float()], [])
+    for got, want in ((s, x64.sum(-1, keepdim=True)), (mu, x64.mean(-1, keepdim=True)),
+                      (mx, x64.amax(-1, keepdim=True))):
+        assert got.shape == want.shape
+        assert (got.double() - want).abs().max().item() <= 1e-3 * want.abs().max().item(), (got, want)
+    assert len(log) == 3
+    shifted = (_f32(("input", 0)), Node("aten.sub.Tensor", (("node", 0), ("input", 1))),
+               Node("aten.exp.default", (("node", 1),)))
+    norm = FusedSpec("aten.sum.dim_IntList", prologues=(Prologue(0, shifted, 2),), epilogue=Epilogue(
+        (*shifted, Node("aten.div.Tensor", (("node", 2), ("anchor",)))), outputs=(("node", 3),)),
+        anchor_kwargs=KEEP)
+    (p,) = run_fused(norm, [None], [x, mx])
+    assert (p.double() - x64.softmax(-1)).abs().max().item() <= 1e-3
+
+
+def test_row_lengths_with_one_tile_share_a_build() -> None:
+    """Rows of 40 and 56 (multiples of 8 elements: 16-byte aligned rows) both fit a 64-column
+    tile: one build; and RMSNorm over an odd hidden size (rows 2-byte aligned)."""
+    torch.manual_seed(4)
+    with launch_log() as log:
+        for cols in (40, 56, 45):
+            x = torch.randn(6, cols, dtype=torch.float16) * 2
+            w = (1 + 0.1 * torch.randn(cols)).half()
+            (y,) = run_fused(_rmsnorm_spec("f16", 1e-6), [None], [x, w])
+            xf = x.float()
+            _close(y, (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).half() * w)
+    assert log[0].build_key == log[1].build_key and log[0].shapes != log[1].shapes
+    assert log[2].build_key != log[0].build_key
 
 
 class _Softmax(nn.Module):
@@ -141,8 +186,17 @@ def test_frontend_fuses_softmax_and_leaves_other_reductions() -> None:
         out = c(x)
     _close(out, sm(x))
     assert [r.anchor for r in log] == ["aten.amax.default", "aten.sum.dim_IntList"]
-    torch._dynamo.reset()                                 # rows of 48: one softmax op, left to torch
-    plan = explain(sm, torch.randn(2, 48, dtype=torch.float16))
+    torch._dynamo.reset()                                 # rows of 48: the same two kernels
+    x48 = torch.randn(2, 48, dtype=torch.float16)
+    c = torch.compile(sm, backend="hexlayout", options={"fallback": "eager"})
+    with launch_log() as log:
+        out = c(x48)
+    _close(out, sm(x48))
+    assert [r.anchor for r in log] == ["aten.amax.default", "aten.sum.dim_IntList"]
+    from hexlayout.fusion.spec import MAX_ROW
+
+    torch._dynamo.reset()                                 # rows too long: one softmax op, left to torch
+    plan = explain(sm, torch.randn(1, MAX_ROW + 8, dtype=torch.float16))
     assert plan.kernels == [] and [f.op for f in plan.fallbacks] == ["aten._softmax.default"], plan
 
     class ColSum(nn.Module):

@@ -1,0 +1,32 @@
+"""``torch.compile(model, backend="hexlayout")``: the backend with this layer's anchor kernels.
+
+The fusion layer (``hexlayout.fusion``) fuses prologues and epilogues into anchor kernels it
+does not own: the GEMMs (``gemm_kernels``), the row reductions (``row_reduce_kernels``) and
+attention (``sdpa_anchor``) are this layer's, and each registers itself with
+``hexlayout.fusion.anchors`` when it is imported. This module imports the three (so
+importing it - or ``hexlayout.ops`` - makes every anchor available) and is what torch's
+``torch_dynamo_backends`` entry point names (``hexlayout =
+"hexlayout.ops.compile_backend:hexlayout_backend"`` in ``pyproject.toml``): torch finds the
+backend by name without hexlayout being imported first, and the fusion layer never imports
+the kernels layer above it. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hexlayout.fusion.backend import hexlayout_backend as _fusion_backend
+
+from . import gemm_kernels as _gemm_kernels  # noqa: F401 - registers the GEMM anchors
+from . import row_reduce_kernels as _row_reduce_kernels  # noqa: F401 - registers the row reductions
+from . import sdpa_anchor as _sdpa_anchor  # noqa: F401 - registers the attention anchor
+
+__all__ = ["hexlayout_backend"]
+
+
+def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | None = None,
+                      mode: str | None = None) -> Any:
+    """The ``torch.compile`` backend: ``hexlayout.fusion.backend.hexlayout_backend`` with the
+    anchors of ``hexlayout.ops`` registered (options ``"fallback"``: ``"inductor"`` or
+    ``"eager"``, ``"on_plan"``: a callable given each graph's plan)."""
+    return _fusion_backend(gm, example_inputs, options=options, mode=mode)
