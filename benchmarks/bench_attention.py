@@ -183,6 +183,9 @@ def triton_attention(tune: bool = True) -> Callable[..., Any]:  # pragma: no cov
         s_kb,
         s_ks,
         s_kh,
+        s_ob,
+        s_os,
+        s_oh,
         HD: tl.constexpr,
         CAUSAL: tl.constexpr,
         BM: tl.constexpr,
@@ -228,7 +231,7 @@ def triton_attention(tune: bool = True) -> Callable[..., Any]:  # pragma: no cov
             )
         acc = acc / l_i[:, None]
         tl.store(
-            o_ptr + b * s_qb + h * s_qh + rm[:, None] * s_qs + rd[None, :], acc.to(o_ptr.dtype.element_ty)
+            o_ptr + b * s_ob + h * s_oh + rm[:, None] * s_os + rd[None, :], acc.to(o_ptr.dtype.element_ty)
         )
 
     configs = [
@@ -242,7 +245,7 @@ def triton_attention(tune: bool = True) -> Callable[..., Any]:  # pragma: no cov
 
     def run(q: Any, k: Any, v: Any, causal: bool) -> Any:
         bsz, s, h, d = q.shape
-        o = torch.empty_like(q)
+        o = torch.empty((bsz, s, h, d), dtype=q.dtype, device=q.device)  # q may be a strided view
         grid = lambda meta: (triton.cdiv(s, meta["BM"]), bsz * h)  # noqa: E731
         kernel[grid](
             q,
@@ -259,6 +262,9 @@ def triton_attention(tune: bool = True) -> Callable[..., Any]:  # pragma: no cov
             k.stride(0),
             k.stride(1),
             k.stride(2),
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
             HD=d,
             CAUSAL=causal,
             **fixed,

@@ -61,22 +61,23 @@ bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 tri = bench.triton_attention(tune=False)
 g = torch.Generator().manual_seed(0)
-q = torch.randn(2, 128, 4, 64, generator=g).half()
-k = torch.randn(2, 128, 2, 64, generator=g).half()
-v = torch.randn(2, 128, 2, 64, generator=g).half()
+qkv = torch.randn(2, 128, 8, 64, generator=g).half()  # q, k, v: strided views of a fused QKV
+q, k, v = qkv[:, :, :4], qkv[:, :, 4:6], qkv[:, :, 6:]
 cu = [0, 128, 256]
 for causal in (False, True):
     o = tri(q, k, v, causal).reshape(256, 4, 64)
     ref = bench.sdpa_reference(q.reshape(256, 4, 64), k.reshape(256, 2, 64), v.reshape(256, 2, 64),
                                cu, cu, causal)
+    assert o.is_contiguous()
     print(causal, bench.max_rel_err(o, ref))
 """
 
 
 def test_triton_baseline_matches_reference() -> None:
     """The Triton kernel (fixed config) in Triton's interpreter (a fresh process: the
-    interpreter is chosen when triton starts), causal and not, GQA 2, against the script's SDPA
-    reference; without triton, building it is an ImportError."""
+    interpreter is chosen when triton starts), causal and not, GQA 2, q / k / v strided views of
+    one tensor, against the script's SDPA reference; without triton, building it is an
+    ImportError."""
     import os
     import subprocess
     import sys
