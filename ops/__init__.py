@@ -27,6 +27,8 @@ except ImportError:  # pragma: no cover - torch is optional for the kernels them
     _torch = None
 
 from . import compile_backend as _compile_backend  # noqa: E402,F401 - registers the fusion anchors
+from .moe import fused_moe  # noqa: E402,F401 - hexlayout.ops.fused_moe
+from .moe_align import moe_align  # noqa: E402,F401 - hexlayout.ops.moe_align
 from .moe_wna16 import WNA16Weights, prepare_wna16  # noqa: E402,F401 - hexlayout.ops.prepare_wna16
 
 if _torch is not None:
@@ -34,4 +36,5 @@ if _torch is not None:
     from .torch_attention_varlen import attention_varlen_op  # noqa: F401 - torch.ops.hexlayout.attention_varlen
     from .torch_gemm import gemm_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
     from .torch_kv_cache import reshape_and_cache_op  # noqa: F401 - torch.ops.hexlayout.reshape_and_cache
+    from .torch_moe import fused_moe_op  # noqa: F401 - torch.ops.hexlayout.fused_moe
     from .torch_moe_wna16 import fused_moe_wna16_op  # noqa: F401 - torch.ops.hexlayout.fused_moe_wna16

@@ -1,0 +1,146 @@
+"""The grouped GEMMs of the fused mixture of experts (bf16 / f16 weights), in the tile language.
+
+Rows are token slots in the order of ``moe_align`` (``sorted_ids``, blocks of ``BM`` slots of
+one expert, ``expert_ids[b]`` or -1 for an unused block, which exits at once); slot ``s`` is
+token ``s // TOPK``'s ``s % TOPK``-th choice, the padding slot ``S = T * TOPK`` reads zeros and
+is never stored.
+
+- ``moe_gate_up_kernel(dtype, act)``: ``inter[p] = act(x_t @ W_gate[e]^T) * (x_t @ W_up[e]^T)``
+  for sorted position ``p`` holding slot ``s`` of token ``t = s // TOPK`` and expert ``e``, with
+  ``w13[e]`` = ``[gate rows (I) ; up rows (I)] x H``; ``act`` SiLU or exact GELU (erf). With
+  ``SCALE_IN`` (``apply_router_weight_on_input``) both products are first scaled by
+  ``topk_weights.flat[s]`` (the same as scaling ``x_t``: the products are linear in it).
+  ``inter`` ``[EM, I]`` (EM = ``len(sorted_ids)``) is written once, padding rows included.
+- ``moe_down_kernel(dtype)``: ``y[s] = w_s * (inter[p] @ w2[e]^T)`` (``w_s =
+  topk_weights.flat[s]``, or 1 with ``SCALE_IN``), rows scattered to their slot ``s``.
+- ``moe_sum_kernel(dtype)``: ``out[t] = sum_j y[t * TOPK + j]`` in f32, rounded once.
+
+Gathered rows go global -> registers; the mma atom, warp arrangement and every layout are
+synthesized (mma.sync on sm_80 / sm_89; sm_90a runs the same mma.sync kernels). No torch op
+runs between the kernels: the op only allocates ``inter``, ``y`` and ``out``.
+"""
+
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32
+
+__all__ = ["moe_gate_up_kernel", "moe_down_kernel", "moe_sum_kernel", "moe_config", "MoeConfig"]
+
+T, H, E, N2, I, EM, NB, S, KK = hl.dims("T H E N2 I EM NB S KK")
+
+
+class MoeConfig(dict):
+    """Tile constants of the two grouped GEMMs: ``BM`` (= the alignment's block), ``BN``,
+    ``BK``, ``WARPS``."""
+
+
+def moe_config(num_slots: int) -> MoeConfig:
+    """The config for ``num_slots = T * k`` routed rows (never the routing: capture-safe):
+    decode (up to 128 slots: 1-16 tokens at k <= 8) 16-row blocks, medium (up to 2048) 32-row
+    blocks, prefill 64-row blocks."""
+    if num_slots <= 128:
+        return MoeConfig(BM=16, BN=64, BK=64, WARPS=4)
+    if num_slots <= 2048:
+        return MoeConfig(BM=32, BN=64, BK=64, WARPS=4)
+    return MoeConfig(BM=64, BN=64, BK=32, WARPS=4)
+
+
+def _weights(topk_w: Any, sorted_ids: Any, m0: Any, bm: int, bn: int) -> Any:
+    """``topk_weights.flat[sorted_ids[m0 + i]]`` as a ``(BM, BN)`` tile (each column the same:
+    loaded per element, so it takes the accumulator's layout)."""
+    idx = hl.register(i32, (bm, bn))
+    hl.copy(sorted_ids[hl.iota((bm, bn), 0) + m0], idx)
+    w = hl.register(f32, (bm, bn))
+    hl.copy(topk_w[hl.where(idx < topk_w.shape[0], idx, -1)], w)
+    return w
+
+
+@cache
+def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
+    """The gate-up grouped GEMM for ``dtype`` and ``act`` (``"silu"`` / ``"gelu"``)."""
+    dt = dtype
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_gate_up_{dt}_{act}")
+    def moe_gate_up(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
+                    topk_w: f32[S], inter: dt[EM, I],  # type: ignore
+                    *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, TOPK: int = 1,
+                    SCALE_IN: bool = False):
+        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(inter.shape[1], BN)))
+        e = expert_ids[pid_m]
+        with hl.if_(e >= 0):                                         # unused blocks exit
+            m0, n0, ni = pid_m * BM, pid_n * BN, inter.shape[1]
+            slots = hl.register(i32, (BM,))
+            hl.copy(sorted_ids[m0:m0 + BM], slots)
+            tok = slots // TOPK                                      # padding: token T, reads 0
+            acc_g = hl.zeros((BM, BN), f32)
+            acc_u = hl.zeros((BM, BN), f32)
+            for k in hl.range(hl.cdiv(x.shape[1], BK)):
+                ra = hl.register(dt, (BM, BK))
+                hl.copy(x[tok, k * BK:k * BK + BK], ra)
+                rg = hl.register(dt, (BN, BK))
+                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, k * BK))[0, :, :], rg)
+                ru = hl.register(dt, (BN, BK))
+                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, k * BK))[0, :, :], ru)
+                hl.mma(ra, rg, acc_g)
+                hl.mma(ra, ru, acc_u)
+            if SCALE_IN:
+                w = _weights(topk_w, sorted_ids, m0, BM, BN)
+                acc_g *= w
+                acc_u *= w
+            gate = hl.silu(acc_g) if act == "silu" else hl.gelu(acc_g)
+            hl.copy(hl.cast(gate * acc_u, dt), hl.view(inter, tile=(BM, BN), origin=(m0, n0)))
+
+    return moe_gate_up
+
+
+@cache
+def moe_down_kernel(dtype: DType) -> Any:
+    """The down grouped GEMM for ``dtype``: weighted rows scattered to their slots."""
+    dt = dtype
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_down_{dt}")
+    def moe_down(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
+                 topk_w: f32[S], y: dt[S, H],  # type: ignore
+                 *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, SCALE_IN: bool = False):
+        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(y.shape[1], BN)))
+        e = expert_ids[pid_m]
+        with hl.if_(e >= 0):
+            m0, n0 = pid_m * BM, pid_n * BN
+            acc = hl.zeros((BM, BN), f32)
+            for k in hl.range(hl.cdiv(inter.shape[1], BK)):
+                ra = hl.register(dt, (BM, BK))
+                hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, k * BK)), ra)
+                rb = hl.register(dt, (BN, BK))
+                hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, k * BK))[0, :, :], rb)
+                hl.mma(ra, rb, acc)
+            if not SCALE_IN:
+                acc *= _weights(topk_w, sorted_ids, m0, BM, BN)
+            slots = hl.register(i32, (BM,))
+            hl.copy(sorted_ids[m0:m0 + BM], slots)
+            dest = hl.where(slots < y.shape[0], slots, -1)           # padding rows: not stored
+            hl.copy(hl.cast(acc, dt), y[dest, n0:n0 + BN])
+
+    return moe_down
+
+
+@cache
+def moe_sum_kernel(dtype: DType) -> Any:
+    """``out[t] = sum_j y[t, j]`` over the ``TOPK`` slots of token ``t`` (``y`` seen as
+    ``[T, TOPK, H]``), accumulated in f32."""
+    dt = dtype
+
+    @hl.kernel(threads=128, name=f"moe_sum_{dt}")
+    def moe_sum(y: dt[T, KK, H], out: dt[T, H], *, ROWS: int = 16, BH: int = 64, TOPK: int = 1):  # type: ignore
+        pid_t, pid_h = hl.grid(hl.spatial(hl.cdiv(out.shape[0], ROWS), hl.cdiv(out.shape[1], BH)))
+        t0, h0 = pid_t * ROWS, pid_h * BH
+        acc = hl.zeros((ROWS, BH), f32)
+        for j in range(TOPK):
+            r = hl.register(dt, (ROWS, BH))
+            hl.copy(hl.view(y, tile=(ROWS, 1, BH), origin=(t0, j, h0))[:, 0, :], r)
+            acc += hl.cast(r, f32)
+        hl.copy(hl.cast(acc, dt), hl.view(out, tile=(ROWS, BH), origin=(t0, h0)))
+
+    return moe_sum
