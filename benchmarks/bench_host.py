@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
               med[TOTAL] - med[DIRECT] - med[HOLLOW]),
              ("check_gemm (argument checks)", med[CHECK]),
              ("torch.empty (the output)", med[EMPTY]),
-             ("gemm's cached lookup (key, bias / residual placeholders, autotuning generation)",
+             ("gemm's cached lookup (the fast-path key, tuning_token, the launch's argument tuple)",
               med[RUN] - med[PREPARED] - med[EMPTY]),
              ("the pre-packed launch (Launcher.prepared: pointers, scale, stub launch)", med[PREPARED])]
     lines += ["", "## Where the time goes (medians)", "",

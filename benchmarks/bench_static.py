@@ -7,9 +7,12 @@ per k-tile = (loop instructions - MMA - ``@!PT`` padding) / k-tiles per iteratio
 instruction stream).
 
 Kernels: the GEMM config space of ``hexlayout.ops.gemm_config`` (bf16, ``b`` given N x K,
-no epilogue) for sm_80 and sm_90a (128x256x64 and 256x128x64 included), and the
+no epilogue, the build ``hexlayout.ops.gemm`` launches for 4096 x 4096: output staged
+through shared memory) for sm_80 and sm_90a (128x256x64 and 256x128x64 included), the
 FlashAttention example at head dim 128 on sm_80 (its defaults BM=128, BN=32, 8 warps, and
-BN=64).
+BN=64), and the shipped paged attention kernel (``hexlayout.ops.attention_kernels``, sm_80,
+head sizes 64 / 128 / 256 with ``paged_attention_consts``: causal, block size 16, GQA 8,
+decode; no Triton peer).
 
 Peers (``--peers``, needs ``pip install triton``; the ``bench`` extra): written here after the
 Triton tutorials' semantics, compiled for the same tiles, warps and stages:
@@ -34,8 +37,8 @@ program; Triton's GEMM from its loop's SASS and ``BK`` (distinct MMA accumulator
 (``2 BM·BN·HD / (16·8·16 · warps)``). Triton's ptxas log (``-v``, registers, spills, warnings)
 is captured through ``TRITON_DUMP_PTXAS_LOG``.
 
-Writes ``benchmarks/results/static_<date>.json`` and ``.md`` (machine, versions, date) and
-prints the table.
+Writes ``benchmarks/results/static_<date>[-<tag>].json`` and ``.md`` (machine, versions,
+date) and prints the table.
 
     python benchmarks/bench_static.py            # hexlayout only
     python benchmarks/bench_static.py --peers    # and Triton side by side
@@ -64,7 +67,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 class Case:
     """One kernel configuration measured for hexlayout (and a Triton peer of the same tile)."""
 
-    kernel: str                # "gemm" or "attention"
+    kernel: str                # "gemm", "attention" (the FlashAttention example) or "paged_attention"
     arch: str
     BM: int
     BN: int
@@ -78,6 +81,8 @@ class Case:
 
     @property
     def label(self) -> str:
+        if self.kernel == "paged_attention":
+            return f"paged hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w"
         if self.kernel == "attention":
             ch = f" chunk {self.chunk[0]}x{self.chunk[1]}" if any(self.chunk) else ""
             return f"FA fwd hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w{ch}"
@@ -102,7 +107,18 @@ def cases() -> list[Case]:
     out.append(Case("gemm", "sm_80", 128, 128, 32, 3, 4, b_layout="kn"))
     h = CONFIGS["sm_90a"][1]
     out.append(Case("gemm", "sm_90a", h.BM, h.BN, h.BK, h.STAGES, 4 * h.CONSUMERS, b_layout="kn"))
+    # the shipped paged attention kernel (sm_80), as the op configures it for a decode step
+    from hexlayout.ops.attention import paged_attention_consts
+
+    for hd in (64, 128, 256):
+        c = paged_attention_consts(hd, *PAGED)
+        out.append(Case("paged_attention", "sm_80", c["BM"], c["BN"], c["HEAD_DIM"], 1, c["WARPS"]))
     return out
+
+
+#: ``paged_attention_consts`` arguments after the head size: block size, GQA group, max
+#: query length, causal, window, softcap
+PAGED = (16, 8, 1, True, False, False)
 
 
 # --- hexlayout ----------------------------------------------------------------------------------
@@ -124,6 +140,13 @@ def hexlayout_stats(case: Case) -> dict[str, Any]:
         else:
             cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
         b = gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
+    elif case.kernel == "paged_attention":
+        from hexlayout.ops.attention import paged_attention_consts
+        from hexlayout.ops.attention_kernels import paged_attention_kernel
+
+        from hexlayout.lang import f16
+
+        b = build(paged_attention_kernel(f16), case.arch, **paged_attention_consts(case.BK, *PAGED))
     else:
         from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 
@@ -367,7 +390,7 @@ def _spills(d: dict[str, Any] | None) -> str:
 def _per(d: dict[str, Any] | None, key: str) -> str:
     if d is None or d["main_loop"] is None or d["main_loop"][key] is None:
         return "-"
-    return f"{d['main_loop'][key]:.1f}"
+    return f"{d['main_loop'][key]:.2f}" if key == "non_mma_per_mma" else f"{d['main_loop'][key]:.1f}"
 
 
 def _loop(d: dict[str, Any] | None) -> str:
@@ -407,6 +430,7 @@ TARGETS = {
     ("sm_90a", "128x128x64"): "≤ 50 / k-tile, no C7515",
     ("sm_90a", "128x256x64"): "≤ 50 / k-tile, no spills, no C7515",
     ("sm_80", "FA fwd hd128 BM128 BN64"): "≤ 4 / MMA, no spills",
+    ("sm_80", "paged hd128"): "≤ 4 / MMA, no spills",
 }
 
 
@@ -502,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", action="store_true", help="also compile Triton's kernels for the same tiles")
     ap.add_argument("--out", default=str(RESULTS), help="directory for static_<date>.md / .json")
     ap.add_argument("--only", default="", help="run only configs whose label contains this text")
+    ap.add_argument("--tag", default="", help="suffix of the result files (static_<date>-<tag>.md)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if args.peers:
@@ -519,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"kernel": case.kernel, "arch": case.arch, "config": case.label,
                                "shipped": case.shipped, "case": case.__dict__}
         row["hexlayout"] = hexlayout_stats(case)
-        if args.peers:
+        if args.peers and case.kernel == "paged_attention":
+            row["triton"] = None               # no Triton peer written for the paged kernel
+        elif args.peers:
             try:
                 row["triton"] = triton_stats(case)
             except Exception as e:  # noqa: BLE001 - a peer that fails to compile is reported, not fatal
@@ -533,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                  if args.peers else ""), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"static_{meta['date'][:10]}"
+    stem = f"static_{meta['date'][:10]}" + (f"-{args.tag}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     md = markdown(rows, meta, args.peers)
     (out / f"{stem}.md").write_text(md)

@@ -8,7 +8,9 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
 - CUDA tensors: the kernel for the device's architecture (sm_80 / sm_89: multistage
   cp.async + ldmatrix + mma.sync; sm_90a: warp-specialized persistent TMA + wgmma) is
   synthesized, compiled and cached on first use per (dtype, B layout, epilogue, config),
-  then launched on torch's current stream. The config comes from the autotuner's
+  then launched on torch's current stream. The output tile goes through shared memory
+  (16-byte stores; stmatrix + TMA stores on sm_90a) when ``N % 8 == 0``, else it is stored
+  from registers in 4-byte pieces (``stage_epilogue``). The config comes from the autotuner's
   persisted choice when there is one, else from the shape heuristic; ``autotune=True``
   times the config space once for the shape and remembers the winner.
 - CPU tensors: run in the thread-level emulator when ``HEXLAYOUT_EMULATE=1`` (small
@@ -52,7 +54,7 @@ from .gemm_config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_t
 from .gemm_kernels import ARCH_KERNELS
 
 __all__ = ["gemm", "check_gemm", "check_arguments", "gemm_build", "gemm_fused", "gemm_epilogue",
-           "device_arch", "rows_per_launch", "ACTIVATIONS"]
+           "device_arch", "rows_per_launch", "stage_epilogue", "ACTIVATIONS"]
 
 _OP = "hexlayout.gemm"
 
@@ -295,9 +297,18 @@ def gemm_build(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool]
     return gemm_fused(dtype, b_layout, epilogue, arch, config, m, n, compile)[0]
 
 
+def stage_epilogue(n: int) -> bool:
+    """Whether the GEMM of ``N = n`` columns stores its output through shared memory (sm_80 /
+    sm_89: 16-byte global stores; sm_90a: stmatrix + TMA stores): when rows of ``c`` are
+    16-byte aligned, ``N % 8 == 0`` (``c`` is allocated contiguous, and every row slice of a
+    launch then starts 16-byte aligned too); else the epilogue stores from registers."""
+    return n % 8 == 0
+
+
 def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
                config: GemmConfig, m: int, n: int, compile: bool = True) -> tuple[Any, Any]:
-    """``(build, fused program)`` of ``gemm_build``."""
+    """``(build, fused program)`` of ``gemm_build``; the output is staged through shared
+    memory when ``stage_epilogue(n)``."""
     from hexlayout.fusion.mechanism import InputSpec, TilePlan
     from hexlayout.fusion.run import gemm_fused_build
 
@@ -306,8 +317,9 @@ def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool]
     inputs = tuple(x if isinstance(x, InputSpec) else InputSpec("tensor", dname, x[1]) for x in raw)
     plan = TilePlan("c", ((0, "a"), (1, "b")), (), nodes, outputs, (dname,), inputs)
     name = "gemm" + "".join(f"_{n.op.split('.')[1]}" for n in nodes)
-    return gemm_fused_build(arch, dtype, b_layout, config.consts(m, n), plan, name, anchor="hexlayout.gemm",
-                            epilogue_ops=tuple(n.op for n in nodes), compile=compile)
+    consts = {**config.consts(m, n), "STAGE_EPILOGUE": stage_epilogue(n)}
+    return gemm_fused_build(arch, dtype, b_layout, consts, plan, name, anchor="hexlayout.gemm",
+                            epilogue_ops=tuple(x.op for x in nodes), compile=compile)
 
 
 def _arg_order(prog: Any, epilogue: tuple[bool, bool, str, bool]) -> tuple[int, ...]:
@@ -432,7 +444,7 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
 
         def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
             def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
-                lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0))
+                lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0), stage_epilogue(n))
                 hit = _LAUNCHERS.get(lkey)
                 if hit is None:
                     bld, prog = gemm_fused(dtype, b_layout, ep, arch, cfg, rows, n)
@@ -459,7 +471,7 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         if fast is not None and m <= rows:
             if len(_FAST) >= _FAST_LIMIT:
                 _FAST.clear()
-            lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0))]
+            lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0), stage_epilogue(n))]
             vals = (a, b, c, bias_arg, res_arg, scale_arg)
             # check_gemm fixed dtypes, device and (contiguous) strides, and ``fast`` the shapes:
             # later calls with this key differ from this one only in data pointers and scale

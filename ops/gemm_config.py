@@ -344,7 +344,10 @@ def tuning_token() -> tuple[Any, int]:
     table in use (``HEXLAYOUT_CACHE_DIR``) and its generation (bumped when the file is re-read
     or a result stored; the file is checked at most every ``REFRESH_SECONDS``). Callers memoize
     config choices under it."""
-    t = autotuner()._table
+    hit, env = _DEFAULT, os.environ
+    raw = env._data.get(_CACHE_ENV_RAW) if type(env) is _ENVIRON_TYPE and _CACHE_ENV_RAW is not None \
+        else env.get(_CACHE_ENV)  # type: ignore[attr-defined]
+    t = (hit[1] if hit is not None and hit[0] == raw else autotuner())._table
     if time.monotonic() - t.checked >= REFRESH_SECONDS:
         t.refresh()
     return (t, t.generation)

@@ -60,16 +60,19 @@ def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
 @cache
 def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
     """The Ampere multistage GEMM ``c = a @ B`` for ``dtype`` / ``b_layout``; the accumulator
-    is stored from registers in one ``BM x BN`` store, or with ``stage_epilogue=True``
-    through shared memory in 16-byte stores (rows of ``c`` must then be 16-byte aligned:
-    ``N % 8 == 0``; not yet chosen by the host path, see issue 10 item 3)."""
+    is stored from registers in one ``BM x BN`` store, or with ``stage_epilogue=True`` (or
+    the kernel constant ``STAGE_EPILOGUE``) through shared memory in 16-byte stores (rows of
+    ``c`` must then be 16-byte aligned: ``N % 8 == 0``; ``hexlayout.ops.gemm`` chooses it
+    whenever they are)."""
     _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{b_layout}")
     def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
-             *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4):
+             *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4,
+             STAGE_EPILOGUE: bool = False):
+        staged = stage_epilogue or STAGE_EPILOGUE
         Mx, Kx = a.shape
         Nx = c.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
@@ -104,20 +107,23 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         hl.wait_group(0)
         # the fusion point of epilogues: the accumulator stored, or staged through shared memory (32-bit
         # shared stores, 16-byte shared loads and global stores: stmatrix is sm_90+) in column
-        # windows of BK, through the first A stage buffer, which the main loop no longer reads
-        # after the first barrier (no extra shared memory; 128x128x32 on 4 warps: 231
-        # registers, no spills, where a separate BM x BN tile spilled at 255)
-        if not stage_epilogue:
+        # windows of W = BK columns (32 for the 64 x 64 tile), through the first A stage buffer,
+        # which the main loop no longer reads after the first barrier (no extra shared memory;
+        # 128x128x32 on 4 warps: 231 registers, no spills, where a separate BM x BN tile spilled
+        # at 255; at 64x64x64 with a K x N B, ptxas held 96 registers and spilled 8 B with
+        # 64-column windows, none with 32; 32 at 128x128x64 spilled 4 B instead)
+        W = min(BK, 32) if (BM, BN) == (64, 64) else BK
+        if not staged:
             hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
-        elif BN % BK:
-            raise ValueError(f"hexlayout gemm: gemm_sm80 stages its epilogue in BK-column windows: "
-                             f"BN ({BN}) must be a multiple of BK ({BK})")
-        sc = sa[:, :, 0] if stage_epilogue else None
-        for j in range(BN // BK if stage_epilogue else 0):
+        elif BN % W:
+            raise ValueError(f"hexlayout gemm: gemm_sm80 stages its epilogue in {W}-column windows: "
+                             f"BN ({BN}) must be a multiple of {W}")
+        sc = sa[:, :W, 0] if staged else None
+        for j in range(BN // W if staged else 0):
             hl.syncthreads()
-            hl.copy(hl.cast(acc[:, j * BK:(j + 1) * BK], dt), sc)
+            hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
             hl.syncthreads()
-            hl.copy(sc, hl.view(c, tile=(BM, BK), origin=(m0, n0 + j * BK)))
+            hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
 
     return gemm
 
@@ -125,8 +131,9 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 @cache
 def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
     """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``; the
-    accumulator is stored from registers, or with ``stage_epilogue=True`` by stmatrix and TMA
-    stores (``c``'s row stride must then be a multiple of 16 bytes: ``N % 8 == 0``)."""
+    accumulator is stored from registers, or with ``stage_epilogue=True`` (or the kernel
+    constant ``STAGE_EPILOGUE``) by stmatrix and TMA stores (``c``'s row stride must then be a
+    multiple of 16 bytes: ``N % 8 == 0``)."""
     _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
@@ -134,7 +141,8 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
     @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"gemm_sm90_{dt}_{b_layout}")
     def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
-             GRID: int = 0):
+             GRID: int = 0, STAGE_EPILOGUE: bool = False):
+        staged = stage_epilogue or STAGE_EPILOGUE
         Mx, Kx = a.shape
         Nx = c.shape[1]
         tiles_m, tiles_n = hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)
@@ -143,7 +151,7 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         sa = hl.shared(dt, (BM, BK, STAGES))
         sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
         W = _epilogue_window(BM, BN, dt)
-        sc = hl.shared(dt, (BM, W)) if stage_epilogue else None
+        sc = hl.shared(dt, (BM, W)) if staged else None
         full = hl.mbarrier(STAGES)
         empty = hl.mbarrier(STAGES)
         for s in range(STAGES):
@@ -177,29 +185,40 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
             for t in hl.range(my_tiles):
                 tile = pid + t * (GRID or 1)
                 m0, n0 = (tile // tiles_n) * BM, (tile % tiles_n) * BN
-                acc = hl.zeros((BM, BN), f32)
-                for k in hl.range(num_k):
+                # no zeroed accumulator: the tile's first wgmma writes it (scale-d 0, the first
+                # k-tile peeled off the loop), so ptxas sees no register writes between the
+                # wgmmas of a tile (no C7515) and the loop has no first-iteration test
+                acc = hl.register(f32, (BM, BN))
+
+                def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
                     it = t * num_k + k
                     s = it % STAGES
                     hl.wait(full, s, phase=(it // STAGES) % 2)
                     hl.wgmma_fence()
                     hl.mma(sa[:, :, s], sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
-                           warps=hl.spatial(CONSUMERS, 1))
+                           warps=hl.spatial(CONSUMERS, 1), accumulate=not first)
                     hl.wgmma_commit()
                     # keep one wgmma group in flight: the previous k-tile's has retired, release its stage
                     hl.wgmma_wait(1)
-                    with hl.if_(k > 0):
+                    if not first:
                         hl.arrive(empty, (it + STAGES - 1) % STAGES, who="warpgroup")
+
+                with hl.if_(num_k > 0):
+                    consume(0, True)
+                for k in hl.range(1, num_k):
+                    consume(k, False)
                 hl.wgmma_wait(0)
                 with hl.if_(num_k > 0):
                     hl.arrive(empty, (t * num_k + num_k - 1) % STAGES, who="warpgroup")
+                with hl.if_(num_k.eq(0)):                   # K = 0: the product is zero
+                    hl.assign(acc, hl.zeros((BM, BN), f32))
                 # the fusion point of epilogues: the accumulator staged through shared memory
                 # (stmatrix, then a TMA store), in column windows of at most
                 # SM90_EPILOGUE_SMEM bytes; the first barrier waits for the previous
                 # window's (or tile's) TMA store to have read sc
-                if not stage_epilogue:
+                if not staged:
                     hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
-                for j in range(BN // W if stage_epilogue else 0):
+                for j in range(BN // W if staged else 0):
                     hl.syncthreads()
                     hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
                     hl.syncthreads()
@@ -215,8 +234,9 @@ ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": 
 def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False) -> Any:
     """The GEMM anchor kernel for ``arch``; ``staged=True``: one whose operand loads are plain
     copies into shared memory (not TMA), so that a computing prologue can replace them (the
-    Ampere kernel, which every supported architecture runs), and whose accumulator is stored
-    from registers in one piece."""
+    Ampere kernel, which every supported architecture runs). The accumulator is stored from
+    registers in one piece, or with the constant ``STAGE_EPILOGUE=True`` through shared
+    memory (rows of ``c`` 16-byte aligned: ``N % 8 == 0``)."""
     if arch not in ARCH_KERNELS:
         raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; supported: "
                          f"{', '.join(ARCH_KERNELS)}")
