@@ -39,12 +39,13 @@ class MoeConfig(dict):
 
 def moe_config(num_slots: int) -> MoeConfig:
     """The config for ``num_slots = T * k`` routed rows (never the routing: capture-safe):
-    decode (up to 128 slots: 1-16 tokens at k <= 8) 16-row blocks, medium (up to 2048) 32-row
-    blocks, prefill 64-row blocks."""
+    decode (up to 128 slots: 1-16 tokens at k <= 8) 16 x 64 x 64 tiles, medium (up to 2048)
+    32 x 64 x 32, prefill 64 x 64 x 32, on 4 warps (no spills on sm_80 / sm_90a: the operands go
+    global -> registers, a wider tile spills)."""
     if num_slots <= 128:
         return MoeConfig(BM=16, BN=64, BK=64, WARPS=4)
     if num_slots <= 2048:
-        return MoeConfig(BM=32, BN=64, BK=64, WARPS=4)
+        return MoeConfig(BM=32, BN=64, BK=32, WARPS=4)
     return MoeConfig(BM=64, BN=64, BK=32, WARPS=4)
 
 
