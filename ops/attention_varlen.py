@@ -25,7 +25,12 @@ Returns ``out`` (``[total_q, H, D]``, q's dtype), or ``(out, lse)`` with ``retur
 the tensor contents: no host synchronization); it must bound every sequence's query count,
 which the content checks of ``check_attention_varlen`` enforce on CPU and, on CUDA, under
 ``HEXLAYOUT_CHECK=1``. Head sizes up to 256 (multiples of 8) run the kernel built for 64,
-128 or 256. The kernel: ``attention_varlen_kernels``.
+128 or 256. The kernel: ``attention_varlen_kernels``; on sm_90a (a Hopper device, or
+``HEXLAYOUT_EMULATE_ARCH=sm_90a`` in the emulator) with TMA-compatible q / k / v (16-byte
+aligned data and row strides) ``attention_kernels_sm90.attention_varlen_sm90_kernel``
+(FlashAttention-3's structure: a TMA producer warp group, two wgmma consumer warp groups);
+there, K / V rows a tile reads past its sequence (the next sequence's, or padding past
+``cu_seqlens_k[-1]``) must hold finite values (their weight is 0, and 0 * NaN is NaN).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .attention import kernel_arch
 from .attention_args import build_for, check_attention_varlen, head_dim_tile, lang_dtype, run_kernel
+from .attention_kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
 from .attention_varlen_kernels import attention_varlen_kernel
 
 __all__ = ["attention_varlen", "attention_varlen_consts", "run_attention_varlen", "VARLEN_CONFIGS"]
@@ -145,8 +152,12 @@ def run_attention_varlen(
         right = min(right, 0)
     cap = float(softcap)
     qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
-    consts = attention_varlen_consts(d, left < big, right < big, cap > 0)
-    bld = build_for(attention_varlen_kernel(lang_dtype(q.dtype)), q.device, consts)
+    if kernel_arch(q.device) == "sm_90a" and tma_compatible(q, k, v):  # wgmma + TMA (FA3 structure)
+        consts = attention_varlen_sm90_consts(head_dim_tile(d), left < big, right < big, cap > 0)
+        bld = build_for(attention_varlen_sm90_kernel(lang_dtype(q.dtype)), q.device, consts)
+    else:
+        consts = attention_varlen_consts(d, left < big, right < big, cap > 0)
+        bld = build_for(attention_varlen_kernel(lang_dtype(q.dtype)), q.device, consts)
     tiles = -(-max_seqlen_q // consts["BM"])
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, qk_scale, cap_arg, left, right, tiles)
     run_kernel(bld, args, outputs=(5, 6), strides=(0, 1, 2))

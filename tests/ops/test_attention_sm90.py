@@ -79,3 +79,13 @@ def test_sm90_kernel_matches_float64(
     )
     tol = 2e-3 if dtype == torch.float16 else 1.6e-2
     _check(out, lse, want, a["q"].shape[0], tol)
+
+
+def test_sm90_kernels_are_at_most_150_lines() -> None:
+    import inspect
+
+    from hexlayout.ops import attention_kernels_sm90 as m
+
+    for f in (m.paged_attention_sm90_kernel, m.attention_varlen_sm90_kernel):
+        src = inspect.getsource(f)
+        assert len(src[src.index("@hl.kernel") :].splitlines()) <= 150, f.__name__

@@ -42,3 +42,47 @@ def test_sm90_paged_kernel_compiles_without_spills_or_serialization(hd: int, dty
     assert lp is not None and lp.mma == hd // 16 + 4, st.summary()
     pv = [op for op in counts if op.startswith(f"HGMMA.64x{hd}x16")]
     assert pv and (hd == 64 or any(op.startswith("HGMMA.64x64x16") for op in counts)), counts
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize(
+    ("hd", "left", "right", "softcap"),
+    [(64, False, False, False), (128, False, True, False), (256, True, True, True)],
+)
+def test_sm90_varlen_kernel_is_warp_specialized_tma_wgmma(
+    hd: int, left: bool, right: bool, softcap: bool
+) -> None:
+    """The FA3-structured varlen kernel: TMA loads (UTMALDG), HGMMA only, setmaxnreg regions
+    within their budgets, no spills, no local memory, no wgmma serialization."""
+    from hexlayout.ops.attention_kernels_sm90 import (
+        attention_varlen_sm90_consts,
+        attention_varlen_sm90_kernel,
+    )
+
+    import hexlayout.lang as hl
+    from hexlayout.runtime import build
+
+    b = build(
+        attention_varlen_sm90_kernel(hl.bf16),
+        "sm_90a",
+        **attention_varlen_sm90_consts(hd, left, right, softcap),
+    )
+    res = b.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
+    st = b.stats
+    assert st.local_memory_instructions == 0 and not st.serialization, st.summary()
+    assert not re.findall(r"\((C75\d\d)\)", b.compiled.log)
+    regions = {r["kind"]: r for r in st.setmaxnreg}
+    assert set(regions) == {"alloc", "dealloc"}, st.setmaxnreg
+    assert all(r["highest_register"] < r["limit"] for r in st.setmaxnreg), st.setmaxnreg
+    counts = b.compiled.sass_counts()
+    assert any(op.startswith("UTMALDG") for op in counts) and not any(
+        op.startswith("LDGSTS") for op in counts
+    )
+    assert not any(op.startswith("HMMA") for op in counts)
+    lp = st.main_loop
+    bn = attention_varlen_sm90_consts(hd, left, right, softcap)["BN"]
+    # per key block and consumer warp group: hd/16 Q K^T wgmma (64 x BN x 16), BN/16 P V wgmma (64 x hd x 16)
+    assert lp is not None and lp.mma == hd // 16 + bn // 16 and lp.mma_opcode.startswith("HGMMA.64x"), (
+        st.summary()
+    )
