@@ -14,6 +14,9 @@
 - ``prepare_wna16`` / ``fused_moe_wna16`` (``hexlayout.ops.moe_wna16``): mixture of experts with
   AWQ / GPTQ 4-bit and GPTQ 8-bit expert weights, dequantized in registers before mma.sync
   (kernels in ``moe_wna16_kernels``).
+- ``prepare_fp8`` / ``fused_moe_fp8`` (``hexlayout.ops.moe_fp8``): mixture of experts with e4m3
+  expert weights (per-expert or 128 x 128 block scales) and activations quantized per token in
+  the op, sm_89 / sm_90a (kernels in ``moe_fp8_kernels``, ``moe_fp8_kernels_sm90``).
 
 Importing this package registers ``torch.ops.hexlayout.gemm``,
 ``torch.ops.hexlayout.reshape_and_cache`` and ``torch.ops.hexlayout.paged_attention`` when
@@ -29,6 +32,7 @@ except ImportError:  # pragma: no cover - torch is optional for the kernels them
 from . import compile_backend as _compile_backend  # noqa: E402,F401 - registers the fusion anchors
 from .moe import fused_moe  # noqa: E402,F401 - hexlayout.ops.fused_moe
 from .moe_align import moe_align  # noqa: E402,F401 - hexlayout.ops.moe_align
+from .moe_fp8 import Fp8MoEWeights, prepare_fp8  # noqa: E402,F401 - hexlayout.ops.prepare_fp8
 from .moe_wna16 import WNA16Weights, prepare_wna16  # noqa: E402,F401 - hexlayout.ops.prepare_wna16
 
 if _torch is not None:
@@ -37,4 +41,5 @@ if _torch is not None:
     from .torch_gemm import gemm_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
     from .torch_kv_cache import reshape_and_cache_op  # noqa: F401 - torch.ops.hexlayout.reshape_and_cache
     from .torch_moe import fused_moe_op  # noqa: F401 - torch.ops.hexlayout.fused_moe
+    from .torch_moe_fp8 import fused_moe_fp8_op  # noqa: F401 - torch.ops.hexlayout.fused_moe_fp8
     from .torch_moe_wna16 import fused_moe_wna16_op  # noqa: F401 - torch.ops.hexlayout.fused_moe_wna16

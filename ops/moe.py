@@ -119,15 +119,12 @@ def _prepared_runner(w13: Any) -> Callable[..., Any]:
     object with a ``fused_moe_fn`` attribute -> that function (same signature as ``fused_moe``)."""
     from hexlayout.runtime.args import ArgumentTypeError
 
+    from .moe_fp8 import Fp8MoEWeights, fused_moe_fp8
     from .moe_wna16 import WNA16Weights, fused_moe_wna16
 
     if isinstance(w13, WNA16Weights):
         return fused_moe_wna16
-    try:
-        from .moe_fp8 import Fp8MoEWeights, fused_moe_fp8
-    except ImportError:  # pragma: no cover - while the fp8 module is not there
-        Fp8MoEWeights = fused_moe_fp8 = None
-    if Fp8MoEWeights is not None and isinstance(w13, Fp8MoEWeights):
+    if isinstance(w13, Fp8MoEWeights):
         return fused_moe_fp8
     fn = getattr(w13, "fused_moe_fn", None)
     if fn is None:

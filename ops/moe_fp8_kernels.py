@@ -23,11 +23,10 @@ Weights ``w [E, N, K]`` e4m3 with fp32 scales ``ws``: ``W[e, n, c] = w[e, n, c] 
   through ``t = r // k``; e4m3 ``mma.sync.m16n8k32`` with f32 accumulation; block scales
   multiply each ``BK = 128``-column k-tile's partial product by the column's scale before it
   is added (a per-expert scale is applied once in the epilogue, with ``s_t``).
-- ``moe_fp8_down_kernel(dtype)``: ``y[r, n] = tw[r] * s_r * sum_c hq[r, c] * W2[e, n, c]`` (f32,
-  ``y [T * k, H]``), ``hq`` / ``s_r`` the per-row quantized ``h``; ``tw`` the top-k weights
-  (``ROUTER=False``) or 1 (``ROUTER=True``: applied to the input).
-- ``moe_fp8_combine_kernel(dtype)``: ``out[t, n] = sum_j y[t * k + j, n]`` over the choices whose
-  expert is local (``emap[ids[t, j]] >= 0``), in ``dtype``; 0 when none is.
+- ``moe_fp8_down_kernel(dtype)``: ``y[r, n] = dtype(tw[r] * s_r * sum_c hq[r, c] * W2[e, n,
+  c])`` (``y [T * k, H]``, summed over the k choices by ``moe.run_moe_pipeline``'s ``moe_sum``),
+  ``hq`` / ``s_r`` the per-row quantized ``h``; ``tw`` the top-k weights (``ROUTER=False``) or 1
+  (``ROUTER=True``: applied to the input).
 
 Targets: sm_89 and sm_90a (``mma.sync`` with e4m3 operands exists from sm_89 on).
 """
@@ -40,10 +39,9 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
-__all__ = ["moe_fp8_quant_kernel", "moe_fp8_gate_up_kernel", "moe_fp8_down_kernel", "moe_fp8_combine_kernel",
-           "FP8_MAX", "SCALE_BLOCK"]
+__all__ = ["moe_fp8_quant_kernel", "moe_fp8_gate_up_kernel", "moe_fp8_down_kernel", "FP8_MAX", "SCALE_BLOCK"]
 
-R, K, T, E, N, NB, KB, EM, NBLK, TK, I, GE, KK = hl.dims("R K T E N NB KB EM NBLK TK I GE KK")
+R, K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("R K T E N NB KB EM NBLK TK I")
 
 #: the largest finite e4m3 value: activations are scaled so their row maximum maps to it
 FP8_MAX = 448.0
@@ -109,7 +107,7 @@ def moe_fp8_gate_up_kernel(dtype: DType) -> Any:
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_fp8_gate_up_{dt}")
     def moe_fp8_gate_up(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
-                        sorted_ids: i32[EM], block_expert: i32[NBLK], num_post: i32[1], h: dt[TK, I],  # type: ignore
+                        sorted_ids: i32[EM], block_expert: i32[NBLK], h: dt[TK, I],  # type: ignore
                         *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
                         TOPK: int = 1, GELU: bool = False, BLOCK_SCALE: bool = False):
         Tx, Kx = xq.shape
@@ -117,7 +115,7 @@ def moe_fp8_gate_up_kernel(dtype: DType) -> Any:
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
-        with hl.if_((e >= 0) & (m0 < num_post[0])):
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid = hl.register(i32, (BM,))
             hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
             rid = hl.where(rid < Tx * TOPK, rid, -1)
@@ -187,7 +185,7 @@ def moe_fp8_down_kernel(dtype: DType) -> Any:
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_fp8_down_{dtype}")
     def moe_fp8_down(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
-                     sorted_ids: i32[EM], block_expert: i32[NBLK], num_post: i32[1], y: f32[TK, N],
+                     sorted_ids: i32[EM], block_expert: i32[NBLK], y: dtype[TK, N],  # type: ignore
                      *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
                      ROUTER: bool = False, BLOCK_SCALE: bool = False):
         TKx, Kx = hq.shape
@@ -195,7 +193,7 @@ def moe_fp8_down_kernel(dtype: DType) -> Any:
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
-        with hl.if_((e >= 0) & (m0 < num_post[0])):
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid = hl.register(i32, (BM,))
             hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
             rid = hl.where(rid < TKx, rid, -1)
@@ -239,35 +237,7 @@ def moe_fp8_down_kernel(dtype: DType) -> Any:
             out = acc * rs
             if not BLOCK_SCALE:
                 out = out * _load(ws[e, col * 0, 0], (1, BN))
-            hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid))
+            hl.copy(hl.cast(out, dtype), hl.view(y, (BM, BN), (None, n0), rows=rid))
 
     return moe_fp8_down
 
-
-@cache
-def moe_fp8_combine_kernel(dtype: DType) -> Any:
-    """``out[t] = sum_j y[t * k + j]`` over the local choices (see the module docstring).
-    Constants: ``ROWS`` tokens and ``BN`` columns per block, ``TOPK``, ``MAPPED`` (``emap`` is
-    read; else every choice is local)."""
-
-    @hl.kernel(threads=128, name=f"moe_fp8_combine_{dtype}")
-    def moe_fp8_combine(y: f32[TK, N], ids: i32[TK], emap: i32[GE], out: dtype[T, N],  # type: ignore
-                        *, ROWS: int = 4, BN: int = 256, TOPK: int = 1, MAPPED: bool = False):
-        Tx, Nx = out.shape
-        pid_t, pid_n = hl.grid(hl.spatial(hl.cdiv(Tx, ROWS), hl.cdiv(Nx, BN)))
-        t = hl.iota((ROWS, 1), 0) + pid_t * ROWS
-        acc = hl.zeros((ROWS, BN), f32)
-        for j in range(TOPK):
-            slot = hl.where(t < Tx, t * TOPK + j, -1)
-            if MAPPED:
-                g = hl.register(i32, (ROWS, 1))
-                hl.copy(ids[slot], g)
-                loc = hl.register(i32, (ROWS, 1))
-                hl.copy(emap[hl.where((slot >= 0) & (g >= 0) & (g < emap.shape[0]), g, -1)], loc)
-                slot = hl.where(loc >= 0, slot, -1)
-            part = hl.register(f32, (ROWS, BN))
-            hl.copy(hl.view(y, (ROWS, BN), (None, pid_n * BN), rows=slot), part)
-            acc += part
-        hl.copy(hl.cast(acc, dtype), hl.view(out, (ROWS, BN), (pid_t * ROWS, pid_n * BN)))
-
-    return moe_fp8_combine

@@ -62,7 +62,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
 
     @hl.kernel(threads=128, name=f"moe_fp8_gate_up_sm90_{dt}")
     def moe_fp8_gate_up_sm90(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
-                             sorted_ids: i32[EM], block_expert: i32[NBLK], num_post: i32[1],
+                             sorted_ids: i32[EM], block_expert: i32[NBLK],
                              h: dt[TK, I],  # type: ignore
                              *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, TOPK: int = 1,
                              GELU: bool = False, BLOCK_SCALE: bool = False):
@@ -71,7 +71,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
-        with hl.if_((e >= 0) & (m0 < num_post[0])):
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             sa = hl.shared(e4m3, (BM, BK, STAGES))
@@ -123,7 +123,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
 
     @hl.kernel(threads=128, name=f"moe_fp8_down_sm90_{dtype}")
     def moe_fp8_down_sm90(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
-                          sorted_ids: i32[EM], block_expert: i32[NBLK], num_post: i32[1], y: f32[TK, N],
+                          sorted_ids: i32[EM], block_expert: i32[NBLK], y: dtype[TK, N],  # type: ignore
                           *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2,
                           ROUTER: bool = False, BLOCK_SCALE: bool = False):
         TKx, Kx = hq.shape
@@ -131,7 +131,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
-        with hl.if_((e >= 0) & (m0 < num_post[0])):
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid, rrow = _rows(sorted_ids, m0, BM, TKx)
             sa = hl.shared(e4m3, (BM, BK, STAGES))
             sb = hl.shared(e4m3, (BN, BK, STAGES))
@@ -159,6 +159,6 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
             out = acc * rs
             if not BLOCK_SCALE:
                 out = out * _load(ws[e, col * 0, 0], (BN, 1))
-            hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid).T)
+            hl.copy(hl.cast(out, dtype), hl.view(y, (BM, BN), (None, n0), rows=rid).T)
 
     return moe_fp8_down_sm90

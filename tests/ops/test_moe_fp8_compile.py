@@ -1,6 +1,6 @@
 """Compile evidence for the fp8 fused-MoE kernels (issue 11): the gate-up and down grouped GEMMs
-(per-expert and 128 x 128 block scales, decode and prefill row blocks), the quantization and the
-combine compile with NVRTC for sm_89 (e4m3 ``mma.sync``: QMMA.16832 in the SASS) and sm_90a
+(per-expert and 128 x 128 block scales, decode and prefill row blocks) and the quantization
+compile with NVRTC for sm_89 (e4m3 ``mma.sync``: QMMA.16832 in the SASS) and sm_90a
 (e4m3 ``wgmma``: QGMMA.64xNx32) without spills or local memory, rows gathered with cp.async."""
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def test_grouped_gemms_compile_to_fp8_mma_without_spills(arch: str, bm: int, blo
 
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
-def test_quantize_and_combine_compile_without_spills(arch: str) -> None:
-    from hexlayout.ops.moe_fp8_kernels import moe_fp8_combine_kernel, moe_fp8_quant_kernel
+def test_quantize_compiles_without_spills(arch: str) -> None:
+    from hexlayout.ops.moe_fp8_kernels import moe_fp8_quant_kernel
 
     from hexlayout.lang import f16
     from hexlayout.runtime import build
@@ -54,5 +54,4 @@ def test_quantize_and_combine_compile_without_spills(arch: str) -> None:
     q = build(moe_fp8_quant_kernel(f16), arch, ROWS=4, BK=256, WARPS=4, ROUTER=True)
     _no_spills(q)
     ops = sorted(q.compiled.sass_counts())
-    assert any(op.startswith("F2FP") for op in ops), ops   # the paired f32 -> e4m3 conversions
-    _no_spills(build(moe_fp8_combine_kernel(f16), arch, ROWS=4, BN=256, TOPK=8, MAPPED=True))
+    assert any(op.startswith("F2FP") for op in ops), ops   # the f32 -> e4m3 conversions
