@@ -35,6 +35,8 @@ CASES = [
     (2, [6, 2], [150, 2], 4, 4, 64, 16, "NHD", torch.float16, {"window_size": (70, 0)}, 0),
     (4, [2, 1], [130, 257], 8, 2, 64, 128, "NHD", torch.bfloat16, {}, 3),
     (5, [1, 4, 2], [200, 9, 70], 4, 1, 64, 32, "HND", torch.float16, {"causal": False}, 2),
+    (3, [5, 4], [3, 30], 4, 1, 96, 64, "HND", torch.float16, {"causal": False, "window_size": (3, 2)}, 0),
+    (7, [1, 3], [19, 4], 2, 1, 256, 16, "NHD", torch.float16, {"softmax_scale": 0.3}, 0),
 ]
 
 

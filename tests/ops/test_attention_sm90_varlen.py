@@ -1,7 +1,7 @@
 """The sm_90a varlen (prefill) kernel, FlashAttention-3's structure (``attention_varlen_sm90_kernel``:
 a TMA producer warp group, two wgmma consumer warp groups, a K/V stage ring on mbarriers),
 synthesized for sm_90a and run in the emulator against a float64 reference per sequence:
-ragged batches (lengths 1, 17, 100, 257 and empty ones), GQA, head sizes 64 / 128 / 256,
+ragged batches (lengths 1, 17, 100, 257 and empty ones), GQA, head sizes 64 / 96 / 128 / 256,
 f16 / bf16, causal (bottom-right), windows, softcap, LSE; q / k / v strided views of one
 fused QKV tensor; Q / K rows past the last sequence hold NaN, V rows huge values (read by TMA,
 masked);
@@ -14,7 +14,7 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
-from hexlayout.ops.attention_args import lang_dtype, run_kernel  # noqa: E402
+from hexlayout.ops.attention_args import head_dim_tile, lang_dtype, run_kernel  # noqa: E402
 from hexlayout.ops.attention_kernels_sm90 import (  # noqa: E402
     attention_varlen_sm90_consts,
     attention_varlen_sm90_kernel,
@@ -71,7 +71,7 @@ def run_sm90(q, k, v, cu_q, cu_k, max_q, causal, window, softcap):
         right = min(right, 0)
     scale = 1 / math.sqrt(d)
     qk_scale, cap = (scale / softcap, softcap * LOG2E) if softcap > 0 else (scale * LOG2E, 0.0)
-    consts = attention_varlen_sm90_consts(d, left < BIG, right < BIG, softcap > 0)
+    consts = attention_varlen_sm90_consts(head_dim_tile(d), left < BIG, right < BIG, softcap > 0)
     bld = build(attention_varlen_sm90_kernel(lang_dtype(q.dtype)), "sm_90a", compile=False, **consts)
     kinds = set()
     stack = list(bld.lowered.body)
@@ -97,6 +97,7 @@ CASES = [
     (1, [3, 20], [50, 20], 8, 2, 128, torch.bfloat16, False, (-1, -1), 5.0),
     (2, [70, 0, 3], [90, 5, 0], 4, 1, 64, torch.float16, True, (40, -1), 0.0),
     (3, [9, 14], [12, 14], 2, 2, 256, torch.bfloat16, False, (4, 3), 2.0),
+    (4, [130, 6], [140, 6], 8, 1, 96, torch.float16, True, (-1, -1), 0.0),  # head size padded to 128
 ]
 
 
