@@ -15,9 +15,11 @@ is never stored.
   topk_weights.flat[s]``, or 1 with ``SCALE_IN``), rows scattered to their slot ``s``.
 - ``moe_sum_kernel(dtype)``: ``out[t] = sum_j y[t * TOPK + j]`` in f32, rounded once.
 
-Gathered rows go global -> registers; the mma atom, warp arrangement and every layout are
-synthesized (mma.sync on sm_80 / sm_89; sm_90a runs the same mma.sync kernels). No torch op
-runs between the kernels: the op only allocates ``inter``, ``y`` and ``out``.
+Both GEMMs are ``STAGES``-stage cp.async pipelines (as ``gemm_sm80_kernel``): the gathered rows
+of ``x`` (by token index) or ``inter`` and the weight tiles of expert ``e`` go to shared memory,
+then registers, then mma.sync; the mma atom, warp arrangement, swizzles, ldmatrix and every
+layout are synthesized (sm_80 / sm_89; sm_90a runs the same mma.sync kernels, no wgmma yet). No
+torch op runs between the kernels: the op only allocates ``inter``, ``y`` and ``out``.
 """
 
 from functools import cache
@@ -34,14 +36,13 @@ T, H, E, N2, I, EM, NB, S, KK = hl.dims("T H E N2 I EM NB S KK")
 
 class MoeConfig(dict):
     """Tile constants of the two grouped GEMMs: ``BM`` (= the alignment's block), ``BN``,
-    ``BK``, ``WARPS``."""
+    ``BK``, ``WARPS`` (``STAGES`` defaults to 3)."""
 
 
 def moe_config(num_slots: int) -> MoeConfig:
     """The config for ``num_slots = T * k`` routed rows (never the routing: capture-safe):
     decode (up to 128 slots: 1-16 tokens at k <= 8) 16 x 64 x 64 tiles, medium (up to 2048)
-    32 x 64 x 32, prefill 64 x 64 x 32, on 4 warps (no spills on sm_80 / sm_90a: the operands go
-    global -> registers, a wider tile spills)."""
+    32 x 64 x 32, prefill 64 x 64 x 32, on 4 warps, 3 stages (no spills on sm_80 / sm_90a)."""
     if num_slots <= 128:
         return MoeConfig(BM=16, BN=64, BK=64, WARPS=4)
     if num_slots <= 2048:
@@ -67,8 +68,8 @@ def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_gate_up_{dt}_{act}")
     def moe_gate_up(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                     topk_w: f32[S], inter: dt[EM, I],  # type: ignore
-                    *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, TOPK: int = 1,
-                    SCALE_IN: bool = False):
+                    *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
+                    TOPK: int = 1, SCALE_IN: bool = False):
         pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(inter.shape[1], BN)))
         e = expert_ids[pid_m]
         with hl.if_(e >= 0):                                         # unused blocks exit
@@ -78,15 +79,32 @@ def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
             tok = slots // TOPK                                      # padding: token T, reads 0
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            sg = hl.shared(dt, (BN, BK, STAGES))
+            su = hl.shared(dt, (BN, BK, STAGES))
+
+            def load(kt: Any, s: Any) -> None:                       # cp.async: gathered rows, weights
+                hl.copy(x[tok, kt * BK:kt * BK + BK], sa[:, :, s])
+                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, kt * BK))[0, :, :], sg[:, :, s])
+                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, kt * BK))[0, :, :], su[:, :, s])
+
+            for s in range(STAGES - 1):
+                load(s, s)
+                hl.commit_group()
             for k in hl.range(hl.cdiv(x.shape[1], BK)):
-                ra = hl.register(dt, (BM, BK))
-                hl.copy(x[tok, k * BK:k * BK + BK], ra)
-                rg = hl.register(dt, (BN, BK))
-                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, k * BK))[0, :, :], rg)
-                ru = hl.register(dt, (BN, BK))
-                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, k * BK))[0, :, :], ru)
+                hl.wait_group(STAGES - 2)
+                hl.syncthreads()
+                kn = k + (STAGES - 1)
+                load(kn, kn % STAGES)
+                hl.commit_group()
+                s = k % STAGES
+                ra, rg, ru = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK)), hl.register(dt, (BN, BK))
+                hl.copy(sa[:, :, s], ra)
+                hl.copy(sg[:, :, s], rg)
+                hl.copy(su[:, :, s], ru)
                 hl.mma(ra, rg, acc_g)
                 hl.mma(ra, ru, acc_u)
+            hl.wait_group(0)
             if SCALE_IN:
                 w = _weights(topk_w, sorted_ids, m0, BM, BN)
                 acc_g *= w
@@ -105,18 +123,35 @@ def moe_down_kernel(dtype: DType) -> Any:
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_down_{dt}")
     def moe_down(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                  topk_w: f32[S], y: dt[S, H],  # type: ignore
-                 *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, SCALE_IN: bool = False):
+                 *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
+                 SCALE_IN: bool = False):
         pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(y.shape[1], BN)))
         e = expert_ids[pid_m]
         with hl.if_(e >= 0):
             m0, n0 = pid_m * BM, pid_n * BN
             acc = hl.zeros((BM, BN), f32)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            sb = hl.shared(dt, (BN, BK, STAGES))
+
+            def load(kt: Any, s: Any) -> None:
+                hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, kt * BK)), sa[:, :, s])
+                hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, kt * BK))[0, :, :], sb[:, :, s])
+
+            for s in range(STAGES - 1):
+                load(s, s)
+                hl.commit_group()
             for k in hl.range(hl.cdiv(inter.shape[1], BK)):
-                ra = hl.register(dt, (BM, BK))
-                hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, k * BK)), ra)
-                rb = hl.register(dt, (BN, BK))
-                hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, k * BK))[0, :, :], rb)
+                hl.wait_group(STAGES - 2)
+                hl.syncthreads()
+                kn = k + (STAGES - 1)
+                load(kn, kn % STAGES)
+                hl.commit_group()
+                s = k % STAGES
+                ra, rb = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK))
+                hl.copy(sa[:, :, s], ra)
+                hl.copy(sb[:, :, s], rb)
                 hl.mma(ra, rb, acc)
+            hl.wait_group(0)
             if not SCALE_IN:
                 acc *= _weights(topk_w, sorted_ids, m0, BM, BN)
             slots = hl.register(i32, (BM,))
