@@ -39,8 +39,8 @@ _NEG_INF = float("-inf")
 _LOG2E = 1.4426950408889634
 
 
-def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType, kind: str, *, BM: int,
-            BN: int, HEAD_DIM: int, CAUSAL: bool) -> None:
+def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType, kind: str, epilogue: Any,
+            *, BM: int, BN: int, HEAD_DIM: int, CAUSAL: bool) -> None:
     """The kernel body (traced inside ``sdpa_kernel``'s kernels; see the module docstring)."""
     nb, nq, nh, _ = q.shape
     nk = k.shape[1]
@@ -112,47 +112,57 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
 
     hl.wait_group(0)
     l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
-    hl.copy(hl.cast(acc / l_safe, dt), o.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :])
+    out = acc / l_safe
+    if epilogue is not None:              # elementwise math of the output (f32), in the store
+        out = epilogue(out)
+    hl.copy(hl.cast(out, o.dtype), o.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :])
 
 
 @cache
-def sdpa_kernel(dtype: DType, mask: str = "none", mask_align: int = 16) -> Any:
+def sdpa_kernel(dtype: DType, mask: str = "none", mask_align: int = 16, epilogue: Any = None,
+                out_dtype: DType | None = None) -> Any:
     """The attention kernel for ``dtype`` (f16 / bf16) and ``mask`` (``MASKS``; the mask's rows
-    ``mask_align``-byte aligned): parameters ``q``, ``k``, ``v``, ``o`` (``[B, S, heads, D]``),
-    then ``mask`` (``[MB, MH, Sq, Sk]``: u8 for ``"bool"``, ``dtype`` for ``"add"``) unless
-    ``"none"``, then ``qk_scale`` (``scale * log2(e)``); constants ``BM``, ``BN``, ``HEAD_DIM``,
-    ``CAUSAL``, ``WARPS``."""
+    ``mask_align``-byte aligned): parameters ``q``, ``k``, ``v``, ``o`` (``[B, S, heads, D]``,
+    of ``out_dtype``, default ``dtype``), then ``mask`` (``[MB, MH, Sq, Sk]``: u8 for
+    ``"bool"``, ``dtype`` for ``"add"``) unless ``"none"``, then ``qk_scale``
+    (``scale * log2(e)``); constants ``BM``, ``BN``, ``HEAD_DIM``, ``CAUSAL``, ``WARPS``.
+    ``epilogue`` (hashable; traced on the f32 output tile, returns a tile): elementwise math
+    before the store."""
     if mask not in MASKS:
         raise ValueError(f"hexlayout sdpa: mask must be one of {MASKS}, not {mask!r}")
     if str(dtype) not in ("f16", "bf16"):
         raise ValueError(f"hexlayout sdpa: dtype must be f16 or bf16, not {dtype}")
     dt = dtype
+    odt = out_dtype or dtype
     threads = lambda c: 32 * c["WARPS"]  # noqa: E731
     name = f"sdpa_{dt}" + ("" if mask == "none" else f"_{mask}_mask")
+    name += "" if epilogue is None else "_epilogue"
 
     if mask == "none":
         @hl.kernel(threads=threads, name=name)
         def sdpa(q: dt[B, Sq, H, D], k: dt[B, Sk, KVH, D], v: dt[B, Sk, KVH, D],  # type: ignore
-                 o: dt[B, Sq, H, D], qk_scale: f32, *, BM: int = 64, BN: int = 64,  # type: ignore
+                 o: odt[B, Sq, H, D], qk_scale: f32, *, BM: int = 64, BN: int = 64,  # type: ignore
                  HEAD_DIM: int = 128, CAUSAL: bool = False, WARPS: int = 4):
-            _attend(q, k, v, o, None, qk_scale, dt, mask, BM=BM, BN=BN, HEAD_DIM=HEAD_DIM, CAUSAL=CAUSAL)
+            _attend(q, k, v, o, None, qk_scale, dt, mask, epilogue, BM=BM, BN=BN, HEAD_DIM=HEAD_DIM,
+                    CAUSAL=CAUSAL)
         return sdpa
 
     mdt = hl.u8 if mask == "bool" else dt
 
     @hl.kernel(threads=threads, name=name)
     def sdpa_masked(q: dt[B, Sq, H, D], k: dt[B, Sk, KVH, D], v: dt[B, Sk, KVH, D],  # type: ignore
-                    o: dt[B, Sq, H, D], mask: mdt[MB, MH, Sq, Sk].aligned(mask_align),  # type: ignore
+                    o: odt[B, Sq, H, D], mask: mdt[MB, MH, Sq, Sk].aligned(mask_align),  # type: ignore
                     qk_scale: f32, *, BM: int = 64, BN: int = 64, HEAD_DIM: int = 128,
                     CAUSAL: bool = False, WARPS: int = 4):
-        _attend(q, k, v, o, mask, qk_scale, dt, "bool" if mdt is hl.u8 else "add", BM=BM, BN=BN,
+        _attend(q, k, v, o, mask, qk_scale, dt, "bool" if mdt is hl.u8 else "add", epilogue, BM=BM, BN=BN,
                 HEAD_DIM=HEAD_DIM, CAUSAL=CAUSAL)
     return sdpa_masked
 
 
-def sdpa_anchor(dtype: DType, mask: str = "none", mask_align: int = 16) -> Any:
+def sdpa_anchor(dtype: DType, mask: str = "none", mask_align: int = 16, epilogue: Any = None,
+                out_dtype: DType | None = None) -> Any:
     """The anchor kernel (``hexlayout.fusion``'s attention provider): ``sdpa_kernel``."""
-    return sdpa_kernel(dtype, mask, mask_align)
+    return sdpa_kernel(dtype, mask, mask_align, epilogue, out_dtype)
 
 
 def sdpa_consts(sq: int, sk: int, d: int, causal: bool, emulated: bool) -> dict[str, Any]:

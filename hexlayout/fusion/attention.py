@@ -14,8 +14,11 @@ into an additive one: the spec's prologue of argument 3) is read as the boolean 
 output is its transposed view and the usual ``transpose(1, 2).reshape(B, Sq, H * D)`` after
 it is free: an epilogue of views (``permute`` / ``transpose`` / ``view`` / ``reshape``, and
 the ``clone`` a reshape makes of the transposed output, which is contiguous already) is
-applied by the host to the stored output, with eager's shapes. Other prologues and
-computing epilogues are not fused into attention (``FusionUnsupported``).
+applied by the host to the stored output, with eager's shapes; elementwise math of the
+output alone (a cast, a scale, ...: no other tensor) before or after those views is computed
+in the kernel's store (f32, stored in the result's dtype). Other prologues (RoPE on ``q`` /
+``k``), math with other tensors and several outputs are not fused into attention
+(``FusionUnsupported``).
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import copy
 import math
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any
 
-from .aten import VIEWS
-from .reference import aten_op
-from .spec import FusedSpec, FusionUnsupported
+from .aten import CASTS, ELEMENTWISE, VIEWS, emit_elementwise
+from .reference import aten_op, eval_nodes
+from .spec import FusedSpec, FusionUnsupported, Node
 
 __all__ = ["ATTENTION_ANCHORS", "attention_refusal", "run_attention"]
 
@@ -113,18 +117,19 @@ def _mask_of(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[st
 
 
 def _build(spec: FusedSpec, consts: dict[str, Any], arch: str, compile: bool, dtype: Any, kind: str,
-           align: int) -> Any:
+           align: int, epilogue: Any = None, out_dtype: Any = None) -> Any:
     from hexlayout.runtime import build
     from hexlayout.runtime.launch_log import describe
 
     from .anchors import attention_provider
 
     name = spec.display_name()
-    key = (name, tuple(sorted(consts.items())), str(dtype), kind, align)
+    key = (name, tuple(sorted(consts.items())), str(dtype), kind, align, epilogue, str(out_dtype))
     with _LOCK:
         tk = _PROGRAMS.get(key)
     if tk is None:
-        tk = copy.deepcopy(attention_provider().kernel(dtype, kind, align).trace(**consts))
+        kernel = attention_provider().kernel(dtype, kind, align, epilogue, out_dtype)
+        tk = copy.deepcopy(kernel.trace(**consts))
         tk.name = f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}"
         with _LOCK:
             _PROGRAMS[key] = tk
@@ -158,10 +163,7 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
         raise FusionUnsupported(f"{where}: attention takes q, k, v")
     q, k, v = anchor_args[:3]
     kw = dict(spec.anchor_kwargs)
-    for j, n in enumerate(spec.epilogue.nodes):
-        if n.op not in VIEWS and n.op != "aten.clone.default":
-            raise FusionUnsupported(f"{where}: epilogue node {j}: {n.op} (only views of attention's output "
-                                    "are fused)")
+    epilogue = _epilogue_of(spec)
     kind, mask = _mask_of(spec, list(anchor_args), list(extra_inputs))
     cuda = isinstance(q, torch.Tensor) and q.is_cuda
     why = attention_refusal(q, k, v, {**kw, "attn_mask": mask}, cuda=cuda)
@@ -189,10 +191,20 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
     align = min(16, (sk * esize) & -(sk * esize))
     import hexlayout.lang as hl
 
+    out_dtype = q.dtype
+    if epilogue is not None:
+        try:
+            out_dtype = _epilogue_values(spec, torch.empty(tuple(q.shape), dtype=q.dtype, device="meta"),
+                                         compute=True)[0].dtype
+        except Exception as e:  # noqa: BLE001 - the spec's ops on meta tensors fail: not fusible
+            raise FusionUnsupported(f"{where}: the epilogue does not evaluate with torch's ops: "
+                                    f"{e}") from None
+        if out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise FusionUnsupported(f"{where}: an output of {out_dtype} (f16, bf16 or f32)")
     bld = _build(spec, consts, _arch_of(q.device, cuda), cuda, getattr(hl, dtype_name(q.dtype)), kind,
-                 align)
+                 align, epilogue, getattr(hl, dtype_name(out_dtype)))
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    o = torch.empty(b, sq, h, d, dtype=q.dtype, device=q.device)
+    o = torch.empty(b, sq, h, d, dtype=out_dtype, device=q.device)
     args = [qs, ks, vs, o]
     if kind != "none":
         args.append(_mask_host(mask, kind, b, h, sq, sk))
@@ -208,12 +220,77 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
         from hexlayout.runtime.emulate import emulate
 
         emulate(bld, *args)
-    y = o.transpose(1, 2)                               # [B, H, Sq, D], as SDPA returns it
+    return _epilogue_values(spec, o.transpose(1, 2), compute=False)   # [B, H, Sq, D], as SDPA's
+
+
+def _epilogue_values(spec: FusedSpec, y: Any, *, compute: bool) -> list:
+    """The outputs of ``spec``'s epilogue on attention's output ``y``: its views (``clone``:
+    contiguous, a fresh tensor already) and - with ``compute``, else they were computed in
+    the kernel - its math."""
     env: list = []
     for n in spec.epilogue.nodes:
-        src = y if n.args[0][0] == "anchor" else env[n.args[0][1]]
-        if n.op == "aten.clone.default":       # a fresh tensor already: a copy only if not contiguous
+        ref = next(a for a in n.args if a[0] in ("anchor", "node"))
+        src = y if ref[0] == "anchor" else env[ref[1]]
+        if n.op == "aten.clone.default":
             env.append(src.contiguous())
-            continue
-        env.append(aten_op(n.op)(src, *[a[1] for a in n.args[1:]], **dict(n.kwargs)))
+        elif n.op in VIEWS:
+            env.append(aten_op(n.op)(src, *[a[1] for a in n.args[1:]], **dict(n.kwargs)))
+        elif compute:
+            node = Node(n.op, tuple(("anchor",) if a == ref else a for a in n.args), n.kwargs)
+            env.append(eval_nodes((node,), src, [])[0])
+        else:
+            env.append(src)
     return [y if r[0] == "anchor" else env[r[1]] for r in spec.epilogue.outputs]
+
+
+@dataclass(frozen=True)
+class _Epilogue:
+    """Elementwise math of attention's output alone (casts, scales; views and ``clone`` are
+    the identity on values), traced on the kernel's f32 output tile before its store: the
+    value of the spec's one output."""
+
+    nodes: tuple[Node, ...]
+    output: tuple
+
+    def __call__(self, y: Any) -> Any:
+        env: list = []
+        for n in self.nodes:
+            if n.op in VIEWS or n.op == "aten.clone.default":
+                ref = n.args[0]
+                env.append(y if ref[0] == "anchor" else env[ref[1]])
+                continue
+            args = [y if a[0] == "anchor" else env[a[1]] if a[0] == "node" else
+                    (float(a[1]) if isinstance(a[1], (int, float)) and not isinstance(a[1], bool) else a[1])
+                    for a in n.args]
+            env.append(emit_elementwise(n.op, args, dict(n.kwargs)))
+        return y if self.output[0] == "anchor" else env[self.output[1]]
+
+
+#: keyword arguments of the output's math that do not change what the kernel computes
+_NEUTRAL = frozenset({"dtype", "memory_format", "layout", "device", "pin_memory", "non_blocking", "copy",
+                      "approximate", "alpha"})
+
+
+def _epilogue_of(spec: FusedSpec) -> _Epilogue | None:
+    """The kernel's part of ``spec``'s epilogue (None: views only), or ``FusionUnsupported``."""
+    where = spec.display_name()
+    nodes = spec.epilogue.nodes
+    computing = [j for j, n in enumerate(nodes) if n.op not in VIEWS and n.op != "aten.clone.default"]
+    if not computing:
+        return None
+    if len(spec.epilogue.outputs) != 1:
+        raise FusionUnsupported(f"{where}: math of attention's output with {len(spec.epilogue.outputs)} "
+                                "outputs (one is fused)")
+    for j in computing:
+        n = nodes[j]
+        if n.op not in ELEMENTWISE and n.op not in CASTS:
+            raise FusionUnsupported(f"{where}: epilogue node {j}: {n.op} (views and elementwise math of "
+                                    "attention's output are fused)")
+        refs = {a for a in n.args if a[0] in ("anchor", "node")}
+        if any(a[0] == "input" for a in n.args) or len(refs) != 1:
+            raise FusionUnsupported(f"{where}: epilogue node {j}: {n.op} of another tensor (math of "
+                                    "attention's output alone is fused)")
+        odd = {k: v for k, v in n.kwargs if k not in _NEUTRAL and v is not None}
+        if odd:
+            raise FusionUnsupported(f"{where}: epilogue node {j}: {n.op} with {odd}")
+    return _Epilogue(tuple(nodes), spec.epilogue.outputs[0])

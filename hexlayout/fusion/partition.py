@@ -22,9 +22,10 @@ the prologue and is recomputed in the epilogue:
 
 Such a group is convex (no path leaves it and comes back), so replacing it by one call
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
-reason. Attention (``scaled_dot_product_attention`` in its aten forms) is an anchor with no
-prologue whose epilogue is the views of its output (``fusion.attention``); attention the
-kernel cannot compute (a mask, bf16, ...) is left to torch with the reason.
+reason. Attention (``scaled_dot_product_attention`` in its aten forms) is an anchor whose
+prologue is at most the ``where(m, 0, -inf)`` of a boolean mask and whose epilogue is the
+views of its output and elementwise math of it alone (casts, scales: ``fusion.attention``);
+attention the kernel cannot compute (f32, dropout, ...) is left to torch with the reason.
 
 How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluates with
 eager aten ops on the arguments it is given):
@@ -302,6 +303,9 @@ class _Partitioner:
                 self._op(n.args[0]) == "aten.permute.default" and self._expressible(n):
             return True                 # a permuted output made contiguous: the kernel stores it so
         if any(a in viewed for a in _arg_nodes(n)):
+            if op in ELEMENTWISE and _is_tensor(_val(n)) and all(a in group for a in _arg_nodes(n)) and \
+                    any(self._op(g) in ATTENTION for g in group) and self._expressible(n):
+                return True             # attention: math of its (viewed) output alone, in its store
             self.why.setdefault(n, "reads a permuted / reshaped output of the kernel (views end a "
                                    "kernel's output)")
             return False

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,14 +90,18 @@ def clear_fused_builds() -> None:
 def _halves_relaid(b: Any, b_layout: str, bn: int) -> Any:
     """``b`` with its N columns ordered in tiles of ``bn``: the first ``bn/2`` of tile ``t``
     are columns ``t*bn/2 ...`` of the first half, the last ``bn/2`` the same of the second
-    (``N/2`` is a multiple of ``bn/2``; cached per tensor and version)."""
+    (``N/2`` is a multiple of ``bn/2``; cached per tensor - the same object owning the
+    storage, the same view of it - and version)."""
     import torch
 
-    key = (b.data_ptr(), b._version, tuple(b.shape), tuple(b.stride()), b_layout, bn, b.device)
+    # the cache holds the tensor that owns the storage weakly and checks it is the same object
+    # (a freed weight's address is reused by the next allocation) at the same version
+    owner = b if b._base is None else b._base
+    key = (b.data_ptr(), tuple(b.shape), tuple(b.stride()), b.dtype, b_layout, bn, b.device)
     with _LOCK:
         hit = _RELAID.get(key)
-    if hit is not None:
-        return hit
+    if hit is not None and hit[0]() is owner and hit[1] == owner._version:
+        return hit[2]
     hb = bn // 2
     if b_layout == "nk":                       # N x K: rows are columns of B
         n, k = b.shape
@@ -112,7 +117,7 @@ def _halves_relaid(b: Any, b_layout: str, bn: int) -> Any:
     with _LOCK:
         if len(_RELAID) > 64:
             _RELAID.clear()
-        _RELAID[key] = out
+        _RELAID[key] = (weakref.ref(owner), owner._version, out)
     return out
 
 

@@ -172,3 +172,36 @@ def test_attention_anchor_on_cuda(dtype: torch.dtype) -> None:
         (out,) = run_fused(spec, [q, k, v] + ([mask] if mask is not None else []), [])
         ref = _ref64(q.cpu(), k.cpu(), v.cpu(), None if mask is None else mask.cpu(), causal)
         assert (out.cpu().double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_math_of_the_output_is_in_the_store(dtype: torch.dtype) -> None:
+    """A cast and a scale of attention's output (after its views) are computed in the kernel's
+    store (the output stored in f32, one launch); math with another tensor (a residual) is
+    left to torch with the reason."""
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 4, 12, 16, generator=g).to(dtype) for _ in range(3))
+    res = torch.randn(2, 12, 64, generator=g)
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, res: torch.Tensor) -> tuple:
+        b, h, t, d = q.shape
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, h * d)
+        y = a.float() * 0.5
+        return y, y + res
+
+    plan = explain(f, q, k, v, res)
+    assert [k_.anchor for k_ in plan.kernels] == [SDPA], plan
+    assert {"aten._to_copy.default", "aten.mul.Tensor"} <= set(plan.kernels[0].epilogue), plan
+    left = {f_.op: f_.reason for f_ in plan.fallbacks}
+    assert set(left) == {"aten.add.Tensor"} and "reshaped output" in left["aten.add.Tensor"], plan
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="hexlayout", options={"fallback": "eager"})
+    with launch_log() as log:
+        y, z = c(q, k, v, res)
+    ref = (_ref64(q, k, v, causal=True).transpose(1, 2).reshape(2, 12, 64) * 0.5)
+    assert y.dtype == torch.float32 and y.shape == (2, 12, 64)
+    assert (y.double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
+    want = ref + res.double()
+    assert (z.double() - want).abs().max().item() <= 1e-2 * want.abs().max().item()
+    (rec,) = log
+    assert rec.epilogue[-2:] == ("aten._to_copy.default", "aten.mul.Tensor") and (2, 12, 4, 16) in rec.shapes

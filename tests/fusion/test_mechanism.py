@@ -75,6 +75,31 @@ def test_gated_mlp_from_one_concatenated_weight() -> None:
     assert len(log) == 1 and log[0].epilogue == tuple(n.op for n in nodes)
 
 
+def test_relaid_halves_follow_the_weight() -> None:
+    """The column halves' re-laid-out weight is cached per weight: a weight changed in place,
+    and a weight of another dtype / another tensor (possibly at a freed weight's address) of
+    the same shape, each give their own product."""
+    h = 32
+    nodes = (Node("aten.slice.Tensor", (A, ("const", -1), ("const", 0), ("const", h))),
+             Node("aten.slice.Tensor", (A, ("const", -1), ("const", h), ("const", 2 * h))),
+             Node("aten.silu.default", (("node", 0),)),
+             Node("aten.mul.Tensor", (("node", 2), ("node", 1))))
+    spec = FusedSpec("aten.linear.default", epilogue=Epilogue(nodes, (("node", 3),)))
+
+    def check(x: torch.Tensor, w: torch.Tensor) -> None:
+        (out,) = run_fused(spec, [x, w], [])
+        y = x.float() @ w.float().t()
+        _close(out, (torch.nn.functional.silu(y[:, :h]) * y[:, h:]).to(x.dtype))
+
+    x, w = _rand(24, 32), _rand(2 * h, 32, scale=0.3, seed=30)
+    check(x, w)
+    w.copy_(_rand(2 * h, 32, scale=0.3, seed=31))        # in place: a new version
+    check(x, w)
+    del w
+    for seed, dt in ((32, torch.float16), (33, torch.bfloat16)):
+        check(_rand(24, 32, dtype=dt), _rand(2 * h, 32, dtype=dt, scale=0.3, seed=seed))
+
+
 def test_output_permuted_into_heads() -> None:
     b, s, heads, d = 2, 20, 4, 16
     dt = torch.bfloat16
