@@ -194,20 +194,22 @@ def prepare_wna16(
 
 
 def k_tile(k: int, group_size: int) -> int:
-    """The kernels' k-tile ``BK`` (the re-laid weights' chunk along K): 64, or 32 for groups of
-    32 (one scale per k-tile) and K not a multiple of 64."""
+    """The kernels' k-tile ``BK`` (the re-laid weights' chunk along K): 64; 32 for groups of 32
+    (one scale per k-tile) and for K not a multiple of 64."""
     return 32 if group_size == 32 or k % 64 else 64
 
 
 def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
     """Kernel constants from the sizes only (capture-safe): ``BM`` 16 while experts average
-    fewer than 64 routed rows (decode, medium), else 64; ``BN`` 64; ``BK`` ``k_tile``; 4 warps;
+    fewer than 64 routed rows (decode, medium), else 64; ``BN`` 64; ``BK`` ``k_tile``; activation
+    rows gathered 1 (BM 16) or 2 (BM 64) k-tiles ahead (``STAGES``); 4 warps;
     ``GROUP`` the group size (``ONE_GROUP`` for -1)."""
     bm = 64 if num_slots >= 64 * num_experts else 16
     return {
         "BM": bm,
         "BN": 64,
         "BK": k_tile(size_k, group_size),
+        "STAGES": 3 if bm == 64 else 2,
         "WARPS": 4,
         "GROUP": ONE_GROUP if group_size == -1 else group_size,
     }
@@ -440,52 +442,52 @@ def run_fused_moe_wna16(
     expert_map: Any = None,
     global_num_experts: int | None = None,
 ) -> Any:
-    """The fused MoE on checked arguments: routing alignment (``moe_align``), gate-up, down,
-    combine; nothing but allocations between the kernels."""
-    import torch
-
+    """The fused MoE on checked arguments: ``hexlayout.ops.moe``'s pipeline (alignment, then the
+    two GEMM launches here, then moe_sum; nothing but allocations between the kernels)."""
     from .attention_args import build_for, lang_dtype, run_kernel
-    from .moe_align import run_moe_align
-    from .moe_wna16_kernels import moe_wna16_combine_kernel, moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+    from .moe import MoeRun, run_moe_pipeline
+    from .moe_kernels import MoeConfig
+    from .moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
 
-    x = hidden_states
-    t, hdim = x.shape
+    t, hdim = hidden_states.shape
     k = topk_ids.shape[1]
     e, inter = w13_scales.shape[0], w13_scales.shape[2] // 2
-    dev = x.device
-    fresh = torch.zeros if dev.type == "cpu" else torch.empty
-    out = fresh((t, hdim), dtype=x.dtype, device=dev)
-    if t == 0:
-        return out
-    dt = lang_dtype(x.dtype)
-    cfg = wna16_config(t * k, e, hdim, w13_group_size)
-    ids = topk_ids.reshape(-1)
-    sorted_ids, expert_ids, post = run_moe_align(topk_ids, e, cfg["BM"], expert_map)
-    tw = topk_weights.reshape(-1)
+    dt = lang_dtype(hidden_states.dtype)
+    cfg13 = wna16_config(t * k, e, hdim, w13_group_size)
+    cfg2 = wna16_config(t * k, e, inter, w2_group_size)
     common = {
         "ZERO": 0 if quant_format == "awq" else 1 << (bits - 1),
         "TOPK": k,
         "ROUTER": bool(apply_router_weight_on_input),
     }
-    h = fresh((t * k, inter), dtype=x.dtype, device=dev)
-    bld = build_for(
-        moe_wna16_gate_up_kernel(dt, bits, cfg["BK"]), dev, {**cfg, **common, "GELU": activation == "gelu"}
-    )
-    z13 = w13_scales if w13_zeros is None else w13_zeros
-    run_kernel(bld, (x, w13_qweight, w13_scales, z13, sorted_ids, expert_ids, post, tw, h), outputs=(8,))
-    y = fresh((t * k, hdim), dtype=torch.float32, device=dev)
-    cfg2 = {**wna16_config(t * k, e, inter, w2_group_size), "BM": cfg["BM"]}
-    bld = build_for(moe_wna16_down_kernel(dt, bits, cfg2["BK"]), dev, {**cfg2, **common})
+    z13 = w13_scales if w13_zeros is None else w13_zeros  # GPTQ: not read (ZERO > 0)
     z2 = w2_scales if w2_zeros is None else w2_zeros
-    run_kernel(bld, (h, w2_qweight, w2_scales, z2, sorted_ids, expert_ids, post, tw, y), outputs=(8,))
-    mapped = expert_map is not None
-    bld = build_for(
-        moe_wna16_combine_kernel(dt),
-        dev,
-        {"ROWS": 4, "BN": 256 if hdim >= 256 else 128, "TOPK": k, "MAPPED": mapped},
+
+    def gate_up(run: MoeRun, h: Any) -> None:
+        consts = {**cfg13, **common, "GELU": run.activation == "gelu"}
+        bld = build_for(moe_wna16_gate_up_kernel(dt, bits, cfg13["BK"]), run.x.device, consts)
+        args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, h)
+        run_kernel(bld, args, outputs=(7,))
+
+    def down(run: MoeRun, h: Any, y: Any) -> None:
+        bld = build_for(moe_wna16_down_kernel(dt, bits, cfg2["BK"]), run.x.device, {**cfg2, **common})
+        run_kernel(
+            bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(7,)
+        )
+
+    return run_moe_pipeline(
+        hidden_states,
+        topk_weights,
+        topk_ids,
+        e,
+        inter,
+        activation,
+        apply_router_weight_on_input,
+        expert_map,
+        gate_up,
+        down,
+        MoeConfig(cfg13),
     )
-    run_kernel(bld, (y, ids, expert_map if mapped else ids, out), outputs=(3,))
-    return out
 
 
 def fused_moe_wna16(

@@ -4,29 +4,31 @@ Notation: ``x`` ``[T, H]`` activations (f16 / bf16), ``k`` experts per token, ro
 * k + j`` (token ``t``, choice ``j``), local expert ``e`` of a block of ``BM`` sorted rows
 (``sorted_ids``, padding ids ``>= T * k``; ``block_expert[b] = -1``: nothing to do). The
 weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` with input dim
-``K`` and output dim ``N`` of every expert stored as ``q [E * N, K]`` (row ``e * N + n`` holds
-column ``n`` of expert ``e``'s ``W``; ``u4``: two values per byte along K, even k in the low
-nibble; ``u8``: one per byte), scales ``s [E * N, G]`` and, for AWQ, zero points ``z [E * N,
-G]`` (both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
+``K`` and output dim ``N`` of every expert stored as ``q [E * N, K / BK, 4, BK / 4]`` (row
+``e * N + n`` holds column ``n`` of expert ``e``'s ``W``; element ``[kt, t, 4 c + 2 h + b]`` is
+``q[e * N + n, c']`` with ``c' = BK kt + 16 c + 8 h + 2 t + b``: the values an mma.sync B
+fragment gives one thread are contiguous, one vector load per row and k-tile; ``u4``: two
+values per byte, ``u8``: one), scales ``s [E, G, N]`` and, for AWQ, zero points ``z [E, G, N]``
+(both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
 
-    W[e, c, n] = (q[e * N + n, c] - z[e * N + n, c // GROUP]) * s[e * N + n, c // GROUP]
+    W[e, c', n] = (q[e * N + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
 
 with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
 ``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
 magic-number conversion, shifted by the zero point, scaled and fed to ``mma.sync`` as its B
 operand in registers: the dequantized weights never touch shared memory.
 
-- ``moe_wna16_gate_up_kernel(dtype, bits)``: for ``BN`` intermediate columns ``n0 ..``::
+- ``moe_wna16_gate_up_kernel(dtype, bits, bk)``: for ``BN`` intermediate columns ``n0 ..``::
 
       g[r, n] = sum_c x[t, c] * W13[e, c, n]          (gate: columns n < I of w13)
       u[r, n] = sum_c x[t, c] * W13[e, c, I + n]      (up)
       h[r, n] = act(g) * u                            (SiLU, or exact erf GELU)
 
-  stored in ``dtype`` at row ``r`` of ``h [T * k, I]`` (``ROUTER=True``: ``x[t]`` is first
-  multiplied by ``tw[r]``, ``apply_router_weight_on_input``).
-- ``moe_wna16_down_kernel(dtype, bits)``: ``y[r, n] = tw[r] * sum_c h[r, c] * W2[e, c, n]``
-  (f32, ``y [T * k, H]``; ``ROUTER=True``: without ``tw``), combined over the k choices
-  afterwards (``out[t] = sum_j y[t * k + j]`` over local experts).
+  stored in ``dtype`` at row ``p`` (the sorted position of ``r``) of ``h [EM, I]``
+  (``ROUTER=True``: ``x[t]`` is first multiplied by ``tw[r]``, ``apply_router_weight_on_input``).
+- ``moe_wna16_down_kernel(dtype, bits, bk)``: ``y[r, n] = tw[r] * sum_c h[p, c] * W2[e, c, n]``
+  (``y [T * k, H]`` in ``dtype``, row ``r`` the slot at sorted position ``p``; ``ROUTER=True``:
+  without ``tw``); ``hexlayout.ops.moe``'s pipeline sums the k slots of each token (moe_sum).
 
 Targets: sm_80 / sm_89 (``mma.sync.m16n8k16``); sm_90a runs the same mma.sync kernels.
 """
@@ -39,7 +41,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
-__all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "moe_wna16_combine_kernel", "gelu_erf"]
+__all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "gelu_erf"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
 
@@ -98,6 +100,14 @@ def _dequant(
     return (hl.cast(qt, dt) - zt) * st
 
 
+def _routed_rows(sorted_ids: Any, m0: Any, BM: int, limit: Any) -> Any:
+    """The block's routed rows ``sorted_ids[m0 .. m0 + BM]`` as a ``(BM,)`` index tile, -1 for
+    padding (ids ``>= limit``)."""
+    rid = hl.register(i32, (BM,))
+    hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
+    return hl.where(rid < limit, rid, -1)
+
+
 def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
     """``tw[r]`` of the block's routed rows ``r`` as a ``(BM, 1)`` f32 column (0 for padding)."""
     r = hl.register(i32, (BM, 1))
@@ -105,6 +115,34 @@ def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
     wr = hl.register(f32, (BM, 1))
     hl.copy(tw[hl.where(r < tw.shape[0], r, -1)], wr)
     return wr
+
+
+def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, dt: DType) -> Any:
+    """Yields ``(k0, ra)`` for each ``BK``-column k-tile of ``BM`` rows of ``a`` (the rows
+    ``rows``, -1 a zero row; or, with ``rows=None``, rows ``m0 ..``), ``ra`` a ``(BM, BK)``
+    register tile; the rows are copied into shared memory by cp.async ``STAGES - 1`` k-tiles
+    ahead of their use (a runtime loop over the k-tiles)."""
+    sa = hl.shared(dt, (BM, BK, STAGES))
+
+    def load(kt: Any, st: Any) -> None:
+        if rows is None:
+            hl.copy(hl.view(a, (BM, BK), (m0, kt * BK)), sa[:, :, st])
+        else:
+            hl.copy(hl.view(a, (BM, BK), (None, kt * BK), rows=rows), sa[:, :, st])
+
+    for st in range(STAGES - 1):
+        load(st, st)
+        hl.commit_group()
+    for kt in hl.range(hl.cdiv(a.shape[1], BK)):
+        hl.wait_group(STAGES - 2)
+        hl.syncthreads()
+        kn = kt + (STAGES - 1)
+        load(kn, kn % STAGES)
+        hl.commit_group()
+        ra = hl.register(dt, (BM, BK))
+        hl.copy(sa[:, :, kt % STAGES], ra)
+        yield kt * BK, ra
+    hl.wait_group(0)
 
 
 @cache
@@ -124,13 +162,13 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         z: dt[E, G, N],  # type: ignore
         sorted_ids: i32[EM],
         block_expert: i32[NB],
-        num_post: i32[1],
         tw: f32[TK],
-        h: dt[TK, I],  # type: ignore
+        h: dt[EM, I],  # type: ignore
         *,
         BM: int = 16,
         BN: int = 64,
         BK: int = bk,
+        STAGES: int = 2,
         WARPS: int = 4,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -143,25 +181,20 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
-        with hl.if_((e >= 0) & (m0 < num_post[0])):
-            rid = hl.register(i32, (BM,))
-            hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
-            rid = hl.where(rid < Tx * TOPK, rid, -1)
+        with hl.if_(e >= 0):
+            rid = _routed_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
             if ROUTER:
                 wr = _topk_weight(sorted_ids, tw, m0, BM)
-            for kt in hl.range(hl.cdiv(Hx, BK)):
-                k0 = kt * BK
-                ra = hl.register(dt, (BM, BK))
-                hl.copy(hl.view(x, (BM, BK), (None, k0), rows=tok), ra)  # gathered token rows
+            for k0, ra in _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt):  # gathered token rows
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
                 hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc_g)
                 hl.mma(ra, _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits), acc_u)
             a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
-            hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid))
+            hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (m0, n0)))  # row = sorted position
 
     return moe_wna16_gate_up
 
@@ -175,19 +208,19 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_wna16_down_{dt}_w{bits}_k{bk}")
     def moe_wna16_down(
-        h: dt[TK, KD],
+        h: dt[EM, KD],
         q: wt[EN, KT, 4, bk // 4],
         s: dt[E, G, N],
         z: dt[E, G, N],  # type: ignore
         sorted_ids: i32[EM],
         block_expert: i32[NB],
-        num_post: i32[1],
         tw: f32[TK],
-        y: f32[TK, H],
+        y: dt[TK, H],  # type: ignore
         *,
         BM: int = 16,
         BN: int = 64,
         BK: int = bk,
+        STAGES: int = 2,
         WARPS: int = 4,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -195,61 +228,17 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         GELU: bool = False,
         ROUTER: bool = False,
     ):
-        TKx, Kx = h.shape
-        Hx = y.shape[1]
+        TKx, Hx = y.shape
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Hx, BN)))
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
-        with hl.if_((e >= 0) & (m0 < num_post[0])):
-            rid = hl.register(i32, (BM,))
-            hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
-            rid = hl.where(rid < TKx, rid, -1)
+        with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
-            for kt in hl.range(hl.cdiv(Kx, BK)):
-                k0 = kt * BK
-                ra = hl.register(dt, (BM, BK))
-                hl.copy(hl.view(h, (BM, BK), (None, k0), rows=rid), ra)  # gathered routed rows
+            for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt):  # this block's rows of h
                 hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
             if not ROUTER:
                 acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
-            hl.copy(acc, hl.view(y, (BM, BN), (None, n0), rows=rid))
+            rows = _routed_rows(sorted_ids, m0, BM, TKx)
+            hl.copy(hl.cast(acc, dt), hl.view(y, (BM, BN), (None, n0), rows=rows))  # to the token slots
 
     return moe_wna16_down
-
-
-@cache
-def moe_wna16_combine_kernel(dtype: DType) -> Any:
-    """``out[t, n] = sum_j y[t * k + j, n]`` over the choices ``j`` whose expert is local
-    (``emap[ids[t * k + j]] >= 0``; every choice without ``MAPPED``), in ``dtype``; 0 when none
-    is. Constants: ``ROWS`` tokens and ``BN`` columns per block, ``TOPK``, ``MAPPED``."""
-
-    @hl.kernel(threads=128, name=f"moe_wna16_combine_{dtype}")
-    def moe_wna16_combine(
-        y: f32[TK, H],
-        ids: i32[TK],
-        emap: i32[G],
-        out: dtype[T, H],  # type: ignore
-        *,
-        ROWS: int = 4,
-        BN: int = 256,
-        TOPK: int = 1,
-        MAPPED: bool = False,
-    ):
-        Tx, Hx = out.shape
-        pid_t, pid_n = hl.grid(hl.spatial(hl.cdiv(Tx, ROWS), hl.cdiv(Hx, BN)))
-        t = hl.iota((ROWS, 1), 0) + pid_t * ROWS
-        acc = hl.zeros((ROWS, BN), f32)
-        for j in range(TOPK):
-            slot = hl.where(t < Tx, t * TOPK + j, -1)
-            if MAPPED:
-                g = hl.register(i32, (ROWS, 1))
-                hl.copy(ids[slot], g)
-                loc = hl.register(i32, (ROWS, 1))
-                hl.copy(emap[hl.where((slot >= 0) & (g >= 0) & (g < emap.shape[0]), g, -1)], loc)
-                slot = hl.where(loc >= 0, slot, -1)
-            part = hl.register(f32, (ROWS, BN))
-            hl.copy(hl.view(y, (ROWS, BN), (None, pid_n * BN), rows=slot), part)
-            acc += part
-        hl.copy(hl.cast(acc, dtype), hl.view(out, (ROWS, BN), (pid_t * ROWS, pid_n * BN)))
-
-    return moe_wna16_combine

@@ -5,6 +5,7 @@ input; the fake (meta) path."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
@@ -21,11 +22,10 @@ AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column 8 w + AW
 @pytest.fixture(autouse=True)
 def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
-    # the routing alignment kernel (ops/moe_align.py) is tested on its own; here a reference
-    # alignment with its semantics keeps the emulated runs short
-    import hexlayout.ops.moe_align as moe_align
-
-    monkeypatch.setattr(moe_align, "run_moe_align", reference_alignment)
+    # the routing alignment kernel (ops/moe_align.py) is tested on its own and slow to emulate on
+    # many slots; here a reference alignment with its semantics keeps the runs short (one test
+    # below runs the real one)
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", reference_alignment)
 
 
 def reference_alignment(topk_ids, num_experts, block_m, expert_map=None):
@@ -138,6 +138,8 @@ CASES = [
     ("gptq", 8, -1, torch.float16, 16, 8, 6, "gelu", "one"),
     ("awq", 4, -1, torch.bfloat16, 100, 8, 1, "silu", "one"),
     ("gptq", 4, 64, torch.bfloat16, 3, 8, 8, "silu", "random"),
+    # the prefill config (64 and more rows per expert: BM 64, 3 stages)
+    ("awq", 4, 64, torch.bfloat16, 64, 2, 2, "gelu", "random"),
 ]
 
 
@@ -347,3 +349,26 @@ def test_cpu_tensors_need_the_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
     x, p13, p2, tw, ids = _op_args()
     with pytest.raises(HexlayoutError, match="HEXLAYOUT_EMULATE"):
         fused_moe_wna16(x, p13, p2, tw, ids)
+
+
+def test_fused_moe_dispatches_prepared_weights_through_the_real_alignment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``hexlayout.ops.fused_moe`` with ``WNA16Weights`` runs ``fused_moe_wna16`` through the
+    pipeline's own alignment kernels (moe_align)."""
+    import hexlayout.ops as ops
+
+    real = importlib.import_module("hexlayout.ops.moe_align").run_moe_align
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", real)
+    gen = torch.Generator().manual_seed(21)
+    ck13, w13 = checkpoint("awq", 4, 8, 64, 128, 32, torch.float16, gen)
+    ck2, w2 = checkpoint("awq", 4, 8, 64, 64, 32, torch.float16, gen)
+    p13 = ops.prepare_wna16(*ck13, quant_format="awq", bits=4, group_size=32)
+    p2 = ops.prepare_wna16(*ck2, quant_format="awq", bits=4, group_size=32)
+    x = torch.randn(16, 64, generator=gen).half()
+    ids = routing("random", 16, 8, 2, gen)
+    tw = torch.rand(16, 2, generator=gen)
+    out = ops.fused_moe(x, p13, p2, tw, ids)
+    want = reference(x, w13, w2, tw, ids, "silu", False, None)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.float16) * want.abs().max().item(), err
