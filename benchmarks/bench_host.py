@@ -18,11 +18,13 @@ parameter packing). Only what needs a GPU is stubbed, and said so in the results
   environment variable more than the CUDA kernel does.
 
 Also timed: each stage alone (the dispatcher into a trivial op, ``gemm`` called directly,
-the launcher alone, the config/launcher lookup alone). Writes
+the launcher alone, the config/launcher lookup alone); with ``--baseline COMMIT``, the
+``ops/gemm.py`` of that commit beside the current one in the same process (repeats
+interleaved, so both see the same machine load). Writes
 ``benchmarks/results/host_<date>.md`` and ``.json``. Target (issue 10): at most 10 us per
 cached call; Triton 3.9's ``JITFunction.run`` costs about 10 us here (REFERENCE.md).
 
-    python benchmarks/bench_host.py [--iters N] [--repeats R] [--tag T]
+    python benchmarks/bench_host.py [--iters N] [--repeats R] [--tag T] [--baseline COMMIT]
 """
 
 from __future__ import annotations
@@ -136,7 +138,33 @@ def gemm_mod_op() -> Any:
     return gemm_op
 
 
-def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) -> dict[str, Any]:
+def baseline_modules(commit: str) -> Any:
+    """``hexlayout.ops.gemm`` and its ``gemm_config`` as they were at ``commit`` (``git show``),
+    loaded beside the current ones (as ``hexlayout.ops.gemm_at_<commit>``; the old module's
+    relative import of ``gemm_config`` goes to the old copy), for timing both in one process:
+    the same machine load for both, the repeats interleaved."""
+    import importlib.util
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    tag = "".join(ch for ch in commit if ch.isalnum())[:12]
+    mods = {}
+    for name in ("gemm_config", "gemm"):
+        src = subprocess.run(["git", "show", f"{commit}:ops/{name}.py"], cwd=root, check=True,
+                             capture_output=True, text=True).stdout
+        src = src.replace("from .gemm_config import", f"from .gemm_config_at_{tag} import")
+        full = f"hexlayout.ops.{name}_at_{tag}"
+        spec = importlib.util.spec_from_loader(full, loader=None)
+        mod = importlib.util.module_from_spec(spec)
+        mod.__package__ = "hexlayout.ops"
+        sys.modules[full] = mod
+        exec(compile(src, f"<{commit}:ops/{name}.py>", "exec"), mod.__dict__)
+        mods[name] = mod
+    return mods["gemm"]
+
+
+def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
+            baseline: str = "") -> dict[str, Any]:
     os.environ["HEXLAYOUT_EMULATE"] = "1"
     import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
     import torch
@@ -195,6 +223,14 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512) 
             gop._check, gop._impl = saved
 
     fns[HOLLOW] = hollow
+    if baseline:
+        old = baseline_modules(baseline)
+        old.gemm(a, b)                                  # its own caches filled (the build is shared)
+        old.gemm(a, b)
+        fns[f"baseline {baseline}: {DIRECT}"] = lambda: old.gemm(a, b)
+        fns[f"baseline {baseline}: {CHECK}"] = lambda: old.check_gemm(a, b)
+        fns[f"baseline {baseline}: {RUN}"] = lambda: old.run_checked(a, b, None, None, "none", None, "nk",
+                                                                       m, n, k)
     rows = _time(fns, iters, repeats)
     return {"rows": rows, "first_call_s": first_s, "shape": [m, n, k], "launches": drv.launches}
 
@@ -218,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--tag", default="", help="suffix of the result files (host_<date>-<tag>.md)")
+    ap.add_argument("--baseline", default="", help="a git commit whose ops/gemm.py is timed beside the "
+                    "current one (same process, interleaved repeats)")
     ns = ap.parse_args(argv)
     load_before = os.getloadavg()[0]
-    res = measure(ns.iters, ns.repeats)
+    res = measure(ns.iters, ns.repeats, baseline=ns.baseline)
     cpu = ""
     try:
         cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
