@@ -186,11 +186,13 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
     before reusing a stage). Warp groups 1 and 2 consume, 64 query rows each, with a raised
     budget: S = Q K^T (wgmma from shared), the online softmax (log2 domain, FMA-folded scale,
     ``exp2_approx``; masks only in the blocks that hold an invisible key), O += P V (P from
-    registers, V^T from shared), then release the stage. TMA reads whole tiles: rows past a
-    sequence belong to the next one (or are zero-filled past the tensor) and are masked (their
-    P is 0, so V rows there must be finite: 0 * NaN is NaN); output rows are scattered through
-    index tiles (-1 past the sequence: never written). Needs q, k, v with 16-byte aligned
-    bases and row strides (TMA)."""
+    registers, V^T from shared), then release the stage. TMA reads whole tiles, so a
+    sequence's last, partial key block is shifted to end at its last key (keys ``Sk - BN ..
+    Sk - 1``, those before ``j * BN`` masked: seen in the previous block; before the first
+    sequence TMA zero-fills): K / V rows of other sequences or padding past ``cu_seqlens_k[-1]``
+    are never read (their weight would be 0, but 0 * NaN is NaN). Output rows are scattered
+    through index tiles (-1 past the sequence: never written). Needs q, k, v with 16-byte
+    aligned bases and row strides (TMA)."""
     dt = dtype
 
     @hl.kernel(threads=384, name=f"attention_varlen_sm90_{dt}")
@@ -248,7 +250,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                 st = (j - lo) % STAGES
                 hl.wait(empty, st, phase=(((j - lo) // STAGES) % 2) ^ 1)
                 hl.arrive(full, st, tx_bytes=sk[:, :, 0].nbytes + sv[:, :, 0].nbytes, who="one")
-                kv = (k0 + j * BN, kvh, 0)
+                kv = (k0 + hl.minimum(j * BN, sk_len - BN), kvh, 0)   # the last block ends at Sk
                 hl.copy(hl.view(k, (BN, 1, HEAD_DIM), kv)[:, 0, :], sk[:, :, st], mbarrier=full[st])
                 hl.copy(hl.view(v, (BN, 1, HEAD_DIM), kv)[:, 0, :], sv[:, :, st], mbarrier=full[st])
         with hl.else_():
@@ -270,9 +272,9 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                     if SOFTCAP:
                         sc = hl.tanh(sc * qk_scale) * cap
                     if masked:
-                        kj = hl.iota((BM, BN), 1) + j * BN
+                        kj = hl.iota((BM, BN), 1) + hl.minimum(j * BN, sk_len - BN)
                         qpos = hl.iota((BM, BN), 0) + (m0 + shift)   # each row's aligned key
-                        valid = kj < sk_len
+                        valid = kj >= j * BN                   # a shifted last block: seen before
                         if LEFT:
                             valid = valid & (kj >= qpos - left)
                         if RIGHT:

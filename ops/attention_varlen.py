@@ -28,9 +28,7 @@ which the content checks of ``check_attention_varlen`` enforce on CPU and, on CU
 128 or 256. The kernel: ``attention_varlen_kernels``; on sm_90a (a Hopper device, or
 ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` in the emulator) with TMA-compatible q / k / v (16-byte
 aligned data and row strides) ``attention_kernels_sm90.attention_varlen_sm90_kernel``
-(FlashAttention-3's structure: a TMA producer warp group, two wgmma consumer warp groups);
-there, K / V rows a tile reads past its sequence (the next sequence's, or padding past
-``cu_seqlens_k[-1]``) must hold finite values (their weight is 0, and 0 * NaN is NaN).
+(FlashAttention-3's structure: a TMA producer warp group, two wgmma consumer warp groups).
 """
 
 from __future__ import annotations
