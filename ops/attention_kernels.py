@@ -17,10 +17,11 @@ a decode step's ``G`` heads share the block's K/V traffic. Q rows are gathered t
 two computed index tiles (token, head); K and V rows through the block table (``BN`` keys per
 step, cp.async gathers); the online softmax is FlashAttention's in the log2 domain
 (``qk_scale = scale * log2(e)``, or ``scale / c`` and ``cap = c * log2(e)`` with a softcap); P
-stays in registers as the A operand of P V. Output rows and the LSE are scattered back
-through the same index tiles: rows of other sequences or past ``cu_seqlens_q[-1]`` are never
-written. The caches are ``[NB, BLOCK, KVH, D]`` views with strides given as arguments (the HND
-layout is the permuted view). No layout is written anywhere.
+stays in registers as the A operand of P V. Key blocks every row of the tile sees run
+unmasked (no bound, causal or page predicates); only the rest are masked. Output rows and
+the LSE are scattered back through the same index tiles: rows of other sequences or past
+``cu_seqlens_q[-1]`` are never written. The caches are ``[NB, BLOCK, KVH, D]`` views with
+strides given as arguments (the HND layout is the permuted view). No layout is written anywhere.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
@@ -97,11 +98,28 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         nblk = hl.cdiv(n_end, BN)
         per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
         lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
-        for j in hl.range(lo, hi):
+        # loop split: blocks whose keys every row of the tile sees (all below n, and with CAUSAL
+        # at or left of the first row's diagonal, key m0 // G + shift) run unmasked; the rest
+        # (the partial last block, the blocks crossing the diagonal, every block of a window)
+        # masked
+        if WINDOW:
+            n_full = lo
+        elif CAUSAL:
+            n_full = hl.maximum(hl.minimum(n, m0 // G + shift + 1), 0) // BN
+        else:
+            n_full = n // BN
+        mid = hl.maximum(lo, hl.minimum(hi, n_full))
+
+        def step(j: Any, masked: bool) -> None:
+            """Key block ``j``: gather K and V, S = Q K^T, the online softmax in the log2
+            domain (the scale, > 0, applied to the row max once and inside each exp2 argument:
+            ``s * qk_scale - m``, an FMA), O += P V."""
+            nonlocal acc
             pos = hl.iota((BN,), 0) + j * BN                   # key positions of this step
             page = hl.register(i32, (BN,))
             hl.copy(block_table[s, pos // BLOCK], page)
-            page = hl.where(pos < n, page, -1)                 # past the end: no row, no read
+            if masked:
+                page = hl.where(pos < n, page, -1)             # past the end: no row, no read
             row = pos % BLOCK
             hl.copy(k_cache[page, row, kvh, 0:HEAD_DIM], sk)
             hl.copy(v_cache[page, row, kvh, 0:HEAD_DIM], sv)
@@ -113,20 +131,24 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             hl.copy(sk, rk)
             sc = hl.zeros((BM, BN), f32)
             hl.mma(rq, rk, sc)
-            sc *= qk_scale
             if SOFTCAP:
-                sc = hl.tanh(sc) * cap
-            kj = hl.iota((BM, BN), 1) + j * BN
-            valid = kj < n
-            if CAUSAL:
-                valid = valid & (kj <= qpos)
-            if WINDOW:
-                valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
-            sc = hl.where(valid, sc, NEG_INF)
-            m_new = hl.maximum(m_i, hl.max_reduce(sc, 1))
-            m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
-            p = hl.exp2(sc - m_use)
-            alpha = hl.exp2(m_i - m_use)
+                sc = hl.tanh(sc * qk_scale) * cap              # already in the log2 domain
+            if masked:
+                kj = hl.iota((BM, BN), 1) + j * BN
+                valid = kj < n
+                if CAUSAL:
+                    valid = valid & (kj <= qpos)
+                if WINDOW:
+                    valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
+                sc = hl.where(valid, sc, NEG_INF)
+            if SOFTCAP:
+                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1))
+            else:
+                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * qk_scale)
+            # rows with no visible key yet (only where keys are masked: else every row sees BN)
+            m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
+            p = hl.exp2_approx(sc - m_use) if SOFTCAP else hl.exp2_approx(sc * qk_scale - m_use)
+            alpha = hl.exp2_approx(m_i - m_use)
             hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
             acc *= alpha
             hl.assign(m_i, m_new)
@@ -134,6 +156,11 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             hl.copy(sv.T, rv)
             hl.mma(hl.cast(p, dt), rv, acc)
             hl.syncthreads()                                   # before the next step overwrites sk, sv
+
+        for j in hl.range(lo, mid):
+            step(j, False)
+        for j in hl.range(mid, hi):
+            step(j, True)
 
         l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
         r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
