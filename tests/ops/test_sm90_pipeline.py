@@ -57,3 +57,21 @@ def test_stages_fill_shared_memory() -> None:
         assert cfg.STAGES == sm90_stages(cfg.BM, cfg.BN, cfg.BK)
     tiles = {(c.BM, c.BN) for c in SM90}
     assert {(128, 256), (256, 128)} <= tiles
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_k_zero_writes_a_zero_product(staged: bool) -> None:
+    """The consumers start a tile with ``hl.mma(accumulate=False)`` (no zeroed accumulator):
+    with no k-tile at all the accumulator is zero-filled after the loop, so c = 0 (emulated;
+    c starts as NaN)."""
+    import numpy as np
+    from hexlayout.ops.gemm_kernels import gemm_sm90_kernel
+
+    from hexlayout.emulator import run
+    from hexlayout.synth.solve import synthesize
+
+    consts = {**SM90[3].consts(64, 64), "STAGE_EPILOGUE": staged}
+    syn = synthesize(gemm_sm90_kernel(hl.f16, "nk").trace(**consts), "sm_90a")
+    c = np.full((64, 64), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": np.zeros((64, 0), np.float16), "b": np.zeros((64, 0), np.float16), "c": c})
+    assert np.all(c == 0)
