@@ -36,7 +36,14 @@ from typing import Any
 from .attention_args import build_for, lang_dtype, run_kernel
 from .moe_align import run_moe_align
 from .moe_args import check_fused_moe
-from .moe_kernels import MoeConfig, moe_config, moe_down_kernel, moe_gate_up_kernel, moe_sum_kernel
+from .moe_kernels import (
+    MoeConfig,
+    moe_config,
+    moe_down_config,
+    moe_down_kernel,
+    moe_gate_up_kernel,
+    moe_sum_kernel,
+)
 
 __all__ = ["fused_moe", "run_fused_moe", "run_moe_pipeline", "MoeRun"]
 
@@ -97,7 +104,7 @@ def _gate_up(w13: Any) -> GateUp:
 
 def _down(w2: Any) -> Down:
     def launch(run: MoeRun, inter: Any, y: Any) -> None:
-        consts = {**run.cfg, "SCALE_IN": run.scale_in}
+        consts = {**moe_down_config(run.cfg), "SCALE_IN": run.scale_in}
         bld = build_for(moe_down_kernel(lang_dtype(run.x.dtype)), run.x.device, consts)
         run_kernel(bld, (inter, w2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(5,))
 

@@ -29,7 +29,8 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-__all__ = ["moe_gate_up_kernel", "moe_down_kernel", "moe_sum_kernel", "moe_config", "MoeConfig"]
+__all__ = ["moe_gate_up_kernel", "moe_down_kernel", "moe_sum_kernel", "moe_config", "moe_down_config",
+           "MoeConfig"]
 
 T, H, E, N2, I, EM, NB, S, KK = hl.dims("T H E N2 I EM NB S KK")
 
@@ -41,13 +42,20 @@ class MoeConfig(dict):
 
 def moe_config(num_slots: int) -> MoeConfig:
     """The config for ``num_slots = T * k`` routed rows (never the routing: capture-safe):
-    decode (up to 128 slots: 1-16 tokens at k <= 8) 16 x 64 x 64 tiles, medium (up to 2048)
-    32 x 64 x 32, prefill 64 x 64 x 32, on 4 warps, 3 stages (no spills on sm_80 / sm_90a)."""
+    decode (up to 128 slots: 1-16 tokens at k <= 8) 16 x 64 x 64 tiles on 4 warps, medium (up
+    to 2048) 32 x 64 x 64 on 4 warps, prefill 64 x 128 x 32 on 8 warps (the down GEMM:
+    ``moe_down_config``); 3 stages (no spills on sm_80 / sm_90a)."""
     if num_slots <= 128:
         return MoeConfig(BM=16, BN=64, BK=64, WARPS=4)
     if num_slots <= 2048:
-        return MoeConfig(BM=32, BN=64, BK=32, WARPS=4)
-    return MoeConfig(BM=64, BN=64, BK=32, WARPS=4)
+        return MoeConfig(BM=32, BN=64, BK=64, WARPS=4)
+    return MoeConfig(BM=64, BN=128, BK=32, WARPS=8)
+
+
+def moe_down_config(cfg: MoeConfig) -> MoeConfig:
+    """The down GEMM's tiles for a gate-up config: the same ``BM`` and ``BK``, at most 64
+    columns on 4 warps (64 x 128 on 8 warps spills on sm_90a)."""
+    return MoeConfig(BM=cfg["BM"], BN=min(cfg["BN"], 64), BK=cfg["BK"], WARPS=4)
 
 
 def _weights(topk_w: Any, sorted_ids: Any, m0: Any, bm: int, bn: int) -> Any:

@@ -191,20 +191,38 @@ def test_the_pipeline_never_synchronizes(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_without_spills(arch: str) -> None:
-    from hexlayout.ops.moe_kernels import moe_config, moe_down_kernel, moe_gate_up_kernel, moe_sum_kernel
+    from hexlayout.ops.moe_kernels import (
+        moe_config,
+        moe_down_config,
+        moe_down_kernel,
+        moe_gate_up_kernel,
+        moe_sum_kernel,
+    )
 
     from hexlayout.lang import bf16, f16
     from hexlayout.runtime import build
 
     shipped = [(moe_gate_up_kernel(bf16, "silu"), 16, {"TOPK": 8}), (moe_down_kernel(bf16), 16, {}),
-               (moe_gate_up_kernel(f16, "gelu"), 1024, {"TOPK": 1, "SCALE_IN": True}),
-               (moe_down_kernel(f16), 1024, {"SCALE_IN": True}),
-               (moe_gate_up_kernel(bf16, "gelu"), 8192, {"TOPK": 2}), (moe_down_kernel(bf16), 8192, {})]
-    for kern, slots, extra in shipped:                          # decode, medium, prefill configs
-        bld = build(kern, arch, **moe_config(slots), **extra)
+               (moe_gate_up_kernel(f16, "gelu"), 8192, {"TOPK": 1, "SCALE_IN": True}),
+               (moe_down_kernel(f16), 8192, {"SCALE_IN": True})]
+    for kern, slots, extra in shipped:          # decode and prefill configs (medium: BM between them)
+        cfg = moe_config(slots) if kern.name.startswith("moe_gate_up") else moe_down_config(moe_config(slots))
+        bld = build(kern, arch, **cfg, **extra)
         res = bld.compiled.resources
         assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (bld.tile_kernel.name, slots)
         assert any(op.startswith("HMMA") for op in bld.compiled.sass_counts()), bld.tile_kernel.name
     res = build(moe_sum_kernel(bf16), arch, TOPK=8).compiled.resources
     assert res.spill_stores == 0 and res.stack_frame == 0
     assert np.isfinite(res.registers)
+
+
+@pytest.mark.parametrize("slots", [16, 1024, 8192])
+def test_every_config_matches_float64(slots: int) -> None:
+    """Each shipped tile config (chosen by T * k) on the same small problem, forced."""
+    from hexlayout.ops.moe import _down, _gate_up, run_moe_pipeline
+    from hexlayout.ops.moe_kernels import moe_config
+
+    x, w13, w2, tw, ids = make(20, 96, 64, 8, 2, torch.bfloat16, seed=slots)
+    out = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, None, _gate_up(w13), _down(w2),
+                           cfg=moe_config(slots))
+    close(out, reference(x, w13, w2, tw, ids), torch.bfloat16)
