@@ -310,7 +310,8 @@ def run_fused_moe_fp8(
     def gate_up(run: MoeRun, inter: Any) -> None:
         # inter [EM, I]: rows by slot t * k + j here (EM >= T * k)
         xq, xs = quant(run.x, run.topk_w if run.scale_in else None)
-        consts = {**common, "TOPK": k, "GELU": run.activation == "gelu"}
+        uniform = blk and (n2 // 2) % common["BN"] == 0   # gate / up tiles each in one scale block
+        consts = {**common, "TOPK": k, "GELU": run.activation == "gelu", "UNIFORM": uniform}
         args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, inter)
         run_kernel(build_for(gate_up_k, dev, consts), args, outputs=(6,))
 

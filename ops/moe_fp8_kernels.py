@@ -92,6 +92,15 @@ def _load(view: Any, shape: tuple[int, ...]) -> Any:
     return r
 
 
+def _scale(ws: Any, e: Any, col: Any, first: Any, kb: Any, uniform: bool) -> Any:
+    """The block scales of the columns ``col`` (a ``(1, BN)`` or ``(BN, 1)`` index tile) at
+    k-block ``kb``; ``uniform``: every column is in the block of ``first`` (the tile lies in one
+    128-row block of the weights), one ``(1, 1)`` scale."""
+    if uniform:
+        return _load(ws[e, hl.iota((1, 1), 0) + first // SCALE_BLOCK, kb], (1, 1))
+    return _load(ws[e, col // SCALE_BLOCK, kb], col.shape)
+
+
 def _col(a: Any, r0: Any, rows: int) -> Any:
     """Rows ``r0 .. r0 + rows`` of the 1-d global tensor ``a`` as a ``(rows, 1)`` gathered view."""
     r = hl.iota((rows, 1), 0) + r0
@@ -102,14 +111,16 @@ def _col(a: Any, r0: Any, rows: int) -> Any:
 def moe_fp8_gate_up_kernel(dtype: DType) -> Any:
     """The gate-up grouped GEMM with the activation epilogue (see the module docstring).
     Constants: ``BM`` sorted rows, ``BN`` intermediate columns (of gate and of up), ``BK`` (128:
-    one scale block per k-tile), ``STAGES``, ``WARPS``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``."""
+    one scale block per k-tile), ``STAGES``, ``WARPS``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``,
+    ``UNIFORM`` (block scales, ``I % BN == 0``: each tile of gate or up columns lies in one
+    128-row scale block, so one scale per tile and k-tile)."""
     dt = dtype
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_fp8_gate_up_{dt}")
     def moe_fp8_gate_up(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
                         sorted_ids: i32[EM], block_expert: i32[NBLK], h: dt[TK, I],  # type: ignore
                         *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
-                        TOPK: int = 1, GELU: bool = False, BLOCK_SCALE: bool = False):
+                        TOPK: int = 1, GELU: bool = False, BLOCK_SCALE: bool = False, UNIFORM: bool = False):
         Tx, Kx = xq.shape
         Ix = h.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
@@ -155,8 +166,8 @@ def moe_fp8_gate_up_kernel(dtype: DType) -> Any:
                     hl.mma(ra, rg, pg)
                     hl.mma(ra, ru, pu)
                     kb = kt * BK // SCALE_BLOCK
-                    acc_g += pg * _load(ws[e, col // SCALE_BLOCK, kb], (1, BN))
-                    acc_u += pu * _load(ws[e, (col + Ix) // SCALE_BLOCK, kb], (1, BN))
+                    acc_g += pg * _scale(ws, e, col, n0, kb, UNIFORM)
+                    acc_u += pu * _scale(ws, e, col + Ix, n0 + Ix, kb, UNIFORM)
                 else:
                     hl.mma(ra, rg, acc_g)
                     hl.mma(ra, ru, acc_u)
@@ -189,6 +200,9 @@ def moe_fp8_down_kernel(dtype: DType) -> Any:
                      *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
                      ROUTER: bool = False, BLOCK_SCALE: bool = False):
         TKx, Kx = hq.shape
+        if BLOCK_SCALE and (SCALE_BLOCK % BN or BK != SCALE_BLOCK):
+            raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
+                             f"{SCALE_BLOCK}")
         Nx = y.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
         e = block_expert[pid_m]
@@ -224,7 +238,7 @@ def moe_fp8_down_kernel(dtype: DType) -> Any:
                 if BLOCK_SCALE:
                     p = hl.zeros((BM, BN), f32)
                     hl.mma(ra, rb, p)
-                    acc += p * _load(ws[e, col // SCALE_BLOCK, kt * BK // SCALE_BLOCK], (1, BN))
+                    acc += p * _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True)   # BN | 128: one block
                 else:
                     hl.mma(ra, rb, acc)
             hl.wait_group(0)

@@ -20,7 +20,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
-from .moe_fp8_kernels import SCALE_BLOCK, _load
+from .moe_fp8_kernels import SCALE_BLOCK, _load, _scale
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel"]
 
@@ -57,7 +57,7 @@ def _pipeline(load: Any, step: Any, num_k: Any, stages: int) -> None:
 def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
     """Gate-up with the activation epilogue, ``h[r, n] = act(g) * u`` (``moe_fp8_kernels``),
     wgmma swap-AB. Constants: ``BM`` (16 / 32 / 64 sorted rows), ``BN`` (64), ``BK`` (128),
-    ``STAGES``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``."""
+    ``STAGES``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``, ``UNIFORM`` (as the sm_89 kernel's)."""
     dt = dtype
 
     @hl.kernel(threads=128, name=f"moe_fp8_gate_up_sm90_{dt}")
@@ -65,7 +65,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
                              sorted_ids: i32[EM], block_expert: i32[NBLK],
                              h: dt[TK, I],  # type: ignore
                              *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, TOPK: int = 1,
-                             GELU: bool = False, BLOCK_SCALE: bool = False):
+                             GELU: bool = False, BLOCK_SCALE: bool = False, UNIFORM: bool = False):
         Tx, Kx = xq.shape
         Ix = h.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
@@ -99,8 +99,8 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
                 hl.wgmma_wait(0)
                 if BLOCK_SCALE:
                     kb = kt * BK // SCALE_BLOCK
-                    hl.assign(acc_g, acc_g + pg * _load(ws[e, col // SCALE_BLOCK, kb], (BN, 1)))
-                    hl.assign(acc_u, acc_u + pu * _load(ws[e, (col + Ix) // SCALE_BLOCK, kb], (BN, 1)))
+                    hl.assign(acc_g, acc_g + pg * _scale(ws, e, col, n0, kb, UNIFORM))
+                    hl.assign(acc_u, acc_u + pu * _scale(ws, e, col + Ix, n0 + Ix, kb, UNIFORM))
 
             _pipeline(load, step, hl.cdiv(Kx, BK), STAGES)
             sx = _load(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
@@ -127,6 +127,9 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
                           *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2,
                           ROUTER: bool = False, BLOCK_SCALE: bool = False):
         TKx, Kx = hq.shape
+        if BLOCK_SCALE and (SCALE_BLOCK % BN or BK != SCALE_BLOCK):
+            raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
+                             f"{SCALE_BLOCK}")
         Nx = y.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
         e = block_expert[pid_m]
@@ -149,7 +152,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
                 if BLOCK_SCALE:
-                    sw = _load(ws[e, col // SCALE_BLOCK, kt * BK // SCALE_BLOCK], (BN, 1))
+                    sw = _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True)   # BN | 128: one block
                     hl.assign(acc, acc + p * sw)
 
             _pipeline(load, step, hl.cdiv(Kx, BK), STAGES)

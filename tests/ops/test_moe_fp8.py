@@ -113,7 +113,7 @@ def check(out, ref, tol):
 CASES = [
     # seed, T, H, I, E, k, dtype, block, act, arch
     (0, 1, 128, 64, 8, 1, torch.bfloat16, False, "silu", "sm_89"),
-    (1, 3, 256, 192, 8, 2, torch.float16, True, "gelu", "sm_90a"),
+    (1, 3, 256, 176, 8, 2, torch.float16, True, "gelu", "sm_90a"),   # I % 64: up tiles straddle scale blocks
     (2, 16, 128, 64, 64, 8, torch.bfloat16, False, "silu", "sm_90a"),
     (3, 16, 256, 128, 8, 2, torch.bfloat16, True, "silu", "sm_89"),
 ]

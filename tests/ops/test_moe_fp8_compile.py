@@ -30,7 +30,7 @@ def test_grouped_gemms_compile_to_fp8_mma_without_spills(arch: str, bm: int, blo
     else:
         kernels, mma = (moe_fp8_gate_up_kernel(bf16), moe_fp8_down_kernel(bf16)), "QMMA.16832"
         consts["WARPS"] = 4
-    for kern, extra in zip(kernels, ({"TOPK": 2, "GELU": True}, {"ROUTER": False})):
+    for kern, extra in zip(kernels, ({"TOPK": 2, "GELU": True, "UNIFORM": block_scale}, {"ROUTER": False})):
         b = build(kern, arch, **consts, **extra)
         _no_spills(b)
         counts = b.compiled.sass_counts()
