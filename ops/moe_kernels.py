@@ -43,18 +43,18 @@ class MoeConfig(dict):
 def moe_config(num_slots: int) -> MoeConfig:
     """The config for ``num_slots = T * k`` routed rows (never the routing: capture-safe):
     decode (up to 128 slots: 1-16 tokens at k <= 8) 16 x 64 x 64 tiles on 4 warps, medium (up
-    to 2048) 32 x 64 x 64 on 4 warps, prefill 64 x 128 x 32 on 8 warps (the down GEMM:
-    ``moe_down_config``); 3 stages (no spills on sm_80 / sm_90a)."""
+    to 2048) 32 x 64 x 64, prefill 64 x 64 x 32, on 4 warps, 3 stages (no spills on sm_80 /
+    sm_90a; 64 x 128 tiles spill with ``SCALE_IN`` or, on 8 warps, on sm_90a)."""
     if num_slots <= 128:
         return MoeConfig(BM=16, BN=64, BK=64, WARPS=4)
     if num_slots <= 2048:
         return MoeConfig(BM=32, BN=64, BK=64, WARPS=4)
-    return MoeConfig(BM=64, BN=128, BK=32, WARPS=8)
+    return MoeConfig(BM=64, BN=64, BK=32, WARPS=4)
 
 
 def moe_down_config(cfg: MoeConfig) -> MoeConfig:
     """The down GEMM's tiles for a gate-up config: the same ``BM`` and ``BK``, at most 64
-    columns on 4 warps (64 x 128 on 8 warps spills on sm_90a)."""
+    columns, 4 warps."""
     return MoeConfig(BM=cfg["BM"], BN=min(cfg["BN"], 64), BK=cfg["BK"], WARPS=4)
 
 
