@@ -226,3 +226,13 @@ def test_every_config_matches_float64(slots: int) -> None:
     out = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, None, _gate_up(w13), _down(w2),
                            cfg=moe_config(slots))
     close(out, reference(x, w13, w2, tw, ids), torch.bfloat16)
+
+
+def test_torch_compile_fullgraph() -> None:
+    x, w13, w2, tw, ids = make(4, 64, 64, 8, 2, torch.float16, seed=12)
+
+    def layer(x: torch.Tensor, tw: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return torch.ops.hexlayout.fused_moe(x, w13, w2, tw, ids, "gelu") * 2
+
+    out = torch.compile(layer, fullgraph=True, backend="aot_eager")(x, tw, ids)
+    close(out / 2, reference(x, w13, w2, tw, ids, "gelu"), torch.float16)
