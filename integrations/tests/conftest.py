@@ -1,0 +1,44 @@
+"""Fixtures of the vLLM tests (run inside the vLLM environment by tests/integrations/test_vllm_stage.py).
+
+``models``: the tiny checkpoints (:mod:`tiny_models`) written once per session; ``reference`` /
+``hexlayout_run``: the session's plugin-off and plugin-on runs of every model of ``MODELS``
+(the reference of a quantized model runs its dequantized checkpoint), each in one process with
+an in-process engine: the worker is the runner process itself.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import tiny_models  # noqa: E402
+from vllm_harness import CHECKPOINTS, MODELS, Run, run_models  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
+    root = tmp_path_factory.mktemp("models")
+    paths = {}
+    for name, build in CHECKPOINTS.items():
+        config, tensors = build()
+        paths[name] = tiny_models.write_model(root / name, config, tensors, torch.bfloat16)
+    return paths
+
+
+@pytest.fixture(scope="session")
+def reference(models: dict[str, pathlib.Path], tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Every model with the plugin off (``HEXLAYOUT_VLLM=0``): vLLM's own CPU kernels."""
+    env = {"HEXLAYOUT_VLLM": "0", "HEXLAYOUT_EMULATE": "1"}
+    return run_models(tmp_path_factory.mktemp("off"), {n: models[r] for n, r in MODELS.items()}, env)
+
+
+@pytest.fixture(scope="session")
+def hexlayout_run(models: dict[str, pathlib.Path], tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Every model with the plugin on (``HEXLAYOUT_VLLM`` unset, ``HEXLAYOUT_EMULATE=1``)."""
+    env = {"HEXLAYOUT_EMULATE": "1"}
+    return run_models(tmp_path_factory.mktemp("on"), {n: models[n] for n in MODELS}, env)

@@ -1,0 +1,74 @@
+"""Tiny MoE models end to end in vLLM's CPU build, plugin off vs on (kernels in the emulator).
+
+The models have real random weights (``tiny_models``), so greedy tokens depend on every kernel:
+a Mixtral-like bf16 model, a Qwen2-MoE-like one with a shared expert (and q/k/v biases), and
+an AutoAWQ int4 Mixtral-like one whose reference (plugin off) is the same model with its experts
+dequantized to bf16 (exactly: power-of-two scales), so vLLM's own AWQ MoE kernels, which need
+AMX on the CPU, are not involved. Both runs use one vLLM configuration: chunked prefill with a
+16-token budget over four prompts of 3-21 tokens, so steps mix prefill chunks and decodes;
+block size 32.
+"""
+
+from __future__ import annotations
+
+import pytest
+from agreement import compare
+from vllm_harness import MODELS, Run
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_tokens_and_logprobs_agree(name: str, reference: Run, hexlayout_run: Run) -> None:
+    report = compare(reference.results[name], hexlayout_run.results[name])
+    print(f"{name}: {report.summary()}")
+    assert not report.problems, f"{name}: {report.summary()}\n" + "\n".join(report.problems)
+
+
+def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
+    kernels = {row["kernel"] for row in hexlayout_run.trace}
+    assert kernels == {"attention_prefill", "attention_decode", "moe", "moe_w4a16"}, kernels
+    # The engine ran in the runner process (in-process engine, uni executor): it is the worker.
+    assert {row["pid"] for row in hexlayout_run.trace} == {hexlayout_run.pid}
+    for row in hexlayout_run.trace:
+        assert set(row) == {"pid", "kernel", "shapes", "dtype"} and row["dtype"] == "bfloat16"
+        if row["kernel"].startswith("attention"):
+            s = row["shapes"]
+            assert (s["num_heads"], s["num_kv_heads"], s["head_size"], s["block_size"]) == (2, 1, 64, 32)
+            if row["kernel"] == "attention_decode":
+                assert s["num_tokens"] == s["num_seqs"]
+            else:
+                assert s["num_tokens"] > s["num_seqs"] or s["max_seqlen_k"] > 1
+        else:
+            s = row["shapes"]
+            assert (s["topk"], s["global_experts"], s["local_experts"], s["hidden"]) == (2, 4, 4, 128)
+            assert s["intermediate"] == 256 and s["tokens"] >= 1
+            if row["kernel"] == "moe_w4a16":
+                assert s["group_size"] == 32
+    # Some step ran prefill chunks and decodes together (one kernel call, one line per part).
+    mixed = [
+        (a, b)
+        for a, b in zip(hexlayout_run.trace, hexlayout_run.trace[1:])
+        if {a["kernel"], b["kernel"]} == {"attention_prefill", "attention_decode"}
+    ]
+    assert mixed
+
+
+def test_plugin_logs_what_it_swapped(hexlayout_run: Run, reference: Run) -> None:
+    out = hexlayout_run.output
+    swapped = [x for x in out.splitlines() if "hexlayout (emulate): swapped " in x]
+    assert len(swapped) == 1, out[-20000:]  # once per process
+    for what in (
+        "attention backend CPU_ATTN -> hexlayout.integrations.vllm.attention.HexlayoutCPUAttentionBackend",
+        "UnquantizedFusedMoEMethod -> hexlayout.integrations.vllm.moe.HexlayoutUnquantizedFusedMoEMethod",
+        "quantization awq -> hexlayout.integrations.vllm.awq.HexlayoutAWQConfig",
+    ):
+        assert what in swapped[0]
+    for i in (0, 1):
+        layer = f"hexlayout: model.layers.{i}"
+        assert f"{layer}.self_attn.attn: attention runs hexlayout's paged_attention" in out
+        assert f"{layer}.block_sparse_moe.experts: MoE experts run hexlayout's fused_moe" in out  # Mixtral
+        assert f"{layer}.mlp.experts: MoE experts run hexlayout's fused_moe" in out  # Qwen2-MoE
+        awq = "AWQ int4 MoE experts run hexlayout's fused_moe (W4A16)"
+        assert f"{layer}.block_sparse_moe.experts: {awq}" in out
+    # Plugin off: no line, no trace, nothing swapped.
+    assert "hexlayout" not in reference.output.replace("hexlayout/", "")
+    assert reference.trace == []

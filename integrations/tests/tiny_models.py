@@ -1,0 +1,233 @@
+"""Tiny MoE checkpoints with real random weights, written as safetensors for vLLM.
+
+Hidden size 128, 2 layers, 2 query heads of 64 (1 KV head: GQA), 4 experts, top-2. Weights are
+drawn N(0, 1/fan_in) so every layer keeps the activations' scale (vLLM's dummy weights are
+tiny: their tokens do not depend on the kernels); embeddings N(0, 1), the LM head scaled so
+logits spread over a few units and greedy tokens are decided by the network, not by ties.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import torch
+from safetensors.torch import save_file
+
+HIDDEN = 128
+LAYERS = 2
+HEADS = 2
+KV_HEADS = 1
+HEAD_DIM = 64
+EXPERTS = 4
+TOP_K = 2
+MOE_I = 256
+SHARED_I = 128
+VOCAB = 512
+
+
+def _lin(g: torch.Generator, out: int, inp: int, gain: float = 1.0) -> torch.Tensor:
+    return torch.randn(out, inp, generator=g) * (gain / inp**0.5)
+
+
+def _attention(g: torch.Generator, p: str, bias: bool) -> dict[str, torch.Tensor]:
+    t = {
+        f"{p}.q_proj.weight": _lin(g, HEADS * HEAD_DIM, HIDDEN),
+        f"{p}.k_proj.weight": _lin(g, KV_HEADS * HEAD_DIM, HIDDEN),
+        f"{p}.v_proj.weight": _lin(g, KV_HEADS * HEAD_DIM, HIDDEN),
+        f"{p}.o_proj.weight": _lin(g, HIDDEN, HEADS * HEAD_DIM),
+    }
+    if bias:
+        t[f"{p}.q_proj.bias"] = 0.1 * torch.randn(HEADS * HEAD_DIM, generator=g)
+        t[f"{p}.k_proj.bias"] = 0.1 * torch.randn(KV_HEADS * HEAD_DIM, generator=g)
+        t[f"{p}.v_proj.bias"] = 0.1 * torch.randn(KV_HEADS * HEAD_DIM, generator=g)
+    return t
+
+
+def _common(g: torch.Generator) -> dict[str, torch.Tensor]:
+    return {
+        "model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN, generator=g),
+        "model.norm.weight": 1 + 0.1 * torch.randn(HIDDEN, generator=g),
+        "lm_head.weight": _lin(g, VOCAB, HIDDEN, gain=4.0),
+    }
+
+
+def _norms(g: torch.Generator, p: str) -> dict[str, torch.Tensor]:
+    return {
+        f"{p}.input_layernorm.weight": 1 + 0.1 * torch.randn(HIDDEN, generator=g),
+        f"{p}.post_attention_layernorm.weight": 1 + 0.1 * torch.randn(HIDDEN, generator=g),
+    }
+
+
+def _base_config(arch: str, model_type: str, dtype: str) -> dict:
+    return {
+        "architectures": [arch],
+        "model_type": model_type,
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "torch_dtype": dtype,
+        "dtype": dtype,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+
+
+def mixtral_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Mixtral checkpoint tensors (float32): experts' w1 (gate) / w3 (up) [I, H], w2 [H, I]."""
+    g = torch.Generator().manual_seed(seed)
+    t = _common(g)
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        t.update(_norms(g, p))
+        t.update(_attention(g, f"{p}.self_attn", bias=False))
+        t[f"{p}.block_sparse_moe.gate.weight"] = _lin(g, EXPERTS, HIDDEN, gain=2.0)
+        for e in range(EXPERTS):
+            q = f"{p}.block_sparse_moe.experts.{e}"
+            t[f"{q}.w1.weight"] = _lin(g, MOE_I, HIDDEN)
+            t[f"{q}.w3.weight"] = _lin(g, MOE_I, HIDDEN)
+            t[f"{q}.w2.weight"] = _lin(g, HIDDEN, MOE_I, gain=2.0)
+    return t
+
+
+def mixtral_config(dtype: str = "bfloat16") -> dict:
+    cfg = _base_config("MixtralForCausalLM", "mixtral", dtype)
+    cfg.update(
+        {
+            "intermediate_size": MOE_I,
+            "num_local_experts": EXPERTS,
+            "num_experts_per_tok": TOP_K,
+            "sliding_window": None,
+            "router_aux_loss_coef": 0.0,
+        }
+    )
+    return cfg
+
+
+def qwen2_moe_tensors(seed: int = 1) -> dict[str, torch.Tensor]:
+    """Qwen2-MoE checkpoint tensors: routed experts, a shared expert and its sigmoid gate,
+    q/k/v biases."""
+    g = torch.Generator().manual_seed(seed)
+    t = _common(g)
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        t.update(_norms(g, p))
+        t.update(_attention(g, f"{p}.self_attn", bias=True))
+        t[f"{p}.mlp.gate.weight"] = _lin(g, EXPERTS, HIDDEN, gain=2.0)
+        for e in range(EXPERTS):
+            q = f"{p}.mlp.experts.{e}"
+            t[f"{q}.gate_proj.weight"] = _lin(g, MOE_I, HIDDEN)
+            t[f"{q}.up_proj.weight"] = _lin(g, MOE_I, HIDDEN)
+            t[f"{q}.down_proj.weight"] = _lin(g, HIDDEN, MOE_I, gain=2.0)
+        q = f"{p}.mlp.shared_expert"
+        t[f"{q}.gate_proj.weight"] = _lin(g, SHARED_I, HIDDEN)
+        t[f"{q}.up_proj.weight"] = _lin(g, SHARED_I, HIDDEN)
+        t[f"{q}.down_proj.weight"] = _lin(g, HIDDEN, SHARED_I, gain=2.0)
+        t[f"{p}.mlp.shared_expert_gate.weight"] = _lin(g, 1, HIDDEN)
+    return t
+
+
+def qwen2_moe_config(dtype: str = "bfloat16") -> dict:
+    cfg = _base_config("Qwen2MoeForCausalLM", "qwen2_moe", dtype)
+    cfg.update(
+        {
+            "intermediate_size": 4 * HIDDEN,
+            "moe_intermediate_size": MOE_I,
+            "shared_expert_intermediate_size": SHARED_I,
+            "num_experts": EXPERTS,
+            "num_experts_per_tok": TOP_K,
+            "norm_topk_prob": False,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "router_aux_loss_coef": 0.0,
+        }
+    )
+    return cfg
+
+
+def write_model(
+    path: pathlib.Path, config: dict, tensors: dict[str, torch.Tensor], dtype: torch.dtype
+) -> pathlib.Path:
+    """``config.json`` and ``model.safetensors`` in ``path``: float32 tensors cast to ``dtype``
+    (others, e.g. AWQ's int32 words and f16 scales, as they are)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    out = {k: (v.to(dtype) if v.dtype == torch.float32 else v).contiguous() for k, v in tensors.items()}
+    save_file(out, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+#: AutoAWQ's nibble order: nibble ``i`` of a packed word holds column ``8w + AWQ_ORDER[i]``.
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+AWQ_GROUP = 32
+
+
+def awq_pack(q: torch.Tensor) -> torch.Tensor:
+    """``[R, N]`` 4-bit values (0..15) packed along N as AutoAWQ's GEMM format does: int32
+    ``[R, N/8]``."""
+    r, n = q.shape
+    cols = q.to(torch.int64).view(r, n // 8, 8)
+    word = torch.zeros(r, n // 8, dtype=torch.int64)
+    for i, c in enumerate(AWQ_ORDER):
+        word |= cols[:, :, c] << (4 * i)
+    return (word - ((word >> 31) << 32)).to(torch.int32)  # two's complement into int32
+
+
+def awq_quantize(w: torch.Tensor, group: int = AWQ_GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit quantization of ``W`` ``[K, N]`` (``y = x @ W``) in groups of ``group``
+    rows: ``(q [K, N], zeros [K/G, N], scales [K/G, N])`` with ``W ~ (q - z) * s``. Scales are
+    powers of two, so every dequantized weight ``(q - z) * s`` is exact in bf16 and f16."""
+    k, n = w.shape
+    g = w.view(k // group, group, n)
+    lo, hi = g.amin(1), g.amax(1)
+    scales = torch.exp2(torch.ceil(torch.log2((hi - lo).clamp_min(1e-8) / 15)))
+    zeros = torch.clamp(torch.round(-lo / scales), 0, 15)
+    q = torch.clamp(torch.round(g / scales[:, None]) + zeros[:, None], 0, 15).view(k, n)
+    return q.to(torch.int32), zeros.to(torch.int32), scales
+
+
+def awq_dequantize(
+    q: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group: int = AWQ_GROUP
+) -> torch.Tensor:
+    """``(q - z) * s`` per group: the ``[K, N]`` weights a quantized checkpoint stands for."""
+    k, n = q.shape
+    return ((q.view(k // group, group, n) - zeros[:, None]) * scales[:, None]).view(k, n).float()
+
+
+def awq_mixtral(seed: int = 2) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """An AutoAWQ int4 (GEMM packing, group 32, zero points) Mixtral-like checkpoint whose experts
+    are quantized (attention and router stay bf16, listed in ``modules_to_not_convert``), and the
+    same model with the experts dequantized: ``(config, awq_tensors, dequantized_tensors)``."""
+    base = mixtral_tensors(seed)
+    awq: dict[str, torch.Tensor] = {}
+    deq: dict[str, torch.Tensor] = {}
+    for name, t in base.items():
+        if ".experts." not in name:
+            awq[name] = deq[name] = t
+            continue
+        stem = name.removesuffix(".weight")
+        q, z, s = awq_quantize(t.t().contiguous())  # checkpoint [out, in] -> W [in, out]
+        awq[f"{stem}.qweight"] = awq_pack(q)
+        awq[f"{stem}.qzeros"] = awq_pack(z)
+        awq[f"{stem}.scales"] = s.to(torch.float16)
+        deq[name] = awq_dequantize(q, z, s).t().contiguous()
+    cfg = mixtral_config("bfloat16")
+    cfg["quantization_config"] = {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": AWQ_GROUP,
+        "zero_point": True,
+        "version": "gemm",
+        "modules_to_not_convert": ["self_attn", "block_sparse_moe.gate"],
+    }
+    return cfg, awq, deq

@@ -1,0 +1,67 @@
+"""Running the tiny models through vLLM from the tests: :func:`run_models` runs :mod:`vllm_run`
+in a fresh process with a given environment and returns its results, pid, output and trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from dataclasses import dataclass
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import tiny_models  # noqa: E402
+
+#: The checkpoints the tests write: name -> (config, tensors) builder.
+CHECKPOINTS = {
+    "mixtral": lambda: (tiny_models.mixtral_config(), tiny_models.mixtral_tensors()),
+    "qwen2_moe": lambda: (tiny_models.qwen2_moe_config(), tiny_models.qwen2_moe_tensors()),
+    "mixtral_awq": lambda: tiny_models.awq_mixtral()[:2],
+    "mixtral_awq_dequantized": lambda: (tiny_models.mixtral_config(), tiny_models.awq_mixtral()[2]),
+}
+#: The models every end-to-end test runs with the plugin on, each with the checkpoint its
+#: plugin-off reference runs (the same one, but for quantized models: the dequantized weights).
+MODELS = {"mixtral": "mixtral", "qwen2_moe": "qwen2_moe", "mixtral_awq": "mixtral_awq_dequantized"}
+
+
+@dataclass
+class Run:
+    """One :mod:`vllm_run` process: results per model name, its pid, its output, trace lines."""
+
+    results: dict[str, list[dict]]
+    pid: int
+    output: str
+    trace: list[dict]
+
+
+def base_env() -> dict[str, str]:
+    """The environment of every vLLM run: offline, no usage stats, no hexlayout variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HEXLAYOUT_VLLM", "HEXLAYOUT_EMULATE"))}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"})
+    return env
+
+
+def run_models(
+    tmp: pathlib.Path, models: dict[str, pathlib.Path], env: dict[str, str], inproc: bool = True
+) -> Run:
+    """Run ``models`` through vLLM in a new process with ``env`` (on top of :func:`base_env`)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = tmp / "results.json"
+    trace = tmp / "trace"
+    full = {**base_env(), **env, "HEXLAYOUT_VLLM_TRACE": str(trace)}
+    if inproc:
+        full["HEXLAYOUT_VLLM_INPROC"] = "1"
+    cmd = [sys.executable, str(HERE / "vllm_run.py"), str(out), *[str(p) for p in models.values()]]
+    proc = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, f"vLLM run failed ({' '.join(cmd)}):\n{output[-20000:]}"
+    by_dir = json.loads(out.read_text())
+    results = {name: by_dir[str(path)] for name, path in models.items()}
+    lines = []
+    if trace.is_dir():
+        for f in sorted(trace.iterdir()):
+            lines += [json.loads(x) for x in f.read_text().splitlines()]
+    return Run(results, proc.pid, output, lines)

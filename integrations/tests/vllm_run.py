@@ -1,0 +1,80 @@
+"""Run tiny models through vLLM's offline ``LLM`` and write their greedy tokens and logprobs.
+
+``python vllm_run.py OUT.json MODEL_DIR [MODEL_DIR ...]`` (inside the vLLM environment): for each
+model, the same fixed prompts (token ids: no tokenizer), greedy, ``LOGPROBS`` top logprobs per
+step, written as ``{model_dir: [{"tokens": [...], "logprobs": [{token: logprob}, ...]}, ...]}``.
+The batch is built so that prefill is chunked and steps mix prefill and decode sequences
+(``max_num_batched_tokens`` below the prompts' total). ``HEXLAYOUT_VLLM_INPROC=1`` keeps the
+engine in this process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``); otherwise vLLM spawns its
+engine-core process, where the worker (``uni`` executor) runs the model. Extra keyword
+arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+PROMPT_LENS = (7, 13, 3, 21)
+MAX_TOKENS = 8
+LOGPROBS = 5
+SEED = 1234
+
+
+def prompts() -> list[list[int]]:
+    """Fixed random prompts (token ids 3..VOCAB-1)."""
+    import torch
+    from tiny_models import VOCAB
+
+    g = torch.Generator().manual_seed(SEED)
+    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
+
+
+def run(model: str) -> list[dict]:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    kwargs = {
+        "model": model,
+        "skip_tokenizer_init": True,
+        "enforce_eager": True,
+        "max_model_len": 128,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 16,
+        "enable_chunked_prefill": True,
+        "block_size": 32,
+        "kv_cache_memory_bytes": 4 << 20,
+        "gpu_memory_utilization": 0.2,
+        "distributed_executor_backend": "uni",
+        "seed": 0,
+    }
+    kwargs.update(json.loads(os.environ.get("HEXLAYOUT_VLLM_LLM_ARGS", "{}")))
+    llm = LLM(**kwargs)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=LOGPROBS, detokenize=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts()], params, use_tqdm=False)
+    result = []
+    for o in outs:
+        c = o.outputs[0]
+        result.append(
+            {
+                "tokens": list(c.token_ids),
+                "logprobs": [{str(t): lp.logprob for t, lp in step.items()} for step in c.logprobs],
+            }
+        )
+    del llm
+    return result
+
+
+def main() -> None:
+    if os.environ.get("HEXLAYOUT_VLLM_INPROC") == "1":
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    out, models = sys.argv[1], sys.argv[2:]
+    results = {m: run(m) for m in models}
+    with open(out, "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""hexlayout's kernels in vLLM: the ``vllm.general_plugins`` entry point ``hexlayout``.
+
+vLLM calls :func:`register` in every process it starts (the front end, the engine core, each
+worker). It reads ``HEXLAYOUT_VLLM`` (:mod:`.config`), decides whether hexlayout's kernels can
+run on the platform (CPU: only under ``HEXLAYOUT_EMULATE=1``, in the emulator; CUDA: compute
+capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
+
+- ``attention``: ``register_backend(AttentionBackendEnum.CPU_ATTN, ...)`` on vLLM's CPU build
+  (:mod:`.attention`);
+- ``moe``: ``CustomOp.register_oot(..., name="UnquantizedFusedMoEMethod")`` (:mod:`.moe`) and
+  ``register_quantization_config("awq")`` (:mod:`.awq`), when hexlayout's MoE ops exist.
+
+It logs through vLLM's logger what it swapped, or one line saying why it swapped nothing.
+Calling it again does nothing (it is idempotent and cheap); ``HEXLAYOUT_VLLM=0`` makes it do
+nothing at all. Every kernel call through the plugin can be traced (:mod:`.trace`).
+"""
+
+from __future__ import annotations
+
+from .config import device_decision, selected_kernels
+
+__all__ = ["register", "registered"]
+
+#: What the first :func:`register` call in this process did (``None`` before it).
+_STATE: tuple[str, ...] | None = None
+
+
+def registered() -> tuple[str, ...] | None:
+    """What :func:`register` swapped in this process (empty: nothing), ``None`` before it ran."""
+    return _STATE
+
+
+def register() -> None:
+    """Swap vLLM's kernels for hexlayout's (see the module docstring); idempotent."""
+    global _STATE
+    if _STATE is not None:
+        return
+    kernels = selected_kernels()
+    if not kernels:
+        _STATE = ()
+        return
+    from vllm.platforms import current_platform
+
+    from .log import announce, logger
+    if current_platform.is_cpu():
+        platform, capability = "cpu", None
+    elif current_platform.is_cuda():
+        cap = current_platform.get_device_capability()
+        platform, capability = "cuda", (None if cap is None else (cap.major, cap.minor))
+    else:
+        platform, capability = str(current_platform.device_name), None
+    decision = device_decision(platform, capability)
+    if not decision.run:
+        _STATE = ()
+        # A warning: the plugin was asked to swap kernels and cannot (printed even before vLLM
+        # sets up its log handlers).
+        logger.warning("hexlayout: %s", decision.reason)
+        return
+    swapped: list[str] = []
+    if "attention" in kernels:
+        if platform == "cpu":
+            from .attention import register_attention
+
+            swapped.append(register_attention())
+        else:
+            announce(f"hexlayout: attention on {platform}: keeping vLLM's backend")
+    if "moe" in kernels:
+        from .moe import register_moe
+
+        swapped.extend(register_moe())
+    _STATE = tuple(swapped)
+    announce(f"hexlayout ({decision.mode}): swapped {'; '.join(swapped) if swapped else 'nothing'}")

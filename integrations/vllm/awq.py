@@ -1,0 +1,179 @@
+"""hexlayout's W4A16 fused MoE for AWQ checkpoints in vLLM.
+
+``register_quantization_config("awq")`` replaces vLLM's ``awq`` entry with
+:class:`HexlayoutAWQConfig`, a subclass of vLLM's ``AutoAWQConfig`` whose ``get_quant_method``
+returns :class:`HexlayoutAWQMoEMethod` for ``RoutedExperts`` layers (every other layer: the
+parent's answer, so AWQ linear layers keep vLLM's kernels). The method keeps vLLM's
+``create_weights`` (``w13_qweight`` ``[E, H, 2I/8]``, ``w13_qzeros`` ``[E, H/G, 2I/8]``,
+``w13_scales`` ``[E, H/G, 2I]``, ``w2_*`` likewise with ``K = I``, ``N = H``; AutoAWQ's nibble
+order) and vLLM's loader; ``process_weights_after_loading`` re-lays them out once with
+``hexlayout.ops.prepare_wna16(..., quant_format="awq", bits=4, group_size=G)`` and builds the
+layer's ``FusedMoEKernel`` itself (vLLM's prepare / finalize, :class:`HexlayoutWNA16Experts`):
+vLLM's WNA16 kernel factory accepts only its in-tree experts, and vLLM's own AWQ MoE method is
+never constructed (on a CPU without AMX its ``__init__`` raises: no WNA16 MoE backend).
+
+Layers hexlayout cannot serve (no zero points, a group size other than 32, 64, 128 or -1,
+expert biases, activations other than SiLU / GELU, batched all-to-all activations) get vLLM's
+method. Classes are at module level: vLLM pickles the quantization config to its engine
+processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.fused_moe import RoutedExperts
+from vllm.model_executor.layers.fused_moe.all2all_utils import maybe_make_prepare_finalize
+from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
+from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
+from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEKernel
+from vllm.model_executor.layers.quantization import register_quantization_config
+from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig, AutoAWQMoEMethod
+from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
+
+from .log import flush, logger
+from .moe import HexlayoutExperts, moe_unsupported_reason, run_fused_moe
+
+__all__ = ["HexlayoutAWQConfig", "HexlayoutAWQMoEMethod", "HexlayoutWNA16Experts", "register_awq"]
+
+GROUP_SIZES = (32, 64, 128, -1)
+
+
+class HexlayoutWNA16Experts(HexlayoutExperts):
+    """vLLM's modular MoE experts computed by ``hexlayout.ops.fused_moe`` on ``prepare_wna16``
+    weights (``prepared``, set by :class:`HexlayoutAWQMoEMethod`; the packed tensors vLLM hands
+    to ``apply`` are ignored)."""
+
+    prepared: tuple[Any, Any] | None = None
+
+    def apply(
+        self,
+        output: torch.Tensor,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        activation: Any,
+        global_num_experts: int,
+        expert_map: torch.Tensor | None,
+        a1q_scale: torch.Tensor | None,
+        a2_scale: torch.Tensor | None,
+        workspace13: torch.Tensor,
+        workspace2: torch.Tensor,
+        expert_tokens_meta: Any,
+        apply_router_weight_on_input: bool,
+    ) -> None:
+        assert self.prepared is not None, "hexlayout AWQ MoE: weights were not prepared"
+        w13, w2p = self.prepared
+        shapes = {
+            "local_experts": int(w1.shape[0]),
+            "hidden": int(hidden_states.shape[-1]),
+            "intermediate": int(w13.scales.shape[-1] // 2),
+            "group_size": int(w13.group_size),
+        }
+        run_fused_moe(
+            "moe_w4a16",
+            output,
+            hidden_states,
+            w13,
+            w2p,
+            topk_weights,
+            topk_ids,
+            activation,
+            global_num_experts,
+            expert_map,
+            apply_router_weight_on_input,
+            shapes,
+        )
+
+
+def awq_moe_unsupported_reason(config: AutoAWQConfig, moe: Any) -> str | None:
+    """Why hexlayout cannot serve an AWQ MoE layer, or ``None``."""
+    if not config.zero_point:
+        return "AWQ without zero points"
+    if config.group_size not in GROUP_SIZES:
+        return f"group size {config.group_size}"
+    return moe_unsupported_reason(moe)
+
+
+class HexlayoutAWQMoEMethod(AutoAWQMoEMethod):
+    """vLLM's AWQ MoE weights (``create_weights`` inherited), prepared by hexlayout and computed
+    by :class:`HexlayoutWNA16Experts`."""
+
+    def __init__(self, quant_config: AutoAWQConfig, moe: Any) -> None:
+        # Not AutoAWQMoEMethod.__init__: it selects vLLM's WNA16 backend, which hexlayout
+        # replaces (and which raises on CPUs without one).
+        FusedMoEMethodBase.__init__(self, moe)
+        flush()
+        self.quant_config = quant_config
+        self.input_dtype = None
+        self.use_marlin = False
+        self.experts_cls = HexlayoutWNA16Experts
+
+    def process_weights_after_loading(self, layer: RoutedExperts) -> None:
+        from hexlayout.ops import prepare_wna16
+
+        g = self.quant_config.group_size
+        w13 = prepare_wna16(
+            layer.w13_qweight.data,
+            layer.w13_scales.data,
+            layer.w13_qzeros.data,
+            quant_format="awq",
+            bits=4,
+            group_size=g,
+        )
+        w2 = prepare_wna16(
+            layer.w2_qweight.data,
+            layer.w2_scales.data,
+            layer.w2_qzeros.data,
+            quant_format="awq",
+            bits=4,
+            group_size=g,
+        )
+        # vLLM's modular kernel reads the layer's w13_weight / w2_weight (shapes only, here).
+        layer.w13_weight = layer.w13_qweight
+        layer.w2_weight = layer.w2_qweight
+        self.moe_quant_config = self.get_fused_moe_quant_config(layer)
+        prepare_finalize = maybe_make_prepare_finalize(
+            moe=self.moe,
+            quant_config=self.moe_quant_config,
+            routing_tables=layer._expert_routing_tables(),
+            allow_new_interface=True,
+            use_monolithic=False,
+        )
+        experts = HexlayoutWNA16Experts(moe_config=self.moe, quant_config=self.moe_quant_config)
+        experts.prepared = (w13, w2)
+        self.moe_kernel = FusedMoEKernel(prepare_finalize, experts)
+        name = getattr(layer, "layer_name", None) or "?"
+        logger.info("hexlayout: %s: AWQ int4 MoE experts run hexlayout's fused_moe (W4A16)", name)
+
+    def get_fused_moe_quant_config(self, layer: RoutedExperts) -> FusedMoEQuantConfig:
+        # Activations enter unquantized; the experts hold their own dequantization constants.
+        return FusedMoEQuantConfig.make()
+
+
+class HexlayoutAWQConfig(AutoAWQConfig):
+    """vLLM's AutoAWQ config whose MoE layers run hexlayout's W4A16 fused MoE."""
+
+    def get_quant_method(self, layer: torch.nn.Module, prefix: str) -> Any:
+        if isinstance(layer, RoutedExperts) and not is_layer_skipped(
+            prefix, getattr(self, "modules_to_not_convert", []), match_mode="substring"
+        ):
+            reason = awq_moe_unsupported_reason(self, layer.moe_config)
+            if reason is None:
+                return HexlayoutAWQMoEMethod(self, layer.moe_config)
+            logger.info("hexlayout: %s: keeping vLLM's AWQ MoE (%s)", prefix, reason)
+        return super().get_quant_method(layer, prefix)
+
+
+def register_awq() -> list[str]:
+    """Register :class:`HexlayoutAWQConfig` as vLLM's ``awq`` quantization when hexlayout has
+    ``prepare_wna16``; returns what was swapped, for the log."""
+    import hexlayout.ops
+
+    if not hasattr(hexlayout.ops, "prepare_wna16"):
+        return []
+    register_quantization_config("awq")(HexlayoutAWQConfig)
+    return [f"quantization awq -> {__name__}.HexlayoutAWQConfig"]

@@ -1,0 +1,45 @@
+"""``HEXLAYOUT_VLLM_TRACE=<dir>``: one JSON line per hexlayout kernel call made through the plugin.
+
+Each call appends ``{"pid": int, "kernel": str, "shapes": {...}, "dtype": str}`` to
+``<dir>/hexlayout-vllm.<pid>.jsonl`` (one file per process, so processes never interleave
+lines). ``kernel`` is one of :data:`TRACE_KERNELS`. Unset or empty: nothing is written and no
+shape is computed (callers check :func:`trace_dir` first, so the fast path never reads tensor
+contents).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["TRACE_ENV", "TRACE_KERNELS", "trace_dir", "trace_path", "record"]
+
+TRACE_ENV = "HEXLAYOUT_VLLM_TRACE"
+TRACE_KERNELS: tuple[str, ...] = ("moe", "moe_w4a16", "attention_prefill", "attention_decode")
+
+
+def trace_dir() -> str | None:
+    """The trace directory, or ``None`` when tracing is off."""
+    return os.environ.get(TRACE_ENV) or None
+
+
+def trace_path(directory: str, pid: int | None = None) -> str:
+    """This process's trace file in ``directory``."""
+    return os.path.join(directory, f"hexlayout-vllm.{os.getpid() if pid is None else pid}.jsonl")
+
+
+def record(kernel: str, shapes: dict[str, Any], dtype: Any) -> None:
+    """Append one call of ``kernel`` (with its ``shapes``: names to ints or int lists) to this
+    process's trace file; nothing when tracing is off."""
+    directory = trace_dir()
+    if directory is None:
+        return
+    if kernel not in TRACE_KERNELS:
+        raise ValueError(f"hexlayout vLLM trace: unknown kernel {kernel!r}; expected one of {TRACE_KERNELS}")
+    line = json.dumps(
+        {"pid": os.getpid(), "kernel": kernel, "shapes": shapes, "dtype": str(dtype).removeprefix("torch.")}
+    )
+    os.makedirs(directory, exist_ok=True)
+    with open(trace_path(directory), "a", encoding="utf-8") as f:
+        f.write(line + "\n")
