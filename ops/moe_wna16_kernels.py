@@ -191,8 +191,11 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
             for k0, ra in _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt):  # gathered token rows
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
-                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc_g)
-                hl.mma(ra, _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits), acc_u)
+                # warps side by side along N: each weight is dequantized by one warp only
+                wg = _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                hl.mma(ra, wg, acc_g, warps=(1, WARPS))
+                wu = _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
+                hl.mma(ra, wu, acc_u, warps=(1, WARPS))
             a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
             hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (m0, n0)))  # row = sorted position
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from hexlayout.ops.moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
 
+from hexlayout.ir.tile import GlobalView
+from hexlayout.ir.walk import walk
 from hexlayout.lang import bf16, f16
 from hexlayout.runtime import build
 from hexlayout.runtime.sass import count_prefix, disassemble, opcode_counts
@@ -29,18 +31,16 @@ def _build(kernel: str, bits: int, dtype: str, consts: dict, arch: str, compile:
     k = KERNELS[kernel](dt, bits, consts["BK"])
     extra = {"ZERO": 0 if bits == 4 else 128, "TOPK": 2, **{c: v for c, v in consts.items() if c != "BK"}}
     if not compile:
-        return synthesize(k.trace(**extra), arch)
+        tk = k.trace(**extra)
+        return tk, synthesize(tk, arch)
     return build(k, arch, **extra)
 
 
 @pytest.mark.parametrize(("kernel", "bits", "dtype", "consts"), CONFIGS)
 def test_weights_load_as_one_vector_per_row_fragment(kernel, bits, dtype, consts) -> None:
-    syn = _build(kernel, bits, dtype, consts, "sm_80", compile=False)
-    loads = [
-        i
-        for op, i in syn.lowered.choices
-        if getattr(getattr(op, "src", None), "name", "").startswith("q_tile")
-    ]
+    tk, syn = _build(kernel, bits, dtype, consts, "sm_80", compile=False)
+    views = {op.result.id for op in walk(tk) if isinstance(op, GlobalView) and op.param.name == "q"}
+    loads = [i for op, i in syn.lowered.choices if getattr(getattr(op, "src", None), "id", None) in views]
     width = consts["BK"] * bits // 4  # bits of one thread's row fragment: BK / 4 values
     assert loads and set(loads) == {f"ld.global.b{width}"}, syn.lowered.choices
 
