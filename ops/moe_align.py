@@ -18,18 +18,23 @@ semantics, with a deterministic order inside an expert). Experts without a slot 
 Buffers are sized from ``S``, ``E`` and ``BM`` only (``max_padded_slots``), never from the
 routing: no host synchronization, so the call can be captured in a CUDA graph.
 
-The kernels (``E`` thread blocks each, block ``e`` owning local expert ``e``):
+The kernels (index tiles of gathers and scatters must be computable per thread from loads,
+iota and integer math, never from a reduction, hence the round trips through global memory):
 
-- ``moe_align_count``: fills ``sorted_ids`` with ``S`` and ``expert_ids`` with -1 (each block
-  its share), then counts expert ``e``'s slots, ``C`` slots per step, into ``counts[e]``.
-- ``moe_align_scatter``: reads every count (``offset[e]`` and the total are sums of masked
-  count tiles: no scan), writes ``expert_ids`` of its blocks, and scatters its slots: the rank
-  of a slot within a step of ``C`` slots is a ``C x C`` masked row sum (``#{j < i : local(j) =
-  e}``), plus the running count of the earlier steps.
+- ``moe_align_count`` (block ``e`` per local expert): fills ``sorted_ids`` with ``S`` and
+  ``expert_ids`` with -1 (each block its share), then counts expert ``e``'s slots, 128 per
+  step, into ``counts[e]``.
+- ``moe_align_offsets`` (block ``e``): ``starts[e] = offset[e]`` and ``ends[e]`` as sums of
+  masked count tiles (no scan), the padded total into ``num_tokens_post_padded``.
+- ``moe_align_rank`` (a block per 8 experts ``e0 + u``): ``expert_ids`` of their blocks (from
+  the scalar loads ``starts[e]``, ``ends[e]``), and ``rank[s]`` = the slot's position among its
+  expert's slots: per step of 64 slots an mma ``L @ hit^T`` (``L`` strictly lower triangular,
+  ``hit[u, j] = (local(j) == e0 + u)``, f16 0/1 in, f32 out: exact) gives the exclusive prefix
+  of the 8 experts at once, plus the running count of the earlier steps (``1 @ hit^T``).
+- ``moe_align_scatter`` (a block per 128 slots): ``sorted_ids[starts[local(s)] + rank[s]] = s``.
 
-Each step costs ``C * C / threads`` integer operations per thread and every expert block reads
-all ``S`` slots, so the alignment costs ``O(E * S * C / 128)`` thread operations: small for
-decode (``S <= 128``: one step per block), a few microseconds per thousand slots at prefill.
+Every rank block reads all ``S`` slots: ``O(E / 8 * S)`` loads and ``E / 8 * S / 64`` pairs of
+``64 x 64 x 8`` mmas in all, small for decode (``S <= 64``: one step per block).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ S, G, E, EM, NB, ONE = hl.dims("S G E EM NB ONE")
 
 #: Slots per step of the count and scatter kernels (``C``).
 STEP = 128
-#: Slots per step of the rank kernel (its ``C x C`` tile: 32 elements per thread).
+#: Slots per step of the rank kernel (its ``C x C`` triangular mma operand).
 RANK_STEP = 64
 
 
@@ -142,7 +147,8 @@ def moe_align_offsets_kernel() -> Any:
 @cache
 def moe_align_rank_kernel() -> Any:
     """``rank[s] = #{s' < s : local(s') = e}`` for expert ``e``'s slots; ``expert_ids[b] = e`` for
-    its blocks (``starts[e] / BM <= b < ends[e] / BM``). Constants: ``C``, ``BM``, ``MAPPED``."""
+    its blocks (``starts[e] / BM <= b < ends[e] / BM``). One thread block per 8 experts ``e0 + n``
+    (the mma's 8 columns). Constants: ``C``, ``BM``, ``MAPPED``."""
 
     @hl.kernel(threads=128, name="moe_align_rank")
     def moe_align_rank(
@@ -157,25 +163,27 @@ def moe_align_rank_kernel() -> Any:
         BM: int = 16,
         MAPPED: bool = False,
     ):
-        e = hl.grid(hl.spatial(starts.shape[0]))
+        e0 = hl.grid(hl.spatial(hl.cdiv(starts.shape[0], 8))) * 8
         n = ids.shape[0]
-        b0, b1 = starts[e] // BM, ends[e] // BM  # this expert's blocks
-        for j in hl.range(hl.cdiv(b1 - b0, C)):
-            b = hl.iota((C,), 0) + b0 + j * C
-            hl.copy(hl.zeros((C,), i32) + e, expert_ids[hl.where(b < b1, b, -1)])
+        for u in range(8):  # the blocks of expert e0 + u (none past E: its loads read 0)
+            b0, b1 = starts[e0 + u] // BM, ends[e0 + u] // BM
+            for j in hl.range(hl.cdiv(b1 - b0, C)):
+                b = hl.iota((C,), 0) + b0 + j * C
+                hl.copy(hl.zeros((C,), i32) + (e0 + u), expert_ids[hl.where(b < b1, b, -1)])
         lower = hl.cast(hl.iota((C, C), 1) < hl.iota((C, C), 0), f16)  # L[i, j] = (j < i)
         ones = hl.full((C, C), 1.0, f16)
-        run = hl.zeros((C, 8), f32)  # slots of e in earlier steps
+        run = hl.zeros((C, 8), f32)  # run[i, u]: slots of e0 + u in earlier steps
         for c in hl.range(hl.cdiv(n, C)):
-            # hit[j] (8 equal rows: an mma B operand); before = L @ hit: the exclusive prefix,
-            # exact in f32; run += 1 @ hit counts the step's slots for the next steps
-            hit = hl.cast(_local(ids, expert_map, hl.iota((8, C), 1) + c * C, MAPPED).eq(e), f16)
+            # hit[u, j] = (local(slot j) == e0 + u), an mma B operand; before = L @ hit^T: the
+            # exclusive prefix of each expert, exact in f32; run += 1 @ hit^T for the next steps
+            local = _local(ids, expert_map, hl.iota((8, C), 1) + c * C, MAPPED)
+            hit = hl.cast(local.eq(hl.iota((8, C), 0) + e0), f16)
             before = hl.zeros((C, 8), f32)
             hl.mma(lower, hit, before)
             before += run
             hl.mma(ones, hit, run)
-            slot = hl.iota((C, 8), 0) + c * C  # column 0 of before is stored
-            mine = _local(ids, expert_map, slot, MAPPED).eq(e) & hl.iota((C, 8), 1).eq(0)
+            slot = hl.iota((C, 8), 0) + c * C  # column u of slot i is stored when local(i) = e0 + u
+            mine = _local(ids, expert_map, slot, MAPPED).eq(hl.iota((C, 8), 1) + e0)
             hl.copy(hl.cast(before, i32), rank[hl.where(mine, slot, -1)])
 
     return moe_align_rank
