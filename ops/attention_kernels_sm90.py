@@ -18,9 +18,10 @@ only the machine code differs:
   block ``j + 1`` loads while block ``j`` is used. cp.async writes through the generic
   proxy and wgmma reads through the async proxy, so every thread fences its landed copies
   (``hl.fence_proxy_async``) before the barrier that precedes the wgmma;
-- the online softmax runs in the log2 domain (``qk_scale = scale * log2(e)``, or ``scale / c``
-  and ``cap = c * log2(e)`` with a softcap), with masks only in the key blocks that need them:
-  without a window, the blocks below ``n_full`` are visible to every row of the tile.
+- the online softmax runs in the log2 domain (``qk_scale = scale * log2(e)`` (> 0) applied to
+  the row max and inside the exponential's argument, one FMA; or ``scale / c`` and ``cap = c *
+  log2(e)`` with a softcap), ``exp2_approx`` (one MUFU.EX2), with masks only in the key blocks
+  that need them: without a window, the blocks below ``n_full`` are visible to every row.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
@@ -118,6 +119,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
         l_i = hl.zeros((BM, 1), f32)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         qpos = (hl.iota((BM, BN), 0) + m0) // G + shift        # the key aligned with each row
+        mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
         for masked in (True,) if WINDOW else (False, True):
             for j in (hl.range(n_full, hi) if masked else hl.range(lo, n_full)):
                 buf = j % 2
@@ -134,8 +136,6 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.wgmma_wait(0)
                 if SOFTCAP:
                     sc = hl.tanh(sc * qk_scale) * cap
-                else:
-                    sc *= qk_scale
                 if masked:
                     kj = hl.iota((BM, BN), 1) + j * BN
                     valid = kj < n
@@ -144,10 +144,10 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                     if WINDOW:
                         valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
                     sc = hl.where(valid, sc, NEG_INF)
-                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1))
+                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * mult)   # the scale (> 0) on the max
                 m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
-                p = hl.exp2(sc - m_use)
-                alpha = hl.exp2(m_i - m_use)
+                p = hl.exp2_approx(sc * mult - m_use)          # one FMA, one MUFU.EX2
+                alpha = hl.exp2_approx(m_i - m_use)
                 hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
                 acc *= alpha
                 hl.assign(m_i, m_new)
