@@ -236,3 +236,11 @@ def test_torch_compile_fullgraph() -> None:
 
     out = torch.compile(layer, fullgraph=True, backend="aot_eager")(x, tw, ids)
     close(out / 2, reference(x, w13, w2, tw, ids, "gelu"), torch.float16)
+
+
+def test_h_and_i_not_multiples_of_the_tiles() -> None:
+    x, w13, w2, tw, ids = make(5, 48, 40, 8, 2, torch.bfloat16, seed=13)     # BK 64, BN 64
+    close(fused_moe(x, w13, w2, tw, ids, activation="gelu"), reference(x, w13, w2, tw, ids, "gelu"),
+          torch.bfloat16)
+    empty = fused_moe(x[:0], w13, w2, tw[:0], ids[:0])
+    assert empty.shape == (0, 48)
