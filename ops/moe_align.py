@@ -21,9 +21,9 @@ routing: no host synchronization, so the call can be captured in a CUDA graph.
 The kernels (index tiles of gathers and scatters must be computable per thread from loads,
 iota and integer math, never from a reduction, hence the round trips through global memory):
 
-- ``moe_align_count`` (block ``e`` per local expert): fills ``sorted_ids`` with ``S`` and
-  ``expert_ids`` with -1 (each block its share), then counts expert ``e``'s slots, 128 per
-  step, into ``counts[e]``.
+- ``moe_align_count`` (a block per 8 local experts): fills ``sorted_ids`` with ``S`` and
+  ``expert_ids`` with -1 (each block its share), then counts its experts' slots, 128 per step,
+  into ``counts``.
 - ``moe_align_offsets`` (block ``e``): ``starts[e] = offset[e]`` and ``ends[e]`` as sums of
   masked count tiles (no scan), the padded total into ``num_tokens_post_padded``.
 - ``moe_align_rank`` (a block per 8 experts ``e0 + u``): ``expert_ids`` of their blocks (from
@@ -90,8 +90,9 @@ def _local(ids: Any, expert_map: Any, pos: Any, mapped: bool) -> Any:
 
 @cache
 def moe_align_count_kernel() -> Any:
-    """``counts[e] = #{s : local(s) = e}``; ``sorted_ids[:] = S`` (padding), ``expert_ids[:] = -1``.
-    Constants: ``C`` slots per step, ``MAPPED`` (``expert_map`` is read; else it is a dummy)."""
+    """``counts[e] = #{s : local(s) = e}`` (a block per 8 experts); ``sorted_ids[:] = S``
+    (padding), ``expert_ids[:] = -1``. Constants: ``C`` slots per step, ``MAPPED``
+    (``expert_map`` is read; else it is a dummy)."""
 
     @hl.kernel(threads=128, name="moe_align_count")
     def moe_align_count(
@@ -104,17 +105,19 @@ def moe_align_count_kernel() -> Any:
         C: int = STEP,
         MAPPED: bool = False,
     ):
-        e = hl.grid(hl.spatial(counts.shape[0]))
-        ne, n, em = counts.shape[0], ids.shape[0], sorted_ids.shape[0]
+        g = hl.grid(hl.spatial(hl.cdiv(counts.shape[0], 8)))  # experts 8 g .. 8 g + 7
+        ng, ne, n, em = hl.cdiv(counts.shape[0], 8), counts.shape[0], ids.shape[0], sorted_ids.shape[0]
         lane = hl.iota((C,), 0)
-        for j in hl.range(hl.cdiv(hl.cdiv(em, C) - e, ne)):  # chunks e, e + E, ... of sorted_ids
-            p = lane + (j * ne + e) * C
+        for j in hl.range(hl.cdiv(hl.cdiv(em, C) - g, ng)):  # chunks g, g + ng, ... of sorted_ids
+            p = lane + (j * ng + g) * C
             hl.copy(hl.zeros((C,), i32) + n, sorted_ids[hl.where(p < em, p, -1)])
             hl.copy(hl.zeros((C,), i32) - 1, expert_ids[hl.where(p < expert_ids.shape[0], p, -1)])
-        acc = hl.zeros((C,), i32)
+        mine = hl.iota((8, C), 0) + g * 8  # row u counts expert 8 g + u
+        acc = hl.zeros((8, C), i32)
         for c in hl.range(hl.cdiv(n, C)):
-            acc += hl.cast(_local(ids, expert_map, lane + c * C, MAPPED).eq(e), i32)
-        hl.copy(hl.sum(acc, 0), counts[e : e + 1])
+            acc += hl.cast(_local(ids, expert_map, hl.iota((8, C), 1) + c * C, MAPPED).eq(mine), i32)
+        e = hl.iota((8, 1), 0) + g * 8
+        hl.copy(hl.sum(acc, 1), counts[hl.where(e < ne, e, -1)])
 
     return moe_align_count
 
