@@ -18,7 +18,7 @@ combine kernels, no torch op in between but allocations, no host synchronization
     moe_align(topk_ids) -> sorted_ids, expert_ids      (ops/moe_align.py, blocks of BM slots)
     gate_up: inter[p] = act(gate) * up                 (one row per sorted position)
     down:    y[s] = w_s * inter[p] @ w2[e]^T           (one row per token slot)
-    moe_sum: out[t] = sum_j y[t * k + j]
+    moe_sum: out[t] = sum_j y[t * k + j]              (k = 1: y is out, no launch)
 
 Quantized weights plug in by swapping the two GEMM launches: ``fused_moe`` dispatches on
 ``w13``'s type (``_prepared_runner``) — a ``torch.Tensor`` goes to
@@ -87,6 +87,8 @@ def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_e
     fresh = torch.zeros if expert_map is not None or dev.type == "cpu" else torch.empty
     y = fresh((t * k, h), dtype=dt, device=dev)
     down(run, inter, y)
+    if k == 1:                                               # one row per token: y is the output
+        return y
     out = torch.empty((t, h), dtype=dt, device=dev)
     summ = build_for(moe_sum_kernel(lang_dtype(dt)), dev, {"ROWS": 16, "BH": 64, "TOPK": k})
     run_kernel(summ, (y.view(t, k, h), out), outputs=(1,))
