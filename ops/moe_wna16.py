@@ -202,14 +202,14 @@ def k_tile(k: int, group_size: int) -> int:
 def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
     """Kernel constants from the sizes only (capture-safe): ``BM`` 16 while experts average
     fewer than 64 routed rows (decode, medium), else 64; ``BN`` 64; ``BK`` ``k_tile``; activation
-    rows gathered 1 (BM 16) or 2 (BM 64) k-tiles ahead (``STAGES``); 4 warps;
+    rows gathered 2 k-tiles ahead (``STAGES`` 3); 4 warps;
     ``GROUP`` the group size (``ONE_GROUP`` for -1)."""
     bm = 64 if num_slots >= 64 * num_experts else 16
     return {
         "BM": bm,
         "BN": 64,
         "BK": k_tile(size_k, group_size),
-        "STAGES": 3 if bm == 64 else 2,
+        "STAGES": 3,
         "WARPS": 4,
         "GROUP": ONE_GROUP if group_size == -1 else group_size,
     }

@@ -45,6 +45,9 @@ __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "gelu_erf"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
 
+#: 1.5 * 2^23 and its bits: the f32 magic-number conversion of a small non-negative integer
+MAGIC_F32, MAGIC_F32_BITS = 12582912.0, 0x4B400000
+
 # erf(x) = 1 - (a1 p + a2 p^2 + ... + a5 p^5) exp(-x^2), p = 1 / (1 + P |x|) (x >= 0):
 # Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
 _P = 0.3275911
@@ -94,10 +97,17 @@ def _dequant(
     st = hl.register(dt, (BN, 1))
     hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
     if ZERO:
-        return (hl.cast(qt, dt) - float(ZERO)) * st
-    zt = hl.register(dt, (BN, 1))
-    hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
-    return (hl.cast(qt, dt) - zt) * st
+        zt: Any = float(ZERO)
+    else:
+        zt = hl.register(dt, (BN, 1))
+        hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
+    if dt.name != "bf16":
+        return (hl.cast(qt, dt) - zt) * st
+    # bf16: in f32, q by the magic number 1.5 * 2^23 (q + 2^23 * 1.5 has q in its low mantissa
+    # bits); (q - z) * s is exact in f32 (8-bit by 8-bit significands), rounded to bf16 once
+    qf = hl.bitcast(hl.cast(qt, i32) | MAGIC_F32_BITS, f32)
+    zf = zt + MAGIC_F32 if ZERO else hl.cast(zt, f32) + MAGIC_F32
+    return hl.cast((qf - zf) * hl.cast(st, f32), dt)
 
 
 def _routed_rows(sorted_ids: Any, m0: Any, BM: int, limit: Any) -> Any:
@@ -168,7 +178,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         BM: int = 16,
         BN: int = 64,
         BK: int = bk,
-        STAGES: int = 2,
+        STAGES: int = 3,
         WARPS: int = 4,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -223,7 +233,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         BM: int = 16,
         BN: int = 64,
         BK: int = bk,
-        STAGES: int = 2,
+        STAGES: int = 3,
         WARPS: int = 4,
         GROUP: int = 128,
         ZERO: int = 0,
