@@ -14,7 +14,15 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
-from .attention_args import _kind, check_device, check_dtype, check_rows, check_tensors, content_checks
+from .attention_args import (
+    _is_real,
+    _kind,
+    check_device,
+    check_dtype,
+    check_rows,
+    check_tensors,
+    content_checks,
+)
 
 __all__ = ["check_fused_moe", "check_routing", "check_moe_align", "ACTIVATIONS", "OP"]
 
@@ -25,6 +33,12 @@ ACTIVATIONS = ("silu", "gelu")
 def _contiguous(op: str, name: str, t: Any) -> None:
     if not t.is_contiguous():
         raise ArgumentError(op, name, f"has strides {tuple(t.stride())}; it must be contiguous")
+
+
+def _aligned(op: str, name: str, t: Any) -> None:
+    off = t.data_ptr() % 16 if _is_real(t) else t.storage_offset() * t.element_size() % 16
+    if off and t.numel():
+        raise ArgumentError(op, name, f"starts {off} bytes off 16-byte alignment; pass {name}.clone()")
 
 
 def check_routing(
@@ -67,6 +81,8 @@ def check_routing(
     for name, x in (("hidden_states", hidden_states), ("topk_weights", topk_weights), ("topk_ids", topk_ids)):
         _contiguous(op, name, x)
     check_rows(op, "hidden_states", hidden_states)
+    _aligned(op, "topk_weights", topk_weights)
+    _aligned(op, "topk_ids", topk_ids)
     if not isinstance(activation, str):
         raise ArgumentTypeError(op, "activation", f"expected a string, got {_kind(activation)}")
     if activation not in ACTIVATIONS:
@@ -94,6 +110,7 @@ def check_routing(
         if expert_map.dtype != torch.int32:
             raise ArgumentError(op, "expert_map", f"has dtype {expert_map.dtype}, expected torch.int32")
         _contiguous(op, "expert_map", expert_map)
+        _aligned(op, "expert_map", expert_map)
         g = expert_map.shape[0]
         if global_num_experts is not None and global_num_experts != g:
             raise ArgumentError(

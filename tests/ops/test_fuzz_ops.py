@@ -837,6 +837,188 @@ TABLE["attention_varlen"] = OpTable(
     module=sys.modules[__name__], fallback=av_bad_value)
 
 
+# --- the fused MoE (bf16 / f16 weights) -----------------------------------------------------------------
+
+MOE_TENSORS = ("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")
+MOE_RANK = {"hidden_states": 2, "w13": 3, "w2": 3, "topk_weights": 2, "topk_ids": 2, "expert_map": 1}
+
+
+@st.composite
+def moe_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([8, 32]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    mapped = draw(st.booleans())
+    g = e + draw(st.integers(0, 3))
+    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), dt), "w2": T((e, h, i), dt),
+            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
+            "activation": draw(st.sampled_from(["silu", "gelu"])),
+            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
+            "expert_map": T((g,), I32) if mapped else None,
+            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
+
+
+def _moe_present(c: Case) -> list[str]:
+    return [x for x in MOE_TENSORS if isinstance(c.args.get(x), T)]
+
+
+def _moe_consistent(c: Case) -> bool:
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r
+               for x, r in MOE_RANK.items() if x != "expert_map")
+
+
+def moe_x_dtype(c: Case, draw: Any) -> bool:
+    if not isinstance(c.args["hidden_states"], T):
+        return False
+    c.args["hidden_states"] = replace(c.args["hidden_states"],
+                                      dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
+    c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def moe_other_dtype(c: Case, draw: Any) -> bool:
+    others = [x for x in _moe_present(c) if x != "hidden_states"]
+    if not others or not isinstance(c.args["hidden_states"], T):
+        return False
+    x = draw(st.sampled_from(others))
+    if x in ("topk_ids", "expert_map"):
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
+    elif x == "topk_weights":
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float16, torch.float64, I32])))
+    else:
+        other = BF16 if c.args["hidden_states"].dtype == F16 else F16
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
+    c.blame.add(x)
+    return True
+
+
+def moe_rank(c: Case, draw: Any) -> bool:
+    if not _moe_present(c):
+        return False
+    x = draw(st.sampled_from(_moe_present(c)))
+    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != MOE_RANK[x]]))
+    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
+    c.blame.add(x)
+    return True
+
+
+def moe_shape_mismatch(c: Case, draw: Any) -> bool:
+    """w13's H or 2I, w2's shape, top-k rows or widths that disagree, H not a multiple of 8."""
+    if not _moe_consistent(c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, n2, _ = a["w13"].shape
+    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "rows", "width", "h8"]))
+    if x == "w13_h":
+        a["w13"] = replace(a["w13"], shape=(e, n2, h + 8))
+        c.blame |= {"w13", "hidden_states"}
+    elif x == "w13_odd":
+        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
+        c.blame |= {"w13", "w2"}
+    elif x == "w2":
+        sh = list(a["w2"].shape)
+        sh[draw(st.integers(0, 2))] += 8
+        a["w2"] = replace(a["w2"], shape=tuple(sh))
+        c.blame |= {"w2", "w13"}
+    elif x == "rows":
+        for y in ("topk_ids", "topk_weights"):
+            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
+        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
+    elif x == "width":
+        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
+        c.blame |= {"topk_ids", "topk_weights"}
+    else:
+        a["hidden_states"] = replace(a["hidden_states"], shape=(t, 12))
+        a["w13"] = replace(a["w13"], shape=(e, n2, 12))
+        a["w2"] = replace(a["w2"], shape=(e, 12, n2 // 2))
+        c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def moe_layout(c: Case, draw: Any) -> bool:
+    cands = [x for x in _moe_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
+    if not cands:
+        return False
+    x = draw(st.sampled_from(cands))
+    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
+    c.blame.add(x)
+    return True
+
+
+def moe_device(c: Case, draw: Any) -> bool:
+    if not _moe_present(c):
+        return False
+    x = draw(st.sampled_from(_moe_present(c)))
+    c.args[x] = replace(c.args[x], device="meta")
+    c.blame |= set(_moe_present(c)) if x == "hidden_states" else {x}
+    return True
+
+
+def moe_not_a_tensor(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(MOE_TENSORS))
+    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x == "expert_map" else [None])))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def moe_bad_value(c: Case, draw: Any) -> bool:
+    a = c.args
+    x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
+    if x == "activation":
+        a[x] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
+        c.blame.add(x)
+    elif x == "apply_router_weight_on_input":
+        ids = a["topk_ids"]
+        if not isinstance(ids, T) or len(ids.shape) != 2 or ids.shape[1] < 2:
+            return False
+        a[x] = True
+        c.blame.add(x)
+    else:
+        emap, w13 = a.get("expert_map"), a["w13"]
+        if isinstance(emap, T) and len(emap.shape) == 1:
+            a[x] = emap.shape[0] + 1
+        elif emap is None and isinstance(w13, T) and len(w13.shape) == 3:
+            a[x] = w13.shape[0] + draw(st.integers(1, 3))
+        else:
+            return False
+        c.blame |= {x, "expert_map"}
+    return True
+
+
+def moe_bad_kind(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
+    pool = {"activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
+            "global_num_experts": ["8", 2.5, [4]]}[x]
+    c.args[x] = draw(st.sampled_from(pool))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def moe_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: activations and weights that require grad."""
+    for x in ("hidden_states", "w13", "w2"):
+        if isinstance(c.args.get(x), T) and draw(st.booleans()):
+            c.args[x] = replace(c.args[x], requires_grad=True)
+
+
+MOE_COMMON = [moe_rank, moe_layout, moe_device, moe_not_a_tensor]
+TABLE["fused_moe"] = OpTable(
+    valid=moe_valid, mutations=[moe_x_dtype, moe_other_dtype, moe_shape_mismatch, *MOE_COMMON, moe_bad_value,
+                                moe_bad_kind],
+    exclusive=[{moe_device}], noise=moe_noise,
+    covers={"hidden_states": [moe_x_dtype, moe_shape_mismatch, *MOE_COMMON],
+            "w13": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
+            "w2": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
+            "topk_weights": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
+            "topk_ids": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
+            "expert_map": [moe_other_dtype, *MOE_COMMON],
+            **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
+                                                         "global_num_experts")}},
+    module=sys.modules[__name__], fallback=moe_bad_value)
+
+
 def _ops() -> dict[str, Any]:
     """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
     return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
@@ -903,7 +1085,8 @@ PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.op
          "paged_attention": {"Op": lambda: _ops()["paged_attention"],
                              "function": lambda: hexlayout.ops.attention.paged_attention},
          "attention_varlen": {"Op": lambda: _ops()["attention_varlen"],
-                              "function": lambda: hexlayout.ops.attention_varlen.attention_varlen}}
+                              "function": lambda: hexlayout.ops.attention_varlen.attention_varlen},
+         "fused_moe": {"Op": lambda: _ops()["fused_moe"], "function": lambda: hexlayout.ops.moe.fused_moe}}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
