@@ -11,6 +11,9 @@
 - ``attention_varlen`` (``hexlayout.ops.attention_varlen``): prefill attention over packed
   variable-length sequences (FlashAttention's varlen interface), kernel in
   ``attention_varlen_kernels``.
+- ``fused_moe`` (``hexlayout.ops.moe``): the fused mixture-of-experts layer (vLLM's semantics) for
+  bf16 / f16 expert weights, dispatching prepared quantized weights to the ops below; routing
+  alignment ``moe_align`` (``hexlayout.ops.moe_align``) and the grouped GEMMs of ``moe_kernels``.
 - ``prepare_wna16`` / ``fused_moe_wna16`` (``hexlayout.ops.moe_wna16``): mixture of experts with
   AWQ / GPTQ 4-bit and GPTQ 8-bit expert weights, dequantized in registers before mma.sync
   (kernels in ``moe_wna16_kernels``).
