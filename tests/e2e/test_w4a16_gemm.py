@@ -71,6 +71,7 @@ def w4a16_sm90(a: f16[M, K], qw: s32[K, NW], scales: f16[G, NW, 8], qz: s32[G, N
         rz = hl.register(s32, (BW, 1))
         hl.copy(hl.view(qz, tile=(1, BW), origin=(g, w0)).T, rz)
         hl.wait_group(0)
+        hl.fence_proxy_async()                                   # cp.async wrote sa; wgmma reads it
         hl.syncthreads()
         for i, j in enumerate(AWQ_ORDER):
             rs = hl.register(f16, (BW, 1))
