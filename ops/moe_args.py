@@ -53,7 +53,8 @@ def check_routing(
     global_num_experts: Any,
 ) -> int:
     """The routing arguments shared by every fused MoE op; returns the number of global experts
-    (``global_num_experts``, else ``len(expert_map)``, else ``num_experts``)."""
+    (``global_num_experts``, else ``len(expert_map)``, else ``num_experts``; -1, vLLM's default,
+    counts as not given)."""
     import torch
 
     check_tensors(
@@ -104,6 +105,8 @@ def check_routing(
         raise ArgumentTypeError(
             op, "global_num_experts", f"expected an int or None, got {_kind(global_num_experts)}"
         )
+    if global_num_experts == -1:  # vLLM's "not given"
+        global_num_experts = None
     if expert_map is not None:
         check_tensors(op, [("expert_map", expert_map, 1)])
         check_device(op, ("hidden_states", hidden_states), [("expert_map", expert_map)])

@@ -244,3 +244,12 @@ def test_h_and_i_not_multiples_of_the_tiles() -> None:
           torch.bfloat16)
     empty = fused_moe(x[:0], w13, w2, tw[:0], ids[:0])
     assert empty.shape == (0, 48)
+
+
+def test_global_num_experts_minus_one_is_the_default() -> None:
+    """vLLM passes -1 for "not given"."""
+    x, w13, w2, tw, ids = make(3, 64, 64, 8, 2, torch.float16, seed=14)
+    out = fused_moe(x, w13, w2, tw, ids, global_num_experts=-1)
+    close(out, reference(x, w13, w2, tw, ids), torch.float16)
+    with pytest.raises(ArgumentError, match="global_num_experts"):
+        fused_moe(x, w13, w2, tw, ids, global_num_experts=-2)
