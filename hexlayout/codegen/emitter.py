@@ -19,6 +19,7 @@ from hexlayout.ir.expr import (
     UnOp,
     Var,
     as_expr,
+    bounds,
     free_vars,
     reg_reads,
     replace_leaves,
@@ -110,8 +111,9 @@ class Emitter:
         out = self._warp_uniform(e) if warp_uniform and self.kernel.thread_index in fv else e
         ren = {v: self._rename[v] for v in fv if v in self._rename}
         out = substitute(out, ren) if ren else out
-        if reg_reads(out):        # per-thread register values (e.g. gathered row indices)
-            out = replace_leaves(out, lambda x: Var(f"{self.reg_name(x.array)}[{x.index}]", 0, None)
+        if reg_reads(out):        # per-thread register values (e.g. gathered row indices), with
+            # the bounds of their type (a signed load may be negative: `e >= 0` must not fold to 1)
+            out = replace_leaves(out, lambda x: Var(f"{self.reg_name(x.array)}[{x.index}]", *bounds(x))
                                  if isinstance(x, RegRead) else x)
         return to_c(out)
 

@@ -57,3 +57,14 @@ def test_compiles_without_spills_and_dequantizes_in_registers(kernel, bits, dtyp
     assert count_prefix(counts, "LOP3") > 0 and count_prefix(counts, "PRMT") > 0, counts
     assert count_prefix(counts, "I2F") == 0, counts
     assert count_prefix(counts, "HMMA") > 0 and st.main_loop is not None and st.main_loop.mma > 0, counts
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_blocks_without_an_expert_skip_the_gemm_in_the_cuda_source(kernel) -> None:
+    """``with hl.if_(e >= 0)`` on the loaded (signed) block expert stays a branch in the CUDA
+    source: a block of expert -1 (unused, or past the padded total) must not run the GEMM with
+    weight offsets of expert -1 (the code generator once gave loaded values a lower bound 0 and
+    printed ``if (1)``). The emulator, which evaluates the condition itself, cannot see this."""
+    b = build(KERNELS[kernel](f16, 4, 64), "sm_80", compile=False, BM=16, TOPK=2)
+    branches = [ln.strip() for ln in b.generated.source.splitlines() if ln.strip().startswith("if (")]
+    assert "if (0 <= block_expert_ld[0]) {" in branches, branches[:3]
