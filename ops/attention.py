@@ -95,12 +95,18 @@ def kernel_arch(device: Any) -> str:
     """The architecture kernels are built for on ``device``: a CUDA device's own, else the
     emulated one (``HEXLAYOUT_EMULATE_ARCH``, default sm_80)."""
     if device.type == "cuda":
-        import torch
+        arch = _ARCH.get(device)
+        if arch is None:
+            import torch
 
-        from .gemm import device_arch
+            from .gemm import device_arch
 
-        return device_arch(torch.cuda.get_device_capability(device))
+            arch = _ARCH[device] = device_arch(torch.cuda.get_device_capability(device))
+        return arch
     return os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
+
+
+_ARCH: dict[Any, str] = {}
 
 
 def paged_attention(
