@@ -224,17 +224,13 @@ def _kind(x: Any) -> str:
 
 
 def _contiguous_aligned(name: str, t: Any) -> None:
+    """Contiguous and 16-byte aligned: the data pointer of a real tensor, the storage offset of
+    a fake / meta one (torch.compile, FakeTensorMode), so both paths refuse a misaligned view."""
+    from .moe_args import _aligned
+
     if not t.is_contiguous():
         raise ArgumentError(RUN_OP, name, f"must be contiguous, got strides {tuple(t.stride())}")
-    if (
-        t.device.type in ("cuda", "cpu")
-        and not type(t).__name__.startswith("Fake")
-        and t.numel()
-        and t.data_ptr() % 16
-    ):
-        raise ArgumentError(
-            RUN_OP, name, f"starts {t.data_ptr() % 16} bytes off 16-byte alignment; pass {name}.clone()"
-        )
+    _aligned(RUN_OP, name, t)
 
 
 def _check_weight(
