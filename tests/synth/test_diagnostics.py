@@ -301,6 +301,7 @@ def shared_a_and_transposed_b(a: f16[M, K], b: f16[N, K], c: f32[M, N], *,
     hl.copy(hl.view(b, tile=(64, 64)), sc)
     hl.commit_group()
     hl.wait_group(0)
+    hl.fence_proxy_async()               # cp.async wrote the tiles the wgmmas read
     hl.syncthreads()
     acc = hl.zeros((64, 64), f32)
     acc2 = hl.zeros((64, 32), f32)
