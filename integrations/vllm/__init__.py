@@ -6,7 +6,8 @@ run on the platform (CPU: only under ``HEXLAYOUT_EMULATE=1``, in the emulator; C
 capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
 
 - ``attention``: ``register_backend(AttentionBackendEnum.CPU_ATTN, ...)`` on vLLM's CPU build
-  (:mod:`.attention`);
+  (:mod:`.attention`); on CUDA ``register_backend(AttentionBackendEnum.CUSTOM, ...)``
+  (:mod:`.cuda_attention`), which the user selects with ``attention_backend="CUSTOM"``;
 - ``moe``: ``CustomOp.register_oot(..., name="UnquantizedFusedMoEMethod")`` (:mod:`.moe`) and
   ``register_quantization_config("awq")`` (:mod:`.awq`), when hexlayout's MoE ops exist.
 
@@ -39,16 +40,10 @@ def register() -> None:
     if not kernels:
         _STATE = ()
         return
-    from vllm.platforms import current_platform
-
+    from . import config
     from .log import announce, logger
-    if current_platform.is_cpu():
-        platform, capability = "cpu", None
-    elif current_platform.is_cuda():
-        cap = current_platform.get_device_capability()
-        platform, capability = "cuda", (None if cap is None else (cap.major, cap.minor))
-    else:
-        platform, capability = str(current_platform.device_name), None
+
+    platform, capability = config.vllm_platform()
     decision = device_decision(platform, capability)
     if not decision.run:
         _STATE = ()
@@ -63,7 +58,9 @@ def register() -> None:
 
             swapped.append(register_attention())
         else:
-            announce(f"hexlayout: attention on {platform}: keeping vLLM's backend")
+            from .cuda_attention import register_cuda_attention
+
+            swapped.append(register_cuda_attention())
     if "moe" in kernels:
         from .moe import register_moe
 

@@ -34,7 +34,7 @@ from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
 
 from .log import flush, logger
-from .trace import record, trace_dir
+from .trace import record_attention, trace_dir
 
 __all__ = [
     "HexlayoutCPUAttentionBackend",
@@ -163,24 +163,8 @@ class HexlayoutCPUAttentionImpl(CPUAttentionBackendImpl):
 
 
 def trace_attention(query: torch.Tensor, key_cache: torch.Tensor, md: Any) -> None:
-    """One trace line per part of the batch the call ran: decode sequences (one query token) and
-    prefill sequences (several)."""
-    qlens = (md.query_start_loc[1:] - md.query_start_loc[:-1]).tolist()
-    klens = md.seq_lens.tolist()
-    _, h, d = query.shape
-    for kernel, keep in (("attention_decode", lambda q: q == 1), ("attention_prefill", lambda q: q > 1)):
-        part = [i for i, q in enumerate(qlens) if keep(q)]
-        if part:
-            shapes = {
-                "num_seqs": len(part),
-                "num_tokens": sum(qlens[i] for i in part),
-                "max_seqlen_k": max(klens[i] for i in part),
-                "num_heads": h,
-                "num_kv_heads": key_cache.shape[1],
-                "head_size": d,
-                "block_size": key_cache.shape[2],
-            }
-            record(kernel, shapes, query.dtype)
+    """One trace line per part of the batch the call ran (:func:`.trace.record_attention`)."""
+    record_attention(query, key_cache.shape[1], key_cache.shape[2], md)
 
 
 class HexlayoutCPUAttentionBackend(CPUAttentionBackend):

@@ -1,4 +1,5 @@
-"""What the vLLM plugin swaps: ``HEXLAYOUT_VLLM`` and the device decision (no vLLM, no torch).
+"""What the vLLM plugin swaps: ``HEXLAYOUT_VLLM`` and the device decision (importing it imports
+neither vLLM nor torch; :func:`vllm_platform` asks vLLM when called).
 
 ``HEXLAYOUT_VLLM``:
 
@@ -28,6 +29,7 @@ __all__ = [
     "PluginConfigError",
     "DeviceDecision",
     "selected_kernels",
+    "vllm_platform",
     "device_decision",
 ]
 
@@ -61,6 +63,19 @@ def selected_kernels(value: str | None = None) -> frozenset[str]:
             f"{', '.join(KERNELS)}"
         )
     return frozenset(words)
+
+
+def vllm_platform() -> tuple[str, tuple[int, int] | None]:
+    """vLLM's current platform as :func:`device_decision` takes it: ``("cpu", None)``,
+    ``("cuda", (major, minor))`` or ``(device name, None)`` (imports vLLM when called)."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "cpu", None
+    if current_platform.is_cuda():
+        cap = current_platform.get_device_capability()
+        return "cuda", (None if cap is None else (cap.major, cap.minor))
+    return str(current_platform.device_name), None
 
 
 @dataclass(frozen=True)

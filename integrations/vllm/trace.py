@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["TRACE_ENV", "TRACE_KERNELS", "trace_dir", "trace_path", "record"]
+__all__ = ["TRACE_ENV", "TRACE_KERNELS", "trace_dir", "trace_path", "record", "record_attention"]
 
 TRACE_ENV = "HEXLAYOUT_VLLM_TRACE"
 TRACE_KERNELS: tuple[str, ...] = ("moe", "moe_w4a16", "attention_prefill", "attention_decode")
@@ -43,3 +43,25 @@ def record(kernel: str, shapes: dict[str, Any], dtype: Any) -> None:
     os.makedirs(directory, exist_ok=True)
     with open(trace_path(directory), "a", encoding="utf-8") as f:
         f.write(line + "\n")
+
+
+def record_attention(query: Any, num_kv_heads: int, block_size: int, md: Any) -> None:
+    """One trace line per part of an attention call's batch (``query [T, H, D]``, metadata ``md``
+    with ``query_start_loc`` and ``seq_lens``): decode sequences (one query token) and prefill
+    sequences (several)."""
+    qlens = (md.query_start_loc[1:] - md.query_start_loc[:-1]).tolist()
+    klens = md.seq_lens.tolist()
+    _, h, d = query.shape
+    for kernel, keep in (("attention_decode", lambda q: q == 1), ("attention_prefill", lambda q: q > 1)):
+        part = [i for i, q in enumerate(qlens) if keep(q)]
+        if part:
+            shapes = {
+                "num_seqs": len(part),
+                "num_tokens": sum(qlens[i] for i in part),
+                "max_seqlen_k": max(klens[i] for i in part),
+                "num_heads": h,
+                "num_kv_heads": num_kv_heads,
+                "head_size": d,
+                "block_size": block_size,
+            }
+            record(kernel, shapes, query.dtype)

@@ -1,0 +1,222 @@
+"""The CUDA attention backend (``CUSTOM``, :mod:`hexlayout.integrations.vllm.cuda_attention`) on
+CPU tensors in the emulator: a mixed prefill / decode batch through the metadata builder,
+``do_kv_cache_update`` and ``forward`` against a float64 reference, the profile run, the
+selector's view of the backend, and ``register()`` on a (faked) CUDA device registering it as
+``AttentionBackendEnum.CUSTOM``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import hexlayout.integrations.vllm as plugin
+import pytest
+import torch
+from hexlayout.integrations.vllm import config
+from hexlayout.integrations.vllm.cuda_attention import (
+    HexlayoutAttentionUnsupported,
+    HexlayoutCUDAAttentionBackend,
+    HexlayoutCUDAAttentionImpl,
+)
+from vllm.v1.attention.backend import AttentionType, CommonAttentionMetadata
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+H, KVH, D, BS, NB = 4, 2, 64, 16, 12
+BACKEND_PATH = "hexlayout.integrations.vllm.cuda_attention.HexlayoutCUDAAttentionBackend"
+
+
+@pytest.fixture(autouse=True)
+def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+
+
+class Layer(torch.nn.Module):
+    layer_name = "model.layers.0.self_attn.attn"
+
+
+def make_cache(gen: torch.Generator) -> torch.Tensor:
+    """A layer's cache as vLLM's CUDA build hands it: the logical ``[NB, KVH, BS, 2*D]`` view of
+    a token-major ``[NB, BS, KVH, 2*D]`` allocation, filled with random old keys / values."""
+    phys = torch.randn(NB, BS, KVH, 2 * D, generator=gen).to(torch.bfloat16)
+    return phys.transpose(1, 2)
+
+
+def reference(q, cache, block_table, qlens, klens, scale, window, softcap):
+    """float64 causal (bottom-right) attention of each sequence over its cached keys."""
+    kv = cache.transpose(1, 2).double()  # [NB, BS, KVH, 2D]
+    outs = []
+    start = 0
+    for b, (nq, nk) in enumerate(zip(qlens, klens)):
+        blocks = block_table[b, : math.ceil(nk / BS)]
+        rows = kv[blocks].reshape(-1, KVH, 2 * D)[:nk]
+        k, v = rows[..., :D], rows[..., D:]
+        k = k.repeat_interleave(H // KVH, dim=1)
+        v = v.repeat_interleave(H // KVH, dim=1)
+        qb = q[start : start + nq].double()
+        s = torch.einsum("qhd,khd->hqk", qb, k) * scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        i = torch.arange(nq)[:, None] + (nk - nq)
+        j = torch.arange(nk)[None, :]
+        mask = j > i
+        if window >= 0:
+            mask |= j < i - window
+        s = s.masked_fill(mask, float("-inf"))
+        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1), v))
+        start += nq
+    return torch.cat(outs)
+
+
+def impl(sliding_window: int | None = None, softcap: float | None = None) -> HexlayoutCUDAAttentionImpl:
+    return HexlayoutCUDAAttentionImpl(
+        num_heads=H,
+        head_size=D,
+        scale=D**-0.5,
+        num_kv_heads=KVH,
+        alibi_slopes=None,
+        sliding_window=sliding_window,
+        kv_cache_dtype="auto",
+        logits_soft_cap=softcap,
+    )
+
+
+@pytest.mark.parametrize("sliding_window,softcap", [(None, None), (9, 30.0)])
+def test_mixed_batch_matches_float64(
+    sliding_window: int | None, softcap: float | None, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("HEXLAYOUT_VLLM_TRACE", str(tmp_path))
+    gen = torch.Generator().manual_seed(14)
+    # Sequences: a decode (1 new token of 21), a prefill from scratch (19 of 19), a decode
+    # (1 of 40), a chunked prefill (7 new of 30); 3 padding tokens after them.
+    qlens, klens = [1, 19, 1, 7], [21, 19, 40, 30]
+    n = sum(qlens)
+    pad = 3
+    perm = torch.randperm(NB, generator=gen)
+    tables, used = [], 0
+    for k in klens:
+        nb = math.ceil(k / BS)
+        tables.append(perm[used : used + nb].tolist())
+        used += nb
+    width = max(map(len, tables))
+    block_table = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+    slots = []
+    for b, (nq, nk) in enumerate(zip(qlens, klens)):
+        for pos in range(nk - nq, nk):
+            slots.append(tables[b][pos // BS] * BS + pos % BS)
+    slot_mapping = torch.tensor(slots, dtype=torch.int64)  # vLLM's slot mapping is unpadded
+    qsl = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int32)
+    cm = CommonAttentionMetadata(
+        query_start_loc=qsl,
+        query_start_loc_cpu=qsl,
+        seq_lens=torch.tensor(klens, dtype=torch.int32),
+        num_reqs=len(qlens),
+        num_actual_tokens=n,
+        max_query_len=max(qlens),
+        max_seq_len=max(klens),
+        block_table_tensor=block_table,
+        slot_mapping=slot_mapping,
+    )
+    builder = HexlayoutCUDAAttentionBackend.get_builder_cls()(None, ["l0"], None, torch.device("cpu"))
+    md = builder.build(0, cm)
+
+    cache = make_cache(gen)
+    old = cache.clone()
+    query = torch.randn(n + pad, H, D, generator=gen).to(torch.bfloat16)
+    key = torch.randn(n + pad, KVH, D, generator=gen).to(torch.bfloat16)
+    value = torch.randn(n + pad, KVH, D, generator=gen).to(torch.bfloat16)
+    output = torch.full((n + pad, H, D), 7.0, dtype=torch.bfloat16)
+
+    attn = impl(sliding_window, softcap)
+    layer = Layer()
+    attn.do_kv_cache_update(layer, key, value, cache, md.slot_mapping)
+    # The cache: the new rows at their slots, every other row untouched.
+    expect = old.transpose(1, 2).clone()  # [NB, BS, KVH, 2D]
+    for t, s in enumerate(slots):
+        expect[s // BS, s % BS, :, :D] = key[t]
+        expect[s // BS, s % BS, :, D:] = value[t]
+    assert torch.equal(cache.transpose(1, 2), expect)
+
+    got = attn.forward(layer, query, key, value, cache, md, output)
+    assert got is output
+    window = (sliding_window or 0) - 1
+    ref = reference(query[:n], cache, block_table, qlens, klens, D**-0.5, window, softcap or 0.0)
+    err = (output[:n].double() - ref).abs().max().item()
+    assert err < 2e-2, err  # bf16 output: half an ulp at |x| < 4 is 2^-7
+    assert torch.all(output[n:] == 7.0)  # padding rows untouched
+
+    lines = [json.loads(x) for f in tmp_path.iterdir() for x in f.read_text().splitlines()]
+    by_kernel = {x["kernel"]: x["shapes"] for x in lines}
+    decode, prefill = by_kernel["attention_decode"], by_kernel["attention_prefill"]
+    assert (decode["num_seqs"], decode["num_tokens"], decode["max_seqlen_k"]) == (2, 2, 40)
+    assert (prefill["num_seqs"], prefill["num_tokens"], prefill["max_seqlen_k"]) == (2, 26, 30)
+    assert (prefill["num_heads"], prefill["num_kv_heads"], prefill["head_size"], prefill["block_size"]) == (
+        H, KVH, D, BS
+    )
+
+
+def test_profile_run_writes_zeros() -> None:
+    output = torch.full((5, H, D), 3.0, dtype=torch.bfloat16)
+    cache = make_cache(torch.Generator().manual_seed(1))
+    x = torch.randn(5, H, D).to(torch.bfloat16)
+    impl().forward(Layer(), x, x[:, :KVH], x[:, :KVH], cache, None, output)
+    assert torch.all(output == 0)
+
+
+def test_unsupported_layers_are_clear_errors() -> None:
+    with pytest.raises(HexlayoutAttentionUnsupported, match="ALiBi slopes"):
+        HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, [0.5] * H, None, "auto")
+    with pytest.raises(HexlayoutAttentionUnsupported, match="KV cache dtype fp8"):
+        HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, None, None, "fp8")
+    with pytest.raises(HexlayoutAttentionUnsupported, match="encoder_only attention"):
+        HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, None, None, "auto", attn_type=AttentionType.ENCODER_ONLY)
+
+
+def test_selector_view() -> None:
+    """What vLLM's CUDA selector checks (``validate_configuration``)."""
+    from vllm.platforms.interface import DeviceCapability
+
+    def reasons(**kw):
+        args = dict(
+            head_size=D, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=16, use_mla=False,
+            has_sink=False, use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False,
+            device_capability=DeviceCapability(9, 0), attn_type=AttentionType.DECODER,
+        )
+        return HexlayoutCUDAAttentionBackend.validate_configuration(**{**args, **kw})
+
+    assert reasons() == []
+    assert reasons(has_sliding_window=True, device_capability=DeviceCapability(8, 9)) == []
+    assert reasons(dtype=torch.float32)
+    assert reasons(head_size=260)
+    assert reasons(kv_cache_dtype="fp8")
+    assert reasons(block_size=8)
+    assert reasons(has_sink=True)
+    assert reasons(device_capability=DeviceCapability(10, 0))
+    assert reasons(attn_type=AttentionType.ENCODER_ONLY)
+
+
+def test_register_on_cuda_selects_custom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """register() with the plugin's platform probe answering "CUDA 9.0": CUSTOM is hexlayout's
+    backend (the CPU_ATTN entry is left alone)."""
+    monkeypatch.setenv("HEXLAYOUT_VLLM", "attention")
+    monkeypatch.setattr(config, "vllm_platform", lambda: ("cuda", (9, 0)))
+    monkeypatch.setattr(plugin, "_STATE", None)
+    cpu_before = AttentionBackendEnum.CPU_ATTN.get_path()
+    try:
+        plugin.register()
+        assert AttentionBackendEnum.CUSTOM.get_path() == BACKEND_PATH
+        assert AttentionBackendEnum.CUSTOM.get_class() is HexlayoutCUDAAttentionBackend
+        assert AttentionBackendEnum.CPU_ATTN.get_path() == cpu_before
+        assert plugin.registered() == (f"attention backend CUSTOM -> {BACKEND_PATH} (select it with "
+                                       "attention_backend=CUSTOM)",)
+    finally:
+        AttentionBackendEnum.CUSTOM.clear_override()
+
+
+def test_register_on_unsupported_cuda_device_keeps_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_VLLM", "attention")
+    monkeypatch.setattr(config, "vllm_platform", lambda: ("cuda", (7, 5)))
+    monkeypatch.setattr(plugin, "_STATE", None)
+    plugin.register()
+    assert plugin.registered() == ()
+    assert not AttentionBackendEnum.CUSTOM.is_overridden()
