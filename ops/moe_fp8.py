@@ -164,17 +164,13 @@ def _arch_of(device: Any) -> str:
 
 
 def _contiguous_aligned(op: str, name: str, t: Any) -> None:
+    """Contiguous and 16-byte aligned (fake / meta tensors: by their storage offset, so eager and
+    fake agree)."""
+    from .moe_args import _aligned
+
     if not t.is_contiguous():
         raise ArgumentError(op, name, f"must be contiguous, got strides {tuple(t.stride())}")
-    if (
-        t.device.type in ("cuda", "cpu")
-        and not type(t).__name__.startswith("Fake")
-        and t.numel()
-        and t.data_ptr() % 16
-    ):
-        raise ArgumentError(
-            op, name, f"starts {t.data_ptr() % 16} bytes off 16-byte alignment; pass {name}.clone()"
-        )
+    _aligned(op, name, t)
 
 
 def check_fused_moe_fp8(

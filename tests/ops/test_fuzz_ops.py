@@ -963,26 +963,24 @@ def moe_not_a_tensor(c: Case, draw: Any) -> bool:
 
 
 def moe_bad_value(c: Case, draw: Any) -> bool:
+    """Always applies (a table's fallback): a bad ``activation`` where the other two cannot be
+    made invalid from the shapes at hand."""
     a = c.args
     x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
-    if x == "activation":
-        a[x] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
-        c.blame.add(x)
-    elif x == "apply_router_weight_on_input":
-        ids = a["topk_ids"]
-        if not isinstance(ids, T) or len(ids.shape) != 2 or ids.shape[1] < 2:
-            return False
+    ids, emap, w13 = a["topk_ids"], a.get("expert_map"), a["w13"]
+    if x == "apply_router_weight_on_input" and isinstance(ids, T) and len(ids.shape) == 2 \
+            and ids.shape[1] >= 2:
         a[x] = True
         c.blame.add(x)
-    else:
-        emap, w13 = a.get("expert_map"), a["w13"]
-        if isinstance(emap, T) and len(emap.shape) == 1:
-            a[x] = emap.shape[0] + 1
-        elif emap is None and isinstance(w13, T) and len(w13.shape) == 3:
-            a[x] = w13.shape[0] + draw(st.integers(1, 3))
-        else:
-            return False
+    elif x == "global_num_experts" and isinstance(emap, T) and len(emap.shape) == 1:
+        a[x] = emap.shape[0] + 1
         c.blame |= {x, "expert_map"}
+    elif x == "global_num_experts" and emap is None and isinstance(w13, T) and len(w13.shape) == 3:
+        a[x] = w13.shape[0] + draw(st.integers(1, 3))
+        c.blame |= {x, "expert_map"}
+    else:
+        a["activation"] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
+        c.blame.add("activation")
     return True
 
 
@@ -1017,6 +1015,211 @@ TABLE["fused_moe"] = OpTable(
             **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
                                                          "global_num_experts")}},
     module=sys.modules[__name__], fallback=moe_bad_value)
+
+
+# --- the fused MoE with fp8 (e4m3) experts -------------------------------------------------------------
+# Runs with HEXLAYOUT_EMULATE_ARCH=sm_89 (``emulate``): sm_80 refuses fp8 experts, which would
+# turn every case into that one error.
+
+FP8 = torch.float8_e4m3fn
+FP8_TENSORS = ("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids",
+               "expert_map")
+FP8_RANK = {**MOE_RANK, "w13_scale": 1, "w2_scale": 1}
+FP8_SCALE_OF = {"w13": "w13_scale", "w2": "w2_scale", "w13_scale": "w13", "w2_scale": "w2"}
+
+
+def _fp8_scale_shape(block: Any, e: int, n: int, k: int) -> tuple[int, ...]:
+    return (e,) if not block else (e, -(-n // 128), -(-k // 128))
+
+
+@st.composite
+def fp8_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([16, 32]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    block = draw(st.sampled_from([[], [128, 128]]))
+    mapped = draw(st.booleans())
+    g = e + draw(st.integers(0, 3))
+    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), FP8),
+            "w13_scale": T(_fp8_scale_shape(block, e, 2 * i, h), torch.float32), "w2": T((e, h, i), FP8),
+            "w2_scale": T(_fp8_scale_shape(block, e, h, i), torch.float32),
+            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32), "block": block,
+            "activation": draw(st.sampled_from(["silu", "gelu"])),
+            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
+            "expert_map": T((g,), I32) if mapped else None,
+            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
+
+
+def _fp8_present(c: Case) -> list[str]:
+    return [x for x in FP8_TENSORS if isinstance(c.args.get(x), T)]
+
+
+def _fp8_consistent(c: Case) -> bool:
+    """Every tensor but ``expert_map`` of its rank (the scales: of the rank ``block`` wants)."""
+    a = c.args
+    if a["block"] not in ([], [128, 128]):
+        return False
+    rank = {**FP8_RANK, "w13_scale": 3 if a["block"] else 1, "w2_scale": 3 if a["block"] else 1}
+    return all(isinstance(a.get(x), T) and len(a[x].shape) == r for x, r in rank.items() if x != "expert_map")
+
+
+def fp8_x_dtype(c: Case, draw: Any) -> bool:
+    if not isinstance(c.args["hidden_states"], T):
+        return False
+    c.args["hidden_states"] = replace(c.args["hidden_states"], dtype=draw(st.sampled_from(
+        [torch.float32, torch.int8, torch.int32, FP8])))
+    c.blame.add("hidden_states")
+    return True
+
+
+def fp8_other_dtype(c: Case, draw: Any) -> bool:
+    others = [x for x in _fp8_present(c) if x != "hidden_states"]
+    if not others:
+        return False
+    x = draw(st.sampled_from(others))
+    pool = {"topk_ids": [torch.int64, F16, torch.int16], "expert_map": [torch.int64, F16, torch.int16],
+            "topk_weights": [F16, torch.float64, I32], "w13": [F16, BF16, torch.float8_e5m2, torch.int8],
+            "w2": [F16, BF16, torch.float8_e5m2, torch.int8],
+            "w13_scale": [F16, BF16, torch.float64], "w2_scale": [F16, BF16, torch.float64]}[x]
+    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(pool)))
+    c.blame.add(x)
+    return True
+
+
+def fp8_rank(c: Case, draw: Any) -> bool:
+    """Any other rank (a scale: neither 1 nor 3, or the rank of the other scale form)."""
+    if not _fp8_present(c):
+        return False
+    x = draw(st.sampled_from(_fp8_present(c)))
+    if x.endswith("_scale"):
+        wrong = [r for r in (0, 1, 2, 3, 4) if r != (3 if c.args["block"] else 1)]
+    else:
+        wrong = [r for r in (1, 2, 3, 4) if r != FP8_RANK[x]]
+    rank = draw(st.sampled_from(wrong))
+    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
+    c.blame.add(x)
+    return True
+
+
+def fp8_shape_mismatch(c: Case, draw: Any) -> bool:
+    """w13's H or 2I, w2's shape or experts, scale shapes, top-k rows or widths that disagree, H or I
+    not a multiple of 16."""
+    if not _fp8_consistent(c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, n2, _ = a["w13"].shape
+    blk = a["block"]
+    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "experts", "scale", "rows", "width", "h16", "i16"]))
+    if x == "w13_h":
+        a["w13"] = replace(a["w13"], shape=(e, n2, h + 16))
+        c.blame |= {"w13", "w13_scale", "hidden_states"}
+    elif x == "w13_odd":
+        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
+        c.blame |= {"w13", "w13_scale", "w2"}
+    elif x == "w2":
+        sh = list(a["w2"].shape)
+        sh[draw(st.integers(0, 2))] += 16
+        a["w2"] = replace(a["w2"], shape=tuple(sh))
+        c.blame |= {"w2", "w2_scale", "w13"}
+    elif x == "experts":
+        _, wn, wk = a["w2"].shape
+        a["w2"] = replace(a["w2"], shape=(e + 1, wn, wk))
+        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e + 1, wn, wk))
+        c.blame |= {"w2", "w13"}
+    elif x == "scale":
+        y = draw(st.sampled_from(["w13_scale", "w2_scale"]))
+        sh = list(a[y].shape)
+        sh[draw(st.integers(0, len(sh) - 1))] += draw(st.integers(1, 2))
+        a[y] = replace(a[y], shape=tuple(sh))
+        c.blame.add(y)
+    elif x == "rows":
+        for y in ("topk_ids", "topk_weights"):
+            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
+        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
+    elif x == "width":
+        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
+        c.blame |= {"topk_ids", "topk_weights"}
+    else:
+        hh, ii = (24, n2 // 2) if x == "h16" else (h, 24)
+        a["hidden_states"] = replace(a["hidden_states"], shape=(t, hh))
+        a["w13"] = replace(a["w13"], shape=(e, 2 * ii, hh))
+        a["w2"] = replace(a["w2"], shape=(e, hh, ii))
+        a["w13_scale"] = replace(a["w13_scale"], shape=_fp8_scale_shape(blk, e, 2 * ii, hh))
+        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e, hh, ii))
+        c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def fp8_layout(c: Case, draw: Any) -> bool:
+    cands = [x for x in _fp8_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
+    if not cands:
+        return False
+    x = draw(st.sampled_from(cands))
+    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
+    c.blame.add(x)
+    return True
+
+
+def fp8_device(c: Case, draw: Any) -> bool:
+    """One tensor on the meta device (a weight and its scale are compared first)."""
+    if not _fp8_present(c):
+        return False
+    x = draw(st.sampled_from(_fp8_present(c)))
+    c.args[x] = replace(c.args[x], device="meta")
+    if x == "hidden_states":
+        c.blame |= set(_fp8_present(c))
+    else:
+        c.blame |= {x, FP8_SCALE_OF[x]} if x in FP8_SCALE_OF else {x}
+    return True
+
+
+def fp8_not_a_tensor(c: Case, draw: Any) -> bool:
+    x = draw(st.sampled_from(FP8_TENSORS))
+    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x == "expert_map" else [None])))
+    c.blame.add(x)
+    c.kinds.add(x)
+    return True
+
+
+def fp8_block(c: Case, draw: Any) -> bool:
+    """``block`` not (128, 128), or the other scale form than the scales have."""
+    a = c.args
+    v = draw(st.sampled_from([[64, 64], [128, 64], [0, 0], [256, 256], [128], [128, 128, 1], "flip"]))
+    if v == "flip":   # the form w13_scale does not have (not a tensor: invalid already)
+        s13 = a["w13_scale"]
+        v = [] if isinstance(s13, T) and len(s13.shape) == 3 else [128, 128]
+        c.blame |= {"w13_scale", "w2_scale"}
+    a["block"] = v
+    c.blame.add("block")
+    return True
+
+
+def fp8_block_kind(c: Case, draw: Any) -> bool:
+    c.args["block"] = draw(st.sampled_from(["128", ["128", "128"], 1.5, [1.5, 2.0]]))
+    c.blame.add("block")
+    c.kinds.add("block")
+    return True
+
+
+def fp8_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: activations, weights and scales that require grad."""
+    for x in ("hidden_states", "w13", "w13_scale", "w2", "w2_scale"):
+        if isinstance(c.args.get(x), T) and draw(st.booleans()):
+            c.args[x] = replace(c.args[x], requires_grad=True)
+
+
+FP8_COMMON = [fp8_rank, fp8_layout, fp8_device, fp8_not_a_tensor]
+TABLE["fused_moe_fp8"] = OpTable(
+    valid=fp8_valid, mutations=[fp8_x_dtype, fp8_other_dtype, fp8_shape_mismatch, *FP8_COMMON, fp8_block,
+                                fp8_block_kind, moe_bad_value, moe_bad_kind],
+    exclusive=[{fp8_device}], noise=fp8_noise,
+    covers={"hidden_states": [fp8_x_dtype, fp8_shape_mismatch, *FP8_COMMON],
+            **{x: [fp8_other_dtype, fp8_shape_mismatch, *FP8_COMMON]
+               for x in ("w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids")},
+            "expert_map": [fp8_other_dtype, *FP8_COMMON], "block": [fp8_block, fp8_block_kind],
+            **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
+                                                         "global_num_experts")}},
+    module=sys.modules[__name__], fallback=fp8_block)
 
 
 def _ops() -> dict[str, Any]:
@@ -1075,8 +1278,10 @@ def _expect_error(fn: Callable[[], Any], case: Case, via_torch_ops: bool) -> Non
 
 
 @pytest.fixture
-def emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+def emulate(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    if request.node.callspec.params.get("name") == "fused_moe_fp8":
+        monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")   # sm_80 refuses fp8 experts
 
 
 PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm.gemm},
@@ -1086,7 +1291,9 @@ PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.op
                              "function": lambda: hexlayout.ops.attention.paged_attention},
          "attention_varlen": {"Op": lambda: _ops()["attention_varlen"],
                               "function": lambda: hexlayout.ops.attention_varlen.attention_varlen},
-         "fused_moe": {"Op": lambda: _ops()["fused_moe"], "function": lambda: hexlayout.ops.moe.fused_moe}}
+         "fused_moe": {"Op": lambda: _ops()["fused_moe"], "function": lambda: hexlayout.ops.moe.fused_moe},
+         # (the Python fused_moe_fp8 takes prepare_fp8 objects, not these arguments)
+         "fused_moe_fp8": {"Op": lambda: _ops()["fused_moe_fp8"]}}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
