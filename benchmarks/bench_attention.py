@@ -39,12 +39,13 @@ import datetime as dt
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import time_ms  # noqa: E402 - the sibling module, found when loaded by path too
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -272,32 +273,6 @@ def triton_attention(tune: bool = True) -> Callable[..., Any]:  # pragma: no cov
         return o
 
     return run
-
-
-# ---------------------------------------------------------------------------------------- timing
-def time_ms(fn: Callable[[], Any], warmup: int, iters: int, cuda: bool) -> float:
-    if not cuda:
-        ts = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(ts)
-    import torch  # pragma: no cover - GPU only
-
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _measure(

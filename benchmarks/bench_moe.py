@@ -43,12 +43,13 @@ import datetime as dt
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import time_ms  # noqa: E402 - the sibling module, found when loaded by path too
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -312,32 +313,6 @@ def _marlin(
     return lambda: fused_marlin_moe(
         x, m13, m2, None, None, s13, s2, gating, tw, ids, quant_type_id=None, num_bits=4, is_k_full=True
     )
-
-
-# ---------------------------------------------------------------------------------------- timing
-def time_ms(fn: Callable[[], Any], warmup: int, iters: int, cuda: bool) -> float:
-    if not cuda:
-        ts = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(ts)
-    import torch  # pragma: no cover - GPU only
-
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def run(args: argparse.Namespace) -> dict:
