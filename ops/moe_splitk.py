@@ -1,0 +1,236 @@
+"""Split-K for the gate-up grouped GEMM of the fused MoE (bf16 / f16 weights), for decode sizes.
+
+At small ``T`` the gate-up grid (``moe_gate_up_kernel``: one block per ``BM`` sorted rows of an
+expert and ``BN`` columns of ``I``) has too few blocks for the SMs, each streaming all of
+``K = H`` (DeepSeek-V3 TP8 slice at ``T = 1``: 8 experts x 4 column blocks = 32 blocks on 132
+SMs). Split-K gives every tile ``SPLIT_K`` blocks, block ``sp`` taking the k-tiles
+``[sp * P, min(KT, sp * P + P))`` with ``KT = ceil(H / BK)``, ``P = ceil(KT / SPLIT_K)``:
+
+    G[p, n] = sum_sp sum_{k in split sp} x[t_p, k] * w13[e, n, k]          (gate, n < I)
+    U[p, n] = sum_sp sum_{k in split sp} x[t_p, k] * w13[e, I + n, k]      (up)
+    inter[p, n] = act(w_p * G[p, n]) * (w_p * U[p, n])
+
+for sorted position ``p`` (slot ``s = sorted_ids[p]``, token ``t_p = s // TOPK``, expert ``e`` of
+its block); ``w_p = topk_weights.flat[s]`` with ``apply_router_weight_on_input``, else 1 (scaling
+``x_t`` scales both products: they are linear in it).
+
+- ``moe_gate_up_splitk_kernel(dtype)``: the partial sums of one split in f32, added with
+  ``hl.atomic_add`` (``red.global.add.f32``) into the workspaces ``ws_g`` / ``ws_u`` [EM, I]
+  (zero-filled by the launcher); padding rows (slot ``S = T * TOPK``) add nothing. The same
+  ``STAGES``-stage cp.async pipeline as ``moe_gate_up_kernel``; the prefetches past the split's
+  last k-tile get an origin past ``H`` (no memory read).
+- ``moe_splitk_act_kernel(dtype, act)``: ``inter[p] = act(w_p G[p]) * (w_p U[p])`` rounded once to
+  ``dtype``, per block of ``BM`` rows of an expert (unused blocks exit, as in the GEMMs).
+
+The language has no integer atomics nor a memory fence, so the last-arriving block cannot run
+the epilogue: a second (small) kernel does. The order of the atomic additions is not defined:
+results may differ from run to run in the last bits of f32 before the rounding to ``dtype``.
+
+``choose_split_k`` picks ``SPLIT_K`` from the sizes only (never the routing: capture-safe);
+``splitk_gate_up(w13, fallback)`` is the pipeline's gate-up launcher that runs the split path
+when it says ``> 1`` and ``fallback`` (the plain launcher) otherwise. ``HEXLAYOUT_MOE_SPLIT_K=n``
+(or ``splitk_gate_up(..., split_k=n)``) forces ``SPLIT_K = n`` (1: off), on CPU / emulated
+tensors too; without it CPU tensors never split (the emulator runs the plain path).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32
+from hexlayout.runtime.args import ArgumentError
+
+from .attention_args import build_for, lang_dtype, run_kernel
+from .moe_align import max_padded_slots
+from .moe_kernels import MoeConfig, _weights, moe_config
+
+if TYPE_CHECKING:
+    from .moe import GateUp, MoeRun
+
+__all__ = ["moe_gate_up_splitk_kernel", "moe_splitk_act_kernel", "choose_split_k", "splitk_gate_up",
+           "SPLIT_K_ENV", "MAX_SPLIT_K", "MIN_SPLIT_KTILES"]
+
+T, H, E, N2, I, EM, NB, S = hl.dims("T H E N2 I EM NB S")
+
+#: Environment variable forcing ``SPLIT_K`` (an integer >= 1) for the gate-up GEMM.
+SPLIT_K_ENV = "HEXLAYOUT_MOE_SPLIT_K"
+#: The largest split the chooser picks (each split count is its own build).
+MAX_SPLIT_K = 16
+#: The fewest k-tiles (of ``BK``) a split gets from the chooser (the pipeline's prologue and the
+#: atomic epilogue amortized over at least this many tiles).
+MIN_SPLIT_KTILES = 8
+
+
+@cache
+def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
+    """The split-K gate-up grouped GEMM for ``dtype``: f32 partial gate / up products of split
+    ``sp`` atomically added into ``ws_g`` / ``ws_u`` (see the module docstring)."""
+    dt = dtype
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_gate_up_splitk_{dt}")
+    def moe_gate_up_splitk(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
+                           ws_g: f32[EM, I], ws_u: f32[EM, I],  # type: ignore
+                           *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
+                           TOPK: int = 1, SPLIT_K: int = 2):
+        pid_m, pid_n, sp = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(ws_g.shape[1], BN), SPLIT_K))
+        e = expert_ids[pid_m]
+        with hl.if_(e >= 0):                                         # unused blocks exit
+            m0, n0, ni = pid_m * BM, pid_n * BN, ws_g.shape[1]
+            kt_all = hl.cdiv(x.shape[1], BK)
+            per = hl.cdiv(kt_all, SPLIT_K)                           # k-tiles per split
+            lo = sp * per
+            hi = hl.minimum(kt_all, lo + per)                        # this split: [lo, hi)
+            slots = hl.register(i32, (BM,))
+            hl.copy(sorted_ids[m0:m0 + BM], slots)
+            tok = slots // TOPK                                      # padding: token T, reads 0
+            acc_g = hl.zeros((BM, BN), f32)
+            acc_u = hl.zeros((BM, BN), f32)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            sg = hl.shared(dt, (BN, BK, STAGES))
+            su = hl.shared(dt, (BN, BK, STAGES))
+
+            def load(j: Any, s: Any) -> None:                        # local k-tile j of the split
+                kt = lo + j
+                k0 = (kt + hl.maximum(kt - hi + 1, 0) * kt_all) * BK  # past hi: past H, no read
+                hl.copy(x[tok, k0:k0 + BK], sa[:, :, s])
+                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sg[:, :, s])
+                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, k0))[0, :, :], su[:, :, s])
+
+            for s in range(STAGES - 1):
+                load(s, s)
+                hl.commit_group()
+            for k in hl.range(hl.maximum(hi - lo, 0)):
+                hl.wait_group(STAGES - 2)
+                hl.syncthreads()
+                kn = k + (STAGES - 1)
+                load(kn, kn % STAGES)
+                hl.commit_group()
+                s = k % STAGES
+                ra, rg, ru = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK)), hl.register(dt, (BN, BK))
+                hl.copy(sa[:, :, s], ra)
+                hl.copy(sg[:, :, s], rg)
+                hl.copy(su[:, :, s], ru)
+                hl.mma(ra, rg, acc_g)
+                hl.mma(ra, ru, acc_u)
+            hl.wait_group(0)
+            rows = hl.where(slots < x.shape[0] * TOPK, hl.iota((BM,), 0) + m0, -1)   # padding: none
+            hl.atomic_add(ws_g[rows, n0:n0 + BN], acc_g)
+            hl.atomic_add(ws_u[rows, n0:n0 + BN], acc_u)
+
+    return moe_gate_up_splitk
+
+
+@cache
+def moe_splitk_act_kernel(dtype: DType, act: str = "silu") -> Any:
+    """``inter[p] = act(w_p * ws_g[p]) * (w_p * ws_u[p])`` in f32, rounded once to ``dtype``
+    (``w_p`` = ``topk_weights.flat[sorted_ids[p]]`` with ``SCALE_IN``, else 1); ``act`` SiLU or
+    exact GELU. One block per ``BM`` sorted rows of an expert and ``BN`` columns."""
+    dt = dtype
+
+    @hl.kernel(threads=128, name=f"moe_splitk_act_{dt}_{act}")
+    def moe_splitk_act(ws_g: f32[EM, I], ws_u: f32[EM, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
+                       topk_w: f32[S], inter: dt[EM, I],  # type: ignore
+                       *, BM: int = 16, BN: int = 128, SCALE_IN: bool = False):
+        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(inter.shape[1], BN)))
+        e = expert_ids[pid_m]
+        with hl.if_(e >= 0):
+            m0, n0 = pid_m * BM, pid_n * BN
+            g = hl.register(f32, (BM, BN))
+            u = hl.register(f32, (BM, BN))
+            hl.copy(hl.view(ws_g, tile=(BM, BN), origin=(m0, n0)), g)
+            hl.copy(hl.view(ws_u, tile=(BM, BN), origin=(m0, n0)), u)
+            if SCALE_IN:
+                w = _weights(topk_w, sorted_ids, m0, BM, BN)
+                g = g * w
+                u = u * w
+            gate = hl.silu(g) if act == "silu" else hl.gelu(g)
+            hl.copy(hl.cast(gate * u, dt), hl.view(inter, tile=(BM, BN), origin=(m0, n0)))
+
+    return moe_splitk_act
+
+
+def choose_split_k(num_tokens: int, topk: int, num_experts: int, hidden: int, inter: int, sm_count: int,
+                   cfg: MoeConfig | None = None) -> int:
+    """``SPLIT_K`` of the gate-up GEMM from the sizes only (never the routing):
+
+    - ``S = T * k`` slots, tiles ``cfg = moe_config(S)`` (``BM``, ``BN``, ``BK``);
+      ``NB = max_padded_slots(S, E, BM) / BM`` row blocks in the grid;
+    - ``M = min(NB, max(ceil(S / BM), min(S, E)))`` row blocks with an expert when the slots
+      spread over ``min(S, E)`` experts (each at least one block, ``ceil(S / BM)`` in all at
+      least); ``tiles = M * ceil(I / BN)``; ``KT = ceil(H / BK)`` k-tiles;
+    - ``tiles >= sm_count`` (a wave already): 1; else ``min(MAX_SPLIT_K, floor(2 * sm_count /
+      tiles), floor(KT / MIN_SPLIT_KTILES))``, and 1 when that is below 2: ``tiles * SPLIT_K``
+      blocks fill one to two waves, each split at least ``MIN_SPLIT_KTILES`` k-tiles.
+    """
+    s = num_tokens * topk
+    if s <= 0:
+        return 1
+    cfg = cfg or moe_config(s)
+    bm, bn, bk = cfg["BM"], cfg["BN"], cfg["BK"]
+    nb = max_padded_slots(s, num_experts, bm) // bm
+    m = min(nb, max(-(-s // bm), min(s, num_experts)))
+    tiles = m * -(-inter // bn)
+    if tiles >= sm_count:
+        return 1
+    split = min(MAX_SPLIT_K, 2 * sm_count // tiles, -(-hidden // bk) // MIN_SPLIT_KTILES)
+    return split if split >= 2 else 1
+
+
+def _forced(split_k: int | None) -> int | None:
+    """The forced split: the argument, else ``HEXLAYOUT_MOE_SPLIT_K``, else ``None``."""
+    if split_k is not None:
+        val: Any = split_k
+        src = "split_k"
+    else:
+        val = os.environ.get(SPLIT_K_ENV)
+        if val is None or val == "":
+            return None
+        src = SPLIT_K_ENV
+    try:
+        n = int(val)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(val, bool) or n < 1 or str(n) != str(val).strip():
+        raise ArgumentError("hexlayout.fused_moe", src, f"must be an integer >= 1 (SPLIT_K of the gate-up "
+                            f"GEMM), got {val!r}")
+    return n
+
+
+def _sm_count(device: Any) -> int:
+    from .attention import _sm_count as sms
+
+    return sms(device)
+
+
+def splitk_gate_up(w13: Any, fallback: GateUp, split_k: int | None = None) -> GateUp:
+    """The gate-up launcher of ``run_moe_pipeline``: ``SPLIT_K`` forced (``split_k`` /
+    ``HEXLAYOUT_MOE_SPLIT_K``) or, on CUDA, ``choose_split_k`` with the device's SM count (1 on
+    CPU); ``SPLIT_K = 1`` runs ``fallback`` unchanged, else the split kernel into a zeroed f32
+    workspace [2, EM, I] and ``moe_splitk_act_kernel`` into ``inter``."""
+    forced = _forced(split_k)
+
+    def launch(run: MoeRun, inter: Any) -> None:
+        import torch
+
+        x = run.x
+        split = forced
+        if split is None:
+            split = 1 if x.device.type != "cuda" else choose_split_k(
+                x.shape[0], run.topk, w13.shape[0], x.shape[1], inter.shape[1], _sm_count(x.device), run.cfg)
+        if split <= 1:
+            fallback(run, inter)
+            return
+        dt = lang_dtype(x.dtype)
+        ws = torch.zeros((2, inter.shape[0], inter.shape[1]), dtype=torch.float32, device=x.device)
+        consts = {**run.cfg, "TOPK": run.topk, "SPLIT_K": split}
+        bld = build_for(moe_gate_up_splitk_kernel(dt), x.device, consts)
+        run_kernel(bld, (x, w13, run.sorted_ids, run.expert_ids, ws[0], ws[1]), outputs=(4, 5))
+        fin = build_for(moe_splitk_act_kernel(dt, run.activation), x.device,
+                        {"BM": run.cfg["BM"], "SCALE_IN": run.scale_in})
+        run_kernel(fin, (ws[0], ws[1], run.sorted_ids, run.expert_ids, run.topk_w, inter), outputs=(5,))
+
+    return launch
