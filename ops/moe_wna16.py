@@ -21,6 +21,10 @@ It re-lays the weights out once (torch ops, at load time) into what the kernels 
 byte along K, even k in the low nibble: a row of the mma's B operand) or ``[E*N, K]`` uint8
 (8-bit); ``scales`` as given; AWQ zero points unpacked to ``[E, K/G, N]`` in the scales' dtype.
 The result is a ``WNA16Weights``, a plain container of those tensors and the format constants.
+Both targets read this layout: sm_80 / sm_89 run ``moe_wna16_kernels`` (mma.sync), sm_90a (the
+device's arch, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` for emulated CPU tensors)
+``moe_wna16_kernels_sm90`` (swap-AB wgmma, the dequantized weights as its register A operand;
+``wna16_sm90_config``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "check_fused_moe_wna16",
     "run_fused_moe_wna16",
     "wna16_config",
+    "wna16_sm90_config",
     "AWQ_ORDER",
 ]
 
@@ -213,6 +218,22 @@ def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int)
         "WARPS": 4,
         "GROUP": ONE_GROUP if group_size == -1 else group_size,
     }
+
+
+def wna16_sm90_config(num_slots: int, num_experts: int, size_n: int) -> dict[str, Any]:
+    """The sm_90a kernels' (``moe_wna16_kernels_sm90``, swap-AB wgmma) ``BM`` / ``WG`` from the
+    sizes only (capture-safe), by the average routed rows per expert ``T * k / E``: below 32
+    (decode) ``BM`` 16, below 64 ``BM`` 32, both on one consumer warp group (64 output columns);
+    from 64 on (prefill: the large-token config) ``BM`` 64 on two warp groups (128 output
+    columns) when ``size_n`` (the gate-up's I, the down's H) is a multiple of 128, else one.
+    ``BM`` 128 spills the down kernel's registers (a 64 x 128 f32 accumulator per warp group
+    next to the dequantized tile); the gate-up and down share ``BM`` (the alignment's block)."""
+    avg = num_slots / max(num_experts, 1)
+    if avg < 32:
+        return {"BM": 16, "WG": 1}
+    if avg < 64:
+        return {"BM": 32, "WG": 1}
+    return {"BM": 64, "WG": 2 if size_n % 128 == 0 else 1}
 
 
 def _kind(x: Any) -> str:
@@ -442,8 +463,10 @@ def run_fused_moe_wna16(
     two GEMM launches here, then moe_sum; nothing but allocations between the kernels)."""
     from .attention_args import build_for, lang_dtype, run_kernel
     from .moe import MoeRun, run_moe_pipeline
+    from .moe_fp8 import _arch_of
     from .moe_kernels import MoeConfig
     from .moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+    from .moe_wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
 
     t, hdim = hidden_states.shape
     k = topk_ids.shape[1]
@@ -451,6 +474,12 @@ def run_fused_moe_wna16(
     dt = lang_dtype(hidden_states.dtype)
     cfg13 = wna16_config(t * k, e, hdim, w13_group_size)
     cfg2 = wna16_config(t * k, e, inter, w2_group_size)
+    gate_up_kernel, down_kernel = moe_wna16_gate_up_kernel, moe_wna16_down_kernel
+    if _arch_of(hidden_states.device) == "sm_90a":  # wgmma, swap-AB, dequantized weights as register A
+        gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
+        for cfg, n in ((cfg13, inter), (cfg2, hdim)):
+            del cfg["BN"], cfg["WARPS"]
+            cfg.update(wna16_sm90_config(t * k, e, n))
     common = {
         "ZERO": 0 if quant_format == "awq" else 1 << (bits - 1),
         "TOPK": k,
@@ -461,12 +490,12 @@ def run_fused_moe_wna16(
 
     def gate_up(run: MoeRun, h: Any) -> None:
         consts = {**cfg13, **common, "GELU": run.activation == "gelu"}
-        bld = build_for(moe_wna16_gate_up_kernel(dt, bits, cfg13["BK"]), run.x.device, consts)
+        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"]), run.x.device, consts)
         args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, h)
         run_kernel(bld, args, outputs=(7,))
 
     def down(run: MoeRun, h: Any, y: Any) -> None:
-        bld = build_for(moe_wna16_down_kernel(dt, bits, cfg2["BK"]), run.x.device, {**cfg2, **common})
+        bld = build_for(down_kernel(dt, bits, cfg2["BK"]), run.x.device, {**cfg2, **common})
         run_kernel(
             bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(7,)
         )

@@ -1,0 +1,179 @@
+"""W4A16 / W8A16 fused-MoE grouped GEMMs for sm_90a: ``wgmma`` with swapped operands and the
+dequantized weights as its register A operand (``hexlayout.ops.moe_wna16`` dispatches here on
+sm_90a).
+
+The same products, arguments and weight layout as ``moe_wna16_kernels``' gate-up and down kernels
+(see its docstring: ``W[e, c, n] = (q[e * N + n, c] - z[e, c // GROUP, n]) * s[e, c // GROUP,
+n]``, ``z = ZERO`` for GPTQ). Swap-AB: a block computes the transposed tile ``out^T = W^T X^T``
+of ``BN = 64 * WG`` output columns (64 per consumer warp group, ``WG`` 1 or 2) by ``BM`` sorted
+rows (16, 32, 64 or 128: the wgmma N side, so a decode step with a few rows per expert wastes no
+MMA rows):
+
+- A: each k-tile of ``W^T`` (``BN x BK``) is loaded as bytes from global memory, unpacked and
+  dequantized in registers by ``moe_wna16_kernels._dequant`` (the values a thread's mma
+  fragments hold are contiguous in ``prepare_wna16``'s layout, and a wgmma register A fragment
+  holds, per warp, the values of an mma.sync one) and fed to ``wgmma.mma_async`` m64nBMk16 as
+  its register A operand: the dequantized weights never touch shared memory;
+- B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
+  cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
+  reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
+  each k-tile's wgmma group (``moe_fp8_kernels_sm90._pipeline``).
+
+Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``
+and medium ``BM = 32`` on one warp group; many tokens per expert ``BM = 64`` on two warp groups
+(``BN = 128``; ``BM = 128`` spills the down kernel). The large-token config stays swap-AB rather than
+putting the tokens on the wgmma M side: wgmma's B operand must come from shared memory, so
+tokens-as-M would stage every dequantized weight tile registers -> shared -> wgmma (a shared
+store, a barrier and a proxy fence per k-tile, and the weights in shared memory), whereas with
+swap-AB the weights stay in registers and only the activations (read once per block) live in
+shared memory; a wider N side (64 tokens) and two warp groups (each activation tile read by 128
+weight columns) give the large-token case its reuse.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32, u4, u8
+
+from .moe_fp8_kernels import _load
+from .moe_fp8_kernels_sm90 import _pipeline, _rows
+from .moe_wna16_kernels import _dequant, gelu_erf
+
+__all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
+
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
+
+
+@cache
+def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+    """Gate-up with the activation epilogue, swap-AB wgmma: for the block's ``BN``
+    intermediate columns ``n`` and sorted rows ``p`` (routed row ``r``, token ``t = r // TOPK``)::
+
+        g^T[n, p] = sum_c W13[e, c, n] * x[t, c],   u^T[n, p] = sum_c W13[e, c, I + n] * x[t, c]
+        h[p, n] = act(w_r * g^T[n, p]) * (w_r * u^T[n, p])
+
+    (``w_r = tw[r]`` with ``ROUTER`` (``apply_router_weight_on_input``: scaling the products
+    equals scaling ``x[t]``), else 1; ``act`` SiLU or exact erf GELU), stored in ``dtype``.
+    Constants: ``BM``, ``BK``, ``STAGES``, ``WG`` (``BN = 64 * WG``), ``GROUP``, ``ZERO``,
+    ``TOPK``, ``GELU``, ``ROUTER``."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"moe_wna16_gate_up_sm90_{dt}_w{bits}_k{bk}")
+    def moe_wna16_gate_up_sm90(
+        x: dt[T, H],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        tw: f32[TK],
+        h: dt[EM, I],  # type: ignore
+        *,
+        BM: int = 16,
+        BK: int = bk,
+        STAGES: int = 3,
+        WG: int = 1,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+    ):
+        BN = 64 * WG
+        Tx, Hx = x.shape
+        Ix = h.shape[1]
+        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):  # -1: no block (past the padded total)
+            rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
+            tok = hl.where(rid >= 0, rid // TOPK, -1)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            acc_g = hl.zeros((BN, BM), f32)
+            acc_u = hl.zeros((BN, BM), f32)
+
+            def load(kt: Any, st: Any) -> None:  # gathered token rows, K-major: the B operand
+                hl.copy(hl.view(x, (BM, BK), (None, kt * BK), rows=tok), sa[:, :, st])
+
+            def step(kt: Any, st: Any) -> None:
+                wg = _dequant(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, n0 + Ix, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                hl.wgmma_fence()
+                hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
+                hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+
+            _pipeline(load, step, hl.cdiv(Hx, BK), STAGES)
+            g, u = acc_g, acc_u
+            if ROUTER:
+                wr = _load(tw[rrow], (1, BM))
+                g, u = g * wr, u * wr
+            a = gelu_erf(g) if GELU else hl.silu(g)
+            hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
+
+    return moe_wna16_gate_up_sm90
+
+
+@cache
+def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+    """Down with the top-k weight epilogue, swap-AB wgmma: for the block's ``BN`` output
+    columns ``n`` and sorted rows ``p`` (routed row ``r``)::
+
+        y[r, n] = tw[r] * sum_c W2[e, c, n] * h[p, c]
+
+    (without ``tw`` when ``ROUTER``), stored in ``dtype`` to the token slot ``r`` (``y [T * k,
+    H]``; ``moe_sum`` adds the k slots). Constants as the gate-up kernel's."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"moe_wna16_down_sm90_{dt}_w{bits}_k{bk}")
+    def moe_wna16_down_sm90(
+        h: dt[EM, KD],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        tw: f32[TK],
+        y: dt[TK, H],  # type: ignore
+        *,
+        BM: int = 16,
+        BK: int = bk,
+        STAGES: int = 3,
+        WG: int = 1,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+    ):
+        BN = 64 * WG
+        TKx, Hx = y.shape
+        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Hx, BN)))
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):  # -1: no block (past the padded total)
+            rid, rrow = _rows(sorted_ids, m0, BM, TKx)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            acc = hl.zeros((BN, BM), f32)
+
+            def load(kt: Any, st: Any) -> None:  # this block's rows of h, K-major: the B operand
+                hl.copy(hl.view(h, (BM, BK), (m0, kt * BK)), sa[:, :, st])
+
+            def step(kt: Any, st: Any) -> None:
+                w = _dequant(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                hl.wgmma_fence()
+                hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+
+            _pipeline(load, step, hl.cdiv(h.shape[1], BK), STAGES)
+            out = acc if ROUTER else acc * _load(tw[rrow], (1, BM))
+            hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+
+    return moe_wna16_down_sm90

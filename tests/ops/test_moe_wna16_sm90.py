@@ -1,0 +1,100 @@
+"""The sm_90a W4A16 / W8A16 fused MoE (``ops/moe_wna16_kernels_sm90.py``: swap-AB wgmma, the
+dequantized weights as the register A operand) through ``hexlayout.ops.moe_wna16`` in the
+emulator (``HEXLAYOUT_EMULATE_ARCH=sm_90a``) against the float64 reference of
+``test_moe_wna16`` (dequantized from the CHECKPOINT tensors, packed there from the formats'
+definitions): AWQ-4, GPTQ-4, GPTQ-8; groups 32 / 64 / 128 / -1; f16 and bf16; T 1 / 3 / 16 / 100;
+E 8 / 64; k 1 / 2 / 6 / 8; experts without tokens; half the experts remote; the router weight on the
+input; the decode, medium and large-token configs (``wna16_sm90_config``)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hexlayout.ops.moe_wna16 import wna16_sm90_config  # noqa: E402
+from test_moe_wna16 import _bound, _run, reference_alignment  # noqa: E402
+
+_LAUNCHED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _emulate_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_90a")
+    # the alignment kernel has its own tests; a reference alignment keeps the emulated runs short
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", reference_alignment)
+    # record which kernels run (the sm_90a ones, not the mma.sync fallback)
+    attention_args = importlib.import_module("hexlayout.ops.attention_args")
+    build_for = attention_args.build_for
+
+    def spy(kernel, device, consts):
+        _LAUNCHED.append(f"{kernel.name} BM={consts.get('BM')} WG={consts.get('WG')}")
+        return build_for(kernel, device, consts)
+
+    monkeypatch.setattr(attention_args, "build_for", spy)
+    _LAUNCHED.clear()
+
+
+CASES = [
+    # fmt, bits, group, dtype, T, E, k, act, routing
+    ("awq", 4, 32, torch.float16, 16, 8, 2, "silu", "random"),
+    ("awq", 4, 128, torch.bfloat16, 1, 64, 8, "gelu", "single"),
+    ("gptq", 4, 128, torch.float16, 3, 64, 2, "silu", "random"),
+    ("gptq", 8, 32, torch.bfloat16, 100, 8, 1, "silu", "random"),
+    ("gptq", 8, -1, torch.float16, 16, 8, 6, "gelu", "one"),
+    ("awq", 4, -1, torch.bfloat16, 100, 8, 1, "silu", "one"),
+    ("gptq", 4, 64, torch.bfloat16, 3, 8, 8, "silu", "random"),
+]
+
+
+def _check(out, want, dtype) -> None:
+    assert out.dtype == dtype and out.shape == want.shape
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(dtype) * want.abs().max().item(), (err, want.abs().max().item())
+
+
+@pytest.mark.parametrize(("fmt", "bits", "group", "dtype", "t", "e", "k", "act", "kind"), CASES)
+def test_matches_the_float64_reference_on_sm90(fmt, bits, group, dtype, t, e, k, act, kind) -> None:
+    out, want = _run(fmt, bits, group, dtype, t, e, k, act, kind, seed=t * 100 + e + k + 1)
+    _check(out, want, dtype)
+    assert len(_LAUNCHED) == 2 and all("_sm90_" in n for n in _LAUNCHED), _LAUNCHED
+
+
+def test_expert_map_with_half_the_experts_remote() -> None:
+    out, want = _run("awq", 4, 64, torch.float16, 16, 8, 2, "silu", "random", seed=17, emap_half=True)
+    _check(out, want, torch.float16)
+
+
+def test_router_weight_on_input() -> None:
+    out, want = _run("gptq", 8, 128, torch.bfloat16, 16, 8, 1, "gelu", "random", seed=19, on_input=True)
+    _check(out, want, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("t", "k", "h", "i", "bm", "wg13", "wg2"),
+    [
+        (100, 2, 64, 64, 32, 1, 1),  # medium: 50 rows per expert on average
+        (160, 2, 128, 128, 64, 2, 2),  # large-token: two warp groups, 128 output columns
+        (256, 1, 64, 128, 64, 2, 1),  # large-token, H = 64: the down GEMM on one warp group
+    ],
+)
+def test_medium_and_large_token_configs(t, k, h, i, bm, wg13, wg2) -> None:
+    e = 4  # routing "random" uses the first half: 2 experts with tokens, 2 without
+    out, want = _run("awq", 4, 64, torch.bfloat16, t, e, k, "silu", "random", seed=t + k, h=h, i=i)
+    _check(out, want, torch.bfloat16)
+    assert wna16_sm90_config(t * k, e, i) == {"BM": bm, "WG": wg13}
+    assert _LAUNCHED == [
+        f"moe_wna16_gate_up_sm90_bf16_w4_k64 BM={bm} WG={wg13}",
+        f"moe_wna16_down_sm90_bf16_w4_k64 BM={bm} WG={wg2}",
+    ], _LAUNCHED
+
+
+def test_configs_from_the_average_rows_per_expert() -> None:
+    assert wna16_sm90_config(8, 64, 1024) == {"BM": 16, "WG": 1}  # decode
+    assert wna16_sm90_config(31 * 8, 8, 1024) == {"BM": 16, "WG": 1}
+    assert wna16_sm90_config(32 * 8, 8, 1024) == {"BM": 32, "WG": 1}
+    assert wna16_sm90_config(64 * 8, 8, 1024) == {"BM": 64, "WG": 2}  # large-token
+    assert wna16_sm90_config(64 * 8, 8, 1000) == {"BM": 64, "WG": 1}  # N not a multiple of 128

@@ -1,0 +1,54 @@
+"""Compile evidence for the shipped sm_90a W4A16 / W8A16 MoE kernels
+(``ops/moe_wna16_kernels_sm90.py``): every config ``wna16_sm90_config`` hands out (decode ``BM``
+16 and medium 32 on one warp group, the large-token ``BM`` 64 on two, or one when N is not a
+multiple of 128) for both widths, both dtypes, k-tiles of 64 and 32 and the GELU / router
+epilogues, compiled with NVRTC for sm_90a (no GPU needed): no spills, no local memory, the SASS
+unpacks with LOP3 / PRMT without I2F and multiplies with HGMMA whose A operand synthesis took from
+registers (the RS form: the dequantized weights never touch shared memory), and ptxas does not
+serialize the wgmma (no C7515 / C7510)."""
+
+from __future__ import annotations
+
+import pytest
+from hexlayout.ops.moe_wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+
+from hexlayout.lang import bf16, f16
+from hexlayout.runtime import build
+from hexlayout.runtime.sass import count_prefix, disassemble, opcode_counts
+
+KERNELS = {"gate_up": moe_wna16_gate_up_sm90_kernel, "down": moe_wna16_down_sm90_kernel}
+#: (kernel, bits, dtype, constants)
+CONFIGS = (
+    [(k, b, d, {"BM": 16, "WG": 1, "BK": 64}) for k in KERNELS for b in (4, 8) for d in ("f16", "bf16")]
+    + [  # medium
+        ("gate_up", 4, "bf16", {"BM": 32, "WG": 1, "BK": 64}),
+        ("down", 8, "f16", {"BM": 32, "WG": 1, "BK": 64}),
+    ]
+    + [  # large-token: two warp groups, or one when N is not a multiple of 128
+        ("gate_up", 4, "bf16", {"BM": 64, "WG": 2, "BK": 64, "GELU": True}),
+        ("gate_up", 8, "f16", {"BM": 64, "WG": 2, "BK": 64}),
+        ("down", 4, "f16", {"BM": 64, "WG": 2, "BK": 64}),
+        ("down", 8, "bf16", {"BM": 64, "WG": 2, "BK": 32, "GROUP": 32}),
+        ("down", 4, "bf16", {"BM": 64, "WG": 1, "BK": 64}),
+    ]
+    + [("gate_up", 8, "bf16", {"BM": 16, "WG": 1, "BK": 32, "GROUP": 32, "ROUTER": True})]
+)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize(("kernel", "bits", "dtype", "consts"), CONFIGS)
+def test_compiles_to_register_a_wgmma_without_spills_or_serialization(kernel, bits, dtype, consts) -> None:
+    dt = f16 if dtype == "f16" else bf16
+    extra = {"ZERO": 0 if bits == 4 else 128, "TOPK": 2, **{c: v for c, v in consts.items() if c != "BK"}}
+    b = build(KERNELS[kernel](dt, bits, consts["BK"]), "sm_90a", **extra)
+    st = b.stats
+    assert not st.spills and st.local_memory_instructions == 0, st.summary()
+    assert not st.serialization and not any("C7515" in w or "C7510" in w for w in st.warnings), st.warnings
+    counts = opcode_counts(disassemble(b.compiled.cubin))
+    assert count_prefix(counts, "LDL") == 0 and count_prefix(counts, "STL") == 0
+    assert count_prefix(counts, "LOP3") > 0 and count_prefix(counts, "PRMT") > 0, counts
+    assert count_prefix(counts, "I2F") == 0, counts
+    assert count_prefix(counts, "HGMMA") > 0 and st.main_loop is not None and st.main_loop.mma > 0, counts
+    assert count_prefix(counts, "HMMA") == 0, counts  # no mma.sync fallback
+    mmas = {str(i) for _, i in b.synthesis.lowered.choices if "SM90_" in str(i)}
+    assert mmas and all("_RS x" in i for i in mmas), mmas  # A (the weights) from registers
