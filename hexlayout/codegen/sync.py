@@ -1,5 +1,8 @@
 """Printers of synchronization: mbarriers (init, arrive[.expect_tx], parity wait), block
-barriers, the async-proxy fence and ``setmaxnreg``.
+barriers, the async-proxy fence, ``setmaxnreg`` and the cluster forms (sm_90): an arrive on a
+peer CTA's barrier (``mapa`` to its ``shared::cluster`` address, then
+``mbarrier.arrive.release.cluster``) and the cluster barrier (``fence.mbarrier_init``, then
+``barrier.cluster.arrive.release`` / ``wait.acquire``).
 
 An mbarrier is 8 bytes of dynamic shared memory placed after the buffers; ``MbarWait`` is a
 ``try_wait.parity`` loop on sm_90a and a ``test_wait.parity`` loop on sm_80 / sm_89.
@@ -7,7 +10,15 @@ An mbarrier is 8 bytes of dynamic shared memory placed after the buffers; ``Mbar
 
 from __future__ import annotations
 
-from hexlayout.ir.lowered import BarSync, FenceProxyAsync, MbarArrive, MbarInit, MbarWait, SetMaxNReg
+from hexlayout.ir.lowered import (
+    BarSync,
+    ClusterBarrier,
+    FenceProxyAsync,
+    MbarArrive,
+    MbarInit,
+    MbarWait,
+    SetMaxNReg,
+)
 
 from .emitter import Emitter, asm
 
@@ -21,8 +32,22 @@ def mbar_init(em: Emitter, ins: MbarInit) -> list[str]:
                [f'"r"({em.mbar_addr(ins.bar)})', f'"r"({int(ins.arrivals)})'])
 
 
+def _need_cluster(em: Emitter, what: str) -> None:
+    if em.arch != "sm_90a":
+        raise em.error(f"{what} needs sm_90; the kernel is for {em.arch}")
+    if not em.kernel.cluster:
+        raise em.error(f"{what} needs a kernel launched in clusters (cluster=)")
+
+
 def mbar_arrive(em: Emitter, ins: MbarArrive) -> list[str]:
     addr = em.mbar_addr(ins.bar)
+    if ins.cta is not None:
+        _need_cluster(em, "an arrive on a peer CTA's mbarrier")
+        if ins.tx_bytes:
+            raise em.error("an arrive on a peer CTA's mbarrier cannot expect transaction bytes")
+        return asm("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                   "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}", [],
+                   [f'"r"({addr})', f'"r"({em.expr(ins.cta)})'])
     if ins.tx_bytes:
         if em.arch != "sm_90a":
             raise em.error(f"mbarrier.arrive.expect_tx needs sm_90; the kernel is for {em.arch}")
@@ -56,6 +81,12 @@ def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
     return asm("fence.proxy.async.shared::cta;", [], [])
 
 
+def cluster_barrier(em: Emitter, ins: ClusterBarrier) -> list[str]:
+    _need_cluster(em, "barrier.cluster")
+    return asm("fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;", [], [])
+
+
 def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:
     if em.arch != "sm_90a":
         raise em.error(f"setmaxnreg needs sm_90a; the kernel is for {em.arch}")
@@ -66,4 +97,4 @@ def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:
 
 
 PRINTERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive, MbarWait: mbar_wait, BarSync: bar_sync,
-            FenceProxyAsync: fence_proxy_async, SetMaxNReg: set_max_nreg}
+            FenceProxyAsync: fence_proxy_async, SetMaxNReg: set_max_nreg, ClusterBarrier: cluster_barrier}

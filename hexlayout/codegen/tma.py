@@ -2,7 +2,8 @@
 
 Each ``TmaDesc`` is a ``const __grid_constant__ CUtensorMap`` kernel parameter, encoded on
 the host from the descriptor's parameters; the instruction takes its generic address.
-Loads complete on an mbarrier (``mbarrier::complete_tx::bytes``); stores form bulk groups.
+Loads complete on an mbarrier (``mbarrier::complete_tx::bytes``), with a CTA mask
+(``.multicast::cluster``) in every CTA of the mask; stores form bulk groups.
 """
 
 from __future__ import annotations
@@ -31,10 +32,16 @@ def _coord_list(first: int, rank: int) -> str:
 def tma_load(em: Emitter, ins: TmaLoad) -> list[str]:
     name, crd = _desc(em, ins.desc, ins.coords)
     rank = len(crd)
+    mc = ins.multicast is not None
+    if mc and not em.kernel.cluster:
+        raise em.error("a multicast TMA load needs a kernel launched in clusters (cluster=)")
     text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
-            f" [%0], [%1, {_coord_list(2, rank)}], [%{2 + rank}];")
+            + (".multicast::cluster" if mc else "")
+            + f" [%0], [%1, {_coord_list(2, rank)}], [%{2 + rank}]" + (f", %{3 + rank};" if mc else ";"))
     ins_ = [f'"r"({em.smem_addr(ins.dst)})', f'"l"(reinterpret_cast<unsigned long long>(&{name}))']
     ins_ += crd + [f'"r"({em.mbar_addr(ins.bar)})']
+    if mc:
+        ins_.append(f'"h"(static_cast<unsigned short>({em.expr(ins.multicast)}))')
     return asm(text, [], ins_)
 
 

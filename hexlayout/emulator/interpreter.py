@@ -8,6 +8,7 @@ the scheduler only where it must wait:
 
 * ``BarSync``: yields ``BarRequest`` unless the group alone completes the barrier;
 * ``MbarWait``: yields ``MbarRequest`` unless the awaited phase has already completed;
+* ``ClusterBarrier``: yields ``ClusterRequest`` (every thread of the cluster's CTAs meets);
 * an ``IfThen`` whose condition differs across the group yields ``SpawnRequest`` with one
   child group per branch; the parent resumes (reconverges) when both have finished, and the
   children run as independent tasks, so they may wait on each other (warp specialization).
@@ -25,13 +26,13 @@ from typing import Any
 import numpy as np
 
 from hexlayout.ir.expr import Var
-from hexlayout.ir.lowered import BarSync, CpAsync, ForLoop, IfThen, Instr, LdGlobal, MbarWait
+from hexlayout.ir.lowered import BarSync, ClusterBarrier, CpAsync, ForLoop, IfThen, Instr, LdGlobal, MbarWait
 
 from . import alu, atomics, cpasync, ldmatrix, mbarrier, memops, mma, proxy, tma, wgmma
 from .errors import IllegalInstructionError
 from .machine import Active, Machine
 
-__all__ = ["Group", "BarRequest", "MbarRequest", "SpawnRequest", "exec_body", "HANDLERS"]
+__all__ = ["Group", "BarRequest", "ClusterRequest", "MbarRequest", "SpawnRequest", "exec_body", "HANDLERS"]
 
 HANDLERS: dict[type, Callable[[Machine, Any, Active], None]] = {}
 for _mod in (memops, cpasync, ldmatrix, mma, wgmma, tma, mbarrier, alu, atomics, proxy):
@@ -63,12 +64,18 @@ class MbarRequest:
 
 
 @dataclass
+class ClusterRequest:
+    instr: ClusterBarrier
+    tids: np.ndarray
+
+
+@dataclass
 class SpawnRequest:
     instr: IfThen
     children: list[tuple[list[Instr], Group]]
 
 
-Request = BarRequest | MbarRequest | SpawnRequest
+Request = BarRequest | MbarRequest | SpawnRequest | ClusterRequest
 
 
 def _activate(m: Machine, ins: Instr, g: Group) -> Active:
@@ -138,6 +145,10 @@ def exec_body(m: Machine, body: list[Instr], g: Group) -> Generator[Request, Non
                     m.shadow.clocks.barrier(x.tids)
                 continue
             yield BarRequest(ins, x.tids, expected)
+        elif isinstance(ins, ClusterBarrier):
+            x = _activate(m, ins, g)
+            if len(x.tids):
+                yield ClusterRequest(ins, x.tids)
         elif isinstance(ins, MbarWait):
             x = _activate(m, ins, g)
             if not len(x.tids):

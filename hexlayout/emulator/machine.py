@@ -114,6 +114,11 @@ class Machine:
         self.async_ops: dict[int, AsyncOp] = {}
         self._next_async = 1
         self.state: dict[str, Any] = {}  # per-family state (cp.async groups, mbarriers, ...)
+        #: the machines of this block's cluster (rank order) and this block's rank; ``exited``
+        #: once every thread has finished (``scheduler.run_cluster`` sets them)
+        self.cluster: list[Machine] = [self]
+        self.rank = 0
+        self.exited = False
         from .proxy import reads_async_proxy
 
         #: the kernel reads shared memory through the async proxy (tensor maps, wgmma descriptors)
@@ -136,6 +141,19 @@ class Machine:
         self._next_async += 1
         self.async_ops[op.ident] = op
         return op
+
+    def peer(self, rank: int, ins: Instr, what: str) -> Machine:
+        """The machine of the cluster's CTA ``rank``, which must not have exited (``what``: the
+        access, for the message)."""
+        if not 0 <= rank < len(self.cluster):
+            self.fail(IllegalInstructionError, ins, f"{what}: CTA rank {rank} is outside the cluster of "
+                      f"{len(self.cluster)} CTA(s)")
+        p = self.cluster[rank]
+        if p.exited:
+            self.fail(IllegalInstructionError, ins, f"{what}: block {p.block} (cluster rank {rank}) has "
+                      "already exited; end the kernel with a cluster barrier (hl.cluster_sync()) so that no "
+                      "CTA exits while a peer may still write into it")
+        return p
 
     # ---- expressions ----------------------------------------------------------------
     def with_registers(self, e: ExprLike, env: Mapping[Var, Any]) -> Mapping[Any, Any]:

@@ -20,6 +20,13 @@ parity 1 on a fresh barrier passes at once, the producer-start idiom).
 Happens-before: arrivals release the arriving threads' clocks into the barrier (a TMA
 releases its issuing thread's); a completed phase publishes their join, which a successful
 wait acquires.
+
+Clusters: ``MbarArrive`` with ``cta`` arrives on the barrier of the same name and index in
+the cluster's CTA of that rank (which must not have exited), and a multicast TMA load
+completes its bytes on each destination CTA's barrier. Vector clocks are per CTA, so these
+cross-CTA arrivals and transfers carry no happens-before (a peer's multicast write is checked
+by its pending marks: reading it before the barrier phase completes, or overwriting bytes an
+earlier transfer or an in-flight wgmma still uses, is an error).
 """
 
 from __future__ import annotations
@@ -125,10 +132,13 @@ def acquire(m: Machine, st: MbarState, parity: int, tids: np.ndarray) -> None:
         m.shadow.clocks.acquire(tids, clk)
 
 
-def complete_tx(m: Machine, st: MbarState, nbytes: int, op: AsyncOp | None, issuer: np.ndarray) -> None:
+def complete_tx(
+    m: Machine, st: MbarState, nbytes: int, op: AsyncOp | None, issuer: np.ndarray, release: bool = True
+) -> None:
     """A TMA transfer of ``nbytes`` (writing ``op``) is issued to complete on the barrier; it is in
-    flight until ``land`` (its completion releases the issuing thread's clock into the barrier)."""
-    if m.options.check_races:
+    flight until ``land`` (its completion releases the issuing thread's clock into the barrier;
+    ``release=False``: the issuer is a thread of another CTA, whose clock means nothing here)."""
+    if m.options.check_races and release:
         st.clock = np.maximum(st.clock, m.shadow.clocks.release(issuer))
     st.inflight.append((op, nbytes))
 
@@ -172,23 +182,31 @@ def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
     if not len(x.tids):
         return
     idx = m.ev_vec(ins.bar.index, x.env, len(x.tids))
+    ranks = m.ev_vec(ins.cta, x.env, len(x.tids)) if ins.cta is not None else np.full(len(x.tids), m.rank)
     for i in np.unique(idx):
-        sub = x.tids[idx == i]
-        key = barrier_key(m, ins.bar, {**x.env, m.tvar: sub}, ins)
-        st = get_barrier(m, key, ins)
-        st.tx += ins.tx_bytes * len(sub)
-        if len(sub) > st.pending:
-            m.fail(
-                IllegalInstructionError,
-                ins,
-                f"{len(sub)} arrival(s) on {describe(st)}: more arrivals than the phase expects",
-                buffer=key[0],
-                address=key[1],
-            )
-        st.pending -= len(sub)
-        if m.options.check_races:
-            st.clock = np.maximum(st.clock, m.shadow.clocks.release(sub))
-        _maybe_complete(m, st)
+        for r in np.unique(ranks[idx == i]):
+            sel = (idx == i) & (ranks == r)
+            sub = x.tids[sel]
+            key = barrier_key(m, ins.bar, {**x.env, m.tvar: sub}, ins)
+            what = f"mbarrier.arrive on {key[0]}[{key[1]}] of a peer CTA"
+            tm = m if ins.cta is None else m.peer(int(r), ins, what)
+            st = get_barrier(tm, key, ins)
+            st.tx += ins.tx_bytes * len(sub)
+            if len(sub) > st.pending:
+                where = "" if tm is m else f" of block {tm.block} (cluster rank {int(r)})"
+                m.fail(
+                    IllegalInstructionError,
+                    ins,
+                    f"{len(sub)} arrival(s) on {describe(st)}{where}: more arrivals than the phase expects",
+                    buffer=key[0],
+                    address=key[1],
+                )
+            st.pending -= len(sub)
+            if m.options.check_races:
+                clk = m.shadow.clocks.release(sub)
+                if tm is m:
+                    st.clock = np.maximum(st.clock, clk)
+            _maybe_complete(tm, st)
 
 
 HANDLERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive}

@@ -1,4 +1,10 @@
-"""``run``: execute a lowered kernel on the CPU, block after block.
+"""``run``: execute a lowered kernel on the CPU, block after block (cluster after cluster).
+
+A kernel launched in thread-block clusters (``LoweredKernel.cluster``) runs a cluster at a
+time: its CTAs (the blocks with equal ``blockIdx // cluster``, ranked x fastest) run together
+(``scheduler.run_cluster``), so multicast TMA loads and remote mbarrier arrives reach the
+peers. The grid must be a multiple of the cluster shape; asking for some ``blocks`` runs the
+whole clusters that hold them.
 
 Before anything runs, the arguments are checked as the GPU launcher checks them: every
 scalar is a number of its parameter's kind (a float parameter takes a real number, not a
@@ -38,7 +44,7 @@ from .machine import Machine, Options
 from .mbarrier import land_all
 from .memory import bind_arguments
 from .report import EmulatorReport
-from .scheduler import run_block
+from .scheduler import run_cluster
 from .wgmma import retire_all
 
 __all__ = ["run", "grid_of", "check_scalars", "check_alignment", "global_access_widths"]
@@ -63,6 +69,30 @@ def _blocks(grid: tuple[int, ...], blocks: Iterable[Any] | None) -> list[tuple[i
     return out
 
 
+def _clusters(
+    kernel: LoweredKernel, grid: tuple[int, ...], blocks: list[tuple[int, ...]]
+) -> list[list[tuple[int, ...]]]:
+    """The clusters holding ``blocks`` (each once, in order of first appearance), each as its
+    blocks in rank order (x fastest); without a cluster every block alone."""
+    full = tuple(int(c) for c in kernel.cluster or ())
+    shape = full[: len(grid)] + (1,) * (len(grid) - len(full[: len(grid)]))
+    if all(c == 1 for c in full):
+        return [[b] for b in blocks]
+    if any(c != 1 for c in full[len(grid):]) or any(g % c for g, c in zip(grid, shape)):
+        raise ArgumentError(f"the grid {grid} is not a multiple of the cluster {tuple(kernel.cluster or ())}",
+                            kernel=kernel.name)
+    out: list[list[tuple[int, ...]]] = []
+    seen: set[tuple[int, ...]] = set()
+    for b in blocks:
+        base = tuple(v - v % c for v, c in zip(b, shape))
+        if base in seen:
+            continue
+        seen.add(base)
+        ranks = itertools.product(*(range(c) for c in reversed(shape)))
+        out.append([tuple(o + r for o, r in zip(base, reversed(rr))) for rr in ranks])
+    return out
+
+
 def run(
     kernel: LoweredKernel,
     args: Mapping[str, Any],
@@ -74,7 +104,7 @@ def run(
 ) -> EmulatorReport:
     """Run ``kernel`` with ``args`` (tensor parameters: numpy arrays of the parameter's dtype,
     written in place; scalar parameters: ints) on ``blocks`` (default: the whole grid; a
-    block is an int or a tuple of block indices), one block after the other.
+    block is an int or a tuple of block indices), one block (or cluster) after the other.
 
     ``check_races``: happens-before race detection on shared memory; ``count``: bank
     wavefront and global sector counters; ``poison``: the byte fresh registers and shared
@@ -92,14 +122,16 @@ def run(
         )
     report = EmulatorReport(kernel.name)
     opts = Options(check_races=check_races, count=count, poison=poison)
-    for b in _blocks(grid, blocks):
-        if any(not 0 <= v < g for v, g in zip(b, grid)):
-            raise ArgumentError(f"block {b} is outside the grid {grid}", kernel=kernel.name)
-        m = Machine(kernel, tensors, scalars, b, report, opts)
-        run_block(m)
-        land_all(m)
-        retire_all(m)
-        report.blocks.append(b)
+    for cl in _clusters(kernel, grid, _blocks(grid, blocks)):
+        for b in cl:
+            if any(not 0 <= v < g for v, g in zip(b, grid)):
+                raise ArgumentError(f"block {b} is outside the grid {grid}", kernel=kernel.name)
+        ms = [Machine(kernel, tensors, scalars, b, report, opts) for b in cl]
+        run_cluster(ms)
+        for m in ms:
+            land_all(m)
+            retire_all(m)
+            report.blocks.append(m.block)
     report.seconds = time.perf_counter() - t0
     return report
 

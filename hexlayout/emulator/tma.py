@@ -12,6 +12,9 @@ the out-of-bounds fill. Each executing thread issues one copy at its box origin 
 * ``TmaLoad``: global is read at issue; elements outside the tensor read as zero (or NaN
   without ``oob_fill_zero``); the full box's bytes complete as transactions on the mbarrier;
   the shared bytes stay pending (any access is an error) until the barrier phase completes.
+* ``TmaLoad`` with ``multicast`` (a CTA mask of the cluster): the box is written at the same
+  shared address of every CTA in the mask and its bytes complete on each one's barrier of the
+  same name and index (a destination that has exited is an error).
 * ``TmaStore``: the box is read from shared memory at issue (race- and pending-checked) and
   written to the in-bounds global elements (bytes written by ordinary stores must have been
   fenced, ``proxy.py``); the shared bytes stay marked as being read
@@ -131,23 +134,33 @@ def tma_load(m: Machine, ins: TmaLoad, x: Active) -> None:
             vals[:] = np.nan
         vals[inb] = t.flat[goff[inb]]
         issuer = np.array([tid])
-        m.smem_write_check(ins, issuer, idx)
-        op = m.new_async(
-            "TMA load",
-            ins,
-            issuer,
-            addr=idx,
-            data=vals.view(np.uint8).reshape(1, -1),
-            done=np.zeros(1, dtype=bool),
-            epochs=m.shadow.clocks.epoch(issuer).copy(),
-        )
-        m.shadow.pend_write[idx] = op.ident
-        key = barrier_key(m, ins.bar, {**x.env, m.tvar: issuer}, ins)
-        st = get_barrier(m, key, ins)
+        tenv = {**x.env, m.tvar: issuer}
+        key = barrier_key(m, ins.bar, tenv, ins)
+        if ins.multicast is None:
+            targets = [m]
+        else:
+            mask = m.ev_uniform(ins.multicast, tenv, ins, "TMA multicast mask")
+            if mask <= 0 or mask >> len(m.cluster):
+                m.fail(IllegalInstructionError, ins, f"TMA multicast mask {mask:#x} does not select CTAs "
+                       f"of the cluster of {len(m.cluster)}")
+            targets = [m.peer(r, ins, "TMA multicast") for r in range(len(m.cluster)) if mask >> r & 1]
+        for tm in targets:
+            data = vals.view(np.uint8).reshape(1, -1)
+            if tm is m:
+                m.smem_write_check(ins, issuer, idx)
+                op = m.new_async("TMA load", ins, issuer, addr=idx, data=data, done=np.zeros(1, dtype=bool),
+                                 epochs=m.shadow.clocks.epoch(issuer).copy())
+            else:
+                tm._pending(ins, tm.shadow.pend_write, idx, "writes (TMA multicast from a peer CTA)", issuer)
+                tm._pending(ins, tm.shadow.pend_read, idx, "writes (TMA multicast from a peer CTA)", issuer)
+                op = tm.new_async("TMA load", ins, issuer, addr=idx, data=data.copy(),
+                                  done=np.zeros(1, dtype=bool), extra="remote")
+            tm.shadow.pend_write[idx] = op.ident
+            st = get_barrier(tm, key, ins)
+            complete_tx(tm, st, idx.shape[1], op, issuer, release=tm is m)
         s = m.report.site(ins)
         s.gmem_requests += 1
         s.gmem_bytes += int(inb.sum()) * t.esize
-        complete_tx(m, st, idx.shape[1], op, issuer)
 
 
 def _store_state(m: Machine) -> _StoreState:

@@ -39,7 +39,8 @@ __all__ = [
     "Instr", "LdGlobal", "StGlobal", "LdShared", "StShared", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
-    "FenceProxyAsync", "Alu", "Shfl", "SetMaxNReg", "Comment", "ForLoop", "IfThen", "LoweredKernel",
+    "FenceProxyAsync", "Alu", "Shfl", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop", "IfThen",
+    "LoweredKernel",
 ]
 
 
@@ -230,6 +231,7 @@ class TmaLoad(Instr):
     desc: TmaDesc
     coords: tuple[ExprLike, ...]    # element coordinates of the box origin, innermost first
     bar: MbarRef
+    multicast: ExprLike | None = None   # cluster CTA mask: the box lands in each CTA's dst / bar
 
 
 @dataclass(eq=False)
@@ -257,10 +259,12 @@ class MbarInit(Instr):
 
 @dataclass(eq=False)
 class MbarArrive(Instr):
-    """mbarrier.arrive (with ``tx_bytes`` > 0: arrive.expect_tx)."""
+    """mbarrier.arrive (with ``tx_bytes`` > 0: arrive.expect_tx); with ``cta``, on the barrier
+    of the cluster's CTA of that rank (``mapa`` + ``mbarrier.arrive.shared::cluster``)."""
 
     bar: MbarRef
     tx_bytes: int = 0
+    cta: ExprLike | None = None
 
 
 @dataclass(eq=False)
@@ -312,6 +316,12 @@ class Shfl(Instr):
     mode: str
     arg: ExprLike
     width: int = 32
+
+
+@dataclass(eq=False)
+class ClusterBarrier(Instr):
+    """``fence.mbarrier_init.release.cluster``, then ``barrier.cluster.arrive.release`` and
+    ``barrier.cluster.wait.acquire``: every thread of the cluster's CTAs arrives first."""
 
 
 @dataclass(eq=False)

@@ -28,6 +28,7 @@ from .tile import (
     AsyncWait,
     Block,
     Cast,
+    ClusterSync,
     Copy,
     Elementwise,
     FenceProxyAsync,
@@ -238,6 +239,8 @@ def _copy(p: Printer, op: Copy) -> OpText:
         s += f" mbarrier=%{op.mbarrier.name}[{_e(op.mbarrier_index)}]"
     elif op.mbarrier is not None:
         s += f" mbarrier={_scalar(op.mbarrier)}"
+    if op.multicast is not None:
+        s += f" multicast={_e(op.multicast)}"
     return s
 
 
@@ -308,6 +311,8 @@ def _mbarrier_arrive(p: Printer, op: MbarrierArrive) -> OpText:
         s += f" tx_bytes={op.tx_bytes}"
     if op.who != "thread":
         s += f" by={op.who}"
+    if op.cta is not None:
+        s += f" cta={_e(op.cta)}"
     return s
 
 
@@ -334,6 +339,11 @@ def _fence_proxy_async(p: Printer, op: FenceProxyAsync) -> OpText:
 @PRINTING.register(WgmmaWait)
 def _wgmma_wait(p: Printer, op: WgmmaWait) -> OpText:
     return f"wgmma.wait_group {op.pending}"
+
+
+@PRINTING.register(ClusterSync)
+def _cluster_sync(p: Printer, op: ClusterSync) -> OpText:
+    return "barrier.cluster"
 
 
 @PRINTING.register(SetMaxNReg)

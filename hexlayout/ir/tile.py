@@ -25,7 +25,10 @@ Ops and their meaning (all block-wide unless stated):
 - ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Rearrange``: register-tile math.
 - ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
-  ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``FenceProxyAsync``, ``SetMaxNReg``.
+  ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``FenceProxyAsync``, ``SetMaxNReg``,
+  ``ClusterSync`` (barrier of every thread of the block's cluster). ``Copy.multicast`` (a
+  TMA load written into every CTA of a cluster mask) and ``MbarrierArrive.cta`` (an arrive on
+  the same barrier of another CTA of the cluster) are the cluster forms of those ops.
 - ``For`` (runtime or unrolled loop), ``If`` (runtime condition; a condition on the
   warp-group index expresses warp specialization, and ``If.warp_groups`` then lists the
   warp groups that run ``then_body``).
@@ -57,7 +60,8 @@ __all__ = [
     "SourceLoc", "Value", "Op", "Block", "GlobalParam", "ScalarParam", "GlobalView", "Alloc", "Slice",
     "Copy", "Mma", "Cast", "Elementwise", "Fill", "Reduce", "Rearrange", "Sync", "AsyncCommit",
     "AsyncWait", "Mbarrier", "MbarrierInit", "MbarrierArrive", "MbarrierWait", "WgmmaFence",
-    "WgmmaCommit", "WgmmaWait", "FenceProxyAsync", "SetMaxNReg", "For", "If", "TileKernel", "LaunchConfig",
+    "WgmmaCommit", "WgmmaWait", "FenceProxyAsync", "SetMaxNReg", "ClusterSync", "For", "If", "TileKernel",
+    "LaunchConfig",
     "SubTile", "Permute", "Iota",
 ]
 
@@ -283,7 +287,9 @@ class Iota(Op):
 @dataclass(eq=False)
 class Copy(Op):
     """``dst = src``. ``mask``: an Expr (all or nothing) or a predicate tile of ``src``'s shape.
-    ``mbarrier`` (a ``Mbarrier``) with ``mbarrier_index``: the async copy completes on it."""
+    ``mbarrier`` (a ``Mbarrier``) with ``mbarrier_index``: the async copy completes on it.
+    ``multicast`` (a TMA copy in a cluster): bit ``r`` set writes the tile into CTA ``r``'s
+    ``dst`` too, completing on its barrier at the same index."""
 
     INPUTS = ("src", "mask", "mbarrier")
     OUTPUTS = ("dst",)
@@ -294,6 +300,7 @@ class Copy(Op):
     mask: ExprLike | Value | None = None
     mbarrier: Mbarrier | Value | None = None
     mbarrier_index: ExprLike = 0
+    multicast: ExprLike | None = None
 
 
 @dataclass(eq=False)
@@ -401,12 +408,15 @@ class MbarrierInit(Op):
 class MbarrierArrive(Op):
     """Arrive on barrier ``index``. ``who``: "thread" (every executing thread arrives),
     "warp" / "warpgroup" (one elected thread per executing warp / warp group), "one" (one
-    elected thread of the executing threads). ``tx_bytes`` > 0: arrive.expect_tx."""
+    elected thread of the executing threads). ``tx_bytes`` > 0: arrive.expect_tx. ``cta``
+    (clusters): the arrival goes to the barrier at ``index`` of the CTA with that rank in the
+    cluster instead of this CTA's."""
 
     bar: Mbarrier
     index: ExprLike
     tx_bytes: int = 0
     who: str = "thread"
+    cta: ExprLike | None = None
 
 
 @dataclass(eq=False)
@@ -441,6 +451,12 @@ class WgmmaWait(Op):
 class SetMaxNReg(Op):
     count: int
     increase: bool
+
+
+@dataclass(eq=False)
+class ClusterSync(Op):
+    """``barrier.cluster.arrive.release`` + ``wait.acquire`` after ``fence.mbarrier_init``:
+    every thread of every CTA of the cluster arrives before any proceeds (sm_90)."""
 
 
 @dataclass(eq=False)

@@ -31,7 +31,7 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   accept), ``.strides(...)``, ``hl.Tensor(dtype, shape, stride)``;
   element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 i4 u4 i8 u8 i32 u32 i64 b16 bool_``.
 - launch (``launch``): ``grid``, ``spatial``, ``repeat``, ``cdiv``, ``thread_index``,
-  ``warp_index``, ``lane_index``, ``warp_group_index``.
+  ``warp_index``, ``lane_index``, ``warp_group_index``, ``cluster_rank``.
 - tiles (``memory``, ``views``, ``tensor``, ``indirect``): ``view`` (global windows with ragged-edge
   extents, gathered rows), ``load`` and ``a[i, j]`` (scalars from global memory), ``a[idx, :]``
   (gathers through index tiles), ``shared``, ``register``, ``auto`` (layout hints); slicing
@@ -45,7 +45,7 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
 - control (``control``): ``range``, ``if_``, ``else_``, ``warp_group``.
 - synchronization (``sync``): ``syncthreads``, ``commit_group``, ``wait_group``,
   ``mbarrier``, ``mbarrier_init``, ``arrive``, ``wait``, ``wgmma_fence``,
-  ``wgmma_commit``, ``wgmma_wait``, ``fence_proxy_async``, ``setmaxnreg``.
+  ``wgmma_commit``, ``wgmma_wait``, ``fence_proxy_async``, ``setmaxnreg``, ``cluster_sync``.
 - errors: ``KernelError`` (a ``ValueError``) names kernel, operation, tensors and line.
 - re-exports: ``Layout``, ``Swizzle``, ``ComposedLayout``, ``composition``,
   ``make_layout_tv`` (hexlayout.layout), ``TaskMapping``.
@@ -84,7 +84,17 @@ from .dtypes import (
 from .errors import KernelError
 from .indirect import load
 from .kernel import Kernel, kernel
-from .launch import cdiv, grid, lane_index, repeat, spatial, thread_index, warp_group_index, warp_index
+from .launch import (
+    cdiv,
+    cluster_rank,
+    grid,
+    lane_index,
+    repeat,
+    spatial,
+    thread_index,
+    warp_group_index,
+    warp_index,
+)
 from .layouts import auto
 from .math import FUNCTIONS as _FUNCTIONS
 from .math import abs_ as abs  # noqa: A004
@@ -108,6 +118,7 @@ from .regroup import concat, interleave, reshape
 from .spec import Dim, Tensor, dims
 from .sync import (
     arrive,
+    cluster_sync,
     commit_group,
     fence_proxy_async,
     mbarrier,
@@ -127,6 +138,7 @@ __all__ = [
     "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "i4", "u4", "i8", "u8", "i32", "u32", "i64", "s8",
     "s32", "s64", "b16", "bool_",
     "grid", "spatial", "repeat", "cdiv", "thread_index", "warp_index", "lane_index", "warp_group_index",
+    "cluster_rank",
     "view", "shared", "register", "load", "auto", "Layout", "Swizzle", "ComposedLayout", "composition",
     "make_layout_tv",
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
@@ -135,7 +147,7 @@ __all__ = [
     "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",
     "syncthreads", "commit_group", "wait_group", "mbarrier", "mbarrier_init", "arrive", "wait",
-    "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async", "setmaxnreg",
+    "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async", "setmaxnreg", "cluster_sync",
 ]
 
 # hl.exp, hl.silu, ...: one unary function per ALU function with a language name

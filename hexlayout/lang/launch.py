@@ -319,6 +319,49 @@ def thread_index() -> Expr:
     return ctx.thread_var
 
 
+def cluster_rank() -> Expr:
+    """The block's rank in its thread-block cluster (``%cluster_ctarank``).
+
+    Clusters tile the launch grid in ``blockIdx`` order: with ``@hl.kernel(cluster=(cx, cy,
+    cz))`` the blocks with ``blockIdx // (cx, cy, cz)`` equal form one cluster, and the rank
+    is ``bx % cx + cx * (by % cy + cy * (bz % cz))`` - the value the hardware register holds,
+    computed from the block index so that synthesis, code generation and the emulator see an
+    ordinary index expression. A cluster-relative task mapping uses it to give the CTAs of a
+    cluster tiles that share an operand (``hl.copy(..., multicast=)``). Call ``hl.grid`` first.
+
+    Returns:
+        Expr: the rank, in ``[0, cx * cy * cz)``.
+
+    Raises:
+        KernelError: called outside a kernel trace, before ``hl.grid``, or in a kernel
+            without ``cluster=``.
+
+    Example:
+        Two CTAs per cluster take the two halves of an M-pair of tiles::
+
+            @hl.kernel(threads=128, cluster=(2, 1, 1))
+            def pairs(c: hl.f32["M", "N"]):
+                M, N = c.shape
+                pid = hl.grid(hl.spatial(2 * hl.cdiv(M, 256)))
+                m0 = (pid // 2) * 256 + hl.cluster_rank() * 128
+
+            pairs.trace()
+    """
+    ctx, loc = begin("cluster_rank")
+    if not ctx.cluster:
+        raise ctx.error("cluster_rank", loc, "the kernel has no cluster: declare "
+                        "@hl.kernel(cluster=(2, 1, 1))")
+    if not ctx.block_index:
+        raise ctx.error("cluster_rank", loc, "call hl.grid first: the rank is taken from the block index")
+    rank: ExprLike = 0
+    scale = 1
+    for v, c in zip(ctx.block_index, ctx.cluster):
+        if int(c) > 1:
+            rank = rank + (v % int(c)) * scale
+        scale *= int(c)
+    return as_expr(rank)
+
+
 def warp_index() -> Expr:
     """The warp's index in the block: ``threadIdx.x // 32``.
 

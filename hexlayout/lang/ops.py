@@ -55,7 +55,7 @@ _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 
 def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mask: Any = None,
-         mbarrier: BarrierRef | Any = None) -> Tile | None:
+         mbarrier: BarrierRef | Any = None, multicast: int | None = None) -> Tile | None:
     """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
 
     ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
@@ -81,6 +81,11 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
         mbarrier (BarrierRef | None): ``bars[i]`` of an ``hl.mbarrier`` array: the copy is
             an asynchronous global->shared bulk (TMA) copy whose bytes complete on that
             barrier (``hl.arrive(..., tx_bytes=)`` / ``hl.wait``).
+        multicast (int | None): with ``mbarrier`` in a kernel with a cluster: a static mask
+            of cluster ranks (bit ``r``: CTA ``r``); the TMA load
+            (``.multicast::cluster``) writes the tile into ``dst`` of every CTA in the mask and
+            completes its bytes on each one's barrier at the same index, so each of them
+            expects them (``hl.arrive(..., tx_bytes=)``) although a peer issued the copy.
 
     A 4-bit global view (``hl.view`` of a ``u4`` / ``s4`` argument, ``hexlayout.lang.
     packed_global``) copies to or from register tiles of ``u8`` / ``s8``: ``w =
@@ -160,7 +165,23 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
         if (s.scope, d.scope) != (G, S):
             raise ctx.error("copy", loc, f"mbarrier= is for global->shared bulk (TMA) copies, not {pair}")
         bar, bidx = ref.bar, ref.index
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, loc=loc))
+    if multicast is not None:
+        _check_multicast(ctx, loc, multicast, bar)
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc))
+
+
+def _check_multicast(ctx: Any, loc: Any, mask: Any, bar: Any) -> None:
+    """``multicast=``: a static CTA mask of the kernel's cluster, on a TMA (mbarrier) copy."""
+    from .sync import cluster_size
+
+    size = cluster_size(ctx)
+    if size is None:
+        raise ctx.error("copy", loc, "multicast= needs a kernel with a cluster (@hl.kernel(cluster=...))")
+    if bar is None:
+        raise ctx.error("copy", loc, "multicast= is for TMA copies: pass mbarrier= too")
+    if not isinstance(mask, int) or isinstance(mask, bool) or not 0 < mask < 1 << size:
+        raise ctx.error("copy", loc, f"multicast={mask!r} must be a static mask of CTA ranks in [1, "
+                        f"{(1 << size) - 1}] for a cluster of {size}")
 
 
 _ACC = {"f32", "f16", "s32"}

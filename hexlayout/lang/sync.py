@@ -15,6 +15,9 @@
   commit_group, wait_group n.
 - ``hl.setmaxnreg(n, increase=True)``: setmaxnreg.inc/dec to ``n`` registers per thread
   (24..256, a multiple of 8), for warp-specialized kernels.
+- clusters (``@hl.kernel(cluster=...)``, sm_90): ``hl.cluster_sync()`` is a barrier of every
+  thread of the cluster (after the mbarrier inits, and before exit when peers write into this
+  CTA); ``hl.arrive(..., cta=r)`` arrives on barrier ``i`` of the cluster's CTA ``r``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hexlayout.ir.expr import Expr, ExprLike
 from hexlayout.ir.tile import (
     AsyncCommit,
     AsyncWait,
+    ClusterSync,
     FenceProxyAsync,
     Mbarrier,
     MbarrierArrive,
@@ -46,7 +50,7 @@ from .context import TraceContext
 __all__ = [
     "Barriers", "BarrierRef", "as_barrier", "syncthreads", "commit_group", "wait_group", "mbarrier",
     "mbarrier_init", "arrive", "wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
-    "setmaxnreg",
+    "setmaxnreg", "cluster_sync",
 ]
 
 
@@ -316,20 +320,25 @@ _WHO = ("thread", "warp", "warpgroup", "one")
 
 
 def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int = 0, *,
-           who: str = "thread") -> None:
+           who: str = "thread", cta: ExprLike | None = None) -> None:
     """Arrive on barrier ``i``: ``mbarrier.arrive`` (``.expect_tx`` with ``tx_bytes``).
 
     Each arrival counts once towards the phase's expected arrivals; with ``tx_bytes`` the
     arrival also adds that many bytes the phase waits for (the bytes of TMA copies issued
     with ``hl.copy(..., mbarrier=bars[i])``; ``tile.nbytes`` gives them). ``who`` says
     which of the executing threads arrive: every ``"thread"``, one per ``"warp"``, one per
-    ``"warpgroup"``, or ``"one"`` elected thread.
+    ``"warpgroup"``, or ``"one"`` elected thread. With ``cta`` (a kernel with a cluster) the
+    arrival goes to barrier ``i`` of the cluster's CTA of rank ``cta`` (``mapa`` +
+    ``mbarrier.arrive.release.cluster.shared::cluster``; ``cta`` may be this CTA's rank):
+    a stage that a peer multicasts into is released to that peer this way.
 
     Args:
         bars (Barriers | BarrierRef): the array (with ``i``) or ``bars[i]``.
         i (int | Expr | None): the barrier's index when ``bars`` is an array (default 0).
         tx_bytes (int): static non-negative bytes of bulk copies this phase expects.
         who (str): ``"thread"`` (default), ``"warp"``, ``"warpgroup"`` or ``"one"``.
+        cta (int | Expr | None): the rank in the cluster of the CTA whose barrier is
+            arrived on; ``None`` (default): this CTA's.
 
     Returns:
         None: the ``MbarrierArrive`` op is appended to the kernel being traced.
@@ -337,7 +346,8 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
     Raises:
         KernelError: called outside a kernel trace; ``bars`` is not an mbarrier; the index
             is out of range; ``tx_bytes`` is not a static non-negative integer; ``who`` is
-            not one of the four.
+            not one of the four; ``cta`` in a kernel without a cluster, with ``tx_bytes``,
+            not an integer expression or (static) outside the cluster.
 
     Example:
         A TMA load announced and awaited on one barrier::
@@ -360,7 +370,20 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
     tx = _count(ctx, "arrive", loc, tx_bytes)
     if who not in _WHO:
         raise ctx.error("arrive", loc, f"who={who!r} must be one of {', '.join(_WHO)}")
-    ctx.emit(MbarrierArrive(ref.bar, ref.index, tx, who, loc=loc))
+    if cta is not None:
+        size = cluster_size(ctx)
+        if size is None:
+            raise ctx.error("arrive", loc, f"cta={cta!r}: the kernel has no cluster "
+                            "(@hl.kernel(cluster=...))")
+        if tx:
+            raise ctx.error("arrive", loc, "cta= with tx_bytes: expect transaction bytes on this "
+                            "CTA's barrier")
+        if not isinstance(cta, (int, Expr)) or isinstance(cta, bool):
+            raise ctx.error("arrive", loc, f"cta={cta!r} must be an integer expression")
+        c = static_int(cta)
+        if c is not None and not 0 <= c < size:
+            raise ctx.error("arrive", loc, f"cta={c} is outside the cluster of {size} CTAs")
+    ctx.emit(MbarrierArrive(ref.bar, ref.index, tx, who, cta, loc=loc))
 
 
 def wait(bars: Barriers | BarrierRef, i: ExprLike | None = None, phase: ExprLike = 0) -> None:
@@ -563,3 +586,52 @@ def setmaxnreg(n: int, increase: bool = True) -> None:
     if v is None or not 24 <= v <= 256 or v % 8:
         raise ctx.error("setmaxnreg", loc, f"{n!r} registers: must be a multiple of 8 in [24, 256]")
     ctx.emit(SetMaxNReg(v, bool(increase), loc=loc))
+
+
+def cluster_size(ctx: TraceContext) -> int | None:
+    """The number of CTAs in the traced kernel's cluster (``None`` without ``cluster=``)."""
+    if not ctx.cluster:
+        return None
+    n = 1
+    for c in ctx.cluster:
+        n *= int(c)
+    return n
+
+
+def cluster_sync() -> None:
+    """A barrier of every thread of every CTA of the cluster (sm_90).
+
+    ``fence.mbarrier_init.release.cluster`` (the mbarrier inits become visible to the peers),
+    then ``barrier.cluster.arrive.release`` and ``barrier.cluster.wait.acquire``: no thread
+    continues before all threads of the cluster's CTAs arrived, and their earlier shared-memory
+    writes are visible. Needed after initializing mbarriers that peers arrive on or multicast
+    into, and before exit when a peer may still write into this CTA's shared memory. Executed
+    by all threads of the block (outside warp-group branches).
+
+    Returns:
+        None: the ``ClusterSync`` op is appended to the kernel being traced.
+
+    Raises:
+        KernelError: called outside a kernel trace, or in a kernel without ``cluster=``.
+
+    Example:
+        Each CTA of a pair releases its barrier and its peer's::
+
+            @hl.kernel(threads=128, cluster=(2, 1, 1))
+            def pair():
+                hl.grid(hl.spatial(2))
+                empty = hl.mbarrier(1)
+                hl.mbarrier_init(empty, 0, arrivals=2)
+                hl.cluster_sync()
+                hl.arrive(empty, 0, who="one")
+                hl.arrive(empty, 0, who="one", cta=1 - hl.cluster_rank())
+                hl.wait(empty, 0, phase=0)
+                hl.cluster_sync()
+
+            pair.trace()
+    """
+    ctx, loc = begin("cluster_sync")
+    if cluster_size(ctx) is None:
+        raise ctx.error("cluster_sync", loc, "the kernel has no cluster: declare "
+                        "@hl.kernel(cluster=(2, 1, 1))")
+    ctx.emit(ClusterSync(loc=loc))

@@ -34,6 +34,7 @@ from hexlayout.ir.tile import (
     AsyncCommit,
     AsyncWait,
     Cast,
+    ClusterSync,
     Copy,
     Elementwise,
     FenceProxyAsync,
@@ -326,7 +327,8 @@ def _join(g: LayoutGraph, op: Join) -> None:
 
 
 @RELATIONS.register(GlobalView, ScalarLoad, Sync, AsyncCommit, AsyncWait, MbarrierInit, MbarrierArrive,
-                    MbarrierWait, WgmmaFence, WgmmaCommit, WgmmaWait, FenceProxyAsync, SetMaxNReg, For, If)
+                    MbarrierWait, WgmmaFence, WgmmaCommit, WgmmaWait, FenceProxyAsync, SetMaxNReg,
+                    ClusterSync, For, If)
 def _no_relation(g: LayoutGraph, op: Op) -> None:
     """Global views (layouts given by the arguments), synchronization and control flow relate
     no layouts (a loop's or branch's body is walked op by op)."""

@@ -29,6 +29,7 @@ from ..functions import ALU_FUNCTIONS
 from ..gather import ScalarLoad
 from ..lowered import (
     BarSync,
+    ClusterBarrier,
     Comment,
     CpAsyncCommit,
     CpAsyncWait,
@@ -45,6 +46,7 @@ from ..lowered import (
     SetMaxNReg,
     SmemBuffer,
     TmaDesc,
+    TmaLoad,
     WgmmaCommit,
     WgmmaFence,
     WgmmaWait,
@@ -58,6 +60,7 @@ from ..tile import (
     AsyncWait,
     Block,
     Cast,
+    ClusterSync,
     Copy,
     Elementwise,
     Fill,
@@ -433,6 +436,12 @@ class _Lowering:
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
             _and_predicate(plan_ok.instrs, as_expr(op.mask))
+        if op.multicast is not None:
+            if not plan_ok.instruction.startswith("SM90_TMA_LOAD"):
+                raise self.fail(op, f"multicast= needs a TMA load; this copy is {plan_ok.instruction}")
+            for ins in plan_ok.instrs:
+                if isinstance(ins, TmaLoad):
+                    ins.multicast = op.multicast
         loads: list[Instr] = []
         for view in (src, dst):
             gather = view.gather if isinstance(view, GlobalTileView) else None
@@ -638,7 +647,7 @@ class _Lowering:
             pred = (t % 32).eq(0)
         elif op.who == "warpgroup":
             pred = (t % 128).eq(0)
-        return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, pred=pred)]
+        return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, op.cta, pred=pred)]
 
     @LOWERING.register(MbarrierWait)
     def op_MbarrierWait(self, op: MbarrierWait) -> list[Instr]:
@@ -660,6 +669,12 @@ class _Lowering:
     def op_FenceProxyAsync(self, op: TileFenceProxyAsync) -> list[Instr]:
         # no async proxy before sm_90: nothing to order
         return [FenceProxyAsync()] if self.arch.has_tma else []
+
+    @LOWERING.register(ClusterSync)
+    def op_ClusterSync(self, op: ClusterSync) -> list[Instr]:
+        if not self.arch.has_clusters:
+            raise self.fail(op, f"cluster barriers need sm_90; the kernel is lowered for {self.arch.name}")
+        return [ClusterBarrier()]
 
     @LOWERING.register(TileSetMaxNReg)
     def op_SetMaxNReg(self, op: TileSetMaxNReg) -> list[Instr]:
