@@ -96,8 +96,10 @@ def _dequant(
     qt = hl.reshape(hl.reshape(qt, (BN, 4, BK // 16, 2, 2)).permute((0, 2, 3, 1, 4)), (BN, BK))
     st = hl.register(dt, (BN, 1))
     hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
-    if ZERO:
+    if ZERO and dt.name == "bf16":
         zt: Any = float(ZERO)
+    elif ZERO:  # a register tile: q - z stays a packed f16 subtraction (a float scalar goes through f32)
+        zt = hl.full((BN, 1), float(ZERO), dt)
     else:
         zt = hl.register(dt, (BN, 1))
         hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
