@@ -116,14 +116,14 @@ def _down(w2: Any) -> Down:
 def run_fused_moe(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any,
                   activation: str = "silu", apply_router_weight_on_input: bool = False,
                   expert_map: Any = None, global_num_experts: Any = None) -> Any:
-    """``fused_moe`` with bf16 / f16 weights on checked arguments; the gate-up GEMM splits K
-    when the decode grid is too small for the SMs (``ops/moe_splitk.py``)."""
-    from .moe_splitk import splitk_gate_up
+    """``fused_moe`` with bf16 / f16 weights on checked arguments; each grouped GEMM splits K
+    when its decode grid is too small for the SMs (``ops/moe_splitk.py``)."""
+    from .moe_splitk import splitk_down, splitk_gate_up
 
     e, i = w13.shape[0], w13.shape[1] // 2
     return run_moe_pipeline(hidden_states, topk_weights, topk_ids, e, i, activation,
                             apply_router_weight_on_input, expert_map, splitk_gate_up(w13, _gate_up(w13)),
-                            _down(w2))
+                            splitk_down(w2, _down(w2)))
 
 
 def _prepared_runner(w13: Any) -> Callable[..., Any]:

@@ -1,6 +1,6 @@
-"""Split-K gate-up GEMM of the fused MoE (``ops/moe_splitk.py``), run in the emulator against a
-float64 torch reference on fresh random data with ``SPLIT_K`` forced to 2, 3 and 4 (``H`` not a
-multiple of ``SPLIT_K * BK``, splits without a k-tile, ``I`` not a multiple of ``BN``): bf16 / f16,
+"""Split-K gate-up and down GEMMs of the fused MoE (``ops/moe_splitk.py``), run in the emulator
+against a float64 torch reference on fresh random data with ``SPLIT_K`` forced to 2, 3 and 4 (``K``
+not a multiple of ``SPLIT_K * BK``, splits without a k-tile, ``N`` not a multiple of ``BN``): bf16 / f16,
 SiLU / GELU, experts without tokens, an expert map with half the experts remote, the router weight
 on the input; the chooser's decisions for the DeepSeek-V3 TP8 and Mixtral decode shapes; no host
 synchronization and workspaces sized from the sizes only; NVRTC compiles without spills."""
@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hexlayout.ops.moe import _down, _gate_up, run_fused_moe, run_moe_pipeline
-from hexlayout.ops.moe_splitk import SPLIT_K_ENV, choose_split_k, splitk_gate_up
+from hexlayout.ops.moe_splitk import SPLIT_K_ENV, choose_split_k, splitk_down, splitk_gate_up
 
 from hexlayout.runtime.args import ArgumentError
 
@@ -76,12 +76,16 @@ def _split(w13: torch.Tensor, n: int, fallback: Callable[..., None] = _never) ->
     return splitk_gate_up(w13, fallback, split_k=n)
 
 
+def _split_down(w2: torch.Tensor, n: int) -> Callable[..., None]:
+    return splitk_down(w2, _never, split_k=n)
+
+
 # split, t, h, i, e, k, dtype, activation, experts used (the rest get no token). BK is 64 for these
 # slot counts: H 200 -> 4 k-tiles (split 3: 2 + 2 + none), H 320 -> 5 (split 4: 2 + 2 + 1 + none),
 # H 136 -> 3 (split 2: 2 + 1); I 96 and 40 are not multiples of BN = 64.
 CASES = [
     (2, 1, 136, 64, 8, 2, torch.float16, "silu", 8),
-    (3, 3, 200, 40, 64, 6, torch.bfloat16, "gelu", 40),
+    (3, 3, 200, 40, 32, 6, torch.bfloat16, "gelu", 20),
     (4, 16, 320, 96, 8, 2, torch.float16, "gelu", 5),
     (4, 5, 200, 64, 16, 8, torch.bfloat16, "silu", 12),
 ]
@@ -96,14 +100,35 @@ def test_forced_split_matches_float64(split: int, t: int, h: int, i: int, e: int
     close(out, reference(x, w13, w2, tw, ids, act), dt)
 
 
+# split, t, h, i, e, k, dtype, activation, router weight on the input: the down GEMM's K is I (200 ->
+# 4 k-tiles: split 3 = 2 + 2 + none; 320 -> 5: split 4 = 2 + 2 + 1 + none; 136 -> 3: split 2 = 2 + 1),
+# its N = H (72, 40 not multiples of BN = 64)
+DOWN_CASES = [
+    (2, 1, 72, 136, 8, 2, torch.bfloat16, "silu", False),
+    (3, 4, 40, 200, 16, 6, torch.float16, "gelu", False),
+    (4, 9, 64, 320, 8, 1, torch.bfloat16, "gelu", True),
+]
+
+
+@pytest.mark.parametrize(("split", "t", "h", "i", "e", "k", "dt", "act", "scale_in"), DOWN_CASES)
+def test_forced_split_down_matches_float64(split: int, t: int, h: int, i: int, e: int, k: int,
+                                           dt: torch.dtype, act: str, scale_in: bool) -> None:
+    x, w13, w2, tw, ids = make(t, h, i, e, k, dt, seed=split * 37 + t, used=max(k, e // 2))
+    out = run_moe_pipeline(x, tw, ids, e, i, act, scale_in, None, _gate_up(w13), _split_down(w2, split))
+    close(out, reference(x, w13, w2, tw, ids, act, scale_in=scale_in), dt)
+
+
 def test_expert_map_with_half_the_experts_remote() -> None:
-    x, w13, w2, tw, _ = make(12, 200, 64, 8, 2, torch.bfloat16, seed=5)
+    x, w13, w2, tw, _ = make(8, 200, 64, 8, 2, torch.bfloat16, seed=5)
     g = torch.Generator().manual_seed(11)
     emap = torch.full((16,), -1, dtype=torch.int32)
     emap[torch.randperm(16, generator=g)[:8]] = torch.randperm(8, generator=g).to(torch.int32)
-    ids = torch.stack([torch.randperm(16, generator=g)[:2] for _ in range(12)]).to(torch.int32)
+    ids = torch.stack([torch.randperm(16, generator=g)[:2] for _ in range(8)]).to(torch.int32)
     out = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, emap, _split(w13, 3), _down(w2))
     close(out, reference(x, w13, w2, tw, ids, emap=emap), torch.bfloat16)
+    both = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, emap, _split(w13, 2), _split_down(w2, 2))
+    close(both, reference(x, w13, w2, tw, ids, emap=emap), torch.bfloat16)
+    assert (both[(emap[ids.long()] < 0).all(1)] == 0).all()
     remote = (emap[ids.long()] < 0).all(1)
     assert remote.any() and (out[remote] == 0).all()
 
@@ -185,19 +210,21 @@ def test_fused_moe_splits_when_forced_by_the_environment(monkeypatch: pytest.Mon
     assert built == []
     monkeypatch.setenv(SPLIT_K_ENV, "3")
     out = torch.ops.hexlayout.fused_moe(x, w13, w2, tw, ids)
-    assert built == [3, 0]                               # the split GEMM, then the activation kernel
+    assert built == [3, 0, 3, 0]           # split gate-up, activation kernel, split down, cast kernel
     want = reference(x, w13, w2, tw, ids)
     close(out, want, torch.float16)
     close(plain, want, torch.float16)
     monkeypatch.setenv(SPLIT_K_ENV, "1")                 # 1: off
     run_fused_moe(x, w13, w2, tw, ids)
-    assert built == [3, 0]
+    assert built == [3, 0, 3, 0]
     for bad in ("0", "two", "2.5", "-1"):
         monkeypatch.setenv(SPLIT_K_ENV, bad)
         with pytest.raises(ArgumentError, match=f"{SPLIT_K_ENV}.*integer >= 1"):
             run_fused_moe(x, w13, w2, tw, ids)
     with pytest.raises(ArgumentError, match="split_k.*integer >= 1"):
         splitk_gate_up(w13, _gate_up(w13), split_k=0)
+    with pytest.raises(ArgumentError, match="split_k.*integer >= 1"):
+        splitk_down(w2, _down(w2), split_k=True)
 
 
 # (T, k, E, H, I, SMs) -> SPLIT_K by the documented rule, worked by hand: decode (S = T * k <= 128)
@@ -220,6 +247,22 @@ DECISIONS = [
 ]
 
 
+# the down GEMM: N = H, K = I (BN 64, BK 64 at decode): tiles = M * ceil(H / 64), KT = ceil(I / 64)
+DOWN_DECISIONS = [
+    ((1, 8, *DEEPSEEK, 132), 1),          # M 8 x 112 column blocks = 896 tiles
+    ((1, 2, *MIXTRAL, 132), 2),           # M 2 x 64 = 128 tiles (< 132): min(16, 264 // 128, 224 // 8) = 2
+    ((2, 2, *MIXTRAL, 132), 1),           # M 4: 256 tiles
+    ((1, 2, 8, 4096, 1792, 132), 2),      # Mixtral TP8: 128 tiles, KT 28 -> min(2, 3) = 2
+    ((1, 2, 8, 4096, 960, 132), 1),       # KT 15: 15 // 8 = 1
+    ((1, 1, 8, 2048, 8192, 132), 8),      # M 1 x 32 = 32 tiles: min(16, 8, 128 // 8) = 8
+]
+
+
+@pytest.mark.parametrize(("sizes", "split"), DOWN_DECISIONS)
+def test_chooser_decisions_down(sizes: tuple[int, ...], split: int) -> None:
+    assert choose_split_k(*sizes, gemm="down") == split
+
+
 @pytest.mark.parametrize(("sizes", "split", "tiles"), DECISIONS)
 def test_chooser_decisions(sizes: tuple[int, ...], split: int, tiles: int) -> None:
     assert choose_split_k(*sizes) == split
@@ -240,7 +283,7 @@ def test_chooser_fills_at_most_two_waves_for_every_decode_size() -> None:
 def test_the_split_path_never_synchronizes(monkeypatch: pytest.MonkeyPatch) -> None:
     """No tensor becomes a host value, and the workspace and launch constants depend on the
     sizes only (two different routings: the same)."""
-    x, w13, w2, tw, ids = make(6, 200, 64, 8, 2, torch.float16, seed=6)
+    x, w13, w2, tw, ids = make(4, 136, 136, 8, 2, torch.float16, seed=6)
     want = reference(x, w13, w2, tw, ids)
     seen: list[tuple] = []
     real = splitk_mod.run_kernel
@@ -257,19 +300,24 @@ def test_the_split_path_never_synchronizes(monkeypatch: pytest.MonkeyPatch) -> N
     with monkeypatch.context() as m:
         for name in ("item", "tolist", "__int__", "__bool__", "__index__", "nonzero"):
             m.setattr(torch.Tensor, name, refuse)
-        out = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, None, _split(w13, 2), _down(w2))
+        out = run_moe_pipeline(x, tw, ids, 8, 136, "silu", False, None, _split(w13, 2), _split_down(w2, 2))
     close(out, want, torch.float16)
     other = torch.zeros_like(ids)
     other[:, 1] = 1                                      # every token on experts 0 and 1
-    run_moe_pipeline(x, tw, other, 8, 64, "silu", False, None, _split(w13, 2), _down(w2))
-    assert len(seen) == 4 and seen[:2] == seen[2:]
+    run_moe_pipeline(x, tw, other, 8, 136, "silu", False, None, _split(w13, 2), _split_down(w2, 2))
+    assert len(seen) == 8 and seen[:4] == seen[4:]
 
 
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_without_spills(arch: str) -> None:
-    from hexlayout.ops.moe_kernels import moe_config
-    from hexlayout.ops.moe_splitk import moe_gate_up_splitk_kernel, moe_splitk_act_kernel
+    from hexlayout.ops.moe_kernels import moe_config, moe_down_config
+    from hexlayout.ops.moe_splitk import (
+        moe_down_splitk_kernel,
+        moe_gate_up_splitk_kernel,
+        moe_splitk_act_kernel,
+        moe_splitk_cast_kernel,
+    )
 
     from hexlayout.lang import bf16, f16
     from hexlayout.runtime import build
@@ -284,6 +332,16 @@ def test_kernels_compile_without_spills(arch: str) -> None:
         assert count_prefix(counts, "HMMA") > 0 and st.main_loop is not None and st.main_loop.mma == 16
         assert count_prefix(counts, "RED") + count_prefix(counts, "REDG") > 0, counts   # atomic partials
         assert count_prefix(counts, "STG") == 0, counts
+    for dt, extra in ((bf16, {"SPLIT_K": 2}), (f16, {"SPLIT_K": 3, "SCALE_IN": True})):
+        b = build(moe_down_splitk_kernel(dt), arch, **moe_down_config(moe_config(16)), **extra)
+        st = b.stats
+        assert not st.spills and st.local_memory_instructions == 0 and st.stack_frame == 0, st.summary()
+        assert not st.warnings, st.warnings
+        counts = opcode_counts(disassemble(b.compiled.cubin))
+        assert count_prefix(counts, "HMMA") > 0 and st.main_loop is not None and st.main_loop.mma == 8
+        assert count_prefix(counts, "RED") + count_prefix(counts, "REDG") > 0, counts
+    st = build(moe_splitk_cast_kernel(bf16), arch).stats
+    assert not st.spills and st.local_memory_instructions == 0 and st.epilogue_stores == {"STG.128": 2}
     for act, scale_in in (("silu", False), ("gelu", True)):
         st = build(moe_splitk_act_kernel(bf16, act), arch, BM=16, SCALE_IN=scale_in).stats
         assert not st.spills and st.local_memory_instructions == 0 and st.stack_frame == 0, st.summary()
