@@ -346,3 +346,27 @@ def test_kernels_compile_without_spills(arch: str) -> None:
         st = build(moe_splitk_act_kernel(bf16, act), arch, BM=16, SCALE_IN=scale_in).stats
         assert not st.spills and st.local_memory_instructions == 0 and st.stack_frame == 0, st.summary()
         assert st.epilogue_stores == {"STG.128": 2}, st.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("e", "k", "h", "i"), [(16, 8, 2048, 256), (8, 2, 2048, 2048)])
+def test_cuda_chooses_a_split_and_captures_in_a_cuda_graph(e: int, k: int, h: int, i: int) -> None:
+    """On a GPU the chooser splits these decode shapes (DeepSeek-like gate-up: 8 experts x 4
+    column blocks; Mixtral-like down: 2 x 32 blocks) and the op replays in a CUDA graph on a
+    new routing."""
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    splits = (choose_split_k(1, k, e, h, i, sms), choose_split_k(1, k, e, h, i, sms, gemm="down"))
+    assert max(splits) > 1, splits
+    x, w13, w2, tw, ids = make(1, h, i, e, k, torch.bfloat16, seed=40)
+    args = [a.to(dev) for a in (x, w13, w2, tw, ids)]
+    close(run_fused_moe(*args).cpu(), reference(x, w13, w2, tw, ids), torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run_fused_moe(*args)
+    x2, _, _, tw2, ids2 = make(1, h, i, e, k, torch.bfloat16, seed=41)
+    for dst, src in ((args[0], x2), (args[3], tw2), (args[4], ids2)):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    close(out.cpu(), reference(x2, w13, w2, tw2, ids2), torch.bfloat16)
