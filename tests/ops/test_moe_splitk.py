@@ -142,6 +142,14 @@ def test_router_weight_on_input() -> None:
     assert (want - reference(x, w13, w2, tw, ids, "gelu")).abs().max() > 1e-2
 
 
+def test_nan_in_the_input_propagates_to_its_token_only() -> None:
+    x, w13, w2, tw, ids = make(3, 136, 136, 8, 2, torch.float16, seed=1)
+    x[1, 5] = float("nan")
+    out = run_moe_pipeline(x, tw, ids, 8, 136, "silu", False, None, _split(w13, 2), _split_down(w2, 2))
+    assert torch.isnan(out[1]).all()
+    assert torch.isfinite(out[[0, 2]]).all()
+
+
 def test_intermediate_equals_the_plain_kernel() -> None:
     """The split path's ``inter`` (rows of an expert, padding rows included) is the plain
     kernel's up to f32 summation order."""
