@@ -24,7 +24,9 @@ The pipeline is ``moe.run_moe_pipeline``'s (``moe_align``, gate-up, down, ``moe_
 contributions) with fp8 launches (``moe_fp8_kernels``): the per-row quantization before each
 GEMM, the gate-up and down grouped GEMMs (rows gathered through the sorted slots, scales in the
 epilogue or per 128-column k-tile for block scales; sm_89: e4m3 ``mma.sync.m16n8k32``, sm_90a:
-e4m3 ``wgmma`` m64nNk32 with swapped operands, ``moe_fp8_kernels_sm90``). No
+e4m3 ``wgmma`` m64nNk32 with swapped operands, ``moe_fp8_kernels_sm90``; prefill on sm_90a, more
+than 64 routed rows per expert on average: blocks of 128 rows on the wgmma M side, warp-specialized
+with TMA weight loads, ``fp8_block_m``). No
 torch op runs between them except allocations; no host synchronization (buffers are sized from
 T, k, E and the block size). Targets sm_89 and sm_90a (CPU tensors: the emulator under
 ``HEXLAYOUT_EMULATE=1`` with ``HEXLAYOUT_EMULATE_ARCH=sm_89`` or ``sm_90a``); sm_80 has no fp8
@@ -45,7 +47,12 @@ from .moe_fp8_kernels import (
     moe_fp8_gate_up_kernel,
     moe_fp8_quant_kernel,
 )
-from .moe_fp8_kernels_sm90 import moe_fp8_down_sm90_kernel, moe_fp8_gate_up_sm90_kernel
+from .moe_fp8_kernels_sm90 import (
+    moe_fp8_down_sm90_kernel,
+    moe_fp8_down_sm90_ws_kernel,
+    moe_fp8_gate_up_sm90_kernel,
+    moe_fp8_gate_up_sm90_ws_kernel,
+)
 
 __all__ = [
     "Fp8MoEWeights",
@@ -246,10 +253,18 @@ def check_fused_moe_fp8(
             )
 
 
-def fp8_block_m(num_slots: int, num_experts: int) -> int:
-    """Sorted rows per GEMM block: 16 (decode: few slots per expert) up to 64 (prefill),
-    from the sizes only (capture-safe)."""
+#: stages of the sm_90a large-token kernels' ring: 32 KiB each (128 token rows + 2 x 64 weight rows
+#: of 128 e4m3 columns), 192 KiB of the 227 KiB a block may use
+WS_STAGES = 6
+
+
+def fp8_block_m(num_slots: int, num_experts: int, arch: str = "sm_89") -> int:
+    """Sorted rows per GEMM block, from the sizes only (capture-safe): 16 (decode: at most 16
+    slots per expert on average) up to 64; on sm_90a more than 64 slots per expert take the
+    large-token kernels' 128 (two consumer warp groups of 64 rows)."""
     per = num_slots / max(num_experts, 1)
+    if arch == "sm_90a" and per > 64:
+        return 128
     return 16 if per <= 16 else 32 if per <= 64 else 64
 
 
@@ -286,9 +301,15 @@ def run_fused_moe_fp8(
     s13 = w13_scale if blk else w13_scale.reshape(e, 1, 1)
     s2 = w2_scale if blk else w2_scale.reshape(e, 1, 1)
     dt = lang_dtype(x.dtype)
-    bm = fp8_block_m(t * k, e)
+    arch = _arch_of(dev)
+    bm = fp8_block_m(t * k, e, arch)
     common: dict[str, Any] = {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "BLOCK_SCALE": blk}
-    if _arch_of(dev) == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
+    down_bn = 64
+    if bm == 128:  # sm_90a prefill: tokens on the wgmma M side, warp-specialized, TMA weights
+        gate_up_k, down_k = moe_fp8_gate_up_sm90_ws_kernel(dt), moe_fp8_down_sm90_ws_kernel(dt)
+        common.update(STAGES=WS_STAGES, CONSUMERS=2)
+        down_bn = 128
+    elif arch == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
         gate_up_k, down_k = moe_fp8_gate_up_sm90_kernel(dt), moe_fp8_down_sm90_kernel(dt)
     else:
         gate_up_k, down_k = moe_fp8_gate_up_kernel(dt), moe_fp8_down_kernel(dt)
@@ -314,7 +335,8 @@ def run_fused_moe_fp8(
     def down(run: MoeRun, inter: Any, y: Any) -> None:
         hq, hs = quant(inter[: t * k], None)
         args = (hq, hs, w2, s2, run.topk_w, run.sorted_ids, run.expert_ids, y)
-        run_kernel(build_for(down_k, dev, {**common, "ROUTER": run.scale_in}), args, outputs=(7,))
+        consts = {**common, "BN": down_bn, "ROUTER": run.scale_in}
+        run_kernel(build_for(down_k, dev, consts), args, outputs=(7,))
 
     return run_moe_pipeline(x, topk_weights, topk_ids, e, n2 // 2, activation, apply_router_weight_on_input,
                             expert_map, gate_up, down, cfg=MoeConfig(BM=bm))
