@@ -1,9 +1,12 @@
 """Host cost of a cached ``torch.ops.hexlayout.gemm`` call, up to the driver launch (no GPU).
 
-What runs is the production path of a call whose kernel is already built and launched once:
-the torch dispatcher, ``hexlayout.ops.gemm.gemm`` (argument checks, output allocation, the
-config and launcher lookup) and ``Launcher.__call__`` (the argument-plan fast path,
-parameter packing). Only what needs a GPU is stubbed, and said so in the results:
+What runs is the production path of a call whose kernel is already built and launched
+(a few times): the torch dispatcher, the op's Autograd kernel (no input requires grad, so
+it calls the backend's work directly) or, under ``torch.inference_mode()``, its CPU kernel,
+then ``hexlayout.ops.gemm.gemm_cached`` (one lookup standing for the argument check's
+verdict and the config / launcher lookup, the pointers' alignment, output allocation, the
+pre-packed launch: pointers and scale written into the packed parameters). Only what needs
+a GPU is stubbed, and said so in the results:
 
 - ``torch.Tensor.is_cuda`` reports ``True`` for the CPU tensors, so ``gemm`` takes its CUDA
   branch (the tensors stay CPU tensors: ``torch.empty`` allocates on the CPU);
@@ -17,19 +20,23 @@ parameter packing). Only what needs a GPU is stubbed, and said so in the results
 - the op is dispatched to its CPU kernel (``HEXLAYOUT_EMULATE=1``), which reads one
   environment variable more than the CUDA kernel does.
 
-Also timed: each stage alone (the dispatcher into a trivial op, ``gemm`` called directly,
-the launcher alone, the config/launcher lookup alone); with ``--baseline COMMIT``, the
+The same calls are timed in grad mode and under ``torch.inference_mode()`` (as vLLM runs
+them). Also timed: each stage alone (the dispatcher into a trivial op, ``gemm`` called
+directly, the usual (uncached) path's check and ``run_checked``, the launcher alone); with
+``--runs R`` the whole set R times (the load average of each run reported); with
+``--baseline COMMIT``, the
 ``ops/gemm.py`` of that commit beside the current one in the same process (repeats
 interleaved, so both see the same machine load). Writes
 ``benchmarks/results/host_<date>.md`` and ``.json``. Target (issue 10): at most 10 us per
 cached call; Triton 3.9's ``JITFunction.run`` costs about 10 us here (REFERENCE.md).
 
-    python benchmarks/bench_host.py [--iters N] [--repeats R] [--tag T] [--baseline COMMIT]
+    python benchmarks/bench_host.py [--iters N] [--repeats R] [--runs R] [--tag T] [--baseline COMMIT]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gc
 import json
@@ -45,13 +52,17 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 TOTAL = "torch.ops.hexlayout.gemm(a, b)"
+TOTAL_EP = "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')"
+INF = " under torch.inference_mode()"
+CACHED = "gemm_cached(a, b) (the op's cached call: one lookup, alignment, token, output, launch)"
+NEW_EMPTY = "a.new_empty((M, N)) (the output, as gemm_cached allocates it)"
 DIRECT = "hexlayout.ops.gemm.gemm(a, b) (no dispatcher)"
 CHECK = "check_gemm(a, b) (argument checks)"
 RUN = "run_checked(...) (allocation, cached lookup, launch)"
 LAUNCH = "Launcher.call_like (cached arguments: pointers, scalars, packing, stub launch)"
 PREPARED = "Launcher.prepared(template) launch (the cached call's: pre-packed, pointers and scale rewritten)"
-EMPTY = "torch.empty((M, N)) (the output)"
-HOLLOW = "torch.ops.hexlayout.gemm(a, b) with its check and impl emptied (dispatch + autograd wrapper)"
+EMPTY = "torch.empty((M, N)) (the output of run_checked)"
+HOLLOW = "torch.ops.hexlayout.gemm(a, b) with check, fast path and impl emptied (dispatcher, op kernel)"
 NOOP = "for scale: a define_op op returning a tensor (dispatcher into Python)"
 NOOP_AG = "for scale: the same op with a backward registered (torch's Python autograd wrapper)"
 
@@ -73,20 +84,25 @@ class _Driver:
 def _time(fns: dict[str, Any], iters: int, repeats: int) -> dict[str, dict[str, float]]:
     """Per function: median and min over ``repeats`` of the mean time of ``iters`` calls, in
     microseconds. The repeats go round-robin over the functions, so a change of machine load
-    during the run touches every row alike; the garbage collector is off while timing."""
-    for fn in fns.values():
-        for _ in range(min(iters, 200)):
-            fn()
+    during the run touches every row alike; the garbage collector is off while timing. A
+    function given as ``(fn, mode)`` runs inside the context ``mode()`` (entered around each
+    timed loop, so its own cost is not counted)."""
+    fns = {name: f if isinstance(f, tuple) else (f, contextlib.nullcontext) for name, f in fns.items()}
+    for fn, mode in fns.values():
+        with mode():
+            for _ in range(min(iters, 200)):
+                fn()
     means: dict[str, list[float]] = {name: [] for name in fns}
     gc_was = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeats):
-            for name, fn in fns.items():
-                t = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                means[name].append((time.perf_counter() - t) / iters * 1e6)
+            for name, (fn, mode) in fns.items():
+                with mode():
+                    t = time.perf_counter()
+                    for _ in range(iters):
+                        fn()
+                    means[name].append((time.perf_counter() - t) / iters * 1e6)
     finally:
         if gc_was:
             gc.enable()
@@ -164,7 +180,10 @@ def baseline_modules(commit: str) -> Any:
 
 
 def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
-            baseline: str = "") -> dict[str, Any]:
+            baseline: str = "", runs: int = 1) -> dict[str, Any]:
+    """Time every row ``runs`` times (each: ``repeats`` round-robin repeats of ``iters`` calls);
+    ``rows``: per row the median of the runs' medians and the least min; ``runs``: each run's
+    rows and the load average after it."""
     os.environ["HEXLAYOUT_EMULATE"] = "1"
     import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
     import torch
@@ -180,9 +199,13 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
     op(a, b)                                   # builds (or loads) and compiles the kernel once
     op(a, b, bias, activation="relu")
     first_s = time.perf_counter() - t0
+    for _ in range(2):                         # the cached-call tables filled
+        op(a, b)
+        op(a, b, bias, activation="relu")
     before = drv.launches
     op(a, b)
     assert drv.launches == before + 1, "the stubbed launch did not run"
+    assert len(gemm_mod._HOT) == 2, "the op's calls are not on the cached-call path"
 
     entry = next(iter(gemm_mod._FAST.values()))       # (launcher, template[, parameter order])
     lau, template = entry[0], entry[1]
@@ -198,9 +221,13 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
     with_ag = define_op("noop_autograd", "(Tensor a) -> Tensor", fake=lambda x: x.new_empty(1),
                         impl=lambda x: out, backward=lambda ctx, g: g,
                         setup_context=lambda ctx, inputs, output: None, namespace="hexlayout_bench")
-    fns = {
+    fns: dict[str, Any] = {
         TOTAL: lambda: op(a, b),
-        "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')": lambda: op(a, b, bias, None, "relu"),
+        TOTAL_EP: lambda: op(a, b, bias, None, "relu"),
+        TOTAL + INF: (lambda: op(a, b), torch.inference_mode),
+        TOTAL_EP + INF: (lambda: op(a, b, bias, None, "relu"), torch.inference_mode),
+        CACHED: lambda: gemm_mod.gemm_cached(a, b),
+        NEW_EMPTY: lambda: a.new_empty((m, n)),
         DIRECT: lambda: gemm_mod.gemm(a, b),
         CHECK: lambda: gemm_mod.check_gemm(a, b),
         RUN: lambda: gemm_mod.run_checked(a, b, None, None, "none", None, "nk", m, n, k),
@@ -213,16 +240,17 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
         NOOP_AG: lambda: with_ag.op(one),
     }
     gop = gemm_mod_op()
-    saved = (gop._check, gop._impl)
+    saved = (gop._check, gop._impl, gop._fast)
 
-    def hollow() -> Any:                      # the op's own dispatch: check and impl emptied
-        gop._check, gop._impl = None, lambda *a, **kw: c
+    def hollow() -> Any:                      # the op's own dispatch: check, fast path, impl emptied
+        gop._check, gop._impl, gop._fast = None, lambda *a, **kw: c, None
         try:
             return op(a, b)
         finally:
-            gop._check, gop._impl = saved
+            gop._check, gop._impl, gop._fast = saved
 
     fns[HOLLOW] = hollow
+    fns[HOLLOW + INF] = (hollow, torch.inference_mode)
     if baseline:
         old = baseline_modules(baseline)
         old.gemm(a, b)                                  # its own caches filled (the build is shared)
@@ -231,8 +259,13 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
         fns[f"baseline {baseline}: {CHECK}"] = lambda: old.check_gemm(a, b)
         fns[f"baseline {baseline}: {RUN}"] = lambda: old.run_checked(a, b, None, None, "none", None, "nk",
                                                                        m, n, k)
-    rows = _time(fns, iters, repeats)
-    return {"rows": rows, "first_call_s": first_s, "shape": [m, n, k], "launches": drv.launches}
+    per_run = []
+    for _ in range(runs):
+        per_run.append({"rows": _time(fns, iters, repeats), "load_average": os.getloadavg()[0]})
+    rows = {name: {"median_us": statistics.median(r["rows"][name]["median_us"] for r in per_run),
+                   "min_us": min(r["rows"][name]["min_us"] for r in per_run)} for name in fns}
+    return {"rows": rows, "runs": per_run, "first_call_s": first_s, "shape": [m, n, k],
+            "launches": drv.launches}
 
 
 def _versions() -> dict[str, str]:
@@ -253,12 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=1, help="time the whole set this many times")
     ap.add_argument("--tag", default="", help="suffix of the result files (host_<date>-<tag>.md)")
     ap.add_argument("--baseline", default="", help="a git commit whose ops/gemm.py is timed beside the "
                     "current one (same process, interleaved repeats)")
     ns = ap.parse_args(argv)
     load_before = os.getloadavg()[0]
-    res = measure(ns.iters, ns.repeats, baseline=ns.baseline)
+    res = measure(ns.iters, ns.repeats, baseline=ns.baseline, runs=ns.runs)
     cpu = ""
     try:
         cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
@@ -267,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
             "load_average": os.getloadavg()[0], "load_average_before": load_before, "iters": ns.iters,
-            "repeats": ns.repeats,
+            "repeats": ns.repeats, "runs": ns.runs,
             "versions": _versions(), "stubbed": "is_cuda, get_device_capability, current_stream, the driver "
                                                 "launch, the first bind's device check (see bench_host.py)"}
     for name, r in res["rows"].items():
@@ -280,23 +314,34 @@ def main(argv: list[str] | None = None) -> int:
              f"{meta['load_average']:.1f} after), {meta['machine']}; "
              + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".", "",
              f"No GPU: stubbed {meta['stubbed']}. M x N x K = {' x '.join(map(str, res['shape']))}, f16. "
-             f"Mean of {ns.iters} calls, median (min) of {ns.repeats} repeats, GC off while timing.", "",
+             f"Mean of {ns.iters} calls, median (min) of {ns.repeats} repeats, GC off while timing"
+             + (f"; {ns.runs} runs: the median of the runs' medians (the least min)" if ns.runs > 1 else "")
+             + ".", "",
              "| path | us per call |", "|---|---|"]
     lines += [f"| {name} | {r['median_us']:.2f} ({r['min_us']:.2f}) |" for name, r in res["rows"].items()]
+    if ns.runs > 1:
+        lines += ["", "## Each run (median (min) us; load average after the run)", "",
+                  "| run | load | " + " | ".join((TOTAL, TOTAL_EP, TOTAL + INF, TOTAL_EP + INF)) + " |",
+                  "|---|---|---|---|---|---|"]
+        for i, run in enumerate(res["runs"]):
+            cells = [f"{run['rows'][x]['median_us']:.2f} ({run['rows'][x]['min_us']:.2f})"
+                     for x in (TOTAL, TOTAL_EP, TOTAL + INF, TOTAL_EP + INF)]
+            lines.append(f"| {i + 1} | {run['load_average']:.1f} | " + " | ".join(cells) + " |")
     med = {name: r["median_us"] for name, r in res["rows"].items()}
-    split = [("torch dispatcher and autograd wrapper for this schema, the Op's dispatch into Python",
-              med[HOLLOW]),
-             ("the rest of the op minus gemm() called directly (the impl wrapper, environment check)",
-              med[TOTAL] - med[DIRECT] - med[HOLLOW]),
-             ("check_gemm (argument checks)", med[CHECK]),
-             ("torch.empty (the output)", med[EMPTY]),
-             ("gemm's cached lookup (the fast-path key, tuning_token, the launch's argument tuple)",
-              med[RUN] - med[PREPARED] - med[EMPTY]),
-             ("the pre-packed launch (Launcher.prepared: pointers, scale, stub launch)", med[PREPARED])]
-    lines += ["", "## Where the time goes (medians)", "",
-              "| part | us |", "|---|---|"]
-    lines += [f"| {what} | {us:.2f} |" for what, us in split]
-    lines += [f"| sum | {sum(us for _, us in split):.2f} (the op: {med[TOTAL]:.2f}) |"]
+    for mode in ("", INF):
+        split = [("torch dispatcher, the op's " + ("CPU kernel" if mode else "Autograd kernel")
+                  + " (the key set's backend, the environment check)", med[HOLLOW + mode]),
+                 ("gemm_cached: the key, one lookup, alignment, tuning token",
+                  med[CACHED] - med[NEW_EMPTY] - med[PREPARED]),
+                 ("gemm_cached: the output (a.new_empty)", med[NEW_EMPTY]),
+                 ("gemm_cached: the pre-packed launch (Launcher.prepared: pointers, scale, stub launch)",
+                  med[PREPARED]),
+                 ("the rest (the op minus the rows above: the calls between them)",
+                  med[TOTAL + mode] - med[HOLLOW + mode] - med[CACHED])]
+        lines += ["", f"## Where the time of {TOTAL}{mode} goes (medians)", "",
+                  "| part | us |", "|---|---|"]
+        lines += [f"| {what} | {us:.2f} |" for what, us in split]
+        lines += [f"| the op | {med[TOTAL + mode]:.2f} |"]
     lines += ["", "Target (issue 10): <= 10 us per cached `torch.ops.hexlayout.gemm` call up to the driver "
               "launch. Triton 3.9 `JITFunction.run`: about 10 us on this machine (REFERENCE.md).", ""]
     (RESULTS / f"{stem}.md").write_text("\n".join(lines))

@@ -30,6 +30,12 @@ copies, and N even (the epilogue stores 2-element vectors); ``a`` / ``b`` 16-byt
 ``b_layout`` one of their strings, ``scale`` a real number or ``None`` (NaN and infinities
 propagate as in torch).
 
+A cached call - plain tensors with the shapes, strides, dtypes and devices, and the other
+arguments' values, of a call already made and checked, one launch under the same autotuning
+state - takes ``gemm_cached``: one dictionary lookup stands for the check's verdict and the
+config / launcher lookup, then the pointers' alignment, the output and the pre-packed launch
+(the torch op's ``fast`` path, and ``gemm``'s).
+
 Any M: a problem whose launch grid would exceed CUDA's limits (on sm_80 / sm_89 the row
 tiles are ``grid.y``, at most 65,535, i.e. M <= 8,388,480 with 128-row tiles) or whose ``a``,
 ``c`` or ``residual`` would exceed 32-bit indexing runs as several launches over row slices
@@ -53,8 +59,8 @@ from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, Argume
 from .gemm_config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
 from .gemm_kernels import ARCH_KERNELS
 
-__all__ = ["gemm", "check_gemm", "check_arguments", "gemm_build", "gemm_fused", "gemm_epilogue",
-           "device_arch", "rows_per_launch", "stage_epilogue", "ACTIVATIONS"]
+__all__ = ["gemm", "gemm_cached", "check_gemm", "check_arguments", "gemm_build", "gemm_fused",
+           "gemm_epilogue", "device_arch", "rows_per_launch", "stage_epilogue", "ACTIVATIONS"]
 
 _OP = "hexlayout.gemm"
 
@@ -74,6 +80,11 @@ _ARCHS: dict[Any, str] = {}
 #: only data pointers and scale re-read (``Launcher.prepared``, else ``Launcher.call_like``).
 _FAST: dict[tuple, Any] = {}
 _FAST_LIMIT = 4096
+#: ``gemm_cached``'s table: ``_verdict_key`` of a call -> (the (argument position, alignment)
+#: pairs check_gemm re-checks, M, N, the call's ``_FAST`` entry): the check's verdict and the
+#: prepared launch in one lookup, filled from ``_VERDICTS`` and ``_FAST`` on a call that finds
+#: both; an entry whose ``tuning_token`` is stale is dropped.
+_HOT: dict[tuple, tuple] = {}
 
 
 def device_arch(capability: tuple[int, int]) -> str:
@@ -112,6 +123,18 @@ def _tensor_key(t: Any) -> Any:
     return (t.shape, t.stride(), t.dtype, t.device) if type(t) is _TENSOR else ()
 
 
+def _verdict_key(a: Any, b: Any, bias: Any, residual: Any, activation: Any, scale: Any,
+                 b_layout: Any) -> tuple:
+    """The key of ``_VERDICTS`` (and ``_HOT``) for plain tensors ``a``, ``b``: everything
+    ``check_arguments`` reads but the data pointers (shapes, strides, dtypes, devices, the
+    kinds and values of the non-tensor arguments; ``scale``'s kind only). Raises
+    ``TypeError`` for an unhashable argument."""
+    return (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+            None if bias is None else _tensor_key(bias),
+            None if residual is None else _tensor_key(residual),
+            type(activation), activation, type(scale), type(b_layout), b_layout)
+
+
 def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
                scale: float | None = None, b_layout: str = "nk") -> tuple[int, int, int]:
     """Check the arguments of ``gemm`` (see the module docstring) and return ``(M, N, K)``.
@@ -127,10 +150,7 @@ def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activatio
     """
     if _TENSOR is not None and type(a) is _TENSOR and type(b) is _TENSOR:
         try:
-            key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
-                   None if bias is None else _tensor_key(bias),
-                   None if residual is None else _tensor_key(residual),
-                   type(activation), activation, type(scale), type(b_layout), b_layout)
+            key = _verdict_key(a, b, bias, residual, activation, scale, b_layout)
             hit = _VERDICTS.get(key)
         except TypeError:                    # an unhashable argument: the checks name it
             hit = key = None
@@ -345,6 +365,67 @@ def _load_torch() -> Any:
     return torch
 
 
+def _fast_key(a: Any, bias: Any, residual: Any, activation: str, scale: Any, b_layout: str, m: int, n: int,
+              k: int) -> tuple:
+    """The key of ``_FAST`` (a row stride is free when M = 1: check_gemm accepts any; it is then
+    part of the key)."""
+    rows = (a.stride(0), 0 if residual is None else residual.stride(0)) if m == 1 else None
+    return (a.dtype, a.device, b_layout, activation, bias is None, residual is None, scale is None, m, n, k,
+            rows)
+
+
+def gemm_cached(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
+                scale: float | None = None, b_layout: str = "nk") -> Any:
+    """``gemm(a, b, bias, residual, activation, scale, b_layout)`` for a call like one made
+    before - plain tensors whose shapes, strides, dtypes and devices and whose other arguments'
+    values (``scale``: its kind) ``check_gemm`` accepted, with a prepared single launch
+    (``_FAST``) under the current ``tuning_token`` - or ``None`` for any other call (nothing
+    launched, nothing raised: the caller takes the usual path, ``check_gemm`` then
+    ``run_checked``). One dictionary lookup (``_HOT``) stands for both the check's verdict and
+    the config / launcher lookup; the data pointers' alignment is checked as ``check_gemm``
+    checks it (a misaligned one: ``None``, so the check names it)."""
+    if type(a) is not _TENSOR or type(b) is not _TENSOR:
+        return None
+    try:
+        key = _verdict_key(a, b, bias, residual, activation, scale, b_layout)
+        hot = _HOT.get(key)
+    except TypeError:                        # an unhashable argument: the check names it
+        return None
+    if hot is None:
+        hot = _warm(key, a, bias, residual, activation, scale, b_layout)
+        if hot is None:
+            return None
+    aligns, m, n, entry = hot
+    if aligns:
+        ts = (a, b, bias, residual)
+        for i, align in aligns:
+            if ts[i].data_ptr() % align:
+                return None
+    if entry[4] != tuning_token():           # the persisted choice may have changed
+        _HOT.pop(key, None)
+        return None
+    c = a.new_empty((m, n))
+    entry[5](a, b, c, bias, residual, scale)
+    return c
+
+
+def _warm(key: tuple, a: Any, bias: Any, residual: Any, activation: str, scale: Any, b_layout: str) -> Any:
+    """``_HOT``'s entry for ``key`` from ``_VERDICTS`` and ``_FAST`` (stored), or ``None``."""
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        return None
+    m, n, k = verdict[0]
+    if not (m and n and k):
+        return None
+    entry = _FAST.get(_fast_key(a, bias, residual, activation, scale, b_layout, m, n, k))
+    if entry is None:
+        return None
+    if len(_HOT) >= _FAST_LIMIT:
+        _HOT.clear()
+    hot = _HOT[key] = (verdict[1], m, n, entry)
+    return hot
+
+
 def _fast_launch(lau: Any, template: Any, order: tuple[int, ...], go: Callable[[Any], bool],
                  n: int) -> Callable[..., None]:
     """The launch of a cached call: ``launch(a, b, c, bias, residual, scale)`` with the
@@ -383,7 +464,14 @@ def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str
     Inputs that require grad (grad mode on) go through ``torch.ops.hexlayout.gemm``, whose
     registered backward gives their gradients; with ``config`` or ``autotune`` (not part of
     the op) they are refused, naming the argument, rather than left without a gradient.
+    A call like one made before takes ``gemm_cached``.
     """
+    if config is None and not autotune:
+        torch = _TORCH or _load_torch()
+        if not (torch.is_grad_enabled() and torch._C._any_requires_grad(a, b, bias, residual)):
+            c = gemm_cached(a, b, bias, residual, activation, scale, b_layout)
+            if c is not None:
+                return c
     m, n, k = check_gemm(a, b, bias, residual, activation, scale, b_layout)
     if a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad) or \
             (residual is not None and residual.requires_grad):
@@ -405,11 +493,8 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     """``gemm`` on arguments ``check_gemm`` accepted (it gave ``m, n, k``)."""
     torch = _TORCH or _load_torch()
     if config is None and not autotune and m and n and k:
-        # the fast path of a cached call: one dictionary lookup to a prepared launch (a row
-        # stride is free when M = 1: check_gemm accepts any; it is then part of the key)
-        rows = (a.stride(0), 0 if residual is None else residual.stride(0)) if m == 1 else None
-        hit = _FAST.get((a.dtype, a.device, b_layout, activation, bias is None, residual is None,
-                         scale is None, m, n, k, rows))
+        # the fast path of a cached call: one dictionary lookup to a prepared launch
+        hit = _FAST.get(_fast_key(a, bias, residual, activation, scale, b_layout, m, n, k))
         if hit is not None and hit[4] == tuning_token():
             c = torch.empty((m, n), dtype=a.dtype, device=a.device)
             hit[5](a, b, c, bias, residual, scale)
@@ -426,9 +511,7 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     scale_arg = float(scale) if scale is not None else 1.0
     fast = None
     if a.is_cuda and config is None and not autotune:
-        rows_stride = (a.stride(0), residual.stride(0) if residual is not None else 0) if m == 1 else None
-        fast = (a.dtype, a.device, b_layout, activation, bias is None, residual is None, scale is None,
-                m, n, k, rows_stride)
+        fast = _fast_key(a, bias, residual, activation, scale, b_layout, m, n, k)
         token = tuning_token()
 
     from hexlayout.lang import bf16, f16

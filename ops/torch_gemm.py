@@ -27,7 +27,7 @@ from typing import Any
 
 from hexlayout.runtime.torch_ops import define_op
 
-from .gemm import check_gemm, run_checked
+from .gemm import check_gemm, gemm_cached, run_checked
 
 __all__ = ["gemm_op"]
 
@@ -61,7 +61,8 @@ def _backward(ctx: Any, dc: Any) -> tuple[Any, ...]:
     import torch
 
     a, b, bias = ctx.saved_tensors
-    need_a, need_b, need_bias, need_res = ctx.needs_input_grad[:4]
+    # one flag per argument given: the dispatcher drops trailing arguments left at their default
+    need_a, need_b, need_bias, need_res = (*ctx.needs_input_grad, False, False, False)[:4]
     g = dc.float()
     bmat = b.float().t() if ctx.b_layout == "nk" else b.float()          # B: K x N
     dz = g
@@ -87,5 +88,5 @@ def _backward(ctx: Any, dc: Any) -> tuple[Any, ...]:
     return da, db, dbias, dres, None, None, None
 
 
-gemm_op = define_op("gemm", SCHEMA, fake=_fake, impl=_impl, check=check_gemm, backward=_backward,
-                    setup_context=_setup_context)
+gemm_op = define_op("gemm", SCHEMA, fake=_fake, impl=_impl, check=check_gemm, fast=gemm_cached,
+                    backward=_backward, setup_context=_setup_context)

@@ -38,6 +38,11 @@ kind against the schema first (a string for a ``Tensor`` or a ``float`` is an
 ``ArgumentTypeError`` naming it); ``torch.ops.hexlayout.<name>`` leaves that to torch's own
 schema binding (a ``RuntimeError`` naming the argument).
 
+A cached-call path: ``fast=`` (or ``@op.fast``) is tried first by the CPU (emulation on) and
+CUDA kernels and by the Autograd kernel when no grad is needed: it returns the result of a
+call whose arguments the check has accepted before (the check's verdict memoized by the op),
+or ``None`` for the usual check-then-implementation path; it never raises an argument error.
+
 Autograd: ``backward=`` and ``setup_context=`` register a backward with
 ``torch.library.register_autograd``. An op without one refuses, eagerly and while tracing,
 inputs that require grad when grad mode is on (``ArgumentError`` naming the argument:
@@ -78,9 +83,21 @@ class EmulationDisabledError(HexlayoutError, RuntimeError):
     """A hexlayout op got CPU tensors while ``HEXLAYOUT_EMULATE`` is not ``1``."""
 
 
+_ENVIRON_TYPE = type(os.environ)
+try:
+    _EMULATE_RAW: Any = os.environ.encodekey(EMULATE_ENV)  # type: ignore[attr-defined]
+    _ONE_RAW: Any = os.environ.encodevalue("1")  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - a platform without the encoded mapping
+    _EMULATE_RAW = None
+
+
 def emulation_enabled() -> bool:
-    """Whether CPU tensors may run through the emulator (``HEXLAYOUT_EMULATE=1``)."""
-    return os.environ.get(EMULATE_ENV, "") == "1"
+    """Whether CPU tensors may run through the emulator (``HEXLAYOUT_EMULATE=1``), read at each
+    call (from ``os.environ``'s encoded mapping where it has one: no decoding per call)."""
+    env = os.environ
+    if type(env) is _ENVIRON_TYPE and _EMULATE_RAW is not None:
+        return env._data.get(_EMULATE_RAW) == _ONE_RAW  # type: ignore[attr-defined]
+    return env.get(EMULATE_ENV, "") == "1"
 
 
 class Op:
@@ -102,6 +119,7 @@ class Op:
         self._cuda: Fn | None = None
         self._cpu: Fn | None = None
         self._check: Fn | None = None
+        self._fast: Fn | None = None
         self._backward: Fn | None = None
         self._setup_context: Fn | None = None
         self._autograd_registered = False
@@ -134,6 +152,17 @@ class Op:
         """The argument check run before every implementation (fake, CUDA, CPU): raises a
         hexlayout error naming the argument, or returns."""
         self._check = fn
+        return fn
+
+    def fast(self, fn: Fn) -> Fn:
+        """The cached-call path of the CUDA and CPU kernels: ``fn(*args, **kwargs)`` returns the
+        op's result for a call it knows (arguments the check has accepted before, a kernel
+        ready), or ``None`` to take the usual path (check, then implementation). It must return
+        exactly what check + implementation would, and raise nothing the check would; it runs
+        only where the check could not fail differently: before the CPU kernel's emulation
+        check only when emulation is on, and for an op without a backward only when no input
+        requires grad (or grad mode is off)."""
+        self._fast = fn
         return fn
 
     def autograd(self, backward: Fn, setup_context: Fn | None = None) -> None:
@@ -219,7 +248,25 @@ class Op:
                                             f"{name}.detach()")
 
     # --- the registered kernels -----------------------------------------------------------------
+    def _fast_allowed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether ``fast`` may run: there is one, and the refusal of inputs that require grad
+        (ops without a backward) cannot fire."""
+        if self._fast is None:
+            return False
+        if self._backward is not None:
+            return True
+        import torch
+
+        return not (torch.is_grad_enabled() and torch._C._any_requires_grad(*args, **kwargs))
+
     def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fast is not None and self._fast_allowed(args, kwargs):
+            out = self._fast(*args, **kwargs)
+            if out is not None:
+                return out
+        return self._cuda_checked(args, kwargs)
+
+    def _cuda_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._prepare(args, kwargs)
         fn = self._cuda or self._impl
         if fn is None:
@@ -227,6 +274,13 @@ class Op:
         return fn(*args, **kwargs)
 
     def _run_cpu(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fast is not None and emulation_enabled() and self._fast_allowed(args, kwargs):
+            out = self._fast(*args, **kwargs)
+            if out is not None:
+                return out
+        return self._cpu_checked(args, kwargs)
+
+    def _cpu_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._prepare(args, kwargs)
         if not emulation_enabled():
             raise EmulationDisabledError(f"{self.namespace}.{self.name}: CPU tensors need {EMULATE_ENV}=1 "
@@ -248,17 +302,28 @@ class Op:
         """The op's Autograd kernel: torch's ``register_autograd`` kernel (``autograd.Function``
         with the registered backward) when grad mode is on and an input requires grad; else,
         for plain CPU / CUDA tensors (nothing but the backend below autograd), the CPU / CUDA
-        implementation called directly instead of redispatched (the same function the
-        dispatcher would reach, without a second trip through it); anything else (fake,
-        functionalized, batched tensors, ...) redispatches as torch's kernel does."""
+        kernel's work done here instead of redispatched (the same functions the dispatcher
+        would reach, without a second trip through it; ``fast`` first, the refusal of inputs
+        that require grad being moot); anything else (fake, functionalized, batched tensors,
+        ...) redispatches as torch's kernel does. Which of these a dispatch key set is, is
+        worked out once per key set (``_BELOW``)."""
         torch_c = _KEYS[3]
         if not (torch_c.is_grad_enabled() and torch_c._any_requires_grad(*args, **kwargs)):
-            below = (keyset & torch_c._after_autograd_keyset).remove(_KEYS[0])
-            top = below.highestPriorityTypeId()
-            if top == _KEYS[1]:
-                return self._run_cuda(*args, **kwargs)
-            if top == _KEYS[2]:
-                return self._run_cpu(*args, **kwargs)
+            below = _BELOW.get(keyset.raw_repr())
+            if below is None:
+                below = _below_autograd(keyset)
+            if below == _CUDA:
+                if self._fast is not None:
+                    out = self._fast(*args, **kwargs)
+                    if out is not None:
+                        return out
+                return self._cuda_checked(args, kwargs)
+            if below == _CPU:
+                if self._fast is not None and emulation_enabled():
+                    out = self._fast(*args, **kwargs)
+                    if out is not None:
+                        return out
+                return self._cpu_checked(args, kwargs)
         return self._torch_autograd(keyset, *args, **kwargs)
 
     def _run_setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -271,6 +336,20 @@ class Op:
 
 
 _KEYS: tuple[Any, ...] = ()          # (ADInplaceOrView, CUDA, CPU dispatch keys, torch._C)
+_OTHER, _CUDA, _CPU = 0, 1, 2
+#: A dispatch key set's ``raw_repr()`` -> what lies below autograd for the Autograd kernel:
+#: ``_CUDA`` / ``_CPU`` (the backend alone, besides ADInplaceOrView) or ``_OTHER``.
+_BELOW: dict[int, int] = {}
+
+
+def _below_autograd(keyset: Any) -> int:
+    """``_BELOW``'s entry for ``keyset``, worked out and stored."""
+    torch_c = _KEYS[3]
+    top = (keyset & torch_c._after_autograd_keyset).remove(_KEYS[0]).highestPriorityTypeId()
+    below = _CUDA if top == _KEYS[1] else _CPU if top == _KEYS[2] else _OTHER
+    if len(_BELOW) < 4096:
+        _BELOW[keyset.raw_repr()] = below
+    return below
 
 
 def _torch_autograd_kernel(op: Any, backward: Fn, setup_context: Fn) -> Fn | None:
@@ -288,6 +367,7 @@ def _torch_autograd_kernel(op: Any, backward: Fn, setup_context: Fn) -> Fn | Non
                 utils.has_kwarg_only_tensors(op._schema):
             return None
         keys = torch._C.DispatchKey
+        torch._C.DispatchKeySet.raw_repr  # noqa: B018 - the key sets' identity (_BELOW)
         _KEYS = (keys.ADInplaceOrView, keys.CUDA, keys.CPU, torch._C)
         return make_autograd_impl(op, Info(backward, setup_context))
     except (ImportError, AttributeError):  # pragma: no cover - depends on the torch version
@@ -348,7 +428,7 @@ def defined_ops() -> list[Op]:
 
 def define_op(name: str, schema: str, *, fake: Fn | None = None, impl: Fn | None = None,
               cuda: Fn | None = None, cpu: Fn | None = None, check: Fn | None = None,
-              backward: Fn | None = None, setup_context: Fn | None = None,
+              fast: Fn | None = None, backward: Fn | None = None, setup_context: Fn | None = None,
               namespace: str = NAMESPACE) -> Op:
     """Register ``torch.ops.<namespace>.<name>`` with ``schema`` (``"(Tensor a, Tensor b) -> Tensor"``;
     mutated arguments annotated as ``Tensor(a!) out``) and return its ``Op``.
@@ -356,6 +436,7 @@ def define_op(name: str, schema: str, *, fake: Fn | None = None, impl: Fn | None
     ``fake``: shapes / dtypes of the outputs (torch.compile, meta and fake tensors). ``impl``:
     for CUDA and CPU tensors; ``cuda`` / ``cpu``: per device (CPU kernels run only with
     ``HEXLAYOUT_EMULATE=1``). ``check``: the argument check run before each of them.
+    ``fast``: an optional cached-call path tried first (see ``Op.fast``).
     ``backward`` / ``setup_context``: the autograd formula (without one, inputs that require
     grad are refused). Each may also be given later with the ``Op``'s decorators.
     """
@@ -379,7 +460,8 @@ def define_op(name: str, schema: str, *, fake: Fn | None = None, impl: Fn | None
         lib.impl(name, op._run_cpu, "CPU")
         torch.library.register_fake(key, op._run_fake, lib=lib)
         _OPS[key] = op
-    for fn, setter in ((fake, op.fake), (impl, op.impl), (cuda, op.cuda), (cpu, op.cpu), (check, op.check)):
+    for fn, setter in ((fake, op.fake), (impl, op.impl), (cuda, op.cuda), (cpu, op.cpu), (check, op.check),
+                      (fast, op.fast)):
         if fn is not None:
             setter(fn)
             op.module = op.module or getattr(fn, "__module__", "") or ""

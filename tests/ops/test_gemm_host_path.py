@@ -31,7 +31,7 @@ def _bench_module():
 def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HEXLAYOUT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
-    for d in (gemm_mod._FAST, gemm_mod._ARCHS, gemm_mod._LAUNCHERS, gc_mod._TABLES):
+    for d in (gemm_mod._FAST, gemm_mod._HOT, gemm_mod._ARCHS, gemm_mod._LAUNCHERS, gc_mod._TABLES):
         d.clear()
     rc._WARNED.clear()
     drv = _bench_module().stub_gpu(torch, monkeypatch.setattr)
@@ -40,7 +40,7 @@ def stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability",
                         lambda d=None: capability_calls.append(d) or cap(d))
     yield drv, capability_calls
-    for d in (gemm_mod._FAST, gemm_mod._ARCHS, gemm_mod._LAUNCHERS, gc_mod._TABLES):
+    for d in (gemm_mod._FAST, gemm_mod._HOT, gemm_mod._ARCHS, gemm_mod._LAUNCHERS, gc_mod._TABLES):
         d.clear()
 
 
@@ -159,3 +159,70 @@ def test_the_caches_keep_no_tensor_of_a_call_alive(stubbed) -> None:
     del a, b, c
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
+
+
+@pytest.mark.nvrtc
+def test_cached_op_calls_take_the_one_lookup_path(stubbed, monkeypatch) -> None:
+    """After the first calls, ``torch.ops.hexlayout.gemm`` (grad mode, no_grad, inference mode)
+    launches through ``gemm_cached``: no check_arguments, no run_checked; each call gets its
+    own output, its own pointers and scale; a misaligned pointer with a cached key still gets
+    check_gemm's error, naming the argument, and launches nothing."""
+    import hexlayout.ops.torch_gemm as tg
+
+    from hexlayout.runtime.args import ArgumentError
+
+    drv, _ = stubbed
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
+    bias = torch.randn(128, generator=g).half()
+    op = torch.ops.hexlayout.gemm
+    for _ in range(2):
+        op(a, b)
+        op(a, b, bias, activation="relu", scale=0.5)
+    assert drv.launches == 4
+    pointers = []
+    with monkeypatch.context() as mp:
+        mp.setattr(gemm_mod, "check_arguments", lambda *a, **k: pytest.fail("checked again"))
+        mp.setattr(tg, "run_checked", lambda *a, **k: pytest.fail("run_checked on a cached call"))
+        for key, e in list(gemm_mod._FAST.items()):   # record what each cached launch is given
+            gemm_mod._FAST[key] = (*e[:5], (lambda launch: lambda *args: pointers.append(
+                (args[0].data_ptr(), args[2].data_ptr(), args[5])) or launch(*args))(e[5]))
+        gemm_mod._HOT.clear()                  # refilled from _FAST (the recording launches)
+        outs = []
+        for mode in (torch.enable_grad, torch.no_grad, torch.inference_mode):
+            x = torch.randn(64, 64, generator=g).half()
+            with mode():
+                c = op(x, b)
+                d = op(x, b, bias, activation="relu", scale=2.0)
+            assert c.shape == d.shape == (64, 128) and c.dtype == torch.float16 and not c.requires_grad
+            assert pointers[-2:] == [(x.data_ptr(), c.data_ptr(), None), (x.data_ptr(), d.data_ptr(), 2.0)]
+            outs += [c, d]
+        assert len({t.data_ptr() for t in outs}) == len(outs)
+        assert drv.launches == 10 and len(gemm_mod._HOT) == 2
+    off = torch.randn(64 * 64 + 1, generator=g).half()[1:].view(64, 64)
+    with pytest.raises(ArgumentError, match=r"argument 'a': starts 2 bytes off 16-byte alignment"):
+        op(off, b)
+    assert drv.launches == 10
+
+
+@pytest.mark.nvrtc
+def test_inputs_that_require_grad_on_a_cached_key_get_gradients(stubbed) -> None:
+    """A cached key does not bypass autograd: with grad mode on, an input that requires grad
+    gets the registered backward's gradient (compared with float64); under no_grad the same
+    call takes the cached path and its output does not require grad."""
+    drv, _ = stubbed
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
+    for _ in range(3):
+        torch.ops.hexlayout.gemm(a, b)
+    w = b.clone().requires_grad_()
+    out = torch.ops.hexlayout.gemm(a, w)
+    assert out.requires_grad and out.grad_fn is not None and drv.launches == 4
+    dc = torch.randn(64, 128, generator=g)
+    out.backward(dc.half())
+    ref = b.double().requires_grad_()
+    (a.double() @ ref.T).backward(dc.half().double())
+    torch.testing.assert_close(w.grad.double(), ref.grad, rtol=1e-2, atol=1e-2)
+    with torch.no_grad():
+        assert not torch.ops.hexlayout.gemm(a, w).requires_grad
+    assert drv.launches == 5

@@ -218,3 +218,70 @@ def test_calling_the_op_object_checks_argument_kinds(emulate_on) -> None:
         with pytest.raises(ArgumentTypeError, match=f"argument '{arg}'"):
             op(torch.ones(2), **kwargs)
     assert op(torch.ones(2), s=float("nan"), y=None).tolist() == [1.0, 1.0]
+
+
+def test_fast_path_runs_only_where_the_check_could_not_fail_differently(emulate_on, monkeypatch) -> None:
+    """``fast=``: tried before the check on CPU (emulation on) and CUDA kernels, from the
+    Autograd kernel when no grad is needed, under inference mode and inside autograd's forward;
+    its ``None`` falls back to check + implementation; never with emulation off (the check's
+    error comes first), never for fake / meta tensors, never where an op without a backward
+    must refuse an input that requires grad."""
+    calls: list[str] = []
+    hit = {"on": True}
+
+    def check(x: torch.Tensor, n: int = 1) -> None:
+        calls.append("check")
+        if n < 0:
+            raise rt.ArgumentError("hexlayout.test_fast", "n", f"must be >= 0, got {n}")
+
+    def fast(x: torch.Tensor, n: int = 1) -> torch.Tensor | None:
+        calls.append("fast")
+        return x * (10 * n) if hit["on"] and n >= 0 else None
+
+    def impl(x: torch.Tensor, n: int = 1) -> torch.Tensor:
+        calls.append("impl")
+        return x * n
+
+    kw = {"check": check, "fast": fast, "impl": impl, "fake": lambda x, n=1: torch.empty_like(x)}
+    plain = define_op("test_fast", "(Tensor x, int n=1) -> Tensor", **kw)
+    with_bw = define_op("test_fast_bw", "(Tensor x, int n=1) -> Tensor", **kw,
+                        backward=lambda ctx, g: (g * ctx.n, None),
+                        setup_context=lambda ctx, inputs, out: setattr(ctx, "n", inputs[1]))
+    x = torch.ones(2)
+
+    def run(op, *args, expect):
+        calls.clear()
+        out = op.op(*args)
+        assert calls == expect
+        return out
+
+    for op in (plain, with_bw):
+        assert run(op, x, 2, expect=["fast"]).tolist() == [20.0, 20.0]
+        with torch.inference_mode():
+            assert run(op, x, 2, expect=["fast"]).tolist() == [20.0, 20.0]
+        with pytest.raises(rt.ArgumentError, match="'n': must be >= 0, got -1"):
+            run(op, x, -1, expect=None)
+        assert calls == ["fast", "check"]
+        hit["on"] = False
+        assert run(op, x, 2, expect=["fast", "check", "impl"]).tolist() == [2.0, 2.0]
+        hit["on"] = True
+        run(op, torch.ones(2, device="meta"), 2, expect=["check"])
+        with FakeTensorMode():
+            run(op, torch.ones(2), 2, expect=["check"])
+        monkeypatch.setenv(EMULATE_ENV, "0")
+        with pytest.raises(rt.ArgumentError, match="'n'"):
+            run(op, x, -1, expect=None)
+        with pytest.raises(EmulationDisabledError):
+            run(op, x, 2, expect=None)
+        assert calls == ["check"]
+        monkeypatch.setenv(EMULATE_ENV, "1")
+    w = torch.ones(2, requires_grad=True)
+    with pytest.raises(rt.ArgumentError, match="'x': requires grad, but hexlayout.test_fast has no backward"):
+        run(plain, w, 2, expect=None)
+    assert calls == ["check"]
+    with torch.no_grad():
+        assert run(plain, w, 2, expect=["fast"]).tolist() == [20.0, 20.0]
+    out = run(with_bw, w, 3, expect=["fast"])            # inside autograd.Function's forward
+    assert out.requires_grad and out.tolist() == [30.0, 30.0]
+    out.sum().backward()
+    assert w.grad.tolist() == [3.0, 3.0]
