@@ -14,6 +14,18 @@ BN=64), and the shipped paged attention kernel (``hexlayout.ops.attention_kernel
 head sizes 64 / 128 / 256 with ``paged_attention_consts``: causal, block size 16, GQA 8,
 decode; no Triton peer).
 
+Serving kernels (``serving_cases``; ``--only serving``, or a family: ``--only moe``,
+``moe_wna16``, ``moe_fp8``, ``paged_attention``, ``attention_varlen``, ``kv_cache``): every
+build the serving ops launch, traced from the ops' own launch code on ``meta`` tensors with the
+build and launch recorded instead of run, for a grid of problems (bench_moe's Mixtral-8x7B and
+DeepSeek-V3 TP8 shapes at T = 1..4096; attention head sizes 64 / 128 / 256), so the constants are
+those the ops' config choosers pick and a new config or kernel module an op dispatches to shows
+up by itself: the MoE alignment, gate-up / down (bf16, W4A16 / W8A16 AWQ / GPTQ, FP8; sm_80 /
+sm_89 mma.sync and the sm_90a kernels), split-K, quantization and sum kernels, paged attention
+(whole and split-KV, with its combine kernel) and varlen attention on sm_80 and sm_90a, the
+KV-cache writer. Their table adds shared memory and the problems that launch each build; no
+Triton peer (vLLM's Triton fused MoE is not part of Triton).
+
 Peers (``--peers``, needs ``pip install triton``; the ``bench`` extra): written here after the
 Triton tutorials' semantics, compiled for the same tiles, warps and stages:
 
@@ -42,6 +54,8 @@ date) and prints the table.
 
     python benchmarks/bench_static.py            # hexlayout only
     python benchmarks/bench_static.py --peers    # and Triton side by side
+    python benchmarks/bench_static.py --only serving --tag serving   # the serving kernels only
+    python benchmarks/bench_static.py --only moe --arch sm_90a       # one family, one architecture
 """
 
 from __future__ import annotations
@@ -56,7 +70,8 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +134,325 @@ def cases() -> list[Case]:
 #: ``paged_attention_consts`` arguments after the head size: block size, GQA group, max
 #: query length, causal, window, softcap
 PAGED = (16, 8, 1, True, False, False)
+
+
+# --- serving kernels: cases traced from the ops' own launch code ---------------------------------
+#
+# Every kernel the serving ops (fused MoE: bf16 / f16, W4A16 / W8A16, FP8; paged and varlen
+# attention; the KV-cache writer) launch, with the constants the ops choose: each op's launch code
+# (``run_fused_moe``, ``run_paged_attention``, ...) runs on ``meta`` tensors for a grid of problem
+# sizes with ``build_for`` / ``run_kernel`` replaced by a recorder (no memory, no compile, no
+# launch; the architecture is the one the ops build for off CUDA, ``HEXLAYOUT_EMULATE_ARCH``).
+# Configs come from the ops' own choosers (``moe_config``, ``wna16_config``,
+# ``wna16_sm90_config``, ``fp8_block_m``, ``choose_split_k``, ``paged_attention_consts``,
+# ``attention_varlen_consts``, ...), so a new config, or a new kernel module an op dispatches to
+# (by architecture or size), appears here without an edit. A new op is one line of ``SERVING``.
+
+#: MoE problem shapes, name -> (E, k, H, I): bench_moe's models (Mixtral-8x7B, DeepSeek-V3 TP8 slice)
+MOE_MODELS = {"mixtral-8x7b": (8, 2, 4096, 14336), "deepseek-v3-tp8": (256, 8, 7168, 256)}
+#: token counts of the MoE problems (decode to prefill: every size range a chooser splits)
+MOE_TOKENS = tuple(1 << i for i in range(13))
+#: W4A16 / W8A16 checkpoint formats: (quant_format, bits); group sizes traced (32: BK 32)
+WNA16_FORMATS = (("awq", 4), ("gptq", 4), ("gptq", 8))
+WNA16_GROUPS = (32, 128)
+#: attention problems: head sizes, query heads / KV heads (GQA 8), KV block size
+ATTN_HEAD_SIZES = (64, 128, 256)
+ATTN_HEADS = (32, 4)
+ATTN_BLOCK = 16
+#: split-KV count of the traced split decode (the op picks up to 8 on a GPU: ``choose_splits``)
+PAGED_SPLITS = 4
+
+
+@dataclass(frozen=True)
+class ServingCase:
+    """One build of a serving kernel: the kernel (``module.factory(...)``), architecture and
+    constants, with the op families and traced problems that launch it."""
+
+    family: str                       # the op family of the first problem that launches it
+    arch: str
+    module: str                       # e.g. "hexlayout.ops.moe_kernels"
+    factory: str                      # e.g. "moe_gate_up_kernel"
+    name: str                         # the kernel's name, e.g. "moe_gate_up_bf16_silu"
+    consts: tuple[tuple[str, Any], ...]
+    kernel: Any = field(compare=False, repr=False)
+    problems: tuple[str, ...] = field(default=(), compare=False)
+    families: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} " + " ".join(f"{k}={_short(v)}" for k, v in self.consts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "families": list(self.families), "arch": self.arch,
+                "module": self.module, "factory": self.factory, "name": self.name,
+                "consts": dict(self.consts), "problems": list(self.problems)}
+
+
+def _short(v: Any) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+def _meta_tensor(shape: tuple[int, ...], dtype: Any) -> Any:
+    import torch
+
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _routing(t: int, k: int, h: int, dtype: Any) -> tuple[Any, Any, Any]:
+    import torch
+
+    return _meta_tensor((t, h), dtype), _meta_tensor((t, k), torch.float32), _meta_tensor((t, k), torch.int32)
+
+
+def _moe_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``fused_moe`` with bf16 weights (``run_fused_moe``); then, where ``choose_split_k`` splits
+    a grouped GEMM for the architecture's SM count, the same problem with that ``SPLIT_K``
+    forced (off CUDA the op never splits; ``HEXLAYOUT_MOE_SPLIT_K`` forces it for every GEMM
+    that can split, so a forced problem may also build the other GEMM's split kernel)."""
+    import inspect
+
+    import torch
+    from hexlayout.ops.gemm_config import SM_COUNT
+    from hexlayout.ops.moe import run_fused_moe
+    from hexlayout.ops.moe_splitk import SPLIT_K_ENV, choose_split_k
+
+    per_gemm = "gemm" in inspect.signature(choose_split_k).parameters
+    dt = torch.bfloat16
+    for model, (e, k, h, i) in MOE_MODELS.items():
+        for t in MOE_TOKENS:
+            x, tw, ids = _routing(t, k, h, dt)
+            w13, w2 = _meta_tensor((e, 2 * i, h), dt), _meta_tensor((e, h, i), dt)
+            gemms = ("gate_up", "down") if per_gemm else ("gate_up",)
+            splits = {choose_split_k(t, k, e, h, i, SM_COUNT[arch], **({"gemm": g} if per_gemm else {}))
+                      for g in gemms}
+            for split in sorted(splits | {1}):
+                def call(x=x, w13=w13, w2=w2, tw=tw, ids=ids, split=split) -> Any:
+                    with _env(SPLIT_K_ENV, str(split)):
+                        return run_fused_moe(x, w13, w2, tw, ids)
+
+                yield f"{model} T={t}" + (f" split-K {split}" if split > 1 else ""), call
+
+
+def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``fused_moe_wna16`` (``run_fused_moe_wna16``) for AWQ 4-bit, GPTQ 4 / 8-bit and the group
+    sizes ``WNA16_GROUPS``, with ``prepare_wna16``'s weight shapes."""
+    import torch
+    from hexlayout.ops.moe_wna16 import k_tile, run_fused_moe_wna16
+
+    dt = torch.bfloat16
+
+    def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool) -> tuple[Any, Any, Any]:
+        bk = k_tile(kk, group)
+        g = 1 if group == -1 else kk // group
+        q = _meta_tensor((e * n, kk // bk, 4, bk * bits // 32), torch.uint8)
+        s = _meta_tensor((e, g, n), dt)
+        return q, s, (_meta_tensor((e, g, n), dt) if awq else None)
+
+    for model, (e, k, h, i) in MOE_MODELS.items():
+        for fmt, bits in WNA16_FORMATS:
+            for group in WNA16_GROUPS:
+                w13 = weights(e, h, 2 * i, bits, group, fmt == "awq")
+                w2 = weights(e, i, h, bits, group, fmt == "awq")
+                for t in MOE_TOKENS:
+                    x, tw, ids = _routing(t, k, h, dt)
+
+                    def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, fmt=fmt, bits=bits, group=group) -> Any:
+                        return run_fused_moe_wna16(x, *w13, *w2, tw, ids, fmt, bits, group, group)
+
+                    yield f"{model} T={t} {fmt} w{bits} g{group}", call
+
+
+def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``fused_moe_fp8`` (``run_fused_moe_fp8``) with per-expert and 128 x 128 block scales."""
+    import torch
+    from hexlayout.ops.moe_fp8 import run_fused_moe_fp8
+
+    dt = torch.bfloat16
+    for model, (e, k, h, i) in MOE_MODELS.items():
+        for block in ((), (128, 128)):
+            fp8 = torch.float8_e4m3fn
+            w13, w2 = _meta_tensor((e, 2 * i, h), fp8), _meta_tensor((e, h, i), fp8)
+            if block:
+                s13 = _meta_tensor((e, -(-2 * i // 128), -(-h // 128)), torch.float32)
+                s2 = _meta_tensor((e, -(-h // 128), -(-i // 128)), torch.float32)
+            else:
+                s13 = s2 = _meta_tensor((e,), torch.float32)
+            for t in MOE_TOKENS:
+                x, tw, ids = _routing(t, k, h, dt)
+
+                def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, s13=s13, s2=s2, block=block) -> Any:
+                    return run_fused_moe_fp8(x, w13, s13, w2, s2, tw, ids, list(block))
+
+                yield f"{model} T={t} " + ("block 128x128" if block else "per-expert") + " scales", call
+
+
+def _paged_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``paged_attention`` (``run_paged_attention``): a causal decode step (4 sequences, one
+    query each, 4096 keys), whole and split-KV (``PAGED_SPLITS``, with the combine kernel)."""
+    import torch
+    from hexlayout.ops.attention import run_paged_attention
+
+    h, kvh = ATTN_HEADS
+    b, blocks = 4, 4096 // ATTN_BLOCK
+    for d in ATTN_HEAD_SIZES:
+        q = _meta_tensor((b, h, d), torch.float16)
+        kc, vc = (_meta_tensor((b * blocks, ATTN_BLOCK, kvh, d), torch.float16) for _ in range(2))
+        cu, used = _meta_tensor((b + 1,), torch.int32), _meta_tensor((b,), torch.int32)
+        table = _meta_tensor((b, blocks), torch.int32)
+        for splits in (1, PAGED_SPLITS):
+            def call(q=q, kc=kc, vc=vc, cu=cu, used=used, table=table, splits=splits) -> Any:
+                return run_paged_attention(q, kc, vc, cu, used, table, 1, None, True, (-1, -1), 0.0, "NHD",
+                                           num_splits=splits, max_seqlen_k=4096)
+
+            yield f"decode hd{d} GQA {h // kvh}" + (f" split-KV {splits}" if splits > 1 else ""), call
+
+
+def _varlen_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``attention_varlen`` (``run_attention_varlen``): causal prefill, and a sliding window
+    with softcap (the heavier constants); TMA-compatible tensors (sm_90a: the wgmma kernel)."""
+    import torch
+    from hexlayout.ops.attention_varlen import run_attention_varlen
+
+    h, kvh = ATTN_HEADS
+    b, tq = 4, 4096
+    for d in ATTN_HEAD_SIZES:
+        q = _meta_tensor((tq, h, d), torch.float16)
+        kv = _meta_tensor((tq, kvh, d), torch.float16)
+        cu = _meta_tensor((b + 1,), torch.int32)
+        for name, window, cap in (("causal", (-1, -1), 0.0), ("window 256 softcap", (256, 0), 30.0)):
+            def call(q=q, kv=kv, cu=cu, window=window, cap=cap) -> Any:
+                return run_attention_varlen(q, kv, kv, cu, cu, tq // b, None, True, window, cap)
+
+            yield f"prefill hd{d} GQA {h // kvh} {name}", call
+
+
+def _kv_cache_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``reshape_and_cache`` (``run_reshape_and_cache``): 256 new tokens into NHD caches."""
+    import torch
+    from hexlayout.ops.kv_cache import run_reshape_and_cache
+
+    _, kvh = ATTN_HEADS
+    t = 256
+    for d in ATTN_HEAD_SIZES:
+        key = _meta_tensor((t, kvh, d), torch.float16)
+        cache = _meta_tensor((1024, ATTN_BLOCK, kvh, d), torch.float16)
+        slots = _meta_tensor((t,), torch.int64)
+
+        def call(key=key, cache=cache, slots=slots) -> Any:
+            return run_reshape_and_cache(key, key, cache, cache, slots, "NHD")
+
+        yield f"hd{d} block {ATTN_BLOCK}", call
+
+
+#: The serving op families: name -> (architectures, problems). The architectures are those the
+#: op builds distinct code for (sm_80 code runs on sm_89; the fp8 kernels need sm_89). A new op
+#: is one line here; a kernel module an existing op dispatches to needs none.
+SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Callable[[], Any]]]]]] = {
+    "moe": (("sm_80", "sm_90a"), _moe_problems),
+    "moe_wna16": (("sm_80", "sm_90a"), _wna16_problems),
+    "moe_fp8": (("sm_89", "sm_90a"), _fp8_problems),
+    "paged_attention": (("sm_80", "sm_90a"), _paged_problems),
+    "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),
+    "kv_cache": (("sm_80", "sm_90a"), _kv_cache_problems),
+}
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+@contextlib.contextmanager
+def _recording(arch: str) -> Iterator[list[tuple[Any, dict[str, Any]]]]:
+    """Inside: the ops' ``build_for`` records ``(kernel, constants)`` and ``run_kernel`` does
+    nothing, in every ``hexlayout.ops`` module that imported them; the ops build for ``arch``."""
+    import hexlayout.ops.attention_args as aa
+
+    seen: list[tuple[Any, dict[str, Any]]] = []
+    real = {"build_for": aa.build_for, "run_kernel": aa.run_kernel}
+
+    def build_for(kernel: Any, device: Any, consts: dict[str, Any]) -> Any:
+        seen.append((kernel, dict(consts)))
+        return None
+
+    def run_kernel(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    fake = {"build_for": build_for, "run_kernel": run_kernel}
+
+    def swap(old: dict[str, Any], new: dict[str, Any]) -> None:
+        for name, mod in list(sys.modules.items()):
+            if name.startswith("hexlayout.ops") and mod is not None:
+                for attr in old:
+                    if getattr(mod, attr, None) is old[attr]:
+                        setattr(mod, attr, new[attr])
+
+    swap(real, fake)
+    try:
+        with _env("HEXLAYOUT_EMULATE_ARCH", arch):
+            yield seen
+    finally:   # modules first imported inside got the recorder from attention_args: restored too
+        swap(fake, real)
+
+
+def _import_ops() -> None:
+    """Import every ``hexlayout.ops`` module, so ``_recording`` patches all of them."""
+    import importlib
+    import pkgutil
+
+    import hexlayout.ops as ops
+
+    for info in pkgutil.iter_modules(ops.__path__):
+        importlib.import_module(f"hexlayout.ops.{info.name}")
+
+
+def serving_cases(families: list[str] | None = None, archs: list[str] | None = None) -> list[ServingCase]:
+    """The builds the serving ops launch for ``SERVING``'s problems (all families / their
+    architectures unless narrowed), one case per (architecture, kernel, constants), in
+    first-launch order; each lists the families and problems that launch it."""
+    _import_ops()
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for fam, (fam_archs, problems) in SERVING.items():
+        if families is not None and fam not in families:
+            continue
+        for arch in fam_archs:
+            if archs is not None and arch not in archs:
+                continue
+            for what, call in problems(arch):
+                with _recording(arch) as seen:
+                    call()
+                for kernel, consts in seen:
+                    items = tuple(sorted(consts.items()))
+                    key = (arch, kernel.fn.__module__, kernel.fn.__qualname__, kernel.name, items)
+                    entry = found.setdefault(key, {"family": fam, "kernel": kernel, "problems": [],
+                                                   "families": []})
+                    if what not in entry["problems"]:
+                        entry["problems"].append(what)
+                    if fam not in entry["families"]:
+                        entry["families"].append(fam)
+    out = []
+    for (arch, module, qualname, name, items), entry in found.items():
+        out.append(ServingCase(entry["family"], arch, module, qualname.split(".<locals>")[0], name, items,
+                               entry["kernel"], tuple(entry["problems"]), tuple(entry["families"])))
+    return out
+
+
+def serving_stats(case: ServingCase) -> dict[str, Any]:
+    """``Build.stats`` of ``case`` compiled for its architecture (NVRTC or nvcc, no GPU)."""
+    from hexlayout.runtime import build
+
+    t = time.perf_counter()
+    d = build(case.kernel, case.arch, **dict(case.consts)).stats.to_dict()
+    d["seconds"] = time.perf_counter() - t
+    return d
 
 
 # --- hexlayout ----------------------------------------------------------------------------------
@@ -454,7 +788,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> s
              "used (under setmaxnreg: the highest in the consumer warp groups' code). *Serialization*: ptxas "
              "C75xx wgmma-serialization messages. Attention: a k-tile is one key block "
              "(S = QKᵀ and O += PV); *non-MMA / MMA* is its per-HMMA figure.", ""]
-    if peers:
+    legacy = [r for r in rows if not r.get("serving")]
+    if peers and legacy:
         lines += ["Triton's peers are written in `benchmarks/bench_static.py` after its tutorials: sm_80 the "
                   "pointer-based matmul (cp.async), sm_90a the TMA-descriptor matmul with warp "
                   "specialization (persistent for the persistent config), attention a FlashAttention-2 "
@@ -465,23 +800,88 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> s
                ("non-MMA / MMA", lambda d: _per(d, "non_mma_per_mma")),
                ("main loop", _loop), ("registers", _regs), ("spills", _spills),
                ("serialization", _warn), ("epilogue stores", _stores), ("TMA / LDSM / STSM / LDGSTS", _mem)]
-    head = ["arch", "kernel, config", "target (issue 10)"]
-    for name, _ in metrics:
-        head += [f"{name} {t}" if peers else name for t in tools]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["arch"], f"{r['kernel']} {r['config']}", _target(r)]
-        for _, f in metrics:
-            cells.append(f(r["hexlayout"]))
-            if peers:
-                cells.append(f(r.get("triton")))
-        lines.append("| " + " | ".join(cells) + " |")
-    errors = [(r["config"], r.get("triton_error")) for r in rows if r.get("triton_error")]
-    if errors:
-        lines += ["", "Triton failed on: " + "; ".join(f"{c}: {e}" for c, e in errors)]
+    if legacy:
+        head = ["arch", "kernel, config", "target (issue 10)"]
+        for name, _ in metrics:
+            head += [f"{name} {t}" if peers else name for t in tools]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in legacy:
+            cells = [r["arch"], f"{r['kernel']} {r['config']}", _target(r)]
+            for _, f in metrics:
+                cells.append(f(r["hexlayout"]))
+                if peers:
+                    cells.append(f(r.get("triton")))
+            lines.append("| " + " | ".join(cells) + " |")
+        errors = [(r["config"], r.get("triton_error")) for r in legacy if r.get("triton_error")]
+        if errors:
+            lines += ["", "Triton failed on: " + "; ".join(f"{c}: {e}" for c, e in errors)]
+    serving = [r for r in rows if r.get("serving")]
+    if serving:
+        lines += _serving_markdown(serving, metrics, peers)
     lines += ["", "Per-kernel details (the loop's opcode mix and categories, setmaxnreg regions, ptxas' "
               "messages, counts) are in the JSON file of the same name."]
     return "\n".join(lines) + "\n"
+
+
+def _problems(problems: list[str]) -> str:
+    """Traced problems, compressed per model: ``model T=a..b`` (and how many variants: formats,
+    scales, split-K) for ``model T=t rest`` problems, the others as they are."""
+    import re
+
+    groups: dict[str, tuple[list[int], set[str]]] = {}
+    other: list[str] = []
+    for p in problems:
+        m = re.match(r"^(\S+) T=(\d+)(.*)$", p)
+        if m:
+            ts, rest = groups.setdefault(m[1], ([], set()))
+            ts.append(int(m[2]))
+            rest.add(m[3].strip())
+        else:
+            other.append(p)
+    out = []
+    for model, (ts, rest) in groups.items():
+        span = f"{min(ts)}..{max(ts)}" if len(set(ts)) > 1 else str(ts[0])
+        var = [r for r in sorted(rest) if r]
+        out.append(f"{model} T={span}" + (f" ({', '.join(var)})" if 0 < len(var) <= 2 and len(rest) == 1
+                                          else f" ({len(rest)} variants)" if len(rest) > 1 else ""))
+    return "; ".join(out + other)
+
+
+def _shared(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    return str(d["shared_static"] + d["shared_dynamic"])
+
+
+def _serving_markdown(rows: list[dict[str, Any]], metrics: list[tuple[str, Any]], peers: bool) -> list[str]:
+    """The serving kernels' table: one row per build the ops launch (``serving_cases``)."""
+    lines = ["", "## Serving kernels", "",
+             "Every build the serving ops launch (fused MoE bf16 / W4A16 / W8A16 / FP8 with its alignment, "
+             "split-K and sum kernels; paged and varlen attention; the KV-cache writer), with the constants "
+             "the ops' own choosers pick for the traced problems: MoE "
+             + ", ".join(f"{m} (E, k, H, I) = {v}" for m, v in MOE_MODELS.items())
+             + f", T = {MOE_TOKENS[0]}..{MOE_TOKENS[-1]} by powers of two, bf16 activations "
+             f"(W4A16 / W8A16: {', '.join(f'{f} {b}-bit' for f, b in WNA16_FORMATS)}, groups "
+             f"{', '.join(map(str, WNA16_GROUPS))}); attention f16, head sizes "
+             f"{', '.join(map(str, ATTN_HEAD_SIZES))}, {ATTN_HEADS[0]} query / {ATTN_HEADS[1]} KV heads, "
+             f"KV blocks of {ATTN_BLOCK}. A k-tile is one iteration of the kernel's k-loop (MoE: one BK "
+             "slice of the gate and up, or down, products; attention: one key block); *non-MMA / MMA* "
+             "divides by the loop's MMA instructions. Kernels without an MMA loop show '-'."
+             + (" No Triton peer (column left empty): vLLM's Triton fused MoE is not compiled here." if peers
+                else ""), ""]
+    head = ["arch", "family", "kernel", "constants", "problems", "shared B"] + [n for n, _ in metrics]
+    if peers:
+        head.append("Triton")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        c = r["case"]
+        consts = " ".join(f"{k}={_short(v)}" for k, v in c["consts"].items())
+        cells = [r["arch"], ", ".join(c["families"]), r["kernel"], consts, _problems(c["problems"]),
+                 _shared(r["hexlayout"])] + [f(r["hexlayout"]) for _, f in metrics]
+        if peers:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _commit() -> str:
@@ -521,13 +921,23 @@ def _meta(peers: bool) -> dict[str, Any]:
     return meta
 
 
+def _selected(terms: list[str], names: list[str]) -> bool:
+    """``--only``: no terms, or a term contained in one of ``names`` (label, kernel, family, ...)."""
+    return not terms or any(t in n for t in terms for n in names)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peers", action="store_true", help="also compile Triton's kernels for the same tiles")
     ap.add_argument("--out", default=str(RESULTS), help="directory for static_<date>.md / .json")
-    ap.add_argument("--only", default="", help="run only configs whose label contains this text")
+    ap.add_argument("--only", default="", help="comma-separated terms: run only the cases whose label, "
+                    "kernel or family contains one (families: gemm, attention, paged_attention, serving, "
+                    + ", ".join(SERVING) + "; e.g. --only moe)")
+    ap.add_argument("--arch", default="", help="comma-separated architectures to run (default: all)")
     ap.add_argument("--tag", default="", help="suffix of the result files (static_<date>-<tag>.md)")
     args = ap.parse_args(argv)
+    terms = [t.strip() for t in args.only.split(",") if t.strip()]
+    archs = [a.strip() for a in args.arch.split(",") if a.strip()] or None
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if args.peers:
         try:
@@ -539,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(args.peers)
     rows = []
     for case in cases():
-        if args.only and args.only not in case.label:
+        if not _selected(terms, [case.label, case.kernel]) or (archs and case.arch not in archs):
             continue
         row: dict[str, Any] = {"kernel": case.kernel, "arch": case.arch, "config": case.label,
                                "shipped": case.shipped, "case": case.__dict__}
@@ -558,6 +968,20 @@ def main(argv: list[str] | None = None) -> int:
               f"{_regs(h)}, spills {_spills(h)}, {_warn(h)}"
               + (f" | Triton {_per(t, 'non_mma_per_ktile')}, {_regs(t)}, spills {_spills(t)}, {_warn(t)}"
                  if args.peers else ""), flush=True)
+    fams = [f for f in SERVING if _selected(terms, [f, "serving"])]
+    for case in serving_cases(None, archs):
+        if not (set(case.families) & set(fams)
+                or _selected(terms, [case.label, case.module, case.factory])):
+            continue
+        row = {"kernel": case.name, "family": case.family, "arch": case.arch, "config": case.label,
+               "shipped": True, "serving": True, "case": case.to_dict(), "hexlayout": serving_stats(case)}
+        if args.peers:
+            row["triton"] = None               # no Triton peer for the serving kernels (module docstring)
+        rows.append(row)
+        h = row["hexlayout"]
+        print(f"{case.arch} {case.label}: {_per(h, 'non_mma_per_ktile')} non-MMA/k-tile, "
+              f"{_per(h, 'non_mma_per_mma')} non-MMA/MMA, {_regs(h)}, spills {_spills(h)}, {_warn(h)}",
+              flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"static_{meta['date'][:10]}" + (f"-{args.tag}" if args.tag else "")
