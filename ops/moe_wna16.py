@@ -495,7 +495,8 @@ def run_fused_moe_wna16(
         run_kernel(bld, args, outputs=(7,))
 
     def down(run: MoeRun, h: Any, y: Any) -> None:
-        bld = build_for(down_kernel(dt, bits, cfg2["BK"]), run.x.device, {**cfg2, **common})
+        consts = {c: v for c, v in common.items() if c != "TOPK" or down_kernel is moe_wna16_down_kernel}
+        bld = build_for(down_kernel(dt, bits, cfg2["BK"]), run.x.device, {**cfg2, **consts})
         run_kernel(
             bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(7,)
         )

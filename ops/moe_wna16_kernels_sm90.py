@@ -36,7 +36,7 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.lang import f32, i32, u4, u8
+from hexlayout.lang import f32, i32, u4, u8, u32
 
 from .moe_fp8_kernels import _load
 from .moe_fp8_kernels_sm90 import _pipeline, _rows
@@ -45,6 +45,32 @@ from .moe_wna16_kernels import _dequant, gelu_erf
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
+
+
+def _weight_tile(q: Any, s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, BK: int, GROUP: int, ZERO: int,
+                 dt: DType, bits: int) -> Any:
+    """The wgmma A operand: the dequantized ``(BN, BK)`` tile of ``W^T`` (``_dequant``) with its
+    rows reordered, row ``16 a + 8 h + g`` holding column ``n0 + h * BN / 2 + 8 a + g``.
+
+    A wgmma A fragment gives a thread the k-pairs of two rows, ``g`` and ``g + 8``, in the
+    register order (pair, row, k + 8); ``_dequant``'s rows are loaded one vector per row and
+    k-tile (the order of an mma.sync B fragment). The two halves of the columns are dequantized
+    apart, each a tile whose thread holds one row, and woven pair by pair (``f16`` / ``bf16``
+    pairs seen as ``u32`` words): the two rows of a fragment are one row of each half. No value
+    leaves its thread (the pack / unpack are register renames); ``_rows_in_order`` undoes the
+    reordering on the accumulator."""
+    halves = []
+    for hf in range(2):
+        w = _dequant(q, s, z, e, n0 + hf * (BN // 2), k0, BN // 2, BK, GROUP, ZERO, dt, bits)
+        halves.append(hl.reshape(hl.pack(w, u32), (BN // 16, 8, BK // 2, 1)))
+    pairs = hl.interleave(halves, axis=3).permute((0, 3, 1, 2))  # (a, h, g, k-pair)
+    return hl.unpack(hl.reshape(pairs, (BN, BK // 2)), dt)
+
+
+def _rows_in_order(acc: Any, BN: int, BM: int) -> Any:
+    """An accumulator of ``_weight_tile``-ordered rows with row ``h * BN / 2 + 8 a + g`` (column
+    ``n0 + ..``) at ``16 a + 8 h + g``, back in column order (a view: no data moves)."""
+    return hl.reshape(hl.reshape(acc, (BN // 16, 2, 8, BM)).permute((1, 0, 2, 3)), (BN, BM))
 
 
 @cache
@@ -100,8 +126,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
                 hl.copy(hl.view(x, (BM, BK), (None, kt * BK), rows=tok), sa[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
-                wg = _dequant(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
-                wu = _dequant(q, s, z, e, n0 + Ix, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _weight_tile(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _weight_tile(q, s, z, e, n0 + Ix, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
@@ -114,7 +140,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
                 wr = _load(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
             a = gelu_erf(g) if GELU else hl.silu(g)
-            hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
+            out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
+            hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
 
     return moe_wna16_gate_up_sm90
 
@@ -127,7 +154,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         y[r, n] = tw[r] * sum_c W2[e, c, n] * h[p, c]
 
     (without ``tw`` when ``ROUTER``), stored in ``dtype`` to the token slot ``r`` (``y [T * k,
-    H]``; ``moe_sum`` adds the k slots). Constants as the gate-up kernel's."""
+    H]``; ``moe_sum`` adds the k slots). Constants as the gate-up kernel's but ``TOPK`` and
+    ``GELU``."""
     dt = dtype
     wt = u4 if bits == 4 else u8
 
@@ -148,8 +176,6 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
-        TOPK: int = 1,
-        GELU: bool = False,
         ROUTER: bool = False,
     ):
         BN = 64 * WG
@@ -166,7 +192,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
                 hl.copy(hl.view(h, (BM, BK), (m0, kt * BK)), sa[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
-                w = _dequant(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                w = _weight_tile(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()
@@ -174,6 +200,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
 
             _pipeline(load, step, hl.cdiv(h.shape[1], BK), STAGES)
             out = acc if ROUTER else acc * _load(tw[rrow], (1, BM))
-            hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+            out = _rows_in_order(hl.cast(out, dt), BN, BM)
+            hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
 
     return moe_wna16_down_sm90

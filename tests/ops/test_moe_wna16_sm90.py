@@ -45,8 +45,6 @@ CASES = [
     ("gptq", 4, 128, torch.float16, 3, 64, 2, "silu", "random"),
     ("gptq", 8, 32, torch.bfloat16, 100, 8, 1, "silu", "random"),
     ("gptq", 8, -1, torch.float16, 16, 8, 6, "gelu", "one"),
-    ("awq", 4, -1, torch.bfloat16, 100, 8, 1, "silu", "one"),
-    ("gptq", 4, 64, torch.bfloat16, 3, 8, 8, "silu", "random"),
 ]
 
 
@@ -64,12 +62,12 @@ def test_matches_the_float64_reference_on_sm90(fmt, bits, group, dtype, t, e, k,
 
 
 def test_expert_map_with_half_the_experts_remote() -> None:
-    out, want = _run("awq", 4, 64, torch.float16, 16, 8, 2, "silu", "random", seed=17, emap_half=True)
+    out, want = _run("awq", 4, 32, torch.float16, 16, 8, 2, "silu", "random", seed=17, emap_half=True)
     _check(out, want, torch.float16)
 
 
 def test_router_weight_on_input() -> None:
-    out, want = _run("gptq", 8, 128, torch.bfloat16, 16, 8, 1, "gelu", "random", seed=19, on_input=True)
+    out, want = _run("gptq", 4, 32, torch.bfloat16, 16, 8, 1, "gelu", "random", seed=19, on_input=True)
     _check(out, want, torch.bfloat16)
 
 
@@ -78,7 +76,7 @@ def test_router_weight_on_input() -> None:
     [
         (100, 2, 64, 64, 32, 1, 1),  # medium: 50 rows per expert on average
         (160, 2, 128, 128, 64, 2, 2),  # large-token: two warp groups, 128 output columns
-        (256, 1, 64, 128, 64, 2, 1),  # large-token, H = 64: the down GEMM on one warp group
+        (128, 2, 64, 128, 64, 2, 1),  # large-token, H = 64: the down GEMM on one warp group
     ],
 )
 def test_medium_and_large_token_configs(t, k, h, i, bm, wg13, wg2) -> None:
