@@ -15,7 +15,9 @@ values per byte, ``u8``: one), scales ``s [E, G, N]`` and, for AWQ, zero points 
 
 with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
 ``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
-magic-number conversion, shifted by the zero point, scaled and fed to ``mma.sync`` as its B
+magic-number conversion (two values per 32-bit word: ``hl.cast`` to f16 / bf16, printed as one
+integer add and one packed subtraction), shifted by the zero point, scaled (packed f16 / bf16
+arithmetic: ``q - z`` is exact, the product rounded once) and fed to ``mma.sync`` as its B
 operand in registers: the dequantized weights never touch shared memory.
 
 - ``moe_wna16_gate_up_kernel(dtype, bits, bk)``: for ``BN`` intermediate columns ``n0 ..``::
@@ -44,9 +46,6 @@ from hexlayout.lang import f32, i32, u4, u8
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "gelu_erf"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
-
-#: 1.5 * 2^23 and its bits: the f32 magic-number conversion of a small non-negative integer
-MAGIC_F32, MAGIC_F32_BITS = 12582912.0, 0x4B400000
 
 # erf(x) = 1 - (a1 p + a2 p^2 + ... + a5 p^5) exp(-x^2), p = 1 / (1 + P |x|) (x >= 0):
 # Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
@@ -96,20 +95,13 @@ def _dequant(
     qt = hl.reshape(hl.reshape(qt, (BN, 4, BK // 16, 2, 2)).permute((0, 2, 3, 1, 4)), (BN, BK))
     st = hl.register(dt, (BN, 1))
     hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
-    if ZERO and dt.name == "bf16":
-        zt: Any = float(ZERO)
-    elif ZERO:  # a register tile: q - z stays a packed f16 subtraction (a float scalar goes through f32)
-        zt = hl.full((BN, 1), float(ZERO), dt)
+    if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
+        zt: Any = hl.full((BN, 1), float(ZERO), dt)
     else:
         zt = hl.register(dt, (BN, 1))
         hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
-    if dt.name != "bf16":
-        return (hl.cast(qt, dt) - zt) * st
-    # bf16: in f32, q by the magic number 1.5 * 2^23 (q + 2^23 * 1.5 has q in its low mantissa
-    # bits); (q - z) * s is exact in f32 (8-bit by 8-bit significands), rounded to bf16 once
-    qf = hl.bitcast(hl.cast(qt, i32) | MAGIC_F32_BITS, f32)
-    zf = zt + MAGIC_F32 if ZERO else hl.cast(zt, f32) + MAGIC_F32
-    return hl.cast((qf - zf) * hl.cast(st, f32), dt)
+    # q (< 256) and q - z (|q - z| < 256) are exact in f16 and bf16: the product is rounded once
+    return (hl.cast(qt, dt) - zt) * st
 
 
 def _routed_rows(sorted_ids: Any, m0: Any, BM: int, limit: Any) -> Any:

@@ -86,9 +86,13 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     fp8 = _fp8_half(em, ins)
     if fp8 is not None:
         return fp8
-    if fn in _HALF_OPS and dt.name == "f16" and all(isinstance(s, RegRef) and s.array.dtype.name == "f16"
-                                                    for s in ins.srcs):
-        # f32 holds 2 * 11 + 2 bits: the float route rounds f16 +, -, * correctly, as HADD2 / HMUL2 do
+    magic = _magic_pairs(em, ins)
+    if magic is not None:
+        return magic
+    if fn in _HALF_OPS and dt.name in ("f16", "bf16") and all(
+            isinstance(s, RegRef) and s.array.dtype.name == dt.name for s in ins.srcs):
+        # f32 holds 2 * 11 + 2 bits (2 * 8 + 2 for bf16): the float route rounds f16 / bf16 +, -, *
+        # correctly, as HADD2 / HMUL2 (HFMA2.BF16 with 1 or -0 on sm_80) do
         for s in ins.srcs:
             if s.count != n:
                 raise em.error(f"source {s.array.name} has {s.count} element(s), the destination {n}")
@@ -109,6 +113,37 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     if n == 1:
         return [stmt]
     return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
+
+
+#: the magic conversions printed two elements at a time: (destination, magic bits, packed type)
+_MAGIC_PAIRS = {"i2f16_magic": ("f16", 0x6600, "__half2", "__ushort_as_half", "__half2half2"),
+                "i2bf16_magic_narrow": ("bf16", 0x4300, "__nv_bfloat162", "__ushort_as_bfloat16",
+                                        "__bfloat162bfloat162")}
+
+
+def _magic_pairs(em: Emitter, ins: Alu) -> list[str] | None:
+    """``i2f16_magic`` / ``i2bf16_magic_narrow`` of an integer register slice into f16 / bf16
+    pairs: the two elements of each aligned pair get their bit patterns ``M + v`` (mod 2^16,
+    ``M`` the magic number's bits) in the halves of one 32-bit word and one ``__hsub2``
+    removes the magic number from both (HADD2 / HFMA2.BF16), instead of a 16-bit add, a
+    scalar subtraction and a PRMT per element. Bit for bit the function: the same patterns,
+    the same subtraction rounded once per half."""
+    spec = _MAGIC_PAIRS.get(str(ins.op))
+    if spec is None or not isinstance(ins.srcs[0], RegRef) or ins.dst.array.dtype.name != spec[0]:
+        return None
+    _, magic, pair, as_half, bcast = spec
+    src, dst, n = ins.srcs[0], ins.dst, ins.dst.count
+    if n < 2 or n % 2 or src.count != n or not (_even_start(src) and _even_start(dst)):
+        return None
+    em.check_reg_range(src)
+    em.check_reg_range(dst)
+    a, b, d = em.reg_index(src, "2 * v"), em.reg_index(src, "2 * v + 1"), em.reg_index(dst, "2 * v")
+    word = (f"((0x{magic:x}u + static_cast<unsigned>({a})) & 0xffffu) | "
+            f"((0x{magic:x}u + static_cast<unsigned>({b})) << 16)")
+    stmt = (f"{{ const unsigned hl_w = {word}; "
+            f"*reinterpret_cast<{pair}*>(&{d}) = __hsub2(*reinterpret_cast<const {pair}*>(&hl_w), "
+            f"{bcast}({as_half}(static_cast<unsigned short>(0x{magic:x})))); }}")
+    return ["#pragma unroll", f"for (int v = 0; v < {n // 2}; ++v) {stmt}"]
 
 
 _FP8 = {"e4m3": "__NV_E4M3", "e5m2": "__NV_E5M2"}

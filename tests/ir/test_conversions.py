@@ -20,7 +20,9 @@ from hexlayout.synth.solve import synthesize
 R, C = hl.dims("R C")
 
 
-@pytest.mark.parametrize(("name", "npd"), [("i2f16_magic", np.float16), ("i2bf16_magic", ml_dtypes.bfloat16)])
+@pytest.mark.parametrize(("name", "npd"), [("i2f16_magic", np.float16),
+                                           ("i2bf16_magic_narrow", ml_dtypes.bfloat16),
+                                           ("i2bf16_magic", ml_dtypes.bfloat16)])
 def test_magic_functions_are_exact_on_their_range(name: str, npd) -> None:
     lo, hi = EXACT_RANGE[name]
     v = np.arange(lo, hi, dtype=np.int64) if hi - lo <= 1 << 16 else \
@@ -30,6 +32,8 @@ def test_magic_functions_are_exact_on_their_range(name: str, npd) -> None:
     np.testing.assert_array_equal(got.view(np.uint16), v.astype(np.float64).astype(npd).view(np.uint16))
     if name == "i2f16_magic":      # below the range the pattern leaves the binade where the ulp is 1
         assert float(ALU_FUNCTIONS[name].numpy(np.array([lo - 1]))[0]) == -512.5   # 1023.5 - 1536, not -513
+    if name == "i2bf16_magic_narrow":   # 0x42FF is 127.5 (ulp 1/2 below 128): not -1
+        assert float(ALU_FUNCTIONS[name].numpy(np.array([lo - 1]))[0]) == -0.5
 
 
 def _casts(kernel) -> tuple[dict, list[Cast]]:
@@ -74,6 +78,7 @@ def _kernel(src_t, dst_t, mask: int | None):
     ("u8", "bf16", None, "i2bf16_magic"), ("s8", "bf16", None, "i2bf16_magic"),
     ("s32", "f16", 0x1FF, "i2f16_magic"), ("s32", "f16", 0x3FF, "cvt"), ("s32", "f16", None, "cvt"),
     ("u32", "bf16", 0x3FFFFF, "i2bf16_magic"), ("u32", "bf16", 0x7FFFFF, "cvt"), ("s32", "f32", 0xF, "cvt"),
+    ("s32", "bf16", 0x7F, "i2bf16_magic_narrow"), ("u32", "bf16", 0xFF, "i2bf16_magic"),
 ])
 def test_the_lowering_picks_a_magic_conversion_only_where_exact(src: str, dst: str, mask, want: str) -> None:
     st, dt = getattr(hl, src), getattr(hl, dst)
@@ -89,3 +94,24 @@ def test_the_lowering_picks_a_magic_conversion_only_where_exact(src: str, dst: s
         ref = (x if mask is None else x & mask).astype(np.float64).astype(dt.numpy())   # one rounding
     np.testing.assert_array_equal(y.view(np.uint16 if dt.bits == 16 else np.uint32),
                                   ref.view(np.uint16 if dt.bits == 16 else np.uint32))
+
+
+def test_value_ranges_follow_unpacking_regrouping_and_integer_casts() -> None:
+    """A u4 value unpacked from words (shifts, masks, an interleaving ``Join``), regrouped
+    (``Reshape``, ``Permute``) and widened (u8 -> u32 ``Cast``) stays in [0, 15]: the bf16
+    cast of it takes the bf16-only magic conversion; a widening of a value that may wrap
+    does not narrow."""
+    @hl.kernel(threads=128)
+    def unpacked(w: hl.u32[R, C], y: hl.bf16[R, C]):
+        words = hl.register(hl.u32, (64, 4))
+        hl.copy(hl.view(w, tile=(64, 4)), words)
+        q = hl.unpack(words, hl.u4, axis=1)                          # (64, 32) u8 in [0, 15]
+        moved = hl.reshape(hl.reshape(q, (64, 2, 16)).permute((0, 2, 1)), (64, 32))
+        wide = hl.cast(moved, hl.u32)
+        for t in (q, moved, wide):
+            hl.copy(hl.cast(t, hl.bf16), hl.view(y, tile=(64, 32)))
+        hl.copy(hl.cast(hl.cast(words, hl.u8), hl.bf16), hl.view(y, tile=(64, 4)))
+
+    ws, casts = _casts(unpacked)
+    got = [value_range(op.src, ws) for op in casts if op.result.type.dtype == hl.bf16]
+    assert got == [(0, 15), (0, 15), (0, 15), (0, 255)]

@@ -3,25 +3,36 @@ the decode configs (BM 16, BN 64, BK 64, 4 warps) on sm_80: a regression guard.
 
 Per k-tile each thread dequantizes ``BN * BK / 128`` weights of every ``_dequant`` call: 64
 for the gate-up kernel (gate and up), 32 for the down kernel; the main loop also holds the
-gather addressing, the cp.async of the activations, the ldmatrix and the mma. Measured
-non-MMA instructions per k-tile of the main loop (NVRTC sm_80, this commit)::
+gather addressing, the cp.async of the activations, the ldmatrix and the mma (about 170 of
+the gate-up kernel's instructions per k-tile). Measured non-MMA instructions per k-tile of
+the main loop (NVRTC sm_80)::
 
-    kernel   weights  dtype  AWQ-4  GPTQ-4  GPTQ-8   (GPTQ-4 / GPTQ-8 before: q - 8 in f32)
-    gate_up  64       f16    427    405     394      (538 / 525)
-    gate_up  64       bf16   478    430     411
-    down     32       f16    225    213     209      (279 / 273)
-    down     32       bf16   245    233     227
+    kernel   weights  dtype  AWQ-4        GPTQ-4       GPTQ-8
+    gate_up  64       f16    405 (427)    383 (538)    352 (525)
+    gate_up  64       bf16   406 (478)    385 (430)    404 (411)
+    down     32       f16    210 (225)    200 (279)    196 (273)
+    down     32       bf16   209 (245)    201 (233)    221 (227)
+
+(in parentheses: before the packed conversions). What changed: each aligned pair of 4-bit /
+8-bit values is converted by one 32-bit add of the magic pattern and one packed ``__hsub2``
+(``hexlayout.codegen.alu``: ``i2f16_magic``, and ``i2bf16_magic_narrow`` = 128 + q in bf16
+for values the range analysis bounds to [0, 128), instead of a detour through f32); bf16
+``+ - *`` print ``__hadd / __hsub / __hmul`` (HFMA2.BF16, paired by ptxas) like f16; the
+dequantization computes ``(q - z) * s`` in the activations' type (``q - z`` is exact in f16
+and bf16, the product rounded once: bit for bit the former f32 route); and GPTQ's constant
+zero point is an f16 / bf16 register tile (a float scalar sent f16 arithmetic through f32).
+Per weight that is about 3.7 instructions (gate-up f16 AWQ: ~237 of the 405 for 64 weights:
+extract, place and pair each nibble with SHF / LOP3, HADD2 of the magic, HADD2 of z, HMUL2
+of s, per pair).
 
 The bounds below are those counts plus 5 %. The converted weights must never go through
-``I2F`` (quarter-rate) or ``F2F``: the magic-number conversion is LOP3 / PRMT and one packed
-f16 / bf16 (or f32) subtraction. GPTQ's constant zero point is less work than AWQ's loaded
-one, so GPTQ-4 must not cost more than AWQ-4 (it did, 538 against 427, while ``q - 8`` was
-computed through f32: a float scalar operand sends f16 arithmetic through the float route).
+``I2F`` (quarter-rate) or ``F2F``. GPTQ's constant zero point is less work than AWQ's loaded
+one, so GPTQ-4 must not cost more than AWQ-4 (it did, 538 against 427).
 
 Not reached yet (the issue's target): a hand-written PRMT + LOP3 (magic 0x6400, 1/16-scaled
 high nibble) + HFMA2 + HMUL2 dequantization of the same gate-up f16 AWQ-4 kernel compiles to
-296 non-MMA per k-tile (2 instructions per weight instead of about 4.9); the generated code
-extracts and converts each 4-bit value on its own and re-pairs the halves with PRMT.
+296 non-MMA per k-tile (2 instructions per weight): the generated code still extracts each
+4-bit value on its own (per-element IR) and ptxas re-pairs them.
 """
 
 from __future__ import annotations
@@ -35,10 +46,10 @@ from hexlayout.runtime import build
 KERNELS = {"gate_up": moe_wna16_gate_up_kernel, "down": moe_wna16_down_kernel}
 #: (kernel, dtype, bits, ZERO) -> measured non-MMA per k-tile + 5 % (see the module docstring)
 BOUNDS = {
-    ("gate_up", "f16", 4, 0): 448, ("gate_up", "f16", 4, 8): 425, ("gate_up", "f16", 8, 128): 414,
-    ("gate_up", "bf16", 4, 0): 502, ("gate_up", "bf16", 4, 8): 452,
-    ("down", "f16", 4, 0): 236, ("down", "f16", 4, 8): 224, ("down", "f16", 8, 128): 219,
-    ("down", "bf16", 4, 0): 257, ("down", "bf16", 4, 8): 245,
+    ("gate_up", "f16", 4, 0): 426, ("gate_up", "f16", 4, 8): 403, ("gate_up", "f16", 8, 128): 370,
+    ("gate_up", "bf16", 4, 0): 427, ("gate_up", "bf16", 4, 8): 405, ("gate_up", "bf16", 8, 128): 425,
+    ("down", "f16", 4, 0): 221, ("down", "f16", 4, 8): 210, ("down", "f16", 8, 128): 206,
+    ("down", "bf16", 4, 0): 220, ("down", "bf16", 4, 8): 212, ("down", "bf16", 8, 128): 233,
 }
 
 

@@ -10,6 +10,11 @@ defined (the bit pattern wraps), and the emulator computes what the printed code
 - ``i2f16_magic(v)``: the f16 of bits ``(0x6600 + v) mod 2**16`` minus ``1536``, in f16
   (``__hsub``: rounded once). ``0x6600`` is ``1536.0``, in ``[1024, 2048)`` where the f16
   ulp is 1, so ``v`` itself for ``-512 <= v < 512``.
+- ``i2bf16_magic_narrow(v)``: the bf16 of bits ``(0x4300 + v) mod 2**16`` minus ``128``, in
+  bf16 (``__hsub``: rounded once). ``0x4300`` is ``128.0``, in ``[128, 256)`` where the bf16
+  ulp is 1, so ``v`` itself for ``0 <= v < 128`` (unsigned 4-bit values): no detour through
+  f32, and the code generator converts two elements with one 32-bit add and one packed
+  subtraction.
 - ``i2bf16_magic(v)``: the f32 of bits ``(0x4B400000 + v) mod 2**32`` minus ``12582912.0``
   (``1.5 * 2**23``, f32 ulp 1), rounded to bf16 (nearest even): ``bf16(v)`` for
   ``-2**22 <= v < 2**22``.
@@ -24,7 +29,7 @@ import numpy as np
 from .base import AluFunction, CDomain
 from .bits import INTEGERS
 
-__all__ = ["I2F16Magic", "I2Bf16Magic", "EXACT_RANGE"]
+__all__ = ["I2F16Magic", "I2Bf16MagicNarrow", "I2Bf16Magic", "EXACT_RANGE"]
 
 
 class I2F16Magic(AluFunction):
@@ -46,6 +51,29 @@ class I2F16Magic(AluFunction):
 
     def issue(self, count: int) -> float:
         return max(1.0, count / 8)          # an integer add and half a packed half subtraction
+
+
+class I2Bf16MagicNarrow(AluFunction):
+    """``bf16(bits = (0x4300 + v) mod 2**16) - 128``, rounded once to bf16: ``v`` for
+    ``0 <= v < 128``."""
+
+    name = "i2bf16_magic_narrow"
+    accepts = INTEGERS
+    result = "bf16"
+    integer_domain = True
+
+    def numpy(self, v: Any) -> Any:
+        import ml_dtypes
+
+        bits = ((np.asarray(v, dtype=np.int64) + 0x4300) & 0xFFFF).astype(np.uint16)
+        return (bits.view(ml_dtypes.bfloat16).astype(np.float64) - 128.0).astype(ml_dtypes.bfloat16)
+
+    def cuda(self, c: CDomain, v: str) -> str:
+        return ("__hsub(__ushort_as_bfloat16(static_cast<unsigned short>(0x4300 + (" + v + "))), "
+                "__ushort_as_bfloat16(static_cast<unsigned short>(0x4300)))")
+
+    def issue(self, count: int) -> float:
+        return max(1.0, count / 8)          # an integer add and half a packed bf16 subtraction
 
 
 class I2Bf16Magic(AluFunction):
@@ -73,4 +101,5 @@ class I2Bf16Magic(AluFunction):
 
 
 #: the operand values each function converts exactly: [lo, hi)
-EXACT_RANGE = {"i2f16_magic": (-512, 512), "i2bf16_magic": (-(1 << 22), 1 << 22)}
+EXACT_RANGE = {"i2f16_magic": (-512, 512), "i2bf16_magic_narrow": (0, 128),
+               "i2bf16_magic": (-(1 << 22), 1 << 22)}

@@ -13,6 +13,8 @@ bounds it from its operands' ranges (integer constants are their own range):
 - ``a & b`` with an operand known ``>= 0``: ``[0, min of the non-negative operands' highs]``;
 - ``a >> k`` (constant ``0 <= k < 64``): ``[lo >> k, hi >> k]``;
 - ``a + b``, ``a - b``, ``max``, ``min``: interval arithmetic;
+- a ``Reshape``, a ``Join`` (the union of its sources' ranges), a ``Permute`` or an
+  integer -> integer ``Cast``: its source's values; a view holds its tile's values;
 
 and a result outside its type's range (it might wrap) falls back to the type's range.
 """
@@ -27,13 +29,15 @@ from hexlayout.arch.dtypes import DType
 
 from ..functions import ALU_FUNCTIONS, AluFunction, alu_function
 from ..functions.convert import EXACT_RANGE
-from ..tile import Cast, Elementwise, Op, TileKernel, Value
+from ..regroup import Join, Reshape
+from ..tile import Cast, Elementwise, Op, Permute, Slice, SubTile, TileKernel, Value
 from ..walk import walk
 
 __all__ = ["CONVERSIONS", "conversion", "type_range", "value_range", "writers"]
 
 #: destination type -> the magic conversions to it, best first (``cvt`` is the fallback)
-CONVERSIONS: dict[str, tuple[str, ...]] = {"f16": ("i2f16_magic",), "bf16": ("i2bf16_magic",)}
+CONVERSIONS: dict[str, tuple[str, ...]] = {"f16": ("i2f16_magic",),
+                                            "bf16": ("i2bf16_magic_narrow", "i2bf16_magic")}
 
 _SUB_BYTE = {"u4": (0, 15), "s4": (-8, 7)}
 
@@ -86,19 +90,45 @@ def _function_range(fn: AluFunction, args: tuple[Any, ...], ws: dict[int, list[O
     return None
 
 
+def _moved_range(op: Op, ws: dict[int, list[Op]], depth: int) -> tuple[int, int] | None:
+    """The range of what a regrouping op (``Reshape``, ``Join``, a ``Permute`` copy) or an
+    integer -> integer ``Cast`` writes: its sources' values, moved (a cast's are checked
+    against the destination type by the caller: one that may wrap falls back)."""
+    int_cast = isinstance(op, Cast) and type_range(op.src.type.dtype) is not None
+    if isinstance(op, (Reshape, Permute)) or int_cast:
+        return value_range(op.src, ws, depth)
+    if isinstance(op, Join):
+        rs = [value_range(s, ws, depth) for s in op.srcs]
+        if any(r is None for r in rs):
+            return None
+        return min(r[0] for r in rs), max(r[1] for r in rs)
+    return None
+
+
 def value_range(v: Value, ws: dict[int, list[Op]], depth: int = 0) -> tuple[int, int] | None:
     """``[lo, hi]`` bounding every value the integer tile ``v`` can hold (see the module
-    docstring); ``None`` for non-integer tiles. ``ws`` is ``writers(kernel)``."""
+    docstring); ``None`` for non-integer tiles. ``ws`` is ``writers(kernel)``. A view
+    (slice, permutation) holds values of the tile it views."""
     own = type_range(v.type.dtype)
     if own is None or depth > 32:
         return own
-    ops = ws.get(v.root.id, [])
-    if v.base is not None or len(ops) != 1 or not isinstance(ops[0], Elementwise) or ops[0].result is not v:
+    root = v.root
+    ops = [op for op in ws.get(root.id, []) if not _defines_view(op)]
+    if len(ops) != 1 or ops[0].outputs() != [root]:
         return own
-    r = _function_range(ops[0].fn, ops[0].args, ws, depth + 1)
+    op = ops[0]
+    if isinstance(op, Elementwise):
+        r = _function_range(op.fn, op.args, ws, depth + 1)
+    else:
+        r = _moved_range(op, ws, depth + 1)
     if r is None or r[0] < own[0] or r[1] > own[1]:
         return own                                   # unknown, or it may wrap
     return r
+
+
+def _defines_view(op: Op) -> bool:
+    """``op`` only names a view of its source's elements (writes none)."""
+    return isinstance(op, (Slice, SubTile, Permute)) and op.result.base is not None
 
 
 def conversion(tk: TileKernel, op: Cast) -> AluFunction:
