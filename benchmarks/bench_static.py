@@ -64,6 +64,7 @@ import argparse
 import contextlib
 import datetime as dt
 import io
+import itertools
 import json
 import os
 import platform
@@ -152,6 +153,9 @@ PAGED = (16, 8, 1, True, False, False)
 MOE_MODELS = {"mixtral-8x7b": (8, 2, 4096, 14336), "deepseek-v3-tp8": (256, 8, 7168, 256)}
 #: token counts of the MoE problems (decode to prefill: every size range a chooser splits)
 MOE_TOKENS = tuple(1 << i for i in range(13))
+#: activation dtypes: bf16 for every model, f16 too for these (the kernels' f16 code differs:
+#: conversions, the W4A16 / W8A16 dequantization)
+MOE_F16_MODELS = ("mixtral-8x7b",)
 #: W4A16 / W8A16 checkpoint formats: (quant_format, bits); group sizes traced (32: BK 32)
 WNA16_FORMATS = (("awq", 4), ("gptq", 4), ("gptq", 8))
 WNA16_GROUPS = (32, 128)
@@ -204,6 +208,13 @@ def _routing(t: int, k: int, h: int, dtype: Any) -> tuple[Any, Any, Any]:
     return _meta_tensor((t, h), dtype), _meta_tensor((t, k), torch.float32), _meta_tensor((t, k), torch.int32)
 
 
+def _moe_dtypes(model: str) -> list[tuple[Any, str]]:
+    """``(torch dtype, problem-label suffix)`` of the activations traced for ``model``."""
+    import torch
+
+    return [(torch.bfloat16, "")] + ([(torch.float16, " f16")] if model in MOE_F16_MODELS else [])
+
+
 def _moe_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``fused_moe`` with bf16 weights (``run_fused_moe``); then, where ``choose_split_k`` splits
     a grouped GEMM for the architecture's SM count, the same problem with that ``SPLIT_K``
@@ -211,26 +222,25 @@ def _moe_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     that can split, so a forced problem may also build the other GEMM's split kernel)."""
     import inspect
 
-    import torch
     from hexlayout.ops.gemm_config import SM_COUNT
     from hexlayout.ops.moe import run_fused_moe
     from hexlayout.ops.moe_splitk import SPLIT_K_ENV, choose_split_k
 
     per_gemm = "gemm" in inspect.signature(choose_split_k).parameters
-    dt = torch.bfloat16
     for model, (e, k, h, i) in MOE_MODELS.items():
-        for t in MOE_TOKENS:
-            x, tw, ids = _routing(t, k, h, dt)
-            w13, w2 = _meta_tensor((e, 2 * i, h), dt), _meta_tensor((e, h, i), dt)
-            gemms = ("gate_up", "down") if per_gemm else ("gate_up",)
-            splits = {choose_split_k(t, k, e, h, i, SM_COUNT[arch], **({"gemm": g} if per_gemm else {}))
-                      for g in gemms}
-            for split in sorted(splits | {1}):
-                def call(x=x, w13=w13, w2=w2, tw=tw, ids=ids, split=split) -> Any:
-                    with _env(SPLIT_K_ENV, str(split)):
-                        return run_fused_moe(x, w13, w2, tw, ids)
+        for act, dname in _moe_dtypes(model):
+            w13, w2 = _meta_tensor((e, 2 * i, h), act), _meta_tensor((e, h, i), act)
+            for t in MOE_TOKENS:
+                x, tw, ids = _routing(t, k, h, act)
+                gemms = ("gate_up", "down") if per_gemm else ("gate_up",)
+                splits = {choose_split_k(t, k, e, h, i, SM_COUNT[arch], **({"gemm": g} if per_gemm else {}))
+                          for g in gemms}
+                for split in sorted(splits | {1}):
+                    def call(x=x, w13=w13, w2=w2, tw=tw, ids=ids, split=split) -> Any:
+                        with _env(SPLIT_K_ENV, str(split)):
+                            return run_fused_moe(x, w13, w2, tw, ids)
 
-                yield f"{model} T={t}" + (f" split-K {split}" if split > 1 else ""), call
+                    yield f"{model} T={t}{dname}" + (f" split-K {split} (forced)" if split > 1 else ""), call
 
 
 def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -239,27 +249,25 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     import torch
     from hexlayout.ops.moe_wna16 import k_tile, run_fused_moe_wna16
 
-    dt = torch.bfloat16
-
-    def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool) -> tuple[Any, Any, Any]:
+    def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool, act: Any) -> tuple[Any, Any, Any]:
         bk = k_tile(kk, group)
         g = 1 if group == -1 else kk // group
         q = _meta_tensor((e * n, kk // bk, 4, bk * bits // 32), torch.uint8)
-        s = _meta_tensor((e, g, n), dt)
-        return q, s, (_meta_tensor((e, g, n), dt) if awq else None)
+        s = _meta_tensor((e, g, n), act)
+        return q, s, (_meta_tensor((e, g, n), act) if awq else None)
 
     for model, (e, k, h, i) in MOE_MODELS.items():
-        for fmt, bits in WNA16_FORMATS:
-            for group in WNA16_GROUPS:
-                w13 = weights(e, h, 2 * i, bits, group, fmt == "awq")
-                w2 = weights(e, i, h, bits, group, fmt == "awq")
-                for t in MOE_TOKENS:
-                    x, tw, ids = _routing(t, k, h, dt)
+        variants = itertools.product(WNA16_FORMATS, WNA16_GROUPS, _moe_dtypes(model))
+        for (fmt, bits), group, (act, dname) in variants:
+            w13 = weights(e, h, 2 * i, bits, group, fmt == "awq", act)
+            w2 = weights(e, i, h, bits, group, fmt == "awq", act)
+            for t in MOE_TOKENS:
+                x, tw, ids = _routing(t, k, h, act)
 
-                    def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, fmt=fmt, bits=bits, group=group) -> Any:
-                        return run_fused_moe_wna16(x, *w13, *w2, tw, ids, fmt, bits, group, group)
+                def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, fmt=fmt, bits=bits, group=group) -> Any:
+                    return run_fused_moe_wna16(x, *w13, *w2, tw, ids, fmt, bits, group, group)
 
-                    yield f"{model} T={t} {fmt} w{bits} g{group}", call
+                yield f"{model} T={t}{dname} {fmt} w{bits} g{group}", call
 
 
 def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -267,9 +275,8 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     import torch
     from hexlayout.ops.moe_fp8 import run_fused_moe_fp8
 
-    dt = torch.bfloat16
     for model, (e, k, h, i) in MOE_MODELS.items():
-        for block in ((), (128, 128)):
+        for block, (act, dname) in itertools.product(((), (128, 128)), _moe_dtypes(model)):
             fp8 = torch.float8_e4m3fn
             w13, w2 = _meta_tensor((e, 2 * i, h), fp8), _meta_tensor((e, h, i), fp8)
             if block:
@@ -278,12 +285,13 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
             else:
                 s13 = s2 = _meta_tensor((e,), torch.float32)
             for t in MOE_TOKENS:
-                x, tw, ids = _routing(t, k, h, dt)
+                x, tw, ids = _routing(t, k, h, act)
 
                 def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, s13=s13, s2=s2, block=block) -> Any:
                     return run_fused_moe_fp8(x, w13, s13, w2, s2, tw, ids, list(block))
 
-                yield f"{model} T={t} " + ("block 128x128" if block else "per-expert") + " scales", call
+                scales = "block 128x128" if block else "per-expert"
+                yield f"{model} T={t}{dname} {scales} scales", call
 
 
 def _paged_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -860,11 +868,14 @@ def _serving_markdown(rows: list[dict[str, Any]], metrics: list[tuple[str, Any]]
              "split-K and sum kernels; paged and varlen attention; the KV-cache writer), with the constants "
              "the ops' own choosers pick for the traced problems: MoE "
              + ", ".join(f"{m} (E, k, H, I) = {v}" for m, v in MOE_MODELS.items())
-             + f", T = {MOE_TOKENS[0]}..{MOE_TOKENS[-1]} by powers of two, bf16 activations "
+             + f", T = {MOE_TOKENS[0]}..{MOE_TOKENS[-1]} by powers of two, bf16 activations (f16 too for "
+             + ", ".join(MOE_F16_MODELS) + ") "
              f"(W4A16 / W8A16: {', '.join(f'{f} {b}-bit' for f, b in WNA16_FORMATS)}, groups "
              f"{', '.join(map(str, WNA16_GROUPS))}); attention f16, head sizes "
              f"{', '.join(map(str, ATTN_HEAD_SIZES))}, {ATTN_HEADS[0]} query / {ATTN_HEADS[1]} KV heads, "
-             f"KV blocks of {ATTN_BLOCK}. A k-tile is one iteration of the kernel's k-loop (MoE: one BK "
+             f"KV blocks of {ATTN_BLOCK}. Split-K builds: the problems where `choose_split_k` splits a "
+             "GEMM for the architecture's SM count, traced with that `HEXLAYOUT_MOE_SPLIT_K` (which "
+             "splits both GEMMs: *(forced)*). A k-tile is one iteration of the kernel's k-loop (MoE: one BK "
              "slice of the gate and up, or down, products; attention: one key block); *non-MMA / MMA* "
              "divides by the loop's MMA instructions. Kernels without an MMA loop show '-'."
              + (" No Triton peer (column left empty): vLLM's Triton fused MoE is not compiled here." if peers
