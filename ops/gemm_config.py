@@ -7,7 +7,9 @@ A ``GemmConfig`` fixes the tile constants of one schedule:
 - sm_90a (``gemm_sm90_kernel``): ``BM x BN`` per block, ``BK``, ``STAGES`` (as many as
   the shared memory holds, at most 7: ``sm90_stages``), ``CONSUMERS`` consumer warp groups
   (plus one producer), ``persistent`` blocks walking the tiles (``GRID`` = number of SMs)
-  or one block per tile; tiles 64x64 to 128x256 / 256x128.
+  or one block per tile; tiles 64x64 to 128x256 / 256x128; ``cluster=2``: one block per
+  tile in 2-CTA clusters whose two N-neighbour tiles share the A tile, loaded half by each
+  CTA and multicast to both (``CLUSTER=2``).
 
 ``choose_config(arch, m, n, k)`` is the heuristic: small ``M`` (decode-like) shapes get
 short tiles, large ones the big tiles; Hopper goes persistent when there are more tiles
@@ -58,6 +60,7 @@ class GemmConfig:
     WARPS: int = 4           # sm_80 / sm_89
     CONSUMERS: int = 2       # sm_90a
     persistent: bool = False
+    cluster: int = 1         # sm_90a: CTAs per cluster sharing the A tile by TMA multicast (1 or 2)
 
     def consts(self, m: int = 0, n: int = 0) -> dict[str, int]:
         """The kernel's keyword constants (``GRID`` for a persistent Hopper kernel)."""
@@ -66,14 +69,18 @@ class GemmConfig:
             if self.persistent:
                 tiles = -(-m // self.BM) * -(-n // self.BN) if m and n else SM_COUNT[self.arch]
                 grid = min(tiles, SM_COUNT[self.arch])
-            return {"BM": self.BM, "BN": self.BN, "BK": self.BK, "STAGES": self.STAGES,
-                    "CONSUMERS": self.CONSUMERS, "GRID": grid}
+            out = {"BM": self.BM, "BN": self.BN, "BK": self.BK, "STAGES": self.STAGES,
+                   "CONSUMERS": self.CONSUMERS, "GRID": grid}
+            if self.cluster > 1:
+                out["CLUSTER"] = self.cluster
+            return out
         return {"BM": self.BM, "BN": self.BN, "BK": self.BK, "STAGES": self.STAGES, "WARPS": self.WARPS}
 
     def __str__(self) -> str:
         if self.arch == "sm_90a":
             p = " persistent" if self.persistent else ""
-            return f"{self.BM}x{self.BN}x{self.BK} {self.STAGES} stages {self.CONSUMERS} consumers{p}"
+            c = f" cluster {self.cluster}" if self.cluster > 1 else ""
+            return f"{self.BM}x{self.BN}x{self.BK} {self.STAGES} stages {self.CONSUMERS} consumers{p}{c}"
         return f"{self.BM}x{self.BN}x{self.BK} {self.STAGES} stages {self.WARPS} warps"
 
 
@@ -108,9 +115,9 @@ def sm90_stages(bm: int, bn: int, bk: int, elem_bytes: int = 2) -> int:
     return min(stages, SM90_MAX_STAGES)
 
 
-def _sm90(bm: int, bn: int, consumers: int, persistent: bool = False) -> GemmConfig:
+def _sm90(bm: int, bn: int, consumers: int, persistent: bool = False, cluster: int = 1) -> GemmConfig:
     return GemmConfig("sm_90a", bm, bn, 64, sm90_stages(bm, bn, 64), CONSUMERS=consumers,
-                      persistent=persistent)
+                      persistent=persistent, cluster=cluster)
 
 
 # Consumers keep their 64 x BN (128x256) or 2 x 64 x 128 (256x128) fp32 accumulators under
@@ -122,6 +129,11 @@ _SM90 = [
     _sm90(64, 64, 1),
     _sm90(128, 256, 2),
     _sm90(256, 128, 2),
+    # 2-CTA clusters multicasting A (each CTA loads 64 of its 128 rows): ptxas R153 in the
+    # consumers, no spills, no C7515, 45 non-MMA per k-tile (the non-cluster 128x256: 40);
+    # in the autotuned space, not chosen by the heuristic (no GPU timing against the
+    # persistent 128x128 yet)
+    _sm90(128, 256, 2, cluster=2),
 ]
 
 #: The shipped config space per architecture.
@@ -173,7 +185,10 @@ def _digest(entries: dict[str, Any]) -> str:
 
 def _parse_config(raw: Any) -> GemmConfig | None:
     """The ``GemmConfig`` of a persisted entry when it is one of the shipped configs, else ``None``."""
-    if type(raw) is not dict or set(raw) != set(_CONFIG_FIELDS):
+    if type(raw) is not dict:
+        return None
+    raw = {"cluster": 1, **raw}        # entries persisted before configs had a cluster size
+    if set(raw) != set(_CONFIG_FIELDS):
         return None
     for name, value in raw.items():
         want = bool if name == "persistent" else str if name == "arch" else int

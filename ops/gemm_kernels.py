@@ -25,6 +25,7 @@ anchors ``mm``, ``addmm``, ``linear``, ``bmm``).
 
 # Annotations are evaluated when a kernel is defined (no ``from __future__ import annotations``):
 # the tensor types depend on the factory's arguments.
+import contextlib
 from functools import cache
 from typing import Any
 
@@ -129,20 +130,37 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 
 
 @cache
-def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
+def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
+                     peer_release: bool = True) -> Any:
     """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``; the
     accumulator is stored from registers, or with ``stage_epilogue=True`` (or the kernel
     constant ``STAGE_EPILOGUE``) by stmatrix and TMA stores (``c``'s row stride must then be a
-    multiple of 16 bytes: ``N % 8 == 0``)."""
+    multiple of 16 bytes: ``N % 8 == 0``).
+
+    ``CLUSTER=2`` (one block per tile, ``GRID=0``): 2-CTA clusters whose blocks take the tiles
+    ``(m, 2j)`` and ``(m, 2j + 1)``, which share the A tile: each CTA loads one half
+    (``BM/2`` rows) of every A k-tile by TMA and multicasts it into both CTAs' stage, so every
+    CTA's full barrier expects the whole stage's bytes; a stage is refilled only after the
+    consumers of both CTAs released it (each consumer warp group arrives on its own and on
+    the peer's empty barrier, which expect ``2 * CONSUMERS`` arrivals); cluster barriers follow
+    the barrier inits and precede exit. ``peer_release=False`` leaves out the arrive on the
+    peer (expecting ``CONSUMERS`` arrivals): the broken pipeline the emulator must reject."""
     _check(dtype, b_layout)
     dt = dtype
     b_shape = (N, K) if b_layout == "nk" else (K, N)
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"gemm_sm90_{dt}_{b_layout}")
+    def cluster_of(c: dict[str, Any]) -> tuple[int, ...] | None:
+        return (2, 1, 1) if c["CLUSTER"] == 2 else None
+
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), cluster=cluster_of,
+               name=f"gemm_sm90_{dt}_{b_layout}")
     def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
-             GRID: int = 0, STAGE_EPILOGUE: bool = False):
+             GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
         staged = stage_epilogue or STAGE_EPILOGUE
+        if CLUSTER not in (1, 2) or (CLUSTER == 2 and (GRID or BM % 128)):
+            raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0) "
+                             f"and BM a multiple of 128 (got GRID={GRID}, BM={BM})")
         Mx, Kx = a.shape
         Nx = c.shape[1]
         tiles_m, tiles_n = hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)
@@ -154,28 +172,59 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         sc = hl.shared(dt, (BM, W)) if staged else None
         full = hl.mbarrier(STAGES)
         empty = hl.mbarrier(STAGES)
+        clustered = CLUSTER == 2
         for s in range(STAGES):
             hl.mbarrier_init(full, s, arrivals=1)
-            hl.mbarrier_init(empty, s, arrivals=CONSUMERS)
-        hl.syncthreads()
-        if GRID:
+            hl.mbarrier_init(empty, s, arrivals=CONSUMERS * (2 if clustered and peer_release else 1))
+        if clustered:
+            hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
+        else:
+            hl.syncthreads()
+        rank: Any = 0
+        if clustered:
+            pairs_n = hl.cdiv(tiles_n, 2)
+            pid = hl.grid(hl.spatial(2 * tiles_m * pairs_n))
+            rank = hl.cluster_rank()
+            my_tiles = 1
+        elif GRID:
             pid = hl.grid(hl.spatial(GRID))
             my_tiles = hl.cdiv(hl.maximum(num_tiles - pid, 0), GRID)
         else:
             pid = hl.grid(hl.spatial(num_tiles))
             my_tiles = 1
+
+        def origin(t: Any) -> tuple[Any, Any]:
+            if clustered:        # cluster pid // 2 takes tiles (m, 2j) and (m, 2j + 1): one A tile
+                pair = pid // 2
+                return (pair // pairs_n) * BM, (2 * (pair % pairs_n) + rank) * BN
+            tile = pid + t * (GRID or 1)
+            return (tile // tiles_n) * BM, (tile % tiles_n) * BN
+
+        def release(stage: Any) -> None:
+            hl.arrive(empty, stage, who="warpgroup")
+            if clustered and peer_release:
+                hl.arrive(empty, stage, who="warpgroup", cta=1 - rank)
+
         stage_bytes = sa[:, :, 0].nbytes + sb[:, :, 0].nbytes
+        H = BM // 2
         with hl.warp_group(0):
             hl.setmaxnreg(40, increase=False)
             for t in hl.range(my_tiles):
-                tile = pid + t * (GRID or 1)
-                m0, n0 = (tile // tiles_n) * BM, (tile % tiles_n) * BN
+                m0, n0 = origin(t)
                 for k in hl.range(num_k):
                     it = t * num_k + k
                     s = it % STAGES
                     hl.wait(empty, s, phase=((it // STAGES) % 2) ^ 1)
                     hl.arrive(full, s, tx_bytes=stage_bytes, who="one")
-                    hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=full[s])
+                    if clustered:    # this CTA's half of the shared A tile, into both CTAs
+                        with hl.if_(rank.eq(0)):
+                            hl.copy(hl.view(a, tile=(H, BK), origin=(m0, k * BK)), sa[0:H, :, s],
+                                    mbarrier=full[s], multicast=3)
+                        with hl.else_():
+                            hl.copy(hl.view(a, tile=(H, BK), origin=(m0 + H, k * BK)), sa[H:BM, :, s],
+                                    mbarrier=full[s], multicast=3)
+                    else:
+                        hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=full[s])
                     if b_layout == "nk":
                         hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=full[s])
                     else:
@@ -183,8 +232,7 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         with hl.else_():
             hl.setmaxnreg(232, increase=True)
             for t in hl.range(my_tiles):
-                tile = pid + t * (GRID or 1)
-                m0, n0 = (tile // tiles_n) * BM, (tile % tiles_n) * BN
+                m0, n0 = origin(t)
                 # no zeroed accumulator: the tile's first wgmma writes it (scale-d 0, the first
                 # k-tile peeled off the loop), so ptxas sees no register writes between the
                 # wgmmas of a tile (no C7515) and the loop has no first-iteration test
@@ -201,7 +249,7 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
                     # keep one wgmma group in flight: the previous k-tile's has retired, release its stage
                     hl.wgmma_wait(1)
                     if not first:
-                        hl.arrive(empty, (it + STAGES - 1) % STAGES, who="warpgroup")
+                        release((it + STAGES - 1) % STAGES)
 
                 with hl.if_(num_k > 0):
                     consume(0, True)
@@ -209,20 +257,24 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
                     consume(k, False)
                 hl.wgmma_wait(0)
                 with hl.if_(num_k > 0):
-                    hl.arrive(empty, (t * num_k + num_k - 1) % STAGES, who="warpgroup")
+                    release((t * num_k + num_k - 1) % STAGES)
                 with hl.if_(num_k.eq(0)):                   # K = 0: the product is zero
                     hl.assign(acc, hl.zeros((BM, BN), f32))
                 # the fusion point of epilogues: the accumulator staged through shared memory
                 # (stmatrix, then a TMA store), in column windows of at most
                 # SM90_EPILOGUE_SMEM bytes; the first barrier waits for the previous
                 # window's (or tile's) TMA store to have read sc
-                if not staged:
-                    hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
-                for j in range(BN // W if staged else 0):
-                    hl.syncthreads()
-                    hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
-                    hl.syncthreads()
-                    hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+                # (a cluster's second tile past the last column - odd tile counts - stores nothing)
+                with hl.if_(n0 < Nx) if clustered else contextlib.nullcontext():
+                    if not staged:
+                        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+                    for j in range(BN // W if staged else 0):
+                        hl.syncthreads()
+                        hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
+                        hl.syncthreads()
+                        hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+        if clustered:
+            hl.cluster_sync()        # no CTA exits while its peer may still multicast into it
 
     return gemm
 

@@ -1,8 +1,10 @@
 """Printers of synchronization: mbarriers (init, arrive[.expect_tx], parity wait), block
 barriers, the async-proxy fence, ``setmaxnreg`` and the cluster forms (sm_90): an arrive on a
 peer CTA's barrier (``mapa`` to its ``shared::cluster`` address, then
-``mbarrier.arrive.release.cluster``) and the cluster barrier (``fence.mbarrier_init``, then
-``barrier.cluster.arrive.release`` / ``wait.acquire``).
+``mbarrier.arrive.shared::cluster`` with the default ``.release.cta`` semantics, as CUTLASS's
+``ClusterBarrier::arrive(cta_id)``: the arriving consumers' reads are done - wgmma.wait - so
+no cluster-scope fence is needed before the peer's TMA overwrites the stage) and the cluster
+barrier (``fence.mbarrier_init``, then ``barrier.cluster.arrive.release`` / ``wait.acquire``).
 
 An mbarrier is 8 bytes of dynamic shared memory placed after the buffers; ``MbarWait`` is a
 ``try_wait.parity`` loop on sm_90a and a ``test_wait.parity`` loop on sm_80 / sm_89.
@@ -46,7 +48,7 @@ def mbar_arrive(em: Emitter, ins: MbarArrive) -> list[str]:
         if ins.tx_bytes:
             raise em.error("an arrive on a peer CTA's mbarrier cannot expect transaction bytes")
         return asm("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-                   "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}", [],
+                   "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}", [],
                    [f'"r"({addr})', f'"r"({em.expr(ins.cta)})'])
     if ins.tx_bytes:
         if em.arch != "sm_90a":

@@ -84,12 +84,11 @@ def complete_rows(m: Machine, op: AsyncOp, sel: np.ndarray) -> None:
         from .proxy import note_generic_write
 
         note_generic_write(m, op.tids[sel], idx)
-    if op.extra == "remote":  # a peer CTA's multicast: no thread of this CTA wrote it
-        m.shadow.w_tid[idx] = -1
-        m.shadow.r_tid[idx] = -1
-    elif m.options.check_races:
+    if m.options.check_races:
+        remote = isinstance(op.extra, tuple) and op.extra[0] == "remote"  # a peer CTA's multicast
         m.shadow.record_write(
-            op.tids[sel], idx, m.site_id(op.instr), op.epochs[sel] if op.epochs is not None else None
+            op.tids[sel], idx, m.site_id(op.instr), op.epochs[sel] if op.epochs is not None else None,
+            gids=op.extra[1][sel] if remote else None,
         )
     op.done[sel] = True
 

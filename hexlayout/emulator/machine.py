@@ -394,8 +394,10 @@ class Machine:
             RaceError,
             ins,
             f"{c.what} race on shared buffer {buf!r}, shared address {c.address}: thread "
-            f"{c.thread} {verb} bytes {prev} by thread {c.other_thread} without an intervening "
-            f"synchronization (bar.sync / mbarrier)",
+            f"{c.thread} {verb} bytes {prev} by thread {c.other_thread}"
+            + (f" of block {self.cluster[c.other_rank].block} (cluster rank {c.other_rank})"
+               if 0 <= c.other_rank < len(self.cluster) else "")
+            + " without an intervening synchronization (bar.sync / mbarrier)",
             thread=c.thread,
             buffer=buf,
             address=c.address,

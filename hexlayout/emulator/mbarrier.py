@@ -23,10 +23,9 @@ wait acquires.
 
 Clusters: ``MbarArrive`` with ``cta`` arrives on the barrier of the same name and index in
 the cluster's CTA of that rank (which must not have exited), and a multicast TMA load
-completes its bytes on each destination CTA's barrier. Vector clocks are per CTA, so these
-cross-CTA arrivals and transfers carry no happens-before (a peer's multicast write is checked
-by its pending marks: reading it before the barrier phase completes, or overwriting bytes an
-earlier transfer or an in-flight wgmma still uses, is an error).
+completes its bytes on each destination CTA's barrier. Clocks span the cluster's threads
+(``shadow.py``), so these arrivals and transfers release and acquire across CTAs like local
+ones.
 """
 
 from __future__ import annotations
@@ -133,13 +132,14 @@ def acquire(m: Machine, st: MbarState, parity: int, tids: np.ndarray) -> None:
 
 
 def complete_tx(
-    m: Machine, st: MbarState, nbytes: int, op: AsyncOp | None, issuer: np.ndarray, release: bool = True
+    m: Machine, st: MbarState, nbytes: int, op: AsyncOp | None, issuer: np.ndarray, issuer_clocks: Any = None
 ) -> None:
     """A TMA transfer of ``nbytes`` (writing ``op``) is issued to complete on the barrier; it is in
     flight until ``land`` (its completion releases the issuing thread's clock into the barrier;
-    ``release=False``: the issuer is a thread of another CTA, whose clock means nothing here)."""
-    if m.options.check_races and release:
-        st.clock = np.maximum(st.clock, m.shadow.clocks.release(issuer))
+    ``issuer_clocks``: the clocks of the issuing CTA when it is a peer of ``m``)."""
+    if m.options.check_races:
+        clocks = m.shadow.clocks if issuer_clocks is None else issuer_clocks
+        st.clock = np.maximum(st.clock, clocks.release(issuer))
     st.inflight.append((op, nbytes))
 
 
@@ -174,7 +174,8 @@ def mbar_init(m: Machine, ins: MbarInit, x: Active) -> None:
     for i in np.unique(idx):
         key = barrier_key(m, ins.bar, {**x.env, m.tvar: x.tids[idx == i]}, ins)
         _barriers(m)[key] = MbarState(
-            key[0], key[1], ins.arrivals, ins.arrivals, np.zeros(m.T, dtype=np.int32), init_instr=ins
+            key[0], key[1], ins.arrivals, ins.arrivals, np.zeros(m.shadow.clocks.c.shape[1], dtype=np.int32),
+            init_instr=ins
         )
 
 
@@ -203,9 +204,7 @@ def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
                 )
             st.pending -= len(sub)
             if m.options.check_races:
-                clk = m.shadow.clocks.release(sub)
-                if tm is m:
-                    st.clock = np.maximum(st.clock, clk)
+                st.clock = np.maximum(st.clock, m.shadow.clocks.release(sub))
             _maybe_complete(tm, st)
 
 

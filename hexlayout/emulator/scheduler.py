@@ -107,6 +107,8 @@ def run_cluster(ms: list[Machine]) -> None:
         m.cluster = ms
         m.rank = r
         m.exited = False
+        if len(ms) > 1:
+            m.shadow.set_cluster(r, len(ms))
     ready: deque[_Task] = deque()
     alive: dict[int, int] = {}
     for m in ms:
@@ -176,10 +178,11 @@ def run_cluster(ms: list[Machine]) -> None:
             task.waiting = req
             cluster_wait.append((task, req))
             if sum(len(r.tids) for _, r in cluster_wait) >= cluster_threads:
-                for x in ms:
-                    mine = [r.tids for t, r in cluster_wait if t.m is x]
-                    if mine and x.options.check_races:
-                        x.shadow.clocks.barrier(np.concatenate(mine))
+                if m.options.check_races:   # every thread of the cluster learns the join of all
+                    join = np.max([x.shadow.clocks.c.max(axis=0) for x in ms], axis=0)
+                    for x in ms:
+                        x.shadow.clocks.acquire(np.arange(x.T), join)
+                        x.shadow.clocks.c[np.arange(x.T), x.shadow.clocks.off + np.arange(x.T)] += 1
                 for t, _ in cluster_wait:
                     t.waiting = None
                     ready.append(t)

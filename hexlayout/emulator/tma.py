@@ -31,11 +31,12 @@ import numpy as np
 from hexlayout.arch.tma import check_tma, tma_swizzle_period
 from hexlayout.ir.lowered import Instr, TmaDesc, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
-from .errors import IllegalInstructionError
+from .errors import IllegalInstructionError, RaceError
 from .machine import Active, Machine
 from .mbarrier import barrier_key, complete_tx, get_barrier
 from .memory import GlobalTensor
 from .proxy import check_async_read
+from .shadow import Conflict
 
 __all__ = ["HANDLERS", "box_geometry"]
 
@@ -150,17 +151,40 @@ def tma_load(m: Machine, ins: TmaLoad, x: Active) -> None:
                 m.smem_write_check(ins, issuer, idx)
                 op = m.new_async("TMA load", ins, issuer, addr=idx, data=data, done=np.zeros(1, dtype=bool),
                                  epochs=m.shadow.clocks.epoch(issuer).copy())
-            else:
-                tm._pending(ins, tm.shadow.pend_write, idx, "writes (TMA multicast from a peer CTA)", issuer)
-                tm._pending(ins, tm.shadow.pend_read, idx, "writes (TMA multicast from a peer CTA)", issuer)
+            else:                # a peer's bytes: pending, and ordered after its earlier accesses
+                what = f"writes (TMA multicast from block {m.block})"
+                tm._pending(ins, tm.shadow.pend_write, idx, what, issuer)
+                tm._pending(ins, tm.shadow.pend_read, idx, what, issuer)
+                g = issuer + m.shadow.clocks.off
+                if m.options.check_races:
+                    flat = idx.reshape(-1)
+                    zero = np.zeros(len(flat), dtype=np.int64)
+                    c = tm.shadow.check_write_by(m.shadow.clocks.c[issuer], zero, zero + int(g[0]), flat)
+                    if c is not None:
+                        _remote_race(tm, m, ins, c, int(tid))
                 op = tm.new_async("TMA load", ins, issuer, addr=idx, data=data.copy(),
-                                  done=np.zeros(1, dtype=bool), extra="remote")
+                                  done=np.zeros(1, dtype=bool), epochs=m.shadow.clocks.epoch(issuer).copy(),
+                                  extra=("remote", g))
             tm.shadow.pend_write[idx] = op.ident
             st = get_barrier(tm, key, ins)
-            complete_tx(tm, st, idx.shape[1], op, issuer, release=tm is m)
+            complete_tx(tm, st, idx.shape[1], op, issuer, None if tm is m else m.shadow.clocks)
         s = m.report.site(ins)
         s.gmem_requests += 1
         s.gmem_bytes += int(inb.sum()) * t.esize
+
+
+def _remote_race(tm: Machine, m: Machine, ins: Instr, c: Conflict, tid: int) -> None:
+    """A multicast from ``m`` into ``tm`` that is not ordered after ``tm``'s last access of a byte."""
+    other = tm.sites[c.other_site] if c.other_site >= 0 else None
+    blk = tm.cluster[c.other_rank].block if c.other_rank >= 0 else tm.block
+    acc = "read" if c.what == "write-after-read" else "written"
+    buf = tm.smem.buffer_at(c.address)
+    tm.fail(RaceError, ins,
+            f"{c.what} race on shared buffer {buf!r}, shared address {c.address}: a TMA multicast "
+            f"issued by thread {tid} of block {m.block} overwrites bytes {acc} by thread {c.other_thread} "
+            f"of block {blk} without synchronizing with it (the release of the stage must reach the CTA "
+            "that refills it: hl.arrive(..., cta=) on its barrier)",
+            buffer=buf, address=c.address, other_instr=other, other_thread=c.other_thread)
 
 
 def _store_state(m: Machine) -> _StoreState:

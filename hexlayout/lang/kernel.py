@@ -78,11 +78,12 @@ class Kernel:
     """
 
     def __init__(self, fn: Callable[..., Any], threads: int | Callable[[dict[str, Any]], int],
-                 cluster: tuple[int, ...] | None = None, name: str | None = None) -> None:
+                 cluster: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...] | None] | None = None,
+                 name: str | None = None) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.threads = threads
-        self.cluster = tuple(cluster) if cluster is not None else None
+        self.cluster = cluster if cluster is None or callable(cluster) else tuple(cluster)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         code = fn.__code__
@@ -207,9 +208,25 @@ class Kernel:
             raise self._error(f"threads={t!r} must be a positive multiple of 32, at most 1024")
         return t
 
+    def _cluster(self, consts: dict[str, Any]) -> tuple[int, ...] | None:
+        c = self.cluster(consts) if callable(self.cluster) else self.cluster
+        if c is None:
+            return None
+        c = tuple(c)
+        n = 1
+        for d in c:
+            if not isinstance(d, int) or isinstance(d, bool) or d <= 0:
+                n = 0
+                break
+            n *= d
+        if not 1 <= len(c) <= 3 or not 1 <= n <= 8:
+            raise self._error(f"cluster={c!r} must be 1 to 3 positive extents of at most 8 blocks in all")
+        return c
+
     def _trace(self, consts: dict[str, Any], specs: dict[str, Any]) -> TileKernel:
         threads = self._threads(consts)
-        ctx = TraceContext(self.name, self.fn.__code__, threads, self.cluster)
+        cluster = self._cluster(consts)
+        ctx = TraceContext(self.name, self.fn.__code__, threads, cluster)
         sizes: dict[str, Var] = {}
         scalar_params: dict[str, ScalarParam] = {}
         # scalars first, so that a size named like a scalar is that scalar
@@ -270,7 +287,7 @@ class Kernel:
                 ctx.check_open("range", None)
             if len(ctx.blocks) != 1:
                 raise KernelError(self.name, "range", None, "a runtime loop or branch was not closed")
-        launch = LaunchConfig(ctx.grid if ctx.grid is not None else (1,), threads, self.cluster,
+        launch = LaunchConfig(ctx.grid if ctx.grid is not None else (1,), threads, cluster,
                               ctx.block_index, ctx.thread_var)
         if ctx.grid is None:
             launch.block_index = (Var("blockIdx.x", 0, 1, kind="block"),)
@@ -319,7 +336,8 @@ class Kernel:
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dict[str, Any]], int] = 128,
-           cluster: tuple[int, ...] | None = None, name: str | None = None) -> Any:
+           cluster: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...] | None] | None = None,
+           name: str | None = None) -> Any:
     """Decorator that makes a Python function a kernel definition (a ``Kernel``).
 
     ``@hl.kernel(threads=128)`` or bare ``@hl.kernel`` (128 threads). The function states
@@ -332,7 +350,9 @@ def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dic
         fn (Callable | None): the function (when used without parentheses).
         threads (int | Callable[[dict], int]): threads per block, a positive multiple of
             32 up to 1024, or a function of the constants (``lambda c: 32 * c["WARPS"]``).
-        cluster (tuple[int, ...] | None): the thread-block cluster shape (sm_90a), or ``None``.
+        cluster (tuple[int, ...] | Callable[[dict], tuple | None] | None): the thread-block
+            cluster shape (sm_90a; at most 8 blocks), a function of the constants giving it
+            (``lambda c: (c["CLUSTER"], 1, 1) if c["CLUSTER"] > 1 else None``), or ``None``.
         name (str | None): the kernel's name (default: the function's name).
 
     Returns:

@@ -211,7 +211,7 @@ def test_generated_code_uses_the_cluster_instructions() -> None:
     assert ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" in src
     assert "barrier.cluster.arrive.release.aligned" in src and "fence.mbarrier_init.release.cluster" in src
     src = build(pair_kernel(), "sm_90a", compile=False).generated.source
-    assert "mapa.shared::cluster.u32" in src and "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
+    assert "mapa.shared::cluster.u32" in src and "mbarrier.arrive.shared::cluster.b64 _, [remote]" in src
 
 
 @pytest.mark.nvrtc

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.layout import ComposedLayout, Layout, Swizzle
+from hexlayout.layout import ComposedLayout, Layout, Swizzle, flatten
 from hexlayout.layout.inttuple import crd2idx
 
 from ..expr import Const, Expr, ExprLike, RegRead, as_expr, evaluate, free_vars, reg_reads, replace_leaves
@@ -354,10 +354,15 @@ class SharedTileView:
         for o, m in zip(offset, modes):
             base = base + crd2idx(as_expr(o), m.shape, m.stride)
         cut = []
-        for s, m in zip(shape, modes):
+        for s, o, m in zip(shape, offset, modes):
             if isinstance(m.shape, tuple):
-                raise ValueError(f"a window of the hierarchical mode {m} of shared layout {self.layout}")
-            cut.append(Layout(s, m.stride))
+                w = _window(m, s, o)
+                if w is None:
+                    raise ValueError(f"a window of {s} at {o} of the hierarchical mode {m} of shared layout "
+                                     f"{self.layout}")
+                cut.append(w)
+            else:
+                cut.append(Layout(s, m.stride))
         lay = cut[0] if len(cut) == 1 else Layout(tuple(c.shape for c in cut), tuple(c.stride for c in cut))
         return SharedTileView(self.buffer, self.dtype, tuple(shape), lay, self.swizzle, base)
 
@@ -366,6 +371,36 @@ class SharedTileView:
         lay = Layout(tuple(modes[p].shape for p in perm), tuple(modes[p].stride for p in perm))
         return SharedTileView(self.buffer, self.dtype, tuple(self.shape[p] for p in perm), lay, self.swizzle,
                               self.base)
+
+
+def _window(m: Layout, size: int, offset: ExprLike) -> Layout | None:
+    """The layout of elements ``offset .. offset + size`` of the hierarchical mode ``m`` (relative
+    to element ``offset``), when it is one: ``size`` a product of ``m``'s leading sub-extents
+    times a divisor of the next one, and ``offset`` a static multiple of ``size`` (so the
+    window's coordinates are the leading digits alone); else ``None``."""
+    o = evaluate(as_expr(offset), {}) if not free_vars(as_expr(offset)) else None
+    if o is None or int(o) % size:
+        return None
+    flat = flatten(m)
+    shapes, strides = [], []
+    left = size
+    for sh, st in zip(flat.shape if isinstance(flat.shape, tuple) else (flat.shape,),
+                      flat.stride if isinstance(flat.stride, tuple) else (flat.stride,)):
+        if left == 1:
+            break
+        if left % sh == 0:
+            shapes.append(sh)
+            strides.append(st)
+            left //= sh
+        elif sh % left == 0:
+            shapes.append(left)
+            strides.append(st)
+            left = 1
+        else:
+            return None
+    if left != 1:
+        return None
+    return Layout(shapes[0], strides[0]) if len(shapes) == 1 else Layout(tuple(shapes), tuple(strides))
 
 
 @dataclass(eq=False)
