@@ -61,8 +61,10 @@ def test_matches_the_float64_reference_on_sm90(fmt, bits, group, dtype, t, e, k,
     assert len(_LAUNCHED) == 2 and all("_sm90_" in n for n in _LAUNCHED), _LAUNCHED
 
 
-def test_expert_map_with_half_the_experts_remote() -> None:
-    out, want = _run("awq", 4, 32, torch.float16, 16, 8, 2, "silu", "random", seed=17, emap_half=True)
+def test_expert_map_with_half_the_experts_remote_and_ragged_sizes() -> None:
+    # H = 160, I = 96: not multiples of a block's 64 columns (the last block half empty)
+    kw = {"seed": 17, "emap_half": True, "h": 160, "i": 96}
+    out, want = _run("awq", 4, 32, torch.float16, 16, 8, 2, "silu", "random", **kw)
     _check(out, want, torch.float16)
 
 
