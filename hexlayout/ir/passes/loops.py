@@ -60,6 +60,7 @@ from hexlayout.ir.lowered import (
     IfThen,
     Instr,
     LoweredKernel,
+    MbarArrive,
     MbarRef,
     MbarWait,
     RegArray,
@@ -340,6 +341,10 @@ class _LoopPass:
             new.phase = self.rewrite(ins.phase)
         if isinstance(ins, (TmaLoad, TmaStore)):
             new.coords = tuple(self.rewrite(c) for c in ins.coords)
+        if isinstance(ins, TmaLoad) and ins.multicast is not None:
+            new.multicast = self.rewrite(ins.multicast)
+        if isinstance(ins, MbarArrive) and ins.cta is not None:
+            new.cta = self.rewrite(ins.cta)
         if isinstance(ins, ForLoop):
             new.body = [self.instr(i) for i in ins.body]
         elif isinstance(ins, IfThen):
