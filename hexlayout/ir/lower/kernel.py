@@ -360,9 +360,10 @@ class _Lowering:
     @LOWERING.register(SubTile)
     def op_SubTile(self, op: SubTile) -> list[Instr]:
         def make(b: Any) -> Any:
-            if isinstance(b, GlobalTileView):
+            try:
                 return b.subtile(tuple(op.result.type.shape), tuple(op.offset))
-            return b.subtile(tuple(op.result.type.shape), tuple(op.offset))
+            except ValueError as e:      # a window the synthesized shared layout cannot express
+                raise self.fail(op, f"window {tuple(op.result.type.shape)} of %{op.src.name}: {e}") from None
         return self._derived_view(op, op.src, make)
 
     @LOWERING.register(Permute)
