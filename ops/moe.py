@@ -44,6 +44,7 @@ from .moe_kernels import (
     moe_gate_up_kernel,
     moe_sum_kernel,
 )
+from .moe_kernels_sm90 import is_sm90, moe_sm90_config, run_down_sm90, run_gate_up_sm90
 
 __all__ = ["fused_moe", "run_fused_moe", "run_moe_pipeline", "MoeRun"]
 
@@ -97,6 +98,9 @@ def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_e
 
 def _gate_up(w13: Any) -> GateUp:
     def launch(run: MoeRun, inter: Any) -> None:
+        if is_sm90(run.x.device):                            # wgmma kernels (ops/moe_kernels_sm90.py)
+            run_gate_up_sm90(w13, run, inter)
+            return
         consts = {**run.cfg, "TOPK": run.topk, "SCALE_IN": run.scale_in}
         bld = build_for(moe_gate_up_kernel(lang_dtype(run.x.dtype), run.activation), run.x.device, consts)
         run_kernel(bld, (run.x, w13, run.sorted_ids, run.expert_ids, run.topk_w, inter), outputs=(5,))
@@ -106,6 +110,9 @@ def _gate_up(w13: Any) -> GateUp:
 
 def _down(w2: Any) -> Down:
     def launch(run: MoeRun, inter: Any, y: Any) -> None:
+        if is_sm90(run.x.device):
+            run_down_sm90(w2, run, inter, y)
+            return
         consts = {**moe_down_config(run.cfg), "SCALE_IN": run.scale_in}
         bld = build_for(moe_down_kernel(lang_dtype(run.x.dtype)), run.x.device, consts)
         run_kernel(bld, (inter, w2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(5,))
@@ -121,9 +128,10 @@ def run_fused_moe(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk
     from .moe_splitk import splitk_down, splitk_gate_up
 
     e, i = w13.shape[0], w13.shape[1] // 2
+    cfg = moe_sm90_config(topk_ids.numel(), e) if is_sm90(hidden_states.device) else None
     return run_moe_pipeline(hidden_states, topk_weights, topk_ids, e, i, activation,
                             apply_router_weight_on_input, expert_map, splitk_gate_up(w13, _gate_up(w13)),
-                            splitk_down(w2, _down(w2)))
+                            splitk_down(w2, _down(w2)), cfg=cfg)
 
 
 def _prepared_runner(w13: Any) -> Callable[..., Any]:
