@@ -112,15 +112,17 @@ def _is_real(t: Any) -> bool:
 
 
 #: check_gemm's memo: the arguments' (shapes, strides, dtypes, devices, kinds) of accepted
-#: calls on real (plain ``torch.Tensor``) tensors -> ((M, N, K), (argument position, alignment)
-#: of each non-empty tensor): a later call with the same key differs only in data pointers.
+#: calls on real plain tensors (``_PLAIN``) -> ((M, N, K), (argument position, alignment) of
+#: each non-empty tensor): a later call with the same key differs only in data pointers.
 _VERDICTS: dict[tuple, tuple] = {}
 _VERDICTS_LIMIT = 4096
-_TENSOR: Any = None
+#: The tensor types memoized: ``torch.Tensor`` and ``torch.nn.Parameter`` exactly (a weight is
+#: usually a Parameter; the checks read the same of both); set by the first check.
+_PLAIN: frozenset = frozenset()
 
 
 def _tensor_key(t: Any) -> Any:
-    return (t.shape, t.stride(), t.dtype, t.device) if type(t) is _TENSOR else ()
+    return (t.shape, t.stride(), t.dtype, t.device) if type(t) in _PLAIN else ()
 
 
 def _verdict_key(a: Any, b: Any, bias: Any, residual: Any, activation: Any, scale: Any,
@@ -143,12 +145,13 @@ def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activatio
     without storage the element offset). Raises ``ArgumentTypeError`` / ``ArgumentError``
     naming the argument.
 
-    Memoized for plain tensors on a real device: the verdict of ``check_arguments`` (the
-    checks) for the same shapes, strides, dtypes, devices and argument kinds is reused and
-    only the data pointers' alignment is checked again; anything else (fake and meta
-    tensors, subclasses, a first call, a misaligned pointer) runs ``check_arguments``.
+    Memoized for plain tensors (``torch.Tensor``, ``torch.nn.Parameter``) on a real device:
+    the verdict of ``check_arguments`` (the checks) for the same shapes, strides, dtypes,
+    devices and argument kinds is reused and only the data pointers' alignment is checked
+    again; anything else (fake and meta tensors, other subclasses, a first call, a misaligned
+    pointer) runs ``check_arguments``.
     """
-    if _TENSOR is not None and type(a) is _TENSOR and type(b) is _TENSOR:
+    if type(a) in _PLAIN and type(b) in _PLAIN:
         try:
             key = _verdict_key(a, b, bias, residual, activation, scale, b_layout)
             hit = _VERDICTS.get(key)
@@ -162,7 +165,7 @@ def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activatio
             return hit[0]
         mnk = check_arguments(a, b, bias, residual, activation, scale, b_layout)
         if key is not None and a.device.type != "meta" and all(
-                t is None or type(t) is _TENSOR for t in (bias, residual)):
+                t is None or type(t) in _PLAIN for t in (bias, residual)):
             if len(_VERDICTS) >= _VERDICTS_LIMIT:
                 _VERDICTS.clear()
             aligns = tuple((i, al) for i, (t, al) in enumerate(((a, 16), (b, 16), (bias, 4), (residual, 4)))
@@ -175,10 +178,10 @@ def check_gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activatio
 def check_arguments(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
                     scale: float | None = None, b_layout: str = "nk") -> tuple[int, int, int]:
     """The checks of ``check_gemm`` (every one, every call; see ``check_gemm``)."""
-    global _TENSOR
+    global _PLAIN
     import torch
 
-    _TENSOR = torch.Tensor
+    _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
     for name, t, optional in (("a", a, False), ("b", b, False), ("bias", bias, True),
                               ("residual", residual, True)):
@@ -384,7 +387,7 @@ def gemm_cached(a: Any, b: Any, bias: Any = None, residual: Any = None, activati
     ``run_checked``). One dictionary lookup (``_HOT``) stands for both the check's verdict and
     the config / launcher lookup; the data pointers' alignment is checked as ``check_gemm``
     checks it (a misaligned one: ``None``, so the check names it)."""
-    if type(a) is not _TENSOR or type(b) is not _TENSOR:
+    if type(a) not in _PLAIN or type(b) not in _PLAIN:
         return None
     try:
         key = _verdict_key(a, b, bias, residual, activation, scale, b_layout)

@@ -260,7 +260,7 @@ class Op:
         return not (torch.is_grad_enabled() and torch._C._any_requires_grad(*args, **kwargs))
 
     def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast is not None and self._fast_allowed(args, kwargs):
+        if self._fast is not None and (self._backward is not None or self._fast_allowed(args, kwargs)):
             out = self._fast(*args, **kwargs)
             if out is not None:
                 return out
@@ -274,7 +274,8 @@ class Op:
         return fn(*args, **kwargs)
 
     def _run_cpu(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast is not None and emulation_enabled() and self._fast_allowed(args, kwargs):
+        if self._fast is not None and emulation_enabled() and (self._backward is not None or
+                                                               self._fast_allowed(args, kwargs)):
             out = self._fast(*args, **kwargs)
             if out is not None:
                 return out

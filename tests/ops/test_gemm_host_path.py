@@ -226,3 +226,23 @@ def test_inputs_that_require_grad_on_a_cached_key_get_gradients(stubbed) -> None
     with torch.no_grad():
         assert not torch.ops.hexlayout.gemm(a, w).requires_grad
     assert drv.launches == 5
+
+
+@pytest.mark.nvrtc
+def test_a_parameter_weight_is_a_cached_call_too(stubbed, monkeypatch) -> None:
+    """A weight held as ``torch.nn.Parameter`` (as models hold it) takes the cached path like
+    a plain tensor: its check's verdict is memoized (the checks read the same of both)."""
+    import hexlayout.ops.torch_gemm as tg
+
+    drv, _ = stubbed
+    g = torch.Generator().manual_seed(6)
+    a = torch.randn(64, 64, generator=g).half()
+    w = torch.nn.Parameter(torch.randn(128, 64, generator=g).half(), requires_grad=False)
+    for _ in range(2):
+        torch.ops.hexlayout.gemm(a, w)
+    with monkeypatch.context() as mp:
+        mp.setattr(gemm_mod, "check_arguments", lambda *a, **k: pytest.fail("checked again"))
+        mp.setattr(tg, "run_checked", lambda *a, **k: pytest.fail("run_checked on a cached call"))
+        for _ in range(3):
+            assert torch.ops.hexlayout.gemm(torch.randn(64, 64, generator=g).half(), w).shape == (64, 128)
+    assert drv.launches == 5
