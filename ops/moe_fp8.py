@@ -31,6 +31,17 @@ torch op runs between them except allocations; no host synchronization (buffers 
 T, k, E and the block size). Targets sm_89 and sm_90a (CPU tensors: the emulator under
 ``HEXLAYOUT_EMULATE=1`` with ``HEXLAYOUT_EMULATE_ARCH=sm_89`` or ``sm_90a``); sm_80 has no fp8
 mma: a clear error.
+
+Split-K (decode): where a GEMM's grid of ``BM x 64`` tiles is smaller than a wave,
+``moe_splitk.choose_split_k`` (sizes and SM count only, with the fp8 tiles: ``BK = 128``) gives it
+``SPLIT_K`` blocks per tile (the DeepSeek-V3 TP8 slice at T = 1: 32 gate-up tiles x 7 splits of
+8 k-tiles of the 56). The split kernels (``split=True`` of the same kernels, sm_89 and sm_90a
+swap-AB; never the large-token ones) add their scaled f32 partials atomically into a zeroed
+workspace by slot (gate-up: ``[2, T * k, I]``, then ``moe_splitk_act_kernel(slot_rows=True)``
+writes ``h``; down: ``[T * k, H]``, then ``moe_splitk_cast_kernel`` writes ``y``).
+``HEXLAYOUT_MOE_SPLIT_K=n`` forces ``SPLIT_K = n`` (1: off) for both GEMMs, on CPU tensors too;
+otherwise CPU tensors never split. The order of the atomic additions is not defined (the last
+bits of the f32 sums may differ from run to run).
 """
 
 from __future__ import annotations
@@ -53,6 +64,14 @@ from .moe_fp8_kernels_sm90 import (
     moe_fp8_gate_up_sm90_kernel,
     moe_fp8_gate_up_sm90_ws_kernel,
 )
+from .moe_kernels import MoeConfig
+from .moe_splitk import (
+    _forced,
+    _sm_count,
+    choose_split_k,
+    moe_splitk_act_kernel,
+    moe_splitk_cast_kernel,
+)
 
 __all__ = [
     "Fp8MoEWeights",
@@ -62,6 +81,7 @@ __all__ = [
     "fused_moe_fp8",
     "FP8_ARCHS",
     "fp8_block_m",
+    "fp8_split_k",
 ]
 
 OP = "hexlayout.fused_moe_fp8"
@@ -268,6 +288,18 @@ def fp8_block_m(num_slots: int, num_experts: int, arch: str = "sm_89") -> int:
     return 16 if per <= 16 else 32 if per <= 64 else 64
 
 
+def fp8_split_k(num_tokens: int, topk: int, num_experts: int, hidden: int, inter: int, sm_count: int,
+                block_m: int, gemm: str = "gate_up") -> int:
+    """``SPLIT_K`` of an fp8 grouped GEMM (``gemm``: ``"gate_up"`` or ``"down"``) from the sizes
+    only: 1 for the large-token kernels (``block_m`` 128), else ``moe_splitk.choose_split_k`` with
+    the fp8 tiles ``block_m x 64 x 128`` (tiles = row blocks x ``ceil(N / 64)``; below
+    ``sm_count`` tiles: ``min(16, 2 * sm_count // tiles, ceil(K / 128) // 8)`` if >= 2)."""
+    if block_m == 128:
+        return 1
+    tiles = MoeConfig(BM=block_m, BN=64, BK=SCALE_BLOCK)
+    return choose_split_k(num_tokens, topk, num_experts, hidden, inter, sm_count, tiles, gemm)
+
+
 def run_fused_moe_fp8(
     hidden_states: Any,
     w13: Any,
@@ -289,7 +321,6 @@ def run_fused_moe_fp8(
 
     from .attention_args import build_for, lang_dtype, run_kernel
     from .moe import MoeRun, run_moe_pipeline
-    from .moe_kernels import MoeConfig
 
     x = hidden_states
     t = x.shape[0]
@@ -309,10 +340,13 @@ def run_fused_moe_fp8(
         gate_up_k, down_k = moe_fp8_gate_up_sm90_ws_kernel(dt), moe_fp8_down_sm90_ws_kernel(dt)
         common.update(STAGES=WS_STAGES, CONSUMERS=2)
         down_bn = 128
+        gate_up_split = down_split = None  # large T: never split
     elif arch == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
         gate_up_k, down_k = moe_fp8_gate_up_sm90_kernel(dt), moe_fp8_down_sm90_kernel(dt)
+        gate_up_split, down_split = moe_fp8_gate_up_sm90_kernel(dt, True), moe_fp8_down_sm90_kernel(dt, True)
     else:
         gate_up_k, down_k = moe_fp8_gate_up_kernel(dt), moe_fp8_down_kernel(dt)
+        gate_up_split, down_split = moe_fp8_gate_up_kernel(dt, True), moe_fp8_down_kernel(dt, True)
         common["WARPS"] = 4
 
     def quant(src: Any, rows_w: Any) -> tuple[Any, Any]:
@@ -324,19 +358,48 @@ def run_fused_moe_fp8(
         run_kernel(build_for(moe_fp8_quant_kernel(dt), dev, consts), args, outputs=(2, 3))
         return q, s
 
+    forced = _forced(None)   # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
+
+    def split_k(gemm: str) -> int:
+        """``SPLIT_K`` of ``gemm``: 1 for the large-token kernels, else forced, else 1 off CUDA,
+        else ``fp8_split_k`` with the device's SM count."""
+        if bm == 128:
+            return 1
+        if forced is not None:
+            return forced
+        if dev.type != "cuda":
+            return 1
+        return fp8_split_k(t, k, e, x.shape[1], n2 // 2, _sm_count(dev), bm, gemm)
+
     def gate_up(run: MoeRun, inter: Any) -> None:
         # inter [EM, I]: rows by slot t * k + j here (EM >= T * k)
         xq, xs = quant(run.x, run.topk_w if run.scale_in else None)
         uniform = blk and (n2 // 2) % common["BN"] == 0   # gate / up tiles each in one scale block
         consts = {**common, "TOPK": k, "GELU": run.activation == "gelu", "UNIFORM": uniform}
-        args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, inter)
-        run_kernel(build_for(gate_up_k, dev, consts), args, outputs=(6,))
+        split = split_k("gate_up")
+        if split == 1:
+            args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, inter)
+            run_kernel(build_for(gate_up_k, dev, consts), args, outputs=(6,))
+            return
+        ws = torch.zeros((2, t * k, n2 // 2), dtype=torch.float32, device=dev)
+        args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, ws)
+        consts.update(GELU=False, SPLIT_K=split)         # the activation is the act kernel's
+        run_kernel(build_for(gate_up_split, dev, consts), args, outputs=(6,))
+        act = build_for(moe_splitk_act_kernel(dt, run.activation, slot_rows=True), dev, {"BM": bm})
+        run_kernel(act, (ws[0], ws[1], run.sorted_ids, run.expert_ids, run.topk_w, inter), outputs=(5,))
 
     def down(run: MoeRun, inter: Any, y: Any) -> None:
         hq, hs = quant(inter[: t * k], None)
-        args = (hq, hs, w2, s2, run.topk_w, run.sorted_ids, run.expert_ids, y)
         consts = {**common, "BN": down_bn, "ROUTER": run.scale_in}
-        run_kernel(build_for(down_k, dev, consts), args, outputs=(7,))
+        split = split_k("down")
+        if split == 1:
+            args = (hq, hs, w2, s2, run.topk_w, run.sorted_ids, run.expert_ids, y)
+            run_kernel(build_for(down_k, dev, consts), args, outputs=(7,))
+            return
+        ws = torch.zeros(y.shape, dtype=torch.float32, device=dev)
+        args = (hq, hs, w2, s2, run.topk_w, run.sorted_ids, run.expert_ids, ws)
+        run_kernel(build_for(down_split, dev, {**consts, "SPLIT_K": split}), args, outputs=(7,))
+        run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (ws, y), outputs=(1,))
 
     return run_moe_pipeline(x, topk_weights, topk_ids, e, n2 // 2, activation, apply_router_weight_on_input,
                             expert_map, gate_up, down, cfg=MoeConfig(BM=bm))

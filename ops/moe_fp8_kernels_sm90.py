@@ -10,6 +10,8 @@ the epilogue scales rows by the weight scales and columns by the token scales. T
 gathered with cp.async (never TMA), hence ``fence_proxy_async`` before the barrier that precedes
 each wgmma; ``STAGES`` shared buffers, the next k-tile's copies issued before the current
 wgmma.
+``split=True``: the split-K forms (decode), as ``moe_fp8_kernels``' (scaled f32 partials of the
+k-tiles of split ``sp`` added atomically into a workspace; the ``*_ws`` kernels never split).
 
 The large-token kernels (``*_ws``, prefill) put the tokens on the wgmma M side instead:
 ``BM = 64 * CONSUMERS`` gathered token rows (64 per consumer warp group) times two 64-column
@@ -34,7 +36,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
-from .moe_fp8_kernels import SCALE_BLOCK, _load, _scale
+from .moe_fp8_kernels import SCALE_BLOCK, _grid, _k_tiles, _load, _scale
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
            "moe_fp8_down_sm90_ws_kernel", "PRODUCER_REGS", "CONSUMER_REGS"]
@@ -73,21 +75,25 @@ def _pipeline(load: Any, step: Any, num_k: Any, stages: int) -> None:
 
 
 @cache
-def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
+def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     """Gate-up with the activation epilogue, ``h[r, n] = act(g) * u`` (``moe_fp8_kernels``),
     wgmma swap-AB. Constants: ``BM`` (16 / 32 / 64 sorted rows), ``BN`` (64), ``BK`` (128),
-    ``STAGES``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``, ``UNIFORM`` (as the sm_89 kernel's)."""
+    ``STAGES``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``, ``UNIFORM``, ``SPLIT_K`` (as the sm_89
+    kernel's; ``split``: its split-K form, the scaled gate / up partials of split ``sp`` added
+    atomically into the f32 workspace ``h [2, T * k, I]``)."""
     dt = dtype
+    h_t = f32[2, TK, I] if split else dt[TK, I]
 
-    @hl.kernel(threads=128, name=f"moe_fp8_gate_up_sm90_{dt}")
+    @hl.kernel(threads=128, name=f"moe_fp8_gate_up_sm90_{dt}" + ("_splitk" if split else ""))
     def moe_fp8_gate_up_sm90(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
                              sorted_ids: i32[EM], block_expert: i32[NBLK],
-                             h: dt[TK, I],  # type: ignore
+                             h: h_t,  # type: ignore
                              *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, TOPK: int = 1,
-                             GELU: bool = False, BLOCK_SCALE: bool = False, UNIFORM: bool = False):
+                             GELU: bool = False, BLOCK_SCALE: bool = False, UNIFORM: bool = False,
+                             SPLIT_K: int = 1):
         Tx, Kx = xq.shape
-        Ix = h.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
+        Ix = h.shape[-1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
@@ -99,11 +105,13 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
+            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:
-                hl.copy(hl.view(xq, (BM, BK), (None, kt * BK), rows=tok), sa[:, :, st])
-                hl.copy(w[e, n0:n0 + BN, kt * BK:kt * BK + BK], sg[:, :, st])
-                hl.copy(w[e, Ix + n0:Ix + n0 + BN, kt * BK:kt * BK + BK], su[:, :, st])
+                c0 = k0(kt)
+                hl.copy(hl.view(xq, (BM, BK), (None, c0), rows=tok), sa[:, :, st])
+                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sg[:, :, st])
+                hl.copy(w[e, Ix + n0:Ix + n0 + BN, c0:c0 + BK], su[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
                 if BLOCK_SCALE:
@@ -117,11 +125,11 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
                 if BLOCK_SCALE:
-                    kb = kt * BK // SCALE_BLOCK
+                    kb = ktile(kt) * BK // SCALE_BLOCK
                     hl.assign(acc_g, acc_g + pg * _scale(ws, e, col, n0, kb, UNIFORM))
                     hl.assign(acc_u, acc_u + pu * _scale(ws, e, col + Ix, n0 + Ix, kb, UNIFORM))
 
-            _pipeline(load, step, hl.cdiv(Kx, BK), STAGES)
+            _pipeline(load, step, num_k, STAGES)
             sx = _load(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
             g = acc_g * sx
             u = acc_u * sx
@@ -129,28 +137,34 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType) -> Any:
                 we = _load(ws[e, col * 0, 0], (BN, 1))
                 g = g * we
                 u = u * we
-            a = hl.gelu(g) if GELU else hl.silu(g)
-            hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid).T)
+            if split:                                    # scaled partials; padding rows: none
+                hl.atomic_add(h[0, rrow, col], g)
+                hl.atomic_add(h[1, rrow, col], u)
+            else:
+                a = hl.gelu(g) if GELU else hl.silu(g)
+                hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid).T)
 
     return moe_fp8_gate_up_sm90
 
 
 @cache
-def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
+def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     """Down with the top-k weight epilogue, ``y[r, n] = tw[r] * s_r * (W2[e] @ hq[r])``
-    (``moe_fp8_kernels``), wgmma swap-AB. Constants as the gate-up kernel's and ``ROUTER``."""
+    (``moe_fp8_kernels``), wgmma swap-AB. Constants as the gate-up kernel's and ``ROUTER``
+    (``split``: the scaled partials added atomically into the f32 workspace ``y [T * k, N]``)."""
+    y_t = f32[TK, N] if split else dtype[TK, N]
 
-    @hl.kernel(threads=128, name=f"moe_fp8_down_sm90_{dtype}")
+    @hl.kernel(threads=128, name=f"moe_fp8_down_sm90_{dtype}" + ("_splitk" if split else ""))
     def moe_fp8_down_sm90(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
-                          sorted_ids: i32[EM], block_expert: i32[NBLK], y: dtype[TK, N],  # type: ignore
+                          sorted_ids: i32[EM], block_expert: i32[NBLK], y: y_t,  # type: ignore
                           *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2,
-                          ROUTER: bool = False, BLOCK_SCALE: bool = False):
+                          ROUTER: bool = False, BLOCK_SCALE: bool = False, SPLIT_K: int = 1):
         TKx, Kx = hq.shape
         if BLOCK_SCALE and (SCALE_BLOCK % BN or BK != SCALE_BLOCK):
             raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
                              f"{SCALE_BLOCK}")
         Nx = y.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
@@ -159,10 +173,12 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
             sb = hl.shared(e4m3, (BN, BK, STAGES))
             acc = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
+            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:
-                hl.copy(hl.view(hq, (BM, BK), (None, kt * BK), rows=rid), sa[:, :, st])
-                hl.copy(w[e, n0:n0 + BN, kt * BK:kt * BK + BK], sb[:, :, st])
+                c0 = k0(kt)
+                hl.copy(hl.view(hq, (BM, BK), (None, c0), rows=rid), sa[:, :, st])
+                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sb[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
                 p = hl.zeros((BN, BM), f32) if BLOCK_SCALE else acc
@@ -171,17 +187,20 @@ def moe_fp8_down_sm90_kernel(dtype: DType) -> Any:
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
                 if BLOCK_SCALE:
-                    sw = _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True)   # BN | 128: one block
+                    sw = _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128: one block
                     hl.assign(acc, acc + p * sw)
 
-            _pipeline(load, step, hl.cdiv(Kx, BK), STAGES)
+            _pipeline(load, step, num_k, STAGES)
             rs = _load(hs[rrow], (1, BM))
             if not ROUTER:
                 rs = rs * _load(tw[rrow], (1, BM))
             out = acc * rs
             if not BLOCK_SCALE:
                 out = out * _load(ws[e, col * 0, 0], (BN, 1))
-            hl.copy(hl.cast(out, dtype), hl.view(y, (BM, BN), (None, n0), rows=rid).T)
+            if split:                                    # scaled partials; padding rows: none
+                hl.atomic_add(y[rrow, col], out)
+            else:
+                hl.copy(hl.cast(out, dtype), hl.view(y, (BM, BN), (None, n0), rows=rid).T)
 
     return moe_fp8_down_sm90
 

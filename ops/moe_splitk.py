@@ -27,6 +27,8 @@ with ``w'_s = topk_weights.flat[s]``, or 1 with ``apply_router_weight_on_input``
   last k-tile get an origin past ``K`` (no memory read).
 - ``moe_splitk_act_kernel(dtype, act)``: ``inter[p] = act(w_p G[p]) * (w_p U[p])`` rounded once to
   ``dtype``, per block of ``BM`` rows of an expert (unused blocks exit, as in the GEMMs).
+  ``slot_rows=True``: workspaces and ``inter`` by slot ``s`` instead of sorted position (the fp8
+  path's split GEMMs, ``ops/moe_fp8.py``, reuse it and ``moe_splitk_cast_kernel``).
 - ``moe_down_splitk_kernel(dtype)``: as ``moe_down_kernel``, its weighted f32 partials added
   into row ``s`` of the workspace ``ws`` [S, H] (zero-filled); ``moe_splitk_cast_kernel(dtype)``
   rounds ``ws`` once into ``y`` (rows of slots without a local expert stay 0).
@@ -147,15 +149,19 @@ def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
 
 
 @cache
-def moe_splitk_act_kernel(dtype: DType, act: str = "silu") -> Any:
+def moe_splitk_act_kernel(dtype: DType, act: str = "silu", slot_rows: bool = False) -> Any:
     """``inter[p] = act(w_p * ws_g[p]) * (w_p * ws_u[p])`` in f32, rounded once to ``dtype``
     (``w_p`` = ``topk_weights.flat[sorted_ids[p]]`` with ``SCALE_IN``, else 1); ``act`` SiLU or
-    exact GELU. One block per ``BM`` sorted rows of an expert and ``BN`` columns."""
+    exact GELU. One block per ``BM`` sorted rows of an expert and ``BN`` columns.
+
+    ``slot_rows``: the rows of ``ws_g`` / ``ws_u`` ([S, I]) and ``inter`` are slots ``s =
+    sorted_ids[p]`` instead of sorted positions (the fp8 path's layout: ``inter[s] =
+    act(w_p * ws_g[s]) * (w_p * ws_u[s])``, padding positions skipped)."""
     dt = dtype
 
-    @hl.kernel(threads=128, name=f"moe_splitk_act_{dt}_{act}")
-    def moe_splitk_act(ws_g: f32[EM, I], ws_u: f32[EM, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
-                       topk_w: f32[S], inter: dt[EM, I],  # type: ignore
+    @hl.kernel(threads=128, name=f"moe_splitk_act_{dt}_{act}" + ("_slots" if slot_rows else ""))
+    def moe_splitk_act(ws_g: f32[S if slot_rows else EM, I], ws_u: f32[S if slot_rows else EM, I],  # type: ignore
+                       sorted_ids: i32[EM], expert_ids: i32[NB], topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                        *, BM: int = 16, BN: int = 128, SCALE_IN: bool = False):
         pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(inter.shape[1], BN)))
         e = expert_ids[pid_m]
@@ -163,14 +169,24 @@ def moe_splitk_act_kernel(dtype: DType, act: str = "silu") -> Any:
             m0, n0 = pid_m * BM, pid_n * BN
             g = hl.register(f32, (BM, BN))
             u = hl.register(f32, (BM, BN))
-            hl.copy(hl.view(ws_g, tile=(BM, BN), origin=(m0, n0)), g)
-            hl.copy(hl.view(ws_u, tile=(BM, BN), origin=(m0, n0)), u)
+            if slot_rows:                                        # rows of the slots, padding: none
+                rid = hl.register(i32, (BM,))
+                hl.copy(sorted_ids[m0:m0 + BM], rid)
+                rid = hl.where(rid < topk_w.shape[0], rid, -1)
+                hl.copy(hl.view(ws_g, (BM, BN), (None, n0), rows=rid), g)
+                hl.copy(hl.view(ws_u, (BM, BN), (None, n0), rows=rid), u)
+            else:
+                hl.copy(hl.view(ws_g, tile=(BM, BN), origin=(m0, n0)), g)
+                hl.copy(hl.view(ws_u, tile=(BM, BN), origin=(m0, n0)), u)
             if SCALE_IN:
                 w = _weights(topk_w, sorted_ids, m0, BM, BN)
                 g = g * w
                 u = u * w
             gate = hl.silu(g) if act == "silu" else hl.gelu(g)
-            hl.copy(hl.cast(gate * u, dt), hl.view(inter, tile=(BM, BN), origin=(m0, n0)))
+            if slot_rows:
+                hl.copy(hl.cast(gate * u, dt), hl.view(inter, (BM, BN), (None, n0), rows=rid))
+            else:
+                hl.copy(hl.cast(gate * u, dt), hl.view(inter, tile=(BM, BN), origin=(m0, n0)))
 
     return moe_splitk_act
 
