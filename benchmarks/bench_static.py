@@ -271,9 +271,12 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
 
 
 def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
-    """``fused_moe_fp8`` (``run_fused_moe_fp8``) with per-expert and 128 x 128 block scales."""
+    """``fused_moe_fp8`` (``run_fused_moe_fp8``) with per-expert and 128 x 128 block scales; split-K
+    where ``fp8_split_k`` splits a GEMM for the architecture's SM count (forced, as for bf16)."""
     import torch
-    from hexlayout.ops.moe_fp8 import run_fused_moe_fp8
+    from hexlayout.ops.gemm_config import SM_COUNT
+    from hexlayout.ops.moe_fp8 import fp8_block_m, fp8_split_k, run_fused_moe_fp8
+    from hexlayout.ops.moe_splitk import SPLIT_K_ENV
 
     for model, (e, k, h, i) in MOE_MODELS.items():
         for block, (act, dname) in itertools.product(((), (128, 128)), _moe_dtypes(model)):
@@ -286,12 +289,17 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
                 s13 = s2 = _meta_tensor((e,), torch.float32)
             for t in MOE_TOKENS:
                 x, tw, ids = _routing(t, k, h, act)
+                bm = fp8_block_m(t * k, e, arch)
+                splits = {fp8_split_k(t, k, e, h, i, SM_COUNT[arch], bm, g) for g in ("gate_up", "down")}
+                for split in sorted(splits | {1}):
+                    def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, s13=s13, s2=s2, block=block,
+                             split=split) -> Any:
+                        with _env(SPLIT_K_ENV, str(split)):
+                            return run_fused_moe_fp8(x, w13, s13, w2, s2, tw, ids, list(block))
 
-                def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, s13=s13, s2=s2, block=block) -> Any:
-                    return run_fused_moe_fp8(x, w13, s13, w2, s2, tw, ids, list(block))
-
-                scales = "block 128x128" if block else "per-expert"
-                yield f"{model} T={t}{dname} {scales} scales", call
+                    scales = "block 128x128" if block else "per-expert"
+                    yield (f"{model} T={t}{dname} {scales} scales"
+                           + (f" split-K {split} (forced)" if split > 1 else "")), call
 
 
 def _paged_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
