@@ -60,12 +60,13 @@ def _run(x, w13, s13, w2, s2, tw, ids, block, **kw):
 # in k-tiles of 128: H 384 -> 3 (split 2: 2 + 1; split 3: 1 + 1 + 1), H 640 -> 5 (split 3: 2 + 2 +
 # 1), H 256 -> 2 (split 3: 1 + 1 + none); I 176 -> 2 with a ragged last tile (split 3: 1 + 1 +
 # none), I 320 -> 3 ragged (split 2: 2 + 1), I 96 -> 1 (split 2: 1 + none); I 176 is no multiple of
-# 64: block-scale tiles straddle two scale blocks (not UNIFORM)
+# 64: the up tiles' block scales straddle two scale blocks (not UNIFORM)
 CASES = [
     (2, 0, 1, 384, 96, 8, 2, torch.bfloat16, False, "silu", "sm_89"),
     (3, 1, 3, 640, 176, 16, 2, torch.float16, True, "gelu", "sm_89"),
     (2, 2, 5, 384, 320, 8, 2, torch.bfloat16, True, "silu", "sm_90a"),
-    (3, 3, 2, 256, 176, 16, 4, torch.bfloat16, False, "gelu", "sm_90a"),
+    (3, 3, 2, 256, 176, 16, 4, torch.bfloat16, True, "gelu", "sm_90a"),
+    (2, 6, 4, 384, 96, 8, 2, torch.float16, False, "silu", "sm_90a"),
 ]
 
 
