@@ -74,10 +74,11 @@ class _Driver:
         CUDA_SUCCESS = 0
 
     def __init__(self) -> None:
-        self.launches = 0
+        self.launches, self.stream = 0, None
 
     def cuLaunchKernelEx(self, cfg: Any, fn: Any, params: int, extra: int) -> tuple[int]:  # noqa: N802
         self.launches += 1
+        self.stream = cfg.hStream
         return (0,)
 
 

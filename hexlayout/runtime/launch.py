@@ -332,6 +332,15 @@ class Launcher:
         name, fn, params, lock = self.name, self._functions[device], packer.kernel_params, self._lock
         cfg, tensor_map, scalar_value = self._config, self.tensor_map, _scalar_value
         torch = sys.modules["torch"]
+        # the raw handle of torch's current stream (what inductor's generated code reads):
+        # no Stream object per call; CPU builds of torch lack it and take current_stream
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw_stream is not None and isinstance(device, int):
+            def current_handle() -> int:
+                return raw_stream(device)
+        else:
+            def current_handle() -> int:
+                return torch.cuda.current_stream(device).cuda_stream
         profiler = torch.autograd.profiler
         if not isinstance(getattr(profiler, "_is_profiler_enabled", None), bool):   # pragma: no cover
             return lambda args: False
@@ -345,7 +354,7 @@ class Launcher:
                 if ptr % align:
                     return False
                 ptrs.append(ptr)
-            handle = torch.cuda.current_stream(device).cuda_stream
+            handle = current_handle()
             if handle == 0:
                 self._ensure_context(device)
             drv = _drv()

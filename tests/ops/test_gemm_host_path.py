@@ -246,3 +246,27 @@ def test_a_parameter_weight_is_a_cached_call_too(stubbed, monkeypatch) -> None:
         for _ in range(3):
             assert torch.ops.hexlayout.gemm(torch.randn(64, 64, generator=g).half(), w).shape == (64, 128)
     assert drv.launches == 5
+
+
+@pytest.mark.nvrtc
+def test_cached_calls_launch_on_the_raw_current_stream(stubbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached call reads torch's current stream as its raw handle
+    (``torch._C._cuda_getCurrentRawStream(device)``, no ``Stream`` object per call) where torch
+    has it (CUDA builds), ``torch.cuda.current_stream(device).cuda_stream`` where it does not."""
+    drv, _ = stubbed
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(128, 64, generator=g).half()
+    asked = []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: asked.append(d) or 0xCAFE,
+                        raising=False)
+    torch.ops.hexlayout.gemm(a, b)
+    for _ in range(3):
+        torch.ops.hexlayout.gemm(a, b)
+        assert drv.stream == 0xCAFE
+    assert asked and set(asked) == {0}
+    monkeypatch.delattr(torch._C, "_cuda_getCurrentRawStream", raising=False)
+    for d in (gemm_mod._FAST, gemm_mod._HOT, gemm_mod._LAUNCHERS):
+        d.clear()
+    torch.ops.hexlayout.gemm(a, b)
+    torch.ops.hexlayout.gemm(a, b)
+    assert drv.stream == 0x5EED          # bench_host's stubbed current_stream
