@@ -13,6 +13,10 @@ operands' bit patterns (``unsigned long long``) to the destination's. ``cvt`` be
 and f16 prints the paired hardware conversions (two elements per call where it can); ``+ - *``
 of f16 registers print ``__hadd`` / ``__hsub`` / ``__hmul`` (the float route rounds them
 correctly: f32 has more than twice f16's precision, so the results are the same).
+``i2f16_magic`` / ``i2bf16_magic_narrow`` print pairs; a pair of ``u8`` elements that are the
+two nibbles of one byte of a register array, or two of its consecutive bytes
+(``hexlayout.codegen.byte_sources``), is converted from that 32-bit word (byte permute, mask
+with the magic exponent, one packed f16 / bf16 operation): exact, so the same results.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from hexlayout.ir.functions import CDomain, compute_domain
 from hexlayout.ir.lowered import Alu, RegRef, Shfl
 from hexlayout.ir.tile import ScalarParam
 
+from .byte_sources import const_start
 from .ctypes_map import c_type, float_literal, from_float, to_float
 from .emitter import Emitter
 
@@ -137,13 +142,74 @@ def _magic_pairs(em: Emitter, ins: Alu) -> list[str] | None:
         return None
     em.check_reg_range(src)
     em.check_reg_range(dst)
-    a, b, d = em.reg_index(src, "2 * v"), em.reg_index(src, "2 * v + 1"), em.reg_index(dst, "2 * v")
-    word = (f"((0x{magic:x}u + static_cast<unsigned>({a})) & 0xffffu) | "
-            f"((0x{magic:x}u + static_cast<unsigned>({b})) << 16)")
-    stmt = (f"{{ const unsigned hl_w = {word}; "
-            f"*reinterpret_cast<{pair}*>(&{d}) = __hsub2(*reinterpret_cast<const {pair}*>(&hl_w), "
-            f"{bcast}({as_half}(static_cast<unsigned short>(0x{magic:x})))); }}")
-    return ["#pragma unroll", f"for (int v = 0; v < {n // 2}; ++v) {stmt}"]
+    sub = f"{bcast}({as_half}(static_cast<unsigned short>(0x{magic:x})))"
+
+    def generic(v: int | str) -> str:
+        i = f"2 * {v}" if isinstance(v, str) else 2 * v
+        a, b, d = em.reg_index(src, i), em.reg_index(src, f"{i} + 1" if isinstance(v, str) else i + 1), \
+            em.reg_index(dst, i)
+        word = (f"((0x{magic:x}u + static_cast<unsigned>({a})) & 0xffffu) | "
+                f"((0x{magic:x}u + static_cast<unsigned>({b})) << 16)")
+        return (f"{{ const unsigned hl_w = {word}; "
+                f"*reinterpret_cast<{pair}*>(&{d}) = "
+                f"__hsub2(*reinterpret_cast<const {pair}*>(&hl_w), {sub}); }}")
+
+    s0 = const_start(src) if src.array.dtype.name == "u8" else None
+    if s0 is not None:
+        words = [_word_pair(em, src, s0 + 2 * v, spec[0]) for v in range(n // 2)]
+        if any(w is not None for w in words):
+            out = []
+            for v, w in enumerate(words):
+                if w is None:
+                    out.append(generic(v))
+                    continue
+                d = em.reg_index(dst, 2 * v)
+                out.append(f"*reinterpret_cast<{pair}*>(&{d}) = {w};")
+            return out
+    return ["#pragma unroll", f"for (int v = 0; v < {n // 2}; ++v) {generic('v')}"]
+
+
+def _word_pair(em: Emitter, src: RegRef, i: int, dtype: str) -> str | None:
+    """The f16 / bf16 pair ``(src[i], src[i + 1])`` converted from the 32-bit word of the bytes
+    they were unpacked from (``hexlayout.codegen.byte_sources``), or None: the printed value
+    is the magic conversion's (exact: every value is an integer below 256, 16 for bf16), with
+    one byte permute or mask per pair instead of extracting and placing each value.
+
+    - f16, the low and high nibble of byte ``k`` of word ``W``: ``t = PRMT(W)`` puts the byte
+      in bytes 0 and 2, ``(t & 0x00f0000f) | 0x64006400`` is ``(1024 + lo, 1024 + 16 hi)``
+      and one ``__hfma2`` by ``(1, 1/16)`` plus ``(-1024, -64)`` gives ``(lo, hi)`` exactly;
+    - bf16, the same nibbles (bf16 has no room for ``16 hi``): ``t = PRMT(W, W >> 4)`` puts
+      byte ``k`` of ``W`` in byte 0 and byte ``k`` of ``W >> 4`` in byte 2 (one shift per word),
+      ``(t & 0x000f000f) | 0x43004300`` is ``(128 + lo, 128 + hi)``, minus 128 by ``__hsub2``;
+    - f16, bytes ``k`` and ``k + 1`` (``k`` even) of ``W``: ``PRMT(W, 0x64)`` gives
+      ``(1024 + b0, 1024 + b1)``, minus 1024 by ``__hsub2``."""
+    (xa, ja, pa), (xb, jb, pb) = em.bytes.source(src.array, i), em.bytes.source(src.array, i + 1)
+    if xa is not xb or xa is src.array or xa.dtype.name != "u8" or ja - ja % 4 + 4 > xa.count:
+        return None     # (unpacked from another array, the word inside it; else the pair form)
+    ref = RegRef(xa, 0, xa.count)
+    if (pa, pb) == ("lo", "hi") and ja == jb:
+        k = ja % 4
+        w = f"*reinterpret_cast<const unsigned*>(&{em.reg_index(ref, ja - k)})"
+        if dtype == "f16":
+            sel = k | 4 << 4 | k << 8 | 4 << 12
+            return ("([&] { const unsigned hl_w = (__byte_perm(" + w + f", 0u, 0x{sel:04x}u) "
+                    "& 0x00f0000fu) | 0x64006400u; return __hfma2(*reinterpret_cast<const __half2*>(&hl_w), "
+                    "__halves2half2(__ushort_as_half(static_cast<unsigned short>(0x3c00)), "
+                    "__ushort_as_half(static_cast<unsigned short>(0x2c00))), "
+                    "__halves2half2(__ushort_as_half(static_cast<unsigned short>(0xe400)), "
+                    "__ushort_as_half(static_cast<unsigned short>(0xd400)))); }())")
+        return ("([&] { const unsigned hl_t = " + w + "; const unsigned hl_w = (__byte_perm(hl_t, hl_t >> 4, "
+                f"0x{k | (4 + k) << 8:04x}u) & 0x000f000fu) | 0x43004300u; "
+                "return __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&hl_w), __bfloat162bfloat162("
+                "__ushort_as_bfloat16(static_cast<unsigned short>(0x4300)))); }())")
+    if (pa, pb) == ("byte", "byte") and jb == ja + 1 and ja % 2 == 0 and dtype == "f16":
+        k = ja % 4
+        w = f"*reinterpret_cast<const unsigned*>(&{em.reg_index(ref, ja - k)})"
+        sel = k | 4 << 4 | (k + 1) << 8 | 4 << 12
+        return ("([&] { const unsigned hl_w = __byte_perm(" + w + f", 0x64u, 0x{sel:04x}u); "
+                "return __hsub2(*reinterpret_cast<const __half2*>(&hl_w), "
+                "__half2half2(__ushort_as_half(static_cast<unsigned short>(0x6400)))); }())")
+    return None
 
 
 _FP8 = {"e4m3": "__NV_E4M3", "e5m2": "__NV_E5M2"}

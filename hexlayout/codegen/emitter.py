@@ -40,6 +40,7 @@ from hexlayout.ir.lowered import (
 from hexlayout.ir.passes.algebra import linear_terms, sum_terms
 from hexlayout.ir.tile import GlobalParam
 
+from .byte_sources import ByteSources
 from .errors import CodegenError
 from .names import NameTable
 
@@ -66,6 +67,9 @@ class Emitter:
         self._smem: dict[int, SmemBuffer] = {id(b): b for b in kernel.smem}
         self.mbar_offsets: dict[str, tuple[int, int]] = {}   # name -> (byte offset, count)
         self.wgmma_arrays: list[RegArray] = []    # register arrays wgmma reads or writes asynchronously
+        #: what the ``u8`` register elements hold at the point being printed (the kernel printer
+        #: updates it after each instruction; ``hexlayout.codegen.byte_sources``)
+        self.bytes = ByteSources()
         #: the warp index ``threadIdx.x / 32`` as a value the compiler knows is the same in every
         #: lane (read from lane 0 by ``__shfl_sync``): in ``expr(e, warp_uniform=True)``,
         #: ``tid / (32 j)`` prints as ``warp_id / j``, so warp-uniform values (a warp group's

@@ -233,10 +233,12 @@ class _Printer:
             self.site(ins)
             pred = None if ins.pred is None else self.em.expr(ins.pred)
             if isinstance(ins, (ForLoop, IfThen)):
+                self.em.bytes.forget_all()          # a body runs again, or not at all
                 if pred is not None:
                     self.out(f"if ({pred}) {{")
                     self.depth += 1
                 self.control(ins)
+                self.em.bytes.forget_all()
                 if pred is not None:
                     self.depth -= 1
                     self.out("}")
@@ -245,6 +247,7 @@ class _Printer:
             if printer is None:
                 raise self.em.error(f"no CUDA printer for {type(ins).__name__}")
             lines = printer(self.em, ins)
+            self.em.bytes.observe(ins)
             if pred is None or type(ins) in SELF_PREDICATED:
                 self.out_all(lines)
             elif len(lines) == 1:
