@@ -25,6 +25,16 @@ Both targets read this layout: sm_80 / sm_89 run ``moe_wna16_kernels`` (mma.sync
 device's arch, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` for emulated CPU tensors)
 ``moe_wna16_kernels_sm90`` (swap-AB wgmma, the dequantized weights as its register A operand;
 ``wna16_sm90_config``).
+
+Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
+the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over
+disjoint whole k-tiles when the grid is below a wave (the DeepSeek-V3 TP8 slice at T = 1: 32
+gate-up tiles x 8 splits of 14 of the 112 k-tiles); their f32 partials go atomically into a
+zeroed workspace (gate-up ``[2, EM, I]`` by sorted position, then ``moe_splitk_act_kernel``
+writes ``h``; down ``[T * k, H]``, then ``moe_splitk_cast_kernel`` writes ``y``).
+``HEXLAYOUT_MOE_SPLIT_K=n`` forces ``SPLIT_K = n`` (1: off) for both GEMMs, on CPU tensors too;
+otherwise CPU tensors never split. The order of the atomic additions is not defined (f32 results
+may differ in their last bits from run to run before the rounding to the dtype).
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ __all__ = [
     "run_fused_moe_wna16",
     "wna16_config",
     "wna16_sm90_config",
+    "wna16_split_k",
     "AWQ_ORDER",
 ]
 
@@ -234,6 +245,20 @@ def wna16_sm90_config(num_slots: int, num_experts: int, size_n: int) -> dict[str
     if avg < 64:
         return {"BM": 32, "WG": 1}
     return {"BM": 64, "WG": 2 if size_n % 128 == 0 else 1}
+
+
+def wna16_split_k(num_tokens: int, topk: int, num_experts: int, size_k: int, size_n: int, sm_count: int,
+                  tiles: dict[str, Any]) -> int:
+    """``SPLIT_K`` of a W4A16 / W8A16 grouped GEMM (input dim ``size_k``, output dim ``size_n``)
+    from the sizes only: ``moe_splitk.choose_split_k`` with the kernel's tiles ``tiles`` (``BM``,
+    ``BN``, ``BK``): with ``M`` row blocks holding an expert, ``tiles = M * ceil(N / BN)``; below
+    ``sm_count`` tiles ``min(16, 2 * sm_count // tiles, ceil(K / BK) // 8)`` if >= 2, else 1."""
+    from .moe_kernels import MoeConfig
+    from .moe_splitk import choose_split_k
+
+    cfg = MoeConfig(BM=tiles["BM"], BN=tiles["BN"], BK=tiles["BK"])
+    # "gate_up" takes (N, K) = (inter, hidden) and the tiles as given: pass this GEMM's own
+    return choose_split_k(num_tokens, topk, num_experts, size_k, size_n, sm_count, cfg, "gate_up")
 
 
 def _kind(x: Any) -> str:
@@ -465,6 +490,7 @@ def run_fused_moe_wna16(
     from .moe import MoeRun, run_moe_pipeline
     from .moe_fp8 import _arch_of
     from .moe_kernels import MoeConfig
+    from .moe_splitk import _forced, _sm_count, moe_splitk_act_kernel, moe_splitk_cast_kernel
     from .moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
     from .moe_wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
 
@@ -480,6 +506,18 @@ def run_fused_moe_wna16(
         for cfg, n in ((cfg13, inter), (cfg2, hdim)):
             del cfg["BN"], cfg["WARPS"]
             cfg.update(wna16_sm90_config(t * k, e, n))
+    forced = _forced(None)  # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
+    dev = hidden_states.device
+
+    def split_k(cfg: dict[str, Any], size_k: int, size_n: int) -> int:
+        """Forced, else 1 off CUDA, else ``wna16_split_k`` with the device's SM count."""
+        if forced is not None:
+            return forced
+        if dev.type != "cuda":
+            return 1
+        tiles = {"BN": 64 * cfg["WG"] if "WG" in cfg else cfg["BN"], "BM": cfg["BM"], "BK": cfg["BK"]}
+        return wna16_split_k(t, k, e, size_k, size_n, _sm_count(dev), tiles)
+
     common = {
         "ZERO": 0 if quant_format == "awq" else 1 << (bits - 1),
         "TOPK": k,
@@ -489,17 +527,37 @@ def run_fused_moe_wna16(
     z2 = w2_scales if w2_zeros is None else w2_zeros
 
     def gate_up(run: MoeRun, h: Any) -> None:
+        import torch
+
         consts = {**cfg13, **common, "GELU": run.activation == "gelu"}
-        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"]), run.x.device, consts)
-        args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, h)
+        split = split_k(cfg13, hdim, inter)
+        out = h
+        if split > 1:  # f32 partials of g / u, then the activation kernel writes h
+            out = torch.zeros((2, h.shape[0], inter), dtype=torch.float32, device=dev)
+            consts.update(GELU=False, SPLIT_K=split)
+        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
+        args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
+        if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
+            act = build_for(moe_splitk_act_kernel(dt, run.activation), dev, {"BM": cfg13["BM"]})
+            run_kernel(act, (out[0], out[1], run.sorted_ids, run.expert_ids, run.topk_w, h), outputs=(5,))
 
     def down(run: MoeRun, h: Any, y: Any) -> None:
+        import torch
+
         consts = {c: v for c, v in common.items() if c != "TOPK" or down_kernel is moe_wna16_down_kernel}
-        bld = build_for(down_kernel(dt, bits, cfg2["BK"]), run.x.device, {**cfg2, **consts})
+        consts = {**cfg2, **consts}
+        split = split_k(cfg2, inter, hdim)
+        out = y
+        if split > 1:  # f32 partials, then rounded once into y
+            out = torch.zeros(y.shape, dtype=torch.float32, device=dev)
+            consts["SPLIT_K"] = split
+        bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
         run_kernel(
-            bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(7,)
+            bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out), outputs=(7,)
         )
+        if split > 1:
+            run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (out, y), outputs=(1,))
 
     return run_moe_pipeline(
         hidden_states,

@@ -32,7 +32,18 @@ operand in registers: the dequantized weights never touch shared memory.
   (``y [T * k, H]`` in ``dtype``, row ``r`` the slot at sorted position ``p``; ``ROUTER=True``:
   without ``tw``); ``hexlayout.ops.moe``'s pipeline sums the k slots of each token (moe_sum).
 
-Targets: sm_80 / sm_89 (``mma.sync.m16n8k16``); sm_90a runs the same mma.sync kernels.
+Split-K (``split=True`` of both factories; decode grids smaller than a wave, ``moe_wna16``
+dispatches): ``SPLIT_K`` blocks per tile, split ``sp`` over the k-tiles ``[lo, hi)`` of
+``moe_splitk._split_range`` (whole k-tiles: each starts on a ``BK`` boundary, and ``BK`` divides
+``GROUP``, so every k-tile dequantizes with its own group's scales and zeros exactly as without
+split). The f32 partials (``g``, ``u`` with the router weight on the input; ``tw[r] * ..`` of the
+down GEMM) are added with ``hl.atomic_add`` into a zeroed workspace: gate-up ``h [2, EM, I]``
+(``h[0]`` gate, ``h[1]`` up, row = sorted position; padding rows add nothing), then
+``moe_splitk.moe_splitk_act_kernel`` writes the activation; down ``y [T * k, H]`` by slot, then
+``moe_splitk.moe_splitk_cast_kernel`` rounds it to ``dtype``.
+
+Targets: sm_80 / sm_89 (``mma.sync.m16n8k16``); sm_90a runs ``moe_wna16_kernels_sm90`` (swap-AB
+wgmma, the dequantized weights as its register A operand), which reuses ``_dequant``.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
@@ -42,6 +53,8 @@ from typing import Any
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
+
+from .moe_fp8_kernels import _grid, _k_tiles
 
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "gelu_erf"]
 
@@ -121,23 +134,26 @@ def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
     return wr
 
 
-def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, dt: DType) -> Any:
+def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, dt: DType,
+                    split_k: int = 1, sp: Any = None) -> Any:
     """Yields ``(k0, ra)`` for each ``BK``-column k-tile of ``BM`` rows of ``a`` (the rows
     ``rows``, -1 a zero row; or, with ``rows=None``, rows ``m0 ..``), ``ra`` a ``(BM, BK)``
     register tile; the rows are copied into shared memory by cp.async ``STAGES - 1`` k-tiles
-    ahead of their use (a runtime loop over the k-tiles)."""
+    ahead of their use (a runtime loop over the k-tiles). With a split index ``sp``: only the
+    k-tiles of split ``sp`` of ``split_k`` (``moe_fp8_kernels._k_tiles``)."""
     sa = hl.shared(dt, (BM, BK, STAGES))
+    num_k, k0, ktile = _k_tiles(a.shape[1], BK, split_k, sp)
 
     def load(kt: Any, st: Any) -> None:
         if rows is None:
-            hl.copy(hl.view(a, (BM, BK), (m0, kt * BK)), sa[:, :, st])
+            hl.copy(hl.view(a, (BM, BK), (m0, k0(kt))), sa[:, :, st])
         else:
-            hl.copy(hl.view(a, (BM, BK), (None, kt * BK), rows=rows), sa[:, :, st])
+            hl.copy(hl.view(a, (BM, BK), (None, k0(kt)), rows=rows), sa[:, :, st])
 
     for st in range(STAGES - 1):
         load(st, st)
         hl.commit_group()
-    for kt in hl.range(hl.cdiv(a.shape[1], BK)):
+    for kt in hl.range(num_k):
         hl.wait_group(STAGES - 2)
         hl.syncthreads()
         kn = kt + (STAGES - 1)
@@ -145,20 +161,24 @@ def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, d
         hl.commit_group()
         ra = hl.register(dt, (BM, BK))
         hl.copy(sa[:, :, kt % STAGES], ra)
-        yield kt * BK, ra
+        yield ktile(kt) * BK, ra  # a consumed tile: inside the split (no clamp past K)
     hl.wait_group(0)
 
 
 @cache
-def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
     """The gate-up grouped GEMM with the activation epilogue (see the module docstring).
     Constants: ``BM`` sorted rows, ``BN`` intermediate columns (of gate and of up), ``BK``,
     ``WARPS``, ``GROUP`` (K rows per scale), ``ZERO`` (GPTQ's zero point; 0: ``z`` given),
-    ``TOPK``, ``GELU``, ``ROUTER``."""
+    ``TOPK``, ``GELU``, ``ROUTER``, ``SPLIT_K``. ``split``: the split-K form, ``h`` the f32
+    workspace ``[2, EM, I]`` into which split ``sp``'s ``g`` / ``u`` partials are added (``GELU``
+    unused: the activation is ``moe_splitk_act_kernel``'s)."""
     dt = dtype
     wt = u4 if bits == 4 else u8
+    h_t = f32[2, EM, I] if split else dt[EM, I]
+    name = f"moe_wna16_gate_up_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_wna16_gate_up_{dt}_w{bits}_k{bk}")
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
     def moe_wna16_gate_up(
         x: dt[T, H],
         q: wt[EN, KT, 4, bk // 4],
@@ -167,7 +187,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
-        h: dt[EM, I],  # type: ignore
+        h: h_t,  # type: ignore
         *,
         BM: int = 16,
         BN: int = 64,
@@ -179,10 +199,11 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         TOPK: int = 1,
         GELU: bool = False,
         ROUTER: bool = False,
+        SPLIT_K: int = 1,
     ):
         Tx, Hx = x.shape
-        Ix = h.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
+        Ix = h.shape[-1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
@@ -192,7 +213,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
             acc_u = hl.zeros((BM, BN), f32)
             if ROUTER:
                 wr = _topk_weight(sorted_ids, tw, m0, BM)
-            for k0, ra in _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt):  # gathered token rows
+            for k0, ra in _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # token rows
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
                 # warps side by side along N: each weight is dequantized by one warp only
@@ -200,20 +221,28 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
                 hl.mma(ra, wg, acc_g, warps=(1, WARPS))
                 wu = _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.mma(ra, wu, acc_u, warps=(1, WARPS))
-            a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
-            hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (m0, n0)))  # row = sorted position
+            if split:  # f32 partials at the sorted position; padding rows add nothing
+                pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
+                hl.atomic_add(h[0, pos, n0:n0 + BN], acc_g)
+                hl.atomic_add(h[1, pos, n0:n0 + BN], acc_u)
+            else:
+                a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
+                hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (m0, n0)))  # row = sorted position
 
     return moe_wna16_gate_up
 
 
 @cache
-def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
     """The down grouped GEMM with the top-k weight in its epilogue (see the module docstring).
-    Constants as ``moe_wna16_gate_up_kernel``'s (``BN`` output columns)."""
+    Constants as ``moe_wna16_gate_up_kernel``'s (``BN`` output columns). ``split``: the split-K
+    form, ``y`` the f32 workspace ``[T * k, H]`` into which split ``sp``'s partials are added."""
     dt = dtype
     wt = u4 if bits == 4 else u8
+    y_t = f32[TK, H] if split else dt[TK, H]
+    name = f"moe_wna16_down_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_wna16_down_{dt}_w{bits}_k{bk}")
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
     def moe_wna16_down(
         h: dt[EM, KD],
         q: wt[EN, KT, 4, bk // 4],
@@ -222,7 +251,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
-        y: dt[TK, H],  # type: ignore
+        y: y_t,  # type: ignore
         *,
         BM: int = 16,
         BN: int = 64,
@@ -234,18 +263,22 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         TOPK: int = 1,
         GELU: bool = False,
         ROUTER: bool = False,
+        SPLIT_K: int = 1,
     ):
         TKx, Hx = y.shape
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Hx, BN)))
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
-            for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt):  # this block's rows of h
+            for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
                 hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
             if not ROUTER:
                 acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
             rows = _routed_rows(sorted_ids, m0, BM, TKx)
-            hl.copy(hl.cast(acc, dt), hl.view(y, (BM, BN), (None, n0), rows=rows))  # to the token slots
+            if split:  # f32 partials to the token slots; padding rows add nothing
+                hl.atomic_add(y[rows, n0:n0 + BN], acc)
+            else:
+                hl.copy(hl.cast(acc, dt), hl.view(y, (BM, BN), (None, n0), rows=rows))  # to the token slots
 
     return moe_wna16_down

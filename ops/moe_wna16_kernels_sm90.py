@@ -19,6 +19,10 @@ MMA rows):
   reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
   each k-tile's wgmma group (``moe_fp8_kernels_sm90._pipeline``).
 
+Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
+``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
+H]``; activation and rounding by ``moe_splitk``'s kernels).
+
 Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``
 and medium ``BM = 32`` on one warp group; many tokens per expert ``BM = 64`` on two warp groups
 (``BN = 128``; ``BM = 128`` spills the down kernel). The large-token config stays swap-AB rather than
@@ -38,7 +42,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8, u32
 
-from .moe_fp8_kernels import _load
+from .moe_fp8_kernels import _grid, _k_tiles, _load
 from .moe_fp8_kernels_sm90 import _pipeline, _rows
 from .moe_wna16_kernels import _dequant, gelu_erf
 
@@ -74,7 +78,7 @@ def _rows_in_order(acc: Any, BN: int, BM: int) -> Any:
 
 
 @cache
-def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
     """Gate-up with the activation epilogue, swap-AB wgmma: for the block's ``BN``
     intermediate columns ``n`` and sorted rows ``p`` (routed row ``r``, token ``t = r // TOPK``)::
 
@@ -84,11 +88,15 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
     (``w_r = tw[r]`` with ``ROUTER`` (``apply_router_weight_on_input``: scaling the products
     equals scaling ``x[t]``), else 1; ``act`` SiLU or exact erf GELU), stored in ``dtype``.
     Constants: ``BM``, ``BK``, ``STAGES``, ``WG`` (``BN = 64 * WG``), ``GROUP``, ``ZERO``,
-    ``TOPK``, ``GELU``, ``ROUTER``."""
+    ``TOPK``, ``GELU``, ``ROUTER``, ``SPLIT_K``. ``split``: the split-K form, ``w_r * g^T`` /
+    ``w_r * u^T`` of split ``sp``'s k-tiles added into the f32 workspace ``h [2, EM, I]`` (row =
+    sorted position; ``GELU`` unused)."""
     dt = dtype
     wt = u4 if bits == 4 else u8
+    h_t = f32[2, EM, I] if split else dt[EM, I]
+    name = f"moe_wna16_gate_up_sm90_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"moe_wna16_gate_up_sm90_{dt}_w{bits}_k{bk}")
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_gate_up_sm90(
         x: dt[T, H],
         q: wt[EN, KT, 4, bk // 4],
@@ -97,7 +105,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
-        h: dt[EM, I],  # type: ignore
+        h: h_t,  # type: ignore
         *,
         BM: int = 16,
         BK: int = bk,
@@ -108,11 +116,12 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         TOPK: int = 1,
         GELU: bool = False,
         ROUTER: bool = False,
+        SPLIT_K: int = 1,
     ):
         BN = 64 * WG
         Tx, Hx = x.shape
-        Ix = h.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
+        Ix = h.shape[-1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
@@ -121,33 +130,41 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
             sa = hl.shared(dt, (BM, BK, STAGES))
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
+            num_k, k0, ktile = _k_tiles(Hx, BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:  # gathered token rows, K-major: the B operand
-                hl.copy(hl.view(x, (BM, BK), (None, kt * BK), rows=tok), sa[:, :, st])
+                hl.copy(hl.view(x, (BM, BK), (None, k0(kt)), rows=tok), sa[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
-                wg = _weight_tile(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
-                wu = _weight_tile(q, s, z, e, n0 + Ix, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
+                wg = _weight_tile(q, s, z, e, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _weight_tile(q, s, z, e, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
 
-            _pipeline(load, step, hl.cdiv(Hx, BK), STAGES)
+            _pipeline(load, step, num_k, STAGES)
             g, u = acc_g, acc_u
             if ROUTER:
                 wr = _load(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
-            a = gelu_erf(g) if GELU else hl.silu(g)
-            out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
-            hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
+            if split:  # f32 partials at the sorted position; padding rows add nothing
+                pos = hl.where(rrow >= 0, hl.iota((1, BM), 1) + m0, -1)
+                col = hl.iota((BN, 1), 0) + n0
+                hl.atomic_add(h[0, pos, col], _rows_in_order(g, BN, BM))
+                hl.atomic_add(h[1, pos, col], _rows_in_order(u, BN, BM))
+            else:
+                a = gelu_erf(g) if GELU else hl.silu(g)
+                out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
+                hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
 
     return moe_wna16_gate_up_sm90
 
 
 @cache
-def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
+def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
     """Down with the top-k weight epilogue, swap-AB wgmma: for the block's ``BN`` output
     columns ``n`` and sorted rows ``p`` (routed row ``r``)::
 
@@ -155,11 +172,14 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
 
     (without ``tw`` when ``ROUTER``), stored in ``dtype`` to the token slot ``r`` (``y [T * k,
     H]``; ``moe_sum`` adds the k slots). Constants as the gate-up kernel's but ``TOPK`` and
-    ``GELU``."""
+    ``GELU``, and ``SPLIT_K``. ``split``: the split-K form, split ``sp``'s partials of ``y[r, n]``
+    added into the f32 workspace ``y``."""
     dt = dtype
     wt = u4 if bits == 4 else u8
+    y_t = f32[TK, H] if split else dt[TK, H]
+    name = f"moe_wna16_down_sm90_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"moe_wna16_down_sm90_{dt}_w{bits}_k{bk}")
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_down_sm90(
         h: dt[EM, KD],
         q: wt[EN, KT, 4, bk // 4],
@@ -168,7 +188,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
-        y: dt[TK, H],  # type: ignore
+        y: y_t,  # type: ignore
         *,
         BM: int = 16,
         BK: int = bk,
@@ -177,30 +197,35 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64) -> Any:
         GROUP: int = 128,
         ZERO: int = 0,
         ROUTER: bool = False,
+        SPLIT_K: int = 1,
     ):
         BN = 64 * WG
         TKx, Hx = y.shape
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Hx, BN)))
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = _rows(sorted_ids, m0, BM, TKx)
             sa = hl.shared(dt, (BM, BK, STAGES))
             acc = hl.zeros((BN, BM), f32)
+            num_k, k0, ktile = _k_tiles(h.shape[1], BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:  # this block's rows of h, K-major: the B operand
-                hl.copy(hl.view(h, (BM, BK), (m0, kt * BK)), sa[:, :, st])
+                hl.copy(hl.view(h, (BM, BK), (m0, k0(kt))), sa[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
-                w = _weight_tile(q, s, z, e, n0, kt * BK, BN, BK, GROUP, ZERO, dt, bits)
+                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
 
-            _pipeline(load, step, hl.cdiv(h.shape[1], BK), STAGES)
+            _pipeline(load, step, num_k, STAGES)
             out = acc if ROUTER else acc * _load(tw[rrow], (1, BM))
-            out = _rows_in_order(hl.cast(out, dt), BN, BM)
-            hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+            if split:  # f32 partials to the token slots; padding rows add nothing
+                hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
+            else:
+                out = _rows_in_order(hl.cast(out, dt), BN, BM)
+                hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
 
     return moe_wna16_down_sm90
