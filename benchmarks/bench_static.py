@@ -247,6 +247,7 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``fused_moe_wna16`` (``run_fused_moe_wna16``) for AWQ 4-bit, GPTQ 4 / 8-bit and the group
     sizes ``WNA16_GROUPS``, with ``prepare_wna16``'s weight shapes."""
     import torch
+    from hexlayout.ops.moe_splitk import SPLIT_K_ENV
     from hexlayout.ops.moe_wna16 import k_tile, run_fused_moe_wna16
 
     def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool, act: Any) -> tuple[Any, Any, Any]:
@@ -263,11 +264,29 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
             w2 = weights(e, i, h, bits, group, fmt == "awq", act)
             for t in MOE_TOKENS:
                 x, tw, ids = _routing(t, k, h, act)
+                splits = {_wna16_split(arch, t, k, e, kk, n, group) for kk, n in ((h, i), (i, h))}
+                for split in sorted(splits | {1}):
+                    def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, fmt=fmt, bits=bits, group=group,
+                             split=split) -> Any:
+                        with _env(SPLIT_K_ENV, str(split)):
+                            return run_fused_moe_wna16(x, *w13, *w2, tw, ids, fmt, bits, group, group)
 
-                def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, fmt=fmt, bits=bits, group=group) -> Any:
-                    return run_fused_moe_wna16(x, *w13, *w2, tw, ids, fmt, bits, group, group)
+                    yield (f"{model} T={t}{dname} {fmt} w{bits} g{group}"
+                           + (f" split-K {split} (forced)" if split > 1 else "")), call
 
-                yield f"{model} T={t}{dname} {fmt} w{bits} g{group}", call
+
+def _wna16_split(arch: str, t: int, k: int, e: int, size_k: int, size_n: int, group: int) -> int:
+    """``wna16_split_k`` for a W4A16 / W8A16 GEMM on ``arch``'s SM count, with the tiles the op
+    gives it (``wna16_config``; on sm_90a ``BM`` from ``wna16_sm90_config`` and 64 columns per
+    consumer warp group)."""
+    from hexlayout.ops.gemm_config import SM_COUNT
+    from hexlayout.ops.moe_wna16 import wna16_config, wna16_sm90_config, wna16_split_k
+
+    cfg = wna16_config(t * k, e, size_k, group)
+    if arch == "sm_90a":
+        sm90 = wna16_sm90_config(t * k, e, size_n)
+        cfg.update(BM=sm90["BM"], BN=64 * sm90["WG"])
+    return wna16_split_k(t, k, e, size_k, size_n, SM_COUNT[arch], {c: cfg[c] for c in ("BM", "BN", "BK")})
 
 
 def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -797,7 +816,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> s
              f"with {meta['hexlayout_compiler']}"
              + (f"; Triton {meta['triton']} (its ptxas: {meta['triton_ptxas']})" if peers else "")
              + ". No GPU: the SASS is read with cuobjdump by `hexlayout.runtime.stats` "
-             "(`python benchmarks/bench_static.py" + (" --peers" if peers else "") + "`).", "",
+             "(`" + meta.get("command", "python benchmarks/bench_static.py" + (" --peers" if peers else ""))
+             + "`).", "",
              "*Non-MMA / k-tile* = (main-loop instructions − MMA − `@!PT` padding) ÷ k-tiles per iteration, "
              "per warp instruction stream; the main loop is the innermost backward-branch span holding the "
              "most HMMA/HGMMA. *Registers*: ptxas' count per thread at launch, then the highest register "
@@ -966,6 +986,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     meta = _meta(args.peers)
+    given = sys.argv[1:] if argv is None else argv
+    meta["command"] = " ".join(["python benchmarks/bench_static.py", *given])
     rows = []
     for case in cases():
         if not _selected(terms, [case.label, case.kernel]) or (archs and case.arch not in archs):
