@@ -29,63 +29,19 @@ strides given as arguments (the HND layout is the permuted view). No layout is w
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-__all__ = ["paged_attention_kernel", "paged_attention_combine_kernel", "paged_tile", "PagedTile"]
+__all__ = ["paged_attention_kernel", "paged_attention_combine_kernel"]
 
 TQ, H, D, NB, BS, KVH, B1, B, MAXB, SP = hl.dims("TQ H D NB BS KVH B1 B MAXB SP")
 SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
 
 NEG_INF = float("-inf")
 LN2 = 0.6931471805599453
-
-
-class PagedTile(NamedTuple):
-    """What ``paged_tile`` traces for one (sequence, KV head, row tile, split)."""
-
-    q0: Any         # the sequence's first query token
-    sq_len: Any     # its query tokens
-    n: Any          # its keys
-    m0: Any         # the tile's first row
-    tok: Any        # (BM,) each row's token, -1 past the sequence
-    head: Any       # (BM,) each row's query head
-    shift: Any      # n - sq_len: row r's aligned key is r // G + shift (bottom-right)
-    lo: Any         # this split's key blocks [lo, hi)
-    hi: Any
-    n_full: Any     # blocks [lo, n_full) every row sees whole (no mask), [n_full, hi) masked
-
-
-def paged_tile(cu_seqlens_q: Any, seqused_k: Any, s: Any, kvh: Any, mt: Any, sp: Any, G: Any, *, BM: int,
-               BN: int, SPLITS: int, CAUSAL: bool, WINDOW: bool) -> PagedTile:
-    """The prologue both paged kernels trace (sm_80 and sm_90a): row ``r = m0 + i`` of the tile is
-    token ``r // G`` (``-1`` from ``sq_len * G`` on), head ``kvh * G + r % G``; keys past the
-    causal end ``min(n, (m0 + BM - 1) // G + shift + 1)`` are never seen; split ``sp`` of
-    ``SPLITS`` takes ``ceil(blocks / SPLITS)`` key blocks of ``BN``; the blocks below ``n_full``
-    (all keys below ``n`` and, with CAUSAL, at or left of the first row's diagonal ``m0 // G +
-    shift``; none with a window) run unmasked."""
-    q0 = cu_seqlens_q[s]
-    sq_len = cu_seqlens_q[s + 1] - q0
-    n = seqused_k[s]
-    m0 = mt * BM
-    r = hl.iota((BM,), 0) + m0                                 # this block's rows
-    tok = hl.where(r < sq_len * G, r // G + q0, -1)            # past the sequence: no row
-    head = r % G + kvh * G
-    shift = n - sq_len                                         # bottom-right alignment
-    n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1) if CAUSAL else n
-    nblk = hl.cdiv(n_end, BN)
-    per = hl.cdiv(nblk, SPLITS)                                # key blocks per split
-    lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
-    if WINDOW:
-        n_full = lo
-    elif CAUSAL:
-        n_full = hl.maximum(lo, hl.minimum(hi, hl.minimum(n, m0 // G + shift + 1) // BN))
-    else:
-        n_full = hl.maximum(lo, hl.minimum(hi, n // BN))
-    return PagedTile(q0, sq_len, n, m0, tok, head, shift, lo, hi, n_full)
 
 
 @cache
@@ -115,9 +71,18 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
                         SPLITS: int = 1, CHUNK: int = 0, DCHUNK: int = 64):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
-        q0, sq_len, n, m0, tok, head, shift, lo, hi, mid = paged_tile(
-            cu_seqlens_q, seqused_k, s, kvh, mt, sp, G, BM=BM, BN=BN, SPLITS=SPLITS, CAUSAL=CAUSAL,
-            WINDOW=WINDOW)
+        q0 = cu_seqlens_q[s]
+        sq_len = cu_seqlens_q[s + 1] - q0
+        n = seqused_k[s]
+        m0 = mt * BM
+        r = hl.iota((BM,), 0) + m0                             # this block's rows
+        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
+        head = r % G + kvh * G
+        shift = n - sq_len                                     # bottom-right alignment
+        if CAUSAL:
+            n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1)
+        else:
+            n_end = n
 
         sq = hl.shared(dt, (BM, HEAD_DIM))
         sk = hl.shared(dt, (BN, HEAD_DIM))
@@ -137,6 +102,21 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         qi = hl.iota((BM, chunk), 0) + m0
         ones = hl.full((8, chunk), 1.0, dt)
         qpos = qi // G + shift                                 # the key aligned with each row
+
+        nblk = hl.cdiv(n_end, BN)
+        per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
+        lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
+        # loop split: blocks whose keys every row of the tile sees (all below n, and with CAUSAL
+        # at or left of the first row's diagonal, key m0 // G + shift) run unmasked; the rest
+        # (the partial last block, the blocks crossing the diagonal, every block of a window)
+        # masked
+        if WINDOW:
+            n_full = lo
+        elif CAUSAL:
+            n_full = hl.maximum(hl.minimum(n, m0 // G + shift + 1), 0) // BN
+        else:
+            n_full = n // BN
+        mid = hl.maximum(lo, hl.minimum(hi, n_full))
 
         def step(j: Any, masked: bool) -> None:
             """Key block ``j``: gather K and V, S = Q K^T, the online softmax in the log2

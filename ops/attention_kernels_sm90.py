@@ -33,7 +33,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.ir.expr import select
 from hexlayout.lang import f32, i32
 
-from .attention_kernels import LN2, NEG_INF, paged_tile
+from .attention_kernels import LN2, NEG_INF
 
 __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
            "VARLEN_SM90_CONFIGS", "tma_compatible"]
@@ -80,9 +80,24 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                              SPLITS: int = 1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
-        q0, sq_len, n, m0, tok, head, shift, lo, hi, n_full = paged_tile(
-            cu_seqlens_q, seqused_k, s, kvh, mt, sp, G, BM=BM, BN=BN, SPLITS=SPLITS, CAUSAL=CAUSAL,
-            WINDOW=WINDOW)
+        q0 = cu_seqlens_q[s]
+        sq_len = cu_seqlens_q[s + 1] - q0
+        n = seqused_k[s]
+        m0 = mt * BM
+        r = hl.iota((BM,), 0) + m0                             # this block's rows
+        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
+        head = r % G + kvh * G
+        shift = n - sq_len                                     # bottom-right alignment
+        n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1) if CAUSAL else n
+        nblk = hl.cdiv(n_end, BN)
+        per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
+        lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
+        if WINDOW:
+            n_full = lo                                        # every block masked (no unmasked loop)
+        elif CAUSAL:                                           # keys every row sees: j <= m0 // G + shift
+            n_full = hl.maximum(lo, hl.minimum(hi, hl.minimum(n, m0 // G + shift + 1) // BN))
+        else:
+            n_full = hl.maximum(lo, hl.minimum(hi, n // BN))
         lim = hl.minimum(n, hi * BN)                           # keys this split loads
 
         sq = hl.shared(dt, (BM, HEAD_DIM))
