@@ -64,15 +64,14 @@ LOG2E = 1.4426950408889634
 def paged_attention_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
 ) -> dict[str, Any]:
-    """The kernel's constants: 64 rows (token, head) on 4 warps; 64 keys per step (4 pages of 16)
-    for head sizes 64 and 128 (at 128, K is held 64 columns at a time: no spills), 16 keys for
-    head size 256 (fits the registers without spills); the grid's row tiles from
+    """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps (16 keys for
+    head size 256, which then fits 254 registers without spills); the grid's row tiles from
     ``max_seqlen_q`` and the group size."""
     bm = 64
     hd = head_dim_tile(head_size)
     return {
         "BM": bm,
-        "BN": 16 if hd == 256 else 64,
+        "BN": 16 if hd == 256 else 32,
         "HEAD_DIM": hd,
         "BLOCK": block_size,
         "WARPS": 4,

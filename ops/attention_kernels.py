@@ -17,10 +17,7 @@ a decode step's ``G`` heads share the block's K/V traffic. Q rows are gathered t
 two computed index tiles (token, head); K and V rows through the block table (``BN`` keys per
 step, cp.async gathers); the online softmax is FlashAttention's in the log2 domain
 (``qk_scale = scale * log2(e)``, or ``scale / c`` and ``cap = c * log2(e)`` with a softcap); P
-stays in registers as the A operand of P V and of ``P 1`` (a second MMA against ones: the row
-sums ``l_i = sum_j P_ij`` of the rounded P the output sums, in every column of an ``(BM, 8)``
-accumulator, no shuffles in the loop). S is computed per sub-block of ``CHUNK`` keys, summed
-over ``DCHUNK`` columns of Q and K (bounding the registers of K). Key blocks every row of the tile sees run
+stays in registers as the A operand of P V. Key blocks every row of the tile sees run
 unmasked (no bound, causal or page predicates); only the rest are masked. Output rows and
 the LSE are scattered back through the same index tiles: rows of other sequences or past
 ``cu_seqlens_q[-1]`` are never written. The caches are ``[NB, BLOCK, KVH, D]`` views with
@@ -49,8 +46,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
     """The paged attention kernel for ``dtype`` (f16 / bf16). Constants: ``BM`` rows and ``BN``
     keys per step, ``HEAD_DIM`` (the head size padded to 64 / 128 / 256), ``BLOCK`` (the
     caches' block size), ``CAUSAL``, ``WINDOW`` (a left or right bound is given), ``SOFTCAP``,
-    ``SPLITS``, ``CHUNK`` / ``DCHUNK`` (0 = all of ``BN`` / ``HEAD_DIM``; default 64 columns).
-    ``split``: split-KV: split ``sp`` of ``SPLITS`` takes its share of the key
+    ``SPLITS``. ``split``: split-KV: split ``sp`` of ``SPLITS`` takes its share of the key
     blocks and writes its normalized partial output and LSE (f32) to ``o[sp]`` / ``lse[sp]``
     (``[SPLITS, TQ, H, D]``, ``[SPLITS, H, TQ]``), merged by ``paged_attention_combine_kernel``."""
     dt = dtype
@@ -68,7 +64,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
                         SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                         *, BM: int = 64, BN: int = 32, HEAD_DIM: int = 128, BLOCK: int = 16, WARPS: int = 4,
                         CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
-                        SPLITS: int = 1, CHUNK: int = 0, DCHUNK: int = 64):
+                        SPLITS: int = 1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         q0 = cu_seqlens_q[s]
@@ -90,17 +86,13 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
         hl.commit_group()
         m_i = hl.full((BM, 1), NEG_INF, f32)
-        l_acc = hl.zeros((BM, 8), f32)                         # sum_j P_ij in each column
+        l_i = hl.zeros((BM, 1), f32)
         acc = hl.zeros((BM, HEAD_DIM), f32)
-        chunk = min(CHUNK or BN, BN)
-        dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
+        rq = hl.register(dt, (BM, HEAD_DIM))
         hl.wait_group(0)
         hl.syncthreads()
-        if dchunk == HEAD_DIM:
-            rq_full = hl.register(dt, (BM, HEAD_DIM))
-            hl.copy(sq, rq_full)
-        qi = hl.iota((BM, chunk), 0) + m0
-        ones = hl.full((8, chunk), 1.0, dt)
+        hl.copy(sq, rq)
+        qi = hl.iota((BM, BN), 0) + m0
         qpos = qi // G + shift                                 # the key aligned with each row
 
         nblk = hl.cdiv(n_end, BN)
@@ -122,7 +114,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             """Key block ``j``: gather K and V, S = Q K^T, the online softmax in the log2
             domain (the scale, > 0, applied to the row max once and inside each exp2 argument:
             ``s * qk_scale - m``, an FMA), O += P V."""
-            nonlocal acc, l_acc
+            nonlocal acc
             pos = hl.iota((BN,), 0) + j * BN                   # key positions of this step
             page = hl.register(i32, (BN,))
             hl.copy(block_table[s, pos // BLOCK], page)
@@ -135,46 +127,34 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             hl.wait_group(0)
             hl.syncthreads()
 
-            scores = []
-            for c in range(BN // chunk):                       # S per sub-block of chunk keys
-                sc = hl.zeros((BM, chunk), f32)
-                for d in range(HEAD_DIM // dchunk):            # summed over dchunk columns
-                    if dchunk < HEAD_DIM:
-                        rq = hl.register(dt, (BM, dchunk))
-                        hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
-                    else:
-                        rq = rq_full
-                    rk = hl.register(dt, (chunk, dchunk))
-                    hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk], rk)
-                    hl.mma(rq, rk, sc)
-                if SOFTCAP:
-                    sc = hl.tanh(sc * qk_scale) * cap          # already in the log2 domain
-                if masked:
-                    kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
-                    valid = kj < n
-                    if CAUSAL:
-                        valid = valid & (kj <= qpos)
-                    if WINDOW:
-                        valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
-                    sc = hl.where(valid, sc, NEG_INF)
-                scores.append(sc)
-            m_new = m_i
-            for sc in scores:
-                mx = hl.max_reduce(sc, 1)
-                m_new = hl.maximum(m_new, mx if SOFTCAP else mx * qk_scale)
+            rk = hl.register(dt, (BN, HEAD_DIM))
+            hl.copy(sk, rk)
+            sc = hl.zeros((BM, BN), f32)
+            hl.mma(rq, rk, sc)
+            if SOFTCAP:
+                sc = hl.tanh(sc * qk_scale) * cap              # already in the log2 domain
+            if masked:
+                kj = hl.iota((BM, BN), 1) + j * BN
+                valid = kj < n
+                if CAUSAL:
+                    valid = valid & (kj <= qpos)
+                if WINDOW:
+                    valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
+                sc = hl.where(valid, sc, NEG_INF)
+            if SOFTCAP:
+                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1))
+            else:
+                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * qk_scale)
             # rows with no visible key yet (only where keys are masked: else every row sees BN)
             m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
+            p = hl.exp2_approx(sc - m_use) if SOFTCAP else hl.exp2_approx(sc * qk_scale - m_use)
             alpha = hl.exp2_approx(m_i - m_use)
+            hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
             acc *= alpha
-            l_acc *= alpha
-            for c, sc in enumerate(scores):
-                p = hl.exp2_approx(sc - m_use) if SOFTCAP else hl.exp2_approx(sc * qk_scale - m_use)
-                ph = hl.cast(p, dt)
-                hl.mma(ph, ones, l_acc)                        # row sums of P, every column
-                rv = hl.register(dt, (HEAD_DIM, chunk))
-                hl.copy(sv[c * chunk:(c + 1) * chunk, :].T, rv)
-                hl.mma(ph, rv, acc)
             hl.assign(m_i, m_new)
+            rv = hl.register(dt, (HEAD_DIM, BN))
+            hl.copy(sv.T, rv)
+            hl.mma(hl.cast(p, dt), rv, acc)
             hl.syncthreads()                                   # before the next step overwrites sk, sv
 
         for j in hl.range(lo, mid):
@@ -182,7 +162,6 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         for j in hl.range(mid, hi):
             step(j, True)
 
-        l_i = hl.max_reduce(l_acc, 1)                          # the columns are equal
         l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
         r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
         tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)

@@ -40,26 +40,3 @@ def test_split_kv_kernels_compile_without_spills(arch: str) -> None:
     ):
         res = b.compiled.resources
         assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
-
-
-@pytest.mark.nvrtc
-@pytest.mark.parametrize(("hd", "bn", "bound"), [(64, 64, 4.8), (128, 64, 4.05), (256, 16, 5.1)])
-def test_sm80_main_loop_cost(hd: int, bn: int, bound: float) -> None:
-    """Issue 10 item 4: the sm_80 kernel's unmasked main loop (one key block of ``BN`` keys, 4
-    pages of 16 at BN 64) costs at most ``bound`` non-MMA instructions per HMMA, without spills
-    (measured: hd 64 4.66, hd 128 4.01 = 529 / 132, hd 256 4.95; the 4 HMMA per block that sum
-    P's rows count as MMA)."""
-    from hexlayout.ops.attention import paged_attention_consts
-    from hexlayout.ops.attention_kernels import paged_attention_kernel
-
-    from hexlayout.lang import f16
-    from hexlayout.runtime import build
-
-    consts = paged_attention_consts(hd, 16, 8, 1, True, False, False)
-    assert consts["BN"] == bn and consts["BM"] == 64 and consts["WARPS"] == 4
-    b = build(paged_attention_kernel(f16), "sm_80", **consts)
-    st = b.stats
-    assert not st.spills and st.local_memory_instructions == 0, st
-    lp = st.main_loop
-    assert lp is not None and lp.mma_opcode.startswith("HMMA.16816")
-    assert lp.non_mma / lp.mma <= bound, (lp.non_mma, lp.mma)
