@@ -94,6 +94,7 @@ class Case:
     shipped: bool = True
     b_layout: str = "nk"       # GEMM: b is N x K ("nk") or K x N ("kn")
     chunk: tuple[int, int] = (0, 0)   # attention: (CHUNK, DCHUNK) of the example (0 = whole block)
+    cluster: int = 1           # sm_90a GEMM: CTAs per cluster (2: A multicast by TMA)
 
     @property
     def label(self) -> str:
@@ -103,6 +104,7 @@ class Case:
             ch = f" chunk {self.chunk[0]}x{self.chunk[1]}" if any(self.chunk) else ""
             return f"FA fwd hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w{ch}"
         extra = " persistent" if self.persistent else ""
+        extra += f" cluster {self.cluster}" if self.cluster > 1 else ""
         who = f"{self.warps // 4} consumers" if self.arch == "sm_90a" else f"{self.warps} warps"
         cand = "" if self.shipped else " (candidate)"
         lay = "" if self.b_layout == "nk" else " B KxN"
@@ -113,8 +115,8 @@ def cases() -> list[Case]:
     from hexlayout.ops.gemm_config import CONFIGS
 
     out = [Case("gemm", "sm_80", c.BM, c.BN, c.BK, c.STAGES, c.WARPS) for c in CONFIGS["sm_80"]]
-    out += [Case("gemm", "sm_90a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent)
-            for c in CONFIGS["sm_90a"]]
+    out += [Case("gemm", "sm_90a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent,
+                 cluster=c.cluster) for c in CONFIGS["sm_90a"]]
     # the example's defaults: BN=64 with S per 32-key sub-block and q per 64 columns
     out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8, shipped=False))
     out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
@@ -505,7 +507,7 @@ def hexlayout_stats(case: Case) -> dict[str, Any]:
 
         if case.arch == "sm_90a":
             cfg = GemmConfig("sm_90a", case.BM, case.BN, case.BK, case.stages, CONSUMERS=case.warps // 4,
-                             persistent=case.persistent)
+                             persistent=case.persistent, cluster=case.cluster)
         else:
             cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
         b = gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
