@@ -16,9 +16,11 @@ import argparse
 import datetime as dt
 import json
 import platform
-import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import time_ms  # noqa: E402 - the sibling module, found when loaded by path too
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -90,24 +92,6 @@ def triton_matmul():  # pragma: no cover - GPU only
     return run
 
 
-def time_ms(fn, warmup: int, iters: int) -> float:  # pragma: no cover - GPU only
-    import torch
-
-    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def main() -> int:  # pragma: no cover - GPU only
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "f16"))
@@ -145,7 +129,7 @@ def main() -> int:  # pragma: no cover - GPU only
             try:
                 out = fn()
                 err = ((out.float() - ref.float()).abs().max() / (ref.float().abs().max() + 1)).item()
-                ms = time_ms(fn, args.warmup, args.iters)
+                ms = time_ms(fn, args.warmup, args.iters, cuda=True)
                 row[name] = {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9, "max_rel_err": err}
             except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
                 row[name] = {"error": f"{type(e).__name__}: {e}"}
