@@ -279,12 +279,13 @@ def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, full: Any, empty
             hl.assign(acc_y, hl.zeros(acc_y.shape, f32))
 
 
-def _ring(bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
-    """Shared stages of a ``*_ws`` kernel (token rows, two weight halves) and its full / empty
-    mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per consumer)."""
-    sa = hl.shared(e4m3, (bm, bk, stages))
-    sx = hl.shared(e4m3, (bn, bk, stages))
-    sy = hl.shared(e4m3, (bn, bk, stages))
+def _ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
+    """Shared stages of a ``*_ws`` kernel (``dt`` token rows, two ``dt`` weight halves) and its
+    full / empty mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per
+    consumer)."""
+    sa = hl.shared(dt, (bm, bk, stages))
+    sx = hl.shared(dt, (bn, bk, stages))
+    sy = hl.shared(dt, (bn, bk, stages))
     full = hl.mbarrier(stages)
     empty = hl.mbarrier(stages)
     for st in range(stages):
@@ -347,7 +348,7 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, full, empty = _ring(BM, BN, BK, STAGES, CONSUMERS)
+            sa, sg, su, full, empty = _ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
@@ -405,7 +406,7 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, full, empty = _ring(BM, H2, BK, STAGES, CONSUMERS)
+            sa, sx, sy, full, empty = _ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 rid = _sorted_rows(sorted_ids, m0, BM, TKx)

@@ -37,7 +37,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
 from .moe_fp8_kernels import _load
-from .moe_fp8_kernels_sm90 import CONSUMER_REGS, PRODUCER_REGS, _consume, _produce, _rows, _sorted_rows
+from .moe_fp8_kernels_sm90 import CONSUMER_REGS, PRODUCER_REGS, _consume, _produce, _ring, _rows, _sorted_rows
 from .moe_kernels import MoeConfig
 from .moe_wna16_kernels import gelu_erf
 
@@ -182,21 +182,6 @@ def moe_down_sm90_kernel(dtype: DType) -> Any:
             hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)
 
     return moe_down_sm90
-
-
-def _ring(dt: DType, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
-    """Shared stages of a ``*_ws`` kernel (token rows, two weight halves) and its full / empty
-    mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per consumer)."""
-    sa = hl.shared(dt, (bm, bk, stages))
-    sx = hl.shared(dt, (bn, bk, stages))
-    sy = hl.shared(dt, (bn, bk, stages))
-    full = hl.mbarrier(stages)
-    empty = hl.mbarrier(stages)
-    for st in range(stages):
-        hl.mbarrier_init(full, st, arrivals=129)
-        hl.mbarrier_init(empty, st, arrivals=consumers)
-    hl.syncthreads()
-    return sa, sx, sy, full, empty
 
 
 def _check_ws(name: str, bm: int, stages: int, consumers: int) -> None:
