@@ -56,7 +56,7 @@ TOTAL_EP = "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')"
 INF = " under torch.inference_mode()"
 CACHED = "gemm_cached(a, b) (the op's cached call: one lookup, alignment, token, output, launch)"
 NEW_EMPTY = "a.new_empty((M, N)) (the output, as gemm_cached allocates it)"
-DIRECT = "hexlayout.ops.gemm.gemm(a, b) (no dispatcher)"
+DIRECT = "hexlayout.ops.gemm(a, b) (no dispatcher)"
 CHECK = "check_gemm(a, b) (argument checks)"
 RUN = "run_checked(...) (allocation, cached lookup, launch)"
 LAUNCH = "Launcher.call_like (cached arguments: pointers, scalars, packing, stub launch)"
@@ -150,7 +150,7 @@ def stub_gpu(torch: Any, set_attr: Any = setattr) -> _Driver:
 
 def gemm_mod_op() -> Any:
     """The ``Op`` of ``torch.ops.hexlayout.gemm``."""
-    from hexlayout.ops.torch_gemm import gemm_op
+    from hexlayout.ops.gemm.torch_op import gemm_op
 
     return gemm_op
 
@@ -165,17 +165,30 @@ def baseline_modules(commit: str) -> Any:
 
     root = Path(__file__).resolve().parents[1]
     tag = "".join(ch for ch in commit if ch.isalnum())[:12]
+
+    def show(path: str) -> str | None:
+        out = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, text=True)
+        return out.stdout if out.returncode == 0 else None
+
+    # the op package (ops/gemm/op.py, config.py) or, before it, the flat ops/gemm.py, gemm_config.py
+    if show("ops/gemm/op.py") is not None:
+        files = {"gemm_config": "ops/gemm/config.py", "gemm": "ops/gemm/op.py"}
+        package, config_import = "hexlayout.ops.gemm", "from .config import"
+    else:
+        files = {"gemm_config": "ops/gemm_config.py", "gemm": "ops/gemm.py"}
+        package, config_import = "hexlayout.ops", "from .gemm_config import"
     mods = {}
-    for name in ("gemm_config", "gemm"):
-        src = subprocess.run(["git", "show", f"{commit}:ops/{name}.py"], cwd=root, check=True,
-                             capture_output=True, text=True).stdout
-        src = src.replace("from .gemm_config import", f"from .gemm_config_at_{tag} import")
-        full = f"hexlayout.ops.{name}_at_{tag}"
+    for name, path in files.items():
+        src = show(path)
+        if src is None:
+            raise SystemExit(f"bench_host: {path} does not exist at {commit}")
+        src = src.replace(config_import, f"from .gemm_config_at_{tag} import")
+        full = f"{package}.{name}_at_{tag}"
         spec = importlib.util.spec_from_loader(full, loader=None)
         mod = importlib.util.module_from_spec(spec)
-        mod.__package__ = "hexlayout.ops"
+        mod.__package__ = package
         sys.modules[full] = mod
-        exec(compile(src, f"<{commit}:ops/{name}.py>", "exec"), mod.__dict__)
+        exec(compile(src, f"<{commit}:{path}>", "exec"), mod.__dict__)
         mods[name] = mod
     return mods["gemm"]
 
@@ -188,7 +201,7 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
     os.environ["HEXLAYOUT_EMULATE"] = "1"
     import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
     import torch
-    from hexlayout.ops import gemm as gemm_mod
+    from hexlayout.ops.gemm import op as gemm_mod
 
     drv = stub_gpu(torch)
     g = torch.Generator().manual_seed(0)

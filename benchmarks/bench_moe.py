@@ -218,8 +218,8 @@ def variant_fns(
         else:
             missing["hexlayout-bf16"] = "hexlayout.ops.fused_moe is not built"
     if want("hexlayout-fp8"):
-        if hasattr(hops, "prepare_fp8") or _has("hexlayout.ops.moe_fp8"):
-            from hexlayout.ops.moe_fp8 import fused_moe_fp8, prepare_fp8
+        if hasattr(hops, "prepare_fp8") or _has("hexlayout.ops.moe.fp8"):
+            from hexlayout.ops.moe.fp8 import fused_moe_fp8, prepare_fp8
 
             (q13, s13, d13), (q2, s2, d2) = fp8_weights()
             a = prepare_fp8(q13, s13, block=(FP8_BLOCK, FP8_BLOCK))
@@ -231,7 +231,7 @@ def variant_fns(
             )
             fns["hexlayout-fp8"] = (call, (d13, d2), fp8_bytes)
         else:
-            missing["hexlayout-fp8"] = "hexlayout.ops.moe_fp8 is not built"
+            missing["hexlayout-fp8"] = "hexlayout.ops.moe.fp8 is not built"
     if want("hexlayout-w4a16"):
         if hasattr(hops, "prepare_wna16") and hasattr(hops, "fused_moe"):
             (q13, s13, d13), (q2, s2, d2) = gptq_weights()

@@ -112,7 +112,7 @@ class Case:
 
 
 def cases() -> list[Case]:
-    from hexlayout.ops.gemm_config import CONFIGS
+    from hexlayout.ops.gemm.config import CONFIGS
 
     out = [Case("gemm", "sm_80", c.BM, c.BN, c.BK, c.STAGES, c.WARPS) for c in CONFIGS["sm_80"]]
     out += [Case("gemm", "sm_90a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent,
@@ -126,7 +126,7 @@ def cases() -> list[Case]:
     h = CONFIGS["sm_90a"][1]
     out.append(Case("gemm", "sm_90a", h.BM, h.BN, h.BK, h.STAGES, 4 * h.CONSUMERS, b_layout="kn"))
     # the shipped paged attention kernel (sm_80), as the op configures it for a decode step
-    from hexlayout.ops.attention import paged_attention_consts
+    from hexlayout.ops.attention.paged import paged_attention_consts
 
     for hd in (64, 128, 256):
         c = paged_attention_consts(hd, *PAGED)
@@ -176,7 +176,7 @@ class ServingCase:
 
     family: str                       # the op family of the first problem that launches it
     arch: str
-    module: str                       # e.g. "hexlayout.ops.moe_kernels"
+    module: str                       # e.g. "hexlayout.ops.moe.kernels_sm80"
     factory: str                      # e.g. "moe_gate_up_kernel"
     name: str                         # the kernel's name, e.g. "moe_gate_up_bf16_silu"
     consts: tuple[tuple[str, Any], ...]
@@ -224,9 +224,9 @@ def _moe_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     that can split, so a forced problem may also build the other GEMM's split kernel)."""
     import inspect
 
-    from hexlayout.ops.gemm_config import SM_COUNT
-    from hexlayout.ops.moe import run_fused_moe
-    from hexlayout.ops.moe_splitk import SPLIT_K_ENV, choose_split_k
+    from hexlayout.ops.gemm.config import SM_COUNT
+    from hexlayout.ops.moe.op import run_fused_moe
+    from hexlayout.ops.moe.splitk import SPLIT_K_ENV, choose_split_k
 
     per_gemm = "gemm" in inspect.signature(choose_split_k).parameters
     for model, (e, k, h, i) in MOE_MODELS.items():
@@ -249,8 +249,8 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``fused_moe_wna16`` (``run_fused_moe_wna16``) for AWQ 4-bit, GPTQ 4 / 8-bit and the group
     sizes ``WNA16_GROUPS``, with ``prepare_wna16``'s weight shapes."""
     import torch
-    from hexlayout.ops.moe_splitk import SPLIT_K_ENV
-    from hexlayout.ops.moe_wna16 import k_tile, run_fused_moe_wna16
+    from hexlayout.ops.moe.splitk import SPLIT_K_ENV
+    from hexlayout.ops.moe.wna16 import k_tile, run_fused_moe_wna16
 
     def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool, act: Any) -> tuple[Any, Any, Any]:
         bk = k_tile(kk, group)
@@ -281,8 +281,8 @@ def _wna16_split(arch: str, t: int, k: int, e: int, size_k: int, size_n: int, gr
     """``wna16_split_k`` for a W4A16 / W8A16 GEMM on ``arch``'s SM count, with the tiles the op
     gives it (``wna16_config``; on sm_90a ``BM`` from ``wna16_sm90_config`` and 64 columns per
     consumer warp group)."""
-    from hexlayout.ops.gemm_config import SM_COUNT
-    from hexlayout.ops.moe_wna16 import wna16_config, wna16_sm90_config, wna16_split_k
+    from hexlayout.ops.gemm.config import SM_COUNT
+    from hexlayout.ops.moe.wna16 import wna16_config, wna16_sm90_config, wna16_split_k
 
     cfg = wna16_config(t * k, e, size_k, group)
     if arch == "sm_90a":
@@ -295,9 +295,9 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``fused_moe_fp8`` (``run_fused_moe_fp8``) with per-expert and 128 x 128 block scales; split-K
     where ``fp8_split_k`` splits a GEMM for the architecture's SM count (forced, as for bf16)."""
     import torch
-    from hexlayout.ops.gemm_config import SM_COUNT
-    from hexlayout.ops.moe_fp8 import fp8_block_m, fp8_split_k, run_fused_moe_fp8
-    from hexlayout.ops.moe_splitk import SPLIT_K_ENV
+    from hexlayout.ops.gemm.config import SM_COUNT
+    from hexlayout.ops.moe.fp8 import fp8_block_m, fp8_split_k, run_fused_moe_fp8
+    from hexlayout.ops.moe.splitk import SPLIT_K_ENV
 
     for model, (e, k, h, i) in MOE_MODELS.items():
         for block, (act, dname) in itertools.product(((), (128, 128)), _moe_dtypes(model)):
@@ -327,7 +327,7 @@ def _paged_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``paged_attention`` (``run_paged_attention``): a causal decode step (4 sequences, one
     query each, 4096 keys), whole and split-KV (``PAGED_SPLITS``, with the combine kernel)."""
     import torch
-    from hexlayout.ops.attention import run_paged_attention
+    from hexlayout.ops.attention.paged import run_paged_attention
 
     h, kvh = ATTN_HEADS
     b, blocks = 4, 4096 // ATTN_BLOCK
@@ -348,7 +348,7 @@ def _varlen_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``attention_varlen`` (``run_attention_varlen``): causal prefill, and a sliding window
     with softcap (the heavier constants); TMA-compatible tensors (sm_90a: the wgmma kernel)."""
     import torch
-    from hexlayout.ops.attention_varlen import run_attention_varlen
+    from hexlayout.ops.attention.varlen import run_attention_varlen
 
     h, kvh = ATTN_HEADS
     b, tq = 4, 4096
@@ -366,7 +366,7 @@ def _varlen_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
 def _kv_cache_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``reshape_and_cache`` (``run_reshape_and_cache``): 256 new tokens into NHD caches."""
     import torch
-    from hexlayout.ops.kv_cache import run_reshape_and_cache
+    from hexlayout.ops.kv_cache.op import run_reshape_and_cache
 
     _, kvh = ATTN_HEADS
     t = 256
@@ -411,7 +411,7 @@ def _env(name: str, value: str) -> Iterator[None]:
 def _recording(arch: str) -> Iterator[list[tuple[Any, dict[str, Any]]]]:
     """Inside: the ops' ``build_for`` records ``(kernel, constants)`` and ``run_kernel`` does
     nothing, in every ``hexlayout.ops`` module that imported them; the ops build for ``arch``."""
-    import hexlayout.ops.attention_args as aa
+    from hexlayout.ops.host import launch as aa
 
     seen: list[tuple[Any, dict[str, Any]]] = []
     real = {"build_for": aa.build_for, "run_kernel": aa.run_kernel}
@@ -436,7 +436,7 @@ def _recording(arch: str) -> Iterator[list[tuple[Any, dict[str, Any]]]]:
     try:
         with _env("HEXLAYOUT_EMULATE_ARCH", arch):
             yield seen
-    finally:   # modules first imported inside got the recorder from attention_args: restored too
+    finally:   # modules first imported inside got the recorder from host.launch: restored too
         swap(fake, real)
 
 
@@ -447,8 +447,8 @@ def _import_ops() -> None:
 
     import hexlayout.ops as ops
 
-    for info in pkgutil.iter_modules(ops.__path__):
-        importlib.import_module(f"hexlayout.ops.{info.name}")
+    for info in pkgutil.walk_packages(ops.__path__, prefix="hexlayout.ops."):
+        importlib.import_module(info.name)
 
 
 def serving_cases(families: list[str] | None = None, archs: list[str] | None = None) -> list[ServingCase]:
@@ -500,8 +500,8 @@ def hexlayout_stats(case: Case) -> dict[str, Any]:
 
     t = time.perf_counter()
     if case.kernel == "gemm":
-        from hexlayout.ops.gemm import gemm_build
-        from hexlayout.ops.gemm_config import GemmConfig
+        from hexlayout.ops.gemm.config import GemmConfig
+        from hexlayout.ops.gemm.op import gemm_build
 
         from hexlayout.lang import bf16
 
@@ -512,8 +512,8 @@ def hexlayout_stats(case: Case) -> dict[str, Any]:
             cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
         b = gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
     elif case.kernel == "paged_attention":
-        from hexlayout.ops.attention import paged_attention_consts
-        from hexlayout.ops.attention_kernels import paged_attention_kernel
+        from hexlayout.ops.attention.paged import paged_attention_consts
+        from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
 
         from hexlayout.lang import f16
 
@@ -672,7 +672,7 @@ def triton_compile(case: Case) -> tuple[Any, str]:
         consts = {"BM": case.BM, "BN": case.BN, "BK": case.BK, "B_NK": case.b_layout == "nk"}
         fn = tt_tma
         if case.persistent:
-            from hexlayout.ops.gemm_config import SM_COUNT
+            from hexlayout.ops.gemm.config import SM_COUNT
 
             sig["GRID"] = "constexpr"
             consts["GRID"] = SM_COUNT["sm_90a"]

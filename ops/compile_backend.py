@@ -17,9 +17,9 @@ from typing import Any
 
 from hexlayout.fusion.backend import hexlayout_backend as _fusion_backend
 
-from . import gemm_kernels as _gemm_kernels  # noqa: F401 - registers the GEMM anchors
-from . import row_reduce_kernels as _row_reduce_kernels  # noqa: F401 - registers the row reductions
-from . import sdpa_anchor as _sdpa_anchor  # noqa: F401 - registers the attention anchor
+from .attention import sdpa_anchor as _sdpa_anchor  # noqa: F401 - registers the attention anchor
+from .gemm import kernels as _gemm_kernels  # noqa: F401 - registers the GEMM anchors
+from .row_reduce import kernels as _row_reduce_kernels  # noqa: F401 - registers the row reductions
 
 __all__ = ["hexlayout_backend"]
 

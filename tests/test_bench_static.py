@@ -41,11 +41,11 @@ def cases(bench):
 
 
 def _kernel_factories() -> set[tuple[str, str]]:
-    """``(module, factory)`` of every kernel factory in ``ops/`` moe* / attention* / kv_cache
-    modules: a top-level function holding an ``@hl.kernel``-decorated definition."""
+    """``(module, factory)`` of every kernel factory in the ``moe``, ``attention`` and ``kv_cache``
+    op packages: a top-level function holding an ``@hl.kernel``-decorated definition."""
     out = set()
-    for path in sorted(OPS.glob("*.py")):
-        if not (path.stem.startswith(("moe", "attention")) or path.stem == "kv_cache"):
+    for path in sorted(p for pkg in ("moe", "attention", "kv_cache") for p in (OPS / pkg).glob("*.py")):
+        if path.stem == "sdpa_anchor":      # the fusion backend's anchor, not a serving kernel
             continue
         for node in ast.parse(path.read_text()).body:
             if not isinstance(node, ast.FunctionDef):
@@ -53,23 +53,23 @@ def _kernel_factories() -> set[tuple[str, str]]:
             inner = [d for n in ast.walk(node) if isinstance(n, ast.FunctionDef) and n is not node
                      for d in n.decorator_list]
             if any("hl.kernel" in ast.unparse(d) for d in inner):
-                out.add((f"hexlayout.ops.{path.stem}", node.name))
+                out.add((f"hexlayout.ops.{path.parent.name}.{path.stem}", node.name))
     return out
 
 
 def test_cases_hold_every_moe_attention_and_kv_cache_kernel(bench, cases) -> None:
     factories = _kernel_factories()
     # the scan itself finds the known families (a broken scan must not pass vacuously)
-    for known in [("moe_kernels", "moe_gate_up_kernel"), ("moe_kernels", "moe_down_kernel"),
-                  ("moe_kernels", "moe_sum_kernel"), ("moe_align", "moe_align_rank_kernel"),
-                  ("moe_wna16_kernels", "moe_wna16_gate_up_kernel"),
-                  ("moe_fp8_kernels", "moe_fp8_quant_kernel"),
-                  ("moe_fp8_kernels_sm90", "moe_fp8_down_sm90_kernel"),
-                  ("attention_kernels_sm90", "paged_attention_sm90_kernel"),
-                  ("attention_kernels_sm90", "attention_varlen_sm90_kernel"),
-                  ("attention_varlen_kernels", "attention_varlen_kernel"),
-                  ("attention_kernels", "paged_attention_combine_kernel"),
-                  ("kv_cache", "reshape_and_cache_kernel")]:
+    for known in [("moe.kernels_sm80", "moe_gate_up_kernel"), ("moe.kernels_sm80", "moe_down_kernel"),
+                  ("moe.kernels_sm80", "moe_sum_kernel"), ("moe.align", "moe_align_rank_kernel"),
+                  ("moe.wna16_kernels_sm80", "moe_wna16_gate_up_kernel"),
+                  ("moe.fp8_kernels_sm89", "moe_fp8_quant_kernel"),
+                  ("moe.fp8_kernels_sm90", "moe_fp8_down_sm90_kernel"),
+                  ("attention.kernels_sm90", "paged_attention_sm90_kernel"),
+                  ("attention.kernels_sm90", "attention_varlen_sm90_kernel"),
+                  ("attention.varlen_kernels_sm80", "attention_varlen_kernel"),
+                  ("attention.paged_kernels_sm80", "paged_attention_combine_kernel"),
+                  ("kv_cache.op", "reshape_and_cache_kernel")]:
         assert (f"hexlayout.ops.{known[0]}", known[1]) in factories, known
     traced = {(c.module, c.factory) for c in cases}
     assert factories <= traced, sorted(factories - traced)
@@ -81,9 +81,9 @@ def test_cases_hold_every_moe_attention_and_kv_cache_kernel(bench, cases) -> Non
 
 
 def test_cases_hold_every_config_the_moe_choosers_pick(cases) -> None:
-    from hexlayout.ops.moe_fp8 import fp8_block_m
-    from hexlayout.ops.moe_kernels import moe_config, moe_down_config
-    from hexlayout.ops.moe_wna16 import wna16_config
+    from hexlayout.ops.moe.fp8 import fp8_block_m
+    from hexlayout.ops.moe.kernels_sm80 import moe_config, moe_down_config
+    from hexlayout.ops.moe.wna16 import wna16_config
 
     def consts(arch: str, factory: str) -> list[dict]:
         return [dict(c.consts) for c in cases if c.arch == arch and c.factory == factory]

@@ -70,8 +70,8 @@ def _gpu_section() -> None:  # pragma: no cover - needs a GPU
 
 def gemm_section() -> None:
     import hexlayout.lang as hl
-    from hexlayout.ops.gemm_config import choose_config
-    from hexlayout.ops.gemm_kernels import gemm_sm80_kernel, gemm_sm90_kernel
+    from hexlayout.ops.gemm.config import choose_config
+    from hexlayout.ops.gemm.kernels import gemm_sm80_kernel, gemm_sm90_kernel
     from hexlayout.runtime import ToolchainError, build
 
     print("\n== the production GEMM (hexlayout.ops), written without layouts, synthesized and compiled")

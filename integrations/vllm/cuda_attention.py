@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.*
 import torch
-from hexlayout.ops.attention_args import BLOCK_SIZES
+from hexlayout.ops.attention.args import BLOCK_SIZES
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,

@@ -80,7 +80,7 @@ def run_fused_moe(
     if isinstance(w13, torch.Tensor):
         from hexlayout.ops import fused_moe
     else:  # prepare_wna16's weights
-        from hexlayout.ops.moe_wna16 import fused_moe_wna16 as fused_moe
+        from hexlayout.ops.moe.wna16 import fused_moe_wna16 as fused_moe
 
     weights = torch.ones_like(topk_weights) if apply_router_weight_on_input else topk_weights
     out = fused_moe(

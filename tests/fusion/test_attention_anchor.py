@@ -142,7 +142,7 @@ def test_attention_anchor_compiles_without_spills() -> None:
     boolean mask and head size 128 - the largest of the variants - keeps everything in
     registers."""
     import hexlayout.ops  # noqa: F401 - registers the attention anchor
-    from hexlayout.ops.sdpa_anchor import sdpa_consts, sdpa_kernel
+    from hexlayout.ops.attention.sdpa_anchor import sdpa_consts, sdpa_kernel
 
     import hexlayout.lang as hl
     from hexlayout.runtime import build

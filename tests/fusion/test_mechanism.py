@@ -289,8 +289,8 @@ def test_a_broadcast_bias_gets_a_stride_zero_layout() -> None:
     synthesized TV layout has stride 0 on the thread modes that walk rows (many (thread,
     value) slots hold one element). The output is staged through shared memory in column
     windows (``STAGE_EPILOGUE``, N % 8 == 0), so the bias rows are a window wide."""
-    from hexlayout.ops.gemm import gemm_fused
-    from hexlayout.ops.gemm_config import CONFIGS
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.op import gemm_fused
 
     import hexlayout.lang as hl
     from hexlayout.ir.types import Scope

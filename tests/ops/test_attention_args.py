@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.attention import paged_attention  # noqa: E402
+from hexlayout.ops.attention.paged import paged_attention  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError  # noqa: E402

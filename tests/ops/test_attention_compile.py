@@ -11,8 +11,8 @@ import pytest
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("hd", [64, 128, 256])
 def test_compiles_without_spills(arch: str, hd: int) -> None:
-    from hexlayout.ops.attention import paged_attention_consts
-    from hexlayout.ops.attention_kernels import paged_attention_kernel
+    from hexlayout.ops.attention.paged import paged_attention_consts
+    from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
 
     from hexlayout.lang import f16
     from hexlayout.runtime import build
@@ -27,8 +27,11 @@ def test_compiles_without_spills(arch: str, hd: int) -> None:
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_split_kv_kernels_compile_without_spills(arch: str) -> None:
-    from hexlayout.ops.attention import paged_attention_consts
-    from hexlayout.ops.attention_kernels import paged_attention_combine_kernel, paged_attention_kernel
+    from hexlayout.ops.attention.paged import paged_attention_consts
+    from hexlayout.ops.attention.paged_kernels_sm80 import (
+        paged_attention_combine_kernel,
+        paged_attention_kernel,
+    )
 
     from hexlayout.lang import bf16
     from hexlayout.runtime import build

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops import attention  # noqa: E402
-from hexlayout.ops.attention import kernel_arch, paged_attention  # noqa: E402
+from hexlayout.ops.attention import paged as attention  # noqa: E402
+from hexlayout.ops.attention.paged import kernel_arch, paged_attention  # noqa: E402
 from test_paged_attention_op import _check, make_case, reference  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def test_sm90_kernel_matches_float64(
 def test_sm90_kernels_are_at_most_150_lines() -> None:
     import inspect
 
-    from hexlayout.ops import attention_kernels_sm90 as m
+    from hexlayout.ops.attention import kernels_sm90 as m
 
     for f in (m.paged_attention_sm90_kernel, m.attention_varlen_sm90_kernel):
         src = inspect.getsource(f)

@@ -18,8 +18,8 @@ from hexlayout.runtime.stats import SERIALIZATION_CODES
     ("hd", "dtype", "split"), [(64, "f16", False), (128, "bf16", True), (256, "bf16", False)]
 )
 def test_sm90_paged_kernel_compiles_without_spills_or_serialization(hd: int, dtype: str, split: bool) -> None:
-    from hexlayout.ops.attention import paged_attention_sm90_consts
-    from hexlayout.ops.attention_kernels_sm90 import paged_attention_sm90_kernel
+    from hexlayout.ops.attention.kernels_sm90 import paged_attention_sm90_kernel
+    from hexlayout.ops.attention.paged import paged_attention_sm90_consts
 
     import hexlayout.lang as hl
     from hexlayout.runtime import build
@@ -54,7 +54,7 @@ def test_sm90_varlen_kernel_is_warp_specialized_tma_wgmma(
 ) -> None:
     """The FA3-structured varlen kernel: TMA loads (UTMALDG), HGMMA only, setmaxnreg regions
     within their budgets, no spills, no local memory, no wgmma serialization."""
-    from hexlayout.ops.attention_kernels_sm90 import (
+    from hexlayout.ops.attention.kernels_sm90 import (
         attention_varlen_sm90_consts,
         attention_varlen_sm90_kernel,
     )

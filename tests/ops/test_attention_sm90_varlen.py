@@ -14,8 +14,8 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
-from hexlayout.ops.attention_args import head_dim_tile, lang_dtype, run_kernel  # noqa: E402
-from hexlayout.ops.attention_kernels_sm90 import (  # noqa: E402
+from hexlayout.ops.attention.args import head_dim_tile, lang_dtype, run_kernel  # noqa: E402
+from hexlayout.ops.attention.kernels_sm90 import (  # noqa: E402
     attention_varlen_sm90_consts,
     attention_varlen_sm90_kernel,
 )
@@ -132,7 +132,7 @@ def test_op_dispatches_to_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch) -> No
     views (the op's argument checks guarantee what TMA needs: 16-byte aligned data and row
     strides), and the sm_80 kernel without the emulated architecture; both match."""
     import hexlayout.ops  # noqa: F401 - registers the ops
-    from hexlayout.ops import attention_varlen as op
+    from hexlayout.ops.attention import varlen as op
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
     names = []

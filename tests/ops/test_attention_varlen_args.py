@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.attention_varlen import attention_varlen  # noqa: E402
+from hexlayout.ops.attention.varlen import attention_varlen  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from hexlayout.errors import HexlayoutError  # noqa: E402

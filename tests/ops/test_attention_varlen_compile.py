@@ -10,8 +10,8 @@ import pytest
 
 
 def _build(arch: str, hd: int, dtype: str, left: bool, right: bool, softcap: bool):
-    from hexlayout.ops.attention_varlen import attention_varlen_consts
-    from hexlayout.ops.attention_varlen_kernels import attention_varlen_kernel
+    from hexlayout.ops.attention.varlen import attention_varlen_consts
+    from hexlayout.ops.attention.varlen_kernels_sm80 import attention_varlen_kernel
 
     import hexlayout.lang as hl
     from hexlayout.runtime import build

@@ -9,9 +9,9 @@ import json
 import os
 from pathlib import Path
 
-import hexlayout.ops.gemm_config as gc_mod
 import pytest
-from hexlayout.ops.gemm_config import CONFIGS, Autotuner
+from hexlayout.ops.gemm import config as gc_mod
+from hexlayout.ops.gemm.config import CONFIGS, Autotuner
 
 import hexlayout.runtime.cache as rc
 from hexlayout.runtime import CacheWarning
@@ -163,7 +163,7 @@ def test_processes_tuning_at_once_lose_no_result(tmp_path: Path) -> None:
 
     script = """
 import io, sys
-from hexlayout.ops.gemm_config import CONFIGS, Autotuner
+from hexlayout.ops.gemm.config import CONFIGS, Autotuner
 space = CONFIGS["sm_80"]
 for i in range(8):
     Autotuner(stream=io.StringIO()).tune(f"gemm/p{sys.argv[1]}/{i}", 64, 64, 64, space[:2],

@@ -1240,7 +1240,7 @@ def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: An
     """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
     AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
     ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
-    from hexlayout.ops.moe_wna16 import prepare_wna16
+    from hexlayout.ops.moe.wna16 import prepare_wna16
 
     g = 1 if group == -1 else k // group
     qw = (e, k, n // 8) if fmt == "awq" else (e, k * bits // 32, n)
@@ -1547,14 +1547,14 @@ def emulate(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> 
         monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")   # sm_80 refuses fp8 experts
 
 
-PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm.gemm},
+PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm},
          "reshape_and_cache": {"Op": lambda: _ops()["reshape_and_cache"],
-                               "function": lambda: hexlayout.ops.kv_cache.reshape_and_cache},
+                               "function": lambda: hexlayout.ops.reshape_and_cache},
          "paged_attention": {"Op": lambda: _ops()["paged_attention"],
-                             "function": lambda: hexlayout.ops.attention.paged_attention},
+                             "function": lambda: hexlayout.ops.paged_attention},
          "attention_varlen": {"Op": lambda: _ops()["attention_varlen"],
-                              "function": lambda: hexlayout.ops.attention_varlen.attention_varlen},
-         "fused_moe": {"Op": lambda: _ops()["fused_moe"], "function": lambda: hexlayout.ops.moe.fused_moe},
+                              "function": lambda: hexlayout.ops.attention_varlen},
+         "fused_moe": {"Op": lambda: _ops()["fused_moe"], "function": lambda: hexlayout.ops.fused_moe},
          # (the Python fused_moe_fp8 takes prepare_fp8 objects, not these arguments)
          "fused_moe_fp8": {"Op": lambda: _ops()["fused_moe_fp8"]},
          # (the Python fused_moe_wna16 takes prepare_wna16 objects, not these arguments)

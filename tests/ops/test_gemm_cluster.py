@@ -10,9 +10,9 @@ import re
 
 import numpy as np
 import pytest
-from hexlayout.ops.gemm import _arg_order, gemm_build, gemm_fused
-from hexlayout.ops.gemm_config import CONFIGS, _parse_config, choose_config
-from hexlayout.ops.gemm_kernels import gemm_sm90_kernel
+from hexlayout.ops.gemm.config import CONFIGS, _parse_config, choose_config
+from hexlayout.ops.gemm.kernels import gemm_sm90_kernel
+from hexlayout.ops.gemm.op import _arg_order, gemm_build, gemm_fused
 
 import hexlayout.lang as hl
 from hexlayout.emulator import RaceError, run

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hexlayout.ops.gemm import _arg_order, gemm_fused
-from hexlayout.ops.gemm_config import CONFIGS, choose_config
-from hexlayout.ops.gemm_kernels import gemm_sm80_kernel, gemm_sm90_kernel
+from hexlayout.ops.gemm.config import CONFIGS, choose_config
+from hexlayout.ops.gemm.kernels import gemm_sm80_kernel, gemm_sm90_kernel
+from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hexlayout.ops.gemm_config import CONFIGS
-from hexlayout.ops.gemm_kernels import gemm_sm80_kernel, gemm_sm90_kernel
+from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.kernels import gemm_sm80_kernel, gemm_sm90_kernel
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
@@ -65,7 +65,7 @@ def test_staged_epilogue_matches_float64(arch: str, cfg) -> None:
 def test_fused_epilogue_math_in_registers_then_staged(arch: str) -> None:
     """``hexlayout.fusion`` fuses bias + ReLU into the staged store: the math on the f32
     accumulator in registers, then the same staged stores (the last two choices)."""
-    from hexlayout.ops.gemm import gemm_epilogue
+    from hexlayout.ops.gemm.op import gemm_epilogue
 
     from hexlayout.fusion.mechanism import InputSpec, TilePlan, fuse
 
@@ -98,7 +98,7 @@ def test_fused_epilogue_math_in_registers_then_staged(arch: str) -> None:
 def test_host_path_builds_stage_a_fused_epilogue_without_spills(arch: str, cfg) -> None:
     """The builds ``hexlayout.ops.gemm`` launches for N % 8 == 0: a K x N B with bias + ReLU
     fused (64x64x64 on sm_80 spilled 8 B with 64-column windows)."""
-    from hexlayout.ops.gemm import gemm_build
+    from hexlayout.ops.gemm.op import gemm_build
 
     b = gemm_build(hl.bf16, "kn", (True, False, "relu", False), arch, cfg, 4096, 4096)
     res, stores = b.compiled.resources, b.stats.epilogue_stores
@@ -108,7 +108,7 @@ def test_host_path_builds_stage_a_fused_epilogue_without_spills(arch: str, cfg) 
 
 @pytest.mark.nvrtc
 def test_host_path_stages_only_16_byte_aligned_rows() -> None:
-    from hexlayout.ops.gemm import gemm_build, stage_epilogue
+    from hexlayout.ops.gemm.op import gemm_build, stage_epilogue
 
     assert [n for n in range(2, 34, 2) if stage_epilogue(n)] == [8, 16, 24, 32]
     cfg = CONFIGS["sm_80"][0]
@@ -123,7 +123,7 @@ def test_host_path_gemm_with_and_without_staging_matches_float64(n: int, monkeyp
     """``hexlayout.ops.gemm`` on CPU tensors (the emulator runs the same build's program):
     N = 264 staged, N = 262 stored from registers; bias + residual + ReLU + scale fused."""
     import torch
-    from hexlayout.ops.gemm import gemm
+    from hexlayout.ops.gemm.op import gemm
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
     monkeypatch.delenv("HEXLAYOUT_EMULATE_ARCH", raising=False)

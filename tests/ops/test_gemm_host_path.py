@@ -10,10 +10,10 @@ import importlib.util
 from pathlib import Path
 
 import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.gemm
-import hexlayout.ops.gemm as gemm_mod
-import hexlayout.ops.gemm_config as gc_mod
 import pytest
 import torch
+from hexlayout.ops.gemm import config as gc_mod
+from hexlayout.ops.gemm import op as gemm_mod
 
 import hexlayout.runtime.cache as rc
 
@@ -167,7 +167,7 @@ def test_cached_op_calls_take_the_one_lookup_path(stubbed, monkeypatch) -> None:
     launches through ``gemm_cached``: no check_arguments, no run_checked; each call gets its
     own output, its own pointers and scale; a misaligned pointer with a cached key still gets
     check_gemm's error, naming the argument, and launches nothing."""
-    import hexlayout.ops.torch_gemm as tg
+    from hexlayout.ops.gemm import torch_op as tg
 
     from hexlayout.runtime.args import ArgumentError
 
@@ -232,7 +232,7 @@ def test_inputs_that_require_grad_on_a_cached_key_get_gradients(stubbed) -> None
 def test_a_parameter_weight_is_a_cached_call_too(stubbed, monkeypatch) -> None:
     """A weight held as ``torch.nn.Parameter`` (as models hold it) takes the cached path like
     a plain tensor: its check's verdict is memoized (the checks read the same of both)."""
-    import hexlayout.ops.torch_gemm as tg
+    from hexlayout.ops.gemm import torch_op as tg
 
     drv, _ = stubbed
     g = torch.Generator().manual_seed(6)

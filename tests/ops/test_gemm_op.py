@@ -261,8 +261,8 @@ def test_misaligned_view_hint_is_clone(emulate) -> None:
 
 
 def test_scalar_strings_and_kinds_are_refused_naming_the_argument(emulate) -> None:
-    from hexlayout.ops.gemm import gemm
-    from hexlayout.ops.torch_gemm import gemm_op
+    from hexlayout.ops.gemm.op import gemm
+    from hexlayout.ops.gemm.torch_op import gemm_op
 
     from hexlayout.runtime.args import ArgumentTypeError
 
@@ -283,8 +283,8 @@ def test_any_m_splits_launches_within_the_grid_and_32_bit_limits(emulate, monkey
     """M > 65,535 row tiles (8,388,480 rows with 128-row tiles on sm_80) is not refused: the
     op runs several launches over row slices. Checked on meta tensors (no allocation), on the
     limits themselves, and by emulating a split launch with a shrunken grid limit."""
-    import hexlayout.ops.gemm as G
-    from hexlayout.ops.gemm_config import CONFIGS, GemmConfig
+    from hexlayout.ops.gemm import op as G
+    from hexlayout.ops.gemm.config import CONFIGS, GemmConfig
 
     from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX
 
@@ -314,8 +314,8 @@ def test_any_m_splits_launches_within_the_grid_and_32_bit_limits(emulate, monkey
 def test_python_function_never_drops_gradients(emulate) -> None:
     """``hexlayout.ops.gemm.gemm`` with inputs that require grad goes through the op's backward
     (a gradient, not a silently missing one); with ``config=`` it refuses, naming the input."""
-    from hexlayout.ops.gemm import gemm
-    from hexlayout.ops.gemm_config import CONFIGS
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.op import gemm
 
     a, b, bias, _ = _grad_inputs(16, 8, 16, "nk", seed=3)
     x = a.clone().requires_grad_()

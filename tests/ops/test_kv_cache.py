@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.kv_cache import reshape_and_cache, reshape_and_cache_kernel  # noqa: E402
+from hexlayout.ops.kv_cache.op import reshape_and_cache, reshape_and_cache_kernel  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError  # noqa: E402
@@ -156,7 +156,7 @@ def test_not_a_tensor() -> None:
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_compiles_without_spills(arch: str) -> None:
-    from hexlayout.ops.kv_cache import reshape_and_cache_consts
+    from hexlayout.ops.kv_cache.op import reshape_and_cache_consts
 
     from hexlayout.lang import f16
     from hexlayout.runtime import build

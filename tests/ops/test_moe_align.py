@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hexlayout.ops.moe_align import (
+from hexlayout.ops.moe.align import (
     max_padded_slots,
     moe_align,
     moe_align_count_kernel,

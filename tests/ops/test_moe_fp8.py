@@ -26,7 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
 import torch.nn.functional as F  # noqa: E402
-from hexlayout.ops.moe_fp8 import Fp8MoEWeights, fused_moe_fp8, prepare_fp8  # noqa: E402
+from hexlayout.ops.moe.fp8 import Fp8MoEWeights, fused_moe_fp8, prepare_fp8  # noqa: E402
 
 from hexlayout.errors import HexlayoutError  # noqa: E402
 

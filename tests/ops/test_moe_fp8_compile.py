@@ -18,8 +18,8 @@ def _no_spills(b) -> None:
 @pytest.mark.parametrize("block_scale", [False, True])
 @pytest.mark.parametrize(("arch", "bm"), [("sm_89", 16), ("sm_89", 64), ("sm_90a", 16), ("sm_90a", 64)])
 def test_grouped_gemms_compile_to_fp8_mma_without_spills(arch: str, bm: int, block_scale: bool) -> None:
-    from hexlayout.ops.moe_fp8_kernels import moe_fp8_down_kernel, moe_fp8_gate_up_kernel
-    from hexlayout.ops.moe_fp8_kernels_sm90 import moe_fp8_down_sm90_kernel, moe_fp8_gate_up_sm90_kernel
+    from hexlayout.ops.moe.fp8_kernels_sm89 import moe_fp8_down_kernel, moe_fp8_gate_up_kernel
+    from hexlayout.ops.moe.fp8_kernels_sm90 import moe_fp8_down_sm90_kernel, moe_fp8_gate_up_sm90_kernel
 
     from hexlayout.lang import bf16
     from hexlayout.runtime import build
@@ -46,7 +46,7 @@ def test_grouped_gemms_compile_to_fp8_mma_without_spills(arch: str, bm: int, blo
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
 def test_quantize_compiles_without_spills(arch: str) -> None:
-    from hexlayout.ops.moe_fp8_kernels import moe_fp8_quant_kernel
+    from hexlayout.ops.moe.fp8_kernels_sm89 import moe_fp8_quant_kernel
 
     from hexlayout.lang import f16
     from hexlayout.runtime import build

@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.moe_fp8 import WS_STAGES, fp8_block_m, fused_moe_fp8, prepare_fp8  # noqa: E402
+from hexlayout.ops.moe.fp8 import WS_STAGES, fp8_block_m, fused_moe_fp8, prepare_fp8  # noqa: E402
 from test_moe_fp8 import check, make, reference  # noqa: E402
 
 
@@ -55,7 +55,7 @@ CASES = [
 @pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "block", "act", "stages"), CASES)
 def test_large_token_kernels_match_float64(seed, t, h, inter, e, k, dtype, block, act, stages,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hexlayout.ops.moe_fp8.WS_STAGES", stages)
+    monkeypatch.setattr("hexlayout.ops.moe.fp8.WS_STAGES", stages)
     assert fp8_block_m(t * k, e, "sm_90a") == 128
     x, w13, s13, w2, s2, tw, ids = make(seed, t, h, inter, e, k, dtype, block, gne=e - 1)
     assert int(ids.max()) < e - 1                            # the last expert gets no token
@@ -98,7 +98,7 @@ def _no_spills_no_serialization(b) -> None:
 @pytest.mark.parametrize("bm", [16, 32, 64, 128])
 def test_every_sm90_config_compiles_to_qgmma_without_spills_or_wgmma_serialization(bm: int,
                                                                                    block_scale: bool) -> None:
-    from hexlayout.ops import moe_fp8_kernels_sm90 as k90
+    from hexlayout.ops.moe import fp8_kernels_sm90 as k90
 
     from hexlayout.lang import bf16
     from hexlayout.runtime import build

@@ -17,13 +17,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.moe_fp8 import fp8_split_k, fused_moe_fp8, prepare_fp8, run_fused_moe_fp8  # noqa: E402
-from hexlayout.ops.moe_splitk import SPLIT_K_ENV  # noqa: E402
+from hexlayout.ops.moe.fp8 import fp8_split_k, fused_moe_fp8, prepare_fp8, run_fused_moe_fp8  # noqa: E402
+from hexlayout.ops.moe.splitk import SPLIT_K_ENV  # noqa: E402
 from test_moe_fp8 import check, make, reference  # noqa: E402
 
 from hexlayout.runtime.args import ArgumentError  # noqa: E402
 
-attention_args = importlib.import_module("hexlayout.ops.attention_args")
+attention_args = importlib.import_module("hexlayout.ops.host.launch")
 
 
 @pytest.fixture(autouse=True)
@@ -198,9 +198,9 @@ def test_chooser_decisions_with_fp8_tiles(sizes: tuple[int, ...], splits: tuple[
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
 @pytest.mark.parametrize("block_scale", [False, True])
 def test_split_kernels_compile_without_spills(arch: str, block_scale: bool) -> None:
-    from hexlayout.ops.moe_fp8_kernels import moe_fp8_down_kernel, moe_fp8_gate_up_kernel
-    from hexlayout.ops.moe_fp8_kernels_sm90 import moe_fp8_down_sm90_kernel, moe_fp8_gate_up_sm90_kernel
-    from hexlayout.ops.moe_splitk import moe_splitk_act_kernel
+    from hexlayout.ops.moe.fp8_kernels_sm89 import moe_fp8_down_kernel, moe_fp8_gate_up_kernel
+    from hexlayout.ops.moe.fp8_kernels_sm90 import moe_fp8_down_sm90_kernel, moe_fp8_gate_up_sm90_kernel
+    from hexlayout.ops.moe.splitk import moe_splitk_act_kernel
 
     from hexlayout.lang import bf16
     from hexlayout.runtime import build
@@ -237,9 +237,9 @@ def test_splits_read_each_weight_tile_once_and_add_only_real_rows(arch: str, mon
     of ``w13``) equals the plain kernel's (the prefetches past a split's last k-tile read
     nothing), its atomic additions cover the real slots only (``S * I`` f32 per split and
     product), and the workspace holds the scaled products ``s_t * W[e] @ xq[t]``."""
-    from hexlayout.ops.moe_align import run_moe_align
-    from hexlayout.ops.moe_fp8_kernels import moe_fp8_gate_up_kernel, moe_fp8_quant_kernel
-    from hexlayout.ops.moe_fp8_kernels_sm90 import moe_fp8_gate_up_sm90_kernel
+    from hexlayout.ops.moe.align import run_moe_align
+    from hexlayout.ops.moe.fp8_kernels_sm89 import moe_fp8_gate_up_kernel, moe_fp8_quant_kernel
+    from hexlayout.ops.moe.fp8_kernels_sm90 import moe_fp8_gate_up_sm90_kernel
 
     from hexlayout.lang import bf16
     from hexlayout.runtime import build

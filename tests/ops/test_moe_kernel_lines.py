@@ -10,14 +10,14 @@ import inspect
 
 import pytest
 
-MODULES = ("moe_align", "moe_kernels", "moe_kernels_sm90", "moe_wna16_kernels", "moe_wna16_kernels_sm90",
-           "moe_fp8_kernels", "moe_fp8_kernels_sm90", "moe_splitk")
+MODULES = ("align", "kernels_sm80", "kernels_sm90", "wna16_kernels_sm80", "wna16_kernels_sm90",
+           "fp8_kernels_sm89", "fp8_kernels_sm90", "splitk")
 
 
 def _factories() -> list[tuple[str, object]]:
     out = []
     for m in MODULES:
-        mod = importlib.import_module(f"hexlayout.ops.{m}")
+        mod = importlib.import_module(f"hexlayout.ops.moe.{m}")
         for name, fn in vars(mod).items():
             fn = getattr(fn, "__wrapped__", fn)
             if name.endswith("_kernel") and inspect.isfunction(fn) and fn.__module__ == mod.__name__:

@@ -164,9 +164,9 @@ def test_the_pipeline_never_synchronizes(monkeypatch: pytest.MonkeyPatch) -> Non
     never turns a tensor into a host value, and its buffers depend on the sizes only."""
     import importlib
 
-    from hexlayout.ops.moe import run_fused_moe
+    from hexlayout.ops.moe.op import run_fused_moe
 
-    align_mod = importlib.import_module("hexlayout.ops.moe_align")
+    align_mod = importlib.import_module("hexlayout.ops.moe.align")
 
     x, w13, w2, tw, ids = make(16, 64, 64, 8, 2, torch.float16, seed=6)
     want = reference(x, w13, w2, tw, ids)
@@ -191,7 +191,7 @@ def test_the_pipeline_never_synchronizes(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_without_spills(arch: str) -> None:
-    from hexlayout.ops.moe_kernels import (
+    from hexlayout.ops.moe.kernels_sm80 import (
         moe_config,
         moe_down_config,
         moe_down_kernel,
@@ -219,8 +219,8 @@ def test_kernels_compile_without_spills(arch: str) -> None:
 @pytest.mark.parametrize("slots", [16, 1024, 8192])
 def test_every_config_matches_float64(slots: int) -> None:
     """Each shipped tile config (chosen by T * k) on the same small problem, forced."""
-    from hexlayout.ops.moe import _down, _gate_up, run_moe_pipeline
-    from hexlayout.ops.moe_kernels import moe_config
+    from hexlayout.ops.moe.kernels_sm80 import moe_config
+    from hexlayout.ops.moe.op import _down, _gate_up, run_moe_pipeline
 
     x, w13, w2, tw, ids = make(20, 96, 64, 8, 2, torch.bfloat16, seed=slots)
     out = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, None, _gate_up(w13), _down(w2),

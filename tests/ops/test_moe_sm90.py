@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
 from hexlayout.ops import fused_moe  # noqa: E402
-from hexlayout.ops import moe_kernels_sm90 as k90  # noqa: E402
+from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 from test_moe_op import close, make, reference  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
     """(kernel name, kernel BM, alignment BM) of every sm_90a GEMM launch."""
-    import hexlayout.ops.moe as moe
+    from hexlayout.ops.moe import op as moe
 
     seen: list[tuple[str, int, int]] = []
     align = moe.run_moe_align

@@ -29,7 +29,7 @@ def _check(b, mma: str) -> None:
 
 
 def test_the_chooser_ships_these_blocks() -> None:
-    from hexlayout.ops.moe_kernels_sm90 import moe_sm90_config
+    from hexlayout.ops.moe.kernels_sm90 import moe_sm90_config
 
     assert {moe_sm90_config(s, 8)["BM"] for s in range(1, 4096)} == {16, 32, 64, 128}
 
@@ -38,7 +38,7 @@ def test_the_chooser_ships_these_blocks() -> None:
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("bm", [16, 32, 64, 128])
 def test_every_sm90_config_compiles_to_hgmma_without_spills_or_serialization(bm: int, dtype: str) -> None:
-    from hexlayout.ops import moe_kernels_sm90 as k90
+    from hexlayout.ops.moe import kernels_sm90 as k90
 
     import hexlayout.lang as hl
     from hexlayout.runtime import build

@@ -15,12 +15,12 @@ import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.fused_moe
 import pytest
 import torch
 import torch.nn.functional as F
-from hexlayout.ops.moe import _down, _gate_up, run_fused_moe, run_moe_pipeline
-from hexlayout.ops.moe_splitk import SPLIT_K_ENV, choose_split_k, splitk_down, splitk_gate_up
+from hexlayout.ops.moe.op import _down, _gate_up, run_fused_moe, run_moe_pipeline
+from hexlayout.ops.moe.splitk import SPLIT_K_ENV, choose_split_k, splitk_down, splitk_gate_up
 
 from hexlayout.runtime.args import ArgumentError
 
-splitk_mod = importlib.import_module("hexlayout.ops.moe_splitk")
+splitk_mod = importlib.import_module("hexlayout.ops.moe.splitk")
 
 
 @pytest.fixture(autouse=True)
@@ -173,9 +173,9 @@ def test_splits_read_each_weight_tile_once_and_add_only_real_rows() -> None:
     """Emulator counters: the split kernel's cp.async traffic (rows of ``x``, tiles of ``w13``)
     equals the plain kernel's (the prefetches past a split's last k-tile read nothing), and its
     atomic additions cover the real slots only (``S * I`` f32 per split and product)."""
-    from hexlayout.ops.moe_align import run_moe_align
-    from hexlayout.ops.moe_kernels import moe_config, moe_gate_up_kernel
-    from hexlayout.ops.moe_splitk import moe_gate_up_splitk_kernel
+    from hexlayout.ops.moe.align import run_moe_align
+    from hexlayout.ops.moe.kernels_sm80 import moe_config, moe_gate_up_kernel
+    from hexlayout.ops.moe.splitk import moe_gate_up_splitk_kernel
 
     from hexlayout.lang import f16
     from hexlayout.runtime import build
@@ -319,8 +319,8 @@ def test_the_split_path_never_synchronizes(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernels_compile_without_spills(arch: str) -> None:
-    from hexlayout.ops.moe_kernels import moe_config, moe_down_config
-    from hexlayout.ops.moe_splitk import (
+    from hexlayout.ops.moe.kernels_sm80 import moe_config, moe_down_config
+    from hexlayout.ops.moe.splitk import (
         moe_down_splitk_kernel,
         moe_gate_up_splitk_kernel,
         moe_splitk_act_kernel,

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hexlayout.ops.moe_wna16 import fused_moe_wna16, prepare_wna16  # noqa: E402
+from hexlayout.ops.moe.wna16 import fused_moe_wna16, prepare_wna16  # noqa: E402
 
 from hexlayout.errors import HexlayoutError  # noqa: E402
 
@@ -25,14 +25,14 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
     # the routing alignment kernel (ops/moe_align.py) is tested on its own and slow to emulate on
     # many slots; here a reference alignment with its semantics keeps the runs short (one test
     # below runs the real one)
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", reference_alignment)
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", reference_alignment)
 
 
 def reference_alignment(topk_ids, num_experts, block_m, expert_map=None):
     """vLLM's moe_align_block_size: slots sorted by local expert (slot order within one), each
     expert's list padded with the slot count to a multiple of ``block_m``; the expert of each
     block (-1 past the used ones); the padded total."""
-    from hexlayout.ops.moe_align import max_padded_slots
+    from hexlayout.ops.moe.align import max_padded_slots
 
     ids = topk_ids.reshape(-1).long()
     s = ids.numel()
@@ -358,8 +358,8 @@ def test_fused_moe_dispatches_prepared_weights_through_the_real_alignment(
     pipeline's own alignment kernels (moe_align)."""
     import hexlayout.ops as ops
 
-    real = importlib.import_module("hexlayout.ops.moe_align").run_moe_align
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", real)
+    real = importlib.import_module("hexlayout.ops.moe.align").run_moe_align
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", real)
     gen = torch.Generator().manual_seed(21)
     ck13, w13 = checkpoint("awq", 4, 8, 64, 128, 32, torch.float16, gen)
     ck2, w2 = checkpoint("awq", 4, 8, 64, 64, 32, torch.float16, gen)

@@ -7,7 +7,7 @@ mma.sync kernels too), and loads each thread's weight fragment with one vector l
 from __future__ import annotations
 
 import pytest
-from hexlayout.ops.moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+from hexlayout.ops.moe.wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
 
 from hexlayout.ir.tile import GlobalView
 from hexlayout.ir.walk import walk

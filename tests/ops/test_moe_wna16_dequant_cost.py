@@ -47,7 +47,7 @@ the generated code pairs each byte's two nibbles (the mma fragment's k order) an
 from __future__ import annotations
 
 import pytest
-from hexlayout.ops.moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+from hexlayout.ops.moe.wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
 
 from hexlayout.lang import bf16, f16
 from hexlayout.runtime import build

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hexlayout.ops.moe_wna16 import wna16_sm90_config  # noqa: E402
+from hexlayout.ops.moe.wna16 import wna16_sm90_config  # noqa: E402
 from test_moe_wna16 import _bound, _run, reference_alignment  # noqa: E402
 
 _LAUNCHED: list[str] = []
@@ -25,9 +25,9 @@ def _emulate_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_90a")
     # the alignment kernel has its own tests; a reference alignment keeps the emulated runs short
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", reference_alignment)
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", reference_alignment)
     # record which kernels run (the sm_90a ones, not the mma.sync fallback)
-    attention_args = importlib.import_module("hexlayout.ops.attention_args")
+    attention_args = importlib.import_module("hexlayout.ops.host.launch")
     build_for = attention_args.build_for
 
     def spy(kernel, device, consts):

@@ -11,7 +11,7 @@ C7510)."""
 from __future__ import annotations
 
 import pytest
-from hexlayout.ops.moe_wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+from hexlayout.ops.moe.wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
 
 from hexlayout.ir.tile import GlobalView
 from hexlayout.ir.walk import walk

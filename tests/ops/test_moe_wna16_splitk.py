@@ -15,9 +15,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hexlayout.ops.moe_wna16 import wna16_config, wna16_sm90_config, wna16_split_k  # noqa: E402
-from hexlayout.ops.moe_wna16_kernels import moe_wna16_down_kernel, moe_wna16_gate_up_kernel  # noqa: E402
-from hexlayout.ops.moe_wna16_kernels_sm90 import (  # noqa: E402
+from hexlayout.ops.moe.wna16 import wna16_config, wna16_sm90_config, wna16_split_k  # noqa: E402
+from hexlayout.ops.moe.wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel  # noqa: E402
+from hexlayout.ops.moe.wna16_kernels_sm90 import (  # noqa: E402
     moe_wna16_down_sm90_kernel,
     moe_wna16_gate_up_sm90_kernel,
 )
@@ -34,8 +34,8 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HEXLAYOUT_EMULATE_ARCH", raising=False)
     monkeypatch.delenv("HEXLAYOUT_MOE_SPLIT_K", raising=False)
     # the alignment kernel has its own tests; a reference alignment keeps the emulated runs short
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe"), "run_moe_align", reference_alignment)
-    attention_args = importlib.import_module("hexlayout.ops.attention_args")
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", reference_alignment)
+    attention_args = importlib.import_module("hexlayout.ops.host.launch")
     build_for = attention_args.build_for
 
     def spy(kernel, device, consts):

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.attention import paged_attention, run_paged_attention  # noqa: E402
+from hexlayout.ops.attention.paged import paged_attention, run_paged_attention  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -229,7 +229,7 @@ def test_fake_tensors() -> None:
 def test_kernel_is_at_most_150_lines() -> None:
     import inspect
 
-    from hexlayout.ops import attention_kernels
+    from hexlayout.ops.attention import paged_kernels_sm80 as attention_kernels
 
     for fn in (attention_kernels.paged_attention_kernel, attention_kernels.paged_attention_combine_kernel):
         src = inspect.getsource(fn)

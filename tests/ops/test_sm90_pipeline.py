@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from hexlayout.ops.gemm import gemm_build
-from hexlayout.ops.gemm_config import CONFIGS, SM90_EPILOGUE_SMEM, SM90_MAX_STAGES, sm90_stages
+from hexlayout.ops.gemm.config import CONFIGS, SM90_EPILOGUE_SMEM, SM90_MAX_STAGES, sm90_stages
+from hexlayout.ops.gemm.op import gemm_build
 
 import hexlayout.lang as hl
 from hexlayout.arch import get_arch
@@ -65,7 +65,7 @@ def test_k_zero_writes_a_zero_product(staged: bool) -> None:
     with no k-tile at all the accumulator is zero-filled after the loop, so c = 0 (emulated;
     c starts as NaN)."""
     import numpy as np
-    from hexlayout.ops.gemm_kernels import gemm_sm90_kernel
+    from hexlayout.ops.gemm.kernels import gemm_sm90_kernel
 
     from hexlayout.emulator import run
     from hexlayout.synth.solve import synthesize

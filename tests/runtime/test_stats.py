@@ -276,7 +276,7 @@ needs_toolchain = pytest.mark.skipif(not _toolchain(), reason="needs NVRTC or nv
 
 
 def _configs() -> list[Any]:
-    from hexlayout.ops.gemm_config import CONFIGS
+    from hexlayout.ops.gemm.config import CONFIGS
 
     return [*CONFIGS["sm_80"], *CONFIGS["sm_90a"]]
 
@@ -284,7 +284,7 @@ def _configs() -> list[Any]:
 @needs_toolchain
 @pytest.mark.parametrize("cfg", _configs(), ids=str)
 def test_shipped_gemm_config_structure(cfg: Any) -> None:
-    from hexlayout.ops.gemm import gemm_build
+    from hexlayout.ops.gemm.op import gemm_build
 
     from hexlayout.lang import bf16
 

@@ -1,0 +1,19 @@
+"""Attention: ``paged_attention`` over a paged KV cache and ``attention_varlen`` over packed
+variable-length sequences (``hexlayout.ops.*``, ``torch.ops.hexlayout.*``), and the
+``scaled_dot_product_attention`` anchor of the fusion backend.
+
+- ``args``: argument checks (also of the KV cache layout ``reshape_and_cache`` writes);
+- ``paged`` / ``varlen``: host dispatch; ``paged_kernels_sm80``, ``varlen_kernels_sm80``,
+  ``kernels_sm90``: the kernels per architecture;
+- ``torch_paged`` / ``torch_varlen``: the torch.library registrations;
+- ``sdpa_anchor``: the fusion anchor.
+"""
+
+from ..host.torch import HAVE_TORCH
+from .paged import paged_attention
+from .varlen import attention_varlen
+
+if HAVE_TORCH:
+    from . import torch_paged, torch_varlen  # noqa: F401 - register the torch ops
+
+__all__ = ["paged_attention", "attention_varlen"]

@@ -1,0 +1,317 @@
+"""Attention kernels for sm_90a (wgmma) in the tile language, layout-free
+(``hexlayout.ops.attention`` dispatches to them on sm_90a).
+
+``paged_attention_sm90_kernel(dtype, split)`` has the semantics, arguments and constants of
+``attention_kernels.paged_attention_kernel`` (same math: for sequence ``s`` and query head
+``h = kvh * G + g``, ``o_i = sum_j softmax_j(s_ij) v_j`` over the visible keys with ``s_ij =
+(q_i . k_j) * scale`` (softcap: ``c * tanh(s_ij / c)``), bottom-right causal / window masks,
+``lse_i = log sum_j exp(s_ij)``; split-KV partials for ``paged_attention_combine_kernel``);
+only the machine code differs:
+
+- one or two consumer warp groups (``WG``; ``BM = 64 * WG`` rows of (token, query head of the
+  group), each warp group owning 64 rows);
+- ``S = Q K^T`` is one wgmma group reading Q and K from shared memory; ``O += P V`` a wgmma
+  group whose A operand is P in registers (the f32 scores of the first product, exponentiated
+  and cast in place) and whose B operand is the V tile in shared memory, read transposed
+  (MN-major);
+- K and V pages are gathered through the block table with cp.async into two shared buffers:
+  block ``j + 1`` loads while block ``j`` is used. cp.async writes through the generic
+  proxy and wgmma reads through the async proxy, so every thread fences its landed copies
+  (``hl.fence_proxy_async``) before the barrier that precedes the wgmma;
+- the online softmax runs in the log2 domain (``qk_scale = scale * log2(e)`` (> 0) applied to
+  the row max and inside the exponential's argument, one FMA; or ``scale / c`` and ``cap = c *
+  log2(e)`` with a softcap), ``exp2_approx`` (one MUFU.EX2), with masks only in the key blocks
+  that need them: without a window, the blocks below ``n_full`` are visible to every row.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.ir.expr import select
+from hexlayout.lang import f32, i32
+
+from .paged_kernels_sm80 import LN2, NEG_INF
+
+__all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
+           "VARLEN_SM90_CONFIGS", "tma_compatible"]
+
+#: The varlen kernel's tiles per padded head size: 128 query rows (two consumer warp groups of
+#: 64), ``BN`` keys per stage, ``STAGES`` K/V stages (``tests/ops/test_attention_sm90_compile.py``
+#: compiles each without spills).
+VARLEN_SM90_CONFIGS: dict[int, dict[str, int]] = {
+    64: {"BM": 128, "BN": 64, "STAGES": 4},
+    128: {"BM": 128, "BN": 64, "STAGES": 3},
+    256: {"BM": 128, "BN": 64, "STAGES": 2},
+}
+#: With a left bound or a softcap (more live values in the masked blocks): head size 256 takes
+#: 32 keys per stage.
+VARLEN_SM90_HEAVY: dict[int, dict[str, int]] = {256: {"BN": 32, "STAGES": 3}}
+
+TQ, TK, H, D, NB, BS, KVH, B1, B, MAXB, SP = hl.dims("TQ TK H D NB BS KVH B1 B MAXB SP")
+SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
+SKT, SKH, SVT, SVH = hl.dims("SKT SKH SVT SVH")
+
+
+@cache
+def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
+    """The sm_90a paged attention kernel for ``dtype`` (f16 / bf16); ``split``: split-KV partial
+    outputs (see the module docstring and ``attention_kernels.paged_attention_kernel``).
+    Constants: ``BM`` (= 64 * ``WG``), ``BN``, ``HEAD_DIM``, ``BLOCK``, ``WG``, ``CAUSAL``,
+    ``WINDOW``, ``SOFTCAP``, ``TILES``, ``SPLITS``."""
+    dt = dtype
+    o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
+    lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
+
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"paged_attention_sm90_{dt}")
+    def paged_attention_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
+                             k_cache: dt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
+                             v_cache: dt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
+                             cu_seqlens_q: i32[B1], seqused_k: i32[B],
+                             block_table: i32[B, MAXB].strides(SBT, 1),
+                             o: o_t, lse: lse_t,  # type: ignore
+                             G: i32, qk_scale: f32, cap: f32, left: i32, right: i32,
+                             SQT: i32, SQH: i32, SKB: i32, SKS: i32, SKC: i32,
+                             SVB: i32, SVS: i32, SVC: i32, SBT: i32,
+                             *, BM: int = 64, BN: int = 64, HEAD_DIM: int = 128, BLOCK: int = 16, WG: int = 1,
+                             CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
+                             SPLITS: int = 1):
+        s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
+        mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
+        q0 = cu_seqlens_q[s]
+        sq_len = cu_seqlens_q[s + 1] - q0
+        n = seqused_k[s]
+        m0 = mt * BM
+        r = hl.iota((BM,), 0) + m0                             # this block's rows
+        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
+        head = r % G + kvh * G
+        shift = n - sq_len                                     # bottom-right alignment
+        n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1) if CAUSAL else n
+        nblk = hl.cdiv(n_end, BN)
+        per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
+        lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
+        if WINDOW:
+            n_full = lo                                        # every block masked (no unmasked loop)
+        elif CAUSAL:                                           # keys every row sees: j <= m0 // G + shift
+            n_full = hl.maximum(lo, hl.minimum(hi, hl.minimum(n, m0 // G + shift + 1) // BN))
+        else:
+            n_full = hl.maximum(lo, hl.minimum(hi, n // BN))
+        lim = hl.minimum(n, hi * BN)                           # keys this split loads
+
+        sq = hl.shared(dt, (BM, HEAD_DIM))
+        sk = hl.shared(dt, (BN, HEAD_DIM, 2))
+        sv = hl.shared(dt, (BN, HEAD_DIM, 2))
+
+        def load(j: Any, buf: Any) -> None:                    # key block j into buffer buf
+            pos = hl.iota((BN,), 0) + j * BN
+            page = hl.register(i32, (BN,))
+            hl.copy(block_table[s, pos // BLOCK], page)
+            page = hl.where(pos < lim, page, -1)               # past the end: no row, no read
+            hl.copy(k_cache[page, pos % BLOCK, kvh, 0:HEAD_DIM], sk[:, :, buf])
+            hl.copy(v_cache[page, pos % BLOCK, kvh, 0:HEAD_DIM], sv[:, :, buf])
+
+        hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
+        load(lo, lo % 2)
+        hl.commit_group()
+        m_i = hl.full((BM, 1), NEG_INF, f32)
+        l_i = hl.zeros((BM, 1), f32)
+        acc = hl.zeros((BM, HEAD_DIM), f32)
+        qpos = (hl.iota((BM, BN), 0) + m0) // G + shift        # the key aligned with each row
+        mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
+        for masked in (True,) if WINDOW else (False, True):
+            for j in (hl.range(n_full, hi) if masked else hl.range(lo, n_full)):
+                buf = j % 2
+                hl.wait_group(0)                               # block j landed (this thread's part)
+                hl.fence_proxy_async()                         # ... and is visible to wgmma
+                hl.syncthreads()                               # everyone's part; buf ^ 1 is free
+                load(j + 1, 1 - buf)
+                hl.commit_group()
+
+                sc = hl.zeros((BM, BN), f32)
+                hl.wgmma_fence()
+                hl.mma(sq, sk[:, :, buf], sc)
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+                if SOFTCAP:
+                    sc = hl.tanh(sc * qk_scale) * cap
+                if masked:
+                    kj = hl.iota((BM, BN), 1) + j * BN
+                    valid = kj < n
+                    if CAUSAL:
+                        valid = valid & (kj <= qpos)
+                    if WINDOW:
+                        valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
+                    sc = hl.where(valid, sc, NEG_INF)
+                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * mult)   # the scale (> 0) on the max
+                m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
+                p = hl.exp2_approx(sc * mult - m_use)          # one FMA, one MUFU.EX2
+                alpha = hl.exp2_approx(m_i - m_use)
+                hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
+                acc *= alpha
+                hl.assign(m_i, m_new)
+                hl.wgmma_fence()
+                hl.mma(hl.cast(p, dt), sv[:, :, buf].T, acc)   # P from registers, V^T from shared
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+        hl.wait_group(0)
+
+        l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
+        r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
+        tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
+        head2 = r2 % G + kvh * G
+        if split:
+            hl.copy(acc / l_safe, o[sp, tok, head, 0:HEAD_DIM])
+            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[sp, head2, tok2])
+        else:
+            hl.copy(hl.cast(acc / l_safe, dt), o[tok, head, 0:HEAD_DIM])
+            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[head2, tok2])
+
+    return paged_attention_sm90
+
+
+@cache
+def attention_varlen_sm90_kernel(dtype: DType) -> Any:
+    """The sm_90a varlen (prefill) kernel for ``dtype``, FlashAttention-3's structure: the
+    semantics, arguments (the query tiles per sequence ``tiles`` a launch argument) and constants
+    ``BM`` / ``BN`` / ``HEAD_DIM`` / ``LEFT`` / ``RIGHT`` / ``SOFTCAP`` of
+    ``attention_varlen_kernels.attention_varlen_kernel`` (one block
+    per (sequence, query head, tile of ``BM = 128`` query rows); keys bounded by ``[-left,
+    right]`` around each row's aligned key ``i + Sk - Sq``), plus ``STAGES``.
+
+    Warp group 0 is the producer: with a lowered register budget one thread issues TMA loads
+    of the Q tile (on ``qbar``) and of the K and V tiles of every key block the tile sees into
+    a ``STAGES``-deep ring (``full[st]`` expects both tiles' bytes; it waits on ``empty[st]``
+    before reusing a stage). Warp groups 1 and 2 consume, 64 query rows each, with a raised
+    budget: S = Q K^T (wgmma from shared), the online softmax (log2 domain, FMA-folded scale,
+    ``exp2_approx``; masks only in the blocks that hold an invisible key), O += P V (P from
+    registers, V^T from shared), then release the stage. TMA reads whole tiles, so a
+    sequence's last, partial key block is shifted to end at its last key (keys ``Sk - BN ..
+    Sk - 1``, those before ``j * BN`` masked: seen in the previous block; before the first
+    sequence TMA zero-fills): K / V rows of other sequences or padding past ``cu_seqlens_k[-1]``
+    are never read (their weight would be 0, but 0 * NaN is NaN). Output rows are scattered
+    through index tiles (-1 past the sequence: never written). Needs q, k, v with 16-byte
+    aligned bases and row strides (TMA)."""
+    dt = dtype
+
+    @hl.kernel(threads=384, name=f"attention_varlen_sm90_{dt}")
+    def attention_varlen_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
+                              k: dt[TK, KVH, D].strides(SKT, SKH, 1),  # type: ignore
+                              v: dt[TK, KVH, D].strides(SVT, SVH, 1),  # type: ignore
+                              cu_seqlens_q: i32[B1], cu_seqlens_k: i32[B1],
+                              o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                              qk_scale: f32, cap: f32, left: i32, right: i32, tiles: i32,
+                              SQT: i32, SQH: i32, SKT: i32, SKH: i32, SVT: i32, SVH: i32,
+                              *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, STAGES: int = 2,
+                              LEFT: bool = False, RIGHT: bool = False, SOFTCAP: bool = False):
+        s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
+        kvh = h // (q.shape[1] // k.shape[1])
+        q0 = cu_seqlens_q[s]
+        sq_len = cu_seqlens_q[s + 1] - q0
+        k0 = cu_seqlens_k[s]
+        sk_len = cu_seqlens_k[s + 1] - k0
+        m0 = mt * BM
+        shift = sk_len - sq_len                                # bottom-right alignment
+        # key blocks [lo, hi) some row sees; [u_lo, u_hi) every row sees whole (no mask)
+        k_end = select(m0 < sq_len, sk_len, 0)                 # a tile past the queries: none
+        last = hl.minimum(m0 + BM, sq_len) - 1 + shift         # the last row's aligned key
+        full_k = sk_len
+        if RIGHT:
+            k_end = hl.maximum(hl.minimum(k_end, last + right + 1), 0)
+            full_k = hl.minimum(sk_len, m0 + shift + right + 1)
+        hi = hl.cdiv(k_end, BN)
+        lo = hl.minimum(hl.maximum(m0 + shift - left, 0) // BN, hi) if LEFT else 0
+        u_hi = hl.minimum(hl.maximum(full_k // BN, lo), hi)
+        if LEFT:
+            u_lo = hl.minimum(hl.maximum(hl.cdiv(hl.maximum(last - left, 0), BN), lo), u_hi)
+            segments = ((lo, u_lo, True), (u_lo, u_hi, False), (u_hi, hi, True))
+        else:
+            segments = ((lo, u_hi, False), (u_hi, hi, True))
+
+        sw = hl.auto(swizzle="128B")
+        sq = hl.shared(dt, (BM, HEAD_DIM), layout=sw)
+        sk = hl.shared(dt, (BN, HEAD_DIM, STAGES), layout=sw)
+        sv = hl.shared(dt, (BN, HEAD_DIM, STAGES), layout=sw)
+        qbar = hl.mbarrier(1)
+        full = hl.mbarrier(STAGES)
+        empty = hl.mbarrier(STAGES)
+        hl.mbarrier_init(qbar, 0, arrivals=1)
+        for st in range(STAGES):
+            hl.mbarrier_init(full, st, arrivals=1)             # the producer's expect_tx arrival
+            hl.mbarrier_init(empty, st, arrivals=2)            # one per consumer warp group
+        hl.syncthreads()
+
+        with hl.warp_group(0):
+            hl.setmaxnreg(24, increase=False)
+            hl.arrive(qbar, 0, tx_bytes=sq.nbytes, who="one")
+            hl.copy(hl.view(q, tile=(BM, 1, HEAD_DIM), origin=(q0 + m0, h, 0))[:, 0, :], sq, mbarrier=qbar[0])
+            for j in hl.range(lo, hi):
+                st = (j - lo) % STAGES
+                hl.wait(empty, st, phase=(((j - lo) // STAGES) % 2) ^ 1)
+                hl.arrive(full, st, tx_bytes=sk[:, :, 0].nbytes + sv[:, :, 0].nbytes, who="one")
+                kv = (k0 + hl.minimum(j * BN, sk_len - BN), kvh, 0)   # the last block ends at Sk
+                hl.copy(hl.view(k, (BN, 1, HEAD_DIM), kv)[:, 0, :], sk[:, :, st], mbarrier=full[st])
+                hl.copy(hl.view(v, (BN, 1, HEAD_DIM), kv)[:, 0, :], sv[:, :, st], mbarrier=full[st])
+        with hl.else_():
+            hl.setmaxnreg(240, increase=True)
+            m_i = hl.full((BM, 1), NEG_INF, f32)
+            l_i = hl.zeros((BM, 1), f32)
+            acc = hl.zeros((BM, HEAD_DIM), f32)
+            mult = 1.0 if SOFTCAP else qk_scale                # softcapped scores are scaled
+            hl.wait(qbar, 0, phase=0)
+            for start, stop, masked in segments:
+                for j in hl.range(start, stop):
+                    st = (j - lo) % STAGES
+                    hl.wait(full, st, phase=((j - lo) // STAGES) % 2)
+                    sc = hl.zeros((BM, BN), f32)
+                    hl.wgmma_fence()
+                    hl.mma(sq, sk[:, :, st], sc, warps=hl.spatial(2, 1))
+                    hl.wgmma_commit()
+                    hl.wgmma_wait(0)
+                    if SOFTCAP:
+                        sc = hl.tanh(sc * qk_scale) * cap
+                    if masked:
+                        kj = hl.iota((BM, BN), 1) + hl.minimum(j * BN, sk_len - BN)
+                        qpos = hl.iota((BM, BN), 0) + (m0 + shift)   # each row's aligned key
+                        valid = kj >= j * BN                   # a shifted last block: seen before
+                        if LEFT:
+                            valid = valid & (kj >= qpos - left)
+                        if RIGHT:
+                            valid = valid & (kj <= qpos + right)
+                        sc = hl.where(valid, sc, NEG_INF)
+                    m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * mult)
+                    m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
+                    alpha = hl.exp2_approx(m_i - m_use)
+                    acc *= alpha
+                    p = hl.exp2_approx(sc * mult - m_use)
+                    hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
+                    hl.assign(m_i, m_new)
+                    hl.wgmma_fence()
+                    hl.mma(hl.cast(p, dt), sv[:, :, st].T, acc, warps=hl.spatial(2, 1))
+                    hl.wgmma_commit()
+                    hl.wgmma_wait(0)
+                    hl.arrive(empty, st, who="warpgroup")
+            inv = 1.0 / hl.where(l_i.eq(0.0), 1.0, l_i)
+            r = hl.iota((BM,), 0) + m0
+            tok = hl.where(r < sq_len, r + q0, -1)             # past the sequence: no row
+            hl.copy(hl.cast(acc * inv, dt), o[tok, h, 0:HEAD_DIM])
+            r2 = hl.iota((BM, 1), 0) + m0
+            tok2 = hl.where(r2 < sq_len, r2 + q0, -1)
+            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[h, tok2])
+
+    return attention_varlen_sm90
+
+
+def attention_varlen_sm90_consts(head_dim: int, left: bool, right: bool, softcap: bool) -> dict[str, Any]:
+    """Constants of ``attention_varlen_sm90_kernel`` for a padded head size ``head_dim``."""
+    cfg = VARLEN_SM90_CONFIGS[head_dim]
+    if left or softcap:
+        cfg = {**cfg, **VARLEN_SM90_HEAVY.get(head_dim, {})}
+    return {**cfg, "HEAD_DIM": head_dim, "LEFT": bool(left), "RIGHT": bool(right), "SOFTCAP": bool(softcap)}
+
+
+def tma_compatible(*tensors: Any) -> bool:
+    """TMA can load these (torch) tensors: 16-byte aligned data and strides but the last (1)."""
+    return all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               for t in tensors)

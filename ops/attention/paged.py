@@ -1,0 +1,245 @@
+"""``hexlayout.ops.paged_attention``: attention over a paged KV cache (FlashAttention's varlen
+semantics), mixed prefill and decode in one call.
+
+``paged_attention(q, key_cache, value_cache, cu_seqlens_q, seqused_k, block_table,
+max_seqlen_q, max_seqlen_k, *, softmax_scale=None, causal=True, window_size=(-1, -1),
+softcap=0.0, kv_layout="NHD", num_splits=0, return_lse=False)``:
+
+- ``q`` ``[total_q, H, D]`` (any strides with a contiguous last dimension: a slice of a fused
+  QKV output works); sequence ``s`` owns rows ``cu_seqlens_q[s] .. cu_seqlens_q[s+1]``
+  (``cu_seqlens_q`` ``[B+1]`` int32) and has ``Sk = seqused_k[s]`` keys (``[B]`` int32, the
+  context length including the new tokens);
+- caches ``[num_blocks, block_size, KVH, D]`` (``kv_layout="NHD"``) or ``[num_blocks, KVH,
+  block_size, D]`` (``"HND"``; e.g. the halves ``[..., :D]`` / ``[..., D:]`` of vLLM's CPU
+  ``[num_blocks, KVH, block_size, 2·D]`` tensor); block sizes 16, 32, 64, 128; key ``j`` of
+  sequence ``s`` is row ``j % block_size`` of block ``block_table[s, j // block_size]``
+  (``[B, max_blocks]`` int32; entries past a sequence's last block are never read);
+- ``o_i = sum_j softmax_j(s_ij) v_j`` over the visible keys, ``s_ij = (q_i . k_j) * scale``
+  (``scale = softmax_scale`` or ``D^-0.5``; ``softcap > 0``: ``softcap * tanh(s_ij / softcap)``),
+  key ``j`` visible from query ``i`` (0-based within its sequence) when ``j < Sk`` and, with
+  ``causal``, ``j <= i + Sk - Sq`` (bottom-right aligned), and with ``window_size = (left,
+  right)`` (-1 = unbounded) ``i + Sk - Sq - left <= j <= i + Sk - Sq + right``; query head ``h``
+  reads KV head ``h // (H / KVH)`` (GQA / MQA, any ratio). A row with no visible key is 0;
+  ``lse`` ``[H, total_q]`` fp32 is ``log sum_j exp(s_ij)`` (natural log, -inf for such a row).
+- Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: they hold whatever
+  ``torch.empty`` gave (0 and -inf lse on the emulated CPU path, which starts from zeros).
+
+Returns ``out`` (``[total_q, H, D]``, q's dtype), or ``(out, lse)`` with ``return_lse=True``.
+``max_seqlen_q`` sizes the grid (never the tensor contents: no host synchronization), so it
+must bound every sequence's query count; the content checks of ``check_paged_attention``
+enforce that on CPU and, on CUDA, under ``HEXLAYOUT_CHECK=1``.
+
+Split-KV: ``num_splits > 1`` (at most 16) runs the kernel with each split taking its share of
+every sequence's key blocks, writing normalized partial outputs and LSEs (f32 workspaces), and
+a combine kernel merging them (``o = sum_sp exp(lse_sp - lse) o_sp``, ``lse = log sum_sp
+exp(lse_sp)``); ``num_splits=0`` chooses from the grid's block count, ``max_seqlen_k`` and the
+SM count (``choose_splits``; 1 on the CPU), never from tensor contents.
+
+On sm_90a (a Hopper device, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` in the emulator) the kernel
+is ``attention_kernels_sm90.paged_attention_sm90_kernel`` (wgmma for both products, same
+arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..host.device import kernel_arch, sm_count
+from ..host.launch import build_for, lang_dtype, run_kernel
+from .args import check_paged_attention, head_dim_tile
+from .kernels_sm90 import paged_attention_sm90_kernel
+from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_kernel
+
+__all__ = [
+    "paged_attention",
+    "paged_attention_consts",
+    "paged_attention_sm90_consts",
+    "run_paged_attention",
+]
+
+LOG2E = 1.4426950408889634
+
+
+def paged_attention_consts(
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+) -> dict[str, Any]:
+    """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps (16 keys for
+    head size 256, which then fits 254 registers without spills); the grid's row tiles from
+    ``max_seqlen_q`` and the group size."""
+    bm = 64
+    hd = head_dim_tile(head_size)
+    return {
+        "BM": bm,
+        "BN": 16 if hd == 256 else 32,
+        "HEAD_DIM": hd,
+        "BLOCK": block_size,
+        "WARPS": 4,
+        "CAUSAL": bool(causal),
+        "WINDOW": bool(window),
+        "SOFTCAP": bool(softcap),
+        "TILES": max(1, -(-max_seqlen_q * group // bm)),
+    }
+
+
+def paged_attention_sm90_consts(
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+) -> dict[str, Any]:
+    """The sm_90a kernel's constants: one warp group (64 rows), 64 keys per step."""
+    consts = paged_attention_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
+    del consts["WARPS"]
+    return {**consts, "BN": 64, "WG": 1}
+
+
+def paged_attention(
+    q: Any,
+    key_cache: Any,
+    value_cache: Any,
+    cu_seqlens_q: Any,
+    seqused_k: Any,
+    block_table: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    kv_layout: str = "NHD",
+    num_splits: int = 0,
+    return_lse: bool = False,
+) -> Any:
+    """Paged attention (see the module docstring): ``out`` or ``(out, lse)``."""
+    check_paged_attention(
+        q,
+        key_cache,
+        value_cache,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        kv_layout,
+        num_splits,
+    )
+    out, lse = run_paged_attention(
+        q,
+        key_cache,
+        value_cache,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        max_seqlen_q,
+        softmax_scale,
+        causal,
+        tuple(window_size),
+        softcap,
+        kv_layout,
+        num_splits=num_splits,
+        max_seqlen_k=max_seqlen_k,
+    )
+    return (out, lse) if return_lse else out
+
+
+def run_paged_attention(
+    q: Any,
+    key_cache: Any,
+    value_cache: Any,
+    cu_seqlens_q: Any,
+    seqused_k: Any,
+    block_table: Any,
+    max_seqlen_q: int,
+    softmax_scale: float | None,
+    causal: bool,
+    window_size: tuple[int, int],
+    softcap: float,
+    kv_layout: str,
+    out: Any = None,
+    lse: Any = None,
+    num_splits: int = 0,
+    max_seqlen_k: int = 0,
+) -> tuple[Any, Any]:
+    """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given."""
+    import torch
+
+    tq, h, d = q.shape
+    kc = key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2)
+    vc = value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2)
+    bs, kvh = kc.shape[1], kc.shape[2]
+    fresh = torch.zeros if q.device.type == "cpu" else torch.empty
+    if out is None:
+        out = fresh((tq, h, d), dtype=q.dtype, device=q.device)
+    if lse is None:
+        lse = fresh((h, tq), dtype=torch.float32, device=q.device)
+        if q.device.type == "cpu":
+            lse.fill_(float("-inf"))
+    b = seqused_k.shape[0]
+    if b == 0 or tq == 0:
+        return out, lse
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    left, right = window_size
+    window = left >= 0 or right >= 0
+    cap = float(softcap)
+    qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
+    sm90 = kernel_arch(q.device) == "sm_90a"
+    consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
+    kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
+    consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap > 0)
+    splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
+    dt = lang_dtype(q.dtype)
+    if splits > 1:
+        consts["SPLITS"] = splits
+        o_part = torch.empty((splits, tq, h, d), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((splits, h, tq), dtype=torch.float32, device=q.device)
+        bld = build_for(kernel_of(dt, True), q.device, consts)
+    else:
+        o_part, lse_part = out, lse
+        bld = build_for(kernel_of(dt), q.device, consts)
+    big = 1 << 30  # an unbounded side of a window
+    args = (
+        q,
+        kc,
+        vc,
+        cu_seqlens_q,
+        seqused_k,
+        block_table,
+        o_part,
+        lse_part,
+        h // kvh,
+        qk_scale,
+        cap_arg,
+        left if left >= 0 else big,
+        right if right >= 0 else big,
+    )
+    run_kernel(bld, args, outputs=(6, 7), strides=(0, 1, 2, 5))
+    if splits > 1:
+        comb = build_for(
+            paged_attention_combine_kernel(dt),
+            q.device,
+            {"ROWS": 16, "HEAD_DIM": consts["HEAD_DIM"], "SPLITS": splits},
+        )
+        run_kernel(comb, (o_part, lse_part, cu_seqlens_q, out, lse), outputs=(3, 4))
+    return out, lse
+
+
+#: The largest split count (each count is its own build).
+MAX_SPLITS = 16
+
+
+def choose_splits(device: Any, blocks: int, max_seqlen_k: int) -> int:
+    """Split-KV count when the caller leaves it to the op: from the grid's block count, the
+    longest context and the device's SM count only (never tensor contents: capture-safe).
+    1 on the CPU (emulator) and when the blocks fill the SMs or contexts are short; else as
+    many splits as fill the SMs, each with at least 256 keys, at most 8."""
+    if device.type != "cuda" or max_seqlen_k <= 256:
+        return 1
+    sms = sm_count(device)
+    if blocks >= sms:
+        return 1
+    return max(1, min(8, sms // max(blocks, 1), -(-max_seqlen_k // 256)))
+
+

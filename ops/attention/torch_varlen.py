@@ -1,0 +1,70 @@
+"""``torch.ops.hexlayout.attention_varlen``: varlen attention registered with torch.library.
+
+Schema: ``attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor
+cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool
+causal=False, int[2] window_size=[-1, -1], float softcap=0.0) -> (Tensor out, Tensor lse)``:
+always both outputs (``out`` ``[total_q, H, D]`` in q's dtype, ``lse`` ``[H, total_q]`` fp32;
+semantics in ``hexlayout.ops.attention_varlen``). Every path (CUDA, CPU under
+``HEXLAYOUT_EMULATE=1``, fake) first runs
+``hexlayout.ops.attention_args.check_attention_varlen``; the fake implementation gives the two
+outputs' shapes, dtypes and device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hexlayout.runtime.torch_ops import define_op
+
+from .args import check_attention_varlen
+from .varlen import run_attention_varlen
+
+__all__ = ["attention_varlen_op"]
+
+SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+    "int max_seqlen_k, float? softmax_scale=None, bool causal=False, int[2] window_size=[-1, -1], "
+    "float softcap=0.0) -> (Tensor, Tensor)"
+)
+
+
+def _fake(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: Any = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[Any, Any]:
+    import torch
+
+    tq, h, d = q.shape
+    return q.new_empty((tq, h, d)), q.new_empty((h, tq), dtype=torch.float32)
+
+
+def _impl(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: Any = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[Any, Any]:
+    return run_attention_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, tuple(window_size), softcap
+    )
+
+
+attention_varlen_op = define_op(
+    "attention_varlen", SCHEMA, fake=_fake, impl=_impl, check=check_attention_varlen
+)

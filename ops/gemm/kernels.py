@@ -1,0 +1,313 @@
+"""GEMM kernels in the tile language, layout-free: the anchors of post-scheduling fusion.
+
+``c[M, N] = a[M, K] @ B`` where ``B`` is ``b[N, K]^T`` (``b_layout="nk"``, K-major) or
+``b[K, N]`` (``b_layout="kn"``, N-major), f16 or bf16 inputs, f32 accumulation, output in
+the input type. The kernels are scheduled alone; their operand loads and their stores of
+the accumulator (``copy(cast(acc), view(c))``, or with ``stage_epilogue=True``
+``copy(cast(acc window), staging tile)`` then ``copy(staging tile, view(c))``) are the
+fusion points where
+``hexlayout.fusion`` puts prologues and epilogues (bias, activation, residual, scale, ...):
+``hexlayout.ops.gemm`` builds its epilogue that way.
+
+- ``gemm_sm80_kernel``: multistage cp.async pipeline (``STAGES`` shared buffers, one
+  barrier per k-tile), shared -> register copies and mma.sync; synthesis picks the
+  swizzles, ldmatrix (.trans for an N-major B), the mma atom and the warp arrangement.
+- ``gemm_sm90_kernel``: warp-specialized: warp group 0 issues TMA copies into
+  ``STAGES`` stages (``full``/``empty`` mbarriers), the consumer warp groups run wgmma
+  from shared memory and the epilogue; register budgets move with setmaxnreg. Persistent
+  over output tiles: ``GRID`` blocks walk the tiles (``GRID = 0``: one block per tile).
+
+Kernels are built by factories specialized on the dtype and the B layout; tile shapes are
+keyword constants of the kernel. ``gemm_anchor(arch, dtype, b_layout)`` is the factory of
+an architecture; importing this module registers it with ``hexlayout.fusion`` (the GEMM
+anchors ``mm``, ``addmm``, ``linear``, ``bmm``).
+"""
+
+# Annotations are evaluated when a kernel is defined (no ``from __future__ import annotations``):
+# the tensor types depend on the factory's arguments.
+import contextlib
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32
+
+__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_anchor", "ARCH_KERNELS"]
+
+M, N, K = hl.dims("M N K")
+
+
+def _check(dtype: DType, b_layout: str) -> None:
+    if dtype.name not in ("f16", "bf16"):
+        raise ValueError(f"hexlayout gemm: inputs must be f16 or bf16, not {dtype}")
+    if b_layout not in ("nk", "kn"):
+        raise ValueError(f"hexlayout gemm: b_layout must be 'nk' (b is N x K) or 'kn' (b is K x N), "
+                         f"not {b_layout!r}")
+
+
+def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
+    """Columns of the output tile staged at once on sm_90a: the widest power-of-two divisor
+    ``w`` of ``bn`` whose ``bm x w`` tile fits ``SM90_EPILOGUE_SMEM`` (the shared memory
+    ``sm90_stages`` leaves beside the pipeline stages)."""
+    from .config import SM90_EPILOGUE_SMEM
+
+    w = bn
+    while w > 8 and (bm * w * dt.bytes > SM90_EPILOGUE_SMEM or bn % w):
+        w //= 2
+    return w
+
+
+@cache
+def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
+    """The Ampere multistage GEMM ``c = a @ B`` for ``dtype`` / ``b_layout``; the accumulator
+    is stored from registers in one ``BM x BN`` store, or with ``stage_epilogue=True`` (or
+    the kernel constant ``STAGE_EPILOGUE``) through shared memory in 16-byte stores (rows of
+    ``c`` must then be 16-byte aligned: ``N % 8 == 0``; ``hexlayout.ops.gemm`` chooses it
+    whenever they are)."""
+    _check(dtype, b_layout)
+    dt = dtype
+    b_shape = (N, K) if b_layout == "nk" else (K, N)
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{b_layout}")
+    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
+             *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4,
+             STAGE_EPILOGUE: bool = False):
+        staged = stage_epilogue or STAGE_EPILOGUE
+        Mx, Kx = a.shape
+        Nx = c.shape[1]
+        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
+        m0, n0 = pid_m * BM, pid_n * BN
+        num_k = hl.cdiv(Kx, BK)
+        sa = hl.shared(dt, (BM, BK, STAGES))
+        sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
+        acc = hl.zeros((BM, BN), f32)
+
+        def load(kt: Any, s: Any) -> None:
+            hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, kt * BK)), sa[:, :, s])
+            if b_layout == "nk":
+                hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, kt * BK)), sb[:, :, s])
+            else:
+                hl.copy(hl.view(b, tile=(BK, BN), origin=(kt * BK, n0)), sb[:, :, s])
+
+        for s in range(STAGES - 1):
+            load(s, s)
+            hl.commit_group()
+        for k in hl.range(num_k):
+            hl.wait_group(STAGES - 2)
+            hl.syncthreads()
+            kn = k + (STAGES - 1)
+            load(kn, kn % STAGES)
+            hl.commit_group()
+            s = k % STAGES
+            ra = hl.register(dt, (BM, BK))
+            rb = hl.register(dt, (BN, BK))
+            hl.copy(sa[:, :, s], ra)
+            hl.copy(sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, rb)
+            hl.mma(ra, rb, acc)
+        hl.wait_group(0)
+        # the fusion point of epilogues: the accumulator stored, or staged through shared memory (32-bit
+        # shared stores, 16-byte shared loads and global stores: stmatrix is sm_90+) in column
+        # windows of W = BK columns (32 for the 64 x 64 tile), through the first A stage buffer,
+        # which the main loop no longer reads after the first barrier (no extra shared memory;
+        # 128x128x32 on 4 warps: 231 registers, no spills, where a separate BM x BN tile spilled
+        # at 255; at 64x64x64 with a K x N B, ptxas held 96 registers and spilled 8 B with
+        # 64-column windows, none with 32; 32 at 128x128x64 spilled 4 B instead)
+        W = min(BK, 32) if (BM, BN) == (64, 64) else BK
+        if not staged:
+            hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+        elif BN % W:
+            raise ValueError(f"hexlayout gemm: gemm_sm80 stages its epilogue in {W}-column windows: "
+                             f"BN ({BN}) must be a multiple of {W}")
+        sc = sa[:, :W, 0] if staged else None
+        for j in range(BN // W if staged else 0):
+            hl.syncthreads()
+            hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
+            hl.syncthreads()
+            hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+
+    return gemm
+
+
+@cache
+def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
+                     peer_release: bool = True) -> Any:
+    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``; the
+    accumulator is stored from registers, or with ``stage_epilogue=True`` (or the kernel
+    constant ``STAGE_EPILOGUE``) by stmatrix and TMA stores (``c``'s row stride must then be a
+    multiple of 16 bytes: ``N % 8 == 0``).
+
+    ``CLUSTER=2`` (one block per tile, ``GRID=0``): 2-CTA clusters whose blocks take the tiles
+    ``(m, 2j)`` and ``(m, 2j + 1)``, which share the A tile: each CTA loads one half
+    (``BM/2`` rows) of every A k-tile by TMA and multicasts it into both CTAs' stage, so every
+    CTA's full barrier expects the whole stage's bytes; a stage is refilled only after the
+    consumers of both CTAs released it (each consumer warp group arrives on its own and on
+    the peer's empty barrier, which expect ``2 * CONSUMERS`` arrivals); cluster barriers follow
+    the barrier inits and precede exit. ``peer_release=False`` leaves out the arrive on the
+    peer (expecting ``CONSUMERS`` arrivals): the broken pipeline the emulator must reject."""
+    _check(dtype, b_layout)
+    dt = dtype
+    b_shape = (N, K) if b_layout == "nk" else (K, N)
+
+    def cluster_of(c: dict[str, Any]) -> tuple[int, ...] | None:
+        return (2, 1, 1) if c["CLUSTER"] == 2 else None
+
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), cluster=cluster_of,
+               name=f"gemm_sm90_{dt}_{b_layout}")
+    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
+             *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
+             GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
+        staged = stage_epilogue or STAGE_EPILOGUE
+        if CLUSTER not in (1, 2) or (CLUSTER == 2 and (GRID or BM % 128)):
+            raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0) "
+                             f"and BM a multiple of 128 (got GRID={GRID}, BM={BM})")
+        Mx, Kx = a.shape
+        Nx = c.shape[1]
+        tiles_m, tiles_n = hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)
+        num_tiles = tiles_m * tiles_n
+        num_k = hl.cdiv(Kx, BK)
+        sa = hl.shared(dt, (BM, BK, STAGES))
+        sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
+        W = _epilogue_window(BM, BN, dt)
+        sc = hl.shared(dt, (BM, W)) if staged else None
+        full = hl.mbarrier(STAGES)
+        empty = hl.mbarrier(STAGES)
+        clustered = CLUSTER == 2
+        for s in range(STAGES):
+            hl.mbarrier_init(full, s, arrivals=1)
+            hl.mbarrier_init(empty, s, arrivals=CONSUMERS * (2 if clustered and peer_release else 1))
+        if clustered:
+            hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
+        else:
+            hl.syncthreads()
+        rank: Any = 0
+        if clustered:
+            pairs_n = hl.cdiv(tiles_n, 2)
+            pid = hl.grid(hl.spatial(2 * tiles_m * pairs_n))
+            rank = hl.cluster_rank()
+            my_tiles = 1
+        elif GRID:
+            pid = hl.grid(hl.spatial(GRID))
+            my_tiles = hl.cdiv(hl.maximum(num_tiles - pid, 0), GRID)
+        else:
+            pid = hl.grid(hl.spatial(num_tiles))
+            my_tiles = 1
+
+        def origin(t: Any) -> tuple[Any, Any]:
+            if clustered:        # cluster pid // 2 takes tiles (m, 2j) and (m, 2j + 1): one A tile
+                pair = pid // 2
+                return (pair // pairs_n) * BM, (2 * (pair % pairs_n) + rank) * BN
+            tile = pid + t * (GRID or 1)
+            return (tile // tiles_n) * BM, (tile % tiles_n) * BN
+
+        def release(stage: Any) -> None:
+            hl.arrive(empty, stage, who="warpgroup")
+            if clustered and peer_release:
+                hl.arrive(empty, stage, who="warpgroup", cta=1 - rank)
+
+        stage_bytes = sa[:, :, 0].nbytes + sb[:, :, 0].nbytes
+        H = BM // 2
+        with hl.warp_group(0):
+            hl.setmaxnreg(40, increase=False)
+            for t in hl.range(my_tiles):
+                m0, n0 = origin(t)
+                for k in hl.range(num_k):
+                    it = t * num_k + k
+                    s = it % STAGES
+                    hl.wait(empty, s, phase=((it // STAGES) % 2) ^ 1)
+                    hl.arrive(full, s, tx_bytes=stage_bytes, who="one")
+                    if clustered:    # this CTA's half of the shared A tile, into both CTAs
+                        with hl.if_(rank.eq(0)):
+                            hl.copy(hl.view(a, tile=(H, BK), origin=(m0, k * BK)), sa[0:H, :, s],
+                                    mbarrier=full[s], multicast=3)
+                        with hl.else_():
+                            hl.copy(hl.view(a, tile=(H, BK), origin=(m0 + H, k * BK)), sa[H:BM, :, s],
+                                    mbarrier=full[s], multicast=3)
+                    else:
+                        hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=full[s])
+                    if b_layout == "nk":
+                        hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=full[s])
+                    else:
+                        hl.copy(hl.view(b, tile=(BK, BN), origin=(k * BK, n0)), sb[:, :, s], mbarrier=full[s])
+        with hl.else_():
+            hl.setmaxnreg(232, increase=True)
+            for t in hl.range(my_tiles):
+                m0, n0 = origin(t)
+                # no zeroed accumulator: the tile's first wgmma writes it (scale-d 0, the first
+                # k-tile peeled off the loop), so ptxas sees no register writes between the
+                # wgmmas of a tile (no C7515) and the loop has no first-iteration test
+                acc = hl.register(f32, (BM, BN))
+
+                def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
+                    it = t * num_k + k
+                    s = it % STAGES
+                    hl.wait(full, s, phase=(it // STAGES) % 2)
+                    hl.wgmma_fence()
+                    hl.mma(sa[:, :, s], sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
+                           warps=hl.spatial(CONSUMERS, 1), accumulate=not first)
+                    hl.wgmma_commit()
+                    # keep one wgmma group in flight: the previous k-tile's has retired, release its stage
+                    hl.wgmma_wait(1)
+                    if not first:
+                        release((it + STAGES - 1) % STAGES)
+
+                with hl.if_(num_k > 0):
+                    consume(0, True)
+                for k in hl.range(1, num_k):
+                    consume(k, False)
+                hl.wgmma_wait(0)
+                with hl.if_(num_k > 0):
+                    release((t * num_k + num_k - 1) % STAGES)
+                with hl.if_(num_k.eq(0)):                   # K = 0: the product is zero
+                    hl.assign(acc, hl.zeros((BM, BN), f32))
+                # the fusion point of epilogues: the accumulator staged through shared memory
+                # (stmatrix, then a TMA store), in column windows of at most
+                # SM90_EPILOGUE_SMEM bytes; the first barrier waits for the previous
+                # window's (or tile's) TMA store to have read sc
+                # (a cluster's second tile past the last column - odd tile counts - stores nothing)
+                with hl.if_(n0 < Nx) if clustered else contextlib.nullcontext():
+                    if not staged:
+                        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+                    for j in range(BN // W if staged else 0):
+                        hl.syncthreads()
+                        hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
+                        hl.syncthreads()
+                        hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+        if clustered:
+            hl.cluster_sync()        # no CTA exits while its peer may still multicast into it
+
+    return gemm
+
+
+#: The GEMM factory of each architecture (sm_89 runs the Ampere kernel).
+ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
+
+
+def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False) -> Any:
+    """The GEMM anchor kernel for ``arch``; ``staged=True``: one whose operand loads are plain
+    copies into shared memory (not TMA), so that a computing prologue can replace them (the
+    Ampere kernel, which every supported architecture runs). The accumulator is stored from
+    registers in one piece, or with the constant ``STAGE_EPILOGUE=True`` through shared
+    memory (rows of ``c`` 16-byte aligned: ``N % 8 == 0``)."""
+    if arch not in ARCH_KERNELS:
+        raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; supported: "
+                         f"{', '.join(ARCH_KERNELS)}")
+    return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout)
+
+
+def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False) -> dict[str, Any]:
+    """The tile constants of ``gemm_anchor(arch, ..., staged)`` for an ``m x n x k`` problem
+    (the heuristic of ``gemm_config``; the staged kernel takes the Ampere configs)."""
+    from .config import choose_config
+
+    cfg_arch = "sm_80" if staged or arch == "sm_89" else arch
+    return choose_config(cfg_arch, m, n, k).consts(m, n)
+
+
+def _register() -> None:
+    from hexlayout.fusion.anchors import register_gemm
+
+    register_gemm(gemm_anchor, gemm_consts)
+
+
+_register()

@@ -1,0 +1,435 @@
+"""FP8 fused-MoE grouped GEMMs for sm_90a: e4m3 ``wgmma`` with swapped operands.
+
+The same products as ``moe_fp8_kernels``' gate-up and down kernels (see its docstring for the
+math), for Hopper, where ``mma.sync`` with e4m3 operands has no native instruction (ptxas
+emulates it with f16 HMMA and conversions): ``wgmma.mma_async`` m64nNk32 e4m3 from shared
+memory. Swap-AB: the weight tile (``BN`` = 64 output columns x ``BK``) is the 64-row A operand
+and the gathered token rows (``BM`` of them: 16, 32 or 64) the N side, so a decode step with a
+few tokens per expert wastes no MMA rows; the accumulator is the transposed ``BN x BM`` tile and
+the epilogue scales rows by the weight scales and columns by the token scales. Token rows are
+gathered with cp.async (never TMA), hence ``fence_proxy_async`` before the barrier that precedes
+each wgmma; ``STAGES`` shared buffers, the next k-tile's copies issued before the current
+wgmma.
+``split=True``: the split-K forms (decode), as ``moe_fp8_kernels``' (scaled f32 partials of the
+k-tiles of split ``sp`` added atomically into a workspace; the ``*_ws`` kernels never split).
+
+The large-token kernels (``*_ws``, prefill) put the tokens on the wgmma M side instead:
+``BM = 64 * CONSUMERS`` gathered token rows (64 per consumer warp group) times two 64-column
+weight halves (gate and up columns of w13, or the two halves of a 128-column tile of w2),
+warp-specialized as ``gemm_kernels.gemm_sm90_kernel``: warp group 0 (register budget lowered
+with setmaxnreg) loads a ``STAGES``-deep ring, the weight tiles by TMA (``full[st]`` expects
+their bytes) and the token rows by cp.async (rows are indirect: never TMA); each producer
+thread waits for its own cp.async group ``STAGES - 2`` k-tiles later, fences the async proxy
+and arrives on ``full[st]`` (128 + 1 arrivals per phase). The consumers wait on ``full``, issue
+both halves' wgmma (A = token tile, B = weight tile, both K-major from shared memory) and keep
+one wgmma group in flight, releasing the previous k-tile's stage on ``empty``. Per-expert
+scales are applied once in the epilogue; 128 x 128 block scales go through a partial product
+per half and k-tile (``BK = 128``: one scale block): the halves are committed as separate
+groups so that the first partial is scaled and added while the second half's wgmma runs.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import e4m3, f32, i32
+
+from .fp8_kernels_sm89 import SCALE_BLOCK, _grid, _k_tiles, _load, _scale
+
+__all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
+           "moe_fp8_down_sm90_ws_kernel", "PRODUCER_REGS", "CONSUMER_REGS"]
+
+K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
+
+#: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
+#: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+
+
+def _rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> tuple[Any, Any]:
+    """This block's sorted slots as a ``(bm,)`` column index tile and a ``(1, bm)`` row tile
+    (padding slots ``>= limit``: -1)."""
+    rid = hl.register(i32, (bm,))
+    hl.copy(hl.view(sorted_ids, (bm,), (m0,)), rid)
+    row = hl.register(i32, (1, bm))
+    hl.copy(sorted_ids[hl.iota((1, bm), 1) + m0], row)
+    return hl.where(rid < limit, rid, -1), hl.where(row < limit, row, -1)
+
+
+def _pipeline(load: Any, step: Any, num_k: Any, stages: int) -> None:
+    """cp.async into ``stages`` buffers, ``step(kt, stage)`` (the wgmma) on each k-tile."""
+    for st in range(stages - 1):
+        load(st, st)
+        hl.commit_group()
+    for kt in hl.range(num_k):
+        hl.wait_group(stages - 2)
+        hl.fence_proxy_async()
+        hl.syncthreads()
+        kn = kt + (stages - 1)
+        load(kn, kn % stages)
+        hl.commit_group()
+        step(kt, kt % stages)
+    hl.wait_group(0)
+
+
+@cache
+def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
+    """Gate-up with the activation epilogue, ``h[r, n] = act(g) * u`` (``moe_fp8_kernels``),
+    wgmma swap-AB. Constants: ``BM`` (16 / 32 / 64 sorted rows), ``BN`` (64), ``BK`` (128),
+    ``STAGES``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``, ``UNIFORM``, ``SPLIT_K`` (as the sm_89
+    kernel's; ``split``: its split-K form, the scaled gate / up partials of split ``sp`` added
+    atomically into the f32 workspace ``h [2, T * k, I]``)."""
+    dt = dtype
+    h_t = f32[2, TK, I] if split else dt[TK, I]
+
+    @hl.kernel(threads=128, name=f"moe_fp8_gate_up_sm90_{dt}" + ("_splitk" if split else ""))
+    def moe_fp8_gate_up_sm90(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
+                             sorted_ids: i32[EM], block_expert: i32[NBLK],
+                             h: h_t,  # type: ignore
+                             *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, TOPK: int = 1,
+                             GELU: bool = False, BLOCK_SCALE: bool = False, UNIFORM: bool = False,
+                             SPLIT_K: int = 1):
+        Tx, Kx = xq.shape
+        Ix = h.shape[-1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
+            rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
+            tok = hl.where(rid >= 0, rid // TOPK, -1)
+            sa = hl.shared(e4m3, (BM, BK, STAGES))
+            sg = hl.shared(e4m3, (BN, BK, STAGES))
+            su = hl.shared(e4m3, (BN, BK, STAGES))
+            acc_g = hl.zeros((BN, BM), f32)
+            acc_u = hl.zeros((BN, BM), f32)
+            col = hl.iota((BN, 1), 0) + n0
+            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
+
+            def load(kt: Any, st: Any) -> None:
+                c0 = k0(kt)
+                hl.copy(hl.view(xq, (BM, BK), (None, c0), rows=tok), sa[:, :, st])
+                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sg[:, :, st])
+                hl.copy(w[e, Ix + n0:Ix + n0 + BN, c0:c0 + BK], su[:, :, st])
+
+            def step(kt: Any, st: Any) -> None:
+                if BLOCK_SCALE:
+                    pg = hl.zeros((BN, BM), f32)
+                    pu = hl.zeros((BN, BM), f32)
+                else:
+                    pg, pu = acc_g, acc_u
+                hl.wgmma_fence()
+                hl.mma(sg[:, :, st], sa[:, :, st], pg)
+                hl.mma(su[:, :, st], sa[:, :, st], pu)
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+                if BLOCK_SCALE:
+                    kb = ktile(kt) * BK // SCALE_BLOCK
+                    hl.assign(acc_g, acc_g + pg * _scale(ws, e, col, n0, kb, UNIFORM))
+                    hl.assign(acc_u, acc_u + pu * _scale(ws, e, col + Ix, n0 + Ix, kb, UNIFORM))
+
+            _pipeline(load, step, num_k, STAGES)
+            sx = _load(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
+            g = acc_g * sx
+            u = acc_u * sx
+            if not BLOCK_SCALE:
+                we = _load(ws[e, col * 0, 0], (BN, 1))
+                g = g * we
+                u = u * we
+            if split:                                    # scaled partials; padding rows: none
+                hl.atomic_add(h[0, rrow, col], g)
+                hl.atomic_add(h[1, rrow, col], u)
+            else:
+                a = hl.gelu(g) if GELU else hl.silu(g)
+                hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid).T)
+
+    return moe_fp8_gate_up_sm90
+
+
+@cache
+def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
+    """Down with the top-k weight epilogue, ``y[r, n] = tw[r] * s_r * (W2[e] @ hq[r])``
+    (``moe_fp8_kernels``), wgmma swap-AB. Constants as the gate-up kernel's and ``ROUTER``
+    (``split``: the scaled partials added atomically into the f32 workspace ``y [T * k, N]``)."""
+    y_t = f32[TK, N] if split else dtype[TK, N]
+
+    @hl.kernel(threads=128, name=f"moe_fp8_down_sm90_{dtype}" + ("_splitk" if split else ""))
+    def moe_fp8_down_sm90(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
+                          sorted_ids: i32[EM], block_expert: i32[NBLK], y: y_t,  # type: ignore
+                          *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2,
+                          ROUTER: bool = False, BLOCK_SCALE: bool = False, SPLIT_K: int = 1):
+        TKx, Kx = hq.shape
+        if BLOCK_SCALE and (SCALE_BLOCK % BN or BK != SCALE_BLOCK):
+            raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
+                             f"{SCALE_BLOCK}")
+        Nx = y.shape[1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
+            rid, rrow = _rows(sorted_ids, m0, BM, TKx)
+            sa = hl.shared(e4m3, (BM, BK, STAGES))
+            sb = hl.shared(e4m3, (BN, BK, STAGES))
+            acc = hl.zeros((BN, BM), f32)
+            col = hl.iota((BN, 1), 0) + n0
+            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
+
+            def load(kt: Any, st: Any) -> None:
+                c0 = k0(kt)
+                hl.copy(hl.view(hq, (BM, BK), (None, c0), rows=rid), sa[:, :, st])
+                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sb[:, :, st])
+
+            def step(kt: Any, st: Any) -> None:
+                p = hl.zeros((BN, BM), f32) if BLOCK_SCALE else acc
+                hl.wgmma_fence()
+                hl.mma(sb[:, :, st], sa[:, :, st], p)
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+                if BLOCK_SCALE:
+                    sw = _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128: one block
+                    hl.assign(acc, acc + p * sw)
+
+            _pipeline(load, step, num_k, STAGES)
+            rs = _load(hs[rrow], (1, BM))
+            if not ROUTER:
+                rs = rs * _load(tw[rrow], (1, BM))
+            out = acc * rs
+            if not BLOCK_SCALE:
+                out = out * _load(ws[e, col * 0, 0], (BN, 1))
+            if split:                                    # scaled partials; padding rows: none
+                hl.atomic_add(y[rrow, col], out)
+            else:
+                hl.copy(hl.cast(out, dtype), hl.view(y, (BM, BN), (None, n0), rows=rid).T)
+
+    return moe_fp8_down_sm90
+
+
+def _produce(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any, sw: tuple[Any, ...],
+             full: Any, empty: Any, num_k: Any, stages: int) -> None:
+    """Warp group 0 of a ``*_ws`` kernel: per k-tile, once ``empty[st]`` frees the stage, the weight
+    tiles (rows ``w_rows`` of expert ``e``) by TMA on ``full[st]`` and the gathered rows of ``a`` by
+    cp.async; every thread arrives on ``full`` for the k-tile ``stages - 2`` back once its own
+    copies of it have landed and are fenced for the async proxy (wgmma)."""
+    bm, bk = sa.shape[0], sa.shape[1]
+    lag = stages - 2
+    tx = sum(s[:, :, 0].nbytes for s in sw)
+    for kt in hl.range(num_k):
+        st = kt % stages
+        hl.wait(empty, st, phase=((kt // stages) % 2) ^ 1)
+        hl.arrive(full, st, tx_bytes=tx, who="one")
+        for r0, s in zip(w_rows, sw):
+            tile = hl.view(w, (1, s.shape[0], bk), (e, r0, kt * bk))[0, :, :]
+            hl.copy(tile, s[:, :, st], mbarrier=full[st])
+        hl.copy(hl.view(a, (bm, bk), (None, kt * bk), rows=rows), sa[:, :, st])
+        hl.commit_group()
+        hl.wait_group(lag)
+        hl.fence_proxy_async()
+        with hl.if_(kt >= lag):
+            hl.arrive(full, (kt - lag) % stages)
+    hl.wait_group(0)
+    hl.fence_proxy_async()
+    for j in range(lag):
+        with hl.if_(num_k - lag + j >= 0):
+            hl.arrive(full, (num_k - lag + j) % stages)
+
+
+def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, full: Any, empty: Any, num_k: Any,
+             stages: int, consumers: int, scale_x: Any = None, scale_y: Any = None) -> None:
+    """The consumer warp groups of a ``*_ws`` kernel: ``acc_x = A @ X^T``, ``acc_y = A @ Y^T`` over the
+    k-tiles of the ring (A: ``sa``, token rows; X / Y: ``sx`` / ``sy``, weight rows). Without scales
+    the first k-tile writes the accumulators (scale-d 0) and one group stays in flight; with block
+    scales each half's partial ``p`` of k-tile ``kt`` (scale-d 0) is added as ``acc += p * scale(kt)``
+    (scales loaded before the wait; a callable is evaluated at the addition): the x half's while the
+    y half's wgmma runs, the y half's after it (the other consumer warp group's wgmmas keep the
+    tensor cores busy meanwhile)."""
+    warps = hl.spatial(consumers, 1)
+    blocked = scale_x is not None
+    px = hl.register(f32, acc_x.shape) if blocked else acc_x
+    py = hl.register(f32, acc_y.shape) if blocked else acc_y
+
+    def tile(kt: Any, first: bool) -> None:
+        st = kt % stages
+        if blocked:
+            gx, gy = scale_x(kt), scale_y(kt)
+        hl.wait(full, st, phase=(kt // stages) % 2)
+        hl.wgmma_fence()
+        hl.mma(sa[:, :, st], sx[:, :, st], px, warps=warps, accumulate=not (first or blocked))
+        if blocked:
+            hl.wgmma_commit()
+        hl.mma(sa[:, :, st], sy[:, :, st], py, warps=warps, accumulate=not (first or blocked))
+        hl.wgmma_commit()
+        hl.wgmma_wait(1)         # blocked: x of k-tile kt is done, y runs; else k-tile kt - 1 is done
+        if blocked:
+            hl.assign(acc_x, acc_x + px * (gx() if callable(gx) else gx))
+            hl.wgmma_wait(0)     # (a wgmma in flight across the loop's back edge while a partial is
+            hl.assign(acc_y, acc_y + py * (gy() if callable(gy) else gy))   # read: ptxas C7514)
+            hl.arrive(empty, st, who="warpgroup")
+        elif not first:
+            hl.arrive(empty, (kt - 1) % stages, who="warpgroup")
+
+    with hl.if_(num_k > 0):
+        tile(0, True)
+    for kt in hl.range(1, num_k):
+        tile(kt, False)
+    hl.wgmma_wait(0)
+    if not blocked:
+        with hl.if_(num_k.eq(0)):                             # K = 0: the products are zero
+            hl.assign(acc_x, hl.zeros(acc_x.shape, f32))
+            hl.assign(acc_y, hl.zeros(acc_y.shape, f32))
+
+
+def _ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
+    """Shared stages of a ``*_ws`` kernel (``dt`` token rows, two ``dt`` weight halves) and its
+    full / empty mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per
+    consumer)."""
+    sa = hl.shared(dt, (bm, bk, stages))
+    sx = hl.shared(dt, (bn, bk, stages))
+    sy = hl.shared(dt, (bn, bk, stages))
+    full = hl.mbarrier(stages)
+    empty = hl.mbarrier(stages)
+    for st in range(stages):
+        hl.mbarrier_init(full, st, arrivals=129)
+        hl.mbarrier_init(empty, st, arrivals=consumers)
+    hl.syncthreads()
+    return sa, sx, sy, full, empty
+
+
+def _straddle(ws: Any, e: Any, col: Any, first: Any, kb: Any) -> Any:
+    """The block scales at k-block ``kb`` of the ``(1, BN)`` columns ``col`` (``BN <= 128``) from
+    ``first`` on, which span at most two 128-row blocks: two scalar loads now, the per-column
+    select when called."""
+    b0 = first // SCALE_BLOCK
+    s0 = _load(ws[e, hl.iota((1, 1), 0) + b0, kb], (1, 1))
+    s1 = _load(ws[e, hl.iota((1, 1), 0) + hl.minimum(b0 + 1, ws.shape[1] - 1), kb], (1, 1))
+    return lambda: hl.where((col // SCALE_BLOCK).eq(b0), s0, s1)
+
+
+def _check_ws(name: str, bm: int, bn: int, bk: int, stages: int, consumers: int, block_scale: bool) -> None:
+    if bm != 64 * consumers or stages < 2 or (block_scale and (bk != SCALE_BLOCK or SCALE_BLOCK % bn)):
+        raise ValueError(f"{name}: BM ({bm}) must be 64 * CONSUMERS ({consumers}), STAGES ({stages}) >= 2 "
+                         f"and with block scales BK ({bk}) = {SCALE_BLOCK} and BN ({bn}) divide it")
+
+
+def _sorted_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> Any:
+    """This block's sorted slots as a ``(bm, 1)`` index tile (padding slots ``>= limit``: -1)."""
+    rid = hl.register(i32, (bm, 1))
+    hl.copy(sorted_ids[hl.iota((bm, 1), 0) + m0], rid)
+    return hl.where(rid < limit, rid, -1)
+
+
+@cache
+def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
+    """Gate-up for many tokens per expert, tokens on the wgmma M side (see the module docstring):
+    for the ``BM`` sorted rows ``r`` (token ``t = r // TOPK``) of a block of expert ``e`` and the
+    ``BN`` intermediate columns ``n0 + n``::
+
+        g[r, n] = s_t * sum_c xq[t, c] * W[e, n0 + n, c]          (gate rows of w13)
+        u[r, n] = s_t * sum_c xq[t, c] * W[e, I + n0 + n, c]      (up rows)
+        h[r, n0 + n] = dtype(act(g) * u)                          (act: SiLU or exact GELU)
+
+    ``W = w * ws`` (per expert: ``ws[e, 0, 0]`` once in the epilogue; block scales: per 128-column
+    k-tile, per column or, ``UNIFORM``, one per tile). Constants: ``BM`` (``64 * CONSUMERS``),
+    ``BN`` (64), ``BK`` (128), ``STAGES`` (>= 2), ``CONSUMERS`` (1 or 2), ``TOPK``, ``GELU``,
+    ``BLOCK_SCALE``, ``UNIFORM``."""
+    dt = dtype
+
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_fp8_gate_up_sm90_ws_{dt}")
+    def moe_fp8_gate_up_sm90_ws(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
+                                sorted_ids: i32[EM], block_expert: i32[NBLK], h: dt[TK, I],  # type: ignore
+                                *, BM: int = 128, BN: int = 64, BK: int = 128, STAGES: int = 4,
+                                CONSUMERS: int = 2, TOPK: int = 1, GELU: bool = False,
+                                BLOCK_SCALE: bool = False, UNIFORM: bool = False):
+        _check_ws("moe_fp8_gate_up_sm90_ws", BM, BN, BK, STAGES, CONSUMERS, BLOCK_SCALE)
+        Tx, Kx = xq.shape
+        Ix = h.shape[1]
+        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
+            num_k = hl.cdiv(Kx, BK)
+            sa, sg, su, full, empty = _ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
+            with hl.warp_group(0):
+                hl.setmaxnreg(PRODUCER_REGS, increase=False)
+                rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
+                tok = hl.where(rid >= 0, rid // TOPK, -1)
+                _produce(xq, tok, w, e, (n0, Ix + n0), sa, (sg, su), full, empty, num_k, STAGES)
+            with hl.else_():
+                hl.setmaxnreg(CONSUMER_REGS)
+                col = hl.iota((1, BN), 1) + n0
+                if BLOCK_SCALE:
+                    acc_g, acc_u = hl.zeros((BM, BN), f32), hl.zeros((BM, BN), f32)
+                    _consume(sa, sg, su, acc_g, acc_u, full, empty, num_k, STAGES, CONSUMERS,
+                             lambda kt: _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True),   # BN | 128
+                             lambda kt: (_scale(ws, e, col, n0 + Ix, kt * BK // SCALE_BLOCK, True) if UNIFORM
+                                         else _straddle(ws, e, col + Ix, n0 + Ix, kt * BK // SCALE_BLOCK)))
+                else:
+                    acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
+                    _consume(sa, sg, su, acc_g, acc_u, full, empty, num_k, STAGES, CONSUMERS)
+                rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
+                sx = _load(xs[hl.where(rid >= 0, rid // TOPK, -1)], (BM, 1))
+                if not BLOCK_SCALE:
+                    sx = sx * _load(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
+                g = acc_g * sx
+                a = hl.gelu(g) if GELU else hl.silu(g)
+                hl.copy(hl.cast(a * (acc_u * sx), dt), hl.view(h, (BM, BN), (None, n0), rows=rid))
+
+    return moe_fp8_gate_up_sm90_ws
+
+
+@cache
+def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
+    """Down for many tokens per expert, tokens on the wgmma M side (see the module docstring): for
+    the ``BM`` sorted rows ``r`` of a block of expert ``e`` and the ``BN`` output columns ``n0 + n``
+    (two wgmma halves of ``BN / 2``)::
+
+        y[r, n0 + n] = dtype(tw[r] * s_r * sum_c hq[r, c] * W2[e, n0 + n, c])
+
+    ``tw[r]`` is 1 with ``ROUTER`` (applied to the input); ``W2 = w * ws`` (per expert: once in the
+    epilogue; block scales: one per 128-column k-tile, ``BN`` divides 128). Constants: ``BM``
+    (``64 * CONSUMERS``), ``BN`` (128), ``BK`` (128), ``STAGES``, ``CONSUMERS``, ``ROUTER``,
+    ``BLOCK_SCALE``."""
+
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_fp8_down_sm90_ws_{dtype}")
+    def moe_fp8_down_sm90_ws(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
+                             sorted_ids: i32[EM], block_expert: i32[NBLK], y: dtype[TK, N],  # type: ignore
+                             *, BM: int = 128, BN: int = 128, BK: int = 128, STAGES: int = 4,
+                             CONSUMERS: int = 2, ROUTER: bool = False, BLOCK_SCALE: bool = False):
+        _check_ws("moe_fp8_down_sm90_ws", BM, BN, BK, STAGES, CONSUMERS, BLOCK_SCALE)
+        if BN % 2:
+            raise ValueError(f"moe_fp8_down_sm90_ws: BN ({BN}) must be even (two wgmma halves)")
+        TKx, Kx = hq.shape
+        Nx = y.shape[1]
+        H2 = BN // 2
+        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):                             # -1: no block (past the padded total)
+            num_k = hl.cdiv(Kx, BK)
+            sa, sx, sy, full, empty = _ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
+            with hl.warp_group(0):
+                hl.setmaxnreg(PRODUCER_REGS, increase=False)
+                rid = _sorted_rows(sorted_ids, m0, BM, TKx)
+                _produce(hq, rid, w, e, (n0, n0 + H2), sa, (sx, sy), full, empty, num_k, STAGES)
+            with hl.else_():
+                hl.setmaxnreg(CONSUMER_REGS)
+                if BLOCK_SCALE:
+                    acc_x, acc_y = hl.zeros((BM, H2), f32), hl.zeros((BM, H2), f32)
+
+                    def sw(kt: Any) -> Any:                  # BN | 128: the tile's one block
+                        return _scale(ws, e, None, n0, kt * BK // SCALE_BLOCK, True)
+
+                    _consume(sa, sx, sy, acc_x, acc_y, full, empty, num_k, STAGES, CONSUMERS, sw, sw)
+                else:
+                    acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
+                    _consume(sa, sx, sy, acc_x, acc_y, full, empty, num_k, STAGES, CONSUMERS)
+                rid = _sorted_rows(sorted_ids, m0, BM, TKx)
+                rs = _load(hs[rid], (BM, 1))
+                if not ROUTER:
+                    rs = rs * _load(tw[rid], (BM, 1))
+                if not BLOCK_SCALE:
+                    rs = rs * _load(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
+                hl.copy(hl.cast(acc_x * rs, dtype), hl.view(y, (BM, H2), (None, n0), rows=rid))
+                hl.copy(hl.cast(acc_y * rs, dtype), hl.view(y, (BM, H2), (None, n0 + H2), rows=rid))
+
+    return moe_fp8_down_sm90_ws

@@ -1,0 +1,628 @@
+"""W4A16 / W8A16 fused mixture of experts: ``prepare_wna16`` and the run function of
+``torch.ops.hexlayout.fused_moe_wna16`` (``hexlayout.ops.fused_moe`` dispatches here when ``w13``
+/ ``w2`` are ``WNA16Weights``).
+
+``prepare_wna16(qweight, scales, qzeros=None, *, quant_format, bits, group_size)`` takes the
+quantized expert weights of a projection ``y = x @ W`` (input dim ``K``, output dim ``N``;
+``w13``: ``K = H``, ``N = 2I``, columns ``[gate | up]``; ``w2``: ``K = I``, ``N = H``) stacked
+over ``E`` experts as checkpoints store them:
+
+- ``quant_format="awq"`` (``bits=4``): ``qweight`` ``[E, K, N/8]`` int32, nibble ``i`` of word
+  ``w`` holding column ``8w + [0,2,4,6,1,3,5,7][i]``; ``qzeros`` ``[E, K/G, N/8]`` packed the
+  same way; ``W[k, n] = (q[k, n] - z[k/G, n]) * s[k/G, n]``.
+- ``quant_format="gptq"`` (symmetric, no act-order; ``bits`` 4 or 8): ``qweight`` ``[E,
+  K*bits/32, N]`` int32, value ``i`` of word ``r`` (bits ``[bits*i, bits*(i+1))``) holding row
+  ``(32/bits) r + i``; no ``qzeros``; ``W[k, n] = (q[k, n] - 2^(bits-1)) * s[k/G, n]``.
+- ``scales`` ``[E, K/G, N]`` f16 / bf16 (the activations' dtype); ``group_size`` ``G`` 32, 64,
+  128 or -1 (one group over K).
+
+It re-lays the weights out once (torch ops, at load time) into what the kernels load: ``q``
+``[E*N, K/2]`` uint8 (4-bit: column ``n`` of expert ``e`` is row ``e*N + n``, two values per
+byte along K, even k in the low nibble: a row of the mma's B operand) or ``[E*N, K]`` uint8
+(8-bit); ``scales`` as given; AWQ zero points unpacked to ``[E, K/G, N]`` in the scales' dtype.
+The result is a ``WNA16Weights``, a plain container of those tensors and the format constants.
+Both targets read this layout: sm_80 / sm_89 run ``moe_wna16_kernels`` (mma.sync), sm_90a (the
+device's arch, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` for emulated CPU tensors)
+``moe_wna16_kernels_sm90`` (swap-AB wgmma, the dequantized weights as its register A operand;
+``wna16_sm90_config``).
+
+Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
+the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over
+disjoint whole k-tiles when the grid is below a wave (the DeepSeek-V3 TP8 slice at T = 1: 32
+gate-up tiles x 8 splits of 14 of the 112 k-tiles); their f32 partials go atomically into a
+zeroed workspace (gate-up ``[2, EM, I]`` by sorted position, then ``moe_splitk_act_kernel``
+writes ``h``; down ``[T * k, H]``, then ``moe_splitk_cast_kernel`` writes ``y``).
+``HEXLAYOUT_MOE_SPLIT_K=n`` forces ``SPLIT_K = n`` (1: off) for both GEMMs, on CPU tensors too;
+otherwise CPU tensors never split. The order of the atomic additions is not defined (f32 results
+may differ in their last bits from run to run before the rounding to the dtype).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
+
+from ..host.device import kernel_arch, sm_count
+
+__all__ = [
+    "WNA16Weights",
+    "prepare_wna16",
+    "fused_moe_wna16",
+    "check_fused_moe_wna16",
+    "run_fused_moe_wna16",
+    "wna16_config",
+    "wna16_sm90_config",
+    "wna16_split_k",
+    "AWQ_ORDER",
+]
+
+OP = "hexlayout.prepare_wna16"
+RUN_OP = "hexlayout.fused_moe_wna16"
+#: AWQ's nibble order: nibble ``i`` of a word holds column ``8w + AWQ_ORDER[i]``
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+GROUP_SIZES = (32, 64, 128, -1)
+#: the kernels' ``GROUP`` for ``group_size=-1`` (every k-tile in group 0)
+ONE_GROUP = 1 << 30
+
+
+@dataclass(frozen=True)
+class WNA16Weights:
+    """Quantized expert weights re-laid out for the W4A16 / W8A16 kernels (``prepare_wna16``).
+
+    ``qweight`` uint8 ``[E*N, K*bits/8]`` (row ``e*N + n``: column ``n`` of expert ``e``'s ``W``
+    along K; 4-bit: even k in the low nibble), ``scales`` ``[E, G, N]`` f16 / bf16, ``zeros``
+    ``[E, G, N]`` in the scales' dtype (AWQ) or None (GPTQ: ``2^(bits-1)``); ``W[e, k, n] =
+    (q - z) * s`` with the group ``k // group_size`` (one group for -1)."""
+
+    qweight: Any
+    scales: Any
+    zeros: Any
+    quant_format: str
+    bits: int
+    group_size: int
+    num_experts: int
+    size_k: int
+    size_n: int
+
+    @property
+    def dtype(self) -> Any:
+        """The activations' (and scales') dtype."""
+        return self.scales.dtype
+
+
+def _fail(name: str, msg: str) -> ArgumentError:
+    return ArgumentError(OP, name, msg)
+
+
+def _int32_3d(name: str, t: Any) -> None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentTypeError(OP, name, f"expected a tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise _fail(name, f"must be int32 (packed words), got {t.dtype}")
+    if t.dim() != 3:
+        raise _fail(name, f"must have 3 dimensions [E, ., .], got shape {tuple(t.shape)}")
+
+
+def _unpack(words: Any, bits: int, dim: int) -> Any:
+    """The ``32/bits`` values of each int32 word, value ``i`` at position ``(32/bits) w + i``
+    along ``dim`` (sequential order), as int32 in ``[0, 2^bits)``."""
+    import torch
+
+    per = 32 // bits
+    shifts = torch.arange(per, device=words.device, dtype=torch.int32) * bits
+    v = (words.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)  # [..., per] along the last dim
+    v = v.movedim(-1, dim + 1) if dim != words.dim() - 1 else v
+    shape = list(words.shape)
+    shape[dim] *= per
+    return v.reshape(shape)
+
+
+def _awq_columns(words: Any) -> Any:
+    """AWQ words ``[..., N/8]`` -> values ``[..., N]`` (column ``8w + AWQ_ORDER[i]`` from nibble ``i``)."""
+    seq = _unpack(words, 4, words.dim() - 1)  # column 8w + i holds nibble i
+    perm = [0] * 8
+    for i, j in enumerate(AWQ_ORDER):
+        perm[j] = i
+    n = seq.shape[-1]
+    return seq.reshape(*seq.shape[:-1], n // 8, 8)[..., perm].reshape(seq.shape)
+
+
+def prepare_wna16(
+    qweight: Any, scales: Any, qzeros: Any = None, *, quant_format: str, bits: int, group_size: int
+) -> WNA16Weights:
+    """Re-lay AWQ / GPTQ expert weights out for ``fused_moe`` (see the module docstring).
+
+    Raises ``ArgumentError`` / ``ArgumentTypeError`` (``HexlayoutError``, ``ValueError`` /
+    ``TypeError``) naming the argument: an unknown format, bits or group size; wrong dtypes,
+    ranks or shapes (packing that does not match the others' sizes); a group size that does not
+    divide K; ``qzeros`` given for GPTQ or missing for AWQ."""
+    import torch
+
+    if quant_format not in ("awq", "gptq"):
+        raise _fail("quant_format", f"must be 'awq' or 'gptq', got {quant_format!r}")
+    if (
+        not isinstance(bits, int)
+        or isinstance(bits, bool)
+        or bits not in ((4,) if quant_format == "awq" else (4, 8))
+    ):
+        ok = "4" if quant_format == "awq" else "4 or 8"
+        raise _fail("bits", f"must be {ok} for {quant_format}, got {bits!r}")
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size not in GROUP_SIZES:
+        raise _fail("group_size", f"must be one of 32, 64, 128, -1, got {group_size!r}")
+    _int32_3d("qweight", qweight)
+    if not isinstance(scales, torch.Tensor):
+        raise ArgumentTypeError(OP, "scales", f"expected a tensor, got {type(scales).__name__}")
+    if scales.dtype not in (torch.float16, torch.bfloat16):
+        raise _fail("scales", f"must be float16 or bfloat16 (the activations' dtype), got {scales.dtype}")
+    if scales.dim() != 3:
+        raise _fail("scales", f"must have 3 dimensions [E, K/G, N], got shape {tuple(scales.shape)}")
+    per = 32 // bits
+    e = qweight.shape[0]
+    if quant_format == "awq":
+        if qzeros is None:
+            raise _fail("qzeros", "AWQ weights need their zero points [E, K/G, N/8] (int32)")
+        k, n = qweight.shape[1], qweight.shape[2] * per
+    else:
+        if qzeros is not None:
+            raise _fail("qzeros", "GPTQ weights are symmetric (zero point 2^(bits-1)): pass no qzeros")
+        k, n = qweight.shape[1] * per, qweight.shape[2]
+    if e == 0 or k == 0 or n == 0:
+        raise _fail("qweight", f"has an empty dimension: shape {tuple(qweight.shape)}")
+    if group_size != -1 and k % group_size:
+        raise _fail("group_size", f"{group_size} does not divide K = {k} (the input dimension of qweight)")
+    if k % 32 or n % 8:
+        raise _fail("qweight", f"K = {k} must be a multiple of 32 and N = {n} of 8 (16-byte rows)")
+    groups = 1 if group_size == -1 else k // group_size
+    if tuple(scales.shape) != (e, groups, n):
+        raise _fail(
+            "scales",
+            f"must have shape [E, K/G, N] = {[e, groups, n]} for qweight {tuple(qweight.shape)} "
+            f"({quant_format}, {bits}-bit, group_size {group_size}), got {list(scales.shape)}",
+        )
+    if scales.device != qweight.device:
+        raise _fail("scales", f"is on {scales.device}, qweight on {qweight.device}")
+    zeros = None
+    if quant_format == "awq":
+        _int32_3d("qzeros", qzeros)
+        if tuple(qzeros.shape) != (e, groups, n // 8):
+            raise _fail(
+                "qzeros", f"must have shape [E, K/G, N/8] = {[e, groups, n // 8]}, got {list(qzeros.shape)}"
+            )
+        if qzeros.device != qweight.device:
+            raise _fail("qzeros", f"is on {qzeros.device}, qweight on {qweight.device}")
+        q = _awq_columns(qweight)  # [E, K, N]
+        zeros = _awq_columns(qzeros).to(scales.dtype).contiguous()  # [E, G, N]
+    else:
+        q = _unpack(qweight, bits, 1)  # [E, K, N]
+    bk = k_tile(k, group_size)
+    q = q.transpose(1, 2).to(torch.uint8)  # [E, N, K]: row e*N + n is W[e, :, n]
+    # k = BK kt + 16 c + 8 h + 2 t + b  ->  [E*N, K/BK, t, c, h, b]
+    q = (
+        q.reshape(e * n, k // bk, bk // 16, 2, 4, 2)
+        .permute(0, 1, 4, 2, 3, 5)
+        .reshape(e * n, k // bk, 4, bk // 4)
+    )
+    if bits == 4:
+        q = q[..., 0::2] | (q[..., 1::2] << 4)
+    return WNA16Weights(q.contiguous(), scales.contiguous(), zeros, quant_format, bits, group_size, e, k, n)
+
+
+def k_tile(k: int, group_size: int) -> int:
+    """The kernels' k-tile ``BK`` (the re-laid weights' chunk along K): 64; 32 for groups of 32
+    (one scale per k-tile) and for K not a multiple of 64."""
+    return 32 if group_size == 32 or k % 64 else 64
+
+
+def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
+    """Kernel constants from the sizes only (capture-safe): ``BM`` 16 while experts average
+    fewer than 64 routed rows (decode, medium), else 64; ``BN`` 64; ``BK`` ``k_tile``; activation
+    rows gathered 2 k-tiles ahead (``STAGES`` 3); 4 warps;
+    ``GROUP`` the group size (``ONE_GROUP`` for -1)."""
+    bm = 64 if num_slots >= 64 * num_experts else 16
+    return {
+        "BM": bm,
+        "BN": 64,
+        "BK": k_tile(size_k, group_size),
+        "STAGES": 3,
+        "WARPS": 4,
+        "GROUP": ONE_GROUP if group_size == -1 else group_size,
+    }
+
+
+def wna16_sm90_config(num_slots: int, num_experts: int, size_n: int) -> dict[str, Any]:
+    """The sm_90a kernels' (``moe_wna16_kernels_sm90``, swap-AB wgmma) ``BM`` / ``WG`` from the
+    sizes only (capture-safe), by the average routed rows per expert ``T * k / E``: below 32
+    (decode) ``BM`` 16, below 64 ``BM`` 32, both on one consumer warp group (64 output columns);
+    from 64 on (prefill: the large-token config) ``BM`` 64 on two warp groups (128 output
+    columns) when ``size_n`` (the gate-up's I, the down's H) is a multiple of 128, else one.
+    ``BM`` 128 spills the down kernel's registers (a 64 x 128 f32 accumulator per warp group
+    next to the dequantized tile); the gate-up and down share ``BM`` (the alignment's block)."""
+    avg = num_slots / max(num_experts, 1)
+    if avg < 32:
+        return {"BM": 16, "WG": 1}
+    if avg < 64:
+        return {"BM": 32, "WG": 1}
+    return {"BM": 64, "WG": 2 if size_n % 128 == 0 else 1}
+
+
+def wna16_split_k(num_tokens: int, topk: int, num_experts: int, size_k: int, size_n: int, sm_count: int,
+                  tiles: dict[str, Any]) -> int:
+    """``SPLIT_K`` of a W4A16 / W8A16 grouped GEMM (input dim ``size_k``, output dim ``size_n``)
+    from the sizes only: ``moe_splitk.choose_split_k`` with the kernel's tiles ``tiles`` (``BM``,
+    ``BN``, ``BK``): with ``M`` row blocks holding an expert, ``tiles = M * ceil(N / BN)``; below
+    ``sm_count`` tiles ``min(16, 2 * sm_count // tiles, ceil(K / BK) // 8)`` if >= 2, else 1."""
+    from .kernels_sm80 import MoeConfig
+    from .splitk import choose_split_k
+
+    cfg = MoeConfig(BM=tiles["BM"], BN=tiles["BN"], BK=tiles["BK"])
+    # "gate_up" takes (N, K) = (inter, hidden) and the tiles as given: pass this GEMM's own
+    return choose_split_k(num_tokens, topk, num_experts, size_k, size_n, sm_count, cfg, "gate_up")
+
+
+def _kind(x: Any) -> str:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return type(x).__name__
+
+
+def _contiguous_aligned(name: str, t: Any) -> None:
+    """Contiguous and 16-byte aligned: the data pointer of a real tensor, the storage offset of
+    a fake / meta one (torch.compile, FakeTensorMode), so both paths refuse a misaligned view."""
+    from .args import _aligned
+
+    if not t.is_contiguous():
+        raise ArgumentError(RUN_OP, name, f"must be contiguous, got strides {tuple(t.stride())}")
+    _aligned(RUN_OP, name, t)
+
+
+def _check_weight(
+    pre: str,
+    qweight: Any,
+    scales: Any,
+    zeros: Any,
+    quant_format: str,
+    bits: int,
+    group_size: int,
+    dtype: Any,
+    k: int,
+    n: int | None,
+) -> tuple[int, int]:
+    """The tensors of one prepared projection (input dim ``k``, output dim ``n`` or any): ``(E, N)``."""
+    import torch
+
+    for name, v in ((f"{pre}_qweight", qweight), (f"{pre}_scales", scales)):
+        if not isinstance(v, torch.Tensor):
+            raise ArgumentTypeError(RUN_OP, name, f"expected a tensor, got {_kind(v)}")
+    if scales.dim() != 3 or scales.dtype != dtype:
+        raise ArgumentError(
+            RUN_OP,
+            f"{pre}_scales",
+            f"must be [E, K/G, N] of the activations' dtype {dtype}, got {_kind(scales)}",
+        )
+    e, groups, nn = scales.shape
+    if n is not None and nn != n:
+        raise ArgumentError(RUN_OP, f"{pre}_scales", f"has N = {nn} columns, expected {n}")
+    want_g = 1 if group_size == -1 else k // max(group_size, 1)
+    if group_size != -1 and k % group_size or groups != want_g:
+        raise ArgumentError(
+            RUN_OP,
+            f"{pre}_group_size",
+            f"{group_size} does not match K = {k} and {pre}_scales' {groups} groups",
+        )
+    bk = k_tile(k, group_size)
+    want = (e * nn, k // bk, 4, bk * bits // 32)
+    if qweight.dtype != torch.uint8 or tuple(qweight.shape) != want:
+        raise ArgumentError(
+            RUN_OP,
+            f"{pre}_qweight",
+            f"must be prepare_wna16's uint8 [E*N, K/BK, 4, BK*bits/32] = {list(want)}, got {_kind(qweight)}",
+        )
+    if quant_format == "awq":
+        if not isinstance(zeros, torch.Tensor) or zeros.shape != scales.shape or zeros.dtype != dtype:
+            raise ArgumentError(
+                RUN_OP,
+                f"{pre}_zeros",
+                f"AWQ needs zero points shaped and typed like "
+                f"{pre}_scales {tuple(scales.shape)}, got {_kind(zeros)}",
+            )
+    elif zeros is not None:
+        raise ArgumentError(RUN_OP, f"{pre}_zeros", "GPTQ weights have no zero points: pass None")
+    return e, nn
+
+
+def check_fused_moe_wna16(
+    hidden_states: Any,
+    w13_qweight: Any,
+    w13_scales: Any,
+    w13_zeros: Any,
+    w2_qweight: Any,
+    w2_scales: Any,
+    w2_zeros: Any,
+    topk_weights: Any,
+    topk_ids: Any,
+    quant_format: Any,
+    bits: Any,
+    w13_group_size: Any,
+    w2_group_size: Any,
+    activation: Any = "silu",
+    apply_router_weight_on_input: Any = False,
+    expert_map: Any = None,
+    global_num_experts: Any = None,
+) -> None:
+    """The one check of ``torch.ops.hexlayout.fused_moe_wna16`` (eager and fake): every bad argument
+    is an ``ArgumentTypeError`` / ``ArgumentError`` naming it; the content checks (expert ids in
+    range) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
+    import torch
+
+    from ..host.launch import content_checks
+
+    op, x = RUN_OP, hidden_states
+    if not isinstance(x, torch.Tensor):
+        raise ArgumentTypeError(op, "hidden_states", f"expected a tensor, got {_kind(x)}")
+    if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2:
+        raise ArgumentError(
+            op, "hidden_states", f"must be a float16 / bfloat16 [T, H] tensor, got {_kind(x)}"
+        )
+    if quant_format not in ("awq", "gptq"):
+        raise ArgumentError(op, "quant_format", f"must be 'awq' or 'gptq', got {quant_format!r}")
+    if bits not in ((4,) if quant_format == "awq" else (4, 8)) or isinstance(bits, bool):
+        raise ArgumentError(op, "bits", f"must be 4 (AWQ) or 4 / 8 (GPTQ), got {bits!r}")
+    for name, gs in (("w13_group_size", w13_group_size), ("w2_group_size", w2_group_size)):
+        if gs not in GROUP_SIZES or isinstance(gs, bool):
+            raise ArgumentError(op, name, f"must be one of 32, 64, 128, -1, got {gs!r}")
+    t, h = x.shape
+    e, n2 = _check_weight(
+        "w13", w13_qweight, w13_scales, w13_zeros, quant_format, bits, w13_group_size, x.dtype, h, None
+    )
+    if n2 % 2:
+        raise ArgumentError(op, "w13_scales", f"must have N = 2I columns (gate, then up), got {n2}")
+    inter = n2 // 2
+    e2, _ = _check_weight(
+        "w2", w2_qweight, w2_scales, w2_zeros, quant_format, bits, w2_group_size, x.dtype, inter, h
+    )
+    if e2 != e:
+        raise ArgumentError(op, "w2_scales", f"has {e2} experts, w13 has {e}")
+    for name, v in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
+        if not isinstance(v, torch.Tensor):
+            raise ArgumentTypeError(op, name, f"expected a tensor, got {_kind(v)}")
+        if v.dim() != 2 or v.shape[0] != t or v.shape[1] < 1:
+            raise ArgumentError(op, name, f"must be [T, k] with T = {t}, k >= 1, got shape {tuple(v.shape)}")
+    if topk_weights.dtype != torch.float32:
+        raise ArgumentTypeError(op, "topk_weights", f"must be float32, got {topk_weights.dtype}")
+    if topk_ids.dtype != torch.int32 or topk_ids.shape != topk_weights.shape:
+        raise ArgumentError(
+            op,
+            "topk_ids",
+            f"must be int32 shaped like topk_weights {tuple(topk_weights.shape)}, got {_kind(topk_ids)}",
+        )
+    k = topk_ids.shape[1]
+    if activation not in ("silu", "gelu"):
+        raise ArgumentError(op, "activation", f"must be 'silu' or 'gelu', got {activation!r}")
+    if not isinstance(apply_router_weight_on_input, bool):
+        raise ArgumentTypeError(
+            op, "apply_router_weight_on_input", f"expected a bool, got {_kind(apply_router_weight_on_input)}"
+        )
+    if apply_router_weight_on_input and k != 1:
+        raise ArgumentError(
+            op, "apply_router_weight_on_input", f"requires k = 1 choice per token, got k = {k}"
+        )
+    if expert_map is not None and (
+        not isinstance(expert_map, torch.Tensor) or expert_map.dtype != torch.int32 or expert_map.dim() != 1
+    ):
+        raise ArgumentError(op, "expert_map", f"must be a 1-d int32 tensor or None, got {_kind(expert_map)}")
+    if global_num_experts is not None and (
+        not isinstance(global_num_experts, int) or isinstance(global_num_experts, bool)
+    ):
+        raise ArgumentTypeError(
+            op, "global_num_experts", f"expected an int or None, got {_kind(global_num_experts)}"
+        )
+    gne = global_num_experts if global_num_experts is not None and global_num_experts >= 0 else None
+    if gne is None:
+        gne = e if expert_map is None else expert_map.shape[0]
+    if expert_map is not None and expert_map.shape[0] != gne:
+        raise ArgumentError(
+            op, "expert_map", f"has {expert_map.shape[0]} entries, global_num_experts is {gne}"
+        )
+    if expert_map is None and gne != e:
+        raise ArgumentError(
+            op, "global_num_experts", f"is {gne} but w13 has {e} experts and no expert_map is given"
+        )
+    named = [
+        ("hidden_states", x),
+        ("w13_qweight", w13_qweight),
+        ("w13_scales", w13_scales),
+        ("w13_zeros", w13_zeros),
+        ("w2_qweight", w2_qweight),
+        ("w2_scales", w2_scales),
+        ("w2_zeros", w2_zeros),
+        ("topk_weights", topk_weights),
+        ("topk_ids", topk_ids),
+        ("expert_map", expert_map),
+    ]
+    for name, v in named:
+        if v is None:
+            continue
+        if v.device != x.device:
+            raise ArgumentError(
+                op, name, f"is on {v.device}, hidden_states on {x.device}; all tensors must be on one device"
+            )
+        _contiguous_aligned(name, v)
+    if h % 8:
+        raise ArgumentError(op, "hidden_states", f"H = {h} must be a multiple of 8 (16-byte rows)")
+    if content_checks(topk_ids) and topk_ids.numel():
+        lo, hi = int(topk_ids.min()), int(topk_ids.max())
+        if lo < 0 or hi >= gne:
+            raise ArgumentError(op, "topk_ids", f"holds expert ids in [{lo}, {hi}], expected 0 <= id < {gne}")
+        if expert_map is not None and expert_map.numel():
+            mlo, mhi = int(expert_map.min()), int(expert_map.max())
+            if mlo < -1 or mhi >= e:
+                raise ArgumentError(
+                    op, "expert_map", f"holds [{mlo}, {mhi}], expected -1 (remote) or a local expert id < {e}"
+                )
+
+
+def run_fused_moe_wna16(
+    hidden_states: Any,
+    w13_qweight: Any,
+    w13_scales: Any,
+    w13_zeros: Any,
+    w2_qweight: Any,
+    w2_scales: Any,
+    w2_zeros: Any,
+    topk_weights: Any,
+    topk_ids: Any,
+    quant_format: str,
+    bits: int,
+    w13_group_size: int,
+    w2_group_size: int,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    expert_map: Any = None,
+    global_num_experts: int | None = None,
+) -> Any:
+    """The fused MoE on checked arguments: ``hexlayout.ops.moe``'s pipeline (alignment, then the
+    two GEMM launches here, then moe_sum; nothing but allocations between the kernels)."""
+    from ..host.launch import build_for, lang_dtype, run_kernel
+    from .kernels_sm80 import MoeConfig
+    from .op import MoeRun, run_moe_pipeline
+    from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
+    from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+    from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+
+    t, hdim = hidden_states.shape
+    k = topk_ids.shape[1]
+    e, inter = w13_scales.shape[0], w13_scales.shape[2] // 2
+    dt = lang_dtype(hidden_states.dtype)
+    cfg13 = wna16_config(t * k, e, hdim, w13_group_size)
+    cfg2 = wna16_config(t * k, e, inter, w2_group_size)
+    gate_up_kernel, down_kernel = moe_wna16_gate_up_kernel, moe_wna16_down_kernel
+    if kernel_arch(hidden_states.device) == "sm_90a":  # wgmma, swap-AB, dequantized weights as register A
+        gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
+        for cfg, n in ((cfg13, inter), (cfg2, hdim)):
+            del cfg["BN"], cfg["WARPS"]
+            cfg.update(wna16_sm90_config(t * k, e, n))
+    forced = _forced(None)  # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
+    dev = hidden_states.device
+
+    def split_k(cfg: dict[str, Any], size_k: int, size_n: int) -> int:
+        """Forced, else 1 off CUDA, else ``wna16_split_k`` with the device's SM count."""
+        if forced is not None:
+            return forced
+        if dev.type != "cuda":
+            return 1
+        tiles = {"BN": 64 * cfg["WG"] if "WG" in cfg else cfg["BN"], "BM": cfg["BM"], "BK": cfg["BK"]}
+        return wna16_split_k(t, k, e, size_k, size_n, sm_count(dev), tiles)
+
+    common = {
+        "ZERO": 0 if quant_format == "awq" else 1 << (bits - 1),
+        "TOPK": k,
+        "ROUTER": bool(apply_router_weight_on_input),
+    }
+    z13 = w13_scales if w13_zeros is None else w13_zeros  # GPTQ: not read (ZERO > 0)
+    z2 = w2_scales if w2_zeros is None else w2_zeros
+
+    def gate_up(run: MoeRun, h: Any) -> None:
+        import torch
+
+        consts = {**cfg13, **common, "GELU": run.activation == "gelu"}
+        split = split_k(cfg13, hdim, inter)
+        out = h
+        if split > 1:  # f32 partials of g / u, then the activation kernel writes h
+            out = torch.zeros((2, h.shape[0], inter), dtype=torch.float32, device=dev)
+            consts.update(GELU=False, SPLIT_K=split)
+        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
+        args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        run_kernel(bld, args, outputs=(7,))
+        if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
+            act = build_for(moe_splitk_act_kernel(dt, run.activation), dev, {"BM": cfg13["BM"]})
+            run_kernel(act, (out[0], out[1], run.sorted_ids, run.expert_ids, run.topk_w, h), outputs=(5,))
+
+    def down(run: MoeRun, h: Any, y: Any) -> None:
+        import torch
+
+        consts = {c: v for c, v in common.items() if c != "TOPK" or down_kernel is moe_wna16_down_kernel}
+        consts = {**cfg2, **consts}
+        split = split_k(cfg2, inter, hdim)
+        out = y
+        if split > 1:  # f32 partials, then rounded once into y
+            out = torch.zeros(y.shape, dtype=torch.float32, device=dev)
+            consts["SPLIT_K"] = split
+        bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
+        run_kernel(
+            bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out), outputs=(7,)
+        )
+        if split > 1:
+            run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (out, y), outputs=(1,))
+
+    return run_moe_pipeline(
+        hidden_states,
+        topk_weights,
+        topk_ids,
+        e,
+        inter,
+        activation,
+        apply_router_weight_on_input,
+        expert_map,
+        gate_up,
+        down,
+        MoeConfig(cfg13),
+    )
+
+
+def fused_moe_wna16(
+    hidden_states: Any,
+    w13: WNA16Weights,
+    w2: WNA16Weights,
+    topk_weights: Any,
+    topk_ids: Any,
+    *,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    expert_map: Any = None,
+    global_num_experts: int | None = None,
+) -> Any:
+    """``fused_moe`` for ``prepare_wna16`` weights: ``torch.ops.hexlayout.fused_moe_wna16`` on their
+    tensors and format constants (semantics: ``hexlayout.ops.fused_moe``)::
+
+        out[t] = sum_j tw[t, j] * W2[e]^T (act(W13[e, :, :I]^T x_t) * (W13[e, :, I:]^T x_t)),  e = ids[t, j]
+
+    with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped."""
+    import torch
+
+    from . import torch_wna16  # noqa: F401 - registers the op
+
+    for name, w in (("w13", w13), ("w2", w2)):
+        if not isinstance(w, WNA16Weights):
+            raise ArgumentTypeError(RUN_OP, name, f"must be prepare_wna16's WNA16Weights, got {_kind(w)}")
+    if (w2.quant_format, w2.bits) != (w13.quant_format, w13.bits):
+        raise ArgumentError(
+            RUN_OP,
+            "w2",
+            f"is {w2.quant_format} {w2.bits}-bit, w13 {w13.quant_format} "
+            f"{w13.bits}-bit: both must share one format",
+        )
+    return torch.ops.hexlayout.fused_moe_wna16(
+        hidden_states,
+        w13.qweight,
+        w13.scales,
+        w13.zeros,
+        w2.qweight,
+        w2.scales,
+        w2.zeros,
+        topk_weights,
+        topk_ids,
+        w13.quant_format,
+        w13.bits,
+        w13.group_size,
+        w2.group_size,
+        activation,
+        apply_router_weight_on_input,
+        expert_map,
+        global_num_experts,
+    )

@@ -1,0 +1,284 @@
+"""W4A16 / W8A16 fused-MoE kernels in the tile language, layout-free (``hexlayout.ops.moe_wna16``).
+
+Notation: ``x`` ``[T, H]`` activations (f16 / bf16), ``k`` experts per token, routed row ``r = t
+* k + j`` (token ``t``, choice ``j``), local expert ``e`` of a block of ``BM`` sorted rows
+(``sorted_ids``, padding ids ``>= T * k``; ``block_expert[b] = -1``: nothing to do). The
+weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` with input dim
+``K`` and output dim ``N`` of every expert stored as ``q [E * N, K / BK, 4, BK / 4]`` (row
+``e * N + n`` holds column ``n`` of expert ``e``'s ``W``; element ``[kt, t, 4 c + 2 h + b]`` is
+``q[e * N + n, c']`` with ``c' = BK kt + 16 c + 8 h + 2 t + b``: the values an mma.sync B
+fragment gives one thread are contiguous, one vector load per row and k-tile; ``u4``: two
+values per byte, ``u8``: one), scales ``s [E, G, N]`` and, for AWQ, zero points ``z [E, G, N]``
+(both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
+
+    W[e, c', n] = (q[e * N + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
+
+with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
+``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
+magic-number conversion (two values per 32-bit word: ``hl.cast`` to f16 / bf16, printed as one
+integer add and one packed subtraction), shifted by the zero point, scaled (packed f16 / bf16
+arithmetic: ``q - z`` is exact, the product rounded once) and fed to ``mma.sync`` as its B
+operand in registers: the dequantized weights never touch shared memory.
+
+- ``moe_wna16_gate_up_kernel(dtype, bits, bk)``: for ``BN`` intermediate columns ``n0 ..``::
+
+      g[r, n] = sum_c x[t, c] * W13[e, c, n]          (gate: columns n < I of w13)
+      u[r, n] = sum_c x[t, c] * W13[e, c, I + n]      (up)
+      h[r, n] = act(g) * u                            (SiLU, or exact erf GELU)
+
+  stored in ``dtype`` at row ``p`` (the sorted position of ``r``) of ``h [EM, I]``
+  (``ROUTER=True``: ``x[t]`` is first multiplied by ``tw[r]``, ``apply_router_weight_on_input``).
+- ``moe_wna16_down_kernel(dtype, bits, bk)``: ``y[r, n] = tw[r] * sum_c h[p, c] * W2[e, c, n]``
+  (``y [T * k, H]`` in ``dtype``, row ``r`` the slot at sorted position ``p``; ``ROUTER=True``:
+  without ``tw``); ``hexlayout.ops.moe``'s pipeline sums the k slots of each token (moe_sum).
+
+Split-K (``split=True`` of both factories; decode grids smaller than a wave, ``moe_wna16``
+dispatches): ``SPLIT_K`` blocks per tile, split ``sp`` over the k-tiles ``[lo, hi)`` of
+``moe_splitk._split_range`` (whole k-tiles: each starts on a ``BK`` boundary, and ``BK`` divides
+``GROUP``, so every k-tile dequantizes with its own group's scales and zeros exactly as without
+split). The f32 partials (``g``, ``u`` with the router weight on the input; ``tw[r] * ..`` of the
+down GEMM) are added with ``hl.atomic_add`` into a zeroed workspace: gate-up ``h [2, EM, I]``
+(``h[0]`` gate, ``h[1]`` up, row = sorted position; padding rows add nothing), then
+``moe_splitk.moe_splitk_act_kernel`` writes the activation; down ``y [T * k, H]`` by slot, then
+``moe_splitk.moe_splitk_cast_kernel`` rounds it to ``dtype``.
+
+Targets: sm_80 / sm_89 (``mma.sync.m16n8k16``); sm_90a runs ``moe_wna16_kernels_sm90`` (swap-AB
+wgmma, the dequantized weights as its register A operand), which reuses ``_dequant``.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32, u4, u8
+
+from .fp8_kernels_sm89 import _grid, _k_tiles
+
+__all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "gelu_erf"]
+
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
+
+# erf(x) = 1 - (a1 p + a2 p^2 + ... + a5 p^5) exp(-x^2), p = 1 / (1 + P |x|) (x >= 0):
+# Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_SQRT1_2 = 0.7071067811865476
+
+
+def gelu_erf(x: Any) -> Any:
+    """Exact (erf) GELU of an f32 register tile: ``x / 2 * (1 + erf(x / sqrt 2))``, erf by
+    Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7)."""
+    z = hl.abs(x) * _SQRT1_2
+    p = 1.0 / (z * _P + 1.0)
+    poly = p * (p * (p * (p * (p * _A[4] + _A[3]) + _A[2]) + _A[1]) + _A[0])
+    erf_abs = 1.0 - poly * hl.exp(-(z * z))
+    erf = hl.where(x < 0.0, -erf_abs, erf_abs)
+    return x * 0.5 * (erf + 1.0)
+
+
+def _dequant(
+    q: Any,
+    s: Any,
+    z: Any,
+    e: Any,
+    n0: Any,
+    k0: Any,
+    BN: int,
+    BK: int,
+    GROUP: int,
+    ZERO: int,
+    dt: DType,
+    bits: int,
+) -> Any:
+    """The dequantized ``(BN, BK)`` tile of expert ``e``'s ``W^T`` at columns ``n0 ..`` and k
+    ``k0 ..``: ``(q - z) * s``, in ``dt``, in registers (the mma's B operand). ``q`` holds each
+    k-tile of a row as ``[4, BK/4]`` (element ``[t, 4 c + 2 h + b]`` is k ``16 c + 8 h + 2 t +
+    b``): the values one thread's mma fragments take are contiguous."""
+    g = k0 // GROUP
+    row0 = e * s.shape[2] + n0
+    tile = (BN, 1, 4, BK // 4)
+    origin = (row0, k0 // BK, 0, 0)
+    if bits == 4:
+        qt = hl.copy(hl.view(q, tile=tile, origin=origin))  # bytes, unpacked to [0, 15]
+    else:
+        qt = hl.register(u8, tile)
+        hl.copy(hl.view(q, tile=tile, origin=origin), qt)
+    qt = hl.reshape(hl.reshape(qt, (BN, 4, BK // 16, 2, 2)).permute((0, 2, 3, 1, 4)), (BN, BK))
+    st = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
+        zt: Any = hl.full((BN, 1), float(ZERO), dt)
+    else:
+        zt = hl.register(dt, (BN, 1))
+        hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
+    # q (< 256) and q - z (|q - z| < 256) are exact in f16 and bf16: the product is rounded once
+    return (hl.cast(qt, dt) - zt) * st
+
+
+def _routed_rows(sorted_ids: Any, m0: Any, BM: int, limit: Any) -> Any:
+    """The block's routed rows ``sorted_ids[m0 .. m0 + BM]`` as a ``(BM,)`` index tile, -1 for
+    padding (ids ``>= limit``)."""
+    rid = hl.register(i32, (BM,))
+    hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
+    return hl.where(rid < limit, rid, -1)
+
+
+def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
+    """``tw[r]`` of the block's routed rows ``r`` as a ``(BM, 1)`` f32 column (0 for padding)."""
+    r = hl.register(i32, (BM, 1))
+    hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], r)
+    wr = hl.register(f32, (BM, 1))
+    hl.copy(tw[hl.where(r < tw.shape[0], r, -1)], wr)
+    return wr
+
+
+def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, dt: DType,
+                    split_k: int = 1, sp: Any = None) -> Any:
+    """Yields ``(k0, ra)`` for each ``BK``-column k-tile of ``BM`` rows of ``a`` (the rows
+    ``rows``, -1 a zero row; or, with ``rows=None``, rows ``m0 ..``), ``ra`` a ``(BM, BK)``
+    register tile; the rows are copied into shared memory by cp.async ``STAGES - 1`` k-tiles
+    ahead of their use (a runtime loop over the k-tiles). With a split index ``sp``: only the
+    k-tiles of split ``sp`` of ``split_k`` (``moe_fp8_kernels._k_tiles``)."""
+    sa = hl.shared(dt, (BM, BK, STAGES))
+    num_k, k0, ktile = _k_tiles(a.shape[1], BK, split_k, sp)
+
+    def load(kt: Any, st: Any) -> None:
+        if rows is None:
+            hl.copy(hl.view(a, (BM, BK), (m0, k0(kt))), sa[:, :, st])
+        else:
+            hl.copy(hl.view(a, (BM, BK), (None, k0(kt)), rows=rows), sa[:, :, st])
+
+    for st in range(STAGES - 1):
+        load(st, st)
+        hl.commit_group()
+    for kt in hl.range(num_k):
+        hl.wait_group(STAGES - 2)
+        hl.syncthreads()
+        kn = kt + (STAGES - 1)
+        load(kn, kn % STAGES)
+        hl.commit_group()
+        ra = hl.register(dt, (BM, BK))
+        hl.copy(sa[:, :, kt % STAGES], ra)
+        yield ktile(kt) * BK, ra  # a consumed tile: inside the split (no clamp past K)
+    hl.wait_group(0)
+
+
+@cache
+def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+    """The gate-up grouped GEMM with the activation epilogue (see the module docstring).
+    Constants: ``BM`` sorted rows, ``BN`` intermediate columns (of gate and of up), ``BK``,
+    ``WARPS``, ``GROUP`` (K rows per scale), ``ZERO`` (GPTQ's zero point; 0: ``z`` given),
+    ``TOPK``, ``GELU``, ``ROUTER``, ``SPLIT_K``. ``split``: the split-K form, ``h`` the f32
+    workspace ``[2, EM, I]`` into which split ``sp``'s ``g`` / ``u`` partials are added (``GELU``
+    unused: the activation is ``moe_splitk_act_kernel``'s)."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+    h_t = f32[2, EM, I] if split else dt[EM, I]
+    name = f"moe_wna16_gate_up_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
+    def moe_wna16_gate_up(
+        x: dt[T, H],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        tw: f32[TK],
+        h: h_t,  # type: ignore
+        *,
+        BM: int = 16,
+        BN: int = 64,
+        BK: int = bk,
+        STAGES: int = 3,
+        WARPS: int = 4,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+        SPLIT_K: int = 1,
+    ):
+        Tx, Hx = x.shape
+        Ix = h.shape[-1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):
+            rid = _routed_rows(sorted_ids, m0, BM, Tx * TOPK)
+            tok = hl.where(rid >= 0, rid // TOPK, -1)
+            acc_g = hl.zeros((BM, BN), f32)
+            acc_u = hl.zeros((BM, BN), f32)
+            if ROUTER:
+                wr = _topk_weight(sorted_ids, tw, m0, BM)
+            for k0, ra in _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # token rows
+                if ROUTER:
+                    ra = hl.cast(hl.cast(ra, f32) * wr, dt)
+                # warps side by side along N: each weight is dequantized by one warp only
+                wg = _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                hl.mma(ra, wg, acc_g, warps=(1, WARPS))
+                wu = _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
+                hl.mma(ra, wu, acc_u, warps=(1, WARPS))
+            if split:  # f32 partials at the sorted position; padding rows add nothing
+                pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
+                hl.atomic_add(h[0, pos, n0:n0 + BN], acc_g)
+                hl.atomic_add(h[1, pos, n0:n0 + BN], acc_u)
+            else:
+                a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
+                hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (m0, n0)))  # row = sorted position
+
+    return moe_wna16_gate_up
+
+
+@cache
+def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+    """The down grouped GEMM with the top-k weight in its epilogue (see the module docstring).
+    Constants as ``moe_wna16_gate_up_kernel``'s (``BN`` output columns). ``split``: the split-K
+    form, ``y`` the f32 workspace ``[T * k, H]`` into which split ``sp``'s partials are added."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+    y_t = f32[TK, H] if split else dt[TK, H]
+    name = f"moe_wna16_down_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
+    def moe_wna16_down(
+        h: dt[EM, KD],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        tw: f32[TK],
+        y: y_t,  # type: ignore
+        *,
+        BM: int = 16,
+        BN: int = 64,
+        BK: int = bk,
+        STAGES: int = 3,
+        WARPS: int = 4,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+        SPLIT_K: int = 1,
+    ):
+        TKx, Hx = y.shape
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):
+            acc = hl.zeros((BM, BN), f32)
+            for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
+                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
+            if not ROUTER:
+                acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
+            rows = _routed_rows(sorted_ids, m0, BM, TKx)
+            if split:  # f32 partials to the token slots; padding rows add nothing
+                hl.atomic_add(y[rows, n0:n0 + BN], acc)
+            else:
+                hl.copy(hl.cast(acc, dt), hl.view(y, (BM, BN), (None, n0), rows=rows))  # to the token slots
+
+    return moe_wna16_down

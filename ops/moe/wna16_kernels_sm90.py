@@ -1,0 +1,231 @@
+"""W4A16 / W8A16 fused-MoE grouped GEMMs for sm_90a: ``wgmma`` with swapped operands and the
+dequantized weights as its register A operand (``hexlayout.ops.moe_wna16`` dispatches here on
+sm_90a).
+
+The same products, arguments and weight layout as ``moe_wna16_kernels``' gate-up and down kernels
+(see its docstring: ``W[e, c, n] = (q[e * N + n, c] - z[e, c // GROUP, n]) * s[e, c // GROUP,
+n]``, ``z = ZERO`` for GPTQ). Swap-AB: a block computes the transposed tile ``out^T = W^T X^T``
+of ``BN = 64 * WG`` output columns (64 per consumer warp group, ``WG`` 1 or 2) by ``BM`` sorted
+rows (16, 32, 64 or 128: the wgmma N side, so a decode step with a few rows per expert wastes no
+MMA rows):
+
+- A: each k-tile of ``W^T`` (``BN x BK``) is loaded as bytes from global memory, unpacked and
+  dequantized in registers by ``moe_wna16_kernels._dequant`` (the values a thread's mma
+  fragments hold are contiguous in ``prepare_wna16``'s layout, and a wgmma register A fragment
+  holds, per warp, the values of an mma.sync one) and fed to ``wgmma.mma_async`` m64nBMk16 as
+  its register A operand: the dequantized weights never touch shared memory;
+- B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
+  cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
+  reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
+  each k-tile's wgmma group (``moe_fp8_kernels_sm90._pipeline``).
+
+Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
+``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
+H]``; activation and rounding by ``moe_splitk``'s kernels).
+
+Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``
+and medium ``BM = 32`` on one warp group; many tokens per expert ``BM = 64`` on two warp groups
+(``BN = 128``; ``BM = 128`` spills the down kernel). The large-token config stays swap-AB rather than
+putting the tokens on the wgmma M side: wgmma's B operand must come from shared memory, so
+tokens-as-M would stage every dequantized weight tile registers -> shared -> wgmma (a shared
+store, a barrier and a proxy fence per k-tile, and the weights in shared memory), whereas with
+swap-AB the weights stay in registers and only the activations (read once per block) live in
+shared memory; a wider N side (64 tokens) and two warp groups (each activation tile read by 128
+weight columns) give the large-token case its reuse.
+"""
+
+# Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+from functools import cache
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.arch.dtypes import DType
+from hexlayout.lang import f32, i32, u4, u8, u32
+
+from .fp8_kernels_sm89 import _grid, _k_tiles, _load
+from .fp8_kernels_sm90 import _pipeline, _rows
+from .wna16_kernels_sm80 import _dequant, gelu_erf
+
+__all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
+
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
+
+
+def _weight_tile(q: Any, s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, BK: int, GROUP: int, ZERO: int,
+                 dt: DType, bits: int) -> Any:
+    """The wgmma A operand: the dequantized ``(BN, BK)`` tile of ``W^T`` (``_dequant``) with its
+    rows reordered, row ``16 a + 8 h + g`` holding column ``n0 + h * BN / 2 + 8 a + g``.
+
+    A wgmma A fragment gives a thread the k-pairs of two rows, ``g`` and ``g + 8``, in the
+    register order (pair, row, k + 8); ``_dequant``'s rows are loaded one vector per row and
+    k-tile (the order of an mma.sync B fragment). The two halves of the columns are dequantized
+    apart, each a tile whose thread holds one row, and woven pair by pair (``f16`` / ``bf16``
+    pairs seen as ``u32`` words): the two rows of a fragment are one row of each half. No value
+    leaves its thread (the pack / unpack are register renames); ``_rows_in_order`` undoes the
+    reordering on the accumulator."""
+    halves = []
+    for hf in range(2):
+        w = _dequant(q, s, z, e, n0 + hf * (BN // 2), k0, BN // 2, BK, GROUP, ZERO, dt, bits)
+        halves.append(hl.reshape(hl.pack(w, u32), (BN // 16, 8, BK // 2, 1)))
+    pairs = hl.interleave(halves, axis=3).permute((0, 3, 1, 2))  # (a, h, g, k-pair)
+    return hl.unpack(hl.reshape(pairs, (BN, BK // 2)), dt)
+
+
+def _rows_in_order(acc: Any, BN: int, BM: int) -> Any:
+    """An accumulator of ``_weight_tile``-ordered rows with row ``h * BN / 2 + 8 a + g`` (column
+    ``n0 + ..``) at ``16 a + 8 h + g``, back in column order (a view: no data moves)."""
+    return hl.reshape(hl.reshape(acc, (BN // 16, 2, 8, BM)).permute((1, 0, 2, 3)), (BN, BM))
+
+
+@cache
+def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+    """Gate-up with the activation epilogue, swap-AB wgmma: for the block's ``BN``
+    intermediate columns ``n`` and sorted rows ``p`` (routed row ``r``, token ``t = r // TOPK``)::
+
+        g^T[n, p] = sum_c W13[e, c, n] * x[t, c],   u^T[n, p] = sum_c W13[e, c, I + n] * x[t, c]
+        h[p, n] = act(w_r * g^T[n, p]) * (w_r * u^T[n, p])
+
+    (``w_r = tw[r]`` with ``ROUTER`` (``apply_router_weight_on_input``: scaling the products
+    equals scaling ``x[t]``), else 1; ``act`` SiLU or exact erf GELU), stored in ``dtype``.
+    Constants: ``BM``, ``BK``, ``STAGES``, ``WG`` (``BN = 64 * WG``), ``GROUP``, ``ZERO``,
+    ``TOPK``, ``GELU``, ``ROUTER``, ``SPLIT_K``. ``split``: the split-K form, ``w_r * g^T`` /
+    ``w_r * u^T`` of split ``sp``'s k-tiles added into the f32 workspace ``h [2, EM, I]`` (row =
+    sorted position; ``GELU`` unused)."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+    h_t = f32[2, EM, I] if split else dt[EM, I]
+    name = f"moe_wna16_gate_up_sm90_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
+    def moe_wna16_gate_up_sm90(
+        x: dt[T, H],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        tw: f32[TK],
+        h: h_t,  # type: ignore
+        *,
+        BM: int = 16,
+        BK: int = bk,
+        STAGES: int = 3,
+        WG: int = 1,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        TOPK: int = 1,
+        GELU: bool = False,
+        ROUTER: bool = False,
+        SPLIT_K: int = 1,
+    ):
+        BN = 64 * WG
+        Tx, Hx = x.shape
+        Ix = h.shape[-1]
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):  # -1: no block (past the padded total)
+            rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
+            tok = hl.where(rid >= 0, rid // TOPK, -1)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            acc_g = hl.zeros((BN, BM), f32)
+            acc_u = hl.zeros((BN, BM), f32)
+            num_k, k0, ktile = _k_tiles(Hx, BK, SPLIT_K, sp)
+
+            def load(kt: Any, st: Any) -> None:  # gathered token rows, K-major: the B operand
+                hl.copy(hl.view(x, (BM, BK), (None, k0(kt)), rows=tok), sa[:, :, st])
+
+            def step(kt: Any, st: Any) -> None:
+                c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
+                wg = _weight_tile(q, s, z, e, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _weight_tile(q, s, z, e, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
+                hl.wgmma_fence()
+                hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
+                hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+
+            _pipeline(load, step, num_k, STAGES)
+            g, u = acc_g, acc_u
+            if ROUTER:
+                wr = _load(tw[rrow], (1, BM))
+                g, u = g * wr, u * wr
+            if split:  # f32 partials at the sorted position; padding rows add nothing
+                pos = hl.where(rrow >= 0, hl.iota((1, BM), 1) + m0, -1)
+                col = hl.iota((BN, 1), 0) + n0
+                hl.atomic_add(h[0, pos, col], _rows_in_order(g, BN, BM))
+                hl.atomic_add(h[1, pos, col], _rows_in_order(u, BN, BM))
+            else:
+                a = gelu_erf(g) if GELU else hl.silu(g)
+                out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
+                hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
+
+    return moe_wna16_gate_up_sm90
+
+
+@cache
+def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+    """Down with the top-k weight epilogue, swap-AB wgmma: for the block's ``BN`` output
+    columns ``n`` and sorted rows ``p`` (routed row ``r``)::
+
+        y[r, n] = tw[r] * sum_c W2[e, c, n] * h[p, c]
+
+    (without ``tw`` when ``ROUTER``), stored in ``dtype`` to the token slot ``r`` (``y [T * k,
+    H]``; ``moe_sum`` adds the k slots). Constants as the gate-up kernel's but ``TOPK`` and
+    ``GELU``, and ``SPLIT_K``. ``split``: the split-K form, split ``sp``'s partials of ``y[r, n]``
+    added into the f32 workspace ``y``."""
+    dt = dtype
+    wt = u4 if bits == 4 else u8
+    y_t = f32[TK, H] if split else dt[TK, H]
+    name = f"moe_wna16_down_sm90_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+
+    @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
+    def moe_wna16_down_sm90(
+        h: dt[EM, KD],
+        q: wt[EN, KT, 4, bk // 4],
+        s: dt[E, G, N],
+        z: dt[E, G, N],  # type: ignore
+        sorted_ids: i32[EM],
+        block_expert: i32[NB],
+        tw: f32[TK],
+        y: y_t,  # type: ignore
+        *,
+        BM: int = 16,
+        BK: int = bk,
+        STAGES: int = 3,
+        WG: int = 1,
+        GROUP: int = 128,
+        ZERO: int = 0,
+        ROUTER: bool = False,
+        SPLIT_K: int = 1,
+    ):
+        BN = 64 * WG
+        TKx, Hx = y.shape
+        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
+        e = block_expert[pid_m]
+        m0, n0 = pid_m * BM, pid_n * BN
+        with hl.if_(e >= 0):  # -1: no block (past the padded total)
+            rid, rrow = _rows(sorted_ids, m0, BM, TKx)
+            sa = hl.shared(dt, (BM, BK, STAGES))
+            acc = hl.zeros((BN, BM), f32)
+            num_k, k0, ktile = _k_tiles(h.shape[1], BK, SPLIT_K, sp)
+
+            def load(kt: Any, st: Any) -> None:  # this block's rows of h, K-major: the B operand
+                hl.copy(hl.view(h, (BM, BK), (m0, k0(kt))), sa[:, :, st])
+
+            def step(kt: Any, st: Any) -> None:
+                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
+                hl.wgmma_fence()
+                hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+
+            _pipeline(load, step, num_k, STAGES)
+            out = acc if ROUTER else acc * _load(tw[rrow], (1, BM))
+            if split:  # f32 partials to the token slots; padding rows add nothing
+                hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
+            else:
+                out = _rows_in_order(hl.cast(out, dt), BN, BM)
+                hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+
+    return moe_wna16_down_sm90
