@@ -34,6 +34,7 @@ from .errors import (
     RaceError,
 )
 from .memory import GlobalTensor, SharedMemory, byte_index
+from .proxy import note_generic_write, reads_async_proxy
 from .registers import RegisterFile
 from .report import EmulatorReport
 from .shadow import Conflict, SmemShadow
@@ -119,8 +120,6 @@ class Machine:
         self.cluster: list[Machine] = [self]
         self.rank = 0
         self.exited = False
-        from .proxy import reads_async_proxy
-
         #: the kernel reads shared memory through the async proxy (tensor maps, wgmma descriptors)
         self.async_proxy_reads = reads_async_proxy(kernel)
 
@@ -459,8 +458,6 @@ class Machine:
         self.smem_write_check(ins, tids, idx)
         self.smem.raw[idx] = data
         if self.async_proxy_reads:  # TMA stores / wgmma may read it through the async proxy
-            from .proxy import note_generic_write
-
             note_generic_write(self, tids, idx)
         if self.options.check_races:
             self.shadow.record_write(tids, idx, self.site_id(ins))

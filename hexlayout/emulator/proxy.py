@@ -13,12 +13,16 @@ and the read is checked by the race detector as for any other read.)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from hexlayout.ir.lowered import FenceProxyAsync, ForLoop, IfThen, Instr, LoweredKernel, SmemDesc, Wgmma
 
 from .errors import AsyncHazardError
-from .machine import Active, Machine
+
+if TYPE_CHECKING:
+    from .machine import Active, Machine
 
 __all__ = ["HANDLERS", "note_generic_write", "check_async_read", "reads_async_proxy"]
 

@@ -201,17 +201,17 @@ def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) ->
     import torch
 
     from .gemm_plan import bind_inputs, host_shapes
-    from .run import _check_emulation, _launch_args
+    from .launch import check_emulation, launch_args
 
     call = _plan(spec, list(anchor_args), list(extra_inputs))
     first = next(t for t in [*anchor_args, *extra_inputs] if isinstance(t, torch.Tensor))
     cuda = first.is_cuda
     if not cuda:
-        _check_emulation(spec)
+        check_emulation(spec)
     bld, prog = _build(call, spec, compile=cuda)
     out_specs = [(f, torch_dtype(dt)) for f, dt in zip(call.out_frames, call.plan.out_dtypes)]
     outs = [torch.empty(f, dtype=dt, device=first.device) for f, dt in out_specs]
-    bound = _launch_args(bld, prog, {"x": call.x}, call.inputs, outs, cuda)
+    bound = launch_args(bld, prog, {"x": call.x}, call.inputs, outs, cuda)
     shapes = tuple(sh if i in call.used else None for i, sh in enumerate(host_shapes(call.inputs)))
     m, n, prologue = call.m, call.n, bool(spec.prologues)
     out_shapes = [tuple(s) for s in call.out_shapes]

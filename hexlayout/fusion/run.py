@@ -23,6 +23,7 @@ from typing import Any
 from .aten import dtype_name, torch_dtype
 from .attention import ATTENTION_ANCHORS, run_attention
 from .gemm_plan import GemmCall, clear_plans, gemm_binder, output_frames, plan_call, planned
+from .launch import LAUNCHERS, check_emulation, kernel_args, launch_args
 from .mechanism import FusedProgram, TilePlan, fuse
 from .reference import aten_op, reference
 from .row_reduction import ROW_REDUCTIONS, clear_row_builds, run_row_reduction
@@ -32,7 +33,6 @@ __all__ = ["run_fused", "reference", "fused_build", "gemm_fused_build", "clear_f
 
 _LOCK = threading.Lock()
 _PROGRAMS: dict[tuple, FusedProgram] = {}
-_LAUNCHERS: dict[int, Any] = {}
 _RELAID: dict[tuple, Any] = {}
 
 
@@ -80,7 +80,7 @@ def clear_fused_builds() -> None:
     """Forget the memoized fused builds, launchers and re-laid-out weights."""
     with _LOCK:
         _PROGRAMS.clear()
-        _LAUNCHERS.clear()
+        LAUNCHERS.clear()
         _RELAID.clear()
         _FAST.clear()
         clear_plans()
@@ -180,10 +180,10 @@ def _run_prepared(p: _Prepared, anchor_args: list[Any], extra_inputs: list[Any])
     import torch
 
     if not p.cuda:
-        _check_emulation(p.spec)
+        check_emulation(p.spec)
     named, inputs = p.bind(anchor_args, extra_inputs)
     outs = [torch.empty(shape, dtype=dt, device=p.device) for shape, dt in p.outs]
-    args = _kernel_args(p.prog, named, inputs, outs)
+    args = kernel_args(p.prog, named, inputs, outs)
     if p.cuda:
         if p.go is None or not p.go(args):
             p.launcher.call_like(p.template, args)
@@ -192,14 +192,6 @@ def _run_prepared(p: _Prepared, anchor_args: list[Any], extra_inputs: list[Any])
 
         emulate(p.bld, *args)
     return p.finish(outs)
-
-
-def _check_emulation(spec: FusedSpec) -> None:
-    from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
-
-    if not emulation_enabled():
-        raise EmulationDisabledError(f"hexlayout fused kernel {spec.display_name()}: CPU tensors need "
-                                     "HEXLAYOUT_EMULATE=1 (the thread-level emulator) or CUDA tensors")
 
 
 def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> list[Any]:
@@ -220,7 +212,7 @@ def run_fused(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     if spec.anchor in ROW_REDUCTIONS:
         outs, prep = run_row_reduction(spec, list(anchor_args), list(extra_inputs))
         if prep.pop("cuda_bound", None) is not None:
-            prep["launcher"] = _LAUNCHERS[id(prep["bld"])]
+            prep["launcher"] = LAUNCHERS[id(prep["bld"])]
             prep["template"] = bound = prep.pop("bound")
             prep["go"] = prep["launcher"].prepared(bound)
         prep.pop("bound", None)
@@ -243,7 +235,7 @@ def _run_gemm(spec: FusedSpec, key: tuple, anchor_args: list[Any], extra_inputs:
                  if isinstance(x, torch.Tensor) and x.device.type != "meta")
     device, cuda = first.device, first.is_cuda
     if not cuda:
-        _check_emulation(spec)
+        check_emulation(spec)
     consts = gemm_provider().consts(call.arch, call.m, call.n, call.k, staged=call.staged)
     b = call.b
     bn = 0
@@ -280,7 +272,7 @@ def _run_gemm(spec: FusedSpec, key: tuple, anchor_args: list[Any], extra_inputs:
 
     prep = _Prepared(spec, bld, prog, cuda, device, bind, out_specs, finish)
     if cuda and bound is not None:
-        prep.launcher, prep.template = _LAUNCHERS[id(bld)], bound
+        prep.launcher, prep.template = LAUNCHERS[id(bld)], bound
         prep.go = prep.launcher.prepared(bound)
     _remember(key, prep)
     return finish(outs)
@@ -314,39 +306,6 @@ def _gemm_finish(call: GemmCall, prog: FusedProgram) -> Callable[[list[Any]], li
 def _launch(bld: Any, prog: FusedProgram, call: GemmCall, a: Any, b: Any, outs: list[Any],
             cuda: bool) -> Any:
     """One launch (or emulation) of the fused GEMM build (the bound arguments on CUDA)."""
-    return _launch_args(bld, prog, {"a": a, "b": b}, call.inputs, outs, cuda)
+    return launch_args(bld, prog, {"a": a, "b": b}, call.inputs, outs, cuda)
 
 
-def _kernel_args(prog: FusedProgram, named: dict[str, Any], inputs: list[Any], outs: list[Any]) -> list[Any]:
-    """The fused program's arguments: the kept anchor parameters (``named``), then each new
-    parameter's source (an extra input of ``inputs`` or an output)."""
-    from hexlayout.ir.tile import GlobalParam
-
-    args: list[Any] = []
-    for p in prog.kernel.params[: len(prog.kernel.params) - len(prog.sources)]:
-        t = named.get(p.name)
-        if t is None:
-            raise FusionUnsupported(f"{prog.kernel.name}: no value for the anchor parameter {p.name}")
-        if isinstance(p, GlobalParam) and not t.is_contiguous():
-            t = t.contiguous()
-        args.append(t)
-    for src in prog.sources:
-        args.append(outs[src[1]] if src[0] == "output" else inputs[src[1]])
-    return args
-
-
-def _launch_args(bld: Any, prog: FusedProgram, named: dict[str, Any], inputs: list[Any], outs: list[Any],
-                 cuda: bool) -> Any:
-    """One launch (or emulation) of a fused build; on CUDA the launcher's bound arguments."""
-    args = _kernel_args(prog, named, inputs, outs)
-    if cuda:
-        from hexlayout.runtime.launch import Launcher
-
-        lau = _LAUNCHERS.get(id(bld))
-        if lau is None or lau.build is not bld:
-            lau = _LAUNCHERS[id(bld)] = Launcher(bld)
-        return lau(*args)
-    from hexlayout.runtime.emulate import emulate
-
-    emulate(bld, *args)
-    return None

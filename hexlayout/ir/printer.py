@@ -23,6 +23,7 @@ from typing import Any
 from .expr import Expr, to_c
 from .registry import OpRegistry
 from .tile import (
+    TEXT_FORM,
     Alloc,
     AsyncCommit,
     AsyncWait,
@@ -66,6 +67,9 @@ __all__ = ["format_kernel", "format_op", "Printer", "PRINTING"]
 def format_kernel(tk: TileKernel) -> str:
     """The text form of ``tk`` (see the module docstring)."""
     return Printer().kernel(tk)
+
+
+TEXT_FORM[0] = format_kernel
 
 
 def format_op(op: Op) -> str:

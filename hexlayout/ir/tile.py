@@ -48,6 +48,7 @@ and ``Fill`` (``dst``) write into existing tiles. Loop-carried state is such a b
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -67,6 +68,10 @@ __all__ = [
 
 _value_ids = itertools.count()
 _op_ids = itertools.count()
+
+#: ``str(TileKernel)``: the text form, set by ``hexlayout.ir.printer`` (which ``hexlayout.ir``
+#: imports) to its ``format_kernel``; the printer sits above this module.
+TEXT_FORM: list[Callable[[Any], str]] = [object.__repr__]
 
 
 @dataclass(eq=False)
@@ -190,11 +195,19 @@ class Block:
         self.ops.append(op)
         return op
 
-    def walk(self) -> Any:
-        """Every op of this block and of the blocks nested in it, in pre-order."""
-        from .walk import walk
-
-        return walk(self)
+    def walk(self) -> Iterator[Op]:
+        """Every op of this block and of the blocks nested in it, in pre-order (an op before
+        the ops of its nested blocks)."""
+        stack: list[Iterator[Op]] = [iter(self.ops)]
+        while stack:
+            op = next(stack[-1], None)
+            if op is None:
+                stack.pop()
+                continue
+            yield op
+            if op.BLOCKS:
+                for b in reversed(op.blocks()):
+                    stack.append(iter(b.ops))
 
 
 @dataclass(eq=False)
@@ -503,16 +516,8 @@ class TileKernel:
     mbarriers: list[Mbarrier] = field(default_factory=list)
 
     def __str__(self) -> str:
-        from .printer import format_kernel
-
-        return format_kernel(self)
-
-    def structural_key(self) -> tuple[Any, ...]:
-        """A value equal for two kernels exactly when they are the same program, whatever
-        their value and object ids (see ``hexlayout.ir.structural``)."""
-        from .structural import structural_key
-
-        return structural_key(self)
+        """The program's text form (``hexlayout.ir.printer.format_kernel``)."""
+        return TEXT_FORM[0](self)
 
     def values(self) -> list[Value]:
         """Every tile value of the program, in order of first mention."""

@@ -49,16 +49,7 @@ def _root_block(root: Block | TileKernel | Op) -> Block:
 
 def walk(root: Block | TileKernel | Op) -> Iterator[Op]:
     """Every op under ``root`` in pre-order (an op before the ops of its nested blocks)."""
-    stack: list[Iterator[Op]] = [iter(_root_block(root).ops)]
-    while stack:
-        op = next(stack[-1], None)
-        if op is None:
-            stack.pop()
-            continue
-        yield op
-        if op.BLOCKS:
-            for b in reversed(op.blocks()):
-                stack.append(iter(b.ops))
+    return _root_block(root).walk()
 
 
 def walk_with_context(root: Block | TileKernel | Op) -> Iterator[Visit]:

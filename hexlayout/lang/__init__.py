@@ -132,6 +132,7 @@ from .sync import (
     wgmma_wait,
 )
 from .tensor import GlobalTensor, Tile
+from .views import getitem as _getitem  # noqa: F401 - the ops behind a[i], t.T, t.permute, t.tile
 
 __all__ = [
     "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "GlobalTensor", "Tile", "TaskMapping",

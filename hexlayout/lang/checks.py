@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hexlayout.arch.dtypes import PRED, DType
 from hexlayout.ir.expr import Const, Expr, ExprLike
 from hexlayout.ir.tile import SourceLoc
 from hexlayout.ir.types import Scope
@@ -11,7 +12,8 @@ from hexlayout.ir.types import Scope
 from .context import TraceContext, current
 from .tensor import GlobalTensor, Tile, describe
 
-__all__ = ["begin", "as_tile", "static_shape", "as_index", "static_int", "require_scope", "SCOPE_NAMES"]
+__all__ = ["begin", "as_tile", "static_shape", "as_index", "static_int", "require_scope", "SCOPE_NAMES",
+           "refuse_sub_byte"]
 
 SCOPE_NAMES = {Scope.GLOBAL: "global", Scope.SHARED: "shared", Scope.REGISTER: "register"}
 
@@ -88,3 +90,13 @@ def as_index(ctx: TraceContext, op: str, loc: SourceLoc | None, x: Any, what: st
     if isinstance(x, Tile):
         raise ctx.error(op, loc, f"{what}: the tile %{x.name} is not a scalar index")
     raise ctx.error(op, loc, f"{what}: {x!r} is not an integer index (int or expression)")
+
+
+def refuse_sub_byte(ctx: TraceContext, op: str, loc: SourceLoc | None, dt: DType, what: str) -> None:
+    """``KernelError`` for a shared or register tile of a 4-bit type (``what``: "register
+    tiles", "shared tiles"): they have no storage of their own yet; packed words do."""
+    if dt != PRED and dt.bits < 8:
+        raise ctx.error(op, loc, f"{what} of {dt} elements are not supported: 4-bit values live packed in "
+                        f"wider words; load the words (as s32 / u32 / u8, e.g. AWQ's int32) and unpack them "
+                        f"with shifts and masks, (w >> 4 * i) & 0xF; or declare the argument u4 / i4 and "
+                        f"take w = hl.copy(hl.view(arg, ...)), a register tile of the values as u8 / s8")

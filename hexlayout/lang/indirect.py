@@ -36,7 +36,7 @@ from hexlayout.ir.types import Scope, TileType
 
 from .checks import as_index, begin, static_int
 from .context import TraceContext
-from .tensor import GlobalTensor, Tile, describe
+from .tensor import GlobalTensor, Tile, describe, method
 
 __all__ = ["load", "index_global"]
 
@@ -132,6 +132,7 @@ def _width(start: ExprLike, stop: ExprLike) -> int | None:
     return None
 
 
+@method("index_global")
 def index_global(a: GlobalTensor, index: Any) -> Any:
     """``a[index]``: a scalar load, a plain view or a gathered view (see the module docstring)."""
     ctx, loc = begin("gather")

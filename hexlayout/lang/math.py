@@ -34,7 +34,7 @@ from hexlayout.ir.types import LayoutVar, Scope, TileType
 
 from .checks import begin
 from .context import TraceContext
-from .tensor import GlobalTensor, Tile, describe, shape_str
+from .tensor import GlobalTensor, Tile, describe, method, shape_str
 
 __all__ = [
     "elementwise", "broadcast_shapes", "unary_function", "function", "FUNCTIONS", "abs_", "maximum",
@@ -86,6 +86,7 @@ def _operand(ctx: TraceContext, op: str, loc: SourceLoc | None, x: Any) -> Value
     raise ctx.error(op, loc, f"{x!r} ({type(x).__name__}) is not a tile or a scalar")
 
 
+@method("elementwise")
 def elementwise(fn: str | AluFunction, args: tuple[Any, ...], *, out: Tile | None = None,
                 opname: str | None = None) -> Tile:
     """Emit ``Elementwise(result, fn, args)`` (see the module docstring); ``fn`` is an ALU

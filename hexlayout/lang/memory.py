@@ -32,16 +32,15 @@ from hexlayout.ir.tile import Alloc, GlobalView, Value
 from hexlayout.ir.types import Scope, TileType
 from hexlayout.layout import Layout
 
-from .checks import as_index, as_tile, begin, static_int, static_shape
+from .checks import as_index, as_tile, begin, refuse_sub_byte, static_int, static_shape
 from .dtypes import canonical
 from .layouts import auto, resolve_layout
-from .packed import refuse_sub_byte
-from .packed_global import PackedGlobalTensor, packed_view
-from .tensor import GlobalTensor, Tile, describe, shape_str
+from .tensor import METHODS, GlobalTensor, Tile, describe, method, shape_str
 
 __all__ = ["view", "shared", "register"]
 
 
+@method("view")
 def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None = None, *,
          rows: Tile | None = None, valid_rows: ExprLike | None = None, name: str | None = None) -> Tile:
     """A ``tile``-shaped window of a global tensor: ``y[c] = a[origin + c]``.
@@ -94,8 +93,8 @@ def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None 
 
             edges.trace()
     """
-    if isinstance(a, PackedGlobalTensor):     # u4 / s4: a window of its bytes
-        return packed_view(a, tile, origin, rows=rows, valid_rows=valid_rows, name=name)  # type: ignore[return-value]
+    if isinstance(a, GlobalTensor) and a.view_op != "view":   # u4 / s4: a window of its bytes
+        return METHODS[a.view_op](a, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
     ctx, loc = begin("view")
     if not isinstance(a, GlobalTensor):
         if isinstance(a, Tile):

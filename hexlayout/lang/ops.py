@@ -37,14 +37,12 @@ from hexlayout.ir.mapping import spatial as _spatial
 from hexlayout.ir.tile import Alloc, Cast, Copy, Fill, Iota, Mma, Rearrange, Reduce
 from hexlayout.ir.types import LayoutVar, Scope, TileType
 
-from .checks import SCOPE_NAMES, as_tile, begin, require_scope, static_int, static_shape
+from .checks import SCOPE_NAMES, as_tile, begin, refuse_sub_byte, require_scope, static_int, static_shape
 from .dtypes import canonical, f32, i32
 from .layouts import auto, resolve_layout
 from .math import elementwise
-from .packed import refuse_sub_byte
-from .packed_global import PackedView, copy_packed
 from .sync import BarrierRef, as_barrier
-from .tensor import Tile, describe, shape_str
+from .tensor import METHODS, Tile, describe, method, shape_str
 
 __all__ = ["copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum_", "max_reduce", "min_reduce",
            "rearrange", "iota", "assign"]
@@ -119,8 +117,9 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             tk = stage.trace()
             assert [op.name for op in tk.body.ops].count("Copy") == 3
     """
-    if isinstance(src, PackedView) or isinstance(dst, PackedView):   # a 4-bit global tensor
-        return copy_packed(src, dst, instruction, mask)
+    special = getattr(src, "copy_op", None) or getattr(dst, "copy_op", None)
+    if special is not None:                  # a view of a 4-bit global tensor (packed_global)
+        return METHODS[special](src, dst, instruction, mask)
     ctx, loc = begin("copy")
     s = as_tile(ctx, "copy", loc, src, "src")
     d = as_tile(ctx, "copy", loc, dst, "dst")
@@ -316,6 +315,7 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc))
 
 
+@method("cast")
 def cast(x: Tile, dtype: DType) -> Tile:
     """Convert a register tile to another element type: ``y[c] = dtype(x[c])``.
 
@@ -704,6 +704,7 @@ def iota(shape: tuple[int, ...] | int, axis: int, dtype: DType = i32, layout: An
     return Tile(v, ctx)
 
 
+@method("assign")
 def assign(dst: Tile, src: Any) -> Tile:
     """Write ``src`` into register tile ``dst``: ``dst[c] = src[c]`` (``src`` broadcast).
 

@@ -20,19 +20,11 @@ from hexlayout.ir.types import LayoutVar, Scope, TileType
 from .checks import as_tile, begin, require_scope
 from .context import TraceContext
 from .dtypes import canonical
+from .ops import cast
+from .regroup import interleave, reshape
 from .tensor import Tile, describe
 
-__all__ = ["bitcast", "refuse_sub_byte", "unpack", "pack"]
-
-
-def refuse_sub_byte(ctx: TraceContext, op: str, loc: SourceLoc | None, dt: DType, what: str) -> None:
-    """``KernelError`` for a shared or register tile of a 4-bit type (``what``: "register
-    tiles", "shared tiles"): they have no storage of their own yet; packed words do."""
-    if dt != PRED and dt.bits < 8:
-        raise ctx.error(op, loc, f"{what} of {dt} elements are not supported: 4-bit values live packed in "
-                        f"wider words; load the words (as s32 / u32 / u8, e.g. AWQ's int32) and unpack them "
-                        f"with shifts and masks, (w >> 4 * i) & 0xF; or declare the argument u4 / i4 and "
-                        f"take w = hl.copy(hl.view(arg, ...)), a register tile of the values as u8 / s8")
+__all__ = ["bitcast", "unpack", "pack"]
 
 
 def bitcast(x: Tile, dtype: DType) -> Tile:
@@ -156,8 +148,6 @@ def unpack(x: Tile, dtype: DType, axis: int = -1) -> Tile:
     ctx, loc, t, dt, wbits = _word_and_part("unpack", x, dtype, True)
     if not isinstance(axis, int) or not -t.ndim <= axis < t.ndim:
         raise ctx.error("unpack", loc, f"axis {axis!r} is not a mode of {describe(t.value)}")
-    from .regroup import interleave
-
     b, k = dt.bits, wbits // dt.bits
     mask = (1 << b) - 1
     parts = []
@@ -176,8 +166,6 @@ def unpack(x: Tile, dtype: DType, axis: int = -1) -> Tile:
 
 
 def _cast_int(x: Tile, dt: DType) -> Tile:
-    from .ops import cast
-
     return cast(x, dt)
 
 
@@ -232,8 +220,6 @@ def _pack(x: Tile, dtype: DType, axis: int, bits: int | None) -> Tile:
     if t.shape[axis] % k:
         raise ctx.error("pack", loc, f"{describe(t.value)} has {t.shape[axis]} elements along mode {axis}, "
                         f"not a multiple of {k} ({k} per {dt} word)")
-    from .regroup import reshape
-
     shape = list(t.shape)
     grouped = reshape(t, tuple(shape[:axis] + [shape[axis] // k, k] + shape[axis + 1:]))
     index: list[Any] = [slice(None)] * (t.ndim + 1)

@@ -32,7 +32,10 @@ from hexlayout.ir.types import Scope
 
 from .checks import as_index, begin, static_int, static_shape
 from .dtypes import canonical
-from .tensor import GlobalTensor, Tile, describe, shape_str
+from .memory import register, view
+from .ops import assign, copy
+from .packed import pack, unpack
+from .tensor import GlobalTensor, Tile, describe, method, shape_str
 
 if TYPE_CHECKING:
     from .context import TraceContext
@@ -91,7 +94,10 @@ def packed_param(name: str, dtype: DType, shape: tuple[ExprLike, ...], dims: tup
 
 class PackedGlobalTensor(GlobalTensor):
     """A ``u4`` / ``s4`` global tensor argument: ``param`` is its byte tensor, the
-    properties show the elements (``shape[-1]`` twice the bytes, row-major strides)."""
+    properties show the elements (``shape[-1]`` twice the bytes, row-major strides). Its views
+    (``hl.view``, ``.tile``) are ``PackedView`` s (``packed_view``)."""
+
+    view_op = "packed_view"
 
     def __init__(self, param: GlobalParam, ctx: TraceContext, dtype: DType,
                  shape: tuple[ExprLike, ...]) -> None:
@@ -114,13 +120,6 @@ class PackedGlobalTensor(GlobalTensor):
         """Row-major element strides."""
         return _row_major(self._shape)
 
-    def tile(self, tile: tuple[int, ...], origin: tuple[Any, ...] | None = None, *, rows: Tile | None = None,
-             valid_rows: ExprLike | None = None, name: str | None = None) -> PackedView:  # type: ignore[override]
-        """``hl.view(self, tile, origin, ...)``: a ``PackedView``."""
-        from .memory import view
-
-        return view(self, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
-
     def __getitem__(self, index: Any) -> Any:
         ctx, loc = begin("load")
         raise ctx.error("load", loc, f"{self._dtype} tensor {self.name}: single 4-bit elements cannot be "
@@ -132,7 +131,10 @@ class PackedGlobalTensor(GlobalTensor):
 
 class PackedView:
     """A window of a 4-bit global tensor (``hl.view`` of it): ``shape`` elements at element
-    ``origin``; ``bytes`` is the ``u8`` global view of its bytes (last mode halved)."""
+    ``origin``; ``bytes`` is the ``u8`` global view of its bytes (last mode halved). ``hl.copy``
+    to or from it is ``copy_packed``."""
+
+    copy_op = "copy_packed"
 
     def __init__(self, tensor: PackedGlobalTensor, shape: tuple[int, ...], bytes_: Tile,
                  loc: SourceLoc | None) -> None:
@@ -157,12 +159,11 @@ class PackedView:
         return f"PackedView({self.tensor.name}: {self.dtype}{shape_str(self.shape)})"
 
 
+@method("packed_view")
 def packed_view(a: PackedGlobalTensor, tile: Any, origin: Any, *, rows: Tile | None,
                 valid_rows: ExprLike | None, name: str | None) -> PackedView:
     """``hl.view`` of a 4-bit tensor: checks the last mode's even extent and origin and
     makes the byte view (``tile[-1] / 2`` bytes at byte ``origin[-1] / 2``)."""
-    from .memory import view
-
     ctx, loc = begin("view")
     shape = static_shape(ctx, "view", loc, tile, f"tile of {a.name}")
     if len(shape) != a.ndim:
@@ -190,21 +191,17 @@ def packed_view(a: PackedGlobalTensor, tile: Any, origin: Any, *, rows: Tile | N
     return PackedView(a, shape, bytes_, loc)
 
 
+@method("copy_packed")
 def copy_packed(src: Any, dst: Any, instruction: str | None, mask: Any) -> Tile | None:
     """``hl.copy`` with a ``PackedView`` on one side: a load (bytes loaded, then
     ``hl.unpack``-ed along the last mode: ``w[c] = element c``, ``u8`` for ``u4``, ``s8``
     sign-extended for ``s4``) returned as a new register tile, and written into ``dst``
     too when one is given (``hl.assign``); or a store of a register tile (``hl.pack(bits=4)``
     into bytes, then stored)."""
-    from .ops import assign, copy
-    from .packed import pack, unpack
-
     ctx, loc = begin("copy")
     load = isinstance(src, PackedView)
     pv, t = (src, dst) if load else (dst, src)
     if load and dst is None:
-        from .memory import register
-
         raw = register(canonical("u8"), pv.bytes.shape)
         copy(pv.bytes, raw, instruction, mask)
         return unpack(raw, pv.dtype, axis=-1)
@@ -221,8 +218,6 @@ def copy_packed(src: Any, dst: Any, instruction: str | None, mask: Any) -> Tile 
         raise ctx.error("copy", loc, f"element types differ: {pair}; {pv.dtype} values are held in registers "
                         f"as {held}")
     if load:
-        from .memory import register
-
         raw = register(canonical("u8"), pv.bytes.shape)
         copy(pv.bytes, raw, instruction, mask)
         return assign(t, unpack(raw, pv.dtype, axis=-1))

@@ -21,7 +21,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hexlayout.arch.dtypes import DType
 from hexlayout.ir.expr import ExprLike
@@ -31,7 +32,25 @@ from hexlayout.ir.types import LayoutLike, Scope
 if TYPE_CHECKING:
     from .context import TraceContext
 
-__all__ = ["GlobalTensor", "Tile", "describe", "shape_str"]
+__all__ = ["GlobalTensor", "Tile", "describe", "shape_str", "METHODS", "method"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The ops behind the methods and operators of ``Tile`` and ``GlobalTensor`` (``a.tile(...)``,
+#: ``a[i]``, ``t.T``, ``t.to(dt)``, ``t + u``, ...), by name. They are defined by the modules above
+#: this one (``views``, ``ops``, ``math``, ``memory``, ``indirect``), which register them with
+#: ``method`` when ``hexlayout.lang`` is imported; the classes here only dispatch.
+METHODS: dict[str, Callable[..., Any]] = {}
+
+
+def method(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the op behind the tensor method ``name``."""
+
+    def register(fn: F) -> F:
+        METHODS[name] = fn
+        return fn
+
+    return register
 
 
 def shape_str(shape: tuple[Any, ...]) -> str:
@@ -58,6 +77,10 @@ class GlobalTensor:
         >>> _ = k.trace()
         GlobalTensor(a: f16[M, K]) (Expr(M), Expr(K)) (Expr(K), 1)
     """
+
+    #: the op (in ``METHODS``) that makes this tensor's views: ``hl.view`` itself; a tensor
+    #: whose views are of another kind (4-bit, ``packed_global``) names its own
+    view_op = "view"
 
     def __init__(self, param: GlobalParam, ctx: TraceContext) -> None:
         self.param = param
@@ -120,9 +143,7 @@ class GlobalTensor:
 
                 tiles.trace()
         """
-        from .memory import view
-
-        return view(self, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
+        return METHODS["view"](self, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
 
     def __getitem__(self, index: Any) -> Any:
         """numpy-style indexing of a global tensor: a scalar load, a gathered or a plain view.
@@ -160,9 +181,7 @@ class GlobalTensor:
 
                 paged.trace()
         """
-        from .indirect import index_global
-
-        return index_global(self, index)
+        return METHODS["index_global"](self, index)
 
     def __bool__(self) -> bool:
         from .context import current
@@ -290,9 +309,7 @@ class Tile:
 
                 stages.trace()
         """
-        from .views import getitem
-
-        return getitem(self, index)
+        return METHODS["getitem"](self, index)
 
     def __setitem__(self, index: Any, src: Any) -> None:
         """Write into a view: ``x[index] = src`` is ``hl.assign(x[index], src)``.
@@ -320,11 +337,8 @@ class Tile:
 
                 reset.trace()
         """
-        from .ops import assign
-        from .views import getitem
-
-        dst = self if index is Ellipsis else getitem(self, index)
-        assign(dst, src)
+        dst = self if index is Ellipsis else METHODS["getitem"](self, index)
+        METHODS["assign"](dst, src)
 
     def tile(self, shape: tuple[int, ...], origin: tuple[ExprLike, ...] | None = None, *,
              name: str | None = None) -> Tile:
@@ -358,9 +372,7 @@ class Tile:
 
                 ksteps.trace()
         """
-        from .views import subtile
-
-        return subtile(self, shape, origin, name=name)
+        return METHODS["subtile"](self, shape, origin, name=name)
 
     def permute(self, *perm: int) -> Tile:
         """A view with the modes reordered: result mode ``i`` is source mode ``perm[i]``.
@@ -386,9 +398,7 @@ class Tile:
 
                 front.trace()
         """
-        from .views import permute
-
-        return permute(self, perm[0] if len(perm) == 1 and isinstance(perm[0], tuple) else perm)
+        return METHODS["permute"](self, perm[0] if len(perm) == 1 and isinstance(perm[0], tuple) else perm)
 
     @property
     def T(self) -> Tile:  # noqa: N802 - numpy's name
@@ -409,9 +419,7 @@ class Tile:
 
                 kn.trace()
         """
-        from .views import permute
-
-        return permute(self, tuple(reversed(range(self.ndim))))
+        return METHODS["permute"](self, tuple(reversed(range(self.ndim))))
 
     def to(self, dtype: DType) -> Tile:
         """Convert to ``dtype``: ``hl.cast(self, dtype)``.
@@ -435,15 +443,11 @@ class Tile:
 
                 half.trace()
         """
-        from .ops import cast
-
-        return cast(self, dtype)
+        return METHODS["cast"](self, dtype)
 
     # --- arithmetic ---------------------------------------------------------------------
     def _ew(self, fn: str, *args: Any, out: Tile | None = None) -> Tile:
-        from .math import elementwise
-
-        return elementwise(fn, args, out=out)
+        return METHODS["elementwise"](fn, args, out=out)
 
     def __add__(self, o: Any) -> Tile:
         return self._ew("add", self, o)

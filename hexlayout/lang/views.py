@@ -25,7 +25,7 @@ from hexlayout.layout import Layout, select, slice_and_offset
 
 from .checks import as_index, begin, static_int, static_shape
 from .context import TraceContext
-from .tensor import Tile, describe, shape_str
+from .tensor import Tile, describe, method, shape_str
 
 __all__ = ["getitem", "subtile", "permute"]
 
@@ -58,6 +58,7 @@ def _check_index(ctx: TraceContext, op: str, loc: SourceLoc | None, t: Tile, mod
                         f"{describe(t.value)} (extent {ext})")
 
 
+@method("getitem")
 def getitem(t: Tile, index: Any) -> Tile:
     ctx, loc = begin("slice")
     idx = index if isinstance(index, tuple) else (index,)
@@ -143,6 +144,7 @@ def _subtile(ctx: TraceContext, loc: SourceLoc | None, t: Tile, shape: tuple[int
     return Tile(v, ctx)
 
 
+@method("subtile")
 def subtile(t: Tile, shape: tuple[int, ...], origin: tuple[ExprLike, ...] | None = None, *,
             name: str | None = None) -> Tile:
     """The ``shape`` window of ``t`` at element offsets ``origin`` (default 0)."""
@@ -166,6 +168,7 @@ def subtile(t: Tile, shape: tuple[int, ...], origin: tuple[ExprLike, ...] | None
     return _subtile(ctx, loc, t, shp, off, name)
 
 
+@method("permute")
 def permute(t: Tile, perm: tuple[int, ...]) -> Tile:
     ctx, loc = begin("permute")
     perm = tuple(perm)

@@ -9,7 +9,7 @@ Strings print in CuTe form: ``((4,8),(2,2)):((32,1),(16,8))``.
 
 from .complement import complement
 from .composed import ComposedLayout, make_composed_layout
-from .composition import composition
+from .composition import composition, with_shape
 from .divide import flat_divide, logical_divide, tiled_divide, zipped_divide
 from .inttuple import crd2idx, idx2crd, prefix_product, suffix_product
 from .inverse import left_inverse, max_common_layout, max_common_vector, right_inverse
@@ -49,7 +49,8 @@ __all__ = [
     "Layout", "ComposedLayout", "Swizzle", "make_layout", "make_ordered_layout", "make_composed_layout",
     "size", "cosize", "rank", "depth", "flatten", "coalesce", "filter", "filter_zeros", "append",
     "prepend", "select", "group", "slice_and_offset", "crd2idx", "idx2crd", "prefix_product",
-    "suffix_product", "composition", "complement", "right_inverse", "left_inverse", "max_common_layout",
+    "suffix_product", "composition", "with_shape", "complement", "right_inverse", "left_inverse",
+    "max_common_layout",
     "max_common_vector", "logical_divide", "zipped_divide", "tiled_divide", "flat_divide",
     "logical_product", "zipped_product", "tiled_product", "flat_product", "blocked_product",
     "raked_product", "tile_to_shape", "upcast", "downcast", "recast_layout", "make_layout_tv",

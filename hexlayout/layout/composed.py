@@ -62,9 +62,6 @@ class ComposedLayout:
     def indices(self) -> np.ndarray:
         return np.asarray(self.layout_a(self.offset + self.layout_b.indices()), dtype=np.int64)
 
-    def with_shape(self, *shape: IntTuple) -> ComposedLayout:
-        return ComposedLayout(self.layout_a, self.offset, self.layout_b.with_shape(*shape))
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ComposedLayout) and (self.layout_a, self.offset, self.layout_b) == (
             other.layout_a, other.offset, other.layout_b)

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .inttuple import ceil_div, fmt, is_int, is_tuple, signum
+from .composed import ComposedLayout
+from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, signum
 from .layout import Layout, coalesce_x, make_layout
+from .swizzle import Swizzle
 
-__all__ = ["composition", "Tiler"]
+__all__ = ["composition", "with_shape", "Tiler"]
 
 Tiler = Any  # Layout | int | None | tuple[Tiler, ...]
 
@@ -92,8 +94,6 @@ def _impl(ls: Any, ld: Any, rs: Any, rd: Any, lhs: Layout, rhs: Any) -> Layout:
 
 def composition(lhs: Any, rhs: Tiler) -> Any:
     """``lhs o rhs`` (CuTe's composition); see the module docstring for the cases."""
-    from .composed import ComposedLayout
-    from .swizzle import Swizzle
 
     if isinstance(lhs, Swizzle):
         if rhs is None:
@@ -134,3 +134,13 @@ def _as_layout_tiler(t: Tiler) -> Layout:
         modes = [_as_layout_tiler(e) for e in t]
         return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
     raise ValueError(f"composition: {t!r} is not a layout or tiler")
+
+
+def with_shape(layout: Any, *shape: IntTuple) -> Any:
+    """``layout o Layout(shape)`` (CuTe's ``Layout::with_shape``): the same codomain over a
+    domain reshaped to ``shape``; for a ``ComposedLayout`` ``A o off o B`` it is
+    ``A o off o with_shape(B, shape)``."""
+    shp = shape[0] if len(shape) == 1 else tuple(shape)
+    if isinstance(layout, ComposedLayout):
+        return ComposedLayout(layout.layout_a, layout.offset, with_shape(layout.layout_b, shp))
+    return composition(layout, Layout(shp))

@@ -176,13 +176,6 @@ class Layout:
         return np.asarray(crd2idx(np.arange(self.size(), dtype=np.int64), self._shape, self._stride),
                           dtype=np.int64).reshape(-1)
 
-    def with_shape(self, *shape: IntTuple) -> Layout:
-        """``composition(self, Layout(shape))``: reshape the domain."""
-        from .composition import composition
-
-        shp = shape[0] if len(shape) == 1 else tuple(shape)
-        return composition(self, Layout(shp))
-
     # --- comparison / printing -------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Layout) and self._shape == other._shape and self._stride == other._stride

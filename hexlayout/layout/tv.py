@@ -5,7 +5,7 @@ builds one from a thread arrangement and a per-thread value arrangement over the
 as CuTe's ``make_layout_tv`` / ``make_tiled_copy`` do:
 
     layout_mn = raked_product(thr_layout, val_layout)   # (m, n) -> (thr, val) index
-    layout_tv = right_inverse(layout_mn).with_shape((size(thr), size(val)))
+    layout_tv = with_shape(right_inverse(layout_mn), (size(thr), size(val)))
 
 ``tv_inverse`` is the other direction, ``(m, n) -> (thread, value)``, and
 ``tv_coords`` tabulates a TV layout as arrays of tile coordinates.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .composition import with_shape
 from .divide import tuple_layout
 from .inttuple import IntTuple, is_tuple, product, product_each
 from .inverse import left_inverse, right_inverse
@@ -30,7 +31,7 @@ def make_layout_tv(thr_layout: Layout, val_layout: Layout | None = None) -> tupl
     if val_layout is None:
         val_layout = Layout(tuple(1 for _ in range(thr_layout.rank)) if thr_layout.rank > 1 else 1)
     layout_mn = raked_product(thr_layout, val_layout)
-    layout_tv = right_inverse(layout_mn).with_shape((thr_layout.size(), val_layout.size()))
+    layout_tv = with_shape(right_inverse(layout_mn), (thr_layout.size(), val_layout.size()))
     tiler = product_each(layout_mn.shape)
     return tiler, layout_tv
 
@@ -44,7 +45,7 @@ def tv_inverse(layout_tv: Layout, tile_size: int | None = None) -> Layout:
     """``(tile index) -> thread + nthreads * value``: left inverse of an injective TV layout."""
     inv = left_inverse(layout_tv)
     if tile_size is not None:
-        inv = inv.with_shape(tile_size)
+        inv = with_shape(inv, tile_size)
     return inv
 
 

@@ -20,17 +20,15 @@ and the two requirements that cannot both hold, in plain words:
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hexlayout.ir.lower.kernel import LoweringError, Prober
 from hexlayout.ir.lower.rejection import Rejection
 from hexlayout.ir.tile import Alloc, Copy, Mma, Op, Value
 from hexlayout.ir.types import LayoutVar, Scope
 
+from .errors import SynthesisError
 from .registers import LayoutSource
-
-if TYPE_CHECKING:
-    from .solve import SynthesisError
 
 __all__ = ["no_mma", "register_conflict", "shared_conflict", "joint_conflict", "describe_op"]
 
@@ -54,8 +52,6 @@ def _kind(op: Op) -> str:
 
 
 def _error(s: Any, msg: str, ops: list[Op]) -> SynthesisError:
-    from .solve import SynthesisError
-
     return SynthesisError(s.tk.name, msg, ops)
 
 

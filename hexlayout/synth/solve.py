@@ -39,7 +39,6 @@ from typing import Any
 
 from constraint import BacktrackingSolver, Constraint, Problem
 
-from hexlayout.errors import HexlayoutError
 from hexlayout.ir.lower.assignment import EMPTY, Assignment
 from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, Prober, lower_kernel
 from hexlayout.ir.tile import (
@@ -61,6 +60,8 @@ from hexlayout.ir.types import Scope
 from hexlayout.layout import ComposedLayout, Layout
 
 from .cost import CostBreakdown, instr_cost
+from .diagnose import joint_conflict, no_mma, register_conflict, shared_conflict
+from .errors import SynthesisError
 from .graph import LayoutGraph, build_graph
 from .mma_choice import mma_candidates
 from .registers import RegisterAssignment, assign_registers
@@ -104,15 +105,6 @@ class LazyConstraint(Constraint):
 
     def preProcess(self, variables: Any, domains: Any, constraints: Any, vconstraints: Any) -> None:
         return None
-
-
-class SynthesisError(HexlayoutError, ValueError):
-    """No layout assignment satisfies the program; names the conflicting ops and lines."""
-
-    def __init__(self, kernel: str, message: str, ops: list[Op] | None = None) -> None:
-        super().__init__(f"{kernel}: {message}")
-        self.kernel = kernel
-        self.ops = ops or []
 
 
 @dataclass
@@ -365,8 +357,6 @@ class _Synth:
         if best is None:
             if not explain:
                 return None
-            from .diagnose import joint_conflict
-
             return joint_conflict(self, joint, legal, by_id)
         sol, total = best
         chosen = dict(fixed)
@@ -394,8 +384,6 @@ class _Synth:
 
     def explain_shared(self, root: Value, cands: list[SharedCandidate],
                        failures: dict[int, tuple[SharedCandidate, str, Op]]) -> SynthesisError:
-        from .diagnose import shared_conflict
-
         return shared_conflict(self, root, cands, failures)
 
     # --- driver -----------------------------------------------------------------------------
@@ -495,8 +483,6 @@ class _Synth:
                  for op in mma_ops}
         for op in mma_ops:
             if not cands[id(op)]:
-                from .diagnose import no_mma
-
                 raise no_mma(self, op)
         cthreads = self.class_threads()
         problem = Problem(BacktrackingSolver())
@@ -581,8 +567,6 @@ class _Synth:
                 if not keys and ra.conflict is not None:
                     # no mma to choose: the one register assignment conflicts (e.g. a window of a
                     # register tile that leaves some threads without values)
-                    from .diagnose import register_conflict
-
                     raise register_conflict(self, cands, [ra], rejected, False)
                 self.current = self.register_assignment(ra, choice)
                 res = self.solve_shared(explain=False)
@@ -630,8 +614,6 @@ class _Synth:
                         "MAX_REGISTER_CHECKS; the first failure is shown; give atom= or warps= to an mma "
                         "or layouts to shared tiles to narrow it)", last_error.ops)
                 raise last_error
-            from .diagnose import register_conflict
-
             raise register_conflict(self, cands, first_conflict, rejected, stopped)
         _, (choice, asg, shared, sdec, idx, cost), _ = best
         asg = asg.with_layouts({root.id: shared[root.id].layout for root in self.shared_roots})

@@ -62,8 +62,9 @@ def register() -> None:
 
             swapped.append(register_cuda_attention())
     if "moe" in kernels:
+        from .awq import register_awq
         from .moe import register_moe
 
-        swapped.extend(register_moe())
+        swapped.extend(register_moe() + register_awq())
     _STATE = tuple(swapped)
     announce(f"hexlayout ({decision.mode}): swapped {'; '.join(swapped) if swapped else 'nothing'}")

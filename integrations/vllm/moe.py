@@ -200,9 +200,9 @@ class HexlayoutUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
 
 
 def register_moe() -> list[str]:
-    """Register hexlayout's MoE methods with vLLM: unquantized experts (``fused_moe``) and AWQ
-    int4 experts (``prepare_wna16``), each when this hexlayout has the op; returns what was
-    swapped, for the log."""
+    """Register hexlayout's unquantized MoE method with vLLM (``fused_moe``) when this hexlayout
+    has the op (the AWQ int4 experts: ``awq.register_awq``); returns what was swapped, for the
+    log."""
     import hexlayout.ops
 
     swapped = []
@@ -211,6 +211,4 @@ def register_moe() -> list[str]:
         swapped.append(f"UnquantizedFusedMoEMethod -> {__name__}.HexlayoutUnquantizedFusedMoEMethod")
     else:
         announce("hexlayout: this hexlayout has no fused_moe op; keeping vLLM's unquantized MoE")
-    from .awq import register_awq
-
-    return swapped + register_awq()
+    return swapped

@@ -309,7 +309,7 @@ def run_fused_moe_fp8(
     import torch
 
     from ..host.launch import build_for, lang_dtype, run_kernel
-    from .op import MoeRun, run_moe_pipeline
+    from .pipeline import MoeRun, run_moe_pipeline
 
     x = hidden_states
     t = x.shape[0]
@@ -409,8 +409,6 @@ def fused_moe_fp8(
     """``fused_moe`` for prepared fp8 weights: ``torch.ops.hexlayout.fused_moe_fp8`` (see the
     module docstring)."""
     import torch
-
-    from . import torch_fp8  # noqa: F401 - registers the op
 
     if not isinstance(w2, Fp8MoEWeights):
         raise ArgumentTypeError(OP, "w2", f"w13 is prepare_fp8's; w2 must be too, got {_kind(w2)}")

@@ -34,66 +34,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host.launch import build_for, lang_dtype, run_kernel
-from .align import run_moe_align
 from .args import check_fused_moe
+from .fp8 import Fp8MoEWeights, fused_moe_fp8
 from .kernels_sm80 import (
-    MoeConfig,
-    moe_config,
     moe_down_config,
     moe_down_kernel,
     moe_gate_up_kernel,
-    moe_sum_kernel,
 )
 from .kernels_sm90 import is_sm90, moe_sm90_config, run_down_sm90, run_gate_up_sm90
+from .pipeline import Down, GateUp, MoeRun, run_moe_pipeline
+from .wna16 import WNA16Weights, fused_moe_wna16
 
-__all__ = ["fused_moe", "run_fused_moe", "run_moe_pipeline", "MoeRun"]
-
-
-class MoeRun:
-    """What a GEMM launcher of the pipeline gets: the routing after alignment and the config.
-
-    ``x`` [T, H] activations; ``sorted_ids`` / ``expert_ids`` from ``moe_align``; ``topk_w`` the
-    flat [T * k] fp32 top-k weights; ``topk`` k; ``cfg`` the tile constants (``BM`` is the
-    alignment's block); ``scale_in`` = ``apply_router_weight_on_input``; ``activation``."""
-
-    def __init__(self, x: Any, sorted_ids: Any, expert_ids: Any, topk_w: Any, topk: int, cfg: MoeConfig,
-                 scale_in: bool, activation: str) -> None:
-        self.x, self.sorted_ids, self.expert_ids, self.topk_w = x, sorted_ids, expert_ids, topk_w
-        self.topk, self.cfg, self.scale_in, self.activation = topk, cfg, scale_in, activation
-
-
-#: ``gate_up(run, inter)`` writes ``inter`` [EM, I]; ``down(run, inter, y)`` writes ``y`` [T * k, H].
-GateUp = Callable[[MoeRun, Any], None]
-Down = Callable[[MoeRun, Any, Any], None]
-
-
-def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_experts: int, inter_size: int,
-                     activation: str, apply_router_weight_on_input: bool, expert_map: Any,
-                     gate_up: GateUp, down: Down, cfg: MoeConfig | None = None) -> Any:
-    """align -> ``gate_up`` -> ``down`` -> moe_sum on checked arguments; returns ``out`` [T, H]."""
-    import torch
-
-    t, h = hidden_states.shape
-    k = topk_ids.shape[1]
-    dev, dt = hidden_states.device, hidden_states.dtype
-    if t == 0:
-        return torch.empty((0, h), dtype=dt, device=dev)
-    cfg = cfg or moe_config(t * k)
-    sorted_ids, expert_ids, _ = run_moe_align(topk_ids, num_experts, cfg["BM"], expert_map)
-    run = MoeRun(hidden_states, sorted_ids, expert_ids, topk_weights.reshape(-1), k, cfg,
-                 apply_router_weight_on_input, activation)
-    inter = torch.empty((sorted_ids.shape[0], inter_size), dtype=dt, device=dev)
-    gate_up(run, inter)
-    # slots of remote experts are never written by down: zeros then (an allocation)
-    fresh = torch.zeros if expert_map is not None or dev.type == "cpu" else torch.empty
-    y = fresh((t * k, h), dtype=dt, device=dev)
-    down(run, inter, y)
-    if k == 1:                                               # one row per token: y is the output
-        return y
-    out = torch.empty((t, h), dtype=dt, device=dev)
-    summ = build_for(moe_sum_kernel(lang_dtype(dt)), dev, {"ROWS": 16, "BH": 64, "TOPK": k})
-    run_kernel(summ, (y.view(t, k, h), out), outputs=(1,))
-    return out
+__all__ = ["fused_moe", "run_fused_moe"]
 
 
 def _gate_up(w13: Any) -> GateUp:
@@ -139,9 +91,6 @@ def _prepared_runner(w13: Any) -> Callable[..., Any]:
     ``fused_moe_wna16``, ``Fp8MoEWeights`` (``prepare_fp8``) -> ``fused_moe_fp8``; any other
     object with a ``fused_moe_fn`` attribute -> that function (same signature as ``fused_moe``)."""
     from hexlayout.runtime.args import ArgumentTypeError
-
-    from .fp8 import Fp8MoEWeights, fused_moe_fp8
-    from .wna16 import WNA16Weights, fused_moe_wna16
 
     if isinstance(w13, WNA16Weights):
         return fused_moe_wna16

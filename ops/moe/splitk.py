@@ -62,7 +62,7 @@ from .align import max_padded_slots
 from .kernels_sm80 import MoeConfig, _weights, moe_config, moe_down_config
 
 if TYPE_CHECKING:
-    from .op import Down, GateUp, MoeRun
+    from .pipeline import Down, GateUp, MoeRun
 
 __all__ = ["moe_gate_up_splitk_kernel", "moe_splitk_act_kernel", "moe_down_splitk_kernel",
            "moe_splitk_cast_kernel", "choose_split_k", "splitk_gate_up", "splitk_down", "SPLIT_K_ENV",

@@ -490,7 +490,7 @@ def run_fused_moe_wna16(
     two GEMM launches here, then moe_sum; nothing but allocations between the kernels)."""
     from ..host.launch import build_for, lang_dtype, run_kernel
     from .kernels_sm80 import MoeConfig
-    from .op import MoeRun, run_moe_pipeline
+    from .pipeline import MoeRun, run_moe_pipeline
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
     from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
     from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
@@ -594,8 +594,6 @@ def fused_moe_wna16(
 
     with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped."""
     import torch
-
-    from . import torch_wna16  # noqa: F401 - registers the op
 
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, WNA16Weights):

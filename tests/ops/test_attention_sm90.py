@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
 from hexlayout.ops.attention import paged as attention  # noqa: E402
-from hexlayout.ops.attention.paged import kernel_arch, paged_attention  # noqa: E402
+from hexlayout.ops.attention.paged import paged_attention  # noqa: E402
+from hexlayout.ops.host.device import kernel_arch  # noqa: E402
 from test_paged_attention_op import _check, make_case, reference  # noqa: E402
 
 

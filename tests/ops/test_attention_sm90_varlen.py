@@ -14,11 +14,12 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
-from hexlayout.ops.attention.args import head_dim_tile, lang_dtype, run_kernel  # noqa: E402
+from hexlayout.ops.attention.args import head_dim_tile  # noqa: E402
 from hexlayout.ops.attention.kernels_sm90 import (  # noqa: E402
     attention_varlen_sm90_consts,
     attention_varlen_sm90_kernel,
 )
+from hexlayout.ops.host.launch import lang_dtype, run_kernel  # noqa: E402
 
 from hexlayout.ir.lowered import TmaLoad, Wgmma  # noqa: E402
 from hexlayout.runtime import build  # noqa: E402

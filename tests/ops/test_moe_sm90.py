@@ -28,9 +28,10 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
     """(kernel name, kernel BM, alignment BM) of every sm_90a GEMM launch."""
     from hexlayout.ops.moe import op as moe
+    from hexlayout.ops.moe import pipeline
 
     seen: list[tuple[str, int, int]] = []
-    align = moe.run_moe_align
+    align = pipeline.run_moe_align
 
     def spy_align(ids, e, bm, emap):
         seen.append(("align", bm, bm))
@@ -42,7 +43,7 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
             return fn(w, run, *rest)
         return wrapped
 
-    monkeypatch.setattr(moe, "run_moe_align", spy_align)
+    monkeypatch.setattr(pipeline, "run_moe_align", spy_align)
     monkeypatch.setattr(moe, "run_gate_up_sm90", spy("gate_up", k90.run_gate_up_sm90))
     monkeypatch.setattr(moe, "run_down_sm90", spy("down", k90.run_down_sm90))
     return seen

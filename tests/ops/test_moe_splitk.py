@@ -15,7 +15,8 @@ import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.fused_moe
 import pytest
 import torch
 import torch.nn.functional as F
-from hexlayout.ops.moe.op import _down, _gate_up, run_fused_moe, run_moe_pipeline
+from hexlayout.ops.moe.op import _down, _gate_up, run_fused_moe
+from hexlayout.ops.moe.pipeline import run_moe_pipeline
 from hexlayout.ops.moe.splitk import SPLIT_K_ENV, choose_split_k, splitk_down, splitk_gate_up
 
 from hexlayout.runtime.args import ArgumentError

@@ -25,7 +25,7 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
     # the routing alignment kernel (ops/moe_align.py) is tested on its own and slow to emulate on
     # many slots; here a reference alignment with its semantics keeps the runs short (one test
     # below runs the real one)
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", reference_alignment)
+    monkeypatch.setattr("hexlayout.ops.moe.pipeline.run_moe_align", reference_alignment)
 
 
 def reference_alignment(topk_ids, num_experts, block_m, expert_map=None):
@@ -359,7 +359,7 @@ def test_fused_moe_dispatches_prepared_weights_through_the_real_alignment(
     import hexlayout.ops as ops
 
     real = importlib.import_module("hexlayout.ops.moe.align").run_moe_align
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", real)
+    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.pipeline"), "run_moe_align", real)
     gen = torch.Generator().manual_seed(21)
     ck13, w13 = checkpoint("awq", 4, 8, 64, 128, 32, torch.float16, gen)
     ck2, w2 = checkpoint("awq", 4, 8, 64, 64, 32, torch.float16, gen)

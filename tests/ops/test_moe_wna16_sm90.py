@@ -25,7 +25,7 @@ def _emulate_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_90a")
     # the alignment kernel has its own tests; a reference alignment keeps the emulated runs short
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", reference_alignment)
+    monkeypatch.setattr("hexlayout.ops.moe.pipeline.run_moe_align", reference_alignment)
     # record which kernels run (the sm_90a ones, not the mma.sync fallback)
     attention_args = importlib.import_module("hexlayout.ops.host.launch")
     build_for = attention_args.build_for

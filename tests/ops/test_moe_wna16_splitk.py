@@ -34,7 +34,7 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HEXLAYOUT_EMULATE_ARCH", raising=False)
     monkeypatch.delenv("HEXLAYOUT_MOE_SPLIT_K", raising=False)
     # the alignment kernel has its own tests; a reference alignment keeps the emulated runs short
-    monkeypatch.setattr(importlib.import_module("hexlayout.ops.moe.op"), "run_moe_align", reference_alignment)
+    monkeypatch.setattr("hexlayout.ops.moe.pipeline.run_moe_align", reference_alignment)
     attention_args = importlib.import_module("hexlayout.ops.host.launch")
     build_for = attention_args.build_for
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.layout import Layout, left_inverse, upcast
+from hexlayout.layout import Layout, left_inverse, upcast, with_shape
 from hexlayout.layout.inttuple import crd2idx
 
 from ..expr import Const, Expr, ExprLike, Var, as_expr, evaluate, free_vars
@@ -343,7 +343,7 @@ def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads
     u = Layout(tuple(u_shape), tuple(u_stride))
     split = (threads, total_vecs // threads) if total_vecs > threads else threads
     try:
-        t_part = u.with_shape(split)
+        t_part = with_shape(u, split)
     except ValueError:   # e.g. rows of 12 vectors over 128 threads: no layout takes vectors in order
         return _spread_thread_layout(u_shape, u_stride, Layout(w, colex[inner]), threads)
     if total_vecs > threads:

@@ -1,0 +1,154 @@
+"""The tree's structure: no import cycle among the project's modules (function-local imports
+included: a cycle held together by imports inside functions is still a cycle; imports under
+``if TYPE_CHECKING:`` are annotations only and do not count), and no op
+package importing a private name (``_x``) from another package. Every package under ``ops/``
+and ``integrations/`` is listed in ``pyproject.toml``."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: source folder -> the module name it installs as
+SOURCES = {ROOT / "hexlayout": "hexlayout", ROOT / "ops": "hexlayout.ops",
+           ROOT / "integrations": "hexlayout.integrations"}
+SKIP = {"tests"}          # integrations/tests: test modules, not part of the installed tree
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out: dict[str, pathlib.Path] = {}
+    for src, name in SOURCES.items():
+        for f in sorted(src.rglob("*.py")):
+            rel = f.relative_to(src).with_suffix("").parts
+            if SKIP & set(rel) or (src == ROOT / "hexlayout" and rel[:1] in (("ops",), ("integrations",))):
+                continue
+            parts = rel[:-1] if rel[-1] == "__init__" else rel
+            out[".".join((name, *parts))] = f
+    return out
+
+
+def _package(mod: str, path: pathlib.Path) -> str:
+    return mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+
+
+def _type_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under an ``if TYPE_CHECKING:`` block."""
+    blocks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+    return {id(n) for top in blocks for n in ast.walk(top)}
+
+
+def _imports(mod: str, path: pathlib.Path,
+             known: dict[str, pathlib.Path]) -> list[tuple[str, list[str], int]]:
+    """``(module imported, names taken from it, line)`` for every import in the file at any depth
+    (``if TYPE_CHECKING:`` blocks left out)."""
+    out = []
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package(mod, path).split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [a.name for a in node.names]
+            subs = [n for n in names if f"{target}.{n}" in known]
+            out += [(f"{target}.{n}", [], node.lineno) for n in subs]
+            rest = [n for n in names if n not in subs]
+            if rest or not subs:
+                out.append((target, rest, node.lineno))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {m: {t for t, _, _ in _imports(m, p, known) if t in known and t != m} for m, p in known.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_init_of(pkg: str, mod: str) -> bool:
+    return mod.startswith(pkg + ".")
+
+
+def test_no_import_cycle() -> None:
+    graph = _graph()
+    # a module importing its own package's __init__ (which re-exports the package's modules)
+    # is not a cycle with them
+    pruned = {m: {t for t in ts if not _is_init_of(t, m)} for m, ts in graph.items()}
+    cycles = _cycles(pruned)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _op_package(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[2] if parts[:2] == ["hexlayout", "ops"] and len(parts) > 2 else None
+
+
+def test_no_private_name_crosses_op_packages() -> None:
+    known = _modules()
+    bad = []
+    for m, p in known.items():
+        pkg = _op_package(m)
+        if pkg is None:
+            continue
+        for target, names, line in _imports(m, p, known):
+            other = _op_package(target)
+            private = [n for n in names if n.startswith("_")] or \
+                ([target] if any(s.startswith("_") for s in target.split(".")[3:]) else [])
+            if other and other != pkg and private:
+                bad.append(f"{p.relative_to(ROOT)}:{line} takes {private} from {target}")
+    assert not bad, "private names imported across op packages:\n" + "\n".join(bad)
+
+
+def test_every_op_and_integration_package_is_listed_in_pyproject() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {m for m, p in _modules().items() if p.name == "__init__.py"}
+    missing = sorted(found - listed)
+    assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {missing}"
