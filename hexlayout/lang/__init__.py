@@ -114,6 +114,7 @@ from .memory import register, shared, view
 from .ops import assign, cast, copy, fill, full, iota, max_reduce, min_reduce, mma, rearrange, reduce, zeros
 from .ops import sum_ as sum  # noqa: A004
 from .packed import bitcast, pack, unpack
+from .pipeline import OnlineSoftmax, Ring, pipeline
 from .regroup import concat, interleave, reshape
 from .spec import Dim, Tensor, dims
 from .sync import (
@@ -135,6 +136,7 @@ from .tensor import GlobalTensor, Tile
 from .views import getitem as _getitem  # noqa: F401 - the ops behind a[i], t.T, t.permute, t.tile
 
 __all__ = [
+    "pipeline", "Ring", "OnlineSoftmax",
     "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "GlobalTensor", "Tile", "TaskMapping",
     "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "i4", "u4", "i8", "u8", "i32", "u32", "i64", "s8",
     "s32", "s64", "b16", "bool_",

@@ -23,7 +23,7 @@ __all__ = ["capture", "loc_of_frame", "loc_of_frame_line", "assigned_name", "for
 
 _LANG_DIR = os.path.dirname(os.path.abspath(__file__))
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
-_FOR = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
+_FOR = re.compile(r"^\s*(?:async\s+)?for\s+\(?\s*([A-Za-z_]\w*)\s*(?:,[^=]*?)?\)?\s+in\b")
 
 
 def loc_of_frame(frame: FrameType) -> SourceLoc:
@@ -64,7 +64,7 @@ def assigned_name(loc: SourceLoc | None) -> str | None:
 
 
 def for_target(loc: SourceLoc | None) -> str | None:
-    """``k`` for a line ``for k in ...``, else None."""
+    """``k`` for a line ``for k in ...`` (or ``for k, s in ...``: the first name), else None."""
     if loc is None:
         return None
     m = _FOR.match(loc.code)

@@ -1,0 +1,348 @@
+"""Pipeline building blocks: a kernel states its software pipeline instead of spelling it out.
+
+- ``hl.pipeline(num_k, stages, load)``: the multistage k-loop of cp.async (or any
+  commit-group) copies. Stage ``s`` of a ring of ``stages`` shared buffers holds k-tile
+  ``k`` with ``s = k % stages``; the loads run ``ahead`` k-tiles in front of the k-tile the
+  body consumes. It yields ``(k, s)`` for the body of each k-tile (traced once, inside an
+  ``hl.range`` loop), as TileLang's ``T.Pipelined(..., num_stages=)`` or Pallas'
+  ``emit_pipeline``.
+- ``hl.Ring(stages, producers, consumers)``: the full / empty mbarrier pair of a
+  producer / consumer ring of a warp-specialized kernel, with the phase arithmetic of
+  iteration ``it`` (stage ``it % stages``, phase ``(it // stages) % 2``).
+- ``hl.OnlineSoftmax(rows)``: the running row max ``m`` and row sum ``l`` of a softmax
+  streamed over key blocks (FlashAttention), in the log2 domain.
+
+Each emits exactly the operations a kernel would otherwise write by hand: they are not new
+instructions, only one definition of patterns that every pipelined kernel shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hexlayout.ir.expr import ExprLike
+
+from .control import range_
+from .dtypes import f32
+from .math import exp2_approx, log2, maximum, where
+from .ops import assign, full, max_reduce, sum_, zeros
+from .sync import (
+    Barriers,
+    arrive,
+    commit_group,
+    fence_proxy_async,
+    mbarrier,
+    mbarrier_init,
+    syncthreads,
+    wait,
+    wait_group,
+    wgmma_wait,
+)
+from .tensor import Tile
+
+__all__ = ["pipeline", "Ring", "OnlineSoftmax"]
+
+NEG_INF = float("-inf")
+
+
+def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, ahead: int | None = None,
+             async_proxy: bool = False, wgmma_in_flight: bool = False) -> Iterator[tuple[Any, Any]]:
+    """The multistage k-loop: ``load(k, s)`` fills stage ``s`` with k-tile ``k`` by
+    asynchronous copies ``ahead`` k-tiles before the body consumes it.
+
+    Emits: ``load(j, j); hl.commit_group()`` for ``j < ahead``; then a runtime loop over
+    ``k < num_k`` of ``hl.wait_group(ahead - 1)`` (this thread's copies of k-tile ``k``
+    landed), ``hl.fence_proxy_async()`` (with ``async_proxy``: the k-tile is read by wgmma),
+    ``hl.syncthreads()`` (every thread's copies landed, and stage ``(k + ahead) % stages`` is
+    no longer read), ``load(k + ahead, (k + ahead) % stages); hl.commit_group()`` and the
+    body for ``(k, k % stages)``; after the loop ``hl.wgmma_wait(0)`` (with
+    ``wgmma_in_flight``: the body leaves one wgmma group running) and ``hl.wait_group(0)``.
+    Loads past ``num_k`` read out of bounds and fill with zeros (views carry their extent).
+
+    Args:
+        num_k (int | Expr): the number of k-tiles.
+        stages (int): the shared buffers of the ring (static, >= 2).
+        load (Callable): ``load(k, s)`` issues the copies of k-tile ``k`` into stage ``s``.
+        ahead (int | None): k-tiles loaded ahead of the consumed one, ``1 <= ahead < stages``;
+            default ``stages - 1`` (``stages - 2`` keeps one more stage free for a wgmma group
+            still reading it).
+        async_proxy (bool): the body reads the stages through the async proxy (wgmma).
+        wgmma_in_flight (bool): the body leaves a wgmma group in flight at its end.
+
+    Returns:
+        Iterator[tuple[Expr, Expr]]: ``(k, s)`` once (the body is traced once).
+
+    Raises:
+        ValueError: ``stages`` or ``ahead`` out of range.
+        KernelError: as ``hl.range`` (called outside a kernel trace, a non-integer ``num_k``).
+
+    Example:
+        A 3-stage cp.async k-loop::
+
+            @hl.kernel(threads=128)
+            def ksum(a: hl.f16["M", "K"], c: hl.f32["M", "N"]):
+                M, K = a.shape
+                sa = hl.shared(hl.f16, (64, 32, 3))
+                acc = hl.zeros((64, 32), hl.f32)
+
+                def load(k, s):
+                    hl.copy(a.tile((64, 32), (0, k * 32)), sa[:, :, s])
+
+                for k, s in hl.pipeline(hl.cdiv(K, 32), 3, load):
+                    r = hl.register(hl.f16, (64, 32))
+                    hl.copy(sa[:, :, s], r)
+                    acc += hl.cast(r, hl.f32)
+                hl.copy(acc, c.tile((64, 32), (0, 0)))
+
+            tk = ksum.trace()
+            assert [op.name for op in tk.body.ops].count("AsyncCommit") == 2
+    """
+    ahead = stages - 1 if ahead is None else ahead
+    if stages < 2 or not 1 <= ahead < stages:
+        raise ValueError(f"hl.pipeline: stages={stages}, ahead={ahead}: need stages >= 2 and "
+                         f"1 <= ahead < stages")
+    for j in range(ahead):
+        load(j, j)
+        commit_group()
+    for k in range_(num_k):
+        wait_group(ahead - 1)
+        if async_proxy:
+            fence_proxy_async()
+        syncthreads()
+        kn = k + ahead
+        load(kn, kn % stages)
+        commit_group()
+        yield k, k % stages
+    if wgmma_in_flight:
+        wgmma_wait(0)
+    wait_group(0)
+
+
+class Ring:
+    """The full / empty mbarriers of a producer / consumer ring of ``stages`` shared stages.
+
+    Iteration ``it`` (a k-tile counted across every tile a persistent block takes) uses
+    stage ``it % stages`` in phase ``(it // stages) % 2``. The producer waits until the stage
+    is ``empty`` (``acquire``), then fills it and arrives on ``full`` (``fill``: with the
+    bulk-copy bytes it expects, or as one of ``producers`` arriving threads); the consumers
+    wait until it is ``full`` (``wait_full``) and release it by arriving on ``empty``
+    (``release``, once per consumer warp group). ``full`` expects ``producers`` arrivals and
+    ``empty`` ``consumers``. The barriers are initialized by the constructor; the kernel then
+    synchronizes (``hl.syncthreads()``, or ``hl.cluster_sync()`` when a peer CTA arrives on
+    them) before the ring is used.
+
+    Args:
+        stages (int): the number of stages.
+        producers (int): arrivals that complete a phase of ``full``.
+        consumers (int): arrivals that complete a phase of ``empty``.
+
+    Raises:
+        KernelError: as ``hl.mbarrier`` / ``hl.mbarrier_init``.
+
+    Example:
+        A TMA producer warp group and one consumer warp group::
+
+            @hl.kernel(threads=256)
+            def ring(a: hl.f16["M", "K"], c: hl.f16["M", "K"]):
+                M, K = a.shape
+                sa = hl.shared(hl.f16, (64, 64, 2))
+                r = hl.Ring(2, producers=1, consumers=128)     # each consumer thread releases
+                hl.syncthreads()
+                with hl.warp_group(0):
+                    for k in hl.range(hl.cdiv(K, 64)):
+                        r.acquire(k)
+                        r.fill(k, tx_bytes=sa[:, :, 0].nbytes)
+                        hl.copy(a.tile((64, 64), (0, k * 64)), sa[:, :, k % 2], mbarrier=r.full[k % 2])
+                with hl.else_():
+                    for k in hl.range(hl.cdiv(K, 64)):
+                        r.wait_full(k)
+                        x = hl.register(hl.f16, (64, 64))
+                        hl.copy(sa[:, :, k % 2], x)
+                        r.release(k % 2, who="thread")
+                        hl.copy(x, c.tile((64, 64), (0, k * 64)))
+
+            tk = ring.trace()
+            assert len(tk.mbarriers) == 2
+    """
+
+    def __init__(self, stages: int, producers: int = 1, consumers: int = 1) -> None:
+        self.stages = stages
+        self.full: Barriers = mbarrier(stages)
+        self.empty: Barriers = mbarrier(stages)
+        for st in range(stages):
+            mbarrier_init(self.full, st, arrivals=producers)
+            mbarrier_init(self.empty, st, arrivals=consumers)
+
+    def acquire(self, it: ExprLike) -> None:
+        """Producer: wait until stage ``it % stages`` is empty (the consumers released
+        iteration ``it - stages``; the first round passes at once).
+
+        Args:
+            it (int | Expr): the iteration.
+
+        Raises:
+            KernelError: as ``hl.wait``.
+
+        Example:
+            See the class example.
+        """
+        wait(self.empty, it % self.stages, phase=((it // self.stages) % 2) ^ 1)
+
+    def fill(self, it: ExprLike, tx_bytes: int = 0, who: str = "one") -> None:
+        """Producer: arrive on ``full`` of iteration ``it``'s stage, expecting ``tx_bytes``
+        bytes of bulk (TMA) copies into it (``who`` as ``hl.arrive``).
+
+        Args:
+            it (int | Expr): the iteration.
+            tx_bytes (int): bytes the stage's bulk copies deliver.
+            who (str): which threads arrive ("thread", "warp", "warpgroup", "one").
+
+        Raises:
+            KernelError: as ``hl.arrive``.
+
+        Example:
+            See the class example.
+        """
+        arrive(self.full, it % self.stages, tx_bytes=tx_bytes, who=who)
+
+    def wait_full(self, it: ExprLike) -> None:
+        """Consumer: wait until iteration ``it``'s stage is full.
+
+        Args:
+            it (int | Expr): the iteration.
+
+        Raises:
+            KernelError: as ``hl.wait``.
+
+        Example:
+            See the class example.
+        """
+        wait(self.full, it % self.stages, phase=(it // self.stages) % 2)
+
+    def release(self, stage: ExprLike, cta: ExprLike | None = None, who: str = "warpgroup") -> None:
+        """Consumer: arrive on ``empty[stage]`` (of cluster CTA ``cta`` when given): the stage
+        may be refilled. One arrival per warp group (``who="warpgroup"``, after a wgmma wait
+        that retired the warp group's reads of the stage), or per thread (``who="thread"``,
+        ``consumers`` counting threads) when each thread read the stage itself.
+
+        Args:
+            stage (int | Expr): the stage (not the iteration).
+            cta (int | Expr | None): the cluster rank whose barrier to arrive on.
+            who (str): "warpgroup" or "thread" (as ``hl.arrive``).
+
+        Raises:
+            KernelError: as ``hl.arrive``.
+
+        Example:
+            See the class example.
+        """
+        if cta is None:
+            arrive(self.empty, stage, who=who)
+        else:
+            arrive(self.empty, stage, who=who, cta=cta)
+
+
+class OnlineSoftmax:
+    """The streaming softmax of FlashAttention over key blocks, in the log2 domain.
+
+    State per row: the running max ``m`` (``-inf`` before any visible key) and the running
+    sum ``l`` of ``exp2(x - m)``. ``step(s, acc, scale)`` takes a block of scores ``s``
+    (rows x keys; masked keys ``-inf``), with ``x = s * scale``: ``m' = max(m, max_j s *
+    scale)``, ``p = exp2(s * scale - m')``, ``alpha = exp2(m - m')``, ``acc *= alpha``,
+    ``l = l * alpha + sum_j p``, ``m = m'``, and returns ``p`` (for ``acc += p @ V``). A row
+    whose keys so far are all masked keeps ``m = -inf`` and uses 0 in its place, so ``p`` and
+    ``alpha`` are 0 there, not NaN. ``out(acc)`` is ``acc / l`` (0 for a row that saw no key)
+    and ``lse()`` the natural-log sum ``(m + log2 l) * ln 2``.
+
+    Args:
+        rows (int): the rows of the score blocks (a static int).
+
+    Raises:
+        KernelError: as ``hl.full`` / ``hl.zeros``.
+
+    Example:
+        Softmax-weighted sums over two blocks of 32 scores per row (``acc`` accumulates
+        ``p``, as it would accumulate ``p @ V``)::
+
+            @hl.kernel(threads=128)
+            def attn(s: hl.f32["M", "N"], o: hl.f32["M", "N"]):
+                sm = hl.OnlineSoftmax(64)
+                acc = hl.zeros((64, 32), hl.f32)
+                for j in range(2):
+                    sc = hl.register(hl.f32, (64, 32))
+                    hl.copy(s.tile((64, 32), (0, 32 * j)), sc)
+                    acc += sm.step(sc, acc, 1.4426950408889634)
+                hl.copy(sm.out(acc), o.tile((64, 32), (0, 0)))
+
+            attn.trace()
+    """
+
+    def __init__(self, rows: int) -> None:
+        self.m: Tile = full((rows, 1), NEG_INF, f32)
+        self.l: Tile = zeros((rows, 1), f32)
+
+    def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True,
+             row_sum: Callable[[Tile], Tile] | None = None) -> Tile:
+        """One key block: rescale ``acc`` and the state, return the block's ``p``.
+
+        Args:
+            s (Tile): the block's scores, rows x keys (f32 registers).
+            acc (Tile): the output accumulator (rows x head dim), rescaled in place.
+            scale (float | Tile | None): the multiplier into the log2 domain (``> 0``); None:
+                ``s`` is in it already.
+            masked (bool): a row may have no visible key yet (``-inf`` max): False leaves out
+                the guard for blocks known to hold a visible key in every row.
+            row_sum (Callable | None): how ``sum_j p`` is computed (default ``hl.sum(p, 1)``;
+                e.g. an MMA against ones).
+
+        Returns:
+            Tile: ``p``, rows x keys, f32.
+
+        Raises:
+            KernelError: as the elementwise ops and reductions it issues.
+
+        Example:
+            See the class example.
+        """
+        top = max_reduce(s, 1)
+        m_new = maximum(self.m, top if scale is None else top * scale)
+        m_use = where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
+        alpha = exp2_approx(self.m - m_use)
+        acc *= alpha
+        p = exp2_approx((s if scale is None else s * scale) - m_use)
+        assign(self.l, self.l * alpha + (sum_(p, 1) if row_sum is None else row_sum(p)))
+        assign(self.m, m_new)
+        return p
+
+    def out(self, acc: Tile) -> Tile:
+        """``acc / l`` per row, 0 for a row that saw no visible key.
+
+        Args:
+            acc (Tile): the accumulator.
+
+        Returns:
+            Tile: the normalized output (f32).
+
+        Raises:
+            KernelError: as the elementwise ops.
+
+        Example:
+            See the class example.
+        """
+        return acc * (1.0 / where(self.l.eq(0.0), 1.0, self.l))
+
+    def lse(self) -> Tile:
+        """The natural-log row sums ``ln(sum_j e^(x_j))`` of the scores seen (``-inf`` for a
+        row with none).
+
+        Returns:
+            Tile: rows x 1, f32.
+
+        Raises:
+            KernelError: as the elementwise ops.
+
+        Example:
+            See the class example.
+        """
+        return (self.m + log2(self.l)) * 0.6931471805599453
