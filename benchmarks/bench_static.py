@@ -494,11 +494,10 @@ def serving_stats(case: ServingCase) -> dict[str, Any]:
 
 # --- hexlayout ----------------------------------------------------------------------------------
 
-def hexlayout_stats(case: Case) -> dict[str, Any]:
-    """``Build.stats`` of hexlayout's kernel for ``case``."""
+def hexlayout_build(case: Case) -> Any:
+    """hexlayout's build of ``case`` (compiled for its architecture)."""
     from hexlayout.runtime import build
 
-    t = time.perf_counter()
     if case.kernel == "gemm":
         from hexlayout.ops.gemm.config import GemmConfig
         from hexlayout.ops.gemm.op import gemm_build
@@ -510,20 +509,24 @@ def hexlayout_stats(case: Case) -> dict[str, Any]:
                              persistent=case.persistent, cluster=case.cluster)
         else:
             cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
-        b = gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
-    elif case.kernel == "paged_attention":
+        return gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
+    if case.kernel == "paged_attention":
         from hexlayout.ops.attention.paged import paged_attention_consts
         from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
 
         from hexlayout.lang import f16
 
-        b = build(paged_attention_kernel(f16), case.arch, **paged_attention_consts(case.BK, *PAGED))
-    else:
-        from hexlayout.lang.examples.flash_attention import flash_attention_fwd
+        return build(paged_attention_kernel(f16), case.arch, **paged_attention_consts(case.BK, *PAGED))
+    from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 
-        b = build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps,
-                  CHUNK=case.chunk[0], DCHUNK=case.chunk[1])
-    d = b.stats.to_dict()
+    return build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps,
+                 CHUNK=case.chunk[0], DCHUNK=case.chunk[1])
+
+
+def hexlayout_stats(case: Case) -> dict[str, Any]:
+    """``Build.stats`` of hexlayout's kernel for ``case``."""
+    t = time.perf_counter()
+    d = hexlayout_build(case).stats.to_dict()
     d["seconds"] = time.perf_counter() - t
     return d
 
@@ -658,8 +661,9 @@ def _div16(names: list[str], sig: dict[str, str]) -> dict[tuple[int, ...], list[
     return {(order.index(n),): [["tt.divisibility", 16]] for n in names}
 
 
-def triton_compile(case: Case) -> tuple[Any, str]:
-    """Triton's cubin for ``case`` and ptxas' ``-v`` log of it."""
+def triton_compile(case: Case, cache: str | None = None) -> tuple[Any, str]:
+    """Triton's cubin for ``case`` and ptxas' ``-v`` log of it, with a fresh cache directory
+    (or ``cache``, which a later call may hit)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -701,9 +705,10 @@ def triton_compile(case: Case) -> tuple[Any, str]:
         src = ASTSource(fn=tt_attention, signature=sig, constexprs=consts, attrs=attrs)
     cap = 90 if case.arch == "sm_90a" else int(case.arch[3:])
     out = io.StringIO()
-    with tempfile.TemporaryDirectory(prefix="bench-static-triton-") as cache:
+    with contextlib.ExitStack() as stack:
+        cache_dir = cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-static-triton-"))
         old = {k: os.environ.get(k) for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_PTXAS_LOG")}
-        os.environ.update(TRITON_CACHE_DIR=cache, TRITON_DUMP_PTXAS_LOG="1")
+        os.environ.update(TRITON_CACHE_DIR=cache_dir, TRITON_DUMP_PTXAS_LOG="1")
         try:
             with contextlib.redirect_stdout(out):
                 compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),

@@ -23,6 +23,8 @@ from typing import Any
 
 from hexlayout.ir.expr import ExprLike
 
+from . import source
+from .checks import begin
 from .control import range_
 from .dtypes import f32
 from .math import exp2_approx, log2, maximum, where
@@ -136,6 +138,8 @@ class Ring:
         stages (int): the number of stages.
         producers (int): arrivals that complete a phase of ``full``.
         consumers (int): arrivals that complete a phase of ``empty``.
+        name (str | None): the barriers are ``<name>_full`` and ``<name>_empty``; default the
+            name the ring is assigned to (``ring = hl.Ring(...)``: ``ring_full``).
 
     Raises:
         KernelError: as ``hl.mbarrier`` / ``hl.mbarrier_init``.
@@ -166,10 +170,13 @@ class Ring:
             assert len(tk.mbarriers) == 2
     """
 
-    def __init__(self, stages: int, producers: int = 1, consumers: int = 1) -> None:
+    def __init__(self, stages: int, producers: int = 1, consumers: int = 1, *,
+                 name: str | None = None) -> None:
+        _, loc = begin("Ring")
+        base = name or source.assigned_name(loc) or "ring"
         self.stages = stages
-        self.full: Barriers = mbarrier(stages)
-        self.empty: Barriers = mbarrier(stages)
+        self.full: Barriers = mbarrier(stages, name=f"{base}_full")
+        self.empty: Barriers = mbarrier(stages, name=f"{base}_empty")
         for st in range(stages):
             mbarrier_init(self.full, st, arrivals=producers)
             mbarrier_init(self.empty, st, arrivals=consumers)
@@ -282,8 +289,7 @@ class OnlineSoftmax:
         self.m: Tile = full((rows, 1), NEG_INF, f32)
         self.l: Tile = zeros((rows, 1), f32)
 
-    def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True,
-             row_sum: Callable[[Tile], Tile] | None = None) -> Tile:
+    def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True) -> Tile:
         """One key block: rescale ``acc`` and the state, return the block's ``p``.
 
         Args:
@@ -293,8 +299,6 @@ class OnlineSoftmax:
                 ``s`` is in it already.
             masked (bool): a row may have no visible key yet (``-inf`` max): False leaves out
                 the guard for blocks known to hold a visible key in every row.
-            row_sum (Callable | None): how ``sum_j p`` is computed (default ``hl.sum(p, 1)``;
-                e.g. an MMA against ones).
 
         Returns:
             Tile: ``p``, rows x keys, f32.
@@ -305,21 +309,51 @@ class OnlineSoftmax:
         Example:
             See the class example.
         """
-        top = max_reduce(s, 1)
-        m_new = maximum(self.m, top if scale is None else top * scale)
+        out: list[Tile] = []
+        self.step_chunks([s], acc, lambda _c, p: out.append(p), scale, masked=masked)
+        return out[0]
+
+    def step_chunks(self, chunks: list[Tile], acc: Tile, consume: Callable[[int, Tile], None],
+                    scale: Any = None, *, masked: bool = True) -> None:
+        """One key block given as column chunks of its scores: the row max over every chunk,
+        then ``acc *= alpha`` and, chunk by chunk, ``p_c = exp2(s_c * scale - m')`` handed to
+        ``consume(c, p_c)`` (which accumulates ``p_c @ V_c``), then ``l`` and ``m``.
+
+        Args:
+            chunks (list[Tile]): the score chunks, rows x chunk keys each.
+            acc (Tile): the output accumulator, rescaled in place.
+            consume (Callable): ``consume(c, p_c)`` for chunk ``c``.
+            scale (float | Tile | None): as ``step``.
+            masked (bool): as ``step``.
+
+        Raises:
+            KernelError: as the elementwise ops and reductions it issues.
+
+        Example:
+            See the class example (``step`` is ``step_chunks`` of one chunk).
+        """
+        m_new = self.m
+        for s in chunks:
+            top = max_reduce(s, 1)
+            m_new = maximum(m_new, top if scale is None else top * scale)
         m_use = where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
         alpha = exp2_approx(self.m - m_use)
         acc *= alpha
-        p = exp2_approx((s if scale is None else s * scale) - m_use)
-        assign(self.l, self.l * alpha + (sum_(p, 1) if row_sum is None else row_sum(p)))
+        row_sum: Tile | None = None
+        for c, s in enumerate(chunks):
+            p = exp2_approx((s if scale is None else s * scale) - m_use)
+            row_sum = sum_(p, 1) if row_sum is None else row_sum + sum_(p, 1)
+            consume(c, p)
+        assign(self.l, self.l * alpha + row_sum)
         assign(self.m, m_new)
-        return p
 
-    def out(self, acc: Tile) -> Tile:
-        """``acc / l`` per row, 0 for a row that saw no visible key.
+    def out(self, acc: Tile, reciprocal: bool = False) -> Tile:
+        """``acc / l`` per row, 0 for a row that saw no visible key (``reciprocal``: as
+        ``acc * (1 / l)``, one division per row instead of one per element).
 
         Args:
             acc (Tile): the accumulator.
+            reciprocal (bool): multiply by the rows' reciprocals.
 
         Returns:
             Tile: the normalized output (f32).
@@ -330,7 +364,8 @@ class OnlineSoftmax:
         Example:
             See the class example.
         """
-        return acc * (1.0 / where(self.l.eq(0.0), 1.0, self.l))
+        safe = where(self.l.eq(0.0), 1.0, self.l)
+        return acc * (1.0 / safe) if reciprocal else acc / safe
 
     def lse(self) -> Tile:
         """The natural-log row sums ``ln(sum_j e^(x_j))`` of the scores seen (``-inf`` for a

@@ -33,7 +33,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.ir.expr import select
 from hexlayout.lang import f32, i32
 
-from .paged_kernels_sm80 import LN2, NEG_INF
+from .paged_kernels_sm80 import NEG_INF
 
 __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
            "VARLEN_SM90_CONFIGS", "tma_compatible"]
@@ -115,8 +115,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
         hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
         load(lo, lo % 2)
         hl.commit_group()
-        m_i = hl.full((BM, 1), NEG_INF, f32)
-        l_i = hl.zeros((BM, 1), f32)
+        sm = hl.OnlineSoftmax(BM)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         qpos = (hl.iota((BM, BN), 0) + m0) // G + shift        # the key aligned with each row
         mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
@@ -144,29 +143,22 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                     if WINDOW:
                         valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
                     sc = hl.where(valid, sc, NEG_INF)
-                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * mult)   # the scale (> 0) on the max
-                m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
-                p = hl.exp2_approx(sc * mult - m_use)          # one FMA, one MUFU.EX2
-                alpha = hl.exp2_approx(m_i - m_use)
-                hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
-                acc *= alpha
-                hl.assign(m_i, m_new)
+                p = sm.step(sc, acc, mult)                     # exp2: one FMA, one MUFU.EX2
                 hl.wgmma_fence()
                 hl.mma(hl.cast(p, dt), sv[:, :, buf].T, acc)   # P from registers, V^T from shared
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
         hl.wait_group(0)
 
-        l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
         r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
         tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
         head2 = r2 % G + kvh * G
         if split:
-            hl.copy(acc / l_safe, o[sp, tok, head, 0:HEAD_DIM])
-            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[sp, head2, tok2])
+            hl.copy(sm.out(acc), o[sp, tok, head, 0:HEAD_DIM])
+            hl.copy(sm.lse(), lse[sp, head2, tok2])
         else:
-            hl.copy(hl.cast(acc / l_safe, dt), o[tok, head, 0:HEAD_DIM])
-            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[head2, tok2])
+            hl.copy(hl.cast(sm.out(acc), dt), o[tok, head, 0:HEAD_DIM])
+            hl.copy(sm.lse(), lse[head2, tok2])
 
     return paged_attention_sm90
 
@@ -234,12 +226,9 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
         sk = hl.shared(dt, (BN, HEAD_DIM, STAGES), layout=sw)
         sv = hl.shared(dt, (BN, HEAD_DIM, STAGES), layout=sw)
         qbar = hl.mbarrier(1)
-        full = hl.mbarrier(STAGES)
-        empty = hl.mbarrier(STAGES)
         hl.mbarrier_init(qbar, 0, arrivals=1)
-        for st in range(STAGES):
-            hl.mbarrier_init(full, st, arrivals=1)             # the producer's expect_tx arrival
-            hl.mbarrier_init(empty, st, arrivals=2)            # one per consumer warp group
+        # full: the producer's expect_tx arrival; empty: one per consumer warp group
+        ring = hl.Ring(STAGES, producers=1, consumers=2)
         hl.syncthreads()
 
         with hl.warp_group(0):
@@ -248,22 +237,21 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
             hl.copy(hl.view(q, tile=(BM, 1, HEAD_DIM), origin=(q0 + m0, h, 0))[:, 0, :], sq, mbarrier=qbar[0])
             for j in hl.range(lo, hi):
                 st = (j - lo) % STAGES
-                hl.wait(empty, st, phase=(((j - lo) // STAGES) % 2) ^ 1)
-                hl.arrive(full, st, tx_bytes=sk[:, :, 0].nbytes + sv[:, :, 0].nbytes, who="one")
+                ring.acquire(j - lo)
+                ring.fill(j - lo, tx_bytes=sk[:, :, 0].nbytes + sv[:, :, 0].nbytes)
                 kv = (k0 + hl.minimum(j * BN, sk_len - BN), kvh, 0)   # the last block ends at Sk
-                hl.copy(hl.view(k, (BN, 1, HEAD_DIM), kv)[:, 0, :], sk[:, :, st], mbarrier=full[st])
-                hl.copy(hl.view(v, (BN, 1, HEAD_DIM), kv)[:, 0, :], sv[:, :, st], mbarrier=full[st])
+                hl.copy(hl.view(k, (BN, 1, HEAD_DIM), kv)[:, 0, :], sk[:, :, st], mbarrier=ring.full[st])
+                hl.copy(hl.view(v, (BN, 1, HEAD_DIM), kv)[:, 0, :], sv[:, :, st], mbarrier=ring.full[st])
         with hl.else_():
             hl.setmaxnreg(240, increase=True)
-            m_i = hl.full((BM, 1), NEG_INF, f32)
-            l_i = hl.zeros((BM, 1), f32)
+            sm = hl.OnlineSoftmax(BM)
             acc = hl.zeros((BM, HEAD_DIM), f32)
             mult = 1.0 if SOFTCAP else qk_scale                # softcapped scores are scaled
             hl.wait(qbar, 0, phase=0)
             for start, stop, masked in segments:
                 for j in hl.range(start, stop):
                     st = (j - lo) % STAGES
-                    hl.wait(full, st, phase=((j - lo) // STAGES) % 2)
+                    ring.wait_full(j - lo)
                     sc = hl.zeros((BM, BN), f32)
                     hl.wgmma_fence()
                     hl.mma(sq, sk[:, :, st], sc, warps=hl.spatial(2, 1))
@@ -280,25 +268,18 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                         if RIGHT:
                             valid = valid & (kj <= qpos + right)
                         sc = hl.where(valid, sc, NEG_INF)
-                    m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * mult)
-                    m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)
-                    alpha = hl.exp2_approx(m_i - m_use)
-                    acc *= alpha
-                    p = hl.exp2_approx(sc * mult - m_use)
-                    hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
-                    hl.assign(m_i, m_new)
+                    p = sm.step(sc, acc, mult)
                     hl.wgmma_fence()
                     hl.mma(hl.cast(p, dt), sv[:, :, st].T, acc, warps=hl.spatial(2, 1))
                     hl.wgmma_commit()
                     hl.wgmma_wait(0)
-                    hl.arrive(empty, st, who="warpgroup")
-            inv = 1.0 / hl.where(l_i.eq(0.0), 1.0, l_i)
+                    ring.release(st)
             r = hl.iota((BM,), 0) + m0
             tok = hl.where(r < sq_len, r + q0, -1)             # past the sequence: no row
-            hl.copy(hl.cast(acc * inv, dt), o[tok, h, 0:HEAD_DIM])
+            hl.copy(hl.cast(sm.out(acc, reciprocal=True), dt), o[tok, h, 0:HEAD_DIM])
             r2 = hl.iota((BM, 1), 0) + m0
             tok2 = hl.where(r2 < sq_len, r2 + q0, -1)
-            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[h, tok2])
+            hl.copy(sm.lse(), lse[h, tok2])
 
     return attention_varlen_sm90
 

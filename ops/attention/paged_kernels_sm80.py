@@ -85,8 +85,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         sv = hl.shared(dt, (BN, HEAD_DIM))
         hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
         hl.commit_group()
-        m_i = hl.full((BM, 1), NEG_INF, f32)
-        l_i = hl.zeros((BM, 1), f32)
+        sm = hl.OnlineSoftmax(BM)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         rq = hl.register(dt, (BM, HEAD_DIM))
         hl.wait_group(0)
@@ -141,17 +140,8 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
                 if WINDOW:
                     valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
                 sc = hl.where(valid, sc, NEG_INF)
-            if SOFTCAP:
-                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1))
-            else:
-                m_new = hl.maximum(m_i, hl.max_reduce(sc, 1) * qk_scale)
-            # rows with no visible key yet (only where keys are masked: else every row sees BN)
-            m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
-            p = hl.exp2_approx(sc - m_use) if SOFTCAP else hl.exp2_approx(sc * qk_scale - m_use)
-            alpha = hl.exp2_approx(m_i - m_use)
-            hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
-            acc *= alpha
-            hl.assign(m_i, m_new)
+            # rows with no visible key yet only where keys are masked (else every row sees BN)
+            p = sm.step(sc, acc, None if SOFTCAP else qk_scale, masked=masked)
             rv = hl.register(dt, (HEAD_DIM, BN))
             hl.copy(sv.T, rv)
             hl.mma(hl.cast(p, dt), rv, acc)
@@ -162,16 +152,15 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         for j in hl.range(mid, hi):
             step(j, True)
 
-        l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
         r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
         tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
         head2 = r2 % G + kvh * G
         if split:
-            hl.copy(acc / l_safe, o[sp, tok, head, 0:HEAD_DIM])
-            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[sp, head2, tok2])
+            hl.copy(sm.out(acc), o[sp, tok, head, 0:HEAD_DIM])
+            hl.copy(sm.lse(), lse[sp, head2, tok2])
         else:
-            hl.copy(hl.cast(acc / l_safe, dt), o[tok, head, 0:HEAD_DIM])
-            hl.copy((m_i + hl.log2(l_i)) * LN2, lse[head2, tok2])
+            hl.copy(hl.cast(sm.out(acc), dt), o[tok, head, 0:HEAD_DIM])
+            hl.copy(sm.lse(), lse[head2, tok2])
 
     return paged_attention
 

@@ -63,8 +63,7 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sv[:, :, 0])
     hl.commit_group()
 
-    m_i = hl.full((BM, 1), _NEG_INF, f32)
-    l_i = hl.zeros((BM, 1), f32)
+    sm = hl.OnlineSoftmax(BM)
     acc = hl.zeros((BM, HEAD_DIM), f32)
     hl.wait_group(1)                      # q has landed (k / v block 0 may still be in flight)
     hl.syncthreads()
@@ -99,20 +98,13 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
             t = t + hl.cast(mt, f32) * _LOG2E
         t = hl.where(valid, t, _NEG_INF)
 
-        m_new = hl.maximum(m_i, hl.max_reduce(t, 1))
-        m_use = hl.where(m_new.eq(_NEG_INF), 0.0, m_new)     # rows with no visible key yet
-        alpha = hl.exp2_approx(m_i - m_use)
-        acc *= alpha
-        p = hl.exp2_approx(t - m_use)
+        p = sm.step(t, acc)                  # t is in the log2 domain already
         rv = hl.register(dt, (HEAD_DIM, BN))
         hl.copy(sv[:, :, buf].T, rv)
         hl.mma(hl.cast(p, dt), rv, acc)
-        hl.assign(l_i, l_i * alpha + hl.sum(p, 1))
-        hl.assign(m_i, m_new)
 
     hl.wait_group(0)
-    l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
-    out = acc / l_safe
+    out = sm.out(acc)
     if epilogue is not None:              # elementwise math of the output (f32), in the store
         out = epilogue(out)
     hl.copy(hl.cast(out, o.dtype), o.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :])

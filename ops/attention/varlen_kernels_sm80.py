@@ -107,8 +107,7 @@ def attention_varlen_kernel(dtype: DType) -> Any:
         hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, lo % 2])
         hl.commit_group()
 
-        m_i = hl.full((BM, 1), NEG_INF, f32)
-        l_i = hl.zeros((BM, 1), f32)
+        sm = hl.OnlineSoftmax(BM)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         chunk = min(CHUNK or BN, BN)
         dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
@@ -155,27 +154,17 @@ def attention_varlen_kernel(dtype: DType) -> Any:
                         sc = hl.where(valid, sc, NEG_INF)
                     scores.append(sc)
 
-                m_new = m_i
-                for sc in scores:
-                    m_new = hl.maximum(m_new, hl.max_reduce(sc, 1) * mult)
-                m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
-                alpha = hl.exp2_approx(m_i - m_use)
-                acc *= alpha
-                row_sum = None
-                for c, sc in enumerate(scores):
-                    p = hl.exp2_approx(sc * mult - m_use)
-                    row_sum = hl.sum(p, 1) if row_sum is None else row_sum + hl.sum(p, 1)
+                def pv(c: int, p: Any, buf: Any = buf) -> None:      # acc += P_c V_c
                     rv = hl.register(dt, (HEAD_DIM, chunk))
                     hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
                     hl.mma(hl.cast(p, dt), rv, acc)
-                hl.assign(l_i, l_i * alpha + row_sum)
-                hl.assign(m_i, m_new)
+
+                sm.step_chunks(scores, acc, pv, mult)
 
         hl.wait_group(0)
-        inv = 1.0 / hl.where(l_i.eq(0.0), 1.0, l_i)
-        hl.copy(hl.cast(acc * inv, dt), o[tok, h, 0:HEAD_DIM])
+        hl.copy(hl.cast(sm.out(acc, reciprocal=True), dt), o[tok, h, 0:HEAD_DIM])
         r2 = hl.iota((BM, 1), 0) + m0
         tok2 = hl.where(r2 < sq_len, r2 + q0, -1)
-        hl.copy((m_i + hl.log2(l_i)) * LN2, lse[h, tok2])
+        hl.copy(sm.lse(), lse[h, tok2])
 
     return attention_varlen

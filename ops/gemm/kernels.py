@@ -90,22 +90,12 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
             else:
                 hl.copy(hl.view(b, tile=(BK, BN), origin=(kt * BK, n0)), sb[:, :, s])
 
-        for s in range(STAGES - 1):
-            load(s, s)
-            hl.commit_group()
-        for k in hl.range(num_k):
-            hl.wait_group(STAGES - 2)
-            hl.syncthreads()
-            kn = k + (STAGES - 1)
-            load(kn, kn % STAGES)
-            hl.commit_group()
-            s = k % STAGES
+        for _k, s in hl.pipeline(num_k, STAGES, load):
             ra = hl.register(dt, (BM, BK))
             rb = hl.register(dt, (BN, BK))
             hl.copy(sa[:, :, s], ra)
             hl.copy(sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, rb)
             hl.mma(ra, rb, acc)
-        hl.wait_group(0)
         # the fusion point of epilogues: the accumulator stored, or staged through shared memory (32-bit
         # shared stores, 16-byte shared loads and global stores: stmatrix is sm_90+) in column
         # windows of W = BK columns (32 for the 64 x 64 tile), through the first A stage buffer,
@@ -170,12 +160,9 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
         W = _epilogue_window(BM, BN, dt)
         sc = hl.shared(dt, (BM, W)) if staged else None
-        full = hl.mbarrier(STAGES)
-        empty = hl.mbarrier(STAGES)
         clustered = CLUSTER == 2
-        for s in range(STAGES):
-            hl.mbarrier_init(full, s, arrivals=1)
-            hl.mbarrier_init(empty, s, arrivals=CONSUMERS * (2 if clustered and peer_release else 1))
+        # the consumers of both CTAs of a cluster release a stage (each into its own and its peer's)
+        ring = hl.Ring(STAGES, producers=1, consumers=CONSUMERS * (2 if clustered and peer_release else 1))
         if clustered:
             hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
         else:
@@ -201,9 +188,9 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
             return (tile // tiles_n) * BM, (tile % tiles_n) * BN
 
         def release(stage: Any) -> None:
-            hl.arrive(empty, stage, who="warpgroup")
+            ring.release(stage)
             if clustered and peer_release:
-                hl.arrive(empty, stage, who="warpgroup", cta=1 - rank)
+                ring.release(stage, cta=1 - rank)
 
         stage_bytes = sa[:, :, 0].nbytes + sb[:, :, 0].nbytes
         H = BM // 2
@@ -214,21 +201,22 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
                 for k in hl.range(num_k):
                     it = t * num_k + k
                     s = it % STAGES
-                    hl.wait(empty, s, phase=((it // STAGES) % 2) ^ 1)
-                    hl.arrive(full, s, tx_bytes=stage_bytes, who="one")
+                    ring.acquire(it)
+                    ring.fill(it, tx_bytes=stage_bytes)
+                    bar = ring.full[s]
                     if clustered:    # this CTA's half of the shared A tile, into both CTAs
                         with hl.if_(rank.eq(0)):
                             hl.copy(hl.view(a, tile=(H, BK), origin=(m0, k * BK)), sa[0:H, :, s],
-                                    mbarrier=full[s], multicast=3)
+                                    mbarrier=bar, multicast=3)
                         with hl.else_():
                             hl.copy(hl.view(a, tile=(H, BK), origin=(m0 + H, k * BK)), sa[H:BM, :, s],
-                                    mbarrier=full[s], multicast=3)
+                                    mbarrier=bar, multicast=3)
                     else:
-                        hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=full[s])
+                        hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=bar)
                     if b_layout == "nk":
-                        hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=full[s])
+                        hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=bar)
                     else:
-                        hl.copy(hl.view(b, tile=(BK, BN), origin=(k * BK, n0)), sb[:, :, s], mbarrier=full[s])
+                        hl.copy(hl.view(b, tile=(BK, BN), origin=(k * BK, n0)), sb[:, :, s], mbarrier=bar)
         with hl.else_():
             hl.setmaxnreg(232, increase=True)
             for t in hl.range(my_tiles):
@@ -241,7 +229,7 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
                 def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
                     it = t * num_k + k
                     s = it % STAGES
-                    hl.wait(full, s, phase=(it // STAGES) % 2)
+                    ring.wait_full(it)
                     hl.wgmma_fence()
                     hl.mma(sa[:, :, s], sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
                            warps=hl.spatial(CONSUMERS, 1), accumulate=not first)

@@ -188,16 +188,7 @@ def moe_fp8_gate_up_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sg[:, :, st])
                 hl.copy(w[e, Ix + n0:Ix + n0 + BN, c0:c0 + BK], su[:, :, st])
 
-            for st in range(STAGES - 1):
-                load(st, st)
-                hl.commit_group()
-            for kt in hl.range(num_k):
-                hl.wait_group(STAGES - 2)
-                hl.syncthreads()
-                kn = kt + (STAGES - 1)
-                load(kn, kn % STAGES)
-                hl.commit_group()
-                st = kt % STAGES
+            for kt, st in hl.pipeline(num_k, STAGES, load):
                 ra = hl.register(e4m3, (BM, BK))
                 rg = hl.register(e4m3, (BN, BK))
                 ru = hl.register(e4m3, (BN, BK))
@@ -215,7 +206,6 @@ def moe_fp8_gate_up_kernel(dtype: DType, split: bool = False) -> Any:
                 else:
                     hl.mma(ra, rg, acc_g)
                     hl.mma(ra, ru, acc_u)
-            hl.wait_group(0)
             rid2 = hl.register(i32, (BM, 1))
             hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], rid2)
             sx = _load(xs[hl.where(rid2 < Tx * TOPK, rid2 // TOPK, -1)], (BM, 1))
@@ -273,16 +263,7 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.copy(hl.view(hq, (BM, BK), (None, c0), rows=rid), sa[:, :, st])
                 hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sb[:, :, st])
 
-            for st in range(STAGES - 1):
-                load(st, st)
-                hl.commit_group()
-            for kt in hl.range(num_k):
-                hl.wait_group(STAGES - 2)
-                hl.syncthreads()
-                kn = kt + (STAGES - 1)
-                load(kn, kn % STAGES)
-                hl.commit_group()
-                st = kt % STAGES
+            for kt, st in hl.pipeline(num_k, STAGES, load):
                 ra = hl.register(e4m3, (BM, BK))
                 rb = hl.register(e4m3, (BN, BK))
                 hl.copy(sa[:, :, st], ra)
@@ -293,7 +274,6 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
                     acc += p * _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128
                 else:
                     hl.mma(ra, rb, acc)
-            hl.wait_group(0)
             rid2 = hl.register(i32, (BM, 1))
             hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], rid2)
             rid2 = hl.where(rid2 < TKx, rid2, -1)

@@ -58,22 +58,6 @@ def _rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> tuple[Any, Any]:
     return hl.where(rid < limit, rid, -1), hl.where(row < limit, row, -1)
 
 
-def _pipeline(load: Any, step: Any, num_k: Any, stages: int) -> None:
-    """cp.async into ``stages`` buffers, ``step(kt, stage)`` (the wgmma) on each k-tile."""
-    for st in range(stages - 1):
-        load(st, st)
-        hl.commit_group()
-    for kt in hl.range(num_k):
-        hl.wait_group(stages - 2)
-        hl.fence_proxy_async()
-        hl.syncthreads()
-        kn = kt + (stages - 1)
-        load(kn, kn % stages)
-        hl.commit_group()
-        step(kt, kt % stages)
-    hl.wait_group(0)
-
-
 @cache
 def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     """Gate-up with the activation epilogue, ``h[r, n] = act(g) * u`` (``moe_fp8_kernels``),
@@ -129,7 +113,8 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                     hl.assign(acc_g, acc_g + pg * _scale(ws, e, col, n0, kb, UNIFORM))
                     hl.assign(acc_u, acc_u + pu * _scale(ws, e, col + Ix, n0 + Ix, kb, UNIFORM))
 
-            _pipeline(load, step, num_k, STAGES)
+            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
+                step(kt, st)
             sx = _load(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
             g = acc_g * sx
             u = acc_u * sx
@@ -190,7 +175,8 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                     sw = _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128: one block
                     hl.assign(acc, acc + p * sw)
 
-            _pipeline(load, step, num_k, STAGES)
+            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
+                step(kt, st)
             rs = _load(hs[rrow], (1, BM))
             if not ROUTER:
                 rs = rs * _load(tw[rrow], (1, BM))
@@ -206,7 +192,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
 
 def _produce(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any, sw: tuple[Any, ...],
-             full: Any, empty: Any, num_k: Any, stages: int) -> None:
+             ring: hl.Ring, num_k: Any, stages: int) -> None:
     """Warp group 0 of a ``*_ws`` kernel: per k-tile, once ``empty[st]`` frees the stage, the weight
     tiles (rows ``w_rows`` of expert ``e``) by TMA on ``full[st]`` and the gathered rows of ``a`` by
     cp.async; every thread arrives on ``full`` for the k-tile ``stages - 2`` back once its own
@@ -216,25 +202,25 @@ def _produce(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any
     tx = sum(s[:, :, 0].nbytes for s in sw)
     for kt in hl.range(num_k):
         st = kt % stages
-        hl.wait(empty, st, phase=((kt // stages) % 2) ^ 1)
-        hl.arrive(full, st, tx_bytes=tx, who="one")
+        ring.acquire(kt)
+        ring.fill(kt, tx_bytes=tx)
         for r0, s in zip(w_rows, sw):
             tile = hl.view(w, (1, s.shape[0], bk), (e, r0, kt * bk))[0, :, :]
-            hl.copy(tile, s[:, :, st], mbarrier=full[st])
+            hl.copy(tile, s[:, :, st], mbarrier=ring.full[st])
         hl.copy(hl.view(a, (bm, bk), (None, kt * bk), rows=rows), sa[:, :, st])
         hl.commit_group()
         hl.wait_group(lag)
         hl.fence_proxy_async()
         with hl.if_(kt >= lag):
-            hl.arrive(full, (kt - lag) % stages)
+            ring.fill(kt - lag, who="thread")
     hl.wait_group(0)
     hl.fence_proxy_async()
     for j in range(lag):
         with hl.if_(num_k - lag + j >= 0):
-            hl.arrive(full, (num_k - lag + j) % stages)
+            ring.fill(num_k - lag + j, who="thread")
 
 
-def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, full: Any, empty: Any, num_k: Any,
+def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Ring, num_k: Any,
              stages: int, consumers: int, scale_x: Any = None, scale_y: Any = None) -> None:
     """The consumer warp groups of a ``*_ws`` kernel: ``acc_x = A @ X^T``, ``acc_y = A @ Y^T`` over the
     k-tiles of the ring (A: ``sa``, token rows; X / Y: ``sx`` / ``sy``, weight rows). Without scales
@@ -252,7 +238,7 @@ def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, full: Any, empty
         st = kt % stages
         if blocked:
             gx, gy = scale_x(kt), scale_y(kt)
-        hl.wait(full, st, phase=(kt // stages) % 2)
+        ring.wait_full(kt)
         hl.wgmma_fence()
         hl.mma(sa[:, :, st], sx[:, :, st], px, warps=warps, accumulate=not (first or blocked))
         if blocked:
@@ -264,9 +250,9 @@ def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, full: Any, empty
             hl.assign(acc_x, acc_x + px * (gx() if callable(gx) else gx))
             hl.wgmma_wait(0)     # (a wgmma in flight across the loop's back edge while a partial is
             hl.assign(acc_y, acc_y + py * (gy() if callable(gy) else gy))   # read: ptxas C7514)
-            hl.arrive(empty, st, who="warpgroup")
+            ring.release(st)
         elif not first:
-            hl.arrive(empty, (kt - 1) % stages, who="warpgroup")
+            ring.release((kt - 1) % stages)
 
     with hl.if_(num_k > 0):
         tile(0, True)
@@ -286,13 +272,9 @@ def _ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tu
     sa = hl.shared(dt, (bm, bk, stages))
     sx = hl.shared(dt, (bn, bk, stages))
     sy = hl.shared(dt, (bn, bk, stages))
-    full = hl.mbarrier(stages)
-    empty = hl.mbarrier(stages)
-    for st in range(stages):
-        hl.mbarrier_init(full, st, arrivals=129)
-        hl.mbarrier_init(empty, st, arrivals=consumers)
+    ring = hl.Ring(stages, producers=129, consumers=consumers)
     hl.syncthreads()
-    return sa, sx, sy, full, empty
+    return sa, sx, sy, ring
 
 
 def _straddle(ws: Any, e: Any, col: Any, first: Any, kb: Any) -> Any:
@@ -348,24 +330,24 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, full, empty = _ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
+            sa, sg, su, ring = _ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                 tok = hl.where(rid >= 0, rid // TOPK, -1)
-                _produce(xq, tok, w, e, (n0, Ix + n0), sa, (sg, su), full, empty, num_k, STAGES)
+                _produce(xq, tok, w, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 col = hl.iota((1, BN), 1) + n0
                 if BLOCK_SCALE:
                     acc_g, acc_u = hl.zeros((BM, BN), f32), hl.zeros((BM, BN), f32)
-                    _consume(sa, sg, su, acc_g, acc_u, full, empty, num_k, STAGES, CONSUMERS,
+                    _consume(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS,
                              lambda kt: _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True),   # BN | 128
                              lambda kt: (_scale(ws, e, col, n0 + Ix, kt * BK // SCALE_BLOCK, True) if UNIFORM
                                          else _straddle(ws, e, col + Ix, n0 + Ix, kt * BK // SCALE_BLOCK)))
                 else:
                     acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
-                    _consume(sa, sg, su, acc_g, acc_u, full, empty, num_k, STAGES, CONSUMERS)
+                    _consume(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
                 rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                 sx = _load(xs[hl.where(rid >= 0, rid // TOPK, -1)], (BM, 1))
                 if not BLOCK_SCALE:
@@ -406,11 +388,11 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, full, empty = _ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
+            sa, sx, sy, ring = _ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 rid = _sorted_rows(sorted_ids, m0, BM, TKx)
-                _produce(hq, rid, w, e, (n0, n0 + H2), sa, (sx, sy), full, empty, num_k, STAGES)
+                _produce(hq, rid, w, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 if BLOCK_SCALE:
@@ -419,10 +401,10 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
                     def sw(kt: Any) -> Any:                  # BN | 128: the tile's one block
                         return _scale(ws, e, None, n0, kt * BK // SCALE_BLOCK, True)
 
-                    _consume(sa, sx, sy, acc_x, acc_y, full, empty, num_k, STAGES, CONSUMERS, sw, sw)
+                    _consume(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS, sw, sw)
                 else:
                     acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
-                    _consume(sa, sx, sy, acc_x, acc_y, full, empty, num_k, STAGES, CONSUMERS)
+                    _consume(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
                 rid = _sorted_rows(sorted_ids, m0, BM, TKx)
                 rs = _load(hs[rid], (BM, 1))
                 if not ROUTER:

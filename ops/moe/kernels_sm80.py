@@ -96,23 +96,13 @@ def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
                 hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, kt * BK))[0, :, :], sg[:, :, s])
                 hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, kt * BK))[0, :, :], su[:, :, s])
 
-            for s in range(STAGES - 1):
-                load(s, s)
-                hl.commit_group()
-            for k in hl.range(hl.cdiv(x.shape[1], BK)):
-                hl.wait_group(STAGES - 2)
-                hl.syncthreads()
-                kn = k + (STAGES - 1)
-                load(kn, kn % STAGES)
-                hl.commit_group()
-                s = k % STAGES
+            for _k, s in hl.pipeline(hl.cdiv(x.shape[1], BK), STAGES, load):
                 ra, rg, ru = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK)), hl.register(dt, (BN, BK))
                 hl.copy(sa[:, :, s], ra)
                 hl.copy(sg[:, :, s], rg)
                 hl.copy(su[:, :, s], ru)
                 hl.mma(ra, rg, acc_g)
                 hl.mma(ra, ru, acc_u)
-            hl.wait_group(0)
             if SCALE_IN:
                 w = _weights(topk_w, sorted_ids, m0, BM, BN)
                 acc_g *= w
@@ -145,21 +135,11 @@ def moe_down_kernel(dtype: DType) -> Any:
                 hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, kt * BK)), sa[:, :, s])
                 hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, kt * BK))[0, :, :], sb[:, :, s])
 
-            for s in range(STAGES - 1):
-                load(s, s)
-                hl.commit_group()
-            for k in hl.range(hl.cdiv(inter.shape[1], BK)):
-                hl.wait_group(STAGES - 2)
-                hl.syncthreads()
-                kn = k + (STAGES - 1)
-                load(kn, kn % STAGES)
-                hl.commit_group()
-                s = k % STAGES
+            for _k, s in hl.pipeline(hl.cdiv(inter.shape[1], BK), STAGES, load):
                 ra, rb = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK))
                 hl.copy(sa[:, :, s], ra)
                 hl.copy(sb[:, :, s], rb)
                 hl.mma(ra, rb, acc)
-            hl.wait_group(0)
             if not SCALE_IN:
                 acc *= _weights(topk_w, sorted_ids, m0, BM, BN)
             slots = hl.register(i32, (BM,))

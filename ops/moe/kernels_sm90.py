@@ -71,27 +71,6 @@ def sm90_consts(bm: int) -> dict[str, Any]:
     return {"BM": bm, "BN": 64, "BK": 64, "STAGES": SWAP_STAGES}
 
 
-def _pipeline(load: Any, step: Any, num_k: Any, stages: int) -> None:
-    """cp.async into ``stages`` buffers ``stages - 2`` k-tiles ahead; ``step(kt, stage)`` issues
-    k-tile ``kt``'s wgmma group and leaves it in flight (``wgmma_wait(1)``)."""
-    if stages < 3:
-        raise ValueError(f"moe sm_90a swap-AB: STAGES ({stages}) must be >= 3 (a wgmma group in flight)")
-    lag = stages - 2
-    for st in range(lag):
-        load(st, st)
-        hl.commit_group()
-    for kt in hl.range(num_k):
-        hl.wait_group(lag - 1)                   # this thread's copies of k-tile kt landed
-        hl.fence_proxy_async()
-        hl.syncthreads()                         # everyone's copies; k-tile kt - 2's wgmma done
-        kn = kt + lag
-        load(kn, kn % stages)
-        hl.commit_group()
-        step(kt, kt % stages)
-    hl.wgmma_wait(0)
-    hl.wait_group(0)
-
-
 def _mma_group(pairs: Any) -> None:
     """One wgmma group over ``(A, B, acc)`` triples, kept in flight (the previous one retired)."""
     hl.wgmma_fence()
@@ -132,10 +111,10 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
                 hl.copy(w13[e, n0:n0 + BN, kt * BK:kt * BK + BK], sg[:, :, st])
                 hl.copy(w13[e, Ix + n0:Ix + n0 + BN, kt * BK:kt * BK + BK], su[:, :, st])
 
-            def step(kt: Any, st: Any) -> None:
+            # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
+            for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=STAGES - 2, async_proxy=True,
+                                       wgmma_in_flight=True):
                 _mma_group(((sg[:, :, st], sa[:, :, st], acc_g), (su[:, :, st], sa[:, :, st], acc_u)))
-
-            _pipeline(load, step, hl.cdiv(Kx, BK), STAGES)
             g, u = acc_g, acc_u
             if SCALE_IN:
                 w = _load(topk_w[rrow], (1, BM))
@@ -172,10 +151,10 @@ def moe_down_sm90_kernel(dtype: DType) -> Any:
                 hl.copy(hl.view(inter, (BM, BK), (m0, kt * BK)), sa[:, :, st])
                 hl.copy(w2[e, n0:n0 + BN, kt * BK:kt * BK + BK], sb[:, :, st])
 
-            def step(kt: Any, st: Any) -> None:
+            # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
+            for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=STAGES - 2, async_proxy=True,
+                                       wgmma_in_flight=True):
                 _mma_group(((sb[:, :, st], sa[:, :, st], acc),))
-
-            _pipeline(load, step, hl.cdiv(Kx, BK), STAGES)
             out = acc
             if not SCALE_IN:
                 out = out * _load(topk_w[rrow], (1, BM))
@@ -209,16 +188,16 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
             num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, full, empty = _ring(dt, BM, BN, BK, STAGES, CONSUMERS)
+            sa, sg, su, ring = _ring(dt, BM, BN, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                 tok = hl.where(rid >= 0, rid // TOPK, -1)
-                _produce(x, tok, w13, e, (n0, Ix + n0), sa, (sg, su), full, empty, num_k, STAGES)
+                _produce(x, tok, w13, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
-                _consume(sa, sg, su, acc_g, acc_u, full, empty, num_k, STAGES, CONSUMERS)
+                _consume(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
                 g, u = acc_g, acc_u
                 if SCALE_IN:
                     rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
@@ -254,15 +233,15 @@ def moe_down_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
             num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, full, empty = _ring(dt, BM, H2, BK, STAGES, CONSUMERS)
+            sa, sx, sy, ring = _ring(dt, BM, H2, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 pos = hl.iota((BM, 1), 0) + m0                       # inter rows: the positions
-                _produce(inter, pos, w2, e, (n0, n0 + H2), sa, (sx, sy), full, empty, num_k, STAGES)
+                _produce(inter, pos, w2, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
-                _consume(sa, sx, sy, acc_x, acc_y, full, empty, num_k, STAGES, CONSUMERS)
+                _consume(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
                 rid = _sorted_rows(sorted_ids, m0, BM, y.shape[0])
                 ox, oy = acc_x, acc_y
                 if not SCALE_IN:

@@ -125,23 +125,13 @@ def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
                 hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sg[:, :, s])
                 hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, k0))[0, :, :], su[:, :, s])
 
-            for s in range(STAGES - 1):
-                load(s, s)
-                hl.commit_group()
-            for k in hl.range(hl.maximum(hi - lo, 0)):
-                hl.wait_group(STAGES - 2)
-                hl.syncthreads()
-                kn = k + (STAGES - 1)
-                load(kn, kn % STAGES)
-                hl.commit_group()
-                s = k % STAGES
+            for _k, s in hl.pipeline(hl.maximum(hi - lo, 0), STAGES, load):
                 ra, rg, ru = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK)), hl.register(dt, (BN, BK))
                 hl.copy(sa[:, :, s], ra)
                 hl.copy(sg[:, :, s], rg)
                 hl.copy(su[:, :, s], ru)
                 hl.mma(ra, rg, acc_g)
                 hl.mma(ra, ru, acc_u)
-            hl.wait_group(0)
             rows = hl.where(slots < x.shape[0] * TOPK, hl.iota((BM,), 0) + m0, -1)   # padding: none
             hl.atomic_add(ws_g[rows, n0:n0 + BN], acc_g)
             hl.atomic_add(ws_u[rows, n0:n0 + BN], acc_u)
@@ -218,21 +208,11 @@ def moe_down_splitk_kernel(dtype: DType) -> Any:
                 hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, k0)), sa[:, :, s])
                 hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sb[:, :, s])
 
-            for s in range(STAGES - 1):
-                load(s, s)
-                hl.commit_group()
-            for k in hl.range(hl.maximum(hi - lo, 0)):
-                hl.wait_group(STAGES - 2)
-                hl.syncthreads()
-                kn = k + (STAGES - 1)
-                load(kn, kn % STAGES)
-                hl.commit_group()
-                s = k % STAGES
+            for _k, s in hl.pipeline(hl.maximum(hi - lo, 0), STAGES, load):
                 ra, rb = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK))
                 hl.copy(sa[:, :, s], ra)
                 hl.copy(sb[:, :, s], rb)
                 hl.mma(ra, rb, acc)
-            hl.wait_group(0)
             if not SCALE_IN:
                 acc *= _weights(topk_w, sorted_ids, m0, BM, BN)
             slots = hl.register(i32, (BM,))

@@ -150,19 +150,10 @@ def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, d
         else:
             hl.copy(hl.view(a, (BM, BK), (None, k0(kt)), rows=rows), sa[:, :, st])
 
-    for st in range(STAGES - 1):
-        load(st, st)
-        hl.commit_group()
-    for kt in hl.range(num_k):
-        hl.wait_group(STAGES - 2)
-        hl.syncthreads()
-        kn = kt + (STAGES - 1)
-        load(kn, kn % STAGES)
-        hl.commit_group()
+    for kt, _st in hl.pipeline(num_k, STAGES, load):
         ra = hl.register(dt, (BM, BK))
         hl.copy(sa[:, :, kt % STAGES], ra)
         yield ktile(kt) * BK, ra  # a consumed tile: inside the split (no clamp past K)
-    hl.wait_group(0)
 
 
 @cache

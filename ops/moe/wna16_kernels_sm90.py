@@ -17,7 +17,7 @@ MMA rows):
 - B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
   cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
   reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
-  each k-tile's wgmma group (``moe_fp8_kernels_sm90._pipeline``).
+  each k-tile's wgmma group (``hl.pipeline``).
 
 Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
@@ -43,7 +43,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8, u32
 
 from .fp8_kernels_sm89 import _grid, _k_tiles, _load
-from .fp8_kernels_sm90 import _pipeline, _rows
+from .fp8_kernels_sm90 import _rows
 from .wna16_kernels_sm80 import _dequant, gelu_erf
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
@@ -145,7 +145,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
 
-            _pipeline(load, step, num_k, STAGES)
+            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
+                step(kt, st)
             g, u = acc_g, acc_u
             if ROUTER:
                 wr = _load(tw[rrow], (1, BM))
@@ -220,7 +221,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
 
-            _pipeline(load, step, num_k, STAGES)
+            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
+                step(kt, st)
             out = acc if ROUTER else acc * _load(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))

@@ -33,7 +33,7 @@ def _kernels(stages: int, ahead: int, fence: bool):
         def load(k, s):
             hl.copy(a.tile((64, 32), (0, k * 32)), sa[:, :, s])
 
-        for k, s in hl.pipeline(hl.cdiv(a.shape[1], 32), stages, load, ahead=ahead, async_proxy=fence):
+        for _k, s in hl.pipeline(hl.cdiv(a.shape[1], 32), stages, load, ahead=ahead, async_proxy=fence):
             r = hl.register(hl.f16, (64, 32))
             hl.copy(sa[:, :, s], r)
             acc += hl.cast(r, hl.f32)

@@ -67,8 +67,7 @@ def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
     hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sv[:, :, 0])
     hl.commit_group()
 
-    m_i = hl.full((BM, 1), NEG_INF, f32)
-    l_i = hl.zeros((BM, 1), f32)
+    sm = hl.OnlineSoftmax(BM)     # the row max m and row sum l of the streamed softmax
     acc = hl.zeros((BM, HEAD_DIM), f32)
     chunk = min(CHUNK or BN, BN)
     dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
@@ -123,24 +122,14 @@ def flash_attention_fwd(q: f16[B, Sq, H, D], k: f16[B, Sk, KVH, D],
 
             # online softmax over the whole key block, in the log2 domain: the scale (> 0) applied
             # to the row max once and to each score inside the exp2 argument (s * qk_scale - m: an FMA)
-            m_new = m_i
-            for s in scores:
-                m_new = hl.maximum(m_new, hl.max_reduce(s, 1) * qk_scale)
-            m_use = hl.where(m_new.eq(NEG_INF), 0.0, m_new)   # rows with no visible key yet
-            alpha = hl.exp2_approx(m_i - m_use)
-            acc *= alpha
-            row_sum = None
-            for c, s in enumerate(scores):
-                p = hl.exp2_approx(s * qk_scale - m_use)
-                row_sum = hl.sum(p, 1) if row_sum is None else row_sum + hl.sum(p, 1)
+            def pv(c, p, buf=buf):
                 # O += P V: P is the A operand (BM x chunk), V^T the B operand (HEAD_DIM x chunk)
                 rv = hl.register(f16, (HEAD_DIM, chunk))
                 hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
                 hl.mma(hl.cast(p, f16), rv, acc)
-            hl.assign(l_i, l_i * alpha + row_sum)
-            hl.assign(m_i, m_new)
+
+            sm.step_chunks(scores, acc, pv, qk_scale)
 
     hl.wait_group(0)
-    l_safe = hl.where(l_i.eq(0.0), 1.0, l_i)
-    out = hl.cast(acc / l_safe, f16)
+    out = hl.cast(sm.out(acc), f16)
     hl.copy(out, o.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :])
