@@ -36,6 +36,9 @@ __all__ = ["register", "run", "EMITS", "summary_line"]
 
 EMITS = ("cuda", "ptx", "cubin", "sass")
 
+#: ids of the builds this process has reported (``build`` memoizes them: a second request is a hit)
+_REPORTED: set[int] = set()
+
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add the ``compile`` subcommand to ``sub``."""
@@ -63,8 +66,10 @@ def _kib(n: int) -> str:
 
 
 def summary_line(name: str, arch: str, output: str, nbytes: int, generated: Any, compiled: Any,
-                 synth_s: float) -> str:
-    """``name arch: wrote FILE (N bytes); R registers, no spills, S shared; ...`` on one line."""
+                 synth_s: float | None) -> str:
+    """``name arch: wrote FILE (N bytes); R registers, no spills, S shared; ...`` on one line;
+    ``synth_s`` None: the build was loaded from the persisted build cache (no synthesis, no
+    compile)."""
     parts = [f"{name} {arch}: wrote {output} ({nbytes} bytes)"]
     smem = generated.smem_bytes
     if compiled is not None:
@@ -78,6 +83,9 @@ def summary_line(name: str, arch: str, output: str, nbytes: int, generated: Any,
             parts.append("registers unknown")
     parts.append(f"{_kib(smem)} shared memory")
     parts.append(f"{generated.threads} threads")
+    if synth_s is None:
+        parts.append("synthesis skipped, compile skipped: cache hit (persisted build)")
+        return "; ".join(parts)
     parts.append(f"synthesis {synth_s:.2f} s")
     if compiled is not None:
         hit = f"cache hit ({compiled.cache})" if compiled.cache_hit else "cache miss"
@@ -85,35 +93,52 @@ def summary_line(name: str, arch: str, output: str, nbytes: int, generated: Any,
     return "; ".join(parts)
 
 
+def _build(rk: Any, compile: bool, no_cache: bool) -> tuple[Any, Any, Any, float | None]:
+    """``(lowered kernel, generated, compiled or None, synthesis seconds)`` of ``rk``: through
+    ``hexlayout.runtime.build`` and its persisted build cache (a hit - or a build this process
+    already made - skips synthesis and the compiler: seconds None), or with ``no_cache``
+    synthesized and compiled afresh."""
+    from hexlayout.codegen import generate
+    from hexlayout.runtime import build, compile_generated
+
+    if not no_cache:
+        b = build(rk.trace(), rk.arch, compile=compile)
+        reused = "load" in b.seconds or id(b) in _REPORTED      # persisted, or built earlier in-process
+        _REPORTED.add(id(b))
+        return b.lowered, b.generated, b.compiled, (None if reused else b.seconds["synthesize"])
+    result = synthesize_kernel(rk)
+    gen = generate(result.synthesis.lowered.kernel)
+    compiled = compile_generated(gen, cache=False) if compile else None
+    return result.synthesis.lowered.kernel, gen, compiled, result.synth_seconds
+
+
 def run(args: argparse.Namespace) -> int:
     """Resolve, synthesize, generate, compile ``args.kernel`` and write the ``--emit`` artifact."""
-    from hexlayout.codegen import generate
-    from hexlayout.runtime import CompileError, ToolchainError, compile_generated
+    from hexlayout.runtime import CompileError, ToolchainError
 
     if args.emit is None and args.stats is None:
         raise CLIError("nothing to do: give --emit cuda|ptx|cubin|sass with -o FILE, or --stats")
     if (args.emit is None) != (args.output is None):
         raise CLIError("--emit and -o go together: --emit says what to write, -o where")
     rk = resolve(args.kernel, args.arch, parse_defines(args.defines))
-    result = synthesize_kernel(rk)
     t = time.perf_counter()
-    gen = generate(result.synthesis.lowered.kernel)
+    try:
+        lowered, gen, compiled, synth_s = _build(rk, args.emit != "cuda", args.no_cache)
+    except (CompileError, ToolchainError) as e:
+        raise CLIError(str(e)) from None
     gen_s = time.perf_counter() - t
-    compiled = None
     data: bytes
     if args.emit is None:
-        return _print_stats(args, gen, result)
+        return _print_stats(args, gen, lowered, compiled)
     if args.emit == "cuda":
         data = gen.source.encode()
+    elif args.emit == "ptx":
+        data = compiled.ptx.encode()
+    elif args.emit == "cubin":
+        data = compiled.cubin
     else:
         try:
-            compiled = compile_generated(gen, cache=not args.no_cache)
-            if args.emit == "ptx":
-                data = compiled.ptx.encode()
-            elif args.emit == "cubin":
-                data = compiled.cubin
-            else:
-                data = compiled.sass().encode()
+            data = compiled.sass().encode()
         except (CompileError, ToolchainError) as e:
             raise CLIError(str(e)) from None
     if not data:
@@ -129,15 +154,15 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"directory {out.parent} does not exist")
         out.write_bytes(data)
         out_name = str(out)
-    line = summary_line(gen.name, args.arch, out_name, len(data), gen, compiled, result.synth_seconds)
-    line += f"; generate {gen_s:.2f} s"
+    line = summary_line(gen.name, args.arch, out_name, len(data), gen, compiled, synth_s)
+    line += f"; total {gen_s:.2f} s"
     print(line, file=sys.stderr if args.output == "-" else sys.stdout)
     if args.stats is not None:
-        return _print_stats(args, gen, result, compiled)
+        return _print_stats(args, gen, lowered, compiled)
     return 0
 
 
-def _print_stats(args: argparse.Namespace, gen: Any, result: Any, compiled: Any = None) -> int:
+def _print_stats(args: argparse.Namespace, gen: Any, lowered: Any, compiled: Any = None) -> int:
     """Compile (if not done) and print ``KernelStats`` as text or JSON on stdout (stderr when
     the artifact went to stdout)."""
     import json
@@ -150,7 +175,7 @@ def _print_stats(args: argparse.Namespace, gen: Any, result: Any, compiled: Any 
             compiled = compile_generated(gen, cache=not args.no_cache)
         st = kernel_stats(compiled.cubin, sass=compiled.sass(), log=compiled.log, name=compiled.name,
                           resources=compiled.resources,
-                          mma_per_ktile=mma_per_source_iteration(result.synthesis.lowered.kernel),
+                          mma_per_ktile=mma_per_source_iteration(lowered),
                           shared_dynamic=gen.smem_bytes)
     except (CompileError, ToolchainError, StatsError) as e:
         raise CLIError(str(e)) from None
