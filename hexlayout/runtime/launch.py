@@ -189,7 +189,8 @@ class Launcher:
         self._maps: dict[TensorMapParams, bytes] = {}
         self._config: Any = None
         self._ctx_ok = threading.local()
-        self._special: dict[int, Launcher] = {}
+        self._special: dict[int, Launcher] = {}          # specialized builds' launchers by id
+        self._special_calls: dict[tuple, Launcher] = {}   # ... by the calls that need them
 
     # --- loading ----------------------------------------------------------------------------
     def _load(self) -> None:
@@ -299,10 +300,20 @@ class Launcher:
         breaks this build's alignment assumptions (``specialize.build_for_call``; cached)."""
         from .specialize import build_for_call
 
+        key = plan._key(vals, "cuda")               # dtypes, shapes, strides, structural scalars
+        if key is not None:                         # + the pointers' residues: the call's facts
+            key += tuple(vals[t.index].data_ptr() % 16 for t in plan.tensors)
+            hit = self._special_calls.get(key)
+            if hit is not None:
+                return hit
         b = build_for_call(self.build, plan, vals, "cuda", err)
         hit = self._special.get(id(b))
         if hit is None or hit.build is not b:
             hit = self._special[id(b)] = Launcher(b, l2_promotion=self.l2_promotion)
+        if key is not None:
+            if len(self._special_calls) > 4096:
+                self._special_calls.clear()
+            self._special_calls[key] = hit
         return hit
 
     def call_like(self, template: BoundArgs, args: Sequence[Any], stream: Any = None) -> BoundArgs:
