@@ -14,7 +14,9 @@ and what was expected:
   strides ``(K, 1)``), ignoring dimensions of extent 1 as torch does;
 * every ``Requirement`` of the lowered program (16-byte aligned data pointers, strides and
   extents multiples of the vector width, TMA: 16-byte aligned base, strides multiples of
-  16 bytes) and the legality of each TMA tensor map (``check_tma``);
+  16 bytes; a broken one raises ``MisalignedArgumentError``, which ``emulate`` and the
+  ``Launcher`` answer with a build specialized on the call's ``facts``, ``specialize``) and
+  the legality of each TMA tensor map (``check_tma``);
 * 32-bit limits: the generated code indexes with ``int``.
 
 It evaluates the launch grid from the kernel's grid expressions and lists the kernel
