@@ -1,7 +1,9 @@
 """Global and shared memory as flat byte arrays, and vectorized byte gather / scatter.
 
 * A global tensor argument is the user's numpy array, viewed as a flat buffer of its
-  elements (so it must be contiguous); its in-bounds extent is the span its
+  elements (a strided view - an offset view ``x[:, 1:]``, padded rows - as the flat span of
+  the memory it lies in, from its first element; its strides must be the parameter's, a
+  stride variable takes them); its in-bounds extent is the span its
   ``GlobalParam`` shape and strides address, evaluated with the scalar arguments:
   ``1 + sum((shape_i - 1) * stride_i)`` elements (0 if any extent is 0). Writes go
   straight into the user's array.
@@ -90,18 +92,15 @@ def bind_arguments(
                 kernel=kernel.name,
                 buffer=p.name,
             )
-        if not arr.flags.c_contiguous:
-            raise ArgumentError(
-                f"argument {p.name!r} must be C-contiguous (it is viewed as a flat buffer)",
-                kernel=kernel.name,
-                buffer=p.name,
-            )
         shape = tuple(int(evaluate(s, scalars)) for s in p.shape)
         strides = tuple(int(evaluate(s, scalars)) for s in p.stride)
         extent = (
             0 if any(s == 0 for s in shape) else 1 + sum((s - 1) * abs(d) for s, d in zip(shape, strides))
         )
-        flat = arr.reshape(-1)
+        if arr.flags.c_contiguous:
+            flat = arr.reshape(-1)
+        else:
+            flat = _strided_span(kernel.name, p, arr, shape, strides, extent)
         if flat.size < extent:
             raise ArgumentError(
                 f"argument {p.name!r} has {flat.size} elements, its shape {shape} and strides "
@@ -113,9 +112,31 @@ def bind_arguments(
     return tensors, scalars
 
 
+def _strided_span(kernel: str, p: GlobalParam, arr: np.ndarray, shape: tuple[int, ...],
+                  strides: tuple[int, ...], extent: int) -> np.ndarray:
+    """The ``extent`` elements from a strided array's first element on, as one flat view of
+    the memory it lies in (a view with an offset or padded rows, ``x[:, 1:]``): its element
+    strides must be the parameter's (dimensions of extent 1 aside) and non-negative."""
+    isz = arr.itemsize
+    got = tuple(s // isz for s in arr.strides)
+    if any(s % isz for s in arr.strides) or any(
+        n > 1 and (g != d or g < 0) for n, g, d in zip(shape, got, strides)
+    ):
+        raise ArgumentError(
+            f"argument {p.name!r} has element strides {got}, the parameter {strides} (it is addressed "
+            "from its first element with the parameter's strides)",
+            kernel=kernel,
+            buffer=p.name,
+        )
+    if extent == 0:
+        return arr.reshape(-1)[:0]
+    return np.lib.stride_tricks.as_strided(arr, shape=(extent,), strides=(isz,))
+
+
 def _bind_sizes(kernel: LoweredKernel, args: Mapping[str, Any], scalars: dict[Var, int]) -> None:
-    """Symbolic extents (size variables in a parameter's shape) take the array's extents;
-    a size shared by several tensors must agree."""
+    """Symbolic extents (size variables in a parameter's shape) take the array's extents, and
+    symbolic strides (a stride variable of the parameter) the array's element strides; a
+    size shared by several tensors must agree."""
     for p in kernel.params:
         if not isinstance(p, GlobalParam) or not isinstance(args.get(p.name), np.ndarray):
             continue
@@ -130,6 +151,9 @@ def _bind_sizes(kernel: LoweredKernel, args: Mapping[str, Any], scalars: dict[Va
                     raise ArgumentError(f"size {s.name} is {scalars[s]} elsewhere but dimension {i} of "
                                         f"{p.name!r} is {got}", kernel=kernel.name, buffer=p.name)
                 scalars[s] = got
+        for i, d in enumerate(p.stride):
+            if isinstance(d, Var) and d not in scalars and arr.strides[i] % arr.itemsize == 0:
+                scalars[d] = int(arr.strides[i] // arr.itemsize)
 
 
 class SharedMemory:

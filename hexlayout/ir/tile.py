@@ -212,13 +212,20 @@ class Block:
 
 @dataclass(eq=False)
 class GlobalParam:
-    """A global tensor argument: element type, symbolic or static shape and strides (elements)."""
+    """A global tensor argument: element type, symbolic or static shape and strides (elements).
+
+    ``align_bytes``: the data pointer, every row and every view origin are that many bytes
+    aligned (vectors no wider). ``divisibility``: launch facts about the size variables that
+    move this tensor's view origins, ``(name, d)``: the size is a multiple of ``d`` elements
+    and no more is assumed; a size not listed counts as aligned (``hexlayout.ir.divisibility``
+    specializes a program on the facts of a launch)."""
 
     name: str
     dtype: DType
     shape: tuple[ExprLike, ...]
     stride: tuple[ExprLike, ...]
     align_bytes: int = 16
+    divisibility: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(eq=False)

@@ -158,9 +158,11 @@ class Tensor:
         ``aligned(n)`` promises that the data pointer, every row and every view origin the
         kernel addresses are ``n``-byte aligned, and no more: copies of this tensor use
         vectors of at most ``n`` bytes (cp.async needs ``n >= 4``, TMA ``n = 16``). The
-        default, 16, lets the kernel assume 16-byte vectors; the launcher then checks the
-        strides and extents they need. Rows of odd length (f16 rows of 301 elements, the
-        second half of a ``[T, 2*I]`` row with ``I`` odd) need ``aligned(2)``.
+        default, 16, lets the kernel assume 16-byte vectors; the launcher checks the
+        strides and extents they need, and a launch that breaks them (f16 rows of 301
+        elements, the second half of a ``[T, 2*I]`` row with ``I`` odd, a view with an
+        offset) runs a build specialized on its alignment (``hexlayout.ir.divisibility``).
+        ``aligned(2)`` makes one build serve every such row from the start.
 
         Args:
             align_bytes (int): the alignment in bytes (default of a type: 16).

@@ -9,6 +9,8 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 * ``bind_args`` / ``ArgumentError``: launch arguments checked against a kernel (``args``).
 * ``Launcher(build)``: ``cuLaunchKernelEx`` on torch's current stream (``launch``; GPU only).
 * ``emulate(build, *args)``: the CPU emulator on CPU torch tensors / numpy arrays.
+* ``specialize``: a call that breaks a build's alignment assumptions (odd rows, offset views)
+  runs the build specialized on its divisibility facts, cached beside the aligned one.
 * ``launch_log()`` / ``LaunchRecord``: what ran (every launch, CUDA or emulated; ``launch_log``).
 * ``tensormap_params``: TMA tensor-map parameters of a ``TmaDesc`` (``tensormap``).
 * ``define_op`` / ``run_build``: ``torch.ops.hexlayout.<name>`` registration (``torch_ops``).

@@ -14,7 +14,9 @@ and what was expected:
   strides ``(K, 1)``), ignoring dimensions of extent 1 as torch does;
 * every ``Requirement`` of the lowered program (16-byte aligned data pointers, strides and
   extents multiples of the vector width, TMA: 16-byte aligned base, strides multiples of
-  16 bytes) and the legality of each TMA tensor map (``check_tma``);
+  16 bytes; a broken one raises ``MisalignedArgumentError``, which ``emulate`` and the
+  ``Launcher`` answer with a build specialized on the call's ``facts``, ``specialize``) and
+  the legality of each TMA tensor map (``check_tma``);
 * 32-bit limits: the generated code indexes with ``int``.
 
 It evaluates the launch grid from the kernel's grid expressions and lists the kernel
@@ -33,14 +35,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hexlayout.errors import HexlayoutError
+from hexlayout.ir.divisibility import DivisibilityFacts
 from hexlayout.ir.expr import BinOp, Const, Expr, Select, UnOp, Var, evaluate, free_vars, to_c
 from hexlayout.ir.lowered import LoweredKernel, TmaDesc
 from hexlayout.ir.tile import GlobalParam, ScalarParam
 
 from .tensormap import TensorMapParams, tensormap_params
 
-__all__ = ["ArgumentError", "ArgumentTypeError", "BoundArgs", "bind_args", "kernel_plan", "torch_dtype",
-           "INT32_MAX", "GRID_LIMITS"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "MisalignedArgumentError", "BoundArgs", "bind_args",
+           "kernel_plan", "torch_dtype", "INT32_MAX", "GRID_LIMITS"]
 
 INT32_MAX = 2**31 - 1
 #: CUDA's launch-grid limits (blocks in x, y, z).
@@ -60,6 +63,13 @@ class _NamedArgument(HexlayoutError):
 
 class ArgumentError(_NamedArgument, ValueError):
     """A launch argument does not fit the kernel; ``kernel``, ``arg`` and ``detail`` say how."""
+
+
+class MisalignedArgumentError(ArgumentError):
+    """An argument breaks an alignment the build assumed (a data pointer, a stride, an extent
+    or a size in a view origin that its vector accesses need). The launcher answers it with a
+    build specialized on the call's divisibility facts (``hexlayout.runtime.specialize``);
+    it reaches the user only where no such build exists."""
 
 
 class ArgumentTypeError(_NamedArgument, TypeError):
@@ -397,7 +407,19 @@ class _Plan:
         return BoundArgs(self.name, values, tpl.grid, tpl.device, sizes,
                          dict(zip(self.tensor_names, (vals[t.index] for t in self.tensors))), scal, maps)
 
-    def _bind_slow(self, vals: list[Any], device: str) -> BoundArgs:
+    def facts(self, vals: list[Any], device: str) -> DivisibilityFacts:
+        """The call's divisibility facts: per tensor the largest power of two (at most 16)
+        dividing its data pointer in bytes, per size or stride variable the one dividing its
+        value in elements (``hexlayout.ir.divisibility``). Raises ``ArgumentError`` as
+        ``bind`` does for arguments that do not fit the kernel at all."""
+        v, _, _, infos, _ = self._sizes(vals, device)
+        return DivisibilityFacts.of({t.param.name: ptr for t, _, _, _, ptr in infos},
+                                    {self.var_names[i]: x for i, x in enumerate(v)
+                                     if isinstance(x, int) and i not in self.float_slots})
+
+    def _sizes(self, vals: list[Any], device: str) -> tuple[list[Any], dict[int, str], dict[str, Any],
+                                                            list[Any], int | str | None]:
+        """Scalars, tensor infos and the size variables bound from extents and strides."""
         name = self.name
         v: list[Any] = [None] * self.nslots
         src: dict[int, str] = {}
@@ -441,6 +463,11 @@ class _Plan:
                 if i is not None and v[i] is None:
                     v[i] = strides[k]
                     src[i] = f"stride {k} of {t.param.name!r}"
+        return v, src, scal, infos, dev
+
+    def _bind_slow(self, vals: list[Any], device: str) -> BoundArgs:
+        name = self.name
+        v, src, scal, infos, dev = self._sizes(vals, device)
         for i, x in enumerate(v):
             if isinstance(x, int) and not -INT32_MAX - 1 <= x <= INT32_MAX and i not in self.float_slots:
                 raise ArgumentError(name, None,
@@ -450,8 +477,9 @@ class _Plan:
             self._check_tensor(t, shape, strides, ptr, v)
         for i, w, why, pname in self.size_mult:
             if isinstance(v[i], int) and v[i] % w:
-                raise ArgumentError(name, pname, f"size {self.var_names[i]} is {v[i]} (from {src.get(i)}), "
-                                    f"expected a multiple of {w} ({why}){_ALIGN_HINT}")
+                raise MisalignedArgumentError(name, pname, f"size {self.var_names[i]} is {v[i]} "
+                                              f"(from {src.get(i)}), expected a multiple of {w} ({why})"
+                                              f"{_ALIGN_HINT}")
         grid = [int(f(v)) for f in self.grid_fns]
         for k, g in enumerate(grid):
             if not 0 <= g <= GRID_LIMITS[k]:
@@ -507,30 +535,31 @@ class _Plan:
                                 "int (at most 2^31 - 1)")
         for nbytes, why in t.align:
             if ptr % nbytes:
-                raise ArgumentError(name, pname,
+                raise MisalignedArgumentError(name, pname,
                                     f"data pointer {ptr:#x} is not {nbytes}-byte aligned (needed for "
                                     f"{why}); pass a copy (.clone()) or a freshly allocated tensor "
                                     "(.contiguous() keeps a contiguous view's offset)")
         for k, w, why in t.stride_mult:
             if shape[k] > 1 and strides[k] % w:
-                raise ArgumentError(name, pname,
+                raise MisalignedArgumentError(name, pname,
                                     f"stride {k} is {strides[k]} elements, expected a multiple of "
                                     f"{w} ({why}){_ALIGN_HINT}")
         for k, w, why in t.extent_mult:
             if shape[k] % w:
-                raise ArgumentError(name, pname, f"dimension {k} is {shape[k]}, expected a multiple of {w} "
-                                    f"({why}){_ALIGN_HINT}")
+                raise MisalignedArgumentError(name, pname, f"dimension {k} is {shape[k]}, expected a "
+                                              f"multiple of {w} ({why}){_ALIGN_HINT}")
         for k, nbytes, why in t.stride_bytes:
             ks = range(len(shape)) if k < 0 else (k,)
             for j in ks:
                 if shape[j] > 1 and strides[j] != 1 and (strides[j] * eb8 // 8) % nbytes:
-                    raise ArgumentError(name, pname,
+                    raise MisalignedArgumentError(name, pname,
                                         f"stride {j} is {strides[j] * eb8 // 8} bytes, expected a "
                                         f"multiple of {nbytes} bytes ({why})")
 
 
 _MISSING = object()
-_ALIGN_HINT = ("; for rows of any length declare the tensor's alignment in the kernel "
+_ALIGN_HINT = ("; a Build (hexlayout.runtime.build) specializes itself on such a call's alignment; "
+               "for a bare lowered program declare the tensor's alignment in the kernel "
                "(e.g. hl.f16[T, I].aligned(2)): the kernel then uses vectors no wider than that")
 
 

@@ -3,7 +3,9 @@
 ``emulate(build, *args, **kwargs)`` takes the kernel's arguments as a launch would (tensors
 and scalars, positionally in parameter order or by name), applies the same checks as the
 GPU launcher (``bind_args`` with ``device="cpu"``: dtypes, ranks, shared sizes, strides, the
-lowered program's alignment / vector-width / TMA requirements), views each tensor as a
+lowered program's alignment / vector-width / TMA requirements; a ``Build`` whose
+alignment assumptions the call breaks runs as the build specialized on the call's
+divisibility facts, ``specialize``), views each tensor as a
 numpy array sharing its memory (bf16 and fp8 through ``ml_dtypes`` views), runs
 ``hexlayout.emulator.run`` on the lowered kernel and so writes the results into the
 tensors in place. Returns the ``EmulatorReport`` (bank conflicts, sectors, time).
@@ -16,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .args import ArgumentError, kernel_plan
+from .args import MisalignedArgumentError, kernel_plan
 from .launch_log import _LOGS as _LAUNCH_LOGS
 from .launch_log import launched, profiled
+from .specialize import build_for_call
 
 __all__ = ["emulate", "as_numpy"]
 
@@ -69,15 +72,14 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
     build, kernel = _as_build(build)
     plan = kernel_plan(build)
     vals = plan.collect(args, kwargs)
-    bound = plan.bind(vals, "cpu")
+    try:
+        bound = plan.bind(vals, "cpu")
+    except MisalignedArgumentError as e:            # a build specialized on the call's alignment
+        special = build_for_call(build, plan, vals, "cpu", e)
+        return emulate(special, *args, blocks=blocks, check_races=check_races, count=count, **kwargs)
     arrays: dict[str, Any] = {}
-    for t in plan.tensors:
-        arr = as_numpy(vals[t.index], t.param.dtype)
-        if not arr.flags.c_contiguous and arr.size > 1:
-            strides = tuple(s // arr.itemsize for s in arr.strides)
-            raise ArgumentError(plan.name, t.param.name, f"has strides {strides}; the emulator needs "
-                                "C-contiguous tensors (pass .contiguous())")
-        arrays[t.param.name] = arr
+    for t in plan.tensors:      # strided views too: bind checked their strides
+        arrays[t.param.name] = as_numpy(vals[t.index], t.param.dtype)
     for s in plan.scalars:
         x = vals[s.index]
         arrays[s.param.name] = x.item() if hasattr(x, "item") else x

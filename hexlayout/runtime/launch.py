@@ -3,7 +3,9 @@
 ``Launcher(build)`` is created once per build; ``launcher(*args, **kwargs)`` per call:
 
 1. ``bind_args`` checks the arguments (``ArgumentError`` before anything runs) and gives the
-   grid and the kernel argument values (cached per argument shapes: microseconds);
+   grid and the kernel argument values (cached per argument shapes: microseconds); a call
+   that breaks the build's alignment assumptions runs the build specialized on its
+   divisibility facts (``specialize``) through that build's own launcher;
 2. tensor maps are encoded with ``cuTensorMapEncodeTiled`` (cached per parameters, so a
    repeated call with the same tensors costs a dictionary lookup);
 3. the values are packed into one preallocated parameter block (``ArgPacker``: one
@@ -30,7 +32,7 @@ from typing import Any
 
 from hexlayout.errors import HexlayoutError
 
-from .args import ArgumentError, BoundArgs, _new_tuple, _scalar_value, kernel_plan
+from .args import ArgumentError, BoundArgs, MisalignedArgumentError, _new_tuple, _scalar_value, kernel_plan
 from .launch_log import _LOGS as _LAUNCH_LOGS
 from .launch_log import launched, profiled
 from .tensormap import L2_PROMOTIONS, TENSOR_MAP_BYTES, TensorMapParams, encode_tensor_map, tensor_map_bytes
@@ -187,6 +189,8 @@ class Launcher:
         self._maps: dict[TensorMapParams, bytes] = {}
         self._config: Any = None
         self._ctx_ok = threading.local()
+        self._special: dict[int, Launcher] = {}          # specialized builds' launchers by id
+        self._special_calls: dict[tuple, Launcher] = {}   # ... by the calls that need them
 
     # --- loading ----------------------------------------------------------------------------
     def _load(self) -> None:
@@ -284,7 +288,33 @@ class Launcher:
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> BoundArgs:
         plan = self.plan
-        return self.launch(plan.bind(plan.collect(args, kwargs), "cuda"), stream)
+        vals = plan.collect(args, kwargs)
+        try:
+            bound = plan.bind(vals, "cuda")
+        except MisalignedArgumentError as e:        # a build specialized on the call's alignment
+            return self.specialized(plan, vals, e)(*args, stream=stream, **kwargs)
+        return self.launch(bound, stream)
+
+    def specialized(self, plan: Any, vals: list[Any], err: MisalignedArgumentError) -> Launcher:
+        """The launcher of the build specialized on the divisibility facts of a call that
+        breaks this build's alignment assumptions (``specialize.build_for_call``; cached)."""
+        from .specialize import build_for_call
+
+        key = plan._key(vals, "cuda")               # dtypes, shapes, strides, structural scalars
+        if key is not None:                         # + the pointers' residues: the call's facts
+            key += tuple(vals[t.index].data_ptr() % 16 for t in plan.tensors)
+            hit = self._special_calls.get(key)
+            if hit is not None:
+                return hit
+        b = build_for_call(self.build, plan, vals, "cuda", err)
+        hit = self._special.get(id(b))
+        if hit is None or hit.build is not b:
+            hit = self._special[id(b)] = Launcher(b, l2_promotion=self.l2_promotion)
+        if key is not None:
+            if len(self._special_calls) > 4096:
+                self._special_calls.clear()
+            self._special_calls[key] = hit
+        return hit
 
     def call_like(self, template: BoundArgs, args: Sequence[Any], stream: Any = None) -> BoundArgs:
         """Launch with ``args`` (every parameter, positionally) when the caller knows they have

@@ -5,7 +5,9 @@ and the second half of each row start only 2-byte aligned).
 A tensor declared ``.aligned(n)`` promises ``n``-byte alignment of its data pointer, rows
 and view origins, and nothing more: synthesis uses vectors no wider than ``n`` bytes there
 (coalesced, consecutive threads on consecutive elements). Without the declaration the
-kernel assumes 16-byte vectors and the launcher refuses odd rows, naming the declaration.
+kernel assumes 16-byte vectors: a bare lowered program refuses odd rows at launch, naming
+the declaration (a ``Build`` specializes itself instead:
+``test_alignment_specialization.py``).
 Masked (ragged-edge) 1- and 2-byte loads and stores run in the emulator and compile with
 NVRTC."""
 

@@ -51,8 +51,13 @@ def test_checks_run_before_emulation(gemm80) -> None:
         emulate(gemm80, a, b.to("meta"), c)
     with pytest.raises(ArgumentError, match="has dtype torch.float32"):
         emulate(gemm80, a.float(), b, c)
+    # rows of 12 elements break the build's 16-byte vectors: a build of the kernel runs them as
+    # the build specialized on the call's alignment; the bare lowered kernel refuses them
+    a, b = torch.randn(8, 12).half(), torch.randn(8, 12).half()
+    emulate(gemm80, a, b, c)
+    torch.testing.assert_close(c.double(), _ref(a, b), rtol=1e-2, atol=1e-2)
     with pytest.raises(ArgumentError, match="stride 0 is 12 elements, expected a multiple of 8"):
-        emulate(gemm80, torch.randn(8, 12).half(), torch.randn(8, 12).half(), c)
+        emulate(gemm80.synthesis.lowered, a, b, c)
 
 
 def test_empty_problem_runs_no_block(gemm80) -> None:
@@ -62,8 +67,10 @@ def test_empty_problem_runs_no_block(gemm80) -> None:
 
 def test_misaligned_base_is_refused_like_a_launch(gemm80) -> None:
     """A view 2 bytes off 16-byte alignment under the kernel's 16-byte cp.async faults on a GPU:
-    refused before running, naming the argument, whether the requirements are known
-    (``emulate`` of a build) or not (``emulate`` of a bare lowered kernel, ``emulator.run``)."""
+    refused before running, naming the argument, where the requirements are known but no
+    build can be specialized (``emulate`` of the bare lowered program) or they are not
+    known (``emulate`` of a bare lowered kernel, ``emulator.run``); a build runs it as the
+    build specialized on the call's alignment."""
     from hexlayout.emulator import ArgumentError as EmulatorArgumentError
     from hexlayout.emulator import run
 
@@ -71,7 +78,10 @@ def test_misaligned_base_is_refused_like_a_launch(gemm80) -> None:
     assert a.data_ptr() % 16 == 2
     b, c = torch.randn(64, 32).half(), torch.zeros(64, 64).half()
     with pytest.raises(ArgumentError, match=r"argument 'a'.*not 16-byte aligned.*\.clone\(\)"):
-        emulate(gemm80, a, b, c)
+        emulate(gemm80.synthesis.lowered, a, b, c)
+    emulate(gemm80, a, b, c)
+    torch.testing.assert_close(c.double(), _ref(a, b), rtol=1e-2, atol=1e-2)
+    c.zero_()
     kernel = gemm80.synthesis.lowered.kernel
     with pytest.raises(EmulatorArgumentError, match=r"'a'.*2 bytes off 16-byte alignment.*cp\.async"):
         emulate(kernel, a, b, c)

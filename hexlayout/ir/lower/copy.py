@@ -157,12 +157,19 @@ def declared_vector_bits(view: MemView) -> int:
     return 128
 
 
+#: An odd factor: a size known to be a multiple of exactly ``d`` is evaluated as ``d * _ODD``.
+_ODD = 1_000_003
+
+
 def origin_alignment(view: MemView, max_elems: int) -> int:
     """The largest power of two ``w <= max_elems`` dividing the element offset of ``view``'s
     origin for every block index and loop counter; symbolic sizes and strides count as
-    aligned (the launcher checks the strides and extents vectors need). The offset is taken
-    as linear in those variables: it is checked at 0 and at 1 in each of them alone (a row
-    origin at an odd static column, ``origin=(r, 301)``, allows no 2-element vector)."""
+    aligned (the launcher checks the strides and extents vectors need) unless the tensor
+    carries launch facts about them (``GlobalParam.divisibility``: a size that is a multiple
+    of ``d`` only). The offset is taken as linear in those variables: it is checked at 0 and
+    at 1 in each block index or loop counter alone, and at ``d * odd`` in each size with a
+    fact (a row origin at an odd static column, ``origin=(r, 301)``, or at an odd size,
+    ``origin=(r, I + c)`` with ``I`` odd, allows no 2-element vector)."""
     if not isinstance(view, GlobalTileView) or max_elems <= 1 or view.gather is not None:
         return max_elems
     base = view.base
@@ -171,10 +178,14 @@ def origin_alignment(view: MemView, max_elems: int) -> int:
         sizes |= free_vars(e)
     others = sorted(free_vars(base) - sizes, key=lambda v: v.name)
     env0 = {**{v: GENERIC_STRIDE for v in sizes}, **{v: 0 for v in others}}
+    facts = dict(view.param.divisibility)
+    weak = sorted((v for v in sizes & free_vars(base) if v.name in facts), key=lambda v: v.name)
     try:
         values = [int(evaluate(base, env0))]
         for v in others:
             values.append(int(evaluate(base, {**env0, v: 1})))
+        for v in weak:
+            values.append(int(evaluate(base, {**env0, v: facts[v.name] * _ODD})))
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return max_elems              # an origin read from memory: assumed aligned, as before
     w = max_elems
