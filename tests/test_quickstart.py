@@ -31,6 +31,19 @@ def test_quick_start_is_two_lines_and_the_second_installs_pycute() -> None:
     assert re.search(r"pip install --no-deps nvidia-cutlass==[\d.]+ ", test_line), test_line
 
 
+def test_the_first_line_installs_torch_and_runs_the_demo() -> None:
+    """The ops need torch: the first quick-start line installs the ``torch`` and ``cuda`` extras
+    (both declared in pyproject.toml) and runs ``hexlayout demo``, the declared console script."""
+    import tomllib
+
+    assert _quick_start_lines()[0] == "pip install -e '.[torch,cuda]' && hexlayout demo"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert any(dep.startswith("torch") for dep in extras["torch"]), extras["torch"]
+    assert any(dep.startswith("nvidia-cuda-nvrtc") for dep in extras["cuda"]), extras["cuda"]
+    assert project["scripts"]["hexlayout"] == "hexlayout.cli:main"
+
+
 def test_ci_runs_the_readme_test_command_last() -> None:
     test_line = _quick_start_lines()[1]
     script = (ROOT / ".ci" / "run").read_text()

@@ -112,7 +112,7 @@ def trusted_dir(root: Path, sub: Path | str | None = None, *, create: bool = Fal
         why = _unsafe(st)
         if why is not None:
             warn_cache(f"hexlayout: cache directory {d} {why}; refusing to load or store compiled code "
-                       "there (see README, 'Security and caching'); going on without a persistent cache")
+                       "there (see docs/caching.md); going on without a persistent cache")
             return None
     return d
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from ..host.device import kernel_arch, sm_count
 from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.torch import require_torch
 from .args import check_paged_attention, head_dim_tile
 from .kernels_sm90 import paged_attention_sm90_kernel
 from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_kernel
@@ -110,6 +111,7 @@ def paged_attention(
     return_lse: bool = False,
 ) -> Any:
     """Paged attention (see the module docstring): ``out`` or ``(out, lse)``."""
+    require_torch("hexlayout.ops.paged_attention")
     check_paged_attention(
         q,
         key_cache,

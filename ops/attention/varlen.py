@@ -38,6 +38,7 @@ from typing import Any
 
 from ..host.device import kernel_arch
 from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.torch import require_torch
 from .args import check_attention_varlen, head_dim_tile
 from .kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
 from .varlen_kernels_sm80 import attention_varlen_kernel
@@ -92,6 +93,7 @@ def attention_varlen(
     return_lse: bool = False,
 ) -> Any:
     """Varlen attention (see the module docstring): ``out`` or ``(out, lse)``."""
+    require_torch("hexlayout.ops.attention_varlen")
     check_attention_varlen(
         q,
         k,

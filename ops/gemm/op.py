@@ -57,6 +57,7 @@ from typing import Any
 from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
 from ..host.device import device_arch
+from ..host.torch import require_torch
 from .config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
 from .kernels import ARCH_KERNELS
 
@@ -457,6 +458,8 @@ def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str
     the op) they are refused, naming the argument, rather than left without a gradient.
     A call like one made before takes ``gemm_cached``.
     """
+    if _TORCH is None:
+        require_torch("hexlayout.ops.gemm")
     if config is None and not autotune:
         torch = _TORCH or _load_torch()
         if not (torch.is_grad_enabled() and torch._C._any_requires_grad(a, b, bias, residual)):

@@ -33,6 +33,7 @@ from hexlayout.lang import i32, i64
 
 from ..attention.args import head_dim_tile
 from ..host.launch import lang_dtype
+from ..host.torch import require_torch
 from .args import check_reshape_and_cache
 
 __all__ = [
@@ -108,6 +109,7 @@ def reshape_and_cache(
 ) -> None:
     """Write ``key[t]`` / ``value[t]`` to slot ``slot_mapping[t]`` of the caches (see the module
     docstring); negative slots are skipped. Updates the caches in place, returns ``None``."""
+    require_torch("hexlayout.ops.reshape_and_cache")
     check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_layout)
     run_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_layout)
 

@@ -45,6 +45,8 @@ from typing import Any
 import hexlayout.lang as hl
 from hexlayout.lang import f16, f32, i32
 
+from ..host.torch import require_torch
+
 __all__ = [
     "moe_align",
     "moe_align_count_kernel",
@@ -296,6 +298,7 @@ def moe_align(
     experts ``E``; ``expert_map`` (int32, one entry per global expert) maps a global id to a
     local one or -1. Returns ``(sorted_ids, expert_ids, num_tokens_post_padded)`` int32 tensors
     of lengths ``max_padded_slots(T * k, E, block_m)``, that divided by ``block_m``, and 1."""
+    require_torch("hexlayout.ops.moe_align")
     from .args import check_moe_align
 
     check_moe_align(topk_ids, num_experts, block_m, expert_map)

@@ -52,6 +52,7 @@ from typing import Any
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
 from ..host.device import kernel_arch, sm_count
+from ..host.torch import require_torch
 from .fp8_kernels_sm89 import (
     SCALE_BLOCK,
     moe_fp8_down_kernel,
@@ -173,6 +174,7 @@ def prepare_fp8(w: Any, scale: Any, *, block: tuple[int, int] | None = None) -> 
     """FP8 expert weights for ``fused_moe`` (see the module docstring): ``w`` ``[E, N, K]``
     float8_e4m3fn, ``scale`` fp32 ``[E]`` or, with ``block=(128, 128)``, ``[E, ceil(N/128),
     ceil(K/128)]``. Raises ``ArgumentTypeError`` / ``ArgumentError`` naming the argument."""
+    require_torch("hexlayout.ops.prepare_fp8")
     op = "hexlayout.prepare_fp8"
     blk = _check_block(op, block)
     _check_fp8_weight(op, "w", w, scale, blk, "scale")
@@ -408,6 +410,7 @@ def fused_moe_fp8(
 ) -> Any:
     """``fused_moe`` for prepared fp8 weights: ``torch.ops.hexlayout.fused_moe_fp8`` (see the
     module docstring)."""
+    require_torch("hexlayout.ops.fused_moe_fp8")
     import torch
 
     if not isinstance(w2, Fp8MoEWeights):

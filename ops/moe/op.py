@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.torch import require_torch
 from .args import check_fused_moe
 from .fp8 import Fp8MoEWeights, fused_moe_fp8
 from .kernels_sm80 import (
@@ -109,6 +110,7 @@ def fused_moe(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids
     """The fused MoE layer (see the module docstring). ``w13`` / ``w2``: bf16 / f16 tensors
     (``torch.ops.hexlayout.fused_moe``), or the objects ``prepare_wna16`` / ``prepare_fp8``
     return (their ``fused_moe`` method, which runs their torch op)."""
+    require_torch("hexlayout.ops.fused_moe")
     import torch
 
     if not isinstance(w13, torch.Tensor):

@@ -45,6 +45,7 @@ from typing import Any
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
 from ..host.device import kernel_arch, sm_count
+from ..host.torch import require_torch
 
 __all__ = [
     "WNA16Weights",
@@ -140,6 +141,7 @@ def prepare_wna16(
     ``TypeError``) naming the argument: an unknown format, bits or group size; wrong dtypes,
     ranks or shapes (packing that does not match the others' sizes); a group size that does not
     divide K; ``qzeros`` given for GPTQ or missing for AWQ."""
+    require_torch("hexlayout.ops.prepare_wna16")
     import torch
 
     if quant_format not in ("awq", "gptq"):
@@ -593,6 +595,7 @@ def fused_moe_wna16(
         out[t] = sum_j tw[t, j] * W2[e]^T (act(W13[e, :, :I]^T x_t) * (W13[e, :, I:]^T x_t)),  e = ids[t, j]
 
     with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped."""
+    require_torch("hexlayout.ops.fused_moe_wna16")
     import torch
 
     for name, w in (("w13", w13), ("w2", w2)):

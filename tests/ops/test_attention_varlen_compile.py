@@ -2,7 +2,7 @@
 sizes 64 / 128 / 256 causal in f16; 64 and 128 in bf16 with both mask bounds and a softcap,
 the most live registers) compile with NVRTC
 for sm_80 and sm_90a without spills, with cp.async (LDGSTS), ldmatrix (LDSM) and HMMA.16816 in
-the SASS. Static numbers (registers, non-MMA per HMMA) are in the README."""
+the SASS. Static numbers (registers, non-MMA per HMMA) are in docs/ops/attention_varlen.md."""
 
 from __future__ import annotations
 

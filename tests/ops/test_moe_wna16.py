@@ -374,16 +374,17 @@ def test_fused_moe_dispatches_prepared_weights_through_the_real_alignment(
     assert err <= _bound(torch.float16) * want.abs().max().item(), err
 
 
-def test_the_readme_example_runs() -> None:
-    """The Python block of README.md's W4A16 / W8A16 section runs and gives a [T, H] f16 output."""
+def test_the_documented_example_runs() -> None:
+    """The example of docs/ops/prepare_wna16.md (AWQ 4-bit through ``fused_moe``) runs and gives a
+    [T, H] f16 output."""
     import pathlib
     import re
 
-    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = text.index("### W4A16 / W8A16 experts (`prepare_wna16`)\n")
-    end = min(i for i in (text.find("\n## ", start), text.find("\n### ", start), len(text)) if i >= 0)
-    (code,) = re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "ops" / "prepare_wna16.md").read_text()
+    start = text.index("## Example\n")
+    end = text.find("\n## ", start + 1)
+    (code,) = re.findall(r"```python\n(.*?)```", text[start:end if end >= 0 else None], flags=re.S)
     ns: dict = {}
-    exec(compile(code, "README.md[W4A16]", "exec"), ns)  # noqa: S102 - the README's own example
+    exec(compile(code, "prepare_wna16.md[Example]", "exec"), ns)  # noqa: S102 - the doc's own example
     assert ns["out"].shape == (4, 128) and ns["out"].dtype == torch.float16
     assert ns["out"].isfinite().all() and ns["out"].abs().max() > 0
