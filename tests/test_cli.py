@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hexlayout", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd or ROOT)
+                          timeout=300, cwd=cwd or ROOT)
 
 
 def _is_png(path: Path) -> bool:
