@@ -6,6 +6,8 @@
   with the install hint: a missing test dependency is an error, never a silent skip.
 - Under ``CI=true`` every other skip (a missing compiler, module or tool) is reported as a
   failure, so the README's test command cannot quietly run fewer tests than CI expects.
+- ``quick``: the modules of ``QUICK`` - every package's essentials - carry this marker;
+  ``python -m pytest -m quick`` is the development tier (under 5 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -37,7 +39,29 @@ def _under_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
+#: The quick tier: per package, the modules that exercise its essentials in seconds.
+QUICK = (
+    "tests/test_structure.py", "tests/test_quickstart.py",
+    "tests/layout/test_examples.py",
+    "tests/arch/test_mma_sync.py", "tests/arch/test_banks.py",
+    "tests/ir/test_expr.py", "tests/ir/test_lower_mma.py",
+    "tests/lang/test_pipeline_blocks.py",
+    "tests/synth/test_solver.py",
+    "tests/emulator/test_mma.py", "tests/emulator/test_gemm_sm80.py",
+    "tests/codegen/test_generate.py",
+    "tests/runtime/test_emulate.py",
+    "tests/e2e/test_softmax_explicit.py",
+    "tests/fusion/test_mechanism_docs.py",
+    "tests/ops/test_attention_args.py", "tests/ops/test_moe_kernel_lines.py",
+    "tests/integrations/test_vllm_plugin_config.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if item.path.relative_to(root).as_posix() in QUICK:
+            item.add_marker(pytest.mark.quick)
     if _have_gpu():
         return
     skip = pytest.mark.skip(reason=GPU_SKIP_REASON)

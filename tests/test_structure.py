@@ -152,3 +152,15 @@ def test_every_op_and_integration_package_is_listed_in_pyproject() -> None:
     found = {m for m, p in _modules().items() if p.name == "__init__.py"}
     missing = sorted(found - listed)
     assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {missing}"
+
+
+def test_quick_tier_covers_every_test_package() -> None:
+    """``pytest -m quick`` (tests/conftest.py ``QUICK``) names existing modules, and at least one
+    in every test package (each layer's essentials run in the quick tier)."""
+    from tests.conftest import QUICK
+
+    missing = [q for q in QUICK if not (ROOT / q).is_file()]
+    assert not missing, f"QUICK names modules that do not exist: {missing}"
+    packages = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
+    covered = {pathlib.Path(q).parent.name for q in QUICK}
+    assert packages <= covered, f"test packages with no quick module: {sorted(packages - covered)}"
