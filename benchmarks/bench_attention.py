@@ -23,7 +23,7 @@ Targets on an H100 (SXM, 3.35 TB/s): prefill head size 128 at >= 1.0x cuDNN SDPA
 throughput; decode at >= 80 % of HBM bandwidth. Each implementation is checked against torch's
 SDPA (math backend, float32) on its first call, then timed with CUDA events (median of
 ``--iters`` after ``--warmup``, L2 flushed between iterations). Writes
-``benchmarks/results/attention_<device>_<date>.json`` / ``.md`` / ``.png`` (device, versions,
+``benchmarks/results/attention_<device>.json`` / ``.md`` / ``.png`` (device, versions,
 date in the JSON's ``meta``).
 
 ``python benchmarks/bench_attention.py [--dtype bf16] [--quick] [--peak-gbps N]`` on a CUDA GPU.
@@ -550,7 +550,7 @@ def write_results(res: dict, out: Path) -> list[Path]:
     meta, rows = res["meta"], res["rows"]
     out.mkdir(parents=True, exist_ok=True)
     dev = "".join(c if c.isalnum() or c in "-_." else "_" for c in meta["device"])
-    stem = f"attention_{dev}_{meta['date'][:10]}{'_dry' if meta['dry_run'] else ''}"
+    stem = f"attention_{dev}{'_dry' if meta['dry_run'] else ''}"
     paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
     paths[0].write_text(json.dumps(res, indent=1))
     pre = [r for r in rows if r["kind"] == "prefill"]

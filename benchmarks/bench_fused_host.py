@@ -7,7 +7,7 @@ build lookup, output allocation, the launch. The GPU parts are stubbed as in
 launch). Rows: ``run_fused`` of a linear -> GELU -> residual-add kernel (the MLP block's
 first half) and of a concatenated gate/up projection with ``silu(gate) * up`` (column
 halves), and the compiled graph's ``torch.ops.hexlayout.fused_kernel`` call of the former.
-Writes ``benchmarks/results/fused_host_<date>[-tag].md`` and ``.json``.
+Writes ``benchmarks/results/fused_host[-tag].md`` and ``.json``.
 
     python benchmarks/bench_fused_host.py [--iters N] [--repeats R] [--tag T]
 """
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     load2 = os.getloadavg()[0]
     m, n, k = res["shape"]
     today = dt.date.today().isoformat()
-    name = f"fused_host_{today}" + (f"-{args.tag}" if args.tag else "")
+    name = "fused_host" + (f"-{args.tag}" if args.tag else "")
     cpu = platform.processor() or platform.machine()
     head = (f"# Host cost per cached fused-kernel call ({today}{', ' + args.tag if args.tag else ''})\n\n"
             f"{cpu} ({os.cpu_count()} CPUs, load average {load:.1f} before, {load2:.1f} after), "

@@ -4,7 +4,7 @@ Shapes: square 4096/8192, and the projection GEMMs of Llama-3-8B and Llama-3-70B
 gate_up, down) with M (tokens) in {1, 16, 128, 4096}. Each implementation is timed with
 CUDA events (median of ``--iters`` after ``--warmup``, L2 flushed between iterations),
 checked against torch.matmul first, and reported as TFLOP/s and as a ratio to cuBLAS.
-Writes ``benchmarks/results/gemm_<device>_<date>.json`` / ``.md`` / ``.png``.
+Writes ``benchmarks/results/gemm_<device>.json`` / ``.md`` / ``.png``.
 
 Needs a CUDA GPU (sm_80 / sm_89 / sm_90a), torch and (optionally) triton.
 ``python benchmarks/bench_gemm.py [--dtype bf16] [--quick]``.
@@ -153,7 +153,7 @@ def main() -> int:  # pragma: no cover - GPU only
 
 def write_results(meta: dict, rows: list[dict]) -> None:  # pragma: no cover - GPU only
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = f"gemm_{meta['device'].replace(' ', '_')}_{meta['date'][:10]}"
+    stem = f"gemm_{meta['device'].replace(' ', '_')}"
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = [f"# GEMM {meta['dtype']} on {meta['device']} ({meta['date']})", "",
              f"torch {meta['torch']}, CUDA {meta['cuda']}, triton {meta.get('triton', '-')}", "",

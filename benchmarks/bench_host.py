@@ -27,7 +27,7 @@ directly, the usual (uncached) path's check and ``run_checked``, the launcher al
 ``--baseline COMMIT``, the
 ``ops/gemm.py`` of that commit beside the current one in the same process (repeats
 interleaved, so both see the same machine load). Writes
-``benchmarks/results/host_<date>.md`` and ``.json``. Target (issue 10): at most 10 us per
+``benchmarks/results/host.md`` and ``.json``. Target (issue 10): at most 10 us per
 cached call; Triton 3.9's ``JITFunction.run`` costs about 10 us here (REFERENCE.md).
 
     python benchmarks/bench_host.py [--iters N] [--repeats R] [--runs R] [--tag T] [--baseline COMMIT]
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--runs", type=int, default=1, help="time the whole set this many times")
-    ap.add_argument("--tag", default="", help="suffix of the result files (host_<date>-<tag>.md)")
+    ap.add_argument("--tag", default="", help="suffix of the result files (host-<tag>.md)")
     ap.add_argument("--baseline", default="", help="a git commit whose ops/gemm.py is timed beside the "
                     "current one (same process, interleaved repeats)")
     ns = ap.parse_args(argv)
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in res["rows"].items():
         print(f"{r['median_us']:8.2f} us (min {r['min_us']:.2f})  {name}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = f"host_{meta['date'][:10]}" + (f"-{ns.tag}" if ns.tag else "")
+    stem = "host" + (f"-{ns.tag}" if ns.tag else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
     lines = [f"# Host cost per cached torch-op call ({meta['date'][:10]})", "",
              f"{meta['cpu']} ({meta['cpus']} CPUs, load average {load_before:.1f} before, "

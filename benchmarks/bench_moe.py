@@ -27,7 +27,7 @@ variant's ``roofline`` is that time over its measured time.
 Targets on H100 SXM (for when a GPU runs it): hexlayout >= 70 % of the roofline at T >= 16,
 W4A16 >= 1.0x Marlin-MoE and >= 6x Triton W4A16.
 
-Writes ``moe_<device>_<date>.json`` / ``.md`` / ``.png`` to ``benchmarks/results`` (or
+Writes ``moe_<device>.json`` / ``.md`` / ``.png`` to ``benchmarks/results`` (or
 ``--out``). ``python benchmarks/bench_moe.py [--quick] [--models mixtral-8x7b]``.
 
 ``--dry-run``: no GPU: tiny shapes of the same structure on CPU tensors through the emulator
@@ -389,7 +389,7 @@ def write_results(res: dict, out: Path) -> list[Path]:
     meta, rows = res["meta"], res["rows"]
     out.mkdir(parents=True, exist_ok=True)
     dev = "".join(c if c.isalnum() or c in "-_." else "_" for c in meta["device"])
-    stem = f"moe_{dev}_{meta['date'][:10]}{'_dry' if meta['dry_run'] else ''}"
+    stem = f"moe_{dev}{'_dry' if meta['dry_run'] else ''}"
     paths = [out / f"{stem}.json", out / f"{stem}.md", out / f"{stem}.png"]
     paths[0].write_text(json.dumps(res, indent=1))
     vs = [v for v in meta["variants"] if any(v in r for r in rows)]

@@ -49,7 +49,7 @@ program; Triton's GEMM from its loop's SASS and ``BK`` (distinct MMA accumulator
 (``2 BM·BN·HD / (16·8·16 · warps)``). Triton's ptxas log (``-v``, registers, spills, warnings)
 is captured through ``TRITON_DUMP_PTXAS_LOG``.
 
-Writes ``benchmarks/results/static_<date>[-<tag>].json`` and ``.md`` (machine, versions,
+Writes ``benchmarks/results/static[-<tag>].json`` and ``.md`` (machine, versions,
 date) and prints the table.
 
     python benchmarks/bench_static.py            # hexlayout only
@@ -975,12 +975,12 @@ def _selected(terms: list[str], names: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peers", action="store_true", help="also compile Triton's kernels for the same tiles")
-    ap.add_argument("--out", default=str(RESULTS), help="directory for static_<date>.md / .json")
+    ap.add_argument("--out", default=str(RESULTS), help="directory for static.md / .json")
     ap.add_argument("--only", default="", help="comma-separated terms: run only the cases whose label, "
                     "kernel or family contains one (families: gemm, attention, paged_attention, serving, "
                     + ", ".join(SERVING) + "; e.g. --only moe)")
     ap.add_argument("--arch", default="", help="comma-separated architectures to run (default: all)")
-    ap.add_argument("--tag", default="", help="suffix of the result files (static_<date>-<tag>.md)")
+    ap.add_argument("--tag", default="", help="suffix of the result files (static-<tag>.md)")
     args = ap.parse_args(argv)
     terms = [t.strip() for t in args.only.split(",") if t.strip()]
     archs = [a.strip() for a in args.arch.split(",") if a.strip()] or None
@@ -1032,7 +1032,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"static_{meta['date'][:10]}" + (f"-{args.tag}" if args.tag else "")
+    stem = "static" + (f"-{args.tag}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     md = markdown(rows, meta, args.peers)
     (out / f"{stem}.md").write_text(md)

@@ -1,6 +1,6 @@
 """Synthesis time of the example kernels (a CPU benchmark: no GPU involved).
 
-    python benchmarks/bench_synthesis.py                 # 7 runs per case, results/synthesis_<date>.*
+    python benchmarks/bench_synthesis.py                 # 7 runs per case, results/synthesis.*
     python benchmarks/bench_synthesis.py --runs 15 --profile gemm_sm80
 
 For each case (GEMM sm_80, GEMM sm_90a, FlashAttention forward sm_80 causal and not, at the
@@ -17,7 +17,7 @@ modified). ``warm`` is the median with those caches kept (what a second synthesi
 process costs), and ``first in process`` the synthesis time of a brand-new Python process
 (imports excluded). Targets: 0.5 s per GEMM, 2 s per attention kernel.
 
-Writes ``benchmarks/results/synthesis_<date>.json`` and ``.md`` (with CPU model, Python and
+Writes ``benchmarks/results/synthesis.json`` and ``.md`` (with CPU model, Python and
 package versions, git commit and date). ``--profile CASE`` prints a cProfile summary of one
 cold run of that case instead.
 """
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"benchmark": "synthesis", "runs": args.runs, "machine": machine_info(), "cases": rows}
     if not args.no_write:
         args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"synthesis_{results['machine']['date'][:10]}"
+        stem = args.out / "synthesis"
         stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
         stem.with_suffix(".md").write_text(markdown(results))
         print(f"wrote {stem}.json and {stem}.md")

@@ -25,7 +25,7 @@ columns of the head dimension, with q read from shared memory per column chunk w
 ``DCHUNK < HEAD_DIM`` instead of kept in registers. The defaults (BM=128, BN=64,
 CHUNK=32, DCHUNK=64, HEAD_DIM=128, 8 warps) compile for sm_80 without spills (255
 registers) at 3.11 non-MMA instructions per HMMA in the main loop (issue 10 item 4;
-``benchmarks/results/static_*.md``); sm_89 and sm_90a compile them without spills too.
+``benchmarks/results/static*.md``); sm_89 and sm_90a compile them without spills too.
 """
 
 from __future__ import annotations
