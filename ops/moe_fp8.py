@@ -193,10 +193,9 @@ def _arch_of(device: Any) -> str:
 def _contiguous_aligned(op: str, name: str, t: Any) -> None:
     """Contiguous and 16-byte aligned (fake / meta tensors: by their storage offset, so eager and
     fake agree)."""
-    from .moe_args import _aligned
+    from .moe_args import _aligned, _contiguous
 
-    if not t.is_contiguous():
-        raise ArgumentError(op, name, f"must be contiguous, got strides {tuple(t.stride())}")
+    _contiguous(op, name, t)
     _aligned(op, name, t)
 
 

@@ -167,9 +167,10 @@ def check_writable(kernel: LoweredKernel, args: Mapping[str, Any]) -> None:
     for p in kernel.written_params():
         arr = args.get(p.name)
         if isinstance(arr, np.ndarray) and arr.size > 0 and not arr.flags.writeable:
-            raise ArgumentError(f"argument {p.name!r} is read-only (a numpy array with writeable=False, e.g. "
-                                "from np.broadcast_to or setflags(write=False)) but the kernel writes it: pass "
-                                "a writable array (np.array(x) or x.copy())", kernel=kernel.name, buffer=p.name)
+            raise ArgumentError(f"argument {p.name!r} is read-only (a numpy array with writeable=False, "
+                                "e.g. from np.broadcast_to or setflags(write=False)) but the kernel writes "
+                                "it: pass a writable array (np.array(x) or x.copy())",
+                                kernel=kernel.name, buffer=p.name)
 
 
 def _walk(body: list[Instr]) -> Iterable[Instr]:

@@ -242,8 +242,8 @@ def test_python_range_over_symbolic_size() -> None:
 
     with pytest.raises(KernelError) as e:
         bad_range.trace()
-    _check(e.value, bad_range, "range", "for _k in range(a.shape[1] // 32):", "K / 32", "not a Python integer",
-           "use hl.range")
+    _check(e.value, bad_range, "range", "for _k in range(a.shape[1] // 32):", "K / 32",
+           "not a Python integer", "use hl.range")
 
 
 def test_symbolic_size_used_as_python_int() -> None:
@@ -254,7 +254,8 @@ def test_symbolic_size_used_as_python_int() -> None:
 
     with pytest.raises(KernelError) as e:
         bad_int.trace()
-    _check(e.value, bad_int, "int", "tile_m = (64, 128)[a.shape[0] % 2]", "M % 2 is not a Python integer", "hl.range")
+    _check(e.value, bad_int, "int", "tile_m = (64, 128)[a.shape[0] % 2]", "M % 2 is not a Python integer",
+           "hl.range")
 
 
 def test_tile_used_as_python_bool() -> None:
