@@ -225,7 +225,8 @@ def test_int64_ids_and_strided_inputs_name_the_fix() -> None:
     strided = x.t().contiguous().t()
     op = torch.ops.hexlayout.fused_moe_fp8
     for dev in ("cpu", "meta"):
-        xx, a, sa, b, sb, ww, ii, ii64, ss = (v.to(dev) for v in (x, w13, s13, w2, s2, tw, ids, ids64, strided))
+        tensors = (x, w13, s13, w2, s2, tw, ids, ids64, strided)
+        xx, a, sa, b, sb, ww, ii, ii64, ss = (v.to(dev) for v in tensors)
         with pytest.raises(HexlayoutError, match=r"'topk_ids'.*torch\.int64.*pass topk_ids\.int\(\)"):
             op(xx, a, sa, b, sb, ww, ii64)
         with pytest.raises(HexlayoutError, match=r"'hidden_states'.*pass hidden_states\.contiguous\(\)"):

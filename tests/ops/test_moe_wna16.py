@@ -329,8 +329,7 @@ def test_int64_ids_and_strided_inputs_name_the_fix() -> None:
     weights = [p13.qweight, p13.scales, p13.zeros, p2.qweight, p2.scales, p2.zeros]
     consts = ["gptq", 4, 32, 32]
     with FakeTensorMode() as mode:
-        fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in (x, strided, tw, ids, ids64)]
-        fx, fs, ftw, fids, fids64 = fake
+        fx, fs, ftw, fids, fids64 = (mode.from_tensor(a) for a in (x, strided, tw, ids, ids64))
         fw = [mode.from_tensor(w) if isinstance(w, torch.Tensor) else w for w in weights]
         with pytest.raises(HexlayoutError, match=r"'topk_ids'.*pass topk_ids\.int\(\)"):
             torch.ops.hexlayout.fused_moe_wna16(fx, *fw, ftw, fids64, *consts)
