@@ -127,15 +127,18 @@ def known_names() -> list[str]:
 
 
 def arch_arg(text: str) -> str:
-    """Normalize an architecture name (``sm80``, ``SM_90A``) to ``sm_80`` / ``sm_89`` / ``sm_90a``
-    (an ``argparse`` type: unknown names raise ``ArgumentTypeError``, a usage error)."""
+    """Normalize an architecture name (``sm80``, ``SM_90A``, ``sm_90``) to ``sm_80`` / ``sm_89`` /
+    ``sm_90a`` (an ``argparse`` type: other names raise ``ArgumentTypeError``, a usage error, saying
+    which build runs on that GPU: ``arch_advice``)."""
     t = text.strip().lower().replace("-", "_")
     if not t.startswith("sm_"):
         t = "sm_" + t.removeprefix("sm")
     if t == "sm_90":
         t = "sm_90a"
     if t not in ARCHS:
-        raise argparse.ArgumentTypeError(f"unknown architecture {text!r}; supported: {', '.join(ARCHS)}")
+        from hexlayout.arch.targets import arch_advice
+
+        raise argparse.ArgumentTypeError(arch_advice(text))
     return t
 
 
