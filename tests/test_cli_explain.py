@@ -172,10 +172,12 @@ def test_attention_sm90a_is_the_hopper_kernel(capsys: pytest.CaptureFixture[str]
 
 def test_attention_sm90a_defaults_are_the_ops_config() -> None:
     """The registered sm_90a constants are those the op launches for head size 64."""
-    from hexlayout.cli.kernels import REGISTRY
     from hexlayout.ops.attention_kernels_sm90 import attention_varlen_sm90_consts
 
-    assert REGISTRY["attention"].arch_defaults["sm_90a"] == attention_varlen_sm90_consts(64, False, False, False)
+    from hexlayout.cli.kernels import REGISTRY
+
+    want = attention_varlen_sm90_consts(64, False, False, False)
+    assert REGISTRY["attention"].arch_defaults["sm_90a"] == want
 
 
 # --- constants, registry, user kernels --------------------------------------------------------
