@@ -52,3 +52,18 @@ def test_an_address_with_a_zero_divisor_is_costed_at_one(op: str) -> None:
         warnings.simplefilter("error", RuntimeWarning)
         addr = _addresses(e, tid, tids)
     np.testing.assert_array_equal(addr, tids // 1 * 4 if op == "//" else tids % 1 * 4)
+
+
+def test_the_paged_attention_kernel_builds_without_runtime_warning() -> None:
+    """The serving kernel that printed it: paged attention's query rows are (token, head of the
+    GQA group) = (row // G, row % G), G a scalar argument."""
+    from hexlayout.ops.attention_kernels import paged_attention_kernel
+
+    from hexlayout.synth.solve import synthesize
+
+    consts = {"BLOCK": 16, "BM": 64, "BN": 32, "CAUSAL": True, "HEAD_DIM": 64, "SOFTCAP": False, "TILES": 1,
+              "WARPS": 4, "WINDOW": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        syn = synthesize(paged_attention_kernel(hl.f16).trace(**consts), "sm_80")
+    assert syn.cost.bank_conflicts == 0
