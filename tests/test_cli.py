@@ -114,3 +114,24 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["frobnicate"])
     assert e.value.code == 2
     assert main([]) == 2  # no subcommand: help, status 2
+
+
+@pytest.mark.parametrize(("arch", "words"), [
+    ("sm_86", ["'sm_86' has no build of its own", "the sm_80 build runs on sm_86 GPUs", "use 'sm_80'"]),
+    ("sm_87", ["the sm_80 build runs on sm_87 GPUs", "use 'sm_80'"]),
+    ("sm_120", ["'sm_120' is not supported", "the builds are sm_80, sm_89, sm_90a", "none runs on sm_120"]),
+])
+@pytest.mark.parametrize("command", [["explain", "gemm"],
+                                     ["compile", "gemm", "--emit", "cuda", "-o", "x.cu"]])
+def test_arch_without_a_build_names_the_one_that_runs_there(
+    arch: str, words: list[str], command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--arch sm_86`` / ``sm_87`` say the sm_80 build runs there; ``sm_120`` that no build
+    does and which builds exist (a usage error, status 2)."""
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--arch", arch])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --arch:" in err and "Traceback" not in err
+    for w in words:
+        assert w in err, err

@@ -155,6 +155,31 @@ def test_json_sm90(capsys: pytest.CaptureFixture[str]) -> None:
     assert views and all(t["view_of"] in {"sa", "sb"} for t in views)
 
 
+def test_attention_sm90a_is_the_hopper_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    """``explain attention --arch sm_90a`` shows the warp-specialized Hopper kernel (TMA loads into
+    a K/V stage ring, wgmma from shared memory and with P from registers), not the mma.sync one."""
+    assert main(["explain", "attention", "--arch", "sm_90a"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("kernel attention_varlen_sm90_f16 (attention) for sm_90a: 384 threads")
+    assert "BM=128 BN=64 HEAD_DIM=64 STAGES=4" in text
+    assert "wgmma" in text and "SM90_TMA_LOAD" in text
+    assert "SM90_64x64x16_F32F16F16_SS" in text and "SM90_64x64x16_F32F16F16_RS" in text
+    assert "SM80_16x8x16" not in text and "cp.async" not in text
+    rk = resolve("attention", "sm_90a", {"HEAD_DIM": 128, "STAGES": 3})
+    assert rk.constants["HEAD_DIM"] == 128 and "WARPS" not in rk.constants and "CAUSAL" not in rk.constants
+    assert resolve("attention", "sm_80").constants["WARPS"] == 4
+
+
+def test_attention_sm90a_defaults_are_the_ops_config() -> None:
+    """The registered sm_90a constants are those the op launches for head size 64."""
+    from hexlayout.ops.attention.kernels_sm90 import attention_varlen_sm90_consts
+
+    from hexlayout.cli.kernels import REGISTRY
+
+    want = attention_varlen_sm90_consts(64, False, False, False)
+    assert REGISTRY["attention"].arch_defaults["sm_90a"] == want
+
+
 # --- constants, registry, user kernels --------------------------------------------------------
 
 def test_defines_reach_the_kernel(capsys: pytest.CaptureFixture[str]) -> None:

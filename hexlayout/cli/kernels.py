@@ -42,13 +42,16 @@ ARCHS = ("sm_80", "sm_89", "sm_90a")
 class KernelSpec:
     """A registered kernel: one factory per architecture (returning an ``hl.kernel``
     definition), the constants used unless ``-D`` overrides them, and whether the constants
-    go to ``Kernel.trace`` (``"trace"``) or to the factory itself (``"factory"``)."""
+    go to ``Kernel.trace`` (``"trace"``) or to the factory itself (``"factory"``); a variant
+    whose kernel has other constants has its own defaults in ``arch_defaults``."""
 
     name: str
     description: str
     variants: dict[str, Callable[..., Any]]
     defaults: dict[str, Any] = field(default_factory=dict)
     constants_to: str = "trace"
+    #: per architecture, constants used instead of ``defaults`` (a variant with other constants)
+    arch_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +94,16 @@ def _attention(**_: Any) -> Any:
     return flash_attention_fwd
 
 
+def _attention_sm90(**_: Any) -> Any:
+    """The sm_90a prefill attention kernel of ``hexlayout.ops`` (f16): FlashAttention-3's
+    structure, TMA loads into a K/V stage ring by a producer warp group, wgmma in two consumer
+    warp groups (the Hopper kernel the README describes)."""
+    from hexlayout.lang import f16
+    from hexlayout.ops.attention.kernels_sm90 import attention_varlen_sm90_kernel
+
+    return attention_varlen_sm90_kernel(f16)
+
+
 def _gemm_sm80_explicit(**kw: Any) -> Any:
     from hexlayout.lang.examples.explicit import gemm_sm80_explicit
 
@@ -109,9 +122,14 @@ REGISTRY: dict[str, KernelSpec] = {
         "warp-specialized TMA + wgmma GEMM (sm_90a); layouts synthesized",
         {"sm_80": _gemm_sm80, "sm_89": _gemm_sm80, "sm_90a": _gemm_sm90}),
     "attention": KernelSpec(
-        "attention", "FlashAttention-2 forward (cp.async, mma.sync, online softmax); layouts synthesized",
-        {"sm_80": _attention, "sm_89": _attention, "sm_90a": _attention},
-        {"BM": 64, "BN": 64, "HEAD_DIM": 64, "WARPS": 4, "CAUSAL": False}),
+        "attention", "attention forward, f16: FlashAttention-2 (cp.async, mma.sync, online softmax) on "
+        "sm_80 / sm_89; on sm_90a the warp-specialized prefill kernel of hexlayout.ops (TMA into a "
+        "K/V stage ring, producer / consumer warp groups, wgmma; causal is -D RIGHT=true); layouts "
+        "synthesized",
+        {"sm_80": _attention, "sm_89": _attention, "sm_90a": _attention_sm90},
+        {"BM": 64, "BN": 64, "HEAD_DIM": 64, "WARPS": 4, "CAUSAL": False},
+        arch_defaults={"sm_90a": {"BM": 128, "BN": 64, "HEAD_DIM": 64, "STAGES": 4, "LEFT": False,
+                                  "RIGHT": False, "SOFTCAP": False}}),
     "gemm_explicit": KernelSpec(
         "gemm_explicit", "the GEMMs with every layout and instruction written out "
         "(explicit.gemm_sm80_explicit / gemm_sm90_ws_explicit)",
@@ -127,15 +145,18 @@ def known_names() -> list[str]:
 
 
 def arch_arg(text: str) -> str:
-    """Normalize an architecture name (``sm80``, ``SM_90A``) to ``sm_80`` / ``sm_89`` / ``sm_90a``
-    (an ``argparse`` type: unknown names raise ``ArgumentTypeError``, a usage error)."""
+    """Normalize an architecture name (``sm80``, ``SM_90A``, ``sm_90``) to ``sm_80`` / ``sm_89`` /
+    ``sm_90a`` (an ``argparse`` type: other names raise ``ArgumentTypeError``, a usage error, saying
+    which build runs on that GPU: ``arch_advice``)."""
     t = text.strip().lower().replace("-", "_")
     if not t.startswith("sm_"):
         t = "sm_" + t.removeprefix("sm")
     if t == "sm_90":
         t = "sm_90a"
     if t not in ARCHS:
-        raise argparse.ArgumentTypeError(f"unknown architecture {text!r}; supported: {', '.join(ARCHS)}")
+        from hexlayout.arch.targets import arch_advice
+
+        raise argparse.ArgumentTypeError(arch_advice(text))
     return t
 
 
@@ -242,7 +263,7 @@ def resolve(text: str, arch: str, consts: dict[str, Any] | None = None) -> Resol
     factory = spec.variants.get(arch)
     if factory is None:
         raise CLIError(f"kernel {name!r} has no variant for {arch}; it has {', '.join(spec.variants)}")
-    values = {**spec.defaults, **consts}
+    values = {**spec.arch_defaults.get(arch, spec.defaults), **consts}
     if spec.constants_to == "factory":
         try:
             kernel = factory(**values)

@@ -39,9 +39,7 @@ from hexlayout.ir.lowered import (
     RegArray,
     RegRef,
     SetMaxNReg,
-    StGlobal,
     TmaLoad,
-    TmaStore,
     Wgmma,
 )
 from hexlayout.ir.tile import GlobalParam, ScalarParam
@@ -142,8 +140,7 @@ class _Printer:
     # --- declarations -----------------------------------------------------------------------
     def signature(self) -> tuple[list[KernelArg], list[str]]:
         em, k = self.em, self.k
-        written = {id(ins.dst.param) for ins in _walk(k.body) if isinstance(ins, StGlobal)}
-        written |= {id(ins.desc.param) for ins in _walk(k.body) if isinstance(ins, TmaStore)}
+        written = {id(p) for p in k.written_params()}
         # scalars are bound first so that a size named like a scalar is that scalar
         for p in k.params:
             if isinstance(p, ScalarParam):

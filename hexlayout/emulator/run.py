@@ -115,6 +115,7 @@ def run(
     check_scalars(kernel, args)
     tensors, scalars = bind_arguments(kernel, args)
     check_alignment(kernel, args)
+    check_writable(kernel, args)
     grid = tuple(int(evaluate(g, scalars)) for g in kernel.grid)
     if len(kernel.block_index) > len(grid):
         raise ArgumentError(
@@ -157,6 +158,19 @@ def check_scalars(kernel: LoweredKernel, args: Mapping[str, Any]) -> None:
         if not ok:
             raise ArgumentError(f"argument {p.name!r}: expected {kind} ({p.dtype} scalar), got "
                                 f"{type(v).__name__} {v!r}", kernel=kernel.name, buffer=p.name)
+
+
+def check_writable(kernel: LoweredKernel, args: Mapping[str, Any]) -> None:
+    """Refuse, naming the argument, a read-only numpy array (``writeable=False``: a view from
+    ``np.broadcast_to``, an array after ``setflags(write=False)``) given for a tensor the kernel
+    writes."""
+    for p in kernel.written_params():
+        arr = args.get(p.name)
+        if isinstance(arr, np.ndarray) and arr.size > 0 and not arr.flags.writeable:
+            raise ArgumentError(f"argument {p.name!r} is read-only (a numpy array with writeable=False, "
+                                "e.g. from np.broadcast_to or setflags(write=False)) but the kernel writes "
+                                "it: pass a writable array (np.array(x) or x.copy())",
+                                kernel=kernel.name, buffer=p.name)
 
 
 def _walk(body: list[Instr]) -> Iterable[Instr]:

@@ -135,6 +135,15 @@ class Expr:
             "use hexlayout.lang conditionals (hl.if_) or select()"
         )
 
+    def __index__(self) -> int:
+        """Refuse use as a Python integer (``range(n)``, ``[0] * n``, ``seq[n]``): the value is
+        known only when the kernel runs."""
+        raise TypeError(
+            f"the symbolic expression {to_c(self)} is not a Python integer (its value is known only "
+            "when the kernel runs); use hl.range(...) for a runtime loop, or make the size a "
+            "compile-time constant (a keyword-only kernel parameter) to unroll with a Python range"
+        )
+
     def __str__(self) -> str:
         return to_c(self)
 

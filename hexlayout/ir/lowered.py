@@ -372,3 +372,20 @@ class LoweredKernel:
     @property
     def smem_bytes(self) -> int:
         return max((b.offset + b.nbytes for b in self.smem), default=0)
+
+    def written_params(self) -> list[GlobalParam]:
+        """The global tensor parameters the kernel writes (``StGlobal`` and its ``RedGlobal``
+        atomics, ``TmaStore``), in parameter order; the others are only read."""
+        written: set[int] = set()
+        stack: list[list[Instr]] = [self.body]
+        while stack:
+            for ins in stack.pop():
+                if isinstance(ins, StGlobal):
+                    written.add(id(ins.dst.param))
+                elif isinstance(ins, TmaStore):
+                    written.add(id(ins.desc.param))
+                elif isinstance(ins, ForLoop):
+                    stack.append(ins.body)
+                elif isinstance(ins, IfThen):
+                    stack += [ins.then_body, ins.else_body]
+        return [p for p in self.params if isinstance(p, GlobalParam) and id(p) in written]

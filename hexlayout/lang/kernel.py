@@ -279,6 +279,11 @@ class Kernel:
                 if "has no Python truth value" in str(e):
                     raise self._user_error(e, "bool", f"{e}. Python `if`, `and`, `or`, `not` and `while` "
                                            "need values known at trace time") from e
+                if "is not a Python integer" in str(e) and str(e).startswith("the symbolic expression"):
+                    err = self._user_error(e, "range", str(e))
+                    if err.loc is not None and "range(" not in err.loc.code:
+                        err = KernelError(self.name, "int", err.loc, str(e))
+                    raise err from e
                 if str(e).startswith("Tile(%") and "is not an integer expression" in str(e):
                     raise self._user_error(e, "expression", f"{e}: a tile operand must come first when the "
                                            "other is an Expr (write `tile + expr`, `tile > expr`)") from e

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hexlayout.arch.targets import RUNS_ON, SUPPORTED_ARCHS
 from hexlayout.errors import HexlayoutError
 
 from .args import ArgumentError, BoundArgs, MisalignedArgumentError, _new_tuple, _scalar_value, kernel_plan
@@ -74,8 +75,7 @@ def check_device_arch(kernel: str, arch: str, capability: tuple[int, int],
     ok = (major, minor) == want if specific else (major == want[0] and minor >= want[1])
     if not ok:
         have = f"sm_{major}{minor}"
-        hint = {(8, 0): "sm_80", (8, 6): "sm_80", (8, 7): "sm_80", (8, 9): "sm_89", (9, 0): "sm_90a"}.get(
-            (major, minor))
+        hint = have if have in SUPPORTED_ARCHS else RUNS_ON.get(have)
         fix = f"; build it for {hint!r}" if hint else "; hexlayout targets sm_80, sm_89 and sm_90a"
         raise UnsupportedDeviceError(f"{kernel}: built for {arch}, but {device} is {have} "
                                      f"(compute capability {major}.{minor}){fix}")

@@ -75,8 +75,11 @@ def _addresses(e: Any, tid: Any, tids: np.ndarray) -> np.ndarray:
     for r in reg_reads(e):
         env[r.array] = tids[:, None] * 131 + np.arange(max(1, r.array.count))[None, :]
     try:
-        val = evaluate(e, env)
-    except ZeroDivisionError:
+        with np.errstate(divide="raise"):  # a zero divisor over per-thread arrays raises too
+            val = evaluate(e, env)
+    except (ZeroDivisionError, FloatingPointError):
+        # a divisor is 0 at these values (a scalar argument as the divisor): evaluate with
+        # every variable at 1 instead, where the quotient means something
         env = {v: (1 if isinstance(v, Var) else env[v]) for v in env}
         env[tid] = tids
         val = evaluate(e, env)

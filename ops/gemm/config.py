@@ -21,8 +21,9 @@ The persisted file is ``{"format": 2, "entries": {...}, "sha256": ...}`` with th
 over the canonical JSON of ``entries``. It is read once per process (per path) and re-read
 only when its modification time, size or inode changed (checked at most every
 ``REFRESH_SECONDS``), never per call. A file that fails any check (JSON, schema, checksum: one
-flipped digit) is refused whole with a ``CacheWarning`` naming it; an entry whose config is
-not in the shipped config space (``CONFIGS``) is dropped with a warning. The file lives in a
+flipped digit) is refused whole with a ``CacheWarning`` naming it; an entry whose key is not
+one ``tune`` writes or whose config is not in the shipped config space (``CONFIGS``) is
+dropped with a ``CacheWarning`` naming the file and the entry. The file lives in a
 ``trusted_dir`` (see ``hexlayout.runtime.cache``); a directory writable by other users is
 refused, and a file that cannot be written never fails a tuning run (a warning, the result
 is still returned and kept in memory).
@@ -35,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -171,6 +173,20 @@ def _bucket(m: int, n: int, k: int) -> str:
     return f"{up(m)}x{n}x{k}"
 
 
+#: An entry's key as ``tune`` writes it: the op's key (``gemm/<dtype>/<b layout>/<activation>/
+#: <epilogue flags>`` from ``gemm.py``: ``gemm`` and names) and the shape bucket ``<M>x<N>x<K>``
+#: (``_bucket``).
+_ENTRY_KEY = re.compile(r"gemm(?:/[\w.]+)+/(?P<m>[1-9]\d*)x[1-9]\d*x[1-9]\d*")
+
+
+def _valid_key(key: Any) -> bool:
+    """``key`` is one ``Autotuner.tune`` writes (its M a power-of-two bucket)."""
+    if type(key) is not str or len(key) > 200:
+        return False
+    hit = _ENTRY_KEY.fullmatch(key)
+    return hit is not None and (int(hit["m"]) & (int(hit["m"]) - 1)) == 0
+
+
 #: Version of the persisted autotuning file.
 AUTOTUNE_FORMAT = 2
 #: At most this often (seconds) a lookup checks whether the file changed on disk.
@@ -264,6 +280,11 @@ class _Table:
         raw: dict[str, Any] = {}
         configs: dict[str, GemmConfig] = {}
         for key, e in entries.items():
+            if not _valid_key(key):
+                warn_cache(f"hexlayout: autotuning file {self.path}: entry {key!r:.100} does not have a "
+                           "key hexlayout writes (gemm/<dtype>/<b_layout>/<activation>/<epilogue>/"
+                           "<M>x<N>x<K>, M a power of two; damaged or edited); ignoring it")
+                continue
             cfg = _parse_config(e.get("config")) if type(e) is dict else None
             seconds = e.get("seconds") if type(e) is dict else None
             if cfg is None or type(seconds) is not float or not 0 < seconds < math.inf:
@@ -398,6 +419,9 @@ class Autotuner:
         """Time ``configs`` (skipping ones that fail to build), persist and return the fastest
         (persisted only when it is a config of the shipped space, ``CONFIGS``: a file entry
         outside it is refused on reading)."""
+        full = f"{key}/{_bucket(m, n, k)}"
+        if not _valid_key(full):             # it would be dropped on reading
+            raise ValueError(f"autotune: {full!r} is not an autotuning key (gemm/<names>/<M>x<N>x<K>)")
         best: tuple[float, GemmConfig] | None = None
         results = []
         for i, cfg in enumerate(configs):
@@ -418,5 +442,5 @@ class Autotuner:
             raise RuntimeError(f"autotune {key} {m}x{n}x{k}: every config failed: {results}")
         entry = {"config": asdict(best[1]), "seconds": best[0], "tried": results}
         if _parse_config(entry["config"]) is not None:
-            self._table.store(f"{key}/{_bucket(m, n, k)}", entry, best[1])
+            self._table.store(full, entry, best[1])
         return best[1]

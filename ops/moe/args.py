@@ -27,7 +27,22 @@ ACTIVATIONS = ("silu", "gelu")
 
 def _contiguous(op: str, name: str, t: Any) -> None:
     if not t.is_contiguous():
-        raise ArgumentError(op, name, f"has strides {tuple(t.stride())}; it must be contiguous")
+        raise ArgumentError(op, name, f"has strides {tuple(t.stride())}; it must be contiguous: "
+                            f"pass {name}.contiguous()")
+
+
+def _int32(op: str, name: str, t: Any) -> None:
+    """``t`` holds int32 indices; another integer type (``torch.topk`` returns int64 indices)
+    gets the hint ``.int()``."""
+    import torch
+
+    if t.dtype != torch.int32:
+        hint = ""
+        if not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool:
+            hint = f"; pass {name}.int()"
+            if name == "topk_ids":
+                hint += " (torch.topk returns int64 indices)"
+        raise ArgumentError(op, name, f"has dtype {t.dtype}, expected torch.int32{hint}")
 
 
 def _aligned(op: str, name: str, t: Any) -> None:
@@ -61,8 +76,7 @@ def check_routing(
         op, ("hidden_states", hidden_states), [("topk_weights", topk_weights), ("topk_ids", topk_ids)]
     )
     t = hidden_states.shape[0]
-    if topk_ids.dtype != torch.int32:
-        raise ArgumentError(op, "topk_ids", f"has dtype {topk_ids.dtype}, expected torch.int32")
+    _int32(op, "topk_ids", topk_ids)
     if topk_weights.dtype != torch.float32:
         raise ArgumentError(op, "topk_weights", f"has dtype {topk_weights.dtype}, expected torch.float32")
     if topk_ids.shape[0] != t:
@@ -105,8 +119,7 @@ def check_routing(
     if expert_map is not None:
         check_tensors(op, [("expert_map", expert_map, 1)])
         check_device(op, ("hidden_states", hidden_states), [("expert_map", expert_map)])
-        if expert_map.dtype != torch.int32:
-            raise ArgumentError(op, "expert_map", f"has dtype {expert_map.dtype}, expected torch.int32")
+        _int32(op, "expert_map", expert_map)
         _contiguous(op, "expert_map", expert_map)
         _aligned(op, "expert_map", expert_map)
         g = expert_map.shape[0]
@@ -202,12 +215,10 @@ def check_fused_moe(
 
 def check_moe_align(topk_ids: Any, num_experts: Any, block_m: Any, expert_map: Any) -> None:
     """The arguments of ``moe_align``."""
-    import torch
 
     op = "hexlayout.moe_align"
     check_tensors(op, [("topk_ids", topk_ids, 2)])
-    if topk_ids.dtype != torch.int32:
-        raise ArgumentError(op, "topk_ids", f"has dtype {topk_ids.dtype}, expected torch.int32")
+    _int32(op, "topk_ids", topk_ids)
     for name, v in (("num_experts", num_experts), ("block_m", block_m)):
         if not isinstance(v, int) or isinstance(v, bool):
             raise ArgumentTypeError(op, name, f"expected an int, got {_kind(v)}")
@@ -215,6 +226,5 @@ def check_moe_align(topk_ids: Any, num_experts: Any, block_m: Any, expert_map: A
             raise ArgumentError(op, name, f"must be positive, got {v}")
     if expert_map is not None:
         check_tensors(op, [("expert_map", expert_map, 1)])
-        if expert_map.dtype != torch.int32:
-            raise ArgumentError(op, "expert_map", f"has dtype {expert_map.dtype}, expected torch.int32")
+        _int32(op, "expert_map", expert_map)
         check_device(op, ("topk_ids", topk_ids), [("expert_map", expert_map)])

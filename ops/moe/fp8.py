@@ -184,10 +184,9 @@ def prepare_fp8(w: Any, scale: Any, *, block: tuple[int, int] | None = None) -> 
 def _contiguous_aligned(op: str, name: str, t: Any) -> None:
     """Contiguous and 16-byte aligned (fake / meta tensors: by their storage offset, so eager and
     fake agree)."""
-    from .args import _aligned
+    from .args import _aligned, _contiguous
 
-    if not t.is_contiguous():
-        raise ArgumentError(op, name, f"must be contiguous, got strides {tuple(t.stride())}")
+    _contiguous(op, name, t)
     _aligned(op, name, t)
 
 

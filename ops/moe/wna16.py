@@ -276,10 +276,9 @@ def _kind(x: Any) -> str:
 def _contiguous_aligned(name: str, t: Any) -> None:
     """Contiguous and 16-byte aligned: the data pointer of a real tensor, the storage offset of
     a fake / meta one (torch.compile, FakeTensorMode), so both paths refuse a misaligned view."""
-    from .args import _aligned
+    from .args import _aligned, _contiguous
 
-    if not t.is_contiguous():
-        raise ArgumentError(RUN_OP, name, f"must be contiguous, got strides {tuple(t.stride())}")
+    _contiguous(RUN_OP, name, t)
     _aligned(RUN_OP, name, t)
 
 
@@ -363,6 +362,7 @@ def check_fused_moe_wna16(
     import torch
 
     from ..host.launch import content_checks
+    from .args import _int32
 
     op, x = RUN_OP, hidden_states
     if not isinstance(x, torch.Tensor):
@@ -397,11 +397,12 @@ def check_fused_moe_wna16(
             raise ArgumentError(op, name, f"must be [T, k] with T = {t}, k >= 1, got shape {tuple(v.shape)}")
     if topk_weights.dtype != torch.float32:
         raise ArgumentTypeError(op, "topk_weights", f"must be float32, got {topk_weights.dtype}")
-    if topk_ids.dtype != torch.int32 or topk_ids.shape != topk_weights.shape:
+    _int32(op, "topk_ids", topk_ids)
+    if topk_ids.shape != topk_weights.shape:
         raise ArgumentError(
             op,
             "topk_ids",
-            f"must be int32 shaped like topk_weights {tuple(topk_weights.shape)}, got {_kind(topk_ids)}",
+            f"must be shaped like topk_weights {tuple(topk_weights.shape)}, got {_kind(topk_ids)}",
         )
     k = topk_ids.shape[1]
     if activation not in ("silu", "gelu"):

@@ -72,8 +72,32 @@ def test_arch_facts() -> None:
 
 
 def test_unknown_arch() -> None:
-    with pytest.raises(ValueError, match="supported: sm_80, sm_89, sm_90a"):
+    with pytest.raises(ValueError, match="not supported: the builds are sm_80, sm_89, sm_90a"):
         get_arch("sm_100a")
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("sm_86", ["'sm_86' has no build of its own", "the sm_80 build runs on sm_86", "use 'sm_80'"]),
+    ("sm87", ["the sm_80 build runs on sm_87", "use 'sm_80'"]),
+    ("sm_90", ["the sm_90a build runs on sm_90", "use 'sm_90a'"]),
+    ("sm_120", ["'sm_120' is not supported", "the builds are sm_80, sm_89, sm_90a", "none runs on sm_120"]),
+    ("sm_75", ["'sm_75' is not supported", "needs sm_80 or newer"]),
+    ("gfx90a", ["unknown architecture 'gfx90a'", "sm_80, sm_89, sm_90a"]),
+])
+def test_unsupported_arch_names_the_build_that_runs_there(name: str, words: list[str]) -> None:
+    """An arch without a build of its own says which build runs there (sm_86 / sm_87: sm_80;
+    sm_90: sm_90a), or that none does and which builds exist, in every arch parser of the API."""
+    from hexlayout.arch.registry import list_atoms
+    from hexlayout.arch.targets import UnsupportedArchError, check_arch_name
+    from hexlayout.errors import HexlayoutError
+
+    for parse in (check_arch_name, get_arch, lambda a: list_atoms(arch=a)):
+        with pytest.raises(UnsupportedArchError) as e:
+            parse(name)
+        assert isinstance(e.value, ValueError) and isinstance(e.value, HexlayoutError)
+        for w in words:
+            assert w in str(e.value), str(e.value)
+    assert check_arch_name("SM89") == "sm_89" and get_arch("sm_89").name == "sm_89"
 
 
 def test_import_is_light() -> None:

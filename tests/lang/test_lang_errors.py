@@ -234,6 +234,30 @@ def test_expression_used_as_python_bool() -> None:
     _check(e.value, bad_bool, "bool", "if pid < 3:", "no Python truth value", "hl.if_")
 
 
+def test_python_range_over_symbolic_size() -> None:
+    @hl.kernel(threads=128)
+    def bad_range(a: f16[M, K]):
+        for _k in range(a.shape[1] // 32):
+            hl.syncthreads()
+
+    with pytest.raises(KernelError) as e:
+        bad_range.trace()
+    _check(e.value, bad_range, "range", "for _k in range(a.shape[1] // 32):", "K / 32",
+           "not a Python integer", "use hl.range")
+
+
+def test_symbolic_size_used_as_python_int() -> None:
+    @hl.kernel(threads=128)
+    def bad_int(a: f16[M, K]):
+        tile_m = (64, 128)[a.shape[0] % 2]
+        hl.zeros((tile_m, 16), f32)
+
+    with pytest.raises(KernelError) as e:
+        bad_int.trace()
+    _check(e.value, bad_int, "int", "tile_m = (64, 128)[a.shape[0] % 2]", "M % 2 is not a Python integer",
+           "hl.range")
+
+
 def test_tile_used_as_python_bool() -> None:
     @hl.kernel(threads=128)
     def bad_tile_bool(a: f16[M, K]):

@@ -107,6 +107,48 @@ def test_an_entry_outside_the_config_space_is_dropped_even_with_a_valid_checksum
         assert _new_process_lookup() is None
 
 
+@pytest.mark.parametrize(("corrupt", "entry"), [
+    ("key", "gemm/torch.float16/nk/none/000/2o0x256x512"),     # a damaged shape bucket
+    ("key", "gemm/torch.float16/nk/none/000/200x256x512"),     # M not a power-of-two bucket
+    ("key", "gemm/torch.float16/nk/none/\u0000\x00/256x256x512"),
+    ("value", "not an entry"),
+    ("config", None),
+])
+def test_a_corrupted_entry_is_dropped_with_a_warning_naming_file_and_entry(corrupt: str,
+                                                                           entry: str | None) -> None:
+    """Of two entries, the corrupted one (a key tune never writes, a value that is not an
+    entry, no config; the checksum resealed, so only the entry is wrong) is dropped with a
+    CacheWarning naming the file and the entry; the other is still used."""
+    tuner, path = _tuned(2)
+    tuner.tune(KEY, 1000, 256, 512, SPACE, _timer(3))
+    bad = f"{KEY}/256x256x512"                                  # M = 200; 1000 is the good one
+
+    def edit(d: dict) -> None:
+        if corrupt == "key":
+            d["entries"][entry] = d["entries"].pop(bad)
+        elif corrupt == "value":
+            d["entries"][bad] = entry
+        else:
+            del d["entries"][bad]["config"]
+
+    _edit(path, edit, reseal=True)
+    named = entry if corrupt == "key" else bad
+    with pytest.warns(CacheWarning) as rec:
+        assert _new_process_lookup() is None
+    (w,) = [w for w in rec if issubclass(w.category, CacheWarning)]
+    msg = str(w.message)
+    assert str(path) in msg and repr(named)[:100] in msg and "ignoring it" in msg, msg
+    gc_mod._TABLES.clear()
+    rc._WARNED.clear()
+    with pytest.warns(CacheWarning):
+        assert Autotuner().lookup(KEY, 1000, 256, 512) == SPACE[3]
+
+
+def test_tune_refuses_a_key_it_could_not_read_back() -> None:
+    with pytest.raises(ValueError, match="not an autotuning key"):
+        Autotuner(stream=io.StringIO()).tune("moe/x y", 64, 64, 64, SPACE, _timer(2))
+
+
 def test_a_negative_time_is_dropped() -> None:
     _, path = _tuned(2)
     _edit(path, lambda d: next(iter(d["entries"].values())).update(seconds=-1.0), reseal=True)

@@ -217,6 +217,26 @@ def test_fused_moe_fp8_bad_arguments() -> None:
             fn()
 
 
+def test_int64_ids_and_strided_inputs_name_the_fix() -> None:
+    """torch.topk's int64 ids get ``topk_ids.int()``, a strided input ``.contiguous()``: eagerly and
+    in the fake (meta) implementation."""
+    x, w13, s13, w2, s2, tw, ids = make(12, 3, 128, 64, 8, 2)
+    ids64 = torch.topk(torch.randn(3, 8), 2).indices
+    strided = x.t().contiguous().t()
+    op = torch.ops.hexlayout.fused_moe_fp8
+    for dev in ("cpu", "meta"):
+        tensors = (x, w13, s13, w2, s2, tw, ids, ids64, strided)
+        xx, a, sa, b, sb, ww, ii, ii64, ss = (v.to(dev) for v in tensors)
+        with pytest.raises(HexlayoutError, match=r"'topk_ids'.*torch\.int64.*pass topk_ids\.int\(\)"):
+            op(xx, a, sa, b, sb, ww, ii64)
+        with pytest.raises(HexlayoutError, match=r"'hidden_states'.*pass hidden_states\.contiguous\(\)"):
+            op(ss, a, sa, b, sb, ww, ii)
+        with pytest.raises(HexlayoutError, match=r"'w13'.*pass w13\.contiguous\(\)"):
+            op(xx, a.transpose(1, 2).contiguous().transpose(1, 2), sa, b, sb, ww, ii)
+    with pytest.raises(HexlayoutError, match=r"'topk_ids'.*pass topk_ids\.int\(\)"):
+        fused_moe_fp8(x, prepare_fp8(w13, s13), prepare_fp8(w2, s2), tw, ids64)
+
+
 def test_fake_implementation_checks_and_gives_the_output() -> None:
     x, w13, s13, w2, s2, tw, ids = make(11, 3, 128, 64, 8, 2)
     meta = [v.to("meta") for v in (x, w13, s13, w2, s2, tw, ids)]

@@ -145,6 +145,30 @@ def test_bad_arguments_are_named() -> None:
         torch.ops.hexlayout.fused_moe(x.float(), w13, w2, tw, ids)
 
 
+def test_int64_ids_and_strided_inputs_name_the_fix() -> None:
+    """torch.topk's int64 indices get the hint ``topk_ids.int()`` and a strided input the hint
+    ``.contiguous()``, eagerly, through torch.ops and in the fake (FakeTensorMode, meta) path."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x, w13, w2, tw, ids = make(5, 64, 64, 8, 2, torch.float16, seed=5)
+    tw64, ids64 = torch.topk(torch.randn(5, 8), 2)
+    assert ids64.dtype == torch.int64
+    strided = torch.empty(64, 5, dtype=torch.float16).t()
+    fake = FakeTensorMode()
+    fake_args = [fake.from_tensor(a) for a in (x, w13, w2, tw, ids, ids64, strided)]
+    meta_args = [a.to("meta") for a in (x, w13, w2, tw, ids, ids64, strided)]
+    for fn in (fused_moe, torch.ops.hexlayout.fused_moe):
+        for xx, aa, bb, ww, ii, ii64, ss in ((x, w13, w2, tw, ids, ids64, strided), fake_args, meta_args):
+            with pytest.raises(ArgumentError, match=r"'topk_ids'.*torch\.int64.*pass topk_ids\.int\(\) "
+                               r"\(torch\.topk returns int64"):
+                fn(xx, aa, bb, ww, ii64)
+            with pytest.raises(ArgumentError, match=r"'hidden_states'.*pass hidden_states\.contiguous\(\)"):
+                fn(ss, aa, bb, ww, ii)
+    with pytest.raises(ArgumentError, match=r"'expert_map'.*pass expert_map\.int\(\)"):
+        fused_moe(x, w13, w2, tw, ids, expert_map=torch.zeros(8, dtype=torch.int64))
+    close(fused_moe(x, w13, w2, tw64, ids64.int()), reference(x, w13, w2, tw64, ids64.int()), torch.float16)
+
+
 def test_fake_and_meta_paths() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -314,6 +314,29 @@ def test_the_op_names_the_bad_argument() -> None:
         fused_moe_wna16(x, p13, p2, tw, ids, activation="relu")
 
 
+def test_int64_ids_and_strided_inputs_name_the_fix() -> None:
+    """torch.topk's int64 ids get ``topk_ids.int()``, a strided input ``.contiguous()``: eagerly and
+    in the fake (FakeTensorMode) implementation."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x, p13, p2, tw, ids = _op_args()
+    ids64 = torch.topk(torch.randn(*ids.shape[:1], 4), ids.shape[1]).indices
+    strided = x.t().contiguous().t()
+    with pytest.raises(HexlayoutError, match=r"'topk_ids'.*torch\.int64.*pass topk_ids\.int\(\)"):
+        fused_moe_wna16(x, p13, p2, tw, ids64)
+    with pytest.raises(HexlayoutError, match=r"'hidden_states'.*pass hidden_states\.contiguous\(\)"):
+        fused_moe_wna16(strided, p13, p2, tw, ids)
+    weights = [p13.qweight, p13.scales, p13.zeros, p2.qweight, p2.scales, p2.zeros]
+    consts = ["gptq", 4, 32, 32]
+    with FakeTensorMode() as mode:
+        fx, fs, ftw, fids, fids64 = (mode.from_tensor(a) for a in (x, strided, tw, ids, ids64))
+        fw = [mode.from_tensor(w) if isinstance(w, torch.Tensor) else w for w in weights]
+        with pytest.raises(HexlayoutError, match=r"'topk_ids'.*pass topk_ids\.int\(\)"):
+            torch.ops.hexlayout.fused_moe_wna16(fx, *fw, ftw, fids64, *consts)
+        with pytest.raises(HexlayoutError, match=r"'hidden_states'.*pass hidden_states\.contiguous\(\)"):
+            torch.ops.hexlayout.fused_moe_wna16(fs, *fw, ftw, fids, *consts)
+
+
 def test_fake_tensors_get_the_shape_and_the_same_checks() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -109,3 +109,31 @@ def test_scalars_are_numbers_of_their_kind(scalars_kernel) -> None:
     with pytest.raises(EmulatorArgumentError, match=r"argument 'n': expected an integer.*2\.5"):
         run(kernel, {"x": x, "n": 2.5, "alpha": 0.5, "y": y})
     check_scalars(kernel, {"x": x, "n": np.int32(5), "alpha": np.float16(0.5), "y": y})   # numpy numbers pass
+
+
+def test_read_only_output_is_refused_naming_it(gemm80) -> None:
+    """A read-only numpy array for a tensor the kernel writes is refused before running, naming
+    the argument and the kernel (not numpy's "assignment destination is read-only" from inside
+    the emulator); read-only inputs are fine."""
+    from hexlayout.emulator import ArgumentError as EmulatorArgumentError
+    from hexlayout.emulator import run
+
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((40, 16)).astype(np.float16), rng.standard_normal((24, 16)).astype(np.float16)
+    c = np.zeros((40, 24), np.float16)
+    c.setflags(write=False)
+    kernel = gemm80.synthesis.lowered.kernel
+    assert [p.name for p in kernel.written_params()] == ["c"]
+    for call in (lambda: emulate(gemm80, a, b, c), lambda: run(kernel, {"a": a, "b": b, "c": c})):
+        with pytest.raises(EmulatorArgumentError) as e:
+            call()
+        msg = str(e.value)
+        assert e.value.kernel == kernel.name and kernel.name in msg, msg
+        assert "argument 'c' is read-only" in msg and "x.copy()" in msg, msg
+        assert "assignment destination" not in msg
+    a.setflags(write=False)
+    b = np.broadcast_to(b, (24, 16))                  # read-only view, same strides
+    assert not b.flags.writeable
+    c = np.zeros((40, 24), np.float16)
+    emulate(gemm80, a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-2, atol=1e-2)
