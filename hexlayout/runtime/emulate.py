@@ -9,6 +9,11 @@ numpy array sharing its memory (bf16 and fp8 through ``ml_dtypes`` views), runs
 tensors in place. Returns the ``EmulatorReport`` (bank conflicts, sectors, time).
 
 The emulator runs every thread of every block on the CPU: use it on small problems.
+
+Two modes: ``"ir"`` runs the lowered program (``hexlayout.emulator``); ``"ptx"`` runs the
+PTX that NVRTC produced from the printed CUDA source (``hexlayout.ptx``, see
+``emulate_ptx``), so printing and compilation are checked too. ``mode=None`` reads
+``HEXLAYOUT_EMULATE`` (``ptx`` selects PTX mode, anything else the IR emulator).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def as_numpy(t: Any, dtype: Any = None) -> Any:
 
 
 def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_races: bool = True,
-            count: bool = True, **kwargs: Any) -> Any:
+            count: bool = True, mode: str | None = None, source: str | None = None, **kwargs: Any) -> Any:
     """Run ``build``'s lowered kernel in the CPU emulator; tensors are updated in place.
 
     ``build``: a ``Build``, or a ``LoweredProgram`` / ``LoweredKernel`` (e.g. from
@@ -88,6 +93,10 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
     if _LAUNCH_LOGS:
         launched(build, plan.name, bound, "cpu")
     with profiled(plan.name):
+        if mode == "ptx":
+            from .emulate_ptx import emulate_ptx
+
+            return emulate_ptx(build, kernel, bound, arrays, blocks=blocks, source=source)
         return run(kernel, arrays, blocks, check_races=check_races, count=count)
 
 
