@@ -549,7 +549,8 @@ def parse_ptx(text: str) -> Module:
                 head.append(lines[i].strip())
                 i += 1
             joined = " ".join(head)[:-1]
-            name, params = _params(re.split(r"\)\s*\.", joined)[0] + (")" if "(" in joined else ""), ln)
+            close = joined.rfind(")")
+            name, params = _params(joined[: close + 1] if close >= 0 else joined.split(".maxntid")[0], ln)
             entry = Entry(name, params, line=ln)
             mt = re.search(r"\.(?:maxntid|reqntid)\s+([\d ,]+)", joined)
             if mt:
