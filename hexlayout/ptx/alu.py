@@ -492,7 +492,7 @@ def _mov(m: Any, ins: Instruction, idx: Any) -> None:
 
 @_reg("cvta")
 def _cvta(m: Any, ins: Instruction, idx: Any) -> None:
-    from .machine import LOCAL_WINDOW, SHARED_WINDOW
+    from .machine import LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW
 
     t = type_of(ins.parts)
     a = np.asarray(m.read(ins.operands[1], t, idx)).astype(np.uint64)
@@ -503,6 +503,8 @@ def _cvta(m: Any, ins: Instruction, idx: Any) -> None:
         off = np.uint64(SHARED_WINDOW)
     elif space == "local":
         off = np.uint64(LOCAL_WINDOW)
+    elif space == "param":
+        off = np.uint64(PARAM_WINDOW)
     else:
         off = np.uint64(0)
     out = a - off if to else a + off

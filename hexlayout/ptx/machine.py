@@ -13,7 +13,8 @@ Address spaces (PTX ISA "State Spaces"):
   at 0, then the static ``.shared`` variables at their alignment; filled with ``0xFF``;
 * local: per thread, the ``.local`` variables (``__local_depot``);
 * param: the kernel parameters' bytes (``ld.param``); a generic address is one of the
-  above, the shared and local windows living at ``SHARED_WINDOW`` / ``LOCAL_WINDOW``.
+  above, the shared, local and param windows living at ``SHARED_WINDOW`` /
+  ``LOCAL_WINDOW`` / ``PARAM_WINDOW``.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from .parse import Addr, Entry, Imm, Instruction, Module, Reg, Sym, Vec
 from .srcmap import SourceMap
 from .types import BITS, NP, UINT, from_bits, to_bits
 
-__all__ = ["GlobalRegion", "Machine", "SHARED_WINDOW", "LOCAL_WINDOW", "POISON"]
+__all__ = ["GlobalRegion", "Machine", "SHARED_WINDOW", "LOCAL_WINDOW", "PARAM_WINDOW", "POISON"]
 
 SHARED_WINDOW = 0x7E00_0000_0000_0000
 LOCAL_WINDOW = 0x7D00_0000_0000_0000
+PARAM_WINDOW = 0x7C00_0000_0000_0000
 _WINDOW = 0x0100_0000_0000_0000
 POISON = 0xFF
 RUN, BARRIER, EXITED = 0, 1, 2
@@ -200,8 +202,6 @@ class Machine:
             space, addr = self.symbols.get(op.name, (None, None))
             if space is None:
                 raise PtxError(f"unknown symbol {op.name}", kernel=self.kernel, site=self.site())
-            if space == "param":
-                raise self.unsupported("the address of a kernel parameter")
             return np.array(addr, dtype=np.uint64).astype(NP[t])[()]
         if isinstance(op, Vec):
             raise self.unsupported("a vector operand here")
@@ -310,6 +310,12 @@ class Machine:
                 and (addr < np.uint64(LOCAL_WINDOW + _WINDOW)).all()
             ):
                 return self.locate("local", addr - np.uint64(LOCAL_WINDOW), nbytes, idx, what)
+            if (
+                len(addr)
+                and (addr >= np.uint64(PARAM_WINDOW)).all()
+                and (addr < np.uint64(PARAM_WINDOW + _WINDOW)).all()
+            ):
+                return self.locate("param", addr - np.uint64(PARAM_WINDOW), nbytes, idx, what)
             space = "global"
         self._check_align(addr, nbytes, idx, space)
         threads = np.arange(self.T)[idx]
@@ -338,6 +344,16 @@ class Machine:
                 )
             return self.local, threads * self.local_size + addr.astype(np.int64)
         if space == "param":
+            bad = addr + np.uint64(nbytes) > np.uint64(len(self.params))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise PtxOutOfBoundsError(
+                    f"{what} of {nbytes} bytes at parameter offset {int(addr[i])}: the "
+                    f"parameters take {len(self.params) - 16} bytes",
+                    buffer="param",
+                    address=int(addr[i]),
+                    **self.where(int(threads[i])),
+                )
             return self.params, addr.astype(np.int64)
         if space != "global":
             raise self.unsupported(f"the {space} state space")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .compile import CompiledKernel, compile_cuda
+from .tensormap import TensorMapParams
 
 __all__ = ["ptx_of", "emulate_ptx", "PTX_OPTIONS"]
 
@@ -39,12 +40,8 @@ def emulate_ptx(build: Any, kernel: Any, bound: Any, arrays: dict[str, Any], *, 
     tensors, _ = bind_arguments(kernel, arrays)
     regions = [GlobalRegion(gt.name, int(gt.array.ctypes.data), gt.raw, gt.extent * gt.esize)
                for gt in tensors.values()]
-    values = []
-    for v in bound.values:
-        if hasattr(v, "encode") and not isinstance(v, (int, float, str)):
-            values.append(bytes(128))       # a tensor map: TMA is not executed in PTX mode (yet)
-        else:
-            values.append(v)
+    # a tensor map's 128 bytes are the driver's encoding; TMA is not executed in PTX mode (yet)
+    values = [bytes(128) if isinstance(v, TensorMapParams) else v for v in bound.values]
     gen = build.generated
     ck = ptx_of(build, source)
     return run_ptx(ck.ptx, values, regions, bound.grid, gen.threads, dynamic_smem=gen.smem_bytes,
