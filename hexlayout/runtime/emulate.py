@@ -66,10 +66,20 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
     ``hexlayout.ir.lower.kernel.lower_kernel``). ``args`` / ``kwargs``: the kernel's parameters
     (CPU torch tensors or numpy arrays, and scalars), positionally in declaration order or by
     name. ``blocks``: only these blocks (default: the whole grid). ``check_races`` /
-    ``count``: as ``hexlayout.emulator.run``. Raises ``ArgumentError`` before running when
-    an argument does not fit the kernel.
+    ``count``: as ``hexlayout.emulator.run``. ``mode``: ``"ir"``, ``"ptx"`` or ``None`` (from
+    ``HEXLAYOUT_EMULATE``); ``source``: PTX mode only, CUDA text to compile instead of the
+    printed one. Raises ``ArgumentError`` before running when an argument does not fit the
+    kernel. Returns the ``EmulatorReport`` (IR mode) or the ``PtxRunReport`` (PTX mode).
     """
     from hexlayout.emulator import run
+
+    from .torch_ops import emulation_mode
+
+    mode = mode or emulation_mode() or "ir"
+    if mode not in ("ir", "ptx"):
+        raise ValueError(f"emulation mode {mode!r} is not 'ir' or 'ptx'")
+    if source is not None and mode != "ptx":
+        raise ValueError("source= replaces the printed CUDA text of PTX mode; pass mode='ptx'")
 
     build, kernel = _as_build(build)
     plan = kernel_plan(build)

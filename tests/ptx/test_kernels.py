@@ -33,9 +33,19 @@ def test_gemm_sm80_matches_float64(gemm64, m: int, n: int, k: int) -> None:
 
 def test_gemm_sm80_bf16_through_the_op(monkeypatch) -> None:
     """``HEXLAYOUT_EMULATE=ptx`` reaches the PTX executor from a torch op."""
+    import hexlayout.ptx.execute as X
     from hexlayout.ops.gemm import gemm
     from hexlayout.runtime.launch_log import launch_log
 
+    runs = []
+    real = X.run_ptx
+
+    def counting(*args, **kw):
+        runs.append(kw.get("kernel"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(X, "run_ptx", counting)
+    monkeypatch.setattr("hexlayout.ptx.run_ptx", counting)
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "ptx")
     g = torch.Generator().manual_seed(5)
     a, b = torch.randn(33, 72, generator=g).bfloat16(), torch.randn(66, 72, generator=g).bfloat16()
@@ -45,6 +55,7 @@ def test_gemm_sm80_bf16_through_the_op(monkeypatch) -> None:
     ref = torch.relu(a.double() @ b.double().T + bias.double())
     torch.testing.assert_close(c.double(), ref, rtol=2e-2, atol=5e-2)
     assert log and all(r.device == "cpu" for r in log)
+    assert runs and len(runs) == len(log)             # every launch ran in the PTX executor
 
 
 @pytest.mark.parametrize("fn", ["max", "sum"])
