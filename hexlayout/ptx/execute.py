@@ -16,6 +16,7 @@ A run that exceeds ``max_steps`` instruction steps raises too (a loop that never
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -244,6 +245,12 @@ def _grid_blocks(grid: tuple[int, int, int], blocks: Iterable[Any] | None) -> li
     return out  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=32)
+def _parsed(ptx: str) -> Module:
+    """``parse_ptx`` memoized per PTX text (a module is not modified by running it)."""
+    return parse_ptx(ptx)
+
+
 def run_ptx(
     ptx: str | Module,
     params: list[Any],
@@ -272,7 +279,7 @@ def run_ptx(
     import time
 
     t0 = time.perf_counter()
-    module = ptx if isinstance(ptx, Module) else parse_ptx(ptx)
+    module = ptx if isinstance(ptx, Module) else _parsed(ptx)
     ent = module.entry(entry)
     g = tuple((tuple(int(x) for x in grid) + (1, 1, 1))[:3])
     blk = (

@@ -263,6 +263,9 @@ def _strip_comments(text: str) -> list[str]:
     """The lines of ``text`` with ``//`` and ``/* */`` comments blanked (line count kept)."""
     out, in_block = [], False
     for raw in text.split("\n"):
+        if not in_block and "/" not in raw and '"' not in raw:
+            out.append(raw)
+            continue
         line, i, buf = raw, 0, []
         while i < len(line):
             if in_block:
