@@ -33,8 +33,9 @@ def test_gemm_sm80_matches_float64(gemm64, m: int, n: int, k: int) -> None:
 
 def test_gemm_sm80_bf16_through_the_op(monkeypatch) -> None:
     """``HEXLAYOUT_EMULATE=ptx`` reaches the PTX executor from a torch op."""
-    import hexlayout.ptx.execute as X
     from hexlayout.ops.gemm import gemm
+
+    import hexlayout.ptx.execute as X
     from hexlayout.runtime.launch_log import launch_log
 
     runs = []
