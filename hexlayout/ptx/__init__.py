@@ -15,7 +15,8 @@ block filled with 0xFF; its error kinds), not its instruction semantics.
   of a batch of blocks are vectorized with numpy (``machine``: registers as per-thread
   arrays, address spaces, checked accesses); lowest-PC-first scheduling with per-thread
   PCs handles divergence and reconvergence; ``bar.sync`` is a block barrier; deadlocks and
-  runaway loops are errors.
+  runaway loops are errors; shared-memory races between warps (no barrier between a write
+  and another warp's access to the same byte) are errors (``machine.SharedRaces``).
 * Errors (``errors``) name the kernel, block, thread, PTX line and text, the CUDA line of
   the ``.loc`` and the kernel source line of the generated comment above it (``srcmap``).
 * ``hexlayout.runtime.emulate(..., mode="ptx")`` (or ``HEXLAYOUT_EMULATE=ptx``) compiles the
@@ -59,6 +60,7 @@ from .errors import (
     PtxIllegalInstructionError,
     PtxMisalignedAccessError,
     PtxOutOfBoundsError,
+    PtxRaceError,
     PtxSite,
     UnsupportedInstructionError,
 )
@@ -76,6 +78,7 @@ __all__ = [
     "PtxError",
     "PtxOutOfBoundsError",
     "PtxMisalignedAccessError",
+    "PtxRaceError",
     "PtxDeadlockError",
     "PtxDivergenceError",
     "PtxIllegalInstructionError",

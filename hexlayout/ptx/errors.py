@@ -18,13 +18,14 @@ from hexlayout.emulator.errors import (
     IllegalInstructionError,
     MisalignedAccessError,
     OutOfBoundsError,
+    RaceError,
 )
 
 __all__ = [
     "PtxError",
     "PtxOutOfBoundsError",
     "PtxMisalignedAccessError",
-    "PtxDeadlockError",
+    "PtxDeadlockError", "PtxRaceError",
     "PtxDivergenceError",
     "PtxIllegalInstructionError",
     "UnsupportedInstructionError",
@@ -98,6 +99,10 @@ class PtxOutOfBoundsError(PtxError, OutOfBoundsError):
 
 class PtxMisalignedAccessError(PtxError, MisalignedAccessError):
     kind = "misaligned access"
+
+
+class PtxRaceError(PtxError, RaceError):
+    kind = "shared-memory race"
 
 
 class PtxDeadlockError(PtxError, DeadlockError):

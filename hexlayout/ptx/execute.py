@@ -143,6 +143,8 @@ def _release(m: Machine, b: int) -> None:
             for w in st["waiting"]:
                 m.state[w] = np.where(m.state[w] == BARRIER, RUN, m.state[w])
             del m.barriers[(bb, bid)]
+            if m.races is not None:
+                m.races.epoch[b] += 1
 
 
 def _trap(m: Machine, ins: Instruction, idx: Any) -> bool:
@@ -265,6 +267,7 @@ def run_ptx(
     max_threads: int = 4096,
     max_steps: int = 2_000_000,
     kernel: str = "",
+    check_races: bool = True,
 ) -> PtxRunReport:
     """Run ``entry`` of ``ptx`` on ``grid`` blocks of ``block`` threads.
 
@@ -274,7 +277,8 @@ def run_ptx(
     in-bounds extent), written in place. ``dynamic_smem``: bytes of the ``extern .shared``
     window. ``cuda_source``: the CUDA text NVRTC compiled (names CUDA and kernel source
     lines in errors). ``blocks``: only these blocks. Blocks run in batches of at most
-    ``max_threads`` threads. Raises a ``PtxError`` subclass on the first error.
+    ``max_threads`` threads. ``check_races``: shared-memory race detection (``SharedRaces``).
+    Raises a ``PtxError`` subclass on the first error.
     """
     import time
 
@@ -294,7 +298,8 @@ def run_ptx(
     per = max(1, max_threads // max(nthr, 1))
     for i in range(0, len(todo), per):
         batch = todo[i : i + per]
-        m = Machine(module, ent, params, regions, g, blk, batch, dynamic_smem, srcmap, kernel)  # type: ignore[arg-type]
+        m = Machine(module, ent, params, regions, g, blk, batch, dynamic_smem, srcmap, kernel,  # type: ignore[arg-type]
+                    check_races)
         m.cpasync = CpAsyncQueue(m.T)  # type: ignore[attr-defined]
         m.barriers = {}  # type: ignore[attr-defined]
         _step_all(m, report, max_steps)

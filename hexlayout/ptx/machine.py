@@ -28,6 +28,7 @@ from .errors import (
     PtxError,
     PtxMisalignedAccessError,
     PtxOutOfBoundsError,
+    PtxRaceError,
     PtxSite,
     UnsupportedInstructionError,
 )
@@ -35,7 +36,8 @@ from .parse import Addr, Entry, Imm, Instruction, Module, Reg, Sym, Vec
 from .srcmap import SourceMap
 from .types import BITS, NP, UINT, from_bits, to_bits
 
-__all__ = ["GlobalRegion", "Machine", "SHARED_WINDOW", "LOCAL_WINDOW", "PARAM_WINDOW", "POISON"]
+__all__ = ["GlobalRegion", "Machine", "SharedRaces", "SHARED_WINDOW", "LOCAL_WINDOW", "PARAM_WINDOW",
+           "POISON"]
 
 SHARED_WINDOW = 0x7E00_0000_0000_0000
 LOCAL_WINDOW = 0x7D00_0000_0000_0000
@@ -71,6 +73,7 @@ class Machine:
         dynamic_smem: int,
         srcmap: SourceMap | None = None,
         kernel: str = "",
+        check_races: bool = True,
     ) -> None:
         self.module, self.entry = module, entry
         self.kernel = kernel or entry.name
@@ -128,6 +131,7 @@ class Machine:
             off += p.nbytes
         self.params = np.frombuffer(bytes(pbytes) + b"\0" * 16, dtype=np.uint8)
         self.regions = sorted(regions, key=lambda r: r.base)
+        self.races: SharedRaces | None = SharedRaces(self) if check_races else None
         self._bases = np.array([r.base for r in self.regions], dtype=np.uint64)
 
     # --- errors ---------------------------------------------------------------------------------
@@ -397,6 +401,8 @@ class Machine:
         at = off.reshape(-1, 1) + np.arange(nbytes)
         if isinstance(buf, _Multi):
             return buf.gather(at)
+        if buf is self.smem and self.races is not None:
+            self.races.access(self, at, np.arange(self.T)[idx], write=False)
         return buf[at]
 
     def store(self, space: str, addr: np.ndarray, data: np.ndarray, idx: Any, what: str = "store") -> None:
@@ -404,8 +410,54 @@ class Machine:
         at = off.reshape(-1, 1) + np.arange(data.shape[1])
         if isinstance(buf, _Multi):
             buf.scatter(at, data)
+            return
+        if buf is self.smem and self.races is not None:
+            self.races.access(self, at, np.arange(self.T)[idx], write=True)
+        buf[at] = data
+
+
+class SharedRaces:
+    """Happens-before race detection on shared memory, per byte: the last writer and reader
+    (thread, PTX line) and the barrier epoch of their access. A block's epoch advances when
+    one of its barriers opens. An access races with an earlier one to the same byte by a
+    thread of another warp in the same epoch when at least one of them writes. Accesses by
+    threads of one warp are not compared (warp-synchronous code), nor are atomics."""
+
+    def __init__(self, m: Machine) -> None:
+        n = m.smem.size
+        self.epoch = np.zeros(m.nb, dtype=np.int64)
+        self.w_thr = np.full(n, -1, dtype=np.int64)
+        self.w_ep = np.full(n, -1, dtype=np.int64)
+        self.w_line = np.zeros(n, dtype=np.int64)
+        self.r_thr = np.full(n, -1, dtype=np.int64)
+        self.r_ep = np.full(n, -1, dtype=np.int64)
+        self.r_line = np.zeros(n, dtype=np.int64)
+
+    def access(self, m: Machine, at: np.ndarray, threads: np.ndarray, write: bool) -> None:
+        """Check and record the accesses ``at`` ([n, nbytes] flat shared byte indices) of ``threads``."""
+        thr = np.broadcast_to(threads.reshape(-1, 1), at.shape)
+        ep = self.epoch[m.blk[thr]]
+        warp = m.warp[thr]
+        checks = [(self.w_thr, self.w_ep, self.w_line, "written")]
+        if write:
+            checks.append((self.r_thr, self.r_ep, self.r_line, "read"))
+        for other, oep, oline, did in checks:
+            o = other[at]
+            bad = (o >= 0) & (oep[at] == ep) & (m.warp[np.maximum(o, 0)] != warp)
+            if bad.any():
+                i, j = np.argwhere(bad)[0]
+                t, u = int(thr[i, j]), int(o[i, j])
+                byte = int(at[i, j]) - int(m.blk[t]) * m.smem_size
+                verb = "writes" if write else "reads"
+                raise PtxRaceError(f"thread {int(m.tid[t])} {verb} shared byte {byte}, "
+                                   f"which thread {int(m.tid[u])} (another warp) {did} at PTX line "
+                                   f"{int(oline[at[i, j]])} with no barrier between", address=byte,
+                                   other_thread=int(m.tid[u]), buffer="shared", **m.where(t))
+        line = m.ins.line if m.ins is not None else 0
+        if write:
+            self.w_thr[at], self.w_ep[at], self.w_line[at] = thr, ep, line
         else:
-            buf[at] = data
+            self.r_thr[at], self.r_ep[at], self.r_line[at] = thr, ep, line
 
 
 class _Multi:

@@ -172,6 +172,8 @@ class CpAsyncQueue:
                 done = mine & (c["group"] >= 0) & (c["group"] < self.commits[c["thr"]] - n)
             if done.any():
                 at = c["dst"][done].reshape(-1, 1) + np.arange(c["data"].shape[1])
+                if m.races is not None:      # the copy writes shared memory now, as its issuing thread
+                    m.races.access(m, at, c["thr"][done], write=True)
                 m.smem[at] = c["data"][done]
             if not done.all():
                 keep.append({k: (v[~done] if isinstance(v, np.ndarray) else v) for k, v in c.items()})

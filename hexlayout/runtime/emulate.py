@@ -106,7 +106,8 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
         if mode == "ptx":
             from .emulate_ptx import emulate_ptx
 
-            return emulate_ptx(build, kernel, bound, arrays, blocks=blocks, source=source)
+            return emulate_ptx(build, kernel, bound, arrays, blocks=blocks, source=source,
+                               check_races=check_races)
         return run(kernel, arrays, blocks, check_races=check_races, count=count)
 
 

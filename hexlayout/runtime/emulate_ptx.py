@@ -31,7 +31,7 @@ def ptx_of(build: Any, source: str | None = None) -> CompiledKernel:
 
 
 def emulate_ptx(build: Any, kernel: Any, bound: Any, arrays: dict[str, Any], *, blocks: Any = None,
-                source: str | None = None) -> Any:
+                source: str | None = None, check_races: bool = True) -> Any:
     """Run ``build``'s PTX on the bound arguments; tensors in ``arrays`` are written in place.
     Returns the ``PtxRunReport``."""
     from hexlayout.emulator.memory import bind_arguments
@@ -46,4 +46,4 @@ def emulate_ptx(build: Any, kernel: Any, bound: Any, arrays: dict[str, Any], *, 
     ck = ptx_of(build, source)
     return run_ptx(ck.ptx, values, regions, bound.grid, gen.threads, dynamic_smem=gen.smem_bytes,
                    entry=gen.name, cuda_source=source if source is not None else gen.source, blocks=blocks,
-                   kernel=gen.name)
+                   kernel=gen.name, check_races=check_races)

@@ -138,3 +138,23 @@ $OUT:
 """
     out = run_body(body, threads=64)
     assert (out[:32, 0] == 7).all() and (out[32:, 0] == 0).all()
+
+
+def test_dropped_barrier_is_a_shared_memory_race() -> None:
+    """Without the bar.sync after cp.async.wait_group, warps read stages other warps' copies
+    wrote: IR mode (the lowered program has its barrier) passes, PTX mode names the race."""
+    from hexlayout.ptx import PtxRaceError
+
+    bld = rt.build(gemm_sm80, "sm_80", compile=False, BM=64, BN=64)
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(64, 64, generator=g).half(), torch.randn(64, 64, generator=g).half()
+    bar = '  asm volatile("bar.sync 0;\\n" ::: "memory");\n'
+    src = bld.generated.source
+    assert src.count(bar) >= 1
+    bad = src.replace(bar, "", 1)
+    c = torch.full((64, 64), float("nan"), dtype=torch.float16)
+    rt.emulate(bld, a, b, c, mode="ir")
+    torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-2, atol=1e-2)
+    with pytest.raises(PtxRaceError, match=r"reads shared byte \d+, which thread \d+ \(another warp\) written"):
+        rt.emulate(bld, a, b, c, mode="ptx", source=bad)
+    rt.emulate(bld, a, b, c, mode="ptx", source=src)       # with its barrier: no race
