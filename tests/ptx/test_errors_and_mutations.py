@@ -155,6 +155,6 @@ def test_dropped_barrier_is_a_shared_memory_race() -> None:
     c = torch.full((64, 64), float("nan"), dtype=torch.float16)
     rt.emulate(bld, a, b, c, mode="ir")
     torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-2, atol=1e-2)
-    with pytest.raises(PtxRaceError, match=r"reads shared byte \d+, which thread \d+ \(another warp\) written"):
+    with pytest.raises(PtxRaceError, match=r"reads shared byte \d+, which thread \d+ \(another warp\) wr"):
         rt.emulate(bld, a, b, c, mode="ptx", source=bad)
     rt.emulate(bld, a, b, c, mode="ptx", source=src)       # with its barrier: no race
