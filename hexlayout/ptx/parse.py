@@ -443,19 +443,23 @@ class _Scopes:
         return name
 
 
-def _rename(op: Operand, scope: int, sc: _Scopes) -> Operand:
+def _rename(op: Operand, scope: int, sc: _Scopes, regs: dict[str, str]) -> Operand:
+    """``op`` with scoped names resolved; a plain name that is a declared register (inline
+    asm may declare ``.reg .b32 c;``) becomes a ``Reg``."""
     if isinstance(op, Reg):
         return Reg(sc.resolve(op.name, scope), op.neg)
     if isinstance(op, Sym):
-        return Sym(sc.resolve(op.name, scope))
+        name = sc.resolve(op.name, scope)
+        return Reg(name) if name in regs else Sym(name)
     if isinstance(op, Vec):
-        return Vec(tuple(_rename(x, scope, sc) for x in op.items))
+        return Vec(tuple(_rename(x, scope, sc, regs) for x in op.items))
     if isinstance(op, Addr):
-        return Addr(_rename(op.base, scope, sc) if op.base is not None else None, op.offset)  # type: ignore[arg-type]
+        base = _rename(op.base, scope, sc, regs) if op.base is not None else None
+        return Addr(base, op.offset)  # type: ignore[arg-type]
     if isinstance(op, TensorAddr):
-        return TensorAddr(_rename(op.addr, scope, sc), _rename(op.coords, scope, sc))  # type: ignore[arg-type]
+        return TensorAddr(_rename(op.addr, scope, sc, regs), _rename(op.coords, scope, sc, regs))  # type: ignore[arg-type]
     if isinstance(op, Pair):
-        return Pair(_rename(op.first, scope, sc), _rename(op.second, scope, sc))  # type: ignore[arg-type]
+        return Pair(_rename(op.first, scope, sc, regs), _rename(op.second, scope, sc, regs))  # type: ignore[arg-type]
     return op
 
 
@@ -622,7 +626,7 @@ def parse_ptx(text: str) -> Module:
 def _finish(entry: Entry, scopes: _Scopes, pending: list[tuple[Instruction, int]]) -> None:
     """Resolve scoped names now that every scope's declarations (labels included) are known."""
     for ins, scope in pending:
-        if scope:
-            ins.operands = [_rename(o, scope, scopes) for o in ins.operands]
+        if scope or any(isinstance(o, (Sym, Addr, Vec)) for o in ins.operands):
+            ins.operands = [_rename(o, scope, scopes, entry.regs) for o in ins.operands]
             if ins.guard is not None:
-                ins.guard = _rename(ins.guard, scope, scopes)  # type: ignore[assignment]
+                ins.guard = _rename(ins.guard, scope, scopes, entry.regs)  # type: ignore[assignment]

@@ -129,3 +129,14 @@ def test_real_nvrtc_ptx_parses() -> None:
     assert e.name == g.name and len(e.params) == len(g.args)
     assert sum(i.opcode.startswith("mma.sync") for i in e.body) >= 8
     assert all(i.loc is not None for i in e.body)
+
+
+def test_inline_asm_registers_without_percent() -> None:
+    """cuda_bf16.hpp's inline asm declares ``.reg .b32 c;`` and uses ``c`` as a register."""
+    asm = "\t{\n\t.reg .b32 c;\n\tmov.b32 c, 0xbf80bf80U;\n\tfma.rn.bf16x2 %r1, %r2, %r3, c;\n\t}\n"
+    text = SAMPLE.replace("\tret;", asm + "\tret;")
+    e = parse_ptx(text).entry()
+    mov, fma = e.body[-3], e.body[-2]
+    assert isinstance(mov.operands[0], Reg) and mov.operands[0].name.startswith("c@")
+    assert mov.operands[1] == Imm(0xBF80BF80) and fma.operands[3] == mov.operands[0]
+    assert e.regs[mov.operands[0].name] == "b32"
