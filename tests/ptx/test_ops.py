@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import hexlayout.ptx.execute as X
+from hexlayout.ptx import handled, parse_ptx
 from tests.ops.test_kv_cache import _caches, _reference
 from tests.ops.test_paged_attention_op import _check, make_case, reference
 
@@ -17,9 +18,13 @@ def ptx_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     runs: list[str] = []
     real = X.run_ptx
 
-    def counting(*args, **kw):
+    def counting(ptx, *args, **kw):
         runs.append(kw.get("kernel", ""))
-        return real(*args, **kw)
+        module = parse_ptx(ptx) if isinstance(ptx, str) else ptx
+        ops = {i.opcode for i in module.entry(kw.get("entry")).body}
+        unhandled = sorted(o for o in ops if not handled(o))
+        assert not unhandled, f"{runs[-1]}: its PTX holds opcodes the executor does not handle: {unhandled}"
+        return real(ptx, *args, **kw)
 
     monkeypatch.setattr(X, "run_ptx", counting)
     monkeypatch.setattr("hexlayout.ptx.run_ptx", counting)
@@ -50,3 +55,16 @@ def test_paged_attention_gqa_causal(ptx_runs: list[str]) -> None:
     out, lse = paged_attention(**a, return_lse=True)
     _check(out, lse, reference(a), a["q"].shape[0], 2e-3)
     assert ptx_runs
+
+
+def test_fused_moe_bf16(ptx_runs: list[str]) -> None:
+    """Routing (moe_align), gate-up with SiLU, down, and the top-k sum, all from their PTX."""
+    from hexlayout.ops import fused_moe
+
+    from tests.ops.test_moe_op import close, make
+    from tests.ops.test_moe_op import reference as moe_reference
+
+    x, w13, w2, tw, ids = make(5, 64, 64, 8, 2, torch.bfloat16, seed=9, experts_used=6)
+    out = fused_moe(x, w13, w2, tw, ids, activation="silu")
+    close(out, moe_reference(x, w13, w2, tw, ids, "silu"), torch.bfloat16)
+    assert {"moe_gate_up_bf16_silu", "moe_down_bf16", "moe_sum_bf16"} <= set(ptx_runs)
