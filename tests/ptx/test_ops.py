@@ -68,3 +68,14 @@ def test_fused_moe_bf16(ptx_runs: list[str]) -> None:
     out = fused_moe(x, w13, w2, tw, ids, activation="silu")
     close(out, moe_reference(x, w13, w2, tw, ids, "silu"), torch.bfloat16)
     assert {"moe_gate_up_bf16_silu", "moe_down_bf16", "moe_sum_bf16"} <= set(ptx_runs)
+
+
+def test_fused_moe_w4a16_bf16_awq(ptx_runs: list[str]) -> None:
+    """The int4 dequantization (prmt, lop3-style bit tricks, bf16x2 fma from cuda_bf16.hpp's
+    inline asm with its own ``.reg .b32 c``) runs from PTX: the case that found the parser's
+    scoped-register bug."""
+    from tests.ops.test_moe_wna16 import _bound, _run
+
+    out, want = _run("awq", 4, 64, torch.bfloat16, 3, 8, 2, "silu", "random", seed=17)
+    assert (out.double() - want).abs().max().item() <= _bound(torch.bfloat16) * want.abs().max().item()
+    assert any(r.startswith("moe_wna16_gate_up_bf16_w4") for r in ptx_runs)
