@@ -79,3 +79,20 @@ def test_fused_moe_w4a16_bf16_awq(ptx_runs: list[str]) -> None:
     out, want = _run("awq", 4, 64, torch.bfloat16, 3, 8, 2, "silu", "random", seed=17)
     assert (out.double() - want).abs().max().item() <= _bound(torch.bfloat16) * want.abs().max().item()
     assert any(r.startswith("moe_wna16_gate_up_bf16_w4") for r in ptx_runs)
+
+
+def test_fused_moe_fp8_sm89(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """FP8 (e4m3) MoE on sm_89: activation quantization (cvt.rn.satfinite.e4m3x2.f32) and
+    mma.sync m16n8k32 e4m3, from their PTX."""
+    import hexlayout.ops
+    from hexlayout.ops.moe_fp8 import prepare_fp8
+
+    from tests.ops.test_moe_fp8 import check
+    from tests.ops.test_moe_fp8 import make as fp8_make
+    from tests.ops.test_moe_fp8 import reference as fp8_reference
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
+    x, w13, s13, w2, s2, tw, ids = fp8_make(0, 1, 128, 64, 8, 1, torch.bfloat16, False)
+    out = hexlayout.ops.fused_moe(x, prepare_fp8(w13, s13), prepare_fp8(w2, s2), tw, ids, activation="silu")
+    check(out, *fp8_reference(x, w13, s13, w2, s2, tw, ids, False, "silu"))
+    assert any("fp8_gate_up" in r for r in ptx_runs) and any("fp8_quant" in r for r in ptx_runs)
