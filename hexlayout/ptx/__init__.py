@@ -49,8 +49,17 @@ opcode -- forms implemented -- module:
   visible at once) -- execute
 
 Not implemented (``UnsupportedInstructionError`` naming the PTX line when executed):
-mbarrier, cp.async.bulk (TMA), wgmma, setmaxnreg, cluster instructions, ``bar.red``,
-``call``, ``mma`` shapes other than the above.
+mbarrier, cp.async.bulk (TMA), wgmma, setmaxnreg, elect, cluster instructions, ``bar.red``,
+``call``, ``mma`` shapes other than the above, ``prmt`` modes other than the default.
+
+Where they occur: the PTX of the sm_80 / sm_89 builds of GEMM, paged attention (and its
+split-KV combine), ``reshape_and_cache``, MoE (align, gate-up, down, sum, split-K), W4A16 /
+W8A16 MoE and FP8 MoE holds only handled opcodes, and those ops run in PTX mode in
+``tests/ptx`` (``test_opcode_coverage`` checks the opcode sets). Every sm_90a GEMM,
+attention and MoE kernel uses wgmma (and TMA / mbarrier), so none runs here yet.
+
+Limits: warps run in lockstep with per-thread masks, so a missing ``__syncwarp`` is not
+seen; race detection compares accesses of different warps only, and not atomics.
 """
 
 from .errors import (
