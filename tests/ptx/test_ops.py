@@ -96,3 +96,17 @@ def test_fused_moe_fp8_sm89(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch
     out = hexlayout.ops.fused_moe(x, prepare_fp8(w13, s13), prepare_fp8(w2, s2), tw, ids, activation="silu")
     check(out, *fp8_reference(x, w13, s13, w2, s2, tw, ids, False, "silu"))
     assert any("fp8_gate_up" in r for r in ptx_runs) and any("fp8_quant" in r for r in ptx_runs)
+
+
+def test_attention_varlen_causal_ragged(ptx_runs: list[str]) -> None:
+    """Varlen prefill (sm_80 kernel) with q / k / v strided views of a fused QKV tensor."""
+    from hexlayout.ops.attention_varlen import attention_varlen
+
+    from tests.ops.test_attention_varlen_op import _check as varlen_check
+    from tests.ops.test_attention_varlen_op import make_case as varlen_case
+    from tests.ops.test_attention_varlen_op import reference as varlen_reference
+
+    a = varlen_case(5, [3, 17, 0], [3, 17, 0], 4, 2, 64, torch.float16)
+    out, lse = attention_varlen(**a, causal=True, return_lse=True)
+    varlen_check(out, lse, varlen_reference(a, None, True), a["q"].shape[0], torch.float16)
+    assert ptx_runs
