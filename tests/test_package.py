@@ -14,8 +14,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Layers from DESIGN.md, bottom first. A package may import only those listed before it.
-LAYERS = ["layout", "arch", "draw", "ir", "lang", "synth", "codegen", "emulator", "runtime", "fusion", "ops",
-          "integrations"]
+LAYERS = ["layout", "arch", "draw", "ir", "lang", "synth", "codegen", "emulator", "ptx", "runtime", "fusion",
+          "ops", "integrations"]
 #: layers installed as hexlayout.<name> from a top-level directory of the repository
 _TOP_LEVEL = ("ops", "integrations")
 

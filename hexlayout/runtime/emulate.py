@@ -11,6 +11,11 @@ numpy array sharing its memory (bf16 and fp8 through ``ml_dtypes`` views), runs
 tensors in place. Returns the ``EmulatorReport`` (bank conflicts, sectors, time).
 
 The emulator runs every thread of every block on the CPU: use it on small problems.
+
+Two modes: ``"ir"`` runs the lowered program (``hexlayout.emulator``); ``"ptx"`` runs the
+PTX that NVRTC produced from the printed CUDA source (``hexlayout.ptx``, see
+``emulate_ptx``), so printing and compilation are checked too. ``mode=None`` reads
+``HEXLAYOUT_EMULATE`` (``ptx`` selects PTX mode, anything else the IR emulator).
 """
 
 from __future__ import annotations
@@ -57,17 +62,27 @@ def as_numpy(t: Any, dtype: Any = None) -> Any:
 
 
 def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_races: bool = True,
-            count: bool = True, **kwargs: Any) -> Any:
+            count: bool = True, mode: str | None = None, source: str | None = None, **kwargs: Any) -> Any:
     """Run ``build``'s lowered kernel in the CPU emulator; tensors are updated in place.
 
     ``build``: a ``Build``, or a ``LoweredProgram`` / ``LoweredKernel`` (e.g. from
     ``hexlayout.ir.lower.kernel.lower_kernel``). ``args`` / ``kwargs``: the kernel's parameters
     (CPU torch tensors or numpy arrays, and scalars), positionally in declaration order or by
     name. ``blocks``: only these blocks (default: the whole grid). ``check_races`` /
-    ``count``: as ``hexlayout.emulator.run``. Raises ``ArgumentError`` before running when
-    an argument does not fit the kernel.
+    ``count``: as ``hexlayout.emulator.run``. ``mode``: ``"ir"``, ``"ptx"`` or ``None`` (from
+    ``HEXLAYOUT_EMULATE``); ``source``: PTX mode only, CUDA text to compile instead of the
+    printed one. Raises ``ArgumentError`` before running when an argument does not fit the
+    kernel. Returns the ``EmulatorReport`` (IR mode) or the ``PtxRunReport`` (PTX mode).
     """
     from hexlayout.emulator import run
+
+    from .torch_ops import emulation_mode
+
+    mode = mode or emulation_mode() or "ir"
+    if mode not in ("ir", "ptx"):
+        raise ValueError(f"emulation mode {mode!r} is not 'ir' or 'ptx'")
+    if source is not None and mode != "ptx":
+        raise ValueError("source= replaces the printed CUDA text of PTX mode; pass mode='ptx'")
 
     build, kernel = _as_build(build)
     plan = kernel_plan(build)
@@ -90,6 +105,11 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
     if _LAUNCH_LOGS:
         launched(build, plan.name, bound, "cpu")
     with profiled(plan.name):
+        if mode == "ptx":
+            from .emulate_ptx import emulate_ptx
+
+            return emulate_ptx(build, kernel, bound, arrays, blocks=blocks, source=source,
+                               check_races=check_races)
         return run(kernel, arrays, blocks, check_races=check_races, count=count)
 
 

@@ -1,0 +1,123 @@
+"""Errors of the PTX executor: the emulator's error kinds, located by PTX line.
+
+Each error names the kernel, the PTX line and instruction, the CUDA source line the
+``.loc`` before it points to (with the hexlayout source line the code generator's comment
+above it names), the block and thread, and the buffer or tensor and address involved. They
+subclass the emulator's ``EmulationError`` kinds, so ``except OutOfBoundsError`` catches an
+out-of-bounds access in either mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hexlayout.emulator.errors import (
+    DeadlockError,
+    DivergenceError,
+    EmulationError,
+    IllegalInstructionError,
+    MisalignedAccessError,
+    OutOfBoundsError,
+    RaceError,
+)
+
+__all__ = [
+    "PtxError",
+    "PtxOutOfBoundsError",
+    "PtxMisalignedAccessError",
+    "PtxDeadlockError", "PtxRaceError",
+    "PtxDivergenceError",
+    "PtxIllegalInstructionError",
+    "UnsupportedInstructionError",
+    "PtxSite",
+]
+
+
+class PtxSite:
+    """Where an instruction is: PTX line and text, the CUDA line and its text, the hexlayout
+    source line named by the generated code's comment (``file.py:NN [origin] code``)."""
+
+    def __init__(
+        self,
+        ptx_line: int,
+        opcode: str,
+        text: str,
+        cuda_line: int | None = None,
+        cuda_text: str = "",
+        source: str = "",
+    ) -> None:
+        self.ptx_line, self.opcode, self.text = ptx_line, opcode, text
+        self.cuda_line, self.cuda_text, self.source = cuda_line, cuda_text, source
+
+    def describe(self) -> str:
+        s = f"PTX line {self.ptx_line}: `{' '.join(self.text.split())}`"
+        if self.cuda_line is not None:
+            s += f"\n  CUDA line {self.cuda_line}: `{self.cuda_text.strip()}`"
+        if self.source:
+            s += f"\n  source: {self.source}"
+        return s
+
+
+class PtxError(EmulationError):
+    """Base of the PTX executor's errors; ``site`` (a ``PtxSite``) says where."""
+
+    kind = "PTX execution error"
+
+    def __init__(self, detail: str, *, site: PtxSite | None = None, **kw: Any) -> None:
+        self.site = site
+        super().__init__(detail, **kw)
+
+    @property
+    def ptx_line(self) -> int | None:
+        return None if self.site is None else self.site.ptx_line
+
+    @property
+    def opcode(self) -> str:
+        return "" if self.site is None else self.site.opcode
+
+    @property
+    def cuda_line(self) -> int | None:
+        return None if self.site is None else self.site.cuda_line
+
+    def _format(self) -> str:
+        head = f"{self.kind} (PTX mode)"
+        if self.kernel:
+            head += f" in kernel {self.kernel!r}"
+        if self.block is not None:
+            head += f", block {self.block}"
+        if self.thread is not None:
+            head += f", thread {self.thread}"
+        lines = [head + ":", f"  {self.detail}"]
+        if self.site is not None:
+            lines.append(f"  at {self.site.describe()}")
+        return "\n".join(lines)
+
+
+class PtxOutOfBoundsError(PtxError, OutOfBoundsError):
+    kind = "out-of-bounds access"
+
+
+class PtxMisalignedAccessError(PtxError, MisalignedAccessError):
+    kind = "misaligned access"
+
+
+class PtxRaceError(PtxError, RaceError):
+    kind = "shared-memory race"
+
+
+class PtxDeadlockError(PtxError, DeadlockError):
+    kind = "deadlock"
+
+
+class PtxDivergenceError(PtxError, DivergenceError):
+    kind = "divergence"
+
+
+class PtxIllegalInstructionError(PtxError, IllegalInstructionError):
+    kind = "illegal instruction"
+
+
+class UnsupportedInstructionError(PtxIllegalInstructionError):
+    """An opcode (or a form of one) the executor does not implement."""
+
+    kind = "unsupported PTX instruction"
