@@ -54,6 +54,7 @@ QUICK = (
     "tests/fusion/test_mechanism_docs.py",
     "tests/ops/test_attention_args.py", "tests/ops/test_moe_kernel_lines.py",
     "tests/integrations/test_vllm_plugin_config.py",
+    "tests/ptx/test_parse.py", "tests/ptx/test_semantics.py",
 )
 
 
