@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .args import MisalignedArgumentError, kernel_plan
+from .emulation import emulation_mode
 from .launch_log import _LOGS as _LAUNCH_LOGS
 from .launch_log import launched, profiled
 from .specialize import build_for_call
@@ -76,8 +77,6 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
     """
     from hexlayout.emulator import run
 
-    from .torch_ops import emulation_mode
-
     mode = mode or emulation_mode() or "ir"
     if mode not in ("ir", "ptx"):
         raise ValueError(f"emulation mode {mode!r} is not 'ir' or 'ptx'")
@@ -91,7 +90,8 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
         bound = plan.bind(vals, "cpu")
     except MisalignedArgumentError as e:            # a build specialized on the call's alignment
         special = build_for_call(build, plan, vals, "cpu", e)
-        return emulate(special, *args, blocks=blocks, check_races=check_races, count=count, **kwargs)
+        return emulate(special, *args, blocks=blocks, check_races=check_races, count=count, mode=mode,
+                       source=source, **kwargs)
     arrays: dict[str, Any] = {}
     for t in plan.tensors:      # strided views too: bind checked their strides
         arrays[t.param.name] = as_numpy(vals[t.index], t.param.dtype)

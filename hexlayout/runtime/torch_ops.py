@@ -60,19 +60,18 @@ schema for a defined name is an error. ``defined_ops()`` lists every ``Op`` defi
 from __future__ import annotations
 
 import numbers
-import os
 from collections.abc import Callable
 from typing import Any
 
 from hexlayout.errors import HexlayoutError
 
 from .args import ArgumentError, ArgumentTypeError
+from .emulation import EMULATE_ENV, emulation_enabled, emulation_mode
 
 __all__ = ["define_op", "defined_ops", "Op", "run_build", "launcher_for", "emulation_enabled",
            "EmulationDisabledError", "EMULATE_ENV", "NAMESPACE", "emulation_mode"]
 
 #: The environment variable that enables the CPU (emulator) implementations.
-EMULATE_ENV = "HEXLAYOUT_EMULATE"
 #: The torch.library namespace of hexlayout ops.
 NAMESPACE = "hexlayout"
 
@@ -81,32 +80,6 @@ Fn = Callable[..., Any]
 
 class EmulationDisabledError(HexlayoutError, RuntimeError):
     """A hexlayout op got CPU tensors while ``HEXLAYOUT_EMULATE`` is not ``1``."""
-
-
-_ENVIRON_TYPE = type(os.environ)
-try:
-    _EMULATE_RAW: Any = os.environ.encodekey(EMULATE_ENV)  # type: ignore[attr-defined]
-    _ONE_RAW: Any = os.environ.encodevalue("1")  # type: ignore[attr-defined]
-    _PTX_RAW: Any = os.environ.encodevalue("ptx")  # type: ignore[attr-defined]
-except AttributeError:  # pragma: no cover - a platform without the encoded mapping
-    _EMULATE_RAW = None
-
-
-def emulation_enabled() -> bool:
-    """Whether CPU tensors may run through the emulator (``HEXLAYOUT_EMULATE=1``: the IR
-    emulator; ``HEXLAYOUT_EMULATE=ptx``: the PTX executor), read at each call (from
-    ``os.environ``'s encoded mapping where it has one: no decoding per call)."""
-    env = os.environ
-    if type(env) is _ENVIRON_TYPE and _EMULATE_RAW is not None:
-        v = env._data.get(_EMULATE_RAW)  # type: ignore[attr-defined]
-        return v == _ONE_RAW or v == _PTX_RAW
-    return env.get(EMULATE_ENV, "") in ("1", "ptx")
-
-
-def emulation_mode() -> str | None:
-    """``"ir"`` (``HEXLAYOUT_EMULATE=1``), ``"ptx"`` (``HEXLAYOUT_EMULATE=ptx``) or ``None``."""
-    v = os.environ.get(EMULATE_ENV, "")
-    return "ir" if v == "1" else "ptx" if v == "ptx" else None
 
 
 class Op:
