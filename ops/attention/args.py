@@ -209,7 +209,7 @@ def check_paged_attention(
         raise ArgumentError(op, "q", f"has head size {dq}, the caches {d}")
     if h % kvh:
         raise ArgumentError(op, "q", f"has {h} heads, not a multiple of the caches' {kvh} KV heads")
-    check_rows(op, "q", q)
+    check_rows(op, "q", q, copied=True)
     b = seqused_k.shape[0]
     if cu_seqlens_q.shape[0] != b + 1:
         raise ArgumentError(
@@ -319,7 +319,7 @@ def check_attention_varlen(
     if kvh == 0 or h % kvh:
         raise ArgumentError(op, "q", f"has {h} heads, not a multiple of k's {kvh} KV heads")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        check_rows(op, name, t)
+        check_rows(op, name, t, copied=True)
     if tq * h > INT32_MAX:
         raise ArgumentError(op, "q", f"has {tq} x {h} rows; the kernels index with 32-bit int")
     if content_checks(cu_seqlens_q):

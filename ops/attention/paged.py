@@ -46,7 +46,7 @@ import math
 from typing import Any
 
 from ..host.device import kernel_arch, sm_count
-from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_paged_attention, head_dim_tile
 from .kernels_sm90 import paged_attention_sm90_kernel
@@ -165,9 +165,11 @@ def run_paged_attention(
     num_splits: int = 0,
     max_seqlen_k: int = 0,
 ) -> tuple[Any, Any]:
-    """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given."""
+    """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given (``q`` read
+    in place, or from a contiguous copy when 16-byte row vectors cannot)."""
     import torch
 
+    q = rows_input(q)
     tq, h, d = q.shape
     kc = key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2)
     vc = value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2)

@@ -37,7 +37,7 @@ import math
 from typing import Any
 
 from ..host.device import kernel_arch
-from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_attention_varlen, head_dim_tile
 from .kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
@@ -133,6 +133,7 @@ def run_attention_varlen(
     ``[-left, right]``, causal making ``right = min(right, 0)``, an unbounded side ``2^30``."""
     import torch
 
+    q, k, v = rows_input(q), rows_input(k), rows_input(v)   # in place, or copies 16-byte vectors can read
     tq, h, d = q.shape
     fresh = torch.zeros if q.device.type == "cpu" else torch.empty
     if out is None:

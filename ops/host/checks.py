@@ -7,7 +7,8 @@ from typing import Any
 
 from hexlayout.runtime.args import INT32_MAX, ArgumentError, ArgumentTypeError
 
-__all__ = ["kind", "is_real", "check_tensors", "check_device", "check_rows", "check_dtype", "int_arg",
+__all__ = ["kind", "is_real", "check_tensors", "check_device", "check_rows", "rows_fit", "check_dtype",
+           "int_arg",
            "real_arg"]
 
 
@@ -49,10 +50,31 @@ def check_device(op: str, first: tuple[str, Any], others: list[tuple[str, Any]])
             )
 
 
-def check_rows(op: str, name: str, t: Any) -> None:
-    """A contiguous last dimension, the other strides multiples of 8 elements and a 16-byte
-    aligned start (the kernels move 16-byte vectors), offsets within 32-bit indexing."""
+def rows_fit(t: Any) -> bool:
+    """Whether the kernels' 16-byte row vectors read ``t`` in place: a contiguous last dimension,
+    the other strides multiples of 8 elements and a 16-byte aligned start (meta / fake tensors:
+    by their storage offset)."""
     if t.numel() == 0:
+        return True
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        return False
+    if any(n > 1 and s % 8 for s, n in zip(t.stride()[:-1], t.shape[:-1])):
+        return False
+    off = t.data_ptr() % 16 if is_real(t) else t.storage_offset() * t.element_size() % 16
+    return off == 0
+
+
+def check_rows(op: str, name: str, t: Any, *, copied: bool = False) -> None:
+    """``rows_fit(t)`` (the kernels move 16-byte vectors; the error says which stride or offset
+    breaks it), offsets within 32-bit indexing. ``copied``: ``t`` is an input the op reads from a
+    contiguous copy when it does not fit (``host.launch.rows_input``): only the copy's size is
+    checked."""
+    if t.numel() == 0:
+        return
+    if copied:
+        if t.numel() > INT32_MAX:
+            raise ArgumentError(op, name, f"has {t.numel()} elements; the kernels index with 32-bit int "
+                                "(< 2^31)")
         return
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         raise ArgumentError(

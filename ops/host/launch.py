@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .checks import is_real
+from .checks import is_real, rows_fit
 from .device import kernel_arch
 
-__all__ = ["build_for", "run_kernel", "lang_dtype", "content_checks", "CHECK_ENV"]
+__all__ = ["build_for", "run_kernel", "lang_dtype", "content_checks", "rows_input", "CHECK_ENV"]
 
 CHECK_ENV = "HEXLAYOUT_CHECK"
 
@@ -63,3 +63,14 @@ def run_kernel(
     for i in outputs:
         if conv[i] is not args[i]:
             args[i].copy_(conv[i])
+
+
+def rows_input(t: Any) -> Any:
+    """An input tensor as the kernels read it: ``t`` itself when its rows fit 16-byte vectors
+    in place (``checks.rows_fit``), else a contiguous copy in fresh (16-byte aligned) storage -
+    a strided or offset view is never refused for its layout."""
+    if rows_fit(t):
+        return t
+    import torch
+
+    return t.clone(memory_format=torch.contiguous_format)

@@ -60,7 +60,7 @@ def check_reshape_and_cache(
     if slot_mapping.shape[0] != t:
         raise ArgumentError(op, "slot_mapping", f"has {slot_mapping.shape[0]} entries, key {t} tokens")
     for name, x in (("key", key), ("value", value)):
-        check_rows(op, name, x)
+        check_rows(op, name, x, copied=True)
     if slot_mapping.numel() > 1 and slot_mapping.stride(0) != 1:
         raise ArgumentError(
             op, "slot_mapping", f"has stride {slot_mapping.stride(0)}, expected contiguous (1)"

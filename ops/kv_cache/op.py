@@ -117,9 +117,11 @@ def reshape_and_cache(
 def run_reshape_and_cache(
     key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_layout: str
 ) -> None:
-    """``reshape_and_cache`` on arguments ``check_reshape_and_cache`` accepted."""
-    from ..host.launch import build_for, run_kernel
+    """``reshape_and_cache`` on arguments ``check_reshape_and_cache`` accepted (``key`` /
+    ``value`` read in place, or from contiguous copies when 16-byte row vectors cannot)."""
+    from ..host.launch import build_for, rows_input, run_kernel
 
+    key, value = rows_input(key), rows_input(value)
     t = key.shape[0]
     if t == 0:
         return

@@ -143,6 +143,23 @@ def test_matches_float64(
     _check(out, lse, want, a["q"].shape[0], dtype)
 
 
+def test_q_k_v_of_any_layout_are_read() -> None:
+    """q 2 bytes off 16-byte alignment and k / v with every other element (views 16-byte row
+    vectors cannot read in place) give what their contiguous copies give: read from copies,
+    never refused."""
+    a = make_case(11, [7, 30], [7, 30], 4, 2, 64)
+    q, k, v = a["q"], a["k"], a["v"]
+    q_off = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape)
+    q_off.copy_(q)
+    k_odd = torch.empty(*k.shape[:-1], 2 * k.shape[-1], dtype=k.dtype)[..., ::2]
+    k_odd.copy_(k)
+    v_odd = torch.empty(*v.shape[:-1], 2 * v.shape[-1], dtype=v.dtype)[..., 1::2]
+    v_odd.copy_(v)
+    want = attention_varlen(**a, causal=True)
+    got = attention_varlen(**{**a, "q": q_off, "k": k_odd, "v": v_odd}, causal=True)
+    assert torch.equal(got, want)
+
+
 def test_padding_rows_untouched_and_torch_op() -> None:
     """Rows past cu_seqlens_q[-1] are not written (and padding K/V rows, NaN here, never read);
     the torch op returns (out, lse) and agrees with the function."""

@@ -217,6 +217,20 @@ def test_torch_op_and_padding_rows_untouched() -> None:
     assert torch.equal(o2[:4], out[:4]) and torch.equal(l2[:, :4], lse[:, :4])
 
 
+@pytest.mark.parametrize("layout", ["offset", "every_other"])
+def test_q_of_any_layout_is_read(layout: str) -> None:
+    """q 2 bytes off 16-byte alignment, or every other element of a wider tensor (views that
+    16-byte row vectors cannot read in place), gives what its contiguous copy gives."""
+    a = make_case(9, [2, 5], [40, 17], 4, 2, 64, 16)
+    q = a["q"]
+    if layout == "offset":
+        odd = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape)
+    else:
+        odd = torch.empty(*q.shape[:-1], 2 * q.shape[-1], dtype=q.dtype)[..., ::2]
+    odd.copy_(q)
+    assert torch.equal(paged_attention(**{**a, "q": odd}), paged_attention(**a))
+
+
 def test_fake_tensors() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
