@@ -55,14 +55,19 @@ _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 
 def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mask: Any = None,
-         mbarrier: BarrierRef | Any = None, multicast: int | None = None) -> Tile | None:
+         mbarrier: BarrierRef | Any = None, multicast: int | None = None, *,
+         other: float | None = None) -> Tile | None:
     """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
 
     ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
     global->register, global->shared, shared->register, register->shared, register->global
     and shared->global (a register->register change of layout is ``hl.rearrange``). A global
     view (``hl.view``) with ragged-edge extents reads its out-of-bounds elements as 0 and
-    never writes them. Synthesis chooses the instruction (vectorized ld/st.global,
+    never writes them; those elements are the view's *padding*, and no reduction counts them
+    (``hl.reduce`` takes them as its identity, through any elementwise math in between;
+    ``hexlayout.ir.padding``). ``other=v`` (a global -> register load, as Triton's ``other``)
+    reads them as ``v`` instead, a value like any other that every later op, reductions
+    included, takes as it is. Synthesis chooses the instruction (vectorized ld/st.global,
     cp.async, ldmatrix/stmatrix, TMA) and the layouts of both tiles unless they are given.
     A cp.async copy is asynchronous: close its group with ``hl.commit_group()`` and wait
     with ``hl.wait_group(n)`` before reading ``dst``.
@@ -86,6 +91,8 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             (``.multicast::cluster``) writes the tile into ``dst`` of every CTA in the mask and
             completes its bytes on each one's barrier at the same index, so each of them
             expects them (``hl.arrive(..., tx_bytes=)``) although a peer issued the copy.
+        other (float | None): a global -> register copy only: the value its out-of-bounds
+            (and masked-off) elements read; ``None``: 0, as padding that reductions skip.
 
     A 4-bit global view (``hl.view`` of a ``u4`` / ``s4`` argument, ``hexlayout.lang.
     packed_global``) copies to or from register tiles of ``u8`` / ``s8``: ``w =
@@ -102,7 +109,8 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             the six above; the shapes or the element types differ; ``instruction`` is
             unknown, not a copy atom, or copies between other memory spaces; ``mask`` is
             neither an expression nor a register predicate tile of the copy's shape;
-            ``mbarrier`` is given for a copy that is not global->shared.
+            ``mbarrier`` is given for a copy that is not global->shared; ``other`` is given
+            for a copy that is not global->register or is not a number of ``dst``'s type.
 
     Example:
         Stage a tile of ``a`` through shared memory into registers and store it to ``c``::
@@ -118,6 +126,17 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
 
             tk = stage.trace()
             assert [op.name for op in tk.body.ops].count("Copy") == 3
+
+        A row max of a ragged tile whose padding reads -inf (no masking needed, none done)::
+
+            @hl.kernel(threads=128)
+            def rowmax(x: hl.f32["M", "N"].aligned(4), y: hl.f32["M", 1]):
+                r = hl.register(hl.f32, (64, 64))
+                hl.copy(x.tile((64, 64), (0, 0)), r, other=float("-inf"))
+                hl.copy(hl.max_reduce(r, 1), y.tile((64, 1), (0, 0)))
+
+            tk = rowmax.trace()
+            assert tk.body.ops[2].other == float("-inf") and tk.body.ops[3].valid is None
     """
     if isinstance(src, PackedView) or isinstance(dst, PackedView):   # a 4-bit global tensor
         return copy_packed(src, dst, instruction, mask)
@@ -167,7 +186,29 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
         bar, bidx = ref.bar, ref.index
     if multicast is not None:
         _check_multicast(ctx, loc, multicast, bar)
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc))
+    fill = None if other is None else _other(ctx, loc, other, s, d, pair)
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill))
+
+
+def _other(ctx: Any, loc: Any, other: Any, s: Tile, d: Tile, pair: str) -> float:
+    """The ``other=`` of a copy, checked: a number of ``d``'s type, a global -> register copy."""
+    if (s.scope, d.scope) != (G, R):
+        raise ctx.error("copy", loc, f"other= is the value a global -> register load reads out of bounds; "
+                        f"not for {pair}")
+    if isinstance(other, bool) or not isinstance(other, (int, float)):
+        raise ctx.error("copy", loc, f"other={other!r} must be a number")
+    if d.dtype.kind in ("int", "uint"):
+        if other != other or other in (float("inf"), float("-inf")) or other != int(other):
+            raise ctx.error("copy", loc, f"other={other!r} is not an integer of {describe(d.value)}; "
+                            "use the type's smallest / largest value")
+        bits = d.dtype.bits
+        signed = d.dtype.kind == "int"
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not lo <= other <= hi:
+            raise ctx.error("copy", loc, f"other={other!r} is outside the range [{lo}, {hi}] of "
+                            f"{describe(d.value)}")
+        return int(other)
+    return float(other)
 
 
 def _check_multicast(ctx: Any, loc: Any, mask: Any, bar: Any) -> None:
