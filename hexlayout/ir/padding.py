@@ -32,7 +32,10 @@ Transfer rules, per op:
 - ``hl.where(cond, a, b)``: as above, and it clears lost padding (the kernel masked
   explicitly, e.g. attention's key mask);
 - ``reduce`` along ``axis``: ``valid = extents[axis]`` (none when the padding already holds
-  the identity: a sum of a load's zeros); the result is padded along the other modes;
+  the identity: a sum of a load's zeros); the result is padded along the other modes. Unless
+  an mma or a copy to shared memory reads the source's buffer, the reduction overwrites its
+  padding with the identity in place (``Reduce.overwrite``; the padding is nobody's data), so
+  no second copy of the tile lives on and later math sees the identity (``exp(-inf - m) = 0``);
 - ``mma``: the sum over K is right only when K's padding is 0, so padding of unknown or
   non-zero value along K is refused; the result is padded along M where ``a`` is and along
   N where ``b`` is;
@@ -196,6 +199,13 @@ class _Analysis:
         self.state: dict[int, Pad | None] = {}      # buffer (root value) id -> its contents' padding
         self.views: dict[int, Op] = {}              # a view's value id -> the op defining it
         self.globals: dict[int, Pad | None] = {}    # a global view's value id -> its padding
+        # buffers whose padding's value matters (mma operands, sources of copies to shared memory)
+        self.kept: set[int] = set()
+        for op in tk.body.walk():
+            if isinstance(op, Mma):
+                self.kept |= {op.a.root.id, op.b.root.id}
+            elif isinstance(op, Copy) and op.dst.scope == Scope.SHARED:
+                self.kept.add(op.src.root.id)
 
     # --- errors ----------------------------------------------------------------------------
     def fail(self, op: Op, detail: str) -> PaddingError:
@@ -343,7 +353,7 @@ class _Analysis:
 
     def reduce(self, op: Reduce) -> None:
         s = self.read(op.src)
-        op.valid = None
+        op.valid, op.overwrite = None, False
         shape = tuple(op.result.type.shape)
         if s is None:
             self.write(op.result, None, op)
@@ -357,6 +367,14 @@ class _Analysis:
         e = s.extents[op.axis]
         if e is not None and not _same_value(s.value, IDENTITY[op.fn]):
             op.valid = e
+            # the padding is nobody's data: overwrite it in place with the identity (no copy of the
+            # tile), unless an mma or a copy to shared memory reads the buffer (they need its value)
+            if op.src.id not in self.views and op.src.root.id not in self.kept:
+                op.overwrite = True
+                uniform = all(x is None for k, x in enumerate(s.extents) if k != op.axis)
+                ident = IDENTITY[op.fn] if op.src.type.dtype.kind == "float" else None
+                keep = uniform or _same_value(s.value, ident)
+                self.write(op.src, Pad(s.extents, ident if keep else None), op)
         ext = tuple(None if k == op.axis else x for k, x in enumerate(s.extents))
         self.write(op.result, _make(ext, shape, None), op)
 
@@ -455,6 +473,6 @@ def annotate_padding(tk: TileKernel) -> TileKernel:
     """
     for op in tk.body.walk():
         if isinstance(op, Reduce):
-            op.valid = None
+            op.valid, op.overwrite = None, False
     _Analysis(tk).block(tk.body)
     return tk

@@ -280,7 +280,7 @@ def _fill(p: Printer, op: Fill) -> OpText:
 def _reduce(p: Printer, op: Reduce) -> OpText:
     s = f"{p.val(op.result)} = reduce.{op.fn} %{op.src.name} axis={op.axis}"
     if op.valid is not None:
-        s += f" valid={_e(op.valid)}"
+        s += f" valid={_e(op.valid)}" + (" overwrite" if op.overwrite else "")
     return s
 
 

@@ -361,7 +361,8 @@ class Reduce(Op):
     """``result = fn_i src[..., i, ...]`` along ``axis``. ``valid`` (set by the padding
     analysis, ``hexlayout.ir.padding``): only the elements with coordinate ``< valid`` along
     ``axis`` take part (the rest are the padding of a ragged view: they count as the
-    reduction's identity); ``None``: all of them."""
+    reduction's identity); ``None``: all of them. ``overwrite``: those elements of ``src``
+    are set to the identity in place (padding is nobody's data; no copy of the tile)."""
 
     INPUTS = ("src",)
     OUTPUTS = ("result",)
@@ -371,6 +372,7 @@ class Reduce(Op):
     fn: str
     axis: int
     valid: ExprLike | None = None
+    overwrite: bool = False
 
 
 @dataclass(eq=False)

@@ -127,8 +127,7 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             tk = stage.trace()
             assert [op.name for op in tk.body.ops].count("Copy") == 3
 
-        A row max of a ragged tile whose padding reads -inf (no masking needed, none done)::
-
+            # a row max of a ragged tile whose padding reads -inf (no select needed, none done)
             @hl.kernel(threads=128)
             def rowmax(x: hl.f32["M", "N"].aligned(4), y: hl.f32["M", 1]):
                 r = hl.register(hl.f32, (64, 64))

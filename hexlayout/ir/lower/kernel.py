@@ -569,7 +569,7 @@ class _Lowering:
         tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
         res = lower_reduce(op.fn, dst, src, op.axis, tmp, self.gtid,
                            lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes),
-                           valid=op.valid)
+                           valid=op.valid, overwrite=op.overwrite)
         if not isinstance(res, str) and any(isinstance(i, BarSync) for i in res):
             self.choices.append((op, "warp shuffles + shared memory across warps"))
         if isinstance(res, str):

@@ -138,10 +138,12 @@ def lower_iota(dst: RegisterTile, axis: int, tid: Var) -> list[Instr]:
 
 
 def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int, scratch: RegArray,
-                 tid: Any = None, exchange: Any = None, valid: Any = None) -> list[Instr] | str:
+                 tid: Any = None, exchange: Any = None, valid: Any = None,
+                 overwrite: bool = False) -> list[Instr] | str:
     """``dst = reduce_fn(src, axis)`` (``dst`` has extent 1 along ``axis``); with ``valid`` (an
     integer expression) only the source elements whose coordinate along ``axis`` is below it
-    take part (the others count as the identity; ``tid`` is then needed).
+    take part (the others count as the identity; ``tid`` is then needed); ``overwrite``: the
+    others are set to the identity in ``src`` itself (no copy of the tile lives on).
 
     When the threads sharing a result element lie in several warps, the warps' partials go
     through shared memory: ``exchange(nbytes) -> (SmemBuffer, barrier_factory)`` provides a
@@ -189,6 +191,9 @@ def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int, scrat
             return x
         idx = as_expr(crd2idx(as_expr(tid) + src.threads * v, src.tv.shape, src.tv.stride))
         inside = as_expr(tile_coords(idx, src.shape)[axis]) < as_expr(valid)
+        if overwrite:
+            out.append(Alu("select", x, (inside, x, ident)))
+            return x
         out.append(Alu("select", into, (inside, x, ident)))
         return into
 
