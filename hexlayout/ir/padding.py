@@ -29,8 +29,10 @@ Transfer rules, per op:
   (the smaller extent per mode; a broadcast mode of extent 1 adds none); the padding's
   value is the function of the operands' padding values when every operand is padded
   alike (``exp`` of a 0 padding is 1), else unknown;
-- ``hl.where(cond, a, b)``: as above, and it clears lost padding (the kernel masked
-  explicitly, e.g. attention's key mask);
+- ``hl.where(cond, a, b)``: as above, and it clears lost padding: the kernel masked
+  explicitly (attention's key mask), so what the select leaves in the padding - and what
+  math after it makes of that - is the kernel's (``Pad.masked``): reductions still skip the
+  padding, but an mma takes it as it is;
 - ``reduce`` along ``axis``: ``valid = extents[axis]`` (none when the padding already holds
   the identity: a sum of a load's zeros); the result is padded along the other modes. Unless
   an mma or a copy to shared memory reads the source's buffer, the reduction overwrites its
@@ -112,12 +114,14 @@ class PaddingError(HexlayoutError, ValueError):
 class Pad:
     """Padding in a tile: element ``c`` is padding iff ``c[k] >= extents[k]`` for some ``k``
     (``None``: none along ``k``); each holds ``value`` when known. ``lost``: padding at
-    positions unknown (``why`` says where they were lost)."""
+    positions unknown (``why`` says where they were lost). ``masked``: an explicit select
+    (``hl.where``) is on its path, so its value is the kernel's choice."""
 
     extents: tuple[ExprLike | None, ...] = ()
     value: float | None = None
     lost: bool = False
     why: str = ""
+    masked: bool = False
 
 
 def _static(e: ExprLike | None) -> int | None:
@@ -149,7 +153,7 @@ def _same_pad(a: Pad | None, b: Pad | None) -> bool:
     if a.lost or b.lost:
         return a.lost and b.lost
     return (len(a.extents) == len(b.extents) and all(_same(x, y) for x, y in zip(a.extents, b.extents))
-            and _same_value(a.value, b.value))
+            and _same_value(a.value, b.value) and a.masked == b.masked)
 
 
 def _min(a: ExprLike | None, b: ExprLike | None) -> ExprLike | None:
@@ -170,13 +174,14 @@ def _sub(a: ExprLike, b: ExprLike) -> ExprLike:
     return as_expr(a) - b
 
 
-def _make(extents: tuple[ExprLike | None, ...], shape: tuple[int, ...], value: float | None) -> Pad | None:
+def _make(extents: tuple[ExprLike | None, ...], shape: tuple[int, ...], value: float | None,
+          masked: bool = False) -> Pad | None:
     """A ``Pad`` over a tile of ``shape``, or ``None`` when no extent cuts it."""
     ext = tuple(None if e is None or ((s := _static(e)) is not None and s >= n) else e
                 for e, n in zip(extents, shape))
     if all(e is None for e in ext):
         return None
-    return Pad(ext, value)
+    return Pad(ext, value, masked=masked)
 
 
 def _lost(why: str, value: float | None = None) -> Pad:
@@ -227,12 +232,12 @@ class _Analysis:
         shape = tuple(op.result.type.shape)          # type: ignore[attr-defined]
         if isinstance(op, Slice):
             kept = tuple(e for e, i in zip(s.extents, op.index) if i is None)
-            return _make(kept, shape, s.value)
+            return _make(kept, shape, s.value, s.masked)
         if isinstance(op, SubTile):
             return _make(tuple(None if e is None else _sub(e, o) for e, o in zip(s.extents, op.offset)),
-                         shape, s.value)
+                         shape, s.value, s.masked)
         if isinstance(op, Permute):
-            return _make(tuple(s.extents[p] for p in op.perm), shape, s.value)
+            return _make(tuple(s.extents[p] for p in op.perm), shape, s.value, s.masked)
         return _lost(f"the view {_where(op)}", s.value)
 
     def write(self, v: Value, s: Pad | None, op: Op, *, staged: bool = False) -> None:
@@ -274,7 +279,7 @@ class _Analysis:
         elif isinstance(op, Cast):
             s = self.read(op.src)
             if s is not None and s.value is not None and s.value not in (0.0, float("inf"), float("-inf")):
-                s = Pad(s.extents, None, s.lost, s.why)
+                s = Pad(s.extents, None, s.lost, s.why, s.masked)
             self.write(op.result, s, op)
         elif isinstance(op, Rearrange):
             self.write(op.result, self.read(op.src), op)
@@ -322,11 +327,24 @@ class _Analysis:
                     ext[off + j] = _min(ext[off + j], e)
             aligned.append(tuple(row))
         value = self._value(op, tiles, aligned)
-        return _make(tuple(ext), shape, value)
+        masked = is_select or any(s is not None and s.masked for _, s in tiles)
+        return _make(tuple(ext), shape, value, masked)
 
     def _value(self, op: Elementwise, tiles: list[Any], aligned: list[Any]) -> float | None:
         """The padding's value when every tile operand is padded alike with a known value and
-        the other operands are numbers."""
+        the other operands are numbers (a select whose two choices agree: that value)."""
+        if str(op.fn) == "select":
+            choices = []
+            for a in op.args[1:]:
+                if isinstance(a, Value):
+                    sa = self.read(a)
+                    choices.append(None if sa is None or sa.lost else sa.value)
+                elif isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, bool):
+                    choices.append(float(a))
+                else:
+                    choices.append(None)
+            if choices[0] is not None and _same_value(choices[0], choices[1]):
+                return choices[0]
         if not tiles or any(r is None for r in aligned):
             return None
         first = aligned[0]
@@ -374,7 +392,7 @@ class _Analysis:
                 uniform = all(x is None for k, x in enumerate(s.extents) if k != op.axis)
                 ident = IDENTITY[op.fn] if op.src.type.dtype.kind == "float" else None
                 keep = uniform or _same_value(s.value, ident)
-                self.write(op.src, Pad(s.extents, ident if keep else None), op)
+                self.write(op.src, Pad(s.extents, ident if keep else None, masked=s.masked), op)
         ext = tuple(None if k == op.axis else x for k, x in enumerate(s.extents))
         self.write(op.result, _make(ext, shape, None), op)
 
@@ -382,7 +400,8 @@ class _Analysis:
         pads = []
         for name, v in (("a", op.a), ("b", op.b)):
             s = self.read(v)
-            if s is not None and (s.lost or s.extents[1] is not None) and not _same_value(s.value, 0.0):
+            if (s is not None and (s.lost or s.extents[1] is not None) and not _same_value(s.value, 0.0)
+                    and not s.masked):
                 how = f"lost through {s.why}" if s.lost else "past its in-bounds extent along K"
                 raise self.fail(op, f"operand {name} %{v.name} holds the padding of a ragged view ({how}) "
                                     f"{_describe(s)}, and the mma sums over K, where padding must be 0: "
@@ -450,6 +469,10 @@ def _join(a: dict[int, Pad | None], b: dict[int, Pad | None], variant: set[Any],
             y = _lost(f"the loop {where}, whose iterations pad it differently", y.value)
         if _same_pad(x, y):
             out[k] = x
+        elif (x is not None and y is not None and not x.lost and not y.lost
+              and _same_pad(Pad(x.extents), Pad(y.extents))):
+            out[k] = Pad(x.extents, x.value if _same_value(x.value, y.value) else None,
+                         masked=x.masked and y.masked)
         elif x is None or y is None:
             p = y if x is None else x
             out[k] = p if loop and not give_up else _lost(f"the branches {where}", p.value)

@@ -19,7 +19,7 @@ from hexlayout.ir.tile import Reduce
 from hexlayout.lang import f16, f32
 from hexlayout.synth.solve import synthesize
 
-M, N = hl.dims("M N")
+M, N, P = hl.dims("M N P")
 ARCHS = ("sm_80", "sm_90a")
 SHAPE = (100, 37)         # ragged along both modes of 64 x 64 tiles
 
@@ -142,7 +142,7 @@ def test_where_the_masks_go() -> None:
     assert ln[1].valid is not None               # (x - mean)^2 is not 0 in the padding
     ex = [op.valid for op in extrema.trace().body.walk() if isinstance(op, Reduce)]
     assert [str(v) for v in ex] == ["min(N, 64)"] * 2 + ["min(M - blockIdx.x * 64, 64)"] * 2
-    assert "valid=min(N, 64)" in str(softmax.trace())
+    assert "valid=min(N, 64) overwrite" in str(softmax.trace())   # nobody else needs r and e padding
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -261,6 +261,48 @@ def test_explicit_mask_and_zero_padding_into_mma_are_accepted() -> None:
         hl.copy(acc, hl.view(c, (64, 64)))
 
     gemm.trace()
+
+
+    @hl.kernel(threads=128)
+    def where_then_mma(a: f16[M, N].aligned(2), b: f16[M, N].aligned(2), c: f32[M, M]):
+        ra = hl.register(f16, (64, 64))
+        rb = hl.register(f16, (64, 64))
+        hl.copy(hl.view(a, (64, 64)), ra)
+        hl.copy(hl.view(b, (64, 64)), rb)
+        p = hl.exp(hl.where(hl.iota((64, 64), 1) < a.shape[1], hl.cast(ra, f32), float("-inf")))
+        acc = hl.zeros((64, 64), f32)
+        hl.mma(hl.cast(p, f16), rb, acc)      # the kernel masked: its choice reaches the mma
+        hl.copy(acc, hl.view(c, (64, 64)))
+
+    where_then_mma.trace()
+
+
+@hl.kernel(threads=128)
+def rowmax_and_gemm(a: f16[M, N].aligned(2), b: f16[P, N].aligned(2), c: f32[M, P].aligned(4),
+                    m: f16[M, 1]):
+    """One ragged tile both reduced and fed to an mma: its padding must stay 0 for the mma."""
+    pid = hl.grid(hl.spatial(hl.cdiv(a.shape[0], 64)))
+    ra = hl.register(f16, (64, 64))
+    rb = hl.register(f16, (64, 64))
+    hl.copy(hl.view(a, (64, 64), (pid * 64, 0)), ra)
+    hl.copy(hl.view(b, (64, 64)), rb)
+    hl.copy(hl.max_reduce(ra, 1), hl.view(m, (64, 1), (pid * 64, 0)))
+    acc = hl.zeros((64, 64), f32)
+    hl.mma(ra, rb, acc)
+    hl.copy(acc, hl.view(c, (64, 64), (pid * 64, 0)))
+
+
+def test_a_reduced_mma_operand_keeps_its_zero_padding() -> None:
+    red = [op for op in rowmax_and_gemm.trace().body.walk() if isinstance(op, Reduce)]
+    assert red[0].valid is not None and not red[0].overwrite
+    rng = np.random.default_rng(16)
+    a = -np.abs(rng.standard_normal(SHAPE)).astype(np.float16)
+    b = rng.standard_normal((50, 37)).astype(np.float16)
+    c = np.full((100, 50), np.nan, np.float32)
+    m = np.full((100, 1), np.nan, np.float16)
+    _emulate(rowmax_and_gemm, "sm_80", {"a": a, "b": b, "c": c, "m": m})
+    np.testing.assert_array_equal(m[:, 0], a.max(axis=1))
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
