@@ -40,14 +40,15 @@ Transfer rules, per op:
   no second copy of the tile lives on and later math sees the identity (``exp(-inf - m) = 0``);
 - ``mma``: the sum over K is right only when K's padding is 0, so padding of unknown or
   non-zero value along K is refused; the result is padded along M where ``a`` is and along
-  N where ``b`` is;
+  N where ``b`` is (lost padding in an operand - a dequantized weight tile regrouped for
+  wgmma - is not refused there: the product's padding is lost, and refused where reduced);
 - a global -> shared copy into part of a buffer (a pipeline stage) is not tracked: its
   padding is 0, which an mma over K needs, and a kernel that reduces an mma's result over
   the keys of such a tile masks them itself (as the attention kernels do);
-- a register tile's padding written into part of another buffer, a regroup (reshape,
-  join), or padding that depends on a loop's iteration when it is carried into the next
-  one or out of the loop: lost. Lost padding that reaches a reduction (without a mask in
-  between) or an mma is refused;
+- a register tile's padding written into part of another buffer, a reshape that regroups
+  a padded mode, a join along a padded axis, or padding that depends on a loop's iteration
+  when it is carried into the next one or out of the loop: lost. Lost padding that reaches
+  a reduction (without a mask in between) is refused;
 - loops are analysed to a fixed point; the two branches of an ``if`` are joined.
 """
 
@@ -61,6 +62,7 @@ import numpy as np
 from hexlayout.errors import HexlayoutError
 
 from .expr import Const, Expr, ExprLike, as_expr, emin, free_vars, reg_reads
+from .regroup import Join, Reshape
 from .source import SourceLoc
 from .tile import (
     Alloc,
@@ -289,6 +291,10 @@ class _Analysis:
             self.reduce(op)
         elif isinstance(op, Mma):
             self.mma(op)
+        elif isinstance(op, Reshape):
+            self.write(op.result, self.reshape(op), op)
+        elif isinstance(op, Join):
+            self.write(op.result, self.join(op), op)
         elif isinstance(op, For):
             self.loop(op)
         elif isinstance(op, If):
@@ -369,6 +375,37 @@ class _Analysis:
             return None
         return out
 
+    def reshape(self, op: Reshape) -> Pad | None:
+        """The modes before the first one the reshape changes keep their padding; padding along a
+        mode of extent 1 is all or nothing, as a slice's (dropped); elsewhere it is lost."""
+        s = self.read(op.src)
+        if s is None or s.lost:
+            return s
+        src, dst = tuple(op.src.type.shape), tuple(op.result.type.shape)
+        same = 0
+        while same < min(len(src), len(dst)) and src[same] == dst[same]:
+            same += 1
+        if any(e is not None and src[k] != 1 for k, e in enumerate(s.extents) if k >= same):
+            return _lost(f"the reshape {_where(op)}", s.value)
+        return _make(tuple(s.extents[:same]) + (None,) * (len(dst) - same), dst, s.value, s.masked)
+
+    def join(self, op: Join) -> Pad | None:
+        """Padding along the joined axis is lost; along the others, where any source has it."""
+        pads = [self.read(v) for v in op.srcs]
+        if all(p is None for p in pads):
+            return None
+        values = {None if p is None else p.value for p in pads}
+        value = values.pop() if len(values) == 1 else None
+        if any(p is not None and (p.lost or p.extents[op.axis] is not None) for p in pads):
+            return _lost(f"the join {_where(op)}", value)
+        ext: list[ExprLike | None] = [None] * len(op.result.type.shape)
+        for p in pads:
+            if p is not None:
+                ext = [_min(a, b) for a, b in zip(ext, p.extents)]
+        known = value if all(p is not None for p in pads) else None
+        masked = all(p is not None and p.masked for p in pads)
+        return _make(tuple(ext), tuple(op.result.type.shape), known, masked)
+
     def reduce(self, op: Reduce) -> None:
         s = self.read(op.src)
         op.valid, op.overwrite = None, False
@@ -400,9 +437,9 @@ class _Analysis:
         pads = []
         for name, v in (("a", op.a), ("b", op.b)):
             s = self.read(v)
-            if (s is not None and (s.lost or s.extents[1] is not None) and not _same_value(s.value, 0.0)
+            if (s is not None and not s.lost and s.extents[1] is not None and not _same_value(s.value, 0.0)
                     and not s.masked):
-                how = f"lost through {s.why}" if s.lost else "past its in-bounds extent along K"
+                how = "past its in-bounds extent along K"
                 raise self.fail(op, f"operand {name} %{v.name} holds the padding of a ragged view ({how}) "
                                     f"{_describe(s)}, and the mma sums over K, where padding must be 0: "
                                     f"load it with hl.copy(view, tile, other=0.0) or select the in-bounds "
