@@ -35,7 +35,8 @@ Transfer rules, per op:
   padding, but an mma takes it as it is;
 - ``reduce`` along ``axis``: ``valid = extents[axis]`` (none when the padding already holds
   the identity: a sum of a load's zeros); the result is padded along the other modes. Unless
-  an mma or a copy to shared memory reads the source's buffer, the reduction overwrites its
+  an mma or a copy to shared memory reads the source's buffer or a value computed from it,
+  the reduction overwrites its
   padding with the identity in place (``Reduce.overwrite``; the padding is nobody's data), so
   no second copy of the tile lives on and later math sees the identity (``exp(-inf - m) = 0``);
 - ``mma``: the sum over K is right only when K's padding is 0, so padding of unknown or
@@ -206,13 +207,7 @@ class _Analysis:
         self.state: dict[int, Pad | None] = {}      # buffer (root value) id -> its contents' padding
         self.views: dict[int, Op] = {}              # a view's value id -> the op defining it
         self.globals: dict[int, Pad | None] = {}    # a global view's value id -> its padding
-        # buffers whose padding's value matters (mma operands, sources of copies to shared memory)
-        self.kept: set[int] = set()
-        for op in tk.body.walk():
-            if isinstance(op, Mma):
-                self.kept |= {op.a.root.id, op.b.root.id}
-            elif isinstance(op, Copy) and op.dst.scope == Scope.SHARED:
-                self.kept.add(op.src.root.id)
+        self.kept = _kept(tk)
 
     # --- errors ----------------------------------------------------------------------------
     def fail(self, op: Op, detail: str) -> PaddingError:
@@ -423,7 +418,7 @@ class _Analysis:
         if e is not None and not _same_value(s.value, IDENTITY[op.fn]):
             op.valid = e
             # the padding is nobody's data: overwrite it in place with the identity (no copy of the
-            # tile), unless an mma or a copy to shared memory reads the buffer (they need its value)
+            # tile), unless an mma or a copy to shared memory reads what is computed from the buffer
             if op.src.id not in self.views and op.src.root.id not in self.kept:
                 op.overwrite = True
                 uniform = all(x is None for k, x in enumerate(s.extents) if k != op.axis)
@@ -477,6 +472,29 @@ class _Analysis:
         if op.else_body is not None:
             self.block(op.else_body)
         self.state = _join(then, self.state, set(), _where(op), loop=False, give_up=False)
+
+
+def _kept(tk: TileKernel) -> set[int]:
+    """The buffers whose padding's value matters: mma operands and sources of copies to shared
+    memory, and every buffer their values are computed from (elementwise math, casts, regroups)."""
+    ops = list(tk.body.walk())
+    kept: set[int] = set()
+    for op in ops:
+        if isinstance(op, Mma):
+            kept |= {op.a.root.id, op.b.root.id}
+        elif isinstance(op, Copy) and op.dst.scope == Scope.SHARED:
+            kept.add(op.src.root.id)
+    flows = [op for op in ops if isinstance(op, (Elementwise, Cast, Rearrange, Reshape, Join, Copy))]
+    changed = True
+    while changed:
+        changed = False
+        for op in flows:
+            if any(v.root.id in kept for v in op.outputs()):
+                for v in op.inputs():
+                    if v.scope != Scope.GLOBAL and v.root.id not in kept:
+                        kept.add(v.root.id)
+                        changed = True
+    return kept
 
 
 def _combine(a: Pad | None, b: Pad | None, shape: tuple[int, ...]) -> Pad | None:

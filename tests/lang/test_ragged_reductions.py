@@ -292,6 +292,24 @@ def rowmax_and_gemm(a: f16[M, N].aligned(2), b: f16[P, N].aligned(2), c: f32[M, 
     hl.copy(acc, hl.view(c, (64, 64), (pid * 64, 0)))
 
 
+def test_a_reduced_tile_cast_into_an_mma_is_not_overwritten() -> None:
+    """The max's -inf must not reach the mma through the cast: no overwrite, no refusal."""
+    @hl.kernel(threads=128)
+    def max_then_mma(a: f16[M, N].aligned(2), b: f16[M, N].aligned(2), c: f32[M, M], m: f32[M, 1]):
+        ra = hl.register(f16, (64, 64))
+        rb = hl.register(f16, (64, 64))
+        hl.copy(hl.view(a, (64, 64)), ra)
+        hl.copy(hl.view(b, (64, 64)), rb)
+        x = hl.cast(ra, f32) * 2.0
+        hl.copy(hl.max_reduce(x, 1), hl.view(m, (64, 1)))
+        acc = hl.zeros((64, 64), f32)
+        hl.mma(hl.cast(x, f16), rb, acc)
+        hl.copy(acc, hl.view(c, (64, 64)))
+
+    red = [op for op in max_then_mma.trace().body.walk() if isinstance(op, Reduce)]
+    assert red[0].valid is not None and not red[0].overwrite
+
+
 def test_a_reduced_mma_operand_keeps_its_zero_padding() -> None:
     red = [op for op in rowmax_and_gemm.trace().body.walk() if isinstance(op, Reduce)]
     assert red[0].valid is not None and not red[0].overwrite
