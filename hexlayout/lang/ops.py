@@ -16,7 +16,8 @@
 - ``hl.fill(x, v)``; ``hl.full(shape, v, dtype)``, ``hl.zeros(shape, dtype)``: new
   register tiles (``Alloc`` + ``Fill``).
 - ``hl.reduce(x, "sum" | "max" | "min", axis)``: keeps ``axis`` with extent 1, so the
-  result broadcasts against ``x``. ``hl.sum``, ``hl.max_reduce``, ``hl.min_reduce``.
+  result broadcasts against ``x``; a ragged view's padding counts as the identity.
+  ``hl.sum``, ``hl.max_reduce``, ``hl.min_reduce``.
 - ``hl.rearrange(x, layout=hl.auto)``: the same values in a register tile of another
   layout (synthesis routes it through shuffles or shared memory).
 - ``hl.iota(shape, axis)``: a register s32 tile whose element at ``c`` is ``c[axis]``.
@@ -530,8 +531,13 @@ def reduce(x: Tile, fn: str, axis: int) -> Tile:
     For ``fn`` in ``"sum"``, ``"max"``, ``"min"``: ``y[..., 0, ...] = fn_i x[..., i, ...]``
     over the extent of ``axis``. The result has ``x``'s shape with ``shape[axis] = 1`` and
     ``x``'s element type, so it broadcasts against ``x`` (``x - hl.max_reduce(x, 1)``).
-    Sums accumulate in the element type, in an unspecified order. Synthesis routes the reduction through
-    in-thread accumulation, warp shuffles and, across warps, shared memory.
+    Elements that hold the padding of a ragged view (loaded past the view's in-bounds
+    extent, and any math on them) take part as the identity (0, -inf, +inf): ``i`` runs
+    over the in-bounds extent only (``hexlayout.ir.padding``); where the language cannot
+    follow the padding to the reduction the trace fails (load with ``other=`` or mask with
+    ``hl.where``). Sums accumulate in the element type, in an unspecified order. Synthesis
+    routes the reduction through in-thread accumulation, warp shuffles and, across warps,
+    shared memory.
 
     Args:
         x (Tile): a register tile.
