@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hexlayout.ir.expr import ExprLike
+from hexlayout.ir.padding import PaddingError, annotate_padding
 from hexlayout.ir.rewrite import Replacement, rewrite
 from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel
 from hexlayout.ir.types import Scope
@@ -379,6 +380,10 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
         raise FusionUnsupported(f"{tk.name}: no store of {out_name} found to fuse the epilogue into")
     _drop_dead(tk)
     _drop_param(tk, out_name, prog)
+    try:            # the fused math changes what the padding of the anchor's loads holds
+        annotate_padding(tk)
+    except PaddingError as e:
+        raise FusionUnsupported(f"{tk.name}: {e.detail}") from None
     return prog
 
 

@@ -245,6 +245,8 @@ def _copy(p: Printer, op: Copy) -> OpText:
         s += f" mbarrier={_scalar(op.mbarrier)}"
     if op.multicast is not None:
         s += f" multicast={_e(op.multicast)}"
+    if op.other is not None:
+        s += f" other={op.other!r}"
     return s
 
 
@@ -280,7 +282,10 @@ def _fill(p: Printer, op: Fill) -> OpText:
 
 @PRINTING.register(Reduce)
 def _reduce(p: Printer, op: Reduce) -> OpText:
-    return f"{p.val(op.result)} = reduce.{op.fn} %{op.src.name} axis={op.axis}"
+    s = f"{p.val(op.result)} = reduce.{op.fn} %{op.src.name} axis={op.axis}"
+    if op.valid is not None:
+        s += f" valid={_e(op.valid)}" + (" overwrite" if op.overwrite else "")
+    return s
 
 
 @PRINTING.register(Rearrange)

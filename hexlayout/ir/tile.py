@@ -321,6 +321,9 @@ class Copy(Op):
     mbarrier: Mbarrier | Value | None = None
     mbarrier_index: ExprLike = 0
     multicast: ExprLike | None = None
+    # a global -> register load: the value its out-of-bounds (and masked-off) elements read
+    # (Triton's ``other=``); None: 0, and the padding analysis tracks them
+    other: float | None = None
 
 
 @dataclass(eq=False)
@@ -375,6 +378,12 @@ class Fill(Op):
 
 @dataclass(eq=False)
 class Reduce(Op):
+    """``result = fn_i src[..., i, ...]`` along ``axis``. ``valid`` (set by the padding
+    analysis, ``hexlayout.ir.padding``): only the elements with coordinate ``< valid`` along
+    ``axis`` take part (the rest are the padding of a ragged view: they count as the
+    reduction's identity); ``None``: all of them. ``overwrite``: those elements of ``src``
+    are set to the identity in place (padding is nobody's data; no copy of the tile)."""
+
     INPUTS = ("src",)
     OUTPUTS = ("result",)
 
@@ -382,6 +391,8 @@ class Reduce(Op):
     src: Value
     fn: str
     axis: int
+    valid: ExprLike | None = None
+    overwrite: bool = False
 
 
 @dataclass(eq=False)

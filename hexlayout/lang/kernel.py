@@ -29,6 +29,7 @@ from typing import Any
 
 from hexlayout.arch.dtypes import DType
 from hexlayout.ir.expr import Var
+from hexlayout.ir.padding import PaddingError, annotate_padding
 from hexlayout.ir.tile import GlobalParam, LaunchConfig, ScalarParam, SourceLoc, TileKernel
 
 from . import source
@@ -296,7 +297,12 @@ class Kernel:
                               ctx.block_index, ctx.thread_var)
         if ctx.grid is None:
             launch.block_index = (Var("blockIdx.x", 0, 1, kind="block"),)
-        return TileKernel(self.name, params, launch, ctx.body, self.loc, dict(consts), list(ctx.mbarriers))
+        tk = TileKernel(self.name, params, launch, ctx.body, self.loc, dict(consts), list(ctx.mbarriers))
+        try:
+            annotate_padding(tk)       # ragged views' padding never reaches a reduction
+        except PaddingError as e:
+            raise KernelError(e.kernel, e.op, e.loc, e.detail) from None
+        return tk
 
     def _user_error(self, e: TypeError, op: str, detail: str) -> KernelError:
         """A ``KernelError`` at the innermost kernel line of ``e``'s traceback."""

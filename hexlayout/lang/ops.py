@@ -16,7 +16,8 @@
 - ``hl.fill(x, v)``; ``hl.full(shape, v, dtype)``, ``hl.zeros(shape, dtype)``: new
   register tiles (``Alloc`` + ``Fill``).
 - ``hl.reduce(x, "sum" | "max" | "min", axis)``: keeps ``axis`` with extent 1, so the
-  result broadcasts against ``x``. ``hl.sum``, ``hl.max_reduce``, ``hl.min_reduce``.
+  result broadcasts against ``x``; a ragged view's padding counts as the identity.
+  ``hl.sum``, ``hl.max_reduce``, ``hl.min_reduce``.
 - ``hl.rearrange(x, layout=hl.auto)``: the same values in a register tile of another
   layout (synthesis routes it through shuffles or shared memory).
 - ``hl.iota(shape, axis)``: a register s32 tile whose element at ``c`` is ``c[axis]``.
@@ -53,14 +54,19 @@ _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 
 def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mask: Any = None,
-         mbarrier: BarrierRef | Any = None, multicast: int | None = None) -> Tile | None:
+         mbarrier: BarrierRef | Any = None, multicast: int | None = None, *,
+         other: float | None = None) -> Tile | None:
     """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
 
     ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
     global->register, global->shared, shared->register, register->shared, register->global
     and shared->global (a register->register change of layout is ``hl.rearrange``). A global
     view (``hl.view``) with ragged-edge extents reads its out-of-bounds elements as 0 and
-    never writes them. Synthesis chooses the instruction (vectorized ld/st.global,
+    never writes them; those elements are the view's *padding*, and no reduction counts them
+    (``hl.reduce`` takes them as its identity, through any elementwise math in between;
+    ``hexlayout.ir.padding``). ``other=v`` (a global -> register load, as Triton's ``other``)
+    reads them as ``v`` instead, a value like any other that every later op, reductions
+    included, takes as it is. Synthesis chooses the instruction (vectorized ld/st.global,
     cp.async, ldmatrix/stmatrix, TMA) and the layouts of both tiles unless they are given.
     A cp.async copy is asynchronous: close its group with ``hl.commit_group()`` and wait
     with ``hl.wait_group(n)`` before reading ``dst``.
@@ -84,6 +90,8 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             (``.multicast::cluster``) writes the tile into ``dst`` of every CTA in the mask and
             completes its bytes on each one's barrier at the same index, so each of them
             expects them (``hl.arrive(..., tx_bytes=)``) although a peer issued the copy.
+        other (float | None): a global -> register copy only: the value its out-of-bounds
+            (and masked-off) elements read; ``None``: 0, as padding that reductions skip.
 
     A 4-bit global view (``hl.view`` of a ``u4`` / ``s4`` argument, ``hexlayout.lang.
     packed_global``) copies to or from register tiles of ``u8`` / ``s8``: ``w =
@@ -100,7 +108,8 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             the six above; the shapes or the element types differ; ``instruction`` is
             unknown, not a copy atom, or copies between other memory spaces; ``mask`` is
             neither an expression nor a register predicate tile of the copy's shape;
-            ``mbarrier`` is given for a copy that is not global->shared.
+            ``mbarrier`` is given for a copy that is not global->shared; ``other`` is given
+            for a copy that is not global->register or is not a number of ``dst``'s type.
 
     Example:
         Stage a tile of ``a`` through shared memory into registers and store it to ``c``::
@@ -116,6 +125,16 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
 
             tk = stage.trace()
             assert [op.name for op in tk.body.ops].count("Copy") == 3
+
+            # a row max of a ragged tile whose padding reads -inf (no select needed, none done)
+            @hl.kernel(threads=128)
+            def rowmax(x: hl.f32["M", "N"].aligned(4), y: hl.f32["M", 1]):
+                r = hl.register(hl.f32, (64, 64))
+                hl.copy(x.tile((64, 64), (0, 0)), r, other=float("-inf"))
+                hl.copy(hl.max_reduce(r, 1), y.tile((64, 1), (0, 0)))
+
+            tk = rowmax.trace()
+            assert tk.body.ops[2].other == float("-inf") and tk.body.ops[3].valid is None
     """
     special = getattr(src, "copy_op", None) or getattr(dst, "copy_op", None)
     if special is not None:                  # a view of a 4-bit global tensor (packed_global)
@@ -166,7 +185,29 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
         bar, bidx = ref.bar, ref.index
     if multicast is not None:
         _check_multicast(ctx, loc, multicast, bar)
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc))
+    fill = None if other is None else _other(ctx, loc, other, s, d, pair)
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill))
+
+
+def _other(ctx: Any, loc: Any, other: Any, s: Tile, d: Tile, pair: str) -> float:
+    """The ``other=`` of a copy, checked: a number of ``d``'s type, a global -> register copy."""
+    if (s.scope, d.scope) != (G, R):
+        raise ctx.error("copy", loc, f"other= is the value a global -> register load reads out of bounds; "
+                        f"not for {pair}")
+    if isinstance(other, bool) or not isinstance(other, (int, float)):
+        raise ctx.error("copy", loc, f"other={other!r} must be a number")
+    if d.dtype.kind in ("int", "uint"):
+        if other != other or other in (float("inf"), float("-inf")) or other != int(other):
+            raise ctx.error("copy", loc, f"other={other!r} is not an integer of {describe(d.value)}; "
+                            "use the type's smallest / largest value")
+        bits = d.dtype.bits
+        signed = d.dtype.kind == "int"
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not lo <= other <= hi:
+            raise ctx.error("copy", loc, f"other={other!r} is outside the range [{lo}, {hi}] of "
+                            f"{describe(d.value)}")
+        return int(other)
+    return float(other)
 
 
 def _check_multicast(ctx: Any, loc: Any, mask: Any, bar: Any) -> None:
@@ -490,8 +531,13 @@ def reduce(x: Tile, fn: str, axis: int) -> Tile:
     For ``fn`` in ``"sum"``, ``"max"``, ``"min"``: ``y[..., 0, ...] = fn_i x[..., i, ...]``
     over the extent of ``axis``. The result has ``x``'s shape with ``shape[axis] = 1`` and
     ``x``'s element type, so it broadcasts against ``x`` (``x - hl.max_reduce(x, 1)``).
-    Sums accumulate in the element type, in an unspecified order. Synthesis routes the reduction through
-    in-thread accumulation, warp shuffles and, across warps, shared memory.
+    Elements that hold the padding of a ragged view (loaded past the view's in-bounds
+    extent, and any math on them) take part as the identity (0, -inf, +inf): ``i`` runs
+    over the in-bounds extent only (``hexlayout.ir.padding``); where the language cannot
+    follow the padding to the reduction the trace fails (load with ``other=`` or mask with
+    ``hl.where``). Sums accumulate in the element type, in an unspecified order. Synthesis
+    routes the reduction through in-thread accumulation, warp shuffles and, across warps,
+    shared memory.
 
     Args:
         x (Tile): a register tile.

@@ -28,6 +28,7 @@ from ..expr import ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
 from ..gather import ScalarLoad
 from ..lowered import (
+    Alu,
     BarSync,
     ClusterBarrier,
     Comment,
@@ -37,6 +38,7 @@ from ..lowered import (
     ForLoop,
     IfThen,
     Instr,
+    LdGlobal,
     LoweredKernel,
     MbarArrive,
     MbarInit,
@@ -450,7 +452,7 @@ class _Lowering:
                 if plan_ok.instruction.startswith("SM90_TMA"):
                     raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
                 loads += gather.take_loads()
-        return loads + plan_ok.instrs
+        return loads + _other_fill(plan_ok.instrs, op.other)
 
     def masked_copy(self, op: Copy, src: Any, dst: Any) -> list[Instr]:
         """A copy masked by a predicate tile (``masked.py``): one predicated access per element."""
@@ -463,7 +465,7 @@ class _Lowering:
             raise self.fail(op, plan)
         self.reqs += plan.requirements
         self.choices.append((op, plan.instruction))
-        return plan.instrs
+        return _other_fill(plan.instrs, op.other)
 
     def copy_context(self, op: Copy, src: Any, dst: Any) -> CopyContext:
         """What the copy rules see of ``op`` (views, threads, arch, the instruction asked for)."""
@@ -566,7 +568,8 @@ class _Lowering:
         dst = self.register_of(op.result, op)
         tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
         res = lower_reduce(op.fn, dst, src, op.axis, tmp, self.gtid,
-                           lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes))
+                           lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes),
+                           valid=op.valid, overwrite=op.overwrite)
         if not isinstance(res, str) and any(isinstance(i, BarSync) for i in res):
             self.choices.append((op, "warp shuffles + shared memory across warps"))
         if isinstance(res, str):
@@ -824,6 +827,20 @@ def reduced_tv(tv: Layout, shape: tuple[int, ...], axis: int, fail: Any, op: Op)
     else:
         vl = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
     return Layout((thr.shape, vl.shape), (thr.stride, vl.stride))
+
+
+def _other_fill(instrs: list[Instr], other: float | None) -> list[Instr]:
+    """A load with ``other=``: each predicated global load first sets its registers to
+    ``other`` and leaves them when predicated off (no zero fill)."""
+    if other is None:
+        return instrs
+    out: list[Instr] = []
+    for ins in instrs:
+        if isinstance(ins, LdGlobal) and ins.pred is not None:
+            out.append(Alu("mov", ins.dst, (other,)))
+            ins.zero_fill = False
+        out.append(ins)
+    return out
 
 
 def _and_predicate(instrs: list[Instr], cond: Any) -> None:

@@ -11,7 +11,11 @@ consecutive ``v'`` become one instruction over several elements.
 reduced coordinate; threads that hold partials of the same output coordinate then
 combine by XOR butterflies of warp shuffles over the lane bits in which they differ
 (they must lie in one warp and form an XOR-closed set). The result's TV layout must give
-each of those threads the combined value at the same index.
+each of those threads the combined value at the same index. With ``valid`` (the in-bounds
+extent along ``axis`` of a ragged view's padding, ``hexlayout.ir.padding``), a value whose
+coordinate along ``axis`` is ``>= valid`` enters the accumulation as the reduction's identity
+(``select(c < valid, x, identity)``: 0 for sum, -inf for max, +inf for min; the extreme
+integers for integer types), so padding never takes part.
 """
 
 from __future__ import annotations
@@ -27,10 +31,23 @@ from ..functions import AluFunction, alu_function
 from ..lowered import Alu, Instr, RegArray, RegRef, Shfl
 from .views import RegisterTile, tile_coords
 
-__all__ = ["lower_elementwise", "lower_fill", "lower_iota", "lower_reduce", "value_map", "REDUCE_OPS"]
+__all__ = ["lower_elementwise", "lower_fill", "lower_iota", "lower_reduce", "value_map", "REDUCE_OPS",
+           "reduce_identity"]
 
 #: reduction -> the ALU function that combines two partials
 REDUCE_OPS = {"sum": alu_function("add"), "max": alu_function("max"), "min": alu_function("min")}
+
+
+def reduce_identity(fn: str, dtype: Any) -> float | int:
+    """The identity of reduction ``fn`` in ``dtype``: ``fn(x, identity) == x`` for every ``x``
+    (0 for sum; -inf / +inf for max / min of floats, the smallest / largest value of integers)."""
+    if fn == "sum":
+        return 0
+    if dtype.kind in ("int", "uint"):
+        lo, hi = (0, (1 << dtype.bits) - 1) if dtype.kind == "uint" else (-(1 << (dtype.bits - 1)),
+                                                                        (1 << (dtype.bits - 1)) - 1)
+        return lo if fn == "max" else hi
+    return float("-inf") if fn == "max" else float("inf")
 
 
 def _coords_table(reg: RegisterTile) -> list[np.ndarray]:
@@ -121,8 +138,12 @@ def lower_iota(dst: RegisterTile, axis: int, tid: Var) -> list[Instr]:
 
 
 def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int, scratch: RegArray,
-                 tid: Any = None, exchange: Any = None) -> list[Instr] | str:
-    """``dst = reduce_fn(src, axis)`` (``dst`` has extent 1 along ``axis``).
+                 tid: Any = None, exchange: Any = None, valid: Any = None,
+                 overwrite: bool = False) -> list[Instr] | str:
+    """``dst = reduce_fn(src, axis)`` (``dst`` has extent 1 along ``axis``); with ``valid`` (an
+    integer expression) only the source elements whose coordinate along ``axis`` is below it
+    take part (the others count as the identity; ``tid`` is then needed); ``overwrite``: the
+    others are set to the identity in ``src`` itself (no copy of the tile lives on).
 
     When the threads sharing a result element lie in several warps, the warps' partials go
     through shared memory: ``exchange(nbytes) -> (SmemBuffer, barrier_factory)`` provides a
@@ -159,11 +180,30 @@ def lower_reduce(fn: str, dst: RegisterTile, src: RegisterTile, axis: int, scrat
         if not np.all(members == members[:1]):
             return f"result value {vd} gathers different source values in different threads"
         groups.append([int(v) for v in np.nonzero(members[0])[0]])
+    if valid is not None and tid is None:
+        return "a reduction over a ragged view's padding needs the thread index"
+    ident = reduce_identity(fn, src.dtype) if valid is not None else None
+
+    def element(v: int, into: RegRef) -> RegRef:
+        """Source value ``v``, or the identity where its coordinate along ``axis`` is padding."""
+        x = RegRef(src.array, v, 1)
+        if valid is None:
+            return x
+        idx = as_expr(crd2idx(as_expr(tid) + src.threads * v, src.tv.shape, src.tv.stride))
+        inside = as_expr(tile_coords(idx, src.shape)[axis]) < as_expr(valid)
+        if overwrite:
+            out.append(Alu("select", x, (inside, x, ident)))
+            return x
+        out.append(Alu("select", into, (inside, x, ident)))
+        return into
+
     for vd, g in enumerate(groups):
         dref = RegRef(dst.array, vd, 1)
-        out.append(Alu("mov", dref, (RegRef(src.array, g[0], 1),)))
+        first = element(g[0], dref)
+        if first is not dref:
+            out.append(Alu("mov", dref, (first,)))
         for v in g[1:]:
-            out.append(Alu(op, dref, (dref, RegRef(src.array, v, 1))))
+            out.append(Alu(op, dref, (dref, element(v, RegRef(scratch, 0, 1)))))
     # 2. across threads: threads holding partials of the same output element
     bits = 0
     for vd in range(dst.values):
