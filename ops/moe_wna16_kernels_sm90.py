@@ -44,7 +44,7 @@ from hexlayout.lang import f32, i32, u4, u8, u32
 
 from .moe_fp8_kernels import _grid, _k_tiles, _load
 from .moe_fp8_kernels_sm90 import _pipeline, _rows
-from .moe_wna16_kernels import _dequant, gelu_erf
+from .moe_wna16_kernels import _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
 
@@ -156,7 +156,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.atomic_add(h[0, pos, col], _rows_in_order(g, BN, BM))
                 hl.atomic_add(h[1, pos, col], _rows_in_order(u, BN, BM))
             else:
-                a = gelu_erf(g) if GELU else hl.silu(g)
+                a = hl.gelu(g) if GELU else hl.silu(g)
                 out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
                 hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
 
