@@ -189,3 +189,53 @@ def test_no_fence_before_sm90() -> None:
     assert fences == {"sm_80": 0, "sm_90a": 1}
     # and none inserted for a program with no async-proxy reader (sm_80 has no async proxy at all)
     assert _fences(synthesize(register_fed_store.trace(), "sm_80").lowered.kernel.body) == 0
+
+
+def test_the_pass_places_fences_in_hand_built_programs() -> None:
+    """The placement rules on lowered programs: a warp-specialized writer (a branch that
+    stores a tile and arrives on an mbarrier, another branch's wgmma reads it) fences in its
+    own branch, before the arrive, once per iteration; two buffers the reader does not touch
+    get none; a fence already there is kept and not doubled."""
+    from hexlayout.arch.dtypes import F16, F32
+    from hexlayout.ir.expr import Var
+    from hexlayout.ir.lowered import (
+        IfThen,
+        LoweredKernel,
+        MbarArrive,
+        MbarRef,
+        MbarWait,
+        RegArray,
+        RegRef,
+        SharedRef,
+        SmemBuffer,
+        SmemDesc,
+        StShared,
+    )
+    from hexlayout.ir.passes import insert_proxy_fences
+
+    tile, other = SmemBuffer("tile", F16, 8192, 0), SmemBuffer("other", F16, 8192, 8192)
+    r, d = RegArray("r", F16, 8), RegArray("d", F32, 32)
+    bar = MbarRef("full")
+    k = Var("k", 0, 4, kind="loop")
+    tid = Var("tid", 0, 256, kind="thread")
+
+    def store(buf: SmemBuffer) -> StShared:
+        return StShared(SharedRef(buf, tid * 8), RegRef(r, 0, 8), 128)
+
+    producer = [ForLoop(k, 0, 4, 1, [store(tile), store(other), MbarArrive(bar)])]
+    consumer = [ForLoop(k, 0, 4, 1, [MbarWait(bar, k % 2),
+                                     Wgmma("m64n64k16", RegRef(d, 0, 32), SmemDesc(tile, 0, 1, 16, 1024),
+                                           SmemDesc(tile, 0, 1, 16, 1024))])]
+    prog = LoweredKernel("ws", [], (1,), 256, tid, (), [IfThen(tid < 128, producer, consumer)], arch="sm_90a")
+    body = insert_proxy_fences(prog).body
+    loop = body[0].then_body[0]
+    assert [type(i).__name__ for i in loop.body] == ["StShared", "StShared", "FenceProxyAsync", "MbarArrive"]
+    assert _fences(body[0].else_body) == 0 and _fences(body) == 1
+    # already fenced: unchanged (the same object back)
+    fenced = [ForLoop(k, 0, 4, 1, [store(tile), FenceProxyAsync(), MbarArrive(bar)])]
+    prog2 = dataclasses.replace(prog, body=[IfThen(tid < 128, fenced, consumer)])
+    assert insert_proxy_fences(prog2) is prog2
+    # nothing reads `other` through the async proxy: no fence for a branch writing only it
+    only_other = [ForLoop(k, 0, 4, 1, [store(other), MbarArrive(bar)])]
+    prog3 = dataclasses.replace(prog, body=[IfThen(tid < 128, only_other, consumer)])
+    assert insert_proxy_fences(prog3) is prog3

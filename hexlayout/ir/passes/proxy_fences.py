@@ -3,7 +3,7 @@ writes reach an async-proxy reader (as Triton's fence insertion does).
 
 Generic-proxy writes of shared memory: ``st.shared`` (``StShared``), ``stmatrix``
 (``Stmatrix``), ``cp.async`` (``CpAsync``; its bytes land at the ``cp.async.wait_group`` that
-completes it, so a fence goes after that wait). Async-proxy reads: a wgmma's shared
+completes it: in flight until then, it needs no fence yet, and one goes after that wait). Async-proxy reads: a wgmma's shared
 operands (``Wgmma`` with a ``SmemDesc``) and a TMA store's source (``TmaStore``). PTX requires
 each writing thread to execute the fence after its writes and before the async-proxy read
 (then the barrier or mbarrier that orders writer and reader orders the fence too). The
@@ -11,16 +11,24 @@ emulator checks exactly this (``hexlayout.emulator.proxy``) and stays the safety
 lowered program built without this pass.
 
 ``insert_proxy_fences(kernel)`` walks the program in order with the set of shared buffers
-(byte ranges) holding unfenced generic writes; at an async-proxy read of one of them it
-puts one ``FenceProxyAsync`` right after the last generic write at the same nesting level
-(a write nested in a loop or branch: after that loop or branch), so the writers execute it
-before any synchronization that follows their writes; where the writes came from outside the
-current body (a loop's previous iteration), right before the reader. A fence clears the
-whole set (it orders every prior write of the thread), so a fence the program already has
-(``hl.fence_proxy_async``, the TMA store lowering's own) is never doubled, and one fence
-before a loop serves every iteration: a loop or branch that reads a buffer written before
-it gets the fence before it, not inside. Only architectures with an async proxy (sm_90+)
-need it; the kernel is returned unchanged when no fence is missing.
+(byte ranges) holding unfenced generic writes, and puts one ``FenceProxyAsync``
+
+- at an async-proxy read of one of them: right after the last generic write at the same
+  nesting level (a write nested in a loop or branch: after that loop or branch), so the
+  writers execute it before the synchronization that follows their writes; where the writes
+  came from outside the current body (a loop's previous iteration), right before the reader;
+- before a loop or branch that would otherwise read such a buffer before fencing it itself:
+  one fence before the loop serves every iteration;
+- in a branch (code other threads may skip while running other code, as warp-specialized
+  roles do), after stores (st.shared, stmatrix) to a buffer the kernel reads through the
+  async proxy anywhere,
+  before the branch's next barrier, mbarrier arrive, nested loop or branch, or its end:
+  the reader may be another role's code, ordered by an mbarrier.
+
+A fence clears the whole set (it orders every prior write of the thread), so a fence the
+program already has (``hl.fence_proxy_async``, the TMA store lowering's own) is never
+doubled. Only architectures with an async proxy (sm_90+) need it; the kernel is returned
+unchanged (the same object) when no fence is missing.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 
 from hexlayout.ir.lowered import (
+    BarSync,
+    ClusterBarrier,
     CpAsync,
     CpAsyncWait,
     FenceProxyAsync,
@@ -35,6 +45,7 @@ from hexlayout.ir.lowered import (
     IfThen,
     Instr,
     LoweredKernel,
+    MbarArrive,
     SmemBuffer,
     SmemDesc,
     Stmatrix,
@@ -78,69 +89,122 @@ def async_reads(body: list[Instr]) -> list[SmemBuffer]:
     return out
 
 
+def _overlap(r: _Range, ranges: set[_Range]) -> bool:
+    return any(r[0] < hi and lo < r[1] for lo, hi in ranges)
+
+
 def _hits(dirty: set[_Range], bufs: list[SmemBuffer]) -> bool:
-    return any(lo < d_hi and d_lo < hi for lo, hi in map(_range, bufs) for d_lo, d_hi in dirty)
+    return any(_overlap(_range(b), dirty) for b in bufs)
+
+
+_SYNC = (BarSync, MbarArrive, ClusterBarrier)
+
+
+_State = set[tuple[str, int, int]]      # ("w", lo, hi): unfenced writes; ("p", lo, hi): cp.async in flight
+
+
+def _written(state: _State) -> set[_Range]:
+    return {(lo, hi) for k, lo, hi in state if k == "w"}
+
+
+def _fenced(state: _State) -> _State:
+    return {e for e in state if e[0] == "p"}
+
+
+def _landed(state: _State) -> _State:
+    return {("w", lo, hi) for _, lo, hi in state}
 
 
 class _Pass:
-    def __init__(self) -> None:
+    def __init__(self, read: set[_Range], memo: dict | None = None) -> None:
+        self.read = read            # every buffer the kernel reads through the async proxy
         self.inserted = 0
+        self.memo: dict = {} if memo is None else memo
 
-    def body(self, body: list[Instr], dirty: set[_Range]) -> tuple[list[Instr], set[_Range]]:
-        """``body`` with its fences, and the unfenced set after it (``dirty`` on entry)."""
+    def probe(self, body: list[Instr], state: _State, role: bool) -> tuple[int, _State]:
+        """The fences ``body`` would get from ``state`` on entry, and the state after it."""
+        key = (id(body), frozenset(state), role)
+        if key not in self.memo:
+            p = _Pass(self.read, self.memo)
+            end = p.body(body, state, role)[1]
+            self.memo[key] = (p.inserted, end)
+        return self.memo[key]
+
+    def needs(self, ins: ForLoop | IfThen, state: _State, without: _State, role: bool) -> bool:
+        """Whether the loop / branch ``ins`` reads through the async proxy, before fencing it
+        itself, a buffer whose writes are unfenced on entry (``state``; ``without``: the state
+        were the writes before it fenced)."""
+        subs = [ins.body] if isinstance(ins, ForLoop) else [ins.then_body, ins.else_body]
+        inner = role or isinstance(ins, IfThen)
+        return sum(self.probe(b, state, inner)[0] for b in subs) > sum(self.probe(b, without, inner)[0]
+                                                                        for b in subs)
+
+    def body(self, body: list[Instr], state: _State, role: bool = False) -> tuple[list[Instr], _State]:
+        """``body`` with its fences, and the state after it (``state`` on entry); ``role``:
+        ``body`` is inside a branch (other threads may run other code meanwhile)."""
         out: list[Instr] = []
-        dirty = set(dirty)
+        st = set(state)
         after_write: int | None = None      # where a fence goes: after the last write at this level
+        shared = False                      # in a branch: stores to async-read buffers not yet fenced
 
         def fence() -> None:
-            nonlocal after_write
+            nonlocal after_write, shared, st
             at = len(out) if after_write is None else after_write
             out.insert(at, FenceProxyAsync(origin="proxy fence (inserted)"))
             self.inserted += 1
-            dirty.clear()
-            after_write = None
+            st = _fenced(st)
+            after_write, shared = None, False
 
         for ins in body:
             if isinstance(ins, FenceProxyAsync):
                 out.append(ins)
-                dirty.clear()
-                after_write = None
+                st = _fenced(st)
+                after_write, shared = None, False
                 continue
+            if shared and isinstance(ins, (*_SYNC, ForLoop, IfThen)):
+                fence()                     # a branch's stores, before it synchronizes with readers
             if isinstance(ins, (ForLoop, IfThen)):
-                subs = [ins.body] if isinstance(ins, ForLoop) else [ins.then_body, ins.else_body]
-                if dirty and _hits(dirty, [b for s in subs for b in async_reads(s)]):
+                loop = isinstance(ins, ForLoop)
+                # written late in an iteration, unfenced (or in flight) when the next begins
+                carried = self.probe(ins.body, set(), role)[1] if loop else set()
+                if _written(st) and self.needs(ins, st | carried, _fenced(st) | carried, role):
                     fence()                 # once, before the loop / branch
-                if isinstance(ins, ForLoop):
-                    _, carried = _Pass().body(ins.body, set())      # written late in an iteration
-                    new_body, end = self.body(ins.body, dirty | carried)
+                if loop:
+                    new_body, end = self.body(ins.body, st | carried, role)
                     new: Instr = dataclasses.replace(ins, body=new_body)
-                    after = dirty | end                              # zero or more iterations
+                    after = st | end                                 # zero or more iterations
                 else:
-                    then_body, t_end = self.body(ins.then_body, dirty)
-                    else_body, e_end = self.body(ins.else_body, dirty)
+                    then_body, t_end = self.body(ins.then_body, st, True)
+                    else_body, e_end = self.body(ins.else_body, st, True)
                     new = dataclasses.replace(ins, then_body=then_body, else_body=else_body)
                     after = t_end | e_end
                 out.append(new)
-                if after - dirty:
+                if _written(after) - _written(st):
                     after_write = len(out)
-                dirty = after
+                st = after
                 continue
-            if dirty and _hits(dirty, _reads(ins)):
+            if _hits(_written(st), _reads(ins)):
                 fence()
             out.append(ins)
             w = generic_write(ins)
-            if w is not None:
-                dirty.add(_range(w))
+            if isinstance(ins, CpAsync):
+                st.add(("p", *_range(ins.dst.buffer)))       # written when a wait lands it
+            elif w is not None:
+                st.add(("w", *_range(w)))
                 after_write = len(out)
-            elif isinstance(ins, CpAsyncWait) and dirty:
+                shared = shared or (role and _overlap(_range(w), self.read))
+            elif isinstance(ins, CpAsyncWait) and any(e[0] == "p" for e in st):
+                st = _landed(st)
                 after_write = len(out)      # cp.async copies land (are written) at the wait
-        return out, dirty
+        if shared:
+            fence()                         # a branch's stores, read through the async proxy elsewhere
+        return out, st
 
 
 def insert_proxy_fences(kernel: LoweredKernel) -> LoweredKernel:
     """``kernel`` with a ``FenceProxyAsync`` wherever a generic-proxy shared write reaches an
     async-proxy read without one (see the module docstring); ``kernel`` itself when none is
     missing (it is never changed in place)."""
-    p = _Pass()
+    p = _Pass({_range(b) for b in async_reads(kernel.body)})
     body, _ = p.body(kernel.body, set())
     return dataclasses.replace(kernel, body=body) if p.inserted else kernel
