@@ -3,12 +3,13 @@ writes reach an async-proxy reader (as Triton's fence insertion does).
 
 Generic-proxy writes of shared memory: ``st.shared`` (``StShared``), ``stmatrix``
 (``Stmatrix``), ``cp.async`` (``CpAsync``; its bytes land at the ``cp.async.wait_group`` that
-completes it: in flight until then, it needs no fence yet, and one goes after that wait). Async-proxy reads: a wgmma's shared
-operands (``Wgmma`` with a ``SmemDesc``) and a TMA store's source (``TmaStore``). PTX requires
-each writing thread to execute the fence after its writes and before the async-proxy read
-(then the barrier or mbarrier that orders writer and reader orders the fence too). The
-emulator checks exactly this (``hexlayout.emulator.proxy``) and stays the safety net for a
-lowered program built without this pass.
+completes it: in flight until then, it needs no fence yet, and one goes after that wait).
+Async-proxy reads: a wgmma's shared operands (``Wgmma`` with a ``SmemDesc``) and a TMA
+store's source (``TmaStore``). PTX requires each writing thread to execute the fence after
+its writes and before the async-proxy read (then the barrier or mbarrier that orders writer
+and reader orders the fence too). The emulator checks exactly this
+(``hexlayout.emulator.proxy``) and stays the safety net for a lowered program built without
+this pass.
 
 ``insert_proxy_fences(kernel)`` walks the program in order with the set of shared buffers
 (byte ranges) holding unfenced generic writes, and puts one ``FenceProxyAsync``
@@ -21,9 +22,9 @@ lowered program built without this pass.
   one fence before the loop serves every iteration;
 - in a branch (code other threads may skip while running other code, as warp-specialized
   roles do), after stores (st.shared, stmatrix) to a buffer the kernel reads through the
-  async proxy anywhere,
-  before the branch's next barrier, mbarrier arrive, nested loop or branch, or its end:
-  the reader may be another role's code, ordered by an mbarrier.
+  async proxy anywhere, when the branch (or a loop body in it: every iteration) would
+  otherwise end, or arrive on an mbarrier, with them unfenced: the reader may be another
+  role's code.
 
 A fence clears the whole set (it orders every prior write of the thread), so a fence the
 program already has (``hl.fence_proxy_async``, the TMA store lowering's own) is never
@@ -36,8 +37,6 @@ from __future__ import annotations
 import dataclasses
 
 from hexlayout.ir.lowered import (
-    BarSync,
-    ClusterBarrier,
     CpAsync,
     CpAsyncWait,
     FenceProxyAsync,
@@ -95,9 +94,6 @@ def _overlap(r: _Range, ranges: set[_Range]) -> bool:
 
 def _hits(dirty: set[_Range], bufs: list[SmemBuffer]) -> bool:
     return any(_overlap(_range(b), dirty) for b in bufs)
-
-
-_SYNC = (BarSync, MbarArrive, ClusterBarrier)
 
 
 _State = set[tuple[str, int, int]]      # ("w", lo, hi): unfenced writes; ("p", lo, hi): cp.async in flight
@@ -161,8 +157,8 @@ class _Pass:
                 st = _fenced(st)
                 after_write, shared = None, False
                 continue
-            if shared and isinstance(ins, (*_SYNC, ForLoop, IfThen)):
-                fence()                     # a branch's stores, before it synchronizes with readers
+            if shared and isinstance(ins, MbarArrive):
+                fence()                     # a branch's stores, before it signals another role
             if isinstance(ins, (ForLoop, IfThen)):
                 loop = isinstance(ins, ForLoop)
                 # written late in an iteration, unfenced (or in flight) when the next begins
