@@ -9,9 +9,9 @@ op in f32 where eager rounds after each op to the tensor's dtype (the difference
 rounding of intermediates: well within 1e-2 of ``max|eager|`` for f16 / bf16).
 
 Math per op (x, y tiles or scalars): add ``x + alpha*y``; sub ``x - alpha*y``; mul, div;
-neg ``-x``; relu ``x < 0 ? 0 : x`` (NaN stays NaN); gelu ``x * sigmoid(1.5957691 (x + 0.044715
-x^3))`` (the tanh form; for ``approximate='none'`` (erf) it differs from eager by at most
-about 5e-4 * |x|... 2e-4 absolute near |x| ~ 2); silu ``x * sigmoid(x)``; sigmoid ``1 / (1 +
+neg ``-x``; relu ``x < 0 ? 0 : x`` (NaN stays NaN); gelu as its ``approximate`` says (``hl.gelu``):
+``'none'`` (the default) ``x / 2 * (1 + erf(x / sqrt 2))``, ``'tanh'`` ``x * sigmoid(1.5957691 (x +
+0.044715 x^3))``; silu ``x * sigmoid(x)``; sigmoid ``1 / (1 +
 exp(-x))``; tanh, exp, log, sqrt, rsqrt, abs; reciprocal ``1 / x``; maximum / minimum;
 pow with exponent 2 ``x * x``; clone / alias / detach: ``x``.
 
@@ -98,6 +98,16 @@ def _unary(name: str) -> Callable[..., Any]:
     return emit
 
 
+def _gelu(a: list[Any], kw: dict[str, Any]) -> Any:
+    import hexlayout.lang as hl
+    from hexlayout.lang.math import GELU_FORMS
+
+    approximate = a[1] if len(a) > 1 else kw.get("approximate", "none")
+    if approximate not in GELU_FORMS:
+        raise NotImplementedError(f"gelu with approximate={approximate!r} (only 'none' and 'tanh')")
+    return hl.gelu(a[0], approximate=approximate)
+
+
 def _relu(a: list[Any], kw: dict[str, Any]) -> Any:
     import hexlayout.lang as hl
 
@@ -129,7 +139,7 @@ ELEMENTWISE: dict[str, Callable[[list[Any], dict[str, Any]], Any]] = {
     "aten.div.Scalar": _binary(lambda x, y: x / y, lambda y, x: (1.0 / y) * x),
     "aten.neg.default": lambda a, kw: a[0] * -1.0,
     "aten.relu.default": _relu,
-    "aten.gelu.default": _unary("gelu"),
+    "aten.gelu.default": _gelu,
     "aten.silu.default": _unary("silu"),
     "aten.sigmoid.default": lambda a, kw: _sigmoid(a[0]),
     "aten.tanh.default": _unary("tanh"),

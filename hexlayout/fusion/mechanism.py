@@ -111,8 +111,8 @@ class FusedProgram:
     removed: list[str] = field(default_factory=list)
 
 
-#: keyword arguments the fused math honours (alpha of add / sub, gelu's approximate - computed
-#: in the tanh form either way -, a cast's dtype) or that do not change values
+#: keyword arguments the fused math honours (alpha of add / sub, gelu's approximate, a cast's
+#: dtype) or that do not change values
 _NEUTRAL_KWARGS = frozenset({"alpha", "approximate", "dtype", "memory_format", "layout", "device",
                              "pin_memory", "non_blocking", "copy"})
 #: keyword arguments fused only when ``None`` (``div``'s rounding_mode)

@@ -73,7 +73,8 @@ _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.r
 HEXLAYOUT_GEMM = "hexlayout.gemm.default"
 _ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM} | frozenset(ROW_REDUCTIONS) | ATTENTION
 _GEMM_ACTIVATIONS = {"relu": ("aten.relu.default", ()), "silu": ("aten.silu.default", ()),
-                     "gelu": ("aten.gelu.default", (("approximate", "tanh"),))}
+                     "gelu": ("aten.gelu.default", ()),
+                     "gelu_tanh": ("aten.gelu.default", (("approximate", "tanh"),))}
 #: Ops whose result is a view of their first argument, besides ``VIEWS``.
 _ALIASES = frozenset({"aten.alias.default", "aten.detach.default", "aten.expand.default", "aten.slice.Tensor",
                       "getitem", "aten.split.Tensor", "aten.split_with_sizes.default"})

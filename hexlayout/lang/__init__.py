@@ -39,8 +39,9 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
 - operations (``ops``, ``math``, ``atomics``): ``copy``, ``atomic_add``, ``mma``, ``cast``, ``fill``,
   ``full``, ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
   ``iota``, ``assign``; elementwise operators and ``abs maximum minimum max min where equal
-  not_equal logical_and logical_or logical_not``, and one unary function per ALU function
-  with a language name (``exp exp2 exp2_approx log log2 rsqrt sqrt silu gelu tanh softplus``, generated
+  not_equal logical_and logical_or logical_not``, ``gelu(x, approximate="none" | "tanh")`` (as
+  torch's ``F.gelu``), and one unary function per ALU function
+  with a language name (``exp exp2 exp2_approx log log2 rsqrt sqrt silu erf tanh softplus``, generated
   from ``hexlayout.ir.functions``).
 - control (``control``): ``range``, ``if_``, ``else_``, ``warp_group``.
 - synchronization (``sync``): ``syncthreads``, ``commit_group``, ``wait_group``,
@@ -100,6 +101,7 @@ from .math import FUNCTIONS as _FUNCTIONS
 from .math import abs_ as abs  # noqa: A004
 from .math import (
     equal,
+    gelu,
     logical_and,
     logical_not,
     logical_or,
@@ -147,7 +149,7 @@ __all__ = [
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
     "iota", "assign", "atomic_add", "bitcast", "unpack", "pack", "reshape", "concat", "interleave",
     "abs", "maximum", "minimum", "max", "min",
-    "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
+    "where", "equal", "not_equal", "gelu", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",
     "syncthreads", "commit_group", "wait_group", "mbarrier", "mbarrier_init", "arrive", "wait",
     "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async", "setmaxnreg", "cluster_sync",

@@ -8,10 +8,10 @@ Each call emits one ``Elementwise(result, fn, args)`` op; ``out=`` writes into a
 tile of the broadcast shape instead of a new one (how loop-carried state is updated).
 
 The functions and their rules are the ALU functions of ``hexlayout.ir.functions``; every
-one with a ``lang_name`` (``exp exp2 exp2_approx log log2 rsqrt sqrt silu gelu tanh softplus``) gets a
+one with a ``lang_name`` (``exp exp2 exp2_approx log log2 rsqrt sqrt silu erf tanh softplus``) gets a
 unary ``hl.<lang_name>(x, *, out=None)`` generated here (``FUNCTIONS``), whose docstring is
-the function's. Operators, ``abs``, ``maximum``/``minimum``, ``where``, comparisons and
-logical functions are written out below.
+the function's. Operators, ``abs``, ``maximum``/``minimum``, ``where``, comparisons,
+logical functions and ``gelu`` (exact or tanh form, as torch's ``F.gelu``) are written out below.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from .tensor import GlobalTensor, Tile, describe, method, shape_str
 
 __all__ = [
     "elementwise", "broadcast_shapes", "unary_function", "function", "FUNCTIONS", "abs_", "maximum",
-    "minimum", "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
+    "minimum", "where", "equal", "not_equal", "logical_and", "logical_or", "logical_not", "gelu",
+    "GELU_FORMS",
 ]
 
 
@@ -251,6 +252,55 @@ def abs_(x: Tile, *, out: Tile | None = None) -> Tile:
             magnitude.trace()
     """
     return elementwise("abs", (x,), out=out, opname="abs")
+
+
+#: ``hl.gelu``'s ``approximate`` values (torch's) and the ALU function each one is
+GELU_FORMS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+def gelu(x: Tile, approximate: str = "none", *, out: Tile | None = None) -> Tile:
+    """GELU elementwise, as torch's ``F.gelu(x, approximate=...)``.
+
+    ``approximate="none"`` (the default, torch's and vLLM's ``gelu``): the exact form
+    ``x * Phi(x) = x / 2 * (1 + erf(x / sqrt 2))``, computed as ``x / 2 * erfc(-x / sqrt 2)``
+    (the ALU function ``gelu``; the device's ``erfcf`` is within 4 ulp).
+    ``approximate="tanh"``: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))`` (the ALU
+    function ``gelu_tanh``), which differs from the exact form by up to 1.5e-3 absolute
+    (about 15 % relative near x = -3.25). Computed in f32 (f64 for f64 tiles), rounded once
+    to ``x``'s type.
+
+    Args:
+        x: a register tile of floating-point elements.
+        approximate: ``"none"`` (exact, erf) or ``"tanh"``.
+        out: a register tile to write into (the shape and type of the result); ``None`` for a
+            new tile.
+
+    Returns:
+        The result tile (``out`` when given), of ``x``'s type.
+
+    Raises:
+        KernelError: ``approximate`` is neither ``"none"`` nor ``"tanh"``, ``x`` is not a
+            floating-point register tile, or ``out`` does not fit (the message names the
+            kernel, the tile and the source line).
+
+    Example:
+        The exact GELU of a loaded tile, and the tanh form::
+
+            @hl.kernel(threads=128)
+            def f(a: hl.f32["M", "N"], c: hl.f32["M", "N"], d: hl.f32["M", "N"]):
+                x = hl.register(hl.f32, (64, 64))
+                hl.copy(a.tile((64, 64), (0, 0)), x)
+                hl.copy(hl.gelu(x), c.tile((64, 64), (0, 0)))
+                hl.copy(hl.gelu(x, approximate="tanh"), d.tile((64, 64), (0, 0)))
+
+            f.trace()
+    """
+    fn = GELU_FORMS.get(approximate) if isinstance(approximate, str) else None
+    if fn is None:
+        ctx, loc = begin("gelu")
+        raise ctx.error("gelu", loc,
+                        f"approximate must be 'none' (exact, erf) or 'tanh', got {approximate!r}")
+    return elementwise(fn, (x,), out=out, opname="gelu")
 
 
 def _scalars(a: Any, b: Any) -> bool:

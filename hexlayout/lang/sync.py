@@ -460,9 +460,13 @@ def fence_proxy_async() -> None:
     reads through the async proxy (wgmma shared operands, TMA stores).
 
     On sm_90 a wgmma reads its shared operands through the async proxy: a tile filled by
-    cp.async (e.g. rows gathered through an index tile, which TMA cannot load) needs, in
-    every thread that wrote it, ``hl.wait_group`` then this fence, then a barrier before the
-    wgmma. Nothing is emitted for architectures without the async proxy (sm_80, sm_89).
+    cp.async (e.g. rows gathered through an index tile, which TMA cannot load) or stored from
+    registers needs, in every thread that wrote it, ``hl.wait_group`` then this fence, then a
+    barrier before the wgmma. Writing it is optional: the lowering inserts the fence wherever
+    such writes reach a wgmma or TMA store without one (after the writes, once;
+    ``hexlayout.ir.passes.insert_proxy_fences``), and keeps a fence written here instead of
+    adding another. Nothing is emitted for architectures without the async proxy (sm_80,
+    sm_89).
 
     Returns:
         None: the ``FenceProxyAsync`` op is appended to the kernel being traced.

@@ -3,7 +3,10 @@
 ``gemm(a, b, bias=None, residual=None, activation="none", scale=None, b_layout="nk")``
 returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`` of shape
 ``N x K`` (``b_layout="nk"``) or ``B = b`` for ``K x N`` (``"kn"``); f16 or bf16 inputs
-(all tensors the same type), fp32 accumulation, output in the input type.
+(all tensors the same type), fp32 accumulation, output in the input type. ``activation``:
+``"none"``, ``"relu"``, ``"gelu"`` (exact: ``z / 2 * (1 + erf(z / sqrt 2))``, torch's
+``F.gelu(z)``), ``"gelu_tanh"`` (``0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))``, torch's
+``F.gelu(z, approximate="tanh")``) or ``"silu"`` (``z * sigmoid(z)``).
 
 - CUDA tensors: the kernel for the device's architecture (sm_80 / sm_89: multistage
   cp.async + ldmatrix + mma.sync; sm_90a: warp-specialized persistent TMA + wgmma) is
@@ -62,13 +65,16 @@ from .config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
 from .kernels import ARCH_KERNELS
 
 __all__ = ["gemm", "gemm_cached", "check_gemm", "check_arguments", "gemm_build", "gemm_fused",
-           "gemm_epilogue", "rows_per_launch", "stage_epilogue", "ACTIVATIONS"]
+           "gemm_epilogue", "rows_per_launch", "stage_epilogue", "ACTIVATIONS", "GELU_APPROXIMATE"]
 
 _OP = "hexlayout.gemm"
 
 #: ``activation`` values and the aten op each one is in the fused epilogue.
-ACTIVATIONS = ("none", "relu", "gelu", "silu")
-_ACT_NODES = {"relu": ("aten.relu.default", ()), "gelu": ("aten.gelu.default", (("approximate", "tanh"),)),
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+#: the GELU ``activation`` values -> torch's ``approximate`` (``F.gelu(z, approximate=...)``)
+GELU_APPROXIMATE = {"gelu": "none", "gelu_tanh": "tanh"}
+_ACT_NODES = {"relu": ("aten.relu.default", ()), "gelu": ("aten.gelu.default", ()),
+              "gelu_tanh": ("aten.gelu.default", (("approximate", "tanh"),)),
               "silu": ("aten.silu.default", ())}
 
 _FACTORY = ARCH_KERNELS
@@ -270,7 +276,7 @@ def _by_rows(launch: Callable[[Any, Any, Any, int], None], m: int, rows: int, a:
 def gemm_epilogue(has_bias: bool, has_residual: bool, activation: str, has_scale: bool) -> Any:
     """The epilogue ``act(scale * Y + bias) + residual`` of the product ``Y`` as fusion nodes:
     ``(nodes, outputs, inputs)``. ``nodes``: aten ``mul`` (scale), ``add`` (bias), the
-    activation (``relu``, ``gelu`` in its tanh form, ``silu``), ``add`` (residual), those
+    activation (``relu``, ``gelu`` exact, ``gelu_tanh``, ``silu``), ``add`` (residual), those
     present; one output, the last node. ``inputs``, in order: ``scale`` (an ``InputSpec``
     of a runtime scalar), then ``("bias", (True, False))`` (a ``1 x N`` row broadcast over
     the rows) and ``("residual", (False, False))`` (``M x N``) for those present."""
@@ -590,8 +596,8 @@ def _epilogue_only(c: Any, bias: Any, residual: Any, activation: str, scale: flo
         y = y + bias.float()
     if activation == "relu":
         y = torch.relu(y)
-    elif activation == "gelu":
-        y = torch.nn.functional.gelu(y, approximate="tanh")
+    elif activation in GELU_APPROXIMATE:
+        y = torch.nn.functional.gelu(y, approximate=GELU_APPROXIMATE[activation])
     elif activation == "silu":
         y = torch.nn.functional.silu(y)
     if residual is not None:

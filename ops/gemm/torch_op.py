@@ -11,8 +11,9 @@ launch, CPU tensors need ``HEXLAYOUT_EMULATE=1``).
 Autograd: with ``z = scale * (a @ B) + bias`` (``B = b^T`` for ``"nk"``, ``b`` for ``"kn"``)
 and ``c = act(z) + residual``, the backward of an incoming ``dc`` is
 
-- ``d residual = dc``; ``dz = dc * act'(z)`` (relu: ``[z > 0]``; gelu (tanh form) and silu:
-  their derivatives, through ``aten.gelu_backward`` / ``aten.silu_backward``);
+- ``d residual = dc``; ``dz = dc * act'(z)`` (relu: ``[z > 0]``; gelu (exact), gelu_tanh and
+  silu: their derivatives, through ``aten.gelu_backward`` (``approximate`` "none" / "tanh") /
+  ``aten.silu_backward``);
 - ``d bias = sum over rows of dz``; ``dP = scale * dz`` (the product's gradient);
 - ``d a = dP @ B^T``; ``d B = a^T @ dP``, i.e. ``d b = dP^T @ a`` (``"nk"``) or ``a^T @ dP`` (``"kn"``).
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from hexlayout.runtime.torch_ops import define_op
 
-from .op import check_gemm, gemm_cached, run_checked
+from .op import GELU_APPROXIMATE, check_gemm, gemm_cached, run_checked
 
 __all__ = ["gemm_op"]
 
@@ -74,8 +75,8 @@ def _backward(ctx: Any, dc: Any) -> tuple[Any, ...]:
             z = z + bias.float()
         if ctx.activation == "relu":
             dz = torch.ops.aten.threshold_backward(g, z, 0.0)
-        elif ctx.activation == "gelu":
-            dz = torch.ops.aten.gelu_backward(g, z, approximate="tanh")
+        elif ctx.activation in GELU_APPROXIMATE:
+            dz = torch.ops.aten.gelu_backward(g, z, approximate=GELU_APPROXIMATE[ctx.activation])
         else:
             dz = torch.ops.aten.silu_backward(g, z)
     dp = dz * ctx.scale if ctx.scale is not None else dz

@@ -39,7 +39,6 @@ from hexlayout.lang import f32, i32
 from .fp8_kernels_sm89 import _load
 from .fp8_kernels_sm90 import CONSUMER_REGS, PRODUCER_REGS, _consume, _produce, _ring, _rows, _sorted_rows
 from .kernels_sm80 import MoeConfig
-from .wna16_kernels_sm80 import gelu_erf
 
 __all__ = ["moe_gate_up_sm90_kernel", "moe_down_sm90_kernel", "moe_gate_up_sm90_ws_kernel",
            "moe_down_sm90_ws_kernel", "moe_sm90_config", "sm90_consts", "is_sm90", "run_gate_up_sm90",
@@ -119,7 +118,7 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
             if SCALE_IN:
                 w = _load(topk_w[rrow], (1, BM))
                 g, u = g * w, u * w
-            a = gelu_erf(g) if act == "gelu" else hl.silu(g)
+            a = hl.gelu(g) if act == "gelu" else hl.silu(g)
             hl.copy(hl.cast(a * u, dt), hl.view(inter, (BM, BN), (m0, n0)).T)
 
     return moe_gate_up_sm90
@@ -203,7 +202,7 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
                     rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                     w = _load(topk_w[rid], (BM, 1))
                     g, u = g * w, u * w
-                a = gelu_erf(g) if act == "gelu" else hl.silu(g)
+                a = hl.gelu(g) if act == "gelu" else hl.silu(g)
                 hl.copy(hl.cast(a * u, dt), hl.view(inter, (BM, BN), (m0, n0)))
 
     return moe_gate_up_sm90_ws

@@ -56,27 +56,9 @@ from hexlayout.lang import f32, i32, u4, u8
 
 from .fp8_kernels_sm89 import _grid, _k_tiles
 
-__all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel", "gelu_erf"]
+__all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
-
-# erf(x) = 1 - (a1 p + a2 p^2 + ... + a5 p^5) exp(-x^2), p = 1 / (1 + P |x|) (x >= 0):
-# Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7
-_P = 0.3275911
-_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-_SQRT1_2 = 0.7071067811865476
-
-
-def gelu_erf(x: Any) -> Any:
-    """Exact (erf) GELU of an f32 register tile: ``x / 2 * (1 + erf(x / sqrt 2))``, erf by
-    Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7)."""
-    z = hl.abs(x) * _SQRT1_2
-    p = 1.0 / (z * _P + 1.0)
-    poly = p * (p * (p * (p * (p * _A[4] + _A[3]) + _A[2]) + _A[1]) + _A[0])
-    erf_abs = 1.0 - poly * hl.exp(-(z * z))
-    erf = hl.where(x < 0.0, -erf_abs, erf_abs)
-    return x * 0.5 * (erf + 1.0)
-
 
 def _dequant(
     q: Any,
@@ -217,7 +199,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
                 hl.atomic_add(h[0, pos, n0:n0 + BN], acc_g)
                 hl.atomic_add(h[1, pos, n0:n0 + BN], acc_u)
             else:
-                a = gelu_erf(acc_g) if GELU else hl.silu(acc_g)
+                a = hl.gelu(acc_g) if GELU else hl.silu(acc_g)
                 hl.copy(hl.cast(a * acc_u, dt), hl.view(h, (BM, BN), (m0, n0)))  # row = sorted position
 
     return moe_wna16_gate_up

@@ -44,7 +44,7 @@ from hexlayout.lang import f32, i32, u4, u8, u32
 
 from .fp8_kernels_sm89 import _grid, _k_tiles, _load
 from .fp8_kernels_sm90 import _rows
-from .wna16_kernels_sm80 import _dequant, gelu_erf
+from .wna16_kernels_sm80 import _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
 
@@ -157,7 +157,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.atomic_add(h[0, pos, col], _rows_in_order(g, BN, BM))
                 hl.atomic_add(h[1, pos, col], _rows_in_order(u, BN, BM))
             else:
-                a = gelu_erf(g) if GELU else hl.silu(g)
+                a = hl.gelu(g) if GELU else hl.silu(g)
                 out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
                 hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
 

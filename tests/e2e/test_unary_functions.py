@@ -1,8 +1,11 @@
-"""Every generated ``hl.<fn>`` (one per ALU function with a language name, ``hl.tanh`` and
-``hl.softplus`` included) end to end: traced, lowered over an mma accumulator layout,
-emulated, and compared with float64 numpy formulas written here (not the registry's)."""
+"""Every generated ``hl.<fn>`` (one per ALU function with a language name, ``hl.tanh``,
+``hl.softplus`` and ``hl.erf`` included) and both forms of ``hl.gelu`` end to end: traced,
+lowered over an mma accumulator layout, emulated, and compared with float64 numpy formulas
+written here (not the registry's)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -28,14 +31,17 @@ REFERENCE = {
     "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
-    # 0.5 x (1 + tanh(y)) with 1 + tanh(y) = 2 / (1 + e**-2y): float64's 1 + tanh(y) cancels to 0
-    # for y < -19, where the function is still ~1e-20, not 0
-    "gelu": lambda x: x / (1.0 + np.exp(-2.0 * np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
+    "erf": np.vectorize(math.erf),
+    # hl.gelu(x): x Phi(x) = x / 2 * erfc(-x / sqrt 2) (1 + erf cancels for negative x)
+    "gelu": lambda x: 0.5 * x * np.vectorize(math.erfc)(-x / np.sqrt(2.0)),
+    # hl.gelu(x, approximate="tanh"): 0.5 x (1 + tanh(y)) with 1 + tanh(y) = 2 / (1 + e**-2y):
+    # float64's 1 + tanh(y) cancels to 0 for y < -19, where the function is still ~1e-20, not 0
+    "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
     "tanh": np.tanh,
     "softplus": lambda x: np.logaddexp(0.0, x),
 }
 POSITIVE = {"log", "log2", "sqrt", "rsqrt"}
-NAMES = sorted(fn.lang_name for fn in ALU_FUNCTIONS.values() if fn.lang_name)
+NAMES = sorted(fn.lang_name for fn in ALU_FUNCTIONS.values() if fn.lang_name) + ["gelu", "gelu_tanh"]
 
 
 @hl.kernel(threads=128)
@@ -43,7 +49,10 @@ def apply(x: hl.f32[R, C], y: hl.f32[R, C], *, FN: str = "exp", DT: object = hl.
     r0 = hl.grid(hl.spatial(hl.cdiv(x.shape[0], 64))) * 64
     s = hl.register(hl.f32, (64, 64), layout=TM.c_tv())
     hl.copy(hl.view(x, tile=(64, 64), origin=(r0, 0)), s)
-    t = getattr(hl, FN)(hl.cast(s, DT))
+    if FN.startswith("gelu"):                                 # gelu / gelu_tanh: hl.gelu's two forms
+        t = hl.gelu(hl.cast(s, DT), approximate=FN[5:] or "none")
+    else:
+        t = getattr(hl, FN)(hl.cast(s, DT))
     hl.copy(hl.cast(t, hl.f32), hl.view(y, tile=(64, 64), origin=(r0, 0)))
 
 

@@ -20,8 +20,9 @@ def _ref(a, b, bias=None, residual=None, activation="none", scale=None, b_layout
         y = y * scale
     if bias is not None:
         y = y + bias.double()
-    y = {"none": y, "relu": torch.relu(y), "gelu": torch.nn.functional.gelu(y, approximate="tanh"),
-         "silu": torch.nn.functional.silu(y)}[activation]
+    y = {"none": y, "relu": torch.relu(y), "gelu": torch.nn.functional.gelu(y),
+         "gelu_tanh": torch.nn.functional.gelu(y, approximate="tanh"), "silu": torch.nn.functional.silu(y)
+         }[activation]
     if residual is not None:
         y = y + residual.double()
     return y
@@ -163,7 +164,7 @@ def _grad_inputs(m, n, k, b_layout, seed):
     return a, b, torch.randn(n, generator=g).half(), torch.randn(m, n, generator=g).half()
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("b_layout", ["nk", "kn"])
 def test_backward_matches_float64_autograd(emulate, activation, b_layout) -> None:
     """dA, dB, d bias, d residual of the emulated op against torch autograd in float64 on the
@@ -178,6 +179,27 @@ def test_backward_matches_float64_autograd(emulate, activation, b_layout) -> Non
         assert x.grad is not None and x.grad.dtype == torch.float16, name
         err = ((x.grad.double() - y.grad).abs().max() / y.grad.abs().max()).item()
         assert err < 2e-3, (name, err)
+
+
+@pytest.mark.parametrize(("activation", "approximate"), [("gelu", "none"), ("gelu_tanh", "tanh")])
+def test_gelu_activations_are_torchs_two_forms(emulate, activation, approximate) -> None:
+    """``activation="gelu"`` is torch's exact ``F.gelu`` and ``"gelu_tanh"`` its tanh form, told
+    apart on pre-activations in [-3.6, -2.9], where the two differ by 8-28 % (c is ``z = a[:, 0]
+    + small``: column 0 of ``b`` is 1, the rest of both small)."""
+    g = torch.Generator().manual_seed(20)
+    m, n, k = 64, 72, 16
+    a = torch.randn(m, k, generator=g) * 0.01
+    a[:, 0] = torch.rand(m, generator=g) * 0.7 - 3.6
+    b = torch.randn(n, k, generator=g) * 0.01
+    b[:, 0] = 1.0
+    a, b = a.half(), b.half()
+    c = torch.ops.hexlayout.gemm(a, b, activation=activation)
+    z = a.double() @ b.double().t()
+    want = torch.nn.functional.gelu(z, approximate=approximate)
+    other = torch.nn.functional.gelu(z, approximate="tanh" if approximate == "none" else "none")
+    assert ((other - want).abs() / want.abs()).min().item() > 0.08        # the forms differ here
+    rel = ((c.double() - want).abs() / want.abs()).max().item()
+    assert rel < 2e-3, rel
 
 
 def test_backward_only_for_inputs_that_require_grad_and_under_compile(emulate) -> None:
@@ -205,7 +227,7 @@ def test_k0_epilogue_matches_torch(emulate, scale) -> None:
     g = torch.Generator().manual_seed(0)
     a, b = torch.empty(5, 0).half(), torch.empty(6, 0).half()
     bias, res = torch.randn(6, generator=g).half(), torch.randn(5, 6, generator=g).half()
-    for activation in ("none", "relu", "gelu", "silu"):
+    for activation in ("none", "relu", "gelu", "gelu_tanh", "silu"):
         for kw in ({}, {"bias": bias}, {"residual": res}, {"bias": bias, "residual": res}):
             c = torch.ops.hexlayout.gemm(a, b, activation=activation, scale=scale, **kw)
             want = _ref(a, b, activation=activation, scale=scale, **kw).half()
@@ -215,7 +237,7 @@ def test_k0_epilogue_matches_torch(emulate, scale) -> None:
 def test_nan_propagates_through_the_kernel_epilogue(emulate) -> None:
     """K > 0: a NaN scale gives NaN through every activation, relu included, as in torch."""
     a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
-    for activation in ("none", "relu", "gelu", "silu"):
+    for activation in ("none", "relu", "gelu", "gelu_tanh", "silu"):
         c = torch.ops.hexlayout.gemm(a, b, activation=activation, scale=float("nan"))
         assert c.isnan().all(), activation
 

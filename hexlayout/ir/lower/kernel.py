@@ -870,12 +870,17 @@ class Prober(_Lowering):
 def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | None = None) -> LoweredProgram:
     """The per-thread program of ``tk`` for ``arch``: every layout, mma and copy instruction
     as ``assignment`` gives it (synthesis's choices), else as the program gives it. ``tk`` is
-    not changed. Its sequential loops go through ``hexlayout.ir.passes.optimize_loops``
-    (loop-invariant code motion, stage rotation): the emulator and the code generator both
-    take this result."""
-    from ..passes import optimize_loops
+    not changed. On architectures with an async proxy (sm_90+) it gets a proxy fence wherever
+    generic-proxy shared writes reach a wgmma or TMA store without one
+    (``hexlayout.ir.passes.insert_proxy_fences``); its sequential loops go through
+    ``hexlayout.ir.passes.optimize_loops`` (loop-invariant code motion, stage rotation): the
+    emulator and the code generator both take this result."""
+    from ..passes import insert_proxy_fences, optimize_loops
 
-    prog = _Lowering(tk, arch, assignment).run()
+    lowering = _Lowering(tk, arch, assignment)
+    prog = lowering.run()
+    if lowering.arch.has_tma:
+        prog.kernel = insert_proxy_fences(prog.kernel)
     prog.kernel = optimize_loops(prog.kernel)
     return prog
 
