@@ -6,11 +6,11 @@ cuobjdump by ``hexlayout.runtime.stats`` (definitions in its docstring: main loo
 per k-tile = (loop instructions - MMA - ``@!PT`` padding) / k-tiles per iteration, per warp
 instruction stream).
 
-Kernels: the GEMM config space of ``hexlayout.ops.gemm_config`` (bf16, ``b`` given N x K,
+Kernels: the GEMM config space of ``hexlayout.ops.gemm.config`` (bf16, ``b`` given N x K,
 no epilogue, the build ``hexlayout.ops.gemm`` launches for 4096 x 4096: output staged
 through shared memory) for sm_80 and sm_90a (128x256x64 and 256x128x64 included), the
 FlashAttention example at head dim 128 on sm_80 (its defaults BM=128, BN=32, 8 warps, and
-BN=64), and the shipped paged attention kernel (``hexlayout.ops.attention_kernels``, sm_80,
+BN=64), and the shipped paged attention kernel (``hexlayout.ops.attention.paged_kernels_sm80``, sm_80,
 head sizes 64 / 128 / 256 with ``paged_attention_consts``: causal, block size 16, GQA 8,
 decode; no Triton peer).
 

@@ -244,7 +244,8 @@ def test_kernels_compile_without_spills(arch: str) -> None:
 def test_every_config_matches_float64(slots: int) -> None:
     """Each shipped tile config (chosen by T * k) on the same small problem, forced."""
     from hexlayout.ops.moe.kernels_sm80 import moe_config
-    from hexlayout.ops.moe.op import _down, _gate_up, run_moe_pipeline
+    from hexlayout.ops.moe.op import _down, _gate_up
+    from hexlayout.ops.moe.pipeline import run_moe_pipeline
 
     x, w13, w2, tw, ids = make(20, 96, 64, 8, 2, torch.bfloat16, seed=slots)
     out = run_moe_pipeline(x, tw, ids, 8, 64, "silu", False, None, _gate_up(w13), _down(w2),

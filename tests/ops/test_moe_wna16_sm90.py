@@ -1,5 +1,5 @@
 """The sm_90a W4A16 / W8A16 fused MoE (``ops/moe_wna16_kernels_sm90.py``: swap-AB wgmma, the
-dequantized weights as the register A operand) through ``hexlayout.ops.moe_wna16`` in the
+dequantized weights as the register A operand) through ``hexlayout.ops.moe.wna16`` in the
 emulator (``HEXLAYOUT_EMULATE_ARCH=sm_90a``) against the float64 reference of
 ``test_moe_wna16`` (dequantized from the CHECKPOINT tensors, packed there from the formats'
 definitions): AWQ-4, GPTQ-4, GPTQ-8; groups 32 / 64 / 128 / -1; f16 and bf16; T 1 / 3 / 16 / 100;

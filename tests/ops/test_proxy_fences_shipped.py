@@ -15,21 +15,21 @@ from hexlayout.synth.solve import synthesize
 
 
 def _gemm():
-    from hexlayout.ops.gemm_config import CONFIGS
-    from hexlayout.ops.gemm_kernels import gemm_sm90_kernel
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.kernels import gemm_sm90_kernel
 
     return gemm_sm90_kernel(hl.bf16, "nk", stage_epilogue=True), CONFIGS["sm_90a"][0].consts(4096, 4096)
 
 
 def _moe():
-    from hexlayout.ops import moe_kernels_sm90 as k90
+    from hexlayout.ops.moe import kernels_sm90 as k90
 
     return k90.moe_gate_up_sm90_kernel(hl.bf16, "gelu"), {**k90.sm90_consts(16), "TOPK": 8, "SCALE_IN": True}
 
 
 def _paged_attention():
-    from hexlayout.ops.attention import paged_attention_sm90_consts
-    from hexlayout.ops.attention_kernels_sm90 import paged_attention_sm90_kernel
+    from hexlayout.ops.attention.kernels_sm90 import paged_attention_sm90_kernel
+    from hexlayout.ops.attention.paged import paged_attention_sm90_consts
 
     consts = paged_attention_sm90_consts(64, 16, 8, 1, True, False, False)
     return paged_attention_sm90_kernel(hl.f16, False), consts

@@ -34,8 +34,8 @@ def _example(name: str, arch: str, **consts):
 
 
 def _gemm_op(arch: str):
-    from hexlayout.ops.gemm_config import CONFIGS
-    from hexlayout.ops.gemm_kernels import gemm_sm80_kernel, gemm_sm90_kernel
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.kernels import gemm_sm80_kernel, gemm_sm90_kernel
 
     cfg = CONFIGS[arch][0]
     fn = gemm_sm80_kernel if arch == "sm_80" else gemm_sm90_kernel
@@ -43,15 +43,15 @@ def _gemm_op(arch: str):
 
 
 def _paged(arch: str):
-    from hexlayout.ops.attention import paged_attention_consts
-    from hexlayout.ops.attention_kernels import paged_attention_kernel
+    from hexlayout.ops.attention.paged import paged_attention_consts
+    from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
 
     return build(paged_attention_kernel(hl.f16), arch, compile=False,
                  **paged_attention_consts(64, 16, 8, 1, True, False, False))
 
 
 def _kv_cache():
-    from hexlayout.ops.kv_cache import reshape_and_cache_consts, reshape_and_cache_kernel
+    from hexlayout.ops.kv_cache.op import reshape_and_cache_consts, reshape_and_cache_kernel
 
     consts = reshape_and_cache_consts(128, 16)
     return build(reshape_and_cache_kernel(hl.bf16), "sm_80", compile=False, **consts)

@@ -85,7 +85,7 @@ def test_fused_moe_fp8_sm89(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch
     """FP8 (e4m3) MoE on sm_89: activation quantization (cvt.rn.satfinite.e4m3x2.f32) and
     mma.sync m16n8k32 e4m3, from their PTX."""
     import hexlayout.ops
-    from hexlayout.ops.moe_fp8 import prepare_fp8
+    from hexlayout.ops.moe.fp8 import prepare_fp8
 
     from tests.ops.test_moe_fp8 import check
     from tests.ops.test_moe_fp8 import make as fp8_make
