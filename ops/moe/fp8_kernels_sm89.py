@@ -46,7 +46,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
-from .splitk import _k0, _split_range
+from .blocks import k_tile_range, load_tile, moe_grid
 
 __all__ = ["moe_fp8_quant_kernel", "moe_fp8_gate_up_kernel", "moe_fp8_down_kernel", "FP8_MAX", "SCALE_BLOCK"]
 
@@ -94,45 +94,13 @@ def moe_fp8_quant_kernel(dtype: DType) -> Any:
     return moe_fp8_quant
 
 
-def _load(view: Any, shape: tuple[int, ...]) -> Any:
-    """A gathered f32 global view copied into a register tile of ``shape``."""
-    r = hl.register(f32, shape)
-    hl.copy(view, r)
-    return r
-
-
 def _scale(ws: Any, e: Any, col: Any, first: Any, kb: Any, uniform: bool) -> Any:
     """The block scales of the columns ``col`` (a ``(1, BN)`` or ``(BN, 1)`` index tile) at
     k-block ``kb``; ``uniform``: every column is in the block of ``first`` (the tile lies in one
     128-row block of the weights), one ``(1, 1)`` scale."""
     if uniform:
-        return _load(ws[e, hl.iota((1, 1), 0) + first // SCALE_BLOCK, kb], (1, 1))
-    return _load(ws[e, col // SCALE_BLOCK, kb], col.shape)
-
-
-def _grid(blocks: Any, cols: Any, split: bool, split_k: int) -> tuple[Any, Any, Any]:
-    """``(pid_m, pid_n, sp)`` of a grouped GEMM's grid: ``blocks x cols`` tiles, times ``split_k``
-    splits of K for a split kernel (``sp`` its split index; ``None`` without split, where
-    ``SPLIT_K`` must be 1)."""
-    if not split:
-        if split_k != 1:
-            raise ValueError(f"SPLIT_K ({split_k}) > 1 needs the split kernel (split=True: f32 partials)")
-        pid_m, pid_n = hl.grid(hl.spatial(blocks, cols))
-        return pid_m, pid_n, None
-    if split_k < 1:
-        raise ValueError(f"SPLIT_K ({split_k}) must be >= 1")
-    return hl.grid(hl.spatial(blocks, cols, split_k))
-
-
-def _k_tiles(kx: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
-    """This block's k-tiles ``(n, k0, kt)``: their count, the k origin ``k0(j)`` of local tile ``j``
-    and its index ``kt(j)`` in ``ceil(K / BK)``. Without split (``sp`` None) all of them (``k0(j) =
-    j * BK``); split ``sp`` takes ``[lo, hi)`` of ``moe_splitk._split_range`` (``k0`` of the
-    pipeline's prefetches past ``hi``: past ``K``, no memory read)."""
-    if sp is None:
-        return hl.cdiv(kx, bk), (lambda j: j * bk), (lambda j: j)
-    kt_all, lo, hi = _split_range(kx, bk, split_k, sp)
-    return hl.maximum(hi - lo, 0), (lambda j: _k0(lo + j, hi, kt_all, bk)), (lambda j: lo + j)
+        return load_tile(ws[e, hl.iota((1, 1), 0) + first // SCALE_BLOCK, kb], (1, 1))
+    return load_tile(ws[e, col // SCALE_BLOCK, kb], col.shape)
 
 
 def _col(a: Any, r0: Any, rows: int) -> Any:
@@ -166,7 +134,7 @@ def moe_fp8_gate_up_kernel(dtype: DType, split: bool = False) -> Any:
                         SPLIT_K: int = 1):
         Tx, Kx = xq.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
@@ -174,7 +142,7 @@ def moe_fp8_gate_up_kernel(dtype: DType, split: bool = False) -> Any:
             hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
             rid = hl.where(rid < Tx * TOPK, rid, -1)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
             sa = hl.shared(e4m3, (BM, BK, STAGES))
             sg = hl.shared(e4m3, (BN, BK, STAGES))
             su = hl.shared(e4m3, (BN, BK, STAGES))
@@ -208,12 +176,12 @@ def moe_fp8_gate_up_kernel(dtype: DType, split: bool = False) -> Any:
                     hl.mma(ra, ru, acc_u)
             rid2 = hl.register(i32, (BM, 1))
             hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], rid2)
-            sx = _load(xs[hl.where(rid2 < Tx * TOPK, rid2 // TOPK, -1)], (BM, 1))
+            sx = load_tile(xs[hl.where(rid2 < Tx * TOPK, rid2 // TOPK, -1)], (BM, 1))
             if BLOCK_SCALE:
                 g = acc_g * sx
                 u = acc_u * sx
             else:
-                we = _load(ws[e, col * 0, 0], (1, BN))
+                we = load_tile(ws[e, col * 0, 0], (1, BN))
                 g = acc_g * sx * we
                 u = acc_u * sx * we
             if split:                                    # scaled partials; padding rows: none
@@ -245,14 +213,14 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
             raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
                              f"{SCALE_BLOCK}")
         Nx = y.shape[1]
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid = hl.register(i32, (BM,))
             hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
             rid = hl.where(rid < TKx, rid, -1)
-            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
             sa = hl.shared(e4m3, (BM, BK, STAGES))
             sb = hl.shared(e4m3, (BN, BK, STAGES))
             acc = hl.zeros((BM, BN), f32)
@@ -277,12 +245,12 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
             rid2 = hl.register(i32, (BM, 1))
             hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], rid2)
             rid2 = hl.where(rid2 < TKx, rid2, -1)
-            rs = _load(hs[rid2], (BM, 1))
+            rs = load_tile(hs[rid2], (BM, 1))
             if not ROUTER:
-                rs = rs * _load(tw[rid2], (BM, 1))
+                rs = rs * load_tile(tw[rid2], (BM, 1))
             out = acc * rs
             if not BLOCK_SCALE:
-                out = out * _load(ws[e, col * 0, 0], (1, BN))
+                out = out * load_tile(ws[e, col * 0, 0], (1, BN))
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(hl.view(y, (BM, BN), (None, n0), rows=rid), out)
             else:

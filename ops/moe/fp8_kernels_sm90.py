@@ -36,26 +36,25 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
-from .fp8_kernels_sm89 import SCALE_BLOCK, _grid, _k_tiles, _load, _scale
+from .blocks import (
+    CONSUMER_REGS,
+    PRODUCER_REGS,
+    block_rows,
+    consume_ring,
+    k_tile_range,
+    load_tile,
+    moe_grid,
+    produce_ring,
+    sorted_rows,
+    ws_ring,
+)
+from .fp8_kernels_sm89 import SCALE_BLOCK, _scale
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
            "moe_fp8_down_sm90_ws_kernel", "PRODUCER_REGS", "CONSUMER_REGS"]
 
 K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
 
-#: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
-#: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
-PRODUCER_REGS, CONSUMER_REGS = 40, 232
-
-
-def _rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> tuple[Any, Any]:
-    """This block's sorted slots as a ``(bm,)`` column index tile and a ``(1, bm)`` row tile
-    (padding slots ``>= limit``: -1)."""
-    rid = hl.register(i32, (bm,))
-    hl.copy(hl.view(sorted_ids, (bm,), (m0,)), rid)
-    row = hl.register(i32, (1, bm))
-    hl.copy(sorted_ids[hl.iota((1, bm), 1) + m0], row)
-    return hl.where(rid < limit, rid, -1), hl.where(row < limit, row, -1)
 
 
 @cache
@@ -77,11 +76,11 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                              SPLIT_K: int = 1):
         Tx, Kx = xq.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
-            rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
+            rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             sa = hl.shared(e4m3, (BM, BK, STAGES))
             sg = hl.shared(e4m3, (BN, BK, STAGES))
@@ -89,7 +88,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
-            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:
                 c0 = k0(kt)
@@ -115,11 +114,11 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
-            sx = _load(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
+            sx = load_tile(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
             g = acc_g * sx
             u = acc_u * sx
             if not BLOCK_SCALE:
-                we = _load(ws[e, col * 0, 0], (BN, 1))
+                we = load_tile(ws[e, col * 0, 0], (BN, 1))
                 g = g * we
                 u = u * we
             if split:                                    # scaled partials; padding rows: none
@@ -149,16 +148,16 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
             raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
                              f"{SCALE_BLOCK}")
         Nx = y.shape[1]
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
-            rid, rrow = _rows(sorted_ids, m0, BM, TKx)
+            rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
             sa = hl.shared(e4m3, (BM, BK, STAGES))
             sb = hl.shared(e4m3, (BN, BK, STAGES))
             acc = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
-            num_k, k0, ktile = _k_tiles(Kx, BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:
                 c0 = k0(kt)
@@ -177,12 +176,12 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
-            rs = _load(hs[rrow], (1, BM))
+            rs = load_tile(hs[rrow], (1, BM))
             if not ROUTER:
-                rs = rs * _load(tw[rrow], (1, BM))
+                rs = rs * load_tile(tw[rrow], (1, BM))
             out = acc * rs
             if not BLOCK_SCALE:
-                out = out * _load(ws[e, col * 0, 0], (BN, 1))
+                out = out * load_tile(ws[e, col * 0, 0], (BN, 1))
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(y[rrow, col], out)
             else:
@@ -191,99 +190,13 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     return moe_fp8_down_sm90
 
 
-def _produce(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any, sw: tuple[Any, ...],
-             ring: hl.Ring, num_k: Any, stages: int) -> None:
-    """Warp group 0 of a ``*_ws`` kernel: per k-tile, once ``empty[st]`` frees the stage, the weight
-    tiles (rows ``w_rows`` of expert ``e``) by TMA on ``full[st]`` and the gathered rows of ``a`` by
-    cp.async; every thread arrives on ``full`` for the k-tile ``stages - 2`` back once its own
-    copies of it have landed and are fenced for the async proxy (wgmma)."""
-    bm, bk = sa.shape[0], sa.shape[1]
-    lag = stages - 2
-    tx = sum(s[:, :, 0].nbytes for s in sw)
-    for kt in hl.range(num_k):
-        st = kt % stages
-        ring.acquire(kt)
-        ring.fill(kt, tx_bytes=tx)
-        for r0, s in zip(w_rows, sw):
-            tile = hl.view(w, (1, s.shape[0], bk), (e, r0, kt * bk))[0, :, :]
-            hl.copy(tile, s[:, :, st], mbarrier=ring.full[st])
-        hl.copy(hl.view(a, (bm, bk), (None, kt * bk), rows=rows), sa[:, :, st])
-        hl.commit_group()
-        hl.wait_group(lag)
-        hl.fence_proxy_async()
-        with hl.if_(kt >= lag):
-            ring.fill(kt - lag, who="thread")
-    hl.wait_group(0)
-    hl.fence_proxy_async()
-    for j in range(lag):
-        with hl.if_(num_k - lag + j >= 0):
-            ring.fill(num_k - lag + j, who="thread")
-
-
-def _consume(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Ring, num_k: Any,
-             stages: int, consumers: int, scale_x: Any = None, scale_y: Any = None) -> None:
-    """The consumer warp groups of a ``*_ws`` kernel: ``acc_x = A @ X^T``, ``acc_y = A @ Y^T`` over the
-    k-tiles of the ring (A: ``sa``, token rows; X / Y: ``sx`` / ``sy``, weight rows). Without scales
-    the first k-tile writes the accumulators (scale-d 0) and one group stays in flight; with block
-    scales each half's partial ``p`` of k-tile ``kt`` (scale-d 0) is added as ``acc += p * scale(kt)``
-    (scales loaded before the wait; a callable is evaluated at the addition): the x half's while the
-    y half's wgmma runs, the y half's after it (the other consumer warp group's wgmmas keep the
-    tensor cores busy meanwhile)."""
-    warps = hl.spatial(consumers, 1)
-    blocked = scale_x is not None
-    px = hl.register(f32, acc_x.shape) if blocked else acc_x
-    py = hl.register(f32, acc_y.shape) if blocked else acc_y
-
-    def tile(kt: Any, first: bool) -> None:
-        st = kt % stages
-        if blocked:
-            gx, gy = scale_x(kt), scale_y(kt)
-        ring.wait_full(kt)
-        hl.wgmma_fence()
-        hl.mma(sa[:, :, st], sx[:, :, st], px, warps=warps, accumulate=not (first or blocked))
-        if blocked:
-            hl.wgmma_commit()
-        hl.mma(sa[:, :, st], sy[:, :, st], py, warps=warps, accumulate=not (first or blocked))
-        hl.wgmma_commit()
-        hl.wgmma_wait(1)         # blocked: x of k-tile kt is done, y runs; else k-tile kt - 1 is done
-        if blocked:
-            hl.assign(acc_x, acc_x + px * (gx() if callable(gx) else gx))
-            hl.wgmma_wait(0)     # (a wgmma in flight across the loop's back edge while a partial is
-            hl.assign(acc_y, acc_y + py * (gy() if callable(gy) else gy))   # read: ptxas C7514)
-            ring.release(st)
-        elif not first:
-            ring.release((kt - 1) % stages)
-
-    with hl.if_(num_k > 0):
-        tile(0, True)
-    for kt in hl.range(1, num_k):
-        tile(kt, False)
-    hl.wgmma_wait(0)
-    if not blocked:
-        with hl.if_(num_k.eq(0)):                             # K = 0: the products are zero
-            hl.assign(acc_x, hl.zeros(acc_x.shape, f32))
-            hl.assign(acc_y, hl.zeros(acc_y.shape, f32))
-
-
-def _ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
-    """Shared stages of a ``*_ws`` kernel (``dt`` token rows, two ``dt`` weight halves) and its
-    full / empty mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per
-    consumer)."""
-    sa = hl.shared(dt, (bm, bk, stages))
-    sx = hl.shared(dt, (bn, bk, stages))
-    sy = hl.shared(dt, (bn, bk, stages))
-    ring = hl.Ring(stages, producers=129, consumers=consumers)
-    hl.syncthreads()
-    return sa, sx, sy, ring
-
-
 def _straddle(ws: Any, e: Any, col: Any, first: Any, kb: Any) -> Any:
     """The block scales at k-block ``kb`` of the ``(1, BN)`` columns ``col`` (``BN <= 128``) from
     ``first`` on, which span at most two 128-row blocks: two scalar loads now, the per-column
     select when called."""
     b0 = first // SCALE_BLOCK
-    s0 = _load(ws[e, hl.iota((1, 1), 0) + b0, kb], (1, 1))
-    s1 = _load(ws[e, hl.iota((1, 1), 0) + hl.minimum(b0 + 1, ws.shape[1] - 1), kb], (1, 1))
+    s0 = load_tile(ws[e, hl.iota((1, 1), 0) + b0, kb], (1, 1))
+    s1 = load_tile(ws[e, hl.iota((1, 1), 0) + hl.minimum(b0 + 1, ws.shape[1] - 1), kb], (1, 1))
     return lambda: hl.where((col // SCALE_BLOCK).eq(b0), s0, s1)
 
 
@@ -291,13 +204,6 @@ def _check_ws(name: str, bm: int, bn: int, bk: int, stages: int, consumers: int,
     if bm != 64 * consumers or stages < 2 or (block_scale and (bk != SCALE_BLOCK or SCALE_BLOCK % bn)):
         raise ValueError(f"{name}: BM ({bm}) must be 64 * CONSUMERS ({consumers}), STAGES ({stages}) >= 2 "
                          f"and with block scales BK ({bk}) = {SCALE_BLOCK} and BN ({bn}) divide it")
-
-
-def _sorted_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> Any:
-    """This block's sorted slots as a ``(bm, 1)`` index tile (padding slots ``>= limit``: -1)."""
-    rid = hl.register(i32, (bm, 1))
-    hl.copy(sorted_ids[hl.iota((bm, 1), 0) + m0], rid)
-    return hl.where(rid < limit, rid, -1)
 
 
 @cache
@@ -330,28 +236,28 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, ring = _ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
+            sa, sg, su, ring = ws_ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
+                rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                 tok = hl.where(rid >= 0, rid // TOPK, -1)
-                _produce(xq, tok, w, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
+                produce_ring(xq, tok, w, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 col = hl.iota((1, BN), 1) + n0
                 if BLOCK_SCALE:
                     acc_g, acc_u = hl.zeros((BM, BN), f32), hl.zeros((BM, BN), f32)
-                    _consume(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS,
+                    consume_ring(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS,
                              lambda kt: _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True),   # BN | 128
                              lambda kt: (_scale(ws, e, col, n0 + Ix, kt * BK // SCALE_BLOCK, True) if UNIFORM
                                          else _straddle(ws, e, col + Ix, n0 + Ix, kt * BK // SCALE_BLOCK)))
                 else:
                     acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
-                    _consume(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
-                rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
-                sx = _load(xs[hl.where(rid >= 0, rid // TOPK, -1)], (BM, 1))
+                    consume_ring(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
+                rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
+                sx = load_tile(xs[hl.where(rid >= 0, rid // TOPK, -1)], (BM, 1))
                 if not BLOCK_SCALE:
-                    sx = sx * _load(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
+                    sx = sx * load_tile(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
                 g = acc_g * sx
                 a = hl.gelu(g) if GELU else hl.silu(g)
                 hl.copy(hl.cast(a * (acc_u * sx), dt), hl.view(h, (BM, BN), (None, n0), rows=rid))
@@ -388,11 +294,11 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, ring = _ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
+            sa, sx, sy, ring = ws_ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                rid = _sorted_rows(sorted_ids, m0, BM, TKx)
-                _produce(hq, rid, w, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
+                rid = sorted_rows(sorted_ids, m0, BM, TKx)
+                produce_ring(hq, rid, w, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 if BLOCK_SCALE:
@@ -401,16 +307,16 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
                     def sw(kt: Any) -> Any:                  # BN | 128: the tile's one block
                         return _scale(ws, e, None, n0, kt * BK // SCALE_BLOCK, True)
 
-                    _consume(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS, sw, sw)
+                    consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS, sw, sw)
                 else:
                     acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
-                    _consume(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
-                rid = _sorted_rows(sorted_ids, m0, BM, TKx)
-                rs = _load(hs[rid], (BM, 1))
+                    consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
+                rid = sorted_rows(sorted_ids, m0, BM, TKx)
+                rs = load_tile(hs[rid], (BM, 1))
                 if not ROUTER:
-                    rs = rs * _load(tw[rid], (BM, 1))
+                    rs = rs * load_tile(tw[rid], (BM, 1))
                 if not BLOCK_SCALE:
-                    rs = rs * _load(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
+                    rs = rs * load_tile(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
                 hl.copy(hl.cast(acc_x * rs, dtype), hl.view(y, (BM, H2), (None, n0), rows=rid))
                 hl.copy(hl.cast(acc_y * rs, dtype), hl.view(y, (BM, H2), (None, n0 + H2), rows=rid))
 

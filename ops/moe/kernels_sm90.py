@@ -36,8 +36,16 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .fp8_kernels_sm89 import _load
-from .fp8_kernels_sm90 import CONSUMER_REGS, PRODUCER_REGS, _consume, _produce, _ring, _rows, _sorted_rows
+from .blocks import (
+    CONSUMER_REGS,
+    PRODUCER_REGS,
+    block_rows,
+    consume_ring,
+    load_tile,
+    produce_ring,
+    sorted_rows,
+    ws_ring,
+)
 from .kernels_sm80 import MoeConfig
 
 __all__ = ["moe_gate_up_sm90_kernel", "moe_down_sm90_kernel", "moe_gate_up_sm90_ws_kernel",
@@ -97,7 +105,7 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
         e = expert_ids[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):                                         # unused blocks exit
-            rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
+            rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             sa = hl.shared(dt, (BM, BK, STAGES))
             sg = hl.shared(dt, (BN, BK, STAGES))
@@ -116,7 +124,7 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
                 _mma_group(((sg[:, :, st], sa[:, :, st], acc_g), (su[:, :, st], sa[:, :, st], acc_u)))
             g, u = acc_g, acc_u
             if SCALE_IN:
-                w = _load(topk_w[rrow], (1, BM))
+                w = load_tile(topk_w[rrow], (1, BM))
                 g, u = g * w, u * w
             a = hl.gelu(g) if act == "gelu" else hl.silu(g)
             hl.copy(hl.cast(a * u, dt), hl.view(inter, (BM, BN), (m0, n0)).T)
@@ -141,7 +149,7 @@ def moe_down_sm90_kernel(dtype: DType) -> Any:
         e = expert_ids[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
-            rid, rrow = _rows(sorted_ids, m0, BM, y.shape[0])
+            rid, rrow = block_rows(sorted_ids, m0, BM, y.shape[0])
             sa = hl.shared(dt, (BM, BK, STAGES))
             sb = hl.shared(dt, (BN, BK, STAGES))
             acc = hl.zeros((BN, BM), f32)
@@ -156,7 +164,7 @@ def moe_down_sm90_kernel(dtype: DType) -> Any:
                 _mma_group(((sb[:, :, st], sa[:, :, st], acc),))
             out = acc
             if not SCALE_IN:
-                out = out * _load(topk_w[rrow], (1, BM))
+                out = out * load_tile(topk_w[rrow], (1, BM))
             hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)
 
     return moe_down_sm90
@@ -187,20 +195,20 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
             num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, ring = _ring(dt, BM, BN, BK, STAGES, CONSUMERS)
+            sa, sg, su, ring = ws_ring(dt, BM, BN, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
+                rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                 tok = hl.where(rid >= 0, rid // TOPK, -1)
-                _produce(x, tok, w13, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
+                produce_ring(x, tok, w13, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
-                _consume(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
+                consume_ring(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
                 g, u = acc_g, acc_u
                 if SCALE_IN:
-                    rid = _sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
-                    w = _load(topk_w[rid], (BM, 1))
+                    rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
+                    w = load_tile(topk_w[rid], (BM, 1))
                     g, u = g * w, u * w
                 a = hl.gelu(g) if act == "gelu" else hl.silu(g)
                 hl.copy(hl.cast(a * u, dt), hl.view(inter, (BM, BN), (m0, n0)))
@@ -232,19 +240,19 @@ def moe_down_sm90_ws_kernel(dtype: DType) -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
             num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, ring = _ring(dt, BM, H2, BK, STAGES, CONSUMERS)
+            sa, sx, sy, ring = ws_ring(dt, BM, H2, BK, STAGES, CONSUMERS)
             with hl.warp_group(0):
                 hl.setmaxnreg(PRODUCER_REGS, increase=False)
                 pos = hl.iota((BM, 1), 0) + m0                       # inter rows: the positions
-                _produce(inter, pos, w2, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
+                produce_ring(inter, pos, w2, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
             with hl.else_():
                 hl.setmaxnreg(CONSUMER_REGS)
                 acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
-                _consume(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
-                rid = _sorted_rows(sorted_ids, m0, BM, y.shape[0])
+                consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
+                rid = sorted_rows(sorted_ids, m0, BM, y.shape[0])
                 ox, oy = acc_x, acc_y
                 if not SCALE_IN:
-                    w = _load(topk_w[rid], (BM, 1))
+                    w = load_tile(topk_w[rid], (BM, 1))
                     ox, oy = ox * w, oy * w
                 hl.copy(hl.cast(ox, dt), hl.view(y, (BM, H2), (None, n0), rows=rid))
                 hl.copy(hl.cast(oy, dt), hl.view(y, (BM, H2), (None, n0 + H2), rows=rid))

@@ -59,6 +59,7 @@ from hexlayout.runtime.args import ArgumentError
 from ..host.device import sm_count
 from ..host.launch import build_for, lang_dtype, run_kernel
 from .align import max_padded_slots
+from .blocks import split_k0, split_range
 from .kernels_sm80 import MoeConfig, _weights, moe_config, moe_down_config
 
 if TYPE_CHECKING:
@@ -79,21 +80,6 @@ MAX_SPLIT_K = 16
 MIN_SPLIT_KTILES = 8
 
 
-def _split_range(k: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
-    """``(KT, lo, hi)``: ``KT = ceil(k / bk)`` k-tiles, split ``sp`` takes ``[lo, hi)`` with
-    ``lo = sp * P``, ``hi = min(KT, lo + P)``, ``P = ceil(KT / split_k)`` (empty when ``lo >= KT``)."""
-    kt_all = hl.cdiv(k, bk)
-    lo = sp * hl.cdiv(kt_all, split_k)
-    return kt_all, lo, hl.minimum(kt_all, lo + hl.cdiv(kt_all, split_k))
-
-
-def _k0(kt: Any, hi: Any, kt_all: Any, bk: int) -> Any:
-    """The k origin of k-tile ``kt`` of a split ending at ``hi``: ``kt * bk``, or from
-    ``kt >= hi`` on (the pipeline's prefetches past the split) an origin past ``K`` (``kt +
-    (kt - hi + 1) * KT >= KT`` tiles): an empty window, no memory read."""
-    return (kt + hl.maximum(kt - hi + 1, 0) * kt_all) * bk
-
-
 @cache
 def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
     """The split-K gate-up grouped GEMM for ``dtype``: f32 partial gate / up products of split
@@ -109,7 +95,7 @@ def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
         e = expert_ids[pid_m]
         with hl.if_(e >= 0):                                         # unused blocks exit
             m0, n0, ni = pid_m * BM, pid_n * BN, ws_g.shape[1]
-            kt_all, lo, hi = _split_range(x.shape[1], BK, SPLIT_K, sp)
+            kt_all, lo, hi = split_range(x.shape[1], BK, SPLIT_K, sp)
             slots = hl.register(i32, (BM,))
             hl.copy(sorted_ids[m0:m0 + BM], slots)
             tok = slots // TOPK                                      # padding: token T, reads 0
@@ -120,7 +106,7 @@ def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
             su = hl.shared(dt, (BN, BK, STAGES))
 
             def load(j: Any, s: Any) -> None:                        # local k-tile j of the split
-                k0 = _k0(lo + j, hi, kt_all, BK)
+                k0 = split_k0(lo + j, hi, kt_all, BK)
                 hl.copy(x[tok, k0:k0 + BK], sa[:, :, s])
                 hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sg[:, :, s])
                 hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, k0))[0, :, :], su[:, :, s])
@@ -198,13 +184,13 @@ def moe_down_splitk_kernel(dtype: DType) -> Any:
         e = expert_ids[pid_m]
         with hl.if_(e >= 0):
             m0, n0 = pid_m * BM, pid_n * BN
-            kt_all, lo, hi = _split_range(inter.shape[1], BK, SPLIT_K, sp)
+            kt_all, lo, hi = split_range(inter.shape[1], BK, SPLIT_K, sp)
             acc = hl.zeros((BM, BN), f32)
             sa = hl.shared(dt, (BM, BK, STAGES))
             sb = hl.shared(dt, (BN, BK, STAGES))
 
             def load(j: Any, s: Any) -> None:                        # local k-tile j of the split
-                k0 = _k0(lo + j, hi, kt_all, BK)
+                k0 = split_k0(lo + j, hi, kt_all, BK)
                 hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, k0)), sa[:, :, s])
                 hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sb[:, :, s])
 

@@ -54,7 +54,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
-from .fp8_kernels_sm89 import _grid, _k_tiles
+from .blocks import k_tile_range, moe_grid
 
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
@@ -122,9 +122,9 @@ def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, d
     ``rows``, -1 a zero row; or, with ``rows=None``, rows ``m0 ..``), ``ra`` a ``(BM, BK)``
     register tile; the rows are copied into shared memory by cp.async ``STAGES - 1`` k-tiles
     ahead of their use (a runtime loop over the k-tiles). With a split index ``sp``: only the
-    k-tiles of split ``sp`` of ``split_k`` (``moe_fp8_kernels._k_tiles``)."""
+    k-tiles of split ``sp`` of ``split_k`` (``blocks.k_tile_range``)."""
     sa = hl.shared(dt, (BM, BK, STAGES))
-    num_k, k0, ktile = _k_tiles(a.shape[1], BK, split_k, sp)
+    num_k, k0, ktile = k_tile_range(a.shape[1], BK, split_k, sp)
 
     def load(kt: Any, st: Any) -> None:
         if rows is None:
@@ -176,7 +176,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     ):
         Tx, Hx = x.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):
@@ -239,7 +239,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         SPLIT_K: int = 1,
     ):
         TKx, Hx = y.shape
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):

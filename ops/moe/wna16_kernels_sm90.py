@@ -42,8 +42,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8, u32
 
-from .fp8_kernels_sm89 import _grid, _k_tiles, _load
-from .fp8_kernels_sm90 import _rows
+from .blocks import block_rows, k_tile_range, load_tile, moe_grid
 from .wna16_kernels_sm80 import _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
@@ -121,16 +120,16 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         BN = 64 * WG
         Tx, Hx = x.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
-            rid, rrow = _rows(sorted_ids, m0, BM, Tx * TOPK)
+            rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             sa = hl.shared(dt, (BM, BK, STAGES))
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
-            num_k, k0, ktile = _k_tiles(Hx, BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:  # gathered token rows, K-major: the B operand
                 hl.copy(hl.view(x, (BM, BK), (None, k0(kt)), rows=tok), sa[:, :, st])
@@ -149,7 +148,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 step(kt, st)
             g, u = acc_g, acc_u
             if ROUTER:
-                wr = _load(tw[rrow], (1, BM))
+                wr = load_tile(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rrow >= 0, hl.iota((1, BM), 1) + m0, -1)
@@ -202,14 +201,14 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     ):
         BN = 64 * WG
         TKx, Hx = y.shape
-        pid_m, pid_n, sp = _grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
+        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
         e = block_expert[pid_m]
         m0, n0 = pid_m * BM, pid_n * BN
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
-            rid, rrow = _rows(sorted_ids, m0, BM, TKx)
+            rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
             sa = hl.shared(dt, (BM, BK, STAGES))
             acc = hl.zeros((BN, BM), f32)
-            num_k, k0, ktile = _k_tiles(h.shape[1], BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp)
 
             def load(kt: Any, st: Any) -> None:  # this block's rows of h, K-major: the B operand
                 hl.copy(hl.view(h, (BM, BK), (m0, k0(kt))), sa[:, :, st])
@@ -223,7 +222,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
-            out = acc if ROUTER else acc * _load(tw[rrow], (1, BM))
+            out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
             else:

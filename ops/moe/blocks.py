@@ -1,0 +1,169 @@
+"""The building blocks the MoE kernels of every weight kind share (bf16 / f16, W4A16 / W8A16,
+FP8; sm_80 to sm_90a): the grid over (row block, column block[, K split]), the k-tile range of
+a K split, the gathered rows of a row block, loads into new register tiles, and the
+warp-specialized ring of the large-token kernels (a producer warp group filling shared stages
+by TMA and cp.async, consumer warp groups issuing wgmma), on ``hl.Ring``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hexlayout.lang as hl
+from hexlayout.lang import f32, i32
+
+__all__ = ["load_tile", "moe_grid", "k_tile_range", "split_range", "split_k0", "block_rows", "sorted_rows",
+           "ws_ring", "produce_ring", "consume_ring", "PRODUCER_REGS", "CONSUMER_REGS"]
+
+#: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
+#: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+
+
+def load_tile(view: Any, shape: tuple[int, ...]) -> Any:
+    """A gathered f32 global view copied into a register tile of ``shape``."""
+    r = hl.register(f32, shape)
+    hl.copy(view, r)
+    return r
+
+
+def moe_grid(blocks: Any, cols: Any, split: bool, split_k: int) -> tuple[Any, Any, Any]:
+    """``(pid_m, pid_n, sp)`` of a grouped GEMM's grid: ``blocks x cols`` tiles, times ``split_k``
+    splits of K for a split kernel (``sp`` its split index; ``None`` without split, where
+    ``SPLIT_K`` must be 1)."""
+    if not split:
+        if split_k != 1:
+            raise ValueError(f"SPLIT_K ({split_k}) > 1 needs the split kernel (split=True: f32 partials)")
+        pid_m, pid_n = hl.grid(hl.spatial(blocks, cols))
+        return pid_m, pid_n, None
+    if split_k < 1:
+        raise ValueError(f"SPLIT_K ({split_k}) must be >= 1")
+    return hl.grid(hl.spatial(blocks, cols, split_k))
+
+
+def k_tile_range(kx: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
+    """This block's k-tiles ``(n, k0, kt)``: their count, the k origin ``k0(j)`` of local tile ``j``
+    and its index ``kt(j)`` in ``ceil(K / BK)``. Without split (``sp`` None) all of them (``k0(j) =
+    j * BK``); split ``sp`` takes ``[lo, hi)`` of ``moe_splitk._split_range`` (``k0`` of the
+    pipeline's prefetches past ``hi``: past ``K``, no memory read)."""
+    if sp is None:
+        return hl.cdiv(kx, bk), (lambda j: j * bk), (lambda j: j)
+    kt_all, lo, hi = split_range(kx, bk, split_k, sp)
+    return hl.maximum(hi - lo, 0), (lambda j: split_k0(lo + j, hi, kt_all, bk)), (lambda j: lo + j)
+
+
+def block_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> tuple[Any, Any]:
+    """This block's sorted slots as a ``(bm,)`` column index tile and a ``(1, bm)`` row tile
+    (padding slots ``>= limit``: -1)."""
+    rid = hl.register(i32, (bm,))
+    hl.copy(hl.view(sorted_ids, (bm,), (m0,)), rid)
+    row = hl.register(i32, (1, bm))
+    hl.copy(sorted_ids[hl.iota((1, bm), 1) + m0], row)
+    return hl.where(rid < limit, rid, -1), hl.where(row < limit, row, -1)
+
+
+def produce_ring(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any, sw: tuple[Any, ...],
+             ring: hl.Ring, num_k: Any, stages: int) -> None:
+    """Warp group 0 of a ``*_ws`` kernel: per k-tile, once ``empty[st]`` frees the stage, the weight
+    tiles (rows ``w_rows`` of expert ``e``) by TMA on ``full[st]`` and the gathered rows of ``a`` by
+    cp.async; every thread arrives on ``full`` for the k-tile ``stages - 2`` back once its own
+    copies of it have landed and are fenced for the async proxy (wgmma)."""
+    bm, bk = sa.shape[0], sa.shape[1]
+    lag = stages - 2
+    tx = sum(s[:, :, 0].nbytes for s in sw)
+    for kt in hl.range(num_k):
+        st = kt % stages
+        ring.acquire(kt)
+        ring.fill(kt, tx_bytes=tx)
+        for r0, s in zip(w_rows, sw):
+            tile = hl.view(w, (1, s.shape[0], bk), (e, r0, kt * bk))[0, :, :]
+            hl.copy(tile, s[:, :, st], mbarrier=ring.full[st])
+        hl.copy(hl.view(a, (bm, bk), (None, kt * bk), rows=rows), sa[:, :, st])
+        hl.commit_group()
+        hl.wait_group(lag)
+        hl.fence_proxy_async()
+        with hl.if_(kt >= lag):
+            ring.fill(kt - lag, who="thread")
+    hl.wait_group(0)
+    hl.fence_proxy_async()
+    for j in range(lag):
+        with hl.if_(num_k - lag + j >= 0):
+            ring.fill(num_k - lag + j, who="thread")
+
+
+def consume_ring(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Ring, num_k: Any,
+             stages: int, consumers: int, scale_x: Any = None, scale_y: Any = None) -> None:
+    """The consumer warp groups of a ``*_ws`` kernel: ``acc_x = A @ X^T``, ``acc_y = A @ Y^T`` over the
+    k-tiles of the ring (A: ``sa``, token rows; X / Y: ``sx`` / ``sy``, weight rows). Without scales
+    the first k-tile writes the accumulators (scale-d 0) and one group stays in flight; with block
+    scales each half's partial ``p`` of k-tile ``kt`` (scale-d 0) is added as ``acc += p * scale(kt)``
+    (scales loaded before the wait; a callable is evaluated at the addition): the x half's while the
+    y half's wgmma runs, the y half's after it (the other consumer warp group's wgmmas keep the
+    tensor cores busy meanwhile)."""
+    warps = hl.spatial(consumers, 1)
+    blocked = scale_x is not None
+    px = hl.register(f32, acc_x.shape) if blocked else acc_x
+    py = hl.register(f32, acc_y.shape) if blocked else acc_y
+
+    def tile(kt: Any, first: bool) -> None:
+        st = kt % stages
+        if blocked:
+            gx, gy = scale_x(kt), scale_y(kt)
+        ring.wait_full(kt)
+        hl.wgmma_fence()
+        hl.mma(sa[:, :, st], sx[:, :, st], px, warps=warps, accumulate=not (first or blocked))
+        if blocked:
+            hl.wgmma_commit()
+        hl.mma(sa[:, :, st], sy[:, :, st], py, warps=warps, accumulate=not (first or blocked))
+        hl.wgmma_commit()
+        hl.wgmma_wait(1)         # blocked: x of k-tile kt is done, y runs; else k-tile kt - 1 is done
+        if blocked:
+            hl.assign(acc_x, acc_x + px * (gx() if callable(gx) else gx))
+            hl.wgmma_wait(0)     # (a wgmma in flight across the loop's back edge while a partial is
+            hl.assign(acc_y, acc_y + py * (gy() if callable(gy) else gy))   # read: ptxas C7514)
+            ring.release(st)
+        elif not first:
+            ring.release((kt - 1) % stages)
+
+    with hl.if_(num_k > 0):
+        tile(0, True)
+    for kt in hl.range(1, num_k):
+        tile(kt, False)
+    hl.wgmma_wait(0)
+    if not blocked:
+        with hl.if_(num_k.eq(0)):                             # K = 0: the products are zero
+            hl.assign(acc_x, hl.zeros(acc_x.shape, f32))
+            hl.assign(acc_y, hl.zeros(acc_y.shape, f32))
+
+
+def ws_ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
+    """Shared stages of a ``*_ws`` kernel (``dt`` token rows, two ``dt`` weight halves) and its
+    full / empty mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per
+    consumer)."""
+    sa = hl.shared(dt, (bm, bk, stages))
+    sx = hl.shared(dt, (bn, bk, stages))
+    sy = hl.shared(dt, (bn, bk, stages))
+    ring = hl.Ring(stages, producers=129, consumers=consumers)
+    hl.syncthreads()
+    return sa, sx, sy, ring
+
+
+def sorted_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> Any:
+    """This block's sorted slots as a ``(bm, 1)`` index tile (padding slots ``>= limit``: -1)."""
+    rid = hl.register(i32, (bm, 1))
+    hl.copy(sorted_ids[hl.iota((bm, 1), 0) + m0], rid)
+    return hl.where(rid < limit, rid, -1)
+
+
+def split_range(k: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
+    """``(KT, lo, hi)``: ``KT = ceil(k / bk)`` k-tiles, split ``sp`` takes ``[lo, hi)`` with
+    ``lo = sp * P``, ``hi = min(KT, lo + P)``, ``P = ceil(KT / split_k)`` (empty when ``lo >= KT``)."""
+    kt_all = hl.cdiv(k, bk)
+    lo = sp * hl.cdiv(kt_all, split_k)
+    return kt_all, lo, hl.minimum(kt_all, lo + hl.cdiv(kt_all, split_k))
+
+
+def split_k0(kt: Any, hi: Any, kt_all: Any, bk: int) -> Any:
+    """The k origin of k-tile ``kt`` of a split ending at ``hi``: ``kt * bk``, or from
+    ``kt >= hi`` on (the pipeline's prefetches past the split) an origin past ``K`` (``kt +
+    (kt - hi + 1) * KT >= KT`` tiles): an empty window, no memory read."""
+    return (kt + hl.maximum(kt - hi + 1, 0) * kt_all) * bk
