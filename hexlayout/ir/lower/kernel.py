@@ -459,9 +459,9 @@ class _Lowering:
         """The legal instruction for a copy nobody assigned: with a ``copy_cost`` (a
         ``Prober``'s), the cheapest of each rule's first legal instruction (a rule lists its own
         best first: the widest vector, ldmatrix .x4 before .x2; ties keep the rules' order),
-        else the first legal one."""
+        else (and for a copy that asks for an instruction, ``instruction=``) the first legal one."""
         cost = self.copy_cost
-        if cost is None:
+        if cost is None or ctx.want is not None:      # an instruction the program asked for wins
             return legal_copies(ctx, limit=1)
         res = legal_copies(ctx, per_rule=1)
         if isinstance(res, Rejection) or len(res) < 2:
