@@ -6,7 +6,14 @@ for every thread of the region with loop variables at 0:
 
 - shared accesses (ld/st.shared, ldmatrix/stmatrix rows, cp.async destinations): the
   wavefronts of each warp-wide request under the bank model of ``hexlayout.arch``;
-- global accesses (ld/st.global, cp.async sources): the 32-byte sectors per warp request;
+- global accesses (ld/st.global, cp.async sources): the 32-byte sectors per warp request
+  (``hexlayout.arch.sectors``);
+- atomics (``red.global``): the sectors of the same store, twice (each sector is read,
+  modified and written back at L2);
+- TMA boxes (``SM90_TMA_LOAD`` / ``SM90_TMA_STORE``): the box's bytes in whole 32-byte sectors
+  on the global side, and on the shared side the box's bytes in conflict-free 128-byte
+  wavefronts (the TMA unit moves whole swizzled lines: no bank conflicts, but the traffic of
+  a conflict-free ``cp.async`` or ``ld.shared`` of the same bytes);
 - issue: one slot per instruction (mma.sync 2, wgmma 4, an ALU op its function's ``issue``,
   one per 4 elements).
 
@@ -21,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from hexlayout.arch.banks import bank_conflicts
+from hexlayout.arch.sectors import SECTOR_BYTES, global_sectors
+from hexlayout.ir.atomic import RedGlobal
 from hexlayout.ir.expr import Expr, Var, evaluate, free_vars, reg_reads
 from hexlayout.ir.lowered import (
     Alu,
@@ -33,6 +42,8 @@ from hexlayout.ir.lowered import (
     StGlobal,
     Stmatrix,
     StShared,
+    TmaLoad,
+    TmaStore,
     Wgmma,
 )
 
@@ -95,11 +106,25 @@ def _smem_cost(byte_addr: np.ndarray, width: int) -> tuple[float, float]:
 
 
 def _sectors(byte_addr: np.ndarray, width: int) -> float:
-    total = 0.0
-    for w0 in range(0, byte_addr.size, 32):
-        a = byte_addr[w0:w0 + 32]
-        total += len(set((a // 32).tolist()) | set(((a + width - 1) // 32).tolist()))
-    return total
+    n = byte_addr.size
+    pad = (-n) % 32
+    a = np.pad(byte_addr.astype(np.int64), (0, pad), constant_values=-1) if pad else byte_addr
+    return float(np.sum(global_sectors(a.reshape(-1, 32), width)))
+
+
+#: cost of an atomic's sector relative to a plain store's (read, modify, write back at L2)
+ATOMIC_SECTOR_FACTOR = 2.0
+#: bytes of one conflict-free shared-memory wavefront (32 banks x 4 bytes)
+WAVEFRONT_BYTES = 128
+
+
+def _tma_cost(c: CostBreakdown, desc: Any) -> None:
+    """A TMA box: whole sectors on the global side, conflict-free wavefronts on the shared side."""
+    nbytes = max(1, desc.param.dtype.bits // 8)
+    for b in desc.box:
+        nbytes *= b
+    c.sectors = float(-(-nbytes // SECTOR_BYTES))
+    c.wavefronts = c.ideal_wavefronts = float(-(-nbytes // WAVEFRONT_BYTES))
 
 
 def instr_cost(ins: Instr, tid: Any, lo: int, hi: int) -> CostBreakdown:
@@ -133,4 +158,8 @@ def instr_cost(ins: Instr, tid: Any, lo: int, hi: int) -> CostBreakdown:
         ref = ins.src if isinstance(ins, LdGlobal) else ins.dst
         eb = max(1, ref.param.dtype.bits // 8)
         c.sectors = _sectors(_addresses(ref.offset, tid, tids) * eb, ins.bits // 8)
+        if isinstance(ins, RedGlobal):
+            c.sectors *= ATOMIC_SECTOR_FACTOR
+    elif isinstance(ins, (TmaLoad, TmaStore)):
+        _tma_cost(c, ins.desc)
     return c

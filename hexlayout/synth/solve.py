@@ -17,8 +17,11 @@ and global<->shared copies last.
    same answer). The search is complete: it never stops before a legal solution because of a
    count of solutions, only when ``MAX_REGISTER_CHECKS`` mma choices and shared-layout checks
    were spent, and then its error says so.
-4. Every copy gets the first legal instruction in the copy rules' preference order
-   (``hexlayout.ir.lower.copy_rules.legal_copies``, as the checks above found it).
+4. Every copy gets its cheapest legal instruction under the static cost model (``cost``:
+   issue slots, shared wavefronts with bank conflicts, global sectors, TMA boxes and
+   atomics included) among those the copy rules offer
+   (``hexlayout.ir.lower.copy_rules.legal_copies``), ties in the rules' preference order, as
+   the checks above found it (the ``Prober`` ranks them with ``copy_cost``).
 
 Every choice is a value: the search builds immutable ``Assignment`` values (layout per
 tensor value, TiledMma and copy instruction per op) and asks the lowering, as a pure
@@ -184,7 +187,7 @@ class _Synth:
         self.tk = tk
         self.arch = arch
         self.g: LayoutGraph = build_graph(tk)
-        self.base = Prober(tk, arch)
+        self.base = Prober(tk, arch, copy_cost=self.copy_cost)
         self.regions = self.base.regions
         self.register_values = [v for vs in self.g.classes().values() for v in vs]
         # the assignment being checked: register layouts and mma choices, then shared layouts
@@ -203,7 +206,7 @@ class _Synth:
         self.decisions: list[Decision] = []
         self.shared_checks = 0      # shared-layout checks so far (bounded with the mma checks)
         self.reg_cost: dict[tuple, CostBreakdown] = {}
-        # the copy instructions the checks found (legal_copies' first choice), to assign them
+        # the copy instructions the checks found (the cheapest legal ones), to assign them
         self.reg_copies: dict[tuple, dict[int, tuple[str, str]]] = {}
         self.shared_copies: dict[tuple[int, int], tuple[SharedCandidate, dict[int, tuple[str, str]]]] = {}
         self.global_views = {op.result.id: self.base.views.get(op.result.id)
@@ -233,7 +236,7 @@ class _Synth:
 
     def check_register_ops(self, choice: dict[int, TiledMma], asg: Assignment) -> LoweringError | None:
         """Lower every op on register tiles only under ``asg``; keeps their cost in ``self.reg_cost``."""
-        prober = Prober(self.tk, self.arch, asg)
+        prober = Prober(self.tk, self.arch, asg, self.copy_cost)
         total = CostBreakdown()
         for op in self.reg_ops:
             try:
@@ -269,7 +272,8 @@ class _Synth:
         (other undecided shared roots stay undecided)."""
         self.shared_checks += 1
         cost = CostBreakdown()
-        prober = Prober(self.tk, self.arch, self.current.with_layouts({root.id: cand.layout}))
+        prober = Prober(self.tk, self.arch, self.current.with_layouts({root.id: cand.layout}),
+                        self.copy_cost)
         for op in self.uses.get(root.id, []):
             if any(v.root is not root and _undecided_shared(v) for v in op.operands()):
                 continue            # joint with an undecided root: checked in the joint problem
@@ -280,6 +284,10 @@ class _Synth:
             cost.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
         self.shared_copies[(root.id, id(cand))] = (cand, dict(prober.copy_choices))
         return None, cost, None
+
+    def copy_cost(self, prober: Prober, op: Op, instrs: list[Any]) -> float:
+        """The static cost of a copy's instructions (the Prober's ranking of legal copies)."""
+        return self.op_cost(op, instrs, prober).total
 
     def op_cost(self, op: Op, instrs: list[Any], prober: Prober) -> CostBreakdown:
         lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
@@ -377,7 +385,7 @@ class _Synth:
     def joint_ok(self, op: Op, picks: dict[int, SharedCandidate], by_id: dict[int, Value]) -> bool:
         asg = self.current.with_layouts({rid: cand.layout for rid, cand in picks.items()})
         try:
-            Prober(self.tk, self.arch, asg).probe(op)
+            Prober(self.tk, self.arch, asg, self.copy_cost).probe(op)
             return True
         except LoweringError:
             return False
@@ -631,8 +639,8 @@ class _Synth:
 
     def copy_choices(self, asg: Assignment, choice: dict[int, TiledMma],
                      shared: dict[int, SharedCandidate]) -> dict[int, tuple[str, str]]:
-        """The instruction of every copy under ``asg``, by ``op.uid``: the first legal one in
-        the copy rules' preference order (``legal_copies``), as the checks of the chosen
+        """The instruction of every copy under ``asg``, by ``op.uid``: the cheapest legal one
+        (ties in the copy rules' preference order, ``legal_copies``), as the checks of the chosen
         register and shared layouts found it; copies no check lowered (those touching a shared
         tile whose layout is given) are asked here."""
         out = dict(self.reg_copies.get(tuple(sorted((k, str(v)) for k, v in choice.items())), {}))
@@ -643,7 +651,7 @@ class _Synth:
         copies = [op for op in self.tk.body.walk() if isinstance(op, Copy)]
         if all(op.uid in out for op in copies):
             return out
-        prober = Prober(self.tk, self.arch, asg)
+        prober = Prober(self.tk, self.arch, asg, self.copy_cost)
         defining = {id(op) for op in self.reg_ops}       # ops defining the register tiles copies read
         for op in self.tk.body.walk():
             if (isinstance(op, Copy) and op.uid not in out) or id(op) in defining:

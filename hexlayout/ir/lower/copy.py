@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from hexlayout.arch.banks import bank_conflicts
+from hexlayout.arch.sectors import global_sectors
 from hexlayout.layout import Layout, left_inverse, upcast, with_shape
 from hexlayout.layout.inttuple import crd2idx
 
@@ -333,12 +335,22 @@ def _memory_order(view: GlobalTileView) -> list[int]:
     return sorted(range(len(view.shape)), key=key)
 
 
-def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads: int) -> Layout | str:
+def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads: int,
+                       run: int | None = None) -> Layout | str:
     """TV layout ``(t, (j, n)) -> tile index`` of ``w``-element vectors taken in ``order``
-    (``order[0]`` fastest, vectorized by ``w``), vector ``u = t + threads*n``."""
+    (``order[0]`` fastest, vectorized by ``w``), vector ``u = t + threads*n``.
+
+    ``run``: take only ``run`` vectors along ``order[0]`` before moving along the other modes
+    (the rest of ``order[0]`` comes last): consecutive threads cover a ``run * w``-element
+    segment of each of several rows instead of one whole row (the vectors stay coalesced in
+    ``run * w``-element segments; what a transposed access of shared memory needs to spread
+    over the banks)."""
     inner = order[0]
     if shape[inner] % w:
         return f"the contiguous extent {shape[inner]} is not a multiple of the vector width {w}"
+    if run is not None and (run < 1 or (shape[inner] // w) % run):
+        return (f"a run of {run} vectors does not divide the {shape[inner] // w} vectors of the "
+                "contiguous mode")
     colex = [1]
     for s in shape[:-1]:
         colex.append(colex[-1] * s)
@@ -351,6 +363,9 @@ def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads
     # the vector index u walks modes in 'order' with the inner mode in units of w
     u_shape = [shape[inner] // w] + [shape[k] for k in order[1:]]
     u_stride = [colex[inner] * w] + [colex[k] for k in order[1:]]
+    if run is not None and run < u_shape[0]:
+        u_shape = [run] + u_shape[1:] + [u_shape[0] // run]
+        u_stride = [u_stride[0]] + u_stride[1:] + [u_stride[0] * run]
     u = Layout(tuple(u_shape), tuple(u_stride))
     split = (threads, total_vecs // threads) if total_vecs > threads else threads
     try:
@@ -441,33 +456,103 @@ def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threa
 
 def lower_mem_to_mem(src: MemView, dst: MemView, tid: Var, threads: int, elem_bits: int,
                      tmp: RegArray) -> CopyPlan | str:
-    """Through registers: vector loads into ``tmp`` then vector stores, coalesced on the global side."""
+    """Through registers: vector loads into ``tmp`` then vector stores.
+
+    The thread arrangement is coalesced on the global side: ``w``-element vectors along the
+    global tensor's contiguous mode (the widest ``w`` both sides' alignment allows), whole
+    vectors on the global side; the shared side moves the widest runs the arrangement leaves
+    contiguous there (one element at a time through a transposed view). Among the
+    arrangements ``copy_thread_layout`` offers (a whole row of vectors per group of threads,
+    or ``run``-vector segments of several rows, each at least one 32-byte sector), the one
+    with the fewest shared-memory wavefronts plus global sectors (``_arrangement_cost``) is
+    taken, the whole-row one on ties: a transposed shared tile read or written column-wise
+    spreads over the banks when a warp covers several columns."""
     glob = src if isinstance(src, GlobalTileView) else dst
-    order = _memory_order(glob) if isinstance(glob, GlobalTileView) else list(range(len(src.shape)))
+    has_global = isinstance(glob, GlobalTileView)
+    order = _memory_order(glob) if has_global else list(range(len(src.shape)))
     uneven: str | None = None     # why the narrowest width tried could not be shared by the threads
     spread = False
+    eb = max(1, elem_bits // 8)
     for w_bits in (128, 64, 32, 16, 8):
         w = w_bits // elem_bits
         if w < 1 or w_bits > min(declared_vector_bits(src), declared_vector_bits(dst)):
             continue
-        tv = copy_thread_layout(src.shape, order, w, threads)
-        if isinstance(tv, str):
-            uneven = f"{w_bits // 8} bytes: {tv}"
-            continue
-        spread = True
-        reg = RegisterTile(tmp, src.dtype, src.shape, tv, threads)
-        if tmp.count < reg.values:
-            return f"temporary register array too small ({tmp.count} < {reg.values})"
-        ld = lower_reg_mem(reg, src, True, tid, elem_bits, w_bits)
-        st = lower_reg_mem(reg, dst, False, tid, elem_bits, w_bits)
-        if isinstance(ld, str) or isinstance(st, str) or ld.vector_elems != w or st.vector_elems != w:
-            continue
-        return CopyPlan(ld.instrs + st.instrs, f"{ld.instruction}+{st.instruction}", w,
-                        ld.requirements + st.requirements)
+        best: tuple[float, CopyPlan] | None = None
+        for run in _runs(src.shape, order, w, eb, threads if has_global else 0):
+            tv = copy_thread_layout(src.shape, order, w, threads, run)
+            if isinstance(tv, str):
+                if run is None:
+                    uneven = f"{w_bits // 8} bytes: {tv}"
+                    break
+                continue
+            spread = True
+            reg = RegisterTile(tmp, src.dtype, src.shape, tv, threads)
+            if tmp.count < reg.values:
+                return f"temporary register array too small ({tmp.count} < {reg.values})"
+            ld = lower_reg_mem(reg, src, True, tid, elem_bits, w_bits)
+            st = lower_reg_mem(reg, dst, False, tid, elem_bits, w_bits)
+            if isinstance(ld, str) or isinstance(st, str):
+                continue
+            # the global side moves whole w-vectors; without one, both sides do
+            if any(p.vector_elems != w for p, v in ((ld, src), (st, dst)) if v is glob or not has_global):
+                continue
+            plan = CopyPlan(ld.instrs + st.instrs, f"{ld.instruction}+{st.instruction}", w,
+                            ld.requirements + st.requirements)
+            if not has_global:
+                return plan
+            cost, ideal = _arrangement_cost(reg, ((src, ld.vector_elems), (dst, st.vector_elems)), eb)
+            if best is None or cost < best[0]:
+                best = (cost, plan)
+            if cost == ideal:
+                break                 # no arrangement does better: keep the earliest
+        if best is not None:
+            return best[1]
     if uneven is not None and not spread:
         return f"no vector width spreads evenly over the {threads} threads ({uneven})"
     return "no vector width is contiguous on both sides"
 
+
+def _runs(shape: tuple[int, ...], order: list[int], w: int, eb: int, threads: int) -> list[int | None]:
+    """The arrangements ``lower_mem_to_mem`` tries, best first: whole rows (``None``), then
+    segments of ``run`` vectors (powers of two, at least one 32-byte sector, fewer than a row),
+    longest first; only whole rows without a global side (``threads == 0``) or a second mode."""
+    out: list[int | None] = [None]
+    row = shape[order[0]] // w
+    if threads == 0 or len(shape) < 2:
+        return out
+    run = 1
+    while run * 2 < row:
+        run *= 2
+    while run >= 1 and run * w * eb >= 32:
+        if row % run == 0:
+            out.append(run)
+        run //= 2
+    return out
+
+
+def _arrangement_cost(reg: RegisterTile, sides: tuple[tuple[MemView, int], ...],
+                      eb: int) -> tuple[float, float]:
+    """Static cost of moving ``reg``'s values to or from each ``(view, vector width)`` side:
+    shared-memory wavefronts (bank model) plus global 32-byte sectors, summed over the
+    warp-wide requests; and the same with conflict-free shared accesses (the least possible
+    for these global sectors)."""
+    table = reg.index_table()                                   # [t, v]
+    cost = ideal = 0.0
+    for view, ws in sides:
+        offs = view.offsets(table)[:, ::ws] * eb                 # [t, request]
+        t = offs.shape[0]
+        if t % 32:
+            offs = np.pad(offs, ((0, 32 - t % 32), (0, 0)), constant_values=-1)
+        req = offs.T.reshape(offs.shape[1], -1, 32)              # [request, warp, lane]
+        if isinstance(view, SharedTileView):
+            rep = bank_conflicts(req.reshape(-1, 32), ws * eb)
+            cost += float(np.sum(rep.wavefronts))
+            ideal += float(np.sum(rep.min_wavefronts))
+        else:
+            sec = float(np.sum(global_sectors(req.reshape(-1, 32), ws * eb)))
+            cost += sec
+            ideal += sec
+    return cost, ideal
 
 
 def _tma_swizzle_bytes(view: SharedTileView, elem_bits: int) -> int | str:

@@ -1,7 +1,8 @@
 """Copy lowering rules: one rule per copy-instruction family, found through a registry.
 
-A copy ``src -> dst`` between two scopes (global, shared, register) is lowered by the
-first legal instruction, in preference order, among those the registered rules offer:
+A copy ``src -> dst`` between two scopes (global, shared, register) is lowered by one of
+the legal instructions the registered rules offer: synthesis takes the cheapest under its
+static cost model (ties in preference order), a plain lowering the first in preference order:
 
 - ``TmaRule`` (``SM90_TMA_LOAD``): global -> shared when the copy completes on an mbarrier
   (or asks for a TMA instruction); then it is the only rule tried;
@@ -22,7 +23,7 @@ threads and values) or a ``Rejection`` saying which requirement fails. Its **cos
 of its instructions under the static cost model (``hexlayout.synth.cost``), and its
 **preference** is its place in the registry and the order of ``instructions(ctx)``.
 
-``legal_copies(ctx)`` is the question synthesis asks: the legal choices, best first, or
+``legal_copies(ctx)`` is the question synthesis asks: the legal choices, in preference order, or
 the ``Rejection`` naming why each instruction was refused. It reads the views it is given
 and mutates nothing. Adding a copy instruction is one atom in ``hexlayout.arch`` plus one
 rule here (``COPY_RULES.register(rule)``), see docs/adding-an-op.md.
@@ -282,9 +283,10 @@ class CopyRules:
 COPY_RULES = CopyRules([TmaRule(), CpAsyncRule(), MatrixRule(), VectorRule(), ViaRegistersRule()])
 
 
-def legal_copies(ctx: CopyContext, *, limit: int | None = None,
+def legal_copies(ctx: CopyContext, *, limit: int | None = None, per_rule: int | None = None,
                  rules: CopyRules | None = None) -> list[CopyChoice] | Rejection:
-    """The legal instructions for the copy ``ctx`` describes, best first (at most ``limit``),
+    """The legal instructions for the copy ``ctx`` describes, in preference order (at most
+    ``limit``, at most ``per_rule`` of each rule: a rule lists its instructions best first),
     or a ``Rejection`` listing why each instruction tried was refused. Pure: nothing in the
     views or the program changes (a plan's scratch registers are not yet the kernel's)."""
     rules = rules if rules is not None else COPY_RULES
@@ -298,12 +300,16 @@ def legal_copies(ctx: CopyContext, *, limit: int | None = None,
                     return Rejection.of(res)
                 return [CopyChoice(rule.family, name, res.instruction, res)]
     for rule in rules:
+        found = 0
         for name in rule.instructions(ctx):
+            if per_rule is not None and found >= per_rule:
+                break
             res = rule.lower(ctx, name)
             if isinstance(res, str):
                 tried.append(Rejection.of(res).tried(name))
                 continue
             out.append(CopyChoice(rule.family, name, res.instruction, res))
+            found += 1
             if limit is not None and len(out) >= limit:
                 return out
     if out:

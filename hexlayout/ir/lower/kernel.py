@@ -105,7 +105,7 @@ from ..types import Scope
 from .assignment import EMPTY, Assignment
 from .conversions import conversion
 from .copy import Requirement, lower_reg_mem
-from .copy_rules import COPY_RULES, CopyContext, legal_copies, lower_choice
+from .copy_rules import COPY_RULES, CopyChoice, CopyContext, legal_copies, lower_choice
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
@@ -150,6 +150,9 @@ LOWERING: OpRegistry[Callable[[Any, Any], list[Instr]]] = OpRegistry("lowering")
 
 
 class _Lowering:
+    # the cost of a copy's instructions, to choose among legal ones (a Prober's; None: first legal)
+    copy_cost: Callable[[Any, Op, list[Instr]], float] | None = None
+
     def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None) -> None:
         self.tk = tk
         self.assignment = assignment if assignment is not None else EMPTY
@@ -422,7 +425,7 @@ class _Lowering:
         if not any(rule.instructions(ctx) for rule in COPY_RULES):
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
         given = self.assignment.copies.get(op.uid)
-        res = lower_choice(ctx, *given) if given is not None else legal_copies(ctx, limit=1)
+        res = lower_choice(ctx, *given) if given is not None else self.choose_copy(op, ctx)
         if isinstance(res, Rejection):
             if res.alternatives:
                 res = Rejection(f"no instruction can copy %{op.src.name} ({op.src.type}) into "
@@ -453,6 +456,19 @@ class _Lowering:
                     raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
                 loads += gather.take_loads()
         return loads + _other_fill(plan_ok.instrs, op.other)
+
+    def choose_copy(self, op: Copy, ctx: CopyContext) -> list[CopyChoice] | Rejection:
+        """The legal instruction for a copy nobody assigned: with a ``copy_cost`` (a
+        ``Prober``'s), the cheapest of each rule's first legal instruction (a rule lists its own
+        best first: the widest vector, ldmatrix .x4 before .x2; ties keep the rules' order),
+        else (and for a copy that asks for an instruction, ``instruction=``) the first legal one."""
+        cost = self.copy_cost
+        if cost is None or ctx.want is not None:      # an instruction the program asked for wins
+            return legal_copies(ctx, limit=1)
+        res = legal_copies(ctx, per_rule=1)
+        if isinstance(res, Rejection) or len(res) < 2:
+            return res
+        return [min(res, key=lambda c: cost(self, op, c.plan.instrs))]
 
     def masked_copy(self, op: Copy, src: Any, dst: Any) -> list[Instr]:
         """A copy masked by a predicate tile (``masked.py``): one predicated access per element."""
@@ -860,10 +876,16 @@ def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
 
 
 class Prober(_Lowering):
-    """Lowers single ops of a kernel whose layouts are partly known (synthesis's oracle)."""
+    """Lowers single ops of a kernel whose layouts are partly known (synthesis's oracle).
 
-    def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None) -> None:
+    ``copy_cost(prober, op, instrs) -> float``: the cost of a copy's instructions; given, a
+    copy the assignment does not fix takes the cheapest of the legal instructions (each
+    rule's first legal one; ties: the copy rules' preference order), else the first legal one."""
+
+    def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None,
+                 copy_cost: Callable[[Any, Op, list[Instr]], float] | None = None) -> None:
         super().__init__(tk, arch, assignment)
+        self.copy_cost = copy_cost
         self.index()
 
 
