@@ -1,10 +1,12 @@
 """Global and shared memory as flat byte arrays, and vectorized byte gather / scatter.
 
 * A global tensor argument is the user's numpy array, viewed as a flat buffer of its
-  elements (so it must be contiguous); its in-bounds extent is the span its
-  ``GlobalParam`` shape and strides address, evaluated with the scalar arguments:
-  ``1 + sum((shape_i - 1) * stride_i)`` elements (0 if any extent is 0). Writes go
-  straight into the user's array.
+  elements: a C-contiguous array as it is, a strided one (a transpose, a slice of a bigger
+  array) as the span of memory from its first element to its last, sharing its memory; its
+  in-bounds extent is the span its ``GlobalParam`` shape and strides address, evaluated with
+  the scalar arguments: ``1 + sum((shape_i - 1) * stride_i)`` elements (0 if any extent is
+  0). A symbolic extent takes the array's extent and a symbolic stride (a bare size
+  variable) the array's element stride. Writes go straight into the user's array.
 * Shared memory is one byte array of the kernel's dynamic shared-memory size; the
   dynamic shared window starts at shared address 0, so a ``SmemBuffer`` at byte
   ``offset`` has absolute shared addresses ``[offset, offset + nbytes)`` (swizzles of
@@ -90,18 +92,12 @@ def bind_arguments(
                 kernel=kernel.name,
                 buffer=p.name,
             )
-        if not arr.flags.c_contiguous:
-            raise ArgumentError(
-                f"argument {p.name!r} must be C-contiguous (it is viewed as a flat buffer)",
-                kernel=kernel.name,
-                buffer=p.name,
-            )
         shape = tuple(int(evaluate(s, scalars)) for s in p.shape)
         strides = tuple(int(evaluate(s, scalars)) for s in p.stride)
         extent = (
             0 if any(s == 0 for s in shape) else 1 + sum((s - 1) * abs(d) for s, d in zip(shape, strides))
         )
-        flat = arr.reshape(-1)
+        flat = arr.reshape(-1) if arr.flags.c_contiguous else _span(kernel, p, arr, shape, strides)
         if flat.size < extent:
             raise ArgumentError(
                 f"argument {p.name!r} has {flat.size} elements, its shape {shape} and strides "
@@ -113,9 +109,27 @@ def bind_arguments(
     return tensors, scalars
 
 
+def _span(kernel: LoweredKernel, p: GlobalParam, arr: np.ndarray, shape: tuple[int, ...],
+          strides: tuple[int, ...]) -> np.ndarray:
+    """The flat buffer of a strided (not C-contiguous) ``arr``: the memory from its first
+    element to its last, sharing ``arr``'s memory; its element strides must be the
+    parameter's (``strides``) in every mode of extent > 1."""
+    got = tuple(s // arr.itemsize for s in arr.strides)
+    if arr.ndim != len(shape) or any(g * arr.itemsize != b or g < 0 for g, b in zip(got, arr.strides)) or any(
+            g != d and n > 1 for g, d, n in zip(got, strides, arr.shape)):
+        raise ArgumentError(
+            f"argument {p.name!r} has element strides {got}, the parameter {strides}",
+            kernel=kernel.name,
+            buffer=p.name,
+        )
+    span = 0 if arr.size == 0 else 1 + sum((n - 1) * g for n, g in zip(arr.shape, got))
+    return np.lib.stride_tricks.as_strided(arr, (span,), (arr.itemsize,), writeable=arr.flags.writeable)
+
+
 def _bind_sizes(kernel: LoweredKernel, args: Mapping[str, Any], scalars: dict[Var, int]) -> None:
     """Symbolic extents (size variables in a parameter's shape) take the array's extents;
-    a size shared by several tensors must agree."""
+    a size shared by several tensors must agree. Then a stride that is a size variable not
+    bound so takes the array's element stride in that mode."""
     for p in kernel.params:
         if not isinstance(p, GlobalParam) or not isinstance(args.get(p.name), np.ndarray):
             continue
@@ -130,6 +144,12 @@ def _bind_sizes(kernel: LoweredKernel, args: Mapping[str, Any], scalars: dict[Va
                     raise ArgumentError(f"size {s.name} is {scalars[s]} elsewhere but dimension {i} of "
                                         f"{p.name!r} is {got}", kernel=kernel.name, buffer=p.name)
                 scalars[s] = got
+    for p in kernel.params:
+        if isinstance(p, GlobalParam) and isinstance(args.get(p.name), np.ndarray):
+            arr = args[p.name]
+            for i, s in enumerate(p.stride):
+                if isinstance(s, Var) and s not in scalars:
+                    scalars[s] = int(arr.strides[i]) // arr.itemsize
 
 
 class SharedMemory:

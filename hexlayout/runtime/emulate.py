@@ -4,7 +4,9 @@
 and scalars, positionally in parameter order or by name), applies the same checks as the
 GPU launcher (``bind_args`` with ``device="cpu"``: dtypes, ranks, shared sizes, strides, the
 lowered program's alignment / vector-width / TMA requirements), views each tensor as a
-numpy array sharing its memory (bf16 and fp8 through ``ml_dtypes`` views), runs
+numpy array sharing its memory (bf16 and fp8 through ``ml_dtypes`` views; strided views -
+transposes, slices of bigger tensors - as they are: the emulator addresses them by their
+strides), runs
 ``hexlayout.emulator.run`` on the lowered kernel and so writes the results into the
 tensors in place. Returns the ``EmulatorReport`` (bank conflicts, sectors, time).
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .args import ArgumentError, kernel_plan
+from .args import kernel_plan
 from .launch_log import _LOGS as _LAUNCH_LOGS
 from .launch_log import launched, profiled
 
@@ -72,12 +74,7 @@ def emulate(build: Any, *args: Any, blocks: Iterable[Any] | None = None, check_r
     bound = plan.bind(vals, "cpu")
     arrays: dict[str, Any] = {}
     for t in plan.tensors:
-        arr = as_numpy(vals[t.index], t.param.dtype)
-        if not arr.flags.c_contiguous and arr.size > 1:
-            strides = tuple(s // arr.itemsize for s in arr.strides)
-            raise ArgumentError(plan.name, t.param.name, f"has strides {strides}; the emulator needs "
-                                "C-contiguous tensors (pass .contiguous())")
-        arrays[t.param.name] = arr
+        arrays[t.param.name] = as_numpy(vals[t.index], t.param.dtype)
     for s in plan.scalars:
         x = vals[s.index]
         arrays[s.param.name] = x.item() if hasattr(x, "item") else x
