@@ -7,7 +7,8 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
 
 - CUDA tensors: the kernel for the device's architecture (sm_80 / sm_89: multistage
   cp.async + ldmatrix + mma.sync; sm_90a: warp-specialized persistent TMA + wgmma) is
-  synthesized, compiled and cached on first use per (dtype, B layout, epilogue, config),
+  synthesized, compiled and cached on first use per (dtype, stored A and B layouts,
+  epilogue, config),
   then launched on torch's current stream. The output tile goes through shared memory
   (16-byte stores; stmatrix + TMA stores on sm_90a) when ``N % 8 == 0``, else it is stored
   from registers in 4-byte pieces (``stage_epilogue``). The config comes from the autotuner's
@@ -17,18 +18,32 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
   sizes, for tests; ``HEXLAYOUT_EMULATE_ARCH`` picks the architecture, default sm_80);
   otherwise a clear error.
 
+Strides (either order, as ``torch.mm``): ``a`` (``M x K``) and ``b`` (``N x K`` for
+``"nk"``, ``K x N`` for ``"kn"``) may each be K-major (stride 1 along K) or M / N-major (stride
+1 along M / N: a transposed view), with any leading stride at least the contiguous extent
+(slices of bigger tensors, ``big[:, :K]``, ``big.t()[:M]``): the kernel of that stored
+layout (``stored_operands``; an MN-major operand is read with ldmatrix.trans on sm_80 /
+sm_89, by TMA into an MN-major wgmma stage on sm_90a) reads the view in place, its leading
+strides bound at launch. Its 16-byte vector / TMA copies need the contiguous extent and the
+leading stride to be multiples of 8 elements: an operand that has a stride-1 dimension but
+not that runs from a dense copy of the major-ness whose contiguous extent is a multiple of 8
+(K first, then M / N; ``operand_major``), so e.g. K = 36 runs when M and N are multiples of
+8. ``bias`` must have stride 1; ``residual`` any strides with one dimension of stride 1 (a
+residual that is not row-major with rows of N elements is copied row-major for the fused
+epilogue). The output is a new row-major contiguous ``M x N`` tensor.
+
 Requirements, checked by ``check_gemm`` - the one check the eager call, the torch op's
 CUDA / CPU kernels and its fake (meta, torch.compile) implementation all run, raising a
 ``hexlayout.runtime.args.ArgumentError`` (``ValueError``) or ``ArgumentTypeError``
 (``TypeError``) that names the argument: tensors (``bias`` / ``residual`` may be ``None``)
 of one dtype (f16 or bf16) on one device; ``a`` and ``b`` matrices whose shapes agree,
-``bias`` of shape ``(N,)``, ``residual`` ``(M, N)``; row-major contiguous tensors; K a
-multiple of 8 (and N for ``"kn"``) so rows are 16-byte aligned for the 16-byte vector / TMA
-copies, and N even (the epilogue stores 2-element vectors); ``a`` / ``b`` 16-byte aligned,
-``bias`` / ``residual`` 4-byte aligned (a view with an element offset is not: pass
-``.clone()``); ``b`` addressable with 32-bit indices (N * K < 2^31); ``activation`` and
-``b_layout`` one of their strings, ``scale`` a real number or ``None`` (NaN and infinities
-propagate as in torch).
+``bias`` of shape ``(N,)``, ``residual`` ``(M, N)``; every tensor with a dimension of stride
+1 (or extent 1); ``a`` / ``b`` with K or M / N a multiple of 8 (see above), and N even (the
+epilogue stores 2-element vectors); ``a`` / ``b`` 16-byte aligned, ``bias`` / ``residual``
+4-byte aligned (a view with an element offset is not: pass ``.clone()``); ``b`` addressable
+with 32-bit indices (N * K < 2^31; a view spanning more is copied dense); ``activation``
+and ``b_layout`` one of their strings, ``scale`` a real number or ``None`` (NaN and
+infinities propagate as in torch).
 
 A cached call - plain tensors with the shapes, strides, dtypes and devices, and the other
 arguments' values, of a call already made and checked, one launch under the same autotuning
@@ -250,6 +265,8 @@ def operand_major(name: str, t: Any, outer: str) -> tuple[str, bool]:
     major-ness whose contiguous extent is a multiple of 8 (K first); neither: raises
     ``ArgumentError`` naming ``name``. (16-byte aligned data pointers are checked apart.)"""
     (o, k), (so, sk) = t.shape, t.stride()
+    if o == 0 or k == 0:                      # nothing to read (run_checked launches nothing)
+        return "k", False
 
     def fits(major: str) -> bool:
         (ec, sc), (el, sl) = ((k, sk), (o, so)) if major == "k" else ((o, so), (k, sk))
@@ -530,7 +547,16 @@ def _config(key: str, arch: str, m: int, n: int, k: int, autotune: bool, timer: 
 def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
          scale: float | None = None, b_layout: str = "nk", *, config: GemmConfig | None = None,
          autotune: bool = False) -> Any:
-    """``act(scale * (a @ B) + bias) + residual`` (see the module docstring).
+    """``act(scale * (a @ B) + bias) + residual`` (see the module docstring), ``B = b^T``
+    (``b_layout="nk"``, ``b`` is ``N x K``) or ``b`` (``"kn"``, ``K x N``).
+
+    Accepted strides: ``a`` and ``b`` either K-major or M / N-major (``a.t()``-style views are
+    fine), each with any leading stride (slices of bigger tensors); read in place when the
+    contiguous extent and the leading stride are multiples of 8 elements, else from a dense
+    copy of the order that has them; an operand without a stride-1 dimension is refused
+    (pass ``.contiguous()``). ``bias``: stride 1. ``residual``: either order, any leading
+    stride (copied row-major unless it is row-major dense). The output: a new row-major
+    ``M x N`` tensor.
 
     Inputs that require grad (grad mode on) go through ``torch.ops.hexlayout.gemm``, whose
     registered backward gives their gradients; with ``config`` or ``autotune`` (not part of

@@ -224,3 +224,63 @@ def test_each_stored_layout_compiles_without_spills(arch, a_layout, b_layout) ->
     if arch == "sm_80":
         trans = any(op.startswith("LDSM") and ".MT88" in op for op in counts)
         assert trans == (a_layout == "km" or b_layout == "kn"), sorted(counts)
+
+
+@pytest.mark.nvrtc
+def test_cuda_host_path_binds_the_views_and_their_strides(tmp_path, monkeypatch) -> None:
+    """The CUDA host path (GPU stubbed as in benchmarks/bench_host.py, sm_80): an M-major ``a``
+    and an N-major ``b``, both slices with wider leading strides, launch the ``km_kn`` kernel
+    on the views themselves (their data pointers, ``LDA`` / ``LDB`` their leading strides); a
+    second call with other tensors of the same strides takes the cached launch, which hands the
+    kernel the same transposed views (a full bind of what it is given agrees)."""
+    import importlib.util
+    from pathlib import Path
+
+    import hexlayout.runtime.launch as launch
+    from hexlayout.ops.gemm import config as gc
+
+    monkeypatch.setenv("HEXLAYOUT_CACHE_DIR", str(tmp_path / "cache"))
+    spec = importlib.util.spec_from_file_location(
+        "bench_host", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_host.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tables = (G._FAST, G._HOT, G._ARCHS, G._LAUNCHERS, gc._TABLES)
+    for d in tables:
+        d.clear()
+    drv = bench.stub_gpu(torch, monkeypatch.setattr)
+    first, cached = [], []
+    real = launch.Launcher.launch
+    monkeypatch.setattr(launch.Launcher, "launch",
+                        lambda self, bound, stream=None: first.append(bound) or real(self, bound, stream))
+    real_prepared = launch.Launcher.prepared
+
+    def prepared(self, template):
+        go = real_prepared(self, template)
+        return lambda args: cached.append((self, list(args))) or go(args)
+
+    monkeypatch.setattr(launch.Launcher, "prepared", prepared)
+    g = torch.Generator().manual_seed(9)
+    try:
+        def views():
+            a = torch.randn(64, 72, generator=g).half()[:, :64].t()       # M x K = 64 x 64, strides (1, 72)
+            b = torch.randn(64, 136, generator=g).half()[:, :128].t()     # N x K = 128 x 64, strides (1, 136)
+            return a, b
+
+        a, b = views()
+        c = hexlayout.ops.gemm(a, b)
+        assert c.shape == (64, 128) and drv.launches == 1
+        (bound,) = first
+        assert bound.kernel.endswith("gemm_sm80_f16_km_kn"), bound.kernel
+        assert bound.sizes["LDA"] == 72 and bound.sizes["LDB"] == 136
+        assert bound.tensors["a"].data_ptr() == a.data_ptr() and bound.tensors["b"].data_ptr() == b.data_ptr()
+        a2, b2 = views()
+        hexlayout.ops.gemm(a2, b2)
+        assert drv.launches == 2 and len(first) == 1
+        lau, args = cached[-1]
+        assert args[0].data_ptr() == a2.data_ptr() and tuple(args[0].shape) == (64, 64)   # K x M
+        assert args[1].data_ptr() == b2.data_ptr() and tuple(args[1].shape) == (64, 128)  # K x N
+        ref = lau.plan._bind_slow(args, "cpu")
+        assert ref.sizes["LDA"] == 72 and ref.sizes["LDB"] == 136
+    finally:
+        for d in tables:
+            d.clear()
