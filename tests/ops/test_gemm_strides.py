@@ -284,3 +284,21 @@ def test_cuda_host_path_binds_the_views_and_their_strides(tmp_path, monkeypatch)
     finally:
         for d in tables:
             d.clear()
+
+
+def test_cluster_config_takes_an_m_major_a_as_a_k_major_copy(monkeypatch) -> None:
+    """The 2-CTA cluster config multicasts K-major A tiles: its kernel refuses an M-major A,
+    and the op given that config with a transposed ``a`` runs it on a K-major copy."""
+    import hexlayout.lang as hl
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.kernels import gemm_sm90_kernel
+
+    with pytest.raises(ValueError, match="CLUSTER=2: .*a K-major A"):
+        gemm_sm90_kernel(hl.f16, "nk", a_layout="km").trace(CLUSTER=2)
+    _arch(monkeypatch, "sm_90a")
+    cfg = next(c for c in CONFIGS["sm_90a"] if c.cluster == 2)
+    g = torch.Generator().manual_seed(21)
+    a = torch.randn(40, 64, generator=g).half().t()                  # 64 x 40, M-major
+    b = torch.randn(72, 40, generator=g).half()
+    c = hexlayout.ops.gemm(a, b, activation="relu", config=cfg)
+    _close(c, _ref(a, b, activation="relu"), torch.float16)
