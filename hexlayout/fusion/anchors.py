@@ -9,8 +9,9 @@ registered is ``FusionUnsupported`` with that reason.
 
 A GEMM provider is two functions:
 
-- ``kernel(arch, dtype, b_layout, staged) -> hl.Kernel``: the anchor ``c[M, N] = a[M, K] @ B``
-  with parameters ``a``, ``b`` (``N x K`` for ``"nk"``, ``K x N`` for ``"kn"``), ``c``;
+- ``kernel(arch, dtype, b_layout, staged, a_layout="mk") -> hl.Kernel``: the anchor
+  ``c[M, N] = A @ B`` with parameters ``a`` (``M x K`` for ``"mk"``, ``K x M`` for ``"km"``),
+  ``b`` (``N x K`` for ``"nk"``, ``K x N`` for ``"kn"``), ``c``;
   ``staged=True`` asks for a kernel whose operand loads are plain copies (a computing
   prologue needs them);
 - ``consts(arch, m, n, k, staged) -> dict``: the kernel's tile constants for a problem.

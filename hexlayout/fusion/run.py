@@ -39,10 +39,10 @@ _RELAID: dict[tuple, Any] = {}
 def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any], plan: TilePlan,
                      name: str, *, anchor: str, prologue_ops: tuple[str, ...] = (),
                      epilogue_ops: tuple[str, ...] = (), staged: bool = False,
-                     compile: bool = True) -> tuple[Any, FusedProgram]:
-    """The GEMM anchor (``dtype``, ``b_layout``, tile ``consts``) for ``arch`` with ``plan``
-    fused, built (the fused program is memoized on the structure - no sizes in the key - and
-    its build by the runtime). ``anchor`` /
+                     compile: bool = True, a_layout: str = "mk") -> tuple[Any, FusedProgram]:
+    """The GEMM anchor (``dtype``, ``a_layout`` / ``b_layout``: the stored operands, tile
+    ``consts``) for ``arch`` with ``plan`` fused, built (the fused program is memoized on the
+    structure - no sizes in the key - and its build by the runtime). ``anchor`` /
     ``prologue_ops`` / ``epilogue_ops``: the aten names launch records show.
     Returns ``(build, fused program)``; the program's ``sources`` say what each parameter
     after ``a`` / ``b`` receives."""
@@ -53,11 +53,12 @@ def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any
     from .anchors import gemm_provider
 
     dname = dtype_name(dtype)
-    key = (arch, dname, b_layout, staged, tuple(sorted(consts.items())), plan, name, compile)
+    key = (arch, dname, a_layout, b_layout, staged, tuple(sorted(consts.items())), plan, name, compile)
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        kernel = gemm_provider().kernel(arch, getattr(hl, dname), b_layout, staged=staged)
+        kernel = gemm_provider().kernel(arch, getattr(hl, dname), b_layout, staged=staged,
+                                        **({} if a_layout == "mk" else {"a_layout": a_layout}))
         tk = kernel.trace(**consts)
         prog = fuse(tk, plan, f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}")
         with _LOCK:

@@ -1,24 +1,27 @@
 """GEMM kernels in the tile language, layout-free: the anchors of post-scheduling fusion.
 
-``c[M, N] = a[M, K] @ B`` where ``B`` is ``b[N, K]^T`` (``b_layout="nk"``, K-major) or
-``b[K, N]`` (``b_layout="kn"``, N-major), f16 or bf16 inputs, f32 accumulation, output in
-the input type. The kernels are scheduled alone; their operand loads and their stores of
-the accumulator (``copy(cast(acc), view(c))``, or with ``stage_epilogue=True``
-``copy(cast(acc window), staging tile)`` then ``copy(staging tile, view(c))``) are the
-fusion points where
+``c[M, N] = A @ B`` where ``A`` is ``a[M, K]`` (``a_layout="mk"``, K-major) or
+``a[K, M]^T`` (``a_layout="km"``, M-major) and ``B`` is ``b[N, K]^T`` (``b_layout="nk"``,
+K-major) or ``b[K, N]`` (``b_layout="kn"``, N-major), f16 or bf16 inputs, f32 accumulation,
+output in the input type. The operands' stored (physical) matrices have unit stride in their
+last mode and a free leading stride (the scalar sizes ``LDA`` / ``LDB``, bound at launch from
+the tensors' strides: slices of bigger tensors run as they are); ``c`` is row-major dense.
+The kernels are scheduled alone; their operand loads and their stores of the accumulator
+(``copy(cast(acc), view(c))``, or with ``stage_epilogue=True`` ``copy(cast(acc window),
+staging tile)`` then ``copy(staging tile, view(c))``) are the fusion points where
 ``hexlayout.fusion`` puts prologues and epilogues (bias, activation, residual, scale, ...):
 ``hexlayout.ops.gemm`` builds its epilogue that way.
 
 - ``gemm_sm80_kernel``: multistage cp.async pipeline (``STAGES`` shared buffers, one
   barrier per k-tile), shared -> register copies and mma.sync; synthesis picks the
-  swizzles, ldmatrix (.trans for an N-major B), the mma atom and the warp arrangement.
+  swizzles, ldmatrix (.trans for an M-major A / N-major B), the mma atom and the warp arrangement.
 - ``gemm_sm90_kernel``: warp-specialized: warp group 0 issues TMA copies into
   ``STAGES`` stages (``full``/``empty`` mbarriers), the consumer warp groups run wgmma
   from shared memory and the epilogue; register budgets move with setmaxnreg. Persistent
   over output tiles: ``GRID`` blocks walk the tiles (``GRID = 0``: one block per tile).
 
-Kernels are built by factories specialized on the dtype and the B layout; tile shapes are
-keyword constants of the kernel. ``gemm_anchor(arch, dtype, b_layout)`` is the factory of
+Kernels are built by factories specialized on the dtype and the A and B layouts; tile shapes
+are keyword constants of the kernel. ``gemm_anchor(arch, dtype, b_layout)`` is the factory of
 an architecture; importing this module registers it with ``hexlayout.fusion`` (the GEMM
 anchors ``mm``, ``addmm``, ``linear``, ``bmm``).
 """
@@ -38,12 +41,29 @@ __all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_anchor", "ARCH_KERNELS"
 M, N, K = hl.dims("M N K")
 
 
-def _check(dtype: DType, b_layout: str) -> None:
+def _check(dtype: DType, b_layout: str, a_layout: str = "mk") -> None:
     if dtype.name not in ("f16", "bf16"):
         raise ValueError(f"hexlayout gemm: inputs must be f16 or bf16, not {dtype}")
     if b_layout not in ("nk", "kn"):
         raise ValueError(f"hexlayout gemm: b_layout must be 'nk' (b is N x K) or 'kn' (b is K x N), "
                          f"not {b_layout!r}")
+    if a_layout not in ("mk", "km"):
+        raise ValueError(f"hexlayout gemm: a_layout must be 'mk' (a is M x K) or 'km' (a is K x M), "
+                         f"not {a_layout!r}")
+
+
+def _operand_types(dt: DType, a_layout: str, b_layout: str) -> tuple[Any, Any]:
+    """The parameter types of ``a`` and ``b``: the stored matrix (``M x K`` / ``K x M``,
+    ``N x K`` / ``K x N``) with unit stride in its last mode and the leading stride ``LDA`` /
+    ``LDB`` (a scalar size bound from the tensor's stride at launch)."""
+    a_shape = (M, K) if a_layout == "mk" else (K, M)
+    b_shape = (N, K) if b_layout == "nk" else (K, N)
+    return dt[a_shape].strides("LDA", 1), dt[b_shape].strides("LDB", 1)
+
+
+def _suffix(a_layout: str, b_layout: str) -> str:
+    """The kernel name's layout part: ``b_layout``, with ``km_`` before it for an M-major A."""
+    return b_layout if a_layout == "mk" else f"km_{b_layout}"
 
 
 def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
@@ -59,32 +79,38 @@ def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
 
 
 @cache
-def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False) -> Any:
-    """The Ampere multistage GEMM ``c = a @ B`` for ``dtype`` / ``b_layout``; the accumulator
+def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
+                     a_layout: str = "mk") -> Any:
+    """The Ampere multistage GEMM ``c = A @ B`` for ``dtype`` / ``a_layout`` / ``b_layout``
+    (an M-major A is loaded into a ``BK x BM`` shared tile and read transposed); the accumulator
     is stored from registers in one ``BM x BN`` store, or with ``stage_epilogue=True`` (or
     the kernel constant ``STAGE_EPILOGUE``) through shared memory in 16-byte stores (rows of
     ``c`` must then be 16-byte aligned: ``N % 8 == 0``; ``hexlayout.ops.gemm`` chooses it
     whenever they are)."""
-    _check(dtype, b_layout)
+    _check(dtype, b_layout, a_layout)
     dt = dtype
-    b_shape = (N, K) if b_layout == "nk" else (K, N)
+    a_type, b_type = _operand_types(dt, a_layout, b_layout)
+    mk = a_layout == "mk"
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{b_layout}")
-    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{_suffix(a_layout, b_layout)}")
+    def gemm(a: a_type, b: b_type, c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4,
              STAGE_EPILOGUE: bool = False):
         staged = stage_epilogue or STAGE_EPILOGUE
-        Mx, Kx = a.shape
+        Mx, Kx = a.shape if mk else a.shape[::-1]
         Nx = c.shape[1]
         pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
         m0, n0 = pid_m * BM, pid_n * BN
         num_k = hl.cdiv(Kx, BK)
-        sa = hl.shared(dt, (BM, BK, STAGES))
+        sa = hl.shared(dt, (BM, BK, STAGES) if mk else (BK, BM, STAGES))
         sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
         acc = hl.zeros((BM, BN), f32)
 
         def load(kt: Any, s: Any) -> None:
-            hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, kt * BK)), sa[:, :, s])
+            if mk:
+                hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, kt * BK)), sa[:, :, s])
+            else:
+                hl.copy(hl.view(a, tile=(BK, BM), origin=(kt * BK, m0)), sa[:, :, s])
             if b_layout == "nk":
                 hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, kt * BK)), sb[:, :, s])
             else:
@@ -93,7 +119,7 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         for _k, s in hl.pipeline(num_k, STAGES, load):
             ra = hl.register(dt, (BM, BK))
             rb = hl.register(dt, (BN, BK))
-            hl.copy(sa[:, :, s], ra)
+            hl.copy(sa[:, :, s] if mk else sa[:, :, s].T, ra)
             hl.copy(sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, rb)
             hl.mma(ra, rb, acc)
         # the fusion point of epilogues: the accumulator stored, or staged through shared memory (32-bit
@@ -109,7 +135,8 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         elif BN % W:
             raise ValueError(f"hexlayout gemm: gemm_sm80 stages its epilogue in {W}-column windows: "
                              f"BN ({BN}) must be a multiple of {W}")
-        sc = sa[:, :W, 0] if staged else None
+        # (an M-major A's stages are BK x BM: the window gets its own BM x W tile)
+        sc = (sa[:, :W, 0] if mk else hl.shared(dt, (BM, W))) if staged else None
         for j in range(BN // W if staged else 0):
             hl.syncthreads()
             hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
@@ -121,8 +148,10 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 
 @cache
 def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
-                     peer_release: bool = True) -> Any:
-    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = a @ B``; the
+                     peer_release: bool = True, a_layout: str = "mk") -> Any:
+    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = A @ B`` (an M-major A
+    or N-major B: a ``BK x BM`` / ``BK x BN`` stage read by wgmma through an MN-major
+    descriptor); the
     accumulator is stored from registers, or with ``stage_epilogue=True`` (or the kernel
     constant ``STAGE_EPILOGUE``) by stmatrix and TMA stores (``c``'s row stride must then be a
     multiple of 16 bytes: ``N % 8 == 0``).
@@ -135,28 +164,30 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
     the peer's empty barrier, which expect ``2 * CONSUMERS`` arrivals); cluster barriers follow
     the barrier inits and precede exit. ``peer_release=False`` leaves out the arrive on the
     peer (expecting ``CONSUMERS`` arrivals): the broken pipeline the emulator must reject."""
-    _check(dtype, b_layout)
+    _check(dtype, b_layout, a_layout)
     dt = dtype
-    b_shape = (N, K) if b_layout == "nk" else (K, N)
+    a_type, b_type = _operand_types(dt, a_layout, b_layout)
+    mk = a_layout == "mk"
 
     def cluster_of(c: dict[str, Any]) -> tuple[int, ...] | None:
         return (2, 1, 1) if c["CLUSTER"] == 2 else None
 
     @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), cluster=cluster_of,
-               name=f"gemm_sm90_{dt}_{b_layout}")
-    def gemm(a: dt[M, K], b: dt[b_shape], c: dt[M, N],  # type: ignore
+               name=f"gemm_sm90_{dt}_{_suffix(a_layout, b_layout)}")
+    def gemm(a: a_type, b: b_type, c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
              GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
         staged = stage_epilogue or STAGE_EPILOGUE
-        if CLUSTER not in (1, 2) or (CLUSTER == 2 and (GRID or BM % 128)):
-            raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0) "
-                             f"and BM a multiple of 128 (got GRID={GRID}, BM={BM})")
-        Mx, Kx = a.shape
+        if CLUSTER not in (1, 2) or (CLUSTER == 2 and (GRID or BM % 128 or not mk)):
+            raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0), "
+                             f"BM a multiple of 128 and a K-major A (got GRID={GRID}, BM={BM}, "
+                             f"a_layout={a_layout!r})")
+        Mx, Kx = a.shape if mk else a.shape[::-1]
         Nx = c.shape[1]
         tiles_m, tiles_n = hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)
         num_tiles = tiles_m * tiles_n
         num_k = hl.cdiv(Kx, BK)
-        sa = hl.shared(dt, (BM, BK, STAGES))
+        sa = hl.shared(dt, (BM, BK, STAGES) if mk else (BK, BM, STAGES))
         sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
         W = _epilogue_window(BM, BN, dt)
         sc = hl.shared(dt, (BM, W)) if staged else None
@@ -211,8 +242,10 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
                         with hl.else_():
                             hl.copy(hl.view(a, tile=(H, BK), origin=(m0 + H, k * BK)), sa[H:BM, :, s],
                                     mbarrier=bar, multicast=3)
-                    else:
+                    elif mk:
                         hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=bar)
+                    else:
+                        hl.copy(hl.view(a, tile=(BK, BM), origin=(k * BK, m0)), sa[:, :, s], mbarrier=bar)
                     if b_layout == "nk":
                         hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=bar)
                     else:
@@ -231,7 +264,8 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
                     s = it % STAGES
                     ring.wait_full(it)
                     hl.wgmma_fence()
-                    hl.mma(sa[:, :, s], sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
+                    hl.mma(sa[:, :, s] if mk else sa[:, :, s].T,
+                           sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
                            warps=hl.spatial(CONSUMERS, 1), accumulate=not first)
                     hl.wgmma_commit()
                     # keep one wgmma group in flight: the previous k-tile's has retired, release its stage
@@ -271,8 +305,9 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
 
 
-def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False) -> Any:
-    """The GEMM anchor kernel for ``arch``; ``staged=True``: one whose operand loads are plain
+def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False, a_layout: str = "mk") -> Any:
+    """The GEMM anchor kernel for ``arch`` (``a_layout`` / ``b_layout``: the stored operands,
+    see the module docstring); ``staged=True``: one whose operand loads are plain
     copies into shared memory (not TMA), so that a computing prologue can replace them (the
     Ampere kernel, which every supported architecture runs). The accumulator is stored from
     registers in one piece, or with the constant ``STAGE_EPILOGUE=True`` through shared
@@ -280,7 +315,7 @@ def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False)
     if arch not in ARCH_KERNELS:
         raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; supported: "
                          f"{', '.join(ARCH_KERNELS)}")
-    return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout)
+    return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout, a_layout=a_layout)
 
 
 def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False) -> dict[str, Any]:

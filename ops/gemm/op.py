@@ -10,7 +10,8 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
 
 - CUDA tensors: the kernel for the device's architecture (sm_80 / sm_89: multistage
   cp.async + ldmatrix + mma.sync; sm_90a: warp-specialized persistent TMA + wgmma) is
-  synthesized, compiled and cached on first use per (dtype, B layout, epilogue, config),
+  synthesized, compiled and cached on first use per (dtype, stored A and B layouts,
+  epilogue, config),
   then launched on torch's current stream. The output tile goes through shared memory
   (16-byte stores; stmatrix + TMA stores on sm_90a) when ``N % 8 == 0``, else it is stored
   from registers in 4-byte pieces (``stage_epilogue``). The config comes from the autotuner's
@@ -20,18 +21,32 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
   sizes, for tests; ``HEXLAYOUT_EMULATE_ARCH`` picks the architecture, default sm_80);
   otherwise a clear error.
 
+Strides (either order, as ``torch.mm``): ``a`` (``M x K``) and ``b`` (``N x K`` for
+``"nk"``, ``K x N`` for ``"kn"``) may each be K-major (stride 1 along K) or M / N-major (stride
+1 along M / N: a transposed view), with any leading stride at least the contiguous extent
+(slices of bigger tensors, ``big[:, :K]``, ``big.t()[:M]``): the kernel of that stored
+layout (``stored_operands``; an MN-major operand is read with ldmatrix.trans on sm_80 /
+sm_89, by TMA into an MN-major wgmma stage on sm_90a) reads the view in place, its leading
+strides bound at launch. Its 16-byte vector / TMA copies need the contiguous extent and the
+leading stride to be multiples of 8 elements: an operand that has a stride-1 dimension but
+not that runs from a dense copy of the major-ness whose contiguous extent is a multiple of 8
+(K first, then M / N; ``operand_major``), so e.g. K = 36 runs when M and N are multiples of
+8. ``bias`` must have stride 1; ``residual`` any strides with one dimension of stride 1 (a
+residual that is not row-major with rows of N elements is copied row-major for the fused
+epilogue). The output is a new row-major contiguous ``M x N`` tensor.
+
 Requirements, checked by ``check_gemm`` - the one check the eager call, the torch op's
 CUDA / CPU kernels and its fake (meta, torch.compile) implementation all run, raising a
 ``hexlayout.runtime.args.ArgumentError`` (``ValueError``) or ``ArgumentTypeError``
 (``TypeError``) that names the argument: tensors (``bias`` / ``residual`` may be ``None``)
 of one dtype (f16 or bf16) on one device; ``a`` and ``b`` matrices whose shapes agree,
-``bias`` of shape ``(N,)``, ``residual`` ``(M, N)``; row-major contiguous tensors; K a
-multiple of 8 (and N for ``"kn"``) so rows are 16-byte aligned for the 16-byte vector / TMA
-copies, and N even (the epilogue stores 2-element vectors); ``a`` / ``b`` 16-byte aligned,
-``bias`` / ``residual`` 4-byte aligned (a view with an element offset is not: pass
-``.clone()``); ``b`` addressable with 32-bit indices (N * K < 2^31); ``activation`` and
-``b_layout`` one of their strings, ``scale`` a real number or ``None`` (NaN and infinities
-propagate as in torch).
+``bias`` of shape ``(N,)``, ``residual`` ``(M, N)``; every tensor with a dimension of stride
+1 (or extent 1); ``a`` / ``b`` with K or M / N a multiple of 8 (see above), and N even (the
+epilogue stores 2-element vectors); ``a`` / ``b`` 16-byte aligned, ``bias`` / ``residual``
+4-byte aligned (a view with an element offset is not: pass ``.clone()``); ``b`` addressable
+with 32-bit indices (N * K < 2^31; a view spanning more is copied dense); ``activation``
+and ``b_layout`` one of their strings, ``scale`` a real number or ``None`` (NaN and
+infinities propagate as in torch).
 
 A cached call - plain tensors with the shapes, strides, dtypes and devices, and the other
 arguments' values, of a call already made and checked, one launch under the same autotuning
@@ -217,32 +232,104 @@ def check_arguments(a: Any, b: Any, bias: Any = None, residual: Any = None, acti
         if t is not None and tuple(t.shape) != shape:
             raise ArgumentError(_OP, name, f"must have shape {shape} (M = {m}, N = {n}), got "
                                 f"{tuple(t.shape)}")
-    if k % 8:
-        raise ArgumentError(_OP, "a", f"stride 0 is {k} elements, expected a multiple of 8 (K = {k}: rows "
-                            "of a and b must be 16-byte aligned for the 16-byte vector / TMA copies)")
-    if b_layout == "kn" and n % 8:
-        raise ArgumentError(_OP, "b", f"N = {n} is not a multiple of 8: rows of a 'kn' b must be 16-byte "
-                            "aligned for the kernel's 16-byte vector / TMA copies")
     if n % 2:
         raise ArgumentError(_OP, "b", f"N = {n} is odd: the epilogue stores c in 2-element vectors, so N "
                             "must be even")
     if n * k > INT32_MAX:
         raise ArgumentError(_OP, "b", f"has {n} x {k} elements; the kernel indexes b with 32-bit int "
                             "(N * K < 2^31)")
+    operand_major("a", a, "M")
+    operand_major("b", b if b_layout == "nk" else b.t(), "N")
     for name, t, align in (("a", a, 16), ("b", b, 16), ("bias", bias, 4), ("residual", residual, 4)):
-        if t is None or t.numel() == 0:       # an empty tensor is contiguous, whatever its strides
+        if t is None or t.numel() == 0:
             continue
-        want = [1]
-        for size in reversed(t.shape[1:]):
-            want.insert(0, want[0] * size)
-        if any(s != w and size > 1 for s, w, size in zip(t.stride(), want, t.shape)):
-            raise ArgumentError(_OP, name, f"has strides {tuple(t.stride())}, expected row-major contiguous "
-                                f"{tuple(want)}; pass {name}.contiguous()")
+        if name in ("bias", "residual") and not any(s == 1 or e == 1 for s, e in zip(t.stride(), t.shape)):
+            raise ArgumentError(_OP, name, f"has strides {tuple(t.stride())}: no dimension of stride 1 (the "
+                                "kernel reads rows or columns of contiguous elements); pass "
+                                f"{name}.contiguous()")
         off = t.data_ptr() % align if _is_real(t) else t.storage_offset() * t.element_size() % align
         if off:
             raise ArgumentError(_OP, name, f"starts {off} bytes off {align}-byte alignment (a view with an "
                                 f"element offset); pass {name}.clone() (.contiguous() keeps the offset)")
     return m, n, k
+
+
+#: Elements of one 16-byte vector of the f16 / bf16 operands: the contiguous extent and the
+#: leading stride of an operand read in place must be multiples of it (cp.async / TMA).
+_VEC = 8
+
+
+def operand_major(name: str, t: Any, outer: str) -> tuple[str, bool]:
+    """How the kernel reads operand ``t``, given as its logical ``outer x K`` matrix (``a``:
+    ``M x K``; ``b``: ``N x K``, i.e. ``b`` or ``b.t()`` by ``b_layout``): ``(major, copy)``
+    with ``major`` ``"k"`` (stride 1 along K, the kernel's ``"mk"`` A / ``"nk"`` B) or ``"mn"``
+    (stride 1 along M / N: ``"km"`` A / ``"kn"`` B), and ``copy`` whether the kernel reads a
+    dense copy of that major-ness rather than ``t`` itself.
+
+    ``t`` is read in place when one mode has stride 1 (or extent 1), its extent is a multiple
+    of 8 and the other mode's stride is a multiple of 8 (16-byte rows) at least that extent
+    (no overlap); the given major-ness first, then the other. Otherwise a dense copy of the
+    major-ness whose contiguous extent is a multiple of 8 (K first); neither: raises
+    ``ArgumentError`` naming ``name``. (16-byte aligned data pointers are checked apart.)"""
+    (o, k), (so, sk) = t.shape, t.stride()
+    if o == 0 or k == 0:                      # nothing to read (run_checked launches nothing)
+        return "k", False
+
+    def fits(major: str) -> bool:
+        (ec, sc), (el, sl) = ((k, sk), (o, so)) if major == "k" else ((o, so), (k, sk))
+        return (ec <= 1 or sc == 1) and ec % _VEC == 0 and (el <= 1 or (sl % _VEC == 0 and sl >= ec))
+
+    first = "mn" if (k > 1 and sk != 1) and (o <= 1 or so == 1) else "k"
+    for major in (first, "mn" if first == "k" else "k"):
+        if fits(major):
+            return major, False
+    if o > 1 and k > 1 and so != 1 and sk != 1:
+        raise ArgumentError(_OP, name, f"has strides {tuple(t.stride())} ({outer} x K = {o} x {k}): no "
+                            "dimension of stride 1; the kernel reads rows or columns of contiguous elements: "
+                            f"pass {name}.contiguous()")
+    if k % _VEC == 0:
+        return "k", True
+    if o % _VEC == 0:
+        return "mn", True
+    raise ArgumentError(_OP, name, f"is {o} x {k} ({outer} x K): neither K = {k} nor {outer} = {o} is a "
+                        "multiple of 8; the kernel's 16-byte vector / TMA copies read rows of 8-element "
+                        "multiples along the contiguous dimension")
+
+
+def _span(t: Any) -> int:
+    """Elements from the first to the last element ``t`` addresses."""
+    return 1 + sum((e - 1) * st for e, st in zip(t.shape, t.stride())) if t.numel() else 0
+
+
+def _lead_dense(t: Any) -> Any:
+    """A stored matrix of one row whose leading stride (torch lets a mode of extent 1 have any;
+    the kernel binds ``LDA`` / ``LDB`` from it) is not one a multi-row view could have (a
+    multiple of 8 at least the row's length) as the same row with the dense one; else ``t``."""
+    if t.shape[0] == 1 and (t.stride(0) % _VEC or t.stride(0) < t.shape[1]):
+        return t.as_strided(t.shape, (t.shape[1], 1))
+    return t
+
+
+def stored_operands(a: Any, b: Any, b_layout: str) -> tuple[str, str, Any, Any, bool]:
+    """The operands as the kernel takes them, for arguments ``check_gemm`` accepted:
+    ``(a_layout, kernel b_layout, a, b, copied)`` with ``a`` the stored ``M x K`` (``"mk"``)
+    or ``K x M`` (``"km"``) matrix and ``b`` the stored ``N x K`` (``"nk"``) or ``K x N``
+    (``"kn"``) one - views of the arguments (transposes, any leading stride), or dense copies
+    where ``operand_major`` says so or the view would span 2^31 elements; ``copied``: whether
+    either is a copy."""
+    out: list[Any] = []
+    copied = False
+    for name, t, outer in (("a", a, "M"), ("b", b if b_layout == "nk" else b.t(), "N")):
+        major, copy = operand_major(name, t, outer)
+        stored = t if major == "k" else t.t()
+        if not copy and _span(stored) > INT32_MAX and major == "mn" and t.shape[1] % _VEC == 0:
+            major, copy = "k", True               # a K-major row slice spans less (rows_per_launch)
+            stored = t
+        if copy:
+            stored = stored.contiguous()
+            copied = True
+        out += [major, _lead_dense(stored)]
+    return ("mk" if out[0] == "k" else "km"), ("nk" if out[2] == "k" else "kn"), out[1], out[3], copied
 
 
 def rows_per_launch(arch: str, config: GemmConfig, n: int, k: int) -> int:
@@ -308,11 +395,12 @@ def gemm_epilogue(has_bias: bool, has_residual: bool, activation: str, has_scale
 
 
 def gemm_build(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
-               config: GemmConfig, m: int, n: int, compile: bool = True) -> Any:
-    """The build of the GEMM kernel with ``epilogue`` = ``(has_bias, has_residual, activation,
+               config: GemmConfig, m: int, n: int, compile: bool = True, a_layout: str = "mk") -> Any:
+    """The build of the GEMM kernel (stored operands ``a_layout`` / ``b_layout``, see
+    ``stored_operands``) with ``epilogue`` = ``(has_bias, has_residual, activation,
     has_scale)`` fused into its store by ``hexlayout.fusion`` (memoized there); the build's
     parameters are ``a, b`` then those of ``gemm_fused(...)[1].sources``."""
-    return gemm_fused(dtype, b_layout, epilogue, arch, config, m, n, compile)[0]
+    return gemm_fused(dtype, b_layout, epilogue, arch, config, m, n, compile, a_layout)[0]
 
 
 def stage_epilogue(n: int) -> bool:
@@ -324,7 +412,8 @@ def stage_epilogue(n: int) -> bool:
 
 
 def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
-               config: GemmConfig, m: int, n: int, compile: bool = True) -> tuple[Any, Any]:
+               config: GemmConfig, m: int, n: int, compile: bool = True,
+               a_layout: str = "mk") -> tuple[Any, Any]:
     """``(build, fused program)`` of ``gemm_build``; the output is staged through shared
     memory when ``stage_epilogue(n)``."""
     from hexlayout.fusion.mechanism import InputSpec, TilePlan
@@ -337,7 +426,7 @@ def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool]
     name = "gemm" + "".join(f"_{n.op.split('.')[1]}" for n in nodes)
     consts = {**config.consts(m, n), "STAGE_EPILOGUE": stage_epilogue(n)}
     return gemm_fused_build(arch, dtype, b_layout, consts, plan, name, anchor="hexlayout.gemm",
-                            epilogue_ops=tuple(x.op for x in nodes), compile=compile)
+                            epilogue_ops=tuple(x.op for x in nodes), compile=compile, a_layout=a_layout)
 
 
 def _arg_order(prog: Any, epilogue: tuple[bool, bool, str, bool]) -> tuple[int, ...]:
@@ -363,13 +452,13 @@ def _load_torch() -> Any:
     return torch
 
 
-def _fast_key(a: Any, bias: Any, residual: Any, activation: str, scale: Any, b_layout: str, m: int, n: int,
-              k: int) -> tuple:
-    """The key of ``_FAST`` (a row stride is free when M = 1: check_gemm accepts any; it is then
-    part of the key)."""
-    rows = (a.stride(0), 0 if residual is None else residual.stride(0)) if m == 1 else None
+def _fast_key(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale: Any, b_layout: str, m: int,
+              n: int, k: int) -> tuple:
+    """The key of ``_FAST``: everything a prepared launch fixes but the data pointers (the
+    strides of every tensor: they pick the kernel's stored layouts and its leading strides)."""
     return (a.dtype, a.device, b_layout, activation, bias is None, residual is None, scale is None, m, n, k,
-            rows)
+            a.stride(), b.stride(), None if bias is None else bias.stride(),
+            None if residual is None else residual.stride())
 
 
 def gemm_cached(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
@@ -390,7 +479,7 @@ def gemm_cached(a: Any, b: Any, bias: Any = None, residual: Any = None, activati
     except TypeError:                        # an unhashable argument: the check names it
         return None
     if hot is None:
-        hot = _warm(key, a, bias, residual, activation, scale, b_layout)
+        hot = _warm(key, a, b, bias, residual, activation, scale, b_layout)
         if hot is None:
             return None
     aligns, m, n, entry = hot
@@ -407,7 +496,8 @@ def gemm_cached(a: Any, b: Any, bias: Any = None, residual: Any = None, activati
     return c
 
 
-def _warm(key: tuple, a: Any, bias: Any, residual: Any, activation: str, scale: Any, b_layout: str) -> Any:
+def _warm(key: tuple, a: Any, b: Any, bias: Any, residual: Any, activation: str, scale: Any,
+          b_layout: str) -> Any:
     """``_HOT``'s entry for ``key`` from ``_VERDICTS`` and ``_FAST`` (stored), or ``None``."""
     verdict = _VERDICTS.get(key)
     if verdict is None:
@@ -415,7 +505,7 @@ def _warm(key: tuple, a: Any, bias: Any, residual: Any, activation: str, scale: 
     m, n, k = verdict[0]
     if not (m and n and k):
         return None
-    entry = _FAST.get(_fast_key(a, bias, residual, activation, scale, b_layout, m, n, k))
+    entry = _FAST.get(_fast_key(a, b, bias, residual, activation, scale, b_layout, m, n, k))
     if entry is None:
         return None
     if len(_HOT) >= _FAST_LIMIT:
@@ -425,16 +515,21 @@ def _warm(key: tuple, a: Any, bias: Any, residual: Any, activation: str, scale: 
 
 
 def _fast_launch(lau: Any, template: Any, order: tuple[int, ...], go: Callable[[Any], bool],
-                 n: int) -> Callable[..., None]:
+                 n: int, a_t: bool = False, b_t: bool = False) -> Callable[..., None]:
     """The launch of a cached call: ``launch(a, b, c, bias, residual, scale)`` with the
     arguments of a call whose key matched ``template``'s (they differ only in data pointers
     and scale). The pre-packed launch ``go`` reads only the tensors' data pointers (so ``bias``
     is given as it is: the ``1 x N`` view of it has the same pointer) and the scale; when it
     declines (a misaligned pointer, launch logs, the profiler), ``call_like`` checks the
-    arguments as the template's shapes give them."""
+    arguments as the template's shapes give them. ``a_t`` / ``b_t``: the kernel takes the
+    transpose of ``a`` / ``b`` (a view: the same data pointer; see ``stored_operands``)."""
     pick = operator.itemgetter(*order)
 
     def launch(a: Any, b: Any, c: Any, bias: Any, residual: Any, scale: Any) -> None:
+        if a_t:
+            a = a.t()
+        if b_t:
+            b = b.t()
         res = c if residual is None else residual
         sc = 1.0 if scale is None else float(scale)
         if not go(pick((a, b, c, bias, res, sc))):
@@ -444,20 +539,34 @@ def _fast_launch(lau: Any, template: Any, order: tuple[int, ...], go: Callable[[
     return launch
 
 
-def _config(key: str, arch: str, m: int, n: int, k: int, autotune: bool, timer: Any) -> GemmConfig:
+def _config(key: str, arch: str, m: int, n: int, k: int, autotune: bool, timer: Any,
+            a_layout: str = "mk") -> GemmConfig:
+    """The persisted choice for ``key`` and the shape, else (``autotune``) the fastest config
+    timed now, else the heuristic's; an M-major A (``"km"``) leaves out the 2-CTA cluster
+    configs, which multicast K-major A tiles."""
     tuner = autotuner()
     hit = tuner.lookup(key, m, n, k)
-    if hit is not None and hit.arch == arch:
+    if hit is not None and hit.arch == arch and (a_layout == "mk" or hit.cluster == 1):
         return hit
     if autotune and timer is not None:
-        return tuner.tune(key, m, n, k, CONFIGS[arch], timer)
+        space = [c for c in CONFIGS[arch] if a_layout == "mk" or c.cluster == 1]
+        return tuner.tune(key, m, n, k, space, timer)
     return choose_config(arch, m, n, k)
 
 
 def gemm(a: Any, b: Any, bias: Any = None, residual: Any = None, activation: str = "none",
          scale: float | None = None, b_layout: str = "nk", *, config: GemmConfig | None = None,
          autotune: bool = False) -> Any:
-    """``act(scale * (a @ B) + bias) + residual`` (see the module docstring).
+    """``act(scale * (a @ B) + bias) + residual`` (see the module docstring), ``B = b^T``
+    (``b_layout="nk"``, ``b`` is ``N x K``) or ``b`` (``"kn"``, ``K x N``).
+
+    Accepted strides: ``a`` and ``b`` either K-major or M / N-major (``a.t()``-style views are
+    fine), each with any leading stride (slices of bigger tensors); read in place when the
+    contiguous extent and the leading stride are multiples of 8 elements, else from a dense
+    copy of the order that has them; an operand without a stride-1 dimension is refused
+    (pass ``.contiguous()``). ``bias``: stride 1. ``residual``: either order, any leading
+    stride (copied row-major unless it is row-major dense). The output: a new row-major
+    ``M x N`` tensor.
 
     Inputs that require grad (grad mode on) go through ``torch.ops.hexlayout.gemm``, whose
     registered backward gives their gradients; with ``config`` or ``autotune`` (not part of
@@ -494,7 +603,7 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     torch = _TORCH or _load_torch()
     if config is None and not autotune and m and n and k:
         # the fast path of a cached call: one dictionary lookup to a prepared launch
-        hit = _FAST.get(_fast_key(a, bias, residual, activation, scale, b_layout, m, n, k))
+        hit = _FAST.get(_fast_key(a, b, bias, residual, activation, scale, b_layout, m, n, k))
         if hit is not None and hit[4] == tuning_token():
             c = torch.empty((m, n), dtype=a.dtype, device=a.device)
             hit[5](a, b, c, bias, residual, scale)
@@ -506,18 +615,27 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         return c
     if k == 0:
         return _epilogue_only(c.zero_(), bias, residual, activation, scale)
+    a_layout, kb_layout, a_st, b_st, copied = stored_operands(a, b, b_layout)
+    if config is not None and config.cluster > 1 and a_layout == "km":
+        a_layout, a_st, copied = "mk", a.contiguous(), True     # clusters multicast K-major A tiles
     bias_arg = bias.reshape(1, n) if bias is not None else None     # a row broadcast over the rows
-    res_arg = residual if residual is not None else c
+    # the fused epilogue reads a row-major residual with rows of N: anything else is copied so
+    res_dense = residual is None or (residual.stride(1) == 1 and (m == 1 or residual.stride(0) == n))
+    res_arg = c if residual is None else residual if res_dense else residual.contiguous()
     scale_arg = float(scale) if scale is not None else 1.0
+    a_log = a_st if a_layout == "mk" else a_st.t()         # M x K: _by_rows slices its rows
     fast = None
-    if a.is_cuda and config is None and not autotune:
-        fast = _fast_key(a, bias, residual, activation, scale, b_layout, m, n, k)
+    if a.is_cuda and config is None and not autotune and not copied and res_dense:
+        fast = _fast_key(a, b, bias, residual, activation, scale, b_layout, m, n, k)
         token = tuning_token()
 
     from hexlayout.lang import bf16, f16
 
     dtype = bf16 if a.dtype == torch.bfloat16 else f16
-    key = f"gemm/{a.dtype}/{b_layout}/{activation}/{int(ep[0])}{int(ep[1])}{int(ep[3])}"
+    layouts = kb_layout if a_layout == "mk" else f"km_{kb_layout}"
+    key = f"gemm/{a.dtype}/{layouts}/{activation}/{int(ep[0])}{int(ep[1])}{int(ep[3])}"
+    # rows of a (K-major) and of residual: the pitch row slices are addressed with
+    pitch = max(k, a_st.stride(0) if a_layout == "mk" else 0, res_arg.stride(0) if m > 1 else 0)
     if a.is_cuda:
         from hexlayout.runtime.launch import Launcher
 
@@ -530,38 +648,39 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
                 lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0), stage_epilogue(n))
                 hit = _LAUNCHERS.get(lkey)
                 if hit is None:
-                    bld, prog = gemm_fused(dtype, b_layout, ep, arch, cfg, rows, n)
+                    bld, prog = gemm_fused(dtype, kb_layout, ep, arch, cfg, rows, n, a_layout=a_layout)
                     hit = _LAUNCHERS[lkey] = (Launcher(bld), _arg_order(prog, ep))
-                vals = (a_, b, c_, bias_arg, res_, scale_arg)
+                vals = (a_ if a_layout == "mk" else a_.t(), b_st, c_, bias_arg, res_, scale_arg)
                 hit[0](*[vals[i] for i in hit[1]])
             return one
 
         def timer(cfg: GemmConfig) -> float:  # pragma: no cover - GPU only
-            one, rows = launch(cfg), rows_per_launch(arch, cfg, n, k)
+            one, rows = launch(cfg), rows_per_launch(arch, cfg, n, pitch)
             for _ in range(3):
-                _by_rows(one, m, rows, a, c, res_arg)
+                _by_rows(one, m, rows, a_log, c, res_arg)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(10):
-                _by_rows(one, m, rows, a, c, res_arg)
+                _by_rows(one, m, rows, a_log, c, res_arg)
             end.record()
             torch.cuda.synchronize()
             return start.elapsed_time(end) / 10 / 1e3
 
-        cfg = config or _config(key, arch, m, n, k, autotune, timer)
-        rows = rows_per_launch(arch, cfg, n, k)
-        _by_rows(launch(cfg), m, rows, a, c, res_arg)
+        cfg = config or _config(key, arch, m, n, k, autotune, timer, a_layout)
+        rows = rows_per_launch(arch, cfg, n, pitch)
+        _by_rows(launch(cfg), m, rows, a_log, c, res_arg)
         if fast is not None and m <= rows:
             if len(_FAST) >= _FAST_LIMIT:
                 _FAST.clear()
             lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0), stage_epilogue(n))]
-            vals = (a, b, c, bias_arg, res_arg, scale_arg)
-            # check_gemm fixed dtypes, device and (contiguous) strides, and ``fast`` the shapes:
+            vals = (a_st, b_st, c, bias_arg, res_arg, scale_arg)
+            # check_gemm fixed dtypes and device, and ``fast`` the shapes and strides:
             # later calls with this key differ from this one only in data pointers and scale
             # (the template keeps no tensor alive: only their pointers, shapes and strides)
             template = replace(lau.bind(*[vals[i] for i in order]), tensors={})
             go = lau.prepared(template)
-            _FAST[fast] = (lau, template, order, go, token, _fast_launch(lau, template, order, go, n))
+            _FAST[fast] = (lau, template, order, go, token,
+                           _fast_launch(lau, template, order, go, n, a_layout == "km", kb_layout != b_layout))
         return c
     from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 
@@ -575,12 +694,15 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         raise ArgumentError(_OP, None, f"HEXLAYOUT_EMULATE_ARCH={arch!r}; supported: {', '.join(_FACTORY)}")
     cfg = config or choose_config(arch, m, n, k)
 
+    if cfg.cluster > 1 and a_layout == "km":
+        a_layout, a_log = "mk", a.contiguous()          # clusters multicast K-major A tiles
+
     def emulate_rows(a_: Any, c_: Any, res_: Any, rows: int) -> None:
-        bld, prog = gemm_fused(dtype, b_layout, ep, arch, cfg, rows, n, compile=False)
-        vals = (a_, b, c_, bias_arg, res_, scale_arg)
+        bld, prog = gemm_fused(dtype, kb_layout, ep, arch, cfg, rows, n, compile=False, a_layout=a_layout)
+        vals = (a_ if a_layout == "mk" else a_.t(), b_st, c_, bias_arg, res_, scale_arg)
         emulate(bld, *[vals[i] for i in _arg_order(prog, ep)])
 
-    _by_rows(emulate_rows, m, rows_per_launch(arch, cfg, n, k), a, c, res_arg)
+    _by_rows(emulate_rows, m, rows_per_launch(arch, cfg, n, pitch), a_log, c, res_arg)
     return c
 
 

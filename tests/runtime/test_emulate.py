@@ -137,3 +137,33 @@ def test_read_only_output_is_refused_naming_it(gemm80) -> None:
     c = np.zeros((40, 24), np.float16)
     emulate(gemm80, a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-2, atol=1e-2)
+
+
+_M, _N = hl.dims("M N")
+
+
+@hl.kernel(threads=32)
+def _copy_colmajor(x: hl.f16[_M, _N].strides(1, "LDX"), y: hl.f16[_M, _N]):
+    r = hl.register(hl.f16, (16, 16))
+    hl.copy(hl.view(x, tile=(16, 16), origin=(0, 0)), r)
+    hl.copy(r, hl.view(y, tile=(16, 16), origin=(0, 0)))
+
+
+def test_strided_views_run_in_place_with_their_strides() -> None:
+    """A transposed slice of a bigger tensor (strides (1, 24)) runs as it is: the emulator reads
+    it by its strides (``LDX`` bound from them) and never the NaN memory around it; numpy
+    strides that differ from the parameter's are an error naming it."""
+    from hexlayout.emulator import run
+    from hexlayout.emulator.errors import ArgumentError as EmulatorArgumentError
+    from hexlayout.runtime import build
+
+    bld = build(_copy_colmajor, "sm_80", compile=False)
+    big = torch.full((10, 24), float("nan"), dtype=torch.float16)
+    x = big[:, :16].t()                                          # 16 x 10, strides (1, 24)
+    x.copy_(torch.randn(16, 10, generator=torch.Generator().manual_seed(0)).half())
+    y = torch.full((16, 10), float("nan"), dtype=torch.float16)
+    emulate(bld, x, y)
+    assert torch.equal(y, x)
+    xs = np.full((20, 24), np.nan, np.float16)[::2, :10]       # 10 x 10, element strides (48, 1)
+    with pytest.raises(EmulatorArgumentError, match=r"'x' has element strides \(48, 1\), the parameter"):
+        run(bld.synthesis.lowered.kernel, {"x": xs, "y": np.zeros((10, 10), np.float16)})
