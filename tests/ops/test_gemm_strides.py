@@ -209,8 +209,9 @@ def test_each_stored_layout_compiles_without_spills(arch, a_layout, b_layout) ->
     """The fused kernel of each stored-layout variant (bias, residual, gelu, scale; staged
     epilogue) compiles for its architecture without spills; an MN-major operand on sm_80 is
     read from shared memory by transposing ldmatrix (LDSM...MT88)."""
-    import hexlayout.lang as hl
     from hexlayout.ops.gemm.config import choose_config
+
+    import hexlayout.lang as hl
 
     cfg = choose_config(arch, 4096, 4096, 4096)
     b = G.gemm_build(hl.f16, b_layout, (True, True, "gelu", True), arch, cfg, 4096, 4096, a_layout=a_layout)
@@ -236,8 +237,9 @@ def test_cuda_host_path_binds_the_views_and_their_strides(tmp_path, monkeypatch)
     import importlib.util
     from pathlib import Path
 
-    import hexlayout.runtime.launch as launch
     from hexlayout.ops.gemm import config as gc
+
+    import hexlayout.runtime.launch as launch
 
     monkeypatch.setenv("HEXLAYOUT_CACHE_DIR", str(tmp_path / "cache"))
     spec = importlib.util.spec_from_file_location(
@@ -289,9 +291,10 @@ def test_cuda_host_path_binds_the_views_and_their_strides(tmp_path, monkeypatch)
 def test_cluster_config_takes_an_m_major_a_as_a_k_major_copy(monkeypatch) -> None:
     """The 2-CTA cluster config multicasts K-major A tiles: its kernel refuses an M-major A,
     and the op given that config with a transposed ``a`` runs it on a K-major copy."""
-    import hexlayout.lang as hl
     from hexlayout.ops.gemm.config import CONFIGS
     from hexlayout.ops.gemm.kernels import gemm_sm90_kernel
+
+    import hexlayout.lang as hl
 
     with pytest.raises(ValueError, match="CLUSTER=2: .*a K-major A"):
         gemm_sm90_kernel(hl.f16, "nk", a_layout="km").trace(CLUSTER=2)
