@@ -289,7 +289,8 @@ class OnlineSoftmax:
         self.m: Tile = full((rows, 1), NEG_INF, f32)
         self.l: Tile = zeros((rows, 1), f32)
 
-    def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True) -> Tile:
+    def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True,
+             rescale_first: bool = False) -> Tile:
         """One key block: rescale ``acc`` and the state, return the block's ``p``.
 
         Args:
@@ -299,6 +300,9 @@ class OnlineSoftmax:
                 ``s`` is in it already.
             masked (bool): a row may have no visible key yet (``-inf`` max): False leaves out
                 the guard for blocks known to hold a visible key in every row.
+            rescale_first (bool): the order of the (independent) updates, which moves register
+                pressure but not a value: ``acc *= alpha`` before ``p`` is computed (True), or
+                ``p`` first and ``acc`` rescaled just before it is used (False).
 
         Returns:
             Tile: ``p``, rows x keys, f32.
@@ -310,21 +314,24 @@ class OnlineSoftmax:
             See the class example.
         """
         out: list[Tile] = []
-        self.step_chunks([s], acc, lambda _c, p: out.append(p), scale, masked=masked)
+        self.step_chunks([s], acc, lambda _c, p: out.append(p), scale, masked=masked,
+                         rescale_first=rescale_first)
         return out[0]
 
     def step_chunks(self, chunks: list[Tile], acc: Tile, consume: Callable[[int, Tile], None],
-                    scale: Any = None, *, masked: bool = True) -> None:
-        """One key block given as column chunks of its scores: the row max over every chunk,
-        then ``acc *= alpha`` and, chunk by chunk, ``p_c = exp2(s_c * scale - m')`` handed to
-        ``consume(c, p_c)`` (which accumulates ``p_c @ V_c``), then ``l`` and ``m``.
+                    scale: Any = None, *, masked: bool = True, rescale_first: bool = True) -> None:
+        """One key block given as column chunks of its scores: the row max over every chunk, then
+        ``p_c = exp2(s_c * scale - m')`` handed to ``consume(c, p_c)`` (which accumulates
+        ``p_c @ V_c``), ``acc *= alpha``, ``l = l * alpha + sum_c sum_j p_c`` and ``m = m'``.
 
         Args:
             chunks (list[Tile]): the score chunks, rows x chunk keys each.
             acc (Tile): the output accumulator, rescaled in place.
-            consume (Callable): ``consume(c, p_c)`` for chunk ``c``.
+            consume (Callable): ``consume(c, p_c)`` for chunk ``c``, after ``acc`` is rescaled.
             scale (float | Tile | None): as ``step``.
             masked (bool): as ``step``.
+            rescale_first (bool): as ``step``: ``acc *= alpha`` before the ``p_c`` (each then
+                consumed as it is computed), or every ``p_c`` first.
 
         Raises:
             KernelError: as the elementwise ops and reductions it issues.
@@ -337,15 +344,32 @@ class OnlineSoftmax:
             top = max_reduce(s, 1)
             m_new = maximum(m_new, top if scale is None else top * scale)
         m_use = where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
+
+        def p_of(s: Tile) -> Tile:
+            return exp2_approx((s if scale is None else s * scale) - m_use)
+
+        if rescale_first:
+            alpha = exp2_approx(self.m - m_use)
+            acc *= alpha
+            row_sum: Tile | None = None
+            for c, s in enumerate(chunks):
+                p = p_of(s)
+                row_sum = sum_(p, 1) if row_sum is None else row_sum + sum_(p, 1)
+                consume(c, p)
+            assign(self.l, self.l * alpha + row_sum)
+            assign(self.m, m_new)
+            return
+        ps = [p_of(s) for s in chunks]
         alpha = exp2_approx(self.m - m_use)
+        sums = [sum_(p, 1) for p in ps]
+        total = sums[0]
+        for x in sums[1:]:
+            total = total + x
+        assign(self.l, self.l * alpha + total)
         acc *= alpha
-        row_sum: Tile | None = None
-        for c, s in enumerate(chunks):
-            p = exp2_approx((s if scale is None else s * scale) - m_use)
-            row_sum = sum_(p, 1) if row_sum is None else row_sum + sum_(p, 1)
-            consume(c, p)
-        assign(self.l, self.l * alpha + row_sum)
         assign(self.m, m_new)
+        for c, p in enumerate(ps):
+            consume(c, p)
 
     def out(self, acc: Tile, reciprocal: bool = False) -> Tile:
         """``acc / l`` per row, 0 for a row that saw no visible key (``reciprocal``: as

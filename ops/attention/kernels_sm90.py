@@ -268,7 +268,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                         if RIGHT:
                             valid = valid & (kj <= qpos + right)
                         sc = hl.where(valid, sc, NEG_INF)
-                    p = sm.step(sc, acc, mult)
+                    p = sm.step(sc, acc, mult, rescale_first=True)
                     hl.wgmma_fence()
                     hl.mma(hl.cast(p, dt), sv[:, :, st].T, acc, warps=hl.spatial(2, 1))
                     hl.wgmma_commit()

@@ -98,7 +98,7 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
             t = t + hl.cast(mt, f32) * _LOG2E
         t = hl.where(valid, t, _NEG_INF)
 
-        p = sm.step(t, acc)                  # t is in the log2 domain already
+        p = sm.step(t, acc, rescale_first=True)   # t is in the log2 domain already
         rv = hl.register(dt, (HEAD_DIM, BN))
         hl.copy(sv[:, :, buf].T, rv)
         hl.mma(hl.cast(p, dt), rv, acc)
