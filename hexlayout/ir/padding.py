@@ -429,17 +429,27 @@ class _Analysis:
         self.write(op.result, _make(ext, shape, None), op)
 
     def mma(self, op: Mma) -> None:
-        pads = []
-        for name, v in (("a", op.a), ("b", op.b)):
-            s = self.read(v)
-            if (s is not None and not s.lost and s.extents[1] is not None and not _same_value(s.value, 0.0)
-                    and not s.masked):
+        pads = [self.read(op.a), self.read(op.b)]
+
+        def nonzero_k(s: Pad | None) -> bool:
+            return (s is not None and not s.lost and s.extents[1] is not None
+                    and not _same_value(s.value, 0.0) and not s.masked)
+
+        def zero_k(s: Pad | None, extent: Any) -> bool:
+            """Zero padding along K from the same extent on: its products with the other
+            operand's (finite) padding are 0."""
+            return (s is not None and not s.lost and s.extents[1] is not None
+                    and _same_value(s.value, 0.0) and str(s.extents[1]) == str(extent))
+
+        for k, (name, v) in enumerate((("a", op.a), ("b", op.b))):
+            s, other = pads[k], pads[1 - k]
+            if nonzero_k(s) and not zero_k(other, s.extents[1]):
                 how = "past its in-bounds extent along K"
                 raise self.fail(op, f"operand {name} %{v.name} holds the padding of a ragged view ({how}) "
-                                    f"{_describe(s)}, and the mma sums over K, where padding must be 0: "
-                                    f"load it with hl.copy(view, tile, other=0.0) or select the in-bounds "
-                                    "elements with hl.where(mask, x, 0.0) before the mma")
-            pads.append(s)
+                                    f"{_describe(s)}, and the mma sums over K, where padding must be 0 (in "
+                                    f"one operand at least): load it with hl.copy(view, tile, other=0.0) "
+                                    "or select the in-bounds elements with hl.where(mask, x, 0.0) before "
+                                    "the mma")
         sa, sb = pads
         if (sa is not None and sa.lost) or (sb is not None and sb.lost):
             res: Pad | None = _lost(f"the mma {_where(op)}")

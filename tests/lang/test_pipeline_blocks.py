@@ -50,15 +50,15 @@ def _kernels(stages: int, ahead: int, fence: bool):
         for j in range(ahead):
             load(j, j)
             hl.commit_group()
-        for k in hl.range(hl.cdiv(a.shape[1], 32)):
+        for _k in hl.range(hl.cdiv(a.shape[1], 32)):        # the loop variable named as the block's
             hl.wait_group(ahead - 1)
             if fence:
                 hl.fence_proxy_async()
             hl.syncthreads()
-            kn = k + ahead
+            kn = _k + ahead
             load(kn, kn % stages)
             hl.commit_group()
-            s = k % stages
+            s = _k % stages
             r = hl.register(hl.f16, (64, 32))
             hl.copy(sa[:, :, s], r)
             acc += hl.cast(r, hl.f32)

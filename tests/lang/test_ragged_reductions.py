@@ -198,7 +198,18 @@ def exp_into_mma(a: f16[M, N].aligned(2), b: f16[M, N].aligned(2), c: f32[M, M])
     hl.copy(hl.view(a, (64, 64)), ra)
     hl.copy(hl.view(b, (64, 64)), rb)
     acc = hl.zeros((64, 64), f32)
-    hl.mma(hl.exp(ra), rb, acc)              # exp(0) = 1 in the padding along K
+    hl.mma(hl.exp(ra), hl.exp(rb), acc)      # exp(0) = 1 in both operands' padding along K: 1 x 1
+    hl.copy(acc, hl.view(c, (64, 64)))
+
+
+@hl.kernel(threads=128)
+def exp_times_zero_padding(a: f16[M, N].aligned(2), b: f16[M, N].aligned(2), c: f32[M, M]):
+    ra = hl.register(f16, (64, 64))
+    rb = hl.register(f16, (64, 64))
+    hl.copy(hl.view(a, (64, 64)), ra)
+    hl.copy(hl.view(b, (64, 64)), rb)
+    acc = hl.zeros((64, 64), f32)
+    hl.mma(hl.exp(ra), rb, acc)              # exp(0) = 1 times b's zero padding (same K extent): 0
     hl.copy(acc, hl.view(c, (64, 64)))
 
 
@@ -226,6 +237,21 @@ def test_refuses_non_zero_padding_along_mma_k() -> None:
                r"extent along K\) holding 1\.0.*other=0\.0")
     with pytest.raises(hl.KernelError, match=pattern):
         exp_into_mma.trace()
+
+
+def test_non_zero_padding_along_k_against_zero_padding_is_accepted_and_right() -> None:
+    """One operand's padding along K is 0 over the same extent: every padded product is 0, so
+    the mma is right (the dequantized int4 weights of a W4A16 GEMM against zero-padded rows)."""
+    from hexlayout.runtime import build
+    from hexlayout.runtime.emulate import emulate
+
+    rng = np.random.default_rng(4)
+    a = (0.3 * rng.standard_normal((64, 40))).astype(np.float16)
+    b = rng.standard_normal((64, 40)).astype(np.float16)
+    c = np.full((64, 64), np.nan, np.float32)
+    emulate(build(exp_times_zero_padding, "sm_80", compile=False), a, b, c)
+    want = np.exp(a.astype(np.float64)) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c, want, rtol=2e-2, atol=2e-2)
 
 
 def test_refuses_padding_carried_across_loop_iterations() -> None:
