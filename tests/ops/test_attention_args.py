@@ -58,7 +58,6 @@ STATIC = [
     ({"value_cache": torch.zeros(4, 16, 2, 128, dtype=F16)[..., :64].contiguous()[..., :56]}, "value_cache",
      "head size"),
     ({"q": torch.zeros(3, 3, 64, dtype=F16)}, "q", "not a multiple"),
-    ({"q": torch.zeros(3, 4, 128, dtype=F16)[..., ::2]}, "q", "contiguous"),
     ({"key_cache": torch.zeros(4, 16, 2, 128, dtype=F16)[..., ::2]}, "key_cache", "contiguous"),
     ({"cu_seqlens_q": torch.tensor([0, 3], dtype=torch.int32)}, "cu_seqlens_q", "B \\+ 1"),
     ({"block_table": torch.zeros(3, 2, dtype=torch.int32)}, "block_table", "rows"),
