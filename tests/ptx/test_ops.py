@@ -100,7 +100,7 @@ def test_fused_moe_fp8_sm89(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch
 
 def test_attention_varlen_causal_ragged(ptx_runs: list[str]) -> None:
     """Varlen prefill (sm_80 kernel) with q / k / v strided views of a fused QKV tensor."""
-    from hexlayout.ops.attention_varlen import attention_varlen
+    from hexlayout.ops import attention_varlen
 
     from tests.ops.test_attention_varlen_op import _check as varlen_check
     from tests.ops.test_attention_varlen_op import make_case as varlen_case
