@@ -456,7 +456,11 @@ class _Analysis:
         else:
             rows = sa.extents[0] if sa is not None else None
             cols = sb.extents[0] if sb is not None else None
-            res = _make((rows, cols), tuple(op.c.type.shape), None)
+            # a padded row of C is a padded row of A against B (0 when A's padding is 0, B finite);
+            # a padded column likewise from B
+            zero = ((rows is None or _same_value(sa.value, 0.0))
+                    and (cols is None or _same_value(sb.value, 0.0)))
+            res = _make((rows, cols), tuple(op.c.type.shape), 0.0 if zero else None)
         if op.accumulate is not False:
             res = _combine(res, self.read(op.c), tuple(op.c.type.shape))
         self.write(op.c, res, op)

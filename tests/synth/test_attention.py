@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from hexlayout.emulator import run
-from hexlayout.ir.tile import Mma
+from hexlayout.ir.tile import Cast, Mma
 from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 from hexlayout.synth.solve import Synthesis, synthesize
 
@@ -104,8 +104,9 @@ def test_two_row_blocks_per_warp_matches_float64() -> None:
     """BM=128 on 4 warps: each warp owns two 16-row blocks of S, so the accumulator of QK^T
     can only be P.V's A operand when the k-step is the inner value mode of A (k_inner)."""
     s = _synth(False, 64, 128)
+    casts = {op.result.id for op in s.kernel.body.walk() if isinstance(op, Cast)}
     pv = [s.mma[op.uid] for op in s.kernel.body.walk()
-          if isinstance(op, Mma) and "cast" in getattr(op.loc, "code", "")]
+          if isinstance(op, Mma) and op.a.id in casts]          # P (cast to f16) @ V
     # one P.V per loop of the split (unmasked full key blocks, masked rest)
     assert len(pv) == 2 and all(m.k_inner and m.tile_mnk[0] == 128 for m in pv)
     report = _emulate(s, 1, 150, 90, 1, 1, 64, False)
