@@ -18,8 +18,11 @@ A 16-byte phase is conflict-free exactly when its (up to) 8 chunks fall in disti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 __all__ = ["BankReport", "bank_conflicts", "ldmatrix_bank_conflicts", "NUM_BANKS", "BANK_BYTES"]
 
@@ -50,6 +53,7 @@ def bank_conflicts(addresses: np.ndarray | list[int], width: int,
     inactive lane. Leading dimensions are a batch of independent requests (vectorized).
     Each active address must be a multiple of ``width``.
     """
+    import numpy as np
     if width not in _LANES_PER_PHASE:
         raise ValueError(f"bank_conflicts: width {width} bytes is not one of 1, 2, 4, 8, 16")
     addr = np.asarray(addresses, dtype=np.int64)
@@ -95,6 +99,7 @@ def bank_conflicts(addresses: np.ndarray | list[int], width: int,
 def ldmatrix_bank_conflicts(row_addresses: np.ndarray | list[int], num: int = 4) -> BankReport:
     """Wavefronts of ``ldmatrix``/``stmatrix .x{num}``: lanes ``0 .. 8*num-1`` give 16-byte
     row addresses, each 8-lane phase reads its 8 rows (the other lanes are ignored)."""
+    import numpy as np
     if num not in (1, 2, 4):
         raise ValueError(f"ldmatrix: .x{num} is not one of .x1, .x2, .x4")
     addr = np.asarray(row_addresses, dtype=np.int64)

@@ -7,12 +7,13 @@ and folds the slice's offset into O; composition, divides and products apply to 
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .inttuple import IntTuple, fmt, is_int
 from .layout import Layout, _has_none, slice_and_offset
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["ComposedLayout", "make_composed_layout"]
 
@@ -60,6 +61,7 @@ class ComposedLayout:
         return self.layout_a(self.offset + self.layout_b(crd))
 
     def indices(self) -> np.ndarray:
+        import numpy as np
         return np.asarray(self.layout_a(self.offset + self.layout_b.indices()), dtype=np.int64)
 
     def __eq__(self, other: object) -> bool:

@@ -22,9 +22,7 @@ profile), ``filter_zeros``, ``filter``, ``append``, ``prepend``, ``select``, ``g
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .inttuple import (
     IntTuple,
@@ -40,6 +38,9 @@ from .inttuple import (
 )
 from .inttuple import depth as tuple_depth
 from .inttuple import flatten as tuple_flatten
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "Layout",
@@ -173,6 +174,7 @@ class Layout:
 
     def indices(self) -> np.ndarray:
         """``[L(0), L(1), ..., L(size-1)]`` as an int64 array (vectorized)."""
+        import numpy as np
         return np.asarray(crd2idx(np.arange(self.size(), dtype=np.int64), self._shape, self._stride),
                           dtype=np.int64).reshape(-1)
 

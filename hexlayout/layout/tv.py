@@ -13,7 +13,7 @@ as CuTe's ``make_layout_tv`` / ``make_tiled_copy`` do:
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .composition import with_shape
 from .divide import tuple_layout
@@ -21,6 +21,9 @@ from .inttuple import IntTuple, is_tuple, product, product_each
 from .inverse import left_inverse, right_inverse
 from .layout import Layout
 from .product import raked_product
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["make_layout_tv", "tv_inverse", "tv_coords", "tv_table", "make_tv"]
 
@@ -51,6 +54,7 @@ def tv_inverse(layout_tv: Layout, tile_size: int | None = None) -> Layout:
 
 def tv_coords(layout_tv: Layout, tile_shape: IntTuple) -> np.ndarray:
     """Array ``[thread, value, mode]`` of the tile coordinates each (thread, value) holds."""
+    import numpy as np
     nt = product(layout_tv.shape[0]) if is_tuple(layout_tv.shape) else layout_tv.size()
     nv = layout_tv.size() // nt
     idx = layout_tv.indices().reshape(nv, nt).T
@@ -66,6 +70,7 @@ def tv_coords(layout_tv: Layout, tile_shape: IntTuple) -> np.ndarray:
 def tv_table(layout_tv: Layout, tile_shape: IntTuple) -> tuple[np.ndarray, np.ndarray]:
     """Arrays over the tile (shape ``tile_shape``) giving the thread and value that hold
     each element (-1 where none does; the lowest thread wins where several do)."""
+    import numpy as np
     dims = tile_shape if is_tuple(tile_shape) else (tile_shape,)
     total = int(np.prod(dims))
     nt = product(layout_tv.shape[0]) if is_tuple(layout_tv.shape) else layout_tv.size()

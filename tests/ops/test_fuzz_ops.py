@@ -247,7 +247,7 @@ def m_not_a_tensor(c: Case, draw: Any) -> bool:
 
 def m_bad_string(c: Case, draw: Any) -> bool:
     x = draw(st.sampled_from(["activation", "b_layout"]))
-    pool = ["RELU", "tanh", "", "none ", "gelu_tanh"] if x == "activation" else ["NK", "mk", "", "n k"]
+    pool = ["RELU", "tanh", "", "none ", "gelu_erf", "GELU"] if x == "activation" else ["NK", "mk", "", "n k"]
     c.args[x] = draw(st.sampled_from(pool))
     c.blame.add(x)
     return True
