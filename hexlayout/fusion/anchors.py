@@ -14,7 +14,10 @@ A GEMM provider is two functions:
   ``b`` (``N x K`` for ``"nk"``, ``K x N`` for ``"kn"``), ``c``;
   ``staged=True`` asks for a kernel whose operand loads are plain copies (a computing
   prologue needs them);
-- ``consts(arch, m, n, k, staged) -> dict``: the kernel's tile constants for a problem.
+- ``consts(arch, m, n, k, staged, windows) -> dict``: the kernel's tile constants for a
+  problem; ``windows=True`` allows the epilogue to be applied per column window of the
+  tile (an epilogue that pairs columns, the column halves and the head permutes, needs
+  the whole tile and passes ``False``).
 
 A row-reduction provider (``register_reduction``) is two functions too:
 

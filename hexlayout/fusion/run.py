@@ -29,7 +29,8 @@ from .reference import aten_op, reference
 from .row_reduction import ROW_REDUCTIONS, clear_row_builds, run_row_reduction
 from .spec import FusedSpec, FusionUnsupported
 
-__all__ = ["run_fused", "reference", "fused_build", "gemm_fused_build", "clear_fused_builds", "plan_call"]
+__all__ = ["run_fused", "reference", "fused_build", "gemm_fused_build", "clear_fused_builds", "plan_call",
+           "anchor_consts"]
 
 _LOCK = threading.Lock()
 _PROGRAMS: dict[tuple, FusedProgram] = {}
@@ -67,6 +68,16 @@ def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any
     bld = build(prog.kernel, arch, compile=compile)
     describe(bld, anchor=anchor, prologue=prologue_ops, epilogue=epilogue_ops)
     return bld, prog
+
+
+def anchor_consts(call: GemmCall) -> dict[str, Any]:
+    """The GEMM anchor's tile constants for a planned call: the epilogue staged in column
+    windows unless it needs the whole tile (the column halves of a gated epilogue pair
+    columns ``j`` and ``j + N/2``; outputs permuted into heads store whole tiles)."""
+    from .anchors import gemm_provider
+
+    windows = not (call.plan.halves or call.plan.heads)
+    return gemm_provider().consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
 
 
 def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any],
@@ -229,7 +240,6 @@ def _run_gemm(spec: FusedSpec, key: tuple, anchor_args: list[Any], extra_inputs:
     remember how to repeat it."""
     import torch
 
-    from .anchors import gemm_provider
 
     call, recipe = planned(spec, anchor_args, extra_inputs)
     first = next(x for x in [*anchor_args, *extra_inputs]
@@ -237,7 +247,7 @@ def _run_gemm(spec: FusedSpec, key: tuple, anchor_args: list[Any], extra_inputs:
     device, cuda = first.device, first.is_cuda
     if not cuda:
         check_emulation(spec)
-    consts = gemm_provider().consts(call.arch, call.m, call.n, call.k, staged=call.staged)
+    consts = anchor_consts(call)
     b = call.b
     bn = 0
     if call.plan.halves:

@@ -368,6 +368,7 @@ class LoweredKernel:
     cluster: tuple[int, ...] | None = None
     arch: str = "sm_80"
     loc: SourceLoc | None = None
+    min_blocks: int | None = None       # __launch_bounds__'s minBlocksPerMultiprocessor
 
     @property
     def smem_bytes(self) -> int:

@@ -140,6 +140,8 @@ class Printer:
         line = f"  launch grid=({grid}) threads={ln.threads}"
         if ln.cluster is not None:
             line += f" cluster={tuple(ln.cluster)}"
+        if ln.min_blocks is not None:
+            line += f" min_blocks={ln.min_blocks}"
         if ln.block_index:
             line += " blockIdx=(" + ", ".join(v.name for v in ln.block_index) + ")"
         out.append(line)

@@ -514,13 +514,15 @@ class If(Op):
 
 @dataclass(eq=False)
 class LaunchConfig:
-    """Grid (blocks per dimension, from the task mapping), threads per block, cluster shape."""
+    """Grid (blocks per dimension, from the task mapping), threads per block, cluster shape,
+    and the blocks per SM the registers must allow (``min_blocks``, None: the compiler's)."""
 
     grid: tuple[ExprLike, ...]
     threads: int
     cluster: tuple[int, ...] | None = None
     block_index: tuple[Var, ...] = ()
     thread_index: Var | None = None
+    min_blocks: int | None = None
 
 
 @dataclass(eq=False)

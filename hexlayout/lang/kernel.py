@@ -80,10 +80,12 @@ class Kernel:
 
     def __init__(self, fn: Callable[..., Any], threads: int | Callable[[dict[str, Any]], int],
                  cluster: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...] | None] | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None,
+                 min_blocks: int | Callable[[dict[str, Any]], int | None] | None = None) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.threads = threads
+        self.min_blocks = min_blocks
         self.cluster = cluster if cluster is None or callable(cluster) else tuple(cluster)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -209,6 +211,12 @@ class Kernel:
             raise self._error(f"threads={t!r} must be a positive multiple of 32, at most 1024")
         return t
 
+    def _min_blocks(self, consts: dict[str, Any]) -> int | None:
+        b = self.min_blocks(consts) if callable(self.min_blocks) else self.min_blocks
+        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= 32):
+            raise self._error(f"min_blocks={b!r} must be None or a block count from 1 to 32")
+        return b
+
     def _cluster(self, consts: dict[str, Any]) -> tuple[int, ...] | None:
         c = self.cluster(consts) if callable(self.cluster) else self.cluster
         if c is None:
@@ -294,7 +302,7 @@ class Kernel:
             if len(ctx.blocks) != 1:
                 raise KernelError(self.name, "range", None, "a runtime loop or branch was not closed")
         launch = LaunchConfig(ctx.grid if ctx.grid is not None else (1,), threads, cluster,
-                              ctx.block_index, ctx.thread_var)
+                              ctx.block_index, ctx.thread_var, self._min_blocks(consts))
         if ctx.grid is None:
             launch.block_index = (Var("blockIdx.x", 0, 1, kind="block"),)
         tk = TileKernel(self.name, params, launch, ctx.body, self.loc, dict(consts), list(ctx.mbarriers))
@@ -348,7 +356,8 @@ class Kernel:
 
 def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dict[str, Any]], int] = 128,
            cluster: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...] | None] | None = None,
-           name: str | None = None) -> Any:
+           name: str | None = None,
+           min_blocks: int | Callable[[dict[str, Any]], int | None] | None = None) -> Any:
     """Decorator that makes a Python function a kernel definition (a ``Kernel``).
 
     ``@hl.kernel(threads=128)`` or bare ``@hl.kernel`` (128 threads). The function states
@@ -365,6 +374,11 @@ def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dic
             cluster shape (sm_90a; at most 8 blocks), a function of the constants giving it
             (``lambda c: (c["CLUSTER"], 1, 1) if c["CLUSTER"] > 1 else None``), or ``None``.
         name (str | None): the kernel's name (default: the function's name).
+        min_blocks (int | Callable[[dict], int | None] | None): blocks that must fit on one
+            SM at once (CUDA's ``__launch_bounds__(threads, min_blocks)``): registers per
+            thread are capped at ``65536 / (threads * min_blocks)``. ``None`` (default) lets
+            the compiler choose, except that a kernel whose shared memory admits one block
+            per SM gets 1.
 
     Returns:
         Kernel | Callable[[Callable], Kernel]: the ``Kernel``, or a decorator making one.
@@ -384,10 +398,10 @@ def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dic
         256
     """
     if fn is not None:
-        return Kernel(fn, threads, cluster, name)
+        return Kernel(fn, threads, cluster, name, min_blocks)
 
     def wrap(f: Callable[..., Any]) -> Kernel:
-        return Kernel(f, threads, cluster, name)
+        return Kernel(f, threads, cluster, name, min_blocks)
 
     return wrap
 

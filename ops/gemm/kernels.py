@@ -318,13 +318,20 @@ def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False,
     return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout, a_layout=a_layout)
 
 
-def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False) -> dict[str, Any]:
+def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False,
+                windows: bool = False) -> dict[str, Any]:
     """The tile constants of ``gemm_anchor(arch, ..., staged)`` for an ``m x n x k`` problem
-    (the heuristic of ``gemm_config``; the staged kernel takes the Ampere configs)."""
+    (the heuristic of ``gemm_config``; the staged kernel takes the Ampere configs).
+    ``windows=True`` (an epilogue that works on each output element alone) stages the
+    epilogue in column windows (``STAGE_EPILOGUE``) when rows of ``c`` are 16-byte aligned
+    (``n % 8 == 0``): the epilogue's registers are live for one window, not the whole tile."""
     from .config import choose_config
 
     cfg_arch = "sm_80" if staged or arch == "sm_89" else arch
-    return choose_config(cfg_arch, m, n, k).consts(m, n)
+    consts: dict[str, Any] = choose_config(cfg_arch, m, n, k).consts(m, n)
+    if windows and n % 8 == 0:
+        consts["STAGE_EPILOGUE"] = True
+    return consts
 
 
 def _register() -> None:

@@ -151,7 +151,10 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     h_t = f32[2, EM, I] if split else dt[EM, I]
     name = f"moe_wna16_gate_up_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
+    # 8 resident warps per SM (2 blocks of 4): registers up to 255 per thread, which the
+    # prefill tile with the exact-GELU epilogue needs (ptxas's own choice, 168, spilled 4 B
+    # on sm_80 and 20 B on sm_90a)
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name, min_blocks=lambda c: max(1, 8 // c["WARPS"]))
     def moe_wna16_gate_up(
         x: dt[T, H],
         q: wt[EN, KT, 4, bk // 4],

@@ -132,3 +132,46 @@ def test_undeclared_register_array_and_bad_barrier() -> None:
         generate(_tiny([BarSync(1, 48)]))
     with pytest.raises(CodegenError, match="outside"):
         generate(_tiny([Alu("mov", RegRef(r, 2, 4), (0.0,))], regs=[r]))
+
+
+def _copy_kernel(**kw):
+    import hexlayout.lang as hl
+
+    M, N = hl.dims("M N")
+
+    @hl.kernel(threads=128, **kw)
+    def copy_rows(x: hl.f16[M, N], y: hl.f16[M, N], *, BM: int = 32, SMEM: int = 0):
+        pid = hl.grid(hl.spatial(hl.cdiv(x.shape[0], BM)))
+        t = hl.register(hl.f16, (BM, 64))
+        if SMEM:
+            s = hl.shared(hl.f16, (SMEM, 64))
+            hl.copy(hl.view(x, tile=(BM, 64), origin=(pid * BM, 0)), s[:BM, :])
+            hl.syncthreads()
+            hl.copy(s[:BM, :], t)
+        else:
+            hl.copy(hl.view(x, tile=(BM, 64), origin=(pid * BM, 0)), t)
+        hl.copy(t, hl.view(y, tile=(BM, 64), origin=(pid * BM, 0)))
+
+    return copy_rows
+
+
+@pytest.mark.parametrize(("kw", "smem_rows", "bounds"), [
+    ({}, 0, "__launch_bounds__(128)"),                          # the compiler's choice
+    ({"min_blocks": 3}, 0, "__launch_bounds__(128, 3)"),       # the kernel's
+    ({"min_blocks": lambda c: 4 // (c["BM"] // 32)}, 0, "__launch_bounds__(128, 4)"),
+    ({}, 1024, "__launch_bounds__(128, 1)"),                    # 128 KiB of shared: one block per SM
+    ({}, 256, "__launch_bounds__(128)"),                        # 32 KiB: several fit
+])
+def test_launch_bounds_min_blocks(kw, smem_rows, bounds) -> None:
+    from hexlayout.runtime import build
+
+    b = build(_copy_kernel(**kw), "sm_80", compile=False, SMEM=smem_rows)
+    assert f"{bounds} copy_rows(" in b.generated.source
+
+
+@pytest.mark.parametrize("bad", [0, 33, 2.0, True, "2"])
+def test_min_blocks_out_of_range_is_refused(bad) -> None:
+    from hexlayout.errors import HexlayoutError
+
+    with pytest.raises(HexlayoutError, match="min_blocks"):
+        _copy_kernel(min_blocks=bad).trace()

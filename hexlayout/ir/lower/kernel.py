@@ -811,7 +811,7 @@ class _Lowering:
             name=self.tk.name, params=list(self.tk.params), grid=tuple(launch.grid), threads=self.threads,
             thread_index=self.tid, block_index=tuple(launch.block_index), body=body, registers=self.regs,
             smem=self.smem, mbarriers=list(self.mbars.values()), tma=self.tma, cluster=launch.cluster,
-            arch=self.arch.name, loc=self.tk.loc,
+            arch=self.arch.name, loc=self.tk.loc, min_blocks=launch.min_blocks,
         )
         return LoweredProgram(lk, _dedupe(self.reqs), self.choices)
 
