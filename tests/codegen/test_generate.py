@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import hexlayout.lang as hl
 from hexlayout.codegen import CodegenError, generate, generate_cuda
 from hexlayout.ir.expr import Var
 from hexlayout.ir.lowered import Alu, BarSync, LoweredKernel, RegArray, RegRef, Wgmma, WgmmaFence
@@ -134,13 +135,12 @@ def test_undeclared_register_array_and_bad_barrier() -> None:
         generate(_tiny([Alu("mov", RegRef(r, 2, 4), (0.0,))], regs=[r]))
 
 
+CM, CN = hl.dims("CM CN")
+
+
 def _copy_kernel(**kw):
-    import hexlayout.lang as hl
-
-    M, N = hl.dims("M N")
-
     @hl.kernel(threads=128, **kw)
-    def copy_rows(x: hl.f16[M, N], y: hl.f16[M, N], *, BM: int = 32, SMEM: int = 0):
+    def copy_rows(x: hl.f16[CM, CN], y: hl.f16[CM, CN], *, BM: int = 32, SMEM: int = 0):
         pid = hl.grid(hl.spatial(hl.cdiv(x.shape[0], BM)))
         t = hl.register(hl.f16, (BM, 64))
         if SMEM:
