@@ -1,73 +1,90 @@
-"""Greedy tokens and logprobs of two vLLM runs compared within bf16-calibrated tolerances.
+"""A vLLM run's greedy tokens and logprobs checked against the float64 teacher-forced reference
+(:mod:`float64_reference`) within bf16-calibrated tolerances.
 
-Both runs compute the same bf16 model with different kernels, so their hidden states differ by
-bf16 roundings (one unit in the last place, 2^-8 relative, here and there) and so do the bf16
-logits: at logits of magnitude 8-16 one unit is 0.0625. Tolerances:
+A run computes the bf16 model, so its hidden states differ from float64 by bf16 roundings (2^-8
+relative, here and there) and so do its logits: at logits of magnitude 8-16 one unit in the last
+place is 0.0625. Per sequence, every step is checked until the first step whose position has a
+routing near tie (see below); at a checked step ``i``:
 
-- :data:`LOGPROB_TOL` = 0.15 nats on the logprob of every token both runs chose while their
-  sequences agree (a little over two units of the largest logits, so one flipped rounding of
-  the logit and one of the normalizer pass, a wrong kernel does not: a wrong attention or
-  expert changes logprobs by whole nats);
-- a sequence may leave the other only at a near tie: the two tokens are in both runs' top
-  logprobs and 2 x :data:`LOGPROB_TOL` apart at most in each; the rest of that sequence is not
-  compared (its context differs);
-- at least :data:`MIN_COMPARED` of all generated tokens are compared (runs that diverge early
-  everywhere do not pass on ties).
+- every token of the run's top logprobs is within :data:`LOGPROB_TOL` = 0.15 nats of its float64
+  logprob (a little over two units of the largest logits; a wrong attention or expert changes
+  logprobs by whole nats);
+- the token the run chose is the float64 argmax or within :data:`TIE_TOL` = 0.3 nats of it (a
+  greedy bf16 run may take either side of a near tie, never a clearly worse token).
+
+A routing near tie: at the step's position, some MoE layer's ``k``-th and ``(k+1)``-th router
+logits are within :data:`ROUTER_TIE` = 0.05 in float64. Top-k routing is discontinuous there:
+a correct bf16 run may route the token to the other expert, and from then on the sequence (the
+flipped position's keys and values stay in its context) leaves float64 by more than bf16 noise
+(measured on these models: 1.35 and 3.61 nats at margins 0.034 and 0.002, 0.3 nats on the steps
+after). At least :data:`MIN_CHECKED` of all generated tokens must be checked. The reference and
+the margins are the run's own (teacher-forced on its tokens), so nothing depends on another
+run's near ties or on the host's vector ISA.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from float64_reference import Reference
+
 LOGPROB_TOL = 0.15
-MIN_COMPARED = 0.75
+TIE_TOL = 2 * LOGPROB_TOL
+ROUTER_TIE = 0.05
+MIN_CHECKED = 0.5
 
 
 @dataclass
 class Agreement:
-    """Tokens compared, their largest logprob difference, divergences (near ties) and problems."""
+    """Steps checked, their largest logprob difference, routing near ties met and problems."""
 
-    compared: int = 0
+    checked: int = 0
     total: int = 0
     max_diff: float = 0.0
-    divergences: list[str] = field(default_factory=list)
+    worst_choice: float = 0.0
+    routing_ties: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
-            f"{self.compared}/{self.total} tokens agree, max |logprob diff| {self.max_diff:.4f} "
-            f"(tolerance {LOGPROB_TOL}), {len(self.divergences)} near-tie divergences"
+            f"{self.checked}/{self.total} tokens checked against float64, max |logprob diff| "
+            f"{self.max_diff:.4f} (tolerance {LOGPROB_TOL}), chosen tokens at most {self.worst_choice:.4f} "
+            f"below the argmax (tolerance {TIE_TOL}), {len(self.routing_ties)} sequences stopped at a "
+            "routing near tie"
         )
 
 
-def compare(ref: list[dict], got: list[dict]) -> Agreement:
-    """Compare per-sequence ``{"tokens", "logprobs"}`` results (``vllm_run``)."""
+def check(results: list[dict], refs: list[Reference]) -> Agreement:
+    """Check a run's per-sequence ``{"tokens", "logprobs"}`` (``vllm_run``) against ``refs``
+    (``float64_reference.teacher_forced`` of the same tokens)."""
     a = Agreement()
-    if len(ref) != len(got):
-        a.problems.append(f"{len(ref)} sequences vs {len(got)}")
+    if len(results) != len(refs):
+        a.problems.append(f"{len(results)} sequences vs {len(refs)} references")
         return a
-    for s, (r, g) in enumerate(zip(ref, got)):
+    for s, (r, ref) in enumerate(zip(results, refs)):
         a.total += len(r["tokens"])
-        if len(r["tokens"]) != len(g["tokens"]):
-            a.problems.append(f"sequence {s}: {len(r['tokens'])} tokens vs {len(g['tokens'])}")
-            continue
-        for i, (tr, tg) in enumerate(zip(r["tokens"], g["tokens"])):
-            lr, lg = r["logprobs"][i], g["logprobs"][i]
-            if tr == tg:
-                d = abs(lr[str(tr)] - lg[str(tg)])
+        for i, (tok, top) in enumerate(zip(r["tokens"], r["logprobs"])):
+            margin = float(ref.margins[i])
+            if margin < ROUTER_TIE:
+                a.routing_ties.append(f"sequence {s} step {i}: routing margin {margin:.4f}")
+                break
+            lp = ref.logprobs[i]
+            a.checked += 1
+            for t, got in top.items():
+                d = abs(got - float(lp[int(t)]))
                 a.max_diff = max(a.max_diff, d)
-                a.compared += 1
                 if d > LOGPROB_TOL:
                     a.problems.append(
-                        f"sequence {s} step {i}: token {tr} logprob {lr[str(tr)]:.4f} vs {lg[str(tg)]:.4f}"
+                        f"sequence {s} step {i}: token {t} logprob {got:.4f}, float64 {float(lp[int(t)]):.4f}"
                     )
-                continue
-            ok = all(str(t) in lp for t in (tr, tg) for lp in (lr, lg)) and all(
-                abs(lp[str(tr)] - lp[str(tg)]) <= 2 * LOGPROB_TOL for lp in (lr, lg)
-            )
-            what = f"sequence {s} step {i}: token {tr} vs {tg} (reference top logprobs {lr}, other {lg})"
-            (a.divergences if ok else a.problems).append(what)
-            break
-    if a.total and a.compared < MIN_COMPARED * a.total:
-        a.problems.append(f"only {a.compared} of {a.total} tokens compared before divergences")
+            best = int(lp.argmax())
+            gap = float(lp[best] - lp[tok])
+            a.worst_choice = max(a.worst_choice, gap)
+            if gap > TIE_TOL:
+                a.problems.append(
+                    f"sequence {s} step {i}: chose token {tok} (float64 logprob {float(lp[tok]):.4f}), "
+                    f"the float64 argmax is {best} ({float(lp[best]):.4f})"
+                )
+    if a.total and a.checked < MIN_CHECKED * a.total:
+        a.problems.append(f"only {a.checked} of {a.total} tokens checked before routing near ties")
     return a

@@ -3,7 +3,8 @@
 ``models``: the tiny checkpoints (:mod:`tiny_models`) written once per session; ``reference`` /
 ``hexlayout_run``: the session's plugin-off and plugin-on runs of every model of ``MODELS``
 (the reference of a quantized model runs its dequantized checkpoint), each in one process with
-an in-process engine: the worker is the runner process itself.
+an in-process engine: the worker is the runner process itself; ``float64``: the float64
+teacher-forced reference (:mod:`float64_reference`) of a model along a run's tokens.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import float64_reference  # noqa: E402
 import tiny_models  # noqa: E402
 from vllm_harness import CHECKPOINTS, MODELS, Run, run_models  # noqa: E402
+from vllm_run import prompts  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +45,19 @@ def hexlayout_run(models: dict[str, pathlib.Path], tmp_path_factory: pytest.Temp
     """Every model with the plugin on (``HEXLAYOUT_VLLM`` unset, ``HEXLAYOUT_EMULATE=1``)."""
     env = {"HEXLAYOUT_EMULATE": "1"}
     return run_models(tmp_path_factory.mktemp("on"), {n: models[n] for n in MODELS}, env)
+
+
+@pytest.fixture(scope="session")
+def float64(models: dict[str, pathlib.Path]):
+    """``float64(name, results)``: the float64 teacher-forced reference of model ``name`` (its
+    reference checkpoint: the dequantized one for a quantized model, the same weights exactly)
+    along a run's ``results`` for it."""
+    loaded: dict[str, torch.nn.Module] = {}
+
+    def reference(name: str, results: list[dict]) -> list[float64_reference.Reference]:
+        ckpt = MODELS[name]
+        if ckpt not in loaded:
+            loaded[ckpt] = float64_reference.load(models[ckpt])
+        return float64_reference.teacher_forced(loaded[ckpt], prompts(), results)
+
+    return reference

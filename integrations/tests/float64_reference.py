@@ -1,0 +1,72 @@
+"""The float64 teacher-forced reference of a run: the checkpoint's exact logprobs along the run's
+own tokens, and how close each step came to a different expert routing.
+
+A run (``vllm_run``) gives, per sequence, the greedy tokens ``t_1 .. t_n`` after the prompt ``p``
+and the top logprobs at each step. :func:`teacher_forced` evaluates the same checkpoint with
+transformers in float64 (its bf16 weights are exact in float64) on ``p + t_1 .. t_{n-1}`` in one
+forward pass and returns, at every step ``i``:
+
+- the float64 log-softmax over the vocabulary given ``p + t_1 .. t_{i-1}``: what step ``i`` of
+  any correct run approximates, whatever its kernels;
+- the routing margin: over the MoE layers, the smallest gap between the ``k``-th and the
+  ``(k+1)``-th largest router logit at that position (``k`` experts per token). Top-k routing
+  is discontinuous: where the margin is within the run's bf16 noise, a correct bf16 run may
+  pick the other expert and its logits leave the float64 ones by whole nats.
+
+The reference depends on neither the host's vector ISA (vLLM's CPU kernels choose their bf16
+paths by ISA, and with them their near ties) nor on another run's tokens: the context is the
+run's own.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Reference:
+    """Per step of one sequence: float64 logprobs ``[n, vocab]`` and routing margins ``[n]``."""
+
+    logprobs: torch.Tensor
+    margins: torch.Tensor
+
+
+def load(model_dir: pathlib.Path | str) -> torch.nn.Module:
+    """The checkpoint as a float64 transformers model (eager attention and experts)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=torch.float64, attn_implementation="eager", experts_implementation="eager"
+    )
+    return model.eval()
+
+
+def _margins(router_logits: tuple[torch.Tensor, ...] | None, positions: int, top_k: int) -> torch.Tensor:
+    """Per position, the smallest ``k``-th minus ``(k+1)``-th router logit over the layers."""
+    if not router_logits:
+        return torch.full((positions,), math.inf, dtype=torch.float64)
+    per_layer = []
+    for layer in router_logits:
+        lg = layer.reshape(positions, -1).to(torch.float64).sort(-1, descending=True).values
+        per_layer.append(lg[:, top_k - 1] - lg[:, top_k])
+    return torch.stack(per_layer).min(0).values
+
+
+@torch.no_grad()
+def teacher_forced(model: torch.nn.Module, prompts: list[list[int]], results: list[dict]) -> list[Reference]:
+    """Per sequence, the float64 logprobs and routing margins of steps ``1 .. n`` given the
+    prompt and the run's own earlier tokens (``results``: the run's ``{"tokens", "logprobs"}``)."""
+    top_k = getattr(model.config, "num_experts_per_tok", 0)
+    out = []
+    for prompt, r in zip(prompts, results):
+        ids = torch.tensor([prompt + list(r["tokens"])[:-1]], dtype=torch.long)
+        res = model(input_ids=ids, output_router_logits=bool(top_k))
+        lp = torch.log_softmax(res.logits[0].to(torch.float64), dim=-1)
+        margins = _margins(getattr(res, "router_logits", None) if top_k else None, ids.shape[1], top_k)
+        first = len(prompt) - 1
+        out.append(Reference(lp[first:], margins[first:]))
+    return out
