@@ -51,14 +51,6 @@ class ArchInfo:
     def max_warps_per_sm(self) -> int:
         return self.max_threads_per_sm // self.warp_size
 
-    def blocks_per_sm_by_smem(self, smem_bytes: int) -> int:
-        """Blocks of ``smem_bytes`` dynamic shared memory one SM holds at once:
-        ``smem_per_sm // (smem_bytes + 1 KiB)`` (the runtime reserves 1 KiB per block on
-        sm_80 and later), at most ``max_blocks_per_sm``."""
-        if smem_bytes <= 0:
-            return self.max_blocks_per_sm
-        return min(self.max_blocks_per_sm, self.smem_per_sm // (smem_bytes + 1024))
-
     def mma_atoms(self) -> list[str]:
         """Names of the mma atoms this architecture runs (sm_90a includes the sm_80 ones)."""
         from .registry import list_atoms

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hexlayout.arch import get_arch
 from hexlayout.ir.expr import Var, as_expr, free_vars, to_c
 from hexlayout.ir.lowered import (
     Comment,
@@ -325,7 +324,7 @@ class _Printer:
             prologue.append(f"const int {em.warp_var.name} = __shfl_sync(0xffffffffu, {tid} >> 5, 0);")
         smem_total = max(k.smem_bytes, max((off + MBAR_ALIGN * n for _, off, n in bars), default=0))
         head = self.header(kname, bars, smem_total)
-        attrs = f"__launch_bounds__({k.threads}, {mb})" if (mb := self.min_blocks(smem_total)) \
+        attrs = f"__launch_bounds__({k.threads}, {mb})" if (mb := self.min_blocks()) \
             else f"__launch_bounds__({k.threads})"
         if k.cluster:
             dims = tuple(k.cluster) + (1,) * (3 - len(k.cluster))
@@ -356,17 +355,14 @@ class _Printer:
             out.append("#include <cuda_fp8.h>")
         return out
 
-    def min_blocks(self, smem_total: int) -> int | None:
+    def min_blocks(self) -> int | None:
         """``__launch_bounds__``'s minBlocksPerMultiprocessor: the kernel's own, else 1 where
-        ``setmaxnreg`` needs the register count at entry (ptxas derives it from minBlocks) or
-        shared memory admits one block per SM (ptxas's occupancy heuristic, capping registers
-        for blocks that can never be co-resident, would only add spills), else none."""
+        ``setmaxnreg`` needs the register count at entry (ptxas derives it from minBlocks),
+        else none (the compiler's choice)."""
         k = self.k
         if k.min_blocks is not None:
             return k.min_blocks
-        uses_maxnreg = any(isinstance(i, SetMaxNReg) for i in _walk(k.body))
-        arch = get_arch("sm_90a" if k.arch == "sm_90" else k.arch)
-        return 1 if uses_maxnreg or arch.blocks_per_sm_by_smem(smem_total) <= 1 else None
+        return 1 if any(isinstance(i, SetMaxNReg) for i in _walk(k.body)) else None
 
     def header(self, kname: str, bars: list[tuple[str, int, int]], smem_total: int) -> list[str]:
         k = self.k

@@ -377,8 +377,8 @@ def kernel(fn: Callable[..., Any] | None = None, *, threads: int | Callable[[dic
         min_blocks (int | Callable[[dict], int | None] | None): blocks that must fit on one
             SM at once (CUDA's ``__launch_bounds__(threads, min_blocks)``): registers per
             thread are capped at ``65536 / (threads * min_blocks)``. ``None`` (default) lets
-            the compiler choose, except that a kernel whose shared memory admits one block
-            per SM gets 1.
+            the compiler choose (a build that spills is compiled again with 1, and the one
+            spilling less is kept).
 
     Returns:
         Kernel | Callable[[Callable], Kernel]: the ``Kernel``, or a decorator making one.

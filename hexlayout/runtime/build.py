@@ -23,6 +23,7 @@ with a warning, and an unwritable one never fails a build).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -213,13 +214,35 @@ def build(kernel: Any, arch: str, *, compile: bool = True, **consts: Any) -> Bui
     compiled = None
     if compile:
         t = time.perf_counter()
-        compiled = compile_generated(gen)
+        gen, compiled = _compile_fewest_spills(syn.lowered.kernel, gen)
         times["compile"] = time.perf_counter() - t
     out = Build(tk, syn, gen, compiled, times)
     _BUILDS[key] = (kernel, out)
     if path is not None and disk_key is not None:
         _store(path, out, disk_key)
     return out
+
+
+def _spilled(c: CompiledKernel) -> int:
+    r = c.resources
+    return 0 if r is None else r.spill_stores + r.spill_loads
+
+
+def _compile_fewest_spills(kernel: Any, gen: Any) -> tuple[Any, CompiledKernel]:
+    """Compile ``gen``; where ptxas spilled and the kernel leaves ``min_blocks`` to the
+    compiler, compile it again with ``__launch_bounds__(threads, 1)`` and keep the one that
+    spills fewer bytes. (ptxas picks its register target differently with and without
+    minBlocks, and neither is always better: a gated-MLP fused GEMM spills 4 B at ptxas's
+    own 128 registers and none with minBlocks 1 at 189; a transposed-operand GEMM none at 191
+    without and 24 B with at 255.)"""
+    compiled = compile_generated(gen)
+    if not _spilled(compiled) or kernel.min_blocks is not None:
+        return gen, compiled
+    alt_gen = generate(dataclasses.replace(kernel, min_blocks=1))
+    if alt_gen.source == gen.source:
+        return gen, compiled
+    alt = compile_generated(alt_gen)
+    return (alt_gen, alt) if _spilled(alt) < _spilled(compiled) else (gen, compiled)
 
 
 def clear_builds() -> None:
