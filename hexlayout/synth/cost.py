@@ -22,6 +22,7 @@ for every thread of the region with loop variables at 0:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +78,24 @@ class CostBreakdown:
 
 
 def _addresses(e: Any, tid: Any, tids: np.ndarray) -> np.ndarray:
+    """Element offsets of ``e`` for threads ``tids`` (a read-only array; memoized per
+    expression and thread range: a synthesis costs the same addresses under many candidates)."""
     if not isinstance(e, Expr):
         return np.full(tids.shape, int(e), dtype=np.int64)
+    try:
+        return _addresses_memo(e, tid, int(tids[0]) if tids.size else 0, int(tids.size))
+    except TypeError:                 # an unhashable argument
+        return _evaluate_addresses(e, tid, tids)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _addresses_memo(e: Expr, tid: Any, lo: int, n: int) -> np.ndarray:
+    out = _evaluate_addresses(e, tid, np.arange(lo, lo + n, dtype=np.int64))
+    out.flags.writeable = False
+    return out
+
+
+def _evaluate_addresses(e: Expr, tid: Any, tids: np.ndarray) -> np.ndarray:
     # sizes at a generic large multiple of 128 (strides keep their alignment), indices at 0;
     # gathered row indices (register values) distinct per thread and slot
     env: dict[Any, Any] = {v: (4096 if v.kind == "size" else 0) for v in free_vars(e)}
@@ -94,10 +111,18 @@ def _addresses(e: Any, tid: Any, tids: np.ndarray) -> np.ndarray:
         env = {v: (1 if isinstance(v, Var) else env[v]) for v in env}
         env[tid] = tids
         val = evaluate(e, env)
-    return np.broadcast_to(np.asarray(val, dtype=np.int64), tids.shape)
+    return np.array(np.broadcast_to(np.asarray(val, dtype=np.int64), tids.shape))
 
 
 def _smem_cost(byte_addr: np.ndarray, width: int) -> tuple[float, float]:
+    """(wavefronts, conflict-free wavefronts) of the warps' accesses (memoized by address)."""
+    a = np.ascontiguousarray(byte_addr, dtype=np.int64)
+    return _smem_cost_memo(a.tobytes(), width)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _smem_cost_memo(addr_bytes: bytes, width: int) -> tuple[float, float]:
+    byte_addr = np.frombuffer(addr_bytes, dtype=np.int64)
     n = byte_addr.size // 32 * 32
     if n == 0:
         return 0.0, 0.0

@@ -26,6 +26,7 @@ symbolic composition of the same maps evaluated at the thread index.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,16 @@ MemView = GlobalTileView | SharedTileView
 
 
 def _tv_index(tv: Layout, threads: int, tid: ExprLike, v: ExprLike) -> Expr:
+    """The tile index ``tv(tid + threads * v)`` as an expression (memoized: a synthesis
+    lowers the same copy under many candidate layouts)."""
+    try:
+        return _tv_index_memo(tv, threads, tid, v)
+    except TypeError:                 # an unhashable argument
+        return as_expr(crd2idx(as_expr(tid) + threads * as_expr(v), tv.shape, tv.stride))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _tv_index_memo(tv: Layout, threads: int, tid: ExprLike, v: ExprLike) -> Expr:
     return as_expr(crd2idx(as_expr(tid) + threads * as_expr(v), tv.shape, tv.stride))
 
 

@@ -145,7 +145,7 @@ def fit_tv(table: np.ndarray) -> Layout | None:
         return None
     lay = Layout((_tup(th[0]), _tup(va[0])), (_tup(th[1]), _tup(va[1])))
     t, v = np.meshgrid(np.arange(table.shape[0]), np.arange(table.shape[1]), indexing="ij")
-    got = np.asarray([lay(int(a) + table.shape[0] * int(b)) for a, b in zip(t.ravel(), v.ravel())])
+    got = np.asarray(lay((t + table.shape[0] * v).ravel()), dtype=np.int64)   # vectorized
     return lay if np.array_equal(got.reshape(table.shape), table) else None
 
 

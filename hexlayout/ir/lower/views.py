@@ -18,6 +18,7 @@ generic multiple of 128 and the base by 0) for the legality analysis of copies.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,6 +291,13 @@ class GlobalTileView:
                               tuple(self.extent[p] for p in perm))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _smem_offset(base: ExprLike, layout: Layout, swizzle: Any, idx: ExprLike) -> Expr:
+    """``swizzle(base + layout(idx))`` as an expression."""
+    o = as_expr(base) + crd2idx(as_expr(idx), layout.shape, layout.stride)
+    return swizzle(o) if swizzle is not None else o
+
+
 @dataclass(eq=False)
 class SharedTileView:
     buffer: SmemBuffer
@@ -315,8 +323,10 @@ class SharedTileView:
         return ComposedLayout(self.swizzle, 0, self.layout)
 
     def offset(self, idx: ExprLike) -> Expr:
-        o = as_expr(self.base) + crd2idx(as_expr(idx), self.layout.shape, self.layout.stride)
-        return self.swizzle(o) if self.swizzle is not None else o
+        try:       # memoized: a synthesis lowers the same copy under many candidate layouts
+            return _smem_offset(self.base, self.layout, self.swizzle, idx)
+        except TypeError:                 # an unhashable argument
+            return _smem_offset.__wrapped__(self.base, self.layout, self.swizzle, idx)
 
     def offsets(self, idx: np.ndarray) -> np.ndarray:
         o = crd2idx(idx, self.layout.shape, self.layout.stride) + _numeric_base(self.base)
