@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from agreement import check
-from vllm_harness import MODELS, Run
+from vllm_harness import MODELS, Run, run_models
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -27,6 +27,20 @@ def test_tokens_and_logprobs_match_float64(name: str, which: str, reference: Run
     report = check(run.results[name], float64(name, run.results[name]))
     print(f"{name} ({which}): {report.summary()}")
     assert not report.problems, f"{name} ({which}): {report.summary()}\n" + "\n".join(report.problems)
+
+
+def test_a_planted_wrong_kernel_fails_the_check(models, tmp_path_factory: pytest.TempPathFactory,
+                                               float64) -> None:
+    """The check is not hollow: with paged attention reading each cache block's K and V halves
+    swapped (``planted.py``; the cache itself is written correctly), the same model and
+    prompts fail it."""
+    env = {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM_PLANT": "swap_kv"}
+    run = run_models(tmp_path_factory.mktemp("planted"), {"qwen2_moe": models["qwen2_moe"]}, env)
+    assert "planted wrong kernel: swap_kv" in run.output
+    report = check(run.results["qwen2_moe"], float64("qwen2_moe", run.results["qwen2_moe"]))
+    print(f"qwen2_moe (planted swap_kv): {report.summary()}")
+    assert any("float64" in p for p in report.problems), report.summary()
+    assert report.max_diff > 1.0, report.summary()      # whole nats, not bf16 noise
 
 
 def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:

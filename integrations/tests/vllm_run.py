@@ -7,7 +7,8 @@ The batch is built so that prefill is chunked and steps mix prefill and decode s
 (``max_num_batched_tokens`` below the prompts' total). ``HEXLAYOUT_VLLM_INPROC=1`` keeps the
 engine in this process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``); otherwise vLLM spawns its
 engine-core process, where the worker (``uni`` executor) runs the model. Extra keyword
-arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS``.
+arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS``; ``HEXLAYOUT_VLLM_PLANT`` names a
+wrong kernel to plant (:mod:`planted`; in-process engine only).
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ def main() -> None:
     if os.environ.get("HEXLAYOUT_VLLM_INPROC") == "1":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    plant = os.environ.get("HEXLAYOUT_VLLM_PLANT")
+    if plant:  # a wrong kernel the stage must catch (planted.py)
+        import planted
+
+        planted.install(plant)
+        print(f"planted wrong kernel: {plant}", flush=True)
     out, models = sys.argv[1], sys.argv[2:]
     results = {m: run(m) for m in models}
     with open(out, "w") as f:
