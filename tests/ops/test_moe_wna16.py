@@ -411,3 +411,15 @@ def test_the_documented_example_runs() -> None:
     exec(compile(code, "prepare_wna16.md[Example]", "exec"), ns)  # noqa: S102 - the doc's own example
     assert ns["out"].shape == (4, 128) and ns["out"].dtype == torch.float16
     assert ns["out"].isfinite().all() and ns["out"].abs().max() > 0
+
+
+def test_the_stage_ring_wraps_over_four_and_five_k_tiles() -> None:
+    """K = 320 in the gate-up kernel (BK 64: 5 k-tiles) and 256 in the down kernel (4 k-tiles)
+    through the 3-stage cp.async ring: every stage slot is refilled after it was read."""
+    from hexlayout.ops.moe.wna16 import wna16_config
+
+    up, down = wna16_config(7 * 2, 4, 320, 64), wna16_config(7 * 2, 4, 256, 64)
+    assert up["STAGES"] == down["STAGES"] == 3 and 320 // up["BK"] == 5 and 256 // down["BK"] == 4, (up, down)
+    out, want = _run("awq", 4, 64, torch.float16, 7, 4, 2, "silu", "random", seed=11, h=320, i=256)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.float16) * want.abs().max().item(), (err, want.abs().max().item())
