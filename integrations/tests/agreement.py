@@ -6,10 +6,11 @@ relative, here and there) and so do its logits: at logits of magnitude 8-16 one 
 place is 0.0625. Per sequence, every step is checked until the first step whose position has a
 routing near tie (see below); at a checked step ``i``:
 
-- every token of the run's top logprobs is within :data:`LOGPROB_TOL` = 0.15 nats of its float64
-  logprob (a little over two units of the largest logits; a wrong attention or expert changes
-  logprobs by whole nats);
-- the token the run chose is the float64 argmax or within :data:`TIE_TOL` = 0.3 nats of it (a
+- every token of the run's top logprobs is within :data:`LOGPROB_TOL` = 0.2 nats of its float64
+  logprob (about three units of the largest logits; measured here: 0.10-0.13 for single-process
+  runs, 0.145 with tensor parallelism 2, whose all-reduce of bf16 partial sums rounds once more;
+  a wrong attention or expert changes logprobs by whole nats: the planted swapped K/V, 14);
+- the token the run chose is the float64 argmax or within :data:`TIE_TOL` = 0.4 nats of it (a
   greedy bf16 run may take either side of a near tie, never a clearly worse token).
 
 A routing near tie: at the step's position, some MoE layer's ``k``-th and ``(k+1)``-th router
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from float64_reference import Reference
 
-LOGPROB_TOL = 0.15
+LOGPROB_TOL = 0.2
 TIE_TOL = 2 * LOGPROB_TOL
 ROUTER_TIE = 0.05
 MIN_CHECKED = 0.5

@@ -122,7 +122,8 @@ def test_vllm_stage() -> None:
         )
         tests_s = time.perf_counter() - t0
     text = out.stdout + out.stderr
-    summary = text.strip().splitlines()[-1] if text.strip() else ""
+    # pytest's summary is the last line of its stdout (libraries print progress bars to stderr)
+    summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     print(f"vLLM stage: install/check {install_s:.0f} s, tests {tests_s:.0f} s: {summary}")
     assert out.returncode == 0, f"the vLLM tests failed (venv {venv}):\n{text[-30000:]}"
     assert " passed" in summary and "skipped" not in summary and "failed" not in summary, text[-30000:]
