@@ -27,7 +27,7 @@ def test_quick_start_is_two_lines_and_the_second_installs_pycute() -> None:
     assert len(lines) == 2, lines
     test_line = lines[1]
     assert test_line.startswith("pip install -e '.[test]' && ")
-    assert test_line.endswith("python -m pytest -q")
+    assert test_line.endswith("python -m pytest -q -n auto")
     assert re.search(r"pip install --no-deps nvidia-cutlass==[\d.]+ ", test_line), test_line
 
 
