@@ -14,13 +14,19 @@ block filled with 0xFF; its error kinds), not its instruction semantics.
 * ``run_ptx(ptx, params, regions, grid, block, ...)`` (``execute``): runs an entry; threads
   of a batch of blocks are vectorized with numpy (``machine``: registers as per-thread
   arrays, address spaces, checked accesses); lowest-PC-first scheduling with per-thread
-  PCs handles divergence and reconvergence; ``bar.sync`` is a block barrier; deadlocks and
-  runaway loops are errors; shared-memory races between warps (no barrier between a write
-  and another warp's access to the same byte) are errors (``machine.SharedRaces``).
+  PCs handles divergence and reconvergence, and a warp (warpgroup) collective waits for
+  all of its live lanes to reach it (a GPU's convergence barrier); ``bar.sync`` is a block
+  barrier; the CTAs of a cluster run in one batch; deadlocks (block barriers, mbarriers,
+  cluster barriers) and runaway loops are errors; shared-memory races between warps (no
+  barrier or completed mbarrier phase between a write and another warp's access to the
+  same byte) are errors (``machine.SharedRaces``), and so is touching shared bytes a TMA
+  copy has not yet landed.
 * Errors (``errors``) name the kernel, block, thread, PTX line and text, the CUDA line of
   the ``.loc`` and the kernel source line of the generated comment above it (``srcmap``).
 * ``hexlayout.runtime.emulate(..., mode="ptx")`` (or ``HEXLAYOUT_EMULATE=ptx``) compiles the
-  printed source with ``-lineinfo`` and runs it here on the call's tensors.
+  printed source with ``-lineinfo`` and runs it here on the call's tensors; a TMA tensor map
+  parameter receives the launcher's ``TensorMapParams`` in this package's encoding
+  (``bulk.encode_tensor_map``).
 
 Opcodes (first component; ``handled(opcode)``), with the forms implemented:
 
@@ -32,34 +38,43 @@ opcode -- forms implemented -- module:
 - ``and or xor not cnot shl shr lop3 prmt bfe bfi popc clz brev bfind`` -- b16 / b32 / b64,
   ``.pred`` logic; prmt in its default mode -- alu
 - ``setp set selp`` -- every comparison incl. unordered ones, ``.and .or .xor``, ``p|q`` -- alu
-- ``mov cvta cvt copysign`` -- vector pack / unpack, symbols, special registers; cvt between
-  integers and floats, f16x2 / bf16x2 / e4m3x2 / e5m2x2, ``.rni .rzi .rmi .rpi .sat
-  .satfinite`` -- alu
+- ``mov cvta cvt copysign`` -- vector pack / unpack, symbols, special registers (incl. the
+  cluster ones); cvt between integers and floats, f16x2 / bf16x2 / e4m3x2 / e5m2x2, ``.rni
+  .rzi .rmi .rpi .sat .satfinite`` -- alu
 - ``ld ldu st`` -- ``.global .shared .local .param`` and generic, ``.v2 .v4`` (cache hints
   ignored) -- memops
 - ``atom red`` -- add min max exch cas and or xor inc dec on scalar types -- memops
 - ``cp.async`` -- ``.ca .cg`` with src-size or ignore-src, ``commit_group``, ``wait_group``,
   ``wait_all`` -- memops
-- ``shfl vote ldmatrix stmatrix mma`` -- shfl.sync up / down / bfly / idx; vote all / any /
-  uni / ballot; ldmatrix / stmatrix m8n8 .x1 .x2 .x4 (.trans) .b16; mma.sync m16n8k8 and
-  m16n8k16 f16 / bf16, m16n8k32 s8 / u8 / e4m3 / e5m2 -- warp
+- ``cp.async.bulk`` / ``cp.reduce.async.bulk.tensor`` -- TMA tensor loads (1-5d, swizzle
+  none / 32 / 64 / 128 B, out-of-bounds fill, ``.multicast::cluster``) completing on an
+  mbarrier, plain bulk loads, tensor stores and add-reductions, bulk groups -- bulk
+- ``mbarrier`` -- init, arrive (``.expect_tx``, ``shared::cluster`` remote), arrive_drop,
+  expect_tx, complete_tx, try_wait / test_wait (parity or state token), inval -- mbarrier
+- ``wgmma setmaxnreg`` -- wgmma.mma_async m64nNk16 f16 / bf16 and m64nNk32 e4m3 / e5m2 / s8
+  / u8, A from a descriptor or registers, f32 / f16 / s32 D, descriptor swizzle modes and
+  transposes; fence / commit_group / wait_group -- wgmma
+- ``mapa barrier.cluster`` -- ``mapa.shared::cluster``, cluster arrive / wait -- cluster
+- ``shfl vote ldmatrix stmatrix mma elect`` -- shfl.sync up / down / bfly / idx; vote all /
+  any / uni / ballot; ldmatrix / stmatrix m8n8 .x1 .x2 .x4 (.trans) .b16; mma.sync m16n8k8
+  and m16n8k16 f16 / bf16, m16n8k32 s8 / u8 / e4m3 / e5m2; elect.sync -- warp
 - ``bra ret exit bar barrier trap`` -- ``bar.sync a{, b}``, ``bar.arrive``, ``barrier.sync``,
   ``bar.warp.sync`` -- execute
 - ``membar fence prefetch nanosleep griddepcontrol`` -- no effect on the CPU (every write is
   visible at once) -- execute
 
 Not implemented (``UnsupportedInstructionError`` naming the PTX line when executed):
-mbarrier, cp.async.bulk (TMA), wgmma, setmaxnreg, elect, cluster instructions, ``bar.red``,
-``call``, ``mma`` shapes other than the above, ``prmt`` modes other than the default.
+``tcgen05`` (Blackwell), ``bar.red``, ``call``, ``mma`` shapes other than the above, sparse
+wgmma, descriptors with a base offset, ``prmt`` modes other than the default.
 
-Where they occur: the PTX of the sm_80 / sm_89 builds of GEMM, paged attention (and its
-split-KV combine), ``reshape_and_cache``, MoE (align, gate-up, down, sum, split-K), W4A16 /
-W8A16 MoE and FP8 MoE holds only handled opcodes, and those ops run in PTX mode in
-``tests/ptx`` (``test_opcode_coverage`` checks the opcode sets). Every sm_90a GEMM,
-attention and MoE kernel uses wgmma (and TMA / mbarrier), so none runs here yet.
+Where they occur: ``benchmarks/results/ptx_opcodes.md`` lists every opcode of every shipped
+build (sm_80, sm_89, sm_90a) with its families; all are handled (``test_opcode_coverage``),
+and every family runs in PTX mode in ``tests/ptx``.
 
 Limits: warps run in lockstep with per-thread masks, so a missing ``__syncwarp`` is not
-seen; race detection compares accesses of different warps only, and not atomics.
+seen; race detection compares accesses of different warps only, and not atomics; a wgmma
+computes when issued (one legal completion order), so reading its accumulators before
+``wgmma.wait_group`` is not seen.
 """
 
 from .errors import (

@@ -50,12 +50,17 @@ class PtxSite:
         self.cuda_line, self.cuda_text, self.source = cuda_line, cuda_text, source
 
     def describe(self) -> str:
-        s = f"PTX line {self.ptx_line}: `{' '.join(self.text.split())}`"
+        s = f"PTX line {self.ptx_line}: `{_short(' '.join(self.text.split()))}`"
         if self.cuda_line is not None:
-            s += f"\n  CUDA line {self.cuda_line}: `{self.cuda_text.strip()}`"
+            s += f"\n  CUDA line {self.cuda_line}: `{_short(self.cuda_text.strip())}`"
         if self.source:
             s += f"\n  source: {self.source}"
         return s
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters (a wgmma names 128 registers)."""
+    return text if len(text) <= limit else text[: limit - 5] + " ..."
 
 
 class PtxError(EmulationError):

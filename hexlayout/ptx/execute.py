@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from . import alu, memops, warp  # noqa: F401  (register the instruction handlers)
+from . import alu, bulk, mbarrier, memops, warp, wgmma  # noqa: F401  (register the instruction handlers)
 from .alu import HANDLERS, _reg
+from .cluster import cluster_barrier, release_clusters
 from .errors import PtxDeadlockError, PtxError
-from .machine import BARRIER, EXITED, RUN, GlobalRegion, Machine
+from .machine import BARRIER, CONVERGE, EXITED, RUN, WAIT, GlobalRegion, Machine
+from .mbarrier import describe_waits, land_all, try_wait
 from .memops import CpAsyncQueue
-from .parse import Instruction, Module, Sym, parse_ptx
+from .parse import Imm, Instruction, Module, Sym, parse_ptx
 from .srcmap import SourceMap
 
 __all__ = ["run_ptx", "handled", "PtxRunReport"]
@@ -65,7 +67,7 @@ def handled(opcode: str) -> bool:
     implement raise ``UnsupportedInstructionError`` when executed)."""
     base = opcode.split(".")[0]
     if base == "cp":
-        return opcode.startswith("cp.async.") and ".bulk" not in opcode
+        return opcode.startswith(("cp.async.", "cp.reduce.async.bulk.tensor"))
     return base in HANDLERS or base in _NOOPS or base in _CONTROL
 
 
@@ -87,6 +89,7 @@ def _exit(m: Machine, ins: Instruction, idx: Any) -> bool:
     m.pc[idx] = len(m.entry.body)
     for b in np.unique(m.blk[idx]):
         _release(m, int(b))
+    release_clusters(m)
     return True
 
 
@@ -107,6 +110,8 @@ def _bar(m: Machine, ins: Instruction, idx: Any) -> bool:
         return False
     if "red" in parts:
         raise m.unsupported()
+    if "cluster" in parts:
+        return cluster_barrier(m, ins, idx)
     bid = m.uniform(ins.operands[0], idx, "barrier id") if ins.operands else 0
     count = m.uniform(ins.operands[1], idx, "barrier thread count") if len(ins.operands) > 1 else None
     arrive = "arrive" in parts
@@ -162,6 +167,46 @@ _CONTROL: dict[str, Callable[[Machine, Instruction, Any], bool]] = {
 }
 
 
+# --- convergence at collectives -----------------------------------------------------------------
+
+#: collectives of a warp (``.sync``: every lane of ``membermask``; ``.aligned``: every lane)
+_WARP_COLLECTIVES = {"shfl", "vote", "ldmatrix", "stmatrix", "mma", "elect", "redux", "match"}
+#: collectives of a warpgroup (all 128 threads)
+_GROUP_COLLECTIVES = {"wgmma", "setmaxnreg"}
+
+
+def _collective_need(m: Machine, ins: Instruction, at: np.ndarray) -> np.ndarray | None:
+    """The threads that must execute collective ``ins`` together with threads ``at``: the
+    live lanes of their warps (of ``membermask`` when it is an immediate), or of their
+    warpgroups; None for an instruction that is not a collective."""
+    base = ins.parts[0]
+    if base in _GROUP_COLLECTIVES:
+        wg = m.blk * ((m.ntid + 127) // 128) + m.tid // 128
+        return np.nonzero(np.isin(wg, np.unique(wg[at])) & (m.state != EXITED))[0]
+    if base not in _WARP_COLLECTIVES and not (base == "bar" and "warp" in ins.parts):
+        return None
+    need = np.isin(m.warp, np.unique(m.warp[at])) & (m.state != EXITED)
+    mask = ins.operands[-1] if ins.operands and base in ("shfl", "vote", "bar", "elect") else None
+    if isinstance(mask, Imm) and isinstance(mask.value, int):
+        need &= ((int(mask.value) >> m.lane) & 1) == 1
+    return np.nonzero(need)[0]
+
+
+def _gather_lanes(m: Machine, ins: Instruction, pc: int, at: np.ndarray) -> np.ndarray | None:
+    """Threads ``at`` reached collective ``ins`` at ``pc``: the threads that run it now, or None
+    when lanes it needs are still on their way there (the arrived ones wait, ``CONVERGE``, as a
+    GPU's convergence barrier makes them)."""
+    need = _collective_need(m, ins, at)
+    if need is None:
+        return at
+    here = (m.pc[need] == pc) & ((m.state[need] == RUN) | (m.state[need] == CONVERGE))
+    if here.all():
+        m.state[need] = RUN
+        return need
+    m.state[at] = CONVERGE
+    return None
+
+
 # --- the run loop --------------------------------------------------------------------------------
 
 
@@ -173,6 +218,14 @@ def _step_all(m: Machine, report: PtxRunReport, max_steps: int) -> None:
         if not runnable.any():
             if (m.state == EXITED).all():
                 return
+            land_all(m)           # TMA copies in flight land as late as possible: now
+            release_clusters(m)
+            if (m.state == RUN).any():
+                continue
+            if (m.state == CONVERGE).any():
+                _diverged(m)
+            if (m.state == WAIT).any() and not (m.state == BARRIER).any():
+                raise describe_waits(m)  # type: ignore[misc]
             _deadlock(m)
         pcs = m.pc[runnable]
         pc = int(pcs.min())
@@ -184,6 +237,11 @@ def _step_all(m: Machine, report: PtxRunReport, max_steps: int) -> None:
         at = np.nonzero(runnable & (m.pc == pc))[0]
         ins = body[pc]
         m.ins = ins
+        if ins.parts[0] in _COLLECTIVE_BASES:
+            got = _gather_lanes(m, ins, pc, at)
+            if got is None:
+                continue
+            at = got
         m.steps += 1
         report.steps += 1
         if report.steps > max_steps:
@@ -198,6 +256,8 @@ def _step_all(m: Machine, report: PtxRunReport, max_steps: int) -> None:
         report.executed += len(exe)
         report.opcodes[ins.opcode] = report.opcodes.get(ins.opcode, 0) + len(exe)
         ctl = _CONTROL.get(base)
+        if base == "mbarrier" and ins.parts[1] in ("try_wait", "test_wait"):
+            ctl = try_wait
         if ctl is not None:
             if len(exe):
                 idx = slice(None) if len(exe) == m.T else exe
@@ -206,8 +266,6 @@ def _step_all(m: Machine, report: PtxRunReport, max_steps: int) -> None:
                 jumped = False
             if len(exe) < len(at) or not jumped:
                 rest = np.setdiff1d(at, exe, assume_unique=True) if jumped else at
-                if base in ("bar", "barrier") and jumped:
-                    rest = np.setdiff1d(at, exe, assume_unique=True)
                 m.pc[rest] += 1
             continue
         if len(exe):
@@ -219,6 +277,25 @@ def _step_all(m: Machine, report: PtxRunReport, max_steps: int) -> None:
                 raise m.unsupported()
             fn(m, ins, slice(None) if len(exe) == m.T else exe)
         m.pc[at] += 1
+
+
+_COLLECTIVE_BASES = _WARP_COLLECTIVES | _GROUP_COLLECTIVES | {"bar"}
+
+
+def _diverged(m: Machine) -> None:
+    """Threads wait at a collective for lanes that can no longer reach it: run it with the
+    lanes there, so its handler names the missing ones (``PtxDivergenceError``)."""
+    t = int(np.nonzero(m.state == CONVERGE)[0][0])
+    pc = int(m.pc[t])
+    m.ins = ins = m.entry.body[pc]
+    at = np.nonzero((m.state == CONVERGE) & (m.pc == pc))[0]
+    from .warp import warps_of
+    from .wgmma import warpgroups
+
+    if ins.parts[0] in _GROUP_COLLECTIVES:
+        warpgroups(m, at, ins.opcode)
+    warps_of(m, at, ins.opcode)
+    raise PtxError(f"threads wait at {ins.opcode} for lanes that never reach it", **m.where(t))
 
 
 def _deadlock(m: Machine) -> None:
@@ -237,14 +314,23 @@ def _deadlock(m: Machine) -> None:
     )
 
 
-def _grid_blocks(grid: tuple[int, int, int], blocks: Iterable[Any] | None) -> list[tuple[int, int, int]]:
+def _grid_blocks(grid: tuple[int, int, int], blocks: Iterable[Any] | None,
+                 cluster: tuple[int, int, int] = (1, 1, 1)) -> list[list[tuple[int, int, int]]]:
+    """The blocks to run, grouped by cluster (each group: the whole cluster of a block asked for)."""
     if blocks is None:
-        return [(x, y, z) for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
-    out = []
-    for b in blocks:
-        t = (int(b),) if not isinstance(b, (tuple, list)) else tuple(int(v) for v in b)
-        out.append(tuple((t + (0, 0, 0))[:3]))
-    return out  # type: ignore[return-value]
+        todo = [(x, y, z) for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
+    else:
+        todo = []
+        for b in blocks:
+            t = (int(b),) if not isinstance(b, (tuple, list)) else tuple(int(v) for v in b)
+            todo.append(tuple((t + (0, 0, 0))[:3]))  # type: ignore[arg-type]
+    groups: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+    for b in todo:
+        c = tuple(b[i] // cluster[i] for i in range(3))
+        if c not in groups:
+            groups[c] = [(c[0] * cluster[0] + x, c[1] * cluster[1] + y, c[2] * cluster[2] + z)  # type: ignore[misc]
+                         for z, y, x in itertools.product(*(range(d) for d in reversed(cluster)))]
+    return list(groups.values())
 
 
 @functools.lru_cache(maxsize=32)
@@ -268,6 +354,7 @@ def run_ptx(
     max_steps: int = 2_000_000,
     kernel: str = "",
     check_races: bool = True,
+    cluster: tuple[int, ...] | None = None,
 ) -> PtxRunReport:
     """Run ``entry`` of ``ptx`` on ``grid`` blocks of ``block`` threads.
 
@@ -293,15 +380,19 @@ def run_ptx(
     )
     srcmap = SourceMap(cuda_source)
     report = PtxRunReport(kernel or ent.name)
-    todo = _grid_blocks(g, blocks)  # type: ignore[arg-type]
+    cl = tuple((tuple(int(x) for x in (cluster or ent.cluster or (1, 1, 1))) + (1, 1, 1))[:3])
+    if any(g[i] % cl[i] for i in range(3)):
+        raise PtxError(f"grid {g} is not a whole number of {cl} clusters", kernel=kernel or ent.name)
+    groups = _grid_blocks(g, blocks, cl)  # type: ignore[arg-type]
     nthr = blk[0] * blk[1] * blk[2]
-    per = max(1, max_threads // max(nthr, 1))
-    for i in range(0, len(todo), per):
-        batch = todo[i : i + per]
+    per = max(1, max_threads // max(nthr * len(groups[0]) if groups else 1, 1))
+    for i in range(0, len(groups), per):
+        batch = [b for grp in groups[i : i + per] for b in grp]
         m = Machine(module, ent, params, regions, g, blk, batch, dynamic_smem, srcmap, kernel,  # type: ignore[arg-type]
-                    check_races)
+                    check_races, cl)  # type: ignore[arg-type]
         m.cpasync = CpAsyncQueue(m.T)  # type: ignore[attr-defined]
         m.barriers = {}  # type: ignore[attr-defined]
+        m.waiting_on = np.full(m.T, -1, dtype=np.int64)  # type: ignore[attr-defined]
         _step_all(m, report, max_steps)
         report.blocks.extend(batch)
     report.seconds = time.perf_counter() - t0

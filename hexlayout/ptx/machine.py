@@ -37,14 +37,17 @@ from .srcmap import SourceMap
 from .types import BITS, NP, UINT, from_bits, to_bits
 
 __all__ = ["GlobalRegion", "Machine", "SharedRaces", "SHARED_WINDOW", "LOCAL_WINDOW", "PARAM_WINDOW",
-           "POISON"]
+           "POISON", "CLUSTER_RANK_SHIFT"]
 
 SHARED_WINDOW = 0x7E00_0000_0000_0000
 LOCAL_WINDOW = 0x7D00_0000_0000_0000
 PARAM_WINDOW = 0x7C00_0000_0000_0000
 _WINDOW = 0x0100_0000_0000_0000
 POISON = 0xFF
-RUN, BARRIER, EXITED = 0, 1, 2
+RUN, BARRIER, EXITED, WAIT, CONVERGE = 0, 1, 2, 3, 4
+#: a ``shared::cluster`` address of CTA rank r (``mapa``) is ``(r + 1) << CLUSTER_RANK_SHIFT | offset``;
+#: a plain ``shared::cta`` offset (below ``1 << CLUSTER_RANK_SHIFT``) names the executing CTA.
+CLUSTER_RANK_SHIFT = 24
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Machine:
         srcmap: SourceMap | None = None,
         kernel: str = "",
         check_races: bool = True,
+        cluster: tuple[int, int, int] = (1, 1, 1),
     ) -> None:
         self.module, self.entry = module, entry
         self.kernel = kernel or entry.name
@@ -87,6 +91,17 @@ class Machine:
         self.blk = t // self.ntid
         self.lane = self.tid % 32
         self.warp = t // 32 if self.ntid % 32 == 0 else self.blk * ((self.ntid + 31) // 32) + self.tid // 32
+        # --- clusters: a CTA's rank and the batch index of each rank of its cluster ----------------
+        self.cluster = cluster
+        self.csize = cluster[0] * cluster[1] * cluster[2]
+        cid = [(b[0] // cluster[0], b[1] // cluster[1], b[2] // cluster[2]) for b in blocks]
+        cx, cy, cz = cluster
+        self.crank = np.array([b[0] % cx + cx * (b[1] % cy + cy * (b[2] % cz))
+                               for b in blocks], dtype=np.int64)
+        where = {(c, int(r)): i for i, (c, r) in enumerate(zip(cid, self.crank))}
+        self.cta_of_rank = np.array([[where.get((c, r), -1) for r in range(self.csize)] for c in cid],
+                                    dtype=np.int64).reshape(self.nb, self.csize)
+        self.cluster_id = cid
         self.regs: dict[str, np.ndarray] = {}
         self.rtypes = entry.regs
         self.pc = np.zeros(self.T, dtype=np.int64)
@@ -132,6 +147,9 @@ class Machine:
         self.params = np.frombuffer(bytes(pbytes) + b"\0" * 16, dtype=np.uint8)
         self.regions = sorted(regions, key=lambda r: r.base)
         self.races: SharedRaces | None = SharedRaces(self) if check_races else None
+        #: per shared byte: TMA copies issued but not landed that write it (reading it is an error)
+        self.tma_pending = np.zeros(self.smem.size, dtype=np.int16)
+        self.tma_pending_count = 0
         self._bases = np.array([r.base for r in self.regions], dtype=np.uint64)
 
     # --- errors ---------------------------------------------------------------------------------
@@ -256,10 +274,20 @@ class Machine:
             return np.full(len(self.tid[idx]), self.steps)
         if base in ("dynamic_smem_size", "total_smem_size"):
             return np.full(len(self.tid[idx]), self.smem_size)
-        if base in ("cluster_ctarank", "cluster_ctaid"):
-            return np.zeros(len(self.tid[idx]), dtype=np.int64)
-        if base in ("cluster_nctarank", "cluster_nctaid"):
-            return np.ones(len(self.tid[idx]), dtype=np.int64)
+        if base == "cluster_ctarank":
+            return self.crank[self.blk[idx]]
+        if base == "cluster_nctarank":
+            return np.full(len(self.tid[idx]), self.csize)
+        if base == "cluster_ctaid":
+            return np.array([b[k] % self.cluster[k] for b in self.blocks], dtype=np.int64)[self.blk[idx]]
+        if base == "cluster_nctaid":
+            return np.full(len(self.tid[idx]), self.cluster[k])
+        if base == "clusterid":
+            return np.array([c[k] for c in self.cluster_id], dtype=np.int64)[self.blk[idx]]
+        if base == "nclusterid":
+            return np.full(len(self.tid[idx]), -(-self.grid[k] // self.cluster[k]))
+        if base == "is_explicit_cluster":
+            return np.full(len(self.tid[idx]), int(self.csize > 1))
         raise self.unsupported(f"special register {name}")
 
     # --- memory ---------------------------------------------------------------------------------
@@ -395,15 +423,63 @@ class Machine:
             return r.raw, (addr - np.uint64(r.base)).astype(np.int64)
         return _Multi(self.regions, kk), (addr - self._bases[kk]).astype(np.int64)
 
+    def cluster_shared(self, addr: np.ndarray, threads: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+        """Flat indices into ``smem`` of the ``shared::cluster`` addresses ``addr`` of ``threads``
+        (a ``mapa`` address names a CTA of the cluster, a plain offset the thread's own CTA);
+        bounds- and alignment-checked, and the target CTA must not have exited."""
+        addr = np.asarray(addr, dtype=np.uint64)
+        rank = (addr >> np.uint64(CLUSTER_RANK_SHIFT)).astype(np.int64) - 1
+        off = addr & np.uint64((1 << CLUSTER_RANK_SHIFT) - 1)
+        own = self.blk[threads]
+        blk = own.copy()
+        remote = rank >= 0
+        if remote.any():
+            if (rank[remote] >= self.csize).any():
+                i = int(np.argmax(remote & (rank >= self.csize)))
+                raise PtxError(f"{what}: shared::cluster address {int(addr[i]):#x} names CTA rank "
+                               f"{int(rank[i])} of "
+                               f"a {self.csize}-CTA cluster", **self.where(int(threads[i])))
+            blk[remote] = self.cta_of_rank[own[remote], rank[remote]]
+            for i in np.nonzero(remote)[0]:
+                b = int(blk[i])
+                if b < 0 or (self.state[self.blk == b] == EXITED).all():
+                    raise PtxError(f"{what}: CTA rank {int(rank[i])} of the cluster has exited (or is not "
+                                   "running): its shared memory is gone", **self.where(int(threads[i])))
+        self._check_align(off, min(nbytes, 16) if nbytes > 16 else nbytes, threads, "shared::cluster")
+        bad = off + np.uint64(nbytes) > np.uint64(self.smem_size)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise PtxOutOfBoundsError(f"{what} of {nbytes} bytes at shared::cluster offset {int(off[i])}: "
+                                      "a block "
+                                      f"has {self.smem_size} bytes of shared memory", buffer="shared",
+                                      address=int(off[i]), **self.where(int(threads[i])))
+        return blk * self.smem_size + off.astype(np.int64)
+
     def load(self, space: str, addr: np.ndarray, nbytes: int, idx: Any, what: str = "load") -> np.ndarray:
         """``[n, nbytes]`` uint8 read at ``addr``."""
         buf, off = self.locate(space, addr, nbytes, idx, what)
         at = off.reshape(-1, 1) + np.arange(nbytes)
         if isinstance(buf, _Multi):
             return buf.gather(at)
-        if buf is self.smem and self.races is not None:
-            self.races.access(self, at, np.arange(self.T)[idx], write=False)
+        if buf is self.smem:
+            self.check_tma_pending(at, np.arange(self.T)[idx], what)
+            if self.races is not None:
+                self.races.access(self, at, np.arange(self.T)[idx], write=False)
         return buf[at]
+
+    def check_tma_pending(self, at: np.ndarray, threads: np.ndarray, what: str) -> None:
+        """Reading or writing shared bytes that an issued TMA copy has not written yet is an error
+        (the access does not wait on the copy's mbarrier)."""
+        if not self.tma_pending_count:
+            return
+        bad = self.tma_pending[at] > 0
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            t = int(np.broadcast_to(threads.reshape(-1, 1), at.shape)[i, j])
+            byte = int(at[i, j]) - int(self.blk[t]) * self.smem_size
+            raise PtxRaceError(f"{what} touches shared byte {byte}, which a TMA copy in flight will write: "
+                               "the access does not wait on that copy's mbarrier phase", address=byte,
+                               buffer="shared", **self.where(t))
 
     def store(self, space: str, addr: np.ndarray, data: np.ndarray, idx: Any, what: str = "store") -> None:
         buf, off = self.locate(space, addr, data.shape[1], idx, what)
@@ -411,8 +487,10 @@ class Machine:
         if isinstance(buf, _Multi):
             buf.scatter(at, data)
             return
-        if buf is self.smem and self.races is not None:
-            self.races.access(self, at, np.arange(self.T)[idx], write=True)
+        if buf is self.smem:
+            self.check_tma_pending(at, np.arange(self.T)[idx], what)
+            if self.races is not None:
+                self.races.access(self, at, np.arange(self.T)[idx], write=True)
         buf[at] = data
 
 
@@ -490,6 +568,7 @@ _SPECIAL_PLAIN = {
     "%total_smem_size",
     "%cluster_ctarank",
     "%cluster_nctarank",
+    "%is_explicit_cluster",
 }
 
 

@@ -23,7 +23,7 @@ from .alu import HANDLERS, _reg
 from .parse import Imm, Instruction, Vec
 from .types import BITS, NP, UINT, type_of
 
-__all__ = ["HANDLERS", "CpAsyncQueue"]
+__all__ = ["HANDLERS", "CpAsyncQueue", "cp_async"]
 
 _SPACES = ("global", "shared", "local", "param", "const")
 
@@ -180,11 +180,11 @@ class CpAsyncQueue:
         self.copies = keep
 
 
-@_reg("cp")
-def _cp(m: Any, ins: Instruction, idx: Any) -> None:
+def cp_async(m: Any, ins: Instruction, idx: Any) -> None:
+    """``cp.async`` and its groups (``bulk.cp`` dispatches the bulk forms)."""
     parts = ins.parts
     threads = np.arange(m.T)[idx]
-    if parts[1] != "async" or (len(parts) > 2 and parts[2] == "bulk"):
+    if parts[1] != "async":
         raise m.unsupported()
     op = parts[2]
     if op == "commit_group":

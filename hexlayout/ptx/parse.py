@@ -159,6 +159,7 @@ class Entry:
     body: list[Instruction] = field(default_factory=list)
     labels: dict[str, int] = field(default_factory=dict)
     maxntid: tuple[int, ...] | None = None
+    cluster: tuple[int, int, int] | None = None  # ``.reqnctapercluster``
     line: int = 0
 
 
@@ -562,6 +563,10 @@ def parse_ptx(text: str) -> Module:
             mt = re.search(r"\.(?:maxntid|reqntid)\s+([\d ,]+)", joined)
             if mt:
                 entry.maxntid = tuple(int(x) for x in mt.group(1).replace(",", " ").split())
+            mc = re.search(r"\.reqnctapercluster\s+([\d ,]+)", joined)
+            if mc:
+                dims = [int(x) for x in mc.group(1).replace(",", " ").split()]
+                entry.cluster = tuple((dims + [1, 1, 1])[:3])  # type: ignore[assignment]
             mod.entries.append(entry)
             scopes, pending, depth = _Scopes(), [], 1
             continue

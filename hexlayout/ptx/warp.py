@@ -320,3 +320,23 @@ def _mma(m: Any, ins: Instruction, idx: Any) -> None:
         out = np.zeros(m.T, dtype=NP[nt])
         out[flat] = vals.reshape(W * 32, 4)[:, j]
         m.write(d, nt, idx, out[threads])
+
+
+@_reg("elect")
+def _elect(m: Any, ins: Instruction, idx: Any) -> None:
+    """``elect.sync d|p, membermask``: in each warp, the lowest executing lane in
+    ``membermask`` is elected: ``p`` is true there only, ``d`` is its lane id everywhere."""
+    threads = np.arange(m.T)[idx]
+    mask = np.broadcast_to(np.asarray(m.read(ins.operands[1], "u32", idx)).astype(np.int64), threads.shape)
+    lanes, warps = warps_of(m, idx, ins.opcode,
+                            need=((int(mask[0]) >> np.arange(32)) & 1 == 1)[None, :].repeat(
+                                len(np.unique(m.warp[threads])), axis=0))
+    pos = np.searchsorted(warps, m.warp[threads])
+    inmask = (lanes >= 0) & (((int(mask[0]) >> np.arange(32)) & 1) == 1)[None, :]
+    leader = np.where(inmask.any(axis=1), np.argmax(inmask, axis=1), -1)
+    dst = ins.operands[0]
+    d, p = (dst.first, dst.second) if isinstance(dst, Pair) else (dst, None)
+    if d is not None and getattr(d, "name", "_") != "_":
+        m.write(d, "u32", idx, leader[pos].astype(np.uint32))
+    if p is not None:
+        m.write(p, "pred", idx, m.lane[threads] == leader[pos])

@@ -36,12 +36,13 @@ def emulate_ptx(build: Any, kernel: Any, bound: Any, arrays: dict[str, Any], *, 
     Returns the ``PtxRunReport``."""
     from hexlayout.emulator.memory import bind_arguments
     from hexlayout.ptx import GlobalRegion, run_ptx
+    from hexlayout.ptx.bulk import encode_tensor_map
 
     tensors, _ = bind_arguments(kernel, arrays)
     regions = [GlobalRegion(gt.name, int(gt.array.ctypes.data), gt.raw, gt.extent * gt.esize)
                for gt in tensors.values()]
-    # a tensor map's 128 bytes are the driver's encoding; TMA is not executed in PTX mode (yet)
-    values = [bytes(128) if isinstance(v, TensorMapParams) else v for v in bound.values]
+    # a tensor map: the launcher's parameters, in the executor's encoding of them
+    values = [encode_tensor_map(v) if isinstance(v, TensorMapParams) else v for v in bound.values]
     gen = build.generated
     ck = ptx_of(build, source)
     return run_ptx(ck.ptx, values, regions, bound.grid, gen.threads, dynamic_smem=gen.smem_bytes,

@@ -1,6 +1,8 @@
 """PTX mode checks what was printed: errors name the PTX line, the opcode, the CUDA line of
 the ``.loc`` and the kernel source line; changes to the printed CUDA text that a printer bug
-could make (a shuffle offset, a loop bound, a dropped predicate, an index off alignment)
+could make (a shuffle offset, a loop bound, a dropped predicate, an index off alignment, a
+swizzle XOR constant, an mma operand's register order; on sm_90a in test_sm90: a descriptor
+swizzle mode, a TMA coordinate order, an mbarrier parity)
 fail in PTX mode while IR mode, which runs the lowered program, still passes."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hexlayout.ptx import (
     PtxOutOfBoundsError,
     UnsupportedInstructionError,
 )
-from tests.codegen.kernels import gemm_sm90, row_reduce
+from tests.codegen.kernels import row_reduce
 
 from .harness import run_body
 
@@ -40,9 +42,9 @@ def _reduce(k, x, mode, source=None):
     return y[:, 0]
 
 
-def _mutate(source: str, old: str, new: str) -> str:
+def _mutate(source: str, old: str, new: str, count: int = -1) -> str:
     assert source.count(old) >= 1, f"the printed source no longer contains {old!r}"
-    return source.replace(old, new)
+    return source.replace(old, new, count)
 
 
 def test_unmutated_source_passes(reduce_max) -> None:
@@ -96,11 +98,30 @@ def test_mutated_loop_bound_fails_in_ptx_mode_only() -> None:
 
 
 def test_unimplemented_instructions_are_named() -> None:
-    """The sm_90a GEMM's TMA / mbarrier / wgmma are not executed yet: a clear error, not a wrong result."""
-    k = gemm_sm90()
-    a, b = np.ones((64, 64), np.float16), np.ones((64, 64), np.float16)
-    with pytest.raises(UnsupportedInstructionError, match=r"not implement .*\n.*PTX line \d+: `mbarrier"):
-        rt.emulate(k, a, b, np.zeros((64, 64), np.float32), mode="ptx")
+    """An instruction the executor does not implement (Blackwell's tcgen05) is a clear error naming
+    its PTX line, not a wrong result."""
+    body = """
+    tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%rd2], 32;
+"""
+    with pytest.raises(UnsupportedInstructionError, match=r"not implement .*\n.*PTX line \d+: `tcgen05.all"):
+        run_body(body)
+
+
+def test_mbarrier_that_never_completes_is_a_deadlock() -> None:
+    """A wait on an mbarrier phase that one of its two expected arrivals never reaches."""
+    body = """
+    .shared .align 8 .b64 bar;
+    mov.u32 %r1, bar;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r1], 2;
+    bar.sync 0;
+    @%p1 mbarrier.arrive.shared::cta.b64 %rd5, [%r1];
+$W:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r1], 0;
+    @!%p2 bra $W;
+"""
+    with pytest.raises(PtxDeadlockError, match=r"mbarrier at shared offset 0 \(phase 0: 1 of 2 arrivals"):
+        run_body(body)
 
 
 def test_barrier_deadlock_names_the_barrier() -> None:
@@ -158,3 +179,39 @@ def test_dropped_barrier_is_a_shared_memory_race() -> None:
     with pytest.raises(PtxRaceError, match=r"reads shared byte \d+, which thread \d+ \(another warp\) wr"):
         rt.emulate(bld, a, b, c, mode="ptx", source=bad)
     rt.emulate(bld, a, b, c, mode="ptx", source=src)       # with its barrier: no race
+
+
+def _gemm_fails_in_ptx_mode_only(bad_of) -> str:  # noqa: ANN001
+    """Run the sm_80 GEMM in IR mode (must be right) and with ``bad_of(source)`` in PTX mode:
+    returns how PTX mode failed (a wrong product or the executor's error)."""
+    from hexlayout.ptx import PtxError
+
+    bld = rt.build(gemm_sm80, "sm_80", compile=False, BM=64, BN=64)
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(64, 96, generator=g).half(), torch.randn(64, 96, generator=g).half()
+    ref = a.double() @ b.double().T
+    bad = bad_of(bld.generated.source)
+    assert bad != bld.generated.source
+    c_ir, c_ptx = (torch.full((64, 64), float("nan"), dtype=torch.float16) for _ in range(2))
+    rt.emulate(bld, a, b, c_ir, mode="ir")
+    torch.testing.assert_close(c_ir.double(), ref, rtol=1e-2, atol=1e-2)
+    try:
+        rt.emulate(bld, a, b, c_ptx, mode="ptx", source=bad)
+    except PtxError as e:
+        return type(e).__name__
+    err = (c_ptx.double() - ref).abs().nan_to_num(1e9).max().item()
+    assert err > 0.5, "the mutation went unnoticed in PTX mode"
+    return "wrong product"
+
+
+def test_mutated_swizzle_xor_constant_fails_in_ptx_mode_only() -> None:
+    """One cp.async destination's XOR swizzle mask printed as 128 instead of 192."""
+    how = _gemm_fails_in_ptx_mode_only(lambda s: _mutate(s, "& 192) >> 3) * 2),", "& 128) >> 3) * 2),", 1))
+    assert how in ("wrong product", "PtxRaceError"), how
+
+
+def test_mutated_mma_operand_register_order_fails_in_ptx_mode_only() -> None:
+    """The A fragment's first two registers swapped in every mma.sync."""
+    how = _gemm_fails_in_ptx_mode_only(
+        lambda s: _mutate(s, "{%4, %5, %6, %7}, {%8, %9}", "{%5, %4, %6, %7}, {%8, %9}"))
+    assert how == "wrong product"
