@@ -100,7 +100,7 @@ def reference(
             if softcap > 0:
                 sc = softcap * torch.tanh(sc / softcap)
             sc = sc.masked_fill(~vis, float("-inf"))
-            m = sc.max(1, keepdim=True).values.clamp(min=-1e300)
+            m = sc.max(1, keepdim=True).values.clamp(min=-1e300) if sk else torch.zeros(sq, 1)
             e = torch.exp(sc - m)
             tot = e.sum(1, keepdim=True)
             out[q0 : q0 + sq, hh] = (
