@@ -55,13 +55,13 @@ TOTAL = "torch.ops.hexlayout.gemm(a, b)"
 TOTAL_EP = "torch.ops.hexlayout.gemm(a, b, bias, activation='relu')"
 INF = " under torch.inference_mode()"
 CACHED = "gemm_cached(a, b) (the op's cached call: one lookup, alignment, token, output, launch)"
-NEW_EMPTY = "a.new_empty((M, N)) (the output, as gemm_cached allocates it)"
+NEW_EMPTY = "fresh_like(a, (M, N)) (the output, as gemm_cached allocates it: a.new_empty)"
 DIRECT = "hexlayout.ops.gemm(a, b) (no dispatcher)"
 CHECK = "check_gemm(a, b) (argument checks)"
 RUN = "run_checked(...) (allocation, cached lookup, launch)"
 LAUNCH = "Launcher.call_like (cached arguments: pointers, scalars, packing, stub launch)"
 PREPARED = "Launcher.prepared(template) launch (the cached call's: pre-packed, pointers and scale rewritten)"
-EMPTY = "torch.empty((M, N)) (the output of run_checked)"
+EMPTY = "torch.empty((M, N)), for comparison"
 HOLLOW = "torch.ops.hexlayout.gemm(a, b) with check, fast path and impl emptied (dispatcher, op kernel)"
 NOOP = "for scale: a define_op op returning a tensor (dispatcher into Python)"
 NOOP_AG = "for scale: the same op with a backward registered (torch's Python autograd wrapper)"
@@ -203,6 +203,8 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
     import torch
     from hexlayout.ops.gemm import op as gemm_mod
 
+    from hexlayout.runtime.alloc import fresh_like
+
     drv = stub_gpu(torch)
     g = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=g).half()
@@ -241,7 +243,7 @@ def measure(iters: int, repeats: int, m: int = 128, n: int = 256, k: int = 512,
         TOTAL + INF: (lambda: op(a, b), torch.inference_mode),
         TOTAL_EP + INF: (lambda: op(a, b, bias, None, "relu"), torch.inference_mode),
         CACHED: lambda: gemm_mod.gemm_cached(a, b),
-        NEW_EMPTY: lambda: a.new_empty((m, n)),
+        NEW_EMPTY: lambda: fresh_like(a, (m, n)),
         DIRECT: lambda: gemm_mod.gemm(a, b),
         CHECK: lambda: gemm_mod.check_gemm(a, b),
         RUN: lambda: gemm_mod.run_checked(a, b, None, None, "none", None, "nk", m, n, k),
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                   + " (the key set's backend, the environment check)", med[HOLLOW + mode]),
                  ("gemm_cached: the key, one lookup, alignment, tuning token",
                   med[CACHED] - med[NEW_EMPTY] - med[PREPARED]),
-                 ("gemm_cached: the output (a.new_empty)", med[NEW_EMPTY]),
+                 ("gemm_cached: the output (fresh_like: a.new_empty)", med[NEW_EMPTY]),
                  ("gemm_cached: the pre-packed launch (Launcher.prepared: pointers, scale, stub launch)",
                   med[PREPARED]),
                  ("the rest (the op minus the rows above: the calls between them)",

@@ -2,7 +2,8 @@
 included: a cycle held together by imports inside functions is still a cycle; imports under
 ``if TYPE_CHECKING:`` are annotations only and do not count), and no op
 package importing a private name (``_x``) from another package. Every package under ``ops/``
-and ``integrations/`` is listed in ``pyproject.toml``."""
+and ``integrations/`` is listed in ``pyproject.toml``. The ops and the fusion layer allocate
+what kernels write only through ``hexlayout.runtime.alloc`` (NaN-filled on the CPU)."""
 
 from __future__ import annotations
 
@@ -164,3 +165,35 @@ def test_quick_tier_covers_every_test_package() -> None:
     packages = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
     covered = {pathlib.Path(q).parent.name for q in QUICK}
     assert packages <= covered, f"test packages with no quick module: {sorted(packages - covered)}"
+
+
+#: tensor constructors whose result a kernel would write (``torch.<name>`` or ``t.<name>``)
+_ALLOCATORS = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
+               "empty_strided", "new_empty", "new_zeros", "new_ones", "new_full"}
+
+
+def test_ops_allocate_outputs_through_runtime_alloc() -> None:
+    """No module of ``ops/`` or ``hexlayout/fusion/`` constructs a tensor with torch's own
+    allocators (``torch.empty`` / ``zeros`` / ..., ``t.new_empty`` / ...) except on the meta
+    device or in a fake implementation (``_fake``): outputs and workspaces come from
+    ``hexlayout.runtime.alloc.fresh`` (poison-filled on the CPU, so an element a kernel leaves
+    unwritten shows in the emulator's tests) or ``zeroed`` (zeros on every device, by contract)."""
+    bad = []
+    files = [*sorted((ROOT / "ops").rglob("*.py")), *sorted((ROOT / "hexlayout" / "fusion").rglob("*.py"))]
+    for f in files:
+        tree = ast.parse(f.read_text(), filename=str(f))
+        fakes = {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn.name == "_fake"
+                 for n in ast.walk(fn)}
+        for n in ast.walk(tree):
+            call = isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            if not (call and n.func.attr in _ALLOCATORS):
+                continue
+            base = ast.unparse(n.func.value)
+            if not (base == "torch" or n.func.attr.startswith("new_")) or id(n) in fakes:
+                continue
+            if any(k.arg == "device" and isinstance(k.value, ast.Constant) and k.value.value == "meta"
+                   for k in n.keywords):
+                continue
+            bad.append(f"{f.relative_to(ROOT)}:{n.lineno}: {ast.unparse(n)[:80]}")
+    assert not bad, ("allocate with hexlayout.runtime.alloc.fresh / zeroed (ops: host.launch):\n"
+                     + "\n".join(bad))

@@ -178,6 +178,7 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
             raise EmulationDisabledError(f"hexlayout fused kernel {where}: CPU tensors need "
                                          "HEXLAYOUT_EMULATE=1 (the thread-level emulator) or CUDA tensors")
     from hexlayout.fusion.aten import dtype_name
+    from hexlayout.runtime.alloc import fresh
 
     from .anchors import attention_provider
 
@@ -204,7 +205,7 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
     bld = _build(spec, consts, _arch_of(q.device, cuda), cuda, getattr(hl, dtype_name(q.dtype)), kind,
                  align, epilogue, getattr(hl, dtype_name(out_dtype)))
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    o = torch.empty(b, sq, h, d, dtype=out_dtype, device=q.device)
+    o = fresh((b, sq, h, d), out_dtype, q.device)
     args = [qs, ks, vs, o]
     if kind != "none":
         args.append(_mask_host(mask, kind, b, h, sq, sk))

@@ -200,6 +200,8 @@ def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) ->
     how to repeat the call for arguments of the same shapes (``run._Prepared``'s fields)."""
     import torch
 
+    from hexlayout.runtime.alloc import fresh
+
     from .gemm_plan import bind_inputs, host_shapes
     from .launch import check_emulation, launch_args
 
@@ -210,7 +212,7 @@ def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) ->
         check_emulation(spec)
     bld, prog = _build(call, spec, compile=cuda)
     out_specs = [(f, torch_dtype(dt)) for f, dt in zip(call.out_frames, call.plan.out_dtypes)]
-    outs = [torch.empty(f, dtype=dt, device=first.device) for f, dt in out_specs]
+    outs = [fresh(f, dt, first.device) for f, dt in out_specs]
     bound = launch_args(bld, prog, {"x": call.x}, call.inputs, outs, cuda)
     shapes = tuple(sh if i in call.used else None for i, sh in enumerate(host_shapes(call.inputs)))
     m, n, prologue = call.m, call.n, bool(spec.prologues)

@@ -189,12 +189,12 @@ def _remember(key: tuple, prep: _Prepared) -> None:
 
 def _run_prepared(p: _Prepared, anchor_args: list[Any], extra_inputs: list[Any]) -> list[Any]:
     """A later call of a prepared one: bind, allocate, launch (or emulate), finish."""
-    import torch
+    from hexlayout.runtime.alloc import fresh
 
     if not p.cuda:
         check_emulation(p.spec)
     named, inputs = p.bind(anchor_args, extra_inputs)
-    outs = [torch.empty(shape, dtype=dt, device=p.device) for shape, dt in p.outs]
+    outs = [fresh(shape, dt, p.device) for shape, dt in p.outs]
     args = kernel_args(p.prog, named, inputs, outs)
     if p.cuda:
         if p.go is None or not p.go(args):
@@ -240,6 +240,7 @@ def _run_gemm(spec: FusedSpec, key: tuple, anchor_args: list[Any], extra_inputs:
     remember how to repeat it."""
     import torch
 
+    from hexlayout.runtime.alloc import fresh
 
     call, recipe = planned(spec, anchor_args, extra_inputs)
     first = next(x for x in [*anchor_args, *extra_inputs]
@@ -265,7 +266,7 @@ def _run_gemm(spec: FusedSpec, key: tuple, anchor_args: list[Any], extra_inputs:
     frames = output_frames(call)
     out_specs = [(tuple(call.out_shapes[k]) if heads[k] else ((call.batch,) if call.batch else ()) + shape,
                   torch_dtype(dt)) for k, (dt, shape) in enumerate(zip(call.plan.out_dtypes, frames))]
-    outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in out_specs]
+    outs = [fresh(shape, dt, device) for shape, dt in out_specs]
     finish = _gemm_finish(call, prog)
     if call.batch:
         for i in range(call.batch):

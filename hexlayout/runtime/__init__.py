@@ -14,6 +14,8 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 * ``launch_log()`` / ``LaunchRecord``: what ran (every launch, CUDA or emulated; ``launch_log``).
 * ``tensormap_params``: TMA tensor-map parameters of a ``TmaDesc`` (``tensormap``).
 * ``define_op`` / ``run_build``: ``torch.ops.hexlayout.<name>`` registration (``torch_ops``).
+* ``alloc.fresh`` / ``alloc.zeroed``: outputs and workspaces (uninitialised on CUDA, NaN-filled
+  on the CPU; zeros on every device where the contract says so), for the ops and fusion.
 
 Not imported by ``import hexlayout``; importing it imports neither torch nor the CUDA driver
 (both are imported inside the functions that need them).

@@ -21,8 +21,10 @@ softcap=0.0, kv_layout="NHD", num_splits=0, return_lse=False)``:
   right)`` (-1 = unbounded) ``i + Sk - Sq - left <= j <= i + Sk - Sq + right``; query head ``h``
   reads KV head ``h // (H / KVH)`` (GQA / MQA, any ratio). A row with no visible key is 0;
   ``lse`` ``[H, total_q]`` fp32 is ``log sum_j exp(s_ij)`` (natural log, -inf for such a row).
-- Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: they hold whatever
-  ``torch.empty`` gave (0 and -inf lse on the emulated CPU path, which starts from zeros).
+- Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: given ``out`` / ``lse``
+  keep what they held there; in the ``out`` / ``lse`` the op allocates they are unspecified on
+  every device (``host.launch.fresh``: uninitialised on CUDA, NaN on the emulated CPU path).
+  Every other row is written, a row with no visible key included.
 
 Returns ``out`` (``[total_q, H, D]``, q's dtype), or ``(out, lse)`` with ``return_lse=True``.
 ``max_seqlen_q`` sizes the grid (never the tensor contents: no host synchronization), so it
@@ -46,7 +48,7 @@ import math
 from typing import Any
 
 from ..host.device import kernel_arch, sm_count
-from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
+from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_paged_attention, head_dim_tile
 from .kernels_sm90 import paged_attention_sm90_kernel
@@ -174,13 +176,10 @@ def run_paged_attention(
     kc = key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2)
     vc = value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2)
     bs, kvh = kc.shape[1], kc.shape[2]
-    fresh = torch.zeros if q.device.type == "cpu" else torch.empty
     if out is None:
-        out = fresh((tq, h, d), dtype=q.dtype, device=q.device)
+        out = fresh((tq, h, d), q.dtype, q.device)
     if lse is None:
-        lse = fresh((h, tq), dtype=torch.float32, device=q.device)
-        if q.device.type == "cpu":
-            lse.fill_(float("-inf"))
+        lse = fresh((h, tq), torch.float32, q.device)
     b = seqused_k.shape[0]
     if b == 0 or tq == 0:
         return out, lse
@@ -197,8 +196,8 @@ def run_paged_attention(
     dt = lang_dtype(q.dtype)
     if splits > 1:
         consts["SPLITS"] = splits
-        o_part = torch.empty((splits, tq, h, d), dtype=torch.float32, device=q.device)
-        lse_part = torch.empty((splits, h, tq), dtype=torch.float32, device=q.device)
+        o_part = fresh((splits, tq, h, d), torch.float32, q.device)
+        lse_part = fresh((splits, h, tq), torch.float32, q.device)
         bld = build_for(kernel_of(dt, True), q.device, consts)
     else:
         o_part, lse_part = out, lse

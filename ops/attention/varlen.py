@@ -17,8 +17,10 @@ softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, return_lse=
   right`` (intersected with the causal bound); query head ``h`` reads KV head ``h // (H /
   KVH)`` (GQA / MQA, any ratio). A row with no visible key is 0; ``lse`` ``[H, total_q]`` fp32
   is ``log sum_j exp(s_ij)`` (natural log; -inf for such a row).
-- Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: they hold whatever
-  ``torch.empty`` gave (0 and -inf lse on the emulated CPU path, which starts from zeros).
+- Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: given ``out`` / ``lse``
+  keep what they held there; in the ``out`` / ``lse`` the op allocates they are unspecified on
+  every device (``host.launch.fresh``: uninitialised on CUDA, NaN on the emulated CPU path).
+  Every other row is written, a row with no visible key included.
 
 Returns ``out`` (``[total_q, H, D]``, q's dtype), or ``(out, lse)`` with ``return_lse=True``.
 ``max_seqlen_q`` sizes the grid (``B x H x ceil(max_seqlen_q / BM)`` thread blocks, never
@@ -37,7 +39,7 @@ import math
 from typing import Any
 
 from ..host.device import kernel_arch
-from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
+from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_attention_varlen, head_dim_tile
 from .kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
@@ -135,13 +137,10 @@ def run_attention_varlen(
 
     q, k, v = rows_input(q), rows_input(k), rows_input(v)   # in place, or copies 16-byte vectors can read
     tq, h, d = q.shape
-    fresh = torch.zeros if q.device.type == "cpu" else torch.empty
     if out is None:
-        out = fresh((tq, h, d), dtype=q.dtype, device=q.device)
+        out = fresh((tq, h, d), q.dtype, q.device)
     if lse is None:
-        lse = fresh((h, tq), dtype=torch.float32, device=q.device)
-        if q.device.type == "cpu":
-            lse.fill_(float("-inf"))
+        lse = fresh((h, tq), torch.float32, q.device)
     b = cu_seqlens_q.shape[0] - 1
     if b <= 0 or tq == 0 or h == 0 or max_seqlen_q == 0:
         return out, lse

@@ -75,6 +75,7 @@ from typing import Any
 from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
 from ..host.device import device_arch
+from ..host.launch import fresh_like
 from ..host.torch import require_torch
 from .config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
 from .kernels import ARCH_KERNELS
@@ -491,7 +492,7 @@ def gemm_cached(a: Any, b: Any, bias: Any = None, residual: Any = None, activati
     if entry[4] != tuning_token():           # the persisted choice may have changed
         _HOT.pop(key, None)
         return None
-    c = a.new_empty((m, n))
+    c = fresh_like(a, (m, n))
     entry[5](a, b, c, bias, residual, scale)
     return c
 
@@ -605,12 +606,12 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
         # the fast path of a cached call: one dictionary lookup to a prepared launch
         hit = _FAST.get(_fast_key(a, b, bias, residual, activation, scale, b_layout, m, n, k))
         if hit is not None and hit[4] == tuning_token():
-            c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+            c = fresh_like(a, (m, n))
             hit[5](a, b, c, bias, residual, scale)
             return c
 
     ep = (bias is not None, residual is not None, activation, scale is not None)
-    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    c = fresh_like(a, (m, n))
     if m == 0 or n == 0:
         return c
     if k == 0:

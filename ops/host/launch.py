@@ -1,15 +1,21 @@
 """Building a kernel for a tensor's device and running it: compiled and launched on torch's
-current stream for CUDA tensors, synthesized and run in the emulator for CPU tensors."""
+current stream for CUDA tensors, synthesized and run in the emulator for CPU tensors. Outputs and
+workspaces are allocated with ``fresh`` (uninitialised on CUDA, NaN / poison-filled on the CPU)
+or, where the contract says they start at zero on every device, ``zeroed``
+(``hexlayout.runtime.alloc``, shared with the fusion layer)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from hexlayout.runtime.alloc import fresh, fresh_like, zeroed
+
 from .checks import is_real, rows_fit
 from .device import kernel_arch
 
-__all__ = ["build_for", "run_kernel", "lang_dtype", "content_checks", "rows_input", "CHECK_ENV"]
+__all__ = ["build_for", "run_kernel", "lang_dtype", "content_checks", "rows_input", "fresh", "fresh_like",
+           "zeroed", "CHECK_ENV"]
 
 CHECK_ENV = "HEXLAYOUT_CHECK"
 

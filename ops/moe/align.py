@@ -223,10 +223,13 @@ def moe_align_scatter_kernel() -> Any:
 
 def align_buffers(num_slots: int, num_experts: int, block_m: int, device: Any) -> dict[str, Any]:
     """The int32 buffers of the alignment, sized from the slot count, the expert count and
-    ``BM`` only (``torch.empty``: the kernels write every element read later):
+    ``BM`` only (``host.launch.fresh``: the kernels write every element read later; on the CPU
+    they start as int32's most negative value):
     ``sorted_ids`` [``max_padded_slots``], ``expert_ids`` [that / BM], ``num_post`` [1] and the
     workspaces ``counts``, ``starts``, ``ends`` [E] and ``rank`` [S]."""
     import torch
+
+    from ..host.launch import fresh
 
     em = max_padded_slots(num_slots, num_experts, block_m)
     sizes = {
@@ -238,7 +241,7 @@ def align_buffers(num_slots: int, num_experts: int, block_m: int, device: Any) -
         "ends": num_experts,
         "rank": max(num_slots, 1),
     }
-    return {k: torch.empty(n, dtype=torch.int32, device=device) for k, n in sizes.items()}
+    return {k: fresh(n, torch.int32, device) for k, n in sizes.items()}
 
 
 def _pow2(n: int) -> int:

@@ -309,7 +309,7 @@ def run_fused_moe_fp8(
     preceded by the per-row quantization of its input."""
     import torch
 
-    from ..host.launch import build_for, lang_dtype, run_kernel
+    from ..host.launch import build_for, fresh, lang_dtype, run_kernel, zeroed
     from .pipeline import MoeRun, run_moe_pipeline
 
     x = hidden_states
@@ -317,7 +317,6 @@ def run_fused_moe_fp8(
     e, n2, _ = w13.shape
     k = topk_ids.shape[1]
     dev = x.device
-    fresh = torch.zeros if dev.type == "cpu" else torch.empty
     blk = bool(_check_block(OP, block))
     s13 = w13_scale if blk else w13_scale.reshape(e, 1, 1)
     s2 = w2_scale if blk else w2_scale.reshape(e, 1, 1)
@@ -341,8 +340,8 @@ def run_fused_moe_fp8(
 
     def quant(src: Any, rows_w: Any) -> tuple[Any, Any]:
         r, c = src.shape
-        q = fresh((r, c), dtype=torch.float8_e4m3fn, device=dev)
-        s = fresh((r,), dtype=torch.float32, device=dev)
+        q = fresh((r, c), torch.float8_e4m3fn, dev)
+        s = fresh((r,), torch.float32, dev)
         consts = {"ROWS": 4, "BK": 256 if c >= 256 else 128, "WARPS": 4, "ROUTER": rows_w is not None}
         args = (src, s if rows_w is None else rows_w, q, s)
         run_kernel(build_for(moe_fp8_quant_kernel(dt), dev, consts), args, outputs=(2, 3))
@@ -371,7 +370,7 @@ def run_fused_moe_fp8(
             args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, inter)
             run_kernel(build_for(gate_up_k, dev, consts), args, outputs=(6,))
             return
-        ws = torch.zeros((2, t * k, n2 // 2), dtype=torch.float32, device=dev)
+        ws = zeroed((2, t * k, n2 // 2), torch.float32, dev)     # atomics add into it
         args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, ws)
         consts.update(GELU=False, SPLIT_K=split)         # the activation is the act kernel's
         run_kernel(build_for(gate_up_split, dev, consts), args, outputs=(6,))
@@ -386,7 +385,7 @@ def run_fused_moe_fp8(
             args = (hq, hs, w2, s2, run.topk_w, run.sorted_ids, run.expert_ids, y)
             run_kernel(build_for(down_k, dev, consts), args, outputs=(7,))
             return
-        ws = torch.zeros(y.shape, dtype=torch.float32, device=dev)
+        ws = zeroed(y.shape, torch.float32, dev)                 # atomics add into it
         args = (hq, hs, w2, s2, run.topk_w, run.sorted_ids, run.expert_ids, ws)
         run_kernel(build_for(down_split, dev, {**consts, "SPLIT_K": split}), args, outputs=(7,))
         run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (ws, y), outputs=(1,))

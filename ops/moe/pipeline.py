@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.launch import build_for, fresh, lang_dtype, run_kernel, zeroed
 from .align import run_moe_align
 from .kernels_sm80 import MoeConfig, moe_config, moe_sum_kernel
 
@@ -38,26 +38,25 @@ def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_e
                      activation: str, apply_router_weight_on_input: bool, expert_map: Any,
                      gate_up: GateUp, down: Down, cfg: MoeConfig | None = None) -> Any:
     """align -> ``gate_up`` -> ``down`` -> moe_sum on checked arguments; returns ``out`` [T, H]."""
-    import torch
 
     t, h = hidden_states.shape
     k = topk_ids.shape[1]
     dev, dt = hidden_states.device, hidden_states.dtype
     if t == 0:
-        return torch.empty((0, h), dtype=dt, device=dev)
+        return fresh((0, h), dt, dev)
     cfg = cfg or moe_config(t * k)
     sorted_ids, expert_ids, _ = run_moe_align(topk_ids, num_experts, cfg["BM"], expert_map)
     run = MoeRun(hidden_states, sorted_ids, expert_ids, topk_weights.reshape(-1), k, cfg,
                  apply_router_weight_on_input, activation)
-    inter = torch.empty((sorted_ids.shape[0], inter_size), dtype=dt, device=dev)
+    inter = fresh((sorted_ids.shape[0], inter_size), dt, dev)
     gate_up(run, inter)
-    # slots of remote experts are never written by down: zeros then (an allocation)
-    fresh = torch.zeros if expert_map is not None or dev.type == "cpu" else torch.empty
-    y = fresh((t * k, h), dtype=dt, device=dev)
+    # slots of remote experts are never written by down: with an expert map they must read 0 (on
+    # every device); without one down writes every row
+    y = (zeroed if expert_map is not None else fresh)((t * k, h), dt, dev)
     down(run, inter, y)
     if k == 1:                                               # one row per token: y is the output
         return y
-    out = torch.empty((t, h), dtype=dt, device=dev)
+    out = fresh((t, h), dt, dev)
     summ = build_for(moe_sum_kernel(lang_dtype(dt)), dev, {"ROWS": 16, "BH": 64, "TOPK": k})
     run_kernel(summ, (y.view(t, k, h), out), outputs=(1,))
     return out

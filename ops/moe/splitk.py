@@ -57,7 +57,7 @@ from hexlayout.lang import f32, i32
 from hexlayout.runtime.args import ArgumentError
 
 from ..host.device import sm_count
-from ..host.launch import build_for, lang_dtype, run_kernel
+from ..host.launch import build_for, lang_dtype, run_kernel, zeroed
 from .align import max_padded_slots
 from .blocks import split_k0, split_range
 from .kernels_sm80 import MoeConfig, _weights, moe_config, moe_down_config
@@ -302,7 +302,7 @@ def splitk_gate_up(w13: Any, fallback: GateUp, split_k: int | None = None) -> Ga
             fallback(run, inter)
             return
         dt = lang_dtype(x.dtype)
-        ws = torch.zeros((2, inter.shape[0], inter.shape[1]), dtype=torch.float32, device=x.device)
+        ws = zeroed((2, inter.shape[0], inter.shape[1]), torch.float32, x.device)   # atomics add into it
         consts = {**run.cfg, "TOPK": run.topk, "SPLIT_K": split}
         bld = build_for(moe_gate_up_splitk_kernel(dt), x.device, consts)
         run_kernel(bld, (x, w13, run.sorted_ids, run.expert_ids, ws[0], ws[1]), outputs=(4, 5))
@@ -328,7 +328,7 @@ def splitk_down(w2: Any, fallback: Down, split_k: int | None = None) -> Down:
             fallback(run, inter, y)
             return
         dt = lang_dtype(y.dtype)
-        ws = torch.zeros(y.shape, dtype=torch.float32, device=y.device)
+        ws = zeroed(y.shape, torch.float32, y.device)      # atomics add into it
         consts = {**moe_down_config(run.cfg), "SCALE_IN": run.scale_in, "SPLIT_K": split}
         bld = build_for(moe_down_splitk_kernel(dt), y.device, consts)
         run_kernel(bld, (inter, w2, run.sorted_ids, run.expert_ids, run.topk_w, ws), outputs=(5,))

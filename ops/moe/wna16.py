@@ -491,7 +491,7 @@ def run_fused_moe_wna16(
 ) -> Any:
     """The fused MoE on checked arguments: ``hexlayout.ops.moe``'s pipeline (alignment, then the
     two GEMM launches here, then moe_sum; nothing but allocations between the kernels)."""
-    from ..host.launch import build_for, lang_dtype, run_kernel
+    from ..host.launch import build_for, lang_dtype, run_kernel, zeroed
     from .kernels_sm80 import MoeConfig
     from .pipeline import MoeRun, run_moe_pipeline
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
@@ -537,7 +537,7 @@ def run_fused_moe_wna16(
         split = split_k(cfg13, hdim, inter)
         out = h
         if split > 1:  # f32 partials of g / u, then the activation kernel writes h
-            out = torch.zeros((2, h.shape[0], inter), dtype=torch.float32, device=dev)
+            out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
         bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
         args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
@@ -554,7 +554,7 @@ def run_fused_moe_wna16(
         split = split_k(cfg2, inter, hdim)
         out = y
         if split > 1:  # f32 partials, then rounded once into y
-            out = torch.zeros(y.shape, dtype=torch.float32, device=dev)
+            out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
         bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
         run_kernel(
