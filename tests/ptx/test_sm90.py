@@ -209,20 +209,28 @@ def test_fused_moe_bf16_sm90(ptx90: list[str], t: int, e: int, k: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("arch", "fmt", "dtype", "t"),
+    ("arch", "fmt", "bits", "dtype", "t"),
     [
-        ("sm_90a", "gptq", torch.float16, 5),
-        ("sm_90a", "awq", torch.bfloat16, 40),  # BM 32, zero points
-        ("sm_80", "awq", torch.float16, 9),
+        ("sm_90a", "gptq", 4, torch.float16, 5),
+        ("sm_90a", "awq", 4, torch.bfloat16, 40),  # BM 32, zero points
+        ("sm_80", "awq", 4, torch.float16, 9),
+        ("sm_90a", "gptq", 8, torch.bfloat16, 7),  # W8A16
+        ("sm_80", "gptq", 8, torch.float16, 7),
     ],
 )
-def test_fused_moe_w4a16(
-    ptx90: list[str], arch: str, fmt: str, dtype: torch.dtype, t: int, monkeypatch: pytest.MonkeyPatch
+def test_fused_moe_wna16(
+    ptx90: list[str],
+    arch: str,
+    fmt: str,
+    bits: int,
+    dtype: torch.dtype,
+    t: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tests.ops.test_moe_wna16 import _bound, _run
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
-    out, want = _run(fmt, 4, 64, dtype, t, 4, 2, "silu", "random", seed=3)
+    out, want = _run(fmt, bits, 64, dtype, t, 4, 2, "silu", "random", seed=3)
     assert (out.double() - want).abs().max().item() <= _bound(dtype) * want.abs().max().item()
     assert any("wna16_gate_up" in r for r in ptx90)
     assert all(("sm90" in r) == (arch == "sm_90a") for r in ptx90 if "wna16" in r)
