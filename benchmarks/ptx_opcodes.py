@@ -106,13 +106,13 @@ def markdown(table: dict[str, Any]) -> str:
         "Written by `python benchmarks/ptx_opcodes.py`; `tests/ptx/test_opcode_coverage.py` fails on an "
         "opcode that is not handled.",
         "",
-        "| opcode | architectures | families | builds | handled |",
-        "| --- | --- | --- | ---: | --- |",
+        "| opcode | architectures | families | builds | handled | thread-instructions executed in tests/ptx |",
+        "| --- | --- | --- | ---: | --- | ---: |",
     ]
     for o, e in table["opcodes"].items():
         rows.append(
             f"| `{o}` | {', '.join(e['archs'])} | {', '.join(e['families'])} | {e['builds']} | "
-            f"{'yes' if e['handled'] else '**no**'} |"
+            f"{'yes' if e['handled'] else '**no**'} | {e.get('executed', '-')} |"
         )
     return "\n".join(rows) + "\n"
 
