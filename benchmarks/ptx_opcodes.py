@@ -106,7 +106,7 @@ def markdown(table: dict[str, Any]) -> str:
         "Written by `python benchmarks/ptx_opcodes.py`; `tests/ptx/test_opcode_coverage.py` fails on an "
         "opcode that is not handled.",
         "",
-        "| opcode | architectures | families | builds | handled | thread-instructions executed in tests/ptx |",
+        "| opcode | architectures | families | builds | handled | thread-instrs run in tests/ptx |",
         "| --- | --- | --- | ---: | --- | ---: |",
     ]
     for o, e in table["opcodes"].items():
