@@ -21,7 +21,7 @@ Loops whose body indexes register arrays with the loop variable are fully unroll
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from hexlayout.ir.lowered import (
     SetMaxNReg,
     TmaLoad,
     Wgmma,
+    walk_instrs,
 )
 from hexlayout.ir.tile import GlobalParam, ScalarParam
 
@@ -87,23 +88,13 @@ class GeneratedKernel:
     cluster: tuple[int, ...] | None
 
 
-def _walk(body: list[Instr]) -> Iterator[Instr]:
-    for ins in body:
-        yield ins
-        if isinstance(ins, ForLoop):
-            yield from _walk(ins.body)
-        elif isinstance(ins, IfThen):
-            yield from _walk(ins.then_body)
-            yield from _walk(ins.else_body)
-
-
 def _reg_refs(ins: Instr) -> list[RegRef]:
     return [v for v in vars(ins).values() if isinstance(v, RegRef)] + [
         s for s in getattr(ins, "srcs", ()) if isinstance(s, RegRef)]
 
 
 def _uses_var_in_registers(body: list[Instr], var: Var) -> bool:
-    return any(var in free_vars(r.start) for ins in _walk(body) for r in _reg_refs(ins))
+    return any(var in free_vars(r.start) for ins in walk_instrs(body) for r in _reg_refs(ins))
 
 
 def _site(ins: Instr) -> tuple[str, int, str, str] | None:
@@ -184,7 +175,7 @@ class _Printer:
     def mbarriers(self) -> list[tuple[str, int, int]]:
         """(name, offset, count) of every mbarrier array, placed after the shared buffers."""
         refs: list[MbarRef] = list(self.k.mbarriers)
-        for ins in _walk(self.k.body):
+        for ins in walk_instrs(self.k.body):
             bar = getattr(ins, "bar", None)
             if isinstance(ins, (MbarInit, MbarArrive, MbarWait, TmaLoad)) and isinstance(bar, MbarRef):
                 refs.append(bar)
@@ -362,7 +353,7 @@ class _Printer:
         k = self.k
         if k.min_blocks is not None:
             return k.min_blocks
-        return 1 if any(isinstance(i, SetMaxNReg) for i in _walk(k.body)) else None
+        return 1 if any(isinstance(i, SetMaxNReg) for i in walk_instrs(k.body)) else None
 
     def header(self, kname: str, bars: list[tuple[str, int, int]], smem_total: int) -> list[str]:
         k = self.k
@@ -390,7 +381,7 @@ class _Printer:
 
 def _wgmma_arrays(body: list[Instr]) -> list[RegArray]:
     out: list[RegArray] = []
-    for ins in _walk(body):
+    for ins in walk_instrs(body):
         if isinstance(ins, Wgmma):
             for r in (ins.d, ins.a):
                 if isinstance(r, RegRef) and all(r.array is not a for a in out):

@@ -23,7 +23,7 @@ from .errors import IllegalInstructionError
 from .machine import Active, AsyncOp, Machine
 from .memory import gather_bytes
 
-__all__ = ["HANDLERS", "CpAsyncState", "complete_rows"]
+__all__ = ["HANDLERS", "CpAsyncState", "complete_rows", "wait_limit"]
 
 
 @dataclass
@@ -33,10 +33,7 @@ class CpAsyncState:
 
 
 def _state(m: Machine) -> CpAsyncState:
-    st = m.state.get("cp.async")
-    if st is None:
-        st = m.state["cp.async"] = CpAsyncState(np.zeros(m.T, dtype=np.int64))
-    return st
+    return m.family_state("cp.async", lambda: CpAsyncState(np.zeros(m.T, dtype=np.int64)))
 
 
 def cp_async(m: Machine, ins: CpAsync, x: Active) -> None:
@@ -93,11 +90,18 @@ def complete_rows(m: Machine, op: AsyncOp, sel: np.ndarray) -> None:
     op.done[sel] = True
 
 
+def wait_limit(m: Machine, committed: np.ndarray, tids: np.ndarray,
+               pending: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(waiting, limit)`` of a wait for all but ``pending`` groups: which threads wait (a mask
+    over the block) and, per thread, the first group it may leave in flight."""
+    waiting = np.zeros(m.T, dtype=bool)
+    waiting[tids] = True
+    return waiting, committed - int(pending)
+
+
 def cp_async_wait(m: Machine, ins: CpAsyncWait, x: Active) -> None:
     st = _state(m)
-    waiting = np.zeros(m.T, dtype=bool)
-    waiting[x.tids] = True
-    limit = st.committed - int(ins.pending)
+    waiting, limit = wait_limit(m, st.committed, x.tids, ins.pending)
     still = []
     for ident in st.open:
         op = m.async_ops[ident]

@@ -14,7 +14,7 @@ Instruction handlers go through its accessors, which enforce the lowered-IR cont
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -122,6 +122,14 @@ class Machine:
         self.exited = False
         #: the kernel reads shared memory through the async proxy (tensor maps, wgmma descriptors)
         self.async_proxy_reads = reads_async_proxy(kernel)
+
+    def family_state(self, key: str, make: Callable[[], Any]) -> Any:
+        """The state an instruction family keeps in this block under ``key`` (made by ``make()``
+        the first time)."""
+        st = self.state.get(key)
+        if st is None:
+            st = self.state[key] = make()
+        return st
 
     # ---- errors -------------------------------------------------------------------
     def fail(self, cls: type[EmulationError], ins: Instr | None, detail: str, **fields: Any) -> NoReturn:

@@ -12,6 +12,7 @@ executing group must be complete.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -90,15 +91,21 @@ def finish_accumulator(d: np.ndarray, dtype: object) -> np.ndarray:
     return d.astype(np.float32).astype(npd)
 
 
-def mma_sync(m: Machine, ins: MmaSync, x: Active) -> None:
-    if not len(x.tids):
-        return
+def instruction_atom(m: Machine, ins: Any, kind: str, what: str) -> MmaAtom:
+    """The mma atom ``ins.atom`` names, which must be a ``kind`` atom (``what``: the instruction)."""
     try:
         atom: MmaAtom = get_atom(ins.atom)  # type: ignore[assignment]
     except ValueError as e:
         m.fail(IllegalInstructionError, ins, str(e))
-    if atom.kind != "mma.sync":
-        m.fail(IllegalInstructionError, ins, f"MmaSync with atom {ins.atom}, a {atom.kind} atom")
+    if atom.kind != kind:
+        m.fail(IllegalInstructionError, ins, f"{what} with atom {ins.atom}, a {atom.kind} atom")
+    return atom
+
+
+def mma_sync(m: Machine, ins: MmaSync, x: Active) -> None:
+    if not len(x.tids):
+        return
+    atom = instruction_atom(m, ins, "mma.sync", "MmaSync")
     grid = whole_units(m, ins, x.tids, 32, "mma.sync")
     tids = grid.reshape(-1)
     M, N, K = atom.shape_mnk

@@ -30,10 +30,7 @@ _KEY = "proxy.unfenced"
 
 
 def _unfenced(m: Machine) -> np.ndarray:
-    arr = m.state.get(_KEY)
-    if arr is None:
-        arr = m.state[_KEY] = np.full(m.smem.nbytes, -1, dtype=np.int64)
-    return arr
+    return m.family_state(_KEY, lambda: np.full(m.smem.nbytes, -1, dtype=np.int64))
 
 
 def reads_async_proxy(kernel: LoweredKernel) -> bool:

@@ -28,14 +28,12 @@ import numpy as np
 from hexlayout.ir.expr import evaluate
 from hexlayout.ir.lowered import (
     CpAsync,
-    ForLoop,
-    IfThen,
-    Instr,
     LdGlobal,
     LoweredKernel,
     StGlobal,
     TmaLoad,
     TmaStore,
+    walk_instrs,
 )
 from hexlayout.ir.tile import ScalarParam
 
@@ -173,16 +171,6 @@ def check_writable(kernel: LoweredKernel, args: Mapping[str, Any]) -> None:
                                 kernel=kernel.name, buffer=p.name)
 
 
-def _walk(body: list[Instr]) -> Iterable[Instr]:
-    for ins in body:
-        yield ins
-        if isinstance(ins, ForLoop):
-            yield from _walk(ins.body)
-        elif isinstance(ins, IfThen):
-            yield from _walk(ins.then_body)
-            yield from _walk(ins.else_body)
-
-
 def global_access_widths(kernel: LoweredKernel) -> dict[str, tuple[int, str]]:
     """Per global tensor parameter: the widest access the kernel makes on it, in bytes, and
     the instruction (``ld.global`` / ``st.global`` / ``cp.async`` vector width; TMA: 16)."""
@@ -192,7 +180,7 @@ def global_access_widths(kernel: LoweredKernel) -> dict[str, tuple[int, str]]:
         if nbytes > out.get(name, (0, ""))[0]:
             out[name] = (nbytes, what)
 
-    for ins in _walk(kernel.body):
+    for ins in walk_instrs(kernel.body):
         if isinstance(ins, LdGlobal):
             note(ins.src.param.name, ins.bits // 8, f"{ins.bits // 8}-byte ld.global")
         elif isinstance(ins, StGlobal):

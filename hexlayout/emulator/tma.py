@@ -31,6 +31,7 @@ import numpy as np
 from hexlayout.arch.tma import check_tma, tma_swizzle_period
 from hexlayout.ir.lowered import Instr, TmaDesc, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
+from .cpasync import wait_limit
 from .errors import IllegalInstructionError, RaceError
 from .machine import Active, Machine
 from .mbarrier import barrier_key, complete_tx, get_barrier
@@ -188,10 +189,7 @@ def _remote_race(tm: Machine, m: Machine, ins: Instr, c: Conflict, tid: int) -> 
 
 
 def _store_state(m: Machine) -> _StoreState:
-    st = m.state.get("tma.store")
-    if st is None:
-        st = m.state["tma.store"] = _StoreState(np.zeros(m.T, dtype=np.int64))
-    return st
+    return m.family_state("tma.store", lambda: _StoreState(np.zeros(m.T, dtype=np.int64)))
 
 
 def tma_store(m: Machine, ins: TmaStore, x: Active) -> None:
@@ -217,9 +215,7 @@ def tma_store_commit(m: Machine, ins: TmaStoreCommit, x: Active) -> None:
 
 def tma_store_wait(m: Machine, ins: TmaStoreWait, x: Active) -> None:
     st = _store_state(m)
-    waiting = np.zeros(m.T, dtype=bool)
-    waiting[x.tids] = True
-    limit = st.committed - int(ins.pending)
+    waiting, limit = wait_limit(m, st.committed, x.tids, ins.pending)
     still = []
     for ident in st.open:
         op = m.async_ops[ident]

@@ -23,14 +23,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hexlayout.arch import get_atom
 from hexlayout.arch.gmma import LAYOUT_TYPE, GmmaDescriptor, gmma_desc_addresses
-from hexlayout.arch.mma_atom import MmaAtom
 from hexlayout.ir.lowered import RegRef, SmemDesc, Wgmma, WgmmaCommit, WgmmaFence, WgmmaWait
 
 from .errors import IllegalInstructionError, MisalignedAccessError, OutOfBoundsError
 from .machine import Active, Machine
-from .mma import dense_from_fragments, finish_accumulator, fragments_from_dense, read_operand, tv_index
+from .mma import (
+    dense_from_fragments,
+    finish_accumulator,
+    fragments_from_dense,
+    instruction_atom,
+    read_operand,
+    tv_index,
+)
 from .numerics import atom_numpy, to_compute
 from .proxy import check_async_read
 from .warps import whole_units
@@ -47,10 +52,7 @@ class WgmmaState:
 
 
 def _state(m: Machine) -> WgmmaState:
-    st = m.state.get("wgmma")
-    if st is None:
-        st = m.state["wgmma"] = WgmmaState()
-    return st
+    return m.family_state("wgmma", WgmmaState)
 
 
 def _desc_operand(
@@ -104,12 +106,7 @@ def _desc_operand(
 def wgmma(m: Machine, ins: Wgmma, x: Active) -> None:
     if not len(x.tids):
         return
-    try:
-        atom: MmaAtom = get_atom(ins.atom)  # type: ignore[assignment]
-    except ValueError as e:
-        m.fail(IllegalInstructionError, ins, str(e))
-    if atom.kind != "wgmma":
-        m.fail(IllegalInstructionError, ins, f"Wgmma with atom {ins.atom}, a {atom.kind} atom")
+    atom = instruction_atom(m, ins, "wgmma", "Wgmma")
     M, N, K = atom.shape_mnk
     rs = isinstance(ins.a, RegRef)
     if rs != (atom.a_source == "rmem"):

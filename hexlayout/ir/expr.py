@@ -388,6 +388,8 @@ def _binop_bounds(e: BinOp) -> tuple[int | None, int | None]:
 
 
 def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    """``a op b``, simplified: two constants folded, else the rule of ``op`` in ``_SIMPLIFY``
+    (identities, constants folded to the right, divisions of known multiples or bounds)."""
     a, b = as_expr(a), as_expr(b)
     if isinstance(a, Const) and isinstance(b, Const):
         if op in ("//", "%") and b.value == 0:
@@ -395,112 +397,156 @@ def _binop(op: str, a: ExprLike, b: ExprLike) -> Expr:
         return Const(_PY[op](a.value, b.value))
     ca = a.value if isinstance(a, Const) else None
     cb = b.value if isinstance(b, Const) else None
-    if op == "+":
-        if ca == 0:
-            return b
-        if cb == 0:
-            return a
-        # fold constants to the right: (x + c1) + c2 -> x + (c1 + c2)
-        if cb is not None and isinstance(a, BinOp) and a.op == "+" and isinstance(a.b, Const):
-            return _binop("+", a.a, a.b.value + cb)
-        if ca is not None:
-            return _binop("+", b, a)
-    elif op == "-":
-        if cb == 0:
-            return a
-        if cb is not None:
-            return _binop("+", a, -cb)
-    elif op == "*":
-        if ca == 0 or cb == 0:
+    rule = _SIMPLIFY.get(op)
+    out = rule(op, a, b, ca, cb) if rule is not None else None
+    return out if out is not None else BinOp(op, a, b)
+
+
+def _simplify_add(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``a + b``: drop a 0; fold constants to the right: (x + c1) + c2 -> x + (c1 + c2)."""
+    if ca == 0:
+        return b
+    if cb == 0:
+        return a
+    if cb is not None and isinstance(a, BinOp) and a.op == "+" and isinstance(a.b, Const):
+        return _binop("+", a.a, a.b.value + cb)
+    if ca is not None:
+        return _binop("+", b, a)
+    return None
+
+
+def _simplify_sub(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``a - c``: ``a + (-c)``."""
+    if cb == 0:
+        return a
+    if cb is not None:
+        return _binop("+", a, -cb)
+    return None
+
+
+def _simplify_mul(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``a * b``: 0 and 1 folded, constants to the right: (x * c1) * c2 -> x * (c1 * c2)."""
+    if ca == 0 or cb == 0:
+        return Const(0)
+    if ca == 1:
+        return b
+    if cb == 1:
+        return a
+    if ca is not None:
+        return _binop("*", b, a)
+    if cb is not None and isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const):
+        return _binop("*", a.a, a.b.value * cb)
+    return None
+
+
+def _simplify_div(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``a // c`` (c > 0): multiples of c split off, 0 when ``a`` is within [0, c), scaled
+    products and nested divisions merged."""
+    if cb == 1:
+        return a
+    if cb is None or cb <= 0:
+        return None
+    rest, mult = _split_multiple(a, cb)
+    if mult is not None:
+        out = _binop("//", rest, cb)
+        for t in _terms(mult):
+            out = _binop("+", out, _binop("//", t, cb))
+        return out
+    lo, hi = bounds(a)
+    if lo is not None and hi is not None and lo >= 0 and hi <= cb:
+        return Const(0)
+    # (x * c1) // c2 with c2 | c1, or c1 | c2 (x >= 0)
+    if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value > 0:
+        if a.b.value % cb == 0:
+            return _binop("*", a.a, a.b.value // cb)
+        if cb % a.b.value == 0 and _nonneg(a.a):
+            return _binop("//", a.a, cb // a.b.value)
+    # (x // c1) // c2 -> x // (c1*c2) for non-negative x
+    if isinstance(a, BinOp) and a.op == "//" and isinstance(a.b, Const) and a.b.value > 0:
+        alo, _ = bounds(a.a)
+        if alo is not None and alo >= 0:
+            return _binop("//", a.a, a.b.value * cb)
+    return None
+
+
+def _simplify_mod(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``a % c`` (c > 0): multiples of c dropped, ``a`` itself when within [0, c), scaled
+    products and nested remainders reduced."""
+    if cb == 1:
+        return Const(0)
+    if cb is None or cb <= 0:
+        return None
+    rest, mult = _split_multiple(a, cb)
+    if mult is not None:
+        return _binop("%", rest, cb)
+    lo, hi = bounds(a)
+    if lo is not None and hi is not None and lo >= 0 and hi <= cb:
+        return a
+    if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value % cb == 0:
+        return Const(0)
+    # (x * c1) % c2 with c1 | c2 -> (x % (c2 / c1)) * c1 (x >= 0)
+    if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value > 0 \
+            and cb % a.b.value == 0 and _nonneg(a.a):
+        return _binop("*", _binop("%", a.a, cb // a.b.value), a.b.value)
+    # (x % c1) % c2 with c2 | c1
+    if isinstance(a, BinOp) and a.op == "%" and isinstance(a.b, Const) and a.b.value % cb == 0:
+        return _binop("%", a.a, cb)
+    return None
+
+
+def _simplify_bits(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``&``, ``|``, ``^``, ``<<``, ``>>``: identities and zeros, shifts and masks that keep
+    or clear every bit of a value within known bounds."""
+    if op == "&" and (ca == 0 or cb == 0):
+        return Const(0)
+    if op in ("|", "^") and cb == 0:
+        return a
+    if op in ("|", "^") and ca == 0:
+        return b
+    if op in ("<<", ">>") and cb == 0:
+        return a
+    if op == ">>" and cb is not None:
+        lo, hi = bounds(a)
+        if lo is not None and hi is not None and lo >= 0 and hi <= (1 << cb):
             return Const(0)
-        if ca == 1:
-            return b
-        if cb == 1:
+    if op == "&" and cb is not None:
+        lo, hi = bounds(a)
+        if lo is not None and hi is not None and lo >= 0 and hi <= 1 << (cb.bit_length()) and \
+                cb == (1 << cb.bit_length()) - 1:
             return a
-        if ca is not None:
-            return _binop("*", b, a)
-        if cb is not None and isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const):
-            return _binop("*", a.a, a.b.value * cb)
-    elif op == "//":
-        if cb == 1:
-            return a
-        if cb is not None and cb > 0:
-            rest, mult = _split_multiple(a, cb)
-            if mult is not None:
-                out = _binop("//", rest, cb)
-                for t in _terms(mult):
-                    out = _binop("+", out, _binop("//", t, cb))
-                return out
-            lo, hi = bounds(a)
-            if lo is not None and hi is not None and lo >= 0 and hi <= cb:
-                return Const(0)
-            # (x * c1) // c2 with c2 | c1, or c1 | c2 (x >= 0)
-            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value > 0:
-                if a.b.value % cb == 0:
-                    return _binop("*", a.a, a.b.value // cb)
-                if cb % a.b.value == 0 and _nonneg(a.a):
-                    return _binop("//", a.a, cb // a.b.value)
-            # (x // c1) // c2 -> x // (c1*c2) for non-negative x
-            if isinstance(a, BinOp) and a.op == "//" and isinstance(a.b, Const) and a.b.value > 0:
-                alo, _ = bounds(a.a)
-                if alo is not None and alo >= 0:
-                    return _binop("//", a.a, a.b.value * cb)
-    elif op == "%":
-        if cb == 1:
-            return Const(0)
-        if cb is not None and cb > 0:
-            rest, mult = _split_multiple(a, cb)
-            if mult is not None:
-                return _binop("%", rest, cb)
-            lo, hi = bounds(a)
-            if lo is not None and hi is not None and lo >= 0 and hi <= cb:
-                return a
-            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value % cb == 0:
-                return Const(0)
-            # (x * c1) % c2 with c1 | c2 -> (x % (c2 / c1)) * c1 (x >= 0)
-            if isinstance(a, BinOp) and a.op == "*" and isinstance(a.b, Const) and a.b.value > 0 \
-                    and cb % a.b.value == 0 and _nonneg(a.a):
-                return _binop("*", _binop("%", a.a, cb // a.b.value), a.b.value)
-            # (x % c1) % c2 with c2 | c1
-            if isinstance(a, BinOp) and a.op == "%" and isinstance(a.b, Const) and a.b.value % cb == 0:
-                return _binop("%", a.a, cb)
-    elif op in ("&", "|", "^", "<<", ">>"):
-        if op == "&" and (ca == 0 or cb == 0):
-            return Const(0)
-        if op in ("|", "^") and cb == 0:
-            return a
-        if op in ("|", "^") and ca == 0:
-            return b
-        if op in ("<<", ">>") and cb == 0:
-            return a
-        if op == ">>" and cb is not None:
-            lo, hi = bounds(a)
-            if lo is not None and hi is not None and lo >= 0 and hi <= (1 << cb):
-                return Const(0)
-        if op == "&" and cb is not None:
-            lo, hi = bounds(a)
-            if lo is not None and hi is not None and lo >= 0 and hi <= 1 << (cb.bit_length()) and \
-                    cb == (1 << cb.bit_length()) - 1:
-                return a
-    elif op == "&&":
+    return None
+
+
+def _simplify_logic(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``&&`` / ``||`` with a constant side."""
+    if op == "&&":
         if ca is not None:
             return b if ca else Const(0)
         if cb is not None:
             return a if cb else Const(0)
-    elif op == "||":
-        if ca is not None:
-            return Const(1) if ca else b
-        if cb is not None:
-            return Const(1) if cb else a
-    elif op in ("<", "<="):
-        (al, ah), (bl, bh) = bounds(a), bounds(b)
-        if op == "<" and ah is not None and bl is not None and ah - 1 < bl:
-            return Const(1)
-        if op == "<" and al is not None and bh is not None and al >= bh - 1:
-            return Const(0)
-        if op == "<=" and ah is not None and bl is not None and ah - 1 <= bl:
-            return Const(1)
-    return BinOp(op, a, b)
+        return None
+    if ca is not None:
+        return Const(1) if ca else b
+    if cb is not None:
+        return Const(1) if cb else a
+    return None
+
+
+def _simplify_less(op: str, a: Expr, b: Expr, ca: Any, cb: Any) -> Expr | None:
+    """``<`` / ``<=`` decided by the operands' bounds."""
+    (al, ah), (bl, bh) = bounds(a), bounds(b)
+    if op == "<" and ah is not None and bl is not None and ah - 1 < bl:
+        return Const(1)
+    if op == "<" and al is not None and bh is not None and al >= bh - 1:
+        return Const(0)
+    if op == "<=" and ah is not None and bl is not None and ah - 1 <= bl:
+        return Const(1)
+    return None
+
+
+_SIMPLIFY = {"+": _simplify_add, "-": _simplify_sub, "*": _simplify_mul, "//": _simplify_div,
+             "%": _simplify_mod, **dict.fromkeys(("&", "|", "^", "<<", ">>"), _simplify_bits),
+             "&&": _simplify_logic, "||": _simplify_logic, "<": _simplify_less, "<=": _simplify_less}
 
 
 def _nonneg(e: Expr) -> bool:

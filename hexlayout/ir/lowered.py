@@ -27,6 +27,7 @@ Conventions
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .expr import ExprLike, Var
@@ -40,7 +41,7 @@ __all__ = [
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
     "FenceProxyAsync", "Alu", "Shfl", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop", "IfThen",
-    "LoweredKernel",
+    "LoweredKernel", "walk_instrs",
 ]
 
 
@@ -350,6 +351,18 @@ class IfThen(Instr):
     cond: ExprLike
     then_body: list[Instr]
     else_body: list[Instr] = field(default_factory=list)
+
+
+def walk_instrs(body: list[Instr]) -> Iterator[Instr]:
+    """Every instruction of ``body`` in program order, each loop's and branch's body (then,
+    else) right after the loop or branch itself."""
+    for ins in body:
+        yield ins
+        if isinstance(ins, ForLoop):
+            yield from walk_instrs(ins.body)
+        elif isinstance(ins, IfThen):
+            yield from walk_instrs(ins.then_body)
+            yield from walk_instrs(ins.else_body)
 
 
 @dataclass(eq=False)

@@ -295,21 +295,6 @@ def _rearrange(p: Printer, op: Rearrange) -> OpText:
     return f"{p.val(op.result)} = rearrange %{op.src.name}"
 
 
-@PRINTING.register(Sync)
-def _sync(p: Printer, op: Sync) -> OpText:
-    return "syncthreads"
-
-
-@PRINTING.register(AsyncCommit)
-def _async_commit(p: Printer, op: AsyncCommit) -> OpText:
-    return "cp.async.commit_group"
-
-
-@PRINTING.register(AsyncWait)
-def _async_wait(p: Printer, op: AsyncWait) -> OpText:
-    return f"cp.async.wait_group {op.pending}"
-
-
 @PRINTING.register(MbarrierInit)
 def _mbarrier_init(p: Printer, op: MbarrierInit) -> OpText:
     return f"mbarrier.init %{op.bar.name}[{_e(op.index)}] arrivals={op.arrivals}"
@@ -332,29 +317,30 @@ def _mbarrier_wait(p: Printer, op: MbarrierWait) -> OpText:
     return f"mbarrier.wait %{op.bar.name}[{_e(op.index)}] phase={_e(op.phase)}"
 
 
-@PRINTING.register(WgmmaFence)
-def _wgmma_fence(p: Printer, op: WgmmaFence) -> OpText:
-    return "wgmma.fence"
+#: ops printed as fixed text
+_FIXED = {Sync: "syncthreads", AsyncCommit: "cp.async.commit_group", WgmmaFence: "wgmma.fence",
+          WgmmaCommit: "wgmma.commit_group", FenceProxyAsync: "fence.proxy.async",
+          ClusterSync: "barrier.cluster"}
+#: group waits, printed as ``<instruction> <pending>``
+_WAITS = {AsyncWait: "cp.async.wait_group", WgmmaWait: "wgmma.wait_group"}
 
 
-@PRINTING.register(WgmmaCommit)
-def _wgmma_commit(p: Printer, op: WgmmaCommit) -> OpText:
-    return "wgmma.commit_group"
+def _fixed_text(text: str) -> Callable[[Printer, Any], OpText]:
+    def rule(p: Printer, op: Any) -> OpText:
+        return text
+    return rule
 
 
-@PRINTING.register(FenceProxyAsync)
-def _fence_proxy_async(p: Printer, op: FenceProxyAsync) -> OpText:
-    return "fence.proxy.async"
+def _wait_text(text: str) -> Callable[[Printer, Any], OpText]:
+    def rule(p: Printer, op: Any) -> OpText:
+        return f"{text} {op.pending}"
+    return rule
 
 
-@PRINTING.register(WgmmaWait)
-def _wgmma_wait(p: Printer, op: WgmmaWait) -> OpText:
-    return f"wgmma.wait_group {op.pending}"
-
-
-@PRINTING.register(ClusterSync)
-def _cluster_sync(p: Printer, op: ClusterSync) -> OpText:
-    return "barrier.cluster"
+for _cls, _text in _FIXED.items():
+    PRINTING.register(_cls)(_fixed_text(_text))
+for _cls, _text in _WAITS.items():
+    PRINTING.register(_cls)(_wait_text(_text))
 
 
 @PRINTING.register(SetMaxNReg)

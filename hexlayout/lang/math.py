@@ -436,15 +436,7 @@ def equal(a: Any, b: Any) -> Tile:
     Element ``i`` is true where ``a[i] == b[i]`` after numpy broadcasting (floats compare as
     IEEE: NaN equals nothing, ``-0.0 == +0.0``). The ALU function ``eq``.
 
-    Args:
-        a: a register tile or a scalar.
-        b: a register tile or a scalar (one of ``a``, ``b`` a tile; tiles of one type).
-
-    Returns:
-        A new predicate (``bool_``) register tile of the broadcast shape.
-
-    Raises:
-        {raises}
+    {compare}
     """
     return elementwise("eq", (a, b), opname="equal")
 
@@ -455,15 +447,7 @@ def not_equal(a: Any, b: Any) -> Tile:
     Element ``i`` is true where ``a[i] != b[i]`` after numpy broadcasting (true where either
     is NaN). The ALU function ``ne``.
 
-    Args:
-        a: a register tile or a scalar.
-        b: a register tile or a scalar (one of ``a``, ``b`` a tile; tiles of one type).
-
-    Returns:
-        A new predicate (``bool_``) register tile of the broadcast shape.
-
-    Raises:
-        {raises}
+    {compare}
     """
     return elementwise("ne", (a, b), opname="not_equal")
 
@@ -474,15 +458,7 @@ def logical_and(a: Any, b: Any) -> Tile:
     Element ``i`` is true where both ``a[i]`` and ``b[i]`` are, after numpy broadcasting.
     The ALU function ``and``.
 
-    Args:
-        a: a predicate register tile (or a 0 / 1 scalar).
-        b: a predicate register tile (or a 0 / 1 scalar).
-
-    Returns:
-        A new predicate register tile of the broadcast shape.
-
-    Raises:
-        {raises}
+    {logic}
     """
     return elementwise("and", (a, b), opname="logical_and")
 
@@ -493,15 +469,7 @@ def logical_or(a: Any, b: Any) -> Tile:
     Element ``i`` is true where ``a[i]`` or ``b[i]`` is, after numpy broadcasting. The ALU
     function ``or``.
 
-    Args:
-        a: a predicate register tile (or a 0 / 1 scalar).
-        b: a predicate register tile (or a 0 / 1 scalar).
-
-    Returns:
-        A new predicate register tile of the broadcast shape.
-
-    Raises:
-        {raises}
+    {logic}
     """
     return elementwise("or", (a, b), opname="logical_or")
 
@@ -523,6 +491,30 @@ def logical_not(a: Any) -> Tile:
     return elementwise("not", (a,), opname="logical_not")
 
 
+#: the arguments, result and errors of the comparisons and of the binary logical functions
+_BINARY_PRED = {
+    "{compare}": """Args:
+        a: a register tile or a scalar.
+        b: a register tile or a scalar (one of ``a``, ``b`` a tile; tiles of one type).
+
+    Returns:
+        A new predicate (``bool_``) register tile of the broadcast shape.
+
+    Raises:
+        {raises}""",
+    "{logic}": """Args:
+        a: a predicate register tile (or a 0 / 1 scalar).
+        b: a predicate register tile (or a 0 / 1 scalar).
+
+    Returns:
+        A new predicate register tile of the broadcast shape.
+
+    Raises:
+        {raises}""",
+}
+for _f in (equal, not_equal, logical_and, logical_or):
+    for _key, _text in _BINARY_PRED.items():
+        _f.__doc__ = (_f.__doc__ or "").replace(_key, _text)
 for _f in (abs_, maximum, minimum, where, equal, not_equal, logical_and, logical_or, logical_not):
     _f.__doc__ = (_f.__doc__ or "").replace("{raises}", _TILE_RAISES)
 _PRED_EXAMPLES = {

@@ -96,42 +96,9 @@ def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None 
     if isinstance(a, GlobalTensor) and a.view_op != "view":   # u4 / s4: a window of its bytes
         return METHODS[a.view_op](a, tile, origin, rows=rows, valid_rows=valid_rows, name=name)
     ctx, loc = begin("view")
-    if not isinstance(a, GlobalTensor):
-        if isinstance(a, Tile):
-            raise ctx.error("view", loc, f"hl.view takes a global tensor argument; for a sub-tile of "
-                            f"{describe(a.value)} use .tile(shape, origin)")
-        raise ctx.error("view", loc, f"{a!r} is not a global tensor argument")
-    shape = static_shape(ctx, "view", loc, tile, f"tile of {a.name}")
-    if len(shape) != a.ndim:
-        raise ctx.error("view", loc, f"tile {shape_str(shape)} has {len(shape)} modes, tensor {a.name} has "
-                        f"{a.ndim}")
-    if origin is None:
-        origin = (0,) * a.ndim
-    if not isinstance(origin, (tuple, list)):
-        origin = (origin,)
-    if len(origin) != a.ndim:
-        raise ctx.error("view", loc, f"origin {tuple(origin)!r} has {len(origin)} entries, tensor {a.name} "
-                        "has "
-                        f"{a.ndim} modes")
-    gather = None
-    org: list[ExprLike] = []
-    for i, o in enumerate(origin):
-        if o is None:
-            if i != 0 or rows is None:
-                raise ctx.error("view", loc, f"origin of {a.name}: None is only allowed in mode 0 with rows=")
-            org.append(0)
-        else:
-            org.append(as_index(ctx, "view", loc, o, f"origin of {a.name} mode {i}"))
-    if rows is not None:
-        r = as_tile(ctx, "view", loc, rows, "rows")
-        if r.dtype.kind not in ("int", "uint"):
-            raise ctx.error("view", loc, f"rows {describe(r.value)} must hold integer row indices")
-        if r.shape not in ((shape[0],), (shape[0], 1)):
-            raise ctx.error("view", loc, f"rows {describe(r.value)} must have shape ({shape[0]},) or "
-                            f"({shape[0]},1) for a tile of {shape[0]} rows")
-        if origin[0] is not None and static_int(origin[0]) != 0:
-            raise ctx.error("view", loc, "with rows=, mode 0 of origin must be None (rows are gathered)")
-        gather = r.value
+    shape = _view_shape(ctx, loc, a, tile)
+    origin, org = _view_origin(ctx, loc, a, origin, rows)
+    gather = None if rows is None else _gather_rows(ctx, loc, rows, shape, origin)
     extent: list[ExprLike] = []
     for i, (t, o, s) in enumerate(zip(shape, org, a.shape)):
         if i == 0 and gather is not None:
@@ -153,6 +120,57 @@ def view(a: GlobalTensor, tile: tuple[int, ...], origin: tuple[Any, ...] | None 
                              + tuple(ModeIndex(m) for m in range(1, len(shape))))
     ctx.emit(GlobalView(v, a.param, tuple(org), tuple(extent), gather, indices, index_map, loc=loc))
     return Tile(v, ctx)
+
+
+def _view_shape(ctx: Any, loc: Any, a: Any, tile: Any) -> tuple[int, ...]:
+    """The static tile shape of a view of ``a`` (a global tensor argument), one extent a mode."""
+    if not isinstance(a, GlobalTensor):
+        if isinstance(a, Tile):
+            raise ctx.error("view", loc, f"hl.view takes a global tensor argument; for a sub-tile of "
+                            f"{describe(a.value)} use .tile(shape, origin)")
+        raise ctx.error("view", loc, f"{a!r} is not a global tensor argument")
+    shape = static_shape(ctx, "view", loc, tile, f"tile of {a.name}")
+    if len(shape) != a.ndim:
+        raise ctx.error("view", loc, f"tile {shape_str(shape)} has {len(shape)} modes, tensor {a.name} has "
+                        f"{a.ndim}")
+    return shape
+
+
+def _view_origin(ctx: Any, loc: Any, a: GlobalTensor, origin: Any,
+                 rows: Any) -> tuple[tuple[Any, ...] | list[Any], list[ExprLike]]:
+    """(the origin as given, one entry a mode; the origin as index expressions, ``None`` - mode 0
+    with ``rows=`` - as 0)."""
+    if origin is None:
+        origin = (0,) * a.ndim
+    if not isinstance(origin, (tuple, list)):
+        origin = (origin,)
+    if len(origin) != a.ndim:
+        raise ctx.error("view", loc, f"origin {tuple(origin)!r} has {len(origin)} entries, tensor {a.name} "
+                        "has "
+                        f"{a.ndim} modes")
+    org: list[ExprLike] = []
+    for i, o in enumerate(origin):
+        if o is None:
+            if i != 0 or rows is None:
+                raise ctx.error("view", loc, f"origin of {a.name}: None is only allowed in mode 0 with rows=")
+            org.append(0)
+        else:
+            org.append(as_index(ctx, "view", loc, o, f"origin of {a.name} mode {i}"))
+    return origin, org
+
+
+def _gather_rows(ctx: Any, loc: Any, rows: Any, shape: tuple[int, ...], origin: Any) -> Value:
+    """``rows=``: the value of an integer register tile of ``(tile[0],)`` or ``(tile[0], 1)``
+    row indices (mode 0 of ``origin`` must be None)."""
+    r = as_tile(ctx, "view", loc, rows, "rows")
+    if r.dtype.kind not in ("int", "uint"):
+        raise ctx.error("view", loc, f"rows {describe(r.value)} must hold integer row indices")
+    if r.shape not in ((shape[0],), (shape[0], 1)):
+        raise ctx.error("view", loc, f"rows {describe(r.value)} must have shape ({shape[0]},) or "
+                        f"({shape[0]},1) for a tile of {shape[0]} rows")
+    if origin[0] is not None and static_int(origin[0]) != 0:
+        raise ctx.error("view", loc, "with rows=, mode 0 of origin must be None (rows are gathered)")
+    return r.value
 
 
 def _emin(a: ExprLike, b: int) -> ExprLike:

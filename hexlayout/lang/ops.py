@@ -143,6 +143,19 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
     s = as_tile(ctx, "copy", loc, src, "src")
     d = as_tile(ctx, "copy", loc, dst, "dst")
     pair = f"src {describe(s.value)} and dst {describe(d.value)}"
+    _check_copy_tiles(ctx, loc, s, d, pair)
+    if instruction is not None:
+        _check_copy_instruction(ctx, loc, instruction, s, d, pair)
+    m = None if mask is None else _copy_mask(ctx, loc, mask, s)
+    bar, bidx = (None, 0) if mbarrier is None else _copy_barrier(ctx, loc, mbarrier, s, d, pair)
+    if multicast is not None:
+        _check_multicast(ctx, loc, multicast, bar)
+    fill = None if other is None else _other(ctx, loc, other, s, d, pair)
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill))
+
+
+def _check_copy_tiles(ctx: Any, loc: Any, s: Tile, d: Tile, pair: str) -> None:
+    """A copy's tiles: an allowed scope pair, one shape, one element type."""
     if (s.scope, d.scope) not in _COPY_PAIRS:
         hint = " (use hl.rearrange to change a register layout)" if s.scope == d.scope == R else ""
         raise ctx.error("copy", loc, f"cannot copy {SCOPE_NAMES[s.scope]} -> {SCOPE_NAMES[d.scope]}: {pair}; "
@@ -152,41 +165,43 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
         raise ctx.error("copy", loc, f"shapes differ: {pair}")
     if s.dtype != d.dtype:
         raise ctx.error("copy", loc, f"element types differ: {pair}; convert with hl.cast first")
-    if instruction is not None:
-        try:
-            atom = get_atom(instruction)
-        except ValueError as e:
-            raise ctx.error("copy", loc, f"instruction: {e}") from None
-        if not isinstance(atom, CopyAtom):
-            raise ctx.error("copy", loc, f"instruction {instruction!r} is not a copy atom")
-        spaces = (_SPACE[s.scope], _SPACE[d.scope])
-        if atom.kind != "universal" and (atom.src_space, atom.dst_space) != spaces:
-            raise ctx.error("copy", loc, f"instruction {instruction} copies {atom.src_space} -> "
-                            f"{atom.dst_space}, "
-                            f"but {pair}")
-    m: Any = None
-    if mask is not None:
-        if isinstance(mask, Tile):
-            mt = as_tile(ctx, "copy", loc, mask, "mask")
-            if mt.dtype.name != "pred" or mt.shape != s.shape or mt.scope != R:
-                raise ctx.error("copy", loc, f"mask {describe(mt.value)} must be a register predicate "
-                                "tile of "
-                                f"shape {shape_str(s.shape)}")
-            m = mt.value
-        elif isinstance(mask, (bool, int, Expr)):
-            m = mask
-        else:
-            raise ctx.error("copy", loc, f"mask {mask!r} must be an expression or a predicate tile")
-    bar, bidx = None, 0
-    if mbarrier is not None:
-        ref = as_barrier(ctx, "copy", loc, mbarrier)
-        if (s.scope, d.scope) != (G, S):
-            raise ctx.error("copy", loc, f"mbarrier= is for global->shared bulk (TMA) copies, not {pair}")
-        bar, bidx = ref.bar, ref.index
-    if multicast is not None:
-        _check_multicast(ctx, loc, multicast, bar)
-    fill = None if other is None else _other(ctx, loc, other, s, d, pair)
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill))
+
+
+def _check_copy_instruction(ctx: Any, loc: Any, instruction: str, s: Tile, d: Tile, pair: str) -> None:
+    """``instruction=``: a copy atom between the two tiles' memory spaces."""
+    try:
+        atom = get_atom(instruction)
+    except ValueError as e:
+        raise ctx.error("copy", loc, f"instruction: {e}") from None
+    if not isinstance(atom, CopyAtom):
+        raise ctx.error("copy", loc, f"instruction {instruction!r} is not a copy atom")
+    spaces = (_SPACE[s.scope], _SPACE[d.scope])
+    if atom.kind != "universal" and (atom.src_space, atom.dst_space) != spaces:
+        raise ctx.error("copy", loc, f"instruction {instruction} copies {atom.src_space} -> "
+                        f"{atom.dst_space}, "
+                        f"but {pair}")
+
+
+def _copy_barrier(ctx: Any, loc: Any, mbarrier: Any, s: Tile, d: Tile, pair: str) -> tuple[Any, Any]:
+    """``mbarrier=``: (the barrier array, the index) of a global->shared bulk (TMA) copy."""
+    ref = as_barrier(ctx, "copy", loc, mbarrier)
+    if (s.scope, d.scope) != (G, S):
+        raise ctx.error("copy", loc, f"mbarrier= is for global->shared bulk (TMA) copies, not {pair}")
+    return ref.bar, ref.index
+
+
+def _copy_mask(ctx: Any, loc: Any, mask: Any, s: Tile) -> Any:
+    """``mask=``: an expression as given, or a register predicate tile of the copy's shape (its value)."""
+    if isinstance(mask, Tile):
+        mt = as_tile(ctx, "copy", loc, mask, "mask")
+        if mt.dtype.name != "pred" or mt.shape != s.shape or mt.scope != R:
+            raise ctx.error("copy", loc, f"mask {describe(mt.value)} must be a register predicate "
+                            "tile of "
+                            f"shape {shape_str(s.shape)}")
+        return mt.value
+    if isinstance(mask, (bool, int, Expr)):
+        return mask
+    raise ctx.error("copy", loc, f"mask {mask!r} must be an expression or a predicate tile")
 
 
 def _other(ctx: Any, loc: Any, other: Any, s: Tile, d: Tile, pair: str) -> float:
@@ -297,6 +312,20 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     require_scope(ctx, "mma", loc, ta, "a", (R, S))
     require_scope(ctx, "mma", loc, tb, "b", (R, S))
     require_scope(ctx, "mma", loc, tc, "c (the accumulator)", (R,))
+    _check_mma_operands(ctx, loc, ta, tb, tc)
+    if atom is not None:
+        _check_mma_atom(ctx, loc, atom, ta, tb, tc)
+    wm = None if warps is None else _mma_warps(ctx, loc, warps)
+    if isinstance(accumulate, Tile) or not isinstance(accumulate, (bool, int, Expr)):
+        raise ctx.error("mma", loc, f"accumulate={accumulate!r:.60} must be True, False or a scalar integer "
+                        "expression (e.g. k > 0), not a tile or another value")
+    acc_flag: bool | Expr = accumulate if isinstance(accumulate, (bool, Expr)) else accumulate != 0
+    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc))
+
+
+def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile) -> None:
+    """An mma's operands: matrices whose M, N, K agree, ``a`` and ``b`` of one element type (or
+    two fp8 types), ``c`` an f32 / f16 / s32 accumulator that matches integer or float inputs."""
     for role, t in (("a", ta), ("b", tb), ("c", tc)):
         if t.ndim != 2:
             raise ctx.error("mma", loc, f"{role} {describe(t.value)} must be a matrix (2 modes)")
@@ -315,45 +344,48 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
         raise ctx.error("mma", loc, f"the accumulator c {dc} must be f32, f16 or s32")
     if (tc.dtype.name == "s32") != (ta.dtype.kind in ("int", "uint")):
         raise ctx.error("mma", loc, f"a {da} cannot accumulate into c {dc}")
-    if atom is not None:
-        try:
-            at = get_atom(atom)
-        except ValueError as e:
-            raise ctx.error("mma", loc, f"atom: {e}") from None
-        if not isinstance(at, MmaAtom):
-            raise ctx.error("mma", loc, f"atom {atom!r} is not an mma atom")
-        for role, t, want in (("a", ta, at.a_dtype), ("b", tb, at.b_dtype), ("c", tc, at.c_dtype)):
-            if t.dtype.name != want.name and not (want.name == "tf32" and t.dtype.name == "f32"):
-                raise ctx.error("mma", loc, f"atom {atom} takes {role} as {want}, but {role} is "
-                                f"{describe(t.value)}")
-        for what, n, d in (("M", am, at.m), ("N", bn, at.n), ("K", ak, at.k)):
-            if n % d:
-                raise ctx.error("mma", loc, f"atom {atom} is {at.m}x{at.n}x{at.k}: {what}={n} is not a "
-                                "multiple "
-                                f"of {d}")
-        for role, t, src in (("a", ta, at.a_source), ("b", tb, at.b_source)):
-            want_scope = S if src == "smem" else R
-            if t.scope != want_scope:
-                raise ctx.error("mma", loc, f"atom {atom} reads {role} from {SCOPE_NAMES[want_scope]} "
-                                "memory, "
-                                f"but {role} is {describe(t.value)}")
-    wm: TaskMapping | None = None
-    if warps is not None:
-        if isinstance(warps, tuple) and all(static_int(w) is not None for w in warps):
-            wm = _spatial(*warps)
-        elif isinstance(warps, TaskMapping):
-            wm = warps
-        else:
-            raise ctx.error("mma", loc, f"warps={warps!r} must be a task mapping (hl.spatial(...)) or a "
-                            "tuple")
-        if wm.num_workers * 32 > ctx.threads:
-            raise ctx.error("mma", loc, f"warps={wm} needs {wm.num_workers} warps, the block has "
-                            f"{ctx.threads // 32}")
-    if isinstance(accumulate, Tile) or not isinstance(accumulate, (bool, int, Expr)):
-        raise ctx.error("mma", loc, f"accumulate={accumulate!r:.60} must be True, False or a scalar integer "
-                        "expression (e.g. k > 0), not a tile or another value")
-    acc_flag: bool | Expr = accumulate if isinstance(accumulate, (bool, Expr)) else accumulate != 0
-    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc))
+
+
+def _check_mma_atom(ctx: Any, loc: Any, atom: str, ta: Tile, tb: Tile, tc: Tile) -> None:
+    """``atom=``: an mma atom of the operands' element types whose shape divides (M, N, K) and
+    that reads ``a`` and ``b`` from the memory they are in."""
+    (am, ak), (bn, _) = ta.shape, tb.shape
+    try:
+        at = get_atom(atom)
+    except ValueError as e:
+        raise ctx.error("mma", loc, f"atom: {e}") from None
+    if not isinstance(at, MmaAtom):
+        raise ctx.error("mma", loc, f"atom {atom!r} is not an mma atom")
+    for role, t, want in (("a", ta, at.a_dtype), ("b", tb, at.b_dtype), ("c", tc, at.c_dtype)):
+        if t.dtype.name != want.name and not (want.name == "tf32" and t.dtype.name == "f32"):
+            raise ctx.error("mma", loc, f"atom {atom} takes {role} as {want}, but {role} is "
+                            f"{describe(t.value)}")
+    for what, n, d in (("M", am, at.m), ("N", bn, at.n), ("K", ak, at.k)):
+        if n % d:
+            raise ctx.error("mma", loc, f"atom {atom} is {at.m}x{at.n}x{at.k}: {what}={n} is not a "
+                            "multiple "
+                            f"of {d}")
+    for role, t, src in (("a", ta, at.a_source), ("b", tb, at.b_source)):
+        want_scope = S if src == "smem" else R
+        if t.scope != want_scope:
+            raise ctx.error("mma", loc, f"atom {atom} reads {role} from {SCOPE_NAMES[want_scope]} "
+                            "memory, "
+                            f"but {role} is {describe(t.value)}")
+
+
+def _mma_warps(ctx: Any, loc: Any, warps: Any) -> TaskMapping:
+    """``warps=``: a task mapping (a tuple of static ints as ``hl.spatial``) the block has warps for."""
+    if isinstance(warps, tuple) and all(static_int(w) is not None for w in warps):
+        wm = _spatial(*warps)
+    elif isinstance(warps, TaskMapping):
+        wm = warps
+    else:
+        raise ctx.error("mma", loc, f"warps={warps!r} must be a task mapping (hl.spatial(...)) or a "
+                        "tuple")
+    if wm.num_workers * 32 > ctx.threads:
+        raise ctx.error("mma", loc, f"warps={wm} needs {wm.num_workers} warps, the block has "
+                        f"{ctx.threads // 32}")
+    return wm
 
 
 @method("cast")

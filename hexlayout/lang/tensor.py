@@ -194,6 +194,28 @@ class GlobalTensor:
         return f"GlobalTensor({self.name}: {self.dtype}[{shp}])"
 
 
+_Method = Callable[..., "Tile"]
+
+
+def _operators(fn: str | tuple[str, str]) -> tuple[_Method, _Method, _Method]:
+    """``(x op o, o op x, x op= o)`` of a ``Tile`` as the elementwise function ``fn``; a pair
+    ``(logical, bitwise)`` picks by the tile's type (``Tile._bitwise``). The in-place form
+    writes ``x``."""
+    def name(t: Tile) -> str:
+        return fn if isinstance(fn, str) else t._bitwise(*fn)
+
+    def forward(self: Tile, o: Any) -> Tile:
+        return self._ew(name(self), self, o)
+
+    def reflected(self: Tile, o: Any) -> Tile:
+        return self._ew(name(self), o, self)
+
+    def inplace(self: Tile, o: Any) -> Tile:
+        return self._ew(name(self), self, o, out=self)
+
+    return forward, reflected, inplace
+
+
 class Tile:
     """A tile value, as the kernel function sees it while it is traced.
 
@@ -449,59 +471,18 @@ class Tile:
     def _ew(self, fn: str, *args: Any, out: Tile | None = None) -> Tile:
         return METHODS["elementwise"](fn, args, out=out)
 
-    def __add__(self, o: Any) -> Tile:
-        return self._ew("add", self, o)
-
-    def __radd__(self, o: Any) -> Tile:
-        return self._ew("add", o, self)
-
-    def __sub__(self, o: Any) -> Tile:
-        return self._ew("sub", self, o)
-
-    def __rsub__(self, o: Any) -> Tile:
-        return self._ew("sub", o, self)
-
-    def __mul__(self, o: Any) -> Tile:
-        return self._ew("mul", self, o)
-
-    def __rmul__(self, o: Any) -> Tile:
-        return self._ew("mul", o, self)
-
-    def __truediv__(self, o: Any) -> Tile:
-        return self._ew("div", self, o)
-
-    def __floordiv__(self, o: Any) -> Tile:
-        return self._ew("floordiv", self, o)
-
-    def __rfloordiv__(self, o: Any) -> Tile:
-        return self._ew("floordiv", o, self)
-
-    def __mod__(self, o: Any) -> Tile:
-        return self._ew("mod", self, o)
-
-    def __rmod__(self, o: Any) -> Tile:
-        return self._ew("mod", o, self)
-
-    def __rtruediv__(self, o: Any) -> Tile:
-        return self._ew("div", o, self)
+    __add__, __radd__, __iadd__ = _operators("add")
+    __sub__, __rsub__, __isub__ = _operators("sub")
+    __mul__, __rmul__, __imul__ = _operators("mul")
+    __truediv__, __rtruediv__, __itruediv__ = _operators("div")
+    __floordiv__, __rfloordiv__, _ = _operators("floordiv")
+    __mod__, __rmod__, _ = _operators("mod")
 
     def __neg__(self) -> Tile:
         return self._ew("neg", self)
 
     def __abs__(self) -> Tile:
         return self._ew("abs", self)
-
-    def __iadd__(self, o: Any) -> Tile:
-        return self._ew("add", self, o, out=self)
-
-    def __isub__(self, o: Any) -> Tile:
-        return self._ew("sub", self, o, out=self)
-
-    def __imul__(self, o: Any) -> Tile:
-        return self._ew("mul", self, o, out=self)
-
-    def __itruediv__(self, o: Any) -> Tile:
-        return self._ew("div", self, o, out=self)
 
     def __lt__(self, o: Any) -> Tile:
         return self._ew("lt", self, o)
@@ -570,55 +551,17 @@ class Tile:
         bitwise one on integers (other types are refused by its typing rule)."""
         return logical if self.dtype.name == "pred" else bits
 
-    def __and__(self, o: Any) -> Tile:
-        return self._ew(self._bitwise("and", "bitand"), self, o)
-
-    def __rand__(self, o: Any) -> Tile:
-        return self._ew(self._bitwise("and", "bitand"), o, self)
-
-    def __iand__(self, o: Any) -> Tile:
-        return self._ew(self._bitwise("and", "bitand"), self, o, out=self)
-
-    def __or__(self, o: Any) -> Tile:
-        return self._ew(self._bitwise("or", "bitor"), self, o)
-
-    def __ror__(self, o: Any) -> Tile:
-        return self._ew(self._bitwise("or", "bitor"), o, self)
-
-    def __ior__(self, o: Any) -> Tile:
-        return self._ew(self._bitwise("or", "bitor"), self, o, out=self)
+    __and__, __rand__, __iand__ = _operators(("and", "bitand"))
+    __or__, __ror__, __ior__ = _operators(("or", "bitor"))
 
     def __invert__(self) -> Tile:
         return self._ew(self._bitwise("not", "bitnot"), self)
 
-    def __xor__(self, o: Any) -> Tile:
-        return self._ew("bitxor", self, o)
+    __xor__, __rxor__, __ixor__ = _operators("bitxor")
+    __lshift__, __rlshift__, __ilshift__ = _operators("shl")
+    __rshift__, __rrshift__, __irshift__ = _operators("shr")
+    del _
 
-    def __rxor__(self, o: Any) -> Tile:
-        return self._ew("bitxor", o, self)
-
-    def __ixor__(self, o: Any) -> Tile:
-        return self._ew("bitxor", self, o, out=self)
-
-    def __lshift__(self, o: Any) -> Tile:
-        return self._ew("shl", self, o)
-
-    def __rlshift__(self, o: Any) -> Tile:
-        return self._ew("shl", o, self)
-
-    def __ilshift__(self, o: Any) -> Tile:
-        return self._ew("shl", self, o, out=self)
-
-    def __rshift__(self, o: Any) -> Tile:
-        return self._ew("shr", self, o)
-
-    def __rrshift__(self, o: Any) -> Tile:
-        return self._ew("shr", o, self)
-
-    def __irshift__(self, o: Any) -> Tile:
-        return self._ew("shr", self, o, out=self)
-
-    # --- misuse ---------------------------------------------------------------------------
     def __bool__(self) -> bool:
         raise self._ctx.error("bool", self._ctx.loc(),
                               f"the tile {describe(self.value)} has no Python truth value "

@@ -79,7 +79,9 @@ def zip2_by(layout: Layout, guide: Tiler) -> Layout:
     return layout
 
 
-def _unzip(layout: Any, tiler: Tiler, f: Any) -> Any:
+def on_inner(layout: Any, tiler: Any, f: Any) -> Any:
+    """``f`` applied to the inner layout ``layout_b`` of a ``ComposedLayout`` (as CuTe C++ does
+    for divides and products), or None for any other layout."""
     from .composed import ComposedLayout
 
     if isinstance(layout, ComposedLayout):
@@ -87,24 +89,34 @@ def _unzip(layout: Any, tiler: Tiler, f: Any) -> Any:
     return None
 
 
-def zipped_divide(layout: Any, tiler: Tiler) -> Any:
-    c = _unzip(layout, tiler, zipped_divide)
-    if c is not None:
-        return c
-    return zip2_by(logical_divide(layout, tiler), tiler)
+def zipped_forms(logical: Any, kind: str) -> tuple[Any, Any, Any]:
+    """The zipped, tiled and flat forms (``zipped_<kind>``, ...) of ``logical`` (the logical
+    divide or product): ``((tile modes...), (rest modes...))``, ``((tile modes...), rest0,
+    rest1, ...)`` and ``(tile0, tile1, ..., rest0, rest1, ...)``."""
+    def zipped(layout: Any, tiler: Tiler) -> Any:
+        c = on_inner(layout, tiler, zipped)
+        if c is not None:
+            return c
+        return zip2_by(logical(layout, tiler), tiler)
+
+    def tiled(layout: Any, tiler: Tiler) -> Any:
+        c = on_inner(layout, tiler, tiled)
+        if c is not None:
+            return c
+        z = zipped(layout, tiler)
+        return tuple_layout([z[0]] + unpack_modes(z[1]))
+
+    def flat(layout: Any, tiler: Tiler) -> Any:
+        c = on_inner(layout, tiler, flat)
+        if c is not None:
+            return c
+        z = zipped(layout, tiler)
+        return tuple_layout(unpack_modes(z[0]) + unpack_modes(z[1]))
+
+    for f, form in ((zipped, "zipped"), (tiled, "tiled"), (flat, "flat")):
+        f.__name__ = f.__qualname__ = f"{form}_{kind}"
+        f.__module__ = logical.__module__
+    return zipped, tiled, flat
 
 
-def tiled_divide(layout: Any, tiler: Tiler) -> Any:
-    c = _unzip(layout, tiler, tiled_divide)
-    if c is not None:
-        return c
-    z = zipped_divide(layout, tiler)
-    return tuple_layout([z[0]] + unpack_modes(z[1]))
-
-
-def flat_divide(layout: Any, tiler: Tiler) -> Any:
-    c = _unzip(layout, tiler, flat_divide)
-    if c is not None:
-        return c
-    z = zipped_divide(layout, tiler)
-    return tuple_layout(unpack_modes(z[0]) + unpack_modes(z[1]))
+zipped_divide, tiled_divide, flat_divide = zipped_forms(logical_divide, "divide")

@@ -137,53 +137,38 @@ def repeat_like(t: IntTuple, value: Any) -> Any:
     return value
 
 
-def prefix_product(s: IntTuple, init: int = 1) -> IntTuple:
-    """Compact column-major strides: ``(4,(2,3)) -> (1,(4,8))``."""
+def _strides(s: IntTuple, init: int, reverse: bool, unit_zero: bool) -> IntTuple:
+    """Compact strides of shape ``s`` from ``init``: column-major (modes in order) or row-major
+    (``reverse``: the last mode fastest); ``unit_zero``: extent-1 modes get stride 0."""
     if is_tuple(s):
         out = []
         cur = init
-        for e in s:
-            out.append(prefix_product(e, cur))
+        for e in (reversed(s) if reverse else s):
+            out.append(_strides(e, cur, reverse, unit_zero))
             cur = cur * product(e)
-        return tuple(out)
-    return init
+        return tuple(reversed(out)) if reverse else tuple(out)
+    return 0 if unit_zero and s == 1 else init
+
+
+def prefix_product(s: IntTuple, init: int = 1) -> IntTuple:
+    """Compact column-major strides: ``(4,(2,3)) -> (1,(4,8))``."""
+    return _strides(s, init, False, False)
 
 
 def compact_col_major(s: IntTuple, init: int = 1) -> IntTuple:
     """CuTe's ``compact_major<LayoutLeft>``: ``prefix_product`` except that extent-1 modes
     get stride 0 (``(1,4,(1,3)) -> (0,1,(0,4))``), as C++ does for static shapes."""
-    if is_tuple(s):
-        out = []
-        cur = init
-        for e in s:
-            out.append(compact_col_major(e, cur))
-            cur = cur * product(e)
-        return tuple(out)
-    return 0 if s == 1 else init
+    return _strides(s, init, False, True)
 
 
 def compact_row_major(s: IntTuple, init: int = 1) -> IntTuple:
     """CuTe's ``compact_major<LayoutRight>``: ``suffix_product`` with 0 for extent-1 modes."""
-    if is_tuple(s):
-        out = []
-        cur = init
-        for e in reversed(s):
-            out.append(compact_row_major(e, cur))
-            cur = cur * product(e)
-        return tuple(reversed(out))
-    return 0 if s == 1 else init
+    return _strides(s, init, True, True)
 
 
 def suffix_product(s: IntTuple, init: int = 1) -> IntTuple:
     """Compact row-major strides: ``(4,(2,3)) -> (6,(3,1))``."""
-    if is_tuple(s):
-        out = []
-        cur = init
-        for e in reversed(s):
-            out.append(suffix_product(e, cur))
-            cur = cur * product(e)
-        return tuple(reversed(out))
-    return init
+    return _strides(s, init, True, False)
 
 
 def inner_product(a: IntTuple, b: IntTuple) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .complement import complement
 from .composition import Tiler, composition
-from .divide import tuple_layout, unpack_modes, zip2_by
+from .divide import on_inner, tuple_layout, zipped_forms
 from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, product, product_each
 from .layout import Layout, append, cosize, make_layout, make_ordered_layout, require_layout
 
@@ -30,16 +30,8 @@ __all__ = [
 ]
 
 
-def _composed(layout: Any, tiler: Any, f: Any) -> Any:
-    from .composed import ComposedLayout
-
-    if isinstance(layout, ComposedLayout):
-        return ComposedLayout(layout.layout_a, layout.offset, f(layout.layout_b, tiler))
-    return None
-
-
 def logical_product(block: Any, tiler: Tiler) -> Any:
-    c = _composed(block, tiler, logical_product)
+    c = on_inner(block, tiler, logical_product)
     if c is not None:
         return c
     require_layout(block, "logical_product")
@@ -62,27 +54,7 @@ def logical_product(block: Any, tiler: Tiler) -> Any:
     raise ValueError(f"logical_product({block}, {tiler!r}): the tiler is not a Layout, int, None or tuple")
 
 
-def zipped_product(block: Any, tiler: Tiler) -> Any:
-    c = _composed(block, tiler, zipped_product)
-    if c is not None:
-        return c
-    return zip2_by(logical_product(block, tiler), tiler)
-
-
-def tiled_product(block: Any, tiler: Tiler) -> Any:
-    c = _composed(block, tiler, tiled_product)
-    if c is not None:
-        return c
-    z = zipped_product(block, tiler)
-    return tuple_layout([z[0]] + unpack_modes(z[1]))
-
-
-def flat_product(block: Any, tiler: Tiler) -> Any:
-    c = _composed(block, tiler, flat_product)
-    if c is not None:
-        return c
-    z = zipped_product(block, tiler)
-    return tuple_layout(unpack_modes(z[0]) + unpack_modes(z[1]))
+zipped_product, tiled_product, flat_product = zipped_forms(logical_product, "product")
 
 
 def _zip(a: IntTuple, b: IntTuple) -> IntTuple:
@@ -116,7 +88,7 @@ def _rank_product(block: Any, tiler: Any, raked: bool) -> Layout:
 def blocked_product(block: Any, tiler: Layout) -> Any:
     """``zip(A*, B*)`` of ``logical_product(A*, B*)`` with both padded to the same rank:
     mode ``i`` is ``(A_i, B_i)``, each copy of the block contiguous in the result."""
-    c = _composed(block, tiler, blocked_product)
+    c = on_inner(block, tiler, blocked_product)
     if c is not None:
         return c
     return _rank_product(block, tiler, raked=False)
@@ -124,7 +96,7 @@ def blocked_product(block: Any, tiler: Layout) -> Any:
 
 def raked_product(block: Any, tiler: Layout) -> Any:
     """``zip(B*, A*)``: mode ``i`` is ``(B_i, A_i)``, the copies of the block interleaved."""
-    c = _composed(block, tiler, raked_product)
+    c = on_inner(block, tiler, raked_product)
     if c is not None:
         return c
     return _rank_product(block, tiler, raked=True)
@@ -132,7 +104,7 @@ def raked_product(block: Any, tiler: Layout) -> Any:
 
 def tile_to_shape(block: Any, trg_shape: IntTuple, order: IntTuple | None = None) -> Any:
     """Repeat ``block`` (blocked) until it has shape ``trg_shape``; ``order`` orders the repeats."""
-    c = _composed(block, trg_shape, lambda b, s: tile_to_shape(b, s, order))
+    c = on_inner(block, trg_shape, lambda b, s: tile_to_shape(b, s, order))
     if c is not None:
         return c
     r = len(trg_shape) if is_tuple(trg_shape) else 1

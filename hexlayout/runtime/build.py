@@ -38,7 +38,15 @@ from hexlayout.ir.tile import TileKernel
 from hexlayout.synth.solve import Synthesis, synthesize
 
 from . import plaindata
-from .cache import default_cache_dir, remove_damaged, source_hash, trusted_dir, warn_cache, write_atomic
+from .cache import (
+    default_cache_dir,
+    read_entry,
+    remove_damaged,
+    source_hash,
+    trusted_dir,
+    warn_cache,
+    write_atomic,
+)
 from .compile import DEFAULT_OPTIONS, CompiledKernel, compile_generated, compiler_identity
 
 __all__ = ["Build", "build", "clear_builds", "build_key", "program_key"]
@@ -162,12 +170,8 @@ def _decode(data: bytes, key: str, arch: str, compile: bool) -> Build | None:
 def _load(path: Path, key: str, arch: str, compile: bool) -> Build | None:
     if trusted_dir(path.parents[1], path.parent.name) is None:
         return None
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        warn_cache(f"hexlayout: cannot read the build cache entry {path} ({e.strerror or e}); rebuilding")
+    data = read_entry(path, "build cache entry", "rebuilding")
+    if data is None:
         return None
     out = _decode(data, key, arch, compile)
     if out is None:

@@ -140,6 +140,18 @@ def write_atomic(path: Path, data: bytes, what: str = "cache entry") -> bool:
         return False
 
 
+def read_entry(path: Path, what: str, then: str) -> bytes | None:
+    """The bytes of the cache file ``path``; None when it is missing, or unreadable (warned:
+    "cannot read the ``what`` ...; ``then``")."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        warn_cache(f"hexlayout: cannot read the {what} {path} ({e.strerror or e}); {then}")
+        return None
+
+
 def remove_damaged(path: Path, what: str = "cache entry") -> None:
     """Delete a damaged entry; a ``CacheWarning`` (once) when that is not possible."""
     try:
@@ -202,12 +214,8 @@ class DiskCache:
         p = self.path(key)
         if trusted_dir(self.directory, p.parent.relative_to(self.directory)) is None:
             return None
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            warn_cache(f"hexlayout: cannot read the cache entry {p} ({e.strerror or e}); recompiling")
+        data = read_entry(p, "cache entry", "recompiling")
+        if data is None:
             return None
         entry = _decode(data)
         if entry is not None and entry.meta.pop("key", None) != key:

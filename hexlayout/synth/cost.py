@@ -47,6 +47,7 @@ from hexlayout.ir.lowered import (
     TmaStore,
     Wgmma,
 )
+from hexlayout.memo import memoized
 
 __all__ = ["CostBreakdown", "instr_cost"]
 
@@ -82,14 +83,12 @@ def _addresses(e: Any, tid: Any, tids: np.ndarray) -> np.ndarray:
     expression and thread range: a synthesis costs the same addresses under many candidates)."""
     if not isinstance(e, Expr):
         return np.full(tids.shape, int(e), dtype=np.int64)
-    try:
-        return _addresses_memo(e, tid, int(tids[0]) if tids.size else 0, int(tids.size))
-    except TypeError:                 # an unhashable argument
-        return _evaluate_addresses(e, tid, tids)
+    return _addresses_memo(e, tid, int(tids[0]) if tids.size else 0, int(tids.size))
 
 
-@functools.lru_cache(maxsize=1 << 15)
+@memoized(1 << 15)
 def _addresses_memo(e: Expr, tid: Any, lo: int, n: int) -> np.ndarray:
+    """``_evaluate_addresses`` for the threads ``lo .. lo + n - 1`` (a read-only array)."""
     out = _evaluate_addresses(e, tid, np.arange(lo, lo + n, dtype=np.int64))
     out.flags.writeable = False
     return out

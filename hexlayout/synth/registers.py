@@ -90,133 +90,188 @@ def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: di
     ``partial``: ``choice`` covers only some mma ops; the others' operands are left open, no
     class gets a default (coalesced) layout and none is reported unresolved. A conflict found
     so is a conflict of every completion of ``choice``."""
-    lay: dict[int, Layout] = {}
-    origin: dict[int, tuple[Op | None, LayoutSource]] = {}
-    classes = g.classes()
-    shape_of = {c: tuple(vs[0].type.shape) for c, vs in classes.items()}
+    s = _Layouts(g)
+    err = s.seed(choice, partial) or s.propagate()
+    if err:
+        return RegisterAssignment(s.lay, s.origin, err)
+    if partial:
+        return RegisterAssignment(s.lay, s.origin, None, [])
+    err, unresolved = s.defaults(threads_of, global_views or {})
+    if err:
+        return RegisterAssignment(s.lay, s.origin, err)
+    s.index_layouts(unresolved, threads_of)
+    return RegisterAssignment(s.lay, s.origin, None, unresolved)
 
-    def put(c: int, layout: Layout, op: Op | None, why: LayoutSource) -> Conflict | None:
-        if c in lay:
-            if not same_function(lay[c], layout):
-                return Conflict(c, (lay[c], *origin[c]), (layout, op, why), classes.get(c, []))
+
+class _Layouts:
+    """The register layouts of one ``assign_registers`` call as they are found: ``lay`` (class
+    -> layout), ``origin`` (class -> the op and the reason), and the steps that add to them."""
+
+    def __init__(self, g: LayoutGraph) -> None:
+        self.g = g
+        self.lay: dict[int, Layout] = {}
+        self.origin: dict[int, tuple[Op | None, LayoutSource]] = {}
+        self.classes = g.classes()
+        self.shape_of = {c: tuple(vs[0].type.shape) for c, vs in self.classes.items()}
+
+    def put(self, c: int, layout: Layout, op: Op | None, why: LayoutSource) -> Conflict | None:
+        """Give class ``c`` ``layout``; the conflict if it already has a different one."""
+        if c in self.lay:
+            if not same_function(self.lay[c], layout):
+                return Conflict(c, (self.lay[c], *self.origin[c]), (layout, op, why), self.classes.get(c, []))
             return None
-        lay[c] = layout
-        origin[c] = (op, why)
+        self.lay[c] = layout
+        self.origin[c] = (op, why)
         return None
 
-    for vid, layout, op in g.explicit:
-        err = put(g.find(vid), layout, op, EXPLICIT)
-        if err:
-            return RegisterAssignment(lay, origin, err)
-    for r in g.mma_roles:
-        if partial and id(r.op) not in choice:
-            continue
-        tm = choice[id(r.op)]
-        layout = {"a": tm.a_tv, "b": tm.b_tv, "c": tm.c_tv}[r.role]()
-        err = put(r.cls, layout, r.op, LayoutSource("mma", r.role, tm))
-        if err:
-            return RegisterAssignment(lay, origin, err)
-    def propagate() -> Conflict | None:
+    def seed(self, choice: dict[int, TiledMma], partial: bool) -> Conflict | None:
+        """The explicit layouts, then the operand layouts of every chosen mma."""
+        for vid, layout, op in self.g.explicit:
+            err = self.put(self.g.find(vid), layout, op, EXPLICIT)
+            if err:
+                return err
+        for r in self.g.mma_roles:
+            if partial and id(r.op) not in choice:
+                continue
+            tm = choice[id(r.op)]
+            layout = {"a": tm.a_tv, "b": tm.b_tv, "c": tm.c_tv}[r.role]()
+            err = self.put(r.cls, layout, r.op, LayoutSource("mma", r.role, tm))
+            if err:
+                return err
+        return None
+
+    def propagate(self) -> Conflict | None:
+        """Apply the reduced, derived and mapped relations until no class gains a layout."""
         changed = True
         while changed:
             changed = False
-            for rel in g.reduced:
-                if rel.src not in lay:
-                    continue
-                out = lay[rel.src]
-                shape = shape_of[rel.src]
-                try:
-                    for ax in rel.axes:
-                        out = reduced_tv(out, shape, ax, _fail, rel.op)
-                        shape = tuple(1 if k == ax else s for k, s in enumerate(shape))
-                except ValueError as e:
-                    bad = LayoutSource("invalid", detail=str(e))
-                    return Conflict(rel.dst, (lay[rel.src], rel.op, bad), (lay[rel.src], rel.op, bad))
-                known = rel.dst in lay
-                why = LayoutSource("reduced", detail=f"{type(rel.op).__name__.lower()} along axes {rel.axes}")
-                err = put(rel.dst, out, rel.op, why)
+            for step in (self.propagate_reduced, self.propagate_derived, self.propagate_mapped):
+                err, grew = step()
                 if err:
                     return err
-                changed |= not known
-            for d in g.derived:
-                src, dst = g.find(d.src), g.find(d.dst)
-                if src not in lay and dst in lay and d.inv is not None:
-                    back = d.inv(lay[dst])          # the sources' layout a required result asks for
-                    if back is not None:
-                        err = put(src, back, d.op, LayoutSource(
-                            "derived", detail=f"the sources of a {type(d.op).__name__.lower()} whose result "
-                            f"is {origin[dst][1]}"))
-                        if err:
-                            return err
-                        changed = True
-                if src not in lay:
-                    continue
-                try:
-                    out = d.fn(lay[src])
-                except ValueError as e:
-                    bad = LayoutSource("invalid", detail=f"{type(d.op).__name__.lower()}: {e}")
-                    return Conflict(dst, (lay[src], d.op, bad), (lay[src], d.op, bad))
-                known = dst in lay
-                err = put(dst, out, d.op, LayoutSource("derived", detail=f"a {type(d.op).__name__.lower()} "
-                                                       "of register tiles"))
-                if err:
-                    return err
-                changed |= not known
-            for m in g.mapped:
-                src, dst = g.find(m.src), g.find(m.dst)       # classes may have merged since
-                for a, b, f in ((src, dst, m.fwd), (dst, src, m.bwd)):
-                    if a not in lay:
-                        continue
-                    try:
-                        out = composition(f, lay[a])
-                    except ValueError as e:
-                        bad = LayoutSource("invalid", detail=f"{type(m.op).__name__.lower()}: {e}")
-                        return Conflict(b, (lay[a], m.op, bad), (lay[a], m.op, bad))
-                    known = b in lay
-                    why = LayoutSource("mapped", detail=f"a view ({type(m.op).__name__.lower()})")
-                    err = put(b, out, m.op, why)
-                    if err:
-                        return err
-                    changed |= not known
+                changed |= grew
         return None
 
-    err = propagate()
-    if err:
-        return RegisterAssignment(lay, origin, err)
-    unresolved: list[int] = []
-    if partial:
-        return RegisterAssignment(lay, origin, None, unresolved)
-    for c in classes:
-        if c in lay:
-            continue
-        layout = _coalesced(g, c, shape_of[c], threads_of.get(c, 0), global_views or {})
-        if layout is None:
-            unresolved.append(c)
-        else:
-            lay[c] = layout
-            origin[c] = (g.copies_with_global[c][0], COALESCED)
-            if g.mapped or g.derived:
-                # a view's class follows at once (before it gets a default of its own)
-                err = propagate()
+    def propagate_reduced(self) -> tuple[Conflict | None, bool]:
+        """``dst = reduced_tv(src, axes)`` for every reduction (or broadcast) whose source is
+        known; (the conflict, whether a class gained a layout)."""
+        changed = False
+        lay = self.lay
+        for rel in self.g.reduced:
+            if rel.src not in lay:
+                continue
+            out = lay[rel.src]
+            shape = self.shape_of[rel.src]
+            try:
+                for ax in rel.axes:
+                    out = reduced_tv(out, shape, ax, _fail, rel.op)
+                    shape = tuple(1 if k == ax else s for k, s in enumerate(shape))
+            except ValueError as e:
+                bad = LayoutSource("invalid", detail=str(e))
+                return Conflict(rel.dst, (lay[rel.src], rel.op, bad), (lay[rel.src], rel.op, bad)), changed
+            known = rel.dst in lay
+            why = LayoutSource("reduced", detail=f"{type(rel.op).__name__.lower()} along axes {rel.axes}")
+            err = self.put(rel.dst, out, rel.op, why)
+            if err:
+                return err, changed
+            changed |= not known
+        return None, changed
+
+    def propagate_derived(self) -> tuple[Conflict | None, bool]:
+        """``src = inv(dst)`` for a join whose result is known first, ``dst = fn(src)`` for
+        every join whose sources are known; (the conflict, whether a class gained a layout)."""
+        changed = False
+        lay, g = self.lay, self.g
+        for d in g.derived:
+            src, dst = g.find(d.src), g.find(d.dst)
+            if src not in lay and dst in lay and d.inv is not None:
+                back = d.inv(lay[dst])          # the sources' layout a required result asks for
+                if back is not None:
+                    err = self.put(src, back, d.op, LayoutSource(
+                        "derived", detail=f"the sources of a {type(d.op).__name__.lower()} whose result "
+                        f"is {self.origin[dst][1]}"))
+                    if err:
+                        return err, changed
+                    changed = True
+            if src not in lay:
+                continue
+            try:
+                out = d.fn(lay[src])
+            except ValueError as e:
+                bad = LayoutSource("invalid", detail=f"{type(d.op).__name__.lower()}: {e}")
+                return Conflict(dst, (lay[src], d.op, bad), (lay[src], d.op, bad)), changed
+            known = dst in lay
+            err = self.put(dst, out, d.op, LayoutSource("derived", detail=f"a {type(d.op).__name__.lower()} "
+                                                        "of register tiles"))
+            if err:
+                return err, changed
+            changed |= not known
+        return None, changed
+
+    def propagate_mapped(self) -> tuple[Conflict | None, bool]:
+        """``dst = fwd o src`` or ``src = bwd o dst`` for every view (``x.T``) with a known side;
+        (the conflict, whether a class gained a layout)."""
+        changed = False
+        lay, g = self.lay, self.g
+        for m in g.mapped:
+            src, dst = g.find(m.src), g.find(m.dst)       # classes may have merged since
+            for a, b, f in ((src, dst, m.fwd), (dst, src, m.bwd)):
+                if a not in lay:
+                    continue
+                try:
+                    out = composition(f, lay[a])
+                except ValueError as e:
+                    bad = LayoutSource("invalid", detail=f"{type(m.op).__name__.lower()}: {e}")
+                    return Conflict(b, (lay[a], m.op, bad), (lay[a], m.op, bad)), changed
+                known = b in lay
+                why = LayoutSource("mapped", detail=f"a view ({type(m.op).__name__.lower()})")
+                err = self.put(b, out, m.op, why)
                 if err:
-                    return RegisterAssignment(lay, origin, err)
-    if unresolved:
-        # a broadcast operand too small for a coalesced layout of its own (a (64, 1) scale
-        # column) takes the reduced layout of a class that only now has its coalesced one
-        err = propagate()
-        if err:
-            return RegisterAssignment(lay, origin, err)
-        unresolved = [c for c in unresolved if c not in lay]
-    for c in list(unresolved):
-        # integer tiles that only compute gather indices (iota and integer math): the gather
-        # recomputes them per thread (hexlayout.ir.lower.index_tiles), any layout holds them
-        if all(v.type.dtype.kind != "float" for v in classes.get(c, [])) and threads_of.get(c, 0) > 0:
-            tv = _index_layout(shape_of[c], threads_of[c])
-            if tv is not None:
-                lay[c] = tv
-                origin[c] = (None, LayoutSource("index", detail="an index computation: any layout"))
-                unresolved.remove(c)
-    return RegisterAssignment(lay, origin, None, unresolved)
+                    return err, changed
+                changed |= not known
+        return None, changed
+
+    def defaults(self, threads_of: dict[int, int],
+                 global_views: dict[int, Any]) -> tuple[Conflict | None, list[int]]:
+        """A coalesced layout for every class still open that is copied with global memory
+        (each propagated at once); (the conflict, the classes still unresolved)."""
+        g, lay, origin = self.g, self.lay, self.origin
+        unresolved: list[int] = []
+        for c in self.classes:
+            if c in lay:
+                continue
+            layout = _coalesced(g, c, self.shape_of[c], threads_of.get(c, 0), global_views)
+            if layout is None:
+                unresolved.append(c)
+            else:
+                lay[c] = layout
+                origin[c] = (g.copies_with_global[c][0], COALESCED)
+                if g.mapped or g.derived:
+                    # a view's class follows at once (before it gets a default of its own)
+                    err = self.propagate()
+                    if err:
+                        return err, unresolved
+        if unresolved:
+            # a broadcast operand too small for a coalesced layout of its own (a (64, 1) scale
+            # column) takes the reduced layout of a class that only now has its coalesced one
+            err = self.propagate()
+            if err:
+                return err, unresolved
+            unresolved = [c for c in unresolved if c not in lay]
+        return None, unresolved
+
+    def index_layouts(self, unresolved: list[int], threads_of: dict[int, int]) -> None:
+        """Integer tiles that only compute gather indices (iota and integer math): the gather
+        recomputes them per thread (hexlayout.ir.lower.index_tiles), any layout holds them;
+        each such class gets one and leaves ``unresolved``."""
+        for c in list(unresolved):
+            integer = all(v.type.dtype.kind != "float" for v in self.classes.get(c, []))
+            if integer and threads_of.get(c, 0) > 0:
+                tv = _index_layout(self.shape_of[c], threads_of[c])
+                if tv is not None:
+                    self.lay[c] = tv
+                    self.origin[c] = (None, LayoutSource("index", detail="an index computation: any layout"))
+                    unresolved.remove(c)
 
 
 def _index_layout(shape: tuple[int, ...], threads: int) -> Layout | None:

@@ -485,157 +485,118 @@ class _Synth:
         return sorted(cands, key=mismatch)
 
     def run(self) -> Synthesis:
+        """Synthesize: search the mma choices (each fixes the register layouts) and, for each
+        consistent one, the shared layouts; keep the cheapest and lower the program as chosen."""
         t0 = time.perf_counter()
+        search = self.mma_search()
+        best, failure = self.best_solution(search)
+        if best is None:
+            self.raise_no_solution(search, failure)
+        return self.result(search, best, time.perf_counter() - t0)
+
+    def mma_search(self) -> _MmaSearch:
+        """The candidates of every mma op (an op with none is an error) and the search over them."""
         mma_ops = self.g.mmas
         cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.threads_of(op)))
                  for op in mma_ops}
         for op in mma_ops:
             if not cands[id(op)]:
                 raise no_mma(self, op)
-        cthreads = self.class_threads()
-        problem = Problem(BacktrackingSolver())
-        keys = [id(op) for op in mma_ops]
-        # problem variables are positions in a search order that visits mmas sharing a register
-        # tile one after another (python-constraint breaks ties by variable name), so partial
-        # choices meet their conflicts early and the search is the same in every process
-        var_of = {j: p for p, j in enumerate(self.search_order())}
-        for j, k in enumerate(keys):
-            problem.addVariable(var_of[j], list(reversed(range(len(cands[k])))))
-        rejected: dict[tuple[int, ...], str] = {}
-        first_conflict: list[Any] = []
+        return _MmaSearch(self, cands, [id(op) for op in mma_ops])
 
-        def conflict(idx: tuple[int | None, ...], ra: Any) -> bool:
-            if ra.conflict is None:
-                return False
-            c = ra.conflict
-            names = ", ".join(f"%{v.name}" for v in c.values[:3])
-            rejected[idx] = (f"register tile {names} would need two layouts: {c.first[2]} "
-                             f"({_loc(c.first[1])}) and {c.second[2]} ({_loc(c.second[1])})")
-            if not first_conflict:
-                first_conflict.append(ra)
-            return True
-
-        partial_seen: dict[tuple[int | None, ...], bool] = {}
-        accepted: set[tuple[int, ...]] = set()
-        checks = 0
-
-        def count() -> None:
-            nonlocal checks
-            checks += 1
-            if checks + self.shared_checks > MAX_REGISTER_CHECKS:
-                raise _SearchLimit
-
-        def partially_consistent(assigned: dict[int, int]) -> bool:
-            """No register conflict among the mma ops chosen so far (prunes the search)."""
-            idx = tuple(assigned.get(var_of[j]) for j in range(len(keys)))
-            if idx not in partial_seen:
-                count()
-                choice = {k: cands[k][i] for k, i in zip(keys, idx) if i is not None}
-                ra = assign_registers(self.g, choice, cthreads, self.global_views, partial=True)
-                partial_seen[idx] = not conflict(idx, ra)
-            return partial_seen[idx]
-
-        def consistent(*idx: int) -> bool:
-            count()
-            choice = {k: cands[k][i] for k, i in zip(keys, idx)}
-            ra = assign_registers(self.g, choice, cthreads, self.global_views)
-            if conflict(idx, ra):
-                return False
-            if ra.unresolved:
-                classes = self.g.classes()
-                names = ", ".join(f"%{v.name}" for c in ra.unresolved[:3] for v in classes.get(c, [])[:1])
-                rejected[idx] = f"nothing determines the layout of register tile(s) {names}"
-                if not first_conflict:
-                    first_conflict.append(ra)
-                return False
-            err = self.check_register_ops(choice, self.register_assignment(ra, choice))
-            if err:
-                rejected[idx] = str(err)
-                if not first_conflict:
-                    first_conflict.append(err)
-                return False
-            accepted.add(idx)
-            return True
-
-        if keys:
-            problem.addConstraint(LazyConstraint(consistent, partially_consistent),
-                                  [var_of[j] for j in range(len(keys))])
-            solutions = problem.getSolutionIter()
-        else:
-            solutions = iter([{}])
+    def best_solution(self, search: _MmaSearch) -> tuple[tuple[float, Any, float] | None, _Failure]:
+        """The cheapest ``(cost, (choice, assignment, shared, shared decisions, index, cost),
+        bank conflicts)`` over the register solutions (at most ``MAX_REGISTER_SOLUTIONS`` once
+        one is found, or the first without bank conflicts), and what failed on the way."""
         best: tuple[float, Any, float] | None = None
-        last_error: SynthesisError | None = None
-        unexplained: Assignment | None = None   # first register solution without shared layouts
-        stopped = False
+        failure = _Failure()
         try:
-            for n, sol in enumerate(solutions):
-                idx = tuple(sol[var_of[j]] for j in range(len(keys)))
-                choice = {k: cands[k][i] for k, i in zip(keys, idx)}
-                ra = assign_registers(self.g, choice, cthreads, self.global_views)
-                if not keys and ra.conflict is not None:
+            for n, sol in enumerate(search.solutions()):
+                idx = search.index(sol)
+                choice = search.choice(idx)
+                ra = assign_registers(self.g, choice, search.cthreads, self.global_views)
+                if not search.keys and ra.conflict is not None:
                     # no mma to choose: the one register assignment conflicts (e.g. a window of a
                     # register tile that leaves some threads without values)
-                    raise register_conflict(self, cands, [ra], rejected, False)
+                    raise register_conflict(self, search.cands, [ra], search.rejected, False)
                 self.current = self.register_assignment(ra, choice)
-                res = self.solve_shared(explain=False)
-                if res is None:
-                    if last_error is None and unexplained is None:
-                        unexplained = self.current      # the preferred mma choice's failure, explained below
-                elif isinstance(res, SynthesisError):
-                    last_error = last_error or res
-                else:
-                    shared, scost, sdec = res
-                    key = tuple(sorted((k, str(v)) for k, v in choice.items()))
-                    if key not in self.reg_cost:
-                        err = self.check_register_ops(choice, self.current)
-                        if err:
-                            if not keys and ra.conflict is None and ra.unresolved:
-                                # no mma: a register tile no coalesced layout spreads over the threads
-                                last_error = last_error or self.unresolved_error(ra.unresolved, cthreads)
-                            last_error = last_error or SynthesisError(self.tk.name, err.located,
-                                                                      [err.op] if err.op else [])
-                            continue
-                    cost = CostBreakdown()
-                    cost.add(scost)
-                    cost.add(self.reg_cost[key])
-                    if best is None or cost.total < best[0]:
-                        found = (choice, self.current, shared, sdec, idx, cost)
-                        best = (cost.total, found, scost.bank_conflicts)
+                found = self.shared_solution(search, choice, ra, idx, failure)
+                if found is not None and (best is None or found[0] < best[0]):
+                    best = found
                 # no count of solutions hides a legal one: keep going until one is found
                 if best is not None and (n + 1 >= MAX_REGISTER_SOLUTIONS or best[2] == 0):
                     break
-                if checks + self.shared_checks > MAX_REGISTER_CHECKS:
+                if search.over_limit():
                     raise _SearchLimit
         except _SearchLimit:
-            stopped = True
-        if best is None:
-            if unexplained is not None:
-                self.current = unexplained
-                res = self.solve_shared()
-                if isinstance(res, SynthesisError):
-                    last_error = res
-            if last_error is not None:
-                if stopped:
-                    raise SynthesisError(
-                        self.tk.name, f"{str(last_error).removeprefix(self.tk.name + ': ')} (the search "
-                        f"stopped after {checks} mma choices and {self.shared_checks} shared-layout checks, "
-                        "MAX_REGISTER_CHECKS; the first failure is shown; give atom= or warps= to an mma "
-                        "or layouts to shared tiles to narrow it)", last_error.ops)
-                raise last_error
-            raise register_conflict(self, cands, first_conflict, rejected, stopped)
+            failure.stopped = True
+        return best, failure
+
+    def shared_solution(self, search: _MmaSearch, choice: dict[int, TiledMma], ra: RegisterAssignment,
+                        idx: tuple[int, ...], failure: _Failure) -> tuple[float, Any, float] | None:
+        """The shared layouts under the register assignment ``self.current`` and the total cost
+        as ``best_solution`` ranks it, or None (the failure recorded in ``failure``)."""
+        res = self.solve_shared(explain=False)
+        if res is None:
+            if failure.last_error is None and failure.unexplained is None:
+                failure.unexplained = self.current      # the preferred mma choice's failure, explained later
+            return None
+        if isinstance(res, SynthesisError):
+            failure.last_error = failure.last_error or res
+            return None
+        shared, scost, sdec = res
+        key = tuple(sorted((k, str(v)) for k, v in choice.items()))
+        if key not in self.reg_cost:
+            err = self.check_register_ops(choice, self.current)
+            if err:
+                if not search.keys and ra.conflict is None and ra.unresolved:
+                    # no mma: a register tile no coalesced layout spreads over the threads
+                    failure.last_error = (failure.last_error
+                                          or self.unresolved_error(ra.unresolved, search.cthreads))
+                failure.last_error = failure.last_error or SynthesisError(self.tk.name, err.located,
+                                                                          [err.op] if err.op else [])
+                return None
+        cost = CostBreakdown()
+        cost.add(scost)
+        cost.add(self.reg_cost[key])
+        return cost.total, (choice, self.current, shared, sdec, idx, cost), scost.bank_conflicts
+
+    def raise_no_solution(self, search: _MmaSearch, failure: _Failure) -> None:
+        """Raise the error that explains why no choice worked: the shared-layout failure of the
+        preferred mma choice, else the first synthesis error, else the register conflicts."""
+        last_error = failure.last_error
+        if failure.unexplained is not None:
+            self.current = failure.unexplained
+            res = self.solve_shared()
+            if isinstance(res, SynthesisError):
+                last_error = res
+        if last_error is not None:
+            if failure.stopped:
+                raise SynthesisError(
+                    self.tk.name, f"{str(last_error).removeprefix(self.tk.name + ': ')} (the search "
+                    f"stopped after {search.checks} mma choices and {self.shared_checks} shared-layout "
+                    "checks, "
+                    "MAX_REGISTER_CHECKS; the first failure is shown; give atom= or warps= to an mma "
+                    "or layouts to shared tiles to narrow it)", last_error.ops)
+            raise last_error
+        raise register_conflict(self, search.cands, search.first_conflict, search.rejected, failure.stopped)
+
+    def result(self, search: _MmaSearch, best: tuple[float, Any, float], seconds: float) -> Synthesis:
+        """The synthesis of the best solution: a copy of the program annotated with the
+        assignment, lowered as assigned, with every decision pointing into the copy."""
         _, (choice, asg, shared, sdec, idx, cost), _ = best
         asg = asg.with_layouts({root.id: shared[root.id].layout for root in self.shared_roots})
         asg = asg.with_copies(self.copy_choices(asg, choice, shared))
-        # the result: a copy of the program annotated with the assignment, lowered as assigned
         kernel, ops = asg.annotate(self.tk)          # the copy keeps op uids and value ids
         prog = lower_kernel(kernel, self.arch, asg)
         values = {v.id: v for op in ops.values() for v in op.values()}
-        decisions = self.mma_decisions(cands, idx, rejected, accepted) + sdec + self.copy_decisions(prog)
+        decisions = (self.mma_decisions(search.cands, idx, search.rejected, search.accepted) + sdec
+                     + self.copy_decisions(prog))
         for d in decisions:
             d.op = ops.get(id(d.op), d.op) if d.op is not None else None
             d.value = values.get(d.value.id, d.value) if d.value is not None else None
-        return Synthesis(kernel, self.arch, prog, decisions, cost, time.perf_counter() - t0,
-                         {self.op_uid[k]: choice[k] for k in keys}, asg)
+        return Synthesis(kernel, self.arch, prog, decisions, cost, seconds,
+                         {self.op_uid[k]: choice[k] for k in search.keys}, asg)
 
     def copy_choices(self, asg: Assignment, choice: dict[int, TiledMma],
                      shared: dict[int, SharedCandidate]) -> dict[int, tuple[str, str]]:
@@ -684,6 +645,111 @@ class _Synth:
                 out.append(Decision(f"copy at {_loc(op)}", op, None, instr,
                                     [Alternative(instr, "chosen")]))
         return out
+
+
+@dataclass
+class _Failure:
+    """What went wrong while searching: the first synthesis error, the first register solution
+    whose shared layouts failed unexplained, and whether the search stopped at its limit."""
+    last_error: SynthesisError | None = None
+    unexplained: Assignment | None = None
+    stopped: bool = False
+
+
+class _MmaSearch:
+    """The search over the mma choices of one synthesis: the candidates of every mma op (by
+    ``id``), the constraint problem over their indices, and what the checks found (choices
+    rejected and why, the first conflict, the choices accepted, the number of checks)."""
+
+    def __init__(self, synth: _Synth, cands: dict[int, list[TiledMma]], keys: list[int]) -> None:
+        self.synth = synth
+        self.cands = cands
+        self.keys = keys
+        self.cthreads = synth.class_threads()
+        # problem variables are positions in a search order that visits mmas sharing a register
+        # tile one after another (python-constraint breaks ties by variable name), so partial
+        # choices meet their conflicts early and the search is the same in every process
+        self.var_of = {j: p for p, j in enumerate(synth.search_order())}
+        self.rejected: dict[tuple[int | None, ...], str] = {}
+        self.first_conflict: list[Any] = []
+        self.partial_seen: dict[tuple[int | None, ...], bool] = {}
+        self.accepted: set[tuple[int, ...]] = set()
+        self.checks = 0
+
+    def solutions(self) -> Any:
+        """The complete mma choices consistent in registers, as python-constraint solutions."""
+        if not self.keys:
+            return iter([{}])
+        problem = Problem(BacktrackingSolver())
+        for j, k in enumerate(self.keys):
+            problem.addVariable(self.var_of[j], list(reversed(range(len(self.cands[k])))))
+        problem.addConstraint(LazyConstraint(self.consistent, self.partially_consistent),
+                              [self.var_of[j] for j in range(len(self.keys))])
+        return problem.getSolutionIter()
+
+    def index(self, sol: dict[int, int]) -> tuple[Any, ...]:
+        """The candidate index of every mma op (None where unassigned) in a (partial) solution."""
+        return tuple(sol.get(self.var_of[j]) for j in range(len(self.keys)))
+
+    def choice(self, idx: tuple[int | None, ...]) -> dict[int, TiledMma]:
+        """The chosen candidate of every assigned mma op."""
+        return {k: self.cands[k][i] for k, i in zip(self.keys, idx) if i is not None}
+
+    def over_limit(self) -> bool:
+        return self.checks + self.synth.shared_checks > MAX_REGISTER_CHECKS
+
+    def count(self) -> None:
+        """Count one check; stop the search past ``MAX_REGISTER_CHECKS``."""
+        self.checks += 1
+        if self.over_limit():
+            raise _SearchLimit
+
+    def note(self, idx: tuple[int | None, ...], why: str, first: Any) -> None:
+        """Record that choice ``idx`` is rejected (``why``), and ``first`` if it is the first."""
+        self.rejected[idx] = why
+        if not self.first_conflict:
+            self.first_conflict.append(first)
+
+    def conflict(self, idx: tuple[int | None, ...], ra: Any) -> bool:
+        """Whether register assignment ``ra`` has a conflict (recorded for choice ``idx``)."""
+        if ra.conflict is None:
+            return False
+        c = ra.conflict
+        names = ", ".join(f"%{v.name}" for v in c.values[:3])
+        self.note(idx, f"register tile {names} would need two layouts: {c.first[2]} "
+                  f"({_loc(c.first[1])}) and {c.second[2]} ({_loc(c.second[1])})", ra)
+        return True
+
+    def partially_consistent(self, assigned: dict[int, int]) -> bool:
+        """No register conflict among the mma ops chosen so far (prunes the search)."""
+        idx = self.index(assigned)
+        if idx not in self.partial_seen:
+            self.count()
+            ra = assign_registers(self.synth.g, self.choice(idx), self.cthreads, self.synth.global_views,
+                                  partial=True)
+            self.partial_seen[idx] = not self.conflict(idx, ra)
+        return self.partial_seen[idx]
+
+    def consistent(self, *idx: int) -> bool:
+        """The complete choice ``idx`` has consistent, determined register layouts whose
+        register ops (casts, reductions, ...) are legal."""
+        self.count()
+        s = self.synth
+        choice = self.choice(idx)
+        ra = assign_registers(s.g, choice, self.cthreads, s.global_views)
+        if self.conflict(idx, ra):
+            return False
+        if ra.unresolved:
+            classes = s.g.classes()
+            names = ", ".join(f"%{v.name}" for c in ra.unresolved[:3] for v in classes.get(c, [])[:1])
+            self.note(idx, f"nothing determines the layout of register tile(s) {names}", ra)
+            return False
+        err = s.check_register_ops(choice, s.register_assignment(ra, choice))
+        if err:
+            self.note(idx, str(err), err)
+            return False
+        self.accepted.add(idx)
+        return True
 
 
 def _loop_depths(tk: TileKernel) -> dict[int, int]:

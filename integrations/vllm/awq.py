@@ -116,21 +116,16 @@ class HexlayoutAWQMoEMethod(AutoAWQMoEMethod):
         from hexlayout.ops import prepare_wna16
 
         g = self.quant_config.group_size
-        w13 = prepare_wna16(
-            layer.w13_qweight.data,
-            layer.w13_scales.data,
-            layer.w13_qzeros.data,
-            quant_format="awq",
-            bits=4,
-            group_size=g,
-        )
-        w2 = prepare_wna16(
-            layer.w2_qweight.data,
-            layer.w2_scales.data,
-            layer.w2_qzeros.data,
-            quant_format="awq",
-            bits=4,
-            group_size=g,
+        w13, w2 = (
+            prepare_wna16(
+                getattr(layer, f"{w}_qweight").data,
+                getattr(layer, f"{w}_scales").data,
+                getattr(layer, f"{w}_qzeros").data,
+                quant_format="awq",
+                bits=4,
+                group_size=g,
+            )
+            for w in ("w13", "w2")
         )
         # vLLM's modular kernel reads the layer's w13_weight / w2_weight (shapes only, here).
         layer.w13_weight = layer.w13_qweight

@@ -179,11 +179,7 @@ def check_paged_attention(
     max_q, max_k = check_attention_options(
         op, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap
     )
-    splits = int_arg(op, "num_splits", num_splits)
-    if splits < 0:
-        raise ArgumentError(op, "num_splits", f"must be >= 0 (0: chosen by the op), got {splits}")
-    if splits > 16:
-        raise ArgumentError(op, "num_splits", f"must be at most 16 (each count is a build), got {splits}")
+    _check_num_splits(op, num_splits)
     check_dtype(op, "q", q)
     check_device(
         op,
@@ -224,31 +220,51 @@ def check_paged_attention(
     maxb = block_table.shape[1]
     if content_checks(cu_seqlens_q):
         check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, "max_seqlen_q", max_q, "q", tq, "queries")
-        ks = seqused_k.tolist()
-        for i in range(b):
-            if ks[i] < 0:
-                raise ArgumentError(op, "seqused_k", f"holds {ks[i]} < 0 for sequence {i}")
-            if ks[i] > max_k:
-                raise ArgumentError(op, "max_seqlen_k", f"is {max_k}, but sequence {i} has {ks[i]} keys")
-            if -(-ks[i] // bs) > maxb:
+        _check_paged_contents(op, seqused_k, block_table, max_k, bs, nb)
+    return b, h, kvh, d, bs, maxb
+
+
+def _check_num_splits(op: str, num_splits: Any) -> int:
+    """``num_splits``: an int in [0, 16] (0: chosen by the op)."""
+    splits = int_arg(op, "num_splits", num_splits)
+    if splits < 0:
+        raise ArgumentError(op, "num_splits", f"must be >= 0 (0: chosen by the op), got {splits}")
+    if splits > 16:
+        raise ArgumentError(op, "num_splits", f"must be at most 16 (each count is a build), got {splits}")
+    return splits
+
+
+def _check_paged_contents(op: str, seqused_k: Any, block_table: Any, max_k: int, bs: int, nb: int) -> None:
+    """Content check of ``seqused_k`` and ``block_table`` (CPU, or CUDA under ``HEXLAYOUT_CHECK=1``):
+    every key count in [0, ``max_k``] with enough blocks per sequence, every used block id one
+    of the caches' ``nb`` blocks."""
+    import torch
+
+    b, maxb = block_table.shape[0], block_table.shape[1]
+    ks = seqused_k.tolist()
+    for i in range(b):
+        if ks[i] < 0:
+            raise ArgumentError(op, "seqused_k", f"holds {ks[i]} < 0 for sequence {i}")
+        if ks[i] > max_k:
+            raise ArgumentError(op, "max_seqlen_k", f"is {max_k}, but sequence {i} has {ks[i]} keys")
+        if -(-ks[i] // bs) > maxb:
+            raise ArgumentError(
+                op,
+                "block_table",
+                f"has {maxb} blocks per sequence, sequence {i} needs "
+                f"{-(-ks[i] // bs)} for {ks[i]} keys of block size {bs}",
+            )
+    if b and ks:
+        used = [block_table[i, : -(-ks[i] // bs)] for i in range(b) if ks[i]]
+        if used:
+            ids = torch.cat(used)
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= nb:
                 raise ArgumentError(
                     op,
                     "block_table",
-                    f"has {maxb} blocks per sequence, sequence {i} needs "
-                    f"{-(-ks[i] // bs)} for {ks[i]} keys of block size {bs}",
+                    f"holds block {lo if lo < 0 else hi} for a used key, outside the caches' {nb} blocks",
                 )
-        if b and ks:
-            used = [block_table[i, : -(-ks[i] // bs)] for i in range(b) if ks[i]]
-            if used:
-                ids = torch.cat(used)
-                lo, hi = int(ids.min()), int(ids.max())
-                if lo < 0 or hi >= nb:
-                    raise ArgumentError(
-                        op,
-                        "block_table",
-                        f"holds block {lo if lo < 0 else hi} for a used key, outside the caches' {nb} blocks",
-                    )
-    return b, h, kvh, d, bs, maxb
 
 
 def check_attention_varlen(

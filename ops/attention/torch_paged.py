@@ -18,6 +18,7 @@ from hexlayout.runtime.torch_ops import define_op
 
 from .args import check_paged_attention
 from .paged import run_paged_attention
+from .torch_varlen import attention_outputs_fake
 
 __all__ = ["paged_attention_op"]
 
@@ -27,28 +28,6 @@ SCHEMA = (
     'int[2] window_size=[-1, -1], float softcap=0.0, str kv_layout="NHD", int num_splits=0) '
     "-> (Tensor, Tensor)"
 )
-
-
-def _fake(
-    q: Any,
-    key_cache: Any,
-    value_cache: Any,
-    cu_seqlens_q: Any,
-    seqused_k: Any,
-    block_table: Any,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float | None = None,
-    causal: bool = True,
-    window_size: Any = (-1, -1),
-    softcap: float = 0.0,
-    kv_layout: str = "NHD",
-    num_splits: int = 0,
-) -> tuple[Any, Any]:
-    import torch
-
-    tq, h, d = q.shape
-    return q.new_empty((tq, h, d)), q.new_empty((h, tq), dtype=torch.float32)
 
 
 def _impl(
@@ -85,4 +64,6 @@ def _impl(
     )
 
 
-paged_attention_op = define_op("paged_attention", SCHEMA, fake=_fake, impl=_impl, check=check_paged_attention)
+paged_attention_op = define_op(
+    "paged_attention", SCHEMA, fake=attention_outputs_fake, impl=_impl, check=check_paged_attention
+)

@@ -28,19 +28,9 @@ SCHEMA = (
 )
 
 
-def _fake(
-    q: Any,
-    k: Any,
-    v: Any,
-    cu_seqlens_q: Any,
-    cu_seqlens_k: Any,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float | None = None,
-    causal: bool = False,
-    window_size: Any = (-1, -1),
-    softcap: float = 0.0,
-) -> tuple[Any, Any]:
+def attention_outputs_fake(q: Any, *_: Any, **__: Any) -> tuple[Any, Any]:
+    """The fake implementation of both attention ops: ``out`` ``[total_q, H, D]`` in q's dtype
+    and ``lse`` ``[H, total_q]`` fp32 on q's device (the other arguments do not matter)."""
     import torch
 
     tq, h, d = q.shape
@@ -66,5 +56,5 @@ def _impl(
 
 
 attention_varlen_op = define_op(
-    "attention_varlen", SCHEMA, fake=_fake, impl=_impl, check=check_attention_varlen
+    "attention_varlen", SCHEMA, fake=attention_outputs_fake, impl=_impl, check=check_attention_varlen
 )

@@ -12,11 +12,10 @@ gives the ``[T, H]`` output of the activations' dtype.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hexlayout.runtime.torch_ops import define_op
 
 from .fp8 import check_fused_moe_fp8, run_fused_moe_fp8
+from .torch_op import moe_output_fake
 
 __all__ = ["fused_moe_fp8_op"]
 
@@ -27,10 +26,6 @@ SCHEMA = (
 )
 
 
-def _fake(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
-    return hidden_states.new_empty(tuple(hidden_states.shape))
-
-
 fused_moe_fp8_op = define_op(
-    "fused_moe_fp8", SCHEMA, fake=_fake, impl=run_fused_moe_fp8, check=check_fused_moe_fp8
+    "fused_moe_fp8", SCHEMA, fake=moe_output_fake, impl=run_fused_moe_fp8, check=check_fused_moe_fp8
 )

@@ -17,7 +17,7 @@ from hexlayout.runtime.torch_ops import define_op
 from .args import check_fused_moe
 from .op import run_fused_moe
 
-__all__ = ["fused_moe_op", "SCHEMA"]
+__all__ = ["fused_moe_op", "SCHEMA", "moe_output_fake"]
 
 SCHEMA = (
     "(Tensor hidden_states, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, "
@@ -26,10 +26,10 @@ SCHEMA = (
 )
 
 
-def _fake(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, activation: str = "silu",
-          apply_router_weight_on_input: bool = False, expert_map: Any = None,
-          global_num_experts: Any = None) -> Any:
+def moe_output_fake(hidden_states: Any, *_: Any, **__: Any) -> Any:
+    """The fake implementation of every fused MoE op: the ``[T, H]`` output, shaped and typed
+    like ``hidden_states`` (the other arguments do not matter)."""
     return hidden_states.new_empty(tuple(hidden_states.shape))
 
 
-fused_moe_op = define_op("fused_moe", SCHEMA, fake=_fake, impl=run_fused_moe, check=check_fused_moe)
+fused_moe_op = define_op("fused_moe", SCHEMA, fake=moe_output_fake, impl=run_fused_moe, check=check_fused_moe)

@@ -13,10 +13,9 @@ gives the ``[T, H]`` output of the activations' dtype.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hexlayout.runtime.torch_ops import define_op
 
+from .torch_op import moe_output_fake
 from .wna16 import check_fused_moe_wna16, run_fused_moe_wna16
 
 __all__ = ["fused_moe_wna16_op"]
@@ -29,10 +28,6 @@ SCHEMA = (
 )
 
 
-def _fake(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
-    return hidden_states.new_empty(tuple(hidden_states.shape))
-
-
 fused_moe_wna16_op = define_op(
-    "fused_moe_wna16", SCHEMA, fake=_fake, impl=run_fused_moe_wna16, check=check_fused_moe_wna16
+    "fused_moe_wna16", SCHEMA, fake=moe_output_fake, impl=run_fused_moe_wna16, check=check_fused_moe_wna16
 )

@@ -359,12 +359,57 @@ def check_fused_moe_wna16(
     """The one check of ``torch.ops.hexlayout.fused_moe_wna16`` (eager and fake): every bad argument
     is an ``ArgumentTypeError`` / ``ArgumentError`` naming it; the content checks (expert ids in
     range) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
-    import torch
-
     from ..host.launch import content_checks
-    from .args import _int32
 
     op, x = RUN_OP, hidden_states
+    _check_wna16_format(x, quant_format, bits, w13_group_size, w2_group_size)
+    t, h = x.shape
+    e, n2 = _check_weight(
+        "w13", w13_qweight, w13_scales, w13_zeros, quant_format, bits, w13_group_size, x.dtype, h, None
+    )
+    if n2 % 2:
+        raise ArgumentError(op, "w13_scales", f"must have N = 2I columns (gate, then up), got {n2}")
+    inter = n2 // 2
+    e2, _ = _check_weight(
+        "w2", w2_qweight, w2_scales, w2_zeros, quant_format, bits, w2_group_size, x.dtype, inter, h
+    )
+    if e2 != e:
+        raise ArgumentError(op, "w2_scales", f"has {e2} experts, w13 has {e}")
+    gne = _check_wna16_routing(t, e, topk_weights, topk_ids, activation, apply_router_weight_on_input,
+                               expert_map, global_num_experts)
+    named = [
+        ("hidden_states", x),
+        ("w13_qweight", w13_qweight),
+        ("w13_scales", w13_scales),
+        ("w13_zeros", w13_zeros),
+        ("w2_qweight", w2_qweight),
+        ("w2_scales", w2_scales),
+        ("w2_zeros", w2_zeros),
+        ("topk_weights", topk_weights),
+        ("topk_ids", topk_ids),
+        ("expert_map", expert_map),
+    ]
+    for name, v in named:
+        if v is None:
+            continue
+        if v.device != x.device:
+            raise ArgumentError(
+                op, name, f"is on {v.device}, hidden_states on {x.device}; all tensors must be on one device"
+            )
+        _contiguous_aligned(name, v)
+    if h % 8:
+        raise ArgumentError(op, "hidden_states", f"H = {h} must be a multiple of 8 (16-byte rows)")
+    if content_checks(topk_ids) and topk_ids.numel():
+        _check_wna16_expert_ids(topk_ids, expert_map, gne, e)
+
+
+def _check_wna16_format(x: Any, quant_format: Any, bits: Any, w13_group_size: Any,
+                        w2_group_size: Any) -> None:
+    """``hidden_states`` a float16 / bfloat16 [T, H] tensor; the quantization format, bits and
+    group sizes supported."""
+    import torch
+
+    op = RUN_OP
     if not isinstance(x, torch.Tensor):
         raise ArgumentTypeError(op, "hidden_states", f"expected a tensor, got {_kind(x)}")
     if x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 2:
@@ -378,18 +423,17 @@ def check_fused_moe_wna16(
     for name, gs in (("w13_group_size", w13_group_size), ("w2_group_size", w2_group_size)):
         if gs not in GROUP_SIZES or isinstance(gs, bool):
             raise ArgumentError(op, name, f"must be one of 32, 64, 128, -1, got {gs!r}")
-    t, h = x.shape
-    e, n2 = _check_weight(
-        "w13", w13_qweight, w13_scales, w13_zeros, quant_format, bits, w13_group_size, x.dtype, h, None
-    )
-    if n2 % 2:
-        raise ArgumentError(op, "w13_scales", f"must have N = 2I columns (gate, then up), got {n2}")
-    inter = n2 // 2
-    e2, _ = _check_weight(
-        "w2", w2_qweight, w2_scales, w2_zeros, quant_format, bits, w2_group_size, x.dtype, inter, h
-    )
-    if e2 != e:
-        raise ArgumentError(op, "w2_scales", f"has {e2} experts, w13 has {e}")
+
+
+def _check_wna16_routing(t: int, e: int, topk_weights: Any, topk_ids: Any, activation: Any,
+                         apply_router_weight_on_input: Any, expert_map: Any, global_num_experts: Any) -> int:
+    """``topk_weights`` [T, k] float32 and ``topk_ids`` int32 of its shape, the activation, the
+    router option, ``expert_map`` and ``global_num_experts``; returns the number of global experts."""
+    import torch
+
+    from .args import _int32
+
+    op = RUN_OP
     for name, v in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
         if not isinstance(v, torch.Tensor):
             raise ArgumentTypeError(op, name, f"expected a tensor, got {_kind(v)}")
@@ -436,38 +480,21 @@ def check_fused_moe_wna16(
         raise ArgumentError(
             op, "global_num_experts", f"is {gne} but w13 has {e} experts and no expert_map is given"
         )
-    named = [
-        ("hidden_states", x),
-        ("w13_qweight", w13_qweight),
-        ("w13_scales", w13_scales),
-        ("w13_zeros", w13_zeros),
-        ("w2_qweight", w2_qweight),
-        ("w2_scales", w2_scales),
-        ("w2_zeros", w2_zeros),
-        ("topk_weights", topk_weights),
-        ("topk_ids", topk_ids),
-        ("expert_map", expert_map),
-    ]
-    for name, v in named:
-        if v is None:
-            continue
-        if v.device != x.device:
+    return gne
+
+
+def _check_wna16_expert_ids(topk_ids: Any, expert_map: Any, gne: int, e: int) -> None:
+    """Content check: expert ids in [0, ``gne``), ``expert_map`` entries -1 or a local expert."""
+    op = RUN_OP
+    lo, hi = int(topk_ids.min()), int(topk_ids.max())
+    if lo < 0 or hi >= gne:
+        raise ArgumentError(op, "topk_ids", f"holds expert ids in [{lo}, {hi}], expected 0 <= id < {gne}")
+    if expert_map is not None and expert_map.numel():
+        mlo, mhi = int(expert_map.min()), int(expert_map.max())
+        if mlo < -1 or mhi >= e:
             raise ArgumentError(
-                op, name, f"is on {v.device}, hidden_states on {x.device}; all tensors must be on one device"
+                op, "expert_map", f"holds [{mlo}, {mhi}], expected -1 (remote) or a local expert id < {e}"
             )
-        _contiguous_aligned(name, v)
-    if h % 8:
-        raise ArgumentError(op, "hidden_states", f"H = {h} must be a multiple of 8 (16-byte rows)")
-    if content_checks(topk_ids) and topk_ids.numel():
-        lo, hi = int(topk_ids.min()), int(topk_ids.max())
-        if lo < 0 or hi >= gne:
-            raise ArgumentError(op, "topk_ids", f"holds expert ids in [{lo}, {hi}], expected 0 <= id < {gne}")
-        if expert_map is not None and expert_map.numel():
-            mlo, mhi = int(expert_map.min()), int(expert_map.max())
-            if mlo < -1 or mhi >= e:
-                raise ArgumentError(
-                    op, "expert_map", f"holds [{mlo}, {mhi}], expected -1 (remote) or a local expert id < {e}"
-                )
 
 
 def run_fused_moe_wna16(
@@ -495,32 +522,19 @@ def run_fused_moe_wna16(
     from .kernels_sm80 import MoeConfig
     from .pipeline import MoeRun, run_moe_pipeline
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
-    from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
-    from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+    from .wna16_kernels_sm80 import moe_wna16_down_kernel
 
     t, hdim = hidden_states.shape
     k = topk_ids.shape[1]
     e, inter = w13_scales.shape[0], w13_scales.shape[2] // 2
     dt = lang_dtype(hidden_states.dtype)
-    cfg13 = wna16_config(t * k, e, hdim, w13_group_size)
-    cfg2 = wna16_config(t * k, e, inter, w2_group_size)
-    gate_up_kernel, down_kernel = moe_wna16_gate_up_kernel, moe_wna16_down_kernel
-    if kernel_arch(hidden_states.device) == "sm_90a":  # wgmma, swap-AB, dequantized weights as register A
-        gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
-        for cfg, n in ((cfg13, inter), (cfg2, hdim)):
-            del cfg["BN"], cfg["WARPS"]
-            cfg.update(wna16_sm90_config(t * k, e, n))
-    forced = _forced(None)  # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
     dev = hidden_states.device
+    cfg13, cfg2, gate_up_kernel, down_kernel = _wna16_kernels(dev, t * k, e, hdim, inter,
+                                                              w13_group_size, w2_group_size)
+    forced = _forced(None)  # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
 
     def split_k(cfg: dict[str, Any], size_k: int, size_n: int) -> int:
-        """Forced, else 1 off CUDA, else ``wna16_split_k`` with the device's SM count."""
-        if forced is not None:
-            return forced
-        if dev.type != "cuda":
-            return 1
-        tiles = {"BN": 64 * cfg["WG"] if "WG" in cfg else cfg["BN"], "BM": cfg["BM"], "BK": cfg["BK"]}
-        return wna16_split_k(t, k, e, size_k, size_n, sm_count(dev), tiles)
+        return _wna16_split(forced, dev, cfg, t, k, e, size_k, size_n)
 
     common = {
         "ZERO": 0 if quant_format == "awq" else 1 << (bits - 1),
@@ -576,6 +590,37 @@ def run_fused_moe_wna16(
         down,
         MoeConfig(cfg13),
     )
+
+
+def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group_size: int,
+                   w2_group_size: int) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
+    """The constants of the gate-up and the down GEMM for ``rows`` = T * k routed rows, and
+    their kernel factories for the device's architecture (sm_90a: wgmma, swap-AB, dequantized
+    weights as register A)."""
+    from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+    from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+
+    cfg13 = wna16_config(rows, e, hdim, w13_group_size)
+    cfg2 = wna16_config(rows, e, inter, w2_group_size)
+    gate_up_kernel, down_kernel = moe_wna16_gate_up_kernel, moe_wna16_down_kernel
+    if kernel_arch(dev) == "sm_90a":  # wgmma, swap-AB, dequantized weights as register A
+        gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
+        for cfg, n in ((cfg13, inter), (cfg2, hdim)):
+            del cfg["BN"], cfg["WARPS"]
+            cfg.update(wna16_sm90_config(rows, e, n))
+    return cfg13, cfg2, gate_up_kernel, down_kernel
+
+
+def _wna16_split(forced: int | None, dev: Any, cfg: dict[str, Any], t: int, k: int, e: int,
+                 size_k: int, size_n: int) -> int:
+    """The split-K count of one GEMM: forced, else 1 off CUDA, else ``wna16_split_k`` with the
+    device's SM count."""
+    if forced is not None:
+        return forced
+    if dev.type != "cuda":
+        return 1
+    tiles = {"BN": 64 * cfg["WG"] if "WG" in cfg else cfg["BN"], "BM": cfg["BM"], "BK": cfg["BK"]}
+    return wna16_split_k(t, k, e, size_k, size_n, sm_count(dev), tiles)
 
 
 def fused_moe_wna16(

@@ -114,30 +114,32 @@ class Abs(AluFunction):
         return f"fabs{'f' if c.ctype == 'float' else ''}({a})" if c.floating else f"abs({a})"
 
 
-class Max(AluFunction):
+class _Extremum(AluFunction):
+    """``max`` / ``min`` of two values; of a NaN and a number, the number (numpy's ``ufunc``,
+    C's ``f<name>f`` on floats, ``<name>`` on integers)."""
+
+    arity = 2
+    ufunc: Any = None
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        return type(self).ufunc(a, b)
+
+    def cuda(self, c: CDomain, a: str, b: str) -> str:
+        return f"{c.math('f' + self.name)}({a}, {b})" if c.floating else f"{self.name}({a}, {b})"
+
+
+class Max(_Extremum):
     """``max(a, b)``; of a NaN and a number, the number (``fmaxf``)."""
 
     name = "max"
-    arity = 2
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.fmax(a, b)
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"{c.math('fmax')}({a}, {b})" if c.floating else f"max({a}, {b})"
+    ufunc = np.fmax
 
 
-class Min(AluFunction):
+class Min(_Extremum):
     """``min(a, b)``; of a NaN and a number, the number (``fminf``)."""
 
     name = "min"
-    arity = 2
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.fmin(a, b)
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"{c.math('fmin')}({a}, {b})" if c.floating else f"min({a}, {b})"
+    ufunc = np.fmin
 
 
 def _fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -85,46 +85,41 @@ class Shr(_Bits):
         return f"(static_cast<unsigned long long>({n}) < {w}ull ? ({a}) >> ({n}) : ({a}) >> {w - 1} >> 1)"
 
 
-class BitAnd(_Bits):
+class _Bitwise(_Bits):
+    """A binary bit-by-bit operation: numpy's ``ufunc`` on the int64 values, C's ``operator``."""
+
+    arity = 2
+    ufunc: Any = None
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        return type(self).ufunc(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+    def cuda(self, c: CDomain, a: str, b: str) -> str:
+        return f"({a}) {self.operator} ({b})"
+
+
+class BitAnd(_Bitwise):
     """``a & b``, bit by bit."""
 
     name = "bitand"
-    arity = 2
     operator = "&"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.bitwise_and(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"({a}) & ({b})"
+    ufunc = np.bitwise_and
 
 
-class BitOr(_Bits):
+class BitOr(_Bitwise):
     """``a | b``, bit by bit."""
 
     name = "bitor"
-    arity = 2
     operator = "|"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.bitwise_or(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"({a}) | ({b})"
+    ufunc = np.bitwise_or
 
 
-class BitXor(_Bits):
+class BitXor(_Bitwise):
     """``a ^ b``, bit by bit."""
 
     name = "bitxor"
-    arity = 2
     operator = "^"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.bitwise_xor(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"({a}) ^ ({b})"
+    ufunc = np.bitwise_xor
 
 
 class BitNot(_Bits):

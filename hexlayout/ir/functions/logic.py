@@ -16,9 +16,15 @@ __all__ = ["Lt", "Le", "Gt", "Ge", "Eq", "Ne", "And", "Or", "Not", "Select"]
 
 
 class _Compare(AluFunction):
+    """A comparison: numpy's ``ufunc``, C's ``symbol``."""
+
     arity = 2
     result = "pred"
     symbol = ""
+    ufunc: Any = None
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        return type(self).ufunc(a, b)
 
     def cuda(self, c: CDomain, a: str, b: str) -> str:
         return c.from_bool(f"{a} {self.symbol} {b}")
@@ -29,9 +35,7 @@ class Lt(_Compare):
 
     name = "lt"
     symbol = operator = "<"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.less(a, b)
+    ufunc = np.less
 
 
 class Le(_Compare):
@@ -39,9 +43,7 @@ class Le(_Compare):
 
     name = "le"
     symbol = operator = "<="
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.less_equal(a, b)
+    ufunc = np.less_equal
 
 
 class Gt(_Compare):
@@ -49,9 +51,7 @@ class Gt(_Compare):
 
     name = "gt"
     symbol = operator = ">"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.greater(a, b)
+    ufunc = np.greater
 
 
 class Ge(_Compare):
@@ -59,9 +59,7 @@ class Ge(_Compare):
 
     name = "ge"
     symbol = operator = ">="
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.greater_equal(a, b)
+    ufunc = np.greater_equal
 
 
 class Eq(_Compare):
@@ -70,9 +68,7 @@ class Eq(_Compare):
     name = "eq"
     accepts = ANY
     symbol = "=="
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.equal(a, b)
+    ufunc = np.equal
 
 
 class Ne(_Compare):
@@ -81,9 +77,7 @@ class Ne(_Compare):
     name = "ne"
     accepts = ANY
     symbol = "!="
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return np.not_equal(a, b)
+    ufunc = np.not_equal
 
 
 class _Logic(AluFunction):

@@ -26,7 +26,6 @@ symbolic composition of the same maps evaluated at the thread index.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from hexlayout.arch.banks import bank_conflicts
 from hexlayout.arch.sectors import global_sectors
 from hexlayout.layout import Layout, left_inverse, upcast, with_shape
 from hexlayout.layout.inttuple import crd2idx
+from hexlayout.memo import memoized
 
 from ..expr import Const, Expr, ExprLike, Var, as_expr, evaluate, free_vars
 from ..lowered import (
@@ -89,17 +89,10 @@ class CopyPlan:
 MemView = GlobalTileView | SharedTileView
 
 
+@memoized(1 << 16)
 def _tv_index(tv: Layout, threads: int, tid: ExprLike, v: ExprLike) -> Expr:
     """The tile index ``tv(tid + threads * v)`` as an expression (memoized: a synthesis
     lowers the same copy under many candidate layouts)."""
-    try:
-        return _tv_index_memo(tv, threads, tid, v)
-    except TypeError:                 # an unhashable argument
-        return as_expr(crd2idx(as_expr(tid) + threads * as_expr(v), tv.shape, tv.stride))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _tv_index_memo(tv: Layout, threads: int, tid: ExprLike, v: ExprLike) -> Expr:
     return as_expr(crd2idx(as_expr(tid) + threads * as_expr(v), tv.shape, tv.stride))
 
 

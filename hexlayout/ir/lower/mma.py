@@ -17,6 +17,8 @@ warp-uniform term, which the code generator adds to one descriptor instead of re
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from hexlayout.arch import atom_spec
@@ -135,28 +137,33 @@ def lower_mma(tm: TiledMma, a: RegisterTile | SharedTileView, b: RegisterTile | 
         out.append(Alu("mov", whole, (0,)) if accumulate is False else
                    Alu("select", whole, (as_expr(accumulate), whole, 0)))
     desc_cache: dict[tuple[str, int, int], SmemDesc] = {}
+
+    def desc(role: str, view: Any, mode: int, major: Any, r: int, k: int) -> SmemDesc | Rejection:
+        """The shared-memory descriptor of operand ``role`` at atom tile ``r``, k-step ``k`` (one
+        per key), or why there is none."""
+        key = (role, r, k)
+        if key not in desc_cache:
+            dsc = _desc(tm, view, mode, major, tid, r, k, elem_bits)
+            if isinstance(dsc, str):
+                return Rejection(dsc, operand=role, layouts=((role, view.full_layout),))
+            desc_cache[key] = dsc
+        return desc_cache[key]
+
     for inst in tm.instances():
         d_ref = RegRef(c.array, vc * inst.r, vc)
         if regs_a:
-            a_op: RegRef | SmemDesc = RegRef(a.array, va * tm.a_start(inst), va)
+            a_op: RegRef | SmemDesc | Rejection = RegRef(a.array, va * tm.a_start(inst), va)
         else:
-            key = ("a", inst.r_m, inst.k)
-            if key not in desc_cache:
-                dsc = _desc(tm, a, 0, atom.a_major, tid, inst.r_m, inst.k, elem_bits)
-                if isinstance(dsc, str):
-                    return Rejection(dsc, operand="a", layouts=(("a", a.full_layout),))
-                desc_cache[key] = dsc
-            a_op = desc_cache[key]
+            a_op = desc("a", a, 0, atom.a_major, inst.r_m, inst.k)
+            if isinstance(a_op, Rejection):
+                return a_op
         if atom.kind == "mma.sync":
             b_op: RegRef | SmemDesc = RegRef(b.array, vb * tm.b_start(inst), vb)
             out.append(MmaSync(atom_spec(atom), d_ref, a_op, b_op, d_ref))
         else:
-            key = ("b", inst.r_n, inst.k)
-            if key not in desc_cache:
-                dsc = _desc(tm, b, 1, atom.b_major, tid, inst.r_n, inst.k, elem_bits)
-                if isinstance(dsc, str):
-                    return Rejection(dsc, operand="b", layouts=(("b", b.full_layout),))
-                desc_cache[key] = dsc
+            b_desc = desc("b", b, 1, atom.b_major, inst.r_n, inst.k)
+            if isinstance(b_desc, Rejection):
+                return b_desc
             scale_d = first_scale if inst.k == 0 else 1
-            out.append(Wgmma(atom_spec(atom), d_ref, a_op, desc_cache[key], scale_d))
+            out.append(Wgmma(atom_spec(atom), d_ref, a_op, b_desc, scale_d))
     return out

@@ -18,7 +18,6 @@ generic multiple of 128 and the base by 0) for the legality analysis of copies.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from hexlayout.layout import ComposedLayout, Layout, Swizzle, flatten
 from hexlayout.layout.inttuple import crd2idx
+from hexlayout.memo import memoized
 
 from ..expr import Const, Expr, ExprLike, RegRead, as_expr, evaluate, free_vars, reg_reads, replace_leaves
 from ..lowered import RegArray, SmemBuffer
@@ -291,9 +291,10 @@ class GlobalTileView:
                               tuple(self.extent[p] for p in perm))
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@memoized(1 << 16)
 def _smem_offset(base: ExprLike, layout: Layout, swizzle: Any, idx: ExprLike) -> Expr:
-    """``swizzle(base + layout(idx))`` as an expression."""
+    """``swizzle(base + layout(idx))`` as an expression (memoized: a synthesis lowers the same
+    copy under many candidate layouts)."""
     o = as_expr(base) + crd2idx(as_expr(idx), layout.shape, layout.stride)
     return swizzle(o) if swizzle is not None else o
 
@@ -323,10 +324,7 @@ class SharedTileView:
         return ComposedLayout(self.swizzle, 0, self.layout)
 
     def offset(self, idx: ExprLike) -> Expr:
-        try:       # memoized: a synthesis lowers the same copy under many candidate layouts
-            return _smem_offset(self.base, self.layout, self.swizzle, idx)
-        except TypeError:                 # an unhashable argument
-            return _smem_offset.__wrapped__(self.base, self.layout, self.swizzle, idx)
+        return _smem_offset(self.base, self.layout, self.swizzle, idx)
 
     def offsets(self, idx: np.ndarray) -> np.ndarray:
         o = crd2idx(idx, self.layout.shape, self.layout.stride) + _numeric_base(self.base)

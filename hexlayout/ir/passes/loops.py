@@ -69,6 +69,7 @@ from hexlayout.ir.lowered import (
     SmemDesc,
     TmaLoad,
     TmaStore,
+    walk_instrs,
 )
 from hexlayout.ir.types import i32
 
@@ -81,17 +82,6 @@ ROTATION_ARRAY = "loop_stage"
 
 #: register fields an instruction only reads; any other ``RegRef`` field counts as written
 _READ_FIELDS = ("src", "srcs", "a", "b", "c")
-
-
-def _walk(body: list[Instr]) -> list[Instr]:
-    out: list[Instr] = []
-    for ins in body:
-        out.append(ins)
-        if isinstance(ins, ForLoop):
-            out += _walk(ins.body)
-        elif isinstance(ins, IfThen):
-            out += _walk(ins.then_body) + _walk(ins.else_body)
-    return out
 
 
 def _ops(e: Expr) -> int:
@@ -121,7 +111,7 @@ def _is_sequential(loop: ForLoop) -> bool:
     """The code generator keeps ``loop`` as a loop (it unrolls those indexing registers)."""
     if loop.unroll is not False:
         return False
-    for ins in _walk(loop.body):
+    for ins in list(walk_instrs(loop.body)):
         for v in vars(ins).values():
             if isinstance(v, RegRef) and loop.var in free_vars(v.start):
                 return False
@@ -158,7 +148,7 @@ class _LoopPass:
         self.loop = loop
         self.regs = regs
         self.k = loop.var
-        inner = _walk(loop.body)
+        inner = list(walk_instrs(loop.body))
         self.inner_vars = {ins.var for ins in inner if isinstance(ins, ForLoop)} | {self.k}
         self.written: set[int] = set()
         for ins in inner:
