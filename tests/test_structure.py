@@ -182,8 +182,8 @@ def test_ops_allocate_outputs_through_runtime_alloc() -> None:
     files = [*sorted((ROOT / "ops").rglob("*.py")), *sorted((ROOT / "hexlayout" / "fusion").rglob("*.py"))]
     for f in files:
         tree = ast.parse(f.read_text(), filename=str(f))
-        fakes = {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn.name.endswith("_fake")
-                 for n in ast.walk(fn)}
+        fakes = {id(n) for fn in ast.walk(tree)
+                 if isinstance(fn, ast.FunctionDef) and fn.name.endswith("_fake") for n in ast.walk(fn)}
         for n in ast.walk(tree):
             call = isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
             if not (call and n.func.attr in _ALLOCATORS):
