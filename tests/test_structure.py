@@ -202,10 +202,8 @@ def test_ops_allocate_outputs_through_runtime_alloc() -> None:
 #: the most lines a function may have outside kernel bodies (``@hl.kernel`` functions, whose
 #: length is the kernel's dataflow, and the kernel factories' lines around them are counted)
 MAX_FUNCTION_LINES = 100
-#: left out: hexlayout/fusion and hexlayout/ptx are being reworked in parallel branches (their
-#: owners split their long functions); the two op files below belong to the output-allocation
-#: rework in progress (ops/gemm/op.py ``run_checked``, ops/moe/fp8.py ``run_fused_moe_fp8``)
-LONG_FUNCTION_EXCEPTIONS = {"hexlayout/fusion", "hexlayout/ptx", "ops/gemm/op.py", "ops/moe/fp8.py"}
+#: left out: none
+LONG_FUNCTION_EXCEPTIONS: set[str] = set()
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 

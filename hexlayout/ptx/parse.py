@@ -482,52 +482,134 @@ def _params(header: str, line: int) -> tuple[str, list[Param]]:
 
 def parse_ptx(text: str) -> Module:
     """Parse a PTX module (the subset NVRTC emits for hexlayout kernels)."""
-    mod = Module()
-    lines = _strip_comments(text)
-    entry: Entry | None = None
-    scopes = _Scopes()
-    pending: list[tuple[Instruction, int]] = []
-    loc: tuple[int, int] | None = None
-    buf, buf_line, depth = "", 0, 0
-    inlined: dict[tuple[int, int], tuple[int, int]] = {}
+    return _Parser(text).run()
 
-    def statement(stmt: str, ln: int) -> None:
+
+class _Parser:
+    """One pass over the lines of a PTX module: entry headers, one-line directives, and the
+    characters of the body, cut into statements at ``;`` and scope braces."""
+
+    def __init__(self, text: str) -> None:
+        self.mod = Module()
+        self.lines = _strip_comments(text)
+        self.entry: Entry | None = None
+        self.scopes = _Scopes()
+        self.pending: list[tuple[Instruction, int]] = []
+        self.loc: tuple[int, int] | None = None
+        self.buf, self.buf_line, self.depth = "", 0, 0
+        self.inlined: dict[tuple[int, int], tuple[int, int]] = {}
+        self.i = 0
+
+    def run(self) -> Module:
+        lines = self.lines
+        while self.i < len(lines):
+            ln, st = self.i + 1, lines[self.i].strip()
+            self.i += 1
+            if not st:
+                continue
+            words = st.rstrip(";").split()
+            if self.entry is None and (".entry" in words or ".func" in words):
+                self._entry_header(st, ln)
+            elif words[0] == ".section" and self.entry is None:
+                while self.i < len(lines) and "}" not in lines[self.i]:  # debug sections: data, not code
+                    self.i += 1
+                self.i += 1
+            elif words[0] in _LINE_DIRECTIVES and not self.buf.strip():
+                self._line_directive(st, words)
+            else:
+                self._characters(lines[self.i - 1], ln)
+        if self.entry is not None:
+            raise PtxSyntaxError(len(lines), "", f"entry {self.entry.name} is not closed")
+        return self.mod
+
+    def _entry_header(self, st: str, ln: int) -> None:
+        """``.entry name(params) directives {``: the header may span lines up to its brace."""
+        head = [st]
+        while not head[-1].endswith("{") and self.i < len(self.lines):
+            head.append(self.lines[self.i].strip())
+            self.i += 1
+        joined = " ".join(head)[:-1]
+        close = joined.rfind(")")
+        name, params = _params(joined[: close + 1] if close >= 0 else joined.split(".maxntid")[0], ln)
+        entry = Entry(name, params, line=ln)
+        mt = re.search(r"\.(?:maxntid|reqntid)\s+([\d ,]+)", joined)
+        if mt:
+            entry.maxntid = tuple(int(x) for x in mt.group(1).replace(",", " ").split())
+        mc = re.search(r"\.reqnctapercluster\s+([\d ,]+)", joined)
+        if mc:
+            dims = [int(x) for x in mc.group(1).replace(",", " ").split()]
+            entry.cluster = tuple((dims + [1, 1, 1])[:3])  # type: ignore[assignment]
+        self.mod.entries.append(entry)
+        self.entry = entry
+        self.scopes, self.pending, self.depth = _Scopes(), [], 1
+
+    def _line_directive(self, st: str, words: list[str]) -> None:
+        mod = self.mod
+        if words[0] == ".version":
+            mod.version = words[1]
+        elif words[0] == ".target":
+            mod.target = words[1].rstrip(",")
+        elif words[0] == ".address_size":
+            mod.address_size = int(words[1])
+        elif words[0] == ".file":
+            mod.files[int(words[1])] = st.split('"')[1] if '"' in st else words[2]
+        elif words[0] == ".loc":
+            here = (int(words[1]), int(words[2].rstrip(",")))
+            at = st.split("inlined_at")
+            if len(at) > 1:  # an inlined function's line: the kernel file's line it was inlined at
+                w = at[-1].replace(",", " ").split()
+                outer = (int(w[0]), int(w[1]))
+                self.inlined[here] = self.inlined.get(outer, outer)
+            self.loc = self.inlined.get(here, here)
+
+    def _flush(self, ln: int) -> None:
+        if self.buf.strip():
+            self._statement(self.buf, self.buf_line or ln)
+        self.buf, self.buf_line = "", 0
+
+    def _characters(self, line: str, ln: int) -> None:
+        """A body line: statements end at ``;``; ``{`` / ``}`` open and close scopes (the entry's
+        closing brace finishes it)."""
+        for ch in line:
+            if ch == ";":
+                self._statement(self.buf, self.buf_line or ln)
+                self.buf, self.buf_line = "", 0
+            elif ch == "{" and not _LABEL.sub("", self.buf).strip():
+                self._flush(ln)
+                self.scopes.open()
+                self.depth += 1
+            elif ch == "}" and self.buf.count("{") <= self.buf.count("}"):
+                self._flush(ln)
+                self.depth -= 1
+                if self.depth == 0 and self.entry is not None:
+                    _finish(self.entry, self.scopes, self.pending)
+                    self.entry = None
+                else:
+                    self.scopes.close()
+            else:
+                if not self.buf.strip() and not ch.isspace():
+                    self.buf_line = ln
+                self.buf += ch
+        m = _LABEL.match(self.buf)
+        if m and not self.buf[m.end() :].strip():
+            self._statement(self.buf, self.buf_line or ln)
+            self.buf, self.buf_line = "", 0
+        elif self.buf.strip():
+            self.buf += " "
+
+    def _statement(self, stmt: str, ln: int) -> None:
         s = stmt.strip()
+        entry = self.entry
         while entry is not None:
             m = _LABEL.match(s)
             if not m:
                 break
-            entry.labels[scopes.declare(m.group(1))] = len(entry.body)
+            entry.labels[self.scopes.declare(m.group(1))] = len(entry.body)
             s = s[m.end() :].strip()
         if not s:
             return
         if s.startswith("."):
-            words = s.split()
-            if not any(w in words for w in (".reg", ".shared", ".local", ".global", ".const")):
-                return  # a directive with nothing to execute (.pragma, linkage, ...)
-            extern = ".extern" in words
-            typ, names, align, space = _decl(
-                " ".join(w for w in words if w not in (".extern", ".visible", ".weak")), ln
-            )
-            for n, cnt in names:
-                if space == "reg":
-                    if entry is None:
-                        raise PtxSyntaxError(ln, s, "a .reg declaration outside an entry")
-                    if cnt >= 0:
-                        for k in range(cnt):
-                            entry.regs[scopes.declare(f"{n}{k}")] = typ
-                    else:
-                        entry.regs[scopes.declare(n)] = typ
-                else:
-                    v = VarDecl(
-                        space,
-                        n,
-                        typ,
-                        cnt if cnt >= 0 else _TYPE_BYTES.get(typ, 1),
-                        align or _TYPE_BYTES.get(typ, 1),
-                        extern,
-                    )
-                    (entry.variables if entry is not None else mod.variables).append(v)
+            self._declaration(s, ln)
             return
         if entry is None:
             raise PtxSyntaxError(ln, s, "an instruction outside an entry")
@@ -540,92 +622,33 @@ def parse_ptx(text: str) -> Module:
         if not m:
             raise PtxSyntaxError(ln, stmt, "not an instruction")
         ops = [parse_operand(o, ln) for o in _split_top(s[m.end() :])]
-        ins = Instruction(m.group(1), ops, guard, ln, s, loc)
-        pending.append((ins, scopes.cur))
+        ins = Instruction(m.group(1), ops, guard, ln, s, self.loc)
+        self.pending.append((ins, self.scopes.cur))
         entry.body.append(ins)
 
-    i = 0
-    while i < len(lines):
-        ln, st = i + 1, lines[i].strip()
-        i += 1
-        if not st:
-            continue
-        words = st.rstrip(";").split()
-        if entry is None and (".entry" in words or ".func" in words):
-            head = [st]
-            while not head[-1].endswith("{") and i < len(lines):
-                head.append(lines[i].strip())
-                i += 1
-            joined = " ".join(head)[:-1]
-            close = joined.rfind(")")
-            name, params = _params(joined[: close + 1] if close >= 0 else joined.split(".maxntid")[0], ln)
-            entry = Entry(name, params, line=ln)
-            mt = re.search(r"\.(?:maxntid|reqntid)\s+([\d ,]+)", joined)
-            if mt:
-                entry.maxntid = tuple(int(x) for x in mt.group(1).replace(",", " ").split())
-            mc = re.search(r"\.reqnctapercluster\s+([\d ,]+)", joined)
-            if mc:
-                dims = [int(x) for x in mc.group(1).replace(",", " ").split()]
-                entry.cluster = tuple((dims + [1, 1, 1])[:3])  # type: ignore[assignment]
-            mod.entries.append(entry)
-            scopes, pending, depth = _Scopes(), [], 1
-            continue
-        if words[0] == ".section" and entry is None:
-            while i < len(lines) and "}" not in lines[i]:  # debug sections: data, not code
-                i += 1
-            i += 1
-            continue
-        if words[0] in _LINE_DIRECTIVES and not buf.strip():
-            if words[0] == ".version":
-                mod.version = words[1]
-            elif words[0] == ".target":
-                mod.target = words[1].rstrip(",")
-            elif words[0] == ".address_size":
-                mod.address_size = int(words[1])
-            elif words[0] == ".file":
-                mod.files[int(words[1])] = st.split('"')[1] if '"' in st else words[2]
-            elif words[0] == ".loc":
-                here = (int(words[1]), int(words[2].rstrip(",")))
-                at = st.split("inlined_at")
-                if len(at) > 1:  # an inlined function's line: the kernel file's line it was inlined at
-                    w = at[-1].replace(",", " ").split()
-                    outer = (int(w[0]), int(w[1]))
-                    inlined[here] = inlined.get(outer, outer)
-                loc = inlined.get(here, here)
-            continue
-        for ch in lines[i - 1]:
-            if ch == ";":
-                statement(buf, buf_line or ln)
-                buf, buf_line = "", 0
-            elif ch == "{" and not _LABEL.sub("", buf).strip():
-                if buf.strip():
-                    statement(buf, buf_line or ln)
-                buf, buf_line = "", 0
-                scopes.open()
-                depth += 1
-            elif ch == "}" and buf.count("{") <= buf.count("}"):
-                if buf.strip():
-                    statement(buf, buf_line or ln)
-                buf, buf_line = "", 0
-                depth -= 1
-                if depth == 0 and entry is not None:
-                    _finish(entry, scopes, pending)
-                    entry = None
+    def _declaration(self, s: str, ln: int) -> None:
+        """``.reg`` (registers, ``%r<n>`` ranges) and ``.shared`` / ``.local`` / ``.global`` /
+        ``.const`` variables; other directives have nothing to execute (.pragma, linkage, ...)."""
+        words = s.split()
+        if not any(w in words for w in (".reg", ".shared", ".local", ".global", ".const")):
+            return
+        extern = ".extern" in words
+        plain = " ".join(w for w in words if w not in (".extern", ".visible", ".weak"))
+        typ, names, align, space = _decl(plain, ln)
+        entry = self.entry
+        for n, cnt in names:
+            if space == "reg":
+                if entry is None:
+                    raise PtxSyntaxError(ln, s, "a .reg declaration outside an entry")
+                if cnt >= 0:
+                    for k in range(cnt):
+                        entry.regs[self.scopes.declare(f"{n}{k}")] = typ
                 else:
-                    scopes.close()
+                    entry.regs[self.scopes.declare(n)] = typ
             else:
-                if not buf.strip() and not ch.isspace():
-                    buf_line = ln
-                buf += ch
-        m = _LABEL.match(buf)
-        if m and not buf[m.end() :].strip():
-            statement(buf, buf_line or ln)
-            buf, buf_line = "", 0
-        elif buf.strip():
-            buf += " "
-    if entry is not None:
-        raise PtxSyntaxError(len(lines), "", f"entry {entry.name} is not closed")
-    return mod
+                v = VarDecl(space, n, typ, cnt if cnt >= 0 else _TYPE_BYTES.get(typ, 1),
+                            align or _TYPE_BYTES.get(typ, 1), extern)
+                (entry.variables if entry is not None else self.mod.variables).append(v)
 
 
 def _finish(entry: Entry, scopes: _Scopes, pending: list[tuple[Instruction, int]]) -> None:

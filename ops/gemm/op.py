@@ -70,7 +70,7 @@ import operator
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
@@ -619,70 +619,112 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     a_layout, kb_layout, a_st, b_st, copied = stored_operands(a, b, b_layout)
     if config is not None and config.cluster > 1 and a_layout == "km":
         a_layout, a_st, copied = "mk", a.contiguous(), True     # clusters multicast K-major A tiles
-    bias_arg = bias.reshape(1, n) if bias is not None else None     # a row broadcast over the rows
     # the fused epilogue reads a row-major residual with rows of N: anything else is copied so
     res_dense = residual is None or (residual.stride(1) == 1 and (m == 1 or residual.stride(0) == n))
     res_arg = c if residual is None else residual if res_dense else residual.contiguous()
-    scale_arg = float(scale) if scale is not None else 1.0
-    a_log = a_st if a_layout == "mk" else a_st.t()         # M x K: _by_rows slices its rows
-    fast = None
-    if a.is_cuda and config is None and not autotune and not copied and res_dense:
-        fast = _fast_key(a, b, bias, residual, activation, scale, b_layout, m, n, k)
-        token = tuning_token()
-
     from hexlayout.lang import bf16, f16
 
-    dtype = bf16 if a.dtype == torch.bfloat16 else f16
     layouts = kb_layout if a_layout == "mk" else f"km_{kb_layout}"
-    key = f"gemm/{a.dtype}/{layouts}/{activation}/{int(ep[0])}{int(ep[1])}{int(ep[3])}"
-    # rows of a (K-major) and of residual: the pitch row slices are addressed with
-    pitch = max(k, a_st.stride(0) if a_layout == "mk" else 0, res_arg.stride(0) if m > 1 else 0)
+    call = _Call(
+        m=m, n=n, k=k, ep=ep, c=c, a_layout=a_layout, kb_layout=kb_layout, a_st=a_st, b_st=b_st,
+        a_log=a_st if a_layout == "mk" else a_st.t(),         # M x K: _by_rows slices its rows
+        bias_arg=bias.reshape(1, n) if bias is not None else None,     # a row broadcast over the rows
+        res_arg=res_arg, scale_arg=float(scale) if scale is not None else 1.0,
+        dtype=bf16 if a.dtype == torch.bfloat16 else f16,
+        key=f"gemm/{a.dtype}/{layouts}/{activation}/{int(ep[0])}{int(ep[1])}{int(ep[3])}",
+        # rows of a (K-major) and of residual: the pitch row slices are addressed with
+        pitch=max(k, a_st.stride(0) if a_layout == "mk" else 0, res_arg.stride(0) if m > 1 else 0),
+    )
     if a.is_cuda:
-        from hexlayout.runtime.launch import Launcher
+        fast = None
+        if config is None and not autotune and not copied and res_dense:
+            fast = _fast_key(a, b, bias, residual, activation, scale, b_layout, m, n, k)
+        _run_on_gpu(call, a, b_layout, config, autotune, fast, torch)
+    else:
+        _run_emulated(call, a, config)
+    return c
 
-        arch = _ARCHS.get(a.device)
-        if arch is None:
-            arch = _ARCHS[a.device] = device_arch(torch.cuda.get_device_capability(a.device))
 
-        def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
-            def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
-                lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0), stage_epilogue(n))
-                hit = _LAUNCHERS.get(lkey)
-                if hit is None:
-                    bld, prog = gemm_fused(dtype, kb_layout, ep, arch, cfg, rows, n, a_layout=a_layout)
-                    hit = _LAUNCHERS[lkey] = (Launcher(bld), _arg_order(prog, ep))
-                vals = (a_ if a_layout == "mk" else a_.t(), b_st, c_, bias_arg, res_, scale_arg)
-                hit[0](*[vals[i] for i in hit[1]])
-            return one
+class _Call(NamedTuple):
+    """One checked ``gemm`` call: the sizes, the epilogue flags ``ep``, the output ``c``, the
+    operands as the kernel reads them (``a_st`` / ``b_st`` stored, ``a_log`` M x K), the kernel
+    arguments of the epilogue, the element type, the cache ``key`` and the rows' ``pitch``."""
 
-        def timer(cfg: GemmConfig) -> float:  # pragma: no cover - GPU only
-            one, rows = launch(cfg), rows_per_launch(arch, cfg, n, pitch)
-            for _ in range(3):
-                _by_rows(one, m, rows, a_log, c, res_arg)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(10):
-                _by_rows(one, m, rows, a_log, c, res_arg)
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / 10 / 1e3
+    m: int
+    n: int
+    k: int
+    ep: tuple[bool, bool, str, bool]
+    c: Any
+    a_layout: str
+    kb_layout: str
+    a_st: Any
+    b_st: Any
+    a_log: Any
+    bias_arg: Any
+    res_arg: Any
+    scale_arg: float
+    dtype: Any
+    key: str
+    pitch: int
 
-        cfg = config or _config(key, arch, m, n, k, autotune, timer, a_layout)
-        rows = rows_per_launch(arch, cfg, n, pitch)
-        _by_rows(launch(cfg), m, rows, a_log, c, res_arg)
-        if fast is not None and m <= rows:
-            if len(_FAST) >= _FAST_LIMIT:
-                _FAST.clear()
-            lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0), stage_epilogue(n))]
-            vals = (a_st, b_st, c, bias_arg, res_arg, scale_arg)
-            # check_gemm fixed dtypes and device, and ``fast`` the shapes and strides:
-            # later calls with this key differ from this one only in data pointers and scale
-            # (the template keeps no tensor alive: only their pointers, shapes and strides)
-            template = replace(lau.bind(*[vals[i] for i in order]), tensors={})
-            go = lau.prepared(template)
-            _FAST[fast] = (lau, template, order, go, token,
-                           _fast_launch(lau, template, order, go, n, a_layout == "km", kb_layout != b_layout))
-        return c
+
+def _run_on_gpu(call: _Call, a: Any, b_layout: str, config: GemmConfig | None, autotune: bool, fast: Any,
+                torch: Any) -> None:
+    """Launch the call's kernels row slice by row slice on the GPU (config chosen, looked up or
+    autotuned); with ``fast`` (a cacheable call in one launch) prepare the cached fast path."""
+    from hexlayout.runtime.launch import Launcher
+
+    m, n, c, key = call.m, call.n, call.c, call.key
+    token = tuning_token()
+    arch = _ARCHS.get(a.device)
+    if arch is None:
+        arch = _ARCHS[a.device] = device_arch(torch.cuda.get_device_capability(a.device))
+
+    def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
+        def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
+            lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0), stage_epilogue(n))
+            hit = _LAUNCHERS.get(lkey)
+            if hit is None:
+                bld, prog = gemm_fused(call.dtype, call.kb_layout, call.ep, arch, cfg, rows, n,
+                                       a_layout=call.a_layout)
+                hit = _LAUNCHERS[lkey] = (Launcher(bld), _arg_order(prog, call.ep))
+            a_arg = a_ if call.a_layout == "mk" else a_.t()
+            vals = (a_arg, call.b_st, c_, call.bias_arg, res_, call.scale_arg)
+            hit[0](*[vals[i] for i in hit[1]])
+        return one
+
+    def timer(cfg: GemmConfig) -> float:  # pragma: no cover - GPU only
+        one, rows = launch(cfg), rows_per_launch(arch, cfg, n, call.pitch)
+        for _ in range(3):
+            _by_rows(one, m, rows, call.a_log, c, call.res_arg)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            _by_rows(one, m, rows, call.a_log, c, call.res_arg)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 10 / 1e3
+
+    cfg = config or _config(key, arch, m, n, call.k, autotune, timer, call.a_layout)
+    rows = rows_per_launch(arch, cfg, n, call.pitch)
+    _by_rows(launch(cfg), m, rows, call.a_log, c, call.res_arg)
+    if fast is not None and m <= rows:
+        if len(_FAST) >= _FAST_LIMIT:
+            _FAST.clear()
+        lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0), stage_epilogue(n))]
+        vals = (call.a_st, call.b_st, c, call.bias_arg, call.res_arg, call.scale_arg)
+        # check_gemm fixed dtypes and device, and ``fast`` the shapes and strides:
+        # later calls with this key differ from this one only in data pointers and scale
+        # (the template keeps no tensor alive: only their pointers, shapes and strides)
+        template = replace(lau.bind(*[vals[i] for i in order]), tensors={})
+        go = lau.prepared(template)
+        _FAST[fast] = (lau, template, order, go, token,
+                       _fast_launch(lau, template, order, go, n, call.a_layout == "km",
+                                    call.kb_layout != b_layout))
+
+
+def _run_emulated(call: _Call, a: Any, config: GemmConfig | None) -> None:
+    """Run the call's kernels in the emulator (``HEXLAYOUT_EMULATE``; ``HEXLAYOUT_EMULATE_ARCH``)."""
     from hexlayout.runtime.torch_ops import EmulationDisabledError, emulation_enabled
 
     if not emulation_enabled():
@@ -693,18 +735,19 @@ def run_checked(a: Any, b: Any, bias: Any, residual: Any, activation: str, scale
     arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
     if arch not in _FACTORY:
         raise ArgumentError(_OP, None, f"HEXLAYOUT_EMULATE_ARCH={arch!r}; supported: {', '.join(_FACTORY)}")
-    cfg = config or choose_config(arch, m, n, k)
-
+    cfg = config or choose_config(arch, call.m, call.n, call.k)
+    a_layout, a_log = call.a_layout, call.a_log
     if cfg.cluster > 1 and a_layout == "km":
         a_layout, a_log = "mk", a.contiguous()          # clusters multicast K-major A tiles
 
     def emulate_rows(a_: Any, c_: Any, res_: Any, rows: int) -> None:
-        bld, prog = gemm_fused(dtype, kb_layout, ep, arch, cfg, rows, n, compile=False, a_layout=a_layout)
-        vals = (a_ if a_layout == "mk" else a_.t(), b_st, c_, bias_arg, res_, scale_arg)
-        emulate(bld, *[vals[i] for i in _arg_order(prog, ep)])
+        bld, prog = gemm_fused(call.dtype, call.kb_layout, call.ep, arch, cfg, rows, call.n, compile=False,
+                               a_layout=a_layout)
+        vals = (a_ if a_layout == "mk" else a_.t(), call.b_st, c_, call.bias_arg, res_, call.scale_arg)
+        emulate(bld, *[vals[i] for i in _arg_order(prog, call.ep)])
 
-    _by_rows(emulate_rows, m, rows_per_launch(arch, cfg, n, pitch), a_log, c, res_arg)
-    return c
+    rows = rows_per_launch(arch, cfg, call.n, call.pitch)
+    _by_rows(emulate_rows, call.m, rows, a_log, call.c, call.res_arg)
 
 
 def _epilogue_only(c: Any, bias: Any, residual: Any, activation: str, scale: float | None) -> Any:

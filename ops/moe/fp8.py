@@ -290,6 +290,37 @@ def fp8_split_k(num_tokens: int, topk: int, num_experts: int, hidden: int, inter
     return choose_split_k(num_tokens, topk, num_experts, hidden, inter, sm_count, tiles, gemm)
 
 
+def _fp8_kernels(dt: Any, arch: str, bm: int, common: dict[str, Any]) -> tuple[Any, Any, Any, Any, int]:
+    """``(gate-up, down, split gate-up, split down kernels, down BN)`` for ``arch`` and block
+    ``bm``; ``common`` (the shared constants) gets the architecture's additions."""
+    if bm == 128:  # sm_90a prefill: tokens on the wgmma M side, warp-specialized, TMA weights
+        common.update(STAGES=WS_STAGES, CONSUMERS=2)
+        # large T: never split
+        return moe_fp8_gate_up_sm90_ws_kernel(dt), moe_fp8_down_sm90_ws_kernel(dt), None, None, 128
+    if arch == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
+        return (moe_fp8_gate_up_sm90_kernel(dt), moe_fp8_down_sm90_kernel(dt),
+                moe_fp8_gate_up_sm90_kernel(dt, True), moe_fp8_down_sm90_kernel(dt, True), 64)
+    common["WARPS"] = 4
+    return (moe_fp8_gate_up_kernel(dt), moe_fp8_down_kernel(dt), moe_fp8_gate_up_kernel(dt, True),
+            moe_fp8_down_kernel(dt, True), 64)
+
+
+def _quantize(src: Any, rows_w: Any, dt: Any, dev: Any) -> tuple[Any, Any]:
+    """Per-row e4m3 quantization of ``src`` [R, C] (rows scaled by ``rows_w`` first when given):
+    ``(q, scale)``."""
+    import torch
+
+    from ..host.launch import build_for, fresh, run_kernel
+
+    r, c = src.shape
+    q = fresh((r, c), torch.float8_e4m3fn, dev)
+    s = fresh((r,), torch.float32, dev)
+    consts = {"ROWS": 4, "BK": 256 if c >= 256 else 128, "WARPS": 4, "ROUTER": rows_w is not None}
+    args = (src, s if rows_w is None else rows_w, q, s)
+    run_kernel(build_for(moe_fp8_quant_kernel(dt), dev, consts), args, outputs=(2, 3))
+    return q, s
+
+
 def run_fused_moe_fp8(
     hidden_states: Any,
     w13: Any,
@@ -309,7 +340,7 @@ def run_fused_moe_fp8(
     preceded by the per-row quantization of its input."""
     import torch
 
-    from ..host.launch import build_for, fresh, lang_dtype, run_kernel, zeroed
+    from ..host.launch import build_for, lang_dtype, run_kernel, zeroed
     from .pipeline import MoeRun, run_moe_pipeline
 
     x = hidden_states
@@ -324,28 +355,10 @@ def run_fused_moe_fp8(
     arch = kernel_arch(dev)
     bm = fp8_block_m(t * k, e, arch)
     common: dict[str, Any] = {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "BLOCK_SCALE": blk}
-    down_bn = 64
-    if bm == 128:  # sm_90a prefill: tokens on the wgmma M side, warp-specialized, TMA weights
-        gate_up_k, down_k = moe_fp8_gate_up_sm90_ws_kernel(dt), moe_fp8_down_sm90_ws_kernel(dt)
-        common.update(STAGES=WS_STAGES, CONSUMERS=2)
-        down_bn = 128
-        gate_up_split = down_split = None  # large T: never split
-    elif arch == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
-        gate_up_k, down_k = moe_fp8_gate_up_sm90_kernel(dt), moe_fp8_down_sm90_kernel(dt)
-        gate_up_split, down_split = moe_fp8_gate_up_sm90_kernel(dt, True), moe_fp8_down_sm90_kernel(dt, True)
-    else:
-        gate_up_k, down_k = moe_fp8_gate_up_kernel(dt), moe_fp8_down_kernel(dt)
-        gate_up_split, down_split = moe_fp8_gate_up_kernel(dt, True), moe_fp8_down_kernel(dt, True)
-        common["WARPS"] = 4
+    gate_up_k, down_k, gate_up_split, down_split, down_bn = _fp8_kernels(dt, arch, bm, common)
 
     def quant(src: Any, rows_w: Any) -> tuple[Any, Any]:
-        r, c = src.shape
-        q = fresh((r, c), torch.float8_e4m3fn, dev)
-        s = fresh((r,), torch.float32, dev)
-        consts = {"ROWS": 4, "BK": 256 if c >= 256 else 128, "WARPS": 4, "ROUTER": rows_w is not None}
-        args = (src, s if rows_w is None else rows_w, q, s)
-        run_kernel(build_for(moe_fp8_quant_kernel(dt), dev, consts), args, outputs=(2, 3))
-        return q, s
+        return _quantize(src, rows_w, dt, dev)
 
     forced = _forced(None)   # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
 
