@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .spec import FusionUnsupported, Node
@@ -89,7 +89,6 @@ class AnchorRecord:
     clear: Callable[[], None] | None = None
     rows: bool = False
     tuple_output: bool = False
-    doc: str = field(default="", compare=False)
 
     @property
     def runs(self) -> frozenset[str]:
