@@ -1,9 +1,10 @@
 """``torch.compile(model, backend="hexlayout")``: the backend with this layer's anchor kernels.
 
 The fusion layer (``hexlayout.fusion``) fuses prologues and epilogues into anchor kernels it
-does not own: the GEMMs (``gemm_kernels``), the row reductions (``row_reduce_kernels``) and
-attention (``sdpa_anchor``) are this layer's, and each registers itself with
-``hexlayout.fusion.anchors`` when it is imported. This module imports the three (so
+does not own: the GEMMs (``gemm.fusion``), the row reductions (``row_reduce.fusion``) and
+attention (``attention.sdpa_fusion``) are this layer's, and each module registers its anchor
+records (``hexlayout.fusion.anchors.AnchorRecord``) when it is imported. This module imports
+the three (so
 importing it - or ``hexlayout.ops`` - makes every anchor available) and is what torch's
 ``torch_dynamo_backends`` entry point names (``hexlayout =
 "hexlayout.ops.compile_backend:hexlayout_backend"`` in ``pyproject.toml``): torch finds the
@@ -17,9 +18,9 @@ from typing import Any
 
 from hexlayout.fusion.backend import hexlayout_backend as _fusion_backend
 
-from .attention import sdpa_anchor as _sdpa_anchor  # noqa: F401 - registers the attention anchor
-from .gemm import kernels as _gemm_kernels  # noqa: F401 - registers the GEMM anchors
-from .row_reduce import kernels as _row_reduce_kernels  # noqa: F401 - registers the row reductions
+from .attention import sdpa_fusion as _sdpa_fusion  # noqa: F401 - registers the attention anchor
+from .gemm import fusion as _gemm_fusion  # noqa: F401 - registers the GEMM anchors
+from .row_reduce import fusion as _row_reduce_fusion  # noqa: F401 - registers the row reductions
 
 __all__ = ["hexlayout_backend"]
 

@@ -1,103 +1,146 @@
-"""Where fusion finds its anchor kernels.
+"""Fusion anchors as records: what the op packages register so that fusion can fuse into
+their kernels, while this layer holds only the generic mechanism.
 
-The anchor kernels live in the kernels layer (``hexlayout.ops``), above fusion: each of its
-anchor modules registers itself here when it is imported (``register_gemm``,
-``register_reduction``, ``register_attention``); importing ``hexlayout.ops`` - or its
-``compile_backend``, which torch's ``torch_dynamo_backends`` entry point names - registers
-them all. Fusion never imports that layer (statically or by name): an anchor nobody
-registered is ``FusionUnsupported`` with that reason.
+The anchor kernels live in the kernels layer (``hexlayout.ops``), above fusion: each op
+package that contributes an anchor registers an ``AnchorRecord`` here when it is imported
+(``register_anchor``); importing ``hexlayout.ops`` - or its ``compile_backend``, which
+torch's ``torch_dynamo_backends`` entry point names - registers them all. Fusion never
+imports that layer (statically or by name) and names no op: the partitioner looks a graph
+node's op up in ``ops`` of the records, ``run_fused`` a spec's anchor in their
+``spec_ops``; an anchor nobody registered is not an anchor (``FusionUnsupported`` with that
+reason for a spec).
 
-A GEMM provider is two functions:
+A record's callables get the partitioner's view of the graph, ``g`` (see
+``partition.GraphView``: ``g.op(n)``, ``g.value(n)``, ``g.shape(n)``, ``g.named_args(n)``,
+``g.const(v, n)``, ``g.unclaimed(n)``), and the anchor's ``fx.Node`` ``n``:
 
-- ``kernel(arch, dtype, b_layout, staged, a_layout="mk") -> hl.Kernel``: the anchor
-  ``c[M, N] = A @ B`` with parameters ``a`` (``M x K`` for ``"mk"``, ``K x M`` for ``"km"``),
-  ``b`` (``N x K`` for ``"nk"``, ``K x N`` for ``"kn"``), ``c``;
-  ``staged=True`` asks for a kernel whose operand loads are plain copies (a computing
-  prologue needs them);
-- ``consts(arch, m, n, k, staged, windows) -> dict``: the kernel's tile constants for a
-  problem; ``windows=True`` allows the epilogue to be applied per column window of the
-  tile (an epilogue that pairs columns, the column halves and the head permutes, needs
-  the whole tile and passes ``False``).
+- ``admit(g, n) -> str | None``: why ``n`` is not an anchor (the reason the plan shows), or
+  None when it is;
+- ``operands(g, n) -> tuple``: the arguments a prologue may produce (default: ``n.args``);
+- ``prologues(g, n) -> dict[int, list] | None``: the record's own prologue nodes per operand
+  instead of the generic walk (attention: only the ``where(m, 0, -inf)`` of a boolean mask);
+  ``lower_prologue(g, n, i, nodes, extra_ref) -> ("spec", spec nodes, output)``: how such a
+  prologue becomes spec nodes;
+- ``to_spec(g, s) -> None``: how the node becomes the spec's anchor; ``s`` is an
+  ``AnchorSpec`` holding ``anchor`` (the spec anchor's name, the node's op by default),
+  ``order`` (the spec's anchor arguments as indices of ``operands``), ``kwargs`` (its
+  constant keyword arguments), ``operands`` (per operand ``("spec", nodes, out)`` - a
+  prologue - or ``("ext", node, host views)``), ``implied`` (epilogue nodes the anchor
+  itself computes, a fused op's bias or activation) and ``extra_ref(node, views)`` (an
+  extra input's reference); the record updates them in place;
+- ``run(spec, anchor_args, extra_inputs) -> (outputs, prepared | None)``: the planner and
+  runner of a spec whose anchor is in ``spec_ops`` (``FusionUnsupported`` before anything
+  runs when it cannot fuse); ``prepared`` (``run._Prepared``'s fields) lets a later call of
+  the same spec with arguments of the same shapes only bind and launch;
+- ``eager(anchor, args, kwargs)``: the spec anchor's eager meaning, when it is not the aten
+  op called with ``args`` and ``kwargs`` (``reference``);
+- ``decompositions() -> dict``: aten decompositions the graph front end applies first (the
+  softmax that the row reductions fuse as ``amax``, ``exp``, ``sum``);
+- ``clear()``: forget the record's memoized plans and builds (``clear_fused_builds``).
 
-A row-reduction provider (``register_reduction``) is two functions too:
-
-- ``kernel(dtype, fn, align_bytes) -> hl.Kernel``: the anchor ``c[M, 1] = fn_j x[M, j]``
-  (f32) with parameters ``x`` (rows ``align_bytes``-aligned), ``c``, ``fn`` in ``"sum"``,
-  ``"mean"``, ``"max"``; its one load of ``x`` (whole rows into a register tile, the tail
-  past ``N`` masked) and its one store of ``c`` are the fusion points;
-- ``consts(m, n) -> dict``: its tile constants for ``m`` rows of ``n`` (``n <= MAX_ROW``).
-
-The attention provider (``register_attention``): ``kernel() -> hl.Kernel`` (parameters
-``q``, ``k``, ``v``, ``o`` in ``[B, S, heads, D]``, f16, and ``qk_scale``; constant
-``CAUSAL``) and ``consts(sq, sk, d, causal, emulated) -> dict``.
+Flags: ``rows`` (the anchor reduces rows: the kernel's frame is ``rows x columns``, its
+epilogue broadcasts the reduced value over the rows it reduced, and a producer of its
+operand that the epilogue also reads joins the prologue and is recomputed in the epilogue);
+``tuple_output`` (the op returns a tuple whose element 0 is the output, read through
+``getitem``; views of the output and elementwise math of it alone fuse after them, and the
+``clone`` a reshape makes of it is free).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .spec import FusionUnsupported
+from .spec import FusionUnsupported, Node
 
-__all__ = ["AnchorProvider", "GemmProvider", "register_gemm", "gemm_provider", "ReductionProvider",
-           "register_reduction", "reduction_provider", "AttentionProvider", "register_attention",
-           "attention_provider"]
+__all__ = ["AnchorRecord", "AnchorSpec", "register_anchor", "unregister_anchor", "anchor_records",
+           "record_of_op", "record_of_spec", "spec_anchors"]
+
+
+@dataclass
+class AnchorSpec:
+    """The spec's anchor as ``AnchorRecord.to_spec`` builds it (see the module docstring)."""
+
+    anchor: str
+    order: list[int]
+    kwargs: tuple
+    operands: dict[int, Any]
+    implied: list[Node]
+    extra_ref: Callable[[Any, tuple], tuple]
 
 
 @dataclass(frozen=True)
-class AnchorProvider:
-    """Anchor kernels of the kernels layer: ``kernel`` and ``consts`` (see the module
-    docstring for each kind's signatures)."""
+class AnchorRecord:
+    """One family of fusion anchors (see the module docstring for each field)."""
 
-    kernel: Callable[..., Any]
-    consts: Callable[..., dict[str, Any]]
+    name: str
+    ops: frozenset[str]
+    run: Callable[..., tuple[list, dict[str, Any] | None]] | None = None
+    spec_ops: frozenset[str] | None = None          # None: ``ops``
+    admit: Callable[[Any, Any], str | None] | None = None
+    operands: Callable[[Any, Any], tuple] | None = None
+    prologues: Callable[[Any, Any], dict[int, list] | None] | None = None
+    lower_prologue: Callable[..., tuple] | None = None
+    to_spec: Callable[[Any, AnchorSpec], None] | None = None
+    eager: Callable[[str, list, dict], Any] | None = None
+    decompositions: Callable[[], dict] | None = None
+    clear: Callable[[], None] | None = None
+    rows: bool = False
+    tuple_output: bool = False
+
+    @property
+    def runs(self) -> frozenset[str]:
+        """The spec anchors ``run`` takes."""
+        if self.run is None:
+            return frozenset()
+        return self.ops if self.spec_ops is None else self.spec_ops
 
 
-#: the GEMM, row-reduction and attention providers are the same record
-GemmProvider = ReductionProvider = AttentionProvider = AnchorProvider
-
-#: kind -> what it is called in errors
-_KINDS = {"gemm": "GEMM anchor kernels", "reduction": "row-reduction anchor kernels",
-          "attention": "attention anchor kernel"}
-_REGISTERED: dict[str, AnchorProvider] = {}
+_LOCK = threading.Lock()
+_RECORDS: dict[str, AnchorRecord] = {}      # name -> record, in registration order
 
 
-def _provider(kind: str) -> AnchorProvider:
-    """The registered provider of ``kind`` (``FusionUnsupported`` when there is none)."""
-    hit = _REGISTERED.get(kind)
+def register_anchor(record: AnchorRecord) -> AnchorRecord:
+    """Register ``record`` (one of the same ``name`` is replaced); returns it."""
+    with _LOCK:
+        _RECORDS.pop(record.name, None)
+        _RECORDS[record.name] = record
+    return record
+
+
+def unregister_anchor(name: str) -> None:
+    """Remove the record ``name`` (if any)."""
+    with _LOCK:
+        _RECORDS.pop(name, None)
+
+
+def anchor_records() -> list[AnchorRecord]:
+    """The registered records, in registration order."""
+    return list(_RECORDS.values())
+
+
+def record_of_op(op: str) -> AnchorRecord | None:
+    """The record whose graph ops include ``op`` (the latest registered), or None."""
+    return next((r for r in reversed(_RECORDS.values()) if op in r.ops), None)
+
+
+def record_of_spec(anchor: str) -> AnchorRecord:
+    """The record that runs specs anchored at ``anchor`` (``FusionUnsupported`` when none)."""
+    hit = next((r for r in reversed(_RECORDS.values()) if anchor in r.runs), None)
     if hit is None:
-        raise FusionUnsupported(f"no {_KINDS[kind]} registered: the kernels layer registers them when it "
-                                "is imported (import hexlayout.ops; torch.compile(backend='hexlayout') "
-                                "does)")
+        known = sorted(spec_anchors())
+        raise FusionUnsupported(f"{anchor} is not an anchor any registered anchor record runs "
+                                f"({', '.join(known) or 'none registered'}: the kernels layer registers "
+                                "them when it is imported - import hexlayout.ops; "
+                                "torch.compile(backend='hexlayout') does)")
     return hit
 
 
-def register_gemm(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
-    """Register the GEMM anchor provider (the latest registration wins)."""
-    _REGISTERED["gemm"] = AnchorProvider(kernel, consts)
-
-
-def gemm_provider() -> AnchorProvider:
-    """The registered GEMM provider."""
-    return _provider("gemm")
-
-
-def register_reduction(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
-    """Register the row-reduction anchor provider (the latest registration wins)."""
-    _REGISTERED["reduction"] = AnchorProvider(kernel, consts)
-
-
-def reduction_provider() -> AnchorProvider:
-    """The registered row-reduction provider."""
-    return _provider("reduction")
-
-
-def register_attention(kernel: Callable[..., Any], consts: Callable[..., dict[str, Any]]) -> None:
-    """Register the attention anchor provider (the latest registration wins)."""
-    _REGISTERED["attention"] = AnchorProvider(kernel, consts)
-
-
-def attention_provider() -> AnchorProvider:
-    """The registered attention provider."""
-    return _provider("attention")
+def spec_anchors() -> tuple[str, ...]:
+    """Every spec anchor a registered record runs."""
+    out: list[str] = []
+    for r in _RECORDS.values():
+        out += [a for a in sorted(r.runs) if a not in out]
+    return tuple(out)

@@ -12,9 +12,9 @@ works without importing hexlayout first and this layer never imports the one abo
    every op with that reason: aten names with ``"eager"``, dynamo's with inductor, which
    traces the graph itself);
 2. otherwise ``aot_autograd`` turns dynamo's graph into its aten inference graph (the op
-   names ``explain`` reports, e.g. ``aten.addmm.default``; a softmax over rows the row
-   reductions fuse is decomposed into ``amax``, ``exp(x - max)``, ``sum`` and a division,
-   which become two reduction kernels), ``partition`` groups every
+   names ``explain`` reports; the anchor records' ``decompositions`` first - a softmax over
+   rows the row reductions fuse becomes two reduction kernels and the math between them),
+   ``partition`` groups every
    anchor with its prologues and epilogues, and each group becomes one call of
    ``torch.ops.hexlayout.fused_kernel`` (the fused hexlayout kernel; the group's own aten
    ops in torch when the mechanism cannot fuse it, with the reason);
@@ -38,7 +38,6 @@ from hexlayout.errors import HexlayoutError
 from .fused_op import FusedKernel, fused_kernel_op, register_kernel
 from .partition import Partition, op_name, partition
 from .plan import Fallback, GraphPlan
-from .spec import MAX_ROW
 
 __all__ = ["hexlayout_backend", "BackendOptionError", "FALLBACKS", "GRAD_REASON"]
 
@@ -149,25 +148,16 @@ def _aten_fallbacks(reason: str, on_plan: Callable[[GraphPlan], Any] | None) -> 
     return record
 
 
-def _softmax_decompositions() -> dict[Any, Any]:
-    """``aten._softmax`` over the last dimension of rows of a static length up to ``MAX_ROW``
-    (what the row-reduction anchors fuse) as torch's own decomposition (``amax``,
-    ``exp(x - max)``, ``sum``, divide; f32 computation); any other softmax stays one op."""
-    import torch
-    from torch._decomp import decomposition_table
+def _decompositions() -> dict[Any, Any]:
+    """The aten decompositions the registered anchor records ask for (``decompositions``:
+    the softmax the row reductions fuse, ...), applied before the partition."""
+    from .anchors import anchor_records
 
-    aten = torch.ops.aten
-    decomp = decomposition_table.get(aten._softmax.default)
-    if decomp is None:                       # pragma: no cover - torch without the decomposition
-        return {}
-
-    def softmax(x: Any, dim: int, half_to_float: bool) -> Any:
-        cols = x.shape[-1] if x.dim() else 0
-        if x.dim() and dim % x.dim() == x.dim() - 1 and isinstance(cols, int) and 1 <= cols <= MAX_ROW:
-            return decomp(x, dim, half_to_float)
-        return NotImplemented
-
-    return {aten._softmax.default: softmax}
+    out: dict[Any, Any] = {}
+    for record in anchor_records():
+        if record.decompositions is not None:
+            out.update(record.decompositions())
+    return out
 
 
 def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | None = None,
@@ -200,4 +190,4 @@ def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any
         return inner(aten_gm, inputs)
 
     return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,
-                                 decompositions=_softmax_decompositions())
+                                 decompositions=_decompositions())

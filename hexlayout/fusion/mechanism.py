@@ -240,35 +240,55 @@ class _Evaluator:
 
 def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
     """The anchor ``tk`` with ``plan``'s prologues and epilogue fused (a new program)."""
-    import hexlayout.lang as hl
-
     tk = copy.deepcopy(tk)
     tk.name = name
-    prog = FusedProgram(tk)
-    ext = KernelExtender(tk)
-    ev = _Evaluator(ext, plan, prog)
-    defs = defining_ops(tk)
-    view_of = {op.result.id: op for op in walk(tk) if isinstance(op, GlobalView)}
-    params = {p.name: p for p in tk.params}
-    row_frame: _Frame | None = None
-    if plan.row:                                # the frame of the reduced operand's row load
-        gv = next((v for v in view_of.values() if v.param.name == dict(plan.operands).get(0)), None)
-        if gv is None:
-            raise FusionUnsupported(f"{tk.name}: no load of the reduced operand")
-        row_frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
-
-    # --- prologues: operand loads ---------------------------------------------------------
+    f = _Fusion(tk, plan)
     for operand, nodes, out in plan.prologues:
-        pname = dict(plan.operands).get(operand)
+        f.prologue(operand, nodes, out)
+    f.epilogue()
+    _drop_dead(tk)
+    _drop_param(tk, plan.output_param, f.prog)
+    try:            # the fused math changes what the padding of the anchor's loads holds
+        annotate_padding(tk)
+    except PaddingError as e:
+        raise FusionUnsupported(f"{tk.name}: {e.detail}") from None
+    return f.prog
+
+
+class _Fusion:
+    """One ``fuse``: the program being rewritten and what its rules share."""
+
+    def __init__(self, tk: TileKernel, plan: TilePlan) -> None:
+        self.tk = tk
+        self.plan = plan
+        self.prog = FusedProgram(tk)
+        self.ext = KernelExtender(tk)
+        self.ev = _Evaluator(self.ext, plan, self.prog)
+        self.defs = defining_ops(tk)
+        self.view_of = {op.result.id: op for op in walk(tk) if isinstance(op, GlobalView)}
+        self.params = {p.name: p for p in tk.params}
+        self.row_frame: _Frame | None = None
+        if plan.row:                                # the frame of the reduced operand's row load
+            gv = next((v for v in self.view_of.values() if v.param.name == dict(plan.operands).get(0)), None)
+            if gv is None:
+                raise FusionUnsupported(f"{tk.name}: no load of the reduced operand")
+            self.row_frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
+
+    # --- prologues: operand loads -------------------------------------------------------------
+    def prologue(self, operand: int, nodes: tuple, out: int) -> None:
+        """Replace the loads of ``operand`` by the prologue ``nodes`` (value: node ``out``)."""
+        import hexlayout.lang as hl
+
+        tk, ev, ext = self.tk, self.ev, self.ext
+        pname = dict(self.plan.operands).get(operand)
         if pname is None:
             raise FusionUnsupported(f"{tk.name}: operand {operand} has no load to fuse a prologue into")
-        dtype = params[pname].dtype
+        dtype = self.params[pname].dtype
         where = f"prologue of operand {operand}"
 
-        def rule(visit: Any, pname: str = pname, nodes: tuple = nodes, out: int = out, dtype: Any = dtype,
-                 where: str = where) -> Any:
+        def rule(visit: Any) -> Any:
             op = visit.op
-            gv = view_of.get(op.src.id)
+            gv = self.view_of.get(op.src.id)
             if gv is None or gv.param.name != pname:
                 return None
             if op.mbarrier is not None:
@@ -290,101 +310,106 @@ def fuse(tk: TileKernel, plan: TilePlan, name: str) -> FusedProgram:
 
         if rewrite(tk, rule, kinds=(Copy,)) == 0:
             raise FusionUnsupported(f"{tk.name}: no load of {pname} found to fuse a prologue into")
-        _drop_param(tk, pname, prog)
-        if pname not in prog.removed:
+        _drop_param(tk, pname, self.prog)
+        if pname not in self.prog.removed:
             raise FusionUnsupported(f"{tk.name}: {pname} is still read after fusing its prologue")
 
-    # --- epilogue: the output store -------------------------------------------------------
-    out_name = plan.output_param
-    store_views = {op.dst.id for op in walk(tk) if isinstance(op, Copy) and op.dst.id in view_of
-                   and view_of[op.dst.id].param.name == out_name}
-    # a store staged through shared memory, copy(cast(acc), s) ... copy(s, view(out)): the
-    # epilogue (math in registers) replaces the first copy and stages its first output of the
-    # staging tile's dtype and frame in s; the second copy stores that output (or goes)
-    staging: dict[int, Copy] = {}              # id(copy into s) -> the store from s
-    pending: dict[int, Copy] = {}
-    for op in walk(tk):
-        if not isinstance(op, Copy):
-            continue
-        gv = view_of.get(op.dst.id)
-        if gv is not None and gv.param.name == out_name and op.src.id in pending:
-            staging[id(pending.pop(op.src.id))] = op
-        elif op.dst.scope == Scope.SHARED and isinstance(defs.get(op.src.id), Cast):
-            pending[op.dst.id] = op
-    staged_stores = {id(st) for st in staging.values()}
-    staged_out: dict[int, tuple[Any, _Frame]] = {}     # id(store from s) -> (param key, frame)
+    # --- epilogue: the output store -----------------------------------------------------------
+    def _staging(self) -> dict[int, Copy]:
+        """A store staged through shared memory, ``copy(cast(acc), s)`` ... ``copy(s,
+        view(out))``: id(the copy into ``s``) -> the store from ``s``. The epilogue (math in
+        registers) replaces the first copy and stages its first output of the staging tile's
+        dtype and frame in ``s``; the second copy stores that output (or goes)."""
+        staging: dict[int, Copy] = {}
+        pending: dict[int, Copy] = {}
+        for op in walk(self.tk):
+            if not isinstance(op, Copy):
+                continue
+            gv = self.view_of.get(op.dst.id)
+            if gv is not None and gv.param.name == self.plan.output_param and op.src.id in pending:
+                staging[id(pending.pop(op.src.id))] = op
+            elif op.dst.scope == Scope.SHARED and isinstance(self.defs.get(op.src.id), Cast):
+                pending[op.dst.id] = op
+        return staging
 
-    def store_rule(visit: Any) -> Any:
-        op = visit.op
-        if isinstance(op, GlobalView):        # the output's old view goes with its store
-            return [] if op.result.id in store_views else None
-        if id(op) in staged_stores:           # the staged tile's store: of the output staged
-            if id(op) not in staged_out:
-                return []
+    def epilogue(self) -> None:
+        """Replace the store of the output by the epilogue and its outputs' stores."""
+        import hexlayout.lang as hl
 
-            def store() -> None:
-                key, fr = staged_out[id(op)]
-                hl.copy(ext.tile(op.src), hl.view(ev.params[key], fr.tile, fr.origin))
+        tk, ev, ext, plan = self.tk, self.ev, self.ext, self.plan
+        out_name = plan.output_param
+        store_views = {op.dst.id for op in walk(tk) if isinstance(op, Copy) and op.dst.id in self.view_of
+                       and self.view_of[op.dst.id].param.name == out_name}
+        staging = self._staging()
+        staged_stores = {id(st) for st in staging.values()}
+        self.staged_out: dict[int, tuple[Any, _Frame]] = {}     # id(store from s) -> (param key, frame)
 
-            return ext.trace(store)[0]
-        stage = op.dst if id(op) in staging else None
-        gv = view_of.get(staging[id(op)].dst.id if stage is not None else op.dst.id)
-        if gv is None or gv.param.name != out_name:
-            return None
-        src_def = defs.get(op.src.id)
-        acc = src_def.src if isinstance(src_def, Cast) else op.src
-        frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
-        if plan.halves and frame.tile[1] % 2:
-            raise FusionUnsupported(f"{tk.name}: column halves need an even tile width, not {frame.tile[1]}")
+        def store_rule(visit: Any) -> Any:
+            op = visit.op
+            if isinstance(op, GlobalView):        # the output's old view goes with its store
+                return [] if op.result.id in store_views else None
+            if id(op) in staged_stores:           # the staged tile's store: of the output staged
+                if id(op) not in self.staged_out:
+                    return []
 
-        ev.anchor_dtype = gv.param.dtype
-        ev.staged = None
+                def store() -> None:
+                    key, fr = self.staged_out[id(op)]
+                    hl.copy(ext.tile(op.src), hl.view(ev.params[key], fr.tile, fr.origin))
 
-        col_frame = frame
-        base = row_frame if row_frame is not None else frame
+                return ext.trace(store)[0]
+            stage = op.dst if id(op) in staging else None
+            gv = self.view_of.get(staging[id(op)].dst.id if stage is not None else op.dst.id)
+            if gv is None or gv.param.name != out_name:
+                return None
+            src_def = self.defs.get(op.src.id)
+            acc = src_def.src if isinstance(src_def, Cast) else op.src
+            frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
+            if plan.halves and frame.tile[1] % 2:
+                raise FusionUnsupported(f"{tk.name}: column halves need an even tile width, not "
+                                        f"{frame.tile[1]}")
+            ev.anchor_dtype = gv.param.dtype
+            ev.staged = None
+            store_from = staging[id(op)] if stage is not None else None
+            ops, _ = ext.trace(lambda: self._store(acc, frame, stage, store_from))
+            # an output not staged leaves the staging tile as it was (no longer written)
+            return ops if stage is None else Replacement(ops, {stage: stage})
 
-        def body() -> None:
-            y = ext.tile(acc)
-            env = ev.run(plan.epilogue, base, y, "epilogue")
-            for k, ref in enumerate(plan.outputs):
-                val, fr = (y, frame) if ref[0] == "anchor" else env[ref[1]]
-                if row_frame is not None:        # a row's value or the reduced column's
-                    fr = col_frame if tuple(val.shape)[-1] == 1 else row_frame
-                key = ("out", k)
-                if key not in ev.params:
-                    odt = hl_dtype(plan.out_dtypes[k])
-                    if plan.heads and plan.heads[k] is not None:
-                        nh, hd = plan.heads[k]
-                        shape = (ext.size_var(f"B{k}"), nh, ext.size_var(f"T{k}"), hd)
-                        ev.params[key] = ext.tensor_param(f"out{k}", odt, shape)
-                    else:
-                        ev.params[key] = ext.tensor_param(f"out{k}", odt, fr.shape,
-                                                          align_bytes=ev.align(odt, fr.tile[-1] == 1))
-                    prog.sources.append(("output", k))
-                dtype = hl_dtype(plan.out_dtypes[k])
+        if rewrite(tk, store_rule, kinds=(Copy, GlobalView)) == 0:
+            raise FusionUnsupported(f"{tk.name}: no store of {out_name} found to fuse the epilogue into")
+
+    def _store(self, acc: Any, frame: _Frame, stage: Any, store_from: Copy | None) -> None:
+        """The epilogue on the accumulator ``acc`` (a tile of ``frame``) and one store per
+        output (the first that fits the staging tile ``stage``, if any, through it)."""
+        import hexlayout.lang as hl
+
+        ev, ext, plan, prog, row_frame = self.ev, self.ext, self.plan, self.prog, self.row_frame
+        y = ext.tile(acc)
+        env = ev.run(plan.epilogue, row_frame if row_frame is not None else frame, y, "epilogue")
+        for k, ref in enumerate(plan.outputs):
+            val, fr = (y, frame) if ref[0] == "anchor" else env[ref[1]]
+            if row_frame is not None:        # a row's value or the reduced column's
+                fr = frame if tuple(val.shape)[-1] == 1 else row_frame
+            key = ("out", k)
+            if key not in ev.params:
+                odt = hl_dtype(plan.out_dtypes[k])
                 if plan.heads and plan.heads[k] is not None:
-                    _store_heads(ext, ev.params[key], val, fr, dtype, plan.heads[k], tk.name)
-                    continue
-                if (stage is not None and id(staging[id(op)]) not in staged_out and fr is frame
-                        and tuple(val.shape) == frame.tile and dtype == stage.type.dtype):
-                    hl.copy(hl.cast(val, dtype), ext.tile(stage))
-                    staged_out[id(staging[id(op)])] = (key, fr)
+                    nh, hd = plan.heads[k]
+                    shape = (ext.size_var(f"B{k}"), nh, ext.size_var(f"T{k}"), hd)
+                    ev.params[key] = ext.tensor_param(f"out{k}", odt, shape)
                 else:
-                    hl.copy(hl.cast(val, dtype), hl.view(ev.params[key], fr.tile, fr.origin))
-
-        ops, _ = ext.trace(body)
-        # an output not staged leaves the staging tile as it was (no longer written)
-        return ops if stage is None else Replacement(ops, {stage: stage})
-
-    if rewrite(tk, store_rule, kinds=(Copy, GlobalView)) == 0:
-        raise FusionUnsupported(f"{tk.name}: no store of {out_name} found to fuse the epilogue into")
-    _drop_dead(tk)
-    _drop_param(tk, out_name, prog)
-    try:            # the fused math changes what the padding of the anchor's loads holds
-        annotate_padding(tk)
-    except PaddingError as e:
-        raise FusionUnsupported(f"{tk.name}: {e.detail}") from None
-    return prog
+                    ev.params[key] = ext.tensor_param(f"out{k}", odt, fr.shape,
+                                                      align_bytes=ev.align(odt, fr.tile[-1] == 1))
+                prog.sources.append(("output", k))
+            dtype = hl_dtype(plan.out_dtypes[k])
+            if plan.heads and plan.heads[k] is not None:
+                _store_heads(ext, ev.params[key], val, fr, dtype, plan.heads[k], self.tk.name)
+                continue
+            if (store_from is not None and id(store_from) not in self.staged_out and fr is frame
+                    and tuple(val.shape) == frame.tile and dtype == stage.type.dtype):
+                hl.copy(hl.cast(val, dtype), ext.tile(stage))
+                self.staged_out[id(store_from)] = (key, fr)
+            else:
+                hl.copy(hl.cast(val, dtype), hl.view(ev.params[key], fr.tile, fr.origin))
 
 
 def _store_heads(ext: KernelExtender, out: Any, val: Any, fr: _Frame, dtype: Any, heads: tuple[int, int],

@@ -1,14 +1,15 @@
 """Partition an aten-level FX graph into fused hexlayout kernels and ops left to torch.
 
 The graph is the inference graph ``aot_autograd`` gives (aten ops after
-functionalization: ``nn.Linear`` is ``addmm(bias, view(x, [M, K]), t(w))``). Every
-**anchor** (``spec.ANCHORS``: ``mm``, ``addmm``, ``bmm``, ``linear``; and hexlayout's own
-``hexlayout.gemm``, whose bias / scale / activation / residual become epilogue nodes) becomes
-one kernel, in graph order. A **row reduction** (``spec.ROW_REDUCTIONS``: ``mean`` / ``sum`` /
-``amax`` over the last dimension with ``keepdim``) is an anchor too: its epilogue may
-broadcast the reduced value over the rows it reduced (``x * rsqrt(mean(x * x) + eps) * w``),
-and a producer of its operand that the epilogue also reads (the norm's ``x.float()``) joins
-the prologue and is recomputed in the epilogue:
+functionalization). Every **anchor** - a node whose op an ``AnchorRecord`` registered with
+``fusion.anchors`` lists (the op packages register theirs: the matmuls and hexlayout's own
+GEMM, the row reductions, attention) and which the record admits - becomes one kernel, in
+graph order. A record's ``to_spec`` says how its node becomes the spec's anchor (an op's
+bias or activation become epilogue nodes, ``x @ w.t()`` reads ``w`` as it is, ...). An anchor
+whose record says ``rows`` reduces rows: its epilogue may broadcast the reduced value over
+the rows it reduced (``x * rsqrt(mean(x * x) + eps) * w``), and a producer of its operand
+that the epilogue also reads (the norm's ``x.float()``) joins the prologue and is recomputed
+in the epilogue:
 
 1. **prologue** of each anchor operand: walking back from the operand, a producer joins
    when it is injective (elementwise, cast, view / permute / transpose, broadcast) and all
@@ -22,18 +23,17 @@ the prologue and is recomputed in the epilogue:
 
 Such a group is convex (no path leaves it and comes back), so replacing it by one call
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
-reason. Attention (``scaled_dot_product_attention`` in its aten forms) is an anchor whose
-prologue is at most the ``where(m, 0, -inf)`` of a boolean mask and whose epilogue is the
-views of its output and elementwise math of it alone (casts, scales: ``fusion.attention``);
-attention the kernel cannot compute (f32, dropout, ...) is left to torch with the reason.
+reason. A record may find its operands' prologues itself (attention: at most the
+``where(m, 0, -inf)`` of a boolean mask); an anchor whose record says ``tuple_output``
+(attention) has the views of its output and elementwise math of it alone as its epilogue. An
+anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
+the record's reason.
 
 How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluates with
 eager aten ops on the arguments it is given):
 
 - views of graph inputs (``view``, ``t``, ``permute``, ``unsqueeze``, ``expand``) are applied
   by the host before the call (free), never put in a prologue;
-- ``x @ w.t()`` (+ bias) - ``nn.Linear`` - is the spec anchor ``aten.linear.default`` reading
-  ``w`` (``N x K``) as it is;
 - in a kernel whose anchor is 2-D, a reshape that regroups leading dimensions of a computed
   value is free (the value keeps the ``rows x columns`` frame), and tensors of rank > 2 that
   elementwise ops read are flattened to that frame by the host (an op that broadcasts along
@@ -52,16 +52,14 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .anchors import AnchorRecord, AnchorSpec, record_of_op
 from .aten import CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
-from .attention import ATTENTION_ANCHORS
-from .spec import ANCHORS, MAX_ROW, ROW_REDUCTIONS, Epilogue, FusedSpec, Node, Prologue
+from .spec import Epilogue, FusedSpec, Node, Prologue
 
-__all__ = ["partition", "Partition", "Group", "Step", "ATTENTION", "ELEMENTWISE", "VIEWS", "op_name"]
-
-#: Attention in its aten forms (after decomposition of ``F.scaled_dot_product_attention``).
-ATTENTION = ATTENTION_ANCHORS
+__all__ = ["partition", "Partition", "Group", "Step", "ELEMENTWISE", "VIEWS", "op_name", "rows", "row",
+           "static_int", "GraphView"]
 
 #: Elementwise ops and casts that the mechanism can fuse (``aten.ELEMENTWISE``, ``aten.CASTS``):
 #: injective as prologues; bijective as epilogues when the kernel's value is not broadcast up.
@@ -69,12 +67,6 @@ ELEMENTWISE = frozenset(_MATH) | frozenset(CASTS)
 #: Reshapes and permutations (bijective).
 VIEWS = frozenset(_ATEN_VIEWS) - {"aten.expand.default"}
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
-#: hexlayout's own GEMM op, an anchor too: ``act(scale * a @ B + bias) + residual``.
-HEXLAYOUT_GEMM = "hexlayout.gemm.default"
-_ANCHORS = frozenset(ANCHORS) | {HEXLAYOUT_GEMM} | frozenset(ROW_REDUCTIONS) | ATTENTION
-_GEMM_ACTIVATIONS = {"relu": ("aten.relu.default", ()), "silu": ("aten.silu.default", ()),
-                     "gelu": ("aten.gelu.default", ()),
-                     "gelu_tanh": ("aten.gelu.default", (("approximate", "tanh"),))}
 #: Ops whose result is a view of their first argument, besides ``VIEWS``.
 _ALIASES = frozenset({"aten.alias.default", "aten.detach.default", "aten.expand.default", "aten.slice.Tensor",
                       "getitem", "aten.split.Tensor", "aten.split_with_sizes.default"})
@@ -87,7 +79,7 @@ _REDUCTIONS = ("sum", "mean", "amax", "amin", "max", "min", "var", "std", "prod"
 
 
 def op_name(target: Any) -> str:
-    """The op's name as FX prints it (``aten.addmm.default``)."""
+    """The op's name as FX prints it (``aten.add.Tensor``)."""
     if target is operator.getitem:
         return "getitem"
     if hasattr(target, "_schema"):
@@ -164,7 +156,8 @@ def _computes_tensor(n: Any) -> bool:
     return isinstance(v, (list, tuple)) and any(_is_tensor(x) for x in v)
 
 
-def _static_int(x: Any) -> int | None:
+def static_int(x: Any) -> int | None:
+    """``x`` as an int when it is one (a constant ``SymInt`` included), else None."""
     if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return int(x)
     try:
@@ -203,15 +196,66 @@ def _arg_nodes(n: Any) -> list:
 
 
 def _kind_reason(op: str) -> str:
-    if op in ATTENTION:
-        return "attention anchor not fused"
+    record = record_of_op(op)
+    if record is not None:
+        return f"{record.name} anchor not fused"
     base = op.split(".")[1] if op.startswith("aten.") else op
     if base in _REDUCTIONS:
         return "a reduction: neither an injective prologue nor a bijective epilogue of an anchor"
     return "not an anchor and not a fusible op (elementwise, cast, view/permute, split)"
 
 
-class _Partitioner:
+class _KernelInputs:
+    """A group's kernel inputs: ``kin`` the (fx.Node, host steps) pairs, ``extra`` per spec
+    ``("input", i)`` its index into ``kin``."""
+
+    def __init__(self) -> None:
+        self.kin: list = []
+        self.extra: list = []
+
+    def kernel_input(self, a: Any, steps: tuple) -> int:
+        if not _is_tensor(_val(a)):
+            raise _NotFusible(f"{a.name} is a symbolic value, not a tensor")
+        if (a, steps) not in self.kin:
+            self.kin.append((a, steps))
+        return self.kin.index((a, steps))
+
+    def extra_ref(self, a: Any, steps: tuple) -> tuple:
+        """The spec reference of input ``a`` seen through the host views ``steps``."""
+        k = self.kernel_input(a, steps)
+        if k not in self.extra:
+            self.extra.append(k)
+        return ("input", self.extra.index(k))
+
+
+class GraphView:
+    """What an anchor record's callables see of the graph (``anchors.AnchorRecord``): the op
+    of a node, its value (``meta["val"]``), shape and arguments by name, a constant argument
+    as a spec holds it, whether a node is still free to join a kernel, graph ``order``, the
+    current ``anchor`` and ``untranspose`` (drop an operand's trailing 2-D transpose)."""
+
+    anchor: Any = None
+    order: dict
+
+    def op(self, n: Any) -> str:
+        return op_name(n.target) if n.op == "call_function" else n.op
+
+    @staticmethod
+    def value(n: Any) -> Any:
+        return _val(n)
+
+    @staticmethod
+    def shape(n: Any) -> tuple:
+        return _shape(n)
+
+    @staticmethod
+    def named_args(n: Any) -> dict:
+        """An op node's arguments by their schema names (``self``, ``dim``, ``keepdim``, ...)."""
+        names = [a.name for a in n.target._schema.arguments]
+        return dict(zip(names, n.args)) | dict(n.kwargs)
+
+
+class _Partitioner(GraphView):
     def __init__(self, gm: Any) -> None:
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
@@ -230,10 +274,24 @@ class _Partitioner:
                 mask |= self.bit[d] | self.anc[d]
             self.anc[n] = mask
         self.why: dict[Any, str] = {}          # fx.Node -> why it was not fused
+        self.record: AnchorRecord | None = None   # the current anchor's record
 
     # --- op classes -----------------------------------------------------------------------------
     def _op(self, n: Any) -> str:
-        return op_name(n.target) if n.op == "call_function" else n.op
+        return self.op(n)
+
+    def unclaimed(self, n: Any) -> bool:
+        """Whether ``n`` is in no kernel yet."""
+        return n not in self.claimed
+
+    def const(self, v: Any, n: Any) -> tuple:
+        """Argument ``v`` of ``n`` as a spec constant ``("const", value)`` (else not fusible)."""
+        return self._const(v, n)
+
+    def _tuple_output(self, n: Any) -> bool:
+        """Whether ``n`` is an anchor whose result is a tuple (its output is element 0)."""
+        record = record_of_op(self._op(n)) if hasattr(n, "op") else None
+        return record is not None and record.tuple_output
 
     def _expressible(self, n: Any) -> bool:
         """Whether a spec can hold ``n``'s arguments (else the reason is kept)."""
@@ -293,19 +351,19 @@ class _Partitioner:
             return False
         if op == "getitem":
             src = n.args[0]
-            if self._op(src) in ATTENTION:
+            if self._tuple_output(src):
                 return src in group and n.args[1] == 0
             return src in group and self._op(src) in _SPLITS
         if op in VIEWS and self._expressible(n):
             return True
-        if op == "aten.clone.default" and self._op(self._base(n.args[0])) in ATTENTION:
+        if op == "aten.clone.default" and self._tuple_output(self._base(n.args[0])):
             return True                 # reshape's copy of attention's transposed output: free
         if op == "aten.clone.default" and n.args[0] in viewed and \
                 self._op(n.args[0]) == "aten.permute.default" and self._expressible(n):
             return True                 # a permuted output made contiguous: the kernel stores it so
         if any(a in viewed for a in _arg_nodes(n)):
             if op in ELEMENTWISE and _is_tensor(_val(n)) and all(a in group for a in _arg_nodes(n)) and \
-                    any(self._op(g) in ATTENTION for g in group) and self._expressible(n):
+                    any(self._tuple_output(g) for g in group) and self._expressible(n):
                 return True             # attention: math of its (viewed) output alone, in its store
             self.why.setdefault(n, "reads a permuted / reshaped output of the kernel (views end a "
                                    "kernel's output)")
@@ -334,20 +392,30 @@ class _Partitioner:
     def run(self) -> Partition:
         groups = []
         for n in self.nodes:
-            if n.op == "call_function" and self._op(n) in _ANCHORS and n not in self.claimed:
-                if self._op(n) in ATTENTION:
-                    if not self._attention(n):
-                        continue
-                elif not _is_tensor(_val(n)):
-                    self.why[n] = "its value is not a tensor"
-                    continue
-                if self._op(n) in ROW_REDUCTIONS and not self._row_reduction(n):
-                    continue
-                g = self._group(n)
-                if g is not None:
-                    groups.append(g)
-                    self.kernels[n] = (sum(self.bit[m] for m in g.nodes), list(g.inputs))
+            record = record_of_op(self._op(n)) if n.op == "call_function" else None
+            if record is None or n in self.claimed or not self._admitted(record, n):
+                continue
+            g = self._group(record, n)
+            if g is not None:
+                groups.append(g)
+                self.kernels[n] = (sum(self.bit[m] for m in g.nodes), list(g.inputs))
         groups = self._acyclic(groups)
+        return Partition(groups, self._fallbacks())
+
+    def _admitted(self, record: AnchorRecord, n: Any) -> bool:
+        """Whether ``n`` is an anchor of ``record`` (else the reason is kept)."""
+        why = None
+        if not record.tuple_output and not _is_tensor(_val(n)):
+            why = "its value is not a tensor"
+        elif record.admit is not None:
+            self.anchor = n
+            why = record.admit(self, n)
+        if why is not None:
+            self.why[n] = why
+        return why is None
+
+    def _fallbacks(self) -> list:
+        """Every op that computes a tensor and is in no kernel, with the reason."""
         fallbacks = []
         for n in self.nodes:
             if n.op != "call_function" or n in self.claimed or not _computes_tensor(n):
@@ -361,7 +429,7 @@ class _Partitioner:
             else:
                 reason = self.why.get(n, _kind_reason(op))
             fallbacks.append((n, reason))
-        return Partition(groups, fallbacks)
+        return fallbacks
 
     def _acyclic(self, groups: list) -> list:
         """``groups`` without any that would wait on a kernel waiting on it (a safety net:
@@ -458,116 +526,24 @@ class _Partitioner:
         return taken
 
     def _operands(self, anchor: Any) -> tuple:
-        """The anchor's arguments that are GEMM operands (a prologue may produce them)."""
-        if self._op(anchor) in ROW_REDUCTIONS:
-            return anchor.args[:1]
-        if self._op(anchor) in ATTENTION:
-            mask = self._attention_mask(anchor)
-            return (*anchor.args[:3], *(() if mask is None else (mask,)))
-        return anchor.args[:2] if self._op(anchor) == HEXLAYOUT_GEMM else anchor.args
+        """The anchor's arguments that are operands (a prologue may produce them)."""
+        if self.record is not None and self.record.operands is not None:
+            return tuple(self.record.operands(self, anchor))
+        return tuple(anchor.args)
 
-    def _attention_mask(self, anchor: Any) -> Any:
-        """Attention's mask argument (``attn_mask`` / ``attn_bias``) when it is a tensor node."""
-        from .attention import MASK_KWARGS
-
-        given = self._reduction_args(anchor)
-        mask = next((given[k] for k in MASK_KWARGS if given.get(k) is not None), None)
-        return mask if hasattr(mask, "op") else None
-
-    def _bool_mask(self, anchor: Any) -> list:
-        """The nodes ``where(m, scalar_tensor(0), scalar_tensor(-inf))`` that turn a boolean
-        ``m`` into attention's additive mask (torch's graphs do), when only the attention
-        reads them (they join its kernel: it reads ``m``); else ``[]``."""
-        where = self._attention_mask(anchor)
-        if where is None or self._op(where) != "aten.where.self" or len(where.args) != 3 or \
-                where in self.claimed or set(where.users) != {anchor}:
-            return []
-        cond, zero, ninf = where.args
-        consts = []
-        for st in (zero, ninf):
-            if not hasattr(st, "op") or self._op(st) != "aten.scalar_tensor.default" or \
-                    set(st.users) != {where} or st in self.claimed:
-                return []
-            consts.append(st.args[0] if st.args else None)
-        if consts != [0.0, float("-inf")] or not hasattr(cond, "op") or not _is_tensor(_val(cond)):
-            return []
-        import torch
-
-        if _val(cond).dtype != torch.bool:
-            return []
-        return sorted([zero, ninf, where], key=self.order.__getitem__)
-
-    @staticmethod
-    def _reduction_args(n: Any) -> dict:
-        """A reduction's arguments by name (``self``, ``dim``, ``keepdim``, ``dtype``)."""
-        names = [a.name for a in n.target._schema.arguments]
-        return dict(zip(names, n.args)) | dict(n.kwargs)
-
-    def _attention(self, n: Any) -> bool:
-        """Whether attention ``n`` is an anchor (else the reason is kept)."""
-        from .attention import attention_refusal
-
-        given = self._reduction_args(n)
-        names = [a.name for a in n.target._schema.arguments]
-        q, k, v = (_val(given.get(x)) if hasattr(given.get(x), "op") else None for x in names[:3])
-        kw = {key: (_val(val) if hasattr(val, "op") else val) for key, val in given.items()
-              if key not in names[:3]}
-        if q is None or k is None or v is None:
-            why: str | None = "attention of arguments that are not tensors"
-        else:
-            why = attention_refusal(q, k, v, kw, cuda=q.device.type == "cuda")
-        extra = [u for u in n.users if not (self._op(u) == "getitem" and u.args[1] == 0)]
-        if why is None and not _is_tensor(_val(n)) and extra:
-            why = "attention's extra outputs (logsumexp, ...) are used"
-        if why is not None:
-            self.why[n] = f"attention anchor not fused: {why}"
-            return False
-        return True
-
-    def _row_reduction(self, n: Any) -> bool:
-        """Whether reduction ``n`` is an anchor (else the reason is kept): over the last
-        dimension of a tensor, rows of a static length up to ``MAX_ROW``, with ``keepdim``,
-        no ``dtype``."""
-        given = self._reduction_args(n)
-        x = given.get("self")
-        rank = len(_shape(x)) if hasattr(x, "op") and _is_tensor(_val(x)) else 0
-        dims = given.get("dim")
-        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
-        if rank == 0 or len(dims) != 1 or not isinstance(dims[0], int) or dims[0] % rank != rank - 1:
-            self.why[n] = (f"a reduction over dims {dims} of a rank-{rank} tensor (row reductions fuse over "
-                           "the last dimension)")
-            return False
-        cols = _static_int(_shape(x)[-1])
-        if cols is None or not 1 <= cols <= MAX_ROW:
-            self.why[n] = (f"a reduction of rows of {_shape(x)[-1]} (row reductions fuse rows of a static "
-                           f"length from 1 to {MAX_ROW})")
-            return False
-        if not given.get("keepdim", False) or given.get("dtype") is not None:
-            self.why[n] = "a row reduction without keepdim or with a dtype (fused with keepdim=True only)"
-            return False
-        return True
-
-    def _group(self, anchor: Any) -> Group | None:
-        reduction = self._op(anchor) in ROW_REDUCTIONS
-        # a reduction's frame: rows x columns; attention's output is 4-D
-        self.flat = reduction or (_is_tensor(_val(anchor)) and len(_shape(anchor)) == 2)
-        self.row_shape = _shape(anchor.args[0]) if reduction else None
+    def _group(self, record: AnchorRecord, anchor: Any) -> Group | None:
+        """The kernel of ``anchor`` (its nodes claimed), or None (the reason kept)."""
+        self.record, self.anchor = record, anchor
+        # a row reduction's frame: rows x columns; a 2-D anchor's too (attention's output is 4-D)
+        self.flat = record.rows or (_is_tensor(_val(anchor)) and len(_shape(anchor)) == 2)
+        self.row_shape = _shape(anchor.args[0]) if record.rows else None
         self.epilogue_users: set = set()
-        attention = self._op(anchor) in ATTENTION
-        prologues = {} if attention else self._prologues(anchor)     # attention: no prologue ...
-        if attention:
-            self.prologue_nodes = set()
-            bool_mask = self._bool_mask(anchor)         # ... but where(m, 0, -inf) of its mask
-            if bool_mask:
-                prologues = {3: bool_mask}
-                self.prologue_nodes = set(bool_mask)
-                for p in bool_mask:
-                    self.claimed[p] = anchor
+        prologues = self._prologues(anchor)
         self.claimed[anchor] = anchor
         epi = self._epilogue(anchor)
         for e in epi:
             self.claimed[e] = anchor
-        if reduction and epi:
+        if record.rows and epi:
             # producers of the operand that the epilogue reads too join the prologue (recomputed)
             for p in self.prologue_nodes:
                 del self.claimed[p]
@@ -584,13 +560,17 @@ class _Partitioner:
             return None
 
     def _prologues(self, anchor: Any) -> dict[int, list]:
-        """Each operand's prologue nodes (claimed; also ``self.prologue_nodes``)."""
+        """Each operand's prologue nodes (claimed; also ``self.prologue_nodes``): the record's
+        own, or the generic walk back from each operand."""
         prologues: dict[int, list] = {}
-        for i, a in enumerate(self._operands(anchor)):
-            if hasattr(a, "op"):
-                nodes = self._prologue(anchor, a)
-                if nodes:
-                    prologues[i] = nodes
+        if self.record is not None and self.record.prologues is not None:
+            prologues = dict(self.record.prologues(self, anchor) or {})
+        else:
+            for i, a in enumerate(self._operands(anchor)):
+                if hasattr(a, "op"):
+                    nodes = self._prologue(anchor, a)
+                    if nodes:
+                        prologues[i] = nodes
         self.prologue_nodes = {p for nodes in prologues.values() for p in nodes}
         for p in self.prologue_nodes:
             self.claimed[p] = anchor
@@ -598,80 +578,69 @@ class _Partitioner:
 
     # --- spec -----------------------------------------------------------------------------------
     def _build(self, anchor: Any, prologues: dict[int, list], epi: list) -> Group:
+        """The group of ``anchor``: its spec, and the torch program of its nodes."""
         members = {anchor, *epi, *(p for ps in prologues.values() for p in ps)}
-        kin: list = []                  # kernel inputs: (fx.Node, host steps) pairs
-        extra: list = []                # spec ("input", i) -> index into ``kin``
+        inputs = _KernelInputs()
+        operands = self._lower_operands(anchor, prologues, inputs)
+        s = self._anchor_spec(anchor, operands, inputs)
+        prologue_specs, anchor_args = [], []
+        for pos, i in enumerate(s.order):
+            o = s.operands[i]
+            if o[0] == "spec":
+                prologue_specs.append(Prologue(pos, tuple(o[1]), o[2]))
+                anchor_args.append(None)
+            else:
+                anchor_args.append(inputs.kernel_input(o[1], o[2]))
+        refs, flat, epi_nodes = self._lower_epilogue(anchor, prologues, epi, s, inputs)
+        outputs = self._outputs(anchor, epi, members, refs)
+        out_shapes = [self._sizes(o, strict=o in flat) for o in outputs]
+        spec = FusedSpec(s.anchor, tuple(prologue_specs),
+                         Epilogue(tuple(epi_nodes), tuple(refs[o] for o in outputs)), anchor_kwargs=s.kwargs)
+        spec = FusedSpec(spec.anchor, spec.prologues, spec.epilogue, spec.display_name(), s.kwargs)
+        ordered = sorted(members, key=self.order.__getitem__)
+        group = self._fallback_program(spec, anchor, ordered, outputs, anchor_args, inputs, out_shapes)
+        group.ops = (self._op(anchor), [self._op(n) for ps in prologues.values() for n in ps],
+                     [self._op(n) for n in epi if self._op(n) != "getitem"])
+        return group
 
-        def kernel_input(a: Any, steps: tuple) -> int:
-            if not _is_tensor(_val(a)):
-                raise _NotFusible(f"{a.name} is a symbolic value, not a tensor")
-            if (a, steps) not in kin:
-                kin.append((a, steps))
-            return kin.index((a, steps))
-
-        def extra_ref(a: Any, steps: tuple) -> tuple:
-            k = kernel_input(a, steps)
-            if k not in extra:
-                extra.append(k)
-            return ("input", extra.index(k))
-
-        # the operands: a prologue's spec nodes, or an input (with the views the host applies)
-        operands: dict[int, Any] = {}       # anchor argument -> ("spec", nodes, out) | ("ext", node, steps)
-        attention = op_name(anchor.target) in ATTENTION
+    def _lower_operands(self, anchor: Any, prologues: dict[int, list],
+                        inputs: _KernelInputs) -> dict[int, Any]:
+        """Per operand: a prologue's spec nodes ``("spec", nodes, out)``, or an input with the
+        views the host applies ``("ext", node, steps)``."""
+        operands: dict[int, Any] = {}
+        record = self.record
         for i, a in enumerate(self._operands(anchor)):
-            if attention and i in prologues:            # where(m, 0, -inf): the boolean m, cast as eager
-                m, cast = prologues[i][-1].args[0], (("dtype", dtype_name(_val(a).dtype)),)
-                operands[i] = ("spec", [
-                    Node("aten.where.Scalar", (extra_ref(m, ()), ("const", 0.0), ("const", float("-inf")))),
-                    Node("aten._to_copy.default", (("node", 0),), cast)], 1)
+            if i in prologues and record is not None and record.lower_prologue is not None:
+                operands[i] = record.lower_prologue(self, anchor, i, prologues[i], inputs.extra_ref)
             elif i in prologues:
                 refs: dict[Any, tuple] = {}
                 spec_nodes: list[Node] = []
-                self._lower(prologues[i], refs, set(), spec_nodes, extra_ref)
+                self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref)
                 r = refs[a]
                 operands[i] = ("spec", spec_nodes, r[1]) if r[0] == "node" else r
             elif hasattr(a, "op"):
                 operands[i] = ("ext", a, ())
             else:
                 raise _NotFusible(f"anchor argument {i} is {a!r}, not a tensor")
-        anchor_op = op_name(anchor.target)
-        implied: list[Node] = []            # epilogue nodes the anchor itself computes
-        if anchor_op == HEXLAYOUT_GEMM:
-            spec_anchor, order, anchor_kwargs = self._gemm(anchor, implied, extra_ref)
-        elif anchor_op in ATTENTION:
-            given = self._reduction_args(anchor)
-            names = [a.name for a in anchor.target._schema.arguments]
-            mask = self._attention_mask(anchor)
-            anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in given.items()
-                                         if k not in names[:3] and not (mask is not None and v is mask)))
-            spec_anchor, order = anchor_op, [0, 1, 2] if mask is None else [0, 1, 2, 3]
-        elif anchor_op in ROW_REDUCTIONS:
-            given = self._reduction_args(anchor)
-            anchor_kwargs = (("dim", (-1,)), ("keepdim", True))
-            spec_anchor, order = anchor_op, [0]
-            if operands[0][0] == "ext" and len(_shape(given["self"])) > 2:
-                operands[0] = ("ext", operands[0][1], operands[0][2] + ((rows, ()),))
-        else:
-            anchor_kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in anchor.kwargs.items()))
-            spec_anchor, order = anchor_op, list(range(len(anchor.args)))
-        b_i = {"aten.addmm.default": 2, "aten.mm.default": 1}.get(anchor_op)
-        if b_i is not None and not anchor_kwargs and not implied and self._untranspose(operands, b_i):
-            # x @ w.t() (+ bias): nn.Linear; the mechanism reads w (N x K) as it is
-            spec_anchor, order = "aten.linear.default", ([1, 2, 0] if b_i == 2 else [0, 1])
-        prologue_specs, anchor_args = [], []
-        for pos, i in enumerate(order):
-            o = operands[i]
-            if o[0] == "spec":
-                prologue_specs.append(Prologue(pos, tuple(o[1]), o[2]))
-                anchor_args.append(None)
-            else:
-                anchor_args.append(kernel_input(o[1], o[2]))
+        return operands
 
-        refs = {anchor: ("node", len(implied) - 1) if implied else ("anchor",)}
+    def _anchor_spec(self, anchor: Any, operands: dict[int, Any], inputs: _KernelInputs) -> AnchorSpec:
+        """The spec's anchor: the node's op and arguments, as its record's ``to_spec`` makes them."""
+        s = AnchorSpec(self._op(anchor), list(range(len(anchor.args))), (), operands, [], inputs.extra_ref)
+        if self.record is not None and self.record.to_spec is not None:
+            self.record.to_spec(self, s)
+        else:
+            s.kwargs = tuple(sorted((k, self._const(v, anchor)[1]) for k, v in anchor.kwargs.items()))
+        return s
+
+    def _lower_epilogue(self, anchor: Any, prologues: dict[int, list], epi: list, s: AnchorSpec,
+                        inputs: _KernelInputs) -> tuple[dict, set, list]:
+        """The epilogue's spec nodes after those the anchor implies; for a row reduction,
+        prologue values the epilogue reads are recomputed in it (from the same inputs)."""
+        refs = {anchor: ("node", len(s.implied) - 1) if s.implied else ("anchor",)}
         flat: set = set()
-        epi_nodes: list[Node] = list(implied)
-        if anchor_op in ROW_REDUCTIONS:
-            # prologue values the epilogue reads are recomputed in it (from the same inputs)
+        epi_nodes: list[Node] = list(s.implied)
+        if self.record is not None and self.record.rows:
             pro = {p for ps in prologues.values() for p in ps}
             need: set = set()
             work = [a for e in epi for a in _arg_nodes(e) if a in pro]
@@ -680,25 +649,29 @@ class _Partitioner:
                 if p not in need:
                     need.add(p)
                     work.extend(a for a in _arg_nodes(p) if a in pro)
-            self._lower(sorted(need, key=self.order.__getitem__), refs, flat, epi_nodes, extra_ref)
-        self._lower(epi, refs, flat, epi_nodes, extra_ref)
+            self._lower(sorted(need, key=self.order.__getitem__), refs, flat, epi_nodes, inputs.extra_ref)
+        self._lower(epi, refs, flat, epi_nodes, inputs.extra_ref)
+        return refs, flat, epi_nodes
+
+    def _outputs(self, anchor: Any, epi: list, members: set, refs: dict) -> list:
+        """The kernel's values used outside it (an anchor's tuple result is not one)."""
+        tuple_output = self.record is not None and self.record.tuple_output
         outputs = [n for n in [anchor, *epi] if self._op(n) not in _SPLITS
                    and any(u not in members for u in n.users)
-                   and not (n is anchor and anchor_op in ATTENTION and not _is_tensor(_val(n)))]
+                   and not (n is anchor and tuple_output and not _is_tensor(_val(n)))]
         if not outputs:
             raise _NotFusible("the kernel's values are not used")
         if any(refs[o][0] == "ext" for o in outputs):
             raise _NotFusible("an output is a view of an input")
-        out_shapes = [self._sizes(o, strict=o in flat) for o in outputs]
-        bases = [self._base(o) for o in outputs]
-        shared = [b in bases[:i] for i, b in enumerate(bases)]
-        spec = FusedSpec(spec_anchor, tuple(prologue_specs),
-                         Epilogue(tuple(epi_nodes), tuple(refs[o] for o in outputs)),
-                         anchor_kwargs=anchor_kwargs)
-        spec = FusedSpec(spec.anchor, spec.prologues, spec.epilogue, spec.display_name(), anchor_kwargs)
+        return outputs
 
-        # the torch fallback: every member in graph order, reading the external inputs
-        ordered = sorted(members, key=self.order.__getitem__)
+    def _fallback_program(self, spec: FusedSpec, anchor: Any, ordered: list, outputs: list, anchor_args: list,
+                          inputs: _KernelInputs, out_shapes: list) -> Group:
+        """The group, with its torch fallback: every member in graph order, reading the
+        external inputs."""
+        from torch.fx.node import map_arg
+
+        members = set(ordered)
         ext: list = []
         for n in ordered:
             for a in _arg_nodes(n):
@@ -706,15 +679,12 @@ class _Partitioner:
                     ext.append(a)
         tensors = [a for a in ext if _is_tensor(_val(a))]
         new_inputs = tensors + [a for a in ext if not _is_tensor(_val(a))]
+        bases = [self._base(o) for o in outputs]
         group = Group(spec, anchor, ordered, new_inputs, len(tensors), outputs,
-                      anchor_args, list(extra), [(new_inputs.index(a), st) for a, st in kin],
+                      anchor_args, list(inputs.extra), [(new_inputs.index(a), st) for a, st in inputs.kin],
                       out_shapes)
-        group.clone_outputs = shared
-        group.ops = (anchor_op, [self._op(n) for ps in prologues.values() for n in ps],
-                     [self._op(n) for n in epi if self._op(n) != "getitem"])
+        group.clone_outputs = [b in bases[:i] for i, b in enumerate(bases)]
         slots = {a: ("slot", i) for i, a in enumerate(new_inputs)}
-        from torch.fx.node import map_arg
-
         for n in ordered:
             args = map_arg(n.args, slots.__getitem__)
             kwargs = map_arg(n.kwargs, slots.__getitem__)
@@ -723,31 +693,9 @@ class _Partitioner:
         group.out_slots = [slots[o][1] for o in outputs]
         return group
 
-    def _gemm(self, n: Any, implied: list, extra_ref: Any) -> tuple:
-        """``hexlayout.gemm(a, b, bias, residual, activation, scale, b_layout)`` as a spec:
-        ``linear(a, b)`` (``"nk"``) or ``mm(a, b)`` (``"kn"``) with its epilogue
-        ``act(scale * y + bias) + residual`` appended to ``implied``."""
-        names = [a.name for a in n.target._schema.arguments]
-        given = dict(zip(names, n.args)) | dict(n.kwargs)
-        get = given.get
-        y: tuple = ("anchor",)
-
-        def add(op: str, args: tuple, kwargs: tuple = ()) -> tuple:
-            implied.append(Node(op, args, kwargs))
-            return ("node", len(implied) - 1)
-
-        if get("scale") is not None:
-            y = add("aten.mul.Tensor", (y, ("const", float(get("scale")))))
-        if get("bias") is not None:
-            y = add("aten.add.Tensor", (y, extra_ref(get("bias"), ())))
-        act = get("activation", "none")
-        if act != "none":
-            op, kw = _GEMM_ACTIVATIONS[act]
-            y = add(op, (y,), kw)
-        if get("residual") is not None:
-            add("aten.add.Tensor", (y, extra_ref(get("residual"), ())))
-        kn = get("b_layout", "nk") == "kn"
-        return ("aten.mm.default" if kn else "aten.linear.default"), [0, 1], ()
+    def untranspose(self, operands: dict[int, Any], b_i: int) -> bool:
+        """If operand ``b_i`` ends in a 2-D transpose, drop it (in place) and say so."""
+        return self._untranspose(operands, b_i)
 
     @staticmethod
     def _untranspose(operands: dict[int, Any], b_i: int) -> bool:
@@ -786,7 +734,7 @@ class _Partitioner:
     def _sizes(self, n: Any, *, strict: bool = True) -> tuple | None:
         """``n``'s sizes with ``-1`` for its one symbolic size (None, or an error when
         ``strict``, if it has more)."""
-        sizes = [_static_int(x) for x in _shape(n)]
+        sizes = [static_int(x) for x in _shape(n)]
         if sum(x is None for x in sizes) > 1:
             if strict:
                 raise _NotFusible(f"{n.name} has more than one symbolic size")
@@ -819,8 +767,8 @@ class _Partitioner:
                 base, steps = (src, ()) if src not in refs else refs[src][1:]
                 refs[n] = ("ext", base, steps + (self._host_step(n),))
                 continue
-            if op == "getitem" and self._op(src) in ATTENTION:
-                refs[n] = refs[src]                     # attention's output
+            if op == "getitem" and self._tuple_output(src):
+                refs[n] = refs[src]                     # a tuple-valued anchor's output (attention's)
                 continue
             if self._leading_view(n):
                 refs[n] = refs[src]
@@ -850,7 +798,7 @@ class _Partitioner:
         if isinstance(v, torch.dtype):
             return ("const", dtype_name(v))
         if isinstance(v, (list, tuple)):
-            ints = [_static_int(x) for x in v]
+            ints = [static_int(x) for x in v]
             if all(x is not None for x in ints):
                 return ("const", tuple(ints))
             if reshape and sum(x is None for x in ints) == 1:
@@ -898,14 +846,14 @@ class _Partitioner:
         shape = _shape(src)
         dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
         dim = dim % len(shape)
-        size = _static_int(shape[dim])
+        size = static_int(shape[dim])
         if self._op(split) == "aten.split.Tensor":
-            step = _static_int(split.args[1])
+            step = static_int(split.args[1])
             if step is None or size is None:
                 raise _NotFusible(f"{split.name} splits a symbolic size")
             start, end = k * step, min((k + 1) * step, size)
         else:
-            sizes = [_static_int(x) for x in split.args[1]]
+            sizes = [static_int(x) for x in split.args[1]]
             if any(x is None for x in sizes):
                 raise _NotFusible(f"{split.name} splits into symbolic sizes")
             start, end = sum(sizes[:k]), sum(sizes[:k + 1])

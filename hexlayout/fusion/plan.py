@@ -12,12 +12,11 @@ __all__ = ["FusionPlan", "KernelPlan", "Fallback", "GraphPlan"]
 @dataclass(frozen=True)
 class KernelPlan:
     """One fused hexlayout kernel: its ``name``, its ``anchor`` (the graph's aten op as FX
-    prints it, e.g. ``aten.addmm.default``), and the graph's aten ops fused into it as
-    ``prologue`` (operand by operand) and ``epilogue`` (in order) - views of inputs among
-    them are applied by the host, for free. ``spec`` is what the fusion mechanism runs
-    (``nn.Linear``'s ``addmm(bias, x, w.t())`` is the spec anchor ``aten.linear.default``
-    reading ``w`` as it is); launch records (``hexlayout.runtime.launch_log``) name the
-    spec's ops."""
+    prints it), and the graph's aten ops fused into it as ``prologue`` (operand by operand)
+    and ``epilogue`` (in order) - views of inputs among them are applied by the host, for
+    free. ``spec`` is what the fusion mechanism runs (the anchor record's ``to_spec`` may
+    name another spec anchor: ``nn.Linear``'s matmul of a transposed weight reads the weight
+    as it is); launch records (``hexlayout.runtime.launch_log``) name the spec's ops."""
 
     name: str
     anchor: str

@@ -60,12 +60,14 @@ def reference(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) 
     for p in spec.prologues:
         args[p.operand] = eval_nodes(p.nodes, None, extra_inputs)[p.output]
     kwargs = dict(spec.anchor_kwargs)
-    if "scaled_dot_product" in spec.anchor and len(args) > 3:
-        # attention: argument 3 is the mask, the op's attn_mask / attn_bias
-        names = [a.name for a in aten_op(spec.anchor)._schema.arguments]
-        kwargs["attn_mask" if "attn_mask" in names else "attn_bias"] = args.pop(3)
-    y = aten_op(spec.anchor)(*args, **kwargs)
-    if isinstance(y, tuple):                   # attention's aten forms: (output, logsumexp, ...)
+    from .anchors import record_of_op
+
+    record = record_of_op(spec.anchor)
+    if record is not None and record.eager is not None:     # the anchor's own eager meaning
+        y = record.eager(spec.anchor, args, kwargs)
+    else:
+        y = aten_op(spec.anchor)(*args, **kwargs)
+    if isinstance(y, tuple):                   # an anchor whose result is a tuple: its output first
         y = y[0]
     env = eval_nodes(spec.epilogue.nodes, y, extra_inputs)
     return [y if o[0] == "anchor" else env[o[1]] for o in spec.epilogue.outputs]

@@ -1,10 +1,10 @@
 """What a fused kernel computes, as plain frozen data: the interface between a graph front
 end (FX partitioning) and the fusion mechanism.
 
-A fused kernel is one **anchor** (an aten op that hexlayout schedules: ``aten.mm.default``,
-``aten.addmm.default``, ``aten.linear.default``, ``aten.bmm.default``, or a row reduction of
-``ROW_REDUCTIONS`` - ``aten.mean.dim``, ``aten.sum.dim_IntList``, ``aten.amax.default`` over the
-last dimension, whose epilogue sees the reduced ``[..., 1]`` value broadcast over the row) plus
+A fused kernel is one **anchor** (an aten op that hexlayout schedules: one that an anchor
+record registered with ``fusion.anchors`` runs - ``spec_anchors()`` lists them, e.g. the
+matmuls, the row reductions over the last dimension, whose epilogue sees the reduced
+``[..., 1]`` value broadcast over the row, and attention) plus
 
 - **prologues**: injective computations that produce an anchor operand from extra tensor
   inputs (cast, scale, dequantization, broadcast, transpose/permute/reshape, elementwise of
@@ -43,21 +43,9 @@ from typing import Any
 
 from hexlayout.errors import HexlayoutError
 
-__all__ = ["Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported", "Ref", "ANCHORS",
-           "ROW_REDUCTIONS", "MAX_ROW"]
+__all__ = ["Node", "Prologue", "Epilogue", "FusedSpec", "FusionUnsupported", "Ref"]
 
 Ref = tuple  # ("anchor",) | ("input", i) | ("node", j) | ("const", value)
-
-#: Anchors the mechanism schedules, with their aten argument conventions:
-#: mm (a[M,K], b[K,N]); addmm (bias, a[M,K], b[K,N]; kwargs beta, alpha);
-#: linear (x[..., K], w[N,K], bias[N] or absent); bmm (a[B,M,K], b[B,K,N]).
-ANCHORS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
-#: Row-reduction anchors (over the last dimension; keyword arguments ``dim``, ``keepdim``), with
-#: the reduction their anchor kernel computes: ``hexlayout.fusion.row_reduction``.
-ROW_REDUCTIONS = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum", "aten.amax.default": "max"}
-#: The longest row a row-reduction anchor takes (one block holds a row in registers; any
-#: length from 1 up, the tail of a power-of-two tile masked); longer rows are not fused.
-MAX_ROW = 8192
 
 
 class FusionUnsupported(HexlayoutError, ValueError):
@@ -138,8 +126,8 @@ class Epilogue:
 
 @dataclass(frozen=True)
 class FusedSpec:
-    """One fused kernel: ``anchor`` (an aten op name, see ``ANCHORS``) with its constant
-    keyword arguments ``anchor_kwargs`` (sorted pairs, e.g. addmm's ``beta``/``alpha``),
+    """One fused kernel: ``anchor`` (an aten op name a registered anchor record runs) with its
+    constant keyword arguments ``anchor_kwargs`` (sorted pairs, e.g. a matmul's ``beta`` / ``alpha``),
     ``prologues`` (at most one per operand), ``epilogue``, and a display ``name``."""
 
     anchor: str

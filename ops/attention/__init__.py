@@ -6,7 +6,8 @@ variable-length sequences (``hexlayout.ops.*``, ``torch.ops.hexlayout.*``), and 
 - ``paged`` / ``varlen``: host dispatch; ``paged_kernels_sm80``, ``varlen_kernels_sm80``,
   ``kernels_sm90``: the kernels per architecture;
 - ``torch_paged`` / ``torch_varlen``: the torch.library registrations;
-- ``sdpa_anchor``: the fusion anchor.
+- ``sdpa_anchor``: the fusion anchor kernel; ``sdpa_fusion``: its anchor record (registered
+  with ``hexlayout.fusion.anchors`` when imported) and how a fused call runs.
 """
 
 from ..host.torch import HAVE_TORCH

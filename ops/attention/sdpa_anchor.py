@@ -17,8 +17,8 @@ while this one is used); ``S = Q K^T`` (mma), the scores scaled into the log2 do
 (``qk_scale = scale * log2(e)``, an additive mask times ``log2(e)``), masked, the online
 softmax's row max ``m_i`` and sum ``l_i`` in f32 registers, and ``P V`` accumulated with
 ``P`` (cast to the input type) as the A operand. ``HEAD_DIM`` is the padded head size
-(views read past ``D`` as zeros). Importing this module registers it with
-``hexlayout.fusion`` (``register_attention``).
+(views read past ``D`` as zeros). ``sdpa_fusion`` registers it as the attention anchor record
+of ``hexlayout.fusion``.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the factory.
@@ -167,12 +167,3 @@ def sdpa_consts(sq: int, sk: int, d: int, causal: bool, emulated: bool) -> dict[
     if not emulated:
         return {"BM": 64, "BN": 64 if hd <= 64 else 32, "HEAD_DIM": hd, "WARPS": 4, "CAUSAL": causal}
     return {"BM": 16, "BN": 16, "HEAD_DIM": hd, "WARPS": 1, "CAUSAL": causal}
-
-
-def _register() -> None:
-    from hexlayout.fusion.anchors import register_attention
-
-    register_attention(sdpa_anchor, sdpa_consts)
-
-
-_register()

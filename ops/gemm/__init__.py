@@ -4,7 +4,11 @@
 - ``op``: argument checks, host dispatch, the cached launch path;
 - ``config``: the tile configs, the heuristic and the autotuner;
 - ``kernels``: the kernels per architecture (sm_80 / sm_89 multistage cp.async + mma.sync,
-  sm_90a warp-specialized TMA + wgmma) and the GEMM fusion anchors;
+  sm_90a warp-specialized TMA + wgmma), the anchor kernels of fusion;
+- ``fused_build``: the GEMM kernel with a fusion plan fused, built (``op`` and ``fusion`` share it);
+- ``fusion``: the GEMM anchor records (``mm``, ``addmm``, ``bmm``, ``linear``, ``hexlayout.gemm``),
+  registered with ``hexlayout.fusion.anchors`` when imported, and how a fused call runs;
+  ``fusion_plan``: the planner of a fused GEMM call;
 - ``torch_op``: the torch.library registration (fake implementation, autograd).
 """
 

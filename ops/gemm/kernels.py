@@ -22,8 +22,8 @@ staging tile)`` then ``copy(staging tile, view(c))``) are the fusion points wher
 
 Kernels are built by factories specialized on the dtype and the A and B layouts; tile shapes
 are keyword constants of the kernel. ``gemm_anchor(arch, dtype, b_layout)`` is the factory of
-an architecture; importing this module registers it with ``hexlayout.fusion`` (the GEMM
-anchors ``mm``, ``addmm``, ``linear``, ``bmm``).
+an architecture; ``fusion`` registers it with ``hexlayout.fusion`` (the GEMM anchor records
+of ``mm``, ``addmm``, ``linear``, ``bmm`` and ``hexlayout.gemm``).
 """
 
 # Annotations are evaluated when a kernel is defined (no ``from __future__ import annotations``):
@@ -332,12 +332,3 @@ def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False,
     if windows and n % 8 == 0:
         consts["STAGE_EPILOGUE"] = True
     return consts
-
-
-def _register() -> None:
-    from hexlayout.fusion.anchors import register_gemm
-
-    register_gemm(gemm_anchor, gemm_consts)
-
-
-_register()

@@ -418,7 +418,8 @@ def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool]
     """``(build, fused program)`` of ``gemm_build``; the output is staged through shared
     memory when ``stage_epilogue(n)``."""
     from hexlayout.fusion.mechanism import InputSpec, TilePlan
-    from hexlayout.fusion.run import gemm_fused_build
+
+    from .fused_build import gemm_fused_build
 
     nodes, outputs, raw = gemm_epilogue(*epilogue)
     dname = dtype.name if hasattr(dtype, "name") else str(dtype)

@@ -1,2 +1,3 @@
 """Row reductions (sum, mean, max over the last mode): the reduction anchors of the fusion
-backend (``kernels``), registered with ``hexlayout.fusion`` when imported."""
+backend: the kernels (``kernels``), and their anchor record and planner (``fusion``), which
+registers with ``hexlayout.fusion.anchors`` when imported."""

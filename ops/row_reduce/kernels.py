@@ -9,8 +9,8 @@ them to f32, reduces each row (in-thread accumulation, warp shuffles, shared mem
 warps: synthesis chooses) and stores one f32 value per row. The row load and the store are
 the fusion points: ``hexlayout.fusion`` computes a prologue (``x ** 2`` of an f16 input cast
 to f32) into the loaded tile and an epilogue (``x * rsqrt(mean + eps) * w``: the reduced
-column broadcast over the row) into the store. Importing this module registers
-``row_reduce_anchor`` with ``hexlayout.fusion``.
+column broadcast over the row) into the store. ``fusion`` registers ``row_reduce_anchor``
+as the row-reduction anchor record of ``hexlayout.fusion``.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the factory.
@@ -19,13 +19,15 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.fusion.spec import MAX_ROW
 from hexlayout.lang import f32
 
 __all__ = ["row_reduce_kernel", "row_reduce_anchor", "row_reduce_consts", "REDUCE_FNS", "MAX_ROW"]
 
 M, N = hl.dims("M N")
 
+#: The longest row a row-reduction anchor takes (one block holds a row in registers; any
+#: length from 1 up, the tail of a power-of-two tile masked); longer rows are not fused.
+MAX_ROW = 8192
 #: the reductions the anchor computes
 REDUCE_FNS = ("sum", "mean", "max")
 
@@ -79,12 +81,3 @@ def row_reduce_consts(m: int, n: int) -> dict[str, Any]:
     while bn < n:
         bn *= 2
     return {"BM": 1, "BN": bn, "WARPS": max(1, min(8, bn // 256)), "MASK": n != bn}
-
-
-def _register() -> None:
-    from hexlayout.fusion.anchors import register_reduction
-
-    register_reduction(row_reduce_anchor, row_reduce_consts)
-
-
-_register()

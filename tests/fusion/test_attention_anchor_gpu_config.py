@@ -1,6 +1,6 @@
 """The attention anchor (``ops/attention/sdpa_anchor.py``) at the configuration a GPU runs, in
-the emulator: the registered provider's own chooser (``attention_provider().consts``, i.e.
-``sdpa_consts``) asked for ``emulated=False`` - 64 x 64 tiles over 4 warps at head dim 64, not
+the emulator: the anchor's own chooser (``sdpa_consts``, as the attention record's planner
+``ops/attention/sdpa_fusion.py`` calls it) asked for ``emulated=False`` - 64 x 64 tiles over 4 warps at head dim 64, not
 the emulator's one-warp 16 x 16 - through ``torch.compile(backend="hexlayout")`` on fresh
 random data, against float64 (within 1e-2 of max |reference|): f16 and bf16, causal (top-left,
 also with fewer queries than keys) and not, grouped-query heads, sequence lengths that are not
@@ -20,7 +20,8 @@ F = torch.nn.functional
 
 import hexlayout.ops  # noqa: E402,F401 - registers the anchors
 
-from hexlayout.fusion.anchors import attention_provider, register_attention  # noqa: E402
+from hexlayout.ops.attention import sdpa_fusion  # noqa: E402
+from hexlayout.ops.attention.sdpa_anchor import sdpa_consts  # noqa: E402
 
 emulate_mod = importlib.import_module("hexlayout.runtime.emulate")
 
@@ -34,20 +35,16 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def gpu_config() -> Iterator[Any]:
-    """The registered attention provider with its chooser asked for the GPU configuration
-    (``emulated=False``) whatever the device; restored afterwards. Yields the real provider."""
-    real = attention_provider()
+def gpu_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The attention planner with its chooser asked for the GPU configuration
+    (``emulated=False``) whatever the device; restored afterwards. Yields the real chooser."""
 
     def on_gpu(sq: int, sk: int, d: int, causal: bool, emulated: bool) -> dict[str, Any]:
-        return real.consts(sq, sk, d, causal, False)
+        return sdpa_consts(sq, sk, d, causal, False)
 
-    register_attention(real.kernel, on_gpu)
-    try:
-        yield real
-    finally:
-        register_attention(real.kernel, real.consts)
-        torch._dynamo.reset()
+    monkeypatch.setattr(sdpa_fusion, "sdpa_consts", on_gpu)
+    yield sdpa_consts
+    torch._dynamo.reset()
 
 
 def _ref64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -93,8 +90,8 @@ def test_gpu_config_in_the_emulator_matches_float64(
 
     out = torch.compile(f, backend="hexlayout", options={"fallback": "eager"})(q, k, v)
 
-    want = gpu_config.consts(sq, sk, D, causal, False)        # what a GPU would launch
-    assert want != gpu_config.consts(sq, sk, D, causal, True)  # ... which is not the emulator's
+    want = gpu_config(sq, sk, D, causal, False)        # what a GPU would launch
+    assert want != gpu_config(sq, sk, D, causal, True)  # ... which is not the emulator's
     assert len(runs) == 1, runs                               # the anchor ran, once, in the emulator
     consts, arrived_nan = runs[0]
     assert {c: consts[c] for c in want} == want, consts

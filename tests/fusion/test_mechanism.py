@@ -271,7 +271,8 @@ def test_fused_kernels_compile_without_spills(arch: str, monkeypatch: pytest.Mon
     """The CUDA path's kernels: every pattern compiles for the architecture at production tile
     sizes, without spills (the warp-specialized Hopper kernel takes epilogues; prologues and
     column halves take the staged kernel)."""
-    from hexlayout.fusion.run import anchor_consts, fused_build, plan_call
+    from hexlayout.ops.gemm.fusion import anchor_consts, fused_build
+    from hexlayout.ops.gemm.fusion_plan import plan_call
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
     for spec, args, inputs in _compile_cases():

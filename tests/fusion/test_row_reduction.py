@@ -92,7 +92,7 @@ def test_softmax_is_two_reduction_kernels(dtype: torch.dtype, dname: str) -> Non
 def test_fused_reductions_compile_without_spills(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """NVRTC: the fused RMSNorm over rows of 1024 (4 warps), of 64 (one warp), of 100 (a masked
     tail, 8-byte aligned rows) and of MAX_ROW = 8192 (8 warps)."""
-    from hexlayout.fusion.row_reduction import row_fused_build
+    from hexlayout.ops.row_reduce.fusion import row_fused_build
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
     for cols in (1024, 64, 100, 8192):
@@ -103,7 +103,7 @@ def test_fused_reductions_compile_without_spills(arch: str, monkeypatch: pytest.
 
 
 def test_unfusible_reductions_say_why() -> None:
-    from hexlayout.fusion.spec import MAX_ROW
+    from hexlayout.ops.row_reduce.kernels import MAX_ROW
 
     with pytest.raises(FusionUnsupported, match=f"rows of {MAX_ROW + 1} .*1 to {MAX_ROW}"):
         run_fused(FusedSpec("aten.sum.dim_IntList", anchor_kwargs=KEEP),
@@ -193,7 +193,7 @@ def test_frontend_fuses_softmax_and_leaves_other_reductions() -> None:
         out = c(x48)
     _close(out, sm(x48))
     assert [r.anchor for r in log] == ["aten.amax.default", "aten.sum.dim_IntList"]
-    from hexlayout.fusion.spec import MAX_ROW
+    from hexlayout.ops.row_reduce.kernels import MAX_ROW
 
     torch._dynamo.reset()                                 # rows too long: one softmax op, left to torch
     plan = explain(sm, torch.randn(1, MAX_ROW + 8, dtype=torch.float16))

@@ -30,13 +30,23 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .aten import SLICES, VIEWS, dtype_name, is_fusible
-from .mechanism import InputSpec, TilePlan
-from .reference import eval_nodes, reference
-from .spec import FusedSpec, FusionUnsupported, Node
+from hexlayout.fusion.aten import SLICES, VIEWS, dtype_name, is_fusible
+from hexlayout.fusion.mechanism import InputSpec, TilePlan
+from hexlayout.fusion.planning import (
+    arch_of,
+    bind_inputs,
+    clear_meta,
+    host_shapes,
+    meta_eval,
+    meta_tensors,
+    place,
+    sig,
+)
+from hexlayout.fusion.reference import eval_nodes, reference
+from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 
 __all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "host_shapes", "output_frames",
            "clear_plans"]
@@ -70,32 +80,6 @@ def _is_rowmajor(t: Any) -> bool:
     """A row-major contiguous matrix (strides of modes of extent 1 free)."""
     return (t.dim() == 2 and (t.stride(1) == 1 or t.shape[1] <= 1)
             and (t.stride(0) == t.shape[1] or t.shape[0] <= 1))
-
-
-_ARCHS: dict[Any, str] = {}
-
-
-def _arch_of(device: Any, cuda: bool) -> str:
-    """The hexlayout target of ``device`` (CUDA: by compute capability, cached; CPU: the
-    emulated architecture, ``HEXLAYOUT_EMULATE_ARCH`` or sm_80)."""
-    if cuda:
-        hit = _ARCHS.get(device)
-        if hit is not None:
-            return hit
-        import torch
-
-        major, minor = torch.cuda.get_device_capability(device)
-        arch = {(9, 0): "sm_90a", (8, 9): "sm_89"}.get((major, minor), "sm_80" if major == 8 else None)
-        if arch is None:
-            raise FusionUnsupported(f"compute capability {major}.{minor} has no hexlayout GEMM "
-                                    "(sm_80-sm_89, sm_90a)")
-        _ARCHS[device] = arch
-        return arch
-    arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
-    if arch not in ("sm_80", "sm_89", "sm_90a"):
-        raise FusionUnsupported(f"HEXLAYOUT_EMULATE_ARCH={arch!r} is not a GEMM architecture (sm_80, sm_89, "
-                                "sm_90a)")
-    return arch
 
 
 def _trailing_views(nodes: tuple[Node, ...], ref: tuple) -> tuple[tuple, list[Node]]:
@@ -135,40 +119,6 @@ def _heads_output(nodes: tuple[Node, ...], ref: tuple) -> tuple[tuple, int, int,
     return r, shape[2], shape[3], chain
 
 
-def _place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec, Any]:
-    """Extra input ``t`` against a rank-2 frame ``(rows, cols)`` (leading dims flattened)."""
-    import numbers
-
-    import torch
-
-    if isinstance(t, numbers.Number) and not isinstance(t, bool):
-        return InputSpec("scalar"), float(t)
-    if not isinstance(t, torch.Tensor):
-        raise FusionUnsupported(f"{where}: extra input {i} is {type(t).__name__}, not a tensor or a number")
-    rows, cols = frame
-    shape = tuple(t.shape)
-    last = shape[-1] if shape else 1
-    lead = shape[:-1]
-    nlead = 1
-    for s in lead:
-        nlead *= s
-    if last not in (cols, 1):
-        raise FusionUnsupported(f"{where}: extra input {i} of shape {shape} does not broadcast to the "
-                                f"{rows} x {cols} tile frame (last dim must be {cols} or 1)")
-    if nlead == rows:
-        brow = False
-    elif nlead == 1:
-        brow = True
-    else:
-        raise FusionUnsupported(f"{where}: extra input {i} of shape {shape}: its leading dims hold {nlead} "
-                                f"rows, the frame {rows} (only full rows or a broadcast row fuse)")
-    bcol = last == 1 and cols != 1
-    host = t.reshape(1 if brow else rows, 1 if bcol else cols)
-    if not host.is_contiguous() or host.data_ptr() % 16:
-        host = host.clone(memory_format=torch.contiguous_format)     # a fresh, aligned allocation
-    return InputSpec("tensor", dtype_name(t.dtype), (brow, bcol)), host
-
-
 def _frames(nodes: tuple[Node, ...], base: str) -> list[str]:
     """Per node, the frame it runs in (``base`` or ``"half"`` after a column slice)."""
     out: list[str] = []
@@ -186,42 +136,6 @@ def _shift(ref: tuple, offset: int, anchor_to: tuple) -> tuple:
     if ref[0] == "node":
         return ("node", ref[1] + offset)
     return ref
-
-
-def _sig(xs: list[Any]) -> tuple:
-    """What the meta evaluation of a spec depends on: tensors' shapes, strides and dtypes."""
-    out = []
-    for x in xs:
-        if hasattr(x, "shape") and hasattr(x, "stride"):
-            out.append((tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), bool(x.is_cuda)))
-        else:
-            out.append(type(x).__name__)
-    return tuple(out)
-
-
-def _metas(xs: list[Any]) -> list[Any]:
-    import torch
-
-    return [torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
-            if isinstance(x, torch.Tensor) else x for x in xs]
-
-
-_META: dict[tuple, Any] = {}
-
-
-def _meta_eval(key: tuple, fn: Any) -> Any:
-    """``fn()`` (torch's ops on meta tensors: shapes and dtypes), memoized on ``key``."""
-    try:
-        hit = _META.get(key)
-    except TypeError:                    # an unhashable constant in the spec
-        return fn()
-    if hit is None:
-        hit = fn()
-        with _LOCK:
-            if len(_META) > 4096:
-                _META.clear()
-            _META[key] = hit
-    return hit
 
 
 @dataclass(frozen=True)
@@ -255,35 +169,8 @@ def _host_values(r: _Recipe, args: list[Any], extra_inputs: list[Any], where: st
         else:
             b_host = b if r.b_layout == "kn" else b.t()
     inputs = [*extra_inputs, *(args[i] for i in r.implied)]
-    host = [0.0 if f is None else _place(t, f, where, i)[1] for i, (t, f) in enumerate(zip(inputs, r.frames))]
+    host = [0.0 if f is None else place(t, f, where, i)[1] for i, (t, f) in enumerate(zip(inputs, r.frames))]
     return a_host, b_host, host
-
-
-def bind_inputs(shapes: tuple, inputs: list[Any]) -> list[Any]:
-    """The host values of extra inputs placed before (``_place``) with these results: per
-    input ``None`` (unused: ``0.0``), ``"scalar"`` (a number) or the rank-2 shape it was
-    given as (a contiguous, 16-byte aligned tensor: a copy when the view is not)."""
-    import torch
-
-    out: list[Any] = []
-    for t, shape in zip(inputs, shapes):
-        if shape is None:
-            out.append(0.0)
-        elif shape == "scalar":
-            out.append(float(t))
-        else:
-            h = t.reshape(shape)
-            if not h.is_contiguous() or h.data_ptr() % 16:
-                h = h.clone(memory_format=torch.contiguous_format)
-            out.append(h)
-    return out
-
-
-def host_shapes(inputs: list[Any]) -> tuple:
-    """What ``bind_inputs`` repeats of a call's placed ``inputs`` (``GemmCall.inputs``)."""
-    import torch
-
-    return tuple(tuple(h.shape) if isinstance(h, torch.Tensor) else "scalar" for h in inputs)
 
 
 def gemm_binder(call: GemmCall, recipe: _Recipe, extra_inputs: list[Any]) -> Any:
@@ -329,7 +216,7 @@ def planned(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) ->
     """``plan_call``'s call and the recipe of its host values."""
     import dataclasses
 
-    key = (spec, _sig(anchor_args), _sig(extra_inputs), os.environ.get("HEXLAYOUT_EMULATE_ARCH"))
+    key = (spec, sig(anchor_args), sig(extra_inputs), os.environ.get("HEXLAYOUT_EMULATE_ARCH"))
     try:
         hit = _PLANS.get(key)
     except TypeError:                    # an unhashable constant in the spec
@@ -346,71 +233,106 @@ def planned(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) ->
     return dataclasses.replace(template, a=a, b=b, inputs=host), recipe
 
 
-def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> tuple[GemmCall, _Recipe]:
-    """The plan of ``plan_call`` and the recipe of its host values (no memo)."""
+@dataclass
+class _Anchor:
+    """What the aten semantics of a matmul anchor say: which arguments are A and B, the
+    epilogue nodes the anchor itself implies (``pre``: a bias, ``addmm``'s ``beta`` /
+    ``alpha``), the anchor arguments that are extra inputs too (``implied``) and the extra
+    inputs with them appended."""
+
+    a_i: int
+    b_i: int
+    inputs: list
+    pre: list = field(default_factory=list)
+    implied: list = field(default_factory=list)
+
+
+def _addmm(spec: FusedSpec, args: list, inputs: list, kw: dict, pro: dict, where: str) -> _Anchor:
+    """``beta * bias + alpha * (a @ b)``: two epilogue nodes before the spec's own."""
+    r = _Anchor(1, 2, inputs)
+    beta, alpha = kw.pop("beta", 1), kw.pop("alpha", 1)
+    if 0 in pro:
+        raise FusionUnsupported(f"{where}: a prologue of addmm's bias is not fused")
+    inputs.append(args[0])
+    r.implied.append(0)
+    bias_ref: tuple = ("input", len(inputs) - 1)
+    y: tuple = ("anchor",)
+    if alpha != 1:
+        r.pre.append(Node("aten.mul.Tensor", (y, ("const", alpha))))
+        y = ("node", len(r.pre) - 1)
+    if beta != 1:
+        r.pre.append(Node("aten.mul.Tensor", (bias_ref, ("const", beta))))
+        bias_ref = ("node", len(r.pre) - 1)
+    r.pre.append(Node("aten.add.Tensor", (y, bias_ref)))
+    return r
+
+
+def _linear(spec: FusedSpec, args: list, inputs: list, kw: dict, pro: dict, where: str) -> _Anchor:
+    """``x @ w.t() (+ bias)``."""
+    r = _Anchor(0, 1, inputs)
+    if len(args) > 2 and args[2] is not None:
+        if 2 in pro:
+            raise FusionUnsupported(f"{where}: a prologue of linear's bias is not fused")
+        inputs.append(args[2])
+        r.implied.append(2)
+        r.pre.append(Node("aten.add.Tensor", (("anchor",), ("input", len(inputs) - 1))))
+    return r
+
+
+def _mm(spec: FusedSpec, args: list, inputs: list, kw: dict, pro: dict, where: str) -> _Anchor:
+    return _Anchor(0, 1, inputs)
+
+
+def _bmm_problem(anchor: str, a: Any, b: Any, pro: dict, where: str) -> tuple:
+    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
+        raise FusionUnsupported(f"{where}: bmm of shapes {tuple(a.shape)} x {tuple(b.shape)}")
+    if pro:
+        raise FusionUnsupported(f"{where}: prologues of bmm are not fused")
+    return a.shape[1], b.shape[2], a.shape[2], a.shape[0], (), b[0]
+
+
+def _linear_problem(anchor: str, a: Any, b: Any, pro: dict, where: str) -> tuple:
+    if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[1]:
+        raise FusionUnsupported(f"{where}: linear of shapes {tuple(a.shape)} x {tuple(b.shape)}")
+    lead = tuple(a.shape[:-1])
+    m = 1
+    for s in lead:
+        m *= s
+    return m, b.shape[0], a.shape[-1], None, lead, b.t()
+
+
+def _mm_problem(anchor: str, a: Any, b: Any, pro: dict, where: str) -> tuple:
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise FusionUnsupported(f"{where}: {anchor} of shapes {tuple(a.shape)} x {tuple(b.shape)}")
+    return a.shape[0], b.shape[1], a.shape[1], None, (), b
+
+
+#: per spec anchor: its arguments' roles, and its problem ``(m, n, k, batch, lead, B as K x N)``
+_ANCHORS: dict[str, tuple[Any, Any]] = {
+    "aten.addmm.default": (_addmm, _mm_problem),
+    "aten.linear.default": (_linear, _linear_problem),
+    "aten.mm.default": (_mm, _mm_problem),
+    "aten.bmm.default": (_mm, _bmm_problem),
+}
+
+
+def _operand_meta(spec: FusedSpec, i: int, args: list, extra_inputs: list, where: str) -> Any:
+    """Operand ``i``: the argument, or a prologue's result on meta tensors."""
+    pro = {p.operand: p for p in spec.prologues}
+    if i not in pro:
+        return args[i]
+    p = pro[i]
+    try:
+        return meta_eval(("prologue", i, spec, sig(extra_inputs)),
+                         lambda: eval_nodes(p.nodes, None, meta_tensors(extra_inputs))[p.output])
+    except Exception as e:  # noqa: BLE001 - any failure of the prologue's ops on meta tensors
+        raise FusionUnsupported(f"{where}: the prologue of operand {i} does not evaluate: {e}") from None
+
+
+def _device(args: list, inputs: list, where: str) -> Any:
+    """The one device of the call's tensors."""
     import torch
 
-    anchor = spec.anchor
-    where = spec.display_name()
-    args = list(anchor_args)
-    inputs = list(extra_inputs)
-    implied: list[int] = []              # anchor arguments that are extra inputs too (a bias)
-    kw = dict(spec.anchor_kwargs)
-    pre: list[Node] = []                 # epilogue nodes the anchor itself implies
-    pro = {p.operand: p for p in spec.prologues}
-
-    def operand_meta(i: int) -> Any:
-        if i in pro:
-            p = pro[i]
-            try:
-                return _meta_eval(("prologue", i, spec, _sig(extra_inputs)),
-                                  lambda: eval_nodes(p.nodes, None, _metas(extra_inputs))[p.output])
-            except Exception as e:  # noqa: BLE001 - any failure of the prologue's ops on meta tensors
-                raise FusionUnsupported(f"{where}: the prologue of operand {i} does not evaluate: "
-                                        f"{e}") from None
-        return args[i]
-
-    if anchor == "aten.addmm.default":
-        a_i, b_i = 1, 2
-        beta, alpha = kw.pop("beta", 1), kw.pop("alpha", 1)
-        if 0 in pro:
-            raise FusionUnsupported(f"{where}: a prologue of addmm's bias is not fused")
-        inputs.append(args[0])
-        implied.append(0)
-        bias_ref: tuple = ("input", len(inputs) - 1)
-        y: tuple = ("anchor",)
-        if alpha != 1:
-            pre.append(Node("aten.mul.Tensor", (y, ("const", alpha))))
-            y = ("node", len(pre) - 1)
-        if beta != 1:
-            pre.append(Node("aten.mul.Tensor", (bias_ref, ("const", beta))))
-            bias_ref = ("node", len(pre) - 1)
-        pre.append(Node("aten.add.Tensor", (y, bias_ref)))
-    elif anchor == "aten.linear.default":
-        a_i, b_i = 0, 1
-        if len(args) > 2 and args[2] is not None:
-            if 2 in pro:
-                raise FusionUnsupported(f"{where}: a prologue of linear's bias is not fused")
-            inputs.append(args[2])
-            implied.append(2)
-            pre.append(Node("aten.add.Tensor", (("anchor",), ("input", len(inputs) - 1))))
-    elif anchor in ("aten.mm.default", "aten.bmm.default"):
-        a_i, b_i = 0, 1
-    else:
-        raise FusionUnsupported(f"{where}: {anchor} is not an anchor the mechanism schedules "
-                                "(mm, addmm, linear, bmm)")
-    if kw:
-        raise FusionUnsupported(f"{where}: {anchor} with {kw} is not fused")
-    if set(pro) - {a_i, b_i}:
-        raise FusionUnsupported(f"{where}: prologues of operands {sorted(set(pro) - {a_i, b_i})} are not "
-                                "fused")
-
-    a, b = operand_meta(a_i), operand_meta(b_i)
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        raise FusionUnsupported(f"{where}: the operands of {anchor} are not tensors")
-    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
-        raise FusionUnsupported(f"{where}: {anchor} on {a.dtype} x {b.dtype} (fused GEMMs take f16 or bf16, "
-                                "one dtype)")
     first = next((x for x in [*args, *inputs] if isinstance(x, torch.Tensor) and x.device.type != "meta"),
                  None)
     device = first.device if first is not None else None
@@ -420,54 +342,30 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     if others:
         raise FusionUnsupported(f"{where}: tensors on {device} and on {', '.join(sorted(others))} (fused "
                                 "kernels take one device)")
-    batch = None
-    lead: tuple[int, ...] = ()
-    if anchor == "aten.bmm.default":
-        if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]:
-            raise FusionUnsupported(f"{where}: bmm of shapes {tuple(a.shape)} x {tuple(b.shape)}")
-        if pro:
-            raise FusionUnsupported(f"{where}: prologues of bmm are not fused")
-        batch = a.shape[0]
-        m, k = a.shape[1], a.shape[2]
-        n = b.shape[2]
-        b2 = b[0]
-    elif anchor == "aten.linear.default":
-        if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[1]:
-            raise FusionUnsupported(f"{where}: linear of shapes {tuple(a.shape)} x {tuple(b.shape)}")
-        lead = tuple(a.shape[:-1])
-        k, n = a.shape[-1], b.shape[0]
-        m = 1
-        for s in lead:
-            m *= s
-        b2 = b.t()
-    else:
-        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-            raise FusionUnsupported(f"{where}: {anchor} of shapes {tuple(a.shape)} x {tuple(b.shape)}")
-        m, k = a.shape
-        n = b.shape[1]
-        b2 = b
-    # B as K x N (b2): "kn" when row-major, "nk" when its transpose is
-    if b_i in pro:
-        b_layout = "nk" if anchor == "aten.linear.default" else "kn"
-    elif _is_rowmajor(b2):
-        b_layout = "kn"
-    elif _is_rowmajor(b2.t()):
-        b_layout = "nk"
-    else:
-        b_layout = "nk"                               # copied once below
-    if k % 8 or n % 8 or k == 0 or m == 0:
-        raise FusionUnsupported(f"{where}: {m} x {n} x {k}: fused GEMMs need K and N multiples of 8 and "
-                                "non-empty operands (16-byte rows for the vector / TMA copies)")
+    return first
 
-    # --- epilogue: the anchor's implied nodes, then the spec's ----------------------------
+
+def _b_layout(anchor: str, b2: Any, b_i: int, pro: dict) -> str:
+    """B as K x N (``b2``): ``"kn"`` when row-major, ``"nk"`` when its transpose is."""
+    if b_i in pro:
+        return "nk" if anchor == "aten.linear.default" else "kn"
+    if _is_rowmajor(b2):
+        return "kn"
+    if _is_rowmajor(b2.t()):
+        return "nk"
+    return "nk"                                       # copied once below
+
+
+def _epilogue(spec: FusedSpec, pre: list, batch: Any, where: str) -> tuple:
+    """The anchor's implied nodes, then the spec's: ``(nodes, y_ref, outputs' bases, their
+    trailing views, heads)``; outputs' trailing views run on the host; an output materialized
+    permuted into heads is stored by the kernel in its own layout."""
     off = len(pre)
     y_ref: tuple = ("node", off - 1) if pre else ("anchor",)
     ep_nodes = list(pre) + [Node(n.op, tuple(_shift(x, off, y_ref) if isinstance(x, tuple) and x
                                              and x[0] in ("anchor", "node") else x for x in n.args), n.kwargs)
                             for n in spec.epilogue.nodes]
     outputs = [_shift(o, off, y_ref) for o in spec.epilogue.outputs]
-    # outputs' trailing views run on the host; an output materialized permuted into heads is
-    # stored by the kernel in its own layout
     bases, chains, heads = [], [], []
     exempt: set[int] = set()
     for o in outputs:
@@ -494,7 +392,11 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
                                     "(only the last ops of an output may be views)")
         if not is_fusible(node.op):
             raise FusionUnsupported(f"{where}: epilogue node {j}: {node.op} is not an op fusion knows")
-    # column halves
+    return ep_nodes, y_ref, bases, chains, heads
+
+
+def _column_halves(ep_nodes: list, y_ref: tuple, pre: list, n: int, lead: tuple, where: str) -> bool:
+    """Normalize column slices of the product into its halves (in place); whether any."""
     halves = False
     for j, node in enumerate(ep_nodes):
         if node.op not in SLICES:
@@ -519,18 +421,16 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
                                     "not one of the two halves")
         ep_nodes[j] = Node(node.op, (("anchor",), ("const", -1), ("const", half)))
         halves = True
-    # the kernel's plan keeps no sizes: trailing views (done on the host) lose their shapes
-    ep_nodes = [Node(nd.op, nd.args[:1]) if nd.op in VIEWS else nd for nd in ep_nodes]
-    if halves and (b_i in pro or batch is not None):
-        raise FusionUnsupported(f"{where}: column halves with a B prologue or bmm are not fused")
-    if halves and (n // 2) % 8:
-        raise FusionUnsupported(f"{where}: column halves of N = {n} need N/2 a multiple of 8")
+    return halves
 
-    # prologue with a trailing transpose (t(w) of a linear decomposed to mm): strip it
+
+def _prologues(spec: FusedSpec, r: _Anchor, b_layout: str, where: str) -> tuple[list, str]:
+    """The prologues as the tile plan takes them; a trailing transpose of B's (``t(w)`` of a
+    linear decomposed to mm) is stripped (then B is ``"nk"``)."""
     prologues = []
     for p in spec.prologues:
         nodes, out = p.nodes, p.output
-        if nodes[out].op in _TRANSPOSES and p.operand == b_i and anchor != "aten.linear.default":
+        if nodes[out].op in _TRANSPOSES and p.operand == r.b_i and spec.anchor != "aten.linear.default":
             if nodes[out].op == "aten.permute.default" and tuple(nodes[out].args[1][1]) != (1, 0):
                 raise FusionUnsupported(f"{where}: prologue permute {nodes[out].args[1][1]} of a matrix")
             out = nodes[out].args[0][1]
@@ -538,48 +438,53 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
         for j, node in enumerate(nodes[:out + 1]):
             if node.op in VIEWS:
                 raise FusionUnsupported(f"{where}: prologue node {j} ({node.op}) is a view inside a prologue")
-        prologues.append((0 if p.operand == a_i else 1, nodes[:out + 1], out))
+        prologues.append((0 if p.operand == r.a_i else 1, nodes[:out + 1], out))
+    return prologues, b_layout
 
-    # --- inputs: place each against the frame it is used in --------------------------------
+
+def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_layout: str, batch: Any,
+                  where: str) -> tuple[list, list]:
+    """Each extra input placed against the frame it is used in: ``(InputSpec s, frames)``."""
+    import torch
+
+    m, n, k = mnk
     frames = _frames(tuple(ep_nodes), "out")
     used: dict[int, str] = {}
-    for j, node in enumerate(ep_nodes):
-        for x in node.args:
-            if isinstance(x, tuple) and x and x[0] == "input":
-                f = frames[j]
-                if used.setdefault(x[1], f) != f:
-                    raise FusionUnsupported(f"{where}: extra input {x[1]} is used in two tile frames")
-    for p in spec.prologues:
-        for node in p.nodes:
-            for x in node.args:
-                if isinstance(x, tuple) and x and x[0] == "input":
-                    f = f"operand{p.operand}"
-                    if used.setdefault(x[1], f) != f:
-                        raise FusionUnsupported(f"{where}: extra input {x[1]} is used in two tile frames")
+    uses = [(x, frames[j]) for j, node in enumerate(ep_nodes) for x in node.args]
+    uses += [(x, f"operand{p.operand}") for p in spec.prologues for node in p.nodes for x in node.args]
+    for x, f in uses:
+        if isinstance(x, tuple) and x and x[0] == "input" and used.setdefault(x[1], f) != f:
+            raise FusionUnsupported(f"{where}: extra input {x[1]} is used in two tile frames")
     specs: list[InputSpec] = []
-    frames: list[tuple[int, int] | None] = []
-    for i, t in enumerate(inputs):
+    placed: list[tuple[int, int] | None] = []
+    for i, t in enumerate(r.inputs):
         f = used.get(i)
         if f is None:
             specs.append(InputSpec("scalar"))
-            frames.append(None)
+            placed.append(None)
             continue
         if f == "out":
             frame = (m, n)
         elif f == "half":
             frame = (m, n // 2)
-        elif f == f"operand{a_i}":
+        elif f == f"operand{r.a_i}":
             frame = (m, k)
         else:
             frame = (n, k) if b_layout == "nk" else (k, n)
         if batch is not None and isinstance(t, torch.Tensor) and t.dim() == 3:
             raise FusionUnsupported(f"{where}: batched extra inputs of bmm are not fused")
-        specs.append(_place(t, frame, where, i)[0])
-        frames.append(frame)
-    # output dtypes and shapes: torch's (meta tensors)
+        specs.append(place(t, frame, where, i)[0])
+        placed.append(frame)
+    return specs, placed
+
+
+def _out_metas(spec: FusedSpec, anchor_args: list, extra_inputs: list, where: str) -> tuple[list, list]:
+    """The outputs as torch computes them on meta tensors, and their dtype names."""
+    import torch
+
     try:
-        metas = _meta_eval(("outputs", spec, _sig(anchor_args), _sig(extra_inputs)),
-                           lambda: reference(spec, _metas(anchor_args), _metas(extra_inputs)))
+        metas = meta_eval(("outputs", spec, sig(anchor_args), sig(extra_inputs)),
+                          lambda: reference(spec, meta_tensors(anchor_args), meta_tensors(extra_inputs)))
     except FusionUnsupported:
         raise
     except Exception as e:  # noqa: BLE001 - the spec's ops on meta tensors fail: not fusible
@@ -590,26 +495,68 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
             raise FusionUnsupported(f"{where}: an output of dtype {t.dtype} (fused outputs are f16, bf16 "
                                     "or f32)")
         out_dtypes.append(dtype_name(t.dtype))
-    plan = TilePlan(
-        output_param="c",
-        operands=((0, "a"), (1, "b")),
-        prologues=tuple(prologues),
-        epilogue=tuple(ep_nodes),
-        outputs=tuple(bases),
-        out_dtypes=tuple(out_dtypes),
-        inputs=tuple(specs),
-        halves=halves,
-        heads=tuple(heads) if any(heads) else (),
-    )
-    arch = _arch_of(device, first.is_cuda)
+    return metas, out_dtypes
+
+
+def _anchor_of(spec: FusedSpec, args: list, extra_inputs: list, where: str) -> tuple[_Anchor, Any, Any]:
+    """The anchor's roles and its operands A and B (tensors, meta ones from a prologue)."""
+    import torch
+
+    anchor = spec.anchor
+    kw = dict(spec.anchor_kwargs)
+    pro = {p.operand: p for p in spec.prologues}
+    if anchor not in _ANCHORS:
+        raise FusionUnsupported(f"{where}: {anchor} is not an anchor the mechanism schedules "
+                                "(mm, addmm, linear, bmm)")
+    r = _ANCHORS[anchor][0](spec, args, list(extra_inputs), kw, pro, where)
+    if kw:
+        raise FusionUnsupported(f"{where}: {anchor} with {kw} is not fused")
+    if set(pro) - {r.a_i, r.b_i}:
+        raise FusionUnsupported(f"{where}: prologues of operands {sorted(set(pro) - {r.a_i, r.b_i})} are not "
+                                "fused")
+    a, b = (_operand_meta(spec, i, args, extra_inputs, where) for i in (r.a_i, r.b_i))
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise FusionUnsupported(f"{where}: the operands of {anchor} are not tensors")
+    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
+        raise FusionUnsupported(f"{where}: {anchor} on {a.dtype} x {b.dtype} (fused GEMMs take f16 or bf16, "
+                                "one dtype)")
+    return r, a, b
+
+
+def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> tuple[GemmCall, _Recipe]:
+    """The plan of ``plan_call`` and the recipe of its host values (no memo)."""
+    anchor, where, args = spec.anchor, spec.display_name(), list(anchor_args)
+    pro = {p.operand: p for p in spec.prologues}
+    r, a, b = _anchor_of(spec, args, extra_inputs, where)
+    first = _device(args, r.inputs, where)
+    m, n, k, batch, lead, b2 = _ANCHORS[anchor][1](anchor, a, b, pro, where)
+    b_layout = _b_layout(anchor, b2, r.b_i, pro)
+    if k % 8 or n % 8 or k == 0 or m == 0:
+        raise FusionUnsupported(f"{where}: {m} x {n} x {k}: fused GEMMs need K and N multiples of 8 and "
+                                "non-empty operands (16-byte rows for the vector / TMA copies)")
+    ep_nodes, y_ref, bases, chains, heads = _epilogue(spec, r.pre, batch, where)
+    halves = _column_halves(ep_nodes, y_ref, r.pre, n, lead, where)
+    # the kernel's plan keeps no sizes: trailing views (done on the host) lose their shapes
+    ep_nodes = [Node(nd.op, nd.args[:1]) if nd.op in VIEWS else nd for nd in ep_nodes]
+    if halves and (r.b_i in pro or batch is not None):
+        raise FusionUnsupported(f"{where}: column halves with a B prologue or bmm are not fused")
+    if halves and (n // 2) % 8:
+        raise FusionUnsupported(f"{where}: column halves of N = {n} need N/2 a multiple of 8")
+    prologues, b_layout = _prologues(spec, r, b_layout, where)
+    specs, frames = _input_frames(spec, ep_nodes, r, (m, n, k), b_layout, batch, where)
+    metas, out_dtypes = _out_metas(spec, anchor_args, extra_inputs, where)
+    plan = TilePlan(output_param="c", operands=((0, "a"), (1, "b")), prologues=tuple(prologues),
+                    epilogue=tuple(ep_nodes), outputs=tuple(bases), out_dtypes=tuple(out_dtypes),
+                    inputs=tuple(specs), halves=halves, heads=tuple(heads) if any(heads) else ())
+    arch = arch_of(first.device, first.is_cuda)
     staged = bool(prologues) or halves or any(heads)
     for k_, (hd_, t) in enumerate(zip(heads, metas)):
         if hd_ is not None and (t.dim() != 4 or t.shape[0] * t.shape[2] != m or
                                 (t.shape[1], t.shape[3]) != hd_):
             raise FusionUnsupported(f"{where}: output {k_} of shape {tuple(t.shape)} is not the {m} x {n} "
                                     f"product permuted into {hd_[0]} heads of {hd_[1]}")
-    recipe = _Recipe(anchor, None if a_i in pro else a_i, None if b_i in pro else b_i, b_layout,
-                     batch is not None, m, k, tuple(implied), tuple(frames))
+    recipe = _Recipe(anchor, None if r.a_i in pro else r.a_i, None if r.b_i in pro else r.b_i, b_layout,
+                     batch is not None, m, k, tuple(r.implied), tuple(frames))
     call = GemmCall(arch, a.dtype, b_layout, staged, None, None, m, n, k, batch, lead, plan, [],
                     chains, [tuple(t.shape) for t in metas])
     return call, recipe
@@ -629,6 +576,6 @@ def output_frames(call: GemmCall) -> list[tuple[int, int]]:
 
 def clear_plans() -> None:
     """Forget the memoized meta evaluations."""
+    clear_meta()
     with _LOCK:
-        _META.clear()
         _PLANS.clear()

@@ -1,5 +1,6 @@
 """Attention as a fusion anchor: ``scaled_dot_product_attention`` in its aten forms runs as
-the attention kernel of the kernels layer (``hexlayout.fusion.anchors.attention_provider``).
+this package's attention kernel (``sdpa_anchor``); importing this module registers the record
+``ATTENTION`` with ``hexlayout.fusion.anchors``.
 
 ``q[B, H, Sq, D]``, ``k`` / ``v`` ``[B, KVH, Sk, D]`` (torch's SDPA convention; ``H`` a
 multiple of ``KVH``: grouped-query heads; the kernel reads them as ``[B, S, heads, D]``,
@@ -30,11 +31,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .aten import CASTS, ELEMENTWISE, VIEWS, emit_elementwise
-from .reference import aten_op, eval_nodes
-from .spec import FusedSpec, FusionUnsupported, Node
+from hexlayout.fusion.anchors import AnchorRecord, AnchorSpec, register_anchor
+from hexlayout.fusion.aten import CASTS, ELEMENTWISE, VIEWS, dtype_name, emit_elementwise
+from hexlayout.fusion.planning import arch_of
+from hexlayout.fusion.reference import aten_op, eval_nodes
+from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
+from hexlayout.runtime.alloc import fresh
 
-__all__ = ["ATTENTION_ANCHORS", "attention_refusal", "run_attention"]
+from .sdpa_anchor import sdpa_anchor, sdpa_consts
+
+__all__ = ["ATTENTION_ANCHORS", "ATTENTION", "attention_refusal", "run_attention"]
 
 #: Attention in its aten forms (after decomposition of ``F.scaled_dot_product_attention``);
 #: all but the first return a tuple whose first element is the output.
@@ -121,14 +127,12 @@ def _build(spec: FusedSpec, consts: dict[str, Any], arch: str, compile: bool, dt
     from hexlayout.runtime import build
     from hexlayout.runtime.launch_log import describe
 
-    from .anchors import attention_provider
-
     name = spec.display_name()
     key = (name, tuple(sorted(consts.items())), str(dtype), kind, align, epilogue, str(out_dtype))
     with _LOCK:
         tk = _PROGRAMS.get(key)
     if tk is None:
-        kernel = attention_provider().kernel(dtype, kind, align, epilogue, out_dtype)
+        kernel = sdpa_anchor(dtype, kind, align, epilogue, out_dtype)
         tk = copy.deepcopy(kernel.trace(**consts))
         tk.name = f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}"
         with _LOCK:
@@ -156,8 +160,6 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
     outputs with eager's shapes (``FusionUnsupported`` before anything runs otherwise)."""
     import torch
 
-    from .gemm_plan import _arch_of
-
     where = spec.display_name()
     if len(anchor_args) < 3:
         raise FusionUnsupported(f"{where}: attention takes q, k, v")
@@ -177,17 +179,12 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
         if not emulation_enabled():
             raise EmulationDisabledError(f"hexlayout fused kernel {where}: CPU tensors need "
                                          "HEXLAYOUT_EMULATE=1 (the thread-level emulator) or CUDA tensors")
-    from hexlayout.fusion.aten import dtype_name
-    from hexlayout.runtime.alloc import fresh
-
-    from .anchors import attention_provider
-
     b, h, sq, d = q.shape
     sk = k.shape[2]
     causal = bool(kw.get("is_causal", False))
     scale = kw.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    consts = attention_provider().consts(sq, sk, d, causal, not cuda)
+    consts = sdpa_consts(sq, sk, d, causal, not cuda)
     esize = 1 if kind == "bool" else q.element_size()
     align = min(16, (sk * esize) & -(sk * esize))
     import hexlayout.lang as hl
@@ -202,7 +199,7 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
                                     f"{e}") from None
         if out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
             raise FusionUnsupported(f"{where}: an output of {out_dtype} (f16, bf16 or f32)")
-    bld = _build(spec, consts, _arch_of(q.device, cuda), cuda, getattr(hl, dtype_name(q.dtype)), kind,
+    bld = _build(spec, consts, arch_of(q.device, cuda), cuda, getattr(hl, dtype_name(q.dtype)), kind,
                  align, epilogue, getattr(hl, dtype_name(out_dtype)))
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     o = fresh((b, sq, h, d), out_dtype, q.device)
@@ -295,3 +292,94 @@ def _epilogue_of(spec: FusedSpec) -> _Epilogue | None:
         if odd:
             raise FusionUnsupported(f"{where}: epilogue node {j}: {n.op} with {odd}")
     return _Epilogue(tuple(nodes), spec.epilogue.outputs[0])
+
+
+# --- the record ---------------------------------------------------------------------------------
+def _mask_node(g: Any, n: Any) -> Any:
+    """Attention's mask argument (``attn_mask`` / ``attn_bias``) when it is a tensor node."""
+    given = g.named_args(n)
+    mask = next((given[k] for k in MASK_KWARGS if given.get(k) is not None), None)
+    return mask if hasattr(mask, "op") else None
+
+
+def _admit(g: Any, n: Any) -> str | None:
+    """Why attention ``n`` is not an anchor (None when it is)."""
+    given = g.named_args(n)
+    names = [a.name for a in n.target._schema.arguments]
+    q, k, v = (g.value(given.get(x)) if hasattr(given.get(x), "op") else None for x in names[:3])
+    kw = {key: (g.value(val) if hasattr(val, "op") else val) for key, val in given.items()
+          if key not in names[:3]}
+    if q is None or k is None or v is None:
+        why: str | None = "attention of arguments that are not tensors"
+    else:
+        why = attention_refusal(q, k, v, kw, cuda=q.device.type == "cuda")
+    import torch
+
+    extra = [u for u in n.users if not (g.op(u) == "getitem" and u.args[1] == 0)]
+    if why is None and not isinstance(g.value(n), torch.Tensor) and extra:
+        why = "attention's extra outputs (logsumexp, ...) are used"
+    return None if why is None else f"attention anchor not fused: {why}"
+
+
+def _operands(g: Any, n: Any) -> tuple:
+    mask = _mask_node(g, n)
+    return (*n.args[:3], *(() if mask is None else (mask,)))
+
+
+def _prologues(g: Any, n: Any) -> dict[int, list]:
+    """No prologue but the nodes ``where(m, scalar_tensor(0), scalar_tensor(-inf))`` that turn
+    a boolean ``m`` into attention's additive mask (torch's graphs do), when only the
+    attention reads them (they join its kernel: it reads ``m``)."""
+    where = _mask_node(g, n)
+    if where is None or g.op(where) != "aten.where.self" or len(where.args) != 3 or \
+            not g.unclaimed(where) or set(where.users) != {n}:
+        return {}
+    cond, zero, ninf = where.args
+    consts = []
+    for st in (zero, ninf):
+        if not hasattr(st, "op") or g.op(st) != "aten.scalar_tensor.default" or \
+                set(st.users) != {where} or not g.unclaimed(st):
+            return {}
+        consts.append(st.args[0] if st.args else None)
+    import torch
+
+    if consts != [0.0, float("-inf")] or not hasattr(cond, "op") or \
+            not isinstance(g.value(cond), torch.Tensor) or g.value(cond).dtype != torch.bool:
+        return {}
+    return {3: sorted([zero, ninf, where], key=g.order.__getitem__)}
+
+
+def _lower_prologue(g: Any, n: Any, i: int, nodes: list, extra_ref: Any) -> tuple:
+    """``where(m, 0, -inf)``: the boolean ``m``, cast as eager casts it."""
+    m, a = nodes[-1].args[0], nodes[-1]
+    cast = (("dtype", dtype_name(g.value(a).dtype)),)
+    return ("spec", [Node("aten.where.Scalar", (extra_ref(m, ()), ("const", 0.0), ("const", float("-inf")))),
+                     Node("aten._to_copy.default", (("node", 0),), cast)], 1)
+
+
+def _to_spec(g: Any, s: AnchorSpec) -> None:
+    n = g.anchor
+    given = g.named_args(n)
+    names = [a.name for a in n.target._schema.arguments]
+    mask = _mask_node(g, n)
+    s.kwargs = tuple(sorted((k, g.const(v, n)[1]) for k, v in given.items()
+                            if k not in names[:3] and not (mask is not None and v is mask)))
+    s.order = [0, 1, 2] if mask is None else [0, 1, 2, 3]
+
+
+def _eager(anchor: str, args: list, kwargs: dict) -> Any:
+    """SDPA's aten form with argument 3 - the mask - as its ``attn_mask`` / ``attn_bias``."""
+    if len(args) > 3:
+        names = [a.name for a in aten_op(anchor)._schema.arguments]
+        kwargs = dict(kwargs, **{"attn_mask" if "attn_mask" in names else "attn_bias": args[3]})
+        args = args[:3]
+    return aten_op(anchor)(*args, **kwargs)
+
+
+def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, None]:
+    return run_attention(spec, anchor_args, extra_inputs), None
+
+
+ATTENTION = register_anchor(AnchorRecord(
+    "attention", ATTENTION_ANCHORS, run=_run, admit=_admit, operands=_operands, prologues=_prologues,
+    lower_prologue=_lower_prologue, to_spec=_to_spec, eager=_eager, tuple_output=True))

@@ -1,5 +1,6 @@
 """Fused row reductions: ``run_row_reduction(spec, anchor_args, extra_inputs)`` for a spec
-whose anchor is a reduction over the last dimension (``ROW_REDUCTIONS``):
+whose anchor is a reduction over the last dimension (``ROW_REDUCTIONS``; importing this module
+registers the record ``ROW_REDUCTION`` with ``hexlayout.fusion.anchors``):
 
 - ``aten.mean.dim`` / ``aten.sum.dim_IntList`` / ``aten.amax.default`` with keyword
   arguments ``dim`` (the last dimension: ``-1`` or ``rank - 1``) and ``keepdim`` (``True``
@@ -13,7 +14,7 @@ whose anchor is a reduction over the last dimension (``ROW_REDUCTIONS``):
   (full rows, a row ``[N]``, a column ``[M, 1]``, a scalar); every output is ``M x N`` or
   ``M x 1`` and is given back with eager's shape.
 
-The anchor kernel (``hexlayout.fusion.anchors.reduction_provider``) is traced alone and
+The anchor kernel (``kernels.row_reduce_anchor``) is traced alone and
 ``mechanism.fuse`` rewrites its load and its store (``TilePlan.row``); one build per
 structure (no sizes in the key but the row tile ``BN``, a tile constant).
 """
@@ -25,13 +26,23 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .aten import VIEWS, dtype_name, is_fusible, torch_dtype
-from .gemm_plan import _arch_of, _meta_eval, _metas, _place, _sig
-from .mechanism import FusedProgram, InputSpec, TilePlan, fuse
-from .reference import eval_nodes, reference
-from .spec import MAX_ROW, ROW_REDUCTIONS, FusedSpec, FusionUnsupported, Node
+from hexlayout.fusion.anchors import AnchorRecord, AnchorSpec, register_anchor
+from hexlayout.fusion.aten import VIEWS, dtype_name, is_fusible, torch_dtype
+from hexlayout.fusion.launch import check_emulation, launch_args
+from hexlayout.runtime.alloc import fresh
+from hexlayout.fusion.mechanism import FusedProgram, InputSpec, TilePlan, fuse
+from hexlayout.fusion.partition import rows, static_int
+from hexlayout.fusion.planning import arch_of, bind_inputs, host_shapes, meta_eval, meta_tensors, place, sig
+from hexlayout.fusion.reference import eval_nodes, reference
+from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 
-__all__ = ["ROW_REDUCTIONS", "run_row_reduction", "row_fused_build", "clear_row_builds"]
+from .kernels import MAX_ROW, row_reduce_anchor, row_reduce_consts
+
+__all__ = ["ROW_REDUCTIONS", "ROW_REDUCTION", "run_row_reduction", "row_fused_build", "clear_row_builds"]
+
+#: Row-reduction anchors (over the last dimension; keyword arguments ``dim``, ``keepdim``), with
+#: the reduction their anchor kernel computes.
+ROW_REDUCTIONS = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum", "aten.amax.default": "max"}
 
 
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
@@ -72,8 +83,8 @@ def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
     if spec.prologues:
         p = spec.prologues[0]
         try:
-            x = _meta_eval(("row prologue", spec, _sig(extra)),
-                           lambda: eval_nodes(p.nodes, None, _metas(extra))[p.output])
+            x = meta_eval(("row prologue", spec, sig(extra)),
+                           lambda: eval_nodes(p.nodes, None, meta_tensors(extra))[p.output])
         except Exception as e:  # noqa: BLE001 - any failure of the prologue's ops on meta tensors
             raise FusionUnsupported(f"{where}: the prologue does not evaluate: {e}") from None
     else:
@@ -113,13 +124,13 @@ def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
             specs.append(InputSpec("scalar"))
             host.append(0.0)
             continue
-        s, h = _place(t, (m, n), where, i)
+        s, h = place(t, (m, n), where, i)
         specs.append(s)
         host.append(h)
     x2 = None if spec.prologues else anchor_args[0].reshape(m, n)
     try:
-        metas = _meta_eval(("row outputs", spec, _sig(anchor_args), _sig(extra)),
-                           lambda: reference(spec, _metas(anchor_args), _metas(extra)))
+        metas = meta_eval(("row outputs", spec, sig(anchor_args), sig(extra)),
+                           lambda: reference(spec, meta_tensors(anchor_args), meta_tensors(extra)))
     except Exception as e:  # noqa: BLE001 - the spec's ops on meta tensors fail: not fusible
         raise FusionUnsupported(f"{where}: the spec does not evaluate with torch's ops: {e}") from None
     out_dtypes, frames = [], []
@@ -152,7 +163,7 @@ def _plan(spec: FusedSpec, anchor_args: list, extra: list) -> _RowCall:
                                    for nd in spec.epilogue.nodes), outputs=tuple(outputs),
                     out_dtypes=tuple(out_dtypes), inputs=tuple(specs), row=True,
                     row_align=n & -n if n % 16 else 16)
-    return _RowCall(_arch_of(first.device, first.is_cuda), x.dtype, fn, m, n, plan, x2, host, frames,
+    return _RowCall(arch_of(first.device, first.is_cuda), x.dtype, fn, m, n, plan, x2, host, frames,
                     [tuple(t.shape) for t in metas], frozenset(used))
 
 
@@ -161,10 +172,7 @@ def _build(call: _RowCall, spec: FusedSpec, compile: bool) -> tuple[Any, FusedPr
     from hexlayout.runtime import build
     from hexlayout.runtime.launch_log import describe
 
-    from .anchors import reduction_provider
-
-    prov = reduction_provider()
-    consts = prov.consts(call.m, call.n)
+    consts = row_reduce_consts(call.m, call.n)
     dname = dtype_name(call.dtype)
     name = spec.display_name()
     key = (dname, call.fn, tuple(sorted(consts.items())), call.plan, name)
@@ -172,7 +180,7 @@ def _build(call: _RowCall, spec: FusedSpec, compile: bool) -> tuple[Any, FusedPr
         prog = _PROGRAMS.get(key)
     if prog is None:
         align = min(16, call.plan.row_align * getattr(hl, dname).bits // 8)
-        tk = prov.kernel(getattr(hl, dname), call.fn, align).trace(**consts)
+        tk = row_reduce_anchor(getattr(hl, dname), call.fn, align).trace(**consts)
         prog = fuse(tk, call.plan, f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}")
         with _LOCK:
             _PROGRAMS[key] = prog
@@ -200,11 +208,6 @@ def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) ->
     how to repeat the call for arguments of the same shapes (``run._Prepared``'s fields)."""
     import torch
 
-    from hexlayout.runtime.alloc import fresh
-
-    from .gemm_plan import bind_inputs, host_shapes
-    from .launch import check_emulation, launch_args
-
     call = _plan(spec, list(anchor_args), list(extra_inputs))
     first = next(t for t in [*anchor_args, *extra_inputs] if isinstance(t, torch.Tensor))
     cuda = first.is_cuda
@@ -225,5 +228,65 @@ def run_row_reduction(spec: FusedSpec, anchor_args: list, extra_inputs: list) ->
         return [o.reshape(s) for o, s in zip(outs, out_shapes)]
 
     prep = {"bld": bld, "prog": prog, "cuda": cuda, "device": first.device, "bind": bind, "outs": out_specs,
-            "finish": finish, "bound": bound, "cuda_bound": bound if cuda else None}
+            "finish": finish, "bound": bound}
     return finish(outs), prep
+
+
+# --- the record ---------------------------------------------------------------------------------
+def _admit(g: Any, n: Any) -> str | None:
+    """Why reduction ``n`` is not an anchor (None when it is): over the last dimension of a
+    tensor, rows of a static length up to ``MAX_ROW``, with ``keepdim``, no ``dtype``."""
+    import torch
+
+    given = g.named_args(n)
+    x = given.get("self")
+    rank = len(g.shape(x)) if hasattr(x, "op") and isinstance(g.value(x), torch.Tensor) else 0
+    dims = given.get("dim")
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    if rank == 0 or len(dims) != 1 or not isinstance(dims[0], int) or dims[0] % rank != rank - 1:
+        return (f"a reduction over dims {dims} of a rank-{rank} tensor (row reductions fuse over "
+                "the last dimension)")
+    cols = static_int(g.shape(x)[-1])
+    if cols is None or not 1 <= cols <= MAX_ROW:
+        return (f"a reduction of rows of {g.shape(x)[-1]} (row reductions fuse rows of a static "
+                f"length from 1 to {MAX_ROW})")
+    if not given.get("keepdim", False) or given.get("dtype") is not None:
+        return "a row reduction without keepdim or with a dtype (fused with keepdim=True only)"
+    return None
+
+
+def _to_spec(g: Any, s: AnchorSpec) -> None:
+    """The reduction over the last dimension with ``keepdim``; an input of rank > 2 is seen
+    as its rows by the host."""
+    s.kwargs = (("dim", (-1,)), ("keepdim", True))
+    s.order = [0]
+    x = g.named_args(g.anchor)["self"]
+    if s.operands[0][0] == "ext" and len(g.shape(x)) > 2:
+        s.operands[0] = ("ext", s.operands[0][1], s.operands[0][2] + ((rows, ()),))
+
+
+def _softmax_decompositions() -> dict[Any, Any]:
+    """``aten._softmax`` over the last dimension of rows of a static length up to ``MAX_ROW``
+    (what the row-reduction anchors fuse) as torch's own decomposition (``amax``,
+    ``exp(x - max)``, ``sum``, divide; f32 computation); any other softmax stays one op."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    aten = torch.ops.aten
+    decomp = decomposition_table.get(aten._softmax.default)
+    if decomp is None:                       # pragma: no cover - torch without the decomposition
+        return {}
+
+    def softmax(x: Any, dim: int, half_to_float: bool) -> Any:
+        cols = x.shape[-1] if x.dim() else 0
+        if x.dim() and dim % x.dim() == x.dim() - 1 and isinstance(cols, int) and 1 <= cols <= MAX_ROW:
+            return decomp(x, dim, half_to_float)
+        return NotImplemented
+
+    return {aten._softmax.default: softmax}
+
+
+ROW_REDUCTION = register_anchor(AnchorRecord(
+    "row reduction", frozenset(ROW_REDUCTIONS), run=run_row_reduction, admit=_admit,
+    operands=lambda g, n: n.args[:1], to_spec=_to_spec, decompositions=_softmax_decompositions,
+    clear=clear_row_builds, rows=True))
