@@ -1,11 +1,12 @@
 """The attention anchor (``ops/attention/sdpa_anchor.py``) at the configuration a GPU runs, in
 the emulator: the anchor's own chooser (``sdpa_consts``, as the attention record's planner
 ``ops/attention/sdpa_fusion.py`` calls it) asked for ``emulated=False`` - 64 x 64 tiles over
-4 warps at head dim 64, not the emulator's one-warp 16 x 16 - through ``torch.compile(backend="hexlayout")`` on fresh
-random data, against float64 (within 1e-2 of max |reference|): f16 and bf16, causal (top-left,
-also with fewer queries than keys) and not, grouped-query heads, sequence lengths that are not
-multiples of the 64-row tiles. The anchor's output reaches the kernel NaN-filled (the CPU's
-``hexlayout.runtime.alloc.fresh``), so every position the result holds was written."""
+4 warps at head dim 64, not the emulator's one-warp 16 x 16 - through
+``torch.compile(backend="hexlayout")`` on fresh random data, against float64 (within 1e-2 of
+max |reference|): f16 and bf16, causal (top-left, also with fewer queries than keys) and not,
+grouped-query heads, sequence lengths that are not multiples of the 64-row tiles. The anchor's
+output reaches the kernel NaN-filled (the CPU's ``hexlayout.runtime.alloc.fresh``), so every
+position the result holds was written."""
 
 from __future__ import annotations
 
