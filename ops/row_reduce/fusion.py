@@ -29,12 +29,12 @@ from typing import Any
 from hexlayout.fusion.anchors import AnchorRecord, AnchorSpec, register_anchor
 from hexlayout.fusion.aten import VIEWS, dtype_name, is_fusible, torch_dtype
 from hexlayout.fusion.launch import check_emulation, launch_args
-from hexlayout.runtime.alloc import fresh
 from hexlayout.fusion.mechanism import FusedProgram, InputSpec, TilePlan, fuse
 from hexlayout.fusion.partition import rows, static_int
 from hexlayout.fusion.planning import arch_of, bind_inputs, host_shapes, meta_eval, meta_tensors, place, sig
 from hexlayout.fusion.reference import eval_nodes, reference
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
+from hexlayout.runtime.alloc import fresh
 
 from .kernels import MAX_ROW, row_reduce_anchor, row_reduce_consts
 

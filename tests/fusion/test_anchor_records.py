@@ -47,6 +47,7 @@ def test_no_fusion_function_over_100_lines() -> None:
 def test_the_op_packages_register_the_anchors() -> None:
     pytest.importorskip("torch")
     import hexlayout.ops  # noqa: F401 - registers the anchor records
+
     from hexlayout.fusion import ANCHORS
     from hexlayout.fusion.anchors import anchor_records, record_of_op
 

@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import hexlayout.ops  # noqa: E402,F401 - registers the anchors
-
 from hexlayout.ops.attention import sdpa_fusion  # noqa: E402
 from hexlayout.ops.attention.sdpa_anchor import sdpa_consts  # noqa: E402
 
