@@ -167,14 +167,21 @@ def _check_copy_tiles(ctx: Any, loc: Any, s: Tile, d: Tile, pair: str) -> None:
         raise ctx.error("copy", loc, f"element types differ: {pair}; convert with hl.cast first")
 
 
+def _named_atom(ctx: Any, loc: Any, op: str, arg: str, name: str, kind: type) -> Any:
+    """The registered atom ``name`` given as ``op``'s ``arg=``, which must be a ``kind``."""
+    try:
+        atom = get_atom(name)
+    except ValueError as e:
+        raise ctx.error(op, loc, f"{arg}: {e}") from None
+    if not isinstance(atom, kind):
+        what = "a copy atom" if kind is CopyAtom else "an mma atom"
+        raise ctx.error(op, loc, f"{arg} {name!r} is not {what}")
+    return atom
+
+
 def _check_copy_instruction(ctx: Any, loc: Any, instruction: str, s: Tile, d: Tile, pair: str) -> None:
     """``instruction=``: a copy atom between the two tiles' memory spaces."""
-    try:
-        atom = get_atom(instruction)
-    except ValueError as e:
-        raise ctx.error("copy", loc, f"instruction: {e}") from None
-    if not isinstance(atom, CopyAtom):
-        raise ctx.error("copy", loc, f"instruction {instruction!r} is not a copy atom")
+    atom = _named_atom(ctx, loc, "copy", "instruction", instruction, CopyAtom)
     spaces = (_SPACE[s.scope], _SPACE[d.scope])
     if atom.kind != "universal" and (atom.src_space, atom.dst_space) != spaces:
         raise ctx.error("copy", loc, f"instruction {instruction} copies {atom.src_space} -> "
@@ -350,12 +357,7 @@ def _check_mma_atom(ctx: Any, loc: Any, atom: str, ta: Tile, tb: Tile, tc: Tile)
     """``atom=``: an mma atom of the operands' element types whose shape divides (M, N, K) and
     that reads ``a`` and ``b`` from the memory they are in."""
     (am, ak), (bn, _) = ta.shape, tb.shape
-    try:
-        at = get_atom(atom)
-    except ValueError as e:
-        raise ctx.error("mma", loc, f"atom: {e}") from None
-    if not isinstance(at, MmaAtom):
-        raise ctx.error("mma", loc, f"atom {atom!r} is not an mma atom")
+    at = _named_atom(ctx, loc, "mma", "atom", atom, MmaAtom)
     for role, t, want in (("a", ta, at.a_dtype), ("b", tb, at.b_dtype), ("c", tc, at.c_dtype)):
         if t.dtype.name != want.name and not (want.name == "tf32" and t.dtype.name == "f32"):
             raise ctx.error("mma", loc, f"atom {atom} takes {role} as {want}, but {role} is "

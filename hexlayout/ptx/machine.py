@@ -445,7 +445,7 @@ class Machine:
                 if b < 0 or (self.state[self.blk == b] == EXITED).all():
                     raise PtxError(f"{what}: CTA rank {int(rank[i])} of the cluster has exited (or is not "
                                    "running): its shared memory is gone", **self.where(int(threads[i])))
-        self._check_align(off, min(nbytes, 16) if nbytes > 16 else nbytes, threads, "shared::cluster")
+        self._check_align(off, min(nbytes, 16), threads, "shared::cluster")
         bad = off + np.uint64(nbytes) > np.uint64(self.smem_size)
         if bad.any():
             i = int(np.argmax(bad))
