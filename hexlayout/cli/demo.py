@@ -78,10 +78,10 @@ def _emulate(kernel: Any, arch: str, shape: tuple[int, int, int], seed: int = 0)
     import numpy as np
 
     from hexlayout.emulator import run as emulate
-    from hexlayout.ir.lower.kernel import lower_kernel
+    from hexlayout.synth.solve import synthesize
 
     m, n, k = shape
-    prog = lower_kernel(kernel.trace(), arch)
+    prog = synthesize(kernel.trace(), arch).lowered
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((n, k)).astype(np.float16)

@@ -220,11 +220,11 @@ def _requirements(s: Any) -> list[dict[str, Any]]:
 
 def explain_report(result: Any, spec: str, arch: str) -> dict[str, Any]:
     """The JSON-able report of a :class:`~hexlayout.cli.kernels.SynthesisResult`."""
-    from hexlayout.ir.lower.kernel import Prober
+    from hexlayout.ir.lower.legality import Legality
 
     s = result.synthesis
     tk = s.kernel
-    views = Prober(tk, arch, s.assignment).views      # the views of exactly what synthesis chose
+    views = Legality(tk, arch, s.assignment).views()      # the views of exactly what synthesis chose
     cost = s.cost.as_dict() if result.cost_computed else dict.fromkeys(s.cost.as_dict())
     return {
         "version": JSON_VERSION,
@@ -349,14 +349,14 @@ def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, 
     """PNG pictures of the synthesized layouts: one per distinct register TV layout (over its
     M x N tile) and one per shared buffer (its first stage, cells coloured by bank)."""
     from hexlayout import draw as hd
-    from hexlayout.ir.lower.kernel import Prober
+    from hexlayout.ir.lower.legality import Legality
     from hexlayout.ir.types import Scope
     from hexlayout.layout import Layout
 
     s = result.synthesis
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    views = Prober(s.kernel, s.arch, s.assignment).views
+    views = Legality(s.kernel, s.arch, s.assignment).views()
     pictures: list[dict[str, str]] = []
     groups: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
     for v, lay in s.layouts():

@@ -13,6 +13,7 @@ as CuTe's ``make_layout_tv`` / ``make_tiled_copy`` do:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from .composition import with_shape
@@ -25,7 +26,7 @@ from .product import raked_product
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["make_layout_tv", "tv_inverse", "tv_coords", "tv_table", "make_tv"]
+__all__ = ["make_layout_tv", "tv_inverse", "tv_coords", "tv_table", "make_tv", "copy_thread_layout"]
 
 
 def make_layout_tv(thr_layout: Layout, val_layout: Layout | None = None) -> tuple[IntTuple, Layout]:
@@ -85,3 +86,78 @@ def tv_table(layout_tv: Layout, tile_shape: IntTuple) -> tuple[np.ndarray, np.nd
         if 0 <= i < total:
             thr[i], val[i] = t[k], v[k]
     return thr.reshape(dims, order="F"), val.reshape(dims, order="F")
+
+
+def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads: int,
+                       run: int | None = None) -> Layout | str:
+    """TV layout ``(t, (j, n)) -> tile index`` of ``w``-element vectors taken in ``order``
+    (``order[0]`` fastest, vectorized by ``w``), vector ``u = t + threads*n``.
+
+    ``run``: take only ``run`` vectors along ``order[0]`` before moving along the other modes
+    (the rest of ``order[0]`` comes last): consecutive threads cover a ``run * w``-element
+    segment of each of several rows instead of one whole row (the vectors stay coalesced in
+    ``run * w``-element segments; what a transposed access of shared memory needs to spread
+    over the banks)."""
+    inner = order[0]
+    if shape[inner] % w:
+        return f"the contiguous extent {shape[inner]} is not a multiple of the vector width {w}"
+    if run is not None and (run < 1 or (shape[inner] // w) % run):
+        return (f"a run of {run} vectors does not divide the {shape[inner] // w} vectors of the "
+                "contiguous mode")
+    colex = [1]
+    for s in shape[:-1]:
+        colex.append(colex[-1] * s)
+    total_vecs = 1
+    for s in shape:
+        total_vecs *= s
+    total_vecs //= w
+    if total_vecs % threads:
+        return f"{total_vecs} vectors do not divide evenly among {threads} threads"
+    # the vector index u walks modes in 'order' with the inner mode in units of w
+    u_shape = [shape[inner] // w] + [shape[k] for k in order[1:]]
+    u_stride = [colex[inner] * w] + [colex[k] for k in order[1:]]
+    if run is not None and run < u_shape[0]:
+        u_shape = [run] + u_shape[1:] + [u_shape[0] // run]
+        u_stride = [u_stride[0]] + u_stride[1:] + [u_stride[0] * run]
+    u = Layout(tuple(u_shape), tuple(u_stride))
+    split = (threads, total_vecs // threads) if total_vecs > threads else threads
+    try:
+        t_part = with_shape(u, split)
+    except ValueError:   # e.g. rows of 12 vectors over 128 threads: no layout takes vectors in order
+        return _spread_thread_layout(u_shape, u_stride, Layout(w, colex[inner]), threads)
+    if total_vecs > threads:
+        thr, rest = t_part[0], t_part[1]
+    else:
+        thr, rest = t_part, Layout(1, 0)
+    vec = Layout(w, colex[inner])
+    return Layout((thr.shape, (vec.shape, rest.shape)), (thr.stride, (vec.stride, rest.stride)))
+
+
+def _spread_thread_layout(u_shape: list[int], u_stride: list[int], vec: Layout, threads: int) -> Layout | str:
+    """``copy_thread_layout`` when vectors ``u = t + threads*n`` are no layout (a mode's extent
+    neither divides nor is divided by the threads left): ``f_k = gcd(e_k, T_k)`` threads go
+    along vector mode ``k`` (extent ``e_k``, fastest first; ``T_k`` threads still unplaced) with
+    the mode's stride ``s_k``, and its ``e_k / f_k`` remaining vectors, stride ``f_k*s_k``, are
+    values. A 64 x 96 f16 tile (12 vectors a row) over 128 threads: 4 threads a row, 32 rows."""
+    thr: list[tuple[int, int]] = []
+    rest: list[tuple[int, int]] = []
+    left = threads
+    for e, st in zip(u_shape, u_stride):
+        f = math.gcd(e, left)
+        if f > 1:
+            thr.append((f, st))
+        if e // f > 1:
+            rest.append((e // f, st * f))
+        left //= f
+    if left > 1:
+        return f"{threads} threads cannot be spread evenly over {tuple(u_shape)} vectors"
+
+    def mode(parts: list[tuple[int, int]]) -> Layout:
+        if not parts:
+            return Layout(1, 0)
+        if len(parts) == 1:
+            return Layout(parts[0][0], parts[0][1])
+        return Layout(tuple(p[0] for p in parts), tuple(p[1] for p in parts))
+
+    t, r = mode(thr), mode(rest)
+    return Layout((t.shape, (vec.shape, r.shape)), (t.stride, (vec.stride, r.stride)))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from hexlayout.ir.lower.kernel import LoweringError, Prober
+from hexlayout.ir.lower.kernel import LoweringError
 from hexlayout.ir.lower.rejection import Rejection
 from hexlayout.ir.tile import Alloc, Copy, Mma, Op, Value
 from hexlayout.ir.types import LayoutVar, Scope
@@ -248,10 +248,10 @@ def _probe_all(s: Any, root: Value, cands: list[Any], uses: list[Op]) -> tuple[d
     accepted: dict[int, set[int]] = {id(op): set() for op in uses}
     reasons: dict[tuple[int, int], str] = {}
     for i, cand in enumerate(cands):
-        prober = Prober(s.tk, s.arch, s.current.with_layouts({root.id: cand.layout}))
+        prober = s.base.with_assignment(s.current.with_layouts({root.id: cand.layout}))
         for op in uses:
             try:
-                prober.probe(op)
+                prober.check(op)
                 accepted[id(op)].add(i)
             except LoweringError as e:
                 reasons[(id(op), i)] = _reason(e)
@@ -284,7 +284,7 @@ def _global_contiguity(s: Any, op: Op, root: Value) -> str:
     other = op.src if op.dst.type.scope == Scope.SHARED else op.dst
     if other.type.scope != Scope.GLOBAL:
         return ""
-    gv = s.base.views.get(other.id)
+    gv = s.base.view_of(other)
     if gv is None:
         return ""
     modes = [k for k in range(len(gv.shape)) if gv.static_stride(k) == 1]
@@ -556,7 +556,7 @@ def _single_joint_conflict(s: Any, op: Op, joint: list[Op], legal: dict[int, lis
 def _joint_reason(s: Any, op: Op, picks: dict[int, Any], by_id: dict[int, Value]) -> Rejection | None:
     """Why ``op`` rejects the layouts ``picks`` (root id -> candidate), or ``None``."""
     try:
-        Prober(s.tk, s.arch, s.current.with_layouts({rid: c.layout for rid, c in picks.items()})).probe(op)
+        s.base.with_assignment(s.current.with_layouts({rid: c.layout for rid, c in picks.items()})).check(op)
         return None
     except LoweringError as e:
         return _reason(e)

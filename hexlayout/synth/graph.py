@@ -281,12 +281,13 @@ def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
     buffer); ``x.T`` of a register tile is the same registers under a mapped layout; a static
     window of a register tile keeps each thread's values (its layout derived: ``window_tv``)."""
     if _register(op.result) and isinstance(op, Permute):
-        from hexlayout.ir.lower.register_views import permute_maps
+        from hexlayout.layout.tv_maps import permute_maps
 
         fwd, bwd = permute_maps(tuple(op.src.type.shape), tuple(op.perm))
         g.mapped.append(Mapped(g.cls(op.result), g.cls(op.src), fwd, bwd, op))
     elif _register(op.result):
-        from hexlayout.ir.lower.register_views import window_of, window_tv
+        from hexlayout.ir.windows import window_of
+        from hexlayout.layout.tv_maps import window_tv
 
         try:
             origin, extent, _ = window_of(op)
@@ -302,7 +303,7 @@ def _view(g: LayoutGraph, op: Slice | SubTile | Permute) -> None:
 @RELATIONS.register(Reshape)
 def _reshape(g: LayoutGraph, op: Reshape) -> None:
     """A reshape keeps every value in its thread: ``R o tv`` either way (``lower/regroup.py``)."""
-    from hexlayout.ir.lower.regroup import reshape_maps
+    from hexlayout.layout.tv_maps import reshape_maps
 
     try:
         fwd, bwd = reshape_maps(tuple(op.src.type.shape), tuple(op.result.type.shape))
@@ -315,7 +316,7 @@ def _reshape(g: LayoutGraph, op: Reshape) -> None:
 def _join(g: LayoutGraph, op: Join) -> None:
     """The sources share one layout; the result's is derived from it (``join_tv``), or theirs
     from a result layout required first (an mma operand: ``join_source_tv``)."""
-    from hexlayout.ir.lower.regroup import join_source_tv, join_tv
+    from hexlayout.layout.tv_maps import join_source_tv, join_tv
 
     first = op.srcs[0]
     for s in op.srcs[1:]:

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hexlayout.ir.lower.copy import copy_thread_layout, declared_vector_bits
-from hexlayout.ir.lower.kernel import reduced_tv
-from hexlayout.ir.lower.mma import same_function
+from hexlayout.ir.lower.copy import declared_vector_bits
 from hexlayout.ir.tile import GlobalView, Mma, Op, Value
 from hexlayout.ir.tiled_mma import TiledMma
 from hexlayout.layout import Layout, composition
+from hexlayout.layout.tv import copy_thread_layout
+from hexlayout.layout.tv_maps import reduced_tv, same_function
 
 from .graph import LayoutGraph
 
@@ -76,10 +76,6 @@ class RegisterAssignment:
     origin: dict[int, tuple[Op | None, LayoutSource]]
     conflict: Conflict | None = None
     unresolved: list[int] = field(default_factory=list)
-
-
-def _fail(_: Any, msg: str) -> ValueError:
-    return ValueError(msg)
 
 
 def assign_registers(g: LayoutGraph, choice: dict[int, TiledMma], threads_of: dict[int, int],
@@ -164,7 +160,7 @@ class _Layouts:
             shape = self.shape_of[rel.src]
             try:
                 for ax in rel.axes:
-                    out = reduced_tv(out, shape, ax, _fail, rel.op)
+                    out = reduced_tv(out, shape, ax)
                     shape = tuple(1 if k == ax else s for k, s in enumerate(shape))
             except ValueError as e:
                 bad = LayoutSource("invalid", detail=str(e))

@@ -21,14 +21,16 @@ and global<->shared copies last.
    issue slots, shared wavefronts with bank conflicts, global sectors, TMA boxes and
    atomics included) among those the copy rules offer
    (``hexlayout.ir.lower.copy_rules.legal_copies``), ties in the rules' preference order, as
-   the checks above found it (the ``Prober`` ranks them with ``copy_cost``).
+   the checks above found it (the copy legality rule ranks them with ``copy_cost``).
 
 Every choice is a value: the search builds immutable ``Assignment`` values (layout per
-tensor value, TiledMma and copy instruction per op) and asks the lowering, as a pure
-legality oracle (``Prober(kernel, arch, assignment).probe(op)``: the op's instructions or
-a ``LoweringError`` carrying a structured ``Rejection``), whether each is legal; the
-program itself is never saved, changed or restored. The final assignment is lowered as
-given (``lower_kernel(kernel, arch, assignment)``): the lowering decides nothing.
+tensor value, TiledMma and copy instruction per op) and asks each op's legality rule
+(``Legality(kernel, arch, assignment).check(op)``, ``hexlayout.ir.lower.legality``: the op's
+instructions or a ``LoweringError`` carrying a structured ``Rejection``) whether it is legal;
+the program itself is never saved, changed or restored. The final assignment gives every
+register layout and every copy instruction and is lowered as given (``lower_kernel(kernel,
+arch, assignment)``): the lowering decides nothing and refuses a value or copy the
+assignment leaves open.
 
 Failures become a ``SynthesisError`` naming the ops in conflict, their source lines and
 the two requirements that cannot both hold (``diagnose``).
@@ -42,8 +44,9 @@ from typing import Any
 
 from constraint import BacktrackingSolver, Constraint, Problem
 
-from hexlayout.ir.lower.assignment import EMPTY, Assignment
-from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, Prober, lower_kernel
+from hexlayout.ir.assignment import EMPTY, Assignment
+from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, lower_kernel
+from hexlayout.ir.lower.legality import Legality
 from hexlayout.ir.tile import (
     Cast,
     Copy,
@@ -187,7 +190,7 @@ class _Synth:
         self.tk = tk
         self.arch = arch
         self.g: LayoutGraph = build_graph(tk)
-        self.base = Prober(tk, arch, copy_cost=self.copy_cost)
+        self.base = Legality(tk, arch, copy_cost=self.copy_cost)
         self.regions = self.base.regions
         self.register_values = [v for vs in self.g.classes().values() for v in vs]
         # the assignment being checked: register layouts and mma choices, then shared layouts
@@ -209,7 +212,7 @@ class _Synth:
         # the copy instructions the checks found (the cheapest legal ones), to assign them
         self.reg_copies: dict[tuple, dict[int, tuple[str, str]]] = {}
         self.shared_copies: dict[tuple[int, int], tuple[SharedCandidate, dict[int, tuple[str, str]]]] = {}
-        self.global_views = {op.result.id: self.base.views.get(op.result.id)
+        self.global_views = {op.result.id: self.base.view_of(op.result)
                              for op in tk.body.walk() if isinstance(op, GlobalView)}
 
     # --- phase 1: mma choices and register layouts --------------------------------------
@@ -236,11 +239,11 @@ class _Synth:
 
     def check_register_ops(self, choice: dict[int, TiledMma], asg: Assignment) -> LoweringError | None:
         """Lower every op on register tiles only under ``asg``; keeps their cost in ``self.reg_cost``."""
-        prober = Prober(self.tk, self.arch, asg, self.copy_cost)
+        prober = self.base.with_assignment(asg)
         total = CostBreakdown()
         for op in self.reg_ops:
             try:
-                instrs = prober.probe(op)
+                instrs = prober.check(op)
             except LoweringError as e:
                 return e
             total.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
@@ -258,7 +261,7 @@ class _Synth:
             other, mine = (op.src, op.dst) if op.dst.root is root else (op.dst, op.src)
             if other.type.scope != Scope.GLOBAL:
                 continue
-            gv = self.base.views.get(other.id)
+            gv = self.base.view_of(other)
             if gv is None:
                 continue
             _, modes = self.modes.get(mine.id, (root, list(range(len(root.type.shape)))))
@@ -272,24 +275,23 @@ class _Synth:
         (other undecided shared roots stay undecided)."""
         self.shared_checks += 1
         cost = CostBreakdown()
-        prober = Prober(self.tk, self.arch, self.current.with_layouts({root.id: cand.layout}),
-                        self.copy_cost)
+        prober = self.base.with_assignment(self.current.with_layouts({root.id: cand.layout}))
         for op in self.uses.get(root.id, []):
             if any(v.root is not root and _undecided_shared(v) for v in op.operands()):
                 continue            # joint with an undecided root: checked in the joint problem
             try:
-                instrs = prober.probe(op)
+                instrs = prober.check(op)
             except LoweringError as e:
                 return str(e), cost, op
             cost.add(self.op_cost(op, instrs, prober), 8.0 ** self.depth.get(id(op), 0))
         self.shared_copies[(root.id, id(cand))] = (cand, dict(prober.copy_choices))
         return None, cost, None
 
-    def copy_cost(self, prober: Prober, op: Op, instrs: list[Any]) -> float:
-        """The static cost of a copy's instructions (the Prober's ranking of legal copies)."""
+    def copy_cost(self, prober: Any, op: Op, instrs: list[Any]) -> float:
+        """The static cost of a copy's instructions (the ranking of legal copies)."""
         return self.op_cost(op, instrs, prober).total
 
-    def op_cost(self, op: Op, instrs: list[Any], prober: Prober) -> CostBreakdown:
+    def op_cost(self, op: Op, instrs: list[Any], prober: Any) -> CostBreakdown:
         lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
         c = CostBreakdown()
         for ins in instrs:
@@ -385,7 +387,7 @@ class _Synth:
     def joint_ok(self, op: Op, picks: dict[int, SharedCandidate], by_id: dict[int, Value]) -> bool:
         asg = self.current.with_layouts({rid: cand.layout for rid, cand in picks.items()})
         try:
-            Prober(self.tk, self.arch, asg, self.copy_cost).probe(op)
+            self.base.with_assignment(asg).check(op)
             return True
         except LoweringError:
             return False
@@ -424,7 +426,7 @@ class _Synth:
     def unresolved_error(self, unresolved: list[int], cthreads: dict[int, int]) -> SynthesisError:
         """No mma and no global copy determines a register tile's layout: name the tile, the
         op that moves it and why no coalesced layout spreads it over the threads."""
-        from hexlayout.ir.lower.copy import copy_thread_layout
+        from hexlayout.layout.tv import copy_thread_layout
 
         classes = self.g.classes()
         for c in unresolved:
@@ -612,11 +614,11 @@ class _Synth:
         copies = [op for op in self.tk.body.walk() if isinstance(op, Copy)]
         if all(op.uid in out for op in copies):
             return out
-        prober = Prober(self.tk, self.arch, asg, self.copy_cost)
+        prober = self.base.with_assignment(asg)
         defining = {id(op) for op in self.reg_ops}       # ops defining the register tiles copies read
         for op in self.tk.body.walk():
             if (isinstance(op, Copy) and op.uid not in out) or id(op) in defining:
-                prober.probe(op)
+                prober.check(op)
         return {**prober.copy_choices, **out}
 
     def mma_decisions(self, cands: dict[int, list[TiledMma]], idx: tuple[int, ...],
@@ -763,12 +765,12 @@ def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
     instruction of ``tk`` for ``arch``.
 
     ``tk`` itself is never modified: the search builds immutable ``Assignment`` values and
-    asks the lowering (``Prober``) whether each is legal. The result carries the chosen
-    assignment (``.assignment``), a copy of ``tk`` annotated with it (``.kernel``), its
-    lowered program (``.lowered``, lowered from exactly that assignment), the decisions with
-    their rejected alternatives (``.decisions``) and the predicted cost (``.cost``). A fully
-    explicit program (every layout, atom and warp arrangement given) synthesizes too: its
-    decisions are the program's own.
+    asks each op's legality rule (``hexlayout.ir.lower.legality``) whether each is legal.
+    The result carries the chosen assignment (``.assignment``), a copy of ``tk`` annotated
+    with it (``.kernel``), its lowered program (``.lowered``, lowered from exactly that
+    assignment), the decisions with their rejected alternatives (``.decisions``) and the
+    predicted cost (``.cost``). A fully explicit program (every layout, atom and warp
+    arrangement given) synthesizes too: its decisions are the program's own.
     """
     try:
         return _Synth(tk, arch).run()

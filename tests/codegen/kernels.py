@@ -17,7 +17,6 @@ from hexlayout.arch import get_atom
 from hexlayout.arch.gmma import gmma_smem_atom
 from hexlayout.ir.expr import Var, as_expr
 from hexlayout.ir.lower.copy import (
-    copy_thread_layout,
     lower_gmem_to_smem,
     lower_ldmatrix,
     lower_reg_mem,
@@ -49,6 +48,7 @@ from hexlayout.ir.tile import GlobalParam, ScalarParam, SourceLoc
 from hexlayout.ir.tiled_mma import TiledMma
 from hexlayout.ir.types import bf16, e4m3, f16, f32, i32
 from hexlayout.layout import Layout, Swizzle, composition, tile_to_shape
+from hexlayout.layout.tv import copy_thread_layout
 
 __all__ = ["gemm_sm80", "gemm_sm90", "row_reduce", "elementwise", "ALL"]
 

@@ -11,11 +11,11 @@ import pytest
 
 import hexlayout.lang as hl
 from hexlayout.emulator import OutOfBoundsError, RaceError, run
-from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.lang import f16
 from hexlayout.lang.examples import explicit
 from hexlayout.lang.examples.explicit import gemm_sm80_explicit
 from hexlayout.layout import Layout
+from hexlayout.synth.solve import synthesize
 
 
 def _args(m: int = 128, n: int = 128, k: int = 128):
@@ -35,7 +35,7 @@ def _line_of(fn, text: str) -> int:
 
 @pytest.mark.parametrize(("swizzle", "ratio"), [(False, 8), (True, 1)])
 def test_ldmatrix_on_64_column_fp16_stages(swizzle: bool, ratio: int) -> None:
-    prog = lower_kernel(gemm_sm80_explicit(BK=64, swizzle=swizzle).trace(), "sm_80")
+    prog = synthesize(gemm_sm80_explicit(BK=64, swizzle=swizzle).trace(), "sm_80").lowered
     report = run(prog.kernel, _args())
     ld = [s for s in report.sites if s.kind == "Ldmatrix"]
     assert ld
@@ -46,7 +46,7 @@ def test_ldmatrix_on_64_column_fp16_stages(swizzle: bool, ratio: int) -> None:
 
 
 def test_missing_barrier_is_a_race_naming_both_lines() -> None:
-    prog = lower_kernel(gemm_sm80_explicit(sync=False).trace(), "sm_80")
+    prog = synthesize(gemm_sm80_explicit(sync=False).trace(), "sm_80").lowered
     with pytest.raises(RaceError) as info:
         run(prog.kernel, _args(k=256))
     msg = str(info.value)
@@ -75,7 +75,7 @@ def off_by_one_stage(a: f16[M, N], c: f16[M, N]):
 
 
 def test_out_of_bounds_shared_read_names_its_line() -> None:
-    prog = lower_kernel(off_by_one_stage.trace(), "sm_80")
+    prog = synthesize(off_by_one_stage.trace(), "sm_80").lowered
     rng = np.random.default_rng(1)
     args = {"a": rng.standard_normal((32, 64)).astype(np.float16), "c": np.zeros((32, 64), np.float16)}
     with pytest.raises(OutOfBoundsError) as info:

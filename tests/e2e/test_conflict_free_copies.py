@@ -14,9 +14,9 @@ import pytest
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
-from hexlayout.ir.lower.copy import copy_thread_layout
 from hexlayout.lang import f16, f32
 from hexlayout.layout import Layout, Swizzle, composition
+from hexlayout.layout.tv import copy_thread_layout
 from hexlayout.runtime import build
 from hexlayout.synth.solve import synthesize
 

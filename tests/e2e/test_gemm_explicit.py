@@ -11,14 +11,14 @@ import pytest
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
-from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.lang.examples.explicit import gemm_sm80_explicit, gemm_sm90_explicit, gemm_sm90_ws_explicit
+from hexlayout.synth.solve import synthesize
 
 SIZES = [(128, 128, 128), (200, 136, 72), (64, 256, 40)]
 
 
 def _check(kernel, arch: str, dtype, m: int, n: int, k: int, seed: int):
-    prog = lower_kernel(kernel.trace(), arch)
+    prog = synthesize(kernel.trace(), arch).lowered
     rng = np.random.default_rng(seed)
     npdt = dtype.numpy()
     a = rng.standard_normal((m, k)).astype(npdt)

@@ -12,8 +12,8 @@ import pytest
 import hexlayout.lang as hl
 from hexlayout.emulator import run
 from hexlayout.errors import HexlayoutError
-from hexlayout.ir.lower.register_views import permute_maps
 from hexlayout.lang import f16, f32
+from hexlayout.layout.tv_maps import permute_maps
 from hexlayout.runtime import build
 from hexlayout.synth.solve import synthesize
 

@@ -9,9 +9,9 @@ import pytest
 import hexlayout.lang as hl
 from hexlayout.arch import get_atom
 from hexlayout.emulator import run
-from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.ir.tiled_mma import TiledMma
 from hexlayout.lang import f32
+from hexlayout.synth.solve import synthesize
 
 ATOM = get_atom("SM80_16x8x16_F32F16F16F32_TN")
 TM = TiledMma(ATOM, hl.spatial(4, 1) * hl.repeat(1, 8), 1)
@@ -39,7 +39,7 @@ def causal_softmax(x: f32[R, C], y: f32[R, C], *, CAUSAL: bool = True, SPLIT: bo
 @pytest.mark.parametrize("split", [False, True], ids=["warps_along_rows", "warps_split_columns"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_row_softmax_matches_numpy(causal: bool, split: bool) -> None:
-    prog = lower_kernel(causal_softmax.trace(CAUSAL=causal, SPLIT=split), "sm_80")
+    prog = synthesize(causal_softmax.trace(CAUSAL=causal, SPLIT=split), "sm_80").lowered
     rng = np.random.default_rng(5)
     x = (3 * rng.standard_normal((128, 64))).astype(np.float32)
     y = np.full_like(x, np.nan)

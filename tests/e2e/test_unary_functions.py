@@ -14,8 +14,8 @@ import hexlayout.lang as hl
 from hexlayout.arch import get_atom
 from hexlayout.emulator import run
 from hexlayout.ir.functions import ALU_FUNCTIONS
-from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.ir.tiled_mma import TiledMma
+from hexlayout.synth.solve import synthesize
 
 TM = TiledMma(get_atom("SM80_16x8x16_F32F16F16F32_TN"), hl.spatial(4, 1) * hl.repeat(1, 8), 1)
 R, C = hl.dims("R C")
@@ -63,7 +63,7 @@ def test_every_language_function_has_a_reference() -> None:
 @pytest.mark.parametrize("dt", [hl.f32, hl.f16, hl.bf16], ids=str)
 @pytest.mark.parametrize("name", NAMES)
 def test_function_matches_numpy(name: str, dt: object) -> None:
-    prog = lower_kernel(apply.trace(FN=name, DT=dt), "sm_80")
+    prog = synthesize(apply.trace(FN=name, DT=dt), "sm_80").lowered
     rng = np.random.default_rng(sum(map(ord, name)))
     x = rng.uniform(-9.0, 9.0, (128, 64)).astype(np.float32)
     if name in POSITIVE:
@@ -80,5 +80,5 @@ def test_tanh_and_softplus_print_their_library_calls() -> None:
     from hexlayout.codegen import generate_cuda
 
     for name, calls in (("tanh", ("tanhf(",)), ("softplus", ("log1pf(", "expf(", "fmaxf("))):
-        src = generate_cuda(lower_kernel(apply.trace(FN=name), "sm_80").kernel)
+        src = generate_cuda(synthesize(apply.trace(FN=name), "sm_80").lowered.kernel)
         assert all(c in src for c in calls), name

@@ -10,7 +10,7 @@ import pytest
 import hexlayout.lang as hl
 from hexlayout.emulator import run
 from hexlayout.ir.expr import BinOp, Var, evaluate, free_vars
-from hexlayout.ir.lower.kernel import _Lowering
+from hexlayout.ir.lower.kernel import Lowering
 from hexlayout.ir.lowered import Alu, ForLoop, GlobalRef, SharedRef
 from hexlayout.ir.passes import optimize_loops
 from hexlayout.ir.passes.algebra import fold, linear_terms, sum_terms, xor_constant_out
@@ -85,7 +85,7 @@ def test_gemm_main_loop_has_no_division_and_hoists_before_it() -> None:
     assert sum(isinstance(i, Alu) and i.origin == "loop invariant" for i in before) >= 4
     assert any(isinstance(i, Alu) and i.origin == "stage counter" for i in loop.body)
     # the unoptimized lowering divides in the loop (what the pass removes)
-    raw = _Lowering(s.kernel, "sm_80", s.assignment).run().kernel
+    raw = Lowering(s.kernel, "sm_80", s.assignment).run().kernel
     assert any(_has_division(e) for e in _exprs(_loop(raw).body))
     assert optimize_loops(raw).registers[-1].count >= 1
 
@@ -96,7 +96,7 @@ def test_optimized_gemm_matches_float64_and_the_unoptimized_program(m: int, n: i
     place every tile; the optimized and the unoptimized programs give identical bits."""
     tk = gemm_sm80.trace(BM=64, BN=64, BK=32, STAGES=3, WARPS=4)
     s = synthesize(tk, "sm_80")
-    raw = _Lowering(s.kernel, "sm_80", s.assignment).run().kernel
+    raw = Lowering(s.kernel, "sm_80", s.assignment).run().kernel
     rng = np.random.default_rng(m * 7 + k)
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((n, k)).astype(np.float16)
@@ -135,7 +135,7 @@ def test_sm90_three_stage_phases_rotate_and_match_float64() -> None:
     s = synthesize(tk, "sm_90a")
     origins = {i.origin for i in _walk_all(s.lowered.kernel.body) if isinstance(i, Alu)}
     assert {"stage counter", "phase bit"} <= origins
-    raw = _Lowering(s.kernel, "sm_90a", s.assignment).run().kernel
+    raw = Lowering(s.kernel, "sm_90a", s.assignment).run().kernel
     m, n, k = 130, 72, 448
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, k)).astype(np.float16)

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from hexlayout.emulator import run
-from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.ir.printer import format_kernel
 from hexlayout.ir.rewrite import Replacement, RewriteError, rewrite
 from hexlayout.ir.tile import Block, Cast, Copy, Elementwise, For, If, Mma, Op, TileKernel, Value
 from hexlayout.ir.walk import walk, walk_with_context
+from hexlayout.synth.solve import synthesize
 from tests.e2e.test_softmax_explicit import causal_softmax
 from tests.lang.kernels import simple_gemm
 
@@ -78,7 +78,7 @@ def _fresh(v: Value, name: str) -> Value:
 
 
 def _emulate_softmax(tk: TileKernel) -> np.ndarray:
-    prog = lower_kernel(tk, "sm_80")
+    prog = synthesize(tk, "sm_80").lowered
     rng = np.random.default_rng(11)
     x = (3 * rng.standard_normal((128, 64))).astype(np.float32)
     y = np.full_like(x, np.nan)

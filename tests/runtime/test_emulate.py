@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import hexlayout.lang as hl
-from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.lang.examples.explicit import gemm_sm80_explicit
 from hexlayout.runtime import ArgumentError, emulate
+from hexlayout.synth.solve import synthesize
 
 
 def _ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -29,7 +29,7 @@ def test_gemm_on_cpu_tensors_matches_torch(gemm80, m: int, n: int, k: int) -> No
 
 
 def test_bf16_through_ml_dtypes_views() -> None:
-    prog = lower_kernel(gemm_sm80_explicit(hl.bf16, BM=64, BN=64).trace(), "sm_80")
+    prog = synthesize(gemm_sm80_explicit(hl.bf16, BM=64, BN=64).trace(), "sm_80").lowered
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(72, 40, generator=g).bfloat16(), torch.randn(136, 40, generator=g).bfloat16()
     c = torch.full((72, 136), float("nan"), dtype=torch.bfloat16)

@@ -12,7 +12,7 @@ import pytest
 
 from hexlayout.codegen import generate
 from hexlayout.emulator import run
-from hexlayout.ir.lower.assignment import Assignment
+from hexlayout.ir.assignment import Assignment
 from hexlayout.ir.lower.kernel import lower_kernel
 from hexlayout.ir.tile import Copy, Mma
 from hexlayout.ir.types import LayoutVar

@@ -6,15 +6,17 @@ and atomics (they used to cost nothing)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
+from hexlayout.ir.assignment import Assignment
 from hexlayout.ir.atomic import RedGlobal
 from hexlayout.ir.expr import Var
-from hexlayout.ir.lower.assignment import Assignment
 from hexlayout.ir.lower.copy import lower_reg_mem
 from hexlayout.ir.lower.copy_rules import COPY_RULES, CopyContext, CopyRule
-from hexlayout.ir.lower.kernel import lower_kernel
+from hexlayout.ir.lower.kernel import LoweringError, lower_kernel
+from hexlayout.ir.lower.legality import Legality
 from hexlayout.ir.lowered import (
     GlobalRef,
     RegArray,
@@ -25,7 +27,7 @@ from hexlayout.ir.lowered import (
     TmaDesc,
     TmaStore,
 )
-from hexlayout.ir.tile import GlobalParam
+from hexlayout.ir.tile import Copy, GlobalParam
 from hexlayout.lang import f16
 from hexlayout.synth.cost import ATOMIC_SECTOR_FACTOR, instr_cost
 from hexlayout.synth.solve import synthesize
@@ -74,14 +76,44 @@ def test_the_cheaper_legal_copy_wins_over_registry_order() -> None:
 
 
 def test_registry_order_alone_would_take_the_costlier_copy() -> None:
-    """The control: without a cost (a plain lowering of the same layouts with no copy
-    assigned, ``legal_copies(limit=1)``) the rule registered first is what a copy gets, so
-    the test above measures the cost ranking."""
+    """The control: the copy legality rule without a cost (``legal_copies(limit=1)``) gives a
+    copy the rule registered first, so the test above measures the cost ranking."""
     syn = synthesize(round_trip.trace(), "sm_80")
     layouts_only = Assignment(syn.assignment.layouts, syn.assignment.mma)
+    tk = round_trip.trace()
+    reads = [op for op in tk.body.walk() if isinstance(op, Copy) and op.src.type.scope.name == "SHARED"]
     with COPY_RULES.added(OneElementLoads(), before=None):
-        prog = lower_kernel(round_trip.trace(), "sm_80", layouts_only)
-    assert "ld.shared.b16" in [ins for _, ins in prog.choices]
+        unranked = Legality(tk, "sm_80", layouts_only)
+        unranked.check(reads[0])
+        assert unranked.copy_choices[reads[0].uid] == ("one element", "ld.shared.one")
+        ranked = Legality(tk, "sm_80", layouts_only, copy_cost=lambda lw, op, instrs: len(instrs))
+        ranked.check(reads[0])
+        assert ranked.copy_choices[reads[0].uid][0] != "one element"
+
+
+def test_the_lowering_chooses_no_copy_instruction() -> None:
+    """Lowering an assignment that leaves a copy's instruction open is refused, naming the
+    copy and its line: the lowering decides nothing synthesis did not assign."""
+    syn = synthesize(round_trip.trace(), "sm_80")
+    layouts_only = Assignment(syn.assignment.layouts, syn.assignment.mma)
+    with pytest.raises(LoweringError, match=r"round_trip: copy at \S*test_copy_cost_choice\.py:\d+ .*no "
+                       r"instruction is assigned to the copy of %\w+ into %\w+: run synthesis"):
+        lower_kernel(round_trip.trace(), "sm_80", layouts_only)
+    again = lower_kernel(round_trip.trace(), "sm_80", syn.assignment)     # all assigned: lowers
+    assert [ins for _, ins in again.choices] == [ins for _, ins in syn.lowered.choices]
+
+
+def test_the_lowering_refuses_a_value_without_a_layout() -> None:
+    """A register tile the assignment gives no layout (and the program none) is refused where
+    it is first written, naming the tile: the lowering derives no layout itself (an
+    elementwise result used to take its operand's)."""
+    syn = synthesize(round_trip.trace(), "sm_80")
+    tk = round_trip.trace()
+    scaled = next(op.result for op in tk.body.walk() if type(op).__name__ == "Elementwise")
+    layouts = {k: v for k, v in syn.assignment.layouts.items() if k != scaled.id}
+    partial = Assignment(layouts, syn.assignment.mma, syn.assignment.copies)
+    with pytest.raises(LoweringError, match=rf"register tile %{scaled.name} has no TV layout"):
+        lower_kernel(tk, "sm_80", partial)
 
 
 def test_tma_boxes_and_atomics_have_a_cost() -> None:

@@ -19,10 +19,10 @@ import pytest
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.emulator import run
-from hexlayout.ir.lower.copy import copy_thread_layout
 from hexlayout.lang import f16, f32
 from hexlayout.lang.examples.gemm_sm80 import gemm_sm80
 from hexlayout.layout import ComposedLayout
+from hexlayout.layout.tv import copy_thread_layout
 from hexlayout.synth.solve import Synthesis, SynthesisError, synthesize
 from hexlayout.synth.swizzle import conflict_free_swizzles
 

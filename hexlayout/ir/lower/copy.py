@@ -34,8 +34,10 @@ import numpy as np
 
 from hexlayout.arch.banks import bank_conflicts
 from hexlayout.arch.sectors import global_sectors
-from hexlayout.layout import Layout, left_inverse, upcast, with_shape
+from hexlayout.layout import Layout, left_inverse, upcast
 from hexlayout.layout.inttuple import crd2idx
+from hexlayout.layout.tv import copy_thread_layout
+from hexlayout.layout.tv_maps import colex_strides
 from hexlayout.memo import memoized
 
 from ..expr import Const, Expr, ExprLike, Var, as_expr, evaluate, free_vars
@@ -60,7 +62,7 @@ from .rejection import Rejection
 from .views import GENERIC_STRIDE, GlobalTileView, RegisterTile, SharedTileView, tile_coords
 
 __all__ = ["CopyPlan", "vector_width", "lower_reg_mem", "lower_ldmatrix", "lower_stmatrix",
-           "lower_gmem_to_smem", "lower_mem_to_mem", "lower_tma_load", "Requirement", "copy_thread_layout"]
+           "lower_gmem_to_smem", "lower_mem_to_mem", "lower_tma_load", "Requirement"]
 
 
 @dataclass(frozen=True)
@@ -339,83 +341,6 @@ def _memory_order(view: GlobalTileView) -> list[int]:
     return sorted(range(len(view.shape)), key=key)
 
 
-def copy_thread_layout(shape: tuple[int, ...], order: list[int], w: int, threads: int,
-                       run: int | None = None) -> Layout | str:
-    """TV layout ``(t, (j, n)) -> tile index`` of ``w``-element vectors taken in ``order``
-    (``order[0]`` fastest, vectorized by ``w``), vector ``u = t + threads*n``.
-
-    ``run``: take only ``run`` vectors along ``order[0]`` before moving along the other modes
-    (the rest of ``order[0]`` comes last): consecutive threads cover a ``run * w``-element
-    segment of each of several rows instead of one whole row (the vectors stay coalesced in
-    ``run * w``-element segments; what a transposed access of shared memory needs to spread
-    over the banks)."""
-    inner = order[0]
-    if shape[inner] % w:
-        return f"the contiguous extent {shape[inner]} is not a multiple of the vector width {w}"
-    if run is not None and (run < 1 or (shape[inner] // w) % run):
-        return (f"a run of {run} vectors does not divide the {shape[inner] // w} vectors of the "
-                "contiguous mode")
-    colex = [1]
-    for s in shape[:-1]:
-        colex.append(colex[-1] * s)
-    total_vecs = 1
-    for s in shape:
-        total_vecs *= s
-    total_vecs //= w
-    if total_vecs % threads:
-        return f"{total_vecs} vectors do not divide evenly among {threads} threads"
-    # the vector index u walks modes in 'order' with the inner mode in units of w
-    u_shape = [shape[inner] // w] + [shape[k] for k in order[1:]]
-    u_stride = [colex[inner] * w] + [colex[k] for k in order[1:]]
-    if run is not None and run < u_shape[0]:
-        u_shape = [run] + u_shape[1:] + [u_shape[0] // run]
-        u_stride = [u_stride[0]] + u_stride[1:] + [u_stride[0] * run]
-    u = Layout(tuple(u_shape), tuple(u_stride))
-    split = (threads, total_vecs // threads) if total_vecs > threads else threads
-    try:
-        t_part = with_shape(u, split)
-    except ValueError:   # e.g. rows of 12 vectors over 128 threads: no layout takes vectors in order
-        return _spread_thread_layout(u_shape, u_stride, Layout(w, colex[inner]), threads)
-    if total_vecs > threads:
-        thr, rest = t_part[0], t_part[1]
-    else:
-        thr, rest = t_part, Layout(1, 0)
-    vec = Layout(w, colex[inner])
-    return Layout((thr.shape, (vec.shape, rest.shape)), (thr.stride, (vec.stride, rest.stride)))
-
-
-def _spread_thread_layout(u_shape: list[int], u_stride: list[int], vec: Layout, threads: int) -> Layout | str:
-    """``copy_thread_layout`` when vectors ``u = t + threads*n`` are no layout (a mode's extent
-    neither divides nor is divided by the threads left): ``f_k = gcd(e_k, T_k)`` threads go
-    along vector mode ``k`` (extent ``e_k``, fastest first; ``T_k`` threads still unplaced) with
-    the mode's stride ``s_k``, and its ``e_k / f_k`` remaining vectors, stride ``f_k*s_k``, are
-    values. A 64 x 96 f16 tile (12 vectors a row) over 128 threads: 4 threads a row, 32 rows."""
-    import math
-
-    thr: list[tuple[int, int]] = []
-    rest: list[tuple[int, int]] = []
-    left = threads
-    for e, st in zip(u_shape, u_stride):
-        f = math.gcd(e, left)
-        if f > 1:
-            thr.append((f, st))
-        if e // f > 1:
-            rest.append((e // f, st * f))
-        left //= f
-    if left > 1:
-        return f"{threads} threads cannot be spread evenly over {tuple(u_shape)} vectors"
-
-    def mode(parts: list[tuple[int, int]]) -> Layout:
-        if not parts:
-            return Layout(1, 0)
-        if len(parts) == 1:
-            return Layout(parts[0][0], parts[0][1])
-        return Layout(tuple(p[0] for p in parts), tuple(p[1] for p in parts))
-
-    t, r = mode(thr), mode(rest)
-    return Layout((t.shape, (vec.shape, r.shape)), (t.stride, (vec.stride, r.stride)))
-
-
 def lower_gmem_to_smem(src: GlobalTileView, dst: SharedTileView, tid: Var, threads: int, elem_bits: int,
                        cache: str = "cg") -> CopyPlan | str:
     """cp.async of the widest legal vector (4, 8 or 16 bytes), coalesced in global memory."""
@@ -631,7 +556,7 @@ def lower_tma_load(src: GlobalTileView, dst: SharedTileView, bar: MbarRef, elect
     first_idx = [0] * len(src.shape)
     for b in range(nboxes):
         first_idx[inner] = b * box_inner
-        start = int(crd2idx(int(sum(c * s for c, s in zip(first_idx, _colex_strides(src.shape)))),
+        start = int(crd2idx(int(sum(c * s for c, s in zip(first_idx, colex_strides(src.shape)))),
                             dst.layout.shape, dst.layout.stride))
         if start % period or (start * eb) % 128:
             return (f"box {b} starts at element {start} of the shared tile, not aligned to "
@@ -666,9 +591,3 @@ def _mem_layout(view: MemView) -> Any:
     return f"{view.shape}:{view.strides}"
 
 
-def _colex_strides(shape: tuple[int, ...]) -> list[int]:
-    out, s = [], 1
-    for x in shape:
-        out.append(s)
-        s *= x
-    return out

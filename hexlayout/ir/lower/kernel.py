@@ -22,7 +22,9 @@ import numpy as np
 from hexlayout.arch import atom_spec, get_arch, get_atom
 from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
+from hexlayout.layout.tv_maps import same_function
 
+from ..assignment import EMPTY, Assignment
 from ..atomic import AtomicAdd
 from ..expr import ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
@@ -102,7 +104,6 @@ from ..tile import (
 )
 from ..tiled_mma import TiledMma
 from ..types import Scope
-from .assignment import EMPTY, Assignment
 from .conversions import conversion
 from .copy import Requirement, lower_reg_mem
 from .copy_rules import COPY_RULES, CopyChoice, CopyContext, legal_copies, lower_choice
@@ -111,7 +112,8 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
-__all__ = ["LOWERING", "LoweringError", "lower_kernel", "LoweredProgram", "Prober", "reduced_tv"]
+__all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
+           "CopyChooser"]
 
 
 class LoweringError(HexlayoutError, ValueError):
@@ -143,22 +145,25 @@ class LoweredProgram:
     choices: list[tuple[Op, str]] = field(default_factory=list)   # (op, instruction chosen)
 
 
+# a copy's instruction, ``choose(lowering, op, context)``: the legal choice or why there is none
+CopyChooser = Callable[[Any, Copy, CopyContext], "list[CopyChoice] | Rejection"]
+
 # the lowering rule of every tile-op class, ``rule(lowering, op) -> instructions`` (the
-# methods ``_Lowering.op_<Class>`` register themselves below), found like the op's printing
+# methods ``Lowering.op_<Class>`` register themselves below), found like the op's printing
 # (``hexlayout.ir.printer.PRINTING``) and layout relation (``hexlayout.synth.graph.RELATIONS``)
 LOWERING: OpRegistry[Callable[[Any, Any], list[Instr]]] = OpRegistry("lowering")
 
 
-class _Lowering:
-    # the cost of a copy's instructions, to choose among legal ones (a Prober's; None: first legal)
-    copy_cost: Callable[[Any, Op, list[Instr]], float] | None = None
+class Lowering:
+    """The lowering of one tile kernel under one assignment: the views of its tiles, its
+    registers, shared buffers, tensor maps and mbarriers, and one rule per op class
+    (``LOWERING``). A copy's instruction is the assignment's or the program's ``instruction=``
+    (``assigned_copy``): the lowering chooses nothing (synthesis's legality rule for copies
+    passes its own choice to ``lower_copy``, ``hexlayout.ir.lower.legality``)."""
 
     def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None) -> None:
         self.tk = tk
         self.assignment = assignment if assignment is not None else EMPTY
-        # layouts the lowering derives itself where neither the assignment nor the program
-        # gives one (an elementwise result takes its operand's; a reduction's is reduced_tv)
-        self.derived: dict[int, Layout] = {}
         self.arch = get_arch(arch)
         tid = tk.launch.thread_index
         self.tid: Var = tid if tid is not None else Var("threadIdx.x", 0, tk.launch.threads, "thread")
@@ -206,14 +211,17 @@ class _Lowering:
         try:
             return self.views[v.id]
         except KeyError:
+            root = v.root
+            lay = self.layout(root)
+            if v.scope == Scope.SHARED and not isinstance(lay, (Layout, ComposedLayout)):
+                raise self.fail(op, f"shared tile %{root.name} has no layout ({lay}); give one or run "
+                                "synthesis") from None
             raise self.fail(op, f"%{v.name} is used before it is defined") from None
 
     def layout(self, v: Value) -> Any:
-        """The layout of ``v``: the assignment's, else the program's, else the one derived here."""
-        lay = self.assignment.layout_of(v)
-        if not isinstance(lay, (Layout, ComposedLayout)) and v.id in self.derived:
-            return self.derived[v.id]
-        return lay
+        """The layout of ``v``: the assignment's, else the program's (none: ``v`` is refused
+        where it is allocated)."""
+        return self.assignment.layout_of(v)
 
     def alloc_shared(self, v: Value, op: Op) -> SharedTileView:
         lay = self.layout(v)
@@ -265,17 +273,10 @@ class _Lowering:
         self.regs.append(arr)
         return arr
 
-    def register_of(self, v: Value, op: Op, like: list[Any] | None = None) -> RegisterTile:
-        """The register tile ``v`` names; an op result not yet allocated is allocated now.
-
-        A result without a layout takes the layout of a same-shaped register operand in
-        ``like`` (elementwise ops and casts keep the distribution of their inputs)."""
+    def register_of(self, v: Value, op: Op) -> RegisterTile:
+        """The register tile ``v`` names; an op result not yet allocated is allocated now from
+        its assigned layout."""
         if v.id not in self.views:
-            if not isinstance(self.layout(v), Layout) and like:
-                for x in like:
-                    if isinstance(x, RegisterTile) and x.shape == tuple(v.type.shape):
-                        self.derived[v.id] = x.tv
-                        break
             self.views[v.id] = self.alloc_register(v, op)
         t = self.views[v.id]
         if not isinstance(t, RegisterTile):
@@ -396,7 +397,6 @@ class _Lowering:
 
     def register_permute(self, op: Permute) -> list[Instr]:
         """``x.T`` of a register tile: the same registers under ``P o tv`` (``register_views``)."""
-        from .mma import same_function
         from .register_views import permuted_tile
 
         view = permuted_tile(self.register_of(op.src, op), tuple(op.perm))
@@ -410,13 +410,15 @@ class _Lowering:
     # copies
     @LOWERING.register(Copy)
     def op_Copy(self, op: Copy) -> list[Instr]:
+        return self.lower_copy(op, assigned_copy)
+
+    def lower_copy(self, op: Copy, choose: CopyChooser) -> list[Instr]:
+        """The instructions of ``op`` with the instruction ``choose(self, op, ctx)`` gives."""
         # a register source computed by an op a probe did not lower (an elementwise result
         # copied to shared memory) is allocated from its assigned layout
         src = (self.register_of(op.src, op) if op.src.scope == Scope.REGISTER and op.src.id not in self.views
                else self.view(op.src, op))
-        dst = self.view(op.dst, op) if op.dst.id in self.views else None
-        if dst is None:
-            dst = self.register_of(op.dst, op)
+        dst = self.register_of(op.dst, op) if op.dst.scope == Scope.REGISTER else self.view(op.dst, op)
         if isinstance(op.mask, Value):
             return self.masked_copy(op, src, dst)
         if isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
@@ -424,8 +426,7 @@ class _Lowering:
         ctx = self.copy_context(op, src, dst)
         if not any(rule.instructions(ctx) for rule in COPY_RULES):
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
-        given = self.assignment.copies.get(op.uid)
-        res = lower_choice(ctx, *given) if given is not None else self.choose_copy(op, ctx)
+        res = choose(self, op, ctx)
         if isinstance(res, Rejection):
             if res.alternatives:
                 res = Rejection(f"no instruction can copy %{op.src.name} ({op.src.type}) into "
@@ -456,19 +457,6 @@ class _Lowering:
                     raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
                 loads += gather.take_loads()
         return loads + _other_fill(plan_ok.instrs, op.other)
-
-    def choose_copy(self, op: Copy, ctx: CopyContext) -> list[CopyChoice] | Rejection:
-        """The legal instruction for a copy nobody assigned: with a ``copy_cost`` (a
-        ``Prober``'s), the cheapest of each rule's first legal instruction (a rule lists its own
-        best first: the widest vector, ldmatrix .x4 before .x2; ties keep the rules' order),
-        else (and for a copy that asks for an instruction, ``instruction=``) the first legal one."""
-        cost = self.copy_cost
-        if cost is None or ctx.want is not None:      # an instruction the program asked for wins
-            return legal_copies(ctx, limit=1)
-        res = legal_copies(ctx, per_rule=1)
-        if isinstance(res, Rejection) or len(res) < 2:
-            return res
-        return [min(res, key=lambda c: cost(self, op, c.plan.instrs))]
 
     def masked_copy(self, op: Copy, src: Any, dst: Any) -> list[Instr]:
         """A copy masked by a predicate tile (``masked.py``): one predicated access per element."""
@@ -551,7 +539,7 @@ class _Lowering:
         if op.fn not in ALU_FUNCTIONS:
             raise self.fail(op, f"unknown elementwise function {op.fn!r}")
         args = [self._operand(a, op) for a in op.args]
-        dst = self.register_of(op.result, op, args)
+        dst = self.register_of(op.result, op)
         res = lower_elementwise(op.fn, dst, args)
         if isinstance(res, str):
             raise self.fail(op, res)
@@ -561,7 +549,7 @@ class _Lowering:
     def op_Cast(self, op: Cast) -> list[Instr]:
         src = self.register_of(op.src, op)
         fn = conversion(self.tk, op)            # cvt, or a magic-number conversion exact for src's values
-        res = lower_elementwise(fn, self.register_of(op.result, op, [src]), [src])
+        res = lower_elementwise(fn, self.register_of(op.result, op), [src])
         if isinstance(res, str):
             raise self.fail(op, res)
         if fn != "cvt":
@@ -579,8 +567,6 @@ class _Lowering:
     @LOWERING.register(Reduce)
     def op_Reduce(self, op: Reduce) -> list[Instr]:
         src = self.register_of(op.src, op)
-        if op.result.id not in self.views and not isinstance(self.layout(op.result), Layout):
-            self.derived[op.result.id] = reduced_tv(src.tv, src.shape, op.axis, self.fail, op)
         dst = self.register_of(op.result, op)
         tmp = self.scratch(f"{op.result.name}_shfl", dst.dtype, dst.values)
         res = lower_reduce(op.fn, dst, src, op.axis, tmp, self.gtid,
@@ -706,7 +692,8 @@ class _Lowering:
         body = self.block(op.body)
         return [ForLoop(op.var, op.start, op.stop, op.step, body, op.unroll)]
 
-    def _region(self, groups: tuple[int, ...] | None, op: Op) -> tuple[int, int] | None:
+    def warp_group_region(self, groups: tuple[int, ...] | None, op: Op) -> tuple[int, int] | None:
+        """The threads ``[lo, hi)`` of the contiguous warp groups ``groups`` (None: no region)."""
         if not groups:
             return None
         groups = tuple(sorted(groups))
@@ -726,75 +713,24 @@ class _Lowering:
             self.elect.pop()
             self.group_threads.pop()
 
-    @LOWERING.register(If)
-    def op_If(self, op: If) -> list[Instr]:
-        then_region = self._region(op.warp_groups, op)
+    def branch_regions(self, op: If) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """The threads running the then and else branches of a warp-group ``If`` (the else
+        branch: the other warp groups of the current region); None where the branch runs on
+        the threads of the current region."""
+        then_region = self.warp_group_region(op.warp_groups, op)
         else_region = None
         if op.warp_groups and op.else_body is not None:
             lo, hi = self.group_threads[-1]
-            all_groups = range(lo // 128, hi // 128)
-            rest = tuple(g for g in all_groups if g not in op.warp_groups)
-            else_region = self._region(rest, op)
+            rest = tuple(g for g in range(lo // 128, hi // 128) if g not in op.warp_groups)
+            else_region = self.warp_group_region(rest, op)
+        return then_region, else_region
+
+    @LOWERING.register(If)
+    def op_If(self, op: If) -> list[Instr]:
+        then_region, else_region = self.branch_regions(op)
         then = self._in_region(then_region, op.then_body)
         other = self._in_region(else_region, op.else_body) if op.else_body is not None else []
         return [IfThen(op.cond, then, other)]
-
-    # --- probing single ops (for synthesis) --------------------------------------------
-    def index(self) -> dict[int, tuple[int, int]]:
-        """Build the views of every tile whose layout is known, without lowering anything
-        else; returns the thread range that runs each op (by ``id(op)``)."""
-        regions: dict[int, tuple[int, int]] = {}
-
-        def walk(b: Block) -> None:
-            for op in b.ops:
-                regions[id(op)] = self.group_threads[-1]
-                if isinstance(op, For):
-                    walk(op.body)
-                elif isinstance(op, If):
-                    then_region = self._region(op.warp_groups, op)
-                    else_region = None
-                    if op.warp_groups and op.else_body is not None:
-                        lo, hi = self.group_threads[-1]
-                        rest = tuple(g for g in range(lo // 128, hi // 128) if g not in op.warp_groups)
-                        else_region = self._region(rest, op)
-                    for region, body in ((then_region, op.then_body), (else_region, op.else_body)):
-                        if body is None:
-                            continue
-                        if region is not None:
-                            self.group_threads.append(region)
-                        walk(body)
-                        if region is not None:
-                            self.group_threads.pop()
-                elif isinstance(op, (GlobalView, Slice, SubTile, Permute)):
-                    src = getattr(op, "src", None)
-                    if src is None or src.id in self.views:
-                        if src is None or not isinstance(self.views[src.id], RegisterTile):
-                            self.op(op)
-                elif isinstance(op, Alloc) and op.result.scope == Scope.SHARED:
-                    if isinstance(self.layout(op.result), (Layout, ComposedLayout)):
-                        self.op(op)
-                elif isinstance(op, Alloc) and op.result.scope == Scope.REGISTER:
-                    if isinstance(self.layout(op.result), Layout):   # a register tile copied to memory
-                        self.op(op)
-
-        walk(self.tk.body)
-        self.regions = regions
-        return regions
-
-    def probe(self, op: Op) -> list[Instr]:
-        """Lower one op with the views built by ``index`` (raises ``LoweringError``)."""
-        region = self.regions.get(id(op), (0, self.threads))
-        self.group_threads.append(region)
-        self.elect.append(as_expr(self.tid).eq(region[0]))
-        try:
-            return self.op(op)
-        except LoweringError:
-            raise
-        except ValueError as e:
-            raise self.fail(op, str(e)) from None
-        finally:
-            self.group_threads.pop()
-            self.elect.pop()
 
     # --- driver ----------------------------------------------------------------------
     def run(self) -> LoweredProgram:
@@ -814,35 +750,6 @@ class _Lowering:
             arch=self.arch.name, loc=self.tk.loc, min_blocks=launch.min_blocks,
         )
         return LoweredProgram(lk, _dedupe(self.reqs), self.choices)
-
-
-def reduced_tv(tv: Layout, shape: tuple[int, ...], axis: int, fail: Any, op: Op) -> Layout:
-    """The TV layout of ``reduce(x, axis)`` for ``x`` with TV layout ``tv``: every thread keeps
-    one value per distinct output coordinate it holds. ``P o tv`` with ``P`` the projection of
-    the tile onto ``axis = 0`` maps the reduced values to stride-0 value modes, which are
-    dropped (threads along the axis keep stride-0 thread modes: they share the result)."""
-    from hexlayout.layout import coalesce, composition
-
-    out_shape = tuple(1 if k == axis else s for k, s in enumerate(shape))
-    strides, scale = [], 1
-    for k in range(len(shape)):
-        strides.append(0 if k == axis else scale)
-        scale *= out_shape[k]
-    proj = Layout(tuple(shape), tuple(strides))
-    try:
-        h = composition(proj, tv)
-    except ValueError as e:
-        raise fail(op, f"cannot derive the layout of the reduction of {tv} along axis {axis}: {e}") from None
-    thr, val = h[0], coalesce(h[1])
-    vmodes = [val[i] for i in range(val.rank)] if isinstance(val.shape, tuple) else [val]
-    kept = [m for m in vmodes if m.stride != 0 and m.shape != 1]
-    if not kept:
-        vl = Layout(1, 0)
-    elif len(kept) == 1:
-        vl = kept[0]
-    else:
-        vl = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
-    return Layout((thr.shape, vl.shape), (thr.stride, vl.stride))
 
 
 def _other_fill(instrs: list[Instr], other: float | None) -> list[Instr]:
@@ -875,18 +782,16 @@ def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
     return list(seen.values())
 
 
-class Prober(_Lowering):
-    """Lowers single ops of a kernel whose layouts are partly known (synthesis's oracle).
-
-    ``copy_cost(prober, op, instrs) -> float``: the cost of a copy's instructions; given, a
-    copy the assignment does not fix takes the cheapest of the legal instructions (each
-    rule's first legal one; ties: the copy rules' preference order), else the first legal one."""
-
-    def __init__(self, tk: TileKernel, arch: str, assignment: Assignment | None = None,
-                 copy_cost: Callable[[Any, Op, list[Instr]], float] | None = None) -> None:
-        super().__init__(tk, arch, assignment)
-        self.copy_cost = copy_cost
-        self.index()
+def assigned_copy(lw: Lowering, op: Copy, ctx: CopyContext) -> list[CopyChoice] | Rejection:
+    """A copy's instruction as assigned (synthesis's choice), else as the program asks
+    (``instruction=``); a copy with neither is refused: the lowering chooses no instruction."""
+    given = lw.assignment.copies.get(op.uid)
+    if given is not None:
+        return lower_choice(ctx, *given)
+    if ctx.want is not None:
+        return legal_copies(ctx, limit=1)
+    raise lw.fail(op, f"no instruction is assigned to the copy of %{op.src.name} into %{op.dst.name}: "
+                  "run synthesis (hexlayout.synth.synthesize) or give the copy instruction=")
 
 
 def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | None = None) -> LoweredProgram:
@@ -899,7 +804,7 @@ def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | N
     emulator and the code generator both take this result."""
     from ..passes import insert_proxy_fences, optimize_loops
 
-    lowering = _Lowering(tk, arch, assignment)
+    lowering = Lowering(tk, arch, assignment)
     prog = lowering.run()
     if lowering.arch.has_tma:
         prog.kernel = insert_proxy_fences(prog.kernel)

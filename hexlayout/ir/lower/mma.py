@@ -25,6 +25,7 @@ from hexlayout.arch import atom_spec
 from hexlayout.arch.gmma import make_gmma_desc
 from hexlayout.layout import ComposedLayout, Layout, composition
 from hexlayout.layout.inttuple import crd2idx
+from hexlayout.layout.tv_maps import same_function
 
 from ..expr import ExprLike, Var, as_expr, select
 from ..lowered import Alu, Instr, MmaSync, RegRef, SmemDesc, Wgmma
@@ -32,12 +33,7 @@ from ..tiled_mma import TiledMma
 from .rejection import Rejection
 from .views import RegisterTile, SharedTileView
 
-__all__ = ["lower_mma", "same_function"]
-
-
-def same_function(a: Layout, b: Layout) -> bool:
-    """Equal as maps over ``[0, size)``."""
-    return a.size() == b.size() and np.array_equal(a.indices(), b.indices())
+__all__ = ["lower_mma"]
 
 
 def _check_tv(name: str, reg: RegisterTile, want: Layout, threads: int) -> Rejection | None:

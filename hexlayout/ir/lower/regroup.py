@@ -29,86 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.layout import Layout, composition, left_inverse
+from hexlayout.layout.tv_maps import join_sources
 
 from ..lowered import Alu, Instr, RegRef
-from .copy import _colex_strides as _colex
 from .views import RegisterTile
 
-__all__ = ["reshape_maps", "join_tv", "join_source_tv", "join_sources", "lower_moves", "lower_reshape",
+__all__ = ["lower_moves", "lower_reshape",
            "lower_join"]
-
-
-def _rowmajor(shape: tuple[int, ...]) -> list[int]:
-    return list(reversed(_colex(tuple(reversed(shape)))))
-
-
-def _one_way(x: tuple[int, ...], y: tuple[int, ...]) -> Layout:
-    lx = Layout(tuple(x), tuple(_rowmajor(x)))
-    ly = Layout(tuple(reversed(y)), tuple(reversed(_colex(y))))
-    return composition(ly, lx)
-
-
-def reshape_maps(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[Layout, Layout]:
-    """``(R, R^-1)``: colex index of ``x`` -> colex index of ``y`` under a row-major reshape, and back."""
-    if int(np.prod(x)) != int(np.prod(y)):
-        raise ValueError(f"cannot reshape a {x} tile ({int(np.prod(x))} elements) to {y} "
-                         f"({int(np.prod(y))} elements)")
-    return _one_way(x, y), _one_way(y, x)
-
-
-def join_sources(shape: tuple[int, ...], k: int, axis: int, interleave: bool) -> tuple[Layout, int]:
-    """``(E, step)`` of the module docstring for ``k`` sources of ``shape`` joined along ``axis``."""
-    out = list(shape)
-    out[axis] *= k
-    s = _colex(tuple(out))
-    strides = list(s)
-    if interleave:
-        strides[axis] *= k
-    step = s[axis] if interleave else shape[axis] * s[axis]
-    return Layout(tuple(shape), tuple(strides)), step
-
-
-def join_tv(f: Layout, shape: tuple[int, ...], k: int, axis: int, interleave: bool) -> Layout:
-    """The result layout of a join whose sources all have the TV layout ``f``."""
-    emb, step = join_sources(shape, k, axis, interleave)
-    g = composition(emb, f)
-    t, v = g[0], g[1]
-    if interleave:      # the sources' values alternate: runs along the axis stay contiguous
-        return Layout((t.shape, (k, v.shape)), (t.stride, (step, v.stride)))
-    return Layout((t.shape, (v.shape, k)), (t.stride, (v.stride, step)))
-
-
-def join_source_tv(r: Layout, shape: tuple[int, ...], k: int, axis: int, interleave: bool) -> Layout | None:
-    """The inverse of ``join_tv``: the layout ``f`` the sources must share so that the join's
-    result has the TV layout ``r`` (``join_tv(f) == r`` as functions), or None when none does.
-
-    ``r``'s value ``v_r`` (colex position ``t + T v_r`` of its ``(T, V)`` domain) is value ``v``
-    of source ``j`` with ``v_r = j + k v`` (interleave) or ``v_r = v + (V / k) j``
-    (concatenation); source 0's values are ``r o P`` with ``P = (T, V / k) : (1, T k)`` or
-    ``(1, T)``, and they are ``E o f`` (``join_sources``), so ``f = E^-1 o r o P`` with
-    ``E^-1`` the left inverse of the injective ``E``. The result is checked forward: ``r``
-    must hold source ``j``'s values where ``join_tv`` puts them (else None: the required
-    layout splits a source's element runs, e.g. keeps two nibbles of one word in two threads)."""
-    nt, nv = r[0].size(), r[1].size()
-    if nv % k:
-        return None
-    emb, _ = join_sources(shape, k, axis, interleave)
-    pick = Layout((nt, nv // k), (1, nt * k if interleave else nt))
-    try:
-        f = composition(left_inverse(emb), composition(r, pick))
-        f = Layout((f[0].shape, f[1].shape), (f[0].stride, f[1].stride))
-        back = join_tv(f, shape, k, axis, interleave)
-    except (ValueError, IndexError, TypeError):
-        return None
-    a = np.asarray([r(i) for i in range(nt * nv)])
-    b = np.asarray([back(i) for i in range(nt * nv)])
-    if back.size() != r.size() or not (a == b).all():
-        return None
-    src = np.asarray([f(i) for i in range(f.size())])
-    if src.min() < 0 or src.max() >= int(np.prod(shape)):
-        return None
-    return f
 
 
 def lower_moves(dst: RegisterTile, dst_index: np.ndarray, srcs: list[tuple[RegisterTile, np.ndarray]]

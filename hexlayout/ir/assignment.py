@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..tiled_mma import TiledMma
+from .tiled_mma import TiledMma
 
 __all__ = ["Assignment", "EMPTY"]
 
@@ -68,7 +68,7 @@ class Assignment:
         """A copy of tile kernel ``tk`` whose types and mma ops carry this assignment (what a
         printer or a reader of ``Synthesis.kernel`` sees), and the map ``id(op of tk) -> op of
         the copy``. ``tk`` itself is not changed."""
-        from ..walk import walk
+        from .walk import walk
 
         out = copy.deepcopy(tk)
         ops = dict(zip((id(op) for op in walk(tk)), walk(out)))
