@@ -45,6 +45,7 @@ arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..host.device import kernel_arch, sm_count
@@ -114,38 +115,10 @@ def paged_attention(
 ) -> Any:
     """Paged attention (see the module docstring): ``out`` or ``(out, lse)``."""
     require_torch("hexlayout.ops.paged_attention")
-    check_paged_attention(
-        q,
-        key_cache,
-        value_cache,
-        cu_seqlens_q,
-        seqused_k,
-        block_table,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        kv_layout,
-        num_splits,
-    )
-    out, lse = run_paged_attention(
-        q,
-        key_cache,
-        value_cache,
-        cu_seqlens_q,
-        seqused_k,
-        block_table,
-        max_seqlen_q,
-        softmax_scale,
-        causal,
-        tuple(window_size),
-        softcap,
-        kv_layout,
-        num_splits=num_splits,
-        max_seqlen_k=max_seqlen_k,
-    )
+    args = (q, key_cache, value_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window_size, softcap, kv_layout, num_splits)
+    check_paged_attention(*args)
+    out, lse = run_paged_attention(*args)
     return (out, lse) if return_lse else out
 
 
@@ -157,18 +130,21 @@ def run_paged_attention(
     seqused_k: Any,
     block_table: Any,
     max_seqlen_q: int,
-    softmax_scale: float | None,
-    causal: bool,
-    window_size: tuple[int, int],
-    softcap: float,
-    kv_layout: str,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    window_size: Sequence[int] = (-1, -1),
+    softcap: float = 0.0,
+    kv_layout: str = "NHD",
+    num_splits: int = 0,
+    *,
     out: Any = None,
     lse: Any = None,
-    num_splits: int = 0,
-    max_seqlen_k: int = 0,
 ) -> tuple[Any, Any]:
-    """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given (``q`` read
-    in place, or from a contiguous copy when 16-byte row vectors cannot)."""
+    """``paged_attention`` on checked arguments, in the order of the op's schema (it is
+    ``torch.ops.hexlayout.paged_attention``'s implementation; ``window_size`` a tuple or a list),
+    into ``out`` / ``lse`` when given (``q`` read in place, or from a contiguous copy when
+    16-byte row vectors cannot)."""
     import torch
 
     q = rows_input(q)

@@ -36,6 +36,7 @@ aligned data and row strides) ``attention_kernels_sm90.attention_varlen_sm90_ker
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..host.device import kernel_arch
@@ -96,23 +97,10 @@ def attention_varlen(
 ) -> Any:
     """Varlen attention (see the module docstring): ``out`` or ``(out, lse)``."""
     require_torch("hexlayout.ops.attention_varlen")
-    check_attention_varlen(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        return_lse,
-    )
-    out, lse = run_attention_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, tuple(window_size), softcap
-    )
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window_size, softcap)
+    check_attention_varlen(*args, return_lse)
+    out, lse = run_attention_varlen(*args)
     return (out, lse) if return_lse else out
 
 
@@ -123,16 +111,21 @@ def run_attention_varlen(
     cu_seqlens_q: Any,
     cu_seqlens_k: Any,
     max_seqlen_q: int,
-    softmax_scale: float | None,
-    causal: bool,
-    window_size: tuple[int, int],
-    softcap: float,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: Sequence[int] = (-1, -1),
+    softcap: float = 0.0,
+    *,
     out: Any = None,
     lse: Any = None,
 ) -> tuple[Any, Any]:
-    """``attention_varlen`` on checked arguments, into ``out`` / ``lse`` when given. The mask
-    goes to the kernel as key bounds relative to each row's aligned key ``i + Sk - Sq``:
-    ``[-left, right]``, causal making ``right = min(right, 0)``, an unbounded side ``2^30``."""
+    """``attention_varlen`` on checked arguments, in the order of the op's schema (it is
+    ``torch.ops.hexlayout.attention_varlen``'s implementation; ``window_size`` a tuple or a list;
+    ``max_seqlen_k`` is not needed: the kernels bound keys by ``cu_seqlens_k``), into ``out`` /
+    ``lse`` when given. The mask goes to the kernel as key bounds relative to each row's aligned
+    key ``i + Sk - Sq``: ``[-left, right]``, causal making ``right = min(right, 0)``, an unbounded
+    side ``2^30``."""
     import torch
 
     q, k, v = rows_input(q), rows_input(k), rows_input(v)   # in place, or copies 16-byte vectors can read
