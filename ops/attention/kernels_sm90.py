@@ -30,10 +30,9 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.ir.expr import select
 from hexlayout.lang import f32, i32
 
-from .paged_kernels_sm80 import NEG_INF
+from .tiles import NEG_INF, mask_window, varlen_key_blocks, varlen_tile
 
 __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
            "VARLEN_SM90_CONFIGS", "tma_compatible"]
@@ -198,28 +197,9 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                               *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, STAGES: int = 2,
                               LEFT: bool = False, RIGHT: bool = False, SOFTCAP: bool = False):
         s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
-        kvh = h // (q.shape[1] // k.shape[1])
-        q0 = cu_seqlens_q[s]
-        sq_len = cu_seqlens_q[s + 1] - q0
-        k0 = cu_seqlens_k[s]
-        sk_len = cu_seqlens_k[s + 1] - k0
-        m0 = mt * BM
-        shift = sk_len - sq_len                                # bottom-right alignment
-        # key blocks [lo, hi) some row sees; [u_lo, u_hi) every row sees whole (no mask)
-        k_end = select(m0 < sq_len, sk_len, 0)                 # a tile past the queries: none
-        last = hl.minimum(m0 + BM, sq_len) - 1 + shift         # the last row's aligned key
-        full_k = sk_len
-        if RIGHT:
-            k_end = hl.maximum(hl.minimum(k_end, last + right + 1), 0)
-            full_k = hl.minimum(sk_len, m0 + shift + right + 1)
-        hi = hl.cdiv(k_end, BN)
-        lo = hl.minimum(hl.maximum(m0 + shift - left, 0) // BN, hi) if LEFT else 0
-        u_hi = hl.minimum(hl.maximum(full_k // BN, lo), hi)
-        if LEFT:
-            u_lo = hl.minimum(hl.maximum(hl.cdiv(hl.maximum(last - left, 0), BN), lo), u_hi)
-            segments = ((lo, u_lo, True), (u_lo, u_hi, False), (u_hi, hi, True))
-        else:
-            segments = ((lo, u_hi, False), (u_hi, hi, True))
+        t = varlen_tile(q, k, cu_seqlens_q, cu_seqlens_k, s, h, mt, BM)     # the block's rows and keys
+        kvh, q0, sq_len, k0, sk_len, m0, shift = t
+        _, lo, hi, segments = varlen_key_blocks(t, left, right, BM=BM, BN=BN, LEFT=LEFT, RIGHT=RIGHT)
 
         sw = hl.auto(swizzle="128B")
         sq = hl.shared(dt, (BM, HEAD_DIM), layout=sw)
@@ -263,11 +243,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                         kj = hl.iota((BM, BN), 1) + hl.minimum(j * BN, sk_len - BN)
                         qpos = hl.iota((BM, BN), 0) + (m0 + shift)   # each row's aligned key
                         valid = kj >= j * BN                   # a shifted last block: seen before
-                        if LEFT:
-                            valid = valid & (kj >= qpos - left)
-                        if RIGHT:
-                            valid = valid & (kj <= qpos + right)
-                        sc = hl.where(valid, sc, NEG_INF)
+                        sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
                     p = sm.step(sc, acc, mult, rescale_first=True)
                     hl.wgmma_fence()
                     hl.mma(hl.cast(p, dt), sv[:, :, st].T, acc, warps=hl.spatial(2, 1))
