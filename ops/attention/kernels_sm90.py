@@ -32,7 +32,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import NEG_INF, mask_window, varlen_key_blocks, varlen_tile
+from .tiles import mask_paged, mask_window, paged_tile, store_paged, varlen_key_blocks, varlen_tile
 
 __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
            "VARLEN_SM90_CONFIGS", "tma_compatible"]
@@ -79,15 +79,8 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                              SPLITS: int = 1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
-        q0 = cu_seqlens_q[s]
-        sq_len = cu_seqlens_q[s + 1] - q0
-        n = seqused_k[s]
-        m0 = mt * BM
-        r = hl.iota((BM,), 0) + m0                             # this block's rows
-        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
-        head = r % G + kvh * G
-        shift = n - sq_len                                     # bottom-right alignment
-        n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1) if CAUSAL else n
+        t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
+        _, _, n, m0, tok, head, shift, n_end = t
         nblk = hl.cdiv(n_end, BN)
         per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
         lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
@@ -135,13 +128,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 if SOFTCAP:
                     sc = hl.tanh(sc * qk_scale) * cap
                 if masked:
-                    kj = hl.iota((BM, BN), 1) + j * BN
-                    valid = kj < n
-                    if CAUSAL:
-                        valid = valid & (kj <= qpos)
-                    if WINDOW:
-                        valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
-                    sc = hl.where(valid, sc, NEG_INF)
+                    sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
                 p = sm.step(sc, acc, mult)                     # exp2: one FMA, one MUFU.EX2
                 hl.wgmma_fence()
                 hl.mma(hl.cast(p, dt), sv[:, :, buf].T, acc)   # P from registers, V^T from shared
@@ -149,15 +136,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.wgmma_wait(0)
         hl.wait_group(0)
 
-        r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
-        tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
-        head2 = r2 % G + kvh * G
-        if split:
-            hl.copy(sm.out(acc), o[sp, tok, head, 0:HEAD_DIM])
-            hl.copy(sm.lse(), lse[sp, head2, tok2])
-        else:
-            hl.copy(hl.cast(sm.out(acc), dt), o[tok, head, 0:HEAD_DIM])
-            hl.copy(sm.lse(), lse[head2, tok2])
+        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM)
 
     return paged_attention_sm90
 

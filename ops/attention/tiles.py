@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 import hexlayout.lang as hl
 from hexlayout.ir.expr import select
 
-__all__ = ["NEG_INF", "VarlenTile", "varlen_tile", "varlen_key_blocks", "mask_window"]
+__all__ = ["NEG_INF", "VarlenTile", "varlen_tile", "varlen_key_blocks", "mask_window", "PagedTile",
+           "paged_tile", "mask_paged", "store_paged"]
 
 NEG_INF = float("-inf")
 
@@ -93,3 +94,66 @@ def mask_window(sc: Any, valid: Any, kj: Any, qpos: Any, left: Any, right: Any, 
     if RIGHT:
         valid = valid & (kj <= qpos + right)
     return hl.where(valid, sc, NEG_INF)
+
+
+class PagedTile(NamedTuple):
+    """One paged-attention thread block's rows (row ``r`` = query token ``r // G``, query head
+    ``kvh * G + r % G`` of the KV head's group of ``G``): the sequence's first query row ``q0``
+    and count ``sq_len``, its key count ``n``, the tile's first row ``m0``, the row tiles
+    ``tok`` / ``head`` (``tok`` -1 past the sequence), ``shift = n - sq_len`` and ``n_end``, one
+    past the last key a row of the tile sees (causal: the last row's aligned key + 1)."""
+
+    q0: Any
+    sq_len: Any
+    n: Any
+    m0: Any
+    tok: Any
+    head: Any
+    shift: Any
+    n_end: Any
+
+
+def paged_tile(cu_seqlens_q: Any, seqused_k: Any, s: Any, kvh: Any, mt: Any, G: Any, *, BM: int,
+               CAUSAL: bool) -> PagedTile:
+    """The rows ``mt * BM ..`` of sequence ``s`` and KV head ``kvh``: ``q0 = cu_seqlens_q[s]``,
+    ``sq_len = cu_seqlens_q[s + 1] - q0``, ``n = seqused_k[s]``, ``tok = r // G + q0`` where
+    ``r < sq_len * G`` (else -1), ``head = r % G + kvh * G``, ``n_end = min(n, (m0 + BM - 1) //
+    G + shift + 1)`` when ``CAUSAL`` (else ``n``)."""
+    q0 = cu_seqlens_q[s]
+    sq_len = cu_seqlens_q[s + 1] - q0
+    n = seqused_k[s]
+    m0 = mt * BM
+    r = hl.iota((BM,), 0) + m0                             # this block's rows
+    tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
+    head = r % G + kvh * G
+    shift = n - sq_len                                     # bottom-right alignment
+    n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1) if CAUSAL else n
+    return PagedTile(q0, sq_len, n, m0, tok, head, shift, n_end)
+
+
+def mask_paged(sc: Any, j: Any, t: PagedTile, qpos: Any, left: Any, right: Any, *, BM: int, BN: int,
+               CAUSAL: bool, WINDOW: bool) -> Any:
+    """The scores ``sc`` of key block ``j`` (keys ``kj = j * BN ..``) with ``-inf`` where a key
+    is not visible from the row aligned with key ``qpos``: visible when ``kj < n``, ``kj <=
+    qpos`` (``CAUSAL``) and ``qpos - left <= kj <= qpos + right`` (``WINDOW``)."""
+    kj = hl.iota((BM, BN), 1) + j * BN
+    valid = kj < t.n
+    if CAUSAL:
+        valid = valid & (kj <= qpos)
+    return mask_window(sc, valid, kj, qpos, left, right, WINDOW, WINDOW)
+
+
+def store_paged(sm: Any, acc: Any, o: Any, lse: Any, t: PagedTile, kvh: Any, G: Any, sp: Any, *,
+                split: bool, dt: Any, BM: int, HEAD_DIM: int) -> None:
+    """Scatter the tile's rows: ``o[tok, head] = sm.out(acc)`` (in ``dt``) and ``lse[head, tok] =
+    sm.lse()``; with ``split`` the f32 partials of split ``sp``, ``o[sp, tok, head]`` and
+    ``lse[sp, head, tok]``. Rows past the sequence (token -1) are not written."""
+    r2 = hl.iota((BM, 1), 0) + t.m0                        # the rows again, as a column
+    tok2 = hl.where(r2 < t.sq_len * G, r2 // G + t.q0, -1)
+    head2 = r2 % G + kvh * G
+    if split:
+        hl.copy(sm.out(acc), o[sp, t.tok, t.head, 0:HEAD_DIM])
+        hl.copy(sm.lse(), lse[sp, head2, tok2])
+    else:
+        hl.copy(hl.cast(sm.out(acc), dt), o[t.tok, t.head, 0:HEAD_DIM])
+        hl.copy(sm.lse(), lse[head2, tok2])
