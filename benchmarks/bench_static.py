@@ -338,8 +338,8 @@ def _paged_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
         table = _meta_tensor((b, blocks), torch.int32)
         for splits in (1, PAGED_SPLITS):
             def call(q=q, kc=kc, vc=vc, cu=cu, used=used, table=table, splits=splits) -> Any:
-                return run_paged_attention(q, kc, vc, cu, used, table, 1, None, True, (-1, -1), 0.0, "NHD",
-                                           num_splits=splits, max_seqlen_k=4096)
+                return run_paged_attention(q, kc, vc, cu, used, table, 1, 4096, None, True, (-1, -1), 0.0,
+                                           "NHD", splits)
 
             yield f"decode hd{d} GQA {h // kvh}" + (f" split-KV {splits}" if splits > 1 else ""), call
 
@@ -358,7 +358,7 @@ def _varlen_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
         cu = _meta_tensor((b + 1,), torch.int32)
         for name, window, cap in (("causal", (-1, -1), 0.0), ("window 256 softcap", (256, 0), 30.0)):
             def call(q=q, kv=kv, cu=cu, window=window, cap=cap) -> Any:
-                return run_attention_varlen(q, kv, kv, cu, cu, tq // b, None, True, window, cap)
+                return run_attention_varlen(q, kv, kv, cu, cu, tq // b, tq // b, None, True, window, cap)
 
             yield f"prefill hd{d} GQA {h // kvh} {name}", call
 

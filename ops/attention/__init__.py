@@ -3,8 +3,9 @@ variable-length sequences (``hexlayout.ops.*``, ``torch.ops.hexlayout.*``), and 
 ``scaled_dot_product_attention`` anchor of the fusion backend.
 
 - ``args``: argument checks (also of the KV cache layout ``reshape_and_cache`` writes);
-- ``paged`` / ``varlen``: host dispatch; ``paged_kernels_sm80``, ``varlen_kernels_sm80``,
-  ``kernels_sm90``: the kernels per architecture;
+- ``paged`` / ``varlen``: host dispatch; ``launch_args``: the outputs and score scales both
+  hand their kernels; ``paged_kernels_sm80``, ``varlen_kernels_sm80``, ``kernels_sm90``: the
+  kernels per architecture; ``tiles``: the block index arithmetic and masks those kernels share;
 - ``torch_paged`` / ``torch_varlen``: the torch.library registrations;
 - ``sdpa_anchor``: the fusion anchor kernel; ``sdpa_fusion``: its anchor record (registered
   with ``hexlayout.fusion.anchors`` when imported) and how a fused call runs.

@@ -14,7 +14,16 @@ from typing import Any
 
 from hexlayout.runtime.args import INT32_MAX, ArgumentError, ArgumentTypeError
 
-from ..host.checks import check_device, check_dtype, check_rows, check_tensors, int_arg, kind, real_arg
+from ..host.checks import (
+    check_dtype,
+    check_index_tensors,
+    check_one_device,
+    check_rows,
+    check_tensors,
+    int_arg,
+    kind,
+    real_arg,
+)
 from ..host.launch import content_checks
 
 __all__ = [
@@ -164,41 +173,23 @@ def check_paged_attention(
     import torch
 
     op = "hexlayout.paged_attention"
-    check_tensors(
-        op,
-        [
-            ("q", q, 3),
-            ("key_cache", key_cache, 4),
-            ("value_cache", value_cache, 4),
-            ("cu_seqlens_q", cu_seqlens_q, 1),
-            ("seqused_k", seqused_k, 1),
-            ("block_table", block_table, 2),
-        ],
-    )
+    tensors = [
+        ("q", q, 3),
+        ("key_cache", key_cache, 4),
+        ("value_cache", value_cache, 4),
+        ("cu_seqlens_q", cu_seqlens_q, 1),
+        ("seqused_k", seqused_k, 1),
+        ("block_table", block_table, 2),
+    ]
+    check_tensors(op, tensors)
     check_kv_layout(op, kv_layout)
     max_q, max_k = check_attention_options(
         op, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap
     )
     _check_num_splits(op, num_splits)
     check_dtype(op, "q", q)
-    check_device(
-        op,
-        ("q", q),
-        [
-            ("key_cache", key_cache),
-            ("value_cache", value_cache),
-            ("cu_seqlens_q", cu_seqlens_q),
-            ("seqused_k", seqused_k),
-            ("block_table", block_table),
-        ],
-    )
-    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table)):
-        if t.dtype != torch.int32:
-            raise ArgumentError(op, name, f"has dtype {t.dtype}, expected torch.int32")
-        if t.numel() > 1 and t.stride(-1) != 1:
-            raise ArgumentError(
-                op, name, f"has strides {tuple(t.stride())}: the last dimension must be contiguous"
-            )
+    check_one_device(op, tensors)
+    check_index_tensors(op, [(name, t) for name, t, _ in tensors[3:]], torch.int32)
     nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, q.dtype)
     tq, h, dq = q.shape
     if dq != d:
@@ -286,33 +277,25 @@ def check_attention_varlen(
     import torch
 
     op = "hexlayout.attention_varlen"
-    check_tensors(
-        op,
-        [
-            ("q", q, 3),
-            ("k", k, 3),
-            ("v", v, 3),
-            ("cu_seqlens_q", cu_seqlens_q, 1),
-            ("cu_seqlens_k", cu_seqlens_k, 1),
-        ],
-    )
+    tensors = [
+        ("q", q, 3),
+        ("k", k, 3),
+        ("v", v, 3),
+        ("cu_seqlens_q", cu_seqlens_q, 1),
+        ("cu_seqlens_k", cu_seqlens_k, 1),
+    ]
+    check_tensors(op, tensors)
     max_q, max_k = check_attention_options(
         op, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap
     )
     if not isinstance(return_lse, bool):
         raise ArgumentTypeError(op, "return_lse", f"expected a bool, got {kind(return_lse)}")
     check_dtype(op, "q", q)
-    check_device(
-        op, ("q", q), [("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)]
-    )
+    check_one_device(op, tensors)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise ArgumentError(op, name, f"has dtype {t.dtype}, q {q.dtype}")
-    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if t.dtype != torch.int32:
-            raise ArgumentError(op, name, f"has dtype {t.dtype}, expected torch.int32")
-        if t.numel() > 1 and t.stride(0) != 1:
-            raise ArgumentError(op, name, f"has stride {t.stride(0)}, expected contiguous (1)")
+    check_index_tensors(op, [(name, t) for name, t, _ in tensors[3:]], torch.int32)
     if cu_seqlens_q.shape[0] < 1:
         raise ArgumentError(op, "cu_seqlens_q", "is empty; expected B + 1 >= 1 entries")
     b = cu_seqlens_q.shape[0] - 1

@@ -30,10 +30,9 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.ir.expr import select
 from hexlayout.lang import f32, i32
 
-from .paged_kernels_sm80 import NEG_INF
+from .tiles import mask_paged, mask_window, paged_tile, store_paged, varlen_key_blocks, varlen_tile
 
 __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
            "VARLEN_SM90_CONFIGS", "tma_compatible"]
@@ -80,15 +79,8 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                              SPLITS: int = 1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
-        q0 = cu_seqlens_q[s]
-        sq_len = cu_seqlens_q[s + 1] - q0
-        n = seqused_k[s]
-        m0 = mt * BM
-        r = hl.iota((BM,), 0) + m0                             # this block's rows
-        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
-        head = r % G + kvh * G
-        shift = n - sq_len                                     # bottom-right alignment
-        n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1) if CAUSAL else n
+        t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
+        _, _, n, m0, tok, head, shift, n_end = t
         nblk = hl.cdiv(n_end, BN)
         per = hl.cdiv(nblk, SPLITS)                            # key blocks per split
         lo, hi = (0, nblk) if SPLITS == 1 else (sp * per, hl.minimum(nblk, sp * per + per))
@@ -136,13 +128,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 if SOFTCAP:
                     sc = hl.tanh(sc * qk_scale) * cap
                 if masked:
-                    kj = hl.iota((BM, BN), 1) + j * BN
-                    valid = kj < n
-                    if CAUSAL:
-                        valid = valid & (kj <= qpos)
-                    if WINDOW:
-                        valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
-                    sc = hl.where(valid, sc, NEG_INF)
+                    sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
                 p = sm.step(sc, acc, mult)                     # exp2: one FMA, one MUFU.EX2
                 hl.wgmma_fence()
                 hl.mma(hl.cast(p, dt), sv[:, :, buf].T, acc)   # P from registers, V^T from shared
@@ -150,15 +136,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.wgmma_wait(0)
         hl.wait_group(0)
 
-        r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
-        tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
-        head2 = r2 % G + kvh * G
-        if split:
-            hl.copy(sm.out(acc), o[sp, tok, head, 0:HEAD_DIM])
-            hl.copy(sm.lse(), lse[sp, head2, tok2])
-        else:
-            hl.copy(hl.cast(sm.out(acc), dt), o[tok, head, 0:HEAD_DIM])
-            hl.copy(sm.lse(), lse[head2, tok2])
+        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM)
 
     return paged_attention_sm90
 
@@ -198,28 +176,9 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                               *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, STAGES: int = 2,
                               LEFT: bool = False, RIGHT: bool = False, SOFTCAP: bool = False):
         s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
-        kvh = h // (q.shape[1] // k.shape[1])
-        q0 = cu_seqlens_q[s]
-        sq_len = cu_seqlens_q[s + 1] - q0
-        k0 = cu_seqlens_k[s]
-        sk_len = cu_seqlens_k[s + 1] - k0
-        m0 = mt * BM
-        shift = sk_len - sq_len                                # bottom-right alignment
-        # key blocks [lo, hi) some row sees; [u_lo, u_hi) every row sees whole (no mask)
-        k_end = select(m0 < sq_len, sk_len, 0)                 # a tile past the queries: none
-        last = hl.minimum(m0 + BM, sq_len) - 1 + shift         # the last row's aligned key
-        full_k = sk_len
-        if RIGHT:
-            k_end = hl.maximum(hl.minimum(k_end, last + right + 1), 0)
-            full_k = hl.minimum(sk_len, m0 + shift + right + 1)
-        hi = hl.cdiv(k_end, BN)
-        lo = hl.minimum(hl.maximum(m0 + shift - left, 0) // BN, hi) if LEFT else 0
-        u_hi = hl.minimum(hl.maximum(full_k // BN, lo), hi)
-        if LEFT:
-            u_lo = hl.minimum(hl.maximum(hl.cdiv(hl.maximum(last - left, 0), BN), lo), u_hi)
-            segments = ((lo, u_lo, True), (u_lo, u_hi, False), (u_hi, hi, True))
-        else:
-            segments = ((lo, u_hi, False), (u_hi, hi, True))
+        t = varlen_tile(q, k, cu_seqlens_q, cu_seqlens_k, s, h, mt, BM)     # the block's rows and keys
+        kvh, q0, sq_len, k0, sk_len, m0, shift = t
+        _, lo, hi, segments = varlen_key_blocks(t, left, right, BM=BM, BN=BN, LEFT=LEFT, RIGHT=RIGHT)
 
         sw = hl.auto(swizzle="128B")
         sq = hl.shared(dt, (BM, HEAD_DIM), layout=sw)
@@ -263,11 +222,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                         kj = hl.iota((BM, BN), 1) + hl.minimum(j * BN, sk_len - BN)
                         qpos = hl.iota((BM, BN), 0) + (m0 + shift)   # each row's aligned key
                         valid = kj >= j * BN                   # a shifted last block: seen before
-                        if LEFT:
-                            valid = valid & (kj >= qpos - left)
-                        if RIGHT:
-                            valid = valid & (kj <= qpos + right)
-                        sc = hl.where(valid, sc, NEG_INF)
+                        sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
                     p = sm.step(sc, acc, mult, rescale_first=True)
                     hl.wgmma_fence()
                     hl.mma(hl.cast(p, dt), sv[:, :, st].T, acc, warps=hl.spatial(2, 1))

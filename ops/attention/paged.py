@@ -44,13 +44,14 @@ arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..host.device import kernel_arch, sm_count
 from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_paged_attention, head_dim_tile
+from .launch_args import attention_outputs, score_scales
 from .kernels_sm90 import paged_attention_sm90_kernel
 from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_kernel
 
@@ -60,9 +61,6 @@ __all__ = [
     "paged_attention_sm90_consts",
     "run_paged_attention",
 ]
-
-LOG2E = 1.4426950408889634
-
 
 def paged_attention_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
@@ -114,38 +112,10 @@ def paged_attention(
 ) -> Any:
     """Paged attention (see the module docstring): ``out`` or ``(out, lse)``."""
     require_torch("hexlayout.ops.paged_attention")
-    check_paged_attention(
-        q,
-        key_cache,
-        value_cache,
-        cu_seqlens_q,
-        seqused_k,
-        block_table,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        kv_layout,
-        num_splits,
-    )
-    out, lse = run_paged_attention(
-        q,
-        key_cache,
-        value_cache,
-        cu_seqlens_q,
-        seqused_k,
-        block_table,
-        max_seqlen_q,
-        softmax_scale,
-        causal,
-        tuple(window_size),
-        softcap,
-        kv_layout,
-        num_splits=num_splits,
-        max_seqlen_k=max_seqlen_k,
-    )
+    args = (q, key_cache, value_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window_size, softcap, kv_layout, num_splits)
+    check_paged_attention(*args)
+    out, lse = run_paged_attention(*args)
     return (out, lse) if return_lse else out
 
 
@@ -157,18 +127,21 @@ def run_paged_attention(
     seqused_k: Any,
     block_table: Any,
     max_seqlen_q: int,
-    softmax_scale: float | None,
-    causal: bool,
-    window_size: tuple[int, int],
-    softcap: float,
-    kv_layout: str,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    window_size: Sequence[int] = (-1, -1),
+    softcap: float = 0.0,
+    kv_layout: str = "NHD",
+    num_splits: int = 0,
+    *,
     out: Any = None,
     lse: Any = None,
-    num_splits: int = 0,
-    max_seqlen_k: int = 0,
 ) -> tuple[Any, Any]:
-    """``paged_attention`` on checked arguments, into ``out`` / ``lse`` when given (``q`` read
-    in place, or from a contiguous copy when 16-byte row vectors cannot)."""
+    """``paged_attention`` on checked arguments, in the order of the op's schema (it is
+    ``torch.ops.hexlayout.paged_attention``'s implementation; ``window_size`` a tuple or a list),
+    into ``out`` / ``lse`` when given (``q`` read in place, or from a contiguous copy when
+    16-byte row vectors cannot)."""
     import torch
 
     q = rows_input(q)
@@ -176,22 +149,17 @@ def run_paged_attention(
     kc = key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2)
     vc = value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2)
     bs, kvh = kc.shape[1], kc.shape[2]
-    if out is None:
-        out = fresh((tq, h, d), q.dtype, q.device)
-    if lse is None:
-        lse = fresh((h, tq), torch.float32, q.device)
+    out, lse = attention_outputs(q, out, lse)
     b = seqused_k.shape[0]
     if b == 0 or tq == 0:
         return out, lse
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
     left, right = window_size
     window = left >= 0 or right >= 0
-    cap = float(softcap)
-    qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
+    qk_scale, cap_arg = score_scales(softmax_scale, softcap, d)
     sm90 = kernel_arch(q.device) == "sm_90a"
     consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
     kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
-    consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap > 0)
+    consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
     splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
     dt = lang_dtype(q.dtype)
     if splits > 1:

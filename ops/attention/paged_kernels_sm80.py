@@ -32,13 +32,12 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
+from .tiles import NEG_INF, mask_paged, paged_tile, store_paged
+
 __all__ = ["paged_attention_kernel", "paged_attention_combine_kernel"]
 
 TQ, H, D, NB, BS, KVH, B1, B, MAXB, SP = hl.dims("TQ H D NB BS KVH B1 B MAXB SP")
 SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
-
-NEG_INF = float("-inf")
-LN2 = 0.6931471805599453
 
 
 @cache
@@ -67,18 +66,8 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
                         SPLITS: int = 1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
-        q0 = cu_seqlens_q[s]
-        sq_len = cu_seqlens_q[s + 1] - q0
-        n = seqused_k[s]
-        m0 = mt * BM
-        r = hl.iota((BM,), 0) + m0                             # this block's rows
-        tok = hl.where(r < sq_len * G, r // G + q0, -1)        # past the sequence: no row
-        head = r % G + kvh * G
-        shift = n - sq_len                                     # bottom-right alignment
-        if CAUSAL:
-            n_end = hl.minimum(n, (m0 + BM - 1) // G + shift + 1)
-        else:
-            n_end = n
+        t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
+        _, _, n, m0, tok, head, shift, n_end = t
 
         sq = hl.shared(dt, (BM, HEAD_DIM))
         sk = hl.shared(dt, (BN, HEAD_DIM))
@@ -133,13 +122,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             if SOFTCAP:
                 sc = hl.tanh(sc * qk_scale) * cap              # already in the log2 domain
             if masked:
-                kj = hl.iota((BM, BN), 1) + j * BN
-                valid = kj < n
-                if CAUSAL:
-                    valid = valid & (kj <= qpos)
-                if WINDOW:
-                    valid = valid & (kj >= qpos - left) & (kj <= qpos + right)
-                sc = hl.where(valid, sc, NEG_INF)
+                sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
             # rows with no visible key yet only where keys are masked (else every row sees BN)
             p = sm.step(sc, acc, None if SOFTCAP else qk_scale, masked=masked)
             rv = hl.register(dt, (HEAD_DIM, BN))
@@ -152,15 +135,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         for j in hl.range(mid, hi):
             step(j, True)
 
-        r2 = hl.iota((BM, 1), 0) + m0                          # the rows again, as a column
-        tok2 = hl.where(r2 < sq_len * G, r2 // G + q0, -1)
-        head2 = r2 % G + kvh * G
-        if split:
-            hl.copy(sm.out(acc), o[sp, tok, head, 0:HEAD_DIM])
-            hl.copy(sm.lse(), lse[sp, head2, tok2])
-        else:
-            hl.copy(hl.cast(sm.out(acc), dt), o[tok, head, 0:HEAD_DIM])
-            hl.copy(sm.lse(), lse[head2, tok2])
+        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM)
 
     return paged_attention
 

@@ -7,12 +7,11 @@ kv_layout="NHD", int num_splits=0) -> (Tensor out, Tensor lse)``: always both ou
 (``out`` ``[total_q, H, D]`` in q's dtype, ``lse`` ``[H, total_q]`` fp32; semantics in
 ``hexlayout.ops.attention``). Every path (CUDA, CPU under ``HEXLAYOUT_EMULATE=1``, fake) first
 runs ``hexlayout.ops.attention_args.check_paged_attention``; the fake implementation gives the
-two outputs' shapes, dtypes and device.
+two outputs' shapes, dtypes and device; the implementation is ``run_paged_attention``, which takes
+the schema's arguments in its order.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from hexlayout.runtime.torch_ops import define_op
 
@@ -30,40 +29,7 @@ SCHEMA = (
 )
 
 
-def _impl(
-    q: Any,
-    key_cache: Any,
-    value_cache: Any,
-    cu_seqlens_q: Any,
-    seqused_k: Any,
-    block_table: Any,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float | None = None,
-    causal: bool = True,
-    window_size: Any = (-1, -1),
-    softcap: float = 0.0,
-    kv_layout: str = "NHD",
-    num_splits: int = 0,
-) -> tuple[Any, Any]:
-    return run_paged_attention(
-        q,
-        key_cache,
-        value_cache,
-        cu_seqlens_q,
-        seqused_k,
-        block_table,
-        max_seqlen_q,
-        softmax_scale,
-        causal,
-        tuple(window_size),
-        softcap,
-        kv_layout,
-        num_splits=num_splits,
-        max_seqlen_k=max_seqlen_k,
-    )
-
-
 paged_attention_op = define_op(
-    "paged_attention", SCHEMA, fake=attention_outputs_fake, impl=_impl, check=check_paged_attention
+    "paged_attention", SCHEMA, fake=attention_outputs_fake, impl=run_paged_attention,
+    check=check_paged_attention,
 )

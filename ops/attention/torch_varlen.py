@@ -7,7 +7,8 @@ always both outputs (``out`` ``[total_q, H, D]`` in q's dtype, ``lse`` ``[H, tot
 semantics in ``hexlayout.ops.attention_varlen``). Every path (CUDA, CPU under
 ``HEXLAYOUT_EMULATE=1``, fake) first runs
 ``hexlayout.ops.attention_args.check_attention_varlen``; the fake implementation gives the two
-outputs' shapes, dtypes and device.
+outputs' shapes, dtypes and device; the implementation is ``run_attention_varlen``, which takes the
+schema's arguments in its order.
 """
 
 from __future__ import annotations
@@ -37,24 +38,7 @@ def attention_outputs_fake(q: Any, *_: Any, **__: Any) -> tuple[Any, Any]:
     return q.new_empty((tq, h, d)), q.new_empty((h, tq), dtype=torch.float32)
 
 
-def _impl(
-    q: Any,
-    k: Any,
-    v: Any,
-    cu_seqlens_q: Any,
-    cu_seqlens_k: Any,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float | None = None,
-    causal: bool = False,
-    window_size: Any = (-1, -1),
-    softcap: float = 0.0,
-) -> tuple[Any, Any]:
-    return run_attention_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, tuple(window_size), softcap
-    )
-
-
 attention_varlen_op = define_op(
-    "attention_varlen", SCHEMA, fake=attention_outputs_fake, impl=_impl, check=check_attention_varlen
+    "attention_varlen", SCHEMA, fake=attention_outputs_fake, impl=run_attention_varlen,
+    check=check_attention_varlen,
 )

@@ -35,19 +35,18 @@ aligned data and row strides) ``attention_kernels_sm90.attention_varlen_sm90_ker
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..host.device import kernel_arch
-from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
+from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_attention_varlen, head_dim_tile
+from .launch_args import attention_outputs, score_scales
 from .kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
 from .varlen_kernels_sm80 import attention_varlen_kernel
 
 __all__ = ["attention_varlen", "attention_varlen_consts", "run_attention_varlen", "VARLEN_CONFIGS"]
-
-LOG2E = 1.4426950408889634
 
 #: Per padded head size: query rows (BM) and keys (BN) per step, warps, register blocking
 #: (CHUNK keys x DCHUNK head columns per S sub-tile). Each compiles without spills for
@@ -96,23 +95,10 @@ def attention_varlen(
 ) -> Any:
     """Varlen attention (see the module docstring): ``out`` or ``(out, lse)``."""
     require_torch("hexlayout.ops.attention_varlen")
-    check_attention_varlen(
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        return_lse,
-    )
-    out, lse = run_attention_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, tuple(window_size), softcap
-    )
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window_size, softcap)
+    check_attention_varlen(*args, return_lse)
+    out, lse = run_attention_varlen(*args)
     return (out, lse) if return_lse else out
 
 
@@ -123,41 +109,39 @@ def run_attention_varlen(
     cu_seqlens_q: Any,
     cu_seqlens_k: Any,
     max_seqlen_q: int,
-    softmax_scale: float | None,
-    causal: bool,
-    window_size: tuple[int, int],
-    softcap: float,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: Sequence[int] = (-1, -1),
+    softcap: float = 0.0,
+    *,
     out: Any = None,
     lse: Any = None,
 ) -> tuple[Any, Any]:
-    """``attention_varlen`` on checked arguments, into ``out`` / ``lse`` when given. The mask
-    goes to the kernel as key bounds relative to each row's aligned key ``i + Sk - Sq``:
-    ``[-left, right]``, causal making ``right = min(right, 0)``, an unbounded side ``2^30``."""
-    import torch
-
+    """``attention_varlen`` on checked arguments, in the order of the op's schema (it is
+    ``torch.ops.hexlayout.attention_varlen``'s implementation; ``window_size`` a tuple or a list;
+    ``max_seqlen_k`` is not needed: the kernels bound keys by ``cu_seqlens_k``), into ``out`` /
+    ``lse`` when given. The mask goes to the kernel as key bounds relative to each row's aligned
+    key ``i + Sk - Sq``: ``[-left, right]``, causal making ``right = min(right, 0)``, an unbounded
+    side ``2^30``."""
     q, k, v = rows_input(q), rows_input(k), rows_input(v)   # in place, or copies 16-byte vectors can read
     tq, h, d = q.shape
-    if out is None:
-        out = fresh((tq, h, d), q.dtype, q.device)
-    if lse is None:
-        lse = fresh((h, tq), torch.float32, q.device)
+    out, lse = attention_outputs(q, out, lse)
     b = cu_seqlens_q.shape[0] - 1
     if b <= 0 or tq == 0 or h == 0 or max_seqlen_q == 0:
         return out, lse
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
     big = 1 << 30  # an unbounded side
     left, right = window_size
     left = left if left >= 0 else big
     right = right if right >= 0 else big
     if causal:
         right = min(right, 0)
-    cap = float(softcap)
-    qk_scale, cap_arg = (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
+    qk_scale, cap_arg = score_scales(softmax_scale, softcap, d)
     if kernel_arch(q.device) == "sm_90a" and tma_compatible(q, k, v):  # wgmma + TMA (FA3 structure)
-        consts = attention_varlen_sm90_consts(head_dim_tile(d), left < big, right < big, cap > 0)
+        consts = attention_varlen_sm90_consts(head_dim_tile(d), left < big, right < big, cap_arg > 0)
         bld = build_for(attention_varlen_sm90_kernel(lang_dtype(q.dtype)), q.device, consts)
     else:
-        consts = attention_varlen_consts(d, left < big, right < big, cap > 0)
+        consts = attention_varlen_consts(d, left < big, right < big, cap_arg > 0)
         bld = build_for(attention_varlen_kernel(lang_dtype(q.dtype)), q.device, consts)
     tiles = -(-max_seqlen_q // consts["BM"])
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, qk_scale, cap_arg, left, right, tiles)

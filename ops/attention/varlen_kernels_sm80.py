@@ -37,16 +37,14 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.ir.expr import select
 from hexlayout.lang import f32, i32
+
+from .tiles import mask_window, varlen_key_blocks, varlen_tile
 
 __all__ = ["attention_varlen_kernel"]
 
 TQ, TK, H, KVH, D, B1 = hl.dims("TQ TK H KVH D B1")
 SQT, SQH, SKT, SKH, SVT, SVH = hl.dims("SQT SQH SKT SKH SVT SVH")
-
-NEG_INF = float("-inf")
-LN2 = 0.6931471805599453
 
 
 @cache
@@ -71,28 +69,9 @@ def attention_varlen_kernel(dtype: DType) -> Any:
                          CHUNK: int = 32, DCHUNK: int = 64, LEFT: bool = False, RIGHT: bool = False,
                          SOFTCAP: bool = False):
         s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
-        kvh = h // (q.shape[1] // k.shape[1])
-        q0 = cu_seqlens_q[s]
-        sq_len = cu_seqlens_q[s + 1] - q0
-        k0 = cu_seqlens_k[s]
-        sk_len = cu_seqlens_k[s + 1] - k0
-        m0 = mt * BM
-        shift = sk_len - sq_len                                # bottom-right alignment
-        # key blocks [lo, hi) some row sees; [u_lo, u_hi) every row sees whole (no mask)
-        k_end = select(m0 < sq_len, sk_len, 0)                 # a tile past the queries: none
-        last = hl.minimum(m0 + BM, sq_len) - 1 + shift         # the last row's aligned key
-        full = sk_len
-        if RIGHT:
-            k_end = hl.maximum(hl.minimum(k_end, last + right + 1), 0)
-            full = hl.minimum(sk_len, m0 + shift + right + 1)  # keys the first row sees
-        hi = hl.cdiv(k_end, BN)
-        lo = hl.minimum(hl.maximum(m0 + shift - left, 0) // BN, hi) if LEFT else 0
-        u_hi = hl.minimum(hl.maximum(full // BN, lo), hi)
-        if LEFT:
-            u_lo = hl.minimum(hl.maximum(hl.cdiv(hl.maximum(last - left, 0), BN), lo), u_hi)
-            segments = ((lo, u_lo, True), (u_lo, u_hi, False), (u_hi, hi, True))
-        else:
-            segments = ((lo, u_hi, False), (u_hi, hi, True))
+        t = varlen_tile(q, k, cu_seqlens_q, cu_seqlens_k, s, h, mt, BM)     # the block's rows and keys
+        kvh, q0, sq_len, k0, sk_len, m0, shift = t
+        k_end, lo, _, segments = varlen_key_blocks(t, left, right, BM=BM, BN=BN, LEFT=LEFT, RIGHT=RIGHT)
 
         sq = hl.shared(dt, (BM, HEAD_DIM))
         sk = hl.shared(dt, (BN, HEAD_DIM, 2))
@@ -147,11 +126,7 @@ def attention_varlen_kernel(dtype: DType) -> Any:
                         kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
                         valid = kj < sk_len
                         qpos = hl.iota((BM, chunk), 0) + (m0 + shift)   # each row's aligned key
-                        if LEFT:
-                            valid = valid & (kj >= qpos - left)
-                        if RIGHT:
-                            valid = valid & (kj <= qpos + right)
-                        sc = hl.where(valid, sc, NEG_INF)
+                        sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
                     scores.append(sc)
 
                 def pv(c: int, p: Any, buf: Any = buf) -> None:      # acc += P_c V_c

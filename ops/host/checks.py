@@ -7,9 +7,8 @@ from typing import Any
 
 from hexlayout.runtime.args import INT32_MAX, ArgumentError, ArgumentTypeError
 
-__all__ = ["kind", "is_real", "check_tensors", "check_device", "check_rows", "rows_fit", "check_dtype",
-           "int_arg",
-           "real_arg"]
+__all__ = ["kind", "is_real", "check_tensors", "check_device", "check_one_device", "check_index_tensors",
+           "check_rows", "rows_fit", "check_dtype", "int_arg", "real_arg"]
 
 
 def kind(x: Any) -> str:
@@ -47,6 +46,23 @@ def check_device(op: str, first: tuple[str, Any], others: list[tuple[str, Any]])
         if t.device != t0.device:
             raise ArgumentError(
                 op, name, f"is on {t.device}, {name0} on {t0.device}; all tensors must be on one device"
+            )
+
+
+def check_one_device(op: str, named: list[tuple[str, Any, int]]) -> None:
+    """``check_device`` over a ``check_tensors`` table: every tensor on the first one's device."""
+    check_device(op, (named[0][0], named[0][1]), [(name, t) for name, t, _ in named[1:]])
+
+
+def check_index_tensors(op: str, named: list[tuple[str, Any]], dtype: Any) -> None:
+    """Each ``(name, tensor)`` holds indices of ``dtype`` (``torch.int32`` / ``torch.int64``) with a
+    contiguous last dimension (stride 1; any stride when it has at most one element)."""
+    for name, t in named:
+        if t.dtype != dtype:
+            raise ArgumentError(op, name, f"has dtype {t.dtype}, expected {dtype}")
+        if t.numel() > 1 and t.stride(-1) != 1:
+            raise ArgumentError(
+                op, name, f"has strides {tuple(t.stride())}: the last dimension must be contiguous"
             )
 
 

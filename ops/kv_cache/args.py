@@ -7,7 +7,7 @@ from typing import Any
 from hexlayout.runtime.args import ArgumentError
 
 from ..attention.args import check_caches, check_kv_layout
-from ..host.checks import check_device, check_dtype, check_rows, check_tensors
+from ..host.checks import check_dtype, check_index_tensors, check_one_device, check_rows, check_tensors
 from ..host.launch import content_checks
 
 __all__ = ["check_reshape_and_cache"]
@@ -20,32 +20,20 @@ def check_reshape_and_cache(
     import torch
 
     op = "hexlayout.reshape_and_cache"
-    check_tensors(
-        op,
-        [
-            ("key", key, 3),
-            ("value", value, 3),
-            ("key_cache", key_cache, 4),
-            ("value_cache", value_cache, 4),
-            ("slot_mapping", slot_mapping, 1),
-        ],
-    )
+    tensors = [
+        ("key", key, 3),
+        ("value", value, 3),
+        ("key_cache", key_cache, 4),
+        ("value_cache", value_cache, 4),
+        ("slot_mapping", slot_mapping, 1),
+    ]
+    check_tensors(op, tensors)
     check_kv_layout(op, kv_layout)
     check_dtype(op, "key", key)
-    check_device(
-        op,
-        ("key", key),
-        [
-            ("value", value),
-            ("key_cache", key_cache),
-            ("value_cache", value_cache),
-            ("slot_mapping", slot_mapping),
-        ],
-    )
+    check_one_device(op, tensors)
     if value.dtype != key.dtype:
         raise ArgumentError(op, "value", f"has dtype {value.dtype}, key {key.dtype}")
-    if slot_mapping.dtype != torch.int64:
-        raise ArgumentError(op, "slot_mapping", f"has dtype {slot_mapping.dtype}, expected torch.int64")
+    check_index_tensors(op, [("slot_mapping", slot_mapping)], torch.int64)
     if tuple(value.shape) != tuple(key.shape):
         raise ArgumentError(op, "value", f"has shape {tuple(value.shape)}, key {tuple(key.shape)}")
     nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, key.dtype)
@@ -61,10 +49,6 @@ def check_reshape_and_cache(
         raise ArgumentError(op, "slot_mapping", f"has {slot_mapping.shape[0]} entries, key {t} tokens")
     for name, x in (("key", key), ("value", value)):
         check_rows(op, name, x, copied=True)
-    if slot_mapping.numel() > 1 and slot_mapping.stride(0) != 1:
-        raise ArgumentError(
-            op, "slot_mapping", f"has stride {slot_mapping.stride(0)}, expected contiguous (1)"
-        )
     if content_checks(slot_mapping) and t:
         hi = int(slot_mapping.max())
         if hi >= nb * bs:

@@ -167,7 +167,8 @@ def test_padding_rows_untouched_and_torch_op() -> None:
     out = torch.full(a["q"].shape, 7.0, dtype=a["q"].dtype)
     lse = torch.full((4, a["q"].shape[0]), 7.0)
     run_attention_varlen(
-        a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"], 19, None, True, (-1, -1), 0.0, out, lse
+        a["q"], a["k"], a["v"], a["cu_seqlens_q"], a["cu_seqlens_k"], 19, 19, None, True, (-1, -1), 0.0,
+        out=out, lse=lse,
     )
     assert (out[-3:] == 7.0).all() and (lse[:, -3:] == 7.0).all()
     want = reference(a, causal=True)

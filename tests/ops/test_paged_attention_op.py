@@ -202,6 +202,7 @@ def test_torch_op_and_padding_rows_untouched() -> None:
         a["seqused_k"],
         a["block_table"],
         a["max_seqlen_q"],
+        a["max_seqlen_k"],
         None,
         True,
         (-1, -1),

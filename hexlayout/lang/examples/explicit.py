@@ -43,6 +43,43 @@ def _mma_atom(prefix: str, dtype: DType, shape: str) -> str:
     return f"{prefix}_{shape}_F32{t}{t}" + ("F32_TN" if prefix == "SM80" else "_SS")
 
 
+def _sm90_stages(dtype: DType, BM: int, BN: int, BK: int, STAGES: int,
+                 swizzle_bytes: int) -> tuple[Any, Any, int]:
+    """The sm_90a shared stages: wgmma's canonical K-major atom with a ``swizzle_bytes``-byte swizzle
+    tiled to ``BM x BK`` (``a``) and ``BN x BK`` (``b``), ``STAGES`` deep; and the bytes one stage
+    of both holds (what a stage's ``full`` mbarrier expects)."""
+    smem_a = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", swizzle_bytes), (BM, BK)), STAGES)
+    smem_b = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", swizzle_bytes), (BN, BK)), STAGES)
+    return smem_a, smem_b, (BM + BN) * BK * dtype.bits // 8
+
+
+def _block_tiles(dt: DType, a: Any, b: Any, smem_a: Any, smem_b: Any, BM: int, BN: int, BK: int,
+                 STAGES: int) -> tuple[Any, Any, Any, Any, Any]:
+    """In a kernel: this block's output tile origin ``(m0, n0)`` (grid ``ceil(M / BM) x ceil(N /
+    BN)``), the k-tile count ``ceil(K / BK)``, and the shared stages ``sa`` (``BM x BK x
+    STAGES``, layout ``smem_a``) and ``sb`` (``BN x BK x STAGES``, ``smem_b``)."""
+    M, K = a.shape
+    N = b.shape[0]
+    pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(M, BM), hl.cdiv(N, BN)))
+    m0, n0 = pid_m * BM, pid_n * BN
+    num_k = hl.cdiv(K, BK)
+    sa = hl.shared(dt, (BM, BK, STAGES), layout=smem_a, name="sa")
+    sb = hl.shared(dt, (BN, BK, STAGES), layout=smem_b, name="sb")
+    return m0, n0, num_k, sa, sb
+
+
+def _wgmma_stage(full: Any, sa: Any, sb: Any, acc: Any, k: Any, STAGES: int, atom: str, warps: Any) -> None:
+    """In a kernel: wait until k-tile ``k`` landed in stage ``s = k % STAGES`` (phase ``(k //
+    STAGES) % 2`` of ``full[s]``), then ``acc += sa[s] @ sb[s]^T`` by wgmma, retired before
+    returning."""
+    s = k % STAGES
+    hl.wait(full, s, (k // STAGES) % 2)
+    hl.wgmma_fence()
+    hl.mma(sa[:, :, s], sb[:, :, s], acc, atom=atom, warps=warps)
+    hl.wgmma_commit()
+    hl.wgmma_wait(0)
+
+
 def gemm_sm80_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128, BK: int = 32,
                        STAGES: int = 3, swizzle: bool = True, sync: bool = True) -> Any:
     """The sm_80 GEMM; ``swizzle=False`` keeps plain K-major stages (bank conflicts) and
@@ -61,13 +98,7 @@ def gemm_sm80_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128, B
 
     @hl.kernel(threads=128, name=f"gemm_sm80_{dtype}")
     def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N]):  # type: ignore[valid-type]
-        M, K = a.shape
-        N = b.shape[0]
-        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(M, BM), hl.cdiv(N, BN)))
-        m0, n0 = pid_m * BM, pid_n * BN
-        num_k = hl.cdiv(K, BK)
-        sa = hl.shared(dt, (BM, BK, STAGES), layout=smem_a)
-        sb = hl.shared(dt, (BN, BK, STAGES), layout=smem_b)
+        m0, n0, num_k, sa, sb = _block_tiles(dt, a, b, smem_a, smem_b, BM, BN, BK, STAGES)
         acc = hl.zeros((BM, BN), f32, layout=tm.c_tv())
         for s in range(STAGES - 1):
             hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, s * BK)), sa[:, :, s])
@@ -100,20 +131,12 @@ def gemm_sm90_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128, B
     warps = hl.spatial(1, 1) * hl.repeat(BM // 64, 1)
     tm = TiledMma(get_atom(atom), warps, BK // 16)
     swz = {32: 64, 64: 128}.get(BK, 128) if BK <= 64 else 128
-    smem_a = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", swz), (BM, BK)), STAGES)
-    smem_b = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", swz), (BN, BK)), STAGES)
-    stage_bytes = (BM + BN) * BK * dtype.bits // 8
+    smem_a, smem_b, stage_bytes = _sm90_stages(dtype, BM, BN, BK, STAGES, swz)
     dt = dtype
 
     @hl.kernel(threads=128, name=f"gemm_sm90_{dtype}")
     def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N]):  # type: ignore[valid-type]
-        M, K = a.shape
-        N = b.shape[0]
-        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(M, BM), hl.cdiv(N, BN)))
-        m0, n0 = pid_m * BM, pid_n * BN
-        num_k = hl.cdiv(K, BK)
-        sa = hl.shared(dt, (BM, BK, STAGES), layout=smem_a)
-        sb = hl.shared(dt, (BN, BK, STAGES), layout=smem_b)
+        m0, n0, num_k, sa, sb = _block_tiles(dt, a, b, smem_a, smem_b, BM, BN, BK, STAGES)
         full = hl.mbarrier(STAGES)
         for s in range(STAGES):
             hl.mbarrier_init(full, s, 1)
@@ -124,12 +147,7 @@ def gemm_sm90_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128, B
             hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, s * BK)), sa[:, :, s], mbarrier=full[s])
             hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, s * BK)), sb[:, :, s], mbarrier=full[s])
         for k in hl.range(num_k):
-            s = k % STAGES
-            hl.wait(full, s, (k // STAGES) % 2)
-            hl.wgmma_fence()
-            hl.mma(sa[:, :, s], sb[:, :, s], acc, atom=atom, warps=warps)
-            hl.wgmma_commit()
-            hl.wgmma_wait(0)
+            _wgmma_stage(full, sa, sb, acc, k, STAGES, atom, warps)
             hl.syncthreads()
             kn = k + (STAGES - 1)
             sn = kn % STAGES
@@ -149,20 +167,12 @@ def gemm_sm90_ws_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128
     atom = _mma_atom("SM90", dtype, f"64x{BN}x16")
     warps = hl.spatial(CONSUMERS, 1) * hl.repeat(BM // (64 * CONSUMERS), 1)
     tm = TiledMma(get_atom(atom), warps, BK // 16)
-    smem_a = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", 128), (BM, BK)), STAGES)
-    smem_b = staged(tile_to_shape(gmma_smem_atom(dtype.bits, "K", 128), (BN, BK)), STAGES)
-    stage_bytes = (BM + BN) * BK * dtype.bits // 8
+    smem_a, smem_b, stage_bytes = _sm90_stages(dtype, BM, BN, BK, STAGES, 128)
     dt = dtype
 
     @hl.kernel(threads=128 * (1 + CONSUMERS), name=f"gemm_sm90_ws_{dtype}")
     def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N]):  # type: ignore[valid-type]
-        M, K = a.shape
-        N = b.shape[0]
-        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(M, BM), hl.cdiv(N, BN)))
-        m0, n0 = pid_m * BM, pid_n * BN
-        num_k = hl.cdiv(K, BK)
-        sa = hl.shared(dt, (BM, BK, STAGES), layout=smem_a)
-        sb = hl.shared(dt, (BN, BK, STAGES), layout=smem_b)
+        m0, n0, num_k, sa, sb = _block_tiles(dt, a, b, smem_a, smem_b, BM, BN, BK, STAGES)
         full = hl.mbarrier(STAGES)
         empty = hl.mbarrier(STAGES)
         for s in range(STAGES):
@@ -181,13 +191,8 @@ def gemm_sm90_ws_explicit(dtype: DType = hl.f16, *, BM: int = 128, BN: int = 128
             hl.setmaxnreg(232, increase=True)
             acc = hl.zeros((BM, BN), f32, layout=tm.c_tv())
             for k in hl.range(num_k):
-                s = k % STAGES
-                hl.wait(full, s, (k // STAGES) % 2)
-                hl.wgmma_fence()
-                hl.mma(sa[:, :, s], sb[:, :, s], acc, atom=atom, warps=warps)
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
-                hl.arrive(empty, s, who="warpgroup")
+                _wgmma_stage(full, sa, sb, acc, k, STAGES, atom, warps)
+                hl.arrive(empty, k % STAGES, who="warpgroup")          # release the stage
             hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
 
     return gemm

@@ -1,0 +1,42 @@
+"""What the attention ops' hosts hand both kinds of kernels (paged and varlen): the outputs
+(given, else fresh) and the scores' scale arguments in the log2 domain.
+
+The kernels compute ``exp2`` of scaled scores: with ``scale = softmax_scale`` (or ``D^-0.5``)
+the score ``s_ij = (q_i . k_j) * scale`` enters the softmax as ``s_ij * log2(e)``, so they take
+``qk_scale = scale * log2(e)`` and ``cap = 0``; with a softcap ``c > 0`` the score is ``c *
+tanh((q_i . k_j) * scale / c)``, which they compute as ``tanh((q_i . k_j) * qk_scale) * cap``
+with ``qk_scale = scale / c`` and ``cap = c * log2(e)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..host.launch import fresh
+
+__all__ = ["LOG2E", "attention_outputs", "score_scales"]
+
+LOG2E = 1.4426950408889634
+
+
+def attention_outputs(q: Any, out: Any, lse: Any) -> tuple[Any, Any]:
+    """``out`` (``[total_q, H, D]``, q's dtype) and ``lse`` (``[H, total_q]``, f32) on q's device:
+    the given ones, else fresh (``host.launch.fresh``: rows the kernels do not write are
+    unspecified)."""
+    import torch
+
+    tq, h, d = q.shape
+    if out is None:
+        out = fresh((tq, h, d), q.dtype, q.device)
+    if lse is None:
+        lse = fresh((h, tq), torch.float32, q.device)
+    return out, lse
+
+
+def score_scales(softmax_scale: float | None, softcap: float, head_size: int) -> tuple[float, float]:
+    """The kernels' ``(qk_scale, cap)`` (see the module docstring); ``cap > 0`` exactly when
+    ``softcap > 0``."""
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(head_size)
+    cap = float(softcap)
+    return (scale / cap, cap * LOG2E) if cap > 0 else (scale * LOG2E, 0.0)
