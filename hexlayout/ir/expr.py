@@ -645,15 +645,4 @@ def free_vars(e: ExprLike) -> set[Var]:
 
 def substitute(e: ExprLike, mapping: Mapping[Var, ExprLike]) -> Expr:
     """``e`` with variables replaced (re-simplified)."""
-    e = as_expr(e)
-    if isinstance(e, (Const, RegRead)):
-        return e
-    if isinstance(e, Var):
-        return as_expr(mapping[e]) if e in mapping else e
-    if isinstance(e, BinOp):
-        return _binop(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
-    if isinstance(e, UnOp):
-        return UnOp.make(e.op, substitute(e.a, mapping))
-    if isinstance(e, Select):
-        return select(substitute(e.cond, mapping), substitute(e.a, mapping), substitute(e.b, mapping))
-    raise TypeError(f"cannot substitute in {e!r}")
+    return replace_leaves(e, lambda x: mapping.get(x, x) if isinstance(x, Var) else x)
