@@ -44,11 +44,14 @@ def tuple_layout(modes: list[Layout]) -> Layout:
 
 
 def by_tiler(layout: Any, tiler: Tiler, name: str, by_layout: Callable[[Layout, Layout], Layout],
-             recurse: Callable[[Layout, Tiler], Layout]) -> Layout:
-    """The logical divide or product ``name`` of ``layout`` by ``tiler``, CuTe's dispatch on the
-    tiler: ``None`` keeps ``layout``; an int ``n`` is the layout ``n:1``; a ``Layout`` gives
-    ``by_layout(layout, tiler)``; a tuple applies ``recurse`` mode by mode (the modes past the
-    tiler's kept whole)."""
+             recurse: Callable[[Any, Tiler], Any]) -> Any:
+    """The logical divide or product ``name`` of ``layout`` by ``tiler`` (``recurse``), as CuTe
+    dispatches it: of a ``ComposedLayout``, the one of its inner layout; by ``None``, ``layout``;
+    an int ``n`` is the layout ``n:1``; a ``Layout`` gives ``by_layout(layout, tiler)``; a tuple
+    applies ``recurse`` mode by mode (the modes past the tiler's kept whole)."""
+    c = on_inner(layout, tiler, recurse)
+    if c is not None:
+        return c
     require_layout(layout, name)
     if tiler is None:
         return layout
@@ -69,9 +72,6 @@ def by_tiler(layout: Any, tiler: Tiler, name: str, by_layout: Callable[[Layout, 
 
 
 def logical_divide(layout: Any, tiler: Tiler) -> Any:
-    c = on_inner(layout, tiler, logical_divide)
-    if c is not None:
-        return c
     return by_tiler(layout, tiler, "logical_divide", _divide_by_layout, logical_divide)
 
 

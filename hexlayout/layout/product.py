@@ -31,9 +31,6 @@ __all__ = [
 
 
 def logical_product(block: Any, tiler: Tiler) -> Any:
-    c = on_inner(block, tiler, logical_product)
-    if c is not None:
-        return c
     return by_tiler(block, tiler, "logical_product", _product_by_layout, logical_product)
 
 
