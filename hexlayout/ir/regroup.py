@@ -17,20 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .printer import PRINTING, defines
-from .tile import Op, Value
+from .tile import Op, Value, _Unary
 
 __all__ = ["Reshape", "Join"]
 
 
 @dataclass(eq=False)
-class Reshape(Op):
+class Reshape(_Unary):
     """``result.flat[i] = src.flat[i]`` in row-major order (``result``'s shape is the new one)."""
-
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
 
 
 @dataclass(eq=False)
