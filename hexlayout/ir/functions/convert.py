@@ -36,8 +36,8 @@ __all__ = ["I2F16Magic", "I2Bf16MagicNarrow", "I2Bf16Magic", "EXACT_RANGE"]
 
 class _Magic16(AluFunction):
     """``t(bits = (magic + v) mod 2**16) - bias``, rounded once to the 16-bit float type ``t``
-    (``result``; ``__hsub``), where ``bias`` is the value of the bits ``magic`` (a power of two
-    and a half at whose exponent ``t``'s ulp is 1): ``v`` for ``v`` in ``EXACT_RANGE``."""
+    (``result``; ``__hsub``), where ``bias`` is the value of the bits ``magic``, a number of the
+    binade in which ``t``'s ulp is 1: ``v`` for ``v`` in ``EXACT_RANGE``."""
 
     accepts = INTEGERS
     integer_domain = True
