@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..layout import Layout
-from .targets import archs_offering
+from .atom import InstructionAtom
 
 __all__ = ["CopyAtom"]
 
 
 @dataclass(frozen=True)
-class CopyAtom:
+class CopyAtom(InstructionAtom):
     """A copy instruction: TV layouts in bits, widths, PTX, memory spaces, constraints."""
 
     name: str
@@ -41,30 +41,20 @@ class CopyAtom:
     constraints: tuple[str, ...] = ()
     options: tuple[tuple[str, str], ...] = field(default=())
 
-    @property
-    def kind_family(self) -> str:
-        return "copy"
-
-    @property
-    def num_threads(self) -> int:
-        return self.thr_id.size()
+    FAMILY = "copy"
 
     @property
     def bits_per_thread(self) -> int:
         """Bits one thread moves per instruction: ``size(ref_layout) / num_threads``."""
-        return self.ref_layout.size() // self.num_threads
+        return self.per_thread(self.ref_layout)
 
     @property
     def src_bits_per_thread(self) -> int:
-        return self.src_layout.size() // self.num_threads
+        return self.per_thread(self.src_layout)
 
     @property
     def dst_bits_per_thread(self) -> int:
-        return self.dst_layout.size() // self.num_threads
-
-    @property
-    def archs(self) -> tuple[str, ...]:
-        return archs_offering(self.arch)
+        return self.per_thread(self.dst_layout)
 
     def __str__(self) -> str:
         return (f"{self.name}: {self.ptx} {self.src_space}->{self.dst_space} threads={self.num_threads} "

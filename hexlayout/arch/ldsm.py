@@ -20,6 +20,7 @@ CuTe's traits express this in bits over a reference tile of ``N`` matrices, each
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from ..layout import Layout
 from .copy_atom import CopyAtom
@@ -50,29 +51,24 @@ def ldsm_layouts(num: int, trans: bool) -> tuple[Layout, Layout]:
     return rows, regs
 
 
-def _ldsm(num: int, trans: bool) -> CopyAtom:
-    rows, regs = ldsm_layouts(num, trans)
-    name = f"SM75_U16x{2 * num}_LDSM_T" if trans else f"SM75_U32x{num}_LDSM_N"
-    regs_list = "{" + ", ".join(f"r{i}" for i in range(num)) + "}"
-    return CopyAtom(
-        name=name, kind="ldmatrix", thr_id=_WARP, src_layout=rows, dst_layout=regs, ref_layout=regs,
-        access_bits=128, src_space="smem", dst_space="rmem", arch="sm_75",
-        ptx=f"ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.shared.b16",
-        ptx_operands=f"{regs_list}, [row_addr]", alignment=16,
-        constraints=(f"lanes 0..{8 * num - 1} give 16-byte-aligned shared-memory row addresses",
-                     "all 32 lanes execute it (.sync.aligned)"),
-    )
+def _name(store: bool, num: int, trans: bool) -> str:
+    """CuTe's name of the ldmatrix (``store`` False) or stmatrix atom."""
+    arch, op = ("SM90", "STSM") if store else ("SM75", "LDSM")
+    return f"{arch}_U16x{2 * num}_{op}_T" if trans else f"{arch}_U32x{num}_{op}_N"
 
 
-def _stsm(num: int, trans: bool) -> CopyAtom:
+def _matrix_atom(store: bool, num: int, trans: bool) -> CopyAtom:
+    """The ldmatrix atom (rows in shared memory -> registers) or, ``store``, the stmatrix one
+    (registers -> rows): the same layouts, source and destination exchanged."""
     rows, regs = ldsm_layouts(num, trans)
-    name = f"SM90_U16x{2 * num}_STSM_T" if trans else f"SM90_U32x{num}_STSM_N"
     regs_list = "{" + ", ".join(f"r{i}" for i in range(num)) + "}"
+    src, dst = (regs, rows) if store else (rows, regs)
     return CopyAtom(
-        name=name, kind="stmatrix", thr_id=_WARP, src_layout=regs, dst_layout=rows, ref_layout=regs,
-        access_bits=128, src_space="rmem", dst_space="smem", arch="sm_90",
-        ptx=f"stmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.shared.b16",
-        ptx_operands=f"[row_addr], {regs_list}", alignment=16,
+        name=_name(store, num, trans), kind="stmatrix" if store else "ldmatrix", thr_id=_WARP, src_layout=src,
+        dst_layout=dst, ref_layout=regs, access_bits=128, src_space="rmem" if store else "smem",
+        dst_space="smem" if store else "rmem", arch="sm_90" if store else "sm_75",
+        ptx=f"{'st' if store else 'ld'}matrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.shared.b16",
+        ptx_operands=f"[row_addr], {regs_list}" if store else f"{regs_list}, [row_addr]", alignment=16,
         constraints=(f"lanes 0..{8 * num - 1} give 16-byte-aligned shared-memory row addresses",
                      "all 32 lanes execute it (.sync.aligned)"),
     )
@@ -82,10 +78,8 @@ def _table() -> dict[str, Callable[[], CopyAtom]]:
     out: dict[str, Callable[[], CopyAtom]] = {}
     for num in (1, 2, 4):
         for trans in (False, True):
-            out[f"SM75_U16x{2 * num}_LDSM_T" if trans else f"SM75_U32x{num}_LDSM_N"] = (
-                lambda num=num, trans=trans: _ldsm(num, trans))
-            out[f"SM90_U16x{2 * num}_STSM_T" if trans else f"SM90_U32x{num}_STSM_N"] = (
-                lambda num=num, trans=trans: _stsm(num, trans))
+            for store in (False, True):
+                out[_name(store, num, trans)] = partial(_matrix_atom, store, num, trans)
     return out
 
 

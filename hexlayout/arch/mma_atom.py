@@ -21,14 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..layout import Layout
+from .atom import InstructionAtom
 from .dtypes import DType
-from .targets import archs_offering
 
 __all__ = ["MmaAtom"]
 
 
 @dataclass(frozen=True)
-class MmaAtom:
+class MmaAtom(InstructionAtom):
     """An mma instruction: shapes, TV layouts (elements), dtypes, PTX and register counts.
 
     ``regs_a``/``regs_b``/``regs_c`` count the 32-bit registers one thread passes for the
@@ -59,13 +59,7 @@ class MmaAtom:
     b_major: str = "K"
     options: tuple[tuple[str, str], ...] = field(default=())
 
-    @property
-    def kind_family(self) -> str:
-        return "mma"
-
-    @property
-    def num_threads(self) -> int:
-        return self.thr_id.size()
+    FAMILY = "mma"
 
     @property
     def d_layout(self) -> Layout:
@@ -75,11 +69,6 @@ class MmaAtom:
     @property
     def d_dtype(self) -> DType:
         return self.c_dtype
-
-    @property
-    def archs(self) -> tuple[str, ...]:
-        """The supported targets that offer this instruction."""
-        return archs_offering(self.arch)
 
     @property
     def m(self) -> int:
@@ -96,15 +85,15 @@ class MmaAtom:
     @property
     def values_a(self) -> int:
         """Elements of A per thread (``size(a_layout) / num_threads``)."""
-        return self.a_layout.size() // self.num_threads
+        return self.per_thread(self.a_layout)
 
     @property
     def values_b(self) -> int:
-        return self.b_layout.size() // self.num_threads
+        return self.per_thread(self.b_layout)
 
     @property
     def values_c(self) -> int:
-        return self.c_layout.size() // self.num_threads
+        return self.per_thread(self.c_layout)
 
     def __str__(self) -> str:
         return (f"{self.name}: {self.ptx} (M,N,K)={self.shape_mnk} threads={self.num_threads}\n"

@@ -74,30 +74,21 @@ def to_float(dt: DType, x: str, double: bool = False) -> str:
     return f"static_cast<double>({f})" if double else f
 
 
+#: ``from_float`` per element type: the C conversion of the float value ``{x}``
+_FROM_FLOAT = {
+    "f32": "{x}", "tf32": "{x}", "f64": "static_cast<double>({x})", "f16": "__float2half_rn({x})",
+    "bf16": "__float2bfloat16_rn({x})", "e4m3": "__nv_fp8_e4m3({x})", "e5m2": "__nv_fp8_e5m2({x})",
+    "s32": "__float2int_rn({x})", "u32": "__float2uint_rn({x})", "s64": "__float2ll_rn({x})",
+    "s8": "static_cast<signed char>(max(-128, min(127, __float2int_rn({x}))))",
+    "u8": "static_cast<unsigned char>(max(0, min(255, __float2int_rn({x}))))",
+    "pred": "(({x}) != 0.0f)",
+}
+
+
 def from_float(dt: DType, x: str) -> str:
     """A ``float`` (or ``double``) value ``x`` rounded to ``dt`` (nearest even; fp8 saturates;
     integers round to nearest even and saturate)."""
-    n = dt.name
-    if n in ("f32", "tf32"):
-        return x
-    if n == "f64":
-        return f"static_cast<double>({x})"
-    if n == "f16":
-        return f"__float2half_rn({x})"
-    if n == "bf16":
-        return f"__float2bfloat16_rn({x})"
-    if n in ("e4m3", "e5m2"):
-        return f"{c_type(dt)}({x})"
-    if n == "s32":
-        return f"__float2int_rn({x})"
-    if n == "u32":
-        return f"__float2uint_rn({x})"
-    if n == "s64":
-        return f"__float2ll_rn({x})"
-    if n == "s8":
-        return f"static_cast<signed char>(max(-128, min(127, __float2int_rn({x}))))"
-    if n == "u8":
-        return f"static_cast<unsigned char>(max(0, min(255, __float2int_rn({x}))))"
-    if n == "pred":
-        return f"(({x}) != 0.0f)"
-    raise ValueError(f"no conversion from float to {dt}")
+    form = _FROM_FLOAT.get(dt.name)
+    if form is None:
+        raise ValueError(f"no conversion from float to {dt}")
+    return form.replace("{x}", x)

@@ -61,9 +61,7 @@ class Emitter:
         self._bound: dict[Var, str] = {}
         self._rename: dict[Var, Var] = {}
         self._retired: dict[Var, str] = {}
-        self._params: dict[int, str] = {}         # id(GlobalParam) -> C name
-        self._regs: dict[int, str] = {}           # id(RegArray) -> C name
-        self._tma: dict[int, str] = {}            # id(TmaDesc) -> C name
+        self._c_names: dict[int, str] = {}        # id(GlobalParam / RegArray / TmaDesc) -> C name
         self._smem: dict[int, SmemBuffer] = {id(b): b for b in kernel.smem}
         self.mbar_offsets: dict[str, tuple[int, int]] = {}   # name -> (byte offset, count)
         self.wgmma_arrays: list[RegArray] = []    # register arrays wgmma reads or writes asynchronously
@@ -140,23 +138,24 @@ class Emitter:
         return e
 
     # --- storage ----------------------------------------------------------------------------
-    def add_param(self, p: GlobalParam, name: str) -> None:
-        self._params[id(p)] = name
+    def add_name(self, obj: GlobalParam | RegArray | TmaDesc, name: str) -> None:
+        """``name`` is the C name of the parameter, register array or TMA descriptor ``obj``."""
+        self._c_names[id(obj)] = name
+
+    def _c_name(self, obj: GlobalParam | RegArray | TmaDesc, missing: str) -> str:
+        try:
+            return self._c_names[id(obj)]
+        except KeyError:
+            raise self.error(missing) from None
 
     def param_name(self, p: GlobalParam) -> str:
-        try:
-            return self._params[id(p)]
-        except KeyError:
-            raise self.error(f"global tensor {p.name!r} is not a parameter of the kernel") from None
-
-    def add_reg(self, arr: RegArray, name: str) -> None:
-        self._regs[id(arr)] = name
+        return self._c_name(p, f"global tensor {p.name!r} is not a parameter of the kernel")
 
     def reg_name(self, arr: RegArray) -> str:
-        try:
-            return self._regs[id(arr)]
-        except KeyError:
-            raise self.error(f"register array {arr.name!r} is not in LoweredKernel.registers") from None
+        return self._c_name(arr, f"register array {arr.name!r} is not in LoweredKernel.registers")
+
+    def tma_name(self, desc: TmaDesc) -> str:
+        return self._c_name(desc, f"TMA descriptor {desc.name!r} is not in LoweredKernel.tma")
 
     def reg_index(self, ref: RegRef, i: ExprLike | str = 0) -> str:
         """``name[start + i]``; ``i`` may be the C name of an element loop variable."""
@@ -180,15 +179,6 @@ class Emitter:
         per = 32 // bits if bits < 32 else 1
         self.helpers.add("u32")
         return f"hl_u32({self.reg_index(ref, j * per)})"
-
-    def add_tma(self, desc: TmaDesc, name: str) -> None:
-        self._tma[id(desc)] = name
-
-    def tma_name(self, desc: TmaDesc) -> str:
-        try:
-            return self._tma[id(desc)]
-        except KeyError:
-            raise self.error(f"TMA descriptor {desc.name!r} is not in LoweredKernel.tma") from None
 
     def buffer(self, buf: SmemBuffer) -> SmemBuffer:
         if id(buf) not in self._smem:
@@ -235,6 +225,14 @@ class Emitter:
             if not 0 <= i < count:
                 raise self.error(f"mbarrier {bar.name}[{i}] is outside its {count} barriers")
         return f"smem_base + {self.expr(idx * MBAR_ALIGN + base)}"
+
+
+def wait_group(em: Emitter, instruction: str, pending: int, qualifier: str = "") -> list[str]:
+    """``<instruction><qualifier> <pending>;``: wait until at most ``pending`` of the groups
+    this thread committed are incomplete (a negative count is refused)."""
+    if pending < 0:
+        raise em.error(f"{instruction} {pending}: the count is negative")
+    return asm(f"{instruction}{qualifier} {int(pending)};", [], [])
 
 
 def asm(template: str, outputs: list[str], inputs: list[str], memory: bool = True,

@@ -8,6 +8,18 @@ from __future__ import annotations
 
 __all__ = ["HELPERS", "helper_source"]
 
+#: ``hl_mbar_wait``: loop on ``mbarrier.<wait>.parity`` until the phase has completed
+_MBAR_WAIT = """\
+// Wait until the mbarrier phase with this parity has completed.
+__device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\\n.reg .pred p;\\nmbarrier.<wait>.parity.shared::cta.b64 p, [%1], %2;\\n"
+                 "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}"""
+
+
 HELPERS: dict[str, str] = {
     "u32": """\
 // 32-bit view of a register-array element (fragment register j of a 16/8-bit array).
@@ -31,24 +43,9 @@ __device__ __forceinline__ unsigned long long hl_gmma_desc_add(unsigned long lon
   const unsigned lo = static_cast<unsigned>(desc) + static_cast<unsigned>(units);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }""",
-    "mbar_wait_sm90": """\
-// Wait until the mbarrier phase with this parity has completed.
-__device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
-                 "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
-}""",
-    "mbar_wait_sm80": """\
-// Wait until the mbarrier phase with this parity has completed.
-__device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{\\n.reg .pred p;\\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
-                 "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
-}""",
+    # sm_90 waits with try_wait (the hardware suspends the thread a while), sm_80 polls test_wait
+    "mbar_wait_sm90": _MBAR_WAIT.replace("<wait>", "try_wait"),
+    "mbar_wait_sm80": _MBAR_WAIT.replace("<wait>", "test_wait"),
     "shfl": """\
 // shfl.sync of an element narrower than 32 bits (moved as its bit pattern).
 template <typename T>

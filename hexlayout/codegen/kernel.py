@@ -146,7 +146,7 @@ class _Printer:
                 decls.append(f"const {ct} {name}")
             elif isinstance(p, GlobalParam):
                 name = em.names.take(p.name)
-                em.add_param(p, name)
+                em.add_name(p, name)
                 ct = c_type(p.dtype) if p.dtype.bits % 8 == 0 else "unsigned char"
                 const = "" if id(p) in written else "const "
                 args.append(KernelArg("tensor", name, f"{const}{ct}*", p))
@@ -166,7 +166,7 @@ class _Printer:
             decls.append(f"const int {name}")
         for d in k.tma:
             name = em.names.take(d.name)
-            em.add_tma(d, name)
+            em.add_name(d, name)
             em.helpers.add("tensor_map")
             args.append(KernelArg("tensor_map", name, "CUtensorMap", d))
             decls.append(f"const __grid_constant__ CUtensorMap {name}")
@@ -194,7 +194,7 @@ class _Printer:
         decls = []
         for arr in self.k.registers:
             name = self.em.names.take(arr.name)
-            self.em.add_reg(arr, name)
+            self.em.add_name(arr, name)
             try:
                 ct = c_type(arr.dtype)
             except ValueError as e:

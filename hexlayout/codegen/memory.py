@@ -19,7 +19,7 @@ from hexlayout.ir.lowered import (
 )
 
 from .ctypes_map import vector_type
-from .emitter import Emitter, asm
+from .emitter import Emitter, asm, wait_group
 
 __all__ = ["PRINTERS", "SELF_PREDICATED"]
 
@@ -90,9 +90,7 @@ def cp_async_commit(em: Emitter, ins: CpAsyncCommit) -> list[str]:
 
 
 def cp_async_wait(em: Emitter, ins: CpAsyncWait) -> list[str]:
-    if ins.pending < 0:
-        raise em.error(f"cp.async.wait_group {ins.pending}: the count is negative")
-    return asm(f"cp.async.wait_group {int(ins.pending)};", [], [])
+    return wait_group(em, "cp.async.wait_group", ins.pending)
 
 
 PRINTERS = {LdGlobal: ld_global, StGlobal: st_global, LdShared: ld_shared, StShared: st_shared,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hexlayout.ir.lowered import TmaDesc, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
-from .emitter import Emitter, asm
+from .emitter import Emitter, asm, wait_group
 
 __all__ = ["PRINTERS"]
 
@@ -59,9 +59,7 @@ def tma_store_commit(em: Emitter, ins: TmaStoreCommit) -> list[str]:
 
 
 def tma_store_wait(em: Emitter, ins: TmaStoreWait) -> list[str]:
-    if ins.pending < 0:
-        raise em.error(f"cp.async.bulk.wait_group {ins.pending}: the count is negative")
-    return asm(f"cp.async.bulk.wait_group.read {int(ins.pending)};", [], [])
+    return wait_group(em, "cp.async.bulk.wait_group", ins.pending, ".read")
 
 
 PRINTERS = {TmaLoad: tma_load, TmaStore: tma_store, TmaStoreCommit: tma_store_commit,

@@ -32,99 +32,46 @@ __all__ = [
 ExprLike = Union["Expr", int, bool, np.integer]
 
 
+def _forward(op: str) -> Callable[[Expr, ExprLike], Expr]:
+    """The method ``self <op> o``."""
+    def method(self: Expr, o: ExprLike) -> Expr:
+        return _binop(op, self, o)
+    return method
+
+
+def _reflected(op: str) -> Callable[[Expr, ExprLike], Expr]:
+    """The method ``o <op> self`` (Python's reflected operand, or ``>`` as a reversed ``<``)."""
+    def method(self: Expr, o: ExprLike) -> Expr:
+        return _binop(op, o, self)
+    return method
+
+
 class Expr:
     """Base class; subclasses are immutable and hashable by structure."""
 
     __slots__ = ()
 
-    # arithmetic -----------------------------------------------------------------
-    def __add__(self, o: ExprLike) -> Expr:
-        return _binop("+", self, o)
-
-    def __radd__(self, o: ExprLike) -> Expr:
-        return _binop("+", o, self)
-
-    def __sub__(self, o: ExprLike) -> Expr:
-        return _binop("-", self, o)
-
-    def __rsub__(self, o: ExprLike) -> Expr:
-        return _binop("-", o, self)
-
-    def __mul__(self, o: ExprLike) -> Expr:
-        return _binop("*", self, o)
-
-    def __rmul__(self, o: ExprLike) -> Expr:
-        return _binop("*", o, self)
-
-    def __floordiv__(self, o: ExprLike) -> Expr:
-        return _binop("//", self, o)
-
-    def __rfloordiv__(self, o: ExprLike) -> Expr:
-        return _binop("//", o, self)
-
-    def __mod__(self, o: ExprLike) -> Expr:
-        return _binop("%", self, o)
-
-    def __rmod__(self, o: ExprLike) -> Expr:
-        return _binop("%", o, self)
-
-    def __and__(self, o: ExprLike) -> Expr:
-        return _binop("&", self, o)
-
-    def __rand__(self, o: ExprLike) -> Expr:
-        return _binop("&", o, self)
-
-    def __or__(self, o: ExprLike) -> Expr:
-        return _binop("|", self, o)
-
-    def __ror__(self, o: ExprLike) -> Expr:
-        return _binop("|", o, self)
-
-    def __xor__(self, o: ExprLike) -> Expr:
-        return _binop("^", self, o)
-
-    def __rxor__(self, o: ExprLike) -> Expr:
-        return _binop("^", o, self)
-
-    def __lshift__(self, o: ExprLike) -> Expr:
-        return _binop("<<", self, o)
-
-    def __rlshift__(self, o: ExprLike) -> Expr:
-        return _binop("<<", o, self)
-
-    def __rshift__(self, o: ExprLike) -> Expr:
-        return _binop(">>", self, o)
-
-    def __rrshift__(self, o: ExprLike) -> Expr:
-        return _binop(">>", o, self)
+    # arithmetic and bits (``a <op> b``; reflected: ``b <op> a``) --------------------
+    __add__, __radd__ = _forward("+"), _reflected("+")
+    __sub__, __rsub__ = _forward("-"), _reflected("-")
+    __mul__, __rmul__ = _forward("*"), _reflected("*")
+    __floordiv__, __rfloordiv__ = _forward("//"), _reflected("//")
+    __mod__, __rmod__ = _forward("%"), _reflected("%")
+    __and__, __rand__ = _forward("&"), _reflected("&")
+    __or__, __ror__ = _forward("|"), _reflected("|")
+    __xor__, __rxor__ = _forward("^"), _reflected("^")
+    __lshift__, __rlshift__ = _forward("<<"), _reflected("<<")
+    __rshift__, __rrshift__ = _forward(">>"), _reflected(">>")
 
     def __neg__(self) -> Expr:
         return _binop("-", 0, self)
 
-    # comparisons build expressions (use ``structurally_equal`` for identity) --------
-    def __lt__(self, o: ExprLike) -> Expr:
-        return _binop("<", self, o)
-
-    def __le__(self, o: ExprLike) -> Expr:
-        return _binop("<=", self, o)
-
-    def __gt__(self, o: ExprLike) -> Expr:
-        return _binop("<", o, self)
-
-    def __ge__(self, o: ExprLike) -> Expr:
-        return _binop("<=", o, self)
-
-    def eq(self, o: ExprLike) -> Expr:
-        return _binop("==", self, o)
-
-    def ne(self, o: ExprLike) -> Expr:
-        return _binop("!=", self, o)
-
-    def logical_and(self, o: ExprLike) -> Expr:
-        return _binop("&&", self, o)
-
-    def logical_or(self, o: ExprLike) -> Expr:
-        return _binop("||", self, o)
+    # comparisons build expressions (use ``structurally_equal`` for identity); ``a > b`` is
+    # ``b < a`` --------------------------------------------------------------------------
+    __lt__, __gt__ = _forward("<"), _reflected("<")
+    __le__, __ge__ = _forward("<="), _reflected("<=")
+    eq, ne = _forward("=="), _forward("!=")
+    logical_and, logical_or = _forward("&&"), _forward("||")
 
     def logical_not(self) -> Expr:
         return UnOp.make("!", self)
@@ -271,17 +218,22 @@ class RegRead(Expr):
         return hash(("reg", id(self.array), self.index))
 
 
-def reg_reads(e: ExprLike) -> set[RegRead]:
-    """The register leaves of ``e``."""
-    if isinstance(e, RegRead):
+def _leaves(e: ExprLike, kind: type) -> set[Any]:
+    """The leaves of ``e`` of class ``kind``."""
+    if isinstance(e, kind):
         return {e}
     if isinstance(e, BinOp):
-        return reg_reads(e.a) | reg_reads(e.b)
+        return _leaves(e.a, kind) | _leaves(e.b, kind)
     if isinstance(e, UnOp):
-        return reg_reads(e.a)
+        return _leaves(e.a, kind)
     if isinstance(e, Select):
-        return reg_reads(e.cond) | reg_reads(e.a) | reg_reads(e.b)
+        return _leaves(e.cond, kind) | _leaves(e.a, kind) | _leaves(e.b, kind)
     return set()
+
+
+def reg_reads(e: ExprLike) -> set[RegRead]:
+    """The register leaves of ``e``."""
+    return _leaves(e, RegRead)
 
 
 def replace_leaves(e: ExprLike, fn: Callable[[Expr], ExprLike]) -> Expr:
@@ -687,30 +639,10 @@ def _floor_c(e: BinOp) -> str:
 
 
 def free_vars(e: ExprLike) -> set[Var]:
-    if not isinstance(e, Expr) or isinstance(e, Const):
-        return set()
-    if isinstance(e, Var):
-        return {e}
-    if isinstance(e, BinOp):
-        return free_vars(e.a) | free_vars(e.b)
-    if isinstance(e, UnOp):
-        return free_vars(e.a)
-    if isinstance(e, Select):
-        return free_vars(e.cond) | free_vars(e.a) | free_vars(e.b)
-    return set()
+    """The variables of ``e``."""
+    return _leaves(e, Var)
 
 
 def substitute(e: ExprLike, mapping: Mapping[Var, ExprLike]) -> Expr:
     """``e`` with variables replaced (re-simplified)."""
-    e = as_expr(e)
-    if isinstance(e, (Const, RegRead)):
-        return e
-    if isinstance(e, Var):
-        return as_expr(mapping[e]) if e in mapping else e
-    if isinstance(e, BinOp):
-        return _binop(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
-    if isinstance(e, UnOp):
-        return UnOp.make(e.op, substitute(e.a, mapping))
-    if isinstance(e, Select):
-        return select(substitute(e.cond, mapping), substitute(e.a, mapping), substitute(e.b, mapping))
-    raise TypeError(f"cannot substitute in {e!r}")
+    return replace_leaves(e, lambda x: mapping.get(x, x) if isinstance(x, Var) else x)

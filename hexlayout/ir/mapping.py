@@ -43,23 +43,22 @@ class TaskMapping:
             out = [a * b for a, b in zip(out, f.shape)]
         return tuple(out)
 
-    @property
-    def num_workers(self) -> int:
+    def _extent(self, kind: str) -> int:
+        """The product of the extents of the ``kind`` factors."""
         n = 1
         for f in self.factors:
-            if f.kind == "spatial":
+            if f.kind == kind:
                 for s in f.shape:
                     n *= s
         return n
 
     @property
+    def num_workers(self) -> int:
+        return self._extent("spatial")
+
+    @property
     def tasks_per_worker(self) -> int:
-        n = 1
-        for f in self.factors:
-            if f.kind == "repeat":
-                for s in f.shape:
-                    n *= s
-        return n
+        return self._extent("repeat")
 
     def __mul__(self, other: TaskMapping) -> TaskMapping:
         if not isinstance(other, TaskMapping):

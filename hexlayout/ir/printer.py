@@ -61,7 +61,7 @@ from .tile import (
 )
 from .types import LayoutVar, TileType
 
-__all__ = ["format_kernel", "format_op", "Printer", "PRINTING"]
+__all__ = ["format_kernel", "format_op", "Printer", "PRINTING", "defines"]
 
 
 def format_kernel(tk: TileKernel) -> str:
@@ -136,8 +136,7 @@ class Printer:
         if tk.consts:
             out.append("  consts " + ", ".join(f"{k}={v!r}" for k, v in tk.consts.items()))
         ln = tk.launch
-        grid = ", ".join(_e(g) for g in ln.grid)
-        line = f"  launch grid=({grid}) threads={ln.threads}"
+        line = f"  launch grid=({_list(ln.grid)}) threads={ln.threads}"
         if ln.cluster is not None:
             line += f" cluster={tuple(ln.cluster)}"
         if ln.min_blocks is not None:
@@ -197,155 +196,99 @@ def _if(p: Printer, op: If) -> OpText:
     return (head, op.then_body) if op.else_body is None else (head, op.then_body, "else:", op.else_body)
 
 
-@PRINTING.register(GlobalView)
-def _global_view(p: Printer, op: GlobalView) -> OpText:
-    org = ", ".join(_e(o) for o in op.origin)
-    ext = ", ".join(_e(e) for e in op.extent)
-    s = f"{p.val(op.result)} = view %{op.param.name}[{org}] extent ({ext})"
-    if op.gather is not None:
-        s += f" rows %{op.gather.name}"
-    if op.index_map is not None:
-        s += f" gather {op.index_map.text([v.name for v in op.indices])}"
-    return s
-
-
-@PRINTING.register(Alloc)
-def _alloc(p: Printer, op: Alloc) -> OpText:
-    return f"{p.val(op.result)} = alloc"
-
-
-@PRINTING.register(Slice)
-def _slice(p: Printer, op: Slice) -> OpText:
-    return f"{p.val(op.result)} = slice %{op.src.name}[{', '.join(_e(i) for i in op.index)}]"
-
-
-@PRINTING.register(SubTile)
-def _subtile(p: Printer, op: SubTile) -> OpText:
-    return f"{p.val(op.result)} = subtile %{op.src.name}[{', '.join(_e(o) for o in op.offset)}]"
-
-
-@PRINTING.register(Permute)
-def _permute(p: Printer, op: Permute) -> OpText:
-    return f"{p.val(op.result)} = permute %{op.src.name} ({', '.join(map(str, op.perm))})"
-
-
-@PRINTING.register(Iota)
-def _iota(p: Printer, op: Iota) -> OpText:
-    return f"{p.val(op.result)} = iota axis={op.axis}"
-
-
-@PRINTING.register(Copy)
-def _copy(p: Printer, op: Copy) -> OpText:
-    s = f"copy %{op.src.name} -> %{op.dst.name}"
-    if op.instruction:
-        s += f" instruction={op.instruction}"
-    if op.mask is not None:
-        s += f" mask={_scalar(op.mask)}"
-    if isinstance(op.mbarrier, Mbarrier):
-        s += f" mbarrier=%{op.mbarrier.name}[{_e(op.mbarrier_index)}]"
-    elif op.mbarrier is not None:
-        s += f" mbarrier={_scalar(op.mbarrier)}"
-    if op.multicast is not None:
-        s += f" multicast={_e(op.multicast)}"
-    if op.other is not None:
-        s += f" other={op.other!r}"
-    return s
-
-
-@PRINTING.register(Mma)
-def _mma(p: Printer, op: Mma) -> OpText:
-    s = f"mma %{op.a.name}, %{op.b.name} -> %{op.c.name}"
-    if op.atom:
-        s += f" atom={op.atom}"
-    if op.warps is not None:
-        s += f" warps={op.warps}"
-    if not op.k_inner:
-        s += " k_outer"
-    if op.accumulate is not True:
-        s += f" accumulate={_scalar(op.accumulate)}"
-    return s
-
-
-@PRINTING.register(Cast)
-def _cast(p: Printer, op: Cast) -> OpText:
-    return f"{p.val(op.result)} = cast %{op.src.name}"
-
-
-@PRINTING.register(Elementwise)
-def _elementwise(p: Printer, op: Elementwise) -> OpText:
-    args = ", ".join(_scalar(a) for a in op.args)
-    return f"{p.val(op.result)} = {op.fn}({args})"
-
-
-@PRINTING.register(Fill)
-def _fill(p: Printer, op: Fill) -> OpText:
-    return f"fill %{op.dst.name}, {op.value!r}"
-
-
-@PRINTING.register(Reduce)
-def _reduce(p: Printer, op: Reduce) -> OpText:
-    s = f"{p.val(op.result)} = reduce.{op.fn} %{op.src.name} axis={op.axis}"
-    if op.valid is not None:
-        s += f" valid={_e(op.valid)}" + (" overwrite" if op.overwrite else "")
-    return s
-
-
-@PRINTING.register(Rearrange)
-def _rearrange(p: Printer, op: Rearrange) -> OpText:
-    return f"{p.val(op.result)} = rearrange %{op.src.name}"
-
-
-@PRINTING.register(MbarrierInit)
-def _mbarrier_init(p: Printer, op: MbarrierInit) -> OpText:
-    return f"mbarrier.init %{op.bar.name}[{_e(op.index)}] arrivals={op.arrivals}"
-
-
-@PRINTING.register(MbarrierArrive)
-def _mbarrier_arrive(p: Printer, op: MbarrierArrive) -> OpText:
-    s = f"mbarrier.arrive %{op.bar.name}[{_e(op.index)}]"
-    if op.tx_bytes:
-        s += f" tx_bytes={op.tx_bytes}"
-    if op.who != "thread":
-        s += f" by={op.who}"
-    if op.cta is not None:
-        s += f" cta={_e(op.cta)}"
-    return s
-
-
-@PRINTING.register(MbarrierWait)
-def _mbarrier_wait(p: Printer, op: MbarrierWait) -> OpText:
-    return f"mbarrier.wait %{op.bar.name}[{_e(op.index)}] phase={_e(op.phase)}"
-
-
-#: ops printed as fixed text
-_FIXED = {Sync: "syncthreads", AsyncCommit: "cp.async.commit_group", WgmmaFence: "wgmma.fence",
-          WgmmaCommit: "wgmma.commit_group", FenceProxyAsync: "fence.proxy.async",
-          ClusterSync: "barrier.cluster"}
-#: group waits, printed as ``<instruction> <pending>``
-_WAITS = {AsyncWait: "cp.async.wait_group", WgmmaWait: "wgmma.wait_group"}
-
-
-def _fixed_text(text: str) -> Callable[[Printer, Any], OpText]:
+def defines(rhs: Callable[[Any], str]) -> Callable[[Printer, Any], OpText]:
+    """The printing rule of an op that defines one value, ``op.result``:
+    ``%result: <type> = <rhs(op)>``."""
     def rule(p: Printer, op: Any) -> OpText:
-        return text
+        return f"{p.val(op.result)} = {rhs(op)}"
     return rule
 
 
-def _wait_text(text: str) -> Callable[[Printer, Any], OpText]:
+def _statement(text: Callable[[Any], str]) -> Callable[[Printer, Any], OpText]:
     def rule(p: Printer, op: Any) -> OpText:
-        return f"{text} {op.pending}"
+        return text(op)
     return rule
 
 
-for _cls, _text in _FIXED.items():
-    PRINTING.register(_cls)(_fixed_text(_text))
-for _cls, _text in _WAITS.items():
-    PRINTING.register(_cls)(_wait_text(_text))
+def _list(xs: Any) -> str:
+    return ", ".join(_e(x) for x in xs)
 
 
-@PRINTING.register(SetMaxNReg)
-def _setmaxnreg(p: Printer, op: SetMaxNReg) -> OpText:
-    return f"setmaxnreg.{'inc' if op.increase else 'dec'} {op.count}"
+def _opts(**opts: str | None) -> str:
+    """`` name=value`` for each option given (``value`` not None), in order."""
+    return "".join(f" {k}={v}" for k, v in opts.items() if v is not None)
+
+
+def _maybe(fmt: Callable[[Any], str], x: Any) -> str | None:
+    return None if x is None else fmt(x)
+
+
+def _global_view(op: GlobalView) -> str:
+    rows = "" if op.gather is None else f" rows %{op.gather.name}"
+    gather = "" if op.index_map is None else f" gather {op.index_map.text([v.name for v in op.indices])}"
+    return f"view %{op.param.name}[{_list(op.origin)}] extent ({_list(op.extent)}){rows}{gather}"
+
+
+def _copy(op: Copy) -> str:
+    mbarrier = (f"%{op.mbarrier.name}[{_e(op.mbarrier_index)}]" if isinstance(op.mbarrier, Mbarrier)
+                else _maybe(_scalar, op.mbarrier))
+    return f"copy %{op.src.name} -> %{op.dst.name}" + _opts(
+        instruction=op.instruction or None, mask=_maybe(_scalar, op.mask), mbarrier=mbarrier,
+        multicast=_maybe(_e, op.multicast), other=_maybe(repr, op.other))
+
+
+def _mma(op: Mma) -> str:
+    opts = _opts(atom=op.atom or None, warps=_maybe(str, op.warps)) + ("" if op.k_inner else " k_outer")
+    opts += _opts(accumulate=None if op.accumulate is True else _scalar(op.accumulate))
+    return f"mma %{op.a.name}, %{op.b.name} -> %{op.c.name}{opts}"
+
+
+def _reduce(op: Reduce) -> str:
+    valid = "" if op.valid is None else f" valid={_e(op.valid)}" + (" overwrite" if op.overwrite else "")
+    return f"reduce.{op.fn} %{op.src.name} axis={op.axis}{valid}"
+
+
+def _mbarrier_arrive(op: MbarrierArrive) -> str:
+    return f"mbarrier.arrive %{op.bar.name}[{_e(op.index)}]" + _opts(
+        tx_bytes=str(op.tx_bytes) if op.tx_bytes else None, by=op.who if op.who != "thread" else None,
+        cta=_maybe(_e, op.cta))
+
+
+#: the ops that define one value, by the right-hand side of their line
+_DEFINES: dict[type, Callable[[Any], str]] = {
+    GlobalView: _global_view,
+    Alloc: lambda op: "alloc",
+    Slice: lambda op: f"slice %{op.src.name}[{_list(op.index)}]",
+    SubTile: lambda op: f"subtile %{op.src.name}[{_list(op.offset)}]",
+    Permute: lambda op: f"permute %{op.src.name} ({', '.join(map(str, op.perm))})",
+    Iota: lambda op: f"iota axis={op.axis}",
+    Cast: lambda op: f"cast %{op.src.name}",
+    Elementwise: lambda op: f"{op.fn}({', '.join(_scalar(a) for a in op.args)})",
+    Reduce: _reduce,
+    Rearrange: lambda op: f"rearrange %{op.src.name}",
+}
+#: the ops printed as one statement of their fields
+_STATEMENTS: dict[type, Callable[[Any], str]] = {
+    Copy: _copy,
+    Mma: _mma,
+    Fill: lambda op: f"fill %{op.dst.name}, {op.value!r}",
+    MbarrierInit: lambda op: f"mbarrier.init %{op.bar.name}[{_e(op.index)}] arrivals={op.arrivals}",
+    MbarrierArrive: _mbarrier_arrive,
+    MbarrierWait: lambda op: f"mbarrier.wait %{op.bar.name}[{_e(op.index)}] phase={_e(op.phase)}",
+    Sync: lambda op: "syncthreads",
+    AsyncCommit: lambda op: "cp.async.commit_group",
+    AsyncWait: lambda op: f"cp.async.wait_group {op.pending}",
+    WgmmaFence: lambda op: "wgmma.fence",
+    WgmmaCommit: lambda op: "wgmma.commit_group",
+    WgmmaWait: lambda op: f"wgmma.wait_group {op.pending}",
+    FenceProxyAsync: lambda op: "fence.proxy.async",
+    ClusterSync: lambda op: "barrier.cluster",
+    SetMaxNReg: lambda op: f"setmaxnreg.{'inc' if op.increase else 'dec'} {op.count}",
+}
+for _cls, _rhs in _DEFINES.items():
+    PRINTING.register(_cls)(defines(_rhs))
+for _cls, _text in _STATEMENTS.items():
+    PRINTING.register(_cls)(_statement(_text))
 
 
 def _hint(v: Any) -> str:
@@ -356,7 +299,5 @@ def _hint(v: Any) -> str:
 
 def _param(p: Any) -> str:
     if isinstance(p, GlobalParam):
-        shape = ", ".join(_e(s) for s in p.shape)
-        stride = ", ".join(_e(s) for s in p.stride)
-        return f"{p.name}: {p.dtype}[{shape}] stride ({stride})"
+        return f"{p.name}: {p.dtype}[{_list(p.shape)}] stride ({_list(p.stride)})"
     return f"{p.name}: {p.dtype}"

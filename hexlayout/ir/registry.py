@@ -68,7 +68,8 @@ class OpRegistry(Generic[F]):
 
 
 def op_classes() -> list[type[Op]]:
-    """Every concrete subclass of ``Op`` defined so far (recursively), by name."""
+    """Every concrete subclass of ``Op`` defined so far (recursively), by name. A private base
+    (``_Unary``: the fields several ops share) is no op of its own and is left out."""
     out: list[type[Op]] = []
     todo = list(Op.__subclasses__())
     while todo:
@@ -76,4 +77,5 @@ def op_classes() -> list[type[Op]]:
         if c not in out:
             out.append(c)
             todo.extend(c.__subclasses__())
-    return sorted(out, key=lambda c: (c.__module__, c.__name__))
+    ops = [c for c in out if not c.__name__.startswith("_")]
+    return sorted(ops, key=lambda c: (c.__module__, c.__name__))

@@ -16,21 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .printer import PRINTING, Printer
-from .tile import Op, Value
+from .printer import PRINTING, defines
+from .tile import Op, Value, _Unary
 
 __all__ = ["Reshape", "Join"]
 
 
 @dataclass(eq=False)
-class Reshape(Op):
+class Reshape(_Unary):
     """``result.flat[i] = src.flat[i]`` in row-major order (``result``'s shape is the new one)."""
-
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
 
 
 @dataclass(eq=False)
@@ -46,12 +40,10 @@ class Join(Op):
     interleave: bool = False
 
 
-@PRINTING.register(Reshape)
-def _reshape(p: Printer, op: Reshape) -> str:
-    return f"{p.val(op.result)} = reshape %{op.src.name}"
-
-
-@PRINTING.register(Join)
-def _join(p: Printer, op: Join) -> str:
+def _join(op: Join) -> str:
     kind = "interleave" if op.interleave else "concat"
-    return f"{p.val(op.result)} = {kind} {', '.join('%' + s.name for s in op.srcs)} axis={op.axis}"
+    return f"{kind} {', '.join('%' + s.name for s in op.srcs)} axis={op.axis}"
+
+
+PRINTING.register(Reshape)(defines(lambda op: f"reshape %{op.src.name}"))
+PRINTING.register(Join)(defines(_join))

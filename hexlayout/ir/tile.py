@@ -254,6 +254,18 @@ class GlobalView(Op):
 
 
 @dataclass(eq=False)
+class _Unary(Op):
+    """An op that reads one tile, ``src``, and defines ``result`` from it (a view of it, or
+    register-tile math); subclasses add their own fields after these two."""
+
+    INPUTS = ("src",)
+    OUTPUTS = ("result",)
+
+    result: Value
+    src: Value
+
+
+@dataclass(eq=False)
 class Alloc(Op):
     OUTPUTS = ("result",)
 
@@ -261,36 +273,21 @@ class Alloc(Op):
 
 
 @dataclass(eq=False)
-class Slice(Op):
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
+class Slice(_Unary):
     index: tuple[ExprLike | None, ...]
 
 
 @dataclass(eq=False)
-class SubTile(Op):
+class SubTile(_Unary):
     """``result`` = the ``result.type.shape`` window of ``src`` at element ``offset``."""
 
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
     offset: tuple[ExprLike, ...]
 
 
 @dataclass(eq=False)
-class Permute(Op):
+class Permute(_Unary):
     """``result`` = ``src`` with modes reordered: result mode ``i`` is source mode ``perm[i]``."""
 
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
     perm: tuple[int, ...]
 
 
@@ -343,12 +340,8 @@ class Mma(Op):
 
 
 @dataclass(eq=False)
-class Cast(Op):
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
+class Cast(_Unary):
+    """``result`` = ``src`` converted to ``result``'s element type."""
 
 
 @dataclass(eq=False)
@@ -377,18 +370,13 @@ class Fill(Op):
 
 
 @dataclass(eq=False)
-class Reduce(Op):
+class Reduce(_Unary):
     """``result = fn_i src[..., i, ...]`` along ``axis``. ``valid`` (set by the padding
     analysis, ``hexlayout.ir.padding``): only the elements with coordinate ``< valid`` along
     ``axis`` take part (the rest are the padding of a ragged view: they count as the
     reduction's identity); ``None``: all of them. ``overwrite``: those elements of ``src``
     are set to the identity in place (padding is nobody's data; no copy of the tile)."""
 
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
     fn: str
     axis: int
     valid: ExprLike | None = None
@@ -396,12 +384,8 @@ class Reduce(Op):
 
 
 @dataclass(eq=False)
-class Rearrange(Op):
-    INPUTS = ("src",)
-    OUTPUTS = ("result",)
-
-    result: Value
-    src: Value
+class Rearrange(_Unary):
+    """``result`` = ``src`` under ``result``'s layout (the values move between threads)."""
 
 
 @dataclass(eq=False)

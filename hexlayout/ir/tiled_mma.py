@@ -153,21 +153,21 @@ class TiledMma:
                 out.append(MmaInstance(r, rm, rn, k))
         return out
 
-    @property
-    def tasks_m(self) -> int:
+    def _tasks(self, mode: int) -> int:
+        """The repeats along ``mode`` (0: M, 1: N): the product of its repeat digits."""
         n = 1
         for ext, d in self._repeat_digits():
-            if d == 0:
+            if d == mode:
                 n *= ext
         return n
 
     @property
+    def tasks_m(self) -> int:
+        return self._tasks(0)
+
+    @property
     def tasks_n(self) -> int:
-        n = 1
-        for ext, d in self._repeat_digits():
-            if d == 1:
-                n *= ext
-        return n
+        return self._tasks(1)
 
     def __str__(self) -> str:
         m, n, k = self.tile_mnk

@@ -19,6 +19,7 @@ past ``size(L)``), and a tile that straddles L's modes unevenly raises ValueErro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .complement import complement
@@ -26,7 +27,9 @@ from .composition import Tiler, composition
 from .inttuple import fmt, is_int, is_tuple
 from .layout import Layout, coalesce, make_layout, require_layout
 
-__all__ = ["logical_divide", "zipped_divide", "tiled_divide", "flat_divide", "zip2_by", "tuple_layout"]
+__all__ = [
+    "logical_divide", "zipped_divide", "tiled_divide", "flat_divide", "zip2_by", "tuple_layout", "by_tiler",
+]
 
 
 def unpack_modes(mode: Layout) -> list[Layout]:
@@ -40,29 +43,41 @@ def tuple_layout(modes: list[Layout]) -> Layout:
     return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
 
 
-def logical_divide(layout: Any, tiler: Tiler) -> Any:
-    from .composed import ComposedLayout
-
-    if isinstance(layout, ComposedLayout):
-        return ComposedLayout(layout.layout_a, layout.offset, logical_divide(layout.layout_b, tiler))
-    require_layout(layout, "logical_divide")
+def by_tiler(layout: Any, tiler: Tiler, name: str, by_layout: Callable[[Layout, Layout], Layout],
+             recurse: Callable[[Any, Tiler], Any]) -> Any:
+    """The logical divide or product ``name`` of ``layout`` by ``tiler`` (``recurse``), as CuTe
+    dispatches it: of a ``ComposedLayout``, the one of its inner layout; by ``None``, ``layout``;
+    an int ``n`` is the layout ``n:1``; a ``Layout`` gives ``by_layout(layout, tiler)``; a tuple
+    applies ``recurse`` mode by mode (the modes past the tiler's kept whole)."""
+    c = on_inner(layout, tiler, recurse)
+    if c is not None:
+        return c
+    require_layout(layout, name)
     if tiler is None:
         return layout
     if is_int(tiler):
         tiler = Layout(int(tiler))
     if isinstance(tiler, Layout):
         try:
-            shp = coalesce(layout).shape
-            return composition(layout, make_layout(tiler, complement(tiler, shp)))
+            return by_layout(layout, tiler)
         except ValueError as e:
-            raise ValueError(f"logical_divide({layout}, {tiler}): {e}") from None
+            raise ValueError(f"{name}({layout}, {tiler}): {e}") from None
     if is_tuple(tiler):
         if len(tiler) > layout.rank:
-            raise ValueError(f"logical_divide({layout}, {fmt(tiler)}): too many modes in the tiler")
-        modes = [logical_divide(layout[i], tiler[i]) for i in range(len(tiler))]
+            raise ValueError(f"{name}({layout}, {fmt(tiler)}): too many modes in the tiler")
+        modes = [recurse(layout[i], tiler[i]) for i in range(len(tiler))]
         modes += [layout[i] for i in range(len(tiler), layout.rank)]
         return tuple_layout(modes)
-    raise ValueError(f"logical_divide({layout}, {tiler!r}): the tiler is not a Layout, int, None or tuple")
+    raise ValueError(f"{name}({layout}, {tiler!r}): the tiler is not a Layout, int, None or tuple")
+
+
+def logical_divide(layout: Any, tiler: Tiler) -> Any:
+    return by_tiler(layout, tiler, "logical_divide", _divide_by_layout, logical_divide)
+
+
+def _divide_by_layout(layout: Layout, tiler: Layout) -> Layout:
+    """``L o (T, complement(T, size(L)))``."""
+    return composition(layout, make_layout(tiler, complement(tiler, coalesce(layout).shape)))
 
 
 def zip2_by(layout: Layout, guide: Tiler) -> Layout:

@@ -25,7 +25,12 @@ from .layout import Layout, coalesce
 __all__ = ["right_inverse", "left_inverse", "max_common_layout", "max_common_vector"]
 
 
-def _flat_sorted(layout: Layout) -> tuple[list[int], list[int], list[int], list[int]]:
+def _flat_sorted(layout: Layout, name: str) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The coalesced ``layout``'s shapes, strides and prefix products of the shapes (as
+    flat lists), and its mode indices by increasing stride; ``name`` (the caller) refuses
+    anything but a ``Layout``."""
+    if not isinstance(layout, Layout):
+        raise ValueError(f"{name}: {layout!r} is not a Layout")
     c = coalesce(layout)
     shp = list(c.shape) if isinstance(c.shape, tuple) else [c.shape]
     std = list(c.stride) if isinstance(c.stride, tuple) else [c.stride]
@@ -40,9 +45,7 @@ def right_inverse(layout: Layout | None) -> Layout | None:
     """CuTe's ``right_inverse``: ``layout(R(i)) == i`` for ``0 <= i < size(R)``."""
     if layout is None:
         return None
-    if not isinstance(layout, Layout):
-        raise ValueError(f"right_inverse: {layout!r} is not a Layout")
-    shp, std, pre, order = _flat_sorted(layout)
+    shp, std, pre, order = _flat_sorted(layout, "right_inverse")
     rs, rd = [1], [0]
     curr = 1
     for i in order:
@@ -57,9 +60,7 @@ def left_inverse(layout: Layout | None) -> Layout | None:
     """CuTe's ``left_inverse``: ``R(layout(i)) == i`` for ``0 <= i < size(layout)`` if injective."""
     if layout is None:
         return None
-    if not isinstance(layout, Layout):
-        raise ValueError(f"left_inverse: {layout!r} is not a Layout")
-    shp, std, pre, order = _flat_sorted(layout)
+    shp, std, pre, order = _flat_sorted(layout, "left_inverse")
     if any(d < 0 for d in std):
         raise ValueError(f"left_inverse({layout}): negative strides are not supported")
     rs: list[int] = []

@@ -382,36 +382,29 @@ def filter(x: Layout, profile: IntTuple | None = None) -> Layout:  # noqa: A001 
     return coalesce(filter_zeros(x))
 
 
+def _pad(x: Layout, y: Layout | None, n: int | None, front: bool, name: str) -> Layout:
+    """``x`` with mode ``y`` (default ``1:0``) added at the back (at the ``front``), once, or
+    with ``n`` as often as it takes to reach rank ``n``."""
+    y = Layout(1, 0) if y is None else y
+    require_layout(x, name)
+    require_layout(y, name)
+    modes = list(x) if is_tuple(x.shape) else [x]
+    at = 0 if front else len(modes)
+    pad = 1 if n is None else max(0, n - len(modes))
+    modes[at:at] = [y] * pad
+    if n is not None and len(modes) == 1:
+        return x
+    return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
+
+
 def append(x: Layout, y: Layout | None = None, n: int | None = None) -> Layout:
     """Append mode ``y`` (default ``1:0``); with ``n``, pad with ``y`` up to rank ``n``."""
-    y = Layout(1, 0) if y is None else y
-    require_layout(x, "append")
-    require_layout(y, "append")
-    modes = list(x) if is_tuple(x.shape) else [x]
-    if n is None:
-        modes.append(y)
-    else:
-        while len(modes) < n:
-            modes.append(y)
-        if len(modes) == 1:
-            return x
-    return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
+    return _pad(x, y, n, False, "append")
 
 
 def prepend(x: Layout, y: Layout | None = None, n: int | None = None) -> Layout:
     """Prepend mode ``y`` (default ``1:0``); with ``n``, pad with ``y`` up to rank ``n``."""
-    y = Layout(1, 0) if y is None else y
-    require_layout(x, "prepend")
-    require_layout(y, "prepend")
-    modes = list(x) if is_tuple(x.shape) else [x]
-    if n is None:
-        modes.insert(0, y)
-    else:
-        while len(modes) < n:
-            modes.insert(0, y)
-        if len(modes) == 1:
-            return x
-    return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
+    return _pad(x, y, n, True, "prepend")
 
 
 def select(x: Layout, *modes: int) -> Layout:

@@ -15,9 +15,9 @@ from typing import Any
 
 from .complement import complement
 from .composition import Tiler, composition
-from .divide import on_inner, tuple_layout, zipped_forms
+from .divide import by_tiler, on_inner, zipped_forms
 from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, product, product_each
-from .layout import Layout, append, cosize, make_layout, make_ordered_layout, require_layout
+from .layout import Layout, append, cosize, make_layout, make_ordered_layout
 
 __all__ = [
     "logical_product",
@@ -31,27 +31,12 @@ __all__ = [
 
 
 def logical_product(block: Any, tiler: Tiler) -> Any:
-    c = on_inner(block, tiler, logical_product)
-    if c is not None:
-        return c
-    require_layout(block, "logical_product")
-    if tiler is None:
-        return block
-    if is_int(tiler):
-        tiler = Layout(int(tiler))
-    if isinstance(tiler, Layout):
-        try:
-            comp = complement(block, block.size() * cosize(tiler))
-            return make_layout(block, composition(comp, tiler))
-        except ValueError as e:
-            raise ValueError(f"logical_product({block}, {tiler}): {e}") from None
-    if is_tuple(tiler):
-        if len(tiler) > block.rank:
-            raise ValueError(f"logical_product({block}, {fmt(tiler)}): too many modes in the tiler")
-        modes = [logical_product(block[i], tiler[i]) for i in range(len(tiler))]
-        modes += [block[i] for i in range(len(tiler), block.rank)]
-        return tuple_layout(modes)
-    raise ValueError(f"logical_product({block}, {tiler!r}): the tiler is not a Layout, int, None or tuple")
+    return by_tiler(block, tiler, "logical_product", _product_by_layout, logical_product)
+
+
+def _product_by_layout(block: Layout, tiler: Layout) -> Layout:
+    """``(A, complement(A, size(A) * cosize(B)) o B)``."""
+    return make_layout(block, composition(complement(block, block.size() * cosize(tiler)), tiler))
 
 
 zipped_product, tiled_product, flat_product = zipped_forms(logical_product, "product")

@@ -79,8 +79,8 @@ def test_paired_conversion_prints_what_the_emulator_computes(src: DType, dst: DT
     a, d = L.RegArray("a", src, 2), L.RegArray("d", dst, 2)
     k = L.LoweredKernel("p", [], (1,), 1, Var("t", 0, 1, kind="thread"), (), [], registers=[a, d])
     em = Emitter(k)
-    em.add_reg(a, "a")
-    em.add_reg(d, "d")
+    em.add_name(a, "a")
+    em.add_name(d, "d")
     lines = print_alu(em, L.Alu("cvt", L.RegRef(d, 0, 2), (L.RegRef(a, 0, 2),)))
     assert len(lines) == 2 and "x2" in lines[1], lines            # one paired call
     x = _inputs(src)

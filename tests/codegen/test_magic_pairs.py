@@ -46,8 +46,8 @@ def _print(fn: str, src: DType, dst: DType, start: int = 0) -> list[str]:
     a, d = L.RegArray("a", src, N + start), L.RegArray("d", dst, N + start)
     k = L.LoweredKernel("p", [], (1,), 1, Var("t", 0, 1, kind="thread"), (), [], registers=[a, d])
     em = Emitter(k)
-    em.add_reg(a, "a")
-    em.add_reg(d, "d")
+    em.add_name(a, "a")
+    em.add_name(d, "d")
     return print_alu(em, L.Alu(fn, L.RegRef(d, start, N), (L.RegRef(a, start, N),)))
 
 

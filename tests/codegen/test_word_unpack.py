@@ -79,7 +79,7 @@ def _print(ins: list[L.Alu], arrays: list[L.RegArray]) -> list[list[str]]:
     k = L.LoweredKernel("p", [], (1,), 1, Var("t", 0, 1, kind="thread"), (), [], registers=arrays)
     em = Emitter(k)
     for a in arrays:
-        em.add_reg(a, a.name)
+        em.add_name(a, a.name)
     out = []
     for i in ins:
         out.append(print_alu(em, i))

@@ -268,7 +268,7 @@ def _print(case: Case, fn: AluFunction) -> str:
     k = L.LoweredKernel("alu_case", [], (1,), 1, Var("t", 0, 1, kind="thread"), (), [], registers=regs + [d])
     em = Emitter(k)
     for r in regs + [d]:
-        em.add_reg(r, r.name)
+        em.add_name(r, r.name)
     srcs: list[Any] = [L.RegRef(r, 0, 1) for r in regs] + ([] if case.imm is None else [case.imm])
     (stmt,) = print_alu(em, L.Alu(fn, L.RegRef(d, 0, 1), tuple(srcs)))
     return stmt

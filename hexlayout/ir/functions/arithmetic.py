@@ -10,56 +10,40 @@ emulator; the device result is unspecified, as C leaves it).
 from __future__ import annotations
 
 import math
+import operator as pyop
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from .base import FLOAT, AluFunction, CDomain, is_integer_array
+from .base import FLOAT, AluFunction, CDomain, function_class, is_integer_array
 
 __all__ = ["Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Fma", "Rcp"]
 
 
-class Add(AluFunction):
-    """``a + b``."""
+class _Infix(AluFunction):
+    """``a <operator> b``: Python's ``py`` on the numpy operands, in C ``form`` (a format of
+    ``a`` and ``b``, parenthesized where C's precedence needs it)."""
 
-    name = "add"
     arity = 2
-    operator = "+"
+    py: Any = None
+    form = ""
 
     def numpy(self, a: Any, b: Any) -> Any:
-        return a + b
+        return type(self).py(a, b)
 
     def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"{a} + {b}"
+        return self.form.format(a=a, b=b)
 
 
-class Sub(AluFunction):
-    """``a - b``."""
-
-    name = "sub"
-    arity = 2
-    operator = "-"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return a - b
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"{a} - ({b})"
+def _infix(cls: str, operator: str, py: Any, form: str) -> type[_Infix]:
+    """The operation ``a <operator> b``, class ``cls`` named ``cls.lower()``."""
+    return function_class(cls, _Infix, f"``a {operator} b``.", __name__, operator=operator, py=py, form=form)
 
 
-class Mul(AluFunction):
-    """``a * b``."""
-
-    name = "mul"
-    arity = 2
-    operator = "*"
-
-    def numpy(self, a: Any, b: Any) -> Any:
-        return a * b
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"({a}) * ({b})"
+Add = _infix("Add", "+", pyop.add, "{a} + {b}")
+Sub = _infix("Sub", "-", pyop.sub, "{a} - ({b})")
+Mul = _infix("Mul", "*", pyop.mul, "({a}) * ({b})")
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -71,20 +55,17 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, 0, q)
 
 
-class Div(AluFunction):
+class Div(_Infix):
     """``a / b`` (integers: truncated toward zero)."""
 
     name = "div"
-    arity = 2
     operator = "/"
+    form = "({a}) / ({b})"
 
     def numpy(self, a: Any, b: Any) -> Any:
         if is_integer_array(a) and is_integer_array(b):
             return _int_div(a, b)
         return a / b
-
-    def cuda(self, c: CDomain, a: str, b: str) -> str:
-        return f"({a}) / ({b})"
 
 
 class Neg(AluFunction):

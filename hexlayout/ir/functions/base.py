@@ -56,7 +56,7 @@ from hexlayout.errors import HexlayoutError
 
 __all__ = [
     "AluFunction", "CDomain", "AluTypeError", "UnknownFunctionError", "alu_function", "alu_functions",
-    "ALU_FUNCTIONS", "kind_of", "KIND_WORDS", "compute_domain", "NUMPY_DOMAIN", "libm",
+    "ALU_FUNCTIONS", "kind_of", "KIND_WORDS", "compute_domain", "NUMPY_DOMAIN", "libm", "function_class",
 ]
 
 #: every function, by name (the registry)
@@ -229,6 +229,15 @@ class AluFunction(str):
         if self.ulp == 0:
             return 0
         return self.ulp if dst.bits >= 32 else 1
+
+
+def function_class(cls: str, base: type[AluFunction], doc: str, module: str, **rules: Any) -> Any:
+    """Define (and so register) the function class ``cls`` of module ``module``, a subclass of
+    the family ``base`` with the math ``doc`` and the class attributes ``rules``; its name is
+    ``cls.lower()`` unless ``rules`` gives one. For the families whose members differ only in
+    their attributes (one operator, one library function), defined as a table."""
+    return type(cls, (base,), {"__doc__": doc, "__module__": module, "__qualname__": cls, "name": cls.lower(),
+                               **rules})
 
 
 def alu_function(fn: str) -> AluFunction:

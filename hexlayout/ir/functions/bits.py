@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import AluFunction, CDomain
+from .base import AluFunction, CDomain, function_class
 
 __all__ = ["Shl", "Shr", "BitAnd", "BitOr", "BitXor", "BitNot", "INTEGERS"]
 
@@ -48,16 +48,27 @@ class _Bits(AluFunction):
     accepts = INTEGERS
 
 
-class Shl(_Bits):
-    """``a << n``: zeros shifted in; ``n`` read unsigned, ``n >= W`` gives 0."""
+class _Shift(_Bits):
+    """A shift of ``a`` by the amount ``n`` read unsigned: ``shifted(a, ok, k)`` on the int64
+    values, ``ok`` where the amount is below 64 and ``k`` the amount (0 where it is not)."""
 
-    name = "shl"
     arity = 2
-    operator = "<<"
 
     def numpy(self, a: Any, n: Any) -> Any:
         ok, k = _amount(n)
-        a = np.asarray(a, dtype=np.int64)
+        return self.shifted(np.asarray(a, dtype=np.int64), ok, k)
+
+    def shifted(self, a: np.ndarray, ok: np.ndarray, k: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Shl(_Shift):
+    """``a << n``: zeros shifted in; ``n`` read unsigned, ``n >= W`` gives 0."""
+
+    name = "shl"
+    operator = "<<"
+
+    def shifted(self, a: np.ndarray, ok: np.ndarray, k: np.ndarray) -> np.ndarray:
         return np.where(ok, np.left_shift(a, k), 0)
 
     def cuda(self, c: CDomain, a: str, n: str) -> str:
@@ -67,17 +78,14 @@ class Shl(_Bits):
                 f"static_cast<{c.ctype}>(static_cast<{u}>({a}) << ({n})) : static_cast<{c.ctype}>(0))")
 
 
-class Shr(_Bits):
+class Shr(_Shift):
     """``a >> n``: arithmetic for signed, logical for unsigned types; ``n`` read unsigned,
     ``n >= W`` gives all sign bits (signed) or 0 (unsigned)."""
 
     name = "shr"
-    arity = 2
     operator = ">>"
 
-    def numpy(self, a: Any, n: Any) -> Any:
-        ok, k = _amount(n)
-        a = np.asarray(a, dtype=np.int64)
+    def shifted(self, a: np.ndarray, ok: np.ndarray, k: np.ndarray) -> np.ndarray:
         return np.right_shift(a, np.where(ok, k, 63))
 
     def cuda(self, c: CDomain, a: str, n: str) -> str:
@@ -98,28 +106,15 @@ class _Bitwise(_Bits):
         return f"({a}) {self.operator} ({b})"
 
 
-class BitAnd(_Bitwise):
-    """``a & b``, bit by bit."""
-
-    name = "bitand"
-    operator = "&"
-    ufunc = np.bitwise_and
+def _bitwise(cls: str, operator: str, ufunc: Any) -> type[_Bitwise]:
+    """The bit-by-bit operation ``a <operator> b``, class ``cls`` named ``cls.lower()``."""
+    return function_class(cls, _Bitwise, f"``a {operator} b``, bit by bit.", __name__, operator=operator,
+                          ufunc=ufunc)
 
 
-class BitOr(_Bitwise):
-    """``a | b``, bit by bit."""
-
-    name = "bitor"
-    operator = "|"
-    ufunc = np.bitwise_or
-
-
-class BitXor(_Bitwise):
-    """``a ^ b``, bit by bit."""
-
-    name = "bitxor"
-    operator = "^"
-    ufunc = np.bitwise_xor
+BitAnd = _bitwise("BitAnd", "&", np.bitwise_and)
+BitOr = _bitwise("BitOr", "|", np.bitwise_or)
+BitXor = _bitwise("BitXor", "^", np.bitwise_xor)
 
 
 class BitNot(_Bits):

@@ -22,9 +22,11 @@ defined (the bit pattern wraps), and the emulator computes what the printed code
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from hexlayout.arch.dtypes import DTYPES
 
 from .base import AluFunction, CDomain
 from .bits import INTEGERS
@@ -32,48 +34,51 @@ from .bits import INTEGERS
 __all__ = ["I2F16Magic", "I2Bf16MagicNarrow", "I2Bf16Magic", "EXACT_RANGE"]
 
 
-class I2F16Magic(AluFunction):
+class _Magic16(AluFunction):
+    """``t(bits = (magic + v) mod 2**16) - bias``, rounded once to the 16-bit float type ``t``
+    (``result``; ``__hsub``), where ``bias`` is the value of the bits ``magic``, a number of the
+    binade in which ``t``'s ulp is 1: ``v`` for ``v`` in ``EXACT_RANGE``."""
+
+    accepts = INTEGERS
+    integer_domain = True
+    magic: ClassVar[int] = 0
+    bias: ClassVar[float] = 0.0
+    c_name: ClassVar[str] = ""             # CUDA's ``__ushort_as_<c_name>``
+
+    def numpy(self, v: Any) -> Any:
+        t = DTYPES[self.result].numpy()
+        bits = ((np.asarray(v, dtype=np.int64) + self.magic) & 0xFFFF).astype(np.uint16)
+        return (bits.view(t).astype(np.float64) - self.bias).astype(t)
+
+    def cuda(self, c: CDomain, v: str) -> str:
+        as_t = f"__ushort_as_{self.c_name}"
+        return (f"__hsub({as_t}(static_cast<unsigned short>({self.magic:#x} + (" + v + "))), "
+                f"{as_t}(static_cast<unsigned short>({self.magic:#x})))")
+
+    def issue(self, count: int) -> float:
+        return max(1.0, count / 8)          # an integer add and half a packed 16-bit subtraction
+
+
+class I2F16Magic(_Magic16):
     """``f16(bits = (0x6600 + v) mod 2**16) - 1536``, rounded once to f16: ``v`` for
     ``-512 <= v < 512``."""
 
     name = "i2f16_magic"
-    accepts = INTEGERS
     result = "f16"
-    integer_domain = True
-
-    def numpy(self, v: Any) -> Any:
-        bits = ((np.asarray(v, dtype=np.int64) + 0x6600) & 0xFFFF).astype(np.uint16)
-        return (bits.view(np.float16).astype(np.float64) - 1536.0).astype(np.float16)
-
-    def cuda(self, c: CDomain, v: str) -> str:
-        return ("__hsub(__ushort_as_half(static_cast<unsigned short>(0x6600 + (" + v + "))), "
-                "__ushort_as_half(static_cast<unsigned short>(0x6600)))")
-
-    def issue(self, count: int) -> float:
-        return max(1.0, count / 8)          # an integer add and half a packed half subtraction
+    magic = 0x6600
+    bias = 1536.0
+    c_name = "half"
 
 
-class I2Bf16MagicNarrow(AluFunction):
+class I2Bf16MagicNarrow(_Magic16):
     """``bf16(bits = (0x4300 + v) mod 2**16) - 128``, rounded once to bf16: ``v`` for
     ``0 <= v < 128``."""
 
     name = "i2bf16_magic_narrow"
-    accepts = INTEGERS
     result = "bf16"
-    integer_domain = True
-
-    def numpy(self, v: Any) -> Any:
-        import ml_dtypes
-
-        bits = ((np.asarray(v, dtype=np.int64) + 0x4300) & 0xFFFF).astype(np.uint16)
-        return (bits.view(ml_dtypes.bfloat16).astype(np.float64) - 128.0).astype(ml_dtypes.bfloat16)
-
-    def cuda(self, c: CDomain, v: str) -> str:
-        return ("__hsub(__ushort_as_bfloat16(static_cast<unsigned short>(0x4300 + (" + v + "))), "
-                "__ushort_as_bfloat16(static_cast<unsigned short>(0x4300)))")
-
-    def issue(self, count: int) -> float:
-        return max(1.0, count / 8)          # an integer add and half a packed bf16 subtraction
+    magic = 0x4300
+    bias = 128.0
+    c_name = "bfloat16"
 
 
 class I2Bf16Magic(AluFunction):

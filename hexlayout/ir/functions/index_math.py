@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 
 from .base import AluFunction, CDomain
+from .bits import INTEGERS
 
 __all__ = ["FloorDiv", "Mod"]
-
-INTEGERS = frozenset({"int", "uint"})
 
 
 def _split(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

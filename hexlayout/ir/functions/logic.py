@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ANY, AluFunction, CDomain
+from .base import ANY, NUMBERS, AluFunction, CDomain, function_class
 
 __all__ = ["Lt", "Le", "Gt", "Ge", "Eq", "Ne", "And", "Or", "Not", "Select"]
 
@@ -30,54 +30,21 @@ class _Compare(AluFunction):
         return c.from_bool(f"{a} {self.symbol} {b}")
 
 
-class Lt(_Compare):
-    """``a < b``."""
-
-    name = "lt"
-    symbol = operator = "<"
-    ufunc = np.less
-
-
-class Le(_Compare):
-    """``a <= b``."""
-
-    name = "le"
-    symbol = operator = "<="
-    ufunc = np.less_equal
+def _comparison(cls: str, symbol: str, ufunc: Any, accepts: frozenset[str] = NUMBERS,
+                operator: bool = True) -> type[_Compare]:
+    """The comparison ``a <symbol> b``, class ``cls`` named ``cls.lower()``. ``operator``:
+    messages spell it ``symbol``, the tile operator (``==`` and ``!=`` are not tile operators,
+    ``Tile.eq`` / ``Tile.ne``: messages name them ``eq`` / ``ne``)."""
+    return function_class(cls, _Compare, f"``a {symbol} b``.", __name__, symbol=symbol, ufunc=ufunc,
+                          accepts=accepts, operator=symbol if operator else None)
 
 
-class Gt(_Compare):
-    """``a > b``."""
-
-    name = "gt"
-    symbol = operator = ">"
-    ufunc = np.greater
-
-
-class Ge(_Compare):
-    """``a >= b``."""
-
-    name = "ge"
-    symbol = operator = ">="
-    ufunc = np.greater_equal
-
-
-class Eq(_Compare):
-    """``a == b``."""
-
-    name = "eq"
-    accepts = ANY
-    symbol = "=="
-    ufunc = np.equal
-
-
-class Ne(_Compare):
-    """``a != b``."""
-
-    name = "ne"
-    accepts = ANY
-    symbol = "!="
-    ufunc = np.not_equal
+Lt = _comparison("Lt", "<", np.less)
+Le = _comparison("Le", "<=", np.less_equal)
+Gt = _comparison("Gt", ">", np.greater)
+Ge = _comparison("Ge", ">=", np.greater_equal)
+Eq = _comparison("Eq", "==", np.equal, ANY, operator=False)
+Ne = _comparison("Ne", "!=", np.not_equal, ANY, operator=False)
 
 
 class _Logic(AluFunction):

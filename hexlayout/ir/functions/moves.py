@@ -14,11 +14,9 @@ from .base import ANY, NUMBERS, AluFunction, CDomain
 __all__ = ["Mov", "Cvt", "Bitcast"]
 
 
-class Mov(AluFunction):
-    """``a`` (the destination has the operand's type)."""
-
-    name = "mov"
-    accepts = ANY
+class _Identity(AluFunction):
+    """The operand unchanged in the compute domain (what the destination makes of it is the
+    backend's conversion, see the module docstring)."""
 
     def numpy(self, a: Any) -> Any:
         return a
@@ -27,21 +25,22 @@ class Mov(AluFunction):
         return a
 
 
-class Cvt(AluFunction):
+class Mov(_Identity):
+    """``a`` (the destination has the operand's type)."""
+
+    name = "mov"
+    accepts = ANY
+
+
+class Cvt(_Identity):
     """``a`` converted to the destination's type."""
 
     name = "cvt"
     accepts = ANY
     result = "dst"
 
-    def numpy(self, a: Any) -> Any:
-        return a
 
-    def cuda(self, c: CDomain, a: str) -> str:
-        return a
-
-
-class Bitcast(AluFunction):
+class Bitcast(_Identity):
     """The operand's bit pattern read as the destination's type (``hl.bitcast``; the
     language allows types of one width): ``numpy`` and ``cuda`` act on the pattern as an
     unsigned 64-bit integer (the source's bits, zero-extended); the destination takes its
@@ -51,12 +50,6 @@ class Bitcast(AluFunction):
     accepts = NUMBERS
     result = "dst"
     on_bits = True
-
-    def numpy(self, a: Any) -> Any:
-        return a
-
-    def cuda(self, c: CDomain, a: str) -> str:
-        return a
 
     def issue(self, count: int) -> float:
         return 0.25                         # a register rename at most

@@ -21,7 +21,7 @@ import numpy as np
 
 from hexlayout.arch.dtypes import DType
 
-from .base import FLOAT, AluFunction, CDomain, libm
+from .base import FLOAT, AluFunction, CDomain, function_class, libm
 
 __all__ = ["Exp", "Exp2", "Exp2Approx", "Log", "Log2", "Sqrt", "Rsqrt", "Silu", "Erf", "Gelu", "GeluTanh",
            "Tanh", "Softplus"]
@@ -36,7 +36,8 @@ class _Transcendental(AluFunction):
 
 class _MathCall(_Transcendental):
     """A function that is one C math-library call named ``name`` (``expf``, ``exp``, ... by
-    type): the emulator evaluates ``libm_fn`` as the host libm does."""
+    type): the emulator evaluates ``libm_fn`` as the host libm does (unless the function
+    defines its own ``numpy``)."""
 
     libm_fn: Any = None
 
@@ -47,24 +48,15 @@ class _MathCall(_Transcendental):
         return f"{c.math(self.name)}({x})"
 
 
-class Exp(_MathCall):
-    """``e**x``."""
-
-    name = "exp"
-    lang_name = "exp"
-    ulp = 1
-    device_ulp = 2
-    libm_fn = np.exp
+def _math_call(cls: str, libm_fn: Any, ulp: int, device_ulp: int, doc: str) -> type[_MathCall]:
+    """The function of ``doc`` that is the C math call ``cls.lower()`` (also its ``hl`` name),
+    ``libm_fn`` in the emulator, with its ``ulp`` / ``device_ulp`` bounds."""
+    return function_class(cls, _MathCall, doc, __name__, lang_name=cls.lower(), ulp=ulp,
+                          device_ulp=device_ulp, libm_fn=staticmethod(libm_fn))
 
 
-class Exp2(_MathCall):
-    """``2**x`` (prefer it with a log2(e)-scaled argument)."""
-
-    name = "exp2"
-    lang_name = "exp2"
-    ulp = 1
-    device_ulp = 2
-    libm_fn = np.exp2
+Exp = _math_call("Exp", np.exp, 1, 2, "``e**x``.")
+Exp2 = _math_call("Exp2", np.exp2, 1, 2, "``2**x`` (prefer it with a log2(e)-scaled argument).")
 
 
 _F32_MIN_NORMAL = np.float32(2.0 ** -126)
@@ -104,28 +96,12 @@ class Exp2Approx(_Transcendental):
         return r if c.ctype == "float" else f"static_cast<{c.ctype}>({r})"
 
 
-class Log(_MathCall):
-    """``ln x`` (NaN for x < 0, -inf at 0)."""
-
-    name = "log"
-    lang_name = "log"
-    ulp = 1
-    device_ulp = 1
-    libm_fn = np.log
+Log = _math_call("Log", np.log, 1, 1, "``ln x`` (NaN for x < 0, -inf at 0).")
+Log2 = _math_call("Log2", np.log2, 1, 1, "``log2 x`` (NaN for x < 0, -inf at 0).")
 
 
-class Log2(_MathCall):
-    """``log2 x`` (NaN for x < 0, -inf at 0)."""
-
-    name = "log2"
-    lang_name = "log2"
-    ulp = 1
-    device_ulp = 1
-    libm_fn = np.log2
-
-
-class Sqrt(_Transcendental):
-    """``sqrt x``, correctly rounded."""
+class Sqrt(_MathCall):
+    """``sqrt x``, correctly rounded (numpy's is, in every precision)."""
 
     name = "sqrt"
     lang_name = "sqrt"
@@ -133,12 +109,9 @@ class Sqrt(_Transcendental):
     def numpy(self, x: Any) -> Any:
         return np.sqrt(x)
 
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('sqrt')}({x})"
 
-
-class Rsqrt(_Transcendental):
-    """``1 / sqrt x``."""
+class Rsqrt(_MathCall):
+    """``1 / sqrt x`` (the emulator: the reciprocal of the correctly rounded root)."""
 
     name = "rsqrt"
     lang_name = "rsqrt"
@@ -147,9 +120,6 @@ class Rsqrt(_Transcendental):
 
     def numpy(self, x: Any) -> Any:
         return 1 / np.sqrt(x)
-
-    def cuda(self, c: CDomain, x: str) -> str:
-        return f"{c.math('rsqrt')}({x})"
 
 
 class Silu(_Transcendental):
@@ -181,15 +151,8 @@ _erf = _vectorized(math.erf)
 _erfc = _vectorized(math.erfc)
 
 
-class Erf(_MathCall):
-    """The error function ``erf x = 2 / sqrt(pi) * integral_0^x e**(-t**2) dt`` (odd; -1 at
-    -inf, 1 at inf)."""
-
-    name = "erf"
-    lang_name = "erf"
-    ulp = 1
-    device_ulp = 2
-    libm_fn = staticmethod(_erf)
+Erf = _math_call("Erf", _erf, 1, 2, """The error function ``erf x = 2 / sqrt(pi) * integral_0^x
+e**(-t**2) dt`` (odd; -1 at -inf, 1 at inf).""")
 
 
 _SQRT1_2 = 0.7071067811865476   # 1 / sqrt(2)
@@ -235,14 +198,7 @@ class GeluTanh(_Transcendental):
                 f"{c.lit(_GELU_C)} * ({x}) * ({x}) * ({x}))))")
 
 
-class Tanh(_MathCall):
-    """``tanh x``."""
-
-    name = "tanh"
-    lang_name = "tanh"
-    ulp = 2
-    device_ulp = 2
-    libm_fn = np.tanh
+Tanh = _math_call("Tanh", np.tanh, 2, 2, "``tanh x``.")
 
 
 class Softplus(_Transcendental):
