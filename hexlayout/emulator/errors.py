@@ -47,6 +47,8 @@ class EmulationError(HexlayoutError):
     access of a race or hazard), ``detail`` (the problem in words)."""
 
     kind = "emulation error"
+    #: said after the kind in the message head (the PTX executor's errors: ``" (PTX mode)"``)
+    mode = ""
 
     def __init__(
         self,
@@ -87,20 +89,25 @@ class EmulationError(HexlayoutError):
         return None if self.other_instr is None else self.other_instr.loc
 
     def _format(self) -> str:
-        head = f"{self.kind}"
+        """``kind [mode] in kernel K, block B, thread T:``, the detail, then ``_where()``'s lines."""
+        head = f"{self.kind}{self.mode}"
         if self.kernel:
             head += f" in kernel {self.kernel!r}"
         if self.block is not None:
             head += f", block {self.block}"
         if self.thread is not None:
             head += f", thread {self.thread}"
-        lines = [head + ":", f"  {self.detail}"]
+        return "\n".join([head + ":", f"  {self.detail}", *self._where()])
+
+    def _where(self) -> list[str]:
+        """The message lines that locate the error: the instruction and the conflicting one."""
+        lines = []
         if self.instr is not None:
             lines.append(f"  instruction: {describe_instr(self.instr)}")
         if self.other_instr is not None:
             who = f" (thread {self.other_thread})" if self.other_thread is not None else ""
             lines.append(f"  conflicting: {describe_instr(self.other_instr)}{who}")
-        return "\n".join(lines)
+        return lines
 
 
 class OutOfBoundsError(EmulationError):
