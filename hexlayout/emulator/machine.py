@@ -135,6 +135,14 @@ class Machine:
     def fail(self, cls: type[EmulationError], ins: Instr | None, detail: str, **fields: Any) -> NoReturn:
         raise cls(detail, kernel=self.kernel.name, instr=ins, block=self.block, **fields)
 
+    def fail_first(self, bad: np.ndarray, cls: type[EmulationError], ins: Instr, tids: np.ndarray,
+                   off: np.ndarray, buffer: str, detail: Callable[[int], str]) -> None:
+        """If any ``bad[i]``, fail with ``cls`` for the first such access ``i``: thread ``tids[i]``
+        at element offset ``off[i]`` of ``buffer``, the problem in words ``detail(i)``."""
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self.fail(cls, ins, detail(i), thread=int(tids[i]), buffer=buffer, address=int(off[i]))
+
     def site_id(self, ins: Instr) -> int:
         i = self._site_ids.get(id(ins))
         if i is None:
@@ -311,33 +319,18 @@ class Machine:
         esize = np.dtype(buf.dtype.numpy()).itemsize
         off = self.ev_vec(ref.offset, env, len(tids))
         rel = off * esize
-        bad = (rel < 0) | (rel + nbytes > buf.nbytes)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            self.fail(
-                OutOfBoundsError,
-                ins,
-                f"shared buffer {buf.name!r} ({buf.nbytes} bytes, {buf.dtype}): "
-                f"access of {nbytes} bytes at element offset {int(off[i])} (byte {int(rel[i])}) is out "
-                f"of bounds",
-                thread=int(tids[i]),
-                buffer=buf.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            (rel < 0) | (rel + nbytes > buf.nbytes), OutOfBoundsError, ins, tids, off, buf.name,
+            lambda i: f"shared buffer {buf.name!r} ({buf.nbytes} bytes, {buf.dtype}): access of "
+            f"{nbytes} bytes at element offset {int(off[i])} (byte {int(rel[i])}) is out of bounds",
+        )
         addr = rel + buf.offset
         a = nbytes if align is None else align
-        mis = addr % a != 0
-        if mis.any():
-            i = int(np.flatnonzero(mis)[0])
-            self.fail(
-                MisalignedAccessError,
-                ins,
-                f"shared buffer {buf.name!r}: {nbytes}-byte access at element "
-                f"offset {int(off[i])} (shared address {int(addr[i])}) is not aligned to {a} bytes",
-                thread=int(tids[i]),
-                buffer=buf.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            addr % a != 0, MisalignedAccessError, ins, tids, off, buf.name,
+            lambda i: f"shared buffer {buf.name!r}: {nbytes}-byte access at element offset {int(off[i])} "
+            f"(shared address {int(addr[i])}) is not aligned to {a} bytes",
+        )
         return addr
 
     def global_addresses(
@@ -359,32 +352,18 @@ class Machine:
                 f"number of {t.param.dtype} elements",
                 buffer=t.name,
             )
-        bad = (off < 0) | (off + nbytes // es > t.extent)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            self.fail(
-                OutOfBoundsError,
-                ins,
-                f"global tensor {t.name!r} (extent {t.extent} elements, shape "
-                f"{t.shape}, strides {t.strides}): access of {nbytes // es} element(s) at element offset "
-                f"{int(off[i])} is out of bounds",
-                thread=int(tids[i]),
-                buffer=t.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            (off < 0) | (off + nbytes // es > t.extent), OutOfBoundsError, ins, tids, off, t.name,
+            lambda i: f"global tensor {t.name!r} (extent {t.extent} elements, shape {t.shape}, strides "
+            f"{t.strides}): access of {nbytes // es} element(s) at element offset {int(off[i])} is out "
+            "of bounds",
+        )
         addr = off * es
-        mis = addr % nbytes != 0
-        if mis.any():
-            i = int(np.flatnonzero(mis)[0])
-            self.fail(
-                MisalignedAccessError,
-                ins,
-                f"global tensor {t.name!r}: {nbytes}-byte vector access at "
-                f"element offset {int(off[i])} (byte {int(addr[i])}) is not {nbytes}-byte aligned",
-                thread=int(tids[i]),
-                buffer=t.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            addr % nbytes != 0, MisalignedAccessError, ins, tids, off, t.name,
+            lambda i: f"global tensor {t.name!r}: {nbytes}-byte vector access at element offset "
+            f"{int(off[i])} (byte {int(addr[i])}) is not {nbytes}-byte aligned",
+        )
         return t, addr
 
     # ---- checked shared-memory traffic ----------------------------------------------
