@@ -12,7 +12,6 @@ from typing import Any
 
 from hexlayout.errors import HexlayoutError
 from hexlayout.ir.lowered import Instr
-from hexlayout.ir.tile import SourceLoc
 
 __all__ = [
     "EmulationError",
@@ -38,6 +37,16 @@ def describe_instr(ins: Instr | None) -> str:
     if ins.loc is not None:
         s += f" at {ins.loc.format(full_path=True, code='parens')}"
     return s
+
+
+def part_attribute(part: str, attr: str, default: Any, doc: str) -> property:
+    """A read-only property: ``self.<part>.<attr>``, or ``default`` where ``self.<part>`` is ``None``."""
+
+    def get(self: Any) -> Any:
+        p = getattr(self, part)
+        return default if p is None else getattr(p, attr)
+
+    return property(get, doc=doc)
 
 
 class EmulationError(HexlayoutError):
@@ -76,17 +85,9 @@ class EmulationError(HexlayoutError):
         self.extra = extra
         super().__init__(self._format())
 
-    @property
-    def loc(self) -> SourceLoc | None:
-        return None if self.instr is None else self.instr.loc
-
-    @property
-    def origin(self) -> str:
-        return "" if self.instr is None else self.instr.origin
-
-    @property
-    def other_loc(self) -> SourceLoc | None:
-        return None if self.other_instr is None else self.other_instr.loc
+    loc = part_attribute("instr", "loc", None, "The instruction's source line (``SourceLoc | None``).")
+    origin = part_attribute("instr", "origin", "", "The instruction's origin (``str``).")
+    other_loc = part_attribute("other_instr", "loc", None, "The conflicting instruction's source line.")
 
     def _format(self) -> str:
         """``kind [mode] in kernel K, block B, thread T:``, the detail, then ``_where()``'s lines."""

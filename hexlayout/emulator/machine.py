@@ -252,23 +252,31 @@ class Machine:
                     other_instr=None if op is None else op.instr,
                 )
 
+    def _checked_range(self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, write: bool,
+                       check_pending: bool) -> tuple[int, int]:
+        """``reg_range``, and (``check_pending``) no in-flight wgmma access it would race with."""
+        lo, hi = self.reg_range(ref, env, ins)
+        if check_pending:
+            self._check_reg_pending(ref, tids, lo, hi, ins, write=write)
+        return lo, hi
+
+    def _byte_columns(self, ref: RegRef, lo: int, hi: int) -> slice:
+        """The raw byte columns of elements ``[lo, hi)`` of ``ref``'s array."""
+        isz = self.regs.itemsize[ref.array]
+        return slice(lo * isz, hi * isz)
+
     def read_regs(
         self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, check_pending: bool = True
     ) -> np.ndarray:
         """Typed copy ``[n, count]`` of the slice for threads ``tids``."""
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=False)
+        lo, hi = self._checked_range(ref, tids, env, ins, False, check_pending)
         return self.regs.typed(ref.array)[tids, lo:hi]
 
     def read_reg_bytes(
         self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, check_pending: bool = True
     ) -> np.ndarray:
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=False)
-        isz = self.regs.itemsize[ref.array]
-        return self.regs.raw[ref.array][tids, lo * isz : hi * isz]
+        lo, hi = self._checked_range(ref, tids, env, ins, False, check_pending)
+        return self.regs.raw[ref.array][tids, self._byte_columns(ref, lo, hi)]
 
     def write_regs(
         self,
@@ -279,9 +287,7 @@ class Machine:
         values: Any,
         check_pending: bool = True,
     ) -> None:
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=True)
+        lo, hi = self._checked_range(ref, tids, env, ins, True, check_pending)
         self.regs.typed(ref.array)[tids, lo:hi] = values
 
     def write_reg_bytes(
@@ -293,11 +299,8 @@ class Machine:
         data: np.ndarray,
         check_pending: bool = True,
     ) -> None:
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=True)
-        isz = self.regs.itemsize[ref.array]
-        self.regs.raw[ref.array][tids, lo * isz : hi * isz] = data
+        lo, hi = self._checked_range(ref, tids, env, ins, True, check_pending)
+        self.regs.raw[ref.array][tids, self._byte_columns(ref, lo, hi)] = data
 
     def reg_bytes_of(self, ref: RegRef) -> int:
         self.regs.ensure(ref.array)

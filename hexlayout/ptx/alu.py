@@ -382,6 +382,17 @@ def _bits(m: Any, ins: Instruction, idx: Any) -> None:
 # --- comparison and selection ------------------------------------------------------------------------
 
 
+#: the ordered comparisons (float ``...u`` and unsigned ``lo ls hi hs`` forms map to these)
+_RELATIONS = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
 def _compare(cmp: str, a: Any, b: Any, t: str) -> np.ndarray:
     if is_float(t):
         a = np.asarray(a, np.float64) if t in ("f16", "bf16") else np.asarray(a)
@@ -394,26 +405,12 @@ def _compare(cmp: str, a: Any, b: Any, t: str) -> np.ndarray:
             return ~nan
         if cmp == "nan":
             return nan
-        r = {
-            "eq": np.equal,
-            "ne": np.not_equal,
-            "lt": np.less,
-            "le": np.less_equal,
-            "gt": np.greater,
-            "ge": np.greater_equal,
-        }[base](a, b)
+        r = _RELATIONS[base](a, b)
         if cmp.endswith("u"):
             return r | nan
         return r & ~nan if base != "ne" else r & ~nan
     name = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}.get(cmp, cmp)
-    return {
-        "eq": np.equal,
-        "ne": np.not_equal,
-        "lt": np.less,
-        "le": np.less_equal,
-        "gt": np.greater,
-        "ge": np.greater_equal,
-    }[name](a, b)
+    return _RELATIONS[name](a, b)
 
 
 _CMPS = {

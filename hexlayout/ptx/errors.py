@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hexlayout.emulator import errors as emulator_errors
-from hexlayout.emulator.errors import EmulationError
+from hexlayout.emulator.errors import EmulationError, part_attribute
 
 __all__ = [
     "PtxError",
@@ -66,17 +66,9 @@ class PtxError(EmulationError):
         self.site = site
         super().__init__(detail, **kw)
 
-    @property
-    def ptx_line(self) -> int | None:
-        return None if self.site is None else self.site.ptx_line
-
-    @property
-    def opcode(self) -> str:
-        return "" if self.site is None else self.site.opcode
-
-    @property
-    def cuda_line(self) -> int | None:
-        return None if self.site is None else self.site.cuda_line
+    ptx_line = part_attribute("site", "ptx_line", None, "The PTX line (``int | None``).")
+    opcode = part_attribute("site", "opcode", "", "The PTX opcode (``str``).")
+    cuda_line = part_attribute("site", "cuda_line", None, "The CUDA source line (``int | None``).")
 
     def _where(self) -> list[str]:
         return [] if self.site is None else [f"  at {self.site.describe()}"]

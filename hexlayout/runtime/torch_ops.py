@@ -232,12 +232,17 @@ class Op:
 
         return not (torch.is_grad_enabled() and torch._C._any_requires_grad(*args, **kwargs))
 
-    def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast is not None and (self._backward is not None or self._fast_allowed(args, kwargs)):
+    def _fast_or(self, try_fast: bool, checked: Fn, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``fast``'s result when ``try_fast`` and it knows the call, else ``checked(args, kwargs)``
+        (the check, then the implementation)."""
+        if try_fast:
             out = self._fast(*args, **kwargs)
             if out is not None:
                 return out
-        return self._cuda_checked(args, kwargs)
+        return checked(args, kwargs)
+
+    def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fast_or(self._fast_allowed(args, kwargs), self._cuda_checked, args, kwargs)
 
     def _cuda_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._prepare(args, kwargs)
@@ -247,12 +252,8 @@ class Op:
         return fn(*args, **kwargs)
 
     def _run_cpu(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast is not None and emulation_enabled() and (self._backward is not None or
-                                                               self._fast_allowed(args, kwargs)):
-            out = self._fast(*args, **kwargs)
-            if out is not None:
-                return out
-        return self._cpu_checked(args, kwargs)
+        try_fast = self._fast is not None and emulation_enabled() and self._fast_allowed(args, kwargs)
+        return self._fast_or(try_fast, self._cpu_checked, args, kwargs)
 
     def _cpu_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._prepare(args, kwargs)
@@ -287,17 +288,10 @@ class Op:
             if below is None:
                 below = _below_autograd(keyset)
             if below == _CUDA:
-                if self._fast is not None:
-                    out = self._fast(*args, **kwargs)
-                    if out is not None:
-                        return out
-                return self._cuda_checked(args, kwargs)
+                return self._fast_or(self._fast is not None, self._cuda_checked, args, kwargs)
             if below == _CPU:
-                if self._fast is not None and emulation_enabled():
-                    out = self._fast(*args, **kwargs)
-                    if out is not None:
-                        return out
-                return self._cpu_checked(args, kwargs)
+                return self._fast_or(self._fast is not None and emulation_enabled(), self._cpu_checked, args,
+                                     kwargs)
         return self._torch_autograd(keyset, *args, **kwargs)
 
     def _run_setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
