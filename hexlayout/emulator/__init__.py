@@ -15,32 +15,9 @@ family (``memops``, ``cpasync``, ``ldmatrix``, ``mma``, ``wgmma`` with ``gmma_de
 ``mbarrier``, ``alu``), ``report``, ``errors``.
 """
 
-from .errors import (
-    ArgumentError,
-    AsyncHazardError,
-    DeadlockError,
-    DivergenceError,
-    EmulationError,
-    IllegalInstructionError,
-    MisalignedAccessError,
-    OutOfBoundsError,
-    RaceError,
-)
+from . import errors
+from .errors import *  # noqa: F403 - the error kinds, re-exported (errors.__all__)
 from .report import EmulatorReport, SiteStats
 from .run import grid_of, run
 
-__all__ = [
-    "run",
-    "grid_of",
-    "EmulatorReport",
-    "SiteStats",
-    "EmulationError",
-    "OutOfBoundsError",
-    "MisalignedAccessError",
-    "RaceError",
-    "AsyncHazardError",
-    "DeadlockError",
-    "DivergenceError",
-    "IllegalInstructionError",
-    "ArgumentError",
-]
+__all__ = ["run", "grid_of", "EmulatorReport", "SiteStats", *errors.__all__]

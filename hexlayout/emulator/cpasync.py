@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,17 +24,26 @@ from .errors import IllegalInstructionError
 from .machine import Active, AsyncOp, Machine
 from .memory import gather_bytes
 
-__all__ = ["HANDLERS", "CpAsyncState", "complete_rows", "wait_limit"]
+__all__ = ["HANDLERS", "AsyncGroups", "group_state", "complete_rows", "wait_limit", "wait_groups"]
 
 
 @dataclass
-class CpAsyncState:
+class AsyncGroups:
+    """The commit groups of one family of asynchronous operations (cp.async, TMA stores):
+    per thread the number of groups it has committed, and the idents of the operations not
+    yet retired by a wait."""
+
     committed: np.ndarray
     open: list[int] = field(default_factory=list)
 
 
-def _state(m: Machine) -> CpAsyncState:
-    return m.family_state("cp.async", lambda: CpAsyncState(np.zeros(m.T, dtype=np.int64)))
+def group_state(m: Machine, family: str) -> AsyncGroups:
+    """The ``AsyncGroups`` of ``family`` in the block (made empty on first use)."""
+    return m.family_state(family, lambda: AsyncGroups(np.zeros(m.T, dtype=np.int64)))
+
+
+def _state(m: Machine) -> AsyncGroups:
+    return group_state(m, "cp.async")
 
 
 def cp_async(m: Machine, ins: CpAsync, x: Active) -> None:
@@ -99,20 +109,31 @@ def wait_limit(m: Machine, committed: np.ndarray, tids: np.ndarray,
     return waiting, committed - int(pending)
 
 
-def cp_async_wait(m: Machine, ins: CpAsyncWait, x: Active) -> None:
-    st = _state(m)
-    waiting, limit = wait_limit(m, st.committed, x.tids, ins.pending)
+def wait_groups(m: Machine, st: AsyncGroups, tids: np.ndarray, pending: int,
+                finish: Callable[[AsyncOp, np.ndarray, np.ndarray], bool]) -> None:
+    """A wait of threads ``tids`` for all but ``pending`` of their groups of ``st``:
+    ``finish(op, waiting, limit)`` (``waiting``, ``limit`` as ``wait_limit`` gives them)
+    completes what the wait retires of each open operation and says whether it is done now;
+    the done ones leave ``m.async_ops`` and ``st.open``."""
+    waiting, limit = wait_limit(m, st.committed, tids, pending)
     still = []
     for ident in st.open:
         op = m.async_ops[ident]
-        sel = waiting[op.tids] & ~op.done & (op.group < limit[op.tids])
-        if sel.any():
-            complete_rows(m, op, sel)
-        if op.done.all():
+        if finish(op, waiting, limit):
             del m.async_ops[ident]
         else:
             still.append(ident)
     st.open = still
+
+
+def cp_async_wait(m: Machine, ins: CpAsyncWait, x: Active) -> None:
+    def finish(op: AsyncOp, waiting: np.ndarray, limit: np.ndarray) -> bool:
+        sel = waiting[op.tids] & ~op.done & (op.group < limit[op.tids])
+        if sel.any():
+            complete_rows(m, op, sel)
+        return bool(op.done.all())
+
+    wait_groups(m, _state(m), x.tids, ins.pending, finish)
 
 
 HANDLERS = {CpAsync: cp_async, CpAsyncCommit: cp_async_commit, CpAsyncWait: cp_async_wait}

@@ -12,7 +12,6 @@ from typing import Any
 
 from hexlayout.errors import HexlayoutError
 from hexlayout.ir.lowered import Instr
-from hexlayout.ir.tile import SourceLoc
 
 __all__ = [
     "EmulationError",
@@ -40,6 +39,16 @@ def describe_instr(ins: Instr | None) -> str:
     return s
 
 
+def part_attribute(part: str, attr: str, default: Any, doc: str) -> property:
+    """A read-only property: ``self.<part>.<attr>``, or ``default`` where ``self.<part>`` is ``None``."""
+
+    def get(self: Any) -> Any:
+        p = getattr(self, part)
+        return default if p is None else getattr(p, attr)
+
+    return property(get, doc=doc)
+
+
 class EmulationError(HexlayoutError):
     """Base class. Fields: ``kernel``, ``instr``, ``loc``, ``origin``, ``block``, ``thread``,
     ``buffer`` (tensor or shared buffer name), ``address`` (element offset or byte address, as
@@ -47,6 +56,8 @@ class EmulationError(HexlayoutError):
     access of a race or hazard), ``detail`` (the problem in words)."""
 
     kind = "emulation error"
+    #: said after the kind in the message head (the PTX executor's errors: ``" (PTX mode)"``)
+    mode = ""
 
     def __init__(
         self,
@@ -74,33 +85,30 @@ class EmulationError(HexlayoutError):
         self.extra = extra
         super().__init__(self._format())
 
-    @property
-    def loc(self) -> SourceLoc | None:
-        return None if self.instr is None else self.instr.loc
-
-    @property
-    def origin(self) -> str:
-        return "" if self.instr is None else self.instr.origin
-
-    @property
-    def other_loc(self) -> SourceLoc | None:
-        return None if self.other_instr is None else self.other_instr.loc
+    loc = part_attribute("instr", "loc", None, "The instruction's source line (``SourceLoc | None``).")
+    origin = part_attribute("instr", "origin", "", "The instruction's origin (``str``).")
+    other_loc = part_attribute("other_instr", "loc", None, "The conflicting instruction's source line.")
 
     def _format(self) -> str:
-        head = f"{self.kind}"
+        """``kind [mode] in kernel K, block B, thread T:``, the detail, then ``_where()``'s lines."""
+        head = f"{self.kind}{self.mode}"
         if self.kernel:
             head += f" in kernel {self.kernel!r}"
         if self.block is not None:
             head += f", block {self.block}"
         if self.thread is not None:
             head += f", thread {self.thread}"
-        lines = [head + ":", f"  {self.detail}"]
+        return "\n".join([head + ":", f"  {self.detail}", *self._where()])
+
+    def _where(self) -> list[str]:
+        """The message lines that locate the error: the instruction and the conflicting one."""
+        lines = []
         if self.instr is not None:
             lines.append(f"  instruction: {describe_instr(self.instr)}")
         if self.other_instr is not None:
             who = f" (thread {self.other_thread})" if self.other_thread is not None else ""
             lines.append(f"  conflicting: {describe_instr(self.other_instr)}{who}")
-        return "\n".join(lines)
+        return lines
 
 
 class OutOfBoundsError(EmulationError):

@@ -135,6 +135,14 @@ class Machine:
     def fail(self, cls: type[EmulationError], ins: Instr | None, detail: str, **fields: Any) -> NoReturn:
         raise cls(detail, kernel=self.kernel.name, instr=ins, block=self.block, **fields)
 
+    def fail_first(self, bad: np.ndarray, cls: type[EmulationError], ins: Instr, tids: np.ndarray,
+                   off: np.ndarray, buffer: str, detail: Callable[[int], str]) -> None:
+        """If any ``bad[i]``, fail with ``cls`` for the first such access ``i``: thread ``tids[i]``
+        at element offset ``off[i]`` of ``buffer``, the problem in words ``detail(i)``."""
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self.fail(cls, ins, detail(i), thread=int(tids[i]), buffer=buffer, address=int(off[i]))
+
     def site_id(self, ins: Instr) -> int:
         i = self._site_ids.get(id(ins))
         if i is None:
@@ -244,23 +252,31 @@ class Machine:
                     other_instr=None if op is None else op.instr,
                 )
 
+    def _checked_range(self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, write: bool,
+                       check_pending: bool) -> tuple[int, int]:
+        """``reg_range``, and (``check_pending``) no in-flight wgmma access it would race with."""
+        lo, hi = self.reg_range(ref, env, ins)
+        if check_pending:
+            self._check_reg_pending(ref, tids, lo, hi, ins, write=write)
+        return lo, hi
+
+    def _byte_columns(self, ref: RegRef, lo: int, hi: int) -> slice:
+        """The raw byte columns of elements ``[lo, hi)`` of ``ref``'s array."""
+        isz = self.regs.itemsize[ref.array]
+        return slice(lo * isz, hi * isz)
+
     def read_regs(
         self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, check_pending: bool = True
     ) -> np.ndarray:
         """Typed copy ``[n, count]`` of the slice for threads ``tids``."""
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=False)
+        lo, hi = self._checked_range(ref, tids, env, ins, False, check_pending)
         return self.regs.typed(ref.array)[tids, lo:hi]
 
     def read_reg_bytes(
         self, ref: RegRef, tids: np.ndarray, env: Mapping[Var, Any], ins: Instr, check_pending: bool = True
     ) -> np.ndarray:
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=False)
-        isz = self.regs.itemsize[ref.array]
-        return self.regs.raw[ref.array][tids, lo * isz : hi * isz]
+        lo, hi = self._checked_range(ref, tids, env, ins, False, check_pending)
+        return self.regs.raw[ref.array][tids, self._byte_columns(ref, lo, hi)]
 
     def write_regs(
         self,
@@ -271,9 +287,7 @@ class Machine:
         values: Any,
         check_pending: bool = True,
     ) -> None:
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=True)
+        lo, hi = self._checked_range(ref, tids, env, ins, True, check_pending)
         self.regs.typed(ref.array)[tids, lo:hi] = values
 
     def write_reg_bytes(
@@ -285,11 +299,8 @@ class Machine:
         data: np.ndarray,
         check_pending: bool = True,
     ) -> None:
-        lo, hi = self.reg_range(ref, env, ins)
-        if check_pending:
-            self._check_reg_pending(ref, tids, lo, hi, ins, write=True)
-        isz = self.regs.itemsize[ref.array]
-        self.regs.raw[ref.array][tids, lo * isz : hi * isz] = data
+        lo, hi = self._checked_range(ref, tids, env, ins, True, check_pending)
+        self.regs.raw[ref.array][tids, self._byte_columns(ref, lo, hi)] = data
 
     def reg_bytes_of(self, ref: RegRef) -> int:
         self.regs.ensure(ref.array)
@@ -311,33 +322,18 @@ class Machine:
         esize = np.dtype(buf.dtype.numpy()).itemsize
         off = self.ev_vec(ref.offset, env, len(tids))
         rel = off * esize
-        bad = (rel < 0) | (rel + nbytes > buf.nbytes)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            self.fail(
-                OutOfBoundsError,
-                ins,
-                f"shared buffer {buf.name!r} ({buf.nbytes} bytes, {buf.dtype}): "
-                f"access of {nbytes} bytes at element offset {int(off[i])} (byte {int(rel[i])}) is out "
-                f"of bounds",
-                thread=int(tids[i]),
-                buffer=buf.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            (rel < 0) | (rel + nbytes > buf.nbytes), OutOfBoundsError, ins, tids, off, buf.name,
+            lambda i: f"shared buffer {buf.name!r} ({buf.nbytes} bytes, {buf.dtype}): access of "
+            f"{nbytes} bytes at element offset {int(off[i])} (byte {int(rel[i])}) is out of bounds",
+        )
         addr = rel + buf.offset
         a = nbytes if align is None else align
-        mis = addr % a != 0
-        if mis.any():
-            i = int(np.flatnonzero(mis)[0])
-            self.fail(
-                MisalignedAccessError,
-                ins,
-                f"shared buffer {buf.name!r}: {nbytes}-byte access at element "
-                f"offset {int(off[i])} (shared address {int(addr[i])}) is not aligned to {a} bytes",
-                thread=int(tids[i]),
-                buffer=buf.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            addr % a != 0, MisalignedAccessError, ins, tids, off, buf.name,
+            lambda i: f"shared buffer {buf.name!r}: {nbytes}-byte access at element offset {int(off[i])} "
+            f"(shared address {int(addr[i])}) is not aligned to {a} bytes",
+        )
         return addr
 
     def global_addresses(
@@ -359,32 +355,18 @@ class Machine:
                 f"number of {t.param.dtype} elements",
                 buffer=t.name,
             )
-        bad = (off < 0) | (off + nbytes // es > t.extent)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            self.fail(
-                OutOfBoundsError,
-                ins,
-                f"global tensor {t.name!r} (extent {t.extent} elements, shape "
-                f"{t.shape}, strides {t.strides}): access of {nbytes // es} element(s) at element offset "
-                f"{int(off[i])} is out of bounds",
-                thread=int(tids[i]),
-                buffer=t.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            (off < 0) | (off + nbytes // es > t.extent), OutOfBoundsError, ins, tids, off, t.name,
+            lambda i: f"global tensor {t.name!r} (extent {t.extent} elements, shape {t.shape}, strides "
+            f"{t.strides}): access of {nbytes // es} element(s) at element offset {int(off[i])} is out "
+            "of bounds",
+        )
         addr = off * es
-        mis = addr % nbytes != 0
-        if mis.any():
-            i = int(np.flatnonzero(mis)[0])
-            self.fail(
-                MisalignedAccessError,
-                ins,
-                f"global tensor {t.name!r}: {nbytes}-byte vector access at "
-                f"element offset {int(off[i])} (byte {int(addr[i])}) is not {nbytes}-byte aligned",
-                thread=int(tids[i]),
-                buffer=t.name,
-                address=int(off[i]),
-            )
+        self.fail_first(
+            addr % nbytes != 0, MisalignedAccessError, ins, tids, off, t.name,
+            lambda i: f"global tensor {t.name!r}: {nbytes}-byte vector access at element offset "
+            f"{int(off[i])} (byte {int(addr[i])}) is not {nbytes}-byte aligned",
+        )
         return t, addr
 
     # ---- checked shared-memory traffic ----------------------------------------------

@@ -31,14 +31,14 @@ ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from hexlayout.ir.lowered import Instr, MbarArrive, MbarInit, MbarRef
 
 from .cpasync import complete_rows
-from .errors import IllegalInstructionError, OutOfBoundsError
+from .errors import EmulationError, IllegalInstructionError, OutOfBoundsError
 from .machine import Active, AsyncOp, Machine
 
 __all__ = [
@@ -73,14 +73,16 @@ class MbarState:
 def barrier_key(m: Machine, ref: MbarRef, env: dict[Any, Any], ins: Instr) -> tuple[str, int]:
     idx = m.ev_uniform(ref.index, env, ins, f"mbarrier index of {ref.name}")
     if not 0 <= idx < max(ref.count, 1):
-        m.fail(
-            OutOfBoundsError,
-            ins,
-            f"mbarrier {ref.name}[{idx}] is outside its array of {ref.count}",
-            buffer=ref.name,
-            address=idx,
-        )
+        _fail_on(m, OutOfBoundsError, ins, (ref.name, idx),
+                 f"mbarrier {ref.name}[{idx}] is outside its array of {ref.count}")
     return ref.name, idx
+
+
+def _fail_on(m: Machine, cls: type[EmulationError], ins: Instr, key: tuple[str, int],
+             detail: str) -> NoReturn:
+    """Fail with ``cls`` and ``detail`` about barrier ``key`` (``(array name, index)``: the
+    error's buffer and address)."""
+    m.fail(cls, ins, detail, buffer=key[0], address=key[1])
 
 
 def _barriers(m: Machine) -> dict[tuple[str, int], MbarState]:
@@ -90,13 +92,8 @@ def _barriers(m: Machine) -> dict[tuple[str, int], MbarState]:
 def get_barrier(m: Machine, key: tuple[str, int], ins: Instr) -> MbarState:
     st = _barriers(m).get(key)
     if st is None:
-        m.fail(
-            IllegalInstructionError,
-            ins,
-            f"mbarrier {key[0]}[{key[1]}] is used before mbarrier.init",
-            buffer=key[0],
-            address=key[1],
-        )
+        _fail_on(m, IllegalInstructionError, ins, key,
+                 f"mbarrier {key[0]}[{key[1]}] is used before mbarrier.init")
     return st
 
 
@@ -195,13 +192,8 @@ def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
             st.tx += ins.tx_bytes * len(sub)
             if len(sub) > st.pending:
                 where = "" if tm is m else f" of block {tm.block} (cluster rank {int(r)})"
-                m.fail(
-                    IllegalInstructionError,
-                    ins,
-                    f"{len(sub)} arrival(s) on {describe(st)}{where}: more arrivals than the phase expects",
-                    buffer=key[0],
-                    address=key[1],
-                )
+                _fail_on(m, IllegalInstructionError, ins, key, f"{len(sub)} arrival(s) on {describe(st)}"
+                         f"{where}: more arrivals than the phase expects")
             st.pending -= len(sub)
             if m.options.check_races:
                 st.clock = np.maximum(st.clock, m.shadow.clocks.release(sub))

@@ -24,16 +24,14 @@ the out-of-bounds fill. Each executing thread issues one copy at its box origin 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from hexlayout.arch.tma import check_tma, tma_swizzle_period
 from hexlayout.ir.lowered import Instr, TmaDesc, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
-from .cpasync import wait_limit
+from .cpasync import AsyncGroups, group_state, wait_groups
 from .errors import IllegalInstructionError, RaceError
-from .machine import Active, Machine
+from .machine import Active, AsyncOp, Machine
 from .mbarrier import barrier_key, complete_tx, get_barrier
 from .memory import GlobalTensor
 from .proxy import check_async_read
@@ -42,12 +40,6 @@ from .shadow import Conflict
 __all__ = ["HANDLERS", "box_geometry"]
 
 _SWZ_BITS = {0: 0, 32: 1, 64: 2, 128: 3}
-
-
-@dataclass
-class _StoreState:
-    committed: np.ndarray
-    open: list[int] = field(default_factory=list)
 
 
 def box_geometry(
@@ -188,8 +180,8 @@ def _remote_race(tm: Machine, m: Machine, ins: Instr, c: Conflict, tid: int) -> 
             buffer=buf, address=c.address, other_instr=other, other_thread=c.other_thread)
 
 
-def _store_state(m: Machine) -> _StoreState:
-    return m.family_state("tma.store", lambda: _StoreState(np.zeros(m.T, dtype=np.int64)))
+def _store_state(m: Machine) -> AsyncGroups:
+    return group_state(m, "tma.store")
 
 
 def tma_store(m: Machine, ins: TmaStore, x: Active) -> None:
@@ -214,18 +206,14 @@ def tma_store_commit(m: Machine, ins: TmaStoreCommit, x: Active) -> None:
 
 
 def tma_store_wait(m: Machine, ins: TmaStoreWait, x: Active) -> None:
-    st = _store_state(m)
-    waiting, limit = wait_limit(m, st.committed, x.tids, ins.pending)
-    still = []
-    for ident in st.open:
-        op = m.async_ops[ident]
+    def finish(op: AsyncOp, waiting: np.ndarray, limit: np.ndarray) -> bool:
         tid = int(op.tids[0])
         if waiting[tid] and op.group[0] < limit[tid]:  # type: ignore[index]
-            m.shadow.clear_marks(m.shadow.pend_read, op.addr, ident)  # type: ignore[arg-type]
-            del m.async_ops[ident]
-        else:
-            still.append(ident)
-    st.open = still
+            m.shadow.clear_marks(m.shadow.pend_read, op.addr, op.ident)  # type: ignore[arg-type]
+            return True
+        return False
+
+    wait_groups(m, _store_state(m), x.tids, ins.pending, finish)
 
 
 HANDLERS = {

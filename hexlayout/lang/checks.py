@@ -13,7 +13,7 @@ from .context import TraceContext, current
 from .tensor import GlobalTensor, Tile, describe
 
 __all__ = ["begin", "as_tile", "static_shape", "as_index", "static_int", "require_scope", "SCOPE_NAMES",
-           "refuse_sub_byte"]
+           "refuse_sub_byte", "origin_modes"]
 
 SCOPE_NAMES = {Scope.GLOBAL: "global", Scope.SHARED: "shared", Scope.REGISTER: "register"}
 
@@ -78,6 +78,19 @@ def static_shape(ctx: TraceContext, op: str, loc: SourceLoc | None, shape: Any, 
     if not out:
         raise ctx.error(op, loc, f"{what}: a tile needs at least one mode")
     return tuple(out)
+
+
+def origin_modes(ctx: TraceContext, op: str, loc: SourceLoc | None, origin: Any, ndim: int,
+                 of: str) -> tuple[Any, ...] | list[Any]:
+    """A window's ``origin``, one entry a mode: ``None`` is ``ndim`` zeros, a scalar one mode;
+    a ``KernelError`` unless it has ``ndim`` entries (``of`` names the windowed tensor)."""
+    if origin is None:
+        origin = (0,) * ndim
+    if not isinstance(origin, (tuple, list)):
+        origin = (origin,)
+    if len(origin) != ndim:
+        raise ctx.error(op, loc, f"origin {tuple(origin)!r} has {len(origin)} entries, {of} has {ndim} modes")
+    return origin
 
 
 def as_index(ctx: TraceContext, op: str, loc: SourceLoc | None, x: Any, what: str) -> ExprLike:

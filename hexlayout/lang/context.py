@@ -23,6 +23,16 @@ __all__ = ["TraceContext", "current", "active"]
 _STACK: list[TraceContext] = []
 
 
+def _fresh(base: str, used: set[str]) -> str:
+    """The first of ``base``, ``base_1``, ``base_2``, ... not in ``used``, added to it."""
+    name, n = base, 0
+    while name in used:
+        n += 1
+        name = f"{base}_{n}"
+    used.add(name)
+    return name
+
+
 class TraceContext:
     """Builder of one ``TileKernel`` (see the module docstring)."""
 
@@ -87,12 +97,7 @@ class TraceContext:
 
     # --- naming -----------------------------------------------------------------------
     def _unique(self, base: str) -> str:
-        name, n = base, 0
-        while name in self._used:
-            n += 1
-            name = f"{base}_{n}"
-        self._used.add(name)
-        return name
+        return _fresh(base, self._used)
 
     def temp_name(self) -> str:
         while True:
@@ -137,12 +142,7 @@ class TraceContext:
         v.name = new
 
     def new_var(self, base: str, lo: int | None, hi: int | None, kind: str) -> Var:
-        name, n = base, 0
-        while name in self._var_names:
-            n += 1
-            name = f"{base}_{n}"
-        self._var_names.add(name)
-        return Var(name, lo, hi, kind=kind)
+        return Var(_fresh(base, self._var_names), lo, hi, kind=kind)
 
     def reserve_var_name(self, name: str) -> None:
         self._var_names.add(name)

@@ -315,17 +315,7 @@ def maximum(a: Any, b: Any, *, out: Tile | None = None) -> Any:
     it is the number (PTX ``max``, C ``fmaxf``). With two integers or integer ``Expr`` (and no
     ``out``): their maximum, an ``Expr`` when either is one (for sizes and bounds).
 
-    Args:
-        a: a register tile, a number or an integer ``Expr``.
-        b: a register tile, a number or an integer ``Expr``.
-        out: a register tile to write into (the broadcast shape, the operands' type);
-            ``None`` for a new tile.
-
-    Returns:
-        The result tile (``out`` when given), or the scalar maximum.
-
-    Raises:
-        {raises}
+    {extremum}
 
     Example:
         A ReLU, and the maximum of two sizes::
@@ -352,17 +342,7 @@ def minimum(a: Any, b: Any, *, out: Tile | None = None) -> Any:
     (PTX ``min``, C ``fminf``). With two integers or integer ``Expr`` (and no ``out``):
     their minimum, an ``Expr`` when either is one.
 
-    Args:
-        a: a register tile, a number or an integer ``Expr``.
-        b: a register tile, a number or an integer ``Expr``.
-        out: a register tile to write into (the broadcast shape, the operands' type);
-            ``None`` for a new tile.
-
-    Returns:
-        The result tile (``out`` when given), or the scalar minimum.
-
-    Raises:
-        {raises}
+    {extremum}
 
     Example:
         Clamp a tile from above, and the minimum of two sizes::
@@ -515,6 +495,20 @@ _BINARY_PRED = {
 for _f in (equal, not_equal, logical_and, logical_or):
     for _key, _text in _BINARY_PRED.items():
         _f.__doc__ = (_f.__doc__ or "").replace(_key, _text)
+#: the arguments, result and errors of ``hl.maximum`` and ``hl.minimum``
+_EXTREMUM = """Args:
+        a: a register tile, a number or an integer ``Expr``.
+        b: a register tile, a number or an integer ``Expr``.
+        out: a register tile to write into (the broadcast shape, the operands' type);
+            ``None`` for a new tile.
+
+    Returns:
+        The result tile (``out`` when given), or the scalar {which}.
+
+    Raises:
+        {raises}"""
+for _f, _which in ((maximum, "maximum"), (minimum, "minimum")):
+    _f.__doc__ = (_f.__doc__ or "").replace("{extremum}", _EXTREMUM.replace("{which}", _which))
 for _f in (abs_, maximum, minimum, where, equal, not_equal, logical_and, logical_or, logical_not):
     _f.__doc__ = (_f.__doc__ or "").replace("{raises}", _TILE_RAISES)
 _PRED_EXAMPLES = {

@@ -32,7 +32,7 @@ from hexlayout.ir.tile import Alloc, GlobalView, Value
 from hexlayout.ir.types import Scope, TileType
 from hexlayout.layout import Layout
 
-from .checks import as_index, as_tile, begin, refuse_sub_byte, static_int, static_shape
+from .checks import as_index, as_tile, begin, origin_modes, refuse_sub_byte, static_int, static_shape
 from .dtypes import canonical
 from .layouts import auto, resolve_layout
 from .tensor import METHODS, GlobalTensor, Tile, describe, method, shape_str
@@ -140,14 +140,7 @@ def _view_origin(ctx: Any, loc: Any, a: GlobalTensor, origin: Any,
                  rows: Any) -> tuple[tuple[Any, ...] | list[Any], list[ExprLike]]:
     """(the origin as given, one entry a mode; the origin as index expressions, ``None`` - mode 0
     with ``rows=`` - as 0)."""
-    if origin is None:
-        origin = (0,) * a.ndim
-    if not isinstance(origin, (tuple, list)):
-        origin = (origin,)
-    if len(origin) != a.ndim:
-        raise ctx.error("view", loc, f"origin {tuple(origin)!r} has {len(origin)} entries, tensor {a.name} "
-                        "has "
-                        f"{a.ndim} modes")
+    origin = origin_modes(ctx, "view", loc, origin, a.ndim, f"tensor {a.name}")
     org: list[ExprLike] = []
     for i, o in enumerate(origin):
         if o is None:

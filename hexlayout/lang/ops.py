@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hexlayout.arch import get_atom
@@ -611,39 +612,9 @@ def reduce(x: Tile, fn: str, axis: int) -> Tile:
     return Tile(v, ctx)
 
 
-def sum_(x: Tile, axis: int) -> Tile:
-    """The sum along ``axis``: ``hl.reduce(x, "sum", axis)``.
+_NAMED_REDUCTION_DOC = """The {what} along ``axis``: ``hl.reduce(x, "{fn}", axis)``.
 
-    ``y[..., 0, ...] = sum_i x[..., i, ...]``; the axis stays with extent 1.
-
-    Args:
-        x (Tile): a register tile.
-        axis (int): the mode summed, static; negative counts from the end.
-
-    Returns:
-        Tile: a new register tile of shape ``x.shape`` with ``axis`` of extent 1.
-
-    Raises:
-        KernelError: as ``hl.reduce``.
-
-    Example:
-        Row sums (the softmax denominator)::
-
-            @hl.kernel(threads=128)
-            def rowsum():
-                p = hl.zeros((64, 128), hl.f32)
-                l = hl.sum(p, 1)
-                assert l.shape == (64, 1)
-
-            rowsum.trace()
-    """
-    return reduce(x, "sum", axis)
-
-
-def max_reduce(x: Tile, axis: int) -> Tile:
-    """The maximum along ``axis``: ``hl.reduce(x, "max", axis)``.
-
-    ``y[..., 0, ...] = max_i x[..., i, ...]``; the axis stays with extent 1.
+    ``y[..., 0, ...] = {fn}_i x[..., i, ...]``; the axis stays with extent 1.
 
     Args:
         x (Tile): a register tile.
@@ -656,46 +627,36 @@ def max_reduce(x: Tile, axis: int) -> Tile:
         KernelError: as ``hl.reduce``.
 
     Example:
-        Column maxima::
+        {example}::
 
             @hl.kernel(threads=128)
-            def colmax():
+            def {kernel}():
                 s = hl.zeros((64, 128), hl.f32)
-                m = hl.max_reduce(s, 0)
-                assert m.shape == (1, 128)
+                r = hl.{name}(s, {axis})
+                assert r.shape == {shape}
 
-            colmax.trace()
+            {kernel}.trace()
     """
-    return reduce(x, "max", axis)
 
 
-def min_reduce(x: Tile, axis: int) -> Tile:
-    """The minimum along ``axis``: ``hl.reduce(x, "min", axis)``.
+def _named_reduction(fn: str, name: str, what: str, example: str, kernel: str, axis: int,
+                     shape: tuple[int, int]) -> Callable[[Tile, int], Tile]:
+    """``hl.<name>(x, axis)``: ``hl.reduce(x, fn, axis)``, its docstring's example reducing a
+    64x128 tile along ``axis`` to ``shape``."""
 
-    ``y[..., 0, ...] = min_i x[..., i, ...]``; the axis stays with extent 1.
+    def f(x: Tile, axis: int) -> Tile:
+        return reduce(x, fn, axis)
 
-    Args:
-        x (Tile): a register tile.
-        axis (int): the mode reduced, static; negative counts from the end.
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = _NAMED_REDUCTION_DOC.format(what=what, fn=fn, example=example, kernel=kernel, name=name,
+                                            axis=axis, shape=shape)
+    return f
 
-    Returns:
-        Tile: a new register tile of shape ``x.shape`` with ``axis`` of extent 1.
 
-    Raises:
-        KernelError: as ``hl.reduce``.
-
-    Example:
-        Row minima, last axis by a negative index::
-
-            @hl.kernel(threads=128)
-            def rowmin():
-                s = hl.zeros((64, 128), hl.f32)
-                m = hl.min_reduce(s, -1)
-                assert m.shape == (64, 1)
-
-            rowmin.trace()
-    """
-    return reduce(x, "min", axis)
+sum_ = _named_reduction("sum", "sum", "sum", "Row sums (the softmax denominator)", "rowsum", 1, (64, 1))
+max_reduce = _named_reduction("max", "max_reduce", "maximum", "Column maxima", "colmax", 0, (1, 128))
+min_reduce = _named_reduction("min", "min_reduce", "minimum", "Row minima, last axis by a negative index",
+                              "rowmin", -1, (64, 1))
 
 
 def rearrange(x: Tile, layout: Any = auto) -> Tile:

@@ -12,6 +12,7 @@ of the data pointer.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,17 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.ir.expr import Expr, ExprLike, Var
 
 __all__ = ["Tensor", "Dim", "dims", "resolve_dim"]
+
+
+def _dim_op(sym: str, rev: bool = False) -> Callable[[Dim, Any], Dim]:
+    """The ``Dim`` operator ``sym`` with an int or another ``Dim``: the size expression
+    ``(a) sym (b)`` of the two texts (``rev``: the reflected operator, the other operand left)."""
+
+    def op(self: Dim, o: Any) -> Dim:
+        a, b = self.text, (o.text if isinstance(o, Dim) else str(int(o)))
+        return Dim(f"({b}) {sym} ({a})" if rev else f"({a}) {sym} ({b})")
+
+    return op
 
 
 class Dim:
@@ -39,30 +51,13 @@ class Dim:
     def __init__(self, text: str) -> None:
         self.text = text
 
-    def _op(self, o: Any, sym: str, rev: bool = False) -> Dim:
-        a, b = self.text, (o.text if isinstance(o, Dim) else str(int(o)))
-        return Dim(f"({b}) {sym} ({a})" if rev else f"({a}) {sym} ({b})")
-
-    def __add__(self, o: Any) -> Dim:
-        return self._op(o, "+")
-
-    def __radd__(self, o: Any) -> Dim:
-        return self._op(o, "+", True)
-
-    def __sub__(self, o: Any) -> Dim:
-        return self._op(o, "-")
-
-    def __rsub__(self, o: Any) -> Dim:
-        return self._op(o, "-", True)
-
-    def __mul__(self, o: Any) -> Dim:
-        return self._op(o, "*")
-
-    def __rmul__(self, o: Any) -> Dim:
-        return self._op(o, "*", True)
-
-    def __floordiv__(self, o: Any) -> Dim:
-        return self._op(o, "//")
+    __add__ = _dim_op("+")
+    __radd__ = _dim_op("+", rev=True)
+    __sub__ = _dim_op("-")
+    __rsub__ = _dim_op("-", rev=True)
+    __mul__ = _dim_op("*")
+    __rmul__ = _dim_op("*", rev=True)
+    __floordiv__ = _dim_op("//")
 
     def __eq__(self, o: object) -> bool:
         return isinstance(o, Dim) and o.text == self.text

@@ -484,29 +484,15 @@ class Tile:
     def __abs__(self) -> Tile:
         return self._ew("abs", self)
 
-    def __lt__(self, o: Any) -> Tile:
-        return self._ew("lt", self, o)
-
-    def __le__(self, o: Any) -> Tile:
-        return self._ew("le", self, o)
-
-    def __gt__(self, o: Any) -> Tile:
-        return self._ew("gt", self, o)
-
-    def __ge__(self, o: Any) -> Tile:
-        return self._ew("ge", self, o)
+    __lt__ = _operators("lt")[0]
+    __le__ = _operators("le")[0]
+    __gt__ = _operators("gt")[0]
+    __ge__ = _operators("ge")[0]
 
     def eq(self, o: Any) -> Tile:
         """Elementwise equality: a predicate tile ``y[c] = (x[c] == o[c])`` (broadcast).
 
-        Args:
-            o (Tile | float | Expr): a register tile of the same element type, or a scalar.
-
-        Returns:
-            Tile: a register ``bool_`` tile of the broadcast shape.
-
-        Raises:
-            KernelError: the shapes do not broadcast or the element types differ.
+        {compare}
 
         Example:
             The diagonal of a 64x64 tile::
@@ -524,14 +510,7 @@ class Tile:
     def ne(self, o: Any) -> Tile:
         """Elementwise inequality: a predicate tile ``y[c] = (x[c] != o[c])`` (broadcast).
 
-        Args:
-            o (Tile | float | Expr): a register tile of the same element type, or a scalar.
-
-        Returns:
-            Tile: a register ``bool_`` tile of the broadcast shape.
-
-        Raises:
-            KernelError: the shapes do not broadcast or the element types differ.
+        {compare}
 
         Example:
             Every element off the diagonal::
@@ -580,3 +559,16 @@ class Tile:
 
     def __repr__(self) -> str:
         return f"Tile(%{self.value.name}: {self.value.type})"
+
+
+#: the argument, result and errors of ``Tile.eq`` and ``Tile.ne``
+_COMPARE = """Args:
+            o (Tile | float | Expr): a register tile of the same element type, or a scalar.
+
+        Returns:
+            Tile: a register ``bool_`` tile of the broadcast shape.
+
+        Raises:
+            KernelError: the shapes do not broadcast or the element types differ."""
+for _m in (Tile.eq, Tile.ne):
+    _m.__doc__ = (_m.__doc__ or "").replace("{compare}", _COMPARE)

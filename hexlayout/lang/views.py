@@ -23,7 +23,7 @@ from hexlayout.ir.tile import Permute, Slice, SourceLoc, SubTile
 from hexlayout.ir.types import LayoutLike, LayoutVar, Scope, TileType
 from hexlayout.layout import Layout, select, slice_and_offset
 
-from .checks import as_index, begin, static_int, static_shape
+from .checks import as_index, begin, origin_modes, static_int, static_shape
 from .context import TraceContext
 from .tensor import Tile, describe, method, shape_str
 
@@ -154,14 +154,7 @@ def subtile(t: Tile, shape: tuple[int, ...], origin: tuple[ExprLike, ...] | None
         raise ctx.error("tile", loc, f"sub-tile {shape_str(shp)} has {len(shp)} modes, "
                         f"{describe(t.value)} has "
                         f"{t.ndim}")
-    if origin is None:
-        origin = (0,) * t.ndim
-    if not isinstance(origin, (tuple, list)):
-        origin = (origin,)
-    if len(origin) != t.ndim:
-        raise ctx.error("tile", loc, f"origin {tuple(origin)!r} has {len(origin)} entries, "
-                        f"{describe(t.value)} "
-                        f"has {t.ndim} modes")
+    origin = origin_modes(ctx, "tile", loc, origin, t.ndim, describe(t.value))
     off = tuple(as_index(ctx, "tile", loc, o, f"origin mode {m}") for m, o in enumerate(origin))
     for m, (o, w) in enumerate(zip(off, shp)):
         _check_index(ctx, "tile", loc, t, m, o, w)

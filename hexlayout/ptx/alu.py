@@ -140,14 +140,34 @@ def _mul_int(a: Any, b: Any, t: str, mode: str) -> tuple[Any, str]:
     return _wrap(_wide(a, t) * _wide(b, t), t), t
 
 
+def _float_or_int(float_fn: Callable[..., Any]) -> Callable[[Callable[..., None]], Handler]:
+    """The handler of a two-source op: for float types it writes ``float_fn(a, b)`` (through
+    ``_fmath``: packed x2, .sat), for integer types it calls the decorated
+    ``int_op(m, ins, idx, t, a, b)``."""
+
+    def deco(int_op: Callable[..., None]) -> Handler:
+        def handler(m: Any, ins: Instruction, idx: Any) -> None:
+            t = type_of(ins.parts)
+            a, b = _srcs(m, ins, t, idx, 2)
+            if is_float(t):
+                m.write(ins.operands[0], t, idx, _fmath(ins, t, float_fn, [a, b]))
+            else:
+                int_op(m, ins, idx, t, a, b)
+
+        return handler
+
+    return deco
+
+
+def _mul_mode(ins: Instruction) -> str:
+    """Which part of an integer product ``mul`` / ``mad`` keep: ``wide``, ``hi`` or ``lo``."""
+    return "wide" if "wide" in ins.parts else "hi" if "hi" in ins.parts else "lo"
+
+
 @_reg("mul")
-def _mul(m: Any, ins: Instruction, idx: Any) -> None:
-    t = type_of(ins.parts)
-    a, b = _srcs(m, ins, t, idx, 2)
-    if is_float(t):
-        m.write(ins.operands[0], t, idx, _fmath(ins, t, np.multiply, [a, b]))
-        return
-    mode = "wide" if "wide" in ins.parts else "hi" if "hi" in ins.parts else "lo"
+@_float_or_int(np.multiply)
+def _mul(m: Any, ins: Instruction, idx: Any, t: str, a: Any, b: Any) -> None:
+    mode = _mul_mode(ins)
     if mode == "wide" and BITS[t] == 64:
         raise m.unsupported()
     out, ot = _mul_int(a, b, t, mode)
@@ -170,19 +190,14 @@ def _mad(m: Any, ins: Instruction, idx: Any) -> None:
         m.write(ins.operands[0], t, idx, out)
         return
     a, b = _srcs(m, ins, t, idx, 2)
-    mode = "wide" if "wide" in ins.parts else "hi" if "hi" in ins.parts else "lo"
-    p, pt = _mul_int(a, b, t, mode)
+    p, pt = _mul_int(a, b, t, _mul_mode(ins))
     c = m.read(ins.operands[3], pt, idx)
     m.write(ins.operands[0], pt, idx, _wrap(_wide(p, pt) + _wide(c, pt), pt))
 
 
 @_reg("div", "rem")
-def _div(m: Any, ins: Instruction, idx: Any) -> None:
-    t = type_of(ins.parts)
-    a, b = _srcs(m, ins, t, idx, 2)
-    if is_float(t):
-        m.write(ins.operands[0], t, idx, _fmath(ins, t, np.divide, [a, b]))
-        return
+@_float_or_int(np.divide)
+def _div(m: Any, ins: Instruction, idx: Any, t: str, a: Any, b: Any) -> None:
     a, b = np.broadcast_arrays(_wide(a, t), _wide(b, t))
     safe = np.where(b == 0, 1, b)
     if is_signed(t):
@@ -367,6 +382,17 @@ def _bits(m: Any, ins: Instruction, idx: Any) -> None:
 # --- comparison and selection ------------------------------------------------------------------------
 
 
+#: the ordered comparisons (float ``...u`` and unsigned ``lo ls hi hs`` forms map to these)
+_RELATIONS = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
 def _compare(cmp: str, a: Any, b: Any, t: str) -> np.ndarray:
     if is_float(t):
         a = np.asarray(a, np.float64) if t in ("f16", "bf16") else np.asarray(a)
@@ -379,26 +405,12 @@ def _compare(cmp: str, a: Any, b: Any, t: str) -> np.ndarray:
             return ~nan
         if cmp == "nan":
             return nan
-        r = {
-            "eq": np.equal,
-            "ne": np.not_equal,
-            "lt": np.less,
-            "le": np.less_equal,
-            "gt": np.greater,
-            "ge": np.greater_equal,
-        }[base](a, b)
+        r = _RELATIONS[base](a, b)
         if cmp.endswith("u"):
             return r | nan
         return r & ~nan if base != "ne" else r & ~nan
     name = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}.get(cmp, cmp)
-    return {
-        "eq": np.equal,
-        "ne": np.not_equal,
-        "lt": np.less,
-        "le": np.less_equal,
-        "gt": np.greater,
-        "ge": np.greater_equal,
-    }[name](a, b)
+    return _RELATIONS[name](a, b)
 
 
 _CMPS = {
@@ -492,21 +504,14 @@ def _mov(m: Any, ins: Instruction, idx: Any) -> None:
 
 @_reg("cvta")
 def _cvta(m: Any, ins: Instruction, idx: Any) -> None:
-    from .machine import LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW
+    from .machine import WINDOWS
 
     t = type_of(ins.parts)
     a = np.asarray(m.read(ins.operands[1], t, idx)).astype(np.uint64)
     parts = ins.parts
     to = "to" in parts
     space = next((p for p in parts[1:] if p in ("global", "shared", "local", "param", "const")), "global")
-    if space == "shared":
-        off = np.uint64(SHARED_WINDOW)
-    elif space == "local":
-        off = np.uint64(LOCAL_WINDOW)
-    elif space == "param":
-        off = np.uint64(PARAM_WINDOW)
-    else:
-        off = np.uint64(0)
+    off = np.uint64(WINDOWS.get(space, 0))
     out = a - off if to else a + off
     m.write(ins.operands[0], t, idx, out.astype(NP[t]))
 

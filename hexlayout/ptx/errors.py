@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hexlayout.emulator.errors import (
-    DeadlockError,
-    DivergenceError,
-    EmulationError,
-    IllegalInstructionError,
-    MisalignedAccessError,
-    OutOfBoundsError,
-    RaceError,
-)
+from hexlayout.emulator import errors as emulator_errors
+from hexlayout.emulator.errors import EmulationError, part_attribute
 
 __all__ = [
     "PtxError",
@@ -67,59 +60,35 @@ class PtxError(EmulationError):
     """Base of the PTX executor's errors; ``site`` (a ``PtxSite``) says where."""
 
     kind = "PTX execution error"
+    mode = " (PTX mode)"
 
     def __init__(self, detail: str, *, site: PtxSite | None = None, **kw: Any) -> None:
         self.site = site
         super().__init__(detail, **kw)
 
-    @property
-    def ptx_line(self) -> int | None:
-        return None if self.site is None else self.site.ptx_line
+    ptx_line = part_attribute("site", "ptx_line", None, "The PTX line (``int | None``).")
+    opcode = part_attribute("site", "opcode", "", "The PTX opcode (``str``).")
+    cuda_line = part_attribute("site", "cuda_line", None, "The CUDA source line (``int | None``).")
 
-    @property
-    def opcode(self) -> str:
-        return "" if self.site is None else self.site.opcode
-
-    @property
-    def cuda_line(self) -> int | None:
-        return None if self.site is None else self.site.cuda_line
-
-    def _format(self) -> str:
-        head = f"{self.kind} (PTX mode)"
-        if self.kernel:
-            head += f" in kernel {self.kernel!r}"
-        if self.block is not None:
-            head += f", block {self.block}"
-        if self.thread is not None:
-            head += f", thread {self.thread}"
-        lines = [head + ":", f"  {self.detail}"]
-        if self.site is not None:
-            lines.append(f"  at {self.site.describe()}")
-        return "\n".join(lines)
+    def _where(self) -> list[str]:
+        return [] if self.site is None else [f"  at {self.site.describe()}"]
 
 
-class PtxOutOfBoundsError(PtxError, OutOfBoundsError):
-    kind = "out-of-bounds access"
+def _ptx_kind(kind: type[EmulationError]) -> type[PtxError]:
+    """The PTX executor's error of the emulator's ``kind``: a subclass of both (``except
+    kind`` catches it in either mode) with ``kind``'s name in the message and ``PtxError``'s
+    site."""
+    name = f"Ptx{kind.__name__}"
+    doc = f"The emulator's ``{kind.__name__}`` in PTX mode, located by ``site``."
+    return type(name, (kind, PtxError), {"__doc__": doc, "__module__": __name__, "__qualname__": name})
 
 
-class PtxMisalignedAccessError(PtxError, MisalignedAccessError):
-    kind = "misaligned access"
-
-
-class PtxRaceError(PtxError, RaceError):
-    kind = "shared-memory race"
-
-
-class PtxDeadlockError(PtxError, DeadlockError):
-    kind = "deadlock"
-
-
-class PtxDivergenceError(PtxError, DivergenceError):
-    kind = "divergence"
-
-
-class PtxIllegalInstructionError(PtxError, IllegalInstructionError):
-    kind = "illegal instruction"
+PtxOutOfBoundsError = _ptx_kind(emulator_errors.OutOfBoundsError)
+PtxMisalignedAccessError = _ptx_kind(emulator_errors.MisalignedAccessError)
+PtxRaceError = _ptx_kind(emulator_errors.RaceError)
+PtxDeadlockError = _ptx_kind(emulator_errors.DeadlockError)
+PtxDivergenceError = _ptx_kind(emulator_errors.DivergenceError)
+PtxIllegalInstructionError = _ptx_kind(emulator_errors.IllegalInstructionError)
 
 
 class UnsupportedInstructionError(PtxIllegalInstructionError):

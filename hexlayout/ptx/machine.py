@@ -37,12 +37,14 @@ from .srcmap import SourceMap
 from .types import BITS, NP, UINT, from_bits, to_bits
 
 __all__ = ["GlobalRegion", "Machine", "SharedRaces", "SHARED_WINDOW", "LOCAL_WINDOW", "PARAM_WINDOW",
-           "POISON", "CLUSTER_RANK_SHIFT"]
+           "WINDOWS", "POISON", "CLUSTER_RANK_SHIFT"]
 
 SHARED_WINDOW = 0x7E00_0000_0000_0000
 LOCAL_WINDOW = 0x7D00_0000_0000_0000
 PARAM_WINDOW = 0x7C00_0000_0000_0000
 _WINDOW = 0x0100_0000_0000_0000
+#: the state spaces a generic address reaches through a window, and where each window starts
+WINDOWS = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW, "param": PARAM_WINDOW}
 POISON = 0xFF
 RUN, BARRIER, EXITED, WAIT, CONVERGE = 0, 1, 2, 3, 4
 #: a ``shared::cluster`` address of CTA rank r (``mapa``) is ``(r + 1) << CLUSTER_RANK_SHIFT | offset``;
@@ -324,69 +326,42 @@ class Machine:
                 **self.where(t),
             )
 
+    def _window(self, space: str, threads: np.ndarray) -> tuple[np.ndarray, int, Any, str, str]:
+        """``(byte array, bytes addressable, flat offset of each thread's window, what an address
+        in it is called, its size in words)`` of the shared, local or param window."""
+        if space == "shared":
+            return (self.smem, self.smem_size, self.blk[threads] * self.smem_size, "shared address",
+                    f"the block has {self.smem_size} bytes of shared memory")
+        if space == "local":
+            return (self.local, self.local_size, threads * self.local_size, "local address",
+                    f"each thread has {self.local_size} bytes of local memory")
+        return (self.params, len(self.params), 0, "parameter offset",
+                f"the parameters take {len(self.params) - 16} bytes")
+
     def locate(
         self, space: str, addr: np.ndarray, nbytes: int, idx: Any, what: str
     ) -> tuple[Any, np.ndarray]:
         """``(byte array, flat byte offsets)`` for accesses of ``nbytes`` at ``addr`` in ``space``
         (``""``: generic), checked for bounds and alignment."""
         if space == "":
-            if (
-                len(addr)
-                and (addr >= np.uint64(SHARED_WINDOW)).all()
-                and (addr < np.uint64(SHARED_WINDOW + _WINDOW)).all()
-            ):
-                return self.locate("shared", addr - np.uint64(SHARED_WINDOW), nbytes, idx, what)
-            if (
-                len(addr)
-                and (addr >= np.uint64(LOCAL_WINDOW)).all()
-                and (addr < np.uint64(LOCAL_WINDOW + _WINDOW)).all()
-            ):
-                return self.locate("local", addr - np.uint64(LOCAL_WINDOW), nbytes, idx, what)
-            if (
-                len(addr)
-                and (addr >= np.uint64(PARAM_WINDOW)).all()
-                and (addr < np.uint64(PARAM_WINDOW + _WINDOW)).all()
-            ):
-                return self.locate("param", addr - np.uint64(PARAM_WINDOW), nbytes, idx, what)
+            for sp, base in WINDOWS.items():
+                if len(addr) and (addr >= np.uint64(base)).all() and (addr < np.uint64(base + _WINDOW)).all():
+                    return self.locate(sp, addr - np.uint64(base), nbytes, idx, what)
             space = "global"
         self._check_align(addr, nbytes, idx, space)
         threads = np.arange(self.T)[idx]
-        if space == "shared":
-            bad = addr + np.uint64(nbytes) > np.uint64(self.smem_size)
+        if space in WINDOWS:
+            array, size, first, called, size_text = self._window(space, threads)
+            bad = addr + np.uint64(nbytes) > np.uint64(size)
             if bad.any():
                 i = int(np.argmax(bad))
                 raise PtxOutOfBoundsError(
-                    f"{what} of {nbytes} bytes at shared address {int(addr[i])}: the block "
-                    f"has {self.smem_size} bytes of shared memory",
-                    buffer="shared",
+                    f"{what} of {nbytes} bytes at {called} {int(addr[i])}: {size_text}",
+                    buffer=space,
                     address=int(addr[i]),
                     **self.where(int(threads[i])),
                 )
-            return self.smem, self.blk[threads] * self.smem_size + addr.astype(np.int64)
-        if space == "local":
-            bad = addr + np.uint64(nbytes) > np.uint64(self.local_size)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise PtxOutOfBoundsError(
-                    f"{what} of {nbytes} bytes at local address {int(addr[i])}: each thread "
-                    f"has {self.local_size} bytes of local memory",
-                    buffer="local",
-                    address=int(addr[i]),
-                    **self.where(int(threads[i])),
-                )
-            return self.local, threads * self.local_size + addr.astype(np.int64)
-        if space == "param":
-            bad = addr + np.uint64(nbytes) > np.uint64(len(self.params))
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise PtxOutOfBoundsError(
-                    f"{what} of {nbytes} bytes at parameter offset {int(addr[i])}: the "
-                    f"parameters take {len(self.params) - 16} bytes",
-                    buffer="param",
-                    address=int(addr[i]),
-                    **self.where(int(threads[i])),
-                )
-            return self.params, addr.astype(np.int64)
+            return array, first + addr.astype(np.int64)
         if space != "global":
             raise self.unsupported(f"the {space} state space")
         k = np.searchsorted(self._bases, addr, side="right").astype(np.int64) - 1

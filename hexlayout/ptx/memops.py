@@ -47,13 +47,17 @@ def _items(op: Any, n: int) -> list[Any]:
     return list(op.items) if isinstance(op, Vec) else [op] * (1 if n == 1 else n)
 
 
+def _access(m: Any, ins: Instruction, idx: Any, a: int) -> tuple[str, int, int, str, np.ndarray]:
+    """``(type, elements, bytes per element, state space, addresses)`` of an ``ld`` / ``st``
+    whose address is operand ``a``."""
+    t = type_of(ins.parts)
+    space = _space(ins) or m.space_of(ins.operands[a])
+    return t, _vec(ins), BITS[t] // 8, space, m.address(ins.operands[a], idx)
+
+
 @_reg("ld", "ldu")
 def _ld(m: Any, ins: Instruction, idx: Any) -> None:
-    t = type_of(ins.parts)
-    n = _vec(ins)
-    sz = BITS[t] // 8
-    space = _space(ins) or m.space_of(ins.operands[1])
-    addr = m.address(ins.operands[1], idx)
+    t, n, sz, space, addr = _access(m, ins, idx, 1)
     data = m.load(space, addr, sz * n, idx, f"{ins.opcode} load")
     vals = data.reshape(-1, n, sz)
     for k, dst in enumerate(_items(ins.operands[0], n)):
@@ -67,11 +71,7 @@ def _ld(m: Any, ins: Instruction, idx: Any) -> None:
 
 @_reg("st")
 def _st(m: Any, ins: Instruction, idx: Any) -> None:
-    t = type_of(ins.parts)
-    n = _vec(ins)
-    sz = BITS[t] // 8
-    space = _space(ins) or m.space_of(ins.operands[0])
-    addr = m.address(ins.operands[0], idx)
+    t, n, sz, space, addr = _access(m, ins, idx, 0)
     cnt = len(addr)
     data = np.empty((cnt, n, sz), dtype=np.uint8)
     for k, src in enumerate(_items(ins.operands[1], n)):

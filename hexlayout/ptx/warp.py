@@ -214,32 +214,26 @@ def _stmatrix(m: Any, ins: Instruction, idx: Any) -> None:
 
 
 def _frag_index(shape: str, kind: str, elem_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(row, col) of each (lane, element) of an mma fragment: ``[32, E]`` arrays (B: (k, n))."""
+    """(row, col) of each (lane, element) of an mma fragment: ``[32, E]`` arrays (B: (k, n)).
+
+    With ``g, t = lane // 4, lane % 4`` and ``p = 32 / elem_bits`` elements per register (PTX
+    ISA, mma.m16n8k8 / k16 / k32 fragments): C element ``i`` is at ``(g + 8 [i >= 2], 2t + i % 2)``;
+    A (16 x k) element ``i < k/2`` at ``(g + 8 ((i / p) % 2), p t + i % p + k/2 [i >= 2p])``;
+    B (k x 8) element ``i < k/4`` at ``(p t + i % p + k/2 [i >= p], g)``."""
     lane = np.arange(32)[:, None]
     g, t = lane >> 2, lane & 3
     k = int(shape.split("k")[1])
     if kind == "c":
         i = np.arange(4)[None, :]
         return g + 8 * (i >= 2), 2 * t + (i & 1)
-    if elem_bits == 16 and k == 16:
-        if kind == "a":
-            i = np.arange(8)[None, :]
-            return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >= 4)
-        i = np.arange(4)[None, :]
-        return 2 * t + (i & 1) + 8 * (i >= 2), np.broadcast_to(g, (32, 4))
-    if elem_bits == 16 and k == 8:
-        if kind == "a":
-            i = np.arange(4)[None, :]
-            return g + 8 * (i >= 2), 2 * t + (i & 1)
-        i = np.arange(2)[None, :]
-        return 2 * t + i, np.broadcast_to(g, (32, 2))
-    if elem_bits == 8 and k == 32:
-        if kind == "a":
-            i = np.arange(16)[None, :]
-            return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >= 8)
-        i = np.arange(8)[None, :]
-        return 4 * t + (i & 3) + 16 * (i >= 4), np.broadcast_to(g, (32, 8))
-    raise KeyError(shape)
+    if (elem_bits, k) not in ((16, 16), (16, 8), (8, 32)):
+        raise KeyError(shape)
+    p = 32 // elem_bits
+    if kind == "a":
+        i = np.arange(k // 2)[None, :]
+        return g + 8 * ((i // p) & 1), p * t + i % p + k // 2 * (i >= 2 * p)
+    i = np.arange(k // 4)[None, :]
+    return p * t + i % p + k // 2 * (i >= p), np.broadcast_to(g, (32, k // 4))
 
 
 _ELEM = {

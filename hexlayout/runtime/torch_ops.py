@@ -82,6 +82,18 @@ class EmulationDisabledError(HexlayoutError, RuntimeError):
     """A hexlayout op got CPU tensors while ``HEXLAYOUT_EMULATE`` is not ``1``."""
 
 
+def _keeps(attr: str, doc: str) -> Callable[[Op, Fn], Fn]:
+    """A decorator method of ``Op``: it keeps the function it decorates as ``op.<attr>`` and
+    returns it unchanged; ``doc`` says what the function is."""
+
+    def keep(self: Op, fn: Fn) -> Fn:
+        setattr(self, attr, fn)
+        return fn
+
+    keep.__name__, keep.__doc__ = attr.lstrip("_"), doc
+    return keep
+
+
 class Op:
     """A registered ``torch.ops.<namespace>.<name>`` with replaceable implementations.
 
@@ -110,42 +122,21 @@ class Op:
         self.module = ""          # the module of the first implementation given (who defined the op)
 
     # --- decorators ---------------------------------------------------------------------------
-    def fake(self, fn: Fn) -> Fn:
-        """The fake / meta implementation: output tensors of the right shape, dtype and device."""
-        self._fake = fn
-        return fn
-
-    def impl(self, fn: Fn) -> Fn:
-        """The implementation for both CUDA and (with ``HEXLAYOUT_EMULATE=1``) CPU tensors."""
-        self._impl = fn
-        return fn
-
-    def cuda(self, fn: Fn) -> Fn:
-        """The CUDA implementation (takes precedence over ``impl``)."""
-        self._cuda = fn
-        return fn
-
-    def cpu(self, fn: Fn) -> Fn:
-        """The CPU implementation (runs only with ``HEXLAYOUT_EMULATE=1``; precedence over ``impl``)."""
-        self._cpu = fn
-        return fn
-
-    def check(self, fn: Fn) -> Fn:
-        """The argument check run before every implementation (fake, CUDA, CPU): raises a
-        hexlayout error naming the argument, or returns."""
-        self._check = fn
-        return fn
-
-    def fast(self, fn: Fn) -> Fn:
-        """The cached-call path of the CUDA and CPU kernels: ``fn(*args, **kwargs)`` returns the
-        op's result for a call it knows (arguments the check has accepted before, a kernel
-        ready), or ``None`` to take the usual path (check, then implementation). It must return
-        exactly what check + implementation would, and raise nothing the check would; it runs
-        only where the check could not fail differently: before the CPU kernel's emulation
+    fake = _keeps("_fake", "The fake / meta implementation: output tensors of the right shape, dtype "
+                  "and device.")
+    impl = _keeps("_impl", "The implementation for both CUDA and (with ``HEXLAYOUT_EMULATE=1``) CPU tensors.")
+    cuda = _keeps("_cuda", "The CUDA implementation (takes precedence over ``impl``).")
+    cpu = _keeps("_cpu", "The CPU implementation (runs only with ``HEXLAYOUT_EMULATE=1``; precedence over "
+                 "``impl``).")
+    check = _keeps("_check", "The argument check run before every implementation (fake, CUDA, CPU): raises "
+                   "a hexlayout error naming the argument, or returns.")
+    fast = _keeps("_fast", """The cached-call path of the CUDA and CPU kernels: ``fn(*args, **kwargs)``
+        returns the op's result for a call it knows (arguments the check has accepted before, a
+        kernel ready), or ``None`` to take the usual path (check, then implementation). It must
+        return exactly what check + implementation would, and raise nothing the check would; it
+        runs only where the check could not fail differently: before the CPU kernel's emulation
         check only when emulation is on, and for an op without a backward only when no input
-        requires grad (or grad mode is off)."""
-        self._fast = fn
-        return fn
+        requires grad (or grad mode is off).""")
 
     def autograd(self, backward: Fn, setup_context: Fn | None = None) -> None:
         """Register the backward (``torch.library.register_autograd``): ``setup_context(ctx,
@@ -241,12 +232,17 @@ class Op:
 
         return not (torch.is_grad_enabled() and torch._C._any_requires_grad(*args, **kwargs))
 
-    def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast is not None and (self._backward is not None or self._fast_allowed(args, kwargs)):
+    def _fast_or(self, try_fast: bool, checked: Fn, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``fast``'s result when ``try_fast`` and it knows the call, else ``checked(args, kwargs)``
+        (the check, then the implementation)."""
+        if try_fast:
             out = self._fast(*args, **kwargs)
             if out is not None:
                 return out
-        return self._cuda_checked(args, kwargs)
+        return checked(args, kwargs)
+
+    def _run_cuda(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fast_or(self._fast_allowed(args, kwargs), self._cuda_checked, args, kwargs)
 
     def _cuda_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._prepare(args, kwargs)
@@ -256,12 +252,8 @@ class Op:
         return fn(*args, **kwargs)
 
     def _run_cpu(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast is not None and emulation_enabled() and (self._backward is not None or
-                                                               self._fast_allowed(args, kwargs)):
-            out = self._fast(*args, **kwargs)
-            if out is not None:
-                return out
-        return self._cpu_checked(args, kwargs)
+        try_fast = self._fast is not None and emulation_enabled() and self._fast_allowed(args, kwargs)
+        return self._fast_or(try_fast, self._cpu_checked, args, kwargs)
 
     def _cpu_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._prepare(args, kwargs)
@@ -296,17 +288,10 @@ class Op:
             if below is None:
                 below = _below_autograd(keyset)
             if below == _CUDA:
-                if self._fast is not None:
-                    out = self._fast(*args, **kwargs)
-                    if out is not None:
-                        return out
-                return self._cuda_checked(args, kwargs)
+                return self._fast_or(self._fast is not None, self._cuda_checked, args, kwargs)
             if below == _CPU:
-                if self._fast is not None and emulation_enabled():
-                    out = self._fast(*args, **kwargs)
-                    if out is not None:
-                        return out
-                return self._cpu_checked(args, kwargs)
+                return self._fast_or(self._fast is not None and emulation_enabled(), self._cpu_checked, args,
+                                     kwargs)
         return self._torch_autograd(keyset, *args, **kwargs)
 
     def _run_setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
