@@ -51,8 +51,8 @@ from ..host.device import kernel_arch, sm_count
 from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_paged_attention, head_dim_tile
-from .launch_args import attention_outputs, score_scales
 from .kernels_sm90 import paged_attention_sm90_kernel
+from .launch_args import attention_outputs, score_scales
 from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_kernel
 
 __all__ = [

@@ -42,8 +42,8 @@ from ..host.device import kernel_arch
 from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_attention_varlen, head_dim_tile
-from .launch_args import attention_outputs, score_scales
 from .kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
+from .launch_args import attention_outputs, score_scales
 from .varlen_kernels_sm80 import attention_varlen_kernel
 
 __all__ = ["attention_varlen", "attention_varlen_consts", "run_attention_varlen", "VARLEN_CONFIGS"]
