@@ -31,7 +31,7 @@ import numpy as np
 
 from .composition import composition
 from .inverse import left_inverse
-from .layout import Layout, coalesce
+from .layout import Layout, coalesce, make_layout
 
 __all__ = ["colex_strides", "same_function", "reduced_tv", "permute_maps", "permuted_tv", "window_tables",
            "fit_tv", "window_tv", "reshape_maps", "join_sources", "join_tv", "join_source_tv"]
@@ -72,12 +72,7 @@ def reduced_tv(tv: Layout, shape: tuple[int, ...], axis: int) -> Layout:
     thr, val = h[0], coalesce(h[1])
     vmodes = [val[i] for i in range(val.rank)] if isinstance(val.shape, tuple) else [val]
     kept = [m for m in vmodes if m.stride != 0 and m.shape != 1]
-    if not kept:
-        vl = Layout(1, 0)
-    elif len(kept) == 1:
-        vl = kept[0]
-    else:
-        vl = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
+    vl = make_layout(*kept) if kept else Layout(1, 0)
     return Layout((thr.shape, vl.shape), (thr.stride, vl.stride))
 
 

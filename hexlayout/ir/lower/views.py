@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.layout import ComposedLayout, Layout, Swizzle, flatten
+from hexlayout.layout import ComposedLayout, Layout, Swizzle, flatten, make_layout
 from hexlayout.layout.inttuple import crd2idx
 from hexlayout.memo import memoized
 
@@ -343,12 +343,7 @@ class SharedTileView:
                 shape.append(s)
             else:
                 base = base + crd2idx(as_expr(i), m.shape, m.stride)
-        if not kept:
-            lay = Layout(1, 0)
-        elif len(kept) == 1:
-            lay = kept[0]
-        else:
-            lay = Layout(tuple(m.shape for m in kept), tuple(m.stride for m in kept))
+        lay = make_layout(*kept) if kept else Layout(1, 0)
         return SharedTileView(self.buffer, self.dtype, tuple(shape), lay, self.swizzle, base)
 
 
