@@ -13,6 +13,7 @@ from ..atomic import AtomicAdd, RedGlobal
 from ..lowered import Instr, StGlobal
 from ..types import Scope
 from .copy import lower_reg_mem
+from .rules import LOWERING
 from .views import GlobalTileView
 
 __all__ = ["lower_atomic_add", "RED_TYPES"]
@@ -21,6 +22,7 @@ __all__ = ["lower_atomic_add", "RED_TYPES"]
 RED_TYPES = {"f32": ("sm_80", "sm_89", "sm_90a"), "f16": ("sm_80", "sm_89", "sm_90a"), "bf16": ("sm_90a",)}
 
 
+@LOWERING.register(AtomicAdd)
 def lower_atomic_add(lw: Any, op: AtomicAdd) -> list[Instr]:
     """``RedGlobal`` instructions adding register tile ``op.src`` into global view ``op.dst``."""
     if op.src.scope != Scope.REGISTER or op.dst.scope != Scope.GLOBAL:

@@ -1,6 +1,6 @@
 """Lowering of indirect addressing: scalar loads and gathered global views.
 
-``ScalarLoad`` (its rule in ``LOWERING`` calls ``lower_scalar_load``) becomes one
+``ScalarLoad`` (its rule in ``LOWERING`` is ``lower_scalar_load``) becomes one
 ``LdGlobal`` of ``count`` elements per thread (the same address in every thread), its
 register array joining the kernel's. A gathered ``GlobalView`` becomes a
 ``GlobalTileView`` whose ``IndexedGather`` maps tile coordinates to tensor coordinates
@@ -18,11 +18,13 @@ from ..gather import IndexMap, ModeIndex, ScalarLoad
 from ..lowered import GlobalRef, Instr, LdGlobal, RegRef
 from ..tile import GlobalView
 from .index_tiles import IndexTiles, valid_and
+from .rules import LOWERING
 from .views import GENERIC_STRIDE, GlobalTileView, IndexedGather, LoadSlots
 
 __all__ = ["lower_scalar_load", "lower_gathered_view"]
 
 
+@LOWERING.register(ScalarLoad)
 def lower_scalar_load(lw: Any, op: ScalarLoad) -> list[Instr]:
     """``LdGlobal`` of ``op.count`` elements at ``op.index`` in every thread (0 out of range)."""
     p = op.param

@@ -25,10 +25,8 @@ from hexlayout.layout import ComposedLayout, Layout
 from hexlayout.layout.tv_maps import same_function
 
 from ..assignment import EMPTY, Assignment
-from ..atomic import AtomicAdd
 from ..expr import ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
-from ..gather import ScalarLoad
 from ..lowered import (
     Alu,
     BarSync,
@@ -56,8 +54,6 @@ from ..lowered import (
     WgmmaWait,
 )
 from ..mapping import TaskMapping
-from ..registry import OpRegistry
-from ..regroup import Join, Reshape
 from ..tile import (
     Alloc,
     AsyncCommit,
@@ -104,12 +100,15 @@ from ..tile import (
 )
 from ..tiled_mma import TiledMma
 from ..types import Scope
+from . import atomic, regroup  # noqa: F401 - their lowering rules register in LOWERING
 from .conversions import conversion
 from .copy import Requirement, lower_reg_mem
 from .copy_rules import COPY_RULES, CopyChoice, CopyContext, legal_copies, lower_choice
+from .indirect import lower_gathered_view
 from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
+from .rules import LOWERING
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -147,11 +146,6 @@ class LoweredProgram:
 
 # a copy's instruction, ``choose(lowering, op, context)``: the legal choice or why there is none
 CopyChooser = Callable[[Any, Copy, CopyContext], "list[CopyChoice] | Rejection"]
-
-# the lowering rule of every tile-op class, ``rule(lowering, op) -> instructions`` (the
-# methods ``Lowering.op_<Class>`` register themselves below), found like the op's printing
-# (``hexlayout.ir.printer.PRINTING``) and layout relation (``hexlayout.synth.graph.RELATIONS``)
-LOWERING: OpRegistry[Callable[[Any, Any], list[Instr]]] = OpRegistry("lowering")
 
 
 class Lowering:
@@ -312,23 +306,9 @@ class Lowering:
             raise self.fail(op, f"{type(op).__name__} cannot be lowered yet")
         return rule(self, op)
 
-    @LOWERING.register(ScalarLoad)
-    def op_ScalarLoad(self, op: Any) -> list[Instr]:
-        from .indirect import lower_scalar_load
-
-        return lower_scalar_load(self, op)
-
-    @LOWERING.register(AtomicAdd)
-    def op_AtomicAdd(self, op: Any) -> list[Instr]:
-        from .atomic import lower_atomic_add
-
-        return lower_atomic_add(self, op)
-
     @LOWERING.register(GlobalView)
     def op_GlobalView(self, op: GlobalView) -> list[Instr]:
         if op.index_map is not None or op.gather is not None:   # a gather (hexlayout.ir.gather)
-            from .indirect import lower_gathered_view
-
             return lower_gathered_view(self, op)
         p = op.param
         shape = tuple(op.result.type.shape)
@@ -377,23 +357,7 @@ class Lowering:
         if op.src.scope == Scope.REGISTER:
             return self.register_permute(op)
 
-        def make(b: Any) -> Any:
-            if isinstance(b, GlobalTileView):
-                return b.permute(tuple(op.perm))
-            return b.permute(tuple(op.perm))
-        return self._derived_view(op, op.src, make)
-
-    @LOWERING.register(Reshape)
-    def op_Reshape(self, op: Any) -> list[Instr]:
-        from .regroup import lower_reshape
-
-        return lower_reshape(self, op)
-
-    @LOWERING.register(Join)
-    def op_Join(self, op: Any) -> list[Instr]:
-        from .regroup import lower_join
-
-        return lower_join(self, op)
+        return self._derived_view(op, op.src, lambda b: b.permute(tuple(op.perm)))
 
     def register_permute(self, op: Permute) -> list[Instr]:
         """``x.T`` of a register tile: the same registers under ``P o tv`` (``register_views``)."""

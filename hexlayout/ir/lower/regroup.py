@@ -32,6 +32,8 @@ import numpy as np
 from hexlayout.layout.tv_maps import join_sources
 
 from ..lowered import Alu, Instr, RegRef
+from ..regroup import Join, Reshape
+from .rules import LOWERING
 from .views import RegisterTile
 
 __all__ = ["lower_moves", "lower_reshape",
@@ -83,6 +85,7 @@ def _flat(table: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.ravel_multi_index(crd, shape, order="C")
 
 
+@LOWERING.register(Reshape)
 def lower_reshape(lw: Any, op: Any) -> list[Instr]:
     """``Reshape``: moves from the source's registers (``lw``: the lowering)."""
     src = lw.register_of(op.src, op)
@@ -95,6 +98,7 @@ def lower_reshape(lw: Any, op: Any) -> list[Instr]:
     return res
 
 
+@LOWERING.register(Join)
 def lower_join(lw: Any, op: Any) -> list[Instr]:
     """``Join``: moves from every source's registers into the result's."""
     srcs = [lw.register_of(s, op) for s in op.srcs]
