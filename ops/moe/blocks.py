@@ -82,19 +82,19 @@ def routed_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> Any:
     return hl.where(rid < limit, rid, -1)
 
 
-def gathered_stages(a: Any, rows: Any, m0: Any, k0: Callable[[Any], Any], dt: Any, bm: int, bk: int,
+def gathered_stages(a: Any, rows: Any, m0: Any, k0: Callable[[Any], Any] | None, dt: Any, bm: int, bk: int,
                     stages: int, w: Any = None, e: Any = None, w_rows: tuple[Any, ...] = (),
                     bn: int = 0) -> tuple[Any, tuple[Any, ...], Any]:
     """``(sa, sw, load)``: shared stages of ``bm`` rows of ``a`` (``sa``) and of ``bn`` weight
     rows of ``w`` from each of ``w_rows`` of expert ``e`` (``sw``; none without ``w_rows``), and
-    the ``hl.pipeline`` load filling stage ``st`` with k-tile ``kt`` (columns from ``k0(kt)``;
-    the rows of ``a`` gathered through the index tile ``rows``, or with ``rows=None`` rows
-    ``m0 ..``)."""
+    the ``hl.pipeline`` load filling stage ``st`` with k-tile ``kt`` (columns from ``k0(kt)``,
+    ``None``: ``kt * bk``; the rows of ``a`` gathered through the index tile ``rows``, or with
+    ``rows=None`` rows ``m0 ..``)."""
     sa = hl.shared(dt, (bm, bk, stages))
     sw = tuple(hl.shared(dt, (bn, bk, stages)) for _ in w_rows)
 
     def load(kt: Any, st: Any) -> None:
-        c0 = k0(kt)
+        c0 = kt * bk if k0 is None else k0(kt)
         if rows is None:
             hl.copy(hl.view(a, (bm, bk), (m0, c0)), sa[:, :, st])
         else:

@@ -37,8 +37,6 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
 from .blocks import (
-    CONSUMER_REGS,
-    PRODUCER_REGS,
     block_rows,
     expert_block,
     gathered_stages,
@@ -51,7 +49,7 @@ from .blocks import (
 from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
-           "moe_fp8_down_sm90_ws_kernel", "PRODUCER_REGS", "CONSUMER_REGS"]
+           "moe_fp8_down_sm90_ws_kernel"]
 
 K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
 

@@ -40,7 +40,6 @@ from .blocks import (
     block_rows,
     expert_block,
     gathered_stages,
-    k_tile_range,
     load_tile,
     sorted_rows,
     sorted_tokens,
@@ -105,13 +104,12 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
         with hl.if_(e >= 0):                                         # unused blocks exit
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            num_k, k0, _ = k_tile_range(Kx, BK, 1, None)
-            sa, (sg, su), load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES,
+            sa, (sg, su), load = gathered_stages(x, tok, m0, None, dt, BM, BK, STAGES,
                                                  w13, e, (n0, Ix + n0), BN)
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
             # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
-            for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
+            for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=STAGES - 2, async_proxy=True,
                                        wgmma_in_flight=True):
                 _mma_group(((sg[:, :, st], sa[:, :, st], acc_g), (su[:, :, st], sa[:, :, st], acc_u)))
             g, u = acc_g, acc_u
@@ -138,10 +136,10 @@ def moe_down_sm90_kernel(dtype: DType) -> Any:
         e, m0, n0, _ = expert_block(expert_ids, y.shape[1], BM, BN)
         with hl.if_(e >= 0):
             rid, rrow = block_rows(sorted_ids, m0, BM, y.shape[0])
-            num_k, k0, _ = k_tile_range(inter.shape[1], BK, 1, None)
-            sa, (sb,), load = gathered_stages(inter, None, m0, k0, dt, BM, BK, STAGES, w2, e, (n0,), BN)
+            sa, (sb,), load = gathered_stages(inter, None, m0, None, dt, BM, BK, STAGES, w2, e, (n0,), BN)
             acc = hl.zeros((BN, BM), f32)
             # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
+            num_k = hl.cdiv(inter.shape[1], BK)
             for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
                                        wgmma_in_flight=True):
                 _mma_group(((sb[:, :, st], sa[:, :, st], acc),))
