@@ -46,6 +46,7 @@ from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
 from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
+from .pipeline import prepared_fused_moe
 
 __all__ = [
     "WNA16Weights",
@@ -91,6 +92,18 @@ class WNA16Weights:
     def dtype(self) -> Any:
         """The activations' (and scales') dtype."""
         return self.scales.dtype
+
+    def mismatch(self, w2: WNA16Weights) -> str | None:
+        """Why ``w2`` cannot be the down projection of these gate-up weights, or ``None``."""
+        if (w2.quant_format, w2.bits) != (self.quant_format, self.bits):
+            return (f"is {w2.quant_format} {w2.bits}-bit, w13 {self.quant_format} {self.bits}-bit: both must "
+                    "share one format")
+        return None
+
+    def op_args(self, w2: WNA16Weights) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """``fused_moe_wna16``'s weight tensors (these as ``w13``, then ``w2``) and constants."""
+        return ((self.qweight, self.scales, self.zeros, w2.qweight, w2.scales, w2.zeros),
+                (self.quant_format, self.bits, self.group_size, w2.group_size))
 
 
 def _fail(name: str, msg: str) -> ArgumentError:
@@ -597,53 +610,12 @@ def _wna16_split(forced: int | None, dev: Any, cfg: dict[str, Any], t: int, k: i
     return wna16_split_k(t, k, e, size_k, size_n, sm_count(dev), tiles)
 
 
-def fused_moe_wna16(
-    hidden_states: Any,
-    w13: WNA16Weights,
-    w2: WNA16Weights,
-    topk_weights: Any,
-    topk_ids: Any,
-    *,
-    activation: str = "silu",
-    apply_router_weight_on_input: bool = False,
-    expert_map: Any = None,
-    global_num_experts: int | None = None,
-) -> Any:
-    """``fused_moe`` for ``prepare_wna16`` weights: ``torch.ops.hexlayout.fused_moe_wna16`` on their
-    tensors and format constants (semantics: ``hexlayout.ops.fused_moe``)::
+fused_moe_wna16 = prepared_fused_moe(
+    WNA16Weights, "fused_moe_wna16", "prepare_wna16",
+    """``fused_moe`` for ``prepare_wna16`` weights (``w13`` and ``w2`` of one format and bit
+    width): ``torch.ops.hexlayout.fused_moe_wna16`` on their tensors and format constants
+    (semantics: ``hexlayout.ops.fused_moe``)::
 
         out[t] = sum_j tw[t, j] * W2[e]^T (act(W13[e, :, :I]^T x_t) * (W13[e, :, I:]^T x_t)),  e = ids[t, j]
 
-    with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped."""
-    require_torch("hexlayout.ops.fused_moe_wna16")
-    import torch
-
-    for name, w in (("w13", w13), ("w2", w2)):
-        if not isinstance(w, WNA16Weights):
-            raise ArgumentTypeError(RUN_OP, name, f"must be prepare_wna16's WNA16Weights, got {_kind(w)}")
-    if (w2.quant_format, w2.bits) != (w13.quant_format, w13.bits):
-        raise ArgumentError(
-            RUN_OP,
-            "w2",
-            f"is {w2.quant_format} {w2.bits}-bit, w13 {w13.quant_format} "
-            f"{w13.bits}-bit: both must share one format",
-        )
-    return torch.ops.hexlayout.fused_moe_wna16(
-        hidden_states,
-        w13.qweight,
-        w13.scales,
-        w13.zeros,
-        w2.qweight,
-        w2.scales,
-        w2.zeros,
-        topk_weights,
-        topk_ids,
-        w13.quant_format,
-        w13.bits,
-        w13.group_size,
-        w2.group_size,
-        activation,
-        apply_router_weight_on_input,
-        expert_map,
-        global_num_experts,
-    )
+    with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped.""")
