@@ -49,7 +49,7 @@ from hexlayout.lang import e4m3, f32, i32
 from .blocks import expert_block, gathered_stages, k_tile_range, load_tile, routed_rows, sorted_rows
 
 __all__ = ["moe_fp8_quant_kernel", "moe_fp8_gate_up_kernel", "moe_fp8_down_kernel", "check_down_tiles",
-           "FP8_MAX", "SCALE_BLOCK"]
+           "scale_down", "FP8_MAX", "SCALE_BLOCK"]
 
 R, K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("R K T E N NB KB EM NBLK TK I")
 
@@ -110,6 +110,21 @@ def check_down_tiles(bn: int, bk: int, block_scale: bool) -> None:
     if block_scale and (SCALE_BLOCK % bn or bk != SCALE_BLOCK):
         raise ValueError(f"moe_fp8_down: with block scales BN ({bn}) must divide and BK ({bk}) equal "
                          f"{SCALE_BLOCK}")
+
+
+def scale_down(acc: Any, hs: Any, tw: Any, ws: Any, e: Any, rows: Any, col: Any, router: bool,
+               block_scale: bool) -> Any:
+    """The down GEMM's scaled product ``acc * s_r * tw[r] * ws[e]``: the per-row scales ``hs``
+    and top-k weights ``tw`` (1 with ``router``) of the slots ``rows`` (an index tile, -1 for
+    padding), broadcast along ``rows``' axis, and the per-expert weight scale broadcast along the
+    columns ``col`` (block scales: already in ``acc``, per k-tile)."""
+    rs = load_tile(hs[rows], rows.shape)
+    if not router:
+        rs = rs * load_tile(tw[rows], rows.shape)
+    out = acc * rs
+    if not block_scale:
+        out = out * load_tile(ws[e, col * 0, 0], col.shape)
+    return out
 
 
 def _col(a: Any, r0: Any, rows: int) -> Any:
@@ -225,13 +240,8 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
                     acc += p * _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128
                 else:
                     hl.mma(ra, rb, acc)
-            rid2 = sorted_rows(sorted_ids, m0, BM, TKx)
-            rs = load_tile(hs[rid2], (BM, 1))
-            if not ROUTER:
-                rs = rs * load_tile(tw[rid2], (BM, 1))
-            out = acc * rs
-            if not BLOCK_SCALE:
-                out = out * load_tile(ws[e, col * 0, 0], (1, BN))
+            slots = sorted_rows(sorted_ids, m0, BM, TKx)
+            out = scale_down(acc, hs, tw, ws, e, slots, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(hl.view(y, (BM, BN), (None, n0), rows=rid), out)
             else:

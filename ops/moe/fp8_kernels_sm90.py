@@ -46,7 +46,7 @@ from .blocks import (
     sorted_tokens,
     warp_specialized,
 )
-from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles
+from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles, scale_down
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
            "moe_fp8_down_sm90_ws_kernel"]
@@ -154,12 +154,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
-            rs = load_tile(hs[rrow], (1, BM))
-            if not ROUTER:
-                rs = rs * load_tile(tw[rrow], (1, BM))
-            out = acc * rs
-            if not BLOCK_SCALE:
-                out = out * load_tile(ws[e, col * 0, 0], (BN, 1))
+            out = scale_down(acc, hs, tw, ws, e, rrow, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(y[rrow, col], out)
             else:
