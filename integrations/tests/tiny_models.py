@@ -81,20 +81,33 @@ def _base_config(arch: str, model_type: str, dtype: str) -> dict:
     }
 
 
+def _mlp(g: torch.Generator, q: str, names: tuple[str, str, str], inter: int) -> dict[str, torch.Tensor]:
+    """A gated MLP ``{q}.<gate|up|down>.weight`` named by ``names``: gate, up [inter, H]; down [H, inter]."""
+    gate, up, down = names
+    return {
+        f"{q}.{gate}.weight": _lin(g, inter, HIDDEN),
+        f"{q}.{up}.weight": _lin(g, inter, HIDDEN),
+        f"{q}.{down}.weight": _lin(g, HIDDEN, inter, gain=2.0),
+    }
+
+
+def _moe_layer(g: torch.Generator, p: str, bias: bool, moe: str, router: str,
+               names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
+    """Decoder layer ``p``: norms, attention (q/k/v ``bias``), the router ``{p}.{moe}.{router}``
+    and the routed experts ``{p}.{moe}.experts.<e>`` (``_mlp`` with ``names``)."""
+    t = {**_norms(g, p), **_attention(g, f"{p}.self_attn", bias=bias)}
+    t[f"{p}.{moe}.{router}.weight"] = _lin(g, EXPERTS, HIDDEN, gain=2.0)
+    for e in range(EXPERTS):
+        t.update(_mlp(g, f"{p}.{moe}.experts.{e}", names, MOE_I))
+    return t
+
+
 def mixtral_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     """Mixtral checkpoint tensors (float32): experts' w1 (gate) / w3 (up) [I, H], w2 [H, I]."""
     g = torch.Generator().manual_seed(seed)
     t = _common(g)
     for i in range(LAYERS):
-        p = f"model.layers.{i}"
-        t.update(_norms(g, p))
-        t.update(_attention(g, f"{p}.self_attn", bias=False))
-        t[f"{p}.block_sparse_moe.gate.weight"] = _lin(g, EXPERTS, HIDDEN, gain=2.0)
-        for e in range(EXPERTS):
-            q = f"{p}.block_sparse_moe.experts.{e}"
-            t[f"{q}.w1.weight"] = _lin(g, MOE_I, HIDDEN)
-            t[f"{q}.w3.weight"] = _lin(g, MOE_I, HIDDEN)
-            t[f"{q}.w2.weight"] = _lin(g, HIDDEN, MOE_I, gain=2.0)
+        t.update(_moe_layer(g, f"model.layers.{i}", False, "block_sparse_moe", "gate", ("w1", "w3", "w2")))
     return t
 
 
@@ -117,20 +130,11 @@ def qwen2_moe_tensors(seed: int = 1) -> dict[str, torch.Tensor]:
     q/k/v biases."""
     g = torch.Generator().manual_seed(seed)
     t = _common(g)
+    proj = ("gate_proj", "up_proj", "down_proj")
     for i in range(LAYERS):
         p = f"model.layers.{i}"
-        t.update(_norms(g, p))
-        t.update(_attention(g, f"{p}.self_attn", bias=True))
-        t[f"{p}.mlp.gate.weight"] = _lin(g, EXPERTS, HIDDEN, gain=2.0)
-        for e in range(EXPERTS):
-            q = f"{p}.mlp.experts.{e}"
-            t[f"{q}.gate_proj.weight"] = _lin(g, MOE_I, HIDDEN)
-            t[f"{q}.up_proj.weight"] = _lin(g, MOE_I, HIDDEN)
-            t[f"{q}.down_proj.weight"] = _lin(g, HIDDEN, MOE_I, gain=2.0)
-        q = f"{p}.mlp.shared_expert"
-        t[f"{q}.gate_proj.weight"] = _lin(g, SHARED_I, HIDDEN)
-        t[f"{q}.up_proj.weight"] = _lin(g, SHARED_I, HIDDEN)
-        t[f"{q}.down_proj.weight"] = _lin(g, HIDDEN, SHARED_I, gain=2.0)
+        t.update(_moe_layer(g, p, True, "mlp", "gate", proj))
+        t.update(_mlp(g, f"{p}.mlp.shared_expert", proj, SHARED_I))
         t[f"{p}.mlp.shared_expert_gate.weight"] = _lin(g, 1, HIDDEN)
     return t
 

@@ -33,7 +33,7 @@ from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig, Auto
 from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
 
 from .log import flush, logger
-from .moe import HexlayoutExperts, moe_unsupported_reason, run_fused_moe
+from .moe import HexlayoutExperts, moe_unsupported_reason
 
 __all__ = ["HexlayoutAWQConfig", "HexlayoutAWQMoEMethod", "HexlayoutWNA16Experts", "register_awq"]
 
@@ -43,28 +43,14 @@ GROUP_SIZES = (32, 64, 128, -1)
 class HexlayoutWNA16Experts(HexlayoutExperts):
     """vLLM's modular MoE experts computed by ``hexlayout.ops.fused_moe`` on ``prepare_wna16``
     weights (``prepared``, set by :class:`HexlayoutAWQMoEMethod`; the packed tensors vLLM hands
-    to ``apply`` are ignored)."""
+    to ``apply`` give only their shapes): ``apply`` is the parent's, with these weights."""
 
     prepared: tuple[Any, Any] | None = None
 
-    def apply(
-        self,
-        output: torch.Tensor,
-        hidden_states: torch.Tensor,
-        w1: torch.Tensor,
-        w2: torch.Tensor,
-        topk_weights: torch.Tensor,
-        topk_ids: torch.Tensor,
-        activation: Any,
-        global_num_experts: int,
-        expert_map: torch.Tensor | None,
-        a1q_scale: torch.Tensor | None,
-        a2_scale: torch.Tensor | None,
-        workspace13: torch.Tensor,
-        workspace2: torch.Tensor,
-        expert_tokens_meta: Any,
-        apply_router_weight_on_input: bool,
-    ) -> None:
+    def expert_weights(self, hidden_states: torch.Tensor, w1: torch.Tensor,
+                       w2: torch.Tensor) -> tuple[str, Any, Any, dict[str, int]]:
+        """``("moe_w4a16", w13, w2, shapes)``: the prepared weights (vLLM's packed ``w1`` / ``w2``
+        give only the local expert count)."""
         assert self.prepared is not None, "hexlayout AWQ MoE: weights were not prepared"
         w13, w2p = self.prepared
         shapes = {
@@ -73,20 +59,7 @@ class HexlayoutWNA16Experts(HexlayoutExperts):
             "intermediate": int(w13.scales.shape[-1] // 2),
             "group_size": int(w13.group_size),
         }
-        run_fused_moe(
-            "moe_w4a16",
-            output,
-            hidden_states,
-            w13,
-            w2p,
-            topk_weights,
-            topk_ids,
-            activation,
-            global_num_experts,
-            expert_map,
-            apply_router_weight_on_input,
-            shapes,
-        )
+        return "moe_w4a16", w13, w2p, shapes
 
 
 def awq_moe_unsupported_reason(config: AutoAWQConfig, moe: Any) -> str | None:

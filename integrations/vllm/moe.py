@@ -162,12 +162,12 @@ class HexlayoutExperts(mk.FusedMoEExpertsModular):
         expert_tokens_meta: Any,
         apply_router_weight_on_input: bool,
     ) -> None:
-        e, n2, h = w1.shape
+        kernel, w13, w2, shapes = self.expert_weights(hidden_states, w1, w2)
         run_fused_moe(
-            "moe",
+            kernel,
             output,
             hidden_states,
-            w1,
+            w13,
             w2,
             topk_weights,
             topk_ids,
@@ -175,8 +175,16 @@ class HexlayoutExperts(mk.FusedMoEExpertsModular):
             global_num_experts,
             expert_map,
             apply_router_weight_on_input,
-            {"local_experts": e, "hidden": h, "intermediate": n2 // 2},
+            shapes,
         )
+
+    def expert_weights(self, hidden_states: torch.Tensor, w1: torch.Tensor,
+                       w2: torch.Tensor) -> tuple[str, Any, Any, dict[str, int]]:
+        """``(kernel, w13, w2, shapes)`` for ``apply``: the trace name, the weights
+        ``hexlayout.ops.fused_moe`` takes (here vLLM's ``w1`` [E, 2I, H] and ``w2``) and the layer's
+        sizes for the trace line. Subclasses holding prepared weights override it."""
+        e, n2, h = w1.shape
+        return "moe", w1, w2, {"local_experts": e, "hidden": h, "intermediate": n2 // 2}
 
 
 class HexlayoutUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):

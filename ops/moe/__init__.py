@@ -7,7 +7,7 @@ preparation ``prepare_wna16`` / ``prepare_fp8`` (``hexlayout.ops.*``, ``torch.op
 - ``op``, ``wna16``, ``fp8``, ``splitk``: host dispatch per weight kind and split-K;
 - ``kernels_sm80`` / ``kernels_sm90``, ``wna16_kernels_sm80`` / ``wna16_kernels_sm90``,
   ``fp8_kernels_sm89`` / ``fp8_kernels_sm90``: the kernels per architecture;
-- ``torch_op``, ``torch_wna16``, ``torch_fp8``: the torch.library registrations.
+- ``torch_op``: the torch.library registrations.
 """
 
 from ..host.torch import HAVE_TORCH
@@ -17,7 +17,7 @@ from .op import fused_moe
 from .wna16 import WNA16Weights, fused_moe_wna16, prepare_wna16
 
 if HAVE_TORCH:
-    from . import torch_fp8, torch_op, torch_wna16  # noqa: F401 - register the torch ops
+    from . import torch_op  # noqa: F401 - register the torch ops
 
 __all__ = ["fused_moe", "fused_moe_wna16", "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_fp8",
            "WNA16Weights", "Fp8MoEWeights"]

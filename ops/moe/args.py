@@ -10,6 +10,10 @@ the routing arguments and check their own weight tensors.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from functools import cache
+from types import SimpleNamespace
 from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
@@ -19,10 +23,25 @@ from ..host.checks import is_real as _is_real
 from ..host.checks import kind as _kind
 from ..host.launch import content_checks
 
-__all__ = ["check_fused_moe", "check_routing", "check_moe_align", "ACTIVATIONS", "OP"]
+__all__ = ["check_fused_moe", "check_routing", "check_moe_align", "bind_args", "ACTIVATIONS", "OP"]
 
 OP = "hexlayout.fused_moe"
 ACTIVATIONS = ("silu", "gelu")
+
+
+@cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def bind_args(check: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> SimpleNamespace:
+    """The arguments ``args`` / ``kwargs`` of an op's call named as the parameters of its check
+    ``check`` (defaults filled in): the op's implementation takes exactly its check's arguments,
+    declared once, in the check's signature. A call the signature does not accept is a
+    ``TypeError``, as for the check."""
+    bound = _signature(check).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return SimpleNamespace(**bound.arguments)
 
 
 def _contiguous(op: str, name: str, t: Any) -> None:

@@ -6,13 +6,15 @@ by TMA and cp.async, consumer warp groups issuing wgmma), on ``hl.Ring``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.lang import f32, i32
 
-__all__ = ["load_tile", "moe_grid", "k_tile_range", "split_range", "split_k0", "block_rows", "sorted_rows",
-           "ws_ring", "produce_ring", "consume_ring", "PRODUCER_REGS", "CONSUMER_REGS"]
+__all__ = ["load_tile", "moe_grid", "expert_block", "k_tile_range", "split_range", "split_k0", "block_rows",
+           "routed_rows", "sorted_rows", "sorted_tokens", "gathered_stages", "ws_ring", "produce_ring",
+           "consume_ring", "warp_specialized", "PRODUCER_REGS", "CONSUMER_REGS"]
 
 #: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
 #: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
@@ -40,6 +42,17 @@ def moe_grid(blocks: Any, cols: Any, split: bool, split_k: int) -> tuple[Any, An
     return hl.grid(hl.spatial(blocks, cols, split_k))
 
 
+def expert_block(block_expert: Any, n: Any, bm: int, bn: int, split: bool = False,
+                 split_k: int = 1) -> tuple[Any, Any, Any, Any]:
+    """``(e, m0, n0, sp)`` of this block of a grouped GEMM over ``n`` output columns
+    (``moe_grid``): its expert ``e = block_expert[pid_m]`` (-1: no block, past the padded
+    total), its first sorted row ``m0 = pid_m * bm``, first column ``n0 = pid_n * bn`` and split
+    ``sp`` (``None`` without split)."""
+    pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(n, bn), split, split_k)
+    e = block_expert[pid_m]
+    return e, pid_m * bm, pid_n * bn, sp
+
+
 def k_tile_range(kx: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
     """This block's k-tiles ``(n, k0, kt)``: their count, the k origin ``k0(j)`` of local tile ``j``
     and its index ``kt(j)`` in ``ceil(K / BK)``. Without split (``sp`` None) all of them (``k0(j) =
@@ -59,6 +72,37 @@ def block_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> tuple[Any, Any]
     row = hl.register(i32, (1, bm))
     hl.copy(sorted_ids[hl.iota((1, bm), 1) + m0], row)
     return hl.where(rid < limit, rid, -1), hl.where(row < limit, row, -1)
+
+
+def routed_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> Any:
+    """The block's routed rows ``sorted_ids[m0 .. m0 + bm]`` as a ``(bm,)`` index tile, -1 for
+    padding (ids ``>= limit``)."""
+    rid = hl.register(i32, (bm,))
+    hl.copy(hl.view(sorted_ids, (bm,), (m0,)), rid)
+    return hl.where(rid < limit, rid, -1)
+
+
+def gathered_stages(a: Any, rows: Any, m0: Any, k0: Callable[[Any], Any] | None, dt: Any, bm: int, bk: int,
+                    stages: int, w: Any = None, e: Any = None, w_rows: tuple[Any, ...] = (),
+                    bn: int = 0) -> tuple[Any, tuple[Any, ...], Any]:
+    """``(sa, sw, load)``: shared stages of ``bm`` rows of ``a`` (``sa``) and of ``bn`` weight
+    rows of ``w`` from each of ``w_rows`` of expert ``e`` (``sw``; none without ``w_rows``), and
+    the ``hl.pipeline`` load filling stage ``st`` with k-tile ``kt`` (columns from ``k0(kt)``,
+    ``None``: ``kt * bk``; the rows of ``a`` gathered through the index tile ``rows``, or with
+    ``rows=None`` rows ``m0 ..``)."""
+    sa = hl.shared(dt, (bm, bk, stages))
+    sw = tuple(hl.shared(dt, (bn, bk, stages)) for _ in w_rows)
+
+    def load(kt: Any, st: Any) -> None:
+        c0 = kt * bk if k0 is None else k0(kt)
+        if rows is None:
+            hl.copy(hl.view(a, (bm, bk), (m0, c0)), sa[:, :, st])
+        else:
+            hl.copy(hl.view(a, (bm, bk), (None, c0), rows=rows), sa[:, :, st])
+        for r0, s in zip(w_rows, sw):
+            hl.copy(w[e, r0:r0 + bn, c0:c0 + bk], s[:, :, st])
+
+    return sa, sw, load
 
 
 def produce_ring(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any, sw: tuple[Any, ...],
@@ -147,11 +191,40 @@ def ws_ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> 
     return sa, sx, sy, ring
 
 
+def warp_specialized(a: Any, rows: Callable[[], Any], w: Any, e: Any, w_rows: tuple[Any, Any], kx: Any,
+                     dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int,
+                     consume: Callable[[Callable[..., None]], None]) -> None:
+    """A ``*_ws`` block over ``ceil(kx / bk)`` k-tiles: the ``ws_ring`` stages; warp group 0, its
+    registers lowered to ``PRODUCER_REGS``, fills them (``produce_ring``: the rows ``rows()`` of
+    ``a``, computed there, and ``bn`` weight rows from each of ``w_rows`` of expert ``e``); the
+    consumer warp groups, raised to ``CONSUMER_REGS``, run ``consume(mainloop)``, where
+    ``mainloop(acc_x, acc_y, scale_x=None, scale_y=None)`` is ``consume_ring`` over that ring."""
+    num_k = hl.cdiv(kx, bk)
+    sa, sx, sy, ring = ws_ring(dt, bm, bn, bk, stages, consumers)
+    with hl.warp_group(0):
+        hl.setmaxnreg(PRODUCER_REGS, increase=False)
+        produce_ring(a, rows(), w, e, w_rows, sa, (sx, sy), ring, num_k, stages)
+    with hl.else_():
+        hl.setmaxnreg(CONSUMER_REGS)
+
+        def mainloop(acc_x: Any, acc_y: Any, *scales: Any) -> None:
+            consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, stages, consumers, *scales)
+
+        consume(mainloop)
+
+
 def sorted_rows(sorted_ids: Any, m0: Any, bm: int, limit: Any) -> Any:
     """This block's sorted slots as a ``(bm, 1)`` index tile (padding slots ``>= limit``: -1)."""
     rid = hl.register(i32, (bm, 1))
     hl.copy(sorted_ids[hl.iota((bm, 1), 0) + m0], rid)
     return hl.where(rid < limit, rid, -1)
+
+
+def sorted_tokens(sorted_ids: Any, m0: Any, bm: int, num_tokens: Any, topk: int) -> Any:
+    """The tokens of this block's sorted slots, ``slot // topk``, as a ``(bm, 1)`` index tile
+    (padding slots ``>= num_tokens * topk``: -1)."""
+    rid = sorted_rows(sorted_ids, m0, bm, num_tokens * topk)
+    return hl.where(rid >= 0, rid // topk, -1)
 
 
 def split_range(k: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:

@@ -66,6 +66,7 @@ from .fp8_kernels_sm90 import (
     moe_fp8_gate_up_sm90_ws_kernel,
 )
 from .kernels_sm80 import MoeConfig
+from .pipeline import prepared_fused_moe
 from .splitk import (
     _forced,
     choose_split_k,
@@ -112,6 +113,16 @@ class Fp8MoEWeights:
     def block_list(self) -> list[int]:
         """``block`` as the torch op's ``int[]`` argument (``[]``: one scale per expert)."""
         return list(self.block) if self.block else []
+
+    def mismatch(self, w2: Fp8MoEWeights) -> str | None:
+        """Why ``w2`` cannot be the down projection of these gate-up weights, or ``None``."""
+        if self.block != w2.block:
+            return f"has block {w2.block}, w13 has {self.block}: both must use one scale form"
+        return None
+
+    def op_args(self, w2: Fp8MoEWeights) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """``fused_moe_fp8``'s weight tensors (these as ``w13``, then ``w2``) and constants."""
+        return (self.w, self.scale, w2.w, w2.scale), (self.block_list,)
 
 
 def _kind(x: Any) -> str:
@@ -321,36 +332,25 @@ def _quantize(src: Any, rows_w: Any, dt: Any, dev: Any) -> tuple[Any, Any]:
     return q, s
 
 
-def run_fused_moe_fp8(
-    hidden_states: Any,
-    w13: Any,
-    w13_scale: Any,
-    w2: Any,
-    w2_scale: Any,
-    topk_weights: Any,
-    topk_ids: Any,
-    block: Any = (),
-    activation: str = "silu",
-    apply_router_weight_on_input: bool = False,
-    expert_map: Any = None,
-    global_num_experts: Any = None,
-) -> Any:
-    """The fp8 fused MoE on checked arguments (see the module docstring): ``moe.run_moe_pipeline``
-    (alignment, then these gate-up / down launches, then its ``moe_sum``), each GEMM launch
-    preceded by the per-row quantization of its input."""
+def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
+    """The fp8 fused MoE on checked arguments, those of ``check_fused_moe_fp8`` (see the module
+    docstring): ``moe.run_moe_pipeline`` (alignment, then these gate-up / down launches, then its
+    ``moe_sum``), each GEMM launch preceded by the per-row quantization of its input."""
     import torch
 
     from ..host.launch import build_for, lang_dtype, run_kernel, zeroed
+    from .args import bind_args
     from .pipeline import MoeRun, run_moe_pipeline
 
-    x = hidden_states
+    a = bind_args(check_fused_moe_fp8, args, kwargs)
+    x, w13, w2 = a.hidden_states, a.w13, a.w2
     t = x.shape[0]
     e, n2, _ = w13.shape
-    k = topk_ids.shape[1]
+    k = a.topk_ids.shape[1]
     dev = x.device
-    blk = bool(_check_block(OP, block))
-    s13 = w13_scale if blk else w13_scale.reshape(e, 1, 1)
-    s2 = w2_scale if blk else w2_scale.reshape(e, 1, 1)
+    blk = bool(_check_block(OP, a.block))
+    s13 = a.w13_scale if blk else a.w13_scale.reshape(e, 1, 1)
+    s2 = a.w2_scale if blk else a.w2_scale.reshape(e, 1, 1)
     dt = lang_dtype(x.dtype)
     arch = kernel_arch(dev)
     bm = fp8_block_m(t * k, e, arch)
@@ -403,44 +403,11 @@ def run_fused_moe_fp8(
         run_kernel(build_for(down_split, dev, {**consts, "SPLIT_K": split}), args, outputs=(7,))
         run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (ws, y), outputs=(1,))
 
-    return run_moe_pipeline(x, topk_weights, topk_ids, e, n2 // 2, activation, apply_router_weight_on_input,
-                            expert_map, gate_up, down, cfg=MoeConfig(BM=bm))
+    return run_moe_pipeline(x, a.topk_weights, a.topk_ids, e, n2 // 2, a.activation,
+                            a.apply_router_weight_on_input, a.expert_map, gate_up, down, cfg=MoeConfig(BM=bm))
 
 
-def fused_moe_fp8(
-    hidden_states: Any,
-    w13: Fp8MoEWeights,
-    w2: Fp8MoEWeights,
-    topk_weights: Any,
-    topk_ids: Any,
-    *,
-    activation: str = "silu",
-    apply_router_weight_on_input: bool = False,
-    expert_map: Any = None,
-    global_num_experts: int | None = None,
-) -> Any:
-    """``fused_moe`` for prepared fp8 weights: ``torch.ops.hexlayout.fused_moe_fp8`` (see the
-    module docstring)."""
-    require_torch("hexlayout.ops.fused_moe_fp8")
-    import torch
-
-    if not isinstance(w2, Fp8MoEWeights):
-        raise ArgumentTypeError(OP, "w2", f"w13 is prepare_fp8's; w2 must be too, got {_kind(w2)}")
-    if w13.block != w2.block:
-        raise ArgumentError(
-            OP, "w2", f"has block {w2.block}, w13 has {w13.block}: both must use one scale form"
-        )
-    return torch.ops.hexlayout.fused_moe_fp8(
-        hidden_states,
-        w13.w,
-        w13.scale,
-        w2.w,
-        w2.scale,
-        topk_weights,
-        topk_ids,
-        w13.block_list,
-        activation,
-        apply_router_weight_on_input,
-        expert_map,
-        global_num_experts,
-    )
+fused_moe_fp8 = prepared_fused_moe(
+    Fp8MoEWeights, "fused_moe_fp8", "prepare_fp8",
+    """``fused_moe`` for prepared fp8 weights (``w13`` and ``w2`` from ``prepare_fp8``, one scale
+    form): ``torch.ops.hexlayout.fused_moe_fp8`` (see the module docstring).""")

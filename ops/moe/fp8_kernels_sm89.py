@@ -46,9 +46,10 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
-from .blocks import k_tile_range, load_tile, moe_grid
+from .blocks import expert_block, gathered_stages, k_tile_range, load_tile, routed_rows, sorted_rows
 
-__all__ = ["moe_fp8_quant_kernel", "moe_fp8_gate_up_kernel", "moe_fp8_down_kernel", "FP8_MAX", "SCALE_BLOCK"]
+__all__ = ["moe_fp8_quant_kernel", "moe_fp8_gate_up_kernel", "moe_fp8_down_kernel", "check_down_tiles",
+           "scale_down", "FP8_MAX", "SCALE_BLOCK"]
 
 R, K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("R K T E N NB KB EM NBLK TK I")
 
@@ -103,6 +104,29 @@ def _scale(ws: Any, e: Any, col: Any, first: Any, kb: Any, uniform: bool) -> Any
     return load_tile(ws[e, col // SCALE_BLOCK, kb], col.shape)
 
 
+def check_down_tiles(bn: int, bk: int, block_scale: bool) -> None:
+    """The down kernels' tiles with block scales: ``BN`` divides and ``BK`` equals ``SCALE_BLOCK``
+    (one scale per tile and k-tile)."""
+    if block_scale and (SCALE_BLOCK % bn or bk != SCALE_BLOCK):
+        raise ValueError(f"moe_fp8_down: with block scales BN ({bn}) must divide and BK ({bk}) equal "
+                         f"{SCALE_BLOCK}")
+
+
+def scale_down(acc: Any, hs: Any, tw: Any, ws: Any, e: Any, rows: Any, col: Any, router: bool,
+               block_scale: bool) -> Any:
+    """The down GEMM's scaled product ``acc * s_r * tw[r] * ws[e]``: the per-row scales ``hs``
+    and top-k weights ``tw`` (1 with ``router``) of the slots ``rows`` (an index tile, -1 for
+    padding), broadcast along ``rows``' axis, and the per-expert weight scale broadcast along the
+    columns ``col`` (block scales: already in ``acc``, per k-tile)."""
+    rs = load_tile(hs[rows], rows.shape)
+    if not router:
+        rs = rs * load_tile(tw[rows], rows.shape)
+    out = acc * rs
+    if not block_scale:
+        out = out * load_tile(ws[e, col * 0, 0], col.shape)
+    return out
+
+
 def _col(a: Any, r0: Any, rows: int) -> Any:
     """Rows ``r0 .. r0 + rows`` of the 1-d global tensor ``a`` as a ``(rows, 1)`` gathered view."""
     r = hl.iota((rows, 1), 0) + r0
@@ -134,28 +158,16 @@ def moe_fp8_gate_up_kernel(dtype: DType, split: bool = False) -> Any:
                         SPLIT_K: int = 1):
         Tx, Kx = xq.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, sp = expert_block(block_expert, Ix, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
-            rid = hl.register(i32, (BM,))
-            hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
-            rid = hl.where(rid < Tx * TOPK, rid, -1)
+            rid = routed_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
-            sa = hl.shared(e4m3, (BM, BK, STAGES))
-            sg = hl.shared(e4m3, (BN, BK, STAGES))
-            su = hl.shared(e4m3, (BN, BK, STAGES))
+            sa, (sg, su), load = gathered_stages(xq, tok, m0, k0, e4m3, BM, BK, STAGES,
+                                                 w, e, (n0, Ix + n0), BN)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
             col = hl.iota((1, BN), 1) + n0
-
-            def load(kt: Any, st: Any) -> None:
-                c0 = k0(kt)
-                hl.copy(hl.view(xq, (BM, BK), (None, c0), rows=tok), sa[:, :, st])
-                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sg[:, :, st])
-                hl.copy(w[e, Ix + n0:Ix + n0 + BN, c0:c0 + BK], su[:, :, st])
-
             for kt, st in hl.pipeline(num_k, STAGES, load):
                 ra = hl.register(e4m3, (BM, BK))
                 rg = hl.register(e4m3, (BN, BK))
@@ -209,28 +221,14 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
                      *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
                      ROUTER: bool = False, BLOCK_SCALE: bool = False, SPLIT_K: int = 1):
         TKx, Kx = hq.shape
-        if BLOCK_SCALE and (SCALE_BLOCK % BN or BK != SCALE_BLOCK):
-            raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
-                             f"{SCALE_BLOCK}")
-        Nx = y.shape[1]
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        check_down_tiles(BN, BK, BLOCK_SCALE)
+        e, m0, n0, sp = expert_block(block_expert, y.shape[1], BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
-            rid = hl.register(i32, (BM,))
-            hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
-            rid = hl.where(rid < TKx, rid, -1)
+            rid = routed_rows(sorted_ids, m0, BM, TKx)
             num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
-            sa = hl.shared(e4m3, (BM, BK, STAGES))
-            sb = hl.shared(e4m3, (BN, BK, STAGES))
+            sa, (sb,), load = gathered_stages(hq, rid, m0, k0, e4m3, BM, BK, STAGES, w, e, (n0,), BN)
             acc = hl.zeros((BM, BN), f32)
             col = hl.iota((1, BN), 1) + n0
-
-            def load(kt: Any, st: Any) -> None:
-                c0 = k0(kt)
-                hl.copy(hl.view(hq, (BM, BK), (None, c0), rows=rid), sa[:, :, st])
-                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sb[:, :, st])
-
             for kt, st in hl.pipeline(num_k, STAGES, load):
                 ra = hl.register(e4m3, (BM, BK))
                 rb = hl.register(e4m3, (BN, BK))
@@ -242,15 +240,8 @@ def moe_fp8_down_kernel(dtype: DType, split: bool = False) -> Any:
                     acc += p * _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128
                 else:
                     hl.mma(ra, rb, acc)
-            rid2 = hl.register(i32, (BM, 1))
-            hl.copy(sorted_ids[hl.iota((BM, 1), 0) + m0], rid2)
-            rid2 = hl.where(rid2 < TKx, rid2, -1)
-            rs = load_tile(hs[rid2], (BM, 1))
-            if not ROUTER:
-                rs = rs * load_tile(tw[rid2], (BM, 1))
-            out = acc * rs
-            if not BLOCK_SCALE:
-                out = out * load_tile(ws[e, col * 0, 0], (1, BN))
+            slots = sorted_rows(sorted_ids, m0, BM, TKx)
+            out = scale_down(acc, hs, tw, ws, e, slots, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(hl.view(y, (BM, BN), (None, n0), rows=rid), out)
             else:

@@ -37,21 +37,19 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32
 
 from .blocks import (
-    CONSUMER_REGS,
-    PRODUCER_REGS,
     block_rows,
-    consume_ring,
+    expert_block,
+    gathered_stages,
     k_tile_range,
     load_tile,
-    moe_grid,
-    produce_ring,
     sorted_rows,
-    ws_ring,
+    sorted_tokens,
+    warp_specialized,
 )
-from .fp8_kernels_sm89 import SCALE_BLOCK, _scale
+from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles, scale_down
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
-           "moe_fp8_down_sm90_ws_kernel", "PRODUCER_REGS", "CONSUMER_REGS"]
+           "moe_fp8_down_sm90_ws_kernel"]
 
 K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
 
@@ -76,25 +74,16 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                              SPLIT_K: int = 1):
         Tx, Kx = xq.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, sp = expert_block(block_expert, Ix, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            sa = hl.shared(e4m3, (BM, BK, STAGES))
-            sg = hl.shared(e4m3, (BN, BK, STAGES))
-            su = hl.shared(e4m3, (BN, BK, STAGES))
+            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
+            sa, (sg, su), load = gathered_stages(xq, tok, m0, k0, e4m3, BM, BK, STAGES,
+                                                 w, e, (n0, Ix + n0), BN)
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
-            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
-
-            def load(kt: Any, st: Any) -> None:
-                c0 = k0(kt)
-                hl.copy(hl.view(xq, (BM, BK), (None, c0), rows=tok), sa[:, :, st])
-                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sg[:, :, st])
-                hl.copy(w[e, Ix + n0:Ix + n0 + BN, c0:c0 + BK], su[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
                 if BLOCK_SCALE:
@@ -144,25 +133,14 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                           *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2,
                           ROUTER: bool = False, BLOCK_SCALE: bool = False, SPLIT_K: int = 1):
         TKx, Kx = hq.shape
-        if BLOCK_SCALE and (SCALE_BLOCK % BN or BK != SCALE_BLOCK):
-            raise ValueError(f"moe_fp8_down: with block scales BN ({BN}) must divide and BK ({BK}) equal "
-                             f"{SCALE_BLOCK}")
-        Nx = y.shape[1]
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Nx, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        check_down_tiles(BN, BK, BLOCK_SCALE)
+        e, m0, n0, sp = expert_block(block_expert, y.shape[1], BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
-            sa = hl.shared(e4m3, (BM, BK, STAGES))
-            sb = hl.shared(e4m3, (BN, BK, STAGES))
+            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
+            sa, (sb,), load = gathered_stages(hq, rid, m0, k0, e4m3, BM, BK, STAGES, w, e, (n0,), BN)
             acc = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
-            num_k, k0, ktile = k_tile_range(Kx, BK, SPLIT_K, sp)
-
-            def load(kt: Any, st: Any) -> None:
-                c0 = k0(kt)
-                hl.copy(hl.view(hq, (BM, BK), (None, c0), rows=rid), sa[:, :, st])
-                hl.copy(w[e, n0:n0 + BN, c0:c0 + BK], sb[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
                 p = hl.zeros((BN, BM), f32) if BLOCK_SCALE else acc
@@ -176,12 +154,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
-            rs = load_tile(hs[rrow], (1, BM))
-            if not ROUTER:
-                rs = rs * load_tile(tw[rrow], (1, BM))
-            out = acc * rs
-            if not BLOCK_SCALE:
-                out = out * load_tile(ws[e, col * 0, 0], (BN, 1))
+            out = scale_down(acc, hs, tw, ws, e, rrow, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(y[rrow, col], out)
             else:
@@ -231,29 +204,20 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
         _check_ws("moe_fp8_gate_up_sm90_ws", BM, BN, BK, STAGES, CONSUMERS, BLOCK_SCALE)
         Tx, Kx = xq.shape
         Ix = h.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Ix, BN)))
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, _ = expert_block(block_expert, Ix, BM, BN)
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
-            num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, ring = ws_ring(e4m3, BM, BN, BK, STAGES, CONSUMERS)
-            with hl.warp_group(0):
-                hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
-                tok = hl.where(rid >= 0, rid // TOPK, -1)
-                produce_ring(xq, tok, w, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
-            with hl.else_():
-                hl.setmaxnreg(CONSUMER_REGS)
+
+            def consume(mainloop: Any) -> None:
                 col = hl.iota((1, BN), 1) + n0
                 if BLOCK_SCALE:
                     acc_g, acc_u = hl.zeros((BM, BN), f32), hl.zeros((BM, BN), f32)
-                    consume_ring(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS,
+                    mainloop(acc_g, acc_u,
                              lambda kt: _scale(ws, e, col, n0, kt * BK // SCALE_BLOCK, True),   # BN | 128
                              lambda kt: (_scale(ws, e, col, n0 + Ix, kt * BK // SCALE_BLOCK, True) if UNIFORM
                                          else _straddle(ws, e, col + Ix, n0 + Ix, kt * BK // SCALE_BLOCK)))
                 else:
                     acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
-                    consume_ring(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
+                    mainloop(acc_g, acc_u)
                 rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
                 sx = load_tile(xs[hl.where(rid >= 0, rid // TOPK, -1)], (BM, 1))
                 if not BLOCK_SCALE:
@@ -261,6 +225,12 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
                 g = acc_g * sx
                 a = hl.gelu(g) if GELU else hl.silu(g)
                 hl.copy(hl.cast(a * (acc_u * sx), dt), hl.view(h, (BM, BN), (None, n0), rows=rid))
+
+            def tokens() -> Any:                         # the producer's rows of xq
+                return sorted_tokens(sorted_ids, m0, BM, Tx, TOPK)
+
+            warp_specialized(xq, tokens, w, e, (n0, Ix + n0), Kx, e4m3, BM, BN, BK, STAGES, CONSUMERS,
+                             consume)
 
     return moe_fp8_gate_up_sm90_ws
 
@@ -287,30 +257,21 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
         if BN % 2:
             raise ValueError(f"moe_fp8_down_sm90_ws: BN ({BN}) must be even (two wgmma halves)")
         TKx, Kx = hq.shape
-        Nx = y.shape[1]
         H2 = BN // 2
-        pid_m, pid_n = hl.grid(hl.spatial(block_expert.shape[0], hl.cdiv(Nx, BN)))
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, _ = expert_block(block_expert, y.shape[1], BM, BN)
         with hl.if_(e >= 0):                             # -1: no block (past the padded total)
-            num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, ring = ws_ring(e4m3, BM, H2, BK, STAGES, CONSUMERS)
-            with hl.warp_group(0):
-                hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                rid = sorted_rows(sorted_ids, m0, BM, TKx)
-                produce_ring(hq, rid, w, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
-            with hl.else_():
-                hl.setmaxnreg(CONSUMER_REGS)
+
+            def consume(mainloop: Any) -> None:
                 if BLOCK_SCALE:
                     acc_x, acc_y = hl.zeros((BM, H2), f32), hl.zeros((BM, H2), f32)
 
                     def sw(kt: Any) -> Any:                  # BN | 128: the tile's one block
                         return _scale(ws, e, None, n0, kt * BK // SCALE_BLOCK, True)
 
-                    consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS, sw, sw)
+                    mainloop(acc_x, acc_y, sw, sw)
                 else:
                     acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
-                    consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
+                    mainloop(acc_x, acc_y)
                 rid = sorted_rows(sorted_ids, m0, BM, TKx)
                 rs = load_tile(hs[rid], (BM, 1))
                 if not ROUTER:
@@ -319,5 +280,10 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
                     rs = rs * load_tile(ws[e, hl.iota((1, 1), 0) * 0, 0], (1, 1))
                 hl.copy(hl.cast(acc_x * rs, dtype), hl.view(y, (BM, H2), (None, n0), rows=rid))
                 hl.copy(hl.cast(acc_y * rs, dtype), hl.view(y, (BM, H2), (None, n0 + H2), rows=rid))
+
+            def slots() -> Any:                          # the producer's rows of hq
+                return sorted_rows(sorted_ids, m0, BM, TKx)
+
+            warp_specialized(hq, slots, w, e, (n0, n0 + H2), Kx, e4m3, BM, H2, BK, STAGES, CONSUMERS, consume)
 
     return moe_fp8_down_sm90_ws

@@ -22,12 +22,15 @@ layout are synthesized (sm_80 / sm_89; sm_90a runs the same mma.sync kernels, no
 torch op runs between the kernels: the op only allocates ``inter``, ``y`` and ``out``.
 """
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
+
+from .blocks import expert_block, k_tile_range, routed_rows
 
 __all__ = ["moe_gate_up_kernel", "moe_down_kernel", "moe_sum_kernel", "moe_config", "moe_down_config",
            "MoeConfig"]
@@ -68,6 +71,39 @@ def _weights(topk_w: Any, sorted_ids: Any, m0: Any, bm: int, bn: int) -> Any:
     return w
 
 
+def _slot_tokens(sorted_ids: Any, m0: Any, bm: int, topk: int) -> tuple[Any, Any]:
+    """``(slots, tokens)`` of the block's sorted positions ``m0 ..`` as ``(bm,)`` index tiles: the
+    slots ``sorted_ids[m0 ..]`` and their tokens ``slot // topk`` (padding: token ``T``, reads 0)."""
+    slots = hl.register(i32, (bm,))
+    hl.copy(sorted_ids[m0:m0 + bm], slots)
+    return slots, slots // topk
+
+
+def _expert_mma(a_tile: Callable[[Any], Any], w: Any, e: Any, w_rows: tuple[Any, ...], accs: tuple[Any, ...],
+                num_k: Any, k0: Callable[[Any], Any], dt: Any, bm: int, bn: int, bk: int,
+                stages: int) -> None:
+    """``accs[i] += A @ W_i^T`` over ``num_k`` k-tiles (``k0(j)``: the first column of local
+    k-tile ``j``): ``A`` the ``(bm, bk)`` global tile ``a_tile(k)`` at column ``k``, ``W_i`` the
+    ``bn`` rows ``w_rows[i] ..`` of expert ``e``'s ``w [E, N, K]``; a ``stages``-stage cp.async
+    pipeline into shared memory, then registers, then mma.sync."""
+    sa = hl.shared(dt, (bm, bk, stages))
+    sw = tuple(hl.shared(dt, (bn, bk, stages)) for _ in w_rows)
+
+    def load(kt: Any, s: Any) -> None:                           # cp.async: A rows, weight rows
+        c0 = k0(kt)
+        hl.copy(a_tile(c0), sa[:, :, s])
+        for r0, sb in zip(w_rows, sw):
+            hl.copy(hl.view(w, tile=(1, bn, bk), origin=(e, r0, c0))[0, :, :], sb[:, :, s])
+
+    for _k, s in hl.pipeline(num_k, stages, load):
+        ra, rw = hl.register(dt, (bm, bk)), tuple(hl.register(dt, (bn, bk)) for _ in w_rows)
+        hl.copy(sa[:, :, s], ra)
+        for sb, rb in zip(sw, rw):
+            hl.copy(sb[:, :, s], rb)
+        for rb, acc in zip(rw, accs):
+            hl.mma(ra, rb, acc)
+
+
 @cache
 def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
     """The gate-up grouped GEMM for ``dtype`` and ``act`` (``"silu"`` / ``"gelu"``)."""
@@ -78,31 +114,15 @@ def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
                     topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                     *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
                     TOPK: int = 1, SCALE_IN: bool = False):
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(inter.shape[1], BN)))
-        e = expert_ids[pid_m]
+        ni = inter.shape[1]
+        e, m0, n0, _ = expert_block(expert_ids, ni, BM, BN)
         with hl.if_(e >= 0):                                         # unused blocks exit
-            m0, n0, ni = pid_m * BM, pid_n * BN, inter.shape[1]
-            slots = hl.register(i32, (BM,))
-            hl.copy(sorted_ids[m0:m0 + BM], slots)
-            tok = slots // TOPK                                      # padding: token T, reads 0
+            _, tok = _slot_tokens(sorted_ids, m0, BM, TOPK)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            sg = hl.shared(dt, (BN, BK, STAGES))
-            su = hl.shared(dt, (BN, BK, STAGES))
-
-            def load(kt: Any, s: Any) -> None:                       # cp.async: gathered rows, weights
-                hl.copy(x[tok, kt * BK:kt * BK + BK], sa[:, :, s])
-                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, kt * BK))[0, :, :], sg[:, :, s])
-                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, kt * BK))[0, :, :], su[:, :, s])
-
-            for _k, s in hl.pipeline(hl.cdiv(x.shape[1], BK), STAGES, load):
-                ra, rg, ru = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK)), hl.register(dt, (BN, BK))
-                hl.copy(sa[:, :, s], ra)
-                hl.copy(sg[:, :, s], rg)
-                hl.copy(su[:, :, s], ru)
-                hl.mma(ra, rg, acc_g)
-                hl.mma(ra, ru, acc_u)
+            num_k, k0, _ = k_tile_range(x.shape[1], BK, 1, None)
+            _expert_mma(lambda c0: x[tok, c0:c0 + BK], w13, e, (n0, ni + n0), (acc_g, acc_u), num_k, k0, dt,
+                        BM, BN, BK, STAGES)
             if SCALE_IN:
                 w = _weights(topk_w, sorted_ids, m0, BM, BN)
                 acc_g *= w
@@ -123,28 +143,15 @@ def moe_down_kernel(dtype: DType) -> Any:
                  topk_w: f32[S], y: dt[S, H],  # type: ignore
                  *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
                  SCALE_IN: bool = False):
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(y.shape[1], BN)))
-        e = expert_ids[pid_m]
+        e, m0, n0, _ = expert_block(expert_ids, y.shape[1], BM, BN)
         with hl.if_(e >= 0):
-            m0, n0 = pid_m * BM, pid_n * BN
             acc = hl.zeros((BM, BN), f32)
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            sb = hl.shared(dt, (BN, BK, STAGES))
-
-            def load(kt: Any, s: Any) -> None:
-                hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, kt * BK)), sa[:, :, s])
-                hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, kt * BK))[0, :, :], sb[:, :, s])
-
-            for _k, s in hl.pipeline(hl.cdiv(inter.shape[1], BK), STAGES, load):
-                ra, rb = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK))
-                hl.copy(sa[:, :, s], ra)
-                hl.copy(sb[:, :, s], rb)
-                hl.mma(ra, rb, acc)
+            num_k, k0, _ = k_tile_range(inter.shape[1], BK, 1, None)
+            _expert_mma(lambda c0: hl.view(inter, tile=(BM, BK), origin=(m0, c0)), w2, e, (n0,), (acc,),
+                        num_k, k0, dt, BM, BN, BK, STAGES)
             if not SCALE_IN:
                 acc *= _weights(topk_w, sorted_ids, m0, BM, BN)
-            slots = hl.register(i32, (BM,))
-            hl.copy(sorted_ids[m0:m0 + BM], slots)
-            dest = hl.where(slots < y.shape[0], slots, -1)           # padding rows: not stored
+            dest = routed_rows(sorted_ids, m0, BM, y.shape[0])      # padding rows: not stored
             hl.copy(hl.cast(acc, dt), y[dest, n0:n0 + BN])
 
     return moe_down

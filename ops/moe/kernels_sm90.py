@@ -37,14 +37,13 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
 from .blocks import (
-    CONSUMER_REGS,
-    PRODUCER_REGS,
     block_rows,
-    consume_ring,
+    expert_block,
+    gathered_stages,
     load_tile,
-    produce_ring,
     sorted_rows,
-    ws_ring,
+    sorted_tokens,
+    warp_specialized,
 )
 from .kernels_sm80 import MoeConfig
 
@@ -101,23 +100,14 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
                          SCALE_IN: bool = False):
         Tx, Kx = x.shape
         Ix = inter.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(Ix, BN)))
-        e = expert_ids[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, _ = expert_block(expert_ids, Ix, BM, BN)
         with hl.if_(e >= 0):                                         # unused blocks exit
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            sg = hl.shared(dt, (BN, BK, STAGES))
-            su = hl.shared(dt, (BN, BK, STAGES))
+            sa, (sg, su), load = gathered_stages(x, tok, m0, None, dt, BM, BK, STAGES,
+                                                 w13, e, (n0, Ix + n0), BN)
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
-
-            def load(kt: Any, st: Any) -> None:
-                hl.copy(hl.view(x, (BM, BK), (None, kt * BK), rows=tok), sa[:, :, st])
-                hl.copy(w13[e, n0:n0 + BN, kt * BK:kt * BK + BK], sg[:, :, st])
-                hl.copy(w13[e, Ix + n0:Ix + n0 + BN, kt * BK:kt * BK + BK], su[:, :, st])
-
             # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
             for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=STAGES - 2, async_proxy=True,
                                        wgmma_in_flight=True):
@@ -143,23 +133,14 @@ def moe_down_sm90_kernel(dtype: DType) -> Any:
     def moe_down_sm90(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                       topk_w: f32[S], y: dt[S, H],  # type: ignore
                       *, BM: int = 16, BN: int = 64, BK: int = 64, STAGES: int = 4, SCALE_IN: bool = False):
-        Kx = inter.shape[1]
-        Hx = y.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(Hx, BN)))
-        e = expert_ids[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, _ = expert_block(expert_ids, y.shape[1], BM, BN)
         with hl.if_(e >= 0):
             rid, rrow = block_rows(sorted_ids, m0, BM, y.shape[0])
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            sb = hl.shared(dt, (BN, BK, STAGES))
+            sa, (sb,), load = gathered_stages(inter, None, m0, None, dt, BM, BK, STAGES, w2, e, (n0,), BN)
             acc = hl.zeros((BN, BM), f32)
-
-            def load(kt: Any, st: Any) -> None:
-                hl.copy(hl.view(inter, (BM, BK), (m0, kt * BK)), sa[:, :, st])
-                hl.copy(w2[e, n0:n0 + BN, kt * BK:kt * BK + BK], sb[:, :, st])
-
             # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
-            for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=STAGES - 2, async_proxy=True,
+            num_k = hl.cdiv(inter.shape[1], BK)
+            for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
                                        wgmma_in_flight=True):
                 _mma_group(((sb[:, :, st], sa[:, :, st], acc),))
             out = acc
@@ -190,21 +171,12 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
         _check_ws("moe_gate_up_sm90_ws", BM, STAGES, CONSUMERS)
         Tx, Kx = x.shape
         Ix = inter.shape[1]
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(Ix, BN)))
-        e = expert_ids[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, _ = expert_block(expert_ids, Ix, BM, BN)
         with hl.if_(e >= 0):
-            num_k = hl.cdiv(Kx, BK)
-            sa, sg, su, ring = ws_ring(dt, BM, BN, BK, STAGES, CONSUMERS)
-            with hl.warp_group(0):
-                hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
-                tok = hl.where(rid >= 0, rid // TOPK, -1)
-                produce_ring(x, tok, w13, e, (n0, Ix + n0), sa, (sg, su), ring, num_k, STAGES)
-            with hl.else_():
-                hl.setmaxnreg(CONSUMER_REGS)
+
+            def consume(mainloop: Any) -> None:
                 acc_g, acc_u = hl.register(f32, (BM, BN)), hl.register(f32, (BM, BN))
-                consume_ring(sa, sg, su, acc_g, acc_u, ring, num_k, STAGES, CONSUMERS)
+                mainloop(acc_g, acc_u)
                 g, u = acc_g, acc_u
                 if SCALE_IN:
                     rid = sorted_rows(sorted_ids, m0, BM, Tx * TOPK)
@@ -212,6 +184,11 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
                     g, u = g * w, u * w
                 a = hl.gelu(g) if act == "gelu" else hl.silu(g)
                 hl.copy(hl.cast(a * u, dt), hl.view(inter, (BM, BN), (m0, n0)))
+
+            def tokens() -> Any:                                     # the producer's rows of x
+                return sorted_tokens(sorted_ids, m0, BM, Tx, TOPK)
+
+            warp_specialized(x, tokens, w13, e, (n0, Ix + n0), Kx, dt, BM, BN, BK, STAGES, CONSUMERS, consume)
 
     return moe_gate_up_sm90_ws
 
@@ -232,23 +209,13 @@ def moe_down_sm90_ws_kernel(dtype: DType) -> Any:
         _check_ws("moe_down_sm90_ws", BM, STAGES, CONSUMERS)
         if BN % 2:
             raise ValueError(f"moe_down_sm90_ws: BN ({BN}) must be even (two wgmma halves)")
-        Kx = inter.shape[1]
-        Hx = y.shape[1]
         H2 = BN // 2
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(Hx, BN)))
-        e = expert_ids[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, _ = expert_block(expert_ids, y.shape[1], BM, BN)
         with hl.if_(e >= 0):
-            num_k = hl.cdiv(Kx, BK)
-            sa, sx, sy, ring = ws_ring(dt, BM, H2, BK, STAGES, CONSUMERS)
-            with hl.warp_group(0):
-                hl.setmaxnreg(PRODUCER_REGS, increase=False)
-                pos = hl.iota((BM, 1), 0) + m0                       # inter rows: the positions
-                produce_ring(inter, pos, w2, e, (n0, n0 + H2), sa, (sx, sy), ring, num_k, STAGES)
-            with hl.else_():
-                hl.setmaxnreg(CONSUMER_REGS)
+
+            def consume(mainloop: Any) -> None:
                 acc_x, acc_y = hl.register(f32, (BM, H2)), hl.register(f32, (BM, H2))
-                consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, STAGES, CONSUMERS)
+                mainloop(acc_x, acc_y)
                 rid = sorted_rows(sorted_ids, m0, BM, y.shape[0])
                 ox, oy = acc_x, acc_y
                 if not SCALE_IN:
@@ -256,6 +223,12 @@ def moe_down_sm90_ws_kernel(dtype: DType) -> Any:
                     ox, oy = ox * w, oy * w
                 hl.copy(hl.cast(ox, dt), hl.view(y, (BM, H2), (None, n0), rows=rid))
                 hl.copy(hl.cast(oy, dt), hl.view(y, (BM, H2), (None, n0 + H2), rows=rid))
+
+            def positions() -> Any:                                  # the producer's rows of inter
+                return hl.iota((BM, 1), 0) + m0
+
+            warp_specialized(inter, positions, w2, e, (n0, n0 + H2), inter.shape[1], dt, BM, H2, BK, STAGES,
+                             CONSUMERS, consume)
 
     return moe_down_sm90_ws
 

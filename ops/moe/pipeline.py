@@ -1,17 +1,21 @@
 """The fused MoE's pipeline, shared by every weight kind: ``moe_align`` -> gate-up GEMM ->
 down GEMM -> the top-k sum, with the two GEMMs given as launchers (``GateUp``, ``Down``) that
-each weight kind (bf16 / f16, W4A16 / W8A16, FP8) and split-K provide."""
+each weight kind (bf16 / f16, W4A16 / W8A16, FP8) and split-K provide; and the public entry of a
+prepared weight kind (``prepared_fused_moe``: ``fused_moe_wna16``, ``fused_moe_fp8``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
+
 from ..host.launch import build_for, fresh, lang_dtype, run_kernel, zeroed
+from ..host.torch import require_torch
 from .align import run_moe_align
 from .kernels_sm80 import MoeConfig, moe_config, moe_sum_kernel
 
-__all__ = ["MoeRun", "GateUp", "Down", "run_moe_pipeline"]
+__all__ = ["MoeRun", "GateUp", "Down", "run_moe_pipeline", "prepared_fused_moe"]
 
 
 class MoeRun:
@@ -60,3 +64,38 @@ def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_e
     summ = build_for(moe_sum_kernel(lang_dtype(dt)), dev, {"ROWS": 16, "BH": 64, "TOPK": k})
     run_kernel(summ, (y.view(t, k, h), out), outputs=(1,))
     return out
+
+
+def prepared_fused_moe(kind: type, op_name: str, preparer: str, doc: str) -> Callable[..., Any]:
+    """The public ``fused_moe`` of a prepared weight kind ``kind`` (what ``preparer`` returns),
+    named ``op_name``, with ``fused_moe``'s signature: ``w13`` and ``w2`` must both be ``kind``
+    and compatible (``w13.mismatch(w2)``: why not, or ``None``); then
+    ``torch.ops.hexlayout.<op_name>(hidden_states, *tensors, topk_weights, topk_ids, *constants,
+    activation, apply_router_weight_on_input, expert_map, global_num_experts)`` with
+    ``tensors, constants = w13.op_args(w2)``. Errors name ``hexlayout.<op_name>`` and the
+    argument."""
+    label = f"hexlayout.{op_name}"
+
+    def entry(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, *,
+              activation: str = "silu", apply_router_weight_on_input: bool = False, expert_map: Any = None,
+              global_num_experts: int | None = None) -> Any:
+        require_torch(f"hexlayout.ops.{op_name}")
+        import torch
+
+        for name, w in (("w13", w13), ("w2", w2)):
+            if not isinstance(w, kind):
+                got = type(w).__name__
+                if isinstance(w, torch.Tensor):
+                    got = f"a {w.dtype} tensor of shape {tuple(w.shape)}"
+                raise ArgumentTypeError(label, name, f"must be {preparer}'s {kind.__name__}, got {got}")
+        problem = w13.mismatch(w2)
+        if problem is not None:
+            raise ArgumentError(label, "w2", problem)
+        tensors, constants = w13.op_args(w2)
+        op = getattr(torch.ops.hexlayout, op_name)
+        return op(hidden_states, *tensors, topk_weights, topk_ids, *constants, activation,
+                  apply_router_weight_on_input, expert_map, global_num_experts)
+
+    entry.__name__ = entry.__qualname__ = op_name
+    entry.__doc__ = doc
+    return entry

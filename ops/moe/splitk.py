@@ -59,8 +59,8 @@ from hexlayout.runtime.args import ArgumentError
 from ..host.device import sm_count
 from ..host.launch import build_for, lang_dtype, run_kernel, zeroed
 from .align import max_padded_slots
-from .blocks import split_k0, split_range
-from .kernels_sm80 import MoeConfig, _weights, moe_config, moe_down_config
+from .blocks import expert_block, k_tile_range, routed_rows
+from .kernels_sm80 import MoeConfig, _expert_mma, _slot_tokens, _weights, moe_config, moe_down_config
 
 if TYPE_CHECKING:
     from .pipeline import Down, GateUp, MoeRun
@@ -91,33 +91,15 @@ def moe_gate_up_splitk_kernel(dtype: DType) -> Any:
                            ws_g: f32[EM, I], ws_u: f32[EM, I],  # type: ignore
                            *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
                            TOPK: int = 1, SPLIT_K: int = 2):
-        pid_m, pid_n, sp = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(ws_g.shape[1], BN), SPLIT_K))
-        e = expert_ids[pid_m]
+        ni = ws_g.shape[1]
+        e, m0, n0, sp = expert_block(expert_ids, ni, BM, BN, True, SPLIT_K)
         with hl.if_(e >= 0):                                         # unused blocks exit
-            m0, n0, ni = pid_m * BM, pid_n * BN, ws_g.shape[1]
-            kt_all, lo, hi = split_range(x.shape[1], BK, SPLIT_K, sp)
-            slots = hl.register(i32, (BM,))
-            hl.copy(sorted_ids[m0:m0 + BM], slots)
-            tok = slots // TOPK                                      # padding: token T, reads 0
+            slots, tok = _slot_tokens(sorted_ids, m0, BM, TOPK)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            sg = hl.shared(dt, (BN, BK, STAGES))
-            su = hl.shared(dt, (BN, BK, STAGES))
-
-            def load(j: Any, s: Any) -> None:                        # local k-tile j of the split
-                k0 = split_k0(lo + j, hi, kt_all, BK)
-                hl.copy(x[tok, k0:k0 + BK], sa[:, :, s])
-                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sg[:, :, s])
-                hl.copy(hl.view(w13, tile=(1, BN, BK), origin=(e, ni + n0, k0))[0, :, :], su[:, :, s])
-
-            for _k, s in hl.pipeline(hl.maximum(hi - lo, 0), STAGES, load):
-                ra, rg, ru = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK)), hl.register(dt, (BN, BK))
-                hl.copy(sa[:, :, s], ra)
-                hl.copy(sg[:, :, s], rg)
-                hl.copy(su[:, :, s], ru)
-                hl.mma(ra, rg, acc_g)
-                hl.mma(ra, ru, acc_u)
+            num_k, k0, _ = k_tile_range(x.shape[1], BK, SPLIT_K, sp)   # the split's k-tiles
+            _expert_mma(lambda c0: x[tok, c0:c0 + BK], w13, e, (n0, ni + n0), (acc_g, acc_u), num_k, k0, dt,
+                        BM, BN, BK, STAGES)
             rows = hl.where(slots < x.shape[0] * TOPK, hl.iota((BM,), 0) + m0, -1)   # padding: none
             hl.atomic_add(ws_g[rows, n0:n0 + BN], acc_g)
             hl.atomic_add(ws_u[rows, n0:n0 + BN], acc_u)
@@ -140,16 +122,12 @@ def moe_splitk_act_kernel(dtype: DType, act: str = "silu", slot_rows: bool = Fal
     def moe_splitk_act(ws_g: f32[S if slot_rows else EM, I], ws_u: f32[S if slot_rows else EM, I],  # type: ignore
                        sorted_ids: i32[EM], expert_ids: i32[NB], topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                        *, BM: int = 16, BN: int = 128, SCALE_IN: bool = False):
-        pid_m, pid_n = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(inter.shape[1], BN)))
-        e = expert_ids[pid_m]
+        e, m0, n0, _ = expert_block(expert_ids, inter.shape[1], BM, BN)
         with hl.if_(e >= 0):
-            m0, n0 = pid_m * BM, pid_n * BN
             g = hl.register(f32, (BM, BN))
             u = hl.register(f32, (BM, BN))
             if slot_rows:                                        # rows of the slots, padding: none
-                rid = hl.register(i32, (BM,))
-                hl.copy(sorted_ids[m0:m0 + BM], rid)
-                rid = hl.where(rid < topk_w.shape[0], rid, -1)
+                rid = routed_rows(sorted_ids, m0, BM, topk_w.shape[0])
                 hl.copy(hl.view(ws_g, (BM, BN), (None, n0), rows=rid), g)
                 hl.copy(hl.view(ws_u, (BM, BN), (None, n0), rows=rid), u)
             else:
@@ -180,30 +158,15 @@ def moe_down_splitk_kernel(dtype: DType) -> Any:
                         topk_w: f32[S], ws: f32[S, H],  # type: ignore
                         *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
                         SCALE_IN: bool = False, SPLIT_K: int = 2):
-        pid_m, pid_n, sp = hl.grid(hl.spatial(expert_ids.shape[0], hl.cdiv(ws.shape[1], BN), SPLIT_K))
-        e = expert_ids[pid_m]
+        e, m0, n0, sp = expert_block(expert_ids, ws.shape[1], BM, BN, True, SPLIT_K)
         with hl.if_(e >= 0):
-            m0, n0 = pid_m * BM, pid_n * BN
-            kt_all, lo, hi = split_range(inter.shape[1], BK, SPLIT_K, sp)
             acc = hl.zeros((BM, BN), f32)
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            sb = hl.shared(dt, (BN, BK, STAGES))
-
-            def load(j: Any, s: Any) -> None:                        # local k-tile j of the split
-                k0 = split_k0(lo + j, hi, kt_all, BK)
-                hl.copy(hl.view(inter, tile=(BM, BK), origin=(m0, k0)), sa[:, :, s])
-                hl.copy(hl.view(w2, tile=(1, BN, BK), origin=(e, n0, k0))[0, :, :], sb[:, :, s])
-
-            for _k, s in hl.pipeline(hl.maximum(hi - lo, 0), STAGES, load):
-                ra, rb = hl.register(dt, (BM, BK)), hl.register(dt, (BN, BK))
-                hl.copy(sa[:, :, s], ra)
-                hl.copy(sb[:, :, s], rb)
-                hl.mma(ra, rb, acc)
+            num_k, k0, _ = k_tile_range(inter.shape[1], BK, SPLIT_K, sp)   # the split's k-tiles
+            _expert_mma(lambda c0: hl.view(inter, tile=(BM, BK), origin=(m0, c0)), w2, e, (n0,), (acc,),
+                        num_k, k0, dt, BM, BN, BK, STAGES)
             if not SCALE_IN:
                 acc *= _weights(topk_w, sorted_ids, m0, BM, BN)
-            slots = hl.register(i32, (BM,))
-            hl.copy(sorted_ids[m0:m0 + BM], slots)
-            dest = hl.where(slots < ws.shape[0], slots, -1)          # padding rows: no addition
+            dest = routed_rows(sorted_ids, m0, BM, ws.shape[0])     # padding rows: no addition
             hl.atomic_add(ws[dest, n0:n0 + BN], acc)
 
     return moe_down_splitk

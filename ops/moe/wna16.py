@@ -46,6 +46,7 @@ from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
 from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
+from .pipeline import prepared_fused_moe
 
 __all__ = [
     "WNA16Weights",
@@ -91,6 +92,18 @@ class WNA16Weights:
     def dtype(self) -> Any:
         """The activations' (and scales') dtype."""
         return self.scales.dtype
+
+    def mismatch(self, w2: WNA16Weights) -> str | None:
+        """Why ``w2`` cannot be the down projection of these gate-up weights, or ``None``."""
+        if (w2.quant_format, w2.bits) != (self.quant_format, self.bits):
+            return (f"is {w2.quant_format} {w2.bits}-bit, w13 {self.quant_format} {self.bits}-bit: both must "
+                    "share one format")
+        return None
+
+    def op_args(self, w2: WNA16Weights) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """``fused_moe_wna16``'s weight tensors (these as ``w13``, then ``w2``) and constants."""
+        return ((self.qweight, self.scales, self.zeros, w2.qweight, w2.scales, w2.zeros),
+                (self.quant_format, self.bits, self.group_size, w2.group_size))
 
 
 def _fail(name: str, msg: str) -> ArgumentError:
@@ -497,52 +510,38 @@ def _check_wna16_expert_ids(topk_ids: Any, expert_map: Any, gne: int, e: int) ->
             )
 
 
-def run_fused_moe_wna16(
-    hidden_states: Any,
-    w13_qweight: Any,
-    w13_scales: Any,
-    w13_zeros: Any,
-    w2_qweight: Any,
-    w2_scales: Any,
-    w2_zeros: Any,
-    topk_weights: Any,
-    topk_ids: Any,
-    quant_format: str,
-    bits: int,
-    w13_group_size: int,
-    w2_group_size: int,
-    activation: str = "silu",
-    apply_router_weight_on_input: bool = False,
-    expert_map: Any = None,
-    global_num_experts: int | None = None,
-) -> Any:
-    """The fused MoE on checked arguments: ``hexlayout.ops.moe``'s pipeline (alignment, then the
-    two GEMM launches here, then moe_sum; nothing but allocations between the kernels)."""
+def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
+    """The fused MoE on checked arguments, those of ``check_fused_moe_wna16``:
+    ``hexlayout.ops.moe``'s pipeline (alignment, then the two GEMM launches here, then moe_sum;
+    nothing but allocations between the kernels)."""
     from ..host.launch import build_for, lang_dtype, run_kernel, zeroed
+    from .args import bind_args
     from .kernels_sm80 import MoeConfig
     from .pipeline import MoeRun, run_moe_pipeline
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
     from .wna16_kernels_sm80 import moe_wna16_down_kernel
 
-    t, hdim = hidden_states.shape
-    k = topk_ids.shape[1]
-    e, inter = w13_scales.shape[0], w13_scales.shape[2] // 2
-    dt = lang_dtype(hidden_states.dtype)
-    dev = hidden_states.device
+    a = bind_args(check_fused_moe_wna16, args, kwargs)
+    bits = a.bits
+    t, hdim = a.hidden_states.shape
+    k = a.topk_ids.shape[1]
+    e, inter = a.w13_scales.shape[0], a.w13_scales.shape[2] // 2
+    dt = lang_dtype(a.hidden_states.dtype)
+    dev = a.hidden_states.device
     cfg13, cfg2, gate_up_kernel, down_kernel = _wna16_kernels(dev, t * k, e, hdim, inter,
-                                                              w13_group_size, w2_group_size)
+                                                              a.w13_group_size, a.w2_group_size)
     forced = _forced(None)  # HEXLAYOUT_MOE_SPLIT_K (a clear error when it is not an integer >= 1)
 
     def split_k(cfg: dict[str, Any], size_k: int, size_n: int) -> int:
         return _wna16_split(forced, dev, cfg, t, k, e, size_k, size_n)
 
     common = {
-        "ZERO": 0 if quant_format == "awq" else 1 << (bits - 1),
+        "ZERO": 0 if a.quant_format == "awq" else 1 << (bits - 1),
         "TOPK": k,
-        "ROUTER": bool(apply_router_weight_on_input),
+        "ROUTER": bool(a.apply_router_weight_on_input),
     }
-    z13 = w13_scales if w13_zeros is None else w13_zeros  # GPTQ: not read (ZERO > 0)
-    z2 = w2_scales if w2_zeros is None else w2_zeros
+    z13 = a.w13_scales if a.w13_zeros is None else a.w13_zeros  # GPTQ: not read (ZERO > 0)
+    z2 = a.w2_scales if a.w2_zeros is None else a.w2_zeros
 
     def gate_up(run: MoeRun, h: Any) -> None:
         import torch
@@ -554,7 +553,7 @@ def run_fused_moe_wna16(
             out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
         bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
-        args = (run.x, w13_qweight, w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        args = (run.x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
             act = build_for(moe_splitk_act_kernel(dt, run.activation), dev, {"BM": cfg13["BM"]})
@@ -571,25 +570,13 @@ def run_fused_moe_wna16(
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
         bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
-        run_kernel(
-            bld, (h, w2_qweight, w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out), outputs=(7,)
-        )
+        args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        run_kernel(bld, args, outputs=(7,))
         if split > 1:
             run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (out, y), outputs=(1,))
 
-    return run_moe_pipeline(
-        hidden_states,
-        topk_weights,
-        topk_ids,
-        e,
-        inter,
-        activation,
-        apply_router_weight_on_input,
-        expert_map,
-        gate_up,
-        down,
-        MoeConfig(cfg13),
-    )
+    return run_moe_pipeline(a.hidden_states, a.topk_weights, a.topk_ids, e, inter, a.activation,
+                            a.apply_router_weight_on_input, a.expert_map, gate_up, down, MoeConfig(cfg13))
 
 
 def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group_size: int,
@@ -623,53 +610,12 @@ def _wna16_split(forced: int | None, dev: Any, cfg: dict[str, Any], t: int, k: i
     return wna16_split_k(t, k, e, size_k, size_n, sm_count(dev), tiles)
 
 
-def fused_moe_wna16(
-    hidden_states: Any,
-    w13: WNA16Weights,
-    w2: WNA16Weights,
-    topk_weights: Any,
-    topk_ids: Any,
-    *,
-    activation: str = "silu",
-    apply_router_weight_on_input: bool = False,
-    expert_map: Any = None,
-    global_num_experts: int | None = None,
-) -> Any:
-    """``fused_moe`` for ``prepare_wna16`` weights: ``torch.ops.hexlayout.fused_moe_wna16`` on their
-    tensors and format constants (semantics: ``hexlayout.ops.fused_moe``)::
+fused_moe_wna16 = prepared_fused_moe(
+    WNA16Weights, "fused_moe_wna16", "prepare_wna16",
+    """``fused_moe`` for ``prepare_wna16`` weights (``w13`` and ``w2`` of one format and bit
+    width): ``torch.ops.hexlayout.fused_moe_wna16`` on their tensors and format constants
+    (semantics: ``hexlayout.ops.fused_moe``)::
 
         out[t] = sum_j tw[t, j] * W2[e]^T (act(W13[e, :, :I]^T x_t) * (W13[e, :, I:]^T x_t)),  e = ids[t, j]
 
-    with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped."""
-    require_torch("hexlayout.ops.fused_moe_wna16")
-    import torch
-
-    for name, w in (("w13", w13), ("w2", w2)):
-        if not isinstance(w, WNA16Weights):
-            raise ArgumentTypeError(RUN_OP, name, f"must be prepare_wna16's WNA16Weights, got {_kind(w)}")
-    if (w2.quant_format, w2.bits) != (w13.quant_format, w13.bits):
-        raise ArgumentError(
-            RUN_OP,
-            "w2",
-            f"is {w2.quant_format} {w2.bits}-bit, w13 {w13.quant_format} "
-            f"{w13.bits}-bit: both must share one format",
-        )
-    return torch.ops.hexlayout.fused_moe_wna16(
-        hidden_states,
-        w13.qweight,
-        w13.scales,
-        w13.zeros,
-        w2.qweight,
-        w2.scales,
-        w2.zeros,
-        topk_weights,
-        topk_ids,
-        w13.quant_format,
-        w13.bits,
-        w13.group_size,
-        w2.group_size,
-        activation,
-        apply_router_weight_on_input,
-        expert_map,
-        global_num_experts,
-    )
+    with the dequantized ``W`` of the module docstring; remote experts (``expert_map`` -1) skipped.""")

@@ -54,7 +54,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
-from .blocks import k_tile_range, moe_grid
+from .blocks import expert_block, gathered_stages, k_tile_range, routed_rows
 
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
@@ -99,14 +99,6 @@ def _dequant(
     return (hl.cast(qt, dt) - zt) * st
 
 
-def _routed_rows(sorted_ids: Any, m0: Any, BM: int, limit: Any) -> Any:
-    """The block's routed rows ``sorted_ids[m0 .. m0 + BM]`` as a ``(BM,)`` index tile, -1 for
-    padding (ids ``>= limit``)."""
-    rid = hl.register(i32, (BM,))
-    hl.copy(hl.view(sorted_ids, (BM,), (m0,)), rid)
-    return hl.where(rid < limit, rid, -1)
-
-
 def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
     """``tw[r]`` of the block's routed rows ``r`` as a ``(BM, 1)`` f32 column (0 for padding)."""
     r = hl.register(i32, (BM, 1))
@@ -123,15 +115,8 @@ def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, d
     register tile; the rows are copied into shared memory by cp.async ``STAGES - 1`` k-tiles
     ahead of their use (a runtime loop over the k-tiles). With a split index ``sp``: only the
     k-tiles of split ``sp`` of ``split_k`` (``blocks.k_tile_range``)."""
-    sa = hl.shared(dt, (BM, BK, STAGES))
     num_k, k0, ktile = k_tile_range(a.shape[1], BK, split_k, sp)
-
-    def load(kt: Any, st: Any) -> None:
-        if rows is None:
-            hl.copy(hl.view(a, (BM, BK), (m0, k0(kt))), sa[:, :, st])
-        else:
-            hl.copy(hl.view(a, (BM, BK), (None, k0(kt)), rows=rows), sa[:, :, st])
-
+    sa, _, load = gathered_stages(a, rows, m0, k0, dt, BM, BK, STAGES)
     for kt, _st in hl.pipeline(num_k, STAGES, load):
         ra = hl.register(dt, (BM, BK))
         hl.copy(sa[:, :, kt % STAGES], ra)
@@ -179,11 +164,9 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     ):
         Tx, Hx = x.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, sp = expert_block(block_expert, Ix, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):
-            rid = _routed_rows(sorted_ids, m0, BM, Tx * TOPK)
+            rid = routed_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
@@ -242,16 +225,14 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         SPLIT_K: int = 1,
     ):
         TKx, Hx = y.shape
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, sp = expert_block(block_expert, Hx, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
             for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
                 hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
             if not ROUTER:
                 acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
-            rows = _routed_rows(sorted_ids, m0, BM, TKx)
+            rows = routed_rows(sorted_ids, m0, BM, TKx)
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rows, n0:n0 + BN], acc)
             else:

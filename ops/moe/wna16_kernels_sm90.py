@@ -42,7 +42,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8, u32
 
-from .blocks import block_rows, k_tile_range, load_tile, moe_grid
+from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile
 from .wna16_kernels_sm80 import _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
@@ -120,19 +120,14 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         BN = 64 * WG
         Tx, Hx = x.shape
         Ix = h.shape[-1]
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Ix, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, sp = expert_block(block_expert, Ix, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            sa = hl.shared(dt, (BM, BK, STAGES))
+            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
+            sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
-            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
-
-            def load(kt: Any, st: Any) -> None:  # gathered token rows, K-major: the B operand
-                hl.copy(hl.view(x, (BM, BK), (None, k0(kt)), rows=tok), sa[:, :, st])
 
             def step(kt: Any, st: Any) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
@@ -201,17 +196,12 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     ):
         BN = 64 * WG
         TKx, Hx = y.shape
-        pid_m, pid_n, sp = moe_grid(block_expert.shape[0], hl.cdiv(Hx, BN), split, SPLIT_K)
-        e = block_expert[pid_m]
-        m0, n0 = pid_m * BM, pid_n * BN
+        e, m0, n0, sp = expert_block(block_expert, Hx, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
-            sa = hl.shared(dt, (BM, BK, STAGES))
-            acc = hl.zeros((BN, BM), f32)
             num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp)
-
-            def load(kt: Any, st: Any) -> None:  # this block's rows of h, K-major: the B operand
-                hl.copy(hl.view(h, (BM, BK), (m0, k0(kt))), sa[:, :, st])
+            sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
+            acc = hl.zeros((BN, BM), f32)
 
             def step(kt: Any, st: Any) -> None:
                 w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
