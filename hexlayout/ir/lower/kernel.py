@@ -590,14 +590,6 @@ class Lowering:
         branch (a named barrier, so the other warp groups are not waited for)."""
         return [self.region_barrier()]
 
-    @LOWERING.register(AsyncCommit)
-    def op_AsyncCommit(self, op: AsyncCommit) -> list[Instr]:
-        return [CpAsyncCommit()]
-
-    @LOWERING.register(AsyncWait)
-    def op_AsyncWait(self, op: AsyncWait) -> list[Instr]:
-        return [CpAsyncWait(op.pending)]
-
     def mbar_ref(self, bar: Any, index: ExprLike, op: Op) -> MbarRef:
         if not isinstance(bar, Mbarrier):
             raise self.fail(op, f"{bar!r} is not an mbarrier")
@@ -623,18 +615,6 @@ class Lowering:
     def op_MbarrierWait(self, op: MbarrierWait) -> list[Instr]:
         return [MbarWait(self.mbar_ref(op.bar, op.index, op), op.phase)]
 
-    @LOWERING.register(TileWgmmaFence)
-    def op_WgmmaFence(self, op: TileWgmmaFence) -> list[Instr]:
-        return [WgmmaFence()]
-
-    @LOWERING.register(TileWgmmaCommit)
-    def op_WgmmaCommit(self, op: TileWgmmaCommit) -> list[Instr]:
-        return [WgmmaCommit()]
-
-    @LOWERING.register(TileWgmmaWait)
-    def op_WgmmaWait(self, op: TileWgmmaWait) -> list[Instr]:
-        return [WgmmaWait(op.pending)]
-
     @LOWERING.register(TileFenceProxyAsync)
     def op_FenceProxyAsync(self, op: TileFenceProxyAsync) -> list[Instr]:
         # no async proxy before sm_90: nothing to order
@@ -645,10 +625,6 @@ class Lowering:
         if not self.arch.has_clusters:
             raise self.fail(op, f"cluster barriers need sm_90; the kernel is lowered for {self.arch.name}")
         return [ClusterBarrier()]
-
-    @LOWERING.register(TileSetMaxNReg)
-    def op_SetMaxNReg(self, op: TileSetMaxNReg) -> list[Instr]:
-        return [SetMaxNReg(op.count, op.increase)]
 
     # control flow
     @LOWERING.register(For)
@@ -744,6 +720,27 @@ def _dedupe(reqs: list[Requirement]) -> list[Requirement]:
         if key not in seen or r.value > seen[key].value:
             seen[key] = r
     return list(seen.values())
+
+
+#: tile ops that lower to one instruction carrying the same fields, whatever the layouts (a
+#: commit, a wait, a fence, a register budget): ``tile op class -> (instruction, fields)``
+ONE_INSTRUCTION: dict[type, tuple[type, tuple[str, ...]]] = {
+    AsyncCommit: (CpAsyncCommit, ()),
+    AsyncWait: (CpAsyncWait, ("pending",)),
+    TileWgmmaFence: (WgmmaFence, ()),
+    TileWgmmaCommit: (WgmmaCommit, ()),
+    TileWgmmaWait: (WgmmaWait, ("pending",)),
+    TileSetMaxNReg: (SetMaxNReg, ("count", "increase")),
+}
+
+
+def _one_instruction(lw: Lowering, op: Op) -> list[Instr]:
+    """The instruction ``ONE_INSTRUCTION`` gives ``op``, with ``op``'s fields."""
+    instr, fields = ONE_INSTRUCTION[type(op)]
+    return [instr(*(getattr(op, f) for f in fields))]
+
+
+LOWERING.register(*ONE_INSTRUCTION)(_one_instruction)
 
 
 def assigned_copy(lw: Lowering, op: Copy, ctx: CopyContext) -> list[CopyChoice] | Rejection:
