@@ -8,8 +8,13 @@ round runs four new Python processes, alternating the two compilers so that both
 machine load: hexlayout *cold* (an empty ``HEXLAYOUT_CACHE_DIR``), Triton *cold* (an empty
 ``TRITON_CACHE_DIR``), then hexlayout and Triton again on the caches their cold runs filled
 (*hit*). Every process imports, builds and exits; the wall time of the whole process is
-measured. Each round gives the paired ratios hexlayout / Triton (cold and hit); the report
-gives their median, min and max over the rounds and the median times.
+measured. Both compilers import their Python modules from bytecode (``PYTHONPYCACHEPREFIX``, a
+directory of the run, filled by one unmeasured process per compiler and case), as installed
+packages do: where ``PYTHONDONTWRITEBYTECODE`` is set, a checkout of hexlayout has no
+``__pycache__`` and each process would compile ~150 modules from source (~0.4 s) while
+Triton's installed modules load from theirs (``--source-imports`` measures it that way).
+Each round gives the paired ratios hexlayout / Triton (cold and hit); the report gives their
+median, min and max over the rounds and the median times.
 
 Targets: cold ratio <= 0.6, hit ratio <= 0.8.
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -65,10 +71,16 @@ def child_code(compiler: str, case: str) -> str:
             f"from bench_static import Case\ncase = {case}\n{PROGRAMS[compiler]}")
 
 
-def run_process(compiler: str, case: str, cache: str) -> float:
-    """Wall seconds of one fresh process compiling ``case`` with ``compiler`` and ``cache``."""
+def run_process(compiler: str, case: str, cache: str, bytecode: str | None = None) -> float:
+    """Wall seconds of one fresh process compiling ``case`` with ``compiler`` and ``cache``.
+    ``bytecode``: a directory for Python's compiled modules (``PYTHONPYCACHEPREFIX``, and
+    ``PYTHONDONTWRITEBYTECODE`` dropped), so that both compilers import their modules from
+    bytecode, as an installed package does; ``None`` keeps the caller's environment."""
     env = {**os.environ, "HEXLAYOUT_CACHE_DIR": cache, "TRITON_CACHE_DIR": cache,
            "TRITON_DEFAULT_FP_FUSION": "1"}      # Triton 3.9's default, stated (it warns otherwise)
+    if bytecode is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = bytecode
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", child_code(compiler, case)], check=True, env=env,
                    stdout=subprocess.DEVNULL)
@@ -86,6 +98,14 @@ def rounds(case: str, runs: int, measure: Callable[[str, str, str], float] = run
                  "hexlayout_hit": measure("hexlayout", case, hx), "triton_hit": measure("triton", case, tt)}
         out.append(r)
     return out
+
+
+def warm_bytecode(case: str, bytecode: str) -> None:
+    """One unmeasured process per compiler on a throwaway cache: fills ``bytecode`` with the
+    compiled modules of everything both programs import (the two compilers alike)."""
+    for compiler in PROGRAMS:
+        with tempfile.TemporaryDirectory() as cache:
+            run_process(compiler, case, cache, bytecode)
 
 
 def summarize(name: str, rs: list[dict[str, float]]) -> dict[str, Any]:
@@ -116,7 +136,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"# Compile latency, hexlayout vs Triton ({meta['date']})", "",
              f"{meta['machine']}, {meta['cpus']} CPUs, Python {meta['versions']['python']}, Triton "
              f"{meta['versions']['triton']}; load average {meta['load_before']:.1f} before, "
-             f"{meta['load_after']:.1f} after. A fresh process each: *cold* with an empty cache, *hit* "
+             f"{meta['load_after']:.1f} after; modules imported from {meta.get('imports', 'source')}. "
+             "A fresh process each: *cold* with an empty cache, *hit* "
              "with the cache its cold run filled; the two compilers alternate within each round, and each "
              "ratio is hexlayout / Triton of one round. Targets: cold <= 0.6, hit <= 0.8.", "",
              "| case | rounds | hexlayout cold (s) | Triton cold (s) | cold ratio median [min, max] | "
@@ -141,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="rounds per case")
     ap.add_argument("--only", default="", help="cases whose name contains this")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    ap.add_argument("--source-imports", action="store_true",
+                    help="keep the environment's bytecode setting (with PYTHONDONTWRITEBYTECODE set and no "
+                         "__pycache__ in a checkout, hexlayout's modules are compiled from source in every "
+                         "process, Triton's installed ones are not); by default both import from bytecode "
+                         "warmed before the rounds")
     ns = ap.parse_args(argv)
     try:
         import triton  # noqa: F401
@@ -149,14 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     load_before = os.getloadavg()[0]
     rows = []
-    for name, case in CASES.items():
-        if ns.only and ns.only not in name:
-            continue
-        rows.append(summarize(name, rounds(case, ns.runs)))
-        print(json.dumps(rows[-1]), flush=True)
+    with tempfile.TemporaryDirectory() as bytecode:
+        for name, case in CASES.items():
+            if ns.only and ns.only not in name:
+                continue
+            measure = run_process
+            if not ns.source_imports:
+                warm_bytecode(case, bytecode)
+                measure = functools.partial(run_process, bytecode=bytecode)
+            rows.append(summarize(name, rounds(case, ns.runs, measure)))
+            print(json.dumps(rows[-1]), flush=True)
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.platform(), "cpus": os.cpu_count(), "versions": _versions(),
-            "load_before": load_before, "load_after": os.getloadavg()[0], "runs": ns.runs}
+            "load_before": load_before, "load_after": os.getloadavg()[0], "runs": ns.runs,
+            "imports": "source (environment as is)" if ns.source_imports else "bytecode (warmed)"}
     ns.out.mkdir(parents=True, exist_ok=True)
     (ns.out / "compile.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     (ns.out / "compile.md").write_text(markdown(rows, meta))

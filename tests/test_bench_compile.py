@@ -1,7 +1,8 @@
 """``benchmarks/bench_compile.py``: the rounds alternate the two compilers, each with its own
 cache directory reused from cold to hit; ratios are paired per round; the report states the
 targets; the hexlayout child program compiles the case for real (NVRTC) and a second process
-on the same cache is a hit (no new cache entry). Triton itself is not needed here."""
+on the same cache is a hit (no new cache entry), importing from the bytecode directory it
+is given; the bytecode is warmed for both compilers alike. Triton itself is not needed here."""
 
 from __future__ import annotations
 
@@ -54,8 +55,19 @@ def test_hexlayout_child_compiles_then_hits_its_cache(bench, tmp_path: pathlib.P
     bench.run_process("hexlayout", case, str(tmp_path))
     entries = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
     assert entries, "the cold run persisted nothing"
-    bench.run_process("hexlayout", case, str(tmp_path))
+    bytecode = tmp_path.parent / f"{tmp_path.name}-bytecode"
+    bench.run_process("hexlayout", case, str(tmp_path), str(bytecode))
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == entries
+    # the hit imported from (and wrote) bytecode in its own directory, not in the cache
+    assert any(p.parent.parts[-2:] == ("hexlayout", "runtime") for p in bytecode.rglob("build.*.pyc"))
+
+
+def test_bytecode_is_warmed_for_both_compilers(bench, monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(bench, "run_process", lambda *a: calls.append(a) or 0.0)
+    bench.warm_bytecode("Case('gemm', 'sm_80', 128, 128, 32, 3, 4)", "/tmp/bc")
+    assert sorted(c[0] for c in calls) == ["hexlayout", "triton"]
+    assert all(c[3] == "/tmp/bc" and c[2] != "/tmp/bc" for c in calls)
 
 
 def test_triton_child_program_names_its_cache(bench) -> None:

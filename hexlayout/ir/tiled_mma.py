@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hexlayout.layout import Layout, composition
+from hexlayout.memo import memoized
 
 from .mapping import TaskMapping
 
@@ -85,6 +86,9 @@ class TiledMma:
 
     # --- TV layouts ----------------------------------------------------------------
     def c_tv(self) -> Layout:
+        return _c_tv(self)
+
+    def _c_tv(self) -> Layout:
         m_a, n_a, _ = self.atom.shape_mnk
         big_m, _, _ = self.tile_mnk
         am, an = self.warps.task_shape
@@ -113,12 +117,12 @@ class TiledMma:
     def a_tv(self) -> Layout:
         if getattr(self.atom, "a_source", "rmem") != "rmem":
             raise ValueError(f"TiledMma: {self.atom.name} reads A from shared memory; it has no A registers")
-        return self._operand_tv(self.atom.a_layout, self.atom.shape_mnk[0], 0, self.tile_mnk[0])
+        return _operand_tv(self, 0)
 
     def b_tv(self) -> Layout:
         if getattr(self.atom, "b_source", "rmem") != "rmem":
             raise ValueError(f"TiledMma: {self.atom.name} reads B from shared memory; it has no B registers")
-        return self._operand_tv(self.atom.b_layout, self.atom.shape_mnk[1], 1, self.tile_mnk[1])
+        return _operand_tv(self, 1)
 
     # --- instances -----------------------------------------------------------------
     def _repeat_digits(self) -> list[tuple[int, int]]:
@@ -175,3 +179,17 @@ class TiledMma:
 
         order = "" if self.k_inner else ", k outer"
         return f"TiledMma({atom_spec(self.atom)} x [{self.warps}] x k{self.k_tiles}{order} -> {m}x{n}x{k})"
+
+
+@memoized(maxsize=1024)
+def _c_tv(mma: TiledMma) -> Layout:
+    """``mma.c_tv()`` (a pure function of the frozen ``mma``; a synthesis asks for it once per
+    candidate and per lowered op)."""
+    return mma._c_tv()
+
+
+@memoized(maxsize=2048)
+def _operand_tv(mma: TiledMma, dim: int) -> Layout:
+    """The TV layout of operand A (``dim`` 0) or B (``dim`` 1) of ``mma`` (memoized like ``_c_tv``)."""
+    atom_layout = mma.atom.a_layout if dim == 0 else mma.atom.b_layout
+    return mma._operand_tv(atom_layout, mma.atom.shape_mnk[dim], dim, mma.tile_mnk[dim])

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hexlayout.memo import memoized
+
 from .inttuple import (
     IntTuple,
     as_inttuple,
@@ -174,9 +176,7 @@ class Layout:
 
     def indices(self) -> np.ndarray:
         """``[L(0), L(1), ..., L(size-1)]`` as an int64 array (vectorized)."""
-        import numpy as np
-        return np.asarray(crd2idx(np.arange(self.size(), dtype=np.int64), self._shape, self._stride),
-                          dtype=np.int64).reshape(-1)
+        return _indices(self._shape, self._stride).copy()
 
     # --- comparison / printing -------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -192,6 +192,18 @@ class Layout:
 
     def __repr__(self) -> str:
         return f"Layout({self._shape!r}, {self._stride!r})"
+
+
+@memoized(maxsize=512)
+def _indices(shape: IntTuple, stride: IntTuple) -> np.ndarray:
+    """``Layout(shape, stride).indices()``, read-only (memoized: a synthesis compares the same
+    TV layouts as maps many times; ``indices`` hands out copies)."""
+    import numpy as np
+
+    out = np.asarray(crd2idx(np.arange(product(shape), dtype=np.int64), shape, stride),
+                     dtype=np.int64).reshape(-1)
+    out.setflags(write=False)
+    return out
 
 
 def is_layout(x: Any) -> bool:
