@@ -307,8 +307,9 @@ def _span(t: Any) -> int:
 
 def _lead_dense(t: Any) -> Any:
     """A stored matrix of one row whose leading stride (torch lets a mode of extent 1 have any;
-    the kernel binds ``LDA`` / ``LDB`` from it) is not one a multi-row view could have (a
-    multiple of 8 at least the row's length) as the same row with the dense one; else ``t``."""
+    the kernel takes it dense, ``leading_dims``, but sm_90a's TMA descriptors are made from the
+    tensor's strides) is not one a multi-row view could have (a multiple of 8 at least the
+    row's length) as the same row with the dense one; else ``t``."""
     if t.shape[0] == 1 and (t.stride(0) % _VEC or t.stride(0) < t.shape[1]):
         return t.as_strided(t.shape, (t.shape[1], 1))
     return t
