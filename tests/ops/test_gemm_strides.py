@@ -206,16 +206,20 @@ def test_backward_with_transposed_inputs_matches_float64(emulate, b_layout) -> N
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize(("a_layout", "b_layout"), [("mk", "nk"), ("mk", "kn"), ("km", "nk"), ("km", "kn")])
-def test_each_stored_layout_compiles_without_spills(arch, a_layout, b_layout) -> None:
+@pytest.mark.parametrize("ld", [(False, False), (True, True)], ids=["dense", "ldab"])
+def test_each_stored_layout_compiles_without_spills(arch, a_layout, b_layout, ld) -> None:
     """The fused kernel of each stored-layout variant (bias, residual, gelu, scale; staged
-    epilogue) compiles for its architecture without spills; an MN-major operand on sm_80 is
-    read from shared memory by transposing ldmatrix (LDSM...MT88)."""
+    epilogue), dense or with free leading strides, compiles for its architecture without
+    spills; an MN-major operand on sm_80 is read from shared memory by transposing ldmatrix
+    (LDSM...MT88)."""
     from hexlayout.ops.gemm.config import choose_config
 
     import hexlayout.lang as hl
 
     cfg = choose_config(arch, 4096, 4096, 4096)
-    b = G.gemm_build(hl.f16, b_layout, (True, True, "gelu", True), arch, cfg, 4096, 4096, a_layout=a_layout)
+    b = G.gemm_build(hl.f16, b_layout, (True, True, "gelu", True), arch, cfg, 4096, 4096, a_layout=a_layout,
+                     ld=ld)
+    assert ("LDA" in b.generated.source, "LDB" in b.generated.source) == ld
     res = b.compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0, res
     assert 0 < res.registers <= 255
