@@ -22,10 +22,12 @@ _PROGRAMS: dict[tuple, FusedProgram] = {}
 def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any], plan: TilePlan,
                      name: str, *, anchor: str, prologue_ops: tuple[str, ...] = (),
                      epilogue_ops: tuple[str, ...] = (), staged: bool = False,
-                     compile: bool = True, a_layout: str = "mk") -> tuple[Any, FusedProgram]:
-    """The GEMM anchor (``dtype``, ``a_layout`` / ``b_layout``: the stored operands, tile
-    ``consts``) for ``arch`` with ``plan`` fused, built (the fused program is memoized on the
-    structure - no sizes in the key - and its build by the runtime). ``anchor`` /
+                     compile: bool = True, a_layout: str = "mk",
+                     ld: tuple[bool, bool] = (False, False)) -> tuple[Any, FusedProgram]:
+    """The GEMM anchor (``dtype``, ``a_layout`` / ``b_layout``: the stored operands, ``ld``:
+    which take a free leading stride (``kernels.leading_dims``), tile ``consts``) for ``arch``
+    with ``plan`` fused, built (the fused program is memoized on the structure - no sizes in
+    the key - and its build by the runtime). ``anchor`` /
     ``prologue_ops`` / ``epilogue_ops``: the aten names launch records show.
     Returns ``(build, fused program)``; the program's ``sources`` say what each parameter
     after ``a`` / ``b`` receives."""
@@ -34,12 +36,12 @@ def gemm_fused_build(arch: str, dtype: Any, b_layout: str, consts: dict[str, Any
     from hexlayout.runtime.launch_log import describe
 
     dname = dtype_name(dtype)
-    key = (arch, dname, a_layout, b_layout, staged, tuple(sorted(consts.items())), plan, name, compile)
+    ld = (bool(ld[0]), bool(ld[1]))
+    key = (arch, dname, a_layout, b_layout, ld, staged, tuple(sorted(consts.items())), plan, name, compile)
     with _LOCK:
         prog = _PROGRAMS.get(key)
     if prog is None:
-        kernel = gemm_anchor(arch, getattr(hl, dname), b_layout, staged=staged,
-                             **({} if a_layout == "mk" else {"a_layout": a_layout}))
+        kernel = gemm_anchor(arch, getattr(hl, dname), b_layout, staged=staged, a_layout=a_layout, ld=ld)
         tk = kernel.trace(**consts)
         prog = fuse(tk, plan, f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}")
         with _LOCK:

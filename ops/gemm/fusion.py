@@ -32,7 +32,7 @@ from hexlayout.runtime.alloc import fresh
 
 from .fused_build import clear_fused_programs, gemm_fused_build
 from .fusion_plan import GemmCall, clear_plans, gemm_binder, output_frames, planned
-from .kernels import gemm_consts
+from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 
 __all__ = ["MATMUL", "HEXLAYOUT_GEMM", "gemm_fused_build", "anchor_consts", "fused_build", "run_gemm",
@@ -50,12 +50,16 @@ def anchor_consts(call: GemmCall) -> dict[str, Any]:
     return gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
 
 
-def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any],
-                compile: bool) -> tuple[Any, FusedProgram]:
-    """The build of ``call``'s fused program (memoized on its structure)."""
+def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any], compile: bool,
+                b: Any = None) -> tuple[Any, FusedProgram]:
+    """The build of ``call``'s fused program (memoized on its structure) for its operands
+    ``call.a`` and ``b`` (default ``call.b``; a re-laid-out B is dense): the anchor variant
+    with a free leading stride for those that are not dense (``leading_dims``)."""
+    ld = leading_dims(call.a, call.b if b is None else b)
     return gemm_fused_build(call.arch, call.dtype, call.b_layout, consts, call.plan, spec.display_name(),
                             anchor=spec.anchor, prologue_ops=tuple(spec.prologue_ops()),
-                            epilogue_ops=tuple(spec.epilogue_ops()), staged=call.staged, compile=compile)
+                            epilogue_ops=tuple(spec.epilogue_ops()), staged=call.staged, compile=compile,
+                            ld=ld)
 
 
 def clear_gemm_builds() -> None:
@@ -130,7 +134,7 @@ def run_gemm(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -
         bn = _half_tile(spec, call, consts)
         consts = dict(consts, BN=bn)
         b = _halves_relaid(b, call.b_layout, bn)
-    bld, prog = fused_build(spec, call, consts, compile=cuda)
+    bld, prog = fused_build(spec, call, consts, compile=cuda, b=b)
     heads = call.plan.heads or (None,) * len(call.plan.outputs)
     frames = output_frames(call)
     out_specs = [(tuple(call.out_shapes[k]) if heads[k] else ((call.batch,) if call.batch else ()) + shape,

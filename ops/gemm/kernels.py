@@ -4,8 +4,11 @@
 ``a[K, M]^T`` (``a_layout="km"``, M-major) and ``B`` is ``b[N, K]^T`` (``b_layout="nk"``,
 K-major) or ``b[K, N]`` (``b_layout="kn"``, N-major), f16 or bf16 inputs, f32 accumulation,
 output in the input type. The operands' stored (physical) matrices have unit stride in their
-last mode and a free leading stride (the scalar sizes ``LDA`` / ``LDB``, bound at launch from
-the tensors' strides: slices of bigger tensors run as they are); ``c`` is row-major dense.
+last mode and are dense (leading stride = row length), or with ``ld=(True, ...)`` /
+``(..., True)`` take a free leading stride (the scalar sizes ``LDA`` / ``LDB``, bound at
+launch from the tensors' strides: slices of bigger tensors run as they are; the dense variant
+addresses rows with ``K`` / ``M`` / ``N``, fewer main-loop instructions on sm_80);
+``leading_dims`` says which variant a pair of stored operands takes. ``c`` is row-major dense.
 The kernels are scheduled alone; their operand loads and their stores of the accumulator
 (``copy(cast(acc), view(c))``, or with ``stage_epilogue=True`` ``copy(cast(acc window),
 staging tile)`` then ``copy(staging tile, view(c))``) are the fusion points where
@@ -36,7 +39,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32
 
-__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_anchor", "ARCH_KERNELS"]
+__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_anchor", "leading_dims", "ARCH_KERNELS"]
 
 M, N, K = hl.dims("M N K")
 
@@ -52,18 +55,34 @@ def _check(dtype: DType, b_layout: str, a_layout: str = "mk") -> None:
                          f"not {a_layout!r}")
 
 
-def _operand_types(dt: DType, a_layout: str, b_layout: str) -> tuple[Any, Any]:
+def leading_dims(a: Any, b: Any) -> tuple[bool, bool]:
+    """Whether the GEMM kernel takes each stored operand with a free leading stride (the
+    ``ld`` of the factories): for ``a`` / ``b`` (a stored ``rows x cols`` matrix with unit
+    stride along ``cols``, or a batch of them: the last two modes; ``None``: computed by a
+    prologue, not read from memory) ``False`` when it is dense - leading stride ``== cols``, or
+    one row (whose leading stride is never used) - else ``True`` (``LDA`` / ``LDB``). The one
+    choice ``hexlayout.ops.gemm`` and the fused GEMMs make."""
+    def free(t: Any) -> bool:
+        return t is not None and t.shape[-2] > 1 and t.stride(-2) != t.shape[-1]
+
+    return free(a), free(b)
+
+
+def _operand_types(dt: DType, a_layout: str, b_layout: str, ld: tuple[bool, bool]) -> tuple[Any, Any]:
     """The parameter types of ``a`` and ``b``: the stored matrix (``M x K`` / ``K x M``,
-    ``N x K`` / ``K x N``) with unit stride in its last mode and the leading stride ``LDA`` /
-    ``LDB`` (a scalar size bound from the tensor's stride at launch)."""
-    a_shape = (M, K) if a_layout == "mk" else (K, M)
-    b_shape = (N, K) if b_layout == "nk" else (K, N)
-    return dt[a_shape].strides("LDA", 1), dt[b_shape].strides("LDB", 1)
+    ``N x K`` / ``K x N``) with unit stride in its last mode, dense, or (``ld[0]`` /
+    ``ld[1]``) with the leading stride ``LDA`` / ``LDB`` (a scalar size bound from the
+    tensor's stride at launch)."""
+    a_type = dt[(M, K) if a_layout == "mk" else (K, M)]
+    b_type = dt[(N, K) if b_layout == "nk" else (K, N)]
+    return a_type.strides("LDA", 1) if ld[0] else a_type, b_type.strides("LDB", 1) if ld[1] else b_type
 
 
-def _suffix(a_layout: str, b_layout: str) -> str:
-    """The kernel name's layout part: ``b_layout``, with ``km_`` before it for an M-major A."""
-    return b_layout if a_layout == "mk" else f"km_{b_layout}"
+def _suffix(a_layout: str, b_layout: str, ld: tuple[bool, bool]) -> str:
+    """The kernel name's layout part: ``b_layout``, with ``km_`` before it for an M-major A,
+    and ``_lda`` / ``_ldb`` / ``_ldab`` after it for the operands with a free leading stride."""
+    lds = "".join(x for x, on in zip("ab", ld) if on)
+    return (b_layout if a_layout == "mk" else f"km_{b_layout}") + (f"_ld{lds}" if lds else "")
 
 
 def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
@@ -80,19 +99,21 @@ def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
 
 @cache
 def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
-                     a_layout: str = "mk") -> Any:
+                     a_layout: str = "mk", ld: tuple[bool, bool] = (False, False)) -> Any:
     """The Ampere multistage GEMM ``c = A @ B`` for ``dtype`` / ``a_layout`` / ``b_layout``
     (an M-major A is loaded into a ``BK x BM`` shared tile and read transposed); the accumulator
     is stored from registers in one ``BM x BN`` store, or with ``stage_epilogue=True`` (or
     the kernel constant ``STAGE_EPILOGUE``) through shared memory in 16-byte stores (rows of
     ``c`` must then be 16-byte aligned: ``N % 8 == 0``; ``hexlayout.ops.gemm`` chooses it
-    whenever they are)."""
+    whenever they are). ``ld``: whether ``a`` / ``b`` take a free leading stride ``LDA`` /
+    ``LDB`` (else dense: see ``leading_dims``)."""
     _check(dtype, b_layout, a_layout)
     dt = dtype
-    a_type, b_type = _operand_types(dt, a_layout, b_layout)
+    ld = (bool(ld[0]), bool(ld[1]))
+    a_type, b_type = _operand_types(dt, a_layout, b_layout, ld)
     mk = a_layout == "mk"
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{_suffix(a_layout, b_layout)}")
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"gemm_sm80_{dt}_{_suffix(a_layout, b_layout, ld)}")
     def gemm(a: a_type, b: b_type, c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 128, BK: int = 32, STAGES: int = 3, WARPS: int = 4,
              STAGE_EPILOGUE: bool = False):
@@ -148,7 +169,8 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 
 @cache
 def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
-                     peer_release: bool = True, a_layout: str = "mk") -> Any:
+                     peer_release: bool = True, a_layout: str = "mk",
+                     ld: tuple[bool, bool] = (False, False)) -> Any:
     """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = A @ B`` (an M-major A
     or N-major B: a ``BK x BM`` / ``BK x BN`` stage read by wgmma through an MN-major
     descriptor); the
@@ -163,17 +185,20 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
     consumers of both CTAs released it (each consumer warp group arrives on its own and on
     the peer's empty barrier, which expect ``2 * CONSUMERS`` arrivals); cluster barriers follow
     the barrier inits and precede exit. ``peer_release=False`` leaves out the arrive on the
-    peer (expecting ``CONSUMERS`` arrivals): the broken pipeline the emulator must reject."""
+    peer (expecting ``CONSUMERS`` arrivals): the broken pipeline the emulator must reject.
+    ``ld``: as ``gemm_sm80_kernel``'s (the TMA descriptors take the strides from the tensors at
+    launch either way)."""
     _check(dtype, b_layout, a_layout)
     dt = dtype
-    a_type, b_type = _operand_types(dt, a_layout, b_layout)
+    ld = (bool(ld[0]), bool(ld[1]))
+    a_type, b_type = _operand_types(dt, a_layout, b_layout, ld)
     mk = a_layout == "mk"
 
     def cluster_of(c: dict[str, Any]) -> tuple[int, ...] | None:
         return (2, 1, 1) if c["CLUSTER"] == 2 else None
 
     @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), cluster=cluster_of,
-               name=f"gemm_sm90_{dt}_{_suffix(a_layout, b_layout)}")
+               name=f"gemm_sm90_{dt}_{_suffix(a_layout, b_layout, ld)}")
     def gemm(a: a_type, b: b_type, c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
              GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
@@ -305,9 +330,11 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
 
 
-def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False, a_layout: str = "mk") -> Any:
+def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False, a_layout: str = "mk",
+                ld: tuple[bool, bool] = (False, False)) -> Any:
     """The GEMM anchor kernel for ``arch`` (``a_layout`` / ``b_layout``: the stored operands,
-    see the module docstring); ``staged=True``: one whose operand loads are plain
+    ``ld``: which of them take a free leading stride, ``leading_dims``; see the module
+    docstring); ``staged=True``: one whose operand loads are plain
     copies into shared memory (not TMA), so that a computing prologue can replace them (the
     Ampere kernel, which every supported architecture runs). The accumulator is stored from
     registers in one piece, or with the constant ``STAGE_EPILOGUE=True`` through shared
@@ -315,7 +342,11 @@ def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False,
     if arch not in ARCH_KERNELS:
         raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; supported: "
                          f"{', '.join(ARCH_KERNELS)}")
-    return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout, a_layout=a_layout)
+    # the defaults left out: the kernel objects (and their builds) of the factories' plain calls
+    kw: dict[str, Any] = {"a_layout": a_layout} if a_layout != "mk" else {}
+    if any(ld):
+        kw["ld"] = (bool(ld[0]), bool(ld[1]))
+    return (gemm_sm80_kernel if staged else ARCH_KERNELS[arch])(dtype, b_layout, **kw)
 
 
 def gemm_consts(arch: str, m: int, n: int, k: int, staged: bool = False,

@@ -27,9 +27,12 @@ Strides (either order, as ``torch.mm``): ``a`` (``M x K``) and ``b`` (``N x K`` 
 (slices of bigger tensors, ``big[:, :K]``, ``big.t()[:M]``): the kernel of that stored
 layout (``stored_operands``; an MN-major operand is read with ldmatrix.trans on sm_80 /
 sm_89, by TMA into an MN-major wgmma stage on sm_90a) reads the view in place, its leading
-strides bound at launch. Its 16-byte vector / TMA copies need the contiguous extent and the
-leading stride to be multiples of 8 elements: an operand that has a stride-1 dimension but
-not that runs from a dense copy of the major-ness whose contiguous extent is a multiple of 8
+strides bound at launch (``LDA`` / ``LDB``; an operand whose leading stride is its row
+length takes the dense variant, which addresses rows with ``K`` / ``M`` / ``N``:
+``kernels.leading_dims``, part of every build and launcher key). Its 16-byte vector / TMA
+copies need the contiguous extent and the leading stride to be multiples of 8 elements: an
+operand that has a stride-1 dimension but not that runs from a dense copy of the major-ness
+whose contiguous extent is a multiple of 8
 (K first, then M / N; ``operand_major``), so e.g. K = 36 runs when M and N are multiples of
 8. ``bias`` must have stride 1; ``residual`` any strides with one dimension of stride 1 (a
 residual that is not row-major with rows of N elements is copied row-major for the fused
@@ -78,7 +81,7 @@ from ..host.device import device_arch
 from ..host.launch import fresh_like
 from ..host.torch import require_torch
 from .config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
-from .kernels import ARCH_KERNELS
+from .kernels import ARCH_KERNELS, leading_dims
 
 __all__ = ["gemm", "gemm_cached", "check_gemm", "check_arguments", "gemm_build", "gemm_fused",
            "gemm_epilogue", "rows_per_launch", "stage_epilogue", "ACTIVATIONS", "GELU_APPROXIMATE"]
@@ -304,8 +307,9 @@ def _span(t: Any) -> int:
 
 def _lead_dense(t: Any) -> Any:
     """A stored matrix of one row whose leading stride (torch lets a mode of extent 1 have any;
-    the kernel binds ``LDA`` / ``LDB`` from it) is not one a multi-row view could have (a
-    multiple of 8 at least the row's length) as the same row with the dense one; else ``t``."""
+    the kernel takes it dense, ``leading_dims``, but sm_90a's TMA descriptors are made from the
+    tensor's strides) is not one a multi-row view could have (a multiple of 8 at least the
+    row's length) as the same row with the dense one; else ``t``."""
     if t.shape[0] == 1 and (t.stride(0) % _VEC or t.stride(0) < t.shape[1]):
         return t.as_strided(t.shape, (t.shape[1], 1))
     return t
@@ -396,12 +400,14 @@ def gemm_epilogue(has_bias: bool, has_residual: bool, activation: str, has_scale
 
 
 def gemm_build(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
-               config: GemmConfig, m: int, n: int, compile: bool = True, a_layout: str = "mk") -> Any:
+               config: GemmConfig, m: int, n: int, compile: bool = True, a_layout: str = "mk",
+               ld: tuple[bool, bool] = (False, False)) -> Any:
     """The build of the GEMM kernel (stored operands ``a_layout`` / ``b_layout``, see
-    ``stored_operands``) with ``epilogue`` = ``(has_bias, has_residual, activation,
+    ``stored_operands``; ``ld``: which take a free leading stride, ``leading_dims`` - dense
+    by default) with ``epilogue`` = ``(has_bias, has_residual, activation,
     has_scale)`` fused into its store by ``hexlayout.fusion`` (memoized there); the build's
     parameters are ``a, b`` then those of ``gemm_fused(...)[1].sources``."""
-    return gemm_fused(dtype, b_layout, epilogue, arch, config, m, n, compile, a_layout)[0]
+    return gemm_fused(dtype, b_layout, epilogue, arch, config, m, n, compile, a_layout, ld)[0]
 
 
 def stage_epilogue(n: int) -> bool:
@@ -414,7 +420,7 @@ def stage_epilogue(n: int) -> bool:
 
 def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool], arch: str,
                config: GemmConfig, m: int, n: int, compile: bool = True,
-               a_layout: str = "mk") -> tuple[Any, Any]:
+               a_layout: str = "mk", ld: tuple[bool, bool] = (False, False)) -> tuple[Any, Any]:
     """``(build, fused program)`` of ``gemm_build``; the output is staged through shared
     memory when ``stage_epilogue(n)``."""
     from hexlayout.fusion.mechanism import InputSpec, TilePlan
@@ -428,7 +434,8 @@ def gemm_fused(dtype: Any, b_layout: str, epilogue: tuple[bool, bool, str, bool]
     name = "gemm" + "".join(f"_{n.op.split('.')[1]}" for n in nodes)
     consts = {**config.consts(m, n), "STAGE_EPILOGUE": stage_epilogue(n)}
     return gemm_fused_build(arch, dtype, b_layout, consts, plan, name, anchor="hexlayout.gemm",
-                            epilogue_ops=tuple(x.op for x in nodes), compile=compile, a_layout=a_layout)
+                            epilogue_ops=tuple(x.op for x in nodes), compile=compile, a_layout=a_layout,
+                            ld=ld)
 
 
 def _arg_order(prog: Any, epilogue: tuple[bool, bool, str, bool]) -> tuple[int, ...]:
@@ -683,13 +690,14 @@ def _run_on_gpu(call: _Call, a: Any, b_layout: str, config: GemmConfig | None, a
 
     def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
         def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
-            lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0), stage_epilogue(n))
+            a_arg = a_ if call.a_layout == "mk" else a_.t()
+            ld = leading_dims(a_arg, call.b_st)          # (a row slice of an M-major a is strided)
+            lkey = (key, arch, cfg, cfg.consts(rows, n).get("GRID", 0), stage_epilogue(n), ld)
             hit = _LAUNCHERS.get(lkey)
             if hit is None:
                 bld, prog = gemm_fused(call.dtype, call.kb_layout, call.ep, arch, cfg, rows, n,
-                                       a_layout=call.a_layout)
+                                       a_layout=call.a_layout, ld=ld)
                 hit = _LAUNCHERS[lkey] = (Launcher(bld), _arg_order(prog, call.ep))
-            a_arg = a_ if call.a_layout == "mk" else a_.t()
             vals = (a_arg, call.b_st, c_, call.bias_arg, res_, call.scale_arg)
             hit[0](*[vals[i] for i in hit[1]])
         return one
@@ -712,7 +720,8 @@ def _run_on_gpu(call: _Call, a: Any, b_layout: str, config: GemmConfig | None, a
     if fast is not None and m <= rows:
         if len(_FAST) >= _FAST_LIMIT:
             _FAST.clear()
-        lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0), stage_epilogue(n))]
+        lau, order = _LAUNCHERS[(key, arch, cfg, cfg.consts(m, n).get("GRID", 0), stage_epilogue(n),
+                                 leading_dims(call.a_st, call.b_st))]
         vals = (call.a_st, call.b_st, c, call.bias_arg, call.res_arg, call.scale_arg)
         # check_gemm fixed dtypes and device, and ``fast`` the shapes and strides:
         # later calls with this key differ from this one only in data pointers and scale
@@ -742,9 +751,10 @@ def _run_emulated(call: _Call, a: Any, config: GemmConfig | None) -> None:
         a_layout, a_log = "mk", a.contiguous()          # clusters multicast K-major A tiles
 
     def emulate_rows(a_: Any, c_: Any, res_: Any, rows: int) -> None:
+        a_arg = a_ if a_layout == "mk" else a_.t()
         bld, prog = gemm_fused(call.dtype, call.kb_layout, call.ep, arch, cfg, rows, call.n, compile=False,
-                               a_layout=a_layout)
-        vals = (a_ if a_layout == "mk" else a_.t(), call.b_st, c_, call.bias_arg, res_, call.scale_arg)
+                               a_layout=a_layout, ld=leading_dims(a_arg, call.b_st))
+        vals = (a_arg, call.b_st, c_, call.bias_arg, res_, call.scale_arg)
         emulate(bld, *[vals[i] for i in _arg_order(prog, call.ep)])
 
     rows = rows_per_launch(arch, cfg, call.n, call.pitch)

@@ -4,7 +4,8 @@
 be K-major or M / N-major (transposed views), with any leading stride (slices of bigger
 tensors): the host picks the kernel variant of the stored layouts (``stored_operands``: the
 sm_80 kernel reads an MN-major operand with ldmatrix.trans, the sm_90a one by TMA into an
-MN-major wgmma stage) and binds the leading strides at launch. Checked in the emulator
+MN-major wgmma stage) and binds the leading strides at launch; dense operands take the kernel
+variant without them (``kernels.leading_dims``). Checked in the emulator
 against float64 on random data (the memory around each view filled with NaN, so a read past
 the view shows), for all four stride orders x f16 / bf16 x epilogues on sm_80 and sm_90a;
 each variant compiles with NVRTC without spills; the fake implementation and autograd take
@@ -205,16 +206,20 @@ def test_backward_with_transposed_inputs_matches_float64(emulate, b_layout) -> N
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize(("a_layout", "b_layout"), [("mk", "nk"), ("mk", "kn"), ("km", "nk"), ("km", "kn")])
-def test_each_stored_layout_compiles_without_spills(arch, a_layout, b_layout) -> None:
+@pytest.mark.parametrize("ld", [(False, False), (True, True)], ids=["dense", "ldab"])
+def test_each_stored_layout_compiles_without_spills(arch, a_layout, b_layout, ld) -> None:
     """The fused kernel of each stored-layout variant (bias, residual, gelu, scale; staged
-    epilogue) compiles for its architecture without spills; an MN-major operand on sm_80 is
-    read from shared memory by transposing ldmatrix (LDSM...MT88)."""
+    epilogue), dense or with free leading strides, compiles for its architecture without
+    spills; an MN-major operand on sm_80 is read from shared memory by transposing ldmatrix
+    (LDSM...MT88)."""
     from hexlayout.ops.gemm.config import choose_config
 
     import hexlayout.lang as hl
 
     cfg = choose_config(arch, 4096, 4096, 4096)
-    b = G.gemm_build(hl.f16, b_layout, (True, True, "gelu", True), arch, cfg, 4096, 4096, a_layout=a_layout)
+    b = G.gemm_build(hl.f16, b_layout, (True, True, "gelu", True), arch, cfg, 4096, 4096, a_layout=a_layout,
+                     ld=ld)
+    assert ("LDA" in b.generated.source, "LDB" in b.generated.source) == ld
     res = b.compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0, res
     assert 0 < res.registers <= 255
@@ -272,7 +277,7 @@ def test_cuda_host_path_binds_the_views_and_their_strides(tmp_path, monkeypatch)
         c = hexlayout.ops.gemm(a, b)
         assert c.shape == (64, 128) and drv.launches == 1
         (bound,) = first
-        assert bound.kernel.endswith("gemm_sm80_f16_km_kn"), bound.kernel
+        assert bound.kernel.endswith("gemm_sm80_f16_km_kn_ldab"), bound.kernel
         assert bound.sizes["LDA"] == 72 and bound.sizes["LDB"] == 136
         assert bound.tensors["a"].data_ptr() == a.data_ptr() and bound.tensors["b"].data_ptr() == b.data_ptr()
         a2, b2 = views()
@@ -283,6 +288,13 @@ def test_cuda_host_path_binds_the_views_and_their_strides(tmp_path, monkeypatch)
         assert args[1].data_ptr() == b2.data_ptr() and tuple(args[1].shape) == (64, 128)  # K x N
         ref = lau.plan._bind_slow(args, "cpu")
         assert ref.sizes["LDA"] == 72 and ref.sizes["LDB"] == 136
+        # dense transposes of the same shapes: the dense variant, another launcher, no LDA / LDB
+        a3 = torch.randn(64, 64, generator=g).half().t()
+        b3 = torch.randn(64, 128, generator=g).half().t()
+        hexlayout.ops.gemm(a3, b3)
+        assert drv.launches == 3 and len(first) == 2
+        assert first[-1].kernel.endswith("gemm_sm80_f16_km_kn"), first[-1].kernel
+        assert not {"LDA", "LDB"} & set(first[-1].sizes), first[-1].sizes
     finally:
         for d in tables:
             d.clear()
@@ -305,3 +317,91 @@ def test_cluster_config_takes_an_m_major_a_as_a_k_major_copy(monkeypatch) -> Non
     b = torch.randn(72, 40, generator=g).half()
     c = hexlayout.ops.gemm(a, b, activation="relu", config=cfg)
     _close(c, _ref(a, b, activation="relu"), torch.float16)
+
+
+# (a's logical major-ness, its padding, b's, its padding, b_layout) -> the stored operands'
+# leading-stride flags ``ld`` and the kernel name's suffix
+LEAD_CASES = [
+    (("k", 0, "k", 0, "nk"), (False, False), "nk"),
+    (("mn", 0, "mn", 0, "kn"), (False, False), "km_kn"),      # dense transposes: dense stored
+    (("k", 8, "k", 0, "nk"), (True, False), "nk_lda"),
+    (("k", 0, "mn", 16, "kn"), (False, True), "kn_ldb"),
+    (("mn", 8, "k", 8, "nk"), (True, True), "km_nk_ldab"),
+]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize(("case", "ld", "suffix"), LEAD_CASES, ids=[c[2] for c in LEAD_CASES])
+def test_dense_operands_take_the_kernel_without_leading_strides(monkeypatch, arch, case, ld, suffix) -> None:
+    """``kernels.leading_dims`` picks the variant: a stored operand whose leading stride is its
+    row length (dense, transposed dense views too) is a dense parameter of the launched kernel
+    (no ``LDA`` / ``LDB``: not in its parameter types, its size variables or its CUDA); a slice
+    with a wider leading stride takes the free-stride one. The emulated results (NaN-filled
+    output, NaN around the slices) match float64."""
+    import importlib
+
+    from hexlayout.ops.gemm.kernels import leading_dims
+
+    E = importlib.import_module("hexlayout.runtime.emulate")   # (the package exports the function)
+
+    _arch(monkeypatch, arch)
+    builds = []
+    real = E.emulate
+    monkeypatch.setattr(E, "emulate", lambda bld, *args, **kw: builds.append(bld) or real(bld, *args, **kw))
+    a_major, a_pad, b_major, b_pad, b_layout = case
+    m, n, k = (72, 48, 40) if arch == "sm_80" else (80, 56, 72)
+    g = torch.Generator().manual_seed(7 * m + sum(ld) + len(suffix))
+    dt = torch.bfloat16 if sum(ld) % 2 else torch.float16
+    a = _matrix(m, k, "row" if a_major == "k" else "col", a_pad, dt, g)
+    bl = _matrix(n, k, "row" if b_major == "k" else "col", b_pad, dt, g)
+    b = bl if b_layout == "nk" else bl.t()
+    _, _, a_st, b_st, copied = G.stored_operands(a, b, b_layout)
+    assert not copied and leading_dims(a_st, b_st) == ld
+    bias = torch.randn(n, generator=g).to(dt)
+    c = hexlayout.ops.gemm(a, b, bias=bias, activation="relu", b_layout=b_layout)
+    _close(c, _ref(a, b, bias=bias, activation="relu", b_layout=b_layout), dt)
+    (bld,) = builds
+    tk = bld.tile_kernel
+    kname = f"gemm_{arch.replace('_', '').rstrip('a')}_{'bf16' if dt == torch.bfloat16 else 'f16'}_{suffix}"
+    assert tk.name.endswith(f"__{kname}"), tk.name
+    params = {p.name: p for p in tk.params}
+    for name, lead, free in (("a", "LDA", ld[0]), ("b", "LDB", ld[1])):
+        assert (lead in str(params[name].stride)) == free, (name, params[name].stride)
+        assert (lead in bld.generated.source) == free, name
+
+
+def test_leading_dims_of_matrices_batches_and_prologue_operands() -> None:
+    """Dense: leading stride == row length, or one row (its leading stride is never used);
+    batches by their last two modes; ``None`` (a prologue's operand) dense."""
+    from hexlayout.ops.gemm.kernels import leading_dims
+
+    x = torch.empty(16, 40)
+    assert leading_dims(x, x.t().contiguous()) == (False, False)
+    assert leading_dims(x[:, :32], x.t()) == (True, True)
+    assert leading_dims(x[:1, :8], None) == (False, False)
+    assert leading_dims(torch.empty(3, 16, 40), torch.empty(3, 16, 48)[:, :, :40]) == (False, True)
+
+
+@pytest.mark.parametrize("pad", [0, 8])
+def test_fused_gemm_takes_the_variant_of_its_operands(emulate, pad) -> None:
+    """A fused GEMM (``torch.compile(backend="hexlayout")`` of ``relu(x @ w.t() + bias)``) runs
+    the anchor's dense variant on a dense ``x`` and the ``LDA`` one on a column slice of a
+    wider tensor (NaN past the slice), both matching float64."""
+    import warnings
+
+    from hexlayout.fusion.fused_op import FusionWarning
+    from hexlayout.runtime.launch_log import launch_log
+
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(21 + pad)
+    x = _matrix(40, 64, "row", pad, torch.float16, g)
+    w = torch.randn(48, 64, generator=g).half()
+    bias = torch.randn(48, generator=g).half()
+    f = torch.compile(lambda x, w, bias: torch.relu(x @ w.t() + bias), backend="hexlayout",
+                      options={"fallback": "eager"})
+    with warnings.catch_warnings(), launch_log() as log:
+        warnings.simplefilter("error", FusionWarning)     # a kernel that fails to build is a bug
+        out = f(x, w, bias)
+    _close(out, _ref(x, w, bias=bias, activation="relu"), torch.float16)
+    (rec,) = list(log)
+    assert rec.name.endswith("gemm_sm80_f16_nk_lda" if pad else "gemm_sm80_f16_nk"), rec.name
