@@ -4,9 +4,10 @@
 Shapes (``out[t] = sum_j w_tj * W2[e] (act(W13[e, :I] x_t) * W13[e, I:] x_t)``):
 
 - ``mixtral-8x7b``: E = 8, k = 2, H = 4096, I = 14336 (one GPU, no tensor parallelism);
-- ``deepseek-v3-tp8``: E = 256, k = 8, H = 7168, I = 256 (DeepSeek-V3's routed experts,
-  ``moe_intermediate_size`` 2048 split over 8 GPUs by tensor parallelism: each GPU holds all
-  256 experts with a 256-wide slice of I; the shared expert is not part of this op);
+- ``deepseek-v3-tp8``: E = 256, k = 8, H = 7168, I = 256 (DeepSeek-V3's and DeepSeek-R1's
+  routed experts (one architecture: R1 is a V3 checkpoint), ``moe_intermediate_size`` 2048 split
+  over 8 GPUs by tensor parallelism: each GPU holds all 256 experts with a 256-wide slice of I;
+  the shared expert is not part of this op);
 
 with T (tokens) in 1, 2, 4, ..., 4096 (``--quick``: 1, 16, 256, 4096) and a random routing
 (top-k of Gaussian logits: distinct experts per token, every variant sees the same one).
@@ -14,7 +15,10 @@ with T (tokens) in 1, 2, 4, ..., 4096 (``--quick``: 1, 16, 256, 4096) and a rand
 Variants: ``hexlayout-bf16`` (``hexlayout.ops.fused_moe`` on bf16 weights),
 ``hexlayout-w4a16`` (``prepare_wna16``, GPTQ 4-bit, group 128), ``hexlayout-fp8``
 (``prepare_fp8``, 128 x 128 block scales), and when vLLM is importable ``vllm-triton-bf16`` /
-``vllm-triton-fp8`` (``fused_experts``) and ``vllm-marlin-w4a16`` (``fused_marlin_moe``). A
+``vllm-triton-fp8`` / ``vllm-triton-w4a16`` (``fused_experts``; the W4A16 one on the same GPTQ
+values, repacked as vLLM's ``int4_w4a16`` uint8 ``[E, N, K/2]``) and ``vllm-marlin-w4a16``
+(``fused_marlin_moe`` on ``gptq_marlin_moe_repack``'d weights and Marlin-permuted scales, quant
+type ``uint4b8``; the call adapts to the installed vLLM's signatures). A
 variant whose op or library is missing is reported as unavailable (the run goes on). Each
 variant is checked against a float32 torch computation of the same (dequantized) weights,
 then timed with CUDA events (median of ``--iters`` after ``--warmup``, L2 flushed between).
@@ -88,6 +92,7 @@ VARIANTS = (
     "hexlayout-fp8",
     "vllm-triton-bf16",
     "vllm-triton-fp8",
+    "vllm-triton-w4a16",
     "vllm-marlin-w4a16",
 )
 GROUP = 128
@@ -254,36 +259,24 @@ def variant_fns(
             else:
                 if want("vllm-triton-bf16"):
                     fns["vllm-triton-bf16"] = (
-                        lambda: fused_experts(x, w13, w2, tw, ids),
+                        lambda: triton_experts(fused_experts, x, w13, w2, tw, ids),
                         (w13.float(), w2.float()),
                         per_expert_bf16,
                     )
-                if want("vllm-triton-fp8"):
-                    (q13, s13, d13), (q2, s2, d2) = fp8_weights()
-                    fns["vllm-triton-fp8"] = (
-                        lambda q13=q13, q2=q2, s13=s13, s2=s2: fused_experts(
-                            x,
-                            q13,
-                            q2,
-                            tw,
-                            ids,
-                            use_fp8_w8a8=True,
-                            w1_scale=s13,
-                            w2_scale=s2,
-                            block_shape=[FP8_BLOCK, FP8_BLOCK],
-                        ),
-                        (d13, d2),
-                        fp8_bytes,
-                    )
-                if want("vllm-marlin-w4a16"):
-                    try:
-                        fns["vllm-marlin-w4a16"] = (
-                            _marlin(gptq_weights(), x, tw, ids, h, inter, e),
-                            (gptq[0][2], gptq[1][2]),
-                            w4_bytes,
-                        )
-                    except Exception as ex:  # noqa: BLE001 - vLLM's Marlin API differs across versions
-                        missing["vllm-marlin-w4a16"] = f"{type(ex).__name__}: {ex}"[:200]
+                peers = (
+                    ("vllm-triton-fp8", fp8_weights,
+                     lambda w: triton_fp8(fused_experts, w, x, tw, ids), fp8_bytes),
+                    ("vllm-triton-w4a16", gptq_weights,
+                     lambda w: triton_w4a16(fused_experts, w, x, tw, ids), w4_bytes),
+                    ("vllm-marlin-w4a16", gptq_weights, lambda w: marlin(w, x, tw, ids, h, inter), w4_bytes),
+                )
+                for name, weights, make, nbytes in peers:
+                    if want(name):
+                        try:
+                            wq = weights()
+                            fns[name] = (make(wq), (wq[0][2], wq[1][2]), nbytes)
+                        except Exception as ex:  # noqa: BLE001 - vLLM's APIs differ across versions
+                            missing[name] = f"{type(ex).__name__}: {ex}"[:200]
     del torch
     return fns, missing
 
@@ -297,22 +290,98 @@ def _has(module: str) -> bool:
         return False
 
 
-def _marlin(
-    gptq: Any, x: Any, tw: Any, ids: Any, h: int, inter: int, e: int
-) -> Callable[[], Any]:  # pragma: no cover
-    """vLLM's ``fused_marlin_moe`` on the GPTQ weights, repacked with vLLM's own helpers."""
+def triton_experts(fused_experts: Callable[..., Any], x: Any, w13: Any, w2: Any, tw: Any, ids: Any,
+                   config: tuple[str, dict[str, Any]] | None = None, legacy: dict[str, Any] | None = None
+                   ) -> Any:  # pragma: no cover - needs a CUDA device
+    """vLLM's Triton ``fused_experts``: with a ``quant_config`` parameter (vLLM >= 0.11) the
+    config built by ``vllm.model_executor.layers.fused_moe.config.<config[0]>(**config[1])``,
+    else the older flat keyword arguments ``legacy``."""
+    import inspect
+
+    if config is not None and "quant_config" in inspect.signature(fused_experts).parameters:
+        from vllm.model_executor.layers.fused_moe import config as moe_config
+
+        return fused_experts(x, w13, w2, tw, ids, quant_config=getattr(moe_config, config[0])(**config[1]))
+    return fused_experts(x, w13, w2, tw, ids, **(legacy or {}))
+
+
+def triton_fp8(fused_experts: Callable[..., Any], fp8: Any, x: Any, tw: Any, ids: Any) -> Callable[[], Any]:
+    """The FP8 Triton peer on ``quant_fp8``'s block-scaled weights."""
+    (q13, s13, _), (q2, s2, _) = fp8
+    scales = {"w1_scale": s13, "w2_scale": s2, "block_shape": [FP8_BLOCK, FP8_BLOCK]}
+    cfg = ("fp8_w8a8_moe_quant_config", scales)
+    return lambda: triton_experts(fused_experts, x, q13, q2, tw, ids, cfg, {"use_fp8_w8a8": True, **scales})
+
+
+def int4_w4a16_weights(qweight: Any, scales: Any) -> tuple[Any, Any]:
+    """GPTQ 4-bit ``qweight [E, K/8, N]`` (nibble i of word r: row 8r + i) and ``scales [E, K/G, N]``
+    as vLLM's Triton ``int4_w4a16`` takes them: uint8 ``[E, N, K/2]`` (value k in byte k // 2, even k
+    in the low nibble; zero point 8 when none is given) and scales ``[E, N, K/G]``."""
     import torch
-    from vllm import _custom_ops as vops
-    from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
+
+    e, r, n = qweight.shape
+    shifts = torch.arange(8, device=qweight.device, dtype=torch.int32) * 4
+    q = ((qweight.unsqueeze(2) >> shifts[None, None, :, None]) & 15).reshape(e, 8 * r, n)  # [E, K, N]
+    q = q.transpose(1, 2).to(torch.uint8)  # [E, N, K]
+    return (q[..., 0::2] | (q[..., 1::2] << 4)).contiguous(), scales.transpose(1, 2).contiguous()
+
+
+def triton_w4a16(fused_experts: Callable[..., Any], gptq: Any, x: Any, tw: Any,
+                 ids: Any) -> Callable[[], Any]:
+    """The W4A16 Triton peer (``use_int4_w4a16``, group ``GROUP``) on the GPTQ weights."""
+    (q13, s13, _), (q2, s2, _) = gptq
+    (b13, t13), (b2, t2) = int4_w4a16_weights(q13, s13), int4_w4a16_weights(q2, s2)
+    scales = {"w1_scale": t13, "w2_scale": t2, "block_shape": [0, GROUP]}
+    cfg = ("int4_w4a16_moe_quant_config", scales)
+    return lambda: triton_experts(fused_experts, x, b13, b2, tw, ids, cfg, {"use_int4_w4a16": True, **scales})
+
+
+def marlin_args(gptq: Any, x: Any, tw: Any, ids: Any, h: int, inter: int,
+                fused_marlin_moe: Callable[..., Any], repack: Callable[..., Any],
+                permute_scales: Callable[..., Any],
+                quant_type_id: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of vLLM's ``fused_marlin_moe`` on the GPTQ weights: each projection repacked
+    by ``gptq_marlin_moe_repack`` (``repack``; older vLLMs take an empty act-order ``perm`` second),
+    its scales by ``marlin_moe_permute_scales``, quant type ``quant_type_id`` (``uint4b8``); an
+    older signature's ``gating_output`` / ``num_bits`` / ``is_k_full`` when present."""
+    import inspect
+
+    import torch
 
     (q13, s13, _), (q2, s2, _) = gptq
-    perm = torch.empty(e, 0, dtype=torch.int32, device=x.device)
-    m13 = vops.gptq_marlin_moe_repack(q13, perm, h, 2 * inter, 4)
-    m2 = vops.gptq_marlin_moe_repack(q2, perm, inter, h, 4)
-    gating = torch.zeros(x.shape[0], e, dtype=x.dtype, device=x.device)
-    return lambda: fused_marlin_moe(
-        x, m13, m2, None, None, s13, s2, gating, tw, ids, quant_type_id=None, num_bits=4, is_k_full=True
-    )
+    e = q13.shape[0]
+    if "perm" in inspect.signature(repack).parameters:
+        perm = torch.empty(e, 0, dtype=torch.int32, device=x.device)
+        m13, m2 = repack(q13, perm, h, 2 * inter, 4), repack(q2, perm, inter, h, 4)
+    else:
+        m13, m2 = repack(q13, h, 2 * inter, 4), repack(q2, inter, h, 4)
+    kw: dict[str, Any] = {
+        "w1_scale": permute_scales(s13, h, 2 * inter, GROUP),
+        "w2_scale": permute_scales(s2, inter, h, GROUP),
+        "topk_weights": tw,
+        "topk_ids": ids,
+        "quant_type_id": quant_type_id,
+    }
+    params = inspect.signature(fused_marlin_moe).parameters
+    extra = {"gating_output": torch.zeros(x.shape[0], e, dtype=x.dtype, device=x.device), "num_bits": 4,
+             "is_k_full": True}
+    kw.update({k: v for k, v in extra.items() if k in params})
+    return (x, m13, m2, None, None), kw
+
+
+def marlin(gptq: Any, x: Any, tw: Any, ids: Any, h: int, inter: int) -> Callable[[], Any]:  # pragma: no cover
+    """vLLM's ``fused_marlin_moe`` on the GPTQ weights (``marlin_args``)."""
+    from vllm import _custom_ops as vops
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_moe_permute_scales
+    from vllm.scalar_type import scalar_types
+
+    try:
+        from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
+    except ImportError:  # vLLM >= 0.30 moved it
+        from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
+    args, kw = marlin_args(gptq, x, tw, ids, h, inter, fused_marlin_moe, vops.gptq_marlin_moe_repack,
+                           marlin_moe_permute_scales, scalar_types.uint4b8.id)
+    return lambda: fused_marlin_moe(*args, **kw)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -50,3 +50,18 @@ def test_dry_run_writes_json_markdown_and_plot(tmp_path, monkeypatch) -> None:
     md = files[1].read_text()
     assert "hexlayout-bf16" in md and "tiny-mixtral" in md and meta["device"] in md
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_triton_w4a16_weights_dequantize_like_the_gptq_ones() -> None:
+    """The Triton W4A16 peer's repacking (uint8 [E, N, K/2], even k in the low nibble, zero point 8,
+    scales [E, N, K/G]) dequantizes to the same weights as the GPTQ checkpoint it came from."""
+    import torch
+
+    bench = _load()
+    w = torch.randn(3, 64, 256, generator=torch.Generator().manual_seed(5))
+    qweight, scales, deq = bench.quant_gptq4(w)
+    b, s = bench.int4_w4a16_weights(qweight, scales)
+    assert b.dtype == torch.uint8 and b.shape == (3, 64, 128) and s.shape == (3, 64, 2)
+    q = torch.stack([b & 15, b >> 4], dim=-1).reshape(3, 64, 256).float()  # [E, N, K]
+    back = (q - 8) * s.float().repeat_interleave(bench.GROUP, dim=2)
+    torch.testing.assert_close(back, deq, rtol=0, atol=0)
