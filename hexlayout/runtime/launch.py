@@ -194,8 +194,7 @@ class Launcher:
 
     # --- loading ----------------------------------------------------------------------------
     def _load(self) -> None:
-        drv = _drv()
-        _check(drv, drv.cuInit(0), "cuInit")
+        drv = _drv()  # cuInit: by ``prepare``
         lib = _check(drv, drv.cuLibraryLoadData(self._cubin, [], [], 0, [], [], 0),
                      f"{self.name}: cuLibraryLoadData")
         self._kernel = _check(drv, drv.cuLibraryGetKernel(lib, self.name.encode()),
@@ -222,9 +221,8 @@ class Launcher:
         with self._lock:
             if device in self._devices:
                 return
-            if self._kernel is None:
-                self._load()
             drv = _drv()
+            _check(drv, drv.cuInit(0), "cuInit")
             dev = _check(drv, drv.cuDeviceGet(device), f"cuDeviceGet({device})")
             attr = drv.CUdevice_attribute
             major, minor = (_check(drv, drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute")
@@ -233,7 +231,11 @@ class Launcher:
             raw = _check(drv, drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
             name = raw.split(b"\x00", 1)[0].decode(errors="replace")
             label = f"cuda:{device} ({name})"
+            # before loading: a cubin of another architecture fails to load with a bare
+            # CUDA_ERROR_NO_BINARY_FOR_GPU
             check_device_arch(self.name, self.arch, (int(major), int(minor)), label)
+            if self._kernel is None:
+                self._load()
             if self.smem_bytes > DEFAULT_SMEM_LIMIT:
                 optin = _check(drv, drv.cuDeviceGetAttribute(
                     attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "cuDeviceGetAttribute")

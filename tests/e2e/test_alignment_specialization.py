@@ -255,9 +255,11 @@ def test_the_launcher_hands_a_misaligned_call_to_the_specialized_build(monkeypat
 
 @pytest.mark.gpu
 def test_odd_rows_and_offset_views_on_a_gpu() -> None:
+    from hexlayout.ops.host.device import kernel_arch
+
     from hexlayout.runtime import Launcher
 
-    lau = Launcher(build(silu_mul(f16), "sm_80"))
+    lau = Launcher(build(silu_mul(f16), kernel_arch(torch.device("cuda"))))
     g = torch.Generator(device="cuda").manual_seed(10)
     for i, offset in ((304, 0), (343, 0), (304, 1), (304, 0), (4099, 0)):
         buf = torch.randn(3 * 2 * i + offset, device="cuda", generator=g).half()

@@ -122,12 +122,20 @@ LLAMA = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192)
 @pytest.mark.parametrize("m", [1, 16, 128, 4096])
 @pytest.mark.parametrize(("n", "k"), LLAMA)
 def test_gpu_llama_projection_shapes(dtype, m, n, k) -> None:
+    """Within the dtype's tolerance of the float64 product, or, where the tensor cores' f32
+    accumulation over a long K alone exceeds it (H200, f16, 4096 x 8192 x 28672: cuBLAS and
+    hexlayout both 1.14e-2, at the same element), no further from it than cuBLAS on the same
+    inputs (+25 %)."""
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(n, k, device="cuda", dtype=dtype)
     c = torch.ops.hexlayout.gemm(a, b)
-    want = torch.matmul(a.float(), b.float().t())
-    rel = ((c.float() - want).abs() / (want.abs() + 1)).max().item()
-    assert rel < ATOL[dtype]
+    want = a.double() @ b.double().t()
+
+    def rel(x: torch.Tensor) -> float:
+        return ((x.double() - want).abs() / (want.abs() + 1)).max().item()
+
+    err = rel(c)
+    assert err < ATOL[dtype] or err <= 1.25 * rel(a @ b.t()), (err, rel(a @ b.t()))
 
 
 @pytest.mark.gpu

@@ -260,9 +260,12 @@ def test_driver_sequence_with_a_stand_in_driver(compiled90, monkeypatch: pytest.
 def test_stand_in_driver_reports_an_unsupported_device(compiled90, monkeypatch: pytest.MonkeyPatch) -> None:
     import hexlayout.runtime.launch as launch_mod
 
-    monkeypatch.setattr(launch_mod, "_drv", lambda: _FakeDriver(capability=(8, 0)))
+    old = _FakeDriver(capability=(8, 0))
+    monkeypatch.setattr(launch_mod, "_drv", lambda: old)
     with pytest.raises(UnsupportedDeviceError, match=r"built for sm_90a, but cuda:0 \(Fake GPU\) is sm_80"):
         Launcher(compiled90).prepare(0)
+    # refused before the cubin is loaded (a real driver answers a bare CUDA_ERROR_NO_BINARY_FOR_GPU)
+    assert "cuLibraryLoadData" not in [c[0] for c in old.calls]
     monkeypatch.setattr(launch_mod, "_drv", lambda: _FakeDriver(optin=100 * 1024))
     with pytest.raises(UnsupportedDeviceError, match="bytes of shared memory per block"):
         Launcher(compiled90).prepare(0)
