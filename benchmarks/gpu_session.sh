@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The first hour on a lent GPU machine (no network), from the repository root:
-#   1. installs the wheels carried in .whl/ (what the GPU image lacks), then hexlayout itself;
+#   1. installs the wheels carried in .whl/ (what the GPU image lacks), then hexlayout itself.
+#      The H200 image (Python 3.12, torch 2.11+cu130, cuda-bindings, triton, matplotlib,
+#      ml_dtypes) lacks z3-solver and python-constraint: prepare them here with
+#        pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#          --platform manylinux_2_17_x86_64 -d .whl z3-solver
+#        mkdir -p .whl/py && cp -r "$(python -c 'import constraint, os; print(os.path.dirname(constraint.__file__))')" .whl/py/
+#      (python-constraint 1.4 is a pure-Python sdist: its package folder travels as is) and carry .whl;
 #   2. the gpu-marked tests: every serving op on the GPU against the emulator on the same inputs
 #      and replayed from a CUDA-graph capture (tests/ops/test_gpu_matches_emulator.py), and the
 #      other gpu tests;
@@ -19,6 +25,9 @@ export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -d .whl/py ]; then
+  export PYTHONPATH=$PWD/.whl/py${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . || { echo "hexlayout did not install" >&2; exit 1; }
 
