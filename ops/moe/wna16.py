@@ -16,15 +16,18 @@ over ``E`` experts as checkpoints store them:
 - ``scales`` ``[E, K/G, N]`` f16 / bf16 (the activations' dtype); ``group_size`` ``G`` 32, 64,
   128 or -1 (one group over K).
 
-It re-lays the weights out once (torch ops, at load time) into what the kernels load: ``q``
-``[E*N, K/2]`` uint8 (4-bit: column ``n`` of expert ``e`` is row ``e*N + n``, two values per
-byte along K, even k in the low nibble: a row of the mma's B operand) or ``[E*N, K]`` uint8
-(8-bit); ``scales`` as given; AWQ zero points unpacked to ``[E, K/G, N]`` in the scales' dtype.
-The result is a ``WNA16Weights``, a plain container of those tensors and the format constants.
-Both targets read this layout: sm_80 / sm_89 run ``moe_wna16_kernels`` (mma.sync), sm_90a (the
-device's arch, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` for emulated CPU tensors)
-``moe_wna16_kernels_sm90`` (swap-AB wgmma, the dequantized weights as its register A operand;
-``wna16_sm90_config``).
+It re-lays the weights out once (torch ops, at load time) into what the kernels load: the
+kernels declare ``q`` ``hl.offline`` and synthesis chooses its storage order with the register
+fragment each weight tile feeds (``wna16_layout``, ``hexlayout.ir.offline``), so
+``prepare_wna16`` synthesizes the kernel for the target (``arch=``, default the device's, or
+``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors; sm_80 / sm_89 run ``moe_wna16_kernels``, mma.sync,
+sm_90a ``moe_wna16_kernels_sm90``, swap-AB wgmma with the dequantized weights as its register
+A operand) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
+expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
+two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
+``[E, K/G, N]`` in the scales' dtype. The result is a ``WNA16Weights``, a plain container of
+those tensors, the format constants and the layout's key; the op refuses weights whose key is
+not the one of the kernel it runs.
 
 Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
 the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over

@@ -4,14 +4,14 @@ Notation: ``x`` ``[T, H]`` activations (f16 / bf16), ``k`` experts per token, ro
 * k + j`` (token ``t``, choice ``j``), local expert ``e`` of a block of ``BM`` sorted rows
 (``sorted_ids``, padding ids ``>= T * k``; ``block_expert[b] = -1``: nothing to do). The
 weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` with input dim
-``K`` and output dim ``N`` of every expert stored as ``q [E * N, K / BK, 4, BK / 4]`` (row
-``e * N + n`` holds column ``n`` of expert ``e``'s ``W``; element ``[kt, t, 4 c + 2 h + b]`` is
-``q[e * N + n, c']`` with ``c' = BK kt + 16 c + 8 h + 2 t + b``: the values an mma.sync B
-fragment gives one thread are contiguous, one vector load per row and k-tile; ``u4``: two
-values per byte, ``u8``: one), scales ``s [E, G, N]`` and, for AWQ, zero points ``z [E, G, N]``
-(both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
+``K`` and output dim ``N`` of every expert is the offline tensor ``q: hl.offline(u4[E * NP, KP])``
+(``u8`` at 8 bits), read in logical coordinates: row ``e * NP + n`` holds column ``n`` of expert
+``e``'s ``W`` along K (``NP`` the padded rows per expert; gate-up: gate, then up at ``NP / 2``);
+its storage order is the one synthesis derives from the mma fragment each ``(BN, BK)`` tile
+feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
+N]`` and, for AWQ, zero points ``z [E, G, N]`` (both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
 
-    W[e, c', n] = (q[e * N + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
+    W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
 
 with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
 ``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the

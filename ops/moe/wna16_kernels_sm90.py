@@ -3,17 +3,18 @@ dequantized weights as its register A operand (``hexlayout.ops.moe_wna16`` dispa
 sm_90a).
 
 The same products, arguments and weight layout as ``moe_wna16_kernels``' gate-up and down kernels
-(see its docstring: ``W[e, c, n] = (q[e * N + n, c] - z[e, c // GROUP, n]) * s[e, c // GROUP,
-n]``, ``z = ZERO`` for GPTQ). Swap-AB: a block computes the transposed tile ``out^T = W^T X^T``
+(see its docstring: ``W[e, c, n] = (q[e * NP + n, c] - z[e, c // GROUP, n]) * s[e, c //
+GROUP, n]``, ``z = ZERO`` for GPTQ). Swap-AB: a block computes the transposed tile ``out^T = W^T X^T``
 of ``BN = 64 * WG`` output columns (64 per consumer warp group, ``WG`` 1 or 2) by ``BM`` sorted
 rows (16, 32, 64 or 128: the wgmma N side, so a decode step with a few rows per expert wastes no
 MMA rows):
 
-- A: each k-tile of ``W^T`` (``BN x BK``) is loaded as bytes from global memory, unpacked and
-  dequantized in registers by ``moe_wna16_kernels._dequant`` (the values a thread's mma
-  fragments hold are contiguous in ``prepare_wna16``'s layout, and a wgmma register A fragment
-  holds, per warp, the values of an mma.sync one) and fed to ``wgmma.mma_async`` m64nBMk16 as
-  its register A operand: the dequantized weights never touch shared memory;
+- A: each k-tile of ``W^T`` (``BN x BK``) is copied from the offline ``q`` in logical
+  coordinates, unpacked and dequantized in registers by ``moe_wna16_kernels._dequant`` (the
+  storage order synthesis derives from the wgmma register-A fragment: one contiguous 16-byte run
+  per thread and tile) and fed to ``wgmma.mma_async`` m64nBMk16 as its register A operand, so
+  the accumulator rows are the output columns in order; the dequantized weights never touch
+  shared memory;
 - B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
   cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
   reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
@@ -23,9 +24,10 @@ Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
 H]``; activation and rounding by ``moe_splitk``'s kernels).
 
-Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``
-and medium ``BM = 32`` on one warp group; many tokens per expert ``BM = 64`` on two warp groups
-(``BN = 128``; ``BM = 128`` spills the down kernel). The large-token config stays swap-AB rather than
+Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``,
+medium ``BM = 32``, many tokens per expert ``BM = 64``, all on one consumer warp group (``WG =
+1``: the prepared weights' offline layout is the one of a 64-row tile; two warp groups would
+copy 128-row tiles, another storage order). The large-token config stays swap-AB rather than
 putting the tokens on the wgmma M side: wgmma's B operand must come from shared memory, so
 tokens-as-M would stage every dequantized weight tile registers -> shared -> wgmma (a shared
 store, a barrier and a proxy fence per k-tile, and the weights in shared memory), whereas with

@@ -144,3 +144,20 @@ def test_the_kernels_have_no_fragment_order_view_ops(name: str) -> None:
     called |= {f.id for f in calls if isinstance(f, ast.Name)}
     assert not called & _FRAGMENT_VIEWS, called & _FRAGMENT_VIEWS
     assert not {"_weight_tile", "_rows_in_order"} & called
+
+
+def test_explain_shows_and_draws_the_offline_layout(tmp_path) -> None:
+    from hexlayout.cli.explain import draw_report, explain_report, format_report
+    from hexlayout.cli.kernels import resolve, synthesize_kernel
+
+    result = synthesize_kernel(resolve("moe_wna16", "sm_80"))
+    report = explain_report(result, "moe_wna16", "sm_80")
+    (off,) = report["offline"]
+    lay = wna16_offline_layout("sm_80", hl.f16, 4, 128, 128, True)
+    assert off["key"] == lay.key and off["tile"] == [64, 64] and off["thread_bytes"] == 16
+    assert off["in_tile"] == str(lay.in_tile)
+    text = format_report(report)
+    assert "offline layouts" in text and "q: u4 tiles 64x64" in text and lay.key in text
+    pics = draw_report(result, tmp_path)
+    assert any(p["path"].endswith("offline_q.png") for p in pics)
+    assert (tmp_path / "offline_q.png").stat().st_size > 1000
