@@ -611,6 +611,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
             out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
         bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
+        _same_layout(bld, a.w13_layout, "w13_qweight")
         args = (run.x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
@@ -628,6 +629,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
         bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
+        _same_layout(bld, a.w2_layout, "w2_qweight")
         args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:
@@ -635,6 +637,15 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 
     return run_moe_pipeline(a.hidden_states, a.topk_weights, a.topk_ids, e, inter, a.activation,
                             a.apply_router_weight_on_input, a.expert_map, gate_up, down, MoeConfig(cfg13))
+
+
+def _same_layout(bld: Any, key: str, name: str) -> None:
+    """The build about to run reads its weights in the offline layout ``key`` (when named): every
+    config (decode, prefill, split-K) must share the prepared layout."""
+    lay = bld.offline_layouts.get("q")
+    if key and lay is not None and lay.key != key:
+        raise ArgumentError(RUN_OP, name, f"was prepared in the offline layout {key}, but kernel "
+                            f"{bld.tile_kernel.name} reads {lay.key}")
 
 
 def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group_size: int,

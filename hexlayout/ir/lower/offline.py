@@ -9,9 +9,10 @@ inverse), so thread ``t``'s ``V`` values are the contiguous units::
 (``(r0, u0)`` the view's origin, a multiple of the tile: tile ``(r0 / TR, u0 / TU)`` of a
 tensor with ``K_u`` units per row starts at unit ``(r0 / TR * K_u / TU + u0 / TU) * TR * TU =
 r0 * K_u + u0 * TR``), loaded as ``w``-unit vectors, ``w`` the largest power of two dividing
-``V`` with ``w * bits <= 128``. The emulator and the PTX executor run the resulting
-``ld.global`` instructions unchanged. Only loads; no masks (the op pads the tensor to whole
-tiles; the launch checks the row length is a multiple of the tile's).
+``V`` with ``w * bits <= 128`` (and within the tensor's declared alignment). The emulator and
+the PTX executor run the resulting ``ld.global`` instructions unchanged. Only loads; no masks
+(the op pads the tensor to whole tiles; the launch checks the row length is a multiple of the
+tile's).
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def lower_offline_load(reg: RegisterTile, mem: GlobalTileView, load: bool, tid: 
         return Rejection(why)
     tr, tu = mem.shape
     v_count = reg.values
+    widest = min(128, 8 * mem.param.align_bytes)  # a tensor declared .aligned(n): vectors of n bytes at most
     w = 1
-    while w * 2 * elem_bits <= 128 and v_count % (w * 2) == 0:
+    while w * 2 * elem_bits <= widest and v_count % (w * 2) == 0:
         w *= 2
     r0, u0 = mem.origin
     base = as_expr(r0) * mem.param.stride[0] + as_expr(u0) * tr
