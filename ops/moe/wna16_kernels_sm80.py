@@ -9,7 +9,8 @@ weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` w
 ``e``'s ``W`` along K (``NP`` the padded rows per expert; gate-up: gate, then up at ``NP / 2``);
 its storage order is the one synthesis derives from the mma fragment each ``(BN, BK)`` tile
 feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
-N]`` and, for AWQ, zero points ``z [E, G, N]`` (both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
+N]`` and, for AWQ, zero points ``z [E, G, N]``
+(both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
 
     W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
 
@@ -166,7 +167,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
         with hl.if_(e >= 0):
             rid = routed_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            npe = q.shape[0] // s.shape[0]  # offline rows per expert: gate, then up, each padded to BN
+            half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
             if ROUTER:
@@ -175,9 +176,9 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
                 # warps side by side along N: each weight is dequantized by one warp only
-                wg = _dequant(q, s, z, e, e * npe + n0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.mma(ra, wg, acc_g, warps=(1, WARPS))
-                wu = _dequant(q, s, z, e, e * npe + npe // 2 + n0, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.mma(ra, wu, acc_u, warps=(1, WARPS))
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
@@ -228,7 +229,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
             for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
-                row0 = e * (q.shape[0] // s.shape[0]) + n0  # offline rows per expert: H padded to BN
+                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
                 w = _dequant(q, s, z, e, row0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.mma(ra, w, acc, warps=(1, WARPS))
             if not ROUTER:

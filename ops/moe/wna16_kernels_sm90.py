@@ -100,7 +100,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
-            npe = q.shape[0] // s.shape[0]  # offline rows per expert: gate, then up, each padded to 64
+            half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
             num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
             sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
@@ -108,8 +108,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
 
             def step(kt: Any, st: Any) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                wg = _dequant(q, s, z, e, e * npe + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
-                wu = _dequant(q, s, z, e, e * npe + npe // 2 + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
@@ -180,7 +180,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             acc = hl.zeros((BN, BM), f32)
 
             def step(kt: Any, st: Any) -> None:
-                row0 = e * (q.shape[0] // s.shape[0]) + n0
+                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
                 w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
