@@ -246,6 +246,7 @@ def explain_report(result: Any, spec: str, arch: str) -> dict[str, Any]:
                       for d in s.decisions if len(d.alternatives) > 1],
         "cost": cost,
         "requirements": _requirements(s),
+        "offline": [lay.describe() for lay in getattr(s.lowered, "offline", {}).values()],
         "notes": list(result.notes),
         "pictures": [],
     }
@@ -327,6 +328,7 @@ def format_report(r: dict[str, Any], *, max_alternatives: int = 6) -> str:
         if len(shown) > max_alternatives:
             lines.append(f"    ... {len(shown) - max_alternatives} more (see --json)")
 
+    lines += _offline_lines(r.get("offline", []))
     lines.append("\nrequirements on the arguments")
     for q in r["requirements"]:
         mode = f" (mode {q['mode']})" if q["mode"] is not None and q["mode"] >= 0 else ""
@@ -339,6 +341,23 @@ def format_report(r: dict[str, Any], *, max_alternatives: int = 6) -> str:
     return "\n".join(lines)
 
 
+def _offline_lines(offline: list[dict[str, Any]]) -> list[str]:
+    """The text of the synthesized offline layouts (``hl.offline`` arguments)."""
+    if not offline:
+        return []
+    lines = ["\noffline layouts (hl.offline arguments: storage order chosen with the register fragment)"]
+    for o in offline:
+        unit = "bytes (two 4-bit values each)" if o["bits"] == 4 else f"{o['bits']}-bit elements"
+        tile = f"{o['tile'][0]}x{o['tile'][1]}"
+        lines.append(f"  {o['param']}: u{o['bits']} tiles {tile} (row tiles outer, k tiles "
+                     f"inner), {o['threads']} threads x {o['values_per_thread']} {unit}: {o['thread_bytes']} "
+                     f"contiguous bytes per thread, {o['vector_bytes']}-byte loads")
+        lines.append(f"      register TV layout {o['tv']}; in-tile order (unit r + TR*k -> t*V + v) "
+                     f"{o['in_tile']}")
+        lines.append(f"      key {o['key']}")
+    return lines
+
+
 # --- pictures --------------------------------------------------------------------------------
 
 def _safe(name: str) -> str:
@@ -347,7 +366,8 @@ def _safe(name: str) -> str:
 
 def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, str]]:
     """PNG pictures of the synthesized layouts: one per distinct register TV layout (over its
-    M x N tile) and one per shared buffer (its first stage, cells coloured by bank)."""
+    M x N tile), one per offline argument (its tile, the thread owning each unit) and one per
+    shared buffer (its first stage, cells coloured by bank)."""
     from hexlayout import draw as hd
     from hexlayout.ir.lower.legality import Legality
     from hexlayout.ir.types import Scope
@@ -371,6 +391,15 @@ def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, 
         hd.render(hd.tv_grid(lay, tile, title), path)
         pictures.append({"path": str(path),
                          "what": f"register TV layout of {names} over {tile[0]}x{tile[1]}"})
+    for lay in getattr(s.lowered, "offline", {}).values():
+        tr, tu = lay.unit_tile
+        unit = "bytes" if lay.bits == 4 else "elements"
+        title = (f"offline {lay.param}: u{lay.bits} tile {lay.tile[0]}x{lay.tile[1]} ({tr}x{tu} {unit}), "
+                 f"the thread owning each (stored thread-major: T*{lay.values} + V)")
+        path = out / f"offline_{_safe(lay.param)}.png"
+        hd.render(hd.tv_grid(lay.tv, (tr, tu), title, "row", "k"), path)
+        pictures.append({"path": str(path), "what": f"offline layout of {lay.param}: {tr}x{tu} {unit} "
+                         "tile, the owning thread of each"})
     for v, _ in s.layouts():
         if v.type.scope != Scope.SHARED or v.root is not v or v.id not in views:
             continue

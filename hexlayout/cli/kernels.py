@@ -104,6 +104,22 @@ def _attention_sm90(**_: Any) -> Any:
     return attention_varlen_sm90_kernel(f16)
 
 
+def _moe_wna16(**_: Any) -> Any:
+    """The W4A16 fused-MoE gate-up kernel of ``hexlayout.ops`` (f16 activations, 4-bit weights
+    declared ``hl.offline``: ``explain`` shows the offline layout synthesis chose)."""
+    from hexlayout.lang import f16
+    from hexlayout.ops.moe.wna16_kernels_sm80 import moe_wna16_gate_up_kernel
+
+    return moe_wna16_gate_up_kernel(f16, 4, 64)
+
+
+def _moe_wna16_sm90(**_: Any) -> Any:
+    from hexlayout.lang import f16
+    from hexlayout.ops.moe.wna16_kernels_sm90 import moe_wna16_gate_up_sm90_kernel
+
+    return moe_wna16_gate_up_sm90_kernel(f16, 4, 64)
+
+
 def _gemm_sm80_explicit(**kw: Any) -> Any:
     from hexlayout.lang.examples.explicit import gemm_sm80_explicit
 
@@ -130,6 +146,13 @@ REGISTRY: dict[str, KernelSpec] = {
         {"BM": 64, "BN": 64, "HEAD_DIM": 64, "WARPS": 4, "CAUSAL": False},
         arch_defaults={"sm_90a": {"BM": 128, "BN": 64, "HEAD_DIM": 64, "STAGES": 4, "LEFT": False,
                                   "RIGHT": False, "SOFTCAP": False}}),
+    "moe_wna16": KernelSpec(
+        "moe_wna16", "W4A16 fused-MoE gate-up GEMM (f16, int4 weights dequantized in registers): "
+        "mma.sync (sm_80, sm_89), swap-AB wgmma with the weights as register A (sm_90a); the weights' "
+        "offline layout is synthesized with the fragment it feeds",
+        {"sm_80": _moe_wna16, "sm_89": _moe_wna16, "sm_90a": _moe_wna16_sm90},
+        {"BM": 16, "BN": 64, "BK": 64, "STAGES": 3, "WARPS": 4, "GROUP": 128},
+        arch_defaults={"sm_90a": {"BM": 16, "BK": 64, "STAGES": 3, "WG": 1, "GROUP": 128}}),
     "gemm_explicit": KernelSpec(
         "gemm_explicit", "the GEMMs with every layout and instruction written out "
         "(explicit.gemm_sm80_explicit / gemm_sm90_ws_explicit)",

@@ -184,8 +184,10 @@ def _word_pair(em: Emitter, src: RegRef, i: int, dtype: str) -> str | None:
     - f16, bytes ``k`` and ``k + 1`` (``k`` even) of ``W``: ``PRMT(W, 0x64)`` gives
       ``(1024 + b0, 1024 + b1)``, minus 1024 by ``__hsub2``."""
     (xa, ja, pa), (xb, jb, pb) = em.bytes.source(src.array, i), em.bytes.source(src.array, i + 1)
-    if xa is not xb or xa is src.array or xa.dtype.name != "u8" or ja - ja % 4 + 4 > xa.count:
+    if xa is not xb or xa.dtype.name != "u8" or ja - ja % 4 + 4 > xa.count:
         return None     # (unpacked from another array, the word inside it; else the pair form)
+    if xa is src.array and (pa, pb) != ("byte", "byte"):
+        return None     # (the bytes themselves, as loaded: an ``hl.offline`` 8-bit tile, from their word)
     ref = RegRef(xa, 0, xa.count)
     if (pa, pb) == ("lo", "hi") and ja == jb:
         k = ja % 4

@@ -260,7 +260,8 @@ class _Analysis:
     def op(self, op: Op) -> None:  # noqa: C901 - one case per op
         if isinstance(op, GlobalView):
             shape = tuple(op.result.type.shape)
-            self.globals[op.result.id] = _make(tuple(op.extent), shape, 0.0)
+            # an hl.offline tensor is padded to whole tiles by the op (the launch checks): no padding
+            self.globals[op.result.id] = None if op.param.offline else _make(tuple(op.extent), shape, 0.0)
         elif isinstance(op, (Slice, SubTile, Permute)):
             self.views[op.result.id] = op
         elif isinstance(op, Alloc):

@@ -218,7 +218,8 @@ class GlobalParam:
     aligned (vectors no wider). ``divisibility``: launch facts about the size variables that
     move this tensor's view origins, ``(name, d)``: the size is a multiple of ``d`` elements
     and no more is assumed; a size not listed counts as aligned (``hexlayout.ir.divisibility``
-    specializes a program on the facts of a launch)."""
+    specializes a program on the facts of a launch). ``offline``: declared ``hl.offline`` (the element
+    bits; 0: not), its tiles stored in the order synthesis chooses (``hexlayout.ir.offline``)."""
 
     name: str
     dtype: DType
@@ -226,6 +227,7 @@ class GlobalParam:
     stride: tuple[ExprLike, ...]
     align_bytes: int = 16
     divisibility: tuple[tuple[str, int], ...] = ()
+    offline: int = 0   # hl.offline: the element bits (4: packed two per byte); 0: not offline
 
 
 @dataclass(eq=False)

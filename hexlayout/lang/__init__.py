@@ -28,7 +28,9 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
 
 - kernels (``kernel``): ``@hl.kernel(threads=, cluster=)``, ``.trace(**consts)``; argument
   types ``hl.f16["M", "K"]`` (or ``M, K = hl.dims("M K")``; ``hl.f16[M, K]``, which linters
-  accept), ``.strides(...)``, ``hl.Tensor(dtype, shape, stride)``;
+  accept), ``.strides(...)``, ``hl.Tensor(dtype, shape, stride)``; ``hl.offline(hl.u4[R, K])``
+  (``offline``: a weight whose tile storage order synthesis chooses with the register fragment
+  it feeds; ``build.offline_layouts``);
   element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 i4 u4 i8 u8 i32 u32 i64 b16 bool_``.
 - launch (``launch``): ``grid``, ``spatial``, ``repeat``, ``cdiv``, ``thread_index``,
   ``warp_index``, ``lane_index``, ``warp_group_index``, ``cluster_rank``.
@@ -115,6 +117,7 @@ from .math import minimum as min  # noqa: A004
 from .memory import register, shared, view
 from .ops import assign, cast, copy, fill, full, iota, max_reduce, min_reduce, mma, rearrange, reduce, zeros
 from .ops import sum_ as sum  # noqa: A004
+from .offline import offline
 from .packed import bitcast, pack, unpack
 from .pipeline import OnlineSoftmax, Ring, pipeline
 from .regroup import concat, interleave, reshape
@@ -139,7 +142,8 @@ from .views import getitem as _getitem  # noqa: F401 - the ops behind a[i], t.T,
 
 __all__ = [
     "pipeline", "Ring", "OnlineSoftmax",
-    "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "GlobalTensor", "Tile", "TaskMapping",
+    "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "offline", "GlobalTensor", "Tile",
+    "TaskMapping",
     "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "i4", "u4", "i8", "u8", "i32", "u32", "i64", "s8",
     "s32", "s64", "b16", "bool_",
     "grid", "spatial", "repeat", "cdiv", "thread_index", "warp_index", "lane_index", "warp_group_index",

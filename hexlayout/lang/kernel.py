@@ -271,12 +271,13 @@ class Kernel:
                 if dt.name in HELD_AS:     # u4 / s4: the kernel's argument is the packed bytes
                     gp, elems = packed_param(name, dt, shape, tuple(ann.shape), ann.stride, ann.align_bytes,
                                              sizes)
+                    gp.offline = 4 if ann.offline else 0
                     params.append(gp)
                     args.append(PackedGlobalTensor(gp, ctx, dt, elems))
                     continue
             except ValueError as e:
                 raise self._error(f"argument {name}: {e}") from None
-            gp = GlobalParam(name, dt, shape, stride, ann.align_bytes)
+            gp = GlobalParam(name, dt, shape, stride, ann.align_bytes, offline=dt.bits if ann.offline else 0)
             params.append(gp)
             args.append(GlobalTensor(gp, ctx))
         for v in sizes.values():

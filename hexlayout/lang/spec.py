@@ -99,7 +99,8 @@ class Tensor:
     several annotations (or a scalar argument of that name) is one size variable.
     ``stride=None`` means row-major contiguous: ``stride[i] = prod(shape[i+1:])``; element
     ``c`` is at ``sum_i c[i] * stride[i]`` elements from the data pointer, which is
-    aligned to ``align_bytes``.
+    aligned to ``align_bytes``. ``offline``: the op stores it in the order synthesis chooses
+    (``hl.offline``).
 
     Example:
         >>> t = hl.Tensor(hl.f16, ("M", "K"))
@@ -111,6 +112,7 @@ class Tensor:
     shape: tuple[Any, ...]
     stride: tuple[Any, ...] | None = None
     align_bytes: int = 16
+    offline: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.shape, tuple):
@@ -145,7 +147,7 @@ class Tensor:
         """
         if len(stride) == 1 and isinstance(stride[0], (tuple, list)):
             stride = tuple(stride[0])
-        return Tensor(self.dtype, self.shape, tuple(stride), self.align_bytes)
+        return Tensor(self.dtype, self.shape, tuple(stride), self.align_bytes, self.offline)
 
     def aligned(self, align_bytes: int) -> Tensor:
         """The same type with another guaranteed alignment.
@@ -169,12 +171,13 @@ class Tensor:
             >>> hl.f16["M", "K"].aligned(4).align_bytes
             4
         """
-        return Tensor(self.dtype, self.shape, self.stride, align_bytes)
+        return Tensor(self.dtype, self.shape, self.stride, align_bytes, self.offline)
 
     def __str__(self) -> str:
         shp = ", ".join(map(str, self.shape))
         st = "" if self.stride is None else f".strides({', '.join(map(str, self.stride))})"
-        return f"{self.dtype}[{shp}]{st}"
+        text = f"{self.dtype}[{shp}]{st}"
+        return f"offline({text})" if self.offline else text
 
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,

@@ -65,6 +65,12 @@ class Build:
         return self.synthesis.lowered.kernel
 
     @property
+    def offline_layouts(self) -> dict[str, Any]:
+        """The ``OfflineLayout`` synthesis chose for each ``hl.offline`` argument, by name
+        (``hexlayout.ir.offline``)."""
+        return dict(getattr(self.synthesis.lowered, "offline", {}))
+
+    @property
     def stats(self) -> Any:
         """The static quality report of the cubin (``runtime.stats.KernelStats``; computed on
         first use, memoized per cubin; needs cuobjdump)."""

@@ -94,11 +94,12 @@ FP8_ARCHS = ("sm_89", "sm_90a")
 class Fp8MoEWeights:
     """FP8 expert weights: ``w`` ``[E, N, K]`` float8_e4m3fn and fp32 ``scale`` (``[E]`` with
     ``block=None``, ``[E, ceil(N/128), ceil(K/128)]`` with ``block=(128, 128)``); ``W = w * scale``
-    broadcast over its block."""
+    broadcast over its block; ``layout_key`` ``"natural"`` (``prepare_fp8``: no re-layout)."""
 
     w: Any
     scale: Any
     block: tuple[int, int] | None = None
+    layout_key: str = "natural"
 
     @property
     def num_experts(self) -> int:
@@ -184,7 +185,15 @@ def _check_fp8_weight(
 def prepare_fp8(w: Any, scale: Any, *, block: tuple[int, int] | None = None) -> Fp8MoEWeights:
     """FP8 expert weights for ``fused_moe`` (see the module docstring): ``w`` ``[E, N, K]``
     float8_e4m3fn, ``scale`` fp32 ``[E]`` or, with ``block=(128, 128)``, ``[E, ceil(N/128),
-    ceil(K/128)]``. Raises ``ArgumentTypeError`` / ``ArgumentError`` naming the argument."""
+    ceil(K/128)]``. Raises ``ArgumentTypeError`` / ``ArgumentError`` naming the argument.
+
+    No re-layout: the FP8 kernels copy the weights global -> shared memory (TMA boxes on sm_90a,
+    16-byte cp.async on sm_89) and read them from there with ldmatrix / wgmma, so synthesis
+    chooses the *shared* layout and swizzle; on the global side every copy reads whole 16-byte
+    rows of K, already coalesced, and no register fragment fixes a global order (an
+    ``hl.offline`` tensor is only copied into registers). The offline layout is therefore the
+    natural one, row-major ``[E, N, K]``; its key ``"natural"`` is recorded (``layout_key``) so
+    every prepared weight names its layout."""
     require_torch("hexlayout.ops.prepare_fp8")
     op = "hexlayout.prepare_fp8"
     blk = _check_block(op, block)

@@ -93,8 +93,9 @@ def prepared_fused_moe(kind: type, op_name: str, preparer: str, doc: str) -> Cal
             raise ArgumentError(label, "w2", problem)
         tensors, constants = w13.op_args(w2)
         op = getattr(torch.ops.hexlayout, op_name)
+        extra = w13.op_kwargs(w2) if hasattr(w13, "op_kwargs") else {}   # e.g. offline layout keys
         return op(hidden_states, *tensors, topk_weights, topk_ids, *constants, activation,
-                  apply_router_weight_on_input, expert_map, global_num_experts)
+                  apply_router_weight_on_input, expert_map, global_num_experts, **extra)
 
     entry.__name__ = entry.__qualname__ = op_name
     entry.__doc__ = doc

@@ -11,8 +11,8 @@ Schemas:
   w13_zeros, Tensor w2_qweight, Tensor w2_scales, Tensor? w2_zeros, Tensor topk_weights, Tensor
   topk_ids, str quant_format, int bits, int w13_group_size, int w2_group_size, str
   activation="silu", bool apply_router_weight_on_input=False, Tensor? expert_map=None, int?
-  global_num_experts=None) -> Tensor``: the tensors of two ``prepare_wna16`` objects and their
-  format constants;
+  global_num_experts=None, str w13_layout="", str w2_layout="") -> Tensor``: the tensors of two
+  ``prepare_wna16`` objects, their format constants and offline layout keys ("": not checked);
 - ``fused_moe_fp8(Tensor hidden_states, Tensor w13, Tensor w13_scale, Tensor w2, Tensor
   w2_scale, Tensor topk_weights, Tensor topk_ids, int[] block=[], str activation="silu", bool
   apply_router_weight_on_input=False, Tensor? expert_map=None, int? global_num_experts=None) ->
@@ -47,7 +47,8 @@ SCHEMA = "(Tensor hidden_states, Tensor w13, Tensor w2, Tensor topk_weights, Ten
 WNA16_SCHEMA = (
     "(Tensor hidden_states, Tensor w13_qweight, Tensor w13_scales, Tensor? w13_zeros, Tensor w2_qweight, "
     "Tensor w2_scales, Tensor? w2_zeros, Tensor topk_weights, Tensor topk_ids, str quant_format, int bits, "
-    "int w13_group_size, int w2_group_size, " + _ROUTING
+    "int w13_group_size, int w2_group_size, "
+    + _ROUTING.replace(") -> Tensor", ', str w13_layout="", str w2_layout="") -> Tensor')
 )
 FP8_SCHEMA = ("(Tensor hidden_states, Tensor w13, Tensor w13_scale, Tensor w2, Tensor w2_scale, "
               "Tensor topk_weights, Tensor topk_ids, int[] block=[], " + _ROUTING)

@@ -16,15 +16,18 @@ over ``E`` experts as checkpoints store them:
 - ``scales`` ``[E, K/G, N]`` f16 / bf16 (the activations' dtype); ``group_size`` ``G`` 32, 64,
   128 or -1 (one group over K).
 
-It re-lays the weights out once (torch ops, at load time) into what the kernels load: ``q``
-``[E*N, K/2]`` uint8 (4-bit: column ``n`` of expert ``e`` is row ``e*N + n``, two values per
-byte along K, even k in the low nibble: a row of the mma's B operand) or ``[E*N, K]`` uint8
-(8-bit); ``scales`` as given; AWQ zero points unpacked to ``[E, K/G, N]`` in the scales' dtype.
-The result is a ``WNA16Weights``, a plain container of those tensors and the format constants.
-Both targets read this layout: sm_80 / sm_89 run ``moe_wna16_kernels`` (mma.sync), sm_90a (the
-device's arch, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` for emulated CPU tensors)
-``moe_wna16_kernels_sm90`` (swap-AB wgmma, the dequantized weights as its register A operand;
-``wna16_sm90_config``).
+It re-lays the weights out once (torch ops, at load time) into what the kernels load: the
+kernels declare ``q`` ``hl.offline`` and synthesis chooses its storage order with the register
+fragment each weight tile feeds (``wna16_layout``, ``hexlayout.ir.offline``), so
+``prepare_wna16`` synthesizes the kernel for the target (``arch=``, default the device's, or
+``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors; sm_80 / sm_89 run ``moe_wna16_kernels``, mma.sync,
+sm_90a ``moe_wna16_kernels_sm90``, swap-AB wgmma with the dequantized weights as its register
+A operand) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
+expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
+two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
+``[E, K/G, N]`` in the scales' dtype. The result is a ``WNA16Weights``, a plain container of
+those tensors, the format constants and the layout's key; the op refuses weights whose key is
+not the one of the kernel it runs.
 
 Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
 the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over
@@ -73,10 +76,12 @@ ONE_GROUP = 1 << 30
 class WNA16Weights:
     """Quantized expert weights re-laid out for the W4A16 / W8A16 kernels (``prepare_wna16``).
 
-    ``qweight`` uint8 ``[E*N, K*bits/8]`` (row ``e*N + n``: column ``n`` of expert ``e``'s ``W``
-    along K; 4-bit: even k in the low nibble), ``scales`` ``[E, G, N]`` f16 / bf16, ``zeros``
-    ``[E, G, N]`` in the scales' dtype (AWQ) or None (GPTQ: ``2^(bits-1)``); ``W[e, k, n] =
-    (q - z) * s`` with the group ``k // group_size`` (one group for -1)."""
+    ``qweight`` uint8 ``[E*NP, KP*bits/8]``: the logical rows ``e*NP + n`` (column ``n`` of
+    expert ``e``'s ``W`` along K, padded: ``wna16_layout``) in the synthesized offline order
+    ``layout_key`` (``hexlayout.ir.offline``; ``gate_up``: gate and up padded apart);
+    ``scales`` ``[E, G, N]`` f16 / bf16, ``zeros`` ``[E, G, N]`` in the scales' dtype (AWQ) or
+    None (GPTQ: ``2^(bits-1)``); ``W[e, k, n] = (q - z) * s`` with the group ``k // group_size``
+    (one group for -1)."""
 
     qweight: Any
     scales: Any
@@ -87,6 +92,8 @@ class WNA16Weights:
     num_experts: int
     size_k: int
     size_n: int
+    layout_key: str = ""
+    gate_up: bool = False
 
     @property
     def dtype(self) -> Any:
@@ -104,6 +111,10 @@ class WNA16Weights:
         """``fused_moe_wna16``'s weight tensors (these as ``w13``, then ``w2``) and constants."""
         return ((self.qweight, self.scales, self.zeros, w2.qweight, w2.scales, w2.zeros),
                 (self.quant_format, self.bits, self.group_size, w2.group_size))
+
+    def op_kwargs(self, w2: WNA16Weights) -> dict[str, Any]:
+        """The offline layout keys the op checks (``w13_layout``, ``w2_layout``)."""
+        return {"w13_layout": self.layout_key, "w2_layout": w2.layout_key}
 
 
 def _fail(name: str, msg: str) -> ArgumentError:
@@ -146,9 +157,17 @@ def _awq_columns(words: Any) -> Any:
 
 
 def prepare_wna16(
-    qweight: Any, scales: Any, qzeros: Any = None, *, quant_format: str, bits: int, group_size: int
+    qweight: Any, scales: Any, qzeros: Any = None, *, quant_format: str, bits: int, group_size: int,
+    gate_up: bool = False, arch: str | None = None,
 ) -> WNA16Weights:
     """Re-lay AWQ / GPTQ expert weights out for ``fused_moe`` (see the module docstring).
+
+    The order is the offline layout synthesis chooses for the kernel that will run
+    (``wna16_layout.wna16_offline_layout``) on ``arch`` (default: the device's, or
+    ``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors); ``gate_up=True`` for the ``w13`` projection
+    (``N = 2I``: gate and up padded to whole tiles apart; needed when ``I`` is not a multiple of
+    the tile rows, 64). The result records the layout's key; the op refuses weights prepared for
+    another layout.
 
     Raises ``ArgumentError`` / ``ArgumentTypeError`` (``HexlayoutError``, ``ValueError`` /
     ``TypeError``) naming the argument: an unknown format, bits or group size; wrong dtypes,
@@ -189,8 +208,10 @@ def prepare_wna16(
         raise _fail("qweight", f"has an empty dimension: shape {tuple(qweight.shape)}")
     if group_size != -1 and k % group_size:
         raise _fail("group_size", f"{group_size} does not divide K = {k} (the input dimension of qweight)")
-    if k % 32 or n % 8:
-        raise _fail("qweight", f"K = {k} must be a multiple of 32 and N = {n} of 8 (16-byte rows)")
+    if k % 8 or n % 8:
+        raise _fail("qweight", f"K = {k} and N = {n} must be multiples of 8 (16-byte rows)")
+    if gate_up and n % 16:
+        raise _fail("gate_up", f"the gate-up projection has N = 2I columns, I a multiple of 8; got N = {n}")
     groups = 1 if group_size == -1 else k // group_size
     if tuple(scales.shape) != (e, groups, n):
         raise _fail(
@@ -213,17 +234,26 @@ def prepare_wna16(
         zeros = _awq_columns(qzeros).to(scales.dtype).contiguous()  # [E, G, N]
     else:
         q = _unpack(qweight, bits, 1)  # [E, K, N]
-    bk = k_tile(k, group_size)
-    q = q.transpose(1, 2).to(torch.uint8)  # [E, N, K]: row e*N + n is W[e, :, n]
-    # k = BK kt + 16 c + 8 h + 2 t + b  ->  [E*N, K/BK, t, c, h, b]
-    q = (
-        q.reshape(e * n, k // bk, bk // 16, 2, 4, 2)
-        .permute(0, 1, 4, 2, 3, 5)
-        .reshape(e * n, k // bk, 4, bk // 4)
-    )
-    if bits == 4:
-        q = q[..., 0::2] | (q[..., 1::2] << 4)
-    return WNA16Weights(q.contiguous(), scales.contiguous(), zeros, quant_format, bits, group_size, e, k, n)
+    return _relayout(q, scales.contiguous(), zeros, quant_format, bits, group_size, gate_up, arch)
+
+
+def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int, group_size: int,
+              gate_up: bool, arch: str | None) -> WNA16Weights:
+    """The final re-layout step of ``prepare_wna16``: the integer values ``q_ekn`` ``[E, K, N]``
+    in the offline order synthesized for ``arch``'s kernel (``wna16_layout.relayout``)."""
+    from hexlayout.runtime.args import ArgumentError as _Err
+
+    from ..host.launch import lang_dtype
+    from .wna16_layout import relayout, wna16_offline_layout
+
+    e, k, n = q_ekn.shape
+    if arch is None:
+        arch = kernel_arch(q_ekn.device)
+    if arch not in ("sm_80", "sm_89", "sm_90a"):
+        raise _Err(OP, "arch", f"must be sm_80, sm_89 or sm_90a, got {arch!r}")
+    lay = wna16_offline_layout(arch, lang_dtype(scales.dtype), bits, k, group_size, gate_up)
+    q = relayout(q_ekn, lay, gate_up)
+    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up)
 
 
 def k_tile(k: int, group_size: int) -> int:
@@ -251,9 +281,9 @@ def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int)
 def wna16_sm90_config(num_slots: int, num_experts: int, size_n: int) -> dict[str, Any]:
     """The sm_90a kernels' (``moe_wna16_kernels_sm90``, swap-AB wgmma) ``BM`` / ``WG`` from the
     sizes only (capture-safe), by the average routed rows per expert ``T * k / E``: below 32
-    (decode) ``BM`` 16, below 64 ``BM`` 32, both on one consumer warp group (64 output columns);
-    from 64 on (prefill: the large-token config) ``BM`` 64 on two warp groups (128 output
-    columns) when ``size_n`` (the gate-up's I, the down's H) is a multiple of 128, else one.
+    (decode) ``BM`` 16, below 64 ``BM`` 32, from 64 on (prefill) ``BM`` 64; always one consumer
+    warp group (64 output columns: the prepared weights' offline layout is the one of a 64-row
+    tile, ``wna16_layout``; ``size_n`` is kept for the signature).
     ``BM`` 128 spills the down kernel's registers (a 64 x 128 f32 accumulator per warp group
     next to the dequantized tile); the gate-up and down share ``BM`` (the alignment's block)."""
     avg = num_slots / max(num_experts, 1)
@@ -261,7 +291,9 @@ def wna16_sm90_config(num_slots: int, num_experts: int, size_n: int) -> dict[str
         return {"BM": 16, "WG": 1}
     if avg < 64:
         return {"BM": 32, "WG": 1}
-    return {"BM": 64, "WG": 2 if size_n % 128 == 0 else 1}
+    # one warp group: the weights' offline layout is that of a 64-row tile (wna16_layout); two
+    # would copy 128-row tiles, another storage order
+    return {"BM": 64, "WG": 1}
 
 
 def wna16_split_k(num_tokens: int, topk: int, num_experts: int, size_k: int, size_n: int, sm_count: int,
@@ -306,6 +338,7 @@ def _check_weight(
     dtype: Any,
     k: int,
     n: int | None,
+    layout_key: str = "",
 ) -> tuple[int, int]:
     """The tensors of one prepared projection (input dim ``k``, output dim ``n`` or any): ``(E, N)``."""
     import torch
@@ -329,14 +362,7 @@ def _check_weight(
             f"{pre}_group_size",
             f"{group_size} does not match K = {k} and {pre}_scales' {groups} groups",
         )
-    bk = k_tile(k, group_size)
-    want = (e * nn, k // bk, 4, bk * bits // 32)
-    if qweight.dtype != torch.uint8 or tuple(qweight.shape) != want:
-        raise ArgumentError(
-            RUN_OP,
-            f"{pre}_qweight",
-            f"must be prepare_wna16's uint8 [E*N, K/BK, 4, BK*bits/32] = {list(want)}, got {_kind(qweight)}",
-        )
+    _check_layout(pre, qweight, layout_key, dtype, bits, group_size, k, e, nn)
     if quant_format == "awq":
         if not isinstance(zeros, torch.Tensor) or zeros.shape != scales.shape or zeros.dtype != dtype:
             raise ArgumentError(
@@ -348,6 +374,34 @@ def _check_weight(
     elif zeros is not None:
         raise ArgumentError(RUN_OP, f"{pre}_zeros", "GPTQ weights have no zero points: pass None")
     return e, nn
+
+
+def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, bits: int, group_size: int, k: int,
+                  e: int, n: int) -> None:
+    """``{pre}_qweight`` is in the offline layout of the kernel that will run on the device's
+    architecture (``wna16_layout``): its key (when the weights name one: ``layout_key``) and
+    its shape ``[E*NP, KP*bits/8]`` uint8."""
+    import torch
+
+    from ..host.launch import lang_dtype
+    from .wna16_layout import padded_rows, wna16_offline_layout
+
+    arch = kernel_arch(qweight.device)
+    gate_up = pre == "w13"
+    lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up)
+    if layout_key and layout_key != lay.key:
+        raise ArgumentError(
+            RUN_OP, f"{pre}_qweight",
+            f"was prepared in the offline layout {layout_key}, but the {arch} kernel that runs here reads "
+            f"{lay.key}: call prepare_wna16 for this device (arch={arch!r})")
+    tr, tk = lay.tile
+    want = (e * padded_rows(n, tr, gate_up), -(-k // tk) * tk * bits // 8)
+    if qweight.dtype != torch.uint8 or tuple(qweight.shape) != want:
+        hint = " (prepare w13 with gate_up=True)" if gate_up else ""
+        raise ArgumentError(
+            RUN_OP, f"{pre}_qweight",
+            f"must be prepare_wna16's uint8 [E*NP, KP*bits/8] = {list(want)} (tiles {tr}x{tk}){hint}, "
+            f"got {_kind(qweight)}")
 
 
 def check_fused_moe_wna16(
@@ -368,24 +422,28 @@ def check_fused_moe_wna16(
     apply_router_weight_on_input: Any = False,
     expert_map: Any = None,
     global_num_experts: Any = None,
+    w13_layout: Any = "",
+    w2_layout: Any = "",
 ) -> None:
     """The one check of ``torch.ops.hexlayout.fused_moe_wna16`` (eager and fake): every bad argument
-    is an ``ArgumentTypeError`` / ``ArgumentError`` naming it; the content checks (expert ids in
-    range) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
+    is an ``ArgumentTypeError`` / ``ArgumentError`` naming it; ``w13_layout`` / ``w2_layout`` (the
+    prepared weights' offline layout keys; "": not named) must be the layout the kernel for the
+    device's architecture reads (else an error naming ``w13_qweight`` / ``w2_qweight``); the
+    content checks (expert ids in range) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
     from ..host.launch import content_checks
 
     op, x = RUN_OP, hidden_states
     _check_wna16_format(x, quant_format, bits, w13_group_size, w2_group_size)
     t, h = x.shape
     e, n2 = _check_weight(
-        "w13", w13_qweight, w13_scales, w13_zeros, quant_format, bits, w13_group_size, x.dtype, h, None
-    )
+        "w13", w13_qweight, w13_scales, w13_zeros, quant_format, bits, w13_group_size, x.dtype, h, None,
+        w13_layout)
     if n2 % 2:
         raise ArgumentError(op, "w13_scales", f"must have N = 2I columns (gate, then up), got {n2}")
     inter = n2 // 2
     e2, _ = _check_weight(
-        "w2", w2_qweight, w2_scales, w2_zeros, quant_format, bits, w2_group_size, x.dtype, inter, h
-    )
+        "w2", w2_qweight, w2_scales, w2_zeros, quant_format, bits, w2_group_size, x.dtype, inter, h,
+        w2_layout)
     if e2 != e:
         raise ArgumentError(op, "w2_scales", f"has {e2} experts, w13 has {e}")
     gne = _check_wna16_routing(t, e, topk_weights, topk_ids, activation, apply_router_weight_on_input,
@@ -553,6 +611,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
             out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
         bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
+        _same_layout(bld, a.w13_layout, "w13_qweight")
         args = (run.x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
@@ -570,6 +629,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
         bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
+        _same_layout(bld, a.w2_layout, "w2_qweight")
         args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:
@@ -577,6 +637,15 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 
     return run_moe_pipeline(a.hidden_states, a.topk_weights, a.topk_ids, e, inter, a.activation,
                             a.apply_router_weight_on_input, a.expert_map, gate_up, down, MoeConfig(cfg13))
+
+
+def _same_layout(bld: Any, key: str, name: str) -> None:
+    """The build about to run reads its weights in the offline layout ``key`` (when named): every
+    config (decode, prefill, split-K) must share the prepared layout."""
+    lay = bld.offline_layouts.get("q")
+    if key and lay is not None and lay.key != key:
+        raise ArgumentError(RUN_OP, name, f"was prepared in the offline layout {key}, but kernel "
+                            f"{bld.tile_kernel.name} reads {lay.key}")
 
 
 def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group_size: int,

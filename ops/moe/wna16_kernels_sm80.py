@@ -4,14 +4,15 @@ Notation: ``x`` ``[T, H]`` activations (f16 / bf16), ``k`` experts per token, ro
 * k + j`` (token ``t``, choice ``j``), local expert ``e`` of a block of ``BM`` sorted rows
 (``sorted_ids``, padding ids ``>= T * k``; ``block_expert[b] = -1``: nothing to do). The
 weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` with input dim
-``K`` and output dim ``N`` of every expert stored as ``q [E * N, K / BK, 4, BK / 4]`` (row
-``e * N + n`` holds column ``n`` of expert ``e``'s ``W``; element ``[kt, t, 4 c + 2 h + b]`` is
-``q[e * N + n, c']`` with ``c' = BK kt + 16 c + 8 h + 2 t + b``: the values an mma.sync B
-fragment gives one thread are contiguous, one vector load per row and k-tile; ``u4``: two
-values per byte, ``u8``: one), scales ``s [E, G, N]`` and, for AWQ, zero points ``z [E, G, N]``
+``K`` and output dim ``N`` of every expert is the offline tensor ``q: hl.offline(u4[E * NP, KP])``
+(``u8`` at 8 bits), read in logical coordinates: row ``e * NP + n`` holds column ``n`` of expert
+``e``'s ``W`` along K (``NP`` the padded rows per expert; gate-up: gate, then up at ``NP / 2``);
+its storage order is the one synthesis derives from the mma fragment each ``(BN, BK)`` tile
+feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
+N]`` and, for AWQ, zero points ``z [E, G, N]``
 (both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
 
-    W[e, c', n] = (q[e * N + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
+    W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
 
 with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
 ``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
@@ -58,13 +59,14 @@ from .blocks import expert_block, gathered_stages, k_tile_range, routed_rows
 
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
-T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 def _dequant(
     q: Any,
     s: Any,
     z: Any,
     e: Any,
+    row0: Any,
     n0: Any,
     k0: Any,
     BN: int,
@@ -74,20 +76,17 @@ def _dequant(
     dt: DType,
     bits: int,
 ) -> Any:
-    """The dequantized ``(BN, BK)`` tile of expert ``e``'s ``W^T`` at columns ``n0 ..`` and k
-    ``k0 ..``: ``(q - z) * s``, in ``dt``, in registers (the mma's B operand). ``q`` holds each
-    k-tile of a row as ``[4, BK/4]`` (element ``[t, 4 c + 2 h + b]`` is k ``16 c + 8 h + 2 t +
-    b``): the values one thread's mma fragments take are contiguous."""
+    """The dequantized ``(BN, BK)`` tile ``(q - z) * s`` of expert ``e``'s ``W^T`` at columns
+    ``n0 ..`` (rows ``row0 ..`` of the offline ``q``) and k ``k0 ..``, in ``dt``, in registers
+    (the mma's operand). ``q`` is read in logical coordinates; its storage order is the one
+    synthesis derives from the mma's fragment (``hl.offline``)."""
     g = k0 // GROUP
-    row0 = e * s.shape[2] + n0
-    tile = (BN, 1, 4, BK // 4)
-    origin = (row0, k0 // BK, 0, 0)
+    w = hl.view(q, (BN, BK), (row0, k0))
     if bits == 4:
-        qt = hl.copy(hl.view(q, tile=tile, origin=origin))  # bytes, unpacked to [0, 15]
+        qt = hl.copy(w)  # bytes, unpacked to [0, 15]
     else:
-        qt = hl.register(u8, tile)
-        hl.copy(hl.view(q, tile=tile, origin=origin), qt)
-    qt = hl.reshape(hl.reshape(qt, (BN, 4, BK // 16, 2, 2)).permute((0, 2, 3, 1, 4)), (BN, BK))
+        qt = hl.register(u8, (BN, BK))
+        hl.copy(w, qt)
     st = hl.register(dt, (BN, 1))
     hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
     if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
@@ -142,7 +141,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name, min_blocks=lambda c: max(1, 8 // c["WARPS"]))
     def moe_wna16_gate_up(
         x: dt[T, H],
-        q: wt[EN, KT, 4, bk // 4],
+        q: hl.offline(wt[EN, KP]),
         s: dt[E, G, N],
         z: dt[E, G, N],  # type: ignore
         sorted_ids: i32[EM],
@@ -168,6 +167,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
         with hl.if_(e >= 0):
             rid = routed_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
+            half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
             if ROUTER:
@@ -176,9 +176,9 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
                 # warps side by side along N: each weight is dequantized by one warp only
-                wg = _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.mma(ra, wg, acc_g, warps=(1, WARPS))
-                wu = _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.mma(ra, wu, acc_u, warps=(1, WARPS))
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
@@ -204,7 +204,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
     def moe_wna16_down(
         h: dt[EM, KD],
-        q: wt[EN, KT, 4, bk // 4],
+        q: hl.offline(wt[EN, KP]),
         s: dt[E, G, N],
         z: dt[E, G, N],  # type: ignore
         sorted_ids: i32[EM],
@@ -229,7 +229,9 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
             for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
-                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
+                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
+                w = _dequant(q, s, z, e, row0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                hl.mma(ra, w, acc, warps=(1, WARPS))
             if not ROUTER:
                 acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
             rows = routed_rows(sorted_ids, m0, BM, TKx)

@@ -3,17 +3,18 @@ dequantized weights as its register A operand (``hexlayout.ops.moe_wna16`` dispa
 sm_90a).
 
 The same products, arguments and weight layout as ``moe_wna16_kernels``' gate-up and down kernels
-(see its docstring: ``W[e, c, n] = (q[e * N + n, c] - z[e, c // GROUP, n]) * s[e, c // GROUP,
-n]``, ``z = ZERO`` for GPTQ). Swap-AB: a block computes the transposed tile ``out^T = W^T X^T``
+(see its docstring: ``W[e, c, n] = (q[e * NP + n, c] - z[e, c // GROUP, n]) * s[e, c //
+GROUP, n]``, ``z = ZERO`` for GPTQ). Swap-AB: a block computes the transposed tile ``out^T = W^T X^T``
 of ``BN = 64 * WG`` output columns (64 per consumer warp group, ``WG`` 1 or 2) by ``BM`` sorted
 rows (16, 32, 64 or 128: the wgmma N side, so a decode step with a few rows per expert wastes no
 MMA rows):
 
-- A: each k-tile of ``W^T`` (``BN x BK``) is loaded as bytes from global memory, unpacked and
-  dequantized in registers by ``moe_wna16_kernels._dequant`` (the values a thread's mma
-  fragments hold are contiguous in ``prepare_wna16``'s layout, and a wgmma register A fragment
-  holds, per warp, the values of an mma.sync one) and fed to ``wgmma.mma_async`` m64nBMk16 as
-  its register A operand: the dequantized weights never touch shared memory;
+- A: each k-tile of ``W^T`` (``BN x BK``) is copied from the offline ``q`` in logical
+  coordinates, unpacked and dequantized in registers by ``moe_wna16_kernels._dequant`` (the
+  storage order synthesis derives from the wgmma register-A fragment: one contiguous 16-byte run
+  per thread and tile) and fed to ``wgmma.mma_async`` m64nBMk16 as its register A operand, so
+  the accumulator rows are the output columns in order; the dequantized weights never touch
+  shared memory;
 - B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
   cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
   reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
@@ -23,9 +24,10 @@ Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
 H]``; activation and rounding by ``moe_splitk``'s kernels).
 
-Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``
-and medium ``BM = 32`` on one warp group; many tokens per expert ``BM = 64`` on two warp groups
-(``BN = 128``; ``BM = 128`` spills the down kernel). The large-token config stays swap-AB rather than
+Configs (``wna16_sm90_config`` in ``moe_wna16``, chosen by ``T * k / E``): decode ``BM = 16``,
+medium ``BM = 32``, many tokens per expert ``BM = 64``, all on one consumer warp group (``WG =
+1``: the prepared weights' offline layout is the one of a 64-row tile; two warp groups would
+copy 128-row tiles, another storage order). The large-token config stays swap-AB rather than
 putting the tokens on the wgmma M side: wgmma's B operand must come from shared memory, so
 tokens-as-M would stage every dequantized weight tile registers -> shared -> wgmma (a shared
 store, a barrier and a proxy fence per k-tile, and the weights in shared memory), whereas with
@@ -40,40 +42,14 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.lang import f32, i32, u4, u8, u32
+from hexlayout.lang import f32, i32, u4, u8
 
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile
 from .wna16_kernels_sm80 import _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
 
-T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
-
-
-def _weight_tile(q: Any, s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, BK: int, GROUP: int, ZERO: int,
-                 dt: DType, bits: int) -> Any:
-    """The wgmma A operand: the dequantized ``(BN, BK)`` tile of ``W^T`` (``_dequant``) with its
-    rows reordered, row ``16 a + 8 h + g`` holding column ``n0 + h * BN / 2 + 8 a + g``.
-
-    A wgmma A fragment gives a thread the k-pairs of two rows, ``g`` and ``g + 8``, in the
-    register order (pair, row, k + 8); ``_dequant``'s rows are loaded one vector per row and
-    k-tile (the order of an mma.sync B fragment). The two halves of the columns are dequantized
-    apart, each a tile whose thread holds one row, and woven pair by pair (``f16`` / ``bf16``
-    pairs seen as ``u32`` words): the two rows of a fragment are one row of each half. No value
-    leaves its thread (the pack / unpack are register renames); ``_rows_in_order`` undoes the
-    reordering on the accumulator."""
-    halves = []
-    for hf in range(2):
-        w = _dequant(q, s, z, e, n0 + hf * (BN // 2), k0, BN // 2, BK, GROUP, ZERO, dt, bits)
-        halves.append(hl.reshape(hl.pack(w, u32), (BN // 16, 8, BK // 2, 1)))
-    pairs = hl.interleave(halves, axis=3).permute((0, 3, 1, 2))  # (a, h, g, k-pair)
-    return hl.unpack(hl.reshape(pairs, (BN, BK // 2)), dt)
-
-
-def _rows_in_order(acc: Any, BN: int, BM: int) -> Any:
-    """An accumulator of ``_weight_tile``-ordered rows with row ``h * BN / 2 + 8 a + g`` (column
-    ``n0 + ..``) at ``16 a + 8 h + g``, back in column order (a view: no data moves)."""
-    return hl.reshape(hl.reshape(acc, (BN // 16, 2, 8, BM)).permute((1, 0, 2, 3)), (BN, BM))
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 
 @cache
@@ -98,7 +74,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_gate_up_sm90(
         x: dt[T, H],
-        q: wt[EN, KT, 4, bk // 4],
+        q: hl.offline(wt[EN, KP]),
         s: dt[E, G, N],
         z: dt[E, G, N],  # type: ignore
         sorted_ids: i32[EM],
@@ -124,6 +100,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
+            half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
             num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
             sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
@@ -131,8 +108,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
 
             def step(kt: Any, st: Any) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                wg = _weight_tile(q, s, z, e, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
-                wu = _weight_tile(q, s, z, e, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
@@ -148,12 +125,11 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rrow >= 0, hl.iota((1, BM), 1) + m0, -1)
                 col = hl.iota((BN, 1), 0) + n0
-                hl.atomic_add(h[0, pos, col], _rows_in_order(g, BN, BM))
-                hl.atomic_add(h[1, pos, col], _rows_in_order(u, BN, BM))
+                hl.atomic_add(h[0, pos, col], g)
+                hl.atomic_add(h[1, pos, col], u)
             else:
                 a = hl.gelu(g) if GELU else hl.silu(g)
-                out = _rows_in_order(hl.cast(a * u, dt), BN, BM)
-                hl.copy(out, hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
+                hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (m0, n0)).T)  # row = sorted position
 
     return moe_wna16_gate_up_sm90
 
@@ -177,7 +153,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_down_sm90(
         h: dt[EM, KD],
-        q: wt[EN, KT, 4, bk // 4],
+        q: hl.offline(wt[EN, KP]),
         s: dt[E, G, N],
         z: dt[E, G, N],  # type: ignore
         sorted_ids: i32[EM],
@@ -204,7 +180,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             acc = hl.zeros((BN, BM), f32)
 
             def step(kt: Any, st: Any) -> None:
-                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
+                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
+                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()
@@ -214,9 +191,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
                 step(kt, st)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
-                hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
+                hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], out)
             else:
-                out = _rows_in_order(hl.cast(out, dt), BN, BM)
-                hl.copy(out, hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+                hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
 
     return moe_wna16_down_sm90

@@ -149,7 +149,7 @@ def _run(fmt, bits, group, dtype, t, e, k, act, kind, *, seed, on_input=False, e
         h = i = 128
     ck13, w13 = checkpoint(fmt, bits, e, h, 2 * i, group, dtype, gen)
     ck2, w2 = checkpoint(fmt, bits, e, i, h, group, dtype, gen)
-    p13 = prepare_wna16(*ck13, quant_format=fmt, bits=bits, group_size=group)
+    p13 = prepare_wna16(*ck13, quant_format=fmt, bits=bits, group_size=group, gate_up=True)
     p2 = prepare_wna16(*ck2, quant_format=fmt, bits=bits, group_size=group)
     x = torch.randn(t, h, generator=gen).to(dtype)
     emap = None
@@ -217,21 +217,24 @@ def test_prepared_weights_dequantize_to_the_checkpoint(fmt, bits, group) -> None
     ck, w = checkpoint(fmt, bits, e, k, n, group, torch.float16, gen)
     p = prepare_wna16(*ck, quant_format=fmt, bits=bits, group_size=group)
     assert (p.num_experts, p.size_k, p.size_n, p.bits) == (e, k, n, bits)
+    # the synthesized offline layout (its key recorded), undone by its own permutation
+    from hexlayout.lang import f16
+    from hexlayout.ops.moe.wna16_layout import wna16_offline_layout
+
+    lay = wna16_offline_layout("sm_80", f16, bits, k, group, False)
+    assert p.layout_key == lay.key
     q = p.qweight.to(torch.int64)
     if bits == 4:  # even elements in the low nibble
         q = torch.stack([q & 15, q >> 4], -1).flatten(-2)
-    bk = 4 * q.shape[-1]
-    # [E*N, K/BK, t, 4 c + 2 h + b] holds k = BK kt + 16 c + 8 h + 2 t + b
-    q = (
-        q.reshape(e * n, k // bk, 4, bk // 16, 2, 2)
-        .permute(0, 1, 3, 4, 2, 5)
-        .reshape(e, n, k)
-        .transpose(1, 2)
-    )
+    rows, cols = q.shape
+    assert rows == e * 64 and cols == k  # N = 48 padded to the 64-row tile
+    logical = q.reshape(-1)[torch.from_numpy(lay.permutation((rows, cols)))].reshape(e, 64, k)
+    assert not logical[:, n:].any()  # padded rows are 0
+    q = logical[:, :n].transpose(1, 2)
     gs = k if group == -1 else group
     z = p.zeros.double() if p.zeros is not None else torch.full_like(p.scales, 2 ** (bits - 1)).double()
     got = (q.double() - z.repeat_interleave(gs, 1)) * p.scales.double().repeat_interleave(gs, 1)
-    assert bk in (32, 64) and torch.equal(got, w)
+    assert torch.equal(got, w)
 
 
 # ---- bad input ----

@@ -1,8 +1,8 @@
 """Compile evidence for the shipped W4A16 / W8A16 MoE kernels (``ops/moe_wna16_kernels.py``):
 NVRTC for sm_80 and sm_90a (no GPU needed), no spills, no local memory, the SASS unpacks with
 LOP3 / PRMT and converts by the magic number (no I2F), multiplies with HMMA (sm_90a runs the
-mma.sync kernels too), and loads each thread's weight fragment with one vector load per row
-(the re-laid layout of ``prepare_wna16``)."""
+mma.sync kernels too), and loads each thread's weight fragment as one contiguous run of 16-byte
+vectors (the synthesized offline layout ``prepare_wna16`` applies)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,11 @@ def test_weights_load_as_one_vector_per_row_fragment(kernel, bits, dtype, consts
     tk, syn = _build(kernel, bits, dtype, consts, "sm_80", compile=False)
     views = {op.result.id for op in walk(tk) if isinstance(op, GlobalView) and op.param.name == "q"}
     loads = [i for op, i in syn.lowered.choices if getattr(getattr(op, "src", None), "id", None) in views]
-    width = consts["BK"] * bits // 4  # bits of one thread's row fragment: BK / 4 values
-    assert loads and set(loads) == {f"ld.global.b{width}"}, syn.lowered.choices
+    # the offline layout: a thread's whole fragment of the (64, BK) tile (128 threads) is one
+    # contiguous run of 64 * BK * bits / 128 bits, loaded as 16-byte vectors
+    width = min(128, 64 * consts["BK"] * bits // 128)
+    assert loads and set(loads) == {f"ld.global.b{width} (offline)"}, syn.lowered.choices
+    assert syn.lowered.offline["q"].thread_bytes * 8 == 64 * consts["BK"] * bits // 128
 
 
 @pytest.mark.nvrtc

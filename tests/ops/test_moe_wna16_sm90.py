@@ -4,7 +4,8 @@ emulator (``HEXLAYOUT_EMULATE_ARCH=sm_90a``) against the float64 reference of
 ``test_moe_wna16`` (dequantized from the CHECKPOINT tensors, packed there from the formats'
 definitions): AWQ-4, GPTQ-4, GPTQ-8; groups 32 / 64 / 128 / -1; f16 and bf16; T 1 / 3 / 16 / 100;
 E 8 / 64; k 1 / 2 / 6 / 8; experts without tokens; half the experts remote; the router weight on the
-input; the decode, medium and large-token configs (``wna16_sm90_config``)."""
+input; the decode, medium and large-token configs (``wna16_sm90_config``; one warp group: the
+weights' offline layout is a 64-row tile's)."""
 
 from __future__ import annotations
 
@@ -77,8 +78,10 @@ def test_router_weight_on_input() -> None:
     ("t", "k", "h", "i", "bm", "wg13", "wg2"),
     [
         (100, 2, 64, 64, 32, 1, 1),  # medium: 50 rows per expert on average
-        (160, 2, 128, 128, 64, 2, 2),  # large-token: two warp groups, 128 output columns
-        (128, 2, 64, 128, 64, 2, 1),  # large-token, H = 64: the down GEMM on one warp group
+        # large-token: BM 64 on one warp group (the weights' offline layout is the one of a
+        # 64-row tile: two warp groups would copy 128-row tiles, another storage order)
+        (160, 2, 128, 128, 64, 1, 1),
+        (128, 2, 64, 128, 64, 1, 1),
     ],
 )
 def test_medium_and_large_token_configs(t, k, h, i, bm, wg13, wg2) -> None:
@@ -96,5 +99,5 @@ def test_configs_from_the_average_rows_per_expert() -> None:
     assert wna16_sm90_config(8, 64, 1024) == {"BM": 16, "WG": 1}  # decode
     assert wna16_sm90_config(31 * 8, 8, 1024) == {"BM": 16, "WG": 1}
     assert wna16_sm90_config(32 * 8, 8, 1024) == {"BM": 32, "WG": 1}
-    assert wna16_sm90_config(64 * 8, 8, 1024) == {"BM": 64, "WG": 2}  # large-token
-    assert wna16_sm90_config(64 * 8, 8, 1000) == {"BM": 64, "WG": 1}  # N not a multiple of 128
+    assert wna16_sm90_config(64 * 8, 8, 1024) == {"BM": 64, "WG": 1}  # large-token: one 64-row tile
+    assert wna16_sm90_config(64 * 8, 8, 1000) == {"BM": 64, "WG": 1}

@@ -86,6 +86,7 @@ class CopyPlan:
     requirements: list[Requirement]
     desc: TmaDesc | None = None                                  # the tensor map a TMA plan uses
     scratch: list[RegArray] = field(default_factory=list)        # temporary registers it uses
+    offline: Any = None                                          # the OfflineLayout an offline load defines
 
 
 MemView = GlobalTileView | SharedTileView
@@ -213,7 +214,12 @@ def _vector_mode(view: MemView, w: int) -> int | None:
 
 def lower_reg_mem(reg: RegisterTile, mem: MemView, load: bool, tid: Var, elem_bits: int,
                   max_bits: int = 128) -> CopyPlan | str:
-    """Plain vector loads (``load``) or stores between a register tile and a memory tile."""
+    """Plain vector loads (``load``) or stores between a register tile and a memory tile
+    (a view of an ``hl.offline`` tensor: ``offline.lower_offline_load``)."""
+    if isinstance(mem, GlobalTileView) and mem.param.offline:
+        from .offline import lower_offline_load
+
+        return lower_offline_load(reg, mem, load, tid, elem_bits)
     table = reg.index_table()
     offs = mem.offsets(table)
     widest = max(1, min(max_bits, declared_vector_bits(mem)) // elem_bits)

@@ -142,6 +142,7 @@ class LoweredProgram:
     kernel: LoweredKernel
     requirements: list[Requirement] = field(default_factory=list)
     choices: list[tuple[Op, str]] = field(default_factory=list)   # (op, instruction chosen)
+    offline: dict[str, Any] = field(default_factory=dict)         # hl.offline tensor -> OfflineLayout
 
 
 # a copy's instruction, ``choose(lowering, op, context)``: the legal choice or why there is none
@@ -171,6 +172,7 @@ class Lowering:
         self.tma: list[TmaDesc] = []
         self.mbars: dict[int, MbarRef] = {}
         self.choices: list[tuple[Op, str]] = []
+        self.offline: dict[str, Any] = {}                    # offline tensor -> its OfflineLayout
         self.copy_choices: dict[int, tuple[str, str]] = {}   # copy op uid -> (rule family, name)
         self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
         self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
@@ -387,6 +389,9 @@ class Lowering:
             return self.masked_copy(op, src, dst)
         if isinstance(src, RegisterTile) and isinstance(dst, RegisterTile):
             raise self.fail(op, f"register-to-register copy %{op.src.name} -> %{op.dst.name}: use rearrange")
+        if isinstance(src, GlobalTileView) and src.param.offline and not isinstance(dst, RegisterTile):
+            raise self.fail(op, f"offline tensor {src.param.name} can only be copied into a register tile "
+                            f"(its storage order is that of the register tile's layout), not %{op.dst.name}")
         ctx = self.copy_context(op, src, dst)
         if not any(rule.instructions(ctx) for rule in COPY_RULES):
             raise self.fail(op, f"cannot copy a {op.src.scope} tile into a {op.dst.scope} tile")
@@ -404,6 +409,8 @@ class Lowering:
                 ins.desc = desc
         self.regs += plan_ok.scratch
         self.reqs += plan_ok.requirements
+        if plan_ok.offline is not None:
+            self.record_offline(op, plan_ok.offline)
         self.choices.append((op, plan_ok.instruction))
         if op.mask is not None:
             _and_predicate(plan_ok.instrs, as_expr(op.mask))
@@ -421,6 +428,18 @@ class Lowering:
                     raise self.fail(op, "TMA cannot gather rows; copy gathered rows with cp.async")
                 loads += gather.take_loads()
         return loads + _other_fill(plan_ok.instrs, op.other)
+
+    def record_offline(self, op: Copy, lay: Any) -> None:
+        """Note the layout an offline load defines; every copy of one offline tensor must define
+        the same one (one storage order per tensor)."""
+        old = self.offline.get(lay.param)
+        if old is not None and old.key != lay.key:
+            raise self.fail(op, f"offline tensor {lay.param}: this copy needs the storage order {lay.key} "
+                            f"(tile {lay.tile}, register layout {lay.tv}) but an earlier copy chose "
+                            f"{old.key} "
+                            f"(tile {old.tile}, register layout {old.tv}); copy one tile shape into tiles "
+                            "of one layout")
+        self.offline[lay.param] = lay
 
     def masked_copy(self, op: Copy, src: Any, dst: Any) -> list[Instr]:
         """A copy masked by a predicate tile (``masked.py``): one predicated access per element."""
@@ -689,7 +708,7 @@ class Lowering:
             smem=self.smem, mbarriers=list(self.mbars.values()), tma=self.tma, cluster=launch.cluster,
             arch=self.arch.name, loc=self.tk.loc, min_blocks=launch.min_blocks,
         )
-        return LoweredProgram(lk, _dedupe(self.reqs), self.choices)
+        return LoweredProgram(lk, _dedupe(self.reqs), self.choices, dict(self.offline))
 
 
 def _other_fill(instrs: list[Instr], other: float | None) -> list[Instr]:

@@ -1,0 +1,90 @@
+"""Lowering of a copy from an ``hl.offline`` tensor into a register tile (``hexlayout.ir.offline``).
+
+The copy is always legal for an injective register layout ``L: (t, v) -> i`` covering the
+``(TR, TU)`` unit tile once: the tensor's storage order is *defined* by ``L`` (thread-major
+inverse), so thread ``t``'s ``V`` values are the contiguous units::
+
+    tile_base + t * V + v,   tile_base = r0 * stride_r + u0 * TR
+
+(``(r0, u0)`` the view's origin, a multiple of the tile: tile ``(r0 / TR, u0 / TU)`` of a
+tensor with ``K_u`` units per row starts at unit ``(r0 / TR * K_u / TU + u0 / TU) * TR * TU =
+r0 * K_u + u0 * TR``), loaded as ``w``-unit vectors, ``w`` the largest power of two dividing
+``V`` with ``w * bits <= 128`` (and within the tensor's declared alignment). The emulator and
+the PTX executor run the resulting ``ld.global`` instructions unchanged. Only loads; no masks
+(the op pads the tensor to whole tiles; the launch checks the row length is a multiple of the
+tile's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hexlayout.ir.offline import OfflineLayout
+
+from ..expr import Const, Var, as_expr
+from ..lowered import GlobalRef, Instr, LdGlobal, RegRef
+from .copy import CopyPlan, Requirement
+from .rejection import Rejection
+from .views import GlobalTileView, RegisterTile
+
+__all__ = ["lower_offline_load", "is_offline"]
+
+
+def is_offline(view: object) -> bool:
+    """Whether ``view`` is a global view of an ``hl.offline`` tensor."""
+    return isinstance(view, GlobalTileView) and getattr(view.param, "offline", False)
+
+
+def _static(x: object) -> int | None:
+    if isinstance(x, int):
+        return x
+    return x.value if isinstance(x, Const) else None
+
+
+def _check(reg: RegisterTile, mem: GlobalTileView, load: bool) -> str | None:
+    """Why the copy cannot be an offline load, or ``None``."""
+    name = mem.param.name
+    if not load:
+        return f"offline tensor {name} is read-only: it can only be copied into a register tile"
+    if mem.gather is not None or len(mem.shape) != 2 or mem.modes != (0, 1):
+        return (f"offline tensor {name}: copy a plain 2-d view hl.view({name}, (TR, TK), (r0, k0)) "
+                "(no gathered rows, slices or permutes)")
+    table = reg.index_table()
+    if table.size != mem.shape[0] * mem.shape[1] or not np.array_equal(
+            np.sort(table.reshape(-1)), np.arange(table.size)):
+        return (f"offline tensor {name}: the register tile's layout {reg.tv} does not give each element "
+                "of the tile to exactly one thread (a replicated or partial layout has no storage order)")
+    for k, (o, s) in enumerate(zip(mem.origin, mem.shape)):
+        so = _static(o)
+        if so is not None and so % s:
+            return f"offline tensor {name}: the view's origin {o} in mode {k} is not a multiple of {s}"
+    return None
+
+
+def lower_offline_load(reg: RegisterTile, mem: GlobalTileView, load: bool, tid: Var,
+                       elem_bits: int) -> CopyPlan | Rejection:
+    """The loads of the offline view ``mem`` into ``reg`` (see the module docstring), the
+    plan's ``offline`` the layout it defines."""
+    why = _check(reg, mem, load)
+    if why is not None:
+        return Rejection(why)
+    tr, tu = mem.shape
+    v_count = reg.values
+    widest = min(128, 8 * mem.param.align_bytes)  # a tensor declared .aligned(n): vectors of n bytes at most
+    w = 1
+    while w * 2 * elem_bits <= widest and v_count % (w * 2) == 0:
+        w *= 2
+    r0, u0 = mem.origin
+    base = as_expr(r0) * mem.param.stride[0] + as_expr(u0) * tr
+    instrs: list[Instr] = []
+    for n in range(v_count // w):
+        off = base + as_expr(tid) * v_count + w * n
+        instrs.append(LdGlobal(RegRef(reg.array, w * n, w), GlobalRef(mem.param, off), w * elem_bits))
+    name = mem.param.name
+    reqs = [Requirement(name, "align_bytes", w * elem_bits // 8, reason=f"{w}-unit offline vectors"),
+            Requirement(name, "extent_multiple", tu, 1, reason=f"offline tiles of {tu} units per row")]
+    bits = mem.param.offline
+    plan = CopyPlan(instrs, f"ld.global.b{w * elem_bits} (offline)", w, reqs)
+    unit_tile = (tr, tu * (2 if bits == 4 else 1))
+    plan.offline = OfflineLayout.of(name, unit_tile, bits, reg.tv, reg.threads, w * elem_bits // 8)
+    return plan

@@ -1,0 +1,147 @@
+"""Offline layouts: the global layout synthesis chooses for a tensor declared ``hl.offline``.
+
+A kernel declares an input whose layout the op chooses once, ahead of time (a quantized
+weight, re-laid out at load time): ``q: hl.offline(hl.u4[R, K])``. The kernel indexes it in
+*logical* coordinates ``(r, k)`` and copies ``(TR, TK)`` tiles at tile-aligned origins into
+register tiles. Once synthesis has chosen the destination tile's thread-value layout
+``L: (t, v) -> i`` (``i = r' + TR * k'`` the colexicographic in-tile index; ``T`` threads,
+``V`` values each, ``T * V = TR * TK``, ``L`` a bijection), the in-tile storage order is the
+inverse of ``L``, thread-major::
+
+    phys(r, k) = (r // TR * (K / TK) + k // TK) * TR * TK + t * V + v,   (t, v) = L^-1(r % TR, k % TK)
+
+so thread ``t``'s ``V`` values are contiguous in value order: its whole fragment is one run of
+``V * bits / 8`` bytes, loaded as 16-byte vectors (fewer bytes: one vector). Tiles are stored
+tile-major (row tiles outer, k tiles inner: a block walking K reads consecutive tiles). The
+physical tensor keeps the logical one's byte shape ``[R, K * bits / 8]`` (row-major), so the
+launch binds the same sizes; only the order of the bytes inside each ``TR x TK`` tile block
+differs.
+
+Storage units: ``u8`` / ``s8`` / 16-bit elements are one unit each; ``u4`` / ``s4`` are stored
+two per byte along K (even k in the low nibble), and ``L`` is the layout of the *byte* tile
+``(TR, TK / 2)`` the kernel loads (``hexlayout.lang.packed_global``): each byte keeps its two
+logical neighbours ``k = 2 j, 2 j + 1``.
+
+``OfflineLayout`` is what synthesis reports (``LoweredProgram.offline``, ``Build.offline_layouts``):
+the tile, the element bits, the in-tile CuTe layout (logical byte index -> physical position),
+a stable ``key``, ``permutation(shape)`` (logical flat element index -> physical flat element
+index) and ``apply(values)`` that packs the logical integer values ``[R, K]`` into the physical
+``uint8`` tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.layout import Layout, composition, left_inverse
+
+__all__ = ["OfflineLayout"]
+
+
+@dataclass(frozen=True)
+class OfflineLayout:
+    """The synthesized storage order of an ``hl.offline`` tensor (see the module docstring).
+
+    ``tile`` ``(TR, TK)`` in elements; ``bits`` the element width (4: two per byte); ``tv``
+    the destination register tile's TV layout over the storage-unit tile ``(TR, TK * bits / 8)``
+    (units: bytes for 4-bit elements, elements otherwise), ``threads`` its ``T``; ``vector_bytes``
+    the bytes of one load instruction."""
+
+    param: str
+    tile: tuple[int, int]
+    bits: int
+    tv: Layout
+    threads: int
+    vector_bytes: int
+    _positions: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    @staticmethod
+    def of(param: str, tile: tuple[int, int], bits: int, tv: Layout, threads: int,
+           vector_bytes: int) -> OfflineLayout:
+        """The layout of register TV layout ``tv`` (``threads`` threads) over the unit tile of ``tile``."""
+        table = tv.indices().reshape(-1, threads).T          # [t, v] -> unit index (colex)
+        pos = np.empty(table.size, dtype=np.int64)
+        pos[table.reshape(-1)] = np.arange(table.size)       # unit index -> t * V + v
+        return OfflineLayout(param, tile, bits, tv, threads, vector_bytes, tuple(int(p) for p in pos))
+
+    @property
+    def per_unit(self) -> int:
+        """Elements per storage unit: 2 for 4-bit elements, else 1."""
+        return 2 if self.bits == 4 else 1
+
+    @property
+    def unit_tile(self) -> tuple[int, int]:
+        """The tile in storage units ``(TR, TK / per_unit)``."""
+        return self.tile[0], self.tile[1] // self.per_unit
+
+    @property
+    def values(self) -> int:
+        """``V``: the storage units each thread holds (one contiguous run)."""
+        return self.unit_tile[0] * self.unit_tile[1] // self.threads
+
+    @property
+    def thread_bytes(self) -> int:
+        """Bytes of one thread's fragment per tile (``V`` units)."""
+        return self.values * (1 if self.bits <= 8 else self.bits // 8)
+
+    @property
+    def in_tile(self) -> Layout:
+        """The in-tile order as a CuTe layout: colexicographic unit index ``r' + TR * k'`` ->
+        physical position ``t * V + v`` (``(T, V):(V, 1) o L^-1``)."""
+        tv_inv = left_inverse(self.tv)
+        return composition(Layout((self.threads, self.values), (self.values, 1)), tv_inv)
+
+    @property
+    def key(self) -> str:
+        """A stable fingerprint: element bits, tile, threads, vector, and a hash of the in-tile order."""
+        h = hashlib.sha1(np.asarray(self._positions, dtype=np.int64).tobytes()).hexdigest()[:10]
+        return f"u{self.bits}/{self.tile[0]}x{self.tile[1]}/t{self.threads}x{self.thread_bytes}B/{h}"
+
+    def owner(self) -> np.ndarray:
+        """``[TR, TK]`` (elements): the thread that loads each element of a tile."""
+        tr, tu = self.unit_tile
+        pos = np.asarray(self._positions).reshape(tu, tr).T  # [r', k'] (colex index r' + TR k')
+        return np.repeat(pos // self.values, self.per_unit, axis=1)
+
+    def permutation(self, shape: tuple[int, int]) -> np.ndarray:
+        """For logical ``[R, K]`` elements (``R``, ``K`` multiples of the tile): the physical
+        flat element index of every logical flat (row-major) element index."""
+        rows, cols = shape
+        tr, tk = self.tile
+        if rows % tr or cols % tk:
+            raise ValueError(f"offline tensor {self.param}: shape {list(shape)} is not a multiple of the "
+                             f"tile {tr}x{tk} (pad it first)")
+        pu = self.per_unit
+        r = np.arange(rows, dtype=np.int64)[:, None]
+        k = np.arange(cols, dtype=np.int64)[None, :]
+        tru, tku = self.unit_tile
+        ku = k // pu
+        pos = np.asarray(self._positions, dtype=np.int64)[(r % tr) + tr * (ku % tku)]
+        tile_index = (r // tr) * (cols // tk) + ku // tku
+        unit = tile_index * (tru * tku) + pos
+        return (unit * pu + k % pu).reshape(-1)
+
+    def apply(self, values: Any) -> Any:
+        """The physical ``uint8`` tensor ``[R, K * bits / 8]`` of the logical integer values
+        ``values`` ``[R, K]`` (a torch tensor, entries in ``[0, 2^bits)``): element ``(r, k)``
+        moves to ``permutation`` ``[r * K + k]``; 4-bit pairs are packed, even index low."""
+        import torch
+
+        rows, cols = values.shape
+        perm = torch.from_numpy(self.permutation((rows, cols))).to(values.device)
+        out = torch.empty(rows * cols, dtype=torch.uint8, device=values.device)
+        out[perm] = values.reshape(-1).to(torch.uint8)
+        if self.bits == 4:
+            out = out[0::2] | (out[1::2] << 4)
+        return out.reshape(rows, cols * self.bits // 8)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary (``hexlayout explain``)."""
+        return {"param": self.param, "tile": list(self.tile), "bits": self.bits, "threads": self.threads,
+                "values_per_thread": self.values, "thread_bytes": self.thread_bytes,
+                "vector_bytes": self.vector_bytes, "tv": str(self.tv), "in_tile": str(self.in_tile),
+                "key": self.key}
