@@ -46,6 +46,14 @@ from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
 from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
+from .act_order import (
+    act_order_perm,
+    check_perm,
+    check_perm_content,
+    permute_rows,
+    permuted_inter,
+    permuted_tokens,
+)
 from .pipeline import prepared_fused_moe
 
 __all__ = [
@@ -76,7 +84,9 @@ class WNA16Weights:
     ``qweight`` uint8 ``[E*N, K*bits/8]`` (row ``e*N + n``: column ``n`` of expert ``e``'s ``W``
     along K; 4-bit: even k in the low nibble), ``scales`` ``[E, G, N]`` f16 / bf16, ``zeros``
     ``[E, G, N]`` in the scales' dtype (AWQ) or None (GPTQ: ``2^(bits-1)``); ``W[e, k, n] =
-    (q - z) * s`` with the group ``k // group_size`` (one group for -1)."""
+    (q - z) * s`` with the group ``k // group_size`` (one group for -1). ``perm`` int32 ``[E,
+    K]`` (GPTQ act-order) or None: the rows of K were permuted by it (``q``'s row ``k`` is the
+    checkpoint's row ``perm[e, k]``), and the op gathers the activations' columns by it."""
 
     qweight: Any
     scales: Any
@@ -87,6 +97,7 @@ class WNA16Weights:
     num_experts: int
     size_k: int
     size_n: int
+    perm: Any = None
 
     @property
     def dtype(self) -> Any:
@@ -104,6 +115,12 @@ class WNA16Weights:
         """``fused_moe_wna16``'s weight tensors (these as ``w13``, then ``w2``) and constants."""
         return ((self.qweight, self.scales, self.zeros, w2.qweight, w2.scales, w2.zeros),
                 (self.quant_format, self.bits, self.group_size, w2.group_size))
+
+    def op_kwargs(self, w2: WNA16Weights) -> dict[str, Any]:
+        """``fused_moe_wna16``'s keyword tensors: the act-order permutations, when there are any."""
+        if self.perm is None and w2.perm is None:
+            return {}
+        return {"w13_perm": self.perm, "w2_perm": w2.perm}
 
 
 def _fail(name: str, msg: str) -> ArgumentError:
@@ -146,14 +163,21 @@ def _awq_columns(words: Any) -> Any:
 
 
 def prepare_wna16(
-    qweight: Any, scales: Any, qzeros: Any = None, *, quant_format: str, bits: int, group_size: int
+    qweight: Any, scales: Any, qzeros: Any = None, *, quant_format: str, bits: int, group_size: int,
+    g_idx: Any = None,
 ) -> WNA16Weights:
     """Re-lay AWQ / GPTQ expert weights out for ``fused_moe`` (see the module docstring).
+
+    ``g_idx`` (GPTQ act-order, ``desc_act=True``): int32 ``[E, K]``, row ``k`` of ``W[e]`` in
+    group ``g_idx[e, k]``; the rows of K are permuted once by ``perm[e] = argsort(g_idx[e])``
+    (stable) so that group ``j`` is rows ``[G j, G (j + 1))`` (``ops/moe/act_order.py``), and
+    ``perm`` is recorded for the op, which gathers the activations' columns by it.
 
     Raises ``ArgumentError`` / ``ArgumentTypeError`` (``HexlayoutError``, ``ValueError`` /
     ``TypeError``) naming the argument: an unknown format, bits or group size; wrong dtypes,
     ranks or shapes (packing that does not match the others' sizes); a group size that does not
-    divide K; ``qzeros`` given for GPTQ or missing for AWQ."""
+    divide K; ``qzeros`` given for GPTQ or missing for AWQ; ``g_idx`` for AWQ, of the wrong
+    type or shape, with ids out of range or a group without exactly ``group_size`` rows."""
     require_torch("hexlayout.ops.prepare_wna16")
     import torch
 
@@ -213,7 +237,22 @@ def prepare_wna16(
         zeros = _awq_columns(qzeros).to(scales.dtype).contiguous()  # [E, G, N]
     else:
         q = _unpack(qweight, bits, 1)  # [E, K, N]
-    bk = k_tile(k, group_size)
+    perm = None
+    if g_idx is not None:  # act-order: rows of K in group order, the activations gathered by perm
+        perm = act_order_perm(OP, g_idx, quant_format, e, k, group_size, qweight.device)
+        q = permute_rows(q, perm)
+    q = _relayout(q, bits, k_tile(k, group_size))
+    return WNA16Weights(q, scales.contiguous(), zeros, quant_format, bits, group_size, e, k, n, perm)
+
+
+def _relayout(q: Any, bits: int, bk: int) -> Any:
+    """The kernels' weight layout of the integer values ``q`` ``[E, K, N]`` (``W[e, k, n]``'s
+    quantized value): uint8 ``[E*N, K/BK, 4, BK*bits/32]``, row ``e*N + n`` holding ``W[e, :,
+    n]``, k-tile ``kt`` of it as ``[t, 4 c + 2 h + b]`` = k ``BK kt + 16 c + 8 h + 2 t + b``
+    (4-bit: two values per byte, even ``b`` in the low nibble)."""
+    import torch
+
+    e, k, n = q.shape
     q = q.transpose(1, 2).to(torch.uint8)  # [E, N, K]: row e*N + n is W[e, :, n]
     # k = BK kt + 16 c + 8 h + 2 t + b  ->  [E*N, K/BK, t, c, h, b]
     q = (
@@ -223,7 +262,7 @@ def prepare_wna16(
     )
     if bits == 4:
         q = q[..., 0::2] | (q[..., 1::2] << 4)
-    return WNA16Weights(q.contiguous(), scales.contiguous(), zeros, quant_format, bits, group_size, e, k, n)
+    return q.contiguous()
 
 
 def k_tile(k: int, group_size: int) -> int:
@@ -368,10 +407,13 @@ def check_fused_moe_wna16(
     apply_router_weight_on_input: Any = False,
     expert_map: Any = None,
     global_num_experts: Any = None,
+    w13_perm: Any = None,
+    w2_perm: Any = None,
 ) -> None:
     """The one check of ``torch.ops.hexlayout.fused_moe_wna16`` (eager and fake): every bad argument
     is an ``ArgumentTypeError`` / ``ArgumentError`` naming it; the content checks (expert ids in
-    range) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
+    range, act-order permutations ``w13_perm`` [E, H] / ``w2_perm`` [E, I] that permute) run on
+    CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
     from ..host.launch import content_checks
 
     op, x = RUN_OP, hidden_states
@@ -388,6 +430,8 @@ def check_fused_moe_wna16(
     )
     if e2 != e:
         raise ArgumentError(op, "w2_scales", f"has {e2} experts, w13 has {e}")
+    check_perm(op, "w13_perm", w13_perm, quant_format, e, h)
+    check_perm(op, "w2_perm", w2_perm, quant_format, e, inter)
     gne = _check_wna16_routing(t, e, topk_weights, topk_ids, activation, apply_router_weight_on_input,
                                expert_map, global_num_experts)
     named = [
@@ -401,6 +445,8 @@ def check_fused_moe_wna16(
         ("topk_weights", topk_weights),
         ("topk_ids", topk_ids),
         ("expert_map", expert_map),
+        ("w13_perm", w13_perm),
+        ("w2_perm", w2_perm),
     ]
     for name, v in named:
         if v is None:
@@ -414,6 +460,9 @@ def check_fused_moe_wna16(
         raise ArgumentError(op, "hidden_states", f"H = {h} must be a multiple of 8 (16-byte rows)")
     if content_checks(topk_ids) and topk_ids.numel():
         _check_wna16_expert_ids(topk_ids, expert_map, gne, e)
+    for name, perm in (("w13_perm", w13_perm), ("w2_perm", w2_perm)):
+        if perm is not None and content_checks(perm):
+            check_perm_content(op, name, perm)
 
 
 def _check_wna16_format(x: Any, quant_format: Any, bits: Any, w13_group_size: Any,
@@ -547,13 +596,17 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         import torch
 
         consts = {**cfg13, **common, "GELU": run.activation == "gelu"}
+        x = run.x
+        if a.w13_perm is not None:  # act-order: x[t, perm13[e]] per routed slot, one row each
+            x = permuted_tokens(run.x, a.topk_ids, a.expert_map, a.w13_perm)
+            consts["TOPK"] = 1
         split = split_k(cfg13, hdim, inter)
         out = h
         if split > 1:  # f32 partials of g / u, then the activation kernel writes h
             out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
         bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
-        args = (run.x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        args = (x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
             act = build_for(moe_splitk_act_kernel(dt, run.activation), dev, {"BM": cfg13["BM"]})
@@ -570,6 +623,8 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
         bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
+        if a.w2_perm is not None:  # act-order: h[p, perm2[e]], e the expert of p's block
+            h = permuted_inter(h, run.expert_ids, run.cfg["BM"], a.w2_perm)
         args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:
