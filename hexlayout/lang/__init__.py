@@ -29,7 +29,8 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
 - kernels (``kernel``): ``@hl.kernel(threads=, cluster=)``, ``.trace(**consts)``; argument
   types ``hl.f16["M", "K"]`` (or ``M, K = hl.dims("M K")``; ``hl.f16[M, K]``, which linters
   accept), ``.strides(...)``, ``hl.Tensor(dtype, shape, stride)``;
-  element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 i4 u4 i8 u8 i32 u32 i64 b16 bool_``.
+  element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 e2m1 i4 u4 i8 u8 i32 u32 i64 b16 bool_``
+  (``e2m1``: OCP FP4, packed two per byte in global memory like ``u4``; cast to f16 / bf16).
 - launch (``launch``): ``grid``, ``spatial``, ``repeat``, ``cdiv``, ``thread_index``,
   ``warp_index``, ``lane_index``, ``warp_group_index``, ``cluster_rank``.
 - tiles (``memory``, ``views``, ``tensor``, ``indirect``): ``view`` (global windows with ragged-edge
@@ -65,6 +66,7 @@ from .dtypes import (
     b16,
     bf16,
     bool_,
+    e2m1,
     e4m3,
     e5m2,
     f16,
@@ -140,7 +142,8 @@ from .views import getitem as _getitem  # noqa: F401 - the ops behind a[i], t.T,
 __all__ = [
     "pipeline", "Ring", "OnlineSoftmax",
     "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "GlobalTensor", "Tile", "TaskMapping",
-    "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "i4", "u4", "i8", "u8", "i32", "u32", "i64", "s8",
+    "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1", "i4", "u4",
+    "i8", "u8", "i32", "u32", "i64", "s8",
     "s32", "s64", "b16", "bool_",
     "grid", "spatial", "repeat", "cdiv", "thread_index", "warp_index", "lane_index", "warp_group_index",
     "cluster_rank",
