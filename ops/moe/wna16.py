@@ -385,7 +385,7 @@ def _check_weight(
                 f"{pre}_scales {tuple(scales.shape)}, got {_kind(zeros)}",
             )
     elif zeros is not None:
-        raise ArgumentError(RUN_OP, f"{pre}_zeros", "GPTQ weights have no zero points: pass None")
+        raise ArgumentError(RUN_OP, f"{pre}_zeros", f"{quant_format} weights have no zero points: pass None")
     return e, nn
 
 
@@ -478,13 +478,15 @@ def _check_wna16_format(x: Any, quant_format: Any, bits: Any, w13_group_size: An
         raise ArgumentError(
             op, "hidden_states", f"must be a float16 / bfloat16 [T, H] tensor, got {_kind(x)}"
         )
-    if quant_format not in ("awq", "gptq"):
-        raise ArgumentError(op, "quant_format", f"must be 'awq' or 'gptq', got {quant_format!r}")
-    if bits not in ((4,) if quant_format == "awq" else (4, 8)) or isinstance(bits, bool):
-        raise ArgumentError(op, "bits", f"must be 4 (AWQ) or 4 / 8 (GPTQ), got {bits!r}")
+    if quant_format not in ("awq", "gptq", "mxfp4"):
+        raise ArgumentError(op, "quant_format", f"must be 'awq', 'gptq' or 'mxfp4', got {quant_format!r}")
+    if bits not in ((4, 8) if quant_format == "gptq" else (4,)) or isinstance(bits, bool):
+        raise ArgumentError(op, "bits", f"must be 4 (AWQ, MXFP4) or 4 / 8 (GPTQ), got {bits!r}")
+    sizes = (32,) if quant_format == "mxfp4" else GROUP_SIZES
     for name, gs in (("w13_group_size", w13_group_size), ("w2_group_size", w2_group_size)):
-        if gs not in GROUP_SIZES or isinstance(gs, bool):
-            raise ArgumentError(op, name, f"must be one of 32, 64, 128, -1, got {gs!r}")
+        if gs not in sizes or isinstance(gs, bool):
+            raise ArgumentError(op, name, f"must be one of {', '.join(map(str, sizes))} for {quant_format}, "
+                                f"got {gs!r}")
 
 
 def _check_wna16_routing(t: int, e: int, topk_weights: Any, topk_ids: Any, activation: Any,
@@ -584,8 +586,9 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     def split_k(cfg: dict[str, Any], size_k: int, size_n: int) -> int:
         return _wna16_split(forced, dev, cfg, t, k, e, size_k, size_n)
 
+    wt = weight_dtype(a.quant_format, bits)
     common = {
-        "ZERO": 0 if a.quant_format == "awq" else 1 << (bits - 1),
+        "ZERO": {"awq": 0, "mxfp4": -1}.get(a.quant_format, 1 << (bits - 1)),  # -1: no zero point
         "TOPK": k,
         "ROUTER": bool(a.apply_router_weight_on_input),
     }
@@ -605,7 +608,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         if split > 1:  # f32 partials of g / u, then the activation kernel writes h
             out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
-        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
+        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1, wt), dev, consts)
         args = (x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
@@ -622,7 +625,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         if split > 1:  # f32 partials, then rounded once into y
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
-        bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
+        bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1, wt), dev, consts)
         if a.w2_perm is not None:  # act-order: h[p, perm2[e]], e the expert of p's block
             h = permuted_inter(h, run.expert_ids, run.cfg["BM"], a.w2_perm)
         args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
@@ -632,6 +635,15 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 
     return run_moe_pipeline(a.hidden_states, a.topk_weights, a.topk_ids, e, inter, a.activation,
                             a.apply_router_weight_on_input, a.expert_map, gate_up, down, MoeConfig(cfg13))
+
+
+def weight_dtype(quant_format: str, bits: int) -> Any:
+    """The kernels' weight element type of a format: ``e2m1`` (MXFP4), else ``u4`` / ``u8``."""
+    from hexlayout.lang import e2m1, u4, u8
+
+    if quant_format == "mxfp4":
+        return e2m1
+    return u4 if bits == 4 else u8
 
 
 def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group_size: int,
