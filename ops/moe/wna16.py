@@ -10,9 +10,13 @@ over ``E`` experts as checkpoints store them:
 - ``quant_format="awq"`` (``bits=4``): ``qweight`` ``[E, K, N/8]`` int32, nibble ``i`` of word
   ``w`` holding column ``8w + [0,2,4,6,1,3,5,7][i]``; ``qzeros`` ``[E, K/G, N/8]`` packed the
   same way; ``W[k, n] = (q[k, n] - z[k/G, n]) * s[k/G, n]``.
-- ``quant_format="gptq"`` (symmetric, no act-order; ``bits`` 4 or 8): ``qweight`` ``[E,
-  K*bits/32, N]`` int32, value ``i`` of word ``r`` (bits ``[bits*i, bits*(i+1))``) holding row
-  ``(32/bits) r + i``; no ``qzeros``; ``W[k, n] = (q[k, n] - 2^(bits-1)) * s[k/G, n]``.
+- ``quant_format="gptq"`` (symmetric; ``bits`` 4 or 8): ``qweight`` ``[E, K*bits/32, N]`` int32,
+  value ``i`` of word ``r`` (bits ``[bits*i, bits*(i+1))``) holding row ``(32/bits) r + i``; no
+  ``qzeros``; ``W[k, n] = (q[k, n] - 2^(bits-1)) * s[k/G, n]``; with act-order (``g_idx``
+  ``[E, K]``) ``s[g_idx[e, k], n]`` instead, the rows permuted once into group order and the
+  activations gathered by the recorded ``perm`` in the op (``act_order``).
+- ``quant_format="mxfp4"``: made by ``prepare_mxfp4`` (``mxfp4``), e2m1 codes as 4-bit values,
+  group 32, no zero point (``ZERO = -1``): ``W[k, n] = e2m1(q[k, n]) * s[k/32, n]``.
 - ``scales`` ``[E, K/G, N]`` f16 / bf16 (the activations' dtype); ``group_size`` ``G`` 32, 64,
   128 or -1 (one group over K).
 
