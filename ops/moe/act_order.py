@@ -65,8 +65,8 @@ def act_order_perm(op: str, g_idx: Any, quant_format: str, e: int, k: int, group
     if lo < 0 or hi >= groups:
         raise ArgumentError(op, "g_idx", f"holds group ids in [{lo}, {hi}], expected 0 <= id < K/G = "
                             f"{groups}")
-    counts = torch.zeros(e, groups, dtype=torch.int64, device=device)
-    counts.scatter_add_(1, g_idx.long(), torch.ones_like(g_idx, dtype=torch.int64))
+    offset = groups * torch.arange(e, device=device).unsqueeze(1)        # expert e's groups at e * K/G
+    counts = (g_idx.long() + offset).flatten().bincount(minlength=e * groups).view(e, groups)
     bad = torch.nonzero(counts != gs)
     if bad.numel():
         ex, gr = (int(v) for v in bad[0])
