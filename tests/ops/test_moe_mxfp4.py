@@ -201,3 +201,44 @@ def test_the_fake_path_returns_the_output_shape() -> None:
         args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in (x, *tensors, tw, ids)]
         out = torch.ops.hexlayout.fused_moe_wna16(*args, *consts)
         assert tuple(out.shape) == (3, 64) and out.dtype == torch.bfloat16
+
+
+# ---- compile evidence: the e2m1 kernels through NVRTC ----
+
+
+def _kernels():
+    from hexlayout.ops.moe.wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+    from hexlayout.ops.moe.wna16_kernels_sm90 import (
+        moe_wna16_down_sm90_kernel,
+        moe_wna16_gate_up_sm90_kernel,
+    )
+
+    return {("gate_up", "sm_80"): moe_wna16_gate_up_kernel, ("down", "sm_80"): moe_wna16_down_kernel,
+            ("gate_up", "sm_90a"): moe_wna16_gate_up_sm90_kernel,
+            ("down", "sm_90a"): moe_wna16_down_sm90_kernel}
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("kernel", ["gate_up", "down"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_e2m1_kernels_compile_without_spills(arch, kernel, dtype) -> None:
+    """The decode config with MXFP4's constants (group 32: BK 32, ``ZERO = -1``): no spills or
+    local memory, no I2F and no table load (the bit trick: LOP3 / shifts and a packed multiply),
+    the weights named ``_wfp4`` apart from the int4 kernels."""
+    from hexlayout.lang import bf16, e2m1, f16
+    from hexlayout.runtime import build
+    from hexlayout.runtime.sass import count_prefix, disassemble, opcode_counts
+
+    dt = f16 if dtype == "f16" else bf16
+    k = _kernels()[kernel, arch](dt, 4, 32, False, e2m1)
+    assert "_wfp4_k32" in k.name
+    consts = {"BM": 16, "GROUP": 32, "ZERO": -1}
+    if kernel == "gate_up" or arch == "sm_80":
+        consts["TOPK"] = 2
+    b = build(k, arch, **consts)
+    st = b.stats
+    assert not st.spills and st.local_memory_instructions == 0, st.summary()
+    counts = opcode_counts(disassemble(b.compiled.cubin))
+    assert count_prefix(counts, "I2F") == 0 and count_prefix(counts, "LOP3") > 0, counts
+    assert count_prefix(counts, "HMMA" if arch == "sm_80" else "HGMMA") > 0, counts
