@@ -31,7 +31,7 @@ import numpy as np
 
 from hexlayout.arch.dtypes import DTYPES
 
-from .base import AluFunction, CDomain
+from .base import AluFunction, CDomain, function_class
 from .bits import INTEGERS
 
 __all__ = ["I2F16Magic", "I2Bf16MagicNarrow", "I2Bf16Magic", "EXACT_RANGE", "E2m1F16", "E2m1Bf16",
@@ -146,26 +146,18 @@ class _E2m1(AluFunction):
         return max(1.0, count / 2)          # two bit operations and half a packed multiplication
 
 
-class E2m1F16(_E2m1):
-    """f16 of the e2m1 code ``c``: ``f16(bits = (c & 8) << 12 | (c & 7) << 9) * 2^14``
-    (``0x7400``): ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` for codes ``0 .. 7``, negated for ``8 .. 15``."""
+def _e2m1(cls: str, result: str, shift: int, scale_log2: int, scale_bits: int, c_name: str) -> type[_E2m1]:
+    """The e2m1 -> ``result`` conversion ``cls`` (named ``cls.lower()``): the code's fields at
+    ``shift``, times ``2^scale_log2`` (bits ``scale_bits``)."""
+    doc = (f"{result} of the e2m1 code ``c``: ``{result}(bits = (c & 8) << 12 | (c & 7) << {shift}) * "
+           f"2^{scale_log2}`` (``{scale_bits:#x}``): ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` for codes ``0 .. 7``, "
+           "negated for ``8 .. 15``.")
+    return function_class(cls, _E2m1, doc, __name__, result=result, shift=shift, scale_bits=scale_bits,
+                          c_name=c_name)
 
-    name = "e2m1_f16"
-    result = "f16"
-    shift = 9
-    scale_bits = 0x7400
-    c_name = "half"
 
-
-class E2m1Bf16(_E2m1):
-    """bf16 of the e2m1 code ``c``: ``bf16(bits = (c & 8) << 12 | (c & 7) << 6) * 2^126``
-    (``0x7e80``): ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` for codes ``0 .. 7``, negated for ``8 .. 15``."""
-
-    name = "e2m1_bf16"
-    result = "bf16"
-    shift = 6
-    scale_bits = 0x7E80
-    c_name = "bfloat16"
+E2m1F16 = _e2m1("E2m1_F16", "f16", 9, 14, 0x7400, "half")
+E2m1Bf16 = _e2m1("E2m1_Bf16", "bf16", 6, 126, 0x7E80, "bfloat16")
 
 
 #: the conversion of an e2m1 tile to each destination type
