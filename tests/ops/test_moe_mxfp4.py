@@ -67,6 +67,13 @@ def test_mxfp4_matches_the_float64_reference(monkeypatch, arch, dtype, t, e, k, 
     assert err <= _bound(dtype) * want.abs().max().item(), (err, want.abs().max().item())
 
 
+def test_mxfp4_on_sm89_runs_the_mma_sync_kernels(monkeypatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
+    out, want = _run(torch.bfloat16, 4, 4, 2, h=64, i=96, seed=89)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.bfloat16) * want.abs().max().item(), err
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_prepared_weights_dequantize_to_the_checkpoint(dtype) -> None:
     """The prepared codes (``prepare_wna16``'s layout, read back by its definition) times the

@@ -36,7 +36,7 @@ def act_order_checkpoint(bits: int, e: int, k: int, n: int, group: int, dtype: t
     return (gptq_pack(q, bits), s, g_idx.to(torch.int32)), w
 
 
-def _run(bits, group, dtype, t, e, k, *, h, i, seed, act="silu", on_input=False):
+def _run(bits, group, dtype, t, e, k, *, h, i, seed, act="silu", on_input=False, emap_half=False):
     gen = torch.Generator().manual_seed(seed)
     (q13, s13, g13), w13 = act_order_checkpoint(bits, e, h, 2 * i, group, dtype, gen)
     (q2, s2, g2), w2 = act_order_checkpoint(bits, e, i, h, group, dtype, gen)
@@ -44,10 +44,15 @@ def _run(bits, group, dtype, t, e, k, *, h, i, seed, act="silu", on_input=False)
     p2 = prepare_wna16(q2, s2, quant_format="gptq", bits=bits, group_size=group, g_idx=g2)
     assert p13.perm.dtype == torch.int32 and tuple(p13.perm.shape) == (e, h)
     x = torch.randn(t, h, generator=gen).to(dtype)
-    ids = routing("random", t, e, k, gen)
+    emap, gne = None, e
+    if emap_half:  # 2E global experts, the odd ones remote, the even ones local expert g / 2
+        gne = 2 * e
+        emap = torch.where(torch.arange(gne) % 2 == 0, torch.arange(gne) // 2, -1).to(torch.int32)
+    ids = routing("random", t, gne, k, gen)
     tw = torch.rand(t, k, generator=gen)
-    out = fused_moe_wna16(x, p13, p2, tw, ids, activation=act, apply_router_weight_on_input=on_input)
-    return out, reference(x, w13, w2, tw, ids, act, on_input, None)
+    out = fused_moe_wna16(x, p13, p2, tw, ids, activation=act, apply_router_weight_on_input=on_input,
+                          expert_map=emap, global_num_experts=gne if emap is not None else None)
+    return out, reference(x, w13, w2, tw, ids, act, on_input, emap)
 
 
 CASES = [
@@ -69,6 +74,20 @@ def test_act_order_matches_the_float64_reference(monkeypatch, arch, bits, group,
     assert out.dtype == dtype and out.shape == want.shape and not out.isnan().any()
     err = (out.double() - want).abs().max().item()
     assert err <= _bound(dtype) * want.abs().max().item(), (err, want.abs().max().item())
+
+
+def test_act_order_with_remote_experts() -> None:
+    """Slots of remote experts (``expert_map`` -1) gather by any order and are never read."""
+    out, want = _run(4, 32, torch.float16, 8, 4, 3, h=64, i=64, seed=12, emap_half=True)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.float16) * want.abs().max().item(), err
+
+
+def test_act_order_on_sm89(monkeypatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
+    out, want = _run(4, 32, torch.bfloat16, 4, 4, 2, h=64, i=96, seed=89)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.bfloat16) * want.abs().max().item(), err
 
 
 def test_act_order_with_the_router_weight_on_the_input() -> None:
