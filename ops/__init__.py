@@ -9,8 +9,8 @@ tensors, ``torch.compile`` and CUDA-graph capture):
   cache (mixed prefill / decode) and over packed variable-length sequences;
 - ``reshape_and_cache`` (package ``kv_cache``): new K/V rows scattered into a paged KV cache;
 - ``fused_moe``, ``fused_moe_wna16``, ``fused_moe_fp8``, ``moe_align``, ``prepare_wna16``,
-  ``prepare_fp8`` (package ``moe``): the fused mixture-of-experts layer for bf16 / f16, int4 /
-  int8 and fp8 expert weights.
+  ``prepare_mxfp4``, ``prepare_fp8`` (package ``moe``): the fused mixture-of-experts layer for
+  bf16 / f16, int4 / int8 (AWQ, GPTQ incl. act-order), MXFP4 and fp8 expert weights.
 
 Every op package holds its kernels per architecture, its argument checks, its host dispatch and
 its torch registration; ``host`` holds what they share (device facts, checks, build and run),
@@ -31,8 +31,10 @@ from .moe import (
     fused_moe_wna16,
     moe_align,
     prepare_fp8,
+    prepare_mxfp4,
     prepare_wna16,
 )
 
 __all__ = ["gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
-           "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_fp8", "WNA16Weights", "Fp8MoEWeights"]
+           "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4",
+           "prepare_fp8", "WNA16Weights", "Fp8MoEWeights"]

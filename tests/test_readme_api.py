@@ -54,7 +54,7 @@ def readme_ops() -> dict[str, dict[str, str]]:
 OPS = readme_ops()
 # the calls below, one per documented name; a name added to the README needs one here
 CALLED = {"gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
-          "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_fp8"}
+          "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
 
 
 def _parse_signature(text: str) -> inspect.Signature:
@@ -338,6 +338,31 @@ def test_prepare_wna16_and_fused_moe_wna16() -> None:
     out = _torch_op("fused_moe_wna16")(x, w13.qweight, w13.scales, w13.zeros, w2.qweight, w2.scales, w2.zeros,
                                        tw, ids, w13.quant_format, w13.bits, w13.group_size, w2.group_size)
     _close(out, want, 2e-2, "torch.ops.hexlayout.fused_moe_wna16")
+
+
+def test_prepare_mxfp4_and_fused_moe() -> None:
+    g = torch.Generator().manual_seed(8)
+    t, h, inter, e, k = 3, 64, 64, 2, 2
+    e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
+                        dtype=torch.float64)                        # OCP MX FP4: code -> value
+
+    def checkpoint(kk: int, nn: int) -> tuple[Any, torch.Tensor]:
+        """MXFP4 tensors of ``y = x @ W`` (``W^T`` codes [E, N, K/2], e8m0 [E, N, K/32]), prepared;
+        and W^T [E, N, K] in float64."""
+        c = torch.randint(0, 16, (e, nn, kk), generator=g)
+        s = torch.randint(118, 124, (e, nn, kk // 32), generator=g)
+        w = e2m1[c] * torch.exp2(s.double() - 127).repeat_interleave(32, 2)
+        prepared = _documented("prepare_mxfp4")((c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8),
+                                                 s.to(torch.uint8), dtype=torch.float16)
+        return prepared, w
+
+    w13, w13_ref = checkpoint(h, 2 * inter)
+    w2, w2_ref = checkpoint(inter, h)
+    assert isinstance(w13, hexlayout.ops.WNA16Weights) and w13.quant_format == "mxfp4"
+    x = torch.randn(t, h, generator=g).half()
+    tw, ids = _routing(t, e, k, 8)
+    want = _moe_reference(x, w13_ref, w2_ref, tw, ids)
+    _close(hexlayout.ops.fused_moe(x, w13, w2, tw, ids), want, 2e-2, "hexlayout.ops.fused_moe (MXFP4)")
 
 
 def _fp8_quant(x: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,13 @@ C++ type (``half``). ``bits`` is the storage width (fp8: 8, tf32 occupies 32, in
 ``kind`` is ``float``, ``int``, ``uint`` or ``bits``. ``numpy()`` is the numpy dtype the
 emulator stores values in (bf16 and fp8 through ``ml_dtypes``; 4-bit types are unpacked
 into one byte per element).
+
+``e2m1`` is OCP microscaling's FP4 (MXFP4's element): 1 sign bit, 2 exponent bits (bias 1),
+1 mantissa bit, no infinity or NaN: codes ``0 .. 7`` are ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` and
+``8 .. 15`` their negatives (``-0`` for 8). In global memory two values share a byte (even
+element in the low nibble); in registers one code is held per byte (its low nibble), as the
+emulator stores it too (``numpy()`` is ``uint8``: the code, not the value), and the only
+operation on such a tile is ``hl.cast`` to f16 / bf16 (``e2m1_f16`` / ``e2m1_bf16``).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 __all__ = [
     "DType", "DTYPES", "get_dtype", "F16", "BF16", "F32", "F64", "TF32", "S4", "U4", "S8", "U8", "S32",
-    "U32", "S64", "B16", "PRED", "E4M3", "E5M2",
+    "U32", "S64", "B16", "PRED", "E4M3", "E5M2", "E2M1",
 ]
 
 
@@ -49,7 +56,8 @@ class DType:
             return np.dtype({"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
                              "e5m2": ml_dtypes.float8_e5m2}[self.name])
         table = {"f16": np.float16, "f32": np.float32, "tf32": np.float32, "f64": np.float64,
-                 "s4": np.int8, "u4": np.uint8, "s8": np.int8, "u8": np.uint8, "s32": np.int32,
+                 "s4": np.int8, "u4": np.uint8,
+                 "e2m1": np.uint8, "s8": np.int8, "u8": np.uint8, "s32": np.int32,
                  "u32": np.uint32, "s64": np.int64, "b16": np.uint16, "pred": np.bool_}
         return np.dtype(table[self.name])
 
@@ -67,6 +75,7 @@ F64 = DType("f64", 64, "f64", "F64", "float", "double")
 TF32 = DType("tf32", 32, "tf32", "TF32", "float", "float")
 E4M3 = DType("e4m3", 8, "e4m3", "E4M3", "float", "__nv_fp8_e4m3")
 E5M2 = DType("e5m2", 8, "e5m2", "E5M2", "float", "__nv_fp8_e5m2")
+E2M1 = DType("e2m1", 4, "e2m1", "E2M1", "float", "unsigned char")
 S4 = DType("s4", 4, "s4", "S4", "int", "int8_t")
 U4 = DType("u4", 4, "u4", "U4", "uint", "uint8_t")
 S8 = DType("s8", 8, "s8", "S8", "int", "int8_t")
@@ -78,14 +87,14 @@ B16 = DType("b16", 16, "b16", "B16", "bits", "uint16_t")
 PRED = DType("pred", 1, "pred", "PRED", "bits", "bool")
 
 DTYPES: dict[str, DType] = {
-    d.name: d for d in (F16, BF16, F32, F64, TF32, E4M3, E5M2, S4, U4, S8, U8, S32, U32, S64, B16, PRED)
+    d.name: d for d in (F16, BF16, F32, F64, TF32, E4M3, E5M2, E2M1, S4, U4, S8, U8, S32, U32, S64, B16, PRED)
 }
 _BY_CUTE: dict[str, DType] = {d.cute: d for d in DTYPES.values()}
 _ALIASES = {
     "float16": "f16", "half": "f16", "bfloat16": "bf16", "float32": "f32", "float": "f32",
     "float64": "f64", "double": "f64", "int8": "s8", "i8": "s8", "uint8": "u8", "int32": "s32",
     "i32": "s32", "uint32": "u32", "int64": "s64", "i64": "s64", "int4": "s4", "i4": "s4",
-    "uint4": "u4", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "bool": "pred",
+    "uint4": "u4", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "float4_e2m1fn": "e2m1", "bool": "pred",
 }
 
 

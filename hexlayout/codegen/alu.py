@@ -273,13 +273,13 @@ def _on_bits(em: Emitter, ins: Alu, idx: int | str) -> str:
         if not isinstance(s, RegRef) or s.count != ins.dst.count:
             raise em.error(f"{ins.op} needs register slices of {ins.dst.count} element(s), got {s!r}")
         em.check_reg_range(s)
-        u = _UNSIGNED.get(s.array.dtype.bits)
+        u = _UNSIGNED.get(max(8, s.array.dtype.bits))         # e2m1: a code held in a byte
         if u is None:
             raise em.error(f"{ins.op} of {s.array.dtype} elements ({s.array.dtype.bits} bits)")
         reg = em.reg_index(s, idx)
         pats.append(f"static_cast<unsigned long long>(*reinterpret_cast<const {u}*>(&{reg}))")
     dt = ins.dst.array.dtype
-    ud = _UNSIGNED.get(dt.bits)
+    ud = _UNSIGNED.get(max(8, dt.bits))
     if ud is None:
         raise em.error(f"{ins.op} to {dt} elements ({dt.bits} bits)")
     r = ins.op.cuda(c_domain("unsigned long long"), *pats)

@@ -31,7 +31,8 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   accept), ``.strides(...)``, ``hl.Tensor(dtype, shape, stride)``; ``hl.offline(hl.u4[R, K])``
   (``offline``: a weight whose tile storage order synthesis chooses with the register fragment
   it feeds; ``build.offline_layouts``);
-  element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 i4 u4 i8 u8 i32 u32 i64 b16 bool_``.
+  element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 e2m1 i4 u4 i8 u8 i32 u32 i64 b16 bool_``
+  (``e2m1``: OCP FP4, packed two per byte in global memory like ``u4``; cast to f16 / bf16).
 - launch (``launch``): ``grid``, ``spatial``, ``repeat``, ``cdiv``, ``thread_index``,
   ``warp_index``, ``lane_index``, ``warp_group_index``, ``cluster_rank``.
 - tiles (``memory``, ``views``, ``tensor``, ``indirect``): ``view`` (global windows with ragged-edge
@@ -67,6 +68,7 @@ from .dtypes import (
     b16,
     bf16,
     bool_,
+    e2m1,
     e4m3,
     e5m2,
     f16,
@@ -115,9 +117,9 @@ from .math import (
 from .math import maximum as max  # noqa: A004
 from .math import minimum as min  # noqa: A004
 from .memory import register, shared, view
+from .offline import offline
 from .ops import assign, cast, copy, fill, full, iota, max_reduce, min_reduce, mma, rearrange, reduce, zeros
 from .ops import sum_ as sum  # noqa: A004
-from .offline import offline
 from .packed import bitcast, pack, unpack
 from .pipeline import OnlineSoftmax, Ring, pipeline
 from .regroup import concat, interleave, reshape
@@ -144,7 +146,8 @@ __all__ = [
     "pipeline", "Ring", "OnlineSoftmax",
     "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "offline", "GlobalTensor", "Tile",
     "TaskMapping",
-    "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "i4", "u4", "i8", "u8", "i32", "u32", "i64", "s8",
+    "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1", "i4", "u4", "i8", "u8", "i32", "u32", "i64",
+    "s8",
     "s32", "s64", "b16", "bool_",
     "grid", "spatial", "repeat", "cdiv", "thread_index", "warp_index", "lane_index", "warp_group_index",
     "cluster_rank",

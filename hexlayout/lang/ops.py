@@ -432,6 +432,9 @@ def cast(x: Tile, dtype: DType) -> Tile:
     except (ValueError, KeyError, AttributeError):
         raise ctx.error("cast", loc, f"{dtype!r} is not an element type") from None
     refuse_sub_byte(ctx, "cast", loc, dt, "register tiles")
+    if t.dtype.name == "e2m1" and dt.name not in ("f16", "bf16"):
+        raise ctx.error("cast", loc, f"{describe(t.value)} holds e2m1 (FP4) codes, which convert to f16 or "
+                        f"bf16 only, not {dt}; cast to f16 / bf16 first")
     v = ctx.new_value(TileType(dt, t.shape, R, LayoutVar()), loc, (t.value,))
     ctx.emit(Cast(v, t.value, loc=loc))
     return Tile(v, ctx)

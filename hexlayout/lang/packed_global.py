@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PackedGlobalTensor", "PackedView", "packed_param", "copy_packed", "HELD_AS"]
 
-#: the register type a 4-bit element is held as once unpacked
-HELD_AS = {"u4": "u8", "s4": "s8"}
+#: the register type a 4-bit element is held as once unpacked (``e2m1``: its code, one per byte)
+HELD_AS = {"u4": "u8", "s4": "s8", "e2m1": "e2m1"}
 
 
 def _row_major(shape: tuple[ExprLike, ...]) -> tuple[ExprLike, ...]:

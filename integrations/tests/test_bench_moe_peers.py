@@ -42,7 +42,8 @@ def test_marlin_call_binds_to_vllms_fused_marlin_moe() -> None:
     def repack(*a, **kw):  # vLLM's own signature; its CUDA kernel is not in the CPU build
         bound = repack_sig.bind(*a, **kw)
         calls.append(bound.arguments)
-        size_k, size_n, bits = bound.arguments["size_k"], bound.arguments["size_n"], bound.arguments["num_bits"]
+        arg = bound.arguments
+        size_k, size_n, bits = arg["size_k"], arg["size_n"], arg["num_bits"]
         return torch.empty(a[0].shape[0], size_k // 16, size_n * bits // 2, dtype=torch.int32)
 
     args, kw = bench.marlin_args(gptq, p["x"], p["tw"], p["ids"], h, inter, fused_marlin_moe, repack,

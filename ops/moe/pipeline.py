@@ -72,8 +72,9 @@ def prepared_fused_moe(kind: type, op_name: str, preparer: str, doc: str) -> Cal
     and compatible (``w13.mismatch(w2)``: why not, or ``None``); then
     ``torch.ops.hexlayout.<op_name>(hidden_states, *tensors, topk_weights, topk_ids, *constants,
     activation, apply_router_weight_on_input, expert_map, global_num_experts)`` with
-    ``tensors, constants = w13.op_args(w2)``. Errors name ``hexlayout.<op_name>`` and the
-    argument."""
+    ``tensors, constants = w13.op_args(w2)``, and the keyword tensors ``w13.op_kwargs(w2)``
+    when the kind has that method (``WNA16Weights``: act-order permutations). Errors name
+    ``hexlayout.<op_name>`` and the argument."""
     label = f"hexlayout.{op_name}"
 
     def entry(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any, *,
@@ -92,6 +93,7 @@ def prepared_fused_moe(kind: type, op_name: str, preparer: str, doc: str) -> Cal
         if problem is not None:
             raise ArgumentError(label, "w2", problem)
         tensors, constants = w13.op_args(w2)
+        extra = w13.op_kwargs(w2) if hasattr(w13, "op_kwargs") else {}
         op = getattr(torch.ops.hexlayout, op_name)
         extra = w13.op_kwargs(w2) if hasattr(w13, "op_kwargs") else {}   # e.g. offline layout keys
         return op(hidden_states, *tensors, topk_weights, topk_ids, *constants, activation,

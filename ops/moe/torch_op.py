@@ -11,8 +11,10 @@ Schemas:
   w13_zeros, Tensor w2_qweight, Tensor w2_scales, Tensor? w2_zeros, Tensor topk_weights, Tensor
   topk_ids, str quant_format, int bits, int w13_group_size, int w2_group_size, str
   activation="silu", bool apply_router_weight_on_input=False, Tensor? expert_map=None, int?
-  global_num_experts=None, str w13_layout="", str w2_layout="") -> Tensor``: the tensors of two
-  ``prepare_wna16`` objects, their format constants and offline layout keys ("": not checked);
+  global_num_experts=None, Tensor? w13_perm=None, Tensor? w2_perm=None, str w13_layout="", str
+  w2_layout="") -> Tensor``: the tensors of two ``prepare_wna16`` objects, their format
+  constants (``*_perm``: GPTQ act-order's permutations of K, ``WNA16Weights.perm``) and offline
+  layout keys ("": not checked);
 - ``fused_moe_fp8(Tensor hidden_states, Tensor w13, Tensor w13_scale, Tensor w2, Tensor
   w2_scale, Tensor topk_weights, Tensor topk_ids, int[] block=[], str activation="silu", bool
   apply_router_weight_on_input=False, Tensor? expert_map=None, int? global_num_experts=None) ->
@@ -40,15 +42,16 @@ __all__ = ["fused_moe_op", "fused_moe_wna16_op", "fused_moe_fp8_op", "SCHEMA", "
            "moe_output_fake"]
 
 #: the routing arguments every fused MoE op's schema ends with
-_ROUTING = ('str activation="silu", bool apply_router_weight_on_input=False, Tensor? expert_map=None, '
-            "int? global_num_experts=None) -> Tensor")
+_ROUTING_ARGS = ('str activation="silu", bool apply_router_weight_on_input=False, Tensor? expert_map=None, '
+                 "int? global_num_experts=None")
+_ROUTING = _ROUTING_ARGS + ") -> Tensor"
 
 SCHEMA = "(Tensor hidden_states, Tensor w13, Tensor w2, Tensor topk_weights, Tensor topk_ids, " + _ROUTING
 WNA16_SCHEMA = (
     "(Tensor hidden_states, Tensor w13_qweight, Tensor w13_scales, Tensor? w13_zeros, Tensor w2_qweight, "
     "Tensor w2_scales, Tensor? w2_zeros, Tensor topk_weights, Tensor topk_ids, str quant_format, int bits, "
-    "int w13_group_size, int w2_group_size, "
-    + _ROUTING.replace(") -> Tensor", ', str w13_layout="", str w2_layout="") -> Tensor')
+    "int w13_group_size, int w2_group_size, " + _ROUTING_ARGS
+    + ', Tensor? w13_perm=None, Tensor? w2_perm=None, str w13_layout="", str w2_layout="") -> Tensor'
 )
 FP8_SCHEMA = ("(Tensor hidden_states, Tensor w13, Tensor w13_scale, Tensor w2, Tensor w2_scale, "
               "Tensor topk_weights, Tensor topk_ids, int[] block=[], " + _ROUTING)

@@ -10,9 +10,13 @@ over ``E`` experts as checkpoints store them:
 - ``quant_format="awq"`` (``bits=4``): ``qweight`` ``[E, K, N/8]`` int32, nibble ``i`` of word
   ``w`` holding column ``8w + [0,2,4,6,1,3,5,7][i]``; ``qzeros`` ``[E, K/G, N/8]`` packed the
   same way; ``W[k, n] = (q[k, n] - z[k/G, n]) * s[k/G, n]``.
-- ``quant_format="gptq"`` (symmetric, no act-order; ``bits`` 4 or 8): ``qweight`` ``[E,
-  K*bits/32, N]`` int32, value ``i`` of word ``r`` (bits ``[bits*i, bits*(i+1))``) holding row
-  ``(32/bits) r + i``; no ``qzeros``; ``W[k, n] = (q[k, n] - 2^(bits-1)) * s[k/G, n]``.
+- ``quant_format="gptq"`` (symmetric; ``bits`` 4 or 8): ``qweight`` ``[E, K*bits/32, N]`` int32,
+  value ``i`` of word ``r`` (bits ``[bits*i, bits*(i+1))``) holding row ``(32/bits) r + i``; no
+  ``qzeros``; ``W[k, n] = (q[k, n] - 2^(bits-1)) * s[k/G, n]``; with act-order (``g_idx``
+  ``[E, K]``) ``s[g_idx[e, k], n]`` instead, the rows permuted once into group order and the
+  activations gathered by the recorded ``perm`` in the op (``act_order``).
+- ``quant_format="mxfp4"``: made by ``prepare_mxfp4`` (``mxfp4``), e2m1 codes as 4-bit values,
+  group 32, no zero point (``ZERO = -1``): ``W[k, n] = e2m1(q[k, n]) * s[k/32, n]``.
 - ``scales`` ``[E, K/G, N]`` f16 / bf16 (the activations' dtype); ``group_size`` ``G`` 32, 64,
   128 or -1 (one group over K).
 
@@ -49,6 +53,14 @@ from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
 from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
+from .act_order import (
+    act_order_perm,
+    check_perm,
+    check_perm_content,
+    permute_rows,
+    permuted_inter,
+    permuted_tokens,
+)
 from .pipeline import prepared_fused_moe
 
 __all__ = [
@@ -80,8 +92,10 @@ class WNA16Weights:
     expert ``e``'s ``W`` along K, padded: ``wna16_layout``) in the synthesized offline order
     ``layout_key`` (``hexlayout.ir.offline``; ``gate_up``: gate and up padded apart);
     ``scales`` ``[E, G, N]`` f16 / bf16, ``zeros`` ``[E, G, N]`` in the scales' dtype (AWQ) or
-    None (GPTQ: ``2^(bits-1)``); ``W[e, k, n] = (q - z) * s`` with the group ``k // group_size``
-    (one group for -1)."""
+    None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero point); ``W[e, k, n] = (q - z) * s``
+    with the group ``k // group_size`` (one group for -1). ``perm`` int32 ``[E, K]`` (GPTQ
+    act-order) or None: the rows of K were permuted by it (``q``'s row ``k`` is the checkpoint's
+    row ``perm[e, k]``), and the op gathers the activations' columns by it."""
 
     qweight: Any
     scales: Any
@@ -94,6 +108,7 @@ class WNA16Weights:
     size_n: int
     layout_key: str = ""
     gate_up: bool = False
+    perm: Any = None
 
     @property
     def dtype(self) -> Any:
@@ -113,8 +128,12 @@ class WNA16Weights:
                 (self.quant_format, self.bits, self.group_size, w2.group_size))
 
     def op_kwargs(self, w2: WNA16Weights) -> dict[str, Any]:
-        """The offline layout keys the op checks (``w13_layout``, ``w2_layout``)."""
-        return {"w13_layout": self.layout_key, "w2_layout": w2.layout_key}
+        """``fused_moe_wna16``'s keyword arguments: the offline layout keys the op checks
+        (``w13_layout``, ``w2_layout``) and the act-order permutations, when there are any."""
+        kw: dict[str, Any] = {"w13_layout": self.layout_key, "w2_layout": w2.layout_key}
+        if self.perm is not None or w2.perm is not None:
+            kw.update(w13_perm=self.perm, w2_perm=w2.perm)
+        return kw
 
 
 def _fail(name: str, msg: str) -> ArgumentError:
@@ -158,7 +177,7 @@ def _awq_columns(words: Any) -> Any:
 
 def prepare_wna16(
     qweight: Any, scales: Any, qzeros: Any = None, *, quant_format: str, bits: int, group_size: int,
-    gate_up: bool = False, arch: str | None = None,
+    gate_up: bool = False, arch: str | None = None, g_idx: Any = None,
 ) -> WNA16Weights:
     """Re-lay AWQ / GPTQ expert weights out for ``fused_moe`` (see the module docstring).
 
@@ -169,10 +188,16 @@ def prepare_wna16(
     the tile rows, 64). The result records the layout's key; the op refuses weights prepared for
     another layout.
 
+    ``g_idx`` (GPTQ act-order, ``desc_act=True``): int32 ``[E, K]``, row ``k`` of ``W[e]`` in
+    group ``g_idx[e, k]``; the rows of K are permuted once by ``perm[e] = argsort(g_idx[e])``
+    (stable) so that group ``j`` is rows ``[G j, G (j + 1))`` (``ops/moe/act_order.py``), and
+    ``perm`` is recorded for the op, which gathers the activations' columns by it.
+
     Raises ``ArgumentError`` / ``ArgumentTypeError`` (``HexlayoutError``, ``ValueError`` /
     ``TypeError``) naming the argument: an unknown format, bits or group size; wrong dtypes,
     ranks or shapes (packing that does not match the others' sizes); a group size that does not
-    divide K; ``qzeros`` given for GPTQ or missing for AWQ."""
+    divide K; ``qzeros`` given for GPTQ or missing for AWQ; ``g_idx`` for AWQ, of the wrong
+    type or shape, with ids out of range or a group without exactly ``group_size`` rows."""
     require_torch("hexlayout.ops.prepare_wna16")
     import torch
 
@@ -234,15 +259,18 @@ def prepare_wna16(
         zeros = _awq_columns(qzeros).to(scales.dtype).contiguous()  # [E, G, N]
     else:
         q = _unpack(qweight, bits, 1)  # [E, K, N]
-    return _relayout(q, scales.contiguous(), zeros, quant_format, bits, group_size, gate_up, arch)
+    perm = None
+    if g_idx is not None:  # act-order: rows of K in group order, the activations gathered by perm
+        perm = act_order_perm(OP, g_idx, quant_format, e, k, group_size, qweight.device)
+        q = permute_rows(q, perm)
+    return _relayout(q, scales.contiguous(), zeros, quant_format, bits, group_size, gate_up, arch, perm)
 
 
 def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int, group_size: int,
-              gate_up: bool, arch: str | None) -> WNA16Weights:
-    """The final re-layout step of ``prepare_wna16``: the integer values ``q_ekn`` ``[E, K, N]``
-    in the offline order synthesized for ``arch``'s kernel (``wna16_layout.relayout``)."""
-    from hexlayout.runtime.args import ArgumentError as _Err
-
+              gate_up: bool, arch: str | None, perm: Any = None) -> WNA16Weights:
+    """The final re-layout step of ``prepare_wna16`` / ``prepare_mxfp4``: the integer values
+    ``q_ekn`` ``[E, K, N]`` in the offline order synthesized for ``arch``'s kernel
+    (``wna16_layout.relayout``)."""
     from ..host.launch import lang_dtype
     from .wna16_layout import relayout, wna16_offline_layout
 
@@ -250,10 +278,11 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
     if arch is None:
         arch = kernel_arch(q_ekn.device)
     if arch not in ("sm_80", "sm_89", "sm_90a"):
-        raise _Err(OP, "arch", f"must be sm_80, sm_89 or sm_90a, got {arch!r}")
-    lay = wna16_offline_layout(arch, lang_dtype(scales.dtype), bits, k, group_size, gate_up)
+        raise _fail("arch", f"must be sm_80, sm_89 or sm_90a, got {arch!r}")
+    lay = wna16_offline_layout(arch, lang_dtype(scales.dtype), bits, k, group_size, gate_up,
+                               weight_dtype(quant_format, bits))
     q = relayout(q_ekn, lay, gate_up)
-    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up)
+    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up, perm)
 
 
 def k_tile(k: int, group_size: int) -> int:
@@ -362,7 +391,7 @@ def _check_weight(
             f"{pre}_group_size",
             f"{group_size} does not match K = {k} and {pre}_scales' {groups} groups",
         )
-    _check_layout(pre, qweight, layout_key, dtype, bits, group_size, k, e, nn)
+    _check_layout(pre, qweight, layout_key, dtype, quant_format, bits, group_size, k, e, nn)
     if quant_format == "awq":
         if not isinstance(zeros, torch.Tensor) or zeros.shape != scales.shape or zeros.dtype != dtype:
             raise ArgumentError(
@@ -372,12 +401,12 @@ def _check_weight(
                 f"{pre}_scales {tuple(scales.shape)}, got {_kind(zeros)}",
             )
     elif zeros is not None:
-        raise ArgumentError(RUN_OP, f"{pre}_zeros", "GPTQ weights have no zero points: pass None")
+        raise ArgumentError(RUN_OP, f"{pre}_zeros", f"{quant_format} weights have no zero points: pass None")
     return e, nn
 
 
-def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, bits: int, group_size: int, k: int,
-                  e: int, n: int) -> None:
+def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, quant_format: str, bits: int,
+                  group_size: int, k: int, e: int, n: int) -> None:
     """``{pre}_qweight`` is in the offline layout of the kernel that will run on the device's
     architecture (``wna16_layout``): its key (when the weights name one: ``layout_key``) and
     its shape ``[E*NP, KP*bits/8]`` uint8."""
@@ -388,7 +417,8 @@ def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, bits: int
 
     arch = kernel_arch(qweight.device)
     gate_up = pre == "w13"
-    lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up)
+    wt = weight_dtype(quant_format, bits)
+    lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up, wt)
     if layout_key and layout_key != lay.key:
         raise ArgumentError(
             RUN_OP, f"{pre}_qweight",
@@ -422,6 +452,8 @@ def check_fused_moe_wna16(
     apply_router_weight_on_input: Any = False,
     expert_map: Any = None,
     global_num_experts: Any = None,
+    w13_perm: Any = None,
+    w2_perm: Any = None,
     w13_layout: Any = "",
     w2_layout: Any = "",
 ) -> None:
@@ -429,7 +461,8 @@ def check_fused_moe_wna16(
     is an ``ArgumentTypeError`` / ``ArgumentError`` naming it; ``w13_layout`` / ``w2_layout`` (the
     prepared weights' offline layout keys; "": not named) must be the layout the kernel for the
     device's architecture reads (else an error naming ``w13_qweight`` / ``w2_qweight``); the
-    content checks (expert ids in range) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
+    content checks (expert ids in range, act-order permutations ``w13_perm`` [E, H] / ``w2_perm``
+    [E, I] that permute) run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``."""
     from ..host.launch import content_checks
 
     op, x = RUN_OP, hidden_states
@@ -446,6 +479,8 @@ def check_fused_moe_wna16(
         w2_layout)
     if e2 != e:
         raise ArgumentError(op, "w2_scales", f"has {e2} experts, w13 has {e}")
+    check_perm(op, "w13_perm", w13_perm, quant_format, e, h)
+    check_perm(op, "w2_perm", w2_perm, quant_format, e, inter)
     gne = _check_wna16_routing(t, e, topk_weights, topk_ids, activation, apply_router_weight_on_input,
                                expert_map, global_num_experts)
     named = [
@@ -459,6 +494,8 @@ def check_fused_moe_wna16(
         ("topk_weights", topk_weights),
         ("topk_ids", topk_ids),
         ("expert_map", expert_map),
+        ("w13_perm", w13_perm),
+        ("w2_perm", w2_perm),
     ]
     for name, v in named:
         if v is None:
@@ -472,6 +509,9 @@ def check_fused_moe_wna16(
         raise ArgumentError(op, "hidden_states", f"H = {h} must be a multiple of 8 (16-byte rows)")
     if content_checks(topk_ids) and topk_ids.numel():
         _check_wna16_expert_ids(topk_ids, expert_map, gne, e)
+    for name, perm in (("w13_perm", w13_perm), ("w2_perm", w2_perm)):
+        if perm is not None and content_checks(perm):
+            check_perm_content(op, name, perm)
 
 
 def _check_wna16_format(x: Any, quant_format: Any, bits: Any, w13_group_size: Any,
@@ -487,13 +527,15 @@ def _check_wna16_format(x: Any, quant_format: Any, bits: Any, w13_group_size: An
         raise ArgumentError(
             op, "hidden_states", f"must be a float16 / bfloat16 [T, H] tensor, got {_kind(x)}"
         )
-    if quant_format not in ("awq", "gptq"):
-        raise ArgumentError(op, "quant_format", f"must be 'awq' or 'gptq', got {quant_format!r}")
-    if bits not in ((4,) if quant_format == "awq" else (4, 8)) or isinstance(bits, bool):
-        raise ArgumentError(op, "bits", f"must be 4 (AWQ) or 4 / 8 (GPTQ), got {bits!r}")
+    if quant_format not in ("awq", "gptq", "mxfp4"):
+        raise ArgumentError(op, "quant_format", f"must be 'awq', 'gptq' or 'mxfp4', got {quant_format!r}")
+    if bits not in ((4, 8) if quant_format == "gptq" else (4,)) or isinstance(bits, bool):
+        raise ArgumentError(op, "bits", f"must be 4 (AWQ, MXFP4) or 4 / 8 (GPTQ), got {bits!r}")
+    sizes = (32,) if quant_format == "mxfp4" else GROUP_SIZES
     for name, gs in (("w13_group_size", w13_group_size), ("w2_group_size", w2_group_size)):
-        if gs not in GROUP_SIZES or isinstance(gs, bool):
-            raise ArgumentError(op, name, f"must be one of 32, 64, 128, -1, got {gs!r}")
+        if gs not in sizes or isinstance(gs, bool):
+            raise ArgumentError(op, name, f"must be one of {', '.join(map(str, sizes))} for {quant_format}, "
+                                f"got {gs!r}")
 
 
 def _check_wna16_routing(t: int, e: int, topk_weights: Any, topk_ids: Any, activation: Any,
@@ -593,8 +635,9 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     def split_k(cfg: dict[str, Any], size_k: int, size_n: int) -> int:
         return _wna16_split(forced, dev, cfg, t, k, e, size_k, size_n)
 
+    wt = weight_dtype(a.quant_format, bits)
     common = {
-        "ZERO": 0 if a.quant_format == "awq" else 1 << (bits - 1),
+        "ZERO": {"awq": 0, "mxfp4": -1}.get(a.quant_format, 1 << (bits - 1)),  # -1: no zero point
         "TOPK": k,
         "ROUTER": bool(a.apply_router_weight_on_input),
     }
@@ -605,14 +648,18 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         import torch
 
         consts = {**cfg13, **common, "GELU": run.activation == "gelu"}
+        x = run.x
+        if a.w13_perm is not None:  # act-order: x[t, perm13[e]] per routed slot, one row each
+            x = permuted_tokens(run.x, a.topk_ids, a.expert_map, a.w13_perm)
+            consts["TOPK"] = 1
         split = split_k(cfg13, hdim, inter)
         out = h
         if split > 1:  # f32 partials of g / u, then the activation kernel writes h
             out = zeroed((2, h.shape[0], inter), torch.float32, dev)    # atomics add into it
             consts.update(GELU=False, SPLIT_K=split)
-        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1), dev, consts)
+        bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1, wt), dev, consts)
         _same_layout(bld, a.w13_layout, "w13_qweight")
-        args = (run.x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        args = (x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
             act = build_for(moe_splitk_act_kernel(dt, run.activation), dev, {"BM": cfg13["BM"]})
@@ -628,8 +675,10 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         if split > 1:  # f32 partials, then rounded once into y
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it
             consts["SPLIT_K"] = split
-        bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1), dev, consts)
+        bld = build_for(down_kernel(dt, bits, cfg2["BK"], split > 1, wt), dev, consts)
         _same_layout(bld, a.w2_layout, "w2_qweight")
+        if a.w2_perm is not None:  # act-order: h[p, perm2[e]], e the expert of p's block
+            h = permuted_inter(h, run.expert_ids, run.cfg["BM"], a.w2_perm)
         args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:
@@ -646,6 +695,15 @@ def _same_layout(bld: Any, key: str, name: str) -> None:
     if key and lay is not None and lay.key != key:
         raise ArgumentError(RUN_OP, name, f"was prepared in the offline layout {key}, but kernel "
                             f"{bld.tile_kernel.name} reads {lay.key}")
+
+
+def weight_dtype(quant_format: str, bits: int) -> Any:
+    """The kernels' weight element type of a format: ``e2m1`` (MXFP4), else ``u4`` / ``u8``."""
+    from hexlayout.lang import e2m1, u4, u8
+
+    if quant_format == "mxfp4":
+        return e2m1
+    return u4 if bits == 4 else u8
 
 
 def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group_size: int,

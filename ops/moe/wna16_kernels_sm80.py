@@ -89,6 +89,8 @@ def _dequant(
         hl.copy(w, qt)
     st = hl.register(dt, (BN, 1))
     hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    if ZERO < 0:  # no zero point (MXFP4: e2m1 values, cast by their bit trick)
+        return hl.cast(qt, dt) * st
     if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
         zt: Any = hl.full((BN, 1), float(ZERO), dt)
     else:
@@ -123,7 +125,8 @@ def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, d
 
 
 @cache
-def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False,
+                             wtype: DType | None = None) -> Any:
     """The gate-up grouped GEMM with the activation epilogue (see the module docstring).
     Constants: ``BM`` sorted rows, ``BN`` intermediate columns (of gate and of up), ``BK``,
     ``WARPS``, ``GROUP`` (K rows per scale), ``ZERO`` (GPTQ's zero point; 0: ``z`` given),
@@ -131,9 +134,10 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     workspace ``[2, EM, I]`` into which split ``sp``'s ``g`` / ``u`` partials are added (``GELU``
     unused: the activation is ``moe_splitk_act_kernel``'s)."""
     dt = dtype
-    wt = u4 if bits == 4 else u8
+    wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
+    wname = "fp4" if wt.name == "e2m1" else bits
     h_t = f32[2, EM, I] if split else dt[EM, I]
-    name = f"moe_wna16_gate_up_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+    name = f"moe_wna16_gate_up_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     # 8 resident warps per SM (2 blocks of 4): registers up to 255 per thread, which the
     # prefill tile with the exact-GELU epilogue needs (ptxas's own choice, 168, spilled 4 B
@@ -192,14 +196,16 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
 
 
 @cache
-def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False,
+                          wtype: DType | None = None) -> Any:
     """The down grouped GEMM with the top-k weight in its epilogue (see the module docstring).
     Constants as ``moe_wna16_gate_up_kernel``'s (``BN`` output columns). ``split``: the split-K
     form, ``y`` the f32 workspace ``[T * k, H]`` into which split ``sp``'s partials are added."""
     dt = dtype
-    wt = u4 if bits == 4 else u8
+    wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
+    wname = "fp4" if wt.name == "e2m1" else bits
     y_t = f32[TK, H] if split else dt[TK, H]
-    name = f"moe_wna16_down_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+    name = f"moe_wna16_down_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
     def moe_wna16_down(

@@ -53,7 +53,8 @@ T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD K
 
 
 @cache
-def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False,
+                                  wtype: DType | None = None) -> Any:
     """Gate-up with the activation epilogue, swap-AB wgmma: for the block's ``BN``
     intermediate columns ``n`` and sorted rows ``p`` (routed row ``r``, token ``t = r // TOPK``)::
 
@@ -67,9 +68,10 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
     ``w_r * u^T`` of split ``sp``'s k-tiles added into the f32 workspace ``h [2, EM, I]`` (row =
     sorted position; ``GELU`` unused)."""
     dt = dtype
-    wt = u4 if bits == 4 else u8
+    wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
+    wname = "fp4" if wt.name == "e2m1" else bits
     h_t = f32[2, EM, I] if split else dt[EM, I]
-    name = f"moe_wna16_gate_up_sm90_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+    name = f"moe_wna16_gate_up_sm90_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_gate_up_sm90(
@@ -135,7 +137,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
 
 
 @cache
-def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False) -> Any:
+def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False,
+                               wtype: DType | None = None) -> Any:
     """Down with the top-k weight epilogue, swap-AB wgmma: for the block's ``BN`` output
     columns ``n`` and sorted rows ``p`` (routed row ``r``)::
 
@@ -146,9 +149,10 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     ``GELU``, and ``SPLIT_K``. ``split``: the split-K form, split ``sp``'s partials of ``y[r, n]``
     added into the f32 workspace ``y``."""
     dt = dtype
-    wt = u4 if bits == 4 else u8
+    wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
+    wname = "fp4" if wt.name == "e2m1" else bits
     y_t = f32[TK, H] if split else dt[TK, H]
-    name = f"moe_wna16_down_sm90_{dt}_w{bits}_k{bk}" + ("_splitk" if split else "")
+    name = f"moe_wna16_down_sm90_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_down_sm90(

@@ -34,7 +34,7 @@ def kernel_tiles(arch: str, bk: int) -> dict[str, Any]:
 
 
 @cache
-def _layout(arch: str, dtype: Any, bits: int, bk: int, gate_up: bool) -> Any:
+def _layout(arch: str, dtype: Any, wt: Any, bits: int, bk: int, gate_up: bool) -> Any:
     from hexlayout.runtime import build
 
     from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
@@ -44,17 +44,22 @@ def _layout(arch: str, dtype: Any, bits: int, bk: int, gate_up: bool) -> Any:
         fac = moe_wna16_gate_up_sm90_kernel if gate_up else moe_wna16_down_sm90_kernel
     else:
         fac = moe_wna16_gate_up_kernel if gate_up else moe_wna16_down_kernel
-    return build(fac(dtype, bits, bk), arch, compile=False, **kernel_tiles(arch, bk)).offline_layouts["q"]
+    kernel = fac(dtype, bits, bk, False, wt)
+    return build(kernel, arch, compile=False, **kernel_tiles(arch, bk)).offline_layouts["q"]
 
 
 def wna16_offline_layout(arch: str, dtype: Any, bits: int, size_k: int, group_size: int,
-                         gate_up: bool) -> Any:
+                         gate_up: bool, weight: Any = None) -> Any:
     """The ``OfflineLayout`` synthesis gives the weights of the gate-up (``gate_up``) or down
     kernel for ``arch`` (sm_80 / sm_89 / sm_90a), activations ``dtype`` (a language dtype),
-    ``bits`` 4 or 8, input dim ``size_k``; memoized per kernel."""
+    ``bits`` 4 or 8 (weights ``u4`` / ``u8``, or ``weight``: ``e2m1`` for MXFP4), input dim
+    ``size_k``; memoized per kernel."""
+    from hexlayout.lang import u4, u8
+
     from .wna16 import k_tile
 
-    return _layout(arch, dtype, bits, k_tile(size_k, group_size), gate_up)
+    wt = weight or (u4 if bits == 4 else u8)
+    return _layout(arch, dtype, wt, bits, k_tile(size_k, group_size), gate_up)
 
 
 def padded_rows(size_n: int, tile_rows: int, gate_up: bool) -> int:

@@ -218,8 +218,9 @@ def test_prepared_weights_dequantize_to_the_checkpoint(fmt, bits, group) -> None
     p = prepare_wna16(*ck, quant_format=fmt, bits=bits, group_size=group)
     assert (p.num_experts, p.size_k, p.size_n, p.bits) == (e, k, n, bits)
     # the synthesized offline layout (its key recorded), undone by its own permutation
-    from hexlayout.lang import f16
     from hexlayout.ops.moe.wna16_layout import wna16_offline_layout
+
+    from hexlayout.lang import f16
 
     lay = wna16_offline_layout("sm_80", f16, bits, k, group, False)
     assert p.layout_key == lay.key

@@ -16,13 +16,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import hexlayout.lang as hl  # noqa: E402
 from hexlayout.ops.moe.wna16 import fused_moe_wna16, prepare_wna16  # noqa: E402
 from hexlayout.ops.moe.wna16_layout import wna16_offline_layout  # noqa: E402
-from hexlayout.runtime import build  # noqa: E402
 from test_moe_wna16 import _bound, checkpoint, reference, reference_alignment, routing  # noqa: E402
 
+import hexlayout.lang as hl  # noqa: E402
 from hexlayout.errors import HexlayoutError  # noqa: E402
+from hexlayout.runtime import build  # noqa: E402
 
 MOE = pathlib.Path(__file__).resolve().parents[2] / "ops" / "moe"
 

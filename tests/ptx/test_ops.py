@@ -81,6 +81,35 @@ def test_fused_moe_w4a16_bf16_awq(ptx_runs: list[str]) -> None:
     assert any(r.startswith("moe_wna16_gate_up_bf16_w4") for r in ptx_runs)
 
 
+def test_fused_moe_mxfp4_f16(ptx_runs: list[str]) -> None:
+    """MXFP4 (e2m1 codes, e8m0 scales) as W4A16: the e2m1 bit trick (shifts, masks and a packed
+    f16 multiplication by 2^14) runs from the NVRTC PTX of the printed kernels."""
+    from hexlayout.ops import fused_moe, prepare_mxfp4
+
+    from tests.ops.test_moe_wna16 import _bound, routing
+    from tests.ops.test_moe_wna16 import reference as wna16_reference
+
+    g = torch.Generator().manual_seed(23)
+    values = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
+                          dtype=torch.float64)                # OCP MX FP4 (e2m1): code -> value
+
+    def checkpoint(kk: int, nn: int):
+        c = torch.randint(0, 16, (4, nn, kk), generator=g)
+        s = torch.randint(116, 124, (4, nn, kk // 32), generator=g)
+        w = values[c] * torch.exp2(s.double() - 127).repeat_interleave(32, 2)
+        prepared = prepare_mxfp4((c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8), s.to(torch.uint8),
+                                 dtype=torch.float16)
+        return prepared, w.transpose(1, 2)
+
+    (p13, w13), (p2, w2) = checkpoint(64, 128), checkpoint(64, 64)
+    x = torch.randn(3, 64, generator=g).half()
+    ids, tw = routing("random", 3, 4, 2, g), torch.rand(3, 2, generator=g)
+    out = fused_moe(x, p13, p2, tw, ids)
+    want = wna16_reference(x, w13, w2, tw, ids, "silu", False, None)
+    assert (out.double() - want).abs().max().item() <= _bound(torch.float16) * want.abs().max().item()
+    assert any(r.startswith("moe_wna16_gate_up_f16_wfp4") for r in ptx_runs)
+
+
 def test_fused_moe_fp8_sm89(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """FP8 (e4m3) MoE on sm_89: activation quantization (cvt.rn.satfinite.e4m3x2.f32) and
     mma.sync m16n8k32 e4m3, from their PTX."""

@@ -18,6 +18,9 @@ defined (the bit pattern wraps), and the emulator computes what the printed code
 - ``i2bf16_magic(v)``: the f32 of bits ``(0x4B400000 + v) mod 2**32`` minus ``12582912.0``
   (``1.5 * 2**23``, f32 ulp 1), rounded to bf16 (nearest even): ``bf16(v)`` for
   ``-2**22 <= v < 2**22``.
+
+And the conversions of OCP FP4 (``e2m1``) codes, a bit trick each (``E2m1F16``,
+``E2m1Bf16``; the only way an ``e2m1`` tile converts).
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ import numpy as np
 
 from hexlayout.arch.dtypes import DTYPES
 
-from .base import AluFunction, CDomain
+from .base import AluFunction, CDomain, function_class
 from .bits import INTEGERS
 
-__all__ = ["I2F16Magic", "I2Bf16MagicNarrow", "I2Bf16Magic", "EXACT_RANGE"]
+__all__ = ["I2F16Magic", "I2Bf16MagicNarrow", "I2Bf16Magic", "EXACT_RANGE", "E2m1F16", "E2m1Bf16",
+           "FROM_E2M1"]
 
 
 class _Magic16(AluFunction):
@@ -108,3 +112,53 @@ class I2Bf16Magic(AluFunction):
 #: the operand values each function converts exactly: [lo, hi)
 EXACT_RANGE = {"i2f16_magic": (-512, 512), "i2bf16_magic_narrow": (0, 128),
                "i2bf16_magic": (-(1 << 22), 1 << 22)}
+
+
+class _E2m1(AluFunction):
+    """e2m1 (OCP FP4) code -> a 16-bit float by a bit trick, no lookup table: the sign to bit
+    15 and the 3 exponent-mantissa bits ``c & 7`` to the bits just below the destination's
+    exponent field's top bits (``shift``), which reads as the value times ``2^-scale_log2``
+    (a normal or, for code 1, a subnormal of the destination), then one exact multiplication
+    by ``2^scale_log2`` (``__hmul``). ``on_bits``: the operand is the code's register byte
+    (low nibble), the result the destination's bit pattern."""
+
+    accepts = frozenset({"float"})
+    on_bits = True
+    shift: ClassVar[int] = 0
+    scale_bits: ClassVar[int] = 0          # the bit pattern of 2^scale_log2 in the result type
+    c_name: ClassVar[str] = ""             # CUDA's ``__ushort_as_<c_name>`` / ``__<c_name>_as_ushort``
+
+    def numpy(self, p: Any) -> Any:
+        p = np.asarray(p, dtype=np.uint64)
+        bits = (((p & 8) << 12) | ((p & 7) << self.shift)).astype(np.uint16)
+        t = DTYPES[self.result].numpy()
+        scale = np.array([self.scale_bits], dtype=np.uint16).view(t)[0]
+        v = (bits.view(t).astype(np.float64) * scale.astype(np.float64)).astype(t)   # exact
+        return v.view(np.uint16).astype(np.uint64)
+
+    def cuda(self, c: CDomain, p: str) -> str:
+        pat = f"static_cast<unsigned short>(((({p}) & 8ull) << 12) | ((({p}) & 7ull) << {self.shift}))"
+        one = f"__ushort_as_{self.c_name}(static_cast<unsigned short>({self.scale_bits:#x}))"
+        return (f"static_cast<unsigned long long>(__{self.c_name}_as_ushort("
+                f"__hmul(__ushort_as_{self.c_name}({pat}), {one})))")
+
+    def issue(self, count: int) -> float:
+        return max(1.0, count / 2)          # two bit operations and half a packed multiplication
+
+
+def _e2m1(cls: str, result: str, shift: int, scale_log2: int, scale_bits: int, c_name: str) -> type[_E2m1]:
+    """The e2m1 -> ``result`` conversion ``cls`` (named ``cls.lower()``): the code's fields at
+    ``shift``, times ``2^scale_log2`` (bits ``scale_bits``)."""
+    doc = (f"{result} of the e2m1 code ``c``: ``{result}(bits = (c & 8) << 12 | (c & 7) << {shift}) * "
+           f"2^{scale_log2}`` (``{scale_bits:#x}``): ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` for codes ``0 .. 7``, "
+           "negated for ``8 .. 15``.")
+    return function_class(cls, _E2m1, doc, __name__, result=result, shift=shift, scale_bits=scale_bits,
+                          c_name=c_name)
+
+
+E2m1F16 = _e2m1("E2m1_F16", "f16", 9, 14, 0x7400, "half")
+E2m1Bf16 = _e2m1("E2m1_Bf16", "bf16", 6, 126, 0x7E80, "bfloat16")
+
+
+#: the conversion of an e2m1 tile to each destination type
+FROM_E2M1 = {"f16": "e2m1_f16", "bf16": "e2m1_bf16"}

@@ -3,7 +3,8 @@
 A ``Cast`` of an integer tile to f16 or bf16 lowers to a magic-number conversion
 (``hexlayout.ir.functions.convert``: an integer add and one floating subtraction instead of
 an ``I2F``) when every value the operand can hold lies in that function's exact range;
-every other ``Cast`` lowers to ``cvt``. ``CONVERSIONS`` lists the candidates, best first.
+every other ``Cast`` lowers to ``cvt``, but an ``e2m1`` one (FP4 codes held in bytes), which
+lowers to its bit trick (``FROM_E2M1``). ``CONVERSIONS`` lists the candidates, best first.
 
 The operand's values are bounded by ``value_range``, an interval analysis over the tile
 program: a tile has the range of its element type (``u8``: ``[0, 255]``, ``s4``: ``[-8,
@@ -28,7 +29,7 @@ import numpy as np
 from hexlayout.arch.dtypes import DType
 
 from ..functions import ALU_FUNCTIONS, AluFunction, alu_function
-from ..functions.convert import EXACT_RANGE
+from ..functions.convert import EXACT_RANGE, FROM_E2M1
 from ..regroup import Join, Reshape
 from ..tile import Cast, Elementwise, Op, Permute, Slice, SubTile, TileKernel, Value
 from ..walk import walk
@@ -134,8 +135,10 @@ def _defines_view(op: Op) -> bool:
 def conversion(tk: TileKernel, op: Cast) -> AluFunction:
     """The ALU function ``op`` (a ``Cast`` of ``tk``) lowers to: the first of
     ``CONVERSIONS[destination]`` whose exact range holds the operand's ``value_range``,
-    else ``cvt``."""
+    else ``cvt``; an ``e2m1`` operand (codes) its bit trick ``FROM_E2M1[destination]``."""
     dst = op.result.type.dtype
+    if op.src.type.dtype.name == "e2m1":
+        return alu_function(FROM_E2M1[dst.name])     # hl.cast admits f16 / bf16 only
     cands = CONVERSIONS.get(dst.name, ())
     if cands and type_range(op.src.type.dtype) is not None:
         r = value_range(op.src, writers(tk))    # (not cached: passes may rewrite tk in place)
