@@ -50,6 +50,7 @@ from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
 from .pipeline import prepared_fused_moe
+from .wna16_layout import k_tile
 
 __all__ = [
     "WNA16Weights",
@@ -254,12 +255,6 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
     lay = wna16_offline_layout(arch, lang_dtype(scales.dtype), bits, k, group_size, gate_up)
     q = relayout(q_ekn, lay, gate_up)
     return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up)
-
-
-def k_tile(k: int, group_size: int) -> int:
-    """The kernels' k-tile ``BK`` (the re-laid weights' chunk along K): 64; 32 for groups of 32
-    (one scale per k-tile) and for K not a multiple of 64."""
-    return 32 if group_size == 32 or k % 64 else 64
 
 
 def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
