@@ -637,8 +637,10 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 def _same_layout(bld: Any, key: str, name: str) -> None:
     """The build about to run reads its weights in the offline layout ``key`` (when named): every
     config (decode, prefill, split-K) must share the prepared layout."""
+    if not key or not hasattr(bld, "offline_layouts"):  # no key named, or a recorded (not built) launch
+        return
     lay = bld.offline_layouts.get("q")
-    if key and lay is not None and lay.key != key:
+    if lay is not None and lay.key != key:
         raise ArgumentError(RUN_OP, name, f"was prepared in the offline layout {key}, but kernel "
                             f"{bld.tile_kernel.name} reads {lay.key}")
 
