@@ -2,7 +2,8 @@
 ``torch.ops.hexlayout.fused_moe_wna16`` (``hexlayout.ops.fused_moe`` dispatches here when ``w13``
 / ``w2`` are ``WNA16Weights``).
 
-``prepare_wna16(qweight, scales, qzeros=None, *, quant_format, bits, group_size)`` takes the
+``prepare_wna16(qweight, scales, qzeros=None, *, quant_format, bits, group_size, gate_up=False,
+arch=None)`` takes the
 quantized expert weights of a projection ``y = x @ W`` (input dim ``K``, output dim ``N``;
 ``w13``: ``K = H``, ``N = 2I``, columns ``[gate | up]``; ``w2``: ``K = I``, ``N = H``) stacked
 over ``E`` experts as checkpoints store them:
