@@ -251,18 +251,21 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     import torch
     from hexlayout.ops.moe.splitk import SPLIT_K_ENV
     from hexlayout.ops.moe.wna16 import k_tile, run_fused_moe_wna16
+    from hexlayout.ops.moe.wna16_layout import padded_rows
 
-    def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool, act: Any) -> tuple[Any, Any, Any]:
+    def weights(e: int, kk: int, n: int, bits: int, group: int, awq: bool, act: Any,
+                gate_up: bool = False) -> tuple[Any, Any, Any]:
         bk = k_tile(kk, group)
         g = 1 if group == -1 else kk // group
-        q = _meta_tensor((e * n, kk // bk, 4, bk * bits // 32), torch.uint8)
+        # the offline layout's shape: N padded to 64-row tiles (gate and up apart), K to k-tiles
+        q = _meta_tensor((e * padded_rows(n, 64, gate_up), -(-kk // bk) * bk * bits // 8), torch.uint8)
         s = _meta_tensor((e, g, n), act)
         return q, s, (_meta_tensor((e, g, n), act) if awq else None)
 
     for model, (e, k, h, i) in MOE_MODELS.items():
         variants = itertools.product(WNA16_FORMATS, WNA16_GROUPS, _moe_dtypes(model))
         for (fmt, bits), group, (act, dname) in variants:
-            w13 = weights(e, h, 2 * i, bits, group, fmt == "awq", act)
+            w13 = weights(e, h, 2 * i, bits, group, fmt == "awq", act, gate_up=True)
             w2 = weights(e, i, h, bits, group, fmt == "awq", act)
             for t in MOE_TOKENS:
                 x, tw, ids = _routing(t, k, h, act)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TOP_KEYS = {"version", "kernel", "spec", "arch", "source", "constants", "threads", "grid", "smem_bytes",
             "seconds", "trace_seconds", "tensors", "ops", "shared", "decisions", "cost", "requirements",
-            "notes", "pictures", "stats"}
+            "offline", "notes", "pictures", "stats"}
 TENSOR_KEYS = {"name", "scope", "dtype", "shape", "layout", "kind", "view_of", "offset", "file", "line",
                "code"}
 OP_KEYS = {"op", "file", "line", "code", "operands", "instruction", "alternatives"}
@@ -216,6 +216,8 @@ def test_registry_variants() -> None:
     assert resolve("gemm", "sm_90a").kernel.name == "gemm_sm90"
     assert resolve("flash_attention", "sm_80").kernel.name == "flash_attention_fwd"
     assert resolve("gemm_explicit", "sm_90a").kernel.name.startswith("gemm_sm90_ws")
+    assert resolve("moe_wna16", "sm_80").kernel.name == "moe_wna16_gate_up_f16_w4_k64"
+    assert resolve("moe_wna16", "sm_90a").kernel.name == "moe_wna16_gate_up_sm90_f16_w4_k64"
 
 
 def test_unknown_kernel_lists_known(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hexlayout.arch.dtypes import DType
@@ -112,7 +112,7 @@ class Tensor:
     shape: tuple[Any, ...]
     stride: tuple[Any, ...] | None = None
     align_bytes: int = 16
-    offline: bool = False
+    offline: bool = field(default=False, repr=False)   # str() shows it: offline(u4[R, K])
 
     def __post_init__(self) -> None:
         if not isinstance(self.shape, tuple):

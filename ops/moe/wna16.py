@@ -2,7 +2,8 @@
 ``torch.ops.hexlayout.fused_moe_wna16`` (``hexlayout.ops.fused_moe`` dispatches here when ``w13``
 / ``w2`` are ``WNA16Weights``).
 
-``prepare_wna16(qweight, scales, qzeros=None, *, quant_format, bits, group_size)`` takes the
+``prepare_wna16(qweight, scales, qzeros=None, *, quant_format, bits, group_size, gate_up=False,
+arch=None)`` takes the
 quantized expert weights of a projection ``y = x @ W`` (input dim ``K``, output dim ``N``;
 ``w13``: ``K = H``, ``N = 2I``, columns ``[gate | up]``; ``w2``: ``K = I``, ``N = H``) stacked
 over ``E`` experts as checkpoints store them:
@@ -62,6 +63,7 @@ from .act_order import (
     permuted_tokens,
 )
 from .pipeline import prepared_fused_moe
+from .wna16_layout import k_tile
 
 __all__ = [
     "WNA16Weights",
@@ -283,12 +285,6 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
                                weight_dtype(quant_format, bits))
     q = relayout(q_ekn, lay, gate_up)
     return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up, perm)
-
-
-def k_tile(k: int, group_size: int) -> int:
-    """The kernels' k-tile ``BK`` (the re-laid weights' chunk along K): 64; 32 for groups of 32
-    (one scale per k-tile) and for K not a multiple of 64."""
-    return 32 if group_size == 32 or k % 64 else 64
 
 
 def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
@@ -691,8 +687,10 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 def _same_layout(bld: Any, key: str, name: str) -> None:
     """The build about to run reads its weights in the offline layout ``key`` (when named): every
     config (decode, prefill, split-K) must share the prepared layout."""
+    if not key or not hasattr(bld, "offline_layouts"):  # no key named, or a recorded (not built) launch
+        return
     lay = bld.offline_layouts.get("q")
-    if key and lay is not None and lay.key != key:
+    if lay is not None and lay.key != key:
         raise ArgumentError(RUN_OP, name, f"was prepared in the offline layout {key}, but kernel "
                             f"{bld.tile_kernel.name} reads {lay.key}")
 

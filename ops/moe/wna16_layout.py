@@ -21,7 +21,13 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-__all__ = ["wna16_offline_layout", "relayout", "padded_rows", "kernel_tiles"]
+__all__ = ["wna16_offline_layout", "relayout", "padded_rows", "kernel_tiles", "k_tile"]
+
+
+def k_tile(k: int, group_size: int) -> int:
+    """The kernels' k-tile ``BK`` (the re-laid weights' chunk along K): 64; 32 for groups of 32
+    (one scale per k-tile) and for K not a multiple of 64."""
+    return 32 if group_size == 32 or k % 64 else 64
 
 
 def kernel_tiles(arch: str, bk: int) -> dict[str, Any]:
@@ -56,8 +62,6 @@ def wna16_offline_layout(arch: str, dtype: Any, bits: int, size_k: int, group_si
     ``size_k``; memoized per kernel."""
     from hexlayout.lang import u4, u8
 
-    from .wna16 import k_tile
-
     wt = weight or (u4 if bits == 4 else u8)
     return _layout(arch, dtype, wt, bits, k_tile(size_k, group_size), gate_up)
 
@@ -76,12 +80,14 @@ def relayout(q_ekn: Any, layout: Any, gate_up: bool) -> Any:
     with zeros (see the module docstring)."""
     import torch
 
+    from hexlayout.runtime.alloc import zeroed
+
     e, k, n = q_ekn.shape
     tr, tk = layout.tile
     kp = -(-k // tk) * tk
     np_ = padded_rows(n, tr, gate_up)
     q = q_ekn.transpose(1, 2).to(torch.uint8)  # [E, N, K]: row n is W[e, :, n]
-    out = torch.zeros((e, np_, kp), dtype=torch.uint8, device=q.device)
+    out = zeroed((e, np_, kp), torch.uint8, q.device)  # the padding is 0
     if gate_up:
         i = n // 2
         out[:, :i, :k] = q[:, :i]

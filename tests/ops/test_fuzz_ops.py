@@ -1236,7 +1236,8 @@ WQ_RANK = {"hidden_states": 2, "w13_qweight": 4, "w13_scales": 3, "w13_zeros": 3
 WQ_GROUPS = (32, 64, 128, -1)
 
 
-def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: Any) -> dict[str, T]:
+def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: Any,
+                 gate_up: bool = False) -> dict[str, T]:
     """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
     AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
     ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
@@ -1247,7 +1248,7 @@ def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: An
     z = torch.zeros(e, g, n // 8, dtype=I32, device="meta") if fmt == "awq" else None
     s = torch.zeros(e, g, n, dtype=dt, device="meta")
     w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
-                      group_size=group)
+                      group_size=group, gate_up=gate_up)
     return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
             "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), dt)}
 
@@ -1260,7 +1261,7 @@ def wq_valid(draw: Any) -> dict[str, Any]:
     bits = 4 if fmt == "awq" else draw(st.sampled_from([4, 8]))
     g13 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or h % g == 0]))
     g2 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or i % g == 0]))
-    w13, w2 = _wq_prepared(fmt, bits, e, h, 2 * i, g13, dt), _wq_prepared(fmt, bits, e, i, h, g2, dt)
+    w13, w2 = _wq_prepared(fmt, bits, e, h, 2 * i, g13, dt, True), _wq_prepared(fmt, bits, e, i, h, g2, dt)
     mapped = draw(st.booleans())
     g = e + draw(st.integers(0, 3))
     return {"hidden_states": T((t, h), dt), **{f"w13_{x}": v for x, v in w13.items()},

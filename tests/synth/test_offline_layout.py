@@ -82,3 +82,17 @@ def test_offline_types() -> None:
         hl.offline(u8["A", "B", "C"])
     with pytest.raises(TypeError):
         hl.offline("u8")
+
+
+def test_two_copies_in_two_storage_orders_are_refused() -> None:
+    @hl.kernel(threads=128)
+    def two_tiles(q: hl.offline(u8[N, K]), c: u8[N, K]):
+        r = hl.register(u8, (64, 64))
+        hl.copy(hl.view(q, (64, 64), (0, 0)), r)
+        hl.copy(r, hl.view(c, (64, 64), (0, 0)))
+        r2 = hl.register(u8, (64, 32))
+        hl.copy(hl.view(q, (64, 32), (0, 64)), r2)
+        hl.copy(r2, hl.view(c, (64, 32), (0, 64)))
+
+    with pytest.raises(HexlayoutError, match=r"two_tiles.*offline tensor q.*earlier copy chose"):
+        synthesize(two_tiles.trace(), "sm_80")

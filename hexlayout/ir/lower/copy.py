@@ -214,12 +214,11 @@ def _vector_mode(view: MemView, w: int) -> int | None:
 
 def lower_reg_mem(reg: RegisterTile, mem: MemView, load: bool, tid: Var, elem_bits: int,
                   max_bits: int = 128) -> CopyPlan | str:
-    """Plain vector loads (``load``) or stores between a register tile and a memory tile
-    (a view of an ``hl.offline`` tensor: ``offline.lower_offline_load``)."""
-    if isinstance(mem, GlobalTileView) and mem.param.offline:
-        from .offline import lower_offline_load
-
-        return lower_offline_load(reg, mem, load, tid, elem_bits)
+    """Plain vector loads (``load``) or stores between a register tile and a memory tile (not a
+    view of an ``hl.offline`` tensor: ``offline.lower_offline_load``)."""
+    if isinstance(mem, GlobalTileView) and mem.param.offline:  # VectorRule lowers plain copies of it
+        return Rejection(f"offline tensor {mem.param.name}: only a plain, unmasked copy of a view into a "
+                         "register tile reads it (its storage order is that tile's layout)")
     table = reg.index_table()
     offs = mem.offsets(table)
     widest = max(1, min(max_bits, declared_vector_bits(mem)) // elem_bits)

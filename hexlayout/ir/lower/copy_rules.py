@@ -49,6 +49,7 @@ from .copy import (
     lower_stmatrix,
     lower_tma_load,
 )
+from .offline import is_offline, lower_offline_load
 from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
@@ -220,7 +221,11 @@ class VectorRule(CopyRule):
 
     def lower(self, ctx: CopyContext, name: str) -> CopyPlan | str:
         if isinstance(ctx.dst, RegisterTile):
+            if is_offline(ctx.src):  # an hl.offline tensor: its storage order is the tile's layout
+                return lower_offline_load(ctx.dst, ctx.src, True, ctx.tid, ctx.elem_bits)
             return lower_reg_mem(ctx.dst, ctx.src, True, ctx.tid, ctx.elem_bits)
+        if is_offline(ctx.dst):
+            return lower_offline_load(ctx.src, ctx.dst, False, ctx.tid, ctx.elem_bits)
         return lower_reg_mem(ctx.src, ctx.dst, False, ctx.tid, ctx.elem_bits)
 
 
