@@ -16,7 +16,7 @@ from hexlayout.arch.dtypes import get_dtype
 from hexlayout.ir.functions import alu_function
 from hexlayout.lang import KernelError
 
-M, N = hl.dims("M N")
+M, N, W = hl.dims("M N W")
 
 #: OCP MX spec, FP4 E2M1: code -> value (exponent bias 1; exponent 0 is subnormal: 0.5 * m)
 SPEC = {0b0000: 0.0, 0b0001: 0.5, 0b0010: 1.0, 0b0011: 1.5, 0b0100: 2.0, 0b0101: 3.0, 0b0110: 4.0,
@@ -97,6 +97,28 @@ def test_every_code_casts_to_its_spec_value_in_the_emulators(mode: str, m: int, 
     want = torch.tensor([SPEC[int(v)] for v in c.reshape(-1)], dtype=torch.float64).reshape(m, n)
     for out in (oh, ob):
         assert torch.equal(out.double(), want) and torch.equal(out.double().signbit(), want.signbit())
+
+
+@hl.kernel(threads=128)
+def fp4_words(w: hl.u32[M, W], out: hl.f16[M, N]):
+    words = hl.register(hl.u32, (64, 8))
+    hl.copy(hl.view(w, tile=(64, 8)), words)
+    hl.copy(hl.cast(hl.unpack(words, hl.e2m1, axis=1), hl.f16), hl.view(out, tile=(64, 64)))
+
+
+def test_unpack_of_words_gives_e2m1_codes() -> None:
+    """``hl.unpack(words, hl.e2m1)``: field ``i`` of word ``w`` (bits ``4i ..``) is element
+    ``8w + i``, an e2m1 code."""
+    from hexlayout.emulator import run
+    from hexlayout.synth.solve import synthesize
+
+    c = np.random.default_rng(1).integers(0, 16, (64, 64)).astype(np.uint32)
+    w = np.zeros((64, 8), np.uint32)
+    for i in range(8):
+        w |= c[:, i::8] << (4 * i)
+    out = np.zeros((64, 64), np.float16)
+    run(synthesize(fp4_words.trace(), "sm_80").lowered.kernel, {"w": w, "out": out})
+    assert (out.astype(np.float64) == np.array([SPEC[int(v)] for v in c.reshape(-1)]).reshape(64, 64)).all()
 
 
 def test_e2m1_tiles_cast_to_f16_or_bf16_only() -> None:

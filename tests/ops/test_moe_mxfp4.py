@@ -67,6 +67,16 @@ def test_mxfp4_matches_the_float64_reference(monkeypatch, arch, dtype, t, e, k, 
     assert err <= _bound(dtype) * want.abs().max().item(), (err, want.abs().max().item())
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_mxfp4_with_split_k(monkeypatch, arch) -> None:
+    """The decode path a GPU takes (split-K partials): ``HEXLAYOUT_MOE_SPLIT_K=2`` forces it."""
+    monkeypatch.setenv("HEXLAYOUT_MOE_SPLIT_K", "2")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    out, want = _run(torch.bfloat16, 2, 4, 2, h=128, i=64, seed=22)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.bfloat16) * want.abs().max().item(), err
+
+
 def test_mxfp4_on_sm89_runs_the_mma_sync_kernels(monkeypatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
     out, want = _run(torch.bfloat16, 4, 4, 2, h=64, i=96, seed=89)

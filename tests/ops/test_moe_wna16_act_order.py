@@ -76,6 +76,17 @@ def test_act_order_matches_the_float64_reference(monkeypatch, arch, bits, group,
     assert err <= _bound(dtype) * want.abs().max().item(), (err, want.abs().max().item())
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_act_order_with_split_k(monkeypatch, arch) -> None:
+    """The decode path a GPU takes (split-K partials, then the activation / cast kernels) on
+    the gathered activations: ``HEXLAYOUT_MOE_SPLIT_K=2`` forces it on CPU tensors."""
+    monkeypatch.setenv("HEXLAYOUT_MOE_SPLIT_K", "2")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    out, want = _run(4, 32, torch.float16, 2, 4, 2, h=128, i=64, seed=21)
+    err = (out.double() - want).abs().max().item()
+    assert err <= _bound(torch.float16) * want.abs().max().item(), err
+
+
 def test_act_order_with_remote_experts() -> None:
     """Slots of remote experts (``expert_map`` -1) gather by any order and are never read."""
     out, want = _run(4, 32, torch.float16, 8, 4, 3, h=64, i=64, seed=12, emap_half=True)
