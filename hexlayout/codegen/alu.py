@@ -192,14 +192,16 @@ def _word_pair(em: Emitter, src: RegRef, i: int, dtype: str) -> str | None:
         w = f"*reinterpret_cast<const unsigned*>(&{em.reg_index(ref, ja - k)})"
         if dtype == "f16":
             sel = k | 4 << 4 | k << 8 | 4 << 12
-            return ("([&] { const unsigned hl_w = (__byte_perm(" + w + f", 0u, 0x{sel:04x}u) "
-                    "& 0x00f0000fu) | 0x64006400u; return __hfma2(*reinterpret_cast<const __half2*>(&hl_w), "
+            em.helpers.add("lop3_and_or")
+            return ("([&] { const unsigned hl_w = hl_lop3_and_or<0x00f0000fu, 0x64006400u>(__byte_perm(" + w
+                    + f", 0u, 0x{sel:04x}u)); return __hfma2(*reinterpret_cast<const __half2*>(&hl_w), "
                     "__halves2half2(__ushort_as_half(static_cast<unsigned short>(0x3c00)), "
                     "__ushort_as_half(static_cast<unsigned short>(0x2c00))), "
                     "__halves2half2(__ushort_as_half(static_cast<unsigned short>(0xe400)), "
                     "__ushort_as_half(static_cast<unsigned short>(0xd400)))); }())")
-        return ("([&] { const unsigned hl_t = " + w + "; const unsigned hl_w = (__byte_perm(hl_t, hl_t >> 4, "
-                f"0x{k | (4 + k) << 8:04x}u) & 0x000f000fu) | 0x43004300u; "
+        em.helpers.add("lop3_and_or")
+        return ("([&] { const unsigned hl_t = " + w + "; const unsigned hl_w = hl_lop3_and_or<0x000f000fu, "
+                f"0x43004300u>(__byte_perm(hl_t, hl_t >> 4, 0x{k | (4 + k) << 8:04x}u)); "
                 "return __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&hl_w), __bfloat162bfloat162("
                 "__ushort_as_bfloat16(static_cast<unsigned short>(0x4300)))); }())")
     if (pa, pb) == ("byte", "byte") and jb == ja + 1 and ja % 2 == 0 and dtype == "f16":
