@@ -73,6 +73,7 @@ def _dequant(
     ZERO: int,
     dt: DType,
     bits: int,
+    scaled: bool = True,
 ) -> Any:
     """The dequantized ``(BN, BK)`` tile of expert ``e``'s ``W^T`` at columns ``n0 ..`` and k
     ``k0 ..``: ``(q - z) * s``, in ``dt``, in registers (the mma's B operand). ``q`` holds each
@@ -88,15 +89,30 @@ def _dequant(
         qt = hl.register(u8, tile)
         hl.copy(hl.view(q, tile=tile, origin=origin), qt)
     qt = hl.reshape(hl.reshape(qt, (BN, 4, BK // 16, 2, 2)).permute((0, 2, 3, 1, 4)), (BN, BK))
-    st = hl.register(dt, (BN, 1))
-    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    st = None
+    if scaled:  # else per-channel scales: sum_k x (q - z) s = s sum_k x (q - z), after the k loop
+        st = hl.register(dt, (BN, 1))
+        hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
     if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
         zt: Any = hl.full((BN, 1), float(ZERO), dt)
     else:
         zt = hl.register(dt, (BN, 1))
         hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
     # q (< 256) and q - z (|q - z| < 256) are exact in f16 and bf16: the product is rounded once
-    return (hl.cast(qt, dt) - zt) * st
+    w = hl.cast(qt, dt) - zt
+    return w if st is None else w * st
+
+
+def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
+    """Per-channel scales ``s[e, 0, n0 ..]`` (one group over K) as a ``(1, BN)`` f32 row, by
+    which the accumulator of unscaled ``q - z`` is multiplied after the k loop."""
+    st = hl.register(dt, (1, BN))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :], st)
+    return hl.cast(st, f32)
+
+
+#: ``GROUP`` at least this: one group over K (``wna16.ONE_GROUP``), the scales per channel
+PER_CHANNEL = 1 << 30
 
 
 def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
@@ -176,10 +192,13 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
                 # warps side by side along N: each weight is dequantized by one warp only
-                wg = _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
                 hl.mma(ra, wg, acc_g, warps=(1, WARPS))
-                wu = _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
                 hl.mma(ra, wu, acc_u, warps=(1, WARPS))
+            if GROUP >= PER_CHANNEL:
+                acc_g = acc_g * _channel_scales(s, e, n0, BN, dt)
+                acc_u = acc_u * _channel_scales(s, e, n0 + Ix, BN, dt)
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
                 hl.atomic_add(h[0, pos, n0:n0 + BN], acc_g)
@@ -229,7 +248,9 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
             for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
-                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits), acc)
+                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL), acc)
+            if GROUP >= PER_CHANNEL:
+                acc = acc * _channel_scales(s, e, n0, BN, dt)
             if not ROUTER:
                 acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
             rows = routed_rows(sorted_ids, m0, BM, TKx)
