@@ -43,7 +43,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8, u32
 
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile
-from .wna16_kernels_sm80 import _dequant
+from .wna16_kernels_sm80 import PER_CHANNEL, _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
 
@@ -51,7 +51,7 @@ T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD K
 
 
 def _weight_tile(q: Any, s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, BK: int, GROUP: int, ZERO: int,
-                 dt: DType, bits: int) -> Any:
+                 dt: DType, bits: int, scaled: bool = True) -> Any:
     """The wgmma A operand: the dequantized ``(BN, BK)`` tile of ``W^T`` (``_dequant``) with its
     rows reordered, row ``16 a + 8 h + g`` holding column ``n0 + h * BN / 2 + 8 a + g``.
 
@@ -64,10 +64,19 @@ def _weight_tile(q: Any, s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, BK: 
     reordering on the accumulator."""
     halves = []
     for hf in range(2):
-        w = _dequant(q, s, z, e, n0 + hf * (BN // 2), k0, BN // 2, BK, GROUP, ZERO, dt, bits)
+        w = _dequant(q, s, z, e, n0 + hf * (BN // 2), k0, BN // 2, BK, GROUP, ZERO, dt, bits, scaled)
         halves.append(hl.reshape(hl.pack(w, u32), (BN // 16, 8, BK // 2, 1)))
     pairs = hl.interleave(halves, axis=3).permute((0, 3, 1, 2))  # (a, h, g, k-pair)
     return hl.unpack(hl.reshape(pairs, (BN, BK // 2)), dt)
+
+
+def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
+    """Per-channel scales ``s[e, 0, n0 ..]`` (one group over K) as a ``(BN, 1)`` f32 column in
+    ``_weight_tile``'s row order (``_rows_in_order``'s inverse view), by which the accumulator
+    of unscaled ``q - z`` is multiplied after the k loop."""
+    st = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :].T, st)
+    return hl.cast(hl.reshape(hl.reshape(st, (2, BN // 16, 8, 1)).permute((1, 0, 2, 3)), (BN, 1)), f32)
 
 
 def _rows_in_order(acc: Any, BN: int, BM: int) -> Any:
@@ -131,8 +140,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
 
             def step(kt: Any, st: Any) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                wg = _weight_tile(q, s, z, e, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
-                wu = _weight_tile(q, s, z, e, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
+                wg = _weight_tile(q, s, z, e, n0, c0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
+                wu = _weight_tile(q, s, z, e, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
@@ -142,6 +151,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
             g, u = acc_g, acc_u
+            if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
+                g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
@@ -204,7 +215,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             acc = hl.zeros((BN, BM), f32)
 
             def step(kt: Any, st: Any) -> None:
-                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
+                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()
@@ -212,6 +223,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
+            if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
+                acc = acc * _channel_scales(s, e, n0, BN, dt)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
