@@ -27,7 +27,7 @@ from .byte_sources import arrays_in, const_start
 __all__ = ["Fold", "MAGIC_LIMITS", "array_uses", "plan_folds"]
 
 #: magic conversion -> the constants ``c`` it may absorb: ``b + c`` exact, ``q - c`` exact
-MAGIC_LIMITS = {"i2f16_magic": 256, "i2bf16_magic_narrow": 128}
+MAGIC_LIMITS = {"i2f16_magic": 256, "i2bf16_magic_narrow": 128, "i2bf16_magic": 256}
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ def _fold_at(body: list[Instr], i: int, consts: dict[tuple[int, int], float],
     a, a0, n = cast.dst.array, const_start(cast.dst), cast.dst.count
     if a0 is None or cast.pred is not None:
         return None
+    src = cast.srcs[0]
+    if str(cast.op) == "i2bf16_magic" and not (isinstance(src, RegRef) and src.array.dtype.name == "u8"):
+        return None     # (bytes: v - z has at most 8 significant bits, exact in bf16)
     zeros: dict[int, float] = {}
     target: tuple[RegArray, int] | None = None
     subs: list[Alu] = []

@@ -248,7 +248,8 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
             for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
-                hl.mma(ra, _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL), acc)
+                w = _dequant(q, s, z, e, n0, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
+                hl.mma(ra, w, acc)
             if GROUP >= PER_CHANNEL:
                 acc = acc * _channel_scales(s, e, n0, BN, dt)
             if not ROUTER:

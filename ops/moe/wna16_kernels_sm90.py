@@ -215,7 +215,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             acc = hl.zeros((BN, BM), f32)
 
             def step(kt: Any, st: Any) -> None:
-                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
+                w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
+                                 GROUP < PER_CHANNEL)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()

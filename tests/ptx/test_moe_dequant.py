@@ -32,6 +32,7 @@ def ptx_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     (4, 64, torch.float16, "moe_wna16_gate_up_f16_w4"),      # folded hfma2 addend
     (8, 64, torch.float16, "moe_wna16_gate_up_f16_w8"),      # folded hsub2 of the 0x64 bytes
     (4, -1, torch.bfloat16, "moe_wna16_gate_up_bf16_w4"),    # folded bf16 hsub2, per-channel scales
+    (8, 64, torch.bfloat16, "moe_wna16_gate_up_bf16_w8"),    # bytes into the f32 pattern, folded
 ])
 def test_gptq_dequantization_runs_from_its_ptx(ptx_runs: list[str], bits, group, dtype, name) -> None:
     from tests.ops.test_moe_wna16 import _bound, _run
