@@ -70,8 +70,9 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
             "weights_per_thread_ktile": weights, "non_mma_per_ktile": per_ktile,
             "non_mma_per_weight": None if per_ktile is None else round(per_ktile / weights, 3),
             "non_mma_per_mma": None if ml is None else round(ml.non_mma_per_mma, 2),
-            "dequant_per_weight": None if ml is None else
-            round(sum(ml.mix.get(o, 0) for o in DEQUANT_OPS) / weights, 3),
+            "dequant_per_weight": None if ml is None or not ml.k_tiles else     # (mix: per iteration)
+            round(sum(ml.mix.get(o, 0) for o in DEQUANT_OPS) / ml.k_tiles / weights, 3),
+            "k_tiles_per_iteration": None if ml is None else ml.k_tiles,
             "marlin_dequant_per_weight": round(MARLIN[scales][2], 3),
             "registers": getattr(st, "registers", None), "spills": bool(st.spills),
             "marlin_per_weight": MARLIN[scales][0], "marlin_per_hmma": MARLIN[scales][1],
@@ -90,7 +91,10 @@ def dequant_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"machine: {meta.get('machine', '')}; compiler: {meta.get('hexlayout_compiler', '')}; "
             f"python {meta.get('python', '')}; commit {meta.get('hexlayout_commit', '')}", "",
             "f16, TOPK 2. Marlin: sm_80, 16 rows, f16, int4 (REFERENCE.md). On sm_90a an MMA is "
-            "one HGMMA (64 x BM x 16): its per-MMA column is not Marlin's per-HMMA.", "",
+            "one HGMMA (64 x BM x 16): its per-MMA column is not Marlin's per-HMMA. Weights per "
+            "thread count each weight once: the sm_80 prefill down kernel's synthesized warp "
+            "arrangement (2 x 2 for BM 64) dequantizes each weight in two warps, which doubles "
+            "its dequant/weight.", "",
             "| arch | phase | format | kernel | BM | weights/thread/k-tile | non-MMA/k-tile | "
             "non-MMA/weight | Marlin/weight | dequant/weight | Marlin dequant/weight | non-MMA/MMA | "
             "Marlin/HMMA | registers | spills |",
