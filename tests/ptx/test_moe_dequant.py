@@ -9,23 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hexlayout.ptx.execute as X
-
-
-@pytest.fixture
-def ptx_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """``HEXLAYOUT_EMULATE=ptx``, and the kernels the PTX executor ran."""
-    runs: list[str] = []
-    real = X.run_ptx
-
-    def counting(ptx, *args, **kw):
-        runs.append(kw.get("kernel", ""))
-        return real(ptx, *args, **kw)
-
-    monkeypatch.setattr(X, "run_ptx", counting)
-    monkeypatch.setattr("hexlayout.ptx.run_ptx", counting)
-    monkeypatch.setenv("HEXLAYOUT_EMULATE", "ptx")
-    return runs
+from tests.ptx.test_ops import ptx_runs  # noqa: F401  (the fixture: HEXLAYOUT_EMULATE=ptx, runs counted)
 
 
 @pytest.mark.parametrize(("bits", "group", "dtype", "name"), [
@@ -34,7 +18,7 @@ def ptx_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     (4, -1, torch.bfloat16, "moe_wna16_gate_up_bf16_w4"),    # folded bf16 hsub2, per-channel scales
     (8, 64, torch.bfloat16, "moe_wna16_gate_up_bf16_w8"),    # bytes into the f32 pattern, folded
 ])
-def test_gptq_dequantization_runs_from_its_ptx(ptx_runs: list[str], bits, group, dtype, name) -> None:
+def test_gptq_dequantization_runs_from_its_ptx(ptx_runs: list[str], bits, group, dtype, name) -> None:  # noqa: F811
     from tests.ops.test_moe_wna16 import _bound, _run
 
     out, want = _run("gptq", bits, group, dtype, 3, 8, 2, "silu", "random", seed=5)
