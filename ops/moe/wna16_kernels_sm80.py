@@ -78,7 +78,9 @@ def _dequant(
     """The dequantized ``(BN, BK)`` tile of expert ``e``'s ``W^T`` at columns ``n0 ..`` and k
     ``k0 ..``: ``(q - z) * s``, in ``dt``, in registers (the mma's B operand). ``q`` holds each
     k-tile of a row as ``[4, BK/4]`` (element ``[t, 4 c + 2 h + b]`` is k ``16 c + 8 h + 2 t +
-    b``): the values one thread's mma fragments take are contiguous."""
+    b``): the values one thread's mma fragments take are contiguous. ``scaled=False``: ``q -
+    z`` alone (per-channel scales, ``GROUP >= PER_CHANNEL``: ``_channel_scales`` multiplies
+    the accumulator after the k loop)."""
     g = k0 // GROUP
     row0 = e * s.shape[2] + n0
     tile = (BN, 1, 4, BK // 4)
