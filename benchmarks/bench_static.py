@@ -56,6 +56,7 @@ date) and prints the table.
     python benchmarks/bench_static.py --peers    # and Triton side by side
     python benchmarks/bench_static.py --only serving --tag serving   # the serving kernels only
     python benchmarks/bench_static.py --only moe --arch sm_90a       # one family, one architecture
+    python benchmarks/bench_static.py --only dequant   # W4A16 per dequantized weight beside Marlin
 """
 
 from __future__ import annotations
@@ -998,6 +999,17 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(args.peers)
     given = sys.argv[1:] if argv is None else argv
     meta["command"] = " ".join(["python benchmarks/bench_static.py", *given])
+    if terms == ["dequant"]:   # the W4A16 / W8A16 main loop per weight beside Marlin (dequant_cost)
+        from dequant_cost import dequant_markdown, dequant_rows
+
+        drows = dequant_rows(archs)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = "static-dequant" + (f"-{args.tag}" if args.tag else "")
+        (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": drows}, indent=1))
+        (out / f"{stem}.md").write_text(dequant_markdown(drows, meta))
+        print(dequant_markdown(drows, meta))
+        return 0
     rows = []
     for case in cases():
         if not _selected(terms, [case.label, case.kernel]) or (archs and case.arch not in archs):

@@ -13,10 +13,10 @@ operands' bit patterns (``unsigned long long``) to the destination's. ``cvt`` be
 and f16 prints the paired hardware conversions (two elements per call where it can); ``+ - *``
 of f16 registers print ``__hadd`` / ``__hsub`` / ``__hmul`` (the float route rounds them
 correctly: f32 has more than twice f16's precision, so the results are the same).
-``i2f16_magic`` / ``i2bf16_magic_narrow`` print pairs; a pair of ``u8`` elements that are the
-two nibbles of one byte of a register array, or two of its consecutive bytes
-(``hexlayout.codegen.byte_sources``), is converted from that 32-bit word (byte permute, mask
-with the magic exponent, one packed f16 / bf16 operation): exact, so the same results.
+The magic conversions (``i2f16_magic``, ``i2bf16_magic_narrow``, ``i2bf16_magic``) print
+pairs, from the loaded 32-bit words where the unpack allows (``hexlayout.codegen.magic``);
+a ``sub`` of a constant zero point folded into one prints nothing
+(``hexlayout.codegen.fold_zero``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from hexlayout.ir.functions import CDomain, compute_domain
 from hexlayout.ir.lowered import Alu, RegRef, Shfl
 from hexlayout.ir.tile import ScalarParam
 
-from .byte_sources import const_start
 from .ctypes_map import c_type, float_literal, from_float, to_float
 from .emitter import Emitter
+from .magic import even_start, magic_conversion
 
 __all__ = ["PRINTERS", "c_domain"]
 
@@ -74,6 +74,8 @@ def _src(em: Emitter, s: Any, idx: int | str, n: int, dom: str) -> str:
 
 def alu(em: Emitter, ins: Alu) -> list[str]:
     fn = ins.op
+    if id(ins) in em.folded:
+        return []           # a constant zero point folded into the conversion before it
     if len(ins.srcs) != fn.arity:
         raise em.error(f"{fn} takes {fn.arity} operand(s), got {len(ins.srcs)}")
     dst = ins.dst
@@ -91,7 +93,7 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     fp8 = _fp8_half(em, ins)
     if fp8 is not None:
         return fp8
-    magic = _magic_pairs(em, ins)
+    magic = magic_conversion(em, ins)
     if magic is not None:
         return magic
     if fn in _HALF_OPS and dt.name in ("f16", "bf16") and all(
@@ -120,109 +122,8 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
 
 
-#: the magic conversions printed two elements at a time: (destination, magic bits, packed type)
-_MAGIC_PAIRS = {"i2f16_magic": ("f16", 0x6600, "__half2", "__ushort_as_half", "__half2half2"),
-                "i2bf16_magic_narrow": ("bf16", 0x4300, "__nv_bfloat162", "__ushort_as_bfloat16",
-                                        "__bfloat162bfloat162")}
-
-
-def _magic_pairs(em: Emitter, ins: Alu) -> list[str] | None:
-    """``i2f16_magic`` / ``i2bf16_magic_narrow`` of an integer register slice into f16 / bf16
-    pairs: the two elements of each aligned pair get their bit patterns ``M + v`` (mod 2^16,
-    ``M`` the magic number's bits) in the halves of one 32-bit word and one ``__hsub2``
-    removes the magic number from both (HADD2 / HFMA2.BF16), instead of a 16-bit add, a
-    scalar subtraction and a PRMT per element. Bit for bit the function: the same patterns,
-    the same subtraction rounded once per half."""
-    spec = _MAGIC_PAIRS.get(str(ins.op))
-    if spec is None or not isinstance(ins.srcs[0], RegRef) or ins.dst.array.dtype.name != spec[0]:
-        return None
-    _, magic, pair, as_half, bcast = spec
-    src, dst, n = ins.srcs[0], ins.dst, ins.dst.count
-    if n < 2 or n % 2 or src.count != n or not (_even_start(src) and _even_start(dst)):
-        return None
-    em.check_reg_range(src)
-    em.check_reg_range(dst)
-    sub = f"{bcast}({as_half}(static_cast<unsigned short>(0x{magic:x})))"
-
-    def generic(v: int | str) -> str:
-        i = f"2 * {v}" if isinstance(v, str) else 2 * v
-        a, b, d = em.reg_index(src, i), em.reg_index(src, f"{i} + 1" if isinstance(v, str) else i + 1), \
-            em.reg_index(dst, i)
-        word = (f"((0x{magic:x}u + static_cast<unsigned>({a})) & 0xffffu) | "
-                f"((0x{magic:x}u + static_cast<unsigned>({b})) << 16)")
-        return (f"{{ const unsigned hl_w = {word}; "
-                f"*reinterpret_cast<{pair}*>(&{d}) = "
-                f"__hsub2(*reinterpret_cast<const {pair}*>(&hl_w), {sub}); }}")
-
-    s0 = const_start(src) if src.array.dtype.name == "u8" else None
-    if s0 is not None:
-        words = [_word_pair(em, src, s0 + 2 * v, spec[0]) for v in range(n // 2)]
-        if any(w is not None for w in words):
-            out = []
-            for v, w in enumerate(words):
-                if w is None:
-                    out.append(generic(v))
-                    continue
-                d = em.reg_index(dst, 2 * v)
-                out.append(f"*reinterpret_cast<{pair}*>(&{d}) = {w};")
-            return out
-    return ["#pragma unroll", f"for (int v = 0; v < {n // 2}; ++v) {generic('v')}"]
-
-
-def _word_pair(em: Emitter, src: RegRef, i: int, dtype: str) -> str | None:
-    """The f16 / bf16 pair ``(src[i], src[i + 1])`` converted from the 32-bit word of the bytes
-    they were unpacked from (``hexlayout.codegen.byte_sources``), or None: the printed value
-    is the magic conversion's (exact: every value is an integer below 256, 16 for bf16), with
-    one byte permute or mask per pair instead of extracting and placing each value.
-
-    - f16, the low and high nibble of byte ``k`` of word ``W``: ``t = PRMT(W)`` puts the byte
-      in bytes 0 and 2, ``(t & 0x00f0000f) | 0x64006400`` is ``(1024 + lo, 1024 + 16 hi)``
-      and one ``__hfma2`` by ``(1, 1/16)`` plus ``(-1024, -64)`` gives ``(lo, hi)`` exactly;
-    - bf16, the same nibbles (bf16 has no room for ``16 hi``): ``t = PRMT(W, W >> 4)`` puts
-      byte ``k`` of ``W`` in byte 0 and byte ``k`` of ``W >> 4`` in byte 2 (one shift per word),
-      ``(t & 0x000f000f) | 0x43004300`` is ``(128 + lo, 128 + hi)``, minus 128 by ``__hsub2``;
-    - f16, bytes ``k`` and ``k + 1`` (``k`` even) of ``W``: ``PRMT(W, 0x64)`` gives
-      ``(1024 + b0, 1024 + b1)``, minus 1024 by ``__hsub2``."""
-    (xa, ja, pa), (xb, jb, pb) = em.bytes.source(src.array, i), em.bytes.source(src.array, i + 1)
-    if xa is not xb or xa.dtype.name != "u8" or ja - ja % 4 + 4 > xa.count:
-        return None     # (unpacked from another array, the word inside it; else the pair form)
-    if xa is src.array and (pa, pb) != ("byte", "byte"):
-        return None     # (the bytes themselves, as loaded: an ``hl.offline`` 8-bit tile, from their word)
-    ref = RegRef(xa, 0, xa.count)
-    if (pa, pb) == ("lo", "hi") and ja == jb:
-        k = ja % 4
-        w = f"*reinterpret_cast<const unsigned*>(&{em.reg_index(ref, ja - k)})"
-        if dtype == "f16":
-            sel = k | 4 << 4 | k << 8 | 4 << 12
-            return ("([&] { const unsigned hl_w = (__byte_perm(" + w + f", 0u, 0x{sel:04x}u) "
-                    "& 0x00f0000fu) | 0x64006400u; return __hfma2(*reinterpret_cast<const __half2*>(&hl_w), "
-                    "__halves2half2(__ushort_as_half(static_cast<unsigned short>(0x3c00)), "
-                    "__ushort_as_half(static_cast<unsigned short>(0x2c00))), "
-                    "__halves2half2(__ushort_as_half(static_cast<unsigned short>(0xe400)), "
-                    "__ushort_as_half(static_cast<unsigned short>(0xd400)))); }())")
-        return ("([&] { const unsigned hl_t = " + w + "; const unsigned hl_w = (__byte_perm(hl_t, hl_t >> 4, "
-                f"0x{k | (4 + k) << 8:04x}u) & 0x000f000fu) | 0x43004300u; "
-                "return __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&hl_w), __bfloat162bfloat162("
-                "__ushort_as_bfloat16(static_cast<unsigned short>(0x4300)))); }())")
-    if (pa, pb) == ("byte", "byte") and jb == ja + 1 and ja % 2 == 0 and dtype == "f16":
-        k = ja % 4
-        w = f"*reinterpret_cast<const unsigned*>(&{em.reg_index(ref, ja - k)})"
-        sel = k | 4 << 4 | (k + 1) << 8 | 4 << 12
-        return ("([&] { const unsigned hl_w = __byte_perm(" + w + f", 0x64u, 0x{sel:04x}u); "
-                "return __hsub2(*reinterpret_cast<const __half2*>(&hl_w), "
-                "__half2half2(__ushort_as_half(static_cast<unsigned short>(0x6400)))); }())")
-    return None
-
-
 _FP8 = {"e4m3": "__NV_E4M3", "e5m2": "__NV_E5M2"}
 _HALF_OPS = {"add": "__hadd", "sub": "__hsub", "mul": "__hmul"}
-
-
-def _even_start(ref: RegRef) -> bool:
-    try:
-        return int(ref.start) % 2 == 0
-    except (TypeError, ValueError):
-        return False
 
 
 def _fp8_half(em: Emitter, ins: Alu) -> list[str] | None:
@@ -257,7 +158,7 @@ def _fp8_half(em: Emitter, ins: Alu) -> list[str] | None:
 
     if n == 1:
         return [one(0)]
-    if n % 2 or not (_even_start(src) and _even_start(dst)):
+    if n % 2 or not (even_start(src) and even_start(dst)):
         return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {one('v')}"]
     return ["#pragma unroll", f"for (int v = 0; v < {n // 2}; ++v) {two('2 * v')}"]
 

@@ -24,7 +24,7 @@ from typing import Any
 from hexlayout.ir.expr import as_expr, free_vars, to_c
 from hexlayout.ir.lowered import Alu, Instr, RegArray, RegRef
 
-__all__ = ["ByteSources", "const_start"]
+__all__ = ["ByteSources", "arrays_in", "const_start"]
 
 Source = tuple[RegArray, int, str]
 
@@ -37,17 +37,17 @@ def const_start(ref: RegRef) -> int | None:
     return int(to_c(start).strip("()"))
 
 
-def _arrays(obj: Any, out: list[RegArray], depth: int = 0) -> None:
+def arrays_in(obj: Any, out: list[RegArray], depth: int = 0) -> None:
     if isinstance(obj, RegRef):
         out.append(obj.array)
     elif isinstance(obj, RegArray):
         out.append(obj)
     elif depth < 3 and isinstance(obj, (list, tuple)):
         for o in obj:
-            _arrays(o, out, depth + 1)
+            arrays_in(o, out, depth + 1)
     elif depth < 3 and isinstance(obj, dict):
         for o in obj.values():
-            _arrays(o, out, depth + 1)
+            arrays_in(o, out, depth + 1)
 
 
 def _int(s: Any) -> int | None:
@@ -85,7 +85,7 @@ class ByteSources:
         """Update the sources after ``ins`` (printed at the current point)."""
         if not isinstance(ins, Alu) or ins.pred is not None:
             written: list[RegArray] = []
-            _arrays(list(vars(ins).values()), written)
+            arrays_in(list(vars(ins).values()), written)
             self._forget(written)
             return
         dst = ins.dst

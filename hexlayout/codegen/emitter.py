@@ -42,6 +42,7 @@ from hexlayout.ir.tile import GlobalParam
 
 from .byte_sources import ByteSources
 from .errors import CodegenError
+from .fold_zero import Fold
 from .names import NameTable
 
 __all__ = ["Emitter", "MBAR_ALIGN"]
@@ -68,6 +69,10 @@ class Emitter:
         #: what the ``u8`` register elements hold at the point being printed (the kernel printer
         #: updates it after each instruction; ``hexlayout.codegen.byte_sources``)
         self.bytes = ByteSources()
+        #: constant zero points folded into magic conversions (``hexlayout.codegen.fold_zero``):
+        #: id(conversion) -> its fold; the ids of the ``sub`` instructions folded away
+        self.folds: dict[int, Fold] = {}
+        self.folded: set[int] = set()
         #: the warp index ``threadIdx.x / 32`` as a value the compiler knows is the same in every
         #: lane (read from lane 0 by ``__shfl_sync``): in ``expr(e, warp_uniform=True)``,
         #: ``tid / (32 j)`` prints as ``warp_id / j``, so warp-uniform values (a warp group's
@@ -75,6 +80,11 @@ class Emitter:
         self.warp_var = Var(self.names.take("warp_id"), 0, max(1, kernel.threads // 32), "warp")
         self.warp_used = False
         self._bound[self.warp_var] = self.warp_var.name
+
+    def add_folds(self, folds: dict[int, Fold]) -> None:
+        """Record the folds planned for a body about to be printed."""
+        self.folds.update(folds)
+        self.folded.update(id(s) for f in folds.values() for s in f.subs)
 
     # --- errors ---------------------------------------------------------------------------
     def error(self, message: str) -> CodegenError:

@@ -62,13 +62,23 @@ __device__ __forceinline__ float hl_ex2_approx_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }""",
+    "lop3_and_or": """\
+// (a & MASK) | OR as one LOP3 with both constants as immediates of the PTX instruction: ptxas
+// keeps the constant it cannot encode in one register (a C expression gets it re-materialized
+// by an IMAD.MOV before each use).
+template <unsigned MASK, unsigned OR>
+__device__ __forceinline__ unsigned hl_lop3_and_or(unsigned a) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "n"(MASK), "n"(OR));
+  return r;
+}""",
     "tensor_map": """\
 // The 128-byte tensor map of cuda.h (encoded on the host by cuTensorMapEncodeTiled).
 typedef struct __align__(64) CUtensorMap_st { unsigned long long opaque[16]; } CUtensorMap;""",
 }
 
 _ORDER = ("tensor_map", "u32", "gmma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80", "shfl",
-          "ex2_approx_ftz")
+          "ex2_approx_ftz", "lop3_and_or")
 
 
 def helper_source(used: set[str]) -> str:

@@ -49,6 +49,7 @@ from . import alu, atomics, matrix, memory, mma, sync, tma
 from .ctypes_map import c_type, is_fp8
 from .emitter import MBAR_ALIGN, Emitter
 from .errors import CodegenError
+from .fold_zero import array_uses, plan_folds
 from .helpers import helper_source
 
 __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
@@ -119,6 +120,7 @@ class _Printer:
         self.lines: list[str] = []
         self.depth = 1
         self.last_site: tuple[str, int, str, str] | None = None
+        self.uses = array_uses(kernel.body)
 
     # --- output ---------------------------------------------------------------------------
     def out(self, line: str) -> None:
@@ -212,6 +214,7 @@ class _Printer:
             self.last_site = s
 
     def body(self, body: list[Instr]) -> None:
+        self.em.add_folds(plan_folds(body, self.uses))
         for ins in body:
             self.em.instr = ins
             if isinstance(ins, Comment):

@@ -75,11 +75,14 @@ def _dequant(
     ZERO: int,
     dt: DType,
     bits: int,
+    scaled: bool = True,
 ) -> Any:
     """The dequantized ``(BN, BK)`` tile ``(q - z) * s`` of expert ``e``'s ``W^T`` at columns
     ``n0 ..`` (rows ``row0 ..`` of the offline ``q``) and k ``k0 ..``, in ``dt``, in registers
     (the mma's operand). ``q`` is read in logical coordinates; its storage order is the one
-    synthesis derives from the mma's fragment (``hl.offline``)."""
+    synthesis derives from the mma's fragment (``hl.offline``). ``scaled=False``: ``q - z``
+    alone (per-channel scales, ``GROUP >= PER_CHANNEL``: ``_channel_scales`` multiplies the
+    accumulator after the k loop)."""
     g = k0 // GROUP
     w = hl.view(q, (BN, BK), (row0, k0))
     if bits == 4:
@@ -87,17 +90,33 @@ def _dequant(
     else:
         qt = hl.register(u8, (BN, BK))
         hl.copy(w, qt)
-    st = hl.register(dt, (BN, 1))
-    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    st = None
+    if scaled:  # else per-channel scales: sum_k x (q - z) s = s sum_k x (q - z), after the k loop
+        st = hl.register(dt, (BN, 1))
+        hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
     if ZERO < 0:  # no zero point (MXFP4: e2m1 values, cast by their bit trick)
-        return hl.cast(qt, dt) * st
+        c = hl.cast(qt, dt)
+        return c if st is None else c * st
     if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
         zt: Any = hl.full((BN, 1), float(ZERO), dt)
     else:
         zt = hl.register(dt, (BN, 1))
         hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
     # q (< 256) and q - z (|q - z| < 256) are exact in f16 and bf16: the product is rounded once
-    return (hl.cast(qt, dt) - zt) * st
+    w = hl.cast(qt, dt) - zt
+    return w if st is None else w * st
+
+
+def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
+    """Per-channel scales ``s[e, 0, n0 ..]`` (one group over K) as a ``(1, BN)`` f32 row, by
+    which the accumulator of unscaled ``q - z`` is multiplied after the k loop."""
+    st = hl.register(dt, (1, BN))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :], st)
+    return hl.cast(st, f32)
+
+
+#: ``GROUP`` at least this: one group over K (``wna16.ONE_GROUP``), the scales per channel
+PER_CHANNEL = 1 << 30
 
 
 def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
@@ -180,10 +199,15 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
                 if ROUTER:
                     ra = hl.cast(hl.cast(ra, f32) * wr, dt)
                 # warps side by side along N: each weight is dequantized by one warp only
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                sc = GROUP < PER_CHANNEL
+                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, k0, BN, BK, GROUP, ZERO, dt, bits, sc)
                 hl.mma(ra, wg, acc_g, warps=(1, WARPS))
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt, bits)
+                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt,
+                              bits, sc)
                 hl.mma(ra, wu, acc_u, warps=(1, WARPS))
+            if GROUP >= PER_CHANNEL:
+                acc_g = acc_g * _channel_scales(s, e, n0, BN, dt)
+                acc_u = acc_u * _channel_scales(s, e, n0 + Ix, BN, dt)
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
                 hl.atomic_add(h[0, pos, n0:n0 + BN], acc_g)
@@ -236,8 +260,10 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
             acc = hl.zeros((BM, BN), f32)
             for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
                 row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, k0, BN, BK, GROUP, ZERO, dt, bits)
+                w = _dequant(q, s, z, e, row0, n0, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
                 hl.mma(ra, w, acc, warps=(1, WARPS))
+            if GROUP >= PER_CHANNEL:
+                acc = acc * _channel_scales(s, e, n0, BN, dt)
             if not ROUTER:
                 acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
             rows = routed_rows(sorted_ids, m0, BM, TKx)

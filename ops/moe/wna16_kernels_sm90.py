@@ -45,11 +45,19 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile
-from .wna16_kernels_sm80 import _dequant
+from .wna16_kernels_sm80 import PER_CHANNEL, _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
+
+
+def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
+    """Per-channel scales ``s[e, 0, n0 ..]`` (one group over K) as a ``(BN, 1)`` f32 column, by
+    which the accumulator of unscaled ``q - z`` is multiplied after the k loop."""
+    st = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :].T, st)
+    return hl.cast(st, f32)
 
 
 @cache
@@ -110,8 +118,10 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
 
             def step(kt: Any, st: Any) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
+                sc = GROUP < PER_CHANNEL
+                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
+                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt,
+                              bits, sc)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
@@ -121,6 +131,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
             g, u = acc_g, acc_u
+            if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
+                g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
@@ -185,7 +197,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
 
             def step(kt: Any, st: Any) -> None:
                 row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
+                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
+                             GROUP < PER_CHANNEL)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()
@@ -193,6 +206,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
 
             for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
                 step(kt, st)
+            if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
+                acc = acc * _channel_scales(s, e, n0, BN, dt)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], out)

@@ -9,7 +9,10 @@ printed code, run on the host (``__byte_perm`` by the PTX ``prmt`` definition, `
 by a float fma), computes bit
 for bit what the emulator computes for the same lowered instructions on every byte value at
 every byte position; a write to the loaded bytes in between, or a loop boundary, falls back
-to the per-element form; the statements compile for the device (NVRTC, sm_80)."""
+to the per-element form; the statements compile for the device (NVRTC, sm_80). Also
+(``MORE``): an interleaved nibble order (one ``lop3`` per pair, no byte permute), a constant
+zero point folded into the magic constant (``hexlayout.codegen.fold_zero``: the ``sub``
+prints nothing), and bytes to bf16 through the f32 pattern."""
 
 from __future__ import annotations
 
@@ -26,12 +29,22 @@ from hexlayout.arch.dtypes import BF16, F16, U8, DType
 from hexlayout.codegen.alu import alu as print_alu
 from hexlayout.codegen.ctypes_map import c_type
 from hexlayout.codegen.emitter import Emitter
+from hexlayout.codegen.fold_zero import array_uses, plan_folds
 from hexlayout.ir import lowered as L
 from hexlayout.ir.expr import Var
 
 NB = 8   # loaded bytes per group (two 32-bit words)
 CASES = [("nibbles", "i2f16_magic", F16), ("nibbles", "i2bf16_magic_narrow", BF16),
          ("bytes", "i2f16_magic", F16)]
+#: an interleaved nibble order (Marlin's: pair m of a word holds its nibbles m and m + 4: the
+#: same nibble of bytes k and k + 2), converted with one LOP3 per pair and no byte permute;
+#: and each kind with a constant zero point folded into the magic constant (``fold_zero``)
+MORE = [("inter", "i2f16_magic", F16, 0), ("inter", "i2bf16_magic_narrow", BF16, 0),
+        ("inter", "i2f16_magic", F16, 8), ("inter", "i2bf16_magic_narrow", BF16, 8),
+        ("nibbles", "i2f16_magic", F16, 8), ("nibbles", "i2bf16_magic_narrow", BF16, 8),
+        ("bytes", "i2f16_magic", F16, 128),
+        # bytes to bf16 by the f32 pattern (PRMT of the byte into 0x4B400000), a paired rounding
+        ("bytes", "i2bf16_magic", BF16, 0), ("bytes", "i2bf16_magic", BF16, 128)]
 PRMT = r"""
 // PTX prmt.b32 (default mode): byte i of the result is byte (s >> 4 i) & 7 of {y, x}
 static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
@@ -45,18 +58,35 @@ static __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
   return __halves2half2(__float2half_rn(std::fmaf(__low2float(a), __low2float(b), __low2float(c))),
                         __float2half_rn(std::fmaf(__high2float(a), __high2float(b), __high2float(c))));
 }
+// __int_as_float (device only): the bits of x as a float
+static float __int_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+// hl_lop3_and_or (device: one lop3.b32)
+template <unsigned MASK, unsigned OR>
+static unsigned hl_lop3_and_or(unsigned a) { return (a & MASK) | OR; }
 """
 
 
-def _program(kind: str, fn: str, dst: DType, clobber: bool = False) -> tuple[list[L.Alu], list[L.RegArray]]:
-    """The lowered instructions of ``_dequant``'s unpack (``kind`` nibbles: each byte's low then
-    high nibble; bytes: the bytes in order), then ``fn`` into ``d``."""
+def _nibble(kind: str, e: int) -> tuple[int, int]:
+    """(byte, 0 low / 1 high) of element ``e`` of the unpacked nibbles: ``nibbles`` each byte's
+    low then high nibble; ``inter`` pair ``m`` of word ``w`` its nibbles ``m`` and ``m + 4``."""
+    if kind == "nibbles":
+        return e // 2, e % 2
+    w, r = divmod(e, 8)
+    p = r // 2 + 4 * (r % 2)
+    return 4 * w + p // 2, p % 2
+
+
+def _program(kind: str, fn: str, dst: DType, clobber: bool = False,
+             zero: int = 0) -> tuple[list[L.Alu], list[L.RegArray]]:
+    """The lowered instructions of ``_dequant``'s unpack (``kind`` nibbles / inter: see
+    ``_nibble``; bytes: the bytes in order), then ``fn`` into ``d`` (with ``zero``: ``fn`` into
+    ``f``, then ``d = f - z`` with ``z`` a register tile filled with ``zero``)."""
     x = L.RegArray("x", U8, NB)
-    n = 2 * NB if kind == "nibbles" else NB
+    n = NB if kind == "bytes" else 2 * NB
     j, d = L.RegArray("j", U8, n), L.RegArray("d", dst, n)
     arrays = [x, j, d]
     ins: list[L.Alu] = []
-    if kind == "nibbles":
+    if kind != "bytes":
         parts = []
         for k, sh in enumerate((0, 4)):
             s, m, c = (L.RegArray(f"{p}{k}", U8, NB) for p in "smc")
@@ -65,13 +95,20 @@ def _program(kind: str, fn: str, dst: DType, clobber: bool = False) -> tuple[lis
                     L.Alu("bitand", L.RegRef(m, 0, NB), (L.RegRef(s, 0, NB), 15)),
                     L.Alu("cvt", L.RegRef(c, 0, NB), (L.RegRef(m, 0, NB),))]
             parts.append(c)
-        ins += [L.Alu("bitcast", L.RegRef(j, 2 * i + h, 1), (L.RegRef(parts[h], i, 1),))
-                for i in range(NB) for h in (0, 1)]
+        ins += [L.Alu("bitcast", L.RegRef(j, e, 1), (L.RegRef(parts[hi], b, 1),))
+                for e, (b, hi) in ((e, _nibble(kind, e)) for e in range(n))]
     else:
         ins.append(L.Alu("cvt", L.RegRef(j, 0, NB), (L.RegRef(x, 0, NB),)))
     if clobber:   # the loaded bytes change between the unpack and the conversion
         ins.append(L.Alu("bitand", L.RegRef(x, 0, NB), (L.RegRef(x, 0, NB), 7)))
-    ins.append(L.Alu(fn, L.RegRef(d, 0, n), (L.RegRef(j, 0, n),)))
+    if not zero:
+        ins.append(L.Alu(fn, L.RegRef(d, 0, n), (L.RegRef(j, 0, n),)))
+        return ins, arrays
+    f, z = L.RegArray("f", dst, n), L.RegArray("z", dst, 2)
+    arrays += [f, z]
+    ins += [L.Alu("mov", L.RegRef(z, 0, 2), (float(zero),)),
+            L.Alu(fn, L.RegRef(f, 0, n), (L.RegRef(j, 0, n),))]
+    ins += [L.Alu("sub", L.RegRef(d, i, 1), (L.RegRef(f, i, 1), L.RegRef(z, i % 2, 1))) for i in range(n)]
     return ins, arrays
 
 
@@ -80,6 +117,7 @@ def _print(ins: list[L.Alu], arrays: list[L.RegArray]) -> list[list[str]]:
     em = Emitter(k)
     for a in arrays:
         em.add_name(a, a.name)
+    em.add_folds(plan_folds(ins, array_uses(ins)))
     out = []
     for i in ins:
         out.append(print_alu(em, i))
@@ -126,6 +164,20 @@ def test_unpacked_pairs_print_from_the_loaded_word(kind: str, fn: str, dst: DTyp
     assert len(conv) == 2 and "&x[" not in conv[1] and "__byte_perm" not in conv[1], conv
 
 
+@pytest.mark.parametrize(("kind", "fn", "dst", "zero"), MORE, ids=str)
+def test_interleaved_pairs_take_no_byte_permute_and_zero_points_fold(kind, fn, dst, zero) -> None:
+    ins, arrays = _program(kind, fn, dst, zero=zero)
+    printed = _print(ins, arrays)
+    conv = printed[-(2 * NB + 1) if kind != "bytes" and zero else -(NB + 1) if zero else -1]
+    assert len(conv) == (NB if kind == "bytes" else 2 * NB) // 2, conv
+    assert all("&x[" in ln for ln in conv), conv
+    if kind == "inter":
+        assert all("__byte_perm" not in ln and "hl_lop3_and_or" in ln for ln in conv), conv
+    if zero:       # the subtractions of z print nothing: the conversion writes d, minus b + z
+        assert all(p == [] for p in printed[len(printed) - len(conv) * 2:]), printed[-3:]
+        assert all("(&d[" in ln for ln in conv), conv
+
+
 def test_the_kernel_printer_reads_words_in_straight_line_code_only() -> None:
     from hexlayout.codegen.kernel import generate_cuda
 
@@ -140,20 +192,21 @@ def test_the_kernel_printer_reads_words_in_straight_line_code_only() -> None:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run the printed code on the host")
-@pytest.mark.parametrize(("kind", "fn", "dst"), CASES, ids=str)
-def test_printed_words_compute_what_the_emulator_computes(kind: str, fn: str, dst: DType, tmp_path) -> None:
+@pytest.mark.parametrize(("kind", "fn", "dst", "zero"), [(*c, 0) for c in CASES] + MORE, ids=str)
+def test_printed_words_compute_what_the_emulator_computes(kind: str, fn: str, dst: DType, zero: int,
+                                                          tmp_path) -> None:
     h = _registry_harness()
     inc = h._include_dir()
     if inc is None:
         pytest.skip("needs the CUDA headers")
-    ins, arrays = _program(kind, fn, dst)
+    ins, arrays = _program(kind, fn, dst, zero=zero)
     lines = _print(ins, arrays)
     # every byte value at every byte position, then random groups
     base = np.arange(256, dtype=np.int64)
     groups = [np.roll(base, -p)[: NB * 32].reshape(32, NB) for p in range(NB)]
     x = np.concatenate([np.stack([np.roll(g, p, axis=1) for g in groups]).reshape(-1, NB)
                         for p in range(NB)] + [np.random.default_rng(1).integers(0, 256, (64, NB))])
-    n = 2 * NB if kind == "nibbles" else NB
+    n = NB if kind == "bytes" else 2 * NB
     decl = "\n    ".join(f"alignas(16) {c_type(a.dtype)} {a.name}[{a.count}];" for a in arrays)
     body = "\n    ".join(ln for group in lines for ln in group)
     td = c_type(dst)
@@ -181,22 +234,27 @@ int main(int argc, char** argv) {{
     emulated = np.stack([_emulate(ins, arrays, row) for row in x])
     np.testing.assert_array_equal(printed.view(np.uint16), emulated.view(np.uint16))
     # and the values themselves: the nibbles / bytes, exactly
-    want = np.stack([x & 15, x >> 4], axis=2).reshape(len(x), n) if kind == "nibbles" else x
-    np.testing.assert_array_equal(printed.astype(np.float64), want.astype(np.float64))
+    if kind == "bytes":
+        want = x
+    else:
+        want = np.stack([(x[:, b] >> 4 * hi) & 15 for b, hi in (_nibble(kind, e) for e in range(n))], axis=1)
+    np.testing.assert_array_equal(printed.astype(np.float64), want.astype(np.float64) - zero)
 
 
 @pytest.mark.nvrtc
 def test_printed_words_compile_for_the_device() -> None:
+    from hexlayout.codegen.helpers import helper_source
     from hexlayout.runtime.compile import compile_cuda
 
     body = []
-    for k, (kind, fn, dst) in enumerate(CASES):
-        ins, arrays = _program(kind, fn, dst)
+    cases = [(*c, 0) for c in CASES] + MORE
+    for k, (kind, fn, dst, zero) in enumerate(cases):
+        ins, arrays = _program(kind, fn, dst, zero=zero)
         decl = " ".join(f"__align__(16) {c_type(a.dtype)} {a.name}[{a.count}];" for a in arrays)
         stmts = "\n".join(ln for group in _print(ins, arrays) for ln in group)
         body.append(f"  {{ {decl} for (int i = 0; i < {NB}; ++i) x[i] = buf[i];\n{stmts}\n"
                     f"for (int i = 0; i < {arrays[2].count}; ++i) out{k}[i] = d[i]; }}")
-    params = ", ".join(f"{c_type(dst)}* out{k}" for k, (_, _, dst) in enumerate(CASES))
-    src = "\n".join(["#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+    params = ", ".join(f"{c_type(c[2])}* out{k}" for k, c in enumerate(cases))
+    src = "\n".join(["#include <cuda_fp16.h>", "#include <cuda_bf16.h>", helper_source({"lop3_and_or"}),
                      f'extern "C" __global__ void words(const unsigned char* buf, {params}) {{', *body, "}"])
     compile_cuda(src, "sm_80", cache=False)
