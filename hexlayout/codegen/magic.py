@@ -227,7 +227,7 @@ def _bf16_bytes(em: Emitter, ins: Alu) -> list[str] | None:
 
     def pattern(i: int) -> str:
         xa, ja, part = em.bytes.source(src.array, s0 + i)
-        if part == "byte" and xa is not src.array and xa.dtype.name == "u8" and ja - ja % 4 + 4 <= xa.count:
+        if part == "byte" and xa.dtype.name == "u8" and ja - ja % 4 + 4 <= xa.count:  # (its own word too)
             k = ja % 4
             w = f"*reinterpret_cast<const unsigned*>(&{em.reg_index(RegRef(xa, 0, xa.count), ja - k)})"
             return f"__byte_perm({w}, 0x{_F32_MAGIC:x}u, 0x{k | 5 << 4 | 6 << 8 | 7 << 12:04x}u)"
