@@ -118,31 +118,31 @@ def _dequant_cost():
     return mod
 
 
-#: decode (BM 16, f16) main loops, measured: (arch, format, kernel) -> (non-MMA per weight,
-#: dequantization instructions per weight). Marlin (sm_80): 2.30 / 1.69 with group-128 scales,
-#: 1.65 / 1.14 per channel. Reached: the dequantization of GPTQ-8 (1.56) is below Marlin's
-#: int4 figure, and the whole GPTQ-8 gate-up loop within 1.5x Marlin's per-weight figure
-#: (3.28 / 3.36 <= 3.45). Not reached: AWQ-4 / GPTQ-4 (3.8-5.1 per weight; dequantization 2.06
-#: with g128: a PRMT per pair that an interleaved offline layout removes, 1.5 per channel) and
-#: the GPTQ-8 down loop: the rest is loop overhead (addressing, predicates, weight and scale
-#: loads, ldmatrix: 1.7-2.5 per weight), the kernels' loop structure.
+#: decode (BM 16, f16) main loops on the synthesized offline layouts, measured: (arch, format,
+#: kernel) -> (non-MMA per weight, dequantization instructions per weight). Marlin (sm_80): 2.30
+#: / 1.69 with group-128 scales, 1.65 / 1.14 per channel. Reached: the dequantization of GPTQ-8
+#: (1.56-1.63) is below Marlin's int4 figure, and the whole GPTQ-8 gate-up loop within 1.5x
+#: Marlin's per-weight figure (2.95 / 3.17 <= 3.45). Not reached: AWQ-4 / GPTQ-4 (3.3-5.0 per
+#: weight; dequantization 2.06 with g128: a PRMT per pair that a nibble-interleaved in-vector
+#: order removes, 1.5 per channel) and the GPTQ-8 down loop: the rest is loop overhead
+#: (addressing, predicates, weight and scale loads, ldmatrix: 1.3-2.4 per weight).
 PER_WEIGHT = {
-    ("sm_80", "AWQ-4 g128", "gate_up"): (4.531, 2.625),
-    ("sm_80", "AWQ-4 g128", "down"): (4.875, 2.625),
-    ("sm_80", "GPTQ-4 g128", "gate_up"): (3.781, 2.062),
-    ("sm_80", "GPTQ-4 g128", "down"): (4.25, 2.062),
-    ("sm_80", "GPTQ-4 channel", "gate_up"): (2.656, 1.5),
-    ("sm_80", "GPTQ-4 channel", "down"): (3.156, 1.5),
-    ("sm_80", "GPTQ-8 g128", "gate_up"): (3.281, 1.562),
-    ("sm_80", "GPTQ-8 g128", "down"): (3.812, 1.562),
-    ("sm_90a", "AWQ-4 g128", "gate_up"): (4.781, 2.625),
-    ("sm_90a", "AWQ-4 g128", "down"): (5.125, 2.625),
-    ("sm_90a", "GPTQ-4 g128", "gate_up"): (4.031, 2.062),
-    ("sm_90a", "GPTQ-4 g128", "down"): (4.5, 2.062),
-    ("sm_90a", "GPTQ-4 channel", "gate_up"): (3.172, 1.5),
-    ("sm_90a", "GPTQ-4 channel", "down"): (3.688, 1.5),
-    ("sm_90a", "GPTQ-8 g128", "gate_up"): (3.359, 1.562),
-    ("sm_90a", "GPTQ-8 g128", "down"): (3.906, 1.562),
+    ("sm_80", "AWQ-4 g128", "gate_up"): (4.172, 2.625),
+    ("sm_80", "AWQ-4 g128", "down"): (4.75, 2.625),
+    ("sm_80", "GPTQ-4 g128", "gate_up"): (3.344, 2.062),
+    ("sm_80", "GPTQ-4 g128", "down"): (3.969, 2.062),
+    ("sm_80", "GPTQ-4 channel", "gate_up"): (2.453, 1.5),
+    ("sm_80", "GPTQ-4 channel", "down"): (2.875, 1.5),
+    ("sm_80", "GPTQ-8 g128", "gate_up"): (2.953, 1.578),
+    ("sm_80", "GPTQ-8 g128", "down"): (3.844, 1.625),
+    ("sm_90a", "AWQ-4 g128", "gate_up"): (4.625, 2.625),
+    ("sm_90a", "AWQ-4 g128", "down"): (5.031, 2.625),
+    ("sm_90a", "GPTQ-4 g128", "gate_up"): (4.016, 2.062),
+    ("sm_90a", "GPTQ-4 g128", "down"): (4.094, 2.062),
+    ("sm_90a", "GPTQ-4 channel", "gate_up"): (2.703, 1.5),
+    ("sm_90a", "GPTQ-4 channel", "down"): (3.062, 1.5),
+    ("sm_90a", "GPTQ-8 g128", "gate_up"): (3.172, 1.578),
+    ("sm_90a", "GPTQ-8 g128", "down"): (3.5, 1.562),
 }
 
 
