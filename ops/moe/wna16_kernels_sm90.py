@@ -42,7 +42,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8, u32
 
-from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile
+from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile, wgmma_pipeline
 from .wna16_kernels_sm80 import _dequant
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
@@ -108,7 +108,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         *,
         BM: int = 16,
         BK: int = bk,
-        STAGES: int = 3,
+        STAGES: int = 4,
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -129,18 +129,16 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
 
-            def step(kt: Any, st: Any) -> None:
+            def step(kt: Any, st: Any, _slot: int) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
                 wg = _weight_tile(q, s, z, e, n0, c0, BN, BK, GROUP, ZERO, dt, bits)
                 wu = _weight_tile(q, s, z, e, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
+                hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
-                step(kt, st)
+            wgmma_pipeline(num_k, STAGES, load, step)
             g, u = acc_g, acc_u
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
@@ -187,7 +185,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
         *,
         BM: int = 16,
         BK: int = bk,
-        STAGES: int = 3,
+        STAGES: int = 4,
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -203,15 +201,13 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
             acc = hl.zeros((BN, BM), f32)
 
-            def step(kt: Any, st: Any) -> None:
+            def step(kt: Any, st: Any, _slot: int) -> None:
                 w = _weight_tile(q, s, z, e, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
+                hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
-                step(kt, st)
+            wgmma_pipeline(num_k, STAGES, load, step)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
