@@ -14,7 +14,8 @@ from hexlayout.lang import f32, i32
 
 __all__ = ["load_tile", "moe_grid", "expert_block", "k_tile_range", "split_range", "split_k0", "block_rows",
            "routed_rows", "sorted_rows", "sorted_tokens", "gathered_stages", "ws_ring", "produce_ring",
-           "consume_ring", "warp_specialized", "wgmma_pipeline", "PRODUCER_REGS", "CONSUMER_REGS"]
+           "consume_ring", "warp_specialized", "wgmma_pipeline", "check_in_flight_stages", "PRODUCER_REGS",
+           "CONSUMER_REGS"]
 
 #: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
 #: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
@@ -105,7 +106,16 @@ def gathered_stages(a: Any, rows: Any, m0: Any, k0: Callable[[Any], Any] | None,
     return sa, sw, load
 
 
-def wgmma_pipeline(num_k: Any, stages: int, load: Callable[[Any, Any], None], step: Callable[[Any, Any, int], None],
+def check_in_flight_stages(name: str, stages: int) -> None:
+    """Kernel ``name``'s ``STAGES`` fits a ring read by a wgmma group in flight: at least 3 (the
+    k-tiles loaded ``STAGES - 2`` ahead, one more stage free for the group in flight)."""
+    if stages < 3:
+        raise ValueError(f"{name}: STAGES ({stages}) must be >= 3: k-tiles are loaded STAGES - 2 ahead and "
+                         "one more stage stays free for the wgmma group in flight")
+
+
+def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
+                   step: Callable[[Any, Any, int], None],
                    finish: Callable[[Any, int], None] | None = None) -> None:
     """The k-loop of a swap-AB sm_90a kernel that does not wait for each k-tile's wgmma group.
 
@@ -130,10 +140,9 @@ def wgmma_pipeline(num_k: Any, stages: int, load: Callable[[Any, Any], None], st
       back edge: ptxas serializes every wgmma (C7514) when a group is in flight across it while
       an accumulator is read in the loop.
 
-    After the loop ``wgmma_wait(0)``. Needs ``stages >= 3``."""
-    if stages < 3:
-        raise ValueError(f"wgmma_pipeline: STAGES ({stages}) must be >= 3 (one stage more for the wgmma "
-                         "group in flight)")
+    After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
+    ``name``: ``check_in_flight_stages``)."""
+    check_in_flight_stages(name, stages)
     ahead = stages - 2
     for j in range(ahead):
         load(j, j)

@@ -15,9 +15,17 @@ MMA rows):
   holds, per warp, the values of an mma.sync one) and fed to ``wgmma.mma_async`` m64nBMk16 as
   its register A operand: the dequantized weights never touch shared memory;
 - B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
-  cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
+  cp.async ``STAGES - 2`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
   reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
-  each k-tile's wgmma group (``hl.pipeline``).
+  each k-tile's wgmma group.
+
+The main loop (``blocks.wgmma_pipeline``) never waits for the k-tile it just issued: k-tile
+``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s stage is
+waited for and its weights are loaded and dequantized. The loop is unrolled by 2, so the two
+k-tiles of an iteration dequantize into two register A tiles, each rewritten only after the wait
+that retired the wgmma reading it (k-tile ``k - 2``); the stage refilled at ``k`` is ``k - 2``'s,
+retired by that wait in every thread before the barrier (hence one stage more than the loads
+ahead: ``STAGES`` 4, 2 ahead). The accumulators are touched by wgmma alone until the loop ends.
 
 Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
@@ -45,7 +53,11 @@ from hexlayout.lang import f32, i32, u4, u8, u32
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile, wgmma_pipeline
 from .wna16_kernels_sm80 import _dequant
 
-__all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
+__all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_STAGES"]
+
+#: activation stages (``BM x BK`` each, 2-8 KiB), loaded 2 k-tiles ahead: one more stage than
+#: the loads ahead stays free for the wgmma group in flight
+SM90_STAGES = 4
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KT = hl.dims("T H E EN N G EM NB TK I KD KT")
 
@@ -108,7 +120,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         *,
         BM: int = 16,
         BK: int = bk,
-        STAGES: int = 4,
+        STAGES: int = SM90_STAGES,
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -138,7 +150,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step)
             g, u = acc_g, acc_u
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
@@ -185,7 +197,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
         *,
         BM: int = 16,
         BK: int = bk,
-        STAGES: int = 4,
+        STAGES: int = SM90_STAGES,
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -207,7 +219,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], _rows_in_order(out, BN, BM))
