@@ -14,7 +14,8 @@ from hexlayout.lang import f32, i32
 
 __all__ = ["load_tile", "moe_grid", "expert_block", "k_tile_range", "split_range", "split_k0", "block_rows",
            "routed_rows", "sorted_rows", "sorted_tokens", "gathered_stages", "ws_ring", "produce_ring",
-           "consume_ring", "warp_specialized", "PRODUCER_REGS", "CONSUMER_REGS"]
+           "consume_ring", "warp_specialized", "wgmma_pipeline", "check_in_flight_stages", "PRODUCER_REGS",
+           "CONSUMER_REGS"]
 
 #: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
 #: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
@@ -103,6 +104,75 @@ def gathered_stages(a: Any, rows: Any, m0: Any, k0: Callable[[Any], Any] | None,
             hl.copy(w[e, r0:r0 + bn, c0:c0 + bk], s[:, :, st])
 
     return sa, sw, load
+
+
+def check_in_flight_stages(name: str, stages: int) -> None:
+    """Kernel ``name``'s ``STAGES`` fits a ring read by a wgmma group in flight: at least 3 (the
+    k-tiles loaded ``STAGES - 2`` ahead, one more stage free for the group in flight)."""
+    if stages < 3:
+        raise ValueError(f"{name}: STAGES ({stages}) must be >= 3: k-tiles are loaded STAGES - 2 ahead and "
+                         "one more stage stays free for the wgmma group in flight")
+
+
+def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
+                   step: Callable[[Any, Any, int], None],
+                   finish: Callable[[Any, int], None] | None = None) -> None:
+    """The k-loop of a swap-AB sm_90a kernel that does not wait for each k-tile's wgmma group.
+
+    As ``hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True)``: k-tile ``k``
+    sits in stage ``k % stages``, loaded ``stages - 2`` k-tiles ahead; before the body of ``k``:
+    ``wait_group``, ``fence_proxy_async``, ``syncthreads`` and the load of k-tile ``k + stages -
+    2`` into stage ``(k - 2) % stages``. The body ``step(k, k % stages, slot)`` issues and commits
+    one wgmma group. Unrolled by 2: ``step`` is traced for k-tiles ``2j`` (``slot`` 0) and ``2j +
+    1`` (``slot`` 1) of iteration ``j``, and for an odd ``num_k`` once more after the loop (the
+    last k-tile, slot 0), so the register tiles a traced ``step`` creates (the register A
+    operand) or that belong to its slot (a partial) have two copies used alternately.
+
+    - ``finish`` ``None`` (the products accumulate in the wgmma accumulators): ``wgmma_wait(1)``
+      after each k-tile's group retires k-tile ``k - 1``'s and leaves ``k``'s in flight, across
+      the loop's back edge, while k-tile ``k + 1`` is waited for, staged and its weights
+      dequantized. A register tile of a traced ``step`` is rewritten two k-tiles later, after the
+      wait that retired its reader (``k - 2``); that wait also retired, in every thread before
+      the barrier, the reads of stage ``(k - 2) % stages`` that the refill at ``k`` overwrites.
+    - ``finish(k, slot)`` given (what reads k-tile ``k``'s results: a block-scaled partial):
+      k-tile ``2j + 1``'s group is issued while ``2j``'s runs; ``wgmma_wait(1)``, ``finish(2j,
+      0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j + 1, 1)``. No group crosses the
+      back edge: ptxas serializes every wgmma (C7514) when a group is in flight across it while
+      an accumulator is read in the loop.
+
+    After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
+    ``name``: ``check_in_flight_stages``)."""
+    check_in_flight_stages(name, stages)
+    ahead = stages - 2
+    for j in range(ahead):
+        load(j, j)
+        hl.commit_group()
+
+    def tile(k: Any, slot: int) -> None:
+        hl.wait_group(ahead - 1)
+        hl.fence_proxy_async()
+        hl.syncthreads()
+        load(k + ahead, (k + ahead) % stages)
+        hl.commit_group()
+        step(k, k % stages, slot)
+        if finish is None:
+            hl.wgmma_wait(1)
+
+    for j in hl.range(num_k // 2):
+        tile(2 * j, 0)
+        tile(2 * j + 1, 1)
+        if finish is not None:
+            hl.wgmma_wait(1)
+            finish(2 * j, 0)
+            hl.wgmma_wait(0)
+            finish(2 * j + 1, 1)
+    with hl.if_((num_k % 2).eq(1)):
+        tile(num_k - 1, 0)
+        if finish is not None:
+            hl.wgmma_wait(0)
+            finish(num_k - 1, 0)
+    hl.wgmma_wait(0)
+    hl.wait_group(0)
 
 
 def produce_ring(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa: Any, sw: tuple[Any, ...],

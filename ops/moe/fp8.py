@@ -286,6 +286,9 @@ def check_fused_moe_fp8(
 #: stages of the sm_90a large-token kernels' ring: 32 KiB each (128 token rows + 2 x 64 weight rows
 #: of 128 e4m3 columns), 192 KiB of the 227 KiB a block may use
 WS_STAGES = 6
+#: stages of the sm_90a swap-AB kernels: (BM + 128) x 128 bytes each (18-20 KiB), loaded 2 k-tiles
+#: ahead so that one more stage stays free for the wgmma group in flight
+SWAP_STAGES = 4
 
 
 def fp8_block_m(num_slots: int, num_experts: int, arch: str = "sm_89") -> int:
@@ -318,6 +321,7 @@ def _fp8_kernels(dt: Any, arch: str, bm: int, common: dict[str, Any]) -> tuple[A
         # large T: never split
         return moe_fp8_gate_up_sm90_ws_kernel(dt), moe_fp8_down_sm90_ws_kernel(dt), None, None, 128
     if arch == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
+        common["STAGES"] = SWAP_STAGES
         return (moe_fp8_gate_up_sm90_kernel(dt), moe_fp8_down_sm90_kernel(dt),
                 moe_fp8_gate_up_sm90_kernel(dt, True), moe_fp8_down_sm90_kernel(dt, True), 64)
     common["WARPS"] = 4

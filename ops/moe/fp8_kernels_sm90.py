@@ -8,8 +8,14 @@ and the gathered token rows (``BM`` of them: 16, 32 or 64) the N side, so a deco
 few tokens per expert wastes no MMA rows; the accumulator is the transposed ``BN x BM`` tile and
 the epilogue scales rows by the weight scales and columns by the token scales. Token rows are
 gathered with cp.async (never TMA), hence ``fence_proxy_async`` before the barrier that precedes
-each wgmma; ``STAGES`` shared buffers, the next k-tile's copies issued before the current
-wgmma.
+each wgmma; ``STAGES`` shared buffers (4), loaded ``STAGES - 2`` k-tiles ahead, so that the
+stage refilled at k-tile ``k`` is ``k - 2``'s while ``k - 1``'s wgmma group is still in flight:
+with per-expert scales one group stays in flight across the loop's back edge
+(``wgmma.wait_group 1``); with block scales each k-tile's partial (scale-d 0) is scaled and
+added once its group retired, two k-tiles per iteration (``blocks.wgmma_pipeline``: two
+partials used alternately, the first scaled while the second k-tile's wgmma runs, then a full
+wait, since ptxas serializes every wgmma (C7514) when a group crosses the back edge while a
+partial is read in the loop).
 ``split=True``: the split-K forms (decode), as ``moe_fp8_kernels``' (scaled f32 partials of the
 k-tiles of split ``sp`` added atomically into a workspace; the ``*_ws`` kernels never split).
 
@@ -38,6 +44,7 @@ from hexlayout.lang import e4m3, f32, i32
 
 from .blocks import (
     block_rows,
+    check_in_flight_stages,
     expert_block,
     gathered_stages,
     k_tile_range,
@@ -45,6 +52,7 @@ from .blocks import (
     sorted_rows,
     sorted_tokens,
     warp_specialized,
+    wgmma_pipeline,
 )
 from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles, scale_down
 
@@ -64,12 +72,13 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     atomically into the f32 workspace ``h [2, T * k, I]``)."""
     dt = dtype
     h_t = f32[2, TK, I] if split else dt[TK, I]
+    name = f"moe_fp8_gate_up_sm90_{dt}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=128, name=f"moe_fp8_gate_up_sm90_{dt}" + ("_splitk" if split else ""))
+    @hl.kernel(threads=128, name=name)
     def moe_fp8_gate_up_sm90(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
                              sorted_ids: i32[EM], block_expert: i32[NBLK],
                              h: h_t,  # type: ignore
-                             *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2, TOPK: int = 1,
+                             *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 4, TOPK: int = 1,
                              GELU: bool = False, BLOCK_SCALE: bool = False, UNIFORM: bool = False,
                              SPLIT_K: int = 1):
         Tx, Kx = xq.shape
@@ -85,24 +94,31 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
             acc_u = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
 
-            def step(kt: Any, st: Any) -> None:
-                if BLOCK_SCALE:
-                    pg = hl.zeros((BN, BM), f32)
-                    pu = hl.zeros((BN, BM), f32)
-                else:
-                    pg, pu = acc_g, acc_u
-                hl.wgmma_fence()
-                hl.mma(sg[:, :, st], sa[:, :, st], pg)
-                hl.mma(su[:, :, st], sa[:, :, st], pu)
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
-                if BLOCK_SCALE:
+            if BLOCK_SCALE:  # a partial per k-tile, two used alternately (wgmma_pipeline's slots)
+                parts = [(hl.register(f32, (BN, BM)), hl.register(f32, (BN, BM))) for _ in range(2)]
+
+                def step(kt: Any, st: Any, slot: int) -> None:
+                    hl.wgmma_fence()
+                    hl.mma(sg[:, :, st], sa[:, :, st], parts[slot][0], accumulate=False)
+                    hl.mma(su[:, :, st], sa[:, :, st], parts[slot][1], accumulate=False)
+                    hl.wgmma_commit()  # in flight while the previous k-tile's partials are scaled
+
+                def finish(kt: Any, slot: int) -> None:
                     kb = ktile(kt) * BK // SCALE_BLOCK
+                    pg, pu = parts[slot]
                     hl.assign(acc_g, acc_g + pg * _scale(ws, e, col, n0, kb, UNIFORM))
                     hl.assign(acc_u, acc_u + pu * _scale(ws, e, col + Ix, n0 + Ix, kb, UNIFORM))
 
-            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
-                step(kt, st)
+                wgmma_pipeline(name, num_k, STAGES, load, step, finish)
+            else:  # one group in flight; cp.async STAGES - 2 ahead: a stage stays free for it
+                check_in_flight_stages(name, STAGES)
+                for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
+                                           wgmma_in_flight=True):
+                    hl.wgmma_fence()
+                    hl.mma(sg[:, :, st], sa[:, :, st], acc_g)
+                    hl.mma(su[:, :, st], sa[:, :, st], acc_u)
+                    hl.wgmma_commit()
+                    hl.wgmma_wait(1)
             sx = load_tile(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
             g = acc_g * sx
             u = acc_u * sx
@@ -126,11 +142,12 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     (``moe_fp8_kernels``), wgmma swap-AB. Constants as the gate-up kernel's and ``ROUTER``
     (``split``: the scaled partials added atomically into the f32 workspace ``y [T * k, N]``)."""
     y_t = f32[TK, N] if split else dtype[TK, N]
+    name = f"moe_fp8_down_sm90_{dtype}" + ("_splitk" if split else "")
 
-    @hl.kernel(threads=128, name=f"moe_fp8_down_sm90_{dtype}" + ("_splitk" if split else ""))
+    @hl.kernel(threads=128, name=name)
     def moe_fp8_down_sm90(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
                           sorted_ids: i32[EM], block_expert: i32[NBLK], y: y_t,  # type: ignore
-                          *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 2,
+                          *, BM: int = 16, BN: int = 64, BK: int = 128, STAGES: int = 4,
                           ROUTER: bool = False, BLOCK_SCALE: bool = False, SPLIT_K: int = 1):
         TKx, Kx = hq.shape
         check_down_tiles(BN, BK, BLOCK_SCALE)
@@ -142,18 +159,27 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
             acc = hl.zeros((BN, BM), f32)
             col = hl.iota((BN, 1), 0) + n0
 
-            def step(kt: Any, st: Any) -> None:
-                p = hl.zeros((BN, BM), f32) if BLOCK_SCALE else acc
-                hl.wgmma_fence()
-                hl.mma(sb[:, :, st], sa[:, :, st], p)
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
-                if BLOCK_SCALE:
-                    sw = _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128: one block
-                    hl.assign(acc, acc + p * sw)
+            if BLOCK_SCALE:  # a partial per k-tile, two used alternately (wgmma_pipeline's slots)
+                parts = [hl.register(f32, (BN, BM)) for _ in range(2)]
 
-            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
-                step(kt, st)
+                def step(kt: Any, st: Any, slot: int) -> None:
+                    hl.wgmma_fence()
+                    hl.mma(sb[:, :, st], sa[:, :, st], parts[slot], accumulate=False)
+                    hl.wgmma_commit()  # in flight while the previous k-tile's partial is scaled
+
+                def finish(kt: Any, slot: int) -> None:
+                    sw = _scale(ws, e, col, n0, ktile(kt) * BK // SCALE_BLOCK, True)   # BN | 128: one block
+                    hl.assign(acc, acc + parts[slot] * sw)
+
+                wgmma_pipeline(name, num_k, STAGES, load, step, finish)
+            else:  # one group in flight; cp.async STAGES - 2 ahead: a stage stays free for it
+                check_in_flight_stages(name, STAGES)
+                for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
+                                           wgmma_in_flight=True):
+                    hl.wgmma_fence()
+                    hl.mma(sb[:, :, st], sa[:, :, st], acc)
+                    hl.wgmma_commit()
+                    hl.wgmma_wait(1)
             out = scale_down(acc, hs, tw, ws, e, rrow, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(y[rrow, col], out)

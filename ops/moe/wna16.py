@@ -710,7 +710,7 @@ def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group
     their kernel factories for the device's architecture (sm_90a: wgmma, swap-AB, dequantized
     weights as register A)."""
     from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
-    from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+    from .wna16_kernels_sm90 import SM90_STAGES, moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
 
     cfg13 = wna16_config(rows, e, hdim, w13_group_size)
     cfg2 = wna16_config(rows, e, inter, w2_group_size)
@@ -719,7 +719,7 @@ def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group
         gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
         for cfg, n in ((cfg13, inter), (cfg2, hdim)):
             del cfg["BN"], cfg["WARPS"]
-            cfg.update(wna16_sm90_config(rows, e, n))
+            cfg.update(wna16_sm90_config(rows, e, n), STAGES=SM90_STAGES)
     return cfg13, cfg2, gate_up_kernel, down_kernel
 
 

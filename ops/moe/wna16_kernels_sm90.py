@@ -16,9 +16,17 @@ MMA rows):
   the accumulator rows are the output columns in order; the dequantized weights never touch
   shared memory;
 - B: the ``BM`` gathered activation rows of the k-tile (K-major in shared memory), copied by
-  cp.async ``STAGES - 1`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
+  cp.async ``STAGES - 2`` k-tiles ahead; cp.async writes through the generic proxy and wgmma
   reads through the async proxy, hence ``fence_proxy_async`` before the barrier that precedes
-  each k-tile's wgmma group (``hl.pipeline``).
+  each k-tile's wgmma group.
+
+The main loop (``blocks.wgmma_pipeline``) never waits for the k-tile it just issued: k-tile
+``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s stage is
+waited for and its weights are loaded and dequantized. The loop is unrolled by 2, so the two
+k-tiles of an iteration dequantize into two register A tiles, each rewritten only after the wait
+that retired the wgmma reading it (k-tile ``k - 2``); the stage refilled at ``k`` is ``k - 2``'s,
+retired by that wait in every thread before the barrier (hence one stage more than the loads
+ahead: ``STAGES`` 4, 2 ahead). The accumulators are touched by wgmma alone until the loop ends.
 
 Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
@@ -44,10 +52,14 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
-from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile
+from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile, wgmma_pipeline
 from .wna16_kernels_sm80 import PER_CHANNEL, _dequant
 
-__all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel"]
+__all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_STAGES"]
+
+#: activation stages (``BM x BK`` each, 2-8 KiB), loaded 2 k-tiles ahead: one more stage than
+#: the loads ahead stays free for the wgmma group in flight
+SM90_STAGES = 4
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
@@ -94,7 +106,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         *,
         BM: int = 16,
         BK: int = bk,
-        STAGES: int = 3,
+        STAGES: int = SM90_STAGES,
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -116,7 +128,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
 
-            def step(kt: Any, st: Any) -> None:
+            def step(kt: Any, st: Any, _slot: int) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
                 sc = GROUP < PER_CHANNEL
                 wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
@@ -125,11 +137,9 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
+                hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
-                step(kt, st)
+            wgmma_pipeline(name, num_k, STAGES, load, step)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
@@ -179,7 +189,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
         *,
         BM: int = 16,
         BK: int = bk,
-        STAGES: int = 3,
+        STAGES: int = SM90_STAGES,
         WG: int = 1,
         GROUP: int = 128,
         ZERO: int = 0,
@@ -195,17 +205,15 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
             acc = hl.zeros((BN, BM), f32)
 
-            def step(kt: Any, st: Any) -> None:
+            def step(kt: Any, st: Any, _slot: int) -> None:
                 row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
                 w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
                              GROUP < PER_CHANNEL)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
-                hl.wgmma_commit()
-                hl.wgmma_wait(0)
+                hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            for kt, st in hl.pipeline(num_k, STAGES, load, async_proxy=True):
-                step(kt, st)
+            wgmma_pipeline(name, num_k, STAGES, load, step)
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 acc = acc * _channel_scales(s, e, n0, BN, dt)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))

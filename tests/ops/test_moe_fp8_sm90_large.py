@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.moe.fp8 import WS_STAGES, fp8_block_m, fused_moe_fp8, prepare_fp8  # noqa: E402
+from hexlayout.ops.moe.fp8 import SWAP_STAGES, WS_STAGES, fp8_block_m, fused_moe_fp8, prepare_fp8  # noqa: E402
 from test_moe_fp8 import check, make, reference  # noqa: E402
 
 
@@ -104,7 +104,7 @@ def test_every_sm90_config_compiles_to_qgmma_without_spills_or_wgmma_serializati
     from hexlayout.runtime import build
 
     # the constants run_fused_moe_fp8 launches with (fp8_block_m picks bm)
-    consts = {"BM": bm, "BN": 64, "BK": 128, "STAGES": 2, "BLOCK_SCALE": block_scale}
+    consts = {"BM": bm, "BN": 64, "BK": 128, "STAGES": SWAP_STAGES, "BLOCK_SCALE": block_scale}
     if bm == 128:
         consts.update(STAGES=WS_STAGES, CONSUMERS=2)
         kernels = (k90.moe_fp8_gate_up_sm90_ws_kernel, k90.moe_fp8_down_sm90_ws_kernel)

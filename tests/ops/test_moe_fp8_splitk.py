@@ -17,7 +17,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ops.moe.fp8 import fp8_split_k, fused_moe_fp8, prepare_fp8, run_fused_moe_fp8  # noqa: E402
+from hexlayout.ops.moe.fp8 import (  # noqa: E402
+    SWAP_STAGES,
+    fp8_split_k,
+    fused_moe_fp8,
+    prepare_fp8,
+    run_fused_moe_fp8,
+)
 from hexlayout.ops.moe.splitk import SPLIT_K_ENV  # noqa: E402
 from test_moe_fp8 import check, make, reference  # noqa: E402
 
@@ -207,7 +213,8 @@ def test_split_kernels_compile_without_spills(arch: str, block_scale: bool) -> N
     from hexlayout.runtime.sass import count_prefix, disassemble, opcode_counts
 
     consts = {"BM": 16, "BN": 64, "BK": 128, "STAGES": 2, "BLOCK_SCALE": block_scale}
-    if arch == "sm_90a":
+    if arch == "sm_90a":  # the swap-AB kernels' ring: one stage more for the wgmma group in flight
+        consts["STAGES"] = SWAP_STAGES
         kernels = (moe_fp8_gate_up_sm90_kernel(bf16, True), moe_fp8_down_sm90_kernel(bf16, True))
         mma = "QGMMA.64x"
     else:
@@ -226,7 +233,9 @@ def test_split_kernels_compile_without_spills(arch: str, block_scale: bool) -> N
         assert count_prefix(counts, "RED") + count_prefix(counts, "REDG") > 0, counts   # atomic f32 partials
         assert count_prefix(counts, "STG") == 0, counts
         loop = st.main_loop
-        assert loop is not None and loop.mma == (8 if arch == "sm_89" else 4) * products, st.summary()
+        # sm_90a block scales: two k-tiles per iteration (wgmma_pipeline)
+        per_iteration = 8 if arch == "sm_89" else 4 * (2 if block_scale else 1)
+        assert loop is not None and loop.mma == per_iteration * products, st.summary()
     act = build(moe_splitk_act_kernel(bf16, "silu", slot_rows=True), arch, BM=16).stats
     assert not act.spills and act.local_memory_instructions == 0 and act.stack_frame == 0, act.summary()
 
@@ -256,6 +265,8 @@ def test_splits_read_each_weight_tile_once_and_add_only_real_rows(arch: str, mon
     consts = {"BM": 16, "BN": 64, "BK": 128, "STAGES": 2, "TOPK": k, "BLOCK_SCALE": True, "UNIFORM": True}
     if arch == "sm_89":
         consts["WARPS"] = 4
+    else:  # the swap-AB kernels' ring: one stage more for the wgmma group in flight
+        consts["STAGES"] = SWAP_STAGES
     inter = torch.zeros(t * k, i, dtype=torch.bfloat16)
     plain = emulate(build(factory(bf16), arch, compile=False, **consts), xq, xs, w13, s13, sid, eid, inter)
     ws = torch.zeros(2, t * k, i)
