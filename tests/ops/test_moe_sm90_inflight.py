@@ -203,7 +203,8 @@ def test_one_register_a_tile_rewritten_in_flight_is_an_emulator_error(sm90) -> N
     # traced again: the kernels' trace caches emptied, the build memo (keyed by the kernel object)
     # bypassed by building the trace
     for factory in (k90.moe_wna16_gate_up_sm90_kernel, k90.moe_wna16_down_sm90_kernel):
-        sm90.setattr(factory(f16, 4, 32, False), "_cache", {})
+        for wt in (None, hl.u4):  # (the op names the weight type)
+            sm90.setattr(factory(f16, 4, 32, False, wt), "_cache", {})
     sm90.setattr(launch, "build_for", lambda kernel, device, consts: build(kernel.trace(**consts), "sm_90a",
                                                                            compile=False))
     with pytest.raises(AsyncHazardError) as e:
