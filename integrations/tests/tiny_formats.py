@@ -105,7 +105,7 @@ def mxfp4_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return packed, (e + 127).to(torch.uint8), deq
 
 
-def mxfp4_qwen3_moe(seed: int = 6) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def mxfp4_qwen3_moe(seed: int = 7) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """An MXFP4 Qwen3-MoE-like checkpoint (``quant_method: "mxfp4"``): per expert projection
     ``weight`` uint8 ``[N, K/2]`` and ``weight_scale`` uint8 e8m0 ``[N, K/32]``."""
     quant: dict[str, torch.Tensor] = {}
