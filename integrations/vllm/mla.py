@@ -22,8 +22,9 @@ from .log import flush, logger
 
 __all__ = ["HexlayoutMLAWrapper", "register_mla"]
 
-#: Whether this process logged its MLA line.
+#: Whether this process logged its MLA line / registered the wrapper.
 _logged = False
+_registered = False
 
 
 def mla_backend_name(layer: MultiHeadLatentAttentionWrapper) -> str:
@@ -50,7 +51,10 @@ class HexlayoutMLAWrapper(MultiHeadLatentAttentionWrapper):
 
 
 def register_mla() -> str:
-    """Register :class:`HexlayoutMLAWrapper` for vLLM's MLA layer; returns what was swapped, for
-    the log."""
-    MultiHeadLatentAttentionWrapper.register_oot(HexlayoutMLAWrapper)
+    """Register :class:`HexlayoutMLAWrapper` for vLLM's MLA layer (once per process: vLLM's
+    registry refuses a second registration); returns what was swapped, for the log."""
+    global _registered
+    if not _registered:
+        MultiHeadLatentAttentionWrapper.register_oot(HexlayoutMLAWrapper)
+        _registered = True
     return f"MultiHeadLatentAttentionWrapper -> {__name__}.HexlayoutMLAWrapper (logs only)"
