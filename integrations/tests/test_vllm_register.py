@@ -29,12 +29,14 @@ from vllm.model_executor.layers.quantization import get_quantization_config
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 awq = get_quantization_config("awq")
 gptq = get_quantization_config("auto_gptq")
+mxfp4 = get_quantization_config("mxfp4")
 print("PROBE " + json.dumps({
     "state": plugin.registered(),
     "cpu_attn": AttentionBackendEnum.CPU_ATTN.get_path(),
     "oot": {k: f"{v.__module__}.{v.__qualname__}" for k, v in op_registry_oot.items()},
     "awq": f"{awq.__module__}.{awq.__qualname__}",
     "gptq": f"{gptq.__module__}.{gptq.__qualname__}",
+    "mxfp4": f"{mxfp4.__module__}.{mxfp4.__qualname__}",
 }))
 """
 
@@ -47,7 +49,10 @@ HEX_MOE = {"UnquantizedFusedMoEMethod": "hexlayout.integrations.vllm.moe.Hexlayo
 HEX_MLA = {"MultiHeadLatentAttentionWrapper": "hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper"}
 VLLM_GPTQ = "vllm.model_executor.layers.quantization.auto_gptq.AutoGPTQConfig"
 HEX_GPTQ = "hexlayout.integrations.vllm.gptq.HexlayoutGPTQConfig"
-UNTOUCHED = {"state": [], "cpu_attn": VLLM_CPU_ATTN, "oot": {}, "awq": VLLM_AWQ, "gptq": VLLM_GPTQ}
+VLLM_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.Mxfp4Config"
+HEX_MXFP4 = "hexlayout.integrations.vllm.mxfp4.HexlayoutMxfp4Config"
+UNTOUCHED = {"state": [], "cpu_attn": VLLM_CPU_ATTN, "oot": {}, "awq": VLLM_AWQ, "gptq": VLLM_GPTQ,
+             "mxfp4": VLLM_MXFP4}
 
 CASES = {
     "all": {"HEXLAYOUT_EMULATE": "1"},
@@ -90,8 +95,8 @@ def test_register_swaps_everything_once(probes: dict) -> None:
         rc, text, row = probes[case]
         assert rc == 0, text
         assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, {**HEX_MOE, **HEX_MLA}, HEX_AWQ)
-        assert row["gptq"] == HEX_GPTQ
-        assert len(row["state"]) == 5
+        assert (row["gptq"], row["mxfp4"]) == (HEX_GPTQ, HEX_MXFP4)  # mxfp4: hexlayout has prepare_mxfp4
+        assert len(row["state"]) == 6
         swapped = [x for x in hex_lines(text) if "swapped" in x]
         assert len(swapped) == 1, text  # three calls, one registration
 
