@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import float64_reference  # noqa: E402
 import tiny_models  # noqa: E402
-from vllm_harness import CHECKPOINTS, MODELS, Run, run_models  # noqa: E402
+from vllm_harness import CHECKPOINTS, MODELS, REFERENCES, Run, run_models  # noqa: E402
 from vllm_run import prompts  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def float64(models: dict[str, pathlib.Path]):
     loaded: dict[str, torch.nn.Module] = {}
 
     def reference(name: str, results: list[dict]) -> list[float64_reference.Reference]:
-        ckpt = MODELS[name]
+        ckpt = REFERENCES[name]
         if ckpt not in loaded:
             loaded[ckpt] = float64_reference.load(models[ckpt])
         return float64_reference.teacher_forced(loaded[ckpt], prompts(), results)

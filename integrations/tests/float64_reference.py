@@ -11,7 +11,9 @@ forward pass and returns, at every step ``i``:
 - the routing margin: over the MoE layers, the smallest gap between the ``k``-th and the
   ``(k+1)``-th largest router logit at that position (``k`` experts per token). Top-k routing
   is discontinuous: where the margin is within the run's bf16 noise, a correct bf16 run may
-  pick the other expert and its logits leave the float64 ones by whole nats.
+  pick the other expert and its logits leave the float64 ones by whole nats. DeepSeek-V3's
+  grouped routing (sigmoid scores plus a correction bias, best groups first) has its own
+  margin (:func:`_grouped_margins`), read from its routers by forward hooks.
 
 The reference depends on neither the host's vector ISA (vLLM's CPU kernels choose their bf16
 paths by ISA, and with them their near ties) nor on another run's tokens: the context is the
@@ -56,6 +58,52 @@ def _margins(router_logits: tuple[torch.Tensor, ...] | None, positions: int, top
     return torch.stack(per_layer).min(0).values
 
 
+def _grouped_margins(scores: torch.Tensor, bias: torch.Tensor, groups: int, topk_groups: int,
+                     top_k: int) -> torch.Tensor:
+    """Per position, the routing margin of DeepSeek-V3's grouped top-k (``noaux_tc``): experts
+    are chosen by ``s = sigmoid(logit) + e_score_correction_bias`` among the ``topk_groups``
+    groups with the largest sum of their two best ``s``; the margin is the smaller of the gap
+    between the ``topk_groups``-th and next group score and the gap between the ``top_k``-th
+    and next ``s`` within the chosen groups."""
+    s = scores.to(torch.float64) + bias.to(torch.float64)
+    per_group = s.view(s.shape[0], groups, -1)
+    group_scores = per_group.topk(2, dim=-1).values.sum(-1).sort(-1, descending=True).values
+    if topk_groups < groups:
+        group_gap = group_scores[:, topk_groups - 1] - group_scores[:, topk_groups]
+    else:  # every group is chosen
+        group_gap = torch.full_like(group_scores[:, 0], torch.inf)
+    chosen = per_group.topk(2, dim=-1).values.sum(-1).topk(topk_groups, dim=-1).indices
+    mask = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, chosen, True)
+    s = s.masked_fill(~mask.repeat_interleave(per_group.shape[-1], dim=1), -torch.inf)
+    top = s.sort(-1, descending=True).values
+    return torch.minimum(group_gap, top[:, top_k - 1] - top[:, top_k])
+
+
+def _grouped_router_margins(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor | None:
+    """The routing margins (:func:`_grouped_margins`) of a model whose routers carry an
+    ``e_score_correction_bias`` (DeepSeek-V3), taken from its routers' logits by forward hooks
+    during one forward pass; ``None`` for other models."""
+    routers = [m for m in model.modules()
+               if hasattr(m, "e_score_correction_bias") and hasattr(m, "num_group")]
+    if not routers:
+        return None
+    margins: list[torch.Tensor] = []
+
+    def hook(router: torch.nn.Module, _inputs: tuple, out: tuple) -> None:
+        margins.append(
+            _grouped_margins(out[0].sigmoid(), router.e_score_correction_bias, router.num_group,
+                             router.topk_group, router.top_k)
+        )
+
+    handles = [r.register_forward_hook(hook) for r in routers]
+    try:
+        model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.stack(margins).min(0).values
+
+
 @torch.no_grad()
 def teacher_forced(model: torch.nn.Module, prompts: list[list[int]], results: list[dict]) -> list[Reference]:
     """Per sequence, the float64 logprobs and routing margins of steps ``1 .. n`` given the
@@ -64,9 +112,13 @@ def teacher_forced(model: torch.nn.Module, prompts: list[list[int]], results: li
     out = []
     for prompt, r in zip(prompts, results):
         ids = torch.tensor([prompt + list(r["tokens"])[:-1]], dtype=torch.long)
-        res = model(input_ids=ids, output_router_logits=bool(top_k))
+        grouped = _grouped_router_margins(model, ids)
+        res = model(input_ids=ids, output_router_logits=bool(top_k) and grouped is None)
         lp = torch.log_softmax(res.logits[0].to(torch.float64), dim=-1)
-        margins = _margins(getattr(res, "router_logits", None) if top_k else None, ids.shape[1], top_k)
+        if grouped is not None:
+            margins = grouped
+        else:
+            margins = _margins(getattr(res, "router_logits", None) if top_k else None, ids.shape[1], top_k)
         first = len(prompt) - 1
         out.append(Reference(lp[first:], margins[first:]))
     return out

@@ -88,3 +88,32 @@ def test_models_without_experts_have_no_routing_margin() -> None:
     layer = torch.tensor([[3.0, 1.0, 0.9, 0.0], [2.0, 2.0, 1.9, 0.0]])
     assert torch.allclose(_margins((layer, layer + torch.tensor([0.0, 0.0, 0.5, 0.0])), 2, 2),
                           torch.tensor([0.1, 0.0], dtype=torch.float64))  # per position, the smaller layer
+
+
+def test_runs_compared_until_they_diverge() -> None:
+    """``check_runs``: two runs of one checkpoint agree within the tolerance until their tokens
+    differ; a divergence at a near tie ends the sequence, elsewhere it is a problem."""
+    from agreement import RUN_TOL, check_runs
+
+    refs = [_reference(8, s) for s in range(2)]
+    ref_runs = [_greedy_run(r) for r in refs]
+    runs = [_greedy_run(r, noise=0.9 * RUN_TOL, seed=5 + s) for s, r in enumerate(refs)]
+    a = check_runs(runs, ref_runs)
+    assert not a.problems and a.checked == a.total == 16, a.problems
+    assert LOGPROB_TOL < a.max_diff <= RUN_TOL
+    # a logprob off by more than the tolerance is flagged with its step
+    runs[1]["logprobs"][3][str(runs[1]["tokens"][3])] -= 2 * RUN_TOL
+    probs = check_runs(runs, ref_runs).problems
+    assert len(probs) == 1 and "sequence 1 step 3" in probs[0], probs
+    # choosing the reference's runner-up at a near tie ends the sequence, not a problem
+    runs = [_greedy_run(r) for r in refs]
+    top = ref_runs[0]["logprobs"][2]
+    first, second = sorted(top, key=top.get, reverse=True)[:2]
+    top[second] = runs[0]["logprobs"][2][second] = top[first] - 0.5 * TIE_TOL
+    runs[0]["tokens"][2] = int(second)
+    a = check_runs(runs, ref_runs)
+    assert not a.problems and a.checked == 3 + 8 and len(a.routing_ties) == 1, (a.problems, a.checked)
+    # a clearly worse choice is a problem
+    top[second] = runs[0]["logprobs"][2][second] = top[first] - 1.0
+    probs = check_runs(runs, ref_runs).problems
+    assert len(probs) == 1 and f"chose token {second}" in probs[0], probs

@@ -207,8 +207,10 @@ def test_register_on_cuda_selects_custom(monkeypatch: pytest.MonkeyPatch) -> Non
         assert AttentionBackendEnum.CUSTOM.get_path() == BACKEND_PATH
         assert AttentionBackendEnum.CUSTOM.get_class() is HexlayoutCUDAAttentionBackend
         assert AttentionBackendEnum.CPU_ATTN.get_path() == cpu_before
-        assert plugin.registered() == (f"attention backend CUSTOM -> {BACKEND_PATH} (select it with "
-                                       "attention_backend=CUSTOM)",)
+        mla = ("MultiHeadLatentAttentionWrapper -> hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper "
+               "(logs only)")
+        assert plugin.registered() == (mla, f"attention backend CUSTOM -> {BACKEND_PATH} (select it with "
+                                       "attention_backend=CUSTOM)")
     finally:
         AttentionBackendEnum.CUSTOM.clear_override()
 

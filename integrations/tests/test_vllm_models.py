@@ -3,9 +3,12 @@
 The models have real random weights (``tiny_models``), so greedy tokens depend on every kernel
 (each run is checked against the float64 teacher-forced reference along its own tokens,
 :mod:`agreement`): a Mixtral-like bf16 model, a Qwen2-MoE-like one with a shared expert (and
-q/k/v biases), and an AutoAWQ int4 Mixtral-like one whose reference (plugin off) is the same
-model with its experts dequantized to bf16 (exactly: power-of-two scales), so vLLM's own AWQ
-MoE kernels, which need AMX on the CPU, are not involved. Both runs use one vLLM
+q/k/v biases), a Qwen3-MoE-like one (per-head q/k norms), and AutoAWQ int4 Mixtral-like and
+DeepSeek-V3-like ones whose reference (plugin off) is the same model with its experts
+dequantized to bf16 (exactly: power-of-two scales), so vLLM's own AWQ MoE kernels, which need
+AMX on the CPU, are not involved. DeepSeek-V3's MLA keeps vLLM's attention (block size 16, no
+chunked prefill: vLLM's CPU platform forces both for MLA), and its runs are checked against
+vLLM's own run (``VLLM_REFERENCED``). Both runs use one vLLM
 configuration: chunked prefill with a 16-token budget over four prompts of 3-21 tokens, so
 steps mix prefill chunks and decodes; block size 32.
 """
@@ -13,11 +16,11 @@ steps mix prefill chunks and decodes; block size 32.
 from __future__ import annotations
 
 import pytest
-from agreement import check
-from vllm_harness import MODELS, Run, run_models
+from agreement import check, check_runs
+from vllm_harness import MODELS, VLLM_REFERENCED, Run, run_models
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(set(MODELS) - VLLM_REFERENCED))
 @pytest.mark.parametrize("which", ["hexlayout", "vllm"])
 def test_tokens_and_logprobs_match_float64(name: str, which: str, reference: Run, hexlayout_run: Run,
                                            float64) -> None:
@@ -27,6 +30,17 @@ def test_tokens_and_logprobs_match_float64(name: str, which: str, reference: Run
     report = check(run.results[name], float64(name, run.results[name]))
     print(f"{name} ({which}): {report.summary()}")
     assert not report.problems, f"{name} ({which}): {report.summary()}\n" + "\n".join(report.problems)
+
+
+@pytest.mark.parametrize("name", sorted(VLLM_REFERENCED))
+def test_tokens_and_logprobs_match_vllms_own_kernels(name: str, reference: Run, hexlayout_run: Run) -> None:
+    """DeepSeek-V3 (MLA, grouped top-k routing with ``e_score_correction_bias``,
+    ``routed_scaling_factor``, a shared expert, a dense first layer; AWQ int4 experts): the
+    plugin's run against vLLM's own run of the same weights dequantized (:func:`check_runs`),
+    the experts being the only kernels that differ between them (MLA is vLLM's in both)."""
+    report = check_runs(hexlayout_run.results[name], reference.results[name])
+    print(f"{name} (hexlayout vs vLLM's own): {report.summary()}")
+    assert not report.problems, f"{name}: {report.summary()}\n" + "\n".join(report.problems)
 
 
 def test_a_planted_wrong_kernel_fails_the_check(models, tmp_path_factory: pytest.TempPathFactory,
@@ -59,10 +73,14 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
                 assert s["num_tokens"] > s["num_seqs"] or s["max_seqlen_k"] > 1
         else:
             s = row["shapes"]
-            assert (s["topk"], s["global_experts"], s["local_experts"], s["hidden"]) == (2, 4, 4, 128)
-            assert s["intermediate"] == 256 and s["tokens"] >= 1
+            # 4 experts (Mixtral, Qwen2-MoE, Qwen3-MoE) or 8 (DeepSeek-V3), top-2 of them
+            assert (s["topk"], s["hidden"], s["intermediate"]) == (2, 128, 256), s
+            assert s["global_experts"] == s["local_experts"] in (4, 8) and s["tokens"] >= 1, s
             if row["kernel"] == "moe_w4a16":
                 assert s["group_size"] == 32
+    # DeepSeek-V3's AWQ experts (8 of them) ran hexlayout's W4A16 MoE
+    assert any(r["kernel"] == "moe_w4a16" and r["shapes"]["global_experts"] == 8
+               for r in hexlayout_run.trace)
     # Some step ran prefill chunks and decodes together (one kernel call, one line per part).
     mixed = [
         (a, b)
@@ -89,6 +107,14 @@ def test_plugin_logs_what_it_swapped(hexlayout_run: Run, reference: Run) -> None
         assert f"{layer}.mlp.experts: MoE experts run hexlayout's fused_moe" in out  # Qwen2-MoE
         awq = "AWQ int4 MoE experts run hexlayout's fused_moe (W4A16)"
         assert f"{layer}.block_sparse_moe.experts: {awq}" in out
+    # DeepSeek-V3: layer 0 is dense (first_k_dense_replace = 1), layer 1's AWQ experts are
+    # hexlayout's, and its MLA attention vLLM's, in one line per process
+    assert f"hexlayout: model.layers.1.mlp.experts: {awq}" in out
+    assert "hexlayout: model.layers.0.mlp.experts: AWQ" not in out
+    mla = [x for x in out.splitlines() if "MLA attention keeps vLLM's" in x]
+    assert len(mla) == 1 and "model.layers.0.self_attn" in mla[0] and "CPU_MLA backend" in mla[0], mla
+    mla_swap = "MultiHeadLatentAttentionWrapper -> hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper"
+    assert mla_swap in swapped[0]
     # Plugin off: no line, no trace, nothing swapped.
     assert "hexlayout" not in reference.output.replace("hexlayout/", "")
     assert reference.trace == []

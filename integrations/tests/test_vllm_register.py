@@ -28,11 +28,15 @@ from vllm.model_executor.custom_op import op_registry_oot
 from vllm.model_executor.layers.quantization import get_quantization_config
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 awq = get_quantization_config("awq")
+gptq = get_quantization_config("auto_gptq")
+mxfp4 = get_quantization_config("mxfp4")
 print("PROBE " + json.dumps({
     "state": plugin.registered(),
     "cpu_attn": AttentionBackendEnum.CPU_ATTN.get_path(),
     "oot": {k: f"{v.__module__}.{v.__qualname__}" for k, v in op_registry_oot.items()},
     "awq": f"{awq.__module__}.{awq.__qualname__}",
+    "gptq": f"{gptq.__module__}.{gptq.__qualname__}",
+    "mxfp4": f"{mxfp4.__module__}.{mxfp4.__qualname__}",
 }))
 """
 
@@ -41,7 +45,14 @@ HEX_CPU_ATTN = "hexlayout.integrations.vllm.attention.HexlayoutCPUAttentionBacke
 VLLM_AWQ = "vllm.model_executor.layers.quantization.auto_awq.AutoAWQConfig"
 HEX_AWQ = "hexlayout.integrations.vllm.awq.HexlayoutAWQConfig"
 HEX_MOE = {"UnquantizedFusedMoEMethod": "hexlayout.integrations.vllm.moe.HexlayoutUnquantizedFusedMoEMethod"}
-UNTOUCHED = {"state": [], "cpu_attn": VLLM_CPU_ATTN, "oot": {}, "awq": VLLM_AWQ}
+#: MLA layers keep vLLM's attention; the plugin's subclass only logs that they do.
+HEX_MLA = {"MultiHeadLatentAttentionWrapper": "hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper"}
+VLLM_GPTQ = "vllm.model_executor.layers.quantization.auto_gptq.AutoGPTQConfig"
+HEX_GPTQ = "hexlayout.integrations.vllm.gptq.HexlayoutGPTQConfig"
+VLLM_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.Mxfp4Config"
+HEX_MXFP4 = "hexlayout.integrations.vllm.mxfp4.HexlayoutMxfp4Config"
+UNTOUCHED = {"state": [], "cpu_attn": VLLM_CPU_ATTN, "oot": {}, "awq": VLLM_AWQ, "gptq": VLLM_GPTQ,
+             "mxfp4": VLLM_MXFP4}
 
 CASES = {
     "all": {"HEXLAYOUT_EMULATE": "1"},
@@ -83,8 +94,9 @@ def test_register_swaps_everything_once(probes: dict) -> None:
     for case in ("all", "all_explicit"):
         rc, text, row = probes[case]
         assert rc == 0, text
-        assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, HEX_MOE, HEX_AWQ)
-        assert len(row["state"]) == 3
+        assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, {**HEX_MOE, **HEX_MLA}, HEX_AWQ)
+        assert (row["gptq"], row["mxfp4"]) == (HEX_GPTQ, HEX_MXFP4)  # mxfp4: hexlayout has prepare_mxfp4
+        assert len(row["state"]) == 6
         swapped = [x for x in hex_lines(text) if "swapped" in x]
         assert len(swapped) == 1, text  # three calls, one registration
 
@@ -92,13 +104,15 @@ def test_register_swaps_everything_once(probes: dict) -> None:
 def test_selection_attention_only(probes: dict) -> None:
     rc, text, row = probes["attention"]
     assert rc == 0, text
-    assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, {}, VLLM_AWQ)
+    got = (row["cpu_attn"], row["oot"], row["awq"], row["gptq"])
+    assert got == (HEX_CPU_ATTN, HEX_MLA, VLLM_AWQ, VLLM_GPTQ)
 
 
 def test_selection_moe_only_keeps_vllm_attention(probes: dict) -> None:
     rc, text, row = probes["moe"]
     assert rc == 0, text
-    assert (row["cpu_attn"], row["oot"], row["awq"]) == (VLLM_CPU_ATTN, HEX_MOE, HEX_AWQ)
+    got = (row["cpu_attn"], row["oot"], row["awq"], row["gptq"])
+    assert got == (VLLM_CPU_ATTN, HEX_MOE, HEX_AWQ, HEX_GPTQ)
     assert not any("attention" in s for s in row["state"])
 
 

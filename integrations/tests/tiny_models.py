@@ -159,6 +159,119 @@ def qwen2_moe_config(dtype: str = "bfloat16") -> dict:
     return cfg
 
 
+def qwen3_moe_tensors(seed: int = 3) -> dict[str, torch.Tensor]:
+    """Qwen3-MoE checkpoint tensors: routed experts (no shared expert), per-head RMSNorms of the
+    queries and keys (``q_norm`` / ``k_norm`` ``[head_dim]``), no q/k/v biases."""
+    g = torch.Generator().manual_seed(seed)
+    t = _common(g)
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        t.update(_moe_layer(g, p, False, "mlp", "gate", ("gate_proj", "up_proj", "down_proj")))
+        for n in ("q_norm", "k_norm"):
+            t[f"{p}.self_attn.{n}.weight"] = 1 + 0.1 * torch.randn(HEAD_DIM, generator=g)
+    return t
+
+
+def qwen3_moe_config(dtype: str = "bfloat16") -> dict:
+    cfg = _base_config("Qwen3MoeForCausalLM", "qwen3_moe", dtype)
+    cfg.update(
+        {
+            "intermediate_size": 4 * HIDDEN,
+            "moe_intermediate_size": MOE_I,
+            "num_experts": EXPERTS,
+            "num_experts_per_tok": TOP_K,
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "attention_bias": False,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "router_aux_loss_coef": 0.0,
+        }
+    )
+    return cfg
+
+
+#: DeepSeek-V3's MLA sizes: vLLM's CPU MLA kernel takes only a latent cache of
+#: kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576 per token.
+MLA = {
+    "q_lora_rank": 64, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 32, "v_head_dim": 64,
+}
+#: DeepSeek-V3's routing: 8 routed experts in 4 groups, tokens routed to 2 experts within the
+#: 2 best groups (sigmoid scores plus ``e_score_correction_bias``), one shared expert.
+DSV3_EXPERTS = 8
+DSV3_GROUPS = 4
+DSV3_TOPK_GROUPS = 2
+DSV3_SCALING = 2.5
+
+
+def _mla(g: torch.Generator, p: str) -> dict[str, torch.Tensor]:
+    """MLA attention ``p``: queries through a rank-``q_lora_rank`` bottleneck, keys and values
+    from one ``kv_lora_rank`` latent plus a shared rotary key."""
+    m = MLA
+    qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+    return {
+        f"{p}.q_a_proj.weight": _lin(g, m["q_lora_rank"], HIDDEN),
+        f"{p}.q_a_layernorm.weight": 1 + 0.1 * torch.randn(m["q_lora_rank"], generator=g),
+        f"{p}.q_b_proj.weight": _lin(g, HEADS * qk, m["q_lora_rank"]),
+        f"{p}.kv_a_proj_with_mqa.weight": _lin(g, m["kv_lora_rank"] + m["qk_rope_head_dim"], HIDDEN),
+        f"{p}.kv_a_layernorm.weight": 1 + 0.1 * torch.randn(m["kv_lora_rank"], generator=g),
+        f"{p}.kv_b_proj.weight": _lin(
+            g, HEADS * (m["qk_nope_head_dim"] + m["v_head_dim"]), m["kv_lora_rank"]
+        ),
+        f"{p}.o_proj.weight": _lin(g, HIDDEN, HEADS * m["v_head_dim"]),
+    }
+
+
+def deepseek_v3_tensors(seed: int = 4) -> dict[str, torch.Tensor]:
+    """DeepSeek-V3 checkpoint tensors: MLA attention in every layer, a dense MLP in layer 0
+    (``first_k_dense_replace = 1``), then routed experts with a sigmoid router and its
+    ``e_score_correction_bias``, and a shared expert."""
+    g = torch.Generator().manual_seed(seed)
+    t = _common(g)
+    proj = ("gate_proj", "up_proj", "down_proj")
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        t.update({**_norms(g, p), **_mla(g, f"{p}.self_attn")})
+        if i == 0:
+            t.update(_mlp(g, f"{p}.mlp", proj, 2 * MOE_I))
+            continue
+        t[f"{p}.mlp.gate.weight"] = _lin(g, DSV3_EXPERTS, HIDDEN, gain=2.0)
+        t[f"{p}.mlp.gate.e_score_correction_bias"] = 0.1 * torch.randn(DSV3_EXPERTS, generator=g)
+        for e in range(DSV3_EXPERTS):
+            t.update(_mlp(g, f"{p}.mlp.experts.{e}", proj, MOE_I))
+        t.update(_mlp(g, f"{p}.mlp.shared_experts", proj, MOE_I))
+    return t
+
+
+def deepseek_v3_config(dtype: str = "bfloat16") -> dict:
+    cfg = _base_config("DeepseekV3ForCausalLM", "deepseek_v3", dtype)
+    del cfg["head_dim"]
+    cfg.update(
+        {
+            **MLA,
+            "num_key_value_heads": HEADS,
+            "intermediate_size": 2 * MOE_I,
+            "moe_intermediate_size": MOE_I,
+            "n_routed_experts": DSV3_EXPERTS,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": TOP_K,
+            "n_group": DSV3_GROUPS,
+            "topk_group": DSV3_TOPK_GROUPS,
+            "topk_method": "noaux_tc",
+            "scoring_func": "sigmoid",
+            "norm_topk_prob": True,
+            "routed_scaling_factor": DSV3_SCALING,
+            "first_k_dense_replace": 1,
+            "moe_layer_freq": 1,
+            "rope_scaling": None,
+            "rope_interleave": True,
+            "attention_bias": False,
+        }
+    )
+    return cfg
+
+
 def write_model(
     path: pathlib.Path, config: dict, tensors: dict[str, torch.Tensor], dtype: torch.dtype
 ) -> pathlib.Path:
@@ -208,11 +321,13 @@ def awq_dequantize(
     return ((q.view(k // group, group, n) - zeros[:, None]) * scales[:, None]).view(k, n).float()
 
 
-def awq_mixtral(seed: int = 2) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """An AutoAWQ int4 (GEMM packing, group 32, zero points) Mixtral-like checkpoint whose experts
-    are quantized (attention and router stay bf16, listed in ``modules_to_not_convert``), and the
-    same model with the experts dequantized: ``(config, awq_tensors, dequantized_tensors)``."""
-    base = mixtral_tensors(seed)
+def awq_experts(
+    config: dict, base: dict[str, torch.Tensor], not_convert: list[str]
+) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """An AutoAWQ int4 (GEMM packing, group 32, zero points) checkpoint of ``config`` / ``base``
+    whose routed experts (``.experts.`` tensors) are quantized (every other module stays bf16:
+    ``not_convert`` lists them for ``modules_to_not_convert``), and the same model with the
+    experts dequantized: ``(config, awq_tensors, dequantized_tensors)``."""
     awq: dict[str, torch.Tensor] = {}
     deq: dict[str, torch.Tensor] = {}
     for name, t in base.items():
@@ -225,13 +340,27 @@ def awq_mixtral(seed: int = 2) -> tuple[dict, dict[str, torch.Tensor], dict[str,
         awq[f"{stem}.qzeros"] = awq_pack(z)
         awq[f"{stem}.scales"] = s.to(torch.float16)
         deq[name] = awq_dequantize(q, z, s).t().contiguous()
-    cfg = mixtral_config("bfloat16")
-    cfg["quantization_config"] = {
-        "quant_method": "awq",
-        "bits": 4,
-        "group_size": AWQ_GROUP,
-        "zero_point": True,
-        "version": "gemm",
-        "modules_to_not_convert": ["self_attn", "block_sparse_moe.gate"],
+    cfg = {
+        **config,
+        "quantization_config": {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": AWQ_GROUP,
+            "zero_point": True,
+            "version": "gemm",
+            "modules_to_not_convert": not_convert,
+        },
     }
     return cfg, awq, deq
+
+
+def awq_mixtral(seed: int = 2) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The AWQ int4 Mixtral-like checkpoint (:func:`awq_experts`; attention and router bf16)."""
+    return awq_experts(mixtral_config(), mixtral_tensors(seed), ["self_attn", "block_sparse_moe.gate"])
+
+
+def awq_deepseek_v3(seed: int = 4) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The AWQ int4 DeepSeek-V3-like checkpoint (:func:`awq_experts`): MLA, the dense layer 0,
+    the router and the shared expert bf16, as AWQ DeepSeek-V3 / R1 checkpoints ship."""
+    not_convert = ["self_attn", "mlp.gate", "shared_experts", "model.layers.0.mlp"]
+    return awq_experts(deepseek_v3_config(), deepseek_v3_tensors(seed), not_convert)

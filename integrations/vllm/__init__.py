@@ -7,9 +7,12 @@ capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
 
 - ``attention``: ``register_backend(AttentionBackendEnum.CPU_ATTN, ...)`` on vLLM's CPU build
   (:mod:`.attention`); on CUDA ``register_backend(AttentionBackendEnum.CUSTOM, ...)``
-  (:mod:`.cuda_attention`), which the user selects with ``attention_backend="CUSTOM"``;
+  (:mod:`.cuda_attention`), which the user selects with ``attention_backend="CUSTOM"``; MLA
+  layers keep vLLM's MLA backends, and the plugin logs one line saying so (:mod:`.mla`);
 - ``moe``: ``CustomOp.register_oot(..., name="UnquantizedFusedMoEMethod")`` (:mod:`.moe`) and
-  ``register_quantization_config("awq")`` (:mod:`.awq`), when hexlayout's MoE ops exist.
+  ``register_quantization_config`` for ``awq`` (:mod:`.awq`), ``auto_gptq`` (GPTQ, act-order
+  included: :mod:`.gptq`) and ``mxfp4`` (:mod:`.mxfp4`), each when hexlayout has the op that
+  prepares its weights.
 
 It logs through vLLM's logger what it swapped, or one line saying why it swapped nothing.
 Calling it again does nothing (it is idempotent and cheap); ``HEXLAYOUT_VLLM=0`` makes it do
@@ -53,6 +56,9 @@ def register() -> None:
         return
     swapped: list[str] = []
     if "attention" in kernels:
+        from .mla import register_mla
+
+        swapped.append(register_mla())
         if platform == "cpu":
             from .attention import register_attention
 
@@ -63,8 +69,10 @@ def register() -> None:
             swapped.append(register_cuda_attention())
     if "moe" in kernels:
         from .awq import register_awq
+        from .gptq import register_gptq
         from .moe import register_moe
+        from .mxfp4 import register_mxfp4
 
-        swapped.extend(register_moe() + register_awq())
+        swapped.extend(register_moe() + register_awq() + register_gptq() + register_mxfp4())
     _STATE = tuple(swapped)
     announce(f"hexlayout ({decision.mode}): swapped {'; '.join(swapped) if swapped else 'nothing'}")

@@ -8,7 +8,7 @@ parent's answer, so AWQ linear layers keep vLLM's kernels). The method keeps vLL
 ``w13_scales`` ``[E, H/G, 2I]``, ``w2_*`` likewise with ``K = I``, ``N = H``; AutoAWQ's nibble
 order) and vLLM's loader; ``process_weights_after_loading`` re-lays them out once with
 ``hexlayout.ops.prepare_wna16(..., quant_format="awq", bits=4, group_size=G)`` and builds the
-layer's ``FusedMoEKernel`` itself (vLLM's prepare / finalize, :class:`HexlayoutWNA16Experts`):
+layer's ``FusedMoEKernel`` itself (:func:`.wna16.install_prepared_experts`):
 vLLM's WNA16 kernel factory accepts only its in-tree experts, and vLLM's own AWQ MoE method is
 never constructed (on a CPU without AMX its ``__init__`` raises: no WNA16 MoE backend).
 
@@ -24,42 +24,19 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
-from vllm.model_executor.layers.fused_moe.all2all_utils import maybe_make_prepare_finalize
-from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
-from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEKernel
 from vllm.model_executor.layers.quantization import register_quantization_config
 from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig, AutoAWQMoEMethod
 from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
 
 from .log import flush, logger
-from .moe import HexlayoutExperts, moe_unsupported_reason
+from .moe import moe_unsupported_reason
+from .wna16 import HexlayoutWNA16Experts, PreparedExpertsMethod, install_prepared_experts
 
 __all__ = ["HexlayoutAWQConfig", "HexlayoutAWQMoEMethod", "HexlayoutWNA16Experts", "register_awq"]
+# HexlayoutWNA16Experts lives in .wna16 (shared with GPTQ and MXFP4); importable from here too.
 
 GROUP_SIZES = (32, 64, 128, -1)
-
-
-class HexlayoutWNA16Experts(HexlayoutExperts):
-    """vLLM's modular MoE experts computed by ``hexlayout.ops.fused_moe`` on ``prepare_wna16``
-    weights (``prepared``, set by :class:`HexlayoutAWQMoEMethod`; the packed tensors vLLM hands
-    to ``apply`` give only their shapes): ``apply`` is the parent's, with these weights."""
-
-    prepared: tuple[Any, Any] | None = None
-
-    def expert_weights(self, hidden_states: torch.Tensor, w1: torch.Tensor,
-                       w2: torch.Tensor) -> tuple[str, Any, Any, dict[str, int]]:
-        """``("moe_w4a16", w13, w2, shapes)``: the prepared weights (vLLM's packed ``w1`` / ``w2``
-        give only the local expert count)."""
-        assert self.prepared is not None, "hexlayout AWQ MoE: weights were not prepared"
-        w13, w2p = self.prepared
-        shapes = {
-            "local_experts": int(w1.shape[0]),
-            "hidden": int(hidden_states.shape[-1]),
-            "intermediate": int(w13.scales.shape[-1] // 2),
-            "group_size": int(w13.group_size),
-        }
-        return "moe_w4a16", w13, w2p, shapes
 
 
 def awq_moe_unsupported_reason(config: AutoAWQConfig, moe: Any) -> str | None:
@@ -71,7 +48,7 @@ def awq_moe_unsupported_reason(config: AutoAWQConfig, moe: Any) -> str | None:
     return moe_unsupported_reason(moe)
 
 
-class HexlayoutAWQMoEMethod(AutoAWQMoEMethod):
+class HexlayoutAWQMoEMethod(PreparedExpertsMethod, AutoAWQMoEMethod):
     """vLLM's AWQ MoE weights (``create_weights`` inherited), prepared by hexlayout and computed
     by :class:`HexlayoutWNA16Experts`."""
 
@@ -100,26 +77,9 @@ class HexlayoutAWQMoEMethod(AutoAWQMoEMethod):
             )
             for w in ("w13", "w2")
         )
-        # vLLM's modular kernel reads the layer's w13_weight / w2_weight (shapes only, here).
-        layer.w13_weight = layer.w13_qweight
-        layer.w2_weight = layer.w2_qweight
-        self.moe_quant_config = self.get_fused_moe_quant_config(layer)
-        prepare_finalize = maybe_make_prepare_finalize(
-            moe=self.moe,
-            quant_config=self.moe_quant_config,
-            routing_tables=layer._expert_routing_tables(),
-            allow_new_interface=True,
-            use_monolithic=False,
-        )
-        experts = HexlayoutWNA16Experts(moe_config=self.moe, quant_config=self.moe_quant_config)
-        experts.prepared = (w13, w2)
-        self.moe_kernel = FusedMoEKernel(prepare_finalize, experts)
+        install_prepared_experts(self, layer, w13, w2)
         name = getattr(layer, "layer_name", None) or "?"
         logger.info("hexlayout: %s: AWQ int4 MoE experts run hexlayout's fused_moe (W4A16)", name)
-
-    def get_fused_moe_quant_config(self, layer: RoutedExperts) -> FusedMoEQuantConfig:
-        # Activations enter unquantized; the experts hold their own dequantization constants.
-        return FusedMoEQuantConfig.make()
 
 
 class HexlayoutAWQConfig(AutoAWQConfig):
