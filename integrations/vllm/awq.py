@@ -74,6 +74,7 @@ class HexlayoutAWQMoEMethod(PreparedExpertsMethod, AutoAWQMoEMethod):
                 quant_format="awq",
                 bits=4,
                 group_size=g,
+                gate_up=w == "w13",
             )
             for w in ("w13", "w2")
         )

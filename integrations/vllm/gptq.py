@@ -127,6 +127,7 @@ class HexlayoutGPTQMoEMethod(PreparedExpertsMethod, AutoGPTQMoEMethod):
                 quant_format="gptq",
                 bits=cfg.weight_bits,
                 group_size=cfg.group_size,
+                gate_up=w == "w13",
                 **({"g_idx": getattr(layer, f"{w}_g_idx").data} if cfg.desc_act else {}),
             )
             for w in ("w13", "w2")

@@ -58,7 +58,7 @@ class HexlayoutMxfp4MoEMethod(PreparedExpertsMethod, Mxfp4MoEMethod):
         dtype = self.moe.in_dtype
         w13, w2 = (
             prepare_mxfp4(getattr(layer, f"{w}_weight").data, getattr(layer, f"{w}_weight_scale").data,
-                          dtype=dtype)
+                          dtype=dtype, gate_up=w == "w13")
             for w in ("w13", "w2")
         )
         install_prepared_experts(self, layer, w13, w2)
