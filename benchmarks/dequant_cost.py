@@ -55,6 +55,7 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
     """One row: the main loop of ``kind`` (``gate_up`` / ``down``) for ``fmt`` (a ``FORMATS``
     key) in the ``(arch, phase)`` config, per dequantized weight and per MMA."""
     from hexlayout.runtime import build
+    from hexlayout.runtime.stats import mma_per_ktile_for_tile
 
     bits, zero, scales = FORMATS[fmt]
     consts = dict(CONFIGS[(arch, phase)], ZERO=zero, GROUP=128 if scales == "g128" else PER_CHANNEL)
@@ -65,14 +66,20 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
     threads = 128 * consts["WG"] if arch == "sm_90a" else 128
     bn = 64 * consts.get("WG", 1)
     weights = (2 if kind == "gate_up" else 1) * bn * 64 / threads
-    per_ktile = ml.non_mma_per_ktile if ml is not None else None
+    # k-tiles per loop iteration from the MMA the tile takes (the sm_90a loops are unrolled by 2)
+    if arch == "sm_90a":   # swap-AB: m64 x nBM x k16 per 64 weight rows, one issuer per warp group
+        tile = mma_per_ktile_for_tile(bn, consts["BM"], 64, (64, consts["BM"], 16), consts["WG"])
+    else:
+        tile = mma_per_ktile_for_tile(consts["BM"], bn, 64, (16, 8, 16), 4)
+    k_tiles = ml.mma / ((2 if kind == "gate_up" else 1) * tile) if ml is not None else None
+    per_ktile = ml.non_mma / k_tiles if k_tiles else None
     return {"arch": arch, "phase": phase, "format": fmt, "kernel": kind, "BM": consts["BM"],
             "weights_per_thread_ktile": weights, "non_mma_per_ktile": per_ktile,
             "non_mma_per_weight": None if per_ktile is None else round(per_ktile / weights, 3),
             "non_mma_per_mma": None if ml is None else round(ml.non_mma_per_mma, 2),
-            "dequant_per_weight": None if ml is None or not ml.k_tiles else     # (mix: per iteration)
-            round(sum(ml.mix.get(o, 0) for o in DEQUANT_OPS) / ml.k_tiles / weights, 3),
-            "k_tiles_per_iteration": None if ml is None else ml.k_tiles,
+            "dequant_per_weight": None if not k_tiles else     # (mix: per iteration)
+            round(sum(ml.mix.get(o, 0) for o in DEQUANT_OPS) / k_tiles / weights, 3),
+            "k_tiles_per_iteration": k_tiles,
             "marlin_dequant_per_weight": round(MARLIN[scales][2], 3),
             "registers": getattr(st, "registers", None), "spills": bool(st.spills),
             "marlin_per_weight": MARLIN[scales][0], "marlin_per_hmma": MARLIN[scales][1],

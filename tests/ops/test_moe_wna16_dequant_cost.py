@@ -122,10 +122,12 @@ def _dequant_cost():
 #: kernel) -> (non-MMA per weight, dequantization instructions per weight). Marlin (sm_80): 2.30
 #: / 1.69 with group-128 scales, 1.65 / 1.14 per channel. Reached: the dequantization of GPTQ-8
 #: (1.56-1.63) is below Marlin's int4 figure, and the whole GPTQ-8 gate-up loop within 1.5x
-#: Marlin's per-weight figure (2.95 / 3.17 <= 3.45). Not reached: AWQ-4 / GPTQ-4 (3.3-5.0 per
-#: weight; dequantization 2.06 with g128: a PRMT per pair that a nibble-interleaved in-vector
-#: order removes, 1.5 per channel) and the GPTQ-8 down loop: the rest is loop overhead
-#: (addressing, predicates, weight and scale loads, ldmatrix: 1.3-2.4 per weight).
+#: Marlin's per-weight figure (2.95 / 3.27 <= 3.45; sm_90a's loops keep a wgmma group in flight,
+#: unrolled by 2 over two register A tiles: +1-12 % per weight there). Not reached: AWQ-4 /
+#: GPTQ-4 (3.3-5.2 per weight; dequantization 2.06 with g128: a PRMT per pair that a
+#: nibble-interleaved in-vector order removes, 1.5 per channel) and the GPTQ-8 down loop: the
+#: rest is loop overhead (addressing, predicates, weight and scale loads, ldmatrix: 1.3-2.4 per
+#: weight).
 PER_WEIGHT = {
     ("sm_80", "AWQ-4 g128", "gate_up"): (4.172, 2.625),
     ("sm_80", "AWQ-4 g128", "down"): (4.75, 2.625),
@@ -135,14 +137,14 @@ PER_WEIGHT = {
     ("sm_80", "GPTQ-4 channel", "down"): (2.875, 1.5),
     ("sm_80", "GPTQ-8 g128", "gate_up"): (2.953, 1.578),
     ("sm_80", "GPTQ-8 g128", "down"): (3.844, 1.625),
-    ("sm_90a", "AWQ-4 g128", "gate_up"): (4.625, 2.625),
-    ("sm_90a", "AWQ-4 g128", "down"): (5.031, 2.625),
-    ("sm_90a", "GPTQ-4 g128", "gate_up"): (4.016, 2.062),
-    ("sm_90a", "GPTQ-4 g128", "down"): (4.094, 2.062),
-    ("sm_90a", "GPTQ-4 channel", "gate_up"): (2.703, 1.5),
-    ("sm_90a", "GPTQ-4 channel", "down"): (3.062, 1.5),
-    ("sm_90a", "GPTQ-8 g128", "gate_up"): (3.172, 1.578),
-    ("sm_90a", "GPTQ-8 g128", "down"): (3.5, 1.562),
+    ("sm_90a", "AWQ-4 g128", "gate_up"): (5.18, 2.625),
+    ("sm_90a", "AWQ-4 g128", "down"): (5.172, 2.625),
+    ("sm_90a", "GPTQ-4 g128", "gate_up"): (4.094, 2.062),
+    ("sm_90a", "GPTQ-4 g128", "down"): (3.812, 2.062),
+    ("sm_90a", "GPTQ-4 channel", "gate_up"): (2.758, 1.5),
+    ("sm_90a", "GPTQ-4 channel", "down"): (3.078, 1.5),
+    ("sm_90a", "GPTQ-8 g128", "gate_up"): (3.273, 1.562),
+    ("sm_90a", "GPTQ-8 g128", "down"): (3.312, 1.562),
 }
 
 
@@ -158,7 +160,7 @@ def test_decode_main_loop_per_weight_beside_marlin(arch, fmt, kind) -> None:
     # the conversion's own subtraction of 1024 + 128)
     hadd2 = {"GPTQ-4 g128": 0, "GPTQ-4 channel": 0, "GPTQ-8 g128": r["weights_per_thread_ktile"] / 2}
     if fmt in hadd2:
-        assert r["mix"].get("HADD2", 0) <= hadd2[fmt], r["mix"]
+        assert r["mix"].get("HADD2", 0) / r["k_tiles_per_iteration"] <= hadd2[fmt], r["mix"]  # (per k-tile)
     if fmt.endswith("channel"):     # per-channel scales after the loop
         assert r["mix"].get("HMUL2", 0) == 0, r["mix"]
     if fmt == "GPTQ-8 g128":        # the target for 8-bit, reached in its dequantization
