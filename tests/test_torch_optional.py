@@ -29,6 +29,7 @@ calls = {
     "moe_align": lambda: ops.moe_align(None, num_experts=2, block_m=16),
     "prepare_wna16": lambda: ops.prepare_wna16(None, None, quant_format="awq", bits=4, group_size=32),
     "prepare_fp8": lambda: ops.prepare_fp8(None, None),
+    "prepare_mxfp4": lambda: ops.prepare_mxfp4(None, None, dtype=None),
 }
 out = {"have_torch": HAVE_TORCH, "all": sorted(ops.__all__), "errors": {}}
 for name, call in calls.items():

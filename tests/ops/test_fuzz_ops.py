@@ -1477,17 +1477,48 @@ def wq_noise(c: Case, draw: Any) -> None:
             c.args[x] = replace(c.args[x], requires_grad=True)
 
 
+def wq_perm(c: Case, draw: Any) -> bool:
+    """An act-order permutation that cannot be one: of AWQ weights, not int32 ``[E, K]``, or not a
+    tensor."""
+    a = c.args
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    x = f"{pre}_perm"
+    s13, hs = a["w13_scales"], a["hidden_states"]
+    if not (isinstance(s13, T) and len(s13.shape) == 3 and isinstance(hs, T) and len(hs.shape) == 2):
+        return False
+    e, k = s13.shape[0], hs.shape[1] if pre == "w13" else s13.shape[2] // 2
+    kind = draw(st.sampled_from(["dtype", "shape", "kind"] + (["awq"] if a["quant_format"] == "awq" else [])))
+    if kind == "kind":
+        a[x] = draw(st.sampled_from(["a", 1.5, [0, 1]]))
+        c.kinds.add(x)
+    else:
+        a[x] = T((e, k + 8) if kind == "shape" else (e, k), torch.int64 if kind == "dtype" else I32)
+    c.blame.add(x)
+    return True
+
+
+def wq_layout_key(c: Case, draw: Any) -> bool:
+    """An offline layout key that is not the one of the kernel the op runs: the prepared weights'
+    ``w13_qweight`` / ``w2_qweight`` are named."""
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    c.args[f"{pre}_layout"] = draw(st.sampled_from(["u4/64x64/t128x16B/0000000000", "natural", "x"]))
+    c.blame |= {f"{pre}_qweight", f"{pre}_layout"}
+    return True
+
+
 WQ_COMMON = [wq_rank, wq_layout, wq_device, wq_not_a_tensor]
 TABLE["fused_moe_wna16"] = OpTable(
     valid=wq_valid, mutations=[wq_x_dtype, wq_other_dtype, wq_shape_mismatch, *WQ_COMMON, wq_bad_value,
-                               wq_bad_kind],
+                               wq_bad_kind, wq_perm, wq_layout_key],
     exclusive=[{wq_device}], noise=wq_noise,
     covers={"hidden_states": [wq_x_dtype, wq_shape_mismatch, *WQ_COMMON],
             **{x: [wq_other_dtype, wq_shape_mismatch, *WQ_COMMON]
                for x in ("w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales", "w2_zeros",
                          "topk_weights", "topk_ids")},
             "expert_map": [wq_other_dtype, *WQ_COMMON],
-            **{x: [wq_bad_value, wq_bad_kind] for x in WQ_CONSTANTS}},
+            **{x: [wq_bad_value, wq_bad_kind] for x in WQ_CONSTANTS},
+            "w13_perm": [wq_perm], "w2_perm": [wq_perm], "w13_layout": [wq_layout_key],
+            "w2_layout": [wq_layout_key]},
     module=sys.modules[__name__], fallback=wq_bad_kind)
 
 
