@@ -98,10 +98,10 @@ def dequant_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"machine: {meta.get('machine', '')}; compiler: {meta.get('hexlayout_compiler', '')}; "
             f"python {meta.get('python', '')}; commit {meta.get('hexlayout_commit', '')}", "",
             "f16, TOPK 2. Marlin: sm_80, 16 rows, f16, int4 (REFERENCE.md). On sm_90a an MMA is "
-            "one HGMMA (64 x BM x 16): its per-MMA column is not Marlin's per-HMMA. Weights per "
-            "thread count each weight once: the sm_80 prefill down kernel's synthesized warp "
-            "arrangement (2 x 2 for BM 64) dequantizes each weight in two warps, which doubles "
-            "its dequant/weight.", "",
+            "one HGMMA (64 x BM x 16): its per-MMA column is not Marlin's per-HMMA; the sm_90a "
+            "loops are unrolled by 2 (k-tiles per iteration from the tile's MMA count). Weights per "
+            "thread count each weight once (every kernel's warps side by side along N: each weight "
+            "dequantized by one warp).", "",
             "| arch | phase | format | kernel | BM | weights/thread/k-tile | non-MMA/k-tile | "
             "non-MMA/weight | Marlin/weight | dequant/weight | Marlin dequant/weight | non-MMA/MMA | "
             "Marlin/HMMA | registers | spills |",
