@@ -14,8 +14,8 @@ from hexlayout.lang import f32, i32
 
 __all__ = ["load_tile", "moe_grid", "expert_block", "k_tile_range", "split_range", "split_k0", "block_rows",
            "routed_rows", "sorted_rows", "sorted_tokens", "gathered_stages", "ws_ring", "produce_ring",
-           "consume_ring", "warp_specialized", "wgmma_pipeline", "check_in_flight_stages", "PRODUCER_REGS",
-           "CONSUMER_REGS"]
+           "consume_ring", "warp_specialized", "wgmma_pipeline", "wgmma_in_flight", "check_in_flight_stages",
+           "PRODUCER_REGS", "CONSUMER_REGS"]
 
 #: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
 #: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
@@ -112,6 +112,21 @@ def check_in_flight_stages(name: str, stages: int) -> None:
     if stages < 3:
         raise ValueError(f"{name}: STAGES ({stages}) must be >= 3: k-tiles are loaded STAGES - 2 ahead and "
                          "one more stage stays free for the wgmma group in flight")
+
+
+def wgmma_in_flight(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
+                    mmas: list[tuple[Any, Any]], b: Any) -> None:
+    """The k loop of shared-memory swap-AB wgmma with one group in flight across the back edge:
+    per k-tile ``st``, ``acc += a[:, :, st] @ b[:, :, st]`` for each ``(a, acc)`` of ``mmas``,
+    committed as one group and waited down to 1; cp.async ``stages - 2`` k-tiles ahead, so a
+    stage stays free for the group in flight (``check_in_flight_stages``)."""
+    check_in_flight_stages(name, stages)
+    for _kt, st in hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True, wgmma_in_flight=True):
+        hl.wgmma_fence()
+        for a, acc in mmas:
+            hl.mma(a[:, :, st], b[:, :, st], acc)
+        hl.wgmma_commit()
+        hl.wgmma_wait(1)
 
 
 def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],

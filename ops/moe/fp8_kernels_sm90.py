@@ -44,7 +44,6 @@ from hexlayout.lang import e4m3, f32, i32
 
 from .blocks import (
     block_rows,
-    check_in_flight_stages,
     expert_block,
     gathered_stages,
     k_tile_range,
@@ -52,6 +51,7 @@ from .blocks import (
     sorted_rows,
     sorted_tokens,
     warp_specialized,
+    wgmma_in_flight,
     wgmma_pipeline,
 )
 from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles, scale_down
@@ -111,14 +111,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
                 wgmma_pipeline(name, num_k, STAGES, load, step, finish)
             else:  # one group in flight; cp.async STAGES - 2 ahead: a stage stays free for it
-                check_in_flight_stages(name, STAGES)
-                for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
-                                           wgmma_in_flight=True):
-                    hl.wgmma_fence()
-                    hl.mma(sg[:, :, st], sa[:, :, st], acc_g)
-                    hl.mma(su[:, :, st], sa[:, :, st], acc_u)
-                    hl.wgmma_commit()
-                    hl.wgmma_wait(1)
+                wgmma_in_flight(name, num_k, STAGES, load, [(sg, acc_g), (su, acc_u)], sa)
             sx = load_tile(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
             g = acc_g * sx
             u = acc_u * sx
@@ -173,13 +166,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
                 wgmma_pipeline(name, num_k, STAGES, load, step, finish)
             else:  # one group in flight; cp.async STAGES - 2 ahead: a stage stays free for it
-                check_in_flight_stages(name, STAGES)
-                for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
-                                           wgmma_in_flight=True):
-                    hl.wgmma_fence()
-                    hl.mma(sb[:, :, st], sa[:, :, st], acc)
-                    hl.wgmma_commit()
-                    hl.wgmma_wait(1)
+                wgmma_in_flight(name, num_k, STAGES, load, [(sb, acc)], sa)
             out = scale_down(acc, hs, tw, ws, e, rrow, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(y[rrow, col], out)
