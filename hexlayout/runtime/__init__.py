@@ -11,6 +11,8 @@ with an on-disk cache; SASS and resource reports for checking what was compiled.
 * ``emulate(build, *args)``: the CPU emulator on CPU torch tensors / numpy arrays.
 * ``specialize``: a call that breaks a build's alignment assumptions (odd rows, offset views)
   runs the build specialized on its divisibility facts, cached beside the aligned one.
+* ``capturing`` / ``mock_capture`` / ``prebuild`` / ``CaptureError``: CUDA-graph capture: no
+  build or module load inside one; ``prebuild()`` warms builds up before it (``capture``).
 * ``launch_log()`` / ``LaunchRecord``: what ran (every launch, CUDA or emulated; ``launch_log``).
 * ``tensormap_params``: TMA tensor-map parameters of a ``TmaDesc`` (``tensormap``).
 * ``define_op`` / ``run_build``: ``torch.ops.hexlayout.<name>`` registration (``torch_ops``).
@@ -24,6 +26,7 @@ Not imported by ``import hexlayout``; importing it imports neither torch nor the
 from .args import ArgumentError, BoundArgs, bind_args
 from .build import Build, build, clear_builds
 from .cache import CacheWarning, DiskCache, default_cache_dir
+from .capture import CaptureError, capturing, mock_capture, prebuild
 from .compile import (
     SUPPORTED_ARCHS,
     CompiledKernel,
@@ -45,4 +48,5 @@ __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "DiskCache", "
            "SUPPORTED_ARCHS", "build", "Build", "clear_builds", "ArgumentError", "BoundArgs", "bind_args",
            "Launcher", "LaunchError", "UnsupportedDeviceError", "measure_host_overhead", "emulate",
            "TensorMapParams", "tensormap_params", "define_op", "Op", "run_build", "EmulationDisabledError",
-           "CacheWarning", "launch_log", "LaunchRecord"]
+           "CacheWarning", "launch_log", "LaunchRecord", "CaptureError", "capturing", "mock_capture",
+           "prebuild"]

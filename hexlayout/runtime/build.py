@@ -47,6 +47,7 @@ from .cache import (
     warn_cache,
     write_atomic,
 )
+from .capture import refuse_during_capture
 from .compile import DEFAULT_OPTIONS, CompiledKernel, compile_generated, compiler_identity
 
 __all__ = ["Build", "build", "clear_builds", "build_key", "program_key"]
@@ -202,6 +203,7 @@ def build(kernel: Any, arch: str, *, compile: bool = True, **consts: Any) -> Bui
     memo = _BUILDS.get(key)
     if memo is not None and memo[0] is kernel:
         return memo[1]
+    refuse_during_capture(f"kernel {getattr(kernel, 'name', kernel)!s} for {arch}", consts)
     times: dict[str, float] = {}
     t = time.perf_counter()
     tk = kernel if isinstance(kernel, TileKernel) else kernel.trace(**consts)

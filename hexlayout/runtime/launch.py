@@ -34,6 +34,7 @@ from hexlayout.arch.targets import RUNS_ON, SUPPORTED_ARCHS
 from hexlayout.errors import HexlayoutError
 
 from .args import ArgumentError, BoundArgs, MisalignedArgumentError, _new_tuple, _scalar_value, kernel_plan
+from .capture import prebuilding, refuse_during_capture
 from .launch_log import _LOGS as _LAUNCH_LOGS
 from .launch_log import launched, profiled
 from .tensormap import L2_PROMOTIONS, TENSOR_MAP_BYTES, TensorMapParams, encode_tensor_map, tensor_map_bytes
@@ -218,6 +219,7 @@ class Launcher:
         the dynamic shared-memory opt-in. Called by the first launch on each device."""
         if device in self._devices:
             return
+        refuse_during_capture(f"{self.name}: loading its module on cuda:{device}")
         with self._lock:
             if device in self._devices:
                 return
@@ -378,7 +380,7 @@ class Launcher:
             return lambda args: False
 
         def go(args: Sequence[Any], _keep: ArgPacker = packer) -> bool:   # _keep: params points into it
-            if _LAUNCH_LOGS or profiler._is_profiler_enabled:
+            if _LAUNCH_LOGS or profiler._is_profiler_enabled or prebuilding():
                 return False
             ptrs = []
             for i, align in checks:
@@ -417,6 +419,8 @@ class Launcher:
         device = bound.device
         if device not in self._devices:
             self.prepare(device)
+        if prebuilding():  # warm-up: built and loaded, nothing launched
+            return bound
         grid = bound.grid
         if self.cluster and any(g % c for g, c in zip(grid, self.cluster)):
             raise ArgumentError(self.name, None,

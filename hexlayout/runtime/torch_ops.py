@@ -66,6 +66,7 @@ from typing import Any
 from hexlayout.errors import HexlayoutError
 
 from .args import ArgumentError, ArgumentTypeError
+from .capture import prebuilding
 from .emulation import EMULATE_ENV, emulation_enabled, emulation_mode
 
 __all__ = ["define_op", "defined_ops", "Op", "run_build", "launcher_for", "emulation_enabled",
@@ -465,10 +466,13 @@ def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def run_build(build: Any, *args: Any, **kwargs: Any) -> Any:
     """Run ``build`` with the kernel's arguments on their device: CUDA tensors through the
-    cached ``Launcher`` (torch's current stream), CPU tensors through ``emulate``."""
+    cached ``Launcher`` (torch's current stream), CPU tensors through ``emulate``. Under
+    ``capture.prebuild()``: CUDA builds loaded but not launched, CPU ones not emulated."""
     t = _first_tensor(args, kwargs)
     if t is not None and t.device.type == "cuda":
         return launcher_for(build)(*args, **kwargs)
+    if prebuilding():
+        return None
     from .emulate import emulate
 
     return emulate(build, *args, **kwargs)

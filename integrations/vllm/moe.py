@@ -28,13 +28,17 @@ from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeig
 from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
 from vllm.platforms import current_platform
 
+from hexlayout.runtime.capture import prebuilding
+
 from .log import announce, flush, logger
 from .trace import record, trace_dir
 
 __all__ = [
     "HexlayoutExperts",
     "HexlayoutUnquantizedFusedMoEMethod",
+    "capture_sizes",
     "moe_unsupported_reason",
+    "prebuild_experts",
     "register_moe",
     "ACTIVATIONS",
 ]
@@ -94,10 +98,51 @@ def run_fused_moe(
         global_num_experts=global_num_experts,
     )
     output.copy_(out)
-    if trace_dir() is not None:
+    if trace_dir() is not None and not prebuilding():
         t, k = topk_ids.shape
         shapes = {"tokens": t, "topk": k, "global_experts": global_num_experts, **shapes}
         record(kernel, shapes, hidden_states.dtype)
+
+
+def capture_sizes() -> list[int]:
+    """The token counts vLLM captures CUDA graphs for in this engine (its compilation config's
+    ``cudagraph_capture_sizes``); empty where nothing is captured: not CUDA, ``enforce_eager``,
+    or ``cudagraph_mode`` NONE."""
+    from vllm.config import CUDAGraphMode, get_current_vllm_config
+
+    if not current_platform.is_cuda():
+        return []
+    cfg = get_current_vllm_config()
+    if cfg.model_config is not None and cfg.model_config.enforce_eager:
+        return []
+    cc = cfg.compilation_config
+    if getattr(cc, "cudagraph_mode", None) in (None, CUDAGraphMode.NONE):
+        return []
+    return sorted(set(cc.cudagraph_capture_sizes or []))
+
+
+def prebuild_experts(experts: Any, layer: Any, sizes: list[int] | None = None) -> list[int]:
+    """Build (and load on the GPU) every kernel ``experts`` (:class:`HexlayoutExperts`) runs for
+    ``layer`` (a vLLM ``RoutedExperts``: MoE config, global expert count, expert map) at each
+    token count of ``sizes`` (default :func:`capture_sizes`), launching none
+    (``hexlayout.runtime.prebuild``), so a CUDA-graph capture of those sizes builds nothing.
+    The kernels' configs depend on the sizes only, never on the routing, so zero ids stand for
+    any. Returns the sizes warmed."""
+    from hexlayout.runtime import prebuild
+
+    sizes = capture_sizes() if sizes is None else sizes
+    kernel, w13, w2, shapes = experts.expert_weights(None, layer.w13_weight, layer.w2_weight)
+    moe = layer.moe_config
+    device = layer.w13_weight.device
+    k = moe.experts_per_token
+    with prebuild():
+        for t in sizes:
+            x = torch.empty(t, shapes["hidden"], dtype=moe.in_dtype, device=device)
+            ids = torch.zeros(t, k, dtype=torch.int32, device=device)
+            weights = torch.zeros(t, k, dtype=torch.float32, device=device)
+            run_fused_moe(kernel, torch.empty_like(x), x, w13, w2, weights, ids, moe.activation,
+                          layer.global_num_experts, layer.expert_map, False, shapes)
+    return list(sizes)
 
 
 class HexlayoutExperts(mk.FusedMoEExpertsModular):
@@ -178,11 +223,12 @@ class HexlayoutExperts(mk.FusedMoEExpertsModular):
             shapes,
         )
 
-    def expert_weights(self, hidden_states: torch.Tensor, w1: torch.Tensor,
+    def expert_weights(self, hidden_states: torch.Tensor | None, w1: torch.Tensor,
                        w2: torch.Tensor) -> tuple[str, Any, Any, dict[str, int]]:
-        """``(kernel, w13, w2, shapes)`` for ``apply``: the trace name, the weights
-        ``hexlayout.ops.fused_moe`` takes (here vLLM's ``w1`` [E, 2I, H] and ``w2``) and the layer's
-        sizes for the trace line. Subclasses holding prepared weights override it."""
+        """``(kernel, w13, w2, shapes)`` for ``apply`` (and :func:`prebuild_experts`, with no
+        ``hidden_states``): the trace name, the weights ``hexlayout.ops.fused_moe`` takes (here
+        vLLM's ``w1`` [E, 2I, H] and ``w2``) and the layer's sizes (``hidden`` among them).
+        Subclasses holding prepared weights override it."""
         e, n2, h = w1.shape
         return "moe", w1, w2, {"local_experts": e, "hidden": h, "intermediate": n2 // 2}
 
@@ -202,7 +248,9 @@ class HexlayoutUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
         super().process_weights_after_loading(layer)
         name = getattr(layer, "layer_name", None) or getattr(layer, "prefix", "?")
         if self.hexlayout_reason is None:
-            logger.info("hexlayout: %s: MoE experts run hexlayout's fused_moe", name)
+            warmed = prebuild_experts(self.moe_kernel.fused_experts, layer)
+            logger.info("hexlayout: %s: MoE experts run hexlayout's fused_moe%s", name,
+                        f" (built for {len(warmed)} CUDA-graph sizes)" if warmed else "")
         else:
             logger.info("hexlayout: %s: keeping vLLM's MoE experts (%s)", name, self.hexlayout_reason)
 

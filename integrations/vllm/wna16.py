@@ -21,7 +21,7 @@ from vllm.model_executor.layers.fused_moe.all2all_utils import maybe_make_prepar
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.fused_moe.modular_kernel import FusedMoEKernel
 
-from .moe import HexlayoutExperts
+from .moe import HexlayoutExperts, prebuild_experts
 
 __all__ = ["HexlayoutWNA16Experts", "PreparedExpertsMethod", "install_prepared_experts"]
 
@@ -33,7 +33,7 @@ class HexlayoutWNA16Experts(HexlayoutExperts):
 
     prepared: tuple[Any, Any] | None = None
 
-    def expert_weights(self, hidden_states: torch.Tensor, w1: torch.Tensor,
+    def expert_weights(self, hidden_states: torch.Tensor | None, w1: torch.Tensor,
                        w2: torch.Tensor) -> tuple[str, Any, Any, dict[str, int]]:
         """``("moe_w<bits>a16", w13, w2, shapes)``: the prepared weights (vLLM's packed ``w1`` /
         ``w2`` give only the local expert count)."""
@@ -41,7 +41,7 @@ class HexlayoutWNA16Experts(HexlayoutExperts):
         w13, w2p = self.prepared
         shapes = {
             "local_experts": int(w1.shape[0]),
-            "hidden": int(hidden_states.shape[-1]),
+            "hidden": int(w2p.size_n),
             "intermediate": int(w13.size_n // 2),
             "group_size": int(w13.group_size),
         }
@@ -68,6 +68,7 @@ def install_prepared_experts(method: Any, layer: RoutedExperts, w13: Any, w2: An
     experts = HexlayoutWNA16Experts(moe_config=method.moe, quant_config=method.moe_quant_config)
     experts.prepared = (w13, w2)
     method.moe_kernel = FusedMoEKernel(prepare_finalize, experts)
+    prebuild_experts(experts, layer)
 
 
 class PreparedExpertsMethod:

@@ -22,8 +22,11 @@ CHECK_ENV = "HEXLAYOUT_CHECK"
 
 def content_checks(t: Any) -> bool:
     """Whether checks reading tensor contents run: CPU tensors always, CUDA tensors only with
-    ``HEXLAYOUT_CHECK=1`` (they synchronize), meta / fake tensors never."""
-    if not is_real(t):
+    ``HEXLAYOUT_CHECK=1`` (they synchronize), meta / fake tensors and CUDA-graph captures
+    (``hexlayout.runtime.capturing``) never."""
+    from hexlayout.runtime import capturing
+
+    if not is_real(t) or capturing():
         return False
     return t.device.type == "cpu" or os.environ.get(CHECK_ENV, "") == "1"
 
