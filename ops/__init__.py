@@ -5,8 +5,9 @@ Each op is a Python function ``hexlayout.ops.<name>`` and, where torch is instal
 tensors, ``torch.compile`` and CUDA-graph capture):
 
 - ``gemm`` (package ``gemm``): ``act(scale * a @ B + bias) + residual`` for f16 / bf16;
-- ``paged_attention``, ``attention_varlen`` (package ``attention``): attention over a paged KV
-  cache (mixed prefill / decode) and over packed variable-length sequences;
+- ``paged_attention``, ``attention_varlen``, ``mla_decode``, ``mla_reshape_and_cache`` (package
+  ``attention``): attention over a paged KV cache (mixed prefill / decode), over packed
+  variable-length sequences, and MLA (DeepSeek) decode over a paged latent cache;
 - ``reshape_and_cache`` (package ``kv_cache``): new K/V rows scattered into a paged KV cache;
 - ``fused_moe``, ``fused_moe_wna16``, ``fused_moe_fp8``, ``moe_align``, ``prepare_wna16``,
   ``prepare_mxfp4``, ``prepare_fp8`` (package ``moe``): the fused mixture-of-experts layer for
@@ -20,7 +21,7 @@ and configs work without torch; calling an op on tensors needs torch
 """
 
 from . import compile_backend as _compile_backend  # noqa: F401 - registers the fusion anchors
-from .attention import attention_varlen, paged_attention
+from .attention import attention_varlen, mla_decode, mla_reshape_and_cache, paged_attention
 from .gemm import gemm
 from .kv_cache import reshape_and_cache
 from .moe import (
@@ -35,6 +36,7 @@ from .moe import (
     prepare_wna16,
 )
 
-__all__ = ["gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
+__all__ = ["gemm", "paged_attention", "attention_varlen", "mla_decode", "mla_reshape_and_cache",
+           "reshape_and_cache", "fused_moe", "fused_moe_wna16",
            "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4",
            "prepare_fp8", "WNA16Weights", "Fp8MoEWeights"]

@@ -55,6 +55,7 @@ OPS = readme_ops()
 # the calls below, one per documented name; a name added to the README needs one here
 CALLED = {"gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
           "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
+CALLED |= {"mla_decode", "mla_reshape_and_cache"}
 
 
 def _parse_signature(text: str) -> inspect.Signature:
@@ -257,6 +258,29 @@ def test_reshape_and_cache() -> None:
         want_k[0, 0], want_k[1, 1], want_v[0, 0], want_v[1, 1] = key[0], key[1], value[0], value[1]
         assert fn(key, value, kc, vc, slots) is None, what
         assert torch.equal(kc, want_k) and torch.equal(vc, want_v), f"{what}.reshape_and_cache"
+
+
+def test_mla_decode() -> None:
+    g = torch.Generator().manual_seed(6)
+    cache = torch.randn(3, 16, 160, generator=g).bfloat16()
+    q = torch.randn(1, 2, 160, generator=g).bfloat16()
+    cu, used, bt = torch.tensor([0, 1]).int(), torch.tensor([20]).int(), torch.tensor([[2, 0]]).int()
+    rows = torch.cat([cache[2], cache[0, :4]]).double()       # keys 0..19
+    want = torch.softmax(q[0].double() @ rows.T / math.sqrt(160), -1) @ rows[:, :128]
+    got = _documented("mla_decode")(q, cache, cu, used, bt, 1, 20, kv_lora_rank=128)
+    _close(got[0], want, 1e-2, "hexlayout.ops.mla_decode")
+    out, lse = _torch_op("mla_decode")(q, cache, cu, used, bt, 1, 20, None, 128)
+    _close(out[0], want, 1e-2, "torch.ops.hexlayout.mla_decode")
+
+
+def test_mla_reshape_and_cache() -> None:
+    g = torch.Generator().manual_seed(7)
+    kv_c, k_pe = torch.randn(2, 128, generator=g).half(), torch.randn(2, 16, generator=g).half()
+    for fn, what in ((_documented("mla_reshape_and_cache"), "hexlayout.ops"),
+                     (_torch_op("mla_reshape_and_cache"), "torch.ops.hexlayout")):
+        cache = torch.zeros(2, 16, 144).half()
+        assert fn(kv_c, k_pe, cache, torch.tensor([17, -1])) is None, what
+        assert torch.equal(cache[1, 1], torch.cat([kv_c[0], k_pe[0]])) and cache.count_nonzero() == 144, what
 
 
 def _routing(t: int, e: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

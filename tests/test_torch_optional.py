@@ -30,6 +30,8 @@ calls = {
     "prepare_wna16": lambda: ops.prepare_wna16(None, None, quant_format="awq", bits=4, group_size=32),
     "prepare_fp8": lambda: ops.prepare_fp8(None, None),
     "prepare_mxfp4": lambda: ops.prepare_mxfp4(None, None, dtype=None),
+    "mla_decode": lambda: ops.mla_decode(*[None] * 5, 1, 1),
+    "mla_reshape_and_cache": lambda: ops.mla_reshape_and_cache(*[None] * 4),
 }
 out = {"have_torch": HAVE_TORCH, "all": sorted(ops.__all__), "errors": {}}
 for name, call in calls.items():

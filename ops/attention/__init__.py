@@ -2,6 +2,8 @@
 variable-length sequences (``hexlayout.ops.*``, ``torch.ops.hexlayout.*``), and the
 ``scaled_dot_product_attention`` anchor of the fusion backend.
 
+- ``mla`` / ``mla_kernels`` / ``mla_cache`` / ``torch_mla``: MLA decode over a paged latent cache
+  and the latent cache's writer (ops, kernels, registrations);
 - ``args``: argument checks (also of the KV cache layout ``reshape_and_cache`` writes);
 - ``paged`` / ``varlen``: host dispatch; ``launch_args``: the outputs and score scales both
   hand their kernels; ``paged_kernels_sm80``, ``varlen_kernels_sm80``, ``kernels_sm90``: the
@@ -12,10 +14,12 @@ variable-length sequences (``hexlayout.ops.*``, ``torch.ops.hexlayout.*``), and 
 """
 
 from ..host.torch import HAVE_TORCH
+from .mla import mla_decode
+from .mla_cache import mla_reshape_and_cache
 from .paged import paged_attention
 from .varlen import attention_varlen
 
 if HAVE_TORCH:
-    from . import torch_paged, torch_varlen  # noqa: F401 - register the torch ops
+    from . import torch_mla, torch_paged, torch_varlen  # noqa: F401 - register the torch ops
 
-__all__ = ["paged_attention", "attention_varlen"]
+__all__ = ["paged_attention", "attention_varlen", "mla_decode", "mla_reshape_and_cache"]
