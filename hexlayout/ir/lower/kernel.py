@@ -77,6 +77,7 @@ from ..tile import (
     Permute,
     Rearrange,
     Reduce,
+    Scan,
     Slice,
     SubTile,
     Sync,
@@ -109,6 +110,7 @@ from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
+from .scan import lower_scan
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -559,6 +561,21 @@ class Lowering:
             self.choices.append((op, "warp shuffles + shared memory across warps"))
         if isinstance(res, str):
             raise self.fail(op, res)
+        return res
+
+    @LOWERING.register(Scan)
+    def op_Scan(self, op: Scan) -> list[Instr]:
+        srcs = [self.register_of(v, op) for v in op.srcs]
+        dst = self.register_of(op.result, op)
+        init = self.register_of(op.init, op) if op.init is not None else None
+        res = lower_scan(op.fn, dst, srcs, op.axis, op.reverse, init, self.gtid,
+                         lambda name, count: self.scratch(f"{op.result.name}_{name}", dst.dtype, count),
+                         lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes),
+                         valid=op.valid)
+        if isinstance(res, str):
+            raise self.fail(op, res)
+        if any(isinstance(i, BarSync) for i in res):
+            self.choices.append((op, "warp shuffles + shared memory across warps"))
         return res
 
     @LOWERING.register(Rearrange)

@@ -1,0 +1,202 @@
+"""``hl.scan``: inclusive scans of register tiles against a float64 sequential recurrence.
+
+Each fn (add, mul, max, min, linear) in both directions along both axes, over tiles whose
+scanned axis lies in a thread's values, across lanes and across warps (and an outer repeat
+of the values), with 32 to 256 threads, f32 and f16, on ragged views (the padding takes part
+as the identity; a reverse scan starts in it); ``init`` carries a per-row value in. The
+printed kernel compiles with NVRTC for sm_80 and sm_90a without spills and the PTX executor
+runs it; mistakes name the kernel, ``scan`` and the line.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import hexlayout.lang as hl
+import hexlayout.runtime as rt
+from hexlayout.lang import KernelError, f16, f32
+
+M, N, P, Q = hl.dims("M N P Q")
+_KERNELS: dict[tuple, hl.Kernel] = {}
+
+
+def scan_kernel(dt, threads: int) -> hl.Kernel:
+    """``y = hl.scan(x)`` of one (BM, BN) tile per block row (``init`` from ``h0`` when ``INIT``);
+    ``LINEAR``: ``y = hl.scan((a, x), ...)``."""
+    key = (dt.name, threads)
+    if key in _KERNELS:
+        return _KERNELS[key]
+
+    @hl.kernel(threads=threads)
+    def scan_tile(x: dt[M, N].aligned(16), a: dt[M, N].aligned(16), h0: dt[P, Q], y: dt[M, N].aligned(16),
+                  *,
+                  BM: int = 16, BN: int = 32, AXIS: int = 1, FN: str = "add", REV: bool = False,
+                  INIT: bool = False):
+        pid = hl.grid(hl.spatial(hl.cdiv(x.shape[0], BM)))
+        r = hl.register(dt, (BM, BN))
+        hl.copy(hl.view(x, (BM, BN), (pid * BM, 0)), r)
+        src = r
+        if FN == "linear":
+            ra = hl.register(dt, (BM, BN))
+            hl.copy(hl.view(a, (BM, BN), (pid * BM, 0)), ra)
+            src = (ra, r)
+        init = None
+        if INIT:
+            shape = (BM, 1) if AXIS == 1 else (1, BN)
+            init = hl.register(dt, shape)
+            hl.copy(hl.view(h0, shape, (pid * BM if AXIS == 1 else pid, 0)), init)
+        hl.copy(hl.scan(src, AXIS, FN, REV, init), hl.view(y, (BM, BN), (pid * BM, 0)))
+
+    _KERNELS[key] = scan_tile
+    return scan_tile
+
+
+def reference(x: np.ndarray, a: np.ndarray, h0: np.ndarray | None, axis: int, fn: str,
+              rev: bool) -> np.ndarray:
+    """The sequential recurrence in float64, along ``axis`` of one block's tile."""
+    x, a = np.moveaxis(x.astype(np.float64), axis, -1), np.moveaxis(a.astype(np.float64), axis, -1)
+    out = np.empty_like(x)
+    order = range(x.shape[-1] - 1, -1, -1) if rev else range(x.shape[-1])
+    h = None if h0 is None else np.moveaxis(h0.astype(np.float64), axis, -1)[..., 0]
+    for i in order:
+        if fn == "linear":
+            h = x[..., i] + (0.0 if h is None else a[..., i] * h)
+        elif h is None:
+            h = x[..., i]
+        else:
+            h = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[fn](h, x[..., i])
+        out[..., i] = h
+    return np.moveaxis(out, -1, axis)
+
+
+def run_scan(fn: str, axis: int, rev: bool, threads: int, bm: int, bn: int, dt=f32, *, init: bool = False,
+             mode: str = "ir", arch: str = "sm_80", rows: int | None = None, cols: int | None = None) -> None:
+    """Emulate the scan of a ragged (2*bm - 3, bn - 5) problem and compare with ``reference``."""
+    k = scan_kernel(dt, threads)
+    rows, cols = rows or 2 * bm - 3, cols or bn - 5
+    nblocks = -(-rows // bm)
+    npdt = np.float32 if dt is f32 else np.float16
+    rng = np.random.default_rng(threads + bm + bn + axis)
+    lo = 0.8 if fn == "mul" else -1.0
+    x = rng.uniform(lo, 1.2, (rows, cols)).astype(npdt)
+    a = rng.uniform(0.5, 1.0, (rows, cols)).astype(npdt)
+    h0 = rng.uniform(-1, 1, (rows, 1) if axis == 1 else (nblocks, cols)).astype(npdt)
+    y = np.full((rows, cols), np.nan, npdt)
+    built = rt.build(k, arch, compile=False, BM=bm, BN=bn, AXIS=axis, FN=fn, REV=rev, INIT=init)
+    rt.emulate(built, x, a, h0, y, mode=mode)
+    tol = 2e-5 if dt is f32 else 2e-2
+    for b in range(nblocks):
+        s = slice(b * bm, (b + 1) * bm)
+        hb = None if not init else (h0[s] if axis == 1 else h0[b:b + 1])
+        want = reference(x[s], a[s], hb, axis, fn, rev)
+        atol = tol * max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(y[s].astype(np.float64), want, rtol=tol, atol=atol)
+
+
+# (fn, axis, reverse, threads, BM, BN): in-thread + lanes (axis 1), lanes + warps (axis 0, 16 rows over
+# 128 threads), lanes + warps + an outer repeat (64 rows), a single warp, 256 threads over 8 warps
+CASES = [
+    ("add", 1, False, 128, 16, 32),
+    ("add", 0, True, 128, 64, 32),
+    ("mul", 1, True, 64, 16, 32),
+    ("mul", 0, False, 32, 16, 16),
+    ("max", 0, False, 128, 16, 32),
+    ("max", 1, True, 32, 8, 64),
+    ("min", 1, False, 256, 32, 32),
+    ("min", 0, True, 256, 64, 16),
+]
+
+
+@pytest.mark.parametrize(("fn", "axis", "rev", "threads", "bm", "bn"), CASES)
+def test_scan_matches_float64(fn: str, axis: int, rev: bool, threads: int, bm: int, bn: int) -> None:
+    run_scan(fn, axis, rev, threads, bm, bn)
+
+
+@pytest.mark.parametrize(("axis", "rev", "threads", "bm", "bn", "init"), [
+    (1, False, 128, 16, 32, True),
+    (1, True, 64, 8, 64, False),
+    (0, True, 128, 64, 32, True),
+    (0, False, 32, 16, 16, False),
+])
+def test_linear_recurrence_matches_float64(axis: int, rev: bool, threads: int, bm: int, bn: int,
+                                          init: bool) -> None:
+    """``h_i = a_i h_{i-1} + b_i`` (Mamba's recurrence), with and without ``init = h_{-1}``."""
+    run_scan("linear", axis, rev, threads, bm, bn, init=init)
+
+
+@pytest.mark.parametrize(("fn", "axis", "rev", "init"), [("add", 1, True, True), ("linear", 0, False, True),
+                                                         ("max", 0, True, False)])
+def test_f16_scans(fn: str, axis: int, rev: bool, init: bool) -> None:
+    run_scan(fn, axis, rev, 128, 16, 32, f16, init=init)
+
+
+def test_ragged_padding_is_the_identity() -> None:
+    """A reverse product along a row that ends in padding: the zeros loaded there do not take
+    part (the product would be 0 everywhere); likewise a reverse min (0 < every element)."""
+    run_scan("mul", 1, True, 128, 16, 64, rows=5, cols=37)
+    run_scan("linear", 1, True, 128, 16, 64, rows=5, cols=37)
+    k = scan_kernel(f32, 128)
+    built = rt.build(k, "sm_80", compile=False, BM=16, BN=64, AXIS=1, FN="mul", REV=True)
+    assert "scan.mul %r axis=1 reverse valid=" in str(built.tile_kernel)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_scan_compiles_without_spills(arch: str) -> None:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    k = scan_kernel(f32, 128)
+    built = rt.build(k, arch, BM=64, BN=32, AXIS=0, FN="linear", REV=True, INIT=True)
+    assert built.compiled.resources.spill_stores == 0
+    assert "__shfl_sync" in built.generated.source
+
+
+def test_ptx_executor_runs_the_scan() -> None:
+    """The NVRTC PTX of the printed kernel (shuffles across lanes, shared memory across warps)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    run_scan("linear", 0, False, 128, 64, 32, init=True, mode="ptx")
+    run_scan("max", 1, True, 64, 16, 32, mode="ptx")
+
+
+# --- mistakes ------------------------------------------------------------------------------------
+
+def _line(fn, snippet: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, s in enumerate(lines) if snippet in s)
+
+
+@hl.kernel(threads=128)
+def bad_scan(x: f32[M, N], *, CASE: str = "axis"):
+    r = hl.register(f32, (16, 32))
+    q = hl.register(f32, (16, 16))
+    if CASE == "axis":
+        hl.scan(r, 2)
+    elif CASE == "fn":
+        hl.scan(r, 1, "xor")
+    elif CASE == "pair":
+        hl.scan((r, q), 1, "linear")
+    elif CASE == "single":
+        hl.scan(r, 1, "linear")
+    elif CASE == "init":
+        hl.scan(r, 1, "add", init=q)
+
+
+@pytest.mark.parametrize(("case", "snippet", "words"), [
+    ("axis", "hl.scan(r, 2)", ("axis 2 out of range", "%r")),
+    ("fn", 'hl.scan(r, 1, "xor")', ("unknown scan function 'xor'", "linear")),
+    ("pair", 'hl.scan((r, q), 1, "linear")', ("%r", "%q", "(16,32)", "(16,16)", "one shape")),
+    ("single", 'hl.scan(r, 1, "linear")', ("pair of tiles (a, b)",)),
+    ("init", 'hl.scan(r, 1, "add", init=q)', ("init %q", "(16,1)")),
+])
+def test_mistakes_name_the_kernel_op_and_line(case: str, snippet: str, words: tuple[str, ...]) -> None:
+    with pytest.raises(KernelError) as e:
+        bad_scan.trace(CASE=case)
+    err, msg = e.value, str(e.value)
+    assert err.kernel == "bad_scan" and err.op == "scan"
+    assert err.loc is not None and err.loc.line == _line(bad_scan.fn, snippet), msg
+    assert f"{os.path.basename(__file__)}:{err.loc.line}" in msg and snippet in msg
+    for w in words:
+        assert w in msg, msg
