@@ -143,6 +143,38 @@ def test_ragged_padding_is_the_identity() -> None:
     assert "scan.mul %r axis=1 reverse valid=" in str(built.tile_kernel)
 
 
+@hl.kernel(threads=128)
+def chunked_recurrence(a: f32[M, N].aligned(16), b: f32[M, N].aligned(16), h: f32[M, N].aligned(16), *,
+                       BN: int = 32):
+    """``h_i = a_i h_{i-1} + b_i`` along rows of any length, in chunks of ``BN`` columns: each
+    chunk's scan starts from the carry (``init``), the last column of the chunk before."""
+    pid = hl.grid(hl.spatial(hl.cdiv(a.shape[0], 16)))
+    carry = hl.zeros((16, 1), f32)
+    for k in hl.range(hl.cdiv(a.shape[1], BN)):
+        ra, rb = hl.register(f32, (16, BN)), hl.register(f32, (16, BN))
+        hl.copy(hl.view(a, (16, BN), (pid * 16, k * BN)), ra)
+        hl.copy(hl.view(b, (16, BN), (pid * 16, k * BN)), rb)
+        hk = hl.scan((ra, rb), 1, "linear", init=carry)
+        hl.copy(hk, hl.view(h, (16, BN), (pid * 16, k * BN)))
+        hl.assign(carry, hl.sum(hl.where(hl.equal(hl.iota((16, BN), 1), BN - 1), hk, 0.0), 1))
+
+
+def test_chunked_recurrence_carries_the_state() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.5, 1.0, (20, 100)).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, (20, 100)).astype(np.float32)
+    h = np.full_like(a, np.nan)
+    rt.emulate(rt.build(chunked_recurrence, "sm_80", compile=False), a, b, h)
+    want = reference(b, a, None, 1, "linear", False)
+    np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sum_is_add() -> None:
+    """``fn="sum"`` (``hl.reduce``'s spelling) is the add scan."""
+    k = scan_kernel(f32, 128)
+    assert "scan.add %r axis=0" in str(k.trace(FN="sum", AXIS=0))
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_scan_compiles_without_spills(arch: str) -> None:
     pytest.importorskip("cuda.bindings.nvrtc")
