@@ -175,13 +175,16 @@ def test_sum_is_add() -> None:
     assert "scan.add %r axis=0" in str(k.trace(FN="sum", AXIS=0))
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_scan_compiles_without_spills(arch: str) -> None:
+@pytest.mark.parametrize(("arch", "axis", "rev", "shfl"), [
+    ("sm_80", 0, True, "__shfl_down_sync"),   # one row position per thread: Kogge-Stone, then warps
+    ("sm_90a", 1, False, "__shfl_sync"),      # 4 positions per thread: in order, then per lane bit
+])
+def test_scan_compiles_without_spills(arch: str, axis: int, rev: bool, shfl: str) -> None:
     pytest.importorskip("cuda.bindings.nvrtc")
     k = scan_kernel(f32, 128)
-    built = rt.build(k, arch, BM=64, BN=32, AXIS=0, FN="linear", REV=True, INIT=True)
+    built = rt.build(k, arch, BM=64, BN=32, AXIS=axis, FN="linear", REV=rev, INIT=True)
     assert built.compiled.resources.spill_stores == 0
-    assert "__shfl_sync" in built.generated.source
+    assert shfl in built.generated.source
 
 
 def test_ptx_executor_runs_the_scan() -> None:

@@ -17,6 +17,10 @@ Sklansky-style scan). Before digit ``d`` is merged each element holds the scan o
 - a value digit above thread digits: the totals of the sub-segments (the element with the
   lower digits at their last position, held by the thread whose merged bits are all set)
   are fetched, prefixed in order in registers, and each element takes in its predecessors';
+- lane bits ``b0, b0+1, ...`` that are the lowest digits (each thread holds one position of
+  the row there): Kogge-Stone, round ``r`` combining with the element ``2^r`` lanes before
+  (``shfl.sync.up``); where a thread holds several positions this would need one more
+  round for the exclusive prefix, so the per-bit merge below (as many rounds) is used;
 - a thread bit ``b``: the threads with ``bit_b = 1`` (the later half) take in the total of
   the earlier half, fetched from thread ``(t & ~(M | 2^b)) | M`` (``M``: the thread bits merged
   so far) - a warp shuffle (``shfl.sync.idx``) when ``M | 2^b`` lies within the lanes, else a
@@ -228,6 +232,20 @@ class _Scan:
                 self.out.append(LdShared(RegRef(tm, i, 1), at, bits))
         self.out.append(barrier())
 
+    def kogge_stone(self, b0: int, k: int) -> None:
+        """Merge lane bits ``b0 .. b0+k-1``, the lowest digits (each thread holds one position of
+        the row across them), by Kogge-Stone: round ``r`` reads the element ``2^r`` positions
+        before (``shfl.up``; ``shfl.down`` reversed) and combines where there is one."""
+        j = (self.t >> b0) & ((1 << k) - 1)
+        for r in range(k):
+            d = 1 << r
+            for a, tm in zip(self.acc, self.tmp):
+                mode = "down" if self.reverse else "up"
+                self.out.append(Shfl(RegRef(tm, 0, self.nv), RegRef(a, 0, self.nv), mode, d << b0))
+            later = j <= (1 << k) - 1 - d if self.reverse else j >= d
+            for v in range(self.nv):
+                self.combine(self.refs(self.tmp, v), self.refs(self.acc, v), later)
+
     def thread_digit(self, b: int, mask: int, merged: int) -> None:
         """Merge thread bit ``b`` (``mask``: the thread bits merged before, ``merged``: the value digits)."""
         t = self.t
@@ -274,6 +292,14 @@ class _Scan:
                     self.combine(self.refs(self.tmp, before(v, prev)), self.refs(self.acc, v))
 
 
+def _lowest_lane_run(digits: list[tuple[str, int, int]]) -> int:
+    """How many of the lowest digits are consecutive lane bits ``b0, b0+1, ...`` (Kogge-Stone's case)."""
+    n = 0
+    while n < len(digits) and digits[n][0] == "thread" and digits[n][1] == digits[0][1] + n < 5:
+        n += 1
+    return n
+
+
 def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, reverse: bool,
                init: RegisterTile | None, tid: Any, scratch: Callable[[str, int], RegArray],
                exchange: Any = None, valid: Any = None) -> list[Instr] | str:
@@ -300,7 +326,12 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
             inside = as_expr(tile_coords(idx, dst.shape)[axis]) < as_expr(valid)
             s.out.append(Alu("select", RegRef(a, v, 1), (inside, RegRef(src.array, v, 1), e)))
     mask, merged = 0, 0
-    for kind, r, _ in plan.digits:
+    run = _lowest_lane_run(plan.digits)
+    if run > 1:
+        b0 = plan.digits[0][1]
+        s.kogge_stone(b0, run)
+        mask = ((1 << run) - 1) << b0
+    for kind, r, _ in plan.digits[run if run > 1 else 0:]:
         if kind == "thread":
             if r >= 5 and exchange is None:
                 return "the scan spans several warps and no shared scratch was provided"
