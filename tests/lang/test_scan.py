@@ -169,6 +169,30 @@ def test_chunked_recurrence_carries_the_state() -> None:
     np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5)
 
 
+@hl.kernel(threads=128)
+def scan_of_product(a: f16[M, N].aligned(16), b: f16[P, N].aligned(16), c: f32[M, P].aligned(16), *,
+                    AXIS: int = 1):
+    """The cumulative sum of an mma accumulator: positions interleave a thread's values with lane
+    bits (m16n8's two columns, four lanes, then the next n8 tile), and warps along M."""
+    ra, rb = hl.register(f16, (64, 32)), hl.register(f16, (64, 32))
+    hl.copy(hl.view(a, (64, 32), (0, 0)), ra)
+    hl.copy(hl.view(b, (64, 32), (0, 0)), rb)
+    acc = hl.zeros((64, 64), f32)
+    hl.mma(ra, rb, acc)
+    hl.copy(hl.scan(acc, AXIS, "add", AXIS == 0), hl.view(c, (64, 64), (0, 0)))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scan_of_an_mma_accumulator(axis: int) -> None:
+    rng = np.random.default_rng(axis)
+    a, b = (rng.standard_normal((64, 32)).astype(np.float16) for _ in range(2))
+    c = np.full((64, 64), np.nan, np.float32)
+    rt.emulate(rt.build(scan_of_product, "sm_80", compile=False, AXIS=axis), a, b, c)
+    p = a.astype(np.float64) @ b.astype(np.float64).T
+    want = np.flip(np.cumsum(np.flip(p, 0), 0), 0) if axis == 0 else np.cumsum(p, 1)
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+
+
 def test_sum_is_add() -> None:
     """``fn="sum"`` (``hl.reduce``'s spelling) is the add scan."""
     k = scan_kernel(f32, 128)
