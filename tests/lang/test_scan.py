@@ -143,6 +143,18 @@ def test_ragged_padding_is_the_identity() -> None:
     assert "scan.mul %r axis=1 reverse valid=" in str(built.tile_kernel)
 
 
+@pytest.mark.parametrize(("fn", "axis", "rev", "init"), [("linear", 0, True, True), ("mul", 0, False, False)])
+def test_rows_over_a_thread_mode_of_12(fn: str, axis: int, rev: bool, init: bool) -> None:
+    """96 threads put the 12 rows of a (12, 32) tile on a thread mode of size 12 (no lane-bit
+    digits): the scan goes through shared memory, one thread per row, one position after the other."""
+    from hexlayout.ir.lowered import Shfl, walk_instrs
+
+    run_scan(fn, axis, rev, 96, 12, 32, init=init)
+    built = rt.build(scan_kernel(f32, 96), "sm_80", compile=False, BM=12, BN=32, AXIS=axis, FN=fn, REV=rev,
+                     INIT=init)
+    assert not any(isinstance(i, Shfl) for i in walk_instrs(built.lowered.body))
+
+
 @hl.kernel(threads=128)
 def chunked_recurrence(a: f32[M, N].aligned(16), b: f32[M, N].aligned(16), h: f32[M, N].aligned(16), *,
                        BN: int = 32):

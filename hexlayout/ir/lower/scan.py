@@ -26,6 +26,10 @@ Sklansky-style scan). Before digit ``d`` is merged each element holds the scan o
   so far) - a warp shuffle (``shfl.sync.idx``) when ``M | 2^b`` lies within the lanes, else a
   shared-memory exchange (every thread stores, a barrier, every thread loads, a barrier).
 
+A layout without such digits (a thread mode of 12 rows along the axis) goes through shared
+memory instead: stored row-major, each thread scans whole rows one position after the other,
+loaded back.
+
 ``reverse`` mirrors every digit (the last position of a segment is the smallest, the later
 half of a thread bit is ``bit_b = 0``). ``(+)`` is ``fn`` for add / mul / max / min; for
 ``linear`` an element is the pair ``(A, B)`` (``h = A h_prev + B``) and ``(A1, B1) then (A2, B2) =
@@ -42,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from hexlayout.layout import Layout
 from hexlayout.layout.inttuple import crd2idx
 
 from ..expr import as_expr
@@ -292,6 +297,73 @@ class _Scan:
                     self.combine(self.refs(self.tmp, before(v, prev)), self.refs(self.acc, v))
 
 
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for e in reversed(shape):
+        strides.append(acc)
+        acc *= e
+    return tuple(reversed(strides))
+
+
+def _offset(crd: list[Any], strides: tuple[int, ...], axis: int) -> Any:
+    """The offset of the row with coordinates ``crd`` (every mode but ``axis``) at position 0."""
+    return sum((as_expr(x) * st for x, st in zip(crd, [st for k, st in enumerate(strides) if k != axis])),
+               as_expr(0))
+
+
+def _sequential(s: _Scan, srcs: list[RegisterTile], init: RegisterTile | None, axis: int,
+                valid: Any) -> list[Instr] | str:
+    """Any layout: the tiles go through shared memory (row-major), thread ``t`` scans rows
+    ``t, t + threads, ...`` one position after the other, the result comes back."""
+    from .copy import lower_reg_mem
+    from .views import SharedTileView
+
+    dst, t = s.dst, s.t
+    shape, n, bits = dst.shape, dst.shape[axis], dst.dtype.bits
+    strides = _row_major(shape)
+    rows = int(np.prod([e for k, e in enumerate(shape) if k != axis]))
+    tiles = list(srcs) + ([init] if init is not None else [])
+    views = []
+    for reg in tiles:
+        buf, barrier = s.exchange(int(np.prod(reg.shape)) * bits // 8)
+        views.append(SharedTileView(buf, dst.dtype, reg.shape, Layout(reg.shape, _row_major(reg.shape))))
+        st = lower_reg_mem(reg, views[-1], False, t, bits)
+        if isinstance(st, str):
+            return f"a scan through shared memory: {st}"
+        s.out += st.instrs
+    s.out.append(barrier())
+    run, x = s.refs(s.acc, 0), s.refs(s.tmp, 0)
+    other = [e for k, e in enumerate(shape) if k != axis]
+    order = range(n - 1, -1, -1) if s.reverse else range(n)
+    for c in range(-(-rows // s.threads)):
+        r = t + c * s.threads
+        live = r < rows
+        crd = tile_coords(r, tuple(other)) if other else []
+        base = _offset(crd, strides, axis)
+        if init is not None:
+            at = _offset(crd, _row_major(init.shape), axis)
+            s.out.append(LdShared(run[-1], SharedRef(views[-1].buffer, as_expr(at)), bits, pred=live))
+            if s.linear:
+                s.out.append(Alu("mov", run[0], (1,), pred=live))
+        for q, i in enumerate(order):
+            at = as_expr(base) + i * strides[axis]
+            for k, xr in enumerate(x):
+                s.out.append(LdShared(xr, SharedRef(views[k].buffer, at), bits, pred=live))
+                if valid is not None:
+                    ident = scan_identity(s.fn, dst.dtype)[k]
+                    s.out.append(Alu("select", xr, (as_expr(valid) > i, xr, ident)))
+            if q or init is not None:
+                s.combine(run, x, live)
+            for rr, xr in zip(run, x):
+                s.out.append(Alu("mov", rr, (xr,), pred=live))
+            s.out.append(StShared(SharedRef(views[len(srcs) - 1].buffer, at), run[-1], bits, pred=live))
+    s.out.append(barrier())
+    ld = lower_reg_mem(dst, views[len(srcs) - 1], True, t, bits)
+    if isinstance(ld, str):
+        return f"a scan through shared memory: {ld}"
+    return s.out + ld.instrs + [barrier()]
+
+
 def _lowest_lane_run(digits: list[tuple[str, int, int]]) -> int:
     """How many of the lowest digits are consecutive lane bits ``b0, b0+1, ...`` (Kogge-Stone's case)."""
     n = 0
@@ -313,8 +385,11 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
     if any(not np.array_equal(s.index_table(), dst.index_table()) for s in srcs):
         return "the scan's sources and result have different layouts"
     plan = scan_plan(dst, axis)
-    if isinstance(plan, str):
-        return f"the layout {dst.tv} has no scan along axis {axis}: {plan}"
+    if isinstance(plan, str):       # any layout: row by row through shared memory
+        if exchange is None:
+            return f"the layout {dst.tv} has no scan along axis {axis} in registers ({plan}) and no scratch"
+        return _sequential(_Scan(fn, dst, ScanPlan([], [], {}), reverse, tid, scratch, exchange), srcs, init,
+                           axis, valid)
     s = _Scan(fn, dst, plan, reverse, tid, scratch, exchange)
     ident = scan_identity(fn, dst.dtype)
     for a, src, e in zip(s.acc, srcs, ident):
