@@ -222,18 +222,18 @@ class _Scan:
                 for a, tm in zip(self.acc, self.tmp):
                     self.out.append(Shfl(RegRef(tm, i, 1), RegRef(a, v, 1), "idx", src & 31))
             return
-        if self.xchg is None:
-            self.xchg = self.exchange(len(self.acc) * self.nv * self.threads * self.dst.dtype.bits // 8)
-        buf, barrier = self.xchg
-        bits, nt = self.dst.dtype.bits, self.threads
+        bits, nt, nval = self.dst.dtype.bits, self.threads, len(values)
+        if self.xchg is None or self.xchg[2] < nval:     # one buffer for every exchange of this size
+            self.xchg = (*self.exchange(len(self.acc) * nval * nt * bits // 8), nval)
+        buf, barrier, _ = self.xchg
         for k, a in enumerate(self.acc):
             for i, v in enumerate(values):
-                at = SharedRef(buf, (k * self.nv + i) * nt + self.t)
+                at = SharedRef(buf, (k * nval + i) * nt + self.t)
                 self.out.append(StShared(at, RegRef(a, v, 1), bits))
         self.out.append(barrier())
         for k, tm in enumerate(self.tmp):
-            for i in range(len(values)):
-                at = SharedRef(buf, (k * self.nv + i) * nt + src)
+            for i in range(nval):
+                at = SharedRef(buf, (k * nval + i) * nt + src)
                 self.out.append(LdShared(RegRef(tm, i, 1), at, bits))
         self.out.append(barrier())
 
