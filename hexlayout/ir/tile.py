@@ -400,6 +400,8 @@ class Scan(Op):
 
     INPUTS = ("srcs", "init")
     OUTPUTS = ("result",)
+    #: the scan functions (each associative)
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ("add", "mul", "max", "min", "linear")
 
     result: Value
     srcs: tuple[Value, ...]

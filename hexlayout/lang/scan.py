@@ -21,11 +21,9 @@ from hexlayout.ir.types import LayoutVar, Scope, TileType
 from .checks import as_tile, begin, require_scope, static_int
 from .tensor import Tile, describe, shape_str
 
-__all__ = ["scan", "SCAN_FUNCTIONS"]
+__all__ = ["scan"]
 
-#: the associative functions ``hl.scan`` runs (``"sum"`` is accepted for ``"add"``, as
-#: ``hl.reduce`` spells it)
-SCAN_FUNCTIONS = ("add", "mul", "max", "min", "linear")
+#: ``"sum"`` is accepted for ``"add"``, as ``hl.reduce`` spells it
 _ALIASES = {"sum": "add"}
 
 
@@ -81,8 +79,8 @@ def scan(x: Tile | tuple[Tile, Tile], axis: int, fn: str = "add", reverse: bool 
     """
     ctx, loc = begin("scan")
     fn = _ALIASES.get(fn, fn) if isinstance(fn, str) else fn
-    if fn not in SCAN_FUNCTIONS:
-        raise ctx.error("scan", loc, f"unknown scan function {fn!r}; use one of {', '.join(SCAN_FUNCTIONS)}")
+    if fn not in Scan.FUNCTIONS:
+        raise ctx.error("scan", loc, f"unknown scan function {fn!r}; use one of {', '.join(Scan.FUNCTIONS)}")
     srcs = _sources(ctx, loc, x, fn)
     t = srcs[0]
     ax = static_int(axis)

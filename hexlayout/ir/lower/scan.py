@@ -51,13 +51,11 @@ from hexlayout.layout.inttuple import crd2idx
 
 from ..expr import as_expr
 from ..lowered import Alu, Instr, LdShared, RegArray, RegRef, SharedRef, Shfl, StShared
+from ..tile import Scan
 from .math import reduce_identity, value_map
 from .views import RegisterTile, tile_coords
 
-__all__ = ["ScanPlan", "scan_plan", "lower_scan", "scan_identity", "SCAN_OPS"]
-
-#: scan function -> the ALU function combining two elements (``linear`` pairs: see the module docstring)
-SCAN_OPS = {"add": "add", "mul": "mul", "max": "max", "min": "min", "linear": "fma"}
+__all__ = ["ScanPlan", "scan_plan", "lower_scan", "scan_identity"]
 
 
 def scan_identity(fn: str, dtype: Any) -> tuple[float | int, ...]:
@@ -189,10 +187,10 @@ class _Scan:
         self.fn, self.plan, self.reverse, self.t = fn, plan, reverse, as_expr(tid)
         self.dst, self.nv, self.threads = dst, dst.values, dst.threads
         self.linear = fn == "linear"
-        # the running elements: (B,) or (A, B) for linear (B is the result)
+        # the running elements, in the result's registers: (x,), or (A, B) for linear (h = A h_prev + B)
         self.acc = (scratch("a", self.nv), dst.array) if self.linear else (dst.array,)
         self.tmp = tuple(scratch(f"t{i}", self.nv) for i in range(len(self.acc)))
-        self.scratch, self.exchange = scratch, exchange
+        self.exchange = exchange
         self.xchg: Any = None
         self.out: list[Instr] = []
 
@@ -378,8 +376,8 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
     """``dst = scan_fn(srcs, axis)`` (see the module docstring); ``scratch(name, count)`` gives a
     register array of ``dst``'s type, ``exchange(nbytes) -> (SmemBuffer, barrier_factory)`` a
     shared buffer (needed when the axis spans warps). A reason string when the layout has no plan."""
-    if fn not in SCAN_OPS:
-        return f"unknown scan {fn!r}; known: {', '.join(SCAN_OPS)}"
+    if fn not in Scan.FUNCTIONS:
+        return f"unknown scan {fn!r}; known: {', '.join(Scan.FUNCTIONS)}"
     if any(s.shape != dst.shape or s.threads != dst.threads or s.values != dst.values for s in srcs):
         return "the scan's sources and result differ in shape or thread count"
     if any(not np.array_equal(s.index_table(), dst.index_table()) for s in srcs):
