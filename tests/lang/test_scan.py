@@ -205,6 +205,22 @@ def test_scan_of_an_mma_accumulator(axis: int) -> None:
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 
+@hl.kernel(threads=128)
+def suffix_of_row_sums(x: f32[M, N].aligned(16), y: f32[M, 1]):
+    """A reverse scan of a reduction's result (a layout replicated over the lanes that reduced)."""
+    r = hl.register(f32, (64, 32))
+    hl.copy(hl.view(x, (64, 32), (0, 0)), r)
+    hl.copy(hl.scan(hl.sum(r, 1), 0, "add", reverse=True), hl.view(y, (64, 1), (0, 0)))
+
+
+def test_scan_of_a_replicated_reduction() -> None:
+    x = np.random.default_rng(4).uniform(0, 1, (61, 32)).astype(np.float32)
+    y = np.full((61, 1), np.nan, np.float32)
+    rt.emulate(rt.build(suffix_of_row_sums, "sm_80", compile=False), x, y)
+    want = np.flip(np.cumsum(np.flip(x.astype(np.float64).sum(1))))
+    np.testing.assert_allclose(y[:, 0], want, rtol=1e-5)
+
+
 def test_sum_is_add() -> None:
     """``fn="sum"`` (``hl.reduce``'s spelling) is the add scan."""
     k = scan_kernel(f32, 128)
