@@ -24,7 +24,10 @@ Sklansky-style scan). Before digit ``d`` is merged each element holds the scan o
 - a thread bit ``b``: the threads with ``bit_b = 1`` (the later half) take in the total of
   the earlier half, fetched from thread ``(t & ~(M | 2^b)) | M`` (``M``: the thread bits merged
   so far) - a warp shuffle (``shfl.sync.idx``) when ``M | 2^b`` lies within the lanes, else a
-  shared-memory exchange (every thread stores, a barrier, every thread loads, a barrier).
+  shared-memory exchange (every thread stores, a barrier, every thread loads, a barrier);
+- consecutive warp bits at once: the thread holding each warp segment's last element stores
+  it, a barrier, each thread combines the totals of the warp segments before its own in
+  order, a barrier (two barriers however many warps).
 
 A layout without such digits (a thread mode of 12 rows along the axis) goes through shared
 memory instead: stored row-major, each thread scans whole rows one position after the other,
@@ -191,6 +194,7 @@ class _Scan:
         self.acc = (scratch("a", self.nv), dst.array) if self.linear else (dst.array,)
         self.tmp = tuple(scratch(f"t{i}", self.nv) for i in range(len(self.acc)))
         self.exchange = exchange
+        self.scratch_of = lambda name: scratch(name, self.nv)
         self.xchg: Any = None
         self.out: list[Instr] = []
 
@@ -248,6 +252,43 @@ class _Scan:
             later = j <= (1 << k) - 1 - d if self.reverse else j >= d
             for v in range(self.nv):
                 self.combine(self.refs(self.tmp, v), self.refs(self.acc, v), later)
+
+    def warp_digits(self, b0: int, k: int, mask: int, merged: int) -> None:
+        """Merge the thread bits ``b0 .. b0+k-1`` (warps) at once through shared memory: the
+        thread holding each warp segment's last element stores it, a barrier, every thread
+        combines the totals of the segments before its own (in order), a barrier."""
+        t, nw, run_mask = self.t, 1 << k, ((1 << k) - 1) << b0
+        lasts = sorted({self.last(v, merged) for v in range(self.nv)})
+        nval, nt, bits = len(lasts), self.threads, self.dst.dtype.bits
+        if self.xchg is None or self.xchg[2] < nval:
+            self.xchg = (*self.exchange(len(self.acc) * nval * nt * bits // 8), nval)
+        buf, barrier, _ = self.xchg
+        writer = (t & mask).eq(0 if self.reverse else mask)
+        for a_, arr in enumerate(self.acc):
+            for i, v in enumerate(lasts):
+                at = SharedRef(buf, (a_ * nval + i) * nt + t)
+                self.out.append(StShared(at, RegRef(arr, v, 1), bits, pred=writer if mask else None))
+        self.out.append(barrier())
+        prefix = tuple(self.scratch_of(f"p{a_}") for a_ in range(len(self.acc)))
+        for arr, e in zip(prefix, scan_identity(self.fn, self.dst.dtype)):
+            self.out.append(Alu("mov", RegRef(arr, 0, nval), (e,)))
+        j = (t >> b0) & (nw - 1)
+        order = list(range(nw - 1, -1, -1)) if self.reverse else list(range(nw))
+        base = (t & ~(mask | run_mask)) | (0 if self.reverse else mask)
+        for w in order[:-1]:
+            src = base | (w << b0)
+            for a_, tm in enumerate(self.tmp):
+                for i in range(nval):
+                    at = SharedRef(buf, (a_ * nval + i) * nt + src)
+                    self.out.append(LdShared(RegRef(tm, i, 1), at, bits))
+            before = j < w if self.reverse else j > w
+            for i in range(nval):
+                self.combine(self.refs(prefix, i), self.refs(self.tmp, i))
+                for p_, tm in zip(prefix, self.tmp):
+                    self.out.append(Alu("mov", RegRef(p_, i, 1), (RegRef(tm, i, 1),), pred=before))
+        self.out.append(barrier())
+        for v in range(self.nv):
+            self.combine(self.refs(prefix, lasts.index(self.last(v, merged))), self.refs(self.acc, v))
 
     def thread_digit(self, b: int, mask: int, merged: int) -> None:
         """Merge thread bit ``b`` (``mask``: the thread bits merged before, ``merged``: the value digits)."""
@@ -362,12 +403,17 @@ def _sequential(s: _Scan, srcs: list[RegisterTile], init: RegisterTile | None, a
     return s.out + ld.instrs + [barrier()]
 
 
-def _lowest_lane_run(digits: list[tuple[str, int, int]]) -> int:
-    """How many of the lowest digits are consecutive lane bits ``b0, b0+1, ...`` (Kogge-Stone's case)."""
+def _run(digits: list[tuple[str, int, int]], b0: int, below: int = 32) -> int:
+    """How many of ``digits`` are the consecutive thread bits ``b0, b0+1, ...`` (below ``below``)."""
     n = 0
-    while n < len(digits) and digits[n][0] == "thread" and digits[n][1] == digits[0][1] + n < 5:
+    while n < len(digits) and digits[n][0] == "thread" and digits[n][1] == b0 + n < below:
         n += 1
     return n
+
+
+def _lowest_lane_run(digits: list[tuple[str, int, int]]) -> int:
+    """How many of the lowest digits are consecutive lane bits ``b0, b0+1, ...`` (Kogge-Stone's case)."""
+    return _run(digits, digits[0][1], 5) if digits and digits[0][0] == "thread" else 0
 
 
 def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, reverse: bool,
@@ -404,15 +450,24 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
         b0 = plan.digits[0][1]
         s.kogge_stone(b0, run)
         mask = ((1 << run) - 1) << b0
-    for kind, r, _ in plan.digits[run if run > 1 else 0:]:
-        if kind == "thread":
-            if r >= 5 and exchange is None:
-                return "the scan spans several warps and no shared scratch was provided"
+    d = run if run > 1 else 0
+    while d < len(plan.digits):
+        kind, r, _ = plan.digits[d]
+        if kind == "value":
+            s.value_digit(merged, r, mask)
+            merged += 1
+        elif r < 5:
             s.thread_digit(r, mask, merged)
             mask |= 1 << r
         else:
-            s.value_digit(merged, r, mask)
-            merged += 1
+            if exchange is None:
+                return "the scan spans several warps and no shared scratch was provided"
+            k = _run(plan.digits[d:], r)
+            s.warp_digits(r, k, mask, merged)
+            mask |= ((1 << k) - 1) << r
+            d += k
+            continue
+        d += 1
     if init is not None:
         m = value_map(dst, init)
         if isinstance(m, str):
