@@ -414,6 +414,8 @@ class _Analysis:
         op.valid = None
         if all(p is None for p in pads):
             self.write(op.result, None, op)
+            if op.carry is not None:
+                self.write(op.carry, None, op)
             return
         lost = next((p for p in pads if p is not None and p.lost), None)
         if lost is not None:
@@ -429,6 +431,9 @@ class _Analysis:
                        for k, (a, b) in enumerate(zip(ext, p.extents))]
         op.valid = ext[op.axis]
         self.write(op.result, _make(tuple(ext), tuple(op.result.type.shape), None), op)
+        if op.carry is not None:      # the last element of each row: padded where the rows are
+            rows = tuple(None if k == op.axis else e for k, e in enumerate(ext))
+            self.write(op.carry, _make(rows, tuple(op.carry.type.shape), None), op)
 
     def reduce(self, op: Reduce) -> None:
         s = self.read(op.src)

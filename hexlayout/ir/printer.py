@@ -251,6 +251,7 @@ def _reduce(op: Reduce) -> str:
 
 def _scan(op: Scan) -> str:
     opts = (" reverse" if op.reverse else "") + ("" if op.init is None else f" init=%{op.init.name}")
+    opts += "" if op.carry is None else f" carry=%{op.carry.name}"
     valid = "" if op.valid is None else f" valid={_e(op.valid)}"
     return f"scan.{op.fn} {', '.join(f'%{v.name}' for v in op.srcs)} axis={op.axis}{opts}{valid}"
 

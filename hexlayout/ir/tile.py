@@ -394,12 +394,14 @@ class Scan(Op):
     ``(a, b)``): ``result[..., i, ...] = h_i`` with ``h_i = a_i * h_{i-1} + b_i``. ``reverse``:
     ``i`` runs from the end (``h_i = a_i * h_{i+1} + b_i``). ``init`` (a tile of the result's
     shape with ``axis`` of extent 1, or ``None``): the element before the first (``h_{-1}``;
-    ``None``: the identity, ``h_{-1} = 0``). ``valid`` (set by the padding analysis): only
-    the elements with coordinate ``< valid`` along ``axis`` take part, the others count as
-    the identity (``None``: all of them)."""
+    ``None``: the identity, ``h_{-1} = 0``). ``carry`` (or ``None``): a tile of ``init``'s shape
+    given the scan's last element (``result[..., n-1, ...]``, reversed ``result[..., 0, ...]``),
+    the ``init`` of a next chunk. ``valid`` (set by the padding analysis): only the elements
+    with coordinate ``< valid`` along ``axis`` take part, the others count as the identity
+    (``None``: all of them)."""
 
     INPUTS = ("srcs", "init")
-    OUTPUTS = ("result",)
+    OUTPUTS = ("result", "carry")
     #: the scan functions (each associative)
     FUNCTIONS: ClassVar[tuple[str, ...]] = ("add", "mul", "max", "min", "linear")
 
@@ -410,6 +412,7 @@ class Scan(Op):
     reverse: bool = False
     init: Value | None = None
     valid: ExprLike | None = None
+    carry: Value | None = None
 
 
 @dataclass(eq=False)

@@ -1,8 +1,9 @@
 """``hl.scan``: inclusive scans along one axis of register tiles.
 
-- ``hl.scan(x, axis, fn="add" | "mul" | "max" | "min", reverse=False, init=None)``: the
-  running sum / product / maximum / minimum along ``axis``;
-- ``hl.scan((a, b), axis, fn="linear", reverse=False, init=None)``: the first-order linear
+- ``hl.scan(x, axis, fn="add" | "mul" | "max" | "min", reverse=False, init=None, carry=False)``:
+  the running sum / product / maximum / minimum along ``axis`` (``carry=True``: and each
+  row's last element, the ``init`` of a next chunk);
+- ``hl.scan((a, b), axis, fn="linear", reverse=False, init=None, carry=False)``: the first-order linear
   recurrence ``h_i = a_i * h_{i-1} + b_i`` (Mamba's), a scan of the pairs ``(a, b)`` under
   ``(a1, b1) then (a2, b2) = (a2 * a1, a2 * b1 + b2)``.
 
@@ -28,7 +29,7 @@ _ALIASES = {"sum": "add"}
 
 
 def scan(x: Tile | tuple[Tile, Tile], axis: int, fn: str = "add", reverse: bool = False,
-         init: Tile | None = None) -> Tile:
+         init: Tile | None = None, carry: bool = False) -> Tile | tuple[Tile, Tile]:
     """The inclusive scan of a register tile along one axis.
 
     For ``fn`` in ``"add"`` (also ``"sum"``), ``"mul"``, ``"max"``, ``"min"``:
@@ -44,6 +45,9 @@ def scan(x: Tile | tuple[Tile, Tile], axis: int, fn: str = "add", reverse: bool 
     carries from one chunk to the next). Elements that hold the padding of a ragged view take
     part as the identity (0; 1; -inf; +inf; the pair (1, 0)), as in ``hl.reduce``: the outputs
     there are the scan of the in-bounds part and a store through the view skips them.
+    ``carry=True`` also returns the scan's last element per row (``y[..., n-1, ...]``, reversed
+    ``y[..., 0, ...]``; on a ragged view the scan of the whole in-bounds part), in ``init``'s
+    shape: the ``init`` of the next chunk of a chunked scan.
     Arithmetic is in the element type. Synthesis keeps the source's layout and routes the
     scan through the thread's own values in order, then warp shuffles across the lanes, then
     shared memory across warps.
@@ -55,9 +59,11 @@ def scan(x: Tile | tuple[Tile, Tile], axis: int, fn: str = "add", reverse: bool 
         reverse (bool): scan from the end of ``axis``.
         init (Tile | None): the element before the first, a register tile of the result's
             shape with ``axis`` of extent 1 and its element type.
+        carry (bool): also return each row's last element.
 
     Returns:
-        Tile: a new register tile of ``x``'s shape and element type.
+        Tile | tuple[Tile, Tile]: a new register tile of ``x``'s shape and element type; with
+        ``carry``, ``(y, last)`` where ``last`` has ``init``'s shape.
 
     Raises:
         KernelError: called outside a kernel trace; ``fn`` is not one of the five; ``x`` is
@@ -65,15 +71,16 @@ def scan(x: Tile | tuple[Tile, Tile], axis: int, fn: str = "add", reverse: bool 
             ``"linear"``); ``axis`` is not a static mode; ``init`` has another shape or type.
 
     Example:
-        Running sums of rows, and ``h_i = 0.5 h_{i-1} + x_i`` from the right::
+        Running sums of rows, and ``h_i = 0.5 h_{i-1} + x_i`` from the right with the state
+        ``h_0`` of each row for the chunk before::
 
             @hl.kernel(threads=128)
             def prefix():
                 x = hl.full((64, 32), 1.0, hl.f32)
                 s = hl.scan(x, axis=1)
-                h = hl.scan((hl.full((64, 32), 0.5, hl.f32), x), axis=1, fn="linear", reverse=True,
-                            init=hl.zeros((64, 1), hl.f32))
-                assert s.shape == h.shape == (64, 32)
+                h, h0 = hl.scan((hl.full((64, 32), 0.5, hl.f32), x), axis=1, fn="linear", reverse=True,
+                                init=hl.zeros((64, 1), hl.f32), carry=True)
+                assert s.shape == h.shape == (64, 32) and h0.shape == (64, 1)
 
             prefix.trace()
     """
@@ -89,19 +96,25 @@ def scan(x: Tile | tuple[Tile, Tile], axis: int, fn: str = "add", reverse: bool 
     ax %= t.ndim
     if not isinstance(reverse, bool):
         raise ctx.error("scan", loc, f"reverse must be True or False, got {reverse!r}")
+    if not isinstance(carry, bool):
+        raise ctx.error("scan", loc, f"carry must be True or False, got {carry!r}")
     iv = None
+    want = tuple(1 if i == ax else s for i, s in enumerate(t.shape))
     if init is not None:
         it = as_tile(ctx, "scan", loc, init, "init")
         require_scope(ctx, "scan", loc, it, "init", (Scope.REGISTER,))
-        want = tuple(1 if i == ax else s for i, s in enumerate(t.shape))
         if tuple(it.shape) != want or it.dtype != t.dtype:
             raise ctx.error("scan", loc, f"init {describe(it.value)} must be a {t.dtype.name}"
                             f"{shape_str(want)} tile (the result's shape with axis {ax} of extent 1)")
         iv = it.value
     v = ctx.new_value(TileType(t.dtype, tuple(t.shape), Scope.REGISTER, LayoutVar()), loc,
                       tuple(s.value for s in srcs))
-    ctx.emit(Scan(v, tuple(s.value for s in srcs), fn, ax, reverse, iv, loc=loc))
-    return Tile(v, ctx)
+    cv = None
+    if carry:
+        cv = ctx.new_value(TileType(t.dtype, want, Scope.REGISTER, LayoutVar()), loc, (v,),
+                           name=f"{v.name}_carry")
+    ctx.emit(Scan(v, tuple(s.value for s in srcs), fn, ax, reverse, iv, carry=cv, loc=loc))
+    return (Tile(v, ctx), Tile(cv, ctx)) if cv is not None else Tile(v, ctx)
 
 
 def _sources(ctx: Any, loc: Any, x: Any, fn: str) -> list[Tile]:

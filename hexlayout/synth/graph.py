@@ -232,12 +232,13 @@ def _reduce(g: LayoutGraph, op: Reduce) -> None:
 
 @RELATIONS.register(Scan)
 def _scan(g: LayoutGraph, op: Scan) -> None:
-    """The result has the sources' layout (each element stays in its thread); an ``init``
-    has the result's layout with ``axis`` collapsed."""
+    """The result has the sources' layout (each element stays in its thread); ``init`` and
+    ``carry`` have the result's layout with ``axis`` collapsed."""
     for src in op.srcs:
         g.union(op.result, src, op)
-    if op.init is not None and _register(op.init):
-        g.reduced.append(Reduced(g.cls(op.init), g.cls(op.result), (op.axis,), op))
+    for v in (op.init, op.carry):
+        if v is not None and _register(v):
+            g.reduced.append(Reduced(g.cls(v), g.cls(op.result), (op.axis,), op))
 
 
 @RELATIONS.register(Rearrange)

@@ -11,6 +11,7 @@ runs it; mistakes name the kernel, ``scan`` and the line.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -24,17 +25,17 @@ _KERNELS: dict[tuple, hl.Kernel] = {}
 
 
 def scan_kernel(dt, threads: int) -> hl.Kernel:
-    """``y = hl.scan(x)`` of one (BM, BN) tile per block row (``init`` from ``h0`` when ``INIT``);
-    ``LINEAR``: ``y = hl.scan((a, x), ...)``."""
+    """``y = hl.scan(x)`` of one (BM, BN) tile per block row (``init`` from ``h0`` when ``INIT``,
+    the carry into ``last`` when ``CARRY``); ``FN="linear"``: ``y = hl.scan((a, x), ...)``."""
     key = (dt.name, threads)
     if key in _KERNELS:
         return _KERNELS[key]
 
     @hl.kernel(threads=threads)
     def scan_tile(x: dt[M, N].aligned(16), a: dt[M, N].aligned(16), h0: dt[P, Q], y: dt[M, N].aligned(16),
-                  *,
+                  last: dt[P, Q], *,
                   BM: int = 16, BN: int = 32, AXIS: int = 1, FN: str = "add", REV: bool = False,
-                  INIT: bool = False):
+                  INIT: bool = False, CARRY: bool = True):
         pid = hl.grid(hl.spatial(hl.cdiv(x.shape[0], BM)))
         r = hl.register(dt, (BM, BN))
         hl.copy(hl.view(x, (BM, BN), (pid * BM, 0)), r)
@@ -44,11 +45,16 @@ def scan_kernel(dt, threads: int) -> hl.Kernel:
             hl.copy(hl.view(a, (BM, BN), (pid * BM, 0)), ra)
             src = (ra, r)
         init = None
+        shape, origin = ((BM, 1), (pid * BM, 0)) if AXIS == 1 else ((1, BN), (pid, 0))
         if INIT:
-            shape = (BM, 1) if AXIS == 1 else (1, BN)
             init = hl.register(dt, shape)
-            hl.copy(hl.view(h0, shape, (pid * BM if AXIS == 1 else pid, 0)), init)
-        hl.copy(hl.scan(src, AXIS, FN, REV, init), hl.view(y, (BM, BN), (pid * BM, 0)))
+            hl.copy(hl.view(h0, shape, origin), init)
+        if CARRY:
+            out, c = hl.scan(src, AXIS, FN, REV, init, carry=True)
+            hl.copy(c, hl.view(last, shape, origin))
+        else:
+            out = hl.scan(src, AXIS, FN, REV, init)
+        hl.copy(out, hl.view(y, (BM, BN), (pid * BM, 0)))
 
     _KERNELS[key] = scan_tile
     return scan_tile
@@ -84,9 +90,9 @@ def run_scan(fn: str, axis: int, rev: bool, threads: int, bm: int, bn: int, dt=f
     x = rng.uniform(lo, 1.2, (rows, cols)).astype(npdt)
     a = rng.uniform(0.5, 1.0, (rows, cols)).astype(npdt)
     h0 = rng.uniform(-1, 1, (rows, 1) if axis == 1 else (nblocks, cols)).astype(npdt)
-    y = np.full((rows, cols), np.nan, npdt)
+    y, last = np.full((rows, cols), np.nan, npdt), np.full(h0.shape, np.nan, npdt)
     built = rt.build(k, arch, compile=False, BM=bm, BN=bn, AXIS=axis, FN=fn, REV=rev, INIT=init)
-    rt.emulate(built, x, a, h0, y, mode=mode)
+    rt.emulate(built, x, a, h0, y, last, mode=mode)
     tol = 2e-5 if dt is f32 else 2e-2
     for b in range(nblocks):
         s = slice(b * bm, (b + 1) * bm)
@@ -94,6 +100,9 @@ def run_scan(fn: str, axis: int, rev: bool, threads: int, bm: int, bn: int, dt=f
         want = reference(x[s], a[s], hb, axis, fn, rev)
         atol = tol * max(1.0, np.abs(want).max())
         np.testing.assert_allclose(y[s].astype(np.float64), want, rtol=tol, atol=atol)
+        got = last[s] if axis == 1 else last[b:b + 1]          # the carry: the last element of each row
+        np.testing.assert_allclose(got.astype(np.float64), np.take(want, [0 if rev else -1], axis), rtol=tol,
+                                   atol=atol)
 
 
 # (fn, axis, reverse, threads, BM, BN): in-thread + lanes (axis 1), lanes + warps (axis 0, 16 rows over
@@ -140,7 +149,8 @@ def test_ragged_padding_is_the_identity() -> None:
     run_scan("linear", 1, True, 128, 16, 64, rows=5, cols=37)
     k = scan_kernel(f32, 128)
     built = rt.build(k, "sm_80", compile=False, BM=16, BN=64, AXIS=1, FN="mul", REV=True)
-    assert "scan.mul %r axis=1 reverse valid=" in str(built.tile_kernel)
+    text = str(built.tile_kernel)
+    assert re.search(r"scan\.mul %r axis=1 reverse carry=%\w+ valid=min\(N, 64\)", text), text
 
 
 @pytest.mark.parametrize(("fn", "axis", "rev", "init"), [("linear", 0, True, True), ("mul", 0, False, False)])
@@ -156,29 +166,32 @@ def test_rows_over_a_thread_mode_of_12(fn: str, axis: int, rev: bool, init: bool
 
 
 @hl.kernel(threads=128)
-def chunked_recurrence(a: f32[M, N].aligned(16), b: f32[M, N].aligned(16), h: f32[M, N].aligned(16), *,
-                       BN: int = 32):
+def chunked_recurrence(a: f32[M, N].aligned(4), b: f32[M, N].aligned(4), h: f32[M, N].aligned(4),
+                       final: f32[M, 1], *, BN: int = 32):
     """``h_i = a_i h_{i-1} + b_i`` along rows of any length, in chunks of ``BN`` columns: each
-    chunk's scan starts from the carry (``init``), the last column of the chunk before."""
+    chunk's scan starts from the carry (``init``), the last element of the chunk before
+    (``carry=True``); ``final`` is the last state, from the ragged last chunk."""
     pid = hl.grid(hl.spatial(hl.cdiv(a.shape[0], 16)))
     carry = hl.zeros((16, 1), f32)
     for k in hl.range(hl.cdiv(a.shape[1], BN)):
         ra, rb = hl.register(f32, (16, BN)), hl.register(f32, (16, BN))
         hl.copy(hl.view(a, (16, BN), (pid * 16, k * BN)), ra)
         hl.copy(hl.view(b, (16, BN), (pid * 16, k * BN)), rb)
-        hk = hl.scan((ra, rb), 1, "linear", init=carry)
+        hk, last = hl.scan((ra, rb), 1, "linear", init=carry, carry=True)
         hl.copy(hk, hl.view(h, (16, BN), (pid * 16, k * BN)))
-        hl.assign(carry, hl.sum(hl.where(hl.equal(hl.iota((16, BN), 1), BN - 1), hk, 0.0), 1))
+        hl.assign(carry, last)
+    hl.copy(carry, hl.view(final, (16, 1), (pid * 16, 0)))
 
 
 def test_chunked_recurrence_carries_the_state() -> None:
     rng = np.random.default_rng(3)
-    a = rng.uniform(0.5, 1.0, (20, 100)).astype(np.float32)
-    b = rng.uniform(-1.0, 1.0, (20, 100)).astype(np.float32)
-    h = np.full_like(a, np.nan)
-    rt.emulate(rt.build(chunked_recurrence, "sm_80", compile=False), a, b, h)
+    a = rng.uniform(0.5, 1.0, (20, 99)).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, (20, 99)).astype(np.float32)
+    h, final = np.full_like(a, np.nan), np.full((20, 1), np.nan, np.float32)
+    rt.emulate(rt.build(chunked_recurrence, "sm_80", compile=False), a, b, h, final)
     want = reference(b, a, None, 1, "linear", False)
     np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(final[:, 0], want[:, -1], rtol=1e-5, atol=1e-5)
 
 
 @hl.kernel(threads=128)

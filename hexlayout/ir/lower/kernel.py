@@ -567,11 +567,11 @@ class Lowering:
     def op_Scan(self, op: Scan) -> list[Instr]:
         srcs = [self.register_of(v, op) for v in op.srcs]
         dst = self.register_of(op.result, op)
-        init = self.register_of(op.init, op) if op.init is not None else None
+        init, carry = (self.register_of(v, op) if v is not None else None for v in (op.init, op.carry))
         res = lower_scan(op.fn, dst, srcs, op.axis, op.reverse, init, self.gtid,
                          lambda name, count: self.scratch(f"{op.result.name}_{name}", dst.dtype, count),
                          lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes),
-                         valid=op.valid)
+                         valid=op.valid, carry=carry)
         if isinstance(res, str):
             raise self.fail(op, res)
         if any(isinstance(i, BarSync) for i in res):

@@ -290,6 +290,21 @@ class _Scan:
         for v in range(self.nv):
             self.combine(self.refs(prefix, lasts.index(self.last(v, merged))), self.refs(self.acc, v))
 
+    def gather_carry(self, carry: RegisterTile, mask: int) -> str | None:
+        """``carry`` = the result at each row's last position (``mask``: every thread bit of
+        the axis; the element sits in the thread with them all set, or all clear reversed)."""
+        m = value_map(self.dst, carry)
+        if isinstance(m, str):
+            return f"carry: {m}"
+        nvd = sum(kind == "value" for kind, _, _ in self.plan.digits)
+        lasts = [self.last(int(np.argmax(m == w)), nvd) for w in range(carry.values)]
+        if mask:
+            self.fetch(lasts, (self.t & ~mask) if self.reverse else (self.t | mask), mask)
+        for w, v in enumerate(lasts):
+            src = RegRef(self.tmp[-1], w, 1) if mask else RegRef(self.acc[-1], v, 1)
+            self.out.append(Alu("mov", RegRef(carry.array, w, 1), (src,)))
+        return None
+
     def thread_digit(self, b: int, mask: int, merged: int) -> None:
         """Merge thread bit ``b`` (``mask``: the thread bits merged before, ``merged``: the value digits)."""
         t = self.t
@@ -351,9 +366,10 @@ def _offset(crd: list[Any], strides: tuple[int, ...], axis: int) -> Any:
 
 
 def _sequential(s: _Scan, srcs: list[RegisterTile], init: RegisterTile | None, axis: int,
-                valid: Any) -> list[Instr] | str:
+                valid: Any, carry: RegisterTile | None) -> list[Instr] | str:
     """Any layout: the tiles go through shared memory (row-major), thread ``t`` scans rows
-    ``t, t + threads, ...`` one position after the other, the result comes back."""
+    ``t, t + threads, ...`` one position after the other, the result (and the carry, each
+    row's last element) comes back."""
     from .copy import lower_reg_mem
     from .views import SharedTileView
 
@@ -361,11 +377,13 @@ def _sequential(s: _Scan, srcs: list[RegisterTile], init: RegisterTile | None, a
     shape, n, bits = dst.shape, dst.shape[axis], dst.dtype.bits
     strides = _row_major(shape)
     rows = int(np.prod([e for k, e in enumerate(shape) if k != axis]))
-    tiles = list(srcs) + ([init] if init is not None else [])
+    tiles = list(srcs) + ([init] if init is not None else []) + ([carry] if carry is not None else [])
     views = []
     for reg in tiles:
         buf, barrier = s.exchange(int(np.prod(reg.shape)) * bits // 8)
         views.append(SharedTileView(buf, dst.dtype, reg.shape, Layout(reg.shape, _row_major(reg.shape))))
+        if reg is carry:
+            break
         st = lower_reg_mem(reg, views[-1], False, t, bits)
         if isinstance(st, str):
             return f"a scan through shared memory: {st}"
@@ -373,15 +391,16 @@ def _sequential(s: _Scan, srcs: list[RegisterTile], init: RegisterTile | None, a
     s.out.append(barrier())
     run, x = s.refs(s.acc, 0), s.refs(s.tmp, 0)
     other = [e for k, e in enumerate(shape) if k != axis]
+    row_shape = tuple(1 if k == axis else e for k, e in enumerate(shape))
     order = range(n - 1, -1, -1) if s.reverse else range(n)
     for c in range(-(-rows // s.threads)):
         r = t + c * s.threads
         live = r < rows
         crd = tile_coords(r, tuple(other)) if other else []
         base = _offset(crd, strides, axis)
+        row_at = as_expr(_offset(crd, _row_major(row_shape), axis))     # in init's and carry's buffers
         if init is not None:
-            at = _offset(crd, _row_major(init.shape), axis)
-            s.out.append(LdShared(run[-1], SharedRef(views[-1].buffer, as_expr(at)), bits, pred=live))
+            s.out.append(LdShared(run[-1], SharedRef(views[len(srcs)].buffer, row_at), bits, pred=live))
             if s.linear:
                 s.out.append(Alu("mov", run[0], (1,), pred=live))
         for q, i in enumerate(order):
@@ -396,11 +415,16 @@ def _sequential(s: _Scan, srcs: list[RegisterTile], init: RegisterTile | None, a
             for rr, xr in zip(run, x):
                 s.out.append(Alu("mov", rr, (xr,), pred=live))
             s.out.append(StShared(SharedRef(views[len(srcs) - 1].buffer, at), run[-1], bits, pred=live))
+        if carry is not None:
+            s.out.append(StShared(SharedRef(views[-1].buffer, row_at), run[-1], bits, pred=live))
     s.out.append(barrier())
-    ld = lower_reg_mem(dst, views[len(srcs) - 1], True, t, bits)
-    if isinstance(ld, str):
-        return f"a scan through shared memory: {ld}"
-    return s.out + ld.instrs + [barrier()]
+    for reg, view in ((dst, views[len(srcs) - 1]), (carry, views[-1])):
+        if reg is not None:
+            ld = lower_reg_mem(reg, view, True, t, bits)
+            if isinstance(ld, str):
+                return f"a scan through shared memory: {ld}"
+            s.out += ld.instrs
+    return s.out + [barrier()]
 
 
 def _run(digits: list[tuple[str, int, int]], b0: int, below: int = 32) -> int:
@@ -418,10 +442,12 @@ def _lowest_lane_run(digits: list[tuple[str, int, int]]) -> int:
 
 def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, reverse: bool,
                init: RegisterTile | None, tid: Any, scratch: Callable[[str, int], RegArray],
-               exchange: Any = None, valid: Any = None) -> list[Instr] | str:
-    """``dst = scan_fn(srcs, axis)`` (see the module docstring); ``scratch(name, count)`` gives a
-    register array of ``dst``'s type, ``exchange(nbytes) -> (SmemBuffer, barrier_factory)`` a
-    shared buffer (needed when the axis spans warps). A reason string when the layout has no plan."""
+               exchange: Any = None, valid: Any = None,
+               carry: RegisterTile | None = None) -> list[Instr] | str:
+    """``dst = scan_fn(srcs, axis)`` (see the module docstring), and ``carry`` = its last element
+    per row when given; ``scratch(name, count)`` gives a register array of ``dst``'s type,
+    ``exchange(nbytes) -> (SmemBuffer, barrier_factory)`` a shared buffer (needed when the axis
+    spans warps, or the layout has no digits). A reason string when it cannot be lowered."""
     if fn not in Scan.FUNCTIONS:
         return f"unknown scan {fn!r}; known: {', '.join(Scan.FUNCTIONS)}"
     if any(s.shape != dst.shape or s.threads != dst.threads or s.values != dst.values for s in srcs):
@@ -433,7 +459,7 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
         if exchange is None:
             return f"the layout {dst.tv} has no scan along axis {axis} in registers ({plan}) and no scratch"
         return _sequential(_Scan(fn, dst, ScanPlan([], [], {}), reverse, tid, scratch, exchange), srcs, init,
-                           axis, valid)
+                           axis, valid, carry)
     s = _Scan(fn, dst, plan, reverse, tid, scratch, exchange)
     ident = scan_identity(fn, dst.dtype)
     for a, src, e in zip(s.acc, srcs, ident):
@@ -476,5 +502,6 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
             i = RegRef(init.array, int(m[v]), 1)
             b = RegRef(dst.array, v, 1)
             s.out.append(Alu("fma", b, (RegRef(s.acc[0], v, 1), i, b)) if s.linear else Alu(fn, b, (i, b)))
-    return s.out
+    err = s.gather_carry(carry, mask) if carry is not None else None
+    return err if err is not None else s.out
 
