@@ -46,6 +46,7 @@ from ..lowered import (
     MbarWait,
     RegArray,
     SetMaxNReg,
+    Shfl,
     SmemBuffer,
     TmaDesc,
     TmaLoad,
@@ -574,8 +575,10 @@ class Lowering:
                          valid=op.valid, carry=carry)
         if isinstance(res, str):
             raise self.fail(op, res)
-        if any(isinstance(i, BarSync) for i in res):
-            self.choices.append((op, "warp shuffles + shared memory across warps"))
+        shfl, bar = (any(isinstance(i, c) for i in res) for c in (Shfl, BarSync))
+        if bar:
+            self.choices.append((op, "warp shuffles + shared memory across warps" if shfl
+                                 else "rows in order through shared memory"))
         return res
 
     @LOWERING.register(Rearrange)
