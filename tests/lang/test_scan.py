@@ -282,6 +282,8 @@ def bad_scan(x: f32[M, N], *, CASE: str = "axis"):
         hl.scan(r, 1, "linear")
     elif CASE == "init":
         hl.scan(r, 1, "add", init=q)
+    elif CASE == "shared":
+        hl.scan(hl.shared(f32, (16, 32)), 1)
 
 
 @pytest.mark.parametrize(("case", "snippet", "words"), [
@@ -290,6 +292,7 @@ def bad_scan(x: f32[M, N], *, CASE: str = "axis"):
     ("pair", 'hl.scan((r, q), 1, "linear")', ("%r", "%q", "(16,32)", "(16,16)", "one shape")),
     ("single", 'hl.scan(r, 1, "linear")', ("pair of tiles (a, b)",)),
     ("init", 'hl.scan(r, 1, "add", init=q)', ("init %q", "(16,1)")),
+    ("shared", "hl.scan(hl.shared(f32, (16, 32)), 1)", ("must be a register tile",)),
 ])
 def test_mistakes_name_the_kernel_op_and_line(case: str, snippet: str, words: tuple[str, ...]) -> None:
     with pytest.raises(KernelError) as e:
