@@ -50,7 +50,6 @@ from typing import Any
 import numpy as np
 
 from hexlayout.layout import Layout
-from hexlayout.layout.inttuple import crd2idx
 
 from ..expr import as_expr
 from ..lowered import Alu, Instr, LdShared, RegArray, RegRef, SharedRef, Shfl, StShared
@@ -206,6 +205,21 @@ class _Scan:
             self.out.append(Alu("mul", la, (la, ea), pred=pred))
         else:
             self.out.append(Alu(self.fn, later[0], (earlier[0], later[0]), pred=pred))
+
+    def position(self, v: int) -> Any:
+        """The position of value ``v`` along the axis: its value digits' offset plus
+        ``sum_b ((t >> b) & 1) * s_b`` over the axis's thread bits."""
+        js = iter(self.plan.digit_of[v][1])
+        pos: Any = 0
+        d, digits = 0, self.plan.digits
+        while d < len(digits):
+            kind, r, stride = digits[d]
+            if kind == "value":
+                pos, d = pos + next(js) * stride, d + 1
+                continue
+            k = _run(digits[d:], r)         # consecutive bits with doubling strides: one field
+            pos, d = pos + ((self.t >> r) & ((1 << k) - 1)) * stride, d + k
+        return as_expr(pos)
 
     def refs(self, arrays: tuple[RegArray, ...], v: int) -> tuple[RegRef, ...]:
         return tuple(RegRef(a, v, 1) for a in arrays)
@@ -467,8 +481,7 @@ def lower_scan(fn: str, dst: RegisterTile, srcs: list[RegisterTile], axis: int, 
             s.out.append(Alu("mov", RegRef(a, 0, dst.values), (RegRef(src.array, 0, dst.values),)))
             continue
         for v in range(dst.values):
-            idx = as_expr(crd2idx(s.t + dst.threads * v, dst.tv.shape, dst.tv.stride))
-            inside = as_expr(tile_coords(idx, dst.shape)[axis]) < as_expr(valid)
+            inside = s.position(v) < as_expr(valid)
             s.out.append(Alu("select", RegRef(a, v, 1), (inside, RegRef(src.array, v, 1), e)))
     mask, merged = 0, 0
     run = _lowest_lane_run(plan.digits)
