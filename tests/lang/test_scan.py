@@ -2,7 +2,7 @@
 
 Each fn (add, mul, max, min, linear) in both directions along both axes, over tiles whose
 scanned axis lies in a thread's values, across lanes and across warps (and an outer repeat
-of the values), with 32 to 256 threads, f32 and f16, on ragged views (the padding takes part
+of the values), with 32 to 256 threads, f32, f16 and bf16, on ragged views (the padding takes part
 as the identity; a reverse scan starts in it); ``init`` carries a per-row value in. The
 printed kernel compiles with NVRTC for sm_80 and sm_90a without spills and the PTX executor
 runs it; mistakes name the kernel, ``scan`` and the line.
@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import hexlayout.lang as hl
 import hexlayout.runtime as rt
-from hexlayout.lang import KernelError, f16, f32
+from hexlayout.lang import KernelError, bf16, f16, f32
 
 M, N, P, Q = hl.dims("M N P Q")
 _KERNELS: dict[tuple, hl.Kernel] = {}
@@ -84,7 +85,7 @@ def run_scan(fn: str, axis: int, rev: bool, threads: int, bm: int, bn: int, dt=f
     k = scan_kernel(dt, threads)
     rows, cols = rows or 2 * bm - 3, cols or bn - 5
     nblocks = -(-rows // bm)
-    npdt = np.float32 if dt is f32 else np.float16
+    npdt = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dt.name]
     rng = np.random.default_rng(threads + bm + bn + axis)
     lo = 0.8 if fn == "mul" else -1.0
     x = rng.uniform(lo, 1.2, (rows, cols)).astype(npdt)
@@ -93,7 +94,7 @@ def run_scan(fn: str, axis: int, rev: bool, threads: int, bm: int, bn: int, dt=f
     y, last = np.full((rows, cols), np.nan, npdt), np.full(h0.shape, np.nan, npdt)
     built = rt.build(k, arch, compile=False, BM=bm, BN=bn, AXIS=axis, FN=fn, REV=rev, INIT=init)
     rt.emulate(built, x, a, h0, y, last, mode=mode)
-    tol = 2e-5 if dt is f32 else 2e-2
+    tol = {"f32": 2e-5, "f16": 2e-2, "bf16": 6e-2}[dt.name]
     for b in range(nblocks):
         s = slice(b * bm, (b + 1) * bm)
         hb = None if not init else (h0[s] if axis == 1 else h0[b:b + 1])
@@ -136,10 +137,13 @@ def test_linear_recurrence_matches_float64(axis: int, rev: bool, threads: int, b
     run_scan("linear", axis, rev, threads, bm, bn, init=init)
 
 
-@pytest.mark.parametrize(("fn", "axis", "rev", "init"), [("add", 1, True, True), ("linear", 0, False, True),
-                                                         ("max", 0, True, False)])
-def test_f16_scans(fn: str, axis: int, rev: bool, init: bool) -> None:
-    run_scan(fn, axis, rev, 128, 16, 32, f16, init=init)
+@pytest.mark.parametrize(("dt", "fn", "axis", "rev", "init"), [(f16, "add", 1, True, True),
+                                                               (f16, "linear", 0, False, True),
+                                                               (f16, "max", 0, True, False),
+                                                               (bf16, "linear", 1, True, True)])
+def test_16_bit_scans(dt, fn: str, axis: int, rev: bool, init: bool) -> None:
+    """Arithmetic in the element type (each step rounded), against float64."""
+    run_scan(fn, axis, rev, 128, 16, 32, dt, init=init)
 
 
 def test_ragged_padding_is_the_identity() -> None:
