@@ -2,10 +2,11 @@
 
 Each fn (add, mul, max, min, linear) in both directions along both axes, over tiles whose
 scanned axis lies in a thread's values, across lanes and across warps (and an outer repeat
-of the values), with 32 to 256 threads, f32, f16 and bf16, on ragged views (the padding takes part
-as the identity; a reverse scan starts in it); ``init`` carries a per-row value in. The
-printed kernel compiles with NVRTC for sm_80 and sm_90a without spills and the PTX executor
-runs it; mistakes name the kernel, ``scan`` and the line.
+of the values, an mma accumulator, a replicated reduction result, a thread mode of 12 rows), with
+32 to 256 threads, f32, f16 and bf16, on ragged views (the padding takes part as the identity;
+a reverse scan starts in it); ``init`` carries a per-row value in and ``carry=True`` the last
+one out (a chunked recurrence). The printed kernel compiles with NVRTC for sm_80 and sm_90a
+without spills and the PTX executor runs it; mistakes name the kernel, ``scan`` and the line.
 """
 
 from __future__ import annotations
