@@ -245,16 +245,22 @@ def test_sum_is_add() -> None:
     assert "scan.add %r axis=0" in str(k.trace(FN="sum", AXIS=0))
 
 
-@pytest.mark.parametrize(("arch", "axis", "rev", "shfl"), [
-    ("sm_80", 0, True, "__shfl_down_sync"),   # one row position per thread: Kogge-Stone, then warps
-    ("sm_90a", 1, False, "__shfl_sync"),      # 4 positions per thread: in order, then per lane bit
+@pytest.mark.parametrize(("arch", "axis", "rev", "shfl", "sass"), [
+    ("sm_80", 0, True, "__shfl_down_sync", "SHFL.DOWN"),   # one row position per thread: Kogge-Stone, warps
+    ("sm_90a", 1, False, "__shfl_sync", "SHFL.IDX"),       # 4 positions per thread: in order, per lane bit
 ])
-def test_scan_compiles_without_spills(arch: str, axis: int, rev: bool, shfl: str) -> None:
+def test_scan_compiles_without_spills(arch: str, axis: int, rev: bool, shfl: str, sass: str) -> None:
     pytest.importorskip("cuda.bindings.nvrtc")
+    from hexlayout.runtime.sass import count_prefix
+
     k = scan_kernel(f32, 128)
     built = rt.build(k, arch, BM=64, BN=32, AXIS=axis, FN="linear", REV=rev, INIT=True)
-    assert built.compiled.resources.spill_stores == 0
+    res = built.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0
     assert shfl in built.generated.source
+    counts = built.compiled.sass_counts()
+    assert count_prefix(counts, sass) >= 2, sorted(counts)
+    assert count_prefix(counts, "LDL") == 0 and count_prefix(counts, "STL") == 0
 
 
 def test_ptx_executor_runs_the_scan() -> None:
