@@ -189,11 +189,14 @@ def _on_bits(em: Emitter, ins: Alu, idx: int | str) -> str:
 
 
 _DIRECT_SHFL = ("f32", "s32", "u32", "f16", "bf16")
+#: Shfl mode -> the CUDA intrinsic (the order is ``hl_shfl``'s ``mode`` argument)
+_SHFL_FN = {"bfly": "__shfl_xor_sync", "idx": "__shfl_sync", "up": "__shfl_up_sync",
+            "down": "__shfl_down_sync"}
 
 
 def shfl(em: Emitter, ins: Shfl) -> list[str]:
-    if ins.mode not in ("bfly", "idx"):
-        raise em.error(f"shfl mode {ins.mode!r} is not 'bfly' or 'idx'")
+    if ins.mode not in _SHFL_FN:
+        raise em.error(f"shfl mode {ins.mode!r} is not one of {', '.join(_SHFL_FN)}")
     if ins.width not in (1, 2, 4, 8, 16, 32):
         raise em.error(f"shfl width {ins.width} is not a power of two up to 32")
     if ins.src.count != ins.dst.count or ins.src.array.dtype != ins.dst.array.dtype:
@@ -206,11 +209,10 @@ def shfl(em: Emitter, ins: Shfl) -> list[str]:
     idx: int | str = "v" if n > 1 else 0
     src, dst, arg = em.reg_index(ins.src, idx), em.reg_index(ins.dst, idx), em.expr(ins.arg)
     if ins.src.array.dtype.name in _DIRECT_SHFL:
-        fn = "__shfl_xor_sync" if ins.mode == "bfly" else "__shfl_sync"
-        stmt = f"{dst} = {fn}(0xffffffffu, {src}, {arg}, {ins.width});"
+        stmt = f"{dst} = {_SHFL_FN[ins.mode]}(0xffffffffu, {src}, {arg}, {ins.width});"
     else:
         em.helpers.add("shfl")
-        stmt = f"{dst} = hl_shfl({src}, {arg}, {ins.width}, {'true' if ins.mode == 'bfly' else 'false'});"
+        stmt = f"{dst} = hl_shfl({src}, {arg}, {ins.width}, {tuple(_SHFL_FN).index(ins.mode)});"
     if n == 1:
         return [stmt]
     return ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]

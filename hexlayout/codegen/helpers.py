@@ -49,10 +49,14 @@ __device__ __forceinline__ unsigned long long hl_gmma_desc_add(unsigned long lon
     "shfl": """\
 // shfl.sync of an element narrower than 32 bits (moved as its bit pattern).
 template <typename T>
-__device__ __forceinline__ T hl_shfl(T x, int arg, int width, bool bfly) {
+__device__ __forceinline__ T hl_shfl(T x, int arg, int width, int mode) {
   unsigned u = 0;
   *reinterpret_cast<T*>(&u) = x;
-  u = bfly ? __shfl_xor_sync(0xffffffffu, u, arg, width) : __shfl_sync(0xffffffffu, u, arg, width);
+  // mode: 0 bfly, 1 idx, 2 up, 3 down (as hexlayout.codegen.alu._SHFL_FN)
+  u = mode == 0 ? __shfl_xor_sync(0xffffffffu, u, arg, width)
+    : mode == 1 ? __shfl_sync(0xffffffffu, u, arg, width)
+    : mode == 2 ? __shfl_up_sync(0xffffffffu, u, arg, width)
+    : __shfl_down_sync(0xffffffffu, u, arg, width);
   return *reinterpret_cast<T*>(&u);
 }""",
     "ex2_approx_ftz": """\

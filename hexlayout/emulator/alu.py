@@ -13,7 +13,9 @@ rounds to nearest even and saturates (NaN -> 0), int -> int wraps. A function wi
 ``on_bits`` (``bitcast``) maps the operands' bit patterns to the destination's.
 
 ``Shfl``: ``shfl.sync`` within segments of ``width`` lanes: "bfly" reads lane ``lane ^ arg``,
-"idx" lane ``arg`` (of the segment); the source lane must be executing the shuffle too.
+"idx" lane ``arg``, "up" lane ``lane - arg`` and "down" lane ``lane + arg`` (of the segment;
+"up" / "down" past its first / last lane read the thread's own value); the source lane must
+be executing the shuffle too.
 ``SetMaxNReg``: the count must be a multiple of 8 in [24, 256], executed by whole warp groups.
 """
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from hexlayout.ir.expr import Expr, evaluate
 from hexlayout.ir.functions import NUMPY_DOMAIN, compute_domain
-from hexlayout.ir.lowered import Alu, Comment, FenceProxyAsync, RegRef, SetMaxNReg, Shfl
+from hexlayout.ir.lowered import SHFL_MODES, Alu, Comment, FenceProxyAsync, RegRef, SetMaxNReg, Shfl
 from hexlayout.ir.tile import ScalarParam
 
 from .errors import DivergenceError, IllegalInstructionError
@@ -137,8 +139,8 @@ def _on_bits(m: Machine, ins: Alu, x: Active, npd: np.dtype) -> None:
 def shfl(m: Machine, ins: Shfl, x: Active) -> None:
     if not len(x.tids):
         return
-    if ins.mode not in ("bfly", "idx"):
-        m.fail(IllegalInstructionError, ins, f"shfl mode {ins.mode!r} (this IR has 'bfly' and 'idx')")
+    if ins.mode not in SHFL_MODES:
+        m.fail(IllegalInstructionError, ins, f"shfl mode {ins.mode!r} (this IR has {', '.join(SHFL_MODES)})")
     w = ins.width
     if w not in (1, 2, 4, 8, 16, 32):
         m.fail(IllegalInstructionError, ins, f"shfl width {w} is not a power of two <= 32")
@@ -148,7 +150,14 @@ def shfl(m: Machine, ins: Shfl, x: Active) -> None:
     arg = m.ev_vec(ins.arg, x.env, len(x.tids))
     lane = x.tids & 31
     seg = lane - lane % w
-    j = (lane % w) ^ arg if ins.mode == "bfly" else arg % w
+    own = lane % w
+    if ins.mode == "bfly":
+        j = own ^ arg
+    elif ins.mode == "idx":
+        j = arg % w
+    else:
+        j = own - arg if ins.mode == "up" else own + arg
+        j = np.where((j >= 0) & (j < w), j, own)
     src_tid = (x.tids - lane) + seg + (j % w)
     pos = np.full(m.T, -1, dtype=np.int64)
     pos[x.tids] = np.arange(len(x.tids))

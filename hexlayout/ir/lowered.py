@@ -40,8 +40,8 @@ __all__ = [
     "Instr", "LdGlobal", "StGlobal", "LdShared", "StShared", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
-    "FenceProxyAsync", "Alu", "Shfl", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop", "IfThen",
-    "LoweredKernel", "walk_instrs",
+    "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop",
+    "IfThen", "LoweredKernel", "walk_instrs",
 ]
 
 
@@ -308,9 +308,15 @@ class Alu(Instr):
         self.op = alu_function(self.op)
 
 
+#: the modes of ``Shfl`` (PTX ``shfl.sync.<mode>``)
+SHFL_MODES = ("bfly", "idx", "up", "down")
+
+
 @dataclass(eq=False)
 class Shfl(Instr):
-    """shfl.sync: ``mode`` "bfly" (lane ^ arg) or "idx" (lane arg) over ``width`` lanes."""
+    """shfl.sync: ``mode`` "bfly" (lane ^ arg), "idx" (lane arg), "up" (lane - arg) or "down"
+    (lane + arg; "up" / "down" outside the segment read the thread's own value) over segments
+    of ``width`` lanes."""
 
     dst: RegRef
     src: RegRef

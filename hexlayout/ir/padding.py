@@ -39,6 +39,8 @@ Transfer rules, per op:
   the reduction overwrites its
   padding with the identity in place (``Reduce.overwrite``; the padding is nobody's data), so
   no second copy of the tile lives on and later math sees the identity (``exp(-inf - m) = 0``);
+- ``scan`` along ``axis``: ``valid = extents[axis]`` (the smallest over its sources); the
+  padding takes part as the scan's identity; the result is padded where a source is;
 - ``mma``: the sum over K is right only when K's padding is 0, so padding of unknown or
   non-zero value along K is refused; the result is padded along M where ``a`` is and along
   N where ``b`` is (lost padding in an operand - a dequantized weight tile regrouped for
@@ -81,6 +83,7 @@ from .tile import (
     Permute,
     Rearrange,
     Reduce,
+    Scan,
     Slice,
     SubTile,
     TileKernel,
@@ -285,6 +288,8 @@ class _Analysis:
             self.write(op.result, self.elementwise(op), op)
         elif isinstance(op, Reduce):
             self.reduce(op)
+        elif isinstance(op, Scan):
+            self.scan(op)
         elif isinstance(op, Mma):
             self.mma(op)
         elif isinstance(op, Reshape):
@@ -401,6 +406,34 @@ class _Analysis:
         known = value if all(p is not None for p in pads) else None
         masked = all(p is not None and p.masked for p in pads)
         return _make(tuple(ext), tuple(op.result.type.shape), known, masked)
+
+    def scan(self, op: Scan) -> None:
+        """``valid`` = the sources' in-bounds extent along the axis (their padding takes part as
+        the identity); the result is padded where any source or ``init`` is, its value unknown."""
+        pads = [self.read(v) for v in op.srcs + ((op.init,) if op.init is not None else ())]
+        op.valid = None
+        if all(p is None for p in pads):
+            self.write(op.result, None, op)
+            if op.carry is not None:
+                self.write(op.carry, None, op)
+            return
+        lost = next((p for p in pads if p is not None and p.lost), None)
+        if lost is not None:
+            raise self.fail(op, f"the scan's sources hold the padding of a ragged view at positions the "
+                                f"language cannot follow (lost through {lost.why}), and the {op.fn} scan "
+                                f"along axis {op.axis} would take it in: load with hl.copy(view, tile, "
+                                "other=<the identity>) or select the in-bounds elements with "
+                                "hl.where(mask, x, identity)")
+        ext: list[ExprLike | None] = [None] * len(op.result.type.shape)
+        for i, p in enumerate(pads):
+            if p is not None:      # init (the last) has extent 1 along the axis: it pads the others only
+                ext = [a if i == len(op.srcs) and k == op.axis else _min(a, b)
+                       for k, (a, b) in enumerate(zip(ext, p.extents))]
+        op.valid = ext[op.axis]
+        self.write(op.result, _make(tuple(ext), tuple(op.result.type.shape), None), op)
+        if op.carry is not None:      # the last element of each row: padded where the rows are
+            rows = tuple(None if k == op.axis else e for k, e in enumerate(ext))
+            self.write(op.carry, _make(rows, tuple(op.carry.type.shape), None), op)
 
     def reduce(self, op: Reduce) -> None:
         s = self.read(op.src)
@@ -567,5 +600,7 @@ def annotate_padding(tk: TileKernel) -> TileKernel:
     for op in tk.body.walk():
         if isinstance(op, Reduce):
             op.valid, op.overwrite = None, False
+        elif isinstance(op, Scan):
+            op.valid = None
     _Analysis(tk).block(tk.body)
     return tk

@@ -48,6 +48,7 @@ from .tile import (
     Permute,
     Rearrange,
     Reduce,
+    Scan,
     SetMaxNReg,
     Slice,
     SourceLoc,
@@ -248,6 +249,13 @@ def _reduce(op: Reduce) -> str:
     return f"reduce.{op.fn} %{op.src.name} axis={op.axis}{valid}"
 
 
+def _scan(op: Scan) -> str:
+    opts = (" reverse" if op.reverse else "") + ("" if op.init is None else f" init=%{op.init.name}")
+    opts += "" if op.carry is None else f" carry=%{op.carry.name}"
+    valid = "" if op.valid is None else f" valid={_e(op.valid)}"
+    return f"scan.{op.fn} {', '.join(f'%{v.name}' for v in op.srcs)} axis={op.axis}{opts}{valid}"
+
+
 def _mbarrier_arrive(op: MbarrierArrive) -> str:
     return f"mbarrier.arrive %{op.bar.name}[{_e(op.index)}]" + _opts(
         tx_bytes=str(op.tx_bytes) if op.tx_bytes else None, by=op.who if op.who != "thread" else None,
@@ -265,6 +273,7 @@ _DEFINES: dict[type, Callable[[Any], str]] = {
     Cast: lambda op: f"cast %{op.src.name}",
     Elementwise: lambda op: f"{op.fn}({', '.join(_scalar(a) for a in op.args)})",
     Reduce: _reduce,
+    Scan: _scan,
     Rearrange: lambda op: f"rearrange %{op.src.name}",
 }
 #: the ops printed as one statement of their fields

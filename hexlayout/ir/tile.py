@@ -22,7 +22,7 @@ Ops and their meaning (all block-wide unless stated):
   given), optionally masked, or completing on an mbarrier (bulk/TMA copies).
 - ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles (``accumulate`` False or a
   run-time zero: ``c = a @ b^T``).
-- ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Rearrange``: register-tile math.
+- ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Scan``, ``Rearrange``: register-tile math.
 - ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
   ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait``, ``FenceProxyAsync``, ``SetMaxNReg``,
@@ -59,7 +59,7 @@ from .types import DType, LayoutLike, Scope, TileType
 
 __all__ = [
     "SourceLoc", "Value", "Op", "Block", "GlobalParam", "ScalarParam", "GlobalView", "Alloc", "Slice",
-    "Copy", "Mma", "Cast", "Elementwise", "Fill", "Reduce", "Rearrange", "Sync", "AsyncCommit",
+    "Copy", "Mma", "Cast", "Elementwise", "Fill", "Reduce", "Scan", "Rearrange", "Sync", "AsyncCommit",
     "AsyncWait", "Mbarrier", "MbarrierInit", "MbarrierArrive", "MbarrierWait", "WgmmaFence",
     "WgmmaCommit", "WgmmaWait", "FenceProxyAsync", "SetMaxNReg", "ClusterSync", "For", "If", "TileKernel",
     "LaunchConfig",
@@ -383,6 +383,36 @@ class Reduce(_Unary):
     axis: int
     valid: ExprLike | None = None
     overwrite: bool = False
+
+
+@dataclass(eq=False)
+class Scan(Op):
+    """``result`` = the inclusive scan of ``srcs`` along ``axis``.
+
+    ``fn`` ``"add"`` / ``"mul"`` / ``"max"`` / ``"min"`` (one source ``x``):
+    ``result[..., i, ...] = x[..., 0, ...] fn ... fn x[..., i, ...]``; ``"linear"`` (sources
+    ``(a, b)``): ``result[..., i, ...] = h_i`` with ``h_i = a_i * h_{i-1} + b_i``. ``reverse``:
+    ``i`` runs from the end (``h_i = a_i * h_{i+1} + b_i``). ``init`` (a tile of the result's
+    shape with ``axis`` of extent 1, or ``None``): the element before the first (``h_{-1}``;
+    ``None``: the identity, ``h_{-1} = 0``). ``carry`` (or ``None``): a tile of ``init``'s shape
+    given the scan's last element (``result[..., n-1, ...]``, reversed ``result[..., 0, ...]``),
+    the ``init`` of a next chunk. ``valid`` (set by the padding analysis): only the elements
+    with coordinate ``< valid`` along ``axis`` take part, the others count as the identity
+    (``None``: all of them)."""
+
+    INPUTS = ("srcs", "init")
+    OUTPUTS = ("result", "carry")
+    #: the scan functions (each associative)
+    FUNCTIONS: ClassVar[tuple[str, ...]] = ("add", "mul", "max", "min", "linear")
+
+    result: Value
+    srcs: tuple[Value, ...]
+    fn: str
+    axis: int
+    reverse: bool = False
+    init: Value | None = None
+    valid: ExprLike | None = None
+    carry: Value | None = None
 
 
 @dataclass(eq=False)

@@ -40,7 +40,7 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   (gathers through index tiles), ``shared``, ``register``, ``auto`` (layout hints); slicing
   ``x[:, :, s]``, ``x.tile(shape, origin)``, ``x.T``, ``x.permute``.
 - operations (``ops``, ``math``, ``atomics``): ``copy``, ``atomic_add``, ``mma``, ``cast``, ``fill``,
-  ``full``, ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``rearrange``,
+  ``full``, ``zeros``, ``reduce`` / ``sum`` / ``max_reduce`` / ``min_reduce``, ``scan``, ``rearrange``,
   ``iota``, ``assign``; elementwise operators and ``abs maximum minimum max min where equal
   not_equal logical_and logical_or logical_not``, ``gelu(x, approximate="none" | "tanh")`` (as
   torch's ``F.gelu``), and one unary function per ALU function
@@ -123,6 +123,7 @@ from .ops import sum_ as sum  # noqa: A004
 from .packed import bitcast, pack, unpack
 from .pipeline import OnlineSoftmax, Ring, pipeline
 from .regroup import concat, interleave, reshape
+from .scan import scan
 from .spec import Dim, Tensor, dims
 from .sync import (
     arrive,
@@ -154,7 +155,7 @@ __all__ = [
     "view", "shared", "register", "load", "auto", "Layout", "Swizzle", "ComposedLayout", "composition",
     "make_layout_tv",
     "copy", "mma", "cast", "fill", "full", "zeros", "reduce", "sum", "max_reduce", "min_reduce", "rearrange",
-    "iota", "assign", "atomic_add", "bitcast", "unpack", "pack", "reshape", "concat", "interleave",
+    "scan", "iota", "assign", "atomic_add", "bitcast", "unpack", "pack", "reshape", "concat", "interleave",
     "abs", "maximum", "minimum", "max", "min",
     "where", "equal", "not_equal", "gelu", "logical_and", "logical_or", "logical_not",
     "range", "if_", "else_", "warp_group",

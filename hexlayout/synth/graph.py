@@ -2,7 +2,7 @@
 
 Register tiles are grouped into classes that must share one TV layout (a union-find over
 values): the result and same-shaped operands of an elementwise op, a cast and its source,
-the destination and source of an in-place update. Relations between classes:
+the destination and source of an in-place update, a scan and its sources. Relations between classes:
 
 - ``reduced(dst, src, axes)``: ``dst``'s layout is ``src``'s with ``axes`` collapsed
   (a reduction's result; an operand that broadcasts along ``axes``);
@@ -51,6 +51,7 @@ from hexlayout.ir.tile import (
     Permute,
     Rearrange,
     Reduce,
+    Scan,
     SetMaxNReg,
     Slice,
     SubTile,
@@ -227,6 +228,17 @@ def _fill(g: LayoutGraph, op: Fill) -> None:
 def _reduce(g: LayoutGraph, op: Reduce) -> None:
     """The result's layout is the source's with ``axis`` collapsed."""
     g.reduced.append(Reduced(g.cls(op.result), g.cls(op.src), (op.axis,), op))
+
+
+@RELATIONS.register(Scan)
+def _scan(g: LayoutGraph, op: Scan) -> None:
+    """The result has the sources' layout (each element stays in its thread); ``init`` and
+    ``carry`` have the result's layout with ``axis`` collapsed."""
+    for src in op.srcs:
+        g.union(op.result, src, op)
+    for v in (op.init, op.carry):
+        if v is not None and _register(v):
+            g.reduced.append(Reduced(g.cls(v), g.cls(op.result), (op.axis,), op))
 
 
 @RELATIONS.register(Rearrange)

@@ -58,6 +58,7 @@ from hexlayout.ir.tile import (
     Op,
     Rearrange,
     Reduce,
+    Scan,
     TileKernel,
     Value,
 )
@@ -172,7 +173,7 @@ def _opname(op: Op) -> str:
 def _register_ops(tk: TileKernel) -> list[Op]:
     out = []
     for op in tk.body.walk():
-        if isinstance(op, (Elementwise, Cast, Reduce, Iota, Fill, Rearrange)):
+        if isinstance(op, (Elementwise, Cast, Reduce, Scan, Iota, Fill, Rearrange)):
             if isinstance(op, Fill) and op.dst.type.scope != Scope.REGISTER:
                 continue
             out.append(op)

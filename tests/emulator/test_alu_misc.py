@@ -96,6 +96,26 @@ def test_shfl_butterfly_reduction_and_idx():
     np.testing.assert_allclose(y[64:], np.repeat(sums, 32), rtol=1e-5)
 
 
+def test_shfl_up_and_down_stay_in_their_segment():
+    """``up`` reads lane ``lane - arg``, ``down`` lane ``lane + arg`` of the ``width``-lane segment;
+    past its first / last lane a thread keeps its own value (as PTX ``shfl.sync.up`` / ``down``)."""
+    kb = KB("shfl_ud", 64)
+    X = gparam("X", "f32", (64,))
+    Y = gparam("Y", "f32", (128,))
+    v, u, d = kb.reg("v", "f32", 1), kb.reg("u", "f32", 1), kb.reg("d", "f32", 1)
+    body = [L.LdGlobal(rr(v), L.GlobalRef(X, kb.tid), 32),
+            L.Shfl(rr(u), rr(v), "up", 3, width=8),
+            L.Shfl(rr(d), rr(v), "down", 2, width=16),
+            L.StGlobal(L.GlobalRef(Y, kb.tid), rr(u), 32),
+            L.StGlobal(L.GlobalRef(Y, 64 + kb.tid), rr(d), 32)]
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(128, np.float32)
+    run(kb.build([X, Y], body), {"X": x, "Y": y})
+    t = np.arange(64)
+    np.testing.assert_array_equal(y[:64], np.where(t % 8 >= 3, t - 3, t))
+    np.testing.assert_array_equal(y[64:], np.where(t % 16 < 14, t + 2, t))
+
+
 def test_setmaxnreg_count_must_be_legal():
     kb = KB("nreg", 128, arch="sm_90a")
     bad = L.SetMaxNReg(100, True, loc=here("setmaxnreg 100"))

@@ -46,6 +46,7 @@ from ..lowered import (
     MbarWait,
     RegArray,
     SetMaxNReg,
+    Shfl,
     SmemBuffer,
     TmaDesc,
     TmaLoad,
@@ -77,6 +78,7 @@ from ..tile import (
     Permute,
     Rearrange,
     Reduce,
+    Scan,
     Slice,
     SubTile,
     Sync,
@@ -109,6 +111,7 @@ from .math import lower_elementwise, lower_fill, lower_iota, lower_reduce
 from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
+from .scan import lower_scan
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -559,6 +562,23 @@ class Lowering:
             self.choices.append((op, "warp shuffles + shared memory across warps"))
         if isinstance(res, str):
             raise self.fail(op, res)
+        return res
+
+    @LOWERING.register(Scan)
+    def op_Scan(self, op: Scan) -> list[Instr]:
+        srcs = [self.register_of(v, op) for v in op.srcs]
+        dst = self.register_of(op.result, op)
+        init, carry = (self.register_of(v, op) if v is not None else None for v in (op.init, op.carry))
+        res = lower_scan(op.fn, dst, srcs, op.axis, op.reverse, init, self.gtid,
+                         lambda name, count: self.scratch(f"{op.result.name}_{name}", dst.dtype, count),
+                         lambda nbytes: self.exchange_buffer(f"{op.result.name}_xchg", dst.dtype, nbytes),
+                         valid=op.valid, carry=carry)
+        if isinstance(res, str):
+            raise self.fail(op, res)
+        shfl, bar = (any(isinstance(i, c) for i in res) for c in (Shfl, BarSync))
+        if bar:
+            self.choices.append((op, "warp shuffles + shared memory across warps" if shfl
+                                 else "rows in order through shared memory"))
         return res
 
     @LOWERING.register(Rearrange)
