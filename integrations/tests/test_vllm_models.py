@@ -6,11 +6,11 @@ The models have real random weights (``tiny_models``), so greedy tokens depend o
 q/k/v biases), a Qwen3-MoE-like one (per-head q/k norms), and AutoAWQ int4 Mixtral-like and
 DeepSeek-V3-like ones whose reference (plugin off) is the same model with its experts
 dequantized to bf16 (exactly: power-of-two scales), so vLLM's own AWQ MoE kernels, which need
-AMX on the CPU, are not involved. DeepSeek-V3's MLA keeps vLLM's attention (block size 16, no
-chunked prefill: vLLM's CPU platform forces both for MLA), and its runs are checked against
-vLLM's own run (``VLLM_REFERENCED``). Both runs use one vLLM
-configuration: chunked prefill with a 16-token budget over four prompts of 3-21 tokens, so
-steps mix prefill chunks and decodes; block size 32.
+AMX on the CPU, are not involved. DeepSeek-V3's MLA decode runs hexlayout's ``mla_decode`` with
+the plugin on (its prefill stays vLLM's; block size 16, no chunked prefill: vLLM's CPU platform
+forces both for MLA), and its runs are checked against vLLM's own run (``VLLM_REFERENCED``).
+Both runs use one vLLM configuration: chunked prefill with a 16-token budget over four prompts
+of 3-21 tokens, so steps mix prefill chunks and decodes; block size 32.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def test_tokens_and_logprobs_match_float64(name: str, which: str, reference: Run
 def test_tokens_and_logprobs_match_vllms_own_kernels(name: str, reference: Run, hexlayout_run: Run) -> None:
     """DeepSeek-V3 (MLA, grouped top-k routing with ``e_score_correction_bias``,
     ``routed_scaling_factor``, a shared expert, a dense first layer; AWQ int4 experts): the
-    plugin's run against vLLM's own run of the same weights dequantized (:func:`check_runs`),
-    the experts being the only kernels that differ between them (MLA is vLLM's in both)."""
+    plugin's run against vLLM's own run of the same weights dequantized (:func:`check_runs`):
+    the experts and the MLA decode (and its latent-cache writes) differ between them."""
     report = check_runs(hexlayout_run.results[name], reference.results[name])
     print(f"{name} (hexlayout vs vLLM's own): {report.summary()}")
     assert not report.problems, f"{name}: {report.summary()}\n" + "\n".join(report.problems)
@@ -108,11 +108,12 @@ def test_plugin_logs_what_it_swapped(hexlayout_run: Run, reference: Run) -> None
         awq = "AWQ int4 MoE experts run hexlayout's fused_moe (W4A16)"
         assert f"{layer}.block_sparse_moe.experts: {awq}" in out
     # DeepSeek-V3: layer 0 is dense (first_k_dense_replace = 1), layer 1's AWQ experts are
-    # hexlayout's, and its MLA attention vLLM's, in one line per process
+    # hexlayout's, and its MLA decode hexlayout's mla_decode, in one line per process
     assert f"hexlayout: model.layers.1.mlp.experts: {awq}" in out
     assert "hexlayout: model.layers.0.mlp.experts: AWQ" not in out
-    mla = [x for x in out.splitlines() if "MLA attention keeps vLLM's" in x]
+    mla = [x for x in out.splitlines() if "MLA attention runs hexlayout's mla_decode" in x]
     assert len(mla) == 1 and "model.layers.0.self_attn" in mla[0] and "CPU_MLA backend" in mla[0], mla
+    assert "attention backend CPU_MLA -> hexlayout.integrations.vllm.mla.HexlayoutCPUMLABackend" in swapped[0]
     mla_swap = "MultiHeadLatentAttentionWrapper -> hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper"
     assert mla_swap in swapped[0]
     # Plugin off: no line, no trace, nothing swapped.

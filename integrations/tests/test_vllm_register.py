@@ -33,6 +33,7 @@ mxfp4 = get_quantization_config("mxfp4")
 print("PROBE " + json.dumps({
     "state": plugin.registered(),
     "cpu_attn": AttentionBackendEnum.CPU_ATTN.get_path(),
+    "cpu_mla": AttentionBackendEnum.CPU_MLA.get_path(),
     "oot": {k: f"{v.__module__}.{v.__qualname__}" for k, v in op_registry_oot.items()},
     "awq": f"{awq.__module__}.{awq.__qualname__}",
     "gptq": f"{gptq.__module__}.{gptq.__qualname__}",
@@ -42,17 +43,19 @@ print("PROBE " + json.dumps({
 
 VLLM_CPU_ATTN = "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
 HEX_CPU_ATTN = "hexlayout.integrations.vllm.attention.HexlayoutCPUAttentionBackend"
+VLLM_CPU_MLA = "vllm.v1.attention.backends.mla.cpu_mla.CPUMLABackend"
+HEX_CPU_MLA = "hexlayout.integrations.vllm.mla.HexlayoutCPUMLABackend"
 VLLM_AWQ = "vllm.model_executor.layers.quantization.auto_awq.AutoAWQConfig"
 HEX_AWQ = "hexlayout.integrations.vllm.awq.HexlayoutAWQConfig"
 HEX_MOE = {"UnquantizedFusedMoEMethod": "hexlayout.integrations.vllm.moe.HexlayoutUnquantizedFusedMoEMethod"}
-#: MLA layers keep vLLM's attention; the plugin's subclass only logs that they do.
+#: MLA layers: the plugin's subclass logs which attention runs them.
 HEX_MLA = {"MultiHeadLatentAttentionWrapper": "hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper"}
 VLLM_GPTQ = "vllm.model_executor.layers.quantization.auto_gptq.AutoGPTQConfig"
 HEX_GPTQ = "hexlayout.integrations.vllm.gptq.HexlayoutGPTQConfig"
 VLLM_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.Mxfp4Config"
 HEX_MXFP4 = "hexlayout.integrations.vllm.mxfp4.HexlayoutMxfp4Config"
-UNTOUCHED = {"state": [], "cpu_attn": VLLM_CPU_ATTN, "oot": {}, "awq": VLLM_AWQ, "gptq": VLLM_GPTQ,
-             "mxfp4": VLLM_MXFP4}
+UNTOUCHED = {"state": [], "cpu_attn": VLLM_CPU_ATTN, "cpu_mla": VLLM_CPU_MLA, "oot": {}, "awq": VLLM_AWQ,
+             "gptq": VLLM_GPTQ, "mxfp4": VLLM_MXFP4}
 
 CASES = {
     "all": {"HEXLAYOUT_EMULATE": "1"},
@@ -96,7 +99,8 @@ def test_register_swaps_everything_once(probes: dict) -> None:
         assert rc == 0, text
         assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, {**HEX_MOE, **HEX_MLA}, HEX_AWQ)
         assert (row["gptq"], row["mxfp4"]) == (HEX_GPTQ, HEX_MXFP4)  # mxfp4: hexlayout has prepare_mxfp4
-        assert len(row["state"]) == 6
+        assert row["cpu_mla"] == HEX_CPU_MLA
+        assert len(row["state"]) == 7
         swapped = [x for x in hex_lines(text) if "swapped" in x]
         assert len(swapped) == 1, text  # three calls, one registration
 
@@ -104,15 +108,15 @@ def test_register_swaps_everything_once(probes: dict) -> None:
 def test_selection_attention_only(probes: dict) -> None:
     rc, text, row = probes["attention"]
     assert rc == 0, text
-    got = (row["cpu_attn"], row["oot"], row["awq"], row["gptq"])
-    assert got == (HEX_CPU_ATTN, HEX_MLA, VLLM_AWQ, VLLM_GPTQ)
+    got = (row["cpu_attn"], row["cpu_mla"], row["oot"], row["awq"], row["gptq"])
+    assert got == (HEX_CPU_ATTN, HEX_CPU_MLA, HEX_MLA, VLLM_AWQ, VLLM_GPTQ)
 
 
 def test_selection_moe_only_keeps_vllm_attention(probes: dict) -> None:
     rc, text, row = probes["moe"]
     assert rc == 0, text
-    got = (row["cpu_attn"], row["oot"], row["awq"], row["gptq"])
-    assert got == (VLLM_CPU_ATTN, HEX_MOE, HEX_AWQ, HEX_GPTQ)
+    got = (row["cpu_attn"], row["cpu_mla"], row["oot"], row["awq"], row["gptq"])
+    assert got == (VLLM_CPU_ATTN, VLLM_CPU_MLA, HEX_MOE, HEX_AWQ, HEX_GPTQ)
     assert not any("attention" in s for s in row["state"])
 
 

@@ -8,7 +8,8 @@ capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
 - ``attention``: ``register_backend(AttentionBackendEnum.CPU_ATTN, ...)`` on vLLM's CPU build
   (:mod:`.attention`); on CUDA ``register_backend(AttentionBackendEnum.CUSTOM, ...)``
   (:mod:`.cuda_attention`), which the user selects with ``attention_backend="CUSTOM"``; MLA
-  layers keep vLLM's MLA backends, and the plugin logs one line saying so (:mod:`.mla`);
+  layers: ``register_backend(AttentionBackendEnum.CPU_MLA, ...)`` on the CPU build, vLLM's MLA
+  backends on CUDA, and one log line saying which runs (:mod:`.mla`);
 - ``moe``: ``CustomOp.register_oot(..., name="UnquantizedFusedMoEMethod")`` (:mod:`.moe`) and
   ``register_quantization_config`` for ``awq`` (:mod:`.awq`), ``auto_gptq`` (GPTQ, act-order
   included: :mod:`.gptq`) and ``mxfp4`` (:mod:`.mxfp4`), each when hexlayout has the op that
@@ -61,8 +62,10 @@ def register() -> None:
         swapped.append(register_mla())
         if platform == "cpu":
             from .attention import register_attention
+            from .mla import register_cpu_mla
 
             swapped.append(register_attention())
+            swapped.append(register_cpu_mla())
         else:
             from .cuda_attention import register_cuda_attention
 
