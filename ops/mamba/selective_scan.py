@@ -58,10 +58,14 @@ def selective_scan(
     return_last_state: bool = False,
 ) -> Any:
     """The selective scan of the module docstring: ``out``, or ``(out, last_state)`` when
-    ``return_last_state``. Raises ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument."""
+    ``return_last_state`` (through ``torch.ops.hexlayout.selective_scan``, so it traces under
+    ``torch.compile``). Raises ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument."""
     require_torch("hexlayout.ops.selective_scan")
+    import torch
+
     check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    out, last = run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    out, last = torch.ops.hexlayout.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                                   return_last_state)
     return (out, last) if return_last_state else out
 
 

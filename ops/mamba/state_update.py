@@ -53,11 +53,15 @@ def selective_state_update(
     dt_softplus: bool = False,
     state_batch_indices: Any = None,
 ) -> Any:
-    """The decode step of the module docstring: updates ``state`` in place and returns ``y``.
+    """The decode step of the module docstring: updates ``state`` in place and returns ``y``
+    (through ``torch.ops.hexlayout.selective_state_update``, so it traces under ``torch.compile``).
     Raises ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument."""
     require_torch("hexlayout.ops.selective_state_update")
+    import torch
+
     check_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
-    return run_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    return torch.ops.hexlayout.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                                                      state_batch_indices)
 
 
 def _general(t: Any, shape: tuple[int, ...]) -> Any:
