@@ -63,7 +63,8 @@ def selective_scan(
     require_torch("hexlayout.ops.selective_scan")
     import torch
 
-    check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    if not torch.compiler.is_compiling():  # the op checks again; here: errors of the Python API's kinds
+        check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     out, last = torch.ops.hexlayout.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
                                                    return_last_state)
     return (out, last) if return_last_state else out

@@ -59,7 +59,8 @@ def selective_state_update(
     require_torch("hexlayout.ops.selective_state_update")
     import torch
 
-    check_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    if not torch.compiler.is_compiling():  # the op checks again; here: errors of the Python API's kinds
+        check_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
     return torch.ops.hexlayout.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
                                                       state_batch_indices)
 

@@ -109,7 +109,7 @@ def state_update_kernel(dtype: DType, state_dtype: DType, index_dtype: DType) ->
 def state_update_consts(p: int, n: int) -> dict[str, int]:
     """Tile constants for ``p`` rows per head and state size ``n``: ``NS`` the power of two
     ``>= n`` (at least 4), ``BP`` rows per block (``BP · NS <= 1024``, at most 64, at least 4,
-    no more than ``p`` rounded up to a power of two), one warp per 128 state elements (<= 4)."""
+    no more than ``p`` rounded up to a power of two unless a warp would hold fewer than 32 elements), one warp per 128 state elements (<= 4)."""
     ns = 4
     while ns < n:
         ns *= 2
@@ -117,5 +117,5 @@ def state_update_consts(p: int, n: int) -> dict[str, int]:
     pp = 4
     while pp < p:
         pp *= 2
-    bp = min(bp, pp)
+    bp = max(min(bp, pp), 32 // ns)  # at least one element per thread of a warp
     return {"BP": bp, "NS": ns, "WARPS": max(1, min(4, bp * ns // 128))}
