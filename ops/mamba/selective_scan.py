@@ -65,8 +65,9 @@ def selective_scan(
 
     if not torch.compiler.is_compiling():  # the op checks again; here: errors of the Python API's kinds
         check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    out, last = torch.ops.hexlayout.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                                   return_last_state)
+    out, last = torch.ops.hexlayout.selective_scan(
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+    )
     return (out, last) if return_last_state else out
 
 
@@ -90,7 +91,7 @@ def run_selective_scan(
         return out, last_state.zero_()
 
     def per_group(t: Any, inner: tuple[int, ...]) -> Any:
-        return t.contiguous().view(*t.shape[:-len(inner) - 1], g, dg, *inner)
+        return t.contiguous().view(*t.shape[: -len(inner) - 1], g, dg, *inner)
 
     args = (
         per_group(u, (length,)),
@@ -98,15 +99,20 @@ def run_selective_scan(
         per_group(A, (n,)),
         B.contiguous().view(batch, g, n, length),
         C.contiguous().view(batch, g, n, length),
-        per_group(D if D is not None else A.new_empty(dim), ()),
+        per_group(D if D is not None else fresh((dim,), A.dtype, u.device), ()),
         per_group(z, (length,)) if z is not None else per_group(u, (length,)),
-        per_group(delta_bias if delta_bias is not None else A.new_empty(dim), ()),
+        per_group(delta_bias if delta_bias is not None else fresh((dim,), A.dtype, u.device), ()),
         out.view(batch, g, dg, length),
         last_state.view(batch, g, dg, n),
     )
     consts = selective_scan_consts(dg, n, length)
-    consts.update(SOFTPLUS=softplus, HAS_D=D is not None, HAS_Z=z is not None,
-                  HAS_BIAS=delta_bias is not None, LAST=last)
+    consts.update(
+        SOFTPLUS=softplus,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None,
+        LAST=last,
+    )
     bld = build_for(selective_scan_kernel(kernel_dtype(u.dtype)), u.device, consts)
     run_kernel(bld, args, outputs=(8, 9))
     return out, last_state

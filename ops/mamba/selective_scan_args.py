@@ -63,7 +63,9 @@ def check_selective_scan(
     check_tensors(OP, named)
     for name, t in (("B", B), ("C", C)):
         check_tensors(OP, [(name, t, t.dim() if getattr(t, "dim", None) and t.dim() == 4 else 3)])
-    opt = [(n, t, r) for n, t, r in (("D", D, 1), ("z", z, 3), ("delta_bias", delta_bias, 1)) if t is not None]
+    opt = [
+        (n, t, r) for n, t, r in (("D", D, 1), ("z", z, 3), ("delta_bias", delta_bias, 1)) if t is not None
+    ]
     check_tensors(OP, opt)
     check_one_device(OP, named + [("B", B, 0), ("C", C, 0)] + opt)
     check_float_dtype(OP, "u", u)

@@ -61,8 +61,9 @@ def selective_state_update(
 
     if not torch.compiler.is_compiling():  # the op checks again; here: errors of the Python API's kinds
         check_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
-    return torch.ops.hexlayout.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
-                                                      state_batch_indices)
+    return torch.ops.hexlayout.selective_state_update(
+        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices
+    )
 
 
 def _general(t: Any, shape: tuple[int, ...]) -> Any:
@@ -75,14 +76,24 @@ def _general(t: Any, shape: tuple[int, ...]) -> Any:
 
 
 def run_selective_state_update(
-    state: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any, softplus: bool, idx: Any
+    state: Any,
+    x: Any,
+    dt: Any,
+    A: Any,
+    B: Any,
+    C: Any,
+    D: Any,
+    z: Any,
+    dt_bias: Any,
+    softplus: bool,
+    idx: Any,
 ) -> Any:
     """``y`` on arguments ``check_selective_state_update`` accepted, with ``state`` updated in
     place: both forms run as the general form (Mamba-1's ``[S, dim, N]`` state as its
     ``[S, G, dim / G, N]`` view); absent optional tensors are placeholders the kernel skips."""
     import torch
 
-    from ..host.launch import build_for, run_kernel, zeroed
+    from ..host.launch import build_for, fresh, run_kernel, zeroed
     from .selective_scan import kernel_dtype
     from .state_update_kernel import state_update_consts, state_update_kernel
 
@@ -100,15 +111,20 @@ def run_selective_state_update(
         _general(A, (h, p, n)),
         B.reshape(batch, g, n).contiguous(),
         C.reshape(batch, g, n).contiguous(),
-        _general(D, (h, p)) if D is not None else A.new_empty((h, p)),
+        _general(D, (h, p)) if D is not None else fresh((h, p), A.dtype, x.device),
         _general(z, rows) if z is not None else _general(x, rows),
-        _general(dt_bias, (h, p)) if dt_bias is not None else A.new_empty((h, p)),
-        idx if idx is not None else torch.empty((batch,), dtype=torch.int32, device=x.device),
+        _general(dt_bias, (h, p)) if dt_bias is not None else fresh((h, p), A.dtype, x.device),
+        idx if idx is not None else fresh((batch,), torch.int32, x.device),
         y.view(rows),
     )
     consts = state_update_consts(p, n)
-    consts.update(SOFTPLUS=softplus, HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
-                  HAS_IDX=idx is not None)
+    consts.update(
+        SOFTPLUS=softplus,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=dt_bias is not None,
+        HAS_IDX=idx is not None,
+    )
     it = kernel_dtype_index(args[9].dtype)
     kern = state_update_kernel(kernel_dtype(x.dtype), kernel_dtype(state.dtype), it)
     bld = build_for(kern, x.device, consts)

@@ -109,7 +109,8 @@ def state_update_kernel(dtype: DType, state_dtype: DType, index_dtype: DType) ->
 def state_update_consts(p: int, n: int) -> dict[str, int]:
     """Tile constants for ``p`` rows per head and state size ``n``: ``NS`` the power of two
     ``>= n`` (at least 4), ``BP`` rows per block (``BP · NS <= 1024``, at most 64, at least 4,
-    no more than ``p`` rounded up to a power of two unless a warp would hold fewer than 32 elements), one warp per 128 state elements (<= 4)."""
+    no more than ``p`` rounded up to a power of two unless a warp would then hold fewer than 32
+    elements), one warp per 128 state elements (at most 4)."""
     ns = 4
     while ns < n:
         ns *= 2

@@ -35,7 +35,10 @@ def reference(u, delta, A, B, C, D=None, z=None, delta_bias=None, softplus=False
     h = torch.zeros(batch, dim, A.shape[1], dtype=f)
     ys = []
     for t in range(length):
-        h = torch.exp(dt[:, :, t, None] * A.to(f)) * h + (dt[:, :, t] * u[:, :, t].to(f))[..., None] * Bx[..., t]
+        h = (
+            torch.exp(dt[:, :, t, None] * A.to(f)) * h
+            + (dt[:, :, t] * u[:, :, t].to(f))[..., None] * Bx[..., t]
+        )
         ys.append((h * Cx[..., t]).sum(-1))
     y = torch.stack(ys, -1)
     if D is not None:
@@ -65,16 +68,26 @@ TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 @pytest.mark.parametrize(
     ("arch", "batch", "dim", "n", "length", "g", "dtype", "opts", "softplus", "last"),
     [
-        ("sm_80", 2, 12, 5, 37, 3, torch.float32, "dzb", True, True),    # grouped, ragged N, L, dim
-        ("sm_90a", 1, 16, 16, 20, 0, torch.float16, "", False, True),   # [batch, N, L], nothing optional
-        ("sm_80", 1, 8, 4, 45, 0, torch.bfloat16, "z", True, False),    # two chunks of 32, ragged
-        ("sm_90a", 2, 8, 8, 9, 2, torch.float16, "db", False, True),    # L shorter than a chunk
+        ("sm_80", 2, 12, 5, 37, 3, torch.float32, "dzb", True, True),  # grouped, ragged N, L, dim
+        ("sm_90a", 1, 16, 16, 20, 0, torch.float16, "", False, True),  # [batch, N, L], nothing optional
+        ("sm_80", 1, 8, 4, 45, 0, torch.bfloat16, "z", True, False),  # two chunks of 32, ragged
+        ("sm_90a", 2, 8, 8, 9, 2, torch.float16, "db", False, True),  # L shorter than a chunk
     ],
 )
 def test_matches_float64_recurrence(monkeypatch, arch, batch, dim, n, length, g, dtype, opts, softplus, last):
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
-    u, delta, A, B, C, D, z, bias = _inputs(batch, dim, n, length, g, dtype, seed=dim + length,
-                                            with_d="d" in opts, with_z="z" in opts, with_bias="b" in opts)
+    u, delta, A, B, C, D, z, bias = _inputs(
+        batch,
+        dim,
+        n,
+        length,
+        g,
+        dtype,
+        seed=dim + length,
+        with_d="d" in opts,
+        with_z="z" in opts,
+        with_bias="b" in opts,
+    )
     got = selective_scan(u, delta, A, B, C, D, z, bias, delta_softplus=softplus, return_last_state=last)
     want, want_h = reference(u, delta, A, B, C, D, z, bias, softplus)
     out = got[0] if last else got
@@ -83,13 +96,15 @@ def test_matches_float64_recurrence(monkeypatch, arch, batch, dim, n, length, g,
     assert (out.double() - want).abs().max().item() <= TOL[dtype] * max(1.0, scale)
     if last:
         assert got[1].dtype == torch.float32 and got[1].shape == (batch, dim, n)
-        assert (got[1].double() - want_h).abs().max().item() <= TOL[torch.float32] * max(1.0, want_h.abs().max())
+        assert (got[1].double() - want_h).abs().max().item() <= TOL[torch.float32] * max(
+            1.0, want_h.abs().max()
+        )
 
 
 def test_torch_op_and_strided_inputs() -> None:
     """The torch op returns ``(out, last_state)``; non-contiguous inputs are read as they are."""
     u, delta, A, B, C, D, z, bias = _inputs(1, 8, 4, 19, 0, torch.float32, seed=5)
-    ut = u.transpose(1, 2).contiguous().transpose(1, 2)   # strided view of the same values
+    ut = u.transpose(1, 2).contiguous().transpose(1, 2)  # strided view of the same values
     out, last = torch.ops.hexlayout.selective_scan(ut, delta, A, B, C, D, z, bias, True, True)
     want, want_h = reference(u, delta, A, B, C, D, z, bias, True)
     assert torch.allclose(out.double(), want, atol=1e-4) and torch.allclose(last.double(), want_h, atol=1e-4)
@@ -123,7 +138,16 @@ def test_empty_sequence() -> None:
 
 def _args(**over: object) -> dict[str, object]:
     u, delta, A, B, C, D, z, bias = _inputs(1, 8, 4, 6, 2, torch.float16, seed=0)
-    a: dict[str, object] = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": bias}
+    a: dict[str, object] = {
+        "u": u,
+        "delta": delta,
+        "A": A,
+        "B": B,
+        "C": C,
+        "D": D,
+        "z": z,
+        "delta_bias": bias,
+    }
     a.update(over)
     return a
 

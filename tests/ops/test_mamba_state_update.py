@@ -30,10 +30,10 @@ def reference(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, softplus=Fals
     st = state.to(F).clone()
     m1 = state.dim() == 3
     g = B.shape[1] if B.dim() == 3 else 1
-    s4 = st.unflatten(1, (g, -1)) if m1 else st                       # [S, H, P, N]
+    s4 = st.unflatten(1, (g, -1)) if m1 else st  # [S, H, P, N]
     h, p, n = s4.shape[1:]
-    rows = lambda t: t.to(F).reshape(x.shape[0], h, -1).expand(-1, -1, p)   # noqa: E731
-    per_hp = lambda t: t.to(F).reshape(h, -1).expand(h, p)              # noqa: E731
+    rows = lambda t: t.to(F).reshape(x.shape[0], h, -1).expand(-1, -1, p)  # noqa: E731
+    per_hp = lambda t: t.to(F).reshape(h, -1).expand(h, p)  # noqa: E731
     a = A.to(F).reshape(h, -1, 1 if A.dim() == 1 else n).expand(h, p, n)
     d = rows(dt) + (0 if dt_bias is None else per_hp(dt_bias))
     if softplus:
@@ -60,21 +60,34 @@ def _mamba1(batch, slots, dim, n, g, dtype, sdtype, seed):
     gen = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     bshape = (batch, g, n) if g else (batch, n)
-    return dict(state=r(slots, dim, n).to(sdtype), x=r(batch, dim).to(dtype),
-                dt=(torch.rand(batch, dim, generator=gen) - 0.5).to(dtype), A=-torch.rand(dim, n, generator=gen),
-                B=r(*bshape).to(dtype), C=r(*bshape).to(dtype), D=r(dim), z=r(batch, dim).to(dtype),
-                dt_bias=r(dim) * 0.1)
+    return dict(
+        state=r(slots, dim, n).to(sdtype),
+        x=r(batch, dim).to(dtype),
+        dt=(torch.rand(batch, dim, generator=gen) - 0.5).to(dtype),
+        A=-torch.rand(dim, n, generator=gen),
+        B=r(*bshape).to(dtype),
+        C=r(*bshape).to(dtype),
+        D=r(dim),
+        z=r(batch, dim).to(dtype),
+        dt_bias=r(dim) * 0.1,
+    )
 
 
 def _mamba2(batch, slots, h, p, n, g, dtype, sdtype, seed, per_head=True):
     gen = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     dts = (batch, h) if per_head else (batch, h, p)
-    return dict(state=r(slots, h, p, n).to(sdtype), x=r(batch, h, p).to(dtype),
-                dt=(torch.rand(*dts, generator=gen) - 0.5).to(dtype),
-                A=-torch.rand(h, generator=gen) if per_head else -torch.rand(h, 1, 1, generator=gen).expand(h, p, n),
-                B=r(batch, g, n).to(dtype), C=r(batch, g, n).to(dtype), D=r(h) if per_head else r(h, p),
-                z=r(batch, h, p).to(dtype), dt_bias=r(h) * 0.1 if per_head else r(h, p) * 0.1)
+    return dict(
+        state=r(slots, h, p, n).to(sdtype),
+        x=r(batch, h, p).to(dtype),
+        dt=(torch.rand(*dts, generator=gen) - 0.5).to(dtype),
+        A=-torch.rand(h, generator=gen) if per_head else -torch.rand(h, 1, 1, generator=gen).expand(h, p, n),
+        B=r(batch, g, n).to(dtype),
+        C=r(batch, g, n).to(dtype),
+        D=r(h) if per_head else r(h, p),
+        z=r(batch, h, p).to(dtype),
+        dt_bias=r(h) * 0.1 if per_head else r(h, p) * 0.1,
+    )
 
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -101,7 +114,7 @@ def _check(args, idx, softplus, dtype, sdtype, drop=()):
 @pytest.mark.parametrize(
     ("arch", "dim", "n", "g", "dtype", "sdtype", "softplus", "drop"),
     [
-        ("sm_80", 12, 5, 0, torch.float16, torch.float32, True, ()),           # B [batch, N]
+        ("sm_80", 12, 5, 0, torch.float16, torch.float32, True, ()),  # B [batch, N]
         ("sm_90a", 16, 16, 2, torch.bfloat16, torch.bfloat16, False, ("D", "z", "dt_bias")),
         ("sm_80", 8, 4, 4, torch.float32, torch.float32, True, ("z",)),
     ],
@@ -116,8 +129,8 @@ def test_mamba1_form(monkeypatch, arch, dim, n, g, dtype, sdtype, softplus, drop
     ("arch", "h", "p", "n", "g", "dtype", "sdtype", "per_head", "idx"),
     [
         ("sm_90a", 4, 8, 16, 2, torch.bfloat16, torch.float32, True, [2, -1, 0]),
-        ("sm_80", 2, 6, 12, 1, torch.float16, torch.float16, False, [1, 3, -1]),   # vLLM's [H, P, N] A
-        ("sm_80", 3, 4, 8, 3, torch.float32, torch.float32, True, None),          # rows in order
+        ("sm_80", 2, 6, 12, 1, torch.float16, torch.float16, False, [1, 3, -1]),  # vLLM's [H, P, N] A
+        ("sm_80", 3, 4, 8, 3, torch.float32, torch.float32, True, None),  # rows in order
     ],
 )
 def test_mamba2_form(monkeypatch, arch, h, p, n, g, dtype, sdtype, per_head, idx) -> None:
@@ -138,8 +151,19 @@ def test_strided_state_and_torch_compile() -> None:
     keep = big[..., :8].clone()
 
     def step(state, x, dt, idx):
-        return selective_state_update(state, x, dt, args["A"], args["B"], args["C"], args["D"], args["z"],
-                                      args["dt_bias"], dt_softplus=True, state_batch_indices=idx)
+        return selective_state_update(
+            state,
+            x,
+            dt,
+            args["A"],
+            args["B"],
+            args["C"],
+            args["D"],
+            args["z"],
+            args["dt_bias"],
+            dt_softplus=True,
+            state_batch_indices=idx,
+        )
 
     y = torch.compile(step, fullgraph=True, backend="aot_eager")(args["state"], args["x"], args["dt"], idx)
     assert torch.allclose(y.to(F), want_y, atol=1e-4)
@@ -149,8 +173,9 @@ def test_strided_state_and_torch_compile() -> None:
 def test_fake_tensors() -> None:
     with FakeTensorMode():
         args = _mamba2(4, 6, 8, 64, 16, 2, torch.bfloat16, torch.bfloat16, seed=1)
-        y = torch.ops.hexlayout.selective_state_update(**args, dt_softplus=True,
-                                                       state_batch_indices=torch.zeros(4, dtype=torch.int32))
+        y = torch.ops.hexlayout.selective_state_update(
+            **args, dt_softplus=True, state_batch_indices=torch.zeros(4, dtype=torch.int32)
+        )
         assert y.shape == (4, 8, 64) and y.dtype == torch.bfloat16
         args["A"] = torch.empty(8, 64)
         with pytest.raises(ArgumentError) as e:
@@ -165,8 +190,11 @@ def test_fake_tensors() -> None:
         ({"x": torch.zeros(3, 7, dtype=torch.float16)}, "x", r"\[batch, dim\]"),
         ({"dt": torch.zeros(3, 8)}, "dt", "dtype"),
         ({"A": torch.zeros(8, 5)}, "A", r"\[dim, N\]"),
-        ({"B": torch.zeros(3, 3, 4, dtype=torch.float16), "C": torch.zeros(3, 3, 4, dtype=torch.float16)}, "B",
-         "groups"),
+        (
+            {"B": torch.zeros(3, 3, 4, dtype=torch.float16), "C": torch.zeros(3, 3, 4, dtype=torch.float16)},
+            "B",
+            "groups",
+        ),
         ({"C": torch.zeros(3, 5, dtype=torch.float16)}, "C", "N"),
         ({"D": torch.zeros(8, dtype=torch.float16)}, "D", "float32"),
         ({"dt_bias": torch.zeros(9)}, "dt_bias", r"\[dim\]"),
