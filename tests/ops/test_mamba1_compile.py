@@ -57,3 +57,22 @@ def test_kernel_is_at_most_150_lines(factory: str) -> None:
     fn = getattr(importlib.import_module(f"hexlayout.ops.mamba.{mod}"), name)
     src = inspect.getsource(getattr(fn, "__wrapped__", fn))
     assert "@hl.kernel" in src and len(src.splitlines()) <= 150, len(src.splitlines())
+
+
+def test_bench_static_traces_both_kernels() -> None:
+    """``benchmarks/bench_static.py --only mamba1`` lists the builds the two ops launch (traced on
+    meta tensors through their host paths) on sm_80 and sm_90a."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_static.py"
+    spec = importlib.util.spec_from_file_location("bench_static_mamba1", script)
+    bench_static = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench_static  # its dataclasses look their module up
+    spec.loader.exec_module(bench_static)
+    cases = bench_static.serving_cases(["mamba1"])
+    got = {(c.arch, c.factory) for c in cases}
+    want = {(a, f) for a in ("sm_80", "sm_90a") for f in ("selective_scan_kernel", "state_update_kernel")}
+    assert got == want, got
+    assert len(cases) == 6 and all(c.problems for c in cases)   # one scan, two state-update builds per arch
