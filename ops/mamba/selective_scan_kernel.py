@@ -82,27 +82,28 @@ def selective_scan_kernel(dtype: DType) -> Any:
             dvec = hl.register(f32, (1, BD))
             hl.copy(hl.view(D, (1, BD), (g, d0)), dvec)
         h = hl.zeros((BD, NS), f32)
-        su = hl.shared(f32, (BD, CH))  # Δ·u of the chunk
-        sd = hl.shared(f32, (BD, CH))  # Δ of the chunk (0 past L)
-        sb = hl.shared(f32, (NS, CH))
-        sc = hl.shared(f32, (NS, CH))
-        sy = hl.shared(f32, (BD, CH))  # Σ_n C·h of the chunk
+        tile = (1, 1, BD, CH)  # chunk tiles keep the tensors' rank: 16-byte vectors along L
+        su = hl.shared(f32, tile)  # Δ·u of the chunk
+        sd = hl.shared(f32, tile)  # Δ of the chunk (0 past L)
+        sb = hl.shared(f32, (1, 1, NS, CH))
+        sc = hl.shared(f32, (1, 1, NS, CH))
+        sy = hl.shared(f32, tile)  # Σ_n C·h of the chunk
         for c in hl.range(hl.cdiv(Lx, CH)):
             l0 = c * CH
-            ur = hl.register(dt, (BD, CH))
-            hl.copy(hl.view(u, (1, 1, BD, CH), (b, g, d0, l0))[0, 0], ur)
-            dr = hl.register(dt, (BD, CH))
-            hl.copy(hl.view(delta, (1, 1, BD, CH), (b, g, d0, l0))[0, 0], dr)
-            br = hl.register(dt, (NS, CH))
-            hl.copy(hl.view(Bm, (1, 1, NS, CH), (b, g, 0, l0))[0, 0], br)
-            cr = hl.register(dt, (NS, CH))
-            hl.copy(hl.view(Cm, (1, 1, NS, CH), (b, g, 0, l0))[0, 0], cr)
+            ur = hl.register(dt, tile)
+            hl.copy(hl.view(u, tile, (b, g, d0, l0)), ur)
+            dr = hl.register(dt, tile)
+            hl.copy(hl.view(delta, tile, (b, g, d0, l0)), dr)
+            br = hl.register(dt, (1, 1, NS, CH))
+            hl.copy(hl.view(Bm, (1, 1, NS, CH), (b, g, 0, l0)), br)
+            cr = hl.register(dt, (1, 1, NS, CH))
+            hl.copy(hl.view(Cm, (1, 1, NS, CH), (b, g, 0, l0)), cr)
             df = hl.cast(dr, f32)
             if HAS_BIAS:
                 df = df + bias.T
             if SOFTPLUS:
                 df = softplus20(df)
-            df = hl.where(hl.iota((BD, CH), 1) + l0 < Lx, df, 0.0)  # steps past L leave h as it is
+            df = hl.where(hl.iota(tile, 3) + l0 < Lx, df, 0.0)  # steps past L leave h as it is
             uf = hl.cast(ur, f32)
             hl.copy(df * uf, su)
             hl.copy(df, sd)
@@ -111,25 +112,25 @@ def selective_scan_kernel(dtype: DType) -> Any:
             hl.syncthreads()
             for t in range(CH):  # the recurrence, sequential along the chunk (unrolled)
                 dt_t = hl.register(f32, (BD, 1))
-                hl.copy(sd[:, t : t + 1], dt_t)
+                hl.copy(sd[0, 0, :, t : t + 1], dt_t)
                 du_t = hl.register(f32, (BD, 1))
-                hl.copy(su[:, t : t + 1], du_t)
+                hl.copy(su[0, 0, :, t : t + 1], du_t)
                 b_t = hl.register(f32, (1, NS))
-                hl.copy(sb[:, t : t + 1].T, b_t)
+                hl.copy(sb[0, 0, :, t : t + 1].T, b_t)
                 c_t = hl.register(f32, (1, NS))
-                hl.copy(sc[:, t : t + 1].T, c_t)
+                hl.copy(sc[0, 0, :, t : t + 1].T, c_t)
                 hl.assign(h, hl.exp(dt_t * ar) * h + du_t * b_t)
-                hl.copy(hl.sum(h * c_t, 1), sy[:, t : t + 1])
+                hl.copy(hl.sum(h * c_t, 1), sy[0, 0, :, t : t + 1])
             hl.syncthreads()
-            y = hl.register(f32, (BD, CH))
+            y = hl.register(f32, tile)
             hl.copy(sy, y)
             if HAS_D:
                 y = y + dvec.T * uf
             if HAS_Z:
-                zr = hl.register(dt, (BD, CH))
-                hl.copy(hl.view(z, (1, 1, BD, CH), (b, g, d0, l0))[0, 0], zr)
+                zr = hl.register(dt, tile)
+                hl.copy(hl.view(z, tile, (b, g, d0, l0)), zr)
                 y = y * hl.silu(hl.cast(zr, f32))
-            hl.copy(hl.cast(y, dt), hl.view(out, (1, 1, BD, CH), (b, g, d0, l0))[0, 0])
+            hl.copy(hl.cast(y, dt), hl.view(out, tile, (b, g, d0, l0)))
         if LAST:
             hl.copy(h, hl.view(last_state, (1, 1, BD, NS), (b, g, d0, 0))[0, 0])
 
