@@ -69,11 +69,11 @@ def state_update_kernel(dtype: DType, state_dtype: DType, index_dtype: DType) ->
         g = hh // (x.shape[1] // Bm.shape[1])
         slot = state_batch_indices[b] if HAS_IDX else b
         with hl.if_(slot >= 0):
-            sv = hl.view(state, (1, 1, BP, NS), (slot, hh, p0, 0))[0, 0]
-            sr = hl.register(st, (BP, NS))
+            sv = hl.view(state, (1, 1, BP, NS), (slot, hh, p0, 0))  # tiles keep the rank: vectors
+            sr = hl.register(st, (1, 1, BP, NS))
             hl.copy(sv, sr)
-            ar = hl.register(f32, (BP, NS))
-            hl.copy(hl.view(A, (1, BP, NS), (hh, p0, 0))[0], ar)
+            ar = hl.register(f32, (1, BP, NS))
+            hl.copy(hl.view(A, (1, BP, NS), (hh, p0, 0)), ar)
             xr = hl.register(dt, (1, BP))
             hl.copy(hl.view(x, (1, 1, BP), (b, hh, p0))[0], xr)
             dr = hl.register(dt, (1, BP))
@@ -92,7 +92,7 @@ def state_update_kernel(dtype: DType, state_dtype: DType, index_dtype: DType) ->
             xf = hl.cast(xr, f32)
             h = hl.exp(df.T * ar) * hl.cast(sr, f32) + (df * xf).T * hl.cast(br, f32)
             hl.copy(hl.cast(h, st), sv)
-            y = hl.sum(h * hl.cast(cr, f32), 1).T
+            y = hl.sum(h * hl.cast(cr, f32), 3)[0, 0].T
             if HAS_D:
                 dvec = hl.register(f32, (1, BP))
                 hl.copy(hl.view(D, (1, BP), (hh, p0)), dvec)
