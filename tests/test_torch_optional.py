@@ -31,6 +31,8 @@ calls = {
     "prepare_fp8": lambda: ops.prepare_fp8(None, None),
     "prepare_mxfp4": lambda: ops.prepare_mxfp4(None, None, dtype=None),
 }
+calls["selective_scan"] = lambda: ops.selective_scan(*[None] * 5)
+calls["selective_state_update"] = lambda: ops.selective_state_update(*[None] * 6)
 out = {"have_torch": HAVE_TORCH, "all": sorted(ops.__all__), "errors": {}}
 for name, call in calls.items():
     try:

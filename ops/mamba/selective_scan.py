@@ -57,9 +57,26 @@ def selective_scan(
     delta_softplus: bool = False,
     return_last_state: bool = False,
 ) -> Any:
-    """The selective scan of the module docstring: ``out``, or ``(out, last_state)`` when
-    ``return_last_state`` (through ``torch.ops.hexlayout.selective_scan``, so it traces under
-    ``torch.compile``). Raises ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument."""
+    """Mamba-1's selective scan: from ``h_{-1} = 0``, per channel ``d`` (group ``d // (dim / G)``
+    of B and C) and step ``t``, ``Δ_t = softplus(delta_t + delta_bias)`` (no softplus unless
+    ``delta_softplus``; torch's threshold 20), ``h_t = exp(Δ_t A[d]) ⊙ h_{t-1} + Δ_t B_t u_t``
+    (f32), ``y_t = C_t · h_t + D[d] u_t``, ``out_t = y_t · silu(z_t)`` when ``z`` is given.
+
+    Shapes as in the module docstring. Returns ``out`` (u's dtype), or ``(out, last_state)``
+    (``h_{L-1}``, ``[batch, dim, N]`` f32) when ``return_last_state``; runs through
+    ``torch.ops.hexlayout.selective_scan``, so it traces under ``torch.compile``. Raises
+    ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument.
+
+    Example (CPU tensors, emulator)::
+
+        import os, torch
+        os.environ["HEXLAYOUT_EMULATE"] = "1"
+        from hexlayout.ops import selective_scan
+        u, delta = torch.randn(1, 8, 20), torch.rand(1, 8, 20)
+        A, B, C = -torch.rand(8, 4), torch.randn(1, 4, 20), torch.randn(1, 4, 20)
+        out, last = selective_scan(u, delta, A, B, C, return_last_state=True)
+        assert out.shape == (1, 8, 20) and last.shape == (1, 8, 4)
+    """
     require_torch("hexlayout.ops.selective_scan")
     import torch
 

@@ -53,9 +53,26 @@ def selective_state_update(
     dt_softplus: bool = False,
     state_batch_indices: Any = None,
 ) -> Any:
-    """The decode step of the module docstring: updates ``state`` in place and returns ``y``
-    (through ``torch.ops.hexlayout.selective_state_update``, so it traces under ``torch.compile``).
-    Raises ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument."""
+    """One Mamba decode step (Mamba-1 state ``[S, dim, N]`` or Mamba-2 state ``[S, H, P, N]``; shapes
+    in the module docstring): for batch row ``b`` and ``s = state_batch_indices[b]`` (``b``
+    without indices; ``-1`` skips the row, whose ``y`` is 0), ``Δ = softplus(dt[b] + dt_bias)``
+    (no softplus unless ``dt_softplus``), ``state[s] = exp(Δ A) ⊙ state[s] + Δ x[b] B[b]ᵀ``
+    in place, ``y[b] = state[s] C[b] + D x[b]``, times ``silu(z[b])`` when ``z`` is given.
+    Returns ``y`` (x's shape and dtype); runs through
+    ``torch.ops.hexlayout.selective_state_update``, so it traces under ``torch.compile``. Raises
+    ``ArgumentError`` / ``ArgumentTypeError`` naming a bad argument.
+
+    Example (CPU tensors, emulator; Mamba-1 from a zero state)::
+
+        import os, torch
+        os.environ["HEXLAYOUT_EMULATE"] = "1"
+        from hexlayout.ops import selective_state_update
+        state = torch.zeros(2, 8, 4)
+        x, dt, A = torch.randn(2, 8), torch.rand(2, 8), -torch.rand(8, 4)
+        B, C = torch.randn(2, 4), torch.randn(2, 4)
+        y = selective_state_update(state, x, dt, A, B, C)
+        assert torch.allclose(state, (dt * x)[..., None] * B[:, None], atol=1e-5)
+    """
     require_torch("hexlayout.ops.selective_state_update")
     import torch
 
