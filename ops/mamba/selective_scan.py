@@ -88,10 +88,11 @@ def selective_scan(
     return (out, last) if return_last_state else out
 
 
-def run_selective_scan(
-    u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delta_bias: Any, softplus: bool, last: bool
-) -> tuple[Any, Any]:
-    """``(out, last_state)`` on arguments ``check_selective_scan`` accepted. The kernel sees every
+def run_selective_scan(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any = None, z: Any = None,
+                       delta_bias: Any = None, delta_softplus: bool = False, return_last_state: bool = False
+                       ) -> tuple[Any, Any]:  # fmt: skip
+    """``(out, last_state)`` on arguments ``check_selective_scan`` accepted (the torch op's
+    implementation: the schema's arguments, by position or name). The kernel sees every
     tensor per group: ``[batch, G, dim / G, ...]`` views of contiguous copies (the copies are
     skipped for contiguous inputs); absent optional tensors are passed as placeholders the
     kernel does not read."""
@@ -123,13 +124,8 @@ def run_selective_scan(
         last_state.view(batch, g, dg, n),
     )
     consts = selective_scan_consts(dg, n, length)
-    consts.update(
-        SOFTPLUS=softplus,
-        HAS_D=D is not None,
-        HAS_Z=z is not None,
-        HAS_BIAS=delta_bias is not None,
-        LAST=last,
-    )
+    flags = {"HAS_D": D is not None, "HAS_Z": z is not None, "HAS_BIAS": delta_bias is not None}
+    consts.update(SOFTPLUS=delta_softplus, LAST=return_last_state, **flags)
     bld = build_for(selective_scan_kernel(kernel_dtype(u.dtype)), u.device, consts)
     run_kernel(bld, args, outputs=(8, 9))
     return out, last_state

@@ -44,18 +44,9 @@ def check_shape(op: str, name: str, t: Any, shape: tuple[int, ...], what: str) -
         raise ArgumentError(op, name, f"has shape {tuple(t.shape)}, expected {what} = {tuple(shape)}")
 
 
-def check_selective_scan(
-    u: Any,
-    delta: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any = None,
-    z: Any = None,
-    delta_bias: Any = None,
-    delta_softplus: bool = False,
-    return_last_state: bool = False,
-) -> None:
+def check_selective_scan(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any = None, z: Any = None,
+                         delta_bias: Any = None, delta_softplus: bool = False,
+                         return_last_state: bool = False) -> None:  # fmt: skip
     """The arguments of ``selective_scan`` (``hexlayout.ops.mamba``): u, delta, z ``[batch, dim, L]``
     of one float dtype; A ``[dim, N]`` f32; B, C ``[batch, N, L]`` or ``[batch, G, N, L]`` (G
     divides dim) of u's dtype; D, delta_bias ``[dim]`` f32. Raises naming the argument."""

@@ -92,28 +92,20 @@ def _general(t: Any, shape: tuple[int, ...]) -> Any:
     return t.reshape(*t.shape, *([1] * (len(shape) - t.dim()))).expand(shape).contiguous()
 
 
-def run_selective_state_update(
-    state: Any,
-    x: Any,
-    dt: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any,
-    z: Any,
-    dt_bias: Any,
-    softplus: bool,
-    idx: Any,
-) -> Any:
-    """``y`` on arguments ``check_selective_state_update`` accepted, with ``state`` updated in
-    place: both forms run as the general form (Mamba-1's ``[S, dim, N]`` state as its
-    ``[S, G, dim / G, N]`` view); absent optional tensors are placeholders the kernel skips."""
+def run_selective_state_update(state: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any = None,
+                               z: Any = None, dt_bias: Any = None, dt_softplus: bool = False,
+                               state_batch_indices: Any = None) -> Any:  # fmt: skip
+    """``y`` on arguments ``check_selective_state_update`` accepted (the torch op's implementation:
+    the schema's arguments, by position or name), with ``state`` updated in place: both forms run
+    as the general form (Mamba-1's ``[S, dim, N]`` state as its ``[S, G, dim / G, N]`` view);
+    absent optional tensors are placeholders the kernel skips."""
     import torch
 
     from ..host.launch import build_for, fresh, run_kernel, zeroed
     from .selective_scan import kernel_dtype
     from .state_update_kernel import state_update_consts, state_update_kernel
 
+    idx = state_batch_indices
     h, p, n, g = state_update_form(state, B)
     batch = x.shape[0]
     y = zeroed(tuple(x.shape), x.dtype, x.device)
@@ -136,7 +128,7 @@ def run_selective_state_update(
     )
     consts = state_update_consts(p, n)
     consts.update(
-        SOFTPLUS=softplus,
+        SOFTPLUS=dt_softplus,
         HAS_D=D is not None,
         HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None,

@@ -36,19 +36,9 @@ def _tensor_ranks(state: Any, named: list[tuple[str, Any, tuple[int, ...]]]) -> 
             )
 
 
-def check_selective_state_update(
-    state: Any,
-    x: Any,
-    dt: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any = None,
-    z: Any = None,
-    dt_bias: Any = None,
-    dt_softplus: bool = False,
-    state_batch_indices: Any = None,
-) -> None:
+def check_selective_state_update(state: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any = None,
+                                 z: Any = None, dt_bias: Any = None, dt_softplus: bool = False,
+                                 state_batch_indices: Any = None) -> None:  # fmt: skip
     """The arguments of ``selective_state_update`` for both forms (see ``state_update_form``):
     Mamba-1 state ``[S, dim, N]``, x / dt / z ``[batch, dim]``, A ``[dim, N]``, B / C ``[batch, N]``
     or ``[batch, G, N]``, D / dt_bias ``[dim]``; Mamba-2 state ``[S, H, P, N]``, x / z

@@ -40,75 +40,21 @@ UPDATE_SCHEMA = (
 )
 
 
-def _scan_fake(
-    u: Any,
-    delta: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any = None,
-    z: Any = None,
-    delta_bias: Any = None,
-    delta_softplus: bool = False,
-    return_last_state: bool = False,
-) -> tuple[Any, Any]:
+def _scan_fake(u: Any, delta: Any, A: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
     return u.new_empty(u.shape), A.new_empty((u.shape[0], u.shape[1], A.shape[1]))
 
 
-def _scan_impl(
-    u: Any,
-    delta: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any = None,
-    z: Any = None,
-    delta_bias: Any = None,
-    delta_softplus: bool = False,
-    return_last_state: bool = False,
-) -> tuple[Any, Any]:
-    return run_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-
-
-def _update_fake(
-    state: Any,
-    x: Any,
-    dt: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any = None,
-    z: Any = None,
-    dt_bias: Any = None,
-    dt_softplus: bool = False,
-    state_batch_indices: Any = None,
-) -> Any:
+def _update_fake(state: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
     return x.new_empty(x.shape)
 
 
-def _update_impl(
-    state: Any,
-    x: Any,
-    dt: Any,
-    A: Any,
-    B: Any,
-    C: Any,
-    D: Any = None,
-    z: Any = None,
-    dt_bias: Any = None,
-    dt_softplus: bool = False,
-    state_batch_indices: Any = None,
-) -> Any:
-    return run_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
-
-
 selective_scan_op = define_op(
-    "selective_scan", SCAN_SCHEMA, fake=_scan_fake, impl=_scan_impl, check=check_selective_scan
+    "selective_scan", SCAN_SCHEMA, fake=_scan_fake, impl=run_selective_scan, check=check_selective_scan
 )
 selective_state_update_op = define_op(
     "selective_state_update",
     UPDATE_SCHEMA,
     fake=_update_fake,
-    impl=_update_impl,
+    impl=run_selective_state_update,
     check=check_selective_state_update,
 )
