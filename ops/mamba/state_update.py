@@ -113,11 +113,15 @@ def run_selective_state_update(state: Any, x: Any, dt: Any, A: Any, B: Any, C: A
         return y
     st4 = state if state.dim() == 4 else state.unflatten(1, (h, p))
     rows = (batch, h, p)
+    # A as a [H, P, N] view: per-head values broadcast with stride 0 (no copy on CUDA; the
+    # emulator reads C-contiguous arrays, so the CPU path passes a copy and its strides)
+    a3 = A.reshape(h, p, n) if A.dim() == 2 else A if A.dim() == 3 else A[:, None, None].expand(h, p, n)
+    a3 = a3 if x.device.type == "cuda" else a3.contiguous()
     args = (
         st4,
         _general(x, rows),
         _general(dt, rows),
-        _general(A, (h, p, n)),
+        a3,
         B.reshape(batch, g, n).contiguous(),
         C.reshape(batch, g, n).contiguous(),
         _general(D, (h, p)) if D is not None else fresh((h, p), A.dtype, x.device),
@@ -137,7 +141,7 @@ def run_selective_state_update(state: Any, x: Any, dt: Any, A: Any, B: Any, C: A
     it = kernel_dtype_index(args[9].dtype)
     kern = state_update_kernel(kernel_dtype(x.dtype), kernel_dtype(state.dtype), it)
     bld = build_for(kern, x.device, consts)
-    run_kernel(bld, args, outputs=(0, 10), strides=(0,))
+    run_kernel(bld, (*args, *a3.stride()), outputs=(0, 10), strides=(0,))
     return y
 
 

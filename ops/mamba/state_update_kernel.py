@@ -29,6 +29,7 @@ __all__ = ["state_update_kernel", "state_update_consts"]
 
 Bt, S, H, P, N, G = hl.dims("Bt S H P N G")
 SS, SH, SP = hl.dims("SS SH SP")  # strides of the state
+SAH, SAP, SAN = hl.dims("SAH SAP SAN")  # strides of A (0 where a per-head A is broadcast)
 
 
 @cache
@@ -43,7 +44,7 @@ def state_update_kernel(dtype: DType, state_dtype: DType, index_dtype: DType) ->
         state: st[S, H, P, N].strides(SS, SH, SP, 1),  # type: ignore
         x: dt[Bt, H, P],  # type: ignore
         dtv: dt[Bt, H, P],  # type: ignore
-        A: f32[H, P, N],
+        A: f32[H, P, N].strides(SAH, SAP, SAN),
         Bm: dt[Bt, G, N],  # type: ignore
         Cm: dt[Bt, G, N],  # type: ignore
         D: f32[H, P],
@@ -51,6 +52,9 @@ def state_update_kernel(dtype: DType, state_dtype: DType, index_dtype: DType) ->
         dt_bias: f32[H, P],
         state_batch_indices: it[Bt],  # type: ignore
         out: dt[Bt, H, P],  # type: ignore
+        SAH: i32,
+        SAP: i32,
+        SAN: i32,
         SS: i32,
         SH: i32,
         SP: i32,
