@@ -103,7 +103,7 @@ def test_matches_float64_recurrence(monkeypatch, arch, batch, dim, n, length, g,
 
 def test_torch_op_and_strided_inputs() -> None:
     """The torch op returns ``(out, last_state)``; non-contiguous inputs are read as they are."""
-    u, delta, A, B, C, D, z, bias = _inputs(1, 8, 4, 19, 0, torch.float32, seed=5)
+    u, delta, A, B, C, D, z, bias = _inputs(1, 8, 6, 19, 0, torch.float32, seed=5)
     ut = u.transpose(1, 2).contiguous().transpose(1, 2)  # strided view of the same values
     out, last = torch.ops.hexlayout.selective_scan(ut, delta, A, B, C, D, z, bias, True, True)
     want, want_h = reference(u, delta, A, B, C, D, z, bias, True)
@@ -120,7 +120,7 @@ def test_fake_tensors_and_torch_compile() -> None:
         with pytest.raises(ArgumentError) as e:
             torch.ops.hexlayout.selective_scan(u, u, A.half(), B, B)
         assert e.value.arg == "A"
-    u, delta, A, B, C, D, z, bias = _inputs(1, 8, 4, 11, 0, torch.float32, seed=2)
+    u, delta, A, B, C, D, z, bias = _inputs(1, 8, 6, 11, 0, torch.float32, seed=2)
 
     def f(u, delta, A, B, C, D, z, bias):
         return selective_scan(u, delta, A, B, C, D, z, bias, delta_softplus=True, return_last_state=True)
