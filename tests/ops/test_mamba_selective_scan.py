@@ -71,7 +71,7 @@ TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
         ("sm_80", 2, 12, 5, 37, 3, torch.float32, "dzb", True, True),  # grouped, ragged N, L, dim
         ("sm_90a", 1, 16, 16, 20, 0, torch.float16, "", False, True),  # [batch, N, L], nothing optional
         ("sm_80", 1, 8, 4, 40, 0, torch.bfloat16, "z", True, False),  # 16-byte rows: the vector build
-        ("sm_90a", 2, 80, 8, 9, 2, torch.float16, "db", False, True),  # L < a chunk; 40 channels a group: 32 + 8
+        ("sm_90a", 2, 80, 8, 9, 2, torch.float16, "db", False, True),  # L < a chunk; 40 channels: 32 + 8
     ],
 )
 def test_matches_float64_recurrence(monkeypatch, arch, batch, dim, n, length, g, dtype, opts, softplus, last):
