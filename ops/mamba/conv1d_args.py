@@ -105,7 +105,8 @@ def check_causal_conv1d_update(x: Any, conv_state: Any, weight: Any, bias: Any =
     check_one_device(op, named)
     if conv_state_indices is None:
         if batch > n:
-            raise ArgumentError(op, "conv_state", f"has {n} rows for a batch of {batch} (no conv_state_indices)")
+            raise ArgumentError(op, "conv_state", f"has {n} rows for a batch of {batch} "
+                                "(no conv_state_indices)")
         return
     check_tensors(op, [("conv_state_indices", conv_state_indices, 1)])
     check_index_tensors(op, [("conv_state_indices", conv_state_indices)], torch.int32)

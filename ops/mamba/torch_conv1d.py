@@ -56,6 +56,7 @@ def _update_impl(x: Any, conv_state: Any, weight: Any, bias: Any = None, activat
     return run_causal_conv1d_update(x, conv_state, weight, bias, activation, conv_state_indices)
 
 
-causal_conv1d_op = define_op("causal_conv1d", CONV_SCHEMA, fake=_conv_fake, impl=_conv_impl, check=_conv_check)
-causal_conv1d_update_op = define_op("causal_conv1d_update", UPDATE_SCHEMA, fake=_update_fake, impl=_update_impl,
-                                    check=check_causal_conv1d_update)
+causal_conv1d_op = define_op("causal_conv1d", CONV_SCHEMA, fake=_conv_fake, impl=_conv_impl,
+                             check=_conv_check)
+causal_conv1d_update_op = define_op("causal_conv1d_update", UPDATE_SCHEMA, fake=_update_fake,
+                                    impl=_update_impl, check=check_causal_conv1d_update)

@@ -154,7 +154,8 @@ def _args(**over: object) -> dict[str, object]:
      ({"initial_states": torch.zeros(2, 8, 2, dtype=torch.float16)}, "initial_states", "width-1"),
      ({"x": torch.zeros(8, 6, dtype=torch.float16), "cu_seqlens": torch.tensor([0, 4, 7], dtype=torch.int32)},
       "cu_seqlens", "at most 6"),
-     ({"x": torch.zeros(8, 6, dtype=torch.float16), "cu_seqlens": torch.tensor([0, 4])}, "cu_seqlens", "int32")],
+     ({"x": torch.zeros(8, 6, dtype=torch.float16), "cu_seqlens": torch.tensor([0, 4])},
+      "cu_seqlens", "int32")],
 )
 def test_bad_arguments_name_the_argument(over: dict[str, object], arg: str, match: str) -> None:
     with pytest.raises(ArgumentError, match=match) as err:
