@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..host.launch import build_for, fresh, lang_dtype, run_kernel
+from ..host.launch import build_for, fresh, lang_dtype, run_kernel, zeroed
 from ..host.torch import require_torch
 from .conv1d_args import check_causal_conv1d, check_causal_conv1d_update
 from .conv1d_kernels import CONV_BD, causal_conv1d_kernel, causal_conv1d_update_kernel
@@ -84,10 +84,10 @@ def run_causal_conv1d(x: Any, weight: Any, bias: Any, activation: str | None, in
     o3 = out.t().unsqueeze(0) if varlen else out.transpose(1, 2)
     dim = x.shape[-2]
     w = weight.t().contiguous()
-    b = bias.view(1, dim) if bias is not None else torch.zeros(1, dim, dtype=x.dtype, device=x.device)
+    b = bias.view(1, dim) if bias is not None else zeroed((1, dim), x.dtype, x.device)
     init = (initial_states.transpose(1, 2).contiguous() if initial_states is not None
-            else torch.zeros(seqs, width - 1, dim, dtype=x.dtype, device=x.device))
-    cu = cu_seqlens if varlen else torch.zeros(1, dtype=torch.int32, device=x.device)
+            else zeroed((seqs, width - 1, dim), x.dtype, x.device))
+    cu = cu_seqlens if varlen else zeroed((1,), torch.int32, x.device)
     consts = {"BD": CONV_BD, "WIDTH": width, "SILU": activation == "silu", "VARLEN": varlen, "FINAL": True}
     bld = build_for(causal_conv1d_kernel(lang_dtype(x.dtype)), x.device, consts)
     f3 = final.transpose(1, 2)
@@ -125,9 +125,8 @@ def run_causal_conv1d_update(x: Any, conv_state: Any, weight: Any, bias: Any, ac
     state = conv_state.transpose(1, 2)
     st = state if state.is_contiguous() else state.contiguous()
     w = weight.t().contiguous()
-    b = bias.view(1, dim) if bias is not None else torch.zeros(1, dim, dtype=x.dtype, device=x.device)
-    idx = conv_state_indices if conv_state_indices is not None else torch.zeros(
-        1, dtype=torch.int32, device=x.device)
+    b = bias.view(1, dim) if bias is not None else zeroed((1, dim), x.dtype, x.device)
+    idx = conv_state_indices if conv_state_indices is not None else zeroed((1,), torch.int32, x.device)
     consts = {"BD": CONV_BD, "WIDTH": weight.shape[1], "SILU": activation == "silu",
               "INDEXED": conv_state_indices is not None}
     bld = build_for(causal_conv1d_update_kernel(lang_dtype(x.dtype)), x.device, consts)

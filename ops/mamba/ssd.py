@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..host.launch import build_for, fresh, lang_dtype, run_kernel
+from ..host.launch import build_for, fresh, lang_dtype, run_kernel, zeroed
 from ..host.torch import require_torch
 from .ssd_args import check_dt_limit, check_ssd_scan, ssd_sequences
 from .ssd_kernels import ssd_scan_kernel
@@ -78,7 +78,7 @@ def _f32(t: Any, shape: tuple[int, ...], like: Any) -> Any:
     import torch
 
     if t is None:
-        return torch.zeros(shape, dtype=torch.float32, device=like.device)
+        return zeroed(shape, torch.float32, like.device)
     t = t.to(torch.float32)
     if t.numel() != math.prod(shape):
         t = t.reshape(shape[0], *(1,) * (len(shape) - 1))
@@ -97,10 +97,10 @@ def run_ssd_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bia
     if seqs == 0 or heads == 0 or p == 0:
         return y, final
     lo, hi = check_dt_limit(dt_limit)
-    lim = torch.empty(1, 2, dtype=torch.float32, device=x.device)
+    lim = zeroed((1, 2), torch.float32, x.device)
     lim[:, 0].fill_(lo)
     lim[:, 1].fill_(hi)
-    cu = cu_seqlens if cu_seqlens is not None else torch.zeros(1, dtype=torch.int32, device=x.device)
+    cu = cu_seqlens if cu_seqlens is not None else zeroed((1,), torch.int32, x.device)
     args = (x.contiguous(), _f32(dt, (batch, length, heads), x), _f32(A, (1, heads), x),
             B.contiguous(), C.contiguous(), _f32(D, (heads, p), x), (z if z is not None else x).contiguous(),
             _f32(dt_bias, (1, heads), x),
