@@ -16,7 +16,8 @@ Returns ``out`` (x's shape and dtype) and ``(out, final_states)`` [S, dim, W-1] 
 conv_state_indices=None)``: ``L`` new positions per batch row (``x`` [batch, dim] or [batch,
 dim, L]) continuing the state ``conv_state[r]`` (``[n, dim, SL]``, ``SL >= W-1``, its last
 ``W-1`` columns the window; ``r = conv_state_indices[b]``, else ``b``); the state becomes the
-last ``SL`` columns of ``[conv_state[r], x[b]]`` in place. A row with index -1 is skipped: its
+last ``SL`` columns of ``[conv_state[r], x[b]]`` in place (through its ``[n, SL, dim]`` view with its own strides: no copy of the cache when dim
+is contiguous, as in vLLM). A row with index -1 is skipped: its
 state is untouched and its output is 0.
 
 Both run the kernels of ``conv1d_kernels`` on channel-last views (``[.., L, dim]`` with dim
@@ -84,7 +85,7 @@ def run_causal_conv1d(x: Any, weight: Any, bias: Any, activation: str | None, in
     o3 = out.t().unsqueeze(0) if varlen else out.transpose(1, 2)
     dim = x.shape[-2]
     w = weight.t().contiguous()
-    b = bias.view(1, dim) if bias is not None else zeroed((1, dim), x.dtype, x.device)
+    b = bias.reshape(1, dim).contiguous() if bias is not None else zeroed((1, dim), x.dtype, x.device)
     init = (initial_states.transpose(1, 2).contiguous() if initial_states is not None
             else zeroed((seqs, width - 1, dim), x.dtype, x.device))
     cu = cu_seqlens if varlen else zeroed((1,), torch.int32, x.device)
@@ -122,15 +123,15 @@ def run_causal_conv1d_update(x: Any, conv_state: Any, weight: Any, bias: Any, ac
     if batch == 0 or dim == 0 or n == 0:
         return out
     xc = _channel_last(x3.transpose(1, 2))
-    state = conv_state.transpose(1, 2)
-    st = state if state.is_contiguous() else state.contiguous()
+    state = conv_state.transpose(1, 2)          # [n, SL, dim]: read and written in place
+    st = _channel_last(state)
     w = weight.t().contiguous()
-    b = bias.view(1, dim) if bias is not None else zeroed((1, dim), x.dtype, x.device)
+    b = bias.reshape(1, dim).contiguous() if bias is not None else zeroed((1, dim), x.dtype, x.device)
     idx = conv_state_indices if conv_state_indices is not None else zeroed((1,), torch.int32, x.device)
     consts = {"BD": CONV_BD, "WIDTH": weight.shape[1], "SILU": activation == "silu",
               "INDEXED": conv_state_indices is not None}
     bld = build_for(causal_conv1d_update_kernel(lang_dtype(x.dtype)), x.device, consts)
-    run_kernel(bld, (xc, st, w, b, out3, idx), outputs=(1, 4), strides=(0,))
+    run_kernel(bld, (xc, st, w, b, out3, idx), outputs=(1, 4), strides=(0, 1))
     if st is not state:
         state.copy_(st)
     return out

@@ -28,7 +28,7 @@ from hexlayout.lang import f32, i32
 __all__ = ["causal_conv1d_kernel", "causal_conv1d_update_kernel", "CONV_BD"]
 
 NB, L, D, W, S, WS, S1, NS, SL = hl.dims("NB L D W S WS S1 NS SL")
-SXB, SXL, SOB, SOL = hl.dims("SXB SXL SOB SOL")
+SXB, SXL, SOB, SOL, SSN, SSL = hl.dims("SXB SXL SOB SOL SSN SSL")
 
 #: channels per thread block (one per thread)
 CONV_BD = 128
@@ -104,10 +104,11 @@ def causal_conv1d_update_kernel(dtype: DType) -> Any:
     dt = dtype
 
     @hl.kernel(threads=lambda c: c["BD"], name=f"causal_conv1d_update_{dt}")
-    def causal_conv1d_update_k(x: dt[NB, L, D].strides(SXB, SXL, 1), state: dt[NS, SL, D],  # type: ignore
+    def causal_conv1d_update_k(x: dt[NB, L, D].strides(SXB, SXL, 1),  # type: ignore
+                               state: dt[NS, SL, D].strides(SSN, SSL, 1),  # type: ignore
                                w: dt[W, D], bias: dt[1, D], out: dt[NB, L, D], idx: i32[S1],  # type: ignore
-                               SXB: i32, SXL: i32, *, BD: int = 128, WIDTH: int = 4, SILU: bool = False,
-                               INDEXED: bool = False):
+                               SXB: i32, SXL: i32, SSN: i32, SSL: i32, *, BD: int = 128, WIDTH: int = 4,
+                               SILU: bool = False, INDEXED: bool = False):
         b, db = hl.grid(hl.spatial(x.shape[0], hl.cdiv(x.shape[2], BD)))
         d0 = db * BD
         n, sl = x.shape[1], state.shape[1]

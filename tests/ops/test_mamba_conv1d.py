@@ -96,8 +96,10 @@ def test_update_matches_reference(x_rank: int, state_len: int, indexed: bool) ->
     batch, dim, width, dtype, n = 3, 40, 4, torch.float16, 2
     x = torch.randn(batch, dim, *((n,) if x_rank == 3 else ()), generator=g).to(dtype)
     x3 = x if x_rank == 3 else x.unsqueeze(-1)
-    # vLLM's layout: the state stored [rows, SL, dim], passed as its [rows, dim, SL] transpose
-    state = torch.randn(5, state_len, dim, generator=g).to(dtype).transpose(1, 2)
+    # vLLM's layout: the state stored [rows, SL, dim] (here inside a larger per-row buffer),
+    # passed as its [rows, dim, SL] transpose
+    buf = torch.randn(5, state_len + 2, dim, generator=g).to(dtype)
+    state = buf[:, 1:state_len + 1].transpose(1, 2)
     before = state.clone()
     w = torch.randn(dim, width, generator=g).to(dtype)
     b = torch.randn(dim, generator=g).to(dtype)
