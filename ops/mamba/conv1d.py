@@ -16,9 +16,9 @@ Returns ``out`` (x's shape and dtype) and ``(out, final_states)`` [S, dim, W-1] 
 conv_state_indices=None)``: ``L`` new positions per batch row (``x`` [batch, dim] or [batch,
 dim, L]) continuing the state ``conv_state[r]`` (``[n, dim, SL]``, ``SL >= W-1``, its last
 ``W-1`` columns the window; ``r = conv_state_indices[b]``, else ``b``); the state becomes the
-last ``SL`` columns of ``[conv_state[r], x[b]]`` in place (through its ``[n, SL, dim]`` view with its own strides: no copy of the cache when dim
-is contiguous, as in vLLM). A row with index -1 is skipped: its
-state is untouched and its output is 0.
+last ``SL`` columns of ``[conv_state[r], x[b]]`` in place (through its ``[n, SL, dim]`` view
+with its own strides: no copy of the cache when dim is contiguous, as in vLLM). A row with
+index -1 is skipped: its state is untouched and its output is 0.
 
 Both run the kernels of ``conv1d_kernels`` on channel-last views (``[.., L, dim]`` with dim
 contiguous, vLLM's layout); other layouts are read from (and the state written back to)
