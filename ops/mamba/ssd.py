@@ -18,7 +18,8 @@ and ``(y, final_states)`` [S or batch, H, P, N] f32 when asked.
 The kernel (``ssd_kernels.ssd_scan_kernel``) is, in this first version, the sequential
 recurrence with the state in f32 registers, so the result does not depend on ``chunk_size``
 at all (it is checked and accepted for mamba_ssm compatibility). ``dt``, ``A``, ``D``,
-``dt_bias`` and the states are read as f32 (small tensors converted on the host); no host
+``dt_bias`` and the states are read as f32 (small tensors converted on the host); ``x``, ``B``,
+``C``, ``z`` are read in place with their own strides (last mode contiguous). No host
 synchronization: CUDA-graph safe.
 """
 
@@ -85,6 +86,12 @@ def _f32(t: Any, shape: tuple[int, ...], like: Any) -> Any:
     return (t.reshape(shape) if t.numel() == math.prod(shape) else t.expand(shape)).contiguous()
 
 
+def _rows(t: Any) -> Any:
+    """``t`` read in place when its last mode is contiguous (any other strides: vLLM's views of
+    the projection), else a contiguous copy."""
+    return t if t.numel() == 0 or t.stride(-1) == 1 else t.contiguous()
+
+
 def run_ssd_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any, dt_softplus: bool,
                  dt_limit: tuple[float, float], initial_states: Any, cu_seqlens: Any) -> tuple[Any, Any]:
     """``ssd_scan`` on checked arguments; returns ``(y, final_states)``."""
@@ -101,12 +108,12 @@ def run_ssd_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bia
     lim[:, 0].fill_(lo)
     lim[:, 1].fill_(hi)
     cu = cu_seqlens if cu_seqlens is not None else zeroed((1,), torch.int32, x.device)
-    args = (x.contiguous(), _f32(dt, (batch, length, heads), x), _f32(A, (1, heads), x),
-            B.contiguous(), C.contiguous(), _f32(D, (heads, p), x), (z if z is not None else x).contiguous(),
+    args = (_rows(x), _f32(dt, (batch, length, heads), x), _f32(A, (1, heads), x),
+            _rows(B), _rows(C), _f32(D, (heads, p), x), _rows(z if z is not None else x),
             _f32(dt_bias, (1, heads), x),
             lim, _f32(initial_states, (seqs, heads, p, n), x), final, y, cu)
     consts = {**ssd_scan_consts(p, n), "SOFTPLUS": dt_softplus, "CLAMP": (lo, hi) != (0.0, math.inf),
               "HAS_Z": z is not None, "VARLEN": cu_seqlens is not None, "FINAL": True}
     bld = build_for(ssd_scan_kernel(lang_dtype(x.dtype)), x.device, consts)
-    run_kernel(bld, args, outputs=(10, 11))
+    run_kernel(bld, args, outputs=(10, 11), strides=(0, 3, 4, 6))
     return y, final

@@ -28,6 +28,8 @@ from hexlayout.lang import f32, i32
 __all__ = ["ssd_scan_kernel"]
 
 NB, L, H, P, G, N, S, S1 = hl.dims("NB L H P G N S S1")
+SXB, SXL, SXH, SBB, SBL, SBG = hl.dims("SXB SXL SXH SBB SBL SBG")   # strides of x, B
+SCB, SCL, SCG, SZB, SZL, SZH = hl.dims("SCB SCL SCG SZB SZL SZH")   # strides of C, z
 
 
 def _vec(t: Any, origin: tuple[Any, ...], n: int, column: bool) -> Any:
@@ -82,10 +84,14 @@ def ssd_scan_kernel(dtype: DType) -> Any:
     dt_ = dtype
 
     @hl.kernel(threads=128, name=f"ssd_scan_{dt_}")
-    def ssd_scan_k(x: dt_[NB, L, H, P], dt: f32[NB, L, H], A: f32[1, H], B: dt_[NB, L, G, N],  # type: ignore
-                   C: dt_[NB, L, G, N], D: f32[H, P], z: dt_[NB, L, H, P], dt_bias: f32[1, H],  # type: ignore
+    def ssd_scan_k(x: dt_[NB, L, H, P].strides(SXB, SXL, SXH, 1), dt: f32[NB, L, H], A: f32[1, H],  # type: ignore
+                   B: dt_[NB, L, G, N].strides(SBB, SBL, SBG, 1),  # type: ignore
+                   C: dt_[NB, L, G, N].strides(SCB, SCL, SCG, 1), D: f32[H, P],  # type: ignore
+                   z: dt_[NB, L, H, P].strides(SZB, SZL, SZH, 1), dt_bias: f32[1, H],  # type: ignore
                    lim: f32[1, 2], init: f32[S, H, P, N], final: f32[S, H, P, N],  # type: ignore
-                   y: dt_[NB, L, H, P], cu: i32[S1], *, BP: int = 64, NS: int = 128, CH: int = 16,  # type: ignore
+                   y: dt_[NB, L, H, P], cu: i32[S1], SXB: i32, SXL: i32, SXH: i32, SBB: i32, SBL: i32,
+                   SBG: i32, SCB: i32, SCL: i32, SCG: i32, SZB: i32, SZL: i32, SZH: i32,
+                   *, BP: int = 64, NS: int = 128, CH: int = 16,  # type: ignore
                    SOFTPLUS: bool = False, CLAMP: bool = False, HAS_Z: bool = False, VARLEN: bool = False,
                    FINAL: bool = False):
         s, h, pb = hl.grid(hl.spatial(init.shape[0], x.shape[2], hl.cdiv(x.shape[3], BP)))

@@ -93,9 +93,13 @@ def test_batched_matches_recurrence(monkeypatch, dtype, heads, groups, p, n, d_k
 def test_packed_sequences_and_chunk_size() -> None:
     """cu_seqlens [0, 19, 19, 20, 24]: lengths 19 (past the kernel's 16-position B / C chunk), 0, 1,
     4; each sequence starts from its own initial state (the empty one's final state is its
-    initial state); chunk sizes 2 and 256 agree."""
+    initial state); chunk sizes 2 and 256 agree. x, B, C are strided views of one projection
+    output [1, T, H·P + 2·G·N], as vLLM passes them."""
     dtype = torch.float16
     g, x, dt, A, B, C = _inputs(1, 24, 2, 1, 8, 16, dtype, 11)
+    xbc = torch.cat([x.flatten(2), B.flatten(2), C.flatten(2)], 2)
+    x, B = xbc[..., :16].view(1, 24, 2, 8), xbc[..., 16:32].view(1, 24, 1, 16)
+    C = xbc[..., 32:].view(1, 24, 1, 16)
     cu = torch.tensor([0, 19, 19, 20, 24], dtype=torch.int32)
     init = torch.randn(4, 2, 8, 16, generator=g)
     D = torch.randn(2, generator=g)
