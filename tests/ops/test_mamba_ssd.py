@@ -175,3 +175,17 @@ def test_compiles_without_spills(arch: str) -> None:
               "FINAL": True}
     res = build(ssd_scan_kernel(hl.bf16), arch, **consts).compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
+
+
+def test_each_kernel_is_at_most_150_lines_of_the_language() -> None:
+    """Each mamba kernel module - its kernels and the helpers they call - is at most 150 lines."""
+    import inspect
+
+    from hexlayout.ops.mamba import conv1d_kernels, ssd_kernels
+
+    for mod, kernels in ((conv1d_kernels, ("causal_conv1d_kernel", "causal_conv1d_update_kernel")),
+                         (ssd_kernels, ("ssd_scan_kernel",))):
+        for name in kernels:
+            assert "@hl.kernel" in inspect.getsource(getattr(mod, name).__wrapped__), name
+        lines = len(inspect.getsource(mod).splitlines())
+        assert lines <= 150, f"{mod.__name__}: {lines} lines"
