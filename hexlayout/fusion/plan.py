@@ -71,12 +71,12 @@ class FusionPlan:
 
         Example::
 
-            >>> p = FusionPlan([KernelPlan("fused_mm_gelu", "aten.mm.default", [], ["aten.gelu.default"])],
+            >>> p = FusionPlan([KernelPlan("fused_k_gelu", "aten.k.default", [], ["aten.gelu.default"])],
             ...                [Fallback("aten.select.int", "not fusible"),
             ...                 Fallback("aten.select.int", "not fusible")])
             >>> print(p.report())
             hexlayout fusion plan: 1 fused kernel(s), 2 op(s) left to torch
-              kernel fused_mm_gelu: anchor aten.mm.default; prologue []; epilogue [aten.gelu.default]
+              kernel fused_k_gelu: anchor aten.k.default; prologue []; epilogue [aten.gelu.default]
               left to torch (1 reason(s)):
                 2 op(s) [aten.select.int x 2]: not fusible
         """
