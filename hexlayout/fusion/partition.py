@@ -19,7 +19,13 @@ in the epilogue:
    what it reads from the kernel (elementwise without broadcasting the kernel's value up,
    cast, view / permute, a column slice of ``split`` / ``chunk``) and every other input does
    not depend on the kernel (so the kernel can run before it). Kernel values used outside
-   the kernel (or returned by the graph) are the kernel's outputs.
+   the kernel (or returned by the graph) are the kernel's outputs. A split of the output
+   joins only when it makes two equal halves that elementwise math reads (``silu(gate) *
+   up``); other splits, slices, ``unbind`` and the views of their parts (``q, k, v =
+   qkv.split([q, kv, kv], -1)``) are views torch makes of the stored output, without a
+   kernel or a copy (left to torch with that reason). Elementwise math of graph inputs
+   alone of rank <= 1 that only an epilogue op reads (Gemma's ``1 + w.float()`` of a norm
+   weight) joins the epilogue before that op (recomputed per column);
 
 Such a group is convex (no path leaves it and comes back), so replacing it by one call
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
@@ -33,7 +39,9 @@ How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluat
 eager aten ops on the arguments it is given):
 
 - views of graph inputs (``view``, ``t``, ``permute``, ``unsqueeze``, ``expand``) are applied
-  by the host before the call (free), never put in a prologue;
+  by the host before the call (free), never put in a prologue; in a prologue, a view that
+  adds, drops or broadcasts dimensions of extent 1 of elementwise math of one input
+  (``scale.to(f16)[:, None]``) commutes with that math: the host views the input;
 - in a kernel whose anchor is 2-D, a reshape that regroups leading dimensions of a computed
   value is free (the value keeps the ``rows x columns`` frame), and tensors of rank > 2 that
   elementwise ops read are flattened to that frame by the host (an op that broadcasts along
@@ -547,6 +555,9 @@ class _Partitioner(GraphView):
             outside = [d for d in deps if d in depends and d not in group]
             if not outside and n not in self.claimed and self._epilogue_ok(n, group, viewed) and \
                     not self._cycle(n, group | self.prologue_nodes, [d for d in deps if d not in group]):
+                pulled = self._input_math(n, group)
+                group.update(pulled)
+                taken.extend(pulled)
                 group.add(n)
                 taken.append(n)
                 if (self._op(n) in VIEWS and not self._leading_view(n)) or \
@@ -559,6 +570,34 @@ class _Partitioner(GraphView):
                 self.why.setdefault(n, _THROUGH_REASON)
             depends.add(n)
         return taken
+
+    def _input_math(self, n: Any, group: set) -> list:
+        """The values elementwise epilogue op ``n`` reads that are elementwise math of graph
+        inputs alone, rank <= 1 and read by ``n`` only - Gemma's ``1 + w.float()`` of a norm
+        weight - with their producers of the same kind (graph order): recomputed in the
+        kernel's epilogue from the inputs (per column), not left to torch."""
+        if self._op(n) not in ELEMENTWISE:
+            return []
+        out: list = []
+
+        def chain(d: Any) -> bool:
+            if d.op in ("placeholder", "get_attr"):
+                return True
+            if d.op != "call_function" or d in group or d in out or not self.unclaimed(d) or \
+                    self._op(d) not in ELEMENTWISE or len(d.users) != 1 or not _is_tensor(_val(d)) or \
+                    _val(d).dim() > 1 or not self._expressible(d):
+                return False
+            if not all(chain(a) for a in _arg_nodes(d)):
+                return False
+            out.append(d)
+            return True
+
+        for d in _arg_nodes(n):
+            if d not in group and d.op == "call_function":
+                before = len(out)
+                if not chain(d):
+                    del out[before:]
+        return sorted(out, key=self.order.__getitem__)
 
     def _operands(self, anchor: Any) -> tuple:
         """The anchor's arguments that are operands (a prologue may produce them)."""
