@@ -23,13 +23,21 @@ works without importing hexlayout first and this layer never imports the one abo
 
 Options (``torch.compile(..., options={...})``): ``"fallback"``: ``"inductor"`` (default) or
 ``"eager"``; ``"on_plan"``: a callable given the ``GraphPlan`` of each compiled graph
-(``explain`` uses it). Sizes that dynamo marks dynamic stay symbolic in the specs, so one
-kernel serves every size.
+(``explain`` uses it); ``"report"``: ``True`` prints the plan of each compiled graph once,
+when it is compiled, to stderr (``FusionPlan.report``: the kernels with their prologues and
+epilogues, the ops left to torch grouped by reason, each reason once with its count); the
+environment variable ``HEXLAYOUT_FUSION_REPORT=1`` turns it on for every compile (``0`` or
+unset: off; the option wins over the variable). A kernel the mechanism refuses only when it
+first runs is reported then, by its ``FusionWarning``. Sizes that dynamo marks dynamic stay
+symbolic in the specs, so one kernel serves every size.
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -39,30 +47,59 @@ from .fused_op import FusedKernel, fused_kernel_op, register_kernel
 from .partition import Partition, op_name, partition
 from .plan import Fallback, GraphPlan
 
-__all__ = ["hexlayout_backend", "BackendOptionError", "FALLBACKS", "GRAD_REASON"]
+__all__ = ["hexlayout_backend", "BackendOptionError", "FALLBACKS", "GRAD_REASON", "REPORT_ENV"]
 
 #: Where the ops hexlayout does not fuse run.
 FALLBACKS = ("inductor", "eager")
 GRAD_REASON = ("the graph needs gradients (grad mode is on and an input or parameter requires grad); "
                "hexlayout fuses for inference only")
+#: the environment variable that turns ``options={"report": True}`` on for every compile
+REPORT_ENV = "HEXLAYOUT_FUSION_REPORT"
+_GRAPHS = itertools.count(1)
 
 
 class BackendOptionError(HexlayoutError, ValueError):
     """An option of ``torch.compile(..., backend="hexlayout", options=...)`` is not valid."""
 
 
+def _report_default() -> bool:
+    v = os.environ.get(REPORT_ENV, "").strip()
+    if v in ("", "0"):
+        return False
+    if v == "1":
+        return True
+    raise BackendOptionError(f"hexlayout backend: {REPORT_ENV}={v!r} must be '1' (print each compiled "
+                             "graph's fusion plan) or '0'")
+
+
+def _reporting(on_plan: Callable[[GraphPlan], Any] | None) -> Callable[[GraphPlan], Any]:
+    """``on_plan`` that also prints each graph's plan (``FusionPlan.report``) to stderr, once."""
+    def report(plan: GraphPlan) -> None:
+        print(plan.resolve().report(f"hexlayout fusion plan of compiled graph {next(_GRAPHS)}"),
+              file=sys.stderr, flush=True)
+        if on_plan is not None:
+            on_plan(plan)
+    return report
+
+
 def _options(options: dict[str, Any] | None) -> tuple[str, Callable[[GraphPlan], Any] | None]:
     options = dict(options or {})
     fallback = options.pop("fallback", "inductor")
     on_plan = options.pop("on_plan", None)
+    report = options.pop("report", None)
     if options:
         raise BackendOptionError(f"hexlayout backend: unknown option(s) {', '.join(map(repr, options))}; "
-                                 "options: 'fallback' ('inductor' or 'eager'), 'on_plan' (a callable)")
+                                 "options: 'fallback' ('inductor' or 'eager'), 'on_plan' (a callable), "
+                                 "'report' (a bool)")
+    if report is not None and not isinstance(report, bool):
+        raise BackendOptionError(f"hexlayout backend: option 'report' must be True or False, not {report!r}")
     if fallback not in FALLBACKS:
         raise BackendOptionError(f"hexlayout backend: option 'fallback' must be 'inductor' or 'eager', "
                                  f"not {fallback!r}")
     if on_plan is not None and not callable(on_plan):
         raise BackendOptionError(f"hexlayout backend: option 'on_plan' must be callable, not {on_plan!r}")
+    if report if report is not None else _report_default():
+        on_plan = _reporting(on_plan)
     return fallback, on_plan
 
 

@@ -60,11 +60,18 @@ __all__ = ["InputSpec", "TilePlan", "FusedProgram", "fuse"]
 class InputSpec:
     """An extra input as the program sees it: ``kind`` ``"scalar"`` (a runtime number, an f32
     parameter) or ``"tensor"`` with ``dtype`` (a dtype name) and ``bcast``: per mode of
-    the rank-2 frame, whether the input's extent there is 1 (broadcast)."""
+    the rank-2 frame, whether the input's extent there is 1 (broadcast). ``expand``: the
+    program reads a broadcast input as a whole frame through stride-0 modes (a parameter of
+    the frame's shape, strides 0 where ``bcast``; the host passes the input ``expand`` ed to
+    the frame), so its register tile has the frame tile's shape and any layout synthesis
+    gives the tile it is combined with: what a prologue's per-channel scale ``(N, 1)`` of an
+    operand staged through registers needs (a ``(BN, 1)`` tile has no layout that matches
+    every operand load's thread arrangement)."""
 
     kind: str
     dtype: str = "f32"
     bcast: tuple[bool, bool] = (False, False)
+    expand: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,11 +152,16 @@ class _Evaluator:
                 self.params[key] = self.ext.scalar_param(f"s{i}", hl_dtype("f32"))
                 self.prog.sources.append(("input", i, "scalar"))
             return self.params[key]
-        shape = tuple(1 if b else s for b, s in zip(spec.bcast, frame.shape))
+        if spec.expand:                # the whole frame, stride 0 along the broadcast modes
+            shape = tuple(frame.shape)
+            stride = (0 if spec.bcast[0] else (1 if spec.bcast[1] else frame.shape[1]),
+                      0 if spec.bcast[1] else 1)
+        else:
+            shape, stride = tuple(1 if b else s for b, s in zip(spec.bcast, frame.shape)), None
         key = ("tensor", i, tuple(str(s) for s in shape))
         if key not in self.params:
             dt = hl_dtype(spec.dtype)
-            self.params[key] = self.ext.tensor_param(f"in{i}", dt, shape,
+            self.params[key] = self.ext.tensor_param(f"in{i}", dt, shape, stride,
                                                      align_bytes=self.align(dt, spec.bcast[1]))
             self.prog.sources.append(("input", i, "tensor"))
         return self.params[key]
@@ -168,8 +180,11 @@ class _Evaluator:
         spec = self.plan.inputs[i]
         if spec.kind == "scalar":
             return p
-        tile = tuple(1 if b else t for b, t in zip(spec.bcast, frame.tile))
-        origin = tuple(0 if b else o for b, o in zip(spec.bcast, frame.origin))
+        if spec.expand:
+            tile, origin = tuple(frame.tile), tuple(frame.origin)
+        else:
+            tile = tuple(1 if b else t for b, t in zip(spec.bcast, frame.tile))
+            origin = tuple(0 if b else o for b, o in zip(spec.bcast, frame.origin))
         r = hl.register(hl_dtype(spec.dtype), tile)
         hl.copy(hl.view(p, tile, origin), r)
         return hl.cast(r, hl.f32)

@@ -19,7 +19,13 @@ in the epilogue:
    what it reads from the kernel (elementwise without broadcasting the kernel's value up,
    cast, view / permute, a column slice of ``split`` / ``chunk``) and every other input does
    not depend on the kernel (so the kernel can run before it). Kernel values used outside
-   the kernel (or returned by the graph) are the kernel's outputs.
+   the kernel (or returned by the graph) are the kernel's outputs. A split of the output
+   joins only when it makes two equal halves that elementwise math reads (``silu(gate) *
+   up``); other splits, slices, ``unbind`` and the views of their parts (``q, k, v =
+   qkv.split([q, kv, kv], -1)``) are views torch makes of the stored output, without a
+   kernel or a copy (left to torch with that reason). Elementwise math of graph inputs
+   alone of rank <= 1 that only an epilogue op reads (Gemma's ``1 + w.float()`` of a norm
+   weight) joins the epilogue before that op (recomputed per column);
 
 Such a group is convex (no path leaves it and comes back), so replacing it by one call
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
@@ -33,7 +39,9 @@ How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluat
 eager aten ops on the arguments it is given):
 
 - views of graph inputs (``view``, ``t``, ``permute``, ``unsqueeze``, ``expand``) are applied
-  by the host before the call (free), never put in a prologue;
+  by the host before the call (free), never put in a prologue; in a prologue, a view that
+  adds, drops or broadcasts dimensions of extent 1 of elementwise math of one input
+  (``scale.to(f16)[:, None]``) commutes with that math: the host views the input;
 - in a kernel whose anchor is 2-D, a reshape that regroups leading dimensions of a computed
   value is free (the value keeps the ``rows x columns`` frame), and tensors of rank > 2 that
   elementwise ops read are flattened to that frame by the host (an op that broadcasts along
@@ -67,6 +75,14 @@ ELEMENTWISE = frozenset(_MATH) | frozenset(CASTS)
 #: Reshapes and permutations (bijective).
 VIEWS = frozenset(_ATEN_VIEWS) - {"aten.expand.default"}
 _RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
+#: Views that pick parts of a kernel's output (left to torch: views of the stored output).
+_PART_VIEWS = frozenset({"aten.slice.Tensor", "aten.unbind.int", "aten.select.int"})
+_VIEW_REASON = ("a view of a fused kernel's output (a split into parts, a slice, unbind, a view of a "
+                "part): torch makes it without a kernel or a copy")
+_THROUGH_REASON = ("reads a fused kernel's output through an op left to torch (an epilogue ends at the "
+                   "first op the kernel does not fuse)")
+#: Views that commute with elementwise math of one input in a prologue (``_commuted``).
+_COMMUTING = _RESHAPES | {"aten.unsqueeze.default", "aten.expand.default"}
 #: Ops whose result is a view of their first argument, besides ``VIEWS``.
 _ALIASES = frozenset({"aten.alias.default", "aten.detach.default", "aten.expand.default", "aten.slice.Tensor",
                       "getitem", "aten.split.Tensor", "aten.split_with_sizes.default"})
@@ -354,6 +370,9 @@ class _Partitioner(GraphView):
             if self._tuple_output(src):
                 return src in group and n.args[1] == 0
             return src in group and self._op(src) in _SPLITS
+        if op in _PART_VIEWS:
+            self.why.setdefault(n, _VIEW_REASON)
+            return False
         if op in VIEWS and self._expressible(n):
             return True
         if op == "aten.clone.default" and self._tuple_output(self._base(n.args[0])):
@@ -374,7 +393,11 @@ class _Partitioner(GraphView):
             if dim % len(src) != len(src) - 1:
                 self.why.setdefault(n, "splits the kernel's output along a dimension other than the last")
                 return False
+            if not self._halves(n, src):
+                self.why.setdefault(n, _VIEW_REASON)
+                return False
             return True
+
         if not _is_tensor(_val(n)) or not self._expressible(n) or not self._frame_ok(n):
             return False
         if op in ELEMENTWISE:
@@ -387,6 +410,25 @@ class _Partitioner(GraphView):
                     return False
             return True
         return False
+
+    @staticmethod
+    def _halves(n: Any, src: tuple) -> bool:
+        """Whether split ``n`` of a value of sizes ``src`` (along the last dimension) makes two
+        equal halves that elementwise math reads (a gated ``silu(gate) * up``): the kernel
+        computes those in its column tiles. Other splits (``q, k, v = qkv.split([q, kv, kv],
+        -1)``) are views torch makes of the kernel's stored output."""
+        size = static_int(src[-1])
+        if size is None or size % 2:
+            return False
+        parts = n.args[1]
+        if isinstance(parts, (list, tuple)):
+            if [static_int(x) for x in parts] != [size // 2, size // 2]:
+                return False
+        elif static_int(parts) != size // 2:
+            return False
+        return any(_is_tensor(_val(u)) and any(v.op == "call_function" and getattr(v.target, "__name__", "")
+                                               != "getitem" and str(v.target) in _MATH for v in u.users)
+                   for u in n.users)
 
     # --- the walk -------------------------------------------------------------------------------
     def run(self) -> Partition:
@@ -513,17 +555,49 @@ class _Partitioner(GraphView):
             outside = [d for d in deps if d in depends and d not in group]
             if not outside and n not in self.claimed and self._epilogue_ok(n, group, viewed) and \
                     not self._cycle(n, group | self.prologue_nodes, [d for d in deps if d not in group]):
+                pulled = self._input_math(n, group)
+                group.update(pulled)
+                taken.extend(pulled)
                 group.add(n)
                 taken.append(n)
                 if (self._op(n) in VIEWS and not self._leading_view(n)) or \
                         any(a in viewed for a in _arg_nodes(n)):
                     viewed.add(n)
+            elif outside and n.op == "call_function" and self._op(n) in VIEWS | _PART_VIEWS | _SPLITS and \
+                    all(self._op(d) in VIEWS | _PART_VIEWS | _SPLITS | {"getitem"} for d in outside):
+                self.why.setdefault(n, _VIEW_REASON)
             elif outside and n.op == "call_function" and self._op(n) in ELEMENTWISE | VIEWS:
-                self.why.setdefault(n, f"reads the output of {self._op(anchor)} ({anchor.name}) through "
-                                       f"{self._op(outside[0])} ({outside[0].name}), which is not fused "
-                                       "into that kernel")
+                self.why.setdefault(n, _THROUGH_REASON)
             depends.add(n)
         return taken
+
+    def _input_math(self, n: Any, group: set) -> list:
+        """The values elementwise epilogue op ``n`` reads that are elementwise math of graph
+        inputs alone, rank <= 1 and read by ``n`` only - Gemma's ``1 + w.float()`` of a norm
+        weight - with their producers of the same kind (graph order): recomputed in the
+        kernel's epilogue from the inputs (per column), not left to torch."""
+        if self._op(n) not in ELEMENTWISE:
+            return []
+        out: list = []
+
+        def chain(d: Any) -> bool:
+            if d.op in ("placeholder", "get_attr"):
+                return True
+            if d.op != "call_function" or d in group or d in out or not self.unclaimed(d) or \
+                    self._op(d) not in ELEMENTWISE or len(d.users) != 1 or not _is_tensor(_val(d)) or \
+                    _val(d).dim() > 1 or not self._expressible(d):
+                return False
+            if not all(chain(a) for a in _arg_nodes(d)):
+                return False
+            out.append(d)
+            return True
+
+        for d in _arg_nodes(n):
+            if d not in group and d.op == "call_function":
+                before = len(out)
+                if not chain(d):
+                    del out[before:]
+        return sorted(out, key=self.order.__getitem__)
 
     def _operands(self, anchor: Any) -> tuple:
         """The anchor's arguments that are operands (a prologue may produce them)."""
@@ -615,9 +689,9 @@ class _Partitioner(GraphView):
             elif i in prologues:
                 refs: dict[Any, tuple] = {}
                 spec_nodes: list[Node] = []
-                self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref)
+                self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref, commute=True)
                 r = refs[a]
-                operands[i] = ("spec", spec_nodes, r[1]) if r[0] == "node" else r
+                operands[i] = ("spec", *_live(spec_nodes, r[1])) if r[0] == "node" else r
             elif hasattr(a, "op"):
                 operands[i] = ("ext", a, ())
             else:
@@ -752,16 +826,68 @@ class _Partitioner(GraphView):
         reshape = self._op(n) in _RESHAPES
         return (n.target, tuple(self._const(a, n, reshape=reshape)[1] for a in n.args[1:]))
 
-    def _lower(self, nodes: list, refs: dict, flat: set, out: list, extra_ref: Any) -> None:
+    def _unary_of_input(self, n: Any, refs: dict, unary: dict) -> tuple | None:
+        """``(input, host steps, chain)`` when ``n`` is a chain of elementwise ops of one
+        tensor (the others constants: a cast, a scale by a number) applied to a (viewed)
+        input, else None."""
+        if n in unary:
+            return unary[n]
+        if self._op(n) not in ELEMENTWISE:
+            return None
+        args = _arg_nodes(n)
+        if len(args) != 1:
+            return None
+        a = args[0]
+        if a in unary:
+            base, steps, chain = unary[a]
+            return base, steps, chain + [n]
+        r = refs.get(a)
+        if r is None:
+            return a, (), [n]
+        if r[0] == "ext":
+            return r[1], r[2], [n]
+        return None
+
+    def _commuted(self, n: Any, refs: dict, unary: dict, flat: set, out: list, extra_ref: Any) -> bool:
+        """A view that only adds or drops dimensions of extent 1 or broadcasts them
+        (``unsqueeze``, ``expand``, ``view``) of elementwise math of one input -
+        ``unsqueeze(to(scale, f16), 1)`` - commutes with that math: the host views the input
+        and the math is lowered again on the viewed input (``refs[n]``); the math's first
+        lowering is left dead (``_live`` drops it). Whether it did."""
+        src = n.args[0]
+        found = self._unary_of_input(src, refs, unary) if hasattr(src, "op") else None
+        if found is None or self._op(n) not in _COMMUTING:
+            return False
+        if self._op(n) in _RESHAPES and [x for x in _shape(n) if not _same(x, 1)] != \
+                [x for x in _shape(src) if not _same(x, 1)]:
+            return False
+        base, steps, chain = found
+        viewed = ("ext", base, steps + (self._host_step(n),))
+        local = dict(refs)
+        first = _arg_nodes(chain[0])[0]
+        local[first] = viewed
+        for c in chain:
+            out.append(self._spec_node(c, local, flat, out, extra_ref))
+            local[c] = ("node", len(out) - 1)
+        refs[n] = local[chain[-1]]
+        unary[n] = (base, viewed[2], chain)
+        return True
+
+    def _lower(self, nodes: list, refs: dict, flat: set, out: list, extra_ref: Any, *,
+               commute: bool = False) -> None:
         """Spec nodes of ``nodes`` (graph order) appended to ``out``; ``refs`` maps each to its
         reference. Views of an input are the host's (``("ext", input, steps)``, resolved
         where read); in a 2-D kernel a leading reshape of a computed value is free (it keeps
-        the ``rows x columns`` frame; ``flat`` holds the values whose logical rank is > 2)."""
+        the ``rows x columns`` frame; ``flat`` holds the values whose logical rank is > 2).
+        ``commute`` (prologues): a view of a cast input moves onto the input (``_commuted``)."""
+        unary: dict = {}
         for n in nodes:
             op = self._op(n)
             if op in _SPLITS:
                 continue                        # its parts are the getitems' slices
             src = n.args[0] if n.args else None
+            if commute and op in _COMMUTING and self._commuted(n, refs, unary, flat, out, extra_ref):
+                continue
             if (op in VIEWS or op in _BROADCASTS) and hasattr(src, "op") and \
                     (src not in refs or refs[src][0] == "ext"):
                 base, steps = (src, ()) if src not in refs else refs[src][1:]
@@ -860,6 +986,22 @@ class _Partitioner(GraphView):
         if src in flat:
             dim = 1                              # the last dimension of the 2-D frame
         return Node("aten.slice.Tensor", (refs[src], ("const", dim), ("const", start), ("const", end)))
+
+
+def _live(nodes: list[Node], out: int) -> tuple[list[Node], int]:
+    """``nodes`` without those node ``out`` does not read (directly or through others),
+    renumbered; and ``out``'s new index."""
+    keep = {out}
+    for j in range(out, -1, -1):
+        if j in keep:
+            keep.update(a[1] for a in nodes[j].args if isinstance(a, tuple) and a and a[0] == "node")
+    new = {j: i for i, j in enumerate(sorted(keep))}
+
+    def ref(a: Any) -> Any:
+        return ("node", new[a[1]]) if isinstance(a, tuple) and a and a[0] == "node" else a
+
+    return [Node(nodes[j].op, tuple(ref(a) for a in nodes[j].args), nodes[j].kwargs)
+            for j in sorted(keep)], new[out]
 
 
 def partition(gm: Any) -> Partition:

@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FusionPlan", "KernelPlan", "Fallback", "GraphPlan"]
+__all__ = ["FusionPlan", "KernelPlan", "Fallback", "GraphPlan", "REPORT_REASON_CHARS"]
+
+#: a reason in ``FusionPlan.report`` is cut to this many characters
+REPORT_REASON_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,41 @@ class FusionPlan:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+    def report(self, title: str = "hexlayout fusion plan") -> str:
+        """The plan as ``torch.compile(..., options={"report": True})`` prints it: a header
+        (``k`` kernels, ``f`` ops left to torch, so ``k + f`` launches at most where every
+        fallback op is its own torch kernel), each kernel with its prologue and epilogue, then
+        the fallbacks grouped by reason - each reason once (cut to ``REPORT_REASON_CHARS``),
+        with its count and the ops it covers (``op x n`` for repeats), groups by count,
+        largest first.
+
+        Example::
+
+            >>> p = FusionPlan([KernelPlan("fused_k_gelu", "aten.k.default", [], ["aten.gelu.default"])],
+            ...                [Fallback("aten.select.int", "not fusible"),
+            ...                 Fallback("aten.select.int", "not fusible")])
+            >>> print(p.report())
+            hexlayout fusion plan: 1 fused kernel(s), 2 op(s) left to torch
+              kernel fused_k_gelu: anchor aten.k.default; prologue []; epilogue [aten.gelu.default]
+              left to torch (1 reason(s)):
+                2 op(s) [aten.select.int x 2]: not fusible
+        """
+        lines = [f"{title}: {len(self.kernels)} fused kernel(s), {len(self.fallbacks)} op(s) left to torch"]
+        lines += [f"  {k}" for k in self.kernels]
+        groups: dict[str, list[str]] = {}
+        for f in self.fallbacks:
+            groups.setdefault(f.reason, []).append(f.op)
+        if groups:
+            lines.append(f"  left to torch ({len(groups)} reason(s)):")
+        for reason, ops in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            counts: dict[str, int] = {}
+            for op in ops:
+                counts[op] = counts.get(op, 0) + 1
+            names = ", ".join(op if n == 1 else f"{op} x {n}" for op, n in counts.items())
+            short = reason if len(reason) <= REPORT_REASON_CHARS else reason[:REPORT_REASON_CHARS - 3] + "..."
+            lines.append(f"    {len(ops)} op(s) [{names}]: {short}")
+        return "\n".join(lines)
 
 
 @dataclass

@@ -153,6 +153,15 @@ class _Recipe:
     k: int
     implied: tuple[int, ...]
     frames: tuple[tuple[int, int] | None, ...]
+    expand: tuple[bool, ...] = ()
+
+
+def _expanded(host: list, r: _Recipe) -> list:
+    """Host values with the broadcast inputs of prologues expanded (stride 0) to their frame
+    (``InputSpec.expand``)."""
+    if not any(r.expand):
+        return host
+    return [h.expand(*f) if e else h for h, e, f in zip(host, r.expand, r.frames)]
 
 
 def _host_values(r: _Recipe, args: list[Any], extra_inputs: list[Any], where: str) -> tuple[Any, Any, list]:
@@ -170,7 +179,7 @@ def _host_values(r: _Recipe, args: list[Any], extra_inputs: list[Any], where: st
             b_host = b if r.b_layout == "kn" else b.t()
     inputs = [*extra_inputs, *(args[i] for i in r.implied)]
     host = [0.0 if f is None else place(t, f, where, i)[1] for i, (t, f) in enumerate(zip(inputs, r.frames))]
-    return a_host, b_host, host
+    return a_host, b_host, _expanded(host, r)
 
 
 def gemm_binder(call: GemmCall, recipe: _Recipe, extra_inputs: list[Any]) -> Any:
@@ -197,7 +206,7 @@ def gemm_binder(call: GemmCall, recipe: _Recipe, extra_inputs: list[Any]) -> Any
             else:
                 b_host = b if r.b_layout == "kn" else b.t()
         inputs = [*extra, *(args[i] for i in r.implied)] if r.implied else extra
-        return a_host, b_host, bind_inputs(shapes, inputs)
+        return a_host, b_host, _expanded(bind_inputs(shapes, inputs), r)
 
     return bind
 
@@ -444,7 +453,10 @@ def _prologues(spec: FusedSpec, r: _Anchor, b_layout: str, where: str) -> tuple[
 
 def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_layout: str, batch: Any,
                   where: str) -> tuple[list, list]:
-    """Each extra input placed against the frame it is used in: ``(InputSpec s, frames)``."""
+    """Each extra input placed against the frame it is used in: ``(InputSpec s, frames)``; a
+    broadcast input of a prologue is read as the whole operand frame (``InputSpec.expand``)."""
+    import dataclasses
+
     import torch
 
     m, n, k = mnk
@@ -473,7 +485,10 @@ def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_lay
             frame = (n, k) if b_layout == "nk" else (k, n)
         if batch is not None and isinstance(t, torch.Tensor) and t.dim() == 3:
             raise FusionUnsupported(f"{where}: batched extra inputs of bmm are not fused")
-        specs.append(place(t, frame, where, i)[0])
+        spec = place(t, frame, where, i)[0]
+        if f.startswith("operand") and spec.kind == "tensor" and any(spec.bcast):
+            spec = dataclasses.replace(spec, expand=True)       # read as the whole operand tile
+        specs.append(spec)
         placed.append(frame)
     return specs, placed
 
@@ -556,7 +571,7 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
             raise FusionUnsupported(f"{where}: output {k_} of shape {tuple(t.shape)} is not the {m} x {n} "
                                     f"product permuted into {hd_[0]} heads of {hd_[1]}")
     recipe = _Recipe(anchor, None if r.a_i in pro else r.a_i, None if r.b_i in pro else r.b_i, b_layout,
-                     batch is not None, m, k, tuple(r.implied), tuple(frames))
+                     batch is not None, m, k, tuple(r.implied), tuple(frames), tuple(x.expand for x in specs))
     call = GemmCall(arch, a.dtype, b_layout, staged, None, None, m, n, k, batch, lead, plan, [],
                     chains, [tuple(t.shape) for t in metas])
     return call, recipe

@@ -1,0 +1,122 @@
+"""Small decoder layers written as HF writes them (RMSNorm, one QKV projection split into
+GQA heads, rotate-half RoPE with cos / sin tables gathered by position ids, causal SDPA,
+gated MLP of separate gate / up projections) compiled whole: the launch count per layer, the
+QKV projection fused (its split parts views of its output), what is left to torch listed with
+reasons; within 1e-2 of max|eager| of eager and of the float64 layer."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from hexlayout.fusion.fused_op import FusionWarning  # noqa: E402
+from hexlayout.fusion.plan import GraphPlan  # noqa: E402
+from hexlayout.runtime.launch_log import launch_log  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    torch._dynamo.reset()
+
+
+class RMSNorm(nn.Module):
+    """HF's ``LlamaRMSNorm``: ``w * (x / rms(x))`` computed in f32, cast back before ``* w``;
+    ``gemma``: ``GemmaRMSNorm``, ``(x / rms(x)) * (1 + w)`` all in f32, then cast."""
+
+    def __init__(self, h: int, gemma: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter((0.0 if gemma else 1.0) + 0.1 * torch.randn(h))
+        self.gemma = gemma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        if self.gemma:
+            return (normed * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * normed.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """HF's RoPE helper: ``cat(-x2, x1)`` of the halves of the last dimension."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Layer(nn.Module):
+    """``kind``: ``"llama"``; ``"qwen2"`` (the QKV projection has a bias); ``"gemma"``
+    (``1 + w`` norms, GELU tanh gate). 4 query and 2 key / value heads of 16, hidden 64,
+    intermediate 128."""
+
+    def __init__(self, kind: str, h: int = 64, heads: int = 4, kv_heads: int = 2, inter: int = 128) -> None:
+        super().__init__()
+        self.kind, self.heads, self.kv_heads, self.hd = kind, heads, kv_heads, h // heads
+        self.norm1, self.norm2 = RMSNorm(h, kind == "gemma"), RMSNorm(h, kind == "gemma")
+        self.qkv = nn.Linear(h, (heads + 2 * kv_heads) * self.hd, bias=kind == "qwen2")
+        self.o = nn.Linear(heads * self.hd, h, bias=False)
+        self.gate, self.up = nn.Linear(h, inter, bias=False), nn.Linear(h, inter, bias=False)
+        self.down = nn.Linear(inter, h, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        freqs = torch.outer(torch.arange(64).float(), inv)
+        emb = torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split([self.heads * self.hd, self.kv_heads * self.hd,
+                                                 self.kv_heads * self.hd], -1)
+        q, k, v = (p.view(b, t, -1, self.hd).transpose(1, 2) for p in (q, k, v))
+        cos, sin = self.cos[pos].unsqueeze(1).to(x.dtype), self.sin[pos].unsqueeze(1).to(x.dtype)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
+        h = self.norm2(x)
+        gate = F.gelu(self.gate(h), approximate="tanh") if self.kind == "gemma" else F.silu(self.gate(h))
+        return x + self.down(gate * self.up(h))
+
+
+#: launches per layer now: two norms (row reductions), QKV, attention, o_proj + residual, gate,
+#: up with silu(gate) * up, down + residual (ideal: 5, the norms in the GEMMs' A prologues)
+LAUNCHES = 8
+
+
+@pytest.mark.parametrize("kind,dtype", [("llama", torch.float16), ("qwen2", torch.bfloat16),
+                                        ("gemma", torch.bfloat16)],
+                         ids=["llama-f16", "qwen2-bf16", "gemma-bf16"])
+def test_decoder_layer_launches_and_values(kind: str, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    m = Layer(kind).to(dtype).eval()
+    x = torch.randn(2, 8, 64, dtype=dtype)
+    pos = torch.arange(8)[None].expand(2, 8)
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x, pos)
+        ref = m(x, pos)
+        want = copy.deepcopy(m).double()(x.double(), pos)
+    plan = GraphPlan.merge(plans)
+    assert len(log) == len(plan.kernels) == LAUNCHES, plan
+    anchors = [r.anchor.split(".")[1] for r in log]
+    assert anchors.count("mean") == 2 and anchors.count("linear") == 5, anchors   # the QKV GEMM among them
+    assert all(f.reason.strip() for f in plan.fallbacks), plan
+    left = {f.op for f in plan.fallbacks}
+    assert not left & {"aten.mm.default", "aten.addmm.default", "aten.mean.dim", "aten.silu.default",
+                       "aten.gelu.default", "aten.pow.Tensor_Scalar", "aten.rsqrt.default"}, plan
+    # what torch runs: RoPE (gather of the tables, rotate-half, mul / add) and free views
+    assert {f.op for f in plan.fallbacks if f.op not in ("aten.index.Tensor", "aten.cat.default")} <= {
+        "aten.mul.Tensor", "aten.neg.default", "aten.add.Tensor", "aten.unsqueeze.default",
+        "aten.split_with_sizes.default", "aten.view.default", "aten.transpose.int", "aten.slice.Tensor"}, plan
+    if kind == "gemma":      # 1 + w of the norm weights: in the norms' epilogues, not in torch
+        assert "aten._to_copy.default" not in left, plan
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol

@@ -1,0 +1,91 @@
+"""Dequantization prologues as models write them, fused into the GEMM's B-operand load:
+``x @ (w_q.to(dtype) * scale).T`` and ``F.linear(x, ...)`` with int8 or fp8 (e4m3, e5m2)
+weights, per-output-channel scales ``[N, 1]`` or ``[N]`` (cast, then ``[:, None]``), and a
+zero point subtracted. One launch (no separate elementwise kernel), nothing left to torch;
+within 1e-2 of max|eager| of eager and of float64 (tiny shapes, the emulator)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from hexlayout.fusion.fused_op import FusionWarning  # noqa: E402
+from hexlayout.fusion.plan import GraphPlan  # noqa: E402
+from hexlayout.runtime.launch_log import launch_log  # noqa: E402
+
+N, K = 64, 64
+
+
+@pytest.fixture(autouse=True)
+def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    torch._dynamo.reset()
+
+
+def _weights(kind: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    if kind == "int8":
+        return torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=g)
+    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[kind]
+    return (torch.randn(N, K, generator=g) * 4).to(fp8)
+
+
+def _matmul_scale_n1(wq: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor | None):
+    """``x @ (w.to(dtype) * scale[N, 1]).T`` (the zero point ``[N, 1]`` subtracted first)."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        w = wq.to(x.dtype)
+        if zp is not None:
+            w = w - zp.to(x.dtype)
+        return x @ (w * scale.to(x.dtype)).T
+    return f
+
+
+def _linear_scale_n(wq: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor | None):
+    """``F.linear(x, w.to(dtype) * scale.to(dtype)[:, None])`` (scale ``[N]``, float32)."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, wq.to(x.dtype) * scale.to(x.dtype)[:, None])
+    return f
+
+
+CASES = [("int8", _matmul_scale_n1, torch.float16, False), ("int8", _linear_scale_n, torch.bfloat16, False),
+         ("int8", _matmul_scale_n1, torch.bfloat16, True), ("e4m3", _matmul_scale_n1, torch.bfloat16, False),
+         ("e5m2", _matmul_scale_n1, torch.float16, False)]
+
+
+IDS = [f"{k}-{f.__name__[1:]}-{str(d)[6:]}{'-zp' if z else ''}" for k, f, d, z in CASES]
+
+
+@pytest.mark.parametrize("kind,form,dtype,zero_point", CASES, ids=IDS)
+def test_dequant_prologue_is_fused(kind: str, form, dtype: torch.dtype, zero_point: bool) -> None:
+    g = torch.Generator().manual_seed(2)
+    wq = _weights(kind)
+    n1 = form is _matmul_scale_n1
+    scale = torch.rand(N, 1, generator=g) * 0.02 + 0.005
+    scale = scale if n1 else scale[:, 0].contiguous()
+    zp = torch.randint(-3, 4, (N, 1), generator=g).float() if zero_point else None
+    fn = form(wq, scale, zp)
+    x = torch.randn(2, 8, K, generator=g).to(dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = fn(x)
+    plan = GraphPlan.merge(plans)
+    assert len(log) == 1 and len(plan.kernels) == 1 and plan.fallbacks == [], plan
+    assert log[0].name.startswith(plan.kernels[0].name)
+    assert {"aten._to_copy.default", "aten.mul.Tensor"} <= set(log[0].prologue), log[0]
+    assert ("aten.sub.Tensor" in log[0].prologue) == zero_point
+    w64 = wq.to(torch.float64) if kind == "int8" else wq.to(torch.float32).double()
+    if zp is not None:
+        w64 = w64 - zp.double()
+    want = x.double() @ (w64 * scale.double().reshape(N, 1)).T
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
