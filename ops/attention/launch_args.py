@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..host.launch import fresh
+from ..host.launch import fresh, zeroed
 
 __all__ = ["LOG2E", "attention_outputs", "score_scales", "sinks_arg", "scale_arg", "fp8_cache_view"]
 
@@ -53,7 +53,7 @@ def sinks_arg(sinks: Any, device: Any) -> tuple[Any, bool]:
     if device not in _NO_SINKS:
         import torch
 
-        _NO_SINKS[device] = torch.zeros(1, dtype=torch.float32, device=device)
+        _NO_SINKS[device] = zeroed((1,), torch.float32, device)
     return _NO_SINKS[device], False
 
 
