@@ -30,6 +30,9 @@ calls = {
     "prepare_wna16": lambda: ops.prepare_wna16(None, None, quant_format="awq", bits=4, group_size=32),
     "prepare_fp8": lambda: ops.prepare_fp8(None, None),
     "prepare_mxfp4": lambda: ops.prepare_mxfp4(None, None, dtype=None),
+    "causal_conv1d": lambda: ops.causal_conv1d(None, None),
+    "causal_conv1d_update": lambda: ops.causal_conv1d_update(None, None, None),
+    "ssd_scan": lambda: ops.ssd_scan(*[None] * 5),
 }
 out = {"have_torch": HAVE_TORCH, "all": sorted(ops.__all__), "errors": {}}
 for name, call in calls.items():
