@@ -16,7 +16,10 @@ from typing import Any
 __all__ = ["TRACE_ENV", "TRACE_KERNELS", "trace_dir", "trace_path", "record", "record_attention"]
 
 TRACE_ENV = "HEXLAYOUT_VLLM_TRACE"
-TRACE_KERNELS: tuple[str, ...] = ("moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode")
+TRACE_KERNELS: tuple[str, ...] = (
+    "moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode", "mamba_prefill", "mamba_decode",
+    "conv1d",
+)
 
 
 def trace_dir() -> str | None:
