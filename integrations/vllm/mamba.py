@@ -150,8 +150,9 @@ class HexlayoutMambaMixer2(MambaMixer2):
 
         cu, has = md.query_start_loc_p, md.has_initial_states_p
         rows = _rows(md.state_indices_tensor_p, md.num_prefills)
-        if trace_dir() is not None:
-            self._trace("prefill", xbc, cu.numel() - 1)
+        if trace_dir() is not None:  # reads `has` (a host sync) only when tracing
+            self._trace("prefill", xbc, cu.numel() - 1, step_decodes=md.num_decodes,
+                        continuing=0 if has is None else int(has[: md.num_prefills].sum()))
         conv0 = _initial(has, conv_state[rows])
         conv_out, conv_final = causal_conv1d(
             xbc.transpose(0, 1), self.conv_weights, self.conv1d.bias,
@@ -181,14 +182,16 @@ class HexlayoutMambaMixer2(MambaMixer2):
                                    dt_bias=self.dt_bias.float(), dt_softplus=True, state_batch_indices=rows)
         out.view(-1, self.tped_dt_size, self.head_dim).copy_(y)
 
-    def _trace(self, part: str, xbc: torch.Tensor, seqs: int) -> None:
-        """The trace lines of one part (``prefill`` / ``decode``): ``conv1d`` and the scan."""
+    def _trace(self, part: str, xbc: torch.Tensor, seqs: int, **extra: int) -> None:
+        """The trace lines of one part (``prefill`` / ``decode``): ``conv1d`` and the scan (a
+        prefill's ``extra``: ``step_decodes``, the decodes of the same step, and ``continuing``,
+        the sequences continuing cached states: later chunks of chunked prefills)."""
         tokens, dim = xbc.shape
         record("conv1d", {"num_seqs": seqs, "num_tokens": tokens, "dim": dim,
                           "width": self.conv_kernel_size}, xbc.dtype)
         record(f"mamba_{part}", {"num_seqs": seqs, "num_tokens": tokens, "num_heads": self.tped_dt_size,
                                  "head_dim": self.head_dim, "n_groups": self.n_groups // self.tp_size,
-                                 "d_state": self.ssm_state_size}, xbc.dtype)
+                                 "d_state": self.ssm_state_size, **extra}, xbc.dtype)
 
 
 def register_mamba() -> str:
