@@ -35,11 +35,11 @@ from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
 
 from .log import flush, logger
+from .pluggable import register_layer
 from .trace import record, trace_dir
 
 __all__ = ["HexlayoutMambaMixer2", "register_mamba", "unserved_reason", "runtime_reason"]
 
-_registered = False
 #: The activations hexlayout's ``causal_conv1d`` applies (vLLM passes ``"silu"`` / ``"swish"``).
 _ACTIVATIONS = {None: None, "silu": "silu", "swish": "silu"}
 
@@ -195,10 +195,6 @@ class HexlayoutMambaMixer2(MambaMixer2):
 
 
 def register_mamba() -> str:
-    """Register :class:`HexlayoutMambaMixer2` for vLLM's ``MambaMixer2`` (once per process: vLLM's
-    registry refuses a second registration); returns what was swapped, for the log."""
-    global _registered
-    if not _registered:
-        MambaMixer2.register_oot(HexlayoutMambaMixer2)
-        _registered = True
-    return f"MambaMixer2 -> {__name__}.HexlayoutMambaMixer2"
+    """Register :class:`HexlayoutMambaMixer2` for vLLM's ``MambaMixer2``; returns what was
+    swapped, for the log."""
+    return register_layer(MambaMixer2, HexlayoutMambaMixer2)

@@ -19,13 +19,13 @@ from typing import Any
 from vllm.model_executor.layers.mamba.mamba_mixer import MambaMixer
 
 from .log import flush, logger
+from .pluggable import register_layer
 
 __all__ = ["HexlayoutMambaMixer", "register_mamba1", "MAMBA1_REASON"]
 
 #: Why Mamba-1 layers keep vLLM's kernels (the log line's reason).
 MAMBA1_REASON = ("hexlayout's selective_scan has no initial_states / cu_seqlens, so a chunked "
                  "prefill cannot continue a sequence's cached state")
-_registered = False
 
 
 class HexlayoutMambaMixer(MambaMixer):
@@ -39,10 +39,6 @@ class HexlayoutMambaMixer(MambaMixer):
 
 
 def register_mamba1() -> str:
-    """Register :class:`HexlayoutMambaMixer` for vLLM's ``MambaMixer`` (once per process);
-    returns what was swapped, for the log."""
-    global _registered
-    if not _registered:
-        MambaMixer.register_oot(HexlayoutMambaMixer)
-        _registered = True
-    return f"MambaMixer -> {__name__}.HexlayoutMambaMixer (logs only)"
+    """Register :class:`HexlayoutMambaMixer` for vLLM's ``MambaMixer``; returns what was swapped,
+    for the log."""
+    return register_layer(MambaMixer, HexlayoutMambaMixer, " (logs only)")
