@@ -50,6 +50,9 @@ HEX_AWQ = "hexlayout.integrations.vllm.awq.HexlayoutAWQConfig"
 HEX_MOE = {"UnquantizedFusedMoEMethod": "hexlayout.integrations.vllm.moe.HexlayoutUnquantizedFusedMoEMethod"}
 #: MLA layers: the plugin's subclass logs which attention runs them.
 HEX_MLA = {"MultiHeadLatentAttentionWrapper": "hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper"}
+#: Mamba-2 layers run hexlayout's ops; Mamba-1 layers keep vLLM's kernels (the subclass logs why).
+HEX_MAMBA = {"MambaMixer2": "hexlayout.integrations.vllm.mamba.HexlayoutMambaMixer2",
+             "MambaMixer": "hexlayout.integrations.vllm.mamba1.HexlayoutMambaMixer"}
 VLLM_GPTQ = "vllm.model_executor.layers.quantization.auto_gptq.AutoGPTQConfig"
 HEX_GPTQ = "hexlayout.integrations.vllm.gptq.HexlayoutGPTQConfig"
 VLLM_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.Mxfp4Config"
@@ -62,6 +65,7 @@ CASES = {
     "all_explicit": {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM": "all"},
     "attention": {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM": "attention"},
     "moe": {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM": "moe"},
+    "mamba": {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM": "mamba"},
     "off": {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM": "0"},
     "cpu_no_emulate": {"HEXLAYOUT_VLLM": "1"},
     "bad": {"HEXLAYOUT_EMULATE": "1", "HEXLAYOUT_VLLM": "moe,flash"},
@@ -97,10 +101,11 @@ def test_register_swaps_everything_once(probes: dict) -> None:
     for case in ("all", "all_explicit"):
         rc, text, row = probes[case]
         assert rc == 0, text
-        assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, {**HEX_MOE, **HEX_MLA}, HEX_AWQ)
+        oot = {**HEX_MOE, **HEX_MLA, **HEX_MAMBA}
+        assert (row["cpu_attn"], row["oot"], row["awq"]) == (HEX_CPU_ATTN, oot, HEX_AWQ)
         assert (row["gptq"], row["mxfp4"]) == (HEX_GPTQ, HEX_MXFP4)  # mxfp4: hexlayout has prepare_mxfp4
         assert row["cpu_mla"] == HEX_CPU_MLA
-        assert len(row["state"]) == 7
+        assert len(row["state"]) == 9
         swapped = [x for x in hex_lines(text) if "swapped" in x]
         assert len(swapped) == 1, text  # three calls, one registration
 
@@ -118,6 +123,16 @@ def test_selection_moe_only_keeps_vllm_attention(probes: dict) -> None:
     got = (row["cpu_attn"], row["cpu_mla"], row["oot"], row["awq"], row["gptq"])
     assert got == (VLLM_CPU_ATTN, VLLM_CPU_MLA, HEX_MOE, HEX_AWQ, HEX_GPTQ)
     assert not any("attention" in s for s in row["state"])
+
+
+def test_selection_mamba_only(probes: dict) -> None:
+    rc, text, row = probes["mamba"]
+    assert rc == 0, text
+    got = (row["cpu_attn"], row["oot"], row["awq"], row["gptq"])
+    assert got == (VLLM_CPU_ATTN, HEX_MAMBA, VLLM_AWQ, VLLM_GPTQ)
+    plugin = "hexlayout.integrations.vllm"
+    assert row["state"] == [f"MambaMixer2 -> {plugin}.mamba.HexlayoutMambaMixer2",
+                            f"MambaMixer -> {plugin}.mamba1.HexlayoutMambaMixer (logs only)"]
 
 
 def test_off_does_nothing(probes: dict) -> None:

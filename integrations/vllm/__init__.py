@@ -13,7 +13,11 @@ capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
 - ``moe``: ``CustomOp.register_oot(..., name="UnquantizedFusedMoEMethod")`` (:mod:`.moe`) and
   ``register_quantization_config`` for ``awq`` (:mod:`.awq`), ``auto_gptq`` (GPTQ, act-order
   included: :mod:`.gptq`) and ``mxfp4`` (:mod:`.mxfp4`), each when hexlayout has the op that
-  prepares its weights.
+  prepares its weights;
+- ``mamba``: ``MambaMixer2.register_oot(...)`` (:mod:`.mamba`): Mamba-2 layers' convolution and
+  scan run hexlayout's ``causal_conv1d`` / ``ssd_scan`` / ``selective_state_update``;
+  ``MambaMixer.register_oot(...)`` (:mod:`.mamba1`): Mamba-1 layers keep vLLM's kernels and log
+  why.
 
 It logs through vLLM's logger what it swapped, or one line saying why it swapped nothing.
 Calling it again does nothing (it is idempotent and cheap); ``HEXLAYOUT_VLLM=0`` makes it do
@@ -77,5 +81,10 @@ def register() -> None:
         from .mxfp4 import register_mxfp4
 
         swapped.extend(register_moe() + register_awq() + register_gptq() + register_mxfp4())
+    if "mamba" in kernels:
+        from .mamba import register_mamba
+        from .mamba1 import register_mamba1
+
+        swapped.extend([register_mamba(), register_mamba1()])
     _STATE = tuple(swapped)
     announce(f"hexlayout ({decision.mode}): swapped {'; '.join(swapped) if swapped else 'nothing'}")

@@ -5,7 +5,7 @@ neither vLLM nor torch; :func:`vllm_platform` asks vLLM when called).
 
 - unset, empty, ``1`` or ``all``: every supported kernel (:data:`KERNELS`);
 - ``0``: nothing (the plugin does nothing at all);
-- a comma list drawn from :data:`KERNELS` (``moe``, ``attention``; case and spaces ignored):
+- a comma list drawn from :data:`KERNELS` (``moe``, ``attention``, ``mamba``; case and spaces ignored):
   only those. Anything else is a :class:`PluginConfigError` naming the variable and the word.
 
 The device decision (:func:`device_decision`): on vLLM's CPU build hexlayout's kernels run in the
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The kernel families the plugin can swap.
-KERNELS: tuple[str, ...] = ("moe", "attention")
+KERNELS: tuple[str, ...] = ("moe", "attention", "mamba")
 #: Which kernels to swap.
 ENV = "HEXLAYOUT_VLLM"
 #: The plugin's logger: a child of vLLM's ``vllm`` logger, so vLLM's handlers and format print it.

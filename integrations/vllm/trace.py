@@ -17,7 +17,8 @@ __all__ = ["TRACE_ENV", "TRACE_KERNELS", "trace_dir", "trace_path", "record", "r
 
 TRACE_ENV = "HEXLAYOUT_VLLM_TRACE"
 TRACE_KERNELS: tuple[str, ...] = (
-    "moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode", "mla_decode"
+    "moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode", "mla_decode", "mamba_prefill",
+    "mamba_decode", "conv1d",
 )
 
 

@@ -21,16 +21,17 @@ from hexlayout.integrations.vllm.trace import TRACE_KERNELS, record, trace_path
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (None, {"moe", "attention"}),
-        ("", {"moe", "attention"}),
-        ("1", {"moe", "attention"}),
-        ("all", {"moe", "attention"}),
-        (" ALL ", {"moe", "attention"}),
+        (None, {"moe", "attention", "mamba"}),
+        ("", {"moe", "attention", "mamba"}),
+        ("1", {"moe", "attention", "mamba"}),
+        ("all", {"moe", "attention", "mamba"}),
+        (" ALL ", {"moe", "attention", "mamba"}),
         ("0", set()),
         ("moe", {"moe"}),
         ("attention", {"attention"}),
         ("moe,attention", {"moe", "attention"}),
         (" Attention , moe ", {"moe", "attention"}),
+        ("mamba", {"mamba"}),
     ],
 )
 def test_hexlayout_vllm_values(
@@ -41,7 +42,7 @@ def test_hexlayout_vllm_values(
     else:
         monkeypatch.setenv("HEXLAYOUT_VLLM", value)
     assert selected_kernels() == expected
-    assert set(KERNELS) == {"moe", "attention"}
+    assert set(KERNELS) == {"moe", "attention", "mamba"}
 
 
 @pytest.mark.parametrize("value", ["moe,gemm", "2", "off", "moe,,attention", "yes"])
@@ -82,7 +83,8 @@ def test_trace_lines(tmp_path: pytest.TempPathFactory, monkeypatch: pytest.Monke
         {"pid": os.getpid(), "kernel": "moe_w4a16", "shapes": {"tokens": 5, "experts": 4},
          "dtype": "float16"},
     ]
-    assert set(TRACE_KERNELS) == {"moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode"}
+    assert set(TRACE_KERNELS) == {"moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode",
+                                  "mamba_prefill", "mamba_decode", "conv1d"}
     with pytest.raises(ValueError, match="unknown kernel"):
         record("gemm", {}, "bfloat16")
 
