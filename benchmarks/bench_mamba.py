@@ -265,16 +265,21 @@ def _work(args: argparse.Namespace, nbytes: int) -> bool:
 
 
 def _rand(g: Any, *shape: int, dtype: Any, device: str, kind: str = "n") -> Any:
-    """Random inputs: ``n`` normal, ``u`` uniform [0, 1), ``a`` uniform (-1, 0] (decay rates),
-    made on the CPU from ``g`` and moved to ``device``."""
+    """Random inputs drawn on ``device`` from ``g`` (a generator of that device): ``n`` normal,
+    ``r`` uniform [0, 1) (``D``, biases), ``a`` uniform (-1, 0] (decay rates ``A``), ``u``
+    uniform [-1, -0.5) (``delta`` / ``dt`` before the softplus: with a bias in [0, 1),
+    ``Δ = softplus(t + bias)`` lies in about (0.31, 0.97))."""
     import torch
 
-    t = torch.randn(*shape, generator=g) if kind == "n" else torch.rand(*shape, generator=g)
+    if kind == "n":
+        t = torch.randn(*shape, generator=g, device=device)
+    else:
+        t = torch.rand(*shape, generator=g, device=device)
     if kind == "a":
         t = -t
     elif kind == "u":
-        t = t * 0.5 - 1.0  # delta / dt before softplus: softplus(t + bias) in about (0.3, 1.2)
-    return t.to(dtype).to(device)
+        t = t * 0.5 - 1.0
+    return t.to(dtype)
 
 
 def _row(
@@ -315,7 +320,7 @@ def scan_row(
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device).manual_seed(0)
     u, z = (_rand(g, b, dim, L, dtype=dtype, device=device) for _ in range(2))
     delta = _rand(g, b, dim, L, dtype=dtype, device=device, kind="u")
     bc = (b, n, L) if grp == 1 else (b, grp, n, L)
@@ -337,7 +342,8 @@ def scan_row(
         fv = peers["selective_scan/vllm"]
         st = torch.zeros(b, dim, n, dtype=torch.float32, device=device)
         B4, C4 = (t if grp > 1 else t[:, None] for t in (B, C))
-        fns["vllm"] = lambda c: (fv(u, st, delta, A, B4, C4, **_kw(fv, **kw)),)
+        vkw = _kw(fv, **{**kw, "z": z.clone()})  # vLLM's kernel writes its output over z
+        fns["vllm"] = lambda c: (fv(u, st, delta, A, B4, C4, **vkw),)
     es = torch.finfo(dtype).bits // 8
     nbytes = (4 * b * dim * L + 2 * b * grp * n * L) * es + (dim * n + 2 * dim) * 4
     return _row(
@@ -415,7 +421,7 @@ def state_row(
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
-    g = torch.Generator().manual_seed(form)
+    g = torch.Generator(device).manual_seed(form)
     m2 = DRY_M2 if args.dry_run else M2
     if form == 1:
         dim, n, grp = (8, DRY_M1["N"], DRY_M1["G"]) if args.dry_run else (5120, 16, 1)
@@ -424,7 +430,7 @@ def state_row(
         dim, n, grp = m2["H"], m2["N"], m2["G"]
         inner, hd, head = (m2["H"], m2["P"]), m2["H"], (m2["P"],)
     cache = _rand(g, 2 * b, *inner, n, dtype=torch.float32, device=device)
-    idx = torch.randperm(2 * b, generator=g)[:b].to(torch.int32).to(device)
+    idx = torch.randperm(2 * b, generator=g, device=device)[:b].to(torch.int32)
     x = _rand(g, b, *inner, dtype=dtype, device=device)
     dt_ = _rand(g, b, hd, dtype=dtype, device=device, kind="u")
     A = _rand(g, *((dim, n) if form == 1 else (hd,)), dtype=torch.float32, device=device, kind="a")
@@ -501,7 +507,7 @@ def ssd_row(
     cuda = device == "cuda"
     m = DRY_M2 if args.dry_run else M2
     h, p, grp, n = m["H"], m["P"], m["G"], m["N"]
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(device).manual_seed(1)
     x, z = (_rand(g, b, L, h, p, dtype=dtype, device=device) for _ in range(2))
     dt_ = _rand(g, b, L, h, dtype=dtype, device=device, kind="u")
     A = _rand(g, h, dtype=torch.float32, device=device, kind="a")
@@ -579,7 +585,7 @@ def conv_row(
     cuda = device == "cuda"
     m = DRY_M2 if args.dry_run else M2
     dim, w = m["H"] * m["P"] + 2 * m["G"] * m["N"], m["width"]
-    g = torch.Generator().manual_seed(2)
+    g = torch.Generator(device).manual_seed(2)
     x = _rand(g, b, dim, L, dtype=dtype, device=device)
     weight, bias = _rand(g, dim, w, dtype=dtype, device=device), _rand(g, dim, dtype=dtype, device=device)
     bs, cs = (slice(0, 1), slice(0, REF_DIM)) if cuda else (slice(0, b), slice(0, dim))
@@ -611,11 +617,12 @@ def conv_row(
 
 
 def _vllm_conv(fv: Any, x: Any, weight: Any, bias: Any) -> Callable[[bool], tuple]:  # pragma: no cover
-    """vLLM's varlen ``causal_conv1d_fn`` on ``x`` packed to ``[dim, b L]`` (no initial states)."""
+    """vLLM's varlen ``causal_conv1d_fn`` on ``x`` packed to ``[dim, b L]`` (a transposed view
+    of token-major ``[b L, dim]`` storage, as its Mamba-2 layer passes it; no initial states)."""
     import torch
 
     b, dim, L = x.shape
-    xp = x.permute(1, 0, 2).reshape(dim, b * L)
+    xp = x.permute(0, 2, 1).reshape(b * L, dim).t()  # [dim, T] over token-major storage, as vLLM's layer
     qsl = torch.arange(0, (b + 1) * L, L, dtype=torch.int32, device=x.device)
     states = torch.zeros(b, dim, weight.shape[1] - 1, dtype=x.dtype, device=x.device)
     kw = _kw(
@@ -629,7 +636,7 @@ def _vllm_conv(fv: Any, x: Any, weight: Any, bias: Any) -> Callable[[bool], tupl
 
     def call(c: bool) -> tuple:
         out = fv(xp, weight, bias, **kw)
-        return (out.view(dim, b, L).permute(1, 0, 2),)
+        return (out.reshape(dim, b, L).permute(1, 0, 2),)
 
     return call
 
@@ -647,11 +654,11 @@ def conv_update_row(
     cuda = device == "cuda"
     m = DRY_M2 if args.dry_run else M2
     dim, w = m["H"] * m["P"] + 2 * m["G"] * m["N"], m["width"]
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator(device).manual_seed(3)
     x1, bias = _rand(g, b, dim, dtype=dtype, device=device), _rand(g, dim, dtype=dtype, device=device)
     weight = _rand(g, dim, w, dtype=dtype, device=device)
     cache = _rand(g, 2 * b, dim, w - 1, dtype=dtype, device=device)
-    idx = torch.randperm(2 * b, generator=g)[:b].to(torch.int32).to(device)
+    idx = torch.randperm(2 * b, generator=g, device=device)[:b].to(torch.int32)
     bs, cs = (slice(0, 1), slice(0, REF_DIM)) if cuda else (slice(0, b), slice(0, dim))
     old = cache[idx.long()]
     full = torch.cat([old, x1[..., None]], -1)[bs, cs]
