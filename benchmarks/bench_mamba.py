@@ -62,6 +62,7 @@ KINDS = ("selective_scan", "state_update", "ssd_scan", "causal_conv1d", "conv1d_
 WHAT = {"scan": ("selective_scan", "ssd_scan", "causal_conv1d"), "decode": ("state_update", "conv1d_update")}
 MAX_BYTES = 24 << 30  # problems moving more than this are left out
 REF_DIM = 64  # GPU: the reference covers batch row 0 and this many channels (Mamba-1, conv)
+M1 = {"N": 16, "G": 1, "decode_dim": 5120}  # Mamba-1 (Mamba-2.8B's decode width)
 M2 = {"H": 128, "P": 64, "G": 8, "N": 128, "width": 4, "chunk": 256}  # Nemotron-H-8B-like layer
 
 #: GPU shapes; ``--quick`` takes the second of each pair
@@ -73,7 +74,7 @@ FULL = {
 QUICK = {"scan": ((1, 8, 64), (4096,), (5120,)), "decode": (1, 8, 64, 256), "ssd": ((1, 8), (4096,))}
 #: --dry-run: the same structure, emulator-sized (chunk 8 does not divide seqlen 20)
 DRY = {"scan": ((2,), (24,), (8,)), "decode": (2,), "ssd": ((1,), (20,))}
-DRY_M1 = {"N": 4, "G": 2}
+DRY_M1 = {"N": 4, "G": 2, "decode_dim": 8}
 DRY_M2 = {"H": 4, "P": 4, "G": 2, "N": 4, "width": 4, "chunk": 8}
 
 #: HBM peak bandwidth in GB/s by device-name substring (first match).
@@ -184,6 +185,9 @@ def ref_conv1d(x: Any, weight: Any, bias: Any, state: Any = None) -> Any:
 
 
 def max_rel_err(out: Any, ref: Any) -> float:
+    """``max |out - ref| / max |ref|`` over tensors of one shape."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
     return ((out.double() - ref).abs().max() / (ref.abs().max() + 1e-6)).item()
 
 
@@ -313,13 +317,15 @@ def scan_row(
     peak: float | None,
 ) -> dict:
     """One selective-scan problem (``B``, ``C`` ``[b, N, L]`` for one group, else
-    ``[b, G, N, L]``), its reference on batch row 0 and the first ``REF_DIM`` channels on the
-    GPU (the whole problem in the dry run), every implementation measured."""
+    ``[b, G, N, L]``), its reference on batch row 0 and the first ``REF_DIM`` channels of group 0
+    for the full-size shapes (channels and batch rows do not interact; the whole problem in the
+    dry run), every implementation measured."""
     import torch
 
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
+    part = not args.dry_run  # the full-size shapes: the reference on a slice
     g = torch.Generator(device).manual_seed(0)
     u, z = (_rand(g, b, dim, L, dtype=dtype, device=device) for _ in range(2))
     delta = _rand(g, b, dim, L, dtype=dtype, device=device, kind="u")
@@ -327,10 +333,10 @@ def scan_row(
     B, C = (_rand(g, *bc, dtype=dtype, device=device) for _ in range(2))
     A = _rand(g, dim, n, dtype=torch.float32, device=device, kind="a")
     D, bias = (_rand(g, dim, dtype=torch.float32, device=device, kind="r") for _ in range(2))
-    k = min(dim, REF_DIM) if cuda else dim
-    bs, cs = slice(0, 1 if cuda else b), slice(0, k)
-    assert grp == 1 or k == dim, "the GPU reference slice assumes one group"
-    refs = (ref_selective_scan(u[bs, cs], delta[bs, cs], A[cs], B[bs], C[bs], D[cs], z[bs, cs], bias[cs]),)
+    k = min(dim // grp, REF_DIM) if part else dim  # a slice within group 0
+    bs, cs = slice(0, 1 if part else b), slice(0, k)
+    Bs, Cs = (B[bs, :1], C[bs, :1]) if grp > 1 and k < dim else (B[bs], C[bs])
+    refs = (ref_selective_scan(u[bs, cs], delta[bs, cs], A[cs], Bs, Cs, D[cs], z[bs, cs], bias[cs]),)
     kw = {"D": D, "z": z, "delta_bias": bias, "delta_softplus": True}
     fns: dict[str, Callable[[bool], tuple]] = {
         "hexlayout": lambda c: (ho.selective_scan(u, delta, A, B, C, **kw),)
@@ -369,7 +375,7 @@ def run_scan(
     import torch
 
     batches, seqs, dims = DRY["scan"] if args.dry_run else (QUICK if args.quick else FULL)["scan"]
-    n, grp = (DRY_M1["N"], DRY_M1["G"]) if args.dry_run else (16, 1)
+    n, grp = (DRY_M1["N"], DRY_M1["G"]) if args.dry_run else (M1["N"], M1["G"])
     es = torch.finfo(dtype).bits // 8
     rows = []
     for dim in dims:
@@ -421,10 +427,12 @@ def state_row(
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
+    part = not args.dry_run  # the full-size shapes: the reference on a slice
     g = torch.Generator(device).manual_seed(form)
     m2 = DRY_M2 if args.dry_run else M2
     if form == 1:
-        dim, n, grp = (8, DRY_M1["N"], DRY_M1["G"]) if args.dry_run else (5120, 16, 1)
+        m1 = DRY_M1 if args.dry_run else M1
+        dim, n, grp = m1["decode_dim"], m1["N"], m1["G"]
         inner, hd, head = (dim,), dim, ()
     else:
         dim, n, grp = m2["H"], m2["N"], m2["G"]
@@ -436,8 +444,8 @@ def state_row(
     A = _rand(g, *((dim, n) if form == 1 else (hd,)), dtype=torch.float32, device=device, kind="a")
     B, C = (_rand(g, b, grp, n, dtype=dtype, device=device) for _ in range(2))
     D, bias = (_rand(g, hd, dtype=torch.float32, device=device, kind="r") for _ in range(2))
-    k = min(hd, (REF_DIM if form == 1 else hd // grp)) if cuda else hd
-    bs, cs = slice(0, 1 if cuda else b), slice(0, k)
+    k = min(hd, (REF_DIM if form == 1 else hd // grp)) if part else hd
+    bs, cs = slice(0, 1 if part else b), slice(0, k)
     gs = slice(0, grp if k == hd else 1)
     old = cache[idx.long()]
     refs = ref_state_update(old[bs, cs], x[bs, cs], dt_[bs, cs], A[cs], B[bs, gs], C[bs, gs], D[cs], bias[cs])
@@ -505,6 +513,7 @@ def ssd_row(
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
+    part = not args.dry_run  # the full-size shapes: the reference on a slice
     m = DRY_M2 if args.dry_run else M2
     h, p, grp, n = m["H"], m["P"], m["G"], m["N"]
     g = torch.Generator(device).manual_seed(1)
@@ -514,7 +523,7 @@ def ssd_row(
     B, C = (_rand(g, b, L, grp, n, dtype=dtype, device=device) for _ in range(2))
     D, bias = (_rand(g, h, dtype=torch.float32, device=device, kind="r") for _ in range(2))
     bs, hs, gs = (
-        (slice(0, 1), slice(0, h // grp), slice(0, 1)) if cuda else (slice(0, b), slice(0, h), slice(0, grp))
+        (slice(0, 1), slice(0, h // grp), slice(0, 1)) if part else (slice(0, b), slice(0, h), slice(0, grp))
     )
     refs = (
         ref_ssd(
@@ -583,12 +592,13 @@ def conv_row(
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
+    part = not args.dry_run  # the full-size shapes: the reference on a slice
     m = DRY_M2 if args.dry_run else M2
     dim, w = m["H"] * m["P"] + 2 * m["G"] * m["N"], m["width"]
     g = torch.Generator(device).manual_seed(2)
     x = _rand(g, b, dim, L, dtype=dtype, device=device)
     weight, bias = _rand(g, dim, w, dtype=dtype, device=device), _rand(g, dim, dtype=dtype, device=device)
-    bs, cs = (slice(0, 1), slice(0, REF_DIM)) if cuda else (slice(0, b), slice(0, dim))
+    bs, cs = (slice(0, 1), slice(0, REF_DIM)) if part else (slice(0, b), slice(0, dim))
     es = torch.finfo(dtype).bits // 8
     fns: dict[str, Callable[[bool], tuple]] = {
         "hexlayout": lambda c: (ho.causal_conv1d(x, weight, bias, activation="silu"),)
@@ -652,6 +662,7 @@ def conv_update_row(
     import hexlayout.ops as ho
 
     cuda = device == "cuda"
+    part = not args.dry_run  # the full-size shapes: the reference on a slice
     m = DRY_M2 if args.dry_run else M2
     dim, w = m["H"] * m["P"] + 2 * m["G"] * m["N"], m["width"]
     g = torch.Generator(device).manual_seed(3)
@@ -659,7 +670,7 @@ def conv_update_row(
     weight = _rand(g, dim, w, dtype=dtype, device=device)
     cache = _rand(g, 2 * b, dim, w - 1, dtype=dtype, device=device)
     idx = torch.randperm(2 * b, generator=g, device=device)[:b].to(torch.int32)
-    bs, cs = (slice(0, 1), slice(0, REF_DIM)) if cuda else (slice(0, b), slice(0, dim))
+    bs, cs = (slice(0, 1), slice(0, REF_DIM)) if part else (slice(0, b), slice(0, dim))
     old = cache[idx.long()]
     full = torch.cat([old, x1[..., None]], -1)[bs, cs]
     refs = (
