@@ -10,7 +10,7 @@ HBM bandwidth (``--peak-gbps`` or a table by device name; 1.0 = at peak):
 - **selective_scan** (Mamba-1 prefill, ``hexlayout.ops.selective_scan``): batch 1 .. 64 x
   seqlen 1k .. 8k x dim 1536 / 5120 (Mamba-790M / Mamba-2.8B's inner width), N = 16, with
   ``D``, ``z``, ``delta_bias`` and softplus (a Mamba-1 layer's call). Peers: mamba_ssm's
-  ``selective_scan_fn``; vLLM's ``selective_scan_fn`` (varlen ``[dim, T]`` layout).
+  ``selective_scan_fn``; vLLM's ``selective_scan_fn`` (batch layout, its own state buffer and copy of ``z``).
   bytes = (4 [u, delta, z, out] * B * dim * L + 2 [B, C] * B * G * N * L) * esize
   + (dim * N + 2 * dim) * 4.
 - **state_update** (one decode step, ``hexlayout.ops.selective_state_update``), batch 1 .. 256,
