@@ -291,3 +291,58 @@ def test_cpu_backend_serves_sinks_and_fp8_caches() -> None:
         impl(is_fp8_kv_cache=True, kv_cache_dtype="fp8", head_size=72), torch.bfloat16
     )
     assert "ALiBi" in unsupported_reason(impl(alibi_slopes=torch.ones(H)), torch.bfloat16)
+
+
+def decode_batch(klens: list[int], tables: list[list[int]]) -> CommonAttentionMetadata:
+    """A uniform decode batch (one new token per sequence) as vLLM's runner builds it."""
+    qsl = torch.arange(len(klens) + 1, dtype=torch.int32)
+    width = max(map(len, tables))
+    slots = [t[(k - 1) // BS] * BS + (k - 1) % BS for t, k in zip(tables, klens)]
+    return CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=torch.tensor(klens, dtype=torch.int32),
+        num_reqs=len(klens), num_actual_tokens=len(klens), max_query_len=1, max_seq_len=max(klens),
+        block_table_tensor=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+    )
+
+
+def test_decode_graph_captured_once_replays_at_other_lengths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full CUDA graphs of decode batches, in the emulator: vLLM's eager warm-up of the capture
+    size builds every kernel; the (mocked) capture then builds nothing; replays with other
+    context lengths (a longer and a shorter one, other blocks) give the float64 result, because
+    the split count is fixed for the graph (not chosen from ``max_seq_len``) and the kernels
+    read the lengths from the batch's tensors."""
+    from types import SimpleNamespace
+
+    from vllm.config import CUDAGraphMode
+
+    from hexlayout.runtime import clear_builds, launch_log, mock_capture
+
+    backend_cls = HexlayoutCUDAAttentionBackend
+    assert backend_cls.get_builder_cls()._cudagraph_support.name == "UNIFORM_BATCH"
+    cfg = SimpleNamespace(compilation_config=SimpleNamespace(cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE,
+                                                             max_cudagraph_capture_size=8),
+                          model_config=SimpleNamespace(max_model_len=2048))
+    builder = backend_cls.get_builder_cls()(None, ["l0"], cfg, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(21)
+    attn, layer = impl(), Layer()
+    clear_builds()
+    for step, klens in enumerate(([5, 33], [70, 2], [17, 80])):       # warm-up, capture, replays
+        perm = torch.randperm(NB, generator=gen).tolist()
+        tables = [perm[:5], perm[5:10]]
+        md = builder.build(0, decode_batch(klens, tables))
+        assert md.num_splits == 2                                      # 2048 keys: 2 splits, always
+        cache = make_cache(gen)
+        q = torch.randn(2, H, D, generator=gen).to(torch.bfloat16)
+        kv = torch.randn(2, KVH, D, generator=gen).to(torch.bfloat16)
+        out = torch.empty(2, H, D, dtype=torch.bfloat16)
+        if step == 0:                                                 # eager: builds
+            attn.do_kv_cache_update(layer, kv, kv, cache, md.slot_mapping)
+            attn.forward(layer, q, kv, kv, cache, md, out)
+            continue
+        with launch_log() as ran, mock_capture():
+            attn.do_kv_cache_update(layer, kv, kv, cache, md.slot_mapping)
+            attn.forward(layer, q, kv, kv, cache, md, out)
+        assert ran
+        ref = reference(q, cache, md.block_table, [1, 1], klens, D**-0.5, -1, 0.0)
+        assert (out.double() - ref).abs().max().item() < 2e-2, klens

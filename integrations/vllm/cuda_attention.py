@@ -33,8 +33,9 @@ stay tensors on the device: no host synchronization).
 What hexlayout cannot serve (non-decoder attention, float32, a head size past 256 or not a
 multiple of 8, or of 16 with an FP8 cache) the backend declares to vLLM's selector
 (``validate_configuration`` then names the reason); ALiBi raises when a layer is built. The
-builder never supports CUDA graphs (``AttentionCGSupport.NEVER``): attention runs eagerly
-between vLLM's piecewise graphs.
+builder supports full CUDA graphs of uniform (decode) batches (``AttentionCGSupport.UNIFORM_BATCH``,
+see :class:`HexlayoutAttentionMetadataBuilder`); mixed batches run attention eagerly between
+vLLM's piecewise graphs.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from vllm.v1.attention.backend import (
 )
 
 from hexlayout.errors import HexlayoutError
+from hexlayout.runtime.capture import capturing
 
 from .log import flush, logger
 from .trace import record_attention, trace_dir
@@ -132,18 +134,42 @@ class HexlayoutAttentionMetadata:
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
     causal: bool = True
+    num_splits: int = 0
+
+
+def graph_num_splits(max_model_len: int) -> int:
+    """The split-KV count of every batch a full CUDA graph may replay (fixed at capture: the
+    splits share each sequence's key blocks on the device, so one count serves any length):
+    one split per 1024 keys of the longest context the model allows, at most 16."""
+    return max(1, min(16, -(-int(max_model_len) // 1024)))
 
 
 class HexlayoutAttentionMetadataBuilder(AttentionMetadataBuilder[HexlayoutAttentionMetadata]):
     """:class:`HexlayoutAttentionMetadata` from vLLM's ``CommonAttentionMetadata`` (no reorder:
-    the kernel takes prefill and decode sequences in any order)."""
+    the kernel takes prefill and decode sequences in any order).
 
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    Full CUDA graphs of uniform batches (``AttentionCGSupport.UNIFORM_BATCH``: decode steps,
+    every sequence the same query count): the metadata are vLLM's persistent input buffers
+    (``query_start_loc``, ``seq_lens``, ``block_table``, ``slot_mapping``; nothing copied, no
+    host synchronization), the grid depends on the batch's size and query count only, and a
+    batch that fits the largest capture size gets the fixed split count
+    :func:`graph_num_splits` (never one chosen from ``max_seq_len``), so a graph captured at one
+    context length replays correctly at any other. vLLM's eager warm-up runs of each capture
+    size build every kernel the capture needs (a build inside the capture would raise
+    ``hexlayout.runtime.CaptureError``)."""
+
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
 
     def __init__(
         self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device
     ) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        cc = getattr(vllm_config, "compilation_config", None)
+        mode = getattr(cc, "cudagraph_mode", None)
+        full = bool(mode is not None and mode.has_full_cudagraphs())
+        self.graph_tokens = int(getattr(cc, "max_cudagraph_capture_size", 0) or 0) if full else 0
+        model = getattr(vllm_config, "model_config", None)
+        self.graph_splits = graph_num_splits(getattr(model, "max_model_len", 1024) or 1024)
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
@@ -162,6 +188,7 @@ class HexlayoutAttentionMetadataBuilder(AttentionMetadataBuilder[HexlayoutAttent
             block_table=cm.block_table_tensor,
             slot_mapping=cm.slot_mapping,
             causal=cm.causal,
+            num_splits=self.graph_splits if cm.num_actual_tokens <= self.graph_tokens else 0,
         )
 
 
@@ -279,15 +306,19 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
             list(self.sliding_window),
             self.logits_soft_cap,
             "NHD",
-            0,
+            md.num_splits,
             sinks_f32(self),
             self.cache_dtype,
             *kv_scales(self, layer),
         )
         output[:n].view(n, self.num_heads, self.head_size).copy_(out)
-        if trace_dir() is not None:
+        if trace_dir() is not None and not capturing():      # the trace reads the lengths: a sync
             record_attention(q, kc.shape[2], kc.shape[1], md)
         return output
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
+        """The sinks' float32 copy, made once after loading (never inside a CUDA-graph capture)."""
+        sinks_f32(self)
 
 
 class HexlayoutCUDAAttentionBackend(AttentionBackend):
