@@ -15,7 +15,7 @@ head sizes 64 / 128 / 256 with ``paged_attention_consts``: causal, block size 16
 decode; no Triton peer).
 
 Serving kernels (``serving_cases``; ``--only serving``, or a family: ``--only moe``,
-``moe_wna16``, ``moe_fp8``, ``paged_attention``, ``attention_varlen``, ``kv_cache``): every
+``moe_wna16``, ``moe_fp8``, ``paged_attention``, ``attention_varlen``, ``kv_cache``, ``mamba1``): every
 build the serving ops launch, traced from the ops' own launch code on ``meta`` tensors with the
 build and launch recorded instead of run, for a grid of problems (bench_moe's Mixtral-8x7B and
 DeepSeek-V3 TP8 shapes at T = 1..4096; attention head sizes 64 / 128 / 256), so the constants are
@@ -23,8 +23,8 @@ those the ops' config choosers pick and a new config or kernel module an op disp
 up by itself: the MoE alignment, gate-up / down (bf16, W4A16 / W8A16 AWQ / GPTQ, FP8; sm_80 /
 sm_89 mma.sync and the sm_90a kernels), split-K, quantization and sum kernels, paged attention
 (whole and split-KV, with its combine kernel) and varlen attention on sm_80 and sm_90a, the
-KV-cache writer. Their table adds shared memory and the problems that launch each build; no
-Triton peer (vLLM's Triton fused MoE is not part of Triton).
+KV-cache writer, the Mamba-1 selective scan and state update. Their table adds shared memory and
+the problems that launch each build; no Triton peer (vLLM's Triton fused MoE is not part of Triton).
 
 Peers (``--peers``, needs ``pip install triton``; the ``bench`` extra): written here after the
 Triton tutorials' semantics, compiled for the same tiles, warps and stages:
@@ -385,6 +385,37 @@ def _kv_cache_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
         yield f"hd{d} block {ATTN_BLOCK}", call
 
 
+def _mamba1_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``selective_scan`` (Mamba-130m's d_inner 1536, N 16, batch 8 x L 2048, bf16, every option)
+    and ``selective_state_update`` (Mamba-1: dim 1536, N 16, f32 state; Mamba-2: 80 heads x 64,
+    N 128, bf16 state), through their ``run_*`` host paths."""
+    import torch
+    from hexlayout.ops.mamba.selective_scan import run_selective_scan
+    from hexlayout.ops.mamba.state_update import run_selective_state_update
+
+    bf, f32 = torch.bfloat16, torch.float32
+    u = _meta_tensor((8, 1536, 2048), bf)
+    a, bc, d = _meta_tensor((1536, 16), f32), _meta_tensor((8, 16, 2048), bf), _meta_tensor((1536,), f32)
+
+    def scan() -> Any:
+        return run_selective_scan(u, u, a, bc, bc, d, u, d, True, True)
+
+    yield "selective_scan dim 1536 N 16 L 2048", scan
+    idx = _meta_tensor((8,), torch.int32)
+    for what, state, x, dts_, A, B, D in (
+        ("Mamba-1 dim 1536 N 16", (16, 1536, 16), (8, 1536), (8, 1536), (1536, 16), (8, 16), (1536,)),
+        ("Mamba-2 H 80 P 64 N 128", (16, 80, 64, 128), (8, 80, 64), (8, 80), (80,), (8, 1, 128), (80,)),
+    ):
+        st = _meta_tensor(state, f32 if len(state) == 3 else bf)
+        xs, dts, As, Bs, Ds = (_meta_tensor(x, bf), _meta_tensor(dts_, bf), _meta_tensor(A, f32),
+                               _meta_tensor(B, bf), _meta_tensor(D, f32))
+
+        def update(st=st, xs=xs, dts=dts, As=As, Bs=Bs, Ds=Ds) -> Any:
+            return run_selective_state_update(st, xs, dts, As, Bs, Bs, Ds, xs, Ds, True, idx)
+
+        yield f"selective_state_update {what}", update
+
+
 #: The serving op families: name -> (architectures, problems). The architectures are those the
 #: op builds distinct code for (sm_80 code runs on sm_89; the fp8 kernels need sm_89). A new op
 #: is one line here; a kernel module an existing op dispatches to needs none.
@@ -395,6 +426,7 @@ SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Ca
     "paged_attention": (("sm_80", "sm_90a"), _paged_problems),
     "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),
     "kv_cache": (("sm_80", "sm_90a"), _kv_cache_problems),
+    "mamba1": (("sm_80", "sm_90a"), _mamba1_problems),
 }
 
 

@@ -56,6 +56,7 @@ OPS = readme_ops()
 CALLED = {"gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
           "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
 CALLED |= {"mla_decode", "mla_reshape_and_cache"}
+CALLED |= {"selective_scan", "selective_state_update"}
 
 
 def _parse_signature(text: str) -> inspect.Signature:
@@ -420,3 +421,42 @@ def test_prepare_fp8_and_fused_moe_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
     _close(_documented("fused_moe_fp8")(x, w13, w2, tw, ids), want, 3e-2, "hexlayout.ops.fused_moe_fp8")
     out = _torch_op("fused_moe_fp8")(x, w13.w, w13.scale, w2.w, w2.scale, tw, ids)
     _close(out, want, 3e-2, "torch.ops.hexlayout.fused_moe_fp8")
+
+
+def test_selective_scan() -> None:
+    g = torch.Generator().manual_seed(8)
+    u, delta = torch.randn(1, 8, 19, generator=g).half(), (torch.rand(1, 8, 19, generator=g) * 0.5).half()
+    A = -torch.rand(8, 4, generator=g)
+    B, C = torch.randn(1, 4, 19, generator=g).half(), torch.randn(1, 4, 19, generator=g).half()
+    h, ys = torch.zeros(1, 8, 4, dtype=torch.float64), []
+    for t in range(19):
+        d = delta[..., t].double()
+        bt = B[:, None, :, t].double()
+        h = torch.exp(d[..., None] * A.double()) * h + (d * u[..., t].double())[..., None] * bt
+        ys.append((h * C[:, None, :, t].double()).sum(-1))
+    want = torch.stack(ys, -1)
+    out, last = _documented("selective_scan")(u, delta, A, B, C, return_last_state=True)
+    _close(out, want, 1e-2, "hexlayout.ops.selective_scan")
+    _close(last, h, 1e-3, "hexlayout.ops.selective_scan last_state")
+    out, last = _torch_op("selective_scan")(u, delta, A, B, C, None, None, None, False, True)
+    _close(out, want, 1e-2, "torch.ops.hexlayout.selective_scan")
+
+
+def test_selective_state_update() -> None:
+    g = torch.Generator().manual_seed(9)
+    x, dt = torch.randn(2, 16, generator=g).half(), torch.rand(2, 16, generator=g).half()
+    A = -torch.rand(16, 8, generator=g)
+    B, C = torch.randn(2, 8, generator=g).half(), torch.randn(2, 8, generator=g).half()
+    init = torch.randn(3, 16, 8, generator=g)
+    idx = torch.tensor([2, -1], dtype=torch.int32)
+    new = torch.exp(dt[0].double()[:, None] * A.double()) * init[2].double() \
+        + (dt[0].double() * x[0].double())[:, None] * B[0].double()
+    want_y = torch.stack([(new * C[0].double()).sum(-1), torch.zeros(16, dtype=torch.float64)])
+    for fn, what in ((_documented("selective_state_update"), "hexlayout.ops"),
+                     (_torch_op("selective_state_update"), "torch.ops.hexlayout")):
+        state = init.clone()
+        y = fn(state, x, dt, A, B, C, state_batch_indices=idx) if what == "hexlayout.ops" else \
+            fn(state, x, dt, A, B, C, None, None, None, False, idx)
+        _close(y, want_y, 1e-2, f"{what}.selective_state_update")
+        _close(state[2], new, 1e-4, f"{what}.selective_state_update state")
+        assert torch.equal(state[:2], init[:2]), what

@@ -33,6 +33,8 @@ calls = {
     "mla_decode": lambda: ops.mla_decode(*[None] * 5, 1, 1),
     "mla_reshape_and_cache": lambda: ops.mla_reshape_and_cache(*[None] * 4),
 }
+calls["selective_scan"] = lambda: ops.selective_scan(*[None] * 5)
+calls["selective_state_update"] = lambda: ops.selective_state_update(*[None] * 6)
 out = {"have_torch": HAVE_TORCH, "all": sorted(ops.__all__), "errors": {}}
 for name, call in calls.items():
     try:
