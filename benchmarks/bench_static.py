@@ -414,6 +414,27 @@ def _mamba1_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
             return run_selective_state_update(st, xs, dts, As, Bs, Bs, Ds, xs, Ds, True, idx)
 
         yield f"selective_state_update {what}", update
+def _mamba_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """Mamba-2's kernels (a Nemotron-H-like layer: dim 4096 + 2·G·N for the convolution, H 64,
+    P 64, G 8, N 128): ``causal_conv1d`` over 2048 packed positions of 4 sequences,
+    ``causal_conv1d_update`` for 64 rows, ``ssd_scan`` over the same packed positions."""
+    import torch
+    from hexlayout.ops.mamba.conv1d import run_causal_conv1d, run_causal_conv1d_update
+    from hexlayout.ops.mamba.ssd import run_ssd_scan
+
+    t, dim, h, p, g, n = 2048, 6144, 64, 64, 8, 128
+    x = _meta_tensor((t, dim), torch.bfloat16).t()          # vLLM: the projection's columns
+    w = _meta_tensor((dim, 4), torch.bfloat16)
+    cu = _meta_tensor((5,), torch.int32)
+    state = _meta_tensor((256, 3, dim), torch.bfloat16).transpose(1, 2)
+    xd, idx = _meta_tensor((64, dim), torch.bfloat16), _meta_tensor((64,), torch.int32)
+    xs, bc = _meta_tensor((1, t, h, p), torch.bfloat16), _meta_tensor((1, t, g, n), torch.bfloat16)
+    dt, a = _meta_tensor((1, t, h), torch.float32), _meta_tensor((h,), torch.float32)
+    yield "conv1d packed 4 seqs width 4 silu", lambda: run_causal_conv1d(x, w, None, "silu", None, cu)
+    yield "conv1d update batch 64 width 4 silu", lambda: run_causal_conv1d_update(xd, state, w, None, "silu",
+                                                                                  idx)
+    yield "ssd packed 4 seqs softplus D z", lambda: run_ssd_scan(xs, dt, a, bc, bc, a, xs, a, True,
+                                                                 (0.0, float("inf")), None, cu)
 
 
 #: The serving op families: name -> (architectures, problems). The architectures are those the
@@ -427,6 +448,7 @@ SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Ca
     "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),
     "kv_cache": (("sm_80", "sm_90a"), _kv_cache_problems),
     "mamba1": (("sm_80", "sm_90a"), _mamba1_problems),
+    "mamba": (("sm_80", "sm_90a"), _mamba_problems),
 }
 
 

@@ -14,6 +14,8 @@ tensors, ``torch.compile`` and CUDA-graph capture):
   bf16 / f16, int4 / int8 (AWQ, GPTQ incl. act-order), MXFP4 and fp8 expert weights;
 - ``selective_scan``, ``selective_state_update`` (package ``mamba``): the Mamba-1 selective scan
   and the Mamba-1 / Mamba-2 decode-step state update.
+- ``causal_conv1d``, ``causal_conv1d_update``, ``ssd_scan`` (package ``mamba``): Mamba's depthwise
+  causal convolution, prefill (batched or packed) and decode, and the Mamba-2 SSD scan.
 
 Every op package holds its kernels per architecture, its argument checks, its host dispatch and
 its torch registration; ``host`` holds what they share (device facts, checks, build and run),
@@ -26,7 +28,7 @@ from . import compile_backend as _compile_backend  # noqa: F401 - registers the 
 from .attention import attention_varlen, mla_decode, mla_reshape_and_cache, paged_attention
 from .gemm import gemm
 from .kv_cache import reshape_and_cache
-from .mamba import selective_scan, selective_state_update
+from .mamba import causal_conv1d, causal_conv1d_update, selective_scan, selective_state_update, ssd_scan
 from .moe import (
     Fp8MoEWeights,
     WNA16Weights,
@@ -43,4 +45,4 @@ __all__ = ["gemm", "paged_attention", "attention_varlen", "mla_decode", "mla_res
            "reshape_and_cache", "fused_moe", "fused_moe_wna16",
            "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4",
            "prepare_fp8", "WNA16Weights", "Fp8MoEWeights"]
-__all__ += ["selective_scan", "selective_state_update"]
+__all__ += ["selective_scan", "selective_state_update", "causal_conv1d", "causal_conv1d_update", "ssd_scan"]

@@ -57,6 +57,12 @@ CALLED = {"gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "f
           "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
 CALLED |= {"mla_decode", "mla_reshape_and_cache"}
 CALLED |= {"selective_scan", "selective_state_update"}
+CALLED |= {"causal_conv1d", "causal_conv1d_update", "ssd_scan"}
+
+
+def _literal(node: ast.expr) -> Any:
+    """A default as written: a literal, where ``math.inf`` stands for infinity."""
+    return ast.literal_eval(ast.unparse(node).replace("math.inf", "1e999"))
 
 
 def _parse_signature(text: str) -> inspect.Signature:
@@ -70,10 +76,10 @@ def _parse_signature(text: str) -> inspect.Signature:
     pos_defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
     for a, d in zip(args.args, pos_defaults, strict=True):
         params.append(inspect.Parameter(a.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        default=empty if d is None else ast.literal_eval(d)))
+                                        default=empty if d is None else _literal(d)))
     for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
         params.append(inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY,
-                                        default=empty if d is None else ast.literal_eval(d)))
+                                        default=empty if d is None else _literal(d)))
     return inspect.Signature(params)
 
 
@@ -460,3 +466,32 @@ def test_selective_state_update() -> None:
         _close(y, want_y, 1e-2, f"{what}.selective_state_update")
         _close(state[2], new, 1e-4, f"{what}.selective_state_update state")
         assert torch.equal(state[:2], init[:2]), what
+def test_causal_conv1d_and_update() -> None:
+    g = torch.Generator().manual_seed(8)
+    x, w = torch.randn(2, 8, 5, generator=g).half(), torch.randn(8, 3, generator=g).half()
+    want = F.conv1d(F.pad(x.double(), (2, 0)), w.double().unsqueeze(1), groups=8)
+    _close(_documented("causal_conv1d")(x, w), want, 1e-2, "hexlayout.ops.causal_conv1d")
+    out, final = _torch_op("causal_conv1d")(x, w)
+    _close(out, want, 1e-2, "torch.ops.hexlayout.causal_conv1d")
+    assert torch.equal(final, x[:, :, -2:])
+    for fn, what in ((_documented("causal_conv1d_update"), "hexlayout.ops"),
+                     (_torch_op("causal_conv1d_update"), "torch.ops.hexlayout")):
+        state = x[:, :, :2].clone()
+        y = fn(x[:, :, 2], state, w)
+        _close(y, want[:, :, 2], 1e-2, f"{what}.causal_conv1d_update")
+        assert torch.equal(state, x[:, :, 1:3])
+
+
+def test_ssd_scan() -> None:
+    g = torch.Generator().manual_seed(9)
+    x, dt, A = torch.randn(1, 3, 2, 8, generator=g).half(), torch.rand(1, 3, 2, generator=g), -torch.rand(2)
+    B, C = torch.randn(1, 3, 1, 16, generator=g).half(), torch.randn(1, 3, 1, 16, generator=g).half()
+    h = torch.zeros(2, 8, 16, dtype=torch.float64)
+    want = torch.zeros(1, 3, 2, 8, dtype=torch.float64)
+    for t in range(3):
+        d = dt[0, t].double()[:, None, None]
+        inp = d * x[0, t].double()[:, :, None] * B[0, t, 0].double()
+        h = torch.exp(d * A.double()[:, None, None]) * h + inp
+        want[0, t] = h @ C[0, t, 0].double()
+    _close(_documented("ssd_scan")(x, dt, A, B, C, chunk_size=2), want, 1e-2, "hexlayout.ops.ssd_scan")
+    _close(_torch_op("ssd_scan")(x, dt, A, B, C)[0], want, 1e-2, "torch.ops.hexlayout.ssd_scan")

@@ -32,6 +32,9 @@ calls = {
     "prepare_mxfp4": lambda: ops.prepare_mxfp4(None, None, dtype=None),
     "mla_decode": lambda: ops.mla_decode(*[None] * 5, 1, 1),
     "mla_reshape_and_cache": lambda: ops.mla_reshape_and_cache(*[None] * 4),
+    "causal_conv1d": lambda: ops.causal_conv1d(None, None),
+    "causal_conv1d_update": lambda: ops.causal_conv1d_update(None, None, None),
+    "ssd_scan": lambda: ops.ssd_scan(*[None] * 5),
 }
 calls["selective_scan"] = lambda: ops.selective_scan(*[None] * 5)
 calls["selective_state_update"] = lambda: ops.selective_state_update(*[None] * 6)
