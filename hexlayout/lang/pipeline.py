@@ -262,8 +262,16 @@ class OnlineSoftmax:
     ``alpha`` are 0 there, not NaN. ``out(acc)`` is ``acc / l`` (0 for a row that saw no key)
     and ``lse()`` the natural-log sum ``(m + log2 l) * ln 2``.
 
+    A sink (attention sinks, as gpt-oss uses: a logit ``t`` per row, in the log2 domain, that
+    joins the denominator only) starts the state at ``m = t``, ``l = exp2(t - t) = 1`` (``t =
+    -inf``: no sink, ``m = -inf``, ``l = 0``), so at the end ``out = sum_j exp2(x_j - m) v_j /
+    (sum_j exp2(x_j - m) + exp2(t - m))`` and ``lse = ln(sum_j e^(s_j) + e^(t ln 2))``; a row
+    that sees no key gives 0 and the sink's natural logit.
+
     Args:
         rows (int): the rows of the score blocks (a static int).
+        sink (Tile | Expr | float | None): the rows' sink logits in the log2 domain (rows x 1
+            f32, or one value for every row), or None.
 
     Raises:
         KernelError: as ``hl.full`` / ``hl.zeros``.
@@ -285,9 +293,12 @@ class OnlineSoftmax:
             attn.trace()
     """
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, sink: Any = None) -> None:
         self.m: Tile = full((rows, 1), NEG_INF, f32)
         self.l: Tile = zeros((rows, 1), f32)
+        if sink is not None:                                   # m = t, l = 1 (0 where t = -inf)
+            assign(self.m, maximum(self.m, sink))
+            assign(self.l, where(self.m.eq(NEG_INF), self.l, self.l + 1.0))
 
     def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True,
              rescale_first: bool = False) -> Tile:

@@ -42,8 +42,9 @@ def make_cache(gen: torch.Generator) -> torch.Tensor:
     return phys.transpose(1, 2)
 
 
-def reference(q, cache, block_table, qlens, klens, scale, window, softcap):
-    """float64 causal (bottom-right) attention of each sequence over its cached keys."""
+def reference(q, cache, block_table, qlens, klens, scale, window, softcap, sinks=None):
+    """float64 causal (bottom-right) attention of each sequence over its cached keys (``sinks``:
+    one logit per head joining the softmax denominator)."""
     kv = cache.transpose(1, 2).double()  # [NB, BS, KVH, 2D]
     outs = []
     start = 0
@@ -63,7 +64,10 @@ def reference(q, cache, block_table, qlens, klens, scale, window, softcap):
         if window >= 0:
             mask |= j < i - window
         s = s.masked_fill(mask, float("-inf"))
-        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1), v))
+        if sinks is not None:
+            s = torch.cat([s, sinks.double()[:, None, None].expand(-1, nq, 1)], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :nk]
+        outs.append(torch.einsum("hqk,khd->qhd", p, v))
         start += nq
     return torch.cat(outs)
 
@@ -155,6 +159,47 @@ def test_mixed_batch_matches_float64(
     )
 
 
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e5m2"])
+def test_fp8_cache_and_sinks_match_float64(kv_cache_dtype: str) -> None:
+    """An FP8 cache (uint8, as vLLM allocates it) written by ``do_kv_cache_update`` with the
+    layer's ``_k_scale`` / ``_v_scale`` and read by ``forward``, with attention sinks (bf16, as
+    gpt-oss loads them): against float64 attention over the dequantized cache."""
+    fp8 = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    gen = torch.Generator().manual_seed(3)
+    qlens, klens = [1, 5], [21, 5]
+    n = sum(qlens)
+    block_table = torch.tensor([[4, 7], [2, 0]], dtype=torch.int32)
+    slots = [7 * BS + 4] + [2 * BS + i for i in range(5)]
+    qsl = torch.tensor([0, 1, 6], dtype=torch.int32)
+    cm = CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=torch.tensor(klens, dtype=torch.int32),
+        num_reqs=2, num_actual_tokens=n, max_query_len=5, max_seq_len=21, block_table_tensor=block_table,
+        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+    )
+    md = HexlayoutCUDAAttentionBackend.get_builder_cls()(None, ["l0"], None, torch.device("cpu")).build(0, cm)
+    old = torch.randn(NB, BS, KVH, 2 * D, generator=gen).to(fp8)
+    cache = old.view(torch.uint8).clone().transpose(1, 2)          # logical [NB, KVH, BS, 2D] bytes
+    query = torch.randn(n, H, D, generator=gen).to(torch.bfloat16)
+    key = torch.randn(n, KVH, D, generator=gen).to(torch.bfloat16)
+    value = torch.randn(n, KVH, D, generator=gen).to(torch.bfloat16)
+    sinks = (torch.randn(H, generator=gen) * 2).to(torch.bfloat16)
+    attn = HexlayoutCUDAAttentionImpl(H, D, D**-0.5, KVH, None, None, kv_cache_dtype, sinks=sinks)
+    layer = Layer()
+    layer._k_scale, layer._v_scale = torch.tensor(0.5), torch.tensor(0.25)
+    attn.do_kv_cache_update(layer, key, value, cache, md.slot_mapping)
+    output = torch.zeros(n, H, D, dtype=torch.bfloat16)
+    attn.forward(layer, query, key, value, cache, md, output)
+    deq = cache.view(fp8).double()
+    deq[..., :D] *= 0.5
+    deq[..., D:] *= 0.25
+    for t, s in enumerate(slots):                                   # the new rows: fp8(x / scale)
+        got = cache[s // BS, :, s % BS, :D].view(fp8).double()
+        assert torch.equal(got, (key[t].float() / 0.5).to(fp8).double())
+    ref = reference(query, deq, block_table, qlens, klens, D**-0.5, -1, 0.0, sinks.float())
+    err = (output.double() - ref).abs().max().item()
+    assert err < 2e-2, err
+
+
 def test_profile_run_writes_zeros() -> None:
     output = torch.full((5, H, D), 3.0, dtype=torch.bfloat16)
     cache = make_cache(torch.Generator().manual_seed(1))
@@ -166,8 +211,10 @@ def test_profile_run_writes_zeros() -> None:
 def test_unsupported_layers_are_clear_errors() -> None:
     with pytest.raises(HexlayoutAttentionUnsupported, match="ALiBi slopes"):
         HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, [0.5] * H, None, "auto")
-    with pytest.raises(HexlayoutAttentionUnsupported, match="KV cache dtype fp8"):
-        HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, None, None, "fp8")
+    with pytest.raises(HexlayoutAttentionUnsupported, match="head size 72 with an FP8 KV cache"):
+        HexlayoutCUDAAttentionImpl(H, 72, 0.1, KVH, None, None, "fp8")
+    with pytest.raises(HexlayoutAttentionUnsupported, match="KV cache dtype fp8_inc"):
+        HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, None, None, "fp8_inc")
     with pytest.raises(HexlayoutAttentionUnsupported, match="encoder_only attention"):
         HexlayoutCUDAAttentionImpl(H, D, 0.1, KVH, None, None, "auto", attn_type=AttentionType.ENCODER_ONLY)
 
@@ -188,9 +235,11 @@ def test_selector_view() -> None:
     assert reasons(has_sliding_window=True, device_capability=DeviceCapability(8, 9)) == []
     assert reasons(dtype=torch.float32)
     assert reasons(head_size=260)
-    assert reasons(kv_cache_dtype="fp8")
+    assert reasons(kv_cache_dtype="fp8") == reasons(kv_cache_dtype="fp8_e5m2") == []
+    assert reasons(kv_cache_dtype="fp8", head_size=72)
+    assert reasons(head_size=72) == []
     assert reasons(block_size=8)
-    assert reasons(has_sink=True)
+    assert reasons(has_sink=True) == []
     assert reasons(device_capability=DeviceCapability(10, 0))
     assert reasons(attn_type=AttentionType.ENCODER_ONLY)
 
@@ -222,3 +271,23 @@ def test_register_on_unsupported_cuda_device_keeps_vllm(monkeypatch: pytest.Monk
     plugin.register()
     assert plugin.registered() == ()
     assert not AttentionBackendEnum.CUSTOM.is_overridden()
+
+
+def test_cpu_backend_serves_sinks_and_fp8_caches() -> None:
+    """The CPU backend's (``CPU_ATTN``) reasons to keep vLLM's kernels: sinks and FP8 caches are
+    served now; an FP8 cache with a head size not a multiple of 16 is not."""
+    from types import SimpleNamespace
+
+    from hexlayout.integrations.vllm.attention import unsupported_reason
+
+    def impl(**kw):
+        base = dict(attn_type=AttentionType.DECODER, alibi_slopes=None, sinks=torch.zeros(H),
+                    is_fp8_kv_cache=False, kv_cache_dtype="auto", head_size=D)
+        return SimpleNamespace(**{**base, **kw})
+
+    assert unsupported_reason(impl(), torch.bfloat16) is None
+    assert unsupported_reason(impl(is_fp8_kv_cache=True, kv_cache_dtype="fp8_e5m2"), torch.bfloat16) is None
+    assert "multiples of 16" in unsupported_reason(
+        impl(is_fp8_kv_cache=True, kv_cache_dtype="fp8", head_size=72), torch.bfloat16
+    )
+    assert "ALiBi" in unsupported_reason(impl(alibi_slopes=torch.ones(H)), torch.bfloat16)

@@ -17,8 +17,12 @@ interior:
   metadata; causal bottom-right, a sliding window ``w`` as ``(w - 1, 0)``, softcap), and writes
   ``output[:num_actual_tokens]``; ``attn_metadata is None`` (the profile run) writes nothing.
 
-A layer hexlayout cannot serve (encoder attention, ALiBi, sinks, an fp8 KV cache, float32, a
-head size past 256 or not a multiple of 8, a block size other than 32, 64 or 128) keeps vLLM's
+Attention sinks (gpt-oss) go to the kernels as f32 ``sinks``; an FP8 KV cache
+(``kv_cache_dtype`` "fp8", "fp8_e4m3", "fp8_e5m2") is written and read with the layer's
+``_k_scale`` / ``_v_scale`` (``fp8(x / scale)`` stored, ``scale * fp8`` read).
+
+A layer hexlayout cannot serve (encoder attention, ALiBi, float32, a head size past 256 or not
+a multiple of 8 (of 16 with an FP8 cache), a block size other than 32, 64 or 128) keeps vLLM's
 CPU kernels for both the cache update and the attention, so the cache's interior always
 matches its reader. Each layer logs once which it runs.
 """
@@ -29,10 +33,12 @@ from typing import Any
 
 import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.*
 import torch
+from hexlayout.ops.attention.args import KV_CACHE_DTYPES
 from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
 
+from .cuda_attention import kv_cache_dtype_of, kv_scales, sinks_f32
 from .log import flush, logger
 from .trace import record_attention, trace_dir
 
@@ -41,6 +47,7 @@ __all__ = [
     "HexlayoutCPUAttentionImpl",
     "split_cpu_kv_cache",
     "register_attention",
+
 ]
 
 #: Block sizes of vLLM's CPU cache (multiples of 32) that hexlayout's paged attention takes.
@@ -61,14 +68,14 @@ def unsupported_reason(impl: CPUAttentionBackendImpl, dtype: torch.dtype) -> str
         return f"{impl.attn_type} attention"
     if impl.alibi_slopes is not None:
         return "ALiBi slopes"
-    if impl.sinks is not None:
-        return "attention sinks"
-    if impl.is_fp8_kv_cache:
+    if impl.is_fp8_kv_cache and impl.kv_cache_dtype not in KV_CACHE_DTYPES:
         return f"KV cache dtype {impl.kv_cache_dtype}"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"dtype {dtype} (hexlayout: float16, bfloat16)"
     if impl.head_size > 256 or impl.head_size % 8:
         return f"head size {impl.head_size} (hexlayout: multiples of 8 up to 256)"
+    if impl.is_fp8_kv_cache and impl.head_size % 16:
+        return f"head size {impl.head_size} with an FP8 KV cache (hexlayout: multiples of 16)"
     return None
 
 
@@ -109,7 +116,10 @@ class HexlayoutCPUAttentionImpl(CPUAttentionBackendImpl):
             return super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
         n = min(key.shape[0], slot_mapping.shape[0])
         kc, vc = split_cpu_kv_cache(kv_cache)
-        torch.ops.hexlayout.reshape_and_cache(key[:n], value[:n], kc, vc, slot_mapping[:n], "HND")
+        torch.ops.hexlayout.reshape_and_cache(
+            key[:n], value[:n], kc, vc, slot_mapping[:n], "HND", kv_cache_dtype_of(self),
+            *kv_scales(self, layer),
+        )
 
     def forward(
         self,
@@ -155,6 +165,9 @@ class HexlayoutCPUAttentionImpl(CPUAttentionBackendImpl):
             float(self.logits_soft_cap),
             "HND",
             0,
+            sinks_f32(self),
+            kv_cache_dtype_of(self),
+            *kv_scales(self, layer),
         )
         output[:n].copy_(out)
         if trace_dir() is not None:

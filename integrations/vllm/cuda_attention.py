@@ -25,8 +25,13 @@ step, ``forward_includes_kv_cache_update = False``), with its own metadata
   softcap ``c`` replaces the logits ``s`` by ``c * tanh(s / c)``), written into
   ``output[:num_actual_tokens]``; ``attn_metadata is None`` (the profile run) writes nothing.
 
-What hexlayout cannot serve (non-decoder attention, attention sinks, an fp8 KV cache, float32,
-a head size past 256 or not a multiple of 8) the backend declares to vLLM's selector
+Attention sinks (gpt-oss) go to the kernels as f32 ``sinks``; an FP8 KV cache
+(``kv_cache_dtype`` "fp8", "fp8_e4m3", "fp8_e5m2": vLLM allocates it as uint8) is written with
+``fp8(x / layer._k_scale)`` / ``fp8(x / layer._v_scale)`` and read as ``scale * fp8`` (the scales
+stay tensors on the device: no host synchronization).
+
+What hexlayout cannot serve (non-decoder attention, float32, a head size past 256 or not a
+multiple of 8, or of 16 with an FP8 cache) the backend declares to vLLM's selector
 (``validate_configuration`` then names the reason); ALiBi raises when a layer is built. The
 builder never supports CUDA graphs (``AttentionCGSupport.NEVER``): attention runs eagerly
 between vLLM's piecewise graphs.
@@ -39,7 +44,7 @@ from typing import Any, ClassVar
 
 import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.*
 import torch
-from hexlayout.ops.attention.args import BLOCK_SIZES
+from hexlayout.ops.attention.args import BLOCK_SIZES, KV_CACHE_DTYPES
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
@@ -60,13 +65,47 @@ __all__ = [
     "HexlayoutCUDAAttentionImpl",
     "HexlayoutCUDAAttentionBackend",
     "HexlayoutAttentionUnsupported",
+    "kv_cache_dtype_of",
+    "kv_scales",
+    "sinks_f32",
     "split_kv_cache",
     "register_cuda_attention",
 ]
 
 
+#: vLLM's ``kv_cache_dtype`` strings the backend serves: the model's dtype, and FP8 caches.
+SUPPORTED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
 class HexlayoutAttentionUnsupported(HexlayoutError, NotImplementedError):
     """A layer asks the CUSTOM (hexlayout) backend for something its kernels do not do."""
+
+
+def kv_cache_dtype_of(impl: Any) -> str:
+    """The ``kv_cache_dtype`` hexlayout's ops take for a layer: vLLM's FP8 strings as they are,
+    anything else (a cache in the model's dtype) "auto"."""
+    return impl.kv_cache_dtype if impl.kv_cache_dtype in KV_CACHE_DTYPES else "auto"
+
+
+def sinks_f32(impl: Any) -> torch.Tensor | None:
+    """The layer's attention sinks ``[H]`` as float32 (converted once, after the weights are
+    loaded: at the first forward), or None."""
+    sinks = getattr(impl, "sinks", None)
+    if sinks is None or sinks.dtype == torch.float32:
+        return sinks
+    cached = getattr(impl, "_hexlayout_sinks", None)
+    if cached is None or cached[0] is not sinks:
+        cached = (sinks, sinks.detach().float().contiguous())
+        impl._hexlayout_sinks = cached
+    return cached[1]
+
+
+def kv_scales(impl: Any, layer: Any) -> tuple[Any, Any]:
+    """The layer's FP8 cache scales ``(layer._k_scale, layer._v_scale)`` (one-element float32
+    tensors on the device) when its cache is FP8, else ``(None, None)``."""
+    if kv_cache_dtype_of(impl) == "auto":
+        return None, None
+    return layer._k_scale, layer._v_scale
 
 
 def split_kv_cache(kv_cache: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,12 +189,14 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
             what = f"{getattr(attn_type, 'value', attn_type)} attention"
         elif alibi_slopes is not None:
             what = "ALiBi slopes"
-        elif sinks is not None:
-            what = "attention sinks"
-        elif kv_cache_dtype not in ("auto", "float16", "bfloat16"):
+        elif kv_cache_dtype not in SUPPORTED_KV_CACHE_DTYPES:
             what = f"KV cache dtype {kv_cache_dtype}"
         elif head_size > 256 or head_size % 8:
             what = f"head size {head_size} (hexlayout: multiples of 8 up to 256)"
+        elif kv_cache_dtype in KV_CACHE_DTYPES[1:] and head_size % 16:
+            what = f"head size {head_size} with an FP8 KV cache (hexlayout: multiples of 16)"
+        elif sinks is not None and sinks.shape != (num_heads,):
+            what = f"sinks of shape {tuple(sinks.shape)} (expected [num_heads] = [{num_heads}])"
         if what is not None:
             raise HexlayoutAttentionUnsupported(
                 f"hexlayout attention (CUSTOM backend): {what} is not supported; select another "
@@ -168,10 +209,11 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
         self.alibi_slopes = None
         self.sliding_window = (-1, -1) if sliding_window is None else (sliding_window - 1, 0)
         self.kv_cache_dtype = kv_cache_dtype
+        self.cache_dtype = kv_cache_dtype_of(self)
         self.logits_soft_cap = float(logits_soft_cap or 0.0)
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        self.sinks = None
+        self.sinks = sinks
         self._logged = False
 
     def do_kv_cache_update(
@@ -186,7 +228,9 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
         (keys past the slots are padding)."""
         n = min(key.shape[0], slot_mapping.shape[0])
         kc, vc = split_kv_cache(kv_cache, self.head_size)
-        torch.ops.hexlayout.reshape_and_cache(key[:n], value[:n], kc, vc, slot_mapping[:n], "NHD")
+        torch.ops.hexlayout.reshape_and_cache(
+            key[:n], value[:n], kc, vc, slot_mapping[:n], "NHD", self.cache_dtype, *kv_scales(self, layer)
+        )
 
     def forward(
         self,
@@ -236,6 +280,9 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
             self.logits_soft_cap,
             "NHD",
             0,
+            sinks_f32(self),
+            self.cache_dtype,
+            *kv_scales(self, layer),
         )
         output[:n].view(n, self.num_heads, self.head_size).copy_(out)
         if trace_dir() is not None:
@@ -245,11 +292,11 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
 
 class HexlayoutCUDAAttentionBackend(AttentionBackend):
     """The CUSTOM attention backend: hexlayout's kernels on CUDA devices of compute capability
-    8.x / 9.0 (what vLLM's selector sees: dtypes, head sizes, block sizes, decoder only, no
-    sinks, no fp8 cache)."""
+    8.x / 9.0 (what vLLM's selector sees: dtypes, head sizes, block sizes, decoder only, sinks,
+    KV cache dtypes: the model's, FP8 E4M3 / E5M2)."""
 
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
-    supported_kv_cache_dtypes: ClassVar[list[Any]] = ["auto", "float16", "bfloat16"]
+    supported_kv_cache_dtypes: ClassVar[list[Any]] = list(SUPPORTED_KV_CACHE_DTYPES)
     forward_includes_kv_cache_update: bool = False
 
     @staticmethod
@@ -282,7 +329,17 @@ class HexlayoutCUDAAttentionBackend(AttentionBackend):
 
     @classmethod
     def supports_sink(cls) -> bool:
-        return False
+        return True
+
+    @classmethod
+    def supports_combination(cls, head_size: int, dtype: torch.dtype, kv_cache_dtype: Any, block_size: Any,
+                             use_mla: bool, has_sink: bool, use_sparse: bool, use_mm_prefix: bool,
+                             device_capability: Any) -> str | None:
+        """Why vLLM's selector may not pick the backend for this combination, or None: an FP8
+        cache needs a head size that is a multiple of 16 (16-byte rows of one-byte values)."""
+        if kv_cache_dtype in KV_CACHE_DTYPES[1:] and head_size % 16:
+            return f"head size {head_size} with an FP8 KV cache (hexlayout: multiples of 16)"
+        return None
 
     @classmethod
     def supports_compute_capability(cls, capability: Any) -> bool:

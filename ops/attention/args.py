@@ -30,7 +30,12 @@ __all__ = [
     "check_attention_options",
     "check_attention_varlen",
     "check_cu_seqlens",
+    "check_sinks",
+    "check_kv_cache_dtype",
+    "check_kv_scale",
+    "fp8_format",
     "head_dim_tile",
+    "KV_CACHE_DTYPES",
     "BLOCK_SIZES",
     "KV_LAYOUTS",
     "MAX_HEAD_DIM",
@@ -39,6 +44,54 @@ __all__ = [
 KV_LAYOUTS = ("NHD", "HND")
 BLOCK_SIZES = (16, 32, 64, 128)
 MAX_HEAD_DIM = 256
+#: The ``kv_cache_dtype`` strings of vLLM the ops take: the caches in the inputs' dtype
+#: (``"auto"``), or FP8 E4M3 (``"fp8"``, ``"fp8_e4m3"``) / E5M2 (``"fp8_e5m2"``) values ``x /
+#: scale`` stored as ``torch.uint8`` or the matching ``torch.float8_*`` dtype.
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def fp8_format(kv_cache_dtype: str) -> str | None:
+    """The FP8 format (``"e4m3"`` / ``"e5m2"``) of a checked ``kv_cache_dtype``; None for "auto"."""
+    return None if kv_cache_dtype == "auto" else "e5m2" if kv_cache_dtype == "fp8_e5m2" else "e4m3"
+
+
+def check_kv_cache_dtype(op: str, kv_cache_dtype: Any, dtype: Any) -> tuple[Any, ...]:
+    """``kv_cache_dtype`` one of ``KV_CACHE_DTYPES``; returns the torch dtypes the caches may
+    have: ``dtype`` (the keys' / queries') for "auto", else uint8 or the format's float8 dtype."""
+    import torch
+
+    if not isinstance(kv_cache_dtype, str):
+        raise ArgumentTypeError(op, "kv_cache_dtype", f"expected a string, got {kind(kv_cache_dtype)}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ArgumentError(
+            op, "kv_cache_dtype",
+            f"must be one of {', '.join(map(repr, KV_CACHE_DTYPES))}, not {kv_cache_dtype!r}",
+        )
+    fmt = fp8_format(kv_cache_dtype)
+    if fmt is None:
+        return (dtype,)
+    return (torch.uint8, torch.float8_e5m2 if fmt == "e5m2" else torch.float8_e4m3fn)
+
+
+def check_kv_scale(op: str, name: str, scale: Any, device: Any) -> None:
+    """``k_scale`` / ``v_scale``: None (1.0), a positive finite number, or a float32 tensor of
+    one element (vLLM's per-layer ``_k_scale`` / ``_v_scale``) on ``device``."""
+    import torch
+
+    if scale is None:
+        return
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1 or scale.dtype != torch.float32:
+            raise ArgumentError(
+                op, name,
+                f"is a {scale.dtype} tensor of shape {tuple(scale.shape)}; expected one float32 element",
+            )
+        if scale.device != device:
+            raise ArgumentError(op, name, f"is on {scale.device}, the caches on {device}")
+        return
+    v = real_arg(op, name, scale)
+    if v is not None and v <= 0:
+        raise ArgumentError(op, name, f"must be > 0, got {v}")
 
 
 def head_dim_tile(d: int) -> int:
@@ -61,13 +114,19 @@ def check_kv_layout(op: str, kv_layout: Any) -> None:
 
 
 def check_caches(
-    op: str, key_cache: Any, value_cache: Any, kv_layout: str, dtype: Any
+    op: str, key_cache: Any, value_cache: Any, kv_layout: str, dtype: Any, kv_cache_dtype: str = "auto"
 ) -> tuple[int, int, int, int]:
-    """The two caches agree and fit the layout: returns ``(num_blocks, block_size, KVH, D)``."""
+    """The two caches agree and fit the layout, their dtype one ``check_kv_cache_dtype`` allows
+    for ``dtype`` (the keys') and ``kv_cache_dtype``: returns ``(num_blocks, block_size, KVH, D)``."""
     shapes = {}
+    allowed = check_kv_cache_dtype(op, kv_cache_dtype, dtype)
     for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if c.dtype != dtype:
-            raise ArgumentError(op, name, f"has dtype {c.dtype}, expected {dtype} (the dtype of the keys)")
+        if c.dtype not in allowed:
+            want = " or ".join(map(str, allowed))
+            raise ArgumentError(
+                op, name,
+                f"has dtype {c.dtype}, expected {want} (kv_cache_dtype {kv_cache_dtype!r}, keys {dtype})",
+            )
         nb, x, y, d = c.shape
         shapes[name] = (nb, x, y, d) if kv_layout == "NHD" else (nb, y, x, d)
     kc, vc = shapes["key_cache"], shapes["value_cache"]
@@ -94,6 +153,11 @@ def check_caches(
         )
     for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
         check_rows(op, name, c)
+        if c.element_size() == 1 and (d % 16 or any(st % 16 for st in c.stride()[:-1])):
+            raise ArgumentError(
+                op, name, f"is an FP8 cache with head size {d} and strides {tuple(c.stride())}: "
+                "16-byte rows need the head size and strides multiples of 16 (as vLLM's FP8 caches)"
+            )
     return nb, bs, kvh, d
 
 
@@ -132,6 +196,24 @@ def check_attention_options(
     return max_q, max_k
 
 
+def check_sinks(op: str, sinks: Any, q: Any) -> None:
+    """``sinks``: None, or a float32 ``[H]`` tensor (one logit per query head of ``q``
+    ``[total_q, H, D]``) on q's device."""
+    import torch
+
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise ArgumentTypeError(op, "sinks", f"expected None or a float32 tensor [H], got {kind(sinks)}")
+    h = q.shape[1]
+    if sinks.dim() != 1 or sinks.shape[0] != h:
+        raise ArgumentError(op, "sinks", f"has shape {tuple(sinks.shape)}, expected [H] = [{h}] (q's heads)")
+    if sinks.dtype != torch.float32:
+        raise ArgumentError(op, "sinks", f"has dtype {sinks.dtype}, expected torch.float32")
+    if sinks.device != q.device:
+        raise ArgumentError(op, "sinks", f"is on {sinks.device}, q on {q.device}")
+
+
 def check_cu_seqlens(
     op: str, name: str, cu_seqlens: Any, max_name: str, max_len: int, rows_name: str, rows: int, what: str
 ) -> None:
@@ -167,6 +249,10 @@ def check_paged_attention(
     softcap: Any = 0.0,
     kv_layout: Any = "NHD",
     num_splits: Any = 0,
+    sinks: Any = None,
+    kv_cache_dtype: Any = "auto",
+    k_scale: Any = None,
+    v_scale: Any = None,
 ) -> tuple[int, int, int, int, int, int]:
     """The arguments of ``paged_attention`` (``hexlayout.ops.attention``); raises naming the
     argument. Returns ``(B, H, KVH, D, block_size, max_blocks)``."""
@@ -190,13 +276,16 @@ def check_paged_attention(
     check_dtype(op, "q", q)
     check_one_device(op, tensors)
     check_index_tensors(op, [(name, t) for name, t, _ in tensors[3:]], torch.int32)
-    nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, q.dtype)
+    nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, q.dtype, kv_cache_dtype)
+    for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
+        check_kv_scale(op, name, sc, q.device)
     tq, h, dq = q.shape
     if dq != d:
         raise ArgumentError(op, "q", f"has head size {dq}, the caches {d}")
     if h % kvh:
         raise ArgumentError(op, "q", f"has {h} heads, not a multiple of the caches' {kvh} KV heads")
     check_rows(op, "q", q, copied=True)
+    check_sinks(op, sinks, q)
     b = seqused_k.shape[0]
     if cu_seqlens_q.shape[0] != b + 1:
         raise ArgumentError(
@@ -270,6 +359,7 @@ def check_attention_varlen(
     causal: Any = False,
     window_size: Any = (-1, -1),
     softcap: Any = 0.0,
+    sinks: Any = None,
     return_lse: Any = False,
 ) -> tuple[int, int, int, int]:
     """The arguments of ``attention_varlen`` (``hexlayout.ops.attention_varlen``); raises
@@ -319,6 +409,7 @@ def check_attention_varlen(
         raise ArgumentError(op, "q", f"has {h} heads, not a multiple of k's {kvh} KV heads")
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_rows(op, name, t, copied=True)
+    check_sinks(op, sinks, q)
     if tq * h > INT32_MAX:
         raise ArgumentError(op, "q", f"has {tq} x {h} rows; the kernels index with 32-bit int")
     if content_checks(cu_seqlens_q):

@@ -32,7 +32,17 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import mask_paged, mask_window, paged_tile, store_paged, varlen_key_blocks, varlen_tile
+from .tiles import (
+    copy_cache_rows,
+    mask_paged,
+    mask_window,
+    paged_tile,
+    scalar_rows,
+    sink_rows,
+    store_paged,
+    varlen_key_blocks,
+    varlen_tile,
+)
 
 __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "attention_varlen_sm90_consts",
            "VARLEN_SM90_CONFIGS", "tma_compatible"]
@@ -49,34 +59,38 @@ VARLEN_SM90_CONFIGS: dict[int, dict[str, int]] = {
 #: 32 keys per stage.
 VARLEN_SM90_HEAVY: dict[int, dict[str, int]] = {256: {"BN": 32, "STAGES": 3}}
 
-TQ, TK, H, D, NB, BS, KVH, B1, B, MAXB, SP = hl.dims("TQ TK H D NB BS KVH B1 B MAXB SP")
+TQ, TK, H, D, NB, BS, KVH, B1, B, MAXB, SP, NS, NSC = hl.dims("TQ TK H D NB BS KVH B1 B MAXB SP NS NSC")
 SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
 SKT, SKH, SVT, SVH = hl.dims("SKT SKH SVT SVH")
 
 
 @cache
-def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
+def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: DType | None = None) -> Any:
     """The sm_90a paged attention kernel for ``dtype`` (f16 / bf16); ``split``: split-KV partial
     outputs (see the module docstring and ``attention_kernels.paged_attention_kernel``).
     Constants: ``BM`` (= 64 * ``WG``), ``BN``, ``HEAD_DIM``, ``BLOCK``, ``WG``, ``CAUSAL``,
-    ``WINDOW``, ``SOFTCAP``, ``TILES``, ``SPLITS``."""
+    ``WINDOW``, ``SOFTCAP``, ``TILES``, ``SPLITS``, ``SINKS``. ``cache_dtype`` (e4m3 / e5m2): FP8
+    caches, converted on their way to shared memory (register loads instead of cp.async; the
+    fp8 wgmma would need Q and P in FP8 too), scales as in the sm_80 kernel."""
     dt = dtype
+    cdt = cache_dtype or dtype
     o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
     lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
 
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"paged_attention_sm90_{dt}")
     def paged_attention_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
-                             k_cache: dt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
-                             v_cache: dt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
+                             k_cache: cdt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
+                             v_cache: cdt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
                              cu_seqlens_q: i32[B1], seqused_k: i32[B],
                              block_table: i32[B, MAXB].strides(SBT, 1),
-                             o: o_t, lse: lse_t,  # type: ignore
+                             o: o_t, lse: lse_t, sinks: f32[NS],  # type: ignore
+                             k_scale: f32[NSC], v_scale: f32[NSC],
                              G: i32, qk_scale: f32, cap: f32, left: i32, right: i32,
                              SQT: i32, SQH: i32, SKB: i32, SKS: i32, SKC: i32,
                              SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                              *, BM: int = 64, BN: int = 64, HEAD_DIM: int = 128, BLOCK: int = 16, WG: int = 1,
                              CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
-                             SPLITS: int = 1):
+                             SPLITS: int = 1, SINKS: bool = False):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
@@ -101,16 +115,19 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
             page = hl.register(i32, (BN,))
             hl.copy(block_table[s, pos // BLOCK], page)
             page = hl.where(pos < lim, page, -1)               # past the end: no row, no read
-            hl.copy(k_cache[page, pos % BLOCK, kvh, 0:HEAD_DIM], sk[:, :, buf])
-            hl.copy(v_cache[page, pos % BLOCK, kvh, 0:HEAD_DIM], sv[:, :, buf])
+            for cache_, dst in ((k_cache, sk[:, :, buf]), (v_cache, sv[:, :, buf])):
+                copy_cache_rows(cache_, page, pos % BLOCK, kvh, dst, rows=BN, HEAD_DIM=HEAD_DIM, dt=dt,
+                                fp8=cache_dtype)
 
         hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
         load(lo, lo % 2)
         hl.commit_group()
-        sm = hl.OnlineSoftmax(BM)
+        heads = hl.iota((BM, 1), 0) % G + kvh * G
+        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, heads, BM=BM, sp=sp) if SINKS else None)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         qpos = (hl.iota((BM, BN), 0) + m0) // G + shift        # the key aligned with each row
-        mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
+        qks = qk_scale if cache_dtype is None else scalar_rows(k_scale, BM=BM) * qk_scale   # FP8: k_scale
+        mult = 1.0 if SOFTCAP else qks                         # softcapped scores are scaled
         for masked in (True,) if WINDOW else (False, True):
             for j in (hl.range(n_full, hi) if masked else hl.range(lo, n_full)):
                 buf = j % 2
@@ -126,7 +143,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.wgmma_commit()
                 hl.wgmma_wait(0)
                 if SOFTCAP:
-                    sc = hl.tanh(sc * qk_scale) * cap
+                    sc = hl.tanh(sc * qks) * cap
                 if masked:
                     sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
                 p = sm.step(sc, acc, mult)                     # exp2: one FMA, one MUFU.EX2
@@ -136,7 +153,8 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False) -> Any:
                 hl.wgmma_wait(0)
         hl.wait_group(0)
 
-        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM)
+        vs = None if cache_dtype is None else scalar_rows(v_scale, BM=BM)
+        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM, v_scale=vs)
 
     return paged_attention_sm90
 
@@ -148,7 +166,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
     ``BM`` / ``BN`` / ``HEAD_DIM`` / ``LEFT`` / ``RIGHT`` / ``SOFTCAP`` of
     ``attention_varlen_kernels.attention_varlen_kernel`` (one block
     per (sequence, query head, tile of ``BM = 128`` query rows); keys bounded by ``[-left,
-    right]`` around each row's aligned key ``i + Sk - Sq``), plus ``STAGES``.
+    right]`` around each row's aligned key ``i + Sk - Sq``), ``SINKS``, plus ``STAGES``.
 
     Warp group 0 is the producer: with a lowered register budget one thread issues TMA loads
     of the Q tile (on ``qbar``) and of the K and V tiles of every key block the tile sees into
@@ -170,11 +188,12 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                               k: dt[TK, KVH, D].strides(SKT, SKH, 1),  # type: ignore
                               v: dt[TK, KVH, D].strides(SVT, SVH, 1),  # type: ignore
                               cu_seqlens_q: i32[B1], cu_seqlens_k: i32[B1],
-                              o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                              o: dt[TQ, H, D], lse: f32[H, TQ], sinks: f32[NS],  # type: ignore
                               qk_scale: f32, cap: f32, left: i32, right: i32, tiles: i32,
                               SQT: i32, SQH: i32, SKT: i32, SKH: i32, SVT: i32, SVH: i32,
                               *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, STAGES: int = 2,
-                              LEFT: bool = False, RIGHT: bool = False, SOFTCAP: bool = False):
+                              LEFT: bool = False, RIGHT: bool = False, SOFTCAP: bool = False,
+                              SINKS: bool = False):
         s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
         t = varlen_tile(q, k, cu_seqlens_q, cu_seqlens_k, s, h, mt, BM)     # the block's rows and keys
         kvh, q0, sq_len, k0, sk_len, m0, shift = t
@@ -203,7 +222,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                 hl.copy(hl.view(v, (BN, 1, HEAD_DIM), kv)[:, 0, :], sv[:, :, st], mbarrier=ring.full[st])
         with hl.else_():
             hl.setmaxnreg(240, increase=True)
-            sm = hl.OnlineSoftmax(BM)
+            sm = hl.OnlineSoftmax(BM, sink_rows(sinks, h, BM=BM) if SINKS else None)
             acc = hl.zeros((BM, HEAD_DIM), f32)
             mult = 1.0 if SOFTCAP else qk_scale                # softcapped scores are scaled
             hl.wait(qbar, 0, phase=0)

@@ -3,7 +3,8 @@ semantics), mixed prefill and decode in one call.
 
 ``paged_attention(q, key_cache, value_cache, cu_seqlens_q, seqused_k, block_table,
 max_seqlen_q, max_seqlen_k, *, softmax_scale=None, causal=True, window_size=(-1, -1),
-softcap=0.0, kv_layout="NHD", num_splits=0, return_lse=False)``:
+softcap=0.0, kv_layout="NHD", num_splits=0, sinks=None, kv_cache_dtype="auto", k_scale=None,
+v_scale=None, return_lse=False)``:
 
 - ``q`` ``[total_q, H, D]`` (any strides with a contiguous last dimension: a slice of a fused
   QKV output works); sequence ``s`` owns rows ``cu_seqlens_q[s] .. cu_seqlens_q[s+1]``
@@ -21,6 +22,21 @@ softcap=0.0, kv_layout="NHD", num_splits=0, return_lse=False)``:
   right)`` (-1 = unbounded) ``i + Sk - Sq - left <= j <= i + Sk - Sq + right``; query head ``h``
   reads KV head ``h // (H / KVH)`` (GQA / MQA, any ratio). A row with no visible key is 0;
   ``lse`` ``[H, total_q]`` fp32 is ``log sum_j exp(s_ij)`` (natural log, -inf for such a row).
+- Attention sinks (gpt-oss; vLLM FlashAttention's ``sinks``): ``sinks`` ``[H]`` f32, one
+  logit ``t_h`` per query head that joins the softmax denominator only: ``o_i = sum_j
+  exp(s_ij) v_j / (sum_j exp(s_ij) + exp(t_h))`` and ``lse_i = log(sum_j exp(s_ij) +
+  exp(t_h))`` (a row with no visible key: 0 and ``t_h``). Example (4 heads)::
+
+      sinks = torch.zeros(4)            # each head's denominator gains e^0 = 1
+      out = paged_attention(q, kc, vc, cu, seqused_k, table, 1, 40, sinks=sinks)
+- FP8 caches (``kv_cache_dtype`` ``"fp8"`` / ``"fp8_e4m3"`` / ``"fp8_e5m2"``, as written by
+  ``reshape_and_cache``; ``torch.uint8`` or the format's ``torch.float8_*`` dtype, head size
+  and strides multiples of 16): key ``j`` is ``k_scale * key_cache[..]`` and value ``j`` is
+  ``v_scale * value_cache[..]`` (scales: one-element float32 tensors read by the kernel,
+  numbers, or None = 1.0). The kernels convert the cache rows to q's dtype (exact) on their way
+  to shared memory and fold ``k_scale`` into the scores' scale and ``v_scale`` into the output;
+  every architecture takes this conversion path (the FP8 MMAs of sm_89 / sm_90a would need Q
+  and P rounded to FP8 as well).
 - Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: given ``out`` / ``lse``
   keep what they held there; in the ``out`` / ``lse`` the op allocates they are unspecified on
   every device (``host.launch.fresh``: uninitialised on CUDA, NaN on the emulated CPU path).
@@ -47,12 +63,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import hexlayout.lang as hl
+
 from ..host.device import kernel_arch, sm_count
 from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
-from .args import check_paged_attention, head_dim_tile
+from .args import check_paged_attention, fp8_format, head_dim_tile
 from .kernels_sm90 import paged_attention_sm90_kernel
-from .launch_args import attention_outputs, score_scales
+from .launch_args import attention_outputs, fp8_cache_view, scale_arg, score_scales, sinks_arg
 from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_kernel
 
 __all__ = [
@@ -108,12 +126,17 @@ def paged_attention(
     softcap: float = 0.0,
     kv_layout: str = "NHD",
     num_splits: int = 0,
+    sinks: Any = None,
+    kv_cache_dtype: str = "auto",
+    k_scale: Any = None,
+    v_scale: Any = None,
     return_lse: bool = False,
 ) -> Any:
     """Paged attention (see the module docstring): ``out`` or ``(out, lse)``."""
     require_torch("hexlayout.ops.paged_attention")
     args = (q, key_cache, value_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-            softmax_scale, causal, window_size, softcap, kv_layout, num_splits)
+            softmax_scale, causal, window_size, softcap, kv_layout, num_splits, sinks, kv_cache_dtype,
+            k_scale, v_scale)
     check_paged_attention(*args)
     out, lse = run_paged_attention(*args)
     return (out, lse) if return_lse else out
@@ -134,6 +157,10 @@ def run_paged_attention(
     softcap: float = 0.0,
     kv_layout: str = "NHD",
     num_splits: int = 0,
+    sinks: Any = None,
+    kv_cache_dtype: str = "auto",
+    k_scale: Any = None,
+    v_scale: Any = None,
     *,
     out: Any = None,
     lse: Any = None,
@@ -146,8 +173,9 @@ def run_paged_attention(
 
     q = rows_input(q)
     tq, h, d = q.shape
-    kc = key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2)
-    vc = value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2)
+    fmt = fp8_format(kv_cache_dtype)
+    kc = fp8_cache_view(key_cache if kv_layout == "NHD" else key_cache.transpose(1, 2), fmt)
+    vc = fp8_cache_view(value_cache if kv_layout == "NHD" else value_cache.transpose(1, 2), fmt)
     bs, kvh = kc.shape[1], kc.shape[2]
     out, lse = attention_outputs(q, out, lse)
     b = seqused_k.shape[0]
@@ -160,16 +188,16 @@ def run_paged_attention(
     consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
     kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
     consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
+    sinks, consts["SINKS"] = sinks_arg(sinks, q.device)
     splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
     dt = lang_dtype(q.dtype)
     if splits > 1:
         consts["SPLITS"] = splits
         o_part = fresh((splits, tq, h, d), torch.float32, q.device)
         lse_part = fresh((splits, h, tq), torch.float32, q.device)
-        bld = build_for(kernel_of(dt, True), q.device, consts)
     else:
         o_part, lse_part = out, lse
-        bld = build_for(kernel_of(dt), q.device, consts)
+    bld = build_for(kernel_of(dt, splits > 1, getattr(hl, fmt) if fmt else None), q.device, consts)
     big = 1 << 30  # an unbounded side of a window
     args = (
         q,
@@ -180,6 +208,9 @@ def run_paged_attention(
         block_table,
         o_part,
         lse_part,
+        sinks,
+        scale_arg(k_scale, q.device),
+        scale_arg(v_scale, q.device),
         h // kvh,
         qk_scale,
         cap_arg,

@@ -32,38 +32,44 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import NEG_INF, mask_paged, paged_tile, store_paged
+from .tiles import NEG_INF, copy_cache_rows, mask_paged, paged_tile, scalar_rows, sink_rows, store_paged
 
 __all__ = ["paged_attention_kernel", "paged_attention_combine_kernel"]
 
-TQ, H, D, NB, BS, KVH, B1, B, MAXB, SP = hl.dims("TQ H D NB BS KVH B1 B MAXB SP")
+TQ, H, D, NB, BS, KVH, B1, B, MAXB, SP, NS, NSC = hl.dims("TQ H D NB BS KVH B1 B MAXB SP NS NSC")
 SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
 
 
 @cache
-def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
+def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType | None = None) -> Any:
     """The paged attention kernel for ``dtype`` (f16 / bf16). Constants: ``BM`` rows and ``BN``
     keys per step, ``HEAD_DIM`` (the head size padded to 64 / 128 / 256), ``BLOCK`` (the
     caches' block size), ``CAUSAL``, ``WINDOW`` (a left or right bound is given), ``SOFTCAP``,
-    ``SPLITS``. ``split``: split-KV: split ``sp`` of ``SPLITS`` takes its share of the key
-    blocks and writes its normalized partial output and LSE (f32) to ``o[sp]`` / ``lse[sp]``
-    (``[SPLITS, TQ, H, D]``, ``[SPLITS, H, TQ]``), merged by ``paged_attention_combine_kernel``."""
+    ``SPLITS``, ``SINKS`` (``sinks[h]``, f32 per query head, joins row ``h``'s softmax
+    denominator: ``hl.OnlineSoftmax``'s sink; else ``sinks`` is not read). ``split``: split-KV:
+    split ``sp`` of ``SPLITS`` takes its share of the key blocks and writes its normalized
+    partial output and LSE (f32) to ``o[sp]`` / ``lse[sp]`` (``[SPLITS, TQ, H, D]``, ``[SPLITS,
+    H, TQ]``), merged by ``paged_attention_combine_kernel``. ``cache_dtype`` (e4m3 / e5m2): FP8
+    caches holding ``k / k_scale[0]``, ``v / v_scale[0]``: rows converted to ``dtype`` on their
+    way to shared memory (exact), ``k_scale`` folded into the scores' scale, ``v_scale`` into
+    the output; else the scales are not read."""
     dt = dtype
+    cdt = cache_dtype or dtype
     o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
     lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"paged_attention_{dt}")
     def paged_attention(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
-                        k_cache: dt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
-                        v_cache: dt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
+                        k_cache: cdt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
+                        v_cache: cdt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
                         cu_seqlens_q: i32[B1], seqused_k: i32[B], block_table: i32[B, MAXB].strides(SBT, 1),
-                        o: o_t, lse: lse_t,  # type: ignore
+                        o: o_t, lse: lse_t, sinks: f32[NS], k_scale: f32[NSC], v_scale: f32[NSC],  # type: ignore
                         G: i32, qk_scale: f32, cap: f32, left: i32, right: i32,
                         SQT: i32, SQH: i32, SKB: i32, SKS: i32, SKC: i32,
                         SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                         *, BM: int = 64, BN: int = 32, HEAD_DIM: int = 128, BLOCK: int = 16, WARPS: int = 4,
                         CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
-                        SPLITS: int = 1):
+                        SPLITS: int = 1, SINKS: bool = False):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
@@ -74,12 +80,15 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         sv = hl.shared(dt, (BN, HEAD_DIM))
         hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
         hl.commit_group()
-        sm = hl.OnlineSoftmax(BM)
+        heads = hl.iota((BM, 1), 0) % G + kvh * G
+        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, heads, BM=BM, sp=sp) if SINKS else None)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         rq = hl.register(dt, (BM, HEAD_DIM))
         hl.wait_group(0)
         hl.syncthreads()
         hl.copy(sq, rq)
+        # FP8 caches: the scores' scale times k_scale, the output times v_scale (rows x 1 tiles)
+        qks = qk_scale if cache_dtype is None else scalar_rows(k_scale, BM=BM) * qk_scale
         qi = hl.iota((BM, BN), 0) + m0
         qpos = qi // G + shift                                 # the key aligned with each row
 
@@ -109,8 +118,9 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             if masked:
                 page = hl.where(pos < n, page, -1)             # past the end: no row, no read
             row = pos % BLOCK
-            hl.copy(k_cache[page, row, kvh, 0:HEAD_DIM], sk)
-            hl.copy(v_cache[page, row, kvh, 0:HEAD_DIM], sv)
+            for cache_, dst in ((k_cache, sk), (v_cache, sv)):
+                copy_cache_rows(cache_, page, row, kvh, dst, rows=BN, HEAD_DIM=HEAD_DIM, dt=dt,
+                                fp8=cache_dtype)
             hl.commit_group()
             hl.wait_group(0)
             hl.syncthreads()
@@ -120,11 +130,11 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
             sc = hl.zeros((BM, BN), f32)
             hl.mma(rq, rk, sc)
             if SOFTCAP:
-                sc = hl.tanh(sc * qk_scale) * cap              # already in the log2 domain
+                sc = hl.tanh(sc * qks) * cap                   # already in the log2 domain
             if masked:
                 sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
             # rows with no visible key yet only where keys are masked (else every row sees BN)
-            p = sm.step(sc, acc, None if SOFTCAP else qk_scale, masked=masked)
+            p = sm.step(sc, acc, None if SOFTCAP else qks, masked=masked)
             rv = hl.register(dt, (HEAD_DIM, BN))
             hl.copy(sv.T, rv)
             hl.mma(hl.cast(p, dt), rv, acc)
@@ -135,7 +145,8 @@ def paged_attention_kernel(dtype: DType, split: bool = False) -> Any:
         for j in hl.range(mid, hi):
             step(j, True)
 
-        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM)
+        vs = None if cache_dtype is None else scalar_rows(v_scale, BM=BM)
+        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM, v_scale=vs)
 
     return paged_attention
 

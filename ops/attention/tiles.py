@@ -19,9 +19,10 @@ import hexlayout.lang as hl
 from hexlayout.ir.expr import select
 
 __all__ = ["NEG_INF", "VarlenTile", "varlen_tile", "varlen_key_blocks", "mask_window", "PagedTile",
-           "paged_tile", "mask_paged", "store_paged"]
+           "paged_tile", "mask_paged", "store_paged", "sink_rows", "scalar_rows", "copy_cache_rows", "LOG2E"]
 
 NEG_INF = float("-inf")
+LOG2E = 1.4426950408889634
 
 
 class VarlenTile(NamedTuple):
@@ -143,17 +144,55 @@ def mask_paged(sc: Any, j: Any, t: PagedTile, qpos: Any, left: Any, right: Any, 
     return mask_window(sc, valid, kj, qpos, left, right, WINDOW, WINDOW)
 
 
+def sink_rows(sinks: Any, heads: Any, *, BM: int, sp: Any = 0) -> Any:
+    """The rows' attention sinks in the log2 domain (``hl.OnlineSoftmax``'s ``sink``): ``sinks[
+    heads] * log2(e)`` (``heads`` a ``BM`` x 1 tile of query heads, or one head for every row);
+    in split ``sp > 0`` of split-KV ``-inf`` (no sink): the sink joins the denominator once."""
+    if not isinstance(heads, hl.Tile):
+        heads = hl.iota((BM, 1), 0) * 0 + heads
+    x = hl.register(hl.f32, (BM, 1))
+    hl.copy(sinks[heads], x)
+    x = x * LOG2E
+    if isinstance(sp, int) and sp == 0:
+        return x
+    return hl.where(hl.iota((BM, 1), 0) * 0 + sp < 1, x, NEG_INF)
+
+
+def scalar_rows(x: Any, *, BM: int) -> Any:
+    """``x[0]`` (a one-element f32 tensor, e.g. an FP8 cache's scale) in every row of a ``BM`` x 1
+    f32 register tile."""
+    r = hl.register(hl.f32, (BM, 1))
+    hl.copy(x[hl.iota((BM, 1), 0) * 0], r)
+    return r
+
+
+def copy_cache_rows(cache: Any, page: Any, row: Any, kvh: Any, dst: Any, *, rows: int, HEAD_DIM: int,
+                    dt: Any, fp8: Any = None) -> None:
+    """``dst`` (shared, ``rows`` x ``HEAD_DIM`` of ``dt``) = the cache rows ``cache[page, row, kvh,
+    :]`` (page -1: no row): a cp.async gather, or for an FP8 cache (``fp8`` its element type)
+    loads into registers converted to ``dt`` (exact: every E4M3 / E5M2 value is an f16 and a bf16)
+    and stored; the cache's scale is applied by the caller (to the scores and the output)."""
+    if fp8 is None:
+        hl.copy(cache[page, row, kvh, 0:HEAD_DIM], dst)
+        return
+    x = hl.register(fp8, (rows, HEAD_DIM))
+    hl.copy(cache[page, row, kvh, 0:HEAD_DIM], x, other=0.0)    # page -1 (no row): 0
+    hl.copy(hl.cast(x, dt), dst)
+
+
 def store_paged(sm: Any, acc: Any, o: Any, lse: Any, t: PagedTile, kvh: Any, G: Any, sp: Any, *,
-                split: bool, dt: Any, BM: int, HEAD_DIM: int) -> None:
-    """Scatter the tile's rows: ``o[tok, head] = sm.out(acc)`` (in ``dt``) and ``lse[head, tok] =
-    sm.lse()``; with ``split`` the f32 partials of split ``sp``, ``o[sp, tok, head]`` and
-    ``lse[sp, head, tok]``. Rows past the sequence (token -1) are not written."""
+                split: bool, dt: Any, BM: int, HEAD_DIM: int, v_scale: Any = None) -> None:
+    """Scatter the tile's rows: ``o[tok, head] = sm.out(acc)`` (in ``dt``; times ``v_scale``, an
+    FP8 value cache's scale as a rows x 1 tile, when given) and ``lse[head, tok] = sm.lse()``;
+    with ``split`` the f32 partials of split ``sp``, ``o[sp, tok, head]`` and ``lse[sp, head,
+    tok]``. Rows past the sequence (token -1) are not written."""
     r2 = hl.iota((BM, 1), 0) + t.m0                        # the rows again, as a column
     tok2 = hl.where(r2 < t.sq_len * G, r2 // G + t.q0, -1)
     head2 = r2 % G + kvh * G
+    out = sm.out(acc) if v_scale is None else sm.out(acc) * v_scale
     if split:
-        hl.copy(sm.out(acc), o[sp, t.tok, t.head, 0:HEAD_DIM])
+        hl.copy(out, o[sp, t.tok, t.head, 0:HEAD_DIM])
         hl.copy(sm.lse(), lse[sp, head2, tok2])
     else:
-        hl.copy(hl.cast(sm.out(acc), dt), o[t.tok, t.head, 0:HEAD_DIM])
+        hl.copy(hl.cast(out, dt), o[t.tok, t.head, 0:HEAD_DIM])
         hl.copy(sm.lse(), lse[head2, tok2])

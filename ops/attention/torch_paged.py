@@ -3,7 +3,8 @@
 Schema: ``paged_attention(Tensor q, Tensor key_cache, Tensor value_cache, Tensor cu_seqlens_q,
 Tensor seqused_k, Tensor block_table, int max_seqlen_q, int max_seqlen_k, float?
 softmax_scale=None, bool causal=True, int[2] window_size=[-1, -1], float softcap=0.0, str
-kv_layout="NHD", int num_splits=0) -> (Tensor out, Tensor lse)``: always both outputs
+kv_layout="NHD", int num_splits=0, Tensor? sinks=None, str kv_cache_dtype="auto", Tensor?
+k_scale=None, Tensor? v_scale=None) -> (Tensor out, Tensor lse)``: always both
 (``out`` ``[total_q, H, D]`` in q's dtype, ``lse`` ``[H, total_q]`` fp32; semantics in
 ``hexlayout.ops.attention``). Every path (CUDA, CPU under ``HEXLAYOUT_EMULATE=1``, fake) first
 runs ``hexlayout.ops.attention_args.check_paged_attention``; the fake implementation gives the
@@ -24,7 +25,8 @@ __all__ = ["paged_attention_op"]
 SCHEMA = (
     "(Tensor q, Tensor key_cache, Tensor value_cache, Tensor cu_seqlens_q, Tensor seqused_k, "
     "Tensor block_table, int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=True, "
-    'int[2] window_size=[-1, -1], float softcap=0.0, str kv_layout="NHD", int num_splits=0) '
+    'int[2] window_size=[-1, -1], float softcap=0.0, str kv_layout="NHD", int num_splits=0, '
+    'Tensor? sinks=None, str kv_cache_dtype="auto", Tensor? k_scale=None, Tensor? v_scale=None) '
     "-> (Tensor, Tensor)"
 )
 

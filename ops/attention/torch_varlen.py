@@ -2,7 +2,8 @@
 
 Schema: ``attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor
 cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool
-causal=False, int[2] window_size=[-1, -1], float softcap=0.0) -> (Tensor out, Tensor lse)``:
+causal=False, int[2] window_size=[-1, -1], float softcap=0.0, Tensor? sinks=None) -> (Tensor out,
+Tensor lse)``:
 always both outputs (``out`` ``[total_q, H, D]`` in q's dtype, ``lse`` ``[H, total_q]`` fp32;
 semantics in ``hexlayout.ops.attention_varlen``). Every path (CUDA, CPU under
 ``HEXLAYOUT_EMULATE=1``, fake) first runs
@@ -25,7 +26,7 @@ __all__ = ["attention_varlen_op"]
 SCHEMA = (
     "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
     "int max_seqlen_k, float? softmax_scale=None, bool causal=False, int[2] window_size=[-1, -1], "
-    "float softcap=0.0) -> (Tensor, Tensor)"
+    "float softcap=0.0, Tensor? sinks=None) -> (Tensor, Tensor)"
 )
 
 

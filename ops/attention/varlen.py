@@ -2,7 +2,7 @@
 (prefill; FlashAttention's ``flash_attn_varlen_func`` semantics).
 
 ``attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
-softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, return_lse=False)``:
+softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, sinks=None, return_lse=False)``:
 
 - ``q`` ``[total_q, H, D]``, ``k`` / ``v`` ``[total_k, KVH, D]`` (any strides with a contiguous
   last dimension, e.g. slices of a fused QKV output; strides multiples of 8 elements);
@@ -17,6 +17,11 @@ softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, return_lse=
   right`` (intersected with the causal bound); query head ``h`` reads KV head ``h // (H /
   KVH)`` (GQA / MQA, any ratio). A row with no visible key is 0; ``lse`` ``[H, total_q]`` fp32
   is ``log sum_j exp(s_ij)`` (natural log; -inf for such a row).
+- Attention sinks: ``sinks`` ``[H]`` f32, one logit ``t_h`` per query head joining the softmax
+  denominator only (as ``paged_attention``'s): ``o_i = sum_j exp(s_ij) v_j / (sum_j exp(s_ij)
+  + exp(t_h))``, ``lse_i = log(sum_j exp(s_ij) + exp(t_h))``. Example::
+
+      out = attention_varlen(q, k, v, cu, cu, 5, 5, causal=True, sinks=torch.zeros(q.shape[1]))
 - Rows past ``cu_seqlens_q[-1]`` (CUDA-graph padding) are not written: given ``out`` / ``lse``
   keep what they held there; in the ``out`` / ``lse`` the op allocates they are unspecified on
   every device (``host.launch.fresh``: uninitialised on CUDA, NaN on the emulated CPU path).
@@ -43,7 +48,7 @@ from ..host.launch import build_for, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
 from .args import check_attention_varlen, head_dim_tile
 from .kernels_sm90 import attention_varlen_sm90_consts, attention_varlen_sm90_kernel, tma_compatible
-from .launch_args import attention_outputs, score_scales
+from .launch_args import attention_outputs, score_scales, sinks_arg
 from .varlen_kernels_sm80 import attention_varlen_kernel
 
 __all__ = ["attention_varlen", "attention_varlen_consts", "run_attention_varlen", "VARLEN_CONFIGS"]
@@ -91,12 +96,13 @@ def attention_varlen(
     causal: bool = False,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    sinks: Any = None,
     return_lse: bool = False,
 ) -> Any:
     """Varlen attention (see the module docstring): ``out`` or ``(out, lse)``."""
     require_torch("hexlayout.ops.attention_varlen")
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-            softmax_scale, causal, window_size, softcap)
+            softmax_scale, causal, window_size, softcap, sinks)
     check_attention_varlen(*args, return_lse)
     out, lse = run_attention_varlen(*args)
     return (out, lse) if return_lse else out
@@ -114,6 +120,7 @@ def run_attention_varlen(
     causal: bool = False,
     window_size: Sequence[int] = (-1, -1),
     softcap: float = 0.0,
+    sinks: Any = None,
     *,
     out: Any = None,
     lse: Any = None,
@@ -137,13 +144,16 @@ def run_attention_varlen(
     if causal:
         right = min(right, 0)
     qk_scale, cap_arg = score_scales(softmax_scale, softcap, d)
+    sinks, has_sinks = sinks_arg(sinks, q.device)
     if kernel_arch(q.device) == "sm_90a" and tma_compatible(q, k, v):  # wgmma + TMA (FA3 structure)
         consts = attention_varlen_sm90_consts(head_dim_tile(d), left < big, right < big, cap_arg > 0)
-        bld = build_for(attention_varlen_sm90_kernel(lang_dtype(q.dtype)), q.device, consts)
+        bld = build_for(attention_varlen_sm90_kernel(lang_dtype(q.dtype)), q.device,
+                        {**consts, "SINKS": has_sinks})
     else:
         consts = attention_varlen_consts(d, left < big, right < big, cap_arg > 0)
+        consts["SINKS"] = has_sinks
         bld = build_for(attention_varlen_kernel(lang_dtype(q.dtype)), q.device, consts)
     tiles = -(-max_seqlen_q // consts["BM"])
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, qk_scale, cap_arg, left, right, tiles)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, sinks, qk_scale, cap_arg, left, right, tiles)
     run_kernel(bld, args, outputs=(5, 6), strides=(0, 1, 2))
     return out, lse

@@ -39,11 +39,11 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import mask_window, varlen_key_blocks, varlen_tile
+from .tiles import mask_window, sink_rows, varlen_key_blocks, varlen_tile
 
 __all__ = ["attention_varlen_kernel"]
 
-TQ, TK, H, KVH, D, B1 = hl.dims("TQ TK H KVH D B1")
+TQ, TK, H, KVH, D, B1, NS = hl.dims("TQ TK H KVH D B1 NS")
 SQT, SQH, SKT, SKH, SVT, SVH = hl.dims("SQT SQH SKT SKH SVT SVH")
 
 
@@ -53,7 +53,9 @@ def attention_varlen_kernel(dtype: DType) -> Any:
     and ``BN`` keys per step on ``WARPS`` warps, ``HEAD_DIM`` (the head size padded to 64 / 128
     / 256), ``CHUNK`` / ``DCHUNK`` (register blocking, see the module docstring), ``LEFT`` /
     ``RIGHT`` (keys bounded below by ``left`` / above by ``right``: a window, causal),
-    ``SOFTCAP``. The argument ``tiles`` (query tiles per sequence, ``ceil(max_seqlen_q / BM)``)
+    ``SOFTCAP``, ``SINKS`` (``sinks[h]``, f32 per query head, joins the softmax denominator:
+    ``hl.OnlineSoftmax``'s sink; else ``sinks`` is not read). The argument ``tiles`` (query
+    tiles per sequence, ``ceil(max_seqlen_q / BM)``)
     sizes the grid at launch: one build serves every ``max_seqlen_q``."""
     dt = dtype
 
@@ -62,12 +64,12 @@ def attention_varlen_kernel(dtype: DType) -> Any:
                          k: dt[TK, KVH, D].strides(SKT, SKH, 1),  # type: ignore
                          v: dt[TK, KVH, D].strides(SVT, SVH, 1),  # type: ignore
                          cu_seqlens_q: i32[B1], cu_seqlens_k: i32[B1],
-                         o: dt[TQ, H, D], lse: f32[H, TQ],  # type: ignore
+                         o: dt[TQ, H, D], lse: f32[H, TQ], sinks: f32[NS],  # type: ignore
                          qk_scale: f32, cap: f32, left: i32, right: i32, tiles: i32,
                          SQT: i32, SQH: i32, SKT: i32, SKH: i32, SVT: i32, SVH: i32,
                          *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, WARPS: int = 8,
                          CHUNK: int = 32, DCHUNK: int = 64, LEFT: bool = False, RIGHT: bool = False,
-                         SOFTCAP: bool = False):
+                         SOFTCAP: bool = False, SINKS: bool = False):
         s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
         t = varlen_tile(q, k, cu_seqlens_q, cu_seqlens_k, s, h, mt, BM)     # the block's rows and keys
         kvh, q0, sq_len, k0, sk_len, m0, shift = t
@@ -86,7 +88,7 @@ def attention_varlen_kernel(dtype: DType) -> Any:
         hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, lo % 2])
         hl.commit_group()
 
-        sm = hl.OnlineSoftmax(BM)
+        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, h, BM=BM) if SINKS else None)
         acc = hl.zeros((BM, HEAD_DIM), f32)
         chunk = min(CHUNK or BN, BN)
         dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)

@@ -6,7 +6,7 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError
 
-from ..attention.args import check_caches, check_kv_layout
+from ..attention.args import check_caches, check_kv_layout, check_kv_scale
 from ..host.checks import check_dtype, check_index_tensors, check_one_device, check_rows, check_tensors
 from ..host.launch import content_checks
 
@@ -14,7 +14,8 @@ __all__ = ["check_reshape_and_cache"]
 
 
 def check_reshape_and_cache(
-    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_layout: str = "NHD"
+    key: Any, value: Any, key_cache: Any, value_cache: Any, slot_mapping: Any, kv_layout: str = "NHD",
+    kv_cache_dtype: str = "auto", k_scale: Any = None, v_scale: Any = None,
 ) -> None:
     """The arguments of ``reshape_and_cache`` (``hexlayout.ops.kv_cache``); raises naming the argument."""
     import torch
@@ -36,7 +37,9 @@ def check_reshape_and_cache(
     check_index_tensors(op, [("slot_mapping", slot_mapping)], torch.int64)
     if tuple(value.shape) != tuple(key.shape):
         raise ArgumentError(op, "value", f"has shape {tuple(value.shape)}, key {tuple(key.shape)}")
-    nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, key.dtype)
+    nb, bs, kvh, d = check_caches(op, key_cache, value_cache, kv_layout, key.dtype, kv_cache_dtype)
+    for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
+        check_kv_scale(op, name, sc, key.device)
     t = key.shape[0]
     if tuple(key.shape[1:]) != (kvh, d):
         raise ArgumentError(

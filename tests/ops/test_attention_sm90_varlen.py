@@ -85,7 +85,8 @@ def run_sm90(q, k, v, cu_q, cu_k, max_q, causal, window, softcap):
     lse = fresh((h, tq), torch.float32, q.device)
     run_kernel(
         bld,
-        (q, k, v, cu_q, cu_k, out, lse, qk_scale, cap, left, right, -(-max_q // consts["BM"])),
+        (q, k, v, cu_q, cu_k, out, lse, torch.zeros(1), qk_scale, cap, left, right,
+         -(-max_q // consts["BM"])),
         outputs=(5, 6),
         strides=(0, 1, 2),
     )

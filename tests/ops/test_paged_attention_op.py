@@ -249,3 +249,28 @@ def test_kernel_is_at_most_150_lines() -> None:
     for fn in (attention_kernels.paged_attention_kernel, attention_kernels.paged_attention_combine_kernel):
         src = inspect.getsource(fn)
         assert len(src[src.index("@hl.kernel") :].splitlines()) <= 150
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_vllm_stage_patterns_with_nan_in_unused_slots(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the vLLM stage's tiny models hand the CPU backend: H 2 / KVH 1, head size 64, bf16,
+    HND halves of one cache with block size 32, chunked prefill mixed with decodes, contexts
+    shorter than a 64-key step and one past it (not a multiple of 64), two sequences sharing a
+    prefix block, block-table padding pointing at block 0 (vLLM's null block); every cache row
+    no sequence uses (the tail of each last block, the null block) holds NaN: a kernel that lets
+    an unused row into P V (0 * NaN) or into the row sums writes NaN."""
+    if arch != "sm_80":
+        monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    a = make_case(11, [1, 5, 1, 3], [9, 21, 29, 70], 2, 1, 64, 32, "HND", torch.bfloat16)
+    table = a["block_table"]
+    table[1, 0] = table[0, 0]                                  # a shared prefix block
+    table[:, -1] = 0                                           # padding: the null block
+    kc, vc = a["key_cache"], a["value_cache"]
+    used = torch.zeros(kc.shape[0], kc.shape[2], dtype=torch.bool)
+    for s, n in enumerate(a["seqused_k"].tolist()):
+        for j in range(n):
+            used[table[s, j // 32], j % 32] = True
+    kc.transpose(1, 2)[~used] = float("nan")
+    vc.transpose(1, 2)[~used] = float("nan")
+    out, lse = paged_attention(**a, return_lse=True)
+    _check(out, lse, reference(a), a["q"].shape[0], 1.6e-2)
