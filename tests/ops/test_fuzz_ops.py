@@ -86,6 +86,7 @@ class Case:
 # --- the GEMM ------------------------------------------------------------------------------------------
 
 F16, BF16 = torch.float16, torch.bfloat16
+F32, F64 = torch.float32, torch.float64
 TENSORS = ("a", "b", "bias", "residual")
 
 
@@ -838,6 +839,58 @@ TABLE["attention_varlen"] = OpTable(
     module=sys.modules[__name__], fallback=av_bad_value)
 
 
+# --- attention sinks and FP8 KV caches (paged_attention, attention_varlen, reshape_and_cache) ----------
+
+
+def m_sinks(c: Case, draw: Any) -> bool:
+    """``sinks`` that cannot be one f32 logit per query head: another dtype, length or rank,
+    another device, or not a tensor."""
+    q = c.args.get("q")
+    h = q.shape[1] if isinstance(q, T) and len(q.shape) == 3 else 2
+    bad = draw(st.sampled_from(["dtype", "shape", "device", "kind"]))
+    if bad == "kind":
+        c.args["sinks"] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0]]))
+        c.kinds.add("sinks")
+    else:
+        c.args["sinks"] = {"dtype": T((h,), draw(st.sampled_from([F16, BF16, F64]))),
+                           "shape": T(draw(st.sampled_from([(h + 1,), (h, 1), ()])), F32),
+                           "device": T((h,), F32, device="meta")}[bad]
+    c.blame.add("sinks")
+    return True
+
+
+def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
+    """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
+    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", "fp8", "fp8_e5m2", 3, ["auto"]]))
+    c.args["kv_cache_dtype"] = v
+    c.blame.add("kv_cache_dtype")
+    if not isinstance(v, str):
+        c.kinds.add("kv_cache_dtype")
+    elif v.startswith("fp8"):
+        c.blame |= {"key_cache", "value_cache"}
+    return True
+
+
+def m_kv_scale(c: Case, draw: Any) -> bool:
+    """A ``k_scale`` / ``v_scale`` that is not one f32 element on the caches' device."""
+    x = draw(st.sampled_from(["k_scale", "v_scale"]))
+    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
+                              "a", [1.0]]))
+    c.args[x] = v
+    c.blame.add(x)
+    if not isinstance(v, T):
+        c.kinds.add(x)
+    return True
+
+
+for _name, _muts in (("paged_attention", [m_sinks, m_kv_cache_dtype, m_kv_scale]),
+                     ("attention_varlen", [m_sinks]), ("reshape_and_cache", [m_kv_cache_dtype, m_kv_scale])):
+    TABLE[_name].mutations += _muts
+    for _m in _muts:
+        args = {m_sinks: ["sinks"], m_kv_cache_dtype: ["kv_cache_dtype"], m_kv_scale: ["k_scale", "v_scale"]}
+        for _x in args[_m]:
+            TABLE[_name].covers[_x] = [_m]
+
 # --- the fused MoE (bf16 / f16 weights) -----------------------------------------------------------------
 
 MOE_TENSORS = ("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")
@@ -1525,7 +1578,6 @@ TABLE["fused_moe_wna16"] = OpTable(
 
 # --- shared by the Mamba and MLA tables: mutations made from a description of the op -------------------
 
-F32, F64 = torch.float32, torch.float64
 #: dtype rules: the dtypes a tensor may not have ("like:u": must be u's dtype)
 BAD_DTYPES = {
     "half": [F32, F64, torch.int8],
