@@ -316,14 +316,24 @@ def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[in
     return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
 
 
+def _kv_cache_kind(draw: Any, dt: Any) -> tuple[Any, dict[str, Any]]:
+    """The caches' dtype and the arguments that say it: the keys' dtype ("auto"), or an FP8 cache
+    (uint8) with scales (none, numbers for the Python API are not tensors: one f32 element)."""
+    if not draw(st.booleans()):
+        return dt, {"kv_cache_dtype": "auto"}
+    scale = st.sampled_from([None, T((1,), F32), T((), F32)])
+    return torch.uint8, {"kv_cache_dtype": draw(st.sampled_from(["fp8", "fp8_e4m3", "fp8_e5m2"])),
+                         "k_scale": draw(scale), "v_scale": draw(scale)}
+
+
 @st.composite
 def rc_valid(draw: Any) -> dict[str, Any]:
     t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
     d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
     dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache = _rc_cache_shape(layout, nb, bs, kvh, d)
-    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, dt),
-            "value_cache": T(cache, dt), "slot_mapping": T((t,), I64), "kv_layout": layout}
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "slot_mapping": T((t,), I64), "kv_layout": layout, **fp8}
 
 
 def _rc_present(c: Case) -> list[str]:
@@ -501,14 +511,15 @@ def pa_valid(draw: Any) -> dict[str, Any]:
     b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
     d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
     dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache = _rc_cache_shape(layout, nb, bs, kvh, d)
-    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, dt),
-            "value_cache": T(cache, dt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
             "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
             "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
             "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
             "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
-            "num_splits": draw(st.sampled_from([0, 1]))}
+            "num_splits": draw(st.sampled_from([0, 1])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)])), **fp8}
 
 
 def _pa_present(c: Case) -> list[str]:
@@ -564,7 +575,7 @@ def pa_shape_mismatch(c: Case, draw: Any) -> bool:
         if kvh < 2:
             return False
         a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame.add("q")
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
     elif x == "q_dim":
         a["q"] = replace(a["q"], shape=(tq, h, d + 8))
         c.blame.add("q")
@@ -692,7 +703,8 @@ def av_valid(draw: Any) -> dict[str, Any]:
             "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
             "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
             "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
-            "softcap": draw(st.sampled_from([0.0, 30.0]))}
+            "softcap": draw(st.sampled_from([0.0, 30.0])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)]))}
 
 
 def _av_present(c: Case) -> list[str]:
@@ -748,7 +760,7 @@ def av_shape_mismatch(c: Case, draw: Any) -> bool:
         if kvh < 2:
             return False
         a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame.add("q")
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
     elif x == "q_dim":
         a["q"] = replace(a["q"], shape=(tq, h, d + 8))
         c.blame |= {"q", "k"}
@@ -861,12 +873,14 @@ def m_sinks(c: Case, draw: Any) -> bool:
 
 def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
     """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
-    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", "fp8", "fp8_e5m2", 3, ["auto"]]))
+    fp8 = c.args.get("kv_cache_dtype", "auto") != "auto"   # (then the caches are uint8)
+    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", 3, ["auto"]]
+                             + (["auto"] if fp8 else ["fp8", "fp8_e5m2"])))
     c.args["kv_cache_dtype"] = v
     c.blame.add("kv_cache_dtype")
     if not isinstance(v, str):
         c.kinds.add("kv_cache_dtype")
-    elif v.startswith("fp8"):
+    elif v in ("auto", "fp8", "fp8_e5m2"):
         c.blame |= {"key_cache", "value_cache"}
     return True
 
