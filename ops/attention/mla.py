@@ -33,6 +33,7 @@ from ..host.checks import (
     check_rows,
     check_tensors,
     int_arg,
+    rows_fit,
 )
 from ..host.launch import build_for, content_checks, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
@@ -83,10 +84,10 @@ def check_mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, b
     if rank not in LATENTS or d - rank not in ROPES:
         raise ArgumentError(OP, "kv_lora_rank", f"is {rank} with rows of {d}: the kernel takes a latent of "
                                                 f"{LATENTS} and a rope part of {ROPES} elements")
-    if cache.stride(-1) != 1 or (cache.stride(0) * cache.element_size()) % 16 or (
-            cache.stride(1) * cache.element_size()) % 16:
-        raise ArgumentError(OP, "kv_cache", "needs contiguous rows at 16-byte aligned strides, got strides "
-                                            f"{tuple(kv_cache.stride())}")
+    if not rows_fit(cache):  # (by its storage offset under fake tensors, as the launch checks the pointer)
+        raise ArgumentError(OP, "kv_cache", "needs contiguous rows at 16-byte aligned strides and start, got "
+                                            f"strides {tuple(kv_cache.stride())}, offset "
+                                            f"{kv_cache.storage_offset()}")
     check_rows(OP, "q", q, copied=True)
     b = seqused_k.shape[0]
     if cu_seqlens_q.shape[0] != b + 1:

@@ -59,6 +59,8 @@ def check_causal_conv1d(x: Any, weight: Any, bias: Any = None, activation: Any =
     """The arguments of ``causal_conv1d``: ``x`` [batch, dim, L] (f16 / bf16), or [dim, T] with
     ``cu_seqlens``; ``initial_states`` [batch or S, dim, width-1] of ``x``'s dtype."""
     op = "hexlayout.causal_conv1d"
+    optional = (("cu_seqlens", cu_seqlens, 1), ("initial_states", initial_states, 3))
+    check_tensors(op, [(n, t, r) for n, t, r in optional if t is not None])
     check_tensors(op, [("x", x, 2 if cu_seqlens is not None else 3)])
     check_dtype(op, "x", x)
     dim = x.shape[-2]
@@ -90,6 +92,8 @@ def check_causal_conv1d_update(x: Any, conv_state: Any, weight: Any, bias: Any =
     op = "hexlayout.causal_conv1d_update"
     check_tensors(op, [("x", x, x.dim() if isinstance(x, torch.Tensor) and x.dim() == 2 else 3),
                        ("conv_state", conv_state, 3)])
+    if conv_state_indices is not None:
+        check_tensors(op, [("conv_state_indices", conv_state_indices, 1)])
     check_dtype(op, "x", x)
     batch, dim = x.shape[0], x.shape[1]
     width = _check_weight(op, x, weight, bias, dim)

@@ -69,7 +69,7 @@ def check_ssd_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, chunk_size: Any = 25
     named = [("x", x, 0), ("dt", dt, 0), ("A", A, 0), ("B", B, 0), ("C", C, 0)]
     for name, t, shapes in (("D", D, [(heads,), (heads, p)]), ("dt_bias", dt_bias, [(heads,)])):
         if t is not None:
-            check_tensors(OP, [(name, t, len(t.shape) if name == "D" and t.dim() == 2 else 1)])
+            check_tensors(OP, [(name, t, 2 if name == "D" and getattr(t, "ndim", None) == 2 else 1)])
             _check_float(name, t, shapes)
             named.append((name, t, 0))
     if z is not None:

@@ -30,7 +30,7 @@ def _tensor_ranks(state: Any, named: list[tuple[str, Any, tuple[int, ...]]]) -> 
         OP, [("state", state, state.dim() if getattr(state, "dim", None) and state.dim() == 4 else 3)]
     )
     for name, t, ranks in named:
-        if t is not None:
+        if t is not None or name in ("x", "dt", "A", "B", "C"):  # (None: absent, for the optional ones)
             check_tensors(
                 OP, [(name, t, t.dim() if getattr(t, "dim", None) and t.dim() in ranks else ranks[0])]
             )
@@ -54,7 +54,7 @@ def check_selective_state_update(state: Any, x: Any, dt: Any, A: Any, B: Any, C:
             ("A", A, (1, 3) if m2 else (2,)),
             ("B", B, (3,) if m2 else (2, 3)),
             ("C", C, (B.dim() if hasattr(B, "dim") else 3,)),
-            ("z", z, (x.dim(),)),
+            ("z", z, (x.dim() if hasattr(x, "dim") else 2,)),
             ("D", D, (1, 2) if m2 else (1,)),
             ("dt_bias", dt_bias, (1, 2) if m2 else (1,)),
             ("state_batch_indices", state_batch_indices, (1,)),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -85,6 +86,7 @@ class Case:
 # --- the GEMM ------------------------------------------------------------------------------------------
 
 F16, BF16 = torch.float16, torch.bfloat16
+F32, F64 = torch.float32, torch.float64
 TENSORS = ("a", "b", "bias", "residual")
 
 
@@ -314,14 +316,24 @@ def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[in
     return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
 
 
+def _kv_cache_kind(draw: Any, dt: Any) -> tuple[Any, dict[str, Any]]:
+    """The caches' dtype and the arguments that say it: the keys' dtype ("auto"), or an FP8 cache
+    (uint8) with scales (none, numbers for the Python API are not tensors: one f32 element)."""
+    if not draw(st.booleans()):
+        return dt, {"kv_cache_dtype": "auto"}
+    scale = st.sampled_from([None, T((1,), F32), T((), F32)])
+    return torch.uint8, {"kv_cache_dtype": draw(st.sampled_from(["fp8", "fp8_e4m3", "fp8_e5m2"])),
+                         "k_scale": draw(scale), "v_scale": draw(scale)}
+
+
 @st.composite
 def rc_valid(draw: Any) -> dict[str, Any]:
     t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
     d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
     dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache = _rc_cache_shape(layout, nb, bs, kvh, d)
-    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, dt),
-            "value_cache": T(cache, dt), "slot_mapping": T((t,), I64), "kv_layout": layout}
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "slot_mapping": T((t,), I64), "kv_layout": layout, **fp8}
 
 
 def _rc_present(c: Case) -> list[str]:
@@ -499,14 +511,15 @@ def pa_valid(draw: Any) -> dict[str, Any]:
     b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
     d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
     dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache = _rc_cache_shape(layout, nb, bs, kvh, d)
-    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, dt),
-            "value_cache": T(cache, dt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
             "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
             "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
             "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
             "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
-            "num_splits": draw(st.sampled_from([0, 1]))}
+            "num_splits": draw(st.sampled_from([0, 1])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)])), **fp8}
 
 
 def _pa_present(c: Case) -> list[str]:
@@ -562,7 +575,7 @@ def pa_shape_mismatch(c: Case, draw: Any) -> bool:
         if kvh < 2:
             return False
         a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame.add("q")
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
     elif x == "q_dim":
         a["q"] = replace(a["q"], shape=(tq, h, d + 8))
         c.blame.add("q")
@@ -690,7 +703,8 @@ def av_valid(draw: Any) -> dict[str, Any]:
             "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
             "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
             "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
-            "softcap": draw(st.sampled_from([0.0, 30.0]))}
+            "softcap": draw(st.sampled_from([0.0, 30.0])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)]))}
 
 
 def _av_present(c: Case) -> list[str]:
@@ -746,7 +760,7 @@ def av_shape_mismatch(c: Case, draw: Any) -> bool:
         if kvh < 2:
             return False
         a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame.add("q")
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
     elif x == "q_dim":
         a["q"] = replace(a["q"], shape=(tq, h, d + 8))
         c.blame |= {"q", "k"}
@@ -836,6 +850,60 @@ TABLE["attention_varlen"] = OpTable(
             "causal": [av_bad_kind]},
     module=sys.modules[__name__], fallback=av_bad_value)
 
+
+# --- attention sinks and FP8 KV caches (paged_attention, attention_varlen, reshape_and_cache) ----------
+
+
+def m_sinks(c: Case, draw: Any) -> bool:
+    """``sinks`` that cannot be one f32 logit per query head: another dtype, length or rank,
+    another device, or not a tensor."""
+    q = c.args.get("q")
+    h = q.shape[1] if isinstance(q, T) and len(q.shape) == 3 else 2
+    bad = draw(st.sampled_from(["dtype", "shape", "device", "kind"]))
+    if bad == "kind":
+        c.args["sinks"] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0]]))
+        c.kinds.add("sinks")
+    else:
+        c.args["sinks"] = {"dtype": T((h,), draw(st.sampled_from([F16, BF16, F64]))),
+                           "shape": T(draw(st.sampled_from([(h + 1,), (h, 1), ()])), F32),
+                           "device": T((h,), F32, device="meta")}[bad]
+    c.blame.add("sinks")
+    return True
+
+
+def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
+    """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
+    fp8 = c.args.get("kv_cache_dtype", "auto") != "auto"   # (then the caches are uint8)
+    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", 3, ["auto"]]
+                             + (["auto"] if fp8 else ["fp8", "fp8_e5m2"])))
+    c.args["kv_cache_dtype"] = v
+    c.blame.add("kv_cache_dtype")
+    if not isinstance(v, str):
+        c.kinds.add("kv_cache_dtype")
+    elif v in ("auto", "fp8", "fp8_e5m2"):
+        c.blame |= {"key_cache", "value_cache"}
+    return True
+
+
+def m_kv_scale(c: Case, draw: Any) -> bool:
+    """A ``k_scale`` / ``v_scale`` that is not one f32 element on the caches' device."""
+    x = draw(st.sampled_from(["k_scale", "v_scale"]))
+    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
+                              "a", [1.0]]))
+    c.args[x] = v
+    c.blame.add(x)
+    if not isinstance(v, T):
+        c.kinds.add(x)
+    return True
+
+
+for _name, _muts in (("paged_attention", [m_sinks, m_kv_cache_dtype, m_kv_scale]),
+                     ("attention_varlen", [m_sinks]), ("reshape_and_cache", [m_kv_cache_dtype, m_kv_scale])):
+    TABLE[_name].mutations += _muts
+    for _m in _muts:
+        args = {m_sinks: ["sinks"], m_kv_cache_dtype: ["kv_cache_dtype"], m_kv_scale: ["k_scale", "v_scale"]}
+        for _x in args[_m]:
+            TABLE[_name].covers[_x] = [_m]
 
 # --- the fused MoE (bf16 / f16 weights) -----------------------------------------------------------------
 
@@ -1522,6 +1590,637 @@ TABLE["fused_moe_wna16"] = OpTable(
     module=sys.modules[__name__], fallback=wq_bad_kind)
 
 
+# --- shared by the Mamba and MLA tables: mutations made from a description of the op -------------------
+
+#: dtype rules: the dtypes a tensor may not have ("like:u": must be u's dtype)
+BAD_DTYPES = {
+    "half": [F32, F64, torch.int8],
+    "float": [F64, torch.int8, torch.int32],
+    "f32": [F16, BF16, F64, torch.int32],
+    "floating": [torch.int8, torch.int32, torch.bool],
+    "i32": [torch.int64, torch.int16, F16],
+    "i64": [torch.int32, torch.int16, F16],
+    "index": [torch.int16, F16, torch.uint8],
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One op's tensors for the shared mutations: ``ranks`` (every rank a tensor has in some form
+    of the op), ``dtypes`` (a ``BAD_DTYPES`` rule or ``like:<tensor>``), ``optional`` tensors
+    (None is valid), ``refused`` layouts (the others are copied or read through strides),
+    ``shape_blame`` (who the error may name when a tensor's size changes; default the tensor),
+    ``free`` dims (sizes that may grow: cache rows, table widths; a negative one counts from the
+    end)."""
+
+    ranks: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    optional: frozenset[str] = frozenset()
+    refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    shape_blame: dict[str, set[str]] = field(default_factory=dict)
+    free: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(self.ranks)
+
+    def present(self, c: Case) -> list[str]:
+        return [x for x in self.tensors if isinstance(c.args.get(x), T)]
+
+
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _bad_dtypes(spec: Spec, c: Case, x: str) -> list[Any]:
+    rule = spec.dtypes[x]
+    if not rule.startswith("like:"):
+        return BAD_DTYPES[rule]
+    ref = c.args.get(rule[5:])
+    ok = ref.dtype if isinstance(ref, T) else None
+    return [F64, torch.int8] + [d for d in (F16, BF16, F32) if ok is not None and d != ok]
+
+
+def common_mutations(prefix: str, spec: Spec) -> list[Callable[[Case, Any], bool]]:
+    """``<prefix>_dtype``, ``_rank``, ``_shape``, ``_layout``, ``_device``, ``_not_a_tensor`` for
+    the op ``spec`` describes; ``_shape`` grows one dimension of a tensor by 8 while every tensor
+    has its rank (no rank of another form: the sizes still disagree)."""
+
+    def dtype(c: Case, draw: Any) -> bool:
+        if not spec.present(c):
+            return False
+        x = draw(st.sampled_from(spec.present(c)))
+        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(_bad_dtypes(spec, c, x))))
+        c.blame.add(x)
+        return True
+
+    def rank(c: Case, draw: Any) -> bool:
+        if not spec.present(c):
+            return False
+        x = draw(st.sampled_from(spec.present(c)))
+        r = draw(st.sampled_from([r for r in range(6) if r not in spec.ranks[x]]))
+        c.args[x] = replace(c.args[x], shape=(2, 2, 2, 2, 16)[5 - r :])
+        c.blame.add(x)
+        return True
+
+    def shape(c: Case, draw: Any) -> bool:
+        present = spec.present(c)
+        if any(len(c.args[x].shape) not in spec.ranks[x] for x in present):
+            return False
+        cands = [
+            (x, d)
+            for x in present
+            for d, n in enumerate(c.args[x].shape)
+            if d not in spec.free.get(x, ()) and d - len(c.args[x].shape) not in spec.free.get(x, ())
+        ]
+        if not cands:
+            return False
+        x, d = draw(st.sampled_from(cands))
+        sh = list(c.args[x].shape)
+        sh[d] += 8
+        c.args[x] = replace(c.args[x], shape=tuple(sh))
+        c.blame |= spec.shape_blame.get(x, {x})
+        return True
+
+    def layout(c: Case, draw: Any) -> bool:
+        cands = [
+            x for x in spec.present(c) if spec.refused.get(x) and c.args[x].shape and c.args[x].shape[-1] > 1
+        ]
+        if not cands:
+            return False
+        x = draw(st.sampled_from(cands))
+        c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(spec.refused[x])))
+        c.blame.add(x)
+        return True
+
+    def device(c: Case, draw: Any) -> bool:
+        present = spec.present(c)
+        if not present:
+            return False
+        x = draw(st.sampled_from(present))
+        c.args[x] = replace(c.args[x], device="meta")
+        c.blame |= set(present) if x == spec.tensors[0] else {x}
+        return True
+
+    def not_a_tensor(c: Case, draw: Any) -> bool:
+        x = draw(st.sampled_from(spec.tensors))
+        c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x in spec.optional else [None])))
+        c.blame.add(x)
+        c.kinds.add(x)
+        return True
+
+    fns = {
+        "dtype": dtype,
+        "rank": rank,
+        "shape": shape,
+        "layout": layout,
+        "device": device,
+        "not_a_tensor": not_a_tensor,
+    }
+    return [_named(f, f"{prefix}_{k}") for k, f in fns.items()]
+
+
+def scalar_mutations(prefix: str, values: dict[str, list[Any]], kinds: dict[str, list[Any]]
+                     ) -> list[Callable[[Case, Any], bool]]:  # fmt: skip
+    """``<prefix>_bad_value`` (a value of the right kind the op refuses) over the scalar arguments
+    in ``values`` and ``<prefix>_bad_kind`` (a value of a kind the schema cannot bind) over those
+    in ``kinds``; only those with arguments to break."""
+
+    def bad_value(c: Case, draw: Any) -> bool:
+        x = draw(st.sampled_from(sorted(values)))
+        c.args[x] = draw(st.sampled_from(values[x]))
+        c.blame.add(x)
+        return True
+
+    def bad_kind(c: Case, draw: Any) -> bool:
+        x = draw(st.sampled_from(sorted(kinds)))
+        c.args[x] = draw(st.sampled_from(kinds[x]))
+        c.blame.add(x)
+        c.kinds.add(x)
+        return True
+
+    return [_named(f, f"{prefix}_{f.__name__}") for f, d in ((bad_value, values), (bad_kind, kinds)) if d]
+
+
+def grad_noise(floats: tuple[str, ...]) -> Callable[[Case, Any], None]:
+    """Harmless on its own: the float tensors ``floats`` that require grad."""
+
+    def noise(c: Case, draw: Any) -> None:
+        for x in floats:
+            if isinstance(c.args.get(x), T) and draw(st.booleans()):
+                c.args[x] = replace(c.args[x], requires_grad=True)
+
+    return noise
+
+
+def spec_table(
+    prefix: str,
+    spec: Spec,
+    valid: Callable[[], Any],
+    floats: tuple[str, ...],
+    values: dict[str, list[Any]] | None = None,
+    kinds: dict[str, list[Any]] | None = None,
+) -> OpTable:
+    """The ``OpTable`` of the op ``spec`` describes: the common mutations cover the tensors they
+    can break (a shape change where a size is checked, a layout where one is refused), the scalar
+    ones the scalar arguments in ``values`` / ``kinds``. The mutations are found by name in a
+    namespace of their own (``invalid_case`` reads ``module``)."""
+    values, kinds = values or {}, kinds or {}
+    common = common_mutations(prefix, spec)
+    dtype, rank, shape, layout, device, not_a_tensor = common
+    scalars = scalar_mutations(prefix, values, kinds)
+    covers: dict[str, list[Callable[..., Any]]] = {}
+    for x in spec.tensors:
+        covers[x] = [dtype, rank, shape, device, not_a_tensor] + [layout] * bool(spec.refused.get(x))
+    for f in scalars:
+        for x in values if f.__name__.endswith("bad_value") else kinds:
+            covers.setdefault(x, []).append(f)
+    mutations = [*common, *scalars]
+    return OpTable(
+        valid=valid,
+        mutations=mutations,
+        exclusive=[{device}, {shape}],  # (two size changes may agree again)
+        noise=grad_noise(floats),
+        covers=covers,
+        module=SimpleNamespace(**{f.__name__: f for f in mutations}),
+        fallback=scalars[0] if scalars else not_a_tensor,
+    )
+
+
+# --- the Mamba ops ---------------------------------------------------------------------------------------
+
+FLOATS = [F16, BF16, F32]
+BOOL_KINDS = ["yes", [True]]
+
+
+def _opt(draw: Any, t: T) -> T | None:
+    return draw(st.sampled_from([None, t]))
+
+
+@st.composite
+def ss_valid(draw: Any) -> dict[str, Any]:
+    """selective_scan: u / delta / z ``[batch, dim, L]``, A ``[dim, N]`` f32, B / C ``[batch, N, L]``
+    or ``[batch, G, N, L]``, D / delta_bias ``[dim]`` f32."""
+    b, dim, n, length = (
+        draw(st.integers(1, 2)),
+        draw(st.sampled_from([4, 8])),
+        draw(st.sampled_from([2, 4])),
+        draw(st.integers(1, 4)),
+    )
+    dt, g = draw(st.sampled_from(FLOATS)), draw(st.sampled_from([None, 1, 2]))
+    bc = (b, n, length) if g is None else (b, g, n, length)
+    return {
+        "u": T((b, dim, length), dt),
+        "delta": T((b, dim, length), dt),
+        "A": T((dim, n), F32),
+        "B": T(bc, dt),
+        "C": T(bc, dt),
+        "D": _opt(draw, T((dim,), F32)),
+        "z": _opt(draw, T((b, dim, length), dt)),
+        "delta_bias": _opt(draw, T((dim,), F32)),
+        "delta_softplus": draw(st.booleans()),
+        "return_last_state": draw(st.booleans()),
+    }
+
+
+SS = Spec(
+    ranks={
+        "u": (3,),
+        "delta": (3,),
+        "A": (2,),
+        "B": (3, 4),
+        "C": (3, 4),
+        "D": (1,),
+        "z": (3,),
+        "delta_bias": (1,),
+    },
+    dtypes={
+        "u": "float",
+        "delta": "like:u",
+        "A": "f32",
+        "B": "like:u",
+        "C": "like:u",
+        "D": "f32",
+        "z": "like:u",
+        "delta_bias": "f32",
+    },
+    optional=frozenset({"D", "z", "delta_bias"}),
+    shape_blame={
+        "u": {"u", "delta", "A", "B", "C", "D", "z", "delta_bias"},
+        "A": {"A", "B", "C"},
+        "B": {"B", "C"},
+    },
+)
+TABLE["selective_scan"] = spec_table(
+    "ss",
+    SS,
+    ss_valid,
+    ("u", "delta", "B", "C", "z"),
+    kinds={"delta_softplus": BOOL_KINDS, "return_last_state": BOOL_KINDS},
+)
+
+
+@st.composite
+def su_valid(draw: Any) -> dict[str, Any]:
+    """selective_state_update, Mamba-1 (state ``[S, dim, N]``, x / dt / z ``[batch, dim]``, A
+    ``[dim, N]``, B / C ``[batch, N]`` or ``[batch, G, N]``) or Mamba-2 (state ``[S, H, P, N]``, x / z
+    ``[batch, H, P]``, dt ``[batch, H, P]`` or ``[batch, H]``, A ``[H]`` or ``[H, P, N]``, B / C
+    ``[batch, G, N]``, D / dt_bias ``[H]`` or ``[H, P]``); S = batch without indices."""
+    b, h, p, n, g = (
+        draw(st.integers(1, 2)),
+        2,
+        draw(st.sampled_from([2, 4])),
+        draw(st.sampled_from([2, 4])),
+        draw(st.sampled_from([1, 2])),
+    )
+    dt, sdt = draw(st.sampled_from(FLOATS)), draw(st.sampled_from(FLOATS))
+    indexed = draw(st.booleans())
+    s = b + draw(st.integers(0, 2)) if indexed else b
+    if draw(st.booleans()):  # Mamba-2
+        xs = (b, h, p)
+        state, a = (s, h, p, n), draw(st.sampled_from([(h,), (h, p, n)]))
+        dts, bc, dd = draw(st.sampled_from([xs, (b, h)])), (b, g, n), draw(st.sampled_from([(h,), (h, p)]))
+    else:
+        xs, state, a, dts, dd = (b, h * p), (s, h * p, n), (h * p, n), (b, h * p), (h * p,)
+        bc = draw(st.sampled_from([(b, n), (b, g, n)]))
+    return {
+        "state": T(state, sdt),
+        "x": T(xs, dt),
+        "dt": T(dts, dt),
+        "A": T(a, F32),
+        "B": T(bc, dt),
+        "C": T(bc, dt),
+        "D": _opt(draw, T(dd, F32)),
+        "z": _opt(draw, T(xs, dt)),
+        "dt_bias": _opt(draw, T(dd, F32)),
+        "dt_softplus": draw(st.booleans()),
+        "state_batch_indices": T((b,), draw(st.sampled_from([I32, I64]))) if indexed else None,
+    }
+
+
+SU = Spec(
+    ranks={
+        "state": (3, 4),
+        "x": (2, 3),
+        "dt": (2, 3),
+        "A": (1, 2, 3),
+        "B": (2, 3),
+        "C": (2, 3),
+        "D": (1, 2),
+        "z": (2, 3),
+        "dt_bias": (1, 2),
+        "state_batch_indices": (1,),
+    },
+    dtypes={
+        "state": "float",
+        "x": "float",
+        "dt": "like:x",
+        "A": "f32",
+        "B": "like:x",
+        "C": "like:x",
+        "D": "f32",
+        "z": "like:x",
+        "dt_bias": "f32",
+        "state_batch_indices": "index",
+    },
+    optional=frozenset({"D", "z", "dt_bias", "state_batch_indices"}),
+    refused={"state": ("strided",), "state_batch_indices": ("strided",)},
+    shape_blame={
+        "state": {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias"},
+        "x": {"x", "dt", "z", "B", "C", "state", "state_batch_indices"},
+        "B": {"B", "C"},
+    },
+    free={"state": (0,)},
+)
+TABLE["selective_state_update"] = spec_table(
+    "su", SU, su_valid, ("state", "x", "dt", "B", "C", "z"), kinds={"dt_softplus": BOOL_KINDS}
+)
+
+
+@st.composite
+def sd_valid(draw: Any) -> dict[str, Any]:
+    """ssd_scan: x / z ``[batch, L, H, P]`` f16 / bf16, dt ``[batch, L, H]``, A / dt_bias ``[H]``,
+    B / C ``[batch, L, G, N]``, D ``[H]`` or ``[H, P]``, initial_states ``[S, H, P, N]``; cu_seqlens
+    (zeros: empty sequences) only with batch 1."""
+    b, length, h, p = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.sampled_from([2, 4])), 4
+    g, n, dt = (
+        draw(st.sampled_from([1, 2])),
+        draw(st.sampled_from([4, 8])),
+        draw(st.sampled_from([F16, BF16])),
+    )
+    cu = T((draw(st.integers(2, 3)),), I32) if b == 1 and draw(st.booleans()) else None
+    seqs = b if cu is None else cu.shape[0] - 1
+    return {
+        "x": T((b, length, h, p), dt),
+        "dt": T((b, length, h), F32),
+        "A": T((h,), F32),
+        "B": T((b, length, g, n), dt),
+        "C": T((b, length, g, n), dt),
+        "chunk_size": draw(st.sampled_from([256, 4])),
+        "D": _opt(draw, T(draw(st.sampled_from([(h,), (h, p)])), F32)),
+        "z": _opt(draw, T((b, length, h, p), dt)),
+        "dt_bias": _opt(draw, T((h,), F32)),
+        "dt_softplus": draw(st.booleans()),
+        "dt_min": draw(st.sampled_from([0.0, 0.001])),
+        "dt_max": draw(st.sampled_from([None, 0.1, float("inf")])),
+        "initial_states": _opt(draw, T((seqs, h, p, n), F32)),
+        "cu_seqlens": cu,
+    }
+
+
+SD = Spec(
+    ranks={
+        "x": (4,),
+        "dt": (3,),
+        "A": (1,),
+        "B": (4,),
+        "C": (4,),
+        "D": (1, 2),
+        "z": (4,),
+        "dt_bias": (1,),
+        "initial_states": (4,),
+        "cu_seqlens": (1,),
+    },
+    dtypes={
+        "x": "half",
+        "dt": "floating",
+        "A": "floating",
+        "B": "like:x",
+        "C": "like:x",
+        "D": "floating",
+        "z": "like:x",
+        "dt_bias": "floating",
+        "initial_states": "floating",
+        "cu_seqlens": "i32",
+    },
+    optional=frozenset({"D", "z", "dt_bias", "initial_states", "cu_seqlens"}),
+    refused={"cu_seqlens": ("strided",)},
+    shape_blame={
+        "x": {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "cu_seqlens"},
+        "B": {"B", "C", "initial_states"},
+    },
+    free={"cu_seqlens": (0,)},
+)
+TABLE["ssd_scan"] = spec_table(
+    "sd",
+    SD,
+    sd_valid,
+    ("x", "dt", "B", "C", "z", "initial_states"),
+    values={
+        "chunk_size": [0, -4],
+        "dt_min": [float("nan"), float("inf")],
+        "dt_max": [float("nan"), -1.0, float("-inf")],
+    },
+    kinds={
+        "chunk_size": ["4", 2.5],
+        "dt_softplus": BOOL_KINDS,
+        "dt_min": ["0.1", [0.0]],
+        "dt_max": ["1e3", [1.0]],
+    },
+)
+
+ACTIVATION_VALUES, ACTIVATION_KINDS = (
+    {"activation": ["relu", "SILU", "", "silu "]},
+    {"activation": [3, ["silu"]]},
+)
+
+
+@st.composite
+def cc_valid(draw: Any) -> dict[str, Any]:
+    """causal_conv1d: x ``[batch, dim, L]`` f16 / bf16, or ``[dim, T]`` with cu_seqlens (zeros);
+    weight ``[dim, width]`` (width 2-4), bias ``[dim]``, initial_states ``[S, dim, width-1]``."""
+    dim, width, dt = (
+        draw(st.sampled_from([8, 16])),
+        draw(st.integers(2, 4)),
+        draw(st.sampled_from([F16, BF16])),
+    )
+    if draw(st.booleans()):
+        seqs = draw(st.integers(1, 2))
+        x, cu = T((dim, draw(st.integers(1, 4))), dt), T((seqs + 1,), I32)
+    else:
+        seqs = draw(st.integers(1, 2))
+        x, cu = T((seqs, dim, draw(st.integers(1, 4))), dt), None
+    return {
+        "x": x,
+        "weight": T((dim, width), dt),
+        "bias": _opt(draw, T((dim,), dt)),
+        "activation": draw(st.sampled_from([None, "silu"])),
+        "initial_states": _opt(draw, T((seqs, dim, width - 1), dt)),
+        "cu_seqlens": cu,
+    }
+
+
+CC = Spec(
+    ranks={"x": (2, 3), "weight": (2,), "bias": (1,), "initial_states": (3,), "cu_seqlens": (1,)},
+    dtypes={
+        "x": "half",
+        "weight": "like:x",
+        "bias": "like:x",
+        "initial_states": "like:x",
+        "cu_seqlens": "i32",
+    },
+    optional=frozenset({"bias", "initial_states", "cu_seqlens"}),
+    refused={"cu_seqlens": ("strided",)},
+    shape_blame={
+        "x": {"x", "weight", "bias", "initial_states", "cu_seqlens"},
+        "weight": {"weight", "initial_states"},
+    },
+    free={"x": (-1, -3), "cu_seqlens": (0,)},
+)
+TABLE["causal_conv1d"] = spec_table(
+    "cc",
+    CC,
+    cc_valid,
+    ("x", "weight", "bias", "initial_states"),
+    values=ACTIVATION_VALUES,
+    kinds=ACTIVATION_KINDS,
+)
+
+
+@st.composite
+def cu_valid(draw: Any) -> dict[str, Any]:
+    """causal_conv1d_update: x ``[batch, dim]`` or ``[batch, dim, L]`` f16 / bf16, conv_state
+    ``[n, dim, SL]`` (SL >= width-1; n >= batch without indices), weight ``[dim, width]``, bias
+    ``[dim]``, conv_state_indices ``[batch]`` int32 (zeros)."""
+    b, dim, width, dt = (
+        draw(st.integers(1, 2)),
+        draw(st.sampled_from([8, 16])),
+        draw(st.integers(2, 4)),
+        draw(st.sampled_from([F16, BF16])),
+    )
+    x = (b, dim) if draw(st.booleans()) else (b, dim, draw(st.integers(1, 3)))
+    indexed = draw(st.booleans())
+    return {
+        "x": T(x, dt),
+        "conv_state": T((b + draw(st.integers(0, 1)), dim, width - 1 + draw(st.integers(0, 2))), dt),
+        "weight": T((dim, width), dt),
+        "bias": _opt(draw, T((dim,), dt)),
+        "activation": draw(st.sampled_from([None, "silu"])),
+        "conv_state_indices": T((b,), I32) if indexed else None,
+    }
+
+
+CU = Spec(
+    ranks={"x": (2, 3), "conv_state": (3,), "weight": (2,), "bias": (1,), "conv_state_indices": (1,)},
+    dtypes={
+        "x": "half",
+        "conv_state": "like:x",
+        "weight": "like:x",
+        "bias": "like:x",
+        "conv_state_indices": "i32",
+    },
+    optional=frozenset({"bias", "conv_state_indices"}),
+    refused={"conv_state_indices": ("strided",)},
+    shape_blame={"x": {"x", "conv_state", "weight", "bias", "conv_state_indices"}},
+    free={"x": (2,), "conv_state": (0, 2)},
+)
+TABLE["causal_conv1d_update"] = spec_table(
+    "cu",
+    CU,
+    cu_valid,
+    ("x", "conv_state", "weight", "bias"),
+    values=ACTIVATION_VALUES,
+    kinds=ACTIVATION_KINDS,
+)
+
+
+# --- MLA: the latent cache and its decode ----------------------------------------------------------------
+
+
+def _mla_cache(draw: Any, d: int, dt: Any) -> T:
+    nb, bs = draw(st.integers(1, 3)), draw(st.sampled_from([16, 32]))
+    return T((nb, bs, d) if draw(st.booleans()) else (nb, bs, 1, d), dt)
+
+
+@st.composite
+def md_valid(draw: Any) -> dict[str, Any]:
+    """mla_decode: q ``[T, H, rank + rope]`` f16 / bf16, kv_cache ``[NB, BS, rank + rope]`` or
+    ``[NB, BS, 1, rank + rope]``, int32 index tensors of zeros (every sequence empty)."""
+    b, h, rank, rope = draw(st.integers(2, 3)), draw(st.integers(1, 2)), 128, draw(st.sampled_from([16, 64]))
+    dt = draw(st.sampled_from([F16, BF16]))
+    return {
+        "q": T((draw(st.integers(1, 4)), h, rank + rope), dt),
+        "kv_cache": _mla_cache(draw, rank + rope, dt),
+        "cu_seqlens_q": T((b + 1,), I32),
+        "seqused_k": T((b,), I32),
+        "block_table": T((b, draw(st.integers(2, 3))), I32),
+        "max_seqlen_q": draw(st.integers(0, 4)),
+        "max_seqlen_k": draw(st.integers(0, 64)),
+        "softmax_scale": draw(st.sampled_from([None, 0.125])),
+        "kv_lora_rank": rank,
+    }
+
+
+MD = Spec(
+    ranks={"q": (3,), "kv_cache": (3, 4), "cu_seqlens_q": (1,), "seqused_k": (1,), "block_table": (2,)},
+    dtypes={
+        "q": "half",
+        "kv_cache": "like:q",
+        "cu_seqlens_q": "i32",
+        "seqused_k": "i32",
+        "block_table": "i32",
+    },
+    refused={
+        "kv_cache": ("strided", "offset"),
+        "cu_seqlens_q": ("strided",),
+        "seqused_k": ("strided",),
+        "block_table": ("strided",),
+    },
+    shape_blame={
+        "q": {"q", "kv_cache", "kv_lora_rank"},
+        "seqused_k": {"seqused_k", "cu_seqlens_q", "block_table"},
+    },
+    free={"q": (0, 1), "kv_cache": (0, 1), "block_table": (1,)},
+)
+TABLE["mla_decode"] = spec_table(
+    "md",
+    MD,
+    md_valid,
+    ("q", "kv_cache"),
+    values={
+        "max_seqlen_q": [-1, -5],
+        "max_seqlen_k": [-1],
+        "softmax_scale": [-1.0, 0.0, float("nan"), float("inf")],
+        "kv_lora_rank": [256, 64, 0, -1, 512],
+    },
+    kinds={
+        "max_seqlen_q": ["3", 2.5, None],
+        "max_seqlen_k": ["3", 2.5],
+        "softmax_scale": ["0.5", [0.5]],
+        "kv_lora_rank": ["128", 128.5],
+    },
+)
+
+
+@st.composite
+def mc_valid(draw: Any) -> dict[str, Any]:
+    """mla_reshape_and_cache: kv_c ``[T, rank]`` f16 / bf16, k_pe ``[T, rope]``, kv_cache as for
+    ``mla_decode``, slot_mapping ``[T]`` int64 (zeros)."""
+    t, rank, rope, dt = (
+        draw(st.integers(1, 4)),
+        128,
+        draw(st.sampled_from([16, 64])),
+        draw(st.sampled_from([F16, BF16])),
+    )
+    return {
+        "kv_c": T((t, rank), dt),
+        "k_pe": T((t, rope), dt),
+        "kv_cache": _mla_cache(draw, rank + rope, dt),
+        "slot_mapping": T((t,), I64),
+    }
+
+
+MC = Spec(
+    ranks={"kv_c": (2,), "k_pe": (2,), "kv_cache": (3, 4), "slot_mapping": (1,)},
+    dtypes={"kv_c": "half", "k_pe": "like:kv_c", "kv_cache": "like:kv_c", "slot_mapping": "i64"},
+    refused={"kv_cache": ("strided",), "slot_mapping": ("strided",)},  # (kv_c, k_pe: copied)
+    shape_blame={"kv_c": {"kv_c", "k_pe", "slot_mapping", "kv_cache"}, "k_pe": {"k_pe", "kv_cache"}},
+    free={"kv_cache": (0, 1)},
+)
+TABLE["mla_reshape_and_cache"] = spec_table("mc", MC, mc_valid, ("kv_c", "k_pe", "kv_cache"))
+
+
 def test_table_covers_every_registered_op_and_argument() -> None:
     ops = _ops()
     assert set(ops) == set(TABLE) and ops
@@ -1590,7 +2289,13 @@ PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.op
          # (the Python fused_moe_fp8 takes prepare_fp8 objects, not these arguments)
          "fused_moe_fp8": {"Op": lambda: _ops()["fused_moe_fp8"]},
          # (the Python fused_moe_wna16 takes prepare_wna16 objects, not these arguments)
-         "fused_moe_wna16": {"Op": lambda: _ops()["fused_moe_wna16"]}}
+         "fused_moe_wna16": {"Op": lambda: _ops()["fused_moe_wna16"]},
+         # (the Python ssd_scan takes dt_limit = (dt_min, dt_max), not these arguments)
+         "ssd_scan": {"Op": lambda: _ops()["ssd_scan"]}}
+PATHS.update({name: {"Op": lambda name=name: _ops()[name],
+                      "function": lambda name=name: getattr(hexlayout.ops, name)}
+              for name in ("selective_scan", "selective_state_update", "causal_conv1d",
+                           "causal_conv1d_update", "mla_decode", "mla_reshape_and_cache")})
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
