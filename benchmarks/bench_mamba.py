@@ -320,9 +320,8 @@ def scan_row(
     ``[b, G, N, L]``), its reference on batch row 0 and the first ``REF_DIM`` channels of group 0
     for the full-size shapes (channels and batch rows do not interact; the whole problem in the
     dry run), every implementation measured."""
-    import torch
-
     import hexlayout.ops as ho
+    import torch
 
     cuda = device == "cuda"
     part = not args.dry_run  # the full-size shapes: the reference on a slice
@@ -422,9 +421,8 @@ def state_row(
     ``y`` and the updated rows (batch row 0 and the first channels / heads on the GPU). Peers get
     Mamba-2's per-head ``dt`` / ``A`` / ``D`` / ``dt_bias`` broadcast over ``P`` (and ``A`` over
     ``N``), as vLLM's layer passes them."""
-    import torch
-
     import hexlayout.ops as ho
+    import torch
 
     cuda = device == "cuda"
     part = not args.dry_run  # the full-size shapes: the reference on a slice
@@ -508,9 +506,8 @@ def ssd_row(
 ) -> dict:
     """One Mamba-2 prefill (``x [b, L, H, P]``, ``B``, ``C`` ``[b, L, G, N]``, ``D``, ``z``,
     ``dt_bias``, softplus); the reference on batch row 0 and group 0's heads on the GPU."""
-    import torch
-
     import hexlayout.ops as ho
+    import torch
 
     cuda = device == "cuda"
     part = not args.dry_run  # the full-size shapes: the reference on a slice
@@ -587,9 +584,8 @@ def conv_row(
     """The Mamba-2 layer's depthwise convolution (``dim = H P + 2 G N``, SiLU) on a prefill
     ``x [b, dim, L]``; the reference on batch row 0 and the first ``REF_DIM`` channels on the
     GPU."""
-    import torch
-
     import hexlayout.ops as ho
+    import torch
 
     cuda = device == "cuda"
     part = not args.dry_run  # the full-size shapes: the reference on a slice
@@ -657,9 +653,8 @@ def conv_update_row(
     """One decode position ``x1 [b, dim]`` of the same convolution through
     ``causal_conv1d_update`` into the rows ``conv_state_indices`` (a shuffled half of a
     ``[2b, dim, W-1]`` cache); checked: the output and the shifted state rows."""
-    import torch
-
     import hexlayout.ops as ho
+    import torch
 
     cuda = device == "cuda"
     part = not args.dry_run  # the full-size shapes: the reference on a slice

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+import hexlayout.ops  # noqa: E402,F401 - registers the ops
 import test_paged_attention_op as paged_case  # noqa: E402
 
-import hexlayout.ops  # noqa: E402,F401 - registers the ops
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError  # noqa: E402
 
 FP8 = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

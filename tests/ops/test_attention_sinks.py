@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+import hexlayout.ops  # noqa: E402,F401 - registers the ops
 import test_attention_varlen_op as varlen_case  # noqa: E402
 import test_paged_attention_op as paged_case  # noqa: E402
 
-import hexlayout.ops  # noqa: E402,F401 - registers the ops
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError  # noqa: E402
 
 

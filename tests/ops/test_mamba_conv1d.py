@@ -177,8 +177,9 @@ def test_update_bad_arguments() -> None:
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_compiles_without_spills(arch: str) -> None:
-    import hexlayout.lang as hl
     from hexlayout.ops.mamba.conv1d_kernels import causal_conv1d_kernel, causal_conv1d_update_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     for kern, consts in ((causal_conv1d_kernel(hl.bf16), {"WIDTH": 4, "SILU": True, "VARLEN": True,

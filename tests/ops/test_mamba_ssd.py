@@ -166,9 +166,10 @@ def test_bad_arguments_name_the_argument(over, arg, match) -> None:
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_compiles_without_spills(arch: str) -> None:
-    import hexlayout.lang as hl
     from hexlayout.ops.mamba.ssd import ssd_scan_consts
     from hexlayout.ops.mamba.ssd_kernels import ssd_scan_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     consts = {**ssd_scan_consts(64, 128), "SOFTPLUS": True, "CLAMP": True, "HAS_Z": True, "VARLEN": True,
