@@ -46,7 +46,11 @@ def test_hexlayout_served_both_formats(formats_run: Run) -> None:
         layer = f"hexlayout: model.layers.{i}.mlp.experts"
         assert f"{layer}: GPTQ int4, act-order MoE experts run hexlayout's fused_moe (W4A16)" in out
         assert f"{layer}: MXFP4 MoE experts run hexlayout's fused_moe (W4A16)" in out
-    moe = [r for r in formats_run.trace if r["kernel"].startswith("moe")]
+    prepared = [r["shapes"] for r in formats_run.trace if r["kernel"] == "moe_prepare"]
+    assert len(prepared) == 2 * 2, prepared
+    for s in prepared:  # the checkpoint's packed parameters released (at most 1.05x theirs held)
+        assert s["bytes_before"] > 0 and s["bytes_after"] <= 1.05 * s["bytes_before"], s
+    moe = [r for r in formats_run.trace if r["kernel"].startswith("moe") and r["kernel"] != "moe_prepare"]
     assert {r["kernel"] for r in moe} == {"moe_w4a16"}, moe
     for r in moe:
         s = r["shapes"]

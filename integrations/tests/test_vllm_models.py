@@ -59,7 +59,7 @@ def test_a_planted_wrong_kernel_fails_the_check(models, tmp_path_factory: pytest
 
 def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
     kernels = {row["kernel"] for row in hexlayout_run.trace}
-    assert kernels == {"attention_prefill", "attention_decode", "moe", "moe_w4a16"}, kernels
+    assert kernels == {"attention_prefill", "attention_decode", "moe", "moe_w4a16", "moe_prepare"}, kernels
     # The engine ran in the runner process (in-process engine, uni executor): it is the worker.
     assert {row["pid"] for row in hexlayout_run.trace} == {hexlayout_run.pid}
     for row in hexlayout_run.trace:
@@ -71,7 +71,7 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
                 assert s["num_tokens"] == s["num_seqs"]
             else:
                 assert s["num_tokens"] > s["num_seqs"] or s["max_seqlen_k"] > 1
-        else:
+        elif row["kernel"] != "moe_prepare":  # (test_prepared_experts_release_the_checkpoint_weights)
             s = row["shapes"]
             # 4 experts (Mixtral, Qwen2-MoE, Qwen3-MoE) or 8 (DeepSeek-V3), top-2 of them
             assert (s["topk"], s["hidden"], s["intermediate"]) == (2, 128, 256), s
@@ -88,6 +88,16 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
         if {a["kernel"], b["kernel"]} == {"attention_prefill", "attention_decode"}
     ]
     assert mixed
+
+
+def test_prepared_experts_release_the_checkpoint_weights(hexlayout_run: Run) -> None:
+    """Each AWQ expert layer's parameters after preparation (the prepared tensors replace vLLM's
+    packed ones; distinct storages) take at most 1.05x the checkpoint's packed parameters, which
+    is what vLLM holds with the plugin off."""
+    prepared = [r["shapes"] for r in hexlayout_run.trace if r["kernel"] == "moe_prepare"]
+    assert len(prepared) == 2 * 2, prepared  # AWQ Mixtral and DeepSeek-V3: two MoE layers each
+    for s in prepared:
+        assert s["bytes_before"] > 0 and s["bytes_after"] <= 1.05 * s["bytes_before"], s
 
 
 def test_plugin_logs_what_it_swapped(hexlayout_run: Run, reference: Run) -> None:
