@@ -59,7 +59,8 @@ def test_a_planted_wrong_kernel_fails_the_check(models, tmp_path_factory: pytest
 
 def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
     kernels = {row["kernel"] for row in hexlayout_run.trace}
-    assert kernels == {"attention_prefill", "attention_decode", "moe", "moe_w4a16"}, kernels
+    want = {"attention_prefill", "attention_decode", "moe", "moe_w4a16", "moe_prepare", "mla_decode"}
+    assert kernels == want, kernels
     # The engine ran in the runner process (in-process engine, uni executor): it is the worker.
     assert {row["pid"] for row in hexlayout_run.trace} == {hexlayout_run.pid}
     for row in hexlayout_run.trace:
@@ -71,7 +72,10 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
                 assert s["num_tokens"] == s["num_seqs"]
             else:
                 assert s["num_tokens"] > s["num_seqs"] or s["max_seqlen_k"] > 1
-        else:
+        elif row["kernel"] == "mla_decode":  # DeepSeek-V3's latent 512 + rope 64 (tiny_models.MLA)
+            s = row["shapes"]
+            assert (s["kv_lora_rank"], s["rope"]) == (512, 64) and s["num_seqs"] >= 1, s
+        elif row["kernel"] != "moe_prepare":  # (test_prepared_experts_release_the_checkpoint_weights)
             s = row["shapes"]
             # 4 experts (Mixtral, Qwen2-MoE, Qwen3-MoE) or 8 (DeepSeek-V3), top-2 of them
             assert (s["topk"], s["hidden"], s["intermediate"]) == (2, 128, 256), s
@@ -88,6 +92,29 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
         if {a["kernel"], b["kernel"]} == {"attention_prefill", "attention_decode"}
     ]
     assert mixed
+
+
+#: The prepared experts' parameter bytes over the checkpoint's (what vLLM holds with the plugin
+#: off), at most: the packed tensors are released, the re-laid weights take their bytes, GPTQ's
+#: act-order permutation its g_idx's; AWQ's zero points are held as 16-bit values beside the
+#: scales (4-bit in the checkpoint: 1.08x at group 32, 1.02x at 128) and MXFP4's e8m0 scales as
+#: 16-bit scales (1.06x).
+PREPARED_BYTES = {"awq": 1.09, "gptq": 1.0, "mxfp4": 1.06}
+
+
+def check_prepared(trace: list[dict], layers: int) -> None:
+    """``layers`` ``moe_prepare`` trace lines, each within :data:`PREPARED_BYTES`."""
+    prepared = [r["shapes"] for r in trace if r["kernel"] == "moe_prepare"]
+    assert len(prepared) == layers, prepared
+    for s in prepared:
+        assert 0 < s["bytes_after"] <= PREPARED_BYTES[s["quant_format"]] * s["bytes_before"], s
+
+
+def test_prepared_experts_release_the_checkpoint_weights(hexlayout_run: Run) -> None:
+    """Each AWQ expert layer's parameters after preparation (the prepared tensors replace vLLM's
+    packed ones; distinct storages counted once) against the checkpoint's packed parameters: the
+    expert memory no longer doubles."""
+    check_prepared(hexlayout_run.trace, 2 + 1)  # AWQ Mixtral: 2 MoE layers; DeepSeek-V3: 1 (layer 0 dense)
 
 
 def test_plugin_logs_what_it_swapped(hexlayout_run: Run, reference: Run) -> None:

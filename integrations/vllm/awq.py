@@ -24,14 +24,17 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
-from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
-from vllm.model_executor.layers.quantization import register_quantization_config
 from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig, AutoAWQMoEMethod
 from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
 
-from .log import flush, logger
+from .log import logger
 from .moe import moe_unsupported_reason
-from .wna16 import HexlayoutWNA16Experts, PreparedExpertsMethod, install_prepared_experts
+from .wna16 import (
+    HexlayoutWNA16Experts,
+    PreparedExpertsMethod,
+    install_prepared_experts,
+    register_prepared,
+)
 
 __all__ = ["HexlayoutAWQConfig", "HexlayoutAWQMoEMethod", "HexlayoutWNA16Experts", "register_awq"]
 # HexlayoutWNA16Experts lives in .wna16 (shared with GPTQ and MXFP4); importable from here too.
@@ -53,14 +56,10 @@ class HexlayoutAWQMoEMethod(PreparedExpertsMethod, AutoAWQMoEMethod):
     by :class:`HexlayoutWNA16Experts`."""
 
     def __init__(self, quant_config: AutoAWQConfig, moe: Any) -> None:
-        # Not AutoAWQMoEMethod.__init__: it selects vLLM's WNA16 backend, which hexlayout
-        # replaces (and which raises on CPUs without one).
-        FusedMoEMethodBase.__init__(self, moe)
-        flush()
+        self.init_prepared(moe)
         self.quant_config = quant_config
         self.input_dtype = None
         self.use_marlin = False
-        self.experts_cls = HexlayoutWNA16Experts
 
     def process_weights_after_loading(self, layer: RoutedExperts) -> None:
         from hexlayout.ops import prepare_wna16
@@ -100,9 +99,4 @@ class HexlayoutAWQConfig(AutoAWQConfig):
 def register_awq() -> list[str]:
     """Register :class:`HexlayoutAWQConfig` as vLLM's ``awq`` quantization when hexlayout has
     ``prepare_wna16``; returns what was swapped, for the log."""
-    import hexlayout.ops
-
-    if not hasattr(hexlayout.ops, "prepare_wna16"):
-        return []
-    register_quantization_config("awq")(HexlayoutAWQConfig)
-    return [f"quantization awq -> {__name__}.HexlayoutAWQConfig"]
+    return register_prepared("awq", HexlayoutAWQConfig, "prepare_wna16")

@@ -26,15 +26,13 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
-from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
 from vllm.model_executor.layers.linear import LinearBase
-from vllm.model_executor.layers.quantization import register_quantization_config
 from vllm.model_executor.layers.quantization.auto_gptq import AutoGPTQConfig, AutoGPTQMoEMethod
 from vllm.model_executor.utils import set_weight_attrs
 
-from .log import flush, logger
+from .log import logger
 from .moe import moe_unsupported_reason
-from .wna16 import HexlayoutWNA16Experts, PreparedExpertsMethod, install_prepared_experts
+from .wna16 import PreparedExpertsMethod, install_prepared_experts, register_prepared
 
 __all__ = ["HexlayoutGPTQConfig", "HexlayoutGPTQMoEMethod", "register_gptq"]
 
@@ -91,15 +89,13 @@ class HexlayoutGPTQMoEMethod(PreparedExpertsMethod, AutoGPTQMoEMethod):
     """vLLM's GPTQ MoE weights (``create_weights`` inherited, plus ``g_idx``), prepared by
     hexlayout and computed by :class:`.wna16.HexlayoutWNA16Experts`."""
 
+    PACKED = ("qweight", "scales", "qzeros", "g_idx")
+
     def __init__(self, quant_config: AutoGPTQConfig, moe: Any) -> None:
-        # Not AutoGPTQMoEMethod.__init__: it selects vLLM's WNA16 backend, which hexlayout
-        # replaces (and which raises on CPUs without one).
-        FusedMoEMethodBase.__init__(self, moe)
-        flush()
+        self.init_prepared(moe)
         self.quant_config = quant_config
         self.input_dtype = None
         self.use_marlin = False
-        self.experts_cls = HexlayoutWNA16Experts
 
     def create_weights(self, layer: RoutedExperts, num_experts: int, hidden_size: int,
                        intermediate_size_per_partition: int, params_dtype: torch.dtype,
@@ -175,9 +171,4 @@ def register_gptq() -> list[str]:
     """Register :class:`HexlayoutGPTQConfig` as vLLM's ``auto_gptq`` quantization (what a
     ``quant_method: "gptq"`` checkpoint resolves to) when hexlayout has ``prepare_wna16``;
     returns what was swapped, for the log."""
-    import hexlayout.ops
-
-    if not hasattr(hexlayout.ops, "prepare_wna16"):
-        return []
-    register_quantization_config("auto_gptq")(HexlayoutGPTQConfig)
-    return [f"quantization auto_gptq (gptq) -> {__name__}.HexlayoutGPTQConfig"]
+    return register_prepared("auto_gptq", HexlayoutGPTQConfig, "prepare_wna16", "auto_gptq (gptq)")

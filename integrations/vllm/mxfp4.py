@@ -23,12 +23,11 @@ from typing import Any
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
-from vllm.model_executor.layers.quantization import register_quantization_config
 from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4Config, Mxfp4MoEMethod
 
-from .log import flush, logger
+from .log import logger
 from .moe import moe_unsupported_reason
-from .wna16 import HexlayoutWNA16Experts, PreparedExpertsMethod, install_prepared_experts
+from .wna16 import PreparedExpertsMethod, install_prepared_experts, register_prepared
 
 __all__ = ["HexlayoutMxfp4Config", "HexlayoutMxfp4MoEMethod", "register_mxfp4"]
 
@@ -37,12 +36,12 @@ class HexlayoutMxfp4MoEMethod(PreparedExpertsMethod, Mxfp4MoEMethod):
     """vLLM's MXFP4 MoE weights (``create_weights`` inherited), prepared by hexlayout and
     computed by :class:`.wna16.HexlayoutWNA16Experts`."""
 
+    PACKED = ("weight", "weight_scale", None, None)
+
     def __init__(self, moe: Any) -> None:
-        FusedMoEMethodBase.__init__(self, moe)
-        flush()
+        self.init_prepared(moe)
         self.weight_dtype = "mxfp4"
         self.mxfp4_backend = None  # no vLLM backend: no padding, no permuted output
-        self.experts_cls = HexlayoutWNA16Experts
         self.moe_kernel = None
 
     def maybe_roundup_sizes(self, hidden_size: int, intermediate_size_per_partition: int,
@@ -80,9 +79,4 @@ class HexlayoutMxfp4Config(Mxfp4Config):
 def register_mxfp4() -> list[str]:
     """Register :class:`HexlayoutMxfp4Config` as vLLM's ``mxfp4`` quantization when hexlayout has
     ``prepare_mxfp4``; returns what was swapped, for the log."""
-    import hexlayout.ops
-
-    if not hasattr(hexlayout.ops, "prepare_mxfp4"):
-        return []
-    register_quantization_config("mxfp4")(HexlayoutMxfp4Config)
-    return [f"quantization mxfp4 -> {__name__}.HexlayoutMxfp4Config"]
+    return register_prepared("mxfp4", HexlayoutMxfp4Config, "prepare_mxfp4")

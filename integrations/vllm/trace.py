@@ -2,9 +2,10 @@
 
 Each call appends ``{"pid": int, "kernel": str, "shapes": {...}, "dtype": str}`` to
 ``<dir>/hexlayout-vllm.<pid>.jsonl`` (one file per process, so processes never interleave
-lines). ``kernel`` is one of :data:`TRACE_KERNELS`. Unset or empty: nothing is written and no
-shape is computed (callers check :func:`trace_dir` first, so the fast path never reads tensor
-contents).
+lines). ``kernel`` is one of :data:`TRACE_KERNELS` (``moe_prepare``: a layer's quantized
+experts prepared once at load, ``shapes`` its parameter bytes before and after). Unset or
+empty: nothing is written and no shape is computed (callers check :func:`trace_dir` first, so
+the fast path never reads tensor contents).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ __all__ = ["TRACE_ENV", "TRACE_KERNELS", "trace_dir", "trace_path", "record", "r
 
 TRACE_ENV = "HEXLAYOUT_VLLM_TRACE"
 TRACE_KERNELS: tuple[str, ...] = (
-    "moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode", "mla_decode", "mamba_prefill",
-    "mamba_decode", "conv1d",
+    "moe", "moe_w4a16", "moe_w8a16", "moe_prepare", "attention_prefill", "attention_decode", "mla_decode",
+    "mamba_prefill", "mamba_decode", "conv1d",
 )
 
 
