@@ -20,8 +20,9 @@ magic-number conversion (two values per 32-bit word: ``hl.cast`` to f16 / bf16, 
 integer add and one packed subtraction), shifted by the zero point, scaled (packed f16 / bf16
 arithmetic: ``q - z`` is exact, the product rounded once) and fed to ``mma.sync`` as its B
 operand in registers: the dequantized weights never touch shared memory. AWQ's loaded zero
-points with group scales are folded once per group into the bias ``-z * s`` (rounded once in
-``dtype``): ``W = q * s + (-z * s)``, one fma per pair after the conversion.
+points with group scales are folded once per group into the bias ``-z * s`` (f16: rounded once,
+an error below half an f16 ulp of ``z * s``; bf16 keeps ``(q - z) * s``): ``W = q * s + (-z *
+s)``, one fma per pair after the conversion.
 
 The k loop runs in steps of ``KU = k_steps(BM)`` k-tiles (4 for decode, ``BM <= 16``; 1 for
 prefill): one cp.async stage of ``BM x KU*BK`` activations, one wait and one barrier per step,
@@ -76,7 +77,7 @@ def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int,
     scales, applied after the k loop) and the zero points ``z[e, g, n0 ..]`` (a constant ``ZERO``
     tile for GPTQ; None without zero point, ``ZERO < 0``) of group ``g = k0 // GROUP``, as
     ``(BN, 1)`` register columns in ``dt`` (GPTQ's constant zero point: the float ``ZERO``, made a
-    tile by ``_dequant_tile``; AWQ's loaded one with scales: the ``Bias`` ``-z * s``, so that
+    tile by ``_dequant_tile``; AWQ's loaded one with scales in f16: the ``Bias`` ``-z * s``, so that
     ``(q - z) * s = q * s - z * s`` is one fma). Loaded once per group the k loop covers with them."""
     g = k0 // GROUP
     st = None
@@ -89,9 +90,9 @@ def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int,
         return st, float(ZERO)
     zt = hl.register(dt, (BN, 1))
     hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
-    if st is None:
+    if st is None or dt.name != "f16":  # (bf16's 8-bit mantissa: -z * s rounded is too coarse)
         return st, zt
-    # AWQ: the group's bias -z * s once per group, (q - z) * s = q * s + (-z * s) one fma per pair
+    # AWQ, f16: the group's bias -z * s once per group, (q - z) * s = q * s + (-z * s): one fma per pair
     return st, Bias(hl.full((BN, 1), 0.0, dt) - zt * st)
 
 
