@@ -99,7 +99,8 @@ def dequant_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"python {meta.get('python', '')}; commit {meta.get('hexlayout_commit', '')}", "",
             "f16, TOPK 2. Marlin: sm_80, 16 rows, f16, int4 (REFERENCE.md). On sm_90a an MMA is "
             "one HGMMA (64 x BM x 16): its per-MMA column is not Marlin's per-HMMA; the sm_90a "
-            "loops are unrolled by 2 (k-tiles per iteration from the tile's MMA count). Weights per "
+            "loops are unrolled by 2, the sm_80 decode loops take 4 k-tiles per iteration "
+            "(``k_steps``; k-tiles per iteration from the tile's MMA count). Weights per "
             "thread count each weight once (every kernel's warps side by side along N: each weight "
             "dequantized by one warp).", "",
             "| arch | phase | format | kernel | BM | weights/thread/k-tile | non-MMA/k-tile | "

@@ -19,7 +19,16 @@ with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k
 magic-number conversion (two values per 32-bit word: ``hl.cast`` to f16 / bf16, printed as one
 integer add and one packed subtraction), shifted by the zero point, scaled (packed f16 / bf16
 arithmetic: ``q - z`` is exact, the product rounded once) and fed to ``mma.sync`` as its B
-operand in registers: the dequantized weights never touch shared memory.
+operand in registers: the dequantized weights never touch shared memory. AWQ's loaded zero
+points with group scales are folded once per group into the bias ``-z * s`` (f16: rounded once,
+an error below half an f16 ulp of ``z * s``; bf16 keeps ``(q - z) * s``): ``W = q * s + (-z *
+s)``, one fma per pair after the conversion.
+
+The k loop runs in steps of ``KU = k_steps(BM)`` k-tiles (4 for decode, ``BM <= 16``; 1 for
+prefill): one cp.async stage of ``BM x KU*BK`` activations, one wait and one barrier per step,
+the ``KU`` weight tiles loaded straight to registers (each ``(BN, BK)`` tile of ``q`` keeps its
+offline layout), the scales and zeros loaded once per group (``_new_group``). A k-tile of the
+last step past ``KP`` is skipped (``_inside``); the activations there are zeros.
 
 - ``moe_wna16_gate_up_kernel(dtype, bits, bk)``: for ``BN`` intermediate columns ``n0 ..``::
 
@@ -34,8 +43,8 @@ operand in registers: the dequantized weights never touch shared memory.
   without ``tw``); ``hexlayout.ops.moe``'s pipeline sums the k slots of each token (moe_sum).
 
 Split-K (``split=True`` of both factories; decode grids smaller than a wave, ``moe_wna16``
-dispatches): ``SPLIT_K`` blocks per tile, split ``sp`` over the k-tiles ``[lo, hi)`` of
-``moe_splitk._split_range`` (whole k-tiles: each starts on a ``BK`` boundary, and ``BK`` divides
+dispatches): ``SPLIT_K`` blocks per tile, split ``sp`` over the steps ``[lo, hi)`` of
+``moe_splitk._split_range`` (whole steps: each starts on a ``KU * BK`` boundary, and ``BK`` divides
 ``GROUP``, so every k-tile dequantizes with its own group's scales and zeros exactly as without
 split). The f32 partials (``g``, ``u`` with the router weight on the input; ``tw[r] * ..`` of the
 down GEMM) are added with ``hl.atomic_add`` into a zeroed workspace: gate-up ``h [2, EM, I]``
@@ -48,6 +57,7 @@ wgmma, the dequantized weights as its register A operand), which reuses ``_dequa
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
+import contextlib
 from functools import cache
 from typing import Any
 
@@ -60,6 +70,63 @@ from .blocks import expert_block, gathered_stages, k_tile_range, routed_rows
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
+
+def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int, ZERO: int, dt: DType,
+                  scaled: bool = True) -> tuple[Any, Any]:
+    """``(st, zt)``: the scales ``s[e, g, n0 ..]`` (None when ``scaled`` is False: per-channel
+    scales, applied after the k loop) and the zero points ``z[e, g, n0 ..]`` (a constant ``ZERO``
+    tile for GPTQ; None without zero point, ``ZERO < 0``) of group ``g = k0 // GROUP``, as
+    ``(BN, 1)`` register columns in ``dt`` (GPTQ's constant zero point: the float ``ZERO``, made a
+    tile by ``_dequant_tile``; AWQ's loaded one with scales in f16: the ``Bias`` ``-z * s``, so that
+    ``(q - z) * s = q * s - z * s`` is one fma). Loaded once per group the k loop covers with them."""
+    g = k0 // GROUP
+    st = None
+    if scaled:  # else per-channel scales: sum_k x (q - z) s = s sum_k x (q - z), after the k loop
+        st = hl.register(dt, (BN, 1))
+        hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    if ZERO < 0:  # no zero point (MXFP4: e2m1 values, cast by their bit trick)
+        return st, None
+    if ZERO:  # GPTQ's constant: the tile is made beside its use (``_dequant_tile``: folded there)
+        return st, float(ZERO)
+    zt = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
+    if st is None or dt.name != "f16":  # (bf16's 8-bit mantissa: -z * s rounded is too coarse)
+        return st, zt
+    # AWQ, f16: the group's bias -z * s once per group, (q - z) * s = q * s + (-z * s): one fma per pair
+    return st, Bias(hl.full((BN, 1), 0.0, dt) - zt * st)
+
+
+class Bias:
+    """A group's folded AWQ zero point: the ``(BN, 1)`` tile ``-z * s`` (rounded once in the
+    activations' dtype), added to ``q * s`` by one fma per pair instead of subtracting ``z``."""
+
+    def __init__(self, tile: Any) -> None:
+        self.tile = tile
+
+
+def _dequant_tile(q: Any, row0: Any, k0: Any, BN: int, BK: int, dt: DType, bits: int, st: Any,
+                  zt: Any) -> Any:
+    """The dequantized ``(BN, BK)`` tile ``(q - z) * s`` of the offline ``q`` at rows ``row0 ..``
+    and k ``k0 ..`` in ``dt``, in registers (the mma's operand), with the group's ``(st, zt)``
+    of ``_group_params`` (``st`` None: ``q - z`` alone; ``zt`` None: ``q * s``, no zero point).
+    ``q`` is read in logical coordinates; its storage order is the one synthesis derives from
+    the mma's fragment (``hl.offline``)."""
+    w = hl.view(q, (BN, BK), (row0, k0))
+    if bits == 4:
+        qt = hl.copy(w)  # bytes, unpacked to [0, 15]
+    else:
+        qt = hl.register(u8, (BN, BK))
+        hl.copy(w, qt)
+    if isinstance(zt, float):  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float
+        zt = hl.full((BN, 1), zt, dt)     # scalar goes through f32), folded into the conversion
+    c = hl.cast(qt, dt)
+    if isinstance(zt, Bias):
+        return c * st + zt.tile
+    if zt is not None:
+        # q (< 256) and q - z (|q - z| < 256) are exact in f16 and bf16: the product is rounded once
+        c = c - zt
+    return c if st is None else c * st
+
 
 def _dequant(
     q: Any,
@@ -78,33 +145,11 @@ def _dequant(
     scaled: bool = True,
 ) -> Any:
     """The dequantized ``(BN, BK)`` tile ``(q - z) * s`` of expert ``e``'s ``W^T`` at columns
-    ``n0 ..`` (rows ``row0 ..`` of the offline ``q``) and k ``k0 ..``, in ``dt``, in registers
-    (the mma's operand). ``q`` is read in logical coordinates; its storage order is the one
-    synthesis derives from the mma's fragment (``hl.offline``). ``scaled=False``: ``q - z``
-    alone (per-channel scales, ``GROUP >= PER_CHANNEL``: ``_channel_scales`` multiplies the
-    accumulator after the k loop)."""
-    g = k0 // GROUP
-    w = hl.view(q, (BN, BK), (row0, k0))
-    if bits == 4:
-        qt = hl.copy(w)  # bytes, unpacked to [0, 15]
-    else:
-        qt = hl.register(u8, (BN, BK))
-        hl.copy(w, qt)
-    st = None
-    if scaled:  # else per-channel scales: sum_k x (q - z) s = s sum_k x (q - z), after the k loop
-        st = hl.register(dt, (BN, 1))
-        hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
-    if ZERO < 0:  # no zero point (MXFP4: e2m1 values, cast by their bit trick)
-        c = hl.cast(qt, dt)
-        return c if st is None else c * st
-    if ZERO:  # a register tile: q - z stays packed f16 / bf16 arithmetic (a float scalar goes through f32)
-        zt: Any = hl.full((BN, 1), float(ZERO), dt)
-    else:
-        zt = hl.register(dt, (BN, 1))
-        hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
-    # q (< 256) and q - z (|q - z| < 256) are exact in f16 and bf16: the product is rounded once
-    w = hl.cast(qt, dt) - zt
-    return w if st is None else w * st
+    ``n0 ..`` (rows ``row0 ..`` of the offline ``q``) and k ``k0 ..``, in ``dt``, in registers:
+    ``_dequant_tile`` with the group parameters of ``_group_params`` (``scaled=False``: ``q - z``
+    alone, per-channel scales: ``_channel_scales`` multiplies the accumulator after the k loop)."""
+    st, zt = _group_params(s, z, e, n0, k0, BN, GROUP, ZERO, dt, scaled)
+    return _dequant_tile(q, row0, k0, BN, BK, dt, bits, st, zt)
 
 
 def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
@@ -129,18 +174,82 @@ def _topk_weight(sorted_ids: Any, tw: Any, m0: Any, BM: int) -> Any:
 
 
 def _staged_k_tiles(a: Any, rows: Any, m0: Any, BM: int, BK: int, STAGES: int, dt: DType,
-                    split_k: int = 1, sp: Any = None) -> Any:
-    """Yields ``(k0, ra)`` for each ``BK``-column k-tile of ``BM`` rows of ``a`` (the rows
-    ``rows``, -1 a zero row; or, with ``rows=None``, rows ``m0 ..``), ``ra`` a ``(BM, BK)``
-    register tile; the rows are copied into shared memory by cp.async ``STAGES - 1`` k-tiles
-    ahead of their use (a runtime loop over the k-tiles). With a split index ``sp``: only the
-    k-tiles of split ``sp`` of ``split_k`` (``blocks.k_tile_range``)."""
-    num_k, k0, ktile = k_tile_range(a.shape[1], BK, split_k, sp)
-    sa, _, load = gathered_stages(a, rows, m0, k0, dt, BM, BK, STAGES)
-    for kt, _st in hl.pipeline(num_k, STAGES, load):
-        ra = hl.register(dt, (BM, BK))
-        hl.copy(sa[:, :, kt % STAGES], ra)
-        yield ktile(kt) * BK, ra  # a consumed tile: inside the split (no clamp past K)
+                    split_k: int = 1, sp: Any = None, ku: int = 1, kp: Any = None) -> Any:
+    """Yields ``(k0, ras, tail)`` for each ``ku * BK``-column step of ``BM`` rows of ``a`` (the
+    rows ``rows``, -1 a zero row; or, with ``rows=None``, rows ``m0 ..``): ``ras`` the ``ku``
+    ``(BM, BK)`` register tiles of k-tiles ``k0 + h * BK`` (``h < ku``). The rows are copied into
+    shared memory by cp.async ``STAGES - 1`` steps ahead of their use (as ``hl.pipeline``: one
+    wait and one barrier per step, so ``ku`` k-tiles share them; columns past ``K`` are zeros).
+    With ``ku > 1`` the steps whose k-tiles all lie below ``kp`` (the weights' padded ``KP``) run
+    in the runtime loop (``tail`` False) and the last one, when it reaches past ``kp``, is traced
+    once more after it (``tail`` True: the body skips its k-tiles past ``kp``), so the loop holds
+    no guard. With a split index ``sp``: only the steps of split ``sp`` of ``split_k``
+    (``blocks.k_tile_range``)."""
+    span = ku * BK
+    num_k, k0, ktile = k_tile_range(a.shape[1], span, split_k, sp)
+    # stage st holds the step's k-tile h in buffer st * ku + h: each k-tile a (BM, BK) copy, whose
+    # threads take the same rows for every h (one gathered row index per thread and step)
+    sa, _, load1 = gathered_stages(a, rows, m0, lambda c: c, dt, BM, BK, STAGES * ku)
+
+    def load(kt: Any, st: Any) -> None:
+        for h in range(ku):
+            load1(k0(kt) + h * BK, st * ku + h)
+
+    def step(kt: Any, st: Any) -> list[Any]:
+        ras = []
+        for h in range(ku):
+            ra = hl.register(dt, (BM, BK))
+            hl.copy(sa[:, :, st * ku + h], ra)
+            ras.append(ra)
+        return ras
+
+    if ku == 1:
+        for kt, st in hl.pipeline(num_k, STAGES, load):
+            yield ktile(kt) * BK, step(kt, st), False  # a consumed tile: inside the split
+        return
+    ahead = STAGES - 1
+    for j in range(ahead):
+        load(j, j)
+        hl.commit_group()
+
+    def staged(kt: Any) -> list[Any]:
+        hl.wait_group(ahead - 1)
+        hl.syncthreads()
+        load(kt + ahead, (kt + ahead) % STAGES)
+        hl.commit_group()
+        return step(kt, kt % STAGES)
+
+    full = hl.minimum(hl.maximum(kp // span - ktile(0), 0), num_k)  # steps inside KP
+    for kt in hl.range(full):
+        yield ktile(kt) * span, staged(kt), False
+    with hl.if_(full < num_k):  # the last step, past KP (at most one: KP - K < BK)
+        yield ktile(full) * span, staged(full), True
+    hl.wait_group(0)
+
+
+def _new_group(hk: int, ku: int, BK: int, GROUP: int) -> bool:
+    """Whether k-tile ``hk`` of a step of ``ku`` k-tiles (the step's origin a multiple of ``ku *
+    BK``, ``BK`` dividing ``GROUP``) starts a group whose scales and zeros must be loaded: the
+    first k-tile always; then every ``GROUP / BK`` k-tiles when a step spans whole groups, never
+    when a group spans whole steps, else every k-tile."""
+    span = ku * BK
+    if hk == 0 or GROUP % span == 0:
+        return hk == 0
+    return span % GROUP != 0 or (hk * BK) % GROUP == 0
+
+
+def _inside(q: Any, kh: Any, hk: int) -> Any:
+    """The guard of k-tile ``hk`` of a step at ``kh``: none for the first (a step starts inside
+    ``K``), else ``kh < KP`` (the offline weights end at ``KP``; past it the step's activation
+    columns are zeros and the k-tile is skipped)."""
+    return contextlib.nullcontext() if hk == 0 else hl.if_(kh < q.shape[1])
+
+
+def k_steps(BM: int) -> int:
+    """k-tiles per step of the sm_80 k loop: 4 for decode (``BM <= 16``: the loop's addressing,
+    wait, barrier and branch shared by 4 k-tiles, the weights of 4 k-tiles in flight), else 1
+    (prefill: the shared stages of ``BM`` rows stay ``BM * BK`` elements)."""
+    return 4 if BM <= 16 else 1
 
 
 @cache
@@ -195,16 +304,23 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
             acc_u = hl.zeros((BM, BN), f32)
             if ROUTER:
                 wr = _topk_weight(sorted_ids, tw, m0, BM)
-            for k0, ra in _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # token rows
-                if ROUTER:
-                    ra = hl.cast(hl.cast(ra, f32) * wr, dt)
-                # warps side by side along N: each weight is dequantized by one warp only
-                sc = GROUP < PER_CHANNEL
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, k0, BN, BK, GROUP, ZERO, dt, bits, sc)
-                hl.mma(ra, wg, acc_g, warps=(1, WARPS))
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, k0, BN, BK, GROUP, ZERO, dt,
-                              bits, sc)
-                hl.mma(ra, wu, acc_u, warps=(1, WARPS))
+            ku = k_steps(BM)
+            sc = GROUP < PER_CHANNEL
+            steps = _staged_k_tiles(x, tok, m0, BM, BK, STAGES, dt, SPLIT_K, sp, ku, q.shape[1])  # token rows
+            for k0, ras, tail in steps:
+                for hk, ra in enumerate(ras):
+                    kh = k0 + hk * BK
+                    if ROUTER:
+                        ra = hl.cast(hl.cast(ra, f32) * wr, dt)
+                    if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
+                        pg = _group_params(s, z, e, n0, kh, BN, GROUP, ZERO, dt, sc)
+                        pu = _group_params(s, z, e, n0 + Ix, kh, BN, GROUP, ZERO, dt, sc)
+                    with _inside(q, kh, hk if tail else 0):
+                        # warps side by side along N: each weight is dequantized by one warp only
+                        wg = _dequant_tile(q, e * 2 * half + n0, kh, BN, BK, dt, bits, *pg)
+                        hl.mma(ra, wg, acc_g, warps=(1, WARPS))
+                        wu = _dequant_tile(q, (2 * e + 1) * half + n0, kh, BN, BK, dt, bits, *pu)
+                        hl.mma(ra, wu, acc_u, warps=(1, WARPS))
             if GROUP >= PER_CHANNEL:
                 acc_g = acc_g * _channel_scales(s, e, n0, BN, dt)
                 acc_u = acc_u * _channel_scales(s, e, n0 + Ix, BN, dt)
@@ -258,10 +374,17 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         e, m0, n0, sp = expert_block(block_expert, Hx, BM, BN, split, SPLIT_K)
         with hl.if_(e >= 0):
             acc = hl.zeros((BM, BN), f32)
-            for k0, ra in _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp):  # rows of h
-                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, k0, BN, BK, GROUP, ZERO, dt, bits, GROUP < PER_CHANNEL)
-                hl.mma(ra, w, acc, warps=(1, WARPS))
+            ku = k_steps(BM)
+            row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
+            steps = _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp, ku, q.shape[1])  # rows of h
+            for k0, ras, tail in steps:
+                for hk, ra in enumerate(ras):
+                    kh = k0 + hk * BK
+                    if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
+                        pg = _group_params(s, z, e, n0, kh, BN, GROUP, ZERO, dt, GROUP < PER_CHANNEL)
+                    with _inside(q, kh, hk if tail else 0):
+                        w = _dequant_tile(q, row0, kh, BN, BK, dt, bits, *pg)
+                        hl.mma(ra, w, acc, warps=(1, WARPS))
             if GROUP >= PER_CHANNEL:
                 acc = acc * _channel_scales(s, e, n0, BN, dt)
             if not ROUTER:
