@@ -367,6 +367,32 @@ def _varlen_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
             yield f"prefill hd{d} GQA {h // kvh} {name}", call
 
 
+def _mla_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``mla_decode`` (DeepSeek's latent 512 + rope 64, 16 heads, block 64: 64 decode queries over
+    a 4096-key context) and ``mla_reshape_and_cache`` (256 tokens), through their host paths."""
+    import torch
+    from hexlayout.ops.attention.mla import run_mla_decode
+    from hexlayout.ops.attention.mla_cache import run_mla_reshape_and_cache
+
+    b, h, bs = 64, 16, 64
+    q = _meta_tensor((b, h, 576), torch.bfloat16)
+    cache = _meta_tensor((b * 4096 // bs, bs, 576), torch.bfloat16)
+    cu, used = _meta_tensor((b + 1,), torch.int32), _meta_tensor((b,), torch.int32)
+    table = _meta_tensor((b, 4096 // bs), torch.int32)
+
+    def decode() -> Any:
+        return run_mla_decode(q, cache, cu, used, table, 1, 4096, None, 512)
+
+    yield "mla_decode H 16 latent 512 + rope 64", decode
+    kv_c, k_pe, slots = (_meta_tensor((256, 512), torch.bfloat16), _meta_tensor((256, 64), torch.bfloat16),
+                         _meta_tensor((256,), torch.int64))
+
+    def write() -> Any:
+        return run_mla_reshape_and_cache(kv_c, k_pe, cache, slots)
+
+    yield "mla_reshape_and_cache 256 tokens", write
+
+
 def _kv_cache_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``reshape_and_cache`` (``run_reshape_and_cache``): 256 new tokens into NHD caches."""
     import torch
@@ -447,6 +473,7 @@ SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Ca
     "paged_attention": (("sm_80", "sm_90a"), _paged_problems),
     "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),
     "kv_cache": (("sm_80", "sm_90a"), _kv_cache_problems),
+    "mla": (("sm_80", "sm_90a"), _mla_problems),
     "mamba1": (("sm_80", "sm_90a"), _mamba1_problems),
     "mamba": (("sm_80", "sm_90a"), _mamba_problems),
 }

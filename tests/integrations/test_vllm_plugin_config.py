@@ -83,8 +83,8 @@ def test_trace_lines(tmp_path: pytest.TempPathFactory, monkeypatch: pytest.Monke
         {"pid": os.getpid(), "kernel": "moe_w4a16", "shapes": {"tokens": 5, "experts": 4},
          "dtype": "float16"},
     ]
-    assert set(TRACE_KERNELS) == {"moe", "moe_w4a16", "moe_w8a16", "attention_prefill", "attention_decode",
-                                  "mamba_prefill", "mamba_decode", "conv1d"}
+    assert set(TRACE_KERNELS) == {"moe", "moe_w4a16", "moe_w8a16", "moe_prepare", "attention_prefill",
+                                  "attention_decode", "mla_decode", "mamba_prefill", "mamba_decode", "conv1d"}
     with pytest.raises(ValueError, match="unknown kernel"):
         record("gemm", {}, "bfloat16")
 
