@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms  # noqa: E402 - the sibling module, found when loaded by path too
+from roofline import max_rel_err, peak_gbps  # noqa: E402 - sibling modules, found when loaded by path too
+from timing import time_ms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -64,30 +65,6 @@ MAX_KV_BYTES = 24 << 30  # decode problems whose caches exceed this are left out
 #: --dry-run: the same structure, emulator-sized
 DRY_PREFILL = {"seqs": (64,), "hds": (64,), "causal": (True,), "tokens": 64, "heads": 2}
 DRY_DECODE = {"batches": (2,), "contexts": (40,), "heads": (4, 2, 64)}
-
-#: HBM peak bandwidth in GB/s by device-name substring (first match).
-PEAK_GBPS = [
-    ("H200", 4800.0),
-    ("H100 PCIe", 2000.0),
-    ("H100", 3350.0),
-    ("H800", 3350.0),
-    ("A100-SXM4-80GB", 2039.0),
-    ("A100 80GB PCIe", 1935.0),
-    ("A100", 1555.0),
-    ("L40S", 864.0),
-    ("L4", 300.0),
-    ("RTX 4090", 1008.0),
-    ("A10", 600.0),
-]
-
-
-def peak_gbps(device: str, override: float | None) -> float | None:
-    if override:
-        return override
-    for key, v in PEAK_GBPS:
-        if key in device:
-            return v
-    return None
 
 
 # ------------------------------------------------------------------------------------ references
@@ -114,10 +91,6 @@ def sdpa_reference(q: Any, k: Any, v: Any, cu_q: list[int], cu_k: list[int], cau
                 0, 1
             )
     return out
-
-
-def max_rel_err(out: Any, ref: Any) -> float:
-    return ((out.float() - ref).abs().max() / (ref.abs().max() + 1e-6)).item()
 
 
 # --------------------------------------------------------------------------------- Triton kernel

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms  # noqa: E402 - the sibling module, found when loaded by path too
+from roofline import max_rel_err, peak_gbps  # noqa: E402 - sibling modules, found when loaded by path too
+from timing import time_ms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = ("selective_scan", "state_update", "ssd_scan", "causal_conv1d", "conv1d_update")
@@ -76,30 +77,6 @@ QUICK = {"scan": ((1, 8, 64), (4096,), (5120,)), "decode": (1, 8, 64, 256), "ssd
 DRY = {"scan": ((2,), (24,), (8,)), "decode": (2,), "ssd": ((1,), (20,))}
 DRY_M1 = {"N": 4, "G": 2, "decode_dim": 8}
 DRY_M2 = {"H": 4, "P": 4, "G": 2, "N": 4, "width": 4, "chunk": 8}
-
-#: HBM peak bandwidth in GB/s by device-name substring (first match).
-PEAK_GBPS = [
-    ("H200", 4800.0),
-    ("H100 PCIe", 2000.0),
-    ("H100", 3350.0),
-    ("H800", 3350.0),
-    ("A100-SXM4-80GB", 2039.0),
-    ("A100 80GB PCIe", 1935.0),
-    ("A100", 1555.0),
-    ("L40S", 864.0),
-    ("L4", 300.0),
-    ("RTX 4090", 1008.0),
-    ("A10", 600.0),
-]
-
-
-def peak_gbps(device: str, override: float | None) -> float | None:
-    if override:
-        return override
-    for key, v in PEAK_GBPS:
-        if key in device:
-            return v
-    return None
 
 
 # ------------------------------------------------------------------------------------ references
@@ -182,13 +159,6 @@ def ref_conv1d(x: Any, weight: Any, bias: Any, state: Any = None) -> Any:
         weight.double()[:, k, None] * full[..., k : k + x.shape[-1]] for k in range(w)
     )
     return out * torch.sigmoid(out)
-
-
-def max_rel_err(out: Any, ref: Any) -> float:
-    """``max |out - ref| / max |ref|`` over tensors of one shape."""
-    if tuple(out.shape) != tuple(ref.shape):
-        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
-    return ((out.double() - ref).abs().max() / (ref.abs().max() + 1e-6)).item()
 
 
 # -------------------------------------------------------------------------------------- measuring

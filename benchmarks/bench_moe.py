@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import time_ms  # noqa: E402 - the sibling module, found when loaded by path too
+from roofline import peak_gbps  # noqa: E402 - sibling modules, found when loaded by path too
+from timing import time_ms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -71,20 +72,6 @@ TOKENS = [1 << i for i in range(13)]
 QUICK_TOKENS = [1, 16, 256, 4096]
 DRY_TOKENS = [1, 3]
 
-#: peak HBM bandwidth in GB/s by a substring of the device name (first match wins)
-PEAK_GBPS = [
-    ("H200", 4800.0),
-    ("H100 PCIe", 2000.0),
-    ("H100", 3350.0),
-    ("H800", 3350.0),
-    ("A100-SXM4-80GB", 2039.0),
-    ("A100 80GB PCIe", 1935.0),
-    ("A100", 1555.0),
-    ("L40S", 864.0),
-    ("L4", 300.0),
-    ("RTX 4090", 1008.0),
-    ("A10", 600.0),
-]
 
 VARIANTS = (
     "hexlayout-bf16",
@@ -97,15 +84,6 @@ VARIANTS = (
 )
 GROUP = 128
 FP8_BLOCK = 128
-
-
-def peak_gbps(device: str, override: float | None) -> float | None:
-    if override:
-        return override
-    for key, v in PEAK_GBPS:
-        if key in device:
-            return v
-    return None
 
 
 # ---------------------------------------------------------------------------------------- weights
