@@ -50,8 +50,11 @@ __all__ = ["StatsError", "build_stats", "Instruction", "Loop", "MainLoop", "Kern
            "mma_per_ktile_from_bk",
            "MMA_OPCODES", "SERIALIZATION_CODES"]
 
-#: Opcodes (before the first ``.``) of tensor-core instructions.
-MMA_OPCODES = frozenset({"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "QMMA", "DMMA", "BMMA", "BGMMA", "OMMA"})
+#: Opcodes (before the first ``.``) of tensor-core instructions: warp MMA (sm_80), warp-group MMA
+#: (sm_90a) and the single-thread tcgen05 MMA of sm_100a (``UTCHMMA`` f16/bf16, ``UTCQMMA`` f8f6f4,
+#: ``UTCIMMA`` i8, ``UTCOMMA`` f4 block-scaled), whose operands are descriptors and TMEM.
+MMA_OPCODES = frozenset({"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "QMMA", "DMMA", "BMMA", "BGMMA", "OMMA",
+                         "UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCOMMA", "UTCMMA"})
 #: ptxas codes of the "wgmma pipeline serialized" performance messages.
 SERIALIZATION_CODES = ("C7515", "C7510", "C7508", "C7509", "C7511", "C7512", "C7513", "C7514", "C7516")
 
@@ -454,7 +457,8 @@ def _store_width(ins: Instruction) -> int:
 
 
 _TRACKED = ("LDGSTS", "LDSM", "STSM", "UTMALDG", "UTMASTG", "UTMAPF", "UBLKCP", "LDS", "STS", "LDG", "STG",
-            "HMMA", "HGMMA", "LDL", "STL", "BAR", "SYNCS", "USETMAXREG")
+            "HMMA", "HGMMA", "UTCHMMA", "UTCQMMA", "LDTM", "STTM", "UTCBAR", "LDL", "STL", "BAR", "SYNCS",
+            "USETMAXREG")
 
 
 @dataclass

@@ -76,6 +76,36 @@ def test_main_loop_span_and_counts() -> None:
     assert st.local_memory_instructions == 0 and not st.spills
 
 
+# an sm_100a MMA issuer's loop as ptxas prints it (CuTe DSL's Blackwell dense GEMM): four
+# tcgen05.mma (UTCHMMA, operands are descriptors and TMEM addresses), then tcgen05.commit (UTCBAR)
+TCGEN05_LOOP = """
+    ELECT P0, URZ, PT
+    SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR8], R3
+    UTCHMMA gdesc[UR44], gdesc[UR42], tmem[UR16], tmem[UR40], idesc[UR41], UR4, UP4
+    UIADD3 UR42, UPT, UPT, UR42, 0x2, URZ
+    UTCHMMA gdesc[UR54], gdesc[UR56], tmem[UR16], tmem[UR34], idesc[UR35], UR4, UPT
+    UTCHMMA gdesc[UR50], gdesc[UR52], tmem[UR16], tmem[UR32], idesc[UR33], UR4, UPT
+    UTCHMMA gdesc[UR46], gdesc[UR48], tmem[UR16], tmem[UR30], idesc[UR31], UR4, UPT
+    UTCBAR [UR10], URZ
+    UISETP.NE.AND UP0, UPT, UR5, UR6, UPT
+    BRA.U UP0, 0x0
+    LDTM.x32 R4, tmem[UR7]
+    EXIT
+"""
+
+
+def test_tcgen05_mma_loop_and_tensor_memory_loads() -> None:
+    """sm_100a: UTCHMMA counts as MMA (the issuer's loop is the main loop), LDTM / UTCBAR are
+    tracked, and the loop's k-tile is its four K-16 MMAs."""
+    st = kernel_stats(sass=_sass(TCGEN05_LOOP, arch="sm_100a"), mma_per_ktile=4)
+    lp = st.main_loop
+    assert lp is not None and (lp.start, lp.end) == (0x0, 0x90)
+    assert lp.mma == 4 and lp.mma_opcode == "UTCHMMA" and lp.non_mma == 6
+    assert lp.non_mma_per_ktile == pytest.approx(6.0)
+    assert st.counts["UTCHMMA"] == 4 and st.counts["UTCBAR"] == 1 and st.counts["LDTM"] == 1
+    assert st.arch == "sm_100a"
+
+
 def test_no_tile_gives_no_ktile_number() -> None:
     lp = kernel_stats(sass=_sass(LOOP)).main_loop
     assert lp is not None and lp.k_tiles is None and lp.non_mma_per_ktile is None
