@@ -6,11 +6,10 @@ is given; the bytecode is warmed for both compilers alike. Triton itself is not 
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
 import pytest
+from load_script import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_compile.py"
@@ -18,11 +17,7 @@ SCRIPT = ROOT / "benchmarks" / "bench_compile.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_compile_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "bench_compile_under_test")
 
 
 def test_rounds_alternate_the_compilers_and_reuse_each_cache(bench) -> None:

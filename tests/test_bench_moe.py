@@ -5,11 +5,11 @@ unavailable instead of failing the run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 
 import pytest
+from load_script import load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
@@ -18,10 +18,7 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_moe
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_moe_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "bench_moe_under_test")
 
 
 def test_dry_run_writes_json_markdown_and_plot(tmp_path, monkeypatch) -> None:

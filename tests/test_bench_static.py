@@ -7,13 +7,12 @@ kernels only (markdown + JSON)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import json
 import pathlib
-import sys
 
 import pytest
+from load_script import load_script
 
 pytest.importorskip("torch")
 
@@ -23,11 +22,7 @@ OPS = ROOT / "ops"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_static_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "bench_static_under_test")
 
 
 @pytest.fixture(scope="module")
