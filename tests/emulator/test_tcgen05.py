@@ -1,0 +1,125 @@
+"""sm_100a in the emulator: tensor memory (alloc / dealloc / relinquish), tcgen05.mma into TMEM
+completing through tcgen05.commit on an mbarrier, tcgen05.ld, and the errors of each step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hexlayout.emulator import AsyncHazardError, IllegalInstructionError, run
+from hexlayout.ir import lowered as L
+from hexlayout.ir import lowered_tcgen05 as T
+
+from .kbuild import KB, gparam, here, rr
+from .test_wgmma import stage_k_major
+
+M, N, K = 128, 32, 64
+
+
+def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_late=False, dealloc=True,
+                relinquish=True, same_quarter=False, store_before_wait=False, threads_issue=1, waiters=128):
+    """A 128 x 32 x 64 f16 GEMM: 128B-swizzled K-major A and B in shared memory, four
+    SM100_128x32x16 MMAs by thread 0 into TMEM columns [0, 32), a commit on an mbarrier, every
+    warp waits, then loads its lane quarter (tcgen05.ld.32x32b.x32: row 32w + lane, 32 columns)."""
+    kb = KB("umma", 128, arch="sm_100a")
+    tid = kb.tid
+    A, B, D = gparam("A", "f16", (M, K)), gparam("B", "f16", (N, K)), gparam("D", "f32", (M, N))
+    sA = kb.shared("sA", "f16", M * K, align=1024)
+    sB = kb.shared("sB", "f16", N * K, align=1024)
+    tm = kb.shared("tmem_addr", "u32", 1, align=16)
+    bar = kb.mbar("mma_done")
+    acc = kb.reg("acc", "f32", N)
+    warp0 = (tid < 32)
+    body = [L.MbarInit(bar, 1, pred=tid.eq(0)),
+            T.TmemAlloc(L.SharedRef(tm, 0), ncols, pred=warp0, loc=here("tmem = hl.tmem_alloc(...)"))]
+    if alloc_twice:
+        body.append(T.TmemAlloc(L.SharedRef(tm, 0), 512, pred=warp0, loc=here("second alloc")))
+    body += stage_k_major(kb, A, sA, M, K) + stage_k_major(kb, B, sB, N, K)
+    body += [L.FenceProxyAsync(), L.BarSync(), T.Tcgen05Fence("after_thread_sync")]
+    for ks in range(K // 16):
+        body.append(T.Tcgen05Mma("SM100_128x32x16_F32F16F16_SS", 0, L.SmemDesc(sA, ks * 16, 1, 16, 1024),
+                                 L.SmemDesc(sB, ks * 16, 1, 16, 1024), accumulate=int(ks > 0),
+                                 pred=(tid < threads_issue), loc=here("hl.mma(sA, sB, acc)")))
+    if commit:
+        body.append(T.Tcgen05Commit(bar, pred=tid.eq(0), loc=here("commit")))
+    if wait:
+        body += [L.MbarWait(bar, 0, pred=(tid < waiters), loc=here("wait mma_done")),
+                 T.Tcgen05Fence("after_thread_sync")]
+    w = tid // 32
+    lane_base = 0 if same_quarter else 32 * w
+    body.append(T.Tcgen05Ld("32x32b", 32, rr(acc), lane_base * 65536, loc=here("acc = hl.tmem_load(...)")))
+    if not wait_ld_late and not store_before_wait:
+        body.append(T.Tcgen05Wait("ld", loc=here("wait::ld")))
+    for j in range(0, N, 4) if not wait_ld_late else ():
+        body.append(L.StGlobal(L.GlobalRef(D, tid * N + j), rr(acc, j, 4), 128, loc=here("store D")))
+    body += [T.Tcgen05Fence("before_thread_sync"), L.BarSync()]
+    if dealloc:
+        body.append(T.TmemDealloc(0, ncols, pred=warp0, loc=here("hl.tmem_free(tmem)")))
+    if wait_ld_late:
+        body.append(T.Tcgen05Wait("ld", loc=here("late wait::ld")))
+    if relinquish:
+        body.append(T.TmemRelinquish(pred=warp0))
+    return kb.build([A, B, D], body)
+
+
+def _args(seed=70):
+    rng = np.random.default_rng(seed)
+    return {"A": rng.uniform(-1, 1, (M, K)).astype(np.float16),
+            "B": rng.uniform(-1, 1, (N, K)).astype(np.float16), "D": np.zeros((M, N), np.float32)}
+
+
+def test_mma_commit_wait_ld_matches_float64():
+    args = _args()
+    rep = run(umma_kernel(), args)
+    want = args["A"].astype(np.float64) @ args["B"].astype(np.float64).T
+    np.testing.assert_allclose(args["D"], want, rtol=1e-5, atol=1e-5)
+    assert sum(s.executions for s in rep.find("Tcgen05Mma")) == 4
+
+
+@pytest.mark.parametrize("kw", [{"wait": False}, {"commit": False, "wait": False}])
+def test_ld_before_the_commit_arrived_is_an_error(kw):
+    with pytest.raises(AsyncHazardError) as e:
+        run(umma_kernel(**kw), _args())
+    assert e.value.instr.opname == "Tcgen05Ld" and e.value.other_instr.opname == "Tcgen05Mma"
+    assert "before its tcgen05.commit arrived" in str(e.value)
+    assert "acc = hl.tmem_load(...)" in str(e.value) and "umma" in str(e.value)  # kernel, op and line
+
+
+def test_ld_by_a_warp_that_did_not_observe_the_commit_is_an_error():
+    """Warp 0 waits on the mbarrier (so the commit lands), warps 1..3 load without waiting."""
+    with pytest.raises(AsyncHazardError) as e:
+        run(umma_kernel(waiters=32), _args())
+    assert "has not observed it" in str(e.value) and e.value.thread >= 32
+    assert e.value.other_instr.opname == "Tcgen05Mma"
+
+
+def test_dealloc_before_wait_ld_is_an_error():
+    with pytest.raises(AsyncHazardError) as e:
+        run(umma_kernel(wait_ld_late=True), _args())
+    assert e.value.instr.opname == "TmemDealloc" and e.value.other_instr.opname == "Tcgen05Ld"
+    assert "tcgen05.wait::ld" in str(e.value) and "hl.tmem_free(tmem)" in str(e.value)
+
+
+def test_registers_of_ld_before_wait_ld_are_in_flight():
+    words = "in-flight tcgen05.ld writes; wait for it with tcgen05.wait::ld"
+    with pytest.raises(AsyncHazardError, match=words):
+        run(umma_kernel(store_before_wait=True), _args())
+
+
+def test_warp_outside_its_lane_quarter_is_an_error():
+    words = r"warp 1 accesses TMEM lane 0, outside its lane quarter \[32, 64\)"
+    with pytest.raises(IllegalInstructionError, match=words):
+        run(umma_kernel(same_quarter=True), _args())
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"ncols": 48}, "48 columns: not a power of two"),
+    ({"alloc_twice": True}, "no free block"),
+    ({"dealloc": False}, "exits with TMEM columns [0, 64) still allocated"),
+    ({"relinquish": False}, "without tcgen05.relinquish_alloc_permit"),
+    ({"threads_issue": 32}, "tcgen05.mma is issued by one thread, 32 are active"),
+])
+def test_allocation_and_issue_errors(kw, words):
+    with pytest.raises(IllegalInstructionError) as e:
+        run(umma_kernel(**kw), _args())
+    assert words in str(e.value)
