@@ -9,6 +9,7 @@ import pytest
 from hexlayout.emulator import AsyncHazardError, IllegalInstructionError, run
 from hexlayout.ir import lowered as L
 from hexlayout.ir import lowered_tcgen05 as T
+from hexlayout.ir.expr import RegRead
 
 from .kbuild import KB, gparam, here, rr
 from .test_wgmma import stage_k_major
@@ -19,7 +20,8 @@ M, N, K = 128, 32, 64
 def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_late=False, dealloc=True,
                 relinquish=True, same_quarter=False, store_before_wait=False, threads_issue=1, waiters=128):
     """A 128 x 32 x 64 f16 GEMM: 128B-swizzled K-major A and B in shared memory, four
-    SM100_128x32x16 MMAs by thread 0 into TMEM columns [0, 32), a commit on an mbarrier, every
+    SM100_128x32x16 MMAs by thread 0 into the TMEM columns warp 0 allocated (their address read back
+    from shared memory), a commit on an mbarrier, every
     warp waits, then loads its lane quarter (tcgen05.ld.32x32b.x32: row 32w + lane, 32 columns)."""
     kb = KB("umma", 128, arch="sm_100a")
     tid = kb.tid
@@ -29,15 +31,18 @@ def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_
     tm = kb.shared("tmem_addr", "u32", 1, align=16)
     bar = kb.mbar("mma_done")
     acc = kb.reg("acc", "f32", N)
+    ta = kb.reg("taddr", "u32", 1)
+    taddr = RegRead(ta, 0)  # the TMEM address tcgen05.alloc wrote to shared memory
     warp0 = (tid < 32)
     body = [L.MbarInit(bar, 1, pred=tid.eq(0)),
             T.TmemAlloc(L.SharedRef(tm, 0), ncols, pred=warp0, loc=here("tmem = hl.tmem_alloc(...)"))]
     if alloc_twice:
         body.append(T.TmemAlloc(L.SharedRef(tm, 0), 512, pred=warp0, loc=here("second alloc")))
     body += stage_k_major(kb, A, sA, M, K) + stage_k_major(kb, B, sB, N, K)
-    body += [L.FenceProxyAsync(), L.BarSync(), T.Tcgen05Fence("after_thread_sync")]
+    body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.BarSync(),
+             T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32)]
     for ks in range(K // 16):
-        body.append(T.Tcgen05Mma("SM100_128x32x16_F32F16F16_SS", 0, L.SmemDesc(sA, ks * 16, 1, 16, 1024),
+        body.append(T.Tcgen05Mma("SM100_128x32x16_F32F16F16_SS", taddr, L.SmemDesc(sA, ks * 16, 1, 16, 1024),
                                  L.SmemDesc(sB, ks * 16, 1, 16, 1024), accumulate=int(ks > 0),
                                  pred=(tid < threads_issue), loc=here("hl.mma(sA, sB, acc)")))
     if commit:
@@ -47,14 +52,15 @@ def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_
                  T.Tcgen05Fence("after_thread_sync")]
     w = tid // 32
     lane_base = 0 if same_quarter else 32 * w
-    body.append(T.Tcgen05Ld("32x32b", 32, rr(acc), lane_base * 65536, loc=here("acc = hl.tmem_load(...)")))
+    body.append(T.Tcgen05Ld("32x32b", 32, rr(acc), taddr + lane_base * 65536,
+                            loc=here("acc = hl.tmem_load(...)")))
     if not wait_ld_late and not store_before_wait:
         body.append(T.Tcgen05Wait("ld", loc=here("wait::ld")))
     for j in range(0, N, 4) if not wait_ld_late else ():
         body.append(L.StGlobal(L.GlobalRef(D, tid * N + j), rr(acc, j, 4), 128, loc=here("store D")))
     body += [T.Tcgen05Fence("before_thread_sync"), L.BarSync()]
     if dealloc:
-        body.append(T.TmemDealloc(0, ncols, pred=warp0, loc=here("hl.tmem_free(tmem)")))
+        body.append(T.TmemDealloc(taddr, ncols, pred=warp0, loc=here("hl.tmem_free(tmem)")))
     if wait_ld_late:
         body.append(T.Tcgen05Wait("ld", loc=here("late wait::ld")))
     if relinquish:
@@ -123,3 +129,23 @@ def test_allocation_and_issue_errors(kw, words):
     with pytest.raises(IllegalInstructionError) as e:
         run(umma_kernel(**kw), _args())
     assert words in str(e.value)
+
+
+@pytest.mark.nvrtc
+def test_the_emulated_kernel_compiles_for_sm_100a_with_tcgen05_sass():
+    """The kernel the emulator ran, printed by the codegen (tcgen05 PTX) and compiled by NVRTC for
+    sm_100a: no spills; the SASS has the tensor-memory allocator (UTCATOMSWS), the f16 MMA
+    (UTCHMMA), its commit (UTCBAR) and the TMEM load (LDTM)."""
+    from hexlayout.codegen import generate
+    from hexlayout.runtime import compile_cuda
+    from hexlayout.runtime.sass import count_prefix
+
+    g = generate(umma_kernel())
+    for text in ("tcgen05.mma.cta_group::1.kind::f16", "tcgen05.commit.cta_group::1", "hl_umma_desc(",
+                 "tcgen05.ld.sync.aligned.32x32b.x32.b32", "tcgen05.wait::ld", "tcgen05.dealloc"):
+        assert text in g.source, text
+    ck = compile_cuda(g.source, "sm_100a", name=g.name, backend="nvrtc", cache=False)
+    assert ck.resources is not None and not ck.resources.spills and ck.resources.stack_frame == 0, ck.log
+    counts = ck.sass_counts()
+    for prefix, least in {"UTCHMMA": 4, "LDTM": 1, "UTCBAR": 1, "UTCATOMSWS": 1}.items():
+        assert count_prefix(counts, prefix) >= least, (prefix, sorted(counts))
