@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hexlayout.arch.tmem import TMEM_SHAPES
 from hexlayout.emulator import AsyncHazardError, IllegalInstructionError, run
 from hexlayout.ir import lowered as L
 from hexlayout.ir import lowered_tcgen05 as T
@@ -149,3 +150,74 @@ def test_the_emulated_kernel_compiles_for_sm_100a_with_tcgen05_sass():
     counts = ck.sass_counts()
     for prefix, least in {"UTCHMMA": 4, "LDTM": 1, "UTCBAR": 1, "UTCATOMSWS": 1}.items():
         assert count_prefix(counts, prefix) >= least, (prefix, sorted(counts))
+
+
+def _raw_kernel(m, n, a_tmem=False):
+    """D[m, n] = A[m, 64] @ B[n, 64]^T by SM100_{m}x{n}x16 MMAs (A from shared memory, or for
+    ``a_tmem`` from TMEM, where the 128 threads put it with tcgen05.st.32x32b: row = lane), then
+    every warp loads its lane quarter with the tcgen05.ld the synthesis chose
+    (``choose_tmem_epilogue``) and stores its registers as they are: R[thread, value]."""
+    from hexlayout.synth.tmem_choice import choose_tmem_epilogue
+
+    ep = choose_tmem_epilogue(m, n)
+    k = 64 if not a_tmem else 16
+    kb = KB("umma_raw", 128, arch="sm_100a")
+    tid = kb.tid
+    A, B = gparam("A", "f16", (m, k)), gparam("B", "f16", (n, 64))
+    values = ep.register_tv.size() // 128
+    R = gparam("R", "f32", (128, values))
+    sA = kb.shared("sA", "f16", m * 64, align=1024)
+    sB = kb.shared("sB", "f16", n * 64, align=1024)
+    tm = kb.shared("tmem_addr", "u32", 1, align=16)
+    bar = kb.mbar("done")
+    acc, ta, arow = kb.reg("acc", "f32", values), kb.reg("taddr", "u32", 1), kb.reg("arow", "f16", 16)
+    taddr = RegRead(ta, 0)
+    body = [L.MbarInit(bar, 1, pred=tid.eq(0)), T.TmemAlloc(L.SharedRef(tm, 0), 128, pred=(tid < 32))]
+    body += (stage_k_major(kb, A, sA, m, 64) if not a_tmem else []) + stage_k_major(kb, B, sB, n, 64)
+    body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.BarSync(),
+             T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32)]
+    a_col = 64  # A's 8 columns (16 f16 of a row) live after D's
+    if a_tmem:
+        body += [L.LdGlobal(rr(arow, 0, 8), L.GlobalRef(A, tid * 16), 128),
+                 L.LdGlobal(rr(arow, 8, 8), L.GlobalRef(A, tid * 16 + 8), 128),
+                 T.Tcgen05St("32x32b", 8, taddr + a_col + (tid // 32) * 32 * 65536, rr(arow)),
+                 T.Tcgen05Wait("st"), T.Tcgen05Fence("before_thread_sync"), L.BarSync(),
+                 T.Tcgen05Fence("after_thread_sync")]
+    src = "TS" if a_tmem else "SS"
+    for ks in range(k // 16):
+        a = T.TmemRef(taddr + a_col) if a_tmem else L.SmemDesc(sA, ks * 16, 1, 16, 1024)
+        b = L.SmemDesc(sB, ks * 16, 1, 16, 1024)
+        body.append(T.Tcgen05Mma(f"SM100_{m}x{n}x16_F32F16F16_{src}", taddr, a, b, accumulate=int(ks > 0),
+                                 pred=tid.eq(0)))
+    body += [T.Tcgen05Commit(bar, pred=tid.eq(0)), L.MbarWait(bar, 0), T.Tcgen05Fence("after_thread_sync")]
+    per = TMEM_SHAPES[ep.shape].regs * ep.num
+    width = TMEM_SHAPES[ep.shape].columns * ep.num
+    lanes = range(0, 32, TMEM_SHAPES[ep.shape].lanes) if m == 128 else (0,)
+    v = 0
+    for c0 in range(0, n, width):
+        for l0 in lanes:
+            at = taddr + c0 + (l0 + (tid // 32) * 32) * 65536
+            body.append(T.Tcgen05Ld(ep.shape, ep.num, rr(acc, v, per), at))
+            v += per
+    body.append(T.Tcgen05Wait("ld"))
+    body += [L.StGlobal(L.GlobalRef(R, tid * values + j), rr(acc, j, 1), 32) for j in range(values)]
+    body += [T.Tcgen05Fence("before_thread_sync"), L.BarSync(), T.TmemDealloc(taddr, 128, pred=(tid < 32)),
+             T.TmemRelinquish(pred=(tid < 32))]
+    return kb.build([A, B, R], body), ep
+
+
+@pytest.mark.parametrize(("m", "a_tmem"), [(64, False), (128, True)])
+def test_synthesized_tmem_load_layout_holds_the_product(m, a_tmem):
+    """Register v of thread t holds D[i, j] at register_tv(t, v) = i + m * j: the ld shape the
+    synthesis chose (M=64: 16x256b, M=128: 32x32b) read from the MMA's TMEM layout."""
+    n = 32
+    kern, ep = _raw_kernel(m, n, a_tmem)
+    k = 16 if a_tmem else 64
+    rng = np.random.default_rng(71)
+    args = {"A": rng.uniform(-1, 1, (m, k)).astype(np.float16),
+            "B": rng.uniform(-1, 1, (n, 64)).astype(np.float16),
+            "R": np.zeros((128, ep.register_tv.size() // 128), np.float32)}
+    run(kern, args)
+    d = args["A"].astype(np.float64) @ args["B"][:, :k].astype(np.float64).T
+    idx = ep.register_tv.indices().reshape(-1, 128).T
+    np.testing.assert_allclose(args["R"], d.T.reshape(-1)[idx], rtol=1e-5, atol=1e-5)
