@@ -67,7 +67,17 @@ class TmemState:
 
 
 def tmem_state(m: Machine) -> TmemState:
-    return m.family_state("tmem", TmemState)
+    """The block's TMEM; fresh cells hold the poison byte pattern (0xFF: NaN), as fresh registers
+    and shared memory do, so an MMA that accumulates onto never-written cells gives NaN."""
+
+    def fresh() -> TmemState:
+        st = TmemState()
+        word = np.frombuffer(bytes([m.options.poison & 0xFF]) * 4, dtype=np.uint32)[0]
+        st.cells.fill(word)
+        st.future.fill(word)
+        return st
+
+    return m.family_state("tmem", fresh)
 
 
 def check_cells(m: Machine, ins: Instr, lanes: np.ndarray, cols: np.ndarray, what: str) -> None:

@@ -19,7 +19,8 @@ M, N, K = 128, 32, 64
 
 
 def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_late=False, dealloc=True,
-                relinquish=True, same_quarter=False, store_before_wait=False, threads_issue=1, waiters=128):
+                relinquish=True, same_quarter=False, store_before_wait=False, threads_issue=1, waiters=128,
+                first_accumulates=False):
     """A 128 x 32 x 64 f16 GEMM: 128B-swizzled K-major A and B in shared memory, four
     SM100_128x32x16 MMAs by thread 0 into the TMEM columns warp 0 allocated (their address read back
     from shared memory), a commit on an mbarrier, every
@@ -43,8 +44,9 @@ def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_
     body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.BarSync(),
              T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32)]
     for ks in range(K // 16):
-        body.append(T.Tcgen05Mma("SM100_128x32x16_F32F16F16_SS", taddr, L.SmemDesc(sA, ks * 16, 1, 16, 1024),
-                                 L.SmemDesc(sB, ks * 16, 1, 16, 1024), accumulate=int(ks > 0),
+        a, b = L.SmemDesc(sA, ks * 16, 1, 16, 1024), L.SmemDesc(sB, ks * 16, 1, 16, 1024)
+        body.append(T.Tcgen05Mma("SM100_128x32x16_F32F16F16_SS", taddr, a, b,
+                                 accumulate=int(ks > 0 or first_accumulates),
                                  pred=(tid < threads_issue), loc=here("hl.mma(sA, sB, acc)")))
     if commit:
         body.append(T.Tcgen05Commit(bar, pred=tid.eq(0), loc=here("commit")))
@@ -81,6 +83,13 @@ def test_mma_commit_wait_ld_matches_float64():
     want = args["A"].astype(np.float64) @ args["B"].astype(np.float64).T
     np.testing.assert_allclose(args["D"], want, rtol=1e-5, atol=1e-5)
     assert sum(s.executions for s in rep.find("Tcgen05Mma")) == 4
+
+
+def test_accumulating_onto_fresh_tmem_gives_nan():
+    """Fresh TMEM holds the poison pattern: a first MMA with enable_input_d set reads garbage."""
+    args = _args()
+    run(umma_kernel(first_accumulates=True), args)
+    assert np.isnan(args["D"]).all()
 
 
 @pytest.mark.parametrize("kw", [{"wait": False}, {"commit": False, "wait": False}])
