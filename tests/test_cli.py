@@ -119,7 +119,8 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("arch", "words"), [
     ("sm_86", ["'sm_86' has no build of its own", "the sm_80 build runs on sm_86 GPUs", "use 'sm_80'"]),
     ("sm_87", ["the sm_80 build runs on sm_87 GPUs", "use 'sm_80'"]),
-    ("sm_120", ["'sm_120' is not supported", "the builds are sm_80, sm_89, sm_90a", "none runs on sm_120"]),
+    ("sm_120", ["'sm_120' is not supported", "the builds are sm_80, sm_89, sm_90a, sm_100a",
+                "none runs on sm_120"]),
 ])
 @pytest.mark.parametrize("command", [["explain", "gemm"],
                                      ["compile", "gemm", "--emit", "cuda", "-o", "x.cu"]])

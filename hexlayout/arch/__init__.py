@@ -4,10 +4,13 @@
   (``SM80_16x8x16_F32F16F16F32_TN``, ``SM90_64x128x16_F32BF16BF16_SS``, ``SM75_U32x4_LDSM_N``,
   ``UniversalCopy_U128``, ``SM80_CP_ASYNC_CACHEGLOBAL_U128``, ``SM90_TMA_LOAD`` ...).
   ``MmaAtom`` layouts are in elements, ``CopyAtom`` layouts in bits, thread mode first.
-* ``get_arch(name)``: facts of sm_80, sm_89, sm_90a (``ArchInfo``).
+* ``get_arch(name)``: facts of sm_80, sm_89, sm_90a, sm_100a (``ArchInfo``).
 * ``bank_conflicts(addresses, width)``: wavefronts of one warp-wide shared-memory request.
 * ``check_tma(...)``: the legality rules of a TMA tensor map and box.
 * ``gmma``: wgmma shared-memory layout atoms and matrix descriptors.
+* ``sm100`` (tcgen05.mma atoms ``SM100_128x256x16_F32BF16BF16_SS`` ...), ``tcgen05`` (their
+  instruction and shared-memory descriptors), ``tmem`` (tensor memory: accumulator layouts,
+  tcgen05.ld/st shapes, allocation rules), ``tcgen05_ops`` (alloc, commit, fence, wait PTX).
 
 Importing this package loads neither torch nor CUDA; atom tables are built on first use.
 """

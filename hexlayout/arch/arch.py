@@ -1,11 +1,13 @@
-"""Per-architecture facts: ``get_arch("sm_80" | "sm_89" | "sm_90a")``.
+"""Per-architecture facts: ``get_arch("sm_80" | "sm_89" | "sm_90a" | "sm_100a")``.
 
 Limits are those of the CUDA C++ Programming Guide's compute-capability table: 32 banks
 of 4 bytes; shared memory per SM and the opt-in maximum per block (the default static
 limit is 48 KiB; the driver reserves 1 KiB per block, included in the per-SM figure);
 65536 32-bit registers per SM, at most 255 per thread; 1024 threads per block. Which
 instructions exist follows from the PTX ISA targets: ldmatrix sm_75, cp.async and bf16
-mma sm_80, fp8 mma.sync sm_89, stmatrix / TMA / clusters sm_90, wgmma sm_90a.
+mma sm_80, fp8 mma.sync sm_89, stmatrix / TMA / clusters sm_90, wgmma sm_90a, tcgen05 and
+tensor memory (128 lanes x 512 columns of 32 bits per CTA, ``arch.tmem``) sm_100a, which has
+no wgmma.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ArchInfo:
     has_tma: bool
     has_fp8_mma: bool
     has_clusters: bool
+    has_tcgen05: bool = False
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -86,11 +89,15 @@ _ARCHS: dict[str, ArchInfo] = {
                        smem_per_sm=228 * KiB, smem_per_block_max=227 * KiB, max_threads_per_sm=2048,
                        max_blocks_per_sm=32, max_cluster_size=8, has_stmatrix=True, has_wgmma=True,
                        has_tma=True, has_fp8_mma=True, has_clusters=True, **_COMMON),
+    "sm_100a": ArchInfo(name="sm_100a", compute_capability=(10, 0), example_gpus=("B200", "GB200"),
+                        smem_per_sm=228 * KiB, smem_per_block_max=227 * KiB, max_threads_per_sm=2048,
+                        max_blocks_per_sm=32, max_cluster_size=8, has_stmatrix=True, has_wgmma=False,
+                        has_tma=True, has_fp8_mma=True, has_clusters=True, has_tcgen05=True, **_COMMON),
 }
 assert tuple(_ARCHS) == SUPPORTED_ARCHS
 
 
 def get_arch(name: str) -> ArchInfo:
-    """Facts of ``name`` ("sm_80", "sm_89", "sm_90a"; "sm80", "SM_90A" are accepted).
+    """Facts of ``name`` ("sm_80", "sm_89", "sm_90a", "sm_100a"; "sm80", "SM_90A" are accepted).
     Unknown names raise ``ValueError`` naming the supported ones."""
     return _ARCHS[check_arch_name(name)]

@@ -13,7 +13,9 @@ Value order equals PTX register element order (``a0, a1, ...``; two 16-bit eleme
 descriptor (``a_source == "smem"``), CuTe's layout is ``(128, (M, K)) : (0, (1, M))``:
 every thread sees the whole tile, the hardware reads it through the descriptor; ``a_major``
 / ``b_major`` say which canonical shared-memory layout (K- or MN-major) the descriptor
-describes.
+describes. For ``tcgen05.mma`` (sm_100a) the accumulator lives in tensor memory
+(``c_source == "tmem"``), A comes from shared memory or tensor memory, and ``cta_group`` says
+whether one CTA or a pair of CTAs (``cta_group::2``) runs the instruction.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class MmaAtom(InstructionAtom):
     """
 
     name: str
-    kind: str  # "mma.sync" or "wgmma"
+    kind: str  # "mma.sync", "wgmma" or "tcgen05"
     shape_mnk: tuple[int, int, int]
     thr_id: Layout
     a_layout: Layout
@@ -58,6 +60,8 @@ class MmaAtom(InstructionAtom):
     a_major: str = "K"
     b_major: str = "K"
     options: tuple[tuple[str, str], ...] = field(default=())
+    c_source: str = "rmem"
+    cta_group: int = 1
 
     FAMILY = "mma"
 

@@ -1,6 +1,6 @@
 """Look atoms up by their CuTe name: ``get_atom`` and ``list_atoms``.
 
-Every atom family module (``sm80``, ``sm89``, ``sm90``, ``ldsm``, ``copies``, ``tma``)
+Every atom family module (``sm80``, ``sm89``, ``sm90``, ``sm100``, ``ldsm``, ``copies``, ``tma``)
 exposes a table ``name -> factory``; factories take the atom's keyword options (e.g.
 ``a_major="MN"`` for a wgmma SS atom) and are called once per distinct option set
 (atoms are immutable and cached). Tables are built on first use so that importing
@@ -28,16 +28,17 @@ __all__ = ["get_atom", "list_atoms", "Atom", "atom_spec"]
 
 Atom = MmaAtom | CopyAtom
 
-_KIND_FAMILY = {"mma.sync": "mma", "wgmma": "mma", "universal": "copy", "cp.async": "copy",
+_KIND_FAMILY = {"mma.sync": "mma", "wgmma": "mma", "tcgen05": "mma", "universal": "copy", "cp.async": "copy",
                 "ldmatrix": "copy", "stmatrix": "copy", "tma": "copy"}
 
 
 @lru_cache(maxsize=1)
 def _tables() -> dict[str, Callable[..., Atom]]:
-    from . import copies, ldsm, sm80, sm89, sm90, tma
+    from . import copies, ldsm, sm80, sm89, sm90, sm100, tma
 
     out: dict[str, Callable[..., Atom]] = {}
-    for table in (sm80.SM80_MMA, sm89.SM89_MMA, sm90.SM90_GMMA, ldsm.LDSM_STSM, copies.COPIES, tma.TMA_ATOMS):
+    for table in (sm80.SM80_MMA, sm89.SM89_MMA, sm90.SM90_GMMA, sm100.SM100_UMMA, ldsm.LDSM_STSM,
+                  copies.COPIES, tma.TMA_ATOMS):
         out.update(table)
     return out
 
@@ -117,17 +118,21 @@ def get_atom(name: str, **options: Any) -> Atom:
 def list_atoms(arch: str | None = None, kind: str | None = None) -> list[str]:
     """Sorted names of the atoms, optionally only those ``arch`` offers and of one ``kind``.
 
-    ``kind`` is a family ("mma", "copy") or an instruction kind ("mma.sync", "wgmma",
+    ``kind`` is a family ("mma", "copy") or an instruction kind ("mma.sync", "wgmma", "tcgen05",
     "universal", "cp.async", "ldmatrix", "stmatrix", "tma").
     """
     if kind is not None and kind not in _KIND_FAMILY and kind not in ("mma", "copy"):
         raise ValueError(f"unknown atom kind {kind!r}; known: mma, copy, {', '.join(_KIND_FAMILY)}")
     target = check_arch_name(arch) if arch is not None else None
+    from .sm100 import SM100_UMMA
+
     names = []
     for name in _tables():
         if target is None and kind is None:
             names.append(name)
             continue
+        if name in SM100_UMMA and (target not in (None, "sm_100a") or kind not in (None, "mma", "tcgen05")):
+            continue  # tcgen05 atoms run on sm_100a alone: not built for other queries
         atom = get_atom(name)
         if target is not None and target not in atom.archs:
             continue

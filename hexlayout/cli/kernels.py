@@ -177,8 +177,11 @@ def arch_arg(text: str) -> str:
     if t == "sm_90":
         t = "sm_90a"
     if t not in ARCHS:
-        from hexlayout.arch.targets import arch_advice
+        from hexlayout.arch.targets import SUPPORTED_ARCHS, arch_advice
 
+        if t in SUPPORTED_ARCHS:  # an architecture the atoms know whose kernels are not built yet (sm_100a)
+            raise argparse.ArgumentTypeError(f"{t}: the shipped kernels have no {t} build yet; the CLI "
+                                             f"builds {', '.join(ARCHS)}")
         raise argparse.ArgumentTypeError(arch_advice(text))
     return t
 

@@ -35,6 +35,17 @@ __device__ __forceinline__ unsigned long long hl_gmma_desc(unsigned addr, unsign
        | static_cast<unsigned long long>((sbo >> 4) & 0x3FFFu) << 32
        | static_cast<unsigned long long>(layout_type & 3u) << 62;
 }""",
+    "umma_desc": """\
+// tcgen05 (sm_100a) shared-memory descriptor: start address, leading / stride byte offsets
+// (bytes), the fixed version 1 at bit 46, layout type (0 none, 2 128B, 4 64B, 6 32B) in bits 61-63.
+__device__ __forceinline__ unsigned long long hl_umma_desc(unsigned addr, unsigned lbo, unsigned sbo,
+                                                           unsigned layout_type) {
+  return static_cast<unsigned long long>((addr >> 4) & 0x3FFFu)
+       | static_cast<unsigned long long>((lbo >> 4) & 0x3FFFu) << 16
+       | static_cast<unsigned long long>((sbo >> 4) & 0x3FFFu) << 32
+       | 1ull << 46
+       | static_cast<unsigned long long>(layout_type & 7u) << 61;
+}""",
     "gmma_desc_add": """\
 // A descriptor whose start address is `units` 16-byte units further: added to the low word
 // (the 14-bit address field; shared-window addresses stay below 2^18 bytes, so no carry
@@ -81,8 +92,8 @@ __device__ __forceinline__ unsigned hl_lop3_and_or(unsigned a) {
 typedef struct __align__(64) CUtensorMap_st { unsigned long long opaque[16]; } CUtensorMap;""",
 }
 
-_ORDER = ("tensor_map", "u32", "gmma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80", "shfl",
-          "ex2_approx_ftz", "lop3_and_or")
+_ORDER = ("tensor_map", "u32", "gmma_desc", "umma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80",
+          "shfl", "ex2_approx_ftz", "lop3_and_or")
 
 
 def helper_source(used: set[str]) -> str:

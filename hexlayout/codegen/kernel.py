@@ -45,7 +45,7 @@ from hexlayout.ir.lowered import (
 )
 from hexlayout.ir.tile import GlobalParam, ScalarParam
 
-from . import alu, atomics, matrix, memory, mma, sync, tma
+from . import alu, atomics, matrix, memory, mma, sync, tcgen05, tma
 from .ctypes_map import c_type, is_fp8
 from .emitter import MBAR_ALIGN, Emitter
 from .errors import CodegenError
@@ -56,7 +56,7 @@ __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
 
 Printer = Callable[[Emitter, Any], list[str]]
 PRINTERS: dict[type, Printer] = {}
-for _m in (memory, matrix, mma, tma, sync, alu, atomics):
+for _m in (memory, matrix, mma, tma, sync, alu, atomics, tcgen05):
     PRINTERS.update(_m.PRINTERS)  # type: ignore[attr-defined]
 SELF_PREDICATED = set(memory.SELF_PREDICATED)
 
@@ -294,8 +294,8 @@ class _Printer:
         k, em = self.k, self.em
         if k.threads % 32 or not 0 < k.threads <= 1024:
             raise CodegenError(k.name, f"{k.threads} threads: a multiple of 32 up to 1024 is needed")
-        if k.arch not in ("sm_80", "sm_89", "sm_90a", "sm_90"):
-            raise CodegenError(k.name, f"architecture {k.arch!r} is not sm_80, sm_89 or sm_90a")
+        if k.arch not in ("sm_80", "sm_89", "sm_90a", "sm_90", "sm_100a"):
+            raise CodegenError(k.name, f"architecture {k.arch!r} is not sm_80, sm_89, sm_90a or sm_100a")
         kname = em.names.take(k.name)
         args, decls = self.signature()
         tid = em.bind(k.thread_index, "tid" if not k.thread_index.name.isidentifier() else None)

@@ -34,8 +34,12 @@ def mbar_init(em: Emitter, ins: MbarInit) -> list[str]:
                [f'"r"({em.mbar_addr(ins.bar)})', f'"r"({int(ins.arrivals)})'])
 
 
+#: the targets with sm_90's TMA, clusters, expect_tx and the async proxy
+_SM90_UP = ("sm_90a", "sm_100a")
+
+
 def _need_cluster(em: Emitter, what: str) -> None:
-    if em.arch != "sm_90a":
+    if em.arch not in _SM90_UP:
         raise em.error(f"{what} needs sm_90; the kernel is for {em.arch}")
     if not em.kernel.cluster:
         raise em.error(f"{what} needs a kernel launched in clusters (cluster=)")
@@ -51,7 +55,7 @@ def mbar_arrive(em: Emitter, ins: MbarArrive) -> list[str]:
                    "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}", [],
                    [f'"r"({addr})', f'"r"({em.expr(ins.cta)})'])
     if ins.tx_bytes:
-        if em.arch != "sm_90a":
+        if em.arch not in _SM90_UP:
             raise em.error(f"mbarrier.arrive.expect_tx needs sm_90; the kernel is for {em.arch}")
         if not 0 < ins.tx_bytes < 1 << 20:
             raise em.error(f"expect_tx of {ins.tx_bytes} bytes is outside (0, 2^20)")
@@ -62,7 +66,7 @@ def mbar_arrive(em: Emitter, ins: MbarArrive) -> list[str]:
 
 
 def mbar_wait(em: Emitter, ins: MbarWait) -> list[str]:
-    em.helpers.add("mbar_wait_sm90" if em.arch == "sm_90a" else "mbar_wait_sm80")
+    em.helpers.add("mbar_wait_sm90" if em.arch in _SM90_UP else "mbar_wait_sm80")
     return [f"hl_mbar_wait({em.mbar_addr(ins.bar)}, {em.expr(ins.phase)});"]
 
 
@@ -78,7 +82,7 @@ def bar_sync(em: Emitter, ins: BarSync) -> list[str]:
 
 
 def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
-    if em.arch != "sm_90a":
+    if em.arch not in _SM90_UP:
         raise em.error(f"fence.proxy.async needs sm_90; the kernel is for {em.arch}")
     return asm("fence.proxy.async.shared::cta;", [], [])
 

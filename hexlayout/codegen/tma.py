@@ -16,8 +16,8 @@ __all__ = ["PRINTERS"]
 
 
 def _desc(em: Emitter, desc: TmaDesc, coords: tuple) -> tuple[str, list[str]]:
-    if em.arch != "sm_90a":
-        raise em.error(f"TMA needs sm_90a; the kernel is for {em.arch}")
+    if em.arch not in ("sm_90a", "sm_100a"):
+        raise em.error(f"TMA needs sm_90a or sm_100a; the kernel is for {em.arch}")
     name = em.tma_name(desc)
     rank = len(coords)
     if not 1 <= rank <= 5 or rank != len(desc.box):

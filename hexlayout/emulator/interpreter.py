@@ -28,14 +28,14 @@ import numpy as np
 from hexlayout.ir.expr import Var
 from hexlayout.ir.lowered import BarSync, ClusterBarrier, CpAsync, ForLoop, IfThen, Instr, LdGlobal, MbarWait
 
-from . import alu, atomics, cpasync, ldmatrix, mbarrier, memops, mma, proxy, tma, wgmma
+from . import alu, atomics, cpasync, ldmatrix, mbarrier, memops, mma, proxy, tcgen05, tma, tmem, wgmma
 from .errors import IllegalInstructionError
 from .machine import Active, Machine
 
 __all__ = ["Group", "BarRequest", "ClusterRequest", "MbarRequest", "SpawnRequest", "exec_body", "HANDLERS"]
 
 HANDLERS: dict[type, Callable[[Machine, Any, Active], None]] = {}
-for _mod in (memops, cpasync, ldmatrix, mma, wgmma, tma, mbarrier, alu, atomics, proxy):
+for _mod in (memops, cpasync, ldmatrix, mma, wgmma, tma, mbarrier, alu, atomics, proxy, tmem, tcgen05):
     HANDLERS.update(_mod.HANDLERS)  # type: ignore[attr-defined]
 
 # instructions that act on predicated-off threads too (zero fill)

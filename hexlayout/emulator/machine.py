@@ -83,7 +83,8 @@ class AsyncOp:
     extra: Any = None
 
 
-_WAIT_FOR = {"wgmma": "wgmma.wait_group", "TMA store": "cp.async.bulk.wait_group.read"}
+_WAIT_FOR = {"wgmma": "wgmma.wait_group", "TMA store": "cp.async.bulk.wait_group.read",
+             "tcgen05.mma": "tcgen05.commit and a wait on its mbarrier", "tcgen05.ld": "tcgen05.wait::ld"}
 
 
 class Machine:
@@ -240,12 +241,13 @@ class Machine:
                 r, c = np.argwhere(sub)[0]
                 op = self.async_ops.get(int(sub[r, c]))
                 act = "writes" if table is self.regs.pending_write else "reads"
+                kind = "wgmma" if op is None else op.kind
                 self.fail(
                     AsyncHazardError,
                     ins,
                     f"{'writes' if write else 'reads'} register "
-                    f"{ref.array.name}[{lo + int(c)}] that an in-flight wgmma {act}; wait for it with "
-                    f"wgmma.wait_group first",
+                    f"{ref.array.name}[{lo + int(c)}] that an in-flight {kind} {act}; wait for it with "
+                    f"{_WAIT_FOR.get(kind, 'its wait')} first",
                     thread=int(tids[r]),
                     buffer=ref.array.name,
                     address=lo + int(c),

@@ -26,6 +26,10 @@ the cluster's CTA of that rank (which must not have exited), and a multicast TMA
 completes its bytes on each destination CTA's barrier. Clocks span the cluster's threads
 (``shadow.py``), so these arrivals and transfers release and acquire across CTAs like local
 ones.
+
+``tcgen05.commit`` (sm_100a) is an arrival that lands like a transfer: it counts at once but
+holds the phase with one pending transaction until it lands, and its landing completes the
+committed MMAs (their accumulators reach tensor memory, ``emulator/tcgen05.py``).
 """
 
 from __future__ import annotations
@@ -109,8 +113,11 @@ def _maybe_complete(m: Machine, st: MbarState) -> None:
     if st.pending != 0 or st.tx != 0:
         return
     for op in st.attached:
-        assert op.done is not None
-        complete_rows(m, op, ~op.done)
+        if callable(op.extra):  # completes by its own rule (the MMAs of a tcgen05.commit)
+            op.extra(m)
+        else:
+            assert op.done is not None
+            complete_rows(m, op, ~op.done)
         m.async_ops.pop(op.ident, None)
     st.attached = []
     st.completed[st.phase & 1] = st.clock.copy()

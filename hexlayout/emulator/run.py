@@ -43,6 +43,7 @@ from .mbarrier import land_all
 from .memory import bind_arguments
 from .report import EmulatorReport
 from .scheduler import run_cluster
+from .tmem import check_exit as check_tmem_exit
 from .wgmma import retire_all
 
 __all__ = ["run", "grid_of", "check_scalars", "check_alignment", "global_access_widths"]
@@ -130,6 +131,7 @@ def run(
         for m in ms:
             land_all(m)
             retire_all(m)
+            check_tmem_exit(m)
             report.blocks.append(m.block)
     report.seconds = time.perf_counter() - t0
     return report

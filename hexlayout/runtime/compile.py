@@ -24,7 +24,7 @@ from .toolchain import INSTALL_HINT, include_dirs, nvcc_version, nvrtc_version
 __all__ = ["compile_cuda", "compile_generated", "CompiledKernel", "available_backends", "clear_memory_cache",
            "SUPPORTED_ARCHS", "compiler_identity", "DEFAULT_OPTIONS"]
 
-SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a")
 DEFAULT_OPTIONS = ("-std=c++17",)
 _VERBOSE = "--ptxas-options=-v"
 _MEMO: dict[str, CompiledKernel] = {}
@@ -117,7 +117,7 @@ def clear_memory_cache() -> None:
 def compile_cuda(source: str, arch: str = "sm_80", options: list[str] | tuple[str, ...] = (), *,
                  name: str | None = None, backend: str = "auto", cache: bool | DiskCache = True
                  ) -> CompiledKernel:
-    """Compile ``source`` for ``arch`` (sm_80, sm_86, sm_89, sm_90a) to a cubin.
+    """Compile ``source`` for ``arch`` (sm_80, sm_86, sm_89, sm_90a, sm_100a) to a cubin.
 
     ``options`` are passed to the compiler after ``-std=c++17`` and the architecture (NVRTC
     spellings, which nvcc understands too, e.g. ``--use_fast_math``, ``-lineinfo``).

@@ -14,7 +14,7 @@ def test_universal_copy_widths(bits: int) -> None:
     assert atom.num_threads == 1 and atom.bits_per_thread == bits and atom.access_bits == bits
     assert str(atom.src_layout) == f"(1,{bits}):(0,1)" and atom.dst_layout == atom.src_layout
     assert atom.alignment == bits // 8
-    assert set(atom.archs) == {"sm_80", "sm_89", "sm_90a"}
+    assert set(atom.archs) == {"sm_80", "sm_89", "sm_90a", "sm_100a"}
 
 
 def test_universal_copy_ptx_per_space() -> None:
@@ -39,7 +39,7 @@ def test_cp_async(name: str, bits: int, cache: str) -> None:
     assert atom.ptx == f"cp.async.{cache}.shared.global.L2::128B"
     assert atom.ptx_operands.startswith(f"[dst], [src], {bits // 8}")
     assert atom.ptx_operands.endswith("src_size") == ("ZFILL" in name)
-    assert atom.archs == ("sm_80", "sm_89", "sm_90a")
+    assert atom.archs == ("sm_80", "sm_89", "sm_90a", "sm_100a")
 
 
 def test_cp_async_cg_only_16_bytes() -> None:
@@ -57,6 +57,6 @@ def test_tma_atoms() -> None:
     assert (ld.src_space, ld.dst_space, ld.num_threads, ld.bits_per_thread) == ("gmem", "smem", 1, 65536)
     st = get_atom("SM90_TMA_STORE")
     assert st.ptx == "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
-    assert st.archs == ("sm_90a",) and "SM90_TMA_LOAD" not in list_atoms("sm_80")
+    assert st.archs == ("sm_90a", "sm_100a") and "SM90_TMA_LOAD" not in list_atoms("sm_80")
     with pytest.raises(ValueError, match="rank 6"):
         get_atom("SM90_TMA_LOAD", rank=6)

@@ -62,7 +62,7 @@ def test_ldmatrix_semantics(num: int, trans: bool, name: str) -> None:
 @pytest.mark.parametrize("num,trans,name", STSM)
 def test_stmatrix_semantics(num: int, trans: bool, name: str) -> None:
     atom = get_atom(name)
-    assert atom.kind == "stmatrix" and atom.arch == "sm_90" and atom.archs == ("sm_90a",)
+    assert atom.kind == "stmatrix" and atom.arch == "sm_90" and atom.archs == ("sm_90a", "sm_100a")
     assert atom.ptx == f"stmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.shared.b16"
     assert (atom.src_space, atom.dst_space) == ("rmem", "smem")
     ld = get_atom(name.replace("SM90", "SM75").replace("STSM", "LDSM"))

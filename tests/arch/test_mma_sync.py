@@ -68,7 +68,7 @@ def test_known_values() -> None:
     assert str(atom.a_layout) == "((4,8),(2,2,2)):((32,1),(16,8,128))"
     assert str(atom.b_layout) == "((4,8),(2,2)):((16,1),(8,64))"
     assert str(atom.c_layout) == "((4,8),(2,2)):((32,1),(16,8))"
-    assert atom.archs == ("sm_80", "sm_89", "sm_90a")
+    assert atom.archs == ("sm_80", "sm_89", "sm_90a", "sm_100a")
     assert (atom.a_dtype.name, atom.b_dtype.name, atom.c_dtype.name, atom.d_dtype.name) == (
         "f16", "f16", "f32", "f32")
     f16acc = get_atom("SM80_16x8x16_F16F16F16F16_TN")
@@ -79,7 +79,7 @@ def test_known_values() -> None:
     assert (s8.regs_a, s8.regs_b, s8.regs_c) == (4, 2, 4)
     fp8 = get_atom("SM89_16x8x32_F32E4M3E5M2F32_TN")
     assert fp8.ptx == "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32"
-    assert fp8.archs == ("sm_89", "sm_90a") and fp8.arch == "sm_89"
+    assert fp8.archs == ("sm_89", "sm_90a", "sm_100a") and fp8.arch == "sm_89"
     assert fp8.a_layout == s8.a_layout and fp8.b_layout == s8.b_layout
 
 

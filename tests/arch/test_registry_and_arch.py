@@ -38,7 +38,7 @@ def test_list_atoms_filters() -> None:
     assert all(isinstance(get_atom(n), MmaAtom) for n in list_atoms(kind="mma.sync"))
     with pytest.raises(ValueError, match="unknown atom kind"):
         list_atoms(kind="mmma")
-    with pytest.raises(ValueError, match="sm_80, sm_89, sm_90a"):
+    with pytest.raises(ValueError, match="sm_80, sm_89, sm_90a, sm_100a"):
         list_atoms("sm_70")
 
 
@@ -72,17 +72,19 @@ def test_arch_facts() -> None:
 
 
 def test_unknown_arch() -> None:
-    with pytest.raises(ValueError, match="not supported: the builds are sm_80, sm_89, sm_90a"):
-        get_arch("sm_100a")
+    with pytest.raises(ValueError, match="not supported: the builds are sm_80, sm_89, sm_90a, sm_100a"):
+        get_arch("sm_110a")
 
 
 @pytest.mark.parametrize(("name", "words"), [
     ("sm_86", ["'sm_86' has no build of its own", "the sm_80 build runs on sm_86", "use 'sm_80'"]),
     ("sm87", ["the sm_80 build runs on sm_87", "use 'sm_80'"]),
     ("sm_90", ["the sm_90a build runs on sm_90", "use 'sm_90a'"]),
-    ("sm_120", ["'sm_120' is not supported", "the builds are sm_80, sm_89, sm_90a", "none runs on sm_120"]),
+    ("sm_100", ["the sm_100a build runs on sm_100", "use 'sm_100a'"]),
+    ("sm_120", ["'sm_120' is not supported", "the builds are sm_80, sm_89, sm_90a, sm_100a",
+                "none runs on sm_120"]),
     ("sm_75", ["'sm_75' is not supported", "needs sm_80 or newer"]),
-    ("gfx90a", ["unknown architecture 'gfx90a'", "sm_80, sm_89, sm_90a"]),
+    ("gfx90a", ["unknown architecture 'gfx90a'", "sm_80, sm_89, sm_90a, sm_100a"]),
 ])
 def test_unsupported_arch_names_the_build_that_runs_there(name: str, words: list[str]) -> None:
     """An arch without a build of its own says which build runs there (sm_86 / sm_87: sm_80;

@@ -1,0 +1,128 @@
+"""Blackwell tensor-core atoms (sm_100a): ``tcgen05.mma`` kind::f16 and kind::f8f6f4.
+
+One thread issues ``tcgen05.mma`` for its CTA (``cta_group::1``) or for a pair of CTAs of a
+cluster (``cta_group::2``); it computes ``D[M,N] (+)= A[M,K] @ B[N,K]^T`` with D in tensor
+memory (TMEM, see ``tmem.py``), B from shared memory through a descriptor, and A from shared
+memory (``SS``) or TMEM (``TS``). ``K = 256 / bits(A)``: 16 for f16/bf16, 32 for e4m3/e5m2.
+Valid shapes (PTX ISA "Valid shapes for kind::f16 / kind::f8f6f4", dense):
+
+* ``cta_group::1``: ``M = 64`` with ``N % 8 == 0``, ``M = 128`` with ``N % 16 == 0``;
+* ``cta_group::2``: ``M = 128`` with ``N % 32 == 0``, ``M = 256`` with ``N % 16 == 0``;
+
+always ``N <= 256``. CuTe's MMA traits (``SM100_MMA_F16BF16_SS`` and its ``_TS`` /
+``_2x1SM_`` forms, ``SM100_MMA_F8F6F4_SS``) give the layouts: with one CTA
+``ThrID = 1`` and ``A = (1,(M,K)):(0,(1,M))``, ``B = (1,(N,K)):(0,(1,N))``,
+``C = (1,(M,N)):(0,(1,M))``; with two, ``ThrID = 2`` (the peer CTAs) and each CTA holds half
+of A's rows, half of B's rows and half of D's rows: ``A = (2,(M/2,K)):(M/2,(1,M))``,
+``B = (2,(N/2,K)):(N/2,(1,N))``, ``C = (2,(M/2,N)):(M/2,(1,M))``.
+
+Names: ``SM100_{M}x{N}x{K}_{D}{A}{B}_{SS|TS}`` and ``SM100_2x1SM_{M}x{N}x{K}_..._{SS|TS}`` (CuTe's
+templates ``SM100_MMA_F16BF16_SS<A, B, D, M, N, a_major, b_major>`` spelled out like the
+sm_90a wgmma names). Options ``a_major`` / ``b_major`` in {"K", "MN"} select the canonical
+shared-memory layout (instruction-descriptor bits 15 / 16); a TMEM A is K-major.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..layout import Layout
+from .dtypes import BF16, E4M3, E5M2, F16, F32, DType
+from .mma_atom import MmaAtom
+
+__all__ = ["SM100_UMMA", "umma_atom", "umma_n_values", "UMMA_SHAPES", "MMA_KINDS", "kind_of"]
+
+#: (cta_group, M) -> the step of N (N ranges over step, 2*step, ..., 256).
+UMMA_SHAPES: dict[tuple[int, int], int] = {(1, 64): 8, (1, 128): 16, (2, 128): 32, (2, 256): 16}
+_MAJORS = ("K", "MN")
+#: Operand formats per mma kind (bits 7..9 and 10..12 of the instruction descriptor).
+MMA_KINDS: dict[str, dict[str, int]] = {
+    "f16": {"f16": 0, "bf16": 1},
+    "f8f6f4": {"e4m3": 0, "e5m2": 1},
+}
+
+
+def kind_of(a: DType) -> str:
+    """The ``tcgen05.mma`` kind that multiplies ``a``: ``"f16"`` (f16, bf16), ``"f8f6f4"`` (e4m3, e5m2)."""
+    for kind, formats in MMA_KINDS.items():
+        if a.name in formats:
+            return kind
+    raise ValueError(f"tcgen05.mma: {a.name} operands are not supported (f16, bf16, e4m3, e5m2)")
+
+
+
+def umma_n_values(cta_group: int, m: int) -> tuple[int, ...]:
+    """The N extents ``tcgen05.mma`` accepts for ``cta_group`` and ``m``."""
+    if (cta_group, m) not in UMMA_SHAPES:
+        raise ValueError(f"tcgen05.mma: M={m} is not valid for cta_group::{cta_group} "
+                         f"(valid: {', '.join(f'cta_group::{g} M={mm}' for g, mm in UMMA_SHAPES)})")
+    step = UMMA_SHAPES[(cta_group, m)]
+    return tuple(range(step, 257, step))
+
+
+def _operand(groups: int, rows: int, k: int) -> Layout:
+    """``(groups, (rows/groups, k)) : (rows/groups, (1, rows))``: each CTA of the group its rows."""
+    per = rows // groups
+    return Layout((groups, (per, k)), (per if groups > 1 else 0, (1, rows)))
+
+
+def umma_atom(m: int, n: int, da: DType, db: DType, dc: DType, a_source: str = "smem", cta_group: int = 1,
+              a_major: str = "K", b_major: str = "K") -> MmaAtom:
+    """The ``tcgen05.mma.cta_group::{cta_group}.kind::{f16|f8f6f4}`` atom ``m x n x (256/bits(A))``.
+
+    Example:
+        >>> umma_atom(128, 256, BF16, BF16, F32).name
+        'SM100_128x256x16_F32BF16BF16_SS'
+    """
+    for what, major in (("a_major", a_major), ("b_major", b_major)):
+        if major not in _MAJORS:
+            raise ValueError(f"tcgen05.mma: {what}={major!r} is not one of 'K', 'MN'")
+    if a_source not in ("smem", "tmem"):
+        raise ValueError(f"tcgen05.mma: A comes from 'smem' or 'tmem', not {a_source!r}")
+    if n not in umma_n_values(cta_group, m):
+        raise ValueError(f"tcgen05.mma: N={n} is not valid for cta_group::{cta_group} M={m} (multiples of "
+                         f"{UMMA_SHAPES[(cta_group, m)]} up to 256)")
+    kind = kind_of(da)
+    if kind_of(db) != kind:
+        raise ValueError(f"tcgen05.mma: A {da.name} and B {db.name} are not of one kind")
+    k = 256 // da.bits
+    src = "SS" if a_source == "smem" else "TS"
+    pair = "2x1SM_" if cta_group == 2 else ""
+    name = f"SM100_{pair}{m}x{n}x{k}_{dc.cute}{da.cute}{db.cute}_{src}"
+    if a_source == "tmem" and a_major != "K":
+        raise ValueError(f"{name}: A from tensor memory is K-major (got a_major={a_major!r})")
+    a_opnd = "a_desc" if a_source == "smem" else "[a_tmem]"
+    return MmaAtom(
+        name=name, kind="tcgen05", shape_mnk=(m, n, k), thr_id=Layout(cta_group),
+        a_layout=_operand(cta_group, m, k), b_layout=_operand(cta_group, n, k),
+        c_layout=_operand(cta_group, m, n), a_dtype=da, b_dtype=db, c_dtype=dc,
+        arch="sm_100a", ptx=f"tcgen05.mma.cta_group::{cta_group}.kind::{kind}",
+        ptx_operands=f"[d_tmem], {a_opnd}, b_desc, idesc, enable_input_d", regs_a=0, regs_b=0, regs_c=0,
+        a_source=a_source, b_source="smem", a_major=a_major, b_major=b_major,
+        options=(("a_major", a_major), ("b_major", b_major)), c_source="tmem", cta_group=cta_group,
+    )
+
+
+def _factory(m: int, n: int, da: DType, db: DType, dc: DType, a_source: str,
+             group: int) -> Callable[..., MmaAtom]:
+    def make(a_major: str = "K", b_major: str = "K") -> MmaAtom:
+        return umma_atom(m, n, da, db, dc, a_source, group, a_major, b_major)
+
+    return make
+
+
+def _table() -> dict[str, Callable[..., MmaAtom]]:
+    out: dict[str, Callable[..., MmaAtom]] = {}
+    combos = [(F16, F16, F32), (BF16, BF16, F32)] + [(a, b, F32) for a in (E4M3, E5M2) for b in (E4M3, E5M2)]
+    for group, m in UMMA_SHAPES:
+        for n in umma_n_values(group, m):
+            for da, db, dc in combos:
+                for src, tag in (("smem", "SS"), ("tmem", "TS")):
+                    pair = "2x1SM_" if group == 2 else ""
+                    name = f"SM100_{pair}{m}x{n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_{tag}"
+                    out[name] = _factory(m, n, da, db, dc, src, group)
+    return out
+
+
+#: name -> factory (options ``a_major``, ``b_major``) of every sm_100a tcgen05.mma atom.
+SM100_UMMA: dict[str, Callable[..., MmaAtom]] = _table()

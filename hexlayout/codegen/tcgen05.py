@@ -1,0 +1,164 @@
+"""Printers of Blackwell's tensor-core instructions (sm_100a): ``tcgen05.mma`` with its
+instruction descriptor, ``tcgen05.commit``, tensor-memory ``alloc`` / ``dealloc`` /
+``relinquish_alloc_permit``, ``tcgen05.ld`` / ``st`` / ``wait`` and the tcgen05 fences.
+
+A shared-memory operand is the 64-bit sm_100a descriptor (``hl_umma_desc``: start address,
+LBO, SBO, the fixed version 1 at bit 46 and the layout type at bits 61..63 -- 0 none, 2 128B,
+4 64B, 6 32B swizzle; ``SmemDesc.swizzle`` keeps wgmma's codes 0..3); its start address field
+is the wgmma one, so a window-start descriptor advanced by ``hl_gmma_desc_add`` serves as for
+wgmma. The 32-bit instruction descriptor is a constant computed here
+(``hexlayout.arch.tcgen05.InstrDescriptor``). The registers a ``tcgen05.ld`` writes are tied to
+the following ``tcgen05.wait::ld`` by empty ``asm`` statements, so that no use moves above it.
+"""
+
+from __future__ import annotations
+
+from hexlayout.arch.tcgen05 import InstrDescriptor
+from hexlayout.arch.tcgen05_ops import tcgen05_ptx
+from hexlayout.arch.tmem import TMEM_SHAPES, tmem_ld_ptx
+from hexlayout.ir.lowered import SharedRef, SmemDesc
+from hexlayout.ir.lowered_tcgen05 import (
+    Tcgen05Commit,
+    Tcgen05Fence,
+    Tcgen05Ld,
+    Tcgen05Mma,
+    Tcgen05St,
+    Tcgen05Wait,
+    TmemAlloc,
+    TmemDealloc,
+    TmemRef,
+    TmemRelinquish,
+)
+
+from .emitter import Emitter, asm, operand_list
+from .mma import _atom, _fence_array, _units16
+
+__all__ = ["PRINTERS"]
+
+#: SmemDesc.swizzle (wgmma layout type) -> sm_100a layout type.
+_LAYOUT = {0: 0, 1: 2, 2: 4, 3: 6}
+
+
+def _need(em: Emitter, what: str) -> None:
+    if em.arch != "sm_100a":
+        raise em.error(f"{what} needs sm_100a; the kernel is for {em.arch}")
+
+
+def _desc(em: Emitter, d: SmemDesc, what: str) -> str:
+    if d.swizzle not in _LAYOUT:
+        raise em.error(f"{what}: descriptor layout type {d.swizzle} is not 0 (none), 1 (128B), 2 (64B) or "
+                       "3 (32B)")
+    for name, v in (("leading byte offset", d.lbo), ("stride byte offset", d.sbo)):
+        if v % 16 or not 0 <= v < 1 << 18:
+            raise em.error(f"{what}: descriptor {name} {v} is not a multiple of 16 in [0, 2^18)")
+    em.helpers.add("umma_desc")
+    start = em.smem_byte_offset(SharedRef(d.buffer, d.offset))
+    units = _units16(start)
+    if units is not None:
+        em.helpers.add("gmma_desc_add")
+        return (f"hl_gmma_desc_add(hl_umma_desc(smem_base, {d.lbo}, {d.sbo}, {_LAYOUT[d.swizzle]}), "
+                f"{em.expr(units, warp_uniform=True)})")
+    addr = em.smem_addr(SharedRef(d.buffer, d.offset))
+    return f"hl_umma_desc({addr}, {d.lbo}, {d.sbo}, {_LAYOUT[d.swizzle]})"
+
+
+def tcgen05_mma(em: Emitter, ins: Tcgen05Mma) -> list[str]:
+    _need(em, "tcgen05.mma")
+    ts = isinstance(ins.a, TmemRef)
+    opts = {"b_major": ins.b.major} if ts else {"a_major": ins.a.major, "b_major": ins.b.major}  # type: ignore
+    atom = _atom(em, ins.atom, "tcgen05", **opts)
+    if ts != (atom.a_source == "tmem"):
+        raise em.error(f"atom {atom.name} takes A from {atom.a_source}")
+    idesc = InstrDescriptor(atom.a_dtype, atom.b_dtype, atom.c_dtype, atom.m, atom.n, atom.a_major,
+                            atom.b_major).encode()
+    a_op = f'"r"({em.expr(ins.a.addr)})' if ts else f'"l"({_desc(em, ins.a, "A")})'  # type: ignore[union-attr]
+    text = ("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
+            f"{atom.ptx} [%0], {'[%1]' if ts else '%1'}, %2, %3, p;\n}}")
+    return asm(text, [], [f'"r"({em.expr(ins.d)})', a_op, f'"l"({_desc(em, ins.b, "B")})',
+                          f'"r"({idesc:#x}u)', f'"r"({em.expr(ins.accumulate)})'])
+
+
+def tcgen05_commit(em: Emitter, ins: Tcgen05Commit) -> list[str]:
+    _need(em, "tcgen05.commit")
+    return asm(f"{tcgen05_ptx('commit')} [%0];", [], [f'"r"({em.mbar_addr(ins.bar)})'])
+
+
+def _ncols(em: Emitter, n: int, what: str) -> None:
+    if n < 32 or n > 512 or n & (n - 1):
+        raise em.error(f"{what} of {n} columns: not a power of two in [32, 512]")
+
+
+def tmem_alloc(em: Emitter, ins: TmemAlloc) -> list[str]:
+    _need(em, "tcgen05.alloc")
+    _ncols(em, ins.ncols, "tcgen05.alloc")
+    return asm(f"{tcgen05_ptx('alloc')} [%0], {int(ins.ncols)};", [], [f'"r"({em.smem_addr(ins.dst)})'])
+
+
+def tmem_dealloc(em: Emitter, ins: TmemDealloc) -> list[str]:
+    _need(em, "tcgen05.dealloc")
+    _ncols(em, ins.ncols, "tcgen05.dealloc")
+    return asm(f"{tcgen05_ptx('dealloc')} %0, {int(ins.ncols)};", [], [f'"r"({em.expr(ins.taddr)})'])
+
+
+def tmem_relinquish(em: Emitter, ins: TmemRelinquish) -> list[str]:
+    _need(em, "tcgen05.relinquish_alloc_permit")
+    return asm(f"{tcgen05_ptx('relinquish_alloc_permit')};", [], [])
+
+
+def _fragment(em: Emitter, ins: Tcgen05Ld | Tcgen05St, what: str) -> tuple[int, str]:
+    _need(em, what)
+    if ins.shape not in TMEM_SHAPES:
+        raise em.error(f"{what}: shape {ins.shape!r} is not one of {', '.join(TMEM_SHAPES)}")
+    s = TMEM_SHAPES[ins.shape]
+    if ins.num not in s.nums:
+        raise em.error(f"{what}.{ins.shape}: .x{ins.num} is not one of {', '.join(f'x{n}' for n in s.nums)}")
+    ref = ins.dst if isinstance(ins, Tcgen05Ld) else ins.src
+    n = s.regs * ins.num
+    if ref.array.dtype.bits != 32 or ref.count != n:
+        raise em.error(f"{what}.{ins.shape}.x{ins.num}: the register slice {ref.array.name} has {ref.count} "
+                       f"{ref.array.dtype} element(s), the instruction moves {n} 32-bit registers")
+    em.check_reg_range(ref)
+    split = "" if ins.shape != "16x32bx2" else f", {ins.num if ins.half_split is None else ins.half_split}"
+    return n, split
+
+
+def _reg_ops(em: Emitter, ref: object, n: int, constraint: str) -> list[str]:
+    c = "f" if ref.array.dtype.name == "f32" else "r"  # type: ignore[attr-defined]
+    return [f'"{constraint}{c}"({em.reg_index(ref, i)})' for i in range(n)]  # type: ignore[arg-type]
+
+
+def tcgen05_ld(em: Emitter, ins: Tcgen05Ld) -> list[str]:
+    n, split = _fragment(em, ins, "tcgen05.ld")
+    if all(ins.dst.array is not x for x in em.wgmma_arrays):
+        em.wgmma_arrays.append(ins.dst.array)
+    text = f"{tmem_ld_ptx(ins.shape, ins.num)} {operand_list(0, n)}, [%{n}]{split};"
+    return asm(text, _reg_ops(em, ins.dst, n, "="), [f'"r"({em.expr(ins.taddr)})'])
+
+
+def tcgen05_st(em: Emitter, ins: Tcgen05St) -> list[str]:
+    n, split = _fragment(em, ins, "tcgen05.st")
+    text = f"{tmem_ld_ptx(ins.shape, ins.num, store=True)} [%0]{split}, {operand_list(1, n)};"
+    return asm(text, [], [f'"r"({em.expr(ins.taddr)})'] + _reg_ops(em, ins.src, n, ""))
+
+
+def tcgen05_wait(em: Emitter, ins: Tcgen05Wait) -> list[str]:
+    _need(em, "tcgen05.wait")
+    if ins.kind not in ("ld", "st"):
+        raise em.error(f"tcgen05.wait::{ins.kind} is not wait::ld or wait::st")
+    lines = asm(tcgen05_ptx(f"wait_{ins.kind}") + ";", [], [])
+    for arr in em.wgmma_arrays if ins.kind == "ld" else ():
+        lines += _fence_array(em, arr)
+    return lines
+
+
+def tcgen05_fence(em: Emitter, ins: Tcgen05Fence) -> list[str]:
+    _need(em, "tcgen05.fence")
+    kinds = {"before_thread_sync": "fence_before", "after_thread_sync": "fence_after"}
+    if ins.kind not in kinds:
+        raise em.error(f"tcgen05.fence::{ins.kind} is not before_thread_sync or after_thread_sync")
+    return asm(tcgen05_ptx(kinds[ins.kind]) + ";", [], [])
+
+
+PRINTERS = {Tcgen05Mma: tcgen05_mma, Tcgen05Commit: tcgen05_commit, TmemAlloc: tmem_alloc,
+            TmemDealloc: tmem_dealloc, TmemRelinquish: tmem_relinquish, Tcgen05Ld: tcgen05_ld,
+            Tcgen05St: tcgen05_st, Tcgen05Wait: tcgen05_wait, Tcgen05Fence: tcgen05_fence}

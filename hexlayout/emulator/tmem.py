@@ -1,0 +1,297 @@
+"""Tensor memory (sm_100a) in the emulator: allocation, ``tcgen05.ld`` / ``st`` / ``wait``.
+
+TMEM is its own memory per CTA: 128 lanes x 512 columns of 32-bit cells (``TmemState.cells``),
+addressed ``lane << 16 | column``. The rules checked (each error names the instruction and its
+source line):
+
+* ``tcgen05.alloc`` of ``ncols`` columns: a power of two in [32, 512] that still fits (the
+  hardware would block forever otherwise), by a whole warp, not after
+  ``relinquish_alloc_permit``; the columns are the lowest free block aligned to ``ncols`` and
+  their address is written to the shared word ``dst``;
+* every cell a tcgen05 instruction touches lies in an allocated block;
+* ``tcgen05.dealloc`` frees exactly an allocated block, only when no MMA into it is in
+  flight and every ``tcgen05.ld`` that read it was waited for (``tcgen05.wait::ld``);
+* at exit every block was deallocated and a CTA that allocated relinquished its permit;
+* ``tcgen05.ld`` / ``st`` by whole warps; warp ``w`` may access lanes ``32*(w%4)`` .. ``+31`` only;
+  the destination registers of an ``ld`` are in flight until ``wait::ld`` (using them earlier is
+  an ``AsyncHazardError``); a cell an MMA writes may be read only after the MMA's commit
+  arrived on its mbarrier and the reading thread observed that (``emulator/tcgen05.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SHAPES, tmem_copy_layout
+from hexlayout.ir.lowered import Instr
+from hexlayout.ir.lowered_tcgen05 import (
+    Tcgen05Fence,
+    Tcgen05Ld,
+    Tcgen05St,
+    Tcgen05Wait,
+    TmemAlloc,
+    TmemDealloc,
+    TmemRelinquish,
+)
+
+from .errors import AsyncHazardError, IllegalInstructionError, OutOfBoundsError
+from .machine import Active, Machine
+from .warps import whole_units
+
+__all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit"]
+
+
+def _grid(dtype: type) -> np.ndarray:
+    return np.zeros((TMEM_LANES, TMEM_COLUMNS), dtype=dtype)
+
+
+@dataclass
+class TmemState:
+    cells: np.ndarray = field(default_factory=lambda: _grid(np.uint32))
+    #: the cells once every issued MMA completed (what the next MMA accumulates onto)
+    future: np.ndarray = field(default_factory=lambda: _grid(np.uint32))
+    #: start column -> (ncols, the TmemAlloc)
+    allocs: dict[int, tuple[int, Instr]] = field(default_factory=dict)
+    relinquished: Instr | None = None
+    allocated_by: Instr | None = None
+    #: id of the in-flight MMA group that writes each cell (0: none)
+    mma_pending: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    #: the completed MMA that last wrote each cell (0: none); ``writers[id]``: (issuer, epoch, instr)
+    writer: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    writers: dict[int, tuple[int, int, Instr]] = field(default_factory=dict)
+    #: warp -> [(async op id, columns read, the Tcgen05Ld, register slice)] not yet waited for
+    loads: dict[int, list[tuple[int, np.ndarray, Instr, Any]]] = field(default_factory=dict)
+
+
+def tmem_state(m: Machine) -> TmemState:
+    """The block's TMEM; fresh cells hold the poison byte pattern (0xFF: NaN), as fresh registers
+    and shared memory do, so an MMA that accumulates onto never-written cells gives NaN."""
+
+    def fresh() -> TmemState:
+        st = TmemState()
+        word = np.frombuffer(bytes([m.options.poison & 0xFF]) * 4, dtype=np.uint32)[0]
+        st.cells.fill(word)
+        st.future.fill(word)
+        return st
+
+    return m.family_state("tmem", fresh)
+
+
+def check_cells(m: Machine, ins: Instr, lanes: np.ndarray, cols: np.ndarray, what: str) -> None:
+    """Every cell ``(lanes[i], cols[i])`` exists and lies in an allocated block."""
+    st = tmem_state(m)
+    bad = (lanes < 0) | (lanes >= TMEM_LANES) | (cols < 0) | (cols >= TMEM_COLUMNS)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        m.fail(OutOfBoundsError, ins, f"{what}: TMEM cell (lane {int(lanes[i])}, column {int(cols[i])}) is "
+               f"outside the {TMEM_LANES} lanes x {TMEM_COLUMNS} columns of tensor memory",
+               buffer="tmem", address=int(lanes[i]) << 16 | int(cols[i]))
+    owned = np.zeros(TMEM_COLUMNS, dtype=bool)
+    for start, (n, _) in st.allocs.items():
+        owned[start:start + n] = True
+    if not owned[cols].all():
+        c = int(cols[np.flatnonzero(~owned[cols])[0]])
+        m.fail(IllegalInstructionError, ins, f"{what}: TMEM column {c} is not allocated (tcgen05.alloc); "
+               f"allocated: {_blocks(st) or 'none'}", buffer="tmem", address=c)
+
+
+def _blocks(st: TmemState) -> str:
+    return ", ".join(f"columns [{s}, {s + n})" for s, (n, _) in sorted(st.allocs.items()))
+
+
+def tmem_alloc(m: Machine, ins: TmemAlloc, x: Active) -> None:
+    if not len(x.tids):
+        return
+    st = tmem_state(m)
+    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.alloc"):
+        n = ins.ncols
+        if st.relinquished is not None:
+            m.fail(IllegalInstructionError, ins, "tcgen05.alloc after tcgen05.relinquish_alloc_permit",
+                   other_instr=st.relinquished)
+        if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
+            m.fail(IllegalInstructionError, ins,
+                   f"tcgen05.alloc of {n} columns: not a power of two in [32, {TMEM_COLUMNS}]")
+        used = sum(k for k, _ in st.allocs.values())
+        start = next((s for s in range(0, TMEM_COLUMNS, n)
+                      if all(s + n <= a or a + k <= s for a, (k, _) in st.allocs.items())), None)
+        if start is None:
+            m.fail(IllegalInstructionError, ins, f"tcgen05.alloc of {n} columns with {used} of "
+                   f"{TMEM_COLUMNS} in use ({_blocks(st)}): no free block, the warp would wait forever")
+        st.allocs[start] = (n, ins)
+        st.allocated_by = st.allocated_by or ins
+        env = {**x.env, m.tvar: warp[:1]}
+        addr = m.smem_addresses(ins.dst, env, warp[:1], 4, ins)
+        idx = addr[:, None] + np.arange(4)
+        m.smem_write(ins, warp[:1], idx, np.array([start], dtype=np.uint32).view(np.uint8)[None, :])
+
+
+def _loads_of(st: TmemState, cols: np.ndarray) -> tuple[int, Instr] | None:
+    for warp, lst in st.loads.items():
+        for _ident, read, ld, _ref in lst:
+            if np.isin(read, cols).any():
+                return warp, ld
+    return None
+
+
+def tmem_dealloc(m: Machine, ins: TmemDealloc, x: Active) -> None:
+    if not len(x.tids):
+        return
+    st = tmem_state(m)
+    whole_units(m, ins, x.tids, 32, "tcgen05.dealloc")
+    taddr = m.ev_uniform(ins.taddr, x.env, ins, "tcgen05.dealloc address")
+    start = taddr & 0xFFFF
+    if st.allocs.get(start, (None,))[0] != ins.ncols or taddr >> 16:
+        m.fail(IllegalInstructionError, ins, f"tcgen05.dealloc of {ins.ncols} columns at {taddr:#x}: not an "
+               f"allocated block (allocated: {_blocks(st) or 'none'})", buffer="tmem", address=taddr)
+    cols = np.arange(start, start + ins.ncols)
+    busy = st.mma_pending[:, cols]
+    if busy.any():
+        m.fail(AsyncHazardError, ins, f"tcgen05.dealloc of columns [{start}, {start + ins.ncols}) while a "
+               "tcgen05.mma into them is in flight (commit it and wait on its mbarrier first)")
+    hit = _loads_of(st, cols)
+    if hit is not None:
+        m.fail(AsyncHazardError, ins, f"tcgen05.dealloc of columns [{start}, {start + ins.ncols}) before the "
+               f"tcgen05.ld of warp {hit[0]} that reads them completed (tcgen05.wait::ld first)",
+               other_instr=hit[1])
+    del st.allocs[start]
+
+
+def tmem_relinquish(m: Machine, ins: TmemRelinquish, x: Active) -> None:
+    if len(x.tids):
+        whole_units(m, ins, x.tids, 32, "tcgen05.relinquish_alloc_permit")
+        tmem_state(m).relinquished = ins
+
+
+def check_exit(m: Machine) -> None:
+    """The block ends: its TMEM must be deallocated and its allocation permit relinquished."""
+    st = m.state.get("tmem")
+    if st is None:
+        return
+    if st.allocs:
+        start, (n, ins) = min(st.allocs.items())
+        m.fail(IllegalInstructionError, ins, f"the block exits with TMEM columns [{start}, {start + n}) "
+               "still allocated (tcgen05.dealloc them before the end)", buffer="tmem", address=start)
+    if st.allocated_by is not None and st.relinquished is None:
+        m.fail(IllegalInstructionError, st.allocated_by, "the block allocated tensor memory but exits "
+               "without tcgen05.relinquish_alloc_permit")
+
+
+def _fragment_cells(m: Machine, ins: Tcgen05Ld | Tcgen05St, warp: np.ndarray,
+                    env: dict) -> tuple[np.ndarray, ...]:
+    """``(lanes [32, R], cols [32, R])`` of the fragment of one warp, lane quarter checked."""
+    if ins.shape not in TMEM_SHAPES:
+        m.fail(IllegalInstructionError, ins, f"tcgen05 shape {ins.shape!r} is not one of "
+               f"{', '.join(TMEM_SHAPES)}")
+    s = TMEM_SHAPES[ins.shape]
+    try:
+        lay = tmem_copy_layout(ins.shape, ins.num)
+    except ValueError as e:
+        m.fail(IllegalInstructionError, ins, str(e))
+    taddr = m.ev_uniform(ins.taddr, {**env, m.tvar: warp}, ins, "tcgen05.ld/st address")
+    idx = lay.indices().reshape(-1, 32).T
+    lane_off, col = idx % s.lanes, idx // s.lanes
+    if ins.shape == "16x32bx2":
+        split = ins.num if ins.half_split is None else ins.half_split
+        col = np.where(col >= ins.num, col - ins.num + split, col)
+    lanes, cols = (taddr >> 16) + lane_off, (taddr & 0xFFFF) + col
+    q = int(warp[0]) // 32 % 4
+    if (lanes < 32 * q).any() or (lanes >= 32 * q + 32).any():
+        bad = int(lanes[(lanes < 32 * q) | (lanes >= 32 * q + 32)][0])
+        m.fail(IllegalInstructionError, ins, f"warp {int(warp[0]) // 32} accesses TMEM lane {bad}, outside "
+               f"its lane quarter [{32 * q}, {32 * q + 32}) (warp % 4 = {q})", thread=int(warp[0]),
+               buffer="tmem", address=taddr)
+    return lanes, cols
+
+
+def _check_observed(m: Machine, ins: Instr, warp: np.ndarray, lanes: np.ndarray, cols: np.ndarray) -> None:
+    """Cells an MMA writes are readable once its commit arrived and the reader observed it."""
+    st = tmem_state(m)
+    pend = st.mma_pending[lanes, cols]
+    if pend.any():
+        r, c = np.argwhere(pend)[0]
+        op = m.async_ops.get(int(pend[r, c]))
+        m.fail(AsyncHazardError, ins, f"tcgen05.ld reads TMEM cell (lane {int(lanes[r, c])}, column "
+               f"{int(cols[r, c])}) that a tcgen05.mma writes before its tcgen05.commit arrived on the "
+               "mbarrier (commit, then wait on the mbarrier and tcgen05.fence::after_thread_sync)",
+               thread=int(warp[r]), buffer="tmem", other_instr=None if op is None else op.instr)
+    if not m.options.check_races:
+        return
+    wr = st.writer[lanes, cols]
+    clocks = m.shadow.clocks
+    for ident in np.unique(wr[wr > 0]):
+        issuer, epoch, mma = st.writers[int(ident)]
+        seen = clocks.c[warp, clocks.off + issuer]
+        rows = np.flatnonzero((wr == ident).any(axis=1) & (seen < epoch))
+        if len(rows):
+            m.fail(AsyncHazardError, ins, "tcgen05.ld reads an accumulator whose tcgen05.commit arrived, but "
+                   f"thread {int(warp[rows[0]])} has not observed it (wait on the commit's mbarrier first)",
+                   thread=int(warp[rows[0]]), buffer="tmem", other_instr=mma)
+
+
+def tcgen05_ld(m: Machine, ins: Tcgen05Ld, x: Active) -> None:
+    if not len(x.tids):
+        return
+    st = tmem_state(m)
+    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.ld"):
+        env = {**x.env, m.tvar: warp}
+        lanes, cols = _fragment_cells(m, ins, warp, env)
+        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.ld")
+        _check_observed(m, ins, warp, lanes, cols)
+        if m.reg_bytes_of(ins.dst) != 4 * lanes.shape[1]:
+            m.fail(IllegalInstructionError, ins, f"tcgen05.ld.{ins.shape}.x{ins.num}: register slice "
+                   f"{ins.dst.array.name} holds {m.reg_bytes_of(ins.dst)} bytes, the load writes "
+                   f"{lanes.shape[1]} 32-bit registers per thread")
+        data = np.ascontiguousarray(st.cells[lanes, cols]).view(np.uint8).reshape(32, -1)
+        m.write_reg_bytes(ins.dst, warp, env, ins, data)
+        op = m.new_async("tcgen05.ld", ins, warp)
+        lo, hi = m.reg_range(ins.dst, env, ins)
+        m.regs.pending_marks(ins.dst.array, write=True)[warp, lo:hi] = op.ident
+        st.loads.setdefault(int(warp[0]) // 32, []).append((op.ident, np.unique(cols), ins, ins.dst))
+
+
+def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
+    if not len(x.tids):
+        return
+    st = tmem_state(m)
+    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.st"):
+        env = {**x.env, m.tvar: warp}
+        lanes, cols = _fragment_cells(m, ins, warp, env)
+        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.st")
+        if st.mma_pending[lanes, cols].any():
+            m.fail(AsyncHazardError, ins, "tcgen05.st writes TMEM cells an in-flight tcgen05.mma writes")
+        if m.reg_bytes_of(ins.src) != 4 * lanes.shape[1]:
+            m.fail(IllegalInstructionError, ins, f"tcgen05.st.{ins.shape}.x{ins.num}: register slice "
+                   f"{ins.src.array.name} holds {m.reg_bytes_of(ins.src)} bytes, the store reads "
+                   f"{lanes.shape[1]} 32-bit registers per thread")
+        raw = m.read_reg_bytes(ins.src, warp, env, ins)
+        st.cells[lanes, cols] = np.ascontiguousarray(raw).view(np.uint32).reshape(lanes.shape)
+        st.future[lanes, cols] = st.cells[lanes, cols]
+        st.writer[lanes, cols] = 0
+
+
+def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
+    if not len(x.tids) or ins.kind != "ld":
+        return  # wait::st: stores are performed at issue here
+    st = tmem_state(m)
+    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::ld"):
+        for ident, _cols, _ld, ref in st.loads.pop(int(warp[0]) // 32, []):
+            marks = m.regs.pending_write.get(ref.array)
+            if marks is not None:
+                rows = marks[warp]
+                rows[rows == ident] = 0
+                marks[warp] = rows
+            m.async_ops.pop(ident, None)
+
+
+def tcgen05_fence(m: Machine, ins: Tcgen05Fence, x: Active) -> None:
+    if ins.kind not in ("before_thread_sync", "after_thread_sync"):
+        m.fail(IllegalInstructionError, ins, f"tcgen05.fence::{ins.kind} is not before_thread_sync or "
+               "after_thread_sync")
+
+
+HANDLERS = {TmemAlloc: tmem_alloc, TmemDealloc: tmem_dealloc, TmemRelinquish: tmem_relinquish,
+            Tcgen05Ld: tcgen05_ld, Tcgen05St: tcgen05_st, Tcgen05Wait: tcgen05_wait,
+            Tcgen05Fence: tcgen05_fence}

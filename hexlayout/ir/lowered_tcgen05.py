@@ -1,0 +1,98 @@
+"""Lowered instructions of Blackwell's tensor cores (sm_100a): ``tcgen05`` and tensor memory.
+
+A TMEM address is ``lane << 16 | column`` (``hexlayout.arch.tmem``); instructions take it as
+an ``ExprLike`` (usually read from the shared word ``TmemAlloc`` wrote, plus an offset).
+
+* ``TmemAlloc(dst, ncols)``: one warp allocates ``ncols`` columns (power of two, 32..512) and
+  writes their address to the 32-bit shared word ``dst``; ``TmemDealloc(taddr, ncols)`` frees
+  them; ``TmemRelinquish()`` gives up the right to allocate again (both by one warp).
+* ``Tcgen05Mma(atom, d, a, b, accumulate)``: one thread issues ``D (+)= A @ B^T`` of a
+  ``kind="tcgen05"`` atom with D at TMEM address ``d``, B a shared-memory descriptor and A a
+  descriptor or a ``TmemRef``; ``accumulate`` 0 overwrites D (``enable_input_d``).
+* ``Tcgen05Commit(bar)``: one thread; ``bar`` gets one arrival once the thread's earlier MMAs
+  completed.
+* ``Tcgen05Ld(shape, num, dst, taddr)`` / ``Tcgen05St(shape, num, taddr, src)``: a warp moves
+  ``tcgen05.ld/st.{shape}.x{num}`` fragments (``hexlayout.arch.tmem.tmem_copy_layout``);
+  ``half_split`` is ``immHalfSplitoff`` of ``16x32bx2`` (columns between the two halves).
+* ``Tcgen05Wait(kind)``: ``wait::ld`` / ``wait::st`` of the warp; ``Tcgen05Fence(kind)``:
+  ``fence::before_thread_sync`` / ``after_thread_sync``.
+
+Shared-memory descriptors are the ``SmemDesc`` of wgmma (same fields; the sm_100a encoding
+differs only in packing: ``hexlayout.arch.tcgen05.UmmaDescriptor``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .expr import ExprLike
+from .lowered import Instr, MbarRef, RegRef, SharedRef, SmemDesc
+
+__all__ = ["TmemRef", "TmemAlloc", "TmemDealloc", "TmemRelinquish", "Tcgen05Mma", "Tcgen05Commit",
+           "Tcgen05Ld", "Tcgen05St", "Tcgen05Wait", "Tcgen05Fence"]
+
+
+@dataclass(eq=False)
+class TmemRef:
+    """An operand in tensor memory at address ``addr`` (``lane << 16 | column``)."""
+
+    addr: ExprLike
+
+
+@dataclass(eq=False)
+class TmemAlloc(Instr):
+    dst: SharedRef
+    ncols: int
+
+
+@dataclass(eq=False)
+class TmemDealloc(Instr):
+    taddr: ExprLike
+    ncols: int
+
+
+@dataclass(eq=False)
+class TmemRelinquish(Instr):
+    pass
+
+
+@dataclass(eq=False)
+class Tcgen05Mma(Instr):
+    atom: str
+    d: ExprLike
+    a: SmemDesc | TmemRef
+    b: SmemDesc
+    accumulate: ExprLike = 1
+
+
+@dataclass(eq=False)
+class Tcgen05Commit(Instr):
+    bar: MbarRef
+
+
+@dataclass(eq=False)
+class Tcgen05Ld(Instr):
+    shape: str
+    num: int
+    dst: RegRef
+    taddr: ExprLike
+    half_split: int | None = None
+
+
+@dataclass(eq=False)
+class Tcgen05St(Instr):
+    shape: str
+    num: int
+    taddr: ExprLike
+    src: RegRef
+    half_split: int | None = None
+
+
+@dataclass(eq=False)
+class Tcgen05Wait(Instr):
+    kind: str  # "ld" or "st"
+
+
+@dataclass(eq=False)
+class Tcgen05Fence(Instr):
+    kind: str  # "before_thread_sync" or "after_thread_sync"
