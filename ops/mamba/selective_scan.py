@@ -174,7 +174,8 @@ def run_selective_scan(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any = None
     if cu_seqlens is not None:
         return _run_packed(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
                            initial_states, cu_seqlens)
-    return _launch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_states, None)
+    return _launch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_states,
+                   None)
 
 
 def _launch(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delta_bias: Any,
