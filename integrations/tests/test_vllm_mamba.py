@@ -167,7 +167,8 @@ def _mamba1_layer(dim: int = 16, n: int = 4, rank: int = 2, width: int = 4) -> t
          "x": torch.randn(dim, rank + 2 * n, generator=g) / dim**0.5,
          "dt": torch.randn(rank, dim, generator=g) / rank**0.5,
          "dtb": torch.empty(dim).uniform_(-2.0, 0.5, generator=g),
-         "A": -torch.empty(dim, n).uniform_(0.5, 2.0, generator=g), "D": 1 + 0.1 * torch.randn(dim, generator=g)}
+         "A": -torch.empty(dim, n).uniform_(0.5, 2.0, generator=g),
+         "D": 1 + 0.1 * torch.randn(dim, generator=g)}
     bf = torch.bfloat16
 
     def ssm_transform(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -176,7 +177,8 @@ def _mamba1_layer(dim: int = 16, n: int = 4, rank: int = 2, width: int = 4) -> t
         return (t.float() @ w["dt"]).to(bf).transpose(-2, -1), b, c
 
     layer = SimpleNamespace(activation="silu", conv_kernel_size=width, ssm_state_size=n, prefix="t",
-                            A=w["A"], D=w["D"], conv1d=SimpleNamespace(weight=w["conv"].to(bf), bias=w["cb"].to(bf)),
+                            A=w["A"], D=w["D"],
+                            conv1d=SimpleNamespace(weight=w["conv"].to(bf), bias=w["cb"].to(bf)),
                             _time_proj_bias=lambda: w["dtb"], _ssm_transform=ssm_transform)
     layer._conv_weights = lambda: HexlayoutMambaMixer._conv_weights(layer)
     return layer, w
