@@ -56,7 +56,7 @@ def test_tokens_and_logprobs_match_float64(name: str, which: str, mamba_runs: tu
     tokens; vLLM's own kernels pass the same check (a greedy bf16 run may take either side of a
     near tie: here one prompt's first token, 0.06 nats from the float64 argmax)."""
     run = mamba_runs[1] if which == "hexlayout" else mamba_runs[0]
-    assert all(len(r["tokens"]) == MAX_TOKENS for r in run.results[name])
+    assert max(len(r["tokens"]) for r in run.results[name]) == MAX_TOKENS   # (a sequence may stop at EOS)
     report = check(run.results[name], float64(name, run.results[name]))
     print(f"{name} ({which}): {report.summary()}")
     assert not report.problems, f"{name} ({which}): {report.summary()}\n" + "\n".join(report.problems)
