@@ -125,10 +125,12 @@ def chunk_layout(cu_seqlens: Any, total: int, ch: int) -> tuple[Any, Any, int]:
     ``cu``: no host synchronization)."""
     import torch
 
+    from ..host.launch import zeroed
+
     cu = cu_seqlens.long()
     seqs = cu.shape[0] - 1
     padded = (cu[1:] - cu[:-1] + ch - 1) // ch * ch
-    pcu = torch.cat([cu.new_zeros(1), torch.cumsum(padded, 0)])
+    pcu = torch.cat([zeroed((1,), cu.dtype, cu.device), torch.cumsum(padded, 0)])
     width = -(-total // ch) * ch + (seqs + 1) * ch
     tok = torch.arange(total, device=cu.device)
     sid = torch.searchsorted(cu[1:].contiguous(), tok, right=True).clamp_(max=max(seqs - 1, 0))
@@ -143,6 +145,7 @@ def _run_packed(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delt
     columns of ``chunk_layout``, the scan run there, ``out`` gathered back (0 past ``cu[S]``)."""
     import torch
 
+    from ..host.launch import zeroed
     from .selective_scan_kernel import selective_scan_consts
 
     g = B.shape[1] if B.dim() == 4 else 1
@@ -150,7 +153,9 @@ def _run_packed(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delt
     pcu, pos, width = chunk_layout(cu_seqlens, u.shape[-1], ch)
 
     def spread(t: Any) -> Any:
-        return None if t is None else t.new_zeros((*t.shape[:-1], width)).index_copy_(-1, pos, t)
+        if t is None:
+            return None
+        return zeroed((*t.shape[:-1], width), t.dtype, t.device).index_copy_(-1, pos, t)
 
     out, last = _launch(spread(u), spread(delta), A, spread(B), spread(C), D, spread(z), delta_bias,
                         delta_softplus, return_last_state, initial_states, (pcu, cu_seqlens))
@@ -164,13 +169,13 @@ def run_selective_scan(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any = None
     """``(out, last_state)`` on arguments ``check_selective_scan`` accepted (the torch op's
     implementation: the schema's arguments, by position or name); ``last_state`` is
     ``[S, dim, N]``: S = batch, or ``len(cu_seqlens) - 1``."""
-    from ..host.launch import fresh
+    from ..host.launch import fresh, zeroed
 
     seqs = u.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     if seqs == 0 or u.shape[1] == 0 or u.shape[2] == 0:
         last = fresh((seqs, u.shape[1], A.shape[1]), A.dtype, u.device)
         last = last.copy_(initial_states) if initial_states is not None else last.zero_()
-        return u.new_zeros(u.shape), last
+        return zeroed(tuple(u.shape), u.dtype, u.device), last
     if cu_seqlens is not None:
         return _run_packed(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
                            initial_states, cu_seqlens)
