@@ -132,7 +132,7 @@ def test_selection_mamba_only(probes: dict) -> None:
     assert got == (VLLM_CPU_ATTN, HEX_MAMBA, VLLM_AWQ, VLLM_GPTQ)
     plugin = "hexlayout.integrations.vllm"
     assert row["state"] == [f"MambaMixer2 -> {plugin}.mamba.HexlayoutMambaMixer2",
-                            f"MambaMixer -> {plugin}.mamba1.HexlayoutMambaMixer (logs only)"]
+                            f"MambaMixer -> {plugin}.mamba1.HexlayoutMambaMixer"]
 
 
 def test_off_does_nothing(probes: dict) -> None:

@@ -1,5 +1,7 @@
-"""Tiny Mamba-2 checkpoints with real random weights, written like :mod:`tiny_models`' ones.
+"""Tiny Mamba checkpoints with real random weights, written like :mod:`tiny_models`' ones.
 
+- ``mamba1``: ``MambaForCausalLM`` (Mamba-1), hidden 64, 2 layers, d_inner 128, d_state 16,
+  conv width 4, dt rank 4;
 - ``mamba2``: ``Mamba2ForCausalLM``, hidden 64, 2 Mamba-2 layers of 8 heads of 16 (d_inner 128),
   2 groups, d_state 16, conv width 4, chunk size 8 (prompts of 3-21 tokens span several chunks);
 - ``nemotron_h``: ``NemotronHForCausalLM``, the hybrid: pattern ``M*-`` (a Mamba-2 layer, an
@@ -143,4 +145,42 @@ def nemotron_h_config(dtype: str = "bfloat16") -> dict:
         "max_position_embeddings": 1024,
         "mamba_ssm_cache_dtype": "float32",
     })
+    return cfg
+
+
+DT_RANK = 4
+
+
+def mamba1_tensors(seed: int = 7) -> dict[str, torch.Tensor]:
+    """``MambaForCausalLM``'s tensors (HF names: ``backbone.layers.{i}.mixer.*``: ``in_proj`` =
+    [x, z], ``x_proj`` = [dt, B, C], ``A_log`` [d_inner, N])."""
+    g = torch.Generator().manual_seed(seed)
+    t = _embeddings(g)
+    for i in range(2):
+        p = f"backbone.layers.{i}"
+        t[f"{p}.norm.weight"] = 1 + 0.1 * torch.randn(HIDDEN, generator=g)
+        m = f"{p}.mixer"
+        t.update({
+            f"{m}.in_proj.weight": _lin(g, 2 * INNER, HIDDEN),
+            f"{m}.conv1d.weight": torch.randn(INNER, 1, CONV, generator=g) * 0.5,
+            f"{m}.conv1d.bias": 0.1 * torch.randn(INNER, generator=g),
+            f"{m}.x_proj.weight": _lin(g, DT_RANK + 2 * D_STATE, INNER),
+            f"{m}.dt_proj.weight": _lin(g, INNER, DT_RANK),
+            f"{m}.dt_proj.bias": torch.empty(INNER).uniform_(-2.0, 0.5, generator=g),
+            f"{m}.A_log": torch.empty(INNER, D_STATE).uniform_(-0.7, 0.7, generator=g),
+            f"{m}.D": 1 + 0.1 * torch.randn(INNER, generator=g),
+            f"{m}.out_proj.weight": _lin(g, HIDDEN, INNER),
+        })
+    return t
+
+
+def mamba1_config(dtype: str = "bfloat16") -> dict:
+    """The tiny ``MambaForCausalLM`` config (Mamba-1)."""
+    cfg = _mamba_config("MambaForCausalLM", "mamba", dtype)
+    cfg.update({"num_hidden_layers": 2, "intermediate_size": INNER, "time_step_rank": DT_RANK,
+                "hidden_act": "silu", "time_step_scale": 1.0, "time_step_min": 0.001,
+                "time_step_max": 0.1, "time_step_init_scheme": "random", "time_step_floor": 1e-4,
+                "use_mambapy": False})
+    for key in ("chunk_size", "time_step_limit", "ssm_state_size"):
+        cfg.pop(key)
     return cfg

@@ -36,6 +36,7 @@ CHECKPOINTS = {
     "qwen3_moe_mxfp4_dequantized": lambda: (
         tiny_models.qwen3_moe_config(), tiny_formats.mxfp4_qwen3_moe()[2]
     ),
+    "mamba1": lambda: (tiny_mamba.mamba1_config(), tiny_mamba.mamba1_tensors()),
     "mamba2": lambda: (tiny_mamba.mamba2_config(), tiny_mamba.mamba2_tensors()),
     "nemotron_h": lambda: (tiny_mamba.nemotron_h_config(), tiny_mamba.nemotron_h_tensors()),
 }
@@ -59,8 +60,11 @@ FORMAT_MODELS = {
     "qwen3_moe_gptq_act_order": "qwen3_moe_gptq_act_order_dequantized",
     "qwen3_moe_mxfp4": "qwen3_moe_mxfp4_dequantized",
 }
-#: The Mamba-2 models (``test_vllm_mamba``, plugin off and on), each its own reference checkpoint.
-MAMBA_MODELS = {"mamba2": "mamba2", "nemotron_h": "nemotron_h"}
+#: The Mamba models (``test_vllm_mamba``, plugin off and on), each its own reference checkpoint.
+MAMBA_MODELS = {"mamba1": "mamba1", "mamba2": "mamba2", "nemotron_h": "nemotron_h"}
+#: Mamba models vLLM's CPU build cannot run with its own kernels (plugin on only): Mamba-1's
+#: prefill calls ``torch.ops._C.selective_scan_fwd``, which the CPU build does not have.
+MAMBA_PLUGIN_ONLY = {"mamba1"}
 #: Mamba models checked against vLLM's own run instead of the float64 reference: vLLM's
 #: ``Mamba2ForCausalLM`` (its own kernels and hexlayout's alike) is 4-10 nats away from
 #: transformers' in float64 on this checkpoint, whose 2 groups vLLM's gated RMS norm normalizes

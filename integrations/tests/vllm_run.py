@@ -7,7 +7,8 @@ The batch is built so that prefill is chunked and steps mix prefill and decode s
 (``max_num_batched_tokens`` below the prompts' total). ``HEXLAYOUT_VLLM_INPROC=1`` keeps the
 engine in this process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``); otherwise vLLM spawns its
 engine-core process, where the worker (``uni`` executor) runs the model. Extra keyword
-arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS``; ``HEXLAYOUT_VLLM_PLANT`` names a
+arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS``, the number of greedy tokens in
+``HEXLAYOUT_VLLM_MAX_TOKENS`` (default 8); ``HEXLAYOUT_VLLM_PLANT`` names a
 wrong kernel to plant (:mod:`planted`; in-process engine only).
 """
 
@@ -18,7 +19,8 @@ import os
 import sys
 
 PROMPT_LENS = (7, 13, 3, 21)
-MAX_TOKENS = 8
+#: Greedy tokens per prompt (``HEXLAYOUT_VLLM_MAX_TOKENS`` overrides it: a stage that needs fewer).
+MAX_TOKENS = int(os.environ.get("HEXLAYOUT_VLLM_MAX_TOKENS", "8"))
 LOGPROBS = 5
 SEED = 1234
 

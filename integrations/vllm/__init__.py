@@ -16,8 +16,8 @@ capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
   prepares its weights;
 - ``mamba``: ``MambaMixer2.register_oot(...)`` (:mod:`.mamba`): Mamba-2 layers' convolution and
   scan run hexlayout's ``causal_conv1d`` / ``ssd_scan`` / ``selective_state_update``;
-  ``MambaMixer.register_oot(...)`` (:mod:`.mamba1`): Mamba-1 layers keep vLLM's kernels and log
-  why.
+  ``MambaMixer.register_oot(...)`` (:mod:`.mamba1`): Mamba-1 layers' convolution and scan run
+  hexlayout's ``causal_conv1d`` / ``selective_scan`` / ``selective_state_update``.
 
 It logs through vLLM's logger what it swapped, or one line saying why it swapped nothing.
 Calling it again does nothing (it is idempotent and cheap); ``HEXLAYOUT_VLLM=0`` makes it do

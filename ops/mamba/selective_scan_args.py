@@ -7,6 +7,7 @@ from typing import Any
 from hexlayout.runtime.args import ArgumentError
 
 from ..host.checks import check_one_device, check_tensors
+from .conv1d_args import check_cu_seqlens
 
 __all__ = ["check_selective_scan", "check_float_dtype", "check_f32", "check_shape", "FLOAT_DTYPES"]
 
@@ -46,10 +47,13 @@ def check_shape(op: str, name: str, t: Any, shape: tuple[int, ...], what: str) -
 
 def check_selective_scan(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any = None, z: Any = None,
                          delta_bias: Any = None, delta_softplus: bool = False,
-                         return_last_state: bool = False) -> None:  # fmt: skip
+                         return_last_state: bool = False, initial_states: Any = None,
+                         cu_seqlens: Any = None) -> None:  # fmt: skip
     """The arguments of ``selective_scan`` (``hexlayout.ops.mamba``): u, delta, z ``[batch, dim, L]``
     of one float dtype; A ``[dim, N]`` f32; B, C ``[batch, N, L]`` or ``[batch, G, N, L]`` (G
-    divides dim) of u's dtype; D, delta_bias ``[dim]`` f32. Raises naming the argument."""
+    divides dim) of u's dtype; D, delta_bias ``[dim]`` f32; ``cu_seqlens`` [S+1] int32 offsets
+    into L with batch 1; ``initial_states`` ``[S, dim, N]`` f32 (S = batch without
+    ``cu_seqlens``). Raises naming the argument."""
     named = [("u", u, 3), ("delta", delta, 3), ("A", A, 2)]
     check_tensors(OP, named)
     for name, t in (("B", B), ("C", C)):
@@ -86,3 +90,24 @@ def check_selective_scan(u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any = No
     for name, v in (("delta_softplus", delta_softplus), ("return_last_state", return_last_state)):
         if not isinstance(v, bool):
             raise ArgumentError(OP, name, f"expected a bool, got {type(v).__name__} {v!r}")
+    _check_states(u, n, initial_states, cu_seqlens)
+
+
+def _check_states(u: Any, n: int, initial_states: Any, cu_seqlens: Any) -> None:
+    """``cu_seqlens`` [S+1] int32 (batch 1, offsets into u's L) and ``initial_states``
+    ``[S, dim, N]`` f32 (S = batch without ``cu_seqlens``), on u's device."""
+    batch, dim, length = u.shape
+    seqs = batch
+    named = []
+    if cu_seqlens is not None:
+        if batch != 1:
+            raise ArgumentError(OP, "cu_seqlens", f"packs sequences along L of batch 1; u has batch {batch}")
+        seqs = check_cu_seqlens(OP, cu_seqlens, length)
+        named.append(("cu_seqlens", cu_seqlens, 0))
+    if initial_states is not None:
+        check_tensors(OP, [("initial_states", initial_states, 3)])
+        check_f32(OP, "initial_states", initial_states)
+        check_shape(OP, "initial_states", initial_states, (seqs, dim, n), "[S, dim, N] (u, A, cu_seqlens)")
+        named.append(("initial_states", initial_states, 0))
+    if named:
+        check_one_device(OP, [("u", u, 0), *named])

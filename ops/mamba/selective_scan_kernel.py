@@ -16,6 +16,12 @@ the results go to shared memory; then the recurrence runs sequentially over the 
 steps (unrolled), each step reading one column of the staged tiles and reducing
 ``y_t = Σ_n C_t h_t`` over N. The chunk's ``y`` returns through shared memory for the
 ``D·u`` and ``silu(z)`` epilogue and one coalesced store. The last state is stored when asked.
+
+``INIT``: ``h`` starts from ``init[s]`` (else 0). ``VARLEN``: sequence ``s`` has
+``ln[s+1] - ln[s]`` steps starting at position ``cu[s]`` of batch row 0 (else batch row ``s``,
+all ``L`` positions); the host lays the sequences out at ``cu[s]``, multiples of ``CH`` (aligned
+vectors, and a chunk never reaches the next sequence), so the masked steps past a sequence's
+end read and write only its own padding.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
@@ -24,11 +30,11 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.lang import f32
+from hexlayout.lang import f32, i32
 
 __all__ = ["selective_scan_kernel", "selective_scan_consts", "softplus20", "SOFTPLUS_THRESHOLD"]
 
-Bt, G, DG, L, N = hl.dims("Bt G DG L N")
+Bt, G, DG, L, N, S, S1 = hl.dims("Bt G DG L N S S1")
 
 #: torch's softplus returns x itself above this input
 SOFTPLUS_THRESHOLD = 20.0
@@ -44,7 +50,8 @@ def softplus20(x: Any) -> Any:
 def selective_scan_kernel(dtype: DType) -> Any:
     """The selective-scan kernel for inputs of ``dtype`` (f16 / bf16 / f32); constants ``BD``
     channels per block, ``NS`` (the state size padded to a power of two), ``CH`` steps per chunk
-    and the flags ``SOFTPLUS``, ``HAS_D``, ``HAS_Z``, ``HAS_BIAS``, ``LAST`` (store the state)."""
+    and the flags ``SOFTPLUS``, ``HAS_D``, ``HAS_Z``, ``HAS_BIAS``, ``LAST`` (store the state),
+    ``INIT`` (start from ``init``) and ``VARLEN`` (packed sequences, module docstring)."""
     dt = dtype
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"selective_scan_{dt}")
@@ -58,7 +65,10 @@ def selective_scan_kernel(dtype: DType) -> Any:
         z: dt[Bt, G, DG, L],  # type: ignore
         delta_bias: f32[G, DG],
         out: dt[Bt, G, DG, L],  # type: ignore
-        last_state: f32[Bt, G, DG, N],
+        last_state: f32[S, G, DG, N],
+        init: f32[S, G, DG, N],
+        cu: i32[S1],
+        ln: i32[S1],
         *,
         BD: int = 32,
         NS: int = 16,
@@ -68,11 +78,17 @@ def selective_scan_kernel(dtype: DType) -> Any:
         HAS_Z: bool = False,
         HAS_BIAS: bool = False,
         LAST: bool = False,
+        INIT: bool = False,
+        VARLEN: bool = False,
         WARPS: int = 4,
     ):
-        b, g, db = hl.grid(hl.spatial(u.shape[0], u.shape[1], hl.cdiv(u.shape[2], BD)))
+        s, g, db = hl.grid(hl.spatial(last_state.shape[0], u.shape[1], hl.cdiv(u.shape[2], BD)))
         d0 = db * BD
-        Lx = u.shape[3]
+        if VARLEN:
+            b, start = 0, cu[s]
+            Lx = ln[s + 1] - ln[s]
+        else:
+            b, start, Lx = s, 0, u.shape[3]
         ar = hl.register(f32, (BD, NS))
         hl.copy(hl.view(A, (1, BD, NS), (g, d0, 0))[0], ar)
         if HAS_BIAS:
@@ -82,6 +98,8 @@ def selective_scan_kernel(dtype: DType) -> Any:
             dvec = hl.register(f32, (1, BD))
             hl.copy(hl.view(D, (1, BD), (g, d0)), dvec)
         h = hl.zeros((BD, NS), f32)
+        if INIT:
+            hl.copy(hl.view(init, (1, 1, BD, NS), (s, g, d0, 0))[0, 0], h)
         tile = (1, 1, BD, CH)  # chunk tiles keep the tensors' rank: 16-byte vectors along L
         su = hl.shared(f32, tile)  # Δ·u of the chunk
         sd = hl.shared(f32, tile)  # Δ of the chunk (0 past L)
@@ -90,14 +108,15 @@ def selective_scan_kernel(dtype: DType) -> Any:
         sy = hl.shared(f32, tile)  # Σ_n C·h of the chunk
         for c in hl.range(hl.cdiv(Lx, CH)):
             l0 = c * CH
+            p0 = start + l0
             ur = hl.register(dt, tile)
-            hl.copy(hl.view(u, tile, (b, g, d0, l0)), ur)
+            hl.copy(hl.view(u, tile, (b, g, d0, p0)), ur)
             dr = hl.register(dt, tile)
-            hl.copy(hl.view(delta, tile, (b, g, d0, l0)), dr)
+            hl.copy(hl.view(delta, tile, (b, g, d0, p0)), dr)
             br = hl.register(dt, (1, 1, NS, CH))
-            hl.copy(hl.view(Bm, (1, 1, NS, CH), (b, g, 0, l0)), br)
+            hl.copy(hl.view(Bm, (1, 1, NS, CH), (b, g, 0, p0)), br)
             cr = hl.register(dt, (1, 1, NS, CH))
-            hl.copy(hl.view(Cm, (1, 1, NS, CH), (b, g, 0, l0)), cr)
+            hl.copy(hl.view(Cm, (1, 1, NS, CH), (b, g, 0, p0)), cr)
             df = hl.cast(dr, f32)
             if HAS_BIAS:
                 df = df + bias.T
@@ -128,11 +147,11 @@ def selective_scan_kernel(dtype: DType) -> Any:
                 y = y + dvec.T * uf
             if HAS_Z:
                 zr = hl.register(dt, tile)
-                hl.copy(hl.view(z, tile, (b, g, d0, l0)), zr)
+                hl.copy(hl.view(z, tile, (b, g, d0, p0)), zr)
                 y = y * hl.silu(hl.cast(zr, f32))
-            hl.copy(hl.cast(y, dt), hl.view(out, tile, (b, g, d0, l0)))
+            hl.copy(hl.cast(y, dt), hl.view(out, tile, (b, g, d0, p0)))
         if LAST:
-            hl.copy(h, hl.view(last_state, (1, 1, BD, NS), (b, g, d0, 0))[0, 0])
+            hl.copy(h, hl.view(last_state, (1, 1, BD, NS), (s, g, d0, 0))[0, 0])
 
     return selective_scan_k
 

@@ -181,3 +181,70 @@ def test_not_a_tensor() -> None:
     with pytest.raises(ArgumentTypeError) as e:
         selective_scan(**_args(C=[1.0]))
     assert e.value.arg == "C"
+
+
+def reference_packed(u, delta, A, B, C, D, z, bias, cu, h0):
+    """Packed sequences ``cu[s]:cu[s+1]`` of ``u`` [dim, T] (B, C [G, N, T]), each from its own
+    initial state ``h0[s]`` (zeros when None), in float64, one step at a time."""
+    f = torch.float64
+    dim, total = u.shape
+    g = B.shape[0]
+    Bx, Cx = B.to(f).repeat_interleave(dim // g, 0), C.to(f).repeat_interleave(dim // g, 0)  # [dim, N, T]
+    dt = torch.nn.functional.softplus(delta.to(f) + (0 if bias is None else bias.to(f)[:, None]))
+    y = torch.zeros(dim, total, dtype=f)
+    last = []
+    for s in range(cu.numel() - 1):
+        h = torch.zeros(dim, A.shape[1], dtype=f) if h0 is None else h0[s].to(f)
+        for t in range(int(cu[s]), int(cu[s + 1])):
+            h = torch.exp(dt[:, t, None] * A.to(f)) * h + (dt[:, t] * u[:, t].to(f))[:, None] * Bx[..., t]
+            y[:, t] = (h * Cx[..., t]).sum(-1)
+        last.append(h)
+    if D is not None:
+        y = y + D.to(f)[:, None] * u.to(f)
+    if z is not None:
+        y = y * torch.nn.functional.silu(z.to(f))
+    return y, torch.stack(last)
+
+
+@pytest.mark.parametrize(
+    ("arch", "dtype", "opts", "lengths"),
+    [
+        ("sm_80", torch.float32, "dzbi", [17, 0, 1, 22]),  # empty and length-1 sequences, initial states
+        ("sm_90a", torch.float16, "", [5, 16, 3]),  # nothing optional, zero initial states
+    ],
+)
+def test_packed_sequences_with_initial_states(monkeypatch, arch, dtype, opts, lengths) -> None:
+    """``cu_seqlens`` / ``initial_states`` (vLLM's chunked prefill): u [dim, T] packed, each sequence
+    continuing its own state; the last states per sequence."""
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    total = sum(lengths)
+    u, delta, A, B, C, D, z, bias = _inputs(1, 12, 5, total, 3, dtype, seed=total, with_d="d" in opts,
+                                            with_z="z" in opts, with_bias="b" in opts)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    h0 = torch.randn(len(lengths), 12, 5, generator=torch.Generator().manual_seed(1)) if "i" in opts else None
+    z2 = None if z is None else z[0]
+    out, last = selective_scan(u[0], delta[0], A, B[0], C[0], D, z2, bias, delta_softplus=True,
+                               initial_states=h0, cu_seqlens=cu, return_last_state=True)
+    want, want_h = reference_packed(u[0], delta[0], A, B[0], C[0], D, z2, bias, cu, h0)
+    assert out.shape == (12, total) and out.dtype == dtype and last.shape == (len(lengths), 12, 5)
+    assert (out.double() - want).abs().max().item() <= TOL[dtype] * max(1.0, want.abs().max().item())
+    assert (last.double() - want_h).abs().max().item() <= 1e-4 * max(1.0, want_h.abs().max().item())
+
+
+def test_packed_fake_shapes_and_state_errors() -> None:
+    """The fake implementation gives ``[S, dim, N]`` states; bad ``initial_states`` / ``cu_seqlens``
+    are named."""
+    with FakeTensorMode():
+        u, A = torch.empty(1, 16, 40, dtype=torch.bfloat16), torch.empty(16, 8)
+        B, cu = torch.empty(1, 8, 40, dtype=torch.bfloat16), torch.empty(4, dtype=torch.int32)
+        out, last = torch.ops.hexlayout.selective_scan(u, u, A, B, B, None, None, None, True, True, None, cu)
+        assert out.shape == (1, 16, 40) and last.shape == (3, 16, 8)
+    a = _args()
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    for over, arg in (({"initial_states": torch.zeros(3, 8, 4)}, "initial_states"),
+                      ({"initial_states": torch.zeros(2, 8, 4, dtype=torch.float16)}, "initial_states"),
+                      ({"cu_seqlens": cu.long()}, "cu_seqlens"),
+                      ({"cu_seqlens": torch.tensor([0, 7], dtype=torch.int32)}, "cu_seqlens")):
+        with pytest.raises(ArgumentError) as e:
+            selective_scan(**{**a, "cu_seqlens": cu, **over})
+        assert e.value.arg == arg
