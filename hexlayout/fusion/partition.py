@@ -31,7 +31,14 @@ Such a group is convex (no path leaves it and comes back), so replacing it by on
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
 reason. A record may find its operands' prologues itself (attention: at most the
 ``where(m, 0, -inf)`` of a boolean mask); an anchor whose record says ``tuple_output``
-(attention) has the views of its output and elementwise math of it alone as its epilogue. An
+(attention) has the views of its output and elementwise math of it alone as its epilogue. A
+record with ``row_prologue`` takes a reduction of its operand 0's rows over their last
+dimension into that operand's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w`` as
+a GEMM's A prologue): before the walk, each such anchor's prologue is found with row
+reductions allowed; when it holds one over rows of static length ``K <= row_prologue``, its
+nodes are reserved for that anchor (the reduction is no kernel of its own, no other kernel's
+epilogue takes them), else the partition's ``notes`` say ``norm: two kernels (K=... >
+limit)``. An
 anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
 the record's reason.
 
@@ -153,6 +160,7 @@ class Partition:
 
     groups: list
     fallbacks: list
+    notes: list = field(default_factory=list)     # planning decisions the plan reports
 
 
 def _val(n: Any) -> Any:
@@ -291,6 +299,9 @@ class _Partitioner(GraphView):
             self.anc[n] = mask
         self.why: dict[Any, str] = {}          # fx.Node -> why it was not fused
         self.record: AnchorRecord | None = None   # the current anchor's record
+        self.reserved: dict[Any, Any] = {}     # fx.Node -> the anchor whose A prologue (a norm) it joins
+        self.row_walk = False                  # the reservation walk: row reductions may join a prologue
+        self.notes: list[str] = []
 
     # --- op classes -----------------------------------------------------------------------------
     def _op(self, n: Any) -> str:
@@ -358,12 +369,71 @@ class _Partitioner(GraphView):
 
     def _prologue_ok(self, n: Any) -> bool:
         op = self._op(n)
-        return n.op == "call_function" and (op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS) \
+        owner = self.reserved.get(n)
+        if owner is not None and owner is not self.anchor:
+            return False
+        rowred = op in self._row_ops() and (self.row_walk or owner is not None) and self._last_row(n)
+        return n.op == "call_function" and (op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or rowred) \
             and _is_tensor(_val(n)) and self._expressible(n) and self._frame_ok(n)
+
+    def _row_ops(self) -> frozenset:
+        """The row reductions the current anchor's record takes into a prologue."""
+        return self.record.row_reductions if self.record is not None else frozenset()
+
+    def _last_row(self, n: Any) -> bool:
+        """A reduction over the last dimension only, with ``keepdim`` (``mean(x, -1, True)``)."""
+        named = self.named_args(n)
+        dims, rank = named.get("dim"), len(_shape(n))
+        return bool(named.get("keepdim")) and named.get("dtype") is None and isinstance(dims, (list, tuple)) \
+            and len(dims) == 1 and static_int(dims[0]) is not None and static_int(dims[0]) % rank == rank - 1
+
+    def _reserve_rows(self) -> None:
+        """Reserve each ``row_prologue`` anchor's operand prologue when it holds a row reduction over
+        rows that fit (``K <= record.row_prologue``); note the norms that do not fit."""
+        why = dict(self.why)
+        for n in self.nodes:
+            record = record_of_op(self._op(n)) if n.op == "call_function" else None
+            if record is None or not record.row_prologue or not self._admitted(record, n):
+                continue
+            self.record, self.anchor, self.epilogue_users = record, n, set()
+            self.flat = _is_tensor(_val(n)) and len(_shape(n)) == 2
+            nodes, reds = self._row_walk(n)
+            if not reds:
+                continue
+            ks = [static_int(_shape(r.args[0])[-1]) for r in reds]
+            if all(k is not None and k <= record.row_prologue for k in ks):
+                for p in nodes:
+                    self.reserved[p] = n
+            else:
+                k = next(k for k in ks if k is None or k > record.row_prologue)
+                self.notes.append(f"norm: two kernels (K={'symbolic' if k is None else k} > "
+                                  f"{record.row_prologue}) before {self._op(n)} ({n.name})")
+        self.why = why
+        self.record = None
+
+    def _row_walk(self, n: Any) -> tuple[list, list]:
+        """The prologue of the first operand of anchor ``n`` whose producers hold a row
+        reduction (row reductions allowed), and those reductions (empty: none does)."""
+        for a in self._operands(n):
+            if not hasattr(a, "op") or not _is_tensor(_val(a)) or len(_shape(a)) < 2:
+                continue
+            self.row_walk = True
+            try:
+                nodes = self._prologue(n, a)
+            finally:
+                self.row_walk = False
+            reds = [p for p in nodes if self._op(p) in self._row_ops()]
+            if reds:
+                return nodes, reds
+        return [], []
 
     def _epilogue_ok(self, n: Any, group: set, viewed: set) -> bool:
         op = self._op(n)
         if n.op != "call_function":
+            return False
+        owner = self.reserved.get(n)
+        if owner is not None and owner is not self.anchor:
+            self.why.setdefault(n, f"joins the A prologue of {owner.name} (a norm)")
             return False
         if op == "getitem":
             src = n.args[0]
@@ -433,16 +503,17 @@ class _Partitioner(GraphView):
     # --- the walk -------------------------------------------------------------------------------
     def run(self) -> Partition:
         groups = []
+        self._reserve_rows()
         for n in self.nodes:
             record = record_of_op(self._op(n)) if n.op == "call_function" else None
-            if record is None or n in self.claimed or not self._admitted(record, n):
+            if record is None or n in self.claimed or n in self.reserved or not self._admitted(record, n):
                 continue
             g = self._group(record, n)
             if g is not None:
                 groups.append(g)
                 self.kernels[n] = (sum(self.bit[m] for m in g.nodes), list(g.inputs))
         groups = self._acyclic(groups)
-        return Partition(groups, self._fallbacks())
+        return Partition(groups, self._fallbacks(), self.notes)
 
     def _admitted(self, record: AnchorRecord, n: Any) -> bool:
         """Whether ``n`` is an anchor of ``record`` (else the reason is kept)."""
@@ -909,7 +980,7 @@ class _Partitioner(GraphView):
                     flat.add(n)
             else:
                 node = self._spec_node(n, refs, flat, out, extra_ref)
-                if op in ELEMENTWISE and len(_shape(n)) > 2 and self.flat:
+                if (op in ELEMENTWISE or op in self._row_ops()) and len(_shape(n)) > 2 and self.flat:
                     flat.add(n)
             out.append(node)
             refs[n] = ("node", len(out) - 1)
@@ -937,7 +1008,7 @@ class _Partitioner(GraphView):
 
         op = self._op(n)
         reshape = op in _RESHAPES
-        elementwise = op in ELEMENTWISE
+        elementwise = op in ELEMENTWISE or op in self._row_ops()    # (rows: in the 2-D frame)
 
         def conv(a: Any) -> tuple:
             if not hasattr(a, "op"):
@@ -953,6 +1024,8 @@ class _Partitioner(GraphView):
             return r
 
         args = tuple(conv(a) for a in n.args)
+        if op in self._row_ops():           # over the frame's columns (``_last_row``)
+            return Node(op, (args[0], ("const", (-1,)), ("const", True)))
         kwargs = []
         for k, v in sorted(n.kwargs.items()):
             if op == "aten.clone.default" and k == "memory_format":
