@@ -50,6 +50,11 @@ a GEMM's A: the kernel then loads whole rows of ``A`` per block (``K <= BK``; it
 refuses a reduction in another operand's prologue) - instead of being a row
 reduction kernel of its own (0: never; a longer row keeps the two kernels and the plan
 says so); ``row_reductions``: those reductions' aten names.
+
+Graph pass: ``prepare(gm) -> list[str]`` rewrites the aten graph before it is partitioned (the GEMMs:
+  two projections of one activation become one GEMM over the weights concatenated once), and
+  returns notes for the plan; a node it adds whose target has ``hexlayout_derived = True``
+  computes a parameter once (cached), so the plan does not list it as an op left to torch.
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ class AnchorRecord:
     tuple_output: bool = False
     row_prologue: int = 0
     row_reductions: frozenset[str] = frozenset()
+    prepare: Callable[[Any], list[str]] | None = None
 
     @property
     def runs(self) -> frozenset[str]:

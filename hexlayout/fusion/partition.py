@@ -67,7 +67,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .anchors import AnchorRecord, AnchorSpec, record_of_op
+from .anchors import AnchorRecord, AnchorSpec, anchor_records, record_of_op
 from .aten import CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
@@ -484,7 +484,8 @@ class _Partitioner(GraphView):
     @staticmethod
     def _halves(n: Any, src: tuple) -> bool:
         """Whether split ``n`` of a value of sizes ``src`` (along the last dimension) makes two
-        equal halves that elementwise math reads (a gated ``silu(gate) * up``): the kernel
+        equal halves that elementwise math reads, directly or through reshapes (a gated
+        ``silu(gate) * up``): the kernel
         computes those in its column tiles. Other splits (``q, k, v = qkv.split([q, kv, kv],
         -1)``) are views torch makes of the kernel's stored output."""
         size = static_int(src[-1])
@@ -496,9 +497,11 @@ class _Partitioner(GraphView):
                 return False
         elif static_int(parts) != size // 2:
             return False
-        return any(_is_tensor(_val(u)) and any(v.op == "call_function" and getattr(v.target, "__name__", "")
-                                               != "getitem" and str(v.target) in _MATH for v in u.users)
-                   for u in n.users)
+        def math(v: Any) -> bool:          # elementwise math reads v (through reshapes)
+            return any(w.op == "call_function" and getattr(w.target, "__name__", "") != "getitem" and
+                       (str(w.target) in _MATH or (str(w.target) in _RESHAPES and math(w))) for w in v.users)
+
+        return any(_is_tensor(_val(u)) and math(u) for u in n.users)
 
     # --- the walk -------------------------------------------------------------------------------
     def run(self) -> Partition:
@@ -534,8 +537,8 @@ class _Partitioner(GraphView):
             if n.op != "call_function" or n in self.claimed or not _computes_tensor(n):
                 continue
             op = self._op(n)
-            if op == "getitem":
-                continue
+            if op == "getitem" or getattr(n.target, "hexlayout_derived", False):
+                continue                  # a derived parameter (``AnchorRecord.prepare``): not run per call
             if op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or op in _SPLITS:
                 reason = self.why.get(n, "no anchor kernel to fuse into: it neither produces an anchor's "
                                          "operand alone nor consumes an anchor's output")
@@ -1079,6 +1082,13 @@ def _live(nodes: list[Node], out: int) -> tuple[list[Node], int]:
 
 def partition(gm: Any) -> Partition:
     """Partition ``gm`` (an aten-level ``torch.fx.GraphModule`` whose nodes carry
-    ``meta["val"]``): the fused groups and the ops left to torch with their reasons."""
-    return _Partitioner(gm).run()
+    ``meta["val"]``): the fused groups and the ops left to torch with their reasons. Each
+    record's ``prepare`` rewrites ``gm`` first (its notes lead the partition's)."""
+    notes: list[str] = []
+    for record in anchor_records():
+        if record.prepare is not None:
+            notes += record.prepare(gm)
+    part = _Partitioner(gm).run()
+    part.notes[:0] = notes
+    return part
 

@@ -42,6 +42,7 @@ from .fusion_plan import (
     output_frames,
     planned,
 )
+from .fusion_horizontal import fuse_gated_pairs
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 
@@ -253,7 +254,8 @@ def _clear() -> None:
 
 
 MATMUL = register_anchor(AnchorRecord("matmul", MATMULS, run=run_gemm, to_spec=_matmul_spec, clear=_clear,
-                                      row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS)))
+                                      row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS),
+                                      prepare=fuse_gated_pairs))
 #: ``hexlayout.gemm``: its operands ``a`` and ``b`` take prologues; it runs as an aten matmul spec
 HEXLAYOUT_GEMM = register_anchor(AnchorRecord(
     "hexlayout.gemm", frozenset({"hexlayout.gemm.default"}), operands=lambda g, n: n.args[:2],
