@@ -106,7 +106,7 @@ def fuse_gated_pairs(gm: Any) -> list[str]:
         if p is not None:
             groups.setdefault((p[0], str(p[2])), []).append((n, p[1]))
     notes = []
-    for (x, _), pair in groups.items():
+    for pair in groups.values():
         if len(pair) != 2:
             continue
         (m1, w1), (m2, w2) = pair

@@ -298,7 +298,8 @@ def test_llama_decoder_layer(dtype: torch.dtype) -> None:
     normed = [k for k in plan.kernels if "aten.mean.dim" in k.prologue]
     assert len(normed) == 2, plan
     for k in normed:
-        assert {"aten._to_copy.default", "aten.pow.Tensor_Scalar", "aten.rsqrt.default"} <= set(k.prologue), plan
+        assert {"aten._to_copy.default", "aten.pow.Tensor_Scalar", "aten.rsqrt.default"} <= set(k.prologue), \
+            plan
     left = {f.op: f.reason for f in plan.fallbacks}
     assert not {"aten.mean.dim", "aten.pow.Tensor_Scalar", "aten.rsqrt.default",
                 "aten._to_copy.default"} & set(left), plan
