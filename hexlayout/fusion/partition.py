@@ -231,18 +231,23 @@ def _kind_reason(op: str) -> str:
 
 class _KernelInputs:
     """A group's kernel inputs: ``kin`` the (fx.Node, host steps) pairs, ``extra`` per spec
-    ``("input", i)`` its index into ``kin``."""
+    ``("input", i)`` its index into ``kin``. ``tag`` tells apart uses of one tensor that the
+    kernel reads in different tile frames (an operand's prologue and the epilogue: the
+    residual ``x`` of ``x + linear(norm(x))``): each is an input of its own."""
 
     def __init__(self) -> None:
         self.kin: list = []
+        self.keys: list = []
         self.extra: list = []
+        self.tag: Any = None
 
     def kernel_input(self, a: Any, steps: tuple) -> int:
         if not _is_tensor(_val(a)):
             raise _NotFusible(f"{a.name} is a symbolic value, not a tensor")
-        if (a, steps) not in self.kin:
+        if (a, steps, self.tag) not in self.keys:
+            self.keys.append((a, steps, self.tag))
             self.kin.append((a, steps))
-        return self.kin.index((a, steps))
+        return self.keys.index((a, steps, self.tag))
 
     def extra_ref(self, a: Any, steps: tuple) -> tuple:
         """The spec reference of input ``a`` seen through the host views ``steps``."""
@@ -763,7 +768,11 @@ class _Partitioner(GraphView):
             elif i in prologues:
                 refs: dict[Any, tuple] = {}
                 spec_nodes: list[Node] = []
-                self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref, commute=True)
+                inputs.tag = None if record is not None and record.rows else ("operand", i)
+                try:
+                    self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref, commute=True)
+                finally:
+                    inputs.tag = None
                 r = refs[a]
                 operands[i] = ("spec", *_live(spec_nodes, r[1])) if r[0] == "node" else r
             elif hasattr(a, "op"):

@@ -69,7 +69,8 @@ def _projection(n: Any) -> tuple[Any, Any, tuple] | None:
     if not hasattr(bt, "op") or _op(bt) != _T or bt.args[0].op not in ("placeholder", "get_attr"):
         return None
     w = bt.args[0]
-    if len(w.meta["val"].shape) != 2 or len(bt.users) != 1:
+    v = w.meta.get("val")
+    if v is None or len(v.shape) != 2 or len(bt.users) != 1 or "val" not in n.meta:
         return None
     shape: tuple = ()
     if hasattr(a, "op") and _op(a) in _VIEW:
@@ -128,6 +129,7 @@ def fuse_gated_pairs(gm: Any) -> list[str]:
 
 def _rewrite(gm: Any, gate: Any, wg: Any, up: Any, wu: Any) -> None:
     """``gate = mm(a, t(wg))``, ``up = mm(a', t(wu))`` -> ``split(mm(a, t(cat(wg, wu))), N, -1)``."""
+    import contextlib
     import operator
 
     import torch
@@ -137,7 +139,7 @@ def _rewrite(gm: Any, gate: Any, wg: Any, up: Any, wu: Any) -> None:
     first = gate if list(g.nodes).index(gate) < list(g.nodes).index(up) else up
     a = first.args[0]
     n = wg.meta["val"].shape[0]
-    fake = detect_fake_mode([a.meta["val"], wg.meta["val"]])
+    fake = detect_fake_mode([a.meta["val"], wg.meta["val"]]) or contextlib.nullcontext()
     with g.inserting_before(first):
         cat = g.call_function(concat_weights, (wg, wu))
         t = g.call_function(torch.ops.aten.t.default, (cat,))

@@ -127,3 +127,36 @@ def test_decoder_layer_launches_and_values(kind: str, dtype: torch.dtype) -> Non
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
     assert (out.double() - want).abs().max().item() <= tol
+
+
+class GemmaMLP(nn.Module):
+    """Gemma's MLP block: ``x + down(gelu_tanh(gate(norm(x))) * up(norm(x)))``, ``1 + w`` norm."""
+
+    def __init__(self, h: int = 64, inter: int = 128) -> None:
+        super().__init__()
+        self.norm = RMSNorm(h, gemma=True)
+        self.gate, self.up = nn.Linear(h, inter, bias=False), nn.Linear(h, inter, bias=False)
+        self.down = nn.Linear(inter, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        return x + self.down(F.gelu(self.gate(h), approximate="tanh") * self.up(h))
+
+
+def test_gemma_mlp_block_is_two_launches() -> None:
+    torch.manual_seed(0)
+    m = GemmaMLP().to(torch.bfloat16).eval()
+    x = torch.randn(2, 8, 64, dtype=torch.bfloat16)
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad():
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    plan = GraphPlan.merge(plans)
+    assert len(log) == 2 and not plan.fallbacks, plan          # gate-up with the norm, down + residual
+    assert "aten.mean.dim" in log[0].prologue and "aten.gelu.default" in log[0].epilogue, log[0]
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol

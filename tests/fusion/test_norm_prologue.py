@@ -24,7 +24,8 @@ def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class NormLinear(nn.Module):
     """``Linear(RMSNorm(x))``: HF's Llama norm (``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``,
-    f32 inside) or Gemma's (``((x * rsqrt(...)) * (1 + w)).to(dtype)``)."""
+    f32 inside) or Gemma's (``((x * rsqrt(...)) * (1 + w)).to(dtype)``); with ``x +`` when
+    ``k == n`` (``x`` read in the A prologue's frame and the epilogue's: two inputs)."""
 
     def __init__(self, k: int, n: int, gemma: bool) -> None:
         super().__init__()
@@ -36,7 +37,8 @@ class NormLinear(nn.Module):
         xf = x.float()
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
         h = (normed * (1.0 + self.w.float())).to(x.dtype) if self.gemma else self.w * normed.to(x.dtype)
-        return self.lin(h)
+        y = self.lin(h)
+        return x + y if y.shape == x.shape else y
 
 
 def _run(m: nn.Module, x: torch.Tensor) -> tuple:
@@ -60,6 +62,7 @@ def test_rmsnorm_is_the_gemm_a_prologue(dtype: torch.dtype, gemma: bool, k: int)
     assert len(log) == len(plan.kernels) == 1, plan        # no row-reduction kernel
     (rec,) = log
     assert "aten.mean.dim" in rec.prologue and "aten.rsqrt.default" in rec.prologue, rec
+    assert ("aten.add.Tensor" in rec.epilogue) == (k == 64), rec           # the residual
     assert not plan.notes and not plan.fallbacks, plan
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
