@@ -569,9 +569,9 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     if halves and (n // 2) % 8:
         raise FusionUnsupported(f"{where}: column halves of N = {n} need N/2 a multiple of 8")
     prologues, b_layout = _prologues(spec, r, b_layout, where)
-    if any(op != 0 and any(nd.op in NORM_REDUCTIONS for nd in nodes) for op, nodes, _ in prologues):
+    if _reduces_rows(prologues, 1):
         raise FusionUnsupported(f"{where}: a row reduction fuses only into the A operand's prologue")
-    norm = any(op == 0 and any(nd.op in NORM_REDUCTIONS for nd in nodes) for op, nodes, _ in prologues)
+    norm = _reduces_rows(prologues, 0)
     if norm and (k > NORM_MAX_K or batch is not None):
         raise FusionUnsupported(f"{where}: norm: the A prologue reduces rows of K = {k} (a GEMM's A prologue "
                                 f"holds whole rows up to {NORM_MAX_K}, not batched: two kernels)")
@@ -595,10 +595,15 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     return call, recipe
 
 
+def _reduces_rows(prologues: Any, operand: int) -> bool:
+    """Whether the prologue of ``operand`` (0: A, 1: B) among ``(operand, nodes, out)``
+    reduces rows (``NORM_REDUCTIONS``)."""
+    return any(op == operand and any(nd.op in NORM_REDUCTIONS for nd in nodes) for op, nodes, _ in prologues)
+
+
 def norm_prologue(plan: TilePlan) -> bool:
     """Whether ``plan``'s A prologue reduces A's rows (an RMSNorm of the activation)."""
-    return any(op == 0 and any(nd.op in NORM_REDUCTIONS for nd in nodes)
-               for op, nodes, _ in plan.prologues)
+    return _reduces_rows(plan.prologues, 0)
 
 
 def norm_consts(consts: dict[str, Any], k: int) -> dict[str, Any]:
