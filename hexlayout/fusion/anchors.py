@@ -43,7 +43,18 @@ epilogue broadcasts the reduced value over the rows it reduced, and a producer o
 operand that the epilogue also reads joins the prologue and is recomputed in the epilogue);
 ``tuple_output`` (the op returns a tuple whose element 0 is the output, read through
 ``getitem``; views of the output and elementwise math of it alone fuse after them, and the
-``clone`` a reshape makes of it is free).
+``clone`` a reshape makes of it is free); ``row_prologue``: the largest static row length
+``K`` for which a reduction of an operand's rows over their last dimension (an RMSNorm
+``x * rsqrt(mean(x * x, -1) + eps) * w`` of the activation) joins that operand's prologue -
+a GEMM's A: the kernel then loads whole rows of ``A`` per block (``K <= BK``; its planner
+refuses a reduction in another operand's prologue) - instead of being a row
+reduction kernel of its own (0: never; a longer row keeps the two kernels and the plan
+says so); ``row_reductions``: those reductions' aten names.
+
+Graph pass: ``prepare(gm) -> list[str]`` rewrites the aten graph before it is partitioned (the GEMMs:
+  two projections of one activation become one GEMM over the weights concatenated once), and
+  returns notes for the plan; a node it adds whose target has ``hexlayout_derived = True``
+  computes a parameter once (cached), so the plan does not list it as an op left to torch.
 """
 
 from __future__ import annotations
@@ -89,6 +100,9 @@ class AnchorRecord:
     clear: Callable[[], None] | None = None
     rows: bool = False
     tuple_output: bool = False
+    row_prologue: int = 0
+    row_reductions: frozenset[str] = frozenset()
+    prepare: Callable[[Any], list[str]] | None = None
 
     @property
     def runs(self) -> frozenset[str]:

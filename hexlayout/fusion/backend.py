@@ -219,7 +219,8 @@ def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any
 
     def forward_compiler(aten_gm: Any, inputs: list[Any]) -> Any:
         part = partition(aten_gm)
-        plan = GraphPlan([], [Fallback(op_name(n.target), why) for n, why in part.fallbacks])
+        plan = GraphPlan([], [Fallback(op_name(n.target), why) for n, why in part.fallbacks],
+                         list(part.notes))
         if part.groups:
             plan.kernels = rewrite(aten_gm, part)
         if on_plan is not None:

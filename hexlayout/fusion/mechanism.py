@@ -91,7 +91,10 @@ class TilePlan:
     start ``min(16, row_align * b)``-byte aligned (what its parameter promises); ``heads``:
     per output ``(H, hd)`` when it is stored permuted into heads (``out[b, h, t, d] =
     Y[b * T + t, h * hd + d]``, a ``[B, H, T, hd]`` parameter whose ``B`` and ``T`` are new
-    sizes) or None (empty: none is)."""
+    sizes) or None (empty: none is); ``row_reductions``: ``(aten op, "sum" | "mean")`` pairs, the
+    reductions over the last dimension (``keepdim``) a prologue may hold because the anchor's
+    tile of that operand holds whole rows (``mean_j x[m, j] = (sum_j x[m, j]) / K``, ``K`` the
+    operand's row length; the anchor's planner names them and guarantees the rows fit)."""
 
     output_param: str
     operands: tuple[tuple[int, str], ...]
@@ -104,6 +107,7 @@ class TilePlan:
     row: bool = False
     row_align: int = 16
     heads: tuple = ()
+    row_reductions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -193,6 +197,10 @@ class _Evaluator:
         """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue)."""
         env: list[tuple[Any, _Frame]] = []
         for j, n in enumerate(nodes):
+            fn = dict(self.plan.row_reductions).get(n.op)
+            if fn is not None:
+                env.append((self.row_reduce(n, fn, j, env, anchor, base, where), base))
+                continue
             if not is_fusible(n.op):
                 raise FusionUnsupported(f"{where} node {j}: {n.op} is not an op fusion knows")
             frame = next((env[a[1]][1] for a in n.args if a[0] == "node"), base)
@@ -228,6 +236,26 @@ class _Evaluator:
             except NotImplementedError as e:
                 raise FusionUnsupported(f"{where} node {j}: {n.op}: {e}") from None
         return env
+
+    def row_reduce(self, n: Node, fn: str, j: int, env: list, anchor: Any, base: _Frame, where: str) -> Any:
+        """A reduction of the prologue's tile over its columns (``keepdim``): the tile holds
+        whole rows of the operand (the planner keeps ``K <= BK``), so ``sum_j x[m, j]`` over the
+        tile is the row's (padding past ``K`` counts as 0, ``hexlayout.ir.padding``) and a
+        mean divides it by the operand's ``K`` (a runtime size): a ``BM x 1`` tile."""
+        import hexlayout.lang as hl
+
+        dims = n.args[1][1] if len(n.args) > 1 and n.args[1][0] == "const" else None
+        keep = len(n.args) > 2 and n.args[2] == ("const", True)
+        src = n.args[0]
+        if anchor is not None or src[0] not in ("node", "input") or tuple(dims or ()) not in ((-1,), (1,)) \
+                or not keep:
+            raise FusionUnsupported(f"{where} node {j}: {n.op} is fused only in a prologue, over the last "
+                                    "dimension, with keepdim")
+        x = env[src[1]][0] if src[0] == "node" else self.load(src[1], base)
+        s = hl.reduce(x, "sum", 1)
+        if fn == "mean":
+            s = s / hl.cast(hl.iota(tuple(s.shape), 1) + base.shape[1], hl.f32)
+        return s
 
     def slice(self, n: Node, j: int, env: list, anchor: Any, base: _Frame, where: str) -> tuple[Any, _Frame]:
         if not self.plan.halves or not n.args or n.args[0] != ("anchor",):

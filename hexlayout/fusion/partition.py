@@ -31,7 +31,14 @@ Such a group is convex (no path leaves it and comes back), so replacing it by on
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
 reason. A record may find its operands' prologues itself (attention: at most the
 ``where(m, 0, -inf)`` of a boolean mask); an anchor whose record says ``tuple_output``
-(attention) has the views of its output and elementwise math of it alone as its epilogue. An
+(attention) has the views of its output and elementwise math of it alone as its epilogue. A
+record with ``row_prologue`` takes a reduction of its operand 0's rows over their last
+dimension into that operand's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w`` as
+a GEMM's A prologue): before the walk, each such anchor's prologue is found with row
+reductions allowed; when it holds one over rows of static length ``K <= row_prologue``, its
+nodes are reserved for that anchor (the reduction is no kernel of its own, no other kernel's
+epilogue takes them), else the partition's ``notes`` say ``norm: two kernels (K=... >
+limit)``. An
 anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
 the record's reason.
 
@@ -60,7 +67,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .anchors import AnchorRecord, AnchorSpec, record_of_op
+from .anchors import AnchorRecord, AnchorSpec, anchor_records, record_of_op
 from .aten import CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
@@ -153,6 +160,7 @@ class Partition:
 
     groups: list
     fallbacks: list
+    notes: list = field(default_factory=list)     # planning decisions the plan reports
 
 
 def _val(n: Any) -> Any:
@@ -223,18 +231,23 @@ def _kind_reason(op: str) -> str:
 
 class _KernelInputs:
     """A group's kernel inputs: ``kin`` the (fx.Node, host steps) pairs, ``extra`` per spec
-    ``("input", i)`` its index into ``kin``."""
+    ``("input", i)`` its index into ``kin``. ``tag`` tells apart uses of one tensor that the
+    kernel reads in different tile frames (an operand's prologue and the epilogue: the
+    residual ``x`` of ``x + linear(norm(x))``): each is an input of its own."""
 
     def __init__(self) -> None:
         self.kin: list = []
+        self.keys: list = []
         self.extra: list = []
+        self.tag: Any = None
 
     def kernel_input(self, a: Any, steps: tuple) -> int:
         if not _is_tensor(_val(a)):
             raise _NotFusible(f"{a.name} is a symbolic value, not a tensor")
-        if (a, steps) not in self.kin:
+        if (a, steps, self.tag) not in self.keys:
+            self.keys.append((a, steps, self.tag))
             self.kin.append((a, steps))
-        return self.kin.index((a, steps))
+        return self.keys.index((a, steps, self.tag))
 
     def extra_ref(self, a: Any, steps: tuple) -> tuple:
         """The spec reference of input ``a`` seen through the host views ``steps``."""
@@ -291,6 +304,9 @@ class _Partitioner(GraphView):
             self.anc[n] = mask
         self.why: dict[Any, str] = {}          # fx.Node -> why it was not fused
         self.record: AnchorRecord | None = None   # the current anchor's record
+        self.reserved: dict[Any, Any] = {}     # fx.Node -> the anchor whose A prologue (a norm) it joins
+        self.row_walk = False                  # the reservation walk: row reductions may join a prologue
+        self.notes: list[str] = []
 
     # --- op classes -----------------------------------------------------------------------------
     def _op(self, n: Any) -> str:
@@ -358,12 +374,71 @@ class _Partitioner(GraphView):
 
     def _prologue_ok(self, n: Any) -> bool:
         op = self._op(n)
-        return n.op == "call_function" and (op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS) \
+        owner = self.reserved.get(n)
+        if owner is not None and owner is not self.anchor:
+            return False
+        rowred = op in self._row_ops() and (self.row_walk or owner is not None) and self._last_row(n)
+        return n.op == "call_function" and (op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or rowred) \
             and _is_tensor(_val(n)) and self._expressible(n) and self._frame_ok(n)
+
+    def _row_ops(self) -> frozenset:
+        """The row reductions the current anchor's record takes into a prologue."""
+        return self.record.row_reductions if self.record is not None else frozenset()
+
+    def _last_row(self, n: Any) -> bool:
+        """A reduction over the last dimension only, with ``keepdim`` (``mean(x, -1, True)``)."""
+        named = self.named_args(n)
+        dims, rank = named.get("dim"), len(_shape(n))
+        return bool(named.get("keepdim")) and named.get("dtype") is None and isinstance(dims, (list, tuple)) \
+            and len(dims) == 1 and static_int(dims[0]) is not None and static_int(dims[0]) % rank == rank - 1
+
+    def _reserve_rows(self) -> None:
+        """Reserve each ``row_prologue`` anchor's operand prologue when it holds a row reduction over
+        rows that fit (``K <= record.row_prologue``); note the norms that do not fit."""
+        why = dict(self.why)
+        for n in self.nodes:
+            record = record_of_op(self._op(n)) if n.op == "call_function" else None
+            if record is None or not record.row_prologue or not self._admitted(record, n):
+                continue
+            self.record, self.anchor, self.epilogue_users = record, n, set()
+            self.flat = _is_tensor(_val(n)) and len(_shape(n)) == 2
+            nodes, reds = self._row_walk(n)
+            if not reds:
+                continue
+            ks = [static_int(_shape(r.args[0])[-1]) for r in reds]
+            if all(k is not None and k <= record.row_prologue for k in ks):
+                for p in nodes:
+                    self.reserved[p] = n
+            else:
+                k = next(k for k in ks if k is None or k > record.row_prologue)
+                self.notes.append(f"norm: two kernels (K={'symbolic' if k is None else k} > "
+                                  f"{record.row_prologue}) before {self._op(n)} ({n.name})")
+        self.why = why
+        self.record = None
+
+    def _row_walk(self, n: Any) -> tuple[list, list]:
+        """The prologue of the first operand of anchor ``n`` whose producers hold a row
+        reduction (row reductions allowed), and those reductions (empty: none does)."""
+        for a in self._operands(n):
+            if not hasattr(a, "op") or not _is_tensor(_val(a)) or len(_shape(a)) < 2:
+                continue
+            self.row_walk = True
+            try:
+                nodes = self._prologue(n, a)
+            finally:
+                self.row_walk = False
+            reds = [p for p in nodes if self._op(p) in self._row_ops()]
+            if reds:
+                return nodes, reds
+        return [], []
 
     def _epilogue_ok(self, n: Any, group: set, viewed: set) -> bool:
         op = self._op(n)
         if n.op != "call_function":
+            return False
+        owner = self.reserved.get(n)
+        if owner is not None and owner is not self.anchor:
+            self.why.setdefault(n, f"joins the A prologue of {owner.name} (a norm)")
             return False
         if op == "getitem":
             src = n.args[0]
@@ -414,7 +489,8 @@ class _Partitioner(GraphView):
     @staticmethod
     def _halves(n: Any, src: tuple) -> bool:
         """Whether split ``n`` of a value of sizes ``src`` (along the last dimension) makes two
-        equal halves that elementwise math reads (a gated ``silu(gate) * up``): the kernel
+        equal halves that elementwise math reads, directly or through reshapes (a gated
+        ``silu(gate) * up``): the kernel
         computes those in its column tiles. Other splits (``q, k, v = qkv.split([q, kv, kv],
         -1)``) are views torch makes of the kernel's stored output."""
         size = static_int(src[-1])
@@ -426,23 +502,26 @@ class _Partitioner(GraphView):
                 return False
         elif static_int(parts) != size // 2:
             return False
-        return any(_is_tensor(_val(u)) and any(v.op == "call_function" and getattr(v.target, "__name__", "")
-                                               != "getitem" and str(v.target) in _MATH for v in u.users)
-                   for u in n.users)
+        def math(v: Any) -> bool:          # elementwise math reads v (through reshapes)
+            return any(w.op == "call_function" and getattr(w.target, "__name__", "") != "getitem" and
+                       (str(w.target) in _MATH or (str(w.target) in _RESHAPES and math(w))) for w in v.users)
+
+        return any(_is_tensor(_val(u)) and math(u) for u in n.users)
 
     # --- the walk -------------------------------------------------------------------------------
     def run(self) -> Partition:
         groups = []
+        self._reserve_rows()
         for n in self.nodes:
             record = record_of_op(self._op(n)) if n.op == "call_function" else None
-            if record is None or n in self.claimed or not self._admitted(record, n):
+            if record is None or n in self.claimed or n in self.reserved or not self._admitted(record, n):
                 continue
             g = self._group(record, n)
             if g is not None:
                 groups.append(g)
                 self.kernels[n] = (sum(self.bit[m] for m in g.nodes), list(g.inputs))
         groups = self._acyclic(groups)
-        return Partition(groups, self._fallbacks())
+        return Partition(groups, self._fallbacks(), self.notes)
 
     def _admitted(self, record: AnchorRecord, n: Any) -> bool:
         """Whether ``n`` is an anchor of ``record`` (else the reason is kept)."""
@@ -463,8 +542,8 @@ class _Partitioner(GraphView):
             if n.op != "call_function" or n in self.claimed or not _computes_tensor(n):
                 continue
             op = self._op(n)
-            if op == "getitem":
-                continue
+            if op == "getitem" or getattr(n.target, "hexlayout_derived", False):
+                continue                  # a derived parameter (``AnchorRecord.prepare``): not run per call
             if op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or op in _SPLITS:
                 reason = self.why.get(n, "no anchor kernel to fuse into: it neither produces an anchor's "
                                          "operand alone nor consumes an anchor's output")
@@ -689,7 +768,11 @@ class _Partitioner(GraphView):
             elif i in prologues:
                 refs: dict[Any, tuple] = {}
                 spec_nodes: list[Node] = []
-                self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref, commute=True)
+                inputs.tag = None if record is not None and record.rows else ("operand", i)
+                try:
+                    self._lower(prologues[i], refs, set(), spec_nodes, inputs.extra_ref, commute=True)
+                finally:
+                    inputs.tag = None
                 r = refs[a]
                 operands[i] = ("spec", *_live(spec_nodes, r[1])) if r[0] == "node" else r
             elif hasattr(a, "op"):
@@ -909,7 +992,7 @@ class _Partitioner(GraphView):
                     flat.add(n)
             else:
                 node = self._spec_node(n, refs, flat, out, extra_ref)
-                if op in ELEMENTWISE and len(_shape(n)) > 2 and self.flat:
+                if (op in ELEMENTWISE or op in self._row_ops()) and len(_shape(n)) > 2 and self.flat:
                     flat.add(n)
             out.append(node)
             refs[n] = ("node", len(out) - 1)
@@ -937,7 +1020,7 @@ class _Partitioner(GraphView):
 
         op = self._op(n)
         reshape = op in _RESHAPES
-        elementwise = op in ELEMENTWISE
+        elementwise = op in ELEMENTWISE or op in self._row_ops()    # (rows: in the 2-D frame)
 
         def conv(a: Any) -> tuple:
             if not hasattr(a, "op"):
@@ -953,6 +1036,8 @@ class _Partitioner(GraphView):
             return r
 
         args = tuple(conv(a) for a in n.args)
+        if op in self._row_ops():           # over the frame's columns (``_last_row``)
+            return Node(op, (args[0], ("const", (-1,)), ("const", True)))
         kwargs = []
         for k, v in sorted(n.kwargs.items()):
             if op == "aten.clone.default" and k == "memory_format":
@@ -1006,6 +1091,13 @@ def _live(nodes: list[Node], out: int) -> tuple[list[Node], int]:
 
 def partition(gm: Any) -> Partition:
     """Partition ``gm`` (an aten-level ``torch.fx.GraphModule`` whose nodes carry
-    ``meta["val"]``): the fused groups and the ops left to torch with their reasons."""
-    return _Partitioner(gm).run()
+    ``meta["val"]``): the fused groups and the ops left to torch with their reasons. Each
+    record's ``prepare`` rewrites ``gm`` first (its notes lead the partition's)."""
+    notes: list[str] = []
+    for record in anchor_records():
+        if record.prepare is not None:
+            notes += record.prepare(gm)
+    part = _Partitioner(gm).run()
+    part.notes[:0] = notes
+    return part
 

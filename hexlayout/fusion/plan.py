@@ -47,16 +47,19 @@ class Fallback:
 @dataclass
 class FusionPlan:
     """``kernels``: the fused hexlayout kernels; ``fallbacks``: every op left to torch with
-    its reason. ``str(plan)`` lists both."""
+    its reason; ``notes``: planning decisions worth knowing (``norm: two kernels (K=4096 >
+    128) ...``: a norm that could not be a GEMM's A prologue). ``str(plan)`` lists them."""
 
     kernels: list[KernelPlan] = field(default_factory=list)
     fallbacks: list[Fallback] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"FusionPlan: {len(self.kernels)} fused kernel(s), "
                  f"{len(self.fallbacks)} op(s) left to torch"]
         lines += [f"  {k}" for k in self.kernels]
         lines += [f"  {f}" for f in self.fallbacks]
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -94,21 +97,24 @@ class FusionPlan:
             names = ", ".join(op if n == 1 else f"{op} x {n}" for op, n in counts.items())
             short = reason if len(reason) <= REPORT_REASON_CHARS else reason[:REPORT_REASON_CHARS - 3] + "..."
             lines.append(f"    {len(ops)} op(s) [{names}]: {short}")
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 @dataclass
 class GraphPlan:
     """The plan of one compiled FX graph: its fused kernels (``FusedKernel`` objects, whose
-    run-time fallbacks are read when the plan is resolved) and its static fallbacks."""
+    run-time fallbacks are read when the plan is resolved), its static fallbacks and the
+    partition's ``notes``."""
 
     kernels: list[Any] = field(default_factory=list)
     fallbacks: list[Fallback] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def resolve(self) -> FusionPlan:
         """The plan as it stands: a kernel whose latest call fell back to torch is listed
         as its aten ops left to torch with that reason."""
-        plan = FusionPlan([], list(self.fallbacks))
+        plan = FusionPlan([], list(self.fallbacks), list(self.notes))
         for k in self.kernels:
             reason = k.fallback_reason()
             anchor, prologue, epilogue = k.ops
@@ -127,4 +133,5 @@ class GraphPlan:
             r = p.resolve()
             out.kernels += r.kernels
             out.fallbacks += r.fallbacks
+            out.notes += r.notes
         return out

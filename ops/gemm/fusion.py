@@ -31,7 +31,18 @@ from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 from hexlayout.runtime.alloc import fresh
 
 from .fused_build import clear_fused_programs, gemm_fused_build
-from .fusion_plan import GemmCall, clear_plans, gemm_binder, output_frames, planned
+from .fusion_plan import (
+    NORM_MAX_K,
+    NORM_REDUCTIONS,
+    GemmCall,
+    clear_plans,
+    gemm_binder,
+    norm_consts,
+    norm_prologue,
+    output_frames,
+    planned,
+)
+from .fusion_horizontal import fuse_gated_pairs
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 
@@ -45,9 +56,11 @@ _RELAID: dict[tuple, Any] = {}
 def anchor_consts(call: GemmCall) -> dict[str, Any]:
     """The GEMM anchor's tile constants for a planned call: the epilogue staged in column
     windows unless it needs the whole tile (the column halves of a gated epilogue pair
-    columns ``j`` and ``j + N/2``; outputs permuted into heads store whole tiles)."""
+    columns ``j`` and ``j + N/2``; outputs permuted into heads store whole tiles); an A
+    prologue that reduces A's rows (a norm) gets tiles of whole rows (``norm_consts``)."""
     windows = not (call.plan.halves or call.plan.heads)
-    return gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
+    consts = gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
+    return norm_consts(consts, call.k) if norm_prologue(call.plan) else consts
 
 
 def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any], compile: bool,
@@ -240,8 +253,10 @@ def _clear() -> None:
     LAUNCHERS.clear()
 
 
-MATMUL = register_anchor(AnchorRecord("matmul", MATMULS, run=run_gemm, to_spec=_matmul_spec, clear=_clear))
+MATMUL = register_anchor(AnchorRecord("matmul", MATMULS, run=run_gemm, to_spec=_matmul_spec, clear=_clear,
+                                      row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS),
+                                      prepare=fuse_gated_pairs))
 #: ``hexlayout.gemm``: its operands ``a`` and ``b`` take prologues; it runs as an aten matmul spec
 HEXLAYOUT_GEMM = register_anchor(AnchorRecord(
     "hexlayout.gemm", frozenset({"hexlayout.gemm.default"}), operands=lambda g, n: n.args[:2],
-    to_spec=_gemm_spec))
+    to_spec=_gemm_spec, row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS)))

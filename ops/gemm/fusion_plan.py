@@ -19,7 +19,11 @@
 - column slices of the anchor's output into two halves (``split`` of a concatenated
   gate/up projection): the kernel computes column tiles of ``BN`` whose first ``BN/2``
   columns are from the first half and last ``BN/2`` from the second (``B``'s columns
-  re-laid out once per weight and cached), and each half is a tile half.
+  re-laid out once per weight and cached), and each half is a tile half;
+- a reduction of A's rows in A's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w``,
+  ``NORM_REDUCTIONS``) needs each A tile to hold whole rows:
+  ``K <= NORM_MAX_K``, and the kernel runs with ``BK`` the power of two ``>= K``
+  (``norm_consts``), so its K loop runs once per tile.
 
 It returns the call's ``TilePlan`` (shape-free: the part of the build key), the tile
 problem (``m``, ``n``, ``k``, batch), the host tensors each parameter receives and what the
@@ -49,7 +53,14 @@ from hexlayout.fusion.reference import eval_nodes, reference
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 
 __all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "host_shapes", "output_frames",
-           "clear_plans"]
+           "clear_plans", "NORM_MAX_K", "NORM_REDUCTIONS", "norm_prologue", "norm_consts"]
+
+#: the longest row (``K``) a GEMM's A prologue reduces whole (an RMSNorm of the activation):
+#: a ``BM x K`` tile of A and a ``BN x K`` tile of B per stage, two stages in 48 KiB of shared
+#: memory; longer rows keep the norm as a row-reduction kernel of its own
+NORM_MAX_K = 128
+#: the reductions over the last dimension (``keepdim``) an A prologue may hold (``TilePlan.row_reductions``)
+NORM_REDUCTIONS = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum"}
 
 _LOCK = threading.Lock()
 _TRANSPOSES = ("aten.t.default", "aten.transpose.int", "aten.permute.default")
@@ -558,11 +569,18 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     if halves and (n // 2) % 8:
         raise FusionUnsupported(f"{where}: column halves of N = {n} need N/2 a multiple of 8")
     prologues, b_layout = _prologues(spec, r, b_layout, where)
+    if _reduces_rows(prologues, 1):
+        raise FusionUnsupported(f"{where}: a row reduction fuses only into the A operand's prologue")
+    norm = _reduces_rows(prologues, 0)
+    if norm and (k > NORM_MAX_K or batch is not None):
+        raise FusionUnsupported(f"{where}: norm: the A prologue reduces rows of K = {k} (a GEMM's A prologue "
+                                f"holds whole rows up to {NORM_MAX_K}, not batched: two kernels)")
     specs, frames = _input_frames(spec, ep_nodes, r, (m, n, k), b_layout, batch, where)
     metas, out_dtypes = _out_metas(spec, anchor_args, extra_inputs, where)
     plan = TilePlan(output_param="c", operands=((0, "a"), (1, "b")), prologues=tuple(prologues),
                     epilogue=tuple(ep_nodes), outputs=tuple(bases), out_dtypes=tuple(out_dtypes),
-                    inputs=tuple(specs), halves=halves, heads=tuple(heads) if any(heads) else ())
+                    inputs=tuple(specs), halves=halves, heads=tuple(heads) if any(heads) else (),
+                    row_reductions=tuple(sorted(NORM_REDUCTIONS.items())) if norm else ())
     arch = arch_of(first.device, first.is_cuda)
     staged = bool(prologues) or halves or any(heads)
     for k_, (hd_, t) in enumerate(zip(heads, metas)):
@@ -575,6 +593,38 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     call = GemmCall(arch, a.dtype, b_layout, staged, None, None, m, n, k, batch, lead, plan, [],
                     chains, [tuple(t.shape) for t in metas])
     return call, recipe
+
+
+def _reduces_rows(prologues: Any, operand: int) -> bool:
+    """Whether the prologue of ``operand`` (0: A, 1: B) among ``(operand, nodes, out)``
+    reduces rows (``NORM_REDUCTIONS``)."""
+    return any(op == operand and any(nd.op in NORM_REDUCTIONS for nd in nodes) for op, nodes, _ in prologues)
+
+
+def norm_prologue(plan: TilePlan) -> bool:
+    """Whether ``plan``'s A prologue reduces A's rows (an RMSNorm of the activation)."""
+    return _reduces_rows(plan.prologues, 0)
+
+
+def norm_consts(consts: dict[str, Any], k: int) -> dict[str, Any]:
+    """Tile constants whose A tile holds whole rows of ``k <= NORM_MAX_K`` elements: ``BK``
+    the power of two ``>= max(k, 16)``, two pipeline stages when ``BK > 64``, the epilogue
+    not staged in windows of ``BK`` columns when those do not divide ``BN``.
+
+    Example::
+
+        >>> norm_consts({"BM": 16, "BN": 64, "BK": 64, "STAGES": 4, "STAGE_EPILOGUE": True}, 96)
+        {'BM': 16, 'BN': 64, 'BK': 128, 'STAGES': 2}
+    """
+    bk = 16
+    while bk < k:
+        bk *= 2
+    out = dict(consts, BK=max(bk, consts["BK"]) if consts["BK"] >= k else bk)
+    if out["BK"] > 64:
+        out["STAGES"] = min(out.get("STAGES", 2), 2)
+    if out["BN"] % out["BK"]:             # the staged epilogue's column windows are BK wide
+        out.pop("STAGE_EPILOGUE", None)
+    return out
 
 
 def output_frames(call: GemmCall) -> list[tuple[int, int]]:

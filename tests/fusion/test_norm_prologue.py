@@ -1,0 +1,80 @@
+"""RMSNorm of the activation as the GEMM's A prologue: ``linear(rmsnorm(x), W)`` written as HF
+writes it compiles to one GEMM launch whose A tile holds whole rows (``K <= NORM_MAX_K``):
+the row's ``mean(x * x)`` is computed once per row in the load; a longer row keeps the norm
+as a row-reduction kernel and the plan notes ``norm: two kernels (K=... > 128)``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from hexlayout.fusion.plan import GraphPlan  # noqa: E402
+from hexlayout.runtime.launch_log import launch_log  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    torch._dynamo.reset()
+
+
+class NormLinear(nn.Module):
+    """``Linear(RMSNorm(x))``: HF's Llama norm (``w * (x * rsqrt(mean(x^2) + eps)).to(dtype)``,
+    f32 inside) or Gemma's (``((x * rsqrt(...)) * (1 + w)).to(dtype)``); with ``x +`` when
+    ``k == n`` (``x`` read in the A prologue's frame and the epilogue's: two inputs)."""
+
+    def __init__(self, k: int, n: int, gemma: bool) -> None:
+        super().__init__()
+        self.w = nn.Parameter((0.0 if gemma else 1.0) + 0.1 * torch.randn(k))
+        self.lin = nn.Linear(k, n, bias=False)
+        self.gemma = gemma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        h = (normed * (1.0 + self.w.float())).to(x.dtype) if self.gemma else self.w * normed.to(x.dtype)
+        y = self.lin(h)
+        return x + y if y.shape == x.shape else y
+
+
+def _run(m: nn.Module, x: torch.Tensor) -> tuple:
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad():
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    return out, ref, want, list(log), GraphPlan.merge(plans)
+
+
+@pytest.mark.parametrize("dtype,gemma,k", [(torch.float16, False, 64), (torch.bfloat16, True, 96)],
+                         ids=["llama-f16-k64", "gemma-bf16-k96"])
+def test_rmsnorm_is_the_gemm_a_prologue(dtype: torch.dtype, gemma: bool, k: int) -> None:
+    torch.manual_seed(0)
+    m = NormLinear(k, 64, gemma).to(dtype).eval()
+    x = torch.randn(2, 5, k, dtype=dtype) * 3
+    out, ref, want, log, plan = _run(m, x)
+    assert len(log) == len(plan.kernels) == 1, plan        # no row-reduction kernel
+    (rec,) = log
+    assert "aten.mean.dim" in rec.prologue and "aten.rsqrt.default" in rec.prologue, rec
+    assert ("aten.add.Tensor" in rec.epilogue) == (k == 64), rec           # the residual
+    assert not plan.notes and not plan.fallbacks, plan
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
+
+
+def test_long_rows_keep_two_kernels_and_say_so() -> None:
+    torch.manual_seed(0)
+    m = NormLinear(256, 16, False).half().eval()
+    x = torch.randn(4, 256, dtype=torch.float16)
+    out, ref, _, log, plan = _run(m, x)
+    assert [r.anchor for r in log] == ["aten.mean.dim", "aten.linear.default"], log
+    assert any("norm: two kernels (K=256 > 128)" in n for n in plan.notes), plan
+    assert "note: norm: two kernels (K=256 > 128)" in plan.report()
+    assert (out.float() - ref.float()).abs().max().item() <= 1e-2 * ref.float().abs().max().item()
