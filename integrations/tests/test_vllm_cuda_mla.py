@@ -170,10 +170,34 @@ def test_decode_graph_capture_builds_nothing_and_replays() -> None:
         assert (out.double() - reference(q, cache, md.decode.block_table, klens)).abs().max().item() < 2e-2
 
 
+def test_fp8_cache_decode_matches_float64() -> None:
+    """``kv_cache_dtype="fp8"``: the cache write stores ``fp8(x / k_scale)`` into vLLM's uint8
+    cache, ``forward_mqa`` reads it as vLLM hands it (viewed as float8_e4m3fn) with the layer's
+    ``_k_scale``: float64 attention over the dequantized rows."""
+    gen = torch.Generator().manual_seed(8)
+    klens = [21, 6]
+    cm, slots = batch([1, 1], klens, gen)
+    md = builder().build(0, cm)
+    attn = impl("fp8")
+    cache = torch.zeros(NB, BS, D, dtype=torch.uint8)
+    tables = md.decode.block_table.tolist()
+    ctx = torch.tensor([tables[b][p // BS] * BS + p % BS for b, k in enumerate(klens) for p in range(k)])
+    rows = torch.randn(ctx.shape[0], D, generator=gen).to(torch.bfloat16)
+    scale = torch.tensor([0.25])
+    attn.do_kv_cache_update(rows[:, :RANK], rows[:, None, RANK:], cache, ctx, "fp8", scale)  # the contexts
+    f8 = cache.view(torch.float8_e4m3fn)
+    assert torch.equal(f8.view(-1, D)[ctx].float(), (rows.float() / 0.25).to(torch.float8_e4m3fn).float())
+    q = torch.randn(2, H, D, generator=gen).to(torch.bfloat16)
+    out, _ = attn.forward_mqa(q, f8, md, SimpleNamespace(_k_scale=scale))
+    ref = reference(q, f8.double() * 0.25, md.decode.block_table, klens)
+    assert len(slots) == 2 and (out.double() - ref).abs().max().item() < 2e-2
+
+
 def test_fallbacks_name_their_reason() -> None:
     """What runs vLLM's Triton MLA instead, and why (per layer at construction, per batch from
     shapes and flags)."""
-    assert "KV cache dtype fp8" in impl("fp8").hexlayout_reason
+    assert impl("fp8").hexlayout_reason is None
+    assert "KV cache dtype fp8_ds_mla" in impl("fp8_ds_mla").hexlayout_reason
     assert "rope 48" in impl(rope=48).hexlayout_reason
     attn = impl()
     dec = HexlayoutMLADecodeMetadata(block_table=torch.zeros(2, 1, dtype=torch.int32),

@@ -21,11 +21,15 @@ metadata and fallback) with:
   (``AttentionCGSupport.UNIFORM_BATCH``; vLLM's eager warm-up of each capture size builds the
   kernels before capture).
 
-What hexlayout does not serve runs Triton MLA and is logged once per reason: an FP8 cache,
-latent / rope widths other than ``LATENTS`` / ``ROPES`` of ``hexlayout.ops.attention.mla`` (at
-construction, :func:`.mla.mla_unsupported_reason`), and per batch several queries per decode
-request (speculative decoding), non-causal decode blocks, decode context parallelism and
-float32 queries.
+FP8 latent caches (``kv_cache_dtype`` "fp8" / "fp8_e4m3", as Triton MLA declares them) are
+written as ``fp8(x / k_scale)`` and read as ``k_scale * fp8`` with the layer's ``_k_scale`` (a
+device tensor: no host synchronization); Triton MLA's constructor, which the impl inherits,
+refuses an FP8 MLA cache below compute capability 8.9. What hexlayout does not serve runs
+Triton MLA and is logged once per reason: other cache formats (``fp8_ds_mla``), latent / rope
+widths other than ``LATENTS`` / ``ROPES`` of ``hexlayout.ops.attention.mla`` (at construction,
+:func:`.mla.mla_unsupported_reason`), and per batch several queries per decode request
+(speculative decoding), non-causal decode blocks, decode context parallelism and float32
+queries.
 
 The plugin registers the backend as a new member of vLLM's ``AttentionBackendEnum``
 (``AttentionBackendEnum.register("HEXLAYOUT_MLA", ...)``, :func:`register_cuda_mla`); the user
@@ -139,13 +143,13 @@ class HexlayoutCUDAMLAImpl(TritonMLAImpl):
             return super().forward_mqa(q, kv_c_and_k_pe_cache, attn_metadata, layer)
         dec = attn_metadata.decode
         return hexlayout_decode(self, q, kv_c_and_k_pe_cache, dec.query_start_loc, dec.seq_lens,
-                                dec.block_table)
+                                dec.block_table, layer)
 
     def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                            slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor) -> None:
         """The step's latents and rope keys into the cache (:func:`.mla.write_latent_cache`),
         else vLLM's ``concat_and_cache_mla``."""
-        if not write_latent_cache(self, kv_c_normed, k_pe, kv_cache, slot_mapping):
+        if not write_latent_cache(self, kv_c_normed, k_pe, kv_cache, slot_mapping, k_scale):
             super().do_kv_cache_update(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale)
 
 
