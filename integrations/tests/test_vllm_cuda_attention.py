@@ -258,8 +258,8 @@ def test_register_on_cuda_selects_custom(monkeypatch: pytest.MonkeyPatch) -> Non
         assert AttentionBackendEnum.CPU_ATTN.get_path() == cpu_before
         mla = ("MultiHeadLatentAttentionWrapper -> hexlayout.integrations.vllm.mla.HexlayoutMLAWrapper "
                "(logs only)")
-        assert plugin.registered() == (mla, f"attention backend CUSTOM -> {BACKEND_PATH} (select it with "
-                                       "attention_backend=CUSTOM)")
+        assert plugin.registered()[:2] == (mla, f"attention backend CUSTOM -> {BACKEND_PATH} (select it with "
+                                           "attention_backend=CUSTOM)")
     finally:
         AttentionBackendEnum.CUSTOM.clear_override()
 

@@ -8,8 +8,9 @@ capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
 - ``attention``: ``register_backend(AttentionBackendEnum.CPU_ATTN, ...)`` on vLLM's CPU build
   (:mod:`.attention`); on CUDA ``register_backend(AttentionBackendEnum.CUSTOM, ...)``
   (:mod:`.cuda_attention`), which the user selects with ``attention_backend="CUSTOM"``; MLA
-  layers: ``register_backend(AttentionBackendEnum.CPU_MLA, ...)`` on the CPU build, vLLM's MLA
-  backends on CUDA, and one log line saying which runs (:mod:`.mla`);
+  layers: ``register_backend(AttentionBackendEnum.CPU_MLA, ...)`` on the CPU build (:mod:`.mla`),
+  on CUDA a new ``AttentionBackendEnum.HEXLAYOUT_MLA`` (:mod:`.cuda_mla`), which the user selects
+  with ``attention_backend="HEXLAYOUT_MLA"``, and one log line saying which runs;
 - ``moe``: ``CustomOp.register_oot(..., name="UnquantizedFusedMoEMethod")`` (:mod:`.moe`) and
   ``register_quantization_config`` for ``awq`` (:mod:`.awq`), ``auto_gptq`` (GPTQ, act-order
   included: :mod:`.gptq`) and ``mxfp4`` (:mod:`.mxfp4`), each when hexlayout has the op that
@@ -72,8 +73,10 @@ def register() -> None:
             swapped.append(register_cpu_mla())
         else:
             from .cuda_attention import register_cuda_attention
+            from .cuda_mla import register_cuda_mla
 
             swapped.append(register_cuda_attention())
+            swapped.append(register_cuda_mla())
     if "moe" in kernels:
         from .awq import register_awq
         from .gptq import register_gptq

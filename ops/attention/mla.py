@@ -2,13 +2,19 @@
 latent cache, with the absorbed query.
 
 ``mla_decode(q, kv_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k, *,
-softmax_scale=None, kv_lora_rank=512, return_lse=False)``:
+softmax_scale=None, kv_lora_rank=512, return_lse=False, kv_cache_dtype="auto", k_scale=None)``:
 
 - ``q`` ``[total_q, H, kv_lora_rank + rope]`` f16 / bf16: per head the absorbed query
   (``W_UK^T q_nope``, ``kv_lora_rank`` wide) followed by the rope part ``q_pe``;
 - ``kv_cache`` ``[num_blocks, block_size, kv_lora_rank + rope]`` (or vLLM's ``[num_blocks,
   block_size, 1, kv_lora_rank + rope]``), q's dtype: row ``j`` of a sequence is ``[c_j, k_pe_j]``
   (the compressed latent and the rope key), at block ``block_table[s, j // block_size]``;
+- ``kv_cache_dtype`` "auto" (the cache in q's dtype) or vLLM's FP8 strings ("fp8" / "fp8_e4m3":
+  E4M3, "fp8_e5m2"): the cache (uint8 as vLLM allocates it, or the ``torch.float8_*`` dtype, rows
+  16-byte aligned) holds ``fp8(row / k_scale)`` (``mla_reshape_and_cache`` with the same
+  arguments writes it) and row ``j`` reads as ``k_scale * kv_cache[...]``; ``k_scale`` a
+  one-element float32 tensor on the device (vLLM's per-layer ``_k_scale``: no host
+  synchronization), a number, or None (1.0);
 - ``cu_seqlens_q`` ``[B+1]``, ``seqused_k`` ``[B]``, ``block_table`` ``[B, max_blocks]`` int32 as
   for ``paged_attention`` (decode: one query per sequence; several, e.g. speculative tokens,
   are causal bottom-right aligned);
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import hexlayout.lang as hl
 from hexlayout.runtime.args import INT32_MAX, ArgumentError
 
 from ..host.checks import (
@@ -37,8 +44,15 @@ from ..host.checks import (
 )
 from ..host.launch import build_for, content_checks, lang_dtype, rows_input, run_kernel
 from ..host.torch import require_torch
-from .args import _check_paged_contents, check_attention_options, check_cu_seqlens
-from .launch_args import attention_outputs, score_scales
+from .args import (
+    _check_paged_contents,
+    check_attention_options,
+    check_cu_seqlens,
+    check_kv_cache_dtype,
+    check_kv_scale,
+    fp8_format,
+)
+from .launch_args import attention_outputs, fp8_cache_view, scale_arg, score_scales
 from .mla_kernels import mla_decode_kernel
 
 __all__ = ["mla_decode", "run_mla_decode", "check_mla_decode", "mla_decode_consts"]
@@ -54,9 +68,25 @@ def latent_cache(kv_cache: Any) -> Any:
     return kv_cache[:, :, 0, :] if kv_cache.dim() == 4 else kv_cache
 
 
+def check_latent_cache_dtype(op: str, kv_cache: Any, dtype: Any, kv_cache_dtype: Any, k_scale: Any) -> None:
+    """The latent cache's dtype one ``kv_cache_dtype`` allows for inputs of ``dtype`` (FP8:
+    uint8 / float8 with 16-byte rows), ``k_scale`` one f32 element on its device or a number."""
+    allowed = check_kv_cache_dtype(op, kv_cache_dtype, dtype)
+    if kv_cache.dtype not in allowed:
+        raise ArgumentError(op, "kv_cache", f"is {kv_cache.dtype}, expected {' or '.join(map(str, allowed))} "
+                                            f"(kv_cache_dtype {kv_cache_dtype!r}, inputs {dtype})")
+    check_kv_scale(op, "k_scale", k_scale, kv_cache.device)
+    cache = latent_cache(kv_cache)
+    if cache.element_size() == 1 and any(st % 16 for st in (*cache.stride()[:-1], cache.shape[-1])):
+        raise ArgumentError(op, "kv_cache", f"is an FP8 cache of shape {tuple(kv_cache.shape)} and strides "
+                                            f"{tuple(kv_cache.stride())}: 16-byte rows need rows and strides "
+                                            "multiples of 16")
+
+
 def check_mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, block_table: Any,
                      max_seqlen_q: Any, max_seqlen_k: Any, softmax_scale: Any = None,
-                     kv_lora_rank: Any = 512) -> tuple[int, int, int, int]:
+                     kv_lora_rank: Any = 512, kv_cache_dtype: Any = "auto",
+                     k_scale: Any = None) -> tuple[int, int, int, int]:
     """The arguments of ``mla_decode``; raises naming the argument. Returns ``(B, H, rank,
     rope)``."""
     import torch
@@ -74,8 +104,7 @@ def check_mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, b
     check_dtype(OP, "q", q)
     check_one_device(OP, [*tensors, ("kv_cache", kv_cache, kv_cache.dim())])
     check_index_tensors(OP, [(name, t) for name, t, _ in tensors[1:]], torch.int32)
-    if kv_cache.dtype != q.dtype:
-        raise ArgumentError(OP, "kv_cache", f"is {kv_cache.dtype}, q {q.dtype}: both must share one dtype")
+    check_latent_cache_dtype(OP, kv_cache, q.dtype, kv_cache_dtype, k_scale)
     tq, h, d = q.shape
     cache = latent_cache(kv_cache)
     nb, bs, dc = cache.shape
@@ -114,14 +143,20 @@ def mla_decode_consts(heads: int, rank: int, rope: int, block_size: int, max_seq
 
 def mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, block_table: Any, max_seqlen_q: int,
                max_seqlen_k: int, *, softmax_scale: float | None = None, kv_lora_rank: int = 512,
-               return_lse: bool = False) -> Any:
+               return_lse: bool = False, kv_cache_dtype: str = "auto", k_scale: Any = None) -> Any:
     """MLA decode over the paged latent cache (see the module docstring): ``out`` or
-    ``(out, lse)``."""
+    ``(out, lse)``, ``out[i, h] = sum_j softmax_j(scale * q[i, h] . kv_j) kv_j[:kv_lora_rank]``.
+
+    Example (an FP8 E4M3 cache written and read with one scale)::
+
+        mla_reshape_and_cache(kv_c, k_pe, cache_u8, slots, kv_cache_dtype="fp8", k_scale=s)
+        out = mla_decode(q, cache_u8, cu, seq_lens, block_table, 1, max_k, kv_cache_dtype="fp8", k_scale=s)
+    """
     require_torch("hexlayout.ops.mla_decode")
     import torch
 
     args = (q, kv_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k, softmax_scale,
-            kv_lora_rank)
+            kv_lora_rank, kv_cache_dtype, k_scale)
     check_mla_decode(*args)
     out, lse = torch.ops.hexlayout.mla_decode(*args)
     return (out, lse) if return_lse else out
@@ -129,7 +164,8 @@ def mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, block_t
 
 def run_mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, block_table: Any,
                    max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float | None = None,
-                   kv_lora_rank: int = 512) -> tuple[Any, Any]:
+                   kv_lora_rank: int = 512, kv_cache_dtype: str = "auto",
+                   k_scale: Any = None) -> tuple[Any, Any]:
     """``mla_decode`` on checked arguments, in the op schema's order: ``(out, lse)``."""
     q = rows_input(q)
     tq, h, d = q.shape
@@ -141,7 +177,10 @@ def run_mla_decode(q: Any, kv_cache: Any, cu_seqlens_q: Any, seqused_k: Any, blo
         return out, lse
     qk_scale, _ = score_scales(softmax_scale, 0.0, d)
     consts = mla_decode_consts(h, rank, d - rank, cache.shape[1], int(max_seqlen_q))
-    bld = build_for(mla_decode_kernel(lang_dtype(q.dtype)), q.device, consts)
-    args = (q, cache, cu_seqlens_q, seqused_k, block_table, out, lse, qk_scale)
+    fmt = fp8_format(kv_cache_dtype)
+    kernel = mla_decode_kernel(lang_dtype(q.dtype), getattr(hl, fmt) if fmt else None)
+    bld = build_for(kernel, q.device, consts)
+    args = (q, fp8_cache_view(cache, fmt), cu_seqlens_q, seqused_k, block_table, out, lse,
+            scale_arg(k_scale, q.device), qk_scale)
     run_kernel(bld, args, outputs=(5, 6), strides=(0, 1, 4))
     return out, lse

@@ -18,6 +18,11 @@ every latent row the block reads). Per step of ``BN`` keys the latents and rope 
 gathered through the block table into shared memory once and serve both products: S = Q_c
 C^T + Q_pe K_pe^T (the LATENT part in chunks of ``DCH`` columns) and O += P C. The online
 softmax, the row tile and the masks are paged attention's (``tiles``); no layout is written.
+
+An FP8 cache (E4M3 / E5M2, holding ``[c_j, k_pe_j] / k_scale[0]``, vLLM's ``kv_cache_dtype``
+"fp8") is converted to ``dtype`` on its way to shared memory (exact), ``k_scale`` folded into
+the scores' scale and into the output (the latents are the values: ``o_i = k_scale * sum_j p_ij
+c8_j``).
 """
 
 from functools import cache
@@ -27,27 +32,42 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import mask_paged, paged_tile, store_paged
+from .tiles import mask_paged, paged_tile, scalar_rows, store_paged
 
 __all__ = ["mla_decode_kernel"]
 
-TQ, H, DQ, DV, NB, BS, B1, B, MAXB = hl.dims("TQ H DQ DV NB BS B1 B MAXB")
+TQ, H, DQ, DV, NB, BS, B1, B, MAXB, NSC = hl.dims("TQ H DQ DV NB BS B1 B MAXB NSC")
 SQT, SQH, SKB, SKS, SBT = hl.dims("SQT SQH SKB SKS SBT")
 
 
+def gather_rows(cache: Any, page: Any, row: Any, c0: int, c1: int, dst: Any, *, rows: int, dt: Any,
+                fp8: Any) -> None:
+    """``dst`` (shared, ``rows`` x ``c1 - c0`` of ``dt``) = columns ``c0:c1`` of the cache rows
+    ``cache[page, row]`` (page -1: no row): a cp.async gather, or for an FP8 cache (``fp8`` its
+    element type) a load into registers (0 for no row) converted to ``dt`` and stored."""
+    if fp8 is None:
+        hl.copy(cache[page, row, c0:c1], dst)
+        return
+    x = hl.register(fp8, (rows, c1 - c0))
+    hl.copy(cache[page, row, c0:c1], x, other=0.0)
+    hl.copy(hl.cast(x, dt), dst)
+
+
 @cache
-def mla_decode_kernel(dtype: DType) -> Any:
-    """The MLA decode kernel for ``dtype`` (f16 / bf16). Constants: ``BM`` rows and ``BN`` keys
+def mla_decode_kernel(dtype: DType, cache_dtype: DType | None = None) -> Any:
+    """The MLA decode kernel for ``dtype`` (f16 / bf16) over a cache of ``cache_dtype`` (None:
+    ``dtype``; e4m3 / e5m2: FP8 rows times ``k_scale[0]``). Constants: ``BM`` rows and ``BN`` keys
     per step, ``LATENT`` / ``ROPE`` (the latent and rope widths, 512 and 64 for DeepSeek),
     ``DCH`` (columns of the latent product per MMA chunk), ``BLOCK`` (the cache's block size),
     ``WARPS``, ``TILES`` (row tiles per sequence)."""
     dt = dtype
+    cdt = cache_dtype or dtype
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"mla_decode_{dt}")
     def mla_decode(q: dt[TQ, H, DQ].strides(SQT, SQH, 1),  # type: ignore
-                   kv_cache: dt[NB, BS, DQ].strides(SKB, SKS, 1),  # type: ignore
+                   kv_cache: cdt[NB, BS, DQ].strides(SKB, SKS, 1),  # type: ignore
                    cu_seqlens_q: i32[B1], seqused_k: i32[B], block_table: i32[B, MAXB].strides(SBT, 1),
-                   o: dt[TQ, H, DV], lse: f32[H, TQ],  # type: ignore
+                   o: dt[TQ, H, DV], lse: f32[H, TQ], k_scale: f32[NSC],  # type: ignore
                    qk_scale: f32, SQT: i32, SQH: i32, SKB: i32, SKS: i32, SBT: i32,
                    *, BM: int = 16, BN: int = 32, LATENT: int = 512, ROPE: int = 64, DCH: int = 128,
                    BLOCK: int = 64, WARPS: int = 4, TILES: int = 1):
@@ -67,6 +87,7 @@ def mla_decode_kernel(dtype: DType) -> Any:
         hl.wait_group(0)                                       # (the first step syncs the block)
         sm = hl.OnlineSoftmax(BM)
         acc = hl.zeros((BM, LATENT), f32)
+        qks = qk_scale if cache_dtype is None else scalar_rows(k_scale, BM=BM) * qk_scale
         qi = hl.iota((BM, BN), 0) + m0
         qpos = qi // heads + shift                             # the key aligned with each row
         nblk = hl.cdiv(n_end, BN)
@@ -81,8 +102,13 @@ def mla_decode_kernel(dtype: DType) -> Any:
             if masked:
                 page = hl.where(pos < n, page, -1)             # past the end: no row, no read
             row = pos % BLOCK
-            hl.copy(kv_cache[page, row, 0:LATENT], sc_lat)
-            hl.copy(kv_cache[page, row, LATENT:LATENT + ROPE], sc_rope)
+            if cache_dtype is None:
+                gather_rows(kv_cache, page, row, 0, LATENT, sc_lat, rows=BN, dt=dt, fp8=None)
+            else:                                              # FP8: a chunk of columns at a time
+                for c in range(LATENT // DCH):
+                    gather_rows(kv_cache, page, row, c * DCH, (c + 1) * DCH, sc_lat[:, c * DCH:(c + 1) * DCH],
+                                rows=BN, dt=dt, fp8=cache_dtype)
+            gather_rows(kv_cache, page, row, LATENT, LATENT + ROPE, sc_rope, rows=BN, dt=dt, fp8=cache_dtype)
             hl.commit_group()
             hl.wait_group(0)
             hl.syncthreads()
@@ -100,7 +126,7 @@ def mla_decode_kernel(dtype: DType) -> Any:
             hl.mma(rqr, rkr, sc)
             if masked:
                 sc = mask_paged(sc, j, t, qpos, 0, 0, BM=BM, BN=BN, CAUSAL=True, WINDOW=False)
-            p = sm.step(sc, acc, qk_scale, masked=masked)
+            p = sm.step(sc, acc, qks, masked=masked)
             hl.copy(hl.cast(p, dt), sp)                        # S's columns are split over the
             hl.syncthreads()                                   # warps, P V's rows are not
             rp = hl.register(dt, (BM, BN))
@@ -116,6 +142,7 @@ def mla_decode_kernel(dtype: DType) -> Any:
         for j in hl.range(mid, nblk):
             step(j, True)
 
-        store_paged(sm, acc, o, lse, t, 0, heads, 0, split=False, dt=dt, BM=BM, HEAD_DIM=LATENT)
+        vs = None if cache_dtype is None else scalar_rows(k_scale, BM=BM)
+        store_paged(sm, acc, o, lse, t, 0, heads, 0, split=False, dt=dt, BM=BM, HEAD_DIM=LATENT, v_scale=vs)
 
     return mla_decode

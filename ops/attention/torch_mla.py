@@ -2,12 +2,14 @@
 
 Schema: ``mla_decode(Tensor q, Tensor kv_cache, Tensor cu_seqlens_q, Tensor seqused_k, Tensor
 block_table, int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, int
-kv_lora_rank=512) -> (Tensor out, Tensor lse)`` (``out`` ``[total_q, H, kv_lora_rank]`` in q's
-dtype, ``lse`` ``[H, total_q]`` f32; semantics in ``hexlayout.ops.attention.mla``). Every path
+kv_lora_rank=512, str kv_cache_dtype="auto", Tensor? k_scale=None) -> (Tensor out, Tensor lse)``
+(``out`` ``[total_q, H, kv_lora_rank]`` in q's dtype, ``lse`` ``[H, total_q]`` f32; semantics in
+``hexlayout.ops.attention.mla``). Every path
 (CUDA, CPU under ``HEXLAYOUT_EMULATE=1``, fake) first runs ``check_mla_decode``.
 
-``mla_reshape_and_cache(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping) ->
-()``: the latent cache written in place (``hexlayout.ops.attention.mla_cache``).
+``mla_reshape_and_cache(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, str
+kv_cache_dtype="auto", Tensor? k_scale=None) -> ()``: the latent cache written in place
+(``hexlayout.ops.attention.mla_cache``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ __all__ = ["mla_decode_op", "mla_reshape_and_cache_op"]
 
 SCHEMA = (
     "(Tensor q, Tensor kv_cache, Tensor cu_seqlens_q, Tensor seqused_k, Tensor block_table, "
-    "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, int kv_lora_rank=512) -> (Tensor, Tensor)"
+    "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, int kv_lora_rank=512, "
+    'str kv_cache_dtype="auto", Tensor? k_scale=None) -> (Tensor, Tensor)'
 )
 
 
@@ -40,11 +43,14 @@ mla_decode_op = define_op("mla_decode", SCHEMA, fake=mla_outputs_fake, impl=run_
                           check=check_mla_decode)
 
 
-def _cache_fake(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any) -> None:
+def _cache_fake(kv_c: Any, k_pe: Any, kv_cache: Any, slot_mapping: Any, kv_cache_dtype: str = "auto",
+                k_scale: Any = None) -> None:
     return None
 
 
 mla_reshape_and_cache_op = define_op(
-    "mla_reshape_and_cache", "(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping) -> ()",
+    "mla_reshape_and_cache",
+    '(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, str kv_cache_dtype="auto", '
+    "Tensor? k_scale=None) -> ()",
     fake=_cache_fake, impl=run_mla_reshape_and_cache, check=check_mla_reshape_and_cache,
 )

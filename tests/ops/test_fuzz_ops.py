@@ -2221,6 +2221,34 @@ MC = Spec(
 TABLE["mla_reshape_and_cache"] = spec_table("mc", MC, mc_valid, ("kv_c", "k_pe", "kv_cache"))
 
 
+def m_mla_kv_cache_dtype(c: Case, draw: Any) -> bool:
+    """paged attention's ``kv_cache_dtype`` mutation for the one latent cache (in the inputs'
+    dtype: an FP8 string blames it)."""
+    m_kv_cache_dtype(c, draw)
+    if c.blame & {"key_cache", "value_cache"}:
+        c.blame = (c.blame - {"key_cache", "value_cache"}) | {"kv_cache"}
+    return True
+
+
+def m_mla_k_scale(c: Case, draw: Any) -> bool:
+    """A ``k_scale`` that is not one f32 element on the cache's device."""
+    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
+                              "a", [1.0]]))
+    c.args["k_scale"] = v
+    c.blame.add("k_scale")
+    if not isinstance(v, T):
+        c.kinds.add("k_scale")
+    return True
+
+
+for _name in ("mla_decode", "mla_reshape_and_cache"):
+    TABLE[_name].mutations += [m_mla_kv_cache_dtype, m_mla_k_scale]
+    for _m in (m_mla_kv_cache_dtype, m_mla_k_scale):          # (found by name: invalid_case)
+        setattr(TABLE[_name].module, _m.__name__, _m)
+    TABLE[_name].covers["kv_cache_dtype"] = [m_mla_kv_cache_dtype]
+    TABLE[_name].covers["k_scale"] = [m_mla_k_scale]
+
+
 def test_table_covers_every_registered_op_and_argument() -> None:
     ops = _ops()
     assert set(ops) == set(TABLE) and ops

@@ -3,6 +3,7 @@ emulator against a float64 reference written here: ragged contexts through shuff
 tables, a sequence with no keys, two causal queries per sequence (speculative tokens), NaN in
 the cache slots no sequence uses, f16 / bf16, sm_80 and sm_90a, DeepSeek's 512 + 64 latent; the
 latent cache written by ``mla_reshape_and_cache`` (negative slots skipped, vLLM's 4-D cache);
+an FP8 (E4M3) cache with a scale written by ``mla_reshape_and_cache`` and read by ``mla_decode``;
 the fake path; bad arguments named; NVRTC builds without spills."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hexlayout.ops import mla_decode, mla_reshape_and_cache
 from hexlayout.ops.attention.mla import mla_decode_consts
 from hexlayout.ops.attention.mla_kernels import mla_decode_kernel
 
-from hexlayout.lang import bf16
+from hexlayout.lang import bf16, e4m3
 from hexlayout.runtime import build
 from hexlayout.runtime.args import ArgumentError
 
@@ -108,6 +109,30 @@ def test_the_latent_cache_writer_then_decode() -> None:
     assert (out.double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
 
 
+def test_fp8_cache_written_and_read_with_its_scale() -> None:
+    """``kv_cache_dtype="fp8"`` (E4M3 in a uint8 cache, as vLLM allocates it) with vLLM's
+    one-element scale: the writer stores ``fp8(x / k_scale)`` bit for bit, the decode matches
+    float64 attention over ``k_scale * fp8`` rows (two ragged sequences, a shuffled table)."""
+    g = torch.Generator().manual_seed(3)
+    rank, rope, bs, lens = 128, 32, 16, [19, 5]
+    bt = torch.tensor([[4, 1], [2, 0]], dtype=torch.int32)
+    slots = [int(bt[s, j // bs]) * bs + j % bs for s, n in enumerate(lens) for j in range(n)]
+    cache = torch.zeros(6, bs, rank + rope, dtype=torch.uint8)
+    kv_c = torch.randn(len(slots), rank, generator=g).to(torch.bfloat16)
+    k_pe = torch.randn(len(slots), rope, generator=g).to(torch.bfloat16)
+    scale = torch.tensor([0.5])
+    mla_reshape_and_cache(kv_c, k_pe, cache, torch.tensor(slots), kv_cache_dtype="fp8", k_scale=scale)
+    f8 = cache.view(torch.float8_e4m3fn)
+    for i, s in enumerate(slots):
+        want = (torch.cat([kv_c[i], k_pe[i]]).float() / 0.5).to(torch.float8_e4m3fn)
+        assert torch.equal(f8[s // bs, s % bs].float(), want.float())
+    q = torch.randn(2, 2, rank + rope, generator=g).to(torch.bfloat16)
+    cu, used = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor(lens, dtype=torch.int32)
+    out = mla_decode(q, cache, cu, used, bt, 1, 19, kv_lora_rank=rank, kv_cache_dtype="fp8", k_scale=scale)
+    ref = reference(q, f8.double() * 0.5, cu, used, bt, rank, 1 / math.sqrt(rank + rope))
+    assert (out.double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
+
+
 def test_fake_tensors_give_shapes_and_check() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -134,10 +159,19 @@ def test_bad_arguments_name_themselves() -> None:
         mla_decode(q, cache, cu, used, bt, 1, 4)             # rows of 160 are not 512 + rope
     with pytest.raises(ArgumentError, match="slot_mapping"):
         mla_reshape_and_cache(q[:, 0, :128], q[:, 0, 128:], cache, torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(ArgumentError, match="kv_cache.*fp8"):            # an FP8 string, a bf16 cache
+        mla_decode(q, cache, cu, used, bt, 1, 4, kv_lora_rank=128, kv_cache_dtype="fp8")
+    u8 = cache.view(torch.uint8)[..., :160]
+    with pytest.raises(ArgumentError, match="k_scale"):
+        mla_decode(q, u8, cu, used, bt, 1, 4, kv_lora_rank=128, kv_cache_dtype="fp8", k_scale=torch.ones(2))
+    with pytest.raises(ArgumentError, match="kv_cache_dtype"):
+        mla_reshape_and_cache(q[:, 0, :128], q[:, 0, 128:], u8, torch.zeros(1, dtype=torch.int64),
+                              kv_cache_dtype="fp8_e4m3fn")
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_compiles_without_spills(arch: str) -> None:
-    b = build(mla_decode_kernel(bf16), arch, **mla_decode_consts(16, 512, 64, 64, 1))
+@pytest.mark.parametrize("arch,fp8", [("sm_80", None), ("sm_90a", None), ("sm_80", e4m3)],
+                         ids=["sm_80", "sm_90a", "sm_80-e4m3"])
+def test_compiles_without_spills(arch: str, fp8: object) -> None:
+    b = build(mla_decode_kernel(bf16, fp8), arch, **mla_decode_consts(16, 512, 64, 64, 1))
     r = b.compiled.resources
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0, r
