@@ -30,10 +30,11 @@ sm_90a ``moe_wna16_kernels_sm90``, swap-AB wgmma with the dequantized weights as
 A operand) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
 expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
 two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
-``[E, K/G, N]`` uint8 (one byte per 4-bit zero point: the prepared layer holds at most
-``1 + 1 / (4 G)`` of the checkpoint's per-weight bytes; the kernels convert them once per group). The result is a ``WNA16Weights``, a plain container of
-those tensors, the format constants and the layout's key; the op refuses weights whose key is
-not the one of the kernel it runs.
+``[E, K/G, N]`` uint8 (one byte per 4-bit zero point: with f16 / bf16 scales the prepared
+tensors hold ``1 + 1 / (G + 5)`` of the checkpoint's bytes, 1.027 at ``G = 32``; the kernels
+convert them once per group). The result is a ``WNA16Weights``, a plain container of those
+tensors, the format constants and the layout's key; the op refuses weights whose key is not the
+one of the kernel it runs.
 
 Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
 the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over

@@ -29,8 +29,8 @@ def _prepared_bytes(p) -> int:
 def test_awq_g32_prepared_bytes_within_bound() -> None:
     gen = torch.Generator().manual_seed(0)
     e, k, n, g = 2, 128, 64, 32
-    qw = torch.randint(-2**31, 2**31 - 1, (e, k, n // 8), generator=gen, dtype=torch.int64).to(torch.int32)
-    qz = torch.randint(-2**31, 2**31 - 1, (e, k // g, n // 8), generator=gen, dtype=torch.int64).to(torch.int32)
+    qw, qz = (torch.randint(-2**31, 2**31 - 1, shape, generator=gen, dtype=torch.int64).to(torch.int32)
+              for shape in ((e, k, n // 8), (e, k // g, n // 8)))
     s = torch.rand(e, k // g, n, generator=gen).to(torch.float16)
     p = prepare_wna16(qw, s, qz, quant_format="awq", bits=4, group_size=g, arch="sm_80")
     assert p.zeros.dtype == torch.uint8 and tuple(p.zeros.shape) == (e, k // g, n)
