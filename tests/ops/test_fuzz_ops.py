@@ -1318,7 +1318,7 @@ def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: An
     w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
                       group_size=group, gate_up=gate_up)
     return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
-            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), dt)}
+            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), w.zeros.dtype)}
 
 
 @st.composite
