@@ -102,604 +102,6 @@ class OpTable:
 TABLE: dict[str, OpTable] = {}
 
 
-# --- reshape_and_cache ---------------------------------------------------------------------------------
-
-RC_TENSORS = ("key", "value", "key_cache", "value_cache", "slot_mapping")
-RC_RANK = {"key": 3, "value": 3, "key_cache": 4, "value_cache": 4, "slot_mapping": 1}
-
-
-def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[int, ...]:
-    return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
-
-
-def _kv_cache_kind(draw: Any, dt: Any) -> tuple[Any, dict[str, Any]]:
-    """The caches' dtype and the arguments that say it: the keys' dtype ("auto"), or an FP8 cache
-    (uint8) with scales (none, numbers for the Python API are not tensors: one f32 element)."""
-    if not draw(st.booleans()):
-        return dt, {"kv_cache_dtype": "auto"}
-    scale = st.sampled_from([None, T((1,), F32), T((), F32)])
-    return torch.uint8, {"kv_cache_dtype": draw(st.sampled_from(["fp8", "fp8_e4m3", "fp8_e5m2"])),
-                         "k_scale": draw(scale), "v_scale": draw(scale)}
-
-
-@st.composite
-def rc_valid(draw: Any) -> dict[str, Any]:
-    t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
-    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
-    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, cdt),
-            "value_cache": T(cache, cdt), "slot_mapping": T((t,), I64), "kv_layout": layout, **fp8}
-
-
-def _rc_present(c: Case) -> list[str]:
-    return [x for x in RC_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _rc_consistent(c: Case) -> bool:
-    """Every tensor present with its rank and a valid layout string: shapes can be rebuilt."""
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in RC_RANK.items()) and \
-        c.args["kv_layout"] in ("NHD", "HND")
-
-
-def _rc_set(c: Case, bs: int | None = None, d: int | None = None) -> None:
-    a = c.args
-    t, kvh, d0 = a["key"].shape
-    d = d0 if d is None else d
-    nb = a["key_cache"].shape[0]
-    if bs is None:
-        bs = a["key_cache"].shape[1] if a["kv_layout"] == "NHD" else a["key_cache"].shape[2]
-    for x in ("key", "value"):
-        a[x] = replace(a[x], shape=(t, kvh, d))
-    for x in ("key_cache", "value_cache"):
-        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
-
-
-def rc_key_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["key"], T):
-        return False
-    bad = [torch.float32, torch.int8, torch.int32]
-    c.args["key"] = replace(c.args["key"], dtype=draw(st.sampled_from(bad)))
-    c.blame.add("key")
-    return True
-
-
-def rc_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _rc_present(c) if x != "key"]
-    if not others or not isinstance(c.args["key"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x == "slot_mapping":
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int32, torch.float16, torch.int16])))
-    else:
-        other = BF16 if c.args["key"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def rc_rank(c: Case, draw: Any) -> bool:
-    if not _rc_present(c):
-        return False
-    x = draw(st.sampled_from(_rc_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != RC_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 16, 2, 64)[5 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def rc_shape_mismatch(c: Case, draw: Any) -> bool:
-    if not _rc_consistent(c):
-        return False
-    a = c.args
-    t, kvh, d = a["key"].shape
-    x = draw(st.sampled_from(["value", "slot_mapping", "value_cache", "key_kvh"]))
-    if x == "value":
-        a["value"] = replace(a["value"], shape=(t + 1, kvh, d))
-        c.blame.add("value")
-    elif x == "slot_mapping":
-        a["slot_mapping"] = replace(a["slot_mapping"], shape=(t + draw(st.sampled_from([-1, 1, 3])),))
-        c.blame.add("slot_mapping")
-    elif x == "value_cache":
-        s = list(a["value_cache"].shape)
-        s[draw(st.integers(0, 3))] += 8
-        a["value_cache"] = replace(a["value_cache"], shape=tuple(s))
-        c.blame |= {"value_cache", "key_cache"}
-    else:
-        for y in ("key", "value"):
-            a[y] = replace(a[y], shape=(t, kvh + 1, d))
-        c.blame |= {"key", "value"}
-    return True
-
-
-def rc_block_or_head_size(c: Case, draw: Any) -> bool:
-    if not _rc_consistent(c):
-        return False
-    if draw(st.booleans()):
-        _rc_set(c, bs=draw(st.sampled_from([8, 12, 24, 256])))
-    else:
-        _rc_set(c, d=draw(st.sampled_from([264, 320, 12, 4])))
-    c.blame |= {"key", "value", "key_cache", "value_cache"}
-    return True
-
-
-#: inputs the ops read from a contiguous copy when 16-byte row vectors cannot read them in place
-#: (``hexlayout.ops.host.launch.rows_input``): any layout is accepted, not mutated into an error
-COPIED_INPUTS = {"key", "value", "q", "k", "v"}
-
-
-def rc_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _rc_present(c) if x not in COPIED_INPUTS]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    lay = "strided" if x == "slot_mapping" else draw(st.sampled_from(["offset", "strided"]))
-    if x == "slot_mapping" and c.args[x].shape in ((), (0,), (1,)):
-        return False
-    c.args[x] = replace(c.args[x], layout=lay)
-    c.blame.add(x)
-    return True
-
-
-def rc_device(c: Case, draw: Any) -> bool:
-    if not _rc_present(c):
-        return False
-    x = draw(st.sampled_from(_rc_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_rc_present(c)) if x == "key" else {x}
-    return True
-
-
-def rc_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(RC_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def rc_bad_layout_string(c: Case, draw: Any) -> bool:
-    c.args["kv_layout"] = draw(st.sampled_from(["nhd", "", "HDN", "NDH", "NHD "]))
-    c.blame.add("kv_layout")
-    return True
-
-
-def rc_bad_layout_kind(c: Case, draw: Any) -> bool:
-    c.args["kv_layout"] = draw(st.sampled_from([None, 1, ("NHD",), 0.5]))
-    c.blame.add("kv_layout")
-    c.kinds.add("kv_layout")
-    return True
-
-
-def rc_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: float tensors that require grad."""
-    for x in _rc_present(c):
-        if x != "slot_mapping" and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-RC_MUTATIONS = [rc_key_dtype, rc_other_dtype, rc_rank, rc_shape_mismatch, rc_block_or_head_size, rc_layout,
-                rc_device, rc_not_a_tensor, rc_bad_layout_string, rc_bad_layout_kind]
-
-RC_COMMON = [rc_rank, rc_layout, rc_device, rc_not_a_tensor]
-TABLE["reshape_and_cache"] = OpTable(
-    valid=rc_valid, mutations=RC_MUTATIONS, exclusive=[{rc_device}], noise=rc_noise,
-    covers={"key": [rc_key_dtype, rc_shape_mismatch, *RC_COMMON],
-            "value": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
-            "key_cache": [rc_other_dtype, rc_block_or_head_size, *RC_COMMON],
-            "value_cache": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
-            "slot_mapping": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
-            "kv_layout": [rc_bad_layout_string, rc_bad_layout_kind]},
-    module=sys.modules[__name__], fallback=rc_bad_layout_string)
-
-
-# --- paged_attention -----------------------------------------------------------------------------------
-
-PA_TENSORS = ("q", "key_cache", "value_cache", "cu_seqlens_q", "seqused_k", "block_table")
-PA_RANK = {"q": 3, "key_cache": 4, "value_cache": 4, "cu_seqlens_q": 1, "seqused_k": 1, "block_table": 2}
-PA_INTS = ("cu_seqlens_q", "seqused_k", "block_table")
-
-
-@st.composite
-def pa_valid(draw: Any) -> dict[str, Any]:
-    """Valid arguments whose index tensors are zeros: every sequence empty (nothing to compute)."""
-    b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
-    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
-    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, cdt),
-            "value_cache": T(cache, cdt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
-            "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
-            "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
-            "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
-            "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
-            "num_splits": draw(st.sampled_from([0, 1])),
-            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)])), **fp8}
-
-
-def _pa_present(c: Case) -> list[str]:
-    return [x for x in PA_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _pa_consistent(c: Case) -> bool:
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in PA_RANK.items()) and \
-        c.args["kv_layout"] in ("NHD", "HND")
-
-
-def pa_q_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["q"], T):
-        return False
-    c.args["q"] = replace(c.args["q"], dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
-    c.blame.add("q")
-    return True
-
-
-def pa_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _pa_present(c) if x != "q"]
-    if not others or not isinstance(c.args["q"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x in PA_INTS:
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
-    else:
-        other = BF16 if c.args["q"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def pa_rank(c: Case, draw: Any) -> bool:
-    if not _pa_present(c):
-        return False
-    x = draw(st.sampled_from(_pa_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != PA_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 16, 2, 64)[5 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def pa_shape_mismatch(c: Case, draw: Any) -> bool:
-    if not _pa_consistent(c):
-        return False
-    a = c.args
-    tq, h, d = a["q"].shape
-    b = a["seqused_k"].shape[0]
-    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "table", "value_cache"]))
-    if x == "q_heads":                       # not a multiple of the caches' KVH (2 or more)
-        kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
-        if kvh < 2:
-            return False
-        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
-    elif x == "q_dim":
-        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
-        c.blame.add("q")
-    elif x == "cu":
-        a["cu_seqlens_q"] = replace(a["cu_seqlens_q"], shape=(b + draw(st.sampled_from([0, 2])),))
-        c.blame |= {"cu_seqlens_q", "seqused_k"}
-    elif x == "table":
-        a["block_table"] = replace(a["block_table"], shape=(b + 1, a["block_table"].shape[1]))
-        c.blame |= {"block_table", "seqused_k"}
-    else:
-        sh = list(a["value_cache"].shape)
-        sh[draw(st.integers(0, 3))] += 8
-        a["value_cache"] = replace(a["value_cache"], shape=tuple(sh))
-        c.blame |= {"value_cache", "key_cache"}
-    return True
-
-
-def pa_block_or_head_size(c: Case, draw: Any) -> bool:
-    if not _pa_consistent(c):
-        return False
-    a = c.args
-    nb = a["key_cache"].shape[0]
-    kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
-    bs, d = draw(st.sampled_from([(8, 64), (12, 64), (256, 64), (16, 320), (16, 12), (16, 264)]))
-    for x in ("key_cache", "value_cache"):
-        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
-    a["q"] = replace(a["q"], shape=(*a["q"].shape[:2], d))
-    c.blame |= {"key_cache", "value_cache", "q"}
-    return True
-
-
-def pa_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _pa_present(c) if x not in COPIED_INPUTS
-             and (x not in PA_INTS or len(c.args[x].shape) and c.args[x].shape[-1] > 1)]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    lay = "strided" if x in PA_INTS else draw(st.sampled_from(["offset", "strided"]))
-    c.args[x] = replace(c.args[x], layout=lay)
-    c.blame.add(x)
-    return True
-
-
-def pa_device(c: Case, draw: Any) -> bool:
-    if not _pa_present(c):
-        return False
-    x = draw(st.sampled_from(_pa_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_pa_present(c)) if x == "q" else {x}
-    return True
-
-
-def pa_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(PA_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-PA_BAD_VALUES = {"max_seqlen_q": [-1, -5], "max_seqlen_k": [-1],
-                 "softmax_scale": [-1.0, 0.0, float("nan"), float("inf")], "window_size": [(-2, 0), (0, -3)],
-                 "softcap": [-1.0, float("nan"), float("-inf")], "num_splits": [-1, 17, 100],
-                 "kv_layout": ["nhd", "", "HDN", "NHD "]}
-PA_BAD_KINDS = {"max_seqlen_q": ["3", 2.5, None], "max_seqlen_k": ["3", 2.5], "softmax_scale": ["0.5", [0.5]],
-                "causal": ["yes", "true"], "window_size": ["ab", (1, 2, 3), [1.5, 2.0]],
-                "softcap": ["x"], "kv_layout": [1, ("NHD",)], "num_splits": ["2", 1.5]}
-# (None for an argument with a default is torch.ops' way of asking for the default, and a float for
-# a bool is converted under torch.compile: neither is invalid there)
-
-
-def pa_bad_value(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(PA_BAD_VALUES)))
-    c.args[x] = draw(st.sampled_from(PA_BAD_VALUES[x]))
-    c.blame.add(x)
-    return True
-
-
-def pa_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(PA_BAD_KINDS)))
-    c.args[x] = draw(st.sampled_from(PA_BAD_KINDS[x]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def pa_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: float tensors that require grad."""
-    for x in ("q", "key_cache", "value_cache"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-PA_COMMON = [pa_rank, pa_layout, pa_device, pa_not_a_tensor]
-TABLE["paged_attention"] = OpTable(
-    valid=pa_valid, mutations=[pa_q_dtype, pa_other_dtype, pa_shape_mismatch, pa_block_or_head_size,
-                               *PA_COMMON, pa_bad_value, pa_bad_kind],
-    exclusive=[{pa_device}], noise=pa_noise,
-    covers={"q": [pa_q_dtype, pa_shape_mismatch, *PA_COMMON], "key_cache": [pa_other_dtype, *PA_COMMON],
-            "value_cache": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
-            "cu_seqlens_q": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
-            "seqused_k": [pa_other_dtype, *PA_COMMON],
-            "block_table": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
-            **{x: [pa_bad_value, pa_bad_kind] for x in ("max_seqlen_q", "max_seqlen_k", "softmax_scale",
-                                                       "window_size", "softcap", "kv_layout", "num_splits")},
-            "causal": [pa_bad_kind]},
-    module=sys.modules[__name__], fallback=pa_bad_value)
-
-
-# --- attention_varlen ----------------------------------------------------------------------------------
-
-AV_TENSORS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")
-AV_RANK = {"q": 3, "k": 3, "v": 3, "cu_seqlens_q": 1, "cu_seqlens_k": 1}
-AV_INTS = ("cu_seqlens_q", "cu_seqlens_k")
-
-
-@st.composite
-def av_valid(draw: Any) -> dict[str, Any]:
-    """Valid arguments whose cu_seqlens are zeros: every sequence empty (nothing to compute)."""
-    b, kvh, grp = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    d, dt = draw(st.sampled_from([64, 128])), draw(st.sampled_from([F16, BF16]))
-    tk = draw(st.integers(1, 4))
-    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "k": T((tk, kvh, d), dt),
-            "v": T((tk, kvh, d), dt), "cu_seqlens_q": T((b + 1,), I32), "cu_seqlens_k": T((b + 1,), I32),
-            "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
-            "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
-            "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
-            "softcap": draw(st.sampled_from([0.0, 30.0])),
-            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)]))}
-
-
-def _av_present(c: Case) -> list[str]:
-    return [x for x in AV_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _av_consistent(c: Case) -> bool:
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in AV_RANK.items())
-
-
-def av_q_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["q"], T):
-        return False
-    c.args["q"] = replace(c.args["q"], dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
-    c.blame.add("q")
-    return True
-
-
-def av_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _av_present(c) if x != "q"]
-    if not others or not isinstance(c.args["q"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x in AV_INTS:
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
-    else:
-        other = BF16 if c.args["q"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def av_rank(c: Case, draw: Any) -> bool:
-    if not _av_present(c):
-        return False
-    x = draw(st.sampled_from(_av_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != AV_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def av_shape_mismatch(c: Case, draw: Any) -> bool:
-    """Heads not a multiple of KVH, head sizes or K / V rows that disagree, cu_seqlens of
-    different lengths, a head size past 256 or not a multiple of 8."""
-    if not _av_consistent(c):
-        return False
-    a = c.args
-    tq, h, d = a["q"].shape
-    tk, kvh, _ = a["k"].shape
-    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "v", "head_size"]))
-    if x == "q_heads":
-        if kvh < 2:
-            return False
-        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
-    elif x == "q_dim":
-        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
-        c.blame |= {"q", "k"}
-    elif x == "cu":
-        y = draw(st.sampled_from(AV_INTS))
-        a[y] = replace(a[y], shape=(a[y].shape[0] + draw(st.sampled_from([1, 2])),))
-        c.blame |= set(AV_INTS)
-    elif x == "v":
-        sh = list(a["v"].shape)
-        sh[draw(st.integers(0, 2))] += 8
-        a["v"] = replace(a["v"], shape=tuple(sh))
-        c.blame |= {"v", "k"}
-    else:
-        d2 = draw(st.sampled_from([264, 320, 12]))
-        for y in ("q", "k", "v"):
-            a[y] = replace(a[y], shape=(*a[y].shape[:2], d2))
-        c.blame |= {"q", "k", "v"}
-    return True
-
-
-def av_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _av_present(c) if x not in COPIED_INPUTS
-             and (x not in AV_INTS or len(c.args[x].shape) and c.args[x].shape[-1] > 1)]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    lay = "strided" if x in AV_INTS else draw(st.sampled_from(["offset", "strided"]))
-    c.args[x] = replace(c.args[x], layout=lay)
-    c.blame.add(x)
-    return True
-
-
-def av_device(c: Case, draw: Any) -> bool:
-    if not _av_present(c):
-        return False
-    x = draw(st.sampled_from(_av_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_av_present(c)) if x == "q" else {x}
-    return True
-
-
-def av_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(AV_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-AV_BAD_VALUES = {x: v for x, v in PA_BAD_VALUES.items() if x not in ("kv_layout", "num_splits")}
-AV_BAD_KINDS = {x: v for x, v in PA_BAD_KINDS.items() if x not in ("kv_layout", "num_splits")}
-
-
-def av_bad_value(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(AV_BAD_VALUES)))
-    c.args[x] = draw(st.sampled_from(AV_BAD_VALUES[x]))
-    c.blame.add(x)
-    return True
-
-
-def av_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(AV_BAD_KINDS)))
-    c.args[x] = draw(st.sampled_from(AV_BAD_KINDS[x]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def av_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: float tensors that require grad."""
-    for x in ("q", "k", "v"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-AV_COMMON = [av_rank, av_layout, av_device, av_not_a_tensor]
-TABLE["attention_varlen"] = OpTable(
-    valid=av_valid, mutations=[av_q_dtype, av_other_dtype, av_shape_mismatch, *AV_COMMON, av_bad_value,
-                               av_bad_kind],
-    exclusive=[{av_device}], noise=av_noise,
-    covers={"q": [av_q_dtype, av_shape_mismatch, *AV_COMMON], "k": [av_other_dtype, *AV_COMMON],
-            "v": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
-            "cu_seqlens_q": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
-            "cu_seqlens_k": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
-            **{x: [av_bad_value, av_bad_kind] for x in ("max_seqlen_q", "max_seqlen_k", "softmax_scale",
-                                                       "window_size", "softcap")},
-            "causal": [av_bad_kind]},
-    module=sys.modules[__name__], fallback=av_bad_value)
-
-
-# --- attention sinks and FP8 KV caches (paged_attention, attention_varlen, reshape_and_cache) ----------
-
-
-def m_sinks(c: Case, draw: Any) -> bool:
-    """``sinks`` that cannot be one f32 logit per query head: another dtype, length or rank,
-    another device, or not a tensor."""
-    q = c.args.get("q")
-    h = q.shape[1] if isinstance(q, T) and len(q.shape) == 3 else 2
-    bad = draw(st.sampled_from(["dtype", "shape", "device", "kind"]))
-    if bad == "kind":
-        c.args["sinks"] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0]]))
-        c.kinds.add("sinks")
-    else:
-        c.args["sinks"] = {"dtype": T((h,), draw(st.sampled_from([F16, BF16, F64]))),
-                           "shape": T(draw(st.sampled_from([(h + 1,), (h, 1), ()])), F32),
-                           "device": T((h,), F32, device="meta")}[bad]
-    c.blame.add("sinks")
-    return True
-
-
-def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
-    """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
-    fp8 = c.args.get("kv_cache_dtype", "auto") != "auto"   # (then the caches are uint8)
-    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", 3, ["auto"]]
-                             + (["auto"] if fp8 else ["fp8", "fp8_e5m2"])))
-    c.args["kv_cache_dtype"] = v
-    c.blame.add("kv_cache_dtype")
-    if not isinstance(v, str):
-        c.kinds.add("kv_cache_dtype")
-    elif v in ("auto", "fp8", "fp8_e5m2"):
-        c.blame |= {"key_cache", "value_cache"}
-    return True
-
-
-def m_kv_scale(c: Case, draw: Any) -> bool:
-    """A ``k_scale`` / ``v_scale`` that is not one f32 element on the caches' device."""
-    x = draw(st.sampled_from(["k_scale", "v_scale"]))
-    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
-                              "a", [1.0]]))
-    c.args[x] = v
-    c.blame.add(x)
-    if not isinstance(v, T):
-        c.kinds.add(x)
-    return True
-
-
-for _name, _muts in (("paged_attention", [m_sinks, m_kv_cache_dtype, m_kv_scale]),
-                     ("attention_varlen", [m_sinks]), ("reshape_and_cache", [m_kv_cache_dtype, m_kv_scale])):
-    TABLE[_name].mutations += _muts
-    for _m in _muts:
-        args = {m_sinks: ["sinks"], m_kv_cache_dtype: ["kv_cache_dtype"], m_kv_scale: ["k_scale", "v_scale"]}
-        for _x in args[_m]:
-            TABLE[_name].covers[_x] = [_m]
-
 # --- the fused MoE (bf16 / f16 weights) -----------------------------------------------------------------
 
 MOE_TENSORS = ("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")
@@ -1734,6 +1136,309 @@ TABLE["gemm"] = spec_table(
     extra={m_k_mismatch: ("a", "b"), m_epilogue_shape: ("bias", "residual"), m_k_not_multiple_of_8: ("a",),
            m_n_odd: ("b",)},
     generic_shape=False, exclusive=({m_k_not_multiple_of_8, m_n_odd},), noise=gemm_noise)
+
+
+# --- the paged KV cache: reshape_and_cache, paged_attention, attention_varlen ---------------------------
+
+# key, value, q, k and v have no refused layout: the ops read them from a contiguous copy when
+# 16-byte row vectors cannot read them in place (``hexlayout.ops.host.launch.rows_input``).
+#: layouts a cache or an index tensor refuses (an index tensor: only "strided", an offset int32 /
+#: int64 view stays aligned)
+CACHE_LAYOUTS, INDEX_LAYOUTS = ("offset", "strided"), ("strided",)
+KV_LAYOUT_VALUES = ["nhd", "", "HDN", "NHD "]
+
+
+def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[int, ...]:
+    return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
+
+
+def _kv_cache_kind(draw: Any, dt: Any) -> tuple[Any, dict[str, Any]]:
+    """The caches' dtype and the arguments that say it: the keys' dtype ("auto"), or an FP8 cache
+    (uint8) with scales (none, numbers for the Python API are not tensors: one f32 element)."""
+    if not draw(st.booleans()):
+        return dt, {"kv_cache_dtype": "auto"}
+    scale = st.sampled_from([None, T((1,), F32), T((), F32)])
+    return torch.uint8, {"kv_cache_dtype": draw(st.sampled_from(["fp8", "fp8_e4m3", "fp8_e5m2"])),
+                         "k_scale": draw(scale), "v_scale": draw(scale)}
+
+
+def _consistent(spec: Spec, c: Case) -> bool:
+    """Every tensor of ``spec`` present with its rank and, where the case has one, a valid
+    ``kv_layout``: shapes can be rebuilt."""
+    ranks = all(isinstance(c.args.get(x), T) and len(c.args[x].shape) in r for x, r in spec.ranks.items())
+    return ranks and c.args.get("kv_layout", "NHD") in ("NHD", "HND")
+
+
+def m_sinks(c: Case, draw: Any) -> bool:
+    """``sinks`` that cannot be one f32 logit per query head: another dtype, length or rank,
+    another device, or not a tensor."""
+    q = c.args.get("q")
+    h = q.shape[1] if isinstance(q, T) and len(q.shape) == 3 else 2
+    bad = draw(st.sampled_from(["dtype", "shape", "device", "kind"]))
+    if bad == "kind":
+        c.args["sinks"] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0]]))
+        c.kinds.add("sinks")
+    else:
+        c.args["sinks"] = {"dtype": T((h,), draw(st.sampled_from([F16, BF16, F64]))),
+                           "shape": T(draw(st.sampled_from([(h + 1,), (h, 1), ()])), F32),
+                           "device": T((h,), F32, device="meta")}[bad]
+    c.blame.add("sinks")
+    return True
+
+
+def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
+    """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
+    fp8 = c.args.get("kv_cache_dtype", "auto") != "auto"   # (then the caches are uint8)
+    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", 3, ["auto"]]
+                             + (["auto"] if fp8 else ["fp8", "fp8_e5m2"])))
+    c.args["kv_cache_dtype"] = v
+    c.blame.add("kv_cache_dtype")
+    if not isinstance(v, str):
+        c.kinds.add("kv_cache_dtype")
+    elif v in ("auto", "fp8", "fp8_e5m2"):
+        c.blame |= {"key_cache", "value_cache"}
+    return True
+
+
+def m_kv_scale(c: Case, draw: Any) -> bool:
+    """A ``k_scale`` / ``v_scale`` that is not one f32 element on the caches' device."""
+    x = draw(st.sampled_from(["k_scale", "v_scale"]))
+    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
+                              "a", [1.0]]))
+    c.args[x] = v
+    c.blame.add(x)
+    if not isinstance(v, T):
+        c.kinds.add(x)
+    return True
+
+
+FP8_KV = {m_kv_cache_dtype: ("kv_cache_dtype",), m_kv_scale: ("k_scale", "v_scale")}
+
+
+RC = Spec(
+    ranks={"key": (3,), "value": (3,), "key_cache": (4,), "value_cache": (4,), "slot_mapping": (1,)},
+    dtypes={"key": "half_any", "value": "like:key", "key_cache": "like:key", "value_cache": "like:key",
+            "slot_mapping": "i64"},
+    refused={"key_cache": CACHE_LAYOUTS, "value_cache": CACHE_LAYOUTS, "slot_mapping": INDEX_LAYOUTS},
+)
+
+
+@st.composite
+def rc_valid(draw: Any) -> dict[str, Any]:
+    t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
+    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "slot_mapping": T((t,), I64), "kv_layout": layout, **fp8}
+
+
+def _rc_set(c: Case, bs: int | None = None, d: int | None = None) -> None:
+    a = c.args
+    t, kvh, d0 = a["key"].shape
+    d = d0 if d is None else d
+    nb = a["key_cache"].shape[0]
+    if bs is None:
+        bs = a["key_cache"].shape[1] if a["kv_layout"] == "NHD" else a["key_cache"].shape[2]
+    for x in ("key", "value"):
+        a[x] = replace(a[x], shape=(t, kvh, d))
+    for x in ("key_cache", "value_cache"):
+        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
+
+
+def rc_shape_mismatch(c: Case, draw: Any) -> bool:
+    if not _consistent(RC, c):
+        return False
+    a = c.args
+    t, kvh, d = a["key"].shape
+    x = draw(st.sampled_from(["value", "slot_mapping", "value_cache", "key_kvh"]))
+    if x == "value":
+        a["value"] = replace(a["value"], shape=(t + 1, kvh, d))
+        c.blame.add("value")
+    elif x == "slot_mapping":
+        a["slot_mapping"] = replace(a["slot_mapping"], shape=(t + draw(st.sampled_from([-1, 1, 3])),))
+        c.blame.add("slot_mapping")
+    elif x == "value_cache":
+        s = list(a["value_cache"].shape)
+        s[draw(st.integers(0, 3))] += 8
+        a["value_cache"] = replace(a["value_cache"], shape=tuple(s))
+        c.blame |= {"value_cache", "key_cache"}
+    else:
+        for y in ("key", "value"):
+            a[y] = replace(a[y], shape=(t, kvh + 1, d))
+        c.blame |= {"key", "value"}
+    return True
+
+
+def rc_block_or_head_size(c: Case, draw: Any) -> bool:
+    if not _consistent(RC, c):
+        return False
+    if draw(st.booleans()):
+        _rc_set(c, bs=draw(st.sampled_from([8, 12, 24, 256])))
+    else:
+        _rc_set(c, d=draw(st.sampled_from([264, 320, 12, 4])))
+    c.blame |= {"key", "value", "key_cache", "value_cache"}
+    return True
+
+
+TABLE["reshape_and_cache"] = spec_table(
+    "rc", RC, rc_valid, ("key", "value", "key_cache", "value_cache"),
+    values={"kv_layout": [*KV_LAYOUT_VALUES, "NDH"]}, kinds={"kv_layout": [None, 1, ("NHD",), 0.5]},
+    extra={rc_shape_mismatch: ("key", "value", "value_cache", "slot_mapping"),
+           rc_block_or_head_size: ("key_cache",), **FP8_KV},
+    generic_shape=False)
+
+
+PA = Spec(
+    ranks={"q": (3,), "key_cache": (4,), "value_cache": (4,), "cu_seqlens_q": (1,), "seqused_k": (1,),
+           "block_table": (2,)},
+    dtypes={"q": "half_any", "key_cache": "like:q", "value_cache": "like:q", "cu_seqlens_q": "i32",
+            "seqused_k": "i32", "block_table": "i32"},
+    refused={"key_cache": CACHE_LAYOUTS, "value_cache": CACHE_LAYOUTS, "cu_seqlens_q": INDEX_LAYOUTS,
+             "seqused_k": INDEX_LAYOUTS, "block_table": INDEX_LAYOUTS},
+)
+
+
+@st.composite
+def pa_valid(draw: Any) -> dict[str, Any]:
+    """Valid arguments whose index tensors are zeros: every sequence empty (nothing to compute)."""
+    b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
+    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
+            "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
+            "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
+            "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
+            "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
+            "num_splits": draw(st.sampled_from([0, 1])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)])), **fp8}
+
+
+def pa_shape_mismatch(c: Case, draw: Any) -> bool:
+    if not _consistent(PA, c):
+        return False
+    a = c.args
+    tq, h, d = a["q"].shape
+    b = a["seqused_k"].shape[0]
+    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "table", "value_cache"]))
+    if x == "q_heads":                       # not a multiple of the caches' KVH (2 or more)
+        kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
+        if kvh < 2:
+            return False
+        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
+    elif x == "q_dim":
+        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
+        c.blame.add("q")
+    elif x == "cu":
+        a["cu_seqlens_q"] = replace(a["cu_seqlens_q"], shape=(b + draw(st.sampled_from([0, 2])),))
+        c.blame |= {"cu_seqlens_q", "seqused_k"}
+    elif x == "table":
+        a["block_table"] = replace(a["block_table"], shape=(b + 1, a["block_table"].shape[1]))
+        c.blame |= {"block_table", "seqused_k"}
+    else:
+        sh = list(a["value_cache"].shape)
+        sh[draw(st.integers(0, 3))] += 8
+        a["value_cache"] = replace(a["value_cache"], shape=tuple(sh))
+        c.blame |= {"value_cache", "key_cache"}
+    return True
+
+
+def pa_block_or_head_size(c: Case, draw: Any) -> bool:
+    if not _consistent(PA, c):
+        return False
+    a = c.args
+    nb = a["key_cache"].shape[0]
+    kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
+    bs, d = draw(st.sampled_from([(8, 64), (12, 64), (256, 64), (16, 320), (16, 12), (16, 264)]))
+    for x in ("key_cache", "value_cache"):
+        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
+    a["q"] = replace(a["q"], shape=(*a["q"].shape[:2], d))
+    c.blame |= {"key_cache", "value_cache", "q"}
+    return True
+
+
+PA_BAD_VALUES = {"max_seqlen_q": [-1, -5], "max_seqlen_k": [-1],
+                 "softmax_scale": [-1.0, 0.0, float("nan"), float("inf")], "window_size": [(-2, 0), (0, -3)],
+                 "softcap": [-1.0, float("nan"), float("-inf")], "num_splits": [-1, 17, 100],
+                 "kv_layout": KV_LAYOUT_VALUES}
+PA_BAD_KINDS = {"max_seqlen_q": ["3", 2.5, None], "max_seqlen_k": ["3", 2.5], "softmax_scale": ["0.5", [0.5]],
+                "causal": ["yes", "true"], "window_size": ["ab", (1, 2, 3), [1.5, 2.0]],
+                "softcap": ["x"], "kv_layout": [1, ("NHD",)], "num_splits": ["2", 1.5]}
+# (None for an argument with a default is torch.ops' way of asking for the default, and a float for
+# a bool is converted under torch.compile: neither is invalid there)
+
+TABLE["paged_attention"] = spec_table(
+    "pa", PA, pa_valid, ("q", "key_cache", "value_cache"), values=PA_BAD_VALUES, kinds=PA_BAD_KINDS,
+    extra={pa_shape_mismatch: ("q", "value_cache", "cu_seqlens_q", "block_table"),
+           pa_block_or_head_size: ("key_cache", "value_cache"), m_sinks: ("sinks",), **FP8_KV},
+    generic_shape=False)
+
+
+AV = Spec(
+    ranks={"q": (3,), "k": (3,), "v": (3,), "cu_seqlens_q": (1,), "cu_seqlens_k": (1,)},
+    dtypes={"q": "half_any", "k": "like:q", "v": "like:q", "cu_seqlens_q": "i32", "cu_seqlens_k": "i32"},
+    refused={"cu_seqlens_q": INDEX_LAYOUTS, "cu_seqlens_k": INDEX_LAYOUTS},
+)
+
+
+@st.composite
+def av_valid(draw: Any) -> dict[str, Any]:
+    """Valid arguments whose cu_seqlens are zeros: every sequence empty (nothing to compute)."""
+    b, kvh, grp = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    d, dt = draw(st.sampled_from([64, 128])), draw(st.sampled_from([F16, BF16]))
+    tk = draw(st.integers(1, 4))
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "k": T((tk, kvh, d), dt),
+            "v": T((tk, kvh, d), dt), "cu_seqlens_q": T((b + 1,), I32), "cu_seqlens_k": T((b + 1,), I32),
+            "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
+            "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
+            "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
+            "softcap": draw(st.sampled_from([0.0, 30.0])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)]))}
+
+
+def av_shape_mismatch(c: Case, draw: Any) -> bool:
+    """Heads not a multiple of KVH, head sizes or K / V rows that disagree, cu_seqlens of
+    different lengths, a head size past 256 or not a multiple of 8."""
+    if not _consistent(AV, c):
+        return False
+    a = c.args
+    tq, h, d = a["q"].shape
+    tk, kvh, _ = a["k"].shape
+    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "v", "head_size"]))
+    if x == "q_heads":
+        if kvh < 2:
+            return False
+        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
+    elif x == "q_dim":
+        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
+        c.blame |= {"q", "k"}
+    elif x == "cu":
+        y = draw(st.sampled_from(("cu_seqlens_q", "cu_seqlens_k")))
+        a[y] = replace(a[y], shape=(a[y].shape[0] + draw(st.sampled_from([1, 2])),))
+        c.blame |= {"cu_seqlens_q", "cu_seqlens_k"}
+    elif x == "v":
+        sh = list(a["v"].shape)
+        sh[draw(st.integers(0, 2))] += 8
+        a["v"] = replace(a["v"], shape=tuple(sh))
+        c.blame |= {"v", "k"}
+    else:
+        d2 = draw(st.sampled_from([264, 320, 12]))
+        for y in ("q", "k", "v"):
+            a[y] = replace(a[y], shape=(*a[y].shape[:2], d2))
+        c.blame |= {"q", "k", "v"}
+    return True
+
+
+TABLE["attention_varlen"] = spec_table(
+    "av", AV, av_valid, ("q", "k", "v"),
+    values={x: v for x, v in PA_BAD_VALUES.items() if x not in ("kv_layout", "num_splits")},
+    kinds={x: v for x, v in PA_BAD_KINDS.items() if x not in ("kv_layout", "num_splits")},
+    extra={av_shape_mismatch: ("q", "v", "cu_seqlens_q", "cu_seqlens_k"), m_sinks: ("sinks",)},
+    generic_shape=False)
 
 
 # --- the Mamba ops ---------------------------------------------------------------------------------------
