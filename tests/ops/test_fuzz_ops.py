@@ -102,391 +102,6 @@ class OpTable:
 TABLE: dict[str, OpTable] = {}
 
 
-# --- the fused MoE (bf16 / f16 weights) -----------------------------------------------------------------
-
-MOE_TENSORS = ("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")
-MOE_RANK = {"hidden_states": 2, "w13": 3, "w2": 3, "topk_weights": 2, "topk_ids": 2, "expert_map": 1}
-
-
-@st.composite
-def moe_valid(draw: Any) -> dict[str, Any]:
-    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([8, 32]))
-    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
-    mapped = draw(st.booleans())
-    g = e + draw(st.integers(0, 3))
-    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), dt), "w2": T((e, h, i), dt),
-            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
-            "activation": draw(st.sampled_from(["silu", "gelu"])),
-            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
-            "expert_map": T((g,), I32) if mapped else None,
-            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
-
-
-def _moe_present(c: Case) -> list[str]:
-    return [x for x in MOE_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _moe_consistent(c: Case) -> bool:
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r
-               for x, r in MOE_RANK.items() if x != "expert_map")
-
-
-def moe_x_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["hidden_states"], T):
-        return False
-    c.args["hidden_states"] = replace(c.args["hidden_states"],
-                                      dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
-    c.blame |= {"hidden_states", "w13", "w2"}
-    return True
-
-
-def moe_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _moe_present(c) if x != "hidden_states"]
-    if not others or not isinstance(c.args["hidden_states"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x in ("topk_ids", "expert_map"):
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
-    elif x == "topk_weights":
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float16, torch.float64, I32])))
-    else:
-        other = BF16 if c.args["hidden_states"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def moe_rank(c: Case, draw: Any) -> bool:
-    if not _moe_present(c):
-        return False
-    x = draw(st.sampled_from(_moe_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != MOE_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def moe_shape_mismatch(c: Case, draw: Any) -> bool:
-    """w13's H or 2I, w2's shape, top-k rows or widths that disagree, H not a multiple of 8."""
-    if not _moe_consistent(c):
-        return False
-    a = c.args
-    t, h = a["hidden_states"].shape
-    e, n2, _ = a["w13"].shape
-    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "rows", "width", "h8"]))
-    if x == "w13_h":
-        a["w13"] = replace(a["w13"], shape=(e, n2, h + 8))
-        c.blame |= {"w13", "hidden_states"}
-    elif x == "w13_odd":
-        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
-        c.blame |= {"w13", "w2"}
-    elif x == "w2":
-        sh = list(a["w2"].shape)
-        sh[draw(st.integers(0, 2))] += 8
-        a["w2"] = replace(a["w2"], shape=tuple(sh))
-        c.blame |= {"w2", "w13"}
-    elif x == "rows":
-        for y in ("topk_ids", "topk_weights"):
-            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
-        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
-    elif x == "width":
-        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
-        c.blame |= {"topk_ids", "topk_weights"}
-    else:
-        a["hidden_states"] = replace(a["hidden_states"], shape=(t, 12))
-        a["w13"] = replace(a["w13"], shape=(e, n2, 12))
-        a["w2"] = replace(a["w2"], shape=(e, 12, n2 // 2))
-        c.blame |= {"hidden_states", "w13", "w2"}
-    return True
-
-
-def moe_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _moe_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
-    c.blame.add(x)
-    return True
-
-
-def moe_device(c: Case, draw: Any) -> bool:
-    if not _moe_present(c):
-        return False
-    x = draw(st.sampled_from(_moe_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_moe_present(c)) if x == "hidden_states" else {x}
-    return True
-
-
-def moe_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(MOE_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x == "expert_map" else [None])))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def moe_bad_value(c: Case, draw: Any) -> bool:
-    """Always applies (a table's fallback): a bad ``activation`` where the other two cannot be
-    made invalid from the shapes at hand."""
-    a = c.args
-    x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
-    ids, emap, w13 = a["topk_ids"], a.get("expert_map"), a["w13"]
-    if x == "apply_router_weight_on_input" and isinstance(ids, T) and len(ids.shape) == 2 \
-            and ids.shape[1] >= 2:
-        a[x] = True
-        c.blame.add(x)
-    elif x == "global_num_experts" and isinstance(emap, T) and len(emap.shape) == 1:
-        a[x] = emap.shape[0] + 1
-        c.blame |= {x, "expert_map"}
-    elif x == "global_num_experts" and emap is None and isinstance(w13, T) and len(w13.shape) == 3:
-        a[x] = w13.shape[0] + draw(st.integers(1, 3))
-        c.blame |= {x, "expert_map"}
-    else:
-        a["activation"] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
-        c.blame.add("activation")
-    return True
-
-
-def moe_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
-    pool = {"activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
-            "global_num_experts": ["8", 2.5, [4]]}[x]
-    c.args[x] = draw(st.sampled_from(pool))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def moe_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: activations and weights that require grad."""
-    for x in ("hidden_states", "w13", "w2"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-MOE_COMMON = [moe_rank, moe_layout, moe_device, moe_not_a_tensor]
-TABLE["fused_moe"] = OpTable(
-    valid=moe_valid, mutations=[moe_x_dtype, moe_other_dtype, moe_shape_mismatch, *MOE_COMMON, moe_bad_value,
-                                moe_bad_kind],
-    exclusive=[{moe_device}], noise=moe_noise,
-    covers={"hidden_states": [moe_x_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "w13": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "w2": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "topk_weights": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "topk_ids": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "expert_map": [moe_other_dtype, *MOE_COMMON],
-            **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
-                                                         "global_num_experts")}},
-    module=sys.modules[__name__], fallback=moe_bad_value)
-
-
-# --- the fused MoE with fp8 (e4m3) experts -------------------------------------------------------------
-# Runs with HEXLAYOUT_EMULATE_ARCH=sm_89 (``emulate``): sm_80 refuses fp8 experts, which would
-# turn every case into that one error.
-
-FP8 = torch.float8_e4m3fn
-FP8_TENSORS = ("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids",
-               "expert_map")
-FP8_RANK = {**MOE_RANK, "w13_scale": 1, "w2_scale": 1}
-FP8_SCALE_OF = {"w13": "w13_scale", "w2": "w2_scale", "w13_scale": "w13", "w2_scale": "w2"}
-
-
-def _fp8_scale_shape(block: Any, e: int, n: int, k: int) -> tuple[int, ...]:
-    return (e,) if not block else (e, -(-n // 128), -(-k // 128))
-
-
-@st.composite
-def fp8_valid(draw: Any) -> dict[str, Any]:
-    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([16, 32]))
-    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
-    block = draw(st.sampled_from([[], [128, 128]]))
-    mapped = draw(st.booleans())
-    g = e + draw(st.integers(0, 3))
-    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), FP8),
-            "w13_scale": T(_fp8_scale_shape(block, e, 2 * i, h), torch.float32), "w2": T((e, h, i), FP8),
-            "w2_scale": T(_fp8_scale_shape(block, e, h, i), torch.float32),
-            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32), "block": block,
-            "activation": draw(st.sampled_from(["silu", "gelu"])),
-            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
-            "expert_map": T((g,), I32) if mapped else None,
-            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
-
-
-def _fp8_present(c: Case) -> list[str]:
-    return [x for x in FP8_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _fp8_consistent(c: Case) -> bool:
-    """Every tensor but ``expert_map`` of its rank (the scales: of the rank ``block`` wants)."""
-    a = c.args
-    if a["block"] not in ([], [128, 128]):
-        return False
-    rank = {**FP8_RANK, "w13_scale": 3 if a["block"] else 1, "w2_scale": 3 if a["block"] else 1}
-    return all(isinstance(a.get(x), T) and len(a[x].shape) == r for x, r in rank.items() if x != "expert_map")
-
-
-def fp8_x_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["hidden_states"], T):
-        return False
-    c.args["hidden_states"] = replace(c.args["hidden_states"], dtype=draw(st.sampled_from(
-        [torch.float32, torch.int8, torch.int32, FP8])))
-    c.blame.add("hidden_states")
-    return True
-
-
-def fp8_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _fp8_present(c) if x != "hidden_states"]
-    if not others:
-        return False
-    x = draw(st.sampled_from(others))
-    pool = {"topk_ids": [torch.int64, F16, torch.int16], "expert_map": [torch.int64, F16, torch.int16],
-            "topk_weights": [F16, torch.float64, I32], "w13": [F16, BF16, torch.float8_e5m2, torch.int8],
-            "w2": [F16, BF16, torch.float8_e5m2, torch.int8],
-            "w13_scale": [F16, BF16, torch.float64], "w2_scale": [F16, BF16, torch.float64]}[x]
-    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(pool)))
-    c.blame.add(x)
-    return True
-
-
-def fp8_rank(c: Case, draw: Any) -> bool:
-    """Any other rank (a scale: neither 1 nor 3, or the rank of the other scale form)."""
-    if not _fp8_present(c):
-        return False
-    x = draw(st.sampled_from(_fp8_present(c)))
-    if x.endswith("_scale"):
-        wrong = [r for r in (0, 1, 2, 3, 4) if r != (3 if c.args["block"] else 1)]
-    else:
-        wrong = [r for r in (1, 2, 3, 4) if r != FP8_RANK[x]]
-    rank = draw(st.sampled_from(wrong))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def fp8_shape_mismatch(c: Case, draw: Any) -> bool:
-    """w13's H or 2I, w2's shape or experts, scale shapes, top-k rows or widths that disagree, H or I
-    not a multiple of 16."""
-    if not _fp8_consistent(c):
-        return False
-    a = c.args
-    t, h = a["hidden_states"].shape
-    e, n2, _ = a["w13"].shape
-    blk = a["block"]
-    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "experts", "scale", "rows", "width", "h16", "i16"]))
-    if x == "w13_h":
-        a["w13"] = replace(a["w13"], shape=(e, n2, h + 16))
-        c.blame |= {"w13", "w13_scale", "hidden_states"}
-    elif x == "w13_odd":
-        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
-        c.blame |= {"w13", "w13_scale", "w2"}
-    elif x == "w2":
-        sh = list(a["w2"].shape)
-        sh[draw(st.integers(0, 2))] += 16
-        a["w2"] = replace(a["w2"], shape=tuple(sh))
-        c.blame |= {"w2", "w2_scale", "w13"}
-    elif x == "experts":
-        _, wn, wk = a["w2"].shape
-        a["w2"] = replace(a["w2"], shape=(e + 1, wn, wk))
-        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e + 1, wn, wk))
-        c.blame |= {"w2", "w13"}
-    elif x == "scale":
-        y = draw(st.sampled_from(["w13_scale", "w2_scale"]))
-        sh = list(a[y].shape)
-        sh[draw(st.integers(0, len(sh) - 1))] += draw(st.integers(1, 2))
-        a[y] = replace(a[y], shape=tuple(sh))
-        c.blame.add(y)
-    elif x == "rows":
-        for y in ("topk_ids", "topk_weights"):
-            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
-        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
-    elif x == "width":
-        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
-        c.blame |= {"topk_ids", "topk_weights"}
-    else:
-        hh, ii = (24, n2 // 2) if x == "h16" else (h, 24)
-        a["hidden_states"] = replace(a["hidden_states"], shape=(t, hh))
-        a["w13"] = replace(a["w13"], shape=(e, 2 * ii, hh))
-        a["w2"] = replace(a["w2"], shape=(e, hh, ii))
-        a["w13_scale"] = replace(a["w13_scale"], shape=_fp8_scale_shape(blk, e, 2 * ii, hh))
-        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e, hh, ii))
-        c.blame |= {"hidden_states", "w13", "w2"}
-    return True
-
-
-def fp8_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _fp8_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
-    c.blame.add(x)
-    return True
-
-
-def fp8_device(c: Case, draw: Any) -> bool:
-    """One tensor on the meta device (a weight and its scale are compared first)."""
-    if not _fp8_present(c):
-        return False
-    x = draw(st.sampled_from(_fp8_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    if x == "hidden_states":
-        c.blame |= set(_fp8_present(c))
-    else:
-        c.blame |= {x, FP8_SCALE_OF[x]} if x in FP8_SCALE_OF else {x}
-    return True
-
-
-def fp8_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(FP8_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x == "expert_map" else [None])))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def fp8_block(c: Case, draw: Any) -> bool:
-    """``block`` not (128, 128), or the other scale form than the scales have."""
-    a = c.args
-    v = draw(st.sampled_from([[64, 64], [128, 64], [0, 0], [256, 256], [128], [128, 128, 1], "flip"]))
-    if v == "flip":   # the form w13_scale does not have (not a tensor: invalid already)
-        s13 = a["w13_scale"]
-        v = [] if isinstance(s13, T) and len(s13.shape) == 3 else [128, 128]
-        c.blame |= {"w13_scale", "w2_scale"}
-    a["block"] = v
-    c.blame.add("block")
-    return True
-
-
-def fp8_block_kind(c: Case, draw: Any) -> bool:
-    c.args["block"] = draw(st.sampled_from(["128", ["128", "128"], 1.5, [1.5, 2.0]]))
-    c.blame.add("block")
-    c.kinds.add("block")
-    return True
-
-
-def fp8_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: activations, weights and scales that require grad."""
-    for x in ("hidden_states", "w13", "w13_scale", "w2", "w2_scale"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-FP8_COMMON = [fp8_rank, fp8_layout, fp8_device, fp8_not_a_tensor]
-TABLE["fused_moe_fp8"] = OpTable(
-    valid=fp8_valid, mutations=[fp8_x_dtype, fp8_other_dtype, fp8_shape_mismatch, *FP8_COMMON, fp8_block,
-                                fp8_block_kind, moe_bad_value, moe_bad_kind],
-    exclusive=[{fp8_device}], noise=fp8_noise,
-    covers={"hidden_states": [fp8_x_dtype, fp8_shape_mismatch, *FP8_COMMON],
-            **{x: [fp8_other_dtype, fp8_shape_mismatch, *FP8_COMMON]
-               for x in ("w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids")},
-            "expert_map": [fp8_other_dtype, *FP8_COMMON], "block": [fp8_block, fp8_block_kind],
-            **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
-                                                         "global_num_experts")}},
-    module=sys.modules[__name__], fallback=fp8_block)
-
-
 def _ops() -> dict[str, Any]:
     """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
     return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
@@ -1439,6 +1054,247 @@ TABLE["attention_varlen"] = spec_table(
     kinds={x: v for x, v in PA_BAD_KINDS.items() if x not in ("kv_layout", "num_splits")},
     extra={av_shape_mismatch: ("q", "v", "cu_seqlens_q", "cu_seqlens_k"), m_sinks: ("sinks",)},
     generic_shape=False)
+
+
+# --- the fused MoE: bf16 / f16, fp8 (e4m3) and W4A16 / W8A16 experts -----------------------------------
+
+#: the router arguments every fused MoE takes, and the values of a kind the schema cannot bind
+MOE_KINDS = {"activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
+             "global_num_experts": ["8", 2.5, [4]]}
+ROUTER = ("activation", "apply_router_weight_on_input", "global_num_experts")
+#: the routing tensors' dtypes (``topk_weights`` f32, the ids and the expert map int32)
+ROUTING = {"topk_weights": "f32", "topk_ids": "i32", "expert_map": "i32"}
+ALL_LAYOUTS = ("offset", "strided")
+
+
+def _refused(tensors: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    return dict.fromkeys(tensors, ALL_LAYOUTS)
+
+
+def _routing(draw: Any, t: int, k: int, experts: int) -> dict[str, Any]:
+    """top-k weights and ids for ``t`` tokens, the router arguments, and an expert map over
+    ``experts`` local experts (or none)."""
+    mapped = draw(st.booleans())
+    g = experts + draw(st.integers(0, 3))
+    return {"topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
+            "activation": draw(st.sampled_from(["silu", "gelu"])),
+            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
+            "expert_map": T((g,), I32) if mapped else None,
+            "global_num_experts": draw(st.sampled_from([None, g if mapped else experts]))}
+
+
+def _router_mismatch(c: Case, draw: Any, t: int) -> bool:
+    """top-k rows that are not ``t`` tokens, or weights and ids of different widths."""
+    a = c.args
+    if draw(st.booleans()):
+        for y in ("topk_ids", "topk_weights"):
+            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
+        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
+    else:
+        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
+        c.blame |= {"topk_ids", "topk_weights"}
+    return True
+
+
+MOE = Spec(
+    ranks={"hidden_states": (2,), "w13": (3,), "w2": (3,), "topk_weights": (2,), "topk_ids": (2,),
+           "expert_map": (1,)},
+    dtypes={"hidden_states": "half_any", "w13": "like:hidden_states", "w2": "like:hidden_states", **ROUTING},
+    optional=frozenset({"expert_map"}),
+    refused=_refused(("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")),
+    blame={"dtype": {"hidden_states": {"hidden_states", "w13", "w2"}}},
+)
+
+
+@st.composite
+def moe_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([8, 32]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), dt), "w2": T((e, h, i), dt),
+            **_routing(draw, t, k, e)}
+
+
+def _moe_consistent(spec: Spec, c: Case) -> bool:
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) in r
+               for x, r in spec.ranks.items() if x != "expert_map")
+
+
+def moe_shape_mismatch(c: Case, draw: Any) -> bool:
+    """w13's H or 2I, w2's shape, top-k rows or widths that disagree, H not a multiple of 8."""
+    if not _moe_consistent(MOE, c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, n2, _ = a["w13"].shape
+    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "router", "h8"]))
+    if x == "w13_h":
+        a["w13"] = replace(a["w13"], shape=(e, n2, h + 8))
+        c.blame |= {"w13", "hidden_states"}
+    elif x == "w13_odd":
+        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
+        c.blame |= {"w13", "w2"}
+    elif x == "w2":
+        sh = list(a["w2"].shape)
+        sh[draw(st.integers(0, 2))] += 8
+        a["w2"] = replace(a["w2"], shape=tuple(sh))
+        c.blame |= {"w2", "w13"}
+    elif x == "router":
+        return _router_mismatch(c, draw, t)
+    else:
+        a["hidden_states"] = replace(a["hidden_states"], shape=(t, 12))
+        a["w13"] = replace(a["w13"], shape=(e, n2, 12))
+        a["w2"] = replace(a["w2"], shape=(e, 12, n2 // 2))
+        c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def moe_bad_value(c: Case, draw: Any) -> bool:
+    """Always applies (a table's fallback): a bad ``activation`` where the other two cannot be
+    made invalid from the shapes at hand."""
+    a = c.args
+    x = draw(st.sampled_from(ROUTER))
+    ids, emap, w13 = a["topk_ids"], a.get("expert_map"), a["w13"]
+    if x == "apply_router_weight_on_input" and isinstance(ids, T) and len(ids.shape) == 2 \
+            and ids.shape[1] >= 2:
+        a[x] = True
+        c.blame.add(x)
+    elif x == "global_num_experts" and isinstance(emap, T) and len(emap.shape) == 1:
+        a[x] = emap.shape[0] + 1
+        c.blame |= {x, "expert_map"}
+    elif x == "global_num_experts" and emap is None and isinstance(w13, T) and len(w13.shape) == 3:
+        a[x] = w13.shape[0] + draw(st.integers(1, 3))
+        c.blame |= {x, "expert_map"}
+    else:
+        a["activation"] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
+        c.blame.add("activation")
+    return True
+
+
+TABLE["fused_moe"] = spec_table(
+    "moe", MOE, moe_valid, ("hidden_states", "w13", "w2"), kinds=MOE_KINDS,
+    extra={moe_shape_mismatch: ("hidden_states", "w13", "w2", "topk_weights", "topk_ids"),
+           moe_bad_value: ROUTER},
+    generic_shape=False, fallback=moe_bad_value)
+
+
+# The fp8 table runs with HEXLAYOUT_EMULATE_ARCH=sm_89 (``emulate``): sm_80 refuses fp8 experts,
+# which would turn every case into that one error.
+
+FP8 = torch.float8_e4m3fn
+FP8_SCALE_OF = {"w13": "w13_scale", "w2": "w2_scale", "w13_scale": "w13", "w2_scale": "w2"}
+FP8_SPEC = Spec(
+    ranks={"hidden_states": (2,), "w13": (3,), "w13_scale": (1, 3), "w2": (3,), "w2_scale": (1, 3),
+           "topk_weights": (2,), "topk_ids": (2,), "expert_map": (1,)},
+    dtypes={"hidden_states": "half_not_fp8", "w13": "fp8", "w13_scale": "f32", "w2": "fp8", "w2_scale": "f32",
+            **ROUTING},
+    optional=frozenset({"expert_map"}),
+    refused=_refused(("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids",
+                      "expert_map")),
+    # (a weight and its scale are compared first)
+    blame={"device": {x: {x, y} for x, y in FP8_SCALE_OF.items()}},
+)
+
+
+def _fp8_scale_shape(block: Any, e: int, n: int, k: int) -> tuple[int, ...]:
+    return (e,) if not block else (e, -(-n // 128), -(-k // 128))
+
+
+@st.composite
+def fp8_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([16, 32]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    block = draw(st.sampled_from([[], [128, 128]]))
+    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), FP8),
+            "w13_scale": T(_fp8_scale_shape(block, e, 2 * i, h), torch.float32), "w2": T((e, h, i), FP8),
+            "w2_scale": T(_fp8_scale_shape(block, e, h, i), torch.float32), "block": block,
+            **_routing(draw, t, k, e)}
+
+
+def _fp8_consistent(c: Case) -> bool:
+    """Every tensor but ``expert_map`` of its rank (the scales: of the rank ``block`` wants)."""
+    a = c.args
+    if a["block"] not in ([], [128, 128]):
+        return False
+    form = (3,) if a["block"] else (1,)
+    return _moe_consistent(replace(FP8_SPEC, ranks={**FP8_SPEC.ranks, "w13_scale": form,
+                                                     "w2_scale": form}), c)
+
+
+def fp8_scale_rank(c: Case, draw: Any) -> bool:
+    """A scale of the rank of the other scale form than ``block`` says."""
+    x = draw(st.sampled_from(["w13_scale", "w2_scale"]))
+    if not isinstance(c.args.get(x), T) or c.args["block"] not in ([], [128, 128]):
+        return False
+    c.args[x] = replace(c.args[x], shape=(2, 2, 64) if not c.args["block"] else (2,))
+    c.blame.add(x)
+    return True
+
+
+def fp8_shape_mismatch(c: Case, draw: Any) -> bool:
+    """w13's H or 2I, w2's shape or experts, scale shapes, top-k rows or widths that disagree, H or I
+    not a multiple of 16."""
+    if not _fp8_consistent(c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, n2, _ = a["w13"].shape
+    blk = a["block"]
+    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "experts", "scale", "router", "h16", "i16"]))
+    if x == "w13_h":
+        a["w13"] = replace(a["w13"], shape=(e, n2, h + 16))
+        c.blame |= {"w13", "w13_scale", "hidden_states"}
+    elif x == "w13_odd":
+        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
+        c.blame |= {"w13", "w13_scale", "w2"}
+    elif x == "w2":
+        sh = list(a["w2"].shape)
+        sh[draw(st.integers(0, 2))] += 16
+        a["w2"] = replace(a["w2"], shape=tuple(sh))
+        c.blame |= {"w2", "w2_scale", "w13"}
+    elif x == "experts":
+        _, wn, wk = a["w2"].shape
+        a["w2"] = replace(a["w2"], shape=(e + 1, wn, wk))
+        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e + 1, wn, wk))
+        c.blame |= {"w2", "w13"}
+    elif x == "scale":
+        y = draw(st.sampled_from(["w13_scale", "w2_scale"]))
+        sh = list(a[y].shape)
+        sh[draw(st.integers(0, len(sh) - 1))] += draw(st.integers(1, 2))
+        a[y] = replace(a[y], shape=tuple(sh))
+        c.blame.add(y)
+    elif x == "router":
+        return _router_mismatch(c, draw, t)
+    else:
+        hh, ii = (24, n2 // 2) if x == "h16" else (h, 24)
+        a["hidden_states"] = replace(a["hidden_states"], shape=(t, hh))
+        a["w13"] = replace(a["w13"], shape=(e, 2 * ii, hh))
+        a["w2"] = replace(a["w2"], shape=(e, hh, ii))
+        a["w13_scale"] = replace(a["w13_scale"], shape=_fp8_scale_shape(blk, e, 2 * ii, hh))
+        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e, hh, ii))
+        c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def fp8_block(c: Case, draw: Any) -> bool:
+    """``block`` not (128, 128), or the other scale form than the scales have."""
+    a = c.args
+    v = draw(st.sampled_from([[64, 64], [128, 64], [0, 0], [256, 256], [128], [128, 128, 1], "flip"]))
+    if v == "flip":   # the form w13_scale does not have (not a tensor: invalid already)
+        s13 = a["w13_scale"]
+        v = [] if isinstance(s13, T) and len(s13.shape) == 3 else [128, 128]
+        c.blame |= {"w13_scale", "w2_scale"}
+    a["block"] = v
+    c.blame.add("block")
+    return True
+
+
+TABLE["fused_moe_fp8"] = spec_table(
+    "fp8", FP8_SPEC, fp8_valid, ("hidden_states", "w13", "w13_scale", "w2", "w2_scale"),
+    kinds={**MOE_KINDS, "block": ["128", ["128", "128"], 1.5, [1.5, 2.0]]},
+    extra={fp8_shape_mismatch: ("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights",
+                                "topk_ids"),
+           fp8_scale_rank: ("w13_scale", "w2_scale"), fp8_block: ("block",), moe_bad_value: ROUTER},
+    generic_shape=False, fallback=fp8_block)
 
 
 # --- the Mamba ops ---------------------------------------------------------------------------------------
