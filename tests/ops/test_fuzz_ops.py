@@ -20,7 +20,6 @@ an error raised while tracing as a ``TorchRuntimeError`` quoting it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -105,301 +104,6 @@ TABLE: dict[str, OpTable] = {}
 def _ops() -> dict[str, Any]:
     """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
     return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
-
-
-# --- the fused MoE with W4A16 / W8A16 experts (prepare_wna16's tensors) ------------------------------
-
-WQ_TENSORS = ("hidden_states", "w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales",
-              "w2_zeros", "topk_weights", "topk_ids", "expert_map")
-WQ_RANK = {"hidden_states": 2, "w13_qweight": 4, "w13_scales": 3, "w13_zeros": 3, "w2_qweight": 4,
-           "w2_scales": 3, "w2_zeros": 3, "topk_weights": 2, "topk_ids": 2, "expert_map": 1}
-WQ_GROUPS = (32, 64, 128, -1)
-
-
-def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: Any,
-                 gate_up: bool = False) -> dict[str, T]:
-    """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
-    AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
-    ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
-    from hexlayout.ops.moe.wna16 import prepare_wna16
-
-    g = 1 if group == -1 else k // group
-    qw = (e, k, n // 8) if fmt == "awq" else (e, k * bits // 32, n)
-    z = torch.zeros(e, g, n // 8, dtype=I32, device="meta") if fmt == "awq" else None
-    s = torch.zeros(e, g, n, dtype=dt, device="meta")
-    w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
-                      group_size=group, gate_up=gate_up)
-    return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
-            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), dt)}
-
-
-@st.composite
-def wq_valid(draw: Any) -> dict[str, Any]:
-    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([32, 64, 128])), draw(st.sampled_from([32, 64]))
-    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
-    fmt = draw(st.sampled_from(["awq", "gptq"]))
-    bits = 4 if fmt == "awq" else draw(st.sampled_from([4, 8]))
-    g13 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or h % g == 0]))
-    g2 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or i % g == 0]))
-    w13, w2 = _wq_prepared(fmt, bits, e, h, 2 * i, g13, dt, True), _wq_prepared(fmt, bits, e, i, h, g2, dt)
-    mapped = draw(st.booleans())
-    g = e + draw(st.integers(0, 3))
-    return {"hidden_states": T((t, h), dt), **{f"w13_{x}": v for x, v in w13.items()},
-            **{f"w2_{x}": v for x, v in w2.items()},
-            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
-            "quant_format": fmt, "bits": bits, "w13_group_size": g13, "w2_group_size": g2,
-            "activation": draw(st.sampled_from(["silu", "gelu"])),
-            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
-            "expert_map": T((g,), I32) if mapped else None,
-            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
-
-
-def _wq_present(c: Case) -> list[str]:
-    return [x for x in WQ_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _wq_consistent(c: Case) -> bool:
-    """Every tensor but the optional ones present with its rank (the optional ones: absent or so)."""
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r or
-               x in ("w13_zeros", "w2_zeros", "expert_map") and c.args.get(x) is None
-               for x, r in WQ_RANK.items())
-
-
-def wq_x_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["hidden_states"], T):
-        return False
-    c.args["hidden_states"] = replace(c.args["hidden_states"], dtype=draw(st.sampled_from(
-        [torch.float32, torch.float64, torch.int8, I32])))
-    c.blame.add("hidden_states")
-    return True
-
-
-def wq_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _wq_present(c) if x != "hidden_states"]
-    if not others or not isinstance(c.args["hidden_states"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x.endswith("qweight"):  # the checkpoint's int32 words, not prepare_wna16's bytes
-        pool = [I32, torch.int8, F16]
-    elif x in ("topk_ids", "expert_map"):
-        pool = [torch.int64, torch.float16, torch.int16]
-    elif x == "topk_weights":
-        pool = [torch.float16, torch.float64, I32]
-    else:
-        pool = [torch.float32, BF16 if c.args["hidden_states"].dtype == F16 else F16]
-    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(pool)))
-    c.blame.add(x)
-    return True
-
-
-def wq_rank(c: Case, draw: Any) -> bool:
-    if not _wq_present(c):
-        return False
-    x = draw(st.sampled_from(_wq_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != WQ_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 2, 64)[5 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def _wq_shape(c: Case, x: str, dim: int, size: int) -> None:
-    sh = list(c.args[x].shape)
-    sh[dim] = size
-    c.args[x] = replace(c.args[x], shape=tuple(sh))
-
-
-def wq_shape_mismatch(c: Case, draw: Any) -> bool:
-    """H of the activations, experts, packed sizes, groups, N of w13 / w2 or top-k rows / widths
-    that disagree with the others."""
-    if not _wq_consistent(c):
-        return False
-    a = c.args
-    t, h = a["hidden_states"].shape
-    e, _, n2 = a["w13_scales"].shape
-    pre = draw(st.sampled_from(["w13", "w2"]))
-    zeros = [z for z in (f"{pre}_zeros",) if isinstance(a[z], T)]
-    x = draw(st.sampled_from(["h", "experts", "qweight", "zeros", "groups", "w2_n", "w13_odd", "rows",
-                              "width"]))
-    if x == "h":
-        _wq_shape(c, "hidden_states", 1, draw(st.sampled_from([h + 32, h + 8, 12, 8])))
-        c.blame |= {"hidden_states", "w13_qweight", "w13_scales", "w13_group_size", "w2_scales"}
-    elif x == "experts":  # w2 consistently for one more expert than w13
-        _wq_shape(c, "w2_qweight", 0, (e + 1) * h)
-        for y in ("w2_scales", "w2_zeros"):
-            if isinstance(a[y], T):
-                _wq_shape(c, y, 0, e + 1)
-        c.blame |= {"w2_scales", "w2_qweight", "w2_zeros", "w13_scales"}
-    elif x == "qweight":
-        dim = draw(st.integers(0, 3))
-        _wq_shape(c, f"{pre}_qweight", dim, a[f"{pre}_qweight"].shape[dim] * 2 + (dim == 0))
-        c.blame.add(f"{pre}_qweight")
-    elif x == "zeros":
-        if not zeros:
-            return False
-        dim = draw(st.integers(0, 2))
-        _wq_shape(c, zeros[0], dim, a[zeros[0]].shape[dim] + 1)
-        c.blame.add(zeros[0])
-    elif x == "groups":
-        for y in (f"{pre}_scales", *zeros):
-            _wq_shape(c, y, 1, a[y].shape[1] + 1)
-        c.blame |= {f"{pre}_scales", f"{pre}_group_size"}
-    elif x == "w2_n":
-        for y in ("w2_scales", *[z for z in ("w2_zeros",) if isinstance(a[z], T)]):
-            _wq_shape(c, y, 2, h + 8)
-        c.blame.add("w2_scales")
-    elif x == "w13_odd":  # w13 consistently for an odd N (not 2I)
-        odd = n2 + 1 + n2 % 2
-        _wq_shape(c, "w13_qweight", 0, e * odd)
-        for y in ("w13_scales", "w13_zeros"):
-            if isinstance(a[y], T):
-                _wq_shape(c, y, 2, odd)
-        c.blame |= {"w13_scales", "w13_qweight", "w13_zeros"}
-    elif x == "rows":
-        for y in ("topk_ids", "topk_weights"):
-            _wq_shape(c, y, 0, t + 1)
-        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
-    else:
-        _wq_shape(c, "topk_weights", 1, a["topk_weights"].shape[1] + 1)
-        c.blame |= {"topk_ids", "topk_weights"}
-    return True
-
-
-def wq_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _wq_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
-    c.blame.add(x)
-    return True
-
-
-def wq_device(c: Case, draw: Any) -> bool:
-    if not _wq_present(c):
-        return False
-    x = draw(st.sampled_from(_wq_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_wq_present(c)) if x == "hidden_states" else {x}
-    return True
-
-
-def wq_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(WQ_TENSORS))
-    # None: invalid for a required tensor and for AWQ's zero points (GPTQ's are None)
-    none = x not in ("w13_zeros", "w2_zeros", "expert_map") or x != "expert_map" and \
-        c.args["quant_format"] == "awq"
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([None] if none else [])))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-WQ_CONSTANTS = ("quant_format", "bits", "w13_group_size", "w2_group_size", "activation",
-                "apply_router_weight_on_input", "global_num_experts")
-
-
-def wq_bad_value(c: Case, draw: Any) -> bool:
-    a = c.args
-    x = draw(st.sampled_from(WQ_CONSTANTS))
-    if x == "quant_format":
-        a[x] = draw(st.sampled_from(["AWQ", "gptq_v2", "", "marlin", "fp8"]))
-        c.blame.add(x)
-    elif x == "bits":
-        a[x] = draw(st.sampled_from([2, 3, 0, 16, -4] + ([8] if a["quant_format"] == "awq" else [])))
-        c.blame.add(x)
-    elif x.endswith("group_size"):
-        pool: list[Any] = [16, 0, 256, -2, 48]
-        pre = x[: -len("_group_size")]
-        hs, s13, scales = a["hidden_states"], a["w13_scales"], a[f"{pre}_scales"]
-        if _wq_consistent(c):  # a valid group size that does not match the scales' groups
-            k = hs.shape[1] if pre == "w13" else s13.shape[2] // 2
-            pool += [g for g in WQ_GROUPS
-                     if g != -1 and k % g or (1 if g == -1 else k // g) != scales.shape[1]]
-        a[x] = draw(st.sampled_from(pool))
-        c.blame.add(x)
-    elif x == "activation":
-        a[x] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
-        c.blame.add(x)
-    elif x == "apply_router_weight_on_input":
-        ids = a["topk_ids"]
-        if not isinstance(ids, T) or len(ids.shape) != 2 or ids.shape[1] < 2:
-            return False
-        a[x] = True
-        c.blame.add(x)
-    else:
-        emap, s13 = a.get("expert_map"), a["w13_scales"]
-        if isinstance(emap, T) and len(emap.shape) == 1:
-            a[x] = emap.shape[0] + 1
-        elif emap is None and isinstance(s13, T) and len(s13.shape) == 3:
-            a[x] = s13.shape[0] + draw(st.integers(1, 3))
-        else:
-            return False
-        c.blame |= {x, "expert_map"}
-    return True
-
-
-def wq_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(WQ_CONSTANTS))
-    pool = {"quant_format": [None, 4, ["awq"]], "bits": ["4", 4.5, None, [4]],
-            "w13_group_size": ["32", 32.5, None, [32]], "w2_group_size": ["-1", 64.5, None, [-1]],
-            "activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
-            "global_num_experts": ["8", 2.5, [4]]}[x]
-    c.args[x] = draw(st.sampled_from(pool))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def wq_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: activations, scales and zero points that require grad."""
-    for x in ("hidden_states", "w13_scales", "w13_zeros", "w2_scales", "w2_zeros"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-def wq_perm(c: Case, draw: Any) -> bool:
-    """An act-order permutation that cannot be one: of AWQ weights, not int32 ``[E, K]``, or not a
-    tensor."""
-    a = c.args
-    pre = draw(st.sampled_from(["w13", "w2"]))
-    x = f"{pre}_perm"
-    s13, hs = a["w13_scales"], a["hidden_states"]
-    if not (isinstance(s13, T) and len(s13.shape) == 3 and isinstance(hs, T) and len(hs.shape) == 2):
-        return False
-    e, k = s13.shape[0], hs.shape[1] if pre == "w13" else s13.shape[2] // 2
-    kind = draw(st.sampled_from(["dtype", "shape", "kind"] + (["awq"] if a["quant_format"] == "awq" else [])))
-    if kind == "kind":
-        a[x] = draw(st.sampled_from(["a", 1.5, [0, 1]]))
-        c.kinds.add(x)
-    else:
-        a[x] = T((e, k + 8) if kind == "shape" else (e, k), torch.int64 if kind == "dtype" else I32)
-    c.blame.add(x)
-    return True
-
-
-def wq_layout_key(c: Case, draw: Any) -> bool:
-    """An offline layout key that is not the one of the kernel the op runs: the prepared weights'
-    ``w13_qweight`` / ``w2_qweight`` are named."""
-    pre = draw(st.sampled_from(["w13", "w2"]))
-    c.args[f"{pre}_layout"] = draw(st.sampled_from(["u4/64x64/t128x16B/0000000000", "natural", "x"]))
-    c.blame |= {f"{pre}_qweight", f"{pre}_layout"}
-    return True
-
-
-WQ_COMMON = [wq_rank, wq_layout, wq_device, wq_not_a_tensor]
-TABLE["fused_moe_wna16"] = OpTable(
-    valid=wq_valid, mutations=[wq_x_dtype, wq_other_dtype, wq_shape_mismatch, *WQ_COMMON, wq_bad_value,
-                               wq_bad_kind, wq_perm, wq_layout_key],
-    exclusive=[{wq_device}], noise=wq_noise,
-    covers={"hidden_states": [wq_x_dtype, wq_shape_mismatch, *WQ_COMMON],
-            **{x: [wq_other_dtype, wq_shape_mismatch, *WQ_COMMON]
-               for x in ("w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales", "w2_zeros",
-                         "topk_weights", "topk_ids")},
-            "expert_map": [wq_other_dtype, *WQ_COMMON],
-            **{x: [wq_bad_value, wq_bad_kind] for x in WQ_CONSTANTS},
-            "w13_perm": [wq_perm], "w2_perm": [wq_perm], "w13_layout": [wq_layout_key],
-            "w2_layout": [wq_layout_key]},
-    module=sys.modules[__name__], fallback=wq_bad_kind)
 
 
 # --- shared by the Mamba and MLA tables: mutations made from a description of the op -------------------
@@ -1295,6 +999,206 @@ TABLE["fused_moe_fp8"] = spec_table(
                                 "topk_ids"),
            fp8_scale_rank: ("w13_scale", "w2_scale"), fp8_block: ("block",), moe_bad_value: ROUTER},
     generic_shape=False, fallback=fp8_block)
+
+
+# The W4A16 / W8A16 experts: prepare_wna16's tensors.
+
+WQ = Spec(
+    ranks={"hidden_states": (2,), "w13_qweight": (4,), "w13_scales": (3,), "w13_zeros": (3,),
+           "w2_qweight": (4,), "w2_scales": (3,), "w2_zeros": (3,), "topk_weights": (2,), "topk_ids": (2,),
+           "expert_map": (1,)},
+    # (qweight: the checkpoint's int32 words, not prepare_wna16's bytes)
+    dtypes={"hidden_states": "half_any", **{f"{p}_{x}": "like:hidden_states" if x != "qweight" else "words"
+                                            for p in ("w13", "w2") for x in ("qweight", "scales", "zeros")},
+            **ROUTING},
+    # None: invalid for AWQ's zero points (GPTQ's are None)
+    optional=frozenset({"w13_zeros", "w2_zeros", "expert_map"}),
+    required_if=dict.fromkeys(("w13_zeros", "w2_zeros"), lambda a: a["quant_format"] == "awq"),
+    refused=_refused(("hidden_states", "w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales",
+                      "w2_zeros", "topk_weights", "topk_ids", "expert_map")),
+)
+WQ_GROUPS = (32, 64, 128, -1)
+WQ_CONSTANTS = ("quant_format", "bits", "w13_group_size", "w2_group_size", *ROUTER)
+
+
+def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: Any,
+                 gate_up: bool = False) -> dict[str, T]:
+    """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
+    AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
+    ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
+    from hexlayout.ops.moe.wna16 import prepare_wna16
+
+    g = 1 if group == -1 else k // group
+    qw = (e, k, n // 8) if fmt == "awq" else (e, k * bits // 32, n)
+    z = torch.zeros(e, g, n // 8, dtype=I32, device="meta") if fmt == "awq" else None
+    s = torch.zeros(e, g, n, dtype=dt, device="meta")
+    w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
+                      group_size=group, gate_up=gate_up)
+    return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
+            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), dt)}
+
+
+@st.composite
+def wq_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([32, 64, 128])), draw(st.sampled_from([32, 64]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    fmt = draw(st.sampled_from(["awq", "gptq"]))
+    bits = 4 if fmt == "awq" else draw(st.sampled_from([4, 8]))
+    g13 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or h % g == 0]))
+    g2 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or i % g == 0]))
+    w13, w2 = _wq_prepared(fmt, bits, e, h, 2 * i, g13, dt, True), _wq_prepared(fmt, bits, e, i, h, g2, dt)
+    return {"hidden_states": T((t, h), dt), **{f"w13_{x}": v for x, v in w13.items()},
+            **{f"w2_{x}": v for x, v in w2.items()},
+            "quant_format": fmt, "bits": bits, "w13_group_size": g13, "w2_group_size": g2,
+            **_routing(draw, t, k, e)}
+
+
+def _wq_consistent(c: Case) -> bool:
+    """Every tensor but the optional ones present with its rank (the optional ones: absent or so)."""
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) in r or
+               x in WQ.optional and c.args.get(x) is None for x, r in WQ.ranks.items())
+
+
+def _wq_shape(c: Case, x: str, dim: int, size: int) -> None:
+    sh = list(c.args[x].shape)
+    sh[dim] = size
+    c.args[x] = replace(c.args[x], shape=tuple(sh))
+
+
+def wq_shape_mismatch(c: Case, draw: Any) -> bool:
+    """H of the activations, experts, packed sizes, groups, N of w13 / w2 or top-k rows / widths
+    that disagree with the others."""
+    if not _wq_consistent(c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, _, n2 = a["w13_scales"].shape
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    zeros = [z for z in (f"{pre}_zeros",) if isinstance(a[z], T)]
+    x = draw(st.sampled_from(["h", "experts", "qweight", "zeros", "groups", "w2_n", "w13_odd", "router"]))
+    if x == "h":
+        _wq_shape(c, "hidden_states", 1, draw(st.sampled_from([h + 32, h + 8, 12, 8])))
+        c.blame |= {"hidden_states", "w13_qweight", "w13_scales", "w13_group_size", "w2_scales"}
+    elif x == "experts":  # w2 consistently for one more expert than w13
+        _wq_shape(c, "w2_qweight", 0, (e + 1) * h)
+        for y in ("w2_scales", "w2_zeros"):
+            if isinstance(a[y], T):
+                _wq_shape(c, y, 0, e + 1)
+        c.blame |= {"w2_scales", "w2_qweight", "w2_zeros", "w13_scales"}
+    elif x == "qweight":
+        dim = draw(st.integers(0, 3))
+        _wq_shape(c, f"{pre}_qweight", dim, a[f"{pre}_qweight"].shape[dim] * 2 + (dim == 0))
+        c.blame.add(f"{pre}_qweight")
+    elif x == "zeros":
+        if not zeros:
+            return False
+        dim = draw(st.integers(0, 2))
+        _wq_shape(c, zeros[0], dim, a[zeros[0]].shape[dim] + 1)
+        c.blame.add(zeros[0])
+    elif x == "groups":
+        for y in (f"{pre}_scales", *zeros):
+            _wq_shape(c, y, 1, a[y].shape[1] + 1)
+        c.blame |= {f"{pre}_scales", f"{pre}_group_size"}
+    elif x == "w2_n":
+        for y in ("w2_scales", *[z for z in ("w2_zeros",) if isinstance(a[z], T)]):
+            _wq_shape(c, y, 2, h + 8)
+        c.blame.add("w2_scales")
+    elif x == "w13_odd":  # w13 consistently for an odd N (not 2I)
+        odd = n2 + 1 + n2 % 2
+        _wq_shape(c, "w13_qweight", 0, e * odd)
+        for y in ("w13_scales", "w13_zeros"):
+            if isinstance(a[y], T):
+                _wq_shape(c, y, 2, odd)
+        c.blame |= {"w13_scales", "w13_qweight", "w13_zeros"}
+    else:
+        return _router_mismatch(c, draw, t)
+    return True
+
+
+def _wq_bad_group_size(c: Case, draw: Any, x: str) -> None:
+    """A group size the kernels do not have, or a valid one that does not match the scales' groups."""
+    a = c.args
+    pool: list[Any] = [16, 0, 256, -2, 48]
+    pre = x[: -len("_group_size")]
+    hs, s13, scales = a["hidden_states"], a["w13_scales"], a[f"{pre}_scales"]
+    if _wq_consistent(c):
+        k = hs.shape[1] if pre == "w13" else s13.shape[2] // 2
+        pool += [g for g in WQ_GROUPS if g != -1 and k % g or (1 if g == -1 else k // g) != scales.shape[1]]
+    a[x] = draw(st.sampled_from(pool))
+    c.blame.add(x)
+
+
+def wq_bad_value(c: Case, draw: Any) -> bool:
+    """A quantization format, bit width or group size the op refuses, or a router argument that
+    disagrees with the shapes (``moe_bad_value``'s rules, which do not always apply here)."""
+    a = c.args
+    x = draw(st.sampled_from(WQ_CONSTANTS))
+    if x == "quant_format":
+        a[x] = draw(st.sampled_from(["AWQ", "gptq_v2", "", "marlin", "fp8"]))
+        c.blame.add(x)
+    elif x == "bits":
+        a[x] = draw(st.sampled_from([2, 3, 0, 16, -4] + ([8] if a["quant_format"] == "awq" else [])))
+        c.blame.add(x)
+    elif x.endswith("group_size"):
+        _wq_bad_group_size(c, draw, x)
+    elif x == "activation":
+        a[x] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
+        c.blame.add(x)
+    elif x == "apply_router_weight_on_input":
+        ids = a["topk_ids"]
+        if not isinstance(ids, T) or len(ids.shape) != 2 or ids.shape[1] < 2:
+            return False
+        a[x] = True
+        c.blame.add(x)
+    else:
+        emap, s13 = a.get("expert_map"), a["w13_scales"]
+        if isinstance(emap, T) and len(emap.shape) == 1:
+            a[x] = emap.shape[0] + 1
+        elif emap is None and isinstance(s13, T) and len(s13.shape) == 3:
+            a[x] = s13.shape[0] + draw(st.integers(1, 3))
+        else:
+            return False
+        c.blame |= {x, "expert_map"}
+    return True
+
+
+def wq_perm(c: Case, draw: Any) -> bool:
+    """An act-order permutation that cannot be one: of AWQ weights, not int32 ``[E, K]``, or not a
+    tensor."""
+    a = c.args
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    x = f"{pre}_perm"
+    s13, hs = a["w13_scales"], a["hidden_states"]
+    if not (isinstance(s13, T) and len(s13.shape) == 3 and isinstance(hs, T) and len(hs.shape) == 2):
+        return False
+    e, k = s13.shape[0], hs.shape[1] if pre == "w13" else s13.shape[2] // 2
+    kind = draw(st.sampled_from(["dtype", "shape", "kind"] + (["awq"] if a["quant_format"] == "awq" else [])))
+    if kind == "kind":
+        a[x] = draw(st.sampled_from(["a", 1.5, [0, 1]]))
+        c.kinds.add(x)
+    else:
+        a[x] = T((e, k + 8) if kind == "shape" else (e, k), torch.int64 if kind == "dtype" else I32)
+    c.blame.add(x)
+    return True
+
+
+def wq_layout_key(c: Case, draw: Any) -> bool:
+    """An offline layout key that is not the one of the kernel the op runs: the prepared weights'
+    ``w13_qweight`` / ``w2_qweight`` are named."""
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    c.args[f"{pre}_layout"] = draw(st.sampled_from(["u4/64x64/t128x16B/0000000000", "natural", "x"]))
+    c.blame |= {f"{pre}_qweight", f"{pre}_layout"}
+    return True
+
+
+TABLE["fused_moe_wna16"] = spec_table(
+    "wq", WQ, wq_valid, ("hidden_states", "w13_scales", "w13_zeros", "w2_scales", "w2_zeros"),
+    kinds={"quant_format": [None, 4, ["awq"]], "bits": ["4", 4.5, None, [4]],
+           "w13_group_size": ["32", 32.5, None, [32]], "w2_group_size": ["-1", 64.5, None, [-1]],
+           **MOE_KINDS},
+    extra={wq_shape_mismatch: tuple(x for x in WQ.tensors if x != "expert_map"), wq_bad_value: WQ_CONSTANTS,
+           wq_perm: ("w13_perm", "w2_perm"), wq_layout_key: ("w13_layout", "w2_layout")},
+    generic_shape=False)
 
 
 # --- the Mamba ops ---------------------------------------------------------------------------------------
