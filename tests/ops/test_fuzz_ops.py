@@ -20,7 +20,6 @@ an error raised while tracing as a ``TorchRuntimeError`` quoting it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -83,197 +82,9 @@ class Case:
     what: list[str] = field(default_factory=list)
 
 
-# --- the GEMM ------------------------------------------------------------------------------------------
-
 F16, BF16 = torch.float16, torch.bfloat16
 F32, F64 = torch.float32, torch.float64
-TENSORS = ("a", "b", "bias", "residual")
-
-
-@st.composite
-def gemm_valid(draw: Any) -> dict[str, Any]:
-    m = draw(st.integers(2, 5))
-    n = 8 * draw(st.integers(1, 3))
-    k = 8 * draw(st.integers(1, 3))
-    dt = draw(st.sampled_from([F16, BF16]))
-    b_layout = draw(st.sampled_from(["nk", "kn"]))
-    args: dict[str, Any] = {"a": T((m, k), dt), "b": T((n, k) if b_layout == "nk" else (k, n), dt),
-                            "bias": draw(st.sampled_from([None, T((n,), dt)])),
-                            "residual": draw(st.sampled_from([None, T((m, n), dt)])),
-                            "activation": draw(st.sampled_from(["none", "relu", "gelu", "silu"])),
-                            "scale": draw(st.sampled_from([None, 0.5, -2.0])), "b_layout": b_layout}
-    return args
-
-
-def _present(c: Case) -> list[str]:
-    return [x for x in TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _matrices(c: Case) -> bool:
-    """``a`` and ``b`` are matrices and ``b_layout`` is valid: shapes can be changed consistently."""
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == 2 for x in ("a", "b")) and \
-        c.args["b_layout"] in ("nk", "kn")
-
-
-def _mnk(c: Case) -> tuple[int, int, int]:
-    m, k = c.args["a"].shape
-    b = c.args["b"].shape
-    return m, (b[0] if c.args["b_layout"] == "nk" else b[1]), k
-
-
-def _dtype(c: Case) -> Any:
-    a = c.args.get("a")
-    return a.dtype if isinstance(a, T) else F16
-
-
-def _set_mnk(c: Case, m: int, n: int, k: int) -> None:
-    """Reshape every tensor consistently for (m, n, k)."""
-    a = c.args
-    a["a"] = replace(a["a"], shape=(m, k))
-    a["b"] = replace(a["b"], shape=(n, k) if a["b_layout"] == "nk" else (k, n))
-    if isinstance(a["bias"], T):
-        a["bias"] = replace(a["bias"], shape=(n,))
-    if isinstance(a["residual"], T):
-        a["residual"] = replace(a["residual"], shape=(m, n))
-
-
-# Each mutation makes the case invalid whatever was done before (or returns False when it does
-# not apply) and adds the arguments the error may name to ``blame``.
-
-def m_a_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["a"], T):
-        return False
-    c.args["a"] = replace(c.args["a"], dtype=draw(st.sampled_from([torch.float32, torch.float64, torch.int8,
-                                                                    torch.bool, torch.int32])))
-    c.blame.add("a")
-    return True
-
-
-def m_other_dtype(c: Case, draw: Any) -> bool:
-    others = [t for t in _present(c) if t != "a"]
-    if not others or not isinstance(c.args["a"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    other = BF16 if _dtype(c) == F16 else F16
-    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other, torch.int16])))
-    c.blame.add(x)
-    return True
-
-
-RANK = {"a": 2, "b": 2, "bias": 1, "residual": 2}
-
-
-def m_rank(c: Case, draw: Any) -> bool:
-    if not _present(c):
-        return False
-    x = draw(st.sampled_from(_present(c)))
-    rank = draw(st.sampled_from([r for r in (0, 1, 2, 3) if r != RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 8, 8)[3 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def m_k_mismatch(c: Case, draw: Any) -> bool:
-    if not _matrices(c):
-        return False
-    m, n, k = _mnk(c)
-    k2 = k + 8 * draw(st.integers(1, 2))
-    c.args["b"] = replace(c.args["b"], shape=(n, k2) if c.args["b_layout"] == "nk" else (k2, n))
-    c.blame |= {"a", "b"}
-    return True
-
-
-def m_epilogue_shape(c: Case, draw: Any) -> bool:
-    if not _matrices(c):
-        return False
-    m, n, _ = _mnk(c)
-    x = draw(st.sampled_from(["bias", "residual"]))
-    shapes = [(n + 2,), (n - 2,), (1,)] if x == "bias" else [(m + 1, n), (m, n + 2), (n, m + 3)]
-    c.args[x] = T(draw(st.sampled_from(shapes)), _dtype(c))
-    c.blame.add(x)
-    return True
-
-
-def m_k_not_multiple_of_8(c: Case, draw: Any) -> bool:
-    """K and M (and N) not multiples of 8: no order of ``a`` (or ``b``) has 16-byte rows, in place
-    or as a dense copy (a K that is not a multiple of 8 alone runs from an M- or N-major copy)."""
-    if not _matrices(c):
-        return False
-    _set_mnk(c, draw(st.sampled_from([1, 3, 5])), draw(st.sampled_from([2, 6, 10])),
-             draw(st.sampled_from([1, 4, 12, 36])))
-    c.blame |= {"a", "b"}
-    return True
-
-
-def m_n_odd(c: Case, draw: Any) -> bool:
-    if not _matrices(c):
-        return False
-    m, _, k = _mnk(c)
-    _set_mnk(c, m, draw(st.sampled_from([1, 5, 9, 27])), k)
-    c.blame.add("b")
-    return True
-
-
-def m_layout(c: Case, draw: Any) -> bool:
-    """A layout the GEMM cannot take: an element offset (breaks the 16-byte / 4-byte alignment),
-    or every other element (no unit-stride dimension) for ``a``, ``b`` and ``bias``; a transposed
-    matrix is legal (either stride order), and so is a strided ``residual`` (copied)."""
-    if not _present(c):
-        return False
-    x = draw(st.sampled_from(_present(c)))
-    layouts = ["offset"] if x == "residual" else ["offset", "strided"]
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(layouts)))
-    c.blame.add(x)
-    return True
-
-
-def m_device(c: Case, draw: Any) -> bool:
-    if not _present(c):
-        return False
-    x = draw(st.sampled_from(_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_present(c)) if x == "a" else {x}
-    return True
-
-
-def m_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(TENSORS))
-    bad: list[Any] = ["a", 1.5, [1.0, 2.0], 3] + ([None] if x in ("a", "b") else [])
-    v = draw(st.sampled_from(bad))
-    c.args[x] = v
-    c.blame.add(x)
-    if v is not None:
-        c.kinds.add(x)
-    return True
-
-
-def m_bad_string(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(["activation", "b_layout"]))
-    pool = ["RELU", "tanh", "", "none ", "gelu_erf", "GELU"] if x == "activation" else ["NK", "mk", "", "n k"]
-    c.args[x] = draw(st.sampled_from(pool))
-    c.blame.add(x)
-    return True
-
-
-def m_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(["activation", "b_layout", "scale"]))
-    # (not bytes: torch.ops binds b"relu" to a str argument as "relu")
-    pool = {"activation": [None, 3, ["relu"], 0.5], "b_layout": [None, 1, ("nk",)],
-            "scale": ["0.5", "nan", "abc", [0.5], "1e3"]}[x]
-    v = draw(st.sampled_from(pool))
-    c.args[x] = v
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def gemm_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: a NaN or infinite scale, inputs that require grad."""
-    if draw(st.booleans()) and "scale" not in c.blame:
-        c.args["scale"] = draw(st.sampled_from([float("nan"), float("inf"), float("-inf"), 0.0]))
-    for x in _present(c):
-        if draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
+I32, I64 = torch.int32, torch.int64
 
 
 @dataclass
@@ -284,1310 +95,15 @@ class OpTable:
     noise: Callable[[Case, Any], None]
     covers: dict[str, list[Callable[..., None]]]     # schema argument -> mutations that break it
     module: Any = None                               # where the mutations are (by name)
-    fallback: Callable[[Case, Any], bool] | None = None   # when no mutation applied (default m_bad_string)
+    fallback: Callable[[Case, Any], bool] | None = None   # when no mutation applied
 
 
-GEMM_MUTATIONS = [m_a_dtype, m_other_dtype, m_rank, m_k_mismatch, m_epilogue_shape, m_k_not_multiple_of_8,
-                  m_n_odd, m_layout, m_device, m_not_a_tensor, m_bad_string, m_bad_kind]
-
-TABLE: dict[str, OpTable] = {
-    "gemm": OpTable(
-        valid=gemm_valid, mutations=GEMM_MUTATIONS,
-        exclusive=[{m_device}, {m_k_not_multiple_of_8, m_n_odd}],
-        noise=gemm_noise,
-        covers={"a": [m_a_dtype, m_rank, m_layout, m_device, m_not_a_tensor, m_k_not_multiple_of_8],
-                "b": [m_other_dtype, m_rank, m_k_mismatch, m_n_odd, m_layout, m_device, m_not_a_tensor],
-                "bias": [m_other_dtype, m_epilogue_shape, m_rank, m_layout, m_device, m_not_a_tensor],
-                "residual": [m_other_dtype, m_epilogue_shape, m_rank, m_layout, m_device, m_not_a_tensor],
-                "activation": [m_bad_string, m_bad_kind], "scale": [m_bad_kind],
-                "b_layout": [m_bad_string, m_bad_kind]},
-        module=sys.modules[__name__]),
-}
-
-
-# --- reshape_and_cache ---------------------------------------------------------------------------------
-
-RC_TENSORS = ("key", "value", "key_cache", "value_cache", "slot_mapping")
-RC_RANK = {"key": 3, "value": 3, "key_cache": 4, "value_cache": 4, "slot_mapping": 1}
-I64 = torch.int64
-
-
-def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[int, ...]:
-    return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
-
-
-def _kv_cache_kind(draw: Any, dt: Any) -> tuple[Any, dict[str, Any]]:
-    """The caches' dtype and the arguments that say it: the keys' dtype ("auto"), or an FP8 cache
-    (uint8) with scales (none, numbers for the Python API are not tensors: one f32 element)."""
-    if not draw(st.booleans()):
-        return dt, {"kv_cache_dtype": "auto"}
-    scale = st.sampled_from([None, T((1,), F32), T((), F32)])
-    return torch.uint8, {"kv_cache_dtype": draw(st.sampled_from(["fp8", "fp8_e4m3", "fp8_e5m2"])),
-                         "k_scale": draw(scale), "v_scale": draw(scale)}
-
-
-@st.composite
-def rc_valid(draw: Any) -> dict[str, Any]:
-    t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
-    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
-    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, cdt),
-            "value_cache": T(cache, cdt), "slot_mapping": T((t,), I64), "kv_layout": layout, **fp8}
-
-
-def _rc_present(c: Case) -> list[str]:
-    return [x for x in RC_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _rc_consistent(c: Case) -> bool:
-    """Every tensor present with its rank and a valid layout string: shapes can be rebuilt."""
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in RC_RANK.items()) and \
-        c.args["kv_layout"] in ("NHD", "HND")
-
-
-def _rc_set(c: Case, bs: int | None = None, d: int | None = None) -> None:
-    a = c.args
-    t, kvh, d0 = a["key"].shape
-    d = d0 if d is None else d
-    nb = a["key_cache"].shape[0]
-    if bs is None:
-        bs = a["key_cache"].shape[1] if a["kv_layout"] == "NHD" else a["key_cache"].shape[2]
-    for x in ("key", "value"):
-        a[x] = replace(a[x], shape=(t, kvh, d))
-    for x in ("key_cache", "value_cache"):
-        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
-
-
-def rc_key_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["key"], T):
-        return False
-    bad = [torch.float32, torch.int8, torch.int32]
-    c.args["key"] = replace(c.args["key"], dtype=draw(st.sampled_from(bad)))
-    c.blame.add("key")
-    return True
-
-
-def rc_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _rc_present(c) if x != "key"]
-    if not others or not isinstance(c.args["key"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x == "slot_mapping":
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int32, torch.float16, torch.int16])))
-    else:
-        other = BF16 if c.args["key"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def rc_rank(c: Case, draw: Any) -> bool:
-    if not _rc_present(c):
-        return False
-    x = draw(st.sampled_from(_rc_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != RC_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 16, 2, 64)[5 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def rc_shape_mismatch(c: Case, draw: Any) -> bool:
-    if not _rc_consistent(c):
-        return False
-    a = c.args
-    t, kvh, d = a["key"].shape
-    x = draw(st.sampled_from(["value", "slot_mapping", "value_cache", "key_kvh"]))
-    if x == "value":
-        a["value"] = replace(a["value"], shape=(t + 1, kvh, d))
-        c.blame.add("value")
-    elif x == "slot_mapping":
-        a["slot_mapping"] = replace(a["slot_mapping"], shape=(t + draw(st.sampled_from([-1, 1, 3])),))
-        c.blame.add("slot_mapping")
-    elif x == "value_cache":
-        s = list(a["value_cache"].shape)
-        s[draw(st.integers(0, 3))] += 8
-        a["value_cache"] = replace(a["value_cache"], shape=tuple(s))
-        c.blame |= {"value_cache", "key_cache"}
-    else:
-        for y in ("key", "value"):
-            a[y] = replace(a[y], shape=(t, kvh + 1, d))
-        c.blame |= {"key", "value"}
-    return True
-
-
-def rc_block_or_head_size(c: Case, draw: Any) -> bool:
-    if not _rc_consistent(c):
-        return False
-    if draw(st.booleans()):
-        _rc_set(c, bs=draw(st.sampled_from([8, 12, 24, 256])))
-    else:
-        _rc_set(c, d=draw(st.sampled_from([264, 320, 12, 4])))
-    c.blame |= {"key", "value", "key_cache", "value_cache"}
-    return True
-
-
-#: inputs the ops read from a contiguous copy when 16-byte row vectors cannot read them in place
-#: (``hexlayout.ops.host.launch.rows_input``): any layout is accepted, not mutated into an error
-COPIED_INPUTS = {"key", "value", "q", "k", "v"}
-
-
-def rc_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _rc_present(c) if x not in COPIED_INPUTS]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    lay = "strided" if x == "slot_mapping" else draw(st.sampled_from(["offset", "strided"]))
-    if x == "slot_mapping" and c.args[x].shape in ((), (0,), (1,)):
-        return False
-    c.args[x] = replace(c.args[x], layout=lay)
-    c.blame.add(x)
-    return True
-
-
-def rc_device(c: Case, draw: Any) -> bool:
-    if not _rc_present(c):
-        return False
-    x = draw(st.sampled_from(_rc_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_rc_present(c)) if x == "key" else {x}
-    return True
-
-
-def rc_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(RC_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def rc_bad_layout_string(c: Case, draw: Any) -> bool:
-    c.args["kv_layout"] = draw(st.sampled_from(["nhd", "", "HDN", "NDH", "NHD "]))
-    c.blame.add("kv_layout")
-    return True
-
-
-def rc_bad_layout_kind(c: Case, draw: Any) -> bool:
-    c.args["kv_layout"] = draw(st.sampled_from([None, 1, ("NHD",), 0.5]))
-    c.blame.add("kv_layout")
-    c.kinds.add("kv_layout")
-    return True
-
-
-def rc_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: float tensors that require grad."""
-    for x in _rc_present(c):
-        if x != "slot_mapping" and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-RC_MUTATIONS = [rc_key_dtype, rc_other_dtype, rc_rank, rc_shape_mismatch, rc_block_or_head_size, rc_layout,
-                rc_device, rc_not_a_tensor, rc_bad_layout_string, rc_bad_layout_kind]
-
-RC_COMMON = [rc_rank, rc_layout, rc_device, rc_not_a_tensor]
-TABLE["reshape_and_cache"] = OpTable(
-    valid=rc_valid, mutations=RC_MUTATIONS, exclusive=[{rc_device}], noise=rc_noise,
-    covers={"key": [rc_key_dtype, rc_shape_mismatch, *RC_COMMON],
-            "value": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
-            "key_cache": [rc_other_dtype, rc_block_or_head_size, *RC_COMMON],
-            "value_cache": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
-            "slot_mapping": [rc_other_dtype, rc_shape_mismatch, *RC_COMMON],
-            "kv_layout": [rc_bad_layout_string, rc_bad_layout_kind]},
-    module=sys.modules[__name__], fallback=rc_bad_layout_string)
-
-
-# --- paged_attention -----------------------------------------------------------------------------------
-
-PA_TENSORS = ("q", "key_cache", "value_cache", "cu_seqlens_q", "seqused_k", "block_table")
-PA_RANK = {"q": 3, "key_cache": 4, "value_cache": 4, "cu_seqlens_q": 1, "seqused_k": 1, "block_table": 2}
-PA_INTS = ("cu_seqlens_q", "seqused_k", "block_table")
-I32 = torch.int32
-
-
-@st.composite
-def pa_valid(draw: Any) -> dict[str, Any]:
-    """Valid arguments whose index tensors are zeros: every sequence empty (nothing to compute)."""
-    b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
-    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
-    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
-    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, cdt),
-            "value_cache": T(cache, cdt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
-            "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
-            "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
-            "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
-            "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
-            "num_splits": draw(st.sampled_from([0, 1])),
-            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)])), **fp8}
-
-
-def _pa_present(c: Case) -> list[str]:
-    return [x for x in PA_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _pa_consistent(c: Case) -> bool:
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in PA_RANK.items()) and \
-        c.args["kv_layout"] in ("NHD", "HND")
-
-
-def pa_q_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["q"], T):
-        return False
-    c.args["q"] = replace(c.args["q"], dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
-    c.blame.add("q")
-    return True
-
-
-def pa_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _pa_present(c) if x != "q"]
-    if not others or not isinstance(c.args["q"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x in PA_INTS:
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
-    else:
-        other = BF16 if c.args["q"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def pa_rank(c: Case, draw: Any) -> bool:
-    if not _pa_present(c):
-        return False
-    x = draw(st.sampled_from(_pa_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != PA_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 16, 2, 64)[5 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def pa_shape_mismatch(c: Case, draw: Any) -> bool:
-    if not _pa_consistent(c):
-        return False
-    a = c.args
-    tq, h, d = a["q"].shape
-    b = a["seqused_k"].shape[0]
-    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "table", "value_cache"]))
-    if x == "q_heads":                       # not a multiple of the caches' KVH (2 or more)
-        kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
-        if kvh < 2:
-            return False
-        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
-    elif x == "q_dim":
-        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
-        c.blame.add("q")
-    elif x == "cu":
-        a["cu_seqlens_q"] = replace(a["cu_seqlens_q"], shape=(b + draw(st.sampled_from([0, 2])),))
-        c.blame |= {"cu_seqlens_q", "seqused_k"}
-    elif x == "table":
-        a["block_table"] = replace(a["block_table"], shape=(b + 1, a["block_table"].shape[1]))
-        c.blame |= {"block_table", "seqused_k"}
-    else:
-        sh = list(a["value_cache"].shape)
-        sh[draw(st.integers(0, 3))] += 8
-        a["value_cache"] = replace(a["value_cache"], shape=tuple(sh))
-        c.blame |= {"value_cache", "key_cache"}
-    return True
-
-
-def pa_block_or_head_size(c: Case, draw: Any) -> bool:
-    if not _pa_consistent(c):
-        return False
-    a = c.args
-    nb = a["key_cache"].shape[0]
-    kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
-    bs, d = draw(st.sampled_from([(8, 64), (12, 64), (256, 64), (16, 320), (16, 12), (16, 264)]))
-    for x in ("key_cache", "value_cache"):
-        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
-    a["q"] = replace(a["q"], shape=(*a["q"].shape[:2], d))
-    c.blame |= {"key_cache", "value_cache", "q"}
-    return True
-
-
-def pa_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _pa_present(c) if x not in COPIED_INPUTS
-             and (x not in PA_INTS or len(c.args[x].shape) and c.args[x].shape[-1] > 1)]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    lay = "strided" if x in PA_INTS else draw(st.sampled_from(["offset", "strided"]))
-    c.args[x] = replace(c.args[x], layout=lay)
-    c.blame.add(x)
-    return True
-
-
-def pa_device(c: Case, draw: Any) -> bool:
-    if not _pa_present(c):
-        return False
-    x = draw(st.sampled_from(_pa_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_pa_present(c)) if x == "q" else {x}
-    return True
-
-
-def pa_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(PA_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-PA_BAD_VALUES = {"max_seqlen_q": [-1, -5], "max_seqlen_k": [-1],
-                 "softmax_scale": [-1.0, 0.0, float("nan"), float("inf")], "window_size": [(-2, 0), (0, -3)],
-                 "softcap": [-1.0, float("nan"), float("-inf")], "num_splits": [-1, 17, 100],
-                 "kv_layout": ["nhd", "", "HDN", "NHD "]}
-PA_BAD_KINDS = {"max_seqlen_q": ["3", 2.5, None], "max_seqlen_k": ["3", 2.5], "softmax_scale": ["0.5", [0.5]],
-                "causal": ["yes", "true"], "window_size": ["ab", (1, 2, 3), [1.5, 2.0]],
-                "softcap": ["x"], "kv_layout": [1, ("NHD",)], "num_splits": ["2", 1.5]}
-# (None for an argument with a default is torch.ops' way of asking for the default, and a float for
-# a bool is converted under torch.compile: neither is invalid there)
-
-
-def pa_bad_value(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(PA_BAD_VALUES)))
-    c.args[x] = draw(st.sampled_from(PA_BAD_VALUES[x]))
-    c.blame.add(x)
-    return True
-
-
-def pa_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(PA_BAD_KINDS)))
-    c.args[x] = draw(st.sampled_from(PA_BAD_KINDS[x]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def pa_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: float tensors that require grad."""
-    for x in ("q", "key_cache", "value_cache"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-PA_COMMON = [pa_rank, pa_layout, pa_device, pa_not_a_tensor]
-TABLE["paged_attention"] = OpTable(
-    valid=pa_valid, mutations=[pa_q_dtype, pa_other_dtype, pa_shape_mismatch, pa_block_or_head_size,
-                               *PA_COMMON, pa_bad_value, pa_bad_kind],
-    exclusive=[{pa_device}], noise=pa_noise,
-    covers={"q": [pa_q_dtype, pa_shape_mismatch, *PA_COMMON], "key_cache": [pa_other_dtype, *PA_COMMON],
-            "value_cache": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
-            "cu_seqlens_q": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
-            "seqused_k": [pa_other_dtype, *PA_COMMON],
-            "block_table": [pa_other_dtype, pa_shape_mismatch, *PA_COMMON],
-            **{x: [pa_bad_value, pa_bad_kind] for x in ("max_seqlen_q", "max_seqlen_k", "softmax_scale",
-                                                       "window_size", "softcap", "kv_layout", "num_splits")},
-            "causal": [pa_bad_kind]},
-    module=sys.modules[__name__], fallback=pa_bad_value)
-
-
-# --- attention_varlen ----------------------------------------------------------------------------------
-
-AV_TENSORS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")
-AV_RANK = {"q": 3, "k": 3, "v": 3, "cu_seqlens_q": 1, "cu_seqlens_k": 1}
-AV_INTS = ("cu_seqlens_q", "cu_seqlens_k")
-
-
-@st.composite
-def av_valid(draw: Any) -> dict[str, Any]:
-    """Valid arguments whose cu_seqlens are zeros: every sequence empty (nothing to compute)."""
-    b, kvh, grp = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    d, dt = draw(st.sampled_from([64, 128])), draw(st.sampled_from([F16, BF16]))
-    tk = draw(st.integers(1, 4))
-    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "k": T((tk, kvh, d), dt),
-            "v": T((tk, kvh, d), dt), "cu_seqlens_q": T((b + 1,), I32), "cu_seqlens_k": T((b + 1,), I32),
-            "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
-            "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
-            "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
-            "softcap": draw(st.sampled_from([0.0, 30.0])),
-            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)]))}
-
-
-def _av_present(c: Case) -> list[str]:
-    return [x for x in AV_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _av_consistent(c: Case) -> bool:
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r for x, r in AV_RANK.items())
-
-
-def av_q_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["q"], T):
-        return False
-    c.args["q"] = replace(c.args["q"], dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
-    c.blame.add("q")
-    return True
-
-
-def av_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _av_present(c) if x != "q"]
-    if not others or not isinstance(c.args["q"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x in AV_INTS:
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
-    else:
-        other = BF16 if c.args["q"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def av_rank(c: Case, draw: Any) -> bool:
-    if not _av_present(c):
-        return False
-    x = draw(st.sampled_from(_av_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != AV_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def av_shape_mismatch(c: Case, draw: Any) -> bool:
-    """Heads not a multiple of KVH, head sizes or K / V rows that disagree, cu_seqlens of
-    different lengths, a head size past 256 or not a multiple of 8."""
-    if not _av_consistent(c):
-        return False
-    a = c.args
-    tq, h, d = a["q"].shape
-    tk, kvh, _ = a["k"].shape
-    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "v", "head_size"]))
-    if x == "q_heads":
-        if kvh < 2:
-            return False
-        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
-        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
-    elif x == "q_dim":
-        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
-        c.blame |= {"q", "k"}
-    elif x == "cu":
-        y = draw(st.sampled_from(AV_INTS))
-        a[y] = replace(a[y], shape=(a[y].shape[0] + draw(st.sampled_from([1, 2])),))
-        c.blame |= set(AV_INTS)
-    elif x == "v":
-        sh = list(a["v"].shape)
-        sh[draw(st.integers(0, 2))] += 8
-        a["v"] = replace(a["v"], shape=tuple(sh))
-        c.blame |= {"v", "k"}
-    else:
-        d2 = draw(st.sampled_from([264, 320, 12]))
-        for y in ("q", "k", "v"):
-            a[y] = replace(a[y], shape=(*a[y].shape[:2], d2))
-        c.blame |= {"q", "k", "v"}
-    return True
-
-
-def av_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _av_present(c) if x not in COPIED_INPUTS
-             and (x not in AV_INTS or len(c.args[x].shape) and c.args[x].shape[-1] > 1)]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    lay = "strided" if x in AV_INTS else draw(st.sampled_from(["offset", "strided"]))
-    c.args[x] = replace(c.args[x], layout=lay)
-    c.blame.add(x)
-    return True
-
-
-def av_device(c: Case, draw: Any) -> bool:
-    if not _av_present(c):
-        return False
-    x = draw(st.sampled_from(_av_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_av_present(c)) if x == "q" else {x}
-    return True
-
-
-def av_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(AV_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3, None]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-AV_BAD_VALUES = {x: v for x, v in PA_BAD_VALUES.items() if x not in ("kv_layout", "num_splits")}
-AV_BAD_KINDS = {x: v for x, v in PA_BAD_KINDS.items() if x not in ("kv_layout", "num_splits")}
-
-
-def av_bad_value(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(AV_BAD_VALUES)))
-    c.args[x] = draw(st.sampled_from(AV_BAD_VALUES[x]))
-    c.blame.add(x)
-    return True
-
-
-def av_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(sorted(AV_BAD_KINDS)))
-    c.args[x] = draw(st.sampled_from(AV_BAD_KINDS[x]))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def av_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: float tensors that require grad."""
-    for x in ("q", "k", "v"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-AV_COMMON = [av_rank, av_layout, av_device, av_not_a_tensor]
-TABLE["attention_varlen"] = OpTable(
-    valid=av_valid, mutations=[av_q_dtype, av_other_dtype, av_shape_mismatch, *AV_COMMON, av_bad_value,
-                               av_bad_kind],
-    exclusive=[{av_device}], noise=av_noise,
-    covers={"q": [av_q_dtype, av_shape_mismatch, *AV_COMMON], "k": [av_other_dtype, *AV_COMMON],
-            "v": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
-            "cu_seqlens_q": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
-            "cu_seqlens_k": [av_other_dtype, av_shape_mismatch, *AV_COMMON],
-            **{x: [av_bad_value, av_bad_kind] for x in ("max_seqlen_q", "max_seqlen_k", "softmax_scale",
-                                                       "window_size", "softcap")},
-            "causal": [av_bad_kind]},
-    module=sys.modules[__name__], fallback=av_bad_value)
-
-
-# --- attention sinks and FP8 KV caches (paged_attention, attention_varlen, reshape_and_cache) ----------
-
-
-def m_sinks(c: Case, draw: Any) -> bool:
-    """``sinks`` that cannot be one f32 logit per query head: another dtype, length or rank,
-    another device, or not a tensor."""
-    q = c.args.get("q")
-    h = q.shape[1] if isinstance(q, T) and len(q.shape) == 3 else 2
-    bad = draw(st.sampled_from(["dtype", "shape", "device", "kind"]))
-    if bad == "kind":
-        c.args["sinks"] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0]]))
-        c.kinds.add("sinks")
-    else:
-        c.args["sinks"] = {"dtype": T((h,), draw(st.sampled_from([F16, BF16, F64]))),
-                           "shape": T(draw(st.sampled_from([(h + 1,), (h, 1), ()])), F32),
-                           "device": T((h,), F32, device="meta")}[bad]
-    c.blame.add("sinks")
-    return True
-
-
-def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
-    """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
-    fp8 = c.args.get("kv_cache_dtype", "auto") != "auto"   # (then the caches are uint8)
-    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", 3, ["auto"]]
-                             + (["auto"] if fp8 else ["fp8", "fp8_e5m2"])))
-    c.args["kv_cache_dtype"] = v
-    c.blame.add("kv_cache_dtype")
-    if not isinstance(v, str):
-        c.kinds.add("kv_cache_dtype")
-    elif v in ("auto", "fp8", "fp8_e5m2"):
-        c.blame |= {"key_cache", "value_cache"}
-    return True
-
-
-def m_kv_scale(c: Case, draw: Any) -> bool:
-    """A ``k_scale`` / ``v_scale`` that is not one f32 element on the caches' device."""
-    x = draw(st.sampled_from(["k_scale", "v_scale"]))
-    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
-                              "a", [1.0]]))
-    c.args[x] = v
-    c.blame.add(x)
-    if not isinstance(v, T):
-        c.kinds.add(x)
-    return True
-
-
-for _name, _muts in (("paged_attention", [m_sinks, m_kv_cache_dtype, m_kv_scale]),
-                     ("attention_varlen", [m_sinks]), ("reshape_and_cache", [m_kv_cache_dtype, m_kv_scale])):
-    TABLE[_name].mutations += _muts
-    for _m in _muts:
-        args = {m_sinks: ["sinks"], m_kv_cache_dtype: ["kv_cache_dtype"], m_kv_scale: ["k_scale", "v_scale"]}
-        for _x in args[_m]:
-            TABLE[_name].covers[_x] = [_m]
-
-# --- the fused MoE (bf16 / f16 weights) -----------------------------------------------------------------
-
-MOE_TENSORS = ("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")
-MOE_RANK = {"hidden_states": 2, "w13": 3, "w2": 3, "topk_weights": 2, "topk_ids": 2, "expert_map": 1}
-
-
-@st.composite
-def moe_valid(draw: Any) -> dict[str, Any]:
-    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([8, 32]))
-    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
-    mapped = draw(st.booleans())
-    g = e + draw(st.integers(0, 3))
-    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), dt), "w2": T((e, h, i), dt),
-            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
-            "activation": draw(st.sampled_from(["silu", "gelu"])),
-            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
-            "expert_map": T((g,), I32) if mapped else None,
-            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
-
-
-def _moe_present(c: Case) -> list[str]:
-    return [x for x in MOE_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _moe_consistent(c: Case) -> bool:
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r
-               for x, r in MOE_RANK.items() if x != "expert_map")
-
-
-def moe_x_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["hidden_states"], T):
-        return False
-    c.args["hidden_states"] = replace(c.args["hidden_states"],
-                                      dtype=draw(st.sampled_from([torch.float32, torch.int8, torch.int32])))
-    c.blame |= {"hidden_states", "w13", "w2"}
-    return True
-
-
-def moe_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _moe_present(c) if x != "hidden_states"]
-    if not others or not isinstance(c.args["hidden_states"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x in ("topk_ids", "expert_map"):
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.int64, torch.float16, torch.int16])))
-    elif x == "topk_weights":
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float16, torch.float64, I32])))
-    else:
-        other = BF16 if c.args["hidden_states"].dtype == F16 else F16
-        c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from([torch.float32, other])))
-    c.blame.add(x)
-    return True
-
-
-def moe_rank(c: Case, draw: Any) -> bool:
-    if not _moe_present(c):
-        return False
-    x = draw(st.sampled_from(_moe_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != MOE_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def moe_shape_mismatch(c: Case, draw: Any) -> bool:
-    """w13's H or 2I, w2's shape, top-k rows or widths that disagree, H not a multiple of 8."""
-    if not _moe_consistent(c):
-        return False
-    a = c.args
-    t, h = a["hidden_states"].shape
-    e, n2, _ = a["w13"].shape
-    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "rows", "width", "h8"]))
-    if x == "w13_h":
-        a["w13"] = replace(a["w13"], shape=(e, n2, h + 8))
-        c.blame |= {"w13", "hidden_states"}
-    elif x == "w13_odd":
-        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
-        c.blame |= {"w13", "w2"}
-    elif x == "w2":
-        sh = list(a["w2"].shape)
-        sh[draw(st.integers(0, 2))] += 8
-        a["w2"] = replace(a["w2"], shape=tuple(sh))
-        c.blame |= {"w2", "w13"}
-    elif x == "rows":
-        for y in ("topk_ids", "topk_weights"):
-            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
-        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
-    elif x == "width":
-        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
-        c.blame |= {"topk_ids", "topk_weights"}
-    else:
-        a["hidden_states"] = replace(a["hidden_states"], shape=(t, 12))
-        a["w13"] = replace(a["w13"], shape=(e, n2, 12))
-        a["w2"] = replace(a["w2"], shape=(e, 12, n2 // 2))
-        c.blame |= {"hidden_states", "w13", "w2"}
-    return True
-
-
-def moe_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _moe_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
-    c.blame.add(x)
-    return True
-
-
-def moe_device(c: Case, draw: Any) -> bool:
-    if not _moe_present(c):
-        return False
-    x = draw(st.sampled_from(_moe_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_moe_present(c)) if x == "hidden_states" else {x}
-    return True
-
-
-def moe_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(MOE_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x == "expert_map" else [None])))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def moe_bad_value(c: Case, draw: Any) -> bool:
-    """Always applies (a table's fallback): a bad ``activation`` where the other two cannot be
-    made invalid from the shapes at hand."""
-    a = c.args
-    x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
-    ids, emap, w13 = a["topk_ids"], a.get("expert_map"), a["w13"]
-    if x == "apply_router_weight_on_input" and isinstance(ids, T) and len(ids.shape) == 2 \
-            and ids.shape[1] >= 2:
-        a[x] = True
-        c.blame.add(x)
-    elif x == "global_num_experts" and isinstance(emap, T) and len(emap.shape) == 1:
-        a[x] = emap.shape[0] + 1
-        c.blame |= {x, "expert_map"}
-    elif x == "global_num_experts" and emap is None and isinstance(w13, T) and len(w13.shape) == 3:
-        a[x] = w13.shape[0] + draw(st.integers(1, 3))
-        c.blame |= {x, "expert_map"}
-    else:
-        a["activation"] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
-        c.blame.add("activation")
-    return True
-
-
-def moe_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(["activation", "apply_router_weight_on_input", "global_num_experts"]))
-    pool = {"activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
-            "global_num_experts": ["8", 2.5, [4]]}[x]
-    c.args[x] = draw(st.sampled_from(pool))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def moe_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: activations and weights that require grad."""
-    for x in ("hidden_states", "w13", "w2"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-MOE_COMMON = [moe_rank, moe_layout, moe_device, moe_not_a_tensor]
-TABLE["fused_moe"] = OpTable(
-    valid=moe_valid, mutations=[moe_x_dtype, moe_other_dtype, moe_shape_mismatch, *MOE_COMMON, moe_bad_value,
-                                moe_bad_kind],
-    exclusive=[{moe_device}], noise=moe_noise,
-    covers={"hidden_states": [moe_x_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "w13": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "w2": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "topk_weights": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "topk_ids": [moe_other_dtype, moe_shape_mismatch, *MOE_COMMON],
-            "expert_map": [moe_other_dtype, *MOE_COMMON],
-            **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
-                                                         "global_num_experts")}},
-    module=sys.modules[__name__], fallback=moe_bad_value)
-
-
-# --- the fused MoE with fp8 (e4m3) experts -------------------------------------------------------------
-# Runs with HEXLAYOUT_EMULATE_ARCH=sm_89 (``emulate``): sm_80 refuses fp8 experts, which would
-# turn every case into that one error.
-
-FP8 = torch.float8_e4m3fn
-FP8_TENSORS = ("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids",
-               "expert_map")
-FP8_RANK = {**MOE_RANK, "w13_scale": 1, "w2_scale": 1}
-FP8_SCALE_OF = {"w13": "w13_scale", "w2": "w2_scale", "w13_scale": "w13", "w2_scale": "w2"}
-
-
-def _fp8_scale_shape(block: Any, e: int, n: int, k: int) -> tuple[int, ...]:
-    return (e,) if not block else (e, -(-n // 128), -(-k // 128))
-
-
-@st.composite
-def fp8_valid(draw: Any) -> dict[str, Any]:
-    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([16, 32]))
-    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
-    block = draw(st.sampled_from([[], [128, 128]]))
-    mapped = draw(st.booleans())
-    g = e + draw(st.integers(0, 3))
-    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), FP8),
-            "w13_scale": T(_fp8_scale_shape(block, e, 2 * i, h), torch.float32), "w2": T((e, h, i), FP8),
-            "w2_scale": T(_fp8_scale_shape(block, e, h, i), torch.float32),
-            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32), "block": block,
-            "activation": draw(st.sampled_from(["silu", "gelu"])),
-            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
-            "expert_map": T((g,), I32) if mapped else None,
-            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
-
-
-def _fp8_present(c: Case) -> list[str]:
-    return [x for x in FP8_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _fp8_consistent(c: Case) -> bool:
-    """Every tensor but ``expert_map`` of its rank (the scales: of the rank ``block`` wants)."""
-    a = c.args
-    if a["block"] not in ([], [128, 128]):
-        return False
-    rank = {**FP8_RANK, "w13_scale": 3 if a["block"] else 1, "w2_scale": 3 if a["block"] else 1}
-    return all(isinstance(a.get(x), T) and len(a[x].shape) == r for x, r in rank.items() if x != "expert_map")
-
-
-def fp8_x_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["hidden_states"], T):
-        return False
-    c.args["hidden_states"] = replace(c.args["hidden_states"], dtype=draw(st.sampled_from(
-        [torch.float32, torch.int8, torch.int32, FP8])))
-    c.blame.add("hidden_states")
-    return True
-
-
-def fp8_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _fp8_present(c) if x != "hidden_states"]
-    if not others:
-        return False
-    x = draw(st.sampled_from(others))
-    pool = {"topk_ids": [torch.int64, F16, torch.int16], "expert_map": [torch.int64, F16, torch.int16],
-            "topk_weights": [F16, torch.float64, I32], "w13": [F16, BF16, torch.float8_e5m2, torch.int8],
-            "w2": [F16, BF16, torch.float8_e5m2, torch.int8],
-            "w13_scale": [F16, BF16, torch.float64], "w2_scale": [F16, BF16, torch.float64]}[x]
-    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(pool)))
-    c.blame.add(x)
-    return True
-
-
-def fp8_rank(c: Case, draw: Any) -> bool:
-    """Any other rank (a scale: neither 1 nor 3, or the rank of the other scale form)."""
-    if not _fp8_present(c):
-        return False
-    x = draw(st.sampled_from(_fp8_present(c)))
-    if x.endswith("_scale"):
-        wrong = [r for r in (0, 1, 2, 3, 4) if r != (3 if c.args["block"] else 1)]
-    else:
-        wrong = [r for r in (1, 2, 3, 4) if r != FP8_RANK[x]]
-    rank = draw(st.sampled_from(wrong))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 64)[4 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def fp8_shape_mismatch(c: Case, draw: Any) -> bool:
-    """w13's H or 2I, w2's shape or experts, scale shapes, top-k rows or widths that disagree, H or I
-    not a multiple of 16."""
-    if not _fp8_consistent(c):
-        return False
-    a = c.args
-    t, h = a["hidden_states"].shape
-    e, n2, _ = a["w13"].shape
-    blk = a["block"]
-    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "experts", "scale", "rows", "width", "h16", "i16"]))
-    if x == "w13_h":
-        a["w13"] = replace(a["w13"], shape=(e, n2, h + 16))
-        c.blame |= {"w13", "w13_scale", "hidden_states"}
-    elif x == "w13_odd":
-        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
-        c.blame |= {"w13", "w13_scale", "w2"}
-    elif x == "w2":
-        sh = list(a["w2"].shape)
-        sh[draw(st.integers(0, 2))] += 16
-        a["w2"] = replace(a["w2"], shape=tuple(sh))
-        c.blame |= {"w2", "w2_scale", "w13"}
-    elif x == "experts":
-        _, wn, wk = a["w2"].shape
-        a["w2"] = replace(a["w2"], shape=(e + 1, wn, wk))
-        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e + 1, wn, wk))
-        c.blame |= {"w2", "w13"}
-    elif x == "scale":
-        y = draw(st.sampled_from(["w13_scale", "w2_scale"]))
-        sh = list(a[y].shape)
-        sh[draw(st.integers(0, len(sh) - 1))] += draw(st.integers(1, 2))
-        a[y] = replace(a[y], shape=tuple(sh))
-        c.blame.add(y)
-    elif x == "rows":
-        for y in ("topk_ids", "topk_weights"):
-            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
-        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
-    elif x == "width":
-        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
-        c.blame |= {"topk_ids", "topk_weights"}
-    else:
-        hh, ii = (24, n2 // 2) if x == "h16" else (h, 24)
-        a["hidden_states"] = replace(a["hidden_states"], shape=(t, hh))
-        a["w13"] = replace(a["w13"], shape=(e, 2 * ii, hh))
-        a["w2"] = replace(a["w2"], shape=(e, hh, ii))
-        a["w13_scale"] = replace(a["w13_scale"], shape=_fp8_scale_shape(blk, e, 2 * ii, hh))
-        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e, hh, ii))
-        c.blame |= {"hidden_states", "w13", "w2"}
-    return True
-
-
-def fp8_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _fp8_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
-    c.blame.add(x)
-    return True
-
-
-def fp8_device(c: Case, draw: Any) -> bool:
-    """One tensor on the meta device (a weight and its scale are compared first)."""
-    if not _fp8_present(c):
-        return False
-    x = draw(st.sampled_from(_fp8_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    if x == "hidden_states":
-        c.blame |= set(_fp8_present(c))
-    else:
-        c.blame |= {x, FP8_SCALE_OF[x]} if x in FP8_SCALE_OF else {x}
-    return True
-
-
-def fp8_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(FP8_TENSORS))
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x == "expert_map" else [None])))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def fp8_block(c: Case, draw: Any) -> bool:
-    """``block`` not (128, 128), or the other scale form than the scales have."""
-    a = c.args
-    v = draw(st.sampled_from([[64, 64], [128, 64], [0, 0], [256, 256], [128], [128, 128, 1], "flip"]))
-    if v == "flip":   # the form w13_scale does not have (not a tensor: invalid already)
-        s13 = a["w13_scale"]
-        v = [] if isinstance(s13, T) and len(s13.shape) == 3 else [128, 128]
-        c.blame |= {"w13_scale", "w2_scale"}
-    a["block"] = v
-    c.blame.add("block")
-    return True
-
-
-def fp8_block_kind(c: Case, draw: Any) -> bool:
-    c.args["block"] = draw(st.sampled_from(["128", ["128", "128"], 1.5, [1.5, 2.0]]))
-    c.blame.add("block")
-    c.kinds.add("block")
-    return True
-
-
-def fp8_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: activations, weights and scales that require grad."""
-    for x in ("hidden_states", "w13", "w13_scale", "w2", "w2_scale"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-FP8_COMMON = [fp8_rank, fp8_layout, fp8_device, fp8_not_a_tensor]
-TABLE["fused_moe_fp8"] = OpTable(
-    valid=fp8_valid, mutations=[fp8_x_dtype, fp8_other_dtype, fp8_shape_mismatch, *FP8_COMMON, fp8_block,
-                                fp8_block_kind, moe_bad_value, moe_bad_kind],
-    exclusive=[{fp8_device}], noise=fp8_noise,
-    covers={"hidden_states": [fp8_x_dtype, fp8_shape_mismatch, *FP8_COMMON],
-            **{x: [fp8_other_dtype, fp8_shape_mismatch, *FP8_COMMON]
-               for x in ("w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids")},
-            "expert_map": [fp8_other_dtype, *FP8_COMMON], "block": [fp8_block, fp8_block_kind],
-            **{x: [moe_bad_value, moe_bad_kind] for x in ("activation", "apply_router_weight_on_input",
-                                                         "global_num_experts")}},
-    module=sys.modules[__name__], fallback=fp8_block)
+TABLE: dict[str, OpTable] = {}
 
 
 def _ops() -> dict[str, Any]:
     """The ops ``import hexlayout.ops`` registered (test modules define toy ops of their own)."""
     return {op.name: op for op in defined_ops() if op.module.startswith("hexlayout.ops")}
-
-
-# --- the fused MoE with W4A16 / W8A16 experts (prepare_wna16's tensors) ------------------------------
-
-WQ_TENSORS = ("hidden_states", "w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales",
-              "w2_zeros", "topk_weights", "topk_ids", "expert_map")
-WQ_RANK = {"hidden_states": 2, "w13_qweight": 4, "w13_scales": 3, "w13_zeros": 3, "w2_qweight": 4,
-           "w2_scales": 3, "w2_zeros": 3, "topk_weights": 2, "topk_ids": 2, "expert_map": 1}
-WQ_GROUPS = (32, 64, 128, -1)
-
-
-def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: Any,
-                 gate_up: bool = False) -> dict[str, T]:
-    """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
-    AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
-    ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
-    from hexlayout.ops.moe.wna16 import prepare_wna16
-
-    g = 1 if group == -1 else k // group
-    qw = (e, k, n // 8) if fmt == "awq" else (e, k * bits // 32, n)
-    z = torch.zeros(e, g, n // 8, dtype=I32, device="meta") if fmt == "awq" else None
-    s = torch.zeros(e, g, n, dtype=dt, device="meta")
-    w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
-                      group_size=group, gate_up=gate_up)
-    return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
-            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), w.zeros.dtype)}
-
-
-@st.composite
-def wq_valid(draw: Any) -> dict[str, Any]:
-    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([32, 64, 128])), draw(st.sampled_from([32, 64]))
-    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
-    fmt = draw(st.sampled_from(["awq", "gptq"]))
-    bits = 4 if fmt == "awq" else draw(st.sampled_from([4, 8]))
-    g13 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or h % g == 0]))
-    g2 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or i % g == 0]))
-    w13, w2 = _wq_prepared(fmt, bits, e, h, 2 * i, g13, dt, True), _wq_prepared(fmt, bits, e, i, h, g2, dt)
-    mapped = draw(st.booleans())
-    g = e + draw(st.integers(0, 3))
-    return {"hidden_states": T((t, h), dt), **{f"w13_{x}": v for x, v in w13.items()},
-            **{f"w2_{x}": v for x, v in w2.items()},
-            "topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
-            "quant_format": fmt, "bits": bits, "w13_group_size": g13, "w2_group_size": g2,
-            "activation": draw(st.sampled_from(["silu", "gelu"])),
-            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
-            "expert_map": T((g,), I32) if mapped else None,
-            "global_num_experts": draw(st.sampled_from([None, g if mapped else e]))}
-
-
-def _wq_present(c: Case) -> list[str]:
-    return [x for x in WQ_TENSORS if isinstance(c.args.get(x), T)]
-
-
-def _wq_consistent(c: Case) -> bool:
-    """Every tensor but the optional ones present with its rank (the optional ones: absent or so)."""
-    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == r or
-               x in ("w13_zeros", "w2_zeros", "expert_map") and c.args.get(x) is None
-               for x, r in WQ_RANK.items())
-
-
-def wq_x_dtype(c: Case, draw: Any) -> bool:
-    if not isinstance(c.args["hidden_states"], T):
-        return False
-    c.args["hidden_states"] = replace(c.args["hidden_states"], dtype=draw(st.sampled_from(
-        [torch.float32, torch.float64, torch.int8, I32])))
-    c.blame.add("hidden_states")
-    return True
-
-
-def wq_other_dtype(c: Case, draw: Any) -> bool:
-    others = [x for x in _wq_present(c) if x != "hidden_states"]
-    if not others or not isinstance(c.args["hidden_states"], T):
-        return False
-    x = draw(st.sampled_from(others))
-    if x.endswith("qweight"):  # the checkpoint's int32 words, not prepare_wna16's bytes
-        pool = [I32, torch.int8, F16]
-    elif x in ("topk_ids", "expert_map"):
-        pool = [torch.int64, torch.float16, torch.int16]
-    elif x == "topk_weights":
-        pool = [torch.float16, torch.float64, I32]
-    else:
-        pool = [torch.float32, BF16 if c.args["hidden_states"].dtype == F16 else F16]
-    c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(pool)))
-    c.blame.add(x)
-    return True
-
-
-def wq_rank(c: Case, draw: Any) -> bool:
-    if not _wq_present(c):
-        return False
-    x = draw(st.sampled_from(_wq_present(c)))
-    rank = draw(st.sampled_from([r for r in (1, 2, 3, 4, 5) if r != WQ_RANK[x]]))
-    c.args[x] = replace(c.args[x], shape=(2, 2, 2, 2, 64)[5 - rank:])
-    c.blame.add(x)
-    return True
-
-
-def _wq_shape(c: Case, x: str, dim: int, size: int) -> None:
-    sh = list(c.args[x].shape)
-    sh[dim] = size
-    c.args[x] = replace(c.args[x], shape=tuple(sh))
-
-
-def wq_shape_mismatch(c: Case, draw: Any) -> bool:
-    """H of the activations, experts, packed sizes, groups, N of w13 / w2 or top-k rows / widths
-    that disagree with the others."""
-    if not _wq_consistent(c):
-        return False
-    a = c.args
-    t, h = a["hidden_states"].shape
-    e, _, n2 = a["w13_scales"].shape
-    pre = draw(st.sampled_from(["w13", "w2"]))
-    zeros = [z for z in (f"{pre}_zeros",) if isinstance(a[z], T)]
-    x = draw(st.sampled_from(["h", "experts", "qweight", "zeros", "groups", "w2_n", "w13_odd", "rows",
-                              "width"]))
-    if x == "h":
-        _wq_shape(c, "hidden_states", 1, draw(st.sampled_from([h + 32, h + 8, 12, 8])))
-        c.blame |= {"hidden_states", "w13_qweight", "w13_scales", "w13_group_size", "w2_scales"}
-    elif x == "experts":  # w2 consistently for one more expert than w13
-        _wq_shape(c, "w2_qweight", 0, (e + 1) * h)
-        for y in ("w2_scales", "w2_zeros"):
-            if isinstance(a[y], T):
-                _wq_shape(c, y, 0, e + 1)
-        c.blame |= {"w2_scales", "w2_qweight", "w2_zeros", "w13_scales"}
-    elif x == "qweight":
-        dim = draw(st.integers(0, 3))
-        _wq_shape(c, f"{pre}_qweight", dim, a[f"{pre}_qweight"].shape[dim] * 2 + (dim == 0))
-        c.blame.add(f"{pre}_qweight")
-    elif x == "zeros":
-        if not zeros:
-            return False
-        dim = draw(st.integers(0, 2))
-        _wq_shape(c, zeros[0], dim, a[zeros[0]].shape[dim] + 1)
-        c.blame.add(zeros[0])
-    elif x == "groups":
-        for y in (f"{pre}_scales", *zeros):
-            _wq_shape(c, y, 1, a[y].shape[1] + 1)
-        c.blame |= {f"{pre}_scales", f"{pre}_group_size"}
-    elif x == "w2_n":
-        for y in ("w2_scales", *[z for z in ("w2_zeros",) if isinstance(a[z], T)]):
-            _wq_shape(c, y, 2, h + 8)
-        c.blame.add("w2_scales")
-    elif x == "w13_odd":  # w13 consistently for an odd N (not 2I)
-        odd = n2 + 1 + n2 % 2
-        _wq_shape(c, "w13_qweight", 0, e * odd)
-        for y in ("w13_scales", "w13_zeros"):
-            if isinstance(a[y], T):
-                _wq_shape(c, y, 2, odd)
-        c.blame |= {"w13_scales", "w13_qweight", "w13_zeros"}
-    elif x == "rows":
-        for y in ("topk_ids", "topk_weights"):
-            _wq_shape(c, y, 0, t + 1)
-        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
-    else:
-        _wq_shape(c, "topk_weights", 1, a["topk_weights"].shape[1] + 1)
-        c.blame |= {"topk_ids", "topk_weights"}
-    return True
-
-
-def wq_layout(c: Case, draw: Any) -> bool:
-    cands = [x for x in _wq_present(c) if c.args[x].shape and c.args[x].shape[-1] > 1]
-    if not cands:
-        return False
-    x = draw(st.sampled_from(cands))
-    c.args[x] = replace(c.args[x], layout=draw(st.sampled_from(["offset", "strided"])))
-    c.blame.add(x)
-    return True
-
-
-def wq_device(c: Case, draw: Any) -> bool:
-    if not _wq_present(c):
-        return False
-    x = draw(st.sampled_from(_wq_present(c)))
-    c.args[x] = replace(c.args[x], device="meta")
-    c.blame |= set(_wq_present(c)) if x == "hidden_states" else {x}
-    return True
-
-
-def wq_not_a_tensor(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(WQ_TENSORS))
-    # None: invalid for a required tensor and for AWQ's zero points (GPTQ's are None)
-    none = x not in ("w13_zeros", "w2_zeros", "expert_map") or x != "expert_map" and \
-        c.args["quant_format"] == "awq"
-    c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([None] if none else [])))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-WQ_CONSTANTS = ("quant_format", "bits", "w13_group_size", "w2_group_size", "activation",
-                "apply_router_weight_on_input", "global_num_experts")
-
-
-def wq_bad_value(c: Case, draw: Any) -> bool:
-    a = c.args
-    x = draw(st.sampled_from(WQ_CONSTANTS))
-    if x == "quant_format":
-        a[x] = draw(st.sampled_from(["AWQ", "gptq_v2", "", "marlin", "fp8"]))
-        c.blame.add(x)
-    elif x == "bits":
-        a[x] = draw(st.sampled_from([2, 3, 0, 16, -4] + ([8] if a["quant_format"] == "awq" else [])))
-        c.blame.add(x)
-    elif x.endswith("group_size"):
-        pool: list[Any] = [16, 0, 256, -2, 48]
-        pre = x[: -len("_group_size")]
-        hs, s13, scales = a["hidden_states"], a["w13_scales"], a[f"{pre}_scales"]
-        if _wq_consistent(c):  # a valid group size that does not match the scales' groups
-            k = hs.shape[1] if pre == "w13" else s13.shape[2] // 2
-            pool += [g for g in WQ_GROUPS
-                     if g != -1 and k % g or (1 if g == -1 else k // g) != scales.shape[1]]
-        a[x] = draw(st.sampled_from(pool))
-        c.blame.add(x)
-    elif x == "activation":
-        a[x] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
-        c.blame.add(x)
-    elif x == "apply_router_weight_on_input":
-        ids = a["topk_ids"]
-        if not isinstance(ids, T) or len(ids.shape) != 2 or ids.shape[1] < 2:
-            return False
-        a[x] = True
-        c.blame.add(x)
-    else:
-        emap, s13 = a.get("expert_map"), a["w13_scales"]
-        if isinstance(emap, T) and len(emap.shape) == 1:
-            a[x] = emap.shape[0] + 1
-        elif emap is None and isinstance(s13, T) and len(s13.shape) == 3:
-            a[x] = s13.shape[0] + draw(st.integers(1, 3))
-        else:
-            return False
-        c.blame |= {x, "expert_map"}
-    return True
-
-
-def wq_bad_kind(c: Case, draw: Any) -> bool:
-    x = draw(st.sampled_from(WQ_CONSTANTS))
-    pool = {"quant_format": [None, 4, ["awq"]], "bits": ["4", 4.5, None, [4]],
-            "w13_group_size": ["32", 32.5, None, [32]], "w2_group_size": ["-1", 64.5, None, [-1]],
-            "activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
-            "global_num_experts": ["8", 2.5, [4]]}[x]
-    c.args[x] = draw(st.sampled_from(pool))
-    c.blame.add(x)
-    c.kinds.add(x)
-    return True
-
-
-def wq_noise(c: Case, draw: Any) -> None:
-    """Harmless on its own: activations, scales and zero points that require grad."""
-    for x in ("hidden_states", "w13_scales", "w13_zeros", "w2_scales", "w2_zeros"):
-        if isinstance(c.args.get(x), T) and draw(st.booleans()):
-            c.args[x] = replace(c.args[x], requires_grad=True)
-
-
-def wq_perm(c: Case, draw: Any) -> bool:
-    """An act-order permutation that cannot be one: of AWQ weights, not int32 ``[E, K]``, or not a
-    tensor."""
-    a = c.args
-    pre = draw(st.sampled_from(["w13", "w2"]))
-    x = f"{pre}_perm"
-    s13, hs = a["w13_scales"], a["hidden_states"]
-    if not (isinstance(s13, T) and len(s13.shape) == 3 and isinstance(hs, T) and len(hs.shape) == 2):
-        return False
-    e, k = s13.shape[0], hs.shape[1] if pre == "w13" else s13.shape[2] // 2
-    kind = draw(st.sampled_from(["dtype", "shape", "kind"] + (["awq"] if a["quant_format"] == "awq" else [])))
-    if kind == "kind":
-        a[x] = draw(st.sampled_from(["a", 1.5, [0, 1]]))
-        c.kinds.add(x)
-    else:
-        a[x] = T((e, k + 8) if kind == "shape" else (e, k), torch.int64 if kind == "dtype" else I32)
-    c.blame.add(x)
-    return True
-
-
-def wq_layout_key(c: Case, draw: Any) -> bool:
-    """An offline layout key that is not the one of the kernel the op runs: the prepared weights'
-    ``w13_qweight`` / ``w2_qweight`` are named."""
-    pre = draw(st.sampled_from(["w13", "w2"]))
-    c.args[f"{pre}_layout"] = draw(st.sampled_from(["u4/64x64/t128x16B/0000000000", "natural", "x"]))
-    c.blame |= {f"{pre}_qweight", f"{pre}_layout"}
-    return True
-
-
-WQ_COMMON = [wq_rank, wq_layout, wq_device, wq_not_a_tensor]
-TABLE["fused_moe_wna16"] = OpTable(
-    valid=wq_valid, mutations=[wq_x_dtype, wq_other_dtype, wq_shape_mismatch, *WQ_COMMON, wq_bad_value,
-                               wq_bad_kind, wq_perm, wq_layout_key],
-    exclusive=[{wq_device}], noise=wq_noise,
-    covers={"hidden_states": [wq_x_dtype, wq_shape_mismatch, *WQ_COMMON],
-            **{x: [wq_other_dtype, wq_shape_mismatch, *WQ_COMMON]
-               for x in ("w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales", "w2_zeros",
-                         "topk_weights", "topk_ids")},
-            "expert_map": [wq_other_dtype, *WQ_COMMON],
-            **{x: [wq_bad_value, wq_bad_kind] for x in WQ_CONSTANTS},
-            "w13_perm": [wq_perm], "w2_perm": [wq_perm], "w13_layout": [wq_layout_key],
-            "w2_layout": [wq_layout_key]},
-    module=sys.modules[__name__], fallback=wq_bad_kind)
 
 
 # --- shared by the Mamba and MLA tables: mutations made from a description of the op -------------------
@@ -1601,6 +117,10 @@ BAD_DTYPES = {
     "i32": [torch.int64, torch.int16, F16],
     "i64": [torch.int32, torch.int16, F16],
     "index": [torch.int16, F16, torch.uint8],
+    "half_any": [F32, F64, torch.int8, torch.bool, torch.int32],
+    "half_not_fp8": [F32, torch.int8, torch.int32, torch.float8_e4m3fn],
+    "fp8": [F16, BF16, torch.float8_e5m2, torch.int8],
+    "words": [torch.int32, torch.int8, F16],
 }
 
 
@@ -1611,7 +131,9 @@ class Spec:
     (None is valid), ``refused`` layouts (the others are copied or read through strides),
     ``shape_blame`` (who the error may name when a tensor's size changes; default the tensor),
     ``free`` dims (sizes that may grow: cache rows, table widths; a negative one counts from the
-    end)."""
+    end), ``blame`` (per mutation kind, ``dtype`` or ``device``: who the error may name when that
+    tensor is broken; default the tensor), ``required_if`` (optional tensors for which None is
+    invalid when the predicate holds on the arguments)."""
 
     ranks: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
@@ -1619,6 +141,8 @@ class Spec:
     refused: dict[str, tuple[str, ...]] = field(default_factory=dict)
     shape_blame: dict[str, set[str]] = field(default_factory=dict)
     free: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    blame: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    required_if: dict[str, Callable[[dict[str, Any]], bool]] = field(default_factory=dict)
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -1626,6 +150,14 @@ class Spec:
 
     def present(self, c: Case) -> list[str]:
         return [x for x in self.tensors if isinstance(c.args.get(x), T)]
+
+    def blamed(self, kind: str, x: str) -> set[str]:
+        """Who the error may name when mutation ``kind`` breaks tensor ``x``."""
+        return self.blame.get(kind, {}).get(x, {x})
+
+    def nullable(self, c: Case, x: str) -> bool:
+        """None is a valid ``x`` for the arguments at hand."""
+        return x in self.optional and not (x in self.required_if and self.required_if[x](c.args))
 
 
 def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -1652,7 +184,7 @@ def common_mutations(prefix: str, spec: Spec) -> list[Callable[[Case, Any], bool
             return False
         x = draw(st.sampled_from(spec.present(c)))
         c.args[x] = replace(c.args[x], dtype=draw(st.sampled_from(_bad_dtypes(spec, c, x))))
-        c.blame.add(x)
+        c.blame |= spec.blamed("dtype", x)
         return True
 
     def rank(c: Case, draw: Any) -> bool:
@@ -1700,12 +232,12 @@ def common_mutations(prefix: str, spec: Spec) -> list[Callable[[Case, Any], bool
             return False
         x = draw(st.sampled_from(present))
         c.args[x] = replace(c.args[x], device="meta")
-        c.blame |= set(present) if x == spec.tensors[0] else {x}
+        c.blame |= set(present) if x == spec.tensors[0] else spec.blamed("device", x)
         return True
 
     def not_a_tensor(c: Case, draw: Any) -> bool:
         x = draw(st.sampled_from(spec.tensors))
-        c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if x in spec.optional else [None])))
+        c.args[x] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0], 3] + ([] if spec.nullable(c, x) else [None])))
         c.blame.add(x)
         c.kinds.add(x)
         return True
@@ -1761,31 +293,912 @@ def spec_table(
     floats: tuple[str, ...],
     values: dict[str, list[Any]] | None = None,
     kinds: dict[str, list[Any]] | None = None,
+    *,
+    extra: dict[Callable[[Case, Any], bool], tuple[str, ...]] | None = None,
+    generic_shape: bool = True,
+    exclusive: tuple[set[Callable[..., Any]], ...] = (),
+    noise: Callable[[Case, Any], None] | None = None,
+    fallback: Callable[[Case, Any], bool] | None = None,
 ) -> OpTable:
     """The ``OpTable`` of the op ``spec`` describes: the common mutations cover the tensors they
     can break (a shape change where a size is checked, a layout where one is refused), the scalar
-    ones the scalar arguments in ``values`` / ``kinds``. The mutations are found by name in a
-    namespace of their own (``invalid_case`` reads ``module``)."""
-    values, kinds = values or {}, kinds or {}
+    ones the scalar arguments in ``values`` / ``kinds``, and the op's own mutations in ``extra``
+    the arguments each is listed with. ``generic_shape=False``: the op's own shape mutations in
+    ``extra`` replace ``<prefix>_shape`` (sizes whose blame depends on the dimension);
+    ``exclusive``: more groups of mutations at most one of which a case takes; ``noise`` replaces
+    the grad noise over ``floats``; ``fallback`` (when no mutation applied) the first scalar one.
+    The mutations are found by name in a namespace of their own (``invalid_case`` reads
+    ``module``)."""
+    values, kinds, extra = values or {}, kinds or {}, extra or {}
     common = common_mutations(prefix, spec)
     dtype, rank, shape, layout, device, not_a_tensor = common
+    if not generic_shape:
+        common.remove(shape)
     scalars = scalar_mutations(prefix, values, kinds)
     covers: dict[str, list[Callable[..., Any]]] = {}
     for x in spec.tensors:
-        covers[x] = [dtype, rank, shape, device, not_a_tensor] + [layout] * bool(spec.refused.get(x))
+        covers[x] = [m for m in (dtype, rank, shape, device, not_a_tensor) if m in common]
+        covers[x] += [layout] * bool(spec.refused.get(x))
     for f in scalars:
         for x in values if f.__name__.endswith("bad_value") else kinds:
             covers.setdefault(x, []).append(f)
-    mutations = [*common, *scalars]
+    for f, args in extra.items():
+        for x in args:
+            covers.setdefault(x, []).append(f)
+    mutations = [*common, *scalars, *extra]
     return OpTable(
         valid=valid,
         mutations=mutations,
-        exclusive=[{device}, {shape}],  # (two size changes may agree again)
-        noise=grad_noise(floats),
+        exclusive=[{device}, {shape}, *exclusive],  # (two size changes may agree again)
+        noise=noise or grad_noise(floats),
         covers=covers,
         module=SimpleNamespace(**{f.__name__: f for f in mutations}),
-        fallback=scalars[0] if scalars else not_a_tensor,
+        fallback=fallback or (scalars[0] if scalars else not_a_tensor),
     )
+
+
+# --- the GEMM ------------------------------------------------------------------------------------------
+
+GEMM = Spec(
+    ranks={"a": (2,), "b": (2,), "bias": (1,), "residual": (2,)},
+    dtypes={"a": "half_any", "b": "like:a", "bias": "like:a", "residual": "like:a"},
+    optional=frozenset({"bias", "residual"}),
+    # an element offset breaks the 16-byte / 4-byte alignment, every other element leaves no
+    # unit-stride dimension; a transposed matrix is legal (either stride order), and so is a
+    # strided ``residual`` (copied)
+    refused={"a": ("offset", "strided"), "b": ("offset", "strided"), "bias": ("offset", "strided"),
+             "residual": ("offset",)},
+)
+
+
+@st.composite
+def gemm_valid(draw: Any) -> dict[str, Any]:
+    m = draw(st.integers(2, 5))
+    n = 8 * draw(st.integers(1, 3))
+    k = 8 * draw(st.integers(1, 3))
+    dt = draw(st.sampled_from([F16, BF16]))
+    b_layout = draw(st.sampled_from(["nk", "kn"]))
+    args: dict[str, Any] = {"a": T((m, k), dt), "b": T((n, k) if b_layout == "nk" else (k, n), dt),
+                            "bias": draw(st.sampled_from([None, T((n,), dt)])),
+                            "residual": draw(st.sampled_from([None, T((m, n), dt)])),
+                            "activation": draw(st.sampled_from(["none", "relu", "gelu", "silu"])),
+                            "scale": draw(st.sampled_from([None, 0.5, -2.0])), "b_layout": b_layout}
+    return args
+
+
+def _matrices(c: Case) -> bool:
+    """``a`` and ``b`` are matrices and ``b_layout`` is valid: shapes can be changed consistently."""
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) == 2 for x in ("a", "b")) and \
+        c.args["b_layout"] in ("nk", "kn")
+
+
+def _mnk(c: Case) -> tuple[int, int, int]:
+    m, k = c.args["a"].shape
+    b = c.args["b"].shape
+    return m, (b[0] if c.args["b_layout"] == "nk" else b[1]), k
+
+
+def _dtype(c: Case) -> Any:
+    a = c.args.get("a")
+    return a.dtype if isinstance(a, T) else F16
+
+
+def _set_mnk(c: Case, m: int, n: int, k: int) -> None:
+    """Reshape every tensor consistently for (m, n, k)."""
+    a = c.args
+    a["a"] = replace(a["a"], shape=(m, k))
+    a["b"] = replace(a["b"], shape=(n, k) if a["b_layout"] == "nk" else (k, n))
+    if isinstance(a["bias"], T):
+        a["bias"] = replace(a["bias"], shape=(n,))
+    if isinstance(a["residual"], T):
+        a["residual"] = replace(a["residual"], shape=(m, n))
+
+
+# Each mutation makes the case invalid whatever was done before (or returns False when it does
+# not apply) and adds the arguments the error may name to ``blame``.
+
+def m_k_mismatch(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, n, k = _mnk(c)
+    k2 = k + 8 * draw(st.integers(1, 2))
+    c.args["b"] = replace(c.args["b"], shape=(n, k2) if c.args["b_layout"] == "nk" else (k2, n))
+    c.blame |= {"a", "b"}
+    return True
+
+
+def m_epilogue_shape(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, n, _ = _mnk(c)
+    x = draw(st.sampled_from(["bias", "residual"]))
+    shapes = [(n + 2,), (n - 2,), (1,)] if x == "bias" else [(m + 1, n), (m, n + 2), (n, m + 3)]
+    c.args[x] = T(draw(st.sampled_from(shapes)), _dtype(c))
+    c.blame.add(x)
+    return True
+
+
+def m_k_not_multiple_of_8(c: Case, draw: Any) -> bool:
+    """K and M (and N) not multiples of 8: no order of ``a`` (or ``b``) has 16-byte rows, in place
+    or as a dense copy (a K that is not a multiple of 8 alone runs from an M- or N-major copy)."""
+    if not _matrices(c):
+        return False
+    _set_mnk(c, draw(st.sampled_from([1, 3, 5])), draw(st.sampled_from([2, 6, 10])),
+             draw(st.sampled_from([1, 4, 12, 36])))
+    c.blame |= {"a", "b"}
+    return True
+
+
+def m_n_odd(c: Case, draw: Any) -> bool:
+    if not _matrices(c):
+        return False
+    m, _, k = _mnk(c)
+    _set_mnk(c, m, draw(st.sampled_from([1, 5, 9, 27])), k)
+    c.blame.add("b")
+    return True
+
+
+def gemm_noise(c: Case, draw: Any) -> None:
+    """Harmless on its own: a NaN or infinite scale, inputs that require grad."""
+    if draw(st.booleans()) and "scale" not in c.blame:
+        c.args["scale"] = draw(st.sampled_from([float("nan"), float("inf"), float("-inf"), 0.0]))
+    grad_noise(GEMM.tensors)(c, draw)
+
+
+TABLE["gemm"] = spec_table(
+    "m", GEMM, gemm_valid, GEMM.tensors,
+    values={"activation": ["RELU", "tanh", "", "none ", "gelu_erf", "GELU"],
+            "b_layout": ["NK", "mk", "", "n k"]},
+    # (not bytes: torch.ops binds b"relu" to a str argument as "relu")
+    kinds={"activation": [None, 3, ["relu"], 0.5], "b_layout": [None, 1, ("nk",)],
+           "scale": ["0.5", "nan", "abc", [0.5], "1e3"]},
+    extra={m_k_mismatch: ("a", "b"), m_epilogue_shape: ("bias", "residual"), m_k_not_multiple_of_8: ("a",),
+           m_n_odd: ("b",)},
+    generic_shape=False, exclusive=({m_k_not_multiple_of_8, m_n_odd},), noise=gemm_noise)
+
+
+# --- the paged KV cache: reshape_and_cache, paged_attention, attention_varlen ---------------------------
+
+# key, value, q, k and v have no refused layout: the ops read them from a contiguous copy when
+# 16-byte row vectors cannot read them in place (``hexlayout.ops.host.launch.rows_input``).
+#: layouts a cache or an index tensor refuses (an index tensor: only "strided", an offset int32 /
+#: int64 view stays aligned)
+CACHE_LAYOUTS, INDEX_LAYOUTS = ("offset", "strided"), ("strided",)
+KV_LAYOUT_VALUES = ["nhd", "", "HDN", "NHD "]
+
+
+def _rc_cache_shape(layout: str, nb: int, bs: int, kvh: int, d: int) -> tuple[int, ...]:
+    return (nb, bs, kvh, d) if layout == "NHD" else (nb, kvh, bs, d)
+
+
+def _kv_cache_kind(draw: Any, dt: Any) -> tuple[Any, dict[str, Any]]:
+    """The caches' dtype and the arguments that say it: the keys' dtype ("auto"), or an FP8 cache
+    (uint8) with scales (none, numbers for the Python API are not tensors: one f32 element)."""
+    if not draw(st.booleans()):
+        return dt, {"kv_cache_dtype": "auto"}
+    scale = st.sampled_from([None, T((1,), F32), T((), F32)])
+    return torch.uint8, {"kv_cache_dtype": draw(st.sampled_from(["fp8", "fp8_e4m3", "fp8_e5m2"])),
+                         "k_scale": draw(scale), "v_scale": draw(scale)}
+
+
+def _consistent(spec: Spec, c: Case) -> bool:
+    """Every tensor of ``spec`` present with its rank and, where the case has one, a valid
+    ``kv_layout``: shapes can be rebuilt."""
+    ranks = all(isinstance(c.args.get(x), T) and len(c.args[x].shape) in r for x, r in spec.ranks.items())
+    return ranks and c.args.get("kv_layout", "NHD") in ("NHD", "HND")
+
+
+def m_sinks(c: Case, draw: Any) -> bool:
+    """``sinks`` that cannot be one f32 logit per query head: another dtype, length or rank,
+    another device, or not a tensor."""
+    q = c.args.get("q")
+    h = q.shape[1] if isinstance(q, T) and len(q.shape) == 3 else 2
+    bad = draw(st.sampled_from(["dtype", "shape", "device", "kind"]))
+    if bad == "kind":
+        c.args["sinks"] = draw(st.sampled_from(["a", 1.5, [1.0, 2.0]]))
+        c.kinds.add("sinks")
+    else:
+        c.args["sinks"] = {"dtype": T((h,), draw(st.sampled_from([F16, BF16, F64]))),
+                           "shape": T(draw(st.sampled_from([(h + 1,), (h, 1), ()])), F32),
+                           "device": T((h,), F32, device="meta")}[bad]
+    c.blame.add("sinks")
+    return True
+
+
+def m_kv_cache_dtype(c: Case, draw: Any) -> bool:
+    """A ``kv_cache_dtype`` vLLM does not have, or an FP8 one for caches in the keys' dtype."""
+    fp8 = c.args.get("kv_cache_dtype", "auto") != "auto"   # (then the caches are uint8)
+    v = draw(st.sampled_from(["fp16", "FP8", "", "auto ", "fp8_e4m3fn", 3, ["auto"]]
+                             + (["auto"] if fp8 else ["fp8", "fp8_e5m2"])))
+    c.args["kv_cache_dtype"] = v
+    c.blame.add("kv_cache_dtype")
+    if not isinstance(v, str):
+        c.kinds.add("kv_cache_dtype")
+    elif v in ("auto", "fp8", "fp8_e5m2"):
+        c.blame |= {"key_cache", "value_cache"}
+    return True
+
+
+def m_kv_scale(c: Case, draw: Any) -> bool:
+    """A ``k_scale`` / ``v_scale`` that is not one f32 element on the caches' device."""
+    x = draw(st.sampled_from(["k_scale", "v_scale"]))
+    v = draw(st.sampled_from([T((2,), F32), T((1,), F16), T((), torch.int32), T((1,), F32, device="meta"),
+                              "a", [1.0]]))
+    c.args[x] = v
+    c.blame.add(x)
+    if not isinstance(v, T):
+        c.kinds.add(x)
+    return True
+
+
+FP8_KV = {m_kv_cache_dtype: ("kv_cache_dtype",), m_kv_scale: ("k_scale", "v_scale")}
+
+
+RC = Spec(
+    ranks={"key": (3,), "value": (3,), "key_cache": (4,), "value_cache": (4,), "slot_mapping": (1,)},
+    dtypes={"key": "half_any", "value": "like:key", "key_cache": "like:key", "value_cache": "like:key",
+            "slot_mapping": "i64"},
+    refused={"key_cache": CACHE_LAYOUTS, "value_cache": CACHE_LAYOUTS, "slot_mapping": INDEX_LAYOUTS},
+)
+
+
+@st.composite
+def rc_valid(draw: Any) -> dict[str, Any]:
+    t, kvh, nb = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
+    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"key": T((t, kvh, d), dt), "value": T((t, kvh, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "slot_mapping": T((t,), I64), "kv_layout": layout, **fp8}
+
+
+def _rc_set(c: Case, bs: int | None = None, d: int | None = None) -> None:
+    a = c.args
+    t, kvh, d0 = a["key"].shape
+    d = d0 if d is None else d
+    nb = a["key_cache"].shape[0]
+    if bs is None:
+        bs = a["key_cache"].shape[1] if a["kv_layout"] == "NHD" else a["key_cache"].shape[2]
+    for x in ("key", "value"):
+        a[x] = replace(a[x], shape=(t, kvh, d))
+    for x in ("key_cache", "value_cache"):
+        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
+
+
+def rc_shape_mismatch(c: Case, draw: Any) -> bool:
+    if not _consistent(RC, c):
+        return False
+    a = c.args
+    t, kvh, d = a["key"].shape
+    x = draw(st.sampled_from(["value", "slot_mapping", "value_cache", "key_kvh"]))
+    if x == "value":
+        a["value"] = replace(a["value"], shape=(t + 1, kvh, d))
+        c.blame.add("value")
+    elif x == "slot_mapping":
+        a["slot_mapping"] = replace(a["slot_mapping"], shape=(t + draw(st.sampled_from([-1, 1, 3])),))
+        c.blame.add("slot_mapping")
+    elif x == "value_cache":
+        s = list(a["value_cache"].shape)
+        s[draw(st.integers(0, 3))] += 8
+        a["value_cache"] = replace(a["value_cache"], shape=tuple(s))
+        c.blame |= {"value_cache", "key_cache"}
+    else:
+        for y in ("key", "value"):
+            a[y] = replace(a[y], shape=(t, kvh + 1, d))
+        c.blame |= {"key", "value"}
+    return True
+
+
+def rc_block_or_head_size(c: Case, draw: Any) -> bool:
+    if not _consistent(RC, c):
+        return False
+    if draw(st.booleans()):
+        _rc_set(c, bs=draw(st.sampled_from([8, 12, 24, 256])))
+    else:
+        _rc_set(c, d=draw(st.sampled_from([264, 320, 12, 4])))
+    c.blame |= {"key", "value", "key_cache", "value_cache"}
+    return True
+
+
+TABLE["reshape_and_cache"] = spec_table(
+    "rc", RC, rc_valid, ("key", "value", "key_cache", "value_cache"),
+    values={"kv_layout": [*KV_LAYOUT_VALUES, "NDH"]}, kinds={"kv_layout": [None, 1, ("NHD",), 0.5]},
+    extra={rc_shape_mismatch: ("key", "value", "value_cache", "slot_mapping"),
+           rc_block_or_head_size: ("key_cache",), **FP8_KV},
+    generic_shape=False)
+
+
+PA = Spec(
+    ranks={"q": (3,), "key_cache": (4,), "value_cache": (4,), "cu_seqlens_q": (1,), "seqused_k": (1,),
+           "block_table": (2,)},
+    dtypes={"q": "half_any", "key_cache": "like:q", "value_cache": "like:q", "cu_seqlens_q": "i32",
+            "seqused_k": "i32", "block_table": "i32"},
+    refused={"key_cache": CACHE_LAYOUTS, "value_cache": CACHE_LAYOUTS, "cu_seqlens_q": INDEX_LAYOUTS,
+             "seqused_k": INDEX_LAYOUTS, "block_table": INDEX_LAYOUTS},
+)
+
+
+@st.composite
+def pa_valid(draw: Any) -> dict[str, Any]:
+    """Valid arguments whose index tensors are zeros: every sequence empty (nothing to compute)."""
+    b, kvh, grp, nb = draw(st.integers(2, 3)), 2, draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    d, bs = draw(st.sampled_from([64, 128])), draw(st.sampled_from([16, 32]))
+    dt, layout = draw(st.sampled_from([F16, BF16])), draw(st.sampled_from(["NHD", "HND"]))
+    cache, (cdt, fp8) = _rc_cache_shape(layout, nb, bs, kvh, d), _kv_cache_kind(draw, dt)
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "key_cache": T(cache, cdt),
+            "value_cache": T(cache, cdt), "cu_seqlens_q": T((b + 1,), I32), "seqused_k": T((b,), I32),
+            "block_table": T((b, draw(st.integers(2, 3))), I32), "max_seqlen_q": draw(st.integers(0, 4)),
+            "max_seqlen_k": draw(st.integers(0, 64)), "softmax_scale": draw(st.sampled_from([None, 0.125])),
+            "causal": draw(st.booleans()), "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
+            "softcap": draw(st.sampled_from([0.0, 30.0])), "kv_layout": layout,
+            "num_splits": draw(st.sampled_from([0, 1])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)])), **fp8}
+
+
+def pa_shape_mismatch(c: Case, draw: Any) -> bool:
+    if not _consistent(PA, c):
+        return False
+    a = c.args
+    tq, h, d = a["q"].shape
+    b = a["seqused_k"].shape[0]
+    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "table", "value_cache"]))
+    if x == "q_heads":                       # not a multiple of the caches' KVH (2 or more)
+        kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
+        if kvh < 2:
+            return False
+        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
+    elif x == "q_dim":
+        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
+        c.blame.add("q")
+    elif x == "cu":
+        a["cu_seqlens_q"] = replace(a["cu_seqlens_q"], shape=(b + draw(st.sampled_from([0, 2])),))
+        c.blame |= {"cu_seqlens_q", "seqused_k"}
+    elif x == "table":
+        a["block_table"] = replace(a["block_table"], shape=(b + 1, a["block_table"].shape[1]))
+        c.blame |= {"block_table", "seqused_k"}
+    else:
+        sh = list(a["value_cache"].shape)
+        sh[draw(st.integers(0, 3))] += 8
+        a["value_cache"] = replace(a["value_cache"], shape=tuple(sh))
+        c.blame |= {"value_cache", "key_cache"}
+    return True
+
+
+def pa_block_or_head_size(c: Case, draw: Any) -> bool:
+    if not _consistent(PA, c):
+        return False
+    a = c.args
+    nb = a["key_cache"].shape[0]
+    kvh = a["key_cache"].shape[2] if a["kv_layout"] == "NHD" else a["key_cache"].shape[1]
+    bs, d = draw(st.sampled_from([(8, 64), (12, 64), (256, 64), (16, 320), (16, 12), (16, 264)]))
+    for x in ("key_cache", "value_cache"):
+        a[x] = replace(a[x], shape=_rc_cache_shape(a["kv_layout"], nb, bs, kvh, d))
+    a["q"] = replace(a["q"], shape=(*a["q"].shape[:2], d))
+    c.blame |= {"key_cache", "value_cache", "q"}
+    return True
+
+
+PA_BAD_VALUES = {"max_seqlen_q": [-1, -5], "max_seqlen_k": [-1],
+                 "softmax_scale": [-1.0, 0.0, float("nan"), float("inf")], "window_size": [(-2, 0), (0, -3)],
+                 "softcap": [-1.0, float("nan"), float("-inf")], "num_splits": [-1, 17, 100],
+                 "kv_layout": KV_LAYOUT_VALUES}
+PA_BAD_KINDS = {"max_seqlen_q": ["3", 2.5, None], "max_seqlen_k": ["3", 2.5], "softmax_scale": ["0.5", [0.5]],
+                "causal": ["yes", "true"], "window_size": ["ab", (1, 2, 3), [1.5, 2.0]],
+                "softcap": ["x"], "kv_layout": [1, ("NHD",)], "num_splits": ["2", 1.5]}
+# (None for an argument with a default is torch.ops' way of asking for the default, and a float for
+# a bool is converted under torch.compile: neither is invalid there)
+
+TABLE["paged_attention"] = spec_table(
+    "pa", PA, pa_valid, ("q", "key_cache", "value_cache"), values=PA_BAD_VALUES, kinds=PA_BAD_KINDS,
+    extra={pa_shape_mismatch: ("q", "value_cache", "cu_seqlens_q", "block_table"),
+           pa_block_or_head_size: ("key_cache", "value_cache"), m_sinks: ("sinks",), **FP8_KV},
+    generic_shape=False)
+
+
+AV = Spec(
+    ranks={"q": (3,), "k": (3,), "v": (3,), "cu_seqlens_q": (1,), "cu_seqlens_k": (1,)},
+    dtypes={"q": "half_any", "k": "like:q", "v": "like:q", "cu_seqlens_q": "i32", "cu_seqlens_k": "i32"},
+    refused={"cu_seqlens_q": INDEX_LAYOUTS, "cu_seqlens_k": INDEX_LAYOUTS},
+)
+
+
+@st.composite
+def av_valid(draw: Any) -> dict[str, Any]:
+    """Valid arguments whose cu_seqlens are zeros: every sequence empty (nothing to compute)."""
+    b, kvh, grp = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    d, dt = draw(st.sampled_from([64, 128])), draw(st.sampled_from([F16, BF16]))
+    tk = draw(st.integers(1, 4))
+    return {"q": T((draw(st.integers(1, 4)), kvh * grp, d), dt), "k": T((tk, kvh, d), dt),
+            "v": T((tk, kvh, d), dt), "cu_seqlens_q": T((b + 1,), I32), "cu_seqlens_k": T((b + 1,), I32),
+            "max_seqlen_q": draw(st.integers(0, 4)), "max_seqlen_k": draw(st.integers(0, 64)),
+            "softmax_scale": draw(st.sampled_from([None, 0.125])), "causal": draw(st.booleans()),
+            "window_size": draw(st.sampled_from([(-1, -1), (4, 0), [2, 3]])),
+            "softcap": draw(st.sampled_from([0.0, 30.0])),
+            "sinks": draw(st.sampled_from([None, T((kvh * grp,), F32)]))}
+
+
+def av_shape_mismatch(c: Case, draw: Any) -> bool:
+    """Heads not a multiple of KVH, head sizes or K / V rows that disagree, cu_seqlens of
+    different lengths, a head size past 256 or not a multiple of 8."""
+    if not _consistent(AV, c):
+        return False
+    a = c.args
+    tq, h, d = a["q"].shape
+    tk, kvh, _ = a["k"].shape
+    x = draw(st.sampled_from(["q_heads", "q_dim", "cu", "v", "head_size"]))
+    if x == "q_heads":
+        if kvh < 2:
+            return False
+        a["q"] = replace(a["q"], shape=(tq, kvh * (h // kvh + 1) + 1, d))
+        c.blame |= {"q", "sinks"}              # (sinks: one per query head)
+    elif x == "q_dim":
+        a["q"] = replace(a["q"], shape=(tq, h, d + 8))
+        c.blame |= {"q", "k"}
+    elif x == "cu":
+        y = draw(st.sampled_from(("cu_seqlens_q", "cu_seqlens_k")))
+        a[y] = replace(a[y], shape=(a[y].shape[0] + draw(st.sampled_from([1, 2])),))
+        c.blame |= {"cu_seqlens_q", "cu_seqlens_k"}
+    elif x == "v":
+        sh = list(a["v"].shape)
+        sh[draw(st.integers(0, 2))] += 8
+        a["v"] = replace(a["v"], shape=tuple(sh))
+        c.blame |= {"v", "k"}
+    else:
+        d2 = draw(st.sampled_from([264, 320, 12]))
+        for y in ("q", "k", "v"):
+            a[y] = replace(a[y], shape=(*a[y].shape[:2], d2))
+        c.blame |= {"q", "k", "v"}
+    return True
+
+
+TABLE["attention_varlen"] = spec_table(
+    "av", AV, av_valid, ("q", "k", "v"),
+    values={x: v for x, v in PA_BAD_VALUES.items() if x not in ("kv_layout", "num_splits")},
+    kinds={x: v for x, v in PA_BAD_KINDS.items() if x not in ("kv_layout", "num_splits")},
+    extra={av_shape_mismatch: ("q", "v", "cu_seqlens_q", "cu_seqlens_k"), m_sinks: ("sinks",)},
+    generic_shape=False)
+
+
+# --- the fused MoE: bf16 / f16, fp8 (e4m3) and W4A16 / W8A16 experts -----------------------------------
+
+#: the router arguments every fused MoE takes, and the values of a kind the schema cannot bind
+MOE_KINDS = {"activation": [None, 3, ["silu"]], "apply_router_weight_on_input": ["yes", [True]],
+             "global_num_experts": ["8", 2.5, [4]]}
+ROUTER = ("activation", "apply_router_weight_on_input", "global_num_experts")
+#: the routing tensors' dtypes (``topk_weights`` f32, the ids and the expert map int32)
+ROUTING = {"topk_weights": "f32", "topk_ids": "i32", "expert_map": "i32"}
+ALL_LAYOUTS = ("offset", "strided")
+
+
+def _refused(tensors: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    return dict.fromkeys(tensors, ALL_LAYOUTS)
+
+
+def _routing(draw: Any, t: int, k: int, experts: int) -> dict[str, Any]:
+    """top-k weights and ids for ``t`` tokens, the router arguments, and an expert map over
+    ``experts`` local experts (or none)."""
+    mapped = draw(st.booleans())
+    g = experts + draw(st.integers(0, 3))
+    return {"topk_weights": T((t, k), torch.float32), "topk_ids": T((t, k), I32),
+            "activation": draw(st.sampled_from(["silu", "gelu"])),
+            "apply_router_weight_on_input": k == 1 and draw(st.booleans()),
+            "expert_map": T((g,), I32) if mapped else None,
+            "global_num_experts": draw(st.sampled_from([None, g if mapped else experts]))}
+
+
+def _router_mismatch(c: Case, draw: Any, t: int) -> bool:
+    """top-k rows that are not ``t`` tokens, or weights and ids of different widths."""
+    a = c.args
+    if draw(st.booleans()):
+        for y in ("topk_ids", "topk_weights"):
+            a[y] = replace(a[y], shape=(t + 1, a[y].shape[1]))
+        c.blame |= {"topk_ids", "topk_weights", "hidden_states"}
+    else:
+        a["topk_weights"] = replace(a["topk_weights"], shape=(t, a["topk_weights"].shape[1] + 1))
+        c.blame |= {"topk_ids", "topk_weights"}
+    return True
+
+
+MOE = Spec(
+    ranks={"hidden_states": (2,), "w13": (3,), "w2": (3,), "topk_weights": (2,), "topk_ids": (2,),
+           "expert_map": (1,)},
+    dtypes={"hidden_states": "half_any", "w13": "like:hidden_states", "w2": "like:hidden_states", **ROUTING},
+    optional=frozenset({"expert_map"}),
+    refused=_refused(("hidden_states", "w13", "w2", "topk_weights", "topk_ids", "expert_map")),
+    blame={"dtype": {"hidden_states": {"hidden_states", "w13", "w2"}}},
+)
+
+
+@st.composite
+def moe_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([8, 32]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), dt), "w2": T((e, h, i), dt),
+            **_routing(draw, t, k, e)}
+
+
+def _moe_consistent(spec: Spec, c: Case) -> bool:
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) in r
+               for x, r in spec.ranks.items() if x != "expert_map")
+
+
+def moe_shape_mismatch(c: Case, draw: Any) -> bool:
+    """w13's H or 2I, w2's shape, top-k rows or widths that disagree, H not a multiple of 8."""
+    if not _moe_consistent(MOE, c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, n2, _ = a["w13"].shape
+    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "router", "h8"]))
+    if x == "w13_h":
+        a["w13"] = replace(a["w13"], shape=(e, n2, h + 8))
+        c.blame |= {"w13", "hidden_states"}
+    elif x == "w13_odd":
+        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
+        c.blame |= {"w13", "w2"}
+    elif x == "w2":
+        sh = list(a["w2"].shape)
+        sh[draw(st.integers(0, 2))] += 8
+        a["w2"] = replace(a["w2"], shape=tuple(sh))
+        c.blame |= {"w2", "w13"}
+    elif x == "router":
+        return _router_mismatch(c, draw, t)
+    else:
+        a["hidden_states"] = replace(a["hidden_states"], shape=(t, 12))
+        a["w13"] = replace(a["w13"], shape=(e, n2, 12))
+        a["w2"] = replace(a["w2"], shape=(e, 12, n2 // 2))
+        c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def moe_bad_value(c: Case, draw: Any) -> bool:
+    """Always applies (a table's fallback): a bad ``activation`` where the other two cannot be
+    made invalid from the shapes at hand."""
+    a = c.args
+    x = draw(st.sampled_from(ROUTER))
+    ids, emap, w13 = a["topk_ids"], a.get("expert_map"), a["w13"]
+    if x == "apply_router_weight_on_input" and isinstance(ids, T) and len(ids.shape) == 2 \
+            and ids.shape[1] >= 2:
+        a[x] = True
+        c.blame.add(x)
+    elif x == "global_num_experts" and isinstance(emap, T) and len(emap.shape) == 1:
+        a[x] = emap.shape[0] + 1
+        c.blame |= {x, "expert_map"}
+    elif x == "global_num_experts" and emap is None and isinstance(w13, T) and len(w13.shape) == 3:
+        a[x] = w13.shape[0] + draw(st.integers(1, 3))
+        c.blame |= {x, "expert_map"}
+    else:
+        a["activation"] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
+        c.blame.add("activation")
+    return True
+
+
+TABLE["fused_moe"] = spec_table(
+    "moe", MOE, moe_valid, ("hidden_states", "w13", "w2"), kinds=MOE_KINDS,
+    extra={moe_shape_mismatch: ("hidden_states", "w13", "w2", "topk_weights", "topk_ids"),
+           moe_bad_value: ROUTER},
+    generic_shape=False, fallback=moe_bad_value)
+
+
+# The fp8 table runs with HEXLAYOUT_EMULATE_ARCH=sm_89 (``emulate``): sm_80 refuses fp8 experts,
+# which would turn every case into that one error.
+
+FP8 = torch.float8_e4m3fn
+FP8_SCALE_OF = {"w13": "w13_scale", "w2": "w2_scale", "w13_scale": "w13", "w2_scale": "w2"}
+FP8_SPEC = Spec(
+    ranks={"hidden_states": (2,), "w13": (3,), "w13_scale": (1, 3), "w2": (3,), "w2_scale": (1, 3),
+           "topk_weights": (2,), "topk_ids": (2,), "expert_map": (1,)},
+    dtypes={"hidden_states": "half_not_fp8", "w13": "fp8", "w13_scale": "f32", "w2": "fp8", "w2_scale": "f32",
+            **ROUTING},
+    optional=frozenset({"expert_map"}),
+    refused=_refused(("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights", "topk_ids",
+                      "expert_map")),
+    # (a weight and its scale are compared first)
+    blame={"device": {x: {x, y} for x, y in FP8_SCALE_OF.items()}},
+)
+
+
+def _fp8_scale_shape(block: Any, e: int, n: int, k: int) -> tuple[int, ...]:
+    return (e,) if not block else (e, -(-n // 128), -(-k // 128))
+
+
+@st.composite
+def fp8_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([16, 64])), draw(st.sampled_from([16, 32]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    block = draw(st.sampled_from([[], [128, 128]]))
+    return {"hidden_states": T((t, h), dt), "w13": T((e, 2 * i, h), FP8),
+            "w13_scale": T(_fp8_scale_shape(block, e, 2 * i, h), torch.float32), "w2": T((e, h, i), FP8),
+            "w2_scale": T(_fp8_scale_shape(block, e, h, i), torch.float32), "block": block,
+            **_routing(draw, t, k, e)}
+
+
+def _fp8_consistent(c: Case) -> bool:
+    """Every tensor but ``expert_map`` of its rank (the scales: of the rank ``block`` wants)."""
+    a = c.args
+    if a["block"] not in ([], [128, 128]):
+        return False
+    form = (3,) if a["block"] else (1,)
+    return _moe_consistent(replace(FP8_SPEC, ranks={**FP8_SPEC.ranks, "w13_scale": form,
+                                                     "w2_scale": form}), c)
+
+
+def fp8_scale_rank(c: Case, draw: Any) -> bool:
+    """A scale of the rank of the other scale form than ``block`` says."""
+    x = draw(st.sampled_from(["w13_scale", "w2_scale"]))
+    if not isinstance(c.args.get(x), T) or c.args["block"] not in ([], [128, 128]):
+        return False
+    c.args[x] = replace(c.args[x], shape=(2, 2, 64) if not c.args["block"] else (2,))
+    c.blame.add(x)
+    return True
+
+
+def fp8_shape_mismatch(c: Case, draw: Any) -> bool:
+    """w13's H or 2I, w2's shape or experts, scale shapes, top-k rows or widths that disagree, H or I
+    not a multiple of 16."""
+    if not _fp8_consistent(c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, n2, _ = a["w13"].shape
+    blk = a["block"]
+    x = draw(st.sampled_from(["w13_h", "w13_odd", "w2", "experts", "scale", "router", "h16", "i16"]))
+    if x == "w13_h":
+        a["w13"] = replace(a["w13"], shape=(e, n2, h + 16))
+        c.blame |= {"w13", "w13_scale", "hidden_states"}
+    elif x == "w13_odd":
+        a["w13"] = replace(a["w13"], shape=(e, n2 + 1, h))
+        c.blame |= {"w13", "w13_scale", "w2"}
+    elif x == "w2":
+        sh = list(a["w2"].shape)
+        sh[draw(st.integers(0, 2))] += 16
+        a["w2"] = replace(a["w2"], shape=tuple(sh))
+        c.blame |= {"w2", "w2_scale", "w13"}
+    elif x == "experts":
+        _, wn, wk = a["w2"].shape
+        a["w2"] = replace(a["w2"], shape=(e + 1, wn, wk))
+        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e + 1, wn, wk))
+        c.blame |= {"w2", "w13"}
+    elif x == "scale":
+        y = draw(st.sampled_from(["w13_scale", "w2_scale"]))
+        sh = list(a[y].shape)
+        sh[draw(st.integers(0, len(sh) - 1))] += draw(st.integers(1, 2))
+        a[y] = replace(a[y], shape=tuple(sh))
+        c.blame.add(y)
+    elif x == "router":
+        return _router_mismatch(c, draw, t)
+    else:
+        hh, ii = (24, n2 // 2) if x == "h16" else (h, 24)
+        a["hidden_states"] = replace(a["hidden_states"], shape=(t, hh))
+        a["w13"] = replace(a["w13"], shape=(e, 2 * ii, hh))
+        a["w2"] = replace(a["w2"], shape=(e, hh, ii))
+        a["w13_scale"] = replace(a["w13_scale"], shape=_fp8_scale_shape(blk, e, 2 * ii, hh))
+        a["w2_scale"] = replace(a["w2_scale"], shape=_fp8_scale_shape(blk, e, hh, ii))
+        c.blame |= {"hidden_states", "w13", "w2"}
+    return True
+
+
+def fp8_block(c: Case, draw: Any) -> bool:
+    """``block`` not (128, 128), or the other scale form than the scales have."""
+    a = c.args
+    v = draw(st.sampled_from([[64, 64], [128, 64], [0, 0], [256, 256], [128], [128, 128, 1], "flip"]))
+    if v == "flip":   # the form w13_scale does not have (not a tensor: invalid already)
+        s13 = a["w13_scale"]
+        v = [] if isinstance(s13, T) and len(s13.shape) == 3 else [128, 128]
+        c.blame |= {"w13_scale", "w2_scale"}
+    a["block"] = v
+    c.blame.add("block")
+    return True
+
+
+TABLE["fused_moe_fp8"] = spec_table(
+    "fp8", FP8_SPEC, fp8_valid, ("hidden_states", "w13", "w13_scale", "w2", "w2_scale"),
+    kinds={**MOE_KINDS, "block": ["128", ["128", "128"], 1.5, [1.5, 2.0]]},
+    extra={fp8_shape_mismatch: ("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights",
+                                "topk_ids"),
+           fp8_scale_rank: ("w13_scale", "w2_scale"), fp8_block: ("block",), moe_bad_value: ROUTER},
+    generic_shape=False, fallback=fp8_block)
+
+
+# The W4A16 / W8A16 experts: prepare_wna16's tensors.
+
+WQ = Spec(
+    ranks={"hidden_states": (2,), "w13_qweight": (2,), "w13_scales": (3,), "w13_zeros": (3,),
+           "w2_qweight": (2,), "w2_scales": (3,), "w2_zeros": (3,), "topk_weights": (2,), "topk_ids": (2,),
+           "expert_map": (1,)},
+    # (qweight: the checkpoint's int32 words, not prepare_wna16's bytes)
+    dtypes={"hidden_states": "half_any", **{f"{p}_{x}": "like:hidden_states" if x != "qweight" else "words"
+                                            for p in ("w13", "w2") for x in ("qweight", "scales", "zeros")},
+            **ROUTING},
+    # None: invalid for AWQ's zero points (GPTQ's are None)
+    optional=frozenset({"w13_zeros", "w2_zeros", "expert_map"}),
+    required_if=dict.fromkeys(("w13_zeros", "w2_zeros"), lambda a: a["quant_format"] == "awq"),
+    refused=_refused(("hidden_states", "w13_qweight", "w13_scales", "w13_zeros", "w2_qweight", "w2_scales",
+                      "w2_zeros", "topk_weights", "topk_ids", "expert_map")),
+)
+WQ_GROUPS = (32, 64, 128, -1)
+WQ_CONSTANTS = ("quant_format", "bits", "w13_group_size", "w2_group_size", *ROUTER)
+
+
+def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: Any,
+                 gate_up: bool = False) -> dict[str, T]:
+    """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
+    AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
+    ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
+    from hexlayout.ops.moe.wna16 import prepare_wna16
+
+    g = 1 if group == -1 else k // group
+    qw = (e, k, n // 8) if fmt == "awq" else (e, k * bits // 32, n)
+    z = torch.zeros(e, g, n // 8, dtype=I32, device="meta") if fmt == "awq" else None
+    s = torch.zeros(e, g, n, dtype=dt, device="meta")
+    w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
+                      group_size=group, gate_up=gate_up)
+    return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
+            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), w.zeros.dtype)}
+
+
+@st.composite
+def wq_valid(draw: Any) -> dict[str, Any]:
+    t, h, i = draw(st.integers(1, 4)), draw(st.sampled_from([32, 64, 128])), draw(st.sampled_from([32, 64]))
+    e, k, dt = draw(st.integers(2, 4)), draw(st.integers(1, 2)), draw(st.sampled_from([F16, BF16]))
+    fmt = draw(st.sampled_from(["awq", "gptq"]))
+    bits = 4 if fmt == "awq" else draw(st.sampled_from([4, 8]))
+    g13 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or h % g == 0]))
+    g2 = draw(st.sampled_from([g for g in WQ_GROUPS if g == -1 or i % g == 0]))
+    w13, w2 = _wq_prepared(fmt, bits, e, h, 2 * i, g13, dt, True), _wq_prepared(fmt, bits, e, i, h, g2, dt)
+    return {"hidden_states": T((t, h), dt), **{f"w13_{x}": v for x, v in w13.items()},
+            **{f"w2_{x}": v for x, v in w2.items()},
+            "quant_format": fmt, "bits": bits, "w13_group_size": g13, "w2_group_size": g2,
+            **_routing(draw, t, k, e)}
+
+
+def _wq_consistent(c: Case) -> bool:
+    """Every tensor but the optional ones present with its rank (the optional ones: absent or so)."""
+    return all(isinstance(c.args.get(x), T) and len(c.args[x].shape) in r or
+               x in WQ.optional and c.args.get(x) is None for x, r in WQ.ranks.items())
+
+
+def _wq_shape(c: Case, x: str, dim: int, size: int) -> None:
+    sh = list(c.args[x].shape)
+    sh[dim] = size
+    c.args[x] = replace(c.args[x], shape=tuple(sh))
+
+
+def wq_shape_mismatch(c: Case, draw: Any) -> bool:
+    """H of the activations, experts, packed sizes, groups, N of w13 / w2 or top-k rows / widths
+    that disagree with the others."""
+    if not _wq_consistent(c):
+        return False
+    a = c.args
+    t, h = a["hidden_states"].shape
+    e, _, n2 = a["w13_scales"].shape
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    zeros = [z for z in (f"{pre}_zeros",) if isinstance(a[z], T)]
+    x = draw(st.sampled_from(["h", "experts", "qweight", "zeros", "groups", "w2_n", "w13_odd", "router"]))
+    if x == "h":
+        _wq_shape(c, "hidden_states", 1, draw(st.sampled_from([h + 32, h + 8, 12, 8])))
+        c.blame |= {"hidden_states", "w13_qweight", "w13_scales", "w13_group_size", "w2_scales"}
+    elif x == "experts":  # w2 consistently for one more expert than w13
+        _wq_shape(c, "w2_qweight", 0, (e + 1) * h)
+        for y in ("w2_scales", "w2_zeros"):
+            if isinstance(a[y], T):
+                _wq_shape(c, y, 0, e + 1)
+        c.blame |= {"w2_scales", "w2_qweight", "w2_zeros", "w13_scales"}
+    elif x == "qweight":
+        dim = draw(st.integers(0, 1))
+        _wq_shape(c, f"{pre}_qweight", dim, a[f"{pre}_qweight"].shape[dim] * 2 + (dim == 0))
+        c.blame.add(f"{pre}_qweight")
+    elif x == "zeros":
+        if not zeros:
+            return False
+        dim = draw(st.integers(0, 2))
+        _wq_shape(c, zeros[0], dim, a[zeros[0]].shape[dim] + 1)
+        c.blame.add(zeros[0])
+    elif x == "groups":
+        for y in (f"{pre}_scales", *zeros):
+            _wq_shape(c, y, 1, a[y].shape[1] + 1)
+        c.blame |= {f"{pre}_scales", f"{pre}_group_size"}
+    elif x == "w2_n":
+        for y in ("w2_scales", *[z for z in ("w2_zeros",) if isinstance(a[z], T)]):
+            _wq_shape(c, y, 2, h + 8)
+        c.blame.add("w2_scales")
+    elif x == "w13_odd":  # w13 consistently for an odd N (not 2I)
+        odd = n2 + 1 + n2 % 2
+        _wq_shape(c, "w13_qweight", 0, e * odd)
+        for y in ("w13_scales", "w13_zeros"):
+            if isinstance(a[y], T):
+                _wq_shape(c, y, 2, odd)
+        c.blame |= {"w13_scales", "w13_qweight", "w13_zeros"}
+    else:
+        return _router_mismatch(c, draw, t)
+    return True
+
+
+def _wq_bad_group_size(c: Case, draw: Any, x: str) -> None:
+    """A group size the kernels do not have, or a valid one that does not match the scales' groups."""
+    a = c.args
+    pool: list[Any] = [16, 0, 256, -2, 48]
+    pre = x[: -len("_group_size")]
+    hs, s13, scales = a["hidden_states"], a["w13_scales"], a[f"{pre}_scales"]
+    if _wq_consistent(c):
+        k = hs.shape[1] if pre == "w13" else s13.shape[2] // 2
+        pool += [g for g in WQ_GROUPS if g != -1 and k % g or (1 if g == -1 else k // g) != scales.shape[1]]
+    a[x] = draw(st.sampled_from(pool))
+    c.blame.add(x)
+
+
+def wq_bad_value(c: Case, draw: Any) -> bool:
+    """A quantization format, bit width or group size the op refuses, or a router argument that
+    disagrees with the shapes (``moe_bad_value``'s rules, which do not always apply here)."""
+    a = c.args
+    x = draw(st.sampled_from(WQ_CONSTANTS))
+    if x == "quant_format":
+        a[x] = draw(st.sampled_from(["AWQ", "gptq_v2", "", "marlin", "fp8"]))
+        c.blame.add(x)
+    elif x == "bits":
+        a[x] = draw(st.sampled_from([2, 3, 0, 16, -4] + ([8] if a["quant_format"] == "awq" else [])))
+        c.blame.add(x)
+    elif x.endswith("group_size"):
+        _wq_bad_group_size(c, draw, x)
+    elif x == "activation":
+        a[x] = draw(st.sampled_from(["relu", "SILU", "", "gelu_tanh"]))
+        c.blame.add(x)
+    elif x == "apply_router_weight_on_input":
+        ids = a["topk_ids"]
+        if not isinstance(ids, T) or len(ids.shape) != 2 or ids.shape[1] < 2:
+            return False
+        a[x] = True
+        c.blame.add(x)
+    else:
+        emap, s13 = a.get("expert_map"), a["w13_scales"]
+        if isinstance(emap, T) and len(emap.shape) == 1:
+            a[x] = emap.shape[0] + 1
+        elif emap is None and isinstance(s13, T) and len(s13.shape) == 3:
+            a[x] = s13.shape[0] + draw(st.integers(1, 3))
+        else:
+            return False
+        c.blame |= {x, "expert_map"}
+    return True
+
+
+def wq_perm(c: Case, draw: Any) -> bool:
+    """An act-order permutation that cannot be one: of AWQ weights, not int32 ``[E, K]``, or not a
+    tensor."""
+    a = c.args
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    x = f"{pre}_perm"
+    s13, hs = a["w13_scales"], a["hidden_states"]
+    if not (isinstance(s13, T) and len(s13.shape) == 3 and isinstance(hs, T) and len(hs.shape) == 2):
+        return False
+    e, k = s13.shape[0], hs.shape[1] if pre == "w13" else s13.shape[2] // 2
+    kind = draw(st.sampled_from(["dtype", "shape", "kind"] + (["awq"] if a["quant_format"] == "awq" else [])))
+    if kind == "kind":
+        a[x] = draw(st.sampled_from(["a", 1.5, [0, 1]]))
+        c.kinds.add(x)
+    else:
+        a[x] = T((e, k + 8) if kind == "shape" else (e, k), torch.int64 if kind == "dtype" else I32)
+    c.blame.add(x)
+    return True
+
+
+def wq_layout_key(c: Case, draw: Any) -> bool:
+    """An offline layout key that is not the one of the kernel the op runs: the prepared weights'
+    ``w13_qweight`` / ``w2_qweight`` are named."""
+    pre = draw(st.sampled_from(["w13", "w2"]))
+    c.args[f"{pre}_layout"] = draw(st.sampled_from(["u4/64x64/t128x16B/0000000000", "natural", "x"]))
+    c.blame |= {f"{pre}_qweight", f"{pre}_layout"}
+    return True
+
+
+TABLE["fused_moe_wna16"] = spec_table(
+    "wq", WQ, wq_valid, ("hidden_states", "w13_scales", "w13_zeros", "w2_scales", "w2_zeros"),
+    kinds={"quant_format": [None, 4, ["awq"]], "bits": ["4", 4.5, None, [4]],
+           "w13_group_size": ["32", 32.5, None, [32]], "w2_group_size": ["-1", 64.5, None, [-1]],
+           **MOE_KINDS},
+    extra={wq_shape_mismatch: tuple(x for x in WQ.tensors if x != "expert_map"), wq_bad_value: WQ_CONSTANTS,
+           wq_perm: ("w13_perm", "w2_perm"), wq_layout_key: ("w13_layout", "w2_layout")},
+    generic_shape=False)
 
 
 # --- the Mamba ops ---------------------------------------------------------------------------------------
@@ -2269,7 +1682,7 @@ def invalid_case(draw: Any, name: str) -> Case:
         if mut(case, draw):
             case.what.append(mut.__name__)
     if not case.what:
-        fallback = table.fallback or m_bad_string
+        fallback = table.fallback
         fallback(case, draw)
         case.what.append(fallback.__name__)
     table.noise(case, draw)
