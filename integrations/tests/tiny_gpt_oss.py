@@ -27,11 +27,8 @@ Weights are bf16 (written by :func:`tiny_models.write_model`), no quantization.
 
 from __future__ import annotations
 
+import tiny_models as tm
 import torch
-from tiny_models import (
-    EXPERTS, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, MOE_I, TOP_K, _attention, _base_config, _common,
-    _lin, _norms,
-)
 
 #: The sliding window of layer 0 (keys ``i - WINDOW < j <= i``): shorter than every prompt but one.
 WINDOW = 8
@@ -49,13 +46,14 @@ ROPE = {
 
 def _experts(g: torch.Generator, p: str) -> dict[str, torch.Tensor]:
     """Router and experts of MoE block ``p`` in the HF layout (see the module docstring)."""
+    e, h, i = tm.EXPERTS, tm.HIDDEN, tm.MOE_I
     return {
-        f"{p}.router.weight": _lin(g, EXPERTS, HIDDEN, gain=2.0),
-        f"{p}.router.bias": 0.1 * torch.randn(EXPERTS, generator=g),
-        f"{p}.experts.gate_up_proj": torch.randn(EXPERTS, HIDDEN, 2 * MOE_I, generator=g) / HIDDEN**0.5,
-        f"{p}.experts.gate_up_proj_bias": 0.1 * torch.randn(EXPERTS, 2 * MOE_I, generator=g),
-        f"{p}.experts.down_proj": torch.randn(EXPERTS, MOE_I, HIDDEN, generator=g) * (2.0 / MOE_I**0.5),
-        f"{p}.experts.down_proj_bias": 0.1 * torch.randn(EXPERTS, HIDDEN, generator=g),
+        f"{p}.router.weight": tm._lin(g, e, h, gain=2.0),
+        f"{p}.router.bias": 0.1 * torch.randn(e, generator=g),
+        f"{p}.experts.gate_up_proj": torch.randn(e, h, 2 * i, generator=g) / h**0.5,
+        f"{p}.experts.gate_up_proj_bias": 0.1 * torch.randn(e, 2 * i, generator=g),
+        f"{p}.experts.down_proj": torch.randn(e, i, h, generator=g) * (2.0 / i**0.5),
+        f"{p}.experts.down_proj_bias": 0.1 * torch.randn(e, h, generator=g),
     }
 
 
@@ -64,28 +62,27 @@ def gpt_oss_tensors(seed: int = 5) -> dict[str, torch.Tensor]:
     (N(0, 1): some heads give the sink most of the mass, some little), the MoE of
     :func:`_experts`."""
     g = torch.Generator().manual_seed(seed)
-    t = _common(g)
-    for i in range(LAYERS):
+    t = tm._common(g)
+    for i in range(tm.LAYERS):
         p = f"model.layers.{i}"
-        t.update({**_norms(g, p), **_attention(g, f"{p}.self_attn", bias=True)})
-        t[f"{p}.self_attn.o_proj.bias"] = 0.1 * torch.randn(HIDDEN, generator=g)
-        t[f"{p}.self_attn.sinks"] = torch.randn(HEADS, generator=g)
+        t.update({**tm._norms(g, p), **tm._attention(g, f"{p}.self_attn", bias=True)})
+        t[f"{p}.self_attn.o_proj.bias"] = 0.1 * torch.randn(tm.HIDDEN, generator=g)
+        t[f"{p}.self_attn.sinks"] = torch.randn(tm.HEADS, generator=g)
         t.update(_experts(g, f"{p}.mlp"))
     return t
 
 
 def gpt_oss_config(dtype: str = "bfloat16") -> dict:
     """The HF ``GptOssConfig`` of the tiny checkpoint (sizes of :mod:`tiny_models`)."""
-    cfg = _base_config("GptOssForCausalLM", "gpt_oss", dtype)
+    cfg = tm._base_config("GptOssForCausalLM", "gpt_oss", dtype)
     del cfg["rope_theta"]
-    assert (HEADS, KV_HEADS, HEAD_DIM) == (2, 1, 64)
     cfg.update(
         {
-            "intermediate_size": MOE_I,
-            "num_local_experts": EXPERTS,
-            "num_experts_per_tok": TOP_K,
+            "intermediate_size": tm.MOE_I,
+            "num_local_experts": tm.EXPERTS,
+            "num_experts_per_tok": tm.TOP_K,
             "sliding_window": WINDOW,
-            "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(LAYERS)],
+            "layer_types": [("full_attention", "sliding_attention")[i % 2 == 0] for i in range(tm.LAYERS)],
             "max_position_embeddings": 131072,
             "rope_parameters": dict(ROPE),
             "attention_bias": True,
