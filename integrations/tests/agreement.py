@@ -36,6 +36,13 @@ TIE_TOL = 2 * LOGPROB_TOL
 RUN_TOL = 2 * LOGPROB_TOL
 ROUTER_TIE = 0.05
 MIN_CHECKED = 0.5
+#: The logprob tolerance of a run with an FP8 (E4M3) KV cache against float64 with the same
+#: rounding of K and V: E4M3 keeps 3 mantissa bits (relative steps of 2^-4, 16 times bf16's), so
+#: the run's bf16 noise before rounding moves elements across rounding boundaries: the run is as
+#: far from the FP8-rounded float64 model as the rounding itself moves float64 (measured on the
+#: tiny Mixtral: the rounding moves top-5 logprobs by up to 0.34, the run sits 0.33 from it) and
+#: this allows half again; a wrong attention is whole nats away (the planted swapped K/V: 14).
+FP8_LOGPROB_TOL = 0.5
 
 
 @dataclass
@@ -50,21 +57,22 @@ class Agreement:
     problems: list[str] = field(default_factory=list)
     against: str = "float64"
     tolerance: float = LOGPROB_TOL
+    tie_tolerance: float = TIE_TOL
 
     def summary(self) -> str:
         return (
             f"{self.checked}/{self.total} tokens checked against {self.against}, max |logprob diff| "
             f"{self.max_diff:.4f} (tolerance {self.tolerance}), chosen tokens at most "
-            f"{self.worst_choice:.4f} "
-            f"below the argmax (tolerance {TIE_TOL}), {len(self.routing_ties)} sequences stopped at a "
-            "routing near tie"
+            f"{self.worst_choice:.4f} below the argmax (tolerance {self.tie_tolerance}), "
+            f"{len(self.routing_ties)} sequences stopped at a routing near tie"
         )
 
 
-def check(results: list[dict], refs: list[Reference]) -> Agreement:
+def check(results: list[dict], refs: list[Reference], tolerance: float = LOGPROB_TOL) -> Agreement:
     """Check a run's per-sequence ``{"tokens", "logprobs"}`` (``vllm_run``) against ``refs``
-    (``float64_reference.teacher_forced`` of the same tokens)."""
-    a = Agreement()
+    (``float64_reference.teacher_forced`` of the same tokens): logprobs within ``tolerance``,
+    chosen tokens within twice that of the argmax (:data:`TIE_TOL` at the default)."""
+    a = Agreement(tolerance=tolerance, tie_tolerance=2 * tolerance)
     if len(results) != len(refs):
         a.problems.append(f"{len(results)} sequences vs {len(refs)} references")
         return a
@@ -80,14 +88,14 @@ def check(results: list[dict], refs: list[Reference]) -> Agreement:
             for t, got in top.items():
                 d = abs(got - float(lp[int(t)]))
                 a.max_diff = max(a.max_diff, d)
-                if d > LOGPROB_TOL:
+                if d > tolerance:
                     a.problems.append(
                         f"sequence {s} step {i}: token {t} logprob {got:.4f}, float64 {float(lp[int(t)]):.4f}"
                     )
             best = int(lp.argmax())
             gap = float(lp[best] - lp[tok])
             a.worst_choice = max(a.worst_choice, gap)
-            if gap > TIE_TOL:
+            if gap > a.tie_tolerance:
                 a.problems.append(
                     f"sequence {s} step {i}: chose token {tok} (float64 logprob {float(lp[tok]):.4f}), "
                     f"the float64 argmax is {best} ({float(lp[best]):.4f})"

@@ -2,9 +2,11 @@
 
 ``models``: the tiny checkpoints (:mod:`tiny_models`) written once per session; ``reference`` /
 ``hexlayout_run``: the session's plugin-off and plugin-on runs of every model of ``MODELS``
-(the reference of a quantized model runs its dequantized checkpoint), each in one process with
-an in-process engine: the worker is the runner process itself; ``float64``: the float64
-teacher-forced reference (:mod:`float64_reference`) of a model along a run's tokens.
+(the reference of a quantized model runs its dequantized checkpoint; ``PLUGIN_ON_ONLY`` models
+run with the plugin on only), each in one process with an in-process engine: the worker is the
+runner process itself; ``float64``: the float64 teacher-forced reference
+(:mod:`float64_reference`) of a model along a run's tokens, its keys and values rounded as the
+model's KV cache (``LLM_ARGS``) stores them.
 """
 
 from __future__ import annotations
@@ -19,8 +21,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import float64_reference  # noqa: E402
 import tiny_models  # noqa: E402
-from vllm_harness import CHECKPOINTS, MODELS, REFERENCES, Run, run_models  # noqa: E402
-from vllm_run import prompts  # noqa: E402
+from vllm_harness import (  # noqa: E402
+    CHECKPOINTS,
+    LLM_ARGS,
+    MODELS,
+    PLUGIN_ON_ONLY,
+    REFERENCES,
+    Run,
+    run_models,
+)
+from vllm_run import prompts, write_llm_args  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +40,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
     for name, build in CHECKPOINTS.items():
         config, tensors = build()
         paths[name] = tiny_models.write_model(root / name, config, tensors, torch.bfloat16)
+        if name in LLM_ARGS:
+            write_llm_args(paths[name], LLM_ARGS[name])
     return paths
 
 
@@ -37,7 +49,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
 def reference(models: dict[str, pathlib.Path], tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Every model with the plugin off (``HEXLAYOUT_VLLM=0``): vLLM's own CPU kernels."""
     env = {"HEXLAYOUT_VLLM": "0", "HEXLAYOUT_EMULATE": "1"}
-    return run_models(tmp_path_factory.mktemp("off"), {n: models[r] for n, r in MODELS.items()}, env)
+    todo = {n: models[r] for n, r in MODELS.items() if n not in PLUGIN_ON_ONLY}
+    return run_models(tmp_path_factory.mktemp("off"), todo, env)
 
 
 @pytest.fixture(scope="session")
@@ -50,14 +63,14 @@ def hexlayout_run(models: dict[str, pathlib.Path], tmp_path_factory: pytest.Temp
 @pytest.fixture(scope="session")
 def float64(models: dict[str, pathlib.Path]):
     """``float64(name, results)``: the float64 teacher-forced reference of model ``name`` (its
-    reference checkpoint: the dequantized one for a quantized model, the same weights exactly)
-    along a run's ``results`` for it."""
-    loaded: dict[str, torch.nn.Module] = {}
+    reference checkpoint: the dequantized one for a quantized model, the same weights exactly;
+    keys and values rounded as its KV cache stores them) along a run's ``results`` for it."""
+    loaded: dict[tuple[str, str], torch.nn.Module] = {}
 
     def reference(name: str, results: list[dict]) -> list[float64_reference.Reference]:
-        ckpt = REFERENCES[name]
-        if ckpt not in loaded:
-            loaded[ckpt] = float64_reference.load(models[ckpt])
-        return float64_reference.teacher_forced(loaded[ckpt], prompts(), results)
+        key = (REFERENCES[name], LLM_ARGS.get(name, {}).get("kv_cache_dtype", "auto"))
+        if key not in loaded:
+            loaded[key] = float64_reference.load(models[key[0]], kv_cache_dtype=key[1])
+        return float64_reference.teacher_forced(loaded[key], prompts(), results)
 
     return reference

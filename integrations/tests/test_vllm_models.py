@@ -9,6 +9,13 @@ dequantized to bf16 (exactly: power-of-two scales), so vLLM's own AWQ MoE kernel
 AMX on the CPU, are not involved. DeepSeek-V3's MLA decode runs hexlayout's ``mla_decode`` with
 the plugin on (its prefill stays vLLM's; block size 16, no chunked prefill: vLLM's CPU platform
 forces both for MLA), and its runs are checked against vLLM's own run (``VLLM_REFERENCED``).
+A gpt-oss-like model (:mod:`tiny_gpt_oss`: attention sinks, a sliding window of 8 on layer 0,
+YaRN rope, biased swigluoai experts) runs hexlayout's attention with sinks and the window, and
+vLLM's experts (the plugin's MoE falls back: activation swigluoai, logged).
+A copy of the Mixtral model runs with ``kv_cache_dtype="fp8"`` (its ``LLM_ARGS``) in the same
+processes, plugin on only (``PLUGIN_ON_ONLY``: vLLM's CPU attention needs AVX-512 or AMX for an
+FP8 cache), against float64 with K and V rounded to E4M3 as its cache stores them, within
+``FP8_LOGPROB_TOL``.
 Both runs use one vLLM configuration: chunked prefill with a 16-token budget over four prompts
 of 3-21 tokens, so steps mix prefill chunks and decodes; block size 32.
 """
@@ -16,18 +23,29 @@ of 3-21 tokens, so steps mix prefill chunks and decodes; block size 32.
 from __future__ import annotations
 
 import pytest
-from agreement import check, check_runs
-from vllm_harness import MODELS, VLLM_REFERENCED, Run, run_models
+from agreement import FP8_LOGPROB_TOL, LOGPROB_TOL, check, check_runs
+from vllm_harness import LLM_ARGS, MODELS, PLUGIN_ON_ONLY, VLLM_REFERENCED, Run, run_models
+
+#: (model, run) pairs checked against float64: both runs of each model, the plugin-on run only
+#: of ``PLUGIN_ON_ONLY`` models.
+FLOAT64_CHECKS = [
+    (name, which)
+    for which in ("hexlayout", "vllm")
+    for name in sorted(set(MODELS) - VLLM_REFERENCED)
+    if which == "hexlayout" or name not in PLUGIN_ON_ONLY
+]
 
 
-@pytest.mark.parametrize("name", sorted(set(MODELS) - VLLM_REFERENCED))
-@pytest.mark.parametrize("which", ["hexlayout", "vllm"])
+@pytest.mark.parametrize(("name", "which"), FLOAT64_CHECKS)
 def test_tokens_and_logprobs_match_float64(name: str, which: str, reference: Run, hexlayout_run: Run,
                                            float64) -> None:
     """Each run against the float64 teacher-forced reference along its own tokens; vLLM's own
-    kernels (plugin off) pass the same check, which calibrates its tolerances."""
+    kernels (plugin off) pass the same check, which calibrates its tolerances. A model with an
+    FP8 KV cache: against float64 with the same rounding, within ``FP8_LOGPROB_TOL``."""
     run = hexlayout_run if which == "hexlayout" else reference
-    report = check(run.results[name], float64(name, run.results[name]))
+    fp8 = LLM_ARGS.get(name, {}).get("kv_cache_dtype", "auto") != "auto"
+    tol = FP8_LOGPROB_TOL if fp8 else LOGPROB_TOL
+    report = check(run.results[name], float64(name, run.results[name]), tol)
     print(f"{name} ({which}): {report.summary()}")
     assert not report.problems, f"{name} ({which}): {report.summary()}\n" + "\n".join(report.problems)
 
@@ -85,6 +103,7 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
     # DeepSeek-V3's AWQ experts (8 of them) ran hexlayout's W4A16 MoE
     assert any(r["kernel"] == "moe_w4a16" and r["shapes"]["global_experts"] == 8
                for r in hexlayout_run.trace)
+    check_attention_features(hexlayout_run.trace)
     # Some step ran prefill chunks and decodes together (one kernel call, one line per part).
     mixed = [
         (a, b)
@@ -92,6 +111,21 @@ def test_trace_shows_the_kernels_in_the_worker(hexlayout_run: Run) -> None:
         if {a["kernel"], b["kernel"]} == {"attention_prefill", "attention_decode"}
     ]
     assert mixed
+
+
+def check_attention_features(trace: list[dict]) -> None:
+    """hexlayout's attention ran, prefill and decode, with gpt-oss's sinks and its sliding window
+    of 8 (left window 7: layer 0) and without it (layer 1), and with the FP8 cache (the Mixtral
+    copy: no sinks, no window); every other call plain (no sinks, no window, a bf16 cache)."""
+    features = {}
+    for row in trace:
+        if row["kernel"].startswith("attention"):
+            s = row["shapes"]
+            key = (s["sinks"], s["window"], s["kv_cache_dtype"])
+            features.setdefault(key, set()).add(row["kernel"])
+    both = {"attention_prefill", "attention_decode"}
+    assert features == {(1, 7, "auto"): both, (1, -1, "auto"): both, (0, -1, "fp8"): both,
+                        (0, -1, "auto"): both}, features
 
 
 #: The prepared experts' parameter bytes over the checkpoint's (what vLLM holds with the plugin
@@ -138,6 +172,11 @@ def test_plugin_logs_what_it_swapped(hexlayout_run: Run, reference: Run) -> None
     # hexlayout's, and its MLA decode hexlayout's mla_decode, in one line per process
     assert f"hexlayout: model.layers.1.mlp.experts: {awq}" in out
     assert "hexlayout: model.layers.0.mlp.experts: AWQ" not in out
+    # gpt-oss: hexlayout's attention (sinks, sliding window), vLLM's experts (swigluoai, biases)
+    for i in (0, 1):
+        assert f"hexlayout: model.layers.{i}.attn.attn: attention runs hexlayout's paged_attention" in out
+        keep = f"hexlayout: model.layers.{i}.mlp.experts: keeping vLLM's MoE experts (activation swigluoai)"
+        assert keep in out
     mla = [x for x in out.splitlines() if "MLA attention runs hexlayout's mla_decode" in x]
     assert len(mla) == 1 and "model.layers.0.self_attn" in mla[0] and "CPU_MLA backend" in mla[0], mla
     assert "attention backend CPU_MLA -> hexlayout.integrations.vllm.mla.HexlayoutCPUMLABackend" in swapped[0]

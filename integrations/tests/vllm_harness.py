@@ -14,6 +14,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import tiny_formats  # noqa: E402
+import tiny_gpt_oss  # noqa: E402
 import tiny_mamba  # noqa: E402
 import tiny_models  # noqa: E402
 
@@ -37,6 +38,8 @@ CHECKPOINTS = {
         tiny_models.qwen3_moe_config(), tiny_formats.mxfp4_qwen3_moe()[2]
     ),
     "mamba1": lambda: (tiny_mamba.mamba1_config(), tiny_mamba.mamba1_tensors()),
+    "gpt_oss": lambda: (tiny_gpt_oss.gpt_oss_config(), tiny_gpt_oss.gpt_oss_tensors()),
+    "mixtral_fp8_kv": lambda: (tiny_models.mixtral_config(), tiny_models.mixtral_tensors()),
     "mamba2": lambda: (tiny_mamba.mamba2_config(), tiny_mamba.mamba2_tensors()),
     "nemotron_h": lambda: (tiny_mamba.nemotron_h_config(), tiny_mamba.nemotron_h_tensors()),
 }
@@ -48,7 +51,17 @@ MODELS = {
     "mixtral_awq": "mixtral_awq_dequantized",
     "qwen3_moe": "qwen3_moe",
     "deepseek_v3_awq": "deepseek_v3_awq_dequantized",
+    "gpt_oss": "gpt_oss",
+    "mixtral_fp8_kv": "mixtral_fp8_kv",
 }
+#: A checkpoint's own ``LLM`` arguments (``vllm_run.LLM_ARGS_FILE`` beside it): the Mixtral copy
+#: runs with an FP8 (E4M3, unit scales) KV cache in the same processes as the other models.
+LLM_ARGS = {"mixtral_fp8_kv": {"kv_cache_dtype": "fp8"}}
+#: Models of ``MODELS`` the plugin-off run leaves out, with the reason: vLLM 0.32's CPU attention
+#: reads an FP8 cache only on x86 with AVX-512 or AMX (``_get_attn_isa`` raises elsewhere, as on
+#: this AVX2 host), so the FP8 run is checked against float64 with the cache's FP8 rounding of K
+#: and V modelled (``float64_reference.load``), on every host alike.
+PLUGIN_ON_ONLY = {"mixtral_fp8_kv": "vLLM's CPU attention reads an FP8 KV cache only with AVX-512 or AMX"}
 #: Models whose runs are checked against vLLM's own run (plugin off) instead of the float64
 #: reference: vLLM 0.32's CPU MLA (CPU_MLA decode, CPU_SDPA_MLA prefill) is nats away from
 #: transformers' DeepSeek-V3 in float64 on these checkpoints, even with one dense layer and no

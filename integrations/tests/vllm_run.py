@@ -7,8 +7,10 @@ The batch is built so that prefill is chunked and steps mix prefill and decode s
 (``max_num_batched_tokens`` below the prompts' total). ``HEXLAYOUT_VLLM_INPROC=1`` keeps the
 engine in this process (vLLM's ``VLLM_ENABLE_V1_MULTIPROCESSING=0``); otherwise vLLM spawns its
 engine-core process, where the worker (``uni`` executor) runs the model. Extra keyword
-arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS``, the number of greedy tokens in
-``HEXLAYOUT_VLLM_MAX_TOKENS`` (default 8); ``HEXLAYOUT_VLLM_PLANT`` names a
+arguments for ``LLM`` come as JSON in ``HEXLAYOUT_VLLM_LLM_ARGS`` (for every model of the process)
+and from a model's own :data:`LLM_ARGS_FILE` (for that model only, e.g. ``{"kv_cache_dtype":
+"fp8"}``: one process runs models with different caches), the model's winning; the number of
+greedy tokens comes in ``HEXLAYOUT_VLLM_MAX_TOKENS`` (default 8); ``HEXLAYOUT_VLLM_PLANT`` names a
 wrong kernel to plant (:mod:`planted`; in-process engine only).
 """
 
@@ -23,6 +25,8 @@ PROMPT_LENS = (7, 13, 3, 21)
 MAX_TOKENS = int(os.environ.get("HEXLAYOUT_VLLM_MAX_TOKENS", "8"))
 LOGPROBS = 5
 SEED = 1234
+#: A model directory's own ``LLM`` keyword arguments (JSON), read by :func:`run`.
+LLM_ARGS_FILE = "hexlayout_llm_args.json"
 
 
 def prompts() -> list[list[int]]:
@@ -32,6 +36,22 @@ def prompts() -> list[list[int]]:
 
     g = torch.Generator().manual_seed(SEED)
     return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
+
+
+def model_llm_args(model: str) -> dict:
+    """The ``LLM`` keyword arguments of model directory ``model`` (its :data:`LLM_ARGS_FILE`;
+    ``{}`` when it has none)."""
+    path = os.path.join(model, LLM_ARGS_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_llm_args(model: str | os.PathLike, args: dict) -> None:
+    """Give model directory ``model`` its own ``LLM`` keyword arguments (:func:`model_llm_args`)."""
+    with open(os.path.join(model, LLM_ARGS_FILE), "w") as f:
+        json.dump(args, f)
 
 
 def run(model: str) -> list[dict]:
@@ -53,6 +73,7 @@ def run(model: str) -> list[dict]:
         "seed": 0,
     }
     kwargs.update(json.loads(os.environ.get("HEXLAYOUT_VLLM_LLM_ARGS", "{}")))
+    kwargs.update(model_llm_args(model))
     llm = LLM(**kwargs)
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=LOGPROBS, detokenize=False)
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts()], params, use_tqdm=False)

@@ -19,7 +19,11 @@ interior:
 
 Attention sinks (gpt-oss) go to the kernels as f32 ``sinks``; an FP8 KV cache
 (``kv_cache_dtype`` "fp8", "fp8_e4m3", "fp8_e5m2") is written and read with the layer's
-``_k_scale`` / ``_v_scale`` (``fp8(x / scale)`` stored, ``scale * fp8`` read).
+``_k_scale`` / ``_v_scale`` (``fp8(x / scale)`` stored, ``scale * fp8`` read). vLLM's own CPU
+kernels read an FP8 cache only on x86 with AVX-512 or AMX, and its metadata builder refuses one
+elsewhere; hexlayout's kernels read it on any host and use none of the builder's CPU scheduler
+metadata, so there :class:`HexlayoutCPUAttentionMetadataBuilder` builds that metadata as for a
+cache in the model's dtype, and a layer hexlayout does not serve raises (vLLM cannot run it).
 
 A layer hexlayout cannot serve (encoder attention, ALiBi, float32, a head size past 256 or not
 a multiple of 8 (of 16 with an FP8 cache), a block size other than 32, 64 or 128) keeps vLLM's
@@ -29,14 +33,20 @@ matches its reader. Each layer logs once which it runs.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import hexlayout.ops  # noqa: F401 - registers torch.ops.hexlayout.*
 import torch
 from hexlayout.ops.attention.args import KV_CACHE_DTYPES
 from vllm.config import get_current_vllm_config
+from vllm.utils.torch_utils import is_quantized_kv_cache
 from vllm.v1.attention.backend import AttentionType
-from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
+from vllm.v1.attention.backends.cpu_attn import (
+    CPUAttentionBackend,
+    CPUAttentionBackendImpl,
+    CPUAttentionMetadataBuilder,
+)
 
 from .cuda_attention import kv_cache_dtype_of, kv_scales, sinks_f32
 from .log import flush, logger
@@ -45,7 +55,9 @@ from .trace import record_attention, trace_dir
 __all__ = [
     "HexlayoutCPUAttentionBackend",
     "HexlayoutCPUAttentionImpl",
+    "HexlayoutCPUAttentionMetadataBuilder",
     "split_cpu_kv_cache",
+    "vllm_reads_fp8_cache",
     "register_attention",
 
 ]
@@ -60,6 +72,12 @@ def split_cpu_kv_cache(kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     nb, kvh, bs, d2 = kv_cache.shape
     both = kv_cache.view(nb, kvh, 2 * bs, d2 // 2)
     return both[:, :, :bs], both[:, :, bs:]
+
+
+def vllm_reads_fp8_cache() -> bool:
+    """Whether vLLM's own CPU attention kernels read an FP8 KV cache on this host (x86 with
+    AVX-512 or AMX: vLLM 0.32's ``_get_attn_isa`` condition)."""
+    return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_supported())
 
 
 def unsupported_reason(impl: CPUAttentionBackendImpl, dtype: torch.dtype) -> str | None:
@@ -98,6 +116,12 @@ class HexlayoutCPUAttentionImpl(CPUAttentionBackendImpl):
             if self.hexlayout_reason is None and bs not in BLOCK_SIZES:
                 self.hexlayout_reason = f"block size {bs} (hexlayout: {', '.join(map(str, BLOCK_SIZES))})"
             name = getattr(layer, "layer_name", "?")
+            if self.hexlayout_reason is not None and self.is_fp8_kv_cache and not vllm_reads_fp8_cache():
+                raise NotImplementedError(
+                    f"hexlayout attention: {name}: kv_cache_dtype {self.kv_cache_dtype!r} with "
+                    f"{self.hexlayout_reason}: hexlayout cannot serve this layer and vLLM's CPU "
+                    "attention reads an FP8 cache only on x86 with AVX-512 or AMX"
+                )
             if self.hexlayout_reason is None:
                 logger.info("hexlayout: %s: attention runs hexlayout's paged_attention", name)
             else:
@@ -171,22 +195,50 @@ class HexlayoutCPUAttentionImpl(CPUAttentionBackendImpl):
         )
         output[:n].copy_(out)
         if trace_dir() is not None:
-            trace_attention(query[:n], kc, attn_metadata)
+            features = {"sinks": int(self.sinks is not None), "window": window[0],
+                        "kv_cache_dtype": kv_cache_dtype_of(self)}
+            trace_attention(query[:n], kc, attn_metadata, features)
         return output
 
 
-def trace_attention(query: torch.Tensor, key_cache: torch.Tensor, md: Any) -> None:
-    """One trace line per part of the batch the call ran (:func:`.trace.record_attention`)."""
-    record_attention(query, key_cache.shape[1], key_cache.shape[2], md)
+def trace_attention(query: torch.Tensor, key_cache: torch.Tensor, md: Any,
+                    features: dict[str, Any] | None = None) -> None:
+    """One trace line per part of the batch the call ran (:func:`.trace.record_attention`), with
+    the call's ``features``: ``sinks`` (1 with gpt-oss's per-head sinks), ``window`` (the left
+    window ``w - 1`` of a sliding window ``w``, -1 for none) and ``kv_cache_dtype``."""
+    record_attention(query, key_cache.shape[1], key_cache.shape[2], md, features)
+
+
+class HexlayoutCPUAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
+    """vLLM's CPU attention metadata builder; with an FP8 KV cache on a host where vLLM's CPU
+    kernels cannot read one (:func:`vllm_reads_fp8_cache` false), its ISA choice and scheduler
+    metadata are made as for a cache in the model's dtype ("auto"): hexlayout's
+    ``paged_attention`` reads only ``query_start_loc``, ``seq_lens``, ``block_table`` and the
+    lengths, which do not depend on the cache's dtype."""
+
+    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: Any) -> None:
+        if not is_quantized_kv_cache(vllm_config.cache_config.cache_dtype) or vllm_reads_fp8_cache():
+            super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+            return
+        cache = copy.copy(vllm_config.cache_config)
+        cache.cache_dtype = "auto"
+        config = copy.copy(vllm_config)
+        config.cache_config = cache
+        super().__init__(kv_cache_spec, layer_names, config, device)
+        self.vllm_config = vllm_config
 
 
 class HexlayoutCPUAttentionBackend(CPUAttentionBackend):
-    """vLLM's CPU attention backend with :class:`HexlayoutCPUAttentionImpl` (same metadata
-    builder, cache shape and name)."""
+    """vLLM's CPU attention backend with :class:`HexlayoutCPUAttentionImpl` and
+    :class:`HexlayoutCPUAttentionMetadataBuilder` (same metadata, cache shape and name)."""
 
     @staticmethod
     def get_impl_cls() -> type[HexlayoutCPUAttentionImpl]:
         return HexlayoutCPUAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[HexlayoutCPUAttentionMetadataBuilder]:
+        return HexlayoutCPUAttentionMetadataBuilder
 
 
 def register_attention() -> str:

@@ -34,7 +34,7 @@ def trace_path(directory: str, pid: int | None = None) -> str:
 
 
 def record(kernel: str, shapes: dict[str, Any], dtype: Any) -> None:
-    """Append one call of ``kernel`` (with its ``shapes``: names to ints or int lists) to this
+    """Append one call of ``kernel`` (with its ``shapes``: names to ints, int lists or strings) to this
     process's trace file; nothing when tracing is off."""
     directory = trace_dir()
     if directory is None:
@@ -49,10 +49,12 @@ def record(kernel: str, shapes: dict[str, Any], dtype: Any) -> None:
         f.write(line + "\n")
 
 
-def record_attention(query: Any, num_kv_heads: int, block_size: int, md: Any) -> None:
+def record_attention(query: Any, num_kv_heads: int, block_size: int, md: Any,
+                     features: dict[str, Any] | None = None) -> None:
     """One trace line per part of an attention call's batch (``query [T, H, D]``, metadata ``md``
     with ``query_start_loc`` and ``seq_lens``): decode sequences (one query token) and prefill
-    sequences (several)."""
+    sequences (several). ``features`` (e.g. ``{"sinks": 1, "window": 7, "kv_cache_dtype":
+    "fp8"}``: what the call computed beyond plain causal attention) joins every line's shapes."""
     qlens = (md.query_start_loc[1:] - md.query_start_loc[:-1]).tolist()
     klens = md.seq_lens.tolist()
     _, h, d = query.shape
@@ -67,5 +69,6 @@ def record_attention(query: Any, num_kv_heads: int, block_size: int, md: Any) ->
                 "num_kv_heads": num_kv_heads,
                 "head_size": d,
                 "block_size": block_size,
+                **(features or {}),
             }
             record(kernel, shapes, query.dtype)
