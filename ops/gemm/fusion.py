@@ -31,6 +31,7 @@ from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 from hexlayout.runtime.alloc import fresh
 
 from .fused_build import clear_fused_programs, gemm_fused_build
+from .fusion_horizontal import fuse_gated_pairs
 from .fusion_plan import (
     NORM_MAX_K,
     NORM_REDUCTIONS,
@@ -42,7 +43,6 @@ from .fusion_plan import (
     output_frames,
     planned,
 )
-from .fusion_horizontal import fuse_gated_pairs
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 

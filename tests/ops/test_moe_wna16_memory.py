@@ -11,7 +11,6 @@ bytes): 1.00x. Shapes are whole tiles (no padding), as in the vLLM stage's tiny 
 from __future__ import annotations
 
 import torch
-
 from hexlayout.ops import prepare_mxfp4, prepare_wna16
 
 #: the issue's bound on the prepared layer's bytes over the checkpoint's
