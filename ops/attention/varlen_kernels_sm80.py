@@ -99,44 +99,68 @@ def attention_varlen_kernel(dtype: DType) -> Any:
             rq_full = hl.register(dt, (BM, HEAD_DIM))
             hl.copy(sq, rq_full)
 
-        for start, stop, masked in segments:
-            for j in hl.range(start, stop):
-                buf = j % 2
-                hl.wait_group(0)                               # block j has landed
-                hl.syncthreads()                               # and the other buffer is free
-                pos = hl.iota((BN,), 0) + (j + 1) * BN
+        def prefetch(j1: Any, buf: Any, full: bool) -> None:
+            """Start loading key block ``j1`` into buffer ``buf``: a plain window of rows ``k0 +
+            j1 * BN ..`` when the block is known to be whole (``full``: every key below ``Sk``,
+            the address one add per row), else gathered rows (-1 past ``k_end``: zeros)."""
+            if full:
+                r0 = k0 + j1 * BN
+                hl.copy(k[r0:r0 + BN, kvh, 0:HEAD_DIM], sk[:, :, buf])
+                hl.copy(v[r0:r0 + BN, kvh, 0:HEAD_DIM], sv[:, :, buf])
+            else:
+                pos = hl.iota((BN,), 0) + j1 * BN
                 krow = hl.where(pos < k_end, pos + k0, -1)
-                hl.copy(k[krow, kvh, 0:HEAD_DIM], sk[:, :, 1 - buf])
-                hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, 1 - buf])
-                hl.commit_group()
+                hl.copy(k[krow, kvh, 0:HEAD_DIM], sk[:, :, buf])
+                hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, buf])
+            hl.commit_group()
 
-                scores = []
-                for c in range(BN // chunk):
-                    sc = hl.zeros((BM, chunk), f32)
-                    for d in range(HEAD_DIM // dchunk):
-                        if dchunk < HEAD_DIM:
-                            rq = hl.register(dt, (BM, dchunk))
-                            hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
-                        else:
-                            rq = rq_full
-                        rk = hl.register(dt, (chunk, dchunk))
-                        hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
-                        hl.mma(rq, rk, sc)
-                    if SOFTCAP:
-                        sc = hl.tanh(sc * qk_scale) * cap
-                    if masked:
-                        kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
-                        valid = kj < sk_len
-                        qpos = hl.iota((BM, chunk), 0) + (m0 + shift)   # each row's aligned key
-                        sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
-                    scores.append(sc)
+        def step(j: Any, masked: bool, full_next: bool) -> None:
+            """Key block ``j`` (block ``j + 1`` loading meanwhile): S, the mask where
+            ``masked``, the online softmax, O += P V."""
+            buf = j % 2
+            hl.wait_group(0)                                   # block j has landed
+            hl.syncthreads()                                   # and the other buffer is free
+            prefetch(j + 1, 1 - buf, full_next)
+            scores = []
+            for c in range(BN // chunk):
+                sc = hl.zeros((BM, chunk), f32)
+                for d in range(HEAD_DIM // dchunk):
+                    if dchunk < HEAD_DIM:
+                        rq = hl.register(dt, (BM, dchunk))
+                        hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
+                    else:
+                        rq = rq_full
+                    rk = hl.register(dt, (chunk, dchunk))
+                    hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
+                    hl.mma(rq, rk, sc)
+                if SOFTCAP:
+                    sc = hl.tanh(sc * qk_scale) * cap
+                if masked:
+                    kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
+                    valid = kj < sk_len
+                    qpos = hl.iota((BM, chunk), 0) + (m0 + shift)   # each row's aligned key
+                    sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
+                scores.append(sc)
 
-                def pv(c: int, p: Any, buf: Any = buf) -> None:      # acc += P_c V_c
-                    rv = hl.register(dt, (HEAD_DIM, chunk))
-                    hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
-                    hl.mma(hl.cast(p, dt), rv, acc)
+            def pv(c: int, p: Any) -> None:                    # acc += P_c V_c
+                rv = hl.register(dt, (HEAD_DIM, chunk))
+                hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
+                hl.mma(hl.cast(p, dt), rv, acc)
 
-                sm.step_chunks(scores, acc, pv, mult)
+            # a row may have no visible key yet only in a masked block (else it sees BN keys)
+            sm.step_chunks(scores, acc, pv, mult, masked=masked)
+
+        # an unmasked run's blocks are whole, so the next one, inside the run, loads as a plain
+        # window; its last block (peeled) gathers the next, which may be partial
+        for start, stop, masked in segments:
+            if masked:
+                for j in hl.range(start, stop):
+                    step(j, True, False)
+            else:
+                for j in hl.range(start, stop - 1):
+                    step(j, False, True)
+                with hl.if_(start < stop):
+                    step(stop - 1, False, False)
 
         hl.wait_group(0)
         hl.copy(hl.cast(sm.out(acc, reciprocal=True), dt), o[tok, h, 0:HEAD_DIM])
