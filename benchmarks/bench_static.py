@@ -601,7 +601,9 @@ def hexlayout_build(case: Case) -> Any:
 
         from hexlayout.lang import f16
 
-        return build(paged_attention_kernel(f16), case.arch, **paged_attention_consts(case.BK, *PAGED))
+        # the head size is the padded one (64 / 128 / 256): the op's kernel with whole-page windows
+        return build(paged_attention_kernel(f16, whole=(PAGED[0], case.BK)), case.arch,
+                     **paged_attention_consts(case.BK, *PAGED))
     from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 
     return build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps,

@@ -18,7 +18,9 @@ one (sequence, query head, tile of ``BM`` query rows); the grid's tile count com
 step and writes nothing. Q rows, K/V rows and output rows are gathered / scattered through
 index tiles (-1 past the sequence: never read, never written), so rows of other sequences and
 rows past ``cu_seqlens_q[-1]`` are never touched. K/V blocks of ``BN`` keys are double
-buffered (cp.async: block ``j + 1`` loads while block ``j`` is used); only the key blocks some
+buffered (cp.async: block ``j + 1`` loads while block ``j`` is used; inside an unmasked run,
+whose blocks are whole, as a plain window of rows: one address add per row, no gather
+predicates; the run's last block is peeled and gathers the next); only the key blocks some
 row of the tile sees are visited (causal and windowed tiles skip the rest), and only the
 blocks with an invisible key compare and select (the loop is split in masked / unmasked
 segments). Softmax in the log2 domain (FlashAttention-2's online form): ``qk_scale = scale *
@@ -27,7 +29,9 @@ with a softcap ``qk_scale = scale / c`` and ``cap = c * log2(e)``); ``hl.exp2_ap
 MUFU.EX2). ``CHUNK`` / ``DCHUNK`` bound what a warp holds in registers: S per sub-block of
 ``CHUNK`` keys, summed over ``DCHUNK`` columns of q and k (q read from shared memory per
 column chunk when ``DCHUNK < HEAD_DIM``); P (cast to the input dtype) stays in registers as
-the A operand of P V, V streamed from shared memory per ``CHUNK`` keys. No layout is written
+the A operand of P V and, in f16, of the row sums ``P 1`` (an MMA against ones,
+``hl.OnlineSoftmax``'s ``sums``: no shuffles for them), V streamed from shared memory per
+``CHUNK`` keys. No layout is written
 anywhere.
 """
 
@@ -39,7 +43,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import mask_window, sink_rows, varlen_key_blocks, varlen_tile
+from .tiles import mask_window, mma_sums, sink_rows, varlen_key_blocks, varlen_tile
 
 __all__ = ["attention_varlen_kernel"]
 
@@ -88,9 +92,11 @@ def attention_varlen_kernel(dtype: DType) -> Any:
         hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, lo % 2])
         hl.commit_group()
 
-        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, h, BM=BM) if SINKS else None)
-        acc = hl.zeros((BM, HEAD_DIM), f32)
         chunk = min(CHUNK or BN, BN)
+        # row sums of P by an MMA against ones (no shuffles in the loop)
+        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, h, BM=BM) if SINKS else None,
+                              sums=mma_sums(dt), keys=chunk)
+        acc = hl.zeros((BM, HEAD_DIM), f32)
         dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
         mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
         hl.wait_group(1)                                       # Q has landed
