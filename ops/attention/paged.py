@@ -76,9 +76,11 @@ from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_
 __all__ = [
     "paged_attention",
     "paged_attention_consts",
+    "paged_whole_pages",
     "paged_attention_sm90_consts",
     "run_paged_attention",
 ]
+
 
 def paged_attention_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool,
@@ -105,6 +107,13 @@ def paged_attention_consts(
         "SOFTCAP": bool(softcap),
         "TILES": max(1, -(-max_seqlen_q * group // bm)),
     }
+
+
+def paged_whole_pages(block_size: int, head_size: int) -> tuple[int, int] | None:
+    """``paged_attention_kernel``'s ``whole``: ``(block_size, head_size)`` for head sizes 64 and
+    128 (no padded column: unmasked key blocks read whole pages as plain windows, a kernel per
+    block size), else None (gathered rows; at 256 the windows' addresses would spill)."""
+    return (block_size, head_size) if head_size in (64, 128) else None
 
 
 def paged_attention_sm90_consts(
@@ -210,8 +219,7 @@ def run_paged_attention(
     else:
         o_part, lse_part = out, lse
     fp8 = getattr(hl, fmt) if fmt else None
-    # no padded column: whole pages read as plain windows (a kernel per block size)
-    whole = (bs, d) if d == consts["HEAD_DIM"] and not sm90 else None
+    whole = None if sm90 else paged_whole_pages(bs, d)
     kernel = kernel_of(dt, splits > 1, fp8, whole) if whole else kernel_of(dt, splits > 1, fp8)
     bld = build_for(kernel, q.device, consts)
     big = 1 << 30  # an unbounded side of a window

@@ -12,12 +12,13 @@ import pytest
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("hd", [64, 128, 256])
 def test_compiles_without_spills(arch: str, hd: int) -> None:
-    from hexlayout.lang import f16
-    from hexlayout.ops.attention.paged import paged_attention_consts
+    from hexlayout.ops.attention.paged import paged_attention_consts, paged_whole_pages
     from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
+
+    from hexlayout.lang import f16
     from hexlayout.runtime import build
 
-    kernel = paged_attention_kernel(f16, whole=(16, hd))      # as the op builds it for head size hd
+    kernel = paged_attention_kernel(f16, False, None, paged_whole_pages(16, hd))  # as the op builds it
     b = build(kernel, arch, **paged_attention_consts(hd, 16, 8, 1, True, False, False))
     res = b.compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
@@ -33,12 +34,13 @@ def test_compiles_without_spills(arch: str, hd: int) -> None:
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_split_kv_kernels_compile_without_spills(arch: str) -> None:
-    from hexlayout.lang import bf16
     from hexlayout.ops.attention.paged import paged_attention_consts
     from hexlayout.ops.attention.paged_kernels_sm80 import (
         paged_attention_combine_kernel,
         paged_attention_kernel,
     )
+
+    from hexlayout.lang import bf16
     from hexlayout.runtime import build
 
     consts = {**paged_attention_consts(128, 16, 8, 1, True, False, False), "SPLITS": 4}

@@ -10,9 +10,10 @@ import pytest
 
 
 def _build(arch: str, hd: int, dtype: str, left: bool, right: bool, softcap: bool):
-    import hexlayout.lang as hl
     from hexlayout.ops.attention.varlen import attention_varlen_consts
     from hexlayout.ops.attention.varlen_kernels_sm80 import attention_varlen_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     return build(
