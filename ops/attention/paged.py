@@ -219,7 +219,7 @@ def run_paged_attention(
     else:
         o_part, lse_part = out, lse
     fp8 = getattr(hl, fmt) if fmt else None
-    whole = None if sm90 else paged_whole_pages(bs, d)
+    whole = None if sm90 or fp8 is not None else paged_whole_pages(bs, d)   # FP8: converted rows
     kernel = kernel_of(dt, splits > 1, fp8, whole) if whole else kernel_of(dt, splits > 1, fp8)
     bld = build_for(kernel, q.device, consts)
     big = 1 << 30  # an unbounded side of a window

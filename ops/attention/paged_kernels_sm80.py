@@ -73,7 +73,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType
     block size, ``BLOCK``, and a head size equal to ``HEAD_DIM``, known when the kernel is made:
     static modes of q, the caches and o): a key block whose keys all lie below ``Sk`` reads its
     pages as plain windows (no row past a page, no column past the head: no padding to zero);
-    else (None) every block gathers its rows."""
+    else (None, and always with ``cache_dtype``) every block gathers its rows."""
     dt = dtype
     cdt = cache_dtype or dtype
     BSC, DC = whole or (BS, D)                                 # static block and head sizes
@@ -138,7 +138,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType
             domain (the scale, > 0, applied to the row max once and inside each exp2 argument:
             ``s * qk_scale - m``, an FMA), O += P V."""
             nonlocal acc
-            if masked or whole is None:
+            if masked or whole is None or cache_dtype is not None:
                 pos = hl.iota((BN,), 0) + j * BN               # key positions of this step
                 page = hl.register(i32, (BN,))
                 hl.copy(block_table[s, pos // BLOCK], page)
@@ -150,7 +150,7 @@ def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType
                                     fp8=cache_dtype)
             else:                                              # every key below n: whole pages
                 copy_cache_pages(k_cache, v_cache, sk, sv, block_table, s, j, kvh, BN=BN, BLOCK=BLOCK,
-                                 HEAD_DIM=HEAD_DIM, dt=dt, fp8=cache_dtype)
+                                 HEAD_DIM=HEAD_DIM)
             hl.commit_group()
             hl.wait_group(0)
             hl.syncthreads()

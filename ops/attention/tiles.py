@@ -191,26 +191,21 @@ def copy_cache_rows(cache: Any, page: Any, row: Any, kvh: Any, dst: Any, *, rows
 
 
 def copy_cache_pages(k_cache: Any, v_cache: Any, sk: Any, sv: Any, block_table: Any, s: Any, j: Any,
-                     kvh: Any, *, BN: int, BLOCK: int, HEAD_DIM: int, dt: Any, fp8: Any = None) -> None:
+                     kvh: Any, *, BN: int, BLOCK: int, HEAD_DIM: int) -> None:
     """``sk`` / ``sv`` = the keys ``j * BN .. (j + 1) * BN - 1`` of sequence ``s`` (all below its
     length: no bound checks needed) read page by page: ``w = min(BN, BLOCK)`` rows at a time,
     rows ``r0 .. r0 + w`` (``r0 = key % BLOCK``) of page ``block_table[s, key // BLOCK]`` (one
     scalar load per page, the same in every thread) as a plain window of the cache, so a row's
     address is the page's base plus a per-thread offset that does not change across blocks
-    (a gather would compute and bound-check each row's page, row and head)."""
+    (a gather would compute and bound-check each row's page, row and head). Not for FP8 caches
+    (their rows are converted in registers: ``copy_cache_rows``)."""
     w = min(BN, BLOCK)
     for i in range(BN // w):
         key0 = j * BN + i * w
         page = block_table[s, key0 // BLOCK]
         r0 = 0 if BLOCK <= BN else key0 % BLOCK
         for cache, dst in ((k_cache, sk), (v_cache, sv)):
-            src = cache[page, r0:r0 + w, kvh, 0:HEAD_DIM]
-            if fp8 is None:
-                hl.copy(src, dst[i * w:(i + 1) * w, :])
-            else:
-                x = hl.register(fp8, (w, HEAD_DIM))
-                hl.copy(src, x, other=0.0)
-                hl.copy(hl.cast(x, dt), dst[i * w:(i + 1) * w, :])
+            hl.copy(cache[page, r0:r0 + w, kvh, 0:HEAD_DIM], dst[i * w:(i + 1) * w, :])
 
 
 def store_paged(sm: Any, acc: Any, o: Any, lse: Any, t: PagedTile, kvh: Any, G: Any, sp: Any, *,
