@@ -157,11 +157,12 @@ def attention_varlen_kernel(dtype: DType) -> Any:
             sm.step_chunks(scores, acc, pv, mult, masked=masked)
 
         # an unmasked run's blocks are whole, so the next one, inside the run, loads as a plain
-        # window; its last block (peeled) gathers the next, which may be partial
+        # window; its last block (peeled) gathers the next, which may be partial (not with a
+        # left bound or a softcap: their extra live registers would spill on sm_90a)
         for start, stop, masked in segments:
-            if masked:
+            if masked or LEFT or SOFTCAP:                      # (heavy configs: registers)
                 for j in hl.range(start, stop):
-                    step(j, True, False)
+                    step(j, masked, False)
             else:
                 for j in hl.range(start, stop - 1):
                     step(j, False, True)
