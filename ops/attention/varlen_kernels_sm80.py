@@ -157,10 +157,11 @@ def attention_varlen_kernel(dtype: DType) -> Any:
             sm.step_chunks(scores, acc, pv, mult, masked=masked)
 
         # an unmasked run's blocks are whole, so the next one, inside the run, loads as a plain
-        # window; its last block (peeled) gathers the next, which may be partial (not with a
-        # left bound or a softcap: their extra live registers would spill on sm_90a)
+        # window; its last block (peeled) gathers the next, which may be partial (not in bf16 with
+        # a left bound or a softcap: without the f16 MMA row sums that spills on sm_90a; the
+        # gathers would spill 4 B in f16 on sm_80)
         for start, stop, masked in segments:
-            if masked or LEFT or SOFTCAP:                      # (heavy configs: registers)
+            if masked or ((LEFT or SOFTCAP) and dt != hl.f16):  # (heavy bf16: registers)
                 for j in hl.range(start, stop):
                     step(j, masked, False)
             else:
