@@ -596,12 +596,14 @@ def hexlayout_build(case: Case) -> Any:
             cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
         return gemm_build(bf16, case.b_layout, (False, False, "none", False), case.arch, cfg, 4096, 4096)
     if case.kernel == "paged_attention":
-        from hexlayout.ops.attention.paged import paged_attention_consts
+        from hexlayout.ops.attention.paged import paged_attention_consts, paged_whole_pages
         from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
 
         from hexlayout.lang import f16
 
-        return build(paged_attention_kernel(f16), case.arch, **paged_attention_consts(case.BK, *PAGED))
+        # the op's kernel for this head size (64 / 128 / 256, no padding)
+        kernel = paged_attention_kernel(f16, False, None, paged_whole_pages(PAGED[0], case.BK))
+        return build(kernel, case.arch, **paged_attention_consts(case.BK, *PAGED))
     from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 
     return build(flash_attention_fwd, case.arch, BM=case.BM, BN=case.BN, HEAD_DIM=case.BK, WARPS=case.warps,

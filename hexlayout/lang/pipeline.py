@@ -28,7 +28,7 @@ from .checks import begin
 from .control import range_
 from .dtypes import f32
 from .math import exp2_approx, log2, maximum, where
-from .ops import assign, full, max_reduce, sum_, zeros
+from .ops import assign, cast, full, max_reduce, mma, sum_, zeros
 from .sync import (
     Barriers,
     arrive,
@@ -268,10 +268,24 @@ class OnlineSoftmax:
     (sum_j exp2(x_j - m) + exp2(t - m))`` and ``lse = ln(sum_j e^(s_j) + e^(t ln 2))``; a row
     that sees no key gives 0 and the sink's natural logit.
 
+    Row sums by an MMA (``sums=dt``, f16 / bf16, the dtype ``p`` is cast to for ``p @ V``): ``l``
+    is a rows x 8 f32 accumulator, ``l += cast(p, dt) @ 1`` (an MMA against a keys x 8 tile of
+    ones: every column holds ``sum_j cast(p_j)``, f32 accumulation) in place of the per-row
+    sum's in-thread adds and shuffles; ``out`` / ``lse`` take column 0's value (the row max
+    of equal columns). The denominator then sums the same rounded ``p`` the numerator does.
+    ``p`` is finite (0 <= p <= 1; 0 at masked keys), so the MMA adds no NaN or inf.
+
+    The row max of a block given as several chunks is reduced once, over their elementwise
+    maximum (exact: max is associative).
+
     Args:
         rows (int): the rows of the score blocks (a static int).
         sink (Tile | Expr | float | None): the rows' sink logits in the log2 domain (rows x 1
             f32, or one value for every row), or None.
+        sums (DType | None): row sums by an MMA of ``p`` cast to this dtype against ones
+            (f16 / bf16), or None (a sum reduction per row and block).
+        keys (int): with ``sums``, the width of every score chunk (the ones tile, ``8 x keys``,
+            is made once, here).
 
     Raises:
         KernelError: as ``hl.full`` / ``hl.zeros``.
@@ -293,12 +307,40 @@ class OnlineSoftmax:
             attn.trace()
     """
 
-    def __init__(self, rows: int, sink: Any = None) -> None:
+    def __init__(self, rows: int, sink: Any = None, sums: Any = None, keys: int = 0) -> None:
+        self.sums = sums
         self.m: Tile = full((rows, 1), NEG_INF, f32)
-        self.l: Tile = zeros((rows, 1), f32)
+        self.l: Tile = zeros((rows, 1 if sums is None else 8), f32)
+        # made here, before any loop: a tile first made inside a loop body that runs no
+        # iteration would be read uninitialized by the next loop
+        self._ones = None if sums is None else full((8, keys), 1.0, sums)
         if sink is not None:                                   # m = t, l = 1 (0 where t = -inf)
             assign(self.m, maximum(self.m, sink))
             assign(self.l, where(self.m.eq(NEG_INF), self.l, self.l + 1.0))
+
+    def _row_sum(self, p: Tile) -> Any:
+        """With ``sums``: ``l += cast(p) @ ones`` (an MMA; returns None); else ``sum_j p``."""
+        if self.sums is None:
+            return sum_(p, 1)
+        if p.shape[1] != self._ones.shape[1]:
+            ctx, loc = begin("OnlineSoftmax")
+            raise ctx.error("OnlineSoftmax", loc, f"a score chunk of {p.shape[1]} keys; the row sums by "
+                            f"MMA were set up for keys={self._ones.shape[1]}")
+        mma(cast(p, self.sums), self._ones, self.l)
+        return None
+
+    def _update_l(self, alpha: Tile, sums: list[Any]) -> None:
+        """``l = l * alpha + sum(sums)`` (with ``sums`` by MMA: already rescaled and added)."""
+        if self.sums is not None:
+            return
+        total = sums[0]
+        for x in sums[1:]:
+            total = total + x
+        assign(self.l, self.l * alpha + total)
+
+    def _total(self) -> Tile:
+        """The rows' sums ``l`` (rows x 1)."""
+        return self.l if self.sums is None else max_reduce(self.l, 1)
 
     def step(self, s: Tile, acc: Tile, scale: Any = None, *, masked: bool = True,
              rescale_first: bool = False) -> Tile:
@@ -350,10 +392,15 @@ class OnlineSoftmax:
         Example:
             See the class example (``step`` is ``step_chunks`` of one chunk).
         """
+        tops = chunks
+        if all(s.shape == chunks[0].shape for s in chunks):   # one max reduction per row
+            tops = [chunks[0]]
+            for s in chunks[1:]:
+                tops[0] = maximum(tops[0], s)
         m_new = self.m
-        for s in chunks:
-            top = max_reduce(s, 1)
-            m_new = maximum(m_new, top if scale is None else top * scale)
+        for s in tops:
+            x = max_reduce(s, 1)
+            m_new = maximum(m_new, x if scale is None else x * scale)
         m_use = where(m_new.eq(NEG_INF), 0.0, m_new) if masked else m_new
 
         def p_of(s: Tile) -> Tile:
@@ -362,21 +409,21 @@ class OnlineSoftmax:
         if rescale_first:
             alpha = exp2_approx(self.m - m_use)
             acc *= alpha
-            row_sum: Tile | None = None
+            sums: list[Tile] = []
+            if self.sums is not None:
+                assign(self.l, self.l * alpha)
             for c, s in enumerate(chunks):
                 p = p_of(s)
-                row_sum = sum_(p, 1) if row_sum is None else row_sum + sum_(p, 1)
+                sums.append(self._row_sum(p))
                 consume(c, p)
-            assign(self.l, self.l * alpha + row_sum)
+            self._update_l(alpha, sums)
             assign(self.m, m_new)
             return
         ps = [p_of(s) for s in chunks]
         alpha = exp2_approx(self.m - m_use)
-        sums = [sum_(p, 1) for p in ps]
-        total = sums[0]
-        for x in sums[1:]:
-            total = total + x
-        assign(self.l, self.l * alpha + total)
+        if self.sums is not None:
+            assign(self.l, self.l * alpha)
+        self._update_l(alpha, [self._row_sum(p) for p in ps])
         acc *= alpha
         assign(self.m, m_new)
         for c, p in enumerate(ps):
@@ -399,7 +446,8 @@ class OnlineSoftmax:
         Example:
             See the class example.
         """
-        safe = where(self.l.eq(0.0), 1.0, self.l)
+        total = self._total()
+        safe = where(total.eq(0.0), 1.0, total)
         return acc * (1.0 / safe) if reciprocal else acc / safe
 
     def lse(self) -> Tile:
@@ -415,4 +463,4 @@ class OnlineSoftmax:
         Example:
             See the class example.
         """
-        return (self.m + log2(self.l)) * 0.6931471805599453
+        return (self.m + log2(self._total())) * 0.6931471805599453

@@ -76,21 +76,29 @@ from .paged_kernels_sm80 import paged_attention_combine_kernel, paged_attention_
 __all__ = [
     "paged_attention",
     "paged_attention_consts",
+    "paged_whole_pages",
     "paged_attention_sm90_consts",
     "run_paged_attention",
 ]
 
+
 def paged_attention_consts(
-    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool,
+    *, heavy: bool = False
 ) -> dict[str, Any]:
     """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps (16 keys for
-    head size 256, which then fits 254 registers without spills); the grid's row tiles from
-    ``max_seqlen_q`` and the group size."""
+    head size 256, which then fits 254 registers without spills; 64 keys for head size 128, S per
+    32-key chunk summed over 64-column halves of Q and K, so the rescale of O is shared by twice
+    the keys without spills, unless a window, a softcap or ``heavy`` (sinks, an FP8 cache) holds
+    more registers: then 32); the grid's row tiles from ``max_seqlen_q`` and the group size."""
     bm = 64
     hd = head_dim_tile(head_size)
+    wide = hd == 128 and not (window or softcap or heavy)
+    chunks = {"CHUNK": 32, "DCHUNK": 64} if wide else {}
     return {
         "BM": bm,
-        "BN": 16 if hd == 256 else 32,
+        "BN": 16 if hd == 256 else 64 if wide else 32,
+        **chunks,
         "HEAD_DIM": hd,
         "BLOCK": block_size,
         "WARPS": 4,
@@ -101,12 +109,20 @@ def paged_attention_consts(
     }
 
 
+def paged_whole_pages(block_size: int, head_size: int) -> tuple[int, int] | None:
+    """``paged_attention_kernel``'s ``whole``: ``(block_size, head_size)`` for head sizes 64 and
+    128 (no padded column: unmasked key blocks read whole pages as plain windows, a kernel per
+    block size), else None (gathered rows; at 256 the windows' addresses would spill)."""
+    return (block_size, head_size) if head_size in (64, 128) else None
+
+
 def paged_attention_sm90_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
 ) -> dict[str, Any]:
     """The sm_90a kernel's constants: one warp group (64 rows), 64 keys per step."""
     consts = paged_attention_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
-    del consts["WARPS"]
+    for name in ("WARPS", "CHUNK", "DCHUNK"):                  # the sm_80 kernel's only
+        consts.pop(name, None)
     return {**consts, "BN": 64, "WG": 1}
 
 
@@ -187,8 +203,13 @@ def run_paged_attention(
     sm90 = kernel_arch(q.device) == "sm_90a"
     consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
     kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
-    consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
-    sinks, consts["SINKS"] = sinks_arg(sinks, q.device)
+    sinks, has_sinks = sinks_arg(sinks, q.device)
+    if sm90:
+        consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
+    else:
+        consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0,
+                           heavy=has_sinks or fmt is not None)
+    consts["SINKS"] = has_sinks
     splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
     dt = lang_dtype(q.dtype)
     if splits > 1:
@@ -197,7 +218,10 @@ def run_paged_attention(
         lse_part = fresh((splits, h, tq), torch.float32, q.device)
     else:
         o_part, lse_part = out, lse
-    bld = build_for(kernel_of(dt, splits > 1, getattr(hl, fmt) if fmt else None), q.device, consts)
+    fp8 = getattr(hl, fmt) if fmt else None
+    whole = None if sm90 or fp8 is not None else paged_whole_pages(bs, d)   # FP8: converted rows
+    kernel = kernel_of(dt, splits > 1, fp8, whole) if whole else kernel_of(dt, splits > 1, fp8)
+    bld = build_for(kernel, q.device, consts)
     big = 1 << 30  # an unbounded side of a window
     args = (
         q,

@@ -19,7 +19,8 @@ import hexlayout.lang as hl
 from hexlayout.ir.expr import select
 
 __all__ = ["NEG_INF", "VarlenTile", "varlen_tile", "varlen_key_blocks", "mask_window", "PagedTile",
-           "paged_tile", "mask_paged", "store_paged", "sink_rows", "scalar_rows", "copy_cache_rows", "LOG2E"]
+           "paged_tile", "mask_paged", "store_paged", "sink_rows", "scalar_rows", "copy_cache_rows",
+           "copy_cache_pages", "mma_sums", "LOG2E"]
 
 NEG_INF = float("-inf")
 LOG2E = 1.4426950408889634
@@ -133,15 +134,24 @@ def paged_tile(cu_seqlens_q: Any, seqused_k: Any, s: Any, kvh: Any, mt: Any, G: 
 
 
 def mask_paged(sc: Any, j: Any, t: PagedTile, qpos: Any, left: Any, right: Any, *, BM: int, BN: int,
-               CAUSAL: bool, WINDOW: bool) -> Any:
-    """The scores ``sc`` of key block ``j`` (keys ``kj = j * BN ..``) with ``-inf`` where a key
-    is not visible from the row aligned with key ``qpos``: visible when ``kj < n``, ``kj <=
-    qpos`` (``CAUSAL``) and ``qpos - left <= kj <= qpos + right`` (``WINDOW``)."""
-    kj = hl.iota((BM, BN), 1) + j * BN
+               CAUSAL: bool, WINDOW: bool, key0: Any = None) -> Any:
+    """The scores ``sc`` of key block ``j`` (keys ``kj = j * BN ..``, or ``key0 ..`` when given: a
+    chunk of a block) with ``-inf`` where a key is not visible from the row aligned with key
+    ``qpos``: visible when ``kj < n``, ``kj <= qpos`` (``CAUSAL``) and ``qpos - left <= kj <=
+    qpos + right`` (``WINDOW``)."""
+    kj = hl.iota((BM, BN), 1) + (j * BN if key0 is None else key0)
     valid = kj < t.n
     if CAUSAL:
         valid = valid & (kj <= qpos)
     return mask_window(sc, valid, kj, qpos, left, right, WINDOW, WINDOW)
+
+
+def mma_sums(dt: Any) -> Any:
+    """``hl.OnlineSoftmax``'s ``sums`` for P in ``dt``: row sums by an MMA against ones for f16
+    (P rounded to 11 significant bits: the LSE within 2^-11 of the f32 sum's), None (f32 sums
+    by reduction) for bf16, whose 8-bit P would move the LSE by up to 2^-8 (over the tests'
+    1e-3)."""
+    return dt if dt == hl.f16 else None
 
 
 def sink_rows(sinks: Any, heads: Any, *, BM: int, sp: Any = 0) -> Any:
@@ -178,6 +188,24 @@ def copy_cache_rows(cache: Any, page: Any, row: Any, kvh: Any, dst: Any, *, rows
     x = hl.register(fp8, (rows, HEAD_DIM))
     hl.copy(cache[page, row, kvh, 0:HEAD_DIM], x, other=0.0)    # page -1 (no row): 0
     hl.copy(hl.cast(x, dt), dst)
+
+
+def copy_cache_pages(k_cache: Any, v_cache: Any, sk: Any, sv: Any, block_table: Any, s: Any, j: Any,
+                     kvh: Any, *, BN: int, BLOCK: int, HEAD_DIM: int) -> None:
+    """``sk`` / ``sv`` = the keys ``j * BN .. (j + 1) * BN - 1`` of sequence ``s`` (all below its
+    length: no bound checks needed) read page by page: ``w = min(BN, BLOCK)`` rows at a time,
+    rows ``r0 .. r0 + w`` (``r0 = key % BLOCK``) of page ``block_table[s, key // BLOCK]`` (one
+    scalar load per page, the same in every thread) as a plain window of the cache, so a row's
+    address is the page's base plus a per-thread offset that does not change across blocks
+    (a gather would compute and bound-check each row's page, row and head). Not for FP8 caches
+    (their rows are converted in registers: ``copy_cache_rows``)."""
+    w = min(BN, BLOCK)
+    for i in range(BN // w):
+        key0 = j * BN + i * w
+        page = block_table[s, key0 // BLOCK]
+        r0 = 0 if BLOCK <= BN else key0 % BLOCK
+        for cache, dst in ((k_cache, sk), (v_cache, sv)):
+            hl.copy(cache[page, r0:r0 + w, kvh, 0:HEAD_DIM], dst[i * w:(i + 1) * w, :])
 
 
 def store_paged(sm: Any, acc: Any, o: Any, lse: Any, t: PagedTile, kvh: Any, G: Any, sp: Any, *,

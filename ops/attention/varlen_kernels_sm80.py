@@ -18,7 +18,9 @@ one (sequence, query head, tile of ``BM`` query rows); the grid's tile count com
 step and writes nothing. Q rows, K/V rows and output rows are gathered / scattered through
 index tiles (-1 past the sequence: never read, never written), so rows of other sequences and
 rows past ``cu_seqlens_q[-1]`` are never touched. K/V blocks of ``BN`` keys are double
-buffered (cp.async: block ``j + 1`` loads while block ``j`` is used); only the key blocks some
+buffered (cp.async: block ``j + 1`` loads while block ``j`` is used; inside an unmasked run,
+whose blocks are whole, as a plain window of rows: one address add per row, no gather
+predicates; the run's last block is peeled and gathers the next); only the key blocks some
 row of the tile sees are visited (causal and windowed tiles skip the rest), and only the
 blocks with an invisible key compare and select (the loop is split in masked / unmasked
 segments). Softmax in the log2 domain (FlashAttention-2's online form): ``qk_scale = scale *
@@ -27,7 +29,9 @@ with a softcap ``qk_scale = scale / c`` and ``cap = c * log2(e)``); ``hl.exp2_ap
 MUFU.EX2). ``CHUNK`` / ``DCHUNK`` bound what a warp holds in registers: S per sub-block of
 ``CHUNK`` keys, summed over ``DCHUNK`` columns of q and k (q read from shared memory per
 column chunk when ``DCHUNK < HEAD_DIM``); P (cast to the input dtype) stays in registers as
-the A operand of P V, V streamed from shared memory per ``CHUNK`` keys. No layout is written
+the A operand of P V and, in f16, of the row sums ``P 1`` (an MMA against ones,
+``hl.OnlineSoftmax``'s ``sums``: no shuffles for them), V streamed from shared memory per
+``CHUNK`` keys. No layout is written
 anywhere.
 """
 
@@ -39,7 +43,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
-from .tiles import mask_window, sink_rows, varlen_key_blocks, varlen_tile
+from .tiles import mask_window, mma_sums, sink_rows, varlen_key_blocks, varlen_tile
 
 __all__ = ["attention_varlen_kernel"]
 
@@ -88,9 +92,11 @@ def attention_varlen_kernel(dtype: DType) -> Any:
         hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, lo % 2])
         hl.commit_group()
 
-        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, h, BM=BM) if SINKS else None)
-        acc = hl.zeros((BM, HEAD_DIM), f32)
         chunk = min(CHUNK or BN, BN)
+        # row sums of P by an MMA against ones (no shuffles in the loop)
+        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, h, BM=BM) if SINKS else None,
+                              sums=mma_sums(dt), keys=chunk)
+        acc = hl.zeros((BM, HEAD_DIM), f32)
         dchunk = min(DCHUNK or HEAD_DIM, HEAD_DIM)
         mult = 1.0 if SOFTCAP else qk_scale                    # softcapped scores are scaled
         hl.wait_group(1)                                       # Q has landed
@@ -99,44 +105,70 @@ def attention_varlen_kernel(dtype: DType) -> Any:
             rq_full = hl.register(dt, (BM, HEAD_DIM))
             hl.copy(sq, rq_full)
 
-        for start, stop, masked in segments:
-            for j in hl.range(start, stop):
-                buf = j % 2
-                hl.wait_group(0)                               # block j has landed
-                hl.syncthreads()                               # and the other buffer is free
-                pos = hl.iota((BN,), 0) + (j + 1) * BN
+        def prefetch(j1: Any, buf: Any, full: bool) -> None:
+            """Start loading key block ``j1`` into buffer ``buf``: a plain window of rows ``k0 +
+            j1 * BN ..`` when the block is known to be whole (``full``: every key below ``Sk``,
+            the address one add per row), else gathered rows (-1 past ``k_end``: zeros)."""
+            if full:
+                r0 = k0 + j1 * BN
+                hl.copy(k[r0:r0 + BN, kvh, 0:HEAD_DIM], sk[:, :, buf])
+                hl.copy(v[r0:r0 + BN, kvh, 0:HEAD_DIM], sv[:, :, buf])
+            else:
+                pos = hl.iota((BN,), 0) + j1 * BN
                 krow = hl.where(pos < k_end, pos + k0, -1)
-                hl.copy(k[krow, kvh, 0:HEAD_DIM], sk[:, :, 1 - buf])
-                hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, 1 - buf])
-                hl.commit_group()
+                hl.copy(k[krow, kvh, 0:HEAD_DIM], sk[:, :, buf])
+                hl.copy(v[krow, kvh, 0:HEAD_DIM], sv[:, :, buf])
+            hl.commit_group()
 
-                scores = []
-                for c in range(BN // chunk):
-                    sc = hl.zeros((BM, chunk), f32)
-                    for d in range(HEAD_DIM // dchunk):
-                        if dchunk < HEAD_DIM:
-                            rq = hl.register(dt, (BM, dchunk))
-                            hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
-                        else:
-                            rq = rq_full
-                        rk = hl.register(dt, (chunk, dchunk))
-                        hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
-                        hl.mma(rq, rk, sc)
-                    if SOFTCAP:
-                        sc = hl.tanh(sc * qk_scale) * cap
-                    if masked:
-                        kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
-                        valid = kj < sk_len
-                        qpos = hl.iota((BM, chunk), 0) + (m0 + shift)   # each row's aligned key
-                        sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
-                    scores.append(sc)
+        def step(j: Any, masked: bool, full_next: bool) -> None:
+            """Key block ``j`` (block ``j + 1`` loading meanwhile): S, the mask where
+            ``masked``, the online softmax, O += P V."""
+            buf = j % 2
+            hl.wait_group(0)                                   # block j has landed
+            hl.syncthreads()                                   # and the other buffer is free
+            prefetch(j + 1, 1 - buf, full_next)
+            scores = []
+            for c in range(BN // chunk):
+                sc = hl.zeros((BM, chunk), f32)
+                for d in range(HEAD_DIM // dchunk):
+                    if dchunk < HEAD_DIM:
+                        rq = hl.register(dt, (BM, dchunk))
+                        hl.copy(sq[:, d * dchunk:(d + 1) * dchunk], rq)
+                    else:
+                        rq = rq_full
+                    rk = hl.register(dt, (chunk, dchunk))
+                    hl.copy(sk[c * chunk:(c + 1) * chunk, d * dchunk:(d + 1) * dchunk, buf], rk)
+                    hl.mma(rq, rk, sc)
+                if SOFTCAP:
+                    sc = hl.tanh(sc * qk_scale) * cap
+                if masked:
+                    kj = hl.iota((BM, chunk), 1) + (j * BN + c * chunk)
+                    valid = kj < sk_len
+                    qpos = hl.iota((BM, chunk), 0) + (m0 + shift)   # each row's aligned key
+                    sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
+                scores.append(sc)
 
-                def pv(c: int, p: Any, buf: Any = buf) -> None:      # acc += P_c V_c
-                    rv = hl.register(dt, (HEAD_DIM, chunk))
-                    hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
-                    hl.mma(hl.cast(p, dt), rv, acc)
+            def pv(c: int, p: Any) -> None:                    # acc += P_c V_c
+                rv = hl.register(dt, (HEAD_DIM, chunk))
+                hl.copy(sv[c * chunk:(c + 1) * chunk, :, buf].T, rv)
+                hl.mma(hl.cast(p, dt), rv, acc)
 
-                sm.step_chunks(scores, acc, pv, mult)
+            # a row may have no visible key yet only in a masked block (else it sees BN keys)
+            sm.step_chunks(scores, acc, pv, mult, masked=masked)
+
+        # an unmasked run's blocks are whole, so the next one, inside the run, loads as a plain
+        # window; its last block (peeled) gathers the next, which may be partial (not in bf16 with
+        # a left bound or a softcap: without the f16 MMA row sums that spills on sm_90a; the
+        # gathers would spill 4 B in f16 on sm_80)
+        for start, stop, masked in segments:
+            if masked or ((LEFT or SOFTCAP) and dt != hl.f16):  # (heavy bf16: registers)
+                for j in hl.range(start, stop):
+                    step(j, masked, False)
+            else:
+                for j in hl.range(start, stop - 1):
+                    step(j, False, True)
+                with hl.if_(start < stop):
+                    step(stop - 1, False, False)
 
         hl.wait_group(0)
         hl.copy(hl.cast(sm.out(acc, reciprocal=True), dt), o[tok, h, 0:HEAD_DIM])

@@ -38,3 +38,8 @@ def test_compiles_without_spills(
     for op in ("LDGSTS", "LDSM", "HMMA.16816"):
         assert any(name.startswith(op) for name in counts), (op, counts)
     assert not any(name.startswith(("LDL", "STL")) for name in counts)
+    if arch == "sm_80" and (hd, dtype, left, softcap) == (128, "f16", False, False):
+        # issue 26 item 7: plain-window prefetch in unmasked runs, row sums by MMA against ones
+        # (2.70 measured; 3.58 before)
+        loop = b.stats.to_dict()["main_loop"]
+        assert loop["non_mma_per_mma"] <= 2.8 and loop["mix"].get("SHFL", 0) <= 4, loop

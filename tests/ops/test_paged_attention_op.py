@@ -262,15 +262,40 @@ def test_vllm_stage_patterns_with_nan_in_unused_slots(arch: str, monkeypatch: py
     if arch != "sm_80":
         monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
     a = make_case(11, [1, 5, 1, 3], [9, 21, 29, 70], 2, 1, 64, 32, "HND", torch.bfloat16)
+    _stage_patterns(a, 32)
+    out, lse = paged_attention(**a, return_lse=True)
+    _check(out, lse, reference(a), a["q"].shape[0], 1.6e-2)
+
+
+def _stage_patterns(a: dict, bs: int) -> None:
+    """vLLM's block-table patterns in case ``a`` (block size ``bs``): sequence 1's first block
+    shared with sequence 0 (a prefix), the table's padding pointing at block 0 (the null
+    block), and NaN in every cache row no sequence uses (in any layout)."""
     table = a["block_table"]
     table[1, 0] = table[0, 0]                                  # a shared prefix block
     table[:, -1] = 0                                           # padding: the null block
     kc, vc = a["key_cache"], a["value_cache"]
-    used = torch.zeros(kc.shape[0], kc.shape[2], dtype=torch.bool)
+    if a["kv_layout"] == "HND":
+        kc, vc = kc.transpose(1, 2), vc.transpose(1, 2)
+    used = torch.zeros(kc.shape[0], kc.shape[1], dtype=torch.bool)
     for s, n in enumerate(a["seqused_k"].tolist()):
         for j in range(n):
-            used[table[s, j // 32], j % 32] = True
-    kc.transpose(1, 2)[~used] = float("nan")
-    vc.transpose(1, 2)[~used] = float("nan")
-    out, lse = paged_attention(**a, return_lse=True)
-    _check(out, lse, reference(a), a["q"].shape[0], 1.6e-2)
+            used[table[s, j // bs], j % bs] = True
+    kc[~used] = float("nan")
+    vc[~used] = float("nan")
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_wide_key_blocks_hd128_f16_stage_patterns(splits: int) -> None:
+    """Issue 26 item 6, the reverted 64-key variant's inputs: head size 128 in f16 takes 64 keys
+    per step (4 pages of 16, whole blocks read page by page, row sums of P by an MMA against
+    ones). GQA 4 (Mixtral's packing: 4 query heads a row group), out-of-order blocks, a shared
+    prefix block, null-block padding, NaN in every unused cache row (the tail of each last
+    block and whole unallocated pages inside the last 64-key span), contexts not a multiple of
+    64 (37: one masked step; 70, 129: whole steps then a partial span over an allocated and an
+    unallocated page), a chunked prefill beside decodes; whole and split-KV (3 splits, one
+    empty for the short context)."""
+    a = make_case(12, [1, 3, 1], [37, 70, 129], 4, 1, 128, 16)
+    _stage_patterns(a, 16)
+    out, lse = torch.ops.hexlayout.paged_attention(**a, num_splits=splits)
+    _check(out, lse, reference(a), a["q"].shape[0], 2e-3)
