@@ -1214,7 +1214,8 @@ def _opt(draw: Any, t: T) -> T | None:
 @st.composite
 def ss_valid(draw: Any) -> dict[str, Any]:
     """selective_scan: u / delta / z ``[batch, dim, L]``, A ``[dim, N]`` f32, B / C ``[batch, N, L]``
-    or ``[batch, G, N, L]``, D / delta_bias ``[dim]`` f32."""
+    or ``[batch, G, N, L]``, D / delta_bias ``[dim]`` f32, initial_states ``[S, dim, N]`` f32;
+    cu_seqlens (zeros: empty sequences) only with batch 1."""
     b, dim, n, length = (
         draw(st.integers(1, 2)),
         draw(st.sampled_from([4, 8])),
@@ -1223,6 +1224,8 @@ def ss_valid(draw: Any) -> dict[str, Any]:
     )
     dt, g = draw(st.sampled_from(FLOATS)), draw(st.sampled_from([None, 1, 2]))
     bc = (b, n, length) if g is None else (b, g, n, length)
+    cu = T((draw(st.integers(2, 3)),), I32) if b == 1 and draw(st.booleans()) else None
+    seqs = b if cu is None else cu.shape[0] - 1
     return {
         "u": T((b, dim, length), dt),
         "delta": T((b, dim, length), dt),
@@ -1233,20 +1236,24 @@ def ss_valid(draw: Any) -> dict[str, Any]:
         "z": _opt(draw, T((b, dim, length), dt)),
         "delta_bias": _opt(draw, T((dim,), F32)),
         "delta_softplus": draw(st.booleans()),
+        "initial_states": _opt(draw, T((seqs, dim, n), F32)),
+        "cu_seqlens": cu,
         "return_last_state": draw(st.booleans()),
     }
 
 
 SS = Spec(
     ranks={
-        "u": (3,),
-        "delta": (3,),
+        "u": (2, 3),
+        "delta": (2, 3),
         "A": (2,),
-        "B": (3, 4),
-        "C": (3, 4),
+        "B": (2, 3, 4),
+        "C": (2, 3, 4),
         "D": (1,),
-        "z": (3,),
+        "z": (2, 3),
         "delta_bias": (1,),
+        "initial_states": (3,),
+        "cu_seqlens": (1,),
     },
     dtypes={
         "u": "float",
@@ -1257,19 +1264,23 @@ SS = Spec(
         "D": "f32",
         "z": "like:u",
         "delta_bias": "f32",
+        "initial_states": "f32",
+        "cu_seqlens": "i32",
     },
-    optional=frozenset({"D", "z", "delta_bias"}),
+    optional=frozenset({"D", "z", "delta_bias", "initial_states", "cu_seqlens"}),
+    refused={"cu_seqlens": ("strided",)},
     shape_blame={
-        "u": {"u", "delta", "A", "B", "C", "D", "z", "delta_bias"},
-        "A": {"A", "B", "C"},
-        "B": {"B", "C"},
+        "u": {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_states", "cu_seqlens"},
+        "A": {"A", "B", "C", "initial_states"},
+        "B": {"B", "C", "initial_states"},
     },
+    free={"cu_seqlens": (0,)},
 )
 TABLE["selective_scan"] = spec_table(
     "ss",
     SS,
     ss_valid,
-    ("u", "delta", "B", "C", "z"),
+    ("u", "delta", "B", "C", "z", "initial_states"),
     kinds={"delta_softplus": BOOL_KINDS, "return_last_state": BOOL_KINDS},
 )
 
