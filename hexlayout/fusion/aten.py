@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ELEMENTWISE", "CASTS", "VIEWS", "SLICES", "emit_elementwise", "dtype_name", "torch_dtype",
-           "hl_dtype", "is_fusible"]
+__all__ = ["ELEMENTWISE", "CASTS", "VIEWS", "SLICES", "HEAD_OPS", "emit_elementwise", "dtype_name",
+           "torch_dtype", "hl_dtype", "is_fusible"]
 
 CASTS = ("aten._to_copy.default", "aten.to.dtype", "prims.convert_element_type.default",
          "aten.to.dtype_layout")
@@ -173,6 +173,11 @@ def emit_elementwise(op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     return ELEMENTWISE[op](args, kwargs)
 
 
+#: ops of whole heads of the product (``fusion.rope``): an epilogue computes them on a tile of whole heads
+HEAD_OPS = ("hexlayout.rope.default",)
+
+
 def is_fusible(op: str) -> bool:
-    """Whether fusion knows ``op`` (an elementwise op, a cast, a view or a column slice)."""
-    return op in ELEMENTWISE or op in CASTS or op in VIEWS or op in SLICES
+    """Whether fusion knows ``op`` (an elementwise op, a cast, a view, a column slice or an op
+    of whole heads)."""
+    return op in ELEMENTWISE or op in CASTS or op in VIEWS or op in SLICES or op in HEAD_OPS

@@ -51,6 +51,7 @@ from hexlayout.ir.walk import walk
 
 from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
 from .extend import KernelExtender, defining_ops
+from .rope import ROPE, rotate
 from .spec import FusionUnsupported, Node
 
 __all__ = ["InputSpec", "TilePlan", "FusedProgram", "fuse"]
@@ -201,6 +202,9 @@ class _Evaluator:
             if fn is not None:
                 env.append((self.row_reduce(n, fn, j, env, anchor, base, where), base))
                 continue
+            if n.op == ROPE:
+                env.append(self.rope(n, j, env, anchor, base, where))
+                continue
             if not is_fusible(n.op):
                 raise FusionUnsupported(f"{where} node {j}: {n.op} is not an op fusion knows")
             frame = next((env[a[1]][1] for a in n.args if a[0] == "node"), base)
@@ -256,6 +260,53 @@ class _Evaluator:
         if fn == "mean":
             s = s / hl.cast(hl.iota(tuple(s.shape), 1) + base.shape[1], hl.f32)
         return s
+
+    def rope(self, n: Node, j: int, env: list, anchor: Any, base: _Frame, where: str) -> tuple[Any, _Frame]:
+        """``hexlayout::rope`` of the product tile (``fusion.rope``): the tile holds whole heads
+        (``BN`` a multiple of ``head_dim``), its rows' ``BM x head_dim`` tables are loaded
+        once (rows gathered through the position ids when given) and broadcast over its
+        heads; columns from ``rope_cols`` on (the v heads) keep the product."""
+        import hexlayout.lang as hl
+
+        y_ref, cos_ref, sin_ref, pos_ref = n.args[:4]
+        hd, rope_cols, inter = (int(a[1]) for a in n.args[4:7])
+        bm, bn = base.tile
+        if anchor is None or y_ref[0] not in ("anchor", "node") or cos_ref[0] != "input" or \
+                sin_ref[0] != "input" or pos_ref[0] not in ("input", "const"):
+            raise FusionUnsupported(f"{where} node {j}: rope is fused only in an epilogue, of the product, "
+                                    "with its tables as inputs")
+        if bn % hd:
+            raise FusionUnsupported(f"{where} node {j}: rope needs whole heads in a column tile ({bn} "
+                                    f"columns, heads of {hd})")
+        y = anchor if y_ref[0] == "anchor" else env[y_ref[1]][0]
+        dt = self.anchor_dtype
+        y = hl.cast(hl.cast(y, dt), hl.f32)           # the product as eager holds it
+        m0, n0 = base.origin
+        rows = None
+        if pos_ref[0] == "input":                     # a [max_pos, D] cache: rows by position id
+            pf = _Frame((bm, 1), (m0, 0), (base.shape[0], 1))
+            pp = self.input_param(pos_ref[1], pf)
+            rows = hl.register(pp.dtype, (bm, 1))
+            hl.copy(hl.view(pp, (bm, 1), (m0, 0)), rows)
+            key = ("rope_rows", cos_ref[1])
+            if key not in self.params:
+                self.params[key] = self.ext.size_var("P")
+            table_rows = self.params[key]
+        else:                                          # tables already gathered: M rows
+            table_rows = base.shape[0]
+        tf = _Frame((bm, hd), (None, 0) if rows is not None else (m0, 0), (table_rows, hd))
+        params = [self.input_param(ref[1], tf) for ref in (cos_ref, sin_ref)]
+
+        def table(which: int, d0: int, width: int) -> Any:
+            p = params[which]
+            r = hl.register(p.dtype, (bm, width))
+            hl.copy(hl.view(p, (bm, width), (tf.origin[0], d0), rows=rows), r)
+            return hl.cast(hl.cast(r, dt), hl.f32)       # rounded as the model casts its tables
+
+        def keep(c0: int, width: int) -> Any:
+            return (hl.iota((1, width), 1) + (n0 + c0)) < rope_cols
+
+        return rotate(y, table, keep, hd, bool(inter), dt), base
 
     def slice(self, n: Node, j: int, env: list, anchor: Any, base: _Frame, where: str) -> tuple[Any, _Frame]:
         if not self.plan.halves or not n.args or n.args[0] != ("anchor",):

@@ -44,7 +44,8 @@ def arch_of(device: Any, cuda: bool) -> str:
 
 
 def place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec, Any]:
-    """Extra input ``t`` against a rank-2 frame ``(rows, cols)`` (leading dims flattened)."""
+    """Extra input ``t`` against a rank-2 frame ``(rows, cols)`` (leading dims flattened; of a
+    ``rows x 1`` frame, any tensor of ``rows`` elements: one value per row)."""
     import numbers
 
     import torch
@@ -60,6 +61,8 @@ def place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec
     nlead = 1
     for s in lead:
         nlead *= s
+    if cols == 1 and last != 1 and t.numel() == rows:     # one value per row (a position id)
+        last, nlead = 1, rows
     if last not in (cols, 1):
         raise FusionUnsupported(f"{where}: extra input {i} of shape {shape} does not broadcast to the "
                                 f"{rows} x {cols} tile frame (last dim must be {cols} or 1)")

@@ -20,6 +20,11 @@ def aten_op(op: str) -> Any:
     import torch
 
     parts = op.split(".")
+    if parts[0] == "hexlayout":
+        from .rope import ROPE, rope_op
+
+        if op == ROPE:
+            return rope_op()
     ns = torch.ops.prims if parts[0] == "prims" else torch.ops.aten
     return getattr(getattr(ns, parts[1]), parts[2] if len(parts) > 2 else "default")
 

@@ -42,6 +42,7 @@ from .fusion_plan import (
     norm_prologue,
     output_frames,
     planned,
+    rope_head_dim,
 )
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
@@ -58,9 +59,13 @@ def anchor_consts(call: GemmCall) -> dict[str, Any]:
     windows unless it needs the whole tile (the column halves of a gated epilogue pair
     columns ``j`` and ``j + N/2``; outputs permuted into heads store whole tiles); an A
     prologue that reduces A's rows (a norm) gets tiles of whole rows (``norm_consts``)."""
-    windows = not (call.plan.halves or call.plan.heads)
+    hd = rope_head_dim(call.plan)
+    windows = not (call.plan.halves or call.plan.heads or hd)
     consts = gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
-    return norm_consts(consts, call.k) if norm_prologue(call.plan) else consts
+    consts = norm_consts(consts, call.k) if norm_prologue(call.plan) else consts
+    if hd and consts["BN"] % hd:           # rope: a column tile of whole heads
+        consts = dict(consts, BN=hd * -(-consts["BN"] // hd))
+    return consts
 
 
 def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any], compile: bool,

@@ -50,9 +50,11 @@ from hexlayout.fusion.planning import (
     sig,
 )
 from hexlayout.fusion.reference import eval_nodes, reference
+from hexlayout.fusion.rope import ROPE
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 
 __all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "host_shapes", "output_frames",
+           "rope_head_dim",
            "clear_plans", "NORM_MAX_K", "NORM_REDUCTIONS", "norm_prologue", "norm_consts"]
 
 #: the longest row (``K``) a GEMM's A prologue reduces whole (an RMSNorm of the activation):
@@ -462,6 +464,14 @@ def _prologues(spec: FusedSpec, r: _Anchor, b_layout: str, where: str) -> tuple[
     return prologues, b_layout
 
 
+def _rope_frame(node: Node, a: int) -> str | None:
+    """The frame of argument ``a`` of a rope node (``fusion.rope``): its tables are rows of
+    one head (``"table<D>"``), its position ids one per row (``"rows"``); None otherwise."""
+    if node.op != ROPE or a not in (1, 2, 3):
+        return None
+    return "rows" if a == 3 else f"table{int(node.args[4][1])}"
+
+
 def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_layout: str, batch: Any,
                   where: str) -> tuple[list, list]:
     """Each extra input placed against the frame it is used in: ``(InputSpec s, frames)``; a
@@ -473,7 +483,8 @@ def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_lay
     m, n, k = mnk
     frames = _frames(tuple(ep_nodes), "out")
     used: dict[int, str] = {}
-    uses = [(x, frames[j]) for j, node in enumerate(ep_nodes) for x in node.args]
+    uses = [(x, _rope_frame(node, a) or frames[j]) for j, node in enumerate(ep_nodes)
+            for a, x in enumerate(node.args)]
     uses += [(x, f"operand{p.operand}") for p in spec.prologues for node in p.nodes for x in node.args]
     for x, f in uses:
         if isinstance(x, tuple) and x and x[0] == "input" and used.setdefault(x[1], f) != f:
@@ -488,6 +499,11 @@ def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_lay
             continue
         if f == "out":
             frame = (m, n)
+        elif f.startswith("table"):              # a rope table: rows of one head (module docstring)
+            hd = int(f[len("table"):])
+            frame = (t.numel() // hd if isinstance(t, torch.Tensor) else 0, hd)
+        elif f == "rows":                        # one position id per row
+            frame = (m, 1)
         elif f == "half":
             frame = (m, n // 2)
         elif f == f"operand{r.a_i}":
@@ -582,7 +598,7 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
                     inputs=tuple(specs), halves=halves, heads=tuple(heads) if any(heads) else (),
                     row_reductions=tuple(sorted(NORM_REDUCTIONS.items())) if norm else ())
     arch = arch_of(first.device, first.is_cuda)
-    staged = bool(prologues) or halves or any(heads)
+    staged = bool(prologues) or halves or any(heads) or any(nd.op == ROPE for nd in ep_nodes)
     for k_, (hd_, t) in enumerate(zip(heads, metas)):
         if hd_ is not None and (t.dim() != 4 or t.shape[0] * t.shape[2] != m or
                                 (t.shape[1], t.shape[3]) != hd_):
@@ -625,6 +641,12 @@ def norm_consts(consts: dict[str, Any], k: int) -> dict[str, Any]:
     if out["BN"] % out["BK"]:             # the staged epilogue's column windows are BK wide
         out.pop("STAGE_EPILOGUE", None)
     return out
+
+
+def rope_head_dim(plan: TilePlan) -> int:
+    """The head size of the plan's rope nodes (``fusion.rope``: a column tile must hold whole
+    heads), 0 when it has none."""
+    return max((int(nd.args[4][1]) for nd in plan.epilogue if nd.op == ROPE), default=0)
 
 
 def output_frames(call: GemmCall) -> list[tuple[int, int]]:
