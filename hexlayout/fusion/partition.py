@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .anchors import AnchorRecord, AnchorSpec, anchor_records, record_of_op
-from .aten import CASTS, dtype_name
+from .aten import CASTS, HEAD_OPS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
 from .spec import Epilogue, FusedSpec, Node, Prologue
@@ -473,6 +473,12 @@ class _Partitioner(GraphView):
                 return False
             return True
 
+        if op in HEAD_OPS:                  # rope of the product: a tile of whole heads
+            if not (self.flat and n.args[0] in group and self._expressible(n)):
+                self.why.setdefault(n, "an op of whole heads fuses only into a 2-D GEMM's epilogue, of its "
+                                       "product")
+                return False
+            return True
         if not _is_tensor(_val(n)) or not self._expressible(n) or not self._frame_ok(n):
             return False
         if op in ELEMENTWISE:
