@@ -32,7 +32,6 @@ from hexlayout.runtime.alloc import fresh
 
 from .fused_build import clear_fused_programs, gemm_fused_build
 from .fusion_horizontal import fuse_gated_pairs
-from .fusion_rope import fuse_rope
 from .fusion_plan import (
     NORM_MAX_K,
     NORM_REDUCTIONS,
@@ -45,6 +44,7 @@ from .fusion_plan import (
     planned,
     rope_head_dim,
 )
+from .fusion_rope import fuse_rope
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 

@@ -38,8 +38,8 @@ _PRODUCTS = ("aten.mm.default", "aten.addmm.default")
 _VIEWS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
                     "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.unsqueeze.default",
                     "aten.squeeze.dim", "aten.squeeze.default", "aten.expand.default", "aten.slice.Tensor",
-                    "aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int", "aten.select.int",
-                    "aten.alias.default", "getitem"})
+                    "aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int",
+                    "aten.select.int", "aten.alias.default", "getitem"})
 _CASTS = ("aten._to_copy.default", "prims.convert_element_type.default", "aten.to.dtype")
 _BIG = 2 ** 62
 
@@ -116,7 +116,7 @@ def _rotated(r: Any) -> tuple[Any, bool] | None:
         if t is None or _last_slice(parts[1], 0, None, 1, hd // 2) is not t or _shape(t)[-1] != hd:
             return None
         return t, False
-    if op in ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.flatten.using_ints"):
+    if op in ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"):
         st = r.args[0]                                  # interleaved: stack(-t[.., 1::2], t[.., ::2], -1)
         if _op(st) != "aten.stack.default":
             return None
@@ -302,7 +302,7 @@ def _rewrite(gm: Any, p: Any, sites: list) -> str:
     m, n_cols = _shape(p)
     dtype = _val(p).dtype
     y_meta = torch.empty((m, n_cols), dtype=dtype, device="meta")
-    ranges, key, tabs = [], None, None
+    ranges, key = [], None
     site_nodes: set = set()
     for add, chain, t, c, s, inter, nodes in sites:
         hd = _shape(t)[-1]
