@@ -265,7 +265,8 @@ class _Evaluator:
         """``hexlayout::rope`` of the product tile (``fusion.rope``): the tile holds whole heads
         (``BN`` a multiple of ``head_dim``), its rows' ``BM x head_dim`` tables are loaded
         once (rows gathered through the position ids when given) and broadcast over its
-        heads; columns from ``rope_cols`` on (the v heads) keep the product."""
+        heads; columns from ``rope_cols`` on (the v heads) keep the product. Table rows are
+        gathered: by the position ids, or row ``m mod T`` of a table of ``T`` rows."""
         import hexlayout.lang as hl
 
         y_ref, cos_ref, sin_ref, pos_ref = n.args[:4]
@@ -288,13 +289,13 @@ class _Evaluator:
             pp = self.input_param(pos_ref[1], pf)
             rows = hl.register(pp.dtype, (bm, 1))
             hl.copy(hl.view(pp, (bm, 1), (m0, 0)), rows)
-            key = ("rope_rows", cos_ref[1])
-            if key not in self.params:
-                self.params[key] = self.ext.size_var("P")
-            table_rows = self.params[key]
-        else:                                          # tables already gathered: M rows
-            table_rows = base.shape[0]
-        tf = _Frame((bm, hd), (None, 0) if rows is not None else (m0, 0), (table_rows, hd))
+        key = ("rope_rows", cos_ref[1])
+        if key not in self.params:
+            self.params[key] = self.ext.size_var("T")
+        table_rows = self.params[key]
+        if rows is None:                               # T rows, row m takes m mod T (T = M: per token)
+            rows = (hl.iota((bm, 1), 0) + m0) % table_rows
+        tf = _Frame((bm, hd), (None, 0), (table_rows, hd))
         params = [self.input_param(ref[1], tf) for ref in (cos_ref, sin_ref)]
 
         def table(which: int, d0: int, width: int) -> Any:

@@ -5,8 +5,9 @@ meaning and the tile math that computes it in the GEMM's epilogue.
 ``rope(y, cos, sin, positions, head_dim, rope_cols, interleaved) -> out`` on ``y[M, N]``
 (the projection's product, heads of ``head_dim = D`` columns side by side). Row ``m``'s
 tables are ``C[m] = cos[positions[m]]`` (a ``[max_pos, D]`` cache gathered by position ids,
-``positions`` holding ``M`` ids) or ``C[m] = cos[m]`` (``positions`` absent: the tables are
-already gathered, ``M`` rows of ``D``), the same for ``S`` from ``sin``, both rounded to
+``positions`` holding ``M`` ids) or ``C[m] = cos[m mod T]`` (``positions`` absent: ``T`` rows
+of ``D``, ``T`` dividing ``M``: ``T = M`` for tables already gathered per token, ``T = S`` for
+one ``[S, D]`` table serving every sequence of a batch), the same for ``S`` from ``sin``, both rounded to
 ``y``'s dtype (as models cast them before the product). For a column ``j < rope_cols`` (a
 multiple of ``D``: the q and k heads, which come first), head ``h = j // D``, ``d = j % D``:
 
@@ -54,6 +55,8 @@ def rope_eager(y: Any, cos: Any, sin: Any, positions: Any, head_dim: int, rope_c
         t = t.reshape(-1, head_dim)
         if positions is not None:
             t = t[positions.reshape(-1)]
+        elif t.shape[0] and m % t.shape[0] == 0 and t.shape[0] != m:
+            t = t[torch.arange(m, device=t.device) % t.shape[0]]
         if t.shape[0] != m:
             raise ValueError(f"hexlayout::rope: a table of {t.shape[0]} rows for {m} rows of y")
         return t.to(y.dtype).float()

@@ -311,9 +311,9 @@ def _rewrite(gm: Any, p: Any, sites: list) -> str:
         (cs, cpos, cviews), (ss, spos, sviews) = _table(c, dtype, hd), _table(s, dtype, hd)
         if cpos is not spos or _shape(cs) != _shape(ss):
             raise _NoRope("cos and sin tables of different forms")
-        rows = m if cpos is not None else int(_val(cs).numel()) // hd
-        if cpos is not None and int(_val(cpos).numel()) != m:
-            raise _NoRope(f"{int(_val(cpos).numel())} position ids for {m} rows")
+        rows = m if cpos is not None else _hint(_val(cs).numel()) // hd
+        if cpos is not None and _hint(_val(cpos).numel()) != m:
+            raise _NoRope(f"{_hint(_val(cpos).numel())} position ids for {m} rows")
         if rows == 0 or m % rows:
             raise _NoRope(f"tables of {rows} rows for {m} rows of the product")
         t_meta = _replay(chain, y_meta)
