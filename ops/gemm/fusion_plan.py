@@ -54,7 +54,7 @@ from hexlayout.fusion.rope import ROPE
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 
 __all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "host_shapes", "output_frames",
-           "rope_head_dim",
+           "rope_head_dim", "rope_unsupported",
            "clear_plans", "NORM_MAX_K", "NORM_REDUCTIONS", "norm_prologue", "norm_consts"]
 
 #: the longest row (``K``) a GEMM's A prologue reduces whole (an RMSNorm of the activation):
@@ -591,6 +591,9 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     if norm and (k > NORM_MAX_K or batch is not None):
         raise FusionUnsupported(f"{where}: norm: the A prologue reduces rows of K = {k} (a GEMM's A prologue "
                                 f"holds whole rows up to {NORM_MAX_K}, not batched: two kernels)")
+    if any(nd.op == ROPE for nd in ep_nodes) and (halves or batch is not None):
+        raise FusionUnsupported(f"{where}: rope with column halves or bmm is not fused")
+    _check_rope(ep_nodes, r.inputs, where)
     specs, frames = _input_frames(spec, ep_nodes, r, (m, n, k), b_layout, batch, where)
     metas, out_dtypes = _out_metas(spec, anchor_args, extra_inputs, where)
     plan = TilePlan(output_param="c", operands=((0, "a"), (1, "b")), prologues=tuple(prologues),
@@ -641,6 +644,44 @@ def norm_consts(consts: dict[str, Any], k: int) -> dict[str, Any]:
     if out["BN"] % out["BK"]:             # the staged epilogue's column windows are BK wide
         out.pop("STAGE_EPILOGUE", None)
     return out
+
+
+def rope_unsupported(hd: int, table_dtype: Any, ids_dtype: Any) -> str | None:
+    """Why the GEMM epilogue cannot compute a rope of heads of ``hd`` with tables of
+    ``table_dtype`` (and position ids of ``ids_dtype``, None when the tables are rows), or
+    None: a column tile holds whole heads (``hd`` a power of two, 8 to 256), table rows are
+    16-byte aligned, ids are 32- or 64-bit integers."""
+    import torch
+
+    if hd < 8 or hd > 256 or hd & (hd - 1):
+        return f"heads of {hd} (a column tile holds whole heads: a power of two from 8 to 256)"
+    if table_dtype not in (torch.float16, torch.bfloat16, torch.float32) or hd * table_dtype.itemsize % 16:
+        return f"tables of {table_dtype} rows of {hd} (f16, bf16 or f32 rows of a multiple of 16 bytes)"
+    if ids_dtype is not None and ids_dtype not in (torch.int32, torch.int64):
+        return f"position ids of {ids_dtype} (int32 or int64)"
+    return None
+
+
+def _check_rope(ep_nodes: list, inputs: list, where: str) -> None:
+    """Each rope node's constants and inputs as the kernel takes them (``rope_unsupported``)."""
+    import torch
+
+    for j, nd in enumerate(ep_nodes):
+        if nd.op != ROPE:
+            continue
+        hd, cols = (x[1] for x in nd.args[4:6])
+        tabs = [inputs[a[1]] if a[0] == "input" else None for a in nd.args[1:3]]
+        ids = inputs[nd.args[3][1]] if nd.args[3][0] == "input" else None
+        if not all(isinstance(t, torch.Tensor) for t in tabs) or (nd.args[3][0] == "input" and
+                                                                  not isinstance(ids, torch.Tensor)):
+            raise FusionUnsupported(f"{where}: epilogue node {j}: rope's tables and ids are tensors")
+        why = rope_unsupported(int(hd), tabs[0].dtype, None if ids is None else ids.dtype)
+        if why is None and (tabs[0].dtype != tabs[1].dtype or tabs[0].shape != tabs[1].shape):
+            why = "cos and sin tables of different shapes or dtypes"
+        if why is None and not isinstance(cols, int):
+            why = f"rope_cols {cols!r}"
+        if why:
+            raise FusionUnsupported(f"{where}: epilogue node {j}: rope of {why}")
 
 
 def rope_head_dim(plan: TilePlan) -> int:

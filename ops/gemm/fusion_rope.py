@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from .fusion_plan import rope_unsupported
+
 __all__ = ["fuse_rope"]
 
 _PRODUCTS = ("aten.mm.default", "aten.addmm.default")
@@ -335,6 +337,9 @@ def _rewrite(gm: Any, p: Any, sites: list) -> str:
         if any(u not in site_nodes and u not in nodes for u in t.users):
             raise _NoRope(f"the unrotated {t.name} is read outside the rotation")
     cs, ss, cpos, inter, hd = key
+    why = rope_unsupported(hd, _val(cs).dtype, None if cpos is None else _val(cpos).dtype)
+    if why:
+        raise _NoRope(why)
     ranges.sort()
     r = 0
     for lo, hi in ranges:
