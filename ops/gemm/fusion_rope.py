@@ -182,10 +182,10 @@ def _replay(chain: list, x: Any) -> Any:
     env: dict = {}
     src = chain[0].args[0] if chain else None
     for n in chain:
-        def arg(a: Any, n: Any = n) -> Any:
+        def arg(a: Any) -> Any:
             if a is src and a not in env:
                 return x
-            return env[a]
+            return env[a] if a in env else _hint(_val(a))     # a symbolic size: its example value
 
         args = map_arg(n.args, arg)
         kwargs = map_arg(n.kwargs, arg)
@@ -289,6 +289,8 @@ def fuse_rope(gm: Any) -> list[str]:
             notes.append(_rewrite(gm, p, sites))
         except _NoRope as e:
             notes.append(f"rope: left to torch ({p.name}: {e})")
+        except (RuntimeError, TypeError, ValueError, IndexError) as e:    # the views do not replay
+            notes.append(f"rope: left to torch ({p.name}: its views do not replay on meta tensors: {e})")
     if any(not x.startswith("rope: left") for x in notes):
         gm.graph.eliminate_dead_code()
         gm.graph.lint()

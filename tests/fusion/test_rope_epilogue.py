@@ -203,3 +203,20 @@ def test_rope_left_to_torch_says_why() -> None:
     assert "aten.cat.default" in {f.op for f in plan.fallbacks}, plan
     for o, r in zip(out, ref):
         assert (o.float() - r.float()).abs().max().item() <= 1e-2 * r.float().abs().max().item()
+
+
+def test_dynamic_sequence_lengths_share_one_build() -> None:
+    """Symbolic batch and sequence sizes: one graph, one build per kernel for both lengths."""
+    torch.manual_seed(0)
+    m = GPTJAttention().half().eval()
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", dynamic=True,
+                      options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), launch_log() as log:
+        for t in (8, 6):
+            x, pos = torch.randn(2, t, 64, dtype=torch.float16), torch.randint(0, 64, (2, t))
+            out, ref = c(x, pos), m(x, pos)
+            assert (out.float() - ref.float()).abs().max().item() <= 1e-2 * ref.float().abs().max().item()
+    assert len(plans) == 1 and any(n.startswith("rope: interleaved") for n in plans[0].notes), plans
+    assert len(log) == 6 and [r.build_key for r in log[:3]] == [r.build_key for r in log[3:]], log
+    assert log[0].shapes != log[3].shapes and ROPE in log[3].epilogue, log
