@@ -26,7 +26,9 @@ its fusion points are
   is the corresponding half of the tile, stored at column ``n0 / 2``: the product tile
   is staged once in shared memory (in the output type, as eager rounds the product) and
   each half read back into registers (a block barrier between; so the staged, not the
-  warp-specialized, anchor).
+  warp-specialized, anchor). A ``hexlayout::rope`` node (``fusion.rope``) rotates the q / k
+  heads of the product tile, whose columns hold whole heads: its tables' rows are loaded
+  once per tile (gathered by position ids, or row ``m mod T``) and broadcast over the heads.
 
 Every new parameter is recorded in ``FusedProgram.sources`` (what the host passes for it).
 Sizes stay symbolic: parameter shapes are expressions over the anchor's own size

@@ -17,7 +17,9 @@ in the epilogue:
    not recomputed);
 2. **epilogue**: walking forward in graph order, a consumer joins when it is bijective on
    what it reads from the kernel (elementwise without broadcasting the kernel's value up,
-   cast, view / permute, a column slice of ``split`` / ``chunk``) and every other input does
+   cast, view / permute, a column slice of ``split`` / ``chunk``, an op of whole heads of a
+   2-D anchor's product: ``hexlayout::rope``, which the GEMM record's graph pass puts there)
+   and every other input does
    not depend on the kernel (so the kernel can run before it). Kernel values used outside
    the kernel (or returned by the graph) are the kernel's outputs. A split of the output
    joins only when it makes two equal halves that elementwise math reads (``silu(gate) *

@@ -43,9 +43,10 @@ def arch_of(device: Any, cuda: bool) -> str:
     return arch
 
 
-def place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec, Any]:
-    """Extra input ``t`` against a rank-2 frame ``(rows, cols)`` (leading dims flattened; of a
-    ``rows x 1`` frame, any tensor of ``rows`` elements: one value per row)."""
+def place(t: Any, frame: tuple, where: str, i: int) -> tuple[InputSpec, Any]:
+    """Extra input ``t`` against a rank-2 frame ``(rows, cols)`` (leading dims flattened); of a
+    frame ``(rows, 1, "per_row")``, any tensor of ``rows`` elements (one value per row: the
+    position ids of a rope)."""
     import numbers
 
     import torch
@@ -54,14 +55,14 @@ def place(t: Any, frame: tuple[int, int], where: str, i: int) -> tuple[InputSpec
         return InputSpec("scalar"), float(t)
     if not isinstance(t, torch.Tensor):
         raise FusionUnsupported(f"{where}: extra input {i} is {type(t).__name__}, not a tensor or a number")
-    rows, cols = frame
+    rows, cols = frame[:2]
     shape = tuple(t.shape)
     last = shape[-1] if shape else 1
     lead = shape[:-1]
     nlead = 1
     for s in lead:
         nlead *= s
-    if cols == 1 and last != 1 and t.numel() == rows:     # one value per row (a position id)
+    if len(frame) > 2 and frame[2] == "per_row" and t.numel() == rows:   # one value per row (an id)
         last, nlead = 1, rows
     if last not in (cols, 1):
         raise FusionUnsupported(f"{where}: extra input {i} of shape {shape} does not broadcast to the "

@@ -20,6 +20,9 @@
   gate/up projection): the kernel computes column tiles of ``BN`` whose first ``BN/2``
   columns are from the first half and last ``BN/2`` from the second (``B``'s columns
   re-laid out once per weight and cached), and each half is a tile half;
+- a ``hexlayout::rope`` of the product (``fusion.rope``: RoPE of the q / k heads) reads its
+  tables as rows of one head (``T x D``) and its position ids one per row; the column tile
+  holds whole heads (``rope_head_dim``) and the epilogue is not staged in windows;
 - a reduction of A's rows in A's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w``,
   ``NORM_REDUCTIONS``) needs each A tile to hold whole rows:
   ``K <= NORM_MAX_K``, and the kernel runs with ``BK`` the power of two ``>= K``
@@ -165,7 +168,7 @@ class _Recipe:
     m: int
     k: int
     implied: tuple[int, ...]
-    frames: tuple[tuple[int, int] | None, ...]
+    frames: tuple[tuple | None, ...]
     expand: tuple[bool, ...] = ()
 
 
@@ -503,7 +506,7 @@ def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_lay
             hd = int(f[len("table"):])
             frame = (t.numel() // hd if isinstance(t, torch.Tensor) else 0, hd)
         elif f == "rows":                        # one position id per row
-            frame = (m, 1)
+            frame = (m, 1, "per_row")
         elif f == "half":
             frame = (m, n // 2)
         elif f == f"operand{r.a_i}":
