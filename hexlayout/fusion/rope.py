@@ -39,6 +39,8 @@ __all__ = ["ROPE", "rope_op", "rope_eager", "rotate"]
 ROPE = "hexlayout.rope.default"
 _LOCK = threading.Lock()
 _LIB: list[Any] = []
+#: the columns an interleaved rope rotates at a time (its registers are live for one window)
+_WINDOW = 32
 
 
 def rope_eager(y: Any, cos: Any, sin: Any, positions: Any, head_dim: int, rope_cols: int,
@@ -115,12 +117,20 @@ def rotate(y: Any, table: Any, keep: Any, head_dim: int, interleaved: bool, dtyp
 
     bm, bn = y.shape
     heads, d = bn // head_dim, head_dim
-    if interleaved:
-        pairs = hl.reshape(y, (bm, bn // 2, 2))
-        rot = hl.interleave([-pairs[:, :, 1], pairs[:, :, 0]], -1)
-        y3, r3 = hl.reshape(y, (bm, heads, d)), hl.reshape(rot, (bm, heads, d))
-        c3, s3 = (hl.reshape(table(k, 0, d), (bm, 1, d)) for k in (0, 1))
-        return hl.where(keep(0, bn), hl.reshape(y3 * c3 + r3 * s3, (bm, bn)), y)
+    if interleaved:                          # in windows of w columns: registers live for one window
+        w = min(d, _WINDOW)
+        tabs: dict = {}
+        outs = []
+        for c0 in range(0, bn, w):
+            d0 = c0 % d
+            for k in (0, 1):
+                if (k, d0) not in tabs:
+                    tabs[k, d0] = table(k, d0, w)
+            yw = y[:, c0:c0 + w]
+            pairs = hl.reshape(yw, (bm, w // 2, 2))
+            rot = hl.interleave([-pairs[:, :, 1], pairs[:, :, 0]], -1)
+            outs.append(hl.where(keep(c0, w), yw * tabs[0, d0] + rot * tabs[1, d0], yw))
+        return hl.concat(outs, 1) if len(outs) > 1 else outs[0]
     w = d // 2
     staged = hl.register(dtype, (bm, bn))
     hl.assign(staged, hl.cast(y, dtype))

@@ -220,3 +220,28 @@ def test_dynamic_sequence_lengths_share_one_build() -> None:
     assert len(plans) == 1 and any(n.startswith("rope: interleaved") for n in plans[0].notes), plans
     assert len(log) == 6 and [r.build_key for r in log[:3]] == [r.build_key for r in log[3:]], log
     assert log[0].shapes != log[3].shapes and ROPE in log[3].epilogue, log
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch,interleaved", [("sm_80", False), ("sm_90a", True)])
+def test_rope_kernels_compile_without_spills(arch: str, interleaved: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path at production tiles (heads of 128, ``BM x BN`` 128 x 128): the rope
+    epilogue compiles without spills (one form per architecture)."""
+    from hexlayout.ops.gemm.fusion import anchor_consts, fused_build
+    from hexlayout.ops.gemm.fusion_plan import plan_call
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    hd = 128
+    spec = FusedSpec("aten.linear.default", epilogue=Epilogue(
+        (Node(ROPE, (("anchor",), ("input", 0), ("input", 1), ("input", 2), ("const", hd), ("const", 4 * hd),
+                     ("const", interleaved))),), outputs=(("node", 0),)))
+    x, w = torch.randn(64, 64).half(), torch.randn(6 * hd, 64).half()
+    tables = [torch.randn(256, hd), torch.randn(256, hd), torch.randint(0, 256, (64,))]
+    call = plan_call(spec, [x, w, None], tables)
+    call.m = call.n = call.k = 4096
+    consts = anchor_consts(call)
+    assert consts["BN"] % hd == 0 and "STAGE_EPILOGUE" not in consts, consts
+    bld, _ = fused_build(spec, call, consts, compile=True)
+    res = bld.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
