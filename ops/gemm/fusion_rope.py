@@ -305,6 +305,8 @@ def _rewrite(gm: Any, p: Any, sites: list) -> str:
 
     m, n_cols = _shape(p)
     dtype = _val(p).dtype
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise _NoRope(f"a product of {dtype} (fused GEMMs take f16 or bf16)")
     y_meta = torch.empty((m, n_cols), dtype=dtype, device="meta")
     ranges, key = [], None
     site_nodes: set = set()
