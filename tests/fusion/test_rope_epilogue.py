@@ -245,3 +245,37 @@ def test_rope_kernels_compile_without_spills(arch: str, interleaved: bool,
     bld, _ = fused_build(spec, call, consts, compile=True)
     res = bld.compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0, res
+
+
+class SeparateProjections(nn.Module):
+    """HF Llama's attention with its own ``q_proj`` / ``k_proj`` / ``v_proj``: every column of
+    the q and k products is rotated."""
+
+    def __init__(self, h: int = 64, heads: int = 4, kv_heads: int = 2) -> None:
+        super().__init__()
+        self.hd = h // heads
+        self.q_proj, self.k_proj = nn.Linear(h, h, bias=False), nn.Linear(h, kv_heads * self.hd, bias=False)
+        self.v_proj, self.o_proj = nn.Linear(h, kv_heads * self.hd, bias=False), nn.Linear(h, h, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        q, k, v = (p(x).view(b, t, -1, self.hd).transpose(1, 2) for p in projections)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+
+
+def test_separate_q_and_k_projections_rotate_all_their_columns() -> None:
+    torch.manual_seed(0)
+    m = SeparateProjections().half().eval()
+    cos, sin = (t.half() for t in _tables(16, interleaved=False))
+    ids = torch.randint(0, 64, (2, 8))
+    out, ref, want, log, plan = _compiled(m, torch.randn(2, 8, 64, dtype=torch.float16), cos[ids], sin[ids])
+    assert len(log) == 5 and not plan.fallbacks, plan             # q, k, v, attention, o
+    assert sum(ROPE in r.epilogue for r in log) == 2, log
+    assert sorted(n.split(" in the")[0] for n in plan.notes if n.startswith("rope")) == [
+        "rope: rotate-half RoPE of columns [0, 32) (2 heads of 16)",
+        "rope: rotate-half RoPE of columns [0, 64) (4 heads of 16)"], plan.notes
+    _close(out, ref, want)
