@@ -72,3 +72,24 @@ def test_builds_for_sm100_with_tcgen05_sass():
     for prefix in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG"):
         assert count_prefix(counts, prefix) >= 1, (prefix, sorted(counts))
     assert count_prefix(counts, "HGMMA") == 0
+
+
+def test_zeroed_accumulator_is_stored_to_tmem_once():
+    """The sm_90a example (``hl.zeros`` then ``hl.mma`` accumulating, ``wgmma_wait(0)``) on
+    sm_100a: the zeroed registers go to TMEM by one tcgen05.st before the k-loop (not per k-tile),
+    two consumer warp groups."""
+    from hexlayout.ir import lowered as L
+    from hexlayout.ir import lowered_tcgen05 as T
+    from hexlayout.lang.examples.gemm_sm90 import gemm_sm90
+
+    syn = synthesize(gemm_sm90.trace(BM=128, BN=64, BK=64, STAGES=2), "sm_100a")
+    loops = [i for i in L.walk_instrs(syn.lowered.kernel.body) if isinstance(i, L.ForLoop)]
+    assert not any(isinstance(i, T.Tcgen05St) for lp in loops for i in L.walk_instrs(lp.body))
+    assert sum(isinstance(i, T.Tcgen05St) for i in L.walk_instrs(syn.lowered.kernel.body)) == 1
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (100, 200)).astype(np.float16)
+    b = rng.uniform(-1, 1, (56, 200)).astype(np.float16)
+    c = np.full((100, 56), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)

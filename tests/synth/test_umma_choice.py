@@ -74,7 +74,10 @@ def test_sm90_kernel_source_lowers_to_tcgen05_on_sm100(sm90_source_on_sm100):
     assert sum(isinstance(i, T.TmemDealloc) for i in instrs) == 1
     assert sum(isinstance(i, T.TmemRelinquish) for i in instrs) == 1
     issues = [i for i in instrs if isinstance(i, T.Tcgen05Mma)]
-    assert len(issues) == 8 and all(i.pred is not None for i in issues)   # one thread, 2 x 4 k-steps
+    assert len(issues) == 8                                          # 2 copies (first k-tile) x 4 k-steps
+    elected = [i for i in instrs if isinstance(i, L.IfThen) and any(isinstance(x, T.Tcgen05Mma)
+                                                                     for x in i.then_body)]
+    assert len(elected) == 2 and all(str(i.cond) == str(elected[0].cond) for i in elected)  # one thread
     assert any(isinstance(i, T.Tcgen05Commit) for i in instrs)
     loads = [i for i in instrs if isinstance(i, T.Tcgen05Ld)]
     assert [(i.shape, i.num) for i in loads] == [("32x32b", 64)]

@@ -113,7 +113,7 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
 from .scan import lower_scan
-from .umma import lower_umma, umma_commit, umma_fence, umma_wait
+from .umma import TmemState, lower_umma, same_region_ops, umma_commit, umma_fence, umma_wait
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -296,6 +296,8 @@ class Lowering:
             try:
                 if self.tmem is not None and self.tmem.pending:   # an accumulator in TMEM read here
                     out += self.tmem.loads_before(self, op)
+                if self.arch.name == "sm_100a" and self.assignment.mma:  # registers a tcgen05 mma adds to
+                    out += TmemState.of(self).stores_before(self, op) if _has_umma(self, op) else []
                 instrs = self.op(op)
             except LoweringError:
                 raise
@@ -745,6 +747,12 @@ class Lowering:
             arch=self.arch.name, loc=self.tk.loc, min_blocks=launch.min_blocks,
         )
         return LoweredProgram(lk, _dedupe(self.reqs), self.choices, dict(self.offline))
+
+
+def _has_umma(lw: Lowering, op: Op) -> bool:
+    """Whether ``op`` is, or nests, an mma lowered to tcgen05 (a ``TiledUmma`` choice)."""
+    return any(isinstance(o, Mma) and isinstance(lw.assignment.mma.get(o.uid), TiledUmma)
+               for o in same_region_ops(op))
 
 
 def _other_fill(instrs: list[Instr], other: float | None) -> list[Instr]:

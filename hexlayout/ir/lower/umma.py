@@ -10,10 +10,14 @@ commit / wait) runs unchanged:
   (``tcgen05.alloc`` writes the address to a shared word) and relinquishing the allocation
   permit, a fenced block barrier, and every thread reading the address into ``tmem_base``;
   it ends with a fenced block barrier and warp 0's ``tcgen05.dealloc``.
-* **mma**: the elected thread of the threads running the op issues, for each k-step and N
-  block, ``tcgen05.mma`` with D at ``tmem_base + column``, A and B shared-memory descriptors
-  (those of wgmma, ``ir.lower.mma._desc``); ``accumulate`` is ``enable_input_d`` of the first
-  k-step. The accumulator's register tile is then *pending*: its values are in TMEM.
+* **mma**: the elected thread of the threads running the op issues (in one branch), for each
+  k-step and N block, ``tcgen05.mma`` with D at ``tmem_base + column``, A and B shared-memory
+  descriptors (those of wgmma, ``ir.lower.mma._desc``); ``accumulate`` is ``enable_input_d``
+  of the first k-step. The accumulator's register tile is then *pending*: its values are in
+  TMEM. An op (a loop, a branch, the mma itself) whose first tcgen05 mma on an accumulator
+  whose values are in registers may add to it (``accumulate`` not ``False``: ``hl.zeros``
+  then ``hl.mma``) is preceded by a ``tcgen05.st`` of those registers (the load's shape and
+  addresses), ``wait::st`` and a fenced barrier of the threads.
 * **wgmma_commit** -> the elected thread's ``tcgen05.commit`` onto barrier ``c % B`` of the
   lowering's ``tc_done[B]`` mbarriers (``B`` = the largest ``n`` of the kernel's
   ``wgmma_wait(n)`` + 1), ``c`` the commits so far (a per-thread counter ``tc_commits``);
@@ -57,18 +61,19 @@ from ..lowered_tcgen05 import (
     Tcgen05Fence,
     Tcgen05Ld,
     Tcgen05Mma,
+    Tcgen05St,
     Tcgen05Wait,
     TmemAlloc,
     TmemDealloc,
     TmemRelinquish,
 )
-from ..tile import Mma, Op, Value
+from ..tile import If, Mma, Op, Value
 from ..tile import WgmmaWait as TileWgmmaWait
 from ..tiled_umma import TiledUmma
 from .mma import _desc
 from .views import RegisterTile, SharedTileView
 
-__all__ = ["TmemState", "lower_umma", "umma_commit", "umma_wait", "umma_fence"]
+__all__ = ["TmemState", "lower_umma", "umma_commit", "umma_wait", "umma_fence", "same_region_ops"]
 
 BAR = "tc_done"
 
@@ -155,7 +160,8 @@ class TmemState:
             out += self._load(lw, p)
         return out
 
-    def _load(self, lw: Any, p: _Pending) -> list[Instr]:
+    def _load(self, lw: Any, p: _Pending, store: bool = False) -> list[Instr]:
+        """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers)."""
         tu = p.tu
         gtid = as_expr(lw.gtid)
         lane0 = (gtid // 32) % 4 * 32
@@ -166,12 +172,44 @@ class TmemState:
         for q, (lane, col) in enumerate(tu.loads):
             col = col // tu.chunk * tu.chunk * tu.groups + col % tu.chunk
             taddr = base + (lane0 + lane) * TMEM_DP + col0 + col
-            out.append(Tcgen05Ld(tu.ld_shape, tu.ld_num, RegRef(p.tile.array, q * regs, regs), taddr))
-        out += [Tcgen05Wait("ld"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
+            regs_q = RegRef(p.tile.array, q * regs, regs)
+            out.append(Tcgen05St(tu.ld_shape, tu.ld_num, taddr, regs_q) if store
+                       else Tcgen05Ld(tu.ld_shape, tu.ld_num, regs_q, taddr))
+        out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
                 Tcgen05Fence("after_thread_sync")]
         for ins in out:
-            ins.origin = "tcgen05.ld of the accumulator"
+            ins.origin = f"tcgen05.{'st' if store else 'ld'} of the accumulator"
         return out
+
+    def stores_before(self, lw: Any, op: Op) -> list[Instr]:
+        """The ``tcgen05.st`` of accumulators whose values are in registers and which the first
+        tcgen05 mma on them in ``op`` (or nested in it) may add to (``accumulate`` not False)."""
+        out: list[Instr] = []
+        seen: set[int] = set()
+        for o in same_region_ops(op):
+            tu = lw.assignment.mma.get(o.uid) if isinstance(o, Mma) else None
+            if not isinstance(tu, TiledUmma) or o.c.root.id in seen:
+                continue
+            rid = o.c.root.id
+            seen.add(rid)
+            if rid in self.pending or o.accumulate is False:
+                continue
+            p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1])
+            out += self._load(lw, p, store=True)
+            self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
+        return out
+
+
+def same_region_ops(op: Op) -> list[Op]:
+    """``op`` and the ops nested in it that run on the same threads (not inside a warp-group
+    branch), in program order."""
+    if isinstance(op, If) and op.warp_groups:
+        return []
+    out = [op]
+    for b in op.blocks():
+        for o in b.ops:
+            out += same_region_ops(o)
+    return out
 
 
 def _touches(op: Op, root_id: int) -> bool:
@@ -218,16 +256,16 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
                 raise ValueError(f"operand {role}: {d}")
             descs.append(d)
         out.append(Tcgen05Mma(tu.atom.name, base + col + inst.r_n * atom_n, descs[0], descs[1],
-                              first if inst.k == 0 else 1, pred=lw.elect[-1]))
+                              first if inst.k == 0 else 1))
     st.pending[op.c.root.id] = _Pending(c, tu, col, lw.group_threads[-1])
-    return out
+    return [IfThen(lw.elect[-1], out)]          # one branch around the issuing thread's MMAs
 
 
 def umma_commit(lw: Any) -> list[Instr]:
     """``wgmma_commit`` on sm_100a: a ``tcgen05.commit`` onto the next ``tc_done`` barrier."""
     st = TmemState.of(lw)
     cnt = RegRead(st.commits, 0)
-    return [Tcgen05Commit(st.bar(cnt % st.barriers), pred=lw.elect[-1]),
+    return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(cnt % st.barriers))]),
             Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
 
 
