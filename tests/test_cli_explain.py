@@ -172,8 +172,9 @@ def test_attention_sm90a_is_the_hopper_kernel(capsys: pytest.CaptureFixture[str]
 
 def test_attention_sm90a_defaults_are_the_ops_config() -> None:
     """The registered sm_90a constants are those the op launches for head size 64."""
-    from hexlayout.cli.kernels import REGISTRY
     from hexlayout.ops.attention.kernels_sm90 import attention_varlen_sm90_consts
+
+    from hexlayout.cli.kernels import REGISTRY
 
     want = attention_varlen_sm90_consts(64, False, False, False)
     assert REGISTRY["attention"].arch_defaults["sm_90a"] == want

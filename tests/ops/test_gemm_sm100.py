@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hexlayout.ops.gemm.kernels import gemm_sm100_kernel
 
 import hexlayout.lang as hl
 from hexlayout.emulator import run
-from hexlayout.ops.gemm.kernels import gemm_sm100_kernel
 from hexlayout.synth.solve import synthesize
 
 
@@ -62,6 +62,7 @@ def test_gemm_op_dispatches_to_sm100(monkeypatch):
 def test_builds_for_sm100_with_tcgen05_sass():
     from hexlayout.ops.gemm.config import CONFIGS
     from hexlayout.ops.gemm.op import gemm_build
+
     from hexlayout.runtime.sass import count_prefix
 
     cfg = CONFIGS["sm_100a"][1]          # 128x128x64, one consumer warp group
