@@ -13,15 +13,17 @@ from hexlayout.emulator import run
 from hexlayout.synth.solve import synthesize
 
 
-def _check(dtype, consts, m, n, k, seed=1):
+def _check(dtype, consts, m, n, k, seed=1, b_layout="nk", a_layout="mk"):
     """f16 in the emulator (bf16 runs through the op: ``test_gemm_op_dispatches_to_sm100``)."""
-    tk = gemm_sm100_kernel(dtype, "nk").trace(**consts)
+    tk = gemm_sm100_kernel(dtype, b_layout, a_layout=a_layout).trace(**consts)
     assert tk.name.startswith("gemm_sm100_")
     syn = synthesize(tk, "sm_100a")
     rng = np.random.default_rng(seed)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
     b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
-    args = {"a": a, "b": b, "c": np.full((m, n), np.nan, np.float16)}
+    args = {"a": a if a_layout == "mk" else np.ascontiguousarray(a.T),
+            "b": b if b_layout == "nk" else np.ascontiguousarray(b.T),
+            "c": np.full((m, n), np.nan, np.float16)}
     run(syn.lowered.kernel, args)
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(args["c"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
@@ -33,6 +35,21 @@ def test_one_tile_ragged_f16():
 
 def test_persistent_four_tiles_on_two_blocks():
     _check(hl.f16, dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=2), 200, 120, 136)
+
+
+def test_mn_major_a_and_b():
+    """A stored K x M and B stored K x N: MN-major shared stages, read through MN-major descriptors
+    (instruction-descriptor bits 15 and 16)."""
+    _check(hl.f16, dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1), 104, 56, 136, b_layout="kn",
+           a_layout="km")
+
+
+def test_k_zero_writes_a_zero_product():
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=64, BN=64, BK=64, STAGES=2, CONSUMERS=1),
+                     "sm_100a")
+    c = np.full((64, 64), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": np.zeros((64, 0), np.float16), "b": np.zeros((64, 0), np.float16), "c": c})
+    assert np.all(c == 0)
 
 
 def test_two_consumer_warp_groups_staged_epilogue_m64():
