@@ -111,3 +111,19 @@ def test_zeroed_accumulator_is_stored_to_tmem_once():
     run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_without_the_commit_waits_the_emulator_rejects_the_pipeline(monkeypatch):
+    """The waits the lowering gives ``wgmma_wait(n)`` are what keeps the producer from refilling a
+    stage an in-flight tcgen05.mma still reads: left out, the emulator names the hazard."""
+    import hexlayout.ir.lower.kernel as lowering
+    from hexlayout.emulator import AsyncHazardError
+
+    monkeypatch.setattr(lowering, "umma_wait", lambda lw, pending: [])
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1),
+                     "sm_100a")
+    rng = np.random.default_rng(2)
+    args = {"a": rng.uniform(-1, 1, (100, 200)).astype(np.float16),
+            "b": rng.uniform(-1, 1, (56, 200)).astype(np.float16), "c": np.zeros((100, 56), np.float16)}
+    with pytest.raises(AsyncHazardError, match="in-flight tcgen05.mma reads it"):
+        run(syn.lowered.kernel, args)
