@@ -127,3 +127,18 @@ def test_without_the_commit_waits_the_emulator_rejects_the_pipeline(monkeypatch)
             "b": rng.uniform(-1, 1, (56, 200)).astype(np.float16), "c": np.zeros((100, 56), np.float16)}
     with pytest.raises(AsyncHazardError, match="in-flight tcgen05.mma reads it"):
         run(syn.lowered.kernel, args)
+
+
+def test_gemm_op_epilogue_on_sm100(monkeypatch):
+    """bias + GELU + residual fused into the sm_100a GEMM's epilogue (after the tcgen05.ld)."""
+    torch = pytest.importorskip("torch")
+    from hexlayout.ops.gemm.op import gemm
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
+    g = torch.Generator().manual_seed(4)
+    a, w = torch.randn(70, 136, generator=g).half(), torch.randn(120, 136, generator=g).half()
+    bias, res = torch.randn(120, generator=g).half(), torch.randn(70, 120, generator=g).half()
+    c = gemm(a, w, bias=bias, residual=res, activation="gelu")
+    want = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double()) + res.double()
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=5e-2)
