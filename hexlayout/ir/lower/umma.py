@@ -265,7 +265,7 @@ def umma_commit(lw: Any) -> list[Instr]:
     """``wgmma_commit`` on sm_100a: a ``tcgen05.commit`` onto the next ``tc_done`` barrier."""
     st = TmemState.of(lw)
     cnt = RegRead(st.commits, 0)
-    return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(cnt % st.barriers))]),
+    return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))]),
             Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
 
 
@@ -275,8 +275,19 @@ def umma_wait(lw: Any, pending: int) -> list[Instr]:
     if pending >= st.barriers:
         raise ValueError(f"wgmma_wait({pending}) with {st.barriers} commit barriers")
     j = as_expr(RegRead(st.commits, 0)) - 1 - pending
-    wait = [MbarWait(st.bar(j % st.barriers), (j // st.barriers) % 2), Tcgen05Fence("after_thread_sync")]
+    wait = [MbarWait(st.bar(_mod(j, st.barriers)), _div(j, st.barriers) & 1),
+            Tcgen05Fence("after_thread_sync")]
     return [IfThen(as_expr(RegRead(st.commits, 0)) > pending, wait)]
+
+
+def _mod(x: Any, n: int) -> Any:
+    """``x % n`` of a non-negative counter (a mask when ``n`` is a power of two)."""
+    return x & (n - 1) if n & (n - 1) == 0 else x % n
+
+
+def _div(x: Any, n: int) -> Any:
+    """``x // n`` of a non-negative counter (a shift when ``n`` is a power of two)."""
+    return x >> (n.bit_length() - 1) if n & (n - 1) == 0 else x // n
 
 
 def umma_fence(lw: Any) -> list[Instr]:
