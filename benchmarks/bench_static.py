@@ -106,7 +106,7 @@ class Case:
             return f"FA fwd hd{self.BK} BM{self.BM} BN{self.BN} {self.warps}w{ch}"
         extra = " persistent" if self.persistent else ""
         extra += f" cluster {self.cluster}" if self.cluster > 1 else ""
-        who = f"{self.warps // 4} consumers" if self.arch == "sm_90a" else f"{self.warps} warps"
+        who = f"{self.warps // 4} consumers" if self.arch in ("sm_90a", "sm_100a") else f"{self.warps} warps"
         cand = "" if self.shipped else " (candidate)"
         lay = "" if self.b_layout == "nk" else " B KxN"
         return f"{self.BM}x{self.BN}x{self.BK} {self.stages}st {who}{extra}{cand}{lay}"
@@ -118,6 +118,10 @@ def cases() -> list[Case]:
     out = [Case("gemm", "sm_80", c.BM, c.BN, c.BK, c.STAGES, c.WARPS) for c in CONFIGS["sm_80"]]
     out += [Case("gemm", "sm_90a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent,
                  cluster=c.cluster) for c in CONFIGS["sm_90a"]]
+    # sm_100a: the same kernel source with tcgen05 (peers: CuTe DSL's Blackwell examples,
+    # benchmarks/peers_sm100.py; the markdown puts them beside these rows)
+    out += [Case("gemm", "sm_100a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent)
+            for c in CONFIGS["sm_100a"]]
     # the example's defaults: BN=64 with S per 32-key sub-block and q per 64 columns
     out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8, shipped=False))
     out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
@@ -589,8 +593,8 @@ def hexlayout_build(case: Case) -> Any:
 
         from hexlayout.lang import bf16
 
-        if case.arch == "sm_90a":
-            cfg = GemmConfig("sm_90a", case.BM, case.BN, case.BK, case.stages, CONSUMERS=case.warps // 4,
+        if case.arch in ("sm_90a", "sm_100a"):
+            cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, CONSUMERS=case.warps // 4,
                              persistent=case.persistent, cluster=case.cluster)
         else:
             cfg = GemmConfig(case.arch, case.BM, case.BN, case.BK, case.stages, case.warps)
@@ -945,12 +949,48 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> s
         errors = [(r["config"], r.get("triton_error")) for r in legacy if r.get("triton_error")]
         if errors:
             lines += ["", "Triton failed on: " + "; ".join(f"{c}: {e}" for c, e in errors)]
+    lines += _sm100_beside_peers([r for r in legacy if r["arch"] == "sm_100a"])
     serving = [r for r in rows if r.get("serving")]
     if serving:
         lines += _serving_markdown(serving, metrics, peers)
     lines += ["", "Per-kernel details (the loop's opcode mix and categories, setmaxnreg regions, ptxas' "
               "messages, counts) are in the JSON file of the same name."]
     return "\n".join(lines) + "\n"
+
+
+def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
+    """hexlayout's sm_100a GEMM rows beside CuTe DSL's Blackwell examples as
+    ``benchmarks/peers_sm100.py`` measured them (``static-sm100-peers.json``, same reader), in one
+    table: registers, MMA loop non-MMA per k-tile (a 64-deep k-tile: 4 UTCHMMA), instruction
+    counts."""
+    if not rows:
+        return []
+    path = RESULTS / "static-sm100-peers.json"
+    peers = json.loads(path.read_text())["rows"] if path.exists() else []
+    out = ["", "## sm_100a beside CuTe DSL's Blackwell GEMM examples",
+           "", "hexlayout: the warp-specialized GEMM source built for sm_100a (tcgen05 synthesized, one "
+           "CTA per MMA); its MMA loop is the consumer warp group's k-loop (full-barrier wait, 4 "
+           "UTCHMMA from one thread, tcgen05.commit, the wait for the previous commit, the stage "
+           "release). CuTe DSL: `static-sm100-peers.md` (`benchmarks/peers_sm100.py`)"
+           + ("" if peers else " — not found, peers left out") + ".", "",
+           "| kernel | tile | cta_group | registers | spill (LDL/STL) | MMA loop: non-MMA / k-tile | "
+           "UTCHMMA / LDTM / UTCBAR / UTMALDG / UTMASTG |", "|---|---|---|---|---|---|---|"]
+    keys = ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG", "UTMASTG")
+    for r in rows:
+        d = r["hexlayout"]
+        lp, c = d["main_loop"], d["counts"]
+        loop = (f"{lp['non_mma_per_ktile']:.1f} ({lp['instructions']} instr, {lp['mma']} MMA)"
+                if lp and lp["non_mma_per_ktile"] is not None else "-")
+        out.append(f"| hexlayout {r['config']} | {r['case']['BM']}x{r['case']['BN']}x{r['case']['BK']} | 1 | "
+                   f"{_regs(d)} | {d['local_memory_instructions']} | {loop} | "
+                   + " / ".join(str(c.get(k, 0)) for k in keys) + " |")
+    for p in peers:
+        m, c = p["main_loop"], p["counts"]
+        loop = f"{m['non_mma_per_ktile']:.1f} ({m['instructions']} instr, {m['mma']} MMA)" if m else "-"
+        out.append(f"| CuTe DSL {p['peer']} (cluster {p['cluster']}) | {p['tile']} | {p['cta_group']} | "
+                   f"{p['registers']}, R{p['highest_register']} | {p['local_memory_instructions']} | "
+                   f"{loop} | " + " / ".join(str(c.get(k, 0)) for k in keys) + " |")
+    return out
 
 
 def _problems(problems: list[str]) -> str:
@@ -1100,8 +1140,8 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"kernel": case.kernel, "arch": case.arch, "config": case.label,
                                "shipped": case.shipped, "case": case.__dict__}
         row["hexlayout"] = hexlayout_stats(case)
-        if args.peers and case.kernel == "paged_attention":
-            row["triton"] = None               # no Triton peer written for the paged kernel
+        if args.peers and (case.kernel == "paged_attention" or case.arch == "sm_100a"):
+            row["triton"] = None               # no Triton peer for the paged kernel; sm_100a: CuTe DSL's
         elif args.peers:
             try:
                 row["triton"] = triton_stats(case)

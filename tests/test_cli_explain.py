@@ -283,3 +283,29 @@ def test_draw_writes_pngs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
             im.verify()
             assert im.format == "PNG"
     assert sorted(paths) == sorted((tmp_path / "pics").glob("*.png"))
+
+
+def test_sm100a_gemm_shows_and_draws_tensor_memory(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    """``explain gemm --arch sm_100a``: the tcgen05 atom, the accumulator's TMEM layout (row i in
+    lane i, column j in column j), the tcgen05.ld chosen, and a picture of the tensor memory whose
+    cell (lane, column) names the thread / register the load brings it to (32x32b: lane l of warp
+    w is thread 32w + l; register v is column v)."""
+    from hexlayout import draw as hd
+    from hexlayout.arch.tmem import accumulator_layout
+    from hexlayout.layout import Layout
+
+    r = _main_json(capsys, "gemm", "--arch", "sm_100a", "-D", "BN=64", "-D", "CONSUMERS=1", "-D", "STAGES=2",
+                   "--draw", str(tmp_path))
+    assert r["kernel"].startswith("gemm_sm100_")
+    (t,) = r["tmem"]
+    assert t["atom"] == "SM100_128x64x16_F32F16F16_SS" and t["tmem_layout"] == "(128,64):(65536,1)"
+    assert t["load"] == "tcgen05.ld.32x32b.x64" and t["threads"] == 128 and t["columns"] == 64
+    assert any(p["path"].endswith("tmem_acc.png") and Path(p["path"]).stat().st_size > 0
+               for p in r["pictures"])
+    grid = hd.tmem_grid(accumulator_layout(128, 64), Layout((128, 64), (1, 128)), (128, 64), 64)
+    assert grid.meta["threads"][37, 5] == 37 and grid.meta["values"][37, 5] == 5
+    assert main(["explain", "gemm", "--arch", "sm_100a", "-D", "BN=64", "-D", "CONSUMERS=1", "-D",
+                 "STAGES=2"]) == 0
+    text = capsys.readouterr().out
+    assert "tensor memory (tcgen05 accumulators" in text and "tcgen05.ld.32x32b.x64" in text

@@ -2,6 +2,7 @@
 
     hexlayout explain gemm --arch sm_80             # the sm_80 multistage GEMM
     hexlayout explain gemm --arch sm_90a --json     # warp-specialized TMA + wgmma GEMM, as JSON
+    hexlayout explain gemm --arch sm_100a --draw pics/   # the same with tcgen05: TMEM drawn
     hexlayout explain attention -D CAUSAL=true --draw pics/
     hexlayout explain my_kernels.py:gemm -D BM=64 --arch sm_89
 
@@ -11,9 +12,12 @@ shared buffer: the buffer's layout at the view's offset), every operation's inst
 (copies: cp.async / ldmatrix / TMA / ld.global ...; mma: the TiledMma with its atom and warp
 arrangement), the shared-memory buffers and swizzles, the predicted cost, the alternatives
 synthesis rejected or ranked lower with their reasons, the requirements the arguments must
-meet, the synthesis time and the source lines. ``--json`` prints the same as one JSON
-document (keys documented in docs/explain-json.md); ``--draw DIR`` writes PNG pictures of
-the register TV layouts and the shared tiles (coloured by bank).
+meet, the synthesis time and the source lines; on sm_100a the tensor memory of each tcgen05
+accumulator (its TMEM layout, the ``tcgen05.ld`` chosen, the register layout it gives).
+``--json`` prints the same as one JSON document (keys documented in docs/explain-json.md);
+``--draw DIR`` writes PNG pictures of the register TV layouts, the shared tiles (coloured by
+bank) and the tensor memory of tcgen05 accumulators (each cell labelled with the thread and
+register it is loaded into).
 
 A program without a consistent layout assignment prints the diagnostic (naming the
 operations and source lines in conflict) and exits with status 1.
@@ -213,6 +217,31 @@ def _shared(s: Any, views: dict[int, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _tmem(s: Any) -> list[dict[str, Any]]:
+    """The tensor memory of the tcgen05 mmas (sm_100a): per accumulator its TMEM layout
+    ``(row, col) -> lane << 16 | column``, the ``tcgen05.ld`` synthesis chose and the register
+    TV layout the epilogue works in."""
+    from hexlayout.arch.tmem import accumulator_layout
+    from hexlayout.ir.tile import Mma
+    from hexlayout.ir.tiled_umma import TiledUmma
+
+    out = []
+    for op in s.kernel.body.walk():
+        tu = s.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
+        if not isinstance(tu, TiledUmma) or any(e["accumulator"] == op.c.root.name for e in out):
+            continue
+        m, n, _ = tu.tile_mnk
+        out.append({
+            "accumulator": op.c.root.name, "atom": tu.atom.name, "atoms_n": tu.n_atoms, "k_steps": tu.k_tiles,
+            "shape": [m, n], "lanes": 128, "columns": tu.columns,
+            "tmem_layout": str(accumulator_layout(m, n)),
+            "load": f"tcgen05.ld.{tu.ld_shape}.x{tu.ld_num}", "loads_per_warp": len(tu.loads),
+            "registers_per_load": tu.regs_per_load, "threads": tu.threads, "column_block": tu.chunk,
+            "register_tv": str(tu.register_tv), "file": _file(op.loc), "line": _line(op.loc),
+        })
+    return out
+
+
 def _requirements(s: Any) -> list[dict[str, Any]]:
     return [{"param": r.param, "kind": r.kind, "value": _jsonable(r.value), "mode": r.mode,
              "reason": r.reason} for r in s.lowered.requirements]
@@ -246,6 +275,7 @@ def explain_report(result: Any, spec: str, arch: str) -> dict[str, Any]:
                       for d in s.decisions if len(d.alternatives) > 1],
         "cost": cost,
         "requirements": _requirements(s),
+        "tmem": _tmem(s),
         "offline": [lay.describe() for lay in getattr(s.lowered, "offline", {}).values()],
         "notes": list(result.notes),
         "pictures": [],
@@ -329,6 +359,7 @@ def format_report(r: dict[str, Any], *, max_alternatives: int = 6) -> str:
             lines.append(f"    ... {len(shown) - max_alternatives} more (see --json)")
 
     lines += _offline_lines(r.get("offline", []))
+    lines += _tmem_lines(r.get("tmem", []))
     lines.append("\nrequirements on the arguments")
     for q in r["requirements"]:
         mode = f" (mode {q['mode']})" if q["mode"] is not None and q["mode"] >= 0 else ""
@@ -355,6 +386,26 @@ def _offline_lines(offline: list[dict[str, Any]]) -> list[str]:
         lines.append(f"      register TV layout {o['tv']}; in-tile order (unit r + TR*k -> t*V + v) "
                      f"{o['in_tile']}")
         lines.append(f"      key {o['key']}")
+    return lines
+
+
+def _tmem_lines(tmem: list[dict[str, Any]]) -> list[str]:
+    """The text of the tensor-memory accumulators (tcgen05, sm_100a)."""
+    if not tmem:
+        return []
+    lines = ["\ntensor memory (tcgen05 accumulators: TMEM layout (row, col) -> lane << 16 | column)"]
+    for t in tmem:
+        m, n = t["shape"]
+        lines.append(f"  %{t['accumulator']} f32 {m}x{n}: {t['atom']} x{t['atoms_n']} along N, "
+                     f"{t['k_steps']} k-steps per mma, issued by one thread  [{_where(t)}]")
+        lines.append(f"      TMEM {t['tmem_layout']}: {t['lanes']} lanes x {t['columns']} columns (allocated "
+                     "by the kernel, a power of two >= 32)")
+        split = (f", warp groups take blocks of {t['column_block']} columns in turn"
+                 if t["column_block"] * (t["threads"] // 128) != n else "")
+        lines.append(f"      read by {t['threads']} threads with {t['load']} ({t['loads_per_warp']} per "
+                     f"warp, {t['registers_per_load']} registers each{split}); warp w reads lanes "
+                     "32*(w%4)..+31")
+        lines.append(f"      register TV layout of the epilogue {t['register_tv']}")
     return lines
 
 
@@ -400,6 +451,7 @@ def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, 
         hd.render(hd.tv_grid(lay.tv, (tr, tu), title, "row", "k"), path)
         pictures.append({"path": str(path), "what": f"offline layout of {lay.param}: {tr}x{tu} {unit} "
                          "tile, the owning thread of each"})
+    pictures += _draw_tmem(s, out)
     for v, _ in s.layouts():
         if v.type.scope != Scope.SHARED or v.root is not v or v.id not in views:
             continue
@@ -416,6 +468,32 @@ def draw_report(result: Any, out_dir: str | os.PathLike[str]) -> list[dict[str, 
         hd.render(hd.smem_grid(lay, bits, "bank", None, title), path)
         pictures.append({"path": str(path),
                          "what": f"shared %{v.name} {what or 'tile'} {lay}, coloured by bank"})
+    return pictures
+
+
+def _draw_tmem(s: Any, out: Path) -> list[dict[str, str]]:
+    """One picture per tcgen05 accumulator: its TMEM lanes x columns, each cell labelled with
+    the thread and register ``tcgen05.ld`` brings it to."""
+    from hexlayout import draw as hd
+    from hexlayout.arch.tmem import accumulator_layout
+    from hexlayout.ir.tile import Mma
+    from hexlayout.ir.tiled_umma import TiledUmma
+
+    pictures: list[dict[str, str]] = []
+    done: set[int] = set()
+    for op in s.kernel.body.walk():
+        tu = s.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
+        if not isinstance(tu, TiledUmma) or op.c.root.id in done:
+            continue
+        done.add(op.c.root.id)
+        m, n, _ = tu.tile_mnk
+        name = op.c.root.name
+        title = (f"TMEM of %{name} ({m}x{n} f32, {tu.atom.name}): 128 lanes x {tu.columns} columns, "
+                 f"loaded by tcgen05.ld.{tu.ld_shape}.x{tu.ld_num} into (thread, register)")
+        path = out / f"tmem_{_safe(name)}.png"
+        hd.render(hd.tmem_grid(accumulator_layout(m, n), tu.register_tv, (m, n), tu.columns, title), path)
+        pictures.append({"path": str(path), "what": f"tensor memory of %{name}: lanes x columns, the "
+                         "thread and register each cell is loaded into"})
     return pictures
 
 

@@ -35,7 +35,7 @@ from . import CLIError
 __all__ = ["KernelSpec", "ResolvedKernel", "REGISTRY", "ALIASES", "ARCHS", "arch_arg", "parse_define",
            "parse_defines", "resolve", "known_names", "synthesize_kernel", "SynthesisResult"]
 
-ARCHS = ("sm_80", "sm_89", "sm_90a")
+ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100a")
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,15 @@ def _gemm_sm90(**_: Any) -> Any:
     return gemm_sm90
 
 
+def _gemm_sm100(**_: Any) -> Any:
+    """The GEMM of ``hexlayout.ops`` for sm_100a (f16): the warp-specialized sm_90a source,
+    tcgen05 with the accumulator in tensor memory synthesized."""
+    from hexlayout.lang import f16
+    from hexlayout.ops.gemm.kernels import gemm_sm100_kernel
+
+    return gemm_sm100_kernel(f16, "nk")
+
+
 def _attention(**_: Any) -> Any:
     from hexlayout.lang.examples.flash_attention import flash_attention_fwd
 
@@ -135,8 +144,10 @@ def _gemm_sm90_explicit(**kw: Any) -> Any:
 REGISTRY: dict[str, KernelSpec] = {
     "gemm": KernelSpec(
         "gemm", "C = A @ B^T, f16 in / f32 accumulate: multistage cp.async GEMM (sm_80, sm_89), "
-        "warp-specialized TMA + wgmma GEMM (sm_90a); layouts synthesized",
-        {"sm_80": _gemm_sm80, "sm_89": _gemm_sm80, "sm_90a": _gemm_sm90}),
+        "warp-specialized TMA + wgmma GEMM (sm_90a), the same source with tcgen05 and the "
+        "accumulator in tensor memory (sm_100a, hexlayout.ops's gemm_sm100); layouts synthesized",
+        {"sm_80": _gemm_sm80, "sm_89": _gemm_sm80, "sm_90a": _gemm_sm90, "sm_100a": _gemm_sm100},
+        arch_defaults={"sm_100a": {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "CONSUMERS": 2}}),
     "attention": KernelSpec(
         "attention", "attention forward, f16: FlashAttention-2 (cp.async, mma.sync, online softmax) on "
         "sm_80 / sm_89; on sm_90a the warp-specialized prefill kernel of hexlayout.ops (TMA into a "
@@ -179,7 +190,7 @@ def arch_arg(text: str) -> str:
     if t not in ARCHS:
         from hexlayout.arch.targets import SUPPORTED_ARCHS, arch_advice
 
-        if t in SUPPORTED_ARCHS:  # an architecture the atoms know whose kernels are not built yet (sm_100a)
+        if t in SUPPORTED_ARCHS:  # an architecture the atoms know whose kernels are not built yet
             raise argparse.ArgumentTypeError(f"{t}: the shipped kernels have no {t} build yet; the CLI "
                                              f"builds {', '.join(ARCHS)}")
         raise argparse.ArgumentTypeError(arch_advice(text))

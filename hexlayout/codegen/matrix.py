@@ -28,8 +28,8 @@ def ldmatrix(em: Emitter, ins: Ldmatrix) -> list[str]:
 
 
 def stmatrix(em: Emitter, ins: Stmatrix) -> list[str]:
-    if em.arch not in ("sm_90a", "sm_90"):
-        raise em.error(f"stmatrix needs sm_90; the kernel is for {em.arch}")
+    if em.arch not in ("sm_90a", "sm_90", "sm_100a"):
+        raise em.error(f"stmatrix needs sm_90 or later; the kernel is for {em.arch}")
     _check(em, ins.src, ins.num)
     n = ins.num
     trans = ".trans" if ins.trans else ""

@@ -94,8 +94,8 @@ def cluster_barrier(em: Emitter, ins: ClusterBarrier) -> list[str]:
 
 
 def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:
-    if em.arch != "sm_90a":
-        raise em.error(f"setmaxnreg needs sm_90a; the kernel is for {em.arch}")
+    if em.arch not in _SM90_UP:
+        raise em.error(f"setmaxnreg needs sm_90a or sm_100a; the kernel is for {em.arch}")
     if ins.count % 8 or not 24 <= ins.count <= 256:
         raise em.error(f"setmaxnreg {ins.count}: the count must be a multiple of 8 in [24, 256]")
     kind = "inc" if ins.increase else "dec"

@@ -46,6 +46,7 @@ from .grids import (
     layout_values,
     smem_grid,
     thread_color,
+    tmem_grid,
     tv_grid,
     wavefronts,
 )
@@ -53,7 +54,7 @@ from .render import render
 
 __all__ = [
     "draw", "draw_layout", "draw_tv", "draw_smem", "draw_atom", "render",
-    "CellGrid", "layout_grid", "tv_grid", "smem_grid", "atom_grid", "layout_values",
+    "CellGrid", "layout_grid", "tv_grid", "tmem_grid", "smem_grid", "atom_grid", "layout_values",
     "column_chunk_phases", "wavefronts", "bank_of", "thread_color", "bank_color", "CUTE_TV_COLORS",
     "DrawError", "DrawOutputError", "MAX_DRAW_CELLS", "MAX_DRAW_SIDE", "MAX_EVALUATED_POINTS",
     "check_drawable", "check_evaluable", "check_elem_bits",

@@ -248,6 +248,29 @@ def tv_grid(layout_tv: Layout, tile_shape: Any, title: str | None = None,
     )
 
 
+def tmem_grid(accumulator: Layout, register_tv: Layout, tile_shape: Any, columns: int,
+              title: str | None = None) -> CellGrid:
+    """Tensor memory (sm_100a) holding an ``M x N`` accumulator: a ``128 lanes x columns`` grid
+    where the cell at lane ``accumulator(m, n) >> 16``, column ``accumulator(m, n) & 0xFFFF``
+    (``arch.tmem.accumulator_layout``) is labelled ``T{t}\nV{v}``, the thread and register
+    that ``tcgen05.ld`` brings it to (``register_tv``: ``(t, v) -> m + M*n``), coloured by ``t``;
+    cells the accumulator does not use are empty."""
+    m, n = _tile2(tile_shape)
+    check_drawable(128, columns, f"tensor memory of the {m}x{n} accumulator")
+    thr, val = tv_arrays(register_tv, (m, n))
+    addr = np.asarray(accumulator.indices(), dtype=np.int64).reshape((m, n), order="F")
+    lanes, cols = addr >> 16, addr & 0xFFFF
+    t_at = np.full((128, columns), -1, dtype=np.int64)
+    v_at = np.full((128, columns), -1, dtype=np.int64)
+    t_at[lanes, cols], v_at[lanes, cols] = thr, val
+    labels, colors = _tv_cells(t_at, v_at)
+    return CellGrid(
+        title=title or f"TMEM: {m}x{n} accumulator in 128 lanes x {columns} columns, loaded by (T, V)",
+        labels=labels, keys=t_at, colors=colors, row_name="lane", col_name="column",
+        meta={"threads": t_at, "values": v_at},
+    )
+
+
 # --- shared memory -------------------------------------------------------------------------
 
 def bank_of(byte_address: Any) -> Any:

@@ -13,7 +13,9 @@ Definitions (per warp instruction stream, i.e. counted in the SASS of the functi
   are counted on that cycle, so the jump back from an out-of-line block (the retry path of
   an mbarrier wait placed after the loop) is no candidate. Among the innermost spans that
   hold MMA (no MMA-holding span nested in them) the one with the most MMA wins, the
-  shortest among equals; the span's instructions are then counted.
+  shortest among equals; the span's instructions are then counted. ptxas's per-lane issue
+  loops of a single-thread instruction (``ELECT`` ... ``BRA.U.ANY`` around a ``UTCHMMA``)
+  are not source loops and are no candidates.
 - **padding**: instructions predicated ``@!PT`` (never executed; ptxas' alignment fill).
 - **non-MMA** = instructions in the loop − MMA − padding.
 - **k-tiles per iteration** = MMA in the SASS loop ÷ ``mma_per_ktile``, the MMA
@@ -234,8 +236,10 @@ def loops(code: list[Instruction]) -> list[Loop]:
 def find_main_loop(code: list[Instruction]) -> Loop | None:
     """Among the innermost loop spans holding MMA (no other such span inside them), the one
     whose cycle holds the most MMA; the shortest among equals; ``None`` when no loop holds
-    an MMA. (An outer loop around two warp groups' k-loops is not the main loop.)"""
-    cands = [lp for lp in loops(code) if lp.mma]
+    an MMA. (An outer loop around two warp groups' k-loops is not the main loop; nor is a
+    span closed by ``BRA.U.ANY``: ptxas's loop issuing a uniform-datapath instruction such as
+    ``UTCHMMA`` once per active lane, ``ELECT`` ... ``BRA.U.ANY``, which no source loop is.)"""
+    cands = [lp for lp in loops(code) if lp.mma and not code[lp.last].op.startswith("BRA.U.ANY")]
     inner = [lp for lp in cands
              if not any(o is not lp and lp.first <= o.first and o.last <= lp.last for o in cands)]
     if not inner:
@@ -412,8 +416,10 @@ def _const(x: Any) -> int | None:
 def mma_per_source_iteration(lowered: Any) -> int | None:
     """MMA instructions per thread in one iteration of the lowered program's loop that issues
     the most of them (its innermost such run-time loop); loops with constant bounds count as
-    unrolled, ``if`` bodies by their larger branch. ``None`` when no loop issues an MMA."""
+    unrolled, ``if`` bodies by their larger branch (a tcgen05.mma counts for the thread that
+    issues it). ``None`` when no loop issues an MMA."""
     from hexlayout.ir.lowered import ForLoop, IfThen, MmaSync, Wgmma
+    from hexlayout.ir.lowered_tcgen05 import Tcgen05Mma
 
     best: list[int] = []
 
@@ -421,7 +427,7 @@ def mma_per_source_iteration(lowered: Any) -> int | None:
         """MMA per execution of ``body``, without the run-time loops nested in it."""
         n = 0
         for ins in body:
-            if isinstance(ins, (MmaSync, Wgmma)):
+            if isinstance(ins, (MmaSync, Wgmma, Tcgen05Mma)):
                 n += 1
             elif isinstance(ins, ForLoop):
                 lo, hi = _const(ins.start), _const(ins.stop)

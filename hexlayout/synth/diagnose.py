@@ -87,8 +87,18 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
             f"{b.dtype} ({b.scope}) for a {c.shape[0]}x{c.shape[1]}x{a.shape[1]} tile with {threads} threads")
     if op.atom is not None:
         what += f" with the requested atom {op.atom}"
-    if op.warps is not None:
+    if op.warps is not None and s.arch != "sm_100a":
         what += f" and warps={op.warps}"
+    if s.arch == "sm_100a":
+        from .umma_choice import umma_refusal
+
+        why = ("tcgen05.mma reads A and B from shared memory (hl.mma on shared tiles)"
+               if a.scope != Scope.SHARED or b.scope != Scope.SHARED
+               else umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads))
+        if op.atom is not None:
+            why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
+        if why:
+            what += f" ({why})"
     return _error(s, what, [op])
 
 
@@ -352,10 +362,10 @@ def hint_conflict(s: Any, root: Value, op: Op, hinted: list[Any], reason: str) -
 
 
 def _unhinted(s: Any, root: Value) -> list[Any]:
-    from .shared import shared_candidates
+    from .shared import WGMMA_LAYOUT_ARCHS, shared_candidates
 
     has_wgmma = any(Scope.SHARED in (m.a.type.scope, m.b.type.scope) for m in s.g.mmas)
-    return shared_candidates(root, s.contiguous_modes(root), has_wgmma and s.arch == "sm_90a",
+    return shared_candidates(root, s.contiguous_modes(root), has_wgmma and s.arch in WGMMA_LAYOUT_ARCHS,
                              root.type.dtype.bits, hints={})
 
 

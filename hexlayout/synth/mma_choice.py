@@ -12,9 +12,12 @@ For ``c[M,N] += a[M,K] @ b[N,K]^T`` run by ``T`` threads on architecture ``arch`
 
 Each arrangement comes with the two value orders of the A / B register fragments (k-step
 inner, the default, which lets an accumulator feed the next mma as its A operand; and
-k-step outer). Candidates are ordered by a load-balance heuristic: the per-worker operand traffic
-``(M/wm + N/wn) * K`` first, then warps along M before N (row reductions stay inside a
+k-step outer). Candidates are ordered by a load-balance heuristic: the per-worker
+operand traffic ``(M/wm + N/wn) * K`` first, then warps along M before N (row reductions stay inside a
 warp), contiguous before interleaved, larger wgmma N first.
+
+On sm_100a only ``tcgen05.mma`` on shared operands is offered (``umma_choice``: the
+accumulator in tensor memory).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from hexlayout.arch import get_atom, list_atoms
 from hexlayout.ir.mapping import TaskMapping, repeat, spatial
 from hexlayout.ir.tile import Mma
 from hexlayout.ir.tiled_mma import TiledMma
+from hexlayout.ir.tiled_umma import TiledUmma
 from hexlayout.ir.types import Scope
+
+from .umma_choice import umma_candidates
 
 __all__ = ["mma_candidates"]
 
@@ -88,8 +94,11 @@ def _mma_names(arch: str, types: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma]:
-    """Every legal TiledMma for ``op`` run by ``threads`` threads, best first."""
+def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma] | list[TiledUmma]:
+    """Every legal TiledMma for ``op`` run by ``threads`` threads, best first; on sm_100a, an
+    mma on shared operands gets the tcgen05 tilings of ``umma_choice`` (``TiledUmma``)."""
+    if arch == "sm_100a":
+        return umma_candidates(op, threads)
     m, k = op.a.type.shape
     n = op.b.type.shape[0]
     scored: list[tuple[tuple, TiledMma]] = []

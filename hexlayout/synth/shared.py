@@ -35,7 +35,11 @@ from hexlayout.layout import ComposedLayout, Layout, composition, cosize, select
 
 from .swizzle import chunk_swizzles, conflict_free_padding, conflict_free_swizzles
 
-__all__ = ["SharedCandidate", "shared_candidates", "root_mode_map"]
+__all__ = ["SharedCandidate", "shared_candidates", "root_mode_map", "WGMMA_LAYOUT_ARCHS"]
+
+#: Architectures whose shared-memory MMA operands are read through descriptors of the canonical
+#: K- / MN-major layouts (wgmma on sm_90a, tcgen05.mma on sm_100a: the same layouts).
+WGMMA_LAYOUT_ARCHS = ("sm_90a", "sm_100a")
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ from .errors import SynthesisError
 from .graph import LayoutGraph, build_graph
 from .mma_choice import mma_candidates
 from .registers import RegisterAssignment, assign_registers
-from .shared import SharedCandidate, root_mode_map, shared_candidates, uses_of
+from .shared import WGMMA_LAYOUT_ARCHS, SharedCandidate, root_mode_map, shared_candidates, uses_of
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -312,8 +312,8 @@ class _Synth:
             if isinstance(lay, (Layout, ComposedLayout)):
                 fixed[root.id] = SharedCandidate(lay, "given", "given explicitly")
                 continue
-            cands = shared_candidates(root, self.contiguous_modes(root), has_wgmma and self.arch == "sm_90a",
-                                      root.type.dtype.bits)
+            cands = shared_candidates(root, self.contiguous_modes(root),
+                                      has_wgmma and self.arch in WGMMA_LAYOUT_ARCHS, root.type.dtype.bits)
             alts, ok = [], []
             failures: dict[int, tuple[SharedCandidate, str, Op]] = {}
             done = False

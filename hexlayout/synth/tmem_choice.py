@@ -50,15 +50,19 @@ class TmemEpilogue:
     accumulator: Layout
     register_tv: Layout
     cost: tuple[int, int, int]
+    #: (lane within the warp's quarter, column) where each of a warp's loads starts, in register order
+    origins: tuple[tuple[int, int], ...] = ()
 
     @property
     def regs_per_load(self) -> int:
         return TMEM_SHAPES[self.shape].regs * self.num
 
 
-def _register_table(m: int, n: int, cta_group: int, shape: str, num: int) -> np.ndarray | None:
-    """``[128, values]`` accumulator index ``i + M_cta * j`` of each register, or None when a load
-    would touch a lane or column that holds no accumulator element."""
+def _register_table(m: int, n: int, cta_group: int, shape: str,
+                    num: int) -> tuple[np.ndarray, tuple[tuple[int, int], ...]] | None:
+    """``[128, values]`` accumulator index ``i + M_cta * j`` of each register and the origins of a
+    warp's loads (lane within its quarter, column; the same for the four warps), or None when a
+    load would touch a lane or column that holds no accumulator element."""
     addr = np.asarray(accumulator_layout(m, n, cta_group).indices())  # element -> lane << 16 | column
     inv = np.full((TMEM_LANES, int(addr.max() & 0xFFFF) + 1), -1, dtype=np.int64)
     inv[addr >> 16, addr & 0xFFFF] = np.arange(addr.size)
@@ -69,8 +73,10 @@ def _register_table(m: int, n: int, cta_group: int, shape: str, num: int) -> np.
     if inv.shape[1] % width:
         return None
     table = []
+    origins = set()
     for w in range(4):
         per_warp = []
+        warp_origins = []
         for c0 in range(0, inv.shape[1], width):
             for l0 in range(32 * w, 32 * w + 32, s.lanes):
                 got = inv[l0 + f_lane, c0 + f_col]
@@ -79,13 +85,16 @@ def _register_table(m: int, n: int, cta_group: int, shape: str, num: int) -> np.
                 if (got < 0).any():
                     return None
                 per_warp.append(got)
+                warp_origins.append((l0 - 32 * w, c0))
         if not per_warp:
             return None
         table.append(np.concatenate(per_warp, axis=1))
-    if len({t.shape for t in table}) != 1:
+        origins.add(tuple(warp_origins))
+    if len({t.shape for t in table}) != 1 or len(origins) != 1:
         return None
     out = np.concatenate(table, axis=0)
-    return out if np.array_equal(np.sort(out.reshape(-1)), np.arange(addr.size)) else None
+    ok = np.array_equal(np.sort(out.reshape(-1)), np.arange(addr.size))
+    return (out, origins.pop()) if ok else None
 
 
 def _run(table: np.ndarray, rows: int, n: int) -> int:
@@ -110,16 +119,17 @@ def tmem_epilogue_candidates(m: int, n: int, cta_group: int = 1, max_regs: int =
         for num in s.nums:
             if s.regs * num > max_regs:
                 continue
-            table = _register_table(m, n, cta_group, shape, num)
-            if table is None:
+            got = _register_table(m, n, cta_group, shape, num)
+            if got is None:
                 continue
+            table, origins = got
             tv = fit_tv(table)
             if tv is None:
                 continue
             tv = coalesce(tv, (1, 1))
             loads = table.shape[1] // (s.regs * num)
             cost = (loads, -_run(table, rows, n), s.regs * num)
-            out.append(TmemEpilogue(m, n, cta_group, shape, num, loads, acc, tv, cost))
+            out.append(TmemEpilogue(m, n, cta_group, shape, num, loads, acc, tv, cost, origins))
     out.sort(key=lambda e: (e.cost, e.shape))
     return out
 

@@ -49,7 +49,10 @@ __all__ = ["GemmConfig", "CONFIGS", "choose_config", "Autotuner", "SM_COUNT", "a
            "REFRESH_SECONDS", "tuning_token", "sm90_stages", "SM90_MAX_STAGES", "SM90_EPILOGUE_SMEM"]
 
 #: Streaming multiprocessors per architecture's flagship part (persistent grid size).
-SM_COUNT = {"sm_80": 108, "sm_89": 128, "sm_90a": 132}
+SM_COUNT = {"sm_80": 108, "sm_89": 128, "sm_90a": 132, "sm_100a": 148}
+#: Architectures that run the warp-specialized kernel (TMA producer, MMA consumers; sm_90a: wgmma,
+#: sm_100a: tcgen05 with the accumulator in tensor memory).
+WARP_SPECIALIZED = ("sm_90a", "sm_100a")
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class GemmConfig:
 
     def consts(self, m: int = 0, n: int = 0) -> dict[str, int]:
         """The kernel's keyword constants (``GRID`` for a persistent Hopper kernel)."""
-        if self.arch == "sm_90a":
+        if self.arch in WARP_SPECIALIZED:
             grid = 0
             if self.persistent:
                 tiles = -(-m // self.BM) * -(-n // self.BN) if m and n else SM_COUNT[self.arch]
@@ -79,7 +82,7 @@ class GemmConfig:
         return {"BM": self.BM, "BN": self.BN, "BK": self.BK, "STAGES": self.STAGES, "WARPS": self.WARPS}
 
     def __str__(self) -> str:
-        if self.arch == "sm_90a":
+        if self.arch in WARP_SPECIALIZED:
             p = " persistent" if self.persistent else ""
             c = f" cluster {self.cluster}" if self.cluster > 1 else ""
             return f"{self.BM}x{self.BN}x{self.BK} {self.STAGES} stages {self.CONSUMERS} consumers{p}{c}"
@@ -138,11 +141,30 @@ _SM90 = [
     _sm90(128, 256, 2, cluster=2),
 ]
 
+def _sm100(bm: int, bn: int, consumers: int, persistent: bool = False) -> GemmConfig:
+    # the shared-memory budget of sm_100a is sm_90a's (227 KiB per block)
+    return GemmConfig("sm_100a", bm, bn, 64, sm90_stages(bm, bn, 64), CONSUMERS=consumers,
+                      persistent=persistent)
+
+
+# sm_100a: the accumulator lives in tensor memory (BN columns); the consumer warp groups only
+# hold it in registers for the epilogue (BM*BN/(128*CONSUMERS) f32 each: 128 at most). One CTA
+# per MMA (cta_group::1: BM 64 or 128). The order of the sm_90a space, so that the heuristic
+# picks by the same indices.
+_SM100 = [
+    _sm100(128, 128, 1, persistent=True),
+    _sm100(128, 128, 1),
+    _sm100(64, 128, 1),
+    _sm100(64, 64, 1),
+    _sm100(128, 256, 2),
+]
+
 #: The shipped config space per architecture.
 CONFIGS: dict[str, list[GemmConfig]] = {
     "sm_80": _SM80,
     "sm_89": [GemmConfig("sm_89", c.BM, c.BN, c.BK, c.STAGES, c.WARPS) for c in _SM80],
     "sm_90a": _SM90,
+    "sm_100a": _SM100,
 }
 
 
@@ -152,7 +174,7 @@ def choose_config(arch: str, m: int, n: int, k: int) -> GemmConfig:
         raise ValueError(f"hexlayout gemm: unsupported architecture {arch!r}; "
                          f"supported: {', '.join(CONFIGS)}")
     space = CONFIGS[arch]
-    if arch == "sm_90a":
+    if arch in WARP_SPECIALIZED:
         if m <= 64:
             return space[2] if n >= 128 else space[3]
         tiles = -(-m // 128) * -(-n // 128)

@@ -22,6 +22,8 @@ staging tile)`` then ``copy(staging tile, view(c))``) are the fusion points wher
   ``STAGES`` stages (``full``/``empty`` mbarriers), the consumer warp groups run wgmma
   from shared memory and the epilogue; register budgets move with setmaxnreg. Persistent
   over output tiles: ``GRID`` blocks walk the tiles (``GRID = 0``: one block per tile).
+- ``gemm_sm100_kernel``: the same source built for sm_100a: synthesis gives its ``hl.mma``
+  tcgen05 (one issuing thread, accumulator in tensor memory, read back by ``tcgen05.ld``).
 
 Kernels are built by factories specialized on the dtype and the A and B layouts; tile shapes
 are keyword constants of the kernel. ``gemm_anchor(arch, dtype, b_layout)`` is the factory of
@@ -39,7 +41,8 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32
 
-__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_anchor", "leading_dims", "ARCH_KERNELS"]
+__all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_sm100_kernel",
+           "gemm_anchor", "leading_dims", "ARCH_KERNELS"]
 
 M, N, K = hl.dims("M N K")
 
@@ -171,7 +174,25 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
                      peer_release: bool = True, a_layout: str = "mk",
                      ld: tuple[bool, bool] = (False, False)) -> Any:
-    """The Hopper warp-specialized, persistent TMA + wgmma GEMM ``c = A @ B`` (an M-major A
+    """The Hopper warp-specialized, persistent TMA + wgmma GEMM (``_warp_specialized_gemm``)."""
+    return _warp_specialized_gemm("sm_90a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
+
+
+@cache
+def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
+                      a_layout: str = "mk", ld: tuple[bool, bool] = (False, False)) -> Any:
+    """The same kernel source as ``gemm_sm90_kernel``, built for Blackwell (sm_100a): synthesis
+    turns its ``hl.mma`` on shared tiles into single-thread ``tcgen05.mma`` with the accumulator
+    in tensor memory and its wgmma commit / wait into ``tcgen05.commit`` on mbarriers; the
+    epilogue reads the accumulator with the ``tcgen05.ld`` synthesis chooses
+    (``hexlayout.ir.lower.umma``). One CTA per MMA (``cta_group::1``): ``BM`` 64 or 128,
+    ``CLUSTER=1``; persistent with ``GRID > 0``."""
+    return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, True, a_layout, ld)
+
+
+def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogue: bool, peer_release: bool,
+                           a_layout: str, ld: tuple[bool, bool]) -> Any:
+    """The warp-specialized, persistent TMA + ``hl.mma`` GEMM ``c = A @ B`` (an M-major A
     or N-major B: a ``BK x BM`` / ``BK x BN`` stage read by wgmma through an MN-major
     descriptor); the
     accumulator is stored from registers, or with ``stage_epilogue=True`` (or the kernel
@@ -197,12 +218,17 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
     def cluster_of(c: dict[str, Any]) -> tuple[int, ...] | None:
         return (2, 1, 1) if c["CLUSTER"] == 2 else None
 
+    tag = arch.replace("_", "").rstrip("a")             # sm90, sm100: the kernel name's architecture
+
     @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), cluster=cluster_of,
-               name=f"gemm_sm90_{dt}_{_suffix(a_layout, b_layout, ld)}")
+               name=f"gemm_{tag}_{dt}_{_suffix(a_layout, b_layout, ld)}")
     def gemm(a: a_type, b: b_type, c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
              GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
         staged = stage_epilogue or STAGE_EPILOGUE
+        if arch == "sm_100a" and CLUSTER != 1:
+            raise ValueError(f"hexlayout gemm: gemm_sm100 runs one CTA per MMA (CLUSTER=1), not "
+                             f"CLUSTER={CLUSTER}")
         if CLUSTER not in (1, 2) or (CLUSTER == 2 and (GRID or BM % 128 or not mk)):
             raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0), "
                              f"BM a multiple of 128 and a K-major A (got GRID={GRID}, BM={BM}, "
@@ -327,7 +353,8 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 
 
 #: The GEMM factory of each architecture (sm_89 runs the Ampere kernel).
-ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel}
+ARCH_KERNELS = {"sm_80": gemm_sm80_kernel, "sm_89": gemm_sm80_kernel, "sm_90a": gemm_sm90_kernel,
+                "sm_100a": gemm_sm100_kernel}
 
 
 def gemm_anchor(arch: str, dtype: DType, b_layout: str, *, staged: bool = False, a_layout: str = "mk",

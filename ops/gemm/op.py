@@ -9,7 +9,8 @@ returns ``c = act(scale * (a @ B) + bias) + residual`` with ``B = b^T`` for ``b`
 ``F.gelu(z, approximate="tanh")``) or ``"silu"`` (``z * sigmoid(z)``).
 
 - CUDA tensors: the kernel for the device's architecture (sm_80 / sm_89: multistage
-  cp.async + ldmatrix + mma.sync; sm_90a: warp-specialized persistent TMA + wgmma) is
+  cp.async + ldmatrix + mma.sync; sm_90a: warp-specialized persistent TMA + wgmma; sm_100a:
+  the same kernel source with tcgen05, the accumulator in tensor memory) is
   synthesized, compiled and cached on first use per (dtype, stored A and B layouts,
   epilogue, config),
   then launched on torch's current stream. The output tile goes through shared memory
@@ -80,7 +81,7 @@ from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, Argume
 from ..host.device import device_arch
 from ..host.launch import fresh_like
 from ..host.torch import require_torch
-from .config import CONFIGS, GemmConfig, autotuner, choose_config, tuning_token
+from .config import CONFIGS, WARP_SPECIALIZED, GemmConfig, autotuner, choose_config, tuning_token
 from .kernels import ARCH_KERNELS, leading_dims
 
 __all__ = ["gemm", "gemm_cached", "check_gemm", "check_arguments", "gemm_build", "gemm_fused",
@@ -97,6 +98,12 @@ _ACT_NODES = {"relu": ("aten.relu.default", ()), "gelu": ("aten.gelu.default", (
               "silu": ("aten.silu.default", ())}
 
 _FACTORY = ARCH_KERNELS
+
+
+def gemm_device_arch(capability: tuple[int, int]) -> str:
+    """The GEMM's architecture on a device: sm_100a on compute capability 10.0 (B200, GB200: the
+    tcgen05 kernel), else the architecture every op builds for (``device_arch``)."""
+    return "sm_100a" if tuple(capability) == (10, 0) else device_arch(capability)
 _LAUNCHERS: dict[tuple, Any] = {}
 #: CUDA device -> hexlayout architecture (``torch.cuda.get_device_capability`` is slow).
 _ARCHS: dict[Any, str] = {}
@@ -343,7 +350,7 @@ def rows_per_launch(arch: str, config: GemmConfig, n: int, k: int) -> int:
     cdiv(N, BN)`` tiles in ``grid.x`` < 2^31) and every row slice of ``a``, ``c`` and
     ``residual``, with one tile of slack, addressable with 32-bit indices."""
     bm = config.BM
-    if arch == "sm_90a":
+    if arch in WARP_SPECIALIZED:
         tiles = GRID_LIMITS[0] // max(1, -(-n // config.BN))
     else:
         tiles = GRID_LIMITS[1]
@@ -686,7 +693,7 @@ def _run_on_gpu(call: _Call, a: Any, b_layout: str, config: GemmConfig | None, a
     token = tuning_token()
     arch = _ARCHS.get(a.device)
     if arch is None:
-        arch = _ARCHS[a.device] = device_arch(torch.cuda.get_device_capability(a.device))
+        arch = _ARCHS[a.device] = gemm_device_arch(torch.cuda.get_device_capability(a.device))
 
     def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
         def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:
@@ -739,7 +746,8 @@ def _run_emulated(call: _Call, a: Any, config: GemmConfig | None) -> None:
 
     if not emulation_enabled():
         raise EmulationDisabledError(f"{_OP}: CPU tensors need HEXLAYOUT_EMULATE=1 (thread-level emulator, "
-                                     "small sizes) or CUDA tensors on an sm_80 / sm_89 / sm_90a GPU")
+                                     "small sizes) or CUDA tensors on an sm_80 / sm_89 / sm_90a / sm_100a "
+                                     "GPU")
     from hexlayout.runtime.emulate import emulate
 
     arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")

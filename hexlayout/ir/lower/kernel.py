@@ -101,6 +101,7 @@ from ..tile import (
     WgmmaWait as TileWgmmaWait,
 )
 from ..tiled_mma import TiledMma
+from ..tiled_umma import TiledUmma
 from ..types import Scope
 from . import atomic, regroup  # noqa: F401 - their lowering rules register in LOWERING
 from .conversions import conversion
@@ -112,6 +113,7 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
 from .scan import lower_scan
+from .umma import TmemState, lower_umma, same_region_ops, umma_commit, umma_fence, umma_wait
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -179,6 +181,7 @@ class Lowering:
         self.copy_choices: dict[int, tuple[str, str]] = {}   # copy op uid -> (rule family, name)
         self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
         self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
+        self.tmem: Any = None        # tensor memory of tcgen05 mmas (``umma.TmemState``), on first use
 
     # --- the threads running the current region (warp specialization) -----------------
     @property
@@ -291,6 +294,10 @@ class Lowering:
         out: list[Instr] = []
         for op in b.ops:
             try:
+                if self.tmem is not None and self.tmem.pending:   # an accumulator in TMEM read here
+                    out += self.tmem.loads_before(self, op)
+                if self.arch.name == "sm_100a" and self.assignment.mma:  # registers a tcgen05 mma adds to
+                    out += TmemState.of(self).stores_before(self, op) if _has_umma(self, op) else []
                 instrs = self.op(op)
             except LoweringError:
                 raise
@@ -483,6 +490,12 @@ class Lowering:
     @LOWERING.register(Mma)
     def op_Mma(self, op: Mma) -> list[Instr]:
         chosen = self.assignment.mma.get(op.uid)
+        if isinstance(chosen, TiledUmma):
+            a, b = (self.view(x, op) if x.scope == Scope.SHARED else self.register_of(x, op)
+                    for x in (op.a, op.b))
+            res = lower_umma(self, op, chosen, a, b, self.register_of(op.c, op))
+            self.choices.append((op, str(chosen)))
+            return res
         if chosen is not None:
             atom_name, warps, k_inner = atom_spec(chosen.atom), chosen.warps, chosen.k_inner
         else:
@@ -491,6 +504,9 @@ class Lowering:
             raise self.fail(op, "the mma atom and warp arrangement are not chosen; give atom= and warps= or "
                             "run synthesis")
         atom = get_atom(atom_name)
+        if atom.kind == "tcgen05":
+            raise self.fail(op, f"{atom.name}: a tcgen05 mma is lowered from synthesis's choice (the "
+                            "accumulator's TMEM layout and load); run synthesis for sm_100a, atom= left out")
         if atom.arch not in ("sm_80", "sm_89", "sm_90a") or self.arch.name not in atom.archs:
             raise self.fail(op, f"{atom.name} needs {atom.arch}; the kernel is lowered for {self.arch.name}")
         if not isinstance(warps, TaskMapping):
@@ -716,6 +732,8 @@ class Lowering:
         for b in self.tk.mbarriers:
             self.mbars[id(b)] = MbarRef(b.name, 0, b.count)
         body = [Comment(f"kernel {self.tk.name}")] + self.block(self.tk.body)
+        if self.tmem is not None:            # tcgen05 mmas: the kernel allocates and frees tensor memory
+            body = body[:1] + self.tmem.prologue(self) + body[1:] + self.tmem.epilogue(self)
         if self.smem_top > self.arch.smem_per_block_max:
             limit = self.arch.smem_per_block_max
             raise self.fail(_largest_shared_alloc(self.tk),
@@ -729,6 +747,12 @@ class Lowering:
             arch=self.arch.name, loc=self.tk.loc, min_blocks=launch.min_blocks,
         )
         return LoweredProgram(lk, _dedupe(self.reqs), self.choices, dict(self.offline))
+
+
+def _has_umma(lw: Lowering, op: Op) -> bool:
+    """Whether ``op`` is, or nests, an mma lowered to tcgen05 (a ``TiledUmma`` choice)."""
+    return any(isinstance(o, Mma) and isinstance(lw.assignment.mma.get(o.uid), TiledUmma)
+               for o in same_region_ops(op))
 
 
 def _other_fill(instrs: list[Instr], other: float | None) -> list[Instr]:
@@ -774,7 +798,12 @@ ONE_INSTRUCTION: dict[type, tuple[type, tuple[str, ...]]] = {
 
 
 def _one_instruction(lw: Lowering, op: Op) -> list[Instr]:
-    """The instruction ``ONE_INSTRUCTION`` gives ``op``, with ``op``'s fields."""
+    """The instruction ``ONE_INSTRUCTION`` gives ``op``, with ``op``'s fields; on sm_100a the
+    wgmma fence / commit / wait of a kernel order its tcgen05 mmas instead (``umma``)."""
+    if lw.arch.name == "sm_100a" and isinstance(op, (TileWgmmaFence, TileWgmmaCommit, TileWgmmaWait)):
+        if isinstance(op, TileWgmmaFence):
+            return umma_fence(lw)
+        return umma_commit(lw) if isinstance(op, TileWgmmaCommit) else umma_wait(lw, int(op.pending))
     instr, fields = ONE_INSTRUCTION[type(op)]
     return [instr(*(getattr(op, f) for f in fields))]
 

@@ -1,0 +1,295 @@
+"""Lowering of an ``mma`` to ``tcgen05.mma`` (sm_100a): the accumulator in tensor memory.
+
+Under a ``TiledUmma`` choice (``hexlayout.ir.tiled_umma``) the lowering owns everything
+Blackwell-specific, so a kernel written for sm_90a (``hl.mma`` on shared tiles, wgmma fence /
+commit / wait) runs unchanged:
+
+* **TMEM allocation**: the accumulators of the kernel's tcgen05 mmas get consecutive column
+  ranges (``N`` columns each, in order of lowering) of one allocation of ``ncols`` = the next
+  power of two >= max(32, total) columns. The kernel starts with warp 0 allocating them
+  (``tcgen05.alloc`` writes the address to a shared word) and relinquishing the allocation
+  permit, a fenced block barrier, and every thread reading the address into ``tmem_base``;
+  it ends with a fenced block barrier and warp 0's ``tcgen05.dealloc``.
+* **mma**: the elected thread of the threads running the op issues (in one branch), for each
+  k-step and N block, ``tcgen05.mma`` with D at ``tmem_base + column``, A and B shared-memory
+  descriptors (those of wgmma, ``ir.lower.mma._desc``); ``accumulate`` is ``enable_input_d``
+  of the first k-step. The accumulator's register tile is then *pending*: its values are in
+  TMEM. An op (a loop, a branch, the mma itself) whose first tcgen05 mma on an accumulator
+  whose values are in registers may add to it (``accumulate`` not ``False``: ``hl.zeros``
+  then ``hl.mma``) is preceded by a ``tcgen05.st`` of those registers (the load's shape and
+  addresses), ``wait::st`` and a fenced barrier of the threads.
+* **wgmma_commit** -> the elected thread's ``tcgen05.commit`` onto barrier ``c % B`` of the
+  lowering's ``tc_done[B]`` mbarriers (``B`` = the largest ``n`` of the kernel's
+  ``wgmma_wait(n)`` + 1), ``c`` the commits so far (a per-thread counter ``tc_commits``);
+  **wgmma_wait(n)** -> every thread waits for commit ``j = c - 1 - n`` (if any): barrier
+  ``j % B``, phase parity ``(j // B) & 1``, then ``tcgen05.fence::after_thread_sync``.
+  With ``B = n + 1`` a barrier never runs two phases ahead of its waiters: commit ``j + B`` is
+  issued only after ``j`` was waited for. **wgmma_fence** -> ``tcgen05.fence::after_thread_sync``.
+* **epilogue**: before the first op (in program order, in the block of the mma or an
+  enclosing one) that reads or writes the pending register tile other than a tcgen05 mma,
+  every warp loads its share with the ``tcgen05.ld`` the choice names (warp ``w`` of warp
+  group ``g``: lanes ``32*(w%4) + lane``; for a load origin at column ``c`` of the group's
+  columns, TMEM column ``(c // chunk) * chunk * G + g * chunk + c % chunk``),
+  ``tcgen05.wait::ld``, then a fenced barrier of those threads so that no next MMA into the
+  same columns is issued before every warp's load completed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hexlayout.arch.dtypes import S32, U32
+from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_DP
+
+from ..expr import ExprLike, RegRead, as_expr, select
+from ..lowered import (
+    Alu,
+    BarSync,
+    IfThen,
+    Instr,
+    LdShared,
+    MbarInit,
+    MbarRef,
+    MbarWait,
+    RegArray,
+    RegRef,
+    SharedRef,
+)
+from ..lowered_tcgen05 import (
+    Tcgen05Commit,
+    Tcgen05Fence,
+    Tcgen05Ld,
+    Tcgen05Mma,
+    Tcgen05St,
+    Tcgen05Wait,
+    TmemAlloc,
+    TmemDealloc,
+    TmemRelinquish,
+)
+from ..tile import If, Mma, Op, Value
+from ..tile import WgmmaWait as TileWgmmaWait
+from ..tiled_umma import TiledUmma
+from .mma import _desc
+from .views import RegisterTile, SharedTileView
+
+__all__ = ["TmemState", "lower_umma", "umma_commit", "umma_wait", "umma_fence", "same_region_ops"]
+
+BAR = "tc_done"
+
+
+@dataclass
+class _Pending:
+    tile: RegisterTile
+    tu: TiledUmma
+    column: int
+    region: tuple[int, int]
+
+
+@dataclass
+class TmemState:
+    """The tensor memory of one lowering: the accumulators' columns, registers, barriers."""
+
+    base: RegArray
+    commits: RegArray
+    barriers: int
+    columns: dict[int, int] = field(default_factory=dict)       # accumulator root id -> first column
+    used: int = 0
+    pending: dict[int, _Pending] = field(default_factory=dict)  # accumulator root id -> its load
+
+    @staticmethod
+    def of(lw: Any) -> TmemState:
+        """The lowering's state, created on first use."""
+        if lw.tmem is None:
+            waits = [op.pending for op in lw.tk.body.walk() if isinstance(op, TileWgmmaWait)]
+            lw.tmem = TmemState(lw.scratch("tmem_base", U32, 1), lw.scratch("tc_commits", S32, 1),
+                                max([int(w) for w in waits], default=0) + 1)
+            lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers)
+        return lw.tmem
+
+    @property
+    def ncols(self) -> int:
+        n = 32
+        while n < self.used:
+            n *= 2
+        return n
+
+    def bar(self, index: ExprLike) -> MbarRef:
+        return MbarRef(BAR, index, self.barriers)
+
+    def column_of(self, root: Value, tu: TiledUmma) -> int:
+        if root.id not in self.columns:
+            if self.used + tu.columns > TMEM_COLUMNS:
+                raise ValueError(f"the tcgen05 accumulators need {self.used + tu.columns} TMEM columns, more "
+                                 f"than the {TMEM_COLUMNS} there are")
+            self.columns[root.id] = self.used
+            self.used += tu.columns
+        return self.columns[root.id]
+
+    # --- the kernel's prologue and epilogue ---------------------------------------------------
+    def prologue(self, lw: Any) -> list[Instr]:
+        word, _ = lw.exchange_buffer("tmem_addr", U32, 16)
+        tid = as_expr(lw.tid)
+        warp0 = tid < 32
+        out: list[Instr] = [MbarInit(self.bar(i), 1, pred=tid.eq(0)) for i in range(self.barriers)]
+        out += [Alu("mov", RegRef(self.commits, 0, 1), (0,)),
+                TmemAlloc(SharedRef(word, 0), self.ncols, pred=warp0), TmemRelinquish(pred=warp0),
+                Tcgen05Fence("before_thread_sync"), BarSync(), Tcgen05Fence("after_thread_sync"),
+                LdShared(RegRef(self.base, 0, 1), SharedRef(word, 0), 32)]
+        for ins in out:
+            ins.origin = "tensor memory allocation"
+        return out
+
+    def epilogue(self, lw: Any) -> list[Instr]:
+        out: list[Instr] = [Tcgen05Fence("before_thread_sync"), BarSync(), Tcgen05Fence("after_thread_sync"),
+                            TmemDealloc(RegRead(self.base, 0), self.ncols, pred=as_expr(lw.tid) < 32)]
+        for ins in out:
+            ins.origin = "tensor memory deallocation"
+        return out
+
+    # --- the accumulator's way to registers ---------------------------------------------------
+    def loads_before(self, lw: Any, op: Op) -> list[Instr]:
+        """The TMEM loads of the pending accumulators ``op`` (or an op nested in it) touches."""
+        out: list[Instr] = []
+        for rid in [r for r in self.pending if _touches(op, r)]:
+            p = self.pending.pop(rid)
+            if p.region != lw.group_threads[-1]:
+                lo, hi = p.region
+                raise ValueError(f"the accumulator %{p.tile.array.name} of a tcgen05 mma run by threads "
+                                 f"[{lo}, {hi}) is read by other threads")
+            out += self._load(lw, p)
+        return out
+
+    def _load(self, lw: Any, p: _Pending, store: bool = False) -> list[Instr]:
+        """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers)."""
+        tu = p.tu
+        gtid = as_expr(lw.gtid)
+        lane0 = (gtid // 32) % 4 * 32
+        col0 = p.column + (gtid // 128) * tu.chunk          # warp group g: chunks g, g + G, ...
+        base = RegRead(self.base, 0)
+        regs = tu.regs_per_load
+        out: list[Instr] = []
+        for q, (lane, col) in enumerate(tu.loads):
+            col = col // tu.chunk * tu.chunk * tu.groups + col % tu.chunk
+            taddr = base + (lane0 + lane) * TMEM_DP + col0 + col
+            regs_q = RegRef(p.tile.array, q * regs, regs)
+            out.append(Tcgen05St(tu.ld_shape, tu.ld_num, taddr, regs_q) if store
+                       else Tcgen05Ld(tu.ld_shape, tu.ld_num, regs_q, taddr))
+        out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
+                Tcgen05Fence("after_thread_sync")]
+        for ins in out:
+            ins.origin = f"tcgen05.{'st' if store else 'ld'} of the accumulator"
+        return out
+
+    def stores_before(self, lw: Any, op: Op) -> list[Instr]:
+        """The ``tcgen05.st`` of accumulators whose values are in registers and which the first
+        tcgen05 mma on them in ``op`` (or nested in it) may add to (``accumulate`` not False)."""
+        out: list[Instr] = []
+        seen: set[int] = set()
+        for o in same_region_ops(op):
+            tu = lw.assignment.mma.get(o.uid) if isinstance(o, Mma) else None
+            if not isinstance(tu, TiledUmma) or o.c.root.id in seen:
+                continue
+            rid = o.c.root.id
+            seen.add(rid)
+            if rid in self.pending or o.accumulate is False:
+                continue
+            p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1])
+            out += self._load(lw, p, store=True)
+            self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
+        return out
+
+
+def same_region_ops(op: Op) -> list[Op]:
+    """``op`` and the ops nested in it that run on the same threads (not inside a warp-group
+    branch), in program order."""
+    if isinstance(op, If) and op.warp_groups:
+        return []
+    out = [op]
+    for b in op.blocks():
+        for o in b.ops:
+            out += same_region_ops(o)
+    return out
+
+
+def _touches(op: Op, root_id: int) -> bool:
+    """Whether ``op`` or an op nested in it reads or writes the tile ``root_id`` other than as the
+    accumulator of an mma (a tcgen05 mma keeps it in TMEM)."""
+    ops = [op] + [o for b in op.blocks() for o in b.walk()]
+    for o in ops:
+        for v in o.values():
+            if v.root.id == root_id and not (isinstance(o, Mma) and v is o.c):
+                return True
+    return False
+
+
+def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile) -> list[Instr]:
+    """The single-thread ``tcgen05.mma`` issues of ``op`` (module docstring)."""
+    if not (isinstance(a, SharedTileView) and isinstance(b, SharedTileView)):
+        raise ValueError(f"{tu.atom.name} reads A and B from shared memory")
+    m, n, k = tu.tile_mnk
+    if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
+        raise ValueError(f"{tu} covers {m}x{n}x{k}, the operands are "
+                         f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1]}")
+    if tu.threads != lw.gthreads:
+        raise ValueError(f"{tu} is read by {tu.threads} threads; {lw.gthreads} threads run the mma")
+    if c.values * c.threads != m * n:
+        raise ValueError(f"the accumulator %{op.c.name} is not one register tile of {m}x{n} values")
+    st = TmemState.of(lw)
+    col = st.column_of(op.c.root, tu)
+    tm = tu.issue()
+    first: ExprLike = 1
+    if op.accumulate is False:
+        first = 0
+    elif op.accumulate is not True:
+        first = select(as_expr(op.accumulate), 1, 0)
+    base = RegRead(st.base, 0)
+    atom_n = tu.atom.shape_mnk[1]
+    bits = op.a.type.dtype.bits
+    out: list[Instr] = []
+    for inst in tm.instances():
+        descs = []
+        for role, view, mode, major, r in (("a", a, 0, tu.atom.a_major, inst.r_m),
+                                           ("b", b, 1, tu.atom.b_major, inst.r_n)):
+            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits)
+            if isinstance(d, str):
+                raise ValueError(f"operand {role}: {d}")
+            descs.append(d)
+        out.append(Tcgen05Mma(tu.atom.name, base + col + inst.r_n * atom_n, descs[0], descs[1],
+                              first if inst.k == 0 else 1))
+    st.pending[op.c.root.id] = _Pending(c, tu, col, lw.group_threads[-1])
+    return [IfThen(lw.elect[-1], out)]          # one branch around the issuing thread's MMAs
+
+
+def umma_commit(lw: Any) -> list[Instr]:
+    """``wgmma_commit`` on sm_100a: a ``tcgen05.commit`` onto the next ``tc_done`` barrier."""
+    st = TmemState.of(lw)
+    cnt = RegRead(st.commits, 0)
+    return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))]),
+            Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
+
+
+def umma_wait(lw: Any, pending: int) -> list[Instr]:
+    """``wgmma_wait(pending)`` on sm_100a: wait until at most ``pending`` commits are running."""
+    st = TmemState.of(lw)
+    if pending >= st.barriers:
+        raise ValueError(f"wgmma_wait({pending}) with {st.barriers} commit barriers")
+    j = as_expr(RegRead(st.commits, 0)) - 1 - pending
+    wait = [MbarWait(st.bar(_mod(j, st.barriers)), _div(j, st.barriers) & 1),
+            Tcgen05Fence("after_thread_sync")]
+    return [IfThen(as_expr(RegRead(st.commits, 0)) > pending, wait)]
+
+
+def _mod(x: Any, n: int) -> Any:
+    """``x % n`` of a non-negative counter (a mask when ``n`` is a power of two)."""
+    return x & (n - 1) if n & (n - 1) == 0 else x % n
+
+
+def _div(x: Any, n: int) -> Any:
+    """``x // n`` of a non-negative counter (a shift when ``n`` is a power of two)."""
+    return x >> (n.bit_length() - 1) if n & (n - 1) == 0 else x // n
+
+
+def umma_fence(lw: Any) -> list[Instr]:
+    """``wgmma_fence`` on sm_100a: order the tcgen05 ops after the preceding thread synchronization."""
+    return [Tcgen05Fence("after_thread_sync")]

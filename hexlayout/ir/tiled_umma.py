@@ -1,0 +1,113 @@
+"""A tiled ``tcgen05.mma`` (sm_100a): one single-thread MMA atom repeated along N, its
+accumulator in tensor memory, and the ``tcgen05.ld`` that brings it to registers.
+
+``TiledUmma(atom, n_atoms, k_tiles, threads, ld_shape, ld_num, loads, register_tv)`` covers an
+``M x N x K`` tile with ``M = atom_m`` (64 or 128: one CTA, ``cta_group::1``), ``N = n_atoms *
+atom_n`` and ``K = k_tiles * atom_k``. One thread (the elected thread of the ``threads`` that
+run the op) issues, for each k-step ``k`` and N block ``j``, ``D[:, j*atom_n:(j+1)*atom_n] (+)=
+A[:, k] @ B[j, k]^T`` with D at TMEM column ``j * atom_n`` of the accumulator's allocation
+(``arch.tmem.accumulator_layout``: row ``i``, column ``j`` at lane ``i`` (M = 128) and column
+``j``).
+
+The accumulator reaches the registers of the ``threads = 128 * G`` threads (G warp groups) by
+``tcgen05.ld.{ld_shape}.x{ld_num}``: the columns are dealt to the warp groups in blocks of
+``chunk`` (block ``b`` to group ``b % G``; ``chunk = N / G``: one contiguous block each), warp
+``w`` of a group reads the lanes of its quarter ``32*(w%4) ..``; ``loads``
+lists the (lane within the quarter, column among the group's columns) origin of each of a
+warp's loads, in register order (load ``q`` writes registers ``[q*R, (q+1)*R)``, R the registers
+of one load). ``register_tv`` is the resulting TV layout ``(thread, value) -> m + M*n`` over
+the ``threads`` threads: the layout of the accumulator's register tile (chosen by synthesis,
+``hexlayout.synth.tmem_choice``).
+
+The same object answers the questions the register-layout solver asks a ``TiledMma``
+(``c_tv``, ``tile_mnk``, ``threads``, ``atom``, ``warps``, ``k_inner``); ``a_tv`` / ``b_tv``
+do not exist (both operands are read from shared memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hexlayout.layout import Layout
+
+from .mapping import TaskMapping, repeat
+from .tiled_mma import TiledMma
+
+__all__ = ["TiledUmma"]
+
+
+@dataclass(frozen=True)
+class TiledUmma:
+    atom: Any                 # a kind="tcgen05" MmaAtom (hexlayout.arch.sm100)
+    n_atoms: int
+    k_tiles: int
+    threads: int              # the threads that run the op (the epilogue's); 128 * warp groups
+    ld_shape: str
+    ld_num: int
+    loads: tuple[tuple[int, int], ...]
+    register_tv: Layout
+    chunk: int = 0            # columns of one warp group's contiguous block (0: N / groups)
+    k_inner: bool = True
+
+    def __post_init__(self) -> None:
+        if self.atom.kind != "tcgen05":
+            raise ValueError(f"TiledUmma: {self.atom.name} is not a tcgen05.mma atom")
+        if self.threads % 128 or self.threads <= 0:
+            raise ValueError(f"TiledUmma: {self.threads} threads are not whole warp groups")
+        if self.chunk == 0:
+            object.__setattr__(self, "chunk", self.columns // self.groups)
+        if (self.columns // self.groups) % self.chunk:
+            raise ValueError(f"TiledUmma: blocks of {self.chunk} columns do not tile a warp group's "
+                             f"{self.columns // self.groups}")
+
+    @property
+    def groups(self) -> int:
+        """Warp groups that read the accumulator (each its share of the columns)."""
+        return self.threads // 128
+
+    @property
+    def atom_threads(self) -> int:
+        return 1
+
+    @property
+    def warps(self) -> TaskMapping:
+        """The atom tiles one issuing thread covers: ``repeat(1, n_atoms)``."""
+        return repeat(1, self.n_atoms)
+
+    @property
+    def tile_mnk(self) -> tuple[int, int, int]:
+        m, n, k = self.atom.shape_mnk
+        return m, n * self.n_atoms, k * self.k_tiles
+
+    @property
+    def columns(self) -> int:
+        """TMEM columns of the accumulator (32-bit: one per output column)."""
+        return self.tile_mnk[1]
+
+    @property
+    def regs_per_load(self) -> int:
+        from hexlayout.arch.tmem import TMEM_SHAPES
+
+        return TMEM_SHAPES[self.ld_shape].regs * self.ld_num
+
+    def issue(self) -> TiledMma:
+        """The single-thread issues as a ``TiledMma`` of one worker (its ``instances()``: the
+        (N block, k-step) pairs; its shared-operand descriptors, ``ir.lower.mma``)."""
+        return TiledMma(self.atom, self.warps, self.k_tiles)
+
+    def c_tv(self) -> Layout:
+        return self.register_tv
+
+    def a_tv(self) -> Layout:
+        raise ValueError(f"TiledUmma: {self.atom.name} reads A from shared memory; it has no A registers")
+
+    def b_tv(self) -> Layout:
+        raise ValueError(f"TiledUmma: {self.atom.name} reads B from shared memory; it has no B registers")
+
+    def __str__(self) -> str:
+        m, n, k = self.tile_mnk
+        split = f", columns dealt in blocks of {self.chunk}" if self.chunk * self.groups != n else ""
+        return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}, accumulator in "
+                f"TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
+                f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split})")

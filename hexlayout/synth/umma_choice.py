@@ -1,0 +1,123 @@
+"""Candidate ``tcgen05.mma`` tilings (sm_100a) for an ``mma`` op whose operands are in shared
+memory: the atom, its repetition along N, the accumulator's TMEM layout and the ``tcgen05.ld``
+that brings it to the registers of the threads running the op.
+
+For ``c[M,N] (+)= a[M,K] @ b[N,K]^T`` with ``a`` and ``b`` shared, run by ``T = 128 * G``
+threads (G warp groups), one thread issues ``SM100_{M}x{n}x{k}`` atoms (``cta_group::1``, so
+``M`` is 64 or 128) with ``n`` the largest N the instruction accepts that divides ``N``
+(``N / n`` atoms side by side in TMEM columns) and ``K / k`` k-steps; the descriptor majors
+range over K- and MN-major for A and for B (as for wgmma). The accumulator lives in TMEM
+(``arch.tmem.accumulator_layout``, ``N`` 32-bit columns); each warp group reads ``N/G``
+columns with the ``tcgen05.ld`` shapes ``tmem_choice`` ranks for an ``M x N/G``
+accumulator: one contiguous block per group, or (G > 1) blocks of one load's width dealt
+round-robin to the groups (so that a window of columns is spread over every thread, as a
+staged epilogue needs). The register layout of ``c`` is what that load gives. Candidates
+are ordered by the load ranking first, then contiguous before dealt, then K-major before
+MN-major.
+
+Example:
+    >>> from hexlayout.arch.dtypes import BF16, F32
+    >>> tu = umma_tilings(128, 256, 64, BF16, BF16, F32, 256)[0]
+    >>> (tu.atom.name, tu.n_atoms, tu.k_tiles, tu.ld_shape, tu.ld_num)
+    ('SM100_128x256x16_F32BF16BF16_SS', 1, 4, '32x32b', 64)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hexlayout.arch import get_atom
+from hexlayout.arch.dtypes import DType
+from hexlayout.arch.sm100 import kind_of, umma_n_values
+from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_SHAPES
+from hexlayout.ir.tile import Mma
+from hexlayout.ir.tiled_umma import TiledUmma
+from hexlayout.ir.types import Scope
+from hexlayout.layout import Layout, size
+from hexlayout.layout.tv_maps import fit_tv
+
+from .tmem_choice import tmem_epilogue_candidates
+
+__all__ = ["umma_tilings", "umma_candidates", "umma_refusal"]
+
+#: epilogue loads offered to the search per atom (best first; ``tmem_choice`` ranks them)
+MAX_LOADS = 4
+
+
+def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int) -> str | None:
+    """Why no tcgen05 tiling computes an ``m x n x k`` tile for ``threads`` threads (None: one may)."""
+    try:
+        kind = kind_of(da)
+    except ValueError as e:
+        return str(e)
+    if da.name != db.name or dc.name != "f32":
+        return f"tcgen05.mma kind::{kind} is built for A = B types with an f32 accumulator"
+    if m not in (64, 128):
+        return f"M = {m}: a one-CTA tcgen05.mma (cta_group::1) computes M = 64 or 128 rows"
+    if threads % 128:
+        return f"{threads} threads: the accumulator is read from TMEM by whole warp groups (128 threads)"
+    if n > TMEM_COLUMNS:
+        return f"N = {n}: the f32 accumulator needs {n} TMEM columns, more than the {TMEM_COLUMNS} there are"
+    step = 256 // da.bits
+    if k % step:
+        return f"K = {k} is not a multiple of the atom's K = {step}"
+    if n % (threads // 128):
+        return f"N = {n} does not split over {threads // 128} warp groups"
+    return None
+
+
+def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
+                 majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
+                 ) -> list[TiledUmma]:
+    """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``)."""
+    if umma_refusal(m, n, k, da, db, dc, threads) is not None:
+        return []
+    ns = [x for x in umma_n_values(1, m) if n % x == 0]
+    if not ns:
+        return []
+    atom_n = max(ns)
+    groups = threads // 128
+    per = n // groups
+    out = []
+    for ep in tmem_epilogue_candidates(m, per)[:MAX_LOADS]:
+        width = TMEM_SHAPES[ep.shape].columns * ep.num
+        for chunk in dict.fromkeys((per, width) if groups > 1 else (per,)):
+            full = _dealt(ep.register_tv, m, per, groups, chunk)
+            if full is None:
+                continue
+            for am, bm in majors:
+                name = f"SM100_{m}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_SS"
+                atom = get_atom(name, a_major=am, b_major=bm)
+                out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
+                                     ep.origins, full, chunk))
+    return out
+
+
+def _dealt(tv: Layout, m: int, per: int, groups: int, chunk: int) -> Layout | None:
+    """The register TV layout over ``128 * groups`` threads when warp group ``g`` holds, in the
+    layout ``tv`` of one group over ``m x per``, the column blocks ``g, g + groups, ...`` of
+    ``chunk`` columns: group column ``c`` is tile column ``(c // chunk) * chunk * groups +
+    g * chunk + c % chunk`` (None: not a layout)."""
+    if groups == 1:
+        return tv
+    idx = _table(tv)
+    i, c = idx % m, idx // m
+    out = np.concatenate([i + m * ((c // chunk) * chunk * groups + g * chunk + c % chunk)
+                          for g in range(groups)], axis=0)
+    return fit_tv(out)
+
+
+def _table(tv: Layout) -> np.ndarray:
+    """``[thread, value]`` of a TV layout's values."""
+    t, v = size(tv[0]), size(tv[1])
+    return np.asarray(tv.indices(), dtype=np.int64).reshape(v, t).T
+
+
+def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
+    """The tcgen05 tilings of ``op`` run by ``threads`` threads: both operands in shared memory,
+    no atom given (``atom=`` names an mma.sync / wgmma atom, not built on sm_100a)."""
+    a, b, c = op.a.type, op.b.type, op.c.type
+    if a.scope != Scope.SHARED or b.scope != Scope.SHARED or c.scope != Scope.REGISTER or op.atom is not None:
+        return []
+    m, k = a.shape
+    return umma_tilings(m, b.shape[0], k, a.dtype, b.dtype, c.dtype, threads)

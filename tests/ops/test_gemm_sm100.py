@@ -1,0 +1,144 @@
+"""The GEMM on sm_100a (``gemm_sm100_kernel``: the sm_90a kernel source, tcgen05 synthesized):
+the emulator against float64 on ragged shapes, dispatch by ``HEXLAYOUT_EMULATE_ARCH``, and the
+NVRTC build for sm_100a (no spills, UTCHMMA and LDTM in the SASS)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hexlayout.ops.gemm.kernels import gemm_sm100_kernel
+
+import hexlayout.lang as hl
+from hexlayout.emulator import run
+from hexlayout.synth.solve import synthesize
+
+
+def _check(dtype, consts, m, n, k, seed=1, b_layout="nk", a_layout="mk"):
+    """f16 in the emulator (bf16 runs through the op: ``test_gemm_op_dispatches_to_sm100``)."""
+    tk = gemm_sm100_kernel(dtype, b_layout, a_layout=a_layout).trace(**consts)
+    assert tk.name.startswith("gemm_sm100_")
+    syn = synthesize(tk, "sm_100a")
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    args = {"a": a if a_layout == "mk" else np.ascontiguousarray(a.T),
+            "b": b if b_layout == "nk" else np.ascontiguousarray(b.T),
+            "c": np.full((m, n), np.nan, np.float16)}
+    run(syn.lowered.kernel, args)
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(args["c"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_one_tile_ragged_f16():
+    _check(hl.f16, dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1), 100, 56, 152)
+
+
+def test_persistent_four_tiles_on_two_blocks():
+    _check(hl.f16, dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=2), 200, 120, 136)
+
+
+def test_mn_major_a_and_b():
+    """A stored K x M and B stored K x N: MN-major shared stages, read through MN-major descriptors
+    (instruction-descriptor bits 15 and 16)."""
+    _check(hl.f16, dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1), 104, 56, 136, b_layout="kn",
+           a_layout="km")
+
+
+def test_k_zero_writes_a_zero_product():
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=64, BN=64, BK=64, STAGES=2, CONSUMERS=1),
+                     "sm_100a")
+    c = np.full((64, 64), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": np.zeros((64, 0), np.float16), "b": np.zeros((64, 0), np.float16), "c": c})
+    assert np.all(c == 0)
+
+
+def test_two_consumer_warp_groups_staged_epilogue_m64():
+    _check(hl.f16, dict(BM=64, BN=128, BK=64, STAGES=3, CONSUMERS=2, STAGE_EPILOGUE=True), 70, 136, 136)
+
+
+def test_gemm_op_dispatches_to_sm100(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from hexlayout.ops.gemm.op import gemm, gemm_fused
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(100, 152, generator=g).to(torch.bfloat16)
+    b = torch.randn(56, 152, generator=g).to(torch.bfloat16)
+    c = gemm(a, b)
+    want = a.double() @ b.double().t()
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=2e-1)
+    from hexlayout.ops.gemm.config import choose_config
+
+    bld, _ = gemm_fused(hl.bf16, "nk", (False, False, "none", False), "sm_100a",
+                        choose_config("sm_100a", 100, 56, 152), 100, 56, compile=False)
+    assert "gemm_sm100_bf16" in bld.generated.name
+
+
+@pytest.mark.nvrtc
+def test_builds_for_sm100_with_tcgen05_sass():
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.op import gemm_build
+
+    from hexlayout.runtime.sass import count_prefix
+
+    cfg = CONFIGS["sm_100a"][1]          # 128x128x64, one consumer warp group
+    b = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", cfg, 4096, 4096)
+    st = b.stats
+    assert not st.spills and st.local_memory_instructions == 0, st.summary()
+    counts = b.compiled.sass_counts()
+    for prefix in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG"):
+        assert count_prefix(counts, prefix) >= 1, (prefix, sorted(counts))
+    assert count_prefix(counts, "HGMMA") == 0
+
+
+def test_zeroed_accumulator_is_stored_to_tmem_once():
+    """The sm_90a example (``hl.zeros`` then ``hl.mma`` accumulating, ``wgmma_wait(0)``) on
+    sm_100a: the zeroed registers go to TMEM by one tcgen05.st before the k-loop (not per k-tile),
+    two consumer warp groups."""
+    from hexlayout.ir import lowered as L
+    from hexlayout.ir import lowered_tcgen05 as T
+    from hexlayout.lang.examples.gemm_sm90 import gemm_sm90
+
+    syn = synthesize(gemm_sm90.trace(BM=128, BN=64, BK=64, STAGES=2), "sm_100a")
+    loops = [i for i in L.walk_instrs(syn.lowered.kernel.body) if isinstance(i, L.ForLoop)]
+    assert not any(isinstance(i, T.Tcgen05St) for lp in loops for i in L.walk_instrs(lp.body))
+    assert sum(isinstance(i, T.Tcgen05St) for i in L.walk_instrs(syn.lowered.kernel.body)) == 1
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (100, 200)).astype(np.float16)
+    b = rng.uniform(-1, 1, (56, 200)).astype(np.float16)
+    c = np.full((100, 56), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_without_the_commit_waits_the_emulator_rejects_the_pipeline(monkeypatch):
+    """The waits the lowering gives ``wgmma_wait(n)`` are what keeps the producer from refilling a
+    stage an in-flight tcgen05.mma still reads: left out, the emulator names the hazard."""
+    import hexlayout.ir.lower.kernel as lowering
+    from hexlayout.emulator import AsyncHazardError
+
+    monkeypatch.setattr(lowering, "umma_wait", lambda lw, pending: [])
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1),
+                     "sm_100a")
+    rng = np.random.default_rng(2)
+    args = {"a": rng.uniform(-1, 1, (100, 200)).astype(np.float16),
+            "b": rng.uniform(-1, 1, (56, 200)).astype(np.float16), "c": np.zeros((100, 56), np.float16)}
+    with pytest.raises(AsyncHazardError, match="in-flight tcgen05.mma reads it"):
+        run(syn.lowered.kernel, args)
+
+
+def test_gemm_op_epilogue_on_sm100(monkeypatch):
+    """bias + GELU + residual fused into the sm_100a GEMM's epilogue (after the tcgen05.ld)."""
+    torch = pytest.importorskip("torch")
+    from hexlayout.ops.gemm.op import gemm
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
+    g = torch.Generator().manual_seed(4)
+    a, w = torch.randn(70, 136, generator=g).half(), torch.randn(120, 136, generator=g).half()
+    bias, res = torch.randn(120, generator=g).half(), torch.randn(70, 120, generator=g).half()
+    c = gemm(a, w, bias=bias, residual=res, activation="gelu")
+    want = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double()) + res.double()
+    torch.testing.assert_close(c.double(), want, rtol=1e-2, atol=5e-2)
