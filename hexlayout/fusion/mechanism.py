@@ -66,12 +66,20 @@ class InputSpec:
     the frame), so its register tile has the frame tile's shape and any layout synthesis
     gives the tile it is combined with: what a prologue's per-channel scale ``(N, 1)`` of an
     operand staged through registers needs (a ``(BN, 1)`` tile has no layout that matches
-    every operand load's thread arrangement)."""
+    every operand load's thread arrangement). ``group`` / ``period``: the input holds one value
+    per group of ``group`` consecutive columns of the frame (a per-group dequantization
+    scale or zero point: frame element ``(r, c)`` reads ``in[r, c // group]``, a parameter of
+    ``C / group`` columns) or one per column position modulo ``period`` (``in[r, c % period]``,
+    ``period`` columns: the shifts of packed sub-byte weights); rows broadcast where
+    ``bcast[0]``. Such an input is read as the whole frame tile through a gather (index tiles
+    ``r`` and ``c // group`` or ``c % period``)."""
 
     kind: str
     dtype: str = "f32"
     bcast: tuple[bool, bool] = (False, False)
     expand: bool = False
+    group: int = 0
+    period: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,11 @@ class _Evaluator:
                 self.params[key] = self.ext.scalar_param(f"s{i}", hl_dtype("f32"))
                 self.prog.sources.append(("input", i, "scalar"))
             return self.params[key]
-        if spec.expand:                # the whole frame, stride 0 along the broadcast modes
+        if spec.group or spec.period:  # columns per group / per position (read by a gather)
+            shape = (1 if spec.bcast[0] else frame.shape[0],
+                     frame.shape[1] // spec.group if spec.group else spec.period)
+            stride = None
+        elif spec.expand:              # the whole frame, stride 0 along the broadcast modes
             shape = tuple(frame.shape)
             stride = (0 if spec.bcast[0] else (1 if spec.bcast[1] else frame.shape[1]),
                       0 if spec.bcast[1] else 1)
@@ -184,6 +196,8 @@ class _Evaluator:
         spec = self.plan.inputs[i]
         if spec.kind == "scalar":
             return p
+        if spec.group or spec.period:
+            return hl.cast(self.gather_columns(p, spec, frame), hl.f32)
         if spec.expand:
             tile, origin = tuple(frame.tile), tuple(frame.origin)
         else:
@@ -192,6 +206,21 @@ class _Evaluator:
         r = hl.register(hl_dtype(spec.dtype), tile)
         hl.copy(hl.view(p, tile, origin), r)
         return hl.cast(r, hl.f32)
+
+    @staticmethod
+    def gather_columns(p: Any, spec: InputSpec, frame: _Frame) -> Any:
+        """The frame tile of a per-group / per-position input: ``in[r, c // group]`` or
+        ``in[r, c % period]`` (``r`` 0 for a broadcast row) for every ``(r, c)`` of the tile,
+        one gather (coordinates past the frame read 0, as the operand's padding)."""
+        import hexlayout.lang as hl
+
+        tile = tuple(frame.tile)
+        cols = hl.iota(tile, 1) + frame.origin[1]
+        idx = cols // spec.group if spec.group else cols % spec.period
+        rows: Any = 0 if spec.bcast[0] else hl.iota(tile, 0) + frame.origin[0]
+        r = hl.register(hl_dtype(spec.dtype), tile)
+        hl.copy(p[rows, idx], r)
+        return r
 
     def run(self, nodes: tuple[Node, ...], base: _Frame, anchor: Any, where: str) -> list[tuple[Any, _Frame]]:
         """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue)."""
