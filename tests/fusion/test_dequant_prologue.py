@@ -89,3 +89,75 @@ def test_dequant_prologue_is_fused(kind: str, form, dtype: torch.dtype, zero_poi
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
     assert (out.double() - want).abs().max().item() <= tol
+
+
+# --- per-group scales and zero points, as models write them (``w.view(N, K/g, g)``) ----------------
+
+def _per_group(wq: torch.Tensor, g: int, scale: torch.Tensor, zp: torch.Tensor | None, zp_where: str,
+               linear: bool, pos: torch.Tensor | None):
+    """``((w.view(N, K/g, g).to(dtype) - zero) * scale[N, K/g, 1]).view(N, K)``: the zero point
+    per group ``[N, K/g, 1]`` (``zp_where="group"``) or per channel ``[N, 1]`` subtracted
+    before the view (``"channel"``); ``pos``: a factor per position in a group ``[g]``."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        w = wq.to(x.dtype)
+        if zp is not None and zp_where == "channel":
+            w = w - zp.to(x.dtype)
+        w = w.view(N, K // g, g)
+        if zp is not None and zp_where == "group":
+            w = w - zp.to(x.dtype)
+        w = w * scale.to(x.dtype)
+        if pos is not None:
+            w = w * pos.to(x.dtype)
+        w = w.view(N, K)
+        return F.linear(x, w) if linear else x @ w.T
+    return f
+
+
+GROUP_CASES = [("int8", 16, torch.float16, None, False, False),
+               ("int8", 32, torch.bfloat16, "group", True, False),
+               ("e4m3", 16, torch.bfloat16, "channel", False, False),
+               ("e5m2", 8, torch.float16, "group", True, True)]
+GROUP_IDS = [f"{k}-g{g}-{str(d)[6:]}{'-zp_' + z if z else ''}{'-linear' if lin else '-matmul'}{'-pos' if p else ''}"
+             for k, g, d, z, lin, p in GROUP_CASES]
+
+
+@pytest.mark.parametrize("kind,g,dtype,zp_where,linear,per_position", GROUP_CASES, ids=GROUP_IDS)
+def test_per_group_dequant_prologue_is_fused(kind: str, g: int, dtype: torch.dtype, zp_where: str | None,
+                                             linear: bool, per_position: bool) -> None:
+    gen = torch.Generator().manual_seed(3)
+    wq = _weights(kind)
+    scale = (torch.rand(N, K // g, 1, generator=gen) * 0.02 + 0.005).to(dtype)
+    zp = None
+    if zp_where == "group":
+        zp = torch.randint(-3, 4, (N, K // g, 1), generator=gen).to(dtype)
+    elif zp_where == "channel":
+        zp = torch.randint(-3, 4, (N, 1), generator=gen).float()
+    pos = torch.rand(g, generator=gen) + 0.5 if per_position else None
+    fn = _per_group(wq, g, scale, zp, zp_where or "", linear, pos)
+    x = torch.randn(2, 4, K, generator=gen).to(dtype) if linear else torch.randn(8, K, generator=gen).to(dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = fn(x)
+    plan = GraphPlan.merge(plans)
+    # one launch, every op of the dequantization in its prologue (nothing left to torch)
+    assert len(log) == 1 and len(plan.kernels) == 1 and plan.fallbacks == [], plan.report()
+    assert {"aten._to_copy.default", "aten.mul.Tensor", "aten.view.default"} <= set(log[0].prologue), log[0]
+    assert ("aten.sub.Tensor" in log[0].prologue) == (zp is not None), log[0]
+    w64 = wq.to(torch.float64) if kind == "int8" else wq.to(torch.float32).double()
+    if zp is not None and zp_where == "channel":
+        w64 = w64 - zp.double()
+    w64 = w64.view(N, K // g, g)
+    if zp is not None and zp_where == "group":
+        w64 = w64 - zp.double()
+    w64 = w64 * scale.double()
+    if pos is not None:
+        w64 = w64 * pos.double()
+    want = x.double() @ w64.view(N, K).T
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
