@@ -117,8 +117,8 @@ GROUP_CASES = [("int8", 16, torch.float16, None, False, False),
                ("int8", 32, torch.bfloat16, "group", True, False),
                ("e4m3", 16, torch.bfloat16, "channel", False, False),
                ("e5m2", 8, torch.float16, "group", True, True)]
-GROUP_IDS = [f"{k}-g{g}-{str(d)[6:]}{'-zp_' + z if z else ''}{'-linear' if lin else '-matmul'}{'-pos' if p else ''}"
-             for k, g, d, z, lin, p in GROUP_CASES]
+GROUP_IDS = [f"{k}-g{g}-{str(d)[6:]}{'-zp_' + z if z else ''}-{'linear' if lin else 'matmul'}"
+             f"{'-pos' if p else ''}" for k, g, d, z, lin, p in GROUP_CASES]
 
 
 @pytest.mark.parametrize("kind,g,dtype,zp_where,linear,per_position", GROUP_CASES, ids=GROUP_IDS)
@@ -134,7 +134,7 @@ def test_per_group_dequant_prologue_is_fused(kind: str, g: int, dtype: torch.dty
         zp = torch.randint(-3, 4, (N, 1), generator=gen).float()
     pos = torch.rand(g, generator=gen) + 0.5 if per_position else None
     fn = _per_group(wq, g, scale, zp, zp_where or "", linear, pos)
-    x = torch.randn(2, 4, K, generator=gen).to(dtype) if linear else torch.randn(8, K, generator=gen).to(dtype)
+    x = torch.randn(*((2, 4) if linear else (8,)), K, generator=gen).to(dtype)
     plans: list[GraphPlan] = []
     c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
     with torch.no_grad(), warnings.catch_warnings():
