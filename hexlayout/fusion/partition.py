@@ -38,7 +38,7 @@ a GEMM's A prologue): before the walk, each such anchor's prologue is found with
 reductions allowed; when it holds one over rows of static length ``K <= row_prologue``, its
 nodes are reserved for that anchor (the reduction is no kernel of its own, no other kernel's
 epilogue takes them), else the partition's ``notes`` say ``norm: two kernels (K=... >
-limit)``. An
+limit)`` (``three`` for a norm of two reductions: LayerNorm's mean and variance). An
 anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
 the record's reason.
 
@@ -411,7 +411,8 @@ class _Partitioner(GraphView):
                     self.reserved[p] = n
             else:
                 k = next(k for k in ks if k is None or k > record.row_prologue)
-                self.notes.append(f"norm: two kernels (K={'symbolic' if k is None else k} > "
+                count = {2: "two", 3: "three"}.get(len(reds) + 1, str(len(reds) + 1))
+                self.notes.append(f"norm: {count} kernels (K={'symbolic' if k is None else k} > "
                                   f"{record.row_prologue}) before {self._op(n)} ({n.name})")
         self.why = why
         self.record = None

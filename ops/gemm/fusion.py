@@ -32,6 +32,7 @@ from hexlayout.runtime.alloc import fresh
 
 from .fused_build import clear_fused_programs, gemm_fused_build
 from .fusion_horizontal import fuse_gated_pairs
+from .fusion_layer_norm import decompose_layer_norms
 from .fusion_plan import (
     NORM_MAX_K,
     NORM_REDUCTIONS,
@@ -248,6 +249,12 @@ def _gemm_spec(g: Any, s: AnchorSpec) -> None:
     s.anchor, s.order, s.kwargs = ("aten.mm.default" if kn else "aten.linear.default"), [0, 1], ()
 
 
+def _prepare(gm: Any) -> list[str]:
+    """The GEMM record's graph pass: LayerNorms written out (``decompose_layer_norms``), then
+    gated pairs as one GEMM (``fuse_gated_pairs``)."""
+    return decompose_layer_norms(gm) + fuse_gated_pairs(gm)
+
+
 def _clear() -> None:
     clear_gemm_builds()
     LAUNCHERS.clear()
@@ -255,7 +262,7 @@ def _clear() -> None:
 
 MATMUL = register_anchor(AnchorRecord("matmul", MATMULS, run=run_gemm, to_spec=_matmul_spec, clear=_clear,
                                       row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS),
-                                      prepare=fuse_gated_pairs))
+                                      prepare=_prepare))
 #: ``hexlayout.gemm``: its operands ``a`` and ``b`` take prologues; it runs as an aten matmul spec
 HEXLAYOUT_GEMM = register_anchor(AnchorRecord(
     "hexlayout.gemm", frozenset({"hexlayout.gemm.default"}), operands=lambda g, n: n.args[:2],
