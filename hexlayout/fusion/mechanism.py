@@ -49,7 +49,7 @@ from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel
 from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import walk
 
-from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
+from .aten import BITWISE, SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
 from .extend import KernelExtender, defining_ops
 from .spec import FusionUnsupported, Node
 
@@ -189,7 +189,8 @@ class _Evaluator:
             return 16
         return min(16, self.plan.row_align * dtype.bits // 8)
 
-    def load(self, i: int, frame: _Frame) -> Any:
+    def load(self, i: int, frame: _Frame, raw: bool = False) -> Any:
+        """Extra input ``i``'s tile of ``frame`` in f32 (``raw``: in its own type)."""
         import hexlayout.lang as hl
 
         p = self.input_param(i, frame)
@@ -197,7 +198,8 @@ class _Evaluator:
         if spec.kind == "scalar":
             return p
         if spec.group or spec.period:
-            return hl.cast(self.gather_columns(p, spec, frame), hl.f32)
+            r = self.gather_columns(p, spec, frame)
+            return r if raw else hl.cast(r, hl.f32)
         if spec.expand:
             tile, origin = tuple(frame.tile), tuple(frame.origin)
         else:
@@ -205,7 +207,7 @@ class _Evaluator:
             origin = tuple(0 if b else o for b, o in zip(spec.bcast, frame.origin))
         r = hl.register(hl_dtype(spec.dtype), tile)
         hl.copy(hl.view(p, tile, origin), r)
-        return hl.cast(r, hl.f32)
+        return r if raw else hl.cast(r, hl.f32)
 
     @staticmethod
     def gather_columns(p: Any, spec: InputSpec, frame: _Frame) -> Any:
@@ -224,6 +226,8 @@ class _Evaluator:
 
     def run(self, nodes: tuple[Node, ...], base: _Frame, anchor: Any, where: str) -> list[tuple[Any, _Frame]]:
         """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue)."""
+        import hexlayout.lang as hl
+
         env: list[tuple[Any, _Frame]] = []
         for j, n in enumerate(nodes):
             fn = dict(self.plan.row_reductions).get(n.op)
@@ -243,6 +247,7 @@ class _Evaluator:
                 env.append(self.slice(n, j, env, anchor, base, where))
                 continue
             args: list[Any] = []
+            bitwise = n.op in BITWISE          # integer tiles in, an integer tile out
             for a in n.args:
                 if a[0] == "anchor":
                     args.append(anchor)
@@ -250,12 +255,16 @@ class _Evaluator:
                     if env[a[1]][0] is None:
                         raise FusionUnsupported(f"{where} node {j}: {n.op} reads the view node {a[1]} (views "
                                                 "are fused only as the last ops of an epilogue output)")
-                    args.append(env[a[1]][0])
+                    v = env[a[1]][0]
+                    if not bitwise and isinstance(v, hl.Tile) and v.dtype.kind in ("int", "uint"):
+                        v = hl.cast(v, hl.f32)
+                    args.append(v)
                 elif a[0] == "input":
-                    args.append(self.load(a[1], frame))
+                    args.append(self.load(a[1], frame, raw=bitwise))
                 else:
                     v = a[1]
-                    args.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+                    args.append(float(v) if number and not bitwise else v)
             odd = {k: v for k, v in kw.items()
                    if k not in _NEUTRAL_KWARGS and not (k in _NONE_KWARGS and v is None)}
             if odd:

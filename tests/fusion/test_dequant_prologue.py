@@ -161,3 +161,56 @@ def test_per_group_dequant_prologue_is_fused(kind: str, g: int, dtype: torch.dty
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
     assert (out.double() - want).abs().max().item() <= tol
+
+
+# --- int4 weights packed into int32 words or bytes, unpacked as models write it --------------------
+
+def _int4(packed: torch.Tensor, shifts: torch.Tensor, g: int, scale: torch.Tensor, zero: torch.Tensor | None,
+          linear: bool):
+    """``((packed[..., None] >> shifts) & 0xF).view(N, K)`` (eight nibbles per int32 word or
+    two per byte), minus 8 or a per-group zero point, times per-group scales."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        w = ((packed.unsqueeze(-1) >> shifts) & 0xF).view(N, K).to(x.dtype)
+        w = (w - 8) if zero is None else w
+        w = w.view(N, K // g, g)
+        if zero is not None:
+            w = w - zero.to(x.dtype)
+        w = (w * scale.to(x.dtype)).view(N, K)
+        return F.linear(x, w) if linear else x @ w.T
+    return f
+
+
+@pytest.mark.parametrize("word,dtype,zero_tensor,linear", [(torch.int32, torch.float16, False, False),
+                                                           (torch.uint8, torch.bfloat16, True, True)],
+                         ids=["int32-f16-zero8-matmul", "uint8-bf16-zero_group-linear"])
+def test_int4_unpacking_is_fused(word: torch.dtype, dtype: torch.dtype, zero_tensor: bool,
+                                 linear: bool) -> None:
+    gen = torch.Generator().manual_seed(4)
+    per = 8 if word == torch.int32 else 2
+    g = 16
+    nib = torch.randint(0, 16, (N, K // per, per), generator=gen)
+    packed = torch.zeros(N, K // per, dtype=torch.int64)
+    for j in range(per):
+        packed |= nib[..., j] << (4 * j)
+    packed = packed.to(word)                # int32 words with the top nibble >= 8 are negative
+    shifts = torch.arange(0, 4 * per, 4, dtype=word)
+    scale = (torch.rand(N, K // g, 1, generator=gen) * 0.02 + 0.005).to(dtype)
+    zero = torch.randint(6, 10, (N, K // g, 1), generator=gen).to(dtype) if zero_tensor else None
+    fn = _int4(packed, shifts, g, scale, zero, linear)
+    x = torch.randn(*((2, 4) if linear else (8,)), K, generator=gen).to(dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = fn(x)
+    plan = GraphPlan.merge(plans)
+    assert len(log) == 1 and len(plan.kernels) == 1 and plan.fallbacks == [], plan.report()
+    assert {"aten.__rshift__.Tensor", "aten.bitwise_and.Scalar", "aten.sub.Tensor"} <= set(log[0].prologue)
+    w64 = nib.reshape(N, K).double().view(N, K // g, g)        # the nibbles, independent of the packing
+    w64 = (w64 - (8.0 if zero is None else zero.double())) * scale.double()
+    want = x.double() @ w64.view(N, K).T
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
