@@ -20,6 +20,10 @@
   gate/up projection): the kernel computes column tiles of ``BN`` whose first ``BN/2``
   columns are from the first half and last ``BN/2`` from the second (``B``'s columns
   re-laid out once per weight and cached), and each half is a tile half;
+- a prologue written through reshapes that group an operand's columns (per-group
+  dequantization ``w.view(N, K/g, g) * scale[N, K/g, 1]``, int4 unpacking): the reshapes are
+  identities in the operand's frame and its per-group / per-position inputs are gathered
+  (``fusion_groups``);
 - a reduction of A's rows in A's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w``,
   ``NORM_REDUCTIONS``) needs each A tile to hold whole rows:
   ``K <= NORM_MAX_K``, and the kernel runs with ``BK`` the power of two ``>= K``
