@@ -58,10 +58,19 @@ def anchor_consts(call: GemmCall) -> dict[str, Any]:
     """The GEMM anchor's tile constants for a planned call: the epilogue staged in column
     windows unless it needs the whole tile (the column halves of a gated epilogue pair
     columns ``j`` and ``j + N/2``; outputs permuted into heads store whole tiles); an A
-    prologue that reduces A's rows (a norm) gets tiles of whole rows (``norm_consts``)."""
+    prologue that reduces A's rows (a norm) gets tiles of whole rows (``norm_consts``); a
+    prologue that gathers per-group / per-position inputs (``InputSpec.group`` / ``period``:
+    grouped dequantization, int4 unpacking) gets ``BK <= 32`` (at 64 its gathered tiles spill
+    on sm_80 and take twice the non-MMA instructions per MMA: 20 against 10)."""
     windows = not (call.plan.halves or call.plan.heads)
     consts = gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
-    return norm_consts(consts, call.k) if norm_prologue(call.plan) else consts
+    if norm_prologue(call.plan):
+        return norm_consts(consts, call.k)
+    if any(s.group or s.period for s in call.plan.inputs) and consts["BK"] > 32:
+        consts = dict(consts, BK=32)
+        if consts["BN"] % 32:
+            consts.pop("STAGE_EPILOGUE", None)
+    return consts
 
 
 def fused_build(spec: FusedSpec, call: GemmCall, consts: dict[str, Any], compile: bool,

@@ -214,3 +214,53 @@ def test_int4_unpacking_is_fused(word: torch.dtype, dtype: torch.dtype, zero_ten
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
     assert (out.double() - want).abs().max().item() <= tol
+
+
+def _grouped_specs() -> list:
+    """The specs the front end makes of a per-group int8 dequantization with a zero point and of
+    an int4 unpacking (group 32, inputs in the flattened frame of groups)."""
+    from hexlayout.fusion import FusedSpec, Node, Prologue
+
+    g = 32
+
+    def cast(ref: tuple) -> Node:
+        return Node("aten._to_copy.default", (ref,), (("dtype", "f16"),))
+
+    int8 = FusedSpec("aten.linear.default", prologues=(Prologue(1, (
+        cast(("input", 0)), cast(("input", 1)), Node("aten.sub.Tensor", (("node", 0), ("input", 2))),
+        Node("aten.mul.Tensor", (("node", 2), ("node", 1))),
+        Node("aten.view.default", (("node", 3), ("const", (N, K // g, g)))),
+        Node("aten.view.default", (("node", 4), ("const", (N, K))))), 5),))
+    int4 = FusedSpec("aten.linear.default", prologues=(Prologue(1, (
+        Node("aten.__rshift__.Tensor", (("input", 0), ("input", 1))),
+        Node("aten.bitwise_and.Scalar", (("node", 0), ("const", 15))),
+        Node("aten.view.default", (("node", 1), ("const", (N, K)))), cast(("node", 2)),
+        Node("aten.sub.Tensor", (("node", 3), ("const", 8))),
+        Node("aten.view.default", (("node", 4), ("const", (N * K // g, g)))),
+        Node("aten.mul.Tensor", (("node", 5), ("input", 2))),
+        Node("aten.view.default", (("node", 6), ("const", (N, K))))), 7),))
+    scale = torch.rand(N * K // g, 1).half()
+    return [(int8, [torch.randint(-127, 128, (N * K // g, g), dtype=torch.int8), scale.float(), scale]),
+            (int4, [torch.randint(0, 2 ** 31 - 1, (N * K // 8, 1), dtype=torch.int32),
+                    torch.arange(0, 32, 4, dtype=torch.int32).view(1, 8), scale])]
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("case,arch", [(0, "sm_90a"), (1, "sm_80")], ids=["int8-group-sm_90a", "int4-sm_80"])
+def test_grouped_prologues_compile_without_spills(case: int, arch: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """At production tile sizes the gathered per-group inputs take ``BK = 32`` (at 64 the int8
+    one spills on sm_80) and compile without spills."""
+    from hexlayout.ops.gemm.fusion import anchor_consts, fused_build
+    from hexlayout.ops.gemm.fusion_plan import plan_call
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    spec, inputs = _grouped_specs()[case]
+    call = plan_call(spec, [torch.randn(64, K).half(), None], inputs)
+    assert any(s.group for s in call.plan.inputs) and (case == 0 or any(s.period for s in call.plan.inputs))
+    call.m = call.n = call.k = 4096
+    consts = anchor_consts(call)
+    assert consts["BK"] == 32, consts
+    bld, _ = fused_build(spec, call, consts, compile=True)
+    res = bld.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
