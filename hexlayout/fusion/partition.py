@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .anchors import AnchorRecord, AnchorSpec, anchor_records, record_of_op
-from .aten import CASTS, dtype_name
+from .aten import BITWISE, CASTS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
 from .spec import Epilogue, FusedSpec, Node, Prologue
@@ -330,6 +330,11 @@ class _Partitioner(GraphView):
         import torch
 
         reshape = self._op(n) in _RESHAPES
+        v = _val(n)
+        if self._op(n) in BITWISE and (not _is_tensor(v) or v.dtype.is_floating_point
+                                       or v.dtype == torch.bool):
+            self.why.setdefault(n, f"{self._op(n)} ({n.name}): bitwise ops fuse on integer tensors only")
+            return False
         for a in [*n.args, *n.kwargs.values()]:
             try:
                 if hasattr(a, "op"):
