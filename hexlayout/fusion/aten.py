@@ -13,7 +13,10 @@ neg ``-x``; relu ``x < 0 ? 0 : x`` (NaN stays NaN); gelu as its ``approximate`` 
 ``'none'`` (the default) ``x / 2 * (1 + erf(x / sqrt 2))``, ``'tanh'`` ``x * sigmoid(1.5957691 (x +
 0.044715 x^3))``; silu ``x * sigmoid(x)``; sigmoid ``1 / (1 +
 exp(-x))``; tanh, exp, log, sqrt, rsqrt, abs; reciprocal ``1 / x``; maximum / minimum;
-pow with exponent 2 ``x * x``; clone / alias / detach: ``x``.
+pow with exponent 2 ``x * x``; clone / alias / detach: ``x``. ``BITWISE``: ``x >> s``
+(arithmetic for signed types, as torch's) and ``x & m`` of integer tiles (an integer input is
+loaded as it is for them, and their integer result is converted to f32 where another op
+reads it): the unpacking of sub-byte weights packed into bytes or words.
 
 ``VIEWS``: the shape-only ops (``view``, ``_unsafe_view``, ``reshape``, ``permute``, ``t``,
 ``transpose``, ``expand``, ``unsqueeze``, ``squeeze``) and ``CASTS`` (dtype changes).
@@ -25,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ELEMENTWISE", "CASTS", "VIEWS", "SLICES", "HEAD_OPS", "emit_elementwise", "dtype_name",
+__all__ = ["ELEMENTWISE", "BITWISE", "CASTS", "VIEWS", "SLICES", "HEAD_OPS", "emit_elementwise", "dtype_name",
            "torch_dtype", "hl_dtype", "is_fusible"]
 
 CASTS = ("aten._to_copy.default", "aten.to.dtype", "prims.convert_element_type.default",
@@ -156,6 +159,29 @@ ELEMENTWISE: dict[str, Callable[[list[Any], dict[str, Any]], Any]] = {
     "aten.alias.default": lambda a, kw: a[0],
     "aten.detach.default": lambda a, kw: a[0],
 }
+
+
+def _int_tile(x: Any) -> bool:
+    return _is_tile(x) and x.dtype.kind in ("int", "uint")
+
+
+def _bitwise(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    def emit(a: list[Any], kw: dict[str, Any]) -> Any:
+        x, y = a[0], a[1]
+        if not _int_tile(x) or not (_int_tile(y) or (isinstance(y, int) and not isinstance(y, bool))):
+            raise NotImplementedError("a bitwise op of a non-integer tile")
+        return fn(x, y)
+    return emit
+
+
+#: integer ops on integer tiles (the unpacking of packed sub-byte weights)
+BITWISE: dict[str, Callable[[list[Any], dict[str, Any]], Any]] = {
+    **{f"aten.{name}.{ov}": _bitwise(lambda x, y: x >> y)
+       for name in ("__rshift__", "bitwise_right_shift") for ov in ("Tensor", "Scalar", "Tensor_Scalar")},
+    **{f"aten.{name}.{ov}": _bitwise(lambda x, y: x & y)
+       for name in ("__and__", "bitwise_and") for ov in ("Tensor", "Scalar")},
+}
+ELEMENTWISE.update(BITWISE)
 
 
 def emit_elementwise(op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:

@@ -51,7 +51,7 @@ from hexlayout.ir.tile import Cast, Copy, GlobalView, Op, TileKernel
 from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import walk
 
-from .aten import SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
+from .aten import BITWISE, SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
 from .extend import KernelExtender, defining_ops
 from .rope import ROPE, rotate
 from .spec import FusionUnsupported, Node
@@ -69,12 +69,20 @@ class InputSpec:
     the frame), so its register tile has the frame tile's shape and any layout synthesis
     gives the tile it is combined with: what a prologue's per-channel scale ``(N, 1)`` of an
     operand staged through registers needs (a ``(BN, 1)`` tile has no layout that matches
-    every operand load's thread arrangement)."""
+    every operand load's thread arrangement). ``group`` / ``period``: the input holds one value
+    per group of ``group`` consecutive columns of the frame (a per-group dequantization
+    scale or zero point: frame element ``(r, c)`` reads ``in[r, c // group]``, a parameter of
+    ``C / group`` columns) or one per column position modulo ``period`` (``in[r, c % period]``,
+    ``period`` columns: the shifts of packed sub-byte weights); rows broadcast where
+    ``bcast[0]``. Such an input is read as the whole frame tile through a gather (index tiles
+    ``r`` and ``c // group`` or ``c % period``)."""
 
     kind: str
     dtype: str = "f32"
     bcast: tuple[bool, bool] = (False, False)
     expand: bool = False
+    group: int = 0
+    period: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,7 +167,11 @@ class _Evaluator:
                 self.params[key] = self.ext.scalar_param(f"s{i}", hl_dtype("f32"))
                 self.prog.sources.append(("input", i, "scalar"))
             return self.params[key]
-        if spec.expand:                # the whole frame, stride 0 along the broadcast modes
+        if spec.group or spec.period:  # columns per group / per position (read by a gather)
+            shape = (1 if spec.bcast[0] else frame.shape[0],
+                     frame.shape[1] // spec.group if spec.group else spec.period)
+            stride = None
+        elif spec.expand:              # the whole frame, stride 0 along the broadcast modes
             shape = tuple(frame.shape)
             stride = (0 if spec.bcast[0] else (1 if spec.bcast[1] else frame.shape[1]),
                       0 if spec.bcast[1] else 1)
@@ -180,13 +192,17 @@ class _Evaluator:
             return 16
         return min(16, self.plan.row_align * dtype.bits // 8)
 
-    def load(self, i: int, frame: _Frame) -> Any:
+    def load(self, i: int, frame: _Frame, raw: bool = False) -> Any:
+        """Extra input ``i``'s tile of ``frame`` in f32 (``raw``: in its own type)."""
         import hexlayout.lang as hl
 
         p = self.input_param(i, frame)
         spec = self.plan.inputs[i]
         if spec.kind == "scalar":
             return p
+        if spec.group or spec.period:
+            r = self.gather_columns(p, spec, frame)
+            return r if raw else hl.cast(r, hl.f32)
         if spec.expand:
             tile, origin = tuple(frame.tile), tuple(frame.origin)
         else:
@@ -194,10 +210,27 @@ class _Evaluator:
             origin = tuple(0 if b else o for b, o in zip(spec.bcast, frame.origin))
         r = hl.register(hl_dtype(spec.dtype), tile)
         hl.copy(hl.view(p, tile, origin), r)
-        return hl.cast(r, hl.f32)
+        return r if raw else hl.cast(r, hl.f32)
+
+    @staticmethod
+    def gather_columns(p: Any, spec: InputSpec, frame: _Frame) -> Any:
+        """The frame tile of a per-group / per-position input: ``in[r, c // group]`` or
+        ``in[r, c % period]`` (``r`` 0 for a broadcast row) for every ``(r, c)`` of the tile,
+        one gather (coordinates past the frame read 0, as the operand's padding)."""
+        import hexlayout.lang as hl
+
+        tile = tuple(frame.tile)
+        cols = hl.iota(tile, 1) + frame.origin[1]
+        idx = cols // spec.group if spec.group else cols % spec.period
+        rows: Any = 0 if spec.bcast[0] else hl.iota(tile, 0) + frame.origin[0]
+        r = hl.register(hl_dtype(spec.dtype), tile)
+        hl.copy(p[rows, idx], r)
+        return r
 
     def run(self, nodes: tuple[Node, ...], base: _Frame, anchor: Any, where: str) -> list[tuple[Any, _Frame]]:
         """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue)."""
+        import hexlayout.lang as hl
+
         env: list[tuple[Any, _Frame]] = []
         for j, n in enumerate(nodes):
             fn = dict(self.plan.row_reductions).get(n.op)
@@ -220,6 +253,7 @@ class _Evaluator:
                 env.append(self.slice(n, j, env, anchor, base, where))
                 continue
             args: list[Any] = []
+            bitwise = n.op in BITWISE          # integer tiles in, an integer tile out
             for a in n.args:
                 if a[0] == "anchor":
                     args.append(anchor)
@@ -227,12 +261,16 @@ class _Evaluator:
                     if env[a[1]][0] is None:
                         raise FusionUnsupported(f"{where} node {j}: {n.op} reads the view node {a[1]} (views "
                                                 "are fused only as the last ops of an epilogue output)")
-                    args.append(env[a[1]][0])
+                    v = env[a[1]][0]
+                    if not bitwise and isinstance(v, hl.Tile) and v.dtype.kind in ("int", "uint"):
+                        v = hl.cast(v, hl.f32)
+                    args.append(v)
                 elif a[0] == "input":
-                    args.append(self.load(a[1], frame))
+                    args.append(self.load(a[1], frame, raw=bitwise))
                 else:
                     v = a[1]
-                    args.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+                    args.append(float(v) if number and not bitwise else v)
             odd = {k: v for k, v in kw.items()
                    if k not in _NEUTRAL_KWARGS and not (k in _NONE_KWARGS and v is None)}
             if odd:

@@ -40,7 +40,7 @@ a GEMM's A prologue): before the walk, each such anchor's prologue is found with
 reductions allowed; when it holds one over rows of static length ``K <= row_prologue``, its
 nodes are reserved for that anchor (the reduction is no kernel of its own, no other kernel's
 epilogue takes them), else the partition's ``notes`` say ``norm: two kernels (K=... >
-limit)``. An
+limit)`` (``three`` for a norm of two reductions: LayerNorm's mean and variance). An
 anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
 the record's reason.
 
@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .anchors import AnchorRecord, AnchorSpec, anchor_records, record_of_op
-from .aten import CASTS, HEAD_OPS, dtype_name
+from .aten import BITWISE, CASTS, HEAD_OPS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
 from .spec import Epilogue, FusedSpec, Node, Prologue
@@ -332,6 +332,11 @@ class _Partitioner(GraphView):
         import torch
 
         reshape = self._op(n) in _RESHAPES
+        v = _val(n)
+        if self._op(n) in BITWISE and (not _is_tensor(v) or v.dtype.is_floating_point
+                                       or v.dtype == torch.bool):
+            self.why.setdefault(n, f"{self._op(n)} ({n.name}): bitwise ops fuse on integer tensors only")
+            return False
         for a in [*n.args, *n.kwargs.values()]:
             try:
                 if hasattr(a, "op"):
@@ -413,7 +418,8 @@ class _Partitioner(GraphView):
                     self.reserved[p] = n
             else:
                 k = next(k for k in ks if k is None or k > record.row_prologue)
-                self.notes.append(f"norm: two kernels (K={'symbolic' if k is None else k} > "
+                count = {2: "two", 3: "three"}.get(len(reds) + 1, str(len(reds) + 1))
+                self.notes.append(f"norm: {count} kernels (K={'symbolic' if k is None else k} > "
                                   f"{record.row_prologue}) before {self._op(n)} ({n.name})")
         self.why = why
         self.record = None

@@ -32,6 +32,7 @@ from hexlayout.runtime.alloc import fresh
 
 from .fused_build import clear_fused_programs, gemm_fused_build
 from .fusion_horizontal import fuse_gated_pairs
+from .fusion_layer_norm import decompose_layer_norms
 from .fusion_plan import (
     NORM_MAX_K,
     NORM_REDUCTIONS,
@@ -59,11 +60,20 @@ def anchor_consts(call: GemmCall) -> dict[str, Any]:
     """The GEMM anchor's tile constants for a planned call: the epilogue staged in column
     windows unless it needs the whole tile (the column halves of a gated epilogue pair
     columns ``j`` and ``j + N/2``; outputs permuted into heads store whole tiles); an A
-    prologue that reduces A's rows (a norm) gets tiles of whole rows (``norm_consts``)."""
+    prologue that reduces A's rows (a norm) gets tiles of whole rows (``norm_consts``); a
+    prologue that gathers per-group / per-position inputs (``InputSpec.group`` / ``period``:
+    grouped dequantization, int4 unpacking) gets ``BK <= 32`` (at 64 its gathered tiles spill
+    on sm_80 and take twice the non-MMA instructions per MMA: 20 against 10); a RoPE epilogue
+    gets a column tile of whole heads (``rope_head_dim``)."""
     hd = rope_head_dim(call.plan)
     windows = not (call.plan.halves or call.plan.heads or hd)
     consts = gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
-    consts = norm_consts(consts, call.k) if norm_prologue(call.plan) else consts
+    if norm_prologue(call.plan):
+        consts = norm_consts(consts, call.k)
+    elif any(s.group or s.period for s in call.plan.inputs) and consts["BK"] > 32:
+        consts = dict(consts, BK=32)
+        if consts["BN"] % 32:
+            consts.pop("STAGE_EPILOGUE", None)
     if hd and consts["BN"] % hd:           # rope: a column tile of whole heads
         consts = dict(consts, BN=hd * -(-consts["BN"] // hd))
     return consts
@@ -255,8 +265,9 @@ def _gemm_spec(g: Any, s: AnchorSpec) -> None:
 
 
 def _prepare(gm: Any) -> list[str]:
-    """The GEMM record's graph passes: gated pairs into one GEMM, RoPE into the QKV epilogue."""
-    return fuse_gated_pairs(gm) + fuse_rope(gm)
+    """The GEMM record's graph passes: LayerNorms written out (``decompose_layer_norms``), gated
+    pairs into one GEMM (``fuse_gated_pairs``), RoPE into the QKV epilogue (``fuse_rope``)."""
+    return decompose_layer_norms(gm) + fuse_gated_pairs(gm) + fuse_rope(gm)
 
 
 def _clear() -> None:

@@ -23,6 +23,10 @@
 - a ``hexlayout::rope`` of the product (``fusion.rope``: RoPE of the q / k heads) reads its
   tables as rows of one head (``T x D``) and its position ids one per row; the column tile
   holds whole heads (``rope_head_dim``) and the epilogue is not staged in windows;
+- a prologue written through reshapes that group an operand's columns (per-group
+  dequantization ``w.view(N, K/g, g) * scale[N, K/g, 1]``, int4 unpacking): the reshapes are
+  identities in the operand's frame and its per-group / per-position inputs are gathered
+  (``fusion_groups``);
 - a reduction of A's rows in A's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w``,
   ``NORM_REDUCTIONS``) needs each A tile to hold whole rows:
   ``K <= NORM_MAX_K``, and the kernel runs with ``BK`` the power of two ``>= K``
@@ -54,7 +58,9 @@ from hexlayout.fusion.planning import (
 )
 from hexlayout.fusion.reference import eval_nodes, reference
 from hexlayout.fusion.rope import ROPE
-from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
+from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node, Prologue
+
+from .fusion_groups import flat_views, grouped_host, regroup
 
 __all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "host_shapes", "output_frames",
            "rope_head_dim", "rope_unsupported",
@@ -170,6 +176,7 @@ class _Recipe:
     implied: tuple[int, ...]
     frames: tuple[tuple | None, ...]
     expand: tuple[bool, ...] = ()
+    groups: tuple[tuple[str, int] | None, ...] = ()
 
 
 def _expanded(host: list, r: _Recipe) -> list:
@@ -194,7 +201,9 @@ def _host_values(r: _Recipe, args: list[Any], extra_inputs: list[Any], where: st
         else:
             b_host = b if r.b_layout == "kn" else b.t()
     inputs = [*extra_inputs, *(args[i] for i in r.implied)]
-    host = [0.0 if f is None else place(t, f, where, i)[1] for i, (t, f) in enumerate(zip(inputs, r.frames))]
+    groups = r.groups or (None,) * len(inputs)
+    host = [0.0 if f is None else grouped_host(t, g, f) if g is not None else place(t, f, where, i)[1]
+            for i, (t, f, g) in enumerate(zip(inputs, r.frames, groups))]
     return a_host, b_host, _expanded(host, r)
 
 
@@ -449,10 +458,13 @@ def _column_halves(ep_nodes: list, y_ref: tuple, pre: list, n: int, lead: tuple,
     return halves
 
 
-def _prologues(spec: FusedSpec, r: _Anchor, b_layout: str, where: str) -> tuple[list, str]:
+def _prologues(spec: FusedSpec, r: _Anchor, b_layout: str, where: str) -> tuple[list, str, dict]:
     """The prologues as the tile plan takes them; a trailing transpose of B's (``t(w)`` of a
-    linear decomposed to mm) is stripped (then B is ``"nk"``)."""
+    linear decomposed to mm) is stripped (then B is ``"nk"``); reshapes that group the
+    operand's columns are identities (``fusion_groups.regroup``: how each input of a group
+    frame is read, the third value)."""
     prologues = []
+    groups: dict[int, tuple[str, int]] = {}
     for p in spec.prologues:
         nodes, out = p.nodes, p.output
         if nodes[out].op in _TRANSPOSES and p.operand == r.b_i and spec.anchor != "aten.linear.default":
@@ -460,11 +472,33 @@ def _prologues(spec: FusedSpec, r: _Anchor, b_layout: str, where: str) -> tuple[
                 raise FusionUnsupported(f"{where}: prologue permute {nodes[out].args[1][1]} of a matrix")
             out = nodes[out].args[0][1]
             b_layout = "nk"
+        nodes, found = regroup(nodes, out, r.inputs, where)
+        if set(found) & set(groups):
+            raise FusionUnsupported(f"{where}: an input grouped in two prologues")
+        groups.update(found)
         for j, node in enumerate(nodes[:out + 1]):
             if node.op in VIEWS:
                 raise FusionUnsupported(f"{where}: prologue node {j} ({node.op}) is a view inside a prologue")
         prologues.append((0 if p.operand == r.a_i else 1, nodes[:out + 1], out))
-    return prologues, b_layout
+    return prologues, b_layout, groups
+
+
+def _evaluable(spec: FusedSpec, extra_inputs: list[Any]) -> FusedSpec:
+    """``spec`` with the reshapes of a prologue that does not evaluate as the front end gave it
+    (a view to ``[R, C/g, g]`` of a value whose inputs the front end flattened) reshaping to
+    the flattened frame instead (``fusion_groups.flat_views``): the same values."""
+    pros = []
+    for p in spec.prologues:
+        if any(n.op in VIEWS for n in p.nodes):
+            try:
+                meta_eval(("prologue-eval", spec, p.operand, sig(extra_inputs)),
+                          lambda p=p: eval_nodes(p.nodes, None, meta_tensors(extra_inputs)))
+            except Exception:  # noqa: BLE001 - torch's ops refuse the shapes: try the flattened frame
+                p = Prologue(p.operand, flat_views(p.nodes), p.output)
+        pros.append(p)
+    if all(a is b for a, b in zip(pros, spec.prologues)):
+        return spec
+    return FusedSpec(spec.anchor, tuple(pros), spec.epilogue, spec.name, spec.anchor_kwargs)
 
 
 def _rope_frame(node: Node, a: int) -> str | None:
@@ -476,7 +510,7 @@ def _rope_frame(node: Node, a: int) -> str | None:
 
 
 def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_layout: str, batch: Any,
-                  where: str) -> tuple[list, list]:
+                  where: str, groups: dict | None = None) -> tuple[list, list]:
     """Each extra input placed against the frame it is used in: ``(InputSpec s, frames)``; a
     broadcast input of a prologue is read as the whole operand frame (``InputSpec.expand``)."""
     import dataclasses
@@ -515,6 +549,18 @@ def _input_frames(spec: FusedSpec, ep_nodes: list, r: _Anchor, mnk: tuple, b_lay
             frame = (n, k) if b_layout == "nk" else (k, n)
         if batch is not None and isinstance(t, torch.Tensor) and t.dim() == 3:
             raise FusionUnsupported(f"{where}: batched extra inputs of bmm are not fused")
+        how = (groups or {}).get(i)
+        if how is not None:                # read through its group frame (fusion_groups)
+            h = grouped_host(t, how, frame)
+            if how[0] == "full":
+                spec = place(h, frame, where, i)[0]
+            else:
+                spec = InputSpec("tensor", dtype_name(t.dtype), (h.shape[0] == 1, False),
+                                 group=how[1] if how[0] == "group" else 0,
+                                 period=how[1] if how[0] == "period" else 0)
+            specs.append(spec)
+            placed.append(frame)
+            continue
         spec = place(t, frame, where, i)[0]
         if f.startswith("operand") and spec.kind == "tensor" and any(spec.bcast):
             spec = dataclasses.replace(spec, expand=True)       # read as the whole operand tile
@@ -571,6 +617,7 @@ def _anchor_of(spec: FusedSpec, args: list, extra_inputs: list, where: str) -> t
 def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> tuple[GemmCall, _Recipe]:
     """The plan of ``plan_call`` and the recipe of its host values (no memo)."""
     anchor, where, args = spec.anchor, spec.display_name(), list(anchor_args)
+    spec = _evaluable(spec, list(extra_inputs))
     pro = {p.operand: p for p in spec.prologues}
     r, a, b = _anchor_of(spec, args, extra_inputs, where)
     first = _device(args, r.inputs, where)
@@ -587,7 +634,7 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
         raise FusionUnsupported(f"{where}: column halves with a B prologue or bmm are not fused")
     if halves and (n // 2) % 8:
         raise FusionUnsupported(f"{where}: column halves of N = {n} need N/2 a multiple of 8")
-    prologues, b_layout = _prologues(spec, r, b_layout, where)
+    prologues, b_layout, groups = _prologues(spec, r, b_layout, where)
     if _reduces_rows(prologues, 1):
         raise FusionUnsupported(f"{where}: a row reduction fuses only into the A operand's prologue")
     norm = _reduces_rows(prologues, 0)
@@ -597,7 +644,7 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     if any(nd.op == ROPE for nd in ep_nodes) and (halves or batch is not None):
         raise FusionUnsupported(f"{where}: rope with column halves or bmm is not fused")
     _check_rope(ep_nodes, r.inputs, where)
-    specs, frames = _input_frames(spec, ep_nodes, r, (m, n, k), b_layout, batch, where)
+    specs, frames = _input_frames(spec, ep_nodes, r, (m, n, k), b_layout, batch, where, groups)
     metas, out_dtypes = _out_metas(spec, anchor_args, extra_inputs, where)
     plan = TilePlan(output_param="c", operands=((0, "a"), (1, "b")), prologues=tuple(prologues),
                     epilogue=tuple(ep_nodes), outputs=tuple(bases), out_dtypes=tuple(out_dtypes),
@@ -611,7 +658,8 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
             raise FusionUnsupported(f"{where}: output {k_} of shape {tuple(t.shape)} is not the {m} x {n} "
                                     f"product permuted into {hd_[0]} heads of {hd_[1]}")
     recipe = _Recipe(anchor, None if r.a_i in pro else r.a_i, None if r.b_i in pro else r.b_i, b_layout,
-                     batch is not None, m, k, tuple(r.implied), tuple(frames), tuple(x.expand for x in specs))
+                     batch is not None, m, k, tuple(r.implied), tuple(frames), tuple(x.expand for x in specs),
+                     tuple(groups.get(i) for i in range(len(specs))))
     call = GemmCall(arch, a.dtype, b_layout, staged, None, None, m, n, k, batch, lead, plan, [],
                     chains, [tuple(t.shape) for t in metas])
     return call, recipe

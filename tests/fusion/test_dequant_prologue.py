@@ -89,3 +89,178 @@ def test_dequant_prologue_is_fused(kind: str, form, dtype: torch.dtype, zero_poi
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
     assert (out.double() - want).abs().max().item() <= tol
+
+
+# --- per-group scales and zero points, as models write them (``w.view(N, K/g, g)``) ----------------
+
+def _per_group(wq: torch.Tensor, g: int, scale: torch.Tensor, zp: torch.Tensor | None, zp_where: str,
+               linear: bool, pos: torch.Tensor | None):
+    """``((w.view(N, K/g, g).to(dtype) - zero) * scale[N, K/g, 1]).view(N, K)``: the zero point
+    per group ``[N, K/g, 1]`` (``zp_where="group"``) or per channel ``[N, 1]`` subtracted
+    before the view (``"channel"``); ``pos``: a factor per position in a group ``[g]``."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        w = wq.to(x.dtype)
+        if zp is not None and zp_where == "channel":
+            w = w - zp.to(x.dtype)
+        w = w.view(N, K // g, g)
+        if zp is not None and zp_where == "group":
+            w = w - zp.to(x.dtype)
+        w = w * scale.to(x.dtype)
+        if pos is not None:
+            w = w * pos.to(x.dtype)
+        w = w.view(N, K)
+        return F.linear(x, w) if linear else x @ w.T
+    return f
+
+
+GROUP_CASES = [("int8", 16, torch.float16, None, False, False),
+               ("int8", 32, torch.bfloat16, "group", True, False),
+               ("e4m3", 16, torch.bfloat16, "channel", False, False),
+               ("e5m2", 8, torch.float16, "group", True, True)]
+GROUP_IDS = [f"{k}-g{g}-{str(d)[6:]}{'-zp_' + z if z else ''}-{'linear' if lin else 'matmul'}"
+             f"{'-pos' if p else ''}" for k, g, d, z, lin, p in GROUP_CASES]
+
+
+@pytest.mark.parametrize("kind,g,dtype,zp_where,linear,per_position", GROUP_CASES, ids=GROUP_IDS)
+def test_per_group_dequant_prologue_is_fused(kind: str, g: int, dtype: torch.dtype, zp_where: str | None,
+                                             linear: bool, per_position: bool) -> None:
+    gen = torch.Generator().manual_seed(3)
+    wq = _weights(kind)
+    scale = (torch.rand(N, K // g, 1, generator=gen) * 0.02 + 0.005).to(dtype)
+    zp = None
+    if zp_where == "group":
+        zp = torch.randint(-3, 4, (N, K // g, 1), generator=gen).to(dtype)
+    elif zp_where == "channel":
+        zp = torch.randint(-3, 4, (N, 1), generator=gen).float()
+    pos = torch.rand(g, generator=gen) + 0.5 if per_position else None
+    fn = _per_group(wq, g, scale, zp, zp_where or "", linear, pos)
+    x = torch.randn(*((2, 4) if linear else (8,)), K, generator=gen).to(dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = fn(x)
+    plan = GraphPlan.merge(plans)
+    # one launch, every op of the dequantization in its prologue (nothing left to torch)
+    assert len(log) == 1 and len(plan.kernels) == 1 and plan.fallbacks == [], plan.report()
+    assert {"aten._to_copy.default", "aten.mul.Tensor", "aten.view.default"} <= set(log[0].prologue), log[0]
+    assert ("aten.sub.Tensor" in log[0].prologue) == (zp is not None), log[0]
+    w64 = wq.to(torch.float64) if kind == "int8" else wq.to(torch.float32).double()
+    if zp is not None and zp_where == "channel":
+        w64 = w64 - zp.double()
+    w64 = w64.view(N, K // g, g)
+    if zp is not None and zp_where == "group":
+        w64 = w64 - zp.double()
+    w64 = w64 * scale.double()
+    if pos is not None:
+        w64 = w64 * pos.double()
+    want = x.double() @ w64.view(N, K).T
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
+
+
+# --- int4 weights packed into int32 words or bytes, unpacked as models write it --------------------
+
+def _int4(packed: torch.Tensor, shifts: torch.Tensor, g: int, scale: torch.Tensor, zero: torch.Tensor | None,
+          linear: bool):
+    """``((packed[..., None] >> shifts) & 0xF).view(N, K)`` (eight nibbles per int32 word or
+    two per byte), minus 8 or a per-group zero point, times per-group scales."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        w = ((packed.unsqueeze(-1) >> shifts) & 0xF).view(N, K).to(x.dtype)
+        w = (w - 8) if zero is None else w
+        w = w.view(N, K // g, g)
+        if zero is not None:
+            w = w - zero.to(x.dtype)
+        w = (w * scale.to(x.dtype)).view(N, K)
+        return F.linear(x, w) if linear else x @ w.T
+    return f
+
+
+@pytest.mark.parametrize("word,dtype,zero_tensor,linear", [(torch.int32, torch.float16, False, False),
+                                                           (torch.uint8, torch.bfloat16, True, True)],
+                         ids=["int32-f16-zero8-matmul", "uint8-bf16-zero_group-linear"])
+def test_int4_unpacking_is_fused(word: torch.dtype, dtype: torch.dtype, zero_tensor: bool,
+                                 linear: bool) -> None:
+    gen = torch.Generator().manual_seed(4)
+    per = 8 if word == torch.int32 else 2
+    g = 16
+    nib = torch.randint(0, 16, (N, K // per, per), generator=gen)
+    packed = torch.zeros(N, K // per, dtype=torch.int64)
+    for j in range(per):
+        packed |= nib[..., j] << (4 * j)
+    packed = packed.to(word)                # int32 words with the top nibble >= 8 are negative
+    shifts = torch.arange(0, 4 * per, 4, dtype=word)
+    scale = (torch.rand(N, K // g, 1, generator=gen) * 0.02 + 0.005).to(dtype)
+    zero = torch.randint(6, 10, (N, K // g, 1), generator=gen).to(dtype) if zero_tensor else None
+    fn = _int4(packed, shifts, g, scale, zero, linear)
+    x = torch.randn(*((2, 4) if linear else (8,)), K, generator=gen).to(dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = fn(x)
+    plan = GraphPlan.merge(plans)
+    assert len(log) == 1 and len(plan.kernels) == 1 and plan.fallbacks == [], plan.report()
+    assert {"aten.__rshift__.Tensor", "aten.bitwise_and.Scalar", "aten.sub.Tensor"} <= set(log[0].prologue)
+    w64 = nib.reshape(N, K).double().view(N, K // g, g)        # the nibbles, independent of the packing
+    w64 = (w64 - (8.0 if zero is None else zero.double())) * scale.double()
+    want = x.double() @ w64.view(N, K).T
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
+
+
+def _grouped_specs() -> list:
+    """The specs the front end makes of a per-group int8 dequantization with a zero point and of
+    an int4 unpacking (group 32, inputs in the flattened frame of groups)."""
+    from hexlayout.fusion import FusedSpec, Node, Prologue
+
+    g = 32
+
+    def cast(ref: tuple) -> Node:
+        return Node("aten._to_copy.default", (ref,), (("dtype", "f16"),))
+
+    int8 = FusedSpec("aten.linear.default", prologues=(Prologue(1, (
+        cast(("input", 0)), cast(("input", 1)), Node("aten.sub.Tensor", (("node", 0), ("input", 2))),
+        Node("aten.mul.Tensor", (("node", 2), ("node", 1))),
+        Node("aten.view.default", (("node", 3), ("const", (N, K // g, g)))),
+        Node("aten.view.default", (("node", 4), ("const", (N, K))))), 5),))
+    int4 = FusedSpec("aten.linear.default", prologues=(Prologue(1, (
+        Node("aten.__rshift__.Tensor", (("input", 0), ("input", 1))),
+        Node("aten.bitwise_and.Scalar", (("node", 0), ("const", 15))),
+        Node("aten.view.default", (("node", 1), ("const", (N, K)))), cast(("node", 2)),
+        Node("aten.sub.Tensor", (("node", 3), ("const", 8))),
+        Node("aten.view.default", (("node", 4), ("const", (N * K // g, g)))),
+        Node("aten.mul.Tensor", (("node", 5), ("input", 2))),
+        Node("aten.view.default", (("node", 6), ("const", (N, K))))), 7),))
+    scale = torch.rand(N * K // g, 1).half()
+    return [(int8, [torch.randint(-127, 128, (N * K // g, g), dtype=torch.int8), scale.float(), scale]),
+            (int4, [torch.randint(0, 2 ** 31 - 1, (N * K // 8, 1), dtype=torch.int32),
+                    torch.arange(0, 32, 4, dtype=torch.int32).view(1, 8), scale])]
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("case,arch", [(0, "sm_90a"), (1, "sm_80")], ids=["int8-group-sm_90a", "int4-sm_80"])
+def test_grouped_prologues_compile_without_spills(case: int, arch: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """At production tile sizes the gathered per-group inputs take ``BK = 32`` (at 64 the int8
+    one spills on sm_80) and compile without spills."""
+    from hexlayout.ops.gemm.fusion import anchor_consts, fused_build
+    from hexlayout.ops.gemm.fusion_plan import plan_call
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
+    spec, inputs = _grouped_specs()[case]
+    call = plan_call(spec, [torch.randn(64, K).half(), None], inputs)
+    assert any(s.group for s in call.plan.inputs) and (case == 0 or any(s.period for s in call.plan.inputs))
+    call.m = call.n = call.k = 4096
+    consts = anchor_consts(call)
+    assert consts["BK"] == 32, consts
+    bld, _ = fused_build(spec, call, consts, compile=True)
+    res = bld.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0, res

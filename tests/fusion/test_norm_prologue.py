@@ -78,3 +78,54 @@ def test_long_rows_keep_two_kernels_and_say_so() -> None:
     assert any("norm: two kernels (K=256 > 128)" in n for n in plan.notes), plan
     assert "note: norm: two kernels (K=256 > 128)" in plan.report()
     assert (out.float() - ref.float()).abs().max().item() <= 1e-2 * ref.float().abs().max().item()
+
+
+class LayerNormLinear(nn.Module):
+    """``Linear(LayerNorm(x))``: ``nn.LayerNorm`` (aten ``native_layer_norm``) or written out
+    with the mean and the variance (f32 inside, as eager computes it for f16 / bf16)."""
+
+    def __init__(self, k: int, n: int, written: bool) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(k)
+        with torch.no_grad():
+            self.ln.weight.add_(0.1 * torch.randn(k))
+            self.ln.bias.add_(0.1 * torch.randn(k))
+        self.lin = nn.Linear(k, n)
+        self.written = written
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.written:
+            return self.lin(self.ln(x))
+        xf = x.float()
+        mu = xf.mean(-1, keepdim=True)
+        var = ((xf - mu) ** 2).mean(-1, keepdim=True)
+        h = (xf - mu) * torch.rsqrt(var + self.ln.eps) * self.ln.weight.float() + self.ln.bias.float()
+        return self.lin(h.to(x.dtype))
+
+
+@pytest.mark.parametrize("dtype,written,k", [(torch.float16, False, 64), (torch.bfloat16, False, 96),
+                                             (torch.bfloat16, True, 96)],
+                         ids=["layer_norm-f16-k64", "layer_norm-bf16-k96", "written-bf16-k96"])
+def test_layernorm_is_the_gemm_a_prologue(dtype: torch.dtype, written: bool, k: int) -> None:
+    torch.manual_seed(1)
+    m = LayerNormLinear(k, 32, written).to(dtype).eval()
+    x = torch.randn(2, 5, k, dtype=dtype) * 2 + 0.5          # rows of nonzero mean
+    out, ref, want, log, plan = _run(m, x)
+    assert len(log) == len(plan.kernels) == 1, plan.report()           # no norm kernel, nothing in torch
+    assert not plan.notes and not plan.fallbacks, plan.report()
+    (rec,) = log
+    assert rec.prologue.count("aten.mean.dim") == 2 and "aten.rsqrt.default" in rec.prologue, rec
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
+
+
+def test_long_layernorm_rows_stay_in_torch_and_say_so() -> None:
+    torch.manual_seed(1)
+    m = LayerNormLinear(256, 16, False).half().eval()
+    x = torch.randn(4, 256, dtype=torch.float16)
+    out, ref, _, log, plan = _run(m, x)
+    assert [r.anchor for r in log] == ["aten.linear.default"], log
+    assert [f.op for f in plan.fallbacks] == ["aten.native_layer_norm.default"], plan.report()
+    assert "norm: two kernels (K=256 > 128): native_layer_norm in torch" in plan.report()
+    assert (out.float() - ref.float()).abs().max().item() <= 1e-2 * ref.float().abs().max().item()
