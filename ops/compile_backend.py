@@ -1,10 +1,10 @@
 """``torch.compile(model, backend="hexlayout")``: the backend with this layer's anchor kernels.
 
 The fusion layer (``hexlayout.fusion``) fuses prologues and epilogues into anchor kernels it
-does not own: the GEMMs (``gemm.fusion``), the row reductions (``row_reduce.fusion``) and
-attention (``attention.sdpa_fusion``) are this layer's, and each module registers its anchor
-records (``hexlayout.fusion.anchors.AnchorRecord``) when it is imported. This module imports
-the three (so
+does not own: the GEMMs (``gemm.fusion``), the row reductions (``row_reduce.fusion``),
+attention (``attention.sdpa_fusion``) and the MoE experts (``moe.fusion``) are this layer's,
+and each module registers its anchor records (``hexlayout.fusion.anchors.AnchorRecord``) when
+it is imported. This module imports the four (so
 importing it - or ``hexlayout.ops`` - makes every anchor available) and is what torch's
 ``torch_dynamo_backends`` entry point names (``hexlayout =
 "hexlayout.ops.compile_backend:hexlayout_backend"`` in ``pyproject.toml``): torch finds the
@@ -20,6 +20,7 @@ from hexlayout.fusion.backend import hexlayout_backend as _fusion_backend
 
 from .attention import sdpa_fusion as _sdpa_fusion  # noqa: F401 - registers the attention anchor
 from .gemm import fusion as _gemm_fusion  # noqa: F401 - registers the GEMM anchors
+from .moe import fusion as _moe_fusion  # noqa: F401 - registers the MoE experts anchor
 from .row_reduce import fusion as _row_reduce_fusion  # noqa: F401 - registers the row reductions
 
 __all__ = ["hexlayout_backend"]

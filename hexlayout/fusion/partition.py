@@ -693,7 +693,10 @@ class _Partitioner(GraphView):
         self.epilogue_users: set = set()
         prologues = self._prologues(anchor)
         self.claimed[anchor] = anchor
-        epi = self._epilogue(anchor)
+        epi = self._epilogue(anchor) if record.epilogue else []
+        if not record.epilogue:
+            for u in anchor.users:
+                self.why.setdefault(u, f"reads the output of a {record.name} kernel, which takes no epilogue")
         for e in epi:
             self.claimed[e] = anchor
         if record.rows and epi:

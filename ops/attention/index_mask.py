@@ -37,7 +37,8 @@ _ARANGES = frozenset({"aten.arange.default", "aten.arange.start",
                       "aten.arange.start_step"})
 _CONSTS = frozenset({"aten.full.default", "aten.scalar_tensor.default"})
 _VIEWS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-                    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default", "aten.expand.default",
+                    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default",
+                    "aten.expand.default",
                     "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.clone.default",
                     "aten.alias.default", "aten.detach.default"})
 _CASTS = frozenset({"aten._to_copy.default", "prims.convert_element_type.default"})
@@ -142,6 +143,8 @@ class IndexMask:
         args = [env[a[1]] if a[0] == "node" else a[1] for a in n.args]
         if op in _ARANGES:
             start, step = (args[0], args[2] if len(args) > 2 else 1) if len(args) > 1 else (0, 1)
+            if self.axes[j] is None:             # one position (a dimension of extent 1)
+                return int(start)
             idx = rows if self.axes[j] == "q" else cols
             idx = idx * int(step) if step != 1 else idx
             return idx + int(start) if start else idx
@@ -250,7 +253,8 @@ def _analyse(nodes: tuple, output: int) -> IndexMask:
             shapes.append(shapes[ins[0]])
             srcs.append(srcs[ins[0]])
             to = dt if op != "prims.convert_element_type.default" else _c(n.args[1])
-            kinds.append("bool" if to == "pred" else "float" if to in ("f16", "bf16", "f32", "f64") else "int")
+            kinds.append("bool" if to == "pred" else
+                         "float" if to in ("f16", "bf16", "f32", "f64") else "int")
             continue
         shp = _bshape(*(shapes[i] for i in ins))
         sv = []
@@ -281,7 +285,8 @@ def _analyse(nodes: tuple, output: int) -> IndexMask:
             if ax is None or axes[a] not in (None, ax):
                 raise ValueError("an index on a mask dimension other than queries and keys, or on both")
             axes[a] = ax
-    if not any(axes) or len(shapes[output]) > 4:
+    if not any(axes) or len(shapes[output]) > 4 or any(
+            nodes[j].op in _ARANGES and axes[j] is None and shapes[j] != (1,) for j in range(len(nodes))):
         raise ValueError("a mask that does not depend on positions")
     return IndexMask(nodes, output, tuple(axes), tuple(kinds))
 

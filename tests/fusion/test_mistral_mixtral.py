@@ -106,3 +106,150 @@ def test_mistral_sliding_window_layer(form: str, dtype: torch.dtype) -> None:
 
 def _causal_layer(m: Mistral, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return Layer.forward(m, x, pos)
+
+
+def _route(gate: nn.Linear, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mixtral's routing as HF writes it: softmax in f32, top-k, renormalised, cast back."""
+    logits = gate(x)
+    w = F.softmax(logits, dim=1, dtype=torch.float)
+    w, ids = torch.topk(w, k, dim=-1)
+    w /= w.sum(dim=-1, keepdim=True)
+    return w.to(x.dtype), ids, logits
+
+
+class GatheredMoE(nn.Module):
+    """The experts in the "topk + index" form: each token's top-k experts' weights gathered
+    (``w1[ids]``), contracted with ``einsum``, combined with the routing weights.
+    ``transposed``: ``w1`` / ``w3`` stored ``[E, H, I]`` and ``w2`` ``[E, I, H]``."""
+
+    def __init__(self, h: int = 64, inter: int = 128, experts: int = 4, k: int = 2,
+                 transposed: bool = False) -> None:
+        super().__init__()
+        self.gate, self.k, self.transposed = nn.Linear(h, experts, bias=False), k, transposed
+        up, down = ((experts, h, inter), (experts, inter, h)) if transposed else \
+            ((experts, inter, h), (experts, h, inter))
+        self.w1, self.w3 = (nn.Parameter(torch.randn(up) * 0.1) for _ in range(2))
+        self.w2 = nn.Parameter(torch.randn(down) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, h = x.shape
+        x = x.view(-1, h)
+        w, ids, _ = _route(self.gate, x, self.k)
+        if self.transposed:
+            g = F.silu(torch.einsum("ti,taio->tao", x, self.w1[ids]))
+            y = torch.einsum("tao,taoi->tai", g * torch.einsum("ti,taio->tao", x, self.w3[ids]), self.w2[ids])
+        else:
+            g = F.silu(torch.einsum("ti,taoi->tao", x, self.w1[ids]))
+            y = torch.einsum("tao,taio->tai", g * torch.einsum("ti,taoi->tao", x, self.w3[ids]), self.w2[ids])
+        return torch.einsum("tai,ta->ti", y, w).view(b, t, h)
+
+
+@pytest.mark.parametrize("dtype,transposed", [(torch.float16, False), (torch.bfloat16, True)],
+                         ids=["f16", "bf16-transposed-weights"])
+def test_gathered_experts_are_one_fused_moe(dtype: torch.dtype, transposed: bool) -> None:
+    """The gathers, the three contractions, SiLU * up and the weighted sum over k: one
+    ``fused_moe`` (its alignment, gate-up, down and sum kernels; the weights concatenated
+    once); the routing is torch's (the router GEMM's N = 4 experts is not a multiple of 8)."""
+    torch.manual_seed(2)
+    m = GatheredMoE(transposed=transposed).to(dtype).eval()
+    x = torch.randn(1, 8, 64, dtype=dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    plan = GraphPlan.merge(plans)
+    assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
+    assert any(n.startswith("moe: the experts of gathered weights") for n in plan.notes), plan
+    left = {f.op for f in plan.fallbacks}
+    assert not {"aten.index.Tensor", "aten.bmm.default", "aten.silu.default"} & left, plan
+    names = [r.name for r in log]
+    assert [n.split("_")[1] for n in names if n.startswith("moe_") and "align" not in n] == \
+        ["gate", "down", "sum"], names                  # one launch each: every expert, every token
+    _close(out, ref, want)
+
+
+class Expert(nn.Module):
+    def __init__(self, h: int, inter: int) -> None:
+        super().__init__()
+        self.w1, self.w3 = nn.Linear(h, inter, bias=False), nn.Linear(h, inter, bias=False)
+        self.w2 = nn.Linear(inter, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class HFSparseMoE(nn.Module):
+    """transformers' ``MixtralSparseMoeBlock.forward``: the loop over the experts hit,
+    ``torch.where(expert_mask[e])``, ``hidden[top_x]``, the expert MLP times
+    ``routing_weights[top_x, idx, None]``, ``index_add_``."""
+
+    def __init__(self, h: int = 64, inter: int = 128, experts: int = 4, k: int = 2) -> None:
+        super().__init__()
+        self.gate, self.k, self.n = nn.Linear(h, experts, bias=False), k, experts
+        self.experts = nn.ModuleList(Expert(h, inter) for _ in range(experts))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        b, t, h = hidden_states.shape
+        hidden_states = hidden_states.view(-1, h)
+        routing_weights, selected, _ = _route(self.gate, hidden_states, self.k)
+        final = torch.zeros((b * t, h), dtype=hidden_states.dtype, device=hidden_states.device)
+        expert_mask = F.one_hot(selected, num_classes=self.n).permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0))
+            cur = hidden_states[None, top_x].reshape(-1, h)
+            cur = self.experts[expert_idx](cur) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, cur.to(hidden_states.dtype))
+        return final.reshape(b, t, h)
+
+
+def test_hf_expert_loop_compiles_and_agrees() -> None:
+    """HF's loop: dynamo breaks the graph at ``nonzero`` / ``torch.where`` (data-dependent
+    sizes), so each expert's MLP is a graph of its own - 2 GEMM kernels per expert hit
+    (gate / up as one, down) - and the routing and ``index_add_`` are torch's."""
+    torch.manual_seed(3)
+    m = HFSparseMoE().to(torch.float16).eval()
+    x = torch.randn(1, 8, 64, dtype=torch.float16)
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad():
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    hit = int(F.one_hot(_route(m.gate, x.view(-1, 64), 2)[1], 4).sum((0, 1)).gt(0).sum())
+    gemms = [r for r in log if r.anchor in ("aten.linear.default", "aten.mm.default")]
+    assert len(gemms) == 2 * hit, [r.name for r in log]
+    assert not any(r.name.startswith("moe_") for r in log)
+    _close(out, ref, want)
+
+
+def test_window_with_a_padding_mask_is_read_from_memory() -> None:
+    """A window mask ANDed with a padding mask (a tensor input) is not a program of positions:
+    torch builds it, the kernel reads it as a boolean mask, and the aranges are listed as left
+    to torch."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 4, 8, 16, generator=g).half()
+    k, v = (torch.randn(2, 2, 8, 16, generator=g).half() for _ in range(2))
+    pad = torch.ones(2, 8, dtype=torch.bool)
+    pad[1, :2] = False                   # the second sequence starts with two padding keys
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        m = sliding_window_mask(8, 8, WINDOW, "bool", q.dtype) & pad[:, None, None, :]
+        m = m | torch.eye(8, dtype=torch.bool)             # every row sees a key
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+
+    plans: list[GraphPlan] = []
+    c = torch.compile(f, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with launch_log() as log:
+        out = c(q, k, v, pad)
+    plan = GraphPlan.merge(plans)
+    (rec,) = log
+    assert rec.name.endswith("_bool_mask"), rec
+    assert "aten.arange.default" in {f_.op for f_ in plan.fallbacks}, plan
+    want = f(q, k, v, pad)
+    assert (out.float() - want.float()).abs().max().item() <= 1e-2 * want.float().abs().max().item()

@@ -1,0 +1,408 @@
+"""Mixture-of-experts as a fusion anchor: the experts of a MoE block written with gathered
+expert weights (gpt-fast's and many serving codes' "topk + index" form) become ONE call of
+``torch.ops.hexlayout.fused_moe``; importing this module registers the record ``MOE`` with
+``hexlayout.fusion.anchors``.
+
+The form recognized (``fuse_gathered_experts``, the record's ``prepare``), for any
+``einsum`` / ``bmm`` / ``mm`` / ``mul`` + ``sum`` spelling of the contractions and any views
+between them::
+
+    G1, G3, G2 = W1[ids], W3[ids], W2[ids]              # ids [T, k]: the top-k expert ids
+    inter[t, a, o] = act(sum_i x[t, i] G1[t, a, o, i]) * sum_i x[t, i] G3[t, a, o, i]
+    y[t, h] = sum_a w[t, a] sum_o inter[t, a, o] G2[t, a, h, o]
+
+(``W1`` / ``W3`` ``[E, I, H]`` or ``[E, H, I]``, ``W2`` ``[E, H, I]`` or ``[E, I, H]`` graph
+inputs; ``act`` SiLU or exact GELU; ``w`` the ``[T, k]`` routing weights). It is
+``fused_moe(x, cat([W1, W3], 1), W2, w.float(), ids.int(), act)``: the graph gets that
+node, with ``cat([W1, W3], 1)`` (and a transpose of a weight stored the other way) a derived
+parameter computed once per weight (``hexlayout_derived``: again only after an in-place
+update), the gathers and contractions are gone. The routing (router GEMM aside: softmax,
+``topk``, renormalisation, the casts of the weights and ids) stays in torch: data-dependent
+selection, cheap next to the experts.
+
+The shapes are tracked symbolically: each value is a role (an input, a gathered weight, a
+projection, the activation, the gated product, the down projection, the weighted sum) and,
+per dimension, the labels of the index variables it holds (views regroup them,
+contractions unify them), so the match does not depend on how ``einsum`` was lowered. A
+block written with HF's per-expert loop (``torch.where(expert_mask[e])``, ``index_add_``)
+is not this form: ``torch.where`` of a mask is data-dependent (``nonzero``), so dynamo breaks
+the graph there and each expert's MLP is a graph of its own (two GEMM kernels each: the
+gate / up pair as one, the down projection); one kernel for all the experts would need the
+routing the loop computes on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from hexlayout.fusion.anchors import AnchorRecord, AnchorSpec, register_anchor
+from hexlayout.fusion.spec import FusedSpec, FusionUnsupported
+
+__all__ = ["MOE", "fuse_gathered_experts", "moe_w13", "moe_w2", "MOE_OP"]
+
+#: the graph op the experts become (``op_name`` of ``torch.ops.hexlayout.fused_moe.default``)
+MOE_OP = "hexlayout.fused_moe.default"
+_LOCK = threading.Lock()
+_DERIVED: dict[tuple, Any] = {}
+_VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+_PASS = ("aten.clone.default", "aten.alias.default", "aten._to_copy.default", "aten.contiguous.default")
+_ACTS = {"aten.silu.default": "silu", "aten.gelu.default": "gelu"}
+
+
+def _cached(key_tensors: tuple, tag: Any, make: Any) -> Any:
+    """``make()``, cached per tensors (the same objects at the same versions) and ``tag``."""
+    key = (tag, *((w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, w.device) for w in key_tensors))
+    with _LOCK:
+        hit = _DERIVED.get(key)
+    if hit is not None and all(r() is w for r, w in zip(hit[0], key_tensors)) and \
+            hit[1] == tuple(w._version for w in key_tensors):
+        return hit[2]
+    out = make()
+    with _LOCK:
+        if len(_DERIVED) > 64:
+            _DERIVED.clear()
+        _DERIVED[key] = (tuple(weakref.ref(w) for w in key_tensors), tuple(w._version for w in key_tensors),
+                         out)
+    return out
+
+
+def _w13(w1: Any, w3: Any, transposed: bool) -> Any:
+    import torch
+
+    a, b = (w.transpose(1, 2) if transposed else w for w in (w1, w3))
+    return torch.cat([a, b], 1).contiguous()
+
+
+def _w2(w2: Any, transposed: bool) -> Any:
+    return (w2.transpose(1, 2) if transposed else w2).contiguous()
+
+
+def moe_w13(w1: Any, w3: Any, transposed: bool) -> Any:
+    """``fused_moe``'s ``w13`` ``[E, 2I, H]``: the gate rows then the up rows (``W1`` / ``W3``
+    given ``[E, I, H]``, or ``[E, H, I]`` when ``transposed``), computed once per pair."""
+    return _cached((w1, w3), ("w13", transposed), lambda: _w13(w1, w3, transposed))
+
+
+def moe_w2(w2: Any, transposed: bool) -> Any:
+    """``fused_moe``'s ``w2`` ``[E, H, I]`` (``W2`` given so, or ``[E, I, H]`` when
+    ``transposed``), contiguous, computed once per weight."""
+    return _cached((w2,), ("w2", transposed), lambda: _w2(w2, transposed))
+
+
+moe_w13.hexlayout_derived = True     # parameters computed once: not ops left to torch
+moe_w2.hexlayout_derived = True
+
+
+# --- the symbolic match -------------------------------------------------------------------------
+@dataclass
+class _Val:
+    """A value's role and, per dimension, its labels (row-major within a merged dimension)."""
+
+    role: tuple
+    dims: list
+
+
+@dataclass
+class _Match:
+    parent: dict = field(default_factory=dict)
+    size: dict = field(default_factory=dict)
+    vals: dict = field(default_factory=dict)
+    ids_labels: dict = field(default_factory=dict)
+
+    def new(self, size: int) -> int:
+        lab = len(self.size)
+        self.size[lab] = size
+        self.parent[lab] = lab
+        return lab
+
+    def find(self, a: int) -> int:
+        while self.parent[a] != a:
+            a = self.parent[a]
+        return a
+
+    def unify(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            if self.size[a] != self.size[b]:
+                raise ValueError("contracted sizes differ")
+            self.parent[a] = b
+
+    def unify_dims(self, x: tuple, y: tuple) -> None:
+        if len(x) != len(y):
+            raise ValueError("merged dimensions differ")
+        for a, b in zip(x, y):
+            self.unify(a, b)
+
+
+def _op(n: Any) -> str:
+    from hexlayout.fusion.partition import op_name
+
+    return op_name(n.target) if n.op == "call_function" else n.op
+
+
+def _shape(n: Any) -> tuple:
+    return tuple(int(s) for s in n.meta["val"].shape)
+
+
+def _leaf(m: _Match, n: Any) -> _Val:
+    return _Val(("leaf", n), [() if s == 1 else (m.new(s),) for s in _shape(n)])
+
+
+def _regroup(m: _Match, dims: list, shape: tuple) -> list:
+    atoms = [a for d in dims for a in d]
+    out, i = [], 0
+    for s in shape:
+        grp: list = []
+        prod = 1
+        while prod < s:
+            if i >= len(atoms):
+                raise ValueError("reshape")
+            prod *= m.size[atoms[i]]
+            grp.append(atoms[i])
+            i += 1
+        if prod != s:
+            raise ValueError("a reshape that splits an index")
+        out.append(tuple(grp))
+    if i != len(atoms):
+        raise ValueError("reshape")
+    return out
+
+
+def _value(m: _Match, n: Any) -> _Val:
+    """The role and labels of ``n`` (memoized; an unknown producer is a leaf)."""
+    if n in m.vals:
+        return m.vals[n]
+    v = _compute(m, n)
+    m.vals[n] = v
+    return v
+
+
+def _compute(m: _Match, n: Any) -> _Val:  # noqa: C901 - one case per op
+    op = _op(n)
+    if "val" not in n.meta or not hasattr(n.meta["val"], "shape"):
+        raise ValueError("not a tensor")
+    if op == "aten.index.Tensor" and len(n.args) == 2 and len(n.args[1]) == 1 and \
+            hasattr(n.args[1][0], "op") and n.args[0].op in ("placeholder", "get_attr") and \
+            len(_shape(n.args[0])) == 3:
+        w, ids = n.args[0], n.args[1][0]
+        iv = ids.meta.get("val")
+        if iv is None or iv.dtype.is_floating_point or iv.dim() != 2:
+            return _leaf(m, n)
+        if ids not in m.ids_labels:
+            m.ids_labels[ids] = [m.new(int(s)) for s in iv.shape]
+        t, a = m.ids_labels[ids]
+        r, c = (m.new(s) for s in _shape(w)[1:])
+        return _Val(("G", w, ids, r, c), [(t,), (a,), (r,), (c,)])
+    args = [a for a in n.args if hasattr(a, "op")]
+    if op in _PASS and args:
+        v = _value(m, n.args[0])
+        return _Val(v.role, list(v.dims))
+    if op in _VIEWS:
+        v = _value(m, n.args[0])
+        return _Val(v.role, _regroup(m, v.dims, _shape(n)))
+    if op == "aten.unsqueeze.default":
+        v = _value(m, n.args[0])
+        d = n.args[1] % (len(v.dims) + 1)
+        return _Val(v.role, v.dims[:d] + [()] + v.dims[d:])
+    if op == "aten.permute.default":
+        v = _value(m, n.args[0])
+        return _Val(v.role, [v.dims[d % len(v.dims)] for d in n.args[1]])
+    if op in ("aten.t.default", "aten.transpose.int"):
+        v = _value(m, n.args[0])
+        a, b = (0, 1) if op == "aten.t.default" else (n.args[1] % len(v.dims), n.args[2] % len(v.dims))
+        dims = list(v.dims)
+        dims[a], dims[b] = dims[b], dims[a]
+        return _Val(v.role, dims)
+    if op in _ACTS:
+        if op == "aten.gelu.default" and (n.args[1:] or [n.kwargs.get("approximate", "none")])[0] != "none":
+            return _leaf(m, n)
+        v = _value(m, n.args[0])
+        if v.role[0] != "proj":
+            return _leaf(m, n)
+        return _Val(("act", _ACTS[op], v.role), list(v.dims))
+    if op in ("aten.bmm.default", "aten.mm.default"):
+        x, y = (_value(m, a) for a in n.args[:2])
+        batch = op == "aten.bmm.default"
+        if batch:
+            m.unify_dims(x.dims[0], y.dims[0])
+        m.unify_dims(x.dims[-1], y.dims[-2])
+        dims = ([x.dims[0]] if batch else []) + [x.dims[-2], y.dims[-1]]
+        return _Val(_combine(m, x, y, set(x.dims[-1]), n), dims)
+    if op == "aten.mul.Tensor" and len(args) == 2:
+        x, y = (_value(m, a) for a in n.args[:2])
+        rank = max(len(x.dims), len(y.dims))
+        xd = [()] * (rank - len(x.dims)) + x.dims
+        yd = [()] * (rank - len(y.dims)) + y.dims
+        dims = []
+        for a, b in zip(xd, yd):
+            if a and b:
+                m.unify_dims(a, b)
+            dims.append(a or b)
+        return _Val(_combine(m, x, y, set(), n), dims)
+    if op == "aten.sum.dim_IntList":
+        v = _value(m, n.args[0])
+        red = {d % len(v.dims) for d in n.args[1]}
+        keep = bool(n.args[2]) if len(n.args) > 2 else bool(n.kwargs.get("keepdim", False))
+        gone = {a for d in red for a in v.dims[d]}
+        dims = [() if d in red else v.dims[d] for d in range(len(v.dims)) if keep or d not in red]
+        if v.role[0] == "wdown" and {m.find(a) for a in gone} == {m.find(v.role[3])}:
+            return _Val(("out",) + v.role[1:], dims)
+        return _leaf(m, n)
+    return _leaf(m, n)
+
+
+def _combine(m: _Match, x: _Val, y: _Val, contracted: set, n: Any) -> tuple:
+    """The role of a product of ``x`` and ``y`` contracted over the labels ``contracted``."""
+    c = {m.find(a) for a in contracted}
+    for p, q in ((x, y), (y, x)):
+        if p.role[0] == "leaf" and q.role[0] == "G" and len(c) == 1:
+            _, w, ids, r, cl = q.role
+            k = c.pop()
+            if k not in (m.find(r), m.find(cl)):
+                break
+            out = r if k == m.find(cl) else cl
+            return ("proj", p.role[1], w, ids, out, k == m.find(r))
+        if p.role[0] == "act" and q.role[0] == "proj" and not c:
+            g, u = p.role[2], q.role
+            if g[1] is u[1] and g[3] is u[3] and m.find(g[4]) == m.find(u[4]) and g[5] == u[5]:
+                return ("inter", p.role[1], g, u)
+        if p.role[0] == "inter" and q.role[0] == "G" and len(c) == 1:
+            _, w, ids, r, cl = q.role
+            k = c.pop()
+            if k != m.find(p.role[2][4]) or k not in (m.find(r), m.find(cl)) or ids is not p.role[2][3]:
+                break
+            h = r if k == m.find(cl) else cl
+            return ("down", p.role, w, h, k == m.find(r))
+        if p.role[0] == "down" and q.role[0] == "leaf":
+            t, a = m.ids_labels[p.role[1][2][3]]
+            qd = [lab for d in q.dims for lab in d]
+            if {m.find(lab) for lab in qd} != {m.find(t), m.find(a)} or len(qd) != 2:
+                break
+            role = (p.role, q.role[1], a)
+            if c == {m.find(a)}:
+                return ("out",) + role
+            if not c:
+                return ("wdown",) + role
+    return ("leaf", n)
+
+
+def fuse_gathered_experts(gm: Any) -> list[str]:
+    """Rewrite each MoE expert computation of gathered weights in ``gm`` into one
+    ``fused_moe`` node (see the module docstring); the notes say which."""
+    notes: list[str] = []
+    m = _Match()
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function":
+            continue
+        try:
+            v = _value(m, n)
+        except Exception:  # noqa: BLE001 - an op or a shape the match does not follow: a leaf
+            try:
+                m.vals[n] = _leaf(m, n)
+            except Exception:  # noqa: BLE001 - not a tensor
+                m.vals[n] = _Val(("leaf", n), [])
+            continue
+        if v.role[0] != "out" or any(_role_out(m, u) for u in n.users):
+            continue
+        note = _rewrite(gm, m, n, v)
+        if note:
+            notes.append(note)
+    if notes:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return notes
+
+
+def _role_out(m: _Match, u: Any) -> bool:
+    """Whether ``u`` (a user of an output) is an output too (a view or cast of it)."""
+    try:
+        return _value(m, u).role[0] == "out"
+    except Exception:  # noqa: BLE001 - not a tensor op the match knows
+        return False
+
+
+def _rewrite(gm: Any, m: _Match, y: Any, v: _Val) -> str | None:
+    """``y`` (the weighted sum) -> ``view(fused_moe(...), y's shape)``; None when the match's
+    sizes do not fit ``fused_moe`` (the graph is left as it is)."""
+    import torch
+    from torch._guards import detect_fake_mode
+
+    down, w_node = v.role[1], v.role[2]
+    _, inter, w2, h_lab, w2_t = down
+    _, act, gate, up = inter
+    _, x, w1, ids, o_lab, w1_t = gate
+    w3, w3_t = up[2], up[5]
+    xv, wv, iv = (t.meta["val"] for t in (x, w_node, ids))
+    hid, e = int(xv.shape[-1]), int(w1.meta["val"].shape[0])
+    tokens, k = (int(s) for s in iv.shape)
+    if w1_t != w3_t or xv.dtype not in (torch.float16, torch.bfloat16) or \
+            {w.meta["val"].dtype for w in (w1, w3, w2)} != {xv.dtype} or m.size[h_lab] != hid or \
+            xv.numel() != tokens * hid or tuple(wv.shape) != (tokens, k) or \
+            int(w2.meta["val"].shape[0]) != e or int(w3.meta["val"].shape[0]) != e:
+        return None
+    g = gm.graph
+    fake = detect_fake_mode([xv]) or contextlib.nullcontext()
+    with g.inserting_before(y):
+        xs = g.call_function(torch.ops.aten.view.default, (x, [tokens, hid]))
+        w13 = g.call_function(moe_w13, (w1, w3, w1_t))
+        w2d = g.call_function(moe_w2, (w2, w2_t))
+        tw = g.call_function(torch.ops.aten._to_copy.default, (w_node,), {"dtype": torch.float32})
+        ti = g.call_function(torch.ops.aten._to_copy.default, (ids,), {"dtype": torch.int32})
+        moe = g.call_function(torch.ops.hexlayout.fused_moe.default, (xs, w13, w2d, tw, ti, act))
+        out = g.call_function(torch.ops.aten.view.default, (moe, list(y.meta["val"].shape)))
+        res = out
+        if y.meta["val"].dtype != xv.dtype:
+            res = g.call_function(torch.ops.aten._to_copy.default, (out,), {"dtype": y.meta["val"].dtype})
+    with fake:
+        xs.meta["val"] = xv.reshape(tokens, hid)
+        w13.meta["val"] = _w13(w1.meta["val"], w3.meta["val"], w1_t)
+        w2d.meta["val"] = _w2(w2.meta["val"], w2_t)
+        tw.meta["val"] = wv.float()
+        ti.meta["val"] = iv.int()
+        moe.meta["val"] = xs.meta["val"].clone()        # [T, H], x's dtype
+        out.meta["val"] = moe.meta["val"].view(tuple(y.meta["val"].shape))
+        if res is not out:
+            res.meta["val"] = out.meta["val"].to(y.meta["val"].dtype)
+    y.replace_all_uses_with(res)
+    g.erase_node(y)
+    return (f"moe: the experts of gathered weights {w1.name}, {w3.name}, {w2.name} by {ids.name} -> one "
+            f"fused_moe ({e} experts, top-{k}, {act}); routing (softmax, topk, weights, casts) in torch")
+
+
+# --- the record ---------------------------------------------------------------------------------
+def _operands(g: Any, n: Any) -> tuple:
+    return tuple(n.args[:5])
+
+
+def _to_spec(g: Any, s: AnchorSpec) -> None:
+    n = g.anchor
+    s.order = [0, 1, 2, 3, 4]
+    s.kwargs = (("activation", n.args[5] if len(n.args) > 5 else "silu"),)
+
+
+def _eager(anchor: str, args: list, kwargs: dict) -> Any:
+    import torch
+
+    return torch.ops.hexlayout.fused_moe(*args, **kwargs)
+
+
+def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, None]:
+    """The experts as one ``fused_moe`` call (no prologue or epilogue: the record takes none)."""
+    if spec.prologues or spec.epilogue.nodes:
+        raise FusionUnsupported(f"{spec.display_name()}: fused_moe takes no prologue or epilogue")
+    from .args import check_fused_moe
+    from .op import run_fused_moe
+
+    act = dict(spec.anchor_kwargs).get("activation", "silu")
+    check_fused_moe(*anchor_args, act, False, None, None)
+    return [run_fused_moe(*anchor_args, activation=act)], None
+
+
+MOE = register_anchor(AnchorRecord(
+    "moe experts", frozenset({MOE_OP}), run=_run, operands=_operands, prologues=lambda g, n: {},
+    to_spec=_to_spec, eager=_eager, prepare=fuse_gathered_experts, epilogue=False))
