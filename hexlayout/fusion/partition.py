@@ -696,7 +696,7 @@ class _Partitioner(GraphView):
         epi = self._epilogue(anchor) if record.epilogue else []
         if not record.epilogue:
             for u in anchor.users:
-                self.why.setdefault(u, f"reads the output of a {record.name} kernel, which takes no epilogue")
+                self.why[u] = f"reads the output of a {record.name} kernel, which takes no epilogue"
         for e in epi:
             self.claimed[e] = anchor
         if record.rows and epi:

@@ -203,6 +203,8 @@ def _compute(m: _Match, n: Any) -> _Val:  # noqa: C901 - one case per op
         return _Val(v.role, list(v.dims))
     if op in _VIEWS:
         v = _value(m, n.args[0])
+        if v.role[0] == "leaf":             # an opaque value: its reshape has fresh indices
+            return _Val(v.role, _leaf(m, n).dims)
         return _Val(v.role, _regroup(m, v.dims, _shape(n)))
     if op == "aten.unsqueeze.default":
         v = _value(m, n.args[0])

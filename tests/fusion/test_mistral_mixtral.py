@@ -253,3 +253,98 @@ def test_window_with_a_padding_mask_is_read_from_memory() -> None:
     assert "aten.arange.default" in {f_.op for f_ in plan.fallbacks}, plan
     want = f(q, k, v, pad)
     assert (out.float() - want.float()).abs().max().item() <= 1e-2 * want.float().abs().max().item()
+
+
+def _window_program(window: int) -> tuple:
+    """``(kv <= q) & (kv > q - window)`` as spec nodes: ``q`` an ``arange`` on the query axis
+    (``[S, 1]``), ``kv`` one on the key axis."""
+    from hexlayout.fusion.spec import Node
+
+    return (Node("aten.arange.default", (("const", 8),), (("dtype", "s64"),)),
+            Node("aten.unsqueeze.default", (("node", 0), ("const", 1))),
+            Node("aten.arange.default", (("const", 8),), (("dtype", "s64"),)),
+            Node("aten.le.Tensor", (("node", 2), ("node", 1))),
+            Node("aten.sub.Tensor", (("node", 1), ("const", window))),
+            Node("aten.gt.Tensor", (("node", 2), ("node", 4))),
+            Node("aten.bitwise_and.Tensor", (("node", 3), ("node", 5))))
+
+
+def test_index_mask_axes_and_refusals() -> None:
+    """Which arange indexes queries and which keys comes from where its dimension lands; a
+    program that reads a tensor, or puts a position on a batch / head dimension, is not one."""
+    from hexlayout.fusion.reference import eval_nodes
+    from hexlayout.fusion.spec import Node
+    from hexlayout.ops.attention.index_mask import IndexMask
+
+    nodes = _window_program(WINDOW)
+    fn = IndexMask.of(nodes, 6)
+    assert fn is not None and fn.boolean and (fn.axes[0], fn.axes[2]) == ("q", "k")
+    got = eval_nodes(nodes, None, [])[6]
+    assert torch.equal(got, sliding_window_mask(8, 8, WINDOW, "bool", torch.float16)[0, 0])
+    reads = nodes[:6] + (Node("aten.bitwise_and.Tensor", (("node", 3), ("input", 0))),)
+    assert IndexMask.of(reads, 6) is None
+    on_heads = nodes + (Node("aten.view.default", (("node", 0), ("const", (8, 1, 1)))),
+                        Node("aten.le.Tensor", (("node", 7), ("node", 6))))
+    assert IndexMask.of(on_heads, 8) is None
+
+
+@pytest.mark.nvrtc
+def test_index_mask_kernel_compiles_without_spills() -> None:
+    """NVRTC, sm_80: the GPU configuration of the f16 kernel with the sliding window computed
+    from positions (comparisons and predicates of the position tiles) keeps everything in
+    registers."""
+    import hexlayout.lang as hl
+    from hexlayout.ops.attention.index_mask import IndexMask
+    from hexlayout.ops.attention.sdpa_anchor import sdpa_consts, sdpa_kernel
+    from hexlayout.runtime import build
+
+    fn = IndexMask.of(_window_program(128), 6)
+    tk = sdpa_kernel(hl.f16, "index", mask_fn=fn).trace(**sdpa_consts(512, 512, 128, False, False))
+    res = build(tk, "sm_80").compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
+
+
+class Mixtral(Mistral):
+    """Mistral's attention (boolean window) and a MoE block of 8 gathered experts, top-2."""
+
+    def __init__(self) -> None:
+        super().__init__("bool")
+        self.moe = GatheredMoE(experts=8)
+        del self.gate, self.up, self.down
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split([self.heads * self.hd, self.kv_heads * self.hd,
+                                                 self.kv_heads * self.hd], -1)
+        q, k, v = (p.view(b, t, -1, self.hd).transpose(1, 2) for p in (q, k, v))
+        cos, sin = self.cos[pos].unsqueeze(1).to(x.dtype), self.sin[pos].unsqueeze(1).to(x.dtype)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        mask = sliding_window_mask(t, t, WINDOW, "bool", x.dtype)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
+        return x + self.moe(self.norm2(x))
+
+
+def test_mixtral_layer_launches_and_values() -> None:
+    """9 kernels: QKV (norm prologue), attention (window from positions), o_proj + residual,
+    the second norm (a row reduction: the router and the experts both read it), the router
+    GEMM, the f32 softmax and renormalisation (3 row reductions), ``fused_moe`` (itself 7
+    launches: 4 alignment, gate-up, down, sum over k); the residual add after the experts is
+    torch's (``fused_moe`` takes no epilogue)."""
+    torch.manual_seed(5)
+    m = Mixtral().to(torch.float16).eval()
+    x = torch.randn(2, 8, 64, dtype=torch.float16)
+    pos = torch.arange(8)[None].expand(2, 8)
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x, pos)
+        ref = m(x, pos)
+        want = copy.deepcopy(m).double()(x.double(), pos)
+    plan = GraphPlan.merge(plans)
+    assert len(plan.kernels) == 9 and len(log) == 9 + 6, [r.name for r in log]
+    assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
+    assert any("no epilogue" in f.reason for f in plan.fallbacks), plan
+    _close(out, ref, want)
