@@ -113,6 +113,91 @@ class IndexMask:
         vals = [self._scalar(a) for a in n.args[1:]]
         return n.args[0][1] if vals == [0.0, float("-inf")] else None
 
+    def key_bounds(self) -> tuple[int | None, int | None]:
+        """``(lo, hi)``: every key ``j`` a query ``i`` attends satisfies ``i + lo <= j <= i +
+        hi`` (None: no bound found). Read from a boolean mask that is a conjunction of
+        comparisons of ``j - i`` with a constant (``j <= i``, ``j > i - W``), or from an
+        additive one ``c * hidden`` (``c`` below -1e4: a key it adds ``c`` to has no weight)
+        whose ``hidden`` is a disjunction of such comparisons; (None, None) otherwise. The
+        kernel skips the key blocks outside these bounds."""
+        out = self._where_bool()
+        if out is not None or self.kinds[self.output] == "bool":
+            return self._bounds(self.output if out is None else out, False)
+        n = self.nodes[self.output]
+        while n.op in _VIEWS and n.args[0][0] == "node":
+            n = self.nodes[n.args[0][1]]
+        if _base(n.op) != "mul" or len(n.args) != 2:
+            return None, None
+        for c, b in (n.args, n.args[::-1]):
+            v = self._scalar(c) if c[0] == "const" or self.nodes[c[1]].op in _CONSTS else None
+            if v is None and c[0] == "node" and self.nodes[c[1]].op == "aten.full.default":
+                v = _c(self.nodes[c[1]].args[1])
+            if isinstance(v, (int, float)) and v < -1e4 and b[0] == "node" and self.kinds[b[1]] == "bool":
+                return self._bounds(b[1], True)
+        return None, None
+
+    def _bounds(self, j: int, negate: bool) -> tuple[int | None, int | None]:
+        """Bounds of ``j - i`` where node ``j`` (negated: where it is false) holds."""
+        n = self.nodes[j]
+        base = _base(n.op)
+        if n.op in _VIEWS or n.op in _CASTS and self.kinds[j] == "bool":
+            return self._bounds(n.args[0][1], negate) if n.args[0][0] == "node" else (None, None)
+        if base in ("bitwise_not", "logical_not"):
+            return self._bounds(n.args[0][1], not negate)
+        conj = base in ("bitwise_and", "logical_and") and not negate or \
+            base in ("bitwise_or", "logical_or") and negate
+        if conj:
+            lo, hi = None, None
+            for a in n.args[:2]:
+                if a[0] != "node":
+                    continue
+                alo, ahi = self._bounds(a[1], negate)
+                lo = alo if lo is None else lo if alo is None else max(lo, alo)
+                hi = ahi if hi is None else hi if ahi is None else min(hi, ahi)
+            return lo, hi
+        if base not in _COMPARE or len(n.args) != 2:
+            return None, None
+        x, y = (self._affine(a) for a in n.args)
+        if x is None or y is None:
+            return None, None
+        d0, dq, dk = x[0] - y[0], x[1] - y[1], x[2] - y[2]       # x - y = d0 + dq i + dk j
+        if dk not in (1, -1) or dq != -dk:
+            return None, None
+        op = base
+        if dk == -1:                          # j - i - d0 ... : compare the negation
+            d0, op = -d0, _FLIP[op]
+        if negate:
+            op = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}[op]
+        # (j - i) + d0  op  0
+        return {"lt": (None, -d0 - 1), "le": (None, -d0), "gt": (-d0 + 1, None), "ge": (-d0, None)}[op]
+
+    def _affine(self, a: tuple) -> tuple | None:
+        """``(c0, cq, ck)`` with the value ``c0 + cq i + ck j``, or None when it is not affine."""
+        if a[0] == "const":
+            v = a[1]
+            return (v, 0, 0) if isinstance(v, int) and not isinstance(v, bool) else None
+        j = a[1]
+        n = self.nodes[j]
+        base = _base(n.op)
+        if n.op in _ARANGES:
+            args = [_c(x) for x in n.args]
+            start, step = (args[0], args[2] if len(args) > 2 else 1) if len(args) > 1 else (0, 1)
+            if self.axes[j] is None:
+                return (start, 0, 0)
+            return (start, step, 0) if self.axes[j] == "q" else (start, 0, step)
+        if n.op in _VIEWS or n.op in _CASTS and self.kinds[j] == "int":
+            return self._affine(n.args[0])
+        if base in ("add", "sub", "rsub") and len(n.args) >= 2:
+            x, y = self._affine(n.args[0]), self._affine(n.args[1])
+            if x is None or y is None:
+                return None
+            alpha = dict(n.kwargs).get("alpha", 1)
+            if base == "rsub":
+                x, y = y, x
+            sign = alpha if base == "add" else -alpha
+            return tuple(p + sign * q for p, q in zip(x, y))
+        return None
+
     def _scalar(self, a: tuple) -> Any:
         if a[0] == "const":
             return a[1]

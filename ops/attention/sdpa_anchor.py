@@ -8,7 +8,8 @@ optional attention mask, top-left causal masking and grouped-query heads.
 ``j <= i`` (torch's ``is_causal``: the mask aligned top-left, for any ``Sq`` and ``Sk``);
 with a boolean mask where ``mask[b, h, i, j]`` is true; with a mask computed from the
 positions (``mask_fn(i, j)``: Mistral's sliding window ``i - W < j <= i``), where it is true
-or adding its value. Tensors are ``[B, S, heads, D]``;
+or adding its value; the key blocks outside the bounds ``i + lo <= j <= i + hi`` such a mask
+implies (``mask_fn.key_bounds()``) are not visited. Tensors are ``[B, S, heads, D]``;
 the mask ``[MB, MH, Sq, Sk]`` with ``MB`` in ``{1, B}`` and ``MH`` in ``{1, H}`` (a mode of
 1 broadcasts: the kernel reads index ``min(b, MB - 1)``). A row with no visible key gives
 zeros (torch gives NaN there).
@@ -52,7 +53,11 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     kvh = pid_h // (nh // nkvh)
     m0 = pid_m * BM
     n_end = hl.minimum(nk, m0 + BM) if CAUSAL else nk     # top-left: row i sees keys j <= i
+    lo, hi = mask_fn.key_bounds() if mask_fn is not None else (None, None)
+    if hi is not None:                    # a mask of positions: rows i < m0 + BM see keys j <= i + hi
+        n_end = hl.minimum(nk, hl.maximum(m0 + (BM + hi), 0))
     num_kv = hl.cdiv(n_end, BN)
+    j0 = 0 if lo is None else hl.maximum(m0 + lo, 0) // BN      # ... and keys j >= i + lo
     if kind in ("bool", "add"):
         mb = hl.minimum(pid_b, mask.shape[0] - 1)
         mh = hl.minimum(pid_h, mask.shape[1] - 1)
@@ -62,8 +67,8 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     sv = hl.shared(dt, (BN, HEAD_DIM, 2))
     hl.copy(q.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :], sq)
     hl.commit_group()
-    hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sk[:, :, 0])
-    hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sv[:, :, 0])
+    hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, j0 * BN, kvh, 0))[0, :, 0, :], sk[:, :, j0 % 2])
+    hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, j0 * BN, kvh, 0))[0, :, 0, :], sv[:, :, j0 % 2])
     hl.commit_group()
 
     sm = hl.OnlineSoftmax(BM)
@@ -72,7 +77,7 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     hl.syncthreads()
     rq = hl.register(dt, (BM, HEAD_DIM))
     hl.copy(sq, rq)
-    for j in hl.range(num_kv):
+    for j in hl.range(j0, num_kv):
         buf = j % 2
         nxt = (j + 1) % 2
         hl.wait_group(0)                  # block j has landed; every warp is done with buffer nxt

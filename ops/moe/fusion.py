@@ -313,11 +313,38 @@ def fuse_gathered_experts(gm: Any) -> list[str]:
         note = _rewrite(gm, m, n, v)
         if note:
             notes.append(note)
-    if notes:
+    notes += _expert_loop_notes(gm)
+    if any(n.startswith("moe: the experts of") for n in notes):
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return notes
+
+
+#: why HF's per-expert loop is not one ``fused_moe`` (the plan's note on its routing graph)
+LOOP_NOTE = ("moe: the top-k ids become a one-hot expert mask (a per-expert loop, as HF's "
+             "MixtralSparseMoeBlock): its torch.where(expert_mask[e]) is a nonzero of data-dependent "
+             "size, so dynamo ends the graph there and each expert's MLP is a graph of its own (its "
+             "GEMM kernels); one fused_moe needs every expert in one graph: written with gathered "
+             "expert weights (w1[ids]) it is one")
+
+
+def _expert_loop_notes(gm: Any) -> list[str]:
+    """``LOOP_NOTE`` when ``gm`` turns ``topk`` ids into a one-hot mask (``one_hot``, or its
+    decomposition ``eq(unsqueeze(ids, -1), arange(E))``)."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        op, src = _op(n), None
+        if op == "aten.one_hot.default":
+            src = n.args[0]
+        elif op == "aten.eq.Tensor" and all(hasattr(a, "op") for a in n.args[:2]) and \
+                _op(n.args[1]) == "aten.arange.default" and _op(n.args[0]) == "aten.unsqueeze.default":
+            src = n.args[0].args[0]
+        if src is not None and _op(src) == "getitem" and src.args[1] == 1 and \
+                _op(src.args[0]) == "aten.topk.default":
+            return [LOOP_NOTE]
+    return []
 
 
 def _role_out(m: _Match, u: Any) -> bool:

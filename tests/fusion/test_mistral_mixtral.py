@@ -225,6 +225,8 @@ def test_hf_expert_loop_compiles_and_agrees() -> None:
     gemms = [r for r in log if r.anchor in ("aten.linear.default", "aten.mm.default")]
     assert len(gemms) == 2 * hit, [r.name for r in log]
     assert not any(r.name.startswith("moe_") for r in log)
+    notes = GraphPlan.merge(plans).notes
+    assert any(n.startswith("moe: the top-k ids become a one-hot expert mask") for n in notes), notes
     _close(out, ref, want)
 
 
@@ -279,6 +281,7 @@ def test_index_mask_axes_and_refusals() -> None:
     nodes = _window_program(WINDOW)
     fn = IndexMask.of(nodes, 6)
     assert fn is not None and fn.boolean and (fn.axes[0], fn.axes[2]) == ("q", "k")
+    assert fn.key_bounds() == (-(WINDOW - 1), 0)         # i - W < j <= i
     got = eval_nodes(nodes, None, [])[6]
     assert torch.equal(got, sliding_window_mask(8, 8, WINDOW, "bool", torch.float16)[0, 0])
     reads = nodes[:6] + (Node("aten.bitwise_and.Tensor", (("node", 3), ("input", 0))),)
@@ -348,3 +351,28 @@ def test_mixtral_layer_launches_and_values() -> None:
     assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
     assert any("no epilogue" in f.reason for f in plan.fallbacks), plan
     _close(out, ref, want)
+
+
+@pytest.mark.parametrize("form", ["bool", "add"])
+def test_window_skips_key_blocks_and_agrees(form: str) -> None:
+    """40 queries and keys, a window of 5, 16-key blocks in the emulator: query blocks 1 and
+    2 start at key block 1 (the mask's bounds ``i - 4 <= j <= i``), and every row agrees with
+    float64 attention over its window."""
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(1, 2, 40, 16, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(1, 2, 40, 16, generator=g).to(torch.bfloat16) for _ in range(2))
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        m = sliding_window_mask(40, 40, 5, form, q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    c = torch.compile(f, backend="hexlayout", options={"fallback": "eager"})
+    with launch_log() as log:
+        out = c(q, k, v)
+    (rec,) = log
+    assert rec.name.endswith("_index_mask"), rec
+    i = torch.arange(40)
+    visible = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 5)
+    s = (q.double() @ k.double().transpose(-1, -2)) * 16 ** -0.5
+    ref = s.masked_fill(~visible, float("-inf")).softmax(-1) @ v.double()
+    assert (out.double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
