@@ -18,9 +18,13 @@ from typing import Any
 
 from hexlayout.fusion.backend import hexlayout_backend as _fusion_backend
 
+# the MoE record first: its graph pass (``prepare``) must see each expert's gate / up GEMMs
+# before the GEMM record's pass makes each pair one GEMM
+from .moe import fusion as _moe_fusion  # noqa: F401 - registers the MoE experts anchor
+
+# isort: split
 from .attention import sdpa_fusion as _sdpa_fusion  # noqa: F401 - registers the attention anchor
 from .gemm import fusion as _gemm_fusion  # noqa: F401 - registers the GEMM anchors
-from .moe import fusion as _moe_fusion  # noqa: F401 - registers the MoE experts anchor
 from .row_reduce import fusion as _row_reduce_fusion  # noqa: F401 - registers the row reductions
 
 __all__ = ["hexlayout_backend"]

@@ -11,7 +11,8 @@ MXFP4), ``fused_moe_fp8`` (e4m3 with per-expert or block scales), the routing al
   ``fp8_kernels_sm89`` / ``fp8_kernels_sm90``: the kernels per architecture;
 - ``torch_op``: the torch.library registrations;
 - ``fusion``: the ``torch.compile`` anchor record (experts written with gathered weights ->
-  one ``fused_moe``).
+  one ``fused_moe``), ``fusion_loop`` (HF's per-expert loop unrolled in one graph -> one
+  ``fused_moe``), ``derived`` (the weights they re-lay out once).
 """
 
 from ..host.torch import HAVE_TORCH

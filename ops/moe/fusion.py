@@ -25,49 +25,32 @@ projection, the activation, the gated product, the down projection, the weighted
 per dimension, the labels of the index variables it holds (views regroup them,
 contractions unify them), so the match does not depend on how ``einsum`` was lowered. A
 block written with HF's per-expert loop (``torch.where(expert_mask[e])``, ``index_add_``)
-is not this form: ``torch.where`` of a mask is data-dependent (``nonzero``), so dynamo breaks
-the graph there and each expert's MLP is a graph of its own (two GEMM kernels each: the
-gate / up pair as one, the down projection); one kernel for all the experts would need the
-routing the loop computes on the host.
+is not this form: ``torch.where`` of a mask is data-dependent (``nonzero``), so by default
+dynamo breaks the graph there and each expert's MLP is a graph of its own (two GEMM kernels
+each: the gate / up pair as one, the down projection; ``LOOP_NOTE`` in the plan); when dynamo
+captures ``nonzero`` the loop over ``range(E)`` is one graph, which ``fusion_loop`` makes one
+``fused_moe``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from hexlayout.fusion.anchors import AnchorRecord, AnchorSpec, register_anchor
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported
 
-__all__ = ["MOE", "fuse_gathered_experts", "moe_w13", "moe_w2", "MOE_OP"]
+from .derived import cached_derived
+from .fusion_loop import fuse_expert_loop
+
+__all__ = ["MOE", "fuse_gathered_experts", "moe_w13", "moe_w2", "MOE_OP", "prepare"]
 
 #: the graph op the experts become (``op_name`` of ``torch.ops.hexlayout.fused_moe.default``)
 MOE_OP = "hexlayout.fused_moe.default"
-_LOCK = threading.Lock()
-_DERIVED: dict[tuple, Any] = {}
 _VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
 _PASS = ("aten.clone.default", "aten.alias.default", "aten._to_copy.default", "aten.contiguous.default")
 _ACTS = {"aten.silu.default": "silu", "aten.gelu.default": "gelu"}
-
-
-def _cached(key_tensors: tuple, tag: Any, make: Any) -> Any:
-    """``make()``, cached per tensors (the same objects at the same versions) and ``tag``."""
-    key = (tag, *((w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, w.device) for w in key_tensors))
-    with _LOCK:
-        hit = _DERIVED.get(key)
-    if hit is not None and all(r() is w for r, w in zip(hit[0], key_tensors)) and \
-            hit[1] == tuple(w._version for w in key_tensors):
-        return hit[2]
-    out = make()
-    with _LOCK:
-        if len(_DERIVED) > 64:
-            _DERIVED.clear()
-        _DERIVED[key] = (tuple(weakref.ref(w) for w in key_tensors), tuple(w._version for w in key_tensors),
-                         out)
-    return out
 
 
 def _w13(w1: Any, w3: Any, transposed: bool) -> Any:
@@ -84,13 +67,13 @@ def _w2(w2: Any, transposed: bool) -> Any:
 def moe_w13(w1: Any, w3: Any, transposed: bool) -> Any:
     """``fused_moe``'s ``w13`` ``[E, 2I, H]``: the gate rows then the up rows (``W1`` / ``W3``
     given ``[E, I, H]``, or ``[E, H, I]`` when ``transposed``), computed once per pair."""
-    return _cached((w1, w3), ("w13", transposed), lambda: _w13(w1, w3, transposed))
+    return cached_derived((w1, w3), ("w13", transposed), lambda: _w13(w1, w3, transposed))
 
 
 def moe_w2(w2: Any, transposed: bool) -> Any:
     """``fused_moe``'s ``w2`` ``[E, H, I]`` (``W2`` given so, or ``[E, I, H]`` when
     ``transposed``), contiguous, computed once per weight."""
-    return _cached((w2,), ("w2", transposed), lambda: _w2(w2, transposed))
+    return cached_derived((w2,), ("w2", transposed), lambda: _w2(w2, transposed))
 
 
 moe_w13.hexlayout_derived = True     # parameters computed once: not ops left to torch
@@ -432,6 +415,13 @@ def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, 
     return [run_fused_moe(*anchor_args, activation=act)], None
 
 
+def prepare(gm: Any) -> list[str]:
+    """The record's graph pass: HF's per-expert loop unrolled in one graph
+    (``fusion_loop.fuse_expert_loop``), then experts of gathered weights
+    (``fuse_gathered_experts``), each -> one ``fused_moe``."""
+    return fuse_expert_loop(gm) + fuse_gathered_experts(gm)
+
+
 MOE = register_anchor(AnchorRecord(
     "moe experts", frozenset({MOE_OP}), run=_run, operands=_operands, prologues=lambda g, n: {},
-    to_spec=_to_spec, eager=_eager, prepare=fuse_gathered_experts, epilogue=False))
+    to_spec=_to_spec, eager=_eager, prepare=prepare, epilogue=False))

@@ -170,6 +170,10 @@ def test_gathered_experts_are_one_fused_moe(dtype: torch.dtype, transposed: bool
     assert [n.split("_")[1] for n in names if n.startswith("moe_") and "align" not in n] == \
         ["gate", "down", "sum"], names                  # one launch each: every expert, every token
     _close(out, ref, want)
+    with torch.no_grad():               # the re-laid-out weights follow an in-place update
+        m.w3.mul_(-0.5)
+        out, ref = c(x), m(x)
+    _close(out, ref, copy.deepcopy(m).double()(x.double()))
 
 
 class Expert(nn.Module):
@@ -205,6 +209,52 @@ class HFSparseMoE(nn.Module):
             cur = self.experts[expert_idx](cur) * routing_weights[top_x, idx, None]
             final.index_add_(0, top_x, cur.to(hidden_states.dtype))
         return final.reshape(b, t, h)
+
+
+class HFRangeLoopMoE(HFSparseMoE):
+    """The older transformers loop, ``for expert_idx in range(num_experts)``: unrolled by
+    dynamo when it captures ``nonzero`` (``capture_dynamic_output_shape_ops``)."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        b, t, h = hidden_states.shape
+        hidden_states = hidden_states.view(-1, h)
+        routing_weights, selected, _ = _route(self.gate, hidden_states, self.k)
+        final = torch.zeros((b * t, h), dtype=hidden_states.dtype, device=hidden_states.device)
+        expert_mask = F.one_hot(selected, num_classes=self.n).permute(2, 1, 0)
+        for expert_idx in range(self.n):
+            idx, top_x = torch.where(expert_mask[expert_idx])
+            cur = hidden_states[None, top_x].reshape(-1, h)
+            cur = self.experts[expert_idx](cur) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, cur.to(hidden_states.dtype))
+        return final.reshape(b, t, h)
+
+
+def test_hf_range_loop_in_one_graph_is_one_fused_moe() -> None:
+    """With dynamo capturing ``nonzero``, HF's loop over ``range(E)`` is one graph: its
+    experts (the ``torch.where`` selections, the gathers of tokens, each expert's MLP, the
+    ``index_add`` chain) become one ``fused_moe`` over the experts' weights stacked once."""
+    torch.manual_seed(4)
+    m = HFRangeLoopMoE().to(torch.bfloat16).eval()
+    x = torch.randn(1, 8, 64, dtype=torch.bfloat16)
+    plans: list[GraphPlan] = []
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True), \
+            torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    plan = GraphPlan.merge(plans)
+    assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
+    assert any(n.startswith("moe: HF's per-expert loop (4 experts") for n in plan.notes), plan
+    left = {f.op for f in plan.fallbacks}
+    assert not {"aten.nonzero.default", "aten.index_add.default", "aten.index.Tensor",
+                "aten.silu.default"} & left, plan
+    names = [r.name for r in log]
+    assert [n.split("_")[1] for n in names if n.startswith("moe_") and "align" not in n] == \
+        ["gate", "down", "sum"], names
+    _close(out, ref, want)
 
 
 def test_hf_expert_loop_compiles_and_agrees() -> None:
