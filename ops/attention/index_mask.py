@@ -22,7 +22,9 @@ it into the additive ``where(m, 0, -inf)`` first, which is read as ``m``. A floa
 ``index_mask_nodes(g, n)`` finds such a program producing attention node ``n``'s mask in an
 aten graph (or None); ``IndexMask.of(nodes, output)`` reads it back from a fused spec's
 prologue (None when the prologue is not one) and ``IndexMask(rows, cols)`` traces it on the
-kernel's ``i32`` tiles of query and key positions.
+kernel's ``i32`` tiles of query and key positions. Sizes (``arange`` ends, ``full`` shapes)
+may be symbolic (dynamic shapes; None in the spec): the kernel needs only the starts and
+steps, so one build serves every length.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _VIEWS = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.resh
                     "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default",
                     "aten.expand.default",
                     "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.clone.default",
+                    "aten.slice.Tensor",
                     "aten.alias.default", "aten.detach.default"})
 _CASTS = frozenset({"aten._to_copy.default", "prims.convert_element_type.default"})
 _COMPARE = {"lt": "__lt__", "le": "__le__", "gt": "__gt__", "ge": "__ge__"}
@@ -60,23 +63,44 @@ def _c(a: tuple) -> Any:
     return a[1] if isinstance(a, tuple) and a and a[0] == "const" else None
 
 
+#: a symbolic size (dynamic shapes: a spec holds it as None)
+_SYM = "s"
+
+
+def _size(x: Any) -> Any:
+    return _SYM if x is None else x
+
+
 def _bshape(*shapes: tuple) -> tuple:
+    """The broadcast shape (a symbolic size matches any other size but 1)."""
     n = max((len(s) for s in shapes), default=0)
     out = []
     for d in range(n):
         sizes = {s[len(s) - n + d] for s in shapes if len(s) - n + d >= 0} - {1}
-        if len(sizes) > 1:
+        ints = sizes - {_SYM}
+        if len(ints) > 1:
             raise ValueError(f"shapes {shapes} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
+        out.append(ints.pop() if ints else _SYM if sizes else 1)
     return tuple(out)
 
 
 def _view_shape(src: tuple, sizes: tuple) -> tuple:
-    sizes = tuple(sizes)
+    sizes = tuple(_size(x) for x in sizes)
     if -1 in sizes:
-        known = math.prod(x for x in sizes if x != -1)
-        sizes = tuple(math.prod(src) // max(known, 1) if x == -1 else x for x in sizes)
+        big = [x for x in src if x != 1]
+        known = [x for x in sizes if x not in (-1, 1)]
+        if _SYM in src or _SYM in known:
+            rest = _SYM if len(big) == len(known) + 1 else None
+            if rest is None:
+                raise ValueError("a reshape of symbolic sizes")
+        else:
+            rest = math.prod(big) // max(math.prod(known), 1)
+        sizes = tuple(rest if x == -1 else x for x in sizes)
     return sizes
+
+
+def _same_sizes(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x == y or _SYM in (x, y) for x, y in zip(a, b))
 
 
 @dataclass(frozen=True)
@@ -312,14 +336,15 @@ def _analyse(nodes: tuple, output: int) -> IndexMask:
         if op in _ARANGES:
             a = [_c(x) for x in n.args]
             start, end, step = (0, a[0], 1) if len(a) == 1 else (a[0], a[1], a[2] if len(a) > 2 else 1)
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)):
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, step)) or \
+                    not (end is None or isinstance(end, int) and not isinstance(end, bool)):
                 raise ValueError("an arange of non-integers")
-            shapes.append((max(0, -(-(end - start) // step)),))
+            shapes.append((_SYM if end is None else max(0, -(-(end - start) // step)),))
             srcs.append((frozenset({j}),))
             kinds.append("float" if dt in ("f16", "bf16", "f32", "f64") else "int")
             continue
         if op in _CONSTS:
-            size = tuple(_c(n.args[0])) if op == "aten.full.default" else ()
+            size = tuple(_size(x) for x in _c(n.args[0])) if op == "aten.full.default" else ()
             v = _c(n.args[1]) if op == "aten.full.default" else _c(n.args[0])
             shapes.append(size)
             srcs.append(tuple(frozenset() for _ in size))
@@ -380,6 +405,12 @@ def _view(op: str, n: Any, s: tuple, src: tuple) -> tuple[tuple, tuple]:
     """A view's shape and dimension sources (dimensions of extent > 1 keep their order)."""
     if op in ("aten.clone.default", "aten.alias.default", "aten.detach.default"):
         return s, src
+    if op == "aten.slice.Tensor":                  # only the whole dimension: ``x[:, :]``
+        a = [_c(x) for x in n.args[1:]] + [None] * 4
+        d, start, end, step = a[0] % len(s), a[1] or 0, a[2], a[3] or 1
+        if start != 0 or step != 1 or not (end is None or end >= 2 ** 62 or s[d] != _SYM and end >= s[d]):
+            raise ValueError("a slice of a mask dimension")
+        return s, src
     if op == "aten.permute.default":
         p = [d % len(s) for d in _c(n.args[1])]
         return tuple(s[d] for d in p), tuple(src[d] for d in p)
@@ -405,7 +436,7 @@ def _view(op: str, n: Any, s: tuple, src: tuple) -> tuple[tuple, tuple]:
     else:
         shp = _view_shape(s, _c(n.args[1]))
         big = [(s[d], src[d]) for d in range(len(s)) if s[d] != 1]
-        if [x for x in shp if x != 1] != [x for x, _ in big]:
+        if not _same_sizes([x for x in shp if x != 1], [x for x, _ in big]):
             raise ValueError("a reshape that merges or splits dimensions")
         it = iter(big)
         return shp, tuple(next(it)[1] if x != 1 else frozenset() for x in shp)
@@ -415,7 +446,13 @@ def _view(op: str, n: Any, s: tuple, src: tuple) -> tuple[tuple, tuple]:
 def index_mask_nodes(g: Any, n: Any, mask: Any) -> list | None:
     """The producers of attention ``n``'s mask ``mask`` (graph order) when they are a mask
     program of positions read by nothing else (each one's users in the program or ``n``),
-    with every argument a constant a spec holds; else None."""
+    with every argument a constant or a size (a symbolic one of a dynamic shape: the spec
+    holds it as None); else None."""
+    import torch
+
+    def tensor(a: Any) -> bool:
+        return isinstance(g.value(a), torch.Tensor)
+
     taken = {mask}
     work = [mask]
     while work:
@@ -423,12 +460,12 @@ def index_mask_nodes(g: Any, n: Any, mask: Any) -> list | None:
         if p.op != "call_function" or g.op(p) not in INDEX_OPS or not g.unclaimed(p):
             return None
         for a in [*p.args, *p.kwargs.values()]:
-            if hasattr(a, "op"):
+            if hasattr(a, "op") and tensor(a):
                 if a not in taken:
                     taken.add(a)
                     work.append(a)
-            elif isinstance(a, (list, tuple)) and any(hasattr(x, "op") for x in a):
-                return None
+            elif isinstance(a, (list, tuple)) and any(hasattr(x, "op") and tensor(x) for x in a):
+                return None             # (symbolic sizes - nodes of SymInts - are kept as sizes)
     if any(u not in taken and u is not n for p in taken for u in p.users):
         return None
     return sorted(taken, key=g.order.__getitem__)

@@ -347,14 +347,34 @@ def _index_program(g: Any, nodes: list) -> tuple[list[Node], int]:
 
     pos = {p: i for i, p in enumerate(nodes)}
     out: list[Node] = []
+
+    def arg(a: Any, p: Any) -> tuple:
+        if hasattr(a, "op") and a in pos:
+            return ("node", pos[a])
+        if _symbolic(g, a):                   # a size of a dynamic shape: the kernel needs none
+            return ("const", None)
+        if isinstance(a, (list, tuple)) and any(_symbolic(g, x) for x in a):
+            return ("const", tuple(None if _symbolic(g, x) else g.const(x, p)[1] for x in a))
+        return g.const(a, p)
+
     for p in nodes:
-        args = tuple(("node", pos[a]) if hasattr(a, "op") else g.const(a, p) for a in p.args)
+        args = tuple(arg(a, p) for a in p.args)
         kwargs = tuple(sorted((k, g.const(v, p)[1]) for k, v in p.kwargs.items()
                               if k not in _PLACEMENT and not isinstance(v, (torch.device, torch.layout))))
         out.append(Node(g.op(p), args, kwargs))
     if IndexMask.of(tuple(out), len(out) - 1) is None:
         raise FusionUnsupported("not a mask program of positions")
     return out, len(out) - 1
+
+
+def _symbolic(g: Any, a: Any) -> bool:
+    """Whether ``a`` is a symbolic size (a ``SymInt`` or a node computing one)."""
+    import torch
+
+    from hexlayout.fusion.partition import static_int
+
+    v = g.value(a) if hasattr(a, "op") else a
+    return isinstance(v, torch.SymInt) and static_int(v) is None
 
 
 def _prologues(g: Any, n: Any) -> dict[int, list]:

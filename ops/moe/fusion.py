@@ -23,7 +23,9 @@ selection, cheap next to the experts.
 The shapes are tracked symbolically: each value is a role (an input, a gathered weight, a
 projection, the activation, the gated product, the down projection, the weighted sum) and,
 per dimension, the labels of the index variables it holds (views regroup them,
-contractions unify them), so the match does not depend on how ``einsum`` was lowered. A
+contractions unify them), so the match does not depend on how ``einsum`` was lowered; a
+symbolic size (dynamic token counts) is one symbolic index that reshapes carry along (never
+specialized: the pass adds no guard). A
 block written with HF's per-expert loop (``torch.where(expert_mask[e])``, ``index_add_``)
 is not this form: ``torch.where`` of a mask is data-dependent (``nonzero``), so by default
 dynamo breaks the graph there and each expert's MLP is a graph of its own (two GEMM kernels
@@ -35,6 +37,7 @@ captures ``nonzero`` the loop over ``range(E)`` is one graph, which ``fusion_loo
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +113,7 @@ class _Match:
     def unify(self, a: int, b: int) -> None:
         a, b = self.find(a), self.find(b)
         if a != b:
-            if self.size[a] != self.size[b]:
+            if self.size[a] != self.size[b] and None not in (self.size[a], self.size[b]):
                 raise ValueError("contracted sizes differ")
             self.parent[a] = b
 
@@ -128,22 +131,25 @@ def _op(n: Any) -> str:
 
 
 def _shape(n: Any) -> tuple:
-    return tuple(int(s) for s in n.meta["val"].shape)
+    """``n``'s sizes, None for a symbolic one (never specialized: no guard is added)."""
+    from hexlayout.fusion.partition import static_int
+
+    return tuple(static_int(s) for s in n.meta["val"].shape)
 
 
 def _leaf(m: _Match, n: Any) -> _Val:
     return _Val(("leaf", n), [() if s == 1 else (m.new(s),) for s in _shape(n)])
 
 
-def _regroup(m: _Match, dims: list, shape: tuple) -> list:
-    atoms = [a for d in dims for a in d]
+def _static_groups(m: _Match, atoms: list, shape: tuple) -> list:
+    """``atoms`` (static sizes) grouped row-major into the static sizes ``shape``."""
     out, i = [], 0
     for s in shape:
         grp: list = []
         prod = 1
         while prod < s:
-            if i >= len(atoms):
-                raise ValueError("reshape")
+            if i >= len(atoms) or m.size[atoms[i]] is None:
+                raise ValueError("a reshape that merges a symbolic size")
             prod *= m.size[atoms[i]]
             grp.append(atoms[i])
             i += 1
@@ -153,6 +159,49 @@ def _regroup(m: _Match, dims: list, shape: tuple) -> list:
     if i != len(atoms):
         raise ValueError("reshape")
     return out
+
+
+def _regroup(m: _Match, dims: list, shape: tuple) -> list:
+    """The indices of a reshape to ``shape`` (None: a symbolic size) of a value whose
+    dimensions hold ``dims``: merged and split row-major. One symbolic size takes the indices
+    the static sizes before and after it leave (one of them symbolic)."""
+    atoms = [a for d in dims for a in d]
+    syms = [d for d, s in enumerate(shape) if s is None]
+    if not syms:
+        return _static_groups(m, atoms, shape)
+    if len(syms) > 1:
+        raise ValueError("a reshape with several symbolic sizes")
+    d = syms[0]
+    before, after = shape[:d], shape[d + 1:]
+    n_after = 0
+    if after:                          # the static sizes after it, from the right
+        prod, need = 1, 1
+        for s in after:
+            need *= s
+        while prod < need:
+            k = len(atoms) - 1 - n_after
+            if k < 0 or m.size[atoms[k]] is None:
+                raise ValueError("a reshape that merges a symbolic size")
+            prod *= m.size[atoms[k]]
+            n_after += 1
+        if prod != need:
+            raise ValueError("a reshape that splits an index")
+    tail = atoms[len(atoms) - n_after:]
+    head = atoms[:len(atoms) - n_after]
+    n_before = 0
+    prod = 1
+    for s in before:
+        prod *= s
+    acc = 1
+    while acc < prod:
+        if n_before >= len(head) or m.size[head[n_before]] is None:
+            raise ValueError("a reshape that merges a symbolic size")
+        acc *= m.size[head[n_before]]
+        n_before += 1
+    mid = head[n_before:]
+    if acc != prod or sum(m.size[a] is None for a in mid) != 1:
+        raise ValueError("a reshape of a symbolic size")
+    return (_static_groups(m, head[:n_before], before) + [tuple(mid)] + _static_groups(m, tail, after))
 
 
 def _value(m: _Match, n: Any) -> _Val:
@@ -176,7 +225,7 @@ def _compute(m: _Match, n: Any) -> _Val:  # noqa: C901 - one case per op
         if iv is None or iv.dtype.is_floating_point or iv.dim() != 2:
             return _leaf(m, n)
         if ids not in m.ids_labels:
-            m.ids_labels[ids] = [m.new(int(s)) for s in iv.shape]
+            m.ids_labels[ids] = [m.new(s) for s in _shape(ids)]
         t, a = m.ids_labels[ids]
         r, c = (m.new(s) for s in _shape(w)[1:])
         return _Val(("G", w, ids, r, c), [(t,), (a,), (r,), (c,)])
@@ -350,34 +399,36 @@ def _rewrite(gm: Any, m: _Match, y: Any, v: _Val) -> str | None:
     _, x, w1, ids, o_lab, w1_t = gate
     w3, w3_t = up[2], up[5]
     xv, wv, iv = (t.meta["val"] for t in (x, w_node, ids))
-    hid, e = int(xv.shape[-1]), int(w1.meta["val"].shape[0])
-    tokens, k = (int(s) for s in iv.shape)
-    if w1_t != w3_t or xv.dtype not in (torch.float16, torch.bfloat16) or \
+    hid, e = _shape(x)[-1], _shape(w1)[0]
+    tokens, k = _shape(ids)
+    lead = [d for d in _shape(x)[:-1] if d != 1]
+    ys = [-1 if d is None else d for d in _shape(y)]
+    if w1_t != w3_t or xv.dtype not in (torch.float16, torch.bfloat16) or None in (hid, e, k) or \
             {w.meta["val"].dtype for w in (w1, w3, w2)} != {xv.dtype} or m.size[h_lab] != hid or \
-            xv.numel() != tokens * hid or tuple(wv.shape) != (tokens, k) or \
-            int(w2.meta["val"].shape[0]) != e or int(w3.meta["val"].shape[0]) != e:
+            (tokens is not None and None not in lead and math.prod(lead) != tokens) or \
+            _shape(w_node)[1] != k or _shape(w2)[0] != e or _shape(w3)[0] != e or ys.count(-1) > 1:
         return None
     g = gm.graph
     fake = detect_fake_mode([xv]) or contextlib.nullcontext()
     with g.inserting_before(y):
-        xs = g.call_function(torch.ops.aten.view.default, (x, [tokens, hid]))
+        xs = g.call_function(torch.ops.aten.view.default, (x, [-1, hid]))
         w13 = g.call_function(moe_w13, (w1, w3, w1_t))
         w2d = g.call_function(moe_w2, (w2, w2_t))
         tw = g.call_function(torch.ops.aten._to_copy.default, (w_node,), {"dtype": torch.float32})
         ti = g.call_function(torch.ops.aten._to_copy.default, (ids,), {"dtype": torch.int32})
         moe = g.call_function(torch.ops.hexlayout.fused_moe.default, (xs, w13, w2d, tw, ti, act))
-        out = g.call_function(torch.ops.aten.view.default, (moe, list(y.meta["val"].shape)))
+        out = g.call_function(torch.ops.aten.view.default, (moe, ys))
         res = out
         if y.meta["val"].dtype != xv.dtype:
             res = g.call_function(torch.ops.aten._to_copy.default, (out,), {"dtype": y.meta["val"].dtype})
     with fake:
-        xs.meta["val"] = xv.reshape(tokens, hid)
+        xs.meta["val"] = xv.reshape(-1, hid)
         w13.meta["val"] = _w13(w1.meta["val"], w3.meta["val"], w1_t)
         w2d.meta["val"] = _w2(w2.meta["val"], w2_t)
         tw.meta["val"] = wv.float()
         ti.meta["val"] = iv.int()
         moe.meta["val"] = xs.meta["val"].clone()        # [T, H], x's dtype
-        out.meta["val"] = moe.meta["val"].view(tuple(y.meta["val"].shape))
+        out.meta["val"] = moe.meta["val"].view(tuple(ys))
         if res is not out:
             res.meta["val"] = out.meta["val"].to(y.meta["val"].dtype)
     y.replace_all_uses_with(res)

@@ -211,8 +211,12 @@ def _rewrite(gm: Any, last: Any, zeros: Any, blocks: list) -> str | None:
 
     b0 = blocks[0]
     x, rw, ids = b0["x"], b0["rw"], b0["ids"]
+    from hexlayout.fusion.partition import static_int
+
     xv, yv = x.meta["val"], last.meta["val"]
-    t, h = (int(s) for s in yv.shape)
+    t, h = (static_int(s) for s in yv.shape)
+    if t is None or h is None:
+        return None
     w13s = [b["w1"] for b in blocks] + [b["w3"] for b in blocks]
     w2s = [b["w2"] for b in blocks]
     if xv.dtype not in (torch.float16, torch.bfloat16) or tuple(xv.shape) != (t, h) or \

@@ -426,3 +426,45 @@ def test_window_skips_key_blocks_and_agrees(form: str) -> None:
     s = (q.double() @ k.double().transpose(-1, -2)) * 16 ** -0.5
     ref = s.masked_fill(~visible, float("-inf")).softmax(-1) @ v.double()
     assert (out.double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
+
+
+def test_window_mask_with_dynamic_lengths_shares_one_build() -> None:
+    """Sequence lengths 8, then 12 and 20 (dynamo makes the length symbolic): the mask's
+    aranges and sizes are symbolic, the spec holds them as None, so the dynamic graph's
+    kernel - the window still computed from positions - is one build for both lengths."""
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        mask = sliding_window_mask(q.shape[2], q.shape[2], WINDOW, "bool", q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    c = torch.compile(f, backend="hexlayout", options={"fallback": "eager"})
+    g = torch.Generator().manual_seed(7)
+    recs = []
+    for t in (8, 12, 20):
+        q, k, v = (torch.randn(1, 2, t, 16, generator=g).half() for _ in range(3))
+        with launch_log() as log:
+            out = c(q, k, v)
+        (rec,) = log
+        recs.append(rec)
+        i = torch.arange(t)
+        visible = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - WINDOW)
+        s = (q.double() @ k.double().transpose(-1, -2)) * 16 ** -0.5
+        ref = s.masked_fill(~visible, float("-inf")).softmax(-1) @ v.double()
+        assert (out.double() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
+    assert all(r.name.endswith("_index_mask") for r in recs), recs
+    assert recs[1].build_key == recs[2].build_key and recs[1].shapes != recs[2].shapes, recs
+
+
+def test_gathered_experts_with_dynamic_token_counts() -> None:
+    """8, then 12 and 20 tokens (dynamo makes the count symbolic): the match follows the
+    symbolic token index through the einsum's reshapes (``[2 * T, 1, I]``), so the dynamic
+    graph's experts are one ``fused_moe`` too."""
+    torch.manual_seed(8)
+    m = GatheredMoE(experts=8).to(torch.float16).eval()
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager"})
+    with torch.no_grad():
+        for t in (8, 12, 20):
+            x = torch.randn(1, t, 64, dtype=torch.float16)
+            with launch_log() as log:
+                out = c(x)
+            assert sum(r.name.startswith("moe_gate_up") for r in log) == 1, [r.name for r in log]
+            _close(out, m(x), copy.deepcopy(m).double()(x.double()))
