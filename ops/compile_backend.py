@@ -1,10 +1,10 @@
 """``torch.compile(model, backend="hexlayout")``: the backend with this layer's anchor kernels.
 
 The fusion layer (``hexlayout.fusion``) fuses prologues and epilogues into anchor kernels it
-does not own: the GEMMs (``gemm.fusion``), the row reductions (``row_reduce.fusion``) and
-attention (``attention.sdpa_fusion``) are this layer's, and each module registers its anchor
-records (``hexlayout.fusion.anchors.AnchorRecord``) when it is imported. This module imports
-the three (so
+does not own: the GEMMs (``gemm.fusion``), the row reductions (``row_reduce.fusion``),
+attention (``attention.sdpa_fusion``) and the MoE experts (``moe.fusion``) are this layer's,
+and each module registers its anchor records (``hexlayout.fusion.anchors.AnchorRecord``) when
+it is imported. This module imports the four (so
 importing it - or ``hexlayout.ops`` - makes every anchor available) and is what torch's
 ``torch_dynamo_backends`` entry point names (``hexlayout =
 "hexlayout.ops.compile_backend:hexlayout_backend"`` in ``pyproject.toml``): torch finds the
@@ -18,6 +18,11 @@ from typing import Any
 
 from hexlayout.fusion.backend import hexlayout_backend as _fusion_backend
 
+# the MoE record first: its graph pass (``prepare``) must see each expert's gate / up GEMMs
+# before the GEMM record's pass makes each pair one GEMM
+from .moe import fusion as _moe_fusion  # noqa: F401 - registers the MoE experts anchor
+
+# isort: split
 from .attention import sdpa_fusion as _sdpa_fusion  # noqa: F401 - registers the attention anchor
 from .gemm import fusion as _gemm_fusion  # noqa: F401 - registers the GEMM anchors
 from .row_reduce import fusion as _row_reduce_fusion  # noqa: F401 - registers the row reductions

@@ -49,7 +49,9 @@ operand that the epilogue also reads joins the prologue and is recomputed in the
 a GEMM's A: the kernel then loads whole rows of ``A`` per block (``K <= BK``; its planner
 refuses a reduction in another operand's prologue) - instead of being a row
 reduction kernel of its own (0: never; a longer row keeps the two kernels and the plan
-says so); ``row_reductions``: those reductions' aten names.
+says so); ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
+anchor's kernel takes no epilogue (its output is stored as it is and its consumers are left
+to torch or other kernels, with that reason: ``fused_moe``).
 
 Graph pass: ``prepare(gm) -> list[str]`` rewrites the aten graph before it is partitioned (the GEMMs:
   two projections of one activation become one GEMM over the weights concatenated once), and
@@ -103,6 +105,7 @@ class AnchorRecord:
     row_prologue: int = 0
     row_reductions: frozenset[str] = frozenset()
     prepare: Callable[[Any], list[str]] | None = None
+    epilogue: bool = True
 
     @property
     def runs(self) -> frozenset[str]:

@@ -33,7 +33,9 @@ Such a group is convex (no path leaves it and comes back), so replacing it by on
 keeps the graph acyclic. Every other op that computes a tensor is left to torch, with the
 reason. A record may find its operands' prologues itself (attention: at most the
 ``where(m, 0, -inf)`` of a boolean mask); an anchor whose record says ``tuple_output``
-(attention) has the views of its output and elementwise math of it alone as its epilogue. A
+(attention) has the views of its output and elementwise math of it alone as its epilogue;
+one whose record says ``epilogue=False`` (``fused_moe``) has none (its consumers are left to
+torch, or other kernels' prologues, with that reason). A
 record with ``row_prologue`` takes a reduction of its operand 0's rows over their last
 dimension into that operand's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w`` as
 a GEMM's A prologue): before the walk, each such anchor's prologue is found with row
@@ -707,7 +709,10 @@ class _Partitioner(GraphView):
         self.epilogue_users: set = set()
         prologues = self._prologues(anchor)
         self.claimed[anchor] = anchor
-        epi = self._epilogue(anchor)
+        epi = self._epilogue(anchor) if record.epilogue else []
+        if not record.epilogue:
+            for u in anchor.users:
+                self.why[u] = f"reads the output of a {record.name} kernel, which takes no epilogue"
         for e in epi:
             self.claimed[e] = anchor
         if record.rows and epi:

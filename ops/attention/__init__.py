@@ -10,7 +10,8 @@ variable-length sequences (``hexlayout.ops.*``, ``torch.ops.hexlayout.*``), and 
   kernels per architecture; ``tiles``: the block index arithmetic and masks those kernels share;
 - ``torch_paged`` / ``torch_varlen``: the torch.library registrations;
 - ``sdpa_anchor``: the fusion anchor kernel; ``sdpa_fusion``: its anchor record (registered
-  with ``hexlayout.fusion.anchors`` when imported) and how a fused call runs.
+  with ``hexlayout.fusion.anchors`` when imported) and how a fused call runs; ``index_mask``:
+  masks built from query / key positions (a sliding window), computed by that kernel.
 """
 
 from ..host.torch import HAVE_TORCH

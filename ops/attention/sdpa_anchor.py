@@ -6,7 +6,10 @@ optional attention mask, top-left causal masking and grouped-query heads.
 ``p_i = softmax_j(t_ij)``, ``t_ij = scale * q[b, i, h, :] . k[b, j, h // (H // KVH), :]
 (+ mask[b, h, i, j])`` over the keys ``j`` the row sees: ``j < Sk``; with ``CAUSAL``
 ``j <= i`` (torch's ``is_causal``: the mask aligned top-left, for any ``Sq`` and ``Sk``);
-with a boolean mask where ``mask[b, h, i, j]`` is true. Tensors are ``[B, S, heads, D]``;
+with a boolean mask where ``mask[b, h, i, j]`` is true; with a mask computed from the
+positions (``mask_fn(i, j)``: Mistral's sliding window ``i - W < j <= i``), where it is true
+or adding its value; the key blocks outside the bounds ``i + lo <= j <= i + hi`` such a mask
+implies (``mask_fn.key_bounds()``) are not visited. Tensors are ``[B, S, heads, D]``;
 the mask ``[MB, MH, Sq, Sk]`` with ``MB`` in ``{1, B}`` and ``MH`` in ``{1, H}`` (a mode of
 1 broadcasts: the kernel reads index ``min(b, MB - 1)``). A row with no visible key gives
 zeros (torch gives NaN there).
@@ -33,14 +36,15 @@ __all__ = ["sdpa_kernel", "sdpa_anchor", "sdpa_consts", "MASKS"]
 
 B, Sq, Sk, H, KVH, D, MB, MH = hl.dims("B Sq Sk H KVH D MB MH")
 
-#: the mask kinds: none, a boolean mask (read as bytes), an additive mask of the input type
-MASKS = ("none", "bool", "add")
+#: the mask kinds: none, a boolean mask (read as bytes), an additive mask of the input type,
+#: a mask computed from the query and key positions (``index_mask.IndexMask``)
+MASKS = ("none", "bool", "add", "index")
 _NEG_INF = float("-inf")
 _LOG2E = 1.4426950408889634
 
 
 def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType, kind: str, epilogue: Any,
-            *, BM: int, BN: int, HEAD_DIM: int, CAUSAL: bool) -> None:
+            *, BM: int, BN: int, HEAD_DIM: int, CAUSAL: bool, mask_fn: Any = None) -> None:
     """The kernel body (traced inside ``sdpa_kernel``'s kernels; see the module docstring)."""
     nb, nq, nh, _ = q.shape
     nk = k.shape[1]
@@ -49,8 +53,12 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     kvh = pid_h // (nh // nkvh)
     m0 = pid_m * BM
     n_end = hl.minimum(nk, m0 + BM) if CAUSAL else nk     # top-left: row i sees keys j <= i
+    lo, hi = mask_fn.key_bounds() if mask_fn is not None else (None, None)
+    if hi is not None:                    # a mask of positions: rows i < m0 + BM see keys j <= i + hi
+        n_end = hl.minimum(nk, hl.maximum(m0 + (BM + hi), 0))
     num_kv = hl.cdiv(n_end, BN)
-    if kind != "none":
+    j0 = 0 if lo is None else hl.maximum(m0 + lo, 0) // BN      # ... and keys j >= i + lo
+    if kind in ("bool", "add"):
         mb = hl.minimum(pid_b, mask.shape[0] - 1)
         mh = hl.minimum(pid_h, mask.shape[1] - 1)
 
@@ -59,8 +67,8 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     sv = hl.shared(dt, (BN, HEAD_DIM, 2))
     hl.copy(q.tile((1, BM, 1, HEAD_DIM), (pid_b, m0, pid_h, 0))[0, :, 0, :], sq)
     hl.commit_group()
-    hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sk[:, :, 0])
-    hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, 0, kvh, 0))[0, :, 0, :], sv[:, :, 0])
+    hl.copy(k.tile((1, BN, 1, HEAD_DIM), (pid_b, j0 * BN, kvh, 0))[0, :, 0, :], sk[:, :, j0 % 2])
+    hl.copy(v.tile((1, BN, 1, HEAD_DIM), (pid_b, j0 * BN, kvh, 0))[0, :, 0, :], sv[:, :, j0 % 2])
     hl.commit_group()
 
     sm = hl.OnlineSoftmax(BM)
@@ -69,7 +77,7 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
     hl.syncthreads()
     rq = hl.register(dt, (BM, HEAD_DIM))
     hl.copy(sq, rq)
-    for j in hl.range(num_kv):
+    for j in hl.range(j0, num_kv):
         buf = j % 2
         nxt = (j + 1) % 2
         hl.wait_group(0)                  # block j has landed; every warp is done with buffer nxt
@@ -96,6 +104,12 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
             mt = hl.register(dt, (BM, BN))
             hl.copy(mask.tile((1, 1, BM, BN), (mb, mh, m0, j * BN))[0, 0, :, :], mt)
             t = t + hl.cast(mt, f32) * _LOG2E
+        elif kind == "index":                     # the mask computed from the positions
+            mv = mask_fn(hl.iota((BM, BN), 0) + m0, cols)
+            if mask_fn.boolean:
+                valid = valid & mv
+            else:
+                t = t + mv * _LOG2E
         t = hl.where(valid, t, _NEG_INF)
 
         p = sm.step(t, acc, rescale_first=True)   # t is in the log2 domain already
@@ -112,14 +126,15 @@ def _attend(q: Any, k: Any, v: Any, o: Any, mask: Any, qk_scale: Any, dt: DType,
 
 @cache
 def sdpa_kernel(dtype: DType, mask: str = "none", mask_align: int = 16, epilogue: Any = None,
-                out_dtype: DType | None = None) -> Any:
+                out_dtype: DType | None = None, mask_fn: Any = None) -> Any:
     """The attention kernel for ``dtype`` (f16 / bf16) and ``mask`` (``MASKS``; the mask's rows
     ``mask_align``-byte aligned): parameters ``q``, ``k``, ``v``, ``o`` (``[B, S, heads, D]``,
     of ``out_dtype``, default ``dtype``), then ``mask`` (``[MB, MH, Sq, Sk]``: u8 for
     ``"bool"``, ``dtype`` for ``"add"``) unless ``"none"``, then ``qk_scale``
     (``scale * log2(e)``); constants ``BM``, ``BN``, ``HEAD_DIM``, ``CAUSAL``, ``WARPS``.
     ``epilogue`` (hashable; traced on the f32 output tile, returns a tile): elementwise math
-    before the store."""
+    before the store. ``mask="index"``: no mask parameter; ``mask_fn`` (hashable, an
+    ``index_mask.IndexMask``) computes the mask from the tiles of query and key positions."""
     if mask not in MASKS:
         raise ValueError(f"hexlayout sdpa: mask must be one of {MASKS}, not {mask!r}")
     if str(dtype) not in ("f16", "bf16"):
@@ -127,16 +142,18 @@ def sdpa_kernel(dtype: DType, mask: str = "none", mask_align: int = 16, epilogue
     dt = dtype
     odt = out_dtype or dtype
     threads = lambda c: 32 * c["WARPS"]  # noqa: E731
+    if (mask == "index") != (mask_fn is not None):
+        raise ValueError("hexlayout sdpa: mask='index' takes a mask_fn (and only it does)")
     name = f"sdpa_{dt}" + ("" if mask == "none" else f"_{mask}_mask")
     name += "" if epilogue is None else "_epilogue"
 
-    if mask == "none":
+    if mask in ("none", "index"):
         @hl.kernel(threads=threads, name=name)
         def sdpa(q: dt[B, Sq, H, D], k: dt[B, Sk, KVH, D], v: dt[B, Sk, KVH, D],  # type: ignore
                  o: odt[B, Sq, H, D], qk_scale: f32, *, BM: int = 64, BN: int = 64,  # type: ignore
                  HEAD_DIM: int = 128, CAUSAL: bool = False, WARPS: int = 4):
             _attend(q, k, v, o, None, qk_scale, dt, mask, epilogue, BM=BM, BN=BN, HEAD_DIM=HEAD_DIM,
-                    CAUSAL=CAUSAL)
+                    CAUSAL=CAUSAL, mask_fn=mask_fn)
         return sdpa
 
     mdt = hl.u8 if mask == "bool" else dt
@@ -152,9 +169,9 @@ def sdpa_kernel(dtype: DType, mask: str = "none", mask_align: int = 16, epilogue
 
 
 def sdpa_anchor(dtype: DType, mask: str = "none", mask_align: int = 16, epilogue: Any = None,
-                out_dtype: DType | None = None) -> Any:
+                out_dtype: DType | None = None, mask_fn: Any = None) -> Any:
     """The anchor kernel (``hexlayout.fusion``'s attention provider): ``sdpa_kernel``."""
-    return sdpa_kernel(dtype, mask, mask_align, epilogue, out_dtype)
+    return sdpa_kernel(dtype, mask, mask_align, epilogue, out_dtype, mask_fn)
 
 
 def sdpa_consts(sq: int, sk: int, d: int, causal: bool, emulated: bool) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from hexlayout.fusion.reference import aten_op, eval_nodes
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node
 from hexlayout.runtime.alloc import fresh
 
+from .index_mask import IndexMask, index_mask_nodes
 from .sdpa_anchor import sdpa_anchor, sdpa_consts
 
 __all__ = ["ATTENTION_ANCHORS", "ATTENTION", "attention_refusal", "run_attention"]
@@ -96,8 +97,10 @@ def attention_refusal(q: Any, k: Any, v: Any, kwargs: dict[str, Any], *, cuda: b
 
 
 def _mask_of(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[str, Any]:
-    """The mask's kind (``"none"``, ``"bool"``, ``"add"``) and tensor: anchor argument 3, or
-    the boolean tensor of a ``where(m, 0, -inf)`` prologue of it (cast to the inputs' dtype or not)."""
+    """The mask's kind (``"none"``, ``"bool"``, ``"add"``, ``"index"``) and tensor (the
+    ``IndexMask`` for ``"index"``): anchor argument 3, the boolean tensor of a ``where(m, 0,
+    -inf)`` prologue of it (cast to the inputs' dtype or not), or a prologue that computes
+    it from positions (``index_mask``)."""
     import torch
 
     pro = {p.operand: p for p in spec.prologues}
@@ -105,6 +108,9 @@ def _mask_of(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[st
         raise FusionUnsupported(f"{spec.display_name()}: prologues of q, k or v are not fused into attention")
     if 3 in pro:
         p = pro[3]
+        fn = IndexMask.of(p.nodes, p.output)
+        if fn is not None:
+            return "index", fn
         nodes = p.nodes[: p.output + 1]
         where = nodes[0]
         casts = nodes[1:]
@@ -123,16 +129,16 @@ def _mask_of(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[st
 
 
 def _build(spec: FusedSpec, consts: dict[str, Any], arch: str, compile: bool, dtype: Any, kind: str,
-           align: int, epilogue: Any = None, out_dtype: Any = None) -> Any:
+           align: int, epilogue: Any = None, out_dtype: Any = None, mask_fn: Any = None) -> Any:
     from hexlayout.runtime import build
     from hexlayout.runtime.launch_log import describe
 
     name = spec.display_name()
-    key = (name, tuple(sorted(consts.items())), str(dtype), kind, align, epilogue, str(out_dtype))
+    key = (name, tuple(sorted(consts.items())), str(dtype), kind, align, epilogue, str(out_dtype), mask_fn)
     with _LOCK:
         tk = _PROGRAMS.get(key)
     if tk is None:
-        kernel = sdpa_anchor(dtype, kind, align, epilogue, out_dtype)
+        kernel = sdpa_anchor(dtype, kind, align, epilogue, out_dtype, mask_fn)
         tk = copy.deepcopy(kernel.trace(**consts))
         tk.name = f"{re.sub(r'[^0-9a-zA-Z_]', '_', name)[:80]}__{tk.name}"
         with _LOCK:
@@ -167,8 +173,12 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
     kw = dict(spec.anchor_kwargs)
     epilogue = _epilogue_of(spec)
     kind, mask = _mask_of(spec, list(anchor_args), list(extra_inputs))
+    mask_fn = mask if kind == "index" else None
+    mask = None if kind == "index" else mask
     cuda = isinstance(q, torch.Tensor) and q.is_cuda
     why = attention_refusal(q, k, v, {**kw, "attn_mask": mask}, cuda=cuda)
+    if why is None and mask_fn is not None and kw.get("is_causal"):
+        why = "an attention mask and is_causal together"
     if why is not None:
         raise FusionUnsupported(f"{where}: {why}")
     if {str(t.device) for t in (q, k, v) + ((mask,) if mask is not None else ())} != {str(q.device)}:
@@ -200,11 +210,11 @@ def run_attention(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> lis
         if out_dtype not in (torch.float16, torch.bfloat16, torch.float32):
             raise FusionUnsupported(f"{where}: an output of {out_dtype} (f16, bf16 or f32)")
     bld = _build(spec, consts, arch_of(q.device, cuda), cuda, getattr(hl, dtype_name(q.dtype)), kind,
-                 align, epilogue, getattr(hl, dtype_name(out_dtype)))
+                 align, epilogue, getattr(hl, dtype_name(out_dtype)), mask_fn)
     qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     o = fresh((b, sq, h, d), out_dtype, q.device)
     args = [qs, ks, vs, o]
-    if kind != "none":
+    if kind in ("bool", "add"):
         args.append(_mask_host(mask, kind, b, h, sq, sk))
     args.append(scale * _LOG2E)
     if cuda:
@@ -326,11 +336,61 @@ def _operands(g: Any, n: Any) -> tuple:
     return (*n.args[:3], *(() if mask is None else (mask,)))
 
 
+#: keyword arguments of a mask program's ops that do not change its values
+_PLACEMENT = frozenset({"device", "layout", "pin_memory", "memory_format", "non_blocking"})
+
+
+def _index_program(g: Any, nodes: list) -> tuple[list[Node], int]:
+    """The spec nodes of a mask program of positions (``index_mask``) and its output; raises
+    when an argument is not a constant a spec holds or the program is not one."""
+    import torch
+
+    pos = {p: i for i, p in enumerate(nodes)}
+    out: list[Node] = []
+
+    def arg(a: Any, p: Any) -> tuple:
+        if hasattr(a, "op") and a in pos:
+            return ("node", pos[a])
+        if _symbolic(g, a):                   # a size of a dynamic shape: the kernel needs none
+            return ("const", None)
+        if isinstance(a, (list, tuple)) and any(_symbolic(g, x) for x in a):
+            return ("const", tuple(None if _symbolic(g, x) else g.const(x, p)[1] for x in a))
+        return g.const(a, p)
+
+    for p in nodes:
+        args = tuple(arg(a, p) for a in p.args)
+        kwargs = tuple(sorted((k, g.const(v, p)[1]) for k, v in p.kwargs.items()
+                              if k not in _PLACEMENT and not isinstance(v, (torch.device, torch.layout))))
+        out.append(Node(g.op(p), args, kwargs))
+    if IndexMask.of(tuple(out), len(out) - 1) is None:
+        raise FusionUnsupported("not a mask program of positions")
+    return out, len(out) - 1
+
+
+def _symbolic(g: Any, a: Any) -> bool:
+    """Whether ``a`` is a symbolic size (a ``SymInt`` or a node computing one)."""
+    import torch
+
+    from hexlayout.fusion.partition import static_int
+
+    v = g.value(a) if hasattr(a, "op") else a
+    return isinstance(v, torch.SymInt) and static_int(v) is None
+
+
 def _prologues(g: Any, n: Any) -> dict[int, list]:
-    """No prologue but the nodes ``where(m, scalar_tensor(0), scalar_tensor(-inf))`` that turn
-    a boolean ``m`` into attention's additive mask (torch's graphs do), when only the
-    attention reads them (they join its kernel: it reads ``m``)."""
+    """The nodes that compute the mask from query and key positions (``index_mask``: aranges,
+    comparisons, views; the kernel computes it from its indices), when only the attention
+    reads them; else no prologue but the nodes ``where(m, scalar_tensor(0),
+    scalar_tensor(-inf))`` that turn a boolean ``m`` into attention's additive mask (torch's
+    graphs do), when only the attention reads them (they join its kernel: it reads ``m``)."""
     where = _mask_node(g, n)
+    program = index_mask_nodes(g, n, where) if where is not None else None
+    if program is not None:
+        try:
+            _index_program(g, program)
+            return {3: program}
+        except Exception:  # noqa: BLE001 - not expressible (symbolic sizes, not a program): the generic path
+            pass
     if where is None or g.op(where) != "aten.where.self" or len(where.args) != 3 or \
             not g.unclaimed(where) or set(where.users) != {n}:
         return {}
@@ -350,7 +410,11 @@ def _prologues(g: Any, n: Any) -> dict[int, list]:
 
 
 def _lower_prologue(g: Any, n: Any, i: int, nodes: list, extra_ref: Any) -> tuple:
-    """``where(m, 0, -inf)``: the boolean ``m``, cast as eager casts it."""
+    """``where(m, 0, -inf)``: the boolean ``m``, cast as eager casts it; a mask program of
+    positions: its nodes."""
+    if nodes[-1].args[0] in nodes or g.op(nodes[-1]) != "aten.where.self":      # a program of positions
+        prog, out = _index_program(g, nodes)
+        return ("spec", prog, out)
     m, a = nodes[-1].args[0], nodes[-1]
     cast = (("dtype", dtype_name(g.value(a).dtype)),)
     return ("spec", [Node("aten.where.Scalar", (extra_ref(m, ()), ("const", 0.0), ("const", float("-inf")))),

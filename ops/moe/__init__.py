@@ -9,7 +9,10 @@ MXFP4), ``fused_moe_fp8`` (e4m3 with per-expert or block scales), the routing al
   ``act_order`` (GPTQ ``g_idx``) and ``mxfp4`` (``prepare_mxfp4``): the formats W4A16 runs;
 - ``kernels_sm80`` / ``kernels_sm90``, ``wna16_kernels_sm80`` / ``wna16_kernels_sm90``,
   ``fp8_kernels_sm89`` / ``fp8_kernels_sm90``: the kernels per architecture;
-- ``torch_op``: the torch.library registrations.
+- ``torch_op``: the torch.library registrations;
+- ``fusion``: the ``torch.compile`` anchor record (experts written with gathered weights ->
+  one ``fused_moe``), ``fusion_loop`` (HF's per-expert loop unrolled in one graph -> one
+  ``fused_moe``), ``derived`` (the weights they re-lay out once).
 """
 
 from ..host.torch import HAVE_TORCH
