@@ -48,6 +48,8 @@ def rope_eager(y: Any, cos: Any, sin: Any, positions: Any, head_dim: int, rope_c
     """The op's meaning in torch (see the module docstring); meta tensors give its shape."""
     import torch
 
+    from hexlayout.runtime.alloc import fresh_like
+
     if y.dim() != 2 or head_dim <= 0 or head_dim % 2 or rope_cols % head_dim or rope_cols > y.shape[1]:
         raise ValueError(f"hexlayout::rope: y of shape {tuple(y.shape)}, head_dim {head_dim}, rope_cols "
                          f"{rope_cols} (a 2-D y, an even head_dim dividing rope_cols <= y's columns)")
@@ -65,7 +67,7 @@ def rope_eager(y: Any, cos: Any, sin: Any, positions: Any, head_dim: int, rope_c
 
     c, s = table(cos), table(sin)
     if y.device.type == "meta":
-        return torch.empty_like(y)
+        return fresh_like(y, y.shape)
     heads = rope_cols // head_dim
     q = y[:, :rope_cols].float().reshape(m, heads, head_dim)
     if interleaved:

@@ -362,13 +362,14 @@ def _rewrite(gm: Any, p: Any, sites: list) -> str:
     order = {x: i for i, x in enumerate(gm.graph.nodes)}
     _hoist(gm.graph, [x for x in sources if order[x] > order[p]], p, order)
     from hexlayout.fusion.rope import rope_op
+    from hexlayout.runtime.alloc import fresh_like
 
     g = gm.graph
     with g.inserting_after(p):
         rope = g.call_function(rope_op(), (p, cs, ss, cpos, hd, r, inter))
     fake = detect_fake_mode([_val(p)]) or contextlib.nullcontext()
     with fake:
-        rope.meta["val"] = torch.empty_like(_val(p))
+        rope.meta["val"] = fresh_like(_val(p), _val(p).shape)
     p.replace_all_uses_with(rope, delete_user_cb=lambda u: u is not rope)
     for add, _chain, t, *_ in sites:
         add.replace_all_uses_with(t)
