@@ -39,12 +39,13 @@ def lang_dtype(torch_dtype: Any) -> Any:
     return bf16 if torch_dtype == torch.bfloat16 else f16
 
 
-def build_for(kernel: Any, device: Any, consts: dict[str, Any]) -> Any:
-    """``kernel`` built for ``device``: compiled for a CUDA device's architecture, synthesized
-    only (for the emulator, ``HEXLAYOUT_EMULATE_ARCH``, default sm_80) for a CPU one."""
+def build_for(kernel: Any, device: Any, consts: dict[str, Any], arch: str | None = None) -> Any:
+    """``kernel`` built for ``device``: compiled for a CUDA device's architecture (``arch`` when
+    given: an op's own choice, e.g. ``tcgen05_arch``), synthesized only (for the emulator,
+    ``HEXLAYOUT_EMULATE_ARCH``, default sm_80) for a CPU one."""
     from hexlayout.runtime import build
 
-    arch = kernel_arch(device)
+    arch = arch or kernel_arch(device)
     if device.type == "cuda":
         return build(kernel, arch, **consts)
     return build(kernel, arch, compile=False, **consts)
