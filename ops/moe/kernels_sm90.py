@@ -48,8 +48,8 @@ from .blocks import (
 from .kernels_sm80 import MoeConfig
 
 __all__ = ["moe_gate_up_sm90_kernel", "moe_down_sm90_kernel", "moe_gate_up_sm90_ws_kernel",
-           "moe_down_sm90_ws_kernel", "moe_sm90_config", "sm90_consts", "is_sm90", "grouped_arch", "ARCHS",
-           "run_gate_up_sm90", "run_down_sm90", "SWAP_STAGES", "WS_STAGES"]
+           "moe_down_sm90_ws_kernel", "moe_sm90_config", "sm90_consts", "is_sm90", "grouped_arch", "arch_tag",
+           "ARCHS", "run_gate_up_sm90", "run_down_sm90", "SWAP_STAGES", "WS_STAGES"]
 
 T, H, E, N2, I, EM, NB, S = hl.dims("T H E N2 I EM NB S")
 
@@ -93,7 +93,7 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu", arch: str = "sm_90a
     ``I + n0 + n``; ``inter[p, n0 + n] = act(w_p * g) * (w_p * u)`` (``w_p`` with ``SCALE_IN``)."""
     dt = dtype
 
-    @hl.kernel(threads=128, name=f"moe_gate_up_{_tag(arch)}_{dt}_{act}")
+    @hl.kernel(threads=128, name=f"moe_gate_up_{arch_tag(arch)}_{dt}_{act}")
     def moe_gate_up_sm90(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                          topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                          *, BM: int = 16, BN: int = 64, BK: int = 64, STAGES: int = 4, TOPK: int = 1,
@@ -129,7 +129,7 @@ def moe_down_sm90_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     not stored."""
     dt = dtype
 
-    @hl.kernel(threads=128, name=f"moe_down_{_tag(arch)}_{dt}")
+    @hl.kernel(threads=128, name=f"moe_down_{arch_tag(arch)}_{dt}")
     def moe_down_sm90(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                       topk_w: f32[S], y: dt[S, H],  # type: ignore
                       *, BM: int = 16, BN: int = 64, BK: int = 64, STAGES: int = 4, SCALE_IN: bool = False):
@@ -163,7 +163,8 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu", arch: str = "sm_
     ``u`` with the up rows ``I + n0 + n``, ``inter[p, n0 + n] = act(w_p * g) * (w_p * u)``."""
     dt = dtype
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_gate_up_{_tag(arch)}_ws_{dt}_{act}")
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]),
+               name=f"moe_gate_up_{arch_tag(arch)}_ws_{dt}_{act}")
     def moe_gate_up_sm90_ws(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                             topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                             *, BM: int = 128, BN: int = 64, BK: int = 64, STAGES: int = 6, CONSUMERS: int = 2,
@@ -201,7 +202,7 @@ def moe_down_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     ``SCALE_IN``), padding rows not stored."""
     dt = dtype
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_down_{_tag(arch)}_ws_{dt}")
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_down_{arch_tag(arch)}_ws_{dt}")
     def moe_down_sm90_ws(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                          topk_w: f32[S], y: dt[S, H],  # type: ignore
                          *, BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 6, CONSUMERS: int = 2,
@@ -239,7 +240,7 @@ def moe_down_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
 ARCHS = ("sm_90a", "sm_100a")
 
 
-def _tag(arch: str) -> str:
+def arch_tag(arch: str) -> str:
     """The architecture in a kernel name (``moe_gate_up_sm100_...`` on sm_100a)."""
     if arch not in ARCHS:
         raise ValueError(f"the wgmma / tcgen05 MoE kernels are built for {' or '.join(ARCHS)}, not {arch}")
