@@ -39,13 +39,13 @@ def lang_dtype(torch_dtype: Any) -> Any:
     return bf16 if torch_dtype == torch.bfloat16 else f16
 
 
-def build_for(kernel: Any, device: Any, consts: dict[str, Any], arch: str | None = None) -> Any:
-    """``kernel`` built for ``device``: compiled for a CUDA device's architecture (``arch`` when
-    given, else ``tcgen05_arch``: sm_100a on compute capability 10.0), synthesized only (for the
-    emulator, ``HEXLAYOUT_EMULATE_ARCH``, default sm_80) for a CPU one."""
+def build_for(kernel: Any, device: Any, consts: dict[str, Any]) -> Any:
+    """``kernel`` built for ``device``: compiled for a CUDA device's architecture
+    (``tcgen05_arch``: sm_100a on compute capability 10.0), synthesized only (for the emulator,
+    ``HEXLAYOUT_EMULATE_ARCH``, default sm_80) for a CPU one."""
     from hexlayout.runtime import build
 
-    arch = arch or tcgen05_arch(device)
+    arch = tcgen05_arch(device)
     if device.type == "cuda":
         return build(kernel, arch, **consts)
     return build(kernel, arch, compile=False, **consts)

@@ -271,7 +271,7 @@ def run_gate_up_sm90(w13: Any, run: Any, inter: Any) -> None:
     kern = moe_gate_up_sm90_ws_kernel if bm == 128 else moe_gate_up_sm90_kernel
     consts = {**sm90_consts(bm), "TOPK": run.topk, "SCALE_IN": run.scale_in}
     arch = grouped_arch(run.x.device) or "sm_90a"
-    bld = build_for(kern(lang_dtype(run.x.dtype), run.activation, arch), run.x.device, consts, arch=arch)
+    bld = build_for(kern(lang_dtype(run.x.dtype), run.activation, arch), run.x.device, consts)
     run_kernel(bld, (run.x, w13, run.sorted_ids, run.expert_ids, run.topk_w, inter), outputs=(5,))
 
 
@@ -286,5 +286,5 @@ def run_down_sm90(w2: Any, run: Any, inter: Any, y: Any) -> None:
     if bm == 128:
         consts["BN"] = 128
     arch = grouped_arch(run.x.device) or "sm_90a"
-    bld = build_for(kern(lang_dtype(run.x.dtype), arch), run.x.device, consts, arch=arch)
+    bld = build_for(kern(lang_dtype(run.x.dtype), arch), run.x.device, consts)
     run_kernel(bld, (inter, w2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(5,))

@@ -26,8 +26,8 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     real = launch.build_for
 
-    def spy(kernel, device, consts, arch=None):
-        b = real(kernel, device, consts, arch)
+    def spy(kernel, device, consts):
+        b = real(kernel, device, consts)
         names.append(b.generated.name)
         return b
 

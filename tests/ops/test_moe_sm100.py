@@ -28,12 +28,11 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     real = launch.build_for
 
-    def spy(kernel, device, consts, arch=None):
-        b = real(kernel, device, consts, arch)
+    def spy(kernel, device, consts):
+        b = real(kernel, device, consts)
         names.append(b.generated.name)
         return b
 
-    monkeypatch.setattr(k90, "build_for", spy, raising=False)
     monkeypatch.setattr(launch, "build_for", spy)
     return names
 
@@ -77,3 +76,17 @@ def test_compiles_for_sm100_with_tcgen05_and_no_spills(bm: int) -> None:
         for op in ("UTCHMMA", "LDTM"):
             assert any(o.startswith(op) for o in counts), (b.generated.name, op, sorted(counts))
         assert not any(o.startswith(("HGMMA", "HMMA")) for o in counts), sorted(counts)
+
+
+def test_w4a16_on_sm100_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sm_90a W4A16 source does not build for sm_100a (its A operand, the dequantized weights,
+    is in registers; tcgen05 reads A from shared or tensor memory): preparing weights says so."""
+    from hexlayout.ops.moe.wna16 import prepare_wna16
+    from hexlayout.runtime.args import ArgumentError
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
+    g = torch.Generator().manual_seed(1)
+    q = torch.randint(0, 2**31 - 1, (2, 64 // 8, 128), generator=g, dtype=torch.int32)
+    scales = torch.rand(2, 2, 128, generator=g).half()
+    with pytest.raises(ArgumentError, match="sm_100a has no W4A16.*tcgen05.mma reads A from shared"):
+        prepare_wna16(q, scales, None, quant_format="gptq", bits=4, group_size=32, gate_up=False)
