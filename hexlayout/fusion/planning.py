@@ -16,6 +16,9 @@ from .spec import FusionUnsupported
 
 __all__ = ["arch_of", "place", "sig", "meta_tensors", "meta_eval", "bind_inputs", "host_shapes", "clear_meta"]
 
+#: The architectures the anchors are built for (sm_100a: the GEMM anchors' tcgen05 kernel).
+GEMM_ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100a")
+
 _LOCK = threading.Lock()
 _ARCHS: dict[Any, str] = {}
 
@@ -30,16 +33,17 @@ def arch_of(device: Any, cuda: bool) -> str:
         import torch
 
         major, minor = torch.cuda.get_device_capability(device)
-        arch = {(9, 0): "sm_90a", (8, 9): "sm_89"}.get((major, minor), "sm_80" if major == 8 else None)
+        arch = {(10, 0): "sm_100a", (9, 0): "sm_90a", (8, 9): "sm_89"}.get((major, minor),
+                                                                           "sm_80" if major == 8 else None)
         if arch is None:
             raise FusionUnsupported(f"compute capability {major}.{minor} has no hexlayout GEMM "
-                                    "(sm_80-sm_89, sm_90a)")
+                                    "(sm_80-sm_89, sm_90a, sm_100a)")
         _ARCHS[device] = arch
         return arch
     arch = os.environ.get("HEXLAYOUT_EMULATE_ARCH", "sm_80")
-    if arch not in ("sm_80", "sm_89", "sm_90a"):
+    if arch not in GEMM_ARCHS:
         raise FusionUnsupported(f"HEXLAYOUT_EMULATE_ARCH={arch!r} is not a GEMM architecture (sm_80, sm_89, "
-                                "sm_90a)")
+                                "sm_90a, sm_100a)")
     return arch
 
 

@@ -76,7 +76,8 @@ def _atoms(op: Mma, arch: str) -> list:
     return out
 
 
-_PREFIXES = {"sm_80": ("SM80_",), "sm_89": ("SM80_", "SM89_"), "sm_90a": ("SM80_", "SM89_", "SM90_")}
+_PREFIXES = {"sm_80": ("SM80_",), "sm_89": ("SM80_", "SM89_"), "sm_90a": ("SM80_", "SM89_", "SM90_"),
+             "sm_100a": ("SM80_", "SM89_")}      # its register-operand mmas (shared: tcgen05, umma_choice)
 
 
 @lru_cache(maxsize=64)
@@ -96,8 +97,9 @@ def _mma_names(arch: str, types: str) -> tuple[str, ...]:
 
 def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma] | list[TiledUmma]:
     """Every legal TiledMma for ``op`` run by ``threads`` threads, best first; on sm_100a, an
-    mma on shared operands gets the tcgen05 tilings of ``umma_choice`` (``TiledUmma``)."""
-    if arch == "sm_100a":
+    mma on shared operands gets the tcgen05 tilings of ``umma_choice`` (``TiledUmma``), one on
+    register operands the mma.sync atoms (sm_100a runs every sm_80 instruction)."""
+    if arch == "sm_100a" and (op.a.type.scope == Scope.SHARED or op.b.type.scope == Scope.SHARED):
         return umma_candidates(op, threads)
     m, k = op.a.type.shape
     n = op.b.type.shape[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["device_arch", "kernel_arch", "sm_count", "EMULATE_ARCH_ENV"]
+__all__ = ["device_arch", "kernel_arch", "tcgen05_arch", "sm_count", "EMULATE_ARCH_ENV"]
 
 #: the architecture the emulator stands in for on CPU tensors (default sm_80)
 EMULATE_ARCH_ENV = "HEXLAYOUT_EMULATE_ARCH"
@@ -38,7 +38,23 @@ def kernel_arch(device: Any) -> str:
     return os.environ.get(EMULATE_ARCH_ENV, "sm_80")
 
 
+def tcgen05_arch(device: Any) -> str:
+    """``kernel_arch`` for the ops that have sm_100a (tcgen05) kernels - the GEMM, the bf16 / f16
+    MoE grouped GEMMs: sm_100a on compute capability 10.0 (B200, GB200), where ``device_arch``
+    (every other op) refuses it."""
+    if device.type == "cuda":
+        cap = _CAP.get(device)
+        if cap is None:
+            import torch
+
+            cap = _CAP[device] = tuple(torch.cuda.get_device_capability(device))
+        if cap == (10, 0):
+            return "sm_100a"
+    return kernel_arch(device)
+
+
 _ARCH: dict[Any, str] = {}
+_CAP: dict[Any, tuple[int, ...]] = {}
 _SMS: dict[Any, int] = {}
 
 

@@ -51,7 +51,7 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
-from ..host.device import kernel_arch, sm_count
+from ..host.device import sm_count, tcgen05_arch
 from ..host.torch import require_torch
 from .fp8_kernels_sm89 import (
     SCALE_BLOCK,
@@ -87,7 +87,7 @@ __all__ = [
 
 OP = "hexlayout.fused_moe_fp8"
 #: architectures with e4m3 mma
-FP8_ARCHS = ("sm_89", "sm_90a")
+FP8_ARCHS = ("sm_89", "sm_90a", "sm_100a")
 
 
 @dataclass(frozen=True)
@@ -272,14 +272,14 @@ def check_fused_moe_fp8(
             )
         _contiguous_aligned(op, name, v)
     if x.device.type in ("cuda", "cpu"):
-        arch = kernel_arch(x.device)
+        arch = tcgen05_arch(x.device)
         if arch not in FP8_ARCHS:
             where = "the GPU is" if x.device.type == "cuda" else "HEXLAYOUT_EMULATE_ARCH is"
             raise ArgumentError(
                 op,
                 "w13",
-                f"fp8 experts need e4m3 mma (sm_89 or sm_90a); {where} {arch} (for CPU tensors "
-                "set HEXLAYOUT_EMULATE_ARCH=sm_89 or sm_90a)",
+                f"fp8 experts need e4m3 mma (sm_89, sm_90a or sm_100a); {where} {arch} (for CPU "
+                "tensors set HEXLAYOUT_EMULATE_ARCH=sm_89, sm_90a or sm_100a)",
             )
 
 
@@ -293,10 +293,10 @@ SWAP_STAGES = 4
 
 def fp8_block_m(num_slots: int, num_experts: int, arch: str = "sm_89") -> int:
     """Sorted rows per GEMM block, from the sizes only (capture-safe): 16 (decode: at most 16
-    slots per expert on average) up to 64; on sm_90a more than 64 slots per expert take the
-    large-token kernels' 128 (two consumer warp groups of 64 rows)."""
+    slots per expert on average) up to 64; on sm_90a / sm_100a more than 64 slots per expert take
+    the large-token kernels' 128 (two consumer warp groups of 64 rows)."""
     per = num_slots / max(num_experts, 1)
-    if arch == "sm_90a" and per > 64:
+    if arch in ("sm_90a", "sm_100a") and per > 64:
         return 128
     return 16 if per <= 16 else 32 if per <= 64 else 64
 
@@ -319,11 +319,12 @@ def _fp8_kernels(dt: Any, arch: str, bm: int, common: dict[str, Any]) -> tuple[A
     if bm == 128:  # sm_90a prefill: tokens on the wgmma M side, warp-specialized, TMA weights
         common.update(STAGES=WS_STAGES, CONSUMERS=2)
         # large T: never split
-        return moe_fp8_gate_up_sm90_ws_kernel(dt), moe_fp8_down_sm90_ws_kernel(dt), None, None, 128
-    if arch == "sm_90a":  # e4m3 wgmma, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
+        return (moe_fp8_gate_up_sm90_ws_kernel(dt, arch), moe_fp8_down_sm90_ws_kernel(dt, arch), None, None,
+                128)
+    if arch in ("sm_90a", "sm_100a"):  # e4m3 wgmma / tcgen05, swap-AB (ptxas emulates e4m3 mma.sync on sm_90)
         common["STAGES"] = SWAP_STAGES
-        return (moe_fp8_gate_up_sm90_kernel(dt), moe_fp8_down_sm90_kernel(dt),
-                moe_fp8_gate_up_sm90_kernel(dt, True), moe_fp8_down_sm90_kernel(dt, True), 64)
+        return (moe_fp8_gate_up_sm90_kernel(dt, False, arch), moe_fp8_down_sm90_kernel(dt, False, arch),
+                moe_fp8_gate_up_sm90_kernel(dt, True, arch), moe_fp8_down_sm90_kernel(dt, True, arch), 64)
     common["WARPS"] = 4
     return (moe_fp8_gate_up_kernel(dt), moe_fp8_down_kernel(dt), moe_fp8_gate_up_kernel(dt, True),
             moe_fp8_down_kernel(dt, True), 64)
@@ -365,7 +366,7 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
     s13 = a.w13_scale if blk else a.w13_scale.reshape(e, 1, 1)
     s2 = a.w2_scale if blk else a.w2_scale.reshape(e, 1, 1)
     dt = lang_dtype(x.dtype)
-    arch = kernel_arch(dev)
+    arch = tcgen05_arch(dev)
     bm = fp8_block_m(t * k, e, arch)
     common: dict[str, Any] = {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "BLOCK_SCALE": blk}
     gate_up_k, down_k, gate_up_split, down_split, down_bn = _fp8_kernels(dt, arch, bm, common)

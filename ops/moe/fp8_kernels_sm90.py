@@ -55,6 +55,7 @@ from .blocks import (
     wgmma_pipeline,
 )
 from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles, scale_down
+from .kernels_sm90 import arch_tag
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
            "moe_fp8_down_sm90_ws_kernel"]
@@ -64,7 +65,7 @@ K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
 
 
 @cache
-def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
+def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False, arch: str = "sm_90a") -> Any:
     """Gate-up with the activation epilogue, ``h[r, n] = act(g) * u`` (``moe_fp8_kernels``),
     wgmma swap-AB. Constants: ``BM`` (16 / 32 / 64 sorted rows), ``BN`` (64), ``BK`` (128),
     ``STAGES``, ``TOPK``, ``GELU``, ``BLOCK_SCALE``, ``UNIFORM``, ``SPLIT_K`` (as the sm_89
@@ -72,7 +73,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
     atomically into the f32 workspace ``h [2, T * k, I]``)."""
     dt = dtype
     h_t = f32[2, TK, I] if split else dt[TK, I]
-    name = f"moe_fp8_gate_up_sm90_{dt}" + ("_splitk" if split else "")
+    name = f"moe_fp8_gate_up_{arch_tag(arch)}_{dt}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=128, name=name)
     def moe_fp8_gate_up_sm90(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
@@ -130,12 +131,12 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False) -> Any:
 
 
 @cache
-def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False) -> Any:
+def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False, arch: str = "sm_90a") -> Any:
     """Down with the top-k weight epilogue, ``y[r, n] = tw[r] * s_r * (W2[e] @ hq[r])``
     (``moe_fp8_kernels``), wgmma swap-AB. Constants as the gate-up kernel's and ``ROUTER``
     (``split``: the scaled partials added atomically into the f32 workspace ``y [T * k, N]``)."""
     y_t = f32[TK, N] if split else dtype[TK, N]
-    name = f"moe_fp8_down_sm90_{dtype}" + ("_splitk" if split else "")
+    name = f"moe_fp8_down_{arch_tag(arch)}_{dtype}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=128, name=name)
     def moe_fp8_down_sm90(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
@@ -193,7 +194,7 @@ def _check_ws(name: str, bm: int, bn: int, bk: int, stages: int, consumers: int,
 
 
 @cache
-def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
+def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     """Gate-up for many tokens per expert, tokens on the wgmma M side (see the module docstring):
     for the ``BM`` sorted rows ``r`` (token ``t = r // TOPK``) of a block of expert ``e`` and the
     ``BN`` intermediate columns ``n0 + n``::
@@ -208,7 +209,7 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
     ``BLOCK_SCALE``, ``UNIFORM``."""
     dt = dtype
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_fp8_gate_up_sm90_ws_{dt}")
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_fp8_gate_up_{arch_tag(arch)}_ws_{dt}")
     def moe_fp8_gate_up_sm90_ws(xq: e4m3[T, K], xs: f32[T], w: e4m3[E, N, K], ws: f32[E, NB, KB],  # type: ignore
                                 sorted_ids: i32[EM], block_expert: i32[NBLK], h: dt[TK, I],  # type: ignore
                                 *, BM: int = 128, BN: int = 64, BK: int = 128, STAGES: int = 4,
@@ -249,7 +250,7 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType) -> Any:
 
 
 @cache
-def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
+def moe_fp8_down_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     """Down for many tokens per expert, tokens on the wgmma M side (see the module docstring): for
     the ``BM`` sorted rows ``r`` of a block of expert ``e`` and the ``BN`` output columns ``n0 + n``
     (two wgmma halves of ``BN / 2``)::
@@ -261,7 +262,7 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType) -> Any:
     (``64 * CONSUMERS``), ``BN`` (128), ``BK`` (128), ``STAGES``, ``CONSUMERS``, ``ROUTER``,
     ``BLOCK_SCALE``."""
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_fp8_down_sm90_ws_{dtype}")
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_fp8_down_{arch_tag(arch)}_ws_{dtype}")
     def moe_fp8_down_sm90_ws(hq: e4m3[TK, K], hs: f32[TK], w: e4m3[E, N, K], ws: f32[E, NB, KB], tw: f32[TK],
                              sorted_ids: i32[EM], block_expert: i32[NBLK], y: dtype[TK, N],  # type: ignore
                              *, BM: int = 128, BN: int = 128, BK: int = 128, STAGES: int = 4,

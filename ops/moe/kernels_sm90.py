@@ -48,8 +48,8 @@ from .blocks import (
 from .kernels_sm80 import MoeConfig
 
 __all__ = ["moe_gate_up_sm90_kernel", "moe_down_sm90_kernel", "moe_gate_up_sm90_ws_kernel",
-           "moe_down_sm90_ws_kernel", "moe_sm90_config", "sm90_consts", "is_sm90", "run_gate_up_sm90",
-           "run_down_sm90", "SWAP_STAGES", "WS_STAGES"]
+           "moe_down_sm90_ws_kernel", "moe_sm90_config", "sm90_consts", "is_sm90", "grouped_arch", "arch_tag",
+           "ARCHS", "run_gate_up_sm90", "run_down_sm90", "SWAP_STAGES", "WS_STAGES"]
 
 T, H, E, N2, I, EM, NB, S = hl.dims("T H E N2 I EM NB S")
 
@@ -87,13 +87,13 @@ def _mma_group(pairs: Any) -> None:
 
 
 @cache
-def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
+def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu", arch: str = "sm_90a") -> Any:
     """Swap-AB gate-up: for the ``BN`` columns ``n0 + n`` and the ``BM`` sorted rows ``p`` of a
     block, ``g^T[n, p] = sum_c w13[e, n0 + n, c] * x[t_p, c]``, ``u^T`` likewise with the up rows
     ``I + n0 + n``; ``inter[p, n0 + n] = act(w_p * g) * (w_p * u)`` (``w_p`` with ``SCALE_IN``)."""
     dt = dtype
 
-    @hl.kernel(threads=128, name=f"moe_gate_up_sm90_{dt}_{act}")
+    @hl.kernel(threads=128, name=f"moe_gate_up_{arch_tag(arch)}_{dt}_{act}")
     def moe_gate_up_sm90(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                          topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                          *, BM: int = 16, BN: int = 64, BK: int = 64, STAGES: int = 4, TOPK: int = 1,
@@ -123,13 +123,13 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu") -> Any:
 
 
 @cache
-def moe_down_sm90_kernel(dtype: DType) -> Any:
+def moe_down_sm90_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     """Swap-AB down: ``y^T[n, s_p] = w_p' * sum_c w2[e, n0 + n, c] * inter[p, c]`` for the ``BM``
     sorted rows ``p`` of a block (slot ``s_p``; ``w_p'`` = 1 with ``SCALE_IN``), padding rows
     not stored."""
     dt = dtype
 
-    @hl.kernel(threads=128, name=f"moe_down_sm90_{dt}")
+    @hl.kernel(threads=128, name=f"moe_down_{arch_tag(arch)}_{dt}")
     def moe_down_sm90(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                       topk_w: f32[S], y: dt[S, H],  # type: ignore
                       *, BM: int = 16, BN: int = 64, BK: int = 64, STAGES: int = 4, SCALE_IN: bool = False):
@@ -157,13 +157,14 @@ def _check_ws(name: str, bm: int, stages: int, consumers: int) -> None:
 
 
 @cache
-def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
+def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu", arch: str = "sm_90a") -> Any:
     """Large-token gate-up, tokens on the wgmma M side: for the ``BM`` sorted rows ``p`` (token
     ``t_p``) and the ``BN`` columns ``n0 + n``, ``g[p, n] = sum_c x[t_p, c] * w13[e, n0 + n, c]``,
     ``u`` with the up rows ``I + n0 + n``, ``inter[p, n0 + n] = act(w_p * g) * (w_p * u)``."""
     dt = dtype
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_gate_up_sm90_ws_{dt}_{act}")
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]),
+               name=f"moe_gate_up_{arch_tag(arch)}_ws_{dt}_{act}")
     def moe_gate_up_sm90_ws(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                             topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                             *, BM: int = 128, BN: int = 64, BK: int = 64, STAGES: int = 6, CONSUMERS: int = 2,
@@ -194,14 +195,14 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu") -> Any:
 
 
 @cache
-def moe_down_sm90_ws_kernel(dtype: DType) -> Any:
+def moe_down_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     """Large-token down, tokens on the wgmma M side: for the ``BM`` sorted rows ``p`` (slot
     ``s_p``) and the ``BN`` output columns ``n0 + n`` (two wgmma halves of ``BN / 2``),
     ``y[s_p, n0 + n] = w_p' * sum_c inter[p, c] * w2[e, n0 + n, c]`` (``w_p'`` = 1 with
     ``SCALE_IN``), padding rows not stored."""
     dt = dtype
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_down_sm90_ws_{dt}")
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=f"moe_down_{arch_tag(arch)}_ws_{dt}")
     def moe_down_sm90_ws(inter: dt[EM, I], w2: dt[E, H, I], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                          topk_w: f32[S], y: dt[S, H],  # type: ignore
                          *, BM: int = 128, BN: int = 128, BK: int = 64, STAGES: int = 6, CONSUMERS: int = 2,
@@ -233,12 +234,32 @@ def moe_down_sm90_ws_kernel(dtype: DType) -> Any:
     return moe_down_sm90_ws
 
 
-def is_sm90(device: Any) -> bool:
-    """Whether the MoE GEMMs on ``device`` run the sm_90a kernels: a Hopper device, or
-    ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` for CPU tensors (the emulator)."""
-    from ..host.device import kernel_arch
+#: The architectures the kernels of this module are built for: sm_90a (wgmma) and sm_100a (the
+#: same sources; synthesis gives their ``hl.mma`` tcgen05 with the accumulators in tensor memory
+#: and the wgmma commit / wait tcgen05 commits on mbarriers, ``hexlayout.ir.lower.umma``).
+ARCHS = ("sm_90a", "sm_100a")
 
-    return kernel_arch(device) == "sm_90a"
+
+def arch_tag(arch: str) -> str:
+    """The architecture in a kernel name (``moe_gate_up_sm100_...`` on sm_100a)."""
+    if arch not in ARCHS:
+        raise ValueError(f"the wgmma / tcgen05 MoE kernels are built for {' or '.join(ARCHS)}, not {arch}")
+    return "sm" + arch[3:].rstrip("a")
+
+
+def grouped_arch(device: Any) -> str | None:
+    """The architecture of the MoE GEMMs on ``device`` when it is one of ``ARCHS`` (a Hopper or
+    B200 / GB200 device, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` / ``sm_100a`` for CPU tensors);
+    None: the sm_80 kernels."""
+    from ..host.device import tcgen05_arch
+
+    arch = tcgen05_arch(device)
+    return arch if arch in ARCHS else None
+
+
+def is_sm90(device: Any) -> bool:
+    """Whether the MoE GEMMs on ``device`` run this module's kernels (``grouped_arch``)."""
+    return grouped_arch(device) is not None
 
 
 def run_gate_up_sm90(w13: Any, run: Any, inter: Any) -> None:
@@ -249,7 +270,8 @@ def run_gate_up_sm90(w13: Any, run: Any, inter: Any) -> None:
     bm = run.cfg["BM"]
     kern = moe_gate_up_sm90_ws_kernel if bm == 128 else moe_gate_up_sm90_kernel
     consts = {**sm90_consts(bm), "TOPK": run.topk, "SCALE_IN": run.scale_in}
-    bld = build_for(kern(lang_dtype(run.x.dtype), run.activation), run.x.device, consts)
+    arch = grouped_arch(run.x.device) or "sm_90a"
+    bld = build_for(kern(lang_dtype(run.x.dtype), run.activation, arch), run.x.device, consts)
     run_kernel(bld, (run.x, w13, run.sorted_ids, run.expert_ids, run.topk_w, inter), outputs=(5,))
 
 
@@ -263,5 +285,6 @@ def run_down_sm90(w2: Any, run: Any, inter: Any, y: Any) -> None:
     consts = {**sm90_consts(bm), "SCALE_IN": run.scale_in}
     if bm == 128:
         consts["BN"] = 128
-    bld = build_for(kern(lang_dtype(run.x.dtype)), run.x.device, consts)
+    arch = grouped_arch(run.x.device) or "sm_90a"
+    bld = build_for(kern(lang_dtype(run.x.dtype), arch), run.x.device, consts)
     run_kernel(bld, (inter, w2, run.sorted_ids, run.expert_ids, run.topk_w, y), outputs=(5,))

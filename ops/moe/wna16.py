@@ -279,6 +279,10 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
     e, k, n = q_ekn.shape
     if arch is None:
         arch = kernel_arch(q_ekn.device)
+    if arch == "sm_100a":
+        raise _fail("arch", "sm_100a has no W4A16 / W8A16 MoE kernel: the sm_90a kernels feed the "
+                    "weights dequantized in registers to the MMA as its A operand, and tcgen05.mma reads A "
+                    "from shared or tensor memory only (use sm_80, sm_89 or sm_90a)")
     if arch not in ("sm_80", "sm_89", "sm_90a"):
         raise _fail("arch", f"must be sm_80, sm_89 or sm_90a, got {arch!r}")
     lay = wna16_offline_layout(arch, lang_dtype(scales.dtype), bits, k, group_size, gate_up,

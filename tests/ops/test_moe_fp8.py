@@ -167,7 +167,7 @@ def test_nan_in_a_token_propagates_to_its_row_only() -> None:
 def test_sm80_is_refused_naming_the_weights(monkeypatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_80")
     x, w13, s13, w2, s2, tw, ids = make(8, 1, 128, 64, 8, 1)
-    with pytest.raises(HexlayoutError, match=r"w13.*sm_89 or sm_90a.*sm_80"):
+    with pytest.raises(HexlayoutError, match=r"w13.*sm_89, sm_90a or sm_100a.*sm_80"):
         fused_moe_fp8(x, prepare_fp8(w13, s13), prepare_fp8(w2, s2), tw, ids)
 
 

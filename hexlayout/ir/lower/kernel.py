@@ -113,7 +113,7 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
 from .scan import lower_scan
-from .umma import TmemState, lower_umma, same_region_ops, umma_commit, umma_fence, umma_wait
+from .umma import TmemState, is_umma, lower_umma, same_region_ops, umma_commit, umma_fence, umma_wait
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -684,7 +684,12 @@ class Lowering:
     # control flow
     @LOWERING.register(For)
     def op_For(self, op: For) -> list[Instr]:
+        if not any(is_umma(self, o) for o in op.body.walk()):
+            return [ForLoop(op.var, op.start, op.stop, op.step, self.block(op.body), op.unroll)]
+        tmem = TmemState.of(self)            # tcgen05 mmas in the loop: TMEM state around the back edge
+        entry = tmem.enter_loop(self, op)
         body = self.block(op.body)
+        body += tmem.leave_loop(self, op, entry)
         return [ForLoop(op.var, op.start, op.stop, op.step, body, op.unroll)]
 
     def warp_group_region(self, groups: tuple[int, ...] | None, op: Op) -> tuple[int, int] | None:
@@ -723,8 +728,13 @@ class Lowering:
     @LOWERING.register(If)
     def op_If(self, op: If) -> list[Instr]:
         then_region, else_region = self.branch_regions(op)
+        entry = self.tmem.flow if self.tmem is not None else (frozenset(), frozenset())
         then = self._in_region(then_region, op.then_body)
+        if self.tmem is not None:            # each branch starts from the entry's commit/wait flow
+            self.tmem.flow = entry
         other = self._in_region(else_region, op.else_body) if op.else_body is not None else []
+        if self.tmem is not None:
+            self.tmem.leave_if(self, op, entry)
         return [IfThen(op.cond, then, other)]
 
     # --- driver ----------------------------------------------------------------------
@@ -750,9 +760,8 @@ class Lowering:
 
 
 def _has_umma(lw: Lowering, op: Op) -> bool:
-    """Whether ``op`` is, or nests, an mma lowered to tcgen05 (a ``TiledUmma`` choice)."""
-    return any(isinstance(o, Mma) and isinstance(lw.assignment.mma.get(o.uid), TiledUmma)
-               for o in same_region_ops(op))
+    """Whether ``op`` is, or nests on the same threads, an mma lowered to tcgen05."""
+    return any(is_umma(lw, o) for o in same_region_ops(op))
 
 
 def _other_fill(instrs: list[Instr], other: float | None) -> list[Instr]:

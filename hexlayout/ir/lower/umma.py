@@ -32,6 +32,25 @@ commit / wait) runs unchanged:
   columns, TMEM column ``(c // chunk) * chunk * G + g * chunk + c % chunk``),
   ``tcgen05.wait::ld``, then a fenced barrier of those threads so that no next MMA into the
   same columns is issued before every warp's load completed.
+* **the load waits for its MMAs**: the lowering tracks, per accumulator, whether an MMA on it
+  may be *uncommitted* (issued after the last ``wgmma_commit``) or *unwaited* (not yet covered
+  by a ``wgmma_wait(0)``), over every path (a loop body starts from the fixpoint of its entry
+  and its back edge, an ``If`` joins its branches). A load of an uncommitted accumulator is an
+  error (no barrier would ever say its MMA finished); a load of an unwaited one is preceded by
+  a wait for the latest commit (barrier ``(c-1) % B``, parity ``((c-1) // B) & 1``, then
+  ``tcgen05.fence::after_thread_sync``) - a ``tcgen05.commit`` tracks every earlier MMA of its
+  thread, and the latest commit's barrier never runs a phase ahead of it, so that wait is
+  always sound. A load placed in program order before the author's ``wgmma_wait`` (the
+  previous tile's epilogue at the top of a loop whose MMAs follow) so still reads finished
+  results.
+* **loop-carried accumulators**: an accumulator defined before a loop whose body issues a
+  tcgen05 mma on it is in TMEM at every iteration's start: it is stored (``tcgen05.st``)
+  before the loop even when that mma does not accumulate, so a read at the top of the body
+  (before that iteration's mma) loads the previous iteration's result (or, on the first, the
+  registers' values); a body that writes its registers after loading them ends with a
+  ``tcgen05.st`` so the next iteration sees them. Where the lowering cannot keep that
+  invariant (the mma in a warp-group branch of the loop, the loop run by more threads) it is an
+  error naming the op.
 """
 
 from __future__ import annotations
@@ -67,13 +86,14 @@ from ..lowered_tcgen05 import (
     TmemDealloc,
     TmemRelinquish,
 )
-from ..tile import If, Mma, Op, Value
+from ..tile import For, If, Mma, Op, Value
+from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaWait as TileWgmmaWait
 from ..tiled_umma import TiledUmma
 from .mma import _desc
 from .views import RegisterTile, SharedTileView
 
-__all__ = ["TmemState", "lower_umma", "umma_commit", "umma_wait", "umma_fence", "same_region_ops"]
+__all__ = ["TmemState", "is_umma", "lower_umma", "umma_commit", "umma_wait", "umma_fence", "same_region_ops"]
 
 BAR = "tc_done"
 
@@ -84,6 +104,10 @@ class _Pending:
     tu: TiledUmma
     column: int
     region: tuple[int, int]
+    rid: int = -1           # the accumulator's root value id
+
+
+Flow = tuple[frozenset[int], frozenset[int]]   # (unwaited, uncommitted) accumulator root ids
 
 
 @dataclass
@@ -96,6 +120,9 @@ class TmemState:
     columns: dict[int, int] = field(default_factory=dict)       # accumulator root id -> first column
     used: int = 0
     pending: dict[int, _Pending] = field(default_factory=dict)  # accumulator root id -> its load
+    unwaited: frozenset[int] = frozenset()      # accumulators an MMA no wgmma_wait(0) covers may write
+    uncommitted: frozenset[int] = frozenset()   # accumulators an MMA issued after the last commit may write
+    first_op: dict[int, int] = field(default_factory=dict)   # root id -> uid of the op first naming it
 
     @staticmethod
     def of(lw: Any) -> TmemState:
@@ -105,6 +132,9 @@ class TmemState:
             lw.tmem = TmemState(lw.scratch("tmem_base", U32, 1), lw.scratch("tc_commits", S32, 1),
                                 max([int(w) for w in waits], default=0) + 1)
             lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers)
+            for o in lw.tk.body.walk():
+                for v in o.values():
+                    lw.tmem.first_op.setdefault(v.root.id, o.uid)
         return lw.tmem
 
     @property
@@ -160,15 +190,31 @@ class TmemState:
             out += self._load(lw, p)
         return out
 
+    @property
+    def flow(self) -> Flow:
+        return self.unwaited, self.uncommitted
+
+    @flow.setter
+    def flow(self, f: Flow) -> None:
+        self.unwaited, self.uncommitted = f
+
     def _load(self, lw: Any, p: _Pending, store: bool = False) -> list[Instr]:
         """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers)."""
         tu = p.tu
+        out: list[Instr] = []
+        if not store and p.rid in self.uncommitted:
+            raise ValueError(f"the accumulator %{p.tile.array.name} is read while a tcgen05 mma on it may "
+                             "not be committed yet (no wgmma_commit after that mma on every path here), so "
+                             "no barrier says when its result is in tensor memory: commit (and wgmma_wait) "
+                             "before reading it")
+        if not store and p.rid in self.unwaited:      # no wgmma_wait(0) covers it on every path
+            out += _wait_for(self, 0)
+            self.unwaited = self.uncommitted
         gtid = as_expr(lw.gtid)
         lane0 = (gtid // 32) % 4 * 32
         col0 = p.column + (gtid // 128) * tu.chunk          # warp group g: chunks g, g + G, ...
         base = RegRead(self.base, 0)
         regs = tu.regs_per_load
-        out: list[Instr] = []
         for q, (lane, col) in enumerate(tu.loads):
             col = col // tu.chunk * tu.chunk * tu.groups + col % tu.chunk
             taddr = base + (lane0 + lane) * TMEM_DP + col0 + col
@@ -183,7 +229,8 @@ class TmemState:
 
     def stores_before(self, lw: Any, op: Op) -> list[Instr]:
         """The ``tcgen05.st`` of accumulators whose values are in registers and which the first
-        tcgen05 mma on them in ``op`` (or nested in it) may add to (``accumulate`` not False)."""
+        tcgen05 mma on them in ``op`` (or nested in it) may add to (``accumulate`` not False), or
+        which ``op``, a loop, carries from one iteration to the next (defined before it)."""
         out: list[Instr] = []
         seen: set[int] = set()
         for o in same_region_ops(op):
@@ -192,13 +239,51 @@ class TmemState:
                 continue
             rid = o.c.root.id
             seen.add(rid)
-            if rid in self.pending or o.accumulate is False:
+            carried = isinstance(op, For) and self.defined_outside(rid, op)
+            if rid in self.pending or (o.accumulate is False and not carried):
                 continue
-            p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1])
+            p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1], rid)
             out += self._load(lw, p, store=True)
             self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
         return out
 
+
+    def defined_outside(self, rid: int, op: Op) -> bool:
+        """Whether the tile ``rid`` is first named before ``op`` (not inside it)."""
+        inside = {o.uid for b in op.blocks() for o in b.walk()}
+        return self.first_op.get(rid) not in inside
+
+    # --- loops and branches ---------------------------------------------------------------
+    def enter_loop(self, lw: Any, op: For) -> tuple[dict[int, _Pending], Flow]:
+        """The state at ``op``'s entry, and the body's start state of the commit/wait flow: the
+        fixpoint of the entry and the back edge (``flow_after``)."""
+        entry = self.flow
+        self.flow = _join(entry, _loop_top(lw, op, entry))
+        return dict(self.pending), entry
+
+    def leave_loop(self, lw: Any, op: For, state: tuple[dict[int, _Pending], Flow]) -> list[Instr]:
+        """The instructions ending ``op``'s body so that every iteration starts in the state the
+        body was lowered for (module docstring, loop-carried accumulators); the flow after the
+        loop."""
+        entry_pending, entry_flow = state
+        region = lw.group_threads[-1]
+        out: list[Instr] = []
+        for rid, p in self.pending.items():
+            if rid not in entry_pending and self.defined_outside(rid, op) and _reads(op, rid):
+                raise ValueError(f"the accumulator %{p.tile.array.name} is carried from one iteration of "
+                                 "the loop to the next by a tcgen05 mma the loop's threads do not all run (a "
+                                 "warp-group branch in the loop), and the loop reads it; the lowering cannot "
+                                 "place its tcgen05.ld: put the loop inside the warp-group branch")
+        for rid, p in entry_pending.items():
+            if rid not in self.pending and p.region == region and _writes(op, rid):
+                out += self._load(lw, p, store=True)         # the body's registers are newer than TMEM
+                self.pending[rid] = p
+        self.flow = _flow_op(lw, op, entry_flow)
+        return out
+
+    def leave_if(self, lw: Any, op: If, entry: Flow) -> None:
+        """The flow after ``op``: its branches joined (and the fall-through, without else)."""
+        self.flow = _flow_op(lw, op, entry)
 
 def same_region_ops(op: Op) -> list[Op]:
     """``op`` and the ops nested in it that run on the same threads (not inside a warp-group
@@ -221,6 +306,64 @@ def _touches(op: Op, root_id: int) -> bool:
             if v.root.id == root_id and not (isinstance(o, Mma) and v is o.c):
                 return True
     return False
+
+
+def _reads(op: Op, root_id: int) -> bool:
+    """Whether an op nested in ``op`` reads the tile ``root_id`` other than as an mma's accumulator."""
+    return any(v.root.id == root_id for b in op.blocks() for o in b.walk()
+               if not isinstance(o, Mma) for v in o.inputs())
+
+
+def _writes(op: Op, root_id: int) -> bool:
+    """Whether an op nested in ``op`` writes the tile ``root_id`` other than as an mma's accumulator."""
+    return any(v.root.id == root_id for b in op.blocks() for o in b.walk()
+               if not isinstance(o, Mma) for v in o.outputs())
+
+
+def _join(a: Flow, b: Flow) -> Flow:
+    return a[0] | b[0], a[1] | b[1]
+
+
+def is_umma(lw: Any, op: Op) -> bool:
+    """Whether ``op`` is an mma lowered to tcgen05 (a ``TiledUmma`` choice)."""
+    return isinstance(op, Mma) and isinstance(lw.assignment.mma.get(op.uid), TiledUmma)
+
+
+def _flow_ops(lw: Any, ops: list[Op], f: Flow) -> Flow:
+    for o in ops:
+        f = _flow_op(lw, o, f)
+    return f
+
+
+def _loop_top(lw: Any, op: For, entry: Flow) -> Flow:
+    """The commit/wait flow at the start of ``op``'s body on any iteration: the least fixpoint
+    of ``top = entry | after(body, top)`` (sets only grow, so it ends)."""
+    top = entry
+    while True:
+        nxt = _join(entry, _flow_ops(lw, op.body.ops, top))
+        if nxt == top:
+            return top
+        top = nxt
+
+
+def _flow_op(lw: Any, op: Op, f: Flow) -> Flow:
+    """The (unwaited, uncommitted) accumulators after ``op``: a tcgen05 mma adds its accumulator to
+    both, ``wgmma_commit`` empties the uncommitted, ``wgmma_wait(0)`` leaves unwaited only the
+    uncommitted; a loop may run zero times, a branch joins its paths."""
+    unwaited, uncommitted = f
+    if is_umma(lw, op):
+        rid = op.c.root.id
+        return unwaited | {rid}, uncommitted | {rid}
+    if isinstance(op, TileWgmmaCommit):
+        return unwaited, frozenset()
+    if isinstance(op, TileWgmmaWait):
+        return (uncommitted, uncommitted) if int(op.pending) == 0 else f
+    if isinstance(op, For):
+        return _join(f, _flow_ops(lw, op.body.ops, _loop_top(lw, op, f)))
+    if isinstance(op, If):
+        out = _flow_ops(lw, op.then_body.ops, f)
+        return _join(out, _flow_ops(lw, op.else_body.ops, f) if op.else_body is not None else f)
+    return f
 
 
 def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile) -> list[Instr]:
@@ -257,13 +400,16 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
             descs.append(d)
         out.append(Tcgen05Mma(tu.atom.name, base + col + inst.r_n * atom_n, descs[0], descs[1],
                               first if inst.k == 0 else 1))
-    st.pending[op.c.root.id] = _Pending(c, tu, col, lw.group_threads[-1])
+    rid = op.c.root.id
+    st.pending[rid] = _Pending(c, tu, col, lw.group_threads[-1], rid)
+    st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
     return [IfThen(lw.elect[-1], out)]          # one branch around the issuing thread's MMAs
 
 
 def umma_commit(lw: Any) -> list[Instr]:
     """``wgmma_commit`` on sm_100a: a ``tcgen05.commit`` onto the next ``tc_done`` barrier."""
     st = TmemState.of(lw)
+    st.uncommitted = frozenset()
     cnt = RegRead(st.commits, 0)
     return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))]),
             Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
@@ -274,6 +420,13 @@ def umma_wait(lw: Any, pending: int) -> list[Instr]:
     st = TmemState.of(lw)
     if pending >= st.barriers:
         raise ValueError(f"wgmma_wait({pending}) with {st.barriers} commit barriers")
+    if pending == 0:
+        st.unwaited = st.uncommitted
+    return _wait_for(st, pending)
+
+
+def _wait_for(st: TmemState, pending: int) -> list[Instr]:
+    """Every thread waits for commit ``c - 1 - pending`` (if there was one)."""
     j = as_expr(RegRead(st.commits, 0)) - 1 - pending
     wait = [MbarWait(st.bar(_mod(j, st.barriers)), _div(j, st.barriers) & 1),
             Tcgen05Fence("after_thread_sync")]

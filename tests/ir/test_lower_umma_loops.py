@@ -1,0 +1,94 @@
+"""sm_100a: where the lowering puts an accumulator's ``tcgen05.ld`` when a loop reads it before
+that iteration's tcgen05 mma (the previous tile's epilogue at the top of the next iteration).
+
+The kernels below are correct sm_90a programs (the register accumulator is read after the
+``wgmma_wait`` that covers its mma); on sm_100a each must give the same result - the load after
+the commit wait covering the MMAs it depends on, the previous tile's values, not stale
+registers - or, where the read cannot be covered, a lowering error naming the op and line.
+Emulated against float64 on random data; tiles of 128 x 64 x 64 (one k-tile per output tile)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hexlayout.lang as hl
+from hexlayout.emulator import run
+from hexlayout.errors import HexlayoutError
+from hexlayout.ir import lowered as L
+from hexlayout.ir import lowered_tcgen05 as T
+from hexlayout.synth.solve import synthesize
+
+M, N, K = hl.dims("M N K")
+
+
+def deferred_epilogue(mode: str):
+    """``c[:, 64t:64t+64] = a @ b[64t:64t+64]^T`` for each column tile ``t``; tile ``t - 1`` is
+    stored at the top of iteration ``t`` (after ``wgmma_wait(0)`` there), the last one after the
+    loop. ``mode``: ``"overwrite"`` - each tile's mma with ``accumulate=False``; ``"rezero"`` -
+    the epilogue zeroes the accumulator, the mma accumulates; ``"uncommitted"`` - the mma is
+    never committed before the top-of-loop read (an error)."""
+
+    @hl.kernel(threads=128, name=f"deferred_{mode}")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        sa = hl.shared(hl.f16, (128, 64))
+        sb = hl.shared(hl.f16, (64, 64))
+        acc = hl.zeros((128, 64), hl.f32)
+        tiles = hl.cdiv(b.shape[0], 64)
+        for t in hl.range(tiles):
+            with hl.if_(t > 0):
+                if mode != "uncommitted":
+                    hl.wgmma_wait(0)
+                hl.copy(acc, c.tile((128, 64), (0, (t - 1) * 64)))
+                if mode == "rezero":
+                    hl.assign(acc, hl.zeros((128, 64), hl.f32))
+            hl.syncthreads()
+            hl.copy(a.tile((128, 64), (0, 0)), sa)
+            hl.copy(b.tile((64, 64), (t * 64, 0)), sb)
+            hl.commit_group()
+            hl.wait_group(0)
+            hl.fence_proxy_async()
+            hl.syncthreads()
+            hl.wgmma_fence()
+            hl.mma(sa, sb, acc, accumulate=mode != "overwrite")
+            if mode != "uncommitted":
+                hl.wgmma_commit()
+        hl.wgmma_wait(0)
+        hl.copy(acc, c.tile((128, 64), (0, (tiles - 1) * 64)))
+
+    return k
+
+
+def _walk(body):
+    for i in body:
+        yield i
+        for sub in ("body", "then_body", "else_body"):
+            yield from _walk(getattr(i, sub, []))
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "rezero"])
+def test_previous_tile_read_at_the_top_of_the_loop_matches_float64(mode):
+    syn = synthesize(deferred_epilogue(mode).trace(), "sm_100a")
+    rng = np.random.default_rng(27)
+    a = rng.uniform(-1, 1, (128, 64)).astype(np.float16)
+    b = rng.uniform(-1, 1, (192, 64)).astype(np.float16)          # 3 column tiles
+    c = np.full((128, 192), np.nan, np.float32)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    # the accumulator is in TMEM at the loop's start (stored before it), the read at the top
+    # loads it after a wait on the latest commit's barrier (the author's wgmma_wait sits after)
+    loop = next(i for i in _walk(syn.lowered.kernel.body) if isinstance(i, L.ForLoop))
+    top = next(i for i in loop.body if isinstance(i, (L.IfThen, T.Tcgen05Ld)))
+    assert isinstance(top, L.IfThen) and any(isinstance(i, L.MbarWait) for i in _walk(top.then_body))
+    before = syn.lowered.kernel.body[:syn.lowered.kernel.body.index(loop)] \
+        if loop in syn.lowered.kernel.body else []
+    assert any(isinstance(i, T.Tcgen05St) for i in _walk(before))
+
+
+def test_read_of_an_uncommitted_mma_is_a_lowering_error():
+    with pytest.raises(HexlayoutError) as e:
+        synthesize(deferred_epilogue("uncommitted").trace(), "sm_100a")
+    msg = str(e.value)
+    assert "deferred_uncommitted" in msg and "%acc" in msg and "not be committed" in msg
+    assert "test_lower_umma_loops.py" in msg            # the source line of the op
