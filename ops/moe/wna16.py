@@ -612,6 +612,20 @@ def _check_wna16_expert_ids(topk_ids: Any, expert_map: Any, gne: int, e: int) ->
             )
 
 
+def _zeros_arg(scales: Any, zeros: Any) -> Any:
+    """The kernels' ``z`` argument: AWQ's ``uint8`` zero points, else (GPTQ, MXFP4: ``ZERO != 0``,
+    ``z`` not read) a ``uint8`` view of the scales' first bytes shaped like them, no allocation.
+    ``z`` shares the scales' ``[E, G, N]`` sizes in the kernels, so their group loads share one
+    address computation and one bounds predicate."""
+    import torch
+
+    if zeros is not None:
+        return zeros
+    if scales.dtype == torch.uint8:   # MXFP4's e8m0 bytes
+        return scales
+    return scales.view(torch.uint8).reshape(-1)[: scales.numel()].view(scales.shape)
+
+
 def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     """The fused MoE on checked arguments, those of ``check_fused_moe_wna16``:
     ``hexlayout.ops.moe``'s pipeline (alignment, then the two GEMM launches here, then moe_sum;
@@ -643,9 +657,8 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         "TOPK": k,
         "ROUTER": bool(a.apply_router_weight_on_input),
     }
-    # no zero points (GPTQ, MXFP4: ZERO != 0, not read): any uint8 view stands in, no allocation
-    z13 = a.w13_qweight.unsqueeze(0) if a.w13_zeros is None else a.w13_zeros
-    z2 = a.w2_qweight.unsqueeze(0) if a.w2_zeros is None else a.w2_zeros
+    z13 = _zeros_arg(a.w13_scales, a.w13_zeros)
+    z2 = _zeros_arg(a.w2_scales, a.w2_zeros)
 
     def gate_up(run: MoeRun, h: Any) -> None:
         import torch

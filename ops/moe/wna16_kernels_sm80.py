@@ -11,7 +11,8 @@ its storage order is the one synthesis derives from the mma fragment each ``(BN,
 feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
 N]`` (in the activations' dtype; MXFP4: e8m0 bytes ``u8``, ``2^(s - 127)``) and, for AWQ, zero
 points ``z [E, G, N]`` (``u8``; ``G`` groups of ``GROUP`` rows of K; without zero points ``z`` is
-any ``u8`` tensor, not read), both converted once per group in registers::
+a ``u8`` tensor of the scales' sizes, not read: sharing ``s``'s sizes, the two group loads share
+their address and bounds predicate), both converted once per group in registers::
 
     W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
 
@@ -70,7 +71,7 @@ from .blocks import expert_block, gathered_stages, k_tile_range, routed_rows
 
 __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
-T, H, E, EN, N, G, EM, NB, TK, I, KD, KP, EZ, GZ, NZ = hl.dims("T H E EN N G EM NB TK I KD KP EZ GZ NZ")
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int, ZERO: int, dt: DType,
                   scaled: bool = True) -> tuple[Any, Any]:
@@ -303,7 +304,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
         s: st_t[E, G, N],  # type: ignore
-        z: u8[EZ, GZ, NZ],
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -381,7 +382,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
         s: st_t[E, G, N],  # type: ignore
-        z: u8[EZ, GZ, NZ],
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],

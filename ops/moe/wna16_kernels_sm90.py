@@ -61,7 +61,7 @@ __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_
 #: the loads ahead stays free for the wgmma group in flight
 SM90_STAGES = 4
 
-T, H, E, EN, N, G, EM, NB, TK, I, KD, KP, EZ, GZ, NZ = hl.dims("T H E EN N G EM NB TK I KD KP EZ GZ NZ")
+T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 
 def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
@@ -99,7 +99,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
         s: st_t[E, G, N],  # type: ignore
-        z: u8[EZ, GZ, NZ],
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -183,7 +183,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
         s: st_t[E, G, N],  # type: ignore
-        z: u8[EZ, GZ, NZ],
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
