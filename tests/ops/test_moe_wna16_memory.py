@@ -55,7 +55,8 @@ def _wna16_layer(fmt: str, bits: int, g: int, act_order: bool) -> tuple[list, li
         gi = _g_idx(k, g, gen) if act_order else None
         if fmt == "awq":   # [E, K, N/8] packed along N, zero points [E, G, N/8]
             qw, qz = _words((E, k, n // per), gen), _words((E, groups, n // per), gen)
-            p = prepare_wna16(qw, s, qz, quant_format="awq", bits=4, group_size=g, gate_up=gate_up, arch="sm_80")
+            p = prepare_wna16(qw, s, qz, quant_format="awq", bits=4, group_size=g, gate_up=gate_up,
+                              arch="sm_80")
         else:              # [E, K/p, N] packed along K; qzeros allocated, unused (symmetric)
             qw, qz = _words((E, k // per, n), gen), _words((E, groups, n // per), gen)
             p = prepare_wna16(qw, s, None, quant_format="gptq", bits=bits, group_size=g, g_idx=gi,
