@@ -265,7 +265,7 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
         # the offline layout's shape: N padded to 64-row tiles (gate and up apart), K to k-tiles
         q = _meta_tensor((e * padded_rows(n, 64, gate_up), -(-kk // bk) * bk * bits // 8), torch.uint8)
         s = _meta_tensor((e, g, n), act)
-        return q, s, (_meta_tensor((e, g, n), act) if awq else None)
+        return q, s, (_meta_tensor((e, g, n), torch.uint8) if awq else None)  # AWQ: a byte per zero
 
     for model, (e, k, h, i) in MOE_MODELS.items():
         variants = itertools.product(WNA16_FORMATS, WNA16_GROUPS, _moe_dtypes(model))

@@ -130,10 +130,10 @@ def check_attention_features(trace: list[dict]) -> None:
 
 #: The prepared experts' parameter bytes over the checkpoint's (what vLLM holds with the plugin
 #: off), at most: the packed tensors are released, the re-laid weights take their bytes, GPTQ's
-#: act-order permutation its g_idx's; AWQ's zero points are held as 16-bit values beside the
-#: scales (4-bit in the checkpoint: 1.08x at group 32, 1.02x at 128) and MXFP4's e8m0 scales as
-#: 16-bit scales (1.06x).
-PREPARED_BYTES = {"awq": 1.09, "gptq": 1.0, "mxfp4": 1.06}
+#: act-order permutation its g_idx's; AWQ's zero points are held a byte each beside the scales
+#: (4-bit in the checkpoint: (1/2 + 3/32) / (1/2 + 2.5/32) = 1.027x at group 32) and MXFP4's e8m0
+#: scales as the checkpoint's bytes (1.00x); the kernels convert both once per group.
+PREPARED_BYTES = {"awq": 1.03, "gptq": 1.0, "mxfp4": 1.0}
 
 
 def check_prepared(trace: list[dict], layers: int) -> None:

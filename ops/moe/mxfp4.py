@@ -16,12 +16,15 @@ as vLLM and gpt-oss store it, transposed (``W^T`` row ``n``):
 
     W^T[e, n, k] = e2m1(q[e, n, k]) * 2^(s[e, n, k // 32] - 127)
 
-The scales are converted once to the activations' dtype (``dtype``) and stored ``[E, K/32, N]``
-as the W4A16 kernels read them (group 32, no zero point): exact in bf16 (every ``2^(s-127)``,
-``s < 255``, is a bf16 number); in f16 only ``2^-24 .. 2^15`` exist, another scale is an
-``ArgumentError`` naming ``scales`` (a product ``e2m1 * scale`` beyond f16's range is
-``inf``, as the f16 dequantized weight is). The kernels' product ``e2m1 * scale`` is then exact
-(a 2-bit significand times a power of two) but where it leaves the dtype's normal range.
+The scales stay e8m0 bytes (one byte per 32 weights, as the checkpoint stores them: the prepared
+tensors take the checkpoint's bytes), transposed once to ``[E, K/32, N]`` as the W4A16 kernels
+read them (group 32, no zero point); the kernels convert each group's bytes once to the
+activations' dtype (``dtype``): ``2^(s - 127)`` by its exponent bits (``wna16_kernels_sm80._e8m0``).
+That is exact in bf16 (every ``2^(s-127)``, ``s < 255``, is a bf16 number); in f16 only
+``2^-24 .. 2^15`` exist, another scale is an ``ArgumentError`` naming ``scales`` at preparation
+(a product ``e2m1 * scale`` beyond f16's range is ``inf``, as the f16 dequantized weight is).
+The kernels' product ``e2m1 * scale`` is then exact (a 2-bit significand times a power of two)
+but where it leaves the dtype's normal range.
 """
 
 from __future__ import annotations
@@ -81,9 +84,8 @@ def _check(weight: Any, scales: Any, dtype: Any) -> tuple[int, int, int]:
 
 
 def _scales(scales: Any, dtype: Any) -> Any:
-    """``2^(s - 127)`` in ``dtype``, ``[E, K/32, N]``, after checking every exponent is exact there."""
-    import torch
-
+    """The e8m0 bytes ``[E, K/32, N]`` (uint8), after checking every ``2^(s - 127)`` is exact
+    in ``dtype``."""
     lo, hi = _EXPONENTS[str(dtype).replace("torch.", "")]
     if scales.numel():
         smin, smax = int(scales.min()), int(scales.max())
@@ -92,15 +94,15 @@ def _scales(scales: Any, dtype: Any) -> Any:
         if smin - 127 < lo or smax - 127 > hi:
             raise _fail("scales", f"holds exponents 2^{smin - 127} .. 2^{smax - 127}; {dtype} represents "
                         f"2^{lo} .. 2^{hi} exactly (bfloat16 activations take every e8m0 scale)")
-    s = torch.exp2(scales.to(torch.float32) - 127.0).to(dtype)    # exact: a power of two in range
-    return s.transpose(1, 2).contiguous()
+    return scales.transpose(1, 2).contiguous()
 
 
 def prepare_mxfp4(weight: Any, scales: Any, *, dtype: Any, gate_up: bool = False,
                   arch: str | None = None) -> WNA16Weights:
     """MXFP4 expert weights (see the module docstring) re-laid out for ``fused_moe``: a
     ``WNA16Weights`` of format ``"mxfp4"`` (4-bit e2m1 codes in ``prepare_wna16``'s layout,
-    group 32, no zero point), its ``scales`` ``[E, K/32, N]`` in ``dtype``. ``gate_up`` / ``arch``
+    group 32, no zero point), its ``scales`` the e8m0 bytes ``[E, K/32, N]`` (uint8; the kernels
+    convert them to ``dtype``, the weights' ``dtype``). ``gate_up`` / ``arch``
     as ``prepare_wna16``'s: the weights take the offline layout synthesized for ``arch``'s kernel
     (pass ``gate_up=True`` for the ``w13`` projection).
 
@@ -114,4 +116,4 @@ def prepare_mxfp4(weight: Any, scales: Any, *, dtype: Any, gate_up: bool = False
     e, n, k = _check(weight, scales, dtype)
     s = _scales(scales, dtype)
     codes = torch.stack([weight & 15, weight >> 4], dim=-1).reshape(e, n, k)   # even k: the low nibble
-    return _relayout(codes.transpose(1, 2), s, None, "mxfp4", 4, MXFP4_GROUP, gate_up, arch)
+    return _relayout(codes.transpose(1, 2), s, None, "mxfp4", 4, MXFP4_GROUP, gate_up, arch, None, dtype)

@@ -30,9 +30,11 @@ sm_90a ``moe_wna16_kernels_sm90``, swap-AB wgmma with the dequantized weights as
 A operand) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
 expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
 two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
-``[E, K/G, N]`` in the scales' dtype. The result is a ``WNA16Weights``, a plain container of
-those tensors, the format constants and the layout's key; the op refuses weights whose key is
-not the one of the kernel it runs.
+``[E, K/G, N]`` uint8 (one byte per 4-bit zero point: with f16 / bf16 scales the prepared
+tensors hold ``1 + 1 / (G + 5)`` of the checkpoint's bytes, 1.027 at ``G = 32``; the kernels
+convert them once per group). The result is a ``WNA16Weights``, a plain container of those
+tensors, the format constants and the layout's key; the op refuses weights whose key is not the
+one of the kernel it runs.
 
 Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
 the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over
@@ -93,11 +95,13 @@ class WNA16Weights:
     ``qweight`` uint8 ``[E*NP, KP*bits/8]``: the logical rows ``e*NP + n`` (column ``n`` of
     expert ``e``'s ``W`` along K, padded: ``wna16_layout``) in the synthesized offline order
     ``layout_key`` (``hexlayout.ir.offline``; ``gate_up``: gate and up padded apart);
-    ``scales`` ``[E, G, N]`` f16 / bf16, ``zeros`` ``[E, G, N]`` in the scales' dtype (AWQ) or
-    None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero point); ``W[e, k, n] = (q - z) * s``
+    ``scales`` ``[E, G, N]`` f16 / bf16 (MXFP4: uint8 e8m0 exponents, ``s = 2^(b - 127)``),
+    ``zeros`` ``[E, G, N]`` uint8 (AWQ) or None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero
+    point); ``W[e, k, n] = (q - z) * s``
     with the group ``k // group_size`` (one group for -1). ``perm`` int32 ``[E, K]`` (GPTQ
     act-order) or None: the rows of K were permuted by it (``q``'s row ``k`` is the checkpoint's
-    row ``perm[e, k]``), and the op gathers the activations' columns by it."""
+    row ``perm[e, k]``), and the op gathers the activations' columns by it. ``act_dtype``: the
+    activations' dtype where the scales are not in it (MXFP4's e8m0 bytes), else None."""
 
     qweight: Any
     scales: Any
@@ -111,11 +115,12 @@ class WNA16Weights:
     layout_key: str = ""
     gate_up: bool = False
     perm: Any = None
+    act_dtype: Any = None
 
     @property
     def dtype(self) -> Any:
-        """The activations' (and scales') dtype."""
-        return self.scales.dtype
+        """The activations' dtype (the scales' unless they are e8m0 bytes: ``act_dtype``)."""
+        return self.scales.dtype if self.act_dtype is None else self.act_dtype
 
     def mismatch(self, w2: WNA16Weights) -> str | None:
         """Why ``w2`` cannot be the down projection of these gate-up weights, or ``None``."""
@@ -258,7 +263,7 @@ def prepare_wna16(
         if qzeros.device != qweight.device:
             raise _fail("qzeros", f"is on {qzeros.device}, qweight on {qweight.device}")
         q = _awq_columns(qweight)  # [E, K, N]
-        zeros = _awq_columns(qzeros).to(scales.dtype).contiguous()  # [E, G, N]
+        zeros = _awq_columns(qzeros).to(torch.uint8).contiguous()  # [E, G, N], one byte per zero point
     else:
         q = _unpack(qweight, bits, 1)  # [E, K, N]
     perm = None
@@ -269,10 +274,11 @@ def prepare_wna16(
 
 
 def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int, group_size: int,
-              gate_up: bool, arch: str | None, perm: Any = None) -> WNA16Weights:
+              gate_up: bool, arch: str | None, perm: Any = None, act_dtype: Any = None) -> WNA16Weights:
     """The final re-layout step of ``prepare_wna16`` / ``prepare_mxfp4``: the integer values
     ``q_ekn`` ``[E, K, N]`` in the offline order synthesized for ``arch``'s kernel
-    (``wna16_layout.relayout``)."""
+    (``wna16_layout.relayout``); ``act_dtype`` the activations' dtype when the scales are not
+    in it (MXFP4's e8m0 bytes)."""
     from ..host.launch import lang_dtype
     from .wna16_layout import relayout, wna16_offline_layout
 
@@ -285,10 +291,12 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
                     "from shared or tensor memory only (use sm_80, sm_89 or sm_90a)")
     if arch not in ("sm_80", "sm_89", "sm_90a"):
         raise _fail("arch", f"must be sm_80, sm_89 or sm_90a, got {arch!r}")
-    lay = wna16_offline_layout(arch, lang_dtype(scales.dtype), bits, k, group_size, gate_up,
+    dtype = scales.dtype if act_dtype is None else act_dtype
+    lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up,
                                weight_dtype(quant_format, bits))
     q = relayout(q_ekn, lay, gate_up)
-    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up, perm)
+    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up, perm,
+                        act_dtype)
 
 
 def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
@@ -375,12 +383,10 @@ def _check_weight(
     for name, v in ((f"{pre}_qweight", qweight), (f"{pre}_scales", scales)):
         if not isinstance(v, torch.Tensor):
             raise ArgumentTypeError(RUN_OP, name, f"expected a tensor, got {_kind(v)}")
-    if scales.dim() != 3 or scales.dtype != dtype:
-        raise ArgumentError(
-            RUN_OP,
-            f"{pre}_scales",
-            f"must be [E, K/G, N] of the activations' dtype {dtype}, got {_kind(scales)}",
-        )
+    sdt, what = (torch.uint8, "uint8 (e8m0 exponents)") if quant_format == "mxfp4" else (
+        dtype, f"the activations' dtype {dtype}")
+    if scales.dim() != 3 or scales.dtype != sdt:
+        raise ArgumentError(RUN_OP, f"{pre}_scales", f"must be [E, K/G, N] of {what}, got {_kind(scales)}")
     e, groups, nn = scales.shape
     if n is not None and nn != n:
         raise ArgumentError(RUN_OP, f"{pre}_scales", f"has N = {nn} columns, expected {n}")
@@ -393,11 +399,11 @@ def _check_weight(
         )
     _check_layout(pre, qweight, layout_key, dtype, quant_format, bits, group_size, k, e, nn)
     if quant_format == "awq":
-        if not isinstance(zeros, torch.Tensor) or zeros.shape != scales.shape or zeros.dtype != dtype:
+        if not isinstance(zeros, torch.Tensor) or zeros.shape != scales.shape or zeros.dtype != torch.uint8:
             raise ArgumentError(
                 RUN_OP,
                 f"{pre}_zeros",
-                f"AWQ needs zero points shaped and typed like "
+                f"AWQ needs uint8 zero points shaped like "
                 f"{pre}_scales {tuple(scales.shape)}, got {_kind(zeros)}",
             )
     elif zeros is not None:
@@ -610,6 +616,20 @@ def _check_wna16_expert_ids(topk_ids: Any, expert_map: Any, gne: int, e: int) ->
             )
 
 
+def _zeros_arg(scales: Any, zeros: Any) -> Any:
+    """The kernels' ``z`` argument: AWQ's ``uint8`` zero points, else (GPTQ, MXFP4: ``ZERO != 0``,
+    ``z`` not read) a ``uint8`` view of the scales' first bytes shaped like them, no allocation.
+    ``z`` shares the scales' ``[E, G, N]`` sizes in the kernels, so their group loads share one
+    address computation and one bounds predicate."""
+    import torch
+
+    if zeros is not None:
+        return zeros
+    if scales.dtype == torch.uint8:   # MXFP4's e8m0 bytes
+        return scales
+    return scales.view(torch.uint8).reshape(-1)[: scales.numel()].view(scales.shape)
+
+
 def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     """The fused MoE on checked arguments, those of ``check_fused_moe_wna16``:
     ``hexlayout.ops.moe``'s pipeline (alignment, then the two GEMM launches here, then moe_sum;
@@ -641,8 +661,8 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         "TOPK": k,
         "ROUTER": bool(a.apply_router_weight_on_input),
     }
-    z13 = a.w13_scales if a.w13_zeros is None else a.w13_zeros  # GPTQ: not read (ZERO > 0)
-    z2 = a.w2_scales if a.w2_zeros is None else a.w2_zeros
+    z13 = _zeros_arg(a.w13_scales, a.w13_zeros)
+    z2 = _zeros_arg(a.w2_scales, a.w2_zeros)
 
     def gate_up(run: MoeRun, h: Any) -> None:
         import torch

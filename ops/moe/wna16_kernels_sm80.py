@@ -9,8 +9,10 @@ weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` w
 ``e``'s ``W`` along K (``NP`` the padded rows per expert; gate-up: gate, then up at ``NP / 2``);
 its storage order is the one synthesis derives from the mma fragment each ``(BN, BK)`` tile
 feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
-N]`` and, for AWQ, zero points ``z [E, G, N]``
-(both in the activations' dtype, ``G`` groups of ``GROUP`` rows of K)::
+N]`` (in the activations' dtype; MXFP4: e8m0 bytes ``u8``, ``2^(s - 127)``) and, for AWQ, zero
+points ``z [E, G, N]`` (``u8``; ``G`` groups of ``GROUP`` rows of K; without zero points ``z`` is
+a ``u8`` tensor of the scales' sizes, not read: sharing ``s``'s sizes, the two group loads share
+their address and bounds predicate), both converted once per group in registers::
 
     W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
 
@@ -63,7 +65,7 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
-from hexlayout.lang import f32, i32, u4, u8
+from hexlayout.lang import f32, i32, u4, u8, u32
 
 from .blocks import expert_block, gathered_stages, k_tile_range, routed_rows
 
@@ -78,22 +80,42 @@ def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int,
     tile for GPTQ; None without zero point, ``ZERO < 0``) of group ``g = k0 // GROUP``, as
     ``(BN, 1)`` register columns in ``dt`` (GPTQ's constant zero point: the float ``ZERO``, made a
     tile by ``_dequant_tile``; AWQ's loaded one with scales in f16: the ``Bias`` ``-z * s``, so that
-    ``(q - z) * s = q * s - z * s`` is one fma). Loaded once per group the k loop covers with them."""
+    ``(q - z) * s = q * s - z * s`` is one fma). The stored forms are converted here, once per
+    group: AWQ's zero points are ``u8`` (``z`` exact in ``dt``), MXFP4's scales e8m0 bytes
+    (``_e8m0``: ``2^(s - 127)``). Loaded once per group the k loop covers with them."""
     g = k0 // GROUP
     st = None
     if scaled:  # else per-channel scales: sum_k x (q - z) s = s sum_k x (q - z), after the k loop
-        st = hl.register(dt, (BN, 1))
-        hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+        st = _scale_column(s, e, g, n0, BN, dt)
     if ZERO < 0:  # no zero point (MXFP4: e2m1 values, cast by their bit trick)
         return st, None
     if ZERO:  # GPTQ's constant: the tile is made beside its use (``_dequant_tile``: folded there)
         return st, float(ZERO)
-    zt = hl.register(dt, (BN, 1))
-    hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zt)
+    zb = hl.register(u8, (BN, 1))
+    hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zb)
+    zt = hl.cast(zb, dt)  # exact: z < 16
     if st is None or dt.name != "f16":  # (bf16's 8-bit mantissa: -z * s rounded is too coarse)
         return st, zt
     # AWQ, f16: the group's bias -z * s once per group, (q - z) * s = q * s + (-z * s): one fma per pair
     return st, Bias(hl.full((BN, 1), 0.0, dt) - zt * st)
+
+
+def _e8m0(b: Any, dt: DType) -> Any:
+    """The e8m0 bytes ``b`` (a ``u8`` register tile) as the powers of two ``2^(b - 127)`` in
+    ``dt``: the f32 pattern ``b << 23`` (the exponent field; ``b = 0``: ``2^-127``, the
+    subnormal pattern ``0x00400000``), then rounded to ``dt``, exact for the exponents
+    ``prepare_mxfp4`` accepts for ``dt`` (bf16: all, f16: ``2^-24 .. 2^15``)."""
+    w = hl.cast(b, u32)
+    f = hl.bitcast(hl.where(hl.equal(w, 0), 0x00400000, w << 23), f32)
+    return hl.cast(f, dt)
+
+
+def _scale_column(s: Any, e: Any, g: Any, n0: Any, BN: int, dt: DType) -> Any:
+    """The scales ``s[e, g, n0 ..]`` as a ``(BN, 1)`` register column in ``dt``: loaded in
+    ``dt``, or, for e8m0 bytes (``u8``: MXFP4), loaded as bytes and converted by ``_e8m0``."""
+    st = hl.register(s.dtype, (BN, 1))
+    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    return _e8m0(st, dt) if s.dtype == u8 else st
 
 
 class Bias:
@@ -158,6 +180,12 @@ def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
     st = hl.register(dt, (1, BN))
     hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :], st)
     return hl.cast(st, f32)
+
+
+def scale_type(dt: DType, wt: DType) -> DType:
+    """The stored type of the scales: e8m0 bytes (``u8``) for MXFP4 (``e2m1`` weights), else
+    the activations' ``dt``."""
+    return u8 if wt.name == "e2m1" else dt
 
 
 #: ``GROUP`` at least this: one group over K (``wna16.ONE_GROUP``), the scales per channel
@@ -265,6 +293,7 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
     wname = "fp4" if wt.name == "e2m1" else bits
     h_t = f32[2, EM, I] if split else dt[EM, I]
+    st_t = scale_type(dt, wt)
     name = f"moe_wna16_gate_up_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     # 8 resident warps per SM (2 blocks of 4): registers up to 255 per thread, which the
@@ -274,8 +303,8 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     def moe_wna16_gate_up(
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
-        s: dt[E, G, N],
-        z: dt[E, G, N],  # type: ignore
+        s: st_t[E, G, N],  # type: ignore
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -345,14 +374,15 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
     wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
     wname = "fp4" if wt.name == "e2m1" else bits
     y_t = f32[TK, H] if split else dt[TK, H]
+    st_t = scale_type(dt, wt)
     name = f"moe_wna16_down_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
     def moe_wna16_down(
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
-        s: dt[E, G, N],
-        z: dt[E, G, N],  # type: ignore
+        s: st_t[E, G, N],  # type: ignore
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],

@@ -53,7 +53,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile, wgmma_pipeline
-from .wna16_kernels_sm80 import PER_CHANNEL, _dequant
+from .wna16_kernels_sm80 import PER_CHANNEL, _dequant, scale_type
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_STAGES"]
 
@@ -91,14 +91,15 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
     wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
     wname = "fp4" if wt.name == "e2m1" else bits
     h_t = f32[2, EM, I] if split else dt[EM, I]
+    st_t = scale_type(dt, wt)
     name = f"moe_wna16_gate_up_sm90_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_gate_up_sm90(
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
-        s: dt[E, G, N],
-        z: dt[E, G, N],  # type: ignore
+        s: st_t[E, G, N],  # type: ignore
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -174,14 +175,15 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     wt = wtype or (u4 if bits == 4 else u8)  # the weights' element type (e2m1: MXFP4)
     wname = "fp4" if wt.name == "e2m1" else bits
     y_t = f32[TK, H] if split else dt[TK, H]
+    st_t = scale_type(dt, wt)
     name = f"moe_wna16_down_sm90_{dt}_w{wname}_k{bk}" + ("_splitk" if split else "")
 
     @hl.kernel(threads=lambda c: 128 * c["WG"], name=name)
     def moe_wna16_down_sm90(
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
-        s: dt[E, G, N],
-        z: dt[E, G, N],  # type: ignore
+        s: st_t[E, G, N],  # type: ignore
+        z: u8[E, G, N],
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],

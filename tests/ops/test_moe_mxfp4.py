@@ -87,7 +87,8 @@ def test_mxfp4_on_sm89_runs_the_mma_sync_kernels(monkeypatch) -> None:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_prepared_weights_dequantize_to_the_checkpoint(dtype) -> None:
     """The prepared codes (the synthesized offline layout, undone by its own permutation) times
-    the converted scales are the checkpoint's ``W`` exactly; bf16 takes every e8m0 scale."""
+    ``2^(s - 127)`` of the prepared scales (the checkpoint's e8m0 bytes, transposed) are the
+    checkpoint's ``W`` exactly; bf16 takes every e8m0 scale."""
     from hexlayout.ops.host.launch import lang_dtype
     from hexlayout.ops.moe.wna16_layout import wna16_offline_layout
 
@@ -107,8 +108,9 @@ def test_prepared_weights_dequantize_to_the_checkpoint(dtype) -> None:
     logical = q.reshape(-1)[torch.from_numpy(lay.permutation((rows, cols)))].reshape(e, 64, k)
     assert not logical[:, n:].any()                              # padded rows are 0
     q = logical[:, :n].transpose(1, 2)
-    assert p.scales.dtype == dtype and tuple(p.scales.shape) == (e, k // 32, n)
-    got = E2M1[q] * p.scales.double().repeat_interleave(32, 1)
+    assert p.scales.dtype == torch.uint8 and tuple(p.scales.shape) == (e, k // 32, n) and p.dtype == dtype
+    assert torch.equal(p.scales, s.transpose(1, 2))              # one byte per 32 weights, as stored
+    got = E2M1[q] * torch.exp2(p.scales.double() - 127).repeat_interleave(32, 1)
     assert torch.equal(got, want)
 
 
@@ -145,9 +147,9 @@ def test_prepare_names_the_bad_argument(change, match) -> None:
 def test_extreme_scales_are_exact_in_bf16_and_refused_in_f16() -> None:
     w, s = _ck()
     lo, hi = torch.zeros_like(s), torch.full_like(s, 254)
-    assert prepare_mxfp4(w, lo, dtype=torch.bfloat16).scales.double().eq(2.0**-127).all()
-    assert prepare_mxfp4(w, hi, dtype=torch.bfloat16).scales.double().eq(2.0**127).all()
-    assert prepare_mxfp4(w, torch.full_like(s, 103), dtype=torch.float16).scales.double().eq(2.0**-24).all()
+    assert prepare_mxfp4(w, lo, dtype=torch.bfloat16).scales.eq(0).all()      # 2^-127, kept as its byte
+    assert prepare_mxfp4(w, hi, dtype=torch.bfloat16).scales.eq(254).all()    # 2^127
+    assert prepare_mxfp4(w, torch.full_like(s, 103), dtype=torch.float16).scales.eq(103).all()  # 2^-24
     with pytest.raises(HexlayoutError, match=r"'scales'.*2\^-127"):
         prepare_mxfp4(w, lo, dtype=torch.float16)
 

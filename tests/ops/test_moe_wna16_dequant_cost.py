@@ -152,17 +152,27 @@ def _dequant_cost():
 #: are folded per group into a bias (one fma per pair). Not reached: AWQ-4 / GPTQ-4 (2.0-3.0 per
 #: weight on sm_80, 2.8-4.4 on sm_90a; dequantization 2.03-2.11 with g128: a PRMT per pair that a
 #: nibble-interleaved in-vector order removes, 1.5 per channel).
+#: AWQ's zero points are stored a byte each (``prepare_wna16``: the layer's expert bytes within
+#: 1.05x of the checkpoint's, 1.027x at group 32; f16 zero points held 1.08x): converting a
+#: group's two bytes per thread and projection (two byte loads, zero-extended, packed under the
+#: f16 magic exponent, one HADD2) costs about 3 instructions more per group than packing two
+#: loaded f16 values (one PRMT), +0.047 dequantization instructions per weight on sm_80 (2.109
+#: with f16 zero points), +0.09-0.11 on sm_90a (2.281 / 2.25), whose loops cover fewer weights
+#: per group; the non-MMA per weight stays inside its 5 % (sm_80 2.961 -> 3.004, 3.0 -> 3.031;
+#: sm_90a 4.438 -> 4.539, 4.344 -> 4.547). Not reached with bytes: one conversion per group
+#: no dearer than a loaded f16 value needs each thread's two zero points in one 16-bit word
+#: (a zero-point order interleaving columns n and n + 8).
 PER_WEIGHT = {
-    ("sm_80", "AWQ-4 g128", "gate_up"): (2.961, 2.109),
-    ("sm_80", "AWQ-4 g128", "down"): (3.0, 2.109),
+    ("sm_80", "AWQ-4 g128", "gate_up"): (2.961, 2.156),
+    ("sm_80", "AWQ-4 g128", "down"): (3.0, 2.156),
     ("sm_80", "GPTQ-4 g128", "gate_up"): (2.793, 2.031),
     ("sm_80", "GPTQ-4 g128", "down"): (2.992, 2.031),
     ("sm_80", "GPTQ-4 channel", "gate_up"): (2.285, 1.52),
     ("sm_80", "GPTQ-4 channel", "down"): (2.016, 1.5),
     ("sm_80", "GPTQ-8 g128", "gate_up"): (2.32, 1.531),
     ("sm_80", "GPTQ-8 g128", "down"): (2.5, 1.531),
-    ("sm_90a", "AWQ-4 g128", "gate_up"): (4.438, 2.281),
-    ("sm_90a", "AWQ-4 g128", "down"): (4.344, 2.25),
+    ("sm_90a", "AWQ-4 g128", "gate_up"): (4.438, 2.375),
+    ("sm_90a", "AWQ-4 g128", "down"): (4.344, 2.359),
     ("sm_90a", "GPTQ-4 g128", "gate_up"): (4.094, 2.062),
     ("sm_90a", "GPTQ-4 g128", "down"): (4.078, 2.062),  # 3.812 before the group-params split (regression)
     ("sm_90a", "GPTQ-4 channel", "gate_up"): (2.758, 1.5),

@@ -147,17 +147,18 @@ class _E2m1(AluFunction):
 
 
 def _e2m1(cls: str, result: str, shift: int, scale_log2: int, scale_bits: int, c_name: str) -> type[_E2m1]:
-    """The e2m1 -> ``result`` conversion ``cls`` (named ``cls.lower()``): the code's fields at
-    ``shift``, times ``2^scale_log2`` (bits ``scale_bits``)."""
+    """The e2m1 -> ``result`` conversion ``cls`` (named ``e2m1_<result>``): the code's fields at
+    ``shift``, times ``2^scale_log2`` (bits ``scale_bits``). ``cls`` is also the module attribute
+    it is bound to: the build cache stores a build's classes by module and qualified name."""
     doc = (f"{result} of the e2m1 code ``c``: ``{result}(bits = (c & 8) << 12 | (c & 7) << {shift}) * "
            f"2^{scale_log2}`` (``{scale_bits:#x}``): ``0, 0.5, 1, 1.5, 2, 3, 4, 6`` for codes ``0 .. 7``, "
            "negated for ``8 .. 15``.")
-    return function_class(cls, _E2m1, doc, __name__, result=result, shift=shift, scale_bits=scale_bits,
-                          c_name=c_name)
+    return function_class(cls, _E2m1, doc, __name__, name=f"e2m1_{result}", result=result, shift=shift,
+                          scale_bits=scale_bits, c_name=c_name)
 
 
-E2m1F16 = _e2m1("E2m1_F16", "f16", 9, 14, 0x7400, "half")
-E2m1Bf16 = _e2m1("E2m1_Bf16", "bf16", 6, 126, 0x7E80, "bfloat16")
+E2m1F16 = _e2m1("E2m1F16", "f16", 9, 14, 0x7400, "half")
+E2m1Bf16 = _e2m1("E2m1Bf16", "bf16", 6, 126, 0x7E80, "bfloat16")
 
 
 #: the conversion of an e2m1 tile to each destination type
