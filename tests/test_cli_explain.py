@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TOP_KEYS = {"version", "kernel", "spec", "arch", "source", "constants", "threads", "grid", "smem_bytes",
             "seconds", "trace_seconds", "tensors", "ops", "shared", "decisions", "cost", "requirements",
-            "offline", "notes", "pictures", "stats"}
+            "offline", "notes", "pictures", "stats", "tmem"}
 TENSOR_KEYS = {"name", "scope", "dtype", "shape", "layout", "kind", "view_of", "offset", "file", "line",
                "code"}
 OP_KEYS = {"op", "file", "line", "code", "operands", "instruction", "alternatives"}
@@ -113,6 +113,7 @@ def test_sm90_text_names_tma_wgmma_and_128B_swizzle(sm90_text: str) -> None:
 def test_json_has_documented_keys(sm80_json: dict[str, Any]) -> None:
     r = sm80_json
     assert set(r) == TOP_KEYS
+    assert r["tmem"] == []          # tensor memory exists on sm_100a only
     assert r["kernel"] == "gemm_sm80" and r["arch"] == "sm_80" and r["spec"] == "gemm"
     assert r["constants"]["BM"] == 128 and r["threads"] == 128
     assert isinstance(r["seconds"], float) and r["seconds"] > 0
