@@ -29,9 +29,10 @@ grouped by reason, each reason once with its count) after the graph's first run,
 what ran: a group the mechanism refuses only when it runs (a dtype the anchor does not take -
 an f32 GEMM after ``w.to(x.dtype)`` of an f32 ``x`` -, CPU tensors without
 ``HEXLAYOUT_EMULATE=1``) is listed as its ops left to torch with the mechanism's reason, not
-as a fused kernel; a later run that refuses a group again for new arguments prints the plan
-again. The environment variable ``HEXLAYOUT_FUSION_REPORT=1`` turns it on for every compile
-(``0`` or unset: off; the option wins over the variable). A group whose kernel fails to
+as a fused kernel; a later run that changes what runs (a kernel refuses new arguments, or
+runs after a refusal: ``HEXLAYOUT_EMULATE=1`` set later) prints the plan again. The
+environment variable ``HEXLAYOUT_FUSION_REPORT=1`` turns it on for every compile (``0`` or
+unset: off; the option wins over the variable). A group whose kernel fails to
 build runs in torch with a ``FusionWarning``. Sizes that dynamo marks dynamic stay
 symbolic in the specs, so one kernel serves every size.
 """
@@ -90,27 +91,28 @@ def _reporting(on_plan: Callable[[GraphPlan], Any] | None) -> Callable[[GraphPla
     return report
 
 
-def _refusals(plan: GraphPlan) -> int:
-    """How many argument signatures the plan's fused kernels have refused so far."""
-    return sum(len(k.unsupported) for k in plan.kernels)
+def _ran(plan: GraphPlan) -> tuple[str | None, ...]:
+    """Why each of the plan's fused kernels ran in torch on its latest call (None: fused)."""
+    return tuple(k.fallback_reason() for k in plan.kernels)
 
 
 def reported(compiled: Callable[..., Any], plan: GraphPlan) -> Callable[..., Any]:
     """``compiled`` (a graph's compiled forward) that prints ``plan`` as it ran
     (``GraphPlan.resolve``: a kernel refused at run time is listed as its ops left to torch)
-    after its first call, and again after a call whose arguments a kernel newly refused.
+    after its first call, and again after a call that changed what ran (a kernel refused
+    new arguments, or runs again: ``HEXLAYOUT_EMULATE=1`` set after a refusal without it).
 
     The plan cannot be printed when the graph is compiled: whether the mechanism takes a
     group (its dtypes, the device, ``HEXLAYOUT_EMULATE``) is decided when it first runs."""
     title = f"hexlayout fusion plan of compiled graph {next(_GRAPHS)}"
-    seen: list[int] = []                   # the refusals when the plan was last printed
+    seen: list[tuple] = []                 # what ran when the plan was last printed
 
     def run(*args: Any) -> Any:
         out = compiled(*args)
-        n = _refusals(plan)
-        if not seen or seen[-1] != n:
-            _print_plan(plan, title if not seen else f"{title} (a kernel refused new arguments)")
-            seen.append(n)
+        ran = _ran(plan)
+        if not seen or seen[-1] != ran:
+            _print_plan(plan, title if not seen else f"{title} (what runs changed)")
+            seen.append(ran)
         return out
     if getattr(compiled, "_boxed_call", False):   # aot_autograd's boxed calling convention
         run._boxed_call = True  # type: ignore[attr-defined]
