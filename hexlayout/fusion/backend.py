@@ -23,12 +23,17 @@ works without importing hexlayout first and this layer never imports the one abo
 
 Options (``torch.compile(..., options={...})``): ``"fallback"``: ``"inductor"`` (default) or
 ``"eager"``; ``"on_plan"``: a callable given the ``GraphPlan`` of each compiled graph
-(``explain`` uses it); ``"report"``: ``True`` prints the plan of each compiled graph once,
-when it is compiled, to stderr (``FusionPlan.report``: the kernels with their prologues and
-epilogues, the ops left to torch grouped by reason, each reason once with its count); the
+(``explain`` uses it); ``"report"``: ``True`` prints the plan of each compiled graph to stderr
+(``FusionPlan.report``: the kernels with their prologues and epilogues, the ops left to torch
+grouped by reason, each reason once with its count) after the graph's first run, so it states
+what ran: a group the mechanism refuses only when it runs (a dtype the anchor does not take -
+an f32 GEMM after ``w.to(x.dtype)`` of an f32 ``x`` -, CPU tensors without
+``HEXLAYOUT_EMULATE=1``) is listed as its ops left to torch with the mechanism's reason, not
+as a fused kernel; a later run that changes what runs (a kernel refuses new arguments, or
+runs after a refusal: ``HEXLAYOUT_EMULATE=1`` set later) prints the plan again. The
 environment variable ``HEXLAYOUT_FUSION_REPORT=1`` turns it on for every compile (``0`` or
-unset: off; the option wins over the variable). A kernel the mechanism refuses only when it
-first runs is reported then, by its ``FusionWarning``. Sizes that dynamo marks dynamic stay
+unset: off; the option wins over the variable). A group whose kernel fails to
+build runs in torch with a ``FusionWarning``. Sizes that dynamo marks dynamic stay
 symbolic in the specs, so one kernel serves every size.
 """
 
@@ -72,17 +77,49 @@ def _report_default() -> bool:
                              "graph's fusion plan) or '0'")
 
 
+def _print_plan(plan: GraphPlan, title: str) -> None:
+    print(plan.resolve().report(title), file=sys.stderr, flush=True)
+
+
 def _reporting(on_plan: Callable[[GraphPlan], Any] | None) -> Callable[[GraphPlan], Any]:
-    """``on_plan`` that also prints each graph's plan (``FusionPlan.report``) to stderr, once."""
+    """``on_plan`` that also prints the plan of a graph that runs no fused kernel (every op
+    left to torch: known when it is compiled) to stderr, once."""
     def report(plan: GraphPlan) -> None:
-        print(plan.resolve().report(f"hexlayout fusion plan of compiled graph {next(_GRAPHS)}"),
-              file=sys.stderr, flush=True)
+        _print_plan(plan, f"hexlayout fusion plan of compiled graph {next(_GRAPHS)}")
         if on_plan is not None:
             on_plan(plan)
     return report
 
 
-def _options(options: dict[str, Any] | None) -> tuple[str, Callable[[GraphPlan], Any] | None]:
+def _ran(plan: GraphPlan) -> tuple[str | None, ...]:
+    """Why each of the plan's fused kernels ran in torch on its latest call (None: fused)."""
+    return tuple(k.fallback_reason() for k in plan.kernels)
+
+
+def reported(compiled: Callable[..., Any], plan: GraphPlan) -> Callable[..., Any]:
+    """``compiled`` (a graph's compiled forward) that prints ``plan`` as it ran
+    (``GraphPlan.resolve``: a kernel refused at run time is listed as its ops left to torch)
+    after its first call, and again after a call that changed what ran (a kernel refused
+    new arguments, or runs again: ``HEXLAYOUT_EMULATE=1`` set after a refusal without it).
+
+    The plan cannot be printed when the graph is compiled: whether the mechanism takes a
+    group (its dtypes, the device, ``HEXLAYOUT_EMULATE``) is decided when it first runs."""
+    title = f"hexlayout fusion plan of compiled graph {next(_GRAPHS)}"
+    seen: list[tuple] = []                 # what ran when the plan was last printed
+
+    def run(*args: Any) -> Any:
+        out = compiled(*args)
+        ran = _ran(plan)
+        if not seen or seen[-1] != ran:
+            _print_plan(plan, title if not seen else f"{title} (what runs changed)")
+            seen.append(ran)
+        return out
+    if getattr(compiled, "_boxed_call", False):   # aot_autograd's boxed calling convention
+        run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _options(options: dict[str, Any] | None) -> tuple[str, Callable[[GraphPlan], Any] | None, bool]:
     options = dict(options or {})
     fallback = options.pop("fallback", "inductor")
     on_plan = options.pop("on_plan", None)
@@ -98,9 +135,7 @@ def _options(options: dict[str, Any] | None) -> tuple[str, Callable[[GraphPlan],
                                  f"not {fallback!r}")
     if on_plan is not None and not callable(on_plan):
         raise BackendOptionError(f"hexlayout backend: option 'on_plan' must be callable, not {on_plan!r}")
-    if report if report is not None else _report_default():
-        on_plan = _reporting(on_plan)
-    return fallback, on_plan
+    return fallback, on_plan, report if report is not None else _report_default()
 
 
 def _needs_grad(example_inputs: list[Any]) -> bool:
@@ -203,8 +238,10 @@ def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any
     for the anchors of ``gm`` and their prologues / epilogues, torch for the rest."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    fallback, on_plan = _options(options)
+    fallback, on_plan, report = _options(options)
     if _needs_grad(example_inputs):
+        if report:
+            on_plan = _reporting(on_plan)
         if fallback == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -225,7 +262,8 @@ def hexlayout_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any
             plan.kernels = rewrite(aten_gm, part)
         if on_plan is not None:
             on_plan(plan)
-        return inner(aten_gm, inputs)
+        compiled = inner(aten_gm, inputs)
+        return reported(compiled, plan) if report else compiled
 
     return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,
                                  decompositions=_decompositions())

@@ -6,7 +6,9 @@ group's external inputs. The real implementation calls ``run_fused(spec, anchor_
 extra_inputs)`` (the fused hexlayout kernel: CUDA launch, or the emulator for CPU tensors
 under ``HEXLAYOUT_EMULATE=1``); when the mechanism answers ``FusionUnsupported`` - or the
 tensors are on the CPU without emulation - the group's own aten ops run in torch instead,
-and the reason is kept (``FusedKernel.unsupported``) for ``explain``. Any other hexlayout
+and the reason is kept (``FusedKernel.unsupported``, per shapes, dtypes and device - on the
+CPU also per ``HEXLAYOUT_EMULATE`` / ``HEXLAYOUT_EMULATE_ARCH``, read at each call, so that
+turning the emulator on runs the kernel) for ``explain`` and the compile report. Any other hexlayout
 error while building the kernel does the same with a ``FusionWarning`` (a model never
 fails because a kernel could not be fused; the warning makes the failure visible). The fake
 implementation runs the aten ops on fake tensors, so shapes (symbolic ones included) and
@@ -62,15 +64,19 @@ class FusedKernel:
         #: through the aten op: the same view, a few microseconds less per call)
         self._kernel_inputs = [(i, tuple(_as_method(target, args) for target, args in steps))
                                for i, steps in self.kernel_inputs]
-        #: (shapes, dtypes, device type) -> why the fused kernel did not run for them
+        #: (shapes, dtypes, device type; on the CPU the emulation mode and architecture) -> why
+        #: the fused kernel did not run for them
         self.unsupported: dict[tuple, str] = {}
+        #: why the latest call ran in torch (None: it ran the fused kernel, or no call yet)
+        self.latest_reason: str | None = None
         #: how many calls ran the fused kernel / the torch fallback
         self.fused_calls = 0
         self.torch_calls = 0
 
     def fallback_reason(self) -> str | None:
-        """The reason of the latest call that fell back to torch (None if none did)."""
-        return next(reversed(self.unsupported.values()), None) if self.unsupported else None
+        """Why the latest call ran the group's ops in torch (None if it ran the fused kernel,
+        or before the first call)."""
+        return self.latest_reason
 
     def torch_program(self, values: list) -> list:
         """The group's aten ops in torch on ``values`` (tensors, then ints)."""
@@ -92,6 +98,8 @@ class FusedKernel:
     def __call__(self, tensors: list, ints: list) -> list:
         values = list(tensors) + list(ints)
         sig = tuple((t.shape, t.dtype) for t in tensors) + ((tensors[0].device.type,) if tensors else ())
+        if tensors and sig[-1] == "cpu":   # whether and as what CPU tensors are emulated, read per call
+            sig += _emulation()
         reason = self.unsupported.get(sig)
         if reason is None:
             try:
@@ -106,8 +114,10 @@ class FusedKernel:
                               FusionWarning, stacklevel=2)
             else:
                 self.fused_calls += 1
+                self.latest_reason = None
                 return self._unaliased(outs)
         self.torch_calls += 1
+        self.latest_reason = reason
         return self._unaliased(self.torch_program(values))
 
     def _unaliased(self, outs: list) -> list:
@@ -134,6 +144,18 @@ class FusedKernel:
             raise RuntimeError(f"hexlayout fused kernel {self.spec.name}: run_fused returned {len(outs)} "
                                f"tensors for {len(self.out_slots)} outputs")
         return [o if shape is None else o.reshape(shape) for o, shape in zip(outs, self.out_shapes)]
+
+
+def _emulation() -> tuple[str | None, str | None]:
+    """What decides whether a CPU call can run the fused kernel besides its tensors: the
+    emulation mode (``HEXLAYOUT_EMULATE``) and the emulated architecture
+    (``HEXLAYOUT_EMULATE_ARCH``), so that a refusal without the emulator is not kept once it
+    is on."""
+    import os
+
+    from hexlayout.runtime.emulation import emulation_mode
+
+    return emulation_mode(), os.environ.get("HEXLAYOUT_EMULATE_ARCH")
 
 
 #: aten views -> the Tensor method that makes the same view
