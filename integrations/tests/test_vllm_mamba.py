@@ -206,16 +206,23 @@ def _mamba1_reference(w: dict, x: torch.Tensor, gate: torch.Tensor) -> torch.Ten
     return torch.stack(ys, 1) * torch.nn.functional.silu(gate.to(f))
 
 
-def test_mamba1_layer_chunked_prefill_and_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("prepacked", [False, True])
+def test_mamba1_layer_chunked_prefill_and_decode(monkeypatch: pytest.MonkeyPatch, prepacked: bool) -> None:
     """``HexlayoutMambaMixer``'s prefill and decode directly (no engine), with vLLM's metadata and
     cache layout: two sequences prefilled in chunks (the second chunk continuing the first's
     cached conv and SSM states, rows 2 and 0 of 3), then one decode step each; every output
-    against the float64 mixer over the whole sequence."""
+    against the float64 mixer over the whole sequence. ``prepacked``: the filter as vLLM's CPU
+    build leaves it on hosts with AVX-512 BF16 (``weight`` replaced by its kernel's packed 2-D
+    form, here NaN, and the ``[dim, W]`` filter kept as ``_cpu_unpacked_conv_weight``)."""
     from hexlayout.integrations.vllm.mamba1 import HexlayoutMambaMixer
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
     monkeypatch.delenv("HEXLAYOUT_VLLM_TRACE", raising=False)
     layer, w = _mamba1_layer()
+    if prepacked:
+        conv = layer.conv1d
+        conv._cpu_unpacked_conv_weight = conv.weight.view(conv.weight.size(0), -1).contiguous().clone()
+        conv.weight = torch.full((conv.weight.size(2), conv.weight.size(0)), float("nan"), dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(4)
     lens = (9, 4)
     xs = [torch.randn(16, n, generator=g).to(torch.bfloat16) for n in lens]

@@ -113,7 +113,13 @@ class HexlayoutMambaMixer(MambaMixer):
         return None
 
     def _conv_weights(self) -> torch.Tensor:
-        """The depthwise filter ``[dim, W]`` (vLLM keeps it as ``[dim, 1, W]``)."""
+        """The depthwise filter ``[dim, W]``: vLLM keeps it as ``[dim, 1, W]``, except where its
+        CPU build prepacks a bf16 width-4 filter for its own kernel (x86 with AVX-512 BF16, Arm
+        with bf16: ``dispatch_cpu_unquantized_gemm``), keeping the ``[dim, W]`` filter as
+        ``conv1d._cpu_unpacked_conv_weight``."""
+        unpacked = getattr(self.conv1d, "_cpu_unpacked_conv_weight", None)
+        if unpacked is not None:
+            return unpacked
         w = self.conv1d.weight
         return w.view(w.size(0), w.size(2))
 
