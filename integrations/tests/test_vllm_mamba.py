@@ -172,6 +172,8 @@ def _mamba1_layer(dim: int = 16, n: int = 4, rank: int = 2, width: int = 4) -> t
     bf = torch.bfloat16
 
     def ssm_transform(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # vLLM's CPU linears (oneDNN, on AVX-512 hosts) require a unit inner stride
+        assert x.stride(-1) == 1, f"x_proj input of strides {x.stride()}"
         p = (x.float() @ w["x"]).to(bf)
         t, b, c = torch.split(p, [rank, n, n], dim=-1)
         return (t.float() @ w["dt"]).to(bf).transpose(-2, -1), b, c

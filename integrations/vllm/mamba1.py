@@ -109,7 +109,8 @@ class HexlayoutMambaMixer(MambaMixer):
         if md.num_prefills > 0:
             parts.append(self._prefill(md, x[:, nd:], gate[:, nd:], conv_state, ssm_state))
         y = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-        output[: nd + np_] = self.out_proj(y.transpose(-2, -1))[0]
+        # row-major [T, dim] operands: vLLM's CPU linears (oneDNN) require a unit inner stride
+        output[: nd + np_] = self.out_proj(y.transpose(-2, -1).contiguous())[0]
         return None
 
     def _conv_weights(self) -> torch.Tensor:
@@ -139,7 +140,7 @@ class HexlayoutMambaMixer(MambaMixer):
             x, self._conv_weights(), self.conv1d.bias, activation=_ACTIVATIONS[self.activation],
             initial_states=_initial(has, conv_state[rows]), cu_seqlens=cu, return_final_states=True)
         conv_state[rows] = conv_final.to(conv_state.dtype)
-        dt, b, c = self._ssm_transform(u.transpose(-2, -1))
+        dt, b, c = self._ssm_transform(u.transpose(-2, -1).contiguous())
         y, h = selective_scan(u, dt.contiguous(), self.A, b.transpose(-2, -1), c.transpose(-2, -1),
                               D=self.D.float(), z=gate, delta_bias=self._time_proj_bias(),
                               delta_softplus=True, initial_states=_initial(has, ssm_state[rows]).float(),
