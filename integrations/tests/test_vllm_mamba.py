@@ -224,7 +224,8 @@ def test_mamba1_layer_chunked_prefill_and_decode(monkeypatch: pytest.MonkeyPatch
     if prepacked:
         conv = layer.conv1d
         conv._cpu_unpacked_conv_weight = conv.weight.view(conv.weight.size(0), -1).contiguous().clone()
-        conv.weight = torch.full((conv.weight.size(2), conv.weight.size(0)), float("nan"), dtype=torch.bfloat16)
+        packed = (conv.weight.size(2), conv.weight.size(0))
+        conv.weight = torch.full(packed, float("nan"), dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(4)
     lens = (9, 4)
     xs = [torch.randn(16, n, generator=g).to(torch.bfloat16) for n in lens]

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import hexlayout.ops  # noqa: E402,F401 - registers the anchor kernels with hexlayout.fusion
+
 from hexlayout.fusion.planning import arch_of  # noqa: E402
 from hexlayout.runtime import launch_log  # noqa: E402
 

@@ -324,9 +324,10 @@ def _window_program(window: int) -> tuple:
 def test_index_mask_axes_and_refusals() -> None:
     """Which arange indexes queries and which keys comes from where its dimension lands; a
     program that reads a tensor, or puts a position on a batch / head dimension, is not one."""
+    from hexlayout.ops.attention.index_mask import IndexMask
+
     from hexlayout.fusion.reference import eval_nodes
     from hexlayout.fusion.spec import Node
-    from hexlayout.ops.attention.index_mask import IndexMask
 
     nodes = _window_program(WINDOW)
     fn = IndexMask.of(nodes, 6)
@@ -346,9 +347,10 @@ def test_index_mask_kernel_compiles_without_spills() -> None:
     """NVRTC, sm_80: the GPU configuration of the f16 kernel with the sliding window computed
     from positions (comparisons and predicates of the position tiles) keeps everything in
     registers."""
-    import hexlayout.lang as hl
     from hexlayout.ops.attention.index_mask import IndexMask
     from hexlayout.ops.attention.sdpa_anchor import sdpa_consts, sdpa_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     fn = IndexMask.of(_window_program(128), 6)

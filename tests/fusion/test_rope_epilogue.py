@@ -16,6 +16,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import hexlayout.ops  # noqa: E402,F401 - registers the GEMM anchors
+
 from hexlayout.fusion import Epilogue, FusedSpec, Node, run_fused  # noqa: E402
 from hexlayout.fusion.partition import _VIEW_REASON  # noqa: E402
 from hexlayout.fusion.plan import GraphPlan  # noqa: E402

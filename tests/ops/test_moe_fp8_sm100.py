@@ -10,11 +10,10 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_moe_fp8 import check, make, reference  # noqa: E402
-
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
 from hexlayout.ops.moe import fp8_kernels_sm90 as f90  # noqa: E402
 from hexlayout.ops.moe.fp8 import SWAP_STAGES, fp8_block_m, prepare_fp8  # noqa: E402
+from test_moe_fp8 import check, make, reference  # noqa: E402
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_moe_op import close, make, reference  # noqa: E402
-
-import hexlayout.lang as hl  # noqa: E402
 import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
 from hexlayout.ops import fused_moe  # noqa: E402
 from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
+from test_moe_op import close, make, reference  # noqa: E402
+
+import hexlayout.lang as hl  # noqa: E402
 
 
 @pytest.fixture
@@ -82,6 +82,7 @@ def test_w4a16_on_sm100_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPat
     """The sm_90a W4A16 source does not build for sm_100a (its A operand, the dequantized weights,
     is in registers; tcgen05 reads A from shared or tensor memory): preparing weights says so."""
     from hexlayout.ops.moe.wna16 import prepare_wna16
+
     from hexlayout.runtime.args import ArgumentError
 
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
