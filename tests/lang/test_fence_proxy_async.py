@@ -148,6 +148,28 @@ def test_a_register_fed_wgmma_runs_with_one_fence_before_its_loop() -> None:
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
 
 
+def test_a_register_fed_tcgen05_mma_gets_the_fence_on_sm100() -> None:
+    """tcgen05.mma (sm_100a) reads its shared descriptors through the async proxy as wgmma does:
+    the same register-fed program gets its one fence before the loop there too (without it the
+    emulator rejects the program: the safety net below)."""
+    from hexlayout.ir.lowered_tcgen05 import Tcgen05Mma
+
+    a, b = _operands(6)
+    syn = synthesize(register_fed_product.trace(), "sm_100a")
+    body = syn.lowered.kernel.body
+    loops = [i for i in body if isinstance(i, ForLoop)]
+    assert loops and any(isinstance(i, Tcgen05Mma) for i in _flat(loops[0].body))
+    assert _fences(body) == 1 and body.index(next(i for i in body if isinstance(i, FenceProxyAsync))) \
+        < body.index(loops[0])
+    c = np.full((64, 64), np.nan, np.float32)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    want = 4 * a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+    bad = dataclasses.replace(syn.lowered.kernel, body=_without_fences(body))
+    with pytest.raises(AsyncHazardError, match="the tcgen05.mma reads shared byte .* without a fence.proxy"):
+        run(bad, {"a": a, "b": b, "c": np.zeros((64, 64), np.float32)})
+
+
 def test_a_register_fed_tma_store_has_its_one_fence() -> None:
     (a, _) = _operands(7)
     syn = synthesize(register_fed_store.trace(), "sm_90a")
