@@ -27,7 +27,9 @@ fragment each weight tile feeds (``wna16_layout``, ``hexlayout.ir.offline``), so
 ``prepare_wna16`` synthesizes the kernel for the target (``arch=``, default the device's, or
 ``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors; sm_80 / sm_89 run ``moe_wna16_kernels``, mma.sync,
 sm_90a ``moe_wna16_kernels_sm90``, swap-AB wgmma with the dequantized weights as its register
-A operand) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
+A operand, sm_100a (compute capability 10.0) ``moe_wna16_kernels_sm100``, swap-AB tcgen05 with
+the dequantized weights stored to a shared tile the MMA reads, the accumulator in tensor
+memory) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
 expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
 two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
 ``[E, K/G, N]`` uint8 (one byte per 4-bit zero point: with f16 / bf16 scales the prepared
@@ -54,7 +56,7 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
-from ..host.device import kernel_arch, sm_count
+from ..host.device import sm_count, tcgen05_arch
 from ..host.torch import require_torch
 from .act_order import (
     act_order_perm,
@@ -84,6 +86,9 @@ RUN_OP = "hexlayout.fused_moe_wna16"
 #: AWQ's nibble order: nibble ``i`` of a word holds column ``8w + AWQ_ORDER[i]``
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 GROUP_SIZES = (32, 64, 128, -1)
+#: the architectures with W4A16 / W8A16 kernels: mma.sync (sm_80, sm_89), register-A wgmma
+#: (sm_90a), tcgen05 with the dequantized weights staged in shared memory (sm_100a)
+ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100a")
 #: the kernels' ``GROUP`` for ``group_size=-1`` (every k-tile in group 0)
 ONE_GROUP = 1 << 30
 
@@ -284,13 +289,9 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
 
     e, k, n = q_ekn.shape
     if arch is None:
-        arch = kernel_arch(q_ekn.device)
-    if arch == "sm_100a":
-        raise _fail("arch", "sm_100a has no W4A16 / W8A16 MoE kernel: the sm_90a kernels feed the "
-                    "weights dequantized in registers to the MMA as its A operand, and tcgen05.mma reads A "
-                    "from shared or tensor memory only (use sm_80, sm_89 or sm_90a)")
-    if arch not in ("sm_80", "sm_89", "sm_90a"):
-        raise _fail("arch", f"must be sm_80, sm_89 or sm_90a, got {arch!r}")
+        arch = tcgen05_arch(q_ekn.device)
+    if arch not in ARCHS:
+        raise _fail("arch", f"must be one of {', '.join(ARCHS)}, got {arch!r}")
     dtype = scales.dtype if act_dtype is None else act_dtype
     lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up,
                                weight_dtype(quant_format, bits))
@@ -421,7 +422,7 @@ def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, quant_for
     from ..host.launch import lang_dtype
     from .wna16_layout import padded_rows, wna16_offline_layout
 
-    arch = kernel_arch(qweight.device)
+    arch = tcgen05_arch(qweight.device)
     gate_up = pre == "w13"
     wt = weight_dtype(quant_format, bits)
     lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up, wt)
@@ -732,18 +733,26 @@ def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group
                    w2_group_size: int) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
     """The constants of the gate-up and the down GEMM for ``rows`` = T * k routed rows, and
     their kernel factories for the device's architecture (sm_90a: wgmma, swap-AB, dequantized
-    weights as register A)."""
+    weights as register A; sm_100a: tcgen05, swap-AB, the dequantized weights staged in shared
+    memory, the same configs)."""
     from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
     from .wna16_kernels_sm90 import SM90_STAGES, moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+    from .wna16_kernels_sm100 import SM100_STAGES, moe_wna16_down_sm100_kernel, moe_wna16_gate_up_sm100_kernel
 
     cfg13 = wna16_config(rows, e, hdim, w13_group_size)
     cfg2 = wna16_config(rows, e, inter, w2_group_size)
     gate_up_kernel, down_kernel = moe_wna16_gate_up_kernel, moe_wna16_down_kernel
-    if kernel_arch(dev) == "sm_90a":  # wgmma, swap-AB, dequantized weights as register A
-        gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
+    arch = tcgen05_arch(dev)
+    if arch in ("sm_90a", "sm_100a"):  # swap-AB; the weights as register A (wgmma) or via shared (tcgen05)
+        if arch == "sm_90a":
+            gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel
+            stages = SM90_STAGES
+        else:
+            gate_up_kernel, down_kernel = moe_wna16_gate_up_sm100_kernel, moe_wna16_down_sm100_kernel
+            stages = SM100_STAGES
         for cfg, n in ((cfg13, inter), (cfg2, hdim)):
             del cfg["BN"], cfg["WARPS"]
-            cfg.update(wna16_sm90_config(rows, e, n), STAGES=SM90_STAGES)
+            cfg.update(wna16_sm90_config(rows, e, n), STAGES=stages)
     return cfg13, cfg2, gate_up_kernel, down_kernel
 
 

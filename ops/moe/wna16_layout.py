@@ -1,7 +1,7 @@
 """The synthesized offline layout of the W4A16 / W8A16 MoE weights and the re-layout step of
 ``prepare_wna16``.
 
-The kernels (``wna16_kernels_sm80``, ``wna16_kernels_sm90``) declare the weights ``q:
+The kernels (``wna16_kernels_sm80``, ``wna16_kernels_sm90``, ``wna16_kernels_sm100``) declare the weights ``q:
 hl.offline(u4[E*NP, KP])`` (``u8`` for 8-bit) and copy ``(BN, BK)`` tiles of them in logical
 coordinates; synthesis chooses the register layout of the mma operand the tile feeds and with
 it the tile's storage order (``hexlayout.ir.offline``: each thread's fragment one contiguous,
@@ -33,8 +33,8 @@ def k_tile(k: int, group_size: int) -> int:
 def kernel_tiles(arch: str, bk: int) -> dict[str, Any]:
     """The constants of the kernel whose offline layout the weights take (the layout depends
     on the weight tile ``(BN, BK)`` and the warps that consume it, not on ``BM``: decode and
-    prefill share it; sm_90a runs one consumer warp group, ``BN = 64``)."""
-    if arch == "sm_90a":
+    prefill share it; sm_90a and sm_100a run one warp group, ``BN = 64``)."""
+    if arch in ("sm_90a", "sm_100a"):
         return {"BM": 16, "BK": bk, "STAGES": 3, "WG": 1, "GROUP": 128}
     return {"BM": 16, "BN": 64, "BK": bk, "STAGES": 3, "WARPS": 4, "GROUP": 128}
 
@@ -45,9 +45,12 @@ def _layout(arch: str, dtype: Any, wt: Any, bits: int, bk: int, gate_up: bool) -
 
     from .wna16_kernels_sm80 import moe_wna16_down_kernel, moe_wna16_gate_up_kernel
     from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel, moe_wna16_gate_up_sm90_kernel
+    from .wna16_kernels_sm100 import moe_wna16_down_sm100_kernel, moe_wna16_gate_up_sm100_kernel
 
     if arch == "sm_90a":
         fac = moe_wna16_gate_up_sm90_kernel if gate_up else moe_wna16_down_sm90_kernel
+    elif arch == "sm_100a":
+        fac = moe_wna16_gate_up_sm100_kernel if gate_up else moe_wna16_down_sm100_kernel
     else:
         fac = moe_wna16_gate_up_kernel if gate_up else moe_wna16_down_kernel
     kernel = fac(dtype, bits, bk, False, wt)
@@ -57,7 +60,7 @@ def _layout(arch: str, dtype: Any, wt: Any, bits: int, bk: int, gate_up: bool) -
 def wna16_offline_layout(arch: str, dtype: Any, bits: int, size_k: int, group_size: int,
                          gate_up: bool, weight: Any = None) -> Any:
     """The ``OfflineLayout`` synthesis gives the weights of the gate-up (``gate_up``) or down
-    kernel for ``arch`` (sm_80 / sm_89 / sm_90a), activations ``dtype`` (a language dtype),
+    kernel for ``arch`` (sm_80 / sm_89 / sm_90a / sm_100a), activations ``dtype`` (a language dtype),
     ``bits`` 4 or 8 (weights ``u4`` / ``u8``, or ``weight``: ``e2m1`` for MXFP4), input dim
     ``size_k``; memoized per kernel."""
     from hexlayout.lang import u4, u8

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
-from hexlayout.ops import fused_moe  # noqa: E402
-from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 from test_moe_op import close, make, reference  # noqa: E402
 
 import hexlayout.lang as hl  # noqa: E402
+import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
+from hexlayout.ops import fused_moe  # noqa: E402
+from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 
 
 @pytest.fixture
@@ -77,17 +77,3 @@ def test_compiles_for_sm100_with_tcgen05_and_no_spills(bm: int) -> None:
             assert any(o.startswith(op) for o in counts), (b.generated.name, op, sorted(counts))
         assert not any(o.startswith(("HGMMA", "HMMA")) for o in counts), sorted(counts)
 
-
-def test_w4a16_on_sm100_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sm_90a W4A16 source does not build for sm_100a (its A operand, the dequantized weights,
-    is in registers; tcgen05 reads A from shared or tensor memory): preparing weights says so."""
-    from hexlayout.ops.moe.wna16 import prepare_wna16
-
-    from hexlayout.runtime.args import ArgumentError
-
-    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
-    g = torch.Generator().manual_seed(1)
-    q = torch.randint(0, 2**31 - 1, (2, 64 // 8, 128), generator=g, dtype=torch.int32)
-    scales = torch.rand(2, 2, 128, generator=g).half()
-    with pytest.raises(ArgumentError, match="sm_100a has no W4A16.*tcgen05.mma reads A from shared"):
-        prepare_wna16(q, scales, None, quant_format="gptq", bits=4, group_size=32, gate_up=False)

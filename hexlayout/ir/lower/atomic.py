@@ -18,8 +18,10 @@ from .views import GlobalTileView
 
 __all__ = ["lower_atomic_add", "RED_TYPES"]
 
-#: element type -> the architectures whose red.global.add takes it
-RED_TYPES = {"f32": ("sm_80", "sm_89", "sm_90a"), "f16": ("sm_80", "sm_89", "sm_90a"), "bf16": ("sm_90a",)}
+#: element type -> the architectures whose red.global.add takes it (PTX ISA: .f32 from sm_20,
+#: .f16 from sm_70, .bf16 from sm_90)
+RED_TYPES = {"f32": ("sm_80", "sm_89", "sm_90a", "sm_100a"), "f16": ("sm_80", "sm_89", "sm_90a", "sm_100a"),
+             "bf16": ("sm_90a", "sm_100a")}
 
 
 @LOWERING.register(AtomicAdd)
