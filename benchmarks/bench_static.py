@@ -287,13 +287,13 @@ def _wna16_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
 
 def _wna16_split(arch: str, t: int, k: int, e: int, size_k: int, size_n: int, group: int) -> int:
     """``wna16_split_k`` for a W4A16 / W8A16 GEMM on ``arch``'s SM count, with the tiles the op
-    gives it (``wna16_config``; on sm_90a ``BM`` from ``wna16_sm90_config`` and 64 columns per
-    consumer warp group)."""
+    gives it (``wna16_config``; on sm_90a / sm_100a ``BM`` from ``wna16_sm90_config`` and 64
+    columns per warp group)."""
     from hexlayout.ops.gemm.config import SM_COUNT
     from hexlayout.ops.moe.wna16 import wna16_config, wna16_sm90_config, wna16_split_k
 
     cfg = wna16_config(t * k, e, size_k, group)
-    if arch == "sm_90a":
+    if arch in ("sm_90a", "sm_100a"):
         sm90 = wna16_sm90_config(t * k, e, size_n)
         cfg.update(BM=sm90["BM"], BN=64 * sm90["WG"])
     return wna16_split_k(t, k, e, size_k, size_n, SM_COUNT[arch], {c: cfg[c] for c in ("BM", "BN", "BK")})
@@ -472,7 +472,7 @@ def _mamba_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
 #: is one line here; a kernel module an existing op dispatches to needs none.
 SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Callable[[], Any]]]]]] = {
     "moe": (("sm_80", "sm_90a"), _moe_problems),
-    "moe_wna16": (("sm_80", "sm_90a"), _wna16_problems),
+    "moe_wna16": (("sm_80", "sm_90a", "sm_100a"), _wna16_problems),
     "moe_fp8": (("sm_89", "sm_90a"), _fp8_problems),
     "paged_attention": (("sm_80", "sm_90a"), _paged_problems),
     "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),

@@ -1,9 +1,10 @@
 """The W4A16 / W8A16 MoE main loop read from SASS beside Marlin's anchors (REFERENCE.md).
 
 For each config (decode ``BM`` 16 and prefill ``BM`` 64; AWQ-4 g128, GPTQ-4 g128, GPTQ-4
-per-channel, GPTQ-8 g128; f16; sm_80 mma.sync and sm_90a swap-AB wgmma kernels; gate-up and
-down) the kernel is built as the op builds it and its main loop read by
-``hexlayout.runtime.stats`` (one warp's instruction stream):
+per-channel, GPTQ-8 g128; f16; sm_80 mma.sync, sm_90a swap-AB wgmma and sm_100a swap-AB
+tcgen05 kernels (the dequantized tile stored to shared memory for the MMA); gate-up and down)
+the kernel is built as the op builds it and its main loop read by ``hexlayout.runtime.stats``
+(one warp's instruction stream):
 
     non-MMA per weight = non-MMA per k-tile / weights one thread dequantizes per k-tile
     weights per thread = calls * BN * BK / threads   (calls: 2 for gate-up, 1 for down)
@@ -34,7 +35,10 @@ FORMATS = {"AWQ-4 g128": (4, 0, "g128"), "GPTQ-4 g128": (4, 8, "g128"),
            "GPTQ-4 channel": (4, 8, "channel"), "GPTQ-8 g128": (8, 128, "g128")}
 #: (arch, phase) -> the op's tile constants (``wna16_config`` / ``wna16_sm90_config``)
 CONFIGS = {("sm_80", "decode"): {"BM": 16}, ("sm_80", "prefill"): {"BM": 64},
-           ("sm_90a", "decode"): {"BM": 16, "WG": 1}, ("sm_90a", "prefill"): {"BM": 64, "WG": 2}}
+           ("sm_90a", "decode"): {"BM": 16, "WG": 1}, ("sm_90a", "prefill"): {"BM": 64, "WG": 2},
+           ("sm_100a", "decode"): {"BM": 16, "WG": 1}, ("sm_100a", "prefill"): {"BM": 64, "WG": 1}}
+#: the swap-AB kernels (one MMA issuer per warp group: wgmma m64 x nBM x k16, tcgen05 M64 x BM x 16)
+SWAP_AB = ("sm_90a", "sm_100a")
 PER_CHANNEL = 1 << 30   # wna16.ONE_GROUP
 
 
@@ -45,6 +49,11 @@ def _kernel(arch: str, kind: str, bits: int) -> Any:
         from hexlayout.ops.moe import wna16_kernels_sm90 as m
 
         fn = m.moe_wna16_gate_up_sm90_kernel if kind == "gate_up" else m.moe_wna16_down_sm90_kernel
+        return fn(f16, bits, 64)
+    if arch == "sm_100a":
+        from hexlayout.ops.moe import wna16_kernels_sm100 as m100
+
+        fn = m100.moe_wna16_gate_up_sm100_kernel if kind == "gate_up" else m100.moe_wna16_down_sm100_kernel
         return fn(f16, bits, 64)
     from hexlayout.ops.moe import wna16_kernels_sm80 as m
 
@@ -59,15 +68,15 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
 
     bits, zero, scales = FORMATS[fmt]
     consts = dict(CONFIGS[(arch, phase)], ZERO=zero, GROUP=128 if scales == "g128" else PER_CHANNEL)
-    if not (arch == "sm_90a" and kind == "down"):     # (the sm_90a down kernel has no TOPK)
+    if not (arch in SWAP_AB and kind == "down"):     # (the swap-AB down kernels have no TOPK)
         consts["TOPK"] = 2
     b = build(_kernel(arch, kind, bits), arch, **consts)
     st, ml = b.stats, b.stats.main_loop
-    threads = 128 * consts["WG"] if arch == "sm_90a" else 128
+    threads = 128 * consts["WG"] if arch in SWAP_AB else 128
     bn = 64 * consts.get("WG", 1)
     weights = (2 if kind == "gate_up" else 1) * bn * 64 / threads
-    # k-tiles per loop iteration from the MMA the tile takes (the sm_90a loops are unrolled by 2)
-    if arch == "sm_90a":   # swap-AB: m64 x nBM x k16 per 64 weight rows, one issuer per warp group
+    # k-tiles per loop iteration from the MMA the tile takes (the swap-AB loops are unrolled by 2)
+    if arch in SWAP_AB:   # m64 x nBM x k16 per 64 weight rows, one issuer per warp group
         tile = mma_per_ktile_for_tile(bn, consts["BM"], 64, (64, consts["BM"], 16), consts["WG"])
     else:
         tile = mma_per_ktile_for_tile(consts["BM"], bn, 64, (16, 8, 16), 4)
@@ -98,8 +107,10 @@ def dequant_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"machine: {meta.get('machine', '')}; compiler: {meta.get('hexlayout_compiler', '')}; "
             f"python {meta.get('python', '')}; commit {meta.get('hexlayout_commit', '')}", "",
             "f16, TOPK 2. Marlin: sm_80, 16 rows, f16, int4 (REFERENCE.md). On sm_90a an MMA is "
-            "one HGMMA (64 x BM x 16): its per-MMA column is not Marlin's per-HMMA; the sm_90a "
-            "loops are unrolled by 2, the sm_80 decode loops take 4 k-tiles per iteration "
+            "one HGMMA (64 x BM x 16), on sm_100a one UTCHMMA (tcgen05, M64 x BM x 16, issued by one "
+            "thread: the loop's other threads branch over it): their per-MMA column is not Marlin's "
+            "per-HMMA; the sm_90a / sm_100a loops are unrolled by 2, the sm_80 decode loops take 4 "
+            "k-tiles per iteration "
             "(``k_steps``; k-tiles per iteration from the tile's MMA count). Weights per "
             "thread count each weight once (every kernel's warps side by side along N: each weight "
             "dequantized by one warp).", "",

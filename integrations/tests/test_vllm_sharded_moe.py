@@ -84,7 +84,11 @@ def test_router_weight_on_input_applies_no_weight() -> None:
     check(out, reference(scaled, w13, w2, torch.ones_like(tw), ids, None))
 
 
-def test_awq_experts_with_expert_map() -> None:
+@pytest.mark.parametrize("arch", ["sm_80", "sm_100a"])
+def test_awq_experts_with_expert_map(monkeypatch: pytest.MonkeyPatch, arch: str) -> None:
+    """The W4A16 path, on the mma.sync kernels and on the sm_100a tcgen05 ones (the weights
+    prepared for, and the op run on, ``HEXLAYOUT_EMULATE_ARCH``)."""
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
     g = torch.Generator().manual_seed(3)
     local, i_local = [1, 3], 64
     x = torch.randn(T, H, generator=g).to(torch.bfloat16)
