@@ -317,7 +317,8 @@ def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int)
 
 
 def wna16_sm90_config(num_slots: int, num_experts: int, size_n: int) -> dict[str, Any]:
-    """The sm_90a kernels' (``moe_wna16_kernels_sm90``, swap-AB wgmma) ``BM`` / ``WG`` from the
+    """The swap-AB kernels' (sm_90a ``moe_wna16_kernels_sm90``, wgmma; sm_100a
+    ``moe_wna16_kernels_sm100``, tcgen05) ``BM`` / ``WG`` from the
     sizes only (capture-safe), by the average routed rows per expert ``T * k / E``: below 32
     (decode) ``BM`` 16, below 64 ``BM`` 32, from 64 on (prefill) ``BM`` 64; always one consumer
     warp group (64 output columns: the prepared weights' offline layout is the one of a 64-row

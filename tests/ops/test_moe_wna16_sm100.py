@@ -124,8 +124,25 @@ def test_weights_prepared_for_another_arch_are_refused(monkeypatch: pytest.Monke
 
     x = torch.randn(2, 64, generator=gen).half()
     ids = torch.tensor([[0, 1], [1, 0]], dtype=torch.int32)
+    tw = torch.rand(2, 2, generator=gen)
     with pytest.raises(ArgumentError, match="w13_qweight.*prepared in the offline layout.*sm_100a kernel"):
-        fused_moe_wna16(x, p90, p2, torch.rand(2, 2, generator=gen), ids)
+        fused_moe_wna16(x, p90, p2, tw, ids)
+    assert _LAUNCHED == []
+    # the fake (meta) path checks the same: sm_100a weights give the output's shape, sm_90a ones
+    # are refused
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        for w13, ok in ((p100, True), (p90, False)):
+            (args, consts), kw = w13.op_args(p2), w13.op_kwargs(p2)
+            fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                    for a in (x, *args[:6], tw, ids)]
+            if ok:
+                out = torch.ops.hexlayout.fused_moe_wna16(*fake, *consts, **kw)
+                assert out.shape == x.shape and out.dtype == x.dtype
+            else:
+                with pytest.raises(Exception, match="w13_qweight.*sm_100a kernel"):
+                    torch.ops.hexlayout.fused_moe_wna16(*fake, *consts, **kw)
     assert _LAUNCHED == []
 
 
