@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from test_moe_wna16 import _bound, _run, reference_alignment  # noqa: E402
 
 _LAUNCHED: list[str] = []
+_REPORTS: list[tuple[str, object]] = []
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +35,17 @@ def _emulate_sm100(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(launch, "build_for", spy)
     _LAUNCHED.clear()
+    # the emulator's reports (shared-memory wavefronts per instruction site)
+    emulator = importlib.import_module("hexlayout.emulator")
+    run = emulator.run
+
+    def recorded(kernel, *args, **kwargs):
+        rep = run(kernel, *args, **kwargs)
+        _REPORTS.append((kernel.name, rep))
+        return rep
+
+    monkeypatch.setattr(emulator, "run", recorded)
+    _REPORTS.clear()
 
 
 def _check(out, want, dtype) -> None:
@@ -55,6 +67,11 @@ def test_matches_the_float64_reference_on_sm100(fmt, bits, group, dtype, t, e, k
     out, want = _run(fmt, bits, group, dtype, t, e, k, act, kind, seed=t * 100 + e + k + 2)
     _check(out, want, dtype)
     assert len(_LAUNCHED) == 2 and all("_sm100_" in n for n in _LAUNCHED), _LAUNCHED
+    # the dequantized tiles' stores into the MMA's swizzled shared tile: no bank conflict
+    stores = [s for name, rep in _REPORTS if "_sm100_" in name for s in rep.sites
+              if type(s.instr).__name__ == "StShared" and s.smem_wavefronts]
+    assert len(stores) == 2 and all(s.bank_conflicts == 0 for s in stores), \
+        [(s.smem_wavefronts, s.smem_ideal_wavefronts) for s in stores]
 
 
 def test_ragged_sizes_with_half_the_experts_remote() -> None:
