@@ -68,7 +68,7 @@ def anchor_consts(call: GemmCall) -> dict[str, Any]:
     hd = rope_head_dim(call.plan)
     windows = not (call.plan.halves or call.plan.heads or hd)
     consts = gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
-    if norm_prologue(call.plan):
+    if norm_prologue(call.plan) and not call.plan.row_scale:
         consts = norm_consts(consts, call.k)
     elif any(s.group or s.period for s in call.plan.inputs) and consts["BK"] > 32:
         consts = dict(consts, BK=32)
@@ -277,8 +277,8 @@ def _clear() -> None:
 
 MATMUL = register_anchor(AnchorRecord("matmul", MATMULS, run=run_gemm, to_spec=_matmul_spec, clear=_clear,
                                       row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS),
-                                      prepare=_prepare))
+                                      row_scale=True, prepare=_prepare))
 #: ``hexlayout.gemm``: its operands ``a`` and ``b`` take prologues; it runs as an aten matmul spec
 HEXLAYOUT_GEMM = register_anchor(AnchorRecord(
     "hexlayout.gemm", frozenset({"hexlayout.gemm.default"}), operands=lambda g, n: n.args[:2],
-    to_spec=_gemm_spec, row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS)))
+    to_spec=_gemm_spec, row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS), row_scale=True))
