@@ -973,6 +973,10 @@ class _Partitioner(GraphView):
             return a, (), [n]
         if r[0] == "ext":
             return r[1], r[2], [n]
+        inner = self._unary_of_input(a, refs, unary) if hasattr(a, "op") else None
+        if inner is not None:            # a longer chain: ((p >> 4) & 15)
+            base, steps, chain = inner
+            return base, steps, chain + [n]
         return None
 
     def _commuted(self, n: Any, refs: dict, unary: dict, flat: set, out: list, extra_ref: Any) -> bool:

@@ -46,6 +46,7 @@ from .fusion_plan import (
     rope_head_dim,
 )
 from .fusion_rope import fuse_rope
+from .fusion_unstack import unstack_interleaved
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 
@@ -265,9 +266,10 @@ def _gemm_spec(g: Any, s: AnchorSpec) -> None:
 
 
 def _prepare(gm: Any) -> list[str]:
-    """The GEMM record's graph passes: LayerNorms written out (``decompose_layer_norms``), gated
-    pairs into one GEMM (``fuse_gated_pairs``), RoPE into the QKV epilogue (``fuse_rope``)."""
-    return decompose_layer_norms(gm) + fuse_gated_pairs(gm) + fuse_rope(gm)
+    """The GEMM record's graph passes: stacked unpacking as one-hot products
+    (``unstack_interleaved``), LayerNorms written out (``decompose_layer_norms``), gated pairs
+    into one GEMM (``fuse_gated_pairs``), RoPE into the QKV epilogue (``fuse_rope``)."""
+    return unstack_interleaved(gm) + decompose_layer_norms(gm) + fuse_gated_pairs(gm) + fuse_rope(gm)
 
 
 def _clear() -> None:
