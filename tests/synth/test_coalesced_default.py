@@ -32,8 +32,8 @@ def square_row(w: f16[M, N].strides(0, 1), y: f16[M, N]):
 
 def test_a_broadcast_mode_is_not_the_vector_mode() -> None:
     syn = synthesize(square_row.trace(), "sm_80")
-    (load,) = [op for op in syn.kernel.body.walk() if isinstance(op, Copy) and op.dst.scope.value == "register"
-               and op.src.scope.value == "global"]
+    (load,) = [op for op in syn.kernel.body.walk() if isinstance(op, Copy)
+               and op.dst.scope.value == "register" and op.src.scope.value == "global"]
     tv = syn.assignment.layout_of(load.dst)
     # element (m, n) of the 64 x 64 tile is index m + 64 n: a thread's consecutive values step
     # along N (w's contiguous mode), 8 of them (16-byte vectors), not along the broadcast M
