@@ -49,7 +49,10 @@ operand that the epilogue also reads joins the prologue and is recomputed in the
 a GEMM's A: the kernel then loads whole rows of ``A`` per block (``K <= BK``; its planner
 refuses a reduction in another operand's prologue) - instead of being a row
 reduction kernel of its own (0: never; a longer row keeps the two kernels and the plan
-says so); ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
+says so, unless ``row_scale``); ``row_scale``: a longer row's reduction joins the prologue too
+when it reaches the operand only as one product by a row value (``row_scale.row_scale``: an
+RMSNorm, not a LayerNorm): the anchor sums the rows over its k-loop and scales its product's
+rows; ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
 anchor's kernel takes no epilogue (its output is stored as it is and its consumers are left
 to torch or other kernels, with that reason: ``fused_moe``).
 
@@ -104,6 +107,7 @@ class AnchorRecord:
     tuple_output: bool = False
     row_prologue: int = 0
     row_reductions: frozenset[str] = frozenset()
+    row_scale: bool = False
     prepare: Callable[[Any], list[str]] | None = None
     epilogue: bool = True
 

@@ -54,6 +54,7 @@ from hexlayout.ir.walk import walk
 from .aten import BITWISE, SLICES, VIEWS, emit_elementwise, hl_dtype, is_fusible
 from .extend import KernelExtender, defining_ops
 from .rope import ROPE, rotate
+from .row_scale import RowScale, row_scale
 from .spec import FusionUnsupported, Node
 
 __all__ = ["InputSpec", "TilePlan", "FusedProgram", "fuse"]
@@ -105,7 +106,11 @@ class TilePlan:
     sizes) or None (empty: none is); ``row_reductions``: ``(aten op, "sum" | "mean")`` pairs, the
     reductions over the last dimension (``keepdim``) a prologue may hold because the anchor's
     tile of that operand holds whole rows (``mean_j x[m, j] = (sum_j x[m, j]) / K``, ``K`` the
-    operand's row length; the anchor's planner names them and guarantees the rows fit)."""
+    operand's row length; the anchor's planner names them and guarantees the rows fit, or
+    sets ``row_scale``); ``row_scale``: the A prologue's reductions enter it as one row factor
+    (``row_scale.row_scale``): the prologue runs without the factor, each A tile the kernel
+    loads adds its row sums to per-row accumulators (the k-loop covers each row once), and the
+    factor of the finished sums scales the product's rows before the epilogue (any ``K``)."""
 
     output_param: str
     operands: tuple[tuple[int, str], ...]
@@ -119,6 +124,7 @@ class TilePlan:
     row_align: int = 16
     heads: tuple = ()
     row_reductions: tuple[tuple[str, str], ...] = ()
+    row_scale: bool = False
 
 
 @dataclass
@@ -227,12 +233,22 @@ class _Evaluator:
         hl.copy(p[rows, idx], r)
         return r
 
-    def run(self, nodes: tuple[Node, ...], base: _Frame, anchor: Any, where: str) -> list[tuple[Any, _Frame]]:
-        """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue)."""
+    def run(self, nodes: tuple[Node, ...], base: _Frame, anchor: Any, where: str,
+            split: RowScale | None = None) -> list[tuple[Any, _Frame]]:
+        """Each node's (tile or scalar, frame); ``anchor``: the anchor's f32 tile (epilogue);
+        ``split``: the prologue's row factor is left out (its nodes are None, the product by
+        it is its other argument)."""
         import hexlayout.lang as hl
 
         env: list[tuple[Any, _Frame]] = []
         for j, n in enumerate(nodes):
+            if split is not None and j in split.row:
+                env.append((None, base))
+                continue
+            if split is not None and j == split.scale:
+                a = n.args[split.keep]
+                env.append((env[a[1]][0], env[a[1]][1]) if a[0] == "node" else (self.load(a[1], base), base))
+                continue
             fn = dict(self.plan.row_reductions).get(n.op)
             if fn is not None:
                 env.append((self.row_reduce(n, fn, j, env, anchor, base, where), base))
@@ -402,6 +418,10 @@ class _Fusion:
         self.defs = defining_ops(tk)
         self.view_of = {op.result.id: op for op in walk(tk) if isinstance(op, GlobalView)}
         self.params = {p.name: p for p in tk.params}
+        self.split: RowScale | None = None       # plan.row_scale: the A prologue's row factor
+        self.row_sums: dict[int, Any] = {}       # its reductions' accumulators (node -> value)
+        self.row_k: ExprLike = 0                 # A's row length
+        self.factor: Any = None                  # the row factor (epilogue frame)
         self.row_frame: _Frame | None = None
         if plan.row:                                # the frame of the reduced operand's row load
             gv = next((v for v in self.view_of.values() if v.param.name == dict(plan.operands).get(0)), None)
@@ -420,6 +440,7 @@ class _Fusion:
             raise FusionUnsupported(f"{tk.name}: operand {operand} has no load to fuse a prologue into")
         dtype = self.params[pname].dtype
         where = f"prologue of operand {operand}"
+        split = self._row_split(pname, nodes, out) if self.plan.row_scale and operand == 0 else None
 
         def rule(visit: Any) -> Any:
             op = visit.op
@@ -433,8 +454,10 @@ class _Fusion:
             frame = _Frame(tuple(gv.result.type.shape), tuple(gv.origin), tuple(gv.param.shape))
 
             def body() -> None:
-                env = ev.run(nodes, frame, None, where)
+                env = ev.run(nodes, frame, None, where, split)
                 val = env[out][0]
+                if split is not None:
+                    self._add_row_sums(nodes, env, frame)
                 if op.dst.scope == Scope.REGISTER:  # an operand loaded into registers (a row)
                     hl.assign(ext.tile(op.dst), hl.cast(val, dtype))
                 else:
@@ -448,6 +471,87 @@ class _Fusion:
         _drop_param(tk, pname, self.prog)
         if pname not in self.prog.removed:
             raise FusionUnsupported(f"{tk.name}: {pname} is still read after fusing its prologue")
+
+    # --- a row factor of the A prologue (plan.row_scale) ----------------------------------------
+    def _row_split(self, pname: str, nodes: tuple, out: int) -> RowScale:
+        """The split of the A prologue ``nodes`` and its row sums' accumulators (f32 zeros of
+        A's tile, at the start of the kernel)."""
+        import hexlayout.lang as hl
+
+        def arg(a: tuple) -> Any:
+            if a[0] == "node":
+                return a[1]
+            if a[0] == "input":
+                spec = self.plan.inputs[a[1]]
+                return "s" if spec.kind == "scalar" or all(spec.bcast) else "t"
+            return "s" if a[0] == "const" else "t"
+
+        args = [[arg(a) for a in nd.args if isinstance(a, tuple) and a] for nd in nodes]
+        split = row_scale([nd.op for nd in nodes], args, out, frozenset(dict(self.plan.row_reductions)))
+        if split is None:
+            raise FusionUnsupported(f"{self.tk.name}: the A prologue's row reductions are not one row factor "
+                                    "of its value (row_scale)")
+        gv = next((v for v in self.view_of.values() if v.param.name == pname), None)
+        if gv is None:
+            raise FusionUnsupported(f"{self.tk.name}: no load of {pname} to sum rows of")
+        tile = tuple(gv.result.type.shape)
+        self.row_k = gv.param.shape[1]
+        ops, tiles = self.ext.trace(lambda: [hl.zeros(tile, hl.f32) for _ in split.reductions])
+        self.tk.body.ops[:0] = ops
+        self.row_sums = {j: t.value for j, t in zip(split.reductions, tiles)}
+        self.split = split
+        return split
+
+    def _add_row_sums(self, nodes: tuple, env: list, frame: _Frame) -> None:
+        """Add the summands of the A tile of ``frame`` to the accumulators, element by element
+        (inside a trace; the rows are reduced once, after the k-loop)."""
+        import hexlayout.lang as hl
+
+        for j, acc in self.row_sums.items():
+            src = nodes[j].args[0]
+            x = env[src[1]][0] if src[0] == "node" else self.ev.load(src[1], frame)
+            t = self.ext.tile(acc)
+            hl.assign(t, t + hl.cast(x, hl.f32))
+
+    def _row_factor(self, rows: int) -> Any:
+        """The row factor ``g`` of the finished sums as a ``rows x 1`` f32 tile that broadcasts
+        over the product's tile (computed once, at the first store: the accumulators' rows are
+        reduced and go through shared memory, since the load's and the product's row layouts
+        differ)."""
+        import hexlayout.lang as hl
+
+        if self.factor is not None:
+            return self.factor
+        split, nodes = self.split, next(nd for op, nd, _ in self.plan.prologues if op == 0)
+        fns = dict(self.plan.row_reductions)
+        env: dict[int, Any] = {}
+        for j in sorted(split.row):
+            n = nodes[j]
+            if j in self.row_sums:
+                sh = hl.shared(hl.f32, (rows, 1))
+                hl.copy(hl.reduce(self.ext.tile(self.row_sums[j]), "sum", 1), sh)
+                hl.syncthreads()
+                r = hl.register(hl.f32, (rows, 1))
+                hl.copy(sh, r)
+                if fns[n.op] == "mean":
+                    r = r / hl.cast(hl.iota((rows, 1), 1) + self.row_k, hl.f32)
+                env[j] = r
+                continue
+            args: list[Any] = []
+            for a in n.args:
+                if a[0] == "node":
+                    args.append(env[a[1]])
+                elif a[0] == "input":
+                    args.append(self.ev.load(a[1], _Frame((1, 1), (0, 0), (1, 1))))
+                else:
+                    v = a[1]
+                    args.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+            try:
+                env[j] = emit_elementwise(n.op, args, dict(n.kwargs))
+            except NotImplementedError as e:
+                raise FusionUnsupported(f"{self.tk.name}: row factor node {j}: {n.op}: {e}") from None
+        self.factor = env[split.factor]
+        return self.factor
 
     # --- epilogue: the output store -----------------------------------------------------------
     def _staging(self) -> dict[int, Copy]:
@@ -519,6 +623,8 @@ class _Fusion:
 
         ev, ext, plan, prog, row_frame = self.ev, self.ext, self.plan, self.prog, self.row_frame
         y = ext.tile(acc)
+        if self.split is not None:
+            y = y * self._row_factor(frame.tile[0])
         env = ev.run(plan.epilogue, row_frame if row_frame is not None else frame, y, "epilogue")
         for k, ref in enumerate(plan.outputs):
             val, fr = (y, frame) if ref[0] == "anchor" else env[ref[1]]

@@ -41,10 +41,11 @@ dimension into that operand's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + ep
 a GEMM's A prologue): before the walk, each such anchor's prologue is found with row
 reductions allowed; when it holds one over rows of static length ``K <= row_prologue``, its
 nodes are reserved for that anchor (the reduction is no kernel of its own, no other kernel's
-epilogue takes them), else the partition's ``notes`` say ``norm: two kernels (K=... >
-limit)`` (``three`` for a norm of two reductions: LayerNorm's mean and variance). An
-anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
-the record's reason.
+epilogue takes them) - over longer rows too when the record says ``row_scale`` and the
+reductions enter the prologue as one row factor (``row_scale.row_scale``) - else the
+partition's ``notes`` say ``norm: two kernels (K=... > limit)`` (``three`` for a norm of
+two reductions: LayerNorm's mean and variance). An anchor its record does not admit
+(attention in f32, with dropout, ...) is left to torch with the record's reason.
 
 How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluates with
 eager aten ops on the arguments it is given):
@@ -75,6 +76,7 @@ from .anchors import AnchorRecord, AnchorSpec, anchor_records, record_of_op
 from .aten import BITWISE, CASTS, HEAD_OPS, dtype_name
 from .aten import ELEMENTWISE as _MATH
 from .aten import VIEWS as _ATEN_VIEWS
+from .row_scale import row_scale
 from .spec import Epilogue, FusedSpec, Node, Prologue
 
 __all__ = ["partition", "Partition", "Group", "Step", "ELEMENTWISE", "VIEWS", "op_name", "rows", "row",
@@ -415,7 +417,8 @@ class _Partitioner(GraphView):
             if not reds:
                 continue
             ks = [static_int(_shape(r.args[0])[-1]) for r in reds]
-            if all(k is not None and k <= record.row_prologue for k in ks):
+            if all(k is not None and k <= record.row_prologue for k in ks) or \
+                    (record.row_scale and self._row_scaled(nodes)):
                 for p in nodes:
                     self.reserved[p] = n
             else:
@@ -425,6 +428,28 @@ class _Partitioner(GraphView):
                                   f"{record.row_prologue}) before {self._op(n)} ({n.name})")
         self.why = why
         self.record = None
+
+    def _row_scaled(self, nodes: list) -> bool:
+        """Whether the prologue ``nodes`` (graph order, the operand last) takes its row
+        reductions through one product by a row value (``row_scale``): then the anchor
+        accumulates the row sums over its k-loop and applies the row factor to its product."""
+        from torch.fx import Node as FxNode
+
+        index = {p: j for j, p in enumerate(nodes)}
+
+        def arg(a: Any) -> Any:
+            if isinstance(a, FxNode):
+                if a in index:
+                    return index[a]
+                return "s" if _is_tensor(_val(a)) and _val(a).numel() == 1 else "t"
+            return "s"
+
+        def flat(a: Any) -> list:
+            return [x for b in a for x in flat(b)] if isinstance(a, (list, tuple)) else [a]
+
+        ops = [self._op(p) for p in nodes]
+        args = [[arg(a) for a in flat(p.args)] for p in nodes]
+        return row_scale(ops, args, len(nodes) - 1, self._row_ops()) is not None
 
     def _row_walk(self, n: Any) -> tuple[list, list]:
         """The prologue of the first operand of anchor ``n`` whose producers hold a row
@@ -948,6 +973,10 @@ class _Partitioner(GraphView):
             return a, (), [n]
         if r[0] == "ext":
             return r[1], r[2], [n]
+        inner = self._unary_of_input(a, refs, unary) if hasattr(a, "op") else None
+        if inner is not None:            # a longer chain: ((p >> 4) & 15)
+            base, steps, chain = inner
+            return base, steps, chain + [n]
         return None
 
     def _commuted(self, n: Any, refs: dict, unary: dict, flat: set, out: list, extra_ref: Any) -> bool:

@@ -29,6 +29,8 @@ Transfer rules, per op:
   (the smaller extent per mode; a broadcast mode of extent 1 adds none); the padding's
   value is the function of the operands' padding values when every operand is padded
   alike (``exp`` of a 0 padding is 1), else unknown;
+- ``a + b`` (or ``a - b``) of one shape where ``a`` has no padding and ``b``'s padding holds
+  0: no padding (the sum is ``a`` there: an accumulator of a loop's tiles);
 - ``hl.where(cond, a, b)``: as above, and it clears lost padding: the kernel masked
   explicitly (attention's key mask), so what the select leaves in the padding - and what
   math after it makes of that - is the kernel's (``Pad.masked``): reductions still skip the
@@ -316,6 +318,8 @@ class _Analysis:
         rank = len(shape)
         tiles = [(a, self.read(a)) for a in op.args if isinstance(a, Value)]
         is_select = str(op.fn) == "select"
+        if self._adds_zero_padding(op, tiles):
+            return None
         lost = [s for _, s in tiles if s is not None and s.lost]
         if lost and not is_select:
             return _lost(lost[0].why)
@@ -336,6 +340,19 @@ class _Analysis:
         value = self._value(op, tiles, aligned)
         masked = is_select or any(s is not None and s.masked for _, s in tiles)
         return _make(tuple(ext), shape, value, masked)
+
+    @staticmethod
+    def _adds_zero_padding(op: Elementwise, tiles: list[Any]) -> bool:
+        """``a + b`` (or ``a - b``) of tiles of one shape where ``a`` has no padding and ``b``'s
+        padding holds 0: the result is ``a`` at ``b``'s padded elements, real data (an
+        accumulator that sums the tiles of a loop)."""
+        if str(op.fn) not in ("add", "sub") or len(tiles) != 2 or len(op.args) != 2:
+            return False
+        (a, sa), (b, sb) = tiles
+        if tuple(a.type.shape) != tuple(b.type.shape):
+            return False
+        zero = [s is not None and not s.lost and _same_value(s.value, 0.0) for s in (sa, sb)]
+        return (sa is None and zero[1]) or (str(op.fn) == "add" and sb is None and zero[0])
 
     def _value(self, op: Elementwise, tiles: list[Any], aligned: list[Any]) -> float | None:
         """The padding's value when every tile operand is padded alike with a known value and

@@ -292,8 +292,12 @@ def _coalesced(g: LayoutGraph, c: int, shape: tuple[int, ...], threads: int,
     view = global_views.get(gv.id)
     order = list(range(len(shape)))
     if view is not None:
-        order = sorted(order, key=lambda k: (0, view.static_stride(k)) if view.static_stride(k) is not None
-                       else (1, -k))
+        # contiguous modes first; a broadcast mode (stride 0) has no neighbours in memory: last
+        def key(k: int) -> tuple[int, int]:
+            st = view.static_stride(k)
+            return (1, -k) if st is None else (2, -k) if st == 0 else (0, st)
+
+        order = sorted(order, key=key)
     elem_bits = gv.type.dtype.bits
     # vectors as wide as the tensor's declared alignment allows (hl.f16[...].aligned(n))
     w = max(1, min(128, declared_vector_bits(view) if view is not None else 128) // elem_bits)

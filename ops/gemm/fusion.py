@@ -46,6 +46,7 @@ from .fusion_plan import (
     rope_head_dim,
 )
 from .fusion_rope import fuse_rope
+from .fusion_unstack import unstack_interleaved
 from .kernels import gemm_consts, leading_dims
 from .op import _ACT_NODES
 
@@ -68,7 +69,7 @@ def anchor_consts(call: GemmCall) -> dict[str, Any]:
     hd = rope_head_dim(call.plan)
     windows = not (call.plan.halves or call.plan.heads or hd)
     consts = gemm_consts(call.arch, call.m, call.n, call.k, staged=call.staged, windows=windows)
-    if norm_prologue(call.plan):
+    if norm_prologue(call.plan) and not call.plan.row_scale:
         consts = norm_consts(consts, call.k)
     elif any(s.group or s.period for s in call.plan.inputs) and consts["BK"] > 32:
         consts = dict(consts, BK=32)
@@ -265,9 +266,10 @@ def _gemm_spec(g: Any, s: AnchorSpec) -> None:
 
 
 def _prepare(gm: Any) -> list[str]:
-    """The GEMM record's graph passes: LayerNorms written out (``decompose_layer_norms``), gated
-    pairs into one GEMM (``fuse_gated_pairs``), RoPE into the QKV epilogue (``fuse_rope``)."""
-    return decompose_layer_norms(gm) + fuse_gated_pairs(gm) + fuse_rope(gm)
+    """The GEMM record's graph passes: stacked unpacking as one-hot products
+    (``unstack_interleaved``), LayerNorms written out (``decompose_layer_norms``), gated pairs
+    into one GEMM (``fuse_gated_pairs``), RoPE into the QKV epilogue (``fuse_rope``)."""
+    return unstack_interleaved(gm) + decompose_layer_norms(gm) + fuse_gated_pairs(gm) + fuse_rope(gm)
 
 
 def _clear() -> None:
@@ -277,8 +279,8 @@ def _clear() -> None:
 
 MATMUL = register_anchor(AnchorRecord("matmul", MATMULS, run=run_gemm, to_spec=_matmul_spec, clear=_clear,
                                       row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS),
-                                      prepare=_prepare))
+                                      row_scale=True, prepare=_prepare))
 #: ``hexlayout.gemm``: its operands ``a`` and ``b`` take prologues; it runs as an aten matmul spec
 HEXLAYOUT_GEMM = register_anchor(AnchorRecord(
     "hexlayout.gemm", frozenset({"hexlayout.gemm.default"}), operands=lambda g, n: n.args[:2],
-    to_spec=_gemm_spec, row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS)))
+    to_spec=_gemm_spec, row_prologue=NORM_MAX_K, row_reductions=frozenset(NORM_REDUCTIONS), row_scale=True))

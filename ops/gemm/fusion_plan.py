@@ -30,7 +30,10 @@
 - a reduction of A's rows in A's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w``,
   ``NORM_REDUCTIONS``) needs each A tile to hold whole rows:
   ``K <= NORM_MAX_K``, and the kernel runs with ``BK`` the power of two ``>= K``
-  (``norm_consts``), so its K loop runs once per tile.
+  (``norm_consts``), so its K loop runs once per tile; a longer row fuses when the
+  reductions enter the prologue as one row factor of its value (``TilePlan.row_scale``,
+  ``hexlayout.fusion.row_scale``: RMSNorm, not LayerNorm): the kernel keeps its tiles, sums
+  the rows over its k-loop and scales the product's rows.
 
 It returns the call's ``TilePlan`` (shape-free: the part of the build key), the tile
 problem (``m``, ``n``, ``k``, batch), the host tensors each parameter receives and what the
@@ -58,6 +61,7 @@ from hexlayout.fusion.planning import (
 )
 from hexlayout.fusion.reference import eval_nodes, reference
 from hexlayout.fusion.rope import ROPE
+from hexlayout.fusion.row_scale import row_scale
 from hexlayout.fusion.spec import FusedSpec, FusionUnsupported, Node, Prologue
 
 from .fusion_groups import flat_views, grouped_host, regroup
@@ -68,7 +72,8 @@ __all__ = ["GemmCall", "plan_call", "planned", "gemm_binder", "bind_inputs", "ho
 
 #: the longest row (``K``) a GEMM's A prologue reduces whole (an RMSNorm of the activation):
 #: a ``BM x K`` tile of A and a ``BN x K`` tile of B per stage, two stages in 48 KiB of shared
-#: memory; longer rows keep the norm as a row-reduction kernel of its own
+#: memory; longer rows take the norm as a row factor of the product (``row_scale``) or keep it
+#: as a row-reduction kernel of its own
 NORM_MAX_K = 128
 #: the reductions over the last dimension (``keepdim``) an A prologue may hold (``TilePlan.row_reductions``)
 NORM_REDUCTIONS = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum"}
@@ -638,9 +643,11 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     if _reduces_rows(prologues, 1):
         raise FusionUnsupported(f"{where}: a row reduction fuses only into the A operand's prologue")
     norm = _reduces_rows(prologues, 0)
-    if norm and (k > NORM_MAX_K or batch is not None):
+    scaled = norm and k > NORM_MAX_K and batch is None and _row_scaled(prologues, extra_inputs)
+    if norm and (k > NORM_MAX_K or batch is not None) and not scaled:
         raise FusionUnsupported(f"{where}: norm: the A prologue reduces rows of K = {k} (a GEMM's A prologue "
-                                f"holds whole rows up to {NORM_MAX_K}, not batched: two kernels)")
+                                f"holds whole rows up to {NORM_MAX_K}, or takes them as a row factor of its "
+                                "product (an RMSNorm), not batched: two kernels)")
     if any(nd.op == ROPE for nd in ep_nodes) and (halves or batch is not None):
         raise FusionUnsupported(f"{where}: rope with column halves or bmm is not fused")
     _check_rope(ep_nodes, r.inputs, where)
@@ -649,7 +656,7 @@ def _plan(spec: FusedSpec, anchor_args: list[Any], extra_inputs: list[Any]) -> t
     plan = TilePlan(output_param="c", operands=((0, "a"), (1, "b")), prologues=tuple(prologues),
                     epilogue=tuple(ep_nodes), outputs=tuple(bases), out_dtypes=tuple(out_dtypes),
                     inputs=tuple(specs), halves=halves, heads=tuple(heads) if any(heads) else (),
-                    row_reductions=tuple(sorted(NORM_REDUCTIONS.items())) if norm else ())
+                    row_reductions=tuple(sorted(NORM_REDUCTIONS.items())) if norm else (), row_scale=scaled)
     arch = arch_of(first.device, first.is_cuda)
     staged = bool(prologues) or halves or any(heads) or any(nd.op == ROPE for nd in ep_nodes)
     for k_, (hd_, t) in enumerate(zip(heads, metas)):
@@ -669,6 +676,25 @@ def _reduces_rows(prologues: Any, operand: int) -> bool:
     """Whether the prologue of ``operand`` (0: A, 1: B) among ``(operand, nodes, out)``
     reduces rows (``NORM_REDUCTIONS``)."""
     return any(op == operand and any(nd.op in NORM_REDUCTIONS for nd in nodes) for op, nodes, _ in prologues)
+
+
+def _row_scaled(prologues: Any, extra_inputs: list[Any]) -> bool:
+    """Whether the A prologue among ``(operand, nodes, out)`` takes its row reductions as one
+    row factor of its value (``hexlayout.fusion.row_scale``): the kernel then sums rows over
+    its k-loop and scales the product's rows (any ``K``)."""
+    def arg(a: Any) -> Any:
+        if a[0] == "node":
+            return a[1]
+        if a[0] == "input":
+            x = extra_inputs[a[1]]
+            return "t" if hasattr(x, "numel") and x.numel() > 1 else "s"
+        return "s" if a[0] == "const" else "t"
+
+    for op, nodes, out in prologues:
+        if op == 0:
+            args = [[arg(a) for a in nd.args if isinstance(a, tuple) and a] for nd in nodes]
+            return row_scale([nd.op for nd in nodes], args, out, frozenset(NORM_REDUCTIONS)) is not None
+    return False
 
 
 def norm_prologue(plan: TilePlan) -> bool:

@@ -168,3 +168,27 @@ def test_gemma_mlp_block_is_two_launches() -> None:
     tol = 1e-2 * ref.float().abs().max().item()
     assert (out.float() - ref.float()).abs().max().item() <= tol
     assert (out.double() - want).abs().max().item() <= tol
+
+
+def test_wide_llama_layer_is_five_launches() -> None:
+    """Hidden 256 (rows longer than a tile): both norms still fuse as the GEMMs' A prologues
+    (the row factor scales the product), 4 heads of 64, intermediate 256: 5 launches."""
+    torch.manual_seed(2)
+    dtype = torch.bfloat16
+    m = Layer("llama", h=256, heads=4, kv_heads=2, inter=256).to(dtype).eval()
+    x = torch.randn(1, 6, 256, dtype=dtype)
+    pos = torch.arange(6)[None]
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad():
+        with launch_log() as log:
+            out = c(x, pos)
+        ref = m(x, pos)
+        want = copy.deepcopy(m).double()(x.double(), pos)
+    plan = GraphPlan.merge(plans)
+    assert len(log) == len(plan.kernels) == LAUNCHES, plan.report()
+    assert [r for r in log if "aten.mean.dim" in r.prologue] == [log[0], log[3]], log
+    assert not plan.notes or not any(n.startswith("norm:") for n in plan.notes), plan.report()
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol

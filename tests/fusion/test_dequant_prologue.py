@@ -216,6 +216,68 @@ def test_int4_unpacking_is_fused(word: torch.dtype, dtype: torch.dtype, zero_ten
     assert (out.double() - want).abs().max().item() <= tol
 
 
+@pytest.mark.parametrize("dtype,fields", [(torch.float16, 2), (torch.bfloat16, 4)],
+                         ids=["f16-nibbles", "bf16-crumbs"])
+def test_stacked_unpacking_is_fused(dtype: torch.dtype, fields: int) -> None:
+    """``torch.stack([p & m, (p >> b) & m, ...], -1).view(N, K)``: the fields of each byte
+    stacked along a new last dimension (two nibbles, or four 2-bit fields), per-group scales:
+    the stack becomes one-hot products of per-group fields (``fusion_unstack``), one launch."""
+    gen = torch.Generator().manual_seed(6)
+    bits, g = 8 // fields, 16
+    vals = torch.randint(0, 2 ** bits, (N, K // fields, fields), generator=gen)
+    packed = torch.zeros(N, K // fields, dtype=torch.int64)
+    for j in range(fields):
+        packed |= vals[..., j] << (bits * j)
+    packed = packed.to(torch.uint8)
+    mask, mid = 2 ** bits - 1, 2 ** (bits - 1)
+    scale = (torch.rand(N, K // g, 1, generator=gen) * 0.02 + 0.005).to(dtype)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        w = torch.stack([(packed >> (bits * j)) & mask if j else packed & mask for j in range(fields)], -1)
+        w = (w.view(N, K).to(x.dtype) - mid).view(N, K // g, g) * scale
+        return F.linear(x, w.view(N, K))
+
+    x = torch.randn(2, 3, K, generator=gen).to(dtype)
+    plans: list[GraphPlan] = []
+    c = torch.compile(fn, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = fn(x)
+    plan = GraphPlan.merge(plans)
+    assert len(log) == 1 and len(plan.kernels) == 1 and plan.fallbacks == [], plan.report()
+    assert "aten.bitwise_and.Scalar" in log[0].prologue, log[0]
+    assert any(n.startswith(f"unpack: stack of {fields} fields") for n in plan.notes), plan.report()
+    w64 = ((vals.reshape(N, K).double() - mid).view(N, K // g, g) * scale.double()).view(N, K)
+    want = x.double() @ w64.T
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
+
+
+def test_stack_onehot_and_what_is_not_unstacked() -> None:
+    """The one-hot constants; float stacks and stacks along another dimension stay stacks."""
+    from hexlayout.ops.gemm.fusion_unstack import _stacked, stack_onehot
+
+    e = stack_onehot(4, 2, 2, torch.uint8, "cpu")
+    assert e.shape == (1, 1, 4) and e.tolist() == [[[0, 0, 1, 0]]]
+    assert stack_onehot(4, 2, 2, torch.uint8, "cpu") is e
+    gm = torch.fx.symbolic_trace(lambda a, b: torch.stack([a, b], -1))
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            n.meta["val"] = torch.zeros(3, 4, dtype=torch.uint8)
+    (st,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    st.target = torch.ops.aten.stack.default
+    assert _stacked(st) is not None
+    for dtype, dim in ((torch.float16, -1), (torch.uint8, 0)):
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                n.meta["val"] = torch.zeros(3, 4, dtype=dtype)
+        st.args = (st.args[0], dim)
+        assert _stacked(st) is None, (dtype, dim)
+
+
 def _grouped_specs() -> list:
     """The specs the front end makes of a per-group int8 dequantization with a zero point and of
     an int4 unpacking (group 32, inputs in the flattened frame of groups)."""

@@ -356,3 +356,49 @@ def test_masked_reduction_compiles(arch: str) -> None:
 
     built = build(softmax, arch)
     assert built.compiled.resources.spill_stores == 0
+
+
+# --- accumulators of zero-padded tiles ------------------------------------------------------
+
+@hl.kernel(threads=128)
+def chunked_sum_of_squares(x: f16[M, N].aligned(2), y: f32[M, 1], *, ADD: bool = True):
+    """Row sums of ``x^2`` over a runtime loop of 64-column chunks (the last one ragged): the
+    squares accumulate element by element (``acc + x^2``, or ``acc - (-x^2)``), one reduction
+    after the loop."""
+    pid = hl.grid(hl.spatial(hl.cdiv(x.shape[0], 16)))
+    acc = hl.zeros((16, 64), f32)
+    for k in hl.range(hl.cdiv(x.shape[1], 64)):
+        r = hl.register(f16, (16, 64))
+        hl.copy(hl.view(x, (16, 64), (pid * 16, k * 64)), r)
+        xf = hl.cast(r, f32)
+        hl.assign(acc, acc + xf * xf if ADD else acc - (xf * xf) * -1.0)
+    hl.copy(hl.sum(acc, 1), hl.view(y, (16, 1), (pid * 16, 0)))
+
+
+@hl.kernel(threads=128)
+def chunked_sum_of_exp(x: f32[M, N].aligned(4), y: f32[M, 1]):
+    """The same with ``exp``: its padding holds 1, not 0, so the accumulator's padding is lost."""
+    acc = hl.zeros((16, 64), f32)
+    for k in hl.range(hl.cdiv(x.shape[1], 64)):
+        r = hl.register(f32, (16, 64))
+        hl.copy(hl.view(x, (16, 64), (0, k * 64)), r)
+        hl.assign(acc, acc + hl.exp(r))
+    hl.copy(hl.sum(acc, 1), hl.view(y, (16, 1)))
+
+
+@pytest.mark.parametrize("add", [True, False], ids=["add", "sub"])
+def test_an_accumulator_of_zero_padded_tiles_has_no_padding(add: bool) -> None:
+    """``acc + t`` where ``t``'s padding holds 0 is ``acc`` there: real data, not padding, so a
+    reduction after the loop needs no mask (150 columns: chunks of 64, the last ragged)."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((40, 150)).astype(np.float16)
+    y = np.full((40, 1), np.nan, np.float32)
+    reduces = [op for op in chunked_sum_of_squares.trace(ADD=add).body.walk() if isinstance(op, Reduce)]
+    assert len(reduces) == 1 and reduces[0].valid is None
+    _emulate(chunked_sum_of_squares, "sm_80", {"x": x, "y": y}, ADD=add)
+    np.testing.assert_allclose(y[:, 0], (x.astype(np.float64) ** 2).sum(axis=1), rtol=1e-5)
+
+
+def test_an_accumulator_of_non_zero_padding_is_refused() -> None:
+    with pytest.raises(hl.KernelError, match=r"chunked_sum_of_exp: reduce at .*lost"):
+        chunked_sum_of_exp.trace()
