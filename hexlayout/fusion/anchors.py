@@ -56,7 +56,9 @@ to torch or other kernels, with that reason: ``fused_moe``).
 Graph pass: ``prepare(gm) -> list[str]`` rewrites the aten graph before it is partitioned (the GEMMs:
   two projections of one activation become one GEMM over the weights concatenated once), and
   returns notes for the plan; a node it adds whose target has ``hexlayout_derived = True``
-  computes a parameter once (cached), so the plan does not list it as an op left to torch.
+  computes a parameter once (cached), so the plan does not list it as an op left to torch; a
+  node whose ``meta[partition.LEFT_TO_TORCH]`` it sets to a reason is left to torch with that
+  reason (no kernel anchors it or fuses it: a MoE block's routing).
 """
 
 from __future__ import annotations

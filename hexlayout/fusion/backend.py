@@ -181,7 +181,8 @@ def rewrite(gm: Any, part: Partition) -> list[FusedKernel]:
     graph = gm.graph
     kernels = []
     replaced: dict[Any, Any] = {}          # an erased group output -> the getitem that replaced it
-    for g in part.groups:
+    later = [set(g.nodes) for g in part.groups]    # a norm several kernels recompute is in each
+    for j, g in enumerate(part.groups):
         k = FusedKernel(g)
         key = register_kernel(k)
         kernels.append(k)
@@ -204,6 +205,8 @@ def rewrite(gm: Any, part: Partition) -> list[FusedKernel]:
             last = item
         call.meta["val"] = vals
         for n in reversed(g.nodes):
+            if n.users and any(n in other for other in later[j + 1:]):
+                continue                   # read by a later kernel's copy of it: erased with that one
             graph.erase_node(n)
     legalize_graph(gm)                     # (a new graph: the groups' calls in dependency order)
     gm.graph.lint()

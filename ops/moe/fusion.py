@@ -46,6 +46,7 @@ from hexlayout.fusion.spec import FusedSpec, FusionUnsupported
 
 from .derived import cached_derived
 from .fusion_loop import fuse_expert_loop
+from .fusion_prologue import ROW_ANY, ROW_SCALE_REDUCTIONS
 
 __all__ = ["MOE", "fuse_gathered_experts", "moe_w13", "moe_w2", "MOE_OP", "prepare"]
 
@@ -433,8 +434,63 @@ def _rewrite(gm: Any, m: _Match, y: Any, v: _Val) -> str | None:
             res.meta["val"] = out.meta["val"].to(y.meta["val"].dtype)
     y.replace_all_uses_with(res)
     g.erase_node(y)
+    _leave_routing(ids, w_node, (tw, ti), e)
     return (f"moe: the experts of gathered weights {w1.name}, {w3.name}, {w2.name} by {ids.name} -> one "
             f"fused_moe ({e} experts, top-{k}, {act}); routing (softmax, topk, weights, casts) in torch")
+
+
+_MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
+
+
+def routing_reason(experts: int) -> str:
+    """Why a MoE block's routing is left to torch (the plan's reason for each of its ops)."""
+    return (f"MoE routing over {experts} experts (softmax, top-k, renormalisation, casts): torch's - a "
+            "data-dependent selection on rows of a few values, cheap next to the experts; fused, each "
+            "of its row reductions would be a launch of its own")
+
+
+def _leave_routing(ids: Any, weights: Any, casts: tuple, experts: int) -> None:
+    """Mark the routing that produces the top-k ``ids`` and ``weights`` as left to torch
+    (``LEFT_TO_TORCH``): from the router GEMM's output (exclusive) through the ``topk`` to the
+    weights and ids fused_moe reads (``casts``, the f32 / int32 casts the pass adds). Nothing
+    is marked when no GEMM bounds it (the routing is then not told apart from the rest)."""
+    from hexlayout.fusion.partition import LEFT_TO_TORCH
+
+    topk = ids.args[0] if _op(ids) == "getitem" else None
+    if topk is None or _op(topk) != "aten.topk.default" or not hasattr(topk.args[0], "op"):
+        return
+    up: list = []
+    work, bounded = [topk.args[0]], False
+    while work:
+        n = work.pop()
+        if n in up or n.op != "call_function":
+            continue
+        if _op(n) in _MATMULS:
+            bounded = True
+            continue
+        up.append(n)
+        work.extend(a for a in n.all_input_nodes)
+    if not bounded:
+        return
+    down: list = []
+    work = [topk]
+    targets = {weights, ids, *casts}
+    while work:                          # topk's descendants that lead to the weights / ids
+        n = work.pop()
+        if n in down:
+            continue
+        down.append(n)
+        work.extend(u for u in n.users if u in targets or _leads_to(u, targets))
+    reason = routing_reason(experts)
+    for n in up + down:
+        n.meta[LEFT_TO_TORCH] = reason
+
+
+def _leads_to(n: Any, targets: set, depth: int = 16) -> bool:
+    """Whether ``targets`` are reached from ``n`` through at most ``depth`` users."""
+    if n in targets:
+        return True
+    return depth > 0 and any(_leads_to(u, targets, depth - 1) for u in n.users)
 
 
 # --- the record ---------------------------------------------------------------------------------
@@ -455,15 +511,47 @@ def _eager(anchor: str, args: list, kwargs: dict) -> Any:
 
 
 def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, None]:
-    """The experts as one ``fused_moe`` call (no prologue or epilogue: the record takes none)."""
-    if spec.prologues or spec.epilogue.nodes:
-        raise FusionUnsupported(f"{spec.display_name()}: fused_moe takes no prologue or epilogue")
+    """The experts as one ``fused_moe`` call: a prologue of ``hidden_states`` that scales its
+    rows and columns (an RMSNorm: ``fusion_prologue``) in the gate-up kernel and the gate-up
+    weights, an epilogue of elementwise math of the output (the residual add:
+    ``fusion_epilogue``) in the top-k sum kernel - the same launches as without them."""
+    import torch
+
+    from hexlayout.fusion.planning import meta_eval, meta_tensors, sig
+    from hexlayout.fusion.reference import reference
+
     from .args import check_fused_moe
+    from .fusion_epilogue import moe_sum_epilogue
+    from .fusion_prologue import moe_prologue, scaled_w13
     from .op import run_fused_moe
 
+    where = spec.display_name()
     act = dict(spec.anchor_kwargs).get("activation", "silu")
-    check_fused_moe(*anchor_args, act, False, None, None)
-    return [run_fused_moe(*anchor_args, activation=act)], None
+    args = list(anchor_args)
+    scales: tuple = ()
+    if any(p.operand != 0 for p in spec.prologues):
+        raise FusionUnsupported(f"{where}: fused_moe takes a prologue of hidden_states only")
+    if spec.prologues:
+        w13 = args[1]
+        if not isinstance(w13, torch.Tensor) or w13.dim() != 3:
+            raise FusionUnsupported(f"{where}: a prologue of hidden_states needs w13 as a [E, 2I, H] tensor")
+        hidden = int(w13.shape[2])
+        pro = moe_prologue(spec.prologues[0], extra_inputs, hidden, where)
+        x = extra_inputs[pro.x]
+        if x.dtype != w13.dtype:
+            raise FusionUnsupported(f"{where}: the prologue's activation is {x.dtype}, the weights "
+                                    f"{w13.dtype} (fused_moe scales an activation of the weights' type)")
+        args[0] = x.reshape(-1, hidden).contiguous()
+        args[1] = scaled_w13(w13, pro, extra_inputs, hidden)
+        scales = pro.scales
+    check_fused_moe(*args, act, False, None, None)
+    combine = None
+    if spec.epilogue.nodes or spec.epilogue.outputs != (("anchor",),):
+        metas = meta_eval(("moe outputs", spec, sig(anchor_args), sig(extra_inputs)),
+                          lambda: reference(spec, meta_tensors(anchor_args), meta_tensors(extra_inputs)))
+        combine = moe_sum_epilogue(spec, args[0], extra_inputs, metas)
+    out = run_fused_moe(*args, activation=act, row_scales=scales, combine=combine)
+    return (out if combine is not None else [out]), None
 
 
 def prepare(gm: Any) -> list[str]:
@@ -473,6 +561,13 @@ def prepare(gm: Any) -> list[str]:
     return fuse_expert_loop(gm) + fuse_gathered_experts(gm)
 
 
+def _prologues(g: Any, n: Any) -> dict[int, list]:
+    """Only ``hidden_states`` (operand 0) takes a prologue (``fusion_prologue``)."""
+    nodes = g.prologue(n, n.args[0]) if hasattr(n.args[0], "op") else []
+    return {0: nodes} if nodes else {}
+
+
 MOE = register_anchor(AnchorRecord(
-    "moe experts", frozenset({MOE_OP}), run=_run, operands=_operands, prologues=lambda g, n: {},
-    to_spec=_to_spec, eager=_eager, prepare=prepare, epilogue=False))
+    "moe experts", frozenset({MOE_OP}), run=_run, operands=_operands, prologues=_prologues,
+    to_spec=_to_spec, eager=_eager, prepare=prepare, row_prologue=ROW_ANY,
+    row_reductions=frozenset(ROW_SCALE_REDUCTIONS)))

@@ -380,15 +380,18 @@ class Mixtral(Mistral):
         return x + self.moe(self.norm2(x))
 
 
-def test_mixtral_layer_launches_and_values() -> None:
-    """9 kernels: QKV (norm prologue), attention (window from positions), o_proj + residual,
-    the second norm (a row reduction: the router and the experts both read it), the router
-    GEMM, the f32 softmax and renormalisation (3 row reductions), ``fused_moe`` (itself 7
-    launches: 4 alignment, gate-up, down, sum over k); the residual add after the experts is
-    torch's (``fused_moe`` takes no epilogue)."""
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_mixtral_layer_launches_and_values(dtype: torch.dtype) -> None:
+    """5 kernels, the anchors: QKV (norm prologue, RoPE epilogue), attention (window from
+    positions), o_proj + residual, the router GEMM and ``fused_moe`` - the second norm,
+    read by both, recomputed in each one's prologue (the router's rows in its A tiles;
+    ``fused_moe``'s row scale in its gate-up kernel, the norm weight folded into ``w13``), the
+    residual add after the experts in ``fused_moe``'s top-k sum kernel (7 launches: 4
+    alignment, gate-up, down, sum); the routing (softmax, topk, renormalisation) is torch's,
+    listed with its reason."""
     torch.manual_seed(5)
-    m = Mixtral().to(torch.float16).eval()
-    x = torch.randn(2, 8, 64, dtype=torch.float16)
+    m = Mixtral().to(dtype).eval()
+    x = torch.randn(2, 8, 64, dtype=dtype)
     pos = torch.arange(8)[None].expand(2, 8)
     plans: list[GraphPlan] = []
     c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
@@ -399,9 +402,18 @@ def test_mixtral_layer_launches_and_values() -> None:
         ref = m(x, pos)
         want = copy.deepcopy(m).double()(x.double(), pos)
     plan = GraphPlan.merge(plans)
-    assert len(plan.kernels) == 9 and len(log) == 9 + 6, [r.name for r in log]
-    assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
-    assert any("no epilogue" in f.reason for f in plan.fallbacks), plan
+    names = [r.name for r in log]
+    assert len(plan.kernels) == 5 and len(log) == 5 + 6, names
+    (moe,) = [k for k in plan.kernels if k.anchor == "hexlayout.fused_moe.default"]
+    norm = {"aten.mean.dim", "aten.rsqrt.default", "aten.pow.Tensor_Scalar"}
+    assert norm <= set(moe.prologue) and "aten.add.Tensor" in moe.epilogue, moe
+    assert sum(norm <= set(k.prologue) for k in plan.kernels) == 3, plan     # QKV, router, experts
+    assert any(n.startswith("moe_gate_up") and n.endswith("_row_scaled") for n in names), names
+    assert names[-1].endswith("__moe_sum_" + ("f16" if dtype == torch.float16 else "bf16")), names
+    left = {f.op: f.reason for f in plan.fallbacks}
+    assert not {"aten.mean.dim", "aten.rsqrt.default", "aten.pow.Tensor_Scalar"} & set(left), plan
+    assert left["aten.amax.default"].startswith("MoE routing over 8 experts"), plan
+    assert all(r.anchor is not None for r in log if not r.name.startswith("moe_")), names
     _close(out, ref, want)
 
 
