@@ -482,3 +482,62 @@ def test_gathered_experts_with_dynamic_token_counts() -> None:
                 out = c(x)
             assert sum(r.name.startswith("moe_gate_up") for r in log) == 1, [r.name for r in log]
             _close(out, m(x), copy.deepcopy(m).double()(x.double()))
+
+
+def _rms_nodes(center: bool = False) -> tuple:
+    """HF's RMSNorm ``w * (x.float() * rsqrt(mean(x.float() ** 2, -1) + eps)).to(f16)`` as spec
+    nodes of ``("input", 0)`` (x ``[T, H]``) and ``("input", 1)`` (w ``[H]``); ``center``:
+    ``x - mean`` instead (LayerNorm's centering: not a scale)."""
+    from hexlayout.fusion.spec import Node
+
+    xf = Node("aten._to_copy.default", (("input", 0),), (("dtype", "f32"),))
+    sq = Node("aten.pow.Tensor_Scalar", (("node", 0), ("const", 2)))
+    mean = Node("aten.mean.dim", (("node", 1), ("const", (-1,)), ("const", True)))
+    eps = Node("aten.add.Tensor", (("node", 2), ("const", 1e-6)))
+    rs = Node("aten.rsqrt.default", (("node", 3),))
+    scale = Node("aten.sub.Tensor" if center else "aten.mul.Tensor", (("node", 0), ("node", 4)))
+    half = Node("aten._to_copy.default", (("node", 5),), (("dtype", "f16"),))
+    return (xf, sq, mean, eps, rs, scale, half, Node("aten.mul.Tensor", (("input", 1), ("node", 6))))
+
+
+def test_moe_prologue_is_a_row_and_a_column_scale() -> None:
+    """The RMSNorm of ``hidden_states``: one row scale (``rsqrt(mean(x ** 2) + eps)``, its
+    ``pre`` and ``post`` evaluated here against torch) and the weight as the column scale;
+    LayerNorm's ``x - mean`` is refused naming the node."""
+    from hexlayout.ops.moe.fusion_prologue import column_scale, moe_prologue
+
+    from hexlayout.fusion.reference import eval_nodes
+    from hexlayout.fusion.spec import FusionUnsupported, Prologue
+
+    g = torch.Generator().manual_seed(9)
+    x, w = torch.randn(5, 32, generator=g).half(), torch.randn(32, generator=g).half()
+    pro = moe_prologue(Prologue(0, _rms_nodes(), 7), [x, w], 32, "k")
+    (sc,) = pro.scales
+    assert pro.x == 0 and sc.fn == "mean"
+    pre = eval_nodes(sc.pre, None, [x.float()])[sc.pre_out]
+    r = eval_nodes(sc.post, None, [pre.mean(-1, keepdim=True)])[sc.post_out]
+    assert torch.allclose(r, torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert torch.equal(column_scale(pro, [x, w], 32), w.float())
+    with pytest.raises(FusionUnsupported, match="node 5 .aten.sub.Tensor"):
+        moe_prologue(Prologue(0, _rms_nodes(center=True), 7), [x, w], 32, "k")
+
+
+def test_norm_read_by_two_gemms_that_cannot_take_it_stays_a_kernel() -> None:
+    """One RMSNorm over rows of 256 read by two GEMMs (their A prologue takes rows up to 128):
+    neither recomputes it, and the plan says why."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import hexlayout.ops  # noqa: F401 - registers the anchor records
+    from hexlayout.fusion.partition import partition
+
+    def f(x: torch.Tensor, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        h = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).half() * w
+        return h @ a.t(), h @ b.t()
+
+    args = (torch.randn(4, 256).half(), torch.randn(256).half(), torch.randn(16, 256).half(),
+            torch.randn(24, 256).half())
+    part = partition(make_fx(f, tracing_mode="fake")(*args))
+    why = "norm: read by 2 kernels, a kernel of its own (not recomputed in each: K=256 > 128"
+    assert any(n.startswith(why) for n in part.notes), part.notes
+    anchors = [g.spec.anchor for g in part.groups]
+    assert anchors.count("aten.mean.dim") == 1 and anchors.count("aten.mm.default") == 2, anchors
