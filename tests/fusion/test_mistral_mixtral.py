@@ -540,4 +540,4 @@ def test_norm_read_by_two_gemms_that_cannot_take_it_stays_a_kernel() -> None:
     why = "norm: read by 2 kernels, a kernel of its own (not recomputed in each: K=256 > 128"
     assert any(n.startswith(why) for n in part.notes), part.notes
     anchors = [g.spec.anchor for g in part.groups]
-    assert anchors.count("aten.mean.dim") == 1 and anchors.count("aten.mm.default") == 2, anchors
+    assert anchors.count("aten.mean.dim") == 1 and len(anchors) == 3, anchors
