@@ -119,6 +119,7 @@ class _Match:
             self.parent[a] = b
 
     def unify_dims(self, x: tuple, y: tuple) -> None:
+        x, y = (tuple(a for a in d if self.size[a] != 1) for d in (x, y))   # (an index of one value: none)
         if len(x) != len(y):
             raise ValueError("merged dimensions differ")
         for a, b in zip(x, y):
@@ -231,8 +232,8 @@ def _compute(m: _Match, n: Any) -> _Val:  # noqa: C901 - one case per op
         r, c = (m.new(s) for s in _shape(w)[1:])
         return _Val(("G", w, ids, r, c), [(t,), (a,), (r,), (c,)])
     args = [a for a in n.args if hasattr(a, "op")]
-    if op in _PASS and args:
-        v = _value(m, n.args[0])
+    if op in _PASS and args and n.meta["val"].dtype == getattr(n.args[0].meta.get("val"), "dtype", None):
+        v = _value(m, n.args[0])                # (a cast that changes the type is a value of its own)
         return _Val(v.role, list(v.dims))
     if op in _VIEWS:
         v = _value(m, n.args[0])
@@ -315,7 +316,8 @@ def _combine(m: _Match, x: _Val, y: _Val, contracted: set, n: Any) -> tuple:
         if p.role[0] == "down" and q.role[0] == "leaf":
             t, a = m.ids_labels[p.role[1][2][3]]
             qd = [lab for d in q.dims for lab in d]
-            if {m.find(lab) for lab in qd} != {m.find(t), m.find(a)} or len(qd) != 2:
+            want = {m.find(t), m.find(a)} if m.size[t] != 1 else {m.find(a)}   # one token: no token index
+            if {m.find(lab) for lab in qd} != want or len(qd) != len(want):
                 break
             role = (p.role, q.role[1], a)
             if c == {m.find(a)}:
@@ -536,7 +538,8 @@ def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, 
         if not isinstance(w13, torch.Tensor) or w13.dim() != 3:
             raise FusionUnsupported(f"{where}: a prologue of hidden_states needs w13 as a [E, 2I, H] tensor")
         hidden = int(w13.shape[2])
-        pro = moe_prologue(spec.prologues[0], extra_inputs, hidden, where)
+        tokens = int(args[4].shape[0])                      # topk_ids [T, k]
+        pro = moe_prologue(spec.prologues[0], extra_inputs, tokens, hidden, where)
         x = extra_inputs[pro.x]
         if x.dtype != w13.dtype:
             raise FusionUnsupported(f"{where}: the prologue's activation is {x.dtype}, the weights "

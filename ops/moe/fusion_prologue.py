@@ -66,7 +66,8 @@ class MoePrologue:
     x: int
     scales: tuple[RowScale, ...]
     nodes: tuple[Node, ...]
-    columns: tuple[int, ...]
+    columns: tuple[tuple, ...]
+    column_inputs: tuple[int, ...] = ()      # the extra inputs the column scale reads
 
 
 _MULS = ("aten.mul.Tensor", "aten.mul.Scalar")
@@ -108,10 +109,12 @@ def _sub(nodes: tuple[Node, ...], out: int, leaf: dict) -> tuple[tuple[Node, ...
     return out_nodes, new[out]
 
 
-def moe_prologue(p: Prologue, extra: list, hidden: int, where: str) -> MoePrologue:
-    """``p`` (the prologue of ``hidden_states``; ``extra`` the spec's extra inputs, ``hidden``
-    the row length ``H``) as row and column scales of one activation input (see the module
-    docstring); ``FusionUnsupported`` naming the node when it is not of that form."""
+def moe_prologue(p: Prologue, extra: list, tokens: int, hidden: int, where: str) -> MoePrologue:
+    """``p`` (the prologue of ``hidden_states``; ``extra`` the spec's extra inputs; ``tokens``
+    x ``hidden`` the activation's rows) as row and column scales of one activation input (see
+    the module docstring): the activation is the input of rank >= 2 holding ``tokens`` rows of
+    ``hidden`` (one token's ``[1, H]`` too), a column input holds ``hidden`` values otherwise;
+    ``FusionUnsupported`` naming the node when it is not of that form."""
     import torch
 
     nodes = p.nodes
@@ -131,14 +134,14 @@ def moe_prologue(p: Prologue, extra: list, hidden: int, where: str) -> MoeProlog
         t = extra[a[1]]
         if not isinstance(t, torch.Tensor) or t.numel() == 1:
             return "num"
-        if t.shape[-1] == hidden and t.numel() == hidden:
-            return "col"
-        if t.shape[-1] == hidden:
+        if t.shape[-1] == hidden and t.dim() >= 2 and t.numel() == tokens * hidden:
             if x_input not in (None, a[1]):
                 raise FusionUnsupported(f"{where}: the prologue of hidden_states reads two activations "
                                         f"(inputs {x_input} and {a[1]})")
             x_input = a[1]
             return "x"
+        if t.shape[-1] == hidden and t.numel() == hidden:
+            return "col"
         raise FusionUnsupported(f"{where}: the prologue of hidden_states reads extra input {a[1]} of shape "
                                 f"{tuple(t.shape)} (neither the activation, a column [H] nor a number)")
 
@@ -220,7 +223,18 @@ def moe_prologue(p: Prologue, extra: list, hidden: int, where: str) -> MoeProlog
             post = post + (Node("aten.reciprocal.default", (("node", post_out),)),)
             post_out = len(post) - 1
         scales.append(RowScale(pre, pre_out, ROW_SCALE_REDUCTIONS[n.op], post, post_out))
-    return MoePrologue(x_input, tuple(scales), nodes, tuple((f, f in inverse) for f in cols))
+    reads: set[int] = set()
+    for f in cols:
+        work = [f]
+        while work:
+            a = work.pop()
+            if a[0] == "input":
+                reads.add(a[1])
+            elif a[0] == "node":
+                work.extend(b for b in nodes[a[1]].args
+                            if isinstance(b, tuple) and b and b[0] in ("node", "input"))
+    return MoePrologue(x_input, tuple(scales), nodes, tuple((f, f in inverse) for f in cols),
+                       tuple(sorted(reads)))
 
 
 def _reductions(nodes: tuple[Node, ...], j: int, red: dict) -> set[int]:
@@ -263,7 +277,7 @@ def scaled_w13(w13: Any, pro: MoePrologue, extra: list, hidden: int) -> Any:
 
     if not pro.columns:
         return w13
-    sources = tuple(t for t in extra if isinstance(t, torch.Tensor) and t.numel() == hidden)
+    sources = tuple(extra[i] for i in pro.column_inputs if isinstance(extra[i], torch.Tensor))
     key = ("w13 column scale", pro.nodes, pro.columns, dtype_name(w13.dtype))
 
     def make() -> Any:

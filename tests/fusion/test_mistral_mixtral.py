@@ -511,7 +511,7 @@ def test_moe_prologue_is_a_row_and_a_column_scale() -> None:
 
     g = torch.Generator().manual_seed(9)
     x, w = torch.randn(5, 32, generator=g).half(), torch.randn(32, generator=g).half()
-    pro = moe_prologue(Prologue(0, _rms_nodes(), 7), [x, w], 32, "k")
+    pro = moe_prologue(Prologue(0, _rms_nodes(), 7), [x, w], 5, 32, "k")
     (sc,) = pro.scales
     assert pro.x == 0 and sc.fn == "mean"
     pre = eval_nodes(sc.pre, None, [x.float()])[sc.pre_out]
@@ -519,7 +519,7 @@ def test_moe_prologue_is_a_row_and_a_column_scale() -> None:
     assert torch.allclose(r, torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
     assert torch.equal(column_scale(pro, [x, w], 32), w.float())
     with pytest.raises(FusionUnsupported, match="node 5 .aten.sub.Tensor"):
-        moe_prologue(Prologue(0, _rms_nodes(center=True), 7), [x, w], 32, "k")
+        moe_prologue(Prologue(0, _rms_nodes(center=True), 7), [x, w], 5, 32, "k")
 
 
 def test_norm_read_by_two_gemms_that_cannot_take_it_stays_a_kernel() -> None:
@@ -541,3 +541,40 @@ def test_norm_read_by_two_gemms_that_cannot_take_it_stays_a_kernel() -> None:
     assert any(n.startswith(why) for n in part.notes), part.notes
     anchors = [g.spec.anchor for g in part.groups]
     assert anchors.count("aten.mean.dim") == 1 and len(anchors) == 3, anchors
+
+
+class GemmaNormMoE(nn.Module):
+    """``x + experts(norm(x))`` with Gemma's norm ``(x * rsqrt(mean(x ** 2) + eps) * (1 + w))``
+    (f32 inside, one cast at the end), 8 gathered experts, top-``k``."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64) * 0.2)
+        self.moe = GatheredMoE(experts=8, k=k)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        h = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + self.w.float())).to(x.dtype)
+        return x + self.moe(h)
+
+
+def test_decode_gemma_norm_and_residual_in_fused_moe() -> None:
+    """One token (bf16; the match drops its index of one value): Gemma's norm is recomputed in the router GEMM's prologue and
+    ``fused_moe``'s (``1 + w`` folded into the gate-up weights), the residual add is in the
+    top-k sum kernel: 2 kernels, 8 launches (the router GEMM, fused_moe's 7)."""
+    torch.manual_seed(10)
+    m = GemmaNormMoE(k=2).to(torch.bfloat16).eval()
+    x = torch.randn(1, 1, 64, dtype=torch.bfloat16) * 2
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    plan = GraphPlan.merge(plans)
+    names = [r.name for r in log]
+    assert len(plan.kernels) == 2 and len(log) == 8, names
+    assert names[-1].endswith("__moe_sum_bf16") and "moe_gate_up_bf16_silu_row_scaled" in names, names
+    _close(out, ref, want)
