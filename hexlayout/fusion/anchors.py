@@ -49,9 +49,11 @@ operand that the epilogue also reads joins the prologue and is recomputed in the
 a GEMM's A: the kernel then loads whole rows of ``A`` per block (``K <= BK``; its planner
 refuses a reduction in another operand's prologue) - instead of being a row
 reduction kernel of its own (0: never; a longer row keeps the two kernels and the plan
-says so); ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
+says so; a norm several such anchors read is recomputed in each one's prologue when every
+one takes its rows; ``fused_moe``: rows of any length, its row scale accumulated over its
+k-loop); ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
 anchor's kernel takes no epilogue (its output is stored as it is and its consumers are left
-to torch or other kernels, with that reason: ``fused_moe``).
+to torch or other kernels, with that reason).
 
 Graph pass: ``prepare(gm) -> list[str]`` rewrites the aten graph before it is partitioned (the GEMMs:
   two projections of one activation become one GEMM over the weights concatenated once), and

@@ -34,15 +34,20 @@ keeps the graph acyclic. Every other op that computes a tensor is left to torch,
 reason. A record may find its operands' prologues itself (attention: at most the
 ``where(m, 0, -inf)`` of a boolean mask); an anchor whose record says ``tuple_output``
 (attention) has the views of its output and elementwise math of it alone as its epilogue;
-one whose record says ``epilogue=False`` (``fused_moe``) has none (its consumers are left to
-torch, or other kernels' prologues, with that reason). A
+one whose record says ``epilogue=False`` has none (its consumers are left to torch, or other
+kernels' prologues, with that reason). A
 record with ``row_prologue`` takes a reduction of its operand 0's rows over their last
 dimension into that operand's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w`` as
 a GEMM's A prologue): before the walk, each such anchor's prologue is found with row
 reductions allowed; when it holds one over rows of static length ``K <= row_prologue``, its
 nodes are reserved for that anchor (the reduction is no kernel of its own, no other kernel's
 epilogue takes them), else the partition's ``notes`` say ``norm: two kernels (K=... >
-limit)`` (``three`` for a norm of two reductions: LayerNorm's mean and variance). An
+limit)`` (``three`` for a norm of two reductions: LayerNorm's mean and variance). A norm
+read by several such anchors (a MoE block's router GEMM and experts) is recomputed in each
+one's prologue - its nodes reserved for all of them and duplicated in each kernel - when
+every one of them takes its rows, else it stays a kernel of its own (``norm: read by N
+kernels, a kernel of its own (...)``; ``_reserve_shared``). A node a record's graph pass
+marked ``LEFT_TO_TORCH`` (a MoE block's routing) is left to torch with its reason. An
 anchor its record does not admit (attention in f32, with dropout, ...) is left to torch with
 the record's reason.
 

@@ -18,7 +18,13 @@ node, with ``cat([W1, W3], 1)`` (and a transpose of a weight stored the other wa
 parameter computed once per weight (``hexlayout_derived``: again only after an in-place
 update), the gathers and contractions are gone. The routing (router GEMM aside: softmax,
 ``topk``, renormalisation, the casts of the weights and ids) stays in torch: data-dependent
-selection, cheap next to the experts.
+selection, cheap next to the experts; the pass marks it ``LEFT_TO_TORCH`` with that reason
+(``fusion_routing``) so its row reductions do not become kernels of their own.
+
+The record takes a prologue of ``hidden_states`` that scales its rows and columns (an
+RMSNorm, recomputed here when the router GEMM reads it too: ``fusion_prologue``) and an
+epilogue of elementwise math of the output (the residual add: ``fusion_epilogue``), both in
+kernels ``fused_moe`` launches anyway.
 
 The shapes are tracked symbolically: each value is a role (an input, a gathered weight, a
 projection, the activation, the gated product, the down projection, the weighted sum) and,
@@ -47,6 +53,7 @@ from hexlayout.fusion.spec import FusedSpec, FusionUnsupported
 from .derived import cached_derived
 from .fusion_loop import fuse_expert_loop
 from .fusion_prologue import ROW_ANY, ROW_SCALE_REDUCTIONS
+from .fusion_routing import leave_routing
 
 __all__ = ["MOE", "fuse_gathered_experts", "moe_w13", "moe_w2", "MOE_OP", "prepare"]
 
@@ -436,63 +443,9 @@ def _rewrite(gm: Any, m: _Match, y: Any, v: _Val) -> str | None:
             res.meta["val"] = out.meta["val"].to(y.meta["val"].dtype)
     y.replace_all_uses_with(res)
     g.erase_node(y)
-    _leave_routing(ids, w_node, (tw, ti), e)
+    leave_routing(ids, w_node, (tw, ti), e)
     return (f"moe: the experts of gathered weights {w1.name}, {w3.name}, {w2.name} by {ids.name} -> one "
             f"fused_moe ({e} experts, top-{k}, {act}); routing (softmax, topk, weights, casts) in torch")
-
-
-_MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "aten.bmm.default")
-
-
-def routing_reason(experts: int) -> str:
-    """Why a MoE block's routing is left to torch (the plan's reason for each of its ops)."""
-    return (f"MoE routing over {experts} experts (softmax, top-k, renormalisation, casts): torch's - a "
-            "data-dependent selection on rows of a few values, cheap next to the experts; fused, each "
-            "of its row reductions would be a launch of its own")
-
-
-def _leave_routing(ids: Any, weights: Any, casts: tuple, experts: int) -> None:
-    """Mark the routing that produces the top-k ``ids`` and ``weights`` as left to torch
-    (``LEFT_TO_TORCH``): from the router GEMM's output (exclusive) through the ``topk`` to the
-    weights and ids fused_moe reads (``casts``, the f32 / int32 casts the pass adds). Nothing
-    is marked when no GEMM bounds it (the routing is then not told apart from the rest)."""
-    from hexlayout.fusion.partition import LEFT_TO_TORCH
-
-    topk = ids.args[0] if _op(ids) == "getitem" else None
-    if topk is None or _op(topk) != "aten.topk.default" or not hasattr(topk.args[0], "op"):
-        return
-    up: list = []
-    work, bounded = [topk.args[0]], False
-    while work:
-        n = work.pop()
-        if n in up or n.op != "call_function":
-            continue
-        if _op(n) in _MATMULS:
-            bounded = True
-            continue
-        up.append(n)
-        work.extend(a for a in n.all_input_nodes)
-    if not bounded:
-        return
-    down: list = []
-    work = [topk]
-    targets = {weights, ids, *casts}
-    while work:                          # topk's descendants that lead to the weights / ids
-        n = work.pop()
-        if n in down:
-            continue
-        down.append(n)
-        work.extend(u for u in n.users if u in targets or _leads_to(u, targets))
-    reason = routing_reason(experts)
-    for n in up + down:
-        n.meta[LEFT_TO_TORCH] = reason
-
-
-def _leads_to(n: Any, targets: set, depth: int = 16) -> bool:
-    """Whether ``targets`` are reached from ``n`` through at most ``depth`` users."""
-    if n in targets:
-        return True
-    return depth > 0 and any(_leads_to(u, targets, depth - 1) for u in n.users)
 
 
 # --- the record ---------------------------------------------------------------------------------

@@ -578,3 +578,22 @@ def test_decode_gemma_norm_and_residual_in_fused_moe() -> None:
     assert len(plan.kernels) == 2 and len(log) == 8, names
     assert names[-1].endswith("__moe_sum_bf16") and "moe_gate_up_bf16_silu_row_scaled" in names, names
     _close(out, ref, want)
+
+
+@pytest.mark.nvrtc
+def test_row_scaled_gate_up_compiles_without_spills() -> None:
+    """NVRTC, sm_80: the gate-up kernel with an RMSNorm's row scale (the row read again in
+    accumulator-shaped tiles, reduced after the row) keeps everything in registers in the
+    prefill config (64-row blocks, the largest; decode's 16 rows compile the same way)."""
+    from hexlayout.ops.moe.fusion_prologue import moe_prologue
+    from hexlayout.ops.moe.kernels_sm80 import moe_config, moe_gate_up_kernel
+
+    import hexlayout.lang as hl
+    from hexlayout.fusion.spec import Prologue
+    from hexlayout.runtime import build
+
+    x, w = torch.zeros(4, 32, dtype=torch.float16), torch.zeros(32, dtype=torch.float16)
+    scales = moe_prologue(Prologue(0, _rms_nodes(), 7), [x, w], 4, 32, "k").scales
+    bld = build(moe_gate_up_kernel(hl.f16, "silu", scales), "sm_80", **moe_config(8192), TOPK=2)
+    res = bld.compiled.resources
+    assert res.spill_stores == res.spill_loads == res.stack_frame == 0, res
