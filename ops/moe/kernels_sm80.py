@@ -166,11 +166,12 @@ def moe_gate_up_kernel(dtype: DType, act: str = "silu", scales: tuple = ()) -> A
             _, tok = _slot_tokens(sorted_ids, m0, BM, TOPK)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
+            if scales:              # before the main loop: its tiles are dead when the accumulators grow
+                r = _row_scale(x, sorted_ids, m0, TOPK, scales, dt, acc_g)
             num_k, k0, _ = k_tile_range(x.shape[1], BK, 1, None)
             _expert_mma(lambda c0: x[tok, c0:c0 + BK], w13, e, (n0, ni + n0), (acc_g, acc_u), num_k, k0, dt,
                         BM, BN, BK, STAGES)
             if scales:
-                r = _row_scale(x, sorted_ids, m0, TOPK, scales, dt, acc_g)
                 acc_g *= r
                 acc_u *= r
             if SCALE_IN:
