@@ -545,12 +545,12 @@ def test_norm_read_by_two_gemms_that_cannot_take_it_stays_a_kernel() -> None:
 
 class GemmaNormMoE(nn.Module):
     """``x + experts(norm(x))`` with Gemma's norm ``(x * rsqrt(mean(x ** 2) + eps) * (1 + w))``
-    (f32 inside, one cast at the end), 8 gathered experts, top-``k``."""
+    (f32 inside, one cast at the end), 8 gathered experts, top-``k``, hidden ``h``."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, h: int = 64) -> None:
         super().__init__()
-        self.w = nn.Parameter(torch.randn(64) * 0.2)
-        self.moe = GatheredMoE(experts=8, k=k)
+        self.w = nn.Parameter(torch.randn(h) * 0.2)
+        self.moe = GatheredMoE(h=h, experts=8, k=k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -558,13 +558,16 @@ class GemmaNormMoE(nn.Module):
         return x + self.moe(h)
 
 
-def test_decode_gemma_norm_and_residual_in_fused_moe() -> None:
-    """One token (bf16; the match drops its index of one value): Gemma's norm is recomputed in the router GEMM's prologue and
-    ``fused_moe``'s (``1 + w`` folded into the gate-up weights), the residual add is in the
-    top-k sum kernel: 2 kernels, 8 launches (the router GEMM, fused_moe's 7)."""
+@pytest.mark.parametrize("tokens,h", [(1, 64), (5, 96)], ids=["decode", "ragged-row"])
+def test_gemma_norm_and_residual_in_fused_moe(tokens: int, h: int) -> None:
+    """One token (bf16; the match drops its index of one value), and rows of 96 (the row
+    scale's pass over 64-column tiles: the second one ragged): Gemma's norm is recomputed in
+    the router GEMM's prologue and ``fused_moe``'s (``1 + w`` folded into the gate-up
+    weights), the residual add is in the top-k sum kernel: 2 kernels, 8 launches (the router
+    GEMM, fused_moe's 7)."""
     torch.manual_seed(10)
-    m = GemmaNormMoE(k=2).to(torch.bfloat16).eval()
-    x = torch.randn(1, 1, 64, dtype=torch.bfloat16) * 2
+    m = GemmaNormMoE(k=2, h=h).to(torch.bfloat16).eval()
+    x = torch.randn(1, tokens, h, dtype=torch.bfloat16) * 2
     plans: list[GraphPlan] = []
     c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
     with torch.no_grad(), warnings.catch_warnings():
