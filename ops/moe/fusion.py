@@ -503,6 +503,8 @@ def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, 
     check_fused_moe(*args, act, False, None, None)
     combine = None
     if spec.epilogue.nodes or spec.epilogue.outputs != (("anchor",),):
+        if args[0].shape[0] == 0:                # no token: nothing to launch
+            return list(reference(spec, anchor_args, extra_inputs)), None
         metas = meta_eval(("moe outputs", spec, sig(anchor_args), sig(extra_inputs)),
                           lambda: reference(spec, meta_tensors(anchor_args), meta_tensors(extra_inputs)))
         combine = moe_sum_epilogue(spec, args[0], extra_inputs, metas)
