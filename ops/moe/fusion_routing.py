@@ -23,9 +23,8 @@ _MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "ate
 
 def routing_reason(experts: int) -> str:
     """Why a MoE block's routing is left to torch (the plan's reason for each of its ops)."""
-    return (f"MoE routing over {experts} experts (softmax, top-k, renormalisation, casts): torch's - a "
-            "data-dependent selection on rows of a few values, cheap next to the experts; fused, each "
-            "of its row reductions would be a launch of its own")
+    return (f"MoE routing over {experts} experts (softmax, top-k, renormalisation, casts): a data-dependent "
+            "selection on rows of a few values, cheaper in torch than as row-reduction launches")
 
 
 def leave_routing(ids: Any, weights: Any, casts: tuple, experts: int) -> None:
