@@ -471,17 +471,24 @@ def test_window_mask_with_dynamic_lengths_shares_one_build() -> None:
 def test_gathered_experts_with_dynamic_token_counts() -> None:
     """8, then 12 and 20 tokens (dynamo makes the count symbolic): the match follows the
     symbolic token index through the einsum's reshapes (``[2 * T, 1, I]``), so the dynamic
-    graph's experts are one ``fused_moe`` too."""
+    graph's experts are one ``fused_moe`` too - with the norm before them in its prologue and
+    the residual after them in its sum kernel, each one build for 12 and 20 tokens."""
     torch.manual_seed(8)
-    m = GatheredMoE(experts=8).to(torch.float16).eval()
+    m = GemmaNormMoE(k=2).to(torch.float16).eval()
     c = torch.compile(m, backend="hexlayout", options={"fallback": "eager"})
-    with torch.no_grad():
+    keys = []
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
         for t in (8, 12, 20):
             x = torch.randn(1, t, 64, dtype=torch.float16)
             with launch_log() as log:
                 out = c(x)
-            assert sum(r.name.startswith("moe_gate_up") for r in log) == 1, [r.name for r in log]
+            names = [r.name for r in log]
+            assert sum(n.startswith("moe_gate_up") and n.endswith("_row_scaled") for n in names) == 1, names
+            assert names[-1].endswith("__moe_sum_f16"), names
+            keys.append(log[-1].build_key)
             _close(out, m(x), copy.deepcopy(m).double()(x.double()))
+    assert keys[1] == keys[2], keys
 
 
 def _rms_nodes(center: bool = False) -> tuple:
