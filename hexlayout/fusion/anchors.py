@@ -52,14 +52,18 @@ reduction kernel of its own (0: never; a longer row keeps the two kernels and th
 says so, unless ``row_scale``); ``row_scale``: a longer row's reduction joins the prologue too
 when it reaches the operand only as one product by a row value (``row_scale.row_scale``: an
 RMSNorm, not a LayerNorm): the anchor sums the rows over its k-loop and scales its product's
-rows; ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
+rows; a norm several such anchors read is recomputed in each one's prologue when every one
+takes its rows (``fused_moe``: rows of any length, its row scale accumulated over its
+k-loop); ``row_reductions``: those reductions' aten names; ``epilogue``: False when the
 anchor's kernel takes no epilogue (its output is stored as it is and its consumers are left
-to torch or other kernels, with that reason: ``fused_moe``).
+to torch or other kernels, with that reason).
 
 Graph pass: ``prepare(gm) -> list[str]`` rewrites the aten graph before it is partitioned (the GEMMs:
   two projections of one activation become one GEMM over the weights concatenated once), and
   returns notes for the plan; a node it adds whose target has ``hexlayout_derived = True``
-  computes a parameter once (cached), so the plan does not list it as an op left to torch.
+  computes a parameter once (cached), so the plan does not list it as an op left to torch; a
+  node whose ``meta[partition.LEFT_TO_TORCH]`` it sets to a reason is left to torch with that
+  reason (no kernel anchors it or fuses it: a MoE block's routing).
 """
 
 from __future__ import annotations

@@ -181,6 +181,8 @@ def rewrite(gm: Any, part: Partition) -> list[FusedKernel]:
     graph = gm.graph
     kernels = []
     replaced: dict[Any, Any] = {}          # an erased group output -> the getitem that replaced it
+    shared = {n for i, g in enumerate(part.groups) for n in g.nodes
+              if any(n in h.nodes for h in part.groups[i + 1:])}   # a norm several kernels recompute
     for g in part.groups:
         k = FusedKernel(g)
         key = register_kernel(k)
@@ -204,6 +206,8 @@ def rewrite(gm: Any, part: Partition) -> list[FusedKernel]:
             last = item
         call.meta["val"] = vals
         for n in reversed(g.nodes):
+            if n.users and n in shared:
+                continue                   # still read by another kernel's copy of it: erased with that one
             graph.erase_node(n)
     legalize_graph(gm)                     # (a new graph: the groups' calls in dependency order)
     gm.graph.lint()

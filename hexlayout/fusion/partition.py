@@ -34,8 +34,8 @@ keeps the graph acyclic. Every other op that computes a tensor is left to torch,
 reason. A record may find its operands' prologues itself (attention: at most the
 ``where(m, 0, -inf)`` of a boolean mask); an anchor whose record says ``tuple_output``
 (attention) has the views of its output and elementwise math of it alone as its epilogue;
-one whose record says ``epilogue=False`` (``fused_moe``) has none (its consumers are left to
-torch, or other kernels' prologues, with that reason). A
+one whose record says ``epilogue=False`` has none (its consumers are left to torch, or other
+kernels' prologues, with that reason). A
 record with ``row_prologue`` takes a reduction of its operand 0's rows over their last
 dimension into that operand's prologue (RMSNorm ``x * rsqrt(mean(x * x, -1) + eps) * w`` as
 a GEMM's A prologue): before the walk, each such anchor's prologue is found with row
@@ -44,8 +44,13 @@ nodes are reserved for that anchor (the reduction is no kernel of its own, no ot
 epilogue takes them) - over longer rows too when the record says ``row_scale`` and the
 reductions enter the prologue as one row factor (``row_scale.row_scale``) - else the
 partition's ``notes`` say ``norm: two kernels (K=... > limit)`` (``three`` for a norm of
-two reductions: LayerNorm's mean and variance). An anchor its record does not admit
-(attention in f32, with dropout, ...) is left to torch with the record's reason.
+two reductions: LayerNorm's mean and variance). A norm read by several such anchors (a MoE
+block's router GEMM and experts) is recomputed in each one's prologue - its nodes reserved
+for all of them and duplicated in each kernel - when every one of them takes its rows, else
+it stays a kernel of its own (``norm: read by N kernels, a kernel of its own (...)``;
+``_reserve_shared``). A node a record's graph pass marked ``LEFT_TO_TORCH`` (a MoE block's
+routing) is left to torch with its reason. An anchor its record does not admit (attention in
+f32, with dropout, ...) is left to torch with the record's reason.
 
 How a group becomes a spec the mechanism runs (``run_fused``; every spec evaluates with
 eager aten ops on the arguments it is given):
@@ -80,7 +85,11 @@ from .row_scale import row_scale
 from .spec import Epilogue, FusedSpec, Node, Prologue
 
 __all__ = ["partition", "Partition", "Group", "Step", "ELEMENTWISE", "VIEWS", "op_name", "rows", "row",
-           "static_int", "GraphView"]
+           "static_int", "GraphView", "LEFT_TO_TORCH"]
+
+#: ``node.meta`` key a record's graph pass (``AnchorRecord.prepare``) sets to a reason: the node
+#: is left to torch with it (no kernel anchors it or takes it into a prologue or an epilogue)
+LEFT_TO_TORCH = "hexlayout_left_to_torch"
 
 #: Elementwise ops and casts that the mechanism can fuse (``aten.ELEMENTWISE``, ``aten.CASTS``):
 #: injective as prologues; bijective as epilogues when the kernel's value is not broadcast up.
@@ -267,7 +276,8 @@ class GraphView:
     """What an anchor record's callables see of the graph (``anchors.AnchorRecord``): the op
     of a node, its value (``meta["val"]``), shape and arguments by name, a constant argument
     as a spec holds it, whether a node is still free to join a kernel, graph ``order``, the
-    current ``anchor`` and ``untranspose`` (drop an operand's trailing 2-D transpose)."""
+    current ``anchor``, ``untranspose`` (drop an operand's trailing 2-D transpose) and
+    ``prologue`` (the generic walk back from one operand)."""
 
     anchor: Any = None
     order: dict
@@ -310,8 +320,9 @@ class _Partitioner(GraphView):
             self.anc[n] = mask
         self.why: dict[Any, str] = {}          # fx.Node -> why it was not fused
         self.record: AnchorRecord | None = None   # the current anchor's record
-        self.reserved: dict[Any, Any] = {}     # fx.Node -> the anchor whose A prologue (a norm) it joins
+        self.reserved: dict[Any, set] = {}     # fx.Node -> the anchors whose A prologue (a norm) it joins
         self.row_walk = False                  # the reservation walk: row reductions may join a prologue
+        self.relaxed = False                   # the shared-norm walk: every producer's users are ignored
         self.notes: list[str] = []
 
     # --- op classes -----------------------------------------------------------------------------
@@ -383,12 +394,21 @@ class _Partitioner(GraphView):
             return False
         return True
 
+    def _left(self, n: Any) -> bool:
+        """Whether a graph pass left ``n`` to torch (``LEFT_TO_TORCH``; the reason kept)."""
+        reason = n.meta.get(LEFT_TO_TORCH) if hasattr(n, "meta") else None
+        if reason:
+            self.why.setdefault(n, reason)
+        return bool(reason)
+
     def _prologue_ok(self, n: Any) -> bool:
         op = self._op(n)
-        owner = self.reserved.get(n)
-        if owner is not None and owner is not self.anchor:
+        if self._left(n):
             return False
-        rowred = op in self._row_ops() and (self.row_walk or owner is not None) and self._last_row(n)
+        owners = self.reserved.get(n)
+        if owners and self.anchor not in owners:
+            return False
+        rowred = op in self._row_ops() and (self.row_walk or bool(owners)) and self._last_row(n)
         return n.op == "call_function" and (op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or rowred) \
             and _is_tensor(_val(n)) and self._expressible(n) and self._frame_ok(n)
 
@@ -407,9 +427,11 @@ class _Partitioner(GraphView):
         """Reserve each ``row_prologue`` anchor's operand prologue when it holds a row reduction over
         rows that fit (``K <= record.row_prologue``); note the norms that do not fit."""
         why = dict(self.why)
+        shared = self._reserve_shared()
         for n in self.nodes:
             record = record_of_op(self._op(n)) if n.op == "call_function" else None
-            if record is None or not record.row_prologue or not self._admitted(record, n):
+            if record is None or not (record.row_prologue or record.row_scale) or n in shared or \
+                    not self._admitted(record, n):
                 continue
             self.record, self.anchor, self.epilogue_users = record, n, set()
             self.flat = _is_tensor(_val(n)) and len(_shape(n)) == 2
@@ -420,12 +442,13 @@ class _Partitioner(GraphView):
             if all(k is not None and k <= record.row_prologue for k in ks) or \
                     (record.row_scale and self._row_scaled(nodes)):
                 for p in nodes:
-                    self.reserved[p] = n
+                    self.reserved[p] = {n}
             else:
                 k = next(k for k in ks if k is None or k > record.row_prologue)
                 count = {2: "two", 3: "three"}.get(len(reds) + 1, str(len(reds) + 1))
-                self.notes.append(f"norm: {count} kernels (K={'symbolic' if k is None else k} > "
-                                  f"{record.row_prologue}) before {self._op(n)} ({n.name})")
+                why = f"K={'symbolic' if k is None else k} > {record.row_prologue}" if record.row_prologue \
+                    else "not a row factor of the operand"
+                self.notes.append(f"norm: {count} kernels ({why}) before {self._op(n)} ({n.name})")
         self.why = why
         self.record = None
 
@@ -451,6 +474,86 @@ class _Partitioner(GraphView):
         args = [[arg(a) for a in flat(p.args)] for p in nodes]
         return row_scale(ops, args, len(nodes) - 1, self._row_ops()) is not None
 
+    def _reserve_shared(self) -> set:
+        """Norms read by several ``row_prologue`` anchors (the router GEMM and the experts of a
+        MoE block both read the second RMSNorm): each such anchor's prologue walk ignoring
+        users (``relaxed``); then, to a fixed point, a node keeps an anchor only when each of
+        its users is that anchor or in the prologue of one of the anchors it keeps, and the
+        node is reached from the anchor's operand through nodes it keeps. A reduction kept by
+        several anchors is recomputed in each one's prologue (its nodes reserved for all of
+        them, duplicated like a cheap producer) when every one of them takes its rows
+        (``K <= record.row_prologue``); else none does (the norm stays a kernel of its own, as
+        a norm read twice always was) and the notes say why. Returns the anchors whose
+        prologues were reserved here."""
+        walks: dict[Any, tuple] = {}
+        for n in self.nodes:
+            record = record_of_op(self._op(n)) if n.op == "call_function" else None
+            if record is None or not (record.row_prologue or record.row_scale) or \
+                    not self._admitted(record, n):
+                continue
+            self.record, self.anchor, self.epilogue_users = record, n, set()
+            self.flat = _is_tensor(_val(n)) and len(_shape(n)) == 2
+            self.relaxed = True
+            try:
+                nodes, reds = self._row_walk(n)
+            finally:
+                self.relaxed = False
+            if reds:
+                walks[n] = (record, nodes[-1], nodes)    # the operand: the latest of its producers
+        owners: dict[Any, set] = {}
+        for a, (_, _, nodes) in walks.items():
+            for p in nodes:
+                owners.setdefault(p, set()).add(a)
+        changed = True
+        while changed:
+            changed = False
+            for p in list(owners):
+                if not all(any(u is b or b in owners.get(u, ()) for b in owners[p]) for u in p.users):
+                    del owners[p]
+                    changed = True
+            for a, (_, operand, _) in walks.items():
+                keep: set = set()
+                work = [operand] if a in owners.get(operand, ()) else []
+                while work:
+                    p = work.pop()
+                    if p not in keep:
+                        keep.add(p)
+                        work.extend(d for d in _arg_nodes(p) if a in owners.get(d, ()))
+                for p in list(owners):
+                    if a in owners[p] and p not in keep:
+                        owners[p].discard(a)
+                        changed = True
+                        if not owners[p]:
+                            del owners[p]
+        done: set = set()
+        for r in [p for p in self.nodes if len(owners.get(p, ())) > 1]:
+            family = owners[r]
+            if family <= done:
+                continue
+            too_long = []
+            for a in sorted(family, key=self.order.__getitem__):
+                record = walks[a][0]
+                mine = [p for p in walks[a][2] if a in owners.get(p, ())]
+                scaled = record.row_scale and self._row_scaled(mine)
+                for red in (p for p in owners if a in owners[p] and self._op(p) in record.row_reductions):
+                    k = static_int(_shape(red.args[0])[-1])
+                    if (k is None or k > record.row_prologue) and not scaled:
+                        why = f"K={'symbolic' if k is None else k} > {record.row_prologue}" \
+                            if record.row_prologue else "not a row factor"
+                        too_long.append(f"{why} for {self._op(a)} ({a.name})")
+                        break
+            if too_long:
+                self.notes.append(f"norm: read by {len(family)} kernels, a kernel of its own (not recomputed "
+                                  f"in each: {'; '.join(too_long)})")
+                done |= family
+                continue
+            for p, s in owners.items():
+                if s & family:
+                    self.reserved[p] = set(s & family)
+            done |= family
+        self.record = None
+        return {a for a in done if any(a in s for s in self.reserved.values())}
+
     def _row_walk(self, n: Any) -> tuple[list, list]:
         """The prologue of the first operand of anchor ``n`` whose producers hold a row
         reduction (row reductions allowed), and those reductions (empty: none does)."""
@@ -469,11 +572,12 @@ class _Partitioner(GraphView):
 
     def _epilogue_ok(self, n: Any, group: set, viewed: set) -> bool:
         op = self._op(n)
-        if n.op != "call_function":
+        if n.op != "call_function" or self._left(n):
             return False
-        owner = self.reserved.get(n)
-        if owner is not None and owner is not self.anchor:
-            self.why.setdefault(n, f"joins the A prologue of {owner.name} (a norm)")
+        owners = self.reserved.get(n)
+        if owners and self.anchor not in owners:
+            names = ", ".join(o.name for o in sorted(owners, key=self.order.__getitem__))
+            self.why.setdefault(n, f"joins the A prologue of {names} (a norm)")
             return False
         if op == "getitem":
             src = n.args[0]
@@ -560,16 +664,16 @@ class _Partitioner(GraphView):
             g = self._group(record, n)
             if g is not None:
                 groups.append(g)
-                self.kernels[n] = (sum(self.bit[m] for m in g.nodes), list(g.inputs))
+                self.kernels[n] = (self._mask(g.nodes), list(g.inputs))
         groups = self._acyclic(groups)
         return Partition(groups, self._fallbacks(), self.notes)
 
     def _admitted(self, record: AnchorRecord, n: Any) -> bool:
         """Whether ``n`` is an anchor of ``record`` (else the reason is kept)."""
-        why = None
-        if not record.tuple_output and not _is_tensor(_val(n)):
+        why = n.meta.get(LEFT_TO_TORCH) or None
+        if why is None and not record.tuple_output and not _is_tensor(_val(n)):
             why = "its value is not a tensor"
-        elif record.admit is not None:
+        elif why is None and record.admit is not None:
             self.anchor = n
             why = record.admit(self, n)
         if why is not None:
@@ -585,6 +689,9 @@ class _Partitioner(GraphView):
             op = self._op(n)
             if op == "getitem" or getattr(n.target, "hexlayout_derived", False):
                 continue                  # a derived parameter (``AnchorRecord.prepare``): not run per call
+            if n.meta.get(LEFT_TO_TORCH):
+                fallbacks.append((n, n.meta[LEFT_TO_TORCH]))
+                continue
             if op in ELEMENTWISE or op in VIEWS or op in _BROADCASTS or op in _SPLITS:
                 reason = self.why.get(n, "no anchor kernel to fuse into: it neither produces an anchor's "
                                          "operand alone nor consumes an anchor's output")
@@ -597,7 +704,7 @@ class _Partitioner(GraphView):
         """``groups`` without any that would wait on a kernel waiting on it (a safety net:
         the epilogue walk avoids these); their ops go back to torch with the reason."""
         while True:
-            masks = [sum(self.bit[m] for m in g.nodes) for g in groups]
+            masks = [self._mask(g.nodes) for g in groups]
             after = {i: {j for j, mj in enumerate(masks) if j != i and
                          any((self.bit[d] | self.anc[d]) & mj for d in g.inputs)}
                      for i, g in enumerate(groups)}
@@ -608,6 +715,11 @@ class _Partitioner(GraphView):
                 self.claimed.pop(n, None)
                 self.why[n] = "its kernel and another would wait for each other's outputs"
             groups = groups[:bad] + groups[bad + 1:]
+
+    def _mask(self, nodes: list) -> int:
+        """The bit mask of a kernel's nodes for the order between kernels: without a norm
+        several kernels recompute (reading it waits on its inputs, not on one of them)."""
+        return sum(self.bit[m] for m in nodes if len(self.reserved.get(m, ())) < 2)
 
     @staticmethod
     def _reaches(after: dict, start: int) -> bool:
@@ -623,10 +735,10 @@ class _Partitioner(GraphView):
 
     def _prologue(self, anchor: Any, operand: Any) -> list:
         """The producers of ``operand`` that join its prologue (graph order)."""
-        if operand in self.claimed or not self._prologue_ok(operand):
+        if (operand in self.claimed and not self._duplicated(operand)) or not self._prologue_ok(operand):
             return []
-        if any(u is not anchor and u not in self.epilogue_users for u in operand.users) or \
-                sum(1 for a in anchor.args if a is operand) != 1:
+        if any(u is not anchor and u not in self.epilogue_users and not self._shared(operand, u)
+               for u in operand.users) or sum(1 for a in anchor.args if a is operand) != 1:
             self.why.setdefault(operand, "its result is also used outside the kernel it would be a "
                                          "prologue of (not recomputed)")
             return []
@@ -635,9 +747,9 @@ class _Partitioner(GraphView):
         while work:
             work.sort(key=self.order.__getitem__)
             p = work.pop()              # latest first: its users are decided before it
-            if p in taken or p in self.claimed or not self._prologue_ok(p):
+            if p in taken or (p in self.claimed and not self._duplicated(p)) or not self._prologue_ok(p):
                 continue
-            if all(u in taken or u in self.epilogue_users for u in p.users):
+            if all(u in taken or u in self.epilogue_users or self._shared(p, u) for u in p.users):
                 taken.add(p)
                 work.extend(a for a in _arg_nodes(p) if a not in taken)
             elif any(u in taken for u in p.users):
@@ -645,11 +757,25 @@ class _Partitioner(GraphView):
                                        "prologue of (not recomputed)")
         return sorted(taken, key=self.order.__getitem__)
 
+    def _duplicated(self, p: Any) -> bool:
+        """Whether ``p`` is reserved for the current anchor's prologue (a norm several anchors
+        recompute: another kernel may have claimed it already)."""
+        return self.anchor in self.reserved.get(p, ())
+
+    def _shared(self, p: Any, u: Any) -> bool:
+        """Whether user ``u`` of ``p`` reads it in the prologue of another anchor ``p`` is
+        reserved for too (``_reserve_shared``), or the walk ignores users (``relaxed``)."""
+        if self.relaxed:
+            return True
+        owners = self.reserved.get(p, ())
+        return self.anchor in owners and any(
+            b is not self.anchor and (u is b or b in self.reserved.get(u, ())) for b in owners)
+
     def _cycle(self, n: Any, members: set, ext: list) -> bool:
         """Whether adding ``n`` (reading ``ext`` from outside) to the kernel of ``members``
         would make it and an earlier kernel each wait for the other's output (through ops
         left to torch)."""
-        mine = sum(self.bit[m] for m in members) | self.bit[n]
+        mine = self._mask(list(members)) | self.bit[n]
         inputs = [d for d in [*ext, *self.ext_of(members)] if d not in members and d is not n]
         for other, (mask, their_inputs) in self.kernels.items():
             if any((self.bit[d] | self.anc[d]) & mask for d in inputs) and \
@@ -897,6 +1023,11 @@ class _Partitioner(GraphView):
     def untranspose(self, operands: dict[int, Any], b_i: int) -> bool:
         """If operand ``b_i`` ends in a 2-D transpose, drop it (in place) and say so."""
         return self._untranspose(operands, b_i)
+
+    def prologue(self, anchor: Any, operand: Any) -> list:
+        """The generic prologue walk back from one ``operand`` of ``anchor`` (graph order; a
+        record's ``prologues`` that fuses only some operands uses it)."""
+        return self._prologue(anchor, operand)
 
     @staticmethod
     def _untranspose(operands: dict[int, Any], b_i: int) -> bool:

@@ -18,7 +18,13 @@ node, with ``cat([W1, W3], 1)`` (and a transpose of a weight stored the other wa
 parameter computed once per weight (``hexlayout_derived``: again only after an in-place
 update), the gathers and contractions are gone. The routing (router GEMM aside: softmax,
 ``topk``, renormalisation, the casts of the weights and ids) stays in torch: data-dependent
-selection, cheap next to the experts.
+selection, cheap next to the experts; the pass marks it ``LEFT_TO_TORCH`` with that reason
+(``fusion_routing``) so its row reductions do not become kernels of their own.
+
+The record takes a prologue of ``hidden_states`` that scales its rows and columns (an
+RMSNorm, recomputed here when the router GEMM reads it too: ``fusion_prologue``) and an
+epilogue of elementwise math of the output (the residual add: ``fusion_epilogue``), both in
+kernels ``fused_moe`` launches anyway.
 
 The shapes are tracked symbolically: each value is a role (an input, a gathered weight, a
 projection, the activation, the gated product, the down projection, the weighted sum) and,
@@ -46,6 +52,8 @@ from hexlayout.fusion.spec import FusedSpec, FusionUnsupported
 
 from .derived import cached_derived
 from .fusion_loop import fuse_expert_loop
+from .fusion_prologue import ROW_SCALE_REDUCTIONS
+from .fusion_routing import leave_routing
 
 __all__ = ["MOE", "fuse_gathered_experts", "moe_w13", "moe_w2", "MOE_OP", "prepare"]
 
@@ -118,6 +126,7 @@ class _Match:
             self.parent[a] = b
 
     def unify_dims(self, x: tuple, y: tuple) -> None:
+        x, y = (tuple(a for a in d if self.size[a] != 1) for d in (x, y))   # (an index of one value: none)
         if len(x) != len(y):
             raise ValueError("merged dimensions differ")
         for a, b in zip(x, y):
@@ -230,8 +239,8 @@ def _compute(m: _Match, n: Any) -> _Val:  # noqa: C901 - one case per op
         r, c = (m.new(s) for s in _shape(w)[1:])
         return _Val(("G", w, ids, r, c), [(t,), (a,), (r,), (c,)])
     args = [a for a in n.args if hasattr(a, "op")]
-    if op in _PASS and args:
-        v = _value(m, n.args[0])
+    if op in _PASS and args and n.meta["val"].dtype == getattr(n.args[0].meta.get("val"), "dtype", None):
+        v = _value(m, n.args[0])                # (a cast that changes the type is a value of its own)
         return _Val(v.role, list(v.dims))
     if op in _VIEWS:
         v = _value(m, n.args[0])
@@ -314,7 +323,8 @@ def _combine(m: _Match, x: _Val, y: _Val, contracted: set, n: Any) -> tuple:
         if p.role[0] == "down" and q.role[0] == "leaf":
             t, a = m.ids_labels[p.role[1][2][3]]
             qd = [lab for d in q.dims for lab in d]
-            if {m.find(lab) for lab in qd} != {m.find(t), m.find(a)} or len(qd) != 2:
+            want = {m.find(t), m.find(a)} if m.size[t] != 1 else {m.find(a)}   # one token: no token index
+            if {m.find(lab) for lab in qd} != want or len(qd) != len(want):
                 break
             role = (p.role, q.role[1], a)
             if c == {m.find(a)}:
@@ -433,6 +443,7 @@ def _rewrite(gm: Any, m: _Match, y: Any, v: _Val) -> str | None:
             res.meta["val"] = out.meta["val"].to(y.meta["val"].dtype)
     y.replace_all_uses_with(res)
     g.erase_node(y)
+    leave_routing(ids, w_node, (tw, ti), e)
     return (f"moe: the experts of gathered weights {w1.name}, {w3.name}, {w2.name} by {ids.name} -> one "
             f"fused_moe ({e} experts, top-{k}, {act}); routing (softmax, topk, weights, casts) in torch")
 
@@ -455,15 +466,50 @@ def _eager(anchor: str, args: list, kwargs: dict) -> Any:
 
 
 def _run(spec: FusedSpec, anchor_args: list, extra_inputs: list) -> tuple[list, None]:
-    """The experts as one ``fused_moe`` call (no prologue or epilogue: the record takes none)."""
-    if spec.prologues or spec.epilogue.nodes:
-        raise FusionUnsupported(f"{spec.display_name()}: fused_moe takes no prologue or epilogue")
+    """The experts as one ``fused_moe`` call: a prologue of ``hidden_states`` that scales its
+    rows and columns (an RMSNorm: ``fusion_prologue``) in the gate-up kernel and the gate-up
+    weights, an epilogue of elementwise math of the output (the residual add:
+    ``fusion_epilogue``) in the top-k sum kernel - the same launches as without them."""
+    import torch
+
+    from hexlayout.fusion.planning import meta_eval, meta_tensors, sig
+    from hexlayout.fusion.reference import reference
+
     from .args import check_fused_moe
+    from .fusion_epilogue import moe_sum_epilogue
+    from .fusion_prologue import moe_prologue, scaled_w13
     from .op import run_fused_moe
 
+    where = spec.display_name()
     act = dict(spec.anchor_kwargs).get("activation", "silu")
-    check_fused_moe(*anchor_args, act, False, None, None)
-    return [run_fused_moe(*anchor_args, activation=act)], None
+    args = list(anchor_args)
+    scales: tuple = ()
+    if any(p.operand != 0 for p in spec.prologues):
+        raise FusionUnsupported(f"{where}: fused_moe takes a prologue of hidden_states only")
+    if spec.prologues:
+        w13 = args[1]
+        if not isinstance(w13, torch.Tensor) or w13.dim() != 3:
+            raise FusionUnsupported(f"{where}: a prologue of hidden_states needs w13 as a [E, 2I, H] tensor")
+        hidden = int(w13.shape[2])
+        tokens = int(args[4].shape[0])                      # topk_ids [T, k]
+        pro = moe_prologue(spec.prologues[0], extra_inputs, tokens, hidden, where)
+        x = extra_inputs[pro.x]
+        if x.dtype != w13.dtype:
+            raise FusionUnsupported(f"{where}: the prologue's activation is {x.dtype}, the weights "
+                                    f"{w13.dtype} (fused_moe scales an activation of the weights' type)")
+        args[0] = x.reshape(-1, hidden).contiguous()
+        args[1] = scaled_w13(w13, pro, extra_inputs, hidden)
+        scales = pro.scales
+    check_fused_moe(*args, act, False, None, None)
+    combine = None
+    if spec.epilogue.nodes or spec.epilogue.outputs != (("anchor",),):
+        if args[0].shape[0] == 0:                # no token: nothing to launch
+            return list(reference(spec, anchor_args, extra_inputs)), None
+        metas = meta_eval(("moe outputs", spec, sig(anchor_args), sig(extra_inputs)),
+                          lambda: reference(spec, meta_tensors(anchor_args), meta_tensors(extra_inputs)))
+        combine = moe_sum_epilogue(spec, args[0], extra_inputs, metas)
+    out = run_fused_moe(*args, activation=act, row_scales=scales, combine=combine)
+    return (out if combine is not None else [out]), None
 
 
 def prepare(gm: Any) -> list[str]:
@@ -473,6 +519,13 @@ def prepare(gm: Any) -> list[str]:
     return fuse_expert_loop(gm) + fuse_gathered_experts(gm)
 
 
+def _prologues(g: Any, n: Any) -> dict[int, list]:
+    """Only ``hidden_states`` (operand 0) takes a prologue (``fusion_prologue``)."""
+    nodes = g.prologue(n, n.args[0]) if hasattr(n.args[0], "op") else []
+    return {0: nodes} if nodes else {}
+
+
 MOE = register_anchor(AnchorRecord(
-    "moe experts", frozenset({MOE_OP}), run=_run, operands=_operands, prologues=lambda g, n: {},
-    to_spec=_to_spec, eager=_eager, prepare=prepare, epilogue=False))
+    "moe experts", frozenset({MOE_OP}), run=_run, operands=_operands, prologues=_prologues,
+    to_spec=_to_spec, eager=_eager, prepare=prepare, row_scale=True,
+    row_reductions=frozenset(ROW_SCALE_REDUCTIONS)))

@@ -28,6 +28,7 @@ import contextlib
 from typing import Any
 
 from .derived import cached_derived
+from .fusion_routing import leave_routing
 
 __all__ = ["fuse_expert_loop", "moe_stack_w13", "moe_stack_w2"]
 
@@ -241,6 +242,7 @@ def _rewrite(gm: Any, last: Any, zeros: Any, blocks: list) -> str | None:
         moe.meta["val"] = xv.clone()
     last.replace_all_uses_with(moe)
     _drop_selections(g, last, [b["nonzero"] for b in blocks])
+    leave_routing(ids, rw, (tw, ti), len(blocks))
     return (f"moe: HF's per-expert loop ({len(blocks)} experts, unrolled in one graph) -> one fused_moe "
             f"({b0['act']}); its nonzero selections and index_add chain are gone")
 

@@ -104,12 +104,58 @@ def _expert_mma(a_tile: Callable[[Any], Any], w: Any, e: Any, w_rows: tuple[Any,
             hl.mma(ra, rb, acc)
 
 
-@cache
-def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
-    """The gate-up grouped GEMM for ``dtype`` and ``act`` (``"silu"`` / ``"gelu"``)."""
-    dt = dtype
+def _emit_nodes(nodes: tuple, out: int, value: Any) -> Any:
+    """Spec nodes (``hexlayout.fusion.spec.Node``) of one value ``("input", 0)`` and numbers,
+    traced on f32 tiles; node ``out``'s tile."""
+    from hexlayout.fusion.aten import emit_elementwise
 
-    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_gate_up_{dt}_{act}")
+    env: list = []
+    for n in nodes:
+        args = [value if a[0] == "input" else env[a[1]] if a[0] == "node" else
+                float(a[1]) if isinstance(a[1], (int, float)) and not isinstance(a[1], bool) else a[1]
+                for a in n.args]
+        env.append(emit_elementwise(n.op, args, dict(n.kwargs)))
+    return env[out]
+
+
+def _row_scale(x: Any, sorted_ids: Any, m0: Any, topk: int, scales: tuple, dt: Any, like: Any) -> Any:
+    """``prod_i post_i(red_k pre_i(x[t, k]))`` (``fusion_prologue.RowScale``) for the tokens ``t``
+    of the block's sorted slots ``m0 ..`` as a ``(bm, 1)`` f32 tile: the gathered rows read in
+    ``(bm, bn)`` tiles (``like``'s shape: an accumulator) through index tiles of that shape
+    (loaded per element, as ``_weights``), ``pre_i`` of each added into a tile made from
+    ``like`` (so it has the accumulator's layout and the row values reduced from it broadcast
+    over the accumulators), reduced over its columns after the row (padding rows read 0,
+    columns past the row count 0)."""
+    bm, bn = like.shape
+    slots = hl.register(i32, (bm, bn))
+    hl.copy(sorted_ids[hl.iota((bm, bn), 0) + m0], slots)
+    rows = slots // topk
+    sums = [like * 0.0 for _ in scales]
+    for kt in hl.range(hl.cdiv(x.shape[1], bn)):
+        cols = hl.iota((bm, bn), 1) + kt * bn
+        r = hl.register(dt, (bm, bn))
+        hl.copy(x[rows, cols], r, other=0.0)
+        xf = hl.cast(r, f32)
+        for sc, acc in zip(scales, sums):
+            acc += hl.where(cols < x.shape[1], _emit_nodes(sc.pre, sc.pre_out, xf), 0.0)
+    out = None
+    for sc, acc in zip(scales, sums):
+        if sc.fn == "mean":
+            acc = acc / hl.cast(hl.iota((bm, bn), 1) * 0 + x.shape[1], f32)
+        v = _emit_nodes(sc.post, sc.post_out, hl.reduce(acc, "sum", 1))
+        out = v if out is None else out * v
+    return out
+
+
+@cache
+def moe_gate_up_kernel(dtype: DType, act: str = "silu", scales: tuple = ()) -> Any:
+    """The gate-up grouped GEMM for ``dtype`` and ``act`` (``"silu"`` / ``"gelu"``); with
+    ``scales`` (``fusion_prologue.RowScale`` s of ``x``'s rows: an RMSNorm's ``rsqrt(mean(x * x)
+    + eps)``) both products are scaled by their product per row before the activation."""
+    dt = dtype
+    tag = "_row_scaled" if scales else ""
+
+    @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=f"moe_gate_up_{dt}_{act}{tag}")
     def moe_gate_up(x: dt[T, H], w13: dt[E, N2, H], sorted_ids: i32[EM], expert_ids: i32[NB],  # type: ignore
                     topk_w: f32[S], inter: dt[EM, I],  # type: ignore
                     *, BM: int = 16, BN: int = 64, BK: int = 64, WARPS: int = 4, STAGES: int = 3,
@@ -120,9 +166,14 @@ def moe_gate_up_kernel(dtype: DType, act: str = "silu") -> Any:
             _, tok = _slot_tokens(sorted_ids, m0, BM, TOPK)
             acc_g = hl.zeros((BM, BN), f32)
             acc_u = hl.zeros((BM, BN), f32)
+            if scales:              # before the main loop: its tiles are dead when the accumulators grow
+                r = _row_scale(x, sorted_ids, m0, TOPK, scales, dt, acc_g)
             num_k, k0, _ = k_tile_range(x.shape[1], BK, 1, None)
             _expert_mma(lambda c0: x[tok, c0:c0 + BK], w13, e, (n0, ni + n0), (acc_g, acc_u), num_k, k0, dt,
                         BM, BN, BK, STAGES)
+            if scales:
+                acc_g *= r
+                acc_u *= r
             if SCALE_IN:
                 w = _weights(topk_w, sorted_ids, m0, BM, BN)
                 acc_g *= w

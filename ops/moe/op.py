@@ -49,13 +49,14 @@ from .wna16 import WNA16Weights, fused_moe_wna16
 __all__ = ["fused_moe", "run_fused_moe"]
 
 
-def _gate_up(w13: Any) -> GateUp:
+def _gate_up(w13: Any, row_scales: tuple = ()) -> GateUp:
     def launch(run: MoeRun, inter: Any) -> None:
-        if is_sm90(run.x.device):                            # wgmma kernels (ops/moe_kernels_sm90.py)
+        if is_sm90(run.x.device) and not row_scales:         # wgmma kernels (ops/moe_kernels_sm90.py)
             run_gate_up_sm90(w13, run, inter)
             return
         consts = {**run.cfg, "TOPK": run.topk, "SCALE_IN": run.scale_in}
-        bld = build_for(moe_gate_up_kernel(lang_dtype(run.x.dtype), run.activation), run.x.device, consts)
+        kernel = moe_gate_up_kernel(lang_dtype(run.x.dtype), run.activation, row_scales)
+        bld = build_for(kernel, run.x.device, consts)
         run_kernel(bld, (run.x, w13, run.sorted_ids, run.expert_ids, run.topk_w, inter), outputs=(5,))
 
     return launch
@@ -75,16 +76,21 @@ def _down(w2: Any) -> Down:
 
 def run_fused_moe(hidden_states: Any, w13: Any, w2: Any, topk_weights: Any, topk_ids: Any,
                   activation: str = "silu", apply_router_weight_on_input: bool = False,
-                  expert_map: Any = None, global_num_experts: Any = None) -> Any:
+                  expert_map: Any = None, global_num_experts: Any = None, *, row_scales: tuple = (),
+                  combine: Any = None) -> Any:
     """``fused_moe`` with bf16 / f16 weights on checked arguments; each grouped GEMM splits K
-    when its decode grid is too small for the SMs (``ops/moe_splitk.py``)."""
+    when its decode grid is too small for the SMs (``ops/moe_splitk.py``). Fusion's hooks:
+    ``row_scales`` (``fusion_prologue.RowScale``) scale ``hidden_states``' rows in the gate-up
+    kernel (the mma.sync kernel, unsplit, on every architecture); ``combine`` replaces the top-k
+    sum (``run_moe_pipeline``)."""
     from .splitk import splitk_down, splitk_gate_up
 
     e, i = w13.shape[0], w13.shape[1] // 2
-    cfg = moe_sm90_config(topk_ids.numel(), e) if is_sm90(hidden_states.device) else None
+    cfg = moe_sm90_config(topk_ids.numel(), e) if is_sm90(hidden_states.device) and not row_scales else None
+    gate_up = _gate_up(w13, row_scales) if row_scales else splitk_gate_up(w13, _gate_up(w13))
     return run_moe_pipeline(hidden_states, topk_weights, topk_ids, e, i, activation,
-                            apply_router_weight_on_input, expert_map, splitk_gate_up(w13, _gate_up(w13)),
-                            splitk_down(w2, _down(w2)), cfg=cfg)
+                            apply_router_weight_on_input, expert_map, gate_up,
+                            splitk_down(w2, _down(w2)), cfg=cfg, combine=combine)
 
 
 def _prepared_runner(w13: Any) -> Callable[..., Any]:

@@ -40,8 +40,11 @@ Down = Callable[[MoeRun, Any, Any], None]
 
 def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_experts: int, inter_size: int,
                      activation: str, apply_router_weight_on_input: bool, expert_map: Any,
-                     gate_up: GateUp, down: Down, cfg: MoeConfig | None = None) -> Any:
-    """align -> ``gate_up`` -> ``down`` -> moe_sum on checked arguments; returns ``out`` [T, H]."""
+                     gate_up: GateUp, down: Down, cfg: MoeConfig | None = None,
+                     combine: Callable[[Any], Any] | None = None) -> Any:
+    """align -> ``gate_up`` -> ``down`` -> moe_sum on checked arguments; returns ``out`` [T, H].
+    ``combine(y)`` (``y`` [T, k, H]), when given, replaces the sum and returns what the pipeline
+    returns (a fused epilogue in the sum kernel: it runs for k = 1 too)."""
 
     t, h = hidden_states.shape
     k = topk_ids.shape[1]
@@ -58,6 +61,8 @@ def run_moe_pipeline(hidden_states: Any, topk_weights: Any, topk_ids: Any, num_e
     # every device); without one down writes every row
     y = (zeroed if expert_map is not None else fresh)((t * k, h), dt, dev)
     down(run, inter, y)
+    if combine is not None:
+        return combine(y.view(t, k, h))
     if k == 1:                                               # one row per token: y is the output
         return y
     out = fresh((t, h), dt, dev)

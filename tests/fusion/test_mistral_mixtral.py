@@ -2,7 +2,9 @@
 (emulator, hidden 64, seq 8): Mistral's sliding-window mask built from positions is computed
 in the attention kernel (no mask tensor, nothing left to torch but RoPE and free views);
 Mixtral's experts in the dense "gather the top-k experts' weights" form are one
-``fused_moe`` call, and HF's per-expert loop (graph breaks at its data-dependent
+``fused_moe`` call (the norm before them recomputed in its prologue and the router GEMM's,
+the residual after them in its sum kernel, the routing left to torch: 5 kernels per layer),
+and HF's per-expert loop (graph breaks at its data-dependent
 ``torch.where``) still compiles and agrees. Each within 1e-2 of max|eager| of eager and of
 float64."""
 
@@ -380,15 +382,18 @@ class Mixtral(Mistral):
         return x + self.moe(self.norm2(x))
 
 
-def test_mixtral_layer_launches_and_values() -> None:
-    """9 kernels: QKV (norm prologue), attention (window from positions), o_proj + residual,
-    the second norm (a row reduction: the router and the experts both read it), the router
-    GEMM, the f32 softmax and renormalisation (3 row reductions), ``fused_moe`` (itself 7
-    launches: 4 alignment, gate-up, down, sum over k); the residual add after the experts is
-    torch's (``fused_moe`` takes no epilogue)."""
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_mixtral_layer_launches_and_values(dtype: torch.dtype) -> None:
+    """5 kernels, the anchors: QKV (norm prologue, RoPE epilogue), attention (window from
+    positions), o_proj + residual, the router GEMM and ``fused_moe`` - the second norm,
+    read by both, recomputed in each one's prologue (the router's rows in its A tiles;
+    ``fused_moe``'s row scale in its gate-up kernel, the norm weight folded into ``w13``), the
+    residual add after the experts in ``fused_moe``'s top-k sum kernel (7 launches: 4
+    alignment, gate-up, down, sum); the routing (softmax, topk, renormalisation) is torch's,
+    listed with its reason."""
     torch.manual_seed(5)
-    m = Mixtral().to(torch.float16).eval()
-    x = torch.randn(2, 8, 64, dtype=torch.float16)
+    m = Mixtral().to(dtype).eval()
+    x = torch.randn(2, 8, 64, dtype=dtype)
     pos = torch.arange(8)[None].expand(2, 8)
     plans: list[GraphPlan] = []
     c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
@@ -399,9 +404,18 @@ def test_mixtral_layer_launches_and_values() -> None:
         ref = m(x, pos)
         want = copy.deepcopy(m).double()(x.double(), pos)
     plan = GraphPlan.merge(plans)
-    assert len(plan.kernels) == 9 and len(log) == 9 + 6, [r.name for r in log]
-    assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
-    assert any("no epilogue" in f.reason for f in plan.fallbacks), plan
+    names = [r.name for r in log]
+    assert len(plan.kernels) == 5 and len(log) == 5 + 6, names
+    (moe,) = [k for k in plan.kernels if k.anchor == "hexlayout.fused_moe.default"]
+    norm = {"aten.mean.dim", "aten.rsqrt.default", "aten.pow.Tensor_Scalar"}
+    assert norm <= set(moe.prologue) and "aten.add.Tensor" in moe.epilogue, moe
+    assert sum(norm <= set(k.prologue) for k in plan.kernels) == 3, plan     # QKV, router, experts
+    assert any(n.startswith("moe_gate_up") and n.endswith("_row_scaled") for n in names), names
+    assert names[-1].endswith("__moe_sum_" + ("f16" if dtype == torch.float16 else "bf16")), names
+    left = {f.op: f.reason for f in plan.fallbacks}
+    assert not {"aten.mean.dim", "aten.rsqrt.default", "aten.pow.Tensor_Scalar"} & set(left), plan
+    assert left["aten.amax.default"].startswith("MoE routing over 8 experts"), plan
+    assert all(r.anchor is not None for r in log if not r.name.startswith("moe_")), names
     _close(out, ref, want)
 
 
@@ -459,14 +473,188 @@ def test_window_mask_with_dynamic_lengths_shares_one_build() -> None:
 def test_gathered_experts_with_dynamic_token_counts() -> None:
     """8, then 12 and 20 tokens (dynamo makes the count symbolic): the match follows the
     symbolic token index through the einsum's reshapes (``[2 * T, 1, I]``), so the dynamic
-    graph's experts are one ``fused_moe`` too."""
+    graph's experts are one ``fused_moe`` too - with the norm before them in its prologue and
+    the residual after them in its sum kernel, each one build for 12 and 20 tokens."""
     torch.manual_seed(8)
-    m = GatheredMoE(experts=8).to(torch.float16).eval()
+    m = GemmaNormMoE(k=2).to(torch.float16).eval()
     c = torch.compile(m, backend="hexlayout", options={"fallback": "eager"})
-    with torch.no_grad():
+    keys = []
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
         for t in (8, 12, 20):
             x = torch.randn(1, t, 64, dtype=torch.float16)
             with launch_log() as log:
                 out = c(x)
-            assert sum(r.name.startswith("moe_gate_up") for r in log) == 1, [r.name for r in log]
+            names = [r.name for r in log]
+            assert sum(n.startswith("moe_gate_up") and n.endswith("_row_scaled") for n in names) == 1, names
+            assert names[-1].endswith("__moe_sum_f16"), names
+            keys.append(log[-1].build_key)
             _close(out, m(x), copy.deepcopy(m).double()(x.double()))
+    assert keys[1] == keys[2], keys
+
+
+def _rms_nodes(center: bool = False) -> tuple:
+    """HF's RMSNorm ``w * (x.float() * rsqrt(mean(x.float() ** 2, -1) + eps)).to(f16)`` as spec
+    nodes of ``("input", 0)`` (x ``[T, H]``) and ``("input", 1)`` (w ``[H]``); ``center``:
+    ``x - mean`` instead (LayerNorm's centering: not a scale)."""
+    from hexlayout.fusion.spec import Node
+
+    xf = Node("aten._to_copy.default", (("input", 0),), (("dtype", "f32"),))
+    sq = Node("aten.pow.Tensor_Scalar", (("node", 0), ("const", 2)))
+    mean = Node("aten.mean.dim", (("node", 1), ("const", (-1,)), ("const", True)))
+    eps = Node("aten.add.Tensor", (("node", 2), ("const", 1e-6)))
+    rs = Node("aten.rsqrt.default", (("node", 3),))
+    scale = Node("aten.sub.Tensor" if center else "aten.mul.Tensor", (("node", 0), ("node", 4)))
+    half = Node("aten._to_copy.default", (("node", 5),), (("dtype", "f16"),))
+    return (xf, sq, mean, eps, rs, scale, half, Node("aten.mul.Tensor", (("input", 1), ("node", 6))))
+
+
+def test_moe_prologue_is_a_row_and_a_column_scale() -> None:
+    """The RMSNorm of ``hidden_states``: one row scale (``rsqrt(mean(x ** 2) + eps)``, its
+    ``pre`` and ``post`` evaluated here against torch) and the weight as the column scale;
+    LayerNorm's ``x - mean`` is refused naming the node."""
+    from hexlayout.ops.moe.fusion_prologue import column_scale, moe_prologue
+
+    from hexlayout.fusion.reference import eval_nodes
+    from hexlayout.fusion.spec import FusionUnsupported, Prologue
+
+    g = torch.Generator().manual_seed(9)
+    x, w = torch.randn(5, 32, generator=g).half(), torch.randn(32, generator=g).half()
+    pro = moe_prologue(Prologue(0, _rms_nodes(), 7), [x, w], 5, 32, "k")
+    (sc,) = pro.scales
+    assert pro.x == 0 and sc.fn == "mean"
+    pre = eval_nodes(sc.pre, None, [x.float()])[sc.pre_out]
+    r = eval_nodes(sc.post, None, [pre.mean(-1, keepdim=True)])[sc.post_out]
+    assert torch.allclose(r, torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert torch.equal(column_scale(pro, [x, w], 32), w.float())
+    with pytest.raises(FusionUnsupported, match="node 5 .aten.sub.Tensor"):
+        moe_prologue(Prologue(0, _rms_nodes(center=True), 7), [x, w], 5, 32, "k")
+
+
+@pytest.mark.parametrize("center", [False, True], ids=["rmsnorm-recomputed", "centred-stays-a-kernel"])
+def test_norm_read_by_two_gemms(center: bool) -> None:
+    """One norm over rows of 256 read by two GEMMs: an RMSNorm is a row factor of each product,
+    so each GEMM recomputes it in its prologue (2 kernels, no norm kernel); a norm that
+    subtracts the row mean is no row factor and the rows do not fit a tile (128): neither
+    recomputes it, it stays a kernel of its own, and the plan says why."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import hexlayout.ops  # noqa: F401 - registers the anchor records
+    from hexlayout.fusion.partition import partition
+
+    def f(x: torch.Tensor, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        xf = x.float()
+        xf = xf - xf.mean(-1, keepdim=True) if center else xf
+        h = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).half() * w
+        return h @ a.t(), h @ b.t()
+
+    args = (torch.randn(4, 256).half(), torch.randn(256).half(), torch.randn(16, 256).half(),
+            torch.randn(24, 256).half())
+    part = partition(make_fx(f, tracing_mode="fake")(*args))
+    anchors = [g.spec.anchor for g in part.groups]
+    if not center:
+        assert anchors == ["aten.linear.default"] * 2 and not part.notes, (anchors, part.notes)
+        assert all(any(nd.op == "aten.mean.dim" for p in g.spec.prologues for nd in p.nodes)
+                   for g in part.groups), part.groups
+        return
+    why = "norm: read by 2 kernels, a kernel of its own (not recomputed in each: K=256 > 128"
+    assert any(n.startswith(why) for n in part.notes), part.notes
+    assert anchors.count("aten.mean.dim") == 2 and len(anchors) == 4, anchors
+
+
+class LayerNormMoE(nn.Module):
+    """``x + experts(layer_norm(x))`` with the LayerNorm written out (f32 inside, the mean
+    subtracted: no row factor), 8 gathered experts, top-2."""
+
+    def __init__(self, h: int = 64) -> None:
+        super().__init__()
+        self.w = nn.Parameter(1.0 + torch.randn(h) * 0.2)
+        self.moe = GatheredMoE(h=h, experts=8, k=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        d = xf - xf.mean(-1, keepdim=True)
+        h = (d * torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + 1e-5) * self.w.float()).to(x.dtype)
+        return x + self.moe(h)
+
+
+def test_layer_norm_before_the_experts_stays_a_kernel() -> None:
+    """``fused_moe`` takes only a row factor as its prologue: a LayerNorm read by the router
+    GEMM and the experts stays row-reduction kernels (the plan says why), the experts still
+    run as one ``fused_moe`` with the residual in its sum kernel, and nothing warns."""
+    torch.manual_seed(11)
+    m = LayerNormMoE().to(torch.float16).eval()
+    x = torch.randn(1, 5, 64, dtype=torch.float16) + 0.5
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    plan = GraphPlan.merge(plans)
+    anchors = [k.anchor for k in plan.kernels]
+    assert anchors.count("hexlayout.fused_moe.default") == 1 and anchors.count("aten.mean.dim") >= 1, anchors
+    assert any("not a row factor for hexlayout.fused_moe" in n for n in plan.notes), plan.report()
+    assert len(log) == len(plan.kernels) + 6, [r.name for r in log]      # fused_moe: 7 launches
+    _close(out, ref, want)
+
+
+class GemmaNormMoE(nn.Module):
+    """``x + experts(norm(x))`` with Gemma's norm ``(x * rsqrt(mean(x ** 2) + eps) * (1 + w))``
+    (f32 inside, one cast at the end), 8 gathered experts, top-``k``, hidden ``h``."""
+
+    def __init__(self, k: int, h: int = 64) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(h) * 0.2)
+        self.moe = GatheredMoE(h=h, experts=8, k=k)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        h = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + self.w.float())).to(x.dtype)
+        return x + self.moe(h)
+
+
+@pytest.mark.parametrize("tokens,h", [(1, 64), (5, 96)], ids=["decode", "ragged-row"])
+def test_gemma_norm_and_residual_in_fused_moe(tokens: int, h: int) -> None:
+    """One token (bf16; the match drops its index of one value), and rows of 96 (the row
+    scale's pass over 64-column tiles: the second one ragged): Gemma's norm is recomputed in
+    the router GEMM's prologue and ``fused_moe``'s (``1 + w`` folded into the gate-up
+    weights), the residual add is in the top-k sum kernel: 2 kernels, 8 launches (the router
+    GEMM, fused_moe's 7)."""
+    torch.manual_seed(10)
+    m = GemmaNormMoE(k=2, h=h).to(torch.bfloat16).eval()
+    x = torch.randn(1, tokens, h, dtype=torch.bfloat16) * 2
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(x)
+        ref = m(x)
+        want = copy.deepcopy(m).double()(x.double())
+    plan = GraphPlan.merge(plans)
+    names = [r.name for r in log]
+    assert len(plan.kernels) == 2 and len(log) == 8, names
+    assert names[-1].endswith("__moe_sum_bf16") and "moe_gate_up_bf16_silu_row_scaled" in names, names
+    _close(out, ref, want)
+
+
+@pytest.mark.nvrtc
+def test_row_scaled_gate_up_compiles_without_spills() -> None:
+    """NVRTC, sm_80: the gate-up kernel with an RMSNorm's row scale (the row read again in
+    accumulator-shaped tiles, reduced after the row) keeps everything in registers in the
+    prefill config (64-row blocks, the largest; decode's 16 rows compile the same way)."""
+    from hexlayout.ops.moe.fusion_prologue import moe_prologue
+    from hexlayout.ops.moe.kernels_sm80 import moe_config, moe_gate_up_kernel
+
+    import hexlayout.lang as hl
+    from hexlayout.fusion.spec import Prologue
+    from hexlayout.runtime import build
+
+    x, w = torch.zeros(4, 32, dtype=torch.float16), torch.zeros(32, dtype=torch.float16)
+    scales = moe_prologue(Prologue(0, _rms_nodes(), 7), [x, w], 4, 32, "k").scales
+    bld = build(moe_gate_up_kernel(hl.f16, "silu", scales), "sm_80", **moe_config(8192), TOPK=2)
+    res = bld.compiled.resources
+    assert res.spill_stores == res.spill_loads == res.stack_frame == 0, res
