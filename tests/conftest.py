@@ -59,11 +59,11 @@ QUICK = (
 )
 
 
-#: The longest items (node ids), longest first: the vLLM stage's groups (alone on 2 cores:
-#: models ~250 s, the others 25-110 s). They start first, dealt to different xdist workers, so
-#: none of them is the tail of a parallel run.
+#: The longest items (node ids), longest first: the vLLM stage's groups (on 2 cores: models
+#: ~250 s, mamba ~130 s, the others 25-110 s). They start first, dealt to different xdist
+#: workers, so none of them is the tail of a parallel run.
 SLOW_FIRST = tuple(f"tests/integrations/test_vllm_stage.py::test_vllm_tests[{g}]"
-                   for g in ("models", "tp_mamba", "formats", "planted_register", "layers"))
+                   for g in ("models", "mamba", "tensor_parallel", "formats", "planted_register", "layers"))
 
 
 def xdist_first_chunk(n_items: int, workers: int, maxschedchunk: int | None) -> int:

@@ -125,7 +125,7 @@ def venv_in_use(venv: pathlib.Path) -> Iterator[tuple[pathlib.Path, float]]:
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{venv}.lock", "w") as f:
         try:
-            while True:
+            for _ in range(3):  # another tree's run may install itself between set-up and check
                 fcntl.flock(f, fcntl.LOCK_SH)
                 if vllm_installed(py) and this_tree_installed(py, venv):
                     break
@@ -133,6 +133,8 @@ def venv_in_use(venv: pathlib.Path) -> Iterator[tuple[pathlib.Path, float]]:
                 fcntl.flock(f, fcntl.LOCK_EX)
                 ensure_venv(venv)
                 fcntl.flock(f, fcntl.LOCK_UN)  # then checked again under the shared lock
+            else:
+                pytest.fail(f"the vLLM venv {venv} does not hold this tree ({ROOT}) after set-up")
             yield py, time.perf_counter() - t0
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
@@ -146,7 +148,8 @@ def venv_in_use(venv: pathlib.Path) -> Iterator[tuple[pathlib.Path, float]]:
 GROUPS: dict[str, tuple[str, ...]] = {
     "models": ("test_vllm_models.py",),
     "formats": ("test_vllm_formats.py", "test_agreement.py", "test_tiny_formats.py"),
-    "tp_mamba": ("test_vllm_tensor_parallel.py", "test_vllm_mamba.py"),
+    "mamba": ("test_vllm_mamba.py",),
+    "tensor_parallel": ("test_vllm_tensor_parallel.py",),
     "planted_register": ("test_vllm_models.py::test_a_planted_wrong_kernel_fails_the_check",
                          "test_vllm_register.py"),
     "layers": ("test_bench_moe_peers.py", "test_vllm_capture.py", "test_vllm_cpu_fp8.py",
@@ -154,7 +157,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 #: Each item's timeout: a vLLM run inside gets 900 s (``vllm_harness.run_models``); an item runs
 #: one to three of them after its pytest start-up, on a machine shared with the rest of the suite.
-TIMEOUT_S = {"models": 2400, "formats": 1500, "tp_mamba": 1800, "planted_register": 1500, "layers": 900}
+TIMEOUT_S = {"models": 2400, "formats": 1500, "mamba": 1500, "tensor_parallel": 1500, "planted_register": 1500,
+             "layers": 900}
 
 
 def vllm_test_files() -> list[str]:
