@@ -157,8 +157,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 #: Each item's timeout: a vLLM run inside gets 900 s (``vllm_harness.run_models``); an item runs
 #: one to three of them after its pytest start-up, on a machine shared with the rest of the suite.
-TIMEOUT_S = {"models": 2400, "formats": 1500, "mamba": 1500, "tensor_parallel": 1500, "planted_register": 1500,
-             "layers": 900}
+TIMEOUT_S = {"models": 2400, "formats": 1500, "mamba": 1500, "tensor_parallel": 1500,
+             "planted_register": 1500, "layers": 900}
 
 
 def vllm_test_files() -> list[str]:
