@@ -8,6 +8,7 @@
   failure, so the README's test command cannot quietly run fewer tests than CI expects.
 - ``quick``: the modules of ``QUICK`` - every package's essentials - carry this marker;
   ``python -m pytest -m quick`` is the development tier (under 5 minutes on 2 cores).
+- ``SLOW_FIRST``: the longest items run first, one per xdist worker in turn (``-n``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,50 @@ QUICK = (
 )
 
 
+#: The longest items (node ids), longest first: the vLLM stage's groups (on 2 cores: models
+#: ~250 s, mamba ~130 s, the others 25-110 s). They start first, dealt to different xdist
+#: workers, so none of them is the tail of a parallel run.
+SLOW_FIRST = tuple(f"tests/integrations/test_vllm_stage.py::test_vllm_tests[{g}]"
+                   for g in ("models", "mamba", "tensor_parallel", "formats", "planted_register", "layers"))
+
+
+def xdist_first_chunk(n_items: int, workers: int, maxschedchunk: int | None) -> int:
+    """How many consecutive items pytest-xdist's ``load`` scheduler (``LoadScheduling.schedule``)
+    first sends each worker: a quarter of each worker's share, at least 2 (at most
+    ``--maxschedchunk``); one each, round robin, with fewer than two items per worker."""
+    if n_items < 2 * workers:
+        return 1
+    return max(2, min(n_items // workers // 4, maxschedchunk or n_items))
+
+
+def slow_first(items: list[pytest.Item], slow: tuple[str, ...], workers: int,
+               chunk: int) -> list[pytest.Item]:
+    """``items`` with those whose node ids are in ``slow`` first, in that order, dealt round robin
+    to the heads of the ``workers`` first chunks of ``chunk`` items (worker ``w`` first runs items
+    ``[w * chunk, (w + 1) * chunk)``; those that do not fit follow the chunks); the others keep
+    their order."""
+    rank = {nodeid: k for k, nodeid in enumerate(slow)}
+    first = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
+    rest = [i for i in items if i.nodeid not in rank]
+    heads = [first[w::workers][:chunk] for w in range(workers)]
+    later = [i for i in first if not any(i in h for h in heads)]  # more than fit in the chunks
+    out: list[pytest.Item] = []
+    for w in range(workers):
+        take = chunk - len(heads[w]) if w < workers - 1 else 0
+        out += heads[w] + rest[:take]
+        rest = rest[take:]
+    return out + later + rest
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (by shared fixtures)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput = getattr(config, "workerinput", None)  # on an xdist worker: each collects all
+    if workerinput is not None:  # the chunks of ``--dist load``, -n's default (other modes: harmless)
+        workers = int(workerinput["workercount"])
+        chunk = xdist_first_chunk(len(items), workers, config.getoption("maxschedchunk", None))
+    else:
+        workers, chunk = 1, len(items)
+    items[:] = slow_first(items, SLOW_FIRST, workers, chunk)
     root = config.rootpath
     for item in items:
         if item.path.relative_to(root).as_posix() in QUICK:

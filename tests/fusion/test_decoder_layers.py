@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -78,11 +80,53 @@ class Layer(nn.Module):
         q, k, v = (p.view(b, t, -1, self.hd).transpose(1, 2) for p in (q, k, v))
         cos, sin = self.cos[pos].unsqueeze(1).to(x.dtype), self.sin[pos].unsqueeze(1).to(x.dtype)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
-        h = self.norm2(x)
+        x = x + self.o(self.attend(q, k, v).transpose(1, 2).reshape(b, t, -1))
+        return x + self.mlp(self.norm2(x))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal GQA attention of ``[B, heads, T, D]`` queries, keys and values."""
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        """The gated MLP of the normed ``h``: ``down(act(gate(h)) * up(h))``."""
         gate = F.gelu(self.gate(h), approximate="tanh") if self.kind == "gemma" else F.silu(self.gate(h))
-        return x + self.down(gate * self.up(h))
+        return self.down(gate * self.up(h))
+
+
+@dataclass
+class Compiled:
+    """What :func:`compile_and_run` ran: the compiled module, its merged plan, its launches,
+    and its output beside eager's (``ref``) and float64's (``want``)."""
+
+    fn: Any
+    plan: GraphPlan
+    log: Any
+    out: torch.Tensor
+    ref: torch.Tensor
+    want: torch.Tensor
+
+
+def compile_and_run(m: nn.Module, *args: torch.Tensor, strict: bool = True) -> Compiled:
+    """``m`` compiled with the hexlayout backend (eager fallback) and run on ``args`` under
+    ``launch_log``, beside eager ``m`` and a float64 copy of ``m`` on the float64 of the floating
+    ``args`` (no grad); ``strict``: a ``FusionWarning`` fails the test."""
+    plans: list[GraphPlan] = []
+    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
+    with torch.no_grad(), warnings.catch_warnings():
+        if strict:
+            warnings.simplefilter("error", FusionWarning)
+        with launch_log() as log:
+            out = c(*args)
+        ref = m(*args)
+        want = copy.deepcopy(m).double()(*(a.double() if a.is_floating_point() else a for a in args))
+    return Compiled(c, GraphPlan.merge(plans), log, out, ref, want)
+
+
+def close(out: torch.Tensor, ref: torch.Tensor, want: torch.Tensor) -> None:
+    """The compiled ``out`` within 1e-2 of max|eager| of eager ``ref`` and of float64 ``want``."""
+    tol = 1e-2 * ref.float().abs().max().item()
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    assert (out.double() - want).abs().max().item() <= tol
 
 
 ROPE = "hexlayout.rope.default"
@@ -100,16 +144,8 @@ def test_decoder_layer_launches_and_values(kind: str, dtype: torch.dtype) -> Non
     torch.manual_seed(0)
     m = Layer(kind).to(dtype).eval()
     x = torch.randn(2, 8, 64, dtype=dtype)
-    pos = torch.arange(8)[None].expand(2, 8)
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", FusionWarning)
-        with launch_log() as log:
-            out = c(x, pos)
-        ref = m(x, pos)
-        want = copy.deepcopy(m).double()(x.double(), pos)
-    plan = GraphPlan.merge(plans)
+    run = compile_and_run(m, x, torch.arange(8)[None].expand(2, 8))
+    plan, log = run.plan, run.log
     assert len(log) == len(plan.kernels) == LAUNCHES, plan
     anchors = [r.anchor.split(".")[1] for r in log]
     assert anchors.count("mean") == 0 and anchors.count("linear") == 4, anchors   # the QKV GEMM among them
@@ -132,9 +168,7 @@ def test_decoder_layer_launches_and_values(kind: str, dtype: torch.dtype) -> Non
                                               "aten.transpose.int"}, plan
     if kind == "gemma":      # 1 + w of the norm weights: in the norms' epilogues, not in torch
         assert "aten._to_copy.default" not in left, plan
-    tol = 1e-2 * ref.float().abs().max().item()
-    assert (out.float() - ref.float()).abs().max().item() <= tol
-    assert (out.double() - want).abs().max().item() <= tol
+    close(run.out, run.ref, run.want)
 
 
 class GemmaMLP(nn.Module):
@@ -154,41 +188,22 @@ class GemmaMLP(nn.Module):
 def test_gemma_mlp_block_is_two_launches() -> None:
     torch.manual_seed(0)
     m = GemmaMLP().to(torch.bfloat16).eval()
-    x = torch.randn(2, 8, 64, dtype=torch.bfloat16)
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad():
-        with launch_log() as log:
-            out = c(x)
-        ref = m(x)
-        want = copy.deepcopy(m).double()(x.double())
-    plan = GraphPlan.merge(plans)
-    assert len(log) == 2 and not plan.fallbacks, plan          # gate-up with the norm, down + residual
+    run = compile_and_run(m, torch.randn(2, 8, 64, dtype=torch.bfloat16), strict=False)
+    log = run.log
+    assert len(log) == 2 and not run.plan.fallbacks, run.plan  # gate-up with the norm, down + residual
     assert "aten.mean.dim" in log[0].prologue and "aten.gelu.default" in log[0].epilogue, log[0]
-    tol = 1e-2 * ref.float().abs().max().item()
-    assert (out.float() - ref.float()).abs().max().item() <= tol
-    assert (out.double() - want).abs().max().item() <= tol
+    close(run.out, run.ref, run.want)
 
 
 def test_wide_llama_layer_is_five_launches() -> None:
     """Hidden 256 (rows longer than a tile): both norms still fuse as the GEMMs' A prologues
     (the row factor scales the product), 4 heads of 64, intermediate 256: 5 launches."""
     torch.manual_seed(2)
-    dtype = torch.bfloat16
-    m = Layer("llama", h=256, heads=4, kv_heads=2, inter=256).to(dtype).eval()
-    x = torch.randn(1, 6, 256, dtype=dtype)
-    pos = torch.arange(6)[None]
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad():
-        with launch_log() as log:
-            out = c(x, pos)
-        ref = m(x, pos)
-        want = copy.deepcopy(m).double()(x.double(), pos)
-    plan = GraphPlan.merge(plans)
+    m = Layer("llama", h=256, heads=4, kv_heads=2, inter=256).to(torch.bfloat16).eval()
+    x = torch.randn(1, 6, 256, dtype=torch.bfloat16)
+    run = compile_and_run(m, x, torch.arange(6)[None], strict=False)
+    log, plan = run.log, run.plan
     assert len(log) == len(plan.kernels) == LAUNCHES, plan.report()
     assert [r for r in log if "aten.mean.dim" in r.prologue] == [log[0], log[3]], log
-    assert not plan.notes or not any(n.startswith("norm:") for n in plan.notes), plan.report()
-    tol = 1e-2 * ref.float().abs().max().item()
-    assert (out.float() - ref.float()).abs().max().item() <= tol
-    assert (out.double() - want).abs().max().item() <= tol
+    assert not any(n.startswith("norm:") for n in plan.notes), plan.report()
+    close(run.out, run.ref, run.want)

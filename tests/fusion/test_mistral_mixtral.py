@@ -22,7 +22,7 @@ F = torch.nn.functional
 from hexlayout.fusion.fused_op import FusionWarning  # noqa: E402
 from hexlayout.fusion.plan import GraphPlan  # noqa: E402
 from hexlayout.runtime.launch_log import launch_log  # noqa: E402
-from tests.fusion.test_decoder_layers import Layer, rotate_half  # noqa: E402
+from tests.fusion.test_decoder_layers import Layer, close, compile_and_run  # noqa: E402
 
 WINDOW = 3
 
@@ -57,24 +57,13 @@ class Mistral(Layer):
         super().__init__("llama")
         self.form = form
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split([self.heads * self.hd, self.kv_heads * self.hd,
-                                                 self.kv_heads * self.hd], -1)
-        q, k, v = (p.view(b, t, -1, self.hd).transpose(1, 2) for p in (q, k, v))
-        cos, sin = self.cos[pos].unsqueeze(1).to(x.dtype), self.sin[pos].unsqueeze(1).to(x.dtype)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        mask = sliding_window_mask(t, t, WINDOW, self.form, x.dtype)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
-        h = self.norm2(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
-
-
-def _close(out: torch.Tensor, ref: torch.Tensor, want: torch.Tensor) -> None:
-    tol = 1e-2 * ref.float().abs().max().item()
-    assert (out.float() - ref.float()).abs().max().item() <= tol
-    assert (out.double() - want).abs().max().item() <= tol
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The sliding window (form ``"none"``: Llama's plain causal attention)."""
+        if self.form == "none":
+            return super().attend(q, k, v)
+        t = q.shape[2]
+        mask = sliding_window_mask(t, t, WINDOW, self.form, q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
 @pytest.mark.parametrize("form,dtype", [("bool", torch.float16), ("add", torch.bfloat16)],
@@ -86,28 +75,19 @@ def test_mistral_sliding_window_layer(form: str, dtype: torch.dtype) -> None:
     m = Mistral(form).to(dtype).eval()
     x = torch.randn(2, 8, 64, dtype=dtype)
     pos = torch.arange(8)[None].expand(2, 8)
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", FusionWarning)
-        with launch_log() as log:
-            out = c(x, pos)
-        ref = m(x, pos)
-        want = copy.deepcopy(m).double()(x.double(), pos)
-    plan = GraphPlan.merge(plans)
+    run = compile_and_run(m, x, pos)
+    plan, log = run.plan, run.log
     assert len(log) == len(plan.kernels) == 5, plan
     (att,) = [r for r in log if "sdpa" in r.name]
     assert att.name.endswith("_index_mask") and "aten.arange.default" in att.prologue, att
     assert not {"aten.arange.default", "aten.full.default", "aten.le.Tensor", "aten.gt.Tensor",
                 "aten.where.self"} & {f.op for f in plan.fallbacks}, plan
-    _close(out, ref, want)
+    close(run.out, run.ref, run.want)
     causal = copy.deepcopy(m).double()
     causal.form = "none"          # the window matters: plain causal attention differs
-    assert (want - _causal_layer(causal, x.double(), pos)).abs().max().item() > 1e-2 * want.abs().max().item()
-
-
-def _causal_layer(m: Mistral, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    return Layer.forward(m, x, pos)
+    with torch.no_grad():
+        diff = (run.want - causal(x.double(), pos)).abs().max().item()
+    assert diff > 1e-2 * run.want.abs().max().item()
 
 
 def _route(gate: nn.Linear, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,15 +135,8 @@ def test_gathered_experts_are_one_fused_moe(dtype: torch.dtype, transposed: bool
     torch.manual_seed(2)
     m = GatheredMoE(transposed=transposed).to(dtype).eval()
     x = torch.randn(1, 8, 64, dtype=dtype)
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", FusionWarning)
-        with launch_log() as log:
-            out = c(x)
-        ref = m(x)
-        want = copy.deepcopy(m).double()(x.double())
-    plan = GraphPlan.merge(plans)
+    run = compile_and_run(m, x)
+    plan, log = run.plan, run.log
     assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
     assert any(n.startswith("moe: the experts of gathered weights") for n in plan.notes), plan
     left = {f.op for f in plan.fallbacks}
@@ -171,11 +144,11 @@ def test_gathered_experts_are_one_fused_moe(dtype: torch.dtype, transposed: bool
     names = [r.name for r in log]
     assert [n.split("_")[1] for n in names if n.startswith("moe_") and "align" not in n] == \
         ["gate", "down", "sum"], names                  # one launch each: every expert, every token
-    _close(out, ref, want)
+    close(run.out, run.ref, run.want)
     with torch.no_grad():               # the re-laid-out weights follow an in-place update
         m.w3.mul_(-0.5)
-        out, ref = c(x), m(x)
-    _close(out, ref, copy.deepcopy(m).double()(x.double()))
+        out, ref = run.fn(x), m(x)
+        close(out, ref, copy.deepcopy(m).double()(x.double()))
 
 
 class Expert(nn.Module):
@@ -238,16 +211,9 @@ def test_hf_range_loop_in_one_graph_is_one_fused_moe() -> None:
     torch.manual_seed(4)
     m = HFRangeLoopMoE().to(torch.bfloat16).eval()
     x = torch.randn(1, 8, 64, dtype=torch.bfloat16)
-    plans: list[GraphPlan] = []
-    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True), \
-            torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", FusionWarning)
-        c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-        with launch_log() as log:
-            out = c(x)
-        ref = m(x)
-        want = copy.deepcopy(m).double()(x.double())
-    plan = GraphPlan.merge(plans)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True):
+        run = compile_and_run(m, x)
+    plan, log = run.plan, run.log
     assert [k.anchor for k in plan.kernels].count("hexlayout.fused_moe.default") == 1, plan
     assert any(n.startswith("moe: HF's per-expert loop (4 experts") for n in plan.notes), plan
     left = {f.op for f in plan.fallbacks}
@@ -256,7 +222,7 @@ def test_hf_range_loop_in_one_graph_is_one_fused_moe() -> None:
     names = [r.name for r in log]
     assert [n.split("_")[1] for n in names if n.startswith("moe_") and "align" not in n] == \
         ["gate", "down", "sum"], names
-    _close(out, ref, want)
+    close(run.out, run.ref, run.want)
 
 
 def test_hf_expert_loop_compiles_and_agrees() -> None:
@@ -266,20 +232,15 @@ def test_hf_expert_loop_compiles_and_agrees() -> None:
     torch.manual_seed(3)
     m = HFSparseMoE().to(torch.float16).eval()
     x = torch.randn(1, 8, 64, dtype=torch.float16)
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad():
-        with launch_log() as log:
-            out = c(x)
-        ref = m(x)
-        want = copy.deepcopy(m).double()(x.double())
+    run = compile_and_run(m, x, strict=False)
+    log = run.log
     hit = int(F.one_hot(_route(m.gate, x.view(-1, 64), 2)[1], 4).sum((0, 1)).gt(0).sum())
     gemms = [r for r in log if r.anchor in ("aten.linear.default", "aten.mm.default")]
     assert len(gemms) == 2 * hit, [r.name for r in log]
     assert not any(r.name.startswith("moe_") for r in log)
-    notes = GraphPlan.merge(plans).notes
+    notes = run.plan.notes
     assert any(n.startswith("moe: the top-k ids become a one-hot expert mask") for n in notes), notes
-    _close(out, ref, want)
+    close(run.out, run.ref, run.want)
 
 
 def test_window_with_a_padding_mask_is_read_from_memory() -> None:
@@ -369,17 +330,8 @@ class Mixtral(Mistral):
         self.moe = GatheredMoE(experts=8)
         del self.gate, self.up, self.down
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split([self.heads * self.hd, self.kv_heads * self.hd,
-                                                 self.kv_heads * self.hd], -1)
-        q, k, v = (p.view(b, t, -1, self.hd).transpose(1, 2) for p in (q, k, v))
-        cos, sin = self.cos[pos].unsqueeze(1).to(x.dtype), self.sin[pos].unsqueeze(1).to(x.dtype)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        mask = sliding_window_mask(t, t, WINDOW, "bool", x.dtype)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
-        return x + self.moe(self.norm2(x))
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        return self.moe(h)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
@@ -416,7 +368,7 @@ def test_mixtral_layer_launches_and_values(dtype: torch.dtype) -> None:
     assert not {"aten.mean.dim", "aten.rsqrt.default", "aten.pow.Tensor_Scalar"} & set(left), plan
     assert left["aten.amax.default"].startswith("MoE routing over 8 experts"), plan
     assert all(r.anchor is not None for r in log if not r.name.startswith("moe_")), names
-    _close(out, ref, want)
+    close(out, ref, want)
 
 
 @pytest.mark.parametrize("form", ["bool", "add"])
@@ -489,7 +441,7 @@ def test_gathered_experts_with_dynamic_token_counts() -> None:
             assert sum(n.startswith("moe_gate_up") and n.endswith("_row_scaled") for n in names) == 1, names
             assert names[-1].endswith("__moe_sum_f16"), names
             keys.append(log[-1].build_key)
-            _close(out, m(x), copy.deepcopy(m).double()(x.double()))
+            close(out, m(x), copy.deepcopy(m).double()(x.double()))
     assert keys[1] == keys[2], keys
 
 
@@ -598,7 +550,7 @@ def test_layer_norm_before_the_experts_stays_a_kernel() -> None:
     assert anchors.count("hexlayout.fused_moe.default") == 1 and anchors.count("aten.mean.dim") >= 1, anchors
     assert any("not a row factor for hexlayout.fused_moe" in n for n in plan.notes), plan.report()
     assert len(log) == len(plan.kernels) + 6, [r.name for r in log]      # fused_moe: 7 launches
-    _close(out, ref, want)
+    close(out, ref, want)
 
 
 class GemmaNormMoE(nn.Module):
@@ -638,7 +590,7 @@ def test_gemma_norm_and_residual_in_fused_moe(tokens: int, h: int) -> None:
     names = [r.name for r in log]
     assert len(plan.kernels) == 2 and len(log) == 8, names
     assert names[-1].endswith("__moe_sum_bf16") and "moe_gate_up_bf16_silu_row_scaled" in names, names
-    _close(out, ref, want)
+    close(out, ref, want)
 
 
 @pytest.mark.nvrtc

@@ -16,24 +16,6 @@ from hexlayout.ops.moe.fp8 import SWAP_STAGES, fp8_block_m, prepare_fp8  # noqa:
 from test_moe_fp8 import check, make, reference  # noqa: E402
 
 
-@pytest.fixture
-def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from hexlayout.ops.host import launch
-
-    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
-    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
-    names: list[str] = []
-    real = launch.build_for
-
-    def spy(kernel, device, consts):
-        b = real(kernel, device, consts)
-        names.append(b.generated.name)
-        return b
-
-    monkeypatch.setattr(launch, "build_for", spy)
-    return names
-
-
 @pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "block", "bm"), [
     (7, 5, 256, 176, 4, 2, torch.bfloat16, True, 16),     # swap-AB; I % 64: up tiles straddle scale blocks
     (8, 140, 256, 64, 2, 1, torch.float16, False, 128),   # large-token, warp-specialized

@@ -18,25 +18,6 @@ from hexlayout.ops import fused_moe  # noqa: E402
 from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 
 
-@pytest.fixture
-def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the kernels the MoE GEMM launchers build (emulated sm_100a)."""
-    from hexlayout.ops.host import launch
-
-    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
-    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
-    names: list[str] = []
-    real = launch.build_for
-
-    def spy(kernel, device, consts):
-        b = real(kernel, device, consts)
-        names.append(b.generated.name)
-        return b
-
-    monkeypatch.setattr(launch, "build_for", spy)
-    return names
-
-
 @pytest.mark.parametrize(("t", "h", "i", "e", "k", "dt", "act", "used", "ws"), [
     (3, 96, 80, 8, 2, torch.bfloat16, "silu", 5, False),        # swap-AB, BM 16; H, I ragged
     (40, 64, 72, 2, 4, torch.float16, "gelu", 2, True),         # large-token kernels (80 slots per expert)

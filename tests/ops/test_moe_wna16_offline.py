@@ -147,13 +147,20 @@ def test_the_kernels_have_no_fragment_order_view_ops(name: str) -> None:
 
 
 def test_explain_shows_and_draws_the_offline_layout(tmp_path) -> None:
+    """``explain`` of the CLI's ``moe_wna16`` on sm_80 shows and draws the offline layout that
+    ``prepare_wna16`` gives the weights. The synthesis explained is the build of the kernel the
+    CLI resolves (``build``: the same program and constants as the layout's own build, so the
+    cached synthesis, not a second one of ~30 s; ``synthesize_kernel`` is the same ``synthesize``
+    call, tested by ``tests/test_cli_explain.py``)."""
     from hexlayout.cli.explain import draw_report, explain_report, format_report
-    from hexlayout.cli.kernels import resolve, synthesize_kernel
+    from hexlayout.cli.kernels import SynthesisResult, resolve
 
-    result = synthesize_kernel(resolve("moe_wna16", "sm_80"))
+    lay = wna16_offline_layout("sm_80", hl.f16, 4, 128, 128, True)
+    rk = resolve("moe_wna16", "sm_80")
+    tk = rk.trace()
+    result = SynthesisResult(tk, build(tk, "sm_80", compile=False).synthesis, 0.0, 0.0, dict(rk.constants))
     report = explain_report(result, "moe_wna16", "sm_80")
     (off,) = report["offline"]
-    lay = wna16_offline_layout("sm_80", hl.f16, 4, 128, 128, True)
     assert off["key"] == lay.key and off["tile"] == [64, 64] and off["thread_bytes"] == 16
     assert off["in_tile"] == str(lay.in_tile)
     text = format_report(report)
