@@ -446,9 +446,9 @@ class _Partitioner(GraphView):
             else:
                 k = next(k for k in ks if k is None or k > record.row_prologue)
                 count = {2: "two", 3: "three"}.get(len(reds) + 1, str(len(reds) + 1))
-                why = f"K={'symbolic' if k is None else k} > {record.row_prologue}" if record.row_prologue \
+                limit = f"K={'symbolic' if k is None else k} > {record.row_prologue}" if record.row_prologue \
                     else "not a row factor of the operand"
-                self.notes.append(f"norm: {count} kernels ({why}) before {self._op(n)} ({n.name})")
+                self.notes.append(f"norm: {count} kernels ({limit}) before {self._op(n)} ({n.name})")
         self.why = why
         self.record = None
 
@@ -538,9 +538,9 @@ class _Partitioner(GraphView):
                 for red in (p for p in owners if a in owners[p] and self._op(p) in record.row_reductions):
                     k = static_int(_shape(red.args[0])[-1])
                     if (k is None or k > record.row_prologue) and not scaled:
-                        why = f"K={'symbolic' if k is None else k} > {record.row_prologue}" \
+                        limit = f"K={'symbolic' if k is None else k} > {record.row_prologue}" \
                             if record.row_prologue else "not a row factor"
-                        too_long.append(f"{why} for {self._op(a)} ({a.name})")
+                        too_long.append(f"{limit} for {self._op(a)} ({a.name})")
                         break
             if too_long:
                 self.notes.append(f"norm: read by {len(family)} kernels, a kernel of its own (not recomputed "
