@@ -137,9 +137,9 @@ ROPE = "hexlayout.rope.default"
 LAUNCHES = 5
 
 
-@pytest.mark.parametrize("kind,dtype", [("llama", torch.float16), ("qwen2", torch.bfloat16),
-                                        ("gemma", torch.bfloat16)],
-                         ids=["llama-f16", "qwen2-bf16", "gemma-bf16"])
+@pytest.mark.parametrize("kind,dtype", [(k, d) for k in ("llama", "qwen2", "gemma")
+                                        for d in (torch.float16, torch.bfloat16)],
+                         ids=[f"{k}-{d}" for k in ("llama", "qwen2", "gemma") for d in ("f16", "bf16")])
 def test_decoder_layer_launches_and_values(kind: str, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     m = Layer(kind).to(dtype).eval()
