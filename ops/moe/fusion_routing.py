@@ -1,8 +1,8 @@
 """A MoE block's routing left to torch: the ops from the router GEMM's output (exclusive)
 through the f32 softmax, ``topk`` and the renormalisation to the top-k weights and ids that
 ``fused_moe`` reads (and the casts the MoE passes add) are marked ``LEFT_TO_TORCH`` with one
-reason (``routing_reason``): a data-dependent selection on rows of a few values, cheap next
-to the experts, whose row reductions would each be a launch of their own as kernels. The
+reason (``routing_reason``): a data-dependent selection on rows of a few values, whose row
+reductions would each be a launch of their own as kernels. The
 router GEMM itself stays a kernel."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _MATMULS = ("aten.mm.default", "aten.addmm.default", "aten.linear.default", "ate
 def routing_reason(experts: int) -> str:
     """Why a MoE block's routing is left to torch (the plan's reason for each of its ops)."""
     return (f"MoE routing over {experts} experts (softmax, top-k, renormalisation, casts): a data-dependent "
-            "selection on rows of a few values, cheaper in torch than as row-reduction launches")
+            "selection on rows of a few values; as kernels its row reductions would be launches of their own")
 
 
 def leave_routing(ids: Any, weights: Any, casts: tuple, experts: int) -> None:
