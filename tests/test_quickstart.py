@@ -54,11 +54,12 @@ def test_ci_runs_the_readme_test_command_last() -> None:
 
 
 def test_conftest_pins_the_same_pycute_install_as_the_readme() -> None:
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:
-        import conftest
-    finally:
-        sys.path.pop(0)
+    # loaded from its path: ``import conftest`` may find another test folder's conftest module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hexlayout_root_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
     assert conftest.PYCUTE_INSTALL in _quick_start_lines()[1]
 
 

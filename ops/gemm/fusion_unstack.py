@@ -41,13 +41,13 @@ def stack_onehot(r: int, i: int, rank: int, dtype: Any, device: Any) -> Any:
         >>> stack_onehot(2, 1, 2, torch.uint8, "cpu").tolist()
         [[[0, 1]]]
     """
-    import torch
+    from hexlayout.runtime.alloc import zeroed
 
     key = (r, i, rank, dtype, str(device))
     with _LOCK:
         hit = _ONEHOT.get(key)
         if hit is None:
-            hit = torch.zeros([1] * rank + [r], dtype=dtype, device=device)
+            hit = zeroed([1] * rank + [r], dtype, device)
             hit[..., i] = 1
             if len(_ONEHOT) > 256:
                 _ONEHOT.clear()
@@ -99,6 +99,13 @@ def _stacked(n: Any) -> list | None:
     return tensors
 
 
+def _onehot_fake(r: int, rank: int, dtype: Any, device: Any) -> Any:
+    """``stack_onehot``'s value as the graph's fake mode makes it (called inside that mode)."""
+    import torch
+
+    return torch.zeros([1] * rank + [r], dtype=dtype, device=device)
+
+
 def unstack_interleaved(gm: Any) -> list[str]:
     """Rewrite each integer ``stack`` along a new last dimension that a GEMM reads into the
     sum of one-hot products (see the module docstring); a note per rewrite."""
@@ -122,7 +129,7 @@ def unstack_interleaved(gm: Any) -> list[str]:
                 u = g.call_function(aten.unsqueeze.default, (t, -1))
                 term = g.call_function(aten.mul.Tensor, (u, e))
                 with fake:
-                    e.meta["val"] = torch.zeros([1] * rank + [r], dtype=dtype, device=device)
+                    e.meta["val"] = _onehot_fake(r, rank, dtype, device)
                     u.meta["val"] = aten.unsqueeze.default(vals[i], -1)
                     term.meta["val"] = aten.mul.Tensor(u.meta["val"], e.meta["val"])
                 if acc is None:

@@ -112,114 +112,141 @@ def moe_prologue(p: Prologue, extra: list, tokens: int, hidden: int, where: str)
     the module docstring): the activation is the input of rank >= 2 holding ``tokens`` rows of
     ``hidden`` (one token's ``[1, H]`` too), a column input holds ``hidden`` values otherwise;
     ``FusionUnsupported`` naming the node when it is not of that form."""
-    import torch
-
     nodes = p.nodes
-    kind: dict[int, str] = {}               # node -> "x" | "row" | "col" | "num" | "math" (of x)
-    x_input: int | None = None
-    rows: list[int] = []                     # row-scale factors (node indices)
-    cols: list[int] = []                     # column-scale factors
-    inverse: set[int] = set()                # factors that divide
-    red: dict[int, int] = {}                 # reduction node -> its operand node / input
-
-    def of(a: Any) -> str:
-        nonlocal x_input
-        if a[0] == "node":
-            return kind[a[1]]
-        if a[0] == "const":
-            return "num"
-        t = extra[a[1]]
-        if not isinstance(t, torch.Tensor) or t.numel() == 1:
-            return "num"
-        if t.shape[-1] == hidden and t.dim() >= 2 and t.numel() == tokens * hidden:
-            if x_input not in (None, a[1]):
-                raise FusionUnsupported(f"{where}: the prologue of hidden_states reads two activations "
-                                        f"(inputs {x_input} and {a[1]})")
-            x_input = a[1]
-            return "x"
-        if t.shape[-1] == hidden and t.numel() == hidden:
-            return "col"
-        raise FusionUnsupported(f"{where}: the prologue of hidden_states reads extra input {a[1]} of shape "
-                                f"{tuple(t.shape)} (neither the activation, a column [H] nor a number)")
-
-    factors: dict[int, tuple] = {}           # an "x" node -> (its x operand, its factor, divides)
-    for j, n in enumerate(nodes):
-        refs = [a for a in n.args if isinstance(a, tuple) and a and a[0] in ("node", "input", "const")]
-        kinds = [of(a) for a in refs]
-        tensors = [(a, k) for a, k in zip(refs, kinds) if k != "num"]
-        if n.op in ROW_SCALE_REDUCTIONS:
-            if kinds[0] not in ("x", "math"):
-                raise FusionUnsupported(f"{where}: prologue node {j} ({n.op}) reduces a value that is not "
-                                        "math of the activation alone")
-            red[j] = j
-            kind[j] = "row"
-            continue
-        if n.op not in ELEMENTWISE and n.op not in CASTS:
-            raise FusionUnsupported(f"{where}: prologue node {j}: {n.op} (fused_moe's prologue is "
-                                    "elementwise math and row reductions)")
-        ks = {k for _, k in tensors}
-        if not ks:
-            kind[j] = "num"
-        elif ks <= {"col", "num"}:
-            kind[j] = "col"
-        elif ks <= {"row", "num"}:
-            kind[j] = "row"
-        elif n.op in CASTS and ks == {"x"}:
-            kind[j] = "x"
-            factors[j] = (refs[0], None, False)
-        elif n.op in _MULS + _DIVS and len(tensors) <= 2 and sum(k == "x" for _, k in tensors) == 1 and \
-                (n.op in _MULS or kinds[0] == "x"):
-            xs = next(a for a, k in tensors if k == "x")
-            other = next((a for a, k in zip(refs, kinds) if a is not xs), None)
-            if other is not None and of(other) == "math":
-                kind[j] = "math"
-                continue
-            kind[j] = "x"
-            factors[j] = (xs, other, n.op in _DIVS)
-        elif "x" in ks or "math" in ks:
-            if ks & {"row", "col"}:
-                raise FusionUnsupported(f"{where}: prologue node {j} ({n.op}) combines the activation with a "
-                                        "row or column value other than by a product (fused_moe's prologue "
-                                        "scales rows and columns)")
-            kind[j] = "math"
-        else:
-            raise FusionUnsupported(f"{where}: prologue node {j} ({n.op}) mixes row and column values")
-    if kind.get(p.output) != "x" or x_input is None:
+    c = _Classes(extra, tokens, hidden, where)
+    c.classify(nodes)
+    if c.kind.get(p.output) != "x" or c.x_input is None:
         raise FusionUnsupported(f"{where}: the prologue of hidden_states is not a scale of one activation "
                                 "input per row and column")
-    # the chain from the output back to x: every factor on it
-    ref: tuple = ("node", p.output)
+    rows: list[tuple] = []                   # row-scale factors
+    cols: list[tuple] = []                   # column-scale factors
+    inverse: set[tuple] = set()              # factors that divide
+    ref: tuple = ("node", p.output)          # the chain from the output back to x: every factor on it
     while ref[0] == "node":
-        xs, other, divides = factors[ref[1]]
+        xs, other, divides = c.factors[ref[1]]
         if other is not None:                  # a number or a one-element input: a column scale too
-            (rows if of(other) == "row" else cols).append(other)
+            (rows if c.of(other) == "row" else cols).append(other)
             if divides:
                 inverse.add(other)
         ref = xs
-    if ref != ("input", x_input):
+    if ref != ("input", c.x_input):
         raise FusionUnsupported(f"{where}: the prologue's activation chain does not start at the input")
-    x_leaf = {("input", x_input): True}
-    scales = []
-    for f in rows:
-        if f[0] != "node":
-            raise FusionUnsupported(f"{where}: a row scale that is not computed from the activation")
-        reds = _reductions(nodes, f[1], red)
-        if len(reds) != 1:
-            raise FusionUnsupported(f"{where}: a row scale of {len(reds)} reductions (fused_moe's row scale "
-                                    "is a function of one reduction of the row)")
-        (r,) = reds
-        n = nodes[r]
-        dims = n.args[1][1] if len(n.args) > 1 else None
-        if tuple(dims or ()) not in ((-1,), (1,)) or n.args[2:3] != (("const", True),):
-            raise FusionUnsupported(f"{where}: prologue node {r} ({n.op}) is not over the last dimension "
-                                    "with keepdim")
-        pre, pre_out = _sub(nodes, n.args[0][1], x_leaf) if n.args[0][0] == "node" else \
-            ((Node("aten.mul.Tensor", (("input", 0), ("const", 1.0))),), 0)
-        post, post_out = _sub(nodes, f[1], {r: True})
-        if f in inverse:
-            post = post + (Node("aten.reciprocal.default", (("node", post_out),)),)
-            post_out = len(post) - 1
-        scales.append(RowScale(pre, pre_out, ROW_SCALE_REDUCTIONS[n.op], post, post_out))
+    scales = tuple(_row_scale(nodes, f, f in inverse, c.red, c.x_input, where) for f in rows)
+    return MoePrologue(c.x_input, scales, nodes, tuple((f, f in inverse) for f in cols),
+                       tuple(sorted(_column_reads(nodes, cols))))
+
+
+class _Classes:
+    """What each prologue node is (``kind``: ``"x"`` the activation scaled, ``"row"`` /
+    ``"col"`` a row / column value, ``"num"`` a number, ``"math"`` other math of the
+    activation), the activation input, each scaled node's ``(x operand, factor, divides)``
+    and the reductions."""
+
+    def __init__(self, extra: list, tokens: int, hidden: int, where: str) -> None:
+        self.extra, self.tokens, self.hidden, self.where = extra, tokens, hidden, where
+        self.kind: dict[int, str] = {}
+        self.x_input: int | None = None
+        self.factors: dict[int, tuple] = {}
+        self.red: dict[int, int] = {}
+
+    def of(self, a: Any) -> str:
+        """The kind of argument ``a`` (a reference); the activation input is found here."""
+        import torch
+
+        if a[0] == "node":
+            return self.kind[a[1]]
+        if a[0] == "const":
+            return "num"
+        t = self.extra[a[1]]
+        if not isinstance(t, torch.Tensor) or t.numel() == 1:
+            return "num"
+        if t.shape[-1] == self.hidden and t.dim() >= 2 and t.numel() == self.tokens * self.hidden:
+            if self.x_input not in (None, a[1]):
+                raise FusionUnsupported(f"{self.where}: the prologue of hidden_states reads two activations "
+                                        f"(inputs {self.x_input} and {a[1]})")
+            self.x_input = a[1]
+            return "x"
+        if t.shape[-1] == self.hidden and t.numel() == self.hidden:
+            return "col"
+        raise FusionUnsupported(f"{self.where}: the prologue of hidden_states reads extra input {a[1]} of "
+                                f"shape {tuple(t.shape)} (neither the activation, a column [H] nor a number)")
+
+    def classify(self, nodes: tuple[Node, ...]) -> None:
+        """Each node's kind, in order."""
+        where, kind = self.where, self.kind
+        for j, n in enumerate(nodes):
+            refs = [a for a in n.args if isinstance(a, tuple) and a and a[0] in ("node", "input", "const")]
+            kinds = [self.of(a) for a in refs]
+            tensors = [(a, k) for a, k in zip(refs, kinds) if k != "num"]
+            if n.op in ROW_SCALE_REDUCTIONS:
+                if kinds[0] not in ("x", "math"):
+                    raise FusionUnsupported(f"{where}: prologue node {j} ({n.op}) reduces a value that is "
+                                            "not math of the activation alone")
+                self.red[j] = j
+                kind[j] = "row"
+                continue
+            if n.op not in ELEMENTWISE and n.op not in CASTS:
+                raise FusionUnsupported(f"{where}: prologue node {j}: {n.op} (fused_moe's prologue is "
+                                        "elementwise math and row reductions)")
+            ks = {k for _, k in tensors}
+            if not ks:
+                kind[j] = "num"
+            elif ks <= {"col", "num"}:
+                kind[j] = "col"
+            elif ks <= {"row", "num"}:
+                kind[j] = "row"
+            elif n.op in CASTS and ks == {"x"}:
+                kind[j] = "x"
+                self.factors[j] = (refs[0], None, False)
+            elif n.op in _MULS + _DIVS and len(tensors) <= 2 and \
+                    sum(k == "x" for _, k in tensors) == 1 and (n.op in _MULS or kinds[0] == "x"):
+                xs = next(a for a, k in tensors if k == "x")
+                other = next((a for a, k in zip(refs, kinds) if a is not xs), None)
+                if other is not None and self.of(other) == "math":
+                    kind[j] = "math"
+                    continue
+                kind[j] = "x"
+                self.factors[j] = (xs, other, n.op in _DIVS)
+            elif "x" in ks or "math" in ks:
+                if ks & {"row", "col"}:
+                    raise FusionUnsupported(f"{where}: prologue node {j} ({n.op}) combines the activation "
+                                            "with a row or column value other than by a product "
+                                            "(fused_moe's prologue scales rows and columns)")
+                kind[j] = "math"
+            else:
+                raise FusionUnsupported(f"{where}: prologue node {j} ({n.op}) mixes row and column values")
+
+
+def _row_scale(nodes: tuple[Node, ...], f: tuple, inverse: bool, red: dict, x_input: int,
+               where: str) -> RowScale:
+    """The row scale of factor ``f`` (a node computed from one reduction of the activation's
+    row): ``pre`` (the reduced math of x), the reduction, ``post`` (math of the reduced value;
+    its reciprocal when the factor divides)."""
+    if f[0] != "node":
+        raise FusionUnsupported(f"{where}: a row scale that is not computed from the activation")
+    reds = _reductions(nodes, f[1], red)
+    if len(reds) != 1:
+        raise FusionUnsupported(f"{where}: a row scale of {len(reds)} reductions (fused_moe's row scale "
+                                "is a function of one reduction of the row)")
+    (r,) = reds
+    n = nodes[r]
+    dims = n.args[1][1] if len(n.args) > 1 else None
+    if tuple(dims or ()) not in ((-1,), (1,)) or n.args[2:3] != (("const", True),):
+        raise FusionUnsupported(f"{where}: prologue node {r} ({n.op}) is not over the last dimension "
+                                "with keepdim")
+    if n.args[0][0] == "node":
+        pre, pre_out = _sub(nodes, n.args[0][1], {("input", x_input): True})
+    else:
+        pre, pre_out = (Node("aten.mul.Tensor", (("input", 0), ("const", 1.0))),), 0
+    post, post_out = _sub(nodes, f[1], {r: True})
+    if inverse:
+        post = post + (Node("aten.reciprocal.default", (("node", post_out),)),)
+        post_out = len(post) - 1
+    return RowScale(pre, pre_out, ROW_SCALE_REDUCTIONS[n.op], post, post_out)
+
+
+def _column_reads(nodes: tuple[Node, ...], cols: list[tuple]) -> set[int]:
+    """The extra inputs the column factors ``cols`` read."""
     reads: set[int] = set()
     for f in cols:
         work = [f]
@@ -230,8 +257,7 @@ def moe_prologue(p: Prologue, extra: list, tokens: int, hidden: int, where: str)
             elif a[0] == "node":
                 work.extend(b for b in nodes[a[1]].args
                             if isinstance(b, tuple) and b and b[0] in ("node", "input"))
-    return MoePrologue(x_input, tuple(scales), nodes, tuple((f, f in inverse) for f in cols),
-                       tuple(sorted(reads)))
+    return reads
 
 
 def _reductions(nodes: tuple[Node, ...], j: int, red: dict) -> set[int]:

@@ -489,9 +489,9 @@ def test_norm_read_by_two_gemms(center: bool) -> None:
     so each GEMM recomputes it in its prologue (2 kernels, no norm kernel); a norm that
     subtracts the row mean is no row factor and the rows do not fit a tile (128): neither
     recomputes it, it stays a kernel of its own, and the plan says why."""
+    import hexlayout.ops  # noqa: F401 - registers the anchor records
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    import hexlayout.ops  # noqa: F401 - registers the anchor records
     from hexlayout.fusion.partition import partition
 
     def f(x: torch.Tensor, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple:

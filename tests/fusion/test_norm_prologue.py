@@ -123,9 +123,10 @@ def test_long_rows_that_are_no_row_factor_keep_two_kernels_and_say_so() -> None:
 def test_row_scaled_norm_compiles_without_spills(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """K = 4096 at the 128 x 128 x 64 tile (8 warps): no spills, the activation loaded in
     16-byte vectors (the norm weight's broadcast row does not decide the load's layout)."""
-    from hexlayout.fusion import FusedSpec, Node, Prologue
     from hexlayout.ops.gemm.fusion import anchor_consts, fused_build
     from hexlayout.ops.gemm.fusion_plan import plan_call
+
+    from hexlayout.fusion import FusedSpec, Node, Prologue
     from hexlayout.runtime.stats import build_stats
 
     def cast(ref: tuple, dt: str) -> Node:

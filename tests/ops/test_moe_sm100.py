@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_moe_op import close, make, reference  # noqa: E402
-
-import hexlayout.lang as hl  # noqa: E402
 import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
 from hexlayout.ops import fused_moe  # noqa: E402
 from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
+from test_moe_op import close, make, reference  # noqa: E402
+
+import hexlayout.lang as hl  # noqa: E402
 
 
 @pytest.mark.parametrize(("t", "h", "i", "e", "k", "dt", "act", "used", "ws"), [

@@ -124,9 +124,9 @@ def test_mxfp4() -> None:
 def test_weights_prepared_for_another_arch_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Weights prepared for sm_90a (register-A fragment order) run on sm_100a: the op names
     ``w13_qweight`` and the layout the sm_100a kernel reads, before any launch."""
+    from hexlayout.ops.moe.wna16 import prepare_wna16
     from test_moe_wna16 import checkpoint
 
-    from hexlayout.ops.moe.wna16 import prepare_wna16
     from hexlayout.runtime.args import ArgumentError
 
     gen = torch.Generator().manual_seed(59)
@@ -164,9 +164,9 @@ def test_weights_prepared_for_another_arch_are_refused(monkeypatch: pytest.Monke
 
 
 def test_an_arch_without_kernels_is_refused() -> None:
+    from hexlayout.ops.moe.wna16 import prepare_wna16
     from test_moe_wna16 import checkpoint
 
-    from hexlayout.ops.moe.wna16 import prepare_wna16
     from hexlayout.runtime.args import ArgumentError
 
     (q, s, _), _ = checkpoint("gptq", 4, 2, 64, 64, 32, torch.float16, torch.Generator().manual_seed(61))

@@ -9,12 +9,12 @@ thread loads its weights as one run of 16-byte vectors (the offline layout)."""
 from __future__ import annotations
 
 import pytest
+from hexlayout.ops.moe.wna16 import ONE_GROUP
+from hexlayout.ops.moe.wna16_kernels_sm100 import moe_wna16_down_sm100_kernel, moe_wna16_gate_up_sm100_kernel
 
 from hexlayout.ir.tile import GlobalView
 from hexlayout.ir.walk import walk
 from hexlayout.lang import bf16, e2m1, f16
-from hexlayout.ops.moe.wna16 import ONE_GROUP
-from hexlayout.ops.moe.wna16_kernels_sm100 import moe_wna16_down_sm100_kernel, moe_wna16_gate_up_sm100_kernel
 from hexlayout.runtime import build
 
 KERNELS = {"gate_up": moe_wna16_gate_up_sm100_kernel, "down": moe_wna16_down_sm100_kernel}
