@@ -23,12 +23,14 @@ with a warning, and an unwritable one never fails a build).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,13 +212,69 @@ def build(kernel: Any, arch: str, *, compile: bool = True, **consts: Any) -> Bui
     times["trace"] = time.perf_counter() - t
     disk_key = build_key(tk, arch, compile) if os.environ.get("HEXLAYOUT_BUILD_CACHE", "1") != "0" else None
     path = _entry_path(disk_key) if disk_key is not None else None
-    if path is not None and disk_key is not None:
-        t = time.perf_counter()
-        hit = _load(path, disk_key, arch, compile)
-        if hit is not None:
-            hit.seconds = {"trace": times["trace"], "load": time.perf_counter() - t}
-            _BUILDS[key] = (kernel, hit)
-            return hit
+    if path is None or disk_key is None:
+        return _build_new(kernel, key, tk, arch, compile, times, path, disk_key)
+    t = time.perf_counter()
+    hit = _load(path, disk_key, arch, compile)
+    if hit is None:
+        with _building(path):       # a miss: wait for a process building the same entry, look again
+            t = time.perf_counter()
+            hit = _load(path, disk_key, arch, compile)
+            if hit is None:
+                return _build_new(kernel, key, tk, arch, compile, times, path, disk_key)
+    hit.seconds = {"trace": times["trace"], "load": time.perf_counter() - t}
+    _BUILDS[key] = (kernel, hit)
+    return hit
+
+
+#: how long a process waits for another one building the same entry before building it too
+_LOCK_WAIT = 600.0
+
+
+@contextlib.contextmanager
+def _building(path: Path | None) -> Iterator[None]:
+    """Held while this process looks up and builds the entry ``path``: a process that needs an
+    entry another process is building waits for it (an exclusive ``flock`` on ``path``'s
+    ``.lock`` beside it), then reads it from the cache instead of synthesizing it again (the
+    workers of one test run share their kernels). Without the cache, ``fcntl`` or a writable
+    cache folder it holds nothing; after ``_LOCK_WAIT`` seconds it builds without the lock
+    (never a deadlock between processes building each other's entries)."""
+    try:
+        import fcntl
+    except ImportError:                    # not POSIX
+        fcntl = None
+    if path is None or fcntl is None or trusted_dir(path.parents[1], path.parent.name, create=True) is None:
+        yield
+        return
+    try:
+        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield
+        return
+    locked = False
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:
+                break
+        yield
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _build_new(kernel: Any, key: Any, tk: TileKernel, arch: str, compile: bool, times: dict[str, float],
+               path: Path | None, disk_key: str | None) -> Build:
+    """Synthesize, generate and compile ``tk`` (not in the cache), memoize and store it."""
     t = time.perf_counter()
     syn = synthesize(tk, arch)
     times["synthesize"] = time.perf_counter() - t

@@ -207,3 +207,19 @@ def test_keys_cover_hexlayout_sources_compiler_options_and_program(fresh, monkey
         assert build_key(tk, "sm_80", True) != base[0]
         assert cache_key("src", "sm_80", "nvrtc 13.0", ("-O3",)) != base[1]
     assert build_key(tk, "sm_80", True) == base[0]
+
+
+def test_processes_building_one_entry_at_once_synthesize_it_once(cache) -> None:
+    """Two processes that need the same missing entry at the same time: one builds it while
+    the other waits on the entry's lock and loads what the first stored (xdist workers share
+    their kernels instead of synthesizing each twice)."""
+    import os
+
+    env = {**os.environ, "HEXLAYOUT_CACHE_DIR": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", CODE.format(bk=64)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    kinds = sorted(o.split(maxsplit=1)[0] for o, _ in outs)
+    assert sum("synthesize" in k for k in kinds) == 1 and sum("load" in k for k in kinds) == 1, kinds
+    assert len(list((cache / "builds").glob("*.hlb"))) == 1
