@@ -537,15 +537,8 @@ def test_layer_norm_before_the_experts_stays_a_kernel() -> None:
     torch.manual_seed(11)
     m = LayerNormMoE().to(torch.float16).eval()
     x = torch.randn(1, 5, 64, dtype=torch.float16) + 0.5
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", FusionWarning)
-        with launch_log() as log:
-            out = c(x)
-        ref = m(x)
-        want = copy.deepcopy(m).double()(x.double())
-    plan = GraphPlan.merge(plans)
+    run = compile_and_run(m, x)
+    plan, log, out, ref, want = run.plan, run.log, run.out, run.ref, run.want
     anchors = [k.anchor for k in plan.kernels]
     assert anchors.count("hexlayout.fused_moe.default") == 1 and anchors.count("aten.mean.dim") >= 1, anchors
     assert any("not a row factor for hexlayout.fused_moe" in n for n in plan.notes), plan.report()
@@ -578,15 +571,8 @@ def test_gemma_norm_and_residual_in_fused_moe(tokens: int, h: int) -> None:
     torch.manual_seed(10)
     m = GemmaNormMoE(k=2, h=h).to(torch.bfloat16).eval()
     x = torch.randn(1, tokens, h, dtype=torch.bfloat16) * 2
-    plans: list[GraphPlan] = []
-    c = torch.compile(m, backend="hexlayout", options={"fallback": "eager", "on_plan": plans.append})
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error", FusionWarning)
-        with launch_log() as log:
-            out = c(x)
-        ref = m(x)
-        want = copy.deepcopy(m).double()(x.double())
-    plan = GraphPlan.merge(plans)
+    run = compile_and_run(m, x)
+    plan, log, out, ref, want = run.plan, run.log, run.out, run.ref, run.want
     names = [r.name for r in log]
     assert len(plan.kernels) == 2 and len(log) == 8, names
     assert names[-1].endswith("__moe_sum_bf16") and "moe_gate_up_bf16_silu_row_scaled" in names, names
