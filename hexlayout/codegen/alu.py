@@ -96,6 +96,15 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     magic = magic_conversion(em, ins)
     if magic is not None:
         return magic
+    src0 = ins.srcs[0]
+    if fn.name in ("mov", "cvt") and isinstance(src0, RegRef) and src0.array.dtype.name == dt.name:
+        # a copy within one element type: bits as they are (no round trip through float, which
+        # ptxas keeps for 16-bit floats: a NaN's payload may change)
+        if src0.count != n:
+            raise em.error(f"source {src0.array.name} has {src0.count} element(s), the destination {n}")
+        em.check_reg_range(src0)
+        stmt = f"{em.reg_index(dst, idx)} = {em.reg_index(src0, idx)};"
+        return [stmt] if n == 1 else ["#pragma unroll", f"for (int v = 0; v < {n}; ++v) {stmt}"]
     if fn in _HALF_OPS and dt.name in ("f16", "bf16") and all(
             isinstance(s, RegRef) and s.array.dtype.name == dt.name for s in ins.srcs):
         # f32 holds 2 * 11 + 2 bits (2 * 8 + 2 for bf16): the float route rounds f16 / bf16 +, -, *

@@ -73,6 +73,8 @@ class Emitter:
         #: id(conversion) -> its fold; the ids of the ``sub`` instructions folded away
         self.folds: dict[int, Fold] = {}
         self.folded: set[int] = set()
+        #: id(WgmmaWait) -> register arrays tied before it (``hexlayout.codegen.overlap``)
+        self.overlap: dict[int, list[RegArray]] = {}
         #: the warp index ``threadIdx.x / 32`` as a value the compiler knows is the same in every
         #: lane (read from lane 0 by ``__shfl_sync``): in ``expr(e, warp_uniform=True)``,
         #: ``tid / (32 j)`` prints as ``warp_id / j``, so warp-uniform values (a warp group's

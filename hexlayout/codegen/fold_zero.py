@@ -24,7 +24,7 @@ from hexlayout.ir.lowered import Alu, Instr, RegArray, RegRef, walk_instrs
 
 from .byte_sources import arrays_in, const_start
 
-__all__ = ["Fold", "MAGIC_LIMITS", "array_uses", "plan_folds"]
+__all__ = ["Fold", "MAGIC_LIMITS", "array_uses", "named_arrays", "plan_folds"]
 
 #: magic conversion -> the constants ``c`` it may absorb: ``b + c`` exact, ``q - c`` exact
 MAGIC_LIMITS = {"i2f16_magic": 256, "i2bf16_magic_narrow": 128, "i2bf16_magic": 256}
@@ -44,12 +44,13 @@ def array_uses(body: list[Instr]) -> Counter[int]:
     """``id(array)`` -> how many instructions of ``body`` (nested bodies included) name it."""
     uses: Counter[int] = Counter()
     for ins in walk_instrs(body):
-        for a in {id(x): x for x in _named(ins)}.values():
+        for a in {id(x): x for x in named_arrays(ins)}.values():
             uses[id(a)] += 1
     return uses
 
 
-def _named(ins: Instr) -> list[RegArray]:
+def named_arrays(ins: Instr) -> list[RegArray]:
+    """The register arrays ``ins`` names (its nested bodies excluded)."""
     out: list[RegArray] = []
     arrays_in([v for k, v in vars(ins).items() if k not in ("then_body", "else_body", "body")], out)
     return out
@@ -73,7 +74,7 @@ def _track(consts: dict[tuple[int, int], float], ins: Instr) -> None:
         return
     d0 = const_start(ins.dst) if isinstance(ins, Alu) and ins.pred is None else None
     if d0 is None:
-        written = {id(a) for a in _named(ins)}
+        written = {id(a) for a in named_arrays(ins)}
         for k in [k for k in consts if k[0] in written]:
             del consts[k]
         return

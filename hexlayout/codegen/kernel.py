@@ -51,6 +51,7 @@ from .emitter import MBAR_ALIGN, Emitter
 from .errors import CodegenError
 from .fold_zero import array_uses, plan_folds
 from .helpers import helper_source
+from .overlap import plan_overlap
 
 __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
 
@@ -215,6 +216,7 @@ class _Printer:
 
     def body(self, body: list[Instr]) -> None:
         self.em.add_folds(plan_folds(body, self.uses))
+        self.em.overlap.update(plan_overlap(body, self.uses, self.em.wgmma_arrays))
         for ins in body:
             self.em.instr = ins
             if isinstance(ins, Comment):

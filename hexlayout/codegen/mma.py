@@ -196,8 +196,11 @@ def wgmma_wait(em: Emitter, ins: WgmmaWait) -> list[str]:
         raise em.error(f"wgmma.wait_group needs sm_90a; the kernel is for {em.arch}")
     if not 0 <= ins.pending <= 7:
         raise em.error(f"wgmma.wait_group {ins.pending}: the count must be in [0, 7]")
+    before: list[str] = []
+    for arr in em.overlap.get(id(ins), ()):          # work placed beside the in-flight groups
+        before += _fence_array(em, arr)
     lines = asm(f"wgmma.wait_group.sync.aligned {int(ins.pending)};", [], [])
-    return lines + fence_operands(em)
+    return before + lines + fence_operands(em)
 
 
 def fence_operands(em: Emitter) -> list[str]:

@@ -371,15 +371,17 @@ class OnlineSoftmax:
                          rescale_first=rescale_first)
         return out[0]
 
-    def step_chunks(self, chunks: list[Tile], acc: Tile, consume: Callable[[int, Tile], None],
-                    scale: Any = None, *, masked: bool = True, rescale_first: bool = True) -> None:
+    def step_chunks(self, chunks: list[Tile], acc: Tile | None, consume: Callable[[int, Tile], None],
+                    scale: Any = None, *, masked: bool = True, rescale_first: bool = True) -> Tile:
         """One key block given as column chunks of its scores: the row max over every chunk, then
         ``p_c = exp2(s_c * scale - m')`` handed to ``consume(c, p_c)`` (which accumulates
         ``p_c @ V_c``), ``acc *= alpha``, ``l = l * alpha + sum_c sum_j p_c`` and ``m = m'``.
+        Returns ``alpha = exp2(m - m')`` (rows x 1).
 
         Args:
             chunks (list[Tile]): the score chunks, rows x chunk keys each.
-            acc (Tile): the output accumulator, rescaled in place.
+            acc (Tile | None): the output accumulator, rescaled in place (None: not rescaled,
+                with ``rescale_first`` False; ``step_scores`` returns the factor).
             consume (Callable): ``consume(c, p_c)`` for chunk ``c``, after ``acc`` is rescaled.
             scale (float | Tile | None): as ``step``.
             masked (bool): as ``step``.
@@ -406,7 +408,7 @@ class OnlineSoftmax:
         def p_of(s: Tile) -> Tile:
             return exp2_approx((s if scale is None else s * scale) - m_use)
 
-        if rescale_first:
+        if rescale_first and acc is not None:
             alpha = exp2_approx(self.m - m_use)
             acc *= alpha
             sums: list[Tile] = []
@@ -418,16 +420,49 @@ class OnlineSoftmax:
                 consume(c, p)
             self._update_l(alpha, sums)
             assign(self.m, m_new)
-            return
+            return alpha
         ps = [p_of(s) for s in chunks]
         alpha = exp2_approx(self.m - m_use)
         if self.sums is not None:
             assign(self.l, self.l * alpha)
         self._update_l(alpha, [self._row_sum(p) for p in ps])
-        acc *= alpha
+        if acc is not None:
+            acc *= alpha
         assign(self.m, m_new)
         for c, p in enumerate(ps):
             consume(c, p)
+        return alpha
+
+    def step_scores(self, s: Tile, scale: Any = None, *, masked: bool = True) -> tuple[Tile, Tile]:
+        """One key block whose accumulator is rescaled by the caller: the state update of
+        ``step`` (``m' = max(m, max_j s * scale)``, ``l = l * alpha + sum_j p``, ``m = m'``)
+        without touching the accumulator. Returns ``(p, alpha)``, ``p = exp2(s * scale - m')``
+        and ``alpha = exp2(m - m')`` (rows x 1); the caller applies ``acc *= alpha`` before it
+        adds ``p @ V`` -- e.g. after a wait, when the previous block's ``p @ V`` was in flight
+        while this ``p`` was computed (FlashAttention-3's intra-warpgroup overlap).
+
+        Args:
+            s (Tile): the block's scores, rows x keys (f32 registers).
+            scale (float | Tile | None): as ``step``.
+            masked (bool): as ``step``.
+
+        Returns:
+            tuple[Tile, Tile]: ``p`` (rows x keys, f32) and ``alpha`` (rows x 1, f32).
+
+        Raises:
+            KernelError: as the elementwise ops and reductions it issues.
+
+        Example:
+            The class example with the rescale written out::
+
+                p, alpha = sm.step_scores(sc, 1.4426950408889634)
+                acc *= alpha
+                acc += p
+        """
+        out: list[Tile] = []
+        alpha = self.step_chunks([s], None, lambda _c, p: out.append(p), scale, masked=masked,
+                                 rescale_first=False)
+        return out[0], alpha
 
     def out(self, acc: Tile, reciprocal: bool = False) -> Tile:
         """``acc / l`` per row, 0 for a row that saw no visible key (``reciprocal``: as

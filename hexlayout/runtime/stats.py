@@ -29,6 +29,12 @@ Definitions (per warp instruction stream, i.e. counted in the SASS of the functi
   (:func:`mma_per_ktile_from_bk`): accumulation chains × ``BK / k``.
 - **non-MMA per k-tile** = non-MMA ÷ k-tiles per iteration; **non-MMA per MMA** = non-MMA
   ÷ MMA in the loop (the attention metric: it needs no tile).
+- **overlapped** (warp-group MMA loops): the non-MMA instructions of the loop (the waits
+  aside) issued while a wgmma group is in flight, i.e. after an ``HGMMA`` / ``IGMMA`` /
+  ``QGMMA`` and before the ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` that waits for every group (a
+  ``DEPBAR`` with a depth above 0 leaves the latest groups in flight), following the loop
+  around its back edge: the work the tensor cores run beside. 0 when each group is waited
+  for at once.
 - **highest register**: the largest ``R`` index any instruction touches, counting every
   register of a wide operand (a 128-bit load's 4, an HMMA accumulator's 4, an HGMMA
   64xN f32 accumulator's N/2, a ``.64`` pair's 2). Per ``setmaxnreg`` region: over the
@@ -49,7 +55,7 @@ from .resources import ResourceUsage, parse_ptxas, parse_res_usage
 __all__ = ["StatsError", "build_stats", "Instruction", "Loop", "MainLoop", "KernelStats", "parse_sass",
            "loops", "find_main_loop", "kernel_stats", "register_extents", "highest_register",
            "setmaxnreg_regions", "ptxas_warnings", "mma_per_source_iteration", "mma_per_ktile_for_tile",
-           "mma_per_ktile_from_bk",
+           "mma_per_ktile_from_bk", "wgmma_overlap",
            "MMA_OPCODES", "SERIALIZATION_CODES"]
 
 #: Opcodes (before the first ``.``) of tensor-core instructions: warp MMA (sm_80), warp-group MMA
@@ -485,6 +491,7 @@ class MainLoop:
     k_tiles: float | None
     non_mma_per_ktile: float | None
     non_mma_per_mma: float
+    overlapped: int = 0
 
 
 @dataclass
@@ -541,7 +548,8 @@ class KernelStats:
             lines.append(f"  main loop [0x{lp.start:x}, 0x{lp.end:x}]: {lp.instructions} instructions, "
                          f"{lp.mma} {lp.mma_opcode}, {lp.padding} @!PT padding, {lp.non_mma} non-MMA; "
                          f"{per_k}; {lp.non_mma_per_mma:.2f} non-MMA per MMA; "
-                         f"{lp.constant_reads} constant-bank reads")
+                         f"{lp.constant_reads} constant-bank reads"
+                         + (f"; {lp.overlapped} beside an in-flight wgmma group" if lp.overlapped else ""))
             lines.append("  loop mix: " + ", ".join(f"{k} {v}" for k, v in lp.categories.items()))
             lines.append("  loop opcodes: " + ", ".join(f"{k} {v}" for k, v in list(lp.mix.items())[:16]))
         lines.append("  memory: " + (", ".join(f"{k} {v}" for k, v in self.counts.items() if v) or "-"))
@@ -562,6 +570,30 @@ def _pick(functions: dict[str, tuple[str, list[Instruction]]], name: str | None)
     # the function with the most MMA (the kernel of interest when a cubin holds several)
     best = max(functions, key=lambda f: sum(i.is_mma for i in functions[f][1]))
     return (best, *functions[best])
+
+
+_WGMMA = frozenset({"HGMMA", "IGMMA", "QGMMA", "BGMMA"})
+
+
+def wgmma_overlap(body: list[Instruction]) -> int:
+    """The non-MMA instructions of loop ``body`` issued while a wgmma group is in flight (see the
+    module docstring: **overlapped**), following the loop around its back edge."""
+    def pass_(flight: bool, count: bool) -> tuple[bool, int]:
+        n = 0
+        for ins in body:
+            if ins.never:
+                continue
+            if ins.base in _WGMMA:
+                flight = True
+            elif ins.op.startswith("WARPGROUP.DEPBAR"):
+                depth = ins.args.split(",")[-1].strip().rstrip(";")
+                flight = flight and int(depth, 0) > 0
+            elif flight and count and not ins.is_mma:
+                n += 1
+        return flight, n
+
+    at_back_edge, _ = pass_(False, False)
+    return pass_(at_back_edge, True)[1]
 
 
 def kernel_stats(cubin: bytes | None = None, *, sass: str | None = None, log: str = "",
@@ -603,7 +635,7 @@ def kernel_stats(cubin: bytes | None = None, *, sass: str | None = None, log: st
         main = MainLoop(lp.start, lp.end, len(body), lp.mma, mma_ops.most_common(1)[0][0], padding, non_mma,
                         sum("c[0x" in i.args for i in body if not i.never), dict(mix.most_common()),
                         dict(cats.most_common()), mma_per_ktile, k_tiles,
-                        non_mma / k_tiles if k_tiles else None, non_mma / lp.mma)
+                        non_mma / k_tiles if k_tiles else None, non_mma / lp.mma, wgmma_overlap(body))
     in_loop = set(range(lp.first, lp.last + 1)) if lp is not None else set()
     stores: Counter[str] = Counter()
     for j, ins in enumerate(code):
