@@ -18,6 +18,12 @@ only the machine code differs:
   block ``j + 1`` loads while block ``j`` is used. cp.async writes through the generic
   proxy and wgmma reads through the async proxy, so every thread fences its landed copies
   (``hl.fence_proxy_async``) before the barrier that precedes the wgmma;
+- ``OVERLAP`` (FlashAttention-3's intra-warpgroup overlap): block ``j``'s ``Q K^T`` is issued,
+  ``acc`` is rescaled to block ``j - 1``'s row max while it runs, block ``j - 1``'s ``P V`` is
+  issued, then ``wgmma.wait_group 1`` retires ``Q K^T`` and ``p_j`` is computed while ``P V``
+  runs (paged: block ``j + 1``'s gather is issued there too, into a third K / V buffer);
+  ``wait_group 0``, then ``p_j`` becomes the next ``P V``'s register operand. Without it each
+  product is waited for at once (head size 256, where the registers do not hold both);
 - the online softmax runs in the log2 domain (``qk_scale = scale * log2(e)`` (> 0) applied to
   the row max and inside the exponential's argument, one FMA; or ``scale / c`` and ``cap = c *
   log2(e)`` with a softcap), ``exp2_approx`` (one MUFU.EX2), with masks only in the key blocks
@@ -53,11 +59,11 @@ __all__ = ["paged_attention_sm90_kernel", "attention_varlen_sm90_kernel", "atten
 VARLEN_SM90_CONFIGS: dict[int, dict[str, int]] = {
     64: {"BM": 128, "BN": 64, "STAGES": 4},
     128: {"BM": 128, "BN": 64, "STAGES": 3},
-    256: {"BM": 128, "BN": 64, "STAGES": 2},
+    256: {"BM": 128, "BN": 64, "STAGES": 2, "OVERLAP": False},
 }
 #: With a left bound or a softcap (more live values in the masked blocks): head size 256 takes
 #: 32 keys per stage.
-VARLEN_SM90_HEAVY: dict[int, dict[str, int]] = {256: {"BN": 32, "STAGES": 3}}
+VARLEN_SM90_HEAVY: dict[int, dict[str, int]] = {256: {"BN": 32, "STAGES": 3, "OVERLAP": True}}
 
 TQ, TK, H, D, NB, BS, KVH, B1, B, MAXB, SP, NS, NSC = hl.dims("TQ TK H D NB BS KVH B1 B MAXB SP NS NSC")
 SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB SVS SVC SBT")
@@ -90,7 +96,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
                              SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                              *, BM: int = 64, BN: int = 64, HEAD_DIM: int = 128, BLOCK: int = 16, WG: int = 1,
                              CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
-                             SPLITS: int = 1, SINKS: bool = False):
+                             SPLITS: int = 1, SINKS: bool = False, OVERLAP: bool = True):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
@@ -106,9 +112,10 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
             n_full = hl.maximum(lo, hl.minimum(hi, n // BN))
         lim = hl.minimum(n, hi * BN)                           # keys this split loads
 
+        nbuf = 3 if OVERLAP else 2                             # OVERLAP: block j - 1's V is still read
         sq = hl.shared(dt, (BM, HEAD_DIM))
-        sk = hl.shared(dt, (BN, HEAD_DIM, 2))
-        sv = hl.shared(dt, (BN, HEAD_DIM, 2))
+        sk = hl.shared(dt, (BN, HEAD_DIM, nbuf))
+        sv = hl.shared(dt, (BN, HEAD_DIM, nbuf))
 
         def load(j: Any, buf: Any) -> None:                    # key block j into buffer buf
             pos = hl.iota((BN,), 0) + j * BN
@@ -120,7 +127,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
                                 fp8=cache_dtype)
 
         hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
-        load(lo, lo % 2)
+        load(lo, lo % nbuf)
         hl.commit_group()
         heads = hl.iota((BM, 1), 0) % G + kvh * G
         sm = hl.OnlineSoftmax(BM, sink_rows(sinks, heads, BM=BM, sp=sp) if SINKS else None)
@@ -128,28 +135,74 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
         qpos = (hl.iota((BM, BN), 0) + m0) // G + shift        # the key aligned with each row
         qks = qk_scale if cache_dtype is None else scalar_rows(k_scale, BM=BM) * qk_scale   # FP8: k_scale
         mult = 1.0 if SOFTCAP else qks                         # softcapped scores are scaled
-        for masked in (True,) if WINDOW else (False, True):
-            for j in (hl.range(n_full, hi) if masked else hl.range(lo, n_full)):
-                buf = j % 2
-                hl.wait_group(0)                               # block j landed (this thread's part)
-                hl.fence_proxy_async()                         # ... and is visible to wgmma
-                hl.syncthreads()                               # everyone's part; buf ^ 1 is free
-                load(j + 1, 1 - buf)
-                hl.commit_group()
+        segments = ((n_full, hi, True),) if WINDOW else ((lo, n_full, False), (n_full, hi, True))
 
-                sc = hl.zeros((BM, BN), f32)
-                hl.wgmma_fence()
-                hl.mma(sq, sk[:, :, buf], sc)
-                hl.wgmma_commit()
+        def landed(j: Any) -> None:                            # block j in shared memory, for wgmma
+            hl.wait_group(0)                                   # this thread's part landed
+            hl.fence_proxy_async()                             # ... and is visible to wgmma
+            hl.syncthreads()                                   # everyone's; buffer (j+1) % nbuf free
+
+        def prefetch(j: Any) -> None:                          # block j + 1 into its buffer
+            load(j + 1, (j + 1) % nbuf)
+            hl.commit_group()
+
+        def scores(j: Any) -> Any:                             # S_j = Q K_j^T, issued and committed
+            sc = hl.zeros((BM, BN), f32)
+            hl.wgmma_fence()
+            hl.mma(sq, sk[:, :, j % nbuf], sc)
+            hl.wgmma_commit()
+            return sc
+
+        def visible(sc: Any, j: Any, masked: bool) -> Any:     # softcapped, -inf at hidden keys
+            if SOFTCAP:
+                sc = hl.tanh(sc * qks) * cap
+            if masked:
+                sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
+            return sc
+
+        def values(p: Any, j: Any) -> None:                    # acc += p V_j (P from registers)
+            hl.wgmma_fence()
+            hl.mma(p, sv[:, :, j % nbuf].T, acc)
+            hl.wgmma_commit()
+
+        if not OVERLAP:                                        # each product waited for at once
+            for start, stop, masked in segments:
+                for j in hl.range(start, stop):
+                    landed(j)
+                    prefetch(j)
+                    sc = scores(j)
+                    hl.wgmma_wait(0)
+                    p = sm.step(visible(sc, j, masked), acc, mult)   # exp2: one FMA, one MUFU.EX2
+                    values(hl.cast(p, dt), j)
+                    hl.wgmma_wait(0)
+        else:
+            # as the varlen kernel: block j's Q K^T, then block j - 1's P V (acc rescaled to
+            # block j - 1's max first), both in flight while block j + 1's gather is issued and
+            # p_j is computed
+            pp = hl.register(dt, (BM, BN))                     # the previous block's p: its P V's A
+            ap = hl.register(f32, (BM, 1))                     # ... and its alpha, not yet applied
+            with hl.if_(hi > lo):
+                landed(lo)
+                sc = scores(lo)
+                prefetch(lo)
                 hl.wgmma_wait(0)
-                if SOFTCAP:
-                    sc = hl.tanh(sc * qks) * cap
-                if masked:
-                    sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
-                p = sm.step(sc, acc, mult)                     # exp2: one FMA, one MUFU.EX2
-                hl.wgmma_fence()
-                hl.mma(hl.cast(p, dt), sv[:, :, buf].T, acc)   # P from registers, V^T from shared
-                hl.wgmma_commit()
+                p, alpha = sm.step_scores(visible(sc, lo, True), mult)
+                hl.assign(pp, hl.cast(p, dt))
+                hl.assign(ap, alpha)
+                for start, stop, masked in segments:
+                    for j in hl.range(hl.maximum(start, lo + 1), stop):
+                        landed(j)
+                        sc = scores(j)
+                        acc *= ap                              # acc and p_{j-1}: one max
+                        values(pp, j - 1)
+                        prefetch(j)
+                        hl.wgmma_wait(1)                       # S_j landed; P V of j - 1 in flight
+                        p, alpha = sm.step_scores(visible(sc, j, masked), mult)
+                        hl.wgmma_wait(0)
+                        hl.assign(pp, hl.cast(p, dt))          # pp: read by the P V just retired
+                        hl.assign(ap, alpha)
+                acc *= ap
+                values(pp, hi - 1)
                 hl.wgmma_wait(0)
         hl.wait_group(0)
 
@@ -174,7 +227,8 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
     before reusing a stage). Warp groups 1 and 2 consume, 64 query rows each, with a raised
     budget: S = Q K^T (wgmma from shared), the online softmax (log2 domain, FMA-folded scale,
     ``exp2_approx``; masks only in the blocks that hold an invisible key), O += P V (P from
-    registers, V^T from shared), then release the stage. TMA reads whole tiles, so a
+    registers, V^T from shared), then release the stage; with ``OVERLAP`` block ``j``'s softmax
+    runs beside block ``j - 1``'s P V (the module docstring). TMA reads whole tiles, so a
     sequence's last, partial key block is shifted to end at its last key (keys ``Sk - BN ..
     Sk - 1``, those before ``j * BN`` masked: seen in the previous block; before the first
     sequence TMA zero-fills): K / V rows of other sequences or padding past ``cu_seqlens_k[-1]``
@@ -193,7 +247,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                               SQT: i32, SQH: i32, SKT: i32, SKH: i32, SVT: i32, SVH: i32,
                               *, BM: int = 128, BN: int = 64, HEAD_DIM: int = 128, STAGES: int = 2,
                               LEFT: bool = False, RIGHT: bool = False, SOFTCAP: bool = False,
-                              SINKS: bool = False):
+                              SINKS: bool = False, OVERLAP: bool = True):
         s, h, mt = hl.grid(hl.spatial(cu_seqlens_q.shape[0] - 1, q.shape[1], tiles))
         t = varlen_tile(q, k, cu_seqlens_q, cu_seqlens_k, s, h, mt, BM)     # the block's rows and keys
         kvh, q0, sq_len, k0, sk_len, m0, shift = t
@@ -226,28 +280,66 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
             acc = hl.zeros((BM, HEAD_DIM), f32)
             mult = 1.0 if SOFTCAP else qk_scale                # softcapped scores are scaled
             hl.wait(qbar, 0, phase=0)
-            for start, stop, masked in segments:
-                for j in hl.range(start, stop):
-                    st = (j - lo) % STAGES
-                    ring.wait_full(j - lo)
-                    sc = hl.zeros((BM, BN), f32)
-                    hl.wgmma_fence()
-                    hl.mma(sq, sk[:, :, st], sc, warps=hl.spatial(2, 1))
-                    hl.wgmma_commit()
+
+            def scores(j: Any) -> Any:                         # S_j = Q K_j^T, issued and committed
+                ring.wait_full(j - lo)
+                sc = hl.zeros((BM, BN), f32)
+                hl.wgmma_fence()
+                hl.mma(sq, sk[:, :, (j - lo) % STAGES], sc, warps=hl.spatial(2, 1))
+                hl.wgmma_commit()
+                return sc
+
+            def visible(sc: Any, j: Any, masked: bool) -> Any:  # softcapped, -inf at hidden keys
+                if SOFTCAP:
+                    sc = hl.tanh(sc * qk_scale) * cap
+                if masked:
+                    kj = hl.iota((BM, BN), 1) + hl.minimum(j * BN, sk_len - BN)
+                    qpos = hl.iota((BM, BN), 0) + (m0 + shift)   # each row's aligned key
+                    valid = kj >= j * BN                       # a shifted last block: seen before
+                    sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
+                return sc
+
+            def values(p: Any, j: Any) -> None:                # acc += p V_j, issued and committed
+                hl.wgmma_fence()
+                hl.mma(p, sv[:, :, (j - lo) % STAGES].T, acc, warps=hl.spatial(2, 1))
+                hl.wgmma_commit()
+
+            if not OVERLAP:                                    # each product waited for at once
+                for start, stop, masked in segments:
+                    for j in hl.range(start, stop):
+                        sc = scores(j)
+                        hl.wgmma_wait(0)
+                        p = sm.step(visible(sc, j, masked), acc, mult, rescale_first=True)
+                        values(hl.cast(p, dt), j)
+                        hl.wgmma_wait(0)
+                        ring.release((j - lo) % STAGES)
+            else:
+                # FlashAttention-3's intra-warpgroup overlap: block j's Q K^T is issued, acc is
+                # rescaled to block j - 1's max while it runs, block j - 1's P V is issued, and p_j
+                # is computed while that P V runs.
+                pp = hl.register(dt, (BM, BN))                 # the previous block's p: its P V's A
+                ap = hl.register(f32, (BM, 1))                 # ... and its alpha, not yet applied
+                with hl.if_(hi > lo):
+                    sc = scores(lo)
                     hl.wgmma_wait(0)
-                    if SOFTCAP:
-                        sc = hl.tanh(sc * qk_scale) * cap
-                    if masked:
-                        kj = hl.iota((BM, BN), 1) + hl.minimum(j * BN, sk_len - BN)
-                        qpos = hl.iota((BM, BN), 0) + (m0 + shift)   # each row's aligned key
-                        valid = kj >= j * BN                   # a shifted last block: seen before
-                        sc = mask_window(sc, valid, kj, qpos, left, right, LEFT, RIGHT)
-                    p = sm.step(sc, acc, mult, rescale_first=True)
-                    hl.wgmma_fence()
-                    hl.mma(hl.cast(p, dt), sv[:, :, st].T, acc, warps=hl.spatial(2, 1))
-                    hl.wgmma_commit()
+                    p, alpha = sm.step_scores(visible(sc, lo, True), mult)
+                    hl.assign(pp, hl.cast(p, dt))
+                    hl.assign(ap, alpha)
+                    for start, stop, masked in segments:
+                        for j in hl.range(hl.maximum(start, lo + 1), stop):
+                            sc = scores(j)
+                            acc *= ap                          # acc and p_{j-1}: one max
+                            values(pp, j - 1)
+                            hl.wgmma_wait(1)                   # S_j landed; P V of j - 1 in flight
+                            p, alpha = sm.step_scores(visible(sc, j, masked), mult)
+                            hl.wgmma_wait(0)
+                            ring.release((j - 1 - lo) % STAGES)
+                            hl.assign(pp, hl.cast(p, dt))      # pp: read by the P V just retired
+                            hl.assign(ap, alpha)
+                    acc *= ap
+                    values(pp, hi - 1)
                     hl.wgmma_wait(0)
-                    ring.release(st)
+                    ring.release((hi - 1 - lo) % STAGES)
             r = hl.iota((BM,), 0) + m0
             tok = hl.where(r < sq_len, r + q0, -1)             # past the sequence: no row
             hl.copy(hl.cast(sm.out(acc, reciprocal=True), dt), o[tok, h, 0:HEAD_DIM])

@@ -119,11 +119,13 @@ def paged_whole_pages(block_size: int, head_size: int) -> tuple[int, int] | None
 def paged_attention_sm90_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
 ) -> dict[str, Any]:
-    """The sm_90a kernel's constants: one warp group (64 rows), 64 keys per step."""
+    """The sm_90a kernel's constants: one warp group (64 rows), 64 keys per step; ``OVERLAP`` (the
+    softmax of a key block beside the previous block's ``P V``, three K / V buffers) up to head
+    size 128 (at 256 the accumulator leaves no registers for the second score tile)."""
     consts = paged_attention_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
     for name in ("WARPS", "CHUNK", "DCHUNK"):                  # the sm_80 kernel's only
         consts.pop(name, None)
-    return {**consts, "BN": 64, "WG": 1}
+    return {**consts, "BN": 64, "WG": 1, "OVERLAP": consts["HEAD_DIM"] <= 128}
 
 
 def paged_attention(

@@ -38,6 +38,8 @@ CASES = [
     (5, [1, 4, 2], [200, 9, 70], 4, 1, 64, 32, "HND", torch.float16, {"causal": False}, 2),
     (3, [5, 4], [3, 30], 4, 1, 96, 64, "HND", torch.float16, {"causal": False, "window_size": (3, 2)}, 0),
     (7, [1, 3], [19, 4], 2, 1, 256, 16, "NHD", torch.float16, {"softmax_scale": 0.3}, 0),
+    # five 64-key blocks in one split: the OVERLAP ring of three K / V buffers wraps
+    (8, [1, 2], [300, 260], 4, 1, 128, 16, "NHD", torch.bfloat16, {}, 0),
 ]
 
 

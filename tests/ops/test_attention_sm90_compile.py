@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from hexlayout.runtime.stats import SERIALIZATION_CODES
+from hexlayout.runtime.stats import SERIALIZATION_CODES, parse_sass
 
 
 @pytest.mark.nvrtc
@@ -42,6 +42,13 @@ def test_sm90_paged_kernel_compiles_without_spills_or_serialization(hd: int, dty
     assert lp is not None and lp.mma == hd // 16 + 4, st.summary()
     pv = [op for op in counts if op.startswith(f"HGMMA.64x{hd}x16")]
     assert pv and (hd == 64 or any(op.startswith("HGMMA.64x64x16") for op in counts)), counts
+    # OVERLAP up to head size 128: block j's Q K^T and block j - 1's P V in flight together while
+    # block j + 1's gather is issued and p_j computed (each product waited for at once before)
+    assert consts["OVERLAP"] == (hd <= 128)
+    if consts["OVERLAP"]:
+        assert loop_waits(b) == [1, 0] and lp.overlapped >= lp.non_mma / 4, st.summary()
+    else:
+        assert loop_waits(b) == [0, 0], st.summary()
 
 
 @pytest.mark.nvrtc
@@ -81,8 +88,22 @@ def test_sm90_varlen_kernel_is_warp_specialized_tma_wgmma(
     )
     assert not any(op.startswith("HMMA") for op in counts)
     lp = st.main_loop
-    bn = attention_varlen_sm90_consts(hd, left, right, softcap)["BN"]
+    consts = attention_varlen_sm90_consts(hd, left, right, softcap)
+    bn = consts["BN"]
     # per key block and consumer warp group: hd/16 Q K^T wgmma (64 x BN x 16), BN/16 P V wgmma (64 x hd x 16)
     assert lp is not None and lp.mma == hd // 16 + bn // 16 and lp.mma_opcode.startswith("HGMMA.64x"), (
         st.summary()
     )
+    # FlashAttention-3's intra-warpgroup overlap (OVERLAP): block j's Q K^T and block j - 1's P V
+    # in flight together, ``wait_group 1`` then ``0`` per key block, and at least a quarter of
+    # the loop's work issued beside an in-flight group (each product waited for at once: ~1/8)
+    assert consts.get("OVERLAP", True)
+    assert loop_waits(b) == [1, 0] and lp.overlapped >= lp.non_mma / 4, st.summary()
+
+
+def loop_waits(b) -> list[int]:
+    """The ``wgmma.wait_group`` depths (``WARPGROUP.DEPBAR.LE gsb0, N``) in the main loop, in order."""
+    lp = b.stats.main_loop
+    code = next(ins for _, ins in parse_sass(b.compiled.sass()).values() if ins)
+    return [int(i.args.split(",")[1].strip().rstrip(";"), 0) for i in code
+            if lp.start <= i.addr <= lp.end and i.op.startswith("WARPGROUP.DEPBAR")]

@@ -100,6 +100,7 @@ CASES = [
     (2, [70, 0, 3], [90, 5, 0], 4, 1, 64, torch.float16, True, (40, -1), 0.0),
     (3, [9, 14], [12, 14], 2, 2, 256, torch.bfloat16, False, (4, 3), 2.0),
     (4, [130, 6], [140, 6], 8, 1, 96, torch.float16, True, (-1, -1), 0.0),  # head size padded to 128
+    (5, [5, 40], [70, 40], 2, 1, 256, torch.bfloat16, True, (-1, -1), 0.0),  # OVERLAP=False schedule
 ]
 
 
