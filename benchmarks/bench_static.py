@@ -864,8 +864,9 @@ def _loop(d: dict[str, Any] | None) -> str:
     if d is None or d["main_loop"] is None:
         return "-"
     lp = d["main_loop"]
-    return f"{lp['instructions']} ({lp['mma']} MMA, {lp['k_tiles']:g} kt)" if lp["k_tiles"] else str(
+    text = f"{lp['instructions']} ({lp['mma']} MMA, {lp['k_tiles']:g} kt)" if lp["k_tiles"] else str(
         lp["instructions"])
+    return text + (f", {lp['overlapped']} beside wgmma" if lp.get("overlapped") else "")
 
 
 def _warn(d: dict[str, Any] | None) -> str:
@@ -920,7 +921,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> s
              "per warp instruction stream; the main loop is the innermost backward-branch span holding the "
              "most HMMA/HGMMA. *Registers*: ptxas' count per thread at launch, then the highest register "
              "used (under setmaxnreg: the highest in the consumer warp groups' code). *Serialization*: ptxas "
-             "C75xx wgmma-serialization messages. Attention: a k-tile is one key block "
+             "C75xx wgmma-serialization messages. *Beside wgmma*: the main loop's non-MMA instructions "
+             "issued while a wgmma group is in flight. Attention: a k-tile is one key block "
              "(S = QKᵀ and O += PV); *non-MMA / MMA* is its per-HMMA figure.", ""]
     legacy = [r for r in rows if not r.get("serving")]
     if peers and legacy:
