@@ -33,6 +33,7 @@ from hexlayout.lang import e4m3, f32, i32, u8, u32
 
 from .blocks import block_rows, check_in_flight_stages, expert_block, gathered_stages, k_tile_range, load_tile
 from .fp8_kernels_sm89 import SCALE_BLOCK
+from .fp8_kernels_sm90 import store_gate_up
 
 __all__ = ["moe_fp8_gate_up_sm100_kernel", "moe_fp8_down_sm100_kernel", "ue8m0_of"]
 
@@ -124,15 +125,7 @@ def moe_fp8_gate_up_sm100_kernel(dtype: DType, split: bool = False) -> Any:
             acc_u = hl.zeros((BN, BM), f32)
             _mainloop(num_k, STAGES, load, [(sg, fg, acc_g), (su, fu, acc_u)], sa, ft)
             sx = load_tile(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
-            g = acc_g * sx
-            u = acc_u * sx
-            col = rows
-            if split:                                    # scaled partials; padding rows: none
-                hl.atomic_add(h[0, rrow, col], g)
-                hl.atomic_add(h[1, rrow, col], u)
-            else:
-                a = hl.gelu(g) if GELU else hl.silu(g)
-                hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid).T)
+            store_gate_up(h, acc_g * sx, acc_u * sx, rid, rrow, rows, n0, BM, BN, dt, split, GELU)
 
     return moe_fp8_gate_up_sm100
 

@@ -39,12 +39,15 @@ def _pow2(s):
     return torch.exp2(torch.round(torch.log2(s)))
 
 
-@pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "bm"), [
-    (9, 5, 256, 176, 4, 2, torch.bfloat16, 16),     # decode; I % 128: up tiles straddle scale blocks
-    (10, 140, 256, 64, 2, 1, torch.float16, 128),   # more than 64 rows per expert: BM = 128
+@pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "bm", "split"), [
+    (9, 5, 256, 176, 4, 2, torch.bfloat16, 16, 1),     # decode; I % 128: up tiles straddle scale blocks
+    (9, 5, 256, 176, 4, 2, torch.bfloat16, 16, 2),     # the split-K forms
+    (10, 140, 256, 64, 2, 1, torch.float16, 128, 1),   # more than 64 rows per expert: BM = 128
 ])
-def test_ue8m0_block_scales_run_in_the_mma(seed, t, h, inter, e, k, dtype, bm, built) -> None:
+def test_ue8m0_block_scales_run_in_the_mma(seed, t, h, inter, e, k, dtype, bm, split, built,
+                                           monkeypatch) -> None:
     assert fp8_block_m(t * k, e, "sm_100a") == bm
+    monkeypatch.setenv("HEXLAYOUT_MOE_SPLIT_K", str(split))
     x, w13, s13, w2, s2, tw, ids = make(seed, t, h, inter, e, k, dtype, True, gne=e)
     s13, s2 = _pow2(s13), _pow2(s2)
     s13[0, 0, 0] = 2.0 ** -127          # the smallest UE8M0 factor (an f32 subnormal) is exact too
@@ -53,7 +56,7 @@ def test_ue8m0_block_scales_run_in_the_mma(seed, t, h, inter, e, k, dtype, bm, b
     out = hexlayout.ops.fused_moe(x, a, b, tw, ids, activation="silu")
     check(out, *reference(x, w13, s13, w2, s2, tw, ids, True, "silu"))
     gemms = [n for n in built if n.startswith(("moe_fp8_gate_up", "moe_fp8_down"))]
-    tag = _tag(dtype)
+    tag = _tag(dtype) + ("_splitk" if split > 1 else "")
     assert gemms == [f"moe_fp8_gate_up_sm100_ue8m0_{tag}", f"moe_fp8_down_sm100_ue8m0_{tag}"], built
 
 
