@@ -32,7 +32,7 @@ than 64 routed rows per expert on average: blocks of 128 rows on the wgmma M sid
 with TMA weight loads, ``fp8_block_m``; sm_100a: the same sources with e4m3 ``tcgen05.mma``, and
 for ``scale_format="ue8m0"`` weights ``fp8_kernels_sm100``'s kernels, whose block-scaled
 ``tcgen05.mma`` applies the weight scales inside the MMA instead of scaling a partial product
-per k-tile in registers, for every block size). No
+per k-tile in registers, in blocks of at most 64 token rows, split-K only up to 32). No
 torch op runs between them except allocations; no host synchronization (buffers are sized from
 T, k, E and the block size). Targets sm_89 and sm_90a (CPU tensors: the emulator under
 ``HEXLAYOUT_EMULATE=1`` with ``HEXLAYOUT_EMULATE_ARCH=sm_89`` or ``sm_90a``); sm_80 has no fp8
@@ -71,7 +71,7 @@ from .fp8_kernels_sm90 import (
     moe_fp8_gate_up_sm90_kernel,
     moe_fp8_gate_up_sm90_ws_kernel,
 )
-from .fp8_kernels_sm100 import BN_BS, moe_fp8_down_sm100_kernel, moe_fp8_gate_up_sm100_kernel
+from .fp8_kernels_sm100 import BN_BS, MAX_BM, moe_fp8_down_sm100_kernel, moe_fp8_gate_up_sm100_kernel
 from .kernels_sm80 import MoeConfig
 from .pipeline import prepared_fused_moe
 from .splitk import (
@@ -424,9 +424,11 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
     s2 = a.w2_scale if blk else a.w2_scale.reshape(e, 1, 1)
     dt = lang_dtype(x.dtype)
     arch = tcgen05_arch(dev)
-    bm = fp8_block_m(t * k, e, arch)
-    common: dict[str, Any] = {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "BLOCK_SCALE": blk}
     ue8m0 = a.scale_format == "ue8m0" and arch == "sm_100a"
+    bm = fp8_block_m(t * k, e, arch)
+    if ue8m0:              # the block-scaled-MMA kernels take up to 64 token rows per block
+        bm = min(bm, MAX_BM)
+    common: dict[str, Any] = {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "BLOCK_SCALE": blk}
     gate_up_k, down_k, gate_up_split, down_split, down_bn = _fp8_kernels(dt, arch, bm, common, ue8m0)
 
     def quant(src: Any, rows_w: Any) -> tuple[Any, Any]:
@@ -437,11 +439,11 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
     def split_k(gemm: str) -> int:
         """``SPLIT_K`` of ``gemm``: 1 for the large-token kernels, else forced, else 1 off CUDA,
         else ``fp8_split_k`` with the device's SM count."""
-        if bm == 128 and not ue8m0:
+        if bm == 128:
             return 1
         if forced is not None:
             return forced
-        if dev.type != "cuda":
+        if dev.type != "cuda" or (ue8m0 and bm > 32):   # the split UE8M0 gate-up of 64 rows spills
             return 1
         return fp8_split_k(t, k, e, x.shape[1], n2 // 2, sm_count(dev), bm, gemm)
 

@@ -12,8 +12,8 @@ over the 32-wide k-blocks ``kb`` of each 128-wide k-tile, with ``SFW[n, kb]`` th
 ``ws[e, n // 128, k-tile]`` (bits 23..30 of the f32 scale: exact for a power of two, 2^-127
 included), so the accumulator holds ``W @ xq`` with the true weights and the per-token scale
 ``s_t`` stays in the epilogue. Swap-AB as on sm_90a: the weight tile is the MMA's A (``BN`` =
-128 rows: the block-scaled MMA's M), the ``BM`` gathered token rows its N side (16 .. 128, a
-multiple of 8); the token side's factors are a constant tile of 127 (2^0), filled once. Each
+128 rows: the block-scaled MMA's M), the ``BM`` gathered token rows its N side (16 .. 64, a
+multiple of 8; ``MAX_BM``); the token side's factors are a constant tile of 127 (2^0), filled once. Each
 stage holds, beside the operand tiles, the weight factors of its k-tile (gate and up tiles
 separately), written by the threads when the stage is loaded (one f32 scale per row, its
 exponent byte repeated for the k-tile's four k-blocks) and copied to tensor memory by the
@@ -35,11 +35,14 @@ from .blocks import block_rows, check_in_flight_stages, expert_block, gathered_s
 from .fp8_kernels_sm89 import SCALE_BLOCK
 from .fp8_kernels_sm90 import store_gate_up
 
-__all__ = ["moe_fp8_gate_up_sm100_kernel", "moe_fp8_down_sm100_kernel", "ue8m0_of"]
+__all__ = ["moe_fp8_gate_up_sm100_kernel", "moe_fp8_down_sm100_kernel", "ue8m0_of", "BN_BS", "MAX_BM"]
 
 K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
 #: weight rows per tile: the block-scaled tcgen05.mma's M (one CTA)
 BN_BS = 128
+#: most token rows per block: the epilogue holds the gate and up accumulators (128 x BM f32 each)
+#: in the registers of 128 threads; at 128 rows ptxas spills
+MAX_BM = 64
 #: 32-wide k-blocks per 128-wide k-tile (one UE8M0 factor each)
 KBLOCKS = SCALE_BLOCK // 32
 
@@ -51,10 +54,10 @@ def ue8m0_of(s: Any) -> Any:
 
 
 def _check(name: str, bn: int, bk: int, bm: int, stages: int) -> None:
-    if bn != BN_BS or bk != SCALE_BLOCK or bm % 8 or not 8 <= bm <= 256:
+    if bn != BN_BS or bk != SCALE_BLOCK or bm % 8 or not 8 <= bm <= MAX_BM:
         raise ValueError(f"{name}: BN ({bn}) must be {BN_BS} (the block-scaled tcgen05.mma's M), BK "
                          f"({bk}) {SCALE_BLOCK} (one scale block per k-tile) and BM ({bm}) a multiple of 8 "
-                         "in [8, 256]")
+                         f"in [8, {MAX_BM}] (more token rows: the f32 accumulators exceed the registers)")
     check_in_flight_stages(name, stages)
 
 
@@ -87,7 +90,7 @@ def _unit_factors() -> Any:
 @cache
 def moe_fp8_gate_up_sm100_kernel(dtype: DType, split: bool = False) -> Any:
     """Gate-up with the activation epilogue, ``h[r, n] = act(g) * u`` (``fp8.py``), UE8M0 block
-    scales in the MMA. Constants: ``BM`` (sorted rows: 16 .. 128), ``BN`` (128), ``BK`` (128),
+    scales in the MMA. Constants: ``BM`` (sorted rows: 8 .. 64), ``BN`` (128), ``BK`` (128),
     ``STAGES`` (>= 3), ``TOPK``, ``GELU``, ``SPLIT_K`` (``split``: the scaled gate / up partials of
     split ``sp`` added atomically into the f32 workspace ``h [2, T * k, I]``)."""
     dt = dtype

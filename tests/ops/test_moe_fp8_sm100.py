@@ -42,7 +42,7 @@ def _pow2(s):
 @pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "bm", "split"), [
     (9, 5, 256, 176, 4, 2, torch.bfloat16, 16, 1),     # decode; I % 128: up tiles straddle scale blocks
     (9, 5, 256, 176, 4, 2, torch.bfloat16, 16, 2),     # the split-K forms
-    (10, 140, 256, 64, 2, 1, torch.float16, 128, 1),   # more than 64 rows per expert: BM = 128
+    (10, 140, 256, 64, 2, 1, torch.float16, 128, 1),   # more than 64 rows per expert: blocks of 64 here
 ])
 def test_ue8m0_block_scales_run_in_the_mma(seed, t, h, inter, e, k, dtype, bm, split, built,
                                            monkeypatch) -> None:
@@ -98,11 +98,12 @@ def test_fp8_swap_ab_compiles_for_sm100_with_tcgen05() -> None:
 
 
 @pytest.mark.nvrtc
-@pytest.mark.parametrize("which", ["gate_up", "down"])
-def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which) -> None:
-    """NVRTC sm_100a: no spills; the main loop issues the factor copies (UTCCP) and the MMAs
-    (UTCQMMA) and scales nothing in registers (no FFMA / FMUL: the partial-product path's per-k-tile
-    scaling is gone); the epilogue loads TMEM (LDTM)."""
+@pytest.mark.parametrize(("which", "bm", "split"), [("gate_up", 16, False), ("down", 16, False),
+                                                    ("gate_up", 64, False), ("gate_up", 32, True)])
+def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which, bm, split) -> None:
+    """NVRTC sm_100a, at every block size and split the op builds: no spills; the main loop issues
+    the factor copies (UTCCP) and the MMAs (UTCQMMA) and scales nothing in registers (no FFMA /
+    FMUL: the partial-product path's per-k-tile scaling is gone); the epilogue loads TMEM (LDTM)."""
     from hexlayout.lang import bf16
     from hexlayout.ops.moe import fp8_kernels_sm100 as f100
     from hexlayout.runtime import build
@@ -110,7 +111,9 @@ def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which) -> Non
 
     kern = f100.moe_fp8_gate_up_sm100_kernel if which == "gate_up" else f100.moe_fp8_down_sm100_kernel
     consts = {"TOPK": 2} if which == "gate_up" else {}
-    b = build(kern(bf16), "sm_100a", BM=16, BN=128, BK=128, STAGES=SWAP_STAGES, **consts)
+    if split:
+        consts["SPLIT_K"] = 2
+    b = build(kern(bf16, split), "sm_100a", BM=bm, BN=128, BK=128, STAGES=SWAP_STAGES, **consts)
     st = build_stats(b)
     assert not st.spills and st.stack_frame == 0, st.summary()
     lp = st.main_loop
@@ -119,3 +122,11 @@ def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which) -> Non
     assert any(o.startswith("UTCCP") for o in lp.mix)
     assert not any(o.startswith(("FFMA", "FMUL")) for o in lp.mix), lp.mix
     assert any(o.startswith("LDTM") for o in b.compiled.sass_counts())
+
+
+def test_ue8m0_kernels_refuse_more_than_64_token_rows() -> None:
+    from hexlayout.lang import bf16
+    from hexlayout.ops.moe import fp8_kernels_sm100 as f100
+
+    with pytest.raises(ValueError, match=r"BM \(128\) a multiple of 8 in \[8, 64\]"):
+        f100.moe_fp8_gate_up_sm100_kernel(bf16).trace(BM=128, TOPK=1)
