@@ -15,7 +15,9 @@ every thread sees the whole tile, the hardware reads it through the descriptor; 
 / ``b_major`` say which canonical shared-memory layout (K- or MN-major) the descriptor
 describes. For ``tcgen05.mma`` (sm_100a) the accumulator lives in tensor memory
 (``c_source == "tmem"``), A comes from shared memory or tensor memory, and ``cta_group`` says
-whether one CTA or a pair of CTAs (``cta_group::2``) runs the instruction.
+whether one CTA or a pair of CTAs (``cta_group::2``) runs the instruction. A block-scaled
+``tcgen05.mma`` (``scale_type`` "ue8m0") also reads one scale factor per row of A and of B and
+per ``scale_vec`` K elements from tensor memory (``hexlayout.arch.block_scale``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ class MmaAtom(InstructionAtom):
     options: tuple[tuple[str, str], ...] = field(default=())
     c_source: str = "rmem"
     cta_group: int = 1
+    #: the block-scale factor type of a block-scaled MMA ("ue8m0": ``tcgen05.mma ... .block_scale``);
+    #: "" for an unscaled one
+    scale_type: str = ""
+    #: K elements that share one scale factor (32 for ``scale_vec::1X`` of kind::mxf8f6f4)
+    scale_vec: int = 0
 
     FAMILY = "mma"
 

@@ -20,6 +20,16 @@ Names: ``SM100_{M}x{N}x{K}_{D}{A}{B}_{SS|TS}`` and ``SM100_2x1SM_{M}x{N}x{K}_...
 templates ``SM100_MMA_F16BF16_SS<A, B, D, M, N, a_major, b_major>`` spelled out like the
 sm_90a wgmma names). Options ``a_major`` / ``b_major`` in {"K", "MN"} select the canonical
 shared-memory layout (instruction-descriptor bits 15 / 16); a TMEM A is K-major.
+
+**Block-scaled** ``tcgen05.mma.cta_group::{1,2}.kind::mxf8f6f4.block_scale.scale_vec::1X``
+(e4m3 / e5m2 operands, f32 accumulate, ue8m0 scale factors; CuTe ``SM100_MMA_MXF8F6F4_SS`` /
+``_2x1SM_SS``): ``D (+)= (A * 2^(SFA - 127)) @ (B * 2^(SFB - 127))^T`` where ``SFA[m]`` and
+``SFB[n]`` are one unsigned 8-bit exponent per row for the instruction's K = 32 (scale_vec::1X:
+one scale per 32 K elements), read from tensor memory at the addresses ``[sfa_tmem]`` /
+``[sfb_tmem]`` (layout: ``block_scale.py``). Shapes (CuTe's static asserts): ``cta_group::1``
+``M = 128``, ``N % 8 == 0``; ``cta_group::2`` ``M = 256``, ``N % 16 == 0``; ``8 <= N <= 256``.
+Names ``SM100_{M}x{N}x32_F32{A}{B}_UE8M0_SS`` (and ``SM100_2x1SM_...``); same thread / value
+layouts as the unscaled atoms, ``scale_type = "ue8m0"``, ``scale_vec = 32``.
 """
 
 from __future__ import annotations
@@ -30,10 +40,15 @@ from ..layout import Layout
 from .dtypes import BF16, E4M3, E5M2, F16, F32, DType
 from .mma_atom import MmaAtom
 
-__all__ = ["SM100_UMMA", "umma_atom", "umma_n_values", "UMMA_SHAPES", "MMA_KINDS", "kind_of"]
+__all__ = ["SM100_UMMA", "umma_atom", "umma_n_values", "UMMA_SHAPES", "MMA_KINDS", "kind_of",
+           "BLOCK_SCALED_SHAPES", "block_scaled_n_values", "umma_block_scaled_atom"]
 
 #: (cta_group, M) -> the step of N (N ranges over step, 2*step, ..., 256).
 UMMA_SHAPES: dict[tuple[int, int], int] = {(1, 64): 8, (1, 128): 16, (2, 128): 32, (2, 256): 16}
+#: block-scaled kind::mxf8f6f4 (cta_group, M) -> the step of N (CuTe ``SM100_MMA_MXF8F6F4_SS``)
+BLOCK_SCALED_SHAPES: dict[tuple[int, int], int] = {(1, 128): 8, (2, 256): 16}
+#: scale-factor types of a block-scaled MMA (instruction-descriptor bit 23)
+SCALE_TYPES = ("ue8m0",)
 _MAJORS = ("K", "MN")
 #: Operand formats per mma kind (bits 7..9 and 10..12 of the instruction descriptor).
 MMA_KINDS: dict[str, dict[str, int]] = {
@@ -103,6 +118,52 @@ def umma_atom(m: int, n: int, da: DType, db: DType, dc: DType, a_source: str = "
     )
 
 
+def block_scaled_n_values(cta_group: int, m: int) -> tuple[int, ...]:
+    """The N extents the block-scaled ``tcgen05.mma`` (kind::mxf8f6f4) accepts for ``cta_group`` and ``m``."""
+    if (cta_group, m) not in BLOCK_SCALED_SHAPES:
+        raise ValueError(f"tcgen05.mma.kind::mxf8f6f4.block_scale: M={m} is not valid for "
+                         f"cta_group::{cta_group} "
+                         f"(valid: {', '.join(f'cta_group::{g} M={mm}' for g, mm in BLOCK_SCALED_SHAPES)})")
+    step = BLOCK_SCALED_SHAPES[(cta_group, m)]
+    return tuple(range(step, 257, step))
+
+
+def umma_block_scaled_atom(m: int, n: int, da: DType, db: DType, cta_group: int = 1, a_major: str = "K",
+                           b_major: str = "K", scale_type: str = "ue8m0") -> MmaAtom:
+    """The ``tcgen05.mma.cta_group::{g}.kind::mxf8f6f4.block_scale.scale_vec::1X`` atom ``m x n x 32``
+    (A and B from shared memory, f32 accumulator in TMEM, ``scale_type`` factors in TMEM).
+
+    Example:
+        >>> umma_block_scaled_atom(128, 64, E4M3, E4M3).name
+        'SM100_128x64x32_F32E4M3E4M3_UE8M0_SS'
+    """
+    for what, major in (("a_major", a_major), ("b_major", b_major)):
+        if major not in _MAJORS:
+            raise ValueError(f"tcgen05.mma: {what}={major!r} is not one of 'K', 'MN'")
+    if scale_type not in SCALE_TYPES:
+        raise ValueError(f"tcgen05.mma.kind::mxf8f6f4.block_scale: scale type {scale_type!r} is not one of "
+                         f"{', '.join(SCALE_TYPES)}")
+    for role, d in (("A", da), ("B", db)):
+        if d.name not in MMA_KINDS["f8f6f4"]:
+            raise ValueError(f"tcgen05.mma.kind::mxf8f6f4.block_scale: {role} {d.name} is not e4m3 or e5m2")
+    if n not in block_scaled_n_values(cta_group, m):
+        raise ValueError(f"tcgen05.mma.kind::mxf8f6f4.block_scale: N={n} is not valid for "
+                         f"cta_group::{cta_group} "
+                         f"M={m} (multiples of {BLOCK_SCALED_SHAPES[(cta_group, m)]} up to 256)")
+    pair = "2x1SM_" if cta_group == 2 else ""
+    name = f"SM100_{pair}{m}x{n}x32_{F32.cute}{da.cute}{db.cute}_{scale_type.upper()}_SS"
+    return MmaAtom(
+        name=name, kind="tcgen05", shape_mnk=(m, n, 32), thr_id=Layout(cta_group),
+        a_layout=_operand(cta_group, m, 32), b_layout=_operand(cta_group, n, 32),
+        c_layout=_operand(cta_group, m, n), a_dtype=da, b_dtype=db, c_dtype=F32,
+        arch="sm_100a", ptx=f"tcgen05.mma.cta_group::{cta_group}.kind::mxf8f6f4.block_scale.scale_vec::1X",
+        ptx_operands="[d_tmem], a_desc, b_desc, idesc, [sfa_tmem], [sfb_tmem], enable_input_d",
+        regs_a=0, regs_b=0, regs_c=0, a_source="smem", b_source="smem", a_major=a_major, b_major=b_major,
+        options=(("a_major", a_major), ("b_major", b_major)), c_source="tmem", cta_group=cta_group,
+        scale_type=scale_type, scale_vec=32,
+    )
+
+
 def _factory(m: int, n: int, da: DType, db: DType, dc: DType, a_source: str,
              group: int) -> Callable[..., MmaAtom]:
     def make(a_major: str = "K", b_major: str = "K") -> MmaAtom:
@@ -121,7 +182,20 @@ def _table() -> dict[str, Callable[..., MmaAtom]]:
                     pair = "2x1SM_" if group == 2 else ""
                     name = f"SM100_{pair}{m}x{n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_{tag}"
                     out[name] = _factory(m, n, da, db, dc, src, group)
+    for group, m in BLOCK_SCALED_SHAPES:
+        for n in block_scaled_n_values(group, m):
+            for da in (E4M3, E5M2):
+                for db in (E4M3, E5M2):
+                    atom = umma_block_scaled_atom(m, n, da, db, group)
+                    out[atom.name] = _scaled_factory(m, n, da, db, group)
     return out
+
+
+def _scaled_factory(m: int, n: int, da: DType, db: DType, group: int) -> Callable[..., MmaAtom]:
+    def make(a_major: str = "K", b_major: str = "K") -> MmaAtom:
+        return umma_block_scaled_atom(m, n, da, db, group, a_major, b_major)
+
+    return make
 
 
 #: name -> factory (options ``a_major``, ``b_major``) of every sm_100a tcgen05.mma atom.

@@ -10,6 +10,15 @@ A major (0 K, 1 MN), ``[16,17)`` B major, ``[17,23)`` N >> 3, ``[24,29)`` M >> 4
 ``[30,32)`` max shift (``.ws`` only). So ``M=128, N=256``, bf16 -> f32, both K-major is
 ``1<<4 | 1<<7 | 1<<10 | 32<<17 | 8<<24``.
 
+**Block-scaled instruction descriptor** (PTX ISA "Instruction descriptor format for
+.kind::mxf8f6f4 / .kind::mxf4 / .kind::mxf4nvf4"; CuTe ``UMMA::InstrDescriptorBlockScaled``):
+``[0,2)`` sparsity selector, ``[2,3)`` sparsity, ``[4,6)`` B scale-factor ID, ``[7,10)`` A format,
+``[10,13)`` B format (0 E4M3, 1 E5M2), ``[13,14)`` / ``[14,15)`` negate A / B, ``[15,16)`` /
+``[16,17)`` A / B major, ``[17,23)`` N >> 3, ``[23,24)`` scale type (0 UE4M3, 1 UE8M0),
+``[24,29)`` M >> 4, ``[29,31)`` A scale-factor ID, ``[31,32)`` K size (0: K = 32). There is no
+D format field (D is f32). A scale-factor ID is the byte, 0..3, of the 32-bit TMEM column where
+the instruction's factors start (CuTe takes it from bits 30..31 of the factors' TMEM address).
+
 **Shared-memory descriptor** (PTX ISA "Shared memory descriptor", CuTe
 ``UMMA::SmemDescriptor``): ``[0,14)`` start address >> 4, ``[16,30)`` leading byte
 offset >> 4, ``[32,46)`` stride byte offset >> 4, ``[46,48)`` version = 1 (the fixed
@@ -31,7 +40,8 @@ from .dtypes import BF16, E4M3, E5M2, F16, F32, DType
 from .gmma import GmmaDescriptor, gmma_desc_addresses, make_gmma_desc
 from .sm100 import MMA_KINDS, kind_of
 
-__all__ = ["InstrDescriptor", "UmmaDescriptor", "make_umma_desc", "umma_desc_addresses", "UMMA_LAYOUT_TYPE"]
+__all__ = ["InstrDescriptor", "InstrDescriptorBlockScaled",
+           "UmmaDescriptor", "make_umma_desc", "umma_desc_addresses", "UMMA_LAYOUT_TYPE"]
 
 #: Layout-type field (bits 61..63) per swizzle mode; "128B_BASE32B" is 128-byte swizzle whose
 #: 16-byte chunks are permuted within 32-byte atoms.
@@ -96,6 +106,65 @@ class InstrDescriptor:
             a_major="MN" if _bits(value, 15, 16) else "K", b_major="MN" if _bits(value, 16, 17) else "K",
             negate_a=bool(_bits(value, 13, 14)), negate_b=bool(_bits(value, 14, 15)),
             saturate=bool(_bits(value, 3, 4)))
+
+
+_SCALE_FORMAT = {"ue4m3": 0, "ue8m0": 1}
+
+
+@dataclass(frozen=True)
+class InstrDescriptorBlockScaled:
+    """The instruction descriptor of a block-scaled ``tcgen05.mma`` (kind::mxf8f6f4; ``m`` the whole
+    MMA's M); ``a_sf_id`` / ``b_sf_id``: the byte (0..3) of the scale factors' TMEM columns."""
+
+    a_dtype: DType
+    b_dtype: DType
+    m: int
+    n: int
+    a_major: str = "K"
+    b_major: str = "K"
+    a_sf_id: int = 0
+    b_sf_id: int = 0
+    scale_type: str = "ue8m0"
+    negate_a: bool = False
+    negate_b: bool = False
+
+    def encode(self) -> int:
+        """The 32-bit value passed as ``idesc``.
+
+        Example:
+            >>> hex(InstrDescriptorBlockScaled(E4M3, E4M3, 128, 64).encode())
+            '0x8900000'
+        """
+        fmt = MMA_KINDS["f8f6f4"]
+        for role, d in (("A", self.a_dtype), ("B", self.b_dtype)):
+            if d.name not in fmt:
+                raise ValueError(f"tcgen05.mma.kind::mxf8f6f4: {role} {d.name} is not e4m3 or e5m2")
+        if self.scale_type not in _SCALE_FORMAT:
+            raise ValueError(f"tcgen05.mma block_scale: scale type {self.scale_type!r} is not ue4m3 or ue8m0")
+        for role, sf in (("A", self.a_sf_id), ("B", self.b_sf_id)):
+            if not 0 <= sf < 4:
+                raise ValueError(f"tcgen05.mma block_scale: {role} scale-factor ID {sf} is not a byte 0..3")
+        if self.m % 16 or not 0 < self.m >> 4 < 32 or self.n % 8 or not 0 < self.n >> 3 < 64:
+            raise ValueError(f"tcgen05.mma: M={self.m} / N={self.n} do not fit the descriptor")
+        return (self.b_sf_id << 4 | fmt[self.a_dtype.name] << 7 | fmt[self.b_dtype.name] << 10
+                | int(self.negate_a) << 13 | int(self.negate_b) << 14 | int(self.a_major == "MN") << 15
+                | int(self.b_major == "MN") << 16 | (self.n >> 3) << 17 | _SCALE_FORMAT[self.scale_type] << 23
+                | (self.m >> 4) << 24 | self.a_sf_id << 29)
+
+    @staticmethod
+    def decode(value: int) -> InstrDescriptorBlockScaled:
+        """The fields of a block-scaled ``value`` (dense, K = 32 only)."""
+        if _bits(value, 0, 3) or _bits(value, 31, 32):
+            raise ValueError(f"tcgen05.mma block_scale descriptor {value:#x}: sparse or K=96 forms are not "
+                             "modelled")
+        names = {v: k for k, v in MMA_KINDS["f8f6f4"].items()}
+        scale = {v: k for k, v in _SCALE_FORMAT.items()}[_bits(value, 23, 24)]
+        return InstrDescriptorBlockScaled(
+            a_dtype=_DTYPES[names[_bits(value, 7, 10)]], b_dtype=_DTYPES[names[_bits(value, 10, 13)]],
+            m=_bits(value, 24, 29) << 4, n=_bits(value, 17, 23) << 3,
+            a_major="MN" if _bits(value, 15, 16) else "K", b_major="MN" if _bits(value, 16, 17) else "K",
+            a_sf_id=_bits(value, 29, 31), b_sf_id=_bits(value, 4, 6), scale_type=scale,
+            negate_a=bool(_bits(value, 13, 14)), negate_b=bool(_bits(value, 14, 15)))
 
 
 @dataclass(frozen=True)

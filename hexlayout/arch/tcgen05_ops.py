@@ -14,7 +14,8 @@ management, completion and ordering. Each entry gives its PTX (``{g}`` is the ct
   operations before / after a thread synchronization (barrier, mbarrier wait);
 * ``wait::ld`` / ``wait::st`` (a warp): every earlier ``tcgen05.ld`` / ``st`` of the warp completed
   (their registers / TMEM cells may be used);
-* ``cp`` (one thread): shared memory -> TMEM (e.g. FP8 block scales), completes through commit.
+* ``cp`` (one thread): shared memory -> TMEM (e.g. FP8 block scales), ordered before the thread's
+  later MMAs, completes through commit; its ``.shape`` (and multicast) from ``tcgen05_cp.py``.
 
 Example:
     >>> tcgen05_ptx("commit", 1)
@@ -50,14 +51,21 @@ TCGEN05_OPS: dict[str, Tcgen05Op] = {o.name: o for o in (
     Tcgen05Op("fence_after", "tcgen05.fence::after_thread_sync", "", "thread"),
     Tcgen05Op("wait_ld", "tcgen05.wait::ld.sync.aligned", "", "warp"),
     Tcgen05Op("wait_st", "tcgen05.wait::st.sync.aligned", "", "warp"),
-    Tcgen05Op("cp", "tcgen05.cp.cta_group::{g}.128x256b", "[taddr], s_desc", "thread"),
+    Tcgen05Op("cp", "tcgen05.cp.cta_group::{g}.{shape}", "[taddr], s_desc", "thread"),
 )}
 
 
-def tcgen05_ptx(name: str, cta_group: int = 1) -> str:
-    """The PTX instruction (without operands) of the tcgen05 op ``name`` for ``cta_group`` 1 or 2."""
+def tcgen05_ptx(name: str, cta_group: int = 1, shape: str | None = None) -> str:
+    """The PTX instruction (without operands) of the tcgen05 op ``name`` for ``cta_group`` 1 or 2
+    (``cp``: of ``shape``, one of ``tcgen05_cp.CP_SHAPES``)."""
     if name not in TCGEN05_OPS:
         raise ValueError(f"tcgen05: unknown op {name!r}; known: {', '.join(TCGEN05_OPS)}")
     if cta_group not in (1, 2):
         raise ValueError(f"tcgen05.{name}: cta_group {cta_group} is not 1 or 2")
+    if name == "cp":
+        from .tcgen05_cp import tcgen05_cp_ptx
+
+        if shape is None:
+            raise ValueError("tcgen05.cp: give its shape (e.g. '32x128b.warpx4')")
+        return tcgen05_cp_ptx(shape, cta_group)
     return TCGEN05_OPS[name].ptx.format(g=cta_group)

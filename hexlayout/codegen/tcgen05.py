@@ -7,18 +7,24 @@ LBO, SBO, the fixed version 1 at bit 46 and the layout type at bits 61..63 -- 0 
 4 64B, 6 32B swizzle; ``SmemDesc.swizzle`` keeps wgmma's codes 0..3); its start address field
 is the wgmma one, so a window-start descriptor advanced by ``hl_gmma_desc_add`` serves as for
 wgmma. The 32-bit instruction descriptor is a constant computed here
-(``hexlayout.arch.tcgen05.InstrDescriptor``). The registers a ``tcgen05.ld`` writes are tied to
+(``hexlayout.arch.tcgen05.InstrDescriptor``; for a block-scaled atom
+``InstrDescriptorBlockScaled`` with the scale-factor bytes ``sfa_id`` / ``sfb_id``, and the
+factors' TMEM addresses as two more operands). ``tcgen05.cp`` takes a TMEM address and the
+sm_100a descriptor of its shared source. The registers a ``tcgen05.ld`` writes are tied to
 the following ``tcgen05.wait::ld`` by empty ``asm`` statements, so that no use moves above it.
 """
 
 from __future__ import annotations
 
-from hexlayout.arch.tcgen05 import InstrDescriptor
+from hexlayout.arch.mma_atom import MmaAtom
+from hexlayout.arch.tcgen05 import InstrDescriptor, InstrDescriptorBlockScaled
+from hexlayout.arch.tcgen05_cp import CP_SHAPES
 from hexlayout.arch.tcgen05_ops import tcgen05_ptx
 from hexlayout.arch.tmem import TMEM_SHAPES, tmem_ld_ptx
 from hexlayout.ir.lowered import SharedRef, SmemDesc
 from hexlayout.ir.lowered_tcgen05 import (
     Tcgen05Commit,
+    Tcgen05Cp,
     Tcgen05Fence,
     Tcgen05Ld,
     Tcgen05Mma,
@@ -69,6 +75,10 @@ def tcgen05_mma(em: Emitter, ins: Tcgen05Mma) -> list[str]:
     atom = _atom(em, ins.atom, "tcgen05", **opts)
     if ts != (atom.a_source == "tmem"):
         raise em.error(f"atom {atom.name} takes A from {atom.a_source}")
+    if atom.scale_type:
+        return _block_scaled_mma(em, ins, atom)
+    if ins.sfa is not None or ins.sfb is not None:
+        raise em.error(f"{atom.name} is not block-scaled; it takes no scale factors")
     idesc = InstrDescriptor(atom.a_dtype, atom.b_dtype, atom.c_dtype, atom.m, atom.n, atom.a_major,
                             atom.b_major).encode()
     a_op = f'"r"({em.expr(ins.a.addr)})' if ts else f'"l"({_desc(em, ins.a, "A")})'  # type: ignore[union-attr]
@@ -76,6 +86,31 @@ def tcgen05_mma(em: Emitter, ins: Tcgen05Mma) -> list[str]:
             f"{atom.ptx} [%0], {'[%1]' if ts else '%1'}, %2, %3, p;\n}}")
     return asm(text, [], [f'"r"({em.expr(ins.d)})', a_op, f'"l"({_desc(em, ins.b, "B")})',
                           f'"r"({idesc:#x}u)', f'"r"({em.expr(ins.accumulate)})'])
+
+
+def _block_scaled_mma(em: Emitter, ins: Tcgen05Mma, atom: MmaAtom) -> list[str]:
+    if ins.sfa is None or ins.sfb is None or isinstance(ins.a, TmemRef):
+        raise em.error(f"{atom.name}: a block-scaled MMA takes A and B from shared memory and the TMEM "
+                       "addresses of both operands' scale factors")
+    try:
+        idesc = InstrDescriptorBlockScaled(atom.a_dtype, atom.b_dtype, atom.m, atom.n, atom.a_major,
+                                           atom.b_major, ins.sfa_id, ins.sfb_id, atom.scale_type).encode()
+    except ValueError as e:
+        raise em.error(str(e)) from None
+    text = ("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
+            f"{atom.ptx} [%0], %1, %2, %3, [%5], [%6], p;\n}}")
+    return asm(text, [], [f'"r"({em.expr(ins.d)})', f'"l"({_desc(em, ins.a, "A")})',
+                          f'"l"({_desc(em, ins.b, "B")})', f'"r"({idesc:#x}u)',
+                          f'"r"({em.expr(ins.accumulate)})', f'"r"({em.expr(ins.sfa)})',
+                          f'"r"({em.expr(ins.sfb)})'])
+
+
+def tcgen05_cp(em: Emitter, ins: Tcgen05Cp) -> list[str]:
+    _need(em, "tcgen05.cp")
+    if ins.shape not in CP_SHAPES:
+        raise em.error(f"tcgen05.cp: shape {ins.shape!r} is not one of {', '.join(CP_SHAPES)}")
+    return asm(f"{tcgen05_ptx('cp', 1, ins.shape)} [%0], %1;", [],
+               [f'"r"({em.expr(ins.taddr)})', f'"l"({_desc(em, ins.src, "tcgen05.cp source")})'])
 
 
 def tcgen05_commit(em: Emitter, ins: Tcgen05Commit) -> list[str]:
@@ -159,6 +194,7 @@ def tcgen05_fence(em: Emitter, ins: Tcgen05Fence) -> list[str]:
     return asm(tcgen05_ptx(kinds[ins.kind]) + ";", [], [])
 
 
-PRINTERS = {Tcgen05Mma: tcgen05_mma, Tcgen05Commit: tcgen05_commit, TmemAlloc: tmem_alloc,
-            TmemDealloc: tmem_dealloc, TmemRelinquish: tmem_relinquish, Tcgen05Ld: tcgen05_ld,
-            Tcgen05St: tcgen05_st, Tcgen05Wait: tcgen05_wait, Tcgen05Fence: tcgen05_fence}
+PRINTERS = {Tcgen05Mma: tcgen05_mma, Tcgen05Cp: tcgen05_cp, Tcgen05Commit: tcgen05_commit,
+            TmemAlloc: tmem_alloc, TmemDealloc: tmem_dealloc, TmemRelinquish: tmem_relinquish,
+            Tcgen05Ld: tcgen05_ld, Tcgen05St: tcgen05_st, Tcgen05Wait: tcgen05_wait,
+            Tcgen05Fence: tcgen05_fence}

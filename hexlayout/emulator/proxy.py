@@ -2,7 +2,8 @@
 
 Ordinary shared-memory stores (``st.shared``, ``stmatrix``) and landed ``cp.async`` copies go
 through the generic proxy; a TMA store (``cp.async.bulk.tensor`` shared -> global) and a
-wgmma's or tcgen05.mma's shared operands (matrix descriptors) are read through the async proxy. PTX requires
+wgmma's or tcgen05.mma's shared operands (matrix descriptors) and a tcgen05.cp's source are read
+through the async proxy. PTX requires
 each writing thread to execute ``fence.proxy.async.shared::cta`` after its writes before the
 async-proxy read (then a barrier orders the fence before the reading threads). The emulator
 keeps, per shared byte, the thread whose generic write has not been fenced yet (``-1``:
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hexlayout.ir.lowered import FenceProxyAsync, ForLoop, IfThen, Instr, LoweredKernel, SmemDesc, Wgmma
-from hexlayout.ir.lowered_tcgen05 import Tcgen05Mma
+from hexlayout.ir.lowered_tcgen05 import Tcgen05Cp, Tcgen05Mma
 
 from .errors import AsyncHazardError
 
@@ -43,6 +44,8 @@ def reads_async_proxy(kernel: LoweredKernel) -> bool:
         for ins in body:
             is_mma = isinstance(ins, Wgmma | Tcgen05Mma)
             if is_mma and (isinstance(ins.a, SmemDesc) or isinstance(ins.b, SmemDesc)):
+                return True
+            if isinstance(ins, Tcgen05Cp):
                 return True
             if isinstance(ins, ForLoop) and walk(ins.body):
                 return True

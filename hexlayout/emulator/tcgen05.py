@@ -13,6 +13,23 @@ reaches TMEM, and a ``tcgen05.ld`` may read it if the reading thread observed th
 vector clocks). An MMA accumulating into cells of an earlier in-flight one chains onto its
 result (the hardware runs a thread's MMAs in order).
 
+``Tcgen05Cp``: one thread copies shared memory (its descriptor, read at issue; the bytes stay
+marked as read until completion, so overwriting them earlier is an error) to the TMEM cells of
+``tcgen05.cp.{shape}`` (``arch.tcgen05_cp``, replicas included). Like an MMA it is in flight
+until the issuing thread's next ``tcgen05.commit`` lands; it is ordered before that thread's
+later MMAs (which read its result), while any other reader of its cells before the commit
+landed (a ``tcgen05.ld``, another thread's MMA) is an error.
+
+**Block-scaled MMA** (``atom.scale_type`` "ue8m0", kind::mxf8f6f4, K = 32)::
+
+    D (+)= (A * 2^(SFA - 127)) @ (B * 2^(SFB - 127))^T
+
+with ``SFA[m]`` the byte ``sfa_id`` of TMEM column ``sfa + m // 32`` in lane ``m`` and, for the D
+rows of lane quarter ``q``, ``SFB[n]`` the byte ``sfb_id`` of column ``sfb + n // 32`` in lane
+``32 q + n % 32`` (``arch.block_scale``: each subpartition reads its own replica). A factor
+cell must be allocated and written by a completed copy the issuer observed or by an earlier
+copy of the issuing thread; a never-written byte holds the poison 0xFF, i.e. NaN.
+
 ``cta_group::2`` (a pair of CTAs) is not emulated: such an atom is an error here.
 """
 
@@ -22,13 +39,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hexlayout.arch.block_scale import UE8M0_BIAS
+from hexlayout.arch.dtypes import U8
 from hexlayout.arch.tcgen05 import UmmaDescriptor
+from hexlayout.arch.tcgen05_cp import CP_SHAPES, tmem_cp_layout
 from hexlayout.arch.tmem import accumulator_layout
+from hexlayout.ir.expr import ExprLike
 from hexlayout.ir.lowered import Instr, SmemDesc
-from hexlayout.ir.lowered_tcgen05 import Tcgen05Commit, Tcgen05Mma, TmemRef
+from hexlayout.ir.lowered_tcgen05 import Tcgen05Commit, Tcgen05Cp, Tcgen05Mma, TmemRef
 
 from . import mbarrier
-from .errors import IllegalInstructionError
+from .errors import AsyncHazardError, IllegalInstructionError
 from .machine import Active, AsyncOp, Machine
 from .mma import finish_accumulator, instruction_atom
 from .numerics import atom_numpy, to_compute
@@ -55,8 +76,8 @@ def _cells(m: Machine, ins: Instr, base: int, rows: int, cols: int, m_atom: int,
     return lanes, columns
 
 
-def _smem_operand(m: Machine, ins: Tcgen05Mma, desc: SmemDesc, env: dict, rows: int, k: int, dtype: object,
-                  what: str) -> tuple[np.ndarray, np.ndarray]:
+def _smem_operand(m: Machine, ins: Tcgen05Mma | Tcgen05Cp, desc: SmemDesc, env: dict, rows: int, k: int,
+                  dtype: object, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``(values, byte addresses)`` of a descriptor operand; its fields must fit the sm_100a encoding."""
     if desc.swizzle in _SWIZZLE_BYTES:
         try:
@@ -103,13 +124,23 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
         reads.append(aidx)
     bv, bidx = _smem_operand(m, ins, ins.b, env, N, K, atom.b_dtype, "B")
     reads.append(bidx)
+    B = to_compute(bv, atom.b_dtype)
+    if not atom.scale_type and (ins.sfa is not None or ins.sfb is not None):
+        m.fail(IllegalInstructionError, ins, f"{atom.name} is not block-scaled; it takes no scale factors")
+    scaled = _block_scales(m, ins, atom, x, M, N) if atom.scale_type else None
     for idx in reads:
         flat = idx.reshape(1, -1)
         check_async_read(m, ins, flat, "the tcgen05.mma")
         m.smem_read(ins, x.tids, flat)
     d = m.ev_uniform(ins.d, env, ins, "D tensor-memory address")
     lanes, cols = _cells(m, ins, d, M, N, M, "D")
-    D = A @ to_compute(bv, atom.b_dtype).T
+    if scaled is None:
+        D = A @ B.T
+    else:                               # per lane quarter q: rows 32q.., SFB from its own replica
+        sa, sb = scaled
+        As = A.astype(np.float64) * sa[:, None]
+        D = np.concatenate([As[32 * q:32 * q + 32] @ (B.astype(np.float64) * sb[q][:, None]).T
+                            for q in range(M // 32)], axis=0)
     if m.ev_uniform(ins.accumulate, env, ins, "enable_input_d"):
         D = D + st.future[lanes, cols].view(np.float32)
     vals = finish_accumulator(D, atom.c_dtype).astype(np.float32).view(np.uint32)
@@ -121,8 +152,103 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
     m.family_state("tcgen05", _Issued).uncommitted.setdefault(int(x.tids[0]), []).append(op)
 
 
+def _scale_bytes(m: Machine, ins: Tcgen05Mma, addr: ExprLike, byte: int, lanes: np.ndarray,
+                 cols: np.ndarray, issuer: int, env: dict, what: str) -> np.ndarray:
+    """``2^(e - 127)`` of the byte ``byte`` of the factor cells ``(lanes, cols)`` (relative to the
+    address ``addr``), checked: allocated, and not written by a copy the issuing thread is not
+    ordered after."""
+    if not 0 <= byte < 4:
+        m.fail(IllegalInstructionError, ins, f"{what} scale-factor ID {byte} is not a byte 0..3")
+    base = m.ev_uniform(addr, env, ins, f"{what} scale-factor address")
+    if base >> 16:
+        m.fail(IllegalInstructionError, ins, f"{what} scale factors: TMEM address {base:#x} is not at lane 0 "
+               "(the factors of row r are found in lane r)", buffer="tmem", address=base)
+    lanes, cols = lanes.reshape(-1), (base & 0xFFFF) + cols.reshape(-1)
+    check_cells(m, ins, lanes, cols, f"{what} scale factors")
+    st = tmem_state(m)
+    pend = st.mma_pending[lanes, cols]
+    for ident in np.unique(pend[pend > 0]):
+        op = m.async_ops.get(int(ident))
+        if op is None or op.kind != "tcgen05.cp" or int(op.tids[0]) != issuer:
+            i = int(np.flatnonzero(pend == ident)[0])
+            who = ("a tcgen05.mma" if op is None or op.kind != "tcgen05.cp"
+                   else f"thread {int(op.tids[0])}'s tcgen05.cp")
+            m.fail(AsyncHazardError, ins, f"{what} scale factors: TMEM cell (lane {int(lanes[i])}, column "
+                   f"{int(cols[i])}) is written by {who} that is not complete (commit it and wait on its "
+                   "mbarrier first)", buffer="tmem", other_instr=None if op is None else op.instr)
+    if m.options.check_races:
+        clocks = m.shadow.clocks
+        wr = st.writer[lanes, cols]
+        for ident in np.unique(wr[wr > 0]):
+            src, epoch, cp = st.writers[int(ident)]
+            if src != issuer and clocks.c[issuer, clocks.off + src] < epoch:
+                m.fail(AsyncHazardError, ins, f"{what} scale factors were copied by thread {src}'s "
+                       f"tcgen05.cp whose commit thread {issuer} has not observed (wait on the commit's "
+                       "mbarrier first)",
+                       thread=issuer, buffer="tmem", other_instr=cp)
+    e = (st.future[lanes, cols] >> np.uint32(8 * byte)) & np.uint32(0xFF)
+    e = e.astype(np.int64)
+    return np.where(e == 255, np.nan, np.ldexp(1.0, e - UE8M0_BIAS))
+
+
+def _block_scales(m: Machine, ins: Tcgen05Mma, atom: object, x: Active, M: int, N: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(sa [M], sb [4, N])``: the factors of A's rows and, per lane quarter, of B's rows."""
+    if ins.sfa is None or ins.sfb is None:
+        m.fail(IllegalInstructionError, ins, f"{atom.name} is block-scaled: give the TMEM addresses of "  # type: ignore[attr-defined]
+               "its scale factors (sfa, sfb)")
+    if M != 128:
+        m.fail(IllegalInstructionError, ins, f"{atom.name}: only M = 128 is emulated")  # type: ignore[attr-defined]
+    issuer = int(x.tids[0])
+    r = np.arange(M)
+    sa = _scale_bytes(m, ins, ins.sfa, ins.sfa_id, r, r // 32, issuer, x.env, "A")  # type: ignore[arg-type]
+    n = np.arange(N)
+    q = np.arange(4)[:, None]
+    sb = _scale_bytes(m, ins, ins.sfb, ins.sfb_id, 32 * q + n % 32, np.broadcast_to(n // 32, (4, N)),
+                      issuer, x.env, "B").reshape(4, N)  # type: ignore[arg-type]
+    return sa, sb
+
+
+def tcgen05_cp(m: Machine, ins: Tcgen05Cp, x: Active) -> None:
+    if not len(x.tids):
+        return
+    if len(x.tids) != 1:
+        m.fail(IllegalInstructionError, ins, f"tcgen05.cp is issued by one thread, {len(x.tids)} are active "
+               "(predicate it to one thread)", thread=int(x.tids[1]))
+    if ins.shape not in CP_SHAPES:
+        m.fail(IllegalInstructionError, ins, f"tcgen05.cp: shape {ins.shape!r} is not one of "
+               f"{', '.join(CP_SHAPES)}")
+    shape = CP_SHAPES[ins.shape]
+    env = x.env
+    raw, idx = _smem_operand(m, ins, ins.src, env, shape.rows, shape.bits // 8, U8, "tcgen05.cp source")
+    flat = idx.reshape(1, -1)
+    check_async_read(m, ins, flat, "the tcgen05.cp")
+    m.smem_read(ins, x.tids, flat)
+    base = m.ev_uniform(ins.taddr, env, ins, "tcgen05.cp TMEM address")
+    cells = np.asarray(tmem_cp_layout(ins.shape).indices())
+    cells = cells.reshape(-1, shape.words, shape.rows).transpose(2, 1, 0)
+    lanes, cols = (base >> 16) + (cells >> 16), (base & 0xFFFF) + (cells & 0xFFFF)   # [row, word, replica]
+    check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.cp")
+    st = tmem_state(m)
+    issuer = int(x.tids[0])
+    pend = st.mma_pending[lanes, cols]
+    for ident in np.unique(pend[pend > 0]):
+        op = m.async_ops.get(int(ident))
+        if op is None or int(op.tids[0]) != issuer:
+            m.fail(AsyncHazardError, ins, "tcgen05.cp writes TMEM cells an in-flight tcgen05 operation of "
+                   "another thread writes", other_instr=None if op is None else op.instr)
+    words = np.ascontiguousarray(raw).view(np.uint32).reshape(shape.rows, shape.words)
+    vals = np.broadcast_to(words[:, :, None], lanes.shape)
+    lanes, cols, vals = lanes.reshape(-1), cols.reshape(-1), np.ascontiguousarray(vals).reshape(-1)
+    st.future[lanes, cols] = vals
+    op = m.new_async("tcgen05.cp", ins, x.tids, extra=(lanes, cols, vals, [idx]))
+    st.mma_pending[lanes, cols] = op.ident
+    m.shadow.pend_read[idx] = op.ident
+    m.family_state("tcgen05", _Issued).uncommitted.setdefault(issuer, []).append(op)
+
+
 def _complete(ops: list[AsyncOp], issuer: int, epoch: int, commit: Instr):
-    """The landing of a commit: its MMAs' results reach TMEM, in issue order."""
+    """The landing of a commit: its MMAs' results and copies reach TMEM, in issue order."""
 
     def run(m: Machine) -> None:
         st = tmem_state(m)
@@ -159,4 +285,4 @@ def tcgen05_commit(m: Machine, ins: Tcgen05Commit, x: Active) -> None:
         mbarrier.complete_tx(m, bar, 1, group, np.array([t]))
 
 
-HANDLERS = {Tcgen05Mma: tcgen05_mma, Tcgen05Commit: tcgen05_commit}
+HANDLERS = {Tcgen05Mma: tcgen05_mma, Tcgen05Cp: tcgen05_cp, Tcgen05Commit: tcgen05_commit}

@@ -213,8 +213,9 @@ def _check_observed(m: Machine, ins: Instr, warp: np.ndarray, lanes: np.ndarray,
     if pend.any():
         r, c = np.argwhere(pend)[0]
         op = m.async_ops.get(int(pend[r, c]))
+        kind = "tcgen05.mma" if op is None else op.kind
         m.fail(AsyncHazardError, ins, f"tcgen05.ld reads TMEM cell (lane {int(lanes[r, c])}, column "
-               f"{int(cols[r, c])}) that a tcgen05.mma writes before its tcgen05.commit arrived on the "
+               f"{int(cols[r, c])}) that a {kind} writes before its tcgen05.commit arrived on the "
                "mbarrier (commit, then wait on the mbarrier and tcgen05.fence::after_thread_sync)",
                thread=int(warp[r]), buffer="tmem", other_instr=None if op is None else op.instr)
     if not m.options.check_races:

@@ -9,8 +9,13 @@ an ``ExprLike`` (usually read from the shared word ``TmemAlloc`` wrote, plus an 
 * ``Tcgen05Mma(atom, d, a, b, accumulate)``: one thread issues ``D (+)= A @ B^T`` of a
   ``kind="tcgen05"`` atom with D at TMEM address ``d``, B a shared-memory descriptor and A a
   descriptor or a ``TmemRef``; ``accumulate`` 0 overwrites D (``enable_input_d``).
+  A block-scaled atom (``scale_type`` "ue8m0") also takes ``sfa`` / ``sfb``, the TMEM addresses
+  (lane 0, first column) of A's and B's scale factors, and ``sfa_id`` / ``sfb_id``, the byte
+  (0..3) of those columns that holds this MMA's k-block (``hexlayout.arch.block_scale``).
+* ``Tcgen05Cp(shape, taddr, src)``: one thread copies shared memory (descriptor ``src``) to TMEM
+  at ``taddr`` (``hexlayout.arch.tcgen05_cp``), ordered before its later MMAs.
 * ``Tcgen05Commit(bar)``: one thread; ``bar`` gets one arrival once the thread's earlier MMAs
-  completed.
+  and copies completed.
 * ``Tcgen05Ld(shape, num, dst, taddr)`` / ``Tcgen05St(shape, num, taddr, src)``: a warp moves
   ``tcgen05.ld/st.{shape}.x{num}`` fragments (``hexlayout.arch.tmem.tmem_copy_layout``);
   ``half_split`` is ``immHalfSplitoff`` of ``16x32bx2`` (columns between the two halves).
@@ -28,8 +33,8 @@ from dataclasses import dataclass
 from .expr import ExprLike
 from .lowered import Instr, MbarRef, RegRef, SharedRef, SmemDesc
 
-__all__ = ["TmemRef", "TmemAlloc", "TmemDealloc", "TmemRelinquish", "Tcgen05Mma", "Tcgen05Commit",
-           "Tcgen05Ld", "Tcgen05St", "Tcgen05Wait", "Tcgen05Fence"]
+__all__ = ["TmemRef", "TmemAlloc", "TmemDealloc", "TmemRelinquish", "Tcgen05Mma", "Tcgen05Cp",
+           "Tcgen05Commit", "Tcgen05Ld", "Tcgen05St", "Tcgen05Wait", "Tcgen05Fence"]
 
 
 @dataclass(eq=False)
@@ -63,6 +68,17 @@ class Tcgen05Mma(Instr):
     a: SmemDesc | TmemRef
     b: SmemDesc
     accumulate: ExprLike = 1
+    sfa: ExprLike | None = None
+    sfb: ExprLike | None = None
+    sfa_id: int = 0
+    sfb_id: int = 0
+
+
+@dataclass(eq=False)
+class Tcgen05Cp(Instr):
+    shape: str
+    taddr: ExprLike
+    src: SmemDesc
 
 
 @dataclass(eq=False)

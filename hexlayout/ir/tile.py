@@ -21,7 +21,8 @@ Ops and their meaning (all block-wide unless stated):
 - ``Copy(src, dst)``: move a tile between scopes (instruction chosen by synthesis or
   given), optionally masked, or completing on an mbarrier (bulk/TMA copies).
 - ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles (``accumulate`` False or a
-  run-time zero: ``c = a @ b^T``).
+  run-time zero: ``c = a @ b^T``); with ``scale_a`` / ``scale_b`` (shared UE8M0 exponents per row
+  and 32 K elements) the operands are block-scaled first.
 - ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Scan``, ``Rearrange``: register-tile math.
 - ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
@@ -327,7 +328,7 @@ class Copy(Op):
 
 @dataclass(eq=False)
 class Mma(Op):
-    INPUTS = ("a", "b", "c")
+    INPUTS = ("a", "b", "c", "scale_a", "scale_b")
     OUTPUTS = ("c",)
 
     a: Value
@@ -339,6 +340,10 @@ class Mma(Op):
     # True: c += a @ b^T; False: c = a @ b^T (c not read); an integer Expr: either, chosen at
     # run time (nonzero: accumulate), uniform over the threads of each mma (wgmma's scale-d)
     accumulate: Any = True
+    # block scales (shared u8 UE8M0 exponents, [M, K/32] and [N, K/32]), both or neither:
+    # c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] * 2^(scale_b[:, kb] - 127))^T
+    scale_a: Value | None = None
+    scale_b: Value | None = None
 
 
 @dataclass(eq=False)

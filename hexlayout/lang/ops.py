@@ -251,7 +251,8 @@ _ACC = {"f32", "f16", "s32"}
 
 
 def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
-        warps: TaskMapping | tuple[int, ...] | None = None, *, accumulate: bool | Expr = True) -> None:
+        warps: TaskMapping | tuple[int, ...] | None = None, *, accumulate: bool | Expr = True,
+        scale_a: Tile | None = None, scale_b: Tile | None = None) -> None:
     """Matrix multiply-accumulate: ``c += a @ b^T`` (``c = a @ b^T`` when not ``accumulate``).
 
     ``c[m, n] += sum_k a[m, k] * b[n, k]`` for ``a`` of shape (M, K), ``b`` of shape
@@ -284,6 +285,19 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
             registers zeroed before the loop, which would serialize the wgmma pipeline); on
             mma.sync the accumulator is zeroed (or selected) before the first k-step. A
             run-time value must be the same for every thread of the block.
+        scale_a (Tile | None): block scales of ``a``: a shared ``u8`` tile of UE8M0 exponents of
+            shape (M rounded up to a multiple of 128, K/32) (whole 128-row atoms of the factors'
+            layout; rows past M are not read); ``a[m, k]`` counts ``2^(scale_a[m, k // 32] -
+            127)`` times (255: NaN).
+            Given with ``scale_b``, for fp8 (e4m3 / e5m2) shared operands and an f32
+            accumulator: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
+            2^(scale_b[:, kb] - 127))^T`` over the 32-wide K blocks ``kb``. Only sm_100a
+            computes it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, its factors copied
+            to tensor memory with ``tcgen05.cp``; synthesis gives the scale tiles their
+            shared-memory layout and the factors their TMEM columns); elsewhere synthesis
+            refuses the op, naming it.
+        scale_b (Tile | None): block scales of ``b``: a shared ``u8`` (N rounded up to a multiple
+            of 128, K/32) tile.
 
     Returns:
         None: the ``Mma`` op is appended to the kernel being traced.
@@ -328,7 +342,42 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
         raise ctx.error("mma", loc, f"accumulate={accumulate!r:.60} must be True, False or a scalar integer "
                         "expression (e.g. k > 0), not a tile or another value")
     acc_flag: bool | Expr = accumulate if isinstance(accumulate, (bool, Expr)) else accumulate != 0
-    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc))
+    sa, sb = _block_scales(ctx, loc, ta, tb, tc, scale_a, scale_b, atom)
+    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc, scale_a=sa,
+                 scale_b=sb))
+
+
+def _block_scales(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, scale_a: Any, scale_b: Any,
+                  atom: str | None) -> tuple[Any, Any]:
+    """The values of ``mma``'s block-scale tiles (both or neither): shared ``u8`` tiles of shape
+    (M, K/32) and (N, K/32), rows rounded up to a multiple of 128, for fp8 shared operands and an
+    f32 accumulator."""
+    if scale_a is None and scale_b is None:
+        return None, None
+    if scale_a is None or scale_b is None:
+        raise ctx.error("mma", loc, "block scales come in pairs: give both scale_a and scale_b")
+    if atom is not None:
+        raise ctx.error("mma", loc, f"atom={atom}: a block-scaled mma's atom is chosen by synthesis (leave "
+                        "atom= out)")
+    for role, t in (("a", ta), ("b", tb)):
+        if t.value.type.dtype.name not in ("e4m3", "e5m2") or t.value.type.scope != Scope.SHARED:
+            raise ctx.error("mma", loc, f"block scales need fp8 (e4m3 / e5m2) operands in shared memory; "
+                            f"{role} is {describe(t.value)}")
+    if tc.value.type.dtype.name != "f32":
+        raise ctx.error("mma", loc, f"block scales need an f32 accumulator; c is {describe(tc.value)}")
+    k = ta.shape[1]
+    if k % 32:
+        raise ctx.error("mma", loc, f"block scales cover 32 K elements each; K = {k} is not a multiple of 32")
+    out = []
+    for role, s, n in (("scale_a", scale_a, ta.shape[0]), ("scale_b", scale_b, tb.shape[0])):
+        rows = -(-n // 128) * 128
+        t = as_tile(ctx, "mma", loc, s, role)
+        require_scope(ctx, "mma", loc, t, role, (S,))
+        if t.value.type.dtype.name != "u8" or tuple(t.shape) != (rows, k // 32):
+            raise ctx.error("mma", loc, f"{role} {describe(t.value)} must be a u8 ({rows}, {k // 32}) tile "
+                            "of UE8M0 exponents (one per row and 32 K elements)")
+        out.append(t.value)
+    return out[0], out[1]
 
 
 def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile) -> None:

@@ -89,12 +89,16 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
         what += f" with the requested atom {op.atom}"
     if op.warps is not None and s.arch != "sm_100a":
         what += f" and warps={op.warps}"
+    if op.scale_a is not None and s.arch != "sm_100a":
+        what += (" with block scales (scale_a / scale_b): only sm_100a's block-scaled tcgen05.mma "
+                 "(kind::mxf8f6f4) applies them; scale the products in registers on " + s.arch)
     if s.arch == "sm_100a":
         from .umma_choice import umma_refusal
 
         why = ("tcgen05.mma reads A and B from shared memory (hl.mma on shared tiles)"
                if a.scope != Scope.SHARED or b.scope != Scope.SHARED
-               else umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads))
+               else umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
+                                 op.scale_a is not None))
         if op.atom is not None:
             why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
         if why:

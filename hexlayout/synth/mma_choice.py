@@ -101,6 +101,8 @@ def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma] | list[Ti
     register operands the mma.sync atoms (sm_100a runs every sm_80 instruction)."""
     if arch == "sm_100a" and (op.a.type.scope == Scope.SHARED or op.b.type.scope == Scope.SHARED):
         return umma_candidates(op, threads)
+    if op.scale_a is not None:       # block scales: the block-scaled tcgen05.mma of sm_100a only
+        return []
     m, k = op.a.type.shape
     n = op.b.type.shape[0]
     scored: list[tuple[tuple, TiledMma]] = []

@@ -16,6 +16,11 @@ copied with (the mode with stride 1 there; both modes are tried):
    columns (a transpose through shared memory that feeds no mma) needs a swizzle that XORs
    the chunk index with high row bits, which 2. does not offer.
 
+A root read as the block scales of an mma (``hl.mma(..., scale_a=, scale_b=)``) has one
+candidate, the layout the block-scaled ``tcgen05.mma``'s ``tcgen05.cp`` reads
+(``arch.block_scale.scale_smem_layout``: 512-byte atoms of 128 rows x 4 k-blocks), each stage
+a whole number of atoms (``block_scale_candidate``).
+
 Trailing stage modes are appended with the stride of a whole (swizzle-period aligned)
 tile. A user hint (``hl.auto(swizzle="128B")``, ``hl.auto(stride=(None, 1))``) filters the
 list. Each candidate is checked by lowering every op that touches the buffer (the
@@ -28,14 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hexlayout.arch.block_scale import SF_ATOM_BYTES, SF_ATOM_KBLOCKS, SF_ATOM_ROWS, scale_smem_layout
 from hexlayout.arch.gmma import gmma_smem_atom
-from hexlayout.ir.tile import Op, Permute, Slice, SubTile, TileKernel, Value
+from hexlayout.ir.tile import Mma, Op, Permute, Slice, SubTile, TileKernel, Value
 from hexlayout.ir.types import LayoutVar, Scope, TileType
 from hexlayout.layout import ComposedLayout, Layout, composition, cosize, select, tile_to_shape
 
 from .swizzle import chunk_swizzles, conflict_free_padding, conflict_free_swizzles
 
-__all__ = ["SharedCandidate", "shared_candidates", "root_mode_map", "WGMMA_LAYOUT_ARCHS"]
+__all__ = ["SharedCandidate", "shared_candidates", "root_mode_map", "WGMMA_LAYOUT_ARCHS",
+           "block_scale_candidate", "scale_roots"]
 
 #: Architectures whose shared-memory MMA operands are read through descriptors of the canonical
 #: K- / MN-major layouts (wgmma on sm_90a, tcgen05.mma on sm_100a: the same layouts).
@@ -157,6 +164,29 @@ def _matrix_in_later_modes(v: Value, contiguous: list[int], has_wgmma: bool, ele
             lay = select(lay, *inv)
         out.append(SharedCandidate(lay, c.kind, c.note, None if c.mode is None else perm[c.mode]))
     return out
+
+
+def block_scale_candidate(shape: tuple[int, ...]) -> SharedCandidate | None:
+    """The layout of a block-scale root ``(rows, k-blocks, stages...)`` (None: the rows are not whole
+    128-row atoms)."""
+    if len(shape) < 2 or shape[0] % SF_ATOM_ROWS:
+        return None
+    rows, kb, extra = shape[0], shape[1], tuple(shape[2:])
+    tile = scale_smem_layout(rows, kb)
+    step = SF_ATOM_BYTES * (rows // SF_ATOM_ROWS) * -(-kb // SF_ATOM_KBLOCKS)   # whole atoms per stage
+    shapes, strides = [tile.shape[0], tile.shape[1]], [tile.stride[0], tile.stride[1]]
+    for e in extra:
+        shapes.append(e)
+        strides.append(step)
+        step *= e
+    return SharedCandidate(Layout(tuple(shapes), tuple(strides)), "block_scale",
+                           "block scale factors (512-byte atoms of 128 rows x 4 k-blocks, tcgen05.cp)", None)
+
+
+def scale_roots(tk: TileKernel) -> set[int]:
+    """Ids of the shared roots an mma reads as block scales."""
+    return {v.root.id for op in tk.body.walk() if isinstance(op, Mma)
+            for v in (op.scale_a, op.scale_b) if v is not None}
 
 
 def _swizzle_bytes(lay: Any, elem_bits: int) -> int | None:

@@ -72,7 +72,15 @@ from .errors import SynthesisError
 from .graph import LayoutGraph, build_graph
 from .mma_choice import mma_candidates
 from .registers import RegisterAssignment, assign_registers
-from .shared import WGMMA_LAYOUT_ARCHS, SharedCandidate, root_mode_map, shared_candidates, uses_of
+from .shared import (
+    WGMMA_LAYOUT_ARCHS,
+    SharedCandidate,
+    block_scale_candidate,
+    root_mode_map,
+    scale_roots,
+    shared_candidates,
+    uses_of,
+)
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -307,13 +315,18 @@ class _Synth:
         legal: dict[int, list[tuple[SharedCandidate, CostBreakdown]]] = {}
         decisions = []
         fixed: dict[int, SharedCandidate] = {}
+        scales = scale_roots(self.tk)
         for root in self.shared_roots:
             lay = root.type.layout
             if isinstance(lay, (Layout, ComposedLayout)):
                 fixed[root.id] = SharedCandidate(lay, "given", "given explicitly")
                 continue
-            cands = shared_candidates(root, self.contiguous_modes(root),
-                                      has_wgmma and self.arch in WGMMA_LAYOUT_ARCHS, root.type.dtype.bits)
+            if root.id in scales:
+                one = block_scale_candidate(tuple(root.type.shape))
+                cands = [one] if one is not None else []
+            else:
+                cands = shared_candidates(root, self.contiguous_modes(root),
+                                          has_wgmma and self.arch in WGMMA_LAYOUT_ARCHS, root.type.dtype.bits)
             alts, ok = [], []
             failures: dict[int, tuple[SharedCandidate, str, Op]] = {}
             done = False

@@ -15,6 +15,10 @@ staged epilogue needs). The register layout of ``c`` is what that load gives. Ca
 are ordered by the load ranking first, then contiguous before dealt, then K-major before
 MN-major.
 
+A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
+``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
+256, A and B e4m3 / e5m2, possibly mixed); its factors' layouts are ``arch.block_scale``'s.
+
 Example:
     >>> from hexlayout.arch.dtypes import BF16, F32
     >>> tu = umma_tilings(128, 256, 64, BF16, BF16, F32, 256)[0]
@@ -28,7 +32,7 @@ import numpy as np
 
 from hexlayout.arch import get_atom
 from hexlayout.arch.dtypes import DType
-from hexlayout.arch.sm100 import kind_of, umma_n_values
+from hexlayout.arch.sm100 import block_scaled_n_values, kind_of, umma_n_values
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_SHAPES
 from hexlayout.ir.tile import Mma
 from hexlayout.ir.tiled_umma import TiledUmma
@@ -44,13 +48,23 @@ __all__ = ["umma_tilings", "umma_candidates", "umma_refusal"]
 MAX_LOADS = 4
 
 
-def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int) -> str | None:
-    """Why no tcgen05 tiling computes an ``m x n x k`` tile for ``threads`` threads (None: one may)."""
+def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
+                 scaled: bool = False) -> str | None:
+    """Why no tcgen05 tiling computes an ``m x n x k`` tile for ``threads`` threads (None: one may);
+    ``scaled``: block-scaled (kind::mxf8f6f4)."""
     try:
         kind = kind_of(da)
     except ValueError as e:
         return str(e)
-    if da.name != db.name or dc.name != "f32":
+    if scaled:
+        if kind != "f8f6f4" or db.name not in ("e4m3", "e5m2") or dc.name != "f32":
+            return ("the block-scaled tcgen05.mma (kind::mxf8f6f4) multiplies e4m3 / e5m2 into an f32 "
+                    "accumulator")
+        if m != 128:
+            return f"M = {m}: the one-CTA block-scaled tcgen05.mma computes M = 128 rows"
+        if n % 8:
+            return f"N = {n} is not a multiple of 8 (the block-scaled tcgen05.mma's N step)"
+    elif da.name != db.name or dc.name != "f32":
         return f"tcgen05.mma kind::{kind} is built for A = B types with an f32 accumulator"
     if m not in (64, 128):
         return f"M = {m}: a one-CTA tcgen05.mma (cta_group::1) computes M = 64 or 128 rows"
@@ -68,11 +82,11 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
 
 def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                  majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
-                 ) -> list[TiledUmma]:
+                 scaled: bool = False) -> list[TiledUmma]:
     """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``)."""
-    if umma_refusal(m, n, k, da, db, dc, threads) is not None:
+    if umma_refusal(m, n, k, da, db, dc, threads, scaled) is not None:
         return []
-    ns = [x for x in umma_n_values(1, m) if n % x == 0]
+    ns = [x for x in (block_scaled_n_values(1, m) if scaled else umma_n_values(1, m)) if n % x == 0]
     if not ns:
         return []
     atom_n = max(ns)
@@ -86,7 +100,8 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             if full is None:
                 continue
             for am, bm in majors:
-                name = f"SM100_{m}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_SS"
+                name = f"SM100_{m}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_" + (
+                    "UE8M0_SS" if scaled else "SS")
                 atom = get_atom(name, a_major=am, b_major=bm)
                 out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
                                      ep.origins, full, chunk))
@@ -120,4 +135,4 @@ def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
     if a.scope != Scope.SHARED or b.scope != Scope.SHARED or c.scope != Scope.REGISTER or op.atom is not None:
         return []
     m, k = a.shape
-    return umma_tilings(m, b.shape[0], k, a.dtype, b.dtype, c.dtype, threads)
+    return umma_tilings(m, b.shape[0], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None)

@@ -4,7 +4,10 @@
 orientation of the bf16 ``w13`` ``[E, 2I, H]`` / ``w2`` ``[E, H, I]``) and fp32 ``scale``:
 ``[E]`` (one scale per expert, ``W[e] = w[e] * scale[e]``) or, with ``block=(128, 128)``,
 ``[E, ceil(N / 128), ceil(K / 128)]`` (``W[e, n, c] = w[e, n, c] * scale[e, n // 128, c //
-128]``). It returns an ``Fp8MoEWeights``: a plain container of those tensors (no copy).
+128]``). It returns an ``Fp8MoEWeights``: a plain container of those tensors (no copy) and, for block
+scales that are all powers of two in ``[2^-127, 2^127]`` (exactly UE8M0: DeepSeek-V3.1's UE8M0
+checkpoints, MXFP8), ``scale_format="ue8m0"`` (checked once, on the scales' values; ``""``
+otherwise, and for meta / fake tensors, whose values are unknown).
 
 ``fused_moe(x, w13, w2, topk_weights, topk_ids, ...)`` with two prepared fp8 objects computes
 (``torch.ops.hexlayout.fused_moe_fp8``; ``e = topk_ids[t, j]`` mapped through ``expert_map``,
@@ -26,7 +29,10 @@ GEMM, the gate-up and down grouped GEMMs (rows gathered through the sorted slots
 epilogue or per 128-column k-tile for block scales; sm_89: e4m3 ``mma.sync.m16n8k32``, sm_90a:
 e4m3 ``wgmma`` m64nNk32 with swapped operands, ``moe_fp8_kernels_sm90``; prefill on sm_90a, more
 than 64 routed rows per expert on average: blocks of 128 rows on the wgmma M side, warp-specialized
-with TMA weight loads, ``fp8_block_m``). No
+with TMA weight loads, ``fp8_block_m``; sm_100a: the same sources with e4m3 ``tcgen05.mma``, and
+for ``scale_format="ue8m0"`` weights ``fp8_kernels_sm100``'s kernels, whose block-scaled
+``tcgen05.mma`` applies the weight scales inside the MMA instead of scaling a partial product
+per k-tile in registers, in blocks of at most 64 token rows, split-K only up to 32). No
 torch op runs between them except allocations; no host synchronization (buffers are sized from
 T, k, E and the block size). Targets sm_89 and sm_90a (CPU tensors: the emulator under
 ``HEXLAYOUT_EMULATE=1`` with ``HEXLAYOUT_EMULATE_ARCH=sm_89`` or ``sm_90a``); sm_80 has no fp8
@@ -65,6 +71,7 @@ from .fp8_kernels_sm90 import (
     moe_fp8_gate_up_sm90_kernel,
     moe_fp8_gate_up_sm90_ws_kernel,
 )
+from .fp8_kernels_sm100 import BN_BS, MAX_BM, moe_fp8_down_sm100_kernel, moe_fp8_gate_up_sm100_kernel
 from .kernels_sm80 import MoeConfig
 from .pipeline import prepared_fused_moe
 from .splitk import (
@@ -94,12 +101,14 @@ FP8_ARCHS = ("sm_89", "sm_90a", "sm_100a")
 class Fp8MoEWeights:
     """FP8 expert weights: ``w`` ``[E, N, K]`` float8_e4m3fn and fp32 ``scale`` (``[E]`` with
     ``block=None``, ``[E, ceil(N/128), ceil(K/128)]`` with ``block=(128, 128)``); ``W = w * scale``
-    broadcast over its block; ``layout_key`` ``"natural"`` (``prepare_fp8``: no re-layout)."""
+    broadcast over its block; ``layout_key`` ``"natural"`` (``prepare_fp8``: no re-layout);
+    ``scale_format`` ``"ue8m0"`` when every block scale is a power of two (``prepare_fp8``)."""
 
     w: Any
     scale: Any
     block: tuple[int, int] | None = None
     layout_key: str = "natural"
+    scale_format: str = ""
 
     @property
     def num_experts(self) -> int:
@@ -124,6 +133,10 @@ class Fp8MoEWeights:
     def op_args(self, w2: Fp8MoEWeights) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """``fused_moe_fp8``'s weight tensors (these as ``w13``, then ``w2``) and constants."""
         return (self.w, self.scale, w2.w, w2.scale), (self.block_list,)
+
+    def op_kwargs(self, w2: Fp8MoEWeights) -> dict[str, Any]:
+        """``scale_format="ue8m0"`` when both projections' block scales are UE8M0 (else none)."""
+        return {"scale_format": "ue8m0"} if self.scale_format == w2.scale_format == "ue8m0" else {}
 
 
 def _kind(x: Any) -> str:
@@ -193,12 +206,32 @@ def prepare_fp8(w: Any, scale: Any, *, block: tuple[int, int] | None = None) -> 
     rows of K, already coalesced, and no register fragment fixes a global order (an
     ``hl.offline`` tensor is only copied into registers). The offline layout is therefore the
     natural one, row-major ``[E, N, K]``; its key ``"natural"`` is recorded (``layout_key``) so
-    every prepared weight names its layout."""
+    every prepared weight names its layout. Block scales that are all exact UE8M0 values give
+    ``scale_format="ue8m0"`` (``is_ue8m0``; one look at the values, a synchronization on CUDA)."""
     require_torch("hexlayout.ops.prepare_fp8")
     op = "hexlayout.prepare_fp8"
     blk = _check_block(op, block)
     _check_fp8_weight(op, "w", w, scale, blk, "scale")
-    return Fp8MoEWeights(w, scale, blk)
+    fmt = "ue8m0" if blk is not None and _known(scale) and is_ue8m0(scale) else ""
+    return Fp8MoEWeights(w, scale, blk, scale_format=fmt)
+
+
+def _known(t: Any) -> bool:
+    """Whether ``t``'s values can be read (not a meta / fake tensor)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return t.device.type != "meta" and not isinstance(t, FakeTensor)
+
+
+def is_ue8m0(scale: Any) -> bool:
+    """Whether every value of the f32 tensor ``scale`` is a power of two in ``[2^-127, 2^127]``
+    (exactly a UE8M0 factor ``2^(e - 127)``, e in 0..254)."""
+    import torch
+
+    if scale.numel() == 0:
+        return True
+    m, e = torch.frexp(scale.double())
+    return bool(((m == 0.5) & (e - 1 >= -127) & (e - 1 <= 127)).all())
 
 
 def _contiguous_aligned(op: str, name: str, t: Any) -> None:
@@ -223,11 +256,13 @@ def check_fused_moe_fp8(
     apply_router_weight_on_input: Any = False,
     expert_map: Any = None,
     global_num_experts: Any = None,
+    scale_format: Any = "",
 ) -> None:
     """The one check of ``torch.ops.hexlayout.fused_moe_fp8`` (eager and fake): every bad argument
     is an ``ArgumentTypeError`` / ``ArgumentError`` naming it. The routing arguments go through
     ``moe_args.check_routing`` (shared with the other MoE ops; its content checks, expert ids in
-    range, run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``)."""
+    range, run on CPU tensors and on CUDA under ``HEXLAYOUT_CHECK=1``); so does the one of
+    ``scale_format="ue8m0"`` (every block scale a power of two)."""
     from .args import check_routing
 
     op = OP
@@ -271,6 +306,7 @@ def check_fused_moe_fp8(
                 op, name, f"is on {v.device}, hidden_states on {x.device}; all tensors must be on one device"
             )
         _contiguous_aligned(op, name, v)
+    _check_scale_format(op, scale_format, blk, w13_scale, w2_scale)
     if x.device.type in ("cuda", "cpu"):
         arch = tcgen05_arch(x.device)
         if arch not in FP8_ARCHS:
@@ -281,6 +317,20 @@ def check_fused_moe_fp8(
                 f"fp8 experts need e4m3 mma (sm_89, sm_90a or sm_100a); {where} {arch} (for CPU "
                 "tensors set HEXLAYOUT_EMULATE_ARCH=sm_89, sm_90a or sm_100a)",
             )
+
+
+def _check_scale_format(op: str, fmt: Any, blk: Any, s13: Any, s2: Any) -> None:
+    from ..host.launch import content_checks
+
+    if not isinstance(fmt, str) or fmt not in ("", "ue8m0"):
+        raise ArgumentError(op, "scale_format", f"must be '' or 'ue8m0', got {fmt!r:.60}")
+    if fmt and blk is None:
+        raise ArgumentError(op, "scale_format", "'ue8m0' describes block scales (block=[128, 128])")
+    if fmt:
+        for name, s in (("w13_scale", s13), ("w2_scale", s2)):
+            if content_checks(s) and not is_ue8m0(s):
+                raise ArgumentError(op, name, "scale_format='ue8m0' but a block scale is not a power of two "
+                                    "in [2^-127, 2^127] (prepare_fp8 records the format from the values)")
 
 
 #: stages of the sm_90a large-token kernels' ring: 32 KiB each (128 token rows + 2 x 64 weight rows
@@ -313,9 +363,16 @@ def fp8_split_k(num_tokens: int, topk: int, num_experts: int, hidden: int, inter
     return choose_split_k(num_tokens, topk, num_experts, hidden, inter, sm_count, tiles, gemm)
 
 
-def _fp8_kernels(dt: Any, arch: str, bm: int, common: dict[str, Any]) -> tuple[Any, Any, Any, Any, int]:
+def _fp8_kernels(dt: Any, arch: str, bm: int, common: dict[str, Any],
+                 ue8m0: bool = False) -> tuple[Any, Any, Any, Any, int]:
     """``(gate-up, down, split gate-up, split down kernels, down BN)`` for ``arch`` and block
-    ``bm``; ``common`` (the shared constants) gets the architecture's additions."""
+    ``bm``; ``common`` (the shared constants) gets the architecture's additions. ``ue8m0`` on
+    sm_100a: the block-scaled-MMA kernels (``fp8_kernels_sm100``, ``BN`` 128, every ``bm``)."""
+    if ue8m0 and arch == "sm_100a":
+        common.update(STAGES=SWAP_STAGES, BN=BN_BS)
+        del common["BLOCK_SCALE"]
+        return (moe_fp8_gate_up_sm100_kernel(dt), moe_fp8_down_sm100_kernel(dt),
+                moe_fp8_gate_up_sm100_kernel(dt, True), moe_fp8_down_sm100_kernel(dt, True), BN_BS)
     if bm == 128:  # sm_90a prefill: tokens on the wgmma M side, warp-specialized, TMA weights
         common.update(STAGES=WS_STAGES, CONSUMERS=2)
         # large T: never split
@@ -367,9 +424,12 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
     s2 = a.w2_scale if blk else a.w2_scale.reshape(e, 1, 1)
     dt = lang_dtype(x.dtype)
     arch = tcgen05_arch(dev)
+    ue8m0 = a.scale_format == "ue8m0" and arch == "sm_100a"
     bm = fp8_block_m(t * k, e, arch)
+    if ue8m0:              # the block-scaled-MMA kernels take up to 64 token rows per block
+        bm = min(bm, MAX_BM)
     common: dict[str, Any] = {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "BLOCK_SCALE": blk}
-    gate_up_k, down_k, gate_up_split, down_split, down_bn = _fp8_kernels(dt, arch, bm, common)
+    gate_up_k, down_k, gate_up_split, down_split, down_bn = _fp8_kernels(dt, arch, bm, common, ue8m0)
 
     def quant(src: Any, rows_w: Any) -> tuple[Any, Any]:
         return _quantize(src, rows_w, dt, dev)
@@ -383,7 +443,7 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
             return 1
         if forced is not None:
             return forced
-        if dev.type != "cuda":
+        if dev.type != "cuda" or (ue8m0 and bm > 32):   # the split UE8M0 gate-up of 64 rows spills
             return 1
         return fp8_split_k(t, k, e, x.shape[1], n2 // 2, sm_count(dev), bm, gemm)
 
@@ -391,7 +451,9 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
         # inter [EM, I]: rows by slot t * k + j here (EM >= T * k)
         xq, xs = quant(run.x, run.topk_w if run.scale_in else None)
         uniform = blk and (n2 // 2) % common["BN"] == 0   # gate / up tiles each in one scale block
-        consts = {**common, "TOPK": k, "GELU": run.activation == "gelu", "UNIFORM": uniform}
+        consts = {**common, "TOPK": k, "GELU": run.activation == "gelu"}
+        if not ue8m0:                                     # the block-scaled MMA takes every row's scale
+            consts["UNIFORM"] = uniform
         split = split_k("gate_up")
         if split == 1:
             args = (xq, xs, w13, s13, run.sorted_ids, run.expert_ids, inter)

@@ -58,7 +58,7 @@ from .fp8_kernels_sm89 import SCALE_BLOCK, _scale, check_down_tiles, scale_down
 from .kernels_sm90 import arch_tag
 
 __all__ = ["moe_fp8_gate_up_sm90_kernel", "moe_fp8_down_sm90_kernel", "moe_fp8_gate_up_sm90_ws_kernel",
-           "moe_fp8_down_sm90_ws_kernel"]
+           "moe_fp8_down_sm90_ws_kernel", "store_gate_up"]
 
 K, T, E, N, NB, KB, EM, NBLK, TK, I = hl.dims("K T E N NB KB EM NBLK TK I")
 
@@ -120,14 +120,22 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False, arch: str = "
                 we = load_tile(ws[e, col * 0, 0], (BN, 1))
                 g = g * we
                 u = u * we
-            if split:                                    # scaled partials; padding rows: none
-                hl.atomic_add(h[0, rrow, col], g)
-                hl.atomic_add(h[1, rrow, col], u)
-            else:
-                a = hl.gelu(g) if GELU else hl.silu(g)
-                hl.copy(hl.cast(a * u, dt), hl.view(h, (BM, BN), (None, n0), rows=rid).T)
+            store_gate_up(h, g, u, rid, rrow, col, n0, BM, BN, dt, split, GELU)
 
     return moe_fp8_gate_up_sm90
+
+
+def store_gate_up(h: Any, g: Any, u: Any, rid: Any, rrow: Any, col: Any, n0: Any, bm: int, bn: int, dt: Any,
+                  split: bool, gelu: bool) -> None:
+    """The swap-AB gate-up epilogue of the scaled ``(BN, BM)`` gate / up products ``g``, ``u``:
+    ``h[r, n0 + n] = dt(act(g) * u)`` through the sorted slots ``rid`` (-1: padding), or, ``split``,
+    ``g`` and ``u`` added atomically into the f32 workspace ``h [2, T * k, I]`` by slot ``rrow``."""
+    if split:                                    # scaled partials; padding rows: none
+        hl.atomic_add(h[0, rrow, col], g)
+        hl.atomic_add(h[1, rrow, col], u)
+    else:
+        a = hl.gelu(g) if gelu else hl.silu(g)
+        hl.copy(hl.cast(a * u, dt), hl.view(h, (bm, bn), (None, n0), rows=rid).T)
 
 
 @cache

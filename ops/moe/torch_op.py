@@ -17,9 +17,10 @@ Schemas:
   layout keys ("": not checked);
 - ``fused_moe_fp8(Tensor hidden_states, Tensor w13, Tensor w13_scale, Tensor w2, Tensor
   w2_scale, Tensor topk_weights, Tensor topk_ids, int[] block=[], str activation="silu", bool
-  apply_router_weight_on_input=False, Tensor? expert_map=None, int? global_num_experts=None) ->
-  Tensor``: the tensors of two ``prepare_fp8`` objects (``block=[]``: one scale per expert;
-  ``[128, 128]``: block scales).
+  apply_router_weight_on_input=False, Tensor? expert_map=None, int? global_num_experts=None, str
+  scale_format="") -> Tensor``: the tensors of two ``prepare_fp8`` objects (``block=[]``: one
+  scale per expert; ``[128, 128]``: block scales; ``scale_format="ue8m0"``: every block scale a
+  power of two, ``Fp8MoEWeights.scale_format``).
 
 Every path (CUDA, CPU under ``HEXLAYOUT_EMULATE=1``, fake) first runs the op's check
 (``moe_args.check_fused_moe``, ``check_fused_moe_wna16``, ``check_fused_moe_fp8``); the fake
@@ -54,7 +55,8 @@ WNA16_SCHEMA = (
     + ', Tensor? w13_perm=None, Tensor? w2_perm=None, str w13_layout="", str w2_layout="") -> Tensor'
 )
 FP8_SCHEMA = ("(Tensor hidden_states, Tensor w13, Tensor w13_scale, Tensor w2, Tensor w2_scale, "
-              "Tensor topk_weights, Tensor topk_ids, int[] block=[], " + _ROUTING)
+              "Tensor topk_weights, Tensor topk_ids, int[] block=[], " + _ROUTING_ARGS
+              + ', str scale_format="") -> Tensor')
 
 
 def moe_output_fake(hidden_states: Any, *_: Any, **__: Any) -> Any:

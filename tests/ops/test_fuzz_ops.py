@@ -992,12 +992,21 @@ def fp8_block(c: Case, draw: Any) -> bool:
     return True
 
 
+def fp8_scale_format(c: Case, draw: Any) -> bool:
+    """``scale_format`` not '' / 'ue8m0', or 'ue8m0' for one scale per expert."""
+    v = draw(st.sampled_from(["e8m0", "UE8M0", "ue8m0"]))
+    c.args["scale_format"] = "e8m0" if v == "ue8m0" and c.args["block"] else v
+    c.blame.add("scale_format")
+    return True
+
+
 TABLE["fused_moe_fp8"] = spec_table(
     "fp8", FP8_SPEC, fp8_valid, ("hidden_states", "w13", "w13_scale", "w2", "w2_scale"),
     kinds={**MOE_KINDS, "block": ["128", ["128", "128"], 1.5, [1.5, 2.0]]},
     extra={fp8_shape_mismatch: ("hidden_states", "w13", "w13_scale", "w2", "w2_scale", "topk_weights",
                                 "topk_ids"),
-           fp8_scale_rank: ("w13_scale", "w2_scale"), fp8_block: ("block",), moe_bad_value: ROUTER},
+           fp8_scale_rank: ("w13_scale", "w2_scale"), fp8_block: ("block",), moe_bad_value: ROUTER,
+           fp8_scale_format: ("scale_format",)},
     generic_shape=False, fallback=fp8_block)
 
 

@@ -18,6 +18,15 @@ commit / wait) runs unchanged:
   whose values are in registers may add to it (``accumulate`` not ``False``: ``hl.zeros``
   then ``hl.mma``) is preceded by a ``tcgen05.st`` of those registers (the load's shape and
   addresses), ``wait::st`` and a fenced barrier of the threads.
+* **block scales** (a block-scaled atom: ``hl.mma(..., scale_a=, scale_b=)``): each operand's
+  factors get their own TMEM columns (``arch.block_scale.scale_columns``, from a multiple of 4,
+  after the accumulators allocated so far), once per mma op; the issuing thread copies them,
+  before its MMAs, with one ``tcgen05.cp.32x128b.warpx4`` per 512-byte atom of the scale tile
+  (its shared layout must be ``scale_smem_layout``: rows ``128 i``, k-blocks ``4 j`` at byte
+  ``512 (j + i * kgroups)``, TMEM column ``(rows / 32) j + 4 i``), and the MMA of k-step ``k`` reads
+  column ``(rows / 32) (k // 4)`` on, byte ``k % 4``. The thread's tcgen05 operations run in
+  issue order, so the next k-tile's copy into the same columns follows this k-tile's MMAs
+  (as CUTLASS's block-scaled mainloops do).
 * **wgmma_commit** -> the elected thread's ``tcgen05.commit`` onto barrier ``c % B`` of the
   lowering's ``tc_done[B]`` mbarriers (``B`` = the largest ``n`` of the kernel's
   ``wgmma_wait(n)`` + 1), ``c`` the commits so far (a per-thread counter ``tc_commits``);
@@ -58,6 +67,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from hexlayout.arch.block_scale import (
+    SF_ATOM_BYTES,
+    SF_ATOM_KBLOCKS,
+    SF_ATOM_ROWS,
+    scale_columns,
+    scale_smem_layout,
+)
 from hexlayout.arch.dtypes import S32, U32
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_DP
 
@@ -74,9 +92,11 @@ from ..lowered import (
     RegArray,
     RegRef,
     SharedRef,
+    SmemDesc,
 )
 from ..lowered_tcgen05 import (
     Tcgen05Commit,
+    Tcgen05Cp,
     Tcgen05Fence,
     Tcgen05Ld,
     Tcgen05Mma,
@@ -123,6 +143,7 @@ class TmemState:
     unwaited: frozenset[int] = frozenset()      # accumulators an MMA no wgmma_wait(0) covers may write
     uncommitted: frozenset[int] = frozenset()   # accumulators an MMA issued after the last commit may write
     first_op: dict[int, int] = field(default_factory=dict)   # root id -> uid of the op first naming it
+    scale_cols: dict[tuple[int, str], int] = field(default_factory=dict)   # (mma uid, "a"/"b") -> column
 
     @staticmethod
     def of(lw: Any) -> TmemState:
@@ -155,6 +176,18 @@ class TmemState:
             self.columns[root.id] = self.used
             self.used += tu.columns
         return self.columns[root.id]
+
+    def scale_column_of(self, uid: int, role: str, ncols: int) -> int:
+        """The first TMEM column of the block scales of operand ``role`` of mma ``uid`` (4-aligned)."""
+        key = (uid, role)
+        if key not in self.scale_cols:
+            start = -(-self.used // 4) * 4
+            if start + ncols > TMEM_COLUMNS:
+                raise ValueError(f"the tcgen05 accumulators and block scales need {start + ncols} TMEM "
+                                 f"columns, more than the {TMEM_COLUMNS} there are")
+            self.scale_cols[key] = start
+            self.used = start + ncols
+        return self.scale_cols[key]
 
     # --- the kernel's prologue and epilogue ---------------------------------------------------
     def prologue(self, lw: Any) -> list[Instr]:
@@ -390,6 +423,9 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     atom_n = tu.atom.shape_mnk[1]
     bits = op.a.type.dtype.bits
     out: list[Instr] = []
+    scales = _block_scales(lw, op, tu, st, base) if tu.atom.scale_type else None
+    if scales is not None:
+        out += scales[0]
     for inst in tm.instances():
         descs = []
         for role, view, mode, major, r in (("a", a, 0, tu.atom.a_major, inst.r_m),
@@ -398,12 +434,61 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
             if isinstance(d, str):
                 raise ValueError(f"operand {role}: {d}")
             descs.append(d)
+        sf = {} if scales is None else scales[1](inst.k, inst.r_n * atom_n)
         out.append(Tcgen05Mma(tu.atom.name, base + col + inst.r_n * atom_n, descs[0], descs[1],
-                              first if inst.k == 0 else 1))
+                              first if inst.k == 0 else 1, **sf))
     rid = op.c.root.id
     st.pending[rid] = _Pending(c, tu, col, lw.group_threads[-1], rid)
     st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
     return [IfThen(lw.elect[-1], out)]          # one branch around the issuing thread's MMAs
+
+
+def _scale_view(lw: Any, op: Mma, v: Value, role: str) -> SharedTileView:
+    """The shared view of ``op``'s block scales of ``role``, checked to be in the layout
+    ``tcgen05.cp`` reads (``arch.block_scale.scale_smem_layout``)."""
+    view = lw.view(v, op)
+    if not isinstance(view, SharedTileView) or view.swizzle is not None:
+        raise ValueError(f"block scales {role} %{v.name}: the factors are copied to tensor memory from an "
+                         "unswizzled shared tile")
+    rows, kb = view.shape
+    if rows % SF_ATOM_ROWS:
+        raise ValueError(f"block scales {role} %{v.name}: {rows} rows are not whole 128-row atoms")
+    want = scale_smem_layout(rows, kb)
+    grid = np.arange(rows * kb)
+    got = view.offsets(grid) - view.offsets(np.zeros(1, dtype=np.int64))[0]
+    if not np.array_equal(got, np.asarray(want.indices())):
+        raise ValueError(f"block scales {role} %{v.name}: shared layout {view.layout} is not the layout "
+                         f"tcgen05.cp reads, {want}")
+    return view
+
+
+def _block_scales(lw: Any, op: Mma, tu: TiledUmma, st: TmemState, base: Any) -> tuple[list[Instr], Any]:
+    """The ``tcgen05.cp`` of both operands' factors into their TMEM columns, and for an MMA at
+    (k-step, first B row) its factor operands (module docstring)."""
+    if op.scale_a is None or op.scale_b is None:
+        raise ValueError(f"{tu.atom.name} is block-scaled: the mma needs scale_a and scale_b")
+    atom_n = tu.atom.shape_mnk[1]
+    if tu.n_atoms > 1 and atom_n % 32:
+        raise ValueError(f"{tu}: B's factors of an N block start at row {atom_n}, not a multiple of 32")
+    cps: list[Instr] = []
+    cols = {}
+    for role, v in (("a", op.scale_a), ("b", op.scale_b)):
+        view = _scale_view(lw, op, v, role)
+        rows, kb = view.shape
+        col = st.scale_column_of(op.uid, role, scale_columns(rows, kb))
+        kg = -(-kb // SF_ATOM_KBLOCKS)
+        for i in range(rows // SF_ATOM_ROWS):
+            for j in range(kg):
+                src = SmemDesc(view.buffer, as_expr(view.base) + SF_ATOM_BYTES * (j + i * kg), 0, 0, 128)
+                cps.append(Tcgen05Cp("32x128b.warpx4", base + col + (rows // 32) * j + 4 * i, src))
+        cols[role] = (col, rows)
+
+    def operands(k: int, n0: int) -> dict[str, Any]:
+        (ca, ra), (cb, rb) = cols["a"], cols["b"]
+        return {"sfa": base + ca + (ra // 32) * (k // 4), "sfb": base + cb + (rb // 32) * (k // 4) + n0 // 32,
+                "sfa_id": k % 4, "sfb_id": k % 4}
+
+    return cps, operands
 
 
 def umma_commit(lw: Any) -> list[Instr]:

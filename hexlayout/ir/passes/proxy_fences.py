@@ -5,12 +5,12 @@ Generic-proxy writes of shared memory: ``st.shared`` (``StShared``), ``stmatrix`
 (``Stmatrix``), ``cp.async`` (``CpAsync``; its bytes land at the ``cp.async.wait_group`` that
 completes it: in flight until then, it needs no fence yet, and one goes after that wait).
 Async-proxy reads: a wgmma's or a tcgen05.mma's shared operands (``Wgmma`` / ``Tcgen05Mma``
-with a ``SmemDesc``: sm_100a reads its descriptors through the async proxy as sm_90a does) and a
-TMA store's source (``TmaStore``). PTX requires each writing thread to execute the fence after
-its writes and before the async-proxy read (then the barrier or mbarrier that orders writer
-and reader orders the fence too). The emulator checks exactly this
-(``hexlayout.emulator.proxy``) and stays the safety net for a lowered program built without
-this pass.
+with a ``SmemDesc``: sm_100a reads its descriptors through the async proxy as sm_90a does), a
+``tcgen05.cp``'s source (``Tcgen05Cp``) and a TMA store's source (``TmaStore``). PTX requires
+each writing thread to execute the fence after its writes and before the async-proxy read
+(then the barrier or mbarrier that orders writer and reader orders the fence too). The emulator
+checks exactly this (``hexlayout.emulator.proxy``) and stays the safety net for a lowered
+program built without this pass.
 
 ``insert_proxy_fences(kernel)`` walks the program in order with the set of shared buffers
 (byte ranges) holding unfenced generic writes, and puts one ``FenceProxyAsync``
@@ -53,7 +53,7 @@ from hexlayout.ir.lowered import (
     TmaStore,
     Wgmma,
 )
-from hexlayout.ir.lowered_tcgen05 import Tcgen05Mma
+from hexlayout.ir.lowered_tcgen05 import Tcgen05Cp, Tcgen05Mma
 
 __all__ = ["insert_proxy_fences", "generic_write", "async_reads"]
 
@@ -75,7 +75,7 @@ def _reads(ins: Instr) -> list[SmemBuffer]:
     """The shared buffers ``ins`` itself reads through the async proxy."""
     if isinstance(ins, Wgmma | Tcgen05Mma):
         return [o.buffer for o in (ins.a, ins.b) if isinstance(o, SmemDesc)]
-    if isinstance(ins, TmaStore):
+    if isinstance(ins, TmaStore | Tcgen05Cp):
         return [ins.src.buffer]
     return []
 
