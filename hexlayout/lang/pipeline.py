@@ -464,6 +464,45 @@ class OnlineSoftmax:
                                  rescale_first=False)
         return out[0], alpha
 
+    def merge(self, acc: Tile, m: Tile, l: Tile, acc2: Tile) -> None:
+        """Fold in the state of a softmax over other keys of the same rows: its max ``m``, sums
+        ``l`` and accumulator ``acc2``. With ``M = max(self.m, m)`` (0 where both are ``-inf``),
+        ``a = exp2(self.m - M)``, ``b = exp2(m - M)``: ``acc = acc * a + acc2 * b``, ``l = l * a
+        + l_2 * b``, ``m = M`` -- the state one softmax over both key sets would have (keys
+        split between warp groups, each with its own ``OnlineSoftmax``).
+
+        Args:
+            acc (Tile): this state's accumulator, updated in place.
+            m (Tile): the other state's row max (rows x 1, f32).
+            l (Tile): the other state's row sums (the shape of ``self.l``).
+            acc2 (Tile): the other state's accumulator (the shape of ``acc``).
+
+        Raises:
+            KernelError: as the elementwise ops.
+
+        Example:
+            Two halves of one block's scores, then one state::
+
+                @hl.kernel(threads=128)
+                def halves(s: hl.f32["M", "N"], o: hl.f32["M", "N"]):
+                    a, b = hl.OnlineSoftmax(64), hl.OnlineSoftmax(64)
+                    acc, acc2 = hl.zeros((64, 32), hl.f32), hl.zeros((64, 32), hl.f32)
+                    for sm, x, j in ((a, acc, 0), (b, acc2, 1)):
+                        sc = hl.register(hl.f32, (64, 32))
+                        hl.copy(s.tile((64, 32), (0, 32 * j)), sc)
+                        x += sm.step(sc, x, 1.0)
+                    a.merge(acc, b.m, b.l, acc2)
+                    hl.copy(a.out(acc), o.tile((64, 32), (0, 0)))
+
+                halves.trace()
+        """
+        top = maximum(self.m, m)
+        use = where(top.eq(NEG_INF), 0.0, top)
+        a, b = exp2_approx(self.m - use), exp2_approx(m - use)
+        assign(acc, acc * a + acc2 * b)
+        assign(self.l, self.l * a + l * b)
+        assign(self.m, top)
+
     def out(self, acc: Tile, reciprocal: bool = False) -> Tile:
         """``acc / l`` per row, 0 for a row that saw no visible key (``reciprocal``: as
         ``acc * (1 / l)``, one division per row instead of one per element).

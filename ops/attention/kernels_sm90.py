@@ -9,7 +9,10 @@
 only the machine code differs:
 
 - one or two consumer warp groups (``WG``; ``BM = 64 * WG`` rows of (token, query head of the
-  group), each warp group owning 64 rows);
+  group), each warp group owning 64 rows); with ``KSPLIT=2`` twice as many warp groups, the
+  second of each pair over the odd key blocks of the same rows with its own K / V buffers,
+  softmax state and accumulator, handed to the first through shared memory (an mbarrier) and
+  merged there (``OnlineSoftmax.merge``) before the store;
 - ``S = Q K^T`` is one wgmma group reading Q and K from shared memory; ``O += P V`` a wgmma
   group whose A operand is P in registers (the f32 scores of the first product, exponentiated
   and cast in place) and whose B operand is the V tile in shared memory, read transposed
@@ -18,12 +21,10 @@ only the machine code differs:
   block ``j + 1`` loads while block ``j`` is used. cp.async writes through the generic
   proxy and wgmma reads through the async proxy, so every thread fences its landed copies
   (``hl.fence_proxy_async``) before the barrier that precedes the wgmma;
-- ``OVERLAP`` (FlashAttention-3's intra-warpgroup overlap): block ``j``'s ``Q K^T`` is issued,
-  ``acc`` is rescaled to block ``j - 1``'s row max while it runs, block ``j - 1``'s ``P V`` is
-  issued, then ``wgmma.wait_group 1`` retires ``Q K^T`` and ``p_j`` is computed while ``P V``
-  runs (paged: block ``j + 1``'s gather is issued there too, into a third K / V buffer);
-  ``wait_group 0``, then ``p_j`` becomes the next ``P V``'s register operand. Without it each
-  product is waited for at once (head size 256, where the registers do not hold both);
+- the key-block loop is ``key_loop.wgmma_key_loop``: with ``OVERLAP`` FlashAttention-3's
+  intra-warpgroup overlap (block ``j``'s softmax beside block ``j - 1``'s ``P V``; paged: block
+  ``j + 1``'s gather issued beside them too, into a third K / V buffer), else each product
+  waited for at once;
 - the online softmax runs in the log2 domain (``qk_scale = scale * log2(e)`` (> 0) applied to
   the row max and inside the exponential's argument, one FMA; or ``scale / c`` and ``cap = c *
   log2(e)`` with a softcap), ``exp2_approx`` (one MUFU.EX2), with masks only in the key blocks
@@ -38,6 +39,7 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32
 
+from .key_loop import wgmma_key_loop
 from .tiles import (
     copy_cache_rows,
     mask_paged,
@@ -83,7 +85,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
     o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
     lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
 
-    @hl.kernel(threads=lambda c: 128 * c["WG"], name=f"paged_attention_sm90_{dt}")
+    @hl.kernel(threads=lambda c: 128 * c["WG"] * c.get("KSPLIT", 1), name=f"paged_attention_sm90_{dt}")
     def paged_attention_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
                              k_cache: cdt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
                              v_cache: cdt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
@@ -96,7 +98,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
                              SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                              *, BM: int = 64, BN: int = 64, HEAD_DIM: int = 128, BLOCK: int = 16, WG: int = 1,
                              CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
-                             SPLITS: int = 1, SINKS: bool = False, OVERLAP: bool = True):
+                             SPLITS: int = 1, SINKS: bool = False, OVERLAP: bool = True, KSPLIT: int = 1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
@@ -114,8 +116,9 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
 
         nbuf = 3 if OVERLAP else 2                             # OVERLAP: block j - 1's V is still read
         sq = hl.shared(dt, (BM, HEAD_DIM))
-        sk = hl.shared(dt, (BN, HEAD_DIM, nbuf))
-        sv = hl.shared(dt, (BN, HEAD_DIM, nbuf))
+        sk = hl.shared(dt, (BN, HEAD_DIM, nbuf * KSPLIT))      # warp group g: buffers g * nbuf + ...
+        sv = hl.shared(dt, (BN, HEAD_DIM, nbuf * KSPLIT))
+        segments = ((n_full, hi, True),) if WINDOW else ((lo, n_full, False), (n_full, hi, True))
 
         def load(j: Any, buf: Any) -> None:                    # key block j into buffer buf
             pos = hl.iota((BN,), 0) + j * BN
@@ -126,88 +129,95 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
                 copy_cache_rows(cache_, page, pos % BLOCK, kvh, dst, rows=BN, HEAD_DIM=HEAD_DIM, dt=dt,
                                 fp8=cache_dtype)
 
-        hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
-        load(lo, lo % nbuf)
-        hl.commit_group()
-        heads = hl.iota((BM, 1), 0) % G + kvh * G
-        sm = hl.OnlineSoftmax(BM, sink_rows(sinks, heads, BM=BM, sp=sp) if SINKS else None)
-        acc = hl.zeros((BM, HEAD_DIM), f32)
-        qpos = (hl.iota((BM, BN), 0) + m0) // G + shift        # the key aligned with each row
-        qks = qk_scale if cache_dtype is None else scalar_rows(k_scale, BM=BM) * qk_scale   # FP8: k_scale
-        mult = 1.0 if SOFTCAP else qks                         # softcapped scores are scaled
-        segments = ((n_full, hi, True),) if WINDOW else ((lo, n_full, False), (n_full, hi, True))
+        def consume(g: int) -> tuple[Any, Any]:
+            """The softmax state and accumulator of warp group ``g`` over key blocks ``j = lo + g +
+            KSPLIT * i`` (its ``i``-th block in buffer ``g * nbuf + i % nbuf``)."""
+            def block(i: Any) -> Any:
+                return lo + g + KSPLIT * i
 
-        def landed(j: Any) -> None:                            # block j in shared memory, for wgmma
-            hl.wait_group(0)                                   # this thread's part landed
-            hl.fence_proxy_async()                             # ... and is visible to wgmma
-            hl.syncthreads()                                   # everyone's; buffer (j+1) % nbuf free
+            def first(j: Any) -> Any:                          # this warp group's blocks below j
+                return hl.cdiv(hl.maximum(j - lo - g, 0), KSPLIT)
 
-        def prefetch(j: Any) -> None:                          # block j + 1 into its buffer
-            load(j + 1, (j + 1) % nbuf)
+            heads = hl.iota((BM, 1), 0) % G + kvh * G
+            sink = sink_rows(sinks, heads, BM=BM, sp=sp) if SINKS and g == 0 else None   # counted once
+            sm = hl.OnlineSoftmax(BM, sink)
+            acc = hl.zeros((BM, HEAD_DIM), f32)
+            qpos = (hl.iota((BM, BN), 0) + m0) // G + shift    # the key aligned with each row
+            qks = qk_scale if cache_dtype is None else scalar_rows(k_scale, BM=BM) * qk_scale  # FP8: k_scale
+            mult = 1.0 if SOFTCAP else qks                     # softcapped scores are scaled
+
+            def prefetch(i: Any) -> None:                      # block i + 1 into its buffer
+                load(block(i + 1), g * nbuf + (i + 1) % nbuf)
+                hl.commit_group()
+
+            def scores(i: Any) -> Any:                         # block i landed; S_i issued, committed
+                hl.wait_group(0)                               # this thread's part landed
+                hl.fence_proxy_async()                         # ... and is visible to wgmma
+                hl.syncthreads()                               # the warp group's; buffer i + 1 free
+                sc = hl.zeros((BM, BN), f32)
+                hl.wgmma_fence()
+                hl.mma(sq, sk[:, :, g * nbuf + i % nbuf], sc)
+                hl.wgmma_commit()
+                return sc
+
+            def visible(sc: Any, i: Any, masked: bool) -> Any:   # softcapped, -inf at hidden keys
+                if SOFTCAP:
+                    sc = hl.tanh(sc * qks) * cap
+                if masked:
+                    sc = mask_paged(sc, block(i), t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL,
+                                    WINDOW=WINDOW)
+                return sc
+
+            def values(p: Any, i: Any) -> None:                # acc += p V_i (P from registers)
+                hl.wgmma_fence()
+                hl.mma(p, sv[:, :, g * nbuf + i % nbuf].T, acc)
+                hl.wgmma_commit()
+
+            load(block(0), g * nbuf)
             hl.commit_group()
+            wgmma_key_loop(sm, acc, [(first(x), first(y), m) for x, y, m in segments], 0, first(hi),
+                           scores=scores, visible=visible, values=values, issued=prefetch, mult=mult, dt=dt,
+                           rows=BM, keys=BN, overlap=OVERLAP)
+            hl.wait_group(0)
+            return sm, acc
 
-        def scores(j: Any) -> Any:                             # S_j = Q K_j^T, issued and committed
-            sc = hl.zeros((BM, BN), f32)
-            hl.wgmma_fence()
-            hl.mma(sq, sk[:, :, j % nbuf], sc)
-            hl.wgmma_commit()
-            return sc
+        def store(sm: Any, acc: Any) -> None:
+            vs = None if cache_dtype is None else scalar_rows(v_scale, BM=BM)
+            store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM,
+                        v_scale=vs)
 
-        def visible(sc: Any, j: Any, masked: bool) -> Any:     # softcapped, -inf at hidden keys
-            if SOFTCAP:
-                sc = hl.tanh(sc * qks) * cap
-            if masked:
-                sc = mask_paged(sc, j, t, qpos, left, right, BM=BM, BN=BN, CAUSAL=CAUSAL, WINDOW=WINDOW)
-            return sc
-
-        def values(p: Any, j: Any) -> None:                    # acc += p V_j (P from registers)
-            hl.wgmma_fence()
-            hl.mma(p, sv[:, :, j % nbuf].T, acc)
-            hl.wgmma_commit()
-
-        if not OVERLAP:                                        # each product waited for at once
-            for start, stop, masked in segments:
-                for j in hl.range(start, stop):
-                    landed(j)
-                    prefetch(j)
-                    sc = scores(j)
-                    hl.wgmma_wait(0)
-                    p = sm.step(visible(sc, j, masked), acc, mult)   # exp2: one FMA, one MUFU.EX2
-                    values(hl.cast(p, dt), j)
-                    hl.wgmma_wait(0)
+        hl.copy(q[tok, head, 0:HEAD_DIM], sq)                  # gathered (token, head) rows
+        if KSPLIT == 1:
+            store(*consume(0))
         else:
-            # as the varlen kernel: block j's Q K^T, then block j - 1's P V (acc rescaled to
-            # block j - 1's max first), both in flight while block j + 1's gather is issued and
-            # p_j is computed
-            pp = hl.register(dt, (BM, BN))                     # the previous block's p: its P V's A
-            ap = hl.register(f32, (BM, 1))                     # ... and its alpha, not yet applied
-            with hl.if_(hi > lo):
-                landed(lo)
-                sc = scores(lo)
-                prefetch(lo)
-                hl.wgmma_wait(0)
-                p, alpha = sm.step_scores(visible(sc, lo, True), mult)
-                hl.assign(pp, hl.cast(p, dt))
-                hl.assign(ap, alpha)
-                for start, stop, masked in segments:
-                    for j in hl.range(hl.maximum(start, lo + 1), stop):
-                        landed(j)
-                        sc = scores(j)
-                        acc *= ap                              # acc and p_{j-1}: one max
-                        values(pp, j - 1)
-                        prefetch(j)
-                        hl.wgmma_wait(1)                       # S_j landed; P V of j - 1 in flight
-                        p, alpha = sm.step_scores(visible(sc, j, masked), mult)
-                        hl.wgmma_wait(0)
-                        hl.assign(pp, hl.cast(p, dt))          # pp: read by the P V just retired
-                        hl.assign(ap, alpha)
-                acc *= ap
-                values(pp, hi - 1)
-                hl.wgmma_wait(0)
-        hl.wait_group(0)
-
-        vs = None if cache_dtype is None else scalar_rows(v_scale, BM=BM)
-        store_paged(sm, acc, o, lse, t, kvh, G, sp, split=split, dt=dt, BM=BM, HEAD_DIM=HEAD_DIM, v_scale=vs)
+            # two consumer warp groups over alternate key blocks; warp group 1 hands its state to
+            # warp group 0 through shared memory, which merges the two and stores
+            part = hl.shared(f32, (BM, HEAD_DIM))
+            part_m = hl.shared(f32, (BM, 1))
+            part_l = hl.shared(f32, (BM, 1))
+            handed = hl.mbarrier(1)
+            hl.mbarrier_init(handed, 0, arrivals=128)
+            hl.commit_group()
+            hl.wait_group(0)                                   # the Q rows, read by both
+            hl.fence_proxy_async()                             # ... through wgmma
+            hl.syncthreads()
+            with hl.warp_group(1):
+                sm1, acc1 = consume(1)
+                hl.copy(acc1, part)
+                hl.copy(sm1.m, part_m)
+                hl.copy(sm1.l, part_l)
+                hl.arrive(handed, 0)
+            with hl.else_():
+                sm0, acc0 = consume(0)
+                hl.wait(handed, 0, phase=0)
+                acc2 = hl.register(f32, (BM, HEAD_DIM))
+                m2 = hl.register(f32, (BM, 1))
+                l2 = hl.register(f32, (BM, 1))
+                hl.copy(part, acc2)
+                hl.copy(part_m, m2)
+                hl.copy(part_l, l2)
+                sm0.merge(acc0, m2, l2, acc2)
+                store(sm0, acc0)
 
     return paged_attention_sm90
 
@@ -304,42 +314,9 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
                 hl.mma(p, sv[:, :, (j - lo) % STAGES].T, acc, warps=hl.spatial(2, 1))
                 hl.wgmma_commit()
 
-            if not OVERLAP:                                    # each product waited for at once
-                for start, stop, masked in segments:
-                    for j in hl.range(start, stop):
-                        sc = scores(j)
-                        hl.wgmma_wait(0)
-                        p = sm.step(visible(sc, j, masked), acc, mult, rescale_first=True)
-                        values(hl.cast(p, dt), j)
-                        hl.wgmma_wait(0)
-                        ring.release((j - lo) % STAGES)
-            else:
-                # FlashAttention-3's intra-warpgroup overlap: block j's Q K^T is issued, acc is
-                # rescaled to block j - 1's max while it runs, block j - 1's P V is issued, and p_j
-                # is computed while that P V runs.
-                pp = hl.register(dt, (BM, BN))                 # the previous block's p: its P V's A
-                ap = hl.register(f32, (BM, 1))                 # ... and its alpha, not yet applied
-                with hl.if_(hi > lo):
-                    sc = scores(lo)
-                    hl.wgmma_wait(0)
-                    p, alpha = sm.step_scores(visible(sc, lo, True), mult)
-                    hl.assign(pp, hl.cast(p, dt))
-                    hl.assign(ap, alpha)
-                    for start, stop, masked in segments:
-                        for j in hl.range(hl.maximum(start, lo + 1), stop):
-                            sc = scores(j)
-                            acc *= ap                          # acc and p_{j-1}: one max
-                            values(pp, j - 1)
-                            hl.wgmma_wait(1)                   # S_j landed; P V of j - 1 in flight
-                            p, alpha = sm.step_scores(visible(sc, j, masked), mult)
-                            hl.wgmma_wait(0)
-                            ring.release((j - 1 - lo) % STAGES)
-                            hl.assign(pp, hl.cast(p, dt))      # pp: read by the P V just retired
-                            hl.assign(ap, alpha)
-                    acc *= ap
-                    values(pp, hi - 1)
-                    hl.wgmma_wait(0)
-                    ring.release((hi - 1 - lo) % STAGES)
+            wgmma_key_loop(sm, acc, segments, lo, hi, scores=scores, visible=visible, values=values,
+                           retired=lambda j: ring.release((j - lo) % STAGES), mult=mult, dt=dt, rows=BM,
+                           keys=BN, overlap=OVERLAP, rescale_first=True)
             r = hl.iota((BM,), 0) + m0
             tok = hl.where(r < sq_len, r + q0, -1)             # past the sequence: no row
             hl.copy(hl.cast(sm.out(acc, reciprocal=True), dt), o[tok, h, 0:HEAD_DIM])

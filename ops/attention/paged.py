@@ -119,13 +119,18 @@ def paged_whole_pages(block_size: int, head_size: int) -> tuple[int, int] | None
 def paged_attention_sm90_consts(
     head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
 ) -> dict[str, Any]:
-    """The sm_90a kernel's constants: one warp group (64 rows), 64 keys per step; ``OVERLAP`` (the
-    softmax of a key block beside the previous block's ``P V``, three K / V buffers) up to head
-    size 128 (at 256 the accumulator leaves no registers for the second score tile)."""
+    """The sm_90a kernel's constants: 64 rows, 64 keys per step. Up to head size 128 two consumer
+    warp groups take alternate key blocks (``KSPLIT=2``, merged at the end); ``OVERLAP`` (a key
+    block's softmax beside the previous block's ``P V``, three K / V buffers per warp group)
+    where the shared memory holds it: head size 64 with two warp groups, 128 with one. Head
+    size 256: one warp group, each product waited for (the accumulator leaves no registers for
+    a second score tile, nor shared memory for a second warp group's buffers)."""
     consts = paged_attention_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
     for name in ("WARPS", "CHUNK", "DCHUNK"):                  # the sm_80 kernel's only
         consts.pop(name, None)
-    return {**consts, "BN": 64, "WG": 1, "OVERLAP": consts["HEAD_DIM"] <= 128}
+    hd = consts["HEAD_DIM"]
+    ksplit = 2 if hd <= 128 else 1
+    return {**consts, "BN": 64, "WG": 1, "KSPLIT": ksplit, "OVERLAP": hd <= (64 if ksplit == 2 else 128)}
 
 
 def paged_attention(

@@ -140,6 +140,49 @@ def test_online_softmax_matches_float64(arch: str) -> None:
     assert lse[3] == -np.inf and np.all(o[3, :32] == 0)
 
 
+@hl.kernel(threads=128)
+def split_softmax(s: hl.f32[M, N], o: hl.f32[M, N], lse: hl.f32[M]):
+    """The blocks of ``streamed_softmax`` over two states: even blocks by ``step``, odd ones by
+    ``step_scores`` (the caller rescales), then ``merge``."""
+    a, b = hl.OnlineSoftmax(64), hl.OnlineSoftmax(64)
+    acc, acc2 = hl.zeros((64, 32), hl.f32), hl.zeros((64, 32), hl.f32)
+    for j in range(4):
+        sc = hl.register(hl.f32, (64, 32))
+        hl.copy(s.tile((64, 32), (0, 32 * j)), sc)
+        if j % 2 == 0:
+            acc += a.step(sc, acc, 1.4426950408889634)
+        else:
+            p, alpha = b.step_scores(sc, 1.4426950408889634)
+            acc2 *= alpha
+            acc2 += p
+    a.merge(acc, b.m, b.l, acc2)
+    hl.copy(a.out(acc), o.tile((64, 32), (0, 0)))
+    hl.copy(hl.reshape(a.lse(), (64,)), lse.tile((64,), (0,)))
+
+
+@pytest.mark.parametrize("kernel", [streamed_softmax, split_softmax], ids=["one", "split"])
+def test_online_softmax_split_and_merged_matches_float64(kernel) -> None:
+    """Two states over alternate blocks, merged, give the one-state result (float64 reference):
+    a row with no visible key (0, ``-inf``), a row whose odd blocks are all masked."""
+    rng = np.random.default_rng(2)
+    s = (4 * rng.standard_normal((64, 128))).astype(np.float32)
+    s[3, :] = -np.inf
+    s[5, 40:] = -np.inf                     # the second state sees keys 32..39 only
+    s[6, 32:64] = s[6, 96:] = -np.inf       # the second state sees nothing
+    o = np.full((64, 128), np.nan, dtype=np.float32)
+    lse = np.full((64,), np.nan, dtype=np.float32)
+    emulate(build(kernel, "sm_80", compile=False), s, o, lse)
+    x = s.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        mx = np.max(x, axis=1, keepdims=True)
+        e = np.where(np.isfinite(mx), np.exp(x - np.where(np.isfinite(mx), mx, 0)), 0.0)
+    tot = e.sum(axis=1, keepdims=True)
+    want = np.where(tot > 0, e / np.where(tot > 0, tot, 1), 0.0).reshape(64, 4, 32).sum(axis=1)
+    np.testing.assert_allclose(o[:, :32], want, rtol=2e-5, atol=1e-6)
+    want_lse = np.where(tot[:, 0] > 0, np.log(np.where(tot[:, 0] > 0, tot[:, 0], 1)) + mx[:, 0], -np.inf)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
+
+
 @hl.kernel(threads=256)
 def ring_copy(a: hl.f16[M, K], c: hl.f16[M, K], *, STAGES: int = 2):
     sa = hl.shared(hl.f16, (64, 64, STAGES))

@@ -86,6 +86,24 @@ def test_sm90_kernel_matches_float64(
     _check(out, lse, want, a["q"].shape[0], tol)
 
 
+@pytest.mark.parametrize(("ksplit", "overlap"), [(1, True), (2, False)])
+def test_every_schedule_matches_float64(ksplit: int, overlap: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each schedule the kernel has, whatever the chooser picks for the head size: one warp group
+    with the overlap (its three-buffer ring wrapping), two warp groups waited for; five 64-key
+    blocks, causal rows that see all but the last one whole, an odd and an even count of blocks
+    per warp group."""
+    real = attention.paged_attention_sm90_consts
+
+    def forced(*args, **kwargs):
+        return {**real(*args, **kwargs), "KSPLIT": ksplit, "OVERLAP": overlap}
+
+    monkeypatch.setattr(attention, "paged_attention_sm90_consts", forced)
+    a = make_case(9, [1, 3], [300, 200], 4, 1, 128, 16, "NHD", torch.bfloat16)
+    out, lse = paged_attention(**a, num_splits=1, return_lse=True)
+    want = reference(a, None, True, (-1, -1), 0.0)
+    _check(out, lse, want, a["q"].shape[0], 1.6e-2)
+
+
 def test_sm90_kernels_are_at_most_150_lines() -> None:
     import inspect
 

@@ -42,9 +42,11 @@ def test_sm90_paged_kernel_compiles_without_spills_or_serialization(hd: int, dty
     assert lp is not None and lp.mma == hd // 16 + 4, st.summary()
     pv = [op for op in counts if op.startswith(f"HGMMA.64x{hd}x16")]
     assert pv and (hd == 64 or any(op.startswith("HGMMA.64x64x16") for op in counts)), counts
-    # OVERLAP up to head size 128: block j's Q K^T and block j - 1's P V in flight together while
-    # block j + 1's gather is issued and p_j computed (each product waited for at once before)
-    assert consts["OVERLAP"] == (hd <= 128)
+    # up to head size 128 two consumer warp groups over alternate key blocks (KSPLIT); OVERLAP
+    # where the shared memory holds three buffers per warp group: block j's Q K^T and block
+    # j - 1's P V in flight together while block j + 1's gather is issued and p_j computed
+    assert (consts["KSPLIT"], consts["OVERLAP"]) == {64: (2, True), 128: (2, False), 256: (1, False)}[hd]
+    assert b.generated.threads == 128 * consts["KSPLIT"]
     if consts["OVERLAP"]:
         assert loop_waits(b) == [1, 0] and lp.overlapped >= lp.non_mma / 4, st.summary()
     else:
