@@ -240,7 +240,8 @@ def test_selector_view() -> None:
     assert reasons(head_size=72) == []
     assert reasons(block_size=8)
     assert reasons(has_sink=True) == []
-    assert reasons(device_capability=DeviceCapability(10, 0))
+    assert reasons(device_capability=DeviceCapability(10, 0)) == []    # B200: the mma.sync kernels
+    assert reasons(device_capability=DeviceCapability(12, 0))
     assert reasons(attn_type=AttentionType.ENCODER_ONLY)
 
 

@@ -213,7 +213,7 @@ def test_fallbacks_name_their_reason() -> None:
 
 def test_selector_view() -> None:
     """What vLLM's CUDA selector checks (``validate_configuration``): MLA layers only, sm_80 to
-    sm_90, Triton MLA's dtypes and block sizes."""
+    sm_90 and sm_100, Triton MLA's dtypes and block sizes."""
     from vllm.platforms.interface import DeviceCapability
 
     def reasons(**kw):
@@ -223,7 +223,8 @@ def test_selector_view() -> None:
         return HexlayoutCUDAMLABackend.validate_configuration(**{**args, **kw})
 
     assert reasons() == [] and reasons(device_capability=DeviceCapability(8, 0)) == []
-    assert reasons(use_mla=False) and reasons(device_capability=DeviceCapability(10, 0))
+    assert reasons(device_capability=DeviceCapability(10, 0)) == []    # B200: the mma.sync kernel
+    assert reasons(use_mla=False) and reasons(device_capability=DeviceCapability(12, 0))
     assert reasons(block_size=8) and reasons(dtype=torch.float32)
 
 

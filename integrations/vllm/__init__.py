@@ -3,7 +3,7 @@
 vLLM calls :func:`register` in every process it starts (the front end, the engine core, each
 worker). It reads ``HEXLAYOUT_VLLM`` (:mod:`.config`), decides whether hexlayout's kernels can
 run on the platform (CPU: only under ``HEXLAYOUT_EMULATE=1``, in the emulator; CUDA: compute
-capability 8.x / 9.0), and swaps through vLLM's own registration APIs only:
+capability 8.x / 9.0 / 10.0), and swaps through vLLM's own registration APIs only:
 
 - ``attention``: ``register_backend(AttentionBackendEnum.CPU_ATTN, ...)`` on vLLM's CPU build
   (:mod:`.attention`); on CUDA ``register_backend(AttentionBackendEnum.CUSTOM, ...)``

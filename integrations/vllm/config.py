@@ -9,9 +9,9 @@ neither vLLM nor torch; :func:`vllm_platform` asks vLLM when called).
   only those. Anything else is a :class:`PluginConfigError` naming the variable and the word.
 
 The device decision (:func:`device_decision`): on vLLM's CPU build hexlayout's kernels run in the
-emulator, so only when ``HEXLAYOUT_EMULATE=1``; on CUDA, devices of compute capability 8.x and
-9.0 (hexlayout's sm_80, sm_89 and sm_90a); anything else leaves vLLM's kernels in place, with
-the reason to log.
+emulator, so only when ``HEXLAYOUT_EMULATE=1``; on CUDA, devices of compute capability 8.x,
+9.0 and 10.0 (hexlayout's sm_80, sm_89, sm_90a and sm_100a); anything else leaves vLLM's
+kernels in place, with the reason to log.
 """
 
 from __future__ import annotations
@@ -105,14 +105,14 @@ def device_decision(
             f"{EMULATE_ENV}=1 to use them (tests, small models); keeping vLLM's CPU kernels",
         )
     if platform == "cuda":
-        if capability is not None and (capability[0] == 8 or capability == (9, 0)):
+        if capability is not None and (capability[0] == 8 or tuple(capability) in ((9, 0), (10, 0))):
             return DeviceDecision(True, "cuda", "")
         cap = "unknown" if capability is None else f"{capability[0]}.{capability[1]}"
         return DeviceDecision(
             False,
             "",
-            f"CUDA device of compute capability {cap}: hexlayout targets 8.x (sm_80, sm_89) and "
-            f"9.0 (sm_90a); keeping vLLM's kernels",
+            f"CUDA device of compute capability {cap}: hexlayout targets 8.x (sm_80, sm_89), "
+            f"9.0 (sm_90a) and 10.0 (sm_100a); keeping vLLM's kernels",
         )
     return DeviceDecision(
         False, "", f"vLLM platform {platform!r} is not supported by hexlayout; keeping vLLM's kernels"

@@ -323,8 +323,8 @@ class HexlayoutCUDAAttentionImpl(AttentionImpl[HexlayoutAttentionMetadata]):
 
 class HexlayoutCUDAAttentionBackend(AttentionBackend):
     """The CUSTOM attention backend: hexlayout's kernels on CUDA devices of compute capability
-    8.x / 9.0 (what vLLM's selector sees: dtypes, head sizes, block sizes, decoder only, sinks,
-    KV cache dtypes: the model's, FP8 E4M3 / E5M2)."""
+    8.x / 9.0 / 10.0 (10.0 runs the mma.sync kernels) -- what vLLM's selector sees: dtypes, head
+    sizes, block sizes, decoder only, sinks, KV cache dtypes (the model's, FP8 E4M3 / E5M2)."""
 
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
     supported_kv_cache_dtypes: ClassVar[list[Any]] = list(SUPPORTED_KV_CACHE_DTYPES)
@@ -374,7 +374,7 @@ class HexlayoutCUDAAttentionBackend(AttentionBackend):
 
     @classmethod
     def supports_compute_capability(cls, capability: Any) -> bool:
-        return capability.major == 8 or (capability.major, capability.minor) == (9, 0)
+        return capability.major == 8 or (capability.major, capability.minor) in ((9, 0), (10, 0))
 
 
 def register_cuda_attention() -> str:

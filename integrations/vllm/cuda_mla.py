@@ -155,7 +155,7 @@ class HexlayoutCUDAMLAImpl(TritonMLAImpl):
 
 class HexlayoutCUDAMLABackend(TritonMLABackend):
     """The ``HEXLAYOUT_MLA`` backend: Triton MLA's selector view (dtypes f16 / bf16, cache dtypes,
-    block sizes multiples of 16) on devices of compute capability 8.x / 9.0, with
+    block sizes multiples of 16) on devices of compute capability 8.x / 9.0 / 10.0, with
     :class:`HexlayoutCUDAMLAImpl` and :class:`HexlayoutMLAMetadataBuilder`."""
 
     @staticmethod
@@ -172,7 +172,7 @@ class HexlayoutCUDAMLABackend(TritonMLABackend):
 
     @classmethod
     def supports_compute_capability(cls, capability: Any) -> bool:
-        return capability.major == 8 or (capability.major, capability.minor) == (9, 0)
+        return capability.major == 8 or (capability.major, capability.minor) in ((9, 0), (10, 0))
 
 
 def backend_path() -> str:

@@ -100,10 +100,6 @@ _ACT_NODES = {"relu": ("aten.relu.default", ()), "gelu": ("aten.gelu.default", (
 _FACTORY = ARCH_KERNELS
 
 
-def gemm_device_arch(capability: tuple[int, int]) -> str:
-    """The GEMM's architecture on a device: sm_100a on compute capability 10.0 (B200, GB200: the
-    tcgen05 kernel), else the architecture every op builds for (``device_arch``)."""
-    return "sm_100a" if tuple(capability) == (10, 0) else device_arch(capability)
 _LAUNCHERS: dict[tuple, Any] = {}
 #: CUDA device -> hexlayout architecture (``torch.cuda.get_device_capability`` is slow).
 _ARCHS: dict[Any, str] = {}
@@ -693,7 +689,7 @@ def _run_on_gpu(call: _Call, a: Any, b_layout: str, config: GemmConfig | None, a
     token = tuning_token()
     arch = _ARCHS.get(a.device)
     if arch is None:
-        arch = _ARCHS[a.device] = gemm_device_arch(torch.cuda.get_device_capability(a.device))
+        arch = _ARCHS[a.device] = device_arch(tuple(torch.cuda.get_device_capability(a.device)))
 
     def launch(cfg: GemmConfig) -> Callable[[Any, Any, Any, int], None]:
         def one(a_: Any, c_: Any, res_: Any, rows: int) -> None:

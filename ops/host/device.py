@@ -6,15 +6,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["device_arch", "kernel_arch", "tcgen05_arch", "sm_count", "EMULATE_ARCH_ENV"]
+__all__ = ["device_arch", "kernel_arch", "sm_count", "EMULATE_ARCH_ENV"]
 
 #: the architecture the emulator stands in for on CPU tensors (default sm_80)
 EMULATE_ARCH_ENV = "HEXLAYOUT_EMULATE_ARCH"
 
 
 def device_arch(capability: tuple[int, int]) -> str:
-    """The hexlayout target for a CUDA compute capability."""
+    """The hexlayout target for a CUDA compute capability: 8.0-8.8 sm_80, 8.9 sm_89, 9.0 sm_90a,
+    10.0 sm_100a (B200 / GB200: the tcgen05 kernels where an op has them, its mma.sync kernels
+    otherwise, which sm_100a runs)."""
     major, minor = capability
+    if (major, minor) == (10, 0):
+        return "sm_100a"
     if major == 9:
         return "sm_90a"
     if (major, minor) == (8, 9):
@@ -22,7 +26,7 @@ def device_arch(capability: tuple[int, int]) -> str:
     if major == 8:
         return "sm_80"
     raise ValueError(f"hexlayout: compute capability {major}.{minor} is not supported "
-                     "(supported: 8.0-8.9 (sm_80, sm_89) and 9.0 (sm_90a))")
+                     "(supported: 8.0-8.9 (sm_80, sm_89), 9.0 (sm_90a) and 10.0 (sm_100a))")
 
 
 def kernel_arch(device: Any) -> str:
@@ -38,23 +42,7 @@ def kernel_arch(device: Any) -> str:
     return os.environ.get(EMULATE_ARCH_ENV, "sm_80")
 
 
-def tcgen05_arch(device: Any) -> str:
-    """``kernel_arch`` for the ops that have sm_100a (tcgen05) kernels - the GEMM, the bf16 / f16
-    MoE grouped GEMMs: sm_100a on compute capability 10.0 (B200, GB200), where ``device_arch``
-    (every other op) refuses it."""
-    if device.type == "cuda":
-        cap = _CAP.get(device)
-        if cap is None:
-            import torch
-
-            cap = _CAP[device] = tuple(torch.cuda.get_device_capability(device))
-        if cap == (10, 0):
-            return "sm_100a"
-    return kernel_arch(device)
-
-
 _ARCH: dict[Any, str] = {}
-_CAP: dict[Any, tuple[int, ...]] = {}
 _SMS: dict[Any, int] = {}
 
 

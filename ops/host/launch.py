@@ -12,7 +12,7 @@ from typing import Any
 from hexlayout.runtime.alloc import fresh, fresh_like, zeroed
 
 from .checks import is_real, rows_fit
-from .device import tcgen05_arch
+from .device import kernel_arch
 
 __all__ = ["build_for", "run_kernel", "lang_dtype", "content_checks", "rows_input", "fresh", "fresh_like",
            "zeroed", "CHECK_ENV"]
@@ -41,11 +41,11 @@ def lang_dtype(torch_dtype: Any) -> Any:
 
 def build_for(kernel: Any, device: Any, consts: dict[str, Any]) -> Any:
     """``kernel`` built for ``device``: compiled for a CUDA device's architecture
-    (``tcgen05_arch``: sm_100a on compute capability 10.0), synthesized only (for the emulator,
+    (``kernel_arch``: sm_100a on compute capability 10.0), synthesized only (for the emulator,
     ``HEXLAYOUT_EMULATE_ARCH``, default sm_80) for a CPU one."""
     from hexlayout.runtime import build
 
-    arch = tcgen05_arch(device)
+    arch = kernel_arch(device)
     if device.type == "cuda":
         return build(kernel, arch, **consts)
     return build(kernel, arch, compile=False, **consts)

@@ -57,7 +57,7 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
-from ..host.device import sm_count, tcgen05_arch
+from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
 from .fp8_kernels_sm89 import (
     SCALE_BLOCK,
@@ -308,7 +308,7 @@ def check_fused_moe_fp8(
         _contiguous_aligned(op, name, v)
     _check_scale_format(op, scale_format, blk, w13_scale, w2_scale)
     if x.device.type in ("cuda", "cpu"):
-        arch = tcgen05_arch(x.device)
+        arch = kernel_arch(x.device)
         if arch not in FP8_ARCHS:
             where = "the GPU is" if x.device.type == "cuda" else "HEXLAYOUT_EMULATE_ARCH is"
             raise ArgumentError(
@@ -423,7 +423,7 @@ def run_fused_moe_fp8(*args: Any, **kwargs: Any) -> Any:
     s13 = a.w13_scale if blk else a.w13_scale.reshape(e, 1, 1)
     s2 = a.w2_scale if blk else a.w2_scale.reshape(e, 1, 1)
     dt = lang_dtype(x.dtype)
-    arch = tcgen05_arch(dev)
+    arch = kernel_arch(dev)
     ue8m0 = a.scale_format == "ue8m0" and arch == "sm_100a"
     bm = fp8_block_m(t * k, e, arch)
     if ue8m0:              # the block-scaled-MMA kernels take up to 64 token rows per block

@@ -251,9 +251,9 @@ def grouped_arch(device: Any) -> str | None:
     """The architecture of the MoE GEMMs on ``device`` when it is one of ``ARCHS`` (a Hopper or
     B200 / GB200 device, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` / ``sm_100a`` for CPU tensors);
     None: the sm_80 kernels."""
-    from ..host.device import tcgen05_arch
+    from ..host.device import kernel_arch
 
-    arch = tcgen05_arch(device)
+    arch = kernel_arch(device)
     return arch if arch in ARCHS else None
 
 

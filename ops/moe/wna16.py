@@ -56,7 +56,7 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
-from ..host.device import sm_count, tcgen05_arch
+from ..host.device import kernel_arch, sm_count
 from ..host.torch import require_torch
 from .act_order import (
     act_order_perm,
@@ -289,7 +289,7 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
 
     e, k, n = q_ekn.shape
     if arch is None:
-        arch = tcgen05_arch(q_ekn.device)
+        arch = kernel_arch(q_ekn.device)
     if arch not in ARCHS:
         raise _fail("arch", f"must be one of {', '.join(ARCHS)}, got {arch!r}")
     dtype = scales.dtype if act_dtype is None else act_dtype
@@ -423,7 +423,7 @@ def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, quant_for
     from ..host.launch import lang_dtype
     from .wna16_layout import padded_rows, wna16_offline_layout
 
-    arch = tcgen05_arch(qweight.device)
+    arch = kernel_arch(qweight.device)
     gate_up = pre == "w13"
     wt = weight_dtype(quant_format, bits)
     lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up, wt)
@@ -743,7 +743,7 @@ def _wna16_kernels(dev: Any, rows: int, e: int, hdim: int, inter: int, w13_group
     cfg13 = wna16_config(rows, e, hdim, w13_group_size)
     cfg2 = wna16_config(rows, e, inter, w2_group_size)
     gate_up_kernel, down_kernel = moe_wna16_gate_up_kernel, moe_wna16_down_kernel
-    arch = tcgen05_arch(dev)
+    arch = kernel_arch(dev)
     if arch in ("sm_90a", "sm_100a"):  # swap-AB; the weights as register A (wgmma) or via shared (tcgen05)
         if arch == "sm_90a":
             gate_up_kernel, down_kernel = moe_wna16_gate_up_sm90_kernel, moe_wna16_down_sm90_kernel

@@ -59,10 +59,10 @@ def test_device_decision() -> None:
     off = device_decision("cpu", emulate="")
     assert not off.run and "HEXLAYOUT_EMULATE=1" in off.reason and "keeping vLLM's CPU kernels" in off.reason
     assert not device_decision("cpu", emulate="true").run  # hexlayout's switch is exactly "1"
-    for cap in ((8, 0), (8, 6), (8, 9), (9, 0)):
+    for cap in ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0)):
         d = device_decision("cuda", cap)
         assert d.run and d.mode == "cuda"
-    for cap in ((7, 5), (10, 0), (12, 0), None):
+    for cap in ((7, 5), (10, 3), (12, 0), None):
         d = device_decision("cuda", cap)
         assert not d.run and "compute capability" in d.reason
     assert not device_decision("rocm").run

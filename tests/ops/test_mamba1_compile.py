@@ -21,7 +21,7 @@ def _no_spills(b) -> None:
 
 
 @pytest.mark.nvrtc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_selective_scan_compiles_without_spills(arch: str) -> None:
     from hexlayout.ops.mamba.selective_scan_kernel import selective_scan_consts, selective_scan_kernel
 
@@ -38,7 +38,7 @@ def test_selective_scan_compiles_without_spills(arch: str) -> None:
 
 
 @pytest.mark.nvrtc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 @pytest.mark.parametrize("n", [16, 128])
 def test_state_update_compiles_without_spills(arch: str, n: int) -> None:
     from hexlayout.ops.mamba.state_update_kernel import state_update_consts, state_update_kernel

@@ -60,7 +60,7 @@ def case(lens: list[int], nq: list[int], heads: int, rank: int, rope: int, bs: i
     return q, cache, cu, torch.tensor(lens, dtype=torch.int32), bt
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
 def test_ragged_contexts_match_float64(arch: str, dt: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
@@ -169,8 +169,8 @@ def test_bad_arguments_name_themselves() -> None:
                               kv_cache_dtype="fp8_e4m3fn")
 
 
-@pytest.mark.parametrize("arch,fp8", [("sm_80", None), ("sm_90a", None), ("sm_80", e4m3)],
-                         ids=["sm_80", "sm_90a", "sm_80-e4m3"])
+@pytest.mark.parametrize("arch,fp8", [("sm_80", None), ("sm_90a", None), ("sm_80", e4m3), ("sm_100a", None)],
+                         ids=["sm_80", "sm_90a", "sm_80-e4m3", "sm_100a"])
 def test_compiles_without_spills(arch: str, fp8: object) -> None:
     b = build(mla_decode_kernel(bf16, fp8), arch, **mla_decode_consts(16, 512, 64, 64, 1))
     r = b.compiled.resources

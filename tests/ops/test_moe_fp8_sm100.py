@@ -66,6 +66,7 @@ def _tag(dtype):
 
 def test_scale_format_is_recorded_and_checked() -> None:
     from hexlayout.ops.moe.fp8 import check_fused_moe_fp8
+
     from hexlayout.runtime.args import ArgumentError
 
     x, w13, s13, w2, s2, tw, ids = make(11, 3, 128, 64, 2, 1, torch.bfloat16, True, gne=2)
@@ -104,8 +105,9 @@ def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which, bm, sp
     """NVRTC sm_100a, at every block size and split the op builds: no spills; the main loop issues
     the factor copies (UTCCP) and the MMAs (UTCQMMA) and scales nothing in registers (no FFMA /
     FMUL: the partial-product path's per-k-tile scaling is gone); the epilogue loads TMEM (LDTM)."""
-    from hexlayout.lang import bf16
     from hexlayout.ops.moe import fp8_kernels_sm100 as f100
+
+    from hexlayout.lang import bf16
     from hexlayout.runtime import build
     from hexlayout.runtime.stats import build_stats
 
@@ -125,8 +127,9 @@ def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which, bm, sp
 
 
 def test_ue8m0_kernels_refuse_more_than_64_token_rows() -> None:
-    from hexlayout.lang import bf16
     from hexlayout.ops.moe import fp8_kernels_sm100 as f100
+
+    from hexlayout.lang import bf16
 
     with pytest.raises(ValueError, match=r"BM \(128\) a multiple of 8 in \[8, 64\]"):
         f100.moe_fp8_gate_up_sm100_kernel(bf16).trace(BM=128, TOPK=1)
