@@ -300,15 +300,17 @@ def _wna16_split(arch: str, t: int, k: int, e: int, size_k: int, size_n: int, gr
 
 
 def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
-    """``fused_moe_fp8`` (``run_fused_moe_fp8``) with per-expert and 128 x 128 block scales; split-K
-    where ``fp8_split_k`` splits a GEMM for the architecture's SM count (forced, as for bf16)."""
+    """``fused_moe_fp8`` (``run_fused_moe_fp8``) with per-expert and 128 x 128 block scales (on
+    sm_100a also UE8M0 block scales, the block-scaled-MMA kernels); split-K where ``fp8_split_k``
+    splits a GEMM for the architecture's SM count (forced, as for bf16)."""
     import torch
     from hexlayout.ops.gemm.config import SM_COUNT
     from hexlayout.ops.moe.fp8 import fp8_block_m, fp8_split_k, run_fused_moe_fp8
     from hexlayout.ops.moe.splitk import SPLIT_K_ENV
 
+    formats = [((), ""), ((128, 128), "")] + ([((128, 128), "ue8m0")] if arch == "sm_100a" else [])
     for model, (e, k, h, i) in MOE_MODELS.items():
-        for block, (act, dname) in itertools.product(((), (128, 128)), _moe_dtypes(model)):
+        for (block, fmt), (act, dname) in itertools.product(formats, _moe_dtypes(model)):
             fp8 = torch.float8_e4m3fn
             w13, w2 = _meta_tensor((e, 2 * i, h), fp8), _meta_tensor((e, h, i), fp8)
             if block:
@@ -322,11 +324,12 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
                 splits = {fp8_split_k(t, k, e, h, i, SM_COUNT[arch], bm, g) for g in ("gate_up", "down")}
                 for split in sorted(splits | {1}):
                     def call(x=x, tw=tw, ids=ids, w13=w13, w2=w2, s13=s13, s2=s2, block=block,
-                             split=split) -> Any:
+                             split=split, fmt=fmt) -> Any:
                         with _env(SPLIT_K_ENV, str(split)):
-                            return run_fused_moe_fp8(x, w13, s13, w2, s2, tw, ids, list(block))
+                            return run_fused_moe_fp8(x, w13, s13, w2, s2, tw, ids, list(block),
+                                                     scale_format=fmt)
 
-                    scales = "block 128x128" if block else "per-expert"
+                    scales = f"block 128x128{' UE8M0' if fmt else ''}" if block else "per-expert"
                     yield (f"{model} T={t}{dname} {scales} scales"
                            + (f" split-K {split} (forced)" if split > 1 else "")), call
 
@@ -473,7 +476,7 @@ def _mamba_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
 SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Callable[[], Any]]]]]] = {
     "moe": (("sm_80", "sm_90a"), _moe_problems),
     "moe_wna16": (("sm_80", "sm_90a", "sm_100a"), _wna16_problems),
-    "moe_fp8": (("sm_89", "sm_90a"), _fp8_problems),
+    "moe_fp8": (("sm_89", "sm_90a", "sm_100a"), _fp8_problems),
     "paged_attention": (("sm_80", "sm_90a"), _paged_problems),
     "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),
     "kv_cache": (("sm_80", "sm_90a"), _kv_cache_problems),
