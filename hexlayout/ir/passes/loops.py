@@ -24,6 +24,13 @@ coordinates) are rewritten into an equal form:
    before the loop into an ``i32`` register, as are loop-invariant comparisons and other
    maximal invariant sub-expressions (e.g. a division by kernel scalars). Equal invariant
    expressions share one register (common sub-expressions across instructions).
+4. **invariant index loads**: an ``LdGlobal`` at the top of the loop's body from a tensor the
+   kernel never writes, at a loop-invariant address and predicate, into registers no other
+   instruction of the loop writes and none before it reads (a gathered copy's row index,
+   ``hexlayout.ir.lower.index_tiles``, loaded again by every copy of every k-tile), is done
+   once before the loop (predicated on the loop running at all, its other predicate kept),
+   so what is computed from it (the gathered rows' addresses and bounds) is invariant too
+   and hoisted by 3; loads of one address share one register in the hoisted expressions.
 
 Only values proven non-negative are kept in registers (32-bit, as the printed ``int``
 arithmetic computes them; an ``i32`` register read is not assumed non-negative by later
@@ -51,7 +58,9 @@ from hexlayout.ir.expr import (
     as_expr,
     free_vars,
     reg_reads,
+    replace_leaves,
     select,
+    to_c,
 )
 from hexlayout.ir.lowered import (
     Alu,
@@ -59,6 +68,7 @@ from hexlayout.ir.lowered import (
     GlobalRef,
     IfThen,
     Instr,
+    LdGlobal,
     LoweredKernel,
     MbarArrive,
     MbarRef,
@@ -71,6 +81,7 @@ from hexlayout.ir.lowered import (
     TmaStore,
     walk_instrs,
 )
+from hexlayout.ir.tile import GlobalParam
 from hexlayout.ir.types import i32
 
 from .algebra import apply, fold, linear_terms, nonnegative, sum_terms, xor_constant_out
@@ -144,7 +155,7 @@ def _fresh(name: str, taken: set[str]) -> str:
 class _LoopPass:
     """LICM and stage rotation of one sequential loop (its nested loops already done)."""
 
-    def __init__(self, loop: ForLoop, regs: _Registers) -> None:
+    def __init__(self, loop: ForLoop, regs: _Registers, read_only: frozenset[int] = frozenset()) -> None:
         self.loop = loop
         self.regs = regs
         self.k = loop.var
@@ -156,9 +167,45 @@ class _LoopPass:
                 if isinstance(r, RegRef) and f not in _READ_FIELDS:
                     self.written.add(id(r.array))
         self.hoisted: dict[Expr, RegRead] = {}
+        self.loads: list[Instr] = []                      # invariant index loads, before the loop
+        self.canon: dict[RegRead, RegRead] = {}           # a hoisted load's element -> its address's first
+        self._invariant_loads(read_only)
         self.pre: list[Instr] = []
         self.rotations: dict[tuple[int, int], RegRead] = {}
         self.post: list[Instr] = []
+
+    def _invariant_loads(self, read_only: frozenset[int]) -> None:
+        """Step 4 of the module docstring: move the invariant index loads to ``self.loads``."""
+        body = self.loop.body
+        writers: dict[int, int] = {}
+        for ins in walk_instrs(body):
+            for f, r in vars(ins).items():
+                if isinstance(r, RegRef) and f not in _READ_FIELDS:
+                    writers[id(r.array)] = writers.get(id(r.array), 0) + 1
+        seen: list[RegArray] = []        # arrays the body mentions before the current instruction
+        first: dict[tuple[str, str, str, int], RegRead] = {}
+        keep: list[Instr] = []
+        for ins in body:
+            arr = ins.dst.array if isinstance(ins, LdGlobal) else None
+            if arr is not None and id(ins.src.param) in read_only and writers.get(id(arr)) == 1 \
+                    and isinstance(ins.dst.start, int) and ins.dst.count == 1 \
+                    and not any(a is arr for a in seen) and not self.variant(as_expr(ins.src.offset)) \
+                    and (ins.pred is None or not self.variant(as_expr(ins.pred))):
+                self.written.discard(id(arr))
+                new = copy.copy(ins)
+                runs = as_expr(self.loop.start) < as_expr(self.loop.stop)
+                new.pred = runs if ins.pred is None else runs.logical_and(as_expr(ins.pred))
+                self.loads.append(new)
+                key = (ins.src.param.name, to_c(as_expr(ins.src.offset)),
+                       "" if ins.pred is None else to_c(as_expr(ins.pred)), ins.bits)
+                mine = RegRead(arr, ins.dst.start)
+                self.canon[mine] = first.setdefault(key, mine)
+                continue
+            seen += _mentioned(ins)
+            keep.append(ins)
+        if self.loads:
+            self.loop = copy.copy(self.loop)
+            self.loop.body = keep
 
     # --- classification -----------------------------------------------------------------
     def variant(self, e: Expr) -> bool:
@@ -292,6 +339,8 @@ class _LoopPass:
         return e
 
     def rewrite(self, e: ExprLike) -> ExprLike:
+        if self.canon and isinstance(e, Expr):
+            e = replace_leaves(e, lambda x: self.canon.get(x, x) if isinstance(x, RegRead) else x)
         if not isinstance(e, Expr) or isinstance(e, (Const, Var, RegRead)):
             return e
         x = fold(e)
@@ -344,31 +393,56 @@ class _LoopPass:
 
     def run(self) -> list[Instr]:
         body = [self.instr(i) for i in self.loop.body]
-        if not self.pre:
+        if not self.pre and not self.loads:
             return [self.loop]
         loop = copy.copy(self.loop)
         loop.body = body + self.post
-        return self.pre + [loop]
+        return self.loads + self.pre + [loop]
 
 
 class _NoRotation(Exception):
     pass
 
 
-def _body(body: list[Instr], regs: _Registers) -> list[Instr]:
+def _mentioned(ins: Instr) -> list[RegArray]:
+    """The register arrays ``ins`` (and what it nests) reads or writes: its ``RegRef`` s and the
+    ``RegRead`` s of its expressions."""
+    out: list[RegArray] = []
+
+    def scan(v: Any, depth: int = 0) -> None:
+        if isinstance(v, RegRef):
+            out.append(v.array)
+            scan(v.start, depth + 1)
+        elif isinstance(v, Expr):
+            out.extend(r.array for r in reg_reads(v))
+        elif isinstance(v, Instr):
+            for f in vars(v).values():
+                scan(f, depth + 1)
+        elif isinstance(v, (list, tuple)) and depth < 4:
+            for x in v:
+                scan(x, depth + 1)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and depth < 4:
+            for f in dataclasses.fields(v):
+                scan(getattr(v, f.name), depth + 1)
+
+    scan(ins)
+    return out
+
+
+def _body(body: list[Instr], regs: _Registers, read_only: frozenset[int] = frozenset()) -> list[Instr]:
     out: list[Instr] = []
     for ins in body:
         if isinstance(ins, ForLoop):
             inner = copy.copy(ins)
-            inner.body = _body(ins.body, regs)
+            inner.body = _body(ins.body, regs, read_only)
             if _is_sequential(inner):
-                out += _LoopPass(inner, regs).run()
+                out += _LoopPass(inner, regs, read_only).run()
             else:
                 out.append(inner)
         elif isinstance(ins, IfThen):
             new = copy.copy(ins)
-            new.then_body = _body(ins.then_body, regs)
-            new.else_body = _body(ins.else_body, regs)
+            new.then_body = _body(ins.then_body, regs, read_only)
+            new.else_body = _body(ins.else_body, regs, read_only)
             out.append(new)
         else:
             out.append(ins)
@@ -379,7 +453,9 @@ def optimize_loops(kernel: LoweredKernel) -> LoweredKernel:
     """``kernel`` with its sequential loops' invariant address / predicate computations
     hoisted and their stage indices rotated (module docstring); an equal program."""
     regs = _Registers(kernel)
-    body = _body(kernel.body, regs)
+    written = {id(p) for p in kernel.written_params()}
+    read_only = frozenset(id(p) for p in kernel.params if isinstance(p, GlobalParam) and id(p) not in written)
+    body = _body(kernel.body, regs, read_only)
     added: list[Any] = [a for a in (regs.inv, regs.rot) if a.count]
     if not added:
         return kernel
