@@ -32,7 +32,9 @@ coordinates) are rewritten into an equal form:
    so what is computed from it (the gathered rows' addresses and bounds) is invariant too
    and hoisted by 3; loads of one address share one register in the hoisted expressions.
 
-Only values proven non-negative are kept in registers (32-bit, as the printed ``int``
+Only values proven non-negative are kept in registers (a register value ``x`` counts as one
+inside a branch on ``0 <= x``, e.g. a block's expert index after the test for a block with
+nothing to do) (32-bit, as the printed ``int``
 arithmetic computes them; an ``i32`` register read is not assumed non-negative by later
 simplifications, so the rewritten expressions are folded no further than exactness allows).
 A hoisted expression that divides by a non-constant is computed only where the loop runs
@@ -155,8 +157,12 @@ def _fresh(name: str, taken: set[str]) -> str:
 class _LoopPass:
     """LICM and stage rotation of one sequential loop (its nested loops already done)."""
 
-    def __init__(self, loop: ForLoop, regs: _Registers, read_only: frozenset[int] = frozenset()) -> None:
+    def __init__(self, loop: ForLoop, regs: _Registers, read_only: frozenset[int] = frozenset(),
+                 facts: tuple[RegRead, ...] = ()) -> None:
         self.loop = loop
+        # register values known non-negative here (enclosing branches), read as such by
+        # ``nonneg`` through a stand-in variable bounded below by 0
+        self.facts = {r: Var(f"hl_nonneg{i}", 0, None, kind="size") for i, r in enumerate(facts)}
         self.regs = regs
         self.k = loop.var
         inner = list(walk_instrs(loop.body))
@@ -284,6 +290,12 @@ class _LoopPass:
         return r
 
     # --- hoisting ------------------------------------------------------------------------
+    def nonneg(self, e: Expr) -> bool:
+        """``nonnegative(e)``, the register values of ``facts`` known non-negative."""
+        if self.facts and reg_reads(e):
+            e = replace_leaves(e, lambda x: self.facts.get(x, x) if isinstance(x, RegRead) else x)
+        return nonnegative(e)
+
     def materialize(self, e: Expr) -> Expr:
         """A register holding the loop-invariant ``e`` (``e`` itself when cheap or signed);
         a constant term stays outside (an immediate offset), so that ``x`` and ``x + 1024``
@@ -292,14 +304,14 @@ class _LoopPass:
         c = sum(t.value for t in terms if isinstance(t, Const))
         if c and len(terms) > 1:
             rest = sum_terms([t for t in terms if not isinstance(t, Const)])
-            if nonnegative(rest):
+            if self.nonneg(rest):
                 return self.materialize(rest) + c
         xc = xor_constant_out(e)
         if xc is not None:
             return self.materialize(xc[0]) ^ xc[1]
         if _ops(e) < 2:
             return e
-        if not nonnegative(e):
+        if not self.nonneg(e):
             return self._hoist_children(e)
         r = self.hoisted.get(e)
         if r is None:
@@ -429,20 +441,43 @@ def _mentioned(ins: Instr) -> list[RegArray]:
     return out
 
 
-def _body(body: list[Instr], regs: _Registers, read_only: frozenset[int] = frozenset()) -> list[Instr]:
+def _nonneg_facts(cond: ExprLike) -> tuple[RegRead, ...]:
+    """The register values a branch condition proves non-negative: ``0 <= x``, ``x >= 0``,
+    ``-1 < x``, ``x > -1`` and conjunctions of them."""
+    c = as_expr(cond)
+    if not isinstance(c, BinOp):
+        return ()
+    if c.op == "&&":
+        return _nonneg_facts(c.a) + _nonneg_facts(c.b)
+
+    def const(x: Expr, v: int) -> bool:
+        return isinstance(x, Const) and x.value == v
+
+    if (c.op == "<=" and const(c.a, 0) or c.op == "<" and const(c.a, -1)) and isinstance(c.b, RegRead):
+        return (c.b,)
+    if (c.op == ">=" and const(c.b, 0) or c.op == ">" and const(c.b, -1)) and isinstance(c.a, RegRead):
+        return (c.a,)
+    return ()
+
+
+def _body(body: list[Instr], regs: _Registers, read_only: frozenset[int] = frozenset(),
+          facts: tuple[RegRead, ...] = ()) -> list[Instr]:
     out: list[Instr] = []
     for ins in body:
         if isinstance(ins, ForLoop):
             inner = copy.copy(ins)
-            inner.body = _body(ins.body, regs, read_only)
+            inner.body = _body(ins.body, regs, read_only, facts)
             if _is_sequential(inner):
-                out += _LoopPass(inner, regs, read_only).run()
+                out += _LoopPass(inner, regs, read_only, facts).run()
             else:
                 out.append(inner)
         elif isinstance(ins, IfThen):
             new = copy.copy(ins)
-            new.then_body = _body(ins.then_body, regs, read_only)
-            new.else_body = _body(ins.else_body, regs, read_only)
+            written = {id(r.array) for i in walk_instrs(ins.then_body) for f, r in vars(i).items()
+                       if isinstance(r, RegRef) and f not in _READ_FIELDS}
+            held = tuple(r for r in _nonneg_facts(ins.cond) if id(r.array) not in written)  # (not rewritten)
+            new.then_body = _body(ins.then_body, regs, read_only, facts + held)
+            new.else_body = _body(ins.else_body, regs, read_only, facts)
             out.append(new)
         else:
             out.append(ins)
