@@ -86,7 +86,12 @@ figures of ``benchmarks/dequant_cost.py`` (the table beside Marlin's in
 from __future__ import annotations
 
 import pytest
-from hexlayout.ops.moe.wna16_kernels_sm80 import k_steps, moe_wna16_down_kernel, moe_wna16_gate_up_kernel
+from hexlayout.ops.moe.wna16_kernels_sm80 import (
+    column_tiles,
+    k_steps,
+    moe_wna16_down_kernel,
+    moe_wna16_gate_up_kernel,
+)
 
 from hexlayout.lang import bf16, f16
 from hexlayout.runtime import build
@@ -111,7 +116,7 @@ def _loop(kernel: str, dtype: str, bits: int, zero: int):
     ml = st.main_loop
     assert ml is not None and ml.mma, st.summary()
     per_ktile = mma_per_ktile_for_tile(16, 64, 64, (16, 8, 16), 4)   # per GEMM
-    k_tiles = ml.mma / ((2 if kernel == "gate_up" else 1) * per_ktile)
+    k_tiles = ml.mma / ((2 if kernel == "gate_up" else column_tiles(16)) * per_ktile)
     assert k_tiles == k_steps(16), (ml.mma, st.summary())
     return ml, ml.non_mma / k_tiles
 

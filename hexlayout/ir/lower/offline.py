@@ -41,7 +41,7 @@ from .copy import CopyPlan, Requirement
 from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile
 
-__all__ = ["lower_offline_load", "is_offline"]
+__all__ = ["lower_offline_load", "is_offline", "logical_bytes"]
 
 
 def is_offline(view: object) -> bool:
@@ -75,7 +75,7 @@ def _check(reg: RegisterTile, mem: GlobalTileView, load: bool) -> str | None:
     return None
 
 
-def _logical_bytes(dst: RegArray, src: RegArray, nibbles: tuple[int, ...]) -> list[Instr]:
+def logical_bytes(dst: RegArray, src: RegArray, nibbles: tuple[int, ...]) -> list[Instr]:
     """``dst``'s logical bytes from the run ``src`` stored in the in-word nibble order
     ``nibbles`` (see the module docstring): one ``nibble_pair`` per byte."""
     out: list[Instr] = []
@@ -112,7 +112,7 @@ def lower_offline_load(reg: RegisterTile, mem: GlobalTileView, load: bool, tid: 
         off = base + as_expr(tid) * v_count + w * n
         instrs.append(LdGlobal(RegRef(run, w * n, w), GlobalRef(mem.param, off), w * elem_bits))
     if nibbles:
-        instrs += _logical_bytes(reg.array, run, nibbles)
+        instrs += logical_bytes(reg.array, run, nibbles)
     name = mem.param.name
     reqs = [Requirement(name, "align_bytes", w * elem_bits // 8, reason=f"{w}-unit offline vectors"),
             Requirement(name, "extent_multiple", tu, 1, reason=f"offline tiles of {tu} units per row")]
