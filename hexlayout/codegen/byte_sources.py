@@ -88,7 +88,8 @@ class ByteSources:
         def hit(s: Source) -> bool:
             return id(s[0]) == a and lo <= s[1] < hi
 
-        self._known = {k: v for k, v in self._known.items() if not (k[0] == a and lo <= k[1] < hi) and not hit(v)}
+        self._known = {k: v for k, v in self._known.items()
+                       if not (k[0] == a and lo <= k[1] < hi) and not hit(v)}
         self._pairs = {k: v for k, v in self._pairs.items()
                        if not (k[0] == a and lo <= k[1] < hi) and not hit(v[0]) and not hit(v[1])}
 
@@ -125,8 +126,9 @@ class ByteSources:
             return None
         src = ins.srcs[0]
         k = _int(ins.srcs[1]) if len(ins.srcs) == 2 else None
-        copy = (str(fn) in ("cvt", "mov", "bitcast") and len(ins.srcs) == 1) or (str(fn) == "shr" and k == 0) \
-            or (str(fn) == "bitand" and k is not None and k & 0xFF == 0xFF)
+        name = str(fn)
+        copy = (name in ("cvt", "mov", "bitcast") and len(ins.srcs) == 1) or (name == "shr" and k == 0) \
+            or (name == "bitand" and k is not None and k & 0xFF == 0xFF)
         if copy:   # a copy of bytes of two nibbles each: the same pairs
             s0 = const_start(src) if isinstance(src, RegRef) and src.count == ins.dst.count else None
             if s0 is None or src.array.dtype.name != "u8":

@@ -37,9 +37,9 @@ placing one byte's two nibbles in the two halves (a byte permute per pair). The 
 
 ``OfflineLayout`` is what synthesis reports (``LoweredProgram.offline``, ``Build.offline_layouts``):
 the tile, the element bits, the in-tile CuTe layout (logical byte index -> physical position),
-the in-word nibble order, a stable ``key``, ``permutation(shape)`` (logical flat element index -> physical flat element
-index) and ``apply(values)`` that packs the logical integer values ``[R, K]`` into the physical
-``uint8`` tensor.
+the in-word nibble order, a stable ``key``, ``permutation(shape)`` (logical flat element index
+-> physical flat element index) and ``apply(values)`` that packs the logical integer values
+``[R, K]`` into the physical ``uint8`` tensor.
 """
 
 from __future__ import annotations

@@ -151,8 +151,8 @@ class _NibblePair(_Bits):
 def _nibble_pair(cls: str, sa: int, sb: int) -> type[_NibblePair]:
     """The ``nibble_pair_<sa><sb>`` function class ``cls`` (also its module attribute: the build
     cache stores a build's classes by module and qualified name)."""
-    return function_class(cls, _NibblePair, f"``((a >> {sa}) & 15) | (((b >> {sb}) & 15) << 4)``: a byte of the "
-                          f"nibble of ``a`` at bit {sa} (low) and of ``b`` at bit {sb} (high), unsigned.",
+    return function_class(cls, _NibblePair, f"``((a >> {sa}) & 15) | (((b >> {sb}) & 15) << 4)``: a byte of "
+                          f"the nibble of ``a`` at bit {sa} (low) and of ``b`` at bit {sb} (high), unsigned.",
                           __name__, name=f"nibble_pair_{sa}{sb}", sa=sa, sb=sb)
 
 

@@ -116,7 +116,8 @@ def lower_offline_load(reg: RegisterTile, mem: GlobalTileView, load: bool, tid: 
     name = mem.param.name
     reqs = [Requirement(name, "align_bytes", w * elem_bits // 8, reason=f"{w}-unit offline vectors"),
             Requirement(name, "extent_multiple", tu, 1, reason=f"offline tiles of {tu} units per row")]
-    plan = CopyPlan(instrs, f"ld.global.b{w * elem_bits} (offline)", w, reqs, scratch=[run] if nibbles else [])
+    plan = CopyPlan(instrs, f"ld.global.b{w * elem_bits} (offline)", w, reqs,
+                    scratch=[run] if nibbles else [])
     unit_tile = (tr, tu * (2 if bits == 4 else 1))
     plan.offline = OfflineLayout.of(name, unit_tile, bits, reg.tv, reg.threads, w * elem_bits // 8, nibbles)
     return plan
