@@ -141,6 +141,7 @@ class _Registers:
         taken = {a.name for a in kernel.registers}
         self.inv = RegArray(_fresh(HOIST_ARRAY, taken), i32, 0)
         self.rot = RegArray(_fresh(ROTATION_ARRAY, taken), i32, 0)
+        self.moved = 0                  # index loads moved before their loops
 
     def new(self, arr: RegArray) -> RegRead:
         arr.count += 1
@@ -212,6 +213,7 @@ class _LoopPass:
         if self.loads:
             self.loop = copy.copy(self.loop)
             self.loop.body = keep
+            self.regs.moved += len(self.loads)
 
     # --- classification -----------------------------------------------------------------
     def variant(self, e: Expr) -> bool:
@@ -492,6 +494,6 @@ def optimize_loops(kernel: LoweredKernel) -> LoweredKernel:
     read_only = frozenset(id(p) for p in kernel.params if isinstance(p, GlobalParam) and id(p) not in written)
     body = _body(kernel.body, regs, read_only)
     added: list[Any] = [a for a in (regs.inv, regs.rot) if a.count]
-    if not added:
+    if not added and not regs.moved:
         return kernel
     return dataclasses.replace(kernel, body=body, registers=list(kernel.registers) + added)
