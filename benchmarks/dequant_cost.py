@@ -7,7 +7,8 @@ the kernel is built as the op builds it and its main loop read by ``hexlayout.ru
 (one warp's instruction stream):
 
     non-MMA per weight = non-MMA per k-tile / weights one thread dequantizes per k-tile
-    weights per thread = calls * BN * BK / threads   (calls: 2 for gate-up, 1 for down)
+    weights per thread = calls * BN * BK / threads   (calls: 2 for gate-up, 1 for down; the
+                                                      sm_80 decode down kernel: 2 column tiles)
 
 the conversion, zero point and scale instructions alone per weight (``DEQUANT_OPS``: the
 floating and byte-permute / mask instructions of the loop, which in these configs only the
@@ -60,6 +61,12 @@ def _kernel(arch: str, kind: str, bits: int) -> Any:
     return (m.moe_wna16_gate_up_kernel if kind == "gate_up" else m.moe_wna16_down_kernel)(f16, bits, 64)
 
 
+def _column_tiles(bm: int) -> int:
+    from hexlayout.ops.moe.wna16_kernels_sm80 import column_tiles
+
+    return column_tiles(bm)
+
+
 def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
     """One row: the main loop of ``kind`` (``gate_up`` / ``down``) for ``fmt`` (a ``FORMATS``
     key) in the ``(arch, phase)`` config, per dequantized weight and per MMA."""
@@ -74,13 +81,15 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
     st, ml = b.stats, b.stats.main_loop
     threads = 128 * consts["WG"] if arch in SWAP_AB else 128
     bn = 64 * consts.get("WG", 1)
-    weights = (2 if kind == "gate_up" else 1) * bn * 64 / threads
+    # (BN, BK) weight tiles per k-tile: gate and up; the sm_80 down kernel's column tiles
+    calls = 2 if kind == "gate_up" else 1 if arch in SWAP_AB else _column_tiles(consts["BM"])
+    weights = calls * bn * 64 / threads
     # k-tiles per loop iteration from the MMA the tile takes (the swap-AB loops are unrolled by 2)
     if arch in SWAP_AB:   # m64 x nBM x k16 per 64 weight rows, one issuer per warp group
         tile = mma_per_ktile_for_tile(bn, consts["BM"], 64, (64, consts["BM"], 16), consts["WG"])
     else:
         tile = mma_per_ktile_for_tile(consts["BM"], bn, 64, (16, 8, 16), 4)
-    k_tiles = ml.mma / ((2 if kind == "gate_up" else 1) * tile) if ml is not None else None
+    k_tiles = ml.mma / (calls * tile) if ml is not None else None
     per_ktile = ml.non_mma / k_tiles if k_tiles else None
     return {"arch": arch, "phase": phase, "format": fmt, "kernel": kind, "BM": consts["BM"],
             "weights_per_thread_ktile": weights, "non_mma_per_ktile": per_ktile,
@@ -111,7 +120,8 @@ def dequant_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             "thread: the loop's other threads branch over it): their per-MMA column is not Marlin's "
             "per-HMMA; the sm_90a / sm_100a loops are unrolled by 2, the sm_80 decode loops take 4 "
             "k-tiles per iteration "
-            "(``k_steps``; k-tiles per iteration from the tile's MMA count). Weights per "
+            "(``k_steps``; k-tiles per iteration from the tile's MMA count), the sm_80 decode down kernel "
+            "takes two 64-column tiles per k-tile (``column_tiles``). Weights per "
             "thread count each weight once (every kernel's warps side by side along N: each weight "
             "dequantized by one warp).", "",
             "| arch | phase | format | kernel | BM | weights/thread/k-tile | non-MMA/k-tile | "

@@ -9,7 +9,10 @@ The code generator follows these instructions while it prints them and records, 
 - ``"lo"``:   ``X[j] & 15``,
 - ``"hi"``:   ``X[j] >> 4``,
 
-``X`` a ``u8`` register array not written since. The printers read it to convert whole
+``X`` a ``u8`` register array not written since; and for a byte made of two nibbles of other
+bytes (``nibble_pair_<sa><sb>``: an ``hl.offline`` tile stored in an in-word nibble order, given
+its logical bytes back, ``hexlayout.ir.lower.offline``), the pair of the nibbles' sources, so
+that its ``& 15`` is the first and its ``>> 4`` the second. The printers read it to convert whole
 32-bit words of ``X`` at once (``hexlayout.codegen.alu``: the magic conversions to f16 /
 bf16 pairs). Any instruction that may write an array forgets what was known about it and
 what was derived from it; a loop or a branch forgets everything (its body runs again, or
@@ -64,6 +67,7 @@ class ByteSources:
 
     def __init__(self) -> None:
         self._known: dict[tuple[int, int], Source] = {}
+        self._pairs: dict[tuple[int, int], tuple[Source, Source]] = {}   # a byte of two nibbles
 
     def source(self, array: RegArray, i: int) -> Source:
         """The source of ``array[i]``: a recorded one, else (for ``u8``) the element itself."""
@@ -71,15 +75,23 @@ class ByteSources:
 
     def forget_all(self) -> None:
         self._known.clear()
+        self._pairs.clear()
 
     def _forget(self, arrays: list[RegArray]) -> None:
         ids = {id(a) for a in arrays}
         self._known = {k: v for k, v in self._known.items() if k[0] not in ids and id(v[0]) not in ids}
+        self._pairs = {k: v for k, v in self._pairs.items() if k[0] not in ids and id(v[0][0]) not in ids}
 
     def _forget_range(self, array: RegArray, lo: int, hi: int) -> None:
         a = id(array)
+
+        def hit(s: Source) -> bool:
+            return id(s[0]) == a and lo <= s[1] < hi
+
         self._known = {k: v for k, v in self._known.items()
-                       if not (k[0] == a and lo <= k[1] < hi) and not (id(v[0]) == a and lo <= v[1] < hi)}
+                       if not (k[0] == a and lo <= k[1] < hi) and not hit(v)}
+        self._pairs = {k: v for k, v in self._pairs.items()
+                       if not (k[0] == a and lo <= k[1] < hi) and not hit(v[0]) and not hit(v[1])}
 
     def observe(self, ins: Instr) -> None:
         """Update the sources after ``ins`` (printed at the current point)."""
@@ -95,10 +107,51 @@ class ByteSources:
             self._forget([dst.array])
             return
         self._forget_range(dst.array, d0, d0 + dst.count)
+        pairs = self._nibble_pairs(ins)
+        if pairs:
+            for i, p in enumerate(pairs):
+                self._pairs[(id(dst.array), d0 + i)] = p
+            return
         if new:
             for i, s in enumerate(new):
                 if s is not None and not (s[0] is dst.array and d0 <= s[1] < d0 + dst.count):
                     self._known[(id(dst.array), d0 + i)] = s
+
+    def _nibble_pairs(self, ins: Alu) -> list[tuple[Source, Source]] | None:
+        """The nibble sources of each element ``ins`` writes when it is a ``nibble_pair_<sa><sb>``
+        of two loaded bytes, or a copy of such bytes (``mov`` / ``cvt`` / ``bitcast``, ``>> 0``,
+        ``& 0xff``); else None."""
+        fn = ins.op
+        if ins.dst.array.dtype.name != "u8" or not ins.srcs:
+            return None
+        src = ins.srcs[0]
+        k = _int(ins.srcs[1]) if len(ins.srcs) == 2 else None
+        name = str(fn)
+        copy = (name in ("cvt", "mov", "bitcast") and len(ins.srcs) == 1) or (name == "shr" and k == 0) \
+            or (name == "bitand" and k is not None and k & 0xFF == 0xFF)
+        if copy:   # a copy of bytes of two nibbles each: the same pairs
+            s0 = const_start(src) if isinstance(src, RegRef) and src.count == ins.dst.count else None
+            if s0 is None or src.array.dtype.name != "u8":
+                return None
+            got = [self._pairs.get((id(src.array), s0 + i)) for i in range(ins.dst.count)]
+            return got if all(got) else None
+        if not str(fn).startswith("nibble_pair_") or len(ins.srcs) != 2:
+            return None
+        a, b = ins.srcs
+        if not (isinstance(a, RegRef) and isinstance(b, RegRef)) or a.array is not b.array \
+                or a.array is ins.dst.array or a.array.dtype.name != "u8":
+            return None
+        sa, sb = const_start(a), const_start(b)
+        if sa is None or sb is None:
+            return None
+        part = {0: "lo", 4: "hi"}
+        out = []
+        for i in range(ins.dst.count):
+            x, y = self.source(a.array, sa + i), self.source(b.array, sb + i)
+            if x[2] != "byte" or y[2] != "byte":
+                return None
+            out.append(((x[0], x[1], part[fn.sa]), (y[0], y[1], part[fn.sb])))
+        return out
 
     def _derive(self, ins: Alu) -> list[Source | None] | None:
         dst, fn = ins.dst, ins.op.name
@@ -111,10 +164,19 @@ class ByteSources:
         if s0 is None:
             return None
         srcs = [self.source(src.array, s0 + i) for i in range(dst.count)]
+        pairs = [self._pairs.get((id(src.array), s0 + i)) for i in range(dst.count)]
         if fn in ("cvt", "mov", "bitcast") and len(ins.srcs) == 1:
+            if any(pairs):   # (a copy of a byte of two nibbles: not followed further)
+                return None
             return list(srcs)
         k = _int(ins.srcs[1]) if len(ins.srcs) == 2 else None
         if k is None:
+            return None
+        if any(pairs):   # a byte of two nibbles: & 15 gives the first, >> 4 the second
+            if fn == "bitand" and k & 0xFF == 15:
+                return [p[0] if p else None for p in pairs]
+            if fn == "shr" and k == 4:
+                return [p[1] if p else None for p in pairs]
             return None
         if fn == "shr":
             return [s if k == 0 else (s[0], s[1], "hi") if k == 4 and s[2] == "byte" else None

@@ -22,11 +22,24 @@ two per byte along K (even k in the low nibble), and ``L`` is the layout of the 
 ``(TR, TK / 2)`` the kernel loads (``hexlayout.lang.packed_global``): each byte keeps its two
 logical neighbours ``k = 2 j, 2 j + 1``.
 
+In-word nibble order (4-bit elements): inside each 32-bit word of a thread's run the eight
+nibbles may be stored in another order, also the layout's choice. The thread's unpacked values
+``i`` (nibble ``i`` of its logical run: ``2 v`` the low and ``2 v + 1`` the high nibble of byte
+``v``) are stored at nibble ``8 (i // 8) + nibbles[i % 8]`` of the run. ``in_word_order``
+chooses it: for whole words, ``nibbles[i] = i // 2 + 4 (i % 2)`` (the word holds values ``0, 2,
+4, 6, 1, 3, 5, 7``, as Marlin's), so each aligned pair ``(2 m, 2 m + 1)`` of unpacked values
+sits at the same nibble of bytes ``m // 2`` and ``m // 2 + 2``, the low and high 16-bit halves
+of the word: a conversion of the pair to a 16-bit float pair masks both at once
+(``(w >> 8 (m // 2)) & 0x000f000f``, one ``LOP3`` with the magic exponent) instead of first
+placing one byte's two nibbles in the two halves (a byte permute per pair). The load
+(``hexlayout.ir.lower.offline``) gives the register tile its logical bytes back with
+``nibble_pair`` functions, which the code generator sees through (``byte_sources``).
+
 ``OfflineLayout`` is what synthesis reports (``LoweredProgram.offline``, ``Build.offline_layouts``):
 the tile, the element bits, the in-tile CuTe layout (logical byte index -> physical position),
-a stable ``key``, ``permutation(shape)`` (logical flat element index -> physical flat element
-index) and ``apply(values)`` that packs the logical integer values ``[R, K]`` into the physical
-``uint8`` tensor.
+the in-word nibble order, a stable ``key``, ``permutation(shape)`` (logical flat element index
+-> physical flat element index) and ``apply(values)`` that packs the logical integer values
+``[R, K]`` into the physical ``uint8`` tensor.
 """
 
 from __future__ import annotations
@@ -39,7 +52,17 @@ import numpy as np
 
 from hexlayout.layout import Layout, composition, left_inverse
 
-__all__ = ["OfflineLayout"]
+__all__ = ["OfflineLayout", "in_word_order", "INTERLEAVED"]
+
+#: the nibble-interleaved in-word order: unpacked value ``i`` at nibble ``i // 2 + 4 (i % 2)``
+INTERLEAVED = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def in_word_order(bits: int, values: int) -> tuple[int, ...]:
+    """The in-word nibble order of a thread's run of ``values`` storage units of ``bits``-bit
+    elements (see the module docstring): ``INTERLEAVED`` for 4-bit elements in whole 32-bit
+    words (``values`` a multiple of 4 bytes), else ``()`` (the logical order)."""
+    return INTERLEAVED if bits == 4 and values % 4 == 0 else ()
 
 
 @dataclass(frozen=True)
@@ -49,7 +72,8 @@ class OfflineLayout:
     ``tile`` ``(TR, TK)`` in elements; ``bits`` the element width (4: two per byte); ``tv``
     the destination register tile's TV layout over the storage-unit tile ``(TR, TK * bits / 8)``
     (units: bytes for 4-bit elements, elements otherwise), ``threads`` its ``T``; ``vector_bytes``
-    the bytes of one load instruction."""
+    the bytes of one load instruction; ``nibbles`` the in-word nibble order of 4-bit elements
+    (``()``: the logical order; ``in_word_order``)."""
 
     param: str
     tile: tuple[int, int]
@@ -58,15 +82,21 @@ class OfflineLayout:
     threads: int
     vector_bytes: int
     _positions: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    nibbles: tuple[int, ...] = ()
 
     @staticmethod
     def of(param: str, tile: tuple[int, int], bits: int, tv: Layout, threads: int,
-           vector_bytes: int) -> OfflineLayout:
-        """The layout of register TV layout ``tv`` (``threads`` threads) over the unit tile of ``tile``."""
+           vector_bytes: int, nibbles: tuple[int, ...] = ()) -> OfflineLayout:
+        """The layout of register TV layout ``tv`` (``threads`` threads) over the unit tile of
+        ``tile``, with the in-word nibble order ``nibbles`` (4-bit elements)."""
         table = tv.indices().reshape(-1, threads).T          # [t, v] -> unit index (colex)
         pos = np.empty(table.size, dtype=np.int64)
         pos[table.reshape(-1)] = np.arange(table.size)       # unit index -> t * V + v
-        return OfflineLayout(param, tile, bits, tv, threads, vector_bytes, tuple(int(p) for p in pos))
+        if nibbles and (bits != 4 or sorted(nibbles) != list(range(8)) or table.shape[1] % 4):
+            raise ValueError(f"offline tensor {param}: in-word nibble order {nibbles} needs 4-bit elements, "
+                             f"a permutation of the 8 nibbles of a word and whole words per thread")
+        return OfflineLayout(param, tile, bits, tv, threads, vector_bytes, tuple(int(p) for p in pos),
+                             tuple(nibbles))
 
     @property
     def per_unit(self) -> int:
@@ -99,7 +129,8 @@ class OfflineLayout:
     def key(self) -> str:
         """A stable fingerprint: element bits, tile, threads, vector, and a hash of the in-tile order."""
         h = hashlib.sha1(np.asarray(self._positions, dtype=np.int64).tobytes()).hexdigest()[:10]
-        return f"u{self.bits}/{self.tile[0]}x{self.tile[1]}/t{self.threads}x{self.thread_bytes}B/{h}"
+        order = f"/n{''.join(str(n) for n in self.nibbles)}" if self.nibbles else ""
+        return f"u{self.bits}/{self.tile[0]}x{self.tile[1]}/t{self.threads}x{self.thread_bytes}B/{h}{order}"
 
     def owner(self) -> np.ndarray:
         """``[TR, TK]`` (elements): the thread that loads each element of a tile."""
@@ -123,7 +154,10 @@ class OfflineLayout:
         pos = np.asarray(self._positions, dtype=np.int64)[(r % tr) + tr * (ku % tku)]
         tile_index = (r // tr) * (cols // tk) + ku // tku
         unit = tile_index * (tru * tku) + pos
-        return (unit * pu + k % pu).reshape(-1)
+        nib = unit * pu + k % pu
+        if self.nibbles:  # (4-bit: a word is 8 nibbles, its start a multiple of 8 in every run)
+            nib = nib - nib % 8 + np.asarray(self.nibbles, dtype=np.int64)[nib % 8]
+        return nib.reshape(-1)
 
     def apply(self, values: Any) -> Any:
         """The physical ``uint8`` tensor ``[R, K * bits / 8]`` of the logical integer values
@@ -144,4 +178,4 @@ class OfflineLayout:
         return {"param": self.param, "tile": list(self.tile), "bits": self.bits, "threads": self.threads,
                 "values_per_thread": self.values, "thread_bytes": self.thread_bytes,
                 "vector_bytes": self.vector_bytes, "tv": str(self.tv), "in_tile": str(self.in_tile),
-                "key": self.key}
+                "nibbles": list(self.nibbles), "key": self.key}

@@ -129,7 +129,17 @@ def _width(start: ExprLike, stop: ExprLike) -> int | None:
     if isinstance(e, BinOp) and e.op == "+" and isinstance(e.b, Const) and isinstance(e.a, Expr) \
             and isinstance(start, Expr) and e.a == start:
         return e.b.value
-    return None
+    # the same runtime terms, constants apart (``n0 + 64 : n0 + 128``, folded by the arithmetic)
+    from hexlayout.ir.expr import to_c
+    from hexlayout.ir.passes.algebra import linear_terms
+
+    def parts(x: ExprLike) -> tuple[list[str], int]:
+        terms = linear_terms(as_expr(x))
+        return sorted(to_c(t) for t in terms if not isinstance(t, Const)), \
+            sum(t.value for t in terms if isinstance(t, Const))
+
+    (a, ca), (b, cb) = parts(start), parts(stop)
+    return cb - ca if a == b else None
 
 
 @method("index_global")

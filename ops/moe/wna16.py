@@ -641,7 +641,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     from .kernels_sm80 import MoeConfig
     from .pipeline import MoeRun, run_moe_pipeline
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
-    from .wna16_kernels_sm80 import moe_wna16_down_kernel
+    from .wna16_kernels_sm80 import column_tiles, moe_wna16_down_kernel
 
     a = bind_args(check_fused_moe_wna16, args, kwargs)
     bits = a.bits
@@ -692,7 +692,11 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 
         consts = {c: v for c, v in common.items() if c != "TOPK" or down_kernel is moe_wna16_down_kernel}
         consts = {**cfg2, **consts}
-        split = split_k(cfg2, inter, hdim)
+        # the sm_80 down kernel's blocks take column_tiles(BM) tiles of BN columns
+        wide = cfg2
+        if down_kernel is moe_wna16_down_kernel:
+            wide = {**cfg2, "BN": cfg2["BN"] * column_tiles(cfg2["BM"])}
+        split = split_k(wide, inter, hdim)
         out = y
         if split > 1:  # f32 partials, then rounded once into y
             out = zeroed(y.shape, torch.float32, dev)                   # atomics add into it

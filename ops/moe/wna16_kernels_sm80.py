@@ -43,6 +43,8 @@ last step past ``KP`` is skipped (``_inside``); the activations there are zeros.
 - ``moe_wna16_down_kernel(dtype, bits, bk)``: ``y[r, n] = tw[r] * sum_c h[p, c] * W2[e, c, n]``
   (``y [T * k, H]`` in ``dtype``, row ``r`` the slot at sorted position ``p``; ``ROUTER=True``:
   without ``tw``); ``hexlayout.ops.moe``'s pipeline sums the k slots of each token (moe_sum).
+  A block takes ``column_tiles(BM)`` tiles of ``BN`` columns side by side (2 for decode: one
+  activation k-tile and its ldmatrix fragments feed both).
 
 Split-K (``split=True`` of both factories; decode grids smaller than a wave, ``moe_wna16``
 dispatches): ``SPLIT_K`` blocks per tile, split ``sp`` over the steps ``[lo, hi)`` of
@@ -273,6 +275,14 @@ def _inside(q: Any, kh: Any, hk: int) -> Any:
     return contextlib.nullcontext() if hk == 0 else hl.if_(kh < q.shape[1])
 
 
+def column_tiles(BM: int) -> int:
+    """``(BN, BK)`` weight tiles the sm_80 down kernel takes side by side per k-tile (columns
+    ``n0 .. n0 + NT * BN``): 2 for decode (``BM <= 16``: the activations' k-tile, its ldmatrix
+    fragments, the loop's addressing, wait and barrier shared by twice the weights, as the gate-up
+    kernel's two projections share them), else 1 (prefill: the grid's blocks)."""
+    return 2 if BM <= 16 else 1
+
+
 def k_steps(BM: int) -> int:
     """k-tiles per step of the sm_80 k loop: 4 for decode (``BM <= 16``: the loop's addressing,
     wait, barrier and branch shared by 4 k-tiles, the weights of 4 k-tiles in flight), else 1
@@ -401,28 +411,38 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
         SPLIT_K: int = 1,
     ):
         TKx, Hx = y.shape
-        e, m0, n0, sp = expert_block(block_expert, Hx, BM, BN, split, SPLIT_K)
+        nt = column_tiles(BM)
+        e, m0, n0, sp = expert_block(block_expert, Hx, BM, nt * BN, split, SPLIT_K)
+        sc = GROUP < PER_CHANNEL  # group scales in the loop (else per channel, after it)
         with hl.if_(e >= 0):
-            acc = hl.zeros((BM, BN), f32)
+            accs = [hl.zeros((BM, BN), f32) for _ in range(nt)]
             ku = k_steps(BM)
-            row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
+            np_ = (Hx + BN - 1) // BN * BN  # offline rows per expert: H padded to BN
+            # column tile j's offline rows; one past the expert's padded rows (its columns are past
+            # H: nothing stored, scales read as 0) re-reads the expert's last tile
+            rows0 = [e * np_ + n0 + (hl.minimum(j * BN, np_ - BN - n0) if j else 0) for j in range(nt)]
             steps = _staged_k_tiles(h, None, m0, BM, BK, STAGES, dt, SPLIT_K, sp, ku, q.shape[1])  # rows of h
             for k0, ras, tail in steps:
                 for hk, ra in enumerate(ras):
                     kh = k0 + hk * BK
                     if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
-                        pg = _group_params(s, z, e, n0, kh, BN, GROUP, ZERO, dt, GROUP < PER_CHANNEL)
+                        pgs = [_group_params(s, z, e, n0 + j * BN, kh, BN, GROUP, ZERO, dt, sc)
+                               for j in range(nt)]
                     with _inside(q, kh, hk if tail else 0):
-                        w = _dequant_tile(q, row0, kh, BN, BK, dt, bits, *pg)
-                        hl.mma(ra, w, acc, warps=(1, WARPS))
-            if GROUP >= PER_CHANNEL:
-                acc = acc * _channel_scales(s, e, n0, BN, dt)
-            if not ROUTER:
-                acc = acc * _topk_weight(sorted_ids, tw, m0, BM)
+                        for j in range(nt):
+                            w = _dequant_tile(q, rows0[j], kh, BN, BK, dt, bits, *pgs[j])
+                            hl.mma(ra, w, accs[j], warps=(1, WARPS))
+            twr = None if ROUTER else _topk_weight(sorted_ids, tw, m0, BM)
             rows = routed_rows(sorted_ids, m0, BM, TKx)
-            if split:  # f32 partials to the token slots; padding rows add nothing
-                hl.atomic_add(y[rows, n0:n0 + BN], acc)
-            else:
-                hl.copy(hl.cast(acc, dt), hl.view(y, (BM, BN), (None, n0), rows=rows))  # to the token slots
+            for j, acc in enumerate(accs):
+                nj = n0 + j * BN
+                if not sc:
+                    acc = acc * _channel_scales(s, e, nj, BN, dt)
+                if twr is not None:
+                    acc = acc * twr
+                if split:  # f32 partials to the token slots; padding rows add nothing
+                    hl.atomic_add(y[rows, nj:nj + BN], acc)
+                else:
+                    hl.copy(hl.cast(acc, dt), hl.view(y, (BM, BN), (None, nj), rows=rows))  # to the slots
 
     return moe_wna16_down

@@ -32,6 +32,8 @@ from hexlayout.codegen.emitter import Emitter
 from hexlayout.codegen.fold_zero import array_uses, plan_folds
 from hexlayout.ir import lowered as L
 from hexlayout.ir.expr import Var
+from hexlayout.ir.lower.offline import logical_bytes
+from hexlayout.ir.offline import INTERLEAVED
 
 NB = 8   # loaded bytes per group (two 32-bit words)
 CASES = [("nibbles", "i2f16_magic", F16), ("nibbles", "i2bf16_magic_narrow", BF16),
@@ -43,6 +45,10 @@ MORE = [("inter", "i2f16_magic", F16, 0), ("inter", "i2bf16_magic_narrow", BF16,
         ("inter", "i2f16_magic", F16, 8), ("inter", "i2bf16_magic_narrow", BF16, 8),
         ("nibbles", "i2f16_magic", F16, 8), ("nibbles", "i2bf16_magic_narrow", BF16, 8),
         ("bytes", "i2f16_magic", F16, 128),
+        # an hl.offline tile stored interleaved: the load gives the logical bytes back by
+        # nibble_pair functions (hexlayout.ir.lower.offline), which the printer sees through
+        ("stored", "i2f16_magic", F16, 0), ("stored", "i2f16_magic", F16, 8),
+        ("stored", "i2bf16_magic_narrow", BF16, 8),
         # bytes to bf16 by the f32 pattern (PRMT of the byte into 0x4B400000), a paired rounding
         ("bytes", "i2bf16_magic", BF16, 0), ("bytes", "i2bf16_magic", BF16, 128)]
 PRMT = r"""
@@ -68,7 +74,8 @@ static unsigned hl_lop3_and_or(unsigned a) { return (a & MASK) | OR; }
 
 def _nibble(kind: str, e: int) -> tuple[int, int]:
     """(byte, 0 low / 1 high) of element ``e`` of the unpacked nibbles: ``nibbles`` each byte's
-    low then high nibble; ``inter`` pair ``m`` of word ``w`` its nibbles ``m`` and ``m + 4``."""
+    low then high nibble; ``inter`` (and ``stored``: the loaded words) pair ``m`` of word ``w``
+    its nibbles ``m`` and ``m + 4``."""
     if kind == "nibbles":
         return e // 2, e % 2
     w, r = divmod(e, 8)
@@ -86,17 +93,22 @@ def _program(kind: str, fn: str, dst: DType, clobber: bool = False,
     j, d = L.RegArray("j", U8, n), L.RegArray("d", dst, n)
     arrays = [x, j, d]
     ins: list[L.Alu] = []
+    src, order = x, kind
+    if kind == "stored":   # x holds the words in the interleaved order: the logical bytes first
+        src, order = L.RegArray("l", U8, NB), "nibbles"
+        arrays.append(src)
+        ins += logical_bytes(src, x, INTERLEAVED)
     if kind != "bytes":
         parts = []
         for k, sh in enumerate((0, 4)):
             s, m, c = (L.RegArray(f"{p}{k}", U8, NB) for p in "smc")
             arrays += [s, m, c]
-            ins += [L.Alu("shr", L.RegRef(s, 0, NB), (L.RegRef(x, 0, NB), sh)),
+            ins += [L.Alu("shr", L.RegRef(s, 0, NB), (L.RegRef(src, 0, NB), sh)),
                     L.Alu("bitand", L.RegRef(m, 0, NB), (L.RegRef(s, 0, NB), 15)),
                     L.Alu("cvt", L.RegRef(c, 0, NB), (L.RegRef(m, 0, NB),))]
             parts.append(c)
         ins += [L.Alu("bitcast", L.RegRef(j, e, 1), (L.RegRef(parts[hi], b, 1),))
-                for e, (b, hi) in ((e, _nibble(kind, e)) for e in range(n))]
+                for e, (b, hi) in ((e, _nibble(order, e)) for e in range(n))]
     else:
         ins.append(L.Alu("cvt", L.RegRef(j, 0, NB), (L.RegRef(x, 0, NB),)))
     if clobber:   # the loaded bytes change between the unpack and the conversion
@@ -172,7 +184,7 @@ def test_interleaved_pairs_take_no_byte_permute_and_zero_points_fold(kind, fn, d
     conv = printed[-(2 * NB + 1) if kind != "bytes" and zero else -(NB + 1) if zero else -1]
     assert len(conv) == (NB if kind == "bytes" else 2 * NB) // 2, conv
     assert all("&x[" in ln for ln in conv), conv
-    if kind == "inter":
+    if kind in ("inter", "stored"):
         assert all("__byte_perm" not in ln and "hl_lop3_and_or" in ln for ln in conv), conv
     if zero:       # the subtractions of z print nothing: the conversion writes d, minus b + z
         assert all(p == [] for p in printed[len(printed) - len(conv) * 2:]), printed[-3:]
@@ -239,6 +251,7 @@ int main(int argc, char** argv) {{
         want = x
     else:
         want = np.stack([(x[:, b] >> 4 * hi) & 15 for b, hi in (_nibble(kind, e) for e in range(n))], axis=1)
+    # (stored: element e is logical nibble e, stored at the interleaved position _nibble gives)
     np.testing.assert_array_equal(printed.astype(np.float64), want.astype(np.float64) - zero)
 
 

@@ -200,6 +200,31 @@ def test_gather_errors_name_kernel_op_and_line() -> None:
         mismatch.trace()
 
 
+def test_a_gathered_slice_between_offsets_of_one_runtime_start_has_its_width() -> None:
+    """``x[rows, c + 64 : c + 128]`` (``c`` a block index: the arithmetic folds both ends to
+    ``c' + 64``, ``c' + 128``) is a 64-wide slice; ends with other runtime terms are refused."""
+
+    @hl.kernel(threads=128)
+    def second_tile(x: f16[M, K], ids: i32[N]):
+        c = hl.grid(hl.spatial(2)) * 128
+        rows = hl.register(i32, (16,))
+        hl.copy(ids[0:16], rows)
+        g = x[rows, c + 64:c + 64 + 64]
+        assert g.shape == (16, 64)
+
+    second_tile.trace()
+
+    @hl.kernel(threads=128)
+    def two_starts(x: f16[M, K], ids: i32[N]):
+        c = hl.grid(hl.spatial(2)) * 128
+        rows = hl.register(i32, (16,))
+        hl.copy(ids[0:16], rows)
+        g = x[rows, c:ids.shape[0] + 64]  # noqa: F841
+
+    with pytest.raises(hl.KernelError, match=r"two_starts: gather .*static positive width"):
+        two_starts.trace()
+
+
 @hl.kernel(threads=128)
 def rewritten_index(x: f16[M, K], ids: i32[N], y: f16[M, K]):
     idx = hl.register(i32, (64,))

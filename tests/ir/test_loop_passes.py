@@ -155,3 +155,52 @@ def _walk_all(body):
         yield ins
         for attr in ("body", "then_body", "else_body"):
             yield from _walk_all(getattr(ins, attr, []) or [])
+
+
+def _gather_loop(guard: bool):
+    """``y[t] = sum_k x[ids[t] * 4 + k]`` for ``t < 16`` (``ids`` read-only, loaded in the loop
+    at an invariant address, as a gathered copy's row index is), with ``guard``: the loop inside
+    a branch on ``0 <= e`` (``e`` loaded from ``ids[20]``, entering the addresses as ``e // 3 * 64``)."""
+    from hexlayout.arch.dtypes import F32, S32
+    from hexlayout.ir.expr import RegRead
+    from hexlayout.ir.lowered import IfThen, LdGlobal, LoweredKernel, RegArray, RegRef, StGlobal
+    from hexlayout.ir.tile import GlobalParam
+
+    ids, x, y = GlobalParam("ids", S32, (32,), (1,)), GlobalParam("x", F32, (512,), (1,)), \
+        GlobalParam("y", F32, (32,), (1,))
+    t, k = Var("tid", 0, 32, kind="thread"), Var("k", 0, 4)
+    r, v, acc, e = (RegArray(n, d, 1) for n, d in (("r", S32), ("v", F32), ("acc", F32), ("e", S32)))
+    ev = RegRead(e, 0) // 3 * 64 if guard else 0
+    body = [LdGlobal(RegRef(r, 0, 1), GlobalRef(ids, t), 32, pred=t < 16),
+            LdGlobal(RegRef(v, 0, 1), GlobalRef(x, RegRead(r, 0) * 4 + ev + k), 32, pred=t < 16),
+            Alu("add", RegRef(acc, 0, 1), (RegRef(acc, 0, 1), RegRef(v, 0, 1)))]
+    inner = [Alu("mov", RegRef(acc, 0, 1), (0.0,)), ForLoop(k, 0, 4, 1, body),
+             StGlobal(GlobalRef(y, t), RegRef(acc, 0, 1), 32, pred=t < 16)]
+    top = [LdGlobal(RegRef(e, 0, 1), GlobalRef(ids, 20), 32), IfThen(RegRead(e, 0) >= 0, inner)] \
+        if guard else inner
+    return LoweredKernel("gather_loop", [ids, x, y], (1,), 32, t, (), top, registers=[r, v, acc, e])
+
+
+@pytest.mark.parametrize("guard", [False, True])
+def test_an_invariant_index_load_moves_before_the_loop(guard: bool) -> None:
+    from hexlayout.ir.lowered import IfThen, LdGlobal, walk_instrs
+
+    kernel = _gather_loop(guard)
+    opt = optimize_loops(kernel)
+    body = opt.body[1].then_body if guard else opt.body
+    assert isinstance(body[0], Alu) and isinstance(body[1], LdGlobal) and body[1].src.param.name == "ids"
+    loop = next(i for i in body if isinstance(i, ForLoop))
+    loads = [i for i in walk_instrs(loop.body) if isinstance(i, LdGlobal)]
+    assert [i.src.param.name for i in loads] == ["x"]          # the index load left the loop
+    if guard:   # e (>= 0 in the branch) entered a hoisted offset: none of the loop's reads it
+        assert not any("e[0]" in str(i.src.offset) for i in loads), [str(i.src.offset) for i in loads]
+    assert not any(isinstance(i, IfThen) for i in walk_instrs(loop.body))
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 80, 32).astype(np.int32)
+    ids[20] = 3
+    x = rng.standard_normal(512).astype(np.float32)
+    got, want = (np.full(32, np.nan, np.float32) for _ in range(2))
+    run(opt, {"ids": ids, "x": x, "y": got})
+    run(kernel, {"ids": ids, "x": x, "y": want})
+    ref = np.array([sum(x[ids[t] * 4 + (64 if guard else 0) + j] for j in range(4)) for t in range(16)])
+    assert np.array_equal(got, want, equal_nan=True) and np.allclose(got[:16], ref, rtol=1e-6)

@@ -61,15 +61,25 @@ def test_the_permutation_is_a_bijection_giving_each_thread_one_run(idx: int) -> 
     shape = (2 * tr, 3 * tk)
     perm = lay.permutation(shape)
     assert np.array_equal(np.sort(perm), np.arange(perm.size))
-    # thread t's value v of tile (i, j) is unit t * V + v of that tile's block
+    # thread t's value v of tile (i, j) is unit t * V + v of that tile's block; 4-bit: the unit's
+    # nibble h (unpacked value n = 2 v + h) is stored at nibble 8 (n // 8) + (0,4,1,5,2,6,3,7)[n % 8]
+    # of the thread's run (the words hold the values 0, 2, 4, 6, 1, 3, 5, 7: one LOP3 per f16 pair)
     pu, v_count, threads = lay.per_unit, lay.values, lay.threads
+    assert lay.nibbles == ((0, 4, 1, 5, 2, 6, 3, 7) if lay.bits == 4 else ())
+    assert lay.key.endswith("/n04152637") == (lay.bits == 4)
     table = lay.tv.indices().reshape(v_count, threads).T  # [t, v] -> colex unit index
+    run = np.arange(threads * v_count).reshape(threads, v_count)
     for i, j in ((0, 0), (1, 2)):
         r = i * tr + table % tr
-        k = (j * tk // pu + table // tr) * pu
-        phys = perm[(r * shape[1] + k).reshape(-1)].reshape(threads, v_count) // pu
         block = (i * 3 + j) * tr * tk // pu
-        assert np.array_equal(phys, block + np.arange(threads * v_count).reshape(threads, v_count))
+        for h in range(pu):
+            k = (j * tk // pu + table // tr) * pu + h
+            phys = perm[(r * shape[1] + k).reshape(-1)].reshape(threads, v_count)
+            n = pu * np.arange(v_count) + h        # the unpacked value in the thread's run
+            if lay.nibbles:
+                n = n - n % 8 + np.asarray(lay.nibbles)[n % 8]
+            want = (block + run - run % v_count) * pu + n
+            assert np.array_equal(phys, want)
     assert lay.vector_bytes == 16 and lay.thread_bytes % 16 == 0
     # apply packs the logical values in that order
     vals = torch.randint(0, 2**lay.bits, shape)

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import AluFunction, CDomain, function_class
+from .base import AluFunction, CDomain, alu_function, function_class
 
-__all__ = ["Shl", "Shr", "BitAnd", "BitOr", "BitXor", "BitNot", "INTEGERS"]
+__all__ = ["Shl", "Shr", "BitAnd", "BitOr", "BitXor", "BitNot", "INTEGERS", "NIBBLE_PAIRS", "nibble_pair"]
 
 INTEGERS = frozenset({"int", "uint"})
 
@@ -128,3 +128,42 @@ class BitNot(_Bits):
 
     def cuda(self, c: CDomain, a: str) -> str:
         return f"~({a})"
+
+
+class _NibblePair(_Bits):
+    """``((a >> sa) & 15) | (((b >> sb) & 15) << 4)``: the byte whose low nibble is the nibble
+    of ``a`` at bit ``sa`` and whose high nibble is the nibble of ``b`` at bit ``sb`` (``sa``,
+    ``sb`` 0 or 4: the low or high nibble of a byte). Unsigned bytes or words."""
+
+    arity = 2
+    accepts = frozenset({"uint"})
+    sa: Any = 0
+    sb: Any = 0
+
+    def numpy(self, a: Any, b: Any) -> Any:
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        return ((a >> self.sa) & 15) | (((b >> self.sb) & 15) << 4)
+
+    def cuda(self, c: CDomain, a: str, b: str) -> str:
+        return f"((({a}) >> {self.sa}) & 15) | (((({b}) >> {self.sb}) & 15) << 4)"
+
+
+def _nibble_pair(cls: str, sa: int, sb: int) -> type[_NibblePair]:
+    """The ``nibble_pair_<sa><sb>`` function class ``cls`` (also its module attribute: the build
+    cache stores a build's classes by module and qualified name)."""
+    return function_class(cls, _NibblePair, f"``((a >> {sa}) & 15) | (((b >> {sb}) & 15) << 4)``: a byte of "
+                          f"the nibble of ``a`` at bit {sa} (low) and of ``b`` at bit {sb} (high), unsigned.",
+                          __name__, name=f"nibble_pair_{sa}{sb}", sa=sa, sb=sb)
+
+
+NibblePair00 = _nibble_pair("NibblePair00", 0, 0)
+NibblePair04 = _nibble_pair("NibblePair04", 0, 4)
+NibblePair40 = _nibble_pair("NibblePair40", 4, 0)
+NibblePair44 = _nibble_pair("NibblePair44", 4, 4)
+#: ``(sa, sb)`` -> the function taking the nibble of ``a`` at bit ``sa`` and of ``b`` at ``sb``
+NIBBLE_PAIRS = {(0, 0): NibblePair00, (0, 4): NibblePair04, (4, 0): NibblePair40, (4, 4): NibblePair44}
+
+
+def nibble_pair(sa: int, sb: int) -> AluFunction:
+    """The registered ``nibble_pair_<sa><sb>`` function (``sa``, ``sb``: 0 or 4)."""
+    return alu_function(NIBBLE_PAIRS[(sa, sb)].name)

@@ -222,7 +222,7 @@ class VectorRule(CopyRule):
     def lower(self, ctx: CopyContext, name: str) -> CopyPlan | str:
         if isinstance(ctx.dst, RegisterTile):
             if is_offline(ctx.src):  # an hl.offline tensor: its storage order is the tile's layout
-                return lower_offline_load(ctx.dst, ctx.src, True, ctx.tid, ctx.elem_bits)
+                return lower_offline_load(ctx.dst, ctx.src, True, ctx.tid, ctx.elem_bits, ctx.scratch)
             return lower_reg_mem(ctx.dst, ctx.src, True, ctx.tid, ctx.elem_bits)
         if is_offline(ctx.dst):
             return lower_offline_load(ctx.src, ctx.dst, False, ctx.tid, ctx.elem_bits)

@@ -13,21 +13,35 @@ r0 * K_u + u0 * TR``), loaded as ``w``-unit vectors, ``w`` the largest power of 
 the PTX executor run the resulting ``ld.global`` instructions unchanged. Only loads; no masks
 (the op pads the tensor to whole tiles; the launch checks the row length is a multiple of the
 tile's).
+
+4-bit elements in whole words per thread are stored in the nibble-interleaved in-word order
+(``hexlayout.ir.offline.in_word_order``): the vectors are loaded into a scratch run ``P`` and
+each byte ``b`` of each word ``w`` of the tile is given back its logical nibbles (unpacked
+values ``i = 8 w + 2 b`` and ``i + 1``, stored at nibbles ``n(i)``, ``n(i + 1)`` of the word)
+by one ``nibble_pair`` function of the two bytes of ``P`` that hold them::
+
+    X[4 w + b] = ((P[4 w + n(i) // 2] >> 4 (n(i) % 2)) & 15) | ((P[4 w + n(i + 1) // 2] >> ...) & 15) << 4
+
+which the code generator sees through (``hexlayout.codegen.byte_sources``): a conversion of
+the unpacked values reads ``P``'s words, and ``X`` is left dead.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from hexlayout.ir.offline import OfflineLayout
+from hexlayout.ir.offline import OfflineLayout, in_word_order
 
 from ..expr import Const, Var, as_expr
-from ..lowered import GlobalRef, Instr, LdGlobal, RegRef
+from ..functions.bits import nibble_pair
+from ..lowered import Alu, GlobalRef, Instr, LdGlobal, RegArray, RegRef
 from .copy import CopyPlan, Requirement
 from .rejection import Rejection
 from .views import GlobalTileView, RegisterTile
 
-__all__ = ["lower_offline_load", "is_offline"]
+__all__ = ["lower_offline_load", "is_offline", "logical_bytes"]
 
 
 def is_offline(view: object) -> bool:
@@ -61,10 +75,24 @@ def _check(reg: RegisterTile, mem: GlobalTileView, load: bool) -> str | None:
     return None
 
 
+def logical_bytes(dst: RegArray, src: RegArray, nibbles: tuple[int, ...]) -> list[Instr]:
+    """``dst``'s logical bytes from the run ``src`` stored in the in-word nibble order
+    ``nibbles`` (see the module docstring): one ``nibble_pair`` per byte."""
+    out: list[Instr] = []
+    for w in range(src.count // 4):
+        for b in range(4):
+            lo, hi = nibbles[2 * b], nibbles[2 * b + 1]
+            fn = nibble_pair(4 * (lo % 2), 4 * (hi % 2))
+            out.append(Alu(fn, RegRef(dst, 4 * w + b, 1), (RegRef(src, 4 * w + lo // 2, 1),
+                                                            RegRef(src, 4 * w + hi // 2, 1))))
+    return out
+
+
 def lower_offline_load(reg: RegisterTile, mem: GlobalTileView, load: bool, tid: Var,
-                       elem_bits: int) -> CopyPlan | Rejection:
+                       elem_bits: int, scratch: Any = None) -> CopyPlan | Rejection:
     """The loads of the offline view ``mem`` into ``reg`` (see the module docstring), the
-    plan's ``offline`` the layout it defines."""
+    plan's ``offline`` the layout it defines. ``scratch(dtype, count)``: a new register array
+    (the run an in-word nibble order is loaded into; without it, the logical order)."""
     why = _check(reg, mem, load)
     if why is not None:
         return Rejection(why)
@@ -76,15 +104,20 @@ def lower_offline_load(reg: RegisterTile, mem: GlobalTileView, load: bool, tid: 
         w *= 2
     r0, u0 = mem.origin
     base = as_expr(r0) * mem.param.stride[0] + as_expr(u0) * tr
+    bits = mem.param.offline
+    nibbles = in_word_order(bits, v_count) if scratch is not None and elem_bits == 8 else ()
+    run = scratch(reg.array.dtype, v_count) if nibbles else reg.array
     instrs: list[Instr] = []
     for n in range(v_count // w):
         off = base + as_expr(tid) * v_count + w * n
-        instrs.append(LdGlobal(RegRef(reg.array, w * n, w), GlobalRef(mem.param, off), w * elem_bits))
+        instrs.append(LdGlobal(RegRef(run, w * n, w), GlobalRef(mem.param, off), w * elem_bits))
+    if nibbles:
+        instrs += logical_bytes(reg.array, run, nibbles)
     name = mem.param.name
     reqs = [Requirement(name, "align_bytes", w * elem_bits // 8, reason=f"{w}-unit offline vectors"),
             Requirement(name, "extent_multiple", tu, 1, reason=f"offline tiles of {tu} units per row")]
-    bits = mem.param.offline
-    plan = CopyPlan(instrs, f"ld.global.b{w * elem_bits} (offline)", w, reqs)
+    plan = CopyPlan(instrs, f"ld.global.b{w * elem_bits} (offline)", w, reqs,
+                    scratch=[run] if nibbles else [])
     unit_tile = (tr, tu * (2 if bits == 4 else 1))
-    plan.offline = OfflineLayout.of(name, unit_tile, bits, reg.tv, reg.threads, w * elem_bits // 8)
+    plan.offline = OfflineLayout.of(name, unit_tile, bits, reg.tv, reg.threads, w * elem_bits // 8, nibbles)
     return plan

@@ -24,8 +24,17 @@ coordinates) are rewritten into an equal form:
    before the loop into an ``i32`` register, as are loop-invariant comparisons and other
    maximal invariant sub-expressions (e.g. a division by kernel scalars). Equal invariant
    expressions share one register (common sub-expressions across instructions).
+4. **invariant index loads**: an ``LdGlobal`` at the top of the loop's body from a tensor the
+   kernel never writes, at a loop-invariant address and predicate, into registers no other
+   instruction of the loop writes and none before it reads (a gathered copy's row index,
+   ``hexlayout.ir.lower.index_tiles``, loaded again by every copy of every k-tile), is done
+   once before the loop (predicated on the loop running at all, its other predicate kept),
+   so what is computed from it (the gathered rows' addresses and bounds) is invariant too
+   and hoisted by 3; loads of one address share one register in the hoisted expressions.
 
-Only values proven non-negative are kept in registers (32-bit, as the printed ``int``
+Only values proven non-negative are kept in registers (a register value ``x`` counts as one
+inside a branch on ``0 <= x``, e.g. a block's expert index after the test for a block with
+nothing to do) (32-bit, as the printed ``int``
 arithmetic computes them; an ``i32`` register read is not assumed non-negative by later
 simplifications, so the rewritten expressions are folded no further than exactness allows).
 A hoisted expression that divides by a non-constant is computed only where the loop runs
@@ -51,7 +60,9 @@ from hexlayout.ir.expr import (
     as_expr,
     free_vars,
     reg_reads,
+    replace_leaves,
     select,
+    to_c,
 )
 from hexlayout.ir.lowered import (
     Alu,
@@ -59,6 +70,7 @@ from hexlayout.ir.lowered import (
     GlobalRef,
     IfThen,
     Instr,
+    LdGlobal,
     LoweredKernel,
     MbarArrive,
     MbarRef,
@@ -71,6 +83,7 @@ from hexlayout.ir.lowered import (
     TmaStore,
     walk_instrs,
 )
+from hexlayout.ir.tile import GlobalParam
 from hexlayout.ir.types import i32
 
 from .algebra import apply, fold, linear_terms, nonnegative, sum_terms, xor_constant_out
@@ -128,6 +141,7 @@ class _Registers:
         taken = {a.name for a in kernel.registers}
         self.inv = RegArray(_fresh(HOIST_ARRAY, taken), i32, 0)
         self.rot = RegArray(_fresh(ROTATION_ARRAY, taken), i32, 0)
+        self.moved = 0                  # index loads moved before their loops
 
     def new(self, arr: RegArray) -> RegRead:
         arr.count += 1
@@ -144,8 +158,12 @@ def _fresh(name: str, taken: set[str]) -> str:
 class _LoopPass:
     """LICM and stage rotation of one sequential loop (its nested loops already done)."""
 
-    def __init__(self, loop: ForLoop, regs: _Registers) -> None:
+    def __init__(self, loop: ForLoop, regs: _Registers, read_only: frozenset[int] = frozenset(),
+                 facts: tuple[RegRead, ...] = ()) -> None:
         self.loop = loop
+        # register values known non-negative here (enclosing branches), read as such by
+        # ``nonneg`` through a stand-in variable bounded below by 0
+        self.facts = {r: Var(f"hl_nonneg{i}", 0, None, kind="size") for i, r in enumerate(facts)}
         self.regs = regs
         self.k = loop.var
         inner = list(walk_instrs(loop.body))
@@ -156,9 +174,46 @@ class _LoopPass:
                 if isinstance(r, RegRef) and f not in _READ_FIELDS:
                     self.written.add(id(r.array))
         self.hoisted: dict[Expr, RegRead] = {}
+        self.loads: list[Instr] = []                      # invariant index loads, before the loop
+        self.canon: dict[RegRead, RegRead] = {}           # a hoisted load's element -> its address's first
+        self._invariant_loads(read_only)
         self.pre: list[Instr] = []
         self.rotations: dict[tuple[int, int], RegRead] = {}
         self.post: list[Instr] = []
+
+    def _invariant_loads(self, read_only: frozenset[int]) -> None:
+        """Step 4 of the module docstring: move the invariant index loads to ``self.loads``."""
+        body = self.loop.body
+        writers: dict[int, int] = {}
+        for ins in walk_instrs(body):
+            for f, r in vars(ins).items():
+                if isinstance(r, RegRef) and f not in _READ_FIELDS:
+                    writers[id(r.array)] = writers.get(id(r.array), 0) + 1
+        seen: list[RegArray] = []        # arrays the body mentions before the current instruction
+        first: dict[tuple[str, str, str, int], RegRead] = {}
+        keep: list[Instr] = []
+        for ins in body:
+            arr = ins.dst.array if isinstance(ins, LdGlobal) else None
+            if arr is not None and id(ins.src.param) in read_only and writers.get(id(arr)) == 1 \
+                    and isinstance(ins.dst.start, int) and ins.dst.count == 1 \
+                    and not any(a is arr for a in seen) and not self.variant(as_expr(ins.src.offset)) \
+                    and (ins.pred is None or not self.variant(as_expr(ins.pred))):
+                self.written.discard(id(arr))
+                new = copy.copy(ins)
+                runs = as_expr(self.loop.start) < as_expr(self.loop.stop)
+                new.pred = runs if ins.pred is None else runs.logical_and(as_expr(ins.pred))
+                self.loads.append(new)
+                key = (ins.src.param.name, to_c(as_expr(ins.src.offset)),
+                       "" if ins.pred is None else to_c(as_expr(ins.pred)), ins.bits)
+                mine = RegRead(arr, ins.dst.start)
+                self.canon[mine] = first.setdefault(key, mine)
+                continue
+            seen += _mentioned(ins)
+            keep.append(ins)
+        if self.loads:
+            self.loop = copy.copy(self.loop)
+            self.loop.body = keep
+            self.regs.moved += len(self.loads)
 
     # --- classification -----------------------------------------------------------------
     def variant(self, e: Expr) -> bool:
@@ -237,6 +292,12 @@ class _LoopPass:
         return r
 
     # --- hoisting ------------------------------------------------------------------------
+    def nonneg(self, e: Expr) -> bool:
+        """``nonnegative(e)``, the register values of ``facts`` known non-negative."""
+        if self.facts and reg_reads(e):
+            e = replace_leaves(e, lambda x: self.facts.get(x, x) if isinstance(x, RegRead) else x)
+        return nonnegative(e)
+
     def materialize(self, e: Expr) -> Expr:
         """A register holding the loop-invariant ``e`` (``e`` itself when cheap or signed);
         a constant term stays outside (an immediate offset), so that ``x`` and ``x + 1024``
@@ -245,14 +306,14 @@ class _LoopPass:
         c = sum(t.value for t in terms if isinstance(t, Const))
         if c and len(terms) > 1:
             rest = sum_terms([t for t in terms if not isinstance(t, Const)])
-            if nonnegative(rest):
+            if self.nonneg(rest):
                 return self.materialize(rest) + c
         xc = xor_constant_out(e)
         if xc is not None:
             return self.materialize(xc[0]) ^ xc[1]
         if _ops(e) < 2:
             return e
-        if not nonnegative(e):
+        if not self.nonneg(e):
             return self._hoist_children(e)
         r = self.hoisted.get(e)
         if r is None:
@@ -292,6 +353,8 @@ class _LoopPass:
         return e
 
     def rewrite(self, e: ExprLike) -> ExprLike:
+        if self.canon and isinstance(e, Expr):
+            e = replace_leaves(e, lambda x: self.canon.get(x, x) if isinstance(x, RegRead) else x)
         if not isinstance(e, Expr) or isinstance(e, (Const, Var, RegRead)):
             return e
         x = fold(e)
@@ -344,31 +407,79 @@ class _LoopPass:
 
     def run(self) -> list[Instr]:
         body = [self.instr(i) for i in self.loop.body]
-        if not self.pre:
+        if not self.pre and not self.loads:
             return [self.loop]
         loop = copy.copy(self.loop)
         loop.body = body + self.post
-        return self.pre + [loop]
+        return self.loads + self.pre + [loop]
 
 
 class _NoRotation(Exception):
     pass
 
 
-def _body(body: list[Instr], regs: _Registers) -> list[Instr]:
+def _mentioned(ins: Instr) -> list[RegArray]:
+    """The register arrays ``ins`` (and what it nests) reads or writes: its ``RegRef`` s and the
+    ``RegRead`` s of its expressions."""
+    out: list[RegArray] = []
+
+    def scan(v: Any, depth: int = 0) -> None:
+        if isinstance(v, RegRef):
+            out.append(v.array)
+            scan(v.start, depth + 1)
+        elif isinstance(v, Expr):
+            out.extend(r.array for r in reg_reads(v))
+        elif isinstance(v, Instr):
+            for f in vars(v).values():
+                scan(f, depth + 1)
+        elif isinstance(v, (list, tuple)) and depth < 4:
+            for x in v:
+                scan(x, depth + 1)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type) and depth < 4:
+            for f in dataclasses.fields(v):
+                scan(getattr(v, f.name), depth + 1)
+
+    scan(ins)
+    return out
+
+
+def _nonneg_facts(cond: ExprLike) -> tuple[RegRead, ...]:
+    """The register values a branch condition proves non-negative: ``0 <= x``, ``x >= 0``,
+    ``-1 < x``, ``x > -1`` and conjunctions of them."""
+    c = as_expr(cond)
+    if not isinstance(c, BinOp):
+        return ()
+    if c.op == "&&":
+        return _nonneg_facts(c.a) + _nonneg_facts(c.b)
+
+    def const(x: Expr, v: int) -> bool:
+        return isinstance(x, Const) and x.value == v
+
+    if (c.op == "<=" and const(c.a, 0) or c.op == "<" and const(c.a, -1)) and isinstance(c.b, RegRead):
+        return (c.b,)
+    if (c.op == ">=" and const(c.b, 0) or c.op == ">" and const(c.b, -1)) and isinstance(c.a, RegRead):
+        return (c.a,)
+    return ()
+
+
+def _body(body: list[Instr], regs: _Registers, read_only: frozenset[int] = frozenset(),
+          facts: tuple[RegRead, ...] = ()) -> list[Instr]:
     out: list[Instr] = []
     for ins in body:
         if isinstance(ins, ForLoop):
             inner = copy.copy(ins)
-            inner.body = _body(ins.body, regs)
+            inner.body = _body(ins.body, regs, read_only, facts)
             if _is_sequential(inner):
-                out += _LoopPass(inner, regs).run()
+                out += _LoopPass(inner, regs, read_only, facts).run()
             else:
                 out.append(inner)
         elif isinstance(ins, IfThen):
             new = copy.copy(ins)
-            new.then_body = _body(ins.then_body, regs)
-            new.else_body = _body(ins.else_body, regs)
+            written = {id(r.array) for i in walk_instrs(ins.then_body) for f, r in vars(i).items()
+                       if isinstance(r, RegRef) and f not in _READ_FIELDS}
+            held = tuple(r for r in _nonneg_facts(ins.cond) if id(r.array) not in written)  # (not rewritten)
+            new.then_body = _body(ins.then_body, regs, read_only, facts + held)
+            new.else_body = _body(ins.else_body, regs, read_only, facts)
             out.append(new)
         else:
             out.append(ins)
@@ -379,8 +490,10 @@ def optimize_loops(kernel: LoweredKernel) -> LoweredKernel:
     """``kernel`` with its sequential loops' invariant address / predicate computations
     hoisted and their stage indices rotated (module docstring); an equal program."""
     regs = _Registers(kernel)
-    body = _body(kernel.body, regs)
+    written = {id(p) for p in kernel.written_params()}
+    read_only = frozenset(id(p) for p in kernel.params if isinstance(p, GlobalParam) and id(p) not in written)
+    body = _body(kernel.body, regs, read_only)
     added: list[Any] = [a for a in (regs.inv, regs.rot) if a.count]
-    if not added:
+    if not added and not regs.moved:
         return kernel
     return dataclasses.replace(kernel, body=body, registers=list(kernel.registers) + added)
