@@ -28,7 +28,7 @@ from hexlayout.ir.functions import CDomain, compute_domain
 from hexlayout.ir.lowered import Alu, RegRef, Shfl
 from hexlayout.ir.tile import ScalarParam
 
-from .ctypes_map import c_type, float_literal, from_float, to_float
+from .ctypes_map import c_type, float_literal, from_float, is_fp8, to_float
 from .emitter import Emitter
 from .magic import even_start, magic_conversion
 
@@ -97,9 +97,11 @@ def alu(em: Emitter, ins: Alu) -> list[str]:
     if magic is not None:
         return magic
     src0 = ins.srcs[0]
-    if fn.name in ("mov", "cvt") and isinstance(src0, RegRef) and src0.array.dtype.name == dt.name:
+    if fn.name in ("mov", "cvt") and isinstance(src0, RegRef) and src0.array.dtype.name == dt.name \
+            and not is_fp8(dt):
         # a copy within one element type: bits as they are (no round trip through float, which
-        # ptxas keeps for 16-bit floats: a NaN's payload may change)
+        # ptxas keeps for 16-bit floats: a NaN's payload may change); fp8 keeps its round trip,
+        # which saturates (e5m2's infinities become its largest finite value)
         if src0.count != n:
             raise em.error(f"source {src0.array.name} has {src0.count} element(s), the destination {n}")
         em.check_reg_range(src0)
