@@ -239,11 +239,9 @@ def join_source_tv(r: Layout, shape: tuple[int, ...], k: int, axis: int, interle
         back = join_tv(f, shape, k, axis, interleave)
     except (ValueError, IndexError, TypeError):
         return None
-    a = np.asarray([r(i) for i in range(nt * nv)])
-    b = np.asarray([back(i) for i in range(nt * nv)])
-    if back.size() != r.size() or not (a == b).all():
+    if back.size() != r.size() or not np.array_equal(r.indices(), back.indices()):
         return None
-    src = np.asarray([f(i) for i in range(f.size())])
+    src = f.indices()
     if src.min() < 0 or src.max() >= int(np.prod(shape)):
         return None
     return f
