@@ -95,7 +95,7 @@ class Case:
     shipped: bool = True
     b_layout: str = "nk"       # GEMM: b is N x K ("nk") or K x N ("kn")
     chunk: tuple[int, int] = (0, 0)   # attention: (CHUNK, DCHUNK) of the example (0 = whole block)
-    cluster: int = 1           # sm_90a GEMM: CTAs per cluster (2: A multicast by TMA)
+    cluster: int = 1           # GEMM: CTAs per cluster (sm_90a 2: A multicast; sm_100a 2: a CTA pair per MMA)
 
     @property
     def label(self) -> str:
@@ -120,8 +120,8 @@ def cases() -> list[Case]:
                  cluster=c.cluster) for c in CONFIGS["sm_90a"]]
     # sm_100a: the same kernel source with tcgen05 (peers: CuTe DSL's Blackwell examples,
     # benchmarks/peers_sm100.py; the markdown puts them beside these rows)
-    out += [Case("gemm", "sm_100a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent)
-            for c in CONFIGS["sm_100a"]]
+    out += [Case("gemm", "sm_100a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent,
+                 cluster=c.cluster) for c in CONFIGS["sm_100a"]]
     # the example's defaults: BN=64 with S per 32-key sub-block and q per 64 columns
     out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8, shipped=False))
     out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
