@@ -29,19 +29,25 @@ def _args(m, n, k, b_layout, seed):
                   "c": np.full((m, n), np.nan, np.float16)}
 
 
-@pytest.mark.parametrize(("b_layout", "shape"), [("nk", (300, 104, 200)), ("kn", (136, 72, 136))])
-def test_emulated_pair_gemm_matches_float64(b_layout, shape):
+@pytest.mark.parametrize(("b_layout", "shape", "consts"), [
+    ("nk", (300, 104, 200), SMALL),
+    ("kn", (136, 72, 136), {**SMALL, "STAGE_EPILOGUE": True}),       # N-major B halves, TMA-store epilogue
+    ("nk", (130, 136, 264), {**SMALL, "BN": 128, "STAGES": 3, "CONSUMERS": 2}),
+])
+def test_emulated_pair_gemm_matches_float64(b_layout, shape, consts):
     """M = 300: the second pair's odd CTA holds rows 384.. past M (it still runs its half of the
-    MMA); N = 104: a ragged second tile; K = 200: 4 k-tiles on 2 stages (the ring wraps twice)."""
+    MMA); N = 104: a ragged second tile; K = 200: 4 k-tiles on 2 stages (the ring wraps twice);
+    two consumer warp groups reading 64 columns each of a pair's N = 128."""
     m, n, k = shape
-    syn = synthesize(gemm_sm100_kernel(hl.f16, b_layout).trace(**SMALL), "sm_100a")
+    syn = synthesize(gemm_sm100_kernel(hl.f16, b_layout).trace(**consts), "sm_100a")
     lk = syn.lowered.kernel
     assert lk.cluster == (2, 1, 1)
+    bn = consts["BN"]
     assert {i.atom for i in walk_instrs(lk.body) if isinstance(i, T.Tcgen05Mma)} == \
-        {"SM100_2x1SM_256x64x16_F32F16F16_SS"}
+        {f"SM100_2x1SM_256x{bn}x16_F32F16F16_SS"}
     a, b, args = _args(m, n, k, b_layout, m + n + k)
     rep = run(lk, args)
-    assert len(rep.blocks) == 2 * -(-m // 256) * -(-n // 64)
+    assert len(rep.blocks) == 2 * -(-m // 256) * -(-n // bn)
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(args["c"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
 
@@ -83,3 +89,29 @@ def test_pair_config_builds_for_sm100_with_2cta_sass():
     assert counts.get("UTCBAR.2CTA.MULTICAST", 0) >= 1, sorted(counts)
     assert any(op.startswith("UTCATOMSWS.2CTA") for op in counts), sorted(counts)
     assert any(op.startswith("LDTM") for op in counts) and any(op.startswith("UTMALDG") for op in counts)
+
+
+def test_op_build_of_a_pair_config_with_a_fused_epilogue_matches_float64():
+    """The op's build (``gemm_fused``: bias + ReLU fused after the tcgen05.ld) of a small pair
+    config, bf16, ragged M and N, emulated for sm_100a."""
+    from hexlayout.ops.gemm.config import GemmConfig
+    from hexlayout.ops.gemm.op import _arg_order, gemm_fused
+
+    m, n, k = 200, 88, 136
+    ep = (True, False, "relu", False)
+    cfg = GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, cluster=2)
+    bld, prog = gemm_fused(hl.bf16, "nk", ep, "sm_100a", cfg, m, n, compile=False)
+    assert bld.lowered.cluster == (2, 1, 1) and "gemm_sm100_bf16" in bld.generated.name
+    rng = np.random.default_rng(m + n + k)
+    npdt = hl.bf16.numpy()
+    a = rng.standard_normal((m, k)).astype(npdt)
+    b = rng.standard_normal((n, k)).astype(npdt)
+    bias = rng.standard_normal(n).astype(npdt)
+    c = np.full((m, n), np.nan, npdt)
+    by_role = {"a": a, "b": b, "c": c, "bias": bias.reshape(1, n), "residual": None, "scale": 0.5}
+    roles = ["a", "b", "c", "bias", "residual", "scale"]
+    names = [p.name for p in bld.tile_kernel.params]
+    run(bld.lowered, {name: by_role[roles[i]] for name, i in zip(names, _arg_order(prog, ep))})
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64).T + bias.astype(np.float64), 0)
+    err = np.abs(c.astype(np.float64) - want) / (np.abs(want) + 1)
+    assert err.max() < 1e-2
