@@ -265,8 +265,8 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     (mma.sync or wgmma), the arrangement of warps over the (M, N) atom tiles and the
     operand layouts unless they are given.
 
-    **The pair form** (a kernel launched in clusters of an even number of CTAs along x, e.g.
-    ``cluster=(2, 1, 1)``; sm_100a): ``c`` of shape (M, N) with shared ``a`` (M, K) and shared
+    **The pair form** (a kernel launched in 2-CTA clusters, ``cluster=(2, 1, 1)``; sm_100a):
+    ``c`` of shape (M, N) with shared ``a`` (M, K) and shared
     ``b`` of N/2 rows: ``b`` is this CTA's half of the B of its pair (the CTAs of ranks 2p and
     2p + 1), and every CTA of the pair computes ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T``
     (columns [0, N/2) from the even CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it
@@ -402,7 +402,7 @@ def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile) -> Non
         raise ctx.error("mma", loc, f"a {da} but b {db}; K differs ({ak} vs {bk}); b must be (N,K)")
     if am != cm:
         raise ctx.error("mma", loc, f"a {da} but c {dc}; M differs ({am} vs {cm})")
-    pair = (cn == 2 * bn and ctx.cluster is not None and ctx.cluster[0] % 2 == 0
+    pair = (cn == 2 * bn and tuple(ctx.cluster or ()) in ((2,), (2, 1), (2, 1, 1))
             and ta.value.type.scope == S and tb.value.type.scope == S)
     if bn != cn and not pair:
         raise ctx.error("mma", loc, f"b {db} but c {dc}; N differs ({bn} vs {cn})"

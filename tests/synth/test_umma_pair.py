@@ -96,16 +96,19 @@ def test_pair_tilings_and_refusals():
     assert "up to 256" in umma_refusal(128, 512, 64, F16, F16, F32, 128, cta_group=2)
 
 
-def test_the_pair_form_outside_a_cluster_is_a_shape_error():
-    @hl.kernel(threads=128)
+@pytest.mark.parametrize("cluster", [None, (4, 1, 1)])
+def test_the_pair_form_outside_a_2cta_cluster_is_a_shape_error(cluster):
+    @hl.kernel(threads=128, cluster=cluster)
     def lone(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        hl.grid(hl.spatial(4))
         sa = hl.shared(hl.f16, (128, 64))
         sb = hl.shared(hl.f16, (32, 64))
         acc = hl.register(hl.f32, (128, 64))
         hl.mma(sa, sb, acc)
 
-    with pytest.raises(hl.KernelError, match="only for shared a and b in a kernel of 2-CTA clusters"):
+    with pytest.raises(hl.KernelError, match="only for shared a and b in a kernel of 2-CTA clusters") as e:
         lone.trace()
+    assert "lone" in str(e.value) and "hl.mma(sa, sb, acc)" in str(e.value)
 
 
 @pytest.mark.nvrtc
