@@ -33,7 +33,7 @@ def _stage(kb, src, dst, rows, row0, name):
 
 
 def pair_kernel(*, cluster=True, issuer_rank=0, peer_allocs=True, multicast=True, peer_waits=True,
-                overwrite_in_flight=False):
+                overwrite_in_flight=False, peer_ncols=32, alloc_group=2, mma=True):
     """D[256, 32] = A[256, 64] @ B[32, 64]^T on a cluster of two CTAs (128 threads each).
     CTA r stages A's rows 128r.. and B's rows 16r.., both allocate with cta_group::2 (warp 0),
     a cluster barrier, then thread 0 of CTA ``issuer_rank`` issues four
@@ -53,13 +53,15 @@ def pair_kernel(*, cluster=True, issuer_rank=0, peer_allocs=True, multicast=True
     warp0 = tid < 32
     alloc_pred = warp0 if peer_allocs else (warp0 & rank.eq(0))
     body = [L.MbarInit(done, 1, pred=tid.eq(0)), L.MbarInit(issued, 1, pred=tid.eq(0)),
-            T.TmemAlloc(L.SharedRef(tm, 0), 32, cta_group=2, pred=alloc_pred,
+            T.TmemAlloc(L.SharedRef(tm, 0), 32, cta_group=alloc_group, pred=alloc_pred & rank.eq(0),
+                        loc=here("tmem = hl.tmem_alloc(32, cta_group=2)")),
+            T.TmemAlloc(L.SharedRef(tm, 0), peer_ncols, cta_group=alloc_group, pred=alloc_pred & rank.eq(1),
                         loc=here("tmem = hl.tmem_alloc(32, cta_group=2)"))]
     body += _stage(kb, A, sA, M // 2, rank * (M // 2), "a") + _stage(kb, B, sB, N // 2, rank * (N // 2), "b")
     body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.ClusterBarrier(),
              T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32)]
     me = tid.eq(0) & rank.eq(issuer_rank)
-    for ks in range(K // 16):
+    for ks in range(K // 16 if mma else 0):
         a, b = L.SmemDesc(sA, ks * 16, 1, 16, 1024), L.SmemDesc(sB, ks * 16, 1, 16, 1024)
         body.append(T.Tcgen05Mma("SM100_2x1SM_256x32x16_F32F16F16_SS", taddr, a, b, accumulate=int(ks > 0),
                                  pred=me, loc=here("hl.mma(sA, sB, acc)")))
@@ -91,8 +93,8 @@ def pair_kernel(*, cluster=True, issuer_rank=0, peer_allocs=True, multicast=True
     body += [L.StGlobal(L.GlobalRef(D, (rank * 128 + tid) * N + j), rr(acc, j, 4), 128)
              for j in range(0, N, 4)]
     body += [T.Tcgen05Fence("before_thread_sync"), L.ClusterBarrier(),
-             T.TmemDealloc(taddr, 32, cta_group=2, pred=alloc_pred),
-             T.TmemRelinquish(cta_group=2, pred=alloc_pred)]
+             T.TmemDealloc(taddr, 32, cta_group=alloc_group, pred=alloc_pred),
+             T.TmemRelinquish(cta_group=alloc_group, pred=alloc_pred)]
     k = kb.build([A, B, D], body)
     if cluster:
         k.cluster = (2,)
@@ -135,6 +137,35 @@ def test_mma_into_the_peers_unallocated_tmem_is_an_error():
         run(pair_kernel(peer_allocs=False), _args())
     assert e.value.instr.opname == "Tcgen05Mma"
     assert "D in the pair's CTA" in str(e.value) and "has not executed its own tcgen05.alloc" in str(e.value)
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"peer_ncols": 64}, "alloc.cta_group::2 of 64 columns by warp 0, but the pair's CTA allocated 32"),
+    ({"alloc_group": 1}, "with cta_group::2 in a CTA whose tcgen05 instructions use cta_group::1"),
+])
+def test_pair_allocation_errors(kw, words):
+    """The pair's warps allocate different column counts; a CTA mixes cta_group::1 (its TMEM) and
+    cta_group::2 (the pair's MMA)."""
+    with pytest.raises(IllegalInstructionError) as e:
+        run(pair_kernel(**kw), _args())
+    assert words in str(e.value)
+
+
+def test_a_cta_that_never_joins_the_pairs_allocation_is_an_error_at_exit():
+    kb = KB("lonely_alloc", 32, grid=(2,), arch="sm_100a")
+    even = (kb.bid[0] % 2).eq(0)
+    tm = kb.shared("tmem_addr", "u32", 1, align=16)
+    ta = kb.reg("taddr", "u32", 1)
+    body = [T.TmemAlloc(L.SharedRef(tm, 0), 32, cta_group=2, pred=even, loc=here("alloc")), L.BarSync(),
+            L.LdShared(rr(ta), L.SharedRef(tm, 0), 32, pred=even), L.ClusterBarrier(),
+            T.TmemDealloc(RegRead(ta, 0), 32, cta_group=2, pred=even),
+            T.TmemRelinquish(cta_group=2, pred=even)]
+    k = kb.build([], body)
+    k.cluster = (2,)
+    with pytest.raises(IllegalInstructionError) as e:
+        run(k, {})
+    assert "block (1,) exits without joining the tcgen05.alloc.cta_group::2 of columns [0, 32)" \
+        in str(e.value)
 
 
 def test_overwriting_the_peers_operand_while_in_flight_is_an_error():
