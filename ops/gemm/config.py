@@ -72,9 +72,11 @@ class GemmConfig:
         """The kernel's keyword constants (``GRID`` for a persistent Hopper kernel)."""
         if self.arch in WARP_SPECIALIZED:
             grid = 0
-            if self.persistent:
-                tiles = -(-m // self.BM) * -(-n // self.BN) if m and n else SM_COUNT[self.arch]
-                grid = min(tiles, SM_COUNT[self.arch])
+            if self.persistent:      # GRID: blocks, or for a pair of CTAs per MMA (sm_100a) pairs
+                rows = self.BM * (self.cluster if self.arch == "sm_100a" else 1)
+                slots = SM_COUNT[self.arch] // (self.cluster if self.arch == "sm_100a" else 1)
+                tiles = -(-m // rows) * -(-n // self.BN) if m and n else slots
+                grid = min(tiles, slots)
             out = {"BM": self.BM, "BN": self.BN, "BK": self.BK, "STAGES": self.STAGES,
                    "CONSUMERS": self.CONSUMERS, "GRID": grid}
             if self.cluster > 1:
@@ -163,6 +165,7 @@ _SM100 = [
     # 128 rows of A and 128 of B's 256 rows: 32 KiB staged per k-tile (the one-CTA 128x256: 48 KiB,
     # 128x128: 32 KiB for half the outputs), 6 stages, and one MMA instruction for both CTAs
     _sm100(128, 256, 2, cluster=2),
+    _sm100(128, 256, 2, persistent=True, cluster=2),     # GRID pairs walk the 256x256 tiles
 ]
 
 #: The shipped config space per architecture.
@@ -185,9 +188,9 @@ def choose_config(arch: str, m: int, n: int, k: int) -> GemmConfig:
             return space[2] if n >= 128 else space[3]
         tiles = -(-m // 128) * -(-n // 128)
         if arch == "sm_100a" and tiles > SM_COUNT[arch] and n >= 256:
-            # more 128x128 tiles than SMs: the pair's 256x256 tiles still fill every SM, and per
-            # output each CTA stages half the bytes of a one-CTA 128x128 tile
-            return space[5]
+            # more 128x128 tiles than SMs: persistent pairs walking 256x256 tiles fill every SM,
+            # and per output each CTA stages half the bytes of a one-CTA 128x128 tile
+            return space[6]
         return space[0] if tiles > SM_COUNT[arch] else space[1]
     if m <= 16:
         return space[5]

@@ -188,7 +188,8 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
     epilogue reads the accumulator with the ``tcgen05.ld`` synthesis chooses
     (``hexlayout.ir.lower.umma``). One CTA per MMA (``cta_group::1``): ``BM`` 64 or 128,
     ``CLUSTER=1``; persistent with ``GRID > 0``. ``CLUSTER=2``: a pair of CTAs per MMA
-    (``cta_group::2``, ``GRID=0``, ``BM=128``): the pair computes a ``2 BM x BN`` tile, CTA ``r``
+    (``cta_group::2``, ``BM=128``; persistent with ``GRID > 0`` pairs): the pair computes a
+    ``2 BM x BN`` tile, CTA ``r``
     its rows ``BM r ..``; each CTA stages its ``BM`` rows of A and its half (``BN/2`` rows) of the
     pair's B tile, and the ``hl.mma`` in its pair form (``sb`` of ``BN/2`` rows, ``acc`` of ``BN``
     columns) is synthesized as one ``tcgen05.mma.cta_group::2`` the even CTA issues. Before it
@@ -236,10 +237,9 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
              GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
         staged = stage_epilogue or STAGE_EPILOGUE
         paired = arch == "sm_100a" and CLUSTER == 2        # a pair of CTAs per tcgen05.mma
-        if paired and (GRID or BM != 128 or BN % 32 or BN > 256):
-            raise ValueError(f"hexlayout gemm: gemm_sm100 with CLUSTER=2 runs a pair of CTAs per MMA: one "
-                             f"block per tile (GRID=0), BM=128 rows per CTA and BN a multiple of 32 up to "
-                             f"256 (got GRID={GRID}, BM={BM}, BN={BN})")
+        if paired and (BM != 128 or BN % 32 or BN > 256):
+            raise ValueError(f"hexlayout gemm: gemm_sm100 with CLUSTER=2 runs a pair of CTAs per MMA: BM=128 "
+                             f"rows per CTA and BN a multiple of 32 up to 256 (got BM={BM}, BN={BN})")
         if CLUSTER not in (1, 2) or (CLUSTER == 2 and not paired and (GRID or BM % 128 or not mk)):
             raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0), "
                              f"BM a multiple of 128 and a K-major A (got GRID={GRID}, BM={BM}, "
@@ -266,10 +266,11 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
         else:
             hl.syncthreads()
         rank: Any = 0
-        if paired:                 # cluster pid // 2 takes the 2 BM x BN tile; CTA r its rows BM r ..
-            pid = hl.grid(hl.spatial(2 * hl.cdiv(Mx, 2 * BM) * tiles_n))
+        if paired:      # cluster pid // 2 takes the 2 BM x BN tiles pid // 2 (+ GRID, ... with GRID
+            pair_tiles = hl.cdiv(Mx, 2 * BM) * tiles_n        # pairs: persistent); CTA r its rows BM r ..
+            pid = hl.grid(hl.spatial(2 * (GRID or pair_tiles)))
             rank = hl.cluster_rank()
-            my_tiles = 1
+            my_tiles = hl.cdiv(hl.maximum(pair_tiles - pid // 2, 0), GRID) if GRID else 1
         elif clustered:
             pairs_n = hl.cdiv(tiles_n, 2)
             pid = hl.grid(hl.spatial(2 * tiles_m * pairs_n))
@@ -284,7 +285,7 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
 
         def origin(t: Any) -> tuple[Any, Any]:
             if paired:
-                pair = pid // 2
+                pair = pid // 2 + t * (GRID or 1)
                 return (pair // tiles_n) * 2 * BM + rank * BM, (pair % tiles_n) * BN
             if clustered:        # cluster pid // 2 takes tiles (m, 2j) and (m, 2j + 1): one A tile
                 pair = pid // 2

@@ -33,6 +33,7 @@ def _args(m, n, k, b_layout, seed):
     ("nk", (300, 104, 200), SMALL),
     ("kn", (136, 72, 136), {**SMALL, "STAGE_EPILOGUE": True}),       # N-major B halves, TMA-store epilogue
     ("nk", (130, 136, 264), {**SMALL, "BN": 128, "STAGES": 3, "CONSUMERS": 2}),
+    ("nk", (600, 136, 136), {**SMALL, "GRID": 2}),    # persistent: 2 pairs walk 3 x 3 tiles (5 and 4)
 ])
 def test_emulated_pair_gemm_matches_float64(b_layout, shape, consts):
     """M = 300: the second pair's odd CTA holds rows 384.. past M (it still runs its half of the
@@ -47,7 +48,7 @@ def test_emulated_pair_gemm_matches_float64(b_layout, shape, consts):
         {f"SM100_2x1SM_256x{bn}x16_F32F16F16_SS"}
     a, b, args = _args(m, n, k, b_layout, m + n + k)
     rep = run(lk, args)
-    assert len(rep.blocks) == 2 * -(-m // 256) * -(-n // bn)
+    assert len(rep.blocks) == 2 * (consts.get("GRID") or -(-m // 256) * -(-n // bn))
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(args["c"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
 
@@ -63,11 +64,14 @@ def test_without_the_stage_signal_to_the_peer_the_emulator_rejects_the_pipeline(
     assert "write-after-read" in str(e.value) and "conflicting: Tcgen05Mma" in str(e.value)
 
 
-def test_the_pair_config_is_shipped_and_chosen_for_large_problems():
-    assert len(PAIR) == 1
-    cfg = PAIR[0]
-    assert (cfg.BM, cfg.BN, cfg.CONSUMERS, cfg.persistent, cfg.STAGES) == (128, 256, 2, False, 6)
-    assert cfg.consts(4096, 4096)["CLUSTER"] == 2 and str(cfg).endswith("cluster 2")
+def test_the_pair_configs_are_shipped_and_the_persistent_one_chosen_for_large_problems():
+    assert [(c.BM, c.BN, c.CONSUMERS, c.persistent, c.STAGES) for c in PAIR] == \
+        [(128, 256, 2, False, 6), (128, 256, 2, True, 6)]
+    cfg = PAIR[1]
+    consts = cfg.consts(4096, 4096)
+    assert consts["CLUSTER"] == 2 and consts["GRID"] == 74 and str(cfg).endswith("persistent cluster 2")
+    assert cfg.consts(512, 768)["GRID"] == 6                           # 2 x 3 tiles of 256x256: 6 pairs
+    assert PAIR[0].consts(4096, 4096)["GRID"] == 0
     assert choose_config("sm_100a", 4096, 4096, 4096) == cfg
     assert choose_config("sm_100a", 512, 512, 4096).cluster == 1      # too few tiles to fill the SMs
     assert choose_config("sm_100a", 4096, 128, 4096).cluster == 1     # N narrower than the pair's tile
@@ -81,7 +85,7 @@ def test_pair_config_builds_for_sm100_with_2cta_sass():
     the pair's MMA (UTCHMMA.2CTA), its multicast commit, the pair's allocator and the TMEM loads."""
     from hexlayout.ops.gemm.op import gemm_build
 
-    bld = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", PAIR[0], 4096, 4096)
+    bld = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", PAIR[1], 4096, 4096)
     res = bld.compiled.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and 0 < res.registers <= 255, res
     counts = bld.compiled.sass_counts()
