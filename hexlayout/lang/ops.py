@@ -56,7 +56,7 @@ _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mask: Any = None,
          mbarrier: BarrierRef | Any = None, multicast: int | None = None, *,
-         other: float | None = None) -> Tile | None:
+         other: float | None = None, pair_barrier: bool = False) -> Tile | None:
     """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
 
     ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
@@ -93,6 +93,11 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             expects them (``hl.arrive(..., tx_bytes=)``) although a peer issued the copy.
         other (float | None): a global -> register copy only: the value its out-of-bounds
             (and masked-off) elements read; ``None``: 0, as padding that reductions skip.
+        pair_barrier (bool): with ``mbarrier`` in a kernel of 2-CTA clusters
+            (``cluster=(2, 1, 1)``, sm_100a): the tile lands in this CTA's ``dst`` but its bytes
+            complete on the barrier at the same index of the pair's even CTA (rank 0), as the
+            pair's ``tcgen05.mma.cta_group::2`` needs (``cp.async.bulk.tensor.cta_group::2``):
+            the even CTA's barrier expects both CTAs' bytes.
 
     A 4-bit global view (``hl.view`` of a ``u4`` / ``s4`` argument, ``hexlayout.lang.
     packed_global``) copies to or from register tiles of ``u8`` / ``s8``: ``w =
@@ -151,8 +156,12 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
     bar, bidx = (None, 0) if mbarrier is None else _copy_barrier(ctx, loc, mbarrier, s, d, pair)
     if multicast is not None:
         _check_multicast(ctx, loc, multicast, bar)
+    if pair_barrier and (bar is None or tuple(ctx.cluster or ()) not in ((2,), (2, 1), (2, 1, 1))):
+        raise ctx.error("copy", loc, "pair_barrier=True is for TMA copies (mbarrier=) in a kernel of 2-CTA "
+                        "clusters (cluster=(2, 1, 1))")
     fill = None if other is None else _other(ctx, loc, other, s, d, pair)
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill))
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill,
+                  pair_barrier=bool(pair_barrier)))
 
 
 def _check_copy_tiles(ctx: Any, loc: Any, s: Tile, d: Tile, pair: str) -> None:

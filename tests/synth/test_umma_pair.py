@@ -11,6 +11,7 @@ import pytest
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import F16, F32
 from hexlayout.emulator import run
+from hexlayout.ir import lowered as L
 from hexlayout.ir import lowered_tcgen05 as T
 from hexlayout.ir.lowered import walk_instrs
 from hexlayout.runtime import build
@@ -121,3 +122,79 @@ def test_the_pair_kernel_compiles_for_sm_100a(built):
     assert ck.resources is not None and not ck.resources.spills, ck.log
     counts = ck.sass_counts()
     assert counts.get("UTCHMMA.2CTA", 0) >= 8 and counts.get("UTCBAR.2CTA.MULTICAST", 0) >= 2, sorted(counts)
+
+
+def tma_pair_gemm(pair_barrier: bool = True):
+    """One k-tile of the pair form with TMA loads: each CTA loads its 128 rows of ``a`` and its
+    32 rows of ``b``; with ``pair_barrier`` their bytes complete on the even CTA's barrier (which
+    expects both CTAs' bytes), the only barrier the MMA's issuer waits on."""
+
+    @hl.kernel(threads=128, cluster=(2, 1, 1))
+    def tma_pair(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        pid = hl.grid(hl.spatial(2 * hl.cdiv(a.shape[0], 256)))
+        r = hl.cluster_rank()
+        sa = hl.shared(hl.f16, (128, 64))
+        sb = hl.shared(hl.f16, (32, 64))
+        full = hl.mbarrier(1)
+        hl.mbarrier_init(full, 0, arrivals=1)
+        hl.cluster_sync()
+        if pair_barrier:         # the even CTA's barrier expects both CTAs' bytes
+            with hl.if_(r.eq(0)):
+                hl.arrive(full, 0, tx_bytes=2 * (sa.nbytes + sb.nbytes), who="one")
+        else:                    # each CTA's barrier its own
+            hl.arrive(full, 0, tx_bytes=sa.nbytes + sb.nbytes, who="one")
+        hl.copy(hl.view(a, tile=(128, 64), origin=(pid * 128, 0)), sa, mbarrier=full[0],
+                pair_barrier=pair_barrier)
+        hl.copy(hl.view(b, tile=(32, 64), origin=(r * 32, 0)), sb, mbarrier=full[0],
+                pair_barrier=pair_barrier)
+        with hl.if_(r.eq(0)):
+            hl.wait(full, 0, phase=0)        # the pair's bytes (with pair_barrier: both CTAs')
+        acc = hl.register(hl.f32, (128, 64))
+        hl.mma(sa, sb, acc, accumulate=False)
+        hl.wgmma_commit()
+        hl.wgmma_wait(0)
+        hl.copy(acc, hl.view(c, tile=(128, 64), origin=(pid * 128, 0)))
+        hl.cluster_sync()
+
+    return tma_pair
+
+
+def _tma_args(seed=28):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (300, 64)).astype(np.float16)
+    b = rng.uniform(-1, 1, (64, 64)).astype(np.float16)
+    return a, b, {"a": a, "b": b, "c": np.full((300, 64), np.nan, np.float32)}
+
+
+def test_tma_loads_completing_on_the_pairs_barrier_feed_the_pair_mma():
+    bld = build(tma_pair_gemm(), "sm_100a", compile=False)
+    loads = [i for i in walk_instrs(bld.lowered.body) if isinstance(i, L.TmaLoad)]
+    assert len(loads) == 2 and all(i.pair_bar for i in loads)
+    assert "cp.async.bulk.tensor.2d.cta_group::2.shared::cluster.global" in bld.generated.source
+    a, b, args = _tma_args()
+    run(bld.lowered, args)
+    np.testing.assert_allclose(args["c"], a.astype(np.float64) @ b.astype(np.float64).T, rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_pairs_barrier_the_mma_reads_the_peers_bytes_unordered():
+    """Each CTA's loads complete on its own barrier and only the even CTA waits: its MMA reads
+    the odd CTA's tiles unordered with the odd CTA's TMA load of them."""
+    from hexlayout.emulator import RaceError
+
+    bld = build(tma_pair_gemm(pair_barrier=False), "sm_100a", compile=False)
+    with pytest.raises(RaceError) as e:
+        run(bld.lowered, _tma_args()[2])
+    assert e.value.instr.opname == "TmaLoad" and e.value.block == (1,)
+    assert "conflicting: Tcgen05Mma" in str(e.value)
+
+
+@pytest.mark.nvrtc
+def test_the_tma_pair_kernel_compiles_for_sm_100a():
+    """NVRTC accepts cp.async.bulk.tensor.cta_group::2 for sm_100a (no spills): UTMALDG.2D.2CTA."""
+    from hexlayout.runtime import compile_cuda
+
+    g = build(tma_pair_gemm(), "sm_100a", compile=False).generated
+    ck = compile_cuda(g.source, "sm_100a", name=g.name, backend="nvrtc", cache=False)
+    assert ck.resources is not None and not ck.resources.spills, ck.log
+    counts = ck.sass_counts()
+    assert counts.get("UTMALDG.2D.2CTA", 0) >= 2 and counts.get("UTCHMMA.2CTA", 0) >= 4, sorted(counts)
