@@ -95,7 +95,7 @@ class Case:
     shipped: bool = True
     b_layout: str = "nk"       # GEMM: b is N x K ("nk") or K x N ("kn")
     chunk: tuple[int, int] = (0, 0)   # attention: (CHUNK, DCHUNK) of the example (0 = whole block)
-    cluster: int = 1           # sm_90a GEMM: CTAs per cluster (2: A multicast by TMA)
+    cluster: int = 1           # GEMM: CTAs per cluster (sm_90a 2: A multicast; sm_100a 2: a CTA pair per MMA)
 
     @property
     def label(self) -> str:
@@ -120,8 +120,8 @@ def cases() -> list[Case]:
                  cluster=c.cluster) for c in CONFIGS["sm_90a"]]
     # sm_100a: the same kernel source with tcgen05 (peers: CuTe DSL's Blackwell examples,
     # benchmarks/peers_sm100.py; the markdown puts them beside these rows)
-    out += [Case("gemm", "sm_100a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent)
-            for c in CONFIGS["sm_100a"]]
+    out += [Case("gemm", "sm_100a", c.BM, c.BN, c.BK, c.STAGES, 4 * c.CONSUMERS, c.persistent,
+                 cluster=c.cluster) for c in CONFIGS["sm_100a"]]
     # the example's defaults: BN=64 with S per 32-key sub-block and q per 64 columns
     out.append(Case("attention", "sm_80", 128, 32, 128, 2, 8, shipped=False))
     out.append(Case("attention", "sm_80", 128, 64, 128, 2, 8, shipped=False))
@@ -974,7 +974,9 @@ def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
     peers = json.loads(path.read_text())["rows"] if path.exists() else []
     out = ["", "## sm_100a beside CuTe DSL's Blackwell GEMM examples",
            "", "hexlayout: the warp-specialized GEMM source built for sm_100a (tcgen05 synthesized, one "
-           "CTA per MMA); its MMA loop is the consumer warp group's k-loop (full-barrier wait, 4 "
+           "CTA per MMA, or with cluster 2 a pair of CTAs per MMA, cta_group::2, whose tile is the pair's: "
+           "each CTA 128 rows, half of B, one CTA's code counted); its MMA loop is the consumer warp "
+           "group's k-loop (full-barrier wait, 4 "
            "UTCHMMA from one thread, tcgen05.commit, the wait for the previous commit, the stage "
            "release). CuTe DSL: `static-sm100-peers.md` (`benchmarks/peers_sm100.py`)"
            + ("" if peers else " — not found, peers left out") + ".", "",
@@ -986,7 +988,9 @@ def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
         lp, c = d["main_loop"], d["counts"]
         loop = (f"{lp['non_mma_per_ktile']:.1f} ({lp['instructions']} instr, {lp['mma']} MMA)"
                 if lp and lp["non_mma_per_ktile"] is not None else "-")
-        out.append(f"| hexlayout {r['config']} | {r['case']['BM']}x{r['case']['BN']}x{r['case']['BK']} | 1 | "
+        g = int(r["case"].get("cluster", 1)) if r["case"].get("kernel") == "gemm" else 1
+        tile = f"{g * r['case']['BM']}x{r['case']['BN']}x{r['case']['BK']}"
+        out.append(f"| hexlayout {r['config']} | {tile} | {g} | "
                    f"{_regs(d)} | {d['local_memory_instructions']} | {loop} | "
                    + " / ".join(str(c.get(k, 0)) for k in keys) + " |")
     for p in peers:

@@ -233,8 +233,8 @@ def _tmem(s: Any) -> list[dict[str, Any]]:
         m, n, _ = tu.tile_mnk
         out.append({
             "accumulator": op.c.root.name, "atom": tu.atom.name, "atoms_n": tu.n_atoms, "k_steps": tu.k_tiles,
-            "shape": [m, n], "lanes": 128, "columns": tu.columns,
-            "tmem_layout": str(accumulator_layout(m, n)),
+            "shape": [m, n], "lanes": 128, "columns": tu.columns, "cta_group": tu.cta_group,
+            "tmem_layout": str(accumulator_layout(m * tu.cta_group, n, tu.cta_group)),
             "load": f"tcgen05.ld.{tu.ld_shape}.x{tu.ld_num}", "loads_per_warp": len(tu.loads),
             "registers_per_load": tu.regs_per_load, "threads": tu.threads, "column_block": tu.chunk,
             "register_tv": str(tu.register_tv), "file": _file(op.loc), "line": _line(op.loc),
@@ -396,8 +396,11 @@ def _tmem_lines(tmem: list[dict[str, Any]]) -> list[str]:
     lines = ["\ntensor memory (tcgen05 accumulators: TMEM layout (row, col) -> lane << 16 | column)"]
     for t in tmem:
         m, n = t["shape"]
+        who = ("one thread of the pair's even CTA (cta_group::2: the pair's M = "
+               f"{2 * m}, each CTA's {m} rows in its own TMEM, half of B in each CTA)"
+               if t.get("cta_group", 1) == 2 else "one thread")
         lines.append(f"  %{t['accumulator']} f32 {m}x{n}: {t['atom']} x{t['atoms_n']} along N, "
-                     f"{t['k_steps']} k-steps per mma, issued by one thread  [{_where(t)}]")
+                     f"{t['k_steps']} k-steps per mma, issued by {who}  [{_where(t)}]")
         lines.append(f"      TMEM {t['tmem_layout']}: {t['lanes']} lanes x {t['columns']} columns (allocated "
                      "by the kernel, a power of two >= 32)")
         split = (f", warp groups take blocks of {t['column_block']} columns in turn"
@@ -491,7 +494,8 @@ def _draw_tmem(s: Any, out: Path) -> list[dict[str, str]]:
         title = (f"TMEM of %{name} ({m}x{n} f32, {tu.atom.name}): 128 lanes x {tu.columns} columns, "
                  f"loaded by tcgen05.ld.{tu.ld_shape}.x{tu.ld_num} into (thread, register)")
         path = out / f"tmem_{_safe(name)}.png"
-        hd.render(hd.tmem_grid(accumulator_layout(m, n), tu.register_tv, (m, n), tu.columns, title), path)
+        acc = accumulator_layout(m * tu.cta_group, n, tu.cta_group)
+        hd.render(hd.tmem_grid(acc, tu.register_tv, (m, n), tu.columns, title), path)
         pictures.append({"path": str(path), "what": f"tensor memory of %{name}: lanes x columns, the "
                          "thread and register each cell is loaded into"})
     return pictures

@@ -113,9 +113,21 @@ def tcgen05_cp(em: Emitter, ins: Tcgen05Cp) -> list[str]:
                [f'"r"({em.expr(ins.taddr)})', f'"l"({_desc(em, ins.src, "tcgen05.cp source")})'])
 
 
+def _group(em: Emitter, g: int, what: str) -> int:
+    if g not in (1, 2):
+        raise em.error(f"{what}: cta_group {g} is not 1 or 2")
+    return g
+
+
 def tcgen05_commit(em: Emitter, ins: Tcgen05Commit) -> list[str]:
     _need(em, "tcgen05.commit")
-    return asm(f"{tcgen05_ptx('commit')} [%0];", [], [f'"r"({em.mbar_addr(ins.bar)})'])
+    ptx = tcgen05_ptx("commit", _group(em, ins.cta_group, "tcgen05.commit"))
+    if ins.multicast is None:
+        return asm(f"{ptx} [%0];", [], [f'"r"({em.mbar_addr(ins.bar)})'])
+    # arrives on the barrier at the same offset in each CTA of the mask
+    ptx = ptx.replace(".b64", ".multicast::cluster.b64")
+    mask = f'"h"((unsigned short)({em.expr(ins.multicast)}))'
+    return asm(f"{ptx} [%0], %1;", [], [f'"r"({em.mbar_addr(ins.bar)})', mask])
 
 
 def _ncols(em: Emitter, n: int, what: str) -> None:
@@ -126,18 +138,21 @@ def _ncols(em: Emitter, n: int, what: str) -> None:
 def tmem_alloc(em: Emitter, ins: TmemAlloc) -> list[str]:
     _need(em, "tcgen05.alloc")
     _ncols(em, ins.ncols, "tcgen05.alloc")
-    return asm(f"{tcgen05_ptx('alloc')} [%0], {int(ins.ncols)};", [], [f'"r"({em.smem_addr(ins.dst)})'])
+    ptx = tcgen05_ptx("alloc", _group(em, ins.cta_group, "tcgen05.alloc"))
+    return asm(f"{ptx} [%0], {int(ins.ncols)};", [], [f'"r"({em.smem_addr(ins.dst)})'])
 
 
 def tmem_dealloc(em: Emitter, ins: TmemDealloc) -> list[str]:
     _need(em, "tcgen05.dealloc")
     _ncols(em, ins.ncols, "tcgen05.dealloc")
-    return asm(f"{tcgen05_ptx('dealloc')} %0, {int(ins.ncols)};", [], [f'"r"({em.expr(ins.taddr)})'])
+    ptx = tcgen05_ptx("dealloc", _group(em, ins.cta_group, "tcgen05.dealloc"))
+    return asm(f"{ptx} %0, {int(ins.ncols)};", [], [f'"r"({em.expr(ins.taddr)})'])
 
 
 def tmem_relinquish(em: Emitter, ins: TmemRelinquish) -> list[str]:
     _need(em, "tcgen05.relinquish_alloc_permit")
-    return asm(f"{tcgen05_ptx('relinquish_alloc_permit')};", [], [])
+    g = _group(em, ins.cta_group, "tcgen05.relinquish_alloc_permit")
+    return asm(f"{tcgen05_ptx('relinquish_alloc_permit', g)};", [], [])
 
 
 def _fragment(em: Emitter, ins: Tcgen05Ld | Tcgen05St, what: str) -> tuple[int, str]:

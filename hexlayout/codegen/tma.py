@@ -35,7 +35,12 @@ def tma_load(em: Emitter, ins: TmaLoad) -> list[str]:
     mc = ins.multicast is not None
     if mc and not em.kernel.cluster:
         raise em.error("a multicast TMA load needs a kernel launched in clusters (cluster=)")
-    text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    if ins.pair_bar and tuple(em.kernel.cluster or ()) not in ((2,), (2, 1), (2, 1, 1)):
+        raise em.error("a TMA load completing on the pair's barrier needs 2-CTA clusters (cluster=(2, 1, 1))")
+    # .cta_group::2: the barrier address's peer bit (24) selects the CTA of the pair; a shared::cta
+    # address has it clear, i.e. names the even CTA's barrier at that offset
+    group = ".cta_group::2" if ins.pair_bar else ""
+    text = (f"cp.async.bulk.tensor.{rank}d{group}.shared::cluster.global.mbarrier::complete_tx::bytes"
             + (".multicast::cluster" if mc else "")
             + f" [%0], [%1, {_coord_list(2, rank)}], [%{2 + rank}]" + (f", %{3 + rank};" if mc else ";"))
     ins_ = [f'"r"({em.smem_addr(ins.dst)})', f'"l"(reinterpret_cast<unsigned long long>(&{name}))']

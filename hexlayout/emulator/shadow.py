@@ -152,6 +152,19 @@ class SmemShadow:
         self.r_site[addr] = site
         return None
 
+    def read_by(self, clk: np.ndarray, gid: int, epoch: int, addr: np.ndarray, site: int) -> Conflict | None:
+        """Check and record reads of the bytes ``addr`` (flat) by the peer CTA's thread with
+        cluster-wide id ``gid``, clock row ``clk`` and epoch ``epoch`` (a ``tcgen05.mma.cta_group::2``
+        reading the pair's shared memory)."""
+        zero = np.zeros(len(addr), dtype=np.int64)
+        c = self._check(clk.reshape(1, -1), zero, zero + gid, self.w_tid[addr], self.w_clk[addr],
+                        self.w_site[addr], addr, "read-after-write")
+        if c is None:
+            self.r_tid[addr] = gid
+            self.r_clk[addr] = epoch
+            self.r_site[addr] = site
+        return c
+
     def check_write(self, tids: np.ndarray, addr: np.ndarray) -> Conflict | None:
         ridx, who = self._who(tids, addr)
         return self.check_write_by(self.clocks.c, ridx, who, addr.reshape(-1))

@@ -30,7 +30,23 @@ rows of lane quarter ``q``, ``SFB[n]`` the byte ``sfb_id`` of column ``sfb + n /
 cell must be allocated and written by a completed copy the issuer observed or by an earlier
 copy of the issuing thread; a never-written byte holds the poison 0xFF, i.e. NaN.
 
-``cta_group::2`` (a pair of CTAs) is not emulated: such an atom is an error here.
+**cta_group::2** (a pair of CTAs of a cluster, ranks ``2p`` and ``2p + 1``; ``tmem.py`` for the
+pair's allocation). A thread of the even CTA issues; the descriptors (and a TMEM A address) are
+evaluated once and name the same offsets in both CTAs. CTA ``c`` holds A's rows
+``c M/2 .. c M/2 + M/2 - 1`` and B's rows ``c N/2 ..`` (``arch.sm100._operand``), and gets its
+``M/2`` rows of ``D = A @ B^T`` in its own TMEM at the same address, in the accumulator layout of
+``accumulator_layout(M, N, 2)``::
+
+    D_c (+)= A_c @ [B_0; B_1]^T
+
+Each CTA's operand bytes stay marked as read, and its D cells as written, until the MMA
+completes: when the first arrival of its ``tcgen05.commit.cta_group::2`` lands (a commit tracks
+the issuing thread's MMAs and copies of its own cta_group). ``multicast`` (a CTA mask) arrives
+on the barrier of the same name and index in every CTA of the mask. A reader of D in either CTA
+must have observed an arrival of that commit (the race detector's vector clocks span the
+cluster). Errors: the odd CTA issuing, no pair in the cluster, the pair's TMEM not allocated (or
+its allocation not yet joined), its operand bytes written while the MMA is in flight, reading D
+before the commit arrived. Block-scaled and ``tcgen05.cp`` with cta_group::2 are not emulated.
 """
 
 from __future__ import annotations
@@ -49,12 +65,13 @@ from hexlayout.ir.lowered import Instr, SmemDesc
 from hexlayout.ir.lowered_tcgen05 import Tcgen05Commit, Tcgen05Cp, Tcgen05Mma, TmemRef
 
 from . import mbarrier
-from .errors import AsyncHazardError, IllegalInstructionError
+from .errors import AsyncHazardError, IllegalInstructionError, RaceError
 from .machine import Active, AsyncOp, Machine
 from .mma import finish_accumulator, instruction_atom
 from .numerics import atom_numpy, to_compute
 from .proxy import check_async_read
-from .tmem import check_cells, tmem_state
+from .shadow import Conflict
+from .tmem import check_cells, check_group, pair_of, tmem_state
 from .wgmma import _desc_operand
 
 __all__ = ["HANDLERS"]
@@ -64,13 +81,16 @@ _SWIZZLE_BYTES = {0: 0, 1: 128, 2: 64, 3: 32}  # SmemDesc.swizzle (PTX wgmma lay
 
 @dataclass
 class _Issued:
-    uncommitted: dict[int, list[AsyncOp]] = field(default_factory=dict)  # issuing thread -> its MMAs
+    #: (issuing thread, cta_group) -> its MMAs and copies not yet committed, each with the CTA whose
+    #: TMEM and shared memory it touches
+    uncommitted: dict[tuple[int, int], list[tuple[Machine, AsyncOp]]] = field(default_factory=dict)
 
 
-def _cells(m: Machine, ins: Instr, base: int, rows: int, cols: int, m_atom: int, what: str
+def _cells(m: Machine, ins: Instr, base: int, rows: int, cols: int, m_atom: int, what: str, group: int = 1
            ) -> tuple[np.ndarray, np.ndarray]:
-    """``(lanes, columns)`` ``[rows, cols]`` of a TMEM matrix in the accumulator layout at ``base``."""
-    addr = accumulator_layout(m_atom, cols).indices().reshape(cols, rows).T
+    """``(lanes, columns)`` ``[rows, cols]`` of one CTA's share of a TMEM matrix in the accumulator
+    layout at ``base`` (``rows = m_atom / group``)."""
+    addr = accumulator_layout(m_atom, cols, group).indices().reshape(cols, rows).T
     lanes, columns = (base >> 16) + (addr >> 16), (base & 0xFFFF) + (addr & 0xFFFF)
     check_cells(m, ins, lanes.reshape(-1), columns.reshape(-1), what)
     return lanes, columns
@@ -87,69 +107,127 @@ def _smem_operand(m: Machine, ins: Tcgen05Mma | Tcgen05Cp, desc: SmemDesc, env: 
     return _desc_operand(m, ins, desc, env, rows, k, dtype, what)  # type: ignore[arg-type]
 
 
-def _tmem_a(m: Machine, ins: Tcgen05Mma, ref: TmemRef, env: dict, rows: int, k: int,
-            dtype: object) -> np.ndarray:
-    """A ``[rows, k]`` from TMEM: row ``i`` in the accumulator layout's lane, elements packed in
-    32-bit columns (low bits first)."""
+def _tmem_a(m: Machine, ins: Tcgen05Mma, base: int, rows: int, k: int, dtype: object, what: str = "A"
+            ) -> np.ndarray:
+    """A ``[rows, k]`` from ``m``'s TMEM at ``base``: row ``i`` in lane ``i`` (the accumulator
+    layout's), elements packed in 32-bit columns (low bits first)."""
     npd = atom_numpy(dtype)
     words = k * npd.itemsize // 4
-    base = m.ev_uniform(ref.addr, env, ins, "A tensor-memory address")
-    lanes, cols = _cells(m, ins, base, rows, words, rows, "A")
+    lanes, cols = _cells(m, ins, base, rows, words, rows, what)
     st = tmem_state(m)
     if st.mma_pending[lanes, cols].any():
-        m.fail(IllegalInstructionError, ins, "A: reads TMEM cells an in-flight tcgen05.mma writes")
+        m.fail(IllegalInstructionError, ins, f"{what}: reads TMEM cells an in-flight tcgen05.mma writes")
     return np.ascontiguousarray(st.future[lanes, cols]).view(npd).reshape(rows, k)
+
+
+def _where(m: Machine, c: Machine) -> str:
+    return "" if c is m else f" in the pair's CTA (block {c.block}, cluster rank {c.rank})"
+
+
+def _remote_read(c: Machine, m: Machine, ins: Tcgen05Mma, issuer: int, idx: np.ndarray) -> None:
+    """The issuer (thread ``issuer`` of ``m``) reads the bytes ``idx`` (``[1, n]``) of the pair's
+    CTA ``c``: not while an async write into them is pending; after their last writer (race check)."""
+    who = f"reads (tcgen05.mma.cta_group::2 issued by block {m.block})"
+    c._pending(ins, c.shadow.pend_write, idx, who, np.array([issuer]))
+    check_async_read(c, ins, idx, f"the tcgen05.mma.cta_group::2 issued by block {m.block}")
+    if not m.options.check_races:
+        return
+    clocks = m.shadow.clocks
+    gid = clocks.off + issuer
+    conflict: Conflict | None = c.shadow.read_by(clocks.c[issuer], gid, int(clocks.c[issuer, gid]),
+                                                 idx.reshape(-1), c.site_id(ins))
+    if conflict is not None:
+        buf = c.smem.buffer_at(conflict.address)
+        blk = c.cluster[conflict.other_rank].block if conflict.other_rank >= 0 else c.block
+        other = c.sites[conflict.other_site] if conflict.other_site >= 0 else None
+        m.fail(RaceError, ins, f"read-after-write race on shared buffer {buf!r} of block {c.block}, shared "
+               f"address {conflict.address}: the tcgen05.mma.cta_group::2 issued by thread {issuer} of block "
+               f"{m.block} reads bytes written by thread {conflict.other_thread} of block {blk} without "
+               "synchronizing with it (a cluster barrier or an mbarrier of the issuing CTA the writer "
+               "arrives on)", buffer=buf, address=conflict.address, other_instr=other,
+               other_thread=conflict.other_thread)
 
 
 def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
     if not len(x.tids):
         return
     atom = instruction_atom(m, ins, "tcgen05", "Tcgen05Mma")
-    if atom.cta_group != 1:
-        m.fail(IllegalInstructionError, ins, f"{atom.name}: cta_group::2 (a pair of CTAs) is not emulated")
+    G = atom.cta_group
+    check_group(m, ins, G, atom.name)
     if len(x.tids) != 1:
         m.fail(IllegalInstructionError, ins, f"tcgen05.mma is issued by one thread, {len(x.tids)} are active "
                "(predicate it to one thread)", thread=int(x.tids[1]))
     if isinstance(ins.a, TmemRef) != (atom.a_source == "tmem"):
         m.fail(IllegalInstructionError, ins, f"atom {atom.name} takes A from {atom.a_source}")
+    ctas = [m]
+    if G == 2:
+        peer = pair_of(m, ins, atom.name)
+        if m.rank % 2:
+            m.fail(IllegalInstructionError, ins, f"{atom.name} (cta_group::2) is issued from the odd CTA "
+                   f"of its pair (block {m.block}, cluster rank {m.rank}); the even CTA (rank {m.rank - 1}) "
+                   "issues the pair's MMA", thread=int(x.tids[0]))
+        if atom.scale_type:
+            m.fail(IllegalInstructionError, ins, f"{atom.name}: block-scaled cta_group::2 is not emulated")
+        ctas = [m, peer]
     M, N, K = atom.shape_mnk
-    st = tmem_state(m)
+    rows_a, rows_b = M // G, N // G
     env = x.env
-    reads = []
-    if isinstance(ins.a, TmemRef):
-        A = to_compute(_tmem_a(m, ins, ins.a, env, M, K, atom.a_dtype), atom.a_dtype)
-    else:
-        av, aidx = _smem_operand(m, ins, ins.a, env, M, K, atom.a_dtype, "A")
-        A = to_compute(av, atom.a_dtype)
-        reads.append(aidx)
-    bv, bidx = _smem_operand(m, ins, ins.b, env, N, K, atom.b_dtype, "B")
-    reads.append(bidx)
-    B = to_compute(bv, atom.b_dtype)
+    issuer = int(x.tids[0])
+    reads: dict[int, list[np.ndarray]] = {id(c): [] for c in ctas}
+    As, Bs = [], []
+    a_tmem = isinstance(ins.a, TmemRef)
+    a_base = m.ev_uniform(ins.a.addr, env, ins, "A tensor-memory address") if a_tmem else 0  # type: ignore
+    for c in ctas:
+        if isinstance(ins.a, TmemRef):
+            av = _tmem_a(c, ins, a_base, rows_a, K, atom.a_dtype, "A" + _where(m, c))
+        else:
+            av, aidx = _smem_operand(m, ins, ins.a, env, rows_a, K, atom.a_dtype, "A")
+            reads[id(c)].append(aidx)
+        bv, bidx = _smem_operand(m, ins, ins.b, env, rows_b, K, atom.b_dtype, "B")
+        reads[id(c)].append(bidx)
+        if c is not m:                    # same offsets, the pair's bytes
+            npd_a, npd_b = atom_numpy(atom.a_dtype), atom_numpy(atom.b_dtype)
+            if not isinstance(ins.a, TmemRef):
+                av = np.ascontiguousarray(c.smem.raw[aidx]).view(npd_a).reshape(rows_a, K)
+            bv = np.ascontiguousarray(c.smem.raw[bidx]).view(npd_b).reshape(rows_b, K)
+        As.append(to_compute(av, atom.a_dtype))
+        Bs.append(to_compute(bv, atom.b_dtype))
+    B = np.concatenate(Bs, axis=0)
     if not atom.scale_type and (ins.sfa is not None or ins.sfb is not None):
         m.fail(IllegalInstructionError, ins, f"{atom.name} is not block-scaled; it takes no scale factors")
     scaled = _block_scales(m, ins, atom, x, M, N) if atom.scale_type else None
-    for idx in reads:
-        flat = idx.reshape(1, -1)
-        check_async_read(m, ins, flat, "the tcgen05.mma")
-        m.smem_read(ins, x.tids, flat)
+    for c in ctas:
+        for idx in reads[id(c)]:
+            flat = idx.reshape(1, -1)
+            if c is m:
+                check_async_read(m, ins, flat, "the tcgen05.mma")
+                m.smem_read(ins, x.tids, flat)
+            else:
+                _remote_read(c, m, ins, issuer, flat)
     d = m.ev_uniform(ins.d, env, ins, "D tensor-memory address")
-    lanes, cols = _cells(m, ins, d, M, N, M, "D")
-    if scaled is None:
-        D = A @ B.T
-    else:                               # per lane quarter q: rows 32q.., SFB from its own replica
-        sa, sb = scaled
-        As = A.astype(np.float64) * sa[:, None]
-        D = np.concatenate([As[32 * q:32 * q + 32] @ (B.astype(np.float64) * sb[q][:, None]).T
-                            for q in range(M // 32)], axis=0)
-    if m.ev_uniform(ins.accumulate, env, ins, "enable_input_d"):
-        D = D + st.future[lanes, cols].view(np.float32)
-    vals = finish_accumulator(D, atom.c_dtype).astype(np.float32).view(np.uint32)
-    st.future[lanes, cols] = vals
-    op = m.new_async("tcgen05.mma", ins, x.tids, extra=(lanes, cols, vals, reads))
-    st.mma_pending[lanes, cols] = op.ident
-    for idx in reads:
-        m.shadow.pend_read[idx] = op.ident
-    m.family_state("tcgen05", _Issued).uncommitted.setdefault(int(x.tids[0]), []).append(op)
+    issued = m.family_state("tcgen05", _Issued).uncommitted.setdefault((issuer, G), [])
+    parts = []
+    for c, A in zip(ctas, As):
+        lanes, cols = _cells(c, ins, d, rows_a, N, M, "D" + _where(m, c), G)
+        parts.append((c, A, lanes, cols))
+    for c, A, lanes, cols in parts:
+        st = tmem_state(c)
+        if scaled is None:
+            D = A @ B.T
+        else:                               # per lane quarter q: rows 32q.., SFB from its own replica
+            sa, sb = scaled
+            As_ = A.astype(np.float64) * sa[:, None]
+            D = np.concatenate([As_[32 * q:32 * q + 32] @ (B.astype(np.float64) * sb[q][:, None]).T
+                                for q in range(M // 32)], axis=0)
+        if m.ev_uniform(ins.accumulate, env, ins, "enable_input_d"):
+            D = D + st.future[lanes, cols].view(np.float32)
+        vals = finish_accumulator(D, atom.c_dtype).astype(np.float32).view(np.uint32)
+        st.future[lanes, cols] = vals
+        op = c.new_async("tcgen05.mma", ins, x.tids, extra=(lanes, cols, vals, reads[id(c)]))
+        st.mma_pending[lanes, cols] = op.ident
+        for idx in reads[id(c)]:
+            c.shadow.pend_read[idx] = op.ident
+        issued.append((c, op))
 
 
 def _scale_bytes(m: Machine, ins: Tcgen05Mma, addr: ExprLike, byte: int, lanes: np.ndarray,
@@ -181,8 +259,9 @@ def _scale_bytes(m: Machine, ins: Tcgen05Mma, addr: ExprLike, byte: int, lanes: 
         wr = st.writer[lanes, cols]
         for ident in np.unique(wr[wr > 0]):
             src, epoch, cp = st.writers[int(ident)]
-            if src != issuer and clocks.c[issuer, clocks.off + src] < epoch:
-                m.fail(AsyncHazardError, ins, f"{what} scale factors were copied by thread {src}'s "
+            if src != clocks.off + issuer and clocks.c[issuer, src] < epoch:
+                m.fail(AsyncHazardError, ins, f"{what} scale factors were copied by thread "
+                       f"{src - clocks.off}'s "
                        f"tcgen05.cp whose commit thread {issuer} has not observed (wait on the commit's "
                        "mbarrier first)",
                        thread=issuer, buffer="tmem", other_instr=cp)
@@ -218,6 +297,7 @@ def tcgen05_cp(m: Machine, ins: Tcgen05Cp, x: Active) -> None:
     if ins.shape not in CP_SHAPES:
         m.fail(IllegalInstructionError, ins, f"tcgen05.cp: shape {ins.shape!r} is not one of "
                f"{', '.join(CP_SHAPES)}")
+    check_group(m, ins, 1, "tcgen05.cp")
     shape = CP_SHAPES[ins.shape]
     env = x.env
     raw, idx = _smem_operand(m, ins, ins.src, env, shape.rows, shape.bits // 8, U8, "tcgen05.cp source")
@@ -244,15 +324,21 @@ def tcgen05_cp(m: Machine, ins: Tcgen05Cp, x: Active) -> None:
     op = m.new_async("tcgen05.cp", ins, x.tids, extra=(lanes, cols, vals, [idx]))
     st.mma_pending[lanes, cols] = op.ident
     m.shadow.pend_read[idx] = op.ident
-    m.family_state("tcgen05", _Issued).uncommitted.setdefault(issuer, []).append(op)
+    m.family_state("tcgen05", _Issued).uncommitted.setdefault((issuer, 1), []).append((m, op))
 
 
-def _complete(ops: list[AsyncOp], issuer: int, epoch: int, commit: Instr):
-    """The landing of a commit: its MMAs' results and copies reach TMEM, in issue order."""
+def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int):
+    """The landing of a commit (``issuer``: the committing thread's cluster-wide id): its MMAs'
+    results and copies reach TMEM, in issue order, in each CTA they write. The first arrival that
+    lands completes them (a multicast commit lands once per CTA of its mask)."""
+    done = []
 
-    def run(m: Machine) -> None:
-        st = tmem_state(m)
-        for op in ops:
+    def run(_landing: Machine) -> None:
+        if done:
+            return
+        done.append(True)
+        for c, op in ops:
+            st = tmem_state(c)
             lanes, cols, vals, reads = op.extra
             st.cells[lanes, cols] = vals
             mine = st.mma_pending[lanes, cols] == op.ident
@@ -260,29 +346,45 @@ def _complete(ops: list[AsyncOp], issuer: int, epoch: int, commit: Instr):
             st.writer[lanes, cols] = op.ident
             st.writers[op.ident] = (issuer, epoch, op.instr)
             for idx in reads:
-                m.shadow.clear_marks(m.shadow.pend_read, idx, op.ident)
-            m.async_ops.pop(op.ident, None)
+                c.shadow.clear_marks(c.shadow.pend_read, idx, op.ident)
+            c.async_ops.pop(op.ident, None)
 
     return run
 
 
 def tcgen05_commit(m: Machine, ins: Tcgen05Commit, x: Active) -> None:
+    if not len(x.tids):
+        return
     issued = m.family_state("tcgen05", _Issued)
+    check_group(m, ins, ins.cta_group, "tcgen05.commit")
     for t in x.tids:
         env = {**x.env, m.tvar: np.array([t])}
         key = mbarrier.barrier_key(m, ins.bar, env, ins)
-        bar = mbarrier.get_barrier(m, key, ins)
-        if bar.pending < 1:
-            m.fail(IllegalInstructionError, ins, f"tcgen05.commit arrives on {mbarrier.describe(bar)}: more "
-                   "arrivals than the phase expects", thread=int(t))
-        ops = issued.uncommitted.pop(int(t), [])
+        if ins.multicast is None:
+            targets = [m]
+        else:
+            mask = m.ev_uniform(ins.multicast, env, ins, "tcgen05.commit multicast mask")
+            if mask <= 0 or mask >> len(m.cluster):
+                m.fail(IllegalInstructionError, ins, f"tcgen05.commit multicast mask {mask:#x} does not "
+                       f"select CTAs of the cluster of {len(m.cluster)}", thread=int(t))
+            targets = [m.peer(r, ins, "tcgen05.commit multicast") for r in range(len(m.cluster))
+                       if mask >> r & 1]
+        bars = [mbarrier.get_barrier(tm, key, ins) for tm in targets]
+        for tm, bar in zip(targets, bars):
+            if bar.pending < 1:
+                where = "" if tm is m else f" of block {tm.block} (cluster rank {tm.rank})"
+                m.fail(IllegalInstructionError, ins, f"tcgen05.commit arrives on {mbarrier.describe(bar)}"
+                       f"{where}: more arrivals than the phase expects", thread=int(t))
+        ops = issued.uncommitted.pop((int(t), ins.cta_group), [])
         clocks = m.shadow.clocks
-        epoch = int(clocks.c[t, clocks.off + t])
-        group = m.new_async("tcgen05.commit", ins, np.array([t]))
-        group.extra = _complete(ops, int(t), epoch, ins)
-        bar.pending -= 1
-        bar.tx += 1
-        mbarrier.complete_tx(m, bar, 1, group, np.array([t]))
+        gid = int(clocks.off + t)
+        run = _complete(ops, gid, int(clocks.c[t, gid]))
+        for tm, bar in zip(targets, bars):
+            group = tm.new_async("tcgen05.commit", ins, np.array([t]))
+            group.extra = run
+            bar.pending -= 1
+            bar.tx += 1
+            mbarrier.complete_tx(tm, bar, 1, group, np.array([t]), None if tm is m else clocks)
 
 
 HANDLERS = {Tcgen05Mma: tcgen05_mma, Tcgen05Cp: tcgen05_cp, Tcgen05Commit: tcgen05_commit}

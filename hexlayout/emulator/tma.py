@@ -15,6 +15,10 @@ the out-of-bounds fill. Each executing thread issues one copy at its box origin 
 * ``TmaLoad`` with ``multicast`` (a CTA mask of the cluster): the box is written at the same
   shared address of every CTA in the mask and its bytes complete on each one's barrier of the
   same name and index (a destination that has exited is an error).
+* ``TmaLoad`` with ``pair_bar`` (``cp.async.bulk.tensor.cta_group::2``, 2-CTA clusters): the box
+  lands in the issuing CTA's ``dst`` (or the multicast CTAs'), but its bytes complete on the
+  barrier of the same name and index in the even CTA of the destination's pair; the bytes land
+  when that barrier's phase completes.
 * ``TmaStore``: the box is read from shared memory at issue (race- and pending-checked) and
   written to the in-bounds global elements (bytes written by ordinary stores must have been
   fenced, ``proxy.py``); the shared bytes stay marked as being read
@@ -29,7 +33,7 @@ import numpy as np
 from hexlayout.arch.tma import check_tma, tma_swizzle_period
 from hexlayout.ir.lowered import Instr, TmaDesc, TmaLoad, TmaStore, TmaStoreCommit, TmaStoreWait
 
-from .cpasync import AsyncGroups, group_state, wait_groups
+from .cpasync import AsyncGroups, complete_rows, group_state, wait_groups
 from .errors import IllegalInstructionError, RaceError
 from .machine import Active, AsyncOp, Machine
 from .mbarrier import barrier_key, complete_tx, get_barrier
@@ -159,11 +163,32 @@ def tma_load(m: Machine, ins: TmaLoad, x: Active) -> None:
                                   done=np.zeros(1, dtype=bool), epochs=m.shadow.clocks.epoch(issuer).copy(),
                                   extra=("remote", g))
             tm.shadow.pend_write[idx] = op.ident
-            st = get_barrier(tm, key, ins)
-            complete_tx(tm, st, idx.shape[1], op, issuer, None if tm is m else m.shadow.clocks)
+            bm = tm if not ins.pair_bar else _pair_even(m, tm, ins)
+            carrier = op if bm is tm else _carrier(bm, tm, op, ins, issuer)
+            st = get_barrier(bm, key, ins)
+            complete_tx(bm, st, idx.shape[1], carrier, issuer, None if bm is m else m.shadow.clocks)
         s = m.report.site(ins)
         s.gmem_requests += 1
         s.gmem_bytes += int(inb.sum()) * t.esize
+
+
+def _pair_even(m: Machine, tm: Machine, ins: TmaLoad) -> Machine:
+    """The even CTA of ``tm``'s pair (whose barrier a ``.cta_group::2`` TMA load completes on)."""
+    if (tm.rank ^ 1) >= len(tm.cluster):
+        m.fail(IllegalInstructionError, ins, f"a TMA load completing on the pair's barrier (cta_group::2) "
+               f"needs a pair of CTAs in one cluster; block {tm.block} is rank {tm.rank} of a cluster of "
+               f"{len(tm.cluster)}")
+    return m.peer(tm.rank & ~1, ins, "TMA load completing on the pair's barrier")
+
+
+def _carrier(bm: Machine, tm: Machine, op: AsyncOp, ins: TmaLoad, issuer: np.ndarray) -> AsyncOp:
+    """An op of the barrier's CTA ``bm`` whose completion lands ``op``'s bytes in ``tm``."""
+
+    def land(_bm: Machine) -> None:
+        complete_rows(tm, op, ~op.done)
+        tm.async_ops.pop(op.ident, None)
+
+    return bm.new_async("TMA load", ins, issuer, extra=land)
 
 
 def _remote_race(tm: Machine, m: Machine, ins: Instr, c: Conflict, tid: int) -> None:

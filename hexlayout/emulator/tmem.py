@@ -12,6 +12,12 @@ source line):
 * ``tcgen05.dealloc`` frees exactly an allocated block, only when no MMA into it is in
   flight and every ``tcgen05.ld`` that read it was waited for (``tcgen05.wait::ld``);
 * at exit every block was deallocated and a CTA that allocated relinquished its permit;
+* ``cta_group::2`` (a pair of CTAs of a cluster, ranks ``2p`` and ``2p + 1``): the same warp of
+  each CTA allocates; the first of the two reserves the lowest block free in both CTAs' TMEM, the
+  second joins it (same number of columns, same warp) and both get the same address. Until the
+  second joins, its CTA's reserved columns are not usable (an MMA of the pair into them is an
+  error); a CTA that exits with a reservation it never joined is an error. Each CTA deallocates
+  its own columns. Every tcgen05 instruction of a CTA uses one ``cta_group``;
 * ``tcgen05.ld`` / ``st`` by whole warps; warp ``w`` may access lanes ``32*(w%4)`` .. ``+31`` only;
   the destination registers of an ``ld`` are in flight until ``wait::ld`` (using them earlier is
   an ``AsyncHazardError``); a cell an MMA writes may be read only after the MMA's commit
@@ -41,7 +47,7 @@ from .errors import AsyncHazardError, IllegalInstructionError, OutOfBoundsError
 from .machine import Active, Machine
 from .warps import whole_units
 
-__all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit"]
+__all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit", "check_group", "pair_of"]
 
 
 def _grid(dtype: type) -> np.ndarray:
@@ -59,11 +65,16 @@ class TmemState:
     allocated_by: Instr | None = None
     #: id of the in-flight MMA group that writes each cell (0: none)
     mma_pending: np.ndarray = field(default_factory=lambda: _grid(np.int64))
-    #: the completed MMA that last wrote each cell (0: none); ``writers[id]``: (issuer, epoch, instr)
+    #: the completed MMA that last wrote each cell (0: none); ``writers[id]``: (issuer's cluster-wide
+    #: thread id, its epoch at the commit, instr)
     writer: np.ndarray = field(default_factory=lambda: _grid(np.int64))
     writers: dict[int, tuple[int, int, Instr]] = field(default_factory=dict)
     #: warp -> [(async op id, columns read, the Tcgen05Ld, register slice)] not yet waited for
     loads: dict[int, list[tuple[int, np.ndarray, Instr, Any]]] = field(default_factory=dict)
+    #: cta_group::2 blocks the pair's CTA reserved here, not yet joined: start -> (ncols, warp, its alloc)
+    joining: dict[int, tuple[int, int, Instr]] = field(default_factory=dict)
+    #: the cta_group of this CTA's tcgen05 instructions and the first one that fixed it
+    group: tuple[int, Instr] | None = None
 
 
 def tmem_state(m: Machine) -> TmemState:
@@ -89,6 +100,13 @@ def check_cells(m: Machine, ins: Instr, lanes: np.ndarray, cols: np.ndarray, wha
         m.fail(OutOfBoundsError, ins, f"{what}: TMEM cell (lane {int(lanes[i])}, column {int(cols[i])}) is "
                f"outside the {TMEM_LANES} lanes x {TMEM_COLUMNS} columns of tensor memory",
                buffer="tmem", address=int(lanes[i]) << 16 | int(cols[i]))
+    for start, (n, _warp, alloc) in st.joining.items():
+        hit = (cols >= start) & (cols < start + n)
+        if hit.any():
+            m.fail(IllegalInstructionError, ins, f"{what}: TMEM columns [{start}, {start + n}) of block "
+                   f"{m.block} are reserved by its pair's tcgen05.alloc.cta_group::2, but this CTA's warp "
+                   "has not executed its own tcgen05.alloc.cta_group::2 yet (synchronize the pair after both "
+                   "allocate, e.g. hl.cluster_sync())", buffer="tmem", address=start, other_instr=alloc)
     owned = np.zeros(TMEM_COLUMNS, dtype=bool)
     for start, (n, _) in st.allocs.items():
         owned[start:start + n] = True
@@ -102,10 +120,42 @@ def _blocks(st: TmemState) -> str:
     return ", ".join(f"columns [{s}, {s + n})" for s, (n, _) in sorted(st.allocs.items()))
 
 
+def check_group(m: Machine, ins: Instr, group: int, what: str) -> None:
+    """``group`` (1 or 2) is the ``cta_group`` of every tcgen05 instruction this CTA ran so far."""
+    if group not in (1, 2):
+        m.fail(IllegalInstructionError, ins, f"{what}: cta_group {group} is not 1 or 2")
+    st = tmem_state(m)
+    if st.group is None:
+        st.group = (group, ins)
+    elif st.group[0] != group:
+        m.fail(IllegalInstructionError, ins, f"{what} with cta_group::{group} in a CTA whose tcgen05 "
+               f"instructions use cta_group::{st.group[0]} (every tcgen05 instruction of a kernel takes one "
+               "cta_group)", other_instr=st.group[1])
+
+
+def pair_of(m: Machine, ins: Instr, what: str) -> Machine:
+    """The other CTA of ``m``'s pair (cluster ranks ``2p``, ``2p + 1``) for a cta_group::2 ``what``."""
+    if (m.rank ^ 1) >= len(m.cluster):
+        m.fail(IllegalInstructionError, ins, f"{what} with cta_group::2 runs on a pair of CTAs of one "
+               f"cluster (ranks 2p and 2p+1), but block {m.block} is rank {m.rank} of a cluster of "
+               f"{len(m.cluster)} CTA(s) (launch with cluster=(2, 1, 1) or a multiple)")
+    return m.peer(m.rank ^ 1, ins, f"{what} with cta_group::2 (the pair's CTA)")
+
+
+def _free_start(n: int, *states: TmemState) -> int | None:
+    """The lowest ``n``-aligned start of ``n`` columns free in every state."""
+    def free(st: TmemState, s: int) -> bool:
+        taken = list(st.allocs.items()) + [(a, (k, None)) for a, (k, _w, _i) in st.joining.items()]
+        return all(s + n <= a or a + k <= s for a, (k, _) in taken)
+
+    return next((s for s in range(0, TMEM_COLUMNS, n) if all(free(st, s) for st in states)), None)
+
+
 def tmem_alloc(m: Machine, ins: TmemAlloc, x: Active) -> None:
     if not len(x.tids):
         return
     st = tmem_state(m)
+    check_group(m, ins, ins.cta_group, "tcgen05.alloc")
     for warp in whole_units(m, ins, x.tids, 32, "tcgen05.alloc"):
         n = ins.ncols
         if st.relinquished is not None:
@@ -114,13 +164,28 @@ def tmem_alloc(m: Machine, ins: TmemAlloc, x: Active) -> None:
         if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
             m.fail(IllegalInstructionError, ins,
                    f"tcgen05.alloc of {n} columns: not a power of two in [32, {TMEM_COLUMNS}]")
-        used = sum(k for k, _ in st.allocs.values())
-        start = next((s for s in range(0, TMEM_COLUMNS, n)
-                      if all(s + n <= a or a + k <= s for a, (k, _) in st.allocs.items())), None)
-        if start is None:
-            m.fail(IllegalInstructionError, ins, f"tcgen05.alloc of {n} columns with {used} of "
-                   f"{TMEM_COLUMNS} in use ({_blocks(st)}): no free block, the warp would wait forever")
-        st.allocs[start] = (n, ins)
+        w = int(warp[0]) // 32
+        if ins.cta_group == 2 and st.joining:      # the pair's CTA allocated first: join its block
+            start = min(st.joining)
+            k, pw, first = st.joining.pop(start)
+            if (k, pw) != (n, w):
+                m.fail(IllegalInstructionError, ins, f"tcgen05.alloc.cta_group::2 of {n} columns by warp "
+                       f"{w}, but the pair's CTA allocated {k} columns by warp {pw} (the pair's warps "
+                       "allocate together: same columns, same warp)", other_instr=first)
+            st.allocs[start] = (n, ins)
+        else:
+            states = [st] if ins.cta_group == 1 else [st, tmem_state(pair_of(m, ins, "tcgen05.alloc"))]
+            start = _free_start(n, *states)
+            if start is None:
+                full = next(s for s in states if _free_start(n, s) is None) if ins.cta_group == 2 else st
+                used = sum(k for k, _ in full.allocs.values())
+                where = "" if full is st else " in the pair's CTA"
+                m.fail(IllegalInstructionError, ins, f"tcgen05.alloc of {n} columns with {used} of "
+                       f"{TMEM_COLUMNS} in use{where} ({_blocks(full)}): no free block, the warp would wait "
+                       "forever")
+            st.allocs[start] = (n, ins)
+            if ins.cta_group == 2:
+                states[1].joining[start] = (n, w, ins)
         st.allocated_by = st.allocated_by or ins
         env = {**x.env, m.tvar: warp[:1]}
         addr = m.smem_addresses(ins.dst, env, warp[:1], 4, ins)
@@ -140,6 +205,7 @@ def tmem_dealloc(m: Machine, ins: TmemDealloc, x: Active) -> None:
     if not len(x.tids):
         return
     st = tmem_state(m)
+    check_group(m, ins, ins.cta_group, "tcgen05.dealloc")
     whole_units(m, ins, x.tids, 32, "tcgen05.dealloc")
     taddr = m.ev_uniform(ins.taddr, x.env, ins, "tcgen05.dealloc address")
     start = taddr & 0xFFFF
@@ -161,6 +227,7 @@ def tmem_dealloc(m: Machine, ins: TmemDealloc, x: Active) -> None:
 
 def tmem_relinquish(m: Machine, ins: TmemRelinquish, x: Active) -> None:
     if len(x.tids):
+        check_group(m, ins, ins.cta_group, "tcgen05.relinquish_alloc_permit")
         whole_units(m, ins, x.tids, 32, "tcgen05.relinquish_alloc_permit")
         tmem_state(m).relinquished = ins
 
@@ -170,6 +237,11 @@ def check_exit(m: Machine) -> None:
     st = m.state.get("tmem")
     if st is None:
         return
+    if st.joining:
+        start, (n, _w, ins) = min(st.joining.items())
+        m.fail(IllegalInstructionError, ins, f"block {m.block} exits without joining the "
+               f"tcgen05.alloc.cta_group::2 of columns [{start}, {start + n}) its pair's CTA made (the same "
+               "warp of both CTAs allocates)", buffer="tmem", address=start)
     if st.allocs:
         start, (n, ins) = min(st.allocs.items())
         m.fail(IllegalInstructionError, ins, f"the block exits with TMEM columns [{start}, {start + n}) "
@@ -224,7 +296,7 @@ def _check_observed(m: Machine, ins: Instr, warp: np.ndarray, lanes: np.ndarray,
     clocks = m.shadow.clocks
     for ident in np.unique(wr[wr > 0]):
         issuer, epoch, mma = st.writers[int(ident)]
-        seen = clocks.c[warp, clocks.off + issuer]
+        seen = clocks.c[warp, issuer]
         rows = np.flatnonzero((wr == ident).any(axis=1) & (seen < epoch))
         if len(rows):
             m.fail(AsyncHazardError, ins, "tcgen05.ld reads an accumulator whose tcgen05.commit arrived, but "

@@ -233,6 +233,7 @@ class TmaLoad(Instr):
     coords: tuple[ExprLike, ...]    # element coordinates of the box origin, innermost first
     bar: MbarRef
     multicast: ExprLike | None = None   # cluster CTA mask: the box lands in each CTA's dst / bar
+    pair_bar: bool = False              # (.cta_group::2) the bytes complete on the pair's even CTA's bar
 
 
 @dataclass(eq=False)

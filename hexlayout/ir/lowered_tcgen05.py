@@ -14,8 +14,16 @@ an ``ExprLike`` (usually read from the shared word ``TmemAlloc`` wrote, plus an 
   (0..3) of those columns that holds this MMA's k-block (``hexlayout.arch.block_scale``).
 * ``Tcgen05Cp(shape, taddr, src)``: one thread copies shared memory (descriptor ``src``) to TMEM
   at ``taddr`` (``hexlayout.arch.tcgen05_cp``), ordered before its later MMAs.
-* ``Tcgen05Commit(bar)``: one thread; ``bar`` gets one arrival once the thread's earlier MMAs
-  and copies completed.
+* ``Tcgen05Commit(bar, cta_group, multicast)``: one thread; ``bar`` gets one arrival once the
+  thread's earlier MMAs and copies of the same ``cta_group`` completed; with ``multicast`` (a CTA
+  mask of the cluster) the barrier at the same shared address of every CTA in the mask does.
+
+``cta_group=2`` (alloc, dealloc, relinquish, commit; an MMA takes it from its atom): a pair of
+CTAs of a cluster (ranks ``2p``, ``2p + 1``) works together. A warp of each CTA (the same warp)
+allocates, and the columns are the same in both CTAs' TMEM; the even CTA's thread issues the MMA,
+which reads each CTA's shared operands at the same offset in its own shared memory (A: its
+``M/2`` rows; B: CTA ``c`` holds rows ``c N/2 ..``) and writes each CTA's ``M/2`` rows of D at the
+same TMEM address in its own TMEM.
 * ``Tcgen05Ld(shape, num, dst, taddr)`` / ``Tcgen05St(shape, num, taddr, src)``: a warp moves
   ``tcgen05.ld/st.{shape}.x{num}`` fragments (``hexlayout.arch.tmem.tmem_copy_layout``);
   ``half_split`` is ``immHalfSplitoff`` of ``16x32bx2`` (columns between the two halves).
@@ -48,17 +56,19 @@ class TmemRef:
 class TmemAlloc(Instr):
     dst: SharedRef
     ncols: int
+    cta_group: int = 1
 
 
 @dataclass(eq=False)
 class TmemDealloc(Instr):
     taddr: ExprLike
     ncols: int
+    cta_group: int = 1
 
 
 @dataclass(eq=False)
 class TmemRelinquish(Instr):
-    pass
+    cta_group: int = 1
 
 
 @dataclass(eq=False)
@@ -84,6 +94,8 @@ class Tcgen05Cp(Instr):
 @dataclass(eq=False)
 class Tcgen05Commit(Instr):
     bar: MbarRef
+    cta_group: int = 1
+    multicast: ExprLike | None = None
 
 
 @dataclass(eq=False)

@@ -309,7 +309,8 @@ class Copy(Op):
     """``dst = src``. ``mask``: an Expr (all or nothing) or a predicate tile of ``src``'s shape.
     ``mbarrier`` (a ``Mbarrier``) with ``mbarrier_index``: the async copy completes on it.
     ``multicast`` (a TMA copy in a cluster): bit ``r`` set writes the tile into CTA ``r``'s
-    ``dst`` too, completing on its barrier at the same index."""
+    ``dst`` too, completing on its barrier at the same index. ``pair_barrier`` (2-CTA
+    clusters): the bytes complete on the barrier of the pair's even CTA."""
 
     INPUTS = ("src", "mask", "mbarrier")
     OUTPUTS = ("dst",)
@@ -324,6 +325,7 @@ class Copy(Op):
     # a global -> register load: the value its out-of-bounds (and masked-off) elements read
     # (Triton's ``other=``); None: 0, and the padding analysis tracks them
     other: float | None = None
+    pair_barrier: bool = False
 
 
 @dataclass(eq=False)

@@ -19,6 +19,12 @@ of one load). ``register_tv`` is the resulting TV layout ``(thread, value) -> m 
 the ``threads`` threads: the layout of the accumulator's register tile (chosen by synthesis,
 ``hexlayout.synth.tmem_choice``).
 
+A pair of CTAs (``atom.cta_group == 2``, an ``SM100_2x1SM_256xNx16`` atom, ``n_atoms == 1``): the
+tile is one CTA's share, ``M = 128`` rows (the pair's 256) by the pair's ``N`` columns; the even
+CTA's thread issues for both, each CTA's A holds its 128 rows and its B half of B's ``N`` rows
+(``N/2``, the same shared offsets in both CTAs), and each CTA's rows of D are in its own TMEM in the
+same layout as one CTA's ``M = 128`` accumulator.
+
 The same object answers the questions the register-layout solver asks a ``TiledMma``
 (``c_tv``, ``tile_mnk``, ``threads``, ``atom``, ``warps``, ``k_inner``); ``a_tv`` / ``b_tv``
 do not exist (both operands are read from shared memory).
@@ -67,6 +73,11 @@ class TiledUmma:
         return self.threads // 128
 
     @property
+    def cta_group(self) -> int:
+        """CTAs that run one MMA: 1, or 2 (the pair of a cluster, ``tcgen05.mma.cta_group::2``)."""
+        return int(self.atom.cta_group)
+
+    @property
     def atom_threads(self) -> int:
         return 1
 
@@ -77,8 +88,10 @@ class TiledUmma:
 
     @property
     def tile_mnk(self) -> tuple[int, int, int]:
+        """One CTA's tile: ``M`` its rows (the pair's M / 2 for ``cta_group::2``), the accumulator's
+        ``N`` columns, ``K``."""
         m, n, k = self.atom.shape_mnk
-        return m, n * self.n_atoms, k * self.k_tiles
+        return m // self.cta_group, n * self.n_atoms, k * self.k_tiles
 
     @property
     def columns(self) -> int:
@@ -108,6 +121,8 @@ class TiledUmma:
     def __str__(self) -> str:
         m, n, k = self.tile_mnk
         split = f", columns dealt in blocks of {self.chunk}" if self.chunk * self.groups != n else ""
-        return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}, accumulator in "
-                f"TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
+        pair = (f" per CTA of a pair (cta_group::2: {2 * m}x{n} for the pair, each CTA holding {n // 2} of "
+                f"B's {n} rows)" if self.cta_group == 2 else "")
+        return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}{pair}, accumulator "
+                f"in TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
                 f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split})")

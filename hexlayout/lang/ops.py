@@ -56,7 +56,7 @@ _SPACE = {G: "gmem", S: "smem", R: "rmem"}
 
 def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mask: Any = None,
          mbarrier: BarrierRef | Any = None, multicast: int | None = None, *,
-         other: float | None = None) -> Tile | None:
+         other: float | None = None, pair_barrier: bool = False) -> Tile | None:
     """Copy tile ``src`` into tile ``dst``: ``dst[c] = src[c]`` for every coordinate ``c``.
 
     ``src`` and ``dst`` have the same shape and element type, in one of the scope pairs
@@ -93,6 +93,11 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
             expects them (``hl.arrive(..., tx_bytes=)``) although a peer issued the copy.
         other (float | None): a global -> register copy only: the value its out-of-bounds
             (and masked-off) elements read; ``None``: 0, as padding that reductions skip.
+        pair_barrier (bool): with ``mbarrier`` in a kernel of 2-CTA clusters
+            (``cluster=(2, 1, 1)``, sm_100a): the tile lands in this CTA's ``dst`` but its bytes
+            complete on the barrier at the same index of the pair's even CTA (rank 0), as the
+            pair's ``tcgen05.mma.cta_group::2`` needs (``cp.async.bulk.tensor.cta_group::2``):
+            the even CTA's barrier expects both CTAs' bytes.
 
     A 4-bit global view (``hl.view`` of a ``u4`` / ``s4`` argument, ``hexlayout.lang.
     packed_global``) copies to or from register tiles of ``u8`` / ``s8``: ``w =
@@ -151,8 +156,12 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
     bar, bidx = (None, 0) if mbarrier is None else _copy_barrier(ctx, loc, mbarrier, s, d, pair)
     if multicast is not None:
         _check_multicast(ctx, loc, multicast, bar)
+    if pair_barrier and (bar is None or tuple(ctx.cluster or ()) not in ((2,), (2, 1), (2, 1, 1))):
+        raise ctx.error("copy", loc, "pair_barrier=True is for TMA copies (mbarrier=) in a kernel of 2-CTA "
+                        "clusters (cluster=(2, 1, 1))")
     fill = None if other is None else _other(ctx, loc, other, s, d, pair)
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill))
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill,
+                  pair_barrier=bool(pair_barrier)))
 
 
 def _check_copy_tiles(ctx: Any, loc: Any, s: Tile, d: Tile, pair: str) -> None:
@@ -264,6 +273,16 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     accumulator is rounded to f16 after each instruction. Synthesis picks the mma atom
     (mma.sync or wgmma), the arrangement of warps over the (M, N) atom tiles and the
     operand layouts unless they are given.
+
+    **The pair form** (a kernel launched in 2-CTA clusters, ``cluster=(2, 1, 1)``; sm_100a):
+    ``c`` of shape (M, N) with shared ``a`` (M, K) and shared
+    ``b`` of N/2 rows: ``b`` is this CTA's half of the B of its pair (the CTAs of ranks 2p and
+    2p + 1), and every CTA of the pair computes ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T``
+    (columns [0, N/2) from the even CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it
+    as one ``tcgen05.mma.cta_group::2`` (M = 128 rows per CTA, the pair's 256; N up to 256) that
+    the even CTA issues; both CTAs' ``a`` and ``b`` must be in place (e.g. ``hl.cluster_sync()``
+    after they are written) before it, and each ``b`` stays read until the MMA's
+    ``hl.wgmma_wait``.
 
     Args:
         a (Tile): the (M, K) left operand, register or shared.
@@ -392,8 +411,12 @@ def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile) -> Non
         raise ctx.error("mma", loc, f"a {da} but b {db}; K differs ({ak} vs {bk}); b must be (N,K)")
     if am != cm:
         raise ctx.error("mma", loc, f"a {da} but c {dc}; M differs ({am} vs {cm})")
-    if bn != cn:
-        raise ctx.error("mma", loc, f"b {db} but c {dc}; N differs ({bn} vs {cn})")
+    pair = (cn == 2 * bn and tuple(ctx.cluster or ()) in ((2,), (2, 1), (2, 1, 1))
+            and ta.value.type.scope == S and tb.value.type.scope == S)
+    if bn != cn and not pair:
+        raise ctx.error("mma", loc, f"b {db} but c {dc}; N differs ({bn} vs {cn})"
+                        + ("" if cn != 2 * bn else "; c may have twice b's rows only for shared a and b in a "
+                           "kernel of 2-CTA clusters (cluster=(2, 1, 1)): the pair form"))
     fp8 = {"e4m3", "e5m2"}
     if ta.dtype != tb.dtype and not (ta.dtype.name in fp8 and tb.dtype.name in fp8):
         raise ctx.error("mma", loc, f"a {da} and b {db} have different element types")

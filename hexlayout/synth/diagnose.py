@@ -98,7 +98,7 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
         why = ("tcgen05.mma reads A and B from shared memory (hl.mma on shared tiles)"
                if a.scope != Scope.SHARED or b.scope != Scope.SHARED
                else umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                 op.scale_a is not None))
+                                 op.scale_a is not None, 2 if c.shape[1] == 2 * b.shape[0] else 1))
         if op.atom is not None:
             why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
         if why:

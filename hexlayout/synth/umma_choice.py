@@ -15,6 +15,15 @@ staged epilogue needs). The register layout of ``c`` is what that load gives. Ca
 are ordered by the load ranking first, then contiguous before dealt, then K-major before
 MN-major.
 
+**A pair of CTAs** (``cta_group::2``): an op whose accumulator has twice as many columns as
+``b`` has rows (``c[M, N]``, ``b[N/2, K]``: ``b`` is this CTA's half of the pair's B, the
+language's pair form of ``hl.mma`` in a kernel of 2-CTA clusters) gets the tilings of one
+``SM100_2x1SM_{2M}x{N}x{k}`` atom: ``M = 128`` rows per CTA (the pair's 256), ``N`` up to 256 in one
+atom (so that the pair's B is the concatenation of the two halves), each CTA's ``128 x N`` share
+of the accumulator in its own TMEM (``accumulator_layout(256, N, 2)``: row ``i`` in lane ``i``),
+read with the loads ``tmem_choice`` ranks for it. It pays twice over the one-CTA MMA: each CTA
+stages and reads only half of B, and one instruction covers both CTAs' rows.
+
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
 ``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
 256, A and B e4m3 / e5m2, possibly mixed); its factors' layouts are ``arch.block_scale``'s.
@@ -49,13 +58,22 @@ MAX_LOADS = 4
 
 
 def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                 scaled: bool = False) -> str | None:
-    """Why no tcgen05 tiling computes an ``m x n x k`` tile for ``threads`` threads (None: one may);
-    ``scaled``: block-scaled (kind::mxf8f6f4)."""
+                 scaled: bool = False, cta_group: int = 1) -> str | None:
+    """Why no tcgen05 tiling computes an ``m x n x k`` tile (``m`` rows per CTA) for ``threads``
+    threads (None: one may); ``scaled``: block-scaled (kind::mxf8f6f4); ``cta_group`` 2: the pair form."""
     try:
         kind = kind_of(da)
     except ValueError as e:
         return str(e)
+    if cta_group == 2:
+        if scaled:
+            return "a block-scaled tcgen05.mma of a pair of CTAs (cta_group::2) is not built"
+        if m != 128:
+            return (f"M = {m} rows per CTA: the pair's tcgen05.mma (cta_group::2) is built for 128 rows per "
+                    "CTA (M = 256 for the pair)")
+        if n > 256 or n % 16:
+            return (f"N = {n}: the pair's tcgen05.mma computes the pair's B (both halves) in one atom, N a "
+                    "multiple of 16 up to 256")
     if scaled:
         if kind != "f8f6f4" or db.name not in ("e4m3", "e5m2") or dc.name != "f32":
             return ("the block-scaled tcgen05.mma (kind::mxf8f6f4) multiplies e4m3 / e5m2 into an f32 "
@@ -66,7 +84,7 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             return f"N = {n} is not a multiple of 8 (the block-scaled tcgen05.mma's N step)"
     elif da.name != db.name or dc.name != "f32":
         return f"tcgen05.mma kind::{kind} is built for A = B types with an f32 accumulator"
-    if m not in (64, 128):
+    if cta_group == 1 and m not in (64, 128):
         return f"M = {m}: a one-CTA tcgen05.mma (cta_group::1) computes M = 64 or 128 rows"
     if threads % 128:
         return f"{threads} threads: the accumulator is read from TMEM by whole warp groups (128 threads)"
@@ -82,25 +100,31 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
 
 def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                  majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
-                 scaled: bool = False) -> list[TiledUmma]:
-    """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``)."""
-    if umma_refusal(m, n, k, da, db, dc, threads, scaled) is not None:
+                 scaled: bool = False, cta_group: int = 1) -> list[TiledUmma]:
+    """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``);
+    ``m`` rows per CTA, ``cta_group`` 2: the pair's (one atom of the pair's M = 2m, N = n)."""
+    if umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
         return []
-    ns = [x for x in (block_scaled_n_values(1, m) if scaled else umma_n_values(1, m)) if n % x == 0]
+    m_atom = m * cta_group
+    if cta_group == 2:
+        ns = [n]
+    else:
+        ns = [x for x in (block_scaled_n_values(1, m) if scaled else umma_n_values(1, m)) if n % x == 0]
     if not ns:
         return []
     atom_n = max(ns)
     groups = threads // 128
     per = n // groups
+    pair = "2x1SM_" if cta_group == 2 else ""
     out = []
-    for ep in tmem_epilogue_candidates(m, per)[:MAX_LOADS]:
+    for ep in tmem_epilogue_candidates(m_atom, per, cta_group)[:MAX_LOADS]:
         width = TMEM_SHAPES[ep.shape].columns * ep.num
         for chunk in dict.fromkeys((per, width) if groups > 1 else (per,)):
             full = _dealt(ep.register_tv, m, per, groups, chunk)
             if full is None:
                 continue
             for am, bm in majors:
-                name = f"SM100_{m}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_" + (
+                name = f"SM100_{pair}{m_atom}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_" + (
                     "UE8M0_SS" if scaled else "SS")
                 atom = get_atom(name, a_major=am, b_major=bm)
                 out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
@@ -130,9 +154,12 @@ def _table(tv: Layout) -> np.ndarray:
 
 def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
     """The tcgen05 tilings of ``op`` run by ``threads`` threads: both operands in shared memory,
-    no atom given (``atom=`` names an mma.sync / wgmma atom, not built on sm_100a)."""
+    no atom given (``atom=`` names an mma.sync / wgmma atom, not built on sm_100a); the pair's
+    (``cta_group::2``) when ``c`` has twice ``b``'s rows."""
     a, b, c = op.a.type, op.b.type, op.c.type
     if a.scope != Scope.SHARED or b.scope != Scope.SHARED or c.scope != Scope.REGISTER or op.atom is not None:
         return []
     m, k = a.shape
-    return umma_tilings(m, b.shape[0], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None)
+    group = 2 if c.shape[1] == 2 * b.shape[0] else 1
+    return umma_tilings(m, c.shape[1], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None,
+                        cta_group=group)

@@ -65,15 +65,18 @@ class GemmConfig:
     WARPS: int = 4           # sm_80 / sm_89
     CONSUMERS: int = 2       # sm_90a
     persistent: bool = False
-    cluster: int = 1         # sm_90a: CTAs per cluster sharing the A tile by TMA multicast (1 or 2)
+    cluster: int = 1         # sm_90a: CTAs per cluster sharing the A tile by TMA multicast (1 or 2);
+    #                          sm_100a: 2 = a pair of CTAs per tcgen05.mma (cta_group::2), BN the pair's N
 
     def consts(self, m: int = 0, n: int = 0) -> dict[str, int]:
         """The kernel's keyword constants (``GRID`` for a persistent Hopper kernel)."""
         if self.arch in WARP_SPECIALIZED:
             grid = 0
-            if self.persistent:
-                tiles = -(-m // self.BM) * -(-n // self.BN) if m and n else SM_COUNT[self.arch]
-                grid = min(tiles, SM_COUNT[self.arch])
+            if self.persistent:      # GRID: blocks, or for a pair of CTAs per MMA (sm_100a) pairs
+                rows = self.BM * (self.cluster if self.arch == "sm_100a" else 1)
+                slots = SM_COUNT[self.arch] // (self.cluster if self.arch == "sm_100a" else 1)
+                tiles = -(-m // rows) * -(-n // self.BN) if m and n else slots
+                grid = min(tiles, slots)
             out = {"BM": self.BM, "BN": self.BN, "BK": self.BK, "STAGES": self.STAGES,
                    "CONSUMERS": self.CONSUMERS, "GRID": grid}
             if self.cluster > 1:
@@ -141,10 +144,11 @@ _SM90 = [
     _sm90(128, 256, 2, cluster=2),
 ]
 
-def _sm100(bm: int, bn: int, consumers: int, persistent: bool = False) -> GemmConfig:
-    # the shared-memory budget of sm_100a is sm_90a's (227 KiB per block)
-    return GemmConfig("sm_100a", bm, bn, 64, sm90_stages(bm, bn, 64), CONSUMERS=consumers,
-                      persistent=persistent)
+def _sm100(bm: int, bn: int, consumers: int, persistent: bool = False, cluster: int = 1) -> GemmConfig:
+    # the shared-memory budget of sm_100a is sm_90a's (227 KiB per block); a CTA of a pair
+    # stages half of the pair's B tile
+    return GemmConfig("sm_100a", bm, bn, 64, sm90_stages(bm, bn // cluster, 64), CONSUMERS=consumers,
+                      persistent=persistent, cluster=cluster)
 
 
 # sm_100a: the accumulator lives in tensor memory (BN columns); the consumer warp groups only
@@ -157,6 +161,11 @@ _SM100 = [
     _sm100(64, 128, 1),
     _sm100(64, 64, 1),
     _sm100(128, 256, 2),
+    # a pair of CTAs per MMA (cta_group::2): the pair computes 256x256, each CTA 128x256 from its
+    # 128 rows of A and 128 of B's 256 rows: 32 KiB staged per k-tile (the one-CTA 128x256: 48 KiB,
+    # 128x128: 32 KiB for half the outputs), 6 stages, and one MMA instruction for both CTAs
+    _sm100(128, 256, 2, cluster=2),
+    _sm100(128, 256, 2, persistent=True, cluster=2),     # GRID pairs walk the 256x256 tiles
 ]
 
 #: The shipped config space per architecture.
@@ -178,6 +187,10 @@ def choose_config(arch: str, m: int, n: int, k: int) -> GemmConfig:
         if m <= 64:
             return space[2] if n >= 128 else space[3]
         tiles = -(-m // 128) * -(-n // 128)
+        if arch == "sm_100a" and tiles > SM_COUNT[arch] and n >= 256:
+            # more 128x128 tiles than SMs: persistent pairs walking 256x256 tiles fill every SM,
+            # and per output each CTA stages half the bytes of a one-CTA 128x128 tile
+            return space[6]
         return space[0] if tiles > SM_COUNT[arch] else space[1]
     if m <= 16:
         return space[5]

@@ -180,14 +180,24 @@ def gemm_sm90_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
 
 @cache
 def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
-                      a_layout: str = "mk", ld: tuple[bool, bool] = (False, False)) -> Any:
+                      a_layout: str = "mk", ld: tuple[bool, bool] = (False, False),
+                      peer_release: bool = True) -> Any:
     """The same kernel source as ``gemm_sm90_kernel``, built for Blackwell (sm_100a): synthesis
     turns its ``hl.mma`` on shared tiles into single-thread ``tcgen05.mma`` with the accumulator
     in tensor memory and its wgmma commit / wait into ``tcgen05.commit`` on mbarriers; the
     epilogue reads the accumulator with the ``tcgen05.ld`` synthesis chooses
     (``hexlayout.ir.lower.umma``). One CTA per MMA (``cta_group::1``): ``BM`` 64 or 128,
-    ``CLUSTER=1``; persistent with ``GRID > 0``."""
-    return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, True, a_layout, ld)
+    ``CLUSTER=1``; persistent with ``GRID > 0``. ``CLUSTER=2``: a pair of CTAs per MMA
+    (``cta_group::2``, ``BM=128``; persistent with ``GRID > 0`` pairs): the pair computes a
+    ``2 BM x BN`` tile, CTA ``r``
+    its rows ``BM r ..``; each CTA stages its ``BM`` rows of A and its half (``BN/2`` rows) of the
+    pair's B tile, and the ``hl.mma`` in its pair form (``sb`` of ``BN/2`` rows, ``acc`` of ``BN``
+    columns) is synthesized as one ``tcgen05.mma.cta_group::2`` the even CTA issues. Before it
+    reads a stage, each CTA's consumers tell the peer that their stage is full (an arrive on the
+    peer's ``pair_full`` barrier of the stage) and wait for the peer's; each CTA releases its own
+    stages after the MMA's commit (multicast to both CTAs) retired. ``peer_release=False`` leaves
+    out that signal to the peer: the broken pipeline the emulator must reject."""
+    return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
 
 
 def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogue: bool, peer_release: bool,
@@ -226,10 +236,11 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
              GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
         staged = stage_epilogue or STAGE_EPILOGUE
-        if arch == "sm_100a" and CLUSTER != 1:
-            raise ValueError(f"hexlayout gemm: gemm_sm100 runs one CTA per MMA (CLUSTER=1), not "
-                             f"CLUSTER={CLUSTER}")
-        if CLUSTER not in (1, 2) or (CLUSTER == 2 and (GRID or BM % 128 or not mk)):
+        paired = arch == "sm_100a" and CLUSTER == 2        # a pair of CTAs per tcgen05.mma
+        if paired and (BM != 128 or BN % 32 or BN > 256):
+            raise ValueError(f"hexlayout gemm: gemm_sm100 with CLUSTER=2 runs a pair of CTAs per MMA: BM=128 "
+                             f"rows per CTA and BN a multiple of 32 up to 256 (got BM={BM}, BN={BN})")
+        if CLUSTER not in (1, 2) or (CLUSTER == 2 and not paired and (GRID or BM % 128 or not mk)):
             raise ValueError(f"hexlayout gemm: CLUSTER={CLUSTER}: 1, or 2 with one block per tile (GRID=0), "
                              f"BM a multiple of 128 and a K-major A (got GRID={GRID}, BM={BM}, "
                              f"a_layout={a_layout!r})")
@@ -239,18 +250,28 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
         num_tiles = tiles_m * tiles_n
         num_k = hl.cdiv(Kx, BK)
         sa = hl.shared(dt, (BM, BK, STAGES) if mk else (BK, BM, STAGES))
-        sb = hl.shared(dt, (BN, BK, STAGES) if b_layout == "nk" else (BK, BN, STAGES))
+        BNs = BN // 2 if paired else BN          # B rows this CTA stages (the pair: its half)
+        sb = hl.shared(dt, (BNs, BK, STAGES) if b_layout == "nk" else (BK, BNs, STAGES))
         W = _epilogue_window(BM, BN, dt)
         sc = hl.shared(dt, (BM, W)) if staged else None
-        clustered = CLUSTER == 2
+        clustered = CLUSTER == 2 and not paired
         # the consumers of both CTAs of a cluster release a stage (each into its own and its peer's)
         ring = hl.Ring(STAGES, producers=1, consumers=CONSUMERS * (2 if clustered and peer_release else 1))
-        if clustered:
+        if paired:      # the peer's stage is full too (one arrival of the peer's consumers per phase)
+            pair_full = hl.mbarrier(STAGES, name="pair_full")
+            for st in range(STAGES):
+                hl.mbarrier_init(pair_full, st, arrivals=1)
+        if clustered or paired:
             hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
         else:
             hl.syncthreads()
         rank: Any = 0
-        if clustered:
+        if paired:      # cluster pid // 2 takes the 2 BM x BN tiles pid // 2 (+ GRID, ... with GRID
+            pair_tiles = hl.cdiv(Mx, 2 * BM) * tiles_n        # pairs: persistent); CTA r its rows BM r ..
+            pid = hl.grid(hl.spatial(2 * (GRID or pair_tiles)))
+            rank = hl.cluster_rank()
+            my_tiles = hl.cdiv(hl.maximum(pair_tiles - pid // 2, 0), GRID) if GRID else 1
+        elif clustered:
             pairs_n = hl.cdiv(tiles_n, 2)
             pid = hl.grid(hl.spatial(2 * tiles_m * pairs_n))
             rank = hl.cluster_rank()
@@ -263,6 +284,9 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
             my_tiles = 1
 
         def origin(t: Any) -> tuple[Any, Any]:
+            if paired:
+                pair = pid // 2 + t * (GRID or 1)
+                return (pair // tiles_n) * 2 * BM + rank * BM, (pair % tiles_n) * BN
             if clustered:        # cluster pid // 2 takes tiles (m, 2j) and (m, 2j + 1): one A tile
                 pair = pid // 2
                 return (pair // pairs_n) * BM, (2 * (pair % pairs_n) + rank) * BN
@@ -297,10 +321,11 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                         hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=bar)
                     else:
                         hl.copy(hl.view(a, tile=(BK, BM), origin=(k * BK, m0)), sa[:, :, s], mbarrier=bar)
+                    nb = n0 + rank * BNs if paired else n0        # the pair: this CTA's half of B
                     if b_layout == "nk":
-                        hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=bar)
+                        hl.copy(hl.view(b, tile=(BNs, BK), origin=(nb, k * BK)), sb[:, :, s], mbarrier=bar)
                     else:
-                        hl.copy(hl.view(b, tile=(BK, BN), origin=(k * BK, n0)), sb[:, :, s], mbarrier=bar)
+                        hl.copy(hl.view(b, tile=(BK, BNs), origin=(k * BK, nb)), sb[:, :, s], mbarrier=bar)
         with hl.else_():
             hl.setmaxnreg(232, increase=True)
             for t in hl.range(my_tiles):
@@ -314,6 +339,9 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                     it = t * num_k + k
                     s = it % STAGES
                     ring.wait_full(it)
+                    if paired and peer_release:   # tell the peer this CTA's stage is full; wait for its
+                        hl.arrive(pair_full, s, who="one", cta=1 - rank)
+                        hl.wait(pair_full, s, phase=(it // STAGES) % 2)
                     hl.wgmma_fence()
                     hl.mma(sa[:, :, s] if mk else sa[:, :, s].T,
                            sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
@@ -346,7 +374,7 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                         hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
                         hl.syncthreads()
                         hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
-        if clustered:
+        if clustered or paired:
             hl.cluster_sync()        # no CTA exits while its peer may still multicast into it
 
     return gemm

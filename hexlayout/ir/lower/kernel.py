@@ -430,6 +430,15 @@ class Lowering:
             for ins in plan_ok.instrs:
                 if isinstance(ins, TmaLoad):
                     ins.multicast = op.multicast
+        if op.pair_barrier:
+            if not plan_ok.instruction.startswith("SM90_TMA_LOAD"):
+                raise self.fail(op, f"pair_barrier= needs a TMA load; this copy is {plan_ok.instruction}")
+            if self.arch.name != "sm_100a":
+                raise self.fail(op, f"pair_barrier= (cp.async.bulk.tensor.cta_group::2) needs sm_100a; the "
+                                f"kernel is lowered for {self.arch.name}")
+            for ins in plan_ok.instrs:
+                if isinstance(ins, TmaLoad):
+                    ins.pair_bar = True
         loads: list[Instr] = []
         for view in (src, dst):
             gather = view.gather if isinstance(view, GlobalTileView) else None

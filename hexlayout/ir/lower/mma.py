@@ -53,10 +53,11 @@ def _task_offset(tm: TiledMma, dim: int, worker: ExprLike, r: int) -> ExprLike:
 
 
 def _desc(tm: TiledMma, view: SharedTileView, dim: int, major: str, tid: Var, r: int, k: int,
-          elem_bits: int) -> SmemDesc | str:
-    """Descriptor of the operand sub-tile of task ``r`` at k-step ``k`` (symbolic in the warp group)."""
+          elem_bits: int, cta_group: int = 1) -> SmemDesc | str:
+    """Descriptor of the operand sub-tile of task ``r`` at k-step ``k`` (symbolic in the warp group);
+    ``cta_group`` 2: of one CTA's share (half the atom's rows) of a pair's tcgen05.mma operand."""
     m_a, n_a, k_a = tm.atom.shape_mnk
-    ext = m_a if dim == 0 else n_a
+    ext = (m_a if dim == 0 else n_a) // cta_group
     big = view.shape[0]
     inner = view.layout
     sub = composition(inner, Layout((ext, k_a), (1, big)))

@@ -18,6 +18,15 @@ commit / wait) runs unchanged:
   whose values are in registers may add to it (``accumulate`` not ``False``: ``hl.zeros``
   then ``hl.mma``) is preceded by a ``tcgen05.st`` of those registers (the load's shape and
   addresses), ``wait::st`` and a fenced barrier of the threads.
+* **a pair of CTAs** (``TiledUmma.cta_group == 2``, a kernel of 2-CTA clusters): warp 0 of each
+  CTA allocates (and frees) with ``cta_group::2`` and the prologue's barrier is a cluster barrier
+  (the pair's TMEM is allocated before any MMA); only the elected thread of the even CTA issues,
+  with the descriptors of its own tiles (each CTA's A: its 128 rows; B: its half, the same
+  offsets in both CTAs), and commits with ``tcgen05.commit.cta_group::2`` multicast to both CTAs'
+  ``tc_done`` barrier, so every thread of both CTAs waits on its own barrier as for one CTA (both
+  count the commits). The kernel's tcgen05 mmas are all of one cta_group; the epilogue's barrier
+  before the deallocation is a cluster barrier too. An accumulator whose register values a pair's
+  MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop).
 * **block scales** (a block-scaled atom: ``hl.mma(..., scale_a=, scale_b=)``): each operand's
   factors get their own TMEM columns (``arch.block_scale.scale_columns``, from a multiple of 4,
   after the accumulators allocated so far), once per mma op; the issuing thread copies them,
@@ -83,6 +92,7 @@ from ..expr import ExprLike, RegRead, as_expr, select
 from ..lowered import (
     Alu,
     BarSync,
+    ClusterBarrier,
     IfThen,
     Instr,
     LdShared,
@@ -144,6 +154,8 @@ class TmemState:
     uncommitted: frozenset[int] = frozenset()   # accumulators an MMA issued after the last commit may write
     first_op: dict[int, int] = field(default_factory=dict)   # root id -> uid of the op first naming it
     scale_cols: dict[tuple[int, str], int] = field(default_factory=dict)   # (mma uid, "a"/"b") -> column
+    group: int = 1              # the cta_group of the kernel's tcgen05 mmas
+    even: ExprLike = 1          # (cta_group::2) this CTA is the even one of its pair
 
     @staticmethod
     def of(lw: Any) -> TmemState:
@@ -153,6 +165,17 @@ class TmemState:
             lw.tmem = TmemState(lw.scratch("tmem_base", U32, 1), lw.scratch("tc_commits", S32, 1),
                                 max([int(w) for w in waits], default=0) + 1)
             lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers)
+            groups = {tu.cta_group for tu in lw.assignment.mma.values() if isinstance(tu, TiledUmma)}
+            if len(groups) > 1:
+                raise ValueError("the kernel's tcgen05 mmas mix one-CTA and pair (cta_group::2) MMAs; every "
+                                 "tcgen05 instruction of a kernel takes one cta_group")
+            if groups == {2}:
+                launch = lw.tk.launch
+                if tuple(launch.cluster or ()) not in ((2,), (2, 1), (2, 1, 1)):
+                    raise ValueError(f"a pair's tcgen05 mma (cta_group::2) is lowered for clusters of "
+                                     f"(2, 1, 1) CTAs; the kernel's cluster is {launch.cluster}")
+                lw.tmem.group = 2
+                lw.tmem.even = (as_expr(launch.block_index[0]) % 2).eq(0)
             for o in lw.tk.body.walk():
                 for v in o.values():
                     lw.tmem.first_op.setdefault(v.root.id, o.uid)
@@ -195,17 +218,20 @@ class TmemState:
         tid = as_expr(lw.tid)
         warp0 = tid < 32
         out: list[Instr] = [MbarInit(self.bar(i), 1, pred=tid.eq(0)) for i in range(self.barriers)]
+        g = self.group
         out += [Alu("mov", RegRef(self.commits, 0, 1), (0,)),
-                TmemAlloc(SharedRef(word, 0), self.ncols, pred=warp0), TmemRelinquish(pred=warp0),
-                Tcgen05Fence("before_thread_sync"), BarSync(), Tcgen05Fence("after_thread_sync"),
-                LdShared(RegRef(self.base, 0, 1), SharedRef(word, 0), 32)]
+                TmemAlloc(SharedRef(word, 0), self.ncols, g, pred=warp0), TmemRelinquish(g, pred=warp0),
+                Tcgen05Fence("before_thread_sync"), BarSync() if g == 1 else ClusterBarrier(),
+                Tcgen05Fence("after_thread_sync"), LdShared(RegRef(self.base, 0, 1), SharedRef(word, 0), 32)]
         for ins in out:
             ins.origin = "tensor memory allocation"
         return out
 
     def epilogue(self, lw: Any) -> list[Instr]:
-        out: list[Instr] = [Tcgen05Fence("before_thread_sync"), BarSync(), Tcgen05Fence("after_thread_sync"),
-                            TmemDealloc(RegRead(self.base, 0), self.ncols, pred=as_expr(lw.tid) < 32)]
+        bar = BarSync() if self.group == 1 else ClusterBarrier()
+        out: list[Instr] = [Tcgen05Fence("before_thread_sync"), bar, Tcgen05Fence("after_thread_sync"),
+                            TmemDealloc(RegRead(self.base, 0), self.ncols, self.group,
+                                        pred=as_expr(lw.tid) < 32)]
         for ins in out:
             ins.origin = "tensor memory deallocation"
         return out
@@ -275,6 +301,11 @@ class TmemState:
             carried = isinstance(op, For) and self.defined_outside(rid, op)
             if rid in self.pending or (o.accumulate is False and not carried):
                 continue
+            if tu.cta_group == 2:
+                raise ValueError(f"the pair's tcgen05 mma (cta_group::2) on %{o.c.name} would add to "
+                                 "register values (its tcgen05.st into both CTAs' TMEM would need a cluster "
+                                 "barrier): give its first mma accumulate=False (or k > 0 in a k-loop with "
+                                 "nothing to add before)")
             p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1], rid)
             out += self._load(lw, p, store=True)
             self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
@@ -430,7 +461,7 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
         descs = []
         for role, view, mode, major, r in (("a", a, 0, tu.atom.a_major, inst.r_m),
                                            ("b", b, 1, tu.atom.b_major, inst.r_n)):
-            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits)
+            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits, tu.cta_group)
             if isinstance(d, str):
                 raise ValueError(f"operand {role}: {d}")
             descs.append(d)
@@ -440,7 +471,10 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     rid = op.c.root.id
     st.pending[rid] = _Pending(c, tu, col, lw.group_threads[-1], rid)
     st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
-    return [IfThen(lw.elect[-1], out)]          # one branch around the issuing thread's MMAs
+    if tu.cta_group == 2 and (tu.n_atoms != 1 or op.b.type.shape[0] * 2 != n):
+        raise ValueError(f"{tu}: the pair's B must be one atom's N, each CTA's b holding half of it")
+    issuer = lw.elect[-1] if tu.cta_group == 1 else (as_expr(lw.elect[-1]) & st.even)
+    return [IfThen(issuer, out)]          # one branch around the issuing thread's MMAs
 
 
 def _scale_view(lw: Any, op: Mma, v: Value, role: str) -> SharedTileView:
@@ -496,6 +530,10 @@ def umma_commit(lw: Any) -> list[Instr]:
     st = TmemState.of(lw)
     st.uncommitted = frozenset()
     cnt = RegRead(st.commits, 0)
+    if st.group == 2:          # the pair's commit lands on both CTAs' barrier
+        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)), cta_group=2, multicast=3)
+        return [IfThen(as_expr(lw.elect[-1]) & st.even, [commit]),
+                Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
     return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))]),
             Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
 

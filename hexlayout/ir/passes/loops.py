@@ -83,6 +83,7 @@ from hexlayout.ir.lowered import (
     TmaStore,
     walk_instrs,
 )
+from hexlayout.ir.lowered_tcgen05 import Tcgen05Commit
 from hexlayout.ir.tile import GlobalParam
 from hexlayout.ir.types import i32
 
@@ -394,7 +395,7 @@ class _LoopPass:
             new.phase = self.rewrite(ins.phase)
         if isinstance(ins, (TmaLoad, TmaStore)):
             new.coords = tuple(self.rewrite(c) for c in ins.coords)
-        if isinstance(ins, TmaLoad) and ins.multicast is not None:
+        if isinstance(ins, (TmaLoad, Tcgen05Commit)) and ins.multicast is not None:
             new.multicast = self.rewrite(ins.multicast)
         if isinstance(ins, MbarArrive) and ins.cta is not None:
             new.cta = self.rewrite(ins.cta)

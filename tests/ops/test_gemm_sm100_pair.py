@@ -1,0 +1,121 @@
+"""The 2-CTA GEMM on sm_100a (``gemm_sm100_kernel`` with ``CLUSTER=2``): a pair of CTAs per
+``tcgen05.mma.cta_group::2`` (each CTA its 128 rows of A and half of the pair's B tile), in the
+emulator against float64 on ragged shapes with the stage ring wrapping, the broken pipeline
+(no stage signal to the peer) rejected, the config in the shipped space and chosen for large
+problems, and the NVRTC build (no spills, UTCHMMA.2CTA and the multicast commit in the SASS)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hexlayout.ops.gemm.config import CONFIGS, choose_config
+from hexlayout.ops.gemm.kernels import gemm_sm100_kernel
+
+import hexlayout.lang as hl
+from hexlayout.emulator import RaceError, run
+from hexlayout.ir import lowered_tcgen05 as T
+from hexlayout.ir.lowered import walk_instrs
+from hexlayout.synth.solve import synthesize
+
+PAIR = [c for c in CONFIGS["sm_100a"] if c.cluster == 2]
+SMALL = dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, CLUSTER=2)
+
+
+def _args(m, n, k, b_layout, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    return a, b, {"a": a, "b": b if b_layout == "nk" else np.ascontiguousarray(b.T),
+                  "c": np.full((m, n), np.nan, np.float16)}
+
+
+@pytest.mark.parametrize(("b_layout", "shape", "consts"), [
+    ("nk", (300, 104, 200), SMALL),
+    ("kn", (136, 72, 136), {**SMALL, "STAGE_EPILOGUE": True}),       # N-major B halves, TMA-store epilogue
+    ("nk", (130, 136, 264), {**SMALL, "BN": 128, "STAGES": 3, "CONSUMERS": 2}),
+    ("nk", (600, 136, 136), {**SMALL, "GRID": 2}),    # persistent: 2 pairs walk 3 x 3 tiles (5 and 4)
+])
+def test_emulated_pair_gemm_matches_float64(b_layout, shape, consts):
+    """M = 300: the second pair's odd CTA holds rows 384.. past M (it still runs its half of the
+    MMA); N = 104: a ragged second tile; K = 200: 4 k-tiles on 2 stages (the ring wraps twice);
+    two consumer warp groups reading 64 columns each of a pair's N = 128."""
+    m, n, k = shape
+    syn = synthesize(gemm_sm100_kernel(hl.f16, b_layout).trace(**consts), "sm_100a")
+    lk = syn.lowered.kernel
+    assert lk.cluster == (2, 1, 1)
+    bn = consts["BN"]
+    assert {i.atom for i in walk_instrs(lk.body) if isinstance(i, T.Tcgen05Mma)} == \
+        {f"SM100_2x1SM_256x{bn}x16_F32F16F16_SS"}
+    a, b, args = _args(m, n, k, b_layout, m + n + k)
+    rep = run(lk, args)
+    assert len(rep.blocks) == 2 * (consts.get("GRID") or -(-m // 256) * -(-n // bn))
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(args["c"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_without_the_stage_signal_to_the_peer_the_emulator_rejects_the_pipeline():
+    """The even CTA's MMA reads the odd CTA's stage after waiting only for its own stage: it
+    reads the peer's stage before the peer refilled it, so the refill (a TMA load of the odd CTA)
+    overwrites bytes the MMA read without being ordered after it."""
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk", peer_release=False).trace(**SMALL), "sm_100a")
+    with pytest.raises(RaceError) as e:
+        run(syn.lowered.kernel, _args(256, 64, 128, "nk", 5)[2])
+    assert e.value.instr.opname == "TmaLoad" and e.value.block == (1,)
+    assert "write-after-read" in str(e.value) and "conflicting: Tcgen05Mma" in str(e.value)
+
+
+def test_the_pair_configs_are_shipped_and_the_persistent_one_chosen_for_large_problems():
+    assert [(c.BM, c.BN, c.CONSUMERS, c.persistent, c.STAGES) for c in PAIR] == \
+        [(128, 256, 2, False, 6), (128, 256, 2, True, 6)]
+    cfg = PAIR[1]
+    consts = cfg.consts(4096, 4096)
+    assert consts["CLUSTER"] == 2 and consts["GRID"] == 74 and str(cfg).endswith("persistent cluster 2")
+    assert cfg.consts(512, 768)["GRID"] == 6                           # 2 x 3 tiles of 256x256: 6 pairs
+    assert PAIR[0].consts(4096, 4096)["GRID"] == 0
+    assert choose_config("sm_100a", 4096, 4096, 4096) == cfg
+    assert choose_config("sm_100a", 512, 512, 4096).cluster == 1      # too few tiles to fill the SMs
+    assert choose_config("sm_100a", 4096, 128, 4096).cluster == 1     # N narrower than the pair's tile
+    with pytest.raises(ValueError, match="BM=128 rows per CTA"):
+        gemm_sm100_kernel(hl.f16).trace(**{**SMALL, "BM": 64})
+
+
+@pytest.mark.nvrtc
+def test_pair_config_builds_for_sm100_with_2cta_sass():
+    """The shipped pair config through the op's build: NVRTC for sm_100a, no spills; the SASS has
+    the pair's MMA (UTCHMMA.2CTA), its multicast commit, the pair's allocator and the TMEM loads."""
+    from hexlayout.ops.gemm.op import gemm_build
+
+    bld = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", PAIR[1], 4096, 4096)
+    res = bld.compiled.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and 0 < res.registers <= 255, res
+    counts = bld.compiled.sass_counts()
+    assert counts.get("UTCHMMA.2CTA", 0) >= 4, sorted(counts)
+    assert counts.get("UTCBAR.2CTA.MULTICAST", 0) >= 1, sorted(counts)
+    assert any(op.startswith("UTCATOMSWS.2CTA") for op in counts), sorted(counts)
+    assert any(op.startswith("LDTM") for op in counts) and any(op.startswith("UTMALDG") for op in counts)
+
+
+def test_op_build_of_a_pair_config_with_a_fused_epilogue_matches_float64():
+    """The op's build (``gemm_fused``: bias + ReLU fused after the tcgen05.ld) of a small pair
+    config, bf16, ragged M and N, emulated for sm_100a."""
+    from hexlayout.ops.gemm.config import GemmConfig
+    from hexlayout.ops.gemm.op import _arg_order, gemm_fused
+
+    m, n, k = 200, 88, 136
+    ep = (True, False, "relu", False)
+    cfg = GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, cluster=2)
+    bld, prog = gemm_fused(hl.bf16, "nk", ep, "sm_100a", cfg, m, n, compile=False)
+    assert bld.lowered.cluster == (2, 1, 1) and "gemm_sm100_bf16" in bld.generated.name
+    rng = np.random.default_rng(m + n + k)
+    npdt = hl.bf16.numpy()
+    a = rng.standard_normal((m, k)).astype(npdt)
+    b = rng.standard_normal((n, k)).astype(npdt)
+    bias = rng.standard_normal(n).astype(npdt)
+    c = np.full((m, n), np.nan, npdt)
+    by_role = {"a": a, "b": b, "c": c, "bias": bias.reshape(1, n), "residual": None, "scale": 0.5}
+    roles = ["a", "b", "c", "bias", "residual", "scale"]
+    names = [p.name for p in bld.tile_kernel.params]
+    run(bld.lowered, {name: by_role[roles[i]] for name, i in zip(names, _arg_order(prog, ep))})
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64).T + bias.astype(np.float64), 0)
+    err = np.abs(c.astype(np.float64) - want) / (np.abs(want) + 1)
+    assert err.max() < 1e-2
