@@ -146,22 +146,36 @@ def copy(src: Tile, dst: Tile | None = None, instruction: str | None = None, mas
     if special is not None:                  # a view of a 4-bit global tensor (packed_global)
         return METHODS[special](src, dst, instruction, mask)
     ctx, loc = begin("copy")
+    s, d, pair = _copy_tiles(ctx, loc, src, dst, instruction)
+    m = None if mask is None else _copy_mask(ctx, loc, mask, s)
+    bar, bidx = _copy_barrier_args(ctx, loc, mbarrier, multicast, pair_barrier, s, d, pair)
+    fill = None if other is None else _other(ctx, loc, other, s, d, pair)
+    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill,
+                  pair_barrier=bool(pair_barrier)))
+
+
+def _copy_tiles(ctx: Any, loc: Any, src: Any, dst: Any, instruction: str | None) -> tuple[Tile, Tile, str]:
+    """``copy``'s checked ``(src, dst)`` tiles and their description for errors."""
     s = as_tile(ctx, "copy", loc, src, "src")
     d = as_tile(ctx, "copy", loc, dst, "dst")
     pair = f"src {describe(s.value)} and dst {describe(d.value)}"
     _check_copy_tiles(ctx, loc, s, d, pair)
     if instruction is not None:
         _check_copy_instruction(ctx, loc, instruction, s, d, pair)
-    m = None if mask is None else _copy_mask(ctx, loc, mask, s)
+    return s, d, pair
+
+
+def _copy_barrier_args(ctx: Any, loc: Any, mbarrier: Any, multicast: int | None, pair_barrier: bool,
+                       s: Tile, d: Tile, pair: str) -> tuple[Any, Any]:
+    """``copy``'s ``(barrier, index)`` (``(None, 0)`` without ``mbarrier``), with ``multicast`` and
+    ``pair_barrier`` checked against it."""
     bar, bidx = (None, 0) if mbarrier is None else _copy_barrier(ctx, loc, mbarrier, s, d, pair)
     if multicast is not None:
         _check_multicast(ctx, loc, multicast, bar)
     if pair_barrier and (bar is None or tuple(ctx.cluster or ()) not in ((2,), (2, 1), (2, 1, 1))):
         raise ctx.error("copy", loc, "pair_barrier=True is for TMA copies (mbarrier=) in a kernel of 2-CTA "
                         "clusters (cluster=(2, 1, 1))")
-    fill = None if other is None else _other(ctx, loc, other, s, d, pair)
-    ctx.emit(Copy(s.value, d.value, instruction, m, bar, bidx, multicast, loc=loc, other=fill,
-                  pair_barrier=bool(pair_barrier)))
+    return bar, bidx
 
 
 def _check_copy_tiles(ctx: Any, loc: Any, s: Tile, d: Tile, pair: str) -> None:
@@ -347,6 +361,19 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
             step.trace()
     """
     ctx, loc = begin("mma")
+    ta, tb, tc = _mma_tiles(ctx, loc, a, b, c)
+    if atom is not None:
+        _check_mma_atom(ctx, loc, atom, ta, tb, tc)
+    wm = None if warps is None else _mma_warps(ctx, loc, warps)
+    acc_flag = _accumulate_flag(ctx, loc, accumulate)
+    sa, sb = _block_scales(ctx, loc, ta, tb, tc, scale_a, scale_b, atom)
+    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc, scale_a=sa,
+                 scale_b=sb))
+
+
+def _mma_tiles(ctx: Any, loc: Any, a: Any, b: Any, c: Any) -> tuple[Tile, Tile, Tile]:
+    """``mma``'s operands as tiles: ``a`` / ``b`` in registers or shared memory, ``c`` in
+    registers, their shapes and element types checked (``_check_mma_operands``)."""
     ta = as_tile(ctx, "mma", loc, a, "a")
     tb = as_tile(ctx, "mma", loc, b, "b")
     tc = as_tile(ctx, "mma", loc, c, "c")
@@ -354,16 +381,15 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     require_scope(ctx, "mma", loc, tb, "b", (R, S))
     require_scope(ctx, "mma", loc, tc, "c (the accumulator)", (R,))
     _check_mma_operands(ctx, loc, ta, tb, tc)
-    if atom is not None:
-        _check_mma_atom(ctx, loc, atom, ta, tb, tc)
-    wm = None if warps is None else _mma_warps(ctx, loc, warps)
+    return ta, tb, tc
+
+
+def _accumulate_flag(ctx: Any, loc: Any, accumulate: Any) -> bool | Expr:
+    """``mma``'s ``accumulate`` as a bool or a scalar expression (an int ``x``: ``x != 0``)."""
     if isinstance(accumulate, Tile) or not isinstance(accumulate, (bool, int, Expr)):
         raise ctx.error("mma", loc, f"accumulate={accumulate!r:.60} must be True, False or a scalar integer "
                         "expression (e.g. k > 0), not a tile or another value")
-    acc_flag: bool | Expr = accumulate if isinstance(accumulate, (bool, Expr)) else accumulate != 0
-    sa, sb = _block_scales(ctx, loc, ta, tb, tc, scale_a, scale_b, atom)
-    ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc, scale_a=sa,
-                 scale_b=sb))
+    return accumulate if isinstance(accumulate, (bool, Expr)) else accumulate != 0
 
 
 def _block_scales(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, scale_a: Any, scale_b: Any,
