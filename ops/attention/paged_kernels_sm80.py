@@ -63,7 +63,9 @@ def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType
     denominator: ``hl.OnlineSoftmax``'s sink; else ``sinks`` is not read), ``CHUNK`` /
     ``DCHUNK`` (0: all of ``BN`` / ``HEAD_DIM``: S per sub-block of ``CHUNK`` keys summed over
     ``DCHUNK`` columns of Q and K, Q read from shared memory per column chunk when ``DCHUNK <
-    HEAD_DIM``: the registers a warp holds). ``split``: split-KV:
+    HEAD_DIM``: the registers a warp holds), ``SUMS`` (the softmax row sums: -1 as
+    ``mma_sums(dtype)``, 1 by an MMA of P in ``dtype`` against ones, 0 f32 sums of P by
+    reduction). ``split``: split-KV:
     split ``sp`` of ``SPLITS`` takes its share of the key blocks and writes its normalized
     partial output and LSE (f32) to ``o[sp]`` / ``lse[sp]`` (``[SPLITS, TQ, H, D]``, ``[SPLITS,
     H, TQ]``), merged by ``paged_attention_combine_kernel``. ``cache_dtype`` (e4m3 / e5m2): FP8
@@ -91,7 +93,8 @@ def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType
                         SVB: i32, SVS: i32, SVC: i32, SBT: i32,
                         *, BM: int = 64, BN: int = 32, HEAD_DIM: int = 128, BLOCK: int = 16, WARPS: int = 4,
                         CAUSAL: bool = True, WINDOW: bool = False, SOFTCAP: bool = False, TILES: int = 1,
-                        SPLITS: int = 1, SINKS: bool = False, CHUNK: int = 0, DCHUNK: int = 0):
+                        SPLITS: int = 1, SINKS: bool = False, CHUNK: int = 0, DCHUNK: int = 0,
+                        SUMS: int = -1):
         s, kvh, pid = hl.grid(hl.spatial(seqused_k.shape[0], k_cache.shape[2], TILES * SPLITS))
         mt, sp = (pid, 0) if SPLITS == 1 else (pid % TILES, pid // TILES)
         t = paged_tile(cu_seqlens_q, seqused_k, s, kvh, mt, G, BM=BM, CAUSAL=CAUSAL)   # the block's rows
@@ -104,7 +107,8 @@ def paged_attention_kernel(dtype: DType, split: bool = False, cache_dtype: DType
         hl.commit_group()
         heads = hl.iota((BM, 1), 0) % G + kvh * G
         sm = hl.OnlineSoftmax(BM, sink_rows(sinks, heads, BM=BM, sp=sp) if SINKS else None,
-                              sums=mma_sums(dt), keys=min(CHUNK or BN, BN))
+                              sums=mma_sums(dt) if SUMS < 0 else dt if SUMS else None,
+                              keys=min(CHUNK or BN, BN))
         acc = hl.zeros((BM, HEAD_DIM), f32)
         hl.wait_group(0)
         hl.syncthreads()

@@ -299,3 +299,43 @@ def test_wide_key_blocks_hd128_f16_stage_patterns(splits: int) -> None:
     _stage_patterns(a, 16)
     out, lse = torch.ops.hexlayout.paged_attention(**a, num_splits=splits)
     _check(out, lse, reference(a), a["q"].shape[0], 2e-3)
+
+
+def test_the_reverted_64_key_bf16_variant_is_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reverted variant (64-key blocks at head size 64, row sums of P by an MMA of P rounded
+    to bf16 against ones) on the vLLM stage's inputs (bf16, H 2 / KVH 1, HND, block size 32,
+    chunked prefill beside decodes, shared prefix, null-block padding, NaN in unused rows).
+    Its divergence in the stage (AWQ Mixtral 28/32 tokens against vLLM's own run) was no
+    kernel error: both kernels are within bf16 rounding of float64, but they round differently
+    (the variant's denominator sums bf16-rounded P: its LSE is off by up to 2^-8 relative, the
+    shipped kernel's by f32 rounding), and that difference flipped a near-tied top-2 expert
+    choice later in the model (float64 router margin 0.0022 at that position), which the
+    stage's old run-against-run comparison counted as a failure. The stage now checks each run
+    against float64 and stops a sequence at a routing near tie; there the variant passes."""
+    from hexlayout.ops.attention import paged as paged_mod
+
+    a = make_case(11, [1, 5, 1, 3], [9, 21, 29, 70], 2, 1, 64, 32, "HND", torch.bfloat16)
+    _stage_patterns(a, 32)
+    want = reference(a)
+    rows = a["q"].shape[0]
+    shipped, shipped_lse = paged_attention(**a, return_lse=True)
+    consts = paged_mod.paged_attention_consts
+
+    def variant(head_size: int, *args: object, **kw: object) -> dict:
+        c = consts(head_size, *args, **kw)
+        assert c["HEAD_DIM"] == 64 and c["BN"] == 32          # the shipped choice at head size 64
+        return {**c, "BN": 64, "CHUNK": 64, "DCHUNK": 64, "SUMS": 1}
+
+    monkeypatch.setattr(paged_mod, "paged_attention_consts", variant)
+    out, lse = paged_attention(**a, return_lse=True)
+    for o, ls in ((shipped, shipped_lse), (out, lse)):
+        _check(o, ls, want, rows, 1.6e-2)                     # both within bf16 rounding of float64
+    fin = torch.isfinite(want[1][:, :rows])
+
+    def lse_err(x: torch.Tensor) -> float:
+        return (x[:, :rows][fin].double() - want[1][:, :rows][fin]).abs().max().item()
+
+    assert lse_err(shipped_lse) <= 1e-5                        # f32 sums of unrounded P
+    assert 1e-4 <= lse_err(lse) <= 2**-8                       # sums of P rounded to bf16
+    diff = (out[:rows].double() - shipped[:rows].double()).abs()
+    assert 0 < diff.max().item() <= 1.6e-2                    # different roundings, nothing more
