@@ -171,6 +171,18 @@ class Machine:
                       "CTA exits while a peer may still write into it")
         return p
 
+    def multicast_targets(self, mask: ExprLike | None, env: Mapping[Var, Any], ins: Instr, what: str,
+                          thread: int | None = None) -> list[Machine]:
+        """The CTAs a multicast reaches: this one without ``mask``, else the cluster ranks whose bit
+        is set in the uniform ``mask`` (non-zero, no bit past the cluster; ``what``: the access)."""
+        if mask is None:
+            return [self]
+        bits = self.ev_uniform(mask, env, ins, f"{what} mask")
+        if bits <= 0 or bits >> len(self.cluster):
+            self.fail(IllegalInstructionError, ins, f"{what} mask {bits:#x} does not select CTAs of the "
+                      f"cluster of {len(self.cluster)}", **({} if thread is None else {"thread": thread}))
+        return [self.peer(r, ins, what) for r in range(len(self.cluster)) if bits >> r & 1]
+
     # ---- expressions ----------------------------------------------------------------
     def with_registers(self, e: ExprLike, env: Mapping[Var, Any]) -> Mapping[Any, Any]:
         """``env`` plus the register values an expression reads (``RegRead`` leaves), for the

@@ -360,15 +360,7 @@ def tcgen05_commit(m: Machine, ins: Tcgen05Commit, x: Active) -> None:
     for t in x.tids:
         env = {**x.env, m.tvar: np.array([t])}
         key = mbarrier.barrier_key(m, ins.bar, env, ins)
-        if ins.multicast is None:
-            targets = [m]
-        else:
-            mask = m.ev_uniform(ins.multicast, env, ins, "tcgen05.commit multicast mask")
-            if mask <= 0 or mask >> len(m.cluster):
-                m.fail(IllegalInstructionError, ins, f"tcgen05.commit multicast mask {mask:#x} does not "
-                       f"select CTAs of the cluster of {len(m.cluster)}", thread=int(t))
-            targets = [m.peer(r, ins, "tcgen05.commit multicast") for r in range(len(m.cluster))
-                       if mask >> r & 1]
+        targets = m.multicast_targets(ins.multicast, env, ins, "tcgen05.commit multicast", thread=int(t))
         bars = [mbarrier.get_barrier(tm, key, ins) for tm in targets]
         for tm, bar in zip(targets, bars):
             if bar.pending < 1:

@@ -134,14 +134,7 @@ def tma_load(m: Machine, ins: TmaLoad, x: Active) -> None:
         issuer = np.array([tid])
         tenv = {**x.env, m.tvar: issuer}
         key = barrier_key(m, ins.bar, tenv, ins)
-        if ins.multicast is None:
-            targets = [m]
-        else:
-            mask = m.ev_uniform(ins.multicast, tenv, ins, "TMA multicast mask")
-            if mask <= 0 or mask >> len(m.cluster):
-                m.fail(IllegalInstructionError, ins, f"TMA multicast mask {mask:#x} does not select CTAs "
-                       f"of the cluster of {len(m.cluster)}")
-            targets = [m.peer(r, ins, "TMA multicast") for r in range(len(m.cluster)) if mask >> r & 1]
+        targets = m.multicast_targets(ins.multicast, tenv, ins, "TMA multicast")
         for tm in targets:
             data = vals.view(np.uint8).reshape(1, -1)
             if tm is m:
