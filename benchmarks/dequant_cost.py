@@ -8,7 +8,8 @@ the kernel is built as the op builds it and its main loop read by ``hexlayout.ru
 
     non-MMA per weight = non-MMA per k-tile / weights one thread dequantizes per k-tile
     weights per thread = calls * BN * BK / threads   (calls: 2 for gate-up, 1 for down; the
-                                                      sm_80 decode down kernel: 2 column tiles)
+                                                      sm_80 and sm_90a decode down kernels: 2
+                                                      column tiles)
 
 the conversion, zero point and scale instructions alone per weight (``DEQUANT_OPS``: the
 floating and byte-permute / mask instructions of the loop, which in these configs only the
@@ -81,8 +82,8 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
     st, ml = b.stats, b.stats.main_loop
     threads = 128 * consts["WG"] if arch in SWAP_AB else 128
     bn = 64 * consts.get("WG", 1)
-    # (BN, BK) weight tiles per k-tile: gate and up; the sm_80 down kernel's column tiles
-    calls = 2 if kind == "gate_up" else 1 if arch in SWAP_AB else _column_tiles(consts["BM"])
+    # (BN, BK) weight tiles per k-tile: gate and up; the sm_80 / sm_90a down kernels' column tiles
+    calls = 2 if kind == "gate_up" else 1 if arch == "sm_100a" else _column_tiles(consts["BM"])
     weights = calls * bn * 64 / threads
     # k-tiles per loop iteration from the MMA the tile takes (the swap-AB loops are unrolled by 2)
     if arch in SWAP_AB:   # m64 x nBM x k16 per 64 weight rows, one issuer per warp group

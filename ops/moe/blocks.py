@@ -54,14 +54,14 @@ def expert_block(block_expert: Any, n: Any, bm: int, bn: int, split: bool = Fals
     return e, pid_m * bm, pid_n * bn, sp
 
 
-def k_tile_range(kx: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
+def k_tile_range(kx: Any, bk: int, split_k: int, sp: Any, unit: int = 1) -> tuple[Any, Any, Any]:
     """This block's k-tiles ``(n, k0, kt)``: their count, the k origin ``k0(j)`` of local tile ``j``
     and its index ``kt(j)`` in ``ceil(K / BK)``. Without split (``sp`` None) all of them (``k0(j) =
-    j * BK``); split ``sp`` takes ``[lo, hi)`` of ``moe_splitk._split_range`` (``k0`` of the
-    pipeline's prefetches past ``hi``: past ``K``, no memory read)."""
+    j * BK``); split ``sp`` takes ``[lo, hi)`` of ``split_range`` (``lo`` a multiple of ``unit``;
+    ``k0`` of the pipeline's prefetches past ``hi``: past ``K``, no memory read)."""
     if sp is None:
         return hl.cdiv(kx, bk), (lambda j: j * bk), (lambda j: j)
-    kt_all, lo, hi = split_range(kx, bk, split_k, sp)
+    kt_all, lo, hi = split_range(kx, bk, split_k, sp, unit)
     return hl.maximum(hi - lo, 0), (lambda j: split_k0(lo + j, hi, kt_all, bk)), (lambda j: lo + j)
 
 
@@ -312,12 +312,17 @@ def sorted_tokens(sorted_ids: Any, m0: Any, bm: int, num_tokens: Any, topk: int)
     return hl.where(rid >= 0, rid // topk, -1)
 
 
-def split_range(k: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
+def split_range(k: Any, bk: int, split_k: int, sp: Any, unit: int = 1) -> tuple[Any, Any, Any]:
     """``(KT, lo, hi)``: ``KT = ceil(k / bk)`` k-tiles, split ``sp`` takes ``[lo, hi)`` with
-    ``lo = sp * P``, ``hi = min(KT, lo + P)``, ``P = ceil(KT / split_k)`` (empty when ``lo >= KT``)."""
+    ``lo = sp * P``, ``hi = min(KT, lo + P)``, ``P = ceil(KT / split_k)`` rounded up to a multiple
+    of ``unit`` (every split starts on a ``unit``-k-tile boundary; ``split_k * P >= KT`` still
+    covers every k-tile; empty when ``lo >= KT``)."""
     kt_all = hl.cdiv(k, bk)
-    lo = sp * hl.cdiv(kt_all, split_k)
-    return kt_all, lo, hl.minimum(kt_all, lo + hl.cdiv(kt_all, split_k))
+    per = hl.cdiv(kt_all, split_k)
+    if unit > 1:
+        per = hl.cdiv(per, unit) * unit
+    lo = sp * per
+    return kt_all, lo, hl.minimum(kt_all, lo + per)
 
 
 def split_k0(kt: Any, hi: Any, kt_all: Any, bk: int) -> Any:

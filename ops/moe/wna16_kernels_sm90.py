@@ -53,7 +53,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile, wgmma_pipeline
-from .wna16_kernels_sm80 import PER_CHANNEL, _dequant, scale_type
+from .wna16_kernels_sm80 import PER_CHANNEL, _dequant_tile, _group_params, column_tiles, scale_type
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_STAGES"]
 
@@ -62,6 +62,15 @@ __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_
 SM90_STAGES = 4
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
+
+
+def _new_group(slot: int, BK: int, GROUP: int) -> bool:
+    """Whether the k-tile traced in ``slot`` of ``wgmma_pipeline``'s unrolled pair loads its
+    group's scales and zeros: slot 0 always (and the odd last k-tile, traced in slot 0); slot 1
+    only when a group spans fewer than two k-tiles (``GROUP % (2 * BK) != 0``), else k-tiles
+    ``2j`` and ``2j + 1`` lie in one group (a split starts on an even k-tile: ``k_tile_range``'s
+    ``unit`` 2) and share the pair's."""
+    return slot == 0 or GROUP % (2 * BK) != 0
 
 
 def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
@@ -124,17 +133,20 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
-            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp, 2)  # splits start on even k-tiles
             sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
+            sc = GROUP < PER_CHANNEL
+            params: dict[str, Any] = {}
 
-            def step(kt: Any, st: Any, _slot: int) -> None:
+            def step(kt: Any, st: Any, slot: int) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                sc = GROUP < PER_CHANNEL
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt,
-                              bits, sc)
+                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per k-tile pair
+                    params["g"] = _group_params(s, z, e, n0, c0, BN, GROUP, ZERO, dt, sc)
+                    params["u"] = _group_params(s, z, e, n0 + Ix, c0, BN, GROUP, ZERO, dt, sc)
+                wg = _dequant_tile(q, e * 2 * half + n0, c0, BN, BK, dt, bits, *params["g"])
+                wu = _dequant_tile(q, (2 * e + 1) * half + n0, c0, BN, BK, dt, bits, *params["u"])
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
@@ -200,28 +212,41 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     ):
         BN = 64 * WG
         TKx, Hx = y.shape
-        e, m0, n0, sp = expert_block(block_expert, Hx, BM, BN, split, SPLIT_K)
+        nt = column_tiles(BM)
+        e, m0, n0, sp = expert_block(block_expert, Hx, BM, nt * BN, split, SPLIT_K)
+        sc = GROUP < PER_CHANNEL  # group scales in the loop (else per channel, after it)
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
-            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp)
+            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp, 2)  # splits start on even k-tiles
             sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
-            acc = hl.zeros((BN, BM), f32)
+            accs = [hl.zeros((BN, BM), f32) for _ in range(nt)]
+            np_ = (Hx + BN - 1) // BN * BN  # offline rows per expert: H padded to BN
+            # column tile j's offline rows; one past the expert's padded rows (its columns are past
+            # H: nothing stored, scales read as 0) re-reads the expert's last tile
+            rows0 = [e * np_ + n0 + (hl.minimum(j * BN, np_ - BN - n0) if j else 0) for j in range(nt)]
+            params: list[Any] = []
 
-            def step(kt: Any, st: Any, _slot: int) -> None:
-                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
-                             GROUP < PER_CHANNEL)
+            def step(kt: Any, st: Any, slot: int) -> None:
+                c0 = ktile(kt) * BK
+                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per k-tile pair
+                    params[:] = [_group_params(s, z, e, n0 + j * BN, c0, BN, GROUP, ZERO, dt, sc)
+                                 for j in range(nt)]
+                ws = [_dequant_tile(q, rows0[j], c0, BN, BK, dt, bits, *params[j]) for j in range(nt)]
                 hl.wgmma_fence()
-                hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
+                for w, acc in zip(ws, accs):
+                    hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
             wgmma_pipeline(name, num_k, STAGES, load, step)
-            if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                acc = acc * _channel_scales(s, e, n0, BN, dt)
-            out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
-            if split:  # f32 partials to the token slots; padding rows add nothing
-                hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], out)
-            else:
-                hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+            twr = None if ROUTER else load_tile(tw[rrow], (1, BM))
+            for j, acc in enumerate(accs):
+                nj = n0 + j * BN
+                if not sc:  # per-channel scales, once after the k loop
+                    acc = acc * _channel_scales(s, e, nj, BN, dt)
+                out = acc if twr is None else acc * twr
+                if split:  # f32 partials to the token slots; padding rows add nothing
+                    hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + nj], out)
+                else:
+                    hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, nj), rows=rid).T)  # to the slots
 
     return moe_wna16_down_sm90
