@@ -6,6 +6,7 @@ by TMA and cp.async, consumer warp groups issuing wgmma), on ``hl.Ring``."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -131,61 +132,77 @@ def wgmma_in_flight(name: str, num_k: Any, stages: int, load: Callable[[Any, Any
 
 def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
                    step: Callable[[Any, Any, int], None],
-                   finish: Callable[[Any, int], None] | None = None) -> None:
+                   finish: Callable[[Any, int], None] | None = None, unroll: int = 2, ku: int = 1) -> None:
     """The k-loop of a swap-AB sm_90a kernel that does not wait for each k-tile's wgmma group.
 
-    As ``hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True)``: k-tile ``k``
-    sits in stage ``k % stages``, loaded ``stages - 2`` k-tiles ahead; before the body of ``k``:
-    ``wait_group``, ``fence_proxy_async``, ``syncthreads`` and the load of k-tile ``k + stages -
-    2`` into stage ``(k - 2) % stages``. The body ``step(k, k % stages, slot)`` issues and commits
-    one wgmma group. Unrolled by 2: ``step`` is traced for k-tiles ``2j`` (``slot`` 0) and ``2j +
-    1`` (``slot`` 1) of iteration ``j``, and for an odd ``num_k`` once more after the loop (the
-    last k-tile, slot 0), so the register tiles a traced ``step`` creates (the register A
-    operand) or that belong to its slot (a partial) have two copies used alternately.
+    The shared ring holds ``stages`` steps of ``ku`` k-tiles each (``stages * ku`` buffers: step
+    ``p``'s k-tile ``h`` in buffer ``(p % stages) * ku + h``), loaded ``stages - 2`` steps ahead
+    (``load(k, buffer)`` fills a buffer with k-tile ``k``; one cp.async group per step). Before
+    the first k-tile of step ``p``: ``wait_group``, ``fence_proxy_async``, ``syncthreads`` and the
+    load of step ``p + stages - 2`` into step ``p - 2``'s buffers (``ku`` k-tiles share one wait and
+    one barrier). The body ``step(k, buffer, slot)`` issues and commits one wgmma group per k-tile.
+    Unrolled by ``unroll`` k-tiles (2, or with ``finish`` None an even multiple of ``ku``; ``unroll
+    = stages * ku``: every buffer index of the loop is a constant): ``step`` is traced for k-tiles
+    ``U j + s`` (``slot`` ``s < U``) of iteration ``j``, and for the ``num_k % U`` last k-tiles once
+    more after the loop (k-tile ``U J + s`` in slot ``s``, each nested in the previous one's
+    branch, so what slot ``s - 1`` defined is in scope), so the register tiles a traced ``step``
+    creates (the register A operand) or that belong to its slot (a partial) have ``U`` copies used
+    in turn.
 
     - ``finish`` ``None`` (the products accumulate in the wgmma accumulators): ``wgmma_wait(1)``
       after each k-tile's group retires k-tile ``k - 1``'s and leaves ``k``'s in flight, across
-      the loop's back edge, while k-tile ``k + 1`` is waited for, staged and its weights
-      dequantized. A register tile of a traced ``step`` is rewritten two k-tiles later, after the
-      wait that retired its reader (``k - 2``); that wait also retired, in every thread before
-      the barrier, the reads of stage ``(k - 2) % stages`` that the refill at ``k`` overwrites.
-    - ``finish(k, slot)`` given (what reads k-tile ``k``'s results: a block-scaled partial):
-      k-tile ``2j + 1``'s group is issued while ``2j``'s runs; ``wgmma_wait(1)``, ``finish(2j,
-      0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j + 1, 1)``. No group crosses the
-      back edge: ptxas serializes every wgmma (C7514) when a group is in flight across it while
-      an accumulator is read in the loop.
+      the loop's back edge, while k-tile ``k + 1`` is dequantized. A register tile of a traced
+      ``step`` is rewritten ``U`` k-tiles later, after the wait that retired its reader; at step
+      ``p`` every k-tile before ``p * ku - 1`` is retired, in every thread before the barrier, so
+      the reads of step ``p - 2``'s buffers (k-tiles up to ``(p - 1) * ku - 1``) that the refill
+      overwrites are done.
+    - ``finish(k, slot)`` given (what reads k-tile ``k``'s results: a block-scaled partial;
+      ``unroll`` 2, ``ku`` 1): k-tile ``2j + 1``'s group is issued while ``2j``'s runs;
+      ``wgmma_wait(1)``, ``finish(2j, 0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j
+      + 1, 1)``. No group crosses the back edge: ptxas serializes every wgmma (C7514) when a group
+      is in flight across it while an accumulator is read in the loop.
 
     After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
     ``name``: ``check_in_flight_stages``)."""
     check_in_flight_stages(name, stages)
+    if ku < 1 or unroll < 2 or unroll % 2 or unroll % ku or (finish is not None and (unroll, ku) != (2, 1)):
+        raise ValueError(f"{name}: wgmma_pipeline unroll ({unroll}) must be an even multiple of ku ({ku}) "
+                         "(unroll 2 and ku 1 with a finish)")
     ahead = stages - 2
     for j in range(ahead):
-        load(j, j)
+        for h in range(ku):
+            load(j * ku + h, j * ku + h)
         hl.commit_group()
 
-    def tile(k: Any, slot: int) -> None:
-        hl.wait_group(ahead - 1)
-        hl.fence_proxy_async()
-        hl.syncthreads()
-        load(k + ahead, (k + ahead) % stages)
-        hl.commit_group()
-        step(k, k % stages, slot)
+    def tile(k: Any, p: Any, slot: int) -> None:   # k-tile k of step p
+        if slot % ku == 0:
+            hl.wait_group(ahead - 1)
+            hl.fence_proxy_async()
+            hl.syncthreads()
+            for h in range(ku):
+                load(k + ahead * ku + h, (p + ahead) % stages * ku + h)
+            hl.commit_group()
+        step(k, p % stages * ku + slot % ku, slot)
         if finish is None:
             hl.wgmma_wait(1)
 
-    for j in hl.range(num_k // 2):
-        tile(2 * j, 0)
-        tile(2 * j + 1, 1)
+    steps = unroll // ku   # steps per iteration
+    for j in hl.range(num_k // unroll):
+        for s in range(unroll):
+            tile(unroll * j + s, steps * j + s // ku, s)
         if finish is not None:
             hl.wgmma_wait(1)
             finish(2 * j, 0)
             hl.wgmma_wait(0)
             finish(2 * j + 1, 1)
-    with hl.if_((num_k % 2).eq(1)):
-        tile(num_k - 1, 0)
-        if finish is not None:
-            hl.wgmma_wait(0)
-            finish(num_k - 1, 0)
+    done = num_k // unroll
+    with contextlib.ExitStack() as tail:   # the num_k % unroll last k-tiles, nested
+        for s in range(unroll - 1):
+            tail.enter_context(hl.if_((num_k % unroll) > s))
+            tile(done * unroll + s, done * steps + s // ku, s)
+            if finish is not None:
+                hl.wgmma_wait(0)
+                finish(done * unroll + s, s)
     hl.wgmma_wait(0)
     hl.wait_group(0)
 

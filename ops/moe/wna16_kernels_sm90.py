@@ -64,13 +64,26 @@ SM90_STAGES = 4
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 
+#: k-tiles per iteration of the k loop (``wgmma_pipeline``'s ``unroll``)
+SM90_UNROLL = 4
+
+
+def sm90_steps(BM: int) -> int:
+    """k-tiles per stage of the activation ring (``wgmma_pipeline``'s ``ku``): 2 for decode
+    (``BM <= 16``: one cp.async wait, proxy fence and barrier per two k-tiles; ``SM90_STAGES``
+    steps of ``BM x BK`` pairs, 16 KiB), else 1 (every stage index of the loop a constant of its
+    unrolled slot; the stages of ``BM`` 64 rows stay 32 KiB)."""
+    return 2 if BM <= 16 else 1
+
+
 def _new_group(slot: int, BK: int, GROUP: int) -> bool:
-    """Whether the k-tile traced in ``slot`` of ``wgmma_pipeline``'s unrolled pair loads its
-    group's scales and zeros: slot 0 always (and the odd last k-tile, traced in slot 0); slot 1
-    only when a group spans fewer than two k-tiles (``GROUP % (2 * BK) != 0``), else k-tiles
-    ``2j`` and ``2j + 1`` lie in one group (a split starts on an even k-tile: ``k_tile_range``'s
-    ``unit`` 2) and share the pair's."""
-    return slot == 0 or GROUP % (2 * BK) != 0
+    """Whether the k-tile traced in ``slot`` of ``wgmma_pipeline``'s ``SM90_UNROLL`` unrolled
+    k-tiles loads its group's scales and zeros: slot 0 always (a tail k-tile past the loop is
+    traced in its slot too, nested in the previous one's branch), then each slot that starts a
+    group (``slot * BK`` a multiple of ``GROUP``: ``BK`` and ``GROUP`` powers of two, and every
+    iteration starts on a multiple of ``SM90_UNROLL`` k-tiles, a split too: ``k_tile_range``'s
+    ``unit``); the other slots share the previous slot's."""
+    return slot == 0 or (slot * BK) % GROUP == 0
 
 
 def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
@@ -133,8 +146,9 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
-            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp, 2)  # splits start on even k-tiles
-            sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
+            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp, SM90_UNROLL)  # splits: whole iterations
+            ku = sm90_steps(BM)
+            sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES * ku)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
             sc = GROUP < PER_CHANNEL
@@ -142,7 +156,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
 
             def step(kt: Any, st: Any, slot: int) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per k-tile pair
+                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per group
                     params["g"] = _group_params(s, z, e, n0, c0, BN, GROUP, ZERO, dt, sc)
                     params["u"] = _group_params(s, z, e, n0 + Ix, c0, BN, GROUP, ZERO, dt, sc)
                 wg = _dequant_tile(q, e * 2 * half + n0, c0, BN, BK, dt, bits, *params["g"])
@@ -152,7 +166,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(name, num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=SM90_UNROLL, ku=ku)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
@@ -217,8 +231,9 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
         sc = GROUP < PER_CHANNEL  # group scales in the loop (else per channel, after it)
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
-            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp, 2)  # splits start on even k-tiles
-            sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
+            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp, SM90_UNROLL)
+            ku = sm90_steps(BM)
+            sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES * ku)  # rows of h, K-major: B
             accs = [hl.zeros((BN, BM), f32) for _ in range(nt)]
             np_ = (Hx + BN - 1) // BN * BN  # offline rows per expert: H padded to BN
             # column tile j's offline rows; one past the expert's padded rows (its columns are past
@@ -228,7 +243,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
 
             def step(kt: Any, st: Any, slot: int) -> None:
                 c0 = ktile(kt) * BK
-                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per k-tile pair
+                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per group
                     params[:] = [_group_params(s, z, e, n0 + j * BN, c0, BN, GROUP, ZERO, dt, sc)
                                  for j in range(nt)]
                 ws = [_dequant_tile(q, rows0[j], c0, BN, BK, dt, bits, *params[j]) for j in range(nt)]
@@ -237,7 +252,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
                     hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(name, num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=SM90_UNROLL, ku=ku)
             twr = None if ROUTER else load_tile(tw[rrow], (1, BM))
             for j, acc in enumerate(accs):
                 nj = n0 + j * BN
