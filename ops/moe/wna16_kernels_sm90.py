@@ -21,12 +21,19 @@ MMA rows):
   each k-tile's wgmma group.
 
 The main loop (``blocks.wgmma_pipeline``) never waits for the k-tile it just issued: k-tile
-``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s stage is
-waited for and its weights are loaded and dequantized. The loop is unrolled by 2, so the two
-k-tiles of an iteration dequantize into two register A tiles, each rewritten only after the wait
-that retired the wgmma reading it (k-tile ``k - 2``); the stage refilled at ``k`` is ``k - 2``'s,
-retired by that wait in every thread before the barrier (hence one stage more than the loads
-ahead: ``STAGES`` 4, 2 ahead). The accumulators are touched by wgmma alone until the loop ends.
+``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s weights are
+loaded and dequantized. The activation ring holds ``STAGES`` (4) steps of ``sm90_steps(BM)``
+k-tiles (2 for decode: one cp.async wait, proxy fence and barrier per two k-tiles; 1 otherwise),
+loaded 2 steps ahead: the step refilled at ``p`` is ``p - 2``'s, whose wgmma groups the wait
+before that barrier retired in every thread. The loop is unrolled over the whole ring
+(``sm90_unroll``: 8 k-tiles for decode, 4 otherwise), so every shared address and wgmma
+descriptor is a constant of its slot, and each unrolled k-tile dequantizes into its own register
+A tiles, rewritten only after the wait that retired the wgmma reading them; the k-tiles past the
+last whole iteration are traced once more after the loop. A group's scales (and AWQ's zero
+points) are loaded once per group (``_new_group``: the slots that start one; a split starts on a
+whole iteration). The decode down kernel takes ``column_tiles(BM)`` (2) tiles of 64 output columns
+per block, as sm_80's: one activation stage and its synchronization serve twice the weights. The
+accumulators are touched by wgmma alone until the loop ends.
 
 Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
@@ -64,24 +71,27 @@ SM90_STAGES = 4
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 
-#: k-tiles per iteration of the k loop (``wgmma_pipeline``'s ``unroll``)
-SM90_UNROLL = 4
-
-
 def sm90_steps(BM: int) -> int:
     """k-tiles per stage of the activation ring (``wgmma_pipeline``'s ``ku``): 2 for decode
     (``BM <= 16``: one cp.async wait, proxy fence and barrier per two k-tiles; ``SM90_STAGES``
-    steps of ``BM x BK`` pairs, 16 KiB), else 1 (every stage index of the loop a constant of its
-    unrolled slot; the stages of ``BM`` 64 rows stay 32 KiB)."""
+    steps of ``BM x BK`` pairs, 16 KiB), else 1 (the stages of ``BM`` 64 rows stay 32 KiB)."""
     return 2 if BM <= 16 else 1
 
 
+def sm90_unroll(BM: int, stages: int = SM90_STAGES) -> int:
+    """k-tiles per iteration of the k loop (``wgmma_pipeline``'s ``unroll``): the whole ring,
+    ``stages * sm90_steps(BM)`` (rounded up to even), so every buffer index of the loop (shared addresses,
+    wgmma descriptors) is a constant of its unrolled slot."""
+    n = stages * sm90_steps(BM)
+    return n + n % 2
+
+
 def _new_group(slot: int, BK: int, GROUP: int) -> bool:
-    """Whether the k-tile traced in ``slot`` of ``wgmma_pipeline``'s ``SM90_UNROLL`` unrolled
+    """Whether the k-tile traced in ``slot`` of ``wgmma_pipeline``'s ``sm90_unroll`` unrolled
     k-tiles loads its group's scales and zeros: slot 0 always (a tail k-tile past the loop is
     traced in its slot too, nested in the previous one's branch), then each slot that starts a
     group (``slot * BK`` a multiple of ``GROUP``: ``BK`` and ``GROUP`` powers of two, and every
-    iteration starts on a multiple of ``SM90_UNROLL`` k-tiles, a split too: ``k_tile_range``'s
+    iteration starts on a multiple of ``sm90_unroll`` k-tiles, a split too: ``k_tile_range``'s
     ``unit``); the other slots share the previous slot's."""
     return slot == 0 or (slot * BK) % GROUP == 0
 
@@ -146,7 +156,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
-            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp, SM90_UNROLL)  # splits: whole iterations
+            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp, sm90_unroll(BM, STAGES))  # whole iterations
             ku = sm90_steps(BM)
             sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES * ku)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
@@ -166,7 +176,7 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=SM90_UNROLL, ku=ku)
+            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=sm90_unroll(BM, STAGES), ku=ku)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
@@ -231,7 +241,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
         sc = GROUP < PER_CHANNEL  # group scales in the loop (else per channel, after it)
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
-            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp, SM90_UNROLL)
+            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp, sm90_unroll(BM, STAGES))
             ku = sm90_steps(BM)
             sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES * ku)  # rows of h, K-major: B
             accs = [hl.zeros((BN, BM), f32) for _ in range(nt)]
@@ -252,7 +262,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
                     hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=SM90_UNROLL, ku=ku)
+            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=sm90_unroll(BM, STAGES), ku=ku)
             twr = None if ROUTER else load_tile(tw[rrow], (1, BM))
             for j, acc in enumerate(accs):
                 nj = n0 + j * BN
