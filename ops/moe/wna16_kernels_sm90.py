@@ -23,13 +23,13 @@ MMA rows):
 The main loop (``blocks.wgmma_pipeline``) never waits for the k-tile it just issued: k-tile
 ``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s weights are
 loaded and dequantized. The activation ring holds ``STAGES`` (4) steps of ``sm90_steps(BM)``
-k-tiles (2 for decode: one cp.async wait, proxy fence and barrier per two k-tiles; 1 otherwise),
+k-tiles (4 for decode: one cp.async wait, proxy fence and barrier per 4 k-tiles; 1 otherwise),
 loaded 2 steps ahead: the step refilled at ``p`` is ``p - 2``'s, whose wgmma groups the wait
-before that barrier retired in every thread. The loop is unrolled over the whole ring
-(``sm90_unroll``: 8 k-tiles for decode, 4 otherwise), so every shared address and wgmma
-descriptor is a constant of its slot, and each unrolled k-tile dequantizes into its own register
-A tiles, rewritten only after the wait that retired the wgmma reading them; the k-tiles past the
-last whole iteration are traced once more after the loop. A group's scales (and AWQ's zero
+before that barrier retired in every thread. The loop is unrolled by 4 k-tiles (``sm90_unroll``:
+decode one step, its buffers at one offset per iteration; otherwise the whole ring, every shared
+address and wgmma descriptor a constant of its slot), and each unrolled k-tile dequantizes into its
+own register A tiles, rewritten only after the wait that retired the wgmma reading them; the
+k-tiles past the last whole iteration are traced once more after the loop. A group's scales (and AWQ's zero
 points) are loaded once per group (``_new_group``: the slots that start one; a split starts on a
 whole iteration). The decode down kernel takes ``column_tiles(BM)`` (2) tiles of 64 output columns
 per block, as sm_80's: one activation stage and its synchronization serve twice the weights. The
@@ -72,18 +72,18 @@ T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD K
 
 
 def sm90_steps(BM: int) -> int:
-    """k-tiles per stage of the activation ring (``wgmma_pipeline``'s ``ku``): 2 for decode
-    (``BM <= 16``: one cp.async wait, proxy fence and barrier per two k-tiles; ``SM90_STAGES``
-    steps of ``BM x BK`` pairs, 16 KiB), else 1 (the stages of ``BM`` 64 rows stay 32 KiB)."""
-    return 2 if BM <= 16 else 1
+    """k-tiles per stage of the activation ring (``wgmma_pipeline``'s ``ku``): 4 for decode
+    (``BM <= 16``: one cp.async wait, proxy fence and barrier per iteration of 4 k-tiles;
+    ``SM90_STAGES`` steps of ``BM x 4 BK``, 32 KiB), else 1 (the stages of ``BM`` 64 rows stay
+    32 KiB, every buffer index of the unrolled loop a constant of its slot)."""
+    return 4 if BM <= 16 else 1
 
 
 def sm90_unroll(BM: int, stages: int = SM90_STAGES) -> int:
-    """k-tiles per iteration of the k loop (``wgmma_pipeline``'s ``unroll``): the whole ring,
-    ``stages * sm90_steps(BM)`` (rounded up to even), so every buffer index of the loop (shared addresses,
-    wgmma descriptors) is a constant of its unrolled slot."""
-    n = stages * sm90_steps(BM)
-    return n + n % 2
+    """k-tiles per iteration of the k loop (``wgmma_pipeline``'s ``unroll``): 4 (decode: one
+    step of the ring, its buffers at one offset per iteration; else the whole ring of
+    ``SM90_STAGES`` single k-tiles). ``stages`` is kept for the signature."""
+    return 4
 
 
 def _new_group(slot: int, BK: int, GROUP: int) -> bool:

@@ -106,26 +106,25 @@ def test_configs_from_the_average_rows_per_expert() -> None:
 @pytest.mark.parametrize(
     ("fmt", "bits", "group", "dtype", "h", "i", "split"),
     [
-        # gate-up K = 640: one unrolled iteration of 8 k-tiles (four groups of 128, each loaded
-        # once and shared by its second k-tile) and a tail of 2 (its second k-tile shares the first's
-        # group); down K = 128: a tail of 2 in one group, two 64-column tiles per block over H = 640
-        ("gptq", 4, 128, torch.float16, 640, 128, 1),
-        # split-K 2 of the down GEMM's K = 960 (15 k-tiles): split 0 one whole iteration, split 1 a
-        # tail of 7 k-tiles (splits start on whole iterations); per-channel zero points
-        ("awq", 4, -1, torch.bfloat16, 64, 960, 2),
+        # gate-up K = 384: one unrolled iteration of 4 k-tiles (two groups of 128, each loaded once
+        # and shared by its second k-tile) and a tail of 2 (its second k-tile shares the first's
+        # group); down K = 128: a tail of 2 in one group, two 64-column tiles per block over H = 384
+        ("gptq", 4, 128, torch.float16, 384, 128, 1),
+        # split-K 2 of the down GEMM's K = 448 (7 k-tiles): split 0 one whole iteration, split 1 a
+        # tail of 3 k-tiles (splits start on whole iterations); per-channel zero points
+        ("awq", 4, -1, torch.bfloat16, 64, 448, 2),
     ],
 )
 def test_the_unrolled_loop_and_its_tails(monkeypatch, fmt, bits, group, dtype, h, i, split) -> None:
-    """The decode k loop (``sm90_unroll(16)`` = 8 k-tiles per iteration, stages of two k-tiles)
+    """The decode k loop (``sm90_unroll(16)`` = 4 k-tiles per iteration, one stage of the ring)
     with the tails past it (traced once more, nested): the only sm_90a case with a whole iteration
-    and a tail in one block, and with a split of whole iterations (its kernels' builds make it
-    the slowest of the file)."""
+    and a tail in one block, and with a split of whole iterations."""
     from hexlayout.ops.moe.wna16 import fused_moe_wna16, prepare_wna16
     from hexlayout.ops.moe.wna16_kernels_sm90 import sm90_unroll
 
     u = sm90_unroll(16)
     kt = max(h, i) // 64
-    assert u == 8 and kt > u and kt % u > 1
+    assert u == 4 and kt > u and kt % u > 1
     monkeypatch.setenv("HEXLAYOUT_MOE_SPLIT_K", str(split))
     gen = torch.Generator().manual_seed(h + i)
     t, e, k = 3, 2, 1
