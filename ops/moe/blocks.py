@@ -174,22 +174,26 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
             load(j * ku + h, j * ku + h)
         hl.commit_group()
 
+    def buffer(p: Any, h: int) -> Any:   # k-tile h of step p
+        return p % stages if ku == 1 else p % stages * ku + h
+
     def tile(k: Any, p: Any, slot: int) -> None:   # k-tile k of step p
         if slot % ku == 0:
             hl.wait_group(ahead - 1)
             hl.fence_proxy_async()
             hl.syncthreads()
             for h in range(ku):
-                load(k + ahead * ku + h, (p + ahead) % stages * ku + h)
+                load(k + ahead * ku + h if ku > 1 else k + ahead, buffer(p + ahead, h))
             hl.commit_group()
-        step(k, p % stages * ku + slot % ku, slot)
+        step(k, buffer(p, slot % ku), slot)
         if finish is None:
             hl.wgmma_wait(1)
 
     steps = unroll // ku   # steps per iteration
     for j in hl.range(num_k // unroll):
         for s in range(unroll):
-            tile(unroll * j + s, steps * j + s // ku, s)
+            k = unroll * j + s
+            tile(k, k if ku == 1 else steps * j + s // ku, s)
         if finish is not None:
             hl.wgmma_wait(1)
             finish(2 * j, 0)
@@ -198,11 +202,13 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
     done = num_k // unroll
     with contextlib.ExitStack() as tail:   # the num_k % unroll last k-tiles, nested
         for s in range(unroll - 1):
-            tail.enter_context(hl.if_((num_k % unroll) > s))
-            tile(done * unroll + s, done * steps + s // ku, s)
+            more = (num_k % 2).eq(1) if unroll == 2 else (num_k % unroll) > s
+            tail.enter_context(hl.if_(more))
+            k = num_k - 1 if unroll == 2 else done * unroll + s   # (2: the last k-tile)
+            tile(k, k if ku == 1 else done * steps + s // ku, s)
             if finish is not None:
                 hl.wgmma_wait(0)
-                finish(done * unroll + s, s)
+                finish(k, s)
     hl.wgmma_wait(0)
     hl.wait_group(0)
 
