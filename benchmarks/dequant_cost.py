@@ -8,7 +8,8 @@ the kernel is built as the op builds it and its main loop read by ``hexlayout.ru
 
     non-MMA per weight = non-MMA per k-tile / weights one thread dequantizes per k-tile
     weights per thread = calls * BN * BK / threads   (calls: 2 for gate-up, 1 for down; the
-                                                      sm_80 decode down kernel: 2 column tiles)
+                                                      sm_80 and sm_90a decode down kernels: 2
+                                                      column tiles)
 
 the conversion, zero point and scale instructions alone per weight (``DEQUANT_OPS``: the
 floating and byte-permute / mask instructions of the loop, which in these configs only the
@@ -81,10 +82,10 @@ def dequant_row(arch: str, phase: str, fmt: str, kind: str) -> dict[str, Any]:
     st, ml = b.stats, b.stats.main_loop
     threads = 128 * consts["WG"] if arch in SWAP_AB else 128
     bn = 64 * consts.get("WG", 1)
-    # (BN, BK) weight tiles per k-tile: gate and up; the sm_80 down kernel's column tiles
-    calls = 2 if kind == "gate_up" else 1 if arch in SWAP_AB else _column_tiles(consts["BM"])
+    # (BN, BK) weight tiles per k-tile: gate and up; the sm_80 / sm_90a down kernels' column tiles
+    calls = 2 if kind == "gate_up" else 1 if arch == "sm_100a" else _column_tiles(consts["BM"])
     weights = calls * bn * 64 / threads
-    # k-tiles per loop iteration from the MMA the tile takes (the swap-AB loops are unrolled by 2)
+    # k-tiles per loop iteration from the MMA the tile takes (the swap-AB loops are unrolled)
     if arch in SWAP_AB:   # m64 x nBM x k16 per 64 weight rows, one issuer per warp group
         tile = mma_per_ktile_for_tile(bn, consts["BM"], 64, (64, consts["BM"], 16), consts["WG"])
     else:
@@ -118,10 +119,11 @@ def dequant_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             "f16, TOPK 2. Marlin: sm_80, 16 rows, f16, int4 (REFERENCE.md). On sm_90a an MMA is "
             "one HGMMA (64 x BM x 16), on sm_100a one UTCHMMA (tcgen05, M64 x BM x 16, issued by one "
             "thread: the loop's other threads branch over it): their per-MMA column is not Marlin's "
-            "per-HMMA; the sm_90a / sm_100a loops are unrolled by 2, the sm_80 decode loops take 4 "
+            "per-HMMA; the sm_90a loops are unrolled by 4 k-tiles (``sm90_unroll``; decode: stages of 4 "
+            "k-tiles, ``sm90_steps``), the sm_100a loops by 2, the sm_80 decode loops take 4 "
             "k-tiles per iteration "
-            "(``k_steps``; k-tiles per iteration from the tile's MMA count), the sm_80 decode down kernel "
-            "takes two 64-column tiles per k-tile (``column_tiles``). Weights per "
+            "(``k_steps``; k-tiles per iteration from the tile's MMA count), the sm_80 and sm_90a decode "
+            "down kernels take two 64-column tiles per k-tile (``column_tiles``). Weights per "
             "thread count each weight once (every kernel's warps side by side along N: each weight "
             "dequantized by one warp).", "",
             "| arch | phase | format | kernel | BM | weights/thread/k-tile | non-MMA/k-tile | "

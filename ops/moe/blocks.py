@@ -6,6 +6,7 @@ by TMA and cp.async, consumer warp groups issuing wgmma), on ``hl.Ring``."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -54,14 +55,14 @@ def expert_block(block_expert: Any, n: Any, bm: int, bn: int, split: bool = Fals
     return e, pid_m * bm, pid_n * bn, sp
 
 
-def k_tile_range(kx: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
+def k_tile_range(kx: Any, bk: int, split_k: int, sp: Any, unit: int = 1) -> tuple[Any, Any, Any]:
     """This block's k-tiles ``(n, k0, kt)``: their count, the k origin ``k0(j)`` of local tile ``j``
     and its index ``kt(j)`` in ``ceil(K / BK)``. Without split (``sp`` None) all of them (``k0(j) =
-    j * BK``); split ``sp`` takes ``[lo, hi)`` of ``moe_splitk._split_range`` (``k0`` of the
-    pipeline's prefetches past ``hi``: past ``K``, no memory read)."""
+    j * BK``); split ``sp`` takes ``[lo, hi)`` of ``split_range`` (``lo`` a multiple of ``unit``;
+    ``k0`` of the pipeline's prefetches past ``hi``: past ``K``, no memory read)."""
     if sp is None:
         return hl.cdiv(kx, bk), (lambda j: j * bk), (lambda j: j)
-    kt_all, lo, hi = split_range(kx, bk, split_k, sp)
+    kt_all, lo, hi = split_range(kx, bk, split_k, sp, unit)
     return hl.maximum(hi - lo, 0), (lambda j: split_k0(lo + j, hi, kt_all, bk)), (lambda j: lo + j)
 
 
@@ -131,61 +132,83 @@ def wgmma_in_flight(name: str, num_k: Any, stages: int, load: Callable[[Any, Any
 
 def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
                    step: Callable[[Any, Any, int], None],
-                   finish: Callable[[Any, int], None] | None = None) -> None:
+                   finish: Callable[[Any, int], None] | None = None, unroll: int = 2, ku: int = 1) -> None:
     """The k-loop of a swap-AB sm_90a kernel that does not wait for each k-tile's wgmma group.
 
-    As ``hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True)``: k-tile ``k``
-    sits in stage ``k % stages``, loaded ``stages - 2`` k-tiles ahead; before the body of ``k``:
-    ``wait_group``, ``fence_proxy_async``, ``syncthreads`` and the load of k-tile ``k + stages -
-    2`` into stage ``(k - 2) % stages``. The body ``step(k, k % stages, slot)`` issues and commits
-    one wgmma group. Unrolled by 2: ``step`` is traced for k-tiles ``2j`` (``slot`` 0) and ``2j +
-    1`` (``slot`` 1) of iteration ``j``, and for an odd ``num_k`` once more after the loop (the
-    last k-tile, slot 0), so the register tiles a traced ``step`` creates (the register A
-    operand) or that belong to its slot (a partial) have two copies used alternately.
+    The shared ring holds ``stages`` steps of ``ku`` k-tiles each (``stages * ku`` buffers: step
+    ``p``'s k-tile ``h`` in buffer ``(p % stages) * ku + h``), loaded ``stages - 2`` steps ahead
+    (``load(k, buffer)`` fills a buffer with k-tile ``k``; one cp.async group per step). Before
+    the first k-tile of step ``p``: ``wait_group``, ``fence_proxy_async``, ``syncthreads`` and the
+    load of step ``p + stages - 2`` into step ``p - 2``'s buffers (``ku`` k-tiles share one wait and
+    one barrier). The body ``step(k, buffer, slot)`` issues and commits one wgmma group per k-tile.
+    Unrolled by ``unroll`` k-tiles (2, or with ``finish`` None an even multiple of ``ku``; ``unroll
+    = stages * ku``: every buffer index of the loop is a constant): ``step`` is traced for k-tiles
+    ``U j + s`` (``slot`` ``s < U``) of iteration ``j``, and for the ``num_k % U`` last k-tiles once
+    more after the loop (k-tile ``U J + s`` in slot ``s``, each nested in the previous one's
+    branch, so what slot ``s - 1`` defined is in scope), so the register tiles a traced ``step``
+    creates (the register A operand) or that belong to its slot (a partial) have ``U`` copies used
+    in turn.
 
     - ``finish`` ``None`` (the products accumulate in the wgmma accumulators): ``wgmma_wait(1)``
       after each k-tile's group retires k-tile ``k - 1``'s and leaves ``k``'s in flight, across
-      the loop's back edge, while k-tile ``k + 1`` is waited for, staged and its weights
-      dequantized. A register tile of a traced ``step`` is rewritten two k-tiles later, after the
-      wait that retired its reader (``k - 2``); that wait also retired, in every thread before
-      the barrier, the reads of stage ``(k - 2) % stages`` that the refill at ``k`` overwrites.
-    - ``finish(k, slot)`` given (what reads k-tile ``k``'s results: a block-scaled partial):
-      k-tile ``2j + 1``'s group is issued while ``2j``'s runs; ``wgmma_wait(1)``, ``finish(2j,
-      0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j + 1, 1)``. No group crosses the
-      back edge: ptxas serializes every wgmma (C7514) when a group is in flight across it while
-      an accumulator is read in the loop.
+      the loop's back edge, while k-tile ``k + 1`` is dequantized. A register tile of a traced
+      ``step`` is rewritten ``U`` k-tiles later, after the wait that retired its reader; at step
+      ``p`` every k-tile before ``p * ku - 1`` is retired, in every thread before the barrier, so
+      the reads of step ``p - 2``'s buffers (k-tiles up to ``(p - 1) * ku - 1``) that the refill
+      overwrites are done.
+    - ``finish(k, slot)`` given (what reads k-tile ``k``'s results: a block-scaled partial;
+      ``unroll`` 2, ``ku`` 1): k-tile ``2j + 1``'s group is issued while ``2j``'s runs;
+      ``wgmma_wait(1)``, ``finish(2j, 0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j
+      + 1, 1)``. No group crosses the back edge: ptxas serializes every wgmma (C7514) when a group
+      is in flight across it while an accumulator is read in the loop.
 
     After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
     ``name``: ``check_in_flight_stages``)."""
     check_in_flight_stages(name, stages)
+    if ku < 1 or unroll < 2 or unroll % 2 or unroll % ku or (finish is not None and (unroll, ku) != (2, 1)):
+        raise ValueError(f"{name}: wgmma_pipeline unroll ({unroll}) must be an even multiple of ku ({ku}) "
+                         "(unroll 2 and ku 1 with a finish)")
     ahead = stages - 2
     for j in range(ahead):
-        load(j, j)
+        for h in range(ku):
+            load(j * ku + h, j * ku + h)
         hl.commit_group()
 
-    def tile(k: Any, slot: int) -> None:
-        hl.wait_group(ahead - 1)
-        hl.fence_proxy_async()
-        hl.syncthreads()
-        load(k + ahead, (k + ahead) % stages)
-        hl.commit_group()
-        step(k, k % stages, slot)
+    def buffer(p: Any, h: int) -> Any:   # k-tile h of step p
+        return p % stages if ku == 1 else p % stages * ku + h
+
+    def tile(k: Any, p: Any, slot: int) -> None:   # k-tile k of step p
+        if slot % ku == 0:
+            hl.wait_group(ahead - 1)
+            hl.fence_proxy_async()
+            hl.syncthreads()
+            for h in range(ku):
+                load(k + ahead * ku + h if ku > 1 else k + ahead, buffer(p + ahead, h))
+            hl.commit_group()
+        step(k, buffer(p, slot % ku), slot)
         if finish is None:
             hl.wgmma_wait(1)
 
-    for j in hl.range(num_k // 2):
-        tile(2 * j, 0)
-        tile(2 * j + 1, 1)
+    steps = unroll // ku   # steps per iteration
+    for j in hl.range(num_k // unroll):
+        for s in range(unroll):
+            k = unroll * j + s
+            tile(k, k if ku == 1 else steps * j + s // ku, s)
         if finish is not None:
             hl.wgmma_wait(1)
             finish(2 * j, 0)
             hl.wgmma_wait(0)
             finish(2 * j + 1, 1)
-    with hl.if_((num_k % 2).eq(1)):
-        tile(num_k - 1, 0)
-        if finish is not None:
-            hl.wgmma_wait(0)
-            finish(num_k - 1, 0)
+    done = num_k // unroll
+    with contextlib.ExitStack() as tail:   # the num_k % unroll last k-tiles, nested
+        for s in range(unroll - 1):
+            more = (num_k % 2).eq(1) if unroll == 2 else (num_k % unroll) > s
+            tail.enter_context(hl.if_(more))
+            k = num_k - 1 if unroll == 2 else done * unroll + s   # (2: the last k-tile)
+            tile(k, k if ku == 1 else done * steps + s // ku, s)
+            if finish is not None:
+                hl.wgmma_wait(0)
+                finish(k, s)
     hl.wgmma_wait(0)
     hl.wait_group(0)
 
@@ -312,12 +335,17 @@ def sorted_tokens(sorted_ids: Any, m0: Any, bm: int, num_tokens: Any, topk: int)
     return hl.where(rid >= 0, rid // topk, -1)
 
 
-def split_range(k: Any, bk: int, split_k: int, sp: Any) -> tuple[Any, Any, Any]:
+def split_range(k: Any, bk: int, split_k: int, sp: Any, unit: int = 1) -> tuple[Any, Any, Any]:
     """``(KT, lo, hi)``: ``KT = ceil(k / bk)`` k-tiles, split ``sp`` takes ``[lo, hi)`` with
-    ``lo = sp * P``, ``hi = min(KT, lo + P)``, ``P = ceil(KT / split_k)`` (empty when ``lo >= KT``)."""
+    ``lo = sp * P``, ``hi = min(KT, lo + P)``, ``P = ceil(KT / split_k)`` rounded up to a multiple
+    of ``unit`` (every split starts on a ``unit``-k-tile boundary; ``split_k * P >= KT`` still
+    covers every k-tile; empty when ``lo >= KT``)."""
     kt_all = hl.cdiv(k, bk)
-    lo = sp * hl.cdiv(kt_all, split_k)
-    return kt_all, lo, hl.minimum(kt_all, lo + hl.cdiv(kt_all, split_k))
+    per = hl.cdiv(kt_all, split_k)
+    if unit > 1:
+        per = hl.cdiv(per, unit) * unit
+    lo = sp * per
+    return kt_all, lo, hl.minimum(kt_all, lo + per)
 
 
 def split_k0(kt: Any, hi: Any, kt_all: Any, bk: int) -> Any:

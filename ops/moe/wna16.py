@@ -642,6 +642,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     from .pipeline import MoeRun, run_moe_pipeline
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
     from .wna16_kernels_sm80 import column_tiles, moe_wna16_down_kernel
+    from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel
 
     a = bind_args(check_fused_moe_wna16, args, kwargs)
     bits = a.bits
@@ -692,10 +693,12 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 
         consts = {c: v for c, v in common.items() if c != "TOPK" or down_kernel is moe_wna16_down_kernel}
         consts = {**cfg2, **consts}
-        # the sm_80 down kernel's blocks take column_tiles(BM) tiles of BN columns
+        # the sm_80 and sm_90a down kernels' blocks take column_tiles(BM) tiles of BN columns
         wide = cfg2
         if down_kernel is moe_wna16_down_kernel:
             wide = {**cfg2, "BN": cfg2["BN"] * column_tiles(cfg2["BM"])}
+        elif down_kernel is moe_wna16_down_sm90_kernel:
+            wide = {**cfg2, "BN": 64 * cfg2["WG"] * column_tiles(cfg2["BM"])}
         split = split_k(wide, inter, hdim)
         out = y
         if split > 1:  # f32 partials, then rounded once into y
@@ -769,7 +772,8 @@ def _wna16_split(forced: int | None, dev: Any, cfg: dict[str, Any], t: int, k: i
         return forced
     if dev.type != "cuda":
         return 1
-    tiles = {"BN": 64 * cfg["WG"] if "WG" in cfg else cfg["BN"], "BM": cfg["BM"], "BK": cfg["BK"]}
+    bn = cfg["BN"] if "BN" in cfg else 64 * cfg["WG"]   # (a block's columns: BN given first)
+    tiles = {"BN": bn, "BM": cfg["BM"], "BK": cfg["BK"]}
     return wna16_split_k(t, k, e, size_k, size_n, sm_count(dev), tiles)
 
 

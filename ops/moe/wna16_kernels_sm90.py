@@ -21,12 +21,19 @@ MMA rows):
   each k-tile's wgmma group.
 
 The main loop (``blocks.wgmma_pipeline``) never waits for the k-tile it just issued: k-tile
-``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s stage is
-waited for and its weights are loaded and dequantized. The loop is unrolled by 2, so the two
-k-tiles of an iteration dequantize into two register A tiles, each rewritten only after the wait
-that retired the wgmma reading it (k-tile ``k - 2``); the stage refilled at ``k`` is ``k - 2``'s,
-retired by that wait in every thread before the barrier (hence one stage more than the loads
-ahead: ``STAGES`` 4, 2 ahead). The accumulators are touched by wgmma alone until the loop ends.
+``k``'s wgmma group stays in flight (``wgmma.wait_group 1``) while k-tile ``k + 1``'s weights are
+loaded and dequantized. The activation ring holds ``STAGES`` (4) steps of ``sm90_steps(BM)``
+k-tiles (4 for decode: one cp.async wait, proxy fence and barrier per 4 k-tiles; 1 otherwise),
+loaded 2 steps ahead: the step refilled at ``p`` is ``p - 2``'s, whose wgmma groups the wait
+before that barrier retired in every thread. The loop is unrolled by 4 k-tiles (``sm90_unroll``:
+decode one step, its buffers at one offset per iteration; otherwise the whole ring, every shared
+address and wgmma descriptor a constant of its slot), and each unrolled k-tile dequantizes into its
+own register A tiles, rewritten only after the wait that retired the wgmma reading them; the
+k-tiles past the last whole iteration are traced once more after the loop. A group's scales (and AWQ's zero
+points) are loaded once per group (``_new_group``: the slots that start one; a split starts on a
+whole iteration). The decode down kernel takes ``column_tiles(BM)`` (2) tiles of 64 output columns
+per block, as sm_80's: one activation stage and its synchronization serve twice the weights. The
+accumulators are touched by wgmma alone until the loop ends.
 
 Split-K (``split=True``, decode): as ``moe_wna16_kernels``' split forms (whole k-tiles of split
 ``sp``, f32 partials added atomically into the zeroed workspace ``h [2, EM, I]`` / ``y [T * k,
@@ -53,7 +60,7 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import f32, i32, u4, u8
 
 from .blocks import block_rows, expert_block, gathered_stages, k_tile_range, load_tile, wgmma_pipeline
-from .wna16_kernels_sm80 import PER_CHANNEL, _dequant, scale_type
+from .wna16_kernels_sm80 import PER_CHANNEL, _dequant_tile, _group_params, column_tiles, scale_type
 
 __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_STAGES"]
 
@@ -62,6 +69,31 @@ __all__ = ["moe_wna16_gate_up_sm90_kernel", "moe_wna16_down_sm90_kernel", "SM90_
 SM90_STAGES = 4
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
+
+
+def sm90_steps(BM: int) -> int:
+    """k-tiles per stage of the activation ring (``wgmma_pipeline``'s ``ku``): 4 for decode
+    (``BM <= 16``: one cp.async wait, proxy fence and barrier per iteration of 4 k-tiles;
+    ``SM90_STAGES`` steps of ``BM x 4 BK``, 32 KiB), else 1 (the stages of ``BM`` 64 rows stay
+    32 KiB, every buffer index of the unrolled loop a constant of its slot)."""
+    return 4 if BM <= 16 else 1
+
+
+def sm90_unroll(BM: int, stages: int = SM90_STAGES) -> int:
+    """k-tiles per iteration of the k loop (``wgmma_pipeline``'s ``unroll``): 4 (decode: one
+    step of the ring, its buffers at one offset per iteration; else the whole ring of
+    ``SM90_STAGES`` single k-tiles). ``stages`` is kept for the signature."""
+    return 4
+
+
+def _new_group(slot: int, BK: int, GROUP: int) -> bool:
+    """Whether the k-tile traced in ``slot`` of ``wgmma_pipeline``'s ``sm90_unroll`` unrolled
+    k-tiles loads its group's scales and zeros: slot 0 always (a tail k-tile past the loop is
+    traced in its slot too, nested in the previous one's branch), then each slot that starts a
+    group (``slot * BK`` a multiple of ``GROUP``: ``BK`` and ``GROUP`` powers of two, and every
+    iteration starts on a multiple of ``sm90_unroll`` k-tiles, a split too: ``k_tile_range``'s
+    ``unit``); the other slots share the previous slot's."""
+    return slot == 0 or (slot * BK) % GROUP == 0
 
 
 def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
@@ -124,23 +156,27 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             rid, rrow = block_rows(sorted_ids, m0, BM, Tx * TOPK)
             tok = hl.where(rid >= 0, rid // TOPK, -1)
             half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
-            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
-            sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
+            num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp, sm90_unroll(BM, STAGES))  # whole iterations
+            ku = sm90_steps(BM)
+            sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES * ku)  # token rows, K-major: B
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
+            sc = GROUP < PER_CHANNEL
+            params: dict[str, Any] = {}
 
-            def step(kt: Any, st: Any, _slot: int) -> None:
+            def step(kt: Any, st: Any, slot: int) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
-                sc = GROUP < PER_CHANNEL
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt,
-                              bits, sc)
+                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per group
+                    params["g"] = _group_params(s, z, e, n0, c0, BN, GROUP, ZERO, dt, sc)
+                    params["u"] = _group_params(s, z, e, n0 + Ix, c0, BN, GROUP, ZERO, dt, sc)
+                wg = _dequant_tile(q, e * 2 * half + n0, c0, BN, BK, dt, bits, *params["g"])
+                wu = _dequant_tile(q, (2 * e + 1) * half + n0, c0, BN, BK, dt, bits, *params["u"])
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(name, num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=sm90_unroll(BM, STAGES), ku=ku)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
@@ -200,28 +236,42 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     ):
         BN = 64 * WG
         TKx, Hx = y.shape
-        e, m0, n0, sp = expert_block(block_expert, Hx, BM, BN, split, SPLIT_K)
+        nt = column_tiles(BM)
+        e, m0, n0, sp = expert_block(block_expert, Hx, BM, nt * BN, split, SPLIT_K)
+        sc = GROUP < PER_CHANNEL  # group scales in the loop (else per channel, after it)
         with hl.if_(e >= 0):  # -1: no block (past the padded total)
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
-            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp)
-            sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
-            acc = hl.zeros((BN, BM), f32)
+            num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp, sm90_unroll(BM, STAGES))
+            ku = sm90_steps(BM)
+            sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES * ku)  # rows of h, K-major: B
+            accs = [hl.zeros((BN, BM), f32) for _ in range(nt)]
+            np_ = (Hx + BN - 1) // BN * BN  # offline rows per expert: H padded to BN
+            # column tile j's offline rows; one past the expert's padded rows (its columns are past
+            # H: nothing stored, scales read as 0) re-reads the expert's last tile
+            rows0 = [e * np_ + n0 + (hl.minimum(j * BN, np_ - BN - n0) if j else 0) for j in range(nt)]
+            params: list[Any] = []
 
-            def step(kt: Any, st: Any, _slot: int) -> None:
-                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
-                             GROUP < PER_CHANNEL)
+            def step(kt: Any, st: Any, slot: int) -> None:
+                c0 = ktile(kt) * BK
+                if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per group
+                    params[:] = [_group_params(s, z, e, n0 + j * BN, c0, BN, GROUP, ZERO, dt, sc)
+                                 for j in range(nt)]
+                ws = [_dequant_tile(q, rows0[j], c0, BN, BK, dt, bits, *params[j]) for j in range(nt)]
                 hl.wgmma_fence()
-                hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
+                for w, acc in zip(ws, accs):
+                    hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
-            wgmma_pipeline(name, num_k, STAGES, load, step)
-            if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                acc = acc * _channel_scales(s, e, n0, BN, dt)
-            out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
-            if split:  # f32 partials to the token slots; padding rows add nothing
-                hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], out)
-            else:
-                hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, n0), rows=rid).T)  # to the token slots
+            wgmma_pipeline(name, num_k, STAGES, load, step, unroll=sm90_unroll(BM, STAGES), ku=ku)
+            twr = None if ROUTER else load_tile(tw[rrow], (1, BM))
+            for j, acc in enumerate(accs):
+                nj = n0 + j * BN
+                if not sc:  # per-channel scales, once after the k loop
+                    acc = acc * _channel_scales(s, e, nj, BN, dt)
+                out = acc if twr is None else acc * twr
+                if split:  # f32 partials to the token slots; padding rows add nothing
+                    hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + nj], out)
+                else:
+                    hl.copy(hl.cast(out, dt), hl.view(y, (BM, BN), (None, nj), rows=rid).T)  # to the slots
 
     return moe_wna16_down_sm90

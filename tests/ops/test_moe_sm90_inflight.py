@@ -1,8 +1,9 @@
 """The pipelined Hopper mixed-type MoE main loops (issue 23, item 3): the sm_90a W4A16 / W8A16
 swap-AB kernels (register A: the dequantized weights) and the FP8 swap-AB kernels keep a wgmma
 group in flight while the next k-tile is waited for, staged and dequantized
-(``blocks.wgmma_pipeline``: the loop unrolled by 2, two register A tiles used alternately,
-``wgmma.wait_group 1``; FP8 per-expert scales: ``hl.pipeline`` with one group in flight).
+(``blocks.wgmma_pipeline``: the W4A16 / W8A16 loop unrolled by ``sm90_unroll`` (4) k-tiles, each
+with its own register A tiles, ``wgmma.wait_group 1``; FP8 block scales: unrolled by 2; FP8
+per-expert scales: ``hl.pipeline`` with one group in flight).
 
 Checked here, without a GPU:
 
@@ -108,10 +109,15 @@ def test_wna16_loop_keeps_a_wgmma_group_in_flight(kernel, bits, dtype, bm, wg, s
     b = _wna16_build(kernel, bits, dtype, bm, wg, split)
     assert_clean(b)
     waits, mma = loop_waits(b)
-    # two k-tiles per iteration (the unrolled pair), each followed by wait_group 1; never 0
-    per_ktile = (2 if kernel == "gate_up" else 1) * (64 // 16)
-    assert mma == 2 * per_ktile, (mma, per_ktile)
-    assert waits == [1, 1], waits
+    # sm90_unroll(BM) k-tiles per iteration, each followed by wait_group 1; never 0 (the decode
+    # down kernel's blocks take column_tiles(BM) weight tiles)
+    from hexlayout.ops.moe.wna16_kernels_sm80 import column_tiles
+    from hexlayout.ops.moe.wna16_kernels_sm90 import sm90_unroll
+
+    per_ktile = (2 if kernel == "gate_up" else column_tiles(bm)) * (64 // 16)
+    u = sm90_unroll(bm)
+    assert mma == u * per_ktile, (mma, per_ktile, u)
+    assert waits == [1] * u, waits
 
 
 @pytest.mark.nvrtc
@@ -181,7 +187,7 @@ def test_fp8_several_k_tiles_match_float64(sm90, h, inter, block, split) -> None
 
 
 def test_one_register_a_tile_rewritten_in_flight_is_an_emulator_error(sm90) -> None:
-    """Without the unrolled pair (one traced A tile, ``wgmma.wait_group 1``), k-tile ``k + 1``'s
+    """Without the unrolled k-tiles (one traced A tile, ``wgmma.wait_group 1``), k-tile ``k + 1``'s
     dequantization rewrites the A registers k-tile ``k``'s wgmma still reads: the emulator stops
     there, naming both instructions."""
     import importlib
@@ -192,7 +198,7 @@ def test_one_register_a_tile_rewritten_in_flight_is_an_emulator_error(sm90) -> N
     import hexlayout.lang as hl
     from hexlayout.emulator import AsyncHazardError
 
-    def one_tile(_name, num_k, stages, load, step, finish=None) -> None:
+    def one_tile(_name, num_k, stages, load, step, finish=None, **_unrolled) -> None:
         for kt, st in hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True,
                                   wgmma_in_flight=True):
             step(kt, st, 0)

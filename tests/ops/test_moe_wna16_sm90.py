@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hexlayout.ops.moe.wna16 import wna16_sm90_config  # noqa: E402
-from test_moe_wna16 import _bound, _run, reference_alignment  # noqa: E402
+from test_moe_wna16 import _bound, _run, checkpoint, reference, reference_alignment, routing  # noqa: E402
 
 _LAUNCHED: list[str] = []
 
@@ -101,3 +101,41 @@ def test_configs_from_the_average_rows_per_expert() -> None:
     assert wna16_sm90_config(32 * 8, 8, 1024) == {"BM": 32, "WG": 1}
     assert wna16_sm90_config(64 * 8, 8, 1024) == {"BM": 64, "WG": 1}  # large-token: one 64-row tile
     assert wna16_sm90_config(64 * 8, 8, 1000) == {"BM": 64, "WG": 1}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "bits", "group", "dtype", "h", "i", "split"),
+    [
+        # gate-up K = 384: one unrolled iteration of 4 k-tiles (two groups of 128, each loaded once
+        # and shared by its second k-tile) and a tail of 2 (its second k-tile shares the first's
+        # group); down K = 128: a tail of 2 in one group, two 64-column tiles per block over H = 384
+        ("gptq", 4, 128, torch.float16, 384, 128, 1),
+        # split-K 2 of the down GEMM's K = 448 (7 k-tiles): split 0 one whole iteration, split 1 a
+        # tail of 3 k-tiles (splits start on whole iterations); per-channel zero points
+        ("awq", 4, -1, torch.bfloat16, 64, 448, 2),
+    ],
+)
+def test_the_unrolled_loop_and_its_tails(monkeypatch, fmt, bits, group, dtype, h, i, split) -> None:
+    """The decode k loop (``sm90_unroll(16)`` = 4 k-tiles per iteration, one stage of the ring)
+    with the tails past it (traced once more, nested): the only sm_90a case with a whole iteration
+    and a tail in one block, and with a split of whole iterations."""
+    from hexlayout.ops.moe.wna16 import fused_moe_wna16, prepare_wna16
+    from hexlayout.ops.moe.wna16_kernels_sm90 import sm90_unroll
+
+    u = sm90_unroll(16)
+    kt = max(h, i) // 64
+    assert u == 4 and kt > u and kt % u > 1
+    monkeypatch.setenv("HEXLAYOUT_MOE_SPLIT_K", str(split))
+    gen = torch.Generator().manual_seed(h + i)
+    t, e, k = 3, 2, 1
+    ck13, w13 = checkpoint(fmt, bits, e, h, 2 * i, group, dtype, gen)
+    ck2, w2 = checkpoint(fmt, bits, e, i, h, group, dtype, gen)
+    p13 = prepare_wna16(*ck13, quant_format=fmt, bits=bits, group_size=group, gate_up=True, arch="sm_90a")
+    p2 = prepare_wna16(*ck2, quant_format=fmt, bits=bits, group_size=group, arch="sm_90a")
+    x = torch.randn(t, h, generator=gen).to(dtype)
+    ids = routing("random", t, e, k, gen)
+    tw = torch.rand(t, k, generator=gen)
+    out = fused_moe_wna16(x, p13, p2, tw, ids)
+    _check(out, reference(x, w13, w2, tw, ids, "silu", False, None), dtype)
+    assert sum("_sm90_" in n for n in _LAUNCHED) == 2, _LAUNCHED
+    assert all(n.endswith("WG=1") for n in _LAUNCHED if "_sm90_" in n), _LAUNCHED
