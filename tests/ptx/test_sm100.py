@@ -1,0 +1,138 @@
+"""sm_100a kernels in PTX mode: tensor memory (alloc / dealloc / relinquish), ``tcgen05.mma``
+with its shared-memory and instruction descriptors decoded from the register bits, commits
+landing on mbarriers (multicast for the CTA pair), ``tcgen05.ld`` fragments and the block-scaled
+MMA with ``tcgen05.cp``'d factors, executed from the PTX NVRTC made of the printed source,
+against float64 at small, ragged sizes with NaN-filled outputs; and mutations of the printed
+source that only PTX mode sees."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.op import _arg_order, gemm_fused
+
+import hexlayout.lang as hl
+import hexlayout.runtime as rt
+from hexlayout.ptx import PtxDeadlockError, PtxError
+
+from .test_ops import ptx_runs  # noqa: F401  (fixture)
+
+_EP = (False, False, "none", False)
+
+
+def _config(name: str):
+    cfgs = CONFIGS["sm_100a"]
+    if name == "pair":
+        return next(c for c in cfgs if c.cluster == 2 and not c.persistent)
+    if name == "persistent":
+        return next(c for c in cfgs if c.persistent and c.cluster == 1)
+    return next(c for c in cfgs if (c.BM, c.BN, c.cluster) == {"m64": (64, 64, 1), "m128": (128, 128, 1)}[name])
+
+
+_BUILDS: dict[str, object] = {}
+
+
+def _build(name: str):
+    if name not in _BUILDS:
+        _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, 200, compile=False)
+    return _BUILDS[name]
+
+
+def _run(name: str, m: int, n: int, k: int, source: str | None = None, seed: int = 1):
+    bld, prog = _build(name)
+    rng = np.random.default_rng(seed + m * n + k)
+    npdt = hl.bf16.numpy()
+    a, b = rng.standard_normal((m, k)).astype(npdt), rng.standard_normal((n, k)).astype(npdt)
+    c = np.full((m, n), np.nan, npdt)
+    by_role = {"a": a, "b": b, "c": c, "bias": None, "residual": None, "scale": 0.5}
+    roles = ["a", "b", "c", "bias", "residual", "scale"]
+    rep = rt.emulate(bld, *[by_role[roles[i]] for i in _arg_order(prog, _EP)], mode="ptx", source=source)
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    return rep, c.astype(np.float64), want
+
+
+def _err(c, want) -> float:
+    return float((np.abs(c - want) / (np.abs(want) + 1)).max())
+
+
+@pytest.mark.parametrize(("cfg", "shape", "ld"), [
+    ("m64", (64, 56, 136), "tcgen05.ld.sync.aligned.16x256b.x8.b32"),     # M=64: rows in half quarters
+    ("m128", (100, 56, 152), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),
+    ("persistent", (200, 120, 72), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),  # 4 tiles on 2 blocks
+])
+def test_gemm_matches_float64(cfg: str, shape, ld: str) -> None:
+    rep, c, want = _run(cfg, *shape)
+    assert rep.opcodes.get("tcgen05.mma.cta_group::1.kind::f16") and rep.opcodes.get(ld)
+    assert rep.opcodes.get("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32")
+    assert _err(c, want) < 1e-2
+
+
+def test_gemm_cta_pair_matches_float64() -> None:
+    """cta_group::2: the even CTA issues, each CTA of the pair reads its half of A and of B at the
+    same shared offsets, commits multicast to both CTAs' barriers; ragged in M, N and K."""
+    rep, c, want = _run("pair", 200, 300, 136)
+    assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
+    assert rep.opcodes.get("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64")
+    assert len(rep.blocks) == 4
+    assert _err(c, want) < 1e-2
+
+
+# --- the MoE families on sm_100a ------------------------------------------------------------------
+
+
+@pytest.fixture
+def sm100(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:  # noqa: F811
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
+    return ptx_runs
+
+
+def test_fused_moe_bf16(sm100: list[str]) -> None:
+    from hexlayout.ops import fused_moe
+
+    from tests.ops.test_moe_op import close, make
+    from tests.ops.test_moe_op import reference as moe_reference
+
+    x, w13, w2, tw, ids = make(3, 96, 80, 8, 2, torch.bfloat16, seed=30, experts_used=5)
+    out = fused_moe(x, w13, w2, tw, ids, activation="silu")
+    close(out, moe_reference(x, w13, w2, tw, ids, "silu"), torch.bfloat16)
+    assert any(r.startswith("moe_gate_up_sm100") for r in sm100) and any(r.startswith("moe_down_sm100") for r in sm100)
+
+
+def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
+    import hexlayout.ops
+    from hexlayout.ops.moe.fp8 import prepare_fp8
+
+    from tests.ops.test_moe_fp8 import check, make, reference
+
+    x, w13, s13, w2, s2, tw, ids = make(7, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
+    a, b = prepare_fp8(w13, s13, block=(128, 128)), prepare_fp8(w2, s2, block=(128, 128))
+    out = hexlayout.ops.fused_moe(x, a, b, tw, ids, activation="silu")
+    check(out, *reference(x, w13, s13, w2, s2, tw, ids, True, "silu"))
+    assert any(r.startswith("moe_fp8_gate_up_sm100") for r in sm100)
+
+
+def test_fused_moe_fp8_ue8m0_block_scaled_mma(sm100: list[str]) -> None:
+    import hexlayout.ops
+    from hexlayout.ops.moe.fp8 import prepare_fp8
+
+    from tests.ops.test_moe_fp8 import check, make, reference
+
+    x, w13, s13, w2, s2, tw, ids = make(9, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
+    s13, s2 = (torch.exp2(torch.round(torch.log2(s))) for s in (s13, s2))
+    a, b = prepare_fp8(w13, s13, block=(128, 128)), prepare_fp8(w2, s2, block=(128, 128))
+    assert a.scale_format == "ue8m0"
+    out = hexlayout.ops.fused_moe(x, a, b, tw, ids, activation="silu")
+    check(out, *reference(x, w13, s13, w2, s2, tw, ids, True, "silu"))
+    assert any(r.startswith("moe_fp8_gate_up_sm100_ue8m0") for r in sm100)
+
+
+def test_fused_moe_w4a16(sm100: list[str]) -> None:
+    from tests.ops.test_moe_wna16 import _bound, _run as wna16_run
+
+    out, want = wna16_run("awq", 4, 32, torch.float16, 5, 4, 2, "silu", "random", seed=511)
+    assert (out.double() - want).abs().max().item() <= _bound(torch.float16) * want.abs().max().item()
+    assert any(r.startswith("moe_wna16_gate_up_sm100") for r in sm100)
