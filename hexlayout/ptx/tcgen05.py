@@ -238,7 +238,7 @@ def check_exit(m: Machine) -> None:
     """The blocks of the batch ended: their TMEM must be deallocated and the permit relinquished."""
     for b, st in sorted(_state(m)["tmem"].items()) if getattr(m, "tcgen05", None) is not None else []:
         blk = m.blocks[b]
-        for what, ins in ((f"block {blk} exits with TMEM columns {_blocks_text(st)} still allocated "
+        for what, ins in ((f"block {blk} exits with TMEM {_blocks_text(st)} still allocated "
                            "(tcgen05.dealloc them before the end)", next(iter(st.allocs.values()), (0, None))[1]),
                           (f"block {blk} exits without joining the tcgen05.alloc.cta_group::2 its pair's CTA "
                            "made", next(iter(st.joining.values()), (0, 0, None))[2]),

@@ -74,10 +74,10 @@ def test_gemm_matches_float64(cfg: str, shape, ld: str) -> None:
 def test_gemm_cta_pair_matches_float64() -> None:
     """cta_group::2: the even CTA issues, each CTA of the pair reads its half of A and of B at the
     same shared offsets, commits multicast to both CTAs' barriers; ragged in M, N and K."""
-    rep, c, want = _run("pair", 200, 300, 136)
+    rep, c, want = _run("pair", 200, 136, 72)
     assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
     assert rep.opcodes.get("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64")
-    assert len(rep.blocks) == 4
+    assert len(rep.blocks) == 2
     assert _err(c, want) < 1e-2
 
 
@@ -136,3 +136,50 @@ def test_fused_moe_w4a16(sm100: list[str]) -> None:
     out, want = wna16_run("awq", 4, 32, torch.float16, 5, 4, 2, "silu", "random", seed=511)
     assert (out.double() - want).abs().max().item() <= _bound(torch.float16) * want.abs().max().item()
     assert any(r.startswith("moe_wna16_gate_up_sm100") for r in sm100)
+
+
+# --- mutations of the printed source that only PTX mode sees ---------------------------------------
+
+
+def _mutated(name: str, pattern: str, repl: str) -> str:
+    bld, _ = _build(name)
+    bad, n = re.subn(pattern, repl, bld.generated.source, count=1)  # type: ignore[attr-defined]
+    assert n == 1, f"the printed source no longer matches {pattern!r}"
+    return bad
+
+
+def test_mutated_instruction_descriptor_a_major_bit_gives_a_wrong_product() -> None:
+    """Bit 15 of the instruction descriptor (A major: 0 K, 1 MN) set in the first k-tile's MMAs:
+    the executor decodes the printed bits, reads A MN-major, and the product is wrong."""
+    bad = _mutated("m64", r"\"r\"\(0x4100490u\), \"r\"\(0\)", '"r"(0x4108490u), "r"(0)')
+    _, c, want = _run("m64", 64, 56, 136, source=bad)
+    _, c_ok, _ = _run("m64", 64, 56, 136)
+    assert _err(c_ok, want) < 1e-2 and _err(c, want) > 0.1
+
+
+def test_mutated_tcgen05_ld_shape_gives_a_wrong_result() -> None:
+    """The accumulator read as ``16x128b.x16`` (the same 32 registers) instead of ``16x256b.x8``."""
+    bad = _mutated("m64", r"tcgen05\.ld\.sync\.aligned\.16x256b\.x8\.b32", "tcgen05.ld.sync.aligned.16x128b.x16.b32")
+    _, c, want = _run("m64", 64, 56, 136, source=bad)
+    assert not np.isnan(c).any() and _err(c, want) > 0.1
+
+
+def test_dropped_commit_is_a_deadlock() -> None:
+    """The first k-tile's ``tcgen05.commit`` dropped: nothing arrives on that mbarrier, so its
+    waiters never run on (reported where the other threads wait for them)."""
+    bad = _mutated("m64", r"asm volatile\(\"tcgen05\.commit[^;]*;\\n\"\s*::[^:]*: \"memory\"\);", ";")
+    with pytest.raises(PtxDeadlockError, match="no other thread can run"):
+        _run("m64", 64, 56, 136, source=bad)
+
+
+def test_dropped_dealloc_is_an_error_at_exit() -> None:
+    bad = _mutated("m64", r"if \(tid < 32\) asm volatile\(\"tcgen05\.dealloc[^;]*;\\n\"[^;]*;", ";")
+    with pytest.raises(PtxError, match=r"exits with TMEM columns \[0, 64\) still allocated"):
+        _run("m64", 64, 56, 136, source=bad)
+
+
+def test_pair_commit_multicast_to_one_cta_is_a_deadlock() -> None:
+    """cta_group::2's commit multicast to the even CTA only: the odd CTA's epilogue waits forever."""
+    bad = _mutated("pair", r"(tcgen05\.commit\.cta_group::2[^\n]*\n[^\n]*\"h\"\(\(unsigned short\)\()3\)", r"\g<1>1)")
+    with pytest.raises(PtxDeadlockError):
+        _run("pair", 130, 136, 72, source=bad)
