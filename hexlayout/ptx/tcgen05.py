@@ -57,7 +57,12 @@ from typing import Any
 import numpy as np
 
 from hexlayout.arch.block_scale import UE8M0_BIAS
-from hexlayout.arch.tcgen05 import InstrDescriptor, InstrDescriptorBlockScaled, UmmaDescriptor, umma_desc_addresses
+from hexlayout.arch.tcgen05 import (
+    InstrDescriptor,
+    InstrDescriptorBlockScaled,
+    UmmaDescriptor,
+    umma_desc_addresses,
+)
 from hexlayout.arch.tcgen05_cp import CP_SHAPES, cp_smem_addresses, tmem_cp_layout
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SHAPES, accumulator_layout, tmem_copy_layout
 
@@ -105,8 +110,13 @@ class _Op:
 def _state(m: Machine) -> dict[str, Any]:
     st = getattr(m, "tcgen05", None)
     if st is None:
-        st = m.tcgen05 = {"tmem": {}, "ops": {}, "uncommitted": {}, "next": 1,  # type: ignore[attr-defined]
-                          "reading": np.zeros(m.smem.size, dtype=np.int32)}
+        st = m.tcgen05 = {
+            "tmem": {},
+            "ops": {},
+            "uncommitted": {},
+            "next": 1,  # type: ignore[attr-defined]
+            "reading": np.zeros(m.smem.size, dtype=np.int32),
+        }
     return st
 
 
@@ -115,7 +125,9 @@ def tmem_of(m: Machine, b: int) -> TmemCta:
     return _state(m)["tmem"].setdefault(b, TmemCta())
 
 
-def _fail(m: Machine, t: int, msg: str, cls: type[PtxError] = PtxIllegalInstructionError, **kw: Any) -> PtxError:
+def _fail(
+    m: Machine, t: int, msg: str, cls: type[PtxError] = PtxIllegalInstructionError, **kw: Any
+) -> PtxError:
     return cls(f"{m.ins.opcode}: {msg}", **m.where(t), **kw)
 
 
@@ -128,8 +140,12 @@ def _group(m: Machine, ins: Instruction, t: int) -> int:
     if st.group is None:
         st.group = (group, ins)
     elif st.group[0] != group:
-        raise _fail(m, t, f"cta_group::{group} in a CTA whose tcgen05 instructions use cta_group::"
-                    f"{st.group[0]} (PTX line {st.group[1].line}): a kernel takes one cta_group")
+        raise _fail(
+            m,
+            t,
+            f"cta_group::{group} in a CTA whose tcgen05 instructions use cta_group::"
+            f"{st.group[0]} (PTX line {st.group[1].line}): a kernel takes one cta_group",
+        )
     return group
 
 
@@ -138,8 +154,12 @@ def _peer(m: Machine, t: int) -> int:
     b = int(m.blk[t])
     rank = int(m.crank[b])
     if (rank ^ 1) >= m.csize:
-        raise _fail(m, t, f"cta_group::2 runs on a pair of CTAs of one cluster (ranks 2p, 2p+1), but the "
-                    f"cluster has {m.csize} CTA(s) (launch with a cluster of 2 or a multiple)")
+        raise _fail(
+            m,
+            t,
+            f"cta_group::2 runs on a pair of CTAs of one cluster (ranks 2p, 2p+1), but the "
+            f"cluster has {m.csize} CTA(s) (launch with a cluster of 2 or a multiple)",
+        )
     return int(m.cta_of_rank[b, rank ^ 1])
 
 
@@ -154,20 +174,31 @@ def _check_cells(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray
     bad = (lanes < 0) | (lanes >= TMEM_LANES) | (cols < 0) | (cols >= TMEM_COLUMNS)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(m, t, f"{what}: TMEM cell (lane {int(lanes[i])}, column {int(cols[i])}) is outside the "
-                    f"{TMEM_LANES} lanes x {TMEM_COLUMNS} columns of tensor memory", PtxOutOfBoundsError,
-                    buffer="tmem", address=int(lanes[i]) << 16 | int(cols[i]))
+        raise _fail(
+            m,
+            t,
+            f"{what}: TMEM cell (lane {int(lanes[i])}, column {int(cols[i])}) is outside the "
+            f"{TMEM_LANES} lanes x {TMEM_COLUMNS} columns of tensor memory",
+            PtxOutOfBoundsError,
+            buffer="tmem",
+            address=int(lanes[i]) << 16 | int(cols[i]),
+        )
     for start, (n, _w, _i) in st.joining.items():
         if ((cols >= start) & (cols < start + n)).any():
-            raise _fail(m, t, f"{what}: TMEM columns [{start}, {start + n}) are reserved by the pair's "
-                        "tcgen05.alloc.cta_group::2, but this CTA's warp has not allocated them yet")
+            raise _fail(
+                m,
+                t,
+                f"{what}: TMEM columns [{start}, {start + n}) are reserved by the pair's "
+                "tcgen05.alloc.cta_group::2, but this CTA's warp has not allocated them yet",
+            )
     owned = np.zeros(TMEM_COLUMNS, dtype=bool)
     for start, (n, _) in st.allocs.items():
-        owned[start:start + n] = True
+        owned[start : start + n] = True
     if not owned[cols].all():
         c = int(cols[np.flatnonzero(~owned[cols])[0]])
-        raise _fail(m, t, f"{what}: TMEM column {c} is not allocated (tcgen05.alloc); allocated: "
-                    f"{_blocks_text(st)}")
+        raise _fail(
+            m, t, f"{what}: TMEM column {c} is not allocated (tcgen05.alloc); allocated: {_blocks_text(st)}"
+        )
 
 
 # --- allocation ----------------------------------------------------------------------------------
@@ -175,7 +206,9 @@ def _check_cells(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray
 
 def _free_start(n: int, *states: TmemCta) -> int | None:
     def free(st: TmemCta, s: int) -> bool:
-        taken = [(a, k) for a, (k, _) in st.allocs.items()] + [(a, k) for a, (k, _w, _i) in st.joining.items()]
+        taken = [(a, k) for a, (k, _) in st.allocs.items()] + [
+            (a, k) for a, (k, _w, _i) in st.joining.items()
+        ]
         return all(s + n <= a or a + k <= s for a, k in taken)
 
     return next((s for s in range(0, TMEM_COLUMNS, n) if all(free(st, s) for st in states)), None)
@@ -189,32 +222,47 @@ def _alloc(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
         group = _group(m, ins, t)
         n = m.uniform(ins.operands[1], warp, "tcgen05.alloc column count")
         if st.relinquished is not None:
-            raise _fail(m, t, f"alloc after tcgen05.relinquish_alloc_permit (PTX line {st.relinquished.line})")
+            raise _fail(
+                m, t, f"alloc after tcgen05.relinquish_alloc_permit (PTX line {st.relinquished.line})"
+            )
         if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
             raise _fail(m, t, f"{n} columns: not a power of two in [32, {TMEM_COLUMNS}]")
         w = int(m.tid[t]) // 32
-        if group == 2 and st.joining:               # the pair's CTA allocated first: join its block
+        if group == 2 and st.joining:  # the pair's CTA allocated first: join its block
             start = min(st.joining)
             k, pw, _first = st.joining.pop(start)
             if (k, pw) != (n, w):
-                raise _fail(m, t, f"{n} columns by warp {w}, but the pair's CTA allocated {k} columns by warp "
-                            f"{pw} (the pair's warps allocate together: same columns, same warp)")
+                raise _fail(
+                    m,
+                    t,
+                    f"{n} columns by warp {w}, but the pair's CTA allocated {k} columns by warp "
+                    f"{pw} (the pair's warps allocate together: same columns, same warp)",
+                )
             st.allocs[start] = (n, ins)
         else:
             states = [st] if group == 1 else [st, tmem_of(m, _peer(m, t))]
             got = _free_start(n, *states)
             if got is None:
                 used = sum(k for k, _ in st.allocs.values())
-                raise _fail(m, t, f"{n} columns with {used} of {TMEM_COLUMNS} in use ({_blocks_text(st)}): "
-                            "no free block, the warp would wait forever")
+                raise _fail(
+                    m,
+                    t,
+                    f"{n} columns with {used} of {TMEM_COLUMNS} in use ({_blocks_text(st)}): "
+                    "no free block, the warp would wait forever",
+                )
             start = got
             st.allocs[start] = (n, ins)
             if group == 2:
                 states[1].joining[start] = (n, w, ins)
         st.allocated_by = st.allocated_by or ins
         addr = m.address(ins.operands[0], warp[:1])
-        m.store("shared", addr, np.array([start], dtype=np.uint32).view(np.uint8)[None, :], warp[:1],
-                "tcgen05.alloc")
+        m.store(
+            "shared",
+            addr,
+            np.array([start], dtype=np.uint32).view(np.uint8)[None, :],
+            warp[:1],
+            "tcgen05.alloc",
+        )
 
 
 def _dealloc(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
@@ -226,11 +274,17 @@ def _dealloc(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
         n = m.uniform(ins.operands[1], warp, "tcgen05.dealloc column count")
         start = taddr & 0xFFFF
         if st.allocs.get(start, (None,))[0] != n or taddr >> 16:
-            raise _fail(m, t, f"{n} columns at {taddr:#x}: not an allocated block (allocated: "
-                        f"{_blocks_text(st)})")
-        if st.pending[:, start:start + n].any():
-            raise _fail(m, t, f"columns [{start}, {start + n}) while a tcgen05.mma / cp into them is in "
-                        "flight (commit it and wait on its mbarrier first)", PtxRaceError)
+            raise _fail(
+                m, t, f"{n} columns at {taddr:#x}: not an allocated block (allocated: {_blocks_text(st)})"
+            )
+        if st.pending[:, start : start + n].any():
+            raise _fail(
+                m,
+                t,
+                f"columns [{start}, {start + n}) while a tcgen05.mma / cp into them is in "
+                "flight (commit it and wait on its mbarrier first)",
+                PtxRaceError,
+            )
         del st.allocs[start]
 
 
@@ -238,13 +292,21 @@ def check_exit(m: Machine) -> None:
     """The blocks of the batch ended: their TMEM must be deallocated and the permit relinquished."""
     for b, st in sorted(_state(m)["tmem"].items()) if getattr(m, "tcgen05", None) is not None else []:
         blk = m.blocks[b]
-        for what, ins in ((f"block {blk} exits with TMEM {_blocks_text(st)} still allocated "
-                           "(tcgen05.dealloc them before the end)", next(iter(st.allocs.values()), (0, None))[1]),
-                          (f"block {blk} exits without joining the tcgen05.alloc.cta_group::2 its pair's CTA "
-                           "made", next(iter(st.joining.values()), (0, 0, None))[2]),
-                          (f"block {blk} allocated tensor memory but exits without "
-                           "tcgen05.relinquish_alloc_permit",
-                           st.allocated_by if st.relinquished is None else None)):
+        for what, ins in (
+            (
+                f"block {blk} exits with TMEM {_blocks_text(st)} still allocated "
+                "(tcgen05.dealloc them before the end)",
+                next(iter(st.allocs.values()), (0, None))[1],
+            ),
+            (
+                f"block {blk} exits without joining the tcgen05.alloc.cta_group::2 its pair's CTA made",
+                next(iter(st.joining.values()), (0, 0, None))[2],
+            ),
+            (
+                f"block {blk} allocated tensor memory but exits without tcgen05.relinquish_alloc_permit",
+                st.allocated_by if st.relinquished is None else None,
+            ),
+        ):
             if ins is not None:
                 raise PtxIllegalInstructionError(what, kernel=m.kernel, site=m.site(ins))
 
@@ -270,15 +332,22 @@ def _smem_flat(m: Machine, b: int, addr: np.ndarray, nbytes: int, t: int, what: 
     addr = addr.astype(np.int64).reshape(-1)
     if (addr < 0).any() or (addr + nbytes > m.smem_size).any():
         a = int(addr[(addr < 0) | (addr + nbytes > m.smem_size)][0])
-        raise _fail(m, t, f"{what} at shared address {a}: the block has {m.smem_size} bytes of shared memory",
-                    PtxOutOfBoundsError, buffer="shared", address=a)
+        raise _fail(
+            m,
+            t,
+            f"{what} at shared address {a}: the block has {m.smem_size} bytes of shared memory",
+            PtxOutOfBoundsError,
+            buffer="shared",
+            address=a,
+        )
     at = (b * m.smem_size + addr)[:, None] + np.arange(nbytes)
     m.check_tma_pending(at, np.full(len(at), t), f"{m.ins.opcode} {what}")
     return at
 
 
-def _operand(m: Machine, b: int, d: UmmaDescriptor, major: str, dt: str, rows: int, k: int, t: int,
-             what: str) -> tuple[np.ndarray, np.ndarray]:
+def _operand(
+    m: Machine, b: int, d: UmmaDescriptor, major: str, dt: str, rows: int, k: int, t: int, what: str
+) -> tuple[np.ndarray, np.ndarray]:
     """``([rows, k]`` float64 values, flat byte indices) of a descriptor operand in block ``b``."""
     bits = _BITS[dt]
     at = _smem_flat(m, b, umma_desc_addresses(d, major, bits, rows, k), bits // 8, t, what)
@@ -286,7 +355,9 @@ def _operand(m: Machine, b: int, d: UmmaDescriptor, major: str, dt: str, rows: i
     return raw.view(_ELEM[dt]).astype(np.float64).reshape(rows, k), at.reshape(-1)
 
 
-def _acc_cells(m: Machine, t: int, b: int, base: int, M: int, N: int, G: int, what: str) -> tuple[np.ndarray, ...]:
+def _acc_cells(
+    m: Machine, t: int, b: int, base: int, M: int, N: int, G: int, what: str
+) -> tuple[np.ndarray, ...]:
     try:
         lay = accumulator_layout(M, N, G)
     except ValueError as e:
@@ -308,9 +379,14 @@ def _readable(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray, w
     for ident in np.unique(pend[pend > 0]):
         op = ops[int(ident)]
         if op.thread != t:
-            raise _fail(m, t, f"{what}: reads TMEM cells that thread {op.thread}'s {op.kind} (PTX line "
-                        f"{op.ins.line}) writes before it completed (commit it and wait on its mbarrier)",
-                        PtxRaceError, buffer="tmem")
+            raise _fail(
+                m,
+                t,
+                f"{what}: reads TMEM cells that thread {op.thread}'s {op.kind} (PTX line "
+                f"{op.ins.line}) writes before it completed (commit it and wait on its mbarrier)",
+                PtxRaceError,
+                buffer="tmem",
+            )
     return st.future[lanes, cols]
 
 
@@ -325,7 +401,10 @@ def _scales(m: Machine, t: int, b: int, op: Any, byte: int, M: int, N: int, role
     else:
         q = np.arange(M // 32)[:, None]
         n = np.arange(N)[None, :]
-        lanes, cols = np.broadcast_to(32 * q + n % 32, (M // 32, N)), np.broadcast_to(base + n // 32, (M // 32, N))
+        lanes, cols = (
+            np.broadcast_to(32 * q + n % 32, (M // 32, N)),
+            np.broadcast_to(base + n // 32, (M // 32, N)),
+        )
     words = _readable(m, t, b, lanes, cols, f"{role} scale factors")
     e = (words >> np.uint32(8 * byte)) & np.uint32(0xFF)
     return np.where(e == 0xFF, np.nan, np.exp2(e.astype(np.float64) - UE8M0_BIAS))
@@ -352,7 +431,12 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     group = _group(m, ins, t)
     kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), "")
     scaled = "block_scale" in parts
-    if kind not in ("f16", "f8f6f4", "mxf8f6f4") or (kind == "mxf8f6f4") != scaled or "ws" in parts or "sp" in parts:
+    if (
+        kind not in ("f16", "f8f6f4", "mxf8f6f4")
+        or (kind == "mxf8f6f4") != scaled
+        or "ws" in parts
+        or "sp" in parts
+    ):
         raise m.unsupported()
     ops = ins.operands
     idesc = int(np.asarray(m.read(ops[3], "u32", np.array([t]))).astype(np.uint32)[0])
@@ -372,8 +456,12 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     blocks = [int(m.blk[t])]
     if group == 2:
         if int(m.crank[blocks[0]]) % 2:
-            raise _fail(m, t, f"cta_group::2 issued from the odd CTA of its pair (cluster rank "
-                        f"{int(m.crank[blocks[0]])}); the even CTA issues the pair's MMA")
+            raise _fail(
+                m,
+                t,
+                f"cta_group::2 issued from the odd CTA of its pair (cluster rank "
+                f"{int(m.crank[blocks[0]])}); the even CTA issues the pair's MMA",
+            )
         blocks.append(_peer(m, t))
     rows_a, rows_b = M // group, N // group
     a_tmem = isinstance(ops[1], Addr)
@@ -383,8 +471,11 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     adesc = None if a_tmem else _desc(m, ops[1], t, "A")
     a_base = int(m.address(ops[1], np.array([t]))[0]) if a_tmem else 0
     d_base = int(m.address(ops[0], np.array([t]))[0])
-    acc = bool(np.asarray(m.read(ops[-1], "pred", np.array([t])), dtype=bool).reshape(-1)[0]) \
-        if not isinstance(ops[-1], Imm) else bool(ops[-1].value)
+    acc = (
+        bool(np.asarray(m.read(ops[-1], "pred", np.array([t])), dtype=bool).reshape(-1)[0])
+        if not isinstance(ops[-1], Imm)
+        else bool(ops[-1].value)
+    )
     As, Bs, reads = [], [], []
     for b in blocks:
         if a_tmem:
@@ -413,7 +504,7 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
             raise _fail(m, t, "D: TMEM cells another thread's in-flight tcgen05 op writes", PtxRaceError)
         if scaled:
             As_ = A * sa[:, None]
-            D = np.concatenate([As_[32 * q:32 * q + 32] @ (B * sb[q][:, None]).T for q in range(M // 32)])
+            D = np.concatenate([As_[32 * q : 32 * q + 32] @ (B * sb[q][:, None]).T for q in range(M // 32)])
         else:
             D = A @ B.T
         if acc:
@@ -426,8 +517,11 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
 def _cp_one(m: Machine, ins: Instruction, t: int) -> None:
     group = _group(m, ins, t)
     shape = next((s for s in CP_SHAPES if ins.opcode.endswith("." + s) or f".{s}." in ins.opcode + "."), None)
-    if shape is None or group != 1 or any(p.startswith("multicast") or p in ("b6x16_p32", "b4x16_p64")
-                                          for p in ins.parts):
+    if (
+        shape is None
+        or group != 1
+        or any(p.startswith("multicast") or p in ("b6x16_p32", "b4x16_p64") for p in ins.parts)
+    ):
         raise m.unsupported()
     b = int(m.blk[t])
     taddr = int(m.address(ins.operands[0], np.array([t]))[0])
@@ -437,12 +531,15 @@ def _cp_one(m: Machine, ins: Instruction, t: int) -> None:
     words = m.smem[at.reshape(-1)].reshape(s.rows, s.words * 4).view(np.uint32)  # [rows, words]
     lay = tmem_cp_layout(shape)
     reps = lay.shape[2]
-    off = np.array([[[lay(r, w, q) for q in range(reps)] for w in range(s.words)] for r in range(s.rows)],
-                   dtype=np.int64)
+    off = np.array(
+        [[[lay(r, w, q) for q in range(reps)] for w in range(s.words)] for r in range(s.rows)], dtype=np.int64
+    )
     lanes, cols = (taddr >> 16) + (off >> 16), (taddr & 0xFFFF) + (off & 0xFFFF)
     _check_cells(m, t, b, lanes, cols, "destination")
     op = _new_op(m, "tcgen05.cp", t, group)
-    _pend(m, op, b, lanes.reshape(-1), cols.reshape(-1), np.repeat(words[:, :, None], reps, axis=2).reshape(-1))
+    _pend(
+        m, op, b, lanes.reshape(-1), cols.reshape(-1), np.repeat(words[:, :, None], reps, axis=2).reshape(-1)
+    )
     op.reads = at.reshape(-1)
     _state(m)["reading"][op.reads] += 1
 
@@ -458,10 +555,14 @@ def check_mma_reads(m: Machine, at: np.ndarray, threads: np.ndarray, what: str) 
         flat = int(np.atleast_2d(at)[i, j])
         op = next(o for o in s["ops"].values() if not o.done and (o.reads == flat).any())
         t = int(np.broadcast_to(np.asarray(threads).reshape(-1, 1), np.atleast_2d(at).shape)[i, j])
-        raise PtxRaceError(f"{what} writes shared byte {flat % m.smem_size}, which the {op.kind} issued at PTX "
-                           f"line {op.ins.line} by thread {op.thread} still reads (it completes when its "
-                           "tcgen05.commit arrives: wait on that mbarrier first)", buffer="shared",
-                           address=flat % m.smem_size, **m.where(t))
+        raise PtxRaceError(
+            f"{what} writes shared byte {flat % m.smem_size}, which the {op.kind} issued at PTX "
+            f"line {op.ins.line} by thread {op.thread} still reads (it completes when its "
+            "tcgen05.commit arrives: wait on that mbarrier first)",
+            buffer="shared",
+            address=flat % m.smem_size,
+            **m.where(t),
+        )
 
 
 def _complete(m: Machine, ops: list[_Op]) -> None:
@@ -534,8 +635,14 @@ def _fragment(m: Machine, ins: Instruction, warp: np.ndarray) -> tuple[np.ndarra
     q = int(m.tid[t]) // 32 % 4
     out = (lanes < 32 * q) | (lanes >= 32 * q + 32)
     if out.any():
-        raise _fail(m, t, f"warp {int(m.tid[t]) // 32} accesses TMEM lane {int(lanes[out][0])}, outside its lane "
-                    f"quarter [{32 * q}, {32 * q + 32}) (warp % 4 = {q})", buffer="tmem", address=taddr)
+        raise _fail(
+            m,
+            t,
+            f"warp {int(m.tid[t]) // 32} accesses TMEM lane {int(lanes[out][0])}, outside its lane "
+            f"quarter [{32 * q}, {32 * q + 32}) (warp % 4 = {q})",
+            buffer="tmem",
+            address=taddr,
+        )
     _check_cells(m, t, int(m.blk[t]), lanes, cols, "tcgen05." + ins.parts[1])
     return lanes, cols, regs
 
@@ -549,10 +656,15 @@ def _ld_st(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
         if pend.any():
             r, c = np.argwhere(pend)[0]
             op = _state(m)["ops"][int(pend[r, c])]
-            raise _fail(m, int(warp[r]), f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) is "
-                        f"written by the {op.kind} at PTX line {op.ins.line}, whose tcgen05.commit has not "
-                        "arrived (commit, wait on the mbarrier, tcgen05.fence::after_thread_sync)", PtxRaceError,
-                        buffer="tmem")
+            raise _fail(
+                m,
+                int(warp[r]),
+                f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) is "
+                f"written by the {op.kind} at PTX line {op.ins.line}, whose tcgen05.commit has not "
+                "arrived (commit, wait on the mbarrier, tcgen05.fence::after_thread_sync)",
+                PtxRaceError,
+                buffer="tmem",
+            )
         if ins.parts[1] == "ld":
             for j, r in enumerate(regs):
                 m.write(r, "b32", warp, st.cells[lanes[:, j], cols[:, j]])
@@ -586,5 +698,5 @@ def _tcgen05(m: Machine, ins: Instruction, idx: Any) -> None:
             tmem_of(m, int(m.blk[int(w[0])])).relinquished = ins
     elif op in ("ld", "st"):
         _ld_st(m, ins, warps)
-    elif op != "wait":               # wait::ld / wait::st: loads and stores are performed at issue
+    elif op != "wait":  # wait::ld / wait::st: loads and stores are performed at issue
         raise m.unsupported()

@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 import torch
-from hexlayout.ops.gemm.config import CONFIGS
-from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 
 import hexlayout.lang as hl
 import hexlayout.runtime as rt
+from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 from hexlayout.ptx import PtxDeadlockError, PtxError
 
 from .test_ops import ptx_runs  # noqa: F401  (fixture)
@@ -30,7 +30,9 @@ def _config(name: str):
         return next(c for c in cfgs if c.cluster == 2 and not c.persistent)
     if name == "persistent":
         return next(c for c in cfgs if c.persistent and c.cluster == 1)
-    return next(c for c in cfgs if (c.BM, c.BN, c.cluster) == {"m64": (64, 64, 1), "m128": (128, 128, 1)}[name])
+    return next(
+        c for c in cfgs if (c.BM, c.BN, c.cluster) == {"m64": (64, 64, 1), "m128": (128, 128, 1)}[name]
+    )
 
 
 _BUILDS: dict[str, object] = {}
@@ -59,11 +61,14 @@ def _err(c, want) -> float:
     return float((np.abs(c - want) / (np.abs(want) + 1)).max())
 
 
-@pytest.mark.parametrize(("cfg", "shape", "ld"), [
-    ("m64", (64, 56, 136), "tcgen05.ld.sync.aligned.16x256b.x8.b32"),     # M=64: rows in half quarters
-    ("m128", (100, 56, 152), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),
-    ("persistent", (200, 120, 72), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),  # 4 tiles on 2 blocks
-])
+@pytest.mark.parametrize(
+    ("cfg", "shape", "ld"),
+    [
+        ("m64", (64, 56, 136), "tcgen05.ld.sync.aligned.16x256b.x8.b32"),  # M=64: rows in half quarters
+        ("m128", (100, 56, 152), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),
+        ("persistent", (200, 120, 72), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),  # 4 tiles on 2 blocks
+    ],
+)
 def test_gemm_matches_float64(cfg: str, shape, ld: str) -> None:
     rep, c, want = _run(cfg, *shape)
     assert rep.opcodes.get("tcgen05.mma.cta_group::1.kind::f16") and rep.opcodes.get(ld)
@@ -76,7 +81,9 @@ def test_gemm_cta_pair_matches_float64() -> None:
     same shared offsets, commits multicast to both CTAs' barriers; ragged in M, N and K."""
     rep, c, want = _run("pair", 200, 136, 72)
     assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
-    assert rep.opcodes.get("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64")
+    assert rep.opcodes.get(
+        "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
+    )
     assert len(rep.blocks) == 2
     assert _err(c, want) < 1e-2
 
@@ -92,20 +99,20 @@ def sm100(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:  #
 
 def test_fused_moe_bf16(sm100: list[str]) -> None:
     from hexlayout.ops import fused_moe
-
     from tests.ops.test_moe_op import close, make
     from tests.ops.test_moe_op import reference as moe_reference
 
     x, w13, w2, tw, ids = make(3, 96, 80, 8, 2, torch.bfloat16, seed=30, experts_used=5)
     out = fused_moe(x, w13, w2, tw, ids, activation="silu")
     close(out, moe_reference(x, w13, w2, tw, ids, "silu"), torch.bfloat16)
-    assert any(r.startswith("moe_gate_up_sm100") for r in sm100) and any(r.startswith("moe_down_sm100") for r in sm100)
+    assert any(r.startswith("moe_gate_up_sm100") for r in sm100) and any(
+        r.startswith("moe_down_sm100") for r in sm100
+    )
 
 
 def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
     import hexlayout.ops
     from hexlayout.ops.moe.fp8 import prepare_fp8
-
     from tests.ops.test_moe_fp8 import check, make, reference
 
     x, w13, s13, w2, s2, tw, ids = make(7, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
@@ -118,7 +125,6 @@ def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
 def test_fused_moe_fp8_ue8m0_block_scaled_mma(sm100: list[str]) -> None:
     import hexlayout.ops
     from hexlayout.ops.moe.fp8 import prepare_fp8
-
     from tests.ops.test_moe_fp8 import check, make, reference
 
     x, w13, s13, w2, s2, tw, ids = make(9, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
@@ -131,7 +137,8 @@ def test_fused_moe_fp8_ue8m0_block_scaled_mma(sm100: list[str]) -> None:
 
 
 def test_fused_moe_w4a16(sm100: list[str]) -> None:
-    from tests.ops.test_moe_wna16 import _bound, _run as wna16_run
+    from tests.ops.test_moe_wna16 import _bound
+    from tests.ops.test_moe_wna16 import _run as wna16_run
 
     out, want = wna16_run("awq", 4, 32, torch.float16, 5, 4, 2, "silu", "random", seed=511)
     assert (out.double() - want).abs().max().item() <= _bound(torch.float16) * want.abs().max().item()
@@ -159,7 +166,9 @@ def test_mutated_instruction_descriptor_a_major_bit_gives_a_wrong_product() -> N
 
 def test_mutated_tcgen05_ld_shape_gives_a_wrong_result() -> None:
     """The accumulator read as ``16x128b.x16`` (the same 32 registers) instead of ``16x256b.x8``."""
-    bad = _mutated("m64", r"tcgen05\.ld\.sync\.aligned\.16x256b\.x8\.b32", "tcgen05.ld.sync.aligned.16x128b.x16.b32")
+    bad = _mutated(
+        "m64", r"tcgen05\.ld\.sync\.aligned\.16x256b\.x8\.b32", "tcgen05.ld.sync.aligned.16x128b.x16.b32"
+    )
     _, c, want = _run("m64", 64, 56, 136, source=bad)
     assert not np.isnan(c).any() and _err(c, want) > 0.1
 
@@ -180,6 +189,8 @@ def test_dropped_dealloc_is_an_error_at_exit() -> None:
 
 def test_pair_commit_multicast_to_one_cta_is_a_deadlock() -> None:
     """cta_group::2's commit multicast to the even CTA only: the odd CTA's epilogue waits forever."""
-    bad = _mutated("pair", r"(tcgen05\.commit\.cta_group::2[^\n]*\n[^\n]*\"h\"\(\(unsigned short\)\()3\)", r"\g<1>1)")
+    bad = _mutated(
+        "pair", r"(tcgen05\.commit\.cta_group::2[^\n]*\n[^\n]*\"h\"\(\(unsigned short\)\()3\)", r"\g<1>1)"
+    )
     with pytest.raises(PtxDeadlockError):
         _run("pair", 130, 136, 72, source=bad)
