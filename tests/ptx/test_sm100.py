@@ -200,7 +200,8 @@ def test_stage_released_before_the_mma_completes_is_caught() -> None:
     """The consumer's wait for the previous k-tile's commit dropped: it releases a stage while the
     MMA reading it is in flight, and the producer's next TMA copy into that stage is an error
     (9 k-tiles through 7 stages)."""
-    bad = _mutated("m64", r"(\[wgmmawait\]  consume\(k, False\)\n\s*)if \(1 < tc_commits\[0\]\)", r"\g<1>if (0)")
+    wait = r"(\[wgmmawait\]  consume\(k, False\)\n\s*)if \(1 < tc_commits\[0\]\)"
+    bad = _mutated("m64", wait, r"\g<1>if (0)")
     _, c, want = _run("m64", 64, 56, 576)
     assert _err(c, want) < 1e-2
     with pytest.raises(PtxError, match=r"a TMA copy writes shared byte \d+, which the tcgen05\.mma"):
