@@ -206,4 +206,3 @@ def test_stage_released_before_the_mma_completes_is_caught() -> None:
     assert _err(c, want) < 1e-2
     with pytest.raises(PtxError, match=r"a TMA copy writes shared byte \d+, which the tcgen05\.mma"):
         _run("m64", 64, 56, 576, source=bad)
-
