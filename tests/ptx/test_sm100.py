@@ -44,7 +44,7 @@ def _build(name: str):
     return _BUILDS[name]
 
 
-def _run(name: str, m: int, n: int, k: int, source: str | None = None, seed: int = 1):
+def _run(name: str, m: int, n: int, k: int, source: str | None = None, seed: int = 1, mode: str = "ptx"):
     bld, prog = _build(name)
     rng = np.random.default_rng(seed + m * n + k)
     npdt = hl.bf16.numpy()
@@ -52,7 +52,7 @@ def _run(name: str, m: int, n: int, k: int, source: str | None = None, seed: int
     c = np.full((m, n), np.nan, npdt)
     by_role = {"a": a, "b": b, "c": c, "bias": None, "residual": None, "scale": 0.5}
     roles = ["a", "b", "c", "bias", "residual", "scale"]
-    rep = rt.emulate(bld, *[by_role[roles[i]] for i in _arg_order(prog, _EP)], mode="ptx", source=source)
+    rep = rt.emulate(bld, *[by_role[roles[i]] for i in _arg_order(prog, _EP)], mode=mode, source=source)
     want = a.astype(np.float64) @ b.astype(np.float64).T
     return rep, c.astype(np.float64), want
 
@@ -74,6 +74,8 @@ def test_gemm_matches_float64(cfg: str, shape, ld: str) -> None:
     assert rep.opcodes.get("tcgen05.mma.cta_group::1.kind::f16") and rep.opcodes.get(ld)
     assert rep.opcodes.get("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32")
     assert _err(c, want) < 1e-2
+    _, c_ir, _ = _run(cfg, *shape, mode="ir")
+    np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)  # IR mode's result, to a bf16 rounding
 
 
 def test_gemm_cta_pair_matches_float64() -> None:
@@ -86,6 +88,8 @@ def test_gemm_cta_pair_matches_float64() -> None:
     )
     assert len(rep.blocks) == 2
     assert _err(c, want) < 1e-2
+    _, c_ir, _ = _run("pair", 200, 136, 72, mode="ir")
+    np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
 
 
 # --- the MoE families on sm_100a ------------------------------------------------------------------
