@@ -101,17 +101,24 @@ def sm100(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:  #
     return ptx_runs
 
 
-def test_fused_moe_bf16(sm100: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("t", "h", "i", "e", "k", "dt", "act", "used", "kind"),
+    [
+        (3, 96, 80, 8, 2, torch.bfloat16, "silu", 5, "sm100_"),  # swap-AB, BM 16; H, I ragged
+        (40, 64, 72, 2, 4, torch.float16, "gelu", 2, "sm100_ws_"),  # large-token, warp-specialized
+    ],
+)
+def test_fused_moe_bf16_f16(sm100: list[str], t, h, i, e, k, dt, act, used, kind) -> None:
     from hexlayout.ops import fused_moe
+
     from tests.ops.test_moe_op import close, make
     from tests.ops.test_moe_op import reference as moe_reference
 
-    x, w13, w2, tw, ids = make(3, 96, 80, 8, 2, torch.bfloat16, seed=30, experts_used=5)
-    out = fused_moe(x, w13, w2, tw, ids, activation="silu")
-    close(out, moe_reference(x, w13, w2, tw, ids, "silu"), torch.bfloat16)
-    assert any(r.startswith("moe_gate_up_sm100") for r in sm100) and any(
-        r.startswith("moe_down_sm100") for r in sm100
-    )
+    x, w13, w2, tw, ids = make(t, h, i, e, k, dt, seed=t + 27, experts_used=used)
+    out = fused_moe(x, w13 * 2, w2 * 2, tw, ids, activation=act)
+    close(out, moe_reference(x, w13 * 2, w2 * 2, tw, ids, act), dt)
+    assert any(r.startswith("moe_gate_up_" + kind) for r in sm100)
+    assert any(r.startswith("moe_down_" + kind) for r in sm100)
 
 
 def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
