@@ -115,7 +115,8 @@ def _state(m: Machine) -> dict[str, Any]:
             "ops": {},
             "uncommitted": {},
             "next": 1,  # type: ignore[attr-defined]
-            "reading": np.zeros(m.smem.size, dtype=np.int32),
+            "reading": np.zeros(m.smem.size, dtype=np.int32),  # per shared byte: in-flight readers
+            "in_flight": 0,
         }
     return st
 
@@ -479,7 +480,7 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     As, Bs, reads = [], [], []
     for b in blocks:
         if a_tmem:
-            lanes, cols = _acc_cells(m, t, b, a_base, M, K * _BITS[at] // 32 * group, group, "A")
+            lanes, cols = _acc_cells(m, t, b, a_base, rows_a, K * _BITS[at] // 32, 1, "A")
             words = _readable(m, t, b, lanes, cols, "A")
             A = np.ascontiguousarray(words).view(_ELEM[at]).astype(np.float64).reshape(rows_a, K)
         else:
@@ -512,6 +513,7 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
         _pend(m, op, b, lanes, cols, D.astype(np.float32).view(np.uint32))
     op.reads = np.concatenate(reads) if reads else op.reads
     _state(m)["reading"][op.reads] += 1
+    _state(m)["in_flight"] += 1
 
 
 def _cp_one(m: Machine, ins: Instruction, t: int) -> None:
@@ -542,12 +544,13 @@ def _cp_one(m: Machine, ins: Instruction, t: int) -> None:
     )
     op.reads = at.reshape(-1)
     _state(m)["reading"][op.reads] += 1
+    _state(m)["in_flight"] += 1
 
 
 def check_mma_reads(m: Machine, at: np.ndarray, threads: np.ndarray, what: str) -> None:
     """Writing shared bytes (flat ``at``) that an in-flight tcgen05.mma / cp reads is an error."""
     s = getattr(m, "tcgen05", None)
-    if s is None or not s["reading"].any():
+    if s is None or not s["in_flight"]:
         return
     bad = s["reading"][at] > 0
     if bad.any():
@@ -577,6 +580,7 @@ def _complete(m: Machine, ops: list[_Op]) -> None:
             st.cells[lanes[mine], cols[mine]] = vals[mine]
             st.pending[lanes[mine], cols[mine]] = 0
         s["reading"][op.reads] -= 1
+        s["in_flight"] -= 1
         s["ops"].pop(op.ident, None)
 
 
