@@ -16,6 +16,7 @@ Writes ``results/ptx_opcodes.json`` (``tests/ptx/test_opcode_coverage.py`` reads
     python benchmarks/ptx_opcodes.py                 # every architecture and family
     python benchmarks/ptx_opcodes.py --arch sm_90a   # one architecture (prints, writes nothing)
     python benchmarks/ptx_opcodes.py --arch sm_100a --merge  # one architecture, replacing its rows
+    python benchmarks/ptx_opcodes.py --table results/ptx_opcodes.json --executed NEW.json --add-executed
 """
 
 from __future__ import annotations
@@ -96,11 +97,12 @@ def collect(archs: list[str]) -> dict[str, Any]:
     }
 
 
-def add_executed(table: dict[str, Any], executed: dict[str, int]) -> None:
-    """Mark each opcode with the thread-instructions the PTX-mode tests executed of it."""
+def add_executed(table: dict[str, Any], executed: dict[str, int], add: bool = False) -> None:
+    """Mark each opcode with the thread-instructions the PTX-mode tests executed of it (``add``:
+    added to the table's counts, for tests run since the table's were counted)."""
     table["tested_by"] = "tests/ptx (HEXLAYOUT_PTX_EXECUTED)"
     for o, e in table["opcodes"].items():
-        e["executed"] = int(executed.get(o, 0))
+        e["executed"] = int(executed.get(o, 0)) + (int(e.get("executed", 0)) if add else 0)
 
 
 def merge(table: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +158,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", action="append", help="only this architecture (repeatable); writes nothing")
     ap.add_argument("--executed", help="opcodes the PTX-mode tests executed (HEXLAYOUT_PTX_EXECUTED JSON)")
+    ap.add_argument("--add-executed", action="store_true",
+                    help="add --executed's counts to the table's (tests run since the table's were counted)")
     ap.add_argument("--merge", action="store_true",
                     help="with --arch: replace those architectures' rows of results/ptx_opcodes.json")
     ap.add_argument("--table", help="re-render this ptx_opcodes.json instead of compiling the builds again")
@@ -165,7 +169,7 @@ def main() -> None:
     if args.merge:
         table = merge(json.loads((HERE / "results" / "ptx_opcodes.json").read_text()), table)
     if args.executed:
-        add_executed(table, json.loads(Path(args.executed).read_text()))
+        add_executed(table, json.loads(Path(args.executed).read_text()), args.add_executed)
     missing = [o for o, e in table["opcodes"].items() if not e["handled"]]
     print(f"{table['builds']} builds, {len(table['opcodes'])} opcodes, not handled: {missing or 'none'}")
     if args.arch and not args.merge:
