@@ -26,12 +26,15 @@ _EP = (False, False, "none", False)
 
 def _config(name: str):
     cfgs = CONFIGS["sm_100a"]
-    if name == "pair":
-        return next(c for c in cfgs if c.cluster == 2 and not c.persistent)
+    if name in ("pair", "persistent pair"):
+        return next(c for c in cfgs if c.cluster == 2 and c.persistent == (name == "persistent pair"))
     if name == "persistent":
         return next(c for c in cfgs if c.persistent and c.cluster == 1)
     return next(
-        c for c in cfgs if (c.BM, c.BN, c.cluster) == {"m64": (64, 64, 1), "m128": (128, 128, 1)}[name]
+        c
+        for c in cfgs
+        if (c.BM, c.BN, c.cluster)
+        == {"m64": (64, 64, 1), "m64n128": (64, 128, 1), "m128": (128, 128, 1)}[name]
     )
 
 
@@ -65,6 +68,7 @@ def _err(c, want) -> float:
     ("cfg", "shape", "ld"),
     [
         ("m64", (64, 56, 136), "tcgen05.ld.sync.aligned.16x256b.x8.b32"),  # M=64: rows in half quarters
+        ("m64n128", (64, 136, 72), "tcgen05.ld.sync.aligned.16x256b.x16.b32"),  # 2 column tiles
         ("m128", (100, 56, 152), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),
         ("persistent", (200, 120, 72), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),  # 4 tiles on 2 blocks
     ],
@@ -78,17 +82,24 @@ def test_gemm_matches_float64(cfg: str, shape, ld: str) -> None:
     np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)  # IR mode's result, to a bf16 rounding
 
 
-def test_gemm_cta_pair_matches_float64() -> None:
+@pytest.mark.parametrize(
+    ("cfg", "shape", "blocks"),
+    [
+        ("pair", (200, 136, 72), 2),
+        ("persistent pair", (200, 300, 72), 2),  # one pair walks both column tiles
+    ],
+)
+def test_gemm_cta_pair_matches_float64(cfg: str, shape, blocks: int) -> None:
     """cta_group::2: the even CTA issues, each CTA of the pair reads its half of A and of B at the
     same shared offsets, commits multicast to both CTAs' barriers; ragged in M, N and K."""
-    rep, c, want = _run("pair", 200, 136, 72)
+    rep, c, want = _run(cfg, *shape)
     assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
     assert rep.opcodes.get(
         "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
     )
-    assert len(rep.blocks) == 2
+    assert len(rep.blocks) == blocks
     assert _err(c, want) < 1e-2
-    _, c_ir, _ = _run("pair", 200, 136, 72, mode="ir")
+    _, c_ir, _ = _run(cfg, *shape, mode="ir")
     np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
 
 
