@@ -24,6 +24,8 @@ expected count.
   copies in flight on that barrier land (``land``; ``pend_transaction`` queues them):
   copies land as late as the program allows, so a read that does not wait for them sees
   them still pending.
+  A ``tcgen05.commit`` (``pend_commit``) is queued the same way: when it lands, the MMAs and
+  copies it tracks complete, then it arrives once on the barrier.
 * ``mbarrier.inval``: forgets the barrier; ``pending_count``: the pending arrivals of a
   state token (here, of the current phase).
 
