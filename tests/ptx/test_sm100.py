@@ -158,12 +158,16 @@ def test_fused_moe_fp8_ue8m0_block_scaled_mma(sm100: list[str]) -> None:
     assert any(r.startswith("moe_fp8_gate_up_sm100_ue8m0") for r in sm100)
 
 
-def test_fused_moe_w4a16(sm100: list[str]) -> None:
+@pytest.mark.parametrize(("fmt", "bits", "group", "dtype"), [
+    ("awq", 4, 32, torch.float16),
+    ("gptq", 8, -1, torch.bfloat16),  # W8A16, per-channel scales
+])
+def test_fused_moe_wna16(sm100: list[str], fmt: str, bits: int, group: int, dtype) -> None:
     from tests.ops.test_moe_wna16 import _bound
     from tests.ops.test_moe_wna16 import _run as wna16_run
 
-    out, want = wna16_run("awq", 4, 32, torch.float16, 5, 4, 2, "silu", "random", seed=511)
-    assert (out.double() - want).abs().max().item() <= _bound(torch.float16) * want.abs().max().item()
+    out, want = wna16_run(fmt, bits, group, dtype, 5, 4, 2, "silu", "random", seed=511)
+    assert (out.double() - want).abs().max().item() <= _bound(dtype) * want.abs().max().item()
     assert any(r.startswith("moe_wna16_gate_up_sm100") for r in sm100)
 
 
