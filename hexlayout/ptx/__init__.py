@@ -54,6 +54,13 @@ opcode -- forms implemented -- module:
 - ``wgmma setmaxnreg`` -- wgmma.mma_async m64nNk16 f16 / bf16 and m64nNk32 e4m3 / e5m2 / s8
   / u8, A from a descriptor or registers, f32 / f16 / s32 D, descriptor swizzle modes and
   transposes; fence / commit_group / wait_group -- wgmma
+- ``tcgen05`` -- tensor memory per CTA (alloc / dealloc / relinquish_alloc_permit, cta_group::1
+  and ::2, the exit check); ``mma`` kind::f16, kind::f8f6f4 and kind::mxf8f6f4.block_scale
+  (UE8M0), cta_group::1 and ::2, A from a descriptor or TMEM, the shared-memory and instruction
+  descriptors decoded from the register bits, in flight until ``commit`` (incl.
+  ``.multicast::cluster``) lands on its mbarrier; ``ld`` / ``st`` 32x32b / 16x64b / 16x128b /
+  16x256b ``.xN``; ``cp`` (the shapes of ``arch.tcgen05_cp``, cta_group::1); ``wait::ld/st``;
+  ``fence::before/after_thread_sync`` -- tcgen05
 - ``mapa barrier.cluster`` -- ``mapa.shared::cluster``, cluster arrive / wait -- cluster
 - ``shfl vote ldmatrix stmatrix mma elect`` -- shfl.sync up / down / bfly / idx; vote all /
   any / uni / ballot; ldmatrix / stmatrix m8n8 .x1 .x2 .x4 (.trans) .b16; mma.sync m16n8k8
@@ -64,17 +71,23 @@ opcode -- forms implemented -- module:
   visible at once) -- execute
 
 Not implemented (``UnsupportedInstructionError`` naming the PTX line when executed):
-``tcgen05`` (Blackwell), ``bar.red``, ``call``, ``mma`` shapes other than the above, sparse
-wgmma, descriptors with a base offset, ``prmt`` modes other than the default.
+``bar.red``, ``call``, ``mma`` shapes other than the above, sparse
+wgmma, descriptors with a base offset, ``prmt`` modes other than the default; of tcgen05: sparse and
+``.ws`` MMAs, f16 accumulators, kind::tf32 / i8 / mxf4 / mxf4nvf4, block-scaled cta_group::2,
+``tcgen05.cp`` with cta_group::2 or decompression, ``ld`` / ``st`` ``16x32bx2`` and ``.pack``,
+``tcgen05.shift``.
 
 Where they occur: ``benchmarks/results/ptx_opcodes.md`` lists every opcode of every shipped
-build (sm_80, sm_89, sm_90a) with its families; all are handled (``test_opcode_coverage``),
+build (sm_80, sm_89, sm_90a, sm_100a) with its families; all are handled (``test_opcode_coverage``),
 and every family runs in PTX mode in ``tests/ptx``.
 
 Limits: warps run in lockstep with per-thread masks, so a missing ``__syncwarp`` is not
 seen; race detection compares accesses of different warps only, and not atomics; a wgmma
 computes when issued (one legal completion order), so reading its accumulators before
-``wgmma.wait_group`` is not seen.
+``wgmma.wait_group`` is not seen; likewise a ``tcgen05.ld`` register read before
+``tcgen05.wait::ld``. A ``tcgen05.ld`` of cells whose MMA's commit has landed is not checked
+for having observed that arrival (the IR emulator's vector clocks): the cells are pending until
+the arrival lands, which is when a thread waits on the barrier.
 """
 
 from .errors import (

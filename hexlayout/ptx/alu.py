@@ -121,7 +121,7 @@ def _mul_int(a: Any, b: Any, t: str, mode: str) -> tuple[Any, str]:
     bits = BITS[t]
     if mode == "wide":
         wt = ("s" if is_signed(t) else "u") + str(2 * bits)
-        if bits == 32:
+        if bits <= 32:
             return _wrap(_wide(a, t) * _wide(b, t), wt), wt
         raise NotImplementedError("mul.wide on 64-bit")
     if mode == "hi":

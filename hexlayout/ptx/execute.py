@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import alu, bulk, mbarrier, memops, warp, wgmma  # noqa: F401  (register the instruction handlers)
+from . import alu, bulk, mbarrier, memops, tcgen05, warp, wgmma  # noqa: F401  (register the instruction handlers)
 from .alu import HANDLERS, _reg
 from .cluster import cluster_barrier, release_clusters
 from .errors import PtxDeadlockError, PtxError
@@ -183,7 +183,9 @@ def _collective_need(m: Machine, ins: Instruction, at: np.ndarray) -> np.ndarray
     if base in _GROUP_COLLECTIVES:
         wg = m.blk * ((m.ntid + 127) // 128) + m.tid // 128
         return np.nonzero(np.isin(wg, np.unique(wg[at])) & (m.state != EXITED))[0]
-    if base not in _WARP_COLLECTIVES and not (base == "bar" and "warp" in ins.parts):
+    if base not in _WARP_COLLECTIVES and not (base == "bar" and "warp" in ins.parts) and not (
+        base == "tcgen05" and "aligned" in ins.parts
+    ):
         return None
     need = np.isin(m.warp, np.unique(m.warp[at])) & (m.state != EXITED)
     mask = ins.operands[-1] if ins.operands and base in ("shfl", "vote", "bar", "elect") else None
@@ -279,7 +281,7 @@ def _step_all(m: Machine, report: PtxRunReport, max_steps: int) -> None:
         m.pc[at] += 1
 
 
-_COLLECTIVE_BASES = _WARP_COLLECTIVES | _GROUP_COLLECTIVES | {"bar"}
+_COLLECTIVE_BASES = _WARP_COLLECTIVES | _GROUP_COLLECTIVES | {"bar", "tcgen05"}
 
 
 def _diverged(m: Machine) -> None:
@@ -394,6 +396,7 @@ def run_ptx(
         m.barriers = {}  # type: ignore[attr-defined]
         m.waiting_on = np.full(m.T, -1, dtype=np.int64)  # type: ignore[attr-defined]
         _step_all(m, report, max_steps)
+        tcgen05.check_exit(m)
         report.blocks.extend(batch)
     report.seconds = time.perf_counter() - t0
     return report

@@ -464,9 +464,17 @@ class Machine:
             return
         if buf is self.smem:
             self.check_tma_pending(at, np.arange(self.T)[idx], what)
+            self.check_mma_reads(at, np.arange(self.T)[idx], what)
             if self.races is not None:
                 self.races.access(self, at, np.arange(self.T)[idx], write=True)
         buf[at] = data
+
+    def check_mma_reads(self, at: np.ndarray, threads: np.ndarray, what: str) -> None:
+        """Writing shared bytes (flat ``at``) an in-flight ``tcgen05.mma`` / ``cp`` reads is an error."""
+        if getattr(self, "tcgen05", None) is not None:
+            from .tcgen05 import check_mma_reads
+
+            check_mma_reads(self, at, threads, what)
 
 
 class SharedRaces:

@@ -24,6 +24,8 @@ expected count.
   copies in flight on that barrier land (``land``; ``pend_transaction`` queues them):
   copies land as late as the program allows, so a read that does not wait for them sees
   them still pending.
+  A ``tcgen05.commit`` (``pend_commit``) is queued the same way: when it lands, the MMAs and
+  copies it tracks complete, then it arrives once on the barrier.
 * ``mbarrier.inval``: forgets the barrier; ``pending_count``: the pending arrivals of a
   state token (here, of the current phase).
 
@@ -44,7 +46,7 @@ from .machine import EXITED, RUN, SHARED_WINDOW, WAIT, Machine
 from .parse import Instruction
 
 __all__ = ["Mbarrier", "barrier_index", "arrive", "complete_tx", "try_wait", "describe_waits",
-           "pend_transaction", "land", "land_all"]
+           "pend_transaction", "pend_commit", "land", "land_all"]
 
 
 @dataclass
@@ -131,9 +133,16 @@ def pend_transaction(m: Machine, key: int, flat: np.ndarray, data: np.ndarray, t
     """An asynchronous copy of ``data`` to the shared bytes ``flat`` (flat indices), issued by
     thread ``t``, completing its bytes on the barrier at ``key`` when it lands; until then its
     bytes are pending (``Machine.check_tma_pending``)."""
+    m.check_mma_reads(np.asarray(flat).reshape(1, -1), np.array([t]), "a TMA copy")
     m.tma_pending[flat] += 1
     m.tma_pending_count += 1
     _queue(m).append({"flat": flat, "data": data, "key": key, "bytes": len(data), "thread": t})
+
+
+def pend_commit(m: Machine, key: int, complete: Any, t: int) -> None:
+    """A ``tcgen05.commit`` of thread ``t``: when it lands, ``complete()`` finishes the MMAs and
+    copies it tracks, then one arrival on the barrier at ``key``."""
+    _queue(m).append({"key": key, "commit": complete, "thread": t})
 
 
 def _queue(m: Machine) -> list[dict[str, Any]]:
@@ -151,6 +160,10 @@ def land(m: Machine, key: int) -> None:
         return
     m.tma_queue = [c for c in q if c["key"] != key]  # type: ignore[attr-defined]
     for c in mine:
+        if "commit" in c:
+            c["commit"]()
+            arrive(m, key, 1, c["thread"])
+            continue
         m.tma_pending[c["flat"]] -= 1
         m.tma_pending_count -= 1
         m.smem[c["flat"]] = c["data"]

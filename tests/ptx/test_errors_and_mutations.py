@@ -98,12 +98,12 @@ def test_mutated_loop_bound_fails_in_ptx_mode_only() -> None:
 
 
 def test_unimplemented_instructions_are_named() -> None:
-    """An instruction the executor does not implement (Blackwell's tcgen05) is a clear error naming
+    """An instruction form the executor does not implement (tcgen05.shift) is a clear error naming
     its PTX line, not a wrong result."""
     body = """
-    tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%rd2], 32;
+    tcgen05.shift.cta_group::1.down [%r1];
 """
-    with pytest.raises(UnsupportedInstructionError, match=r"not implement .*\n.*PTX line \d+: `tcgen05.all"):
+    with pytest.raises(UnsupportedInstructionError, match=r"not implement .*\n.*PTX line \d+: `tcgen05.shi"):
         run_body(body)
 
 

@@ -1,7 +1,7 @@
 """Which PTX opcodes the shipped kernels contain, and whether the executor handles them.
 
-Every opcode in the PTX of a representative build of each family (sm_80, sm_89 and sm_90a,
-the families run in the other tests of this package) must be handled, and so must every
+Every opcode in the PTX of a representative build of each family (sm_80, sm_89, sm_90a and
+sm_100a, the families run in the other tests of this package) must be handled, and so must every
 opcode of every shipped build listed in ``benchmarks/results/ptx_opcodes.json`` (written by
 ``benchmarks/ptx_opcodes.py`` from all of ``bench_static``'s builds); a new unhandled opcode
 fails here before it fails a kernel.
@@ -67,6 +67,14 @@ def _gemm_cluster():
     return build(gemm_sm90_kernel(hl.f16, "nk"), "sm_90a", compile=False, **cfg.consts(4096, 4096))
 
 
+def _gemm_sm100(cluster: int):
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.kernels import gemm_sm100_kernel
+
+    cfg = next(c for c in CONFIGS["sm_100a"] if c.cluster == cluster and not c.persistent)
+    return build(gemm_sm100_kernel(hl.bf16, "nk"), "sm_100a", compile=False, **cfg.consts(4096, 4096))
+
+
 def _kv_cache():
     from hexlayout.ops.kv_cache.op import reshape_and_cache_consts, reshape_and_cache_kernel
 
@@ -88,6 +96,8 @@ CLAIMED = {
     "example gemm_sm90": lambda: _example("gemm_sm90", "sm_90a"),
     "op gemm sm_90a cluster": _gemm_cluster,
     "op paged_attention sm_90a": lambda: _paged("sm_90a"),
+    "op gemm sm_100a": lambda: _gemm_sm100(1),
+    "op gemm sm_100a cta pair": lambda: _gemm_sm100(2),
 }
 TABLE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ptx_opcodes.json"
 
@@ -107,11 +117,12 @@ def test_claimed_family_has_no_unhandled_opcode(name: str) -> None:
 
 
 def test_every_shipped_build_has_only_handled_opcodes() -> None:
-    """The table of every opcode in every shipped build's PTX (sm_80, sm_89, sm_90a)."""
+    """The table of every opcode in every shipped build's PTX (sm_80, sm_89, sm_90a, sm_100a)."""
     table = json.loads(TABLE.read_text())
-    assert {"sm_80", "sm_89", "sm_90a"} <= set(table["archs"]) and table["builds"] > 300
+    assert {"sm_80", "sm_89", "sm_90a", "sm_100a"} <= set(table["archs"]) and table["builds"] > 500
     ops = table["opcodes"]
     assert any(o.startswith("wgmma.mma_async") for o in ops) and any(o.startswith("mma.sync") for o in ops)
+    assert any(o.startswith("tcgen05.mma.cta_group::2") for o in ops) and any("block_scale" in o for o in ops)
     missing = sorted(o for o in ops if not handled(o))
     where = [ops[o]["families"] for o in missing]
     assert not missing, f"the PTX executor does not handle {missing} (in {where})"
@@ -122,4 +133,5 @@ def test_handled_is_not_everything() -> None:
     assert handled("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16")
     assert handled("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes")
     assert handled("mbarrier.try_wait.parity.shared::cta.b64") and handled("mapa.shared::cluster.u32")
-    assert not handled("tcgen05.mma.cta_group::1.kind::f16") and not handled("tcgen05.alloc")
+    assert handled("tcgen05.mma.cta_group::1.kind::f16") and handled("tcgen05.alloc")
+    assert not handled("wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32") and not handled("call")

@@ -18,6 +18,8 @@ CASES = {
     "mul.hi.u32": ("mul.hi.u32 %r10, -1, 16;", (0xF, 0)),
     "mul.wide.s32": ("mul.wide.s32 %rd10, -2, 3;", (0xFFFFFFFA, 0xFFFFFFFF)),
     "mul.wide.u32": ("mul.wide.u32 %rd10, -1, 2;", (0xFFFFFFFE, 1)),
+    "mul.wide.s16": ("mov.b16 %rs1, -3;\n mul.wide.s16 %r10, %rs1, 4096;", (0xFFFFD000, 0)),
+    "mul.wide.u16": ("mov.b16 %rs1, 0xFFFF;\n mul.wide.u16 %r10, %rs1, 2;", (0x1FFFE, 0)),
     "mad.lo.s32": ("mad.lo.s32 %r10, 3, 4, 5;", (17, 0)),
     "mad.wide.s32": ("mad.wide.s32 %rd10, -1, 4, 10;", (6, 0)),
     "div.s32 truncates": ("div.s32 %r10, -7, 2;", (0xFFFFFFFD, 0)),

@@ -1,0 +1,706 @@
+"""Tensor memory and the ``tcgen05`` instructions (sm_100a, PTX ISA "TensorCore 5th Generation
+Family Instructions"), executed from the printed PTX with the semantics of the IR emulator
+(``hexlayout.emulator.tcgen05`` / ``tmem``).
+
+**Tensor memory** (TMEM): per CTA 128 lanes x 512 columns of 32-bit cells, filled with the poison
+``0xFFFFFFFF`` (NaN as f32); an address is ``lane << 16 | column`` (``arch.tmem``).
+
+* ``tcgen05.alloc.cta_group::G.sync.aligned.shared::cta.b32 [a], n`` (a whole warp): the lowest
+  ``n``-aligned block of ``n`` free columns (``n`` a power of two in [32, 512]); its address is
+  written to the 4 shared bytes at ``a``. With ``cta_group::2`` the block is free in both CTAs of
+  the pair (cluster ranks ``2p``, ``2p + 1``) and reserved in the other one until its warp
+  allocates too. ``tcgen05.dealloc ... taddr, n`` frees an allocated block (not while an MMA
+  writing it is in flight); ``tcgen05.relinquish_alloc_permit``: no later alloc. A CTA that ends
+  with columns allocated, or that allocated and did not relinquish, is an error.
+* ``tcgen05.mma.cta_group::G.kind::K [d], a, b, idesc, {[sfa], [sfb],} p`` (each executing
+  thread issues one): ``a`` / ``b`` are 64-bit shared-memory descriptors (``arch.tcgen05.
+  UmmaDescriptor``, read as wgmma's canonical layouts) or ``a`` is a TMEM address ``[a]``;
+  ``idesc`` is decoded bit by bit (``InstrDescriptor`` for kind::f16 / kind::f8f6f4,
+  ``InstrDescriptorBlockScaled`` for kind::mxf8f6f4.block_scale): types, M, N, majors, negation.
+  ``K = 256 / bits(A)``. Then ``D (+)= A @ B^T`` (float64, rounded once to f32) into the cells of
+  ``accumulator_layout(M, N, G)`` at ``d`` (``p``: accumulate). Block-scaled:
+  ``D (+)= (A * 2^(SFA - 127)) @ (B * 2^(SFB - 127))^T`` with ``SFA[m]`` the byte ``a_sf_id`` of
+  column ``sfa + m // 32`` in lane ``m`` and, for the rows of lane quarter ``q``, ``SFB[n]`` the
+  byte ``b_sf_id`` of column ``sfb + n // 32`` in lane ``32 q + n % 32``. ``cta_group::2`` (issued
+  from the even CTA): CTA ``c`` of the pair reads its own ``M/2`` rows of A and ``N/2`` rows of
+  B at the same shared offsets, and gets ``D_c (+)= A_c @ [B_0; B_1]^T`` in its own TMEM.
+* Asynchrony: the result is computed at issue (the shared operands are read then; touching
+  bytes a TMA copy has not landed is an error) but stays *in flight*: its D cells are pending,
+  a ``tcgen05.ld`` / ``tcgen05.st`` / dealloc of them is an error, and a write into the shared
+  bytes it read (a store, a TMA copy issued into them) is an error, until it completes. It
+  completes through ``tcgen05.commit.cta_group::G.mbarrier::arrive::one{.shared::cluster}
+  {.multicast::cluster}.b64 [mbar]{, ctaMask}``: the issuing thread's uncommitted MMAs and copies
+  complete, and the barrier (of each CTA of ``ctaMask`` with ``.multicast``) gets one arrival,
+  when that arrival lands: like a TMA copy, as late as the program allows (when a thread waits
+  on the barrier, or nothing else can run). A later MMA of the same thread accumulating into
+  pending cells chains onto the pending result (the hardware runs a thread's MMAs in order).
+* ``tcgen05.cp.cta_group::G.{shape} [taddr], sdesc``: the shared rows of the descriptor (K-major,
+  ``arch.tcgen05_cp.cp_smem_addresses``) to the TMEM cells of ``tmem_cp_layout(shape)``; in
+  flight until a commit, ordered before the same thread's later MMAs (which read its result);
+  another thread reading its cells earlier is an error.
+* ``tcgen05.ld`` / ``tcgen05.st .sync.aligned.{shape}.xN.b32`` (a whole warp): registers from /
+  to ``tmem_copy_layout(shape, N)`` at the address, which must lie in the warp's lane quarter
+  (``warp % 4``); ``tcgen05.wait::ld`` / ``wait::st`` (loads and stores are performed at issue);
+  ``tcgen05.fence::before_thread_sync`` / ``after_thread_sync``: no effect on the CPU.
+
+Not modelled: a register of a ``tcgen05.ld`` read before ``tcgen05.wait::ld`` (registers have no
+pending marks here), the happens-before of a ``tcgen05.ld`` after the commit it reads (the IR
+emulator's vector clocks; here, the cells are pending until the arrival lands), sparse and
+``.ws`` MMAs, f16 accumulators, kind::tf32 / i8 / mxf4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hexlayout.arch.block_scale import UE8M0_BIAS
+from hexlayout.arch.tcgen05 import (
+    InstrDescriptor,
+    InstrDescriptorBlockScaled,
+    UmmaDescriptor,
+    umma_desc_addresses,
+)
+from hexlayout.arch.tcgen05_cp import CP_SHAPES, cp_smem_addresses, tmem_cp_layout
+from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SHAPES, accumulator_layout, tmem_copy_layout
+
+from .alu import _reg
+from .errors import PtxError, PtxIllegalInstructionError, PtxOutOfBoundsError, PtxRaceError
+from .machine import Machine
+from .mbarrier import barrier_index, pend_commit
+from .parse import Addr, Imm, Instruction, Vec
+from .warp import _ELEM, warps_of
+
+__all__ = ["TmemCta", "tmem_of", "check_exit", "check_mma_reads"]
+
+POISON = np.uint32(0xFFFFFFFF)
+_BITS = {"f16": 16, "bf16": 16, "e4m3": 8, "e5m2": 8}
+
+
+@dataclass
+class TmemCta:
+    """One CTA's tensor memory: ``cells`` (what a ``tcgen05.ld`` reads), ``future`` (with every
+    issued MMA / copy applied), ``pending`` (id of the in-flight op writing a cell, 0 none)."""
+
+    cells: np.ndarray = field(default_factory=lambda: np.full((TMEM_LANES, TMEM_COLUMNS), POISON, np.uint32))
+    future: np.ndarray = field(default_factory=lambda: np.full((TMEM_LANES, TMEM_COLUMNS), POISON, np.uint32))
+    pending: np.ndarray = field(default_factory=lambda: np.zeros((TMEM_LANES, TMEM_COLUMNS), np.int64))
+    allocs: dict[int, tuple[int, Instruction]] = field(default_factory=dict)
+    joining: dict[int, tuple[int, int, Instruction]] = field(default_factory=dict)
+    allocated_by: Instruction | None = None
+    relinquished: Instruction | None = None
+    group: tuple[int, Instruction] | None = None
+
+
+@dataclass
+class _Op:
+    """An in-flight MMA or copy: the cells it writes in each CTA, the shared bytes it read."""
+
+    ident: int
+    kind: str
+    thread: int
+    ins: Instruction
+    writes: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]  # (block, lanes, cols, values)
+    reads: np.ndarray  # flat smem indices
+    done: bool = False
+
+
+def _state(m: Machine) -> dict[str, Any]:
+    st = getattr(m, "tcgen05", None)
+    if st is None:
+        st = m.tcgen05 = {
+            "tmem": {},
+            "ops": {},
+            "uncommitted": {},
+            "next": 1,  # type: ignore[attr-defined]
+            "reading": np.zeros(m.smem.size, dtype=np.int32),  # per shared byte: in-flight readers
+            "in_flight": 0,
+        }
+    return st
+
+
+def tmem_of(m: Machine, b: int) -> TmemCta:
+    """The TMEM of block ``b`` of the batch."""
+    return _state(m)["tmem"].setdefault(b, TmemCta())
+
+
+def _fail(
+    m: Machine, t: int, msg: str, cls: type[PtxError] = PtxIllegalInstructionError, **kw: Any
+) -> PtxError:
+    return cls(f"{m.ins.opcode}: {msg}", **m.where(t), **kw)
+
+
+def _group(m: Machine, ins: Instruction, t: int) -> int:
+    g = next((p for p in ins.parts if p.startswith("cta_group::")), "cta_group::1")
+    group = int(g.split("::")[1])
+    if group not in (1, 2):
+        raise _fail(m, t, f"cta_group {group} is not 1 or 2")
+    st = tmem_of(m, int(m.blk[t]))
+    if st.group is None:
+        st.group = (group, ins)
+    elif st.group[0] != group:
+        raise _fail(
+            m,
+            t,
+            f"cta_group::{group} in a CTA whose tcgen05 instructions use cta_group::"
+            f"{st.group[0]} (PTX line {st.group[1].line}): a kernel takes one cta_group",
+        )
+    return group
+
+
+def _peer(m: Machine, t: int) -> int:
+    """The batch block index of the other CTA of thread ``t``'s pair."""
+    b = int(m.blk[t])
+    rank = int(m.crank[b])
+    if (rank ^ 1) >= m.csize:
+        raise _fail(
+            m,
+            t,
+            f"cta_group::2 runs on a pair of CTAs of one cluster (ranks 2p, 2p+1), but the "
+            f"cluster has {m.csize} CTA(s) (launch with a cluster of 2 or a multiple)",
+        )
+    return int(m.cta_of_rank[b, rank ^ 1])
+
+
+def _blocks_text(st: TmemCta) -> str:
+    return ", ".join(f"columns [{s}, {s + n})" for s, (n, _) in sorted(st.allocs.items())) or "none"
+
+
+def _check_cells(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray, what: str) -> None:
+    """Every cell exists and lies in a block allocated (and joined) by CTA ``b``."""
+    st = tmem_of(m, b)
+    lanes, cols = lanes.reshape(-1), cols.reshape(-1)
+    bad = (lanes < 0) | (lanes >= TMEM_LANES) | (cols < 0) | (cols >= TMEM_COLUMNS)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(
+            m,
+            t,
+            f"{what}: TMEM cell (lane {int(lanes[i])}, column {int(cols[i])}) is outside the "
+            f"{TMEM_LANES} lanes x {TMEM_COLUMNS} columns of tensor memory",
+            PtxOutOfBoundsError,
+            buffer="tmem",
+            address=int(lanes[i]) << 16 | int(cols[i]),
+        )
+    for start, (n, _w, _i) in st.joining.items():
+        if ((cols >= start) & (cols < start + n)).any():
+            raise _fail(
+                m,
+                t,
+                f"{what}: TMEM columns [{start}, {start + n}) are reserved by the pair's "
+                "tcgen05.alloc.cta_group::2, but this CTA's warp has not allocated them yet",
+            )
+    owned = np.zeros(TMEM_COLUMNS, dtype=bool)
+    for start, (n, _) in st.allocs.items():
+        owned[start : start + n] = True
+    if not owned[cols].all():
+        c = int(cols[np.flatnonzero(~owned[cols])[0]])
+        raise _fail(
+            m, t, f"{what}: TMEM column {c} is not allocated (tcgen05.alloc); allocated: {_blocks_text(st)}"
+        )
+
+
+# --- allocation ----------------------------------------------------------------------------------
+
+
+def _free_start(n: int, *states: TmemCta) -> int | None:
+    def free(st: TmemCta, s: int) -> bool:
+        taken = [(a, k) for a, (k, _) in st.allocs.items()] + [
+            (a, k) for a, (k, _w, _i) in st.joining.items()
+        ]
+        return all(s + n <= a or a + k <= s for a, k in taken)
+
+    return next((s for s in range(0, TMEM_COLUMNS, n) if all(free(st, s) for st in states)), None)
+
+
+def _alloc(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
+    for warp in warps:
+        t = int(warp[0])
+        b = int(m.blk[t])
+        st = tmem_of(m, b)
+        group = _group(m, ins, t)
+        n = m.uniform(ins.operands[1], warp, "tcgen05.alloc column count")
+        if st.relinquished is not None:
+            raise _fail(
+                m, t, f"alloc after tcgen05.relinquish_alloc_permit (PTX line {st.relinquished.line})"
+            )
+        if n < 32 or n > TMEM_COLUMNS or n & (n - 1):
+            raise _fail(m, t, f"{n} columns: not a power of two in [32, {TMEM_COLUMNS}]")
+        w = int(m.tid[t]) // 32
+        if group == 2 and st.joining:  # the pair's CTA allocated first: join its block
+            start = min(st.joining)
+            k, pw, _first = st.joining.pop(start)
+            if (k, pw) != (n, w):
+                raise _fail(
+                    m,
+                    t,
+                    f"{n} columns by warp {w}, but the pair's CTA allocated {k} columns by warp "
+                    f"{pw} (the pair's warps allocate together: same columns, same warp)",
+                )
+            st.allocs[start] = (n, ins)
+        else:
+            states = [st] if group == 1 else [st, tmem_of(m, _peer(m, t))]
+            got = _free_start(n, *states)
+            if got is None:
+                used = sum(k for k, _ in st.allocs.values())
+                raise _fail(
+                    m,
+                    t,
+                    f"{n} columns with {used} of {TMEM_COLUMNS} in use ({_blocks_text(st)}): "
+                    "no free block, the warp would wait forever",
+                )
+            start = got
+            st.allocs[start] = (n, ins)
+            if group == 2:
+                states[1].joining[start] = (n, w, ins)
+        st.allocated_by = st.allocated_by or ins
+        addr = m.address(ins.operands[0], warp[:1])
+        m.store(
+            "shared",
+            addr,
+            np.array([start], dtype=np.uint32).view(np.uint8)[None, :],
+            warp[:1],
+            "tcgen05.alloc",
+        )
+
+
+def _dealloc(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
+    for warp in warps:
+        t = int(warp[0])
+        st = tmem_of(m, int(m.blk[t]))
+        _group(m, ins, t)
+        taddr = m.uniform(ins.operands[0], warp, "tcgen05.dealloc address")
+        n = m.uniform(ins.operands[1], warp, "tcgen05.dealloc column count")
+        start = taddr & 0xFFFF
+        if st.allocs.get(start, (None,))[0] != n or taddr >> 16:
+            raise _fail(
+                m, t, f"{n} columns at {taddr:#x}: not an allocated block (allocated: {_blocks_text(st)})"
+            )
+        if st.pending[:, start : start + n].any():
+            raise _fail(
+                m,
+                t,
+                f"columns [{start}, {start + n}) while a tcgen05.mma / cp into them is in "
+                "flight (commit it and wait on its mbarrier first)",
+                PtxRaceError,
+            )
+        del st.allocs[start]
+
+
+def check_exit(m: Machine) -> None:
+    """The blocks of the batch ended: their TMEM must be deallocated and the permit relinquished."""
+    for b, st in sorted(_state(m)["tmem"].items()) if getattr(m, "tcgen05", None) is not None else []:
+        blk = m.blocks[b]
+        for what, ins in (
+            (
+                f"block {blk} exits with TMEM {_blocks_text(st)} still allocated "
+                "(tcgen05.dealloc them before the end)",
+                next(iter(st.allocs.values()), (0, None))[1],
+            ),
+            (
+                f"block {blk} exits without joining the tcgen05.alloc.cta_group::2 its pair's CTA made",
+                next(iter(st.joining.values()), (0, 0, None))[2],
+            ),
+            (
+                f"block {blk} allocated tensor memory but exits without tcgen05.relinquish_alloc_permit",
+                st.allocated_by if st.relinquished is None else None,
+            ),
+        ):
+            if ins is not None:
+                raise PtxIllegalInstructionError(what, kernel=m.kernel, site=m.site(ins))
+
+
+# --- MMA and copy ------------------------------------------------------------------------------------
+
+
+def _desc(m: Machine, op: Any, t: int, what: str) -> UmmaDescriptor:
+    v = int(np.asarray(m.read(op, "u64", np.array([t]))).astype(np.uint64)[0])
+    try:
+        d = UmmaDescriptor.decode(v)
+    except ValueError as e:
+        raise _fail(m, t, f"{what} descriptor: {e}") from None
+    if d.base_offset:
+        raise m.unsupported(f"{what} descriptors with a base offset ({d.base_offset})")
+    if isinstance(d.swizzle, str):
+        raise m.unsupported(f"{what} descriptors with layout type {d.swizzle}")
+    return d
+
+
+def _smem_flat(m: Machine, b: int, addr: np.ndarray, nbytes: int, t: int, what: str) -> np.ndarray:
+    """Flat ``smem`` indices ``[n, nbytes]`` of shared offsets ``addr`` in block ``b``, checked."""
+    addr = addr.astype(np.int64).reshape(-1)
+    if (addr < 0).any() or (addr + nbytes > m.smem_size).any():
+        a = int(addr[(addr < 0) | (addr + nbytes > m.smem_size)][0])
+        raise _fail(
+            m,
+            t,
+            f"{what} at shared address {a}: the block has {m.smem_size} bytes of shared memory",
+            PtxOutOfBoundsError,
+            buffer="shared",
+            address=a,
+        )
+    at = (b * m.smem_size + addr)[:, None] + np.arange(nbytes)
+    m.check_tma_pending(at, np.full(len(at), t), f"{m.ins.opcode} {what}")
+    return at
+
+
+def _operand(
+    m: Machine, b: int, d: UmmaDescriptor, major: str, dt: str, rows: int, k: int, t: int, what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """``([rows, k]`` float64 values, flat byte indices) of a descriptor operand in block ``b``."""
+    bits = _BITS[dt]
+    at = _smem_flat(m, b, umma_desc_addresses(d, major, bits, rows, k), bits // 8, t, what)
+    raw = m.smem[at].reshape(-1).view(np.uint8 if bits == 8 else np.uint16)
+    return raw.view(_ELEM[dt]).astype(np.float64).reshape(rows, k), at.reshape(-1)
+
+
+def _acc_cells(
+    m: Machine, t: int, b: int, base: int, M: int, N: int, G: int, what: str
+) -> tuple[np.ndarray, ...]:
+    try:
+        lay = accumulator_layout(M, N, G)
+    except ValueError as e:
+        raise _fail(m, t, str(e)) from None
+    rows = M // G
+    addr = lay.indices().reshape(N, rows).T
+    lanes, cols = (base >> 16) + (addr >> 16), (base & 0xFFFF) + (addr & 0xFFFF)
+    _check_cells(m, t, b, lanes, cols, what)
+    return lanes, cols
+
+
+def _readable(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray, what: str) -> np.ndarray:
+    """The ``future`` words of cells an MMA issued by thread ``t`` reads (TMEM A, scale factors):
+    pending only by thread ``t``'s own earlier ops (ordered before it)."""
+    _check_cells(m, t, b, lanes, cols, what)
+    st = tmem_of(m, b)
+    pend = st.pending[lanes, cols]
+    ops = _state(m)["ops"]
+    for ident in np.unique(pend[pend > 0]):
+        op = ops[int(ident)]
+        if op.thread != t:
+            raise _fail(
+                m,
+                t,
+                f"{what}: reads TMEM cells that thread {op.thread}'s {op.kind} (PTX line "
+                f"{op.ins.line}) writes before it completed (commit it and wait on its mbarrier)",
+                PtxRaceError,
+                buffer="tmem",
+            )
+    return st.future[lanes, cols]
+
+
+def _scales(m: Machine, t: int, b: int, op: Any, byte: int, M: int, N: int, role: str) -> np.ndarray:
+    """``2^(e - 127)``: ``[M]`` for A, ``[M // 32, N]`` (one per lane quarter) for B."""
+    base = int(np.asarray(m.address(op, np.array([t])))[0])
+    if base >> 16:
+        raise _fail(m, t, f"{role} scale factors at TMEM address {base:#x}: not at lane 0")
+    if role == "A":
+        r = np.arange(M)
+        lanes, cols = r, base + r // 32
+    else:
+        q = np.arange(M // 32)[:, None]
+        n = np.arange(N)[None, :]
+        lanes, cols = (
+            np.broadcast_to(32 * q + n % 32, (M // 32, N)),
+            np.broadcast_to(base + n // 32, (M // 32, N)),
+        )
+    words = _readable(m, t, b, lanes, cols, f"{role} scale factors")
+    e = (words >> np.uint32(8 * byte)) & np.uint32(0xFF)
+    return np.where(e == 0xFF, np.nan, np.exp2(e.astype(np.float64) - UE8M0_BIAS))
+
+
+def _new_op(m: Machine, kind: str, t: int, group: int) -> _Op:
+    s = _state(m)
+    op = _Op(s["next"], kind, t, m.ins, [], np.zeros(0, dtype=np.int64))
+    s["next"] += 1
+    s["ops"][op.ident] = op
+    s["uncommitted"].setdefault((t, group), []).append(op)
+    return op
+
+
+def _pend(m: Machine, op: _Op, b: int, lanes: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
+    st = tmem_of(m, b)
+    st.future[lanes, cols] = vals
+    st.pending[lanes, cols] = op.ident
+    op.writes.append((b, lanes, cols, vals))
+
+
+def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
+    parts = ins.parts
+    group = _group(m, ins, t)
+    kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), "")
+    scaled = "block_scale" in parts
+    if (
+        kind not in ("f16", "f8f6f4", "mxf8f6f4")
+        or (kind == "mxf8f6f4") != scaled
+        or "ws" in parts
+        or "sp" in parts
+    ):
+        raise m.unsupported()
+    ops = ins.operands
+    idesc = int(np.asarray(m.read(ops[3], "u32", np.array([t]))).astype(np.uint32)[0])
+    try:
+        if scaled:
+            dd: Any = InstrDescriptorBlockScaled.decode(idesc)
+        else:
+            if idesc & 0b111:
+                raise ValueError("sparse MMAs are not modelled (bits 0..2 are not 0)")
+            dd = InstrDescriptor.decode(idesc, kind)
+    except (ValueError, KeyError) as e:
+        raise _fail(m, t, f"instruction descriptor {idesc:#010x}: {e}") from None
+    if not scaled and dd.d_dtype.name != "f32":
+        raise m.unsupported("f16 accumulators")
+    at, bt = dd.a_dtype.name, dd.b_dtype.name
+    M, N, K = dd.m, dd.n, 256 // _BITS[at]
+    blocks = [int(m.blk[t])]
+    if group == 2:
+        if int(m.crank[blocks[0]]) % 2:
+            raise _fail(
+                m,
+                t,
+                f"cta_group::2 issued from the odd CTA of its pair (cluster rank "
+                f"{int(m.crank[blocks[0]])}); the even CTA issues the pair's MMA",
+            )
+        blocks.append(_peer(m, t))
+    rows_a, rows_b = M // group, N // group
+    a_tmem = isinstance(ops[1], Addr)
+    if a_tmem and scaled:
+        raise m.unsupported("block-scaled MMAs with A in tensor memory")
+    bdesc = _desc(m, ops[2], t, "B")
+    adesc = None if a_tmem else _desc(m, ops[1], t, "A")
+    a_base = int(m.address(ops[1], np.array([t]))[0]) if a_tmem else 0
+    d_base = int(m.address(ops[0], np.array([t]))[0])
+    acc = (
+        bool(np.asarray(m.read(ops[-1], "pred", np.array([t])), dtype=bool).reshape(-1)[0])
+        if not isinstance(ops[-1], Imm)
+        else bool(ops[-1].value)
+    )
+    As, Bs, reads = [], [], []
+    for b in blocks:
+        if a_tmem:
+            lanes, cols = _acc_cells(m, t, b, a_base, rows_a, K * _BITS[at] // 32, 1, "A")
+            words = _readable(m, t, b, lanes, cols, "A")
+            A = np.ascontiguousarray(words).view(_ELEM[at]).astype(np.float64).reshape(rows_a, K)
+        else:
+            A, ra = _operand(m, b, adesc, dd.a_major, at, rows_a, K, t, "A")  # type: ignore[arg-type]
+            reads.append(ra)
+        B, rb = _operand(m, b, bdesc, dd.b_major, bt, rows_b, K, t, "B")
+        reads.append(rb)
+        As.append(-A if dd.negate_a else A)
+        Bs.append(-B if dd.negate_b else B)
+    B = np.concatenate(Bs, axis=0)
+    if scaled:
+        if group == 2:
+            raise m.unsupported("block-scaled cta_group::2 MMAs")
+        sa = _scales(m, t, blocks[0], ops[4], dd.a_sf_id, M, N, "A")
+        sb = _scales(m, t, blocks[0], ops[5], dd.b_sf_id, M, N, "B")
+    op = _new_op(m, "tcgen05.mma", t, group)
+    for b, A in zip(blocks, As):
+        lanes, cols = _acc_cells(m, t, b, d_base, M, N, group, "D")
+        pend = tmem_of(m, b).pending[lanes, cols]
+        others = [o for o in np.unique(pend[pend > 0]) if _state(m)["ops"][int(o)].thread != t]
+        if others:
+            raise _fail(m, t, "D: TMEM cells another thread's in-flight tcgen05 op writes", PtxRaceError)
+        if scaled:
+            As_ = A * sa[:, None]
+            D = np.concatenate([As_[32 * q : 32 * q + 32] @ (B * sb[q][:, None]).T for q in range(M // 32)])
+        else:
+            D = A @ B.T
+        if acc:
+            D = D + tmem_of(m, b).future[lanes, cols].view(np.float32)
+        _pend(m, op, b, lanes, cols, D.astype(np.float32).view(np.uint32))
+    op.reads = np.concatenate(reads) if reads else op.reads
+    _state(m)["reading"][op.reads] += 1
+    _state(m)["in_flight"] += 1
+
+
+def _cp_one(m: Machine, ins: Instruction, t: int) -> None:
+    group = _group(m, ins, t)
+    shape = next((s for s in CP_SHAPES if ins.opcode.endswith("." + s) or f".{s}." in ins.opcode + "."), None)
+    if (
+        shape is None
+        or group != 1
+        or any(p.startswith("multicast") or p in ("b6x16_p32", "b4x16_p64") for p in ins.parts)
+    ):
+        raise m.unsupported()
+    b = int(m.blk[t])
+    taddr = int(m.address(ins.operands[0], np.array([t]))[0])
+    d = _desc(m, ins.operands[1], t, "source")
+    at = _smem_flat(m, b, cp_smem_addresses(d, shape).reshape(-1), 1, t, "source")
+    s = CP_SHAPES[shape]
+    words = m.smem[at.reshape(-1)].reshape(s.rows, s.words * 4).view(np.uint32)  # [rows, words]
+    lay = tmem_cp_layout(shape)
+    reps = lay.shape[2]
+    off = np.array(
+        [[[lay(r, w, q) for q in range(reps)] for w in range(s.words)] for r in range(s.rows)], dtype=np.int64
+    )
+    lanes, cols = (taddr >> 16) + (off >> 16), (taddr & 0xFFFF) + (off & 0xFFFF)
+    _check_cells(m, t, b, lanes, cols, "destination")
+    op = _new_op(m, "tcgen05.cp", t, group)
+    _pend(
+        m, op, b, lanes.reshape(-1), cols.reshape(-1), np.repeat(words[:, :, None], reps, axis=2).reshape(-1)
+    )
+    op.reads = at.reshape(-1)
+    _state(m)["reading"][op.reads] += 1
+    _state(m)["in_flight"] += 1
+
+
+def check_mma_reads(m: Machine, at: np.ndarray, threads: np.ndarray, what: str) -> None:
+    """Writing shared bytes (flat ``at``) that an in-flight tcgen05.mma / cp reads is an error."""
+    s = getattr(m, "tcgen05", None)
+    if s is None or not s["in_flight"]:
+        return
+    bad = s["reading"][at] > 0
+    if bad.any():
+        i, j = np.argwhere(np.atleast_2d(bad))[0]
+        flat = int(np.atleast_2d(at)[i, j])
+        op = next(o for o in s["ops"].values() if not o.done and (o.reads == flat).any())
+        t = int(np.broadcast_to(np.asarray(threads).reshape(-1, 1), np.atleast_2d(at).shape)[i, j])
+        raise PtxRaceError(
+            f"{what} writes shared byte {flat % m.smem_size}, which the {op.kind} issued at PTX "
+            f"line {op.ins.line} by thread {op.thread} still reads (it completes when its "
+            "tcgen05.commit arrives: wait on that mbarrier first)",
+            buffer="shared",
+            address=flat % m.smem_size,
+            **m.where(t),
+        )
+
+
+def _complete(m: Machine, ops: list[_Op]) -> None:
+    s = _state(m)
+    for op in ops:
+        if op.done:
+            continue
+        op.done = True
+        for b, lanes, cols, vals in op.writes:
+            st = tmem_of(m, b)
+            mine = st.pending[lanes, cols] == op.ident
+            st.cells[lanes[mine], cols[mine]] = vals[mine]
+            st.pending[lanes[mine], cols[mine]] = 0
+        s["reading"][op.reads] -= 1
+        s["in_flight"] -= 1
+        s["ops"].pop(op.ident, None)
+
+
+def _commit(m: Machine, ins: Instruction, t: int) -> None:
+    group = _group(m, ins, t)
+    if "mbarrier::arrive::one" not in ins.parts:
+        raise m.unsupported()
+    ops = _state(m)["uncommitted"].pop((t, group), [])
+    key = int(barrier_index(m, ins, ins.operands[0], np.array([t]))[0])
+    keys = [key]
+    if "multicast::cluster" in ins.parts:
+        mask = m.uniform(ins.operands[1], np.array([t]), "tcgen05.commit ctaMask")
+        b = key // m.smem_size  # the block whose barrier the address names
+        off = key % m.smem_size
+        keys = []
+        for r in range(m.csize):
+            if mask >> r & 1:
+                tb = int(m.cta_of_rank[b, r])
+                if tb < 0:
+                    raise _fail(m, t, f"ctaMask {mask:#x} names CTA rank {r}, not in the cluster")
+                keys.append(tb * m.smem_size + off)
+        if not keys:
+            raise _fail(m, t, "ctaMask 0 arrives on no barrier")
+    for k in keys:
+        pend_commit(m, k, lambda ops=ops: _complete(m, ops), t)
+
+
+# --- loads and stores ----------------------------------------------------------------------------
+
+
+def _fragment(m: Machine, ins: Instruction, warp: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """``(lanes [32, R], cols [32, R], registers)`` of a ``tcgen05.ld`` / ``st`` of one warp."""
+    t = int(warp[0])
+    shape = next((p for p in ins.parts if p in TMEM_SHAPES), None)
+    num = next((int(p[1:]) for p in ins.parts if p.startswith("x") and p[1:].isdigit()), 1)
+    if shape is None or "b32" not in ins.parts or "pack::16b" in ins.parts or "unpack::16b" in ins.parts:
+        raise m.unsupported()
+    try:
+        lay = tmem_copy_layout(shape, num)
+    except ValueError as e:
+        raise _fail(m, t, str(e)) from None
+    is_ld = ins.parts[1] == "ld"
+    regs_op, addr_op = (ins.operands[0], ins.operands[1]) if is_ld else (ins.operands[1], ins.operands[0])
+    regs = list(regs_op.items) if isinstance(regs_op, Vec) else [regs_op]
+    if shape == "16x32bx2":
+        raise m.unsupported("tcgen05.ld/st.16x32bx2")
+    s = TMEM_SHAPES[shape]
+    if len(regs) != s.regs * num:
+        raise _fail(m, t, f"{len(regs)} registers, .{shape}.x{num} moves {s.regs * num} per thread")
+    a = m.address(addr_op, warp)
+    if (a != a[0]).any():
+        raise _fail(m, t, "the TMEM address differs between the lanes of the warp")
+    taddr = int(a[0])
+    idx = lay.indices().reshape(-1, 32).T
+    lanes, cols = (taddr >> 16) + idx % s.lanes, (taddr & 0xFFFF) + idx // s.lanes
+    q = int(m.tid[t]) // 32 % 4
+    out = (lanes < 32 * q) | (lanes >= 32 * q + 32)
+    if out.any():
+        raise _fail(
+            m,
+            t,
+            f"warp {int(m.tid[t]) // 32} accesses TMEM lane {int(lanes[out][0])}, outside its lane "
+            f"quarter [{32 * q}, {32 * q + 32}) (warp % 4 = {q})",
+            buffer="tmem",
+            address=taddr,
+        )
+    _check_cells(m, t, int(m.blk[t]), lanes, cols, "tcgen05." + ins.parts[1])
+    return lanes, cols, regs
+
+
+def _ld_st(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
+    for warp in warps:
+        t = int(warp[0])
+        st = tmem_of(m, int(m.blk[t]))
+        lanes, cols, regs = _fragment(m, ins, warp)
+        pend = st.pending[lanes, cols]
+        if pend.any():
+            r, c = np.argwhere(pend)[0]
+            op = _state(m)["ops"][int(pend[r, c])]
+            raise _fail(
+                m,
+                int(warp[r]),
+                f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) is "
+                f"written by the {op.kind} at PTX line {op.ins.line}, whose tcgen05.commit has not "
+                "arrived (commit, wait on the mbarrier, tcgen05.fence::after_thread_sync)",
+                PtxRaceError,
+                buffer="tmem",
+            )
+        if ins.parts[1] == "ld":
+            for j, r in enumerate(regs):
+                m.write(r, "b32", warp, st.cells[lanes[:, j], cols[:, j]])
+        else:
+            vals = np.stack([np.asarray(m.read(r, "b32", warp)).astype(np.uint32) for r in regs], axis=1)
+            st.cells[lanes, cols] = vals
+            st.future[lanes, cols] = vals
+
+
+@_reg("tcgen05")
+def _tcgen05(m: Machine, ins: Instruction, idx: Any) -> None:
+    op = ins.parts[1].split("::")[0]
+    threads = np.arange(m.T)[idx]
+    if op == "fence":
+        if ins.parts[1] not in ("fence::before_thread_sync", "fence::after_thread_sync"):
+            raise m.unsupported()
+        return
+    if op in ("mma", "cp", "commit"):
+        fn = {"mma": _mma_one, "cp": _cp_one, "commit": _commit}[op]
+        for t in threads:
+            fn(m, ins, int(t))
+        return
+    warps, _ = warps_of(m, idx, ins.opcode)
+    if op == "alloc":
+        _alloc(m, ins, warps)
+    elif op == "dealloc":
+        _dealloc(m, ins, warps)
+    elif op == "relinquish_alloc_permit":
+        for w in warps:
+            _group(m, ins, int(w[0]))
+            tmem_of(m, int(m.blk[int(w[0])])).relinquished = ins
+    elif op in ("ld", "st"):
+        _ld_st(m, ins, warps)
+    elif op != "wait":  # wait::ld / wait::st: loads and stores are performed at issue
+        raise m.unsupported()

@@ -1,0 +1,234 @@
+"""sm_100a kernels in PTX mode: tensor memory (alloc / dealloc / relinquish), ``tcgen05.mma``
+with its shared-memory and instruction descriptors decoded from the register bits, commits
+landing on mbarriers (multicast for the CTA pair), ``tcgen05.ld`` fragments and the block-scaled
+MMA with ``tcgen05.cp``'d factors, executed from the PTX NVRTC made of the printed source,
+against float64 at small, ragged sizes with NaN-filled outputs; and mutations of the printed
+source that only PTX mode sees."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import hexlayout.lang as hl
+import hexlayout.runtime as rt
+from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.op import _arg_order, gemm_fused
+from hexlayout.ptx import PtxDeadlockError, PtxError
+
+from .test_ops import ptx_runs  # noqa: F401  (fixture)
+
+_EP = (False, False, "none", False)
+
+
+def _config(name: str):
+    cfgs = CONFIGS["sm_100a"]
+    if name in ("pair", "persistent pair"):
+        return next(c for c in cfgs if c.cluster == 2 and c.persistent == (name == "persistent pair"))
+    if name == "persistent":
+        return next(c for c in cfgs if c.persistent and c.cluster == 1)
+    return next(
+        c
+        for c in cfgs
+        if (c.BM, c.BN, c.cluster)
+        == {"m64": (64, 64, 1), "m64n128": (64, 128, 1), "m128": (128, 128, 1)}[name]
+    )
+
+
+_BUILDS: dict[str, object] = {}
+
+
+def _build(name: str):
+    if name not in _BUILDS:
+        _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, 200, compile=False)
+    return _BUILDS[name]
+
+
+def _run(name: str, m: int, n: int, k: int, source: str | None = None, seed: int = 1, mode: str = "ptx"):
+    bld, prog = _build(name)
+    rng = np.random.default_rng(seed + m * n + k)
+    npdt = hl.bf16.numpy()
+    a, b = rng.standard_normal((m, k)).astype(npdt), rng.standard_normal((n, k)).astype(npdt)
+    c = np.full((m, n), np.nan, npdt)
+    by_role = {"a": a, "b": b, "c": c, "bias": None, "residual": None, "scale": 0.5}
+    roles = ["a", "b", "c", "bias", "residual", "scale"]
+    rep = rt.emulate(bld, *[by_role[roles[i]] for i in _arg_order(prog, _EP)], mode=mode, source=source)
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    return rep, c.astype(np.float64), want
+
+
+def _err(c, want) -> float:
+    return float((np.abs(c - want) / (np.abs(want) + 1)).max())
+
+
+@pytest.mark.parametrize(
+    ("cfg", "shape", "ld"),
+    [
+        ("m64", (64, 56, 136), "tcgen05.ld.sync.aligned.16x256b.x8.b32"),  # M=64: rows in half quarters
+        ("m64n128", (64, 136, 72), "tcgen05.ld.sync.aligned.16x256b.x16.b32"),  # 2 column tiles
+        ("m128", (100, 56, 152), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),
+        ("persistent", (200, 120, 72), "tcgen05.ld.sync.aligned.32x32b.x128.b32"),  # 4 tiles on 2 blocks
+    ],
+)
+def test_gemm_matches_float64(cfg: str, shape, ld: str) -> None:
+    rep, c, want = _run(cfg, *shape)
+    assert rep.opcodes.get("tcgen05.mma.cta_group::1.kind::f16") and rep.opcodes.get(ld)
+    assert rep.opcodes.get("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32")
+    assert _err(c, want) < 1e-2
+    _, c_ir, _ = _run(cfg, *shape, mode="ir")
+    np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)  # IR mode's result, to a bf16 rounding
+
+
+@pytest.mark.parametrize(
+    ("cfg", "shape", "blocks"),
+    [
+        ("pair", (200, 136, 72), 2),
+        ("persistent pair", (200, 300, 72), 2),  # one pair walks both column tiles
+    ],
+)
+def test_gemm_cta_pair_matches_float64(cfg: str, shape, blocks: int) -> None:
+    """cta_group::2: the even CTA issues, each CTA of the pair reads its half of A and of B at the
+    same shared offsets, commits multicast to both CTAs' barriers; ragged in M, N and K."""
+    rep, c, want = _run(cfg, *shape)
+    assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
+    assert rep.opcodes.get(
+        "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
+    )
+    assert len(rep.blocks) == blocks
+    assert _err(c, want) < 1e-2
+    _, c_ir, _ = _run(cfg, *shape, mode="ir")
+    np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
+
+
+# --- the MoE families on sm_100a ------------------------------------------------------------------
+
+
+@pytest.fixture
+def sm100(ptx_runs: list[str], monkeypatch: pytest.MonkeyPatch) -> list[str]:  # noqa: F811
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_100a")
+    return ptx_runs
+
+
+@pytest.mark.parametrize(
+    ("t", "h", "i", "e", "k", "dt", "act", "used", "kind"),
+    [
+        (3, 96, 80, 8, 2, torch.bfloat16, "silu", 5, "sm100_"),  # swap-AB, BM 16; H, I ragged
+        (40, 64, 72, 2, 4, torch.float16, "gelu", 2, "sm100_ws_"),  # large-token, warp-specialized
+    ],
+)
+def test_fused_moe_bf16_f16(sm100: list[str], t, h, i, e, k, dt, act, used, kind) -> None:
+    from hexlayout.ops import fused_moe
+
+    from tests.ops.test_moe_op import close, make
+    from tests.ops.test_moe_op import reference as moe_reference
+
+    x, w13, w2, tw, ids = make(t, h, i, e, k, dt, seed=t + 27, experts_used=used)
+    out = fused_moe(x, w13 * 2, w2 * 2, tw, ids, activation=act)
+    close(out, moe_reference(x, w13 * 2, w2 * 2, tw, ids, act), dt)
+    assert any(r.startswith("moe_gate_up_" + kind) for r in sm100)
+    assert any(r.startswith("moe_down_" + kind) for r in sm100)
+
+
+def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
+    import hexlayout.ops
+    from hexlayout.ops.moe.fp8 import prepare_fp8
+    from tests.ops.test_moe_fp8 import check, make, reference
+
+    x, w13, s13, w2, s2, tw, ids = make(7, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
+    a, b = prepare_fp8(w13, s13, block=(128, 128)), prepare_fp8(w2, s2, block=(128, 128))
+    out = hexlayout.ops.fused_moe(x, a, b, tw, ids, activation="silu")
+    check(out, *reference(x, w13, s13, w2, s2, tw, ids, True, "silu"))
+    assert any(r.startswith("moe_fp8_gate_up_sm100") for r in sm100)
+
+
+def test_fused_moe_fp8_ue8m0_block_scaled_mma(sm100: list[str]) -> None:
+    import hexlayout.ops
+    from hexlayout.ops.moe.fp8 import prepare_fp8
+    from tests.ops.test_moe_fp8 import check, make, reference
+
+    x, w13, s13, w2, s2, tw, ids = make(9, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
+    s13, s2 = (torch.exp2(torch.round(torch.log2(s))) for s in (s13, s2))
+    a, b = prepare_fp8(w13, s13, block=(128, 128)), prepare_fp8(w2, s2, block=(128, 128))
+    assert a.scale_format == "ue8m0"
+    out = hexlayout.ops.fused_moe(x, a, b, tw, ids, activation="silu")
+    check(out, *reference(x, w13, s13, w2, s2, tw, ids, True, "silu"))
+    assert any(r.startswith("moe_fp8_gate_up_sm100_ue8m0") for r in sm100)
+
+
+@pytest.mark.parametrize(("fmt", "bits", "group", "dtype"), [
+    ("awq", 4, 32, torch.float16),
+    ("gptq", 8, -1, torch.bfloat16),  # W8A16, per-channel scales
+])
+def test_fused_moe_wna16(sm100: list[str], fmt: str, bits: int, group: int, dtype) -> None:
+    from tests.ops.test_moe_wna16 import _bound
+    from tests.ops.test_moe_wna16 import _run as wna16_run
+
+    out, want = wna16_run(fmt, bits, group, dtype, 5, 4, 2, "silu", "random", seed=511)
+    assert (out.double() - want).abs().max().item() <= _bound(dtype) * want.abs().max().item()
+    assert any(r.startswith("moe_wna16_gate_up_sm100") for r in sm100)
+
+
+# --- mutations of the printed source that only PTX mode sees ---------------------------------------
+
+
+def _mutated(name: str, pattern: str, repl: str) -> str:
+    bld, _ = _build(name)
+    bad, n = re.subn(pattern, repl, bld.generated.source, count=1)  # type: ignore[attr-defined]
+    assert n == 1, f"the printed source no longer matches {pattern!r}"
+    return bad
+
+
+def test_mutated_instruction_descriptor_a_major_bit_gives_a_wrong_product() -> None:
+    """Bit 15 of the instruction descriptor (A major: 0 K, 1 MN) set in the first k-tile's MMAs:
+    the executor decodes the printed bits, reads A MN-major, and the product is wrong."""
+    bad = _mutated("m64", r"\"r\"\(0x4100490u\), \"r\"\(0\)", '"r"(0x4108490u), "r"(0)')
+    _, c, want = _run("m64", 64, 56, 136, source=bad)
+    _, c_ok, _ = _run("m64", 64, 56, 136)
+    assert _err(c_ok, want) < 1e-2 and _err(c, want) > 0.1
+
+
+def test_mutated_tcgen05_ld_shape_gives_a_wrong_result() -> None:
+    """The accumulator read as ``16x128b.x16`` (the same 32 registers) instead of ``16x256b.x8``."""
+    bad = _mutated(
+        "m64", r"tcgen05\.ld\.sync\.aligned\.16x256b\.x8\.b32", "tcgen05.ld.sync.aligned.16x128b.x16.b32"
+    )
+    _, c, want = _run("m64", 64, 56, 136, source=bad)
+    assert not np.isnan(c).any() and _err(c, want) > 0.1
+
+
+def test_dropped_commit_is_a_deadlock() -> None:
+    """The first k-tile's ``tcgen05.commit`` dropped: nothing arrives on that mbarrier, so its
+    waiters never run on (reported where the other threads wait for them)."""
+    bad = _mutated("m64", r"asm volatile\(\"tcgen05\.commit[^;]*;\\n\"\s*::[^:]*: \"memory\"\);", ";")
+    with pytest.raises(PtxDeadlockError, match="no other thread can run"):
+        _run("m64", 64, 56, 136, source=bad)
+
+
+def test_dropped_dealloc_is_an_error_at_exit() -> None:
+    bad = _mutated("m64", r"if \(tid < 32\) asm volatile\(\"tcgen05\.dealloc[^;]*;\\n\"[^;]*;", ";")
+    with pytest.raises(PtxError, match=r"exits with TMEM columns \[0, 64\) still allocated"):
+        _run("m64", 64, 56, 136, source=bad)
+
+
+def test_pair_commit_multicast_to_one_cta_is_a_deadlock() -> None:
+    """cta_group::2's commit multicast to the even CTA only: the odd CTA's epilogue waits forever."""
+    bad = _mutated(
+        "pair", r"(tcgen05\.commit\.cta_group::2[^\n]*\n[^\n]*\"h\"\(\(unsigned short\)\()3\)", r"\g<1>1)"
+    )
+    with pytest.raises(PtxDeadlockError):
+        _run("pair", 130, 136, 72, source=bad)
+
+
+def test_stage_released_before_the_mma_completes_is_caught() -> None:
+    """The consumer's wait for the previous k-tile's commit dropped: it releases a stage while the
+    MMA reading it is in flight, and the producer's next TMA copy into that stage is an error
+    (9 k-tiles through 7 stages)."""
+    wait = r"(\[wgmmawait\]  consume\(k, False\)\n\s*)if \(1 < tc_commits\[0\]\)"
+    bad = _mutated("m64", wait, r"\g<1>if (0)")
+    _, c, want = _run("m64", 64, 56, 576)
+    assert _err(c, want) < 1e-2
+    with pytest.raises(PtxError, match=r"a TMA copy writes shared byte \d+, which the tcgen05\.mma"):
+        _run("m64", 64, 56, 576, source=bad)
