@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 import torch
+from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 
 import hexlayout.lang as hl
 import hexlayout.runtime as rt
-from hexlayout.ops.gemm.config import CONFIGS
-from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 from hexlayout.ptx import PtxDeadlockError, PtxError
 
 from .test_ops import ptx_runs  # noqa: F401  (fixture)
@@ -135,6 +135,7 @@ def test_fused_moe_bf16_f16(sm100: list[str], t, h, i, e, k, dt, act, used, kind
 def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
     import hexlayout.ops
     from hexlayout.ops.moe.fp8 import prepare_fp8
+
     from tests.ops.test_moe_fp8 import check, make, reference
 
     x, w13, s13, w2, s2, tw, ids = make(7, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
@@ -147,6 +148,7 @@ def test_fused_moe_fp8_block_scales(sm100: list[str]) -> None:
 def test_fused_moe_fp8_ue8m0_block_scaled_mma(sm100: list[str]) -> None:
     import hexlayout.ops
     from hexlayout.ops.moe.fp8 import prepare_fp8
+
     from tests.ops.test_moe_fp8 import check, make, reference
 
     x, w13, s13, w2, s2, tw, ids = make(9, 5, 256, 176, 4, 2, torch.bfloat16, True, gne=4)
