@@ -471,10 +471,9 @@ class Machine:
 
     def check_mma_reads(self, at: np.ndarray, threads: np.ndarray, what: str) -> None:
         """Writing shared bytes (flat ``at``) an in-flight ``tcgen05.mma`` / ``cp`` reads is an error."""
-        if getattr(self, "tcgen05", None) is not None:
-            from .tcgen05 import check_mma_reads
-
-            check_mma_reads(self, at, threads, what)
+        state = getattr(self, "tcgen05", None)     # set by ``tcgen05``, with its checker
+        if state is not None:
+            state["check_reads"](self, at, threads, what)
 
 
 class SharedRaces:

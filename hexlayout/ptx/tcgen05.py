@@ -117,6 +117,7 @@ def _state(m: Machine) -> dict[str, Any]:
             "next": 1,  # type: ignore[attr-defined]
             "reading": np.zeros(m.smem.size, dtype=np.int32),  # per shared byte: in-flight readers
             "in_flight": 0,
+            "check_reads": check_mma_reads,  # machine.Machine.check_mma_reads calls it (no import back)
         }
     return st
 
