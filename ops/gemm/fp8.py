@@ -6,7 +6,9 @@
     c[m, n] = sum_k a[m, k] * a_scale[m, k // 128] * b[n, k] * b_scale[n // 128, k // 128]  (+ bias[n])
 
 - ``a`` ``[M, K]`` float8_e4m3fn, ``a_scale`` ``[M, ceil(K / 128)]`` float32: one scale per row
-  and group of 128 columns (vLLM's ``per_token_group_quant_fp8`` with group 128);
+  and group of 128 columns (vLLM's ``per_token_group_quant_fp8`` with group 128), row-major or
+  column-major (strides ``(1, M)``: ``column_major_scales=True``, DeepGEMM's layout, which the
+  kernels read; a row-major one is transposed into a copy first);
 - ``b`` ``[N, K]`` float8_e4m3fn (a linear layer's weight), ``b_scale`` ``[ceil(N / 128),
   ceil(K / 128)]`` float32: one scale per 128 x 128 block (a block-FP8 checkpoint's
   ``weight_scale_inv``: DeepSeek-V3, Qwen3-FP8);
@@ -15,7 +17,8 @@
 The products are summed per 128-wide k-tile in f32 and each k-tile's partial is multiplied by
 its two scales (or, see below, the scales are applied inside the MMA); the result is rounded
 once to ``out_dtype``. Any ``M, N >= 1``; ``K`` a positive multiple of 16 (e4m3 rows move in
-16-byte vectors). Tensors contiguous, 16-byte aligned (scales and bias 4-byte), on one device.
+16-byte vectors). Tensors contiguous (``a_scale``: or column-major) and 16-byte aligned, on one
+device.
 
 Kernels (``fp8_kernels``), by the architecture (CUDA: the device's; CPU tensors: the emulator
 under ``HEXLAYOUT_EMULATE=1`` with ``HEXLAYOUT_EMULATE_ARCH``):
@@ -128,6 +131,8 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
             continue
         if t.device != a.device:
             raise ArgumentError(OP, name, f"is on {t.device}, a on {a.device}; all tensors must be on one device")
+        if name == "a_scale" and not t.is_contiguous() and t.t().is_contiguous():
+            t = t.t()                                   # column-major scales: contiguous [K / 128, M]
         _contiguous_aligned(OP, name, t)
     _check_scale_format(scale_format, a_scale, b_scale)
     if a.device.type in ("cuda", "cpu"):
@@ -183,7 +188,7 @@ def fp8_gemm_config(m: int, arch: str, ue8m0: bool = False) -> tuple[Any, dict[s
 def run_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = None, bias: Any = None,
                  scale_format: str = "") -> Any:
     """``gemm_fp8`` on arguments ``check_gemm_fp8`` accepted: one kernel launch (and, for a bias
-    not in float32, its cast to float32)."""
+    not in float32, its cast to float32; for a row-major ``a_scale``, its transposed copy)."""
     import torch
 
     from ..host.launch import build_for, fresh, lang_dtype, run_kernel
@@ -196,8 +201,11 @@ def run_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = No
     c = fresh((m, n), odt, dev)
     has_bias = bias is not None
     bias32 = bias.float() if has_bias else a_scale.reshape(-1)[:1]   # a one-element dummy without bias
+    as_t = a_scale.t()                                  # the kernels read [K / 128, M]
+    if not as_t.is_contiguous():
+        as_t = as_t.contiguous()                        # row-major a_scale: one transposed copy
     bld = build_for(factory(lang_dtype(odt)), dev, {**consts, "HAS_BIAS": has_bias})
-    run_kernel(bld, (a, a_scale, b, b_scale, bias32, c), outputs=(5,))
+    run_kernel(bld, (a, as_t, b, b_scale, bias32, c), outputs=(5,))
     return c
 
 

@@ -1,6 +1,8 @@
 """Dense FP8 (e4m3) GEMM kernels with 128-block scales, per architecture (``hexlayout.ops.gemm_fp8``).
 
-Notation: ``a`` ``[M, K]`` e4m3 with per-token-group scales ``as_`` ``[M, ceil(K / 128)]`` f32,
+Notation: ``a`` ``[M, K]`` e4m3 with per-token-group scales ``as_[m, kt]`` f32, passed transposed as
+``as_t`` ``[ceil(K / 128), M]`` (the column-major scales of vLLM's ``per_token_group_quant_fp8(...,
+column_major_scales=True)``, DeepGEMM's layout: a k-tile's scales of consecutive rows are contiguous),
 ``b`` ``[N, K]`` e4m3 with block scales ``bs`` ``[ceil(N / 128), ceil(K / 128)]`` f32; every
 kernel computes::
 
@@ -24,7 +26,7 @@ activation scale per row and k-tile instead of one per row, and the same shared 
   e4m3 ``tcgen05.mma`` with the accumulators in tensor memory (the same source built for
   sm_100a): the ``BN = 64`` weight rows are the MMA's M side, ``BM`` (16 / 32 / 64) rows of ``a``
   its N side; partials per k-tile, two used alternately (``wgmma_pipeline``), scaled in
-  registers as above.
+  registers as above, the k-tile's scales cp.async-staged in shared memory with its operands.
 - ``gemm_fp8_sm100_ue8m0_kernel``: every scale a power of two (UE8M0: DeepSeek-V3.1's checkpoints
   with UE8M0 activation quantization, MXFP8): the block-scaled ``tcgen05.mma`` (kind::mxf8f6f4)
   applies both sides' factors inside the MMA, ``acc[n, m] += sum_kb (b[n, kb] * 2^(SFB[n, kb] -
@@ -60,6 +62,8 @@ SCALE_BLOCK = 128
 BN_BS = 128
 #: most rows of ``a`` per block-scaled tile (the MMA's N side; 128 x BM f32 accumulator)
 MAX_BM_BS = 64
+#: activation scales a swap-AB stage holds (one per thread of the 128; the tile's BM <= 64 used)
+SCALE_ROWS = 128
 #: 32-wide k-blocks per 128-wide k-tile (one UE8M0 factor each)
 KBLOCKS = SCALE_BLOCK // 32
 
@@ -90,7 +94,7 @@ def gemm_fp8_sm89_kernel(odt: DType) -> Any:
     name = f"gemm_fp8_sm89_{odt}"
 
     @hl.kernel(threads=lambda c: 32 * c["WARPS"], name=name)
-    def gemm_fp8_sm89(a: e4m3[M, K], as_: f32[MB, KB], b: e4m3[N, K], bs: f32[NB, KB],  # type: ignore
+    def gemm_fp8_sm89(a: e4m3[M, K], as_t: f32[KB, MB], b: e4m3[N, K], bs: f32[NB, KB],  # type: ignore
                       bias: f32[NBIAS], c: odt[M, N],  # type: ignore
                       *, BM: int = 64, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
                       HAS_BIAS: bool = False):
@@ -115,7 +119,7 @@ def gemm_fp8_sm89_kernel(odt: DType) -> Any:
             hl.copy(sb[:, :, st], rb)
             p = hl.zeros((BM, BN), f32)
             hl.mma(ra, rb, p)
-            acc += p * (load_tile(as_[rows, kt], (BM, 1)) * _b_scale(bs, n0, kt))
+            acc += p * (load_tile(as_t[kt, rows], (BM, 1)) * _b_scale(bs, n0, kt))
         out = _epilogue(acc, bias, hl.iota((1, BN), 1) + n0, HAS_BIAS)
         hl.copy(hl.cast(out, odt), hl.view(c, (BM, BN), (m0, n0)))
 
@@ -126,11 +130,14 @@ def gemm_fp8_sm89_kernel(odt: DType) -> Any:
 def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
     """The swap-AB ``wgmma`` (sm_90a) / ``tcgen05`` (sm_100a) kernel (see the module docstring).
     Constants: ``BM`` (rows of ``a``: 16 / 32 / 64), ``BN`` (64), ``BK`` (128), ``STAGES`` (>= 3),
-    ``HAS_BIAS``."""
+    ``HAS_BIAS``. The activation scales come transposed, ``as_t`` ``[ceil(K / 128), M]`` (the
+    column-major ``a_scale`` of vLLM's ``per_token_group_quant_fp8(column_major_scales=True)``,
+    DeepGEMM's layout), so a k-tile's ``BM`` scales are one contiguous row: copied by cp.async with
+    the operand tiles into a shared stage, read from there when the partial is scaled."""
     name = f"gemm_fp8_{arch_tag(arch)}_{odt}"
 
     @hl.kernel(threads=128, name=name)
-    def gemm_fp8_sm90(a: e4m3[M, K], as_: f32[MB, KB], b: e4m3[N, K], bs: f32[NB, KB],  # type: ignore
+    def gemm_fp8_sm90(a: e4m3[M, K], as_t: f32[KB, MB], b: e4m3[N, K], bs: f32[NB, KB],  # type: ignore
                       bias: f32[NBIAS], c: odt[M, N],  # type: ignore
                       *, BM: int = 64, BN: int = 64, BK: int = 128, STAGES: int = 4, HAS_BIAS: bool = False):
         _check(name, BN, BK)
@@ -140,12 +147,15 @@ def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
         m0, n0 = pid_m * BM, pid_n * BN
         sa = hl.shared(e4m3, (BM, BK, STAGES))
         sb = hl.shared(e4m3, (BN, BK, STAGES))
+        # the k-tile's activation scales, staged with it: 128 of them (one per thread; BM used)
+        ssa = hl.shared(f32, (1, SCALE_ROWS, STAGES))
 
         def load(kt: Any, st: Any) -> None:
             hl.copy(hl.view(a, (BM, BK), (m0, kt * BK)), sa[:, :, st])
             hl.copy(hl.view(b, (BN, BK), (n0, kt * BK)), sb[:, :, st])
+            kc = hl.minimum(kt, bs.shape[1] - 1)     # prefetches past K: the last column (unused)
+            hl.copy(hl.view(as_t, (1, SCALE_ROWS), (kc, m0)), ssa[:, :, st])
 
-        rows = hl.iota((1, BM), 1) + m0
         acc = hl.zeros((BN, BM), f32)
         parts = [hl.register(f32, (BN, BM)) for _ in range(2)]
 
@@ -154,9 +164,11 @@ def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
             hl.mma(sb[:, :, st], sa[:, :, st], parts[slot], accumulate=False)
             hl.wgmma_commit()  # in flight while the previous k-tile's partial is scaled
 
-        def finish(kt: Any, slot: int) -> None:
-            s = load_tile(as_[rows, kt], (1, BM)) * _b_scale(bs, n0, kt)
-            hl.assign(acc, acc + parts[slot] * s)
+        def finish(kt: Any, slot: int) -> None:   # stage kt % STAGES is refilled two k-tiles later
+            st = kt % STAGES
+            sx = hl.register(f32, (1, BM))
+            hl.copy(ssa[:, 0:BM, st], sx)
+            hl.assign(acc, acc + parts[slot] * (sx * _b_scale(bs, n0, kt)))
 
         wgmma_pipeline(name, hl.cdiv(Kx, BK), STAGES, load, step, finish)
         out = _epilogue(acc, bias, hl.iota((BN, 1), 0) + n0, HAS_BIAS)
@@ -165,13 +177,14 @@ def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
     return gemm_fp8_sm90
 
 
-def _factors(scale: Any, r0: Any, kt: Any, valid: int) -> Any:
-    """The ``(128, 4)`` UE8M0 factors of rows ``r0 .. r0 + valid`` of ``scale`` at k-tile ``kt``
+def _factors(scale_t: Any, r0: Any, kt: Any, valid: int) -> Any:
+    """The ``(128, 4)`` UE8M0 factors of rows ``r0 .. r0 + valid`` at k-tile ``kt`` of the transposed
+    scales ``scale_t`` ``[k-tiles, rows]``
     (its exponent bytes, the same for the k-tile's four 32-wide k-blocks); rows past ``valid`` or
     past the tensor read scale 0: factor 0 (their MMA columns are never stored)."""
     i = hl.iota((BN_BS, KBLOCKS), 0)
     idx = hl.where(i < valid, i + r0, -1)
-    return ue8m0_of(load_tile(scale[idx, kt], (BN_BS, KBLOCKS)))
+    return ue8m0_of(load_tile(scale_t[kt, idx], (BN_BS, KBLOCKS)))
 
 
 @cache
@@ -182,7 +195,7 @@ def gemm_fp8_sm100_ue8m0_kernel(odt: DType) -> Any:
     name = f"gemm_fp8_sm100_ue8m0_{odt}"
 
     @hl.kernel(threads=128, name=name)
-    def gemm_fp8_sm100_ue8m0(a: e4m3[M, K], as_: f32[MB, KB], b: e4m3[N, K], bs: f32[NB, KB],  # type: ignore
+    def gemm_fp8_sm100_ue8m0(a: e4m3[M, K], as_t: f32[KB, MB], b: e4m3[N, K], bs: f32[NB, KB],  # type: ignore
                              bias: f32[NBIAS], c: odt[M, N],  # type: ignore
                              *, BM: int = 64, BN: int = 128, BK: int = 128, STAGES: int = 4,
                              HAS_BIAS: bool = False):
@@ -205,7 +218,7 @@ def gemm_fp8_sm100_ue8m0_kernel(odt: DType) -> Any:
             kc = hl.minimum(kt, bs.shape[1] - 1)     # prefetches past K: the last column (unused)
             blk = hl.iota((BN_BS, KBLOCKS), 0) * 0 + n0 // SCALE_BLOCK   # the tile's one scale block
             hl.copy(ue8m0_of(load_tile(bs[blk, kc], (BN_BS, KBLOCKS))), fb[:, :, st])
-            hl.copy(_factors(as_, m0, kc, BM), fa[:, :, st])
+            hl.copy(_factors(as_t, m0, kc, BM), fa[:, :, st])
 
         acc = hl.zeros((BN, BM), f32)
         ahead = STAGES - 2
