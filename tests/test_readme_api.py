@@ -53,8 +53,8 @@ def readme_ops() -> dict[str, dict[str, str]]:
 
 OPS = readme_ops()
 # the calls below, one per documented name; a name added to the README needs one here
-CALLED = {"gemm", "gemm_fp8", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
-          "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
+CALLED = {"gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
+          "gemm_fp8", "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
 CALLED |= {"mla_decode", "mla_reshape_and_cache"}
 CALLED |= {"selective_scan", "selective_state_update"}
 CALLED |= {"causal_conv1d", "causal_conv1d_update", "ssd_scan"}
@@ -219,7 +219,8 @@ def test_gemm_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
     want = (a.double() * sa.double().repeat_interleave(128, 1)[:, :144]) @ (
         b.double() * sb.double().repeat_interleave(128, 1)[:, :144]).T
     _close(_documented("gemm_fp8")(a, b, sa, sb), want, 1e-2, "hexlayout.ops.gemm_fp8")
-    _close(_torch_op("gemm_fp8")(a, b, sa, sb, out_dtype=torch.float16), want, 1e-2, "torch.ops.hexlayout.gemm_fp8")
+    out = _torch_op("gemm_fp8")(a, b, sa, sb, out_dtype=torch.float16)
+    _close(out, want, 1e-2, "torch.ops.hexlayout.gemm_fp8")
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:

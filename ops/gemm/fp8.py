@@ -101,7 +101,8 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
     _tensor("b_scale", b_scale, torch.float32, "float32", 2)
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     if out_dtype not in (torch.bfloat16, torch.float16):
-        raise ArgumentTypeError(OP, "out_dtype", f"must be torch.bfloat16 or torch.float16, got {out_dtype!r:.60}")
+        raise ArgumentTypeError(OP, "out_dtype",
+                                f"must be torch.bfloat16 or torch.float16, got {out_dtype!r:.60}")
     m, k = a.shape
     n, kb_ = b.shape
     if kb_ != k:
@@ -123,14 +124,16 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
         if not isinstance(bias, torch.Tensor):
             raise ArgumentTypeError(OP, "bias", f"expected a tensor or None, got {_kind(bias)}")
         if bias.dtype not in (out_dtype, torch.float32):
-            raise ArgumentTypeError(OP, "bias", f"must be {out_dtype} (out_dtype) or float32, got {bias.dtype}")
+            raise ArgumentTypeError(OP, "bias",
+                                    f"must be {out_dtype} (out_dtype) or float32, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
             raise ArgumentError(OP, "bias", f"must have shape [{n}] (N), got {list(bias.shape)}")
     for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("bias", bias)):
         if t is None:
             continue
         if t.device != a.device:
-            raise ArgumentError(OP, name, f"is on {t.device}, a on {a.device}; all tensors must be on one device")
+            raise ArgumentError(OP, name,
+                                f"is on {t.device}, a on {a.device}; all tensors must be on one device")
         if name == "a_scale" and not t.is_contiguous() and t.t().is_contiguous():
             t = t.t()                                   # column-major scales: contiguous [K / 128, M]
         _contiguous_aligned(OP, name, t)
@@ -139,8 +142,9 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
         arch = kernel_arch(a.device)
         if arch not in FP8_ARCHS:
             where = "the GPU is" if a.device.type == "cuda" else "HEXLAYOUT_EMULATE_ARCH is"
-            raise ArgumentError(OP, "a", f"the fp8 GEMM needs e4m3 mma (sm_89, sm_90a or sm_100a); {where} {arch} "
-                                "(for CPU tensors set HEXLAYOUT_EMULATE_ARCH=sm_89, sm_90a or sm_100a)")
+            raise ArgumentError(OP, "a", f"the fp8 GEMM needs e4m3 mma (sm_89, sm_90a or sm_100a); {where} "
+                                f"{arch} (for CPU tensors set HEXLAYOUT_EMULATE_ARCH=sm_89, sm_90a or "
+                                "sm_100a)")
     return m, n, k
 
 
@@ -214,7 +218,7 @@ def gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, *, out_dtype: Any = Non
     """The dense FP8 GEMM with 128-block scales (see the module docstring):
     ``torch.ops.hexlayout.gemm_fp8``. ``out_dtype`` ``None`` means ``torch.bfloat16``."""
     require_torch("hexlayout.ops.gemm_fp8")
-    import torch
+    from .torch_op import gemm_fp8_op
 
-    return torch.ops.hexlayout.gemm_fp8(a, b, a_scale, b_scale, out_dtype=out_dtype, bias=bias,
-                                        scale_format=scale_format)
+    # the Op checks each argument's kind first (a named hexlayout error, not torch's binding error)
+    return gemm_fp8_op(a, b, a_scale, b_scale, out_dtype=out_dtype, bias=bias, scale_format=scale_format)

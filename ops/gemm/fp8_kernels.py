@@ -70,8 +70,8 @@ KBLOCKS = SCALE_BLOCK // 32
 
 def _check(name: str, bn: int, bk: int) -> None:
     if bk != SCALE_BLOCK or SCALE_BLOCK % bn:
-        raise ValueError(f"{name}: BK ({bk}) must be {SCALE_BLOCK} (one scale column per k-tile) and BN ({bn}) "
-                         f"divide {SCALE_BLOCK} (a column tile in one scale block)")
+        raise ValueError(f"{name}: BK ({bk}) must be {SCALE_BLOCK} (one scale column per k-tile) and BN "
+                         f"({bn}) divide {SCALE_BLOCK} (a column tile in one scale block)")
 
 
 def _b_scale(bs: Any, n0: Any, kt: Any) -> Any:
@@ -200,8 +200,8 @@ def gemm_fp8_sm100_ue8m0_kernel(odt: DType) -> Any:
                              *, BM: int = 64, BN: int = 128, BK: int = 128, STAGES: int = 4,
                              HAS_BIAS: bool = False):
         if BN != BN_BS or BK != SCALE_BLOCK or BM % 8 or not 8 <= BM <= MAX_BM_BS:
-            raise ValueError(f"{name}: BN ({BN}) must be {BN_BS} (the block-scaled tcgen05.mma's M), BK ({BK}) "
-                             f"{SCALE_BLOCK} and BM ({BM}) a multiple of 8 in [8, {MAX_BM_BS}]")
+            raise ValueError(f"{name}: BN ({BN}) must be {BN_BS} (the block-scaled tcgen05.mma's M), BK "
+                             f"({BK}) {SCALE_BLOCK} and BM ({BM}) a multiple of 8 in [8, {MAX_BM_BS}]")
         check_in_flight_stages(name, STAGES)
         Mx, Kx = a.shape
         Nx = b.shape[0]

@@ -67,8 +67,8 @@ def test_gemm_fp8_matches_float64(arch, seed, m, n, k, dtype, bias, kernel, buil
     assert built == [f"{kernel}_{_tag(dtype)}"]            # general scales: the register path
 
 
-@pytest.mark.parametrize(("arch", "kernel"), [("sm_100a", "gemm_fp8_sm100_ue8m0"), ("sm_90a", "gemm_fp8_sm90"),
-                                              ("sm_89", "gemm_fp8_sm89")])
+@pytest.mark.parametrize(("arch", "kernel"), [("sm_100a", "gemm_fp8_sm100_ue8m0"),
+                                              ("sm_90a", "gemm_fp8_sm90"), ("sm_89", "gemm_fp8_sm89")])
 def test_ue8m0_scales_run_in_the_block_scaled_mma_on_sm100(arch, kernel, built, monkeypatch) -> None:
     """Powers-of-two scales (``scale_format="auto"`` reads them, ``"ue8m0"`` vouches): on sm_100a the
     block-scaled ``tcgen05.mma`` applies both sides' factors; elsewhere the register path runs."""
@@ -116,13 +116,15 @@ def test_errors_name_the_argument(monkeypatch) -> None:
     cases = [
         ((a.to(torch.bfloat16), b, sa, sb), {}, ArgumentTypeError, r"'a'.*float8_e4m3fn"),
         ((a, b[:, :112].contiguous(), sa, sb), {}, ArgumentError, r"'b'.*\[N, K\] with K = 128"),
-        ((a[:, :120].contiguous(), b[:, :120].contiguous(), sa, sb), {}, ArgumentError, r"'a'.*multiple of 16"),
+        ((a[:, :120].contiguous(), b[:, :120].contiguous(), sa, sb), {}, ArgumentError,
+         r"'a'.*multiple of 16"),
         ((a, b, sa.double(), sb), {}, ArgumentTypeError, r"'a_scale'.*float32"),
         ((a, b, sa[:, :0], sb), {}, ArgumentError, r"'a_scale'.*shape \[8, 1\]"),
         ((a, b, sa, torch.ones(2, 1)), {}, ArgumentError, r"'b_scale'.*shape \[1, 1\]"),
         ((a, b, sa, sb), {"out_dtype": torch.float32}, ArgumentTypeError, r"'out_dtype'.*bfloat16"),
         ((a, b, sa, sb), {"bias": torch.ones(63)}, ArgumentError, r"'bias'.*\[64\]"),
-        ((a, b, sa, sb), {"bias": torch.ones(64, dtype=torch.float16)}, ArgumentTypeError, r"'bias'.*float32"),
+        ((a, b, sa, sb), {"bias": torch.ones(64, dtype=torch.float16)}, ArgumentTypeError,
+         r"'bias'.*float32"),
         ((a, b, sa, sb), {"scale_format": "e8m0"}, ArgumentError, r"'scale_format'"),
         ((a, b.t(), sa, sb), {}, ArgumentError, r"'b'"),
         ((torch.cat([a, a], 1)[:, :128], b, sa, sb), {}, ArgumentError, r"'a'.*contiguous"),
@@ -142,7 +144,6 @@ def test_kernels_compile_without_spills_with_the_fp8_mma() -> None:
     kernel scales nothing in registers in it (no FMUL / FFMA) and copies factors to TMEM (UTCCP)."""
     from hexlayout.lang import bf16
     from hexlayout.ops.gemm.fp8 import fp8_gemm_config
-
     from hexlayout.runtime import build
     from hexlayout.runtime.stats import build_stats
 
