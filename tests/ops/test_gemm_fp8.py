@@ -81,6 +81,29 @@ def test_ue8m0_scales_run_in_the_block_scaled_mma_on_sm100(arch, kernel, built, 
     assert built == [f"{kernel}_bf16"] * 2
 
 
+def test_column_major_activation_scales_are_read_in_place(built, monkeypatch) -> None:
+    """``a_scale`` with strides ``(1, M)`` (vLLM's ``column_major_scales=True``): the kernel gets its
+    ``[K / 128, M]`` storage itself (no copy) and the result is the row-major call's."""
+    from hexlayout.ops.host import launch
+
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_90a")
+    a, b, sa, sb = make(9, 20, 64, 400)
+    col = sa.t().contiguous().t()
+    assert col.stride() == (1, 20) and not col.is_contiguous()
+    seen = []
+    real = launch.run_kernel
+
+    def spy(bld, args, **kw):
+        seen.append(args[1])
+        return real(bld, args, **kw)
+
+    monkeypatch.setattr(launch, "run_kernel", spy)
+    out = hexlayout.ops.gemm_fp8(a, b, col, sb)
+    assert seen[0].data_ptr() == col.data_ptr() and seen[0].shape == (4, 20)
+    check(out, reference(a, b, sa, sb), torch.bfloat16)
+    torch.testing.assert_close(out, hexlayout.ops.gemm_fp8(a, b, sa, sb), rtol=0, atol=0)
+
+
 def test_general_scales_never_take_the_block_scaled_mma(built) -> None:
     a, b, sa, sb = make(6, 24, 64, 256)
     sa[0, 0] = 3.0                                          # one scale not a power of two
