@@ -45,8 +45,10 @@ from typing import Any
 
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
 
+from ..host.checks import check_device, is_real, kind
 from ..host.device import kernel_arch
 from ..host.torch import require_torch
+from ..moe.fp8 import is_ue8m0
 from .fp8_kernels import (
     BN_BS,
     MAX_BM_BS,
@@ -67,19 +69,24 @@ SCALE_FORMATS = ("", "ue8m0", "auto")
 STAGES = 4
 
 
-def _kind(x: Any) -> str:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
-    return f"{type(x).__name__} {x!r}"[:80]
+def _layout(name: str, t: Any) -> None:
+    """``t`` contiguous (``a_scale``: or column-major) and 16-byte aligned (tensors without storage:
+    by their storage offset, so eager and fake agree)."""
+    if name == "a_scale" and not t.is_contiguous() and t.t().is_contiguous():
+        t = t.t()                                       # column-major scales: contiguous [K / 128, M]
+    if not t.is_contiguous():
+        raise ArgumentError(OP, name, f"has strides {tuple(t.stride())}; it must be contiguous: "
+                            f"pass {name}.contiguous()")
+    off = t.data_ptr() % 16 if is_real(t) else t.storage_offset() * t.element_size() % 16
+    if off and t.numel():
+        raise ArgumentError(OP, name, f"starts {off} bytes off 16-byte alignment; pass {name}.clone()")
 
 
 def _tensor(name: str, t: Any, dtype: Any, what: str, ndim: int) -> None:
     import torch
 
     if not isinstance(t, torch.Tensor):
-        raise ArgumentTypeError(OP, name, f"expected a {what} tensor, got {_kind(t)}")
+        raise ArgumentTypeError(OP, name, f"expected a {what} tensor, got {kind(t)}")
     if t.dtype != dtype:
         raise ArgumentTypeError(OP, name, f"must be {what}, got {t.dtype}")
     if t.dim() != ndim:
@@ -92,8 +99,6 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
     """The one check of ``gemm_fp8`` (eager, torch op, fake): returns ``(M, N, K)``; every bad
     argument is an ``ArgumentTypeError`` / ``ArgumentError`` naming it (see the module docstring)."""
     import torch
-
-    from ..moe.fp8 import _contiguous_aligned
 
     _tensor("a", a, torch.float8_e4m3fn, "float8_e4m3fn", 2)
     _tensor("b", b, torch.float8_e4m3fn, "float8_e4m3fn", 2)
@@ -122,21 +127,17 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
                             f"{SCALE_BLOCK} block of b {list(b.shape)}), got {list(b_scale.shape)}")
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
-            raise ArgumentTypeError(OP, "bias", f"expected a tensor or None, got {_kind(bias)}")
+            raise ArgumentTypeError(OP, "bias", f"expected a tensor or None, got {kind(bias)}")
         if bias.dtype not in (out_dtype, torch.float32):
             raise ArgumentTypeError(OP, "bias",
                                     f"must be {out_dtype} (out_dtype) or float32, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
             raise ArgumentError(OP, "bias", f"must have shape [{n}] (N), got {list(bias.shape)}")
-    for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("bias", bias)):
-        if t is None:
-            continue
-        if t.device != a.device:
-            raise ArgumentError(OP, name,
-                                f"is on {t.device}, a on {a.device}; all tensors must be on one device")
-        if name == "a_scale" and not t.is_contiguous() and t.t().is_contiguous():
-            t = t.t()                                   # column-major scales: contiguous [K / 128, M]
-        _contiguous_aligned(OP, name, t)
+    named = [(x, t) for x, t in (("b", b), ("a_scale", a_scale), ("b_scale", b_scale), ("bias", bias))
+             if t is not None]
+    check_device(OP, ("a", a), named)
+    for name, t in [("a", a), *named]:
+        _layout(name, t)
     _check_scale_format(scale_format, a_scale, b_scale)
     if a.device.type in ("cuda", "cpu"):
         arch = kernel_arch(a.device)
@@ -150,7 +151,6 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
 
 def _check_scale_format(fmt: Any, a_scale: Any, b_scale: Any) -> None:
     from ..host.launch import content_checks
-    from ..moe.fp8 import is_ue8m0
 
     if not isinstance(fmt, str) or fmt not in SCALE_FORMATS:
         raise ArgumentError(OP, "scale_format", f"must be '', 'ue8m0' or 'auto', got {fmt!r:.60}")
@@ -165,11 +165,9 @@ def _ue8m0(fmt: str, a_scale: Any, b_scale: Any) -> bool:
     """Whether the block-scaled MMA may take these scales (``scale_format``: see the module docstring)."""
     from hexlayout.runtime import capturing
 
-    from ..moe.fp8 import _known, is_ue8m0
-
     if fmt == "ue8m0":
         return True
-    if fmt == "auto" and not capturing() and _known(a_scale) and _known(b_scale):
+    if fmt == "auto" and not capturing() and is_real(a_scale) and is_real(b_scale):
         return is_ue8m0(a_scale) and is_ue8m0(b_scale)
     return False
 

@@ -79,6 +79,23 @@ def _b_scale(bs: Any, n0: Any, kt: Any) -> Any:
     return load_tile(bs[hl.iota((1, 1), 0) + n0 // SCALE_BLOCK, kt], (1, 1))
 
 
+def _tiles(a: Any, b: Any, bm: int, bn: int, bk: int, stages: int) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """``(m0, n0, num_k, sa, sb, load)``: this block's first row of ``a`` and of ``b`` over a grid of
+    ``ceil(M / bm) x ceil(N / bn)`` tiles, its k-tile count, the shared stages of ``a`` and ``b`` and
+    the ``hl.pipeline`` load filling stage ``st`` with k-tile ``kt`` (ragged edges read as 0)."""
+    mx, kx = a.shape
+    pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(mx, bm), hl.cdiv(b.shape[0], bn)))
+    m0, n0 = pid_m * bm, pid_n * bn
+    sa = hl.shared(e4m3, (bm, bk, stages))
+    sb = hl.shared(e4m3, (bn, bk, stages))
+
+    def load(kt: Any, st: Any) -> None:
+        hl.copy(hl.view(a, (bm, bk), (m0, kt * bk)), sa[:, :, st])
+        hl.copy(hl.view(b, (bn, bk), (n0, kt * bk)), sb[:, :, st])
+
+    return m0, n0, hl.cdiv(kx, bk), sa, sb, load
+
+
 def _epilogue(acc: Any, bias: Any, cols: Any, has_bias: bool) -> Any:
     """``acc + bias[cols]`` (``cols``: the column index tile, broadcast along the other axis)."""
     if has_bias:
@@ -99,20 +116,10 @@ def gemm_fp8_sm89_kernel(odt: DType) -> Any:
                       *, BM: int = 64, BN: int = 64, BK: int = 128, STAGES: int = 2, WARPS: int = 4,
                       HAS_BIAS: bool = False):
         _check(name, BN, BK)
-        Mx, Kx = a.shape
-        Nx = b.shape[0]
-        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
-        m0, n0 = pid_m * BM, pid_n * BN
-        sa = hl.shared(e4m3, (BM, BK, STAGES))
-        sb = hl.shared(e4m3, (BN, BK, STAGES))
-
-        def load(kt: Any, st: Any) -> None:
-            hl.copy(hl.view(a, (BM, BK), (m0, kt * BK)), sa[:, :, st])
-            hl.copy(hl.view(b, (BN, BK), (n0, kt * BK)), sb[:, :, st])
-
+        m0, n0, num_k, sa, sb, load = _tiles(a, b, BM, BN, BK, STAGES)
         rows = hl.iota((BM, 1), 0) + m0
         acc = hl.zeros((BM, BN), f32)
-        for kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load):
+        for kt, st in hl.pipeline(num_k, STAGES, load):
             ra = hl.register(e4m3, (BM, BK))
             rb = hl.register(e4m3, (BN, BK))
             hl.copy(sa[:, :, st], ra)
@@ -141,18 +148,12 @@ def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
                       bias: f32[NBIAS], c: odt[M, N],  # type: ignore
                       *, BM: int = 64, BN: int = 64, BK: int = 128, STAGES: int = 4, HAS_BIAS: bool = False):
         _check(name, BN, BK)
-        Mx, Kx = a.shape
-        Nx = b.shape[0]
-        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
-        m0, n0 = pid_m * BM, pid_n * BN
-        sa = hl.shared(e4m3, (BM, BK, STAGES))
-        sb = hl.shared(e4m3, (BN, BK, STAGES))
+        m0, n0, num_k, sa, sb, load_ab = _tiles(a, b, BM, BN, BK, STAGES)
         # the k-tile's activation scales, staged with it: 128 of them (one per thread; BM used)
         ssa = hl.shared(f32, (1, SCALE_ROWS, STAGES))
 
         def load(kt: Any, st: Any) -> None:
-            hl.copy(hl.view(a, (BM, BK), (m0, kt * BK)), sa[:, :, st])
-            hl.copy(hl.view(b, (BN, BK), (n0, kt * BK)), sb[:, :, st])
+            load_ab(kt, st)
             kc = hl.minimum(kt, bs.shape[1] - 1)     # prefetches past K: the last column (unused)
             hl.copy(hl.view(as_t, (1, SCALE_ROWS), (kc, m0)), ssa[:, :, st])
 
@@ -170,7 +171,7 @@ def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
             hl.copy(ssa[:, 0:BM, st], sx)
             hl.assign(acc, acc + parts[slot] * (sx * _b_scale(bs, n0, kt)))
 
-        wgmma_pipeline(name, hl.cdiv(Kx, BK), STAGES, load, step, finish)
+        wgmma_pipeline(name, num_k, STAGES, load, step, finish)
         out = _epilogue(acc, bias, hl.iota((BN, 1), 0) + n0, HAS_BIAS)
         hl.copy(hl.cast(out, odt), hl.view(c, (BM, BN), (m0, n0)).T)
 
@@ -203,18 +204,12 @@ def gemm_fp8_sm100_ue8m0_kernel(odt: DType) -> Any:
             raise ValueError(f"{name}: BN ({BN}) must be {BN_BS} (the block-scaled tcgen05.mma's M), BK "
                              f"({BK}) {SCALE_BLOCK} and BM ({BM}) a multiple of 8 in [8, {MAX_BM_BS}]")
         check_in_flight_stages(name, STAGES)
-        Mx, Kx = a.shape
-        Nx = b.shape[0]
-        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(Nx, BN)))
-        m0, n0 = pid_m * BM, pid_n * BN
-        sa = hl.shared(e4m3, (BM, BK, STAGES))
-        sb = hl.shared(e4m3, (BN, BK, STAGES))
+        m0, n0, num_k, sa, sb, load_ab = _tiles(a, b, BM, BN, BK, STAGES)
         fa = hl.shared(u8, (BN_BS, KBLOCKS, STAGES))
         fb = hl.shared(u8, (BN_BS, KBLOCKS, STAGES))
 
         def load(kt: Any, st: Any) -> None:
-            hl.copy(hl.view(a, (BM, BK), (m0, kt * BK)), sa[:, :, st])
-            hl.copy(hl.view(b, (BN, BK), (n0, kt * BK)), sb[:, :, st])
+            load_ab(kt, st)
             kc = hl.minimum(kt, bs.shape[1] - 1)     # prefetches past K: the last column (unused)
             blk = hl.iota((BN_BS, KBLOCKS), 0) * 0 + n0 // SCALE_BLOCK   # the tile's one scale block
             hl.copy(ue8m0_of(load_tile(bs[blk, kc], (BN_BS, KBLOCKS))), fb[:, :, st])
@@ -222,7 +217,7 @@ def gemm_fp8_sm100_ue8m0_kernel(odt: DType) -> Any:
 
         acc = hl.zeros((BN, BM), f32)
         ahead = STAGES - 2
-        for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=ahead, async_proxy=True,
+        for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=ahead, async_proxy=True,
                                    wgmma_in_flight=True):
             hl.wgmma_fence()
             hl.mma(sb[:, :, st], sa[:, :, st], acc, scale_a=fb[:, :, st], scale_b=fa[:, :, st])
