@@ -73,7 +73,7 @@ def test_ue8m0_scales_run_in_the_block_scaled_mma_on_sm100(arch, kernel, built, 
     """Powers-of-two scales (``scale_format="auto"`` reads them, ``"ue8m0"`` vouches): on sm_100a the
     block-scaled ``tcgen05.mma`` applies both sides' factors; elsewhere the register path runs."""
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
-    a, b, sa, sb = make(5, 40, 200, 528, pow2=True)
+    a, b, sa, sb = make(5, 70, 200, 528, pow2=True)      # two row tiles, the second of 6 rows
     bias = torch.randn(200, dtype=torch.float32)
     ref = reference(a, b, sa, sb, bias)
     for fmt in ("auto", "ue8m0"):
@@ -111,6 +111,19 @@ def test_general_scales_never_take_the_block_scaled_mma(built) -> None:
     assert built == ["gemm_fp8_sm100_bf16"]
     with pytest.raises(ArgumentError, match="a_scale.*not a power of two"):
         hexlayout.ops.gemm_fp8(a, b, sa, sb, scale_format="ue8m0")
+
+
+def test_torch_compile_fullgraph_runs_the_op(monkeypatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
+    a, b, sa, sb = make(10, 9, 48, 160)
+    bias = torch.randn(48)
+
+    def layer(a, sa, bias):
+        return torch.ops.hexlayout.gemm_fp8(a, b, sa, sb, out_dtype=torch.float16, bias=bias) * 2
+
+    out = torch.compile(layer, backend="eager", fullgraph=True)(a, sa, bias)
+    check(out, 2 * reference(a, b, sa, sb, bias), torch.float16)
 
 
 def test_fake_path_gives_the_output_and_checks_as_eager(monkeypatch) -> None:
