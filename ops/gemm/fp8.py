@@ -55,6 +55,7 @@ from .fp8_kernels import (
     SCALE_BLOCK,
     gemm_fp8_sm89_kernel,
     gemm_fp8_sm90_kernel,
+    gemm_fp8_sm90_ws_kernel,
     gemm_fp8_sm100_ue8m0_kernel,
 )
 
@@ -67,6 +68,10 @@ FP8_ARCHS = ("sm_89", "sm_90a", "sm_100a")
 SCALE_FORMATS = ("", "ue8m0", "auto")
 #: shared stages of the swap-AB / block-scaled kernels (loaded 2 k-tiles ahead)
 STAGES = 4
+#: stages of the many-row warp-specialized kernel: 32 KiB each (128 rows of a, 128 of b), 192 KiB
+WS_STAGES = 6
+#: rows of ``a`` above which sm_90a / sm_100a (general scales) take the warp-specialized kernel
+WS_MIN_M = 64
 
 
 def _layout(name: str, t: Any) -> None:
@@ -175,12 +180,17 @@ def _ue8m0(fmt: str, a_scale: Any, b_scale: Any) -> bool:
 def fp8_gemm_config(m: int, arch: str, ue8m0: bool = False) -> tuple[Any, dict[str, int]]:
     """``(kernel factory, constants)`` for ``m`` rows on ``arch`` (sizes only, capture-safe): rows of
     ``a`` per tile ``BM`` = 16 (m <= 16), 32 (m <= 32), else 64; sm_89 ``64 x BM``-row tiles of
-    ``mma.sync`` with 2 cp.async stages, sm_90a / sm_100a swap-AB tiles of 64 weight rows, sm_100a
-    with UE8M0 scales block-scaled tiles of 128 weight rows (``STAGES`` 4)."""
+    ``mma.sync`` with 2 cp.async stages, sm_90a / sm_100a swap-AB tiles of 64 weight rows (4
+    stages) or, above ``WS_MIN_M`` rows, the warp-specialized 128 x 128 tiles (two consumer warp
+    groups, ``WS_STAGES``), sm_100a with UE8M0 scales block-scaled tiles of 128 weight rows
+    (``STAGES`` 4, at most 64 rows of ``a``)."""
     bm = 16 if m <= 16 else 32 if m <= 32 else 64
     if arch == "sm_100a" and ue8m0:
         return gemm_fp8_sm100_ue8m0_kernel, {"BM": min(bm, MAX_BM_BS), "BN": BN_BS, "BK": SCALE_BLOCK,
                                              "STAGES": STAGES}
+    if arch in ("sm_90a", "sm_100a") and m > WS_MIN_M:
+        return (lambda dt: gemm_fp8_sm90_ws_kernel(dt, arch)), {"BM": 128, "BN": 128, "BK": SCALE_BLOCK,
+                                                                "STAGES": WS_STAGES, "CONSUMERS": 2}
     if arch in ("sm_90a", "sm_100a"):
         return (lambda dt: gemm_fp8_sm90_kernel(dt, arch)), {"BM": bm, "BN": 64, "BK": SCALE_BLOCK,
                                                              "STAGES": STAGES}
@@ -207,7 +217,8 @@ def run_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = No
     if not as_t.is_contiguous():
         as_t = as_t.contiguous()                        # row-major a_scale: one transposed copy
     bld = build_for(factory(lang_dtype(odt)), dev, {**consts, "HAS_BIAS": has_bias})
-    run_kernel(bld, (a, as_t, b, b_scale, bias32, c), outputs=(5,))
+    bk = b[None] if "CONSUMERS" in consts else b         # the warp-specialized kernel's TMA view: [1, N, K]
+    run_kernel(bld, (a, as_t, bk, b_scale, bias32, c), outputs=(5,))
     return c
 
 

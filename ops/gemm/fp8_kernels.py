@@ -47,14 +47,16 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, u8
 
-from ..moe.blocks import check_in_flight_stages, load_tile, wgmma_pipeline
+from ..moe.blocks import check_in_flight_stages, load_tile, warp_specialized, wgmma_pipeline
 from ..moe.fp8_kernels_sm100 import ue8m0_of
 from ..moe.kernels_sm90 import arch_tag
 
-__all__ = ["gemm_fp8_sm89_kernel", "gemm_fp8_sm90_kernel", "gemm_fp8_sm100_ue8m0_kernel", "SCALE_BLOCK",
+__all__ = ["gemm_fp8_sm89_kernel", "gemm_fp8_sm90_kernel", "gemm_fp8_sm90_ws_kernel",
+           "gemm_fp8_sm100_ue8m0_kernel",
+           "SCALE_BLOCK",
            "BN_BS", "MAX_BM_BS"]
 
-M, K, N, MB, KB, NB, NBIAS = hl.dims("M K N MB KB NB NBIAS")
+M, K, N, MB, KB, NB, NBIAS, E = hl.dims("M K N MB KB NB NBIAS E")
 
 #: the scale group / block side along K and along N
 SCALE_BLOCK = 128
@@ -176,6 +178,55 @@ def gemm_fp8_sm90_kernel(odt: DType, arch: str = "sm_90a") -> Any:
         hl.copy(hl.cast(out, odt), hl.view(c, (BM, BN), (m0, n0)).T)
 
     return gemm_fp8_sm90
+
+
+@cache
+def gemm_fp8_sm90_ws_kernel(odt: DType, arch: str = "sm_90a") -> Any:
+    """The many-row kernel (sm_90a, and sm_100a with general scales; the MoE FP8 ``*_ws`` kernels'
+    schedule, ``moe.blocks.warp_specialized``): ``BM = 64 * CONSUMERS`` rows of ``a`` on the MMA's M
+    side times two ``BN / 2``-column halves of ``b``; warp group 0 loads a ``STAGES``-deep ring (the
+    ``b`` tiles by TMA, the rows of ``a`` by cp.async), the consumer warp groups issue the wgmma /
+    tcgen05 MMAs and add each half's k-tile partial as ``acc += p * (as_[rows, kt] * bs[n0 // 128,
+    kt])`` (the scales loaded before the stage's wait). ``b`` comes as ``[1, N, K]`` (the TMA box's
+    expert mode). Constants: ``BM`` (``64 * CONSUMERS``), ``BN`` (divides 128, even), ``BK`` (128),
+    ``STAGES``, ``CONSUMERS``, ``HAS_BIAS``."""
+    name = f"gemm_fp8_{arch_tag(arch)}_ws_{odt}"
+
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), name=name)
+    def gemm_fp8_sm90_ws(a: e4m3[M, K], as_t: f32[KB, MB], b: e4m3[E, N, K], bs: f32[NB, KB],  # type: ignore
+                         bias: f32[NBIAS], c: odt[M, N],  # type: ignore
+                         *, BM: int = 128, BN: int = 128, BK: int = 128, STAGES: int = 6, CONSUMERS: int = 2,
+                         HAS_BIAS: bool = False):
+        _check(name, BN, BK)
+        if BM != 64 * CONSUMERS or BN % 2 or STAGES < 3:
+            raise ValueError(f"{name}: BM ({BM}) must be 64 * CONSUMERS ({CONSUMERS}), BN ({BN}) even and "
+                             f"STAGES ({STAGES}) >= 3")
+        Mx, Kx = a.shape
+        H2 = BN // 2
+        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(Mx, BM), hl.cdiv(b.shape[1], BN)))
+        m0, n0 = pid_m * BM, pid_n * BN
+
+        def rows() -> Any:                               # the producer's rows of a (past M: -1, zeros)
+            r = hl.iota((BM,), 0) + m0
+            return hl.where(r < Mx, r, -1)
+
+        def consume(mainloop: Any) -> None:
+            rc = hl.iota((BM, 1), 0) + m0
+            held: list[Any] = []
+
+            def scale_x(kt: Any) -> Any:                 # the row scales times the tile's weight scale
+                held[:] = [load_tile(as_t[kt, rc], (BM, 1)) * _b_scale(bs, n0, kt)]
+                return held[0]
+
+            acc_x, acc_y = hl.zeros((BM, H2), f32), hl.zeros((BM, H2), f32)
+            mainloop(acc_x, acc_y, scale_x, lambda kt: (lambda: held[0]))   # one load for both halves
+            for acc, c0 in ((acc_x, n0), (acc_y, n0 + H2)):
+                out = _epilogue(acc, bias, hl.iota((1, H2), 1) + c0, HAS_BIAS)
+                hl.copy(hl.cast(out, odt), hl.view(c, (BM, H2), (m0, c0)))
+
+        warp_specialized(a, rows, b, 0, (n0, n0 + H2), Kx, e4m3, BM, H2, BK, STAGES, CONSUMERS, consume)
+
+    return gemm_fp8_sm90_ws
 
 
 def _factors(scale_t: Any, r0: Any, kt: Any, valid: int) -> Any:

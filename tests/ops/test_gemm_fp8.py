@@ -52,11 +52,12 @@ def _tag(dtype):
 
 
 @pytest.mark.parametrize(("arch", "seed", "m", "n", "k", "dtype", "bias", "kernel"), [
-    # ragged M over 64-row tiles, N over 64 and 128, K: 6 k-tiles (the last 16 wide), ring wraps
+    # ragged M over 64 / 128-row tiles, N over 64 and 128, K: 6 k-tiles (the last 16 wide), rings wrap
     ("sm_89", 1, 70, 200, 656, torch.bfloat16, True, "gemm_fp8_sm89"),
-    ("sm_90a", 2, 70, 200, 656, torch.float16, True, "gemm_fp8_sm90"),
-    ("sm_100a", 3, 70, 200, 656, torch.bfloat16, False, "gemm_fp8_sm100"),
+    ("sm_90a", 2, 140, 200, 656, torch.float16, True, "gemm_fp8_sm90_ws"),    # > 64 rows: warp-specialized
+    ("sm_100a", 3, 140, 200, 656, torch.bfloat16, False, "gemm_fp8_sm100_ws"),
     ("sm_90a", 4, 5, 72, 144, torch.bfloat16, False, "gemm_fp8_sm90"),     # decode: 16-row tiles, 2 k-tiles
+    ("sm_100a", 11, 40, 200, 656, torch.float16, True, "gemm_fp8_sm100"),   # swap-AB, 64-row tiles
 ])
 def test_gemm_fp8_matches_float64(arch, seed, m, n, k, dtype, bias, kernel, built, monkeypatch) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", arch)
@@ -68,7 +69,7 @@ def test_gemm_fp8_matches_float64(arch, seed, m, n, k, dtype, bias, kernel, buil
 
 
 @pytest.mark.parametrize(("arch", "kernel"), [("sm_100a", "gemm_fp8_sm100_ue8m0"),
-                                              ("sm_90a", "gemm_fp8_sm90"), ("sm_89", "gemm_fp8_sm89")])
+                                              ("sm_90a", "gemm_fp8_sm90_ws"), ("sm_89", "gemm_fp8_sm89")])
 def test_ue8m0_scales_run_in_the_block_scaled_mma_on_sm100(arch, kernel, built, monkeypatch) -> None:
     """Powers-of-two scales (``scale_format="auto"`` reads them, ``"ue8m0"`` vouches): on sm_100a the
     block-scaled ``tcgen05.mma`` applies both sides' factors; elsewhere the register path runs."""
@@ -174,22 +175,24 @@ def test_errors_name_the_argument(monkeypatch) -> None:
 
 
 @pytest.mark.nvrtc
-def test_kernels_compile_without_spills_with_the_fp8_mma() -> None:
-    """NVRTC, every kernel the op builds, at the 64-row tile: no spills or local memory; the e4m3
-    MMA (QMMA.16832 sm_89, QGMMA sm_90a, UTCQMMA sm_100a) in the main loop; the block-scaled
-    kernel scales nothing in registers in it (no FMUL / FFMA) and copies factors to TMEM (UTCCP)."""
+@pytest.mark.parametrize(("m", "arch", "ue8m0", "mma"), [
+    (64, "sm_89", False, "QMMA.16832"), (64, "sm_90a", False, "QGMMA"), (512, "sm_90a", False, "QGMMA"),
+    (64, "sm_100a", False, "UTCQMMA"), (512, "sm_100a", False, "UTCQMMA"), (64, "sm_100a", True, "UTCQMMA")])
+def test_kernels_compile_without_spills_with_the_fp8_mma(m, arch, ue8m0, mma) -> None:
+    """NVRTC, every kernel the op builds (64-row tiles, and the 128-row warp-specialized kernel of
+    512 rows): no spills or local memory; the e4m3 MMA (QMMA.16832 sm_89, QGMMA sm_90a, UTCQMMA
+    sm_100a) in the main loop; the block-scaled kernel scales nothing in registers in it (no FMUL /
+    FFMA) and copies factors to TMEM (UTCCP)."""
     from hexlayout.lang import bf16
     from hexlayout.ops.gemm.fp8 import fp8_gemm_config
     from hexlayout.runtime import build
     from hexlayout.runtime.stats import build_stats
 
-    for arch, ue8m0, mma in (("sm_89", False, "QMMA.16832"), ("sm_90a", False, "QGMMA"),
-                             ("sm_100a", False, "UTCQMMA"), ("sm_100a", True, "UTCQMMA")):
-        factory, consts = fp8_gemm_config(64, arch, ue8m0)
-        st = build_stats(build(factory(bf16), arch, **consts, HAS_BIAS=True))
-        assert not st.spills and st.stack_frame == 0, (arch, st.summary())
-        lp = st.main_loop
-        assert lp is not None and lp.mma_opcode.startswith(mma), (arch, st.summary())
-        if ue8m0:
-            assert any(o.startswith("UTCCP") for o in lp.mix), lp.mix
-            assert not any(o.startswith(("FFMA", "FMUL")) for o in lp.mix), lp.mix
+    factory, consts = fp8_gemm_config(m, arch, ue8m0)
+    st = build_stats(build(factory(bf16), arch, **consts, HAS_BIAS=True))
+    assert not st.spills and st.stack_frame == 0, st.summary()
+    lp = st.main_loop
+    assert lp is not None and lp.mma_opcode.startswith(mma), st.summary()
+    if ue8m0:
+        assert any(o.startswith("UTCCP") for o in lp.mix), lp.mix
+        assert not any(o.startswith(("FFMA", "FMUL")) for o in lp.mix), lp.mix
