@@ -23,8 +23,9 @@ written (``a``, ``b``, scales, ``c``) over the peak HBM bandwidth; TFLOP/s = ``2
 
 Targets on H100 / H200 (for when a GPU runs it): hexlayout >= 1.0x ``vllm-triton`` at every M,
 >= 70 % of the HBM roofline for M <= 64 (decode, memory-bound), >= 60 % of
-``cublas-fp8-rowwise``'s TFLOP/s at M >= 1024 (the kernels today tile at most 64 rows of ``a``
-and load by cp.async without warp specialization: the prefill target is expected to be missed).
+``cublas-fp8-rowwise``'s TFLOP/s at M >= 1024 (above 64 rows the op runs 128 x 128 warp-specialized
+tiles, not persistent, one CTA per tile, the rows of ``a`` by cp.async: the prefill target may be
+missed).
 
 Writes ``gemm_fp8_<device>.json`` / ``.md`` to ``benchmarks/results`` (or ``--out``).
 ``--dry-run``: no GPU: tiny shapes on CPU tensors through the emulator (``HEXLAYOUT_EMULATE=1``,

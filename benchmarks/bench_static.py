@@ -339,8 +339,9 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
 
 #: ``gemm_fp8`` shapes (N, K): DeepSeek-V3's dense MLP down projection and attention output projection
 GEMM_FP8_SHAPES = {"DeepSeek-V3 dense down": (7168, 18432), "DeepSeek-V3 o_proj": (7168, 16384)}
-#: rows of ``a`` (tokens): decode (16-row tiles) and prefill (64-row tiles)
-GEMM_FP8_TOKENS = (1, 512)
+#: rows of ``a`` (tokens): decode (16-row tiles), 64 (the swap-AB kernel's largest tile), prefill
+#: (the warp-specialized 128-row kernel on sm_90a / sm_100a)
+GEMM_FP8_TOKENS = (1, 64, 512)
 
 
 def _gemm_fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:

@@ -24,14 +24,15 @@ Kernels (``fp8_kernels``), by the architecture (CUDA: the device's; CPU tensors:
 under ``HEXLAYOUT_EMULATE=1`` with ``HEXLAYOUT_EMULATE_ARCH``):
 
 - sm_89: ``gemm_fp8_sm89_*``, e4m3 ``mma.sync``, per-k-tile partials scaled in registers;
-- sm_90a: ``gemm_fp8_sm90_*``, swap-AB e4m3 ``wgmma`` (weights on the MMA's M side, 16 / 32 / 64
-  rows of ``a`` on its N side), partials scaled in registers;
+- sm_90a: up to 64 rows ``gemm_fp8_sm90_*``, swap-AB e4m3 ``wgmma`` (weights on the MMA's M side,
+  16 / 32 / 64 rows of ``a`` on its N side); more rows ``gemm_fp8_sm90_ws_*``, 128 x 128 tiles,
+  warp-specialized (TMA weight tiles, two consumer warp groups); partials scaled in registers;
 - sm_100a: when every scale of ``a_scale`` and ``b_scale`` is a power of two in ``[2^-127,
   2^127]`` (UE8M0), ``gemm_fp8_sm100_ue8m0_*``: the block-scaled ``tcgen05.mma`` applies both
-  scales inside the MMA; otherwise ``gemm_fp8_sm100_*``, the sm_90a source with ``tcgen05.mma``
-  (registers scale the partials). Which one is ``scale_format``'s: ``""`` (the default:
-  general scales, the register path), ``"ue8m0"`` (the caller vouches that every scale is a
-  power of two: the block-scaled MMA; checked on CPU tensors and on CUDA under
+  scales inside the MMA; otherwise ``gemm_fp8_sm100_*`` / ``gemm_fp8_sm100_ws_*``, the sm_90a
+  sources with ``tcgen05.mma`` (registers scale the partials). Which one is ``scale_format``'s:
+  ``""`` (the default: general scales, the register path), ``"ue8m0"`` (the caller vouches that
+  every scale is a power of two: the block-scaled MMA; checked on CPU tensors and on CUDA under
   ``HEXLAYOUT_CHECK=1``) or ``"auto"`` (read from the values, ``moe.fp8.is_ue8m0``: one
   synchronization on CUDA; ``""`` while capturing a CUDA graph and for fake tensors).
 

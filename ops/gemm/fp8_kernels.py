@@ -27,6 +27,10 @@ activation scale per row and k-tile instead of one per row, and the same shared 
   sm_100a): the ``BN = 64`` weight rows are the MMA's M side, ``BM`` (16 / 32 / 64) rows of ``a``
   its N side; partials per k-tile, two used alternately (``wgmma_pipeline``), scaled in
   registers as above, the k-tile's scales cp.async-staged in shared memory with its operands.
+- ``gemm_fp8_sm90_ws_kernel(odt, arch)``: more than 64 rows: ``BM = 128`` rows of ``a`` on the MMA's
+  M side times ``BN = 128`` columns of ``b`` in two halves, warp-specialized (``moe.blocks.
+  warp_specialized``: a producer warp group loading ``b`` by TMA and ``a`` by cp.async into a ring,
+  two consumer warp groups); each half's k-tile partial scaled as above.
 - ``gemm_fp8_sm100_ue8m0_kernel``: every scale a power of two (UE8M0: DeepSeek-V3.1's checkpoints
   with UE8M0 activation quantization, MXFP8): the block-scaled ``tcgen05.mma`` (kind::mxf8f6f4)
   applies both sides' factors inside the MMA, ``acc[n, m] += sum_kb (b[n, kb] * 2^(SFB[n, kb] -
