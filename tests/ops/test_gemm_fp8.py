@@ -196,3 +196,33 @@ def test_kernels_compile_without_spills_with_the_fp8_mma(m, arch, ue8m0, mma) ->
     if ue8m0:
         assert any(o.startswith("UTCCP") for o in lp.mix), lp.mix
         assert not any(o.startswith(("FFMA", "FMUL")) for o in lp.mix), lp.mix
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 40, 300])
+@pytest.mark.parametrize("pow2", [False, True])
+def test_cuda_matches_float64(m, pow2) -> None:
+    """On an sm_89+ GPU: every kernel the op picks (decode, 64-row, warp-specialized; UE8M0 through
+    the block-scaled MMA on sm_100a) against float64 on DeepSeek-like ragged sizes, and the op
+    replayed in a CUDA graph on new activations."""
+    dev = torch.device("cuda")
+    if torch.cuda.get_device_capability(dev) < (8, 9):
+        pytest.skip("e4m3 MMA needs sm_89 or newer")
+    a, b, sa, sb = make(20 + m, m, 1000, 2064, pow2=pow2)
+    bias = torch.randn(1000)
+    args = [t.to(dev) for t in (a, b, sa, sb)]
+    bias_d, fmt = bias.to(dev), "ue8m0" if pow2 else ""
+
+    def run() -> torch.Tensor:
+        return hexlayout.ops.gemm_fp8(*args, bias=bias_d, scale_format=fmt)
+
+    check(run().cpu(), reference(a, b, sa, sb, bias), torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    a2, _, sa2, _ = make(40 + m, m, 1000, 2064, pow2=pow2)
+    args[0].copy_(a2.to(dev))
+    args[2].copy_(sa2.to(dev))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out.cpu(), reference(a2, b, sa2, sb, bias), torch.bfloat16)
