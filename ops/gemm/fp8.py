@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hexlayout.runtime.args import ArgumentError, ArgumentTypeError
+from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, ArgumentTypeError
 
 from ..host.checks import check_device, is_real, kind
 from ..host.device import kernel_arch
@@ -60,7 +60,8 @@ from .fp8_kernels import (
     gemm_fp8_sm100_ue8m0_kernel,
 )
 
-__all__ = ["gemm_fp8", "check_gemm_fp8", "run_gemm_fp8", "fp8_gemm_config", "FP8_ARCHS", "SCALE_FORMATS"]
+__all__ = ["gemm_fp8", "check_gemm_fp8", "run_gemm_fp8", "fp8_gemm_config", "rows_per_launch", "FP8_ARCHS",
+           "SCALE_FORMATS"]
 
 OP = "hexlayout.gemm_fp8"
 #: architectures with an e4m3 MMA
@@ -123,6 +124,9 @@ def check_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = 
                             "vectors)")
     if m == 0 or n == 0:
         raise ArgumentError(OP, "a" if m == 0 else "b", f"M ({m}) and N ({n}) must be at least 1")
+    if n * k > INT32_MAX:
+        raise ArgumentError(OP, "b", f"has {n} x {k} elements, more than 32-bit indices address (2^31 - 1): "
+                            "split N")
     kb = -(-k // SCALE_BLOCK)
     if tuple(a_scale.shape) != (m, kb):
         raise ArgumentError(OP, "a_scale", f"must have shape {[m, kb]} (one scale per row of a and group of "
@@ -198,10 +202,19 @@ def fp8_gemm_config(m: int, arch: str, ue8m0: bool = False) -> tuple[Any, dict[s
     return gemm_fp8_sm89_kernel, {"BM": bm, "BN": 64, "BK": SCALE_BLOCK, "STAGES": 2, "WARPS": 4}
 
 
+def rows_per_launch(bm: int, n: int, k: int) -> int:
+    """The most rows of ``a`` one launch takes: ``cdiv(M, BM)`` row tiles in ``grid.y`` (at most
+    65,535) and the row slices of ``a`` and ``c``, with a tile of slack, addressable with 32-bit
+    indices; a multiple of ``bm``."""
+    rows = min(GRID_LIMITS[1] * bm, INT32_MAX // max(k, n, 1) - bm)
+    return max(rows - rows % bm, bm)
+
+
 def run_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = None, bias: Any = None,
                  scale_format: str = "") -> Any:
     """``gemm_fp8`` on arguments ``check_gemm_fp8`` accepted: one kernel launch (and, for a bias
-    not in float32, its cast to float32; for a row-major ``a_scale``, its transposed copy)."""
+    not in float32, its cast to float32; for a row-major ``a_scale``, its transposed copy); more
+    than ``rows_per_launch`` rows run as row slices, one launch each."""
     import torch
 
     from ..host.launch import build_for, fresh, lang_dtype, run_kernel
@@ -219,7 +232,11 @@ def run_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = No
         as_t = as_t.contiguous()                        # row-major a_scale: one transposed copy
     bld = build_for(factory(lang_dtype(odt)), dev, {**consts, "HAS_BIAS": has_bias})
     bk = b[None] if "CONSUMERS" in consts else b         # the warp-specialized kernel's TMA view: [1, N, K]
-    run_kernel(bld, (a, as_t, bk, b_scale, bias32, c), outputs=(5,))
+    rows = rows_per_launch(consts["BM"], n, a.shape[1])
+    for r0 in range(0, m, rows):            # one launch unless the grid or 32-bit indices need more
+        r1 = min(m, r0 + rows)
+        sl = as_t if (r0, r1) == (0, m) else as_t[:, r0:r1].contiguous()
+        run_kernel(bld, (a[r0:r1], sl, bk, b_scale, bias32, c[r0:r1]), outputs=(5,))
     return c
 
 

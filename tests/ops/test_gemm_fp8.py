@@ -105,6 +105,29 @@ def test_column_major_activation_scales_are_read_in_place(built, monkeypatch) ->
     torch.testing.assert_close(out, hexlayout.ops.gemm_fp8(a, b, sa, sb), rtol=0, atol=0)
 
 
+def test_rows_beyond_one_launch_run_as_row_slices(built, monkeypatch) -> None:
+    """More rows than one launch takes (the grid's 65,535 row tiles or 32-bit indices; here forced to
+    64): row slices of ``a``, its scales and ``c``, one launch each, the same result."""
+    from hexlayout.ops.gemm import fp8
+
+    assert fp8.rows_per_launch(64, 16, 32) == 65535 * 64                     # the grid's row tiles
+    assert fp8.rows_per_launch(64, 7168, 18432) == 116416     # 32-bit indices: 116416 * 18432 < 2^31
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
+    monkeypatch.setattr(fp8, "rows_per_launch", lambda bm, n, k: 64)
+    from hexlayout.ops.host import launch
+
+    rows, real = [], launch.run_kernel
+
+    def spy(bld, args, **kw):
+        rows.append(args[0].shape[0])
+        return real(bld, args, **kw)
+
+    monkeypatch.setattr(launch, "run_kernel", spy)
+    a, b, sa, sb = make(12, 150, 72, 272)
+    check(hexlayout.ops.gemm_fp8(a, b, sa, sb), reference(a, b, sa, sb), torch.bfloat16)
+    assert built == ["gemm_fp8_sm89_bf16"] and rows == [64, 64, 22]
+
+
 def test_general_scales_never_take_the_block_scaled_mma(built) -> None:
     a, b, sa, sb = make(6, 24, 64, 256)
     sa[0, 0] = 3.0                                          # one scale not a power of two
