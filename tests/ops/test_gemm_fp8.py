@@ -54,8 +54,9 @@ def _tag(dtype):
 @pytest.mark.parametrize(("arch", "seed", "m", "n", "k", "dtype", "bias", "kernel"), [
     # ragged M over 64 / 128-row tiles, N over 64 and 128, K: 6 k-tiles (the last 16 wide), rings wrap
     ("sm_89", 1, 70, 200, 656, torch.bfloat16, True, "gemm_fp8_sm89"),
-    ("sm_90a", 2, 140, 200, 656, torch.float16, True, "gemm_fp8_sm90_ws"),    # > 64 rows: warp-specialized
-    ("sm_100a", 3, 140, 200, 656, torch.bfloat16, False, "gemm_fp8_sm100_ws"),
+    # > 64 rows: warp-specialized, 9 k-tiles through its 6-stage ring
+    ("sm_90a", 2, 140, 200, 1040, torch.float16, True, "gemm_fp8_sm90_ws"),
+    ("sm_100a", 3, 140, 200, 1040, torch.bfloat16, False, "gemm_fp8_sm100_ws"),
     ("sm_90a", 4, 5, 72, 144, torch.bfloat16, False, "gemm_fp8_sm90"),     # decode: 16-row tiles, 2 k-tiles
     ("sm_100a", 11, 40, 200, 656, torch.float16, True, "gemm_fp8_sm100"),   # swap-AB, 64-row tiles
 ])
