@@ -52,20 +52,16 @@ from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, u8
 
 from ..moe.blocks import check_in_flight_stages, load_tile, warp_specialized, wgmma_pipeline
-from ..moe.fp8_kernels_sm100 import ue8m0_of
+from ..moe.fp8_kernels_sm89 import SCALE_BLOCK  # the scale group / block side along K and N: 128
+from ..moe.fp8_kernels_sm100 import BN_BS, ue8m0_of
 from ..moe.kernels_sm90 import arch_tag
 
 __all__ = ["gemm_fp8_sm89_kernel", "gemm_fp8_sm90_kernel", "gemm_fp8_sm90_ws_kernel",
-           "gemm_fp8_sm100_ue8m0_kernel",
-           "SCALE_BLOCK",
-           "BN_BS", "MAX_BM_BS"]
+           "gemm_fp8_sm100_ue8m0_kernel", "SCALE_BLOCK", "BN_BS", "MAX_BM_BS"]
 
 M, K, N, MB, KB, NB, NBIAS, E = hl.dims("M K N MB KB NB NBIAS E")
 
-#: the scale group / block side along K and along N
-SCALE_BLOCK = 128
 #: weight rows per tile of the block-scaled tcgen05.mma (its M, one CTA)
-BN_BS = 128
 #: most rows of ``a`` per block-scaled tile (the MMA's N side; 128 x BM f32 accumulator)
 MAX_BM_BS = 64
 #: activation scales a swap-AB stage holds (one per thread of the 128; the tile's BM <= 64 used)
