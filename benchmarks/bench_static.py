@@ -15,7 +15,8 @@ head sizes 64 / 128 / 256 with ``paged_attention_consts``: causal, block size 16
 decode; no Triton peer).
 
 Serving kernels (``serving_cases``; ``--only serving``, or a family: ``--only moe``,
-``moe_wna16``, ``moe_fp8``, ``paged_attention``, ``attention_varlen``, ``kv_cache``, ``mamba1``): every
+``moe_wna16``, ``moe_fp8``, ``gemm_fp8``, ``paged_attention``, ``attention_varlen``, ``kv_cache``,
+``mamba1``): every
 build the serving ops launch, traced from the ops' own launch code on ``meta`` tensors with the
 build and launch recorded instead of run, for a grid of problems (bench_moe's Mixtral-8x7B and
 DeepSeek-V3 TP8 shapes at T = 1..4096; attention head sizes 64 / 128 / 256), so the constants are
@@ -23,7 +24,9 @@ those the ops' config choosers pick and a new config or kernel module an op disp
 up by itself: the MoE alignment, gate-up / down (bf16, W4A16 / W8A16 AWQ / GPTQ, FP8; sm_80 /
 sm_89 mma.sync and the sm_90a kernels), split-K, quantization and sum kernels, paged attention
 (whole and split-KV, with its combine kernel) and varlen attention on sm_80 and sm_90a, the
-KV-cache writer, the Mamba-1 selective scan and state update. Their table adds shared memory and
+KV-cache writer, the Mamba-1 selective scan and state update; the dense FP8 GEMM (``gemm_fp8``:
+DeepSeek-V3's dense down and output projections, decode and prefill rows, general and, on sm_100a,
+UE8M0 scales). Their table adds shared memory and
 the problems that launch each build; no Triton peer (vLLM's Triton fused MoE is not part of Triton).
 
 Peers (``--peers``, needs ``pip install triton``; the ``bench`` extra): written here after the
@@ -334,6 +337,32 @@ def _fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
                            + (f" split-K {split} (forced)" if split > 1 else "")), call
 
 
+#: ``gemm_fp8`` shapes (N, K): DeepSeek-V3's dense MLP down projection and attention output projection
+GEMM_FP8_SHAPES = {"DeepSeek-V3 dense down": (7168, 18432), "DeepSeek-V3 o_proj": (7168, 16384)}
+#: rows of ``a`` (tokens): decode (16-row tiles), 64 (the swap-AB kernel's largest tile), prefill
+#: (the warp-specialized 128-row kernel on sm_90a / sm_100a)
+GEMM_FP8_TOKENS = (1, 64, 512)
+
+
+def _gemm_fp8_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """``gemm_fp8`` (``run_gemm_fp8``) with general scales and, on sm_100a, UE8M0 scales (the
+    block-scaled-MMA kernel)."""
+    import torch
+    from hexlayout.ops.gemm.fp8 import run_gemm_fp8
+
+    formats = ("", "ue8m0") if arch == "sm_100a" else ("",)
+    for (model, (n, k)), m, fmt in itertools.product(GEMM_FP8_SHAPES.items(), GEMM_FP8_TOKENS, formats):
+        fp8 = torch.float8_e4m3fn
+        a, b = _meta_tensor((m, k), fp8), _meta_tensor((n, k), fp8)
+        sa = _meta_tensor((m, -(-k // 128)), torch.float32)
+        sb = _meta_tensor((-(-n // 128), -(-k // 128)), torch.float32)
+
+        def call(a=a, b=b, sa=sa, sb=sb, fmt=fmt) -> Any:
+            return run_gemm_fp8(a, b, sa, sb, torch.bfloat16, None, fmt)
+
+        yield f"{model} M={m} bf16 {'UE8M0' if fmt else 'general'} scales", call
+
+
 def _paged_problems(arch: str) -> Iterator[tuple[str, Callable[[], Any]]]:
     """``paged_attention`` (``run_paged_attention``): a causal decode step (4 sequences, one
     query each, 4096 keys), whole and split-KV (``PAGED_SPLITS``, with the combine kernel)."""
@@ -477,6 +506,7 @@ SERVING: dict[str, tuple[tuple[str, ...], Callable[[str], Iterator[tuple[str, Ca
     "moe": (("sm_80", "sm_90a"), _moe_problems),
     "moe_wna16": (("sm_80", "sm_90a", "sm_100a"), _wna16_problems),
     "moe_fp8": (("sm_89", "sm_90a", "sm_100a"), _fp8_problems),
+    "gemm_fp8": (("sm_89", "sm_90a", "sm_100a"), _gemm_fp8_problems),
     "paged_attention": (("sm_80", "sm_90a"), _paged_problems),
     "attention_varlen": (("sm_80", "sm_90a"), _varlen_problems),
     "kv_cache": (("sm_80", "sm_90a"), _kv_cache_problems),

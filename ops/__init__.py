@@ -4,7 +4,8 @@ Each op is a Python function ``hexlayout.ops.<name>`` and, where torch is instal
 ``torch.ops.hexlayout.<name>`` (torch.library, with a fake implementation for meta / fake
 tensors, ``torch.compile`` and CUDA-graph capture):
 
-- ``gemm`` (package ``gemm``): ``act(scale * a @ B + bias) + residual`` for f16 / bf16;
+- ``gemm``, ``gemm_fp8`` (package ``gemm``): ``act(scale * a @ B + bias) + residual`` for f16 /
+  bf16, and the e4m3 GEMM with 128-block scales (block-FP8 checkpoints' linear layers);
 - ``paged_attention``, ``attention_varlen``, ``mla_decode``, ``mla_reshape_and_cache`` (package
   ``attention``): attention over a paged KV cache (mixed prefill / decode), over packed
   variable-length sequences, and MLA (DeepSeek) decode over a paged latent cache;
@@ -26,7 +27,7 @@ and configs work without torch; calling an op on tensors needs torch
 
 from . import compile_backend as _compile_backend  # noqa: F401 - registers the fusion anchors
 from .attention import attention_varlen, mla_decode, mla_reshape_and_cache, paged_attention
-from .gemm import gemm
+from .gemm import gemm, gemm_fp8
 from .kv_cache import reshape_and_cache
 from .mamba import causal_conv1d, causal_conv1d_update, selective_scan, selective_state_update, ssd_scan
 from .moe import (
@@ -41,7 +42,7 @@ from .moe import (
     prepare_wna16,
 )
 
-__all__ = ["gemm", "paged_attention", "attention_varlen", "mla_decode", "mla_reshape_and_cache",
+__all__ = ["gemm", "gemm_fp8", "paged_attention", "attention_varlen", "mla_decode", "mla_reshape_and_cache",
            "reshape_and_cache", "fused_moe", "fused_moe_wna16",
            "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4",
            "prepare_fp8", "WNA16Weights", "Fp8MoEWeights"]

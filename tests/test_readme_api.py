@@ -54,7 +54,7 @@ def readme_ops() -> dict[str, dict[str, str]]:
 OPS = readme_ops()
 # the calls below, one per documented name; a name added to the README needs one here
 CALLED = {"gemm", "paged_attention", "attention_varlen", "reshape_and_cache", "fused_moe", "fused_moe_wna16",
-          "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
+          "gemm_fp8", "fused_moe_fp8", "moe_align", "prepare_wna16", "prepare_mxfp4", "prepare_fp8"}
 CALLED |= {"mla_decode", "mla_reshape_and_cache"}
 CALLED |= {"selective_scan", "selective_state_update"}
 CALLED |= {"causal_conv1d", "causal_conv1d_update", "ssd_scan"}
@@ -208,6 +208,19 @@ def test_gemm() -> None:
     want = F.relu(a.double() @ b.double().T + bias.double())
     _close(_documented("gemm")(a, b, bias, activation="relu"), want, 1e-2, "hexlayout.ops.gemm")
     _close(_torch_op("gemm")(a, b, bias, activation="relu"), want, 1e-2, "torch.ops.hexlayout.gemm")
+
+
+def test_gemm_fp8(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(3, 144, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(24, 144, generator=g).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(3, 2, generator=g) + 0.1, torch.rand(1, 2, generator=g) + 0.1
+    want = (a.double() * sa.double().repeat_interleave(128, 1)[:, :144]) @ (
+        b.double() * sb.double().repeat_interleave(128, 1)[:, :144]).T
+    _close(_documented("gemm_fp8")(a, b, sa, sb), want, 1e-2, "hexlayout.ops.gemm_fp8")
+    out = _torch_op("gemm_fp8")(a, b, sa, sb, out_dtype=torch.float16)
+    _close(out, want, 1e-2, "torch.ops.hexlayout.gemm_fp8")
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:

@@ -172,10 +172,12 @@ class Op:
 
     def arguments(self) -> list[tuple[str, str, bool]]:
         """``(name, type, has_default)`` of each schema argument (types as torch prints them:
-        ``Tensor``, ``Optional[Tensor]``, ``str``, ``Optional[float]``, ...)."""
+        ``Tensor``, ``Optional[Tensor]``, ``str``, ``Optional[float]``, ...; as declared, so a
+        ``ScalarType`` is ``ScalarType``, not the ``int`` torch stores it as)."""
         if self._args is None:
             schema = self.op.default._schema
-            self._args = [(a.name, str(a.type), a.has_default_value()) for a in schema.arguments]
+            self._args = [(a.name, str(getattr(a, "real_type", a.type)), a.has_default_value())
+                          for a in schema.arguments]
         return self._args
 
     def check_kinds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -344,8 +346,9 @@ def _torch_autograd_kernel(op: Any, backward: Fn, setup_context: Fn) -> Fn | Non
 
 
 def _check_kind(op: str, name: str, typ: str, v: Any) -> None:
-    """``v`` fits schema type ``typ`` (checked: Tensor, str, float, int, bool, int lists and their
-    Optional forms; other types are left to torch), else ``ArgumentTypeError`` naming ``name``."""
+    """``v`` fits schema type ``typ`` (checked: Tensor, str, float, int, bool, ScalarType (a
+    ``torch.dtype``), int lists and their Optional forms; other types are left to torch), else
+    ``ArgumentTypeError`` naming ``name``."""
     import torch
 
     if typ.startswith("Optional[") and typ.endswith("]"):
@@ -362,6 +365,8 @@ def _check_kind(op: str, name: str, typ: str, v: Any) -> None:
         ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
     elif typ == "bool":
         ok = isinstance(v, bool)
+    elif typ == "ScalarType":
+        ok = isinstance(v, torch.dtype)
     elif typ == "List[int]":
         ok = isinstance(v, (list, tuple)) and all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
                                                    for x in v)

@@ -1,8 +1,10 @@
-"""GEMM: ``c = act(scale * a @ B + bias) + residual`` (``hexlayout.ops.gemm``,
+"""GEMM: ``c = act(scale * a @ B + bias) + residual``, and the FP8 GEMM ``gemm_fp8`` (``hexlayout.ops.gemm``,
 ``torch.ops.hexlayout.gemm``).
 
 - ``op``: argument checks, host dispatch, the cached launch path;
 - ``config``: the tile configs, the heuristic and the autotuner;
+- ``fp8`` / ``fp8_kernels``: the dense FP8 GEMM with 128-block scales (``gemm_fp8``) and its
+  kernels per architecture;
 - ``kernels``: the kernels per architecture (sm_80 / sm_89 multistage cp.async + mma.sync,
   sm_90a warp-specialized TMA + wgmma), the anchor kernels of fusion;
 - ``fused_build``: the GEMM kernel with a fusion plan fused, built (``op`` and ``fusion`` share it);
@@ -13,9 +15,10 @@
 """
 
 from ..host.torch import HAVE_TORCH
+from .fp8 import gemm_fp8
 from .op import ACTIVATIONS, gemm
 
 if HAVE_TORCH:
     from . import torch_op  # noqa: F401 - registers torch.ops.hexlayout.gemm
 
-__all__ = ["gemm", "ACTIVATIONS"]
+__all__ = ["gemm", "gemm_fp8", "ACTIVATIONS"]

@@ -20,6 +20,11 @@ and ``c = act(z) + residual``, the backward of an incoming ``dc`` is
 It is computed with torch ops in float32 (``z`` recomputed from the saved inputs when the
 activation needs it) and returned in the inputs' dtype; ``scale`` is a number and gets no
 gradient.
+
+``torch.ops.hexlayout.gemm_fp8`` (``FP8_SCHEMA``): the dense FP8 GEMM with 128-block scales
+(``fp8``); its fake implementation runs ``check_gemm_fp8`` as the eager path does and gives the
+``M x N`` output in ``out_dtype`` (bf16 when ``None``). No autograd (inputs that require grad
+are refused).
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from typing import Any
 
 from hexlayout.runtime.torch_ops import define_op
 
+from .fp8 import check_gemm_fp8, run_gemm_fp8
 from .op import GELU_APPROXIMATE, check_gemm, gemm_cached, run_checked
 
-__all__ = ["gemm_op"]
+__all__ = ["gemm_op", "gemm_fp8_op"]
 
 SCHEMA = ("(Tensor a, Tensor b, Tensor? bias=None, Tensor? residual=None, str activation=\"none\", "
           "float? scale=None, str b_layout=\"nk\") -> Tensor")
@@ -91,3 +97,23 @@ def _backward(ctx: Any, dc: Any) -> tuple[Any, ...]:
 
 gemm_op = define_op("gemm", SCHEMA, fake=_fake, impl=_impl, check=check_gemm, fast=gemm_cached,
                     backward=_backward, setup_context=_setup_context)
+
+
+FP8_SCHEMA = ("(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, *, ScalarType? out_dtype=None, "
+              "Tensor? bias=None, str scale_format=\"\") -> Tensor")
+
+
+def _fp8_fake(a: Any, b: Any, a_scale: Any, b_scale: Any, *, out_dtype: Any = None, bias: Any = None,
+              scale_format: str = "") -> Any:
+    import torch
+
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype or torch.bfloat16)
+
+
+def _fp8_impl(a: Any, b: Any, a_scale: Any, b_scale: Any, *, out_dtype: Any = None, bias: Any = None,
+              scale_format: str = "") -> Any:
+    # check_gemm_fp8 has run (the Op runs it before every implementation)
+    return run_gemm_fp8(a, b, a_scale, b_scale, out_dtype, bias, scale_format)
+
+
+gemm_fp8_op = define_op("gemm_fp8", FP8_SCHEMA, fake=_fp8_fake, impl=_fp8_impl, check=check_gemm_fp8)

@@ -1010,6 +1010,62 @@ TABLE["fused_moe_fp8"] = spec_table(
     generic_shape=False, fallback=fp8_block)
 
 
+# The dense FP8 GEMM (``gemm_fp8``); runs with HEXLAYOUT_EMULATE_ARCH=sm_89 as the fp8 MoE table.
+
+G8 = Spec(
+    ranks={"a": (2,), "b": (2,), "a_scale": (2,), "b_scale": (2,), "bias": (1,)},
+    dtypes={"a": "fp8", "b": "fp8", "a_scale": "f32", "b_scale": "f32", "bias": "float"},
+    optional=frozenset({"bias"}),
+    refused=_refused(("a", "b", "a_scale", "b_scale", "bias")),
+)
+
+
+@st.composite
+def g8_valid(draw: Any) -> dict[str, Any]:
+    m, n, k = draw(st.integers(1, 4)), draw(st.sampled_from([16, 24, 136])), draw(st.sampled_from([16, 144]))
+    odt = draw(st.sampled_from([F16, BF16]))
+    kb, nb = -(-k // 128), -(-n // 128)
+    return {"a": T((m, k), torch.float8_e4m3fn), "b": T((n, k), torch.float8_e4m3fn),
+            "a_scale": T((m, kb), F32), "b_scale": T((nb, kb), F32), "out_dtype": odt,
+            "bias": draw(st.sampled_from([None, T((n,), odt), T((n,), F32)])),
+            "scale_format": draw(st.sampled_from(["", "auto"]))}
+
+
+def g8_shape_mismatch(c: Case, draw: Any) -> bool:
+    """b's K not a's, K not a multiple of 16, a scale of another shape, a bias of another length."""
+    a = c.args
+    if any(not isinstance(a[x], T) or len(a[x].shape) != 2 for x in ("a", "b", "a_scale", "b_scale")):
+        return False
+    (m, k), n = a["a"].shape, a["b"].shape[0]
+    x = draw(st.sampled_from(["k", "k16", "a_scale", "b_scale", "bias"]))
+    if x == "k":
+        a["b"] = replace(a["b"], shape=(n, k + 16))
+        c.blame.add("b")
+    elif x == "k16":
+        a["a"], a["b"] = replace(a["a"], shape=(m, 24)), replace(a["b"], shape=(n, 24))
+        a["a_scale"] = replace(a["a_scale"], shape=(m, 1))
+        a["b_scale"] = replace(a["b_scale"], shape=(-(-n // 128), 1))
+        c.blame |= {"a", "b"}
+    elif x in ("a_scale", "b_scale"):
+        sh = list(a[x].shape)
+        sh[draw(st.integers(0, 1))] += draw(st.integers(1, 2))
+        a[x] = replace(a[x], shape=tuple(sh))
+        c.blame.add(x)
+    else:
+        a["bias"] = T((n + draw(st.sampled_from([-8, 2, 128])),), F32)
+        c.blame.add("bias")
+    return True
+
+
+TABLE["gemm_fp8"] = spec_table(
+    "g8", G8, g8_valid, ("a_scale", "b_scale", "bias"),
+    values={"out_dtype": [F32, F64, torch.int8, torch.float8_e4m3fn],
+            "scale_format": ["e8m0", "UE8M0", " auto", "none"]},
+    kinds={"out_dtype": ["bf16", 1.5, [BF16]], "scale_format": [None, 1, ["ue8m0"]]},
+    extra={g8_shape_mismatch: ("a", "b", "a_scale", "b_scale", "bias")},
+    generic_shape=False)
+
+
 # The W4A16 / W8A16 experts: prepare_wna16's tensors.
 
 WQ = Spec(
@@ -1735,11 +1791,12 @@ def _expect_error(fn: Callable[[], Any], case: Case, via_torch_ops: bool) -> Non
 @pytest.fixture
 def emulate(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     monkeypatch.setenv("HEXLAYOUT_EMULATE", "1")
-    if request.node.callspec.params.get("name") == "fused_moe_fp8":
+    if request.node.callspec.params.get("name") in ("fused_moe_fp8", "gemm_fp8"):
         monkeypatch.setenv("HEXLAYOUT_EMULATE_ARCH", "sm_89")   # sm_80 refuses fp8 experts
 
 
 PATHS = {"gemm": {"Op": lambda: _ops()["gemm"], "function": lambda: hexlayout.ops.gemm},
+         "gemm_fp8": {"Op": lambda: _ops()["gemm_fp8"], "function": lambda: hexlayout.ops.gemm_fp8},
          "reshape_and_cache": {"Op": lambda: _ops()["reshape_and_cache"],
                                "function": lambda: hexlayout.ops.reshape_and_cache},
          "paged_attention": {"Op": lambda: _ops()["paged_attention"],
