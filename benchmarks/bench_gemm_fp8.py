@@ -85,9 +85,8 @@ def dequant(a: Any, sa: Any, b: Any, sb: Any) -> tuple[Any, Any]:
 def variant_fns(p: dict[str, Any], variants: list[str]) -> tuple[dict[str, tuple[Callable[[], Any], Any]],
                                                                    dict[str, str]]:
     """``{variant: (call, float32 reference of its own scaling)}`` and ``{variant: why missing}``."""
-    import torch
-
     import hexlayout.ops
+    import torch
 
     a, b, sa, sb = p["a"], p["b"], p["sa"], p["sb"]
     fns: dict[str, tuple[Callable[[], Any], Any]] = {}

@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
+
 from hexlayout.runtime.args import ArgumentError, ArgumentTypeError  # noqa: E402
 
 F8 = torch.float8_e4m3fn
@@ -207,8 +208,9 @@ def test_kernels_compile_without_spills_with_the_fp8_mma(m, arch, ue8m0, mma) ->
     512 rows): no spills or local memory; the e4m3 MMA (QMMA.16832 sm_89, QGMMA sm_90a, UTCQMMA
     sm_100a) in the main loop; the block-scaled kernel scales nothing in registers in it (no FMUL /
     FFMA) and copies factors to TMEM (UTCCP)."""
-    from hexlayout.lang import bf16
     from hexlayout.ops.gemm.fp8 import fp8_gemm_config
+
+    from hexlayout.lang import bf16
     from hexlayout.runtime import build
     from hexlayout.runtime.stats import build_stats
 
