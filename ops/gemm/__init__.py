@@ -15,7 +15,7 @@
 """
 
 from ..host.torch import HAVE_TORCH
-from .fp8 import gemm_fp8
+from .fp8_op import gemm_fp8
 from .op import ACTIVATIONS, gemm
 
 if HAVE_TORCH:

@@ -48,7 +48,6 @@ from hexlayout.runtime.args import GRID_LIMITS, INT32_MAX, ArgumentError, Argume
 
 from ..host.checks import check_device, is_real, kind
 from ..host.device import kernel_arch
-from ..host.torch import require_torch
 from ..moe.fp8 import is_ue8m0
 from .fp8_kernels import (
     BN_BS,
@@ -60,7 +59,7 @@ from .fp8_kernels import (
     gemm_fp8_sm100_ue8m0_kernel,
 )
 
-__all__ = ["gemm_fp8", "check_gemm_fp8", "run_gemm_fp8", "fp8_gemm_config", "rows_per_launch", "FP8_ARCHS",
+__all__ = ["check_gemm_fp8", "run_gemm_fp8", "fp8_gemm_config", "rows_per_launch", "FP8_ARCHS",
            "SCALE_FORMATS"]
 
 OP = "hexlayout.gemm_fp8"
@@ -238,14 +237,3 @@ def run_gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any = No
         sl = as_t if (r0, r1) == (0, m) else as_t[:, r0:r1].contiguous()
         run_kernel(bld, (a[r0:r1], sl, bk, b_scale, bias32, c[r0:r1]), outputs=(5,))
     return c
-
-
-def gemm_fp8(a: Any, b: Any, a_scale: Any, b_scale: Any, *, out_dtype: Any = None, bias: Any = None,
-             scale_format: str = "") -> Any:
-    """The dense FP8 GEMM with 128-block scales (see the module docstring):
-    ``torch.ops.hexlayout.gemm_fp8``. ``out_dtype`` ``None`` means ``torch.bfloat16``."""
-    require_torch("hexlayout.ops.gemm_fp8")
-    from .torch_op import gemm_fp8_op
-
-    # the Op checks each argument's kind first (a named hexlayout error, not torch's binding error)
-    return gemm_fp8_op(a, b, a_scale, b_scale, out_dtype=out_dtype, bias=bias, scale_format=scale_format)
