@@ -20,6 +20,7 @@ import hexlayout.ops as ops
 from hexlayout.ops.host.torch import HAVE_TORCH, TorchMissingError
 calls = {
     "gemm": lambda: ops.gemm([[1.0]], [[1.0]]),
+    "gemm_fp8": lambda: ops.gemm_fp8(*[None] * 4),
     "paged_attention": lambda: ops.paged_attention(*[None] * 6, 1, 1),
     "attention_varlen": lambda: ops.attention_varlen(*[None] * 5, 1, 1),
     "reshape_and_cache": lambda: ops.reshape_and_cache(*[None] * 5),
