@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import platform
 import sys
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from roofline import max_rel_err, peak_gbps  # noqa: E402 - sibling modules, found when loaded by path too
-from timing import time_ms  # noqa: E402
+from timing import run_benchmark, time_ms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {"q_b_proj": (24576, 1536), "o_proj": (7168, 16384), "mlp_gate_up": (36864, 7168),
@@ -225,20 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help="directory for the JSON / md")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU through the emulator (no GPU)")
     args = ap.parse_args(argv)
-    if args.dry_run:
-        os.environ["HEXLAYOUT_EMULATE"] = "1"
-        os.environ.setdefault("HEXLAYOUT_EMULATE_ARCH", "sm_90a")
-        args.warmup, args.iters = 0, min(args.iters, 1)
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("bench_gemm_fp8: needs a CUDA GPU (or --dry-run)", file=sys.stderr)
-            return 2
-    res = run(args)
-    for p in write_results(res, args.out):
-        print(p)
-    return 0
+    return run_benchmark("bench_gemm_fp8", args, run, write_results, "sm_90a")
 
 
 if __name__ == "__main__":

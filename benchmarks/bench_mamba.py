@@ -47,7 +47,6 @@ import argparse
 import datetime as dt
 import inspect
 import json
-import os
 import platform
 import sys
 from collections.abc import Callable
@@ -56,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from roofline import max_rel_err, peak_gbps  # noqa: E402 - sibling modules, found when loaded by path too
-from timing import time_ms  # noqa: E402
+from timing import run_benchmark, time_ms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = ("selective_scan", "state_update", "ssd_scan", "causal_conv1d", "conv1d_update")
@@ -866,19 +865,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU through the emulator (no GPU)")
     args = ap.parse_args(argv)
-    if args.dry_run:
-        os.environ["HEXLAYOUT_EMULATE"] = "1"
-        args.warmup, args.iters = 0, 1
-    else:  # pragma: no cover - GPU only
-        import torch
-
-        if not torch.cuda.is_available():
-            print("bench_mamba: needs a CUDA GPU (or --dry-run)", file=sys.stderr)
-            return 2
-    res = run(args)
-    for p in write_results(res, args.out):
-        print(p)
-    return 0
+    return run_benchmark("bench_mamba", args, run, write_results)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ is wall-clock time by ``time.perf_counter``.
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["time_ms"]
+__all__ = ["time_ms", "run_benchmark"]
 
 
 def time_ms(fn: Callable[[], Any], warmup: int, iters: int, cuda: bool) -> float:
@@ -38,3 +40,26 @@ def time_ms(fn: Callable[[], Any], warmup: int, iters: int, cuda: bool) -> float
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def run_benchmark(name: str, args: Any, run: Callable[[Any], Any], write_results: Callable[[Any, Any], Any],
+                  emulate_arch: str | None = None) -> int:
+    """A benchmark script's ``main`` after parsing: with ``--dry-run`` the emulator
+    (``HEXLAYOUT_EMULATE=1``, ``HEXLAYOUT_EMULATE_ARCH`` defaulting to ``emulate_arch``), no
+    warm-up and one timed run; else a CUDA GPU, or exit status 2 naming the script. Runs
+    ``run(args)``, prints the paths ``write_results(res, args.out)`` wrote, returns 0."""
+    if args.dry_run:
+        os.environ["HEXLAYOUT_EMULATE"] = "1"
+        if emulate_arch is not None:
+            os.environ.setdefault("HEXLAYOUT_EMULATE_ARCH", emulate_arch)
+        args.warmup, args.iters = 0, 1
+    else:  # pragma: no cover - GPU only
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"{name}: needs a CUDA GPU (or --dry-run)", file=sys.stderr)
+            return 2
+    res = run(args)
+    for p in write_results(res, args.out):
+        print(p)
+    return 0
