@@ -31,12 +31,16 @@ A operand, sm_100a (compute capability 10.0) ``moe_wna16_kernels_sm100``, swap-A
 the dequantized weights stored to a shared tile the MMA reads, the accumulator in tensor
 memory) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
 expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
-two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
-``[E, K/G, N]`` uint8 (one byte per 4-bit zero point: with f16 / bf16 scales the prepared
-tensors hold ``1 + 1 / (G + 5)`` of the checkpoint's bytes, 1.027 at ``G = 32``; the kernels
-convert them once per group). The result is a ``WNA16Weights``, a plain container of those
-tensors, the format constants and the layout's key; the op refuses weights whose key is not the
-one of the kernel it runs.
+two values per byte, even k in the low nibble); the scales and AWQ's zero points (unpacked to
+one ``uint8`` byte per 4-bit zero point: with f16 / bf16 scales the prepared tensors hold ``1 +
+1 / (G + 5)`` of the checkpoint's bytes, 1.027 at ``G = 32``; the kernels convert them once per
+group) are offline tensors too, ``[E*NP, K/G]`` (row ``e*NP + n`` as ``q``'s, column the group)
+in the order synthesis gives the register column that consumes them (``wna16_layout.
+relayout_groups``: a thread's columns one run), held as their ``[E, K/G, N]`` views (strides
+``(NP*K/G, NP, 1)``: the op reads ``E``, ``K/G`` and ``N`` from them). The result is a
+``WNA16Weights``, a plain container of those tensors, the format constants and the layouts' key
+(``wna16_layout.offline_key``); the op refuses weights whose key is not the one of the kernel it
+runs.
 
 Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
 the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over
@@ -100,9 +104,10 @@ class WNA16Weights:
     ``qweight`` uint8 ``[E*NP, KP*bits/8]``: the logical rows ``e*NP + n`` (column ``n`` of
     expert ``e``'s ``W`` along K, padded: ``wna16_layout``) in the synthesized offline order
     ``layout_key`` (``hexlayout.ir.offline``; ``gate_up``: gate and up padded apart);
-    ``scales`` ``[E, G, N]`` f16 / bf16 (MXFP4: uint8 e8m0 exponents, ``s = 2^(b - 127)``),
-    ``zeros`` ``[E, G, N]`` uint8 (AWQ) or None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero
-    point); ``W[e, k, n] = (q - z) * s``
+    ``scales`` f16 / bf16 (MXFP4: uint8 e8m0 exponents, ``s = 2^(b - 127)``), ``zeros`` uint8
+    (AWQ) or None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero point), both the ``[E, G,
+    N]`` views of offline ``[E*NP, G]`` tensors (``wna16_layout.relayout_groups``; their order is
+    in ``layout_key`` too); ``W[e, k, n] = (q - z) * s``
     with the group ``k // group_size`` (one group for -1). ``perm`` int32 ``[E, K]`` (GPTQ
     act-order) or None: the rows of K were permuted by it (``q``'s row ``k`` is the checkpoint's
     row ``perm[e, k]``), and the op gathers the activations' columns by it. ``act_dtype``: the

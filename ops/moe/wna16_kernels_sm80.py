@@ -8,13 +8,15 @@ weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` w
 (``u8`` at 8 bits), read in logical coordinates: row ``e * NP + n`` holds column ``n`` of expert
 ``e``'s ``W`` along K (``NP`` the padded rows per expert; gate-up: gate, then up at ``NP / 2``);
 its storage order is the one synthesis derives from the mma fragment each ``(BN, BK)`` tile
-feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
-N]`` (in the activations' dtype; MXFP4: e8m0 bytes ``u8``, ``2^(s - 127)``) and, for AWQ, zero
-points ``z [E, G, N]`` (``u8``; ``G`` groups of ``GROUP`` rows of K; without zero points ``z`` is
-a ``u8`` tensor of the scales' sizes, not read: sharing ``s``'s sizes, the two group loads share
-their address and bounds predicate), both converted once per group in registers::
+feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s:
+hl.offline(dt[E * NP, G])`` (in the activations' dtype; MXFP4: e8m0 bytes ``u8``, ``2^(s -
+127)``) and, for AWQ, zero points ``z: hl.offline(u8[E * NP, G])`` (``G`` groups of ``GROUP``
+rows of K; the rows ``q``'s; without zero points ``z`` is a ``u8`` tensor of the scales' sizes,
+not read), both read as ``(BN, 1)`` columns at ``q``'s rows, stored in the order of the register
+column that consumes them (the threads of a fragment that share a column read one run: a
+thread's columns one load, no bounds predicate) and converted once per group in registers::
 
-    W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
+    W[e, c', n] = (q[e * NP + n, c'] - z[e * NP + n, c' // GROUP]) * s[e * NP + n, c' // GROUP]
 
 with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
 ``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
