@@ -14,6 +14,13 @@ the PTX executor run the resulting ``ld.global`` instructions unchanged. Only lo
 (the op pads the tensor to whole tiles; the launch checks the row length is a multiple of the
 tile's).
 
+A replicated register layout (threads holding the same values: thread modes of stride 0, a
+``(BN, 1)`` column of scales broadcast across a fragment's K threads) is lowered through its
+owners (``owners``): ``L'`` the layout with those modes removed, ``T'`` owners, and thread ``t``
+reads the run of its owner ``t' = sum ((t // P) % s) Q`` over the kept modes ``(P, s, Q)``::
+
+    tile_base + t' * V + v
+
 4-bit elements in whole words per thread are stored in the nibble-interleaved in-word order
 (``hexlayout.ir.offline.in_word_order``): the vectors are loaded into a scratch run ``P`` and
 each byte ``b`` of each word ``w`` of the tile is given back its logical nibbles (unpacked
