@@ -5,8 +5,13 @@ The kernels (``wna16_kernels_sm80``, ``wna16_kernels_sm90``, ``wna16_kernels_sm1
 hl.offline(u4[E*NP, KP])`` (``u8`` for 8-bit) and copy ``(BN, BK)`` tiles of them in logical
 coordinates; synthesis chooses the register layout of the mma operand the tile feeds and with
 it the tile's storage order (``hexlayout.ir.offline``: each thread's fragment one contiguous,
-16-byte-vector run). ``wna16_offline_layout`` synthesizes the kernel that will run for a target
-and returns that ``OfflineLayout``; ``relayout`` applies it to the integer values.
+16-byte-vector run). The scales ``s: hl.offline(dt[E*NP, G])`` and AWQ's zero points ``z:
+hl.offline(u8[E*NP, G])`` (the same rows, column the group) are copied as ``(BN, 1)`` columns
+into the register column the dequantization broadcasts along K, which the threads of a fragment
+share: stored in its owners' order (``hexlayout.ir.offline``), a thread's columns are one run.
+``wna16_offline_layouts`` synthesizes the kernel that will run for a target and returns those
+``OfflineLayout`` by name (``offline_key``: the one key the prepared weights record);
+``relayout`` / ``relayout_groups`` apply them.
 
 Rows: column ``n`` of expert ``e``'s ``W`` is row ``e * NP + n'``; for the down projection
 ``n' = n`` and ``NP = roundup(N, TR)``; for the gate-up projection (``gate_up=True``, ``N = 2I``
