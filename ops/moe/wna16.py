@@ -201,9 +201,9 @@ def prepare_wna16(
     The order is the offline layouts synthesis chooses for the kernel that will run
     (``wna16_layout.wna16_offline_layouts``: the weights', the scales' and AWQ's zero points')
     on ``arch`` (default: the device's, or ``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors);
-    ``gate_up=True`` for the ``w13`` projection (``N = 2I``: gate and up padded to whole tiles apart; needed when ``I`` is not a multiple of
-    the tile rows, 64). The result records the layout's key; the op refuses weights prepared for
-    another layout.
+    ``gate_up=True`` for the ``w13`` projection (``N = 2I``: gate and up padded to whole tiles
+    apart; needed when ``I`` is not a multiple of the tile rows, 64). The result records the
+    layouts' key; the op refuses weights prepared for other layouts.
 
     ``g_idx`` (GPTQ act-order, ``desc_act=True``): int32 ``[E, K]``, row ``k`` of ``W[e]`` in
     group ``g_idx[e, k]``; the rows of K are permuted once by ``perm[e] = argsort(g_idx[e])``
