@@ -74,8 +74,8 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
     def moe_wna16_gate_up_sm100(
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -110,9 +110,8 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
             def step(kt: Any, st: Any, _slot: int) -> None:
                 c0 = ktile(kt) * BK
                 sc = GROUP < PER_CHANNEL
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt,
-                              bits, sc)
+                wg = _dequant(q, s, z, e * 2 * half + n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
+                wu = _dequant(q, s, z, (2 * e + 1) * half + n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
                 ag, au = _staged(wg, sg, st), _staged(wu, su, st)
                 hl.syncthreads()  # every thread's stores before the MMA's issue
                 hl.wgmma_fence()
@@ -123,7 +122,8 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
             wgmma_pipeline(name, num_k, STAGES, load, step)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
+                g = g * _channel_scales(s, e * 2 * half + n0, BN, dt)
+                u = u * _channel_scales(s, (2 * e + 1) * half + n0, BN, dt)
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
@@ -157,8 +157,8 @@ def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bo
     def moe_wna16_down_sm100(
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -183,10 +183,11 @@ def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bo
             sw = hl.shared(dt, (BN, BK, STAGES))  # the dequantized weights: A
             acc = hl.zeros((BN, BM), f32)
 
+            row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
+
             def step(kt: Any, st: Any, _slot: int) -> None:
-                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
-                             GROUP < PER_CHANNEL)
+                sc = GROUP < PER_CHANNEL
+                w = _dequant(q, s, z, row0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits, sc)
                 aw = _staged(w, sw, st)
                 hl.syncthreads()  # every thread's stores before the MMA's issue
                 hl.wgmma_fence()
@@ -195,7 +196,7 @@ def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bo
 
             wgmma_pipeline(name, num_k, STAGES, load, step)
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                acc = acc * _channel_scales(s, e, n0, BN, dt)
+                acc = acc * _channel_scales(s, row0, BN, dt)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], out)
