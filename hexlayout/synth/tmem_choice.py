@@ -33,7 +33,8 @@ from hexlayout.arch.tmem import TMEM_LANES, TMEM_SHAPES, accumulator_layout, tme
 from hexlayout.layout import Layout, coalesce
 from hexlayout.layout.tv_maps import fit_tv
 
-__all__ = ["TmemEpilogue", "tmem_epilogue_candidates", "choose_tmem_epilogue"]
+__all__ = ["TmemEpilogue", "tmem_epilogue_candidates", "choose_tmem_epilogue", "TmemOperandStore",
+           "tmem_a_candidates"]
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,56 @@ def choose_tmem_epilogue(m: int, n: int, cta_group: int = 1, max_regs: int = 128
         raise ValueError(f"no tcgen05.ld shape loads an {m} x {n} accumulator (cta_group::{cta_group}) "
                          f"with at most {max_regs} registers per load")
     return cands[0]
+
+
+@dataclass(frozen=True)
+class TmemOperandStore:
+    """A way to write an ``m x k`` A operand of ``bits``-bit elements from registers into TMEM:
+    ``tcgen05.st.{shape}.x{num}``, ``stores`` per warp at ``origins`` (lane within the warp's
+    quarter, column), and the element register TV layout of the 128 threads."""
+
+    m: int
+    k: int
+    bits: int
+    shape: str
+    num: int
+    stores: int
+    register_tv: Layout
+    cost: tuple[int, int, int]
+    origins: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def columns(self) -> int:
+        """TMEM columns of the operand."""
+        return self.k * self.bits // 32
+
+    @property
+    def regs_per_store(self) -> int:
+        return TMEM_SHAPES[self.shape].regs * self.num
+
+
+def tmem_a_candidates(m: int, k: int, bits: int, max_regs: int = 128) -> list[TmemOperandStore]:
+    """Every ``tcgen05.st`` that writes an ``m x k`` A operand (``m`` 64 or 128) from the
+    registers of 128 threads, best first (module docstring)."""
+    per = 32 // bits
+    words = k // per
+    out = []
+    for shape in ("32x32b", "16x64b", "16x128b", "16x256b"):
+        s = TMEM_SHAPES[shape]
+        for num in s.nums:
+            if s.regs * num > max_regs:
+                continue
+            got = _register_table(m, words, 1, shape, num)
+            if got is None:
+                continue
+            table, origins = got          # word i + m * j
+            i, j = table % m, table // m
+            elems = np.stack([i + m * (per * j + h) for h in range(per)], axis=2).reshape(len(table), -1)
+            tv = fit_tv(elems)
+            if tv is None:
+                continue
+            stores = table.shape[1] // (s.regs * num)
+            cost = (stores, -_run(table, m, words), s.regs * num)
+            out.append(TmemOperandStore(m, k, bits, shape, num, stores, coalesce(tv, (1, 1)), cost, origins))
+    out.sort(key=lambda e: (e.cost, e.shape))
+    return out
