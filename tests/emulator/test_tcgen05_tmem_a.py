@@ -27,19 +27,21 @@ M, N, K = hl.dims("M N K")
 BK = 32
 
 
-def _tmem_a_gemm():
+def _tmem_a_gemm(wait: bool = True):
     """``c[64, 16] = (2 a)[64, K] @ b[16, K]^T``: each k-tile of ``a`` loaded into registers and
-    doubled there (the register A), ``b``'s k-tile into a 2-stage shared ring; the loop unrolled
-    by 2 (each unrolled mma has its own A), each k-tile's MMA left in flight (``wgmma_wait(1)``)."""
+    doubled there (the register A), ``b``'s k-tile into stage ``k % 4`` of a shared ring; the loop
+    unrolled by 2 (each unrolled mma has its own A), each k-tile's MMA left in flight
+    (``wgmma_wait(1)``; ``wait`` False: ``wgmma_wait(2)``, so k-tile ``k + 2`` rewrites the A the MMA
+    of ``k`` may still read)."""
 
-    @hl.kernel(threads=128, name="tmem_a_gemm")
+    @hl.kernel(threads=128, name="tmem_a_gemm" + ("" if wait else "_nowait"))
     def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
-        sb = hl.shared(hl.f16, (16, BK, 2))
+        sb = hl.shared(hl.f16, (16, BK, 4))
         acc = hl.zeros((64, 16), hl.f32)
         for j in hl.range(a.shape[1] // (2 * BK)):
             for s in range(2):
                 kt = 2 * j + s
-                hl.copy(b.tile((16, BK), (0, kt * BK)), sb[:, :, s])
+                hl.copy(b.tile((16, BK), (0, kt * BK)), sb[:, :, kt % 4])
                 hl.commit_group()
                 hl.wait_group(0)
                 hl.fence_proxy_async()
@@ -47,13 +49,21 @@ def _tmem_a_gemm():
                 w = hl.register(hl.f16, (64, BK))
                 hl.copy(a.tile((64, BK), (0, kt * BK)), w)
                 hl.wgmma_fence()
-                hl.mma(w + w, sb[:, :, s], acc)
+                hl.mma(w + w, sb[:, :, kt % 4], acc)
                 hl.wgmma_commit()
-                hl.wgmma_wait(1)
+                hl.wgmma_wait(1 if wait else 2)
         hl.wgmma_wait(0)
         hl.copy(acc, c.tile((64, 16), (0, 0)))
 
     return k
+
+
+def _gemm_args(seed=29):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (64, 6 * BK)).astype(np.float16)      # 6 k-tiles: the B ring wraps
+    b = rng.uniform(-1, 1, (16, 6 * BK)).astype(np.float16)
+    want = 2 * a.astype(np.float64) @ b.astype(np.float64).T
+    return {"a": a, "b": b, "c": np.full((64, 16), np.nan, np.float32)}, want
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +79,9 @@ def _walk(body):
 
 
 def test_register_a_through_tmem_matches_float64(synthesized) -> None:
-    rng = np.random.default_rng(29)
-    a = rng.uniform(-1, 1, (64, 6 * BK)).astype(np.float16)      # 6 k-tiles: the ring wraps 3 times
-    b = rng.uniform(-1, 1, (16, 6 * BK)).astype(np.float16)
-    c = np.full((64, 16), np.nan, np.float32)
-    run(synthesized.lowered.kernel, {"a": a, "b": b, "c": c})
-    want = 2 * a.astype(np.float64) @ b.astype(np.float64).T
-    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    args, want = _gemm_args()
+    run(synthesized.lowered.kernel, args)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
     mmas = [i for op, i in synthesized.lowered.choices if type(op).__name__ == "Mma"]
     assert mmas and all("_TS" in i and "A from TMEM (16 columns) written by tcgen05.st.16x256b.x2" in i
                         for i in mmas), mmas
@@ -86,6 +92,14 @@ def test_register_a_through_tmem_matches_float64(synthesized) -> None:
     stores = [i for i in body if isinstance(i, T.Tcgen05St) and "register A" in i.origin]
     assert {(s.shape, s.num) for s in stores} == {("16x256b", 2)}
     assert not any(isinstance(i, L.StShared) for i in body)       # no shared staging of A
+
+
+def test_a_rewritten_while_its_mma_is_in_flight_is_an_error() -> None:
+    syn = synthesize(_tmem_a_gemm(wait=False).trace(), "sm_100a")
+    with pytest.raises(AsyncHazardError) as e:
+        run(syn.lowered.kernel, _gemm_args()[0])
+    assert "in-flight tcgen05.mma reads as its A operand" in str(e.value)
+    assert "tmem_a_gemm_nowait" in str(e.value) and "test_tcgen05_tmem_a.py" in str(e.value)   # kernel, line
 
 
 def test_cost_model_and_refusals() -> None:

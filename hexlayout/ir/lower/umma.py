@@ -257,10 +257,13 @@ class TmemState:
             col = self.a_column_of(o.uid, tu)
             for q, (lane, c) in enumerate(s.origins):
                 taddr = base + (lane0 + lane) * TMEM_DP + col + c
-                out.append(Tcgen05St(s.shape, s.num, taddr, RegRef(a.array, q * regs, regs)))
+                out.append(Tcgen05St(s.shape, s.num, taddr, RegRef(a.array, q * regs, regs), loc=o.loc))
             self.a_stored.add(o.uid)
-        out += [Tcgen05Wait("st"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
+        sync = [Tcgen05Wait("st"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
                 Tcgen05Fence("after_thread_sync")]
+        for ins in sync:
+            ins.loc = run[-1][0].loc
+        out += sync
         for ins in out:
             ins.origin = "tcgen05.st of the register A operand"
         return out
