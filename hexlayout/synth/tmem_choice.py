@@ -157,7 +157,7 @@ class TmemOperandStore:
     num: int
     stores: int
     register_tv: Layout
-    cost: tuple[int, int, int]
+    cost: tuple[int, ...]
     origins: tuple[tuple[int, int], ...] = ()
 
     @property
@@ -191,7 +191,8 @@ def tmem_a_candidates(m: int, k: int, bits: int, max_regs: int = 128) -> list[Tm
             if tv is None:
                 continue
             stores = table.shape[1] // (s.regs * num)
-            cost = (stores, -_run(table, m, words), s.regs * num)
+            rows = max(len(np.unique(r % m)) for r in table)
+            cost = (stores, rows, -_run(table, m, words), s.regs * num)
             out.append(TmemOperandStore(m, k, bits, shape, num, stores, coalesce(tv, (1, 1)), cost, origins))
     out.sort(key=lambda e: (e.cost, e.shape))
     return out

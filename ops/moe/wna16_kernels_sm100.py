@@ -13,8 +13,9 @@ output columns by ``BM`` sorted rows, 16 / 32 / 64), and the same source shape: 
 - multiplied by ``hl.mma`` on that register tile (A = weights, B = the gathered activation rows,
   K-major in shared memory). tcgen05.mma reads A from shared or tensor memory only; synthesis
   (``hexlayout.synth.umma_choice``: ``a_source_costs``) feeds it through tensor memory: every
-  warp writes its registers into the op's A columns with one ``tcgen05.st.16x256b`` (BK 64:
-  ``.x4``, 32 columns; BK 32: ``.x2``), then ``tcgen05.wait::st``, a fenced barrier and the
+  warp writes its registers into the op's A columns with one ``tcgen05.st.16x64b`` (one weight
+  row per thread, so one scale and zero point per group; BK 64: ``.x16``, 32 columns; BK 32:
+  ``.x8``), then ``tcgen05.wait::st``, a fenced barrier and the
   ``tcgen05.mma`` M64 x N``BM`` ``_TS`` issues (``hexlayout.ir.lower.umma``). Staging through
   shared memory would take 4 (BK 64) ``st.shared.v4`` per thread and their addresses, a
   ``fence.proxy.async`` and a ``(BN, BK, STAGES)`` shared ring per weight tile; both need the

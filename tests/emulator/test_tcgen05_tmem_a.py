@@ -83,14 +83,14 @@ def test_register_a_through_tmem_matches_float64(synthesized) -> None:
     run(synthesized.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
     mmas = [i for op, i in synthesized.lowered.choices if type(op).__name__ == "Mma"]
-    assert mmas and all("_TS" in i and "A from TMEM (16 columns) written by tcgen05.st.16x256b.x2" in i
+    assert mmas and all("_TS" in i and "A from TMEM (16 columns) written by tcgen05.st.16x64b.x8" in i
                         for i in mmas), mmas
     body = list(_walk(synthesized.lowered.kernel.body))
     a_ops = [i for i in body if isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)]
     assert a_ops and all(isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)
                          for i in body if isinstance(i, T.Tcgen05Mma))
     stores = [i for i in body if isinstance(i, T.Tcgen05St) and "register A" in i.origin]
-    assert {(s.shape, s.num) for s in stores} == {("16x256b", 2)}
+    assert {(s.shape, s.num) for s in stores} == {("16x64b", 8)}
     assert not any(isinstance(i, L.StShared) for i in body)       # no shared staging of A
 
 

@@ -72,8 +72,9 @@ def test_matches_the_float64_reference_on_sm100(fmt, bits, group, dtype, t, e, k
     assert not [s for s in sites if type(s.instr).__name__ == "StShared"], "a shared store of the weights"
     a_stores = [(name, s.instr) for name, rep in _REPORTS if "_sm100_" in name for s in rep.sites
                 if s.executions and type(s.instr).__name__ == "Tcgen05St" and "register A" in s.instr.origin]
-    # one tcgen05.st.16x256b per warp and k-tile: .x2 for BK 32 (16 columns), .x4 for BK 64
-    assert a_stores and all((i.shape, i.num) == ("16x256b", 2 if "_k32" in n else 4) for n, i in a_stores)
+    # one tcgen05.st.16x64b per warp and k-tile (one row per thread): .x8 for BK 32 (16 columns),
+    # .x16 for BK 64
+    assert a_stores and all((i.shape, i.num) == ("16x64b", 8 if "_k32" in n else 16) for n, i in a_stores)
 
 
 def test_ragged_sizes_with_half_the_experts_remote() -> None:
