@@ -90,6 +90,10 @@ def test_register_a_through_tmem_matches_float64(synthesized) -> None:
     assert a_ops and all(isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)
                          for i in body if isinstance(i, T.Tcgen05Mma))
     stores = [i for i in body if isinstance(i, T.Tcgen05St) and "register A" in i.origin]
+    # the two unrolled mmas alternate between two A ranges of 16 columns after the accumulator's 16
+    # (the tail's copies would reuse them): 48 columns, allocated as 64
+    assert len({str(i.taddr) for i in stores}) == 2
+    assert [i.ncols for i in body if isinstance(i, T.TmemAlloc)] == [64]
     assert {(s.shape, s.num) for s in stores} == {("16x64b", 8)}
     assert not any(isinstance(i, L.StShared) for i in body)       # no shared staging of A
 

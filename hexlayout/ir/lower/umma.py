@@ -11,7 +11,9 @@ commit / wait) runs unchanged:
   permit, a fenced block barrier, and every thread reading the address into ``tmem_base``;
   it ends with a fenced block barrier and warp 0's ``tcgen05.dealloc``.
 * **A from TMEM** (``TiledUmma.a_store``: ``a`` is a register tile, a ``_TS`` atom): each such op
-  gets its own ``a_columns`` TMEM columns (after the columns allocated so far); before the first of
+  gets ``a_columns`` TMEM columns (after the columns allocated so far), shared with the other such
+  ops that are never stored while its MMA may be in flight nor it while theirs may (``a_ranges``:
+  a flow of commits and ``wgmma_wait`` over the kernel, as for the accumulators); before the first of
   a run of consecutive such ops of a block (only ``wgmma_fence`` between them), every thread
   writes each op's A registers there with the op's ``tcgen05.st`` (warp ``w``: lanes
   ``32*(w%4) + lane``, columns ``a_column + column`` of the store's origins), then
@@ -171,6 +173,8 @@ class TmemState:
     scale_cols: dict[tuple[int, str], int] = field(default_factory=dict)   # (mma uid, "a"/"b") -> column
     a_cols: dict[int, int] = field(default_factory=dict)     # mma uid -> first column of its TMEM A
     a_stored: set[int] = field(default_factory=set)          # mma uids whose A the block stored already
+    a_range: dict[int, int] | None = None                    # mma uid -> its A columns' range (a_ranges)
+    range_cols: dict[int, int] = field(default_factory=dict)  # range -> first column
     group: int = 1              # the cta_group of the kernel's tcgen05 mmas
     even: ExprLike = 1          # (cta_group::2) this CTA is the even one of its pair
 
@@ -217,16 +221,22 @@ class TmemState:
             self.used += tu.columns
         return self.columns[root.id]
 
-    def a_column_of(self, uid: int, tu: TiledUmma) -> int:
-        """The first TMEM column of the A operand of the mma ``uid`` (a ``_TS`` tiling)."""
+    def a_column_of(self, uid: int, tu: TiledUmma, lw: Any = None) -> int:
+        """The first TMEM column of the A operand of the mma ``uid`` (a ``_TS`` tiling): its
+        range's (``a_ranges``), allocated when the range is first used."""
         if uid not in self.a_cols:
-            if self.used + tu.a_columns > TMEM_COLUMNS:
-                need = self.used + tu.a_columns
-                raise ValueError(f"the tcgen05 accumulators and A operands in TMEM need {need} columns, more "
-                                 f"than the {TMEM_COLUMNS} there are: "
-                                 "stage a register A through a shared tile (hl.copy, then hl.mma on it)")
-            self.a_cols[uid] = self.used
-            self.used += tu.a_columns
+            if self.a_range is None:
+                self.a_range = a_ranges(lw) if lw is not None else {}
+            rng = self.a_range.get(uid, -uid - 1)
+            if rng not in self.range_cols:
+                if self.used + tu.a_columns > TMEM_COLUMNS:
+                    need = self.used + tu.a_columns
+                    raise ValueError(f"the tcgen05 accumulators and A operands in TMEM need {need} columns, "
+                                     f"more than the {TMEM_COLUMNS} there are: "
+                                     "stage a register A through a shared tile (hl.copy, then hl.mma on it)")
+                self.range_cols[rng] = self.used
+                self.used += tu.a_columns
+            self.a_cols[uid] = self.range_cols[rng]
         return self.a_cols[uid]
 
     def a_stores_before(self, lw: Any, ops: list[Op]) -> list[Instr]:
@@ -254,7 +264,7 @@ class TmemState:
             if a.values != regs * len(s.origins):
                 raise ValueError(f"the register A %{o.a.name} holds {a.values} values per thread; its "
                                  f"tcgen05.st.{s.shape}.x{s.num} write {regs * len(s.origins)}")
-            col = self.a_column_of(o.uid, tu)
+            col = self.a_column_of(o.uid, tu, lw)
             for q, (lane, c) in enumerate(s.origins):
                 taddr = base + (lane0 + lane) * TMEM_DP + col + c
                 out.append(Tcgen05St(s.shape, s.num, taddr, RegRef(a.array, q * regs, regs), loc=o.loc))
@@ -429,6 +439,85 @@ def same_region_ops(op: Op) -> list[Op]:
     return out
 
 
+#: per A-in-TMEM mma uid: the fewest commits since its last issue over the paths reaching a
+#: point (absent: retired, or never issued)
+APending = dict[int, int]
+_MAX_COMMITS = 64
+
+
+def _is_ts(lw: Any, op: Op) -> bool:
+    tu = lw.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
+    return isinstance(tu, TiledUmma) and tu.a_store is not None
+
+
+def _a_join(a: APending, b: APending) -> APending:
+    out = dict(a)
+    for u, c in b.items():
+        out[u] = min(c, out.get(u, c))
+    return out
+
+
+def _a_flow(lw: Any, ops: list[Op], f: APending, record: dict[int, list[APending]] | None) -> APending:
+    for o in ops:
+        f = _a_flow_op(lw, o, f, record)
+    return f
+
+
+def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] | None) -> APending:
+    """The A-operand flow after ``op`` (``a_ranges``); ``record``: each A mma's state at its store."""
+    if _is_ts(lw, op):
+        if record is not None:
+            record.setdefault(op.uid, []).append(dict(f))
+        return {**f, op.uid: 0}
+    if isinstance(op, TileWgmmaCommit):
+        return {u: min(c + 1, _MAX_COMMITS) for u, c in f.items()}
+    if isinstance(op, TileWgmmaWait):
+        return {u: c for u, c in f.items() if c <= int(op.pending)}
+    if isinstance(op, For):
+        top = f
+        for _ in range(4 * _MAX_COMMITS):
+            nxt = _a_join(f, _a_flow(lw, op.body.ops, top, None))
+            if nxt == top:
+                break
+            top = nxt
+        else:
+            raise ValueError("the A-operand flow of a loop did not converge")
+        return _a_join(f, _a_flow(lw, op.body.ops, top, record))
+    if isinstance(op, If):
+        out = _a_flow(lw, op.then_body.ops, f, record)
+        return _a_join(out, _a_flow(lw, op.else_body.ops, f, record) if op.else_body is not None else f)
+    return f
+
+
+def a_ranges(lw: Any) -> dict[int, int]:
+    """The TMEM column range of each A-in-TMEM mma (uid -> range): mmas share a range when neither
+    is stored while the other's MMA may be in flight, i.e. at every store of either the other is
+    retired: issued, then ``n + 1`` commits, then a ``wgmma_wait(n)`` on every path (the waits the
+    lowering adds before accumulator loads only retire more, so the rule is conservative). Greedy
+    in program order: an mma takes the first range none of whose mmas conflicts with it (the
+    unrolled copies of a k-step alternate between two ranges; the tail's copies after the loop
+    reuse them)."""
+    record: dict[int, list[APending]] = {}
+    _a_flow(lw, lw.tk.body.ops, {}, record)
+    cols = {uid: lw.assignment.mma[uid].a_columns for uid in record}
+
+    def conflict(x: int, y: int) -> bool:
+        return any(y in st for st in record[x]) or any(x in st for st in record[y])
+
+    ranges: list[list[int]] = []
+    out: dict[int, int] = {}
+    for uid in record:
+        for i, members in enumerate(ranges):
+            if cols[members[0]] == cols[uid] and not any(conflict(uid, v) for v in members):
+                members.append(uid)
+                out[uid] = i
+                break
+        else:
+            ranges.append([uid])
+            out[uid] = len(ranges) - 1
+    return out
+
+
 def _memory_view(op: Op) -> bool:
     """Whether ``op`` only names a window of a shared or global tile (no register changes)."""
     return isinstance(op, (Slice, SubTile, Permute)) and all(v.scope != Scope.REGISTER for v in op.results())
@@ -536,7 +625,7 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     if a_tmem:
         if op.uid not in st.a_stored:       # lowered alone (not by a block: a legality check)
             stores = st.a_stores_before(lw, [op])
-        a_col = st.a_column_of(op.uid, tu)
+        a_col = st.a_column_of(op.uid, tu, lw)
         a_step = tu.atom.shape_mnk[2] * bits // 32          # columns of one k-step of A
     for inst in tm.instances():
         descs: list[Any] = []
