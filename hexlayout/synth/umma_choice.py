@@ -37,15 +37,20 @@ columns of a ``_TS`` atom). ``a_source_costs`` states the cost model, per k-step
   register tile's lifetime rule, rewritten only after the MMA reading it retired, is the
   columns' too);
 * shared: ``M x K x bits / 8 / (128 x 16)`` 16-byte ``st.shared`` per thread and as many address
-  computations, a ``fence.proxy.async`` (tcgen05.mma reads through the async proxy) + a barrier,
-  and the tile's bytes of shared memory per pipeline stage.
+  computations (the ring stage's, swizzled), a ``fence.proxy.async`` (tcgen05.mma reads through
+  the async proxy), a barrier and ``tcgen05.fence::after_thread_sync``, and the tile's bytes of
+  shared memory per pipeline stage.
 
 TMEM is chosen when the op's A and accumulator fit in the 512 columns (with at most
 ``MAX_A_COLUMNS`` for A, so the accumulators of the kernel's other mmas keep room) and its
-instructions per k-tile do not exceed shared's (they never do: one ``tcgen05.st`` moves what
-takes ``stores x 4`` ``st.shared.v4``; the barrier is common to both). Otherwise no tiling is
-offered and ``umma_refusal`` says why: staging the register tile through a shared tile (``hl.copy``
-into it, then ``hl.mma`` on it) is the kernel's to write.
+instructions per k-tile do not exceed shared's: one ``tcgen05.st`` per warp moves what takes
+``M x K x bits / 16384`` ``st.shared.v4`` per thread, so they tie at a single k-step of M = 64 (5
+and 5) and TMEM is cheaper from there on (M = 64, K = 64: 5 against 11); ties go to TMEM (no
+shared bytes). Otherwise (``register_a_refusal``) no tiling is offered and the diagnostic says
+why: the shared staging is not synthesized, the kernel writes it (``hl.copy`` of the register tile
+into a shared tile, then ``hl.mma`` on that). ``explain`` shows the comparison
+(``a_source_alternative``). The TMEM columns also bound the CTAs an SM holds (512 / the
+allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share them.
 
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
 ``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
@@ -61,6 +66,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +83,7 @@ from hexlayout.layout.tv_maps import fit_tv
 from .tmem_choice import tmem_a_candidates, tmem_epilogue_candidates
 
 __all__ = ["umma_tilings", "umma_candidates", "umma_refusal", "ASourceCost", "a_source_costs",
-           "register_a_refusal"]
+           "register_a_refusal", "a_source_alternative"]
 
 #: epilogue loads offered to the search per atom (best first; ``tmem_choice`` ranks them)
 MAX_LOADS = 4
@@ -111,13 +117,13 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, A
     Example:
         >>> c = a_source_costs(64, 64, 16)
         >>> (c["tmem"].moves, c["tmem"].sync, c["smem"].moves, c["smem"].sync)
-        (1, 4, 8, 2)
+        (1, 4, 8, 3)
     """
     nbytes = m * k * bits // 8
     sts = max(1, nbytes // (threads * 16))
-    out = {"smem": ASourceCost("smem", 2 * sts, 2, 0, nbytes,
+    out = {"smem": ASourceCost("smem", 2 * sts, 3, 0, nbytes,
                                f"{sts} st.shared.v4 + {sts} address computations per thread, "
-                               "fence.proxy.async, barrier")}
+                               "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")}
     cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
     if cands:
         best = cands[0]
@@ -273,3 +279,17 @@ def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
     group = 2 if c.shape[1] == 2 * b.shape[0] else 1
     return umma_tilings(m, c.shape[1], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None,
                         cta_group=group, a_tmem=a.scope == Scope.REGISTER)
+
+
+def a_source_alternative(tu: TiledUmma) -> Any:
+    """The staging of ``tu``'s register A through shared memory as an ``explain`` alternative, with
+    the cost model's comparison (``tu`` feeds A through TMEM)."""
+    from .solve import Alternative
+
+    m, _, k = tu.tile_mnk
+    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
+    t, sm = c["tmem"], c["smem"]
+    why = (f"A source by cost per k-tile and warp: shared memory {sm.instructions} instructions "
+           f"({sm.detail}; {sm.smem_bytes} bytes per stage) against TMEM's {t.instructions} ({t.detail}; "
+           f"{t.tmem_columns} columns)")
+    return Alternative("A staged through shared memory for the _SS atom", "rejected", why)
