@@ -212,3 +212,31 @@ def test_a_in_tmem_hazards_are_errors(kw, words) -> None:
         run(_a_kernel(**kw), _a_args())
     assert words in str(e.value), str(e.value)
     assert "tmem_a" in str(e.value)
+
+
+def test_register_a_refused_names_the_kernel_op_and_reason() -> None:
+    """A register A run by two warp groups: no tiling writes it into TMEM (one warp group's
+    lanes), and the diagnostic says so with the kernel, the op's line and the remedy."""
+    from hexlayout.errors import HexlayoutError
+
+    @hl.kernel(threads=256, name="tmem_a_two_groups")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        sb = hl.shared(hl.f16, (16, BK))
+        hl.copy(b.tile((16, BK), (0, 0)), sb)
+        hl.commit_group()
+        hl.wait_group(0)
+        hl.fence_proxy_async()
+        hl.syncthreads()
+        w = hl.register(hl.f16, (64, BK))
+        hl.copy(a.tile((64, BK), (0, 0)), w)
+        acc = hl.zeros((64, 16), hl.f32)
+        hl.mma(w, sb, acc)
+        hl.wgmma_commit()
+        hl.wgmma_wait(0)
+        hl.copy(acc, c.tile((64, 16), (0, 0)))
+
+    with pytest.raises(HexlayoutError) as e:
+        synthesize(k.trace(), "sm_100a")
+    msg = str(e.value)
+    assert "tmem_a_two_groups" in msg and "hl.mma(w, sb, acc)" in msg and "one warp group" in msg, msg
+    assert "stage it through a shared tile" in msg
