@@ -668,37 +668,30 @@ def _fragment(m: Machine, ins: Instruction, warp: np.ndarray) -> tuple[np.ndarra
     return lanes, cols, regs
 
 
+def _in_flight(m: Machine, warp: np.ndarray, lanes: np.ndarray, cols: np.ndarray, marks: np.ndarray,
+               why: str) -> None:
+    """A ``PtxRaceError`` at the first cell of ``(lanes, cols)`` an in-flight op marks in ``marks``
+    (``why``: the message after the cell, with ``{op}`` and ``{line}``)."""
+    hit = marks[lanes, cols]
+    if hit.any():
+        r, c = np.argwhere(hit)[0]
+        op = _state(m)["ops"][int(hit[r, c])]
+        raise _fail(m, int(warp[r]), f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) "
+                    + why.format(op=op.kind, line=op.ins.line), PtxRaceError, buffer="tmem")
+
+
 def _ld_st(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
     for warp in warps:
         t = int(warp[0])
         st = tmem_of(m, int(m.blk[t]))
         lanes, cols, regs = _fragment(m, ins, warp)
-        pend = st.pending[lanes, cols]
-        if pend.any():
-            r, c = np.argwhere(pend)[0]
-            op = _state(m)["ops"][int(pend[r, c])]
-            raise _fail(
-                m,
-                int(warp[r]),
-                f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) is "
-                f"written by the {op.kind} at PTX line {op.ins.line}, whose tcgen05.commit has not "
-                "arrived (commit, wait on the mbarrier, tcgen05.fence::after_thread_sync)",
-                PtxRaceError,
-                buffer="tmem",
-            )
-        reading = st.a_reading[lanes, cols]
-        if ins.parts[1] == "st" and reading.any():
-            r, c = np.argwhere(reading)[0]
-            op = _state(m)["ops"][int(reading[r, c])]
-            raise _fail(
-                m,
-                int(warp[r]),
-                f"tcgen05.st writes TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}), which "
-                f"the {op.kind} at PTX line {op.ins.line} still reads as its A operand (its tcgen05.commit "
-                "has not arrived: wait on that mbarrier before rewriting A)",
-                PtxRaceError,
-                buffer="tmem",
-            )
+        _in_flight(m, warp, lanes, cols, st.pending, "is written by the {op} at PTX line {line}, whose "
+                   "tcgen05.commit has not arrived (commit, wait on the mbarrier, "
+                   "tcgen05.fence::after_thread_sync)")
+        if ins.parts[1] == "st":
+            _in_flight(m, warp, lanes, cols, st.a_reading, "is still read as its A operand by the {op} "
+                       "at PTX line {line} (its tcgen05.commit has not arrived: wait on that mbarrier "
+                       "before rewriting A)")
         if ins.parts[1] == "ld":
             for j, r in enumerate(regs):
                 m.write(r, "b32", warp, st.cells[lanes[:, j], cols[:, j]])

@@ -250,7 +250,7 @@ def test_register_a_through_tmem(wait: bool) -> None:
     bld = rt.build(_tmem_a_gemm(wait), "sm_100a", compile=False)
     args, want = _gemm_args()
     if not wait:
-        with pytest.raises(PtxError, match="still reads as its A operand"):
+        with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
             rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
         return
     rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
