@@ -81,7 +81,7 @@ from .shared import (
     shared_candidates,
     uses_of,
 )
-from .umma_choice import a_source_alternative
+from .umma_choice import a_source_comparison
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -653,7 +653,8 @@ class _Synth:
                 else:
                     alts.append(Alternative(str(tm), "not tried", "an earlier, preferred choice was legal"))
             if getattr(chosen, "a_store", None) is not None:   # a register A fed through TMEM
-                alts.insert(0, a_source_alternative(chosen))
+                alts.insert(0, Alternative("A staged through shared memory for the _SS atom", "rejected",
+                                           a_source_comparison(chosen)))
             out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))
         return out
 

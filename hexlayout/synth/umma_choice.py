@@ -49,7 +49,7 @@ and 5) and TMEM is cheaper from there on (M = 64, K = 64: 5 against 11); ties go
 shared bytes). Otherwise (``register_a_refusal``) no tiling is offered and the diagnostic says
 why: the shared staging is not synthesized, the kernel writes it (``hl.copy`` of the register tile
 into a shared tile, then ``hl.mma`` on that). ``explain`` shows the comparison
-(``a_source_alternative``). The TMEM columns also bound the CTAs an SM holds (512 / the
+(``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 / the
 allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share them.
 
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
@@ -66,7 +66,6 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -83,7 +82,7 @@ from hexlayout.layout.tv_maps import fit_tv
 from .tmem_choice import tmem_a_candidates, tmem_epilogue_candidates
 
 __all__ = ["umma_tilings", "umma_candidates", "umma_refusal", "ASourceCost", "a_source_costs",
-           "register_a_refusal", "a_source_alternative"]
+           "register_a_refusal", "a_source_comparison"]
 
 #: epilogue loads offered to the search per atom (best first; ``tmem_choice`` ranks them)
 MAX_LOADS = 4
@@ -281,15 +280,12 @@ def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
                         cta_group=group, a_tmem=a.scope == Scope.REGISTER)
 
 
-def a_source_alternative(tu: TiledUmma) -> Any:
-    """The staging of ``tu``'s register A through shared memory as an ``explain`` alternative, with
-    the cost model's comparison (``tu`` feeds A through TMEM)."""
-    from .solve import Alternative
-
+def a_source_comparison(tu: TiledUmma) -> str:
+    """Why ``tu`` feeds its register A through TMEM rather than shared memory: the cost model's
+    numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
     c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
     t, sm = c["tmem"], c["smem"]
-    why = (f"A source by cost per k-tile and warp: shared memory {sm.instructions} instructions "
-           f"({sm.detail}; {sm.smem_bytes} bytes per stage) against TMEM's {t.instructions} ({t.detail}; "
-           f"{t.tmem_columns} columns)")
-    return Alternative("A staged through shared memory for the _SS atom", "rejected", why)
+    return (f"A source by cost per k-tile and warp: shared memory {sm.instructions} instructions "
+            f"({sm.detail}; {sm.smem_bytes} bytes per stage) against TMEM's {t.instructions} ({t.detail}; "
+            f"{t.tmem_columns} columns)")

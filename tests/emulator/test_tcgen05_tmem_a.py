@@ -96,6 +96,11 @@ def test_register_a_through_tmem_matches_float64(synthesized) -> None:
     assert [i.ncols for i in body if isinstance(i, T.TmemAlloc)] == [64]
     assert {(s.shape, s.num) for s in stores} == {("16x64b", 8)}
     assert not any(isinstance(i, L.StShared) for i in body)       # no shared staging of A
+    # explain's decision: the shared staging as the alternative the cost model ranked lower
+    d = next(d for d in synthesized.decisions if d.subject.startswith("mma at"))
+    alt = d.alternatives[0]
+    assert alt.status == "rejected" and "shared memory 7 instructions" in alt.reason
+    assert "against TMEM's 5" in alt.reason and "4096 bytes per stage" in alt.reason
 
 
 def test_a_rewritten_while_its_mma_is_in_flight_is_an_error() -> None:
