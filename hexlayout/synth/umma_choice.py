@@ -60,7 +60,7 @@ Example:
     >>> from hexlayout.arch.dtypes import BF16, F32
     >>> tu = umma_tilings(128, 256, 64, BF16, BF16, F32, 256)[0]
     >>> (tu.atom.name, tu.n_atoms, tu.k_tiles, tu.ld_shape, tu.ld_num)
-    ('SM100_128x256x16_F32BF16BF16_SS', 1, 4, '32x32b', 64)
+    ('SM100_128x256x16_F32BF16BF16_SS', 1, 4, '32x32b', 128)
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def causal_conv1d(x: Any, weight: Any, bias: Any = None, *, activation: str | No
                   return_final_states: bool = False) -> Any:
     """The causal depthwise convolution (see the module docstring)::
 
-        >>> import torch, hexlayout.ops as ops   # doctest: +SKIP
+        >>> import torch, hexlayout.ops as ops
         >>> out = ops.causal_conv1d(torch.randn(2, 64, 9).half(), torch.randn(64, 4).half(),
         ...                         activation="silu")   # [2, 64, 9]; HEXLAYOUT_EMULATE=1 on CPU
     """
@@ -101,7 +101,7 @@ def causal_conv1d_update(x: Any, conv_state: Any, weight: Any, bias: Any = None,
     """One decode step of the convolution, ``conv_state`` updated in place (see the module
     docstring)::
 
-        >>> st = torch.zeros(4, 64, 3).half()      # doctest: +SKIP
+        >>> st = torch.zeros(4, 64, 3).half()
         >>> y = ops.causal_conv1d_update(torch.randn(2, 64).half(), st, torch.randn(64, 4).half(),
         ...                              conv_state_indices=torch.tensor([3, -1], dtype=torch.int32))
     """
