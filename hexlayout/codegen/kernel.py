@@ -29,6 +29,7 @@ from hexlayout.ir.expr import Var, as_expr, free_vars, to_c
 from hexlayout.ir.lowered import (
     Comment,
     ForLoop,
+    ElectIf,
     IfThen,
     Instr,
     LoweredKernel,
@@ -254,6 +255,16 @@ class _Printer:
 
     def control(self, ins: ForLoop | IfThen) -> None:
         em = self.em
+        if isinstance(ins, ElectIf):     # the warp, tested warp-uniform, then elect.sync in it
+            em.helpers.add("elect_one")
+            also = "" if isinstance(ins.also, int) and ins.also == 1 else f"({em.expr(ins.also)}) && "
+            self.out(f"if ({em.expr(as_expr(em.kernel.thread_index) // 32, warp_uniform=True)} == "
+                     f"{ins.thread // 32} && {also}hl_elect_one()) {{")
+            self.nested(ins.then_body)
+            if ins.else_body:
+                raise em.error("an elected branch has no else branch")
+            self.out("}")
+            return
         if isinstance(ins, IfThen):
             self.out(f"if ({em.expr(ins.cond)}) {{")
             self.nested(ins.then_body)

@@ -13,6 +13,7 @@ source line.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -847,14 +848,17 @@ def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | N
     not changed. On architectures with an async proxy (sm_90+) it gets a proxy fence wherever
     generic-proxy shared writes reach a wgmma or TMA store without one
     (``hexlayout.ir.passes.insert_proxy_fences``); its sequential loops go through
-    ``hexlayout.ir.passes.optimize_loops`` (loop-invariant code motion, stage rotation): the
+    ``hexlayout.ir.passes.optimize_loops`` (loop-invariant code motion, stage rotation), after
+    adjacent single-thread branches of one issuer are merged (``lowered.merge_elected``): the
     emulator and the code generator both take this result."""
+    from ..lowered import merge_elected
     from ..passes import insert_proxy_fences, optimize_loops
 
     lowering = Lowering(tk, arch, assignment)
     prog = lowering.run()
     if lowering.arch.has_tma:
         prog.kernel = insert_proxy_fences(prog.kernel)
+    prog.kernel = dataclasses.replace(prog.kernel, body=merge_elected(prog.kernel.body))
     prog.kernel = optimize_loops(prog.kernel)
     return prog
 

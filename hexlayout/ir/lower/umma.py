@@ -103,6 +103,7 @@ from ..lowered import (
     RegRef,
     SharedRef,
     SmemDesc,
+    elect_if,
 )
 from ..lowered_tcgen05 import (
     Tcgen05Commit,
@@ -473,8 +474,15 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
     if tu.cta_group == 2 and (tu.n_atoms != 1 or op.b.type.shape[0] * 2 != n):
         raise ValueError(f"{tu}: the pair's B must be one atom's N, each CTA's b holding half of it")
-    issuer = lw.elect[-1] if tu.cta_group == 1 else (as_expr(lw.elect[-1]) & st.even)
-    return [IfThen(issuer, out)]          # one branch around the issuing thread's MMAs
+    return [_issuer(lw, st, out)]          # one branch around the issuing thread's MMAs
+
+
+def _issuer(lw: Any, st: TmemState, body: list[Instr]) -> IfThen:
+    """The branch of the issuing thread - the first of the region's threads (of the even CTA of a
+    pair) - around ``body``: an ``ElectIf`` (elect.sync in its warp: no per-instruction loop
+    over active lanes in the SASS)."""
+    lo = lw.group_threads[-1][0]
+    return elect_if(lw.tid, lo, body, also=1 if st.group == 1 else st.even)
 
 
 def _scale_view(lw: Any, op: Mma, v: Value, role: str) -> SharedTileView:
@@ -532,10 +540,9 @@ def umma_commit(lw: Any) -> list[Instr]:
     cnt = RegRead(st.commits, 0)
     if st.group == 2:          # the pair's commit lands on both CTAs' barrier
         commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)), cta_group=2, multicast=3)
-        return [IfThen(as_expr(lw.elect[-1]) & st.even, [commit]),
-                Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
-    return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))]),
-            Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
+    else:
+        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))
+    return [_issuer(lw, st, [commit]), Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
 
 
 def umma_wait(lw: Any, pending: int) -> list[Instr]:
