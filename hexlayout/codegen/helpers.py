@@ -25,7 +25,8 @@ HELPERS: dict[str, str] = {
 // elect.sync over the whole (converged) warp: true in one lane, its lowest (lane 0).
 __device__ __forceinline__ bool hl_elect_one() {
   unsigned elected;
-  asm volatile("{\\n.reg .pred p;\\nelect.sync _|p, 0xffffffff;\\nselp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(elected));
+  asm volatile("{\\n.reg .pred p;\\nelect.sync _|p, 0xffffffff;\\nselp.u32 %0, 1, 0, p;\\n}\\n"
+               : "=r"(elected));
   return elected != 0;
 }""",
     "u32": """\

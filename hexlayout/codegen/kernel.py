@@ -28,8 +28,8 @@ from typing import Any
 from hexlayout.ir.expr import Var, as_expr, free_vars, to_c
 from hexlayout.ir.lowered import (
     Comment,
-    ForLoop,
     ElectIf,
+    ForLoop,
     IfThen,
     Instr,
     LoweredKernel,
@@ -255,14 +255,21 @@ class _Printer:
 
     def control(self, ins: ForLoop | IfThen) -> None:
         em = self.em
-        if isinstance(ins, ElectIf):     # the warp, tested warp-uniform, then elect.sync in it
+        if isinstance(ins, ElectIf):     # the warp, tested warp-uniform, and its elected lane
             em.helpers.add("elect_one")
-            also = "" if isinstance(ins.also, int) and ins.also == 1 else f"({em.expr(ins.also)}) && "
-            self.out(f"if ({em.expr(as_expr(em.kernel.thread_index) // 32, warp_uniform=True)} == "
-                     f"{ins.thread // 32} && {also}hl_elect_one()) {{")
-            self.nested(ins.then_body)
+            em.elected_used = True
+            also = "" if isinstance(ins.also, int) and ins.also == 1 else f" && ({em.expr(ins.also)})"
             if ins.else_body:
                 raise em.error("an elected branch has no else branch")
+            # (the lane test nested: ptxas keeps its one-lane knowledge when `also` joins other
+            # tests of the same values, which a single && chain lost on the pair's issue branch)
+            self.out(f"if ({em.expr(as_expr(em.kernel.thread_index) // 32, warp_uniform=True)} == "
+                     f"{ins.thread // 32}{also}) {{")
+            self.depth += 1
+            self.out(f"if ({em.elected_name}) {{")
+            self.nested(ins.then_body)
+            self.out("}")
+            self.depth -= 1
             self.out("}")
             return
         if isinstance(ins, IfThen):
@@ -329,6 +336,8 @@ class _Printer:
         em.instr = None
         if em.warp_used:
             prologue.append(f"const int {em.warp_var.name} = __shfl_sync(0xffffffffu, {tid} >> 5, 0);")
+        if em.elected_used:       # (the prologue: every warp converged, the elected lane is lane 0)
+            prologue.append(f"const bool {em.elected_name} = hl_elect_one();")
         smem_total = max(k.smem_bytes, max((off + MBAR_ALIGN * n for _, off, n in bars), default=0))
         head = self.header(kname, bars, smem_total)
         attrs = f"__launch_bounds__({k.threads}, {mb})" if (mb := self.min_blocks()) \

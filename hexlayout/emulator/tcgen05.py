@@ -52,6 +52,7 @@ before the commit arrived. Block-scaled and ``tcgen05.cp`` with cta_group::2 are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -84,6 +85,8 @@ class _Issued:
     #: (issuing thread, cta_group) -> its MMAs and copies not yet committed, each with the CTA whose
     #: TMEM and shared memory it touches
     uncommitted: dict[tuple[int, int], list[tuple[Machine, AsyncOp]]] = field(default_factory=dict)
+    #: (issuing thread, cta_group) -> the landings of its earlier commits that have not landed yet
+    landings: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
 
 
 def _cells(m: Machine, ins: Instr, base: int, rows: int, cols: int, m_atom: int, what: str, group: int = 1
@@ -327,16 +330,20 @@ def tcgen05_cp(m: Machine, ins: Tcgen05Cp, x: Active) -> None:
     m.family_state("tcgen05", _Issued).uncommitted.setdefault((issuer, 1), []).append((m, op))
 
 
-def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int):
+def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int, prior: list[Any] = ()):
     """The landing of a commit (``issuer``: the committing thread's cluster-wide id): its MMAs'
     results and copies reach TMEM, in issue order, in each CTA they write. The first arrival that
-    lands completes them (a multicast commit lands once per CTA of its mask)."""
-    done = []
+    lands completes them (a multicast commit lands once per CTA of its mask). A commit tracks every
+    earlier tcgen05 operation of its thread (PTX ISA), so the landings of the thread's earlier
+    commits (``prior``) that have not landed run first."""
+    done: list[bool] = []
 
     def run(_landing: Machine) -> None:
         if done:
             return
         done.append(True)
+        for p in prior:
+            p(_landing)
         for c, op in ops:
             st = tmem_state(c)
             lanes, cols, vals, reads = op.extra
@@ -349,6 +356,7 @@ def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int):
                 c.shadow.clear_marks(c.shadow.pend_read, idx, op.ident)
             c.async_ops.pop(op.ident, None)
 
+    run.landed = done          # type: ignore[attr-defined]  (non-empty once it ran)
     return run
 
 
@@ -370,7 +378,9 @@ def tcgen05_commit(m: Machine, ins: Tcgen05Commit, x: Active) -> None:
         ops = issued.uncommitted.pop((int(t), ins.cta_group), [])
         clocks = m.shadow.clocks
         gid = int(clocks.off + t)
-        run = _complete(ops, gid, int(clocks.c[t, gid]))
+        prior = [p for p in issued.landings.get((int(t), ins.cta_group), []) if not p.landed]
+        run = _complete(ops, gid, int(clocks.c[t, gid]), prior)
+        issued.landings[(int(t), ins.cta_group)] = prior + [run]
         for tm, bar in zip(targets, bars):
             group = tm.new_async("tcgen05.commit", ins, np.array([t]))
             group.extra = run

@@ -365,9 +365,9 @@ class ElectIf(IfThen):
     """A branch one thread of a converged warp takes: ``cond`` is ``tid == thread`` (and
     ``also``), ``thread`` the first thread of its warp (a multiple of 32). Its meaning is the
     ``IfThen``'s (the emulator runs ``cond``); the printer tests the warp-uniform warp index and
-    ``elect.sync`` (the warp's lane 0 when all its lanes run the branch, as the region's
-    threads do at a tcgen05 issue), so the compiler knows one thread of one warp runs the
-    body: no loop over the warp's active lanes around each single-thread instruction."""
+    the lane ``elect.sync`` elected in the kernel's prologue (every warp converged there: lane
+    0), so the compiler knows one thread of one warp runs the body: no loop over the warp's
+    active lanes around each single-thread instruction."""
 
     thread: int = 0
     also: ExprLike = 1

@@ -114,7 +114,16 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
 from .scan import lower_scan
-from .umma import TmemState, is_umma, lower_umma, same_region_ops, umma_commit, umma_fence, umma_wait
+from .umma import (
+    TmemState,
+    is_umma,
+    lower_umma,
+    same_region_ops,
+    umma_arrive,
+    umma_commit,
+    umma_fence,
+    umma_wait,
+)
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -668,6 +677,11 @@ class Lowering:
     def op_MbarrierArrive(self, op: MbarrierArrive) -> list[Instr]:
         pred: ExprLike | None = None
         t = as_expr(self.tid)
+        if op.who == "mma":
+            if not any(isinstance(tu, TiledUmma) for tu in self.assignment.mma.values()):
+                raise self.fail(op, "arrive(who='mma') is a tcgen05.commit: the kernel has no tcgen05 mma "
+                                    f"(sm_100a); it is lowered for {self.arch.name}")
+            return umma_arrive(self, self.mbar_ref(op.bar, op.index, op))
         if op.who == "one":
             pred = self.elect[-1]
         elif op.who == "warp":

@@ -36,6 +36,9 @@ commit / wait) runs unchanged:
   column ``(rows / 32) (k // 4)`` on, byte ``k % 4``. The thread's tcgen05 operations run in
   issue order, so the next k-tile's copy into the same columns follows this k-tile's MMAs
   (as CUTLASS's block-scaled mainloops do).
+* **arrive(bar, who="mma")** -> the issuing thread's ``tcgen05.commit`` onto ``bar`` (a pair's:
+  ``cta_group::2``, multicast to both CTAs): the barrier's arrival once the mmas issued so far
+  completed (a pipeline stage released by the tensor cores); not counted as a commit here.
 * **wgmma_commit** -> the elected thread's ``tcgen05.commit`` onto barrier ``c % B`` of the
   lowering's ``tc_done[B]`` mbarriers (``B`` = the largest ``n`` of the kernel's
   ``wgmma_wait(n)`` + 1), ``c`` the commits so far (a per-thread counter ``tc_commits``);
@@ -124,7 +127,8 @@ from ..tiled_umma import TiledUmma
 from .mma import _desc
 from .views import RegisterTile, SharedTileView
 
-__all__ = ["TmemState", "is_umma", "lower_umma", "umma_commit", "umma_wait", "umma_fence", "same_region_ops"]
+__all__ = ["TmemState", "is_umma", "lower_umma", "umma_commit", "umma_arrive", "umma_wait", "umma_fence",
+           "same_region_ops"]
 
 BAR = "tc_done"
 
@@ -543,6 +547,16 @@ def umma_commit(lw: Any) -> list[Instr]:
     else:
         commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))
     return [_issuer(lw, st, [commit]), Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
+
+
+def umma_arrive(lw: Any, bar: MbarRef) -> list[Instr]:
+    """``hl.arrive(bar, who="mma")``: the issuing thread's ``tcgen05.commit`` onto ``bar`` (a pair's
+    multicast to both CTAs' barrier). It signals the completion of the mmas issued so far but is
+    not a ``wgmma_commit``: the accumulators stay uncommitted for their ``tcgen05.ld`` (no
+    ``tc_done`` barrier says they are done) until a ``wgmma_commit``."""
+    st = TmemState.of(lw)
+    commit = Tcgen05Commit(bar, cta_group=2, multicast=3) if st.group == 2 else Tcgen05Commit(bar)
+    return [_issuer(lw, st, [commit])]
 
 
 def umma_wait(lw: Any, pending: int) -> list[Instr]:
