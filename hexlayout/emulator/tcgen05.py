@@ -7,7 +7,10 @@ the atom's accumulator in TMEM at the address ``d`` (``arch.tmem.accumulator_lay
 result is computed at issue but stays *in flight*: the D cells are marked with the MMA until it
 completes, and so are the shared bytes it reads (writing them earlier is an error). It
 completes only through ``Tcgen05Commit``: an arrival on the mbarrier that lands like a TMA
-transfer (``mbarrier.py``), i.e. when some thread waits on that barrier. Then the result
+transfer (``mbarrier.py``), i.e. when some thread waits on that barrier. A commit tracks every
+earlier tcgen05 operation of its thread (PTX ISA): its landing first lands the thread's earlier
+commits that have not landed (a stage released per k-tile onto its own barrier, then one commit
+for the tile's accumulator). Then the result
 reaches TMEM, and a ``tcgen05.ld`` may read it if the reading thread observed the commit
 (happens-before through the mbarrier wait or a later barrier, checked with the race detector's
 vector clocks). An MMA accumulating into cells of an earlier in-flight one chains onto its

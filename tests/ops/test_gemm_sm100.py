@@ -90,6 +90,12 @@ def test_builds_for_sm100_with_tcgen05_sass():
     for prefix in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG"):
         assert count_prefix(counts, prefix) >= 1, (prefix, sorted(counts))
     assert count_prefix(counts, "HGMMA") == 0
+    # the MMA loop: full-barrier wait, one elected branch with 4 UTCHMMA and the stage's commit (no
+    # ELECT loop per instruction, no wait on the MMAs): 40 non-MMA per k-tile here, CuTe DSL's
+    # dense 128x128 example 73 (benchmarks/results/static-sm100.md)
+    lp = st.main_loop
+    assert lp.mma_opcode.startswith("UTCHMMA") and lp.mix.get("ELECT", 0) == 0, lp
+    assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 44, lp
 
 
 def test_zeroed_accumulator_is_stored_to_tmem_once():
