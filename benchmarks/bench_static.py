@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # its sibling modules (peers_sm100, dequant_cost)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -996,8 +997,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], peers: bool) -> s
 def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
     """hexlayout's sm_100a GEMM rows beside CuTe DSL's Blackwell examples as
     ``benchmarks/peers_sm100.py`` measured them (``static-sm100-peers.json``, same reader), in one
-    table: registers, MMA loop non-MMA per k-tile (a 64-deep k-tile: 4 UTCHMMA), instruction
-    counts."""
+    table: registers, MMA loop non-MMA per k-tile (a 64-deep k-tile: 4 UTCHMMA), the epilogue's
+    instructions per accumulator value (``runtime.tmem_epilogue``), instruction counts."""
+    from peers_sm100 import epilogue_cell
+
     if not rows:
         return []
     path = RESULTS / "static-sm100-peers.json"
@@ -1012,7 +1015,8 @@ def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
            "`static-sm100-peers.md` (`benchmarks/peers_sm100.py`)"
            + ("" if peers else " — not found, peers left out") + ".", "",
            "| kernel | tile | cta_group | registers | spill (LDL/STL) | MMA loop: non-MMA / k-tile | "
-           "UTCHMMA / LDTM / UTCBAR / UTMALDG / UTMASTG |", "|---|---|---|---|---|---|---|"]
+           "epilogue: instr / value | UTCHMMA / LDTM / UTCBAR / UTMALDG / UTMASTG |",
+           "|---|---|---|---|---|---|---|---|"]
     keys = ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG", "UTMASTG")
     for r in rows:
         d = r["hexlayout"]
@@ -1023,13 +1027,15 @@ def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
         tile = f"{g * r['case']['BM']}x{r['case']['BN']}x{r['case']['BK']}"
         out.append(f"| hexlayout {r['config']} | {tile} | {g} | "
                    f"{_regs(d)} | {d['local_memory_instructions']} | {loop} | "
+                   f"{epilogue_cell(d.get('epilogue'))} | "
                    + " / ".join(str(c.get(k, 0)) for k in keys) + " |")
     for p in peers:
         m, c = p["main_loop"], p["counts"]
         loop = f"{m['non_mma_per_ktile']:.1f} ({m['instructions']} instr, {m['mma']} MMA)" if m else "-"
         out.append(f"| CuTe DSL {p['peer']} (cluster {p['cluster']}) | {p['tile']} | {p['cta_group']} | "
                    f"{p['registers']}, R{p['highest_register']} | {p['local_memory_instructions']} | "
-                   f"{loop} | " + " / ".join(str(c.get(k, 0)) for k in keys) + " |")
+                   f"{loop} | {epilogue_cell(p.get('epilogue'))} | "
+                   + " / ".join(str(c.get(k, 0)) for k in keys) + " |")
     return out
 
 

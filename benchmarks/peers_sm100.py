@@ -11,7 +11,8 @@ cubin and reads its SASS with :func:`hexlayout.runtime.stats.kernel_stats`: regi
 count from ``cuobjdump -res-usage``, then the highest register used), local-memory
 instructions, the MMA issuer's main loop (the innermost backward-branch span holding the most
 ``UTCHMMA``: its non-MMA instructions per k-tile, a k-tile being the example's 64-deep K block =
-4 ``tcgen05.mma`` of K 16), and the counts of ``UTCHMMA`` / ``LDTM`` (``tcgen05.ld``) /
+4 ``tcgen05.mma`` of K 16), the epilogue (``hexlayout.runtime.tmem_epilogue``: instructions per
+accumulator value a thread loads from TMEM), and the counts of ``UTCHMMA`` / ``LDTM`` (``tcgen05.ld``) /
 ``UTCBAR`` (``tcgen05.commit``) / TMA instructions. Each configuration compiles in its own
 process (``cute.compile`` keeps state per process). Results: ``static-sm100-peers.{json,md}``.
 """
@@ -26,6 +27,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +119,7 @@ def row(peer: str, tile: tuple[int, int], cluster: tuple[int, int], two: bool,
             "non_mma_per_ktile": m.non_mma_per_ktile, "mix": m.mix,
         },
         "counts": {k: v for k, v in st.counts.items() if v}, "epilogue_stores": st.epilogue_stores,
+        "epilogue": None if (ep := st.epilogue) is None else {**asdict(ep), "per_value": ep.per_value},
     }
 
 
@@ -127,17 +130,36 @@ def versions() -> dict[str, str]:
             "machine": f"{platform.platform()}, {os.cpu_count()} CPUs, no GPU"}
 
 
+def epilogue_cell(ep: dict[str, Any] | None) -> str:
+    """The epilogue column: instructions per accumulator value (instructions / values per thread,
+    ``per iteration`` when it is one iteration of a sub-tile loop)."""
+    if not ep:
+        return "-"
+    return (f"{ep['instructions'] / ep['values']:.2f} ({ep['instructions']} / {ep['values']}"
+            f"{' per iteration' if ep['looped'] else ''})")
+
+
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """The markdown table of the rows."""
     out = ["| peer | tile | cluster | cta_group | registers | spill (LDL/STL) | MMA loop: non-MMA / k-tile | "
-           "UTCHMMA / LDTM / UTCBAR / UTMALDG / UTMASTG |", "|---|---|---|---|---|---|---|---|"]
+           "epilogue: instr / value | UTCHMMA / LDTM / UTCBAR / UTMALDG / UTMASTG |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         m, c = r["main_loop"], r["counts"]
         loop = f"{m['non_mma_per_ktile']:.1f} ({m['instructions']} instr, {m['mma']} MMA)" if m else "-"
         ops = " / ".join(str(c.get(k, 0)) for k in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG", "UTMASTG"))
         out.append(f"| {r['peer']} | {r['tile']} | {r['cluster']} | {r['cta_group']} | {r['registers']}, "
-                   f"R{r['highest_register']} | {r['local_memory_instructions']} | {loop} | {ops} |")
+                   f"R{r['highest_register']} | {r['local_memory_instructions']} | {loop} | "
+                   f"{epilogue_cell(r.get('epilogue'))} | {ops} |")
     return out
+
+
+#: what the table's MMA-loop column compares (written under the table)
+NOTE = ("The dense example's MMA loop also issues the TMA loads (one warp does both); the persistent "
+        "and grouped examples are warp-specialized (a TMA warp, an MMA warp, epilogue warps), so their MMA "
+        "loop is the issuer's alone. The persistent loop holds two k-tiles (8 UTCHMMA). The epilogue column: "
+        "`hexlayout.runtime.tmem_epilogue`, the instructions from the accumulator's TMEM loads to its "
+        "output stores per accumulator value a thread loads.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a CUTLASS checkout (its examples/python/CuTeDSL)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--only", default="", help="comma-separated peers (dense, persistent, grouped)")
+    ap.add_argument("--source", default="", help="where the checkout's examples come from (repository and "
+                    "commit), recorded in the results")
     args = ap.parse_args(argv)
     only = {x for x in args.only.split(",") if x}
     rows, failed = [], []
@@ -161,15 +185,18 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(str(e).splitlines()[0])
                 print(e, flush=True)
     meta = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **versions(),
-            "command": "python benchmarks/peers_sm100.py " + " ".join(argv or sys.argv[1:])}
+            "command": "python benchmarks/peers_sm100.py " + " ".join(argv or sys.argv[1:]),
+            "cutlass_examples": args.source}
     args.out.mkdir(parents=True, exist_ok=True)
     res = {"meta": meta, "rows": rows, "failed": failed}
     (args.out / "static-sm100-peers.json").write_text(json.dumps(res, indent=1))
     md = [f"# CuTe DSL Blackwell GEMM examples, static (sm_100a) ({meta['date']})", "",
           f"CuTe DSL {meta['cutlass_dsl']}, Python {meta['python']}, {meta['machine']}. `{meta['command']}`. "
-          "f16 in, f32 accumulate, f16 out, K-major A and B; a k-tile is one 64-deep K block "
+          + (f"The examples were taken from {args.source} (`git archive HEAD examples/python/CuTeDSL`). "
+             if args.source else "")
+          + "f16 in, f32 accumulate, f16 out, K-major A and B; a k-tile is one 64-deep K block "
           "(4 UTCHMMA).", "",
-          *table(rows), *(["", "Failed: " + "; ".join(failed)] if failed else [])]
+          *table(rows), "", NOTE, *(["", "Failed: " + "; ".join(failed)] if failed else [])]
     (args.out / "static-sm100-peers.md").write_text("\n".join(md) + "\n")
     return 1 if failed else 0
 

@@ -3,7 +3,8 @@
 ``kernel_stats(cubin, ...)`` returns a :class:`KernelStats`: registers (and the highest
 register each ``setmaxnreg`` region uses), spills, shared memory, the main loop's size and
 instruction mix, MMA per iteration, non-MMA instructions per k-tile, the epilogue's store
-widths, TMA / ldmatrix / stmatrix / cp.async use and ptxas' warnings. No GPU is needed.
+widths, TMA / ldmatrix / stmatrix / cp.async use, ptxas' warnings and, for a ``tcgen05``
+kernel, its epilogue (``tmem_epilogue``: instructions per accumulator value). No GPU is needed.
 
 Definitions (per warp instruction stream, i.e. counted in the SASS of the function):
 
@@ -37,8 +38,9 @@ Definitions (per warp instruction stream, i.e. counted in the SASS of the functi
   for at once.
 - **highest register**: the largest ``R`` index any instruction touches, counting every
   register of a wide operand (a 128-bit load's 4, an HMMA accumulator's 4, an HGMMA
-  64xN f32 accumulator's N/2, a ``.64`` pair's 2). Per ``setmaxnreg`` region: over the
-  instructions reachable from each ``USETMAXREG`` up to the next one.
+  64xN f32 accumulator's N/2, a ``.64`` pair's 2, an ``LDTM`` / ``STTM``'s
+  ``tmem_load_values``). Per ``setmaxnreg`` region: over the instructions reachable from
+  each ``USETMAXREG`` up to the next one.
 """
 
 from __future__ import annotations
@@ -51,6 +53,17 @@ from typing import Any
 from hexlayout.errors import HexlayoutError
 
 from .resources import ResourceUsage, parse_ptxas, parse_res_usage
+from .sass_listing import (
+    HEX,
+    MMA_OPCODES,
+    Instruction,
+    Loop,
+    find_main_loop,
+    loops,
+    parse_sass,
+    successors,
+)
+from .tmem_epilogue import Epilogue, tmem_epilogue, tmem_load_values
 
 __all__ = ["StatsError", "build_stats", "Instruction", "Loop", "MainLoop", "KernelStats", "parse_sass",
            "loops", "find_main_loop", "kernel_stats", "register_extents", "highest_register",
@@ -58,20 +71,10 @@ __all__ = ["StatsError", "build_stats", "Instruction", "Loop", "MainLoop", "Kern
            "mma_per_ktile_from_bk", "wgmma_overlap",
            "MMA_OPCODES", "SERIALIZATION_CODES"]
 
-#: Opcodes (before the first ``.``) of tensor-core instructions: warp MMA (sm_80), warp-group MMA
-#: (sm_90a) and the single-thread tcgen05 MMA of sm_100a (``UTCHMMA`` f16/bf16, ``UTCQMMA`` f8f6f4,
-#: ``UTCIMMA`` i8, ``UTCOMMA`` f4 block-scaled), whose operands are descriptors and TMEM.
-MMA_OPCODES = frozenset({"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "QMMA", "DMMA", "BMMA", "BGMMA", "OMMA",
-                         "UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCOMMA", "UTCMMA"})
 #: ptxas codes of the "wgmma pipeline serialized" performance messages.
 SERIALIZATION_CODES = ("C7515", "C7510", "C7508", "C7509", "C7511", "C7512", "C7513", "C7514", "C7516")
 
-_FUNCTION = re.compile(r"^\s*Function\s*:\s*(?P<name>\S+)")
-_TARGET = re.compile(r"^\s*(?:code for|\.target)\s+(?P<arch>sm_\w+)")
-_LINE = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P(?:T|\d)\s+)?"
-                   r"(?P<op>[A-Z][A-Za-z0-9_.]*)(?P<args>[^;]*);")
 _REG = re.compile(r"(?<![A-Za-z_])R(?P<idx>\d+)(?P<wide>\.64)?(?![0-9A-Za-z_])")
-_HEX = re.compile(r"0x[0-9a-f]+")
 _SHAPE = re.compile(r"^(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)$")
 _TYPE_BITS = {"F64": 64, "F32": 32, "S32": 32, "TF32": 32, "F16": 16, "BF16": 16, "S8": 8, "U8": 8,
               "E4M3": 8, "E5M2": 8, "S4": 4, "U4": 4}
@@ -97,160 +100,6 @@ _CATEGORIES = (
 
 class StatsError(HexlayoutError, ValueError):
     """A kernel cannot be analyzed: no cubin, or the SASS does not hold the named kernel."""
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """One SASS instruction: byte address, guard predicate (``""``, ``"@P0"``, ``"@!PT"``...),
-    full opcode with modifiers and the operand text."""
-
-    addr: int
-    pred: str
-    op: str
-    args: str
-
-    @property
-    def base(self) -> str:
-        return self.op.split(".", 1)[0]
-
-    @property
-    def never(self) -> bool:
-        """Guarded by ``@!PT``: never executed."""
-        return self.pred in ("@!PT", "@!UPT")
-
-    @property
-    def operands(self) -> list[str]:
-        return [a.strip() for a in self.args.split(",")] if self.args.strip() else []
-
-    @property
-    def is_mma(self) -> bool:
-        return self.base in MMA_OPCODES
-
-
-def parse_sass(sass: str) -> dict[str, tuple[str, list[Instruction]]]:
-    """``{function name: (arch, instructions)}`` of a ``cuobjdump -sass`` listing, in order."""
-    out: dict[str, tuple[str, list[Instruction]]] = {}
-    arch, current = "", None
-    for line in sass.splitlines():
-        if (m := _TARGET.match(line)):
-            arch = m.group("arch")
-            continue
-        if (m := _FUNCTION.match(line)):
-            current = m.group("name")
-            out[current] = (arch, [])
-            continue
-        if current is None:
-            continue
-        if (m := _LINE.match(line)):
-            out[current][1].append(Instruction(int(m.group("addr"), 16), (m.group("pred") or "").strip(),
-                                               m.group("op"), m.group("args").strip()))
-    return out
-
-
-# --- control flow -------------------------------------------------------------------------------
-
-def _target(ins: Instruction) -> int | None:
-    if ins.base not in ("BRA", "JMP") or ins.never:
-        return None
-    hexes = _HEX.findall(ins.args)
-    return int(hexes[-1], 16) if hexes else None
-
-
-def _unconditional(ins: Instruction) -> bool:
-    """No guard and no predicate operand (``BRA.U !UP0, 0x...`` is conditional)."""
-    return ins.pred in ("", "@PT", "@UPT") and len(ins.operands) <= 1
-
-
-def _successors(code: list[Instruction]) -> list[list[int]]:
-    """Successor instruction indices of each instruction."""
-    index = {ins.addr: i for i, ins in enumerate(code)}
-    succ: list[list[int]] = []
-    for i, ins in enumerate(code):
-        nxt = [i + 1] if i + 1 < len(code) else []
-        t = _target(ins)
-        if t is not None:
-            tgt = [index[t]] if t in index else []
-            succ.append(tgt if _unconditional(ins) else nxt + [x for x in tgt if x not in nxt])
-        elif ins.base in ("EXIT", "RET", "BPT", "KILL") and not ins.never and ins.pred in ("", "@PT"):
-            succ.append([])
-        else:
-            succ.append(nxt)
-    return succ
-
-
-@dataclass(frozen=True)
-class Loop:
-    """A backward-branch span: instructions ``code[first..last]`` (inclusive); ``mma`` counts
-    the MMA of its cycle (the instructions on a path from the target back to the branch)."""
-
-    first: int
-    last: int
-    start: int          # address of the branch target
-    end: int            # address of the backward branch
-    mma: int
-
-
-def _cycle(succ: list[list[int]], first: int, last: int) -> set[int]:
-    """Instructions of ``[first, last]`` on a path from ``first`` to ``last`` inside the span
-    (empty when ``last`` cannot be reached from ``first`` without leaving it)."""
-    fwd = {first}
-    todo = [first]
-    while todo:
-        v = todo.pop()
-        for w in succ[v]:
-            if first <= w <= last and w not in fwd:
-                fwd.add(w)
-                todo.append(w)
-    if last not in fwd:
-        return set()
-    preds: dict[int, list[int]] = {}
-    for v in fwd:
-        for w in succ[v]:
-            if w in fwd:
-                preds.setdefault(w, []).append(v)
-    back = {last}
-    todo = [last]
-    while todo:
-        v = todo.pop()
-        for u in preds.get(v, ()):
-            if u not in back:
-                back.add(u)
-                todo.append(u)
-    return fwd & back
-
-
-def loops(code: list[Instruction]) -> list[Loop]:
-    """Every loop span, one per branch target: a backward branch whose span holds a cycle
-    from the target back to it. A jump back from an out-of-line block (the retry path of an
-    mbarrier wait placed after the loop) closes no cycle inside its span, or one without the
-    loop's MMA, and is no main-loop candidate."""
-    succ = _successors(code)
-    index = {ins.addr: i for i, ins in enumerate(code)}
-    spans: dict[int, tuple[int, set[int]]] = {}
-    for i, ins in enumerate(code):
-        t = _target(ins)
-        if t is None or t > ins.addr or t not in index:
-            continue
-        j = index[t]
-        cyc = _cycle(succ, j, i)
-        if cyc and (j not in spans or i > spans[j][0]):
-            spans[j] = (i, cyc)
-    return [Loop(j, i, code[j].addr, code[i].addr, sum(code[v].is_mma for v in cyc))
-            for j, (i, cyc) in sorted(spans.items())]
-
-
-def find_main_loop(code: list[Instruction]) -> Loop | None:
-    """Among the innermost loop spans holding MMA (no other such span inside them), the one
-    whose cycle holds the most MMA; the shortest among equals; ``None`` when no loop holds
-    an MMA. (An outer loop around two warp groups' k-loops is not the main loop; nor is a
-    span closed by ``BRA.U.ANY``: ptxas's loop issuing a uniform-datapath instruction such as
-    ``UTCHMMA`` once per active lane, ``ELECT`` ... ``BRA.U.ANY``, which no source loop is.)"""
-    cands = [lp for lp in loops(code) if lp.mma and not code[lp.last].op.startswith("BRA.U.ANY")]
-    inner = [lp for lp in cands
-             if not any(o is not lp and lp.first <= o.first and o.last <= lp.last for o in cands)]
-    if not inner:
-        return None
-    return max(inner, key=lambda lp: (lp.mma, -(lp.last - lp.first)))
 
 
 # --- registers ----------------------------------------------------------------------------------
@@ -303,6 +152,8 @@ def register_extents(ins: Instruction) -> list[tuple[int, int]]:
             width = 2 if m.group("wide") else 1
             if "[" in text:
                 pass               # an address: 32-bit, or 64-bit with its .64 suffix
+            elif base == "LDTM" and i == 0 or base == "STTM" and i == len(ops) - 1:
+                width = tmem_load_values(ins.op)
             elif base in _LOADS and i == 0:
                 width = _matrix_regs(mods) if base == "LDSM" else _vector_regs(mods)
             elif base in _STORES and i == len(ops) - 1:
@@ -329,12 +180,12 @@ def setmaxnreg_regions(code: list[Instruction]) -> list[dict[str, Any]]:
     """For each ``USETMAXREG``: its register limit and the highest register among the
     instructions reachable from it without passing another ``USETMAXREG`` (the warp
     group's code under that limit)."""
-    succ = _successors(code)
+    succ = successors(code)
     out = []
     for i, ins in enumerate(code):
         if ins.base != "USETMAXREG":
             continue
-        hexes = _HEX.findall(ins.args)
+        hexes = HEX.findall(ins.args)
         seen = {i}
         todo = [i]
         while todo:
@@ -516,6 +367,7 @@ class KernelStats:
     epilogue_stores: dict[str, int]
     warnings: list[str]
     serialization: list[str] = field(default_factory=list)
+    epilogue: Epilogue | None = None
 
     @property
     def spills(self) -> bool:
@@ -555,6 +407,11 @@ class KernelStats:
         lines.append("  memory: " + (", ".join(f"{k} {v}" for k, v in self.counts.items() if v) or "-"))
         lines.append("  epilogue stores: " + (", ".join(f"{k} {v}" for k, v in self.epilogue_stores.items())
                                               or "-"))
+        if (ep := self.epilogue) is not None:
+            once = " (one iteration)" if ep.looped else ""
+            lines.append(f"  epilogue [0x{ep.start:x}, 0x{ep.end:x}]{once}: "
+                         f"{ep.instructions} instructions for {ep.values} accumulator values per thread "
+                         f"({ep.per_value:.2f} per value)")
         lines.append("  ptxas: " + ("; ".join(self.warnings) if self.warnings else "no warnings"))
         return "\n".join(lines)
 
@@ -620,7 +477,8 @@ def kernel_stats(cubin: bytes | None = None, *, sass: str | None = None, log: st
     from_log = res is not None
     if res is None and cubin is not None:
         res = parse_res_usage(res_usage(cubin), kname)
-    lp = find_main_loop(code)
+    spans = loops(code)
+    lp = find_main_loop(code, spans)
     main = None
     if lp is not None:
         body = code[lp.first:lp.last + 1]
@@ -658,7 +516,7 @@ def kernel_stats(cubin: bytes | None = None, *, sass: str | None = None, log: st
         shared_static=res.shared_static if res else None, shared_dynamic=shared_dynamic,
         instructions=len(code), mma=sum(i.is_mma for i in code), main_loop=main,
         counts={k: counts[k] for k in _TRACKED}, epilogue_stores=dict(sorted(stores.items())),
-        warnings=warnings, serialization=serial)
+        warnings=warnings, serialization=serial, epilogue=tmem_epilogue(code, lp, spans))
 
 
 _BUILD_STATS: dict[str, KernelStats] = {}

@@ -26,14 +26,15 @@ def deferred_epilogue(mode: str):
     """``c[:, 64t:64t+64] = a @ b[64t:64t+64]^T`` for each column tile ``t``; tile ``t - 1`` is
     stored at the top of iteration ``t`` (after ``wgmma_wait(0)`` there), the last one after the
     loop. ``mode``: ``"overwrite"`` - each tile's mma with ``accumulate=False``; ``"rezero"`` -
-    the epilogue zeroes the accumulator, the mma accumulates; ``"uncommitted"`` - the mma is
-    never committed before the top-of-loop read (an error)."""
+    the epilogue zeroes the accumulator, the mma accumulates; ``"undefined"`` - as
+    ``"overwrite"`` with an accumulator no op writes before the loop (``hl.register``);
+    ``"uncommitted"`` - the mma is never committed before the top-of-loop read (an error)."""
 
     @hl.kernel(threads=128, name=f"deferred_{mode}")
     def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
         sa = hl.shared(hl.f16, (128, 64))
         sb = hl.shared(hl.f16, (64, 64))
-        acc = hl.zeros((128, 64), hl.f32)
+        acc = hl.register(hl.f32, (128, 64)) if mode == "undefined" else hl.zeros((128, 64), hl.f32)
         tiles = hl.cdiv(b.shape[0], 64)
         for t in hl.range(tiles):
             with hl.if_(t > 0):
@@ -50,7 +51,7 @@ def deferred_epilogue(mode: str):
             hl.fence_proxy_async()
             hl.syncthreads()
             hl.wgmma_fence()
-            hl.mma(sa, sb, acc, accumulate=mode != "overwrite")
+            hl.mma(sa, sb, acc, accumulate=mode not in ("overwrite", "undefined"))
             if mode != "uncommitted":
                 hl.wgmma_commit()
         hl.wgmma_wait(0)
@@ -66,7 +67,7 @@ def _walk(body):
             yield from _walk(getattr(i, sub, []))
 
 
-@pytest.mark.parametrize("mode", ["overwrite", "rezero"])
+@pytest.mark.parametrize("mode", ["overwrite", "rezero", "undefined"])
 def test_previous_tile_read_at_the_top_of_the_loop_matches_float64(mode):
     syn = synthesize(deferred_epilogue(mode).trace(), "sm_100a")
     rng = np.random.default_rng(27)
@@ -76,14 +77,17 @@ def test_previous_tile_read_at_the_top_of_the_loop_matches_float64(mode):
     run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
-    # the accumulator is in TMEM at the loop's start (stored before it), the read at the top
+    # the accumulator is in TMEM at the loop's start, the read at the top
     # loads it after a wait on the latest commit's barrier (the author's wgmma_wait sits after)
     loop = next(i for i in _walk(syn.lowered.kernel.body) if isinstance(i, L.ForLoop))
     top = next(i for i in loop.body if isinstance(i, (L.IfThen, T.Tcgen05Ld)))
     assert isinstance(top, L.IfThen) and any(isinstance(i, L.MbarWait) for i in _walk(top.then_body))
     before = syn.lowered.kernel.body[:syn.lowered.kernel.body.index(loop)] \
         if loop in syn.lowered.kernel.body else []
-    assert any(isinstance(i, T.Tcgen05St) for i in _walk(before))
+    # stored before it, unless no op wrote its registers (TMEM's undefined columns stand for
+    # them: a tcgen05.st of unset registers is what NVRTC warns of, #549-D)
+    stored = any(isinstance(i, T.Tcgen05St) for i in _walk(before))
+    assert stored == (mode != "undefined")
 
 
 def test_read_of_an_uncommitted_mma_is_a_lowering_error():

@@ -217,6 +217,7 @@ def test_kernels_compile_without_spills_with_the_fp8_mma(m, arch, ue8m0, mma) ->
     factory, consts = fp8_gemm_config(m, arch, ue8m0)
     st = build_stats(build(factory(bf16), arch, **consts, HAS_BIAS=True))
     assert not st.spills and st.stack_frame == 0, st.summary()
+    assert not st.warnings, st.warnings     # e.g. NVRTC's #549-D, a register stored to TMEM unset
     lp = st.main_loop
     assert lp is not None and lp.mma_opcode.startswith(mma), st.summary()
     if ue8m0:

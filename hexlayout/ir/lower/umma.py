@@ -68,10 +68,11 @@ commit / wait) runs unchanged:
   tcgen05 mma on it is in TMEM at every iteration's start: it is stored (``tcgen05.st``)
   before the loop even when that mma does not accumulate, so a read at the top of the body
   (before that iteration's mma) loads the previous iteration's result (or, on the first, the
-  registers' values); a body that writes its registers after loading them ends with a
-  ``tcgen05.st`` so the next iteration sees them. Where the lowering cannot keep that
-  invariant (the mma in a warp-group branch of the loop, the loop run by more threads) it is an
-  error naming the op.
+  registers' values; a tile no op wrote before the loop, an ``Alloc``'s undefined registers,
+  is not stored: TMEM's undefined columns stand for them); a body that writes its registers
+  after loading them ends with a ``tcgen05.st`` so the next iteration sees them. Where the
+  lowering cannot keep that invariant (the mma in a warp-group branch of the loop, the loop run
+  by more threads) it is an error naming the op.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ from ..lowered_tcgen05 import (
     TmemDealloc,
     TmemRelinquish,
 )
-from ..tile import For, If, Mma, Op, Value
+from ..tile import Alloc, For, If, Mma, Op, Value
 from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaWait as TileWgmmaWait
 from ..tiled_umma import TiledUmma
@@ -158,6 +159,8 @@ class TmemState:
     unwaited: frozenset[int] = frozenset()      # accumulators an MMA no wgmma_wait(0) covers may write
     uncommitted: frozenset[int] = frozenset()   # accumulators an MMA issued after the last commit may write
     first_op: dict[int, int] = field(default_factory=dict)   # root id -> uid of the op first naming it
+    first_write: dict[int, int] = field(default_factory=dict)  # root id -> pre-order index of 1st writer
+    order: dict[int, int] = field(default_factory=dict)        # op uid -> its pre-order index
     scale_cols: dict[tuple[int, str], int] = field(default_factory=dict)   # (mma uid, "a"/"b") -> column
     group: int = 1              # the cta_group of the kernel's tcgen05 mmas
     even: ExprLike = 1          # (cta_group::2) this CTA is the even one of its pair
@@ -181,9 +184,12 @@ class TmemState:
                                      f"(2, 1, 1) CTAs; the kernel's cluster is {launch.cluster}")
                 lw.tmem.group = 2
                 lw.tmem.even = (as_expr(launch.block_index[0]) % 2).eq(0)
-            for o in lw.tk.body.walk():
+            for i, o in enumerate(lw.tk.body.walk()):
+                lw.tmem.order[o.uid] = i
                 for v in o.values():
                     lw.tmem.first_op.setdefault(v.root.id, o.uid)
+                for v in ([] if isinstance(o, Alloc) else o.outputs()):
+                    lw.tmem.first_write.setdefault(v.root.id, i)
         return lw.tmem
 
     @property
@@ -312,10 +318,17 @@ class TmemState:
                                  "barrier): give its first mma accumulate=False (or k > 0 in a k-loop with "
                                  "nothing to add before)")
             p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1], rid)
-            out += self._load(lw, p, store=True)
+            if self.written_before(rid, op):
+                out += self._load(lw, p, store=True)
             self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
         return out
 
+
+    def written_before(self, rid: int, op: Op) -> bool:
+        """Whether an op before ``op`` in program order writes the tile ``rid`` (an ``Alloc``'s
+        registers are undefined until written: TMEM's columns, as undefined, stand for them without
+        a ``tcgen05.st``)."""
+        return self.first_write.get(rid, len(self.order)) < self.order.get(op.uid, -1)
 
     def defined_outside(self, rid: int, op: Op) -> bool:
         """Whether the tile ``rid`` is first named before ``op`` (not inside it)."""
