@@ -86,6 +86,9 @@ class Emitter:
         #: (``ElectIf``), and the compiler knows one lane of the warp runs them
         self.elected_name = self.names.take("elected")
         self.elected_used = False
+        #: while an elected branch of single-thread tcgen05 instructions is printed as predicates:
+        #: its C condition (``codegen.tcgen05._issue`` guards each instruction with it)
+        self.issue_guard: str | None = None
         self._bound[self.warp_var] = self.warp_var.name
 
     def add_folds(self, folds: dict[int, Fold]) -> None:

@@ -52,6 +52,7 @@ from .emitter import MBAR_ALIGN, Emitter
 from .errors import CodegenError
 from .fold_zero import array_uses, plan_folds
 from .helpers import helper_source
+from .tcgen05 import ISSUED
 from .overlap import plan_overlap
 
 __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
@@ -261,10 +262,20 @@ class _Printer:
             also = "" if isinstance(ins.also, int) and ins.also == 1 else f" && ({em.expr(ins.also)})"
             if ins.else_body:
                 raise em.error("an elected branch has no else branch")
+            warp_id = em.expr(as_expr(em.kernel.thread_index) // 32, warp_uniform=True)
+            warp = f"{warp_id} == {ins.thread // 32}"
+            if all(type(i) in ISSUED and i.pred is None for i in ins.then_body):
+                # only single-thread tcgen05 instructions: each guarded by the condition (no
+                # branch to reconverge from; ptxas issues each once, from a uniform predicate)
+                em.issue_guard = f"{warp}{also} && {em.elected_name}"
+                try:
+                    self.body(ins.then_body)
+                finally:
+                    em.issue_guard = None
+                return
             # (the lane test nested: ptxas keeps its one-lane knowledge when `also` joins other
             # tests of the same values, which a single && chain lost on the pair's issue branch)
-            self.out(f"if ({em.expr(as_expr(em.kernel.thread_index) // 32, warp_uniform=True)} == "
-                     f"{ins.thread // 32}{also}) {{")
+            self.out(f"if ({warp}{also}) {{")
             self.depth += 1
             self.out(f"if ({em.elected_name}) {{")
             self.nested(ins.then_body)

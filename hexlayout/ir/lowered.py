@@ -367,7 +367,8 @@ class ElectIf(IfThen):
     ``IfThen``'s (the emulator runs ``cond``); the printer tests the warp-uniform warp index and
     the lane ``elect.sync`` elected in the kernel's prologue (every warp converged there: lane
     0), so the compiler knows one thread of one warp runs the body: no loop over the warp's
-    active lanes around each single-thread instruction."""
+    active lanes around each single-thread instruction (a body of single-thread tcgen05
+    instructions only is printed as that condition guarding each of them, no branch)."""
 
     thread: int = 0
     also: ExprLike = 1

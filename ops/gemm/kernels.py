@@ -381,7 +381,9 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                         hl.wait(acc_free, 0, phase=(t - 1) % 2)
                 with hl.if_(num_k > 0):
                     consume(0, True)
-                for k in hl.range(1, num_k):
+                # (sm_100a: two k-tiles per iteration of the printed loop; the issuer's loop is short,
+                # the unrolled copy shares its loop test and branch)
+                for k in hl.range(1, num_k, unroll=2 if tc else False):
                     consume(k, False)
                 if tc:                # the tile's MMAs: one commit, waited for before the TMEM loads
                     hl.wgmma_commit()

@@ -205,7 +205,9 @@ def test_dropped_commit_is_a_deadlock() -> None:
     """The first k-tile's ``tcgen05.commit`` (its stage's release) dropped: nothing arrives on that
     stage's empty barrier, so the producer waits forever to refill it once the ring wraps (9
     k-tiles through 7 stages)."""
-    bad = _mutated("m64", r"asm volatile\(\"tcgen05\.commit[^;]*;\\n\"\s*::[^:]*: \"memory\"\);", ";")
+    commit = (r"asm volatile\(\"\{\\n\.reg \.pred q;\\nsetp\.ne\.b32 q, %1, 0;\\n"
+              r"@q tcgen05\.commit[^;]*;\\n\}\\n\"")
+    bad = _mutated("m64", commit + r"\s*::[^:]*: \"memory\"\);", ";")
     with pytest.raises(PtxDeadlockError, match=r"none of the \d+ live threads can run(.|\n)*ring\.acquire"):
         _run("m64", 64, 56, 576, source=bad)
 
@@ -217,16 +219,16 @@ def test_dropped_dealloc_is_an_error_at_exit() -> None:
 
 
 def test_pair_commit_multicast_to_one_cta_is_a_deadlock() -> None:
-    """cta_group::2's commit of the k-loop (the stage releases of k-tiles 1, 2, ...) multicast to
-    the even CTA only: the odd CTA's producer waits forever to refill stage 1 once the ring wraps
-    (9 k-tiles through 6 stages)."""
+    """cta_group::2's commit of the tile (onto the accumulator's barrier, after the k-loop)
+    multicast to the even CTA only: the odd CTA's epilogue waits forever."""
     bad = _mutated(
-        "pair", r"(tcgen05\.commit\.cta_group::2[^\n]*\n[^\n]*\"h\"\(\(unsigned short\)\()3\)", r"\g<1>1)"
+        "pair",
+        r"(tcgen05\.commit\.cta_group::2[^\n]*\n\s*:: \"r\"\(smem_base \+ \d+\), "
+        r"\"h\"\(\(unsigned short\)\()3\)",
+        r"\g<1>1)",
     )
-    _, c, want = _run("pair", 130, 136, 520)
-    assert _err(c, want) < 1e-2
     with pytest.raises(PtxDeadlockError):
-        _run("pair", 130, 136, 520, source=bad)
+        _run("pair", 130, 136, 72, source=bad)
 
 
 def test_stage_released_before_the_mma_completes_is_caught() -> None:
