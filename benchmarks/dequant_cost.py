@@ -2,7 +2,7 @@
 
 For each config (decode ``BM`` 16 and prefill ``BM`` 64; AWQ-4 g128, GPTQ-4 g128, GPTQ-4
 per-channel, GPTQ-8 g128; f16; sm_80 mma.sync, sm_90a swap-AB wgmma and sm_100a swap-AB
-tcgen05 kernels (the dequantized tile stored to shared memory for the MMA); gate-up and down)
+tcgen05 kernels (the dequantized tile fed to the MMA from tensor memory); gate-up and down)
 the kernel is built as the op builds it and its main loop read by ``hexlayout.runtime.stats``
 (one warp's instruction stream):
 

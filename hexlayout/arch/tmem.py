@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..layout import Layout
 
 __all__ = ["TMEM_LANES", "TMEM_COLUMNS", "TMEM_DP", "TmemShape", "TMEM_SHAPES", "tmem_copy_layout",
-           "check_alloc_columns", "lane_quarter", "accumulator_layout", "tmem_ld_ptx"]
+           "check_alloc_columns", "lane_quarter", "accumulator_layout", "operand_a_layout", "tmem_ld_ptx"]
 
 TMEM_LANES = 128
 TMEM_COLUMNS = 512
@@ -142,3 +142,34 @@ def accumulator_layout(m: int, n: int, cta_group: int = 1, elem_bits: int = 32) 
     if (cta_group, m) == (2, 128):
         return Layout((64, (n // 2, 2)), (TMEM_DP, (1, 64 * TMEM_DP)))
     raise ValueError(f"tcgen05.mma: M={m} is not valid for cta_group::{cta_group}")
+
+
+def operand_a_layout(m: int, k: int, bits: int) -> Layout:
+    """The TMEM cells of a ``tcgen05.mma`` A operand read from tensor memory (the ``_TS`` atoms,
+    ``cta_group::1``): ``(row, k) -> (lane << 16 | column) * (32 / bits) + slot``, i.e. element
+    ``(i, k)`` is bits ``[bits * slot, bits * (slot + 1))`` (low bits first) of the 32-bit cell
+    in lane ``L(i)``, column ``k // (32 / bits)``, ``slot = k % (32 / bits)``.
+
+    The lanes are the accumulator's for the same ``M`` (``accumulator_layout``; PTX ISA "Data path
+    layout organization": A and D of one MMA share their data-path lanes, CuTe allocates A with
+    ``TmemAllocMode::NonInterleaved`` for that): ``M = 128`` row ``i`` in lane ``i``; ``M = 64``
+    rows ``16q .. 16q+15`` in lanes ``32q .. 32q+15``. A k-step of the MMA (``K = 256 / bits``
+    elements) is 8 consecutive columns; an ``m x k`` tile takes ``k * bits / 32`` columns.
+
+    Example:
+        >>> str(operand_a_layout(128, 16, 16))
+        '(128,(2,8)):(131072,(1,2))'
+    """
+    if bits not in (8, 16):
+        raise ValueError(f"tcgen05.mma A from tensor memory: {bits}-bit elements are not modelled (8, 16)")
+    per = 32 // bits
+    if k % (256 // bits):
+        raise ValueError(f"tcgen05.mma A from tensor memory: K = {k} is not whole k-steps of {256 // bits}")
+    words = k // per
+    acc = accumulator_layout(m, words)
+    lane, col = acc[0], acc[1]
+    return Layout((lane.shape, (per, col.shape)), (_scaled(lane.stride, per), (1, _scaled(col.stride, per))))
+
+
+def _scaled(stride: object, f: int) -> object:
+    return tuple(_scaled(x, f) for x in stride) if isinstance(stride, tuple) else int(stride) * f  # type: ignore[arg-type]

@@ -10,8 +10,10 @@ wgmma. The 32-bit instruction descriptor is a constant computed here
 (``hexlayout.arch.tcgen05.InstrDescriptor``; for a block-scaled atom
 ``InstrDescriptorBlockScaled`` with the scale-factor bytes ``sfa_id`` / ``sfb_id``, and the
 factors' TMEM addresses as two more operands). ``tcgen05.cp`` takes a TMEM address and the
-sm_100a descriptor of its shared source. The registers a ``tcgen05.ld`` writes are tied to
-the following ``tcgen05.wait::ld`` by empty ``asm`` statements, so that no use moves above it.
+sm_100a descriptor of its shared source. A ``tcgen05.st`` of 16- or 8-bit registers (a register A
+operand) packs ``32 / bits`` consecutive elements per 32-bit register. The registers a
+``tcgen05.ld`` writes are tied to the following ``tcgen05.wait::ld`` by empty ``asm``
+statements, so that no use moves above it.
 """
 
 from __future__ import annotations
@@ -183,7 +185,9 @@ def _fragment(em: Emitter, ins: Tcgen05Ld | Tcgen05St, what: str) -> tuple[int, 
         raise em.error(f"{what}.{ins.shape}: .x{ins.num} is not one of {', '.join(f'x{n}' for n in s.nums)}")
     ref = ins.dst if isinstance(ins, Tcgen05Ld) else ins.src
     n = s.regs * ins.num
-    if ref.array.dtype.bits != 32 or ref.count != n:
+    bits = ref.array.dtype.bits
+    packed = isinstance(ins, Tcgen05St) and bits in (8, 16)   # a register A: 32 / bits elements a register
+    if not (bits == 32 or packed) or ref.count * bits != 32 * n:
         raise em.error(f"{what}.{ins.shape}.x{ins.num}: the register slice {ref.array.name} has {ref.count} "
                        f"{ref.array.dtype} element(s), the instruction moves {n} 32-bit registers")
     em.check_reg_range(ref)
@@ -207,7 +211,11 @@ def tcgen05_ld(em: Emitter, ins: Tcgen05Ld) -> list[str]:
 def tcgen05_st(em: Emitter, ins: Tcgen05St) -> list[str]:
     n, split = _fragment(em, ins, "tcgen05.st")
     text = f"{tmem_ld_ptx(ins.shape, ins.num, store=True)} [%0]{split}, {operand_list(1, n)};"
-    return asm(text, [], [f'"r"({em.expr(ins.taddr)})'] + _reg_ops(em, ins.src, n, ""))
+    if ins.src.array.dtype.bits < 32:        # packed 16- / 8-bit elements (a register A operand)
+        regs = [f'"r"({em.reg_u32(ins.src, j)})' for j in range(n)]
+    else:
+        regs = _reg_ops(em, ins.src, n, "")
+    return asm(text, [], [f'"r"({em.expr(ins.taddr)})'] + regs)
 
 
 def tcgen05_wait(em: Emitter, ins: Tcgen05Wait) -> list[str]:

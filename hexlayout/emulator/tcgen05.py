@@ -16,6 +16,11 @@ reaches TMEM, and a ``tcgen05.ld`` may read it if the reading thread observed th
 vector clocks). An MMA accumulating into cells of an earlier in-flight one chains onto its
 result (the hardware runs a thread's MMAs in order).
 
+A read from TMEM (a ``_TS`` atom, ``arch.tmem.operand_a_layout``) must have been written by
+``tcgen05.st`` that their warps waited for (``wait::st``) and the issuing thread observed
+(``tmem.check_a_stores``); its cells stay marked as read until the MMA completes, and a
+``tcgen05.st`` into them before that is an error.
+
 ``Tcgen05Cp``: one thread copies shared memory (its descriptor, read at issue; the bytes stay
 marked as read until completion, so overwriting them earlier is an error) to the TMEM cells of
 ``tcgen05.cp.{shape}`` (``arch.tcgen05_cp``, replicas included). Like an MMA it is in flight
@@ -75,7 +80,7 @@ from .mma import finish_accumulator, instruction_atom
 from .numerics import atom_numpy, to_compute
 from .proxy import check_async_read
 from .shadow import Conflict
-from .tmem import check_cells, check_group, pair_of, tmem_state
+from .tmem import check_a_stores, check_cells, check_group, pair_of, tmem_state
 from .wgmma import _desc_operand
 
 __all__ = ["HANDLERS"]
@@ -113,17 +118,20 @@ def _smem_operand(m: Machine, ins: Tcgen05Mma | Tcgen05Cp, desc: SmemDesc, env: 
     return _desc_operand(m, ins, desc, env, rows, k, dtype, what)  # type: ignore[arg-type]
 
 
-def _tmem_a(m: Machine, ins: Tcgen05Mma, base: int, rows: int, k: int, dtype: object, what: str = "A"
-            ) -> np.ndarray:
-    """A ``[rows, k]`` from ``m``'s TMEM at ``base``: row ``i`` in lane ``i`` (the accumulator
-    layout's), elements packed in 32-bit columns (low bits first)."""
+def _tmem_a(m: Machine, ins: Tcgen05Mma, base: int, rows: int, k: int, dtype: object, issuer: int,
+            what: str = "A") -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """A ``[rows, k]`` from ``m``'s TMEM at ``base`` (``arch.tmem.operand_a_layout``: the
+    accumulator's lanes, elements packed in 32-bit columns, low bits first), and its cells;
+    checked: no in-flight MMA writes them, the ``tcgen05.st`` that wrote them were waited for
+    and observed by the issuing thread ``issuer`` (``tmem.check_a_stores``)."""
     npd = atom_numpy(dtype)
     words = k * npd.itemsize // 4
     lanes, cols = _cells(m, ins, base, rows, words, rows, what)
     st = tmem_state(m)
     if st.mma_pending[lanes, cols].any():
         m.fail(IllegalInstructionError, ins, f"{what}: reads TMEM cells an in-flight tcgen05.mma writes")
-    return np.ascontiguousarray(st.future[lanes, cols]).view(npd).reshape(rows, k)
+    check_a_stores(m, ins, issuer, lanes, cols, what)
+    return np.ascontiguousarray(st.future[lanes, cols]).view(npd).reshape(rows, k), (lanes, cols)
 
 
 def _where(m: Machine, c: Machine) -> str:
@@ -183,9 +191,10 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
     As, Bs = [], []
     a_tmem = isinstance(ins.a, TmemRef)
     a_base = m.ev_uniform(ins.a.addr, env, ins, "A tensor-memory address") if a_tmem else 0  # type: ignore
+    a_cells: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for c in ctas:
         if isinstance(ins.a, TmemRef):
-            av = _tmem_a(c, ins, a_base, rows_a, K, atom.a_dtype, "A" + _where(m, c))
+            av, a_cells[id(c)] = _tmem_a(c, ins, a_base, rows_a, K, atom.a_dtype, issuer, "A" + _where(m, c))
         else:
             av, aidx = _smem_operand(m, ins, ins.a, env, rows_a, K, atom.a_dtype, "A")
             reads[id(c)].append(aidx)
@@ -229,8 +238,11 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
             D = D + st.future[lanes, cols].view(np.float32)
         vals = finish_accumulator(D, atom.c_dtype).astype(np.float32).view(np.uint32)
         st.future[lanes, cols] = vals
-        op = c.new_async("tcgen05.mma", ins, x.tids, extra=(lanes, cols, vals, reads[id(c)]))
+        extra = (lanes, cols, vals, reads[id(c)], a_cells.get(id(c)))
+        op = c.new_async("tcgen05.mma", ins, x.tids, extra=extra)
         st.mma_pending[lanes, cols] = op.ident
+        if id(c) in a_cells:                 # A's cells stay read until the MMA completes
+            st.a_reading[a_cells[id(c)]] = op.ident
         for idx in reads[id(c)]:
             c.shadow.pend_read[idx] = op.ident
         issued.append((c, op))
@@ -349,7 +361,11 @@ def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int, prior
             p(_landing)
         for c, op in ops:
             st = tmem_state(c)
-            lanes, cols, vals, reads = op.extra
+            lanes, cols, vals, reads = op.extra[:4]
+            a_cells = op.extra[4] if len(op.extra) > 4 else None
+            if a_cells is not None:
+                done_a = st.a_reading[a_cells] == op.ident
+                st.a_reading[a_cells[0][done_a], a_cells[1][done_a]] = 0
             st.cells[lanes, cols] = vals
             mine = st.mma_pending[lanes, cols] == op.ident
             st.mma_pending[lanes[mine], cols[mine]] = 0

@@ -21,7 +21,13 @@ source line):
 * ``tcgen05.ld`` / ``st`` by whole warps; warp ``w`` may access lanes ``32*(w%4)`` .. ``+31`` only;
   the destination registers of an ``ld`` are in flight until ``wait::ld`` (using them earlier is
   an ``AsyncHazardError``); a cell an MMA writes may be read only after the MMA's commit
-  arrived on its mbarrier and the reading thread observed that (``emulator/tcgen05.py``).
+  arrived on its mbarrier and the reading thread observed that (``emulator/tcgen05.py``);
+* a ``tcgen05.st`` is in flight until its warp's ``tcgen05.wait::st``: an MMA reading the cells
+  as its A operand before that is an ``AsyncHazardError``, and so is one whose issuing thread has
+  not observed the storing thread's progress at its ``wait::st`` (happens-before through a
+  barrier or mbarrier, the race detector's vector clocks: ``wait::st``, ``fence::before_thread_sync``,
+  barrier, ``fence::after_thread_sync``, then the issue); a ``tcgen05.st`` into cells an in-flight
+  MMA reads as its A operand (its commit has not landed) is an ``AsyncHazardError``.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ from .errors import AsyncHazardError, IllegalInstructionError, OutOfBoundsError
 from .machine import Active, Machine
 from .warps import whole_units
 
-__all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit", "check_group", "pair_of"]
+__all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit", "check_group", "pair_of",
+           "check_a_stores"]
 
 
 def _grid(dtype: type) -> np.ndarray:
@@ -75,6 +82,19 @@ class TmemState:
     joining: dict[int, tuple[int, int, Instr]] = field(default_factory=dict)
     #: the cta_group of this CTA's tcgen05 instructions and the first one that fixed it
     group: tuple[int, Instr] | None = None
+    #: the tcgen05.st not yet waited for (wait::st) that wrote each cell (0: none), and per warp
+    #: its stores ``(id, lanes [32, R], cols [32, R], threads [32], instr)``
+    st_pending: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    stores: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, Instr]]] = field(
+        default_factory=dict)
+    next_store: int = 1
+    #: the cluster-wide thread id + 1 of the last tcgen05.st into each cell (0: none), its epoch at
+    #: its wait::st, and the instruction
+    st_by: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    st_epoch: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    st_instr: dict[int, Instr] = field(default_factory=dict)
+    #: the in-flight MMA that reads each cell as its A operand (0: none)
+    a_reading: np.ndarray = field(default_factory=lambda: _grid(np.int64))
 
 
 def tmem_state(m: Machine) -> TmemState:
@@ -335,6 +355,14 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
         check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.st")
         if st.mma_pending[lanes, cols].any():
             m.fail(AsyncHazardError, ins, "tcgen05.st writes TMEM cells an in-flight tcgen05.mma writes")
+        reading = st.a_reading[lanes, cols]
+        if reading.any():
+            r, c = np.argwhere(reading)[0]
+            op = m.async_ops.get(int(reading[r, c]))
+            m.fail(AsyncHazardError, ins, f"tcgen05.st writes TMEM cell (lane {int(lanes[r, c])}, column "
+                   f"{int(cols[r, c])}), which an in-flight tcgen05.mma reads as its A operand (its "
+                   "tcgen05.commit has not landed: wait on the commit's mbarrier before rewriting A)",
+                   thread=int(warp[r]), buffer="tmem", other_instr=None if op is None else op.instr)
         if m.reg_bytes_of(ins.src) != 4 * lanes.shape[1]:
             m.fail(IllegalInstructionError, ins, f"tcgen05.st.{ins.shape}.x{ins.num}: register slice "
                    f"{ins.src.array.name} holds {m.reg_bytes_of(ins.src)} bytes, the store reads "
@@ -343,11 +371,65 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
         st.cells[lanes, cols] = np.ascontiguousarray(raw).view(np.uint32).reshape(lanes.shape)
         st.future[lanes, cols] = st.cells[lanes, cols]
         st.writer[lanes, cols] = 0
+        ident = st.next_store
+        st.next_store += 1
+        st.st_pending[lanes, cols] = ident
+        st.st_by[lanes, cols] = (m.shadow.clocks.off + warp + 1)[:, None]
+        st.st_instr[ident] = ins
+        st.stores.setdefault(int(warp[0]) // 32, []).append((ident, lanes, cols, warp, ins))
+
+
+def _wait_st(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
+    """``wait::st``: the warp's stores complete; each cell remembers its storing thread's epoch."""
+    st = tmem_state(m)
+    clocks = m.shadow.clocks
+    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::st"):
+        for ident, lanes, cols, threads, _st in st.stores.pop(int(warp[0]) // 32, []):
+            mine = st.st_pending[lanes, cols] == ident
+            st.st_pending[lanes[mine], cols[mine]] = 0
+            epoch = np.broadcast_to(clocks.epoch(threads)[:, None], lanes.shape)
+            st.st_epoch[lanes[mine], cols[mine]] = epoch[mine]
+
+
+def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
+                   what: str) -> None:
+    """The cells ``(lanes, cols)`` an MMA issued by thread ``issuer`` reads as its A operand: no
+    ``tcgen05.st`` into them still in flight (before its warp's ``wait::st``), and the issuer
+    observed every storing thread's ``wait::st`` (module docstring)."""
+    st = tmem_state(m)
+    pend = st.st_pending[lanes, cols]
+    if pend.any():
+        i = np.argwhere(pend)[0]
+        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cell (lane {int(lanes[tuple(i)])}, column "
+               f"{int(cols[tuple(i)])}) written by a tcgen05.st its warp has not waited for "
+               "(tcgen05.wait::st, then a fenced barrier, before the MMA's issue)", thread=issuer,
+               buffer="tmem",
+               other_instr=st.st_instr.get(int(pend[tuple(i)])))
+    if not m.options.check_races:
+        return
+    by = st.st_by[lanes, cols]
+    clocks = m.shadow.clocks
+    me = clocks.off + issuer
+    for src in np.unique(by[by > 0]) - 1:
+        if src == me:
+            continue
+        cells = (by == src + 1)
+        need = int(st.st_epoch[lanes, cols][cells].max())
+        if clocks.c[issuer, src] < need:
+            m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {int(src - clocks.off)} stored "
+                   f"(tcgen05.st) without the issuing thread {issuer} synchronizing with it after its "
+                   "tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier, "
+                   "tcgen05.fence::after_thread_sync before the issue)", thread=issuer, buffer="tmem")
 
 
 def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
-    if not len(x.tids) or ins.kind != "ld":
-        return  # wait::st: stores are performed at issue here
+    if not len(x.tids):
+        return
+    if ins.kind == "st":
+        _wait_st(m, ins, x)
+        return
+    if ins.kind != "ld":
+        return
     st = tmem_state(m)
     for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::ld"):
         for ident, _cols, _ld, ref in st.loads.pop(int(warp[0]) // 32, []):

@@ -35,6 +35,13 @@ placing one byte's two nibbles in the two halves (a byte permute per pair). The 
 (``hexlayout.ir.lower.offline``) gives the register tile its logical bytes back with
 ``nibble_pair`` functions, which the code generator sees through (``byte_sources``).
 
+Replicated register layouts: a register tile whose threads hold the same values (a ``(BN, 1)``
+column of scales broadcast across the K threads of an mma fragment: ``L``'s thread modes of
+stride 0) has the storage order of its *owners*: ``L`` with the stride-0 thread modes removed,
+``L'``: ``(t', v) -> i`` over ``T' = T / replicas`` owners (``t'`` colexicographic over the kept
+thread modes); every thread reads its owner's run (``hexlayout.ir.lower.offline.owners``). So the
+values one thread needs (columns ``n`` and ``n + 8`` of a fragment) are one run, one load.
+
 ``OfflineLayout`` is what synthesis reports (``LoweredProgram.offline``, ``Build.offline_layouts``):
 the tile, the element bits, the in-tile CuTe layout (logical byte index -> physical position),
 the in-word nibble order, a stable ``key``, ``permutation(shape)`` (logical flat element index
@@ -83,12 +90,15 @@ class OfflineLayout:
     vector_bytes: int
     _positions: tuple[int, ...] = field(default=(), repr=False, compare=False)
     nibbles: tuple[int, ...] = ()
+    replicas: int = 1
 
     @staticmethod
     def of(param: str, tile: tuple[int, int], bits: int, tv: Layout, threads: int,
-           vector_bytes: int, nibbles: tuple[int, ...] = ()) -> OfflineLayout:
-        """The layout of register TV layout ``tv`` (``threads`` threads) over the unit tile of
-        ``tile``, with the in-word nibble order ``nibbles`` (4-bit elements)."""
+           vector_bytes: int, nibbles: tuple[int, ...] = (), replicas: int = 1) -> OfflineLayout:
+        """The layout of register TV layout ``tv`` (``threads`` threads, the owners) over the
+        unit tile of ``tile``, with the in-word nibble order ``nibbles`` (4-bit elements);
+        ``replicas`` threads of the kernel read each owner's run (a replicated register layout,
+        ``tv`` its compact form: see the module docstring)."""
         table = tv.indices().reshape(-1, threads).T          # [t, v] -> unit index (colex)
         pos = np.empty(table.size, dtype=np.int64)
         pos[table.reshape(-1)] = np.arange(table.size)       # unit index -> t * V + v
@@ -96,7 +106,7 @@ class OfflineLayout:
             raise ValueError(f"offline tensor {param}: in-word nibble order {nibbles} needs 4-bit elements, "
                              f"a permutation of the 8 nibbles of a word and whole words per thread")
         return OfflineLayout(param, tile, bits, tv, threads, vector_bytes, tuple(int(p) for p in pos),
-                             tuple(nibbles))
+                             tuple(nibbles), replicas)
 
     @property
     def per_unit(self) -> int:
@@ -160,13 +170,21 @@ class OfflineLayout:
         return nib.reshape(-1)
 
     def apply(self, values: Any) -> Any:
-        """The physical ``uint8`` tensor ``[R, K * bits / 8]`` of the logical integer values
-        ``values`` ``[R, K]`` (a torch tensor, entries in ``[0, 2^bits)``): element ``(r, k)``
-        moves to ``permutation`` ``[r * K + k]``; 4-bit pairs are packed, even index low."""
+        """The physical tensor of the logical values ``values`` ``[R, K]`` (a torch tensor):
+        element ``(r, k)`` moves to ``permutation`` ``[r * K + k]``. 4-bit and 8-bit elements
+        are integers in ``[0, 2^bits)``, stored as ``uint8`` ``[R, K * bits / 8]`` (4-bit pairs
+        packed, even index low); wider elements keep their dtype and shape ``[R, K]`` (16-bit
+        scales)."""
         import torch
 
         rows, cols = values.shape
         perm = torch.from_numpy(self.permutation((rows, cols))).to(values.device)
+        if self.bits > 8:
+            if values.element_size() * 8 != self.bits:
+                raise ValueError(f"offline tensor {self.param}: {self.bits}-bit elements, got {values.dtype}")
+            out = torch.empty(rows * cols, dtype=values.dtype, device=values.device)
+            out[perm] = values.reshape(-1)
+            return out.reshape(rows, cols)
         out = torch.empty(rows * cols, dtype=torch.uint8, device=values.device)
         out[perm] = values.reshape(-1).to(torch.uint8)
         if self.bits == 4:
@@ -178,4 +196,4 @@ class OfflineLayout:
         return {"param": self.param, "tile": list(self.tile), "bits": self.bits, "threads": self.threads,
                 "values_per_thread": self.values, "thread_bytes": self.thread_bytes,
                 "vector_bytes": self.vector_bytes, "tv": str(self.tv), "in_tile": str(self.in_tile),
-                "nibbles": list(self.nibbles), "key": self.key}
+                "nibbles": list(self.nibbles), "replicas": self.replicas, "key": self.key}

@@ -25,9 +25,15 @@ CTA's thread issues for both, each CTA's A holds its 128 rows and its B half of 
 (``N/2``, the same shared offsets in both CTAs), and each CTA's rows of D are in its own TMEM in the
 same layout as one CTA's ``M = 128`` accumulator.
 
+**A from tensor memory** (``a_store`` given, a ``_TS`` atom, ``cta_group::1``, 128 threads): ``a``
+is a register tile; before the MMAs the threads write it into the ``a_columns`` TMEM columns of
+the op (``arch.tmem.operand_a_layout``) with ``a_store`` (``synth.tmem_choice.TmemOperandStore``:
+``tcgen05.st.{shape}.x{num}`` at its origins), and the k-step ``k`` MMA reads A at column
+``k * 256 / 32`` of them. ``a_tv`` is then the store's element register layout.
+
 The same object answers the questions the register-layout solver asks a ``TiledMma``
-(``c_tv``, ``tile_mnk``, ``threads``, ``atom``, ``warps``, ``k_inner``); ``a_tv`` / ``b_tv``
-do not exist (both operands are read from shared memory).
+(``c_tv``, ``tile_mnk``, ``threads``, ``atom``, ``warps``, ``k_inner``, ``a_tv`` with A in TMEM);
+``b_tv`` does not exist (B is read from shared memory), nor ``a_tv`` with A in shared memory.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class TiledUmma:
     register_tv: Layout
     chunk: int = 0            # columns of one warp group's contiguous block (0: N / groups)
     k_inner: bool = True
+    a_store: Any = None       # A from TMEM: its tcgen05.st (synth.tmem_choice.TmemOperandStore)
 
     def __post_init__(self) -> None:
         if self.atom.kind != "tcgen05":
@@ -63,6 +70,12 @@ class TiledUmma:
             raise ValueError(f"TiledUmma: {self.threads} threads are not whole warp groups")
         if self.chunk == 0:
             object.__setattr__(self, "chunk", self.columns // self.groups)
+        if (self.a_store is not None) != (self.atom.a_source == "tmem"):
+            raise ValueError(f"TiledUmma: {self.atom.name} takes A from {self.atom.a_source}; a_store is "
+                             f"{'given' if self.a_store is not None else 'missing'}")
+        if self.a_store is not None and self.threads != 128:
+            raise ValueError(f"TiledUmma: an A operand in TMEM is written by one warp group; {self.threads} "
+                             "threads run the op")
         if (self.columns // self.groups) % self.chunk:
             raise ValueError(f"TiledUmma: blocks of {self.chunk} columns do not tile a warp group's "
                              f"{self.columns // self.groups}")
@@ -99,6 +112,13 @@ class TiledUmma:
         return self.tile_mnk[1]
 
     @property
+    def a_columns(self) -> int:
+        """TMEM columns of the A operand (0: A in shared memory)."""
+        if self.a_store is None:
+            return 0
+        return self.tile_mnk[2] * self.atom.a_dtype.bits // 32
+
+    @property
     def regs_per_load(self) -> int:
         from hexlayout.arch.tmem import TMEM_SHAPES
 
@@ -113,7 +133,9 @@ class TiledUmma:
         return self.register_tv
 
     def a_tv(self) -> Layout:
-        raise ValueError(f"TiledUmma: {self.atom.name} reads A from shared memory; it has no A registers")
+        if self.a_store is None:
+            raise ValueError(f"TiledUmma: {self.atom.name} reads A from shared memory; it has no A registers")
+        return self.a_store.register_tv
 
     def b_tv(self) -> Layout:
         raise ValueError(f"TiledUmma: {self.atom.name} reads B from shared memory; it has no B registers")
@@ -123,6 +145,11 @@ class TiledUmma:
         split = f", columns dealt in blocks of {self.chunk}" if self.chunk * self.groups != n else ""
         pair = (f" per CTA of a pair (cta_group::2: {2 * m}x{n} for the pair, each CTA holding {n // 2} of "
                 f"B's {n} rows)" if self.cta_group == 2 else "")
+        a = ""
+        if self.a_store is not None:
+            s = self.a_store
+            a = (f", A from TMEM ({self.a_columns} columns) written by tcgen05.st.{s.shape}.x{s.num} "
+                 f"({s.stores} per warp)")
         return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}{pair}, accumulator "
                 f"in TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
-                f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split})")
+                f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split}){a}")

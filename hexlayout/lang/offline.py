@@ -15,6 +15,11 @@ packs the logical integer values ``[R, K]`` into the tensor the kernel takes (sa
 ``[R, K * bits / 8]``, ``R`` and ``K`` padded to whole tiles); the launch checks the extents
 are multiples of the tile.
 
+Element types: 4-bit (packed two per byte), 8-bit and wider (16-bit scales: ``apply`` keeps the
+values' dtype). The register tile may be replicated (threads holding the same values: a ``(BN,
+1)`` column of scales broadcast across a fragment's K threads): the order is that of its owners,
+each thread reading its owner's run.
+
 Restrictions: two modes, row-major (no explicit strides), read-only, copied only into register
 tiles (no gathered rows, no shared-memory copies: those would read the logical order).
 """

@@ -39,6 +39,10 @@ Family Instructions"), executed from the printed PTX with the semantics of the I
   ``arch.tcgen05_cp.cp_smem_addresses``) to the TMEM cells of ``tmem_cp_layout(shape)``; in
   flight until a commit, ordered before the same thread's later MMAs (which read its result);
   another thread reading its cells earlier is an error.
+* An A operand in TMEM (``[a]``, ``arch.tmem.operand_a_layout``: the accumulator's lanes, ``32 /
+  bits`` elements per column): its cells are read at issue (pending only by the issuing thread's
+  own earlier ops) and stay read until the MMA completes; a ``tcgen05.st`` into them before that
+  is an error.
 * ``tcgen05.ld`` / ``tcgen05.st .sync.aligned.{shape}.xN.b32`` (a whole warp): registers from /
   to ``tmem_copy_layout(shape, N)`` at the address, which must lie in the warp's lane quarter
   (``warp % 4``); ``tcgen05.wait::ld`` / ``wait::st`` (loads and stores are performed at issue);
@@ -88,6 +92,8 @@ class TmemCta:
     cells: np.ndarray = field(default_factory=lambda: np.full((TMEM_LANES, TMEM_COLUMNS), POISON, np.uint32))
     future: np.ndarray = field(default_factory=lambda: np.full((TMEM_LANES, TMEM_COLUMNS), POISON, np.uint32))
     pending: np.ndarray = field(default_factory=lambda: np.zeros((TMEM_LANES, TMEM_COLUMNS), np.int64))
+    #: id of the in-flight MMA reading a cell as its A operand (0 none)
+    a_reading: np.ndarray = field(default_factory=lambda: np.zeros((TMEM_LANES, TMEM_COLUMNS), np.int64))
     allocs: dict[int, tuple[int, Instruction]] = field(default_factory=dict)
     joining: dict[int, tuple[int, int, Instruction]] = field(default_factory=dict)
     allocated_by: Instruction | None = None
@@ -106,6 +112,8 @@ class _Op:
     writes: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]  # (block, lanes, cols, values)
     reads: np.ndarray  # flat smem indices
     done: bool = False
+    #: an A operand in TMEM: (block, lanes, cols) it reads
+    a_reads: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 def _state(m: Machine) -> dict[str, Any]:
@@ -480,11 +488,12 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
         if not isinstance(ops[-1], Imm)
         else bool(ops[-1].value)
     )
-    As, Bs, reads = [], [], []
+    As, Bs, reads, a_reads = [], [], [], []
     for b in blocks:
         if a_tmem:
             lanes, cols = _acc_cells(m, t, b, a_base, rows_a, K * _BITS[at] // 32, 1, "A")
             words = _readable(m, t, b, lanes, cols, "A")
+            a_reads.append((b, lanes, cols))
             A = np.ascontiguousarray(words).view(_ELEM[at]).astype(np.float64).reshape(rows_a, K)
         else:
             A, ra = _operand(m, b, adesc, dd.a_major, at, rows_a, K, t, "A")  # type: ignore[arg-type]
@@ -500,6 +509,9 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
         sa = _scales(m, t, blocks[0], ops[4], dd.a_sf_id, M, N, "A")
         sb = _scales(m, t, blocks[0], ops[5], dd.b_sf_id, M, N, "B")
     op = _new_op(m, "tcgen05.mma", t, group)
+    op.a_reads = a_reads
+    for b, lanes, cols in a_reads:          # A's cells stay read until the MMA completes
+        tmem_of(m, b).a_reading[lanes, cols] = op.ident
     for b, A in zip(blocks, As):
         lanes, cols = _acc_cells(m, t, b, d_base, M, N, group, "D")
         pend = tmem_of(m, b).pending[lanes, cols]
@@ -582,6 +594,10 @@ def _complete(m: Machine, ops: list[_Op]) -> None:
             mine = st.pending[lanes, cols] == op.ident
             st.cells[lanes[mine], cols[mine]] = vals[mine]
             st.pending[lanes[mine], cols[mine]] = 0
+        for b, lanes, cols in op.a_reads:
+            st = tmem_of(m, b)
+            mine = st.a_reading[lanes, cols] == op.ident
+            st.a_reading[lanes[mine], cols[mine]] = 0
         s["reading"][op.reads] -= 1
         s["in_flight"] -= 1
         s["ops"].pop(op.ident, None)
@@ -659,24 +675,30 @@ def _fragment(m: Machine, ins: Instruction, warp: np.ndarray) -> tuple[np.ndarra
     return lanes, cols, regs
 
 
+def _in_flight(m: Machine, warp: np.ndarray, lanes: np.ndarray, cols: np.ndarray, marks: np.ndarray,
+               why: str) -> None:
+    """A ``PtxRaceError`` at the first cell of ``(lanes, cols)`` an in-flight op marks in ``marks``
+    (``why``: the message after the cell, with ``{op}`` and ``{line}``)."""
+    hit = marks[lanes, cols]
+    if hit.any():
+        r, c = np.argwhere(hit)[0]
+        op = _state(m)["ops"][int(hit[r, c])]
+        raise _fail(m, int(warp[r]), f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) "
+                    + why.format(op=op.kind, line=op.ins.line), PtxRaceError, buffer="tmem")
+
+
 def _ld_st(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
     for warp in warps:
         t = int(warp[0])
         st = tmem_of(m, int(m.blk[t]))
         lanes, cols, regs = _fragment(m, ins, warp)
-        pend = st.pending[lanes, cols]
-        if pend.any():
-            r, c = np.argwhere(pend)[0]
-            op = _state(m)["ops"][int(pend[r, c])]
-            raise _fail(
-                m,
-                int(warp[r]),
-                f"TMEM cell (lane {int(lanes[r, c])}, column {int(cols[r, c])}) is "
-                f"written by the {op.kind} at PTX line {op.ins.line}, whose tcgen05.commit has not "
-                "arrived (commit, wait on the mbarrier, tcgen05.fence::after_thread_sync)",
-                PtxRaceError,
-                buffer="tmem",
-            )
+        _in_flight(m, warp, lanes, cols, st.pending, "is written by the {op} at PTX line {line}, whose "
+                   "tcgen05.commit has not arrived (commit, wait on the mbarrier, "
+                   "tcgen05.fence::after_thread_sync)")
+        if ins.parts[1] == "st":
+            _in_flight(m, warp, lanes, cols, st.a_reading, "is still read as its A operand by the {op} "
+                       "at PTX line {line} (its tcgen05.commit has not arrived: wait on that mbarrier "
+                       "before rewriting A)")
         if ins.parts[1] == "ld":
             for j, r in enumerate(regs):
                 m.write(r, "b32", warp, st.cells[lanes[:, j], cols[:, j]])

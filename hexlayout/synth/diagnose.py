@@ -93,12 +93,17 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
         what += (" with block scales (scale_a / scale_b): only sm_100a's block-scaled tcgen05.mma "
                  "(kind::mxf8f6f4) applies them; scale the products in registers on " + s.arch)
     if s.arch == "sm_100a":
-        from .umma_choice import umma_refusal
+        from .umma_choice import register_a_refusal, umma_refusal
 
-        why = ("tcgen05.mma reads A and B from shared memory (hl.mma on shared tiles)"
-               if a.scope != Scope.SHARED or b.scope != Scope.SHARED
-               else umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                 op.scale_a is not None, 2 if c.shape[1] == 2 * b.shape[0] else 1))
+        group = 2 if c.shape[1] == 2 * b.shape[0] else 1
+        if b.scope != Scope.SHARED or a.scope not in (Scope.SHARED, Scope.REGISTER):
+            why = "tcgen05.mma reads B from shared memory and A from shared memory or (a register tile) TMEM"
+        elif a.scope == Scope.REGISTER:
+            why = register_a_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
+                                     op.scale_a is not None, group)
+        else:
+            why = umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
+                                 op.scale_a is not None, group)
         if op.atom is not None:
             why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
         if why:

@@ -16,8 +16,8 @@ k-step outer). Candidates are ordered by a load-balance heuristic: the per-worke
 operand traffic ``(M/wm + N/wn) * K`` first, then warps along M before N (row reductions stay inside a
 warp), contiguous before interleaved, larger wgmma N first.
 
-On sm_100a only ``tcgen05.mma`` on shared operands is offered (``umma_choice``: the
-accumulator in tensor memory).
+On sm_100a an mma with a shared operand gets ``tcgen05.mma`` (``umma_choice``: the accumulator
+in tensor memory; B shared, A shared or a register tile written into tensor memory).
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ def _mma_names(arch: str, types: str) -> tuple[str, ...]:
 
 def mma_candidates(op: Mma, arch: str, threads: int) -> list[TiledMma] | list[TiledUmma]:
     """Every legal TiledMma for ``op`` run by ``threads`` threads, best first; on sm_100a, an
-    mma on shared operands gets the tcgen05 tilings of ``umma_choice`` (``TiledUmma``), one on
-    register operands the mma.sync atoms (sm_100a runs every sm_80 instruction)."""
+    mma with a shared operand gets the tcgen05 tilings of ``umma_choice`` (``TiledUmma``; a
+    register A through tensor memory), one on register operands the mma.sync atoms (sm_100a runs
+    every sm_80 instruction)."""
     if arch == "sm_100a" and (op.a.type.scope == Scope.SHARED or op.b.type.scope == Scope.SHARED):
         return umma_candidates(op, threads)
     if op.scale_a is not None:       # block scales: the block-scaled tcgen05.mma of sm_100a only

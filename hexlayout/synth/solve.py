@@ -81,6 +81,7 @@ from .shared import (
     shared_candidates,
     uses_of,
 )
+from .umma_choice import a_source_comparison
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -651,6 +652,9 @@ class _Synth:
                     alts.append(Alternative(str(tm), "legal", "ranked lower (operand traffic per warp)"))
                 else:
                     alts.append(Alternative(str(tm), "not tried", "an earlier, preferred choice was legal"))
+            if getattr(chosen, "a_store", None) is not None:   # a register A fed through TMEM
+                alts.insert(0, Alternative("A staged through shared memory for the _SS atom", "rejected",
+                                           a_source_comparison(chosen)))
             out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))
         return out
 

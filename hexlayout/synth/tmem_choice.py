@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +34,8 @@ from hexlayout.arch.tmem import TMEM_LANES, TMEM_SHAPES, accumulator_layout, tme
 from hexlayout.layout import Layout, coalesce
 from hexlayout.layout.tv_maps import fit_tv
 
-__all__ = ["TmemEpilogue", "tmem_epilogue_candidates", "choose_tmem_epilogue"]
+__all__ = ["TmemEpilogue", "tmem_epilogue_candidates", "choose_tmem_epilogue", "TmemOperandStore",
+           "tmem_a_candidates"]
 
 
 @dataclass(frozen=True)
@@ -109,27 +111,34 @@ def _run(table: np.ndarray, rows: int, n: int) -> int:
     return int(best.min())
 
 
-def tmem_epilogue_candidates(m: int, n: int, cta_group: int = 1, max_regs: int = 128) -> list[TmemEpilogue]:
-    """Every legal way to load the accumulator, best first (see the module docstring)."""
-    acc = accumulator_layout(m, n, cta_group)
-    rows = m // cta_group
-    out = []
+def _fragments(m: int, n: int, cta_group: int,
+               max_regs: int) -> Iterator[tuple[str, int, np.ndarray, tuple[tuple[int, int], ...]]]:
+    """``(shape, num, table, origins)`` of every ``tcgen05.ld/st`` that moves an ``m x n`` block of
+    32-bit cells in the accumulator layout (``_register_table``), at most ``max_regs`` registers."""
     for shape in ("32x32b", "16x64b", "16x128b", "16x256b"):
         s = TMEM_SHAPES[shape]
         for num in s.nums:
             if s.regs * num > max_regs:
                 continue
             got = _register_table(m, n, cta_group, shape, num)
-            if got is None:
-                continue
-            table, origins = got
-            tv = fit_tv(table)
-            if tv is None:
-                continue
-            tv = coalesce(tv, (1, 1))
-            loads = table.shape[1] // (s.regs * num)
-            cost = (loads, -_run(table, rows, n), s.regs * num)
-            out.append(TmemEpilogue(m, n, cta_group, shape, num, loads, acc, tv, cost, origins))
+            if got is not None:
+                yield shape, num, got[0], got[1]
+
+
+def tmem_epilogue_candidates(m: int, n: int, cta_group: int = 1, max_regs: int = 128) -> list[TmemEpilogue]:
+    """Every legal way to load the accumulator, best first (see the module docstring)."""
+    acc = accumulator_layout(m, n, cta_group)
+    rows = m // cta_group
+    out = []
+    for shape, num, table, origins in _fragments(m, n, cta_group, max_regs):
+        s = TMEM_SHAPES[shape]
+        tv = fit_tv(table)
+        if tv is None:
+            continue
+        tv = coalesce(tv, (1, 1))
+        loads = table.shape[1] // (s.regs * num)
+        cost = (loads, -_run(table, rows, n), s.regs * num)
+        out.append(TmemEpilogue(m, n, cta_group, shape, num, loads, acc, tv, cost, origins))
     out.sort(key=lambda e: (e.cost, e.shape))
     return out
 
@@ -141,3 +150,50 @@ def choose_tmem_epilogue(m: int, n: int, cta_group: int = 1, max_regs: int = 128
         raise ValueError(f"no tcgen05.ld shape loads an {m} x {n} accumulator (cta_group::{cta_group}) "
                          f"with at most {max_regs} registers per load")
     return cands[0]
+
+
+@dataclass(frozen=True)
+class TmemOperandStore:
+    """A way to write an ``m x k`` A operand of ``bits``-bit elements from registers into TMEM:
+    ``tcgen05.st.{shape}.x{num}``, ``stores`` per warp at ``origins`` (lane within the warp's
+    quarter, column), and the element register TV layout of the 128 threads."""
+
+    m: int
+    k: int
+    bits: int
+    shape: str
+    num: int
+    stores: int
+    register_tv: Layout
+    cost: tuple[int, ...]
+    origins: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def columns(self) -> int:
+        """TMEM columns of the operand."""
+        return self.k * self.bits // 32
+
+    @property
+    def regs_per_store(self) -> int:
+        return TMEM_SHAPES[self.shape].regs * self.num
+
+
+def tmem_a_candidates(m: int, k: int, bits: int, max_regs: int = 128) -> list[TmemOperandStore]:
+    """Every ``tcgen05.st`` that writes an ``m x k`` A operand (``m`` 64 or 128) from the
+    registers of 128 threads, best first (module docstring)."""
+    per = 32 // bits
+    words = k // per
+    out = []
+    for shape, num, table, origins in _fragments(m, words, 1, max_regs):   # table: word i + m * j
+        s = TMEM_SHAPES[shape]
+        i, j = table % m, table // m
+        elems = np.stack([i + m * (per * j + h) for h in range(per)], axis=2).reshape(len(table), -1)
+        tv = fit_tv(elems)
+        if tv is None:
+            continue
+        stores = table.shape[1] // (s.regs * num)
+        rows = max(len(np.unique(r % m)) for r in table)
+        cost = (stores, rows, -_run(table, m, words), s.regs * num)
+        out.append(TmemOperandStore(m, k, bits, shape, num, stores, coalesce(tv, (1, 1)), cost, origins))
+    out.sort(key=lambda e: (e.cost, e.shape))
+    return out

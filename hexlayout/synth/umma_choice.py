@@ -24,6 +24,34 @@ of the accumulator in its own TMEM (``accumulator_layout(256, N, 2)``: row ``i``
 read with the loads ``tmem_choice`` ranks for it. It pays twice over the one-CTA MMA: each CTA
 stages and reads only half of B, and one instruction covers both CTAs' rows.
 
+**A register tile as A** (``a`` in registers, ``b`` shared, one warp group, ``cta_group::1``, no
+block scales): tcgen05.mma cannot read registers, so A reaches the tensor core through shared
+memory (``st.shared`` into a descriptor tile) or tensor memory (``tcgen05.st`` into the A
+columns of a ``_TS`` atom). ``a_source_costs`` states the cost model, per k-step group of the op
+(one execution of the mma) and per warp:
+
+* TMEM: ``stores`` ``tcgen05.st`` (``tmem_choice.tmem_a_candidates``, usually 1) + ``wait::st``
+  + two ``tcgen05.fence`` + a barrier of the warp group (the issuing thread must see every
+  warp's stores; consecutive register-A mmas share one wait, fence pair and barrier), and
+  ``M x K x bits / 32`` TMEM columns beside the accumulator (a column range per mma op: the
+  register tile's lifetime rule, rewritten only after the MMA reading it retired, is the
+  columns' too);
+* shared: ``M x K x bits / 8 / (128 x 16)`` 16-byte ``st.shared`` per thread and as many address
+  computations (the ring stage's, swizzled), a ``fence.proxy.async`` (tcgen05.mma reads through
+  the async proxy), a barrier and ``tcgen05.fence::after_thread_sync``, and the tile's bytes of
+  shared memory per pipeline stage.
+
+TMEM is chosen when the op's A and accumulator fit in the 512 columns (with at most
+``MAX_A_COLUMNS`` for A, so the accumulators of the kernel's other mmas keep room) and its
+instructions per k-tile do not exceed shared's: one ``tcgen05.st`` per warp moves what takes
+``M x K x bits / 16384`` ``st.shared.v4`` per thread, so they tie at a single k-step of M = 64 (5
+and 5) and TMEM is cheaper from there on (M = 64, K = 64: 5 against 11); ties go to TMEM (no
+shared bytes). Otherwise (``register_a_refusal``) no tiling is offered and the diagnostic says
+why: the shared staging is not synthesized, the kernel writes it (``hl.copy`` of the register tile
+into a shared tile, then ``hl.mma`` on that). ``explain`` shows the comparison
+(``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 / the
+allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share them.
+
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
 ``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
 256, A and B e4m3 / e5m2, possibly mixed); its factors' layouts are ``arch.block_scale``'s.
@@ -37,6 +65,8 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from hexlayout.arch import get_atom
@@ -49,12 +79,86 @@ from hexlayout.ir.types import Scope
 from hexlayout.layout import Layout, size
 from hexlayout.layout.tv_maps import fit_tv
 
-from .tmem_choice import tmem_epilogue_candidates
+from .tmem_choice import tmem_a_candidates, tmem_epilogue_candidates
 
-__all__ = ["umma_tilings", "umma_candidates", "umma_refusal"]
+__all__ = ["umma_tilings", "umma_candidates", "umma_refusal", "ASourceCost", "a_source_costs",
+           "register_a_refusal", "a_source_comparison"]
 
 #: epilogue loads offered to the search per atom (best first; ``tmem_choice`` ranks them)
 MAX_LOADS = 4
+#: TMEM columns one mma's register A may take (the rest of the 512 stay for accumulators)
+MAX_A_COLUMNS = 256
+
+
+@dataclass(frozen=True)
+class ASourceCost:
+    """What feeding a register A operand to tcgen05.mma costs per execution of the op, per warp:
+    instructions besides the MMAs (``moves``: the stores; ``sync``: waits, fences, barriers),
+    TMEM columns and shared bytes (per pipeline stage) it occupies."""
+
+    source: str          # "tmem" or "smem"
+    moves: int
+    sync: int
+    tmem_columns: int
+    smem_bytes: int
+    detail: str
+
+    @property
+    def instructions(self) -> int:
+        return self.moves + self.sync
+
+
+def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, ASourceCost]:
+    """The cost model of the module docstring for an ``m x k`` register A of ``bits``-bit elements
+    run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (``tmem`` absent when no
+    ``tcgen05.st`` writes it).
+
+    Example:
+        >>> c = a_source_costs(64, 64, 16)
+        >>> (c["tmem"].moves, c["tmem"].sync, c["smem"].moves, c["smem"].sync)
+        (1, 4, 8, 3)
+    """
+    nbytes = m * k * bits // 8
+    sts = max(1, nbytes // (threads * 16))
+    out = {"smem": ASourceCost("smem", 2 * sts, 3, 0, nbytes,
+                               f"{sts} st.shared.v4 + {sts} address computations per thread, "
+                               "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")}
+    cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
+    if cands:
+        best = cands[0]
+        out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns, 0,
+                                  f"{best.stores} tcgen05.st.{best.shape}.x{best.num} per warp, wait::st, "
+                                  "fence::before_thread_sync, barrier, fence::after_thread_sync")
+    return out
+
+
+def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
+                       scaled: bool = False, cta_group: int = 1) -> str | None:
+    """Why a register A is not fed through TMEM to tcgen05.mma (None: it is; module docstring)."""
+    if scaled:
+        return "a block-scaled tcgen05.mma reads A from shared memory"
+    if cta_group != 1:
+        return "a pair's tcgen05.mma (cta_group::2) with A in TMEM is not built"
+    if threads != 128:
+        return (f"{threads} threads: a register A is written into TMEM by one warp group (128 threads); "
+                "stage it through a shared tile")
+    why = umma_refusal(m, n, k, da, db, dc, threads)
+    if why is not None:
+        return why
+    if da.bits not in (8, 16):
+        return f"{da.name} A: only 8- and 16-bit A operands are read from TMEM"
+    costs = a_source_costs(m, k, da.bits, threads)
+    t = costs.get("tmem")
+    if t is None:
+        return f"no tcgen05.st writes a {m}x{k} A operand into TMEM"
+    if t.tmem_columns > MAX_A_COLUMNS or t.tmem_columns + n > TMEM_COLUMNS:
+        return (f"A from TMEM needs {t.tmem_columns} columns beside the accumulator's {n} (at most "
+                f"{MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all): stage it through a shared tile (hl.copy, "
+                "then hl.mma on the shared tile)")
+    if t.instructions > costs["smem"].instructions:
+        return (f"A through TMEM takes {t.instructions} instructions per k-tile, through shared memory "
+                f"{costs['smem'].instructions}: stage it through a shared tile")
+    return None
 
 
 def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
@@ -100,11 +204,18 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
 
 def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                  majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
-                 scaled: bool = False, cta_group: int = 1) -> list[TiledUmma]:
+                 scaled: bool = False, cta_group: int = 1, a_tmem: bool = False) -> list[TiledUmma]:
     """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``);
-    ``m`` rows per CTA, ``cta_group`` 2: the pair's (one atom of the pair's M = 2m, N = n)."""
+    ``m`` rows per CTA, ``cta_group`` 2: the pair's (one atom of the pair's M = 2m, N = n);
+    ``a_tmem``: A is a register tile written into TMEM (``_TS`` atoms; ``register_a_refusal``)."""
     if umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
         return []
+    stores: list = [None]
+    if a_tmem:
+        if register_a_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
+            return []
+        stores = tmem_a_candidates(m, k, da.bits)[:2]
+        majors = tuple(dict.fromkeys(("K", bm) for _, bm in majors))
     m_atom = m * cta_group
     if cta_group == 2:
         ns = [n]
@@ -124,11 +235,13 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             if full is None:
                 continue
             for am, bm in majors:
+                src = "TS" if a_tmem else "SS"
                 name = f"SM100_{pair}{m_atom}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_" + (
-                    "UE8M0_SS" if scaled else "SS")
-                atom = get_atom(name, a_major=am, b_major=bm)
-                out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
-                                     ep.origins, full, chunk))
+                    "UE8M0_SS" if scaled else src)
+                atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
+                for a_store in stores:
+                    out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
+                                         ep.origins, full, chunk, a_store=a_store))
     return out
 
 
@@ -153,13 +266,26 @@ def _table(tv: Layout) -> np.ndarray:
 
 
 def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
-    """The tcgen05 tilings of ``op`` run by ``threads`` threads: both operands in shared memory,
-    no atom given (``atom=`` names an mma.sync / wgmma atom, not built on sm_100a); the pair's
-    (``cta_group::2``) when ``c`` has twice ``b``'s rows."""
+    """The tcgen05 tilings of ``op`` run by ``threads`` threads: B in shared memory, A in shared
+    memory or a register tile fed through TMEM (module docstring), no atom given (``atom=`` names
+    an mma.sync / wgmma atom, not built on sm_100a); the pair's (``cta_group::2``) when ``c`` has
+    twice ``b``'s rows."""
     a, b, c = op.a.type, op.b.type, op.c.type
-    if a.scope != Scope.SHARED or b.scope != Scope.SHARED or c.scope != Scope.REGISTER or op.atom is not None:
+    if a.scope not in (Scope.SHARED, Scope.REGISTER) or b.scope != Scope.SHARED or c.scope != Scope.REGISTER \
+            or op.atom is not None:
         return []
     m, k = a.shape
     group = 2 if c.shape[1] == 2 * b.shape[0] else 1
     return umma_tilings(m, c.shape[1], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None,
-                        cta_group=group)
+                        cta_group=group, a_tmem=a.scope == Scope.REGISTER)
+
+
+def a_source_comparison(tu: TiledUmma) -> str:
+    """Why ``tu`` feeds its register A through TMEM rather than shared memory: the cost model's
+    numbers for both (``explain`` shows it beside the choice)."""
+    m, _, k = tu.tile_mnk
+    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
+    t, sm = c["tmem"], c["smem"]
+    return (f"A source by cost per k-tile and warp: shared memory {sm.instructions} instructions "
+            f"({sm.detail}; {sm.smem_bytes} bytes per stage) against TMEM's {t.instructions} ({t.detail}; "
+            f"{t.tmem_columns} columns)")

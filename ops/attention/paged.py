@@ -87,14 +87,16 @@ def paged_attention_consts(
     *, heavy: bool = False
 ) -> dict[str, Any]:
     """The kernel's constants: 64 rows (token, head) and 32 keys per step on 4 warps (16 keys for
-    head size 256, which then fits 254 registers without spills; 64 keys for head size 128, S per
-    32-key chunk summed over 64-column halves of Q and K, so the rescale of O is shared by twice
-    the keys without spills, unless a window, a softcap or ``heavy`` (sinks, an FP8 cache) holds
-    more registers: then 32); the grid's row tiles from ``max_seqlen_q`` and the group size."""
+    head size 256, S summed over 128-column halves of Q and K: Q's fragment is loaded per half
+    instead of held whole, 64 registers fewer, so that every variant - split-KV, window, softcap,
+    sinks, an FP8 cache - fits without spills; 64 keys for head size 128, S per 32-key chunk
+    summed over 64-column halves of Q and K, so the rescale of O is shared by twice the keys
+    without spills, unless a window, a softcap or ``heavy`` (sinks, an FP8 cache) holds more
+    registers: then 32); the grid's row tiles from ``max_seqlen_q`` and the group size."""
     bm = 64
     hd = head_dim_tile(head_size)
     wide = hd == 128 and not (window or softcap or heavy)
-    chunks = {"CHUNK": 32, "DCHUNK": 64} if wide else {}
+    chunks = {"CHUNK": 32, "DCHUNK": 64} if wide else {"DCHUNK": 128} if hd == 256 else {}
     return {
         "BM": bm,
         "BN": 16 if hd == 256 else 64 if wide else 32,

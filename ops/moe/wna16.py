@@ -31,12 +31,16 @@ A operand, sm_100a (compute capability 10.0) ``moe_wna16_kernels_sm100``, swap-A
 the dequantized weights stored to a shared tile the MMA reads, the accumulator in tensor
 memory) and applies its permutation: ``q`` uint8 ``[E*NP, KP*bits/8]`` (column ``n`` of
 expert ``e`` is logical row ``e*NP + n``; ``NP``, ``KP`` padded to whole tiles with zeros; 4-bit:
-two values per byte, even k in the low nibble); ``scales`` as given; AWQ zero points unpacked to
-``[E, K/G, N]`` uint8 (one byte per 4-bit zero point: with f16 / bf16 scales the prepared
-tensors hold ``1 + 1 / (G + 5)`` of the checkpoint's bytes, 1.027 at ``G = 32``; the kernels
-convert them once per group). The result is a ``WNA16Weights``, a plain container of those
-tensors, the format constants and the layout's key; the op refuses weights whose key is not the
-one of the kernel it runs.
+two values per byte, even k in the low nibble); the scales and AWQ's zero points (unpacked to
+one ``uint8`` byte per 4-bit zero point: with f16 / bf16 scales the prepared tensors hold ``1 +
+1 / (G + 5)`` of the checkpoint's bytes, 1.027 at ``G = 32``; the kernels convert them once per
+group) are offline tensors too, ``[E*NP, K/G]`` (row ``e*NP + n`` as ``q``'s, column the group)
+in the order synthesis gives the register column that consumes them (``wna16_layout.
+relayout_groups``: a thread's columns one run), held as their ``[E, K/G, N]`` views (strides
+``(NP*K/G, NP, 1)``: the op reads ``E``, ``K/G`` and ``N`` from them). The result is a
+``WNA16Weights``, a plain container of those tensors, the format constants and the layouts' key
+(``wna16_layout.offline_key``); the op refuses weights whose key is not the one of the kernel it
+runs.
 
 Split-K (decode): ``wna16_split_k`` (``moe_splitk.choose_split_k`` on the kernels' tiles, from
 the sizes and the SM count only: capture-safe) gives each GEMM's tiles ``SPLIT_K`` blocks over
@@ -100,9 +104,10 @@ class WNA16Weights:
     ``qweight`` uint8 ``[E*NP, KP*bits/8]``: the logical rows ``e*NP + n`` (column ``n`` of
     expert ``e``'s ``W`` along K, padded: ``wna16_layout``) in the synthesized offline order
     ``layout_key`` (``hexlayout.ir.offline``; ``gate_up``: gate and up padded apart);
-    ``scales`` ``[E, G, N]`` f16 / bf16 (MXFP4: uint8 e8m0 exponents, ``s = 2^(b - 127)``),
-    ``zeros`` ``[E, G, N]`` uint8 (AWQ) or None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero
-    point); ``W[e, k, n] = (q - z) * s``
+    ``scales`` f16 / bf16 (MXFP4: uint8 e8m0 exponents, ``s = 2^(b - 127)``), ``zeros`` uint8
+    (AWQ) or None (GPTQ: ``2^(bits-1)``; MXFP4: e2m1 codes, no zero point), both the ``[E, G,
+    N]`` views of offline ``[E*NP, G]`` tensors (``wna16_layout.relayout_groups``; their order is
+    in ``layout_key`` too); ``W[e, k, n] = (q - z) * s``
     with the group ``k // group_size`` (one group for -1). ``perm`` int32 ``[E, K]`` (GPTQ
     act-order) or None: the rows of K were permuted by it (``q``'s row ``k`` is the checkpoint's
     row ``perm[e, k]``), and the op gathers the activations' columns by it. ``act_dtype``: the
@@ -193,12 +198,12 @@ def prepare_wna16(
 ) -> WNA16Weights:
     """Re-lay AWQ / GPTQ expert weights out for ``fused_moe`` (see the module docstring).
 
-    The order is the offline layout synthesis chooses for the kernel that will run
-    (``wna16_layout.wna16_offline_layout``) on ``arch`` (default: the device's, or
-    ``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors); ``gate_up=True`` for the ``w13`` projection
-    (``N = 2I``: gate and up padded to whole tiles apart; needed when ``I`` is not a multiple of
-    the tile rows, 64). The result records the layout's key; the op refuses weights prepared for
-    another layout.
+    The order is the offline layouts synthesis chooses for the kernel that will run
+    (``wna16_layout.wna16_offline_layouts``: the weights', the scales' and AWQ's zero points')
+    on ``arch`` (default: the device's, or ``HEXLAYOUT_EMULATE_ARCH`` for CPU tensors);
+    ``gate_up=True`` for the ``w13`` projection (``N = 2I``: gate and up padded to whole tiles
+    apart; needed when ``I`` is not a multiple of the tile rows, 64). The result records the
+    layouts' key; the op refuses weights prepared for other layouts.
 
     ``g_idx`` (GPTQ act-order, ``desc_act=True``): int32 ``[E, K]``, row ``k`` of ``W[e]`` in
     group ``g_idx[e, k]``; the rows of K are permuted once by ``perm[e] = argsort(g_idx[e])``
@@ -285,7 +290,7 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
     (``wna16_layout.relayout``); ``act_dtype`` the activations' dtype when the scales are not
     in it (MXFP4's e8m0 bytes)."""
     from ..host.launch import lang_dtype
-    from .wna16_layout import relayout, wna16_offline_layout
+    from .wna16_layout import offline_key, relayout, relayout_groups, wna16_offline_layouts
 
     e, k, n = q_ekn.shape
     if arch is None:
@@ -293,11 +298,20 @@ def _relayout(q_ekn: Any, scales: Any, zeros: Any, quant_format: str, bits: int,
     if arch not in ARCHS:
         raise _fail("arch", f"must be one of {', '.join(ARCHS)}, got {arch!r}")
     dtype = scales.dtype if act_dtype is None else act_dtype
-    lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up,
-                               weight_dtype(quant_format, bits))
-    q = relayout(q_ekn, lay, gate_up)
-    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, lay.key, gate_up, perm,
-                        act_dtype)
+    lays = wna16_offline_layouts(arch, lang_dtype(dtype), bits, k, group_size, gate_up,
+                                 weight_dtype(quant_format, bits), zero_point(quant_format, bits))
+    q = relayout(q_ekn, lays["q"], gate_up)
+    scales = relayout_groups(scales, lays["s"], gate_up)
+    if zeros is not None:
+        zeros = relayout_groups(zeros, lays["z"], gate_up)
+    return WNA16Weights(q, scales, zeros, quant_format, bits, group_size, e, k, n, offline_key(lays), gate_up,
+                        perm, act_dtype)
+
+
+def zero_point(quant_format: str, bits: int) -> int:
+    """The kernels' ``ZERO`` of a format: 0 for AWQ (zero points loaded), -1 for MXFP4 (none),
+    ``2^(bits-1)`` for GPTQ (symmetric)."""
+    return {"awq": 0, "mxfp4": -1}.get(quant_format, 1 << (bits - 1))
 
 
 def wna16_config(num_slots: int, num_experts: int, size_k: int, group_size: int) -> dict[str, Any]:
@@ -399,7 +413,8 @@ def _check_weight(
             f"{pre}_group_size",
             f"{group_size} does not match K = {k} and {pre}_scales' {groups} groups",
         )
-    _check_layout(pre, qweight, layout_key, dtype, quant_format, bits, group_size, k, e, nn)
+    np_ = _check_layout(pre, qweight, layout_key, dtype, quant_format, bits, group_size, k, e, nn)
+    _group_strides(f"{pre}_scales", scales, np_)
     if quant_format == "awq":
         if not isinstance(zeros, torch.Tensor) or zeros.shape != scales.shape or zeros.dtype != torch.uint8:
             raise ArgumentError(
@@ -408,38 +423,53 @@ def _check_weight(
                 f"AWQ needs uint8 zero points shaped like "
                 f"{pre}_scales {tuple(scales.shape)}, got {_kind(zeros)}",
             )
+        _group_strides(f"{pre}_zeros", zeros, np_)
     elif zeros is not None:
         raise ArgumentError(RUN_OP, f"{pre}_zeros", f"{quant_format} weights have no zero points: pass None")
     return e, nn
 
 
+def _group_strides(name: str, t: Any, np_: int) -> None:
+    """``t`` (prepared scales or zero points, ``[E, G, N]``) is the view ``relayout_groups`` makes
+    of the offline ``[E * NP, G]`` tensor: strides ``(NP * G, NP, 1)``."""
+    e, g, _ = t.shape
+    want = (np_ * g, np_, 1)
+    if tuple(t.stride()) != want and not (g == 1 and t.stride(0) == np_ and t.stride(2) == 1):
+        raise ArgumentError(RUN_OP, name, f"must be prepare_wna16's view of the offline [E*NP, G] tensor "
+                            f"(strides {list(want)}, NP = {np_}), got strides {list(t.stride())}")
+
+
 def _check_layout(pre: str, qweight: Any, layout_key: str, dtype: Any, quant_format: str, bits: int,
-                  group_size: int, k: int, e: int, n: int) -> None:
+                  group_size: int, k: int, e: int, n: int) -> int:
     """``{pre}_qweight`` is in the offline layout of the kernel that will run on the device's
     architecture (``wna16_layout``): its key (when the weights name one: ``layout_key``) and
     its shape ``[E*NP, KP*bits/8]`` uint8."""
     import torch
 
     from ..host.launch import lang_dtype
-    from .wna16_layout import padded_rows, wna16_offline_layout
+    from .wna16_layout import offline_key, padded_rows, wna16_offline_layouts
 
     arch = kernel_arch(qweight.device)
     gate_up = pre == "w13"
     wt = weight_dtype(quant_format, bits)
-    lay = wna16_offline_layout(arch, lang_dtype(dtype), bits, k, group_size, gate_up, wt)
-    if layout_key and layout_key != lay.key:
+    lays = wna16_offline_layouts(arch, lang_dtype(dtype), bits, k, group_size, gate_up, wt,
+                                 zero_point(quant_format, bits))
+    lay = lays["q"]
+    if layout_key and layout_key != offline_key(lays):
         raise ArgumentError(
             RUN_OP, f"{pre}_qweight",
-            f"was prepared in the offline layout {layout_key}, but the {arch} kernel that runs here reads "
-            f"{lay.key}: call prepare_wna16 for this device (arch={arch!r})")
+            f"was prepared in the offline layouts {layout_key}, but the {arch} kernel that runs here reads "
+            f"{offline_key(lays)}: call prepare_wna16 for this device (arch={arch!r})")
     tr, tk = lay.tile
-    want = (e * padded_rows(n, tr, gate_up), -(-k // tk) * tk * bits // 8)
+    np_ = padded_rows(n, tr, gate_up)
+    want = (e * np_, -(-k // tk) * tk * bits // 8)
     if qweight.dtype != torch.uint8 or tuple(qweight.shape) != want:
         hint = " (prepare w13 with gate_up=True)" if gate_up else ""
         raise ArgumentError(
             RUN_OP, f"{pre}_qweight",
             f"must be prepare_wna16's uint8 [E*NP, KP*bits/8] = {list(want)} (tiles {tr}x{tk}){hint}, "
             f"got {_kind(qweight)}")
+    return np_
 
 
 def check_fused_moe_wna16(
@@ -512,7 +542,12 @@ def check_fused_moe_wna16(
             raise ArgumentError(
                 op, name, f"is on {v.device}, hidden_states on {x.device}; all tensors must be on one device"
             )
-        _contiguous_aligned(name, v)
+        if name.endswith(("_scales", "_zeros")):  # views of the offline tensors (_group_strides)
+            from .args import _aligned
+
+            _aligned(op, name, v)
+        else:
+            _contiguous_aligned(name, v)
     if h % 8:
         raise ArgumentError(op, "hidden_states", f"H = {h} must be a multiple of 8 (16-byte rows)")
     if content_checks(topk_ids) and topk_ids.numel():
@@ -619,14 +654,15 @@ def _check_wna16_expert_ids(topk_ids: Any, expert_map: Any, gne: int, e: int) ->
 
 
 def _zeros_arg(scales: Any, zeros: Any) -> Any:
-    """The kernels' ``z`` argument: AWQ's ``uint8`` zero points, else (GPTQ, MXFP4: ``ZERO != 0``,
-    ``z`` not read) a ``uint8`` view of the scales' first bytes shaped like them, no allocation.
-    ``z`` shares the scales' ``[E, G, N]`` sizes in the kernels, so their group loads share one
-    address computation and one bounds predicate."""
+    """The kernels' ``z`` argument: AWQ's ``uint8`` zero points (the offline ``[E * NP, G]``
+    tensor behind the prepared view), else (GPTQ, MXFP4: ``ZERO != 0``, ``z`` not read) a
+    ``uint8`` view of the offline scales' first bytes shaped like them, no allocation."""
     import torch
 
+    from .wna16_layout import group_view
+
     if zeros is not None:
-        return zeros
+        return group_view(zeros)
     if scales.dtype == torch.uint8:   # MXFP4's e8m0 bytes
         return scales
     return scales.view(torch.uint8).reshape(-1)[: scales.numel()].view(scales.shape)
@@ -643,6 +679,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
     from .splitk import _forced, moe_splitk_act_kernel, moe_splitk_cast_kernel
     from .wna16_kernels_sm80 import column_tiles, moe_wna16_down_kernel
     from .wna16_kernels_sm90 import moe_wna16_down_sm90_kernel
+    from .wna16_layout import group_view
 
     a = bind_args(check_fused_moe_wna16, args, kwargs)
     bits = a.bits
@@ -660,12 +697,13 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 
     wt = weight_dtype(a.quant_format, bits)
     common = {
-        "ZERO": {"awq": 0, "mxfp4": -1}.get(a.quant_format, 1 << (bits - 1)),  # -1: no zero point
+        "ZERO": zero_point(a.quant_format, bits),  # -1: no zero point
         "TOPK": k,
         "ROUTER": bool(a.apply_router_weight_on_input),
     }
-    z13 = _zeros_arg(a.w13_scales, a.w13_zeros)
-    z2 = _zeros_arg(a.w2_scales, a.w2_zeros)
+    s13, s2 = group_view(a.w13_scales), group_view(a.w2_scales)  # the offline [E * NP, G] tensors
+    z13 = _zeros_arg(s13, a.w13_zeros)
+    z2 = _zeros_arg(s2, a.w2_zeros)
 
     def gate_up(run: MoeRun, h: Any) -> None:
         import torch
@@ -682,7 +720,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
             consts.update(GELU=False, SPLIT_K=split)
         bld = build_for(gate_up_kernel(dt, bits, cfg13["BK"], split > 1, wt), dev, consts)
         _same_layout(bld, a.w13_layout, "w13_qweight")
-        args = (x, a.w13_qweight, a.w13_scales, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        args = (x, a.w13_qweight, s13, z13, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:  # the router weight is already in g / u (ROUTER): no SCALE_IN
             act = build_for(moe_splitk_act_kernel(dt, run.activation), dev, {"BM": cfg13["BM"]})
@@ -708,7 +746,7 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
         _same_layout(bld, a.w2_layout, "w2_qweight")
         if a.w2_perm is not None:  # act-order: h[p, perm2[e]], e the expert of p's block
             h = permuted_inter(h, run.expert_ids, run.cfg["BM"], a.w2_perm)
-        args = (h, a.w2_qweight, a.w2_scales, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
+        args = (h, a.w2_qweight, s2, z2, run.sorted_ids, run.expert_ids, run.topk_w, out)
         run_kernel(bld, args, outputs=(7,))
         if split > 1:
             run_kernel(build_for(moe_splitk_cast_kernel(dt), dev, {}), (out, y), outputs=(1,))
@@ -720,12 +758,14 @@ def run_fused_moe_wna16(*args: Any, **kwargs: Any) -> Any:
 def _same_layout(bld: Any, key: str, name: str) -> None:
     """The build about to run reads its weights in the offline layout ``key`` (when named): every
     config (decode, prefill, split-K) must share the prepared layout."""
+    from .wna16_layout import offline_key
+
     if not key or not hasattr(bld, "offline_layouts"):  # no key named, or a recorded (not built) launch
         return
-    lay = bld.offline_layouts.get("q")
-    if lay is not None and lay.key != key:
-        raise ArgumentError(RUN_OP, name, f"was prepared in the offline layout {key}, but kernel "
-                            f"{bld.tile_kernel.name} reads {lay.key}")
+    lays = bld.offline_layouts
+    if lays and offline_key(lays) != key:
+        raise ArgumentError(RUN_OP, name, f"was prepared in the offline layouts {key}, but kernel "
+                            f"{bld.tile_kernel.name} reads {offline_key(lays)}")
 
 
 def weight_dtype(quant_format: str, bits: int) -> Any:

@@ -1,29 +1,30 @@
-"""W4A16 / W8A16 fused-MoE grouped GEMMs for sm_100a: the dequantized weights staged in shared
-memory for ``tcgen05.mma``, the accumulators in tensor memory (``hexlayout.ops.moe.wna16``
+"""W4A16 / W8A16 fused-MoE grouped GEMMs for sm_100a: the dequantized weights fed to
+``tcgen05.mma`` from tensor memory, the accumulators in tensor memory (``hexlayout.ops.moe.wna16``
 dispatches here on compute capability 10.0 and under ``HEXLAYOUT_EMULATE_ARCH=sm_100a``).
 
 The same products, arguments, configs and split-K forms as ``moe_wna16_kernels_sm90`` (see its
 docstring: swap-AB, a block computes the transposed tile ``out^T = W^T X^T`` of ``BN = 64``
-output columns by ``BM`` sorted rows, 16 / 32 / 64). What changes is where the MMA reads the
-weights: tcgen05.mma takes A from shared or tensor memory only, so each k-tile's ``(BN, BK)``
-weight tile is
+output columns by ``BM`` sorted rows, 16 / 32 / 64), and the same source shape: each k-tile's
+``(BN, BK)`` weight tile is
 
 - copied from the offline ``q`` in logical coordinates and dequantized in registers by
-  ``moe_wna16_kernels._dequant`` (as on sm_90a; the storage order of ``q`` is the one synthesis
-  derives from the register fragment the tile is dequantized in, ``hl.offline``),
-- stored (``st.shared``) into stage ``k % STAGES`` of a shared weight ring whose layout and
-  swizzle synthesis chooses for the tcgen05 shared-memory descriptor (K-major, the widest
-  conflict-free swizzle), then made visible to the async proxy (``fence.proxy.async``, which
-  ``hexlayout.ir.passes.insert_proxy_fences`` puts after the stores: tcgen05.mma reads its
-  descriptors through the async proxy) and to the issuing thread (a block barrier),
-- multiplied by ``hl.mma`` from shared memory (A = weights, B = the gathered activation rows,
-  K-major), synthesized as ``tcgen05.mma`` M64 x N``BM`` with the accumulator in TMEM; the
-  epilogue reads it back with ``tcgen05.ld`` (``hexlayout.ir.lower.umma``).
+  ``moe_wna16_kernels._dequant`` (the storage order of ``q`` is the one synthesis derives from the
+  register fragment the tile is dequantized in, ``hl.offline``),
+- multiplied by ``hl.mma`` on that register tile (A = weights, B = the gathered activation rows,
+  K-major in shared memory). tcgen05.mma reads A from shared or tensor memory only; synthesis
+  (``hexlayout.synth.umma_choice``: ``a_source_costs``) feeds it through tensor memory: every
+  warp writes its registers into the op's A columns with one ``tcgen05.st.16x64b`` (one weight
+  row per thread, so one scale and zero point per group; BK 64: ``.x16``, 32 columns; BK 32:
+  ``.x8``), then ``tcgen05.wait::st``, a fenced barrier and the
+  ``tcgen05.mma`` M64 x N``BM`` ``_TS`` issues (``hexlayout.ir.lower.umma``). Staging through
+  shared memory would take 4 (BK 64) ``st.shared.v4`` per thread and their addresses, a
+  ``fence.proxy.async`` and a ``(BN, BK, STAGES)`` shared ring per weight tile; both need the
+  barrier. The accumulators are read back with ``tcgen05.ld`` after the loop.
 
 The loop is ``blocks.wgmma_pipeline``'s (the wgmma commit / wait are tcgen05 commits onto
-mbarriers on sm_100a): k-tile ``k``'s MMA stays in flight while k-tile ``k + 1`` is dequantized
-and stored; the weight stage written at ``k`` was last read by the MMA of ``k - STAGES``,
-retired by the wait after k-tile ``k - 1`` (which retires everything up to ``k - 2``), and the
+mbarriers on sm_100a), unrolled by 2: k-tile ``k``'s MMA stays in flight while k-tile ``k + 1``
+is dequantized and stored into the other unrolled copy's A columns; an op's columns are rewritten
+two k-tiles later, after the wait following k-tile ``k + 1`` retired everything up to ``k``, and the
 activation stage refilled at ``k`` is ``k - 2``'s, as on sm_90a.
 """
 
@@ -48,18 +49,11 @@ SM100_STAGES = SM90_STAGES
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
 
-def _staged(w: Any, sw: Any, st: Any) -> Any:
-    """The dequantized register tile ``w`` stored into stage ``st`` of the shared ring ``sw``,
-    which the MMA then reads (the proxy fence after the stores is the lowering's)."""
-    hl.copy(w, sw[:, :, st])
-    return sw[:, :, st]
-
-
 @cache
 def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False,
                                    wtype: DType | None = None) -> Any:
     """Gate-up with the activation epilogue (``moe_wna16_gate_up_sm90_kernel``'s product and
-    constants, ``WG`` 1), the weights through shared memory into tcgen05.mma::
+    constants, ``WG`` 1), the dequantized weights the register A of tcgen05.mma::
 
         g^T[n, p] = sum_c W13[e, c, n] * x[t, c],   u^T[n, p] = sum_c W13[e, c, I + n] * x[t, c]
         h[p, n] = act(w_r * g^T[n, p]) * (w_r * u^T[n, p])"""
@@ -74,8 +68,8 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
     def moe_wna16_gate_up_sm100(
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -102,28 +96,24 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
             half = (Ix + BN - 1) // BN * BN  # offline rows per expert: gate, then up, each padded to BN
             num_k, k0, ktile = k_tile_range(Hx, BK, SPLIT_K, sp)
             sa, _, load = gathered_stages(x, tok, m0, k0, dt, BM, BK, STAGES)  # token rows, K-major: B
-            sg = hl.shared(dt, (BN, BK, STAGES))  # the dequantized gate / up weights: A
-            su = hl.shared(dt, (BN, BK, STAGES))
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
 
             def step(kt: Any, st: Any, _slot: int) -> None:
                 c0 = ktile(kt) * BK
                 sc = GROUP < PER_CHANNEL
-                wg = _dequant(q, s, z, e, e * 2 * half + n0, n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
-                wu = _dequant(q, s, z, e, (2 * e + 1) * half + n0, n0 + Ix, c0, BN, BK, GROUP, ZERO, dt,
-                              bits, sc)
-                ag, au = _staged(wg, sg, st), _staged(wu, su, st)
-                hl.syncthreads()  # every thread's stores before the MMA's issue
+                wg = _dequant(q, s, z, e * 2 * half + n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
+                wu = _dequant(q, s, z, (2 * e + 1) * half + n0, c0, BN, BK, GROUP, ZERO, dt, bits, sc)
                 hl.wgmma_fence()
-                hl.mma(ag, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))
-                hl.mma(au, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
+                hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
+                hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
             wgmma_pipeline(name, num_k, STAGES, load, step)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
+                g = g * _channel_scales(s, e * 2 * half + n0, BN, dt)
+                u = u * _channel_scales(s, (2 * e + 1) * half + n0, BN, dt)
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
@@ -143,7 +133,7 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
 def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = False,
                                 wtype: DType | None = None) -> Any:
     """Down with the top-k weight epilogue (``moe_wna16_down_sm90_kernel``'s product and
-    constants, ``WG`` 1), the weights through shared memory into tcgen05.mma::
+    constants, ``WG`` 1), the dequantized weights the register A of tcgen05.mma::
 
         y[r, n] = tw[r] * sum_c W2[e, c, n] * h[p, c]"""
     dt = dtype
@@ -157,8 +147,8 @@ def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bo
     def moe_wna16_down_sm100(
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -180,22 +170,20 @@ def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bo
             rid, rrow = block_rows(sorted_ids, m0, BM, TKx)
             num_k, k0, ktile = k_tile_range(h.shape[1], BK, SPLIT_K, sp)
             sa, _, load = gathered_stages(h, None, m0, k0, dt, BM, BK, STAGES)  # rows of h, K-major: B
-            sw = hl.shared(dt, (BN, BK, STAGES))  # the dequantized weights: A
             acc = hl.zeros((BN, BM), f32)
 
+            row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
+
             def step(kt: Any, st: Any, _slot: int) -> None:
-                row0 = e * ((Hx + BN - 1) // BN * BN) + n0  # offline rows per expert: H padded to BN
-                w = _dequant(q, s, z, e, row0, n0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits,
-                             GROUP < PER_CHANNEL)
-                aw = _staged(w, sw, st)
-                hl.syncthreads()  # every thread's stores before the MMA's issue
+                sc = GROUP < PER_CHANNEL
+                w = _dequant(q, s, z, row0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits, sc)
                 hl.wgmma_fence()
-                hl.mma(aw, sa[:, :, st], acc, warps=hl.spatial(WG, 1))
+                hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
                 hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
 
             wgmma_pipeline(name, num_k, STAGES, load, step)
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                acc = acc * _channel_scales(s, e, n0, BN, dt)
+                acc = acc * _channel_scales(s, row0, BN, dt)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))
             if split:  # f32 partials to the token slots; padding rows add nothing
                 hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + n0], out)

@@ -8,13 +8,15 @@ weights are the ones ``prepare_wna16`` re-lays out: a projection ``y = x @ W`` w
 (``u8`` at 8 bits), read in logical coordinates: row ``e * NP + n`` holds column ``n`` of expert
 ``e``'s ``W`` along K (``NP`` the padded rows per expert; gate-up: gate, then up at ``NP / 2``);
 its storage order is the one synthesis derives from the mma fragment each ``(BN, BK)`` tile
-feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s [E, G,
-N]`` (in the activations' dtype; MXFP4: e8m0 bytes ``u8``, ``2^(s - 127)``) and, for AWQ, zero
-points ``z [E, G, N]`` (``u8``; ``G`` groups of ``GROUP`` rows of K; without zero points ``z`` is
-a ``u8`` tensor of the scales' sizes, not read: sharing ``s``'s sizes, the two group loads share
-their address and bounds predicate), both converted once per group in registers::
+feeds (``hexlayout.ir.offline``: one 16-byte vector run per thread and tile), scales ``s:
+hl.offline(dt[E * NP, G])`` (in the activations' dtype; MXFP4: e8m0 bytes ``u8``, ``2^(s -
+127)``) and, for AWQ, zero points ``z: hl.offline(u8[E * NP, G])`` (``G`` groups of ``GROUP``
+rows of K; the rows ``q``'s; without zero points ``z`` is a ``u8`` tensor of the scales' sizes,
+not read), both read as ``(BN, 1)`` columns at ``q``'s rows, stored in the order of the register
+column that consumes them (the threads of a fragment that share a column read one run: a
+thread's columns one load, no bounds predicate) and converted once per group in registers::
 
-    W[e, c', n] = (q[e * NP + n, c'] - z[e, c' // GROUP, n]) * s[e, c' // GROUP, n]
+    W[e, c', n] = (q[e * NP + n, c'] - z[e * NP + n, c' // GROUP]) * s[e * NP + n, c' // GROUP]
 
 with ``z = ZERO`` (``2^(bits-1)``, GPTQ) when ``ZERO > 0``. Each ``BK``-column k-tile of
 ``q`` is loaded as bytes, unpacked (shifts / masks: LOP3, PRMT), converted by the
@@ -75,10 +77,10 @@ __all__ = ["moe_wna16_gate_up_kernel", "moe_wna16_down_kernel"]
 
 T, H, E, EN, N, G, EM, NB, TK, I, KD, KP = hl.dims("T H E EN N G EM NB TK I KD KP")
 
-def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int, ZERO: int, dt: DType,
+def _group_params(s: Any, z: Any, row0: Any, k0: Any, BN: int, GROUP: int, ZERO: int, dt: DType,
                   scaled: bool = True) -> tuple[Any, Any]:
-    """``(st, zt)``: the scales ``s[e, g, n0 ..]`` (None when ``scaled`` is False: per-channel
-    scales, applied after the k loop) and the zero points ``z[e, g, n0 ..]`` (a constant ``ZERO``
+    """``(st, zt)``: the scales ``s[row0 .., g]`` (None when ``scaled`` is False: per-channel
+    scales, applied after the k loop) and the zero points ``z[row0 .., g]`` (a constant ``ZERO``
     tile for GPTQ; None without zero point, ``ZERO < 0``) of group ``g = k0 // GROUP``, as
     ``(BN, 1)`` register columns in ``dt`` (GPTQ's constant zero point: the float ``ZERO``, made a
     tile by ``_dequant_tile``; AWQ's loaded one with scales in f16: the ``Bias`` ``-z * s``, so that
@@ -88,13 +90,13 @@ def _group_params(s: Any, z: Any, e: Any, n0: Any, k0: Any, BN: int, GROUP: int,
     g = k0 // GROUP
     st = None
     if scaled:  # else per-channel scales: sum_k x (q - z) s = s sum_k x (q - z), after the k loop
-        st = _scale_column(s, e, g, n0, BN, dt)
+        st = _scale_column(s, row0, g, BN, dt)
     if ZERO < 0:  # no zero point (MXFP4: e2m1 values, cast by their bit trick)
         return st, None
     if ZERO:  # GPTQ's constant: the tile is made beside its use (``_dequant_tile``: folded there)
         return st, float(ZERO)
     zb = hl.register(u8, (BN, 1))
-    hl.copy(hl.view(z, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, zb)
+    hl.copy(hl.view(z, (BN, 1), (row0, g)), zb)
     zt = hl.cast(zb, dt)  # exact: z < 16
     if st is None or dt.name != "f16":  # (bf16's 8-bit mantissa: -z * s rounded is too coarse)
         return st, zt
@@ -112,11 +114,12 @@ def _e8m0(b: Any, dt: DType) -> Any:
     return hl.cast(f, dt)
 
 
-def _scale_column(s: Any, e: Any, g: Any, n0: Any, BN: int, dt: DType) -> Any:
-    """The scales ``s[e, g, n0 ..]`` as a ``(BN, 1)`` register column in ``dt``: loaded in
-    ``dt``, or, for e8m0 bytes (``u8``: MXFP4), loaded as bytes and converted by ``_e8m0``."""
+def _scale_column(s: Any, row0: Any, g: Any, BN: int, dt: DType) -> Any:
+    """The scales ``s[row0 .., g]`` (offline rows ``row0 ..``, group ``g``) as a ``(BN, 1)``
+    register column in ``dt``: loaded in ``dt``, or, for e8m0 bytes (``u8``: MXFP4), loaded as
+    bytes and converted by ``_e8m0``."""
     st = hl.register(s.dtype, (BN, 1))
-    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, g, n0))[0, :, :].T, st)
+    hl.copy(hl.view(s, (BN, 1), (row0, g)), st)
     return _e8m0(st, dt) if s.dtype == u8 else st
 
 
@@ -156,9 +159,7 @@ def _dequant(
     q: Any,
     s: Any,
     z: Any,
-    e: Any,
     row0: Any,
-    n0: Any,
     k0: Any,
     BN: int,
     BK: int,
@@ -172,16 +173,16 @@ def _dequant(
     ``n0 ..`` (rows ``row0 ..`` of the offline ``q``) and k ``k0 ..``, in ``dt``, in registers:
     ``_dequant_tile`` with the group parameters of ``_group_params`` (``scaled=False``: ``q - z``
     alone, per-channel scales: ``_channel_scales`` multiplies the accumulator after the k loop)."""
-    st, zt = _group_params(s, z, e, n0, k0, BN, GROUP, ZERO, dt, scaled)
+    st, zt = _group_params(s, z, row0, k0, BN, GROUP, ZERO, dt, scaled)
     return _dequant_tile(q, row0, k0, BN, BK, dt, bits, st, zt)
 
 
-def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
-    """Per-channel scales ``s[e, 0, n0 ..]`` (one group over K) as a ``(1, BN)`` f32 row, by
+def _channel_scales(s: Any, row0: Any, BN: int, dt: DType) -> Any:
+    """Per-channel scales ``s[row0 .., 0]`` (one group over K) as a ``(1, BN)`` f32 row, by
     which the accumulator of unscaled ``q - z`` is multiplied after the k loop."""
-    st = hl.register(dt, (1, BN))
-    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :], st)
-    return hl.cast(st, f32)
+    st = hl.register(dt, (BN, 1))
+    hl.copy(hl.view(s, (BN, 1), (row0, 0)), st)
+    return hl.cast(st, f32).T
 
 
 def scale_type(dt: DType, wt: DType) -> DType:
@@ -313,8 +314,8 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
     def moe_wna16_gate_up(
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -351,18 +352,18 @@ def moe_wna16_gate_up_kernel(dtype: DType, bits: int, bk: int = 64, split: bool 
                     kh = k0 + hk * BK
                     if ROUTER:
                         ra = hl.cast(hl.cast(ra, f32) * wr, dt)
-                    if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
-                        pg = _group_params(s, z, e, n0, kh, BN, GROUP, ZERO, dt, sc)
-                        pu = _group_params(s, z, e, n0 + Ix, kh, BN, GROUP, ZERO, dt, sc)
-                    with _inside(q, kh, hk if tail else 0):
+                    with _inside(q, kh, hk if tail else 0):  # (a group past KP is not loaded)
+                        if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
+                            pg = _group_params(s, z, e * 2 * half + n0, kh, BN, GROUP, ZERO, dt, sc)
+                            pu = _group_params(s, z, (2 * e + 1) * half + n0, kh, BN, GROUP, ZERO, dt, sc)
                         # warps side by side along N: each weight is dequantized by one warp only
                         wg = _dequant_tile(q, e * 2 * half + n0, kh, BN, BK, dt, bits, *pg)
                         hl.mma(ra, wg, acc_g, warps=(1, WARPS))
                         wu = _dequant_tile(q, (2 * e + 1) * half + n0, kh, BN, BK, dt, bits, *pu)
                         hl.mma(ra, wu, acc_u, warps=(1, WARPS))
             if GROUP >= PER_CHANNEL:
-                acc_g = acc_g * _channel_scales(s, e, n0, BN, dt)
-                acc_u = acc_u * _channel_scales(s, e, n0 + Ix, BN, dt)
+                acc_g = acc_g * _channel_scales(s, e * 2 * half + n0, BN, dt)
+                acc_u = acc_u * _channel_scales(s, (2 * e + 1) * half + n0, BN, dt)
             if split:  # f32 partials at the sorted position; padding rows add nothing
                 pos = hl.where(rid >= 0, hl.iota((BM,), 0) + m0, -1)
                 hl.atomic_add(h[0, pos, n0:n0 + BN], acc_g)
@@ -391,8 +392,8 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
     def moe_wna16_down(
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -425,10 +426,9 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
             for k0, ras, tail in steps:
                 for hk, ra in enumerate(ras):
                     kh = k0 + hk * BK
-                    if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
-                        pgs = [_group_params(s, z, e, n0 + j * BN, kh, BN, GROUP, ZERO, dt, sc)
-                               for j in range(nt)]
-                    with _inside(q, kh, hk if tail else 0):
+                    with _inside(q, kh, hk if tail else 0):  # (a group past KP is not loaded)
+                        if _new_group(hk, ku, BK, GROUP):  # a group's scales and zeros: loaded once
+                            pgs = [_group_params(s, z, r, kh, BN, GROUP, ZERO, dt, sc) for r in rows0]
                         for j in range(nt):
                             w = _dequant_tile(q, rows0[j], kh, BN, BK, dt, bits, *pgs[j])
                             hl.mma(ra, w, accs[j], warps=(1, WARPS))
@@ -437,7 +437,7 @@ def moe_wna16_down_kernel(dtype: DType, bits: int, bk: int = 64, split: bool = F
             for j, acc in enumerate(accs):
                 nj = n0 + j * BN
                 if not sc:
-                    acc = acc * _channel_scales(s, e, nj, BN, dt)
+                    acc = acc * _channel_scales(s, rows0[j], BN, dt)
                 if twr is not None:
                     acc = acc * twr
                 if split:  # f32 partials to the token slots; padding rows add nothing

@@ -96,11 +96,12 @@ def _new_group(slot: int, BK: int, GROUP: int) -> bool:
     return slot == 0 or (slot * BK) % GROUP == 0
 
 
-def _channel_scales(s: Any, e: Any, n0: Any, BN: int, dt: DType) -> Any:
-    """Per-channel scales ``s[e, 0, n0 ..]`` (one group over K) as a ``(BN, 1)`` f32 column, by
-    which the accumulator of unscaled ``q - z`` is multiplied after the k loop."""
+def _channel_scales(s: Any, row0: Any, BN: int, dt: DType) -> Any:
+    """Per-channel scales ``s[row0 .., 0]`` (offline rows ``row0 ..``, one group over K) as a
+    ``(BN, 1)`` f32 column, by which the accumulator of unscaled ``q - z`` is multiplied after
+    the k loop."""
     st = hl.register(dt, (BN, 1))
-    hl.copy(hl.view(s, tile=(1, 1, BN), origin=(e, 0, n0))[0, :, :].T, st)
+    hl.copy(hl.view(s, (BN, 1), (row0, 0)), st)
     return hl.cast(st, f32)
 
 
@@ -130,8 +131,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
     def moe_wna16_gate_up_sm90(
         x: dt[T, H],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -167,8 +168,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             def step(kt: Any, st: Any, slot: int) -> None:
                 c0 = ktile(kt) * BK  # a consumed tile: inside the split (no clamp past K)
                 if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per group
-                    params["g"] = _group_params(s, z, e, n0, c0, BN, GROUP, ZERO, dt, sc)
-                    params["u"] = _group_params(s, z, e, n0 + Ix, c0, BN, GROUP, ZERO, dt, sc)
+                    params["g"] = _group_params(s, z, e * 2 * half + n0, c0, BN, GROUP, ZERO, dt, sc)
+                    params["u"] = _group_params(s, z, (2 * e + 1) * half + n0, c0, BN, GROUP, ZERO, dt, sc)
                 wg = _dequant_tile(q, e * 2 * half + n0, c0, BN, BK, dt, bits, *params["g"])
                 wu = _dequant_tile(q, (2 * e + 1) * half + n0, c0, BN, BK, dt, bits, *params["u"])
                 hl.wgmma_fence()
@@ -179,7 +180,8 @@ def moe_wna16_gate_up_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: 
             wgmma_pipeline(name, num_k, STAGES, load, step, unroll=sm90_unroll(BM, STAGES), ku=ku)
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
-                g, u = g * _channel_scales(s, e, n0, BN, dt), u * _channel_scales(s, e, n0 + Ix, BN, dt)
+                g = g * _channel_scales(s, e * 2 * half + n0, BN, dt)
+                u = u * _channel_scales(s, (2 * e + 1) * half + n0, BN, dt)
             if ROUTER:
                 wr = load_tile(tw[rrow], (1, BM))
                 g, u = g * wr, u * wr
@@ -218,8 +220,8 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
     def moe_wna16_down_sm90(
         h: dt[EM, KD],
         q: hl.offline(wt[EN, KP]),
-        s: st_t[E, G, N],  # type: ignore
-        z: u8[E, G, N],
+        s: hl.offline(st_t[EN, G]),  # type: ignore
+        z: hl.offline(u8[EN, G]),
         sorted_ids: i32[EM],
         block_expert: i32[NB],
         tw: f32[TK],
@@ -254,8 +256,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             def step(kt: Any, st: Any, slot: int) -> None:
                 c0 = ktile(kt) * BK
                 if _new_group(slot, BK, GROUP):  # a group's scales and zeros: once per group
-                    params[:] = [_group_params(s, z, e, n0 + j * BN, c0, BN, GROUP, ZERO, dt, sc)
-                                 for j in range(nt)]
+                    params[:] = [_group_params(s, z, r, c0, BN, GROUP, ZERO, dt, sc) for r in rows0]
                 ws = [_dequant_tile(q, rows0[j], c0, BN, BK, dt, bits, *params[j]) for j in range(nt)]
                 hl.wgmma_fence()
                 for w, acc in zip(ws, accs):
@@ -267,7 +268,7 @@ def moe_wna16_down_sm90_kernel(dtype: DType, bits: int, bk: int = 64, split: boo
             for j, acc in enumerate(accs):
                 nj = n0 + j * BN
                 if not sc:  # per-channel scales, once after the k loop
-                    acc = acc * _channel_scales(s, e, nj, BN, dt)
+                    acc = acc * _channel_scales(s, rows0[j], BN, dt)
                 out = acc if twr is None else acc * twr
                 if split:  # f32 partials to the token slots; padding rows add nothing
                     hl.atomic_add(y[rrow, hl.iota((BN, 1), 0) + nj], out)

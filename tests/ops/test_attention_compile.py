@@ -1,7 +1,8 @@
 """Compile evidence for the paged attention kernels (issue 12): every shipped configuration
-(head sizes 64 / 128 / 256, the split-KV kernel and its combine) compiles with NVRTC for sm_80
-and sm_90a without spills, with cp.async gathers and HMMA.16816 in the SASS; the sm_80 head
-size 128 main loop within issue 26's 3.5 non-MMA instructions per HMMA."""
+(head sizes 64 / 128 / 256, the split-KV kernel and its combine; at head size 256, the one
+whose registers are tightest, every variant: window, softcap, sinks, FP8 cache, split) compiles
+with NVRTC for sm_80 and sm_90a without spills, with cp.async gathers and HMMA.16816 in the
+SASS; the sm_80 head size 128 main loop within issue 26's 3.5 non-MMA instructions per HMMA."""
 
 from __future__ import annotations
 
@@ -50,3 +51,29 @@ def test_split_kv_kernels_compile_without_spills(arch: str) -> None:
     ):
         res = b.compiled.resources
         assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_frame == 0, res
+
+
+#: head size 256 variants (dtype, split, fp8 cache, window, softcap, sinks): each spilled 12-152
+#: bytes while Q's whole 64 x 256 fragment stayed in registers
+HD256 = [("f16", False, None, True, False, False), ("bf16", True, None, False, True, False),
+         ("f16", True, "e4m3", False, False, True), ("bf16", False, None, False, False, True),
+         ("f16", True, None, False, False, False)]
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize(("dt", "split", "fp8", "window", "softcap", "sinks"), HD256,
+                         ids=["window", "split_softcap", "split_fp8_sinks", "sinks", "split"])
+def test_head_size_256_variants_compile_without_spills(dt, split, fp8, window, softcap, sinks) -> None:
+    from hexlayout.ops.attention.paged import paged_attention_consts, paged_whole_pages
+    from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
+
+    import hexlayout.lang as hl
+    from hexlayout.runtime import build
+
+    fp8_t = getattr(hl, fp8) if fp8 else None
+    consts = {**paged_attention_consts(256, 16, 4, 1, True, window, softcap, heavy=sinks or fp8 is not None),
+              "SINKS": sinks, **({"SPLITS": 4} if split else {})}
+    whole = None if fp8_t is not None else paged_whole_pages(16, 256)       # as the op builds it
+    args = (getattr(hl, dt), split, fp8_t) + ((whole,) if whole else ())
+    st = build(paged_attention_kernel(*args), "sm_80", **consts).stats
+    assert not st.spills and st.stack_frame == 0, st.summary()

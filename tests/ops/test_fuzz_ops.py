@@ -44,13 +44,15 @@ from hexlayout.runtime.torch_ops import defined_ops  # noqa: E402
 class T:
     """A tensor to build: shape, dtype, device and layout (``contiguous``, ``transposed``: a
     transposed matrix, ``strided``: every other element of a wider one, ``offset``: a
-    contiguous view one element into its storage)."""
+    contiguous view one element into its storage); ``rows``: a contiguous one's last dimension
+    is the first ``shape[-1]`` of ``rows`` (prepare_wna16's scales: views of padded rows)."""
 
     shape: tuple[int, ...]
     dtype: Any
     device: str = "cpu"
     layout: str = "contiguous"
     requires_grad: bool = False
+    rows: int = 0
 
     def build(self) -> Any:
         kw = {"dtype": self.dtype, "device": self.device}
@@ -63,6 +65,8 @@ class T:
             t = torch.zeros(self.shape[::-1], **kw).t()
         elif self.layout in ("strided", "transposed") and self.shape:
             t = torch.zeros(*self.shape[:-1], 2 * self.shape[-1], **kw)[..., ::2]
+        elif self.shape and self.rows > self.shape[-1]:
+            t = torch.zeros(*self.shape[:-1], self.rows, **kw)[..., :self.shape[-1]]
         else:
             t = torch.zeros(self.shape, **kw)
         if self.requires_grad and self.dtype.is_floating_point:
@@ -1090,7 +1094,7 @@ def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: An
                  gate_up: bool = False) -> dict[str, T]:
     """The tensors ``prepare_wna16`` makes of a checkpoint of ``y = x @ W`` (``K = k``, ``N = n``):
     AWQ ``qweight`` [E, K, N/8] and ``qzeros`` [E, K/G, N/8], GPTQ ``qweight`` [E, K bits/32, N];
-    ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes are kept)."""
+    ``scales`` [E, K/G, N] (prepared on meta tensors: only the shapes and the padded rows are kept)."""
     from hexlayout.ops.moe.wna16 import prepare_wna16
 
     g = 1 if group == -1 else k // group
@@ -1099,8 +1103,10 @@ def _wq_prepared(fmt: str, bits: int, e: int, k: int, n: int, group: int, dt: An
     s = torch.zeros(e, g, n, dtype=dt, device="meta")
     w = prepare_wna16(torch.zeros(qw, dtype=I32, device="meta"), s, z, quant_format=fmt, bits=bits,
                       group_size=group, gate_up=gate_up)
-    return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype), "scales": T(tuple(w.scales.shape), dt),
-            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), w.zeros.dtype)}
+    rows = w.scales.stride(1)   # the padded rows NP of the offline [E * NP, G] tensors they view
+    return {"qweight": T(tuple(w.qweight.shape), w.qweight.dtype),
+            "scales": T(tuple(w.scales.shape), dt, rows=rows),
+            "zeros": None if w.zeros is None else T(tuple(w.zeros.shape), w.zeros.dtype, rows=rows)}
 
 
 @st.composite

@@ -90,7 +90,7 @@ def test_prepared_weights_dequantize_to_the_checkpoint(dtype) -> None:
     ``2^(s - 127)`` of the prepared scales (the checkpoint's e8m0 bytes, transposed) are the
     checkpoint's ``W`` exactly; bf16 takes every e8m0 scale."""
     from hexlayout.ops.host.launch import lang_dtype
-    from hexlayout.ops.moe.wna16_layout import wna16_offline_layout
+    from hexlayout.ops.moe.wna16_layout import group_view, offline_key, wna16_offline_layouts
 
     from hexlayout.lang import e2m1
 
@@ -99,8 +99,9 @@ def test_prepared_weights_dequantize_to_the_checkpoint(dtype) -> None:
     lo, hi = (103, 143) if dtype == torch.float16 else (0, 255)
     (w, s), want = mxfp4_checkpoint(e, n, k, gen, lo, hi)
     p = prepare_mxfp4(w, s, dtype=dtype, arch="sm_80")
-    lay = wna16_offline_layout("sm_80", lang_dtype(dtype), 4, k, 32, False, e2m1)
-    assert p.layout_key == lay.key
+    lays = wna16_offline_layouts("sm_80", lang_dtype(dtype), 4, k, 32, False, e2m1, zero=-1)
+    assert p.layout_key == offline_key(lays) and sorted(lays) == ["q", "s"]
+    lay = lays["q"]
     q = p.qweight.to(torch.int64)
     q = torch.stack([q & 15, q >> 4], -1).flatten(-2)           # even elements in the low nibble
     rows, cols = q.shape
@@ -109,8 +110,13 @@ def test_prepared_weights_dequantize_to_the_checkpoint(dtype) -> None:
     assert not logical[:, n:].any()                              # padded rows are 0
     q = logical[:, :n].transpose(1, 2)
     assert p.scales.dtype == torch.uint8 and tuple(p.scales.shape) == (e, k // 32, n) and p.dtype == dtype
-    assert torch.equal(p.scales, s.transpose(1, 2))              # one byte per 32 weights, as stored
-    got = E2M1[q] * torch.exp2(p.scales.double() - 127).repeat_interleave(32, 1)
+    flat = group_view(p.scales)                                  # the offline [E * 64, K / 32] bytes
+    perm = torch.from_numpy(lays["s"].permutation(tuple(flat.shape)))
+    scales = flat.reshape(-1)[perm].reshape(e, 64, k // 32)
+    assert not scales[:, n:].any()                               # padded rows are 0
+    scales = scales[:, :n].transpose(1, 2)
+    assert torch.equal(scales, s.transpose(1, 2))                # one byte per 32 weights, as stored
+    got = E2M1[q] * torch.exp2(scales.double() - 127).repeat_interleave(32, 1)
     assert torch.equal(got, want)
 
 

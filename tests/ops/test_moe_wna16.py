@@ -217,13 +217,16 @@ def test_prepared_weights_dequantize_to_the_checkpoint(fmt, bits, group) -> None
     ck, w = checkpoint(fmt, bits, e, k, n, group, torch.float16, gen)
     p = prepare_wna16(*ck, quant_format=fmt, bits=bits, group_size=group)
     assert (p.num_experts, p.size_k, p.size_n, p.bits) == (e, k, n, bits)
-    # the synthesized offline layout (its key recorded), undone by its own permutation
-    from hexlayout.ops.moe.wna16_layout import wna16_offline_layout
+    # the synthesized offline layouts (their key recorded), undone by their own permutations
+    from hexlayout.ops.moe.wna16 import zero_point
+    from hexlayout.ops.moe.wna16_layout import group_view, offline_key, wna16_offline_layouts
 
     from hexlayout.lang import f16
 
-    lay = wna16_offline_layout("sm_80", f16, bits, k, group, False)
-    assert p.layout_key == lay.key
+    lays = wna16_offline_layouts("sm_80", f16, bits, k, group, False, zero=zero_point(fmt, bits))
+    assert p.layout_key == offline_key(lays)
+    assert sorted(lays) == (["q", "s", "z"] if fmt == "awq" else ["q", "s"])
+    lay = lays["q"]
     q = p.qweight.to(torch.int64)
     if bits == 4:  # even elements in the low nibble
         q = torch.stack([q & 15, q >> 4], -1).flatten(-2)
@@ -233,8 +236,18 @@ def test_prepared_weights_dequantize_to_the_checkpoint(fmt, bits, group) -> None
     assert not logical[:, n:].any()  # padded rows are 0
     q = logical[:, :n].transpose(1, 2)
     gs = k if group == -1 else group
-    z = p.zeros.double() if p.zeros is not None else torch.full_like(p.scales, 2 ** (bits - 1)).double()
-    got = (q.double() - z.repeat_interleave(gs, 1)) * p.scales.double().repeat_interleave(gs, 1)
+
+    def groups(t, name):  # the offline [E * 64, G] tensor behind the prepared [E, G, N] view, undone
+        flat = group_view(t)
+        assert tuple(t.shape) == (e, k // gs, n) and tuple(flat.shape) == (e * 64, k // gs)
+        perm = torch.from_numpy(lays[name].permutation(tuple(flat.shape)))
+        logical = flat.reshape(-1)[perm].reshape(e, 64, -1)
+        assert not logical[:, n:].any()  # padded rows are 0
+        return logical[:, :n].transpose(1, 2).double()
+
+    s = groups(p.scales, "s")
+    z = groups(p.zeros, "z") if p.zeros is not None else torch.full_like(s, 2 ** (bits - 1))
+    got = (q.double() - z.repeat_interleave(gs, 1)) * s.repeat_interleave(gs, 1)
     assert torch.equal(got, w)
 
 

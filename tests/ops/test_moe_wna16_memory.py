@@ -97,10 +97,20 @@ def test_awq_zero_points_are_bytes() -> None:
     s = torch.rand(E, k // g, n, generator=gen).to(torch.float16)
     p = prepare_wna16(qw, s, qz, quant_format="awq", bits=4, group_size=g, arch="sm_80")
     assert p.zeros.dtype == torch.uint8 and tuple(p.zeros.shape) == (E, k // g, n)
-    # the k-th nibble (AWQ's column order 0 2 4 6 1 3 5 7) of each word, one byte each
+    # the k-th nibble (AWQ's column order 0 2 4 6 1 3 5 7) of each word, one byte each, in the
+    # offline order of the zero points (n = 64: no padded rows), undone by its permutation
+    from hexlayout.ops.moe.wna16 import zero_point
+    from hexlayout.ops.moe.wna16_layout import group_view, wna16_offline_layouts
+
+    from hexlayout.lang import f16
+
+    lay = wna16_offline_layouts("sm_80", f16, 4, k, g, False, zero=zero_point("awq", 4))["z"]
+    flat = group_view(p.zeros)
+    assert flat.shape == (E * n, k // g) and p.zeros.is_contiguous()
+    logical = flat.reshape(-1)[torch.from_numpy(lay.permutation(tuple(flat.shape)))]
     order = [0, 4, 1, 5, 2, 6, 3, 7]
     want = torch.stack([(qz >> (4 * order[j])) & 15 for j in range(8)], dim=-1).reshape(E, k // g, n)
-    assert torch.equal(p.zeros.to(torch.int32), want)
+    assert torch.equal(logical.reshape(E, n, k // g).transpose(1, 2).to(torch.int32), want)
 
 
 def test_mxfp4_layer_bytes_equal_vllms() -> None:

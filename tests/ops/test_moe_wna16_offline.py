@@ -170,9 +170,15 @@ def test_explain_shows_and_draws_the_offline_layout(tmp_path) -> None:
     tk = rk.trace()
     result = SynthesisResult(tk, build(tk, "sm_80", compile=False).synthesis, 0.0, 0.0, dict(rk.constants))
     report = explain_report(result, "moe_wna16", "sm_80")
-    (off,) = report["offline"]
+    offs = {o["param"]: o for o in report["offline"]}
+    off = offs["q"]
     assert off["key"] == lay.key and off["tile"] == [64, 64] and off["thread_bytes"] == 16
     assert off["in_tile"] == str(lay.in_tile)
+    # the scales (and AWQ's zero points): (64, 1) columns, each owner's two columns one run,
+    # read by the 4 threads of a fragment that share them
+    sc = offs["s"]
+    assert sc["tile"] == [64, 1] and sc["threads"] == 32 and sc["values_per_thread"] == 2
+    assert sc["replicas"] == 4 and sc["thread_bytes"] == 4
     text = format_report(report)
     assert "offline layouts" in text and "q: u4 tiles 64x64" in text and lay.key in text
     pics = draw_report(result, tmp_path)

@@ -170,17 +170,18 @@ def test_matches_float64(
 
 
 @pytest.mark.parametrize(
-    ("splits", "opts"),
+    ("splits", "opts", "d"),
     [
-        (2, {}),
-        (3, {"window_size": (6, 0)}),
-        (8, {"causal": False, "softcap": 4.0}),
+        (2, {}, 64),
+        (3, {"window_size": (6, 0)}, 64),
+        (8, {"causal": False, "softcap": 4.0}, 64),
+        (3, {"softcap": 4.0}, 256),     # S over two 128-column halves of Q (no whole Q fragment)
     ],
 )
-def test_split_kv_matches_float64(splits: int, opts: dict) -> None:
+def test_split_kv_matches_float64(splits: int, opts: dict, d: int) -> None:
     """Forced split counts (more splits than some sequences have key blocks: empty splits)
     through the torch op; the combine kernel leaves padding rows alone."""
-    a = make_case(8, [1, 4, 2], [70, 9, 33], 4, 2, 64, 16, pad=2)
+    a = make_case(8, [1, 4, 2], [70, 9, 33], 4, 2, d, 16, pad=2)
     out, lse = torch.ops.hexlayout.paged_attention(**a, **opts, num_splits=splits)
     want = reference(
         a, None, opts.get("causal", True), opts.get("window_size", (-1, -1)), opts.get("softcap", 0.0)

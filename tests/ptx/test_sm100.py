@@ -241,3 +241,27 @@ def test_stage_released_before_the_mma_completes_is_caught() -> None:
     assert _err(c, want) < 1e-2
     with pytest.raises(PtxError, match=r"a TMA copy writes shared byte \d+, which the tcgen05\.mma"):
         _run("m64", 64, 56, 576, source=bad)
+
+
+# --- a register A operand fed through tensor memory -------------------------------------------------
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_register_a_through_tmem(wait: bool) -> None:
+    """``hl.mma`` on a register tile: the printed ``tcgen05.st.16x64b`` of A into TMEM and the
+    ``_TS`` tcgen05.mma reading ``[a_tmem]``, executed from the PTX against float64 over 6 k-tiles;
+    with ``wgmma_wait(2)`` instead of 1 k-tile ``k + 2``'s store rewrites the A the MMA of ``k``
+    still reads, which the executor reports."""
+    from tests.emulator.test_tcgen05_tmem_a import _gemm_args, _tmem_a_gemm
+
+    bld = rt.build(_tmem_a_gemm(wait), "sm_100a", compile=False)
+    args, want = _gemm_args()
+    if not wait:
+        with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
+            rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
+        return
+    rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
+    assert rep.opcodes.get("tcgen05.st.sync.aligned.16x64b.x8.b32")
+    assert rep.opcodes.get("tcgen05.wait::st.sync.aligned")
+    assert "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2" in bld.generated.source  # A: [a_tmem]
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)

@@ -16,7 +16,7 @@ from hexlayout.synth.solve import synthesize
 
 torch = pytest.importorskip("torch")
 
-M, N, K = hl.dims("M N K")
+M, N, K, G = hl.dims("M N K G")
 
 
 def _kernel(wt, warps):
@@ -96,3 +96,58 @@ def test_two_copies_in_two_storage_orders_are_refused() -> None:
 
     with pytest.raises(HexlayoutError, match=r"two_tiles.*offline tensor q.*earlier copy chose"):
         synthesize(two_tiles.trace(), "sm_80")
+
+
+def test_a_replicated_column_of_16_bit_scales_is_stored_in_its_owners_order() -> None:
+    """A ``(64, 1)`` column of f16 scales that scales the mma's B operand is held by the 4
+    threads of each fragment row group alike (a replicated register layout): its storage order
+    is its 32 owners', each owner's two columns one 4-byte run that all 4 threads load."""
+    @hl.kernel(threads=128)
+    def scaled(a: f16[M, K], q: hl.offline(u8[N, K]), s: hl.offline(f16[N, G]), c: f32[M, N]):
+        """c = a @ (q * s[:, 1])^T for one 16 x 64 block over K = 64 (group 1 of s)."""
+        ra = hl.register(f16, (16, 64))
+        hl.copy(hl.view(a, (16, 64), (0, 0)), ra)
+        rq = hl.register(u8, (64, 64))
+        hl.copy(hl.view(q, (64, 64), (0, 0)), rq)
+        st = hl.register(f16, (64, 1))
+        hl.copy(hl.view(s, (64, 1), (0, 1)), st)
+        acc = hl.zeros((16, 64), f32)
+        hl.mma(ra, hl.cast(rq, f16) * st, acc, warps=(1, 4))
+        hl.copy(acc, hl.view(c, (16, 64), (0, 0)))
+
+    syn = synthesize(scaled.trace(), "sm_80")
+    lay = syn.lowered.offline["s"]
+    assert (lay.tile, lay.bits, lay.threads, lay.replicas) == ((64, 1), 16, 32, 4)
+    assert (lay.values, lay.thread_bytes, lay.vector_bytes) == (2, 4, 4)
+    assert any("ld.global.b32 (offline)" == ins for _, ins in syn.lowered.choices)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 64)).astype(np.float16)
+    vals = rng.integers(0, 256, (64, 64))
+    sv = (rng.random((64, 3)) / 64 + 1 / 128).astype(np.float16)   # 3 groups; the kernel reads 1
+    q = syn.lowered.offline["q"].apply(torch.from_numpy(vals)).numpy()
+    s = lay.apply(torch.from_numpy(sv)).numpy()
+    assert s.dtype == np.float16 and s.shape == (64, 3)
+    # logical element (r, g) sits at perm[3 r + g]; each 64-row group column is one tile
+    perm = lay.permutation((64, 3))
+    assert sorted(perm) == list(range(64 * 3)) and np.array_equal(s.reshape(-1)[perm], sv.reshape(-1))
+    c = np.full((16, 64), np.nan, np.float32)
+    run(syn.lowered.kernel, {"a": a, "q": q, "s": s, "c": c})
+    w = (vals.astype(np.float16) * sv[:, 1:2]).astype(np.float64)   # the product rounded to f16
+    want = a.astype(np.float64) @ w.T
+    assert np.abs(c - want).max() <= 1e-3 * np.abs(want).max()
+
+
+def test_owners_drop_the_threads_that_replicate_others() -> None:
+    from hexlayout.ir.lower.offline import owners
+    from hexlayout.layout import Layout
+
+    # 128 threads (4, 8, 4) whose first mode (lane % 4) holds the same values; 2 values each
+    tv = Layout(((4, 8, 4), (2,)), ((0, 1, 16), (8,)))
+    compact, modes = owners(tv, 128)
+    assert compact.size() == 64 and modes == [(4, 8, 1), (32, 4, 8)]
+    assert sorted(compact.indices().reshape(-1)) == list(range(64))
+    for t in (0, 1, 5, 37, 127):   # thread t reads the run of its owner
+        own = sum((t // p) % sh * q for p, sh, q in modes)
+        assert [tv(t, v) for v in range(2)] == [compact(own, v) for v in range(2)]
+    plain = Layout(((4, 8), (2,)), ((16, 1), (8,)))
+    assert owners(plain, 32) == (plain, [(1, 32, 1)])

@@ -302,12 +302,14 @@ class Lowering:
     # --- ops -------------------------------------------------------------------------
     def block(self, b: Block) -> list[Instr]:
         out: list[Instr] = []
-        for op in b.ops:
+        for i, op in enumerate(b.ops):
             try:
                 if self.tmem is not None and self.tmem.pending:   # an accumulator in TMEM read here
                     out += self.tmem.loads_before(self, op)
                 if self.arch.name == "sm_100a" and self.assignment.mma:  # registers a tcgen05 mma adds to
                     out += TmemState.of(self).stores_before(self, op) if _has_umma(self, op) else []
+                    if is_umma(self, op):                       # a register A the MMA reads from TMEM
+                        out += TmemState.of(self).a_stores_before(self, b.ops[i:])
                 instrs = self.op(op)
             except LoweringError:
                 raise

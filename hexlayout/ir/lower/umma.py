@@ -10,6 +10,20 @@ commit / wait) runs unchanged:
   (``tcgen05.alloc`` writes the address to a shared word) and relinquishing the allocation
   permit, a fenced block barrier, and every thread reading the address into ``tmem_base``;
   it ends with a fenced block barrier and warp 0's ``tcgen05.dealloc``.
+* **A from TMEM** (``TiledUmma.a_store``: ``a`` is a register tile, a ``_TS`` atom): each such op
+  gets ``a_columns`` TMEM columns (after the columns allocated so far), shared with the other such
+  ops that are never stored while its MMA may be in flight nor it while theirs may (``a_ranges``:
+  a flow of commits and ``wgmma_wait`` over the kernel, as for the accumulators); before the first of
+  a run of consecutive such ops of a block (only ``wgmma_fence`` between them), every thread
+  writes each op's A registers there with the op's ``tcgen05.st`` (warp ``w``: lanes
+  ``32*(w%4) + lane``, columns ``a_column + column`` of the store's origins), then
+  ``tcgen05.wait::st``, ``tcgen05.fence::before_thread_sync``, a barrier of the threads and
+  ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's
+  stores (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of
+  k-step ``k`` reads A at column ``a_column + k * 8``. The op's columns are
+  rewritten by its next execution: as for the register A of wgmma, the program must have retired
+  the MMAs that read them (a ``wgmma_wait``) by then; the emulator reports a store into columns
+  an in-flight MMA reads.
 * **mma**: the elected thread of the threads running the op issues (in one branch), for each
   k-step and N block, ``tcgen05.mma`` with D at ``tmem_base + column``, A and B shared-memory
   descriptors (those of wgmma, ``ir.lower.mma._desc``); ``accumulate`` is ``enable_input_d``
@@ -119,12 +133,15 @@ from ..lowered_tcgen05 import (
     Tcgen05Wait,
     TmemAlloc,
     TmemDealloc,
+    TmemRef,
     TmemRelinquish,
 )
-from ..tile import Alloc, For, If, Mma, Op, Value
+from ..tile import Alloc, For, If, Mma, Op, Permute, Slice, SubTile, Value
 from ..tile import WgmmaCommit as TileWgmmaCommit
+from ..tile import WgmmaFence as TileWgmmaFence
 from ..tile import WgmmaWait as TileWgmmaWait
 from ..tiled_umma import TiledUmma
+from ..types import Scope
 from .mma import _desc
 from .views import RegisterTile, SharedTileView
 
@@ -162,6 +179,10 @@ class TmemState:
     first_write: dict[int, int] = field(default_factory=dict)  # root id -> pre-order index of 1st writer
     order: dict[int, int] = field(default_factory=dict)        # op uid -> its pre-order index
     scale_cols: dict[tuple[int, str], int] = field(default_factory=dict)   # (mma uid, "a"/"b") -> column
+    a_cols: dict[int, int] = field(default_factory=dict)     # mma uid -> first column of its TMEM A
+    a_stored: set[int] = field(default_factory=set)          # mma uids whose A the block stored already
+    a_range: dict[int, int] | None = None                    # mma uid -> its A columns' range (a_ranges)
+    range_cols: dict[int, int] = field(default_factory=dict)  # range -> first column
     group: int = 1              # the cta_group of the kernel's tcgen05 mmas
     even: ExprLike = 1          # (cta_group::2) this CTA is the even one of its pair
 
@@ -210,6 +231,63 @@ class TmemState:
             self.columns[root.id] = self.used
             self.used += tu.columns
         return self.columns[root.id]
+
+    def a_column_of(self, uid: int, tu: TiledUmma, lw: Any = None) -> int:
+        """The first TMEM column of the A operand of the mma ``uid`` (a ``_TS`` tiling): its
+        range's (``a_ranges``), allocated when the range is first used."""
+        if uid not in self.a_cols:
+            if self.a_range is None:
+                self.a_range = a_ranges(lw) if lw is not None else {}
+            rng = self.a_range.get(uid, -uid - 1)
+            if rng not in self.range_cols:
+                if self.used + tu.a_columns > TMEM_COLUMNS:
+                    need = self.used + tu.a_columns
+                    raise ValueError(f"the tcgen05 accumulators and A operands in TMEM need {need} columns, "
+                                     f"more than the {TMEM_COLUMNS} there are: "
+                                     "stage a register A through a shared tile (hl.copy, then hl.mma on it)")
+                self.range_cols[rng] = self.used
+                self.used += tu.a_columns
+            self.a_cols[uid] = self.range_cols[rng]
+        return self.a_cols[uid]
+
+    def a_stores_before(self, lw: Any, ops: list[Op]) -> list[Instr]:
+        """``ops[0]`` an mma whose register A goes to TMEM and is not stored yet: the
+        ``tcgen05.st`` of its A and of the A of the such mmas that follow it (``wgmma_fence``
+        between them), then one wait, fence pair and barrier (module docstring)."""
+        run: list[tuple[Mma, TiledUmma]] = []
+        for o in ops:
+            tu = lw.assignment.mma.get(o.uid) if isinstance(o, Mma) else None
+            if isinstance(tu, TiledUmma) and tu.a_store is not None:
+                run.append((o, tu))  # type: ignore[arg-type]
+            elif not (isinstance(o, TileWgmmaFence) or _memory_view(o)):
+                break
+        if not run or run[0][0] is not ops[0] or ops[0].uid in self.a_stored:
+            return []
+        gtid = as_expr(lw.gtid)
+        lane0 = (gtid // 32) % 4 * 32
+        base = RegRead(self.base, 0)
+        out: list[Instr] = []
+        for o, tu in run:
+            a = lw.register_of(o.a, o)
+            s = tu.a_store
+            per = 32 // o.a.type.dtype.bits
+            regs = s.regs_per_store * per          # register tile elements per store
+            if a.values != regs * len(s.origins):
+                raise ValueError(f"the register A %{o.a.name} holds {a.values} values per thread; its "
+                                 f"tcgen05.st.{s.shape}.x{s.num} write {regs * len(s.origins)}")
+            col = self.a_column_of(o.uid, tu, lw)
+            for q, (lane, c) in enumerate(s.origins):
+                taddr = base + (lane0 + lane) * TMEM_DP + col + c
+                out.append(Tcgen05St(s.shape, s.num, taddr, RegRef(a.array, q * regs, regs), loc=o.loc))
+            self.a_stored.add(o.uid)
+        sync = [Tcgen05Wait("st"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
+                Tcgen05Fence("after_thread_sync")]
+        for ins in sync:
+            ins.loc = run[-1][0].loc
+        out += sync
+        for ins in out:
+            ins.origin = "tcgen05.st of the register A operand"
+        return out
 
     def scale_column_of(self, uid: int, role: str, ncols: int) -> int:
         """The first TMEM column of the block scales of operand ``role`` of mma ``uid`` (4-aligned)."""
@@ -379,6 +457,90 @@ def same_region_ops(op: Op) -> list[Op]:
     return out
 
 
+#: per A-in-TMEM mma uid: the fewest commits since its last issue over the paths reaching a
+#: point (absent: retired, or never issued)
+APending = dict[int, int]
+_MAX_COMMITS = 64
+
+
+def _is_ts(lw: Any, op: Op) -> bool:
+    tu = lw.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
+    return isinstance(tu, TiledUmma) and tu.a_store is not None
+
+
+def _a_join(a: APending, b: APending) -> APending:
+    out = dict(a)
+    for u, c in b.items():
+        out[u] = min(c, out.get(u, c))
+    return out
+
+
+def _a_flow(lw: Any, ops: list[Op], f: APending, record: dict[int, list[APending]] | None) -> APending:
+    for o in ops:
+        f = _a_flow_op(lw, o, f, record)
+    return f
+
+
+def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] | None) -> APending:
+    """The A-operand flow after ``op`` (``a_ranges``); ``record``: each A mma's state at its store."""
+    if _is_ts(lw, op):
+        if record is not None:
+            record.setdefault(op.uid, []).append(dict(f))
+        return {**f, op.uid: 0}
+    if isinstance(op, TileWgmmaCommit):
+        return {u: min(c + 1, _MAX_COMMITS) for u, c in f.items()}
+    if isinstance(op, TileWgmmaWait):
+        return {u: c for u, c in f.items() if c <= int(op.pending)}
+    if isinstance(op, For):
+        top = f
+        for _ in range(4 * _MAX_COMMITS):
+            nxt = _a_join(f, _a_flow(lw, op.body.ops, top, None))
+            if nxt == top:
+                break
+            top = nxt
+        else:
+            raise ValueError("the A-operand flow of a loop did not converge")
+        return _a_join(f, _a_flow(lw, op.body.ops, top, record))
+    if isinstance(op, If):
+        out = _a_flow(lw, op.then_body.ops, f, record)
+        return _a_join(out, _a_flow(lw, op.else_body.ops, f, record) if op.else_body is not None else f)
+    return f
+
+
+def a_ranges(lw: Any) -> dict[int, int]:
+    """The TMEM column range of each A-in-TMEM mma (uid -> range): mmas share a range when neither
+    is stored while the other's MMA may be in flight, i.e. at every store of either the other is
+    retired: issued, then ``n + 1`` commits, then a ``wgmma_wait(n)`` on every path (the waits the
+    lowering adds before accumulator loads only retire more, so the rule is conservative). Greedy
+    in program order: an mma takes the first range none of whose mmas conflicts with it (the
+    unrolled copies of a k-step alternate between two ranges; the tail's copies after the loop
+    reuse them)."""
+    record: dict[int, list[APending]] = {}
+    _a_flow(lw, lw.tk.body.ops, {}, record)
+    cols = {uid: lw.assignment.mma[uid].a_columns for uid in record}
+
+    def conflict(x: int, y: int) -> bool:
+        return any(y in st for st in record[x]) or any(x in st for st in record[y])
+
+    ranges: list[list[int]] = []
+    out: dict[int, int] = {}
+    for uid in record:
+        for i, members in enumerate(ranges):
+            if cols[members[0]] == cols[uid] and not any(conflict(uid, v) for v in members):
+                members.append(uid)
+                out[uid] = i
+                break
+        else:
+            ranges.append([uid])
+            out[uid] = len(ranges) - 1
+    return out
+
+
+def _memory_view(op: Op) -> bool:
+    """Whether ``op`` only names a window of a shared or global tile (no register changes)."""
+    return isinstance(op, (Slice, SubTile, Permute)) and all(v.scope != Scope.REGISTER for v in op.results())
+
+
 def _touches(op: Op, root_id: int) -> bool:
     """Whether ``op`` or an op nested in it reads or writes the tile ``root_id`` other than as the
     accumulator of an mma (a tcgen05 mma keeps it in TMEM)."""
@@ -450,8 +612,10 @@ def _flow_op(lw: Any, op: Op, f: Flow) -> Flow:
 
 def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile) -> list[Instr]:
     """The single-thread ``tcgen05.mma`` issues of ``op`` (module docstring)."""
-    if not (isinstance(a, SharedTileView) and isinstance(b, SharedTileView)):
-        raise ValueError(f"{tu.atom.name} reads A and B from shared memory")
+    a_tmem = tu.a_store is not None
+    if not (isinstance(a, RegisterTile if a_tmem else SharedTileView) and isinstance(b, SharedTileView)):
+        src = "a register tile stored to TMEM" if a_tmem else "shared memory"
+        raise ValueError(f"{tu.atom.name} reads A from {src} and B from shared memory")
     m, n, k = tu.tile_mnk
     if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
         raise ValueError(f"{tu} covers {m}x{n}x{k}, the operands are "
@@ -475,10 +639,19 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     scales = _block_scales(lw, op, tu, st, base) if tu.atom.scale_type else None
     if scales is not None:
         out += scales[0]
+    stores: list[Instr] = []
+    if a_tmem:
+        if op.uid not in st.a_stored:       # lowered alone (not by a block: a legality check)
+            stores = st.a_stores_before(lw, [op])
+        a_col = st.a_column_of(op.uid, tu, lw)
+        a_step = tu.atom.shape_mnk[2] * bits // 32          # columns of one k-step of A
     for inst in tm.instances():
-        descs = []
-        for role, view, mode, major, r in (("a", a, 0, tu.atom.a_major, inst.r_m),
-                                           ("b", b, 1, tu.atom.b_major, inst.r_n)):
+        descs: list[Any] = []
+        operands = (("b", b, 1, tu.atom.b_major, inst.r_n),) if a_tmem else (
+            ("a", a, 0, tu.atom.a_major, inst.r_m), ("b", b, 1, tu.atom.b_major, inst.r_n))
+        if a_tmem:
+            descs.append(TmemRef(base + a_col + inst.k * a_step))
+        for role, view, mode, major, r in operands:
             d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits, tu.cta_group)
             if isinstance(d, str):
                 raise ValueError(f"operand {role}: {d}")
@@ -491,7 +664,7 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
     if tu.cta_group == 2 and (tu.n_atoms != 1 or op.b.type.shape[0] * 2 != n):
         raise ValueError(f"{tu}: the pair's B must be one atom's N, each CTA's b holding half of it")
-    return [_issuer(lw, st, out)]          # one branch around the issuing thread's MMAs
+    return stores + [_issuer(lw, st, out)]          # one branch around the issuing thread's MMAs
 
 
 def _issuer(lw: Any, st: TmemState, body: list[Instr]) -> IfThen:

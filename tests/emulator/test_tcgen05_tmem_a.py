@@ -1,0 +1,247 @@
+"""sm_100a: a register tile as the A operand of ``tcgen05.mma``, fed through tensor memory.
+
+``hl.mma(a_registers, b_shared, acc)`` synthesizes a ``_TS`` tcgen05.mma whose A the threads write
+with ``tcgen05.st`` (``synth.umma_choice``'s A-source cost model, ``ir.lower.umma``); emulated
+against float64 on random data over several k-tiles (the B ring and each unrolled mma's A
+columns reused); and the emulator's checks of an A in TMEM on hand-written kernels: read before
+``tcgen05.wait::st``, read by an issuer that did not synchronize with the storing warps, A's
+columns rewritten while the MMA reading them is in flight."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hexlayout.lang as hl
+from hexlayout.arch.tmem import operand_a_layout
+from hexlayout.emulator import AsyncHazardError, run
+from hexlayout.ir import lowered as L
+from hexlayout.ir import lowered_tcgen05 as T
+from hexlayout.ir.expr import RegRead
+from hexlayout.synth.solve import synthesize
+from hexlayout.synth.umma_choice import a_source_costs, register_a_refusal
+
+from .kbuild import KB, gparam, here, rr
+
+M, N, K = hl.dims("M N K")
+BK = 32
+
+
+def _tmem_a_gemm(wait: bool = True):
+    """``c[64, 16] = (2 a)[64, K] @ b[16, K]^T``: each k-tile of ``a`` loaded into registers and
+    doubled there (the register A), ``b``'s k-tile into stage ``k % 4`` of a shared ring; the loop
+    unrolled by 2 (each unrolled mma has its own A), each k-tile's MMA left in flight
+    (``wgmma_wait(1)``; ``wait`` False: ``wgmma_wait(2)``, so k-tile ``k + 2`` rewrites the A the MMA
+    of ``k`` may still read)."""
+
+    @hl.kernel(threads=128, name="tmem_a_gemm" + ("" if wait else "_nowait"))
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        sb = hl.shared(hl.f16, (16, BK, 4))
+        acc = hl.zeros((64, 16), hl.f32)
+        for j in hl.range(a.shape[1] // (2 * BK)):
+            for s in range(2):
+                kt = 2 * j + s
+                hl.copy(b.tile((16, BK), (0, kt * BK)), sb[:, :, kt % 4])
+                hl.commit_group()
+                hl.wait_group(0)
+                hl.fence_proxy_async()
+                hl.syncthreads()
+                w = hl.register(hl.f16, (64, BK))
+                hl.copy(a.tile((64, BK), (0, kt * BK)), w)
+                hl.wgmma_fence()
+                hl.mma(w + w, sb[:, :, kt % 4], acc)
+                hl.wgmma_commit()
+                hl.wgmma_wait(1 if wait else 2)
+        hl.wgmma_wait(0)
+        hl.copy(acc, c.tile((64, 16), (0, 0)))
+
+    return k
+
+
+def _gemm_args(seed=29):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (64, 6 * BK)).astype(np.float16)      # 6 k-tiles: the B ring wraps
+    b = rng.uniform(-1, 1, (16, 6 * BK)).astype(np.float16)
+    want = 2 * a.astype(np.float64) @ b.astype(np.float64).T
+    return {"a": a, "b": b, "c": np.full((64, 16), np.nan, np.float32)}, want
+
+
+@pytest.fixture(scope="module")
+def synthesized():
+    return synthesize(_tmem_a_gemm().trace(), "sm_100a")
+
+
+def _walk(body):
+    for i in body:
+        yield i
+        for sub in ("body", "then_body", "else_body"):
+            yield from _walk(getattr(i, sub, []))
+
+
+def test_register_a_through_tmem_matches_float64(synthesized) -> None:
+    args, want = _gemm_args()
+    run(synthesized.lowered.kernel, args)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+    mmas = [i for op, i in synthesized.lowered.choices if type(op).__name__ == "Mma"]
+    assert mmas and all("_TS" in i and "A from TMEM (16 columns) written by tcgen05.st.16x64b.x8" in i
+                        for i in mmas), mmas
+    body = list(_walk(synthesized.lowered.kernel.body))
+    a_ops = [i for i in body if isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)]
+    assert a_ops and all(isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)
+                         for i in body if isinstance(i, T.Tcgen05Mma))
+    stores = [i for i in body if isinstance(i, T.Tcgen05St) and "register A" in i.origin]
+    # the two unrolled mmas alternate between two A ranges of 16 columns after the accumulator's 16
+    # (the tail's copies would reuse them): 48 columns, allocated as 64
+    assert len({str(i.taddr) for i in stores}) == 2
+    assert [i.ncols for i in body if isinstance(i, T.TmemAlloc)] == [64]
+    assert {(s.shape, s.num) for s in stores} == {("16x64b", 8)}
+    assert not any(isinstance(i, L.StShared) for i in body)       # no shared staging of A
+    # explain's decision: the shared staging as the alternative the cost model ranked lower
+    d = next(d for d in synthesized.decisions if d.subject.startswith("mma at"))
+    alt = d.alternatives[0]
+    assert alt.status == "rejected" and "shared memory 7 instructions" in alt.reason
+    assert "against TMEM's 5" in alt.reason and "4096 bytes per stage" in alt.reason
+
+
+def test_a_rewritten_while_its_mma_is_in_flight_is_an_error() -> None:
+    syn = synthesize(_tmem_a_gemm(wait=False).trace(), "sm_100a")
+    with pytest.raises(AsyncHazardError) as e:
+        run(syn.lowered.kernel, _gemm_args()[0])
+    assert "in-flight tcgen05.mma reads as its A operand" in str(e.value)
+    assert "tmem_a_gemm_nowait" in str(e.value) and "test_tcgen05_tmem_a.py" in str(e.value)   # kernel, line
+
+
+def test_cost_model_and_refusals() -> None:
+    c = a_source_costs(64, 64, 16)
+    # one tcgen05.st per warp against 4 st.shared.v4 (and their addresses) per thread
+    got = (c["tmem"].moves, c["tmem"].tmem_columns, c["smem"].moves, c["smem"].smem_bytes)
+    assert got == (1, 32, 8, 8192)
+    assert c["tmem"].instructions < c["smem"].instructions
+    f16, f32 = hl.f16, hl.f32
+    assert register_a_refusal(64, 16, 64, f16, f16, f32, 128) is None
+    assert "one warp group" in register_a_refusal(64, 16, 64, f16, f16, f32, 256)
+    assert "columns" in register_a_refusal(128, 256, 1024, f16, f16, f32, 128)   # 512 A columns
+
+
+# --- the emulator's checks on hand-written kernels ------------------------------------------------
+
+def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False):
+    """D[64, 16] = A[64, 16] @ B[16, :16]^T with A stored by the 128 threads into TMEM column 32 on
+    (tcgen05.st.16x256b.x1: the layout ``operand_a_layout(64, 16, 16)``), one SM100_64x16x16 TS
+    MMA, a commit, every thread's wait, then each warp's tcgen05.ld.16x256b.x2 of D."""
+    kb = KB("tmem_a", 128, arch="sm_100a")
+    tid = kb.tid
+    A, B, R = gparam("A", "f16", (128, 8)), gparam("B", "f16", (16, 64)), gparam("R", "f32", (128, 8))
+    sB = kb.shared("sB", "f16", 16 * 64, align=1024)
+    tm = kb.shared("tmem_addr", "u32", 1, align=16)
+    bar = kb.mbar("done")
+    acc, ta, areg = kb.reg("acc", "f32", 8), kb.reg("taddr", "u32", 1), kb.reg("areg", "f16", 8)
+    taddr = RegRead(ta, 0)
+    lane0 = (tid // 32) * 32 * 65536
+    from .test_wgmma import stage_k_major
+
+    body = [L.MbarInit(bar, 1, pred=tid.eq(0)), T.TmemAlloc(L.SharedRef(tm, 0), 64, pred=(tid < 32))]
+    body += stage_k_major(kb, B, sB, 16, 64)
+    body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.BarSync(),
+             T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32),
+             L.LdGlobal(rr(areg), L.GlobalRef(A, tid * 8), 128),
+             T.Tcgen05St("16x256b", 1, taddr + lane0 + 32, rr(areg), loc=here("store A"))]
+    if wait_st:
+        body.append(T.Tcgen05Wait("st"))
+    body.append(T.Tcgen05Fence("before_thread_sync"))
+    if barrier:
+        body.append(L.BarSync())
+    body += [T.Tcgen05Fence("after_thread_sync"),
+             T.Tcgen05Mma("SM100_64x16x16_F32F16F16_TS", taddr, T.TmemRef(taddr + 32),
+                          L.SmemDesc(sB, 0, 1, 16, 1024), accumulate=0, pred=tid.eq(0), loc=here("hl.mma")),
+             T.Tcgen05Commit(bar, pred=tid.eq(0))]
+    if rewrite_in_flight:
+        body.append(T.Tcgen05St("16x256b", 1, taddr + lane0 + 32, rr(areg), loc=here("store next A")))
+    body += [L.MbarWait(bar, 0), T.Tcgen05Fence("after_thread_sync"),
+             T.Tcgen05Ld("16x256b", 2, rr(acc), taddr + lane0), T.Tcgen05Wait("ld")]
+    body += [L.StGlobal(L.GlobalRef(R, tid * 8 + j), rr(acc, j, 1), 32) for j in range(8)]
+    body += [T.Tcgen05Fence("before_thread_sync"), L.BarSync(), T.TmemDealloc(taddr, 64, pred=(tid < 32)),
+             T.TmemRelinquish(pred=(tid < 32))]
+    return kb.build([A, B, R], body)
+
+
+def _a_args(seed=31):
+    rng = np.random.default_rng(seed)
+    return {"A": rng.uniform(-1, 1, (128, 8)).astype(np.float16),
+            "B": rng.uniform(-1, 1, (16, 64)).astype(np.float16), "R": np.zeros((128, 8), np.float32)}
+
+
+def _a_of(regs: np.ndarray) -> np.ndarray:
+    """The 64 x 16 A the threads' registers ``regs[thread, 8]`` store with tcgen05.st.16x256b.x1 at
+    column 0 of their quarter: through ``tmem_copy_layout`` and ``operand_a_layout``."""
+    from hexlayout.arch.tmem import tmem_copy_layout
+
+    cell = np.asarray(tmem_copy_layout("16x256b", 1).indices()).reshape(-1, 32).T   # [lane, reg]
+    lane, col = cell % 16, cell // 16
+    where = {}
+    lay = np.asarray(operand_a_layout(64, 16, 16).indices()).reshape(16, 64).T      # [row, k]
+    for i in range(64):
+        for kk in range(16):
+            x = int(lay[i, kk])
+            where[(x // 2) >> 16, (x // 2) & 0xFFFF, x % 2] = (i, kk)
+    out = np.full((64, 16), np.nan)
+    words = regs.reshape(128, 4, 2)                           # 4 32-bit registers of 2 f16
+    for t in range(128):
+        for r in range(4):
+            for h in range(2):
+                i, kk = where[(32 * (t // 32) + int(lane[t % 32, r]), int(col[t % 32, r]), h)]
+                out[i, kk] = words[t, r, h]
+    return out
+
+
+def test_hand_written_a_in_tmem_matches_float64() -> None:
+    args = _a_args()
+    run(_a_kernel(), args)
+    d = _a_of(args["A"].astype(np.float64)) @ args["B"][:, :16].astype(np.float64).T   # K = 16: one MMA
+    # warp w's tcgen05.ld.16x256b.x2 at its quarter: D rows 16w.. in lanes 32w.. (operand_a_layout's lanes)
+    from hexlayout.synth.tmem_choice import choose_tmem_epilogue
+
+    ep = choose_tmem_epilogue(64, 16)
+    assert (ep.shape, ep.num) == ("16x256b", 2)
+    idx = ep.register_tv.indices().reshape(-1, 128).T
+    np.testing.assert_allclose(args["R"], d.T.reshape(-1)[idx], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"wait_st": False}, "has not waited for (tcgen05.wait::st"),
+    ({"barrier": False}, "without the issuing thread 0 synchronizing"),
+    ({"rewrite_in_flight": True}, "which an in-flight tcgen05.mma reads as its A operand"),
+])
+def test_a_in_tmem_hazards_are_errors(kw, words) -> None:
+    with pytest.raises(AsyncHazardError) as e:
+        run(_a_kernel(**kw), _a_args())
+    assert words in str(e.value), str(e.value)
+    assert "tmem_a" in str(e.value)
+
+
+def test_register_a_refused_names_the_kernel_op_and_reason() -> None:
+    """A register A run by two warp groups: no tiling writes it into TMEM (one warp group's
+    lanes), and the diagnostic says so with the kernel, the op's line and the remedy."""
+    from hexlayout.errors import HexlayoutError
+
+    @hl.kernel(threads=256, name="tmem_a_two_groups")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        sb = hl.shared(hl.f16, (16, BK))
+        hl.copy(b.tile((16, BK), (0, 0)), sb)
+        hl.commit_group()
+        hl.wait_group(0)
+        hl.fence_proxy_async()
+        hl.syncthreads()
+        w = hl.register(hl.f16, (64, BK))
+        hl.copy(a.tile((64, BK), (0, 0)), w)
+        acc = hl.zeros((64, 16), hl.f32)
+        hl.mma(w, sb, acc)
+        hl.wgmma_commit()
+        hl.wgmma_wait(0)
+        hl.copy(acc, c.tile((64, 16), (0, 0)))
+
+    with pytest.raises(HexlayoutError) as e:
+        synthesize(k.trace(), "sm_100a")
+    msg = str(e.value)
+    assert "tmem_a_two_groups" in msg and "hl.mma(w, sb, acc)" in msg and "one warp group" in msg, msg
+    assert "stage it through a shared tile" in msg
