@@ -52,8 +52,8 @@ from .emitter import MBAR_ALIGN, Emitter
 from .errors import CodegenError
 from .fold_zero import array_uses, plan_folds
 from .helpers import helper_source
-from .tcgen05 import ISSUED
 from .overlap import plan_overlap
+from .tcgen05 import ISSUED
 
 __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
 
