@@ -334,6 +334,9 @@ def _binop_bounds(e: BinOp) -> tuple[int | None, int | None]:
     if e.op == "min" and None not in (ah, bh):
         lo = None if al is None or bl is None else min(al, bl)
         return lo, min(ah, bh)
+    if e.op == "max" and (al is not None or bl is not None):
+        hi = None if ah is None or bh is None else max(ah, bh)
+        return max(x for x in (al, bl) if x is not None), hi
     if e.op == ">>" and isinstance(e.b, Const) and al is not None and al >= 0:
         return al >> e.b.value, None if ah is None else ((ah - 1) >> e.b.value) + 1
     return None, None

@@ -26,7 +26,7 @@ from hexlayout.layout import ComposedLayout, Layout
 from hexlayout.layout.tv_maps import same_function
 
 from ..assignment import EMPTY, Assignment
-from ..expr import ExprLike, Var, as_expr
+from ..expr import ExprLike, Var, as_expr, emax
 from ..functions import ALU_FUNCTIONS
 from ..lowered import (
     Alu,
@@ -201,9 +201,12 @@ class Lowering:
 
     @property
     def gtid(self) -> ExprLike:
-        """The thread index relative to the first thread of the current region."""
+        """The thread index relative to the first thread of the current region: ``tid - lo``,
+        written ``max(tid - lo, 0)`` (equal in the region, whose threads are ``lo`` on) so that
+        its bounds say non-negative and its divisions and remainders print as C's, not as
+        floor corrections of a maybe-negative operand."""
         lo, _ = self.group_threads[-1]
-        return self.tid if lo == 0 else as_expr(self.tid) - lo
+        return self.tid if lo == 0 else emax(as_expr(self.tid) - lo, 0)
 
     # --- errors / naming -------------------------------------------------------------
     def fail(self, op: Op | None, msg: str | Rejection) -> LoweringError:
