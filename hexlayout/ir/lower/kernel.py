@@ -26,7 +26,7 @@ from hexlayout.layout import ComposedLayout, Layout
 from hexlayout.layout.tv_maps import same_function
 
 from ..assignment import EMPTY, Assignment
-from ..expr import ExprLike, Var, as_expr, emax
+from ..expr import BinOp, ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
 from ..lowered import (
     Alu,
@@ -201,12 +201,17 @@ class Lowering:
 
     @property
     def gtid(self) -> ExprLike:
-        """The thread index relative to the first thread of the current region: ``tid - lo``,
-        written ``max(tid - lo, 0)`` (equal in the region, whose threads are ``lo`` on) so that
-        its bounds say non-negative and its divisions and remainders print as C's, not as
-        floor corrections of a maybe-negative operand."""
-        lo, _ = self.group_threads[-1]
-        return self.tid if lo == 0 else emax(as_expr(self.tid) - lo, 0)
+        """The thread index relative to the first thread of the current region, ``tid - lo``,
+        with the bounds it has there, ``[0, hi - lo)`` (the expression is built for the
+        region's code only), so that its divisions and remainders print as C's, not as floor
+        corrections of a maybe-negative operand, and fold where its range allows."""
+        lo, hi = self.group_threads[-1]
+        if lo == 0:
+            return self.tid
+        e = as_expr(self.tid) - lo
+        if isinstance(e, BinOp):
+            object.__setattr__(e, "_bounds", (0, hi - lo))
+        return e
 
     # --- errors / naming -------------------------------------------------------------
     def fail(self, op: Op | None, msg: str | Rejection) -> LoweringError:
