@@ -323,10 +323,10 @@ def a_source_comparison(tu: TiledUmma) -> str:
     m, _, k = tu.tile_mnk
     c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
     t, sm = c.get("tmem"), c.get("smem")
-    shared = (f"shared memory {sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes per "
-              "stage)") if sm is not None else "shared memory: no K-major canonical layout holds it"
-    tmem = (f"TMEM {t.instructions} ({t.detail}; {t.tmem_columns} columns)" if t is not None
-            else "TMEM: no tcgen05.st writes it from these threads")
+    shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes per stage)"
+              if sm is not None else "none (no K-major canonical layout holds it)")
+    tmem = (f"{t.instructions} ({t.detail}; {t.tmem_columns} columns)" if t is not None
+            else "none (no tcgen05.st writes it from these threads)")
     if tu.a_store is not None:
-        return f"A source by cost per k-tile and warp: {shared} against {tmem}"
-    return f"A source by cost per k-tile and warp: {tmem} against {shared}"
+        return f"A source by cost per k-tile and warp: shared memory {shared} against TMEM's {tmem}"
+    return f"A source by cost per k-tile and warp: TMEM {tmem} against shared memory's {shared}"

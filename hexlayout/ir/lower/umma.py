@@ -544,6 +544,12 @@ def _a_flow(lw: Any, ops: list[Op], f: APending, record: dict[int, list[APending
     return f
 
 
+def _commit_cap(lw: Any) -> int:
+    """Commits past which an execution's count need not grow: more than any ``wgmma_wait(n)``
+    leaves in flight, so every wait retires it alike."""
+    return min(_MAX_COMMITS, TmemState.of(lw).barriers)      # the largest wgmma_wait(n) + 1
+
+
 def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] | None,
                tracked: Any = _is_ts) -> APending:
     """The flow after ``op`` of the executions of the ``tracked`` mmas (``a_ranges``, ``stage_depths``):
@@ -554,7 +560,8 @@ def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] |
             record.setdefault(op.uid, []).append(dict(f))
         return {**f, op.uid: ((0,) + f.get(op.uid, ()))[:MAX_RING]}
     if isinstance(op, TileWgmmaCommit):
-        return {u: tuple(min(c + 1, _MAX_COMMITS) for c in cs) for u, cs in f.items()}
+        cap = _commit_cap(lw)
+        return {u: tuple(min(c + 1, cap) for c in cs) for u, cs in f.items()}
     if isinstance(op, TileWgmmaWait):
         kept = {u: tuple(c for c in cs if c <= int(op.pending)) for u, cs in f.items()}
         return {u: cs for u, cs in kept.items() if cs}
