@@ -235,3 +235,21 @@ def test_a_pairs_register_a_is_refused_naming_the_kernel_op_and_line() -> None:
     msg = str(e.value)
     assert "smem_a_pair" in msg and "hl.mma(w, sb, acc, accumulate=False)" in msg, msg
     assert "N differs (32 vs 64)" in msg and "only for shared a and b" in msg and "the pair form" in msg, msg
+
+
+@pytest.mark.nvrtc
+def test_nvrtc_sm100a_stores_a_with_sts_and_multiplies_from_descriptors() -> None:
+    """NVRTC for sm_100a: no spills, no local memory; the main loop stores the register A with
+    STS.128 and multiplies with UTCHMMA (descriptors for both operands: no STTM of A in the loop,
+    the accumulator's zeros are stored into TMEM once before it)."""
+    from hexlayout.runtime import build
+
+    b = build(two_group_gemm(), "sm_100a")
+    st = b.stats
+    assert not st.spills and st.local_memory_instructions == 0 and not st.warnings, st.summary()
+    counts = b.compiled.sass_counts()
+    assert counts.get("STS.128", 0) >= 1 and counts.get("UTCHMMA", 0) >= 1, sorted(counts)
+    assert not any(op.startswith(("HMMA", "HGMMA")) for op in counts), sorted(counts)
+    ml = st.main_loop.mix if st.main_loop is not None else {}
+    assert ml.get("STS", 0) >= 1 and ml.get("UTCHMMA", 0) >= 1 and ml.get("STTM", 0) == 0, ml
+    assert ml.get("FENCE", 0) >= 1 and ml.get("BAR", 0) >= 1, ml        # fence.proxy.async, the barrier
