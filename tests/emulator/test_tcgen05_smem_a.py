@@ -253,3 +253,29 @@ def test_nvrtc_sm100a_stores_a_with_sts_and_multiplies_from_descriptors() -> Non
     ml = st.main_loop.mix if st.main_loop is not None else {}
     assert ml.get("STS", 0) >= 1 and ml.get("UTCHMMA", 0) >= 1 and ml.get("STTM", 0) == 0, ml
     assert ml.get("FENCE", 0) >= 1 and ml.get("BAR", 0) >= 1, ml        # fence.proxy.async, the barrier
+
+
+@pytest.mark.parametrize(("m", "k", "bits", "threads", "swizzle"), [
+    (64, 32, 16, 256, 64), (64, 64, 16, 128, 128), (128, 128, 16, 256, 128), (128, 16, 16, 128, 32),
+    (128, 64, 8, 128, 64)])
+def test_staged_stores_are_conflict_free_16_byte_vectors(m, k, bits, threads, swizzle) -> None:
+    """Each ``st.shared`` of ``smem_a_stage``'s register layout into its swizzled K-major buffer:
+    every thread's vector is contiguous in shared memory, and each phase of 8 threads (a 16-byte
+    store's) lands in 8 distinct 16-byte bank groups."""
+    from hexlayout.layout import size
+    from hexlayout.synth.smem_stage import smem_a_stage
+
+    s = smem_a_stage(m, k, bits, threads)
+    assert s is not None and s.swizzle == swizzle and s.vector_elems * bits == 128
+    tv, lay = s.register_tv, s.layout
+    vals = size(tv[1])
+    elems = np.asarray(tv.indices()).reshape(vals, threads).T              # [thread, value] -> m + M k
+    assert sorted(elems.ravel()) == list(range(m * k))
+    addr = np.asarray([lay(int(i)) for i in range(m * k)])[elems] * bits // 8   # byte offsets
+    e = s.vector_elems
+    for j in range(vals // e):
+        vec = addr[:, j * e:(j + 1) * e]
+        assert (np.diff(vec, axis=1) == bits // 8).all()                   # one contiguous vector
+        for p in range(threads // 8):
+            groups = (vec[8 * p:8 * p + 8, 0] // 16) % 8
+            assert len(set(groups.tolist())) == 8, (j, p, vec[8 * p:8 * p + 8, 0])
