@@ -1009,9 +1009,10 @@ def _sm100_beside_peers(rows: list[dict[str, Any]]) -> list[str]:
            "", "hexlayout: the warp-specialized GEMM source built for sm_100a (tcgen05 synthesized, one "
            "CTA per MMA, or with cluster 2 a pair of CTAs per MMA, cta_group::2, whose tile is the pair's: "
            "each CTA 128 rows, half of B, one CTA's code counted); its MMA loop is the consumer warp "
-           "group's k-loop (full-barrier wait, 4 "
-           "UTCHMMA from one thread, tcgen05.commit, the wait for the previous commit, the stage "
-           "release). CuTe DSL: `static-sm100-peers.md` (`benchmarks/peers_sm100.py`)"
+           "group's k-loop (the full-barrier wait - a pair's: the even CTA's, on which both CTAs' TMA "
+           "loads complete -, then in one elected thread's branch 4 UTCHMMA and the tcgen05.commit that "
+           "releases the stage when they complete; no wait on the MMAs in the loop). CuTe DSL: "
+           "`static-sm100-peers.md` (`benchmarks/peers_sm100.py`)"
            + ("" if peers else " — not found, peers left out") + ".", "",
            "| kernel | tile | cta_group | registers | spill (LDL/STL) | MMA loop: non-MMA / k-tile | "
            "epilogue: instr / value | UTCHMMA / LDTM / UTCBAR / UTMALDG / UTMASTG |",

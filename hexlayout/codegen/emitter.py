@@ -81,6 +81,14 @@ class Emitter:
         #: descriptor offsets) go to uniform registers; declared by the kernel printer when used
         self.warp_var = Var(self.names.take("warp_id"), 0, max(1, kernel.threads // 32), "warp")
         self.warp_used = False
+        #: whether this thread is its warp's elected lane (``elect.sync`` once in the kernel's
+        #: prologue, where every warp runs converged: lane 0): single-thread branches test it
+        #: (``ElectIf``), and the compiler knows one lane of the warp runs them
+        self.elected_name = self.names.take("elected")
+        self.elected_used = False
+        #: while an elected branch of single-thread tcgen05 instructions is printed as predicates:
+        #: its C condition (``codegen.tcgen05._issue`` guards each instruction with it)
+        self.issue_guard: str | None = None
         self._bound[self.warp_var] = self.warp_var.name
 
     def add_folds(self, folds: dict[int, Fold]) -> None:

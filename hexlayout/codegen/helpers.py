@@ -21,6 +21,14 @@ __device__ __forceinline__ void hl_mbar_wait(unsigned bar, unsigned parity) {
 
 
 HELPERS: dict[str, str] = {
+    "elect_one": """\
+// elect.sync over the whole (converged) warp: true in one lane, its lowest (lane 0).
+__device__ __forceinline__ bool hl_elect_one() {
+  unsigned elected;
+  asm volatile("{\\n.reg .pred p;\\nelect.sync _|p, 0xffffffff;\\nselp.u32 %0, 1, 0, p;\\n}\\n"
+               : "=r"(elected));
+  return elected != 0;
+}""",
     "u32": """\
 // 32-bit view of a register-array element (fragment register j of a 16/8-bit array).
 template <typename T>
@@ -93,7 +101,7 @@ typedef struct __align__(64) CUtensorMap_st { unsigned long long opaque[16]; } C
 }
 
 _ORDER = ("tensor_map", "u32", "gmma_desc", "umma_desc", "gmma_desc_add", "mbar_wait_sm90", "mbar_wait_sm80",
-          "shfl", "ex2_approx_ftz", "lop3_and_or")
+          "shfl", "ex2_approx_ftz", "lop3_and_or", "elect_one")
 
 
 def helper_source(used: set[str]) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from hexlayout.ir.expr import Var, as_expr, free_vars, to_c
 from hexlayout.ir.lowered import (
     Comment,
+    ElectIf,
     ForLoop,
     IfThen,
     Instr,
@@ -52,6 +53,7 @@ from .errors import CodegenError
 from .fold_zero import array_uses, plan_folds
 from .helpers import helper_source
 from .overlap import plan_overlap
+from .tcgen05 import ISSUED
 
 __all__ = ["generate", "generate_cuda", "GeneratedKernel", "KernelArg"]
 
@@ -254,6 +256,33 @@ class _Printer:
 
     def control(self, ins: ForLoop | IfThen) -> None:
         em = self.em
+        if isinstance(ins, ElectIf):     # the warp, tested warp-uniform, and its elected lane
+            em.helpers.add("elect_one")
+            em.elected_used = True
+            also = "" if isinstance(ins.also, int) and ins.also == 1 else f" && ({em.expr(ins.also)})"
+            if ins.else_body:
+                raise em.error("an elected branch has no else branch")
+            warp_id = em.expr(as_expr(em.kernel.thread_index) // 32, warp_uniform=True)
+            warp = f"{warp_id} == {ins.thread // 32}"
+            if all(type(i) in ISSUED and i.pred is None for i in ins.then_body):
+                # only single-thread tcgen05 instructions: each guarded by the condition (no
+                # branch to reconverge from; ptxas issues each once, from a uniform predicate)
+                em.issue_guard = f"{warp}{also} && {em.elected_name}"
+                try:
+                    self.body(ins.then_body)
+                finally:
+                    em.issue_guard = None
+                return
+            # (the lane test nested: ptxas keeps its one-lane knowledge when `also` joins other
+            # tests of the same values, which a single && chain lost on the pair's issue branch)
+            self.out(f"if ({warp}{also}) {{")
+            self.depth += 1
+            self.out(f"if ({em.elected_name}) {{")
+            self.nested(ins.then_body)
+            self.out("}")
+            self.depth -= 1
+            self.out("}")
+            return
         if isinstance(ins, IfThen):
             self.out(f"if ({em.expr(ins.cond)}) {{")
             self.nested(ins.then_body)
@@ -318,6 +347,8 @@ class _Printer:
         em.instr = None
         if em.warp_used:
             prologue.append(f"const int {em.warp_var.name} = __shfl_sync(0xffffffffu, {tid} >> 5, 0);")
+        if em.elected_used:       # (the prologue: every warp converged, the elected lane is lane 0)
+            prologue.append(f"const bool {em.elected_name} = hl_elect_one();")
         smem_total = max(k.smem_bytes, max((off + MBAR_ALIGN * n for _, off, n in bars), default=0))
         head = self.header(kname, bars, smem_total)
         attrs = f"__launch_bounds__({k.threads}, {mb})" if (mb := self.min_blocks()) \

@@ -41,7 +41,7 @@ from hexlayout.ir.lowered_tcgen05 import (
 from .emitter import Emitter, asm, operand_list
 from .mma import _atom, _fence_array, _units16
 
-__all__ = ["PRINTERS"]
+__all__ = ["PRINTERS", "ISSUED"]
 
 #: SmemDesc.swizzle (wgmma layout type) -> sm_100a layout type.
 _LAYOUT = {0: 0, 1: 2, 2: 4, 3: 6}
@@ -70,6 +70,25 @@ def _desc(em: Emitter, d: SmemDesc, what: str) -> str:
     return f"hl_umma_desc({addr}, {d.lbo}, {d.sbo}, {_LAYOUT[d.swizzle]})"
 
 
+#: the single-thread tcgen05 instructions (``_issue``: guarded by ``Emitter.issue_guard``)
+ISSUED = (Tcgen05Mma, Tcgen05Commit, Tcgen05Cp)
+
+
+def _issue(em: Emitter, text: str, inputs: list[str]) -> list[str]:
+    """The ``asm`` of a single-thread tcgen05 instruction (the last ``tcgen05.`` line of ``text``);
+    with ``em.issue_guard`` (the C condition of an elected branch printed as predicates) that
+    instruction is guarded by it (``@q``, one more operand): no branch around the issue, and ptxas
+    issues it once, from the elected lane's predicate."""
+    guard = em.issue_guard
+    if guard is None:
+        return asm(text, [], inputs)
+    lines = text.split("\n")
+    k = max(i for i, line in enumerate(lines) if line.startswith("tcgen05."))
+    lines[k] = "@q " + lines[k]
+    text = "\n".join(["{", ".reg .pred q;", f"setp.ne.b32 q, %{len(inputs)}, 0;", *lines, "}"])
+    return asm(text, [], inputs + [f'"r"(static_cast<int>({guard}))'])
+
+
 def tcgen05_mma(em: Emitter, ins: Tcgen05Mma) -> list[str]:
     _need(em, "tcgen05.mma")
     ts = isinstance(ins.a, TmemRef)
@@ -86,8 +105,8 @@ def tcgen05_mma(em: Emitter, ins: Tcgen05Mma) -> list[str]:
     a_op = f'"r"({em.expr(ins.a.addr)})' if ts else f'"l"({_desc(em, ins.a, "A")})'  # type: ignore[union-attr]
     text = ("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
             f"{atom.ptx} [%0], {'[%1]' if ts else '%1'}, %2, %3, p;\n}}")
-    return asm(text, [], [f'"r"({em.expr(ins.d)})', a_op, f'"l"({_desc(em, ins.b, "B")})',
-                          f'"r"({idesc:#x}u)', f'"r"({em.expr(ins.accumulate)})'])
+    return _issue(em, text, [f'"r"({em.expr(ins.d)})', a_op, f'"l"({_desc(em, ins.b, "B")})',
+                             f'"r"({idesc:#x}u)', f'"r"({em.expr(ins.accumulate)})'])
 
 
 def _block_scaled_mma(em: Emitter, ins: Tcgen05Mma, atom: MmaAtom) -> list[str]:
@@ -101,18 +120,18 @@ def _block_scaled_mma(em: Emitter, ins: Tcgen05Mma, atom: MmaAtom) -> list[str]:
         raise em.error(str(e)) from None
     text = ("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
             f"{atom.ptx} [%0], %1, %2, %3, [%5], [%6], p;\n}}")
-    return asm(text, [], [f'"r"({em.expr(ins.d)})', f'"l"({_desc(em, ins.a, "A")})',
-                          f'"l"({_desc(em, ins.b, "B")})', f'"r"({idesc:#x}u)',
-                          f'"r"({em.expr(ins.accumulate)})', f'"r"({em.expr(ins.sfa)})',
-                          f'"r"({em.expr(ins.sfb)})'])
+    return _issue(em, text, [f'"r"({em.expr(ins.d)})', f'"l"({_desc(em, ins.a, "A")})',
+                             f'"l"({_desc(em, ins.b, "B")})', f'"r"({idesc:#x}u)',
+                             f'"r"({em.expr(ins.accumulate)})', f'"r"({em.expr(ins.sfa)})',
+                             f'"r"({em.expr(ins.sfb)})'])
 
 
 def tcgen05_cp(em: Emitter, ins: Tcgen05Cp) -> list[str]:
     _need(em, "tcgen05.cp")
     if ins.shape not in CP_SHAPES:
         raise em.error(f"tcgen05.cp: shape {ins.shape!r} is not one of {', '.join(CP_SHAPES)}")
-    return asm(f"{tcgen05_ptx('cp', 1, ins.shape)} [%0], %1;", [],
-               [f'"r"({em.expr(ins.taddr)})', f'"l"({_desc(em, ins.src, "tcgen05.cp source")})'])
+    return _issue(em, f"{tcgen05_ptx('cp', 1, ins.shape)} [%0], %1;",
+                  [f'"r"({em.expr(ins.taddr)})', f'"l"({_desc(em, ins.src, "tcgen05.cp source")})'])
 
 
 def _group(em: Emitter, g: int, what: str) -> int:
@@ -125,11 +144,11 @@ def tcgen05_commit(em: Emitter, ins: Tcgen05Commit) -> list[str]:
     _need(em, "tcgen05.commit")
     ptx = tcgen05_ptx("commit", _group(em, ins.cta_group, "tcgen05.commit"))
     if ins.multicast is None:
-        return asm(f"{ptx} [%0];", [], [f'"r"({em.mbar_addr(ins.bar)})'])
+        return _issue(em, f"{ptx} [%0];", [f'"r"({em.mbar_addr(ins.bar)})'])
     # arrives on the barrier at the same offset in each CTA of the mask
     ptx = ptx.replace(".b64", ".multicast::cluster.b64")
     mask = f'"h"((unsigned short)({em.expr(ins.multicast)}))'
-    return asm(f"{ptx} [%0], %1;", [], [f'"r"({em.mbar_addr(ins.bar)})', mask])
+    return _issue(em, f"{ptx} [%0], %1;", [f'"r"({em.mbar_addr(ins.bar)})', mask])
 
 
 def _ncols(em: Emitter, n: int, what: str) -> None:

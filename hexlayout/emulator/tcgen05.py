@@ -7,7 +7,10 @@ the atom's accumulator in TMEM at the address ``d`` (``arch.tmem.accumulator_lay
 result is computed at issue but stays *in flight*: the D cells are marked with the MMA until it
 completes, and so are the shared bytes it reads (writing them earlier is an error). It
 completes only through ``Tcgen05Commit``: an arrival on the mbarrier that lands like a TMA
-transfer (``mbarrier.py``), i.e. when some thread waits on that barrier. Then the result
+transfer (``mbarrier.py``), i.e. when some thread waits on that barrier. A commit tracks every
+earlier tcgen05 operation of its thread (PTX ISA): its landing first lands the thread's earlier
+commits that have not landed (a stage released per k-tile onto its own barrier, then one commit
+for the tile's accumulator). Then the result
 reaches TMEM, and a ``tcgen05.ld`` may read it if the reading thread observed the commit
 (happens-before through the mbarrier wait or a later barrier, checked with the race detector's
 vector clocks). An MMA accumulating into cells of an earlier in-flight one chains onto its
@@ -57,6 +60,7 @@ before the commit arrived. Block-scaled and ``tcgen05.cp`` with cta_group::2 are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +93,8 @@ class _Issued:
     #: (issuing thread, cta_group) -> its MMAs and copies not yet committed, each with the CTA whose
     #: TMEM and shared memory it touches
     uncommitted: dict[tuple[int, int], list[tuple[Machine, AsyncOp]]] = field(default_factory=dict)
+    #: (issuing thread, cta_group) -> the landings of its earlier commits that have not landed yet
+    landings: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
 
 
 def _cells(m: Machine, ins: Instr, base: int, rows: int, cols: int, m_atom: int, what: str, group: int = 1
@@ -339,16 +345,20 @@ def tcgen05_cp(m: Machine, ins: Tcgen05Cp, x: Active) -> None:
     m.family_state("tcgen05", _Issued).uncommitted.setdefault((issuer, 1), []).append((m, op))
 
 
-def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int):
+def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int, prior: list[Any] = ()):
     """The landing of a commit (``issuer``: the committing thread's cluster-wide id): its MMAs'
     results and copies reach TMEM, in issue order, in each CTA they write. The first arrival that
-    lands completes them (a multicast commit lands once per CTA of its mask)."""
-    done = []
+    lands completes them (a multicast commit lands once per CTA of its mask). A commit tracks every
+    earlier tcgen05 operation of its thread (PTX ISA), so the landings of the thread's earlier
+    commits (``prior``) that have not landed run first."""
+    done: list[bool] = []
 
     def run(_landing: Machine) -> None:
         if done:
             return
         done.append(True)
+        for p in prior:
+            p(_landing)
         for c, op in ops:
             st = tmem_state(c)
             lanes, cols, vals, reads = op.extra[:4]
@@ -365,6 +375,7 @@ def _complete(ops: list[tuple[Machine, AsyncOp]], issuer: int, epoch: int):
                 c.shadow.clear_marks(c.shadow.pend_read, idx, op.ident)
             c.async_ops.pop(op.ident, None)
 
+    run.landed = done          # type: ignore[attr-defined]  (non-empty once it ran)
     return run
 
 
@@ -386,7 +397,9 @@ def tcgen05_commit(m: Machine, ins: Tcgen05Commit, x: Active) -> None:
         ops = issued.uncommitted.pop((int(t), ins.cta_group), [])
         clocks = m.shadow.clocks
         gid = int(clocks.off + t)
-        run = _complete(ops, gid, int(clocks.c[t, gid]))
+        prior = [p for p in issued.landings.get((int(t), ins.cta_group), []) if not p.landed]
+        run = _complete(ops, gid, int(clocks.c[t, gid]), prior)
+        issued.landings[(int(t), ins.cta_group)] = prior + [run]
         for tm, bar in zip(targets, bars):
             group = tm.new_async("tcgen05.commit", ins, np.array([t]))
             group.extra = run

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .expr import ExprLike, Var
+from .expr import ExprLike, Var, as_expr, to_c
 from .functions import AluFunction, alu_function
 from .tile import GlobalParam, ScalarParam, SourceLoc
 from .types import DType
@@ -41,7 +41,7 @@ __all__ = [
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
     "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop",
-    "IfThen", "LoweredKernel", "walk_instrs",
+    "IfThen", "ElectIf", "elect_if", "merge_elected", "LoweredKernel", "walk_instrs",
 ]
 
 
@@ -358,6 +358,56 @@ class IfThen(Instr):
     cond: ExprLike
     then_body: list[Instr]
     else_body: list[Instr] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class ElectIf(IfThen):
+    """A branch one thread of a converged warp takes: ``cond`` is ``tid == thread`` (and
+    ``also``), ``thread`` the first thread of its warp (a multiple of 32). Its meaning is the
+    ``IfThen``'s (the emulator runs ``cond``); the printer tests the warp-uniform warp index and
+    the lane ``elect.sync`` elected in the kernel's prologue (every warp converged there: lane
+    0), so the compiler knows one thread of one warp runs the body: no loop over the warp's
+    active lanes around each single-thread instruction (a body of single-thread tcgen05
+    instructions only is printed as that condition guarding each of them, no branch)."""
+
+    thread: int = 0
+    also: ExprLike = 1
+
+
+def elect_if(tid: ExprLike, thread: int, body: list[Instr], also: ExprLike = 1) -> ElectIf:
+    """The ``ElectIf`` of ``thread`` (a warp's first thread) and ``also`` around ``body``."""
+    if thread % 32:
+        raise ValueError(f"elect_if: thread {thread} is not the first thread of a warp")
+    cond = as_expr(tid).eq(thread)
+    trivial = isinstance(also, int) and also == 1
+    return ElectIf(cond if trivial else cond & as_expr(also), body, thread=thread, also=also)
+
+
+def merge_elected(body: list[Instr]) -> list[Instr]:
+    """``body`` (and its nested bodies) with each run of adjacent ``ElectIf`` of one thread and
+    one ``also`` (no else, no predicate) made one branch: the same threads run the same
+    instructions in the same order (``thread`` and ``also`` read nothing the bodies write)."""
+    out: list[Instr] = []
+    for ins in body:
+        if isinstance(ins, ForLoop):
+            ins.body = merge_elected(ins.body)
+        elif isinstance(ins, IfThen):
+            ins.then_body = merge_elected(ins.then_body)
+            ins.else_body = merge_elected(ins.else_body)
+        prev = out[-1] if out else None
+        if (isinstance(ins, ElectIf) and isinstance(prev, ElectIf) and not ins.else_body
+                and not prev.else_body and ins.pred is None and prev.pred is None
+                and ins.thread == prev.thread and _same(ins.also, prev.also)):
+            out[-1] = ElectIf(prev.cond, prev.then_body + ins.then_body, thread=prev.thread, also=prev.also,
+                              loc=prev.loc, origin=prev.origin)
+            continue
+        out.append(ins)
+    return out
+
+
+def _same(a: ExprLike, b: ExprLike) -> bool:
+    return a is b or (isinstance(a, int) and isinstance(b, int) and a == b) or \
+        (not isinstance(a, int) and not isinstance(b, int) and to_c(as_expr(a)) == to_c(as_expr(b)))
 
 
 def walk_instrs(body: list[Instr]) -> Iterator[Instr]:

@@ -462,7 +462,9 @@ class MbarrierInit(Op):
 class MbarrierArrive(Op):
     """Arrive on barrier ``index``. ``who``: "thread" (every executing thread arrives),
     "warp" / "warpgroup" (one elected thread per executing warp / warp group), "one" (one
-    elected thread of the executing threads). ``tx_bytes`` > 0: arrive.expect_tx. ``cta``
+    elected thread of the executing threads), "mma" (the tensor cores, when the tcgen05 mmas the
+    executing threads issued so far completed: ``tcgen05.commit``). ``tx_bytes`` > 0:
+    arrive.expect_tx. ``cta``
     (clusters): the arrival goes to the barrier at ``index`` of the CTA with that rank in the
     cluster instead of this CTA's."""
 

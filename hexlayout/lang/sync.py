@@ -316,7 +316,7 @@ def mbarrier_init(bars: Barriers | BarrierRef, i: ExprLike | None = None, arriva
     ctx.emit(MbarrierInit(ref.bar, ref.index, n, loc=loc))
 
 
-_WHO = ("thread", "warp", "warpgroup", "one")
+_WHO = ("thread", "warp", "warpgroup", "one", "mma")
 
 
 def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int = 0, *,
@@ -327,7 +327,11 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
     arrival also adds that many bytes the phase waits for (the bytes of TMA copies issued
     with ``hl.copy(..., mbarrier=bars[i])``; ``tile.nbytes`` gives them). ``who`` says
     which of the executing threads arrive: every ``"thread"``, one per ``"warp"``, one per
-    ``"warpgroup"``, or ``"one"`` elected thread. With ``cta`` (a kernel with a cluster) the
+    ``"warpgroup"``, or ``"one"`` elected thread; ``"mma"``: the tensor cores arrive, once
+    every tcgen05 mma the executing threads issued so far has completed (sm_100a:
+    ``tcgen05.commit`` onto the barrier by the mmas' issuing thread; in a kernel of CTA pairs,
+    ``cta_group::2``, onto the barrier at ``i`` of both CTAs of the pair) - a stage the mmas read
+    is released without a wait in the issuing loop. With ``cta`` (a kernel with a cluster) the
     arrival goes to barrier ``i`` of the cluster's CTA of rank ``cta`` (``mapa`` +
     ``mbarrier.arrive.release.cluster.shared::cluster``; ``cta`` may be this CTA's rank):
     a stage that a peer multicasts into is released to that peer this way.
@@ -336,7 +340,7 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
         bars (Barriers | BarrierRef): the array (with ``i``) or ``bars[i]``.
         i (int | Expr | None): the barrier's index when ``bars`` is an array (default 0).
         tx_bytes (int): static non-negative bytes of bulk copies this phase expects.
-        who (str): ``"thread"`` (default), ``"warp"``, ``"warpgroup"`` or ``"one"``.
+        who (str): ``"thread"`` (default), ``"warp"``, ``"warpgroup"``, ``"one"`` or ``"mma"``.
         cta (int | Expr | None): the rank in the cluster of the CTA whose barrier is
             arrived on; ``None`` (default): this CTA's.
 
@@ -346,7 +350,8 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
     Raises:
         KernelError: called outside a kernel trace; ``bars`` is not an mbarrier; the index
             is out of range; ``tx_bytes`` is not a static non-negative integer; ``who`` is
-            not one of the four; ``cta`` in a kernel without a cluster, with ``tx_bytes``,
+            not one of the five (``"mma"`` with ``tx_bytes`` or ``cta``); ``cta`` in a kernel
+            without a cluster, with ``tx_bytes``,
             not an integer expression or (static) outside the cluster.
 
     Example:
@@ -370,6 +375,9 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
     tx = _count(ctx, "arrive", loc, tx_bytes)
     if who not in _WHO:
         raise ctx.error("arrive", loc, f"who={who!r} must be one of {', '.join(_WHO)}")
+    if who == "mma" and (tx or cta is not None):
+        raise ctx.error("arrive", loc, "who='mma' (the tensor cores arrive when the mmas complete) takes "
+                        "no tx_bytes and no cta")
     if cta is not None:
         size = cluster_size(ctx)
         if size is None:

@@ -20,7 +20,10 @@ address), so a wrong parameter or a wrong address in the printed code is seen.
   lowered by the box's bytes: ``mbarrier.pend_transaction`` / ``land``) when a thread waits
   on ``mbar`` (``mbarrier.try_wait``) or when nothing else can run. With
   ``.multicast::cluster`` the box lands at ``dst`` in every CTA of the cluster whose rank bit
-  is set in ``ctaMask``, each on its own barrier at ``mbar``'s offset.
+  is set in ``ctaMask``, each on its own barrier at ``mbar``'s offset. With ``.cta_group::2``
+  (CTA pairs, sm_100a) the bytes complete instead on the barrier at ``mbar``'s offset in the
+  even CTA of the destination's pair (ranks ``2p``, ``2p + 1``), as ``tcgen05.mma.cta_group::2``
+  waits there for both CTAs' operands.
 * ``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size,
   [mbar]``: ``size`` contiguous bytes (multiple of 16, both addresses 16-byte aligned).
 * ``cp.async.bulk.tensor.Nd.global.shared::cta{.tile}.bulk_group [map, {c..}], [src]``: the
@@ -192,6 +195,10 @@ def _load(m: Machine, ins: Instruction, idx: Any) -> None:
     threads = np.arange(m.T)[idx]
     dst_op, src_op, bar_op = ins.operands[:3]
     multicast = "multicast::cluster" in ins.parts
+    pair = "cta_group::2" in ins.parts
+    if pair and m.csize % 2:
+        raise PtxIllegalInstructionError(f"{ins.opcode}: .cta_group::2 needs CTA pairs; the cluster has "
+                                         f"{m.csize} CTAs", **m.where(int(threads[0])))
     for t in threads:
         t = int(t)
         one = np.array([t])
@@ -241,6 +248,9 @@ def _load(m: Machine, ins: Instruction, idx: Any) -> None:
             bop = m.address(bar_op, one)
             if r is not None:
                 bop = np.array([(int(bop[0]) & 0xFFFFFF) | (r + 1) << 24], dtype=np.uint64)
+            if pair:      # the barrier at that offset in the even CTA of the destination's pair
+                even = int(m.crank[cta]) & ~1
+                bop = np.array([(int(bop[0]) & 0xFFFFFF) | (even + 1) << 24], dtype=np.uint64)
             key = int(m.cluster_shared(bop, one, 8, f"{ins.opcode} mbarrier")[0])
             m.check_tma_pending(flat.reshape(1, -1), one, f"{ins.opcode} shared destination")
             pend_transaction(m, key, flat, data, t)

@@ -30,7 +30,8 @@ Family Instructions"), executed from the printed PTX with the semantics of the I
   bytes it read (a store, a TMA copy issued into them) is an error, until it completes. It
   completes through ``tcgen05.commit.cta_group::G.mbarrier::arrive::one{.shared::cluster}
   {.multicast::cluster}.b64 [mbar]{, ctaMask}``: the issuing thread's uncommitted MMAs and copies
-  complete, and the barrier (of each CTA of ``ctaMask`` with ``.multicast``) gets one arrival,
+  (and those of its earlier commits not landed yet: a commit tracks every earlier one) complete,
+  and the barrier (of each CTA of ``ctaMask`` with ``.multicast``) gets one arrival,
   when that arrival lands: like a TMA copy, as late as the program allows (when a thread waits
   on the barrier, or nothing else can run). A later MMA of the same thread accumulating into
   pending cells chains onto the pending result (the hardware runs a thread's MMAs in order).
@@ -122,6 +123,7 @@ def _state(m: Machine) -> dict[str, Any]:
             "tmem": {},
             "ops": {},
             "uncommitted": {},
+            "committed": {},  # (thread, cta_group) -> the ops of its commits (landed ones are done)
             "next": 1,  # type: ignore[attr-defined]
             "reading": np.zeros(m.smem.size, dtype=np.int32),  # per shared byte: in-flight readers
             "in_flight": 0,
@@ -605,7 +607,12 @@ def _commit(m: Machine, ins: Instruction, t: int) -> None:
     group = _group(m, ins, t)
     if "mbarrier::arrive::one" not in ins.parts:
         raise m.unsupported()
-    ops = _state(m)["uncommitted"].pop((t, group), [])
+    s = _state(m)
+    # a commit tracks every earlier MMA and copy of the thread (PTX ISA): those of its earlier
+    # commits that have not landed complete with it too (first: issue order)
+    prior = [op for op in s["committed"].get((t, group), []) if not op.done]
+    ops = prior + s["uncommitted"].pop((t, group), [])
+    s["committed"][(t, group)] = ops
     key = int(barrier_index(m, ins, ins.operands[0], np.array([t]))[0])
     keys = [key]
     if "multicast::cluster" in ins.parts:

@@ -192,11 +192,19 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
     ``2 BM x BN`` tile, CTA ``r``
     its rows ``BM r ..``; each CTA stages its ``BM`` rows of A and its half (``BN/2`` rows) of the
     pair's B tile, and the ``hl.mma`` in its pair form (``sb`` of ``BN/2`` rows, ``acc`` of ``BN``
-    columns) is synthesized as one ``tcgen05.mma.cta_group::2`` the even CTA issues. Before it
-    reads a stage, each CTA's consumers tell the peer that their stage is full (an arrive on the
-    peer's ``pair_full`` barrier of the stage) and wait for the peer's; each CTA releases its own
-    stages after the MMA's commit (multicast to both CTAs) retired. ``peer_release=False`` leaves
-    out that signal to the peer: the broken pipeline the emulator must reject."""
+    columns) is synthesized as one ``tcgen05.mma.cta_group::2`` the even CTA issues. Both CTAs'
+    TMA loads of a stage complete on the even CTA's full barrier (``pair_barrier=True``, which
+    expects both CTAs' bytes), the one barrier the even CTA waits on before the MMA; the odd CTA's
+    consumers take no part in the k-loop. Each k-tile's MMAs release their stage in both CTAs when
+    they complete (``hl.arrive(..., who="mma")``: the commit multicast to both empty barriers),
+    and the odd CTA tells the even one when its epilogue has read its accumulator (``acc_free``),
+    before the next tile's MMAs overwrite it. ``peer_release=False`` lets each CTA's loads complete
+    on its own barrier: the even CTA's MMA reads the odd CTA's stage unordered with its loads, the
+    broken pipeline the emulator must reject.
+
+    On sm_100a every k-tile's MMAs release their stage themselves (one ``tcgen05.commit`` onto
+    its empty barrier, no wait in the k-loop); the tile's MMAs are committed once more after the
+    loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``."""
     return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
 
 
@@ -256,11 +264,15 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
         sc = hl.shared(dt, (BM, W)) if staged else None
         clustered = CLUSTER == 2 and not paired
         # the consumers of both CTAs of a cluster release a stage (each into its own and its peer's)
-        ring = hl.Ring(STAGES, producers=1, consumers=CONSUMERS * (2 if clustered and peer_release else 1))
-        if paired:      # the peer's stage is full too (one arrival of the peer's consumers per phase)
-            pair_full = hl.mbarrier(STAGES, name="pair_full")
-            for st in range(STAGES):
-                hl.mbarrier_init(pair_full, st, arrivals=1)
+        # sm_100a: the tensor cores release a stage (one tcgen05.commit arrival when its MMAs completed)
+        tc = arch == "sm_100a"
+        ring = hl.Ring(STAGES, producers=1,
+                       consumers=1 if tc else CONSUMERS * (2 if clustered and peer_release else 1))
+        # the pair (peer_release): both CTAs' loads of a stage complete on the even CTA's full barrier
+        pair_bar = paired and peer_release
+        if paired:      # the odd CTA's epilogue has read its accumulator: the next tile's MMA may write it
+            acc_free = hl.mbarrier(1, name="acc_free")
+            hl.mbarrier_init(acc_free, 0, arrivals=1)
         if clustered or paired:
             hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
         else:
@@ -308,7 +320,11 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                     it = t * num_k + k
                     s = it % STAGES
                     ring.acquire(it)
-                    ring.fill(it, tx_bytes=stage_bytes)
+                    if pair_bar:          # the even CTA's barrier expects both CTAs' bytes
+                        with hl.if_(rank.eq(0)):
+                            ring.fill(it, tx_bytes=2 * stage_bytes)
+                    else:
+                        ring.fill(it, tx_bytes=stage_bytes)
                     bar = ring.full[s]
                     if clustered:    # this CTA's half of the shared A tile, into both CTAs
                         with hl.if_(rank.eq(0)):
@@ -318,14 +334,18 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                             hl.copy(hl.view(a, tile=(H, BK), origin=(m0 + H, k * BK)), sa[H:BM, :, s],
                                     mbarrier=bar, multicast=3)
                     elif mk:
-                        hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=bar)
+                        hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=bar,
+                                pair_barrier=pair_bar)
                     else:
-                        hl.copy(hl.view(a, tile=(BK, BM), origin=(k * BK, m0)), sa[:, :, s], mbarrier=bar)
+                        hl.copy(hl.view(a, tile=(BK, BM), origin=(k * BK, m0)), sa[:, :, s], mbarrier=bar,
+                                pair_barrier=pair_bar)
                     nb = n0 + rank * BNs if paired else n0        # the pair: this CTA's half of B
                     if b_layout == "nk":
-                        hl.copy(hl.view(b, tile=(BNs, BK), origin=(nb, k * BK)), sb[:, :, s], mbarrier=bar)
+                        hl.copy(hl.view(b, tile=(BNs, BK), origin=(nb, k * BK)), sb[:, :, s], mbarrier=bar,
+                                pair_barrier=pair_bar)
                     else:
-                        hl.copy(hl.view(b, tile=(BK, BNs), origin=(k * BK, nb)), sb[:, :, s], mbarrier=bar)
+                        hl.copy(hl.view(b, tile=(BK, BNs), origin=(k * BK, nb)), sb[:, :, s], mbarrier=bar,
+                                pair_barrier=pair_bar)
         with hl.else_():
             hl.setmaxnreg(232, increase=True)
             for t in hl.range(my_tiles):
@@ -338,27 +358,39 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                 def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
                     it = t * num_k + k
                     s = it % STAGES
-                    ring.wait_full(it)
-                    if paired and peer_release:   # tell the peer this CTA's stage is full; wait for its
-                        hl.arrive(pair_full, s, who="one", cta=1 - rank)
-                        hl.wait(pair_full, s, phase=(it // STAGES) % 2)
+                    if pair_bar:      # the even CTA's barrier says both CTAs' stages are full; the odd
+                        with hl.if_(rank.eq(0)):      # CTA's consumers only wait for the tile's commit
+                            ring.wait_full(it)
+                    else:
+                        ring.wait_full(it)
                     hl.wgmma_fence()
                     hl.mma(sa[:, :, s] if mk else sa[:, :, s].T,
                            sb[:, :, s] if b_layout == "nk" else sb[:, :, s].T, acc,
                            warps=hl.spatial(CONSUMERS, 1), accumulate=not first)
+                    if tc:            # the stage is free once these MMAs completed (a pair: in both CTAs)
+                        ring.release(s, who="mma")
+                        return
                     hl.wgmma_commit()
                     # keep one wgmma group in flight: the previous k-tile's has retired, release its stage
                     hl.wgmma_wait(1)
                     if not first:
                         release((it + STAGES - 1) % STAGES)
 
+                if paired:            # the odd CTA's epilogue of the previous tile has read its TMEM
+                    with hl.if_((t > 0) & rank.eq(0)):
+                        hl.wait(acc_free, 0, phase=(t - 1) % 2)
                 with hl.if_(num_k > 0):
                     consume(0, True)
-                for k in hl.range(1, num_k):
+                # (sm_100a: two k-tiles per iteration of the printed loop; the issuer's loop is short,
+                # the unrolled copy shares its loop test and branch)
+                for k in hl.range(1, num_k, unroll=2 if tc else False):
                     consume(k, False)
+                if tc:                # the tile's MMAs: one commit, waited for before the TMEM loads
+                    hl.wgmma_commit()
                 hl.wgmma_wait(0)
-                with hl.if_(num_k > 0):
-                    release((t * num_k + num_k - 1) % STAGES)
+                if not tc:
+                    with hl.if_(num_k > 0):
+                        release((t * num_k + num_k - 1) % STAGES)
                 with hl.if_(num_k.eq(0)):                   # K = 0: the product is zero
                     hl.assign(acc, hl.zeros((BM, BN), f32))
                 # the fusion point of epilogues: the accumulator staged through shared memory
@@ -374,6 +406,9 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                         hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
                         hl.syncthreads()
                         hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+                if paired:            # (the TMEM loads are behind: the epilogue read acc)
+                    with hl.if_((t + 1 < my_tiles) & rank.eq(1)):
+                        hl.arrive(acc_free, 0, who="one", cta=0)
         if clustered or paired:
             hl.cluster_sync()        # no CTA exits while its peer may still multicast into it
 

@@ -96,3 +96,38 @@ def test_read_of_an_uncommitted_mma_is_a_lowering_error():
     msg = str(e.value)
     assert "deferred_uncommitted" in msg and "%acc" in msg and "not be committed" in msg
     assert "test_lower_umma_loops.py" in msg            # the source line of the op
+
+
+def _mma_arrive_kernel(tx_bytes: int = 0):
+    @hl.kernel(threads=128, name="mma_arrive")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        sa = hl.shared(hl.f16, (128, 64))
+        sb = hl.shared(hl.f16, (64, 64))
+        done = hl.mbarrier(1)
+        hl.mbarrier_init(done, 0, arrivals=1)
+        hl.syncthreads()
+        acc = hl.register(hl.f32, (128, 64))
+        hl.mma(sa, sb, acc, accumulate=False)
+        hl.arrive(done, 0, tx_bytes=tx_bytes, who="mma")
+        hl.wait(done, 0, phase=0)
+        hl.wgmma_commit()
+        hl.wgmma_wait(0)
+        hl.copy(acc, hl.view(c, tile=(128, 64), origin=(0, 0)))
+
+    return k
+
+
+def test_arrive_by_the_mmas_is_a_commit_on_sm100_and_an_error_elsewhere():
+    """``hl.arrive(bar, i, who="mma")``: the issuing thread's ``tcgen05.commit`` onto ``bar[i]``
+    on sm_100a (not a commit of the accumulator: the ``tcgen05.ld`` still waits for the
+    ``wgmma_commit``); on sm_90a (wgmma) a lowering error naming the op; ``tx_bytes`` with it
+    a trace error."""
+    lk = synthesize(_mma_arrive_kernel().trace(), "sm_100a").lowered.kernel
+    commits = [i for i in L.walk_instrs(lk.body) if isinstance(i, T.Tcgen05Commit)]
+    assert [c.bar.name for c in commits] == ["done", "tc_done"]
+    issue = [i for i in lk.body if isinstance(i, L.ElectIf)]
+    assert issue and isinstance(issue[0].then_body[-1], T.Tcgen05Commit)
+    with pytest.raises(HexlayoutError, match=r"who='mma'\) is a tcgen05.commit: the kernel has no tcgen05"):
+        synthesize(_mma_arrive_kernel().trace(), "sm_90a")
+    with pytest.raises(hl.KernelError, match="who='mma'.*takes no tx_bytes"):
+        _mma_arrive_kernel(tx_bytes=16).trace()

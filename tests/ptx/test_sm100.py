@@ -202,11 +202,14 @@ def test_mutated_tcgen05_ld_shape_gives_a_wrong_result() -> None:
 
 
 def test_dropped_commit_is_a_deadlock() -> None:
-    """The first k-tile's ``tcgen05.commit`` dropped: nothing arrives on that mbarrier, so its
-    waiters never run on (reported where the other threads wait for them)."""
-    bad = _mutated("m64", r"asm volatile\(\"tcgen05\.commit[^;]*;\\n\"\s*::[^:]*: \"memory\"\);", ";")
-    with pytest.raises(PtxDeadlockError, match="no other thread can run"):
-        _run("m64", 64, 56, 136, source=bad)
+    """The first k-tile's ``tcgen05.commit`` (its stage's release) dropped: nothing arrives on that
+    stage's empty barrier, so the producer waits forever to refill it once the ring wraps (9
+    k-tiles through 7 stages)."""
+    commit = (r"asm volatile\(\"\{\\n\.reg \.pred q;\\nsetp\.ne\.b32 q, %1, 0;\\n"
+              r"@q tcgen05\.commit[^;]*;\\n\}\\n\"")
+    bad = _mutated("m64", commit + r"\s*::[^:]*: \"memory\"\);", ";")
+    with pytest.raises(PtxDeadlockError, match=r"none of the \d+ live threads can run(.|\n)*ring\.acquire"):
+        _run("m64", 64, 56, 576, source=bad)
 
 
 def test_dropped_dealloc_is_an_error_at_exit() -> None:
@@ -216,20 +219,24 @@ def test_dropped_dealloc_is_an_error_at_exit() -> None:
 
 
 def test_pair_commit_multicast_to_one_cta_is_a_deadlock() -> None:
-    """cta_group::2's commit multicast to the even CTA only: the odd CTA's epilogue waits forever."""
+    """cta_group::2's commit of the tile (onto the accumulator's barrier, after the k-loop)
+    multicast to the even CTA only: the odd CTA's epilogue waits forever."""
     bad = _mutated(
-        "pair", r"(tcgen05\.commit\.cta_group::2[^\n]*\n[^\n]*\"h\"\(\(unsigned short\)\()3\)", r"\g<1>1)"
+        "pair",
+        r"(tcgen05\.commit\.cta_group::2[^\n]*\n\s*:: \"r\"\(smem_base \+ \d+\), "
+        r"\"h\"\(\(unsigned short\)\()3\)",
+        r"\g<1>1)",
     )
     with pytest.raises(PtxDeadlockError):
         _run("pair", 130, 136, 72, source=bad)
 
 
 def test_stage_released_before_the_mma_completes_is_caught() -> None:
-    """The consumer's wait for the previous k-tile's commit dropped: it releases a stage while the
-    MMA reading it is in flight, and the producer's next TMA copy into that stage is an error
-    (9 k-tiles through 7 stages)."""
-    wait = r"(\[wgmmawait\]  consume\(k, False\)\n\s*)if \(1 < tc_commits\[0\]\)"
-    bad = _mutated("m64", wait, r"\g<1>if (0)")
+    """The first k-tile's stage released by a plain ``mbarrier.arrive`` at issue instead of the
+    MMAs' ``tcgen05.commit``: the producer's next TMA copy into that stage writes bytes the
+    in-flight MMA reads, an error (9 k-tiles through 7 stages)."""
+    commit = r"tcgen05\.commit\.cta_group::1\.mbarrier::arrive::one\.shared::cluster\.b64 \[%0\];"
+    bad = _mutated("m64", commit, "mbarrier.arrive.shared::cta.b64 _, [%0];")
     _, c, want = _run("m64", 64, 56, 576)
     assert _err(c, want) < 1e-2
     with pytest.raises(PtxError, match=r"a TMA copy writes shared byte \d+, which the tcgen05\.mma"):

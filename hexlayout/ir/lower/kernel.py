@@ -13,6 +13,7 @@ source line.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,7 +114,16 @@ from .mma import lower_mma
 from .rejection import Rejection
 from .rules import LOWERING
 from .scan import lower_scan
-from .umma import TmemState, is_umma, lower_umma, same_region_ops, umma_commit, umma_fence, umma_wait
+from .umma import (
+    TmemState,
+    is_umma,
+    lower_umma,
+    same_region_ops,
+    umma_arrive,
+    umma_commit,
+    umma_fence,
+    umma_wait,
+)
 from .views import GlobalTileView, RegisterTile, SharedTileView
 
 __all__ = ["LOWERING", "Lowering", "LoweringError", "lower_kernel", "LoweredProgram", "assigned_copy",
@@ -669,6 +679,11 @@ class Lowering:
     def op_MbarrierArrive(self, op: MbarrierArrive) -> list[Instr]:
         pred: ExprLike | None = None
         t = as_expr(self.tid)
+        if op.who == "mma":
+            if not any(isinstance(tu, TiledUmma) for tu in self.assignment.mma.values()):
+                raise self.fail(op, "arrive(who='mma') is a tcgen05.commit: the kernel has no tcgen05 mma "
+                                    f"(sm_100a); it is lowered for {self.arch.name}")
+            return umma_arrive(self, self.mbar_ref(op.bar, op.index, op))
         if op.who == "one":
             pred = self.elect[-1]
         elif op.who == "warp":
@@ -849,14 +864,17 @@ def lower_kernel(tk: TileKernel, arch: str = "sm_80", assignment: Assignment | N
     not changed. On architectures with an async proxy (sm_90+) it gets a proxy fence wherever
     generic-proxy shared writes reach a wgmma or TMA store without one
     (``hexlayout.ir.passes.insert_proxy_fences``); its sequential loops go through
-    ``hexlayout.ir.passes.optimize_loops`` (loop-invariant code motion, stage rotation): the
+    ``hexlayout.ir.passes.optimize_loops`` (loop-invariant code motion, stage rotation), after
+    adjacent single-thread branches of one issuer are merged (``lowered.merge_elected``): the
     emulator and the code generator both take this result."""
+    from ..lowered import merge_elected
     from ..passes import insert_proxy_fences, optimize_loops
 
     lowering = Lowering(tk, arch, assignment)
     prog = lowering.run()
     if lowering.arch.has_tma:
         prog.kernel = insert_proxy_fences(prog.kernel)
+    prog.kernel = dataclasses.replace(prog.kernel, body=merge_elected(prog.kernel.body))
     prog.kernel = optimize_loops(prog.kernel)
     return prog
 

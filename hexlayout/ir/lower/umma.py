@@ -62,6 +62,9 @@ commit / wait) runs unchanged:
   column ``(rows / 32) (k // 4)`` on, byte ``k % 4``. The thread's tcgen05 operations run in
   issue order, so the next k-tile's copy into the same columns follows this k-tile's MMAs
   (as CUTLASS's block-scaled mainloops do).
+* **arrive(bar, who="mma")** -> the issuing thread's ``tcgen05.commit`` onto ``bar`` (a pair's:
+  ``cta_group::2``, multicast to both CTAs): the barrier's arrival once the mmas issued so far
+  completed (a pipeline stage released by the tensor cores); not counted as a commit here.
 * **wgmma_commit** -> the elected thread's ``tcgen05.commit`` onto barrier ``c % B`` of the
   lowering's ``tc_done[B]`` mbarriers (``B`` = the largest ``n`` of the kernel's
   ``wgmma_wait(n)`` + 1), ``c`` the commits so far (a per-thread counter ``tc_commits``);
@@ -132,6 +135,7 @@ from ..lowered import (
     SharedRef,
     SmemBuffer,
     SmemDesc,
+    elect_if,
 )
 from ..lowered_tcgen05 import (
     Tcgen05Commit,
@@ -156,8 +160,8 @@ from .copy import lower_reg_mem
 from .mma import _desc
 from .views import RegisterTile, SharedTileView
 
-__all__ = ["TmemState", "is_umma", "lower_umma", "umma_commit", "umma_wait", "umma_fence", "same_region_ops",
-           "a_ranges", "stage_depths"]
+__all__ = ["TmemState", "is_umma", "lower_umma", "umma_commit", "umma_arrive", "umma_wait", "umma_fence",
+           "same_region_ops", "a_ranges", "stage_depths"]
 
 BAR = "tc_done"
 
@@ -753,8 +757,15 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
     if tu.cta_group == 2 and (tu.n_atoms != 1 or op.b.type.shape[0] * 2 != n):
         raise ValueError(f"{tu}: the pair's B must be one atom's N, each CTA's b holding half of it")
-    issuer = lw.elect[-1] if tu.cta_group == 1 else (as_expr(lw.elect[-1]) & st.even)
-    return stores + [IfThen(issuer, out)] + bump   # one branch around the issuing thread's MMAs
+    return stores + [_issuer(lw, st, out)] + bump   # one branch around the issuing thread's MMAs
+
+
+def _issuer(lw: Any, st: TmemState, body: list[Instr]) -> IfThen:
+    """The branch of the issuing thread - the first of the region's threads (of the even CTA of a
+    pair) - around ``body``: an ``ElectIf`` (elect.sync in its warp: no per-instruction loop
+    over active lanes in the SASS)."""
+    lo = lw.group_threads[-1][0]
+    return elect_if(lw.tid, lo, body, also=1 if st.group == 1 else st.even)
 
 
 def _scale_view(lw: Any, op: Mma, v: Value, role: str) -> SharedTileView:
@@ -812,10 +823,19 @@ def umma_commit(lw: Any) -> list[Instr]:
     cnt = RegRead(st.commits, 0)
     if st.group == 2:          # the pair's commit lands on both CTAs' barrier
         commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)), cta_group=2, multicast=3)
-        return [IfThen(as_expr(lw.elect[-1]) & st.even, [commit]),
-                Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
-    return [IfThen(lw.elect[-1], [Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))]),
-            Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
+    else:
+        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))
+    return [_issuer(lw, st, [commit]), Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
+
+
+def umma_arrive(lw: Any, bar: MbarRef) -> list[Instr]:
+    """``hl.arrive(bar, who="mma")``: the issuing thread's ``tcgen05.commit`` onto ``bar`` (a pair's
+    multicast to both CTAs' barrier). It signals the completion of the mmas issued so far but is
+    not a ``wgmma_commit``: the accumulators stay uncommitted for their ``tcgen05.ld`` (no
+    ``tc_done`` barrier says they are done) until a ``wgmma_commit``."""
+    st = TmemState.of(lw)
+    commit = Tcgen05Commit(bar, cta_group=2, multicast=3) if st.group == 2 else Tcgen05Commit(bar)
+    return [_issuer(lw, st, [commit])]
 
 
 def umma_wait(lw: Any, pending: int) -> list[Instr]:
