@@ -31,6 +31,11 @@ the op (``arch.tmem.operand_a_layout``) with ``a_store`` (``synth.tmem_choice.Tm
 ``tcgen05.st.{shape}.x{num}`` at its origins), and the k-step ``k`` MMA reads A at column
 ``k * 256 / 32`` of them. ``a_tv`` is then the store's element register layout.
 
+**A staged through shared memory** (``a_stage`` given, an ``_SS`` atom, A K-major): ``a`` is a
+register tile; before the MMAs the threads store it into a shared buffer the lowering allocates
+(one of a ring, ``ir.lower.umma``) in ``a_stage.layout`` (``synth.smem_stage.SmemOperandStage``)
+and the MMAs read it through descriptors as any shared A. ``a_tv`` is then ``a_stage.register_tv``.
+
 The same object answers the questions the register-layout solver asks a ``TiledMma``
 (``c_tv``, ``tile_mnk``, ``threads``, ``atom``, ``warps``, ``k_inner``, ``a_tv`` with A in TMEM);
 ``b_tv`` does not exist (B is read from shared memory), nor ``a_tv`` with A in shared memory.
@@ -62,6 +67,7 @@ class TiledUmma:
     chunk: int = 0            # columns of one warp group's contiguous block (0: N / groups)
     k_inner: bool = True
     a_store: Any = None       # A from TMEM: its tcgen05.st (synth.tmem_choice.TmemOperandStore)
+    a_stage: Any = None       # A staged through shared memory (synth.smem_stage.SmemOperandStage)
 
     def __post_init__(self) -> None:
         if self.atom.kind != "tcgen05":
@@ -73,6 +79,11 @@ class TiledUmma:
         if (self.a_store is not None) != (self.atom.a_source == "tmem"):
             raise ValueError(f"TiledUmma: {self.atom.name} takes A from {self.atom.a_source}; a_store is "
                              f"{'given' if self.a_store is not None else 'missing'}")
+        if self.a_stage is not None and (self.atom.a_source == "tmem" or self.atom.a_major != "K"
+                                         or self.a_stage.threads != self.threads):
+            raise ValueError(f"TiledUmma: a register A staged through shared memory needs a K-major _SS atom "
+                             f"and its stores for the {self.threads} threads; {self.atom.name} takes A "
+                             f"{self.atom.a_major}-major from {self.atom.a_source}")
         if self.a_store is not None and self.threads != 128:
             raise ValueError(f"TiledUmma: an A operand in TMEM is written by one warp group; {self.threads} "
                              "threads run the op")
@@ -133,6 +144,8 @@ class TiledUmma:
         return self.register_tv
 
     def a_tv(self) -> Layout:
+        if self.a_stage is not None:
+            return self.a_stage.register_tv
         if self.a_store is None:
             raise ValueError(f"TiledUmma: {self.atom.name} reads A from shared memory; it has no A registers")
         return self.a_store.register_tv
@@ -150,6 +163,8 @@ class TiledUmma:
             s = self.a_store
             a = (f", A from TMEM ({self.a_columns} columns) written by tcgen05.st.{s.shape}.x{s.num} "
                  f"({s.stores} per warp)")
+        elif self.a_stage is not None:
+            a = f", register A staged through shared memory ({self.a_stage})"
         return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}{pair}, accumulator "
                 f"in TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
                 f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split}){a}")

@@ -97,10 +97,11 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
 
         group = 2 if c.shape[1] == 2 * b.shape[0] else 1
         if b.scope != Scope.SHARED or a.scope not in (Scope.SHARED, Scope.REGISTER):
-            why = "tcgen05.mma reads B from shared memory and A from shared memory or (a register tile) TMEM"
+            why = ("tcgen05.mma reads B from shared memory and A from shared memory or (a register tile) "
+                   "TMEM or a shared buffer synthesis stages it through")
         elif a.scope == Scope.REGISTER:
             why = register_a_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                     op.scale_a is not None, group)
+                                     op.scale_a is not None, group, s.other_accumulator_columns(op))
         else:
             why = umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
                                  op.scale_a is not None, group)

@@ -81,7 +81,7 @@ from .shared import (
     shared_candidates,
     uses_of,
 )
-from .umma_choice import a_source_comparison
+from .umma_choice import a_source_comparison, register_a_source
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -514,12 +514,23 @@ class _Synth:
     def mma_search(self) -> _MmaSearch:
         """The candidates of every mma op (an op with none is an error) and the search over them."""
         mma_ops = self.g.mmas
-        cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.threads_of(op)))
+        cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.threads_of(op),
+                                                               self.other_accumulator_columns(op)))
                  for op in mma_ops}
         for op in mma_ops:
             if not cands[id(op)]:
                 raise no_mma(self, op)
         return _MmaSearch(self, cands, [id(op) for op in mma_ops])
+
+    def other_accumulator_columns(self, op: Mma) -> int:
+        """On sm_100a, the TMEM columns (one per f32 column) of the accumulators of the kernel's
+        other mmas with a shared operand (each accumulator tile once): what a register A written
+        into TMEM beside ``op``'s accumulator must leave room for."""
+        if self.arch != "sm_100a":
+            return 0
+        cols = {o.c.root.id: o.c.type.shape[1] for o in self.g.mmas
+                if Scope.SHARED in (o.a.type.scope, o.b.type.scope) and o.c.root.id != op.c.root.id}
+        return sum(cols.values())
 
     def best_solution(self, search: _MmaSearch) -> tuple[tuple[float, Any, float] | None, _Failure]:
         """The cheapest ``(cost, (choice, assignment, shared, shared decisions, index, cost),
@@ -655,6 +666,13 @@ class _Synth:
             if getattr(chosen, "a_store", None) is not None:   # a register A fed through TMEM
                 alts.insert(0, Alternative("A staged through shared memory for the _SS atom", "rejected",
                                            a_source_comparison(chosen)))
+            elif getattr(chosen, "a_stage", None) is not None:   # a register A staged through shared memory
+                m, n, k = chosen.tile_mnk
+                a, b, c = op.a.type, op.b.type, op.c.type
+                _, why = register_a_source(m, n, k, a.dtype, b.dtype, c.dtype, chosen.threads,
+                                           other_columns=self.other_accumulator_columns(op))
+                alts.insert(0, Alternative("A written to TMEM for the _TS atom", "rejected",
+                                           f"{why}; {a_source_comparison(chosen)}"))
             out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))
         return out
 

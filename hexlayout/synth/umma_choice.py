@@ -24,33 +24,39 @@ of the accumulator in its own TMEM (``accumulator_layout(256, N, 2)``: row ``i``
 read with the loads ``tmem_choice`` ranks for it. It pays twice over the one-CTA MMA: each CTA
 stages and reads only half of B, and one instruction covers both CTAs' rows.
 
-**A register tile as A** (``a`` in registers, ``b`` shared, one warp group, ``cta_group::1``, no
-block scales): tcgen05.mma cannot read registers, so A reaches the tensor core through shared
-memory (``st.shared`` into a descriptor tile) or tensor memory (``tcgen05.st`` into the A
-columns of a ``_TS`` atom). ``a_source_costs`` states the cost model, per k-step group of the op
-(one execution of the mma) and per warp:
+**A register tile as A** (``a`` in registers, ``b`` shared): tcgen05.mma cannot read registers,
+so A reaches the tensor core through tensor memory (``tcgen05.st`` into the A columns of a ``_TS``
+atom) or shared memory (``st.shared`` into a buffer the lowering allocates, read by the ``_SS``
+atom's descriptor: ``smem_stage.smem_a_stage``). ``a_source_costs`` states the cost model, per
+execution of the op (one k-step group) and per warp:
 
 * TMEM: ``stores`` ``tcgen05.st`` (``tmem_choice.tmem_a_candidates``, usually 1) + ``wait::st``
   + two ``tcgen05.fence`` + a barrier of the warp group (the issuing thread must see every
   warp's stores; consecutive register-A mmas share one wait, fence pair and barrier), and
-  ``M x K x bits / 32`` TMEM columns beside the accumulator (a column range per mma op: the
+  ``K x bits / 32`` TMEM columns beside the accumulator (a column range per mma op: the
   register tile's lifetime rule, rewritten only after the MMA reading it retired, is the
-  columns' too);
-* shared: ``M x K x bits / 8 / (128 x 16)`` 16-byte ``st.shared`` per thread and as many address
-  computations (the ring stage's, swizzled), a ``fence.proxy.async`` (tcgen05.mma reads through
-  the async proxy), a barrier and ``tcgen05.fence::after_thread_sync``, and the tile's bytes of
-  shared memory per pipeline stage.
+  columns' too). Only one warp group of one CTA (128 threads, ``cta_group::1``), no block
+  scales, 8- or 16-bit A;
+* shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
+  share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
+  (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
+  ``tcgen05.fence::after_thread_sync``: ``2 S + 3``; and ``M x K x bits / 8`` bytes of shared
+  memory per buffer of the ring (``ir.lower.umma.stage_depths``: as many buffers as executions
+  of the op may be in flight at its store, plus one).
 
-TMEM is chosen when the op's A and accumulator fit in the 512 columns (with at most
-``MAX_A_COLUMNS`` for A, so the accumulators of the kernel's other mmas keep room) and its
-instructions per k-tile do not exceed shared's: one ``tcgen05.st`` per warp moves what takes
-``M x K x bits / 16384`` ``st.shared.v4`` per thread, so they tie at a single k-step of M = 64 (5
-and 5) and TMEM is cheaper from there on (M = 64, K = 64: 5 against 11); ties go to TMEM (no
-shared bytes). Otherwise (``register_a_refusal``) no tiling is offered and the diagnostic says
-why: the shared staging is not synthesized, the kernel writes it (``hl.copy`` of the register tile
-into a shared tile, then ``hl.mma`` on that). ``explain`` shows the comparison
-(``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 / the
-allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share them.
+Per op, with ``C`` the TMEM columns of the kernel's other accumulators (``other_columns``),
+TMEM is chosen when it is possible, ``K x bits / 32 <= MAX_A_COLUMNS``, ``K x bits / 32 + N + C
+<= 512`` and its instructions do not exceed shared's (ties go to TMEM: no shared bytes); else
+shared memory (``register_a_source``). One ``tcgen05.st`` per warp moves what takes ``M x K x
+bits / 16384`` ``st.shared.v4`` per thread: they tie at a single k-step of M = 64 (5 and 5), TMEM
+is cheaper from there on (M = 64, K = 64: 5 against 11), so shared memory is chosen where TMEM
+does not fit: two warp groups, A over 256 columns, A beside accumulators over 512 columns.
+What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): a pair
+of CTAs (``cta_group::2``: the odd CTA's stores would need a cluster barrier before the even
+CTA's issue), a block-scaled op, a tile no K-major canonical layout holds. ``explain`` shows the
+comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
+the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
+them.
 
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
 ``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
@@ -79,10 +85,11 @@ from hexlayout.ir.types import Scope
 from hexlayout.layout import Layout, size
 from hexlayout.layout.tv_maps import fit_tv
 
+from .smem_stage import SmemOperandStage, smem_a_stage
 from .tmem_choice import tmem_a_candidates, tmem_epilogue_candidates
 
 __all__ = ["umma_tilings", "umma_candidates", "umma_refusal", "ASourceCost", "a_source_costs",
-           "register_a_refusal", "a_source_comparison"]
+           "register_a_source", "register_a_refusal", "a_source_comparison"]
 
 #: epilogue loads offered to the search per atom (best first; ``tmem_choice`` ranks them)
 MAX_LOADS = 4
@@ -110,19 +117,21 @@ class ASourceCost:
 
 def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, ASourceCost]:
     """The cost model of the module docstring for an ``m x k`` register A of ``bits``-bit elements
-    run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (``tmem`` absent when no
-    ``tcgen05.st`` writes it).
+    run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (a source absent when it cannot
+    hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it).
 
     Example:
         >>> c = a_source_costs(64, 64, 16)
         >>> (c["tmem"].moves, c["tmem"].sync, c["smem"].moves, c["smem"].sync)
         (1, 4, 8, 3)
     """
-    nbytes = m * k * bits // 8
-    sts = max(1, nbytes // (threads * 16))
-    out = {"smem": ASourceCost("smem", 2 * sts, 3, 0, nbytes,
-                               f"{sts} st.shared.v4 + {sts} address computations per thread, "
-                               "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")}
+    out = {}
+    stage = smem_a_stage(m, k, bits, threads)
+    if stage is not None:
+        sts, width = stage.stores, stage.vector_elems * bits
+        out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes,
+                                  f"{sts} st.shared.b{width} + {sts} address computations per thread, "
+                                  "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")
     cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
     if cands:
         best = cands[0]
@@ -132,33 +141,50 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, A
     return out
 
 
-def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                       scaled: bool = False, cta_group: int = 1) -> str | None:
-    """Why a register A is not fed through TMEM to tcgen05.mma (None: it is; module docstring)."""
+def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
+                      scaled: bool = False, cta_group: int = 1,
+                      other_columns: int = 0) -> tuple[str | None, str]:
+    """Where a register A of an ``m x n x k`` tcgen05.mma goes (module docstring): ``("tmem",
+    why not shared)``, ``("smem", why not TMEM)`` or ``(None, why neither)``; ``other_columns``: the
+    TMEM columns of the kernel's other accumulators."""
     if scaled:
-        return "a block-scaled tcgen05.mma reads A from shared memory"
+        return None, ("a block-scaled tcgen05.mma on a register A is not built (its factors' tcgen05.cp "
+                      "reads shared tiles; stage A through a shared tile: hl.copy, then hl.mma on it)")
     if cta_group != 1:
-        return "a pair's tcgen05.mma (cta_group::2) with A in TMEM is not built"
-    if threads != 128:
-        return (f"{threads} threads: a register A is written into TMEM by one warp group (128 threads); "
-                "stage it through a shared tile")
+        return None, ("a pair's tcgen05.mma (cta_group::2) on a register A is not built (the odd CTA's "
+                      "stores would need a cluster barrier before the even CTA's issue)")
     why = umma_refusal(m, n, k, da, db, dc, threads)
     if why is not None:
-        return why
-    if da.bits not in (8, 16):
-        return f"{da.name} A: only 8- and 16-bit A operands are read from TMEM"
+        return None, why
     costs = a_source_costs(m, k, da.bits, threads)
-    t = costs.get("tmem")
-    if t is None:
-        return f"no tcgen05.st writes a {m}x{k} A operand into TMEM"
-    if t.tmem_columns > MAX_A_COLUMNS or t.tmem_columns + n > TMEM_COLUMNS:
-        return (f"A from TMEM needs {t.tmem_columns} columns beside the accumulator's {n} (at most "
-                f"{MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all): stage it through a shared tile (hl.copy, "
-                "then hl.mma on the shared tile)")
-    if t.instructions > costs["smem"].instructions:
-        return (f"A through TMEM takes {t.instructions} instructions per k-tile, through shared memory "
-                f"{costs['smem'].instructions}: stage it through a shared tile")
-    return None
+    t, sm = costs.get("tmem"), costs.get("smem")
+    if threads != 128:
+        why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
+    elif da.bits not in (8, 16):
+        why_t = f"{da.name} A: only 8- and 16-bit A operands are read from TMEM"
+    elif t is None:
+        why_t = f"no tcgen05.st writes a {m}x{k} A operand into TMEM"
+    elif t.tmem_columns > MAX_A_COLUMNS or t.tmem_columns + n + other_columns > TMEM_COLUMNS:
+        why_t = (f"A in TMEM needs {t.tmem_columns} columns beside the accumulators' {n + other_columns} "
+                 f"(at most {MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all)")
+    elif sm is not None and t.instructions > sm.instructions:
+        why_t = (f"A through TMEM takes {t.instructions} instructions per k-tile, through shared memory "
+                 f"{sm.instructions}")
+    else:
+        return "tmem", ("" if sm is None else f"shared memory takes {sm.instructions} instructions per "
+                        f"k-tile, TMEM {t.instructions}")
+    if sm is None:
+        return None, (f"{why_t}; no K-major canonical shared layout holds a {m}x{k} {da.name} A for "
+                      f"{threads} threads")
+    return "smem", why_t
+
+
+def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
+                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0) -> str | None:
+    """Why no tcgen05 tiling takes a register A (None: TMEM or shared memory feeds it;
+    ``register_a_source``)."""
+    src, why = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns)
+    return why if src is None else None
 
 
 def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
@@ -204,17 +230,27 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
 
 def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                  majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
-                 scaled: bool = False, cta_group: int = 1, a_tmem: bool = False) -> list[TiledUmma]:
+                 scaled: bool = False, cta_group: int = 1, a_register: bool = False,
+                 other_columns: int = 0) -> list[TiledUmma]:
     """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``);
     ``m`` rows per CTA, ``cta_group`` 2: the pair's (one atom of the pair's M = 2m, N = n);
-    ``a_tmem``: A is a register tile written into TMEM (``_TS`` atoms; ``register_a_refusal``)."""
+    ``a_register``: A is a register tile, written into TMEM (``_TS`` atoms) or staged through
+    shared memory (``_SS`` atoms, A K-major) as ``register_a_source`` decides with the kernel's
+    other accumulators taking ``other_columns`` TMEM columns."""
     if umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
         return []
     stores: list = [None]
-    if a_tmem:
-        if register_a_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
+    stage: SmemOperandStage | None = None
+    a_tmem = False
+    if a_register:
+        src, _ = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns)
+        if src is None:
             return []
-        stores = tmem_a_candidates(m, k, da.bits)[:2]
+        if src == "tmem":
+            a_tmem = True
+            stores = tmem_a_candidates(m, k, da.bits)[:2]
+        else:
+            stage = smem_a_stage(m, k, da.bits, threads)
         majors = tuple(dict.fromkeys(("K", bm) for _, bm in majors))
     m_atom = m * cta_group
     if cta_group == 2:
@@ -241,7 +277,7 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
                 atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
                 for a_store in stores:
                     out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
-                                         ep.origins, full, chunk, a_store=a_store))
+                                         ep.origins, full, chunk, a_store=a_store, a_stage=stage))
     return out
 
 
@@ -265,10 +301,11 @@ def _table(tv: Layout) -> np.ndarray:
     return np.asarray(tv.indices(), dtype=np.int64).reshape(v, t).T
 
 
-def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
+def umma_candidates(op: Mma, threads: int, other_columns: int = 0) -> list[TiledUmma]:
     """The tcgen05 tilings of ``op`` run by ``threads`` threads: B in shared memory, A in shared
-    memory or a register tile fed through TMEM (module docstring), no atom given (``atom=`` names
-    an mma.sync / wgmma atom, not built on sm_100a); the pair's (``cta_group::2``) when ``c`` has
+    memory or a register tile fed through TMEM or shared memory (module docstring; the kernel's
+    other accumulators take ``other_columns`` TMEM columns), no atom given (``atom=`` names an
+    mma.sync / wgmma atom, not built on sm_100a); the pair's (``cta_group::2``) when ``c`` has
     twice ``b``'s rows."""
     a, b, c = op.a.type, op.b.type, op.c.type
     if a.scope not in (Scope.SHARED, Scope.REGISTER) or b.scope != Scope.SHARED or c.scope != Scope.REGISTER \
@@ -277,15 +314,19 @@ def umma_candidates(op: Mma, threads: int) -> list[TiledUmma]:
     m, k = a.shape
     group = 2 if c.shape[1] == 2 * b.shape[0] else 1
     return umma_tilings(m, c.shape[1], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None,
-                        cta_group=group, a_tmem=a.scope == Scope.REGISTER)
+                        cta_group=group, a_register=a.scope == Scope.REGISTER, other_columns=other_columns)
 
 
 def a_source_comparison(tu: TiledUmma) -> str:
-    """Why ``tu`` feeds its register A through TMEM rather than shared memory: the cost model's
-    numbers for both (``explain`` shows it beside the choice)."""
+    """Why ``tu`` feeds its register A through TMEM rather than shared memory, or the reverse: the
+    cost model's numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
     c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
-    t, sm = c["tmem"], c["smem"]
-    return (f"A source by cost per k-tile and warp: shared memory {sm.instructions} instructions "
-            f"({sm.detail}; {sm.smem_bytes} bytes per stage) against TMEM's {t.instructions} ({t.detail}; "
-            f"{t.tmem_columns} columns)")
+    t, sm = c.get("tmem"), c.get("smem")
+    shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes per stage)"
+              if sm is not None else "none (no K-major canonical layout holds it)")
+    tmem = (f"{t.instructions} ({t.detail}; {t.tmem_columns} columns)" if t is not None
+            else "none (no tcgen05.st writes it from these threads)")
+    if tu.a_store is not None:
+        return f"A source by cost per k-tile and warp: shared memory {shared} against TMEM's {tmem}"
+    return f"A source by cost per k-tile and warp: TMEM {tmem} against shared memory's {shared}"

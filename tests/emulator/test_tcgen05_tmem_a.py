@@ -5,7 +5,8 @@ with ``tcgen05.st`` (``synth.umma_choice``'s A-source cost model, ``ir.lower.umm
 against float64 on random data over several k-tiles (the B ring and each unrolled mma's A
 columns reused); and the emulator's checks of an A in TMEM on hand-written kernels: read before
 ``tcgen05.wait::st``, read by an issuer that did not synchronize with the storing warps, A's
-columns rewritten while the MMA reading them is in flight."""
+columns rewritten while the MMA reading them is in flight; and a register A two warp groups run,
+which synthesis stages through shared memory instead (``test_tcgen05_smem_a``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hexlayout.ir import lowered as L
 from hexlayout.ir import lowered_tcgen05 as T
 from hexlayout.ir.expr import RegRead
 from hexlayout.synth.solve import synthesize
-from hexlayout.synth.umma_choice import a_source_costs, register_a_refusal
+from hexlayout.synth.umma_choice import a_source_costs, register_a_refusal, register_a_source
 
 from .kbuild import KB, gparam, here, rr
 
@@ -119,8 +120,12 @@ def test_cost_model_and_refusals() -> None:
     assert c["tmem"].instructions < c["smem"].instructions
     f16, f32 = hl.f16, hl.f32
     assert register_a_refusal(64, 16, 64, f16, f16, f32, 128) is None
-    assert "one warp group" in register_a_refusal(64, 16, 64, f16, f16, f32, 256)
-    assert "columns" in register_a_refusal(128, 256, 1024, f16, f16, f32, 128)   # 512 A columns
+    # two warp groups, 512 A columns: not through TMEM, staged through shared memory instead
+    assert register_a_source(64, 16, 64, f16, f16, f32, 256) == (
+        "smem", "256 threads: tcgen05.st writes A from one warp group's lanes (128 threads)")
+    src, why = register_a_source(128, 256, 1024, f16, f16, f32, 128)
+    assert src == "smem" and "needs 512 columns" in why
+    assert register_a_refusal(128, 256, 1024, f16, f16, f32, 128) is None
 
 
 # --- the emulator's checks on hand-written kernels ------------------------------------------------
@@ -219,10 +224,9 @@ def test_a_in_tmem_hazards_are_errors(kw, words) -> None:
     assert "tmem_a" in str(e.value)
 
 
-def test_register_a_refused_names_the_kernel_op_and_reason() -> None:
+def test_register_a_on_two_warp_groups_is_staged_through_shared_memory() -> None:
     """A register A run by two warp groups: no tiling writes it into TMEM (one warp group's
-    lanes), and the diagnostic says so with the kernel, the op's line and the remedy."""
-    from hexlayout.errors import HexlayoutError
+    lanes), so synthesis stages it through shared memory (the ``_SS`` atom) and says why."""
 
     @hl.kernel(threads=256, name="tmem_a_two_groups")
     def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
@@ -240,8 +244,14 @@ def test_register_a_refused_names_the_kernel_op_and_reason() -> None:
         hl.wgmma_wait(0)
         hl.copy(acc, c.tile((64, 16), (0, 0)))
 
-    with pytest.raises(HexlayoutError) as e:
-        synthesize(k.trace(), "sm_100a")
-    msg = str(e.value)
-    assert "tmem_a_two_groups" in msg and "hl.mma(w, sb, acc)" in msg and "one warp group" in msg, msg
-    assert "stage it through a shared tile" in msg
+    syn = synthesize(k.trace(), "sm_100a")
+    (choice,) = [i for op, i in syn.lowered.choices if type(op).__name__ == "Mma"]
+    assert "_SS" in choice and "register A staged through shared memory" in choice, choice
+    alt = next(d for d in syn.decisions if d.subject.startswith("mma at")).alternatives[0]
+    assert alt.status == "rejected" and "one warp group's lanes" in alt.reason, alt
+    rng = np.random.default_rng(5)
+    args = {"a": rng.uniform(-1, 1, (64, BK)).astype(np.float16),
+            "b": rng.uniform(-1, 1, (16, BK)).astype(np.float16), "c": np.full((64, 16), np.nan, np.float32)}
+    run(syn.lowered.kernel, args)
+    want = args["a"].astype(np.float64) @ args["b"].astype(np.float64).T
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)

@@ -265,3 +265,23 @@ def test_register_a_through_tmem(wait: bool) -> None:
     assert rep.opcodes.get("tcgen05.wait::st.sync.aligned")
     assert "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2" in bld.generated.source  # A: [a_tmem]
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+
+
+# --- a register A operand staged through shared memory by synthesis --------------------------------
+
+
+def test_register_a_staged_through_shared_memory() -> None:
+    """``hl.mma`` on a register tile run by two warp groups (no tcgen05.st writes it into TMEM):
+    the printed ``st.shared.v4`` of A into its ring, ``fence.proxy.async``, the barrier and the
+    ``_SS`` tcgen05.mma reading A through a descriptor, executed from the PTX against float64
+    over a ragged K (5 k-tiles through a ring of 2)."""
+    from tests.emulator.test_tcgen05_smem_a import gemm_args, two_group_gemm
+
+    bld = rt.build(two_group_gemm(), "sm_100a", compile=False)
+    args, want = gemm_args()
+    rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
+    assert any(op.startswith("st.shared.v4") for op in rep.opcodes), sorted(rep.opcodes)
+    assert any(op.startswith("fence.proxy.async") for op in rep.opcodes), sorted(rep.opcodes)
+    assert "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p" in bld.generated.source  # A: descriptor
+    assert "[tcgen05.st of the register A operand]" not in bld.generated.source
+    np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)

@@ -24,6 +24,18 @@ commit / wait) runs unchanged:
   rewritten by its next execution: as for the register A of wgmma, the program must have retired
   the MMAs that read them (a ``wgmma_wait``) by then; the emulator reports a store into columns
   an in-flight MMA reads.
+* **A staged through shared memory** (``TiledUmma.a_stage``: ``a`` is a register tile, an ``_SS``
+  atom): each such op gets a ring of ``R`` buffers of ``a_stage.layout`` (K-major, swizzled,
+  aligned to 1024 bytes) in shared memory, ``R`` = one more than the most executions of the op
+  whose MMAs may be in flight at its store (``stage_depths``: the commit / ``wgmma_wait`` flow of
+  ``a_ranges``, counting executions); execution ``e`` (a per-thread counter, kept only when ``R >
+  1``) writes buffer ``e % R``. Before the MMAs every thread stores its registers there
+  (``st.shared``, ``copy.lower_reg_mem``), then ``fence.proxy.async`` (the MMA reads through the
+  async proxy), a barrier of the threads running the op and ``tcgen05.fence::after_thread_sync``;
+  the MMAs read the buffer through descriptors as a shared A. An MMA is retired in order of
+  commits, so the executions in flight at a store are the ``R - 1`` latest: none reads buffer
+  ``e % R``. A store that may find unboundedly many in flight (no ``wgmma_wait`` in the loop) is
+  an error naming the op; the emulator reports a buffer written under an in-flight MMA.
 * **mma**: the elected thread of the threads running the op issues (in one branch), for each
   k-step and N block, ``tcgen05.mma`` with D at ``tmem_base + column``, A and B shared-memory
   descriptors (those of wgmma, ``ir.lower.mma._desc``); ``accumulate`` is ``enable_input_d``
@@ -91,7 +103,7 @@ commit / wait) runs unchanged:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -111,6 +123,7 @@ from ..lowered import (
     Alu,
     BarSync,
     ClusterBarrier,
+    FenceProxyAsync,
     IfThen,
     Instr,
     LdShared,
@@ -120,6 +133,7 @@ from ..lowered import (
     RegArray,
     RegRef,
     SharedRef,
+    SmemBuffer,
     SmemDesc,
     elect_if,
 )
@@ -142,11 +156,12 @@ from ..tile import WgmmaFence as TileWgmmaFence
 from ..tile import WgmmaWait as TileWgmmaWait
 from ..tiled_umma import TiledUmma
 from ..types import Scope
+from .copy import lower_reg_mem
 from .mma import _desc
 from .views import RegisterTile, SharedTileView
 
 __all__ = ["TmemState", "is_umma", "lower_umma", "umma_commit", "umma_arrive", "umma_wait", "umma_fence",
-           "same_region_ops"]
+           "same_region_ops", "a_ranges", "stage_depths"]
 
 BAR = "tc_done"
 
@@ -182,8 +197,11 @@ class TmemState:
     a_cols: dict[int, int] = field(default_factory=dict)     # mma uid -> first column of its TMEM A
     a_stored: set[int] = field(default_factory=set)          # mma uids whose A the block stored already
     a_range: dict[int, int] | None = None                    # mma uid -> its A columns' range (a_ranges)
+    depths: dict[int, int] | None = None                     # mma uid -> buffers of its staged A ring
+    stages: dict[int, tuple[SharedTileView, RegArray | None]] = field(default_factory=dict)
     range_cols: dict[int, int] = field(default_factory=dict)  # range -> first column
     group: int = 1              # the cta_group of the kernel's tcgen05 mmas
+    ring_counters: list[RegArray] = field(default_factory=list)   # staged A rings' execution counters
     even: ExprLike = 1          # (cta_group::2) this CTA is the even one of its pair
 
     @staticmethod
@@ -289,6 +307,43 @@ class TmemState:
             ins.origin = "tcgen05.st of the register A operand"
         return out
 
+    def stage_a(self, lw: Any, op: Mma, tu: TiledUmma, a: RegisterTile) -> tuple[list[Instr], SharedTileView,
+                                                                               list[Instr]]:
+        """The stores of ``op``'s register A into its ring buffer with the fence and barrier
+        after them, the buffer's view, and the counter's increment (module docstring)."""
+        if self.depths is None:
+            self.depths = stage_depths(lw)
+        sg = tu.a_stage
+        if op.uid not in self.stages:
+            depth = self.depths.get(op.uid, 1)
+            if depth > MAX_RING:
+                raise ValueError(f"the register A %{op.a.name} is staged through shared memory while up "
+                                 f"to {depth - 1} earlier executions of the mma may still read it (no "
+                                 "wgmma_wait bounds them): wait for the MMAs (wgmma_wait) before the mma "
+                                 "runs again")
+            buf = SmemBuffer(lw._reg_name(f"{op.a.root.name}_stage"), op.a.type.dtype,
+                             -(-sg.nbytes * depth // 128) * 128, -(-lw.smem_top // 1024) * 1024, 1024)
+            lw.smem.append(buf)
+            lw.smem_top = buf.offset + buf.nbytes
+            view = SharedTileView.of(buf, op.a.type.dtype, (sg.m, sg.k), sg.layout)
+            counter = lw.scratch(f"{op.a.root.name}_ring", S32, 1) if depth > 1 else None
+            self.stages[op.uid] = (view, counter)
+            if counter is not None:
+                self.ring_counters.append(counter)
+        view, counter = self.stages[op.uid]
+        bump: list[Instr] = []
+        if counter is not None:
+            depth = self.depths[op.uid]
+            view = replace(view, base=_mod(RegRead(counter, 0), depth) * (sg.m * sg.k))
+            bump = [Alu("add", RegRef(counter, 0, 1), (RegRef(counter, 0, 1), 1))]
+        plan = lower_reg_mem(a, view, False, lw.gtid, op.a.type.dtype.bits)
+        if isinstance(plan, str):
+            raise ValueError(f"the register A %{op.a.name} staged through shared memory: {plan}")
+        out = plan.instrs + [FenceProxyAsync(), lw.region_barrier(), Tcgen05Fence("after_thread_sync")]
+        for ins in out + bump:
+            ins.origin = "st.shared of the register A operand"
+        return out, view, bump
+
     def scale_column_of(self, uid: int, role: str, ncols: int) -> int:
         """The first TMEM column of the block scales of operand ``role`` of mma ``uid`` (4-aligned)."""
         key = (uid, role)
@@ -308,7 +363,9 @@ class TmemState:
         warp0 = tid < 32
         out: list[Instr] = [MbarInit(self.bar(i), 1, pred=tid.eq(0)) for i in range(self.barriers)]
         g = self.group
-        out += [Alu("mov", RegRef(self.commits, 0, 1), (0,)),
+        out += [Alu("mov", RegRef(self.commits, 0, 1), (0,))] + [
+            Alu("mov", RegRef(c, 0, 1), (0,)) for c in self.ring_counters]
+        out += [
                 TmemAlloc(SharedRef(word, 0), self.ncols, g, pred=warp0), TmemRelinquish(g, pred=warp0),
                 Tcgen05Fence("before_thread_sync"), BarSync() if g == 1 else ClusterBarrier(),
                 Tcgen05Fence("after_thread_sync"), LdShared(RegRef(self.base, 0, 1), SharedRef(word, 0), 32)]
@@ -457,10 +514,12 @@ def same_region_ops(op: Op) -> list[Op]:
     return out
 
 
-#: per A-in-TMEM mma uid: the fewest commits since its last issue over the paths reaching a
-#: point (absent: retired, or never issued)
-APending = dict[int, int]
+#: per tracked mma uid (an A in TMEM, a staged A): the commits since each of its executions whose
+#: MMAs may still be in flight at a point, fewest first, over the paths reaching it (absent: none)
+APending = dict[int, tuple[int, ...]]
 _MAX_COMMITS = 64
+#: executions of one op in flight the flow counts (a staged A's ring holds at most this many buffers)
+MAX_RING = 8
 
 
 def _is_ts(lw: Any, op: Op) -> bool:
@@ -468,43 +527,72 @@ def _is_ts(lw: Any, op: Op) -> bool:
     return isinstance(tu, TiledUmma) and tu.a_store is not None
 
 
+def _is_staged(lw: Any, op: Op) -> bool:
+    tu = lw.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
+    return isinstance(tu, TiledUmma) and tu.a_stage is not None
+
+
 def _a_join(a: APending, b: APending) -> APending:
+    """Either path's executions: per op, the longer list, each entry the fewer commits."""
     out = dict(a)
     for u, c in b.items():
-        out[u] = min(c, out.get(u, c))
+        x = out.get(u, ())
+        out[u] = tuple(min(p, q) for p, q in zip(x, c)) + (x[len(c):] if len(x) > len(c) else c[len(x):])
     return out
 
 
-def _a_flow(lw: Any, ops: list[Op], f: APending, record: dict[int, list[APending]] | None) -> APending:
+def _a_flow(lw: Any, ops: list[Op], f: APending, record: dict[int, list[APending]] | None,
+            tracked: Any = _is_ts) -> APending:
     for o in ops:
-        f = _a_flow_op(lw, o, f, record)
+        f = _a_flow_op(lw, o, f, record, tracked)
     return f
 
 
-def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] | None) -> APending:
-    """The A-operand flow after ``op`` (``a_ranges``); ``record``: each A mma's state at its store."""
-    if _is_ts(lw, op):
+def _commit_cap(lw: Any) -> int:
+    """Commits past which an execution's count need not grow: more than any ``wgmma_wait(n)``
+    leaves in flight, so every wait retires it alike."""
+    return min(_MAX_COMMITS, TmemState.of(lw).barriers)      # the largest wgmma_wait(n) + 1
+
+
+def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] | None,
+               tracked: Any = _is_ts) -> APending:
+    """The flow after ``op`` of the executions of the ``tracked`` mmas (``a_ranges``, ``stage_depths``):
+    an execution starts with 0 commits, a ``wgmma_commit`` adds one to each, a ``wgmma_wait(n)``
+    retires those with more than ``n``; ``record``: each tracked mma's state at its store."""
+    if tracked(lw, op):
         if record is not None:
             record.setdefault(op.uid, []).append(dict(f))
-        return {**f, op.uid: 0}
+        return {**f, op.uid: ((0,) + f.get(op.uid, ()))[:MAX_RING]}
     if isinstance(op, TileWgmmaCommit):
-        return {u: min(c + 1, _MAX_COMMITS) for u, c in f.items()}
+        cap = _commit_cap(lw)
+        return {u: tuple(min(c + 1, cap) for c in cs) for u, cs in f.items()}
     if isinstance(op, TileWgmmaWait):
-        return {u: c for u, c in f.items() if c <= int(op.pending)}
+        kept = {u: tuple(c for c in cs if c <= int(op.pending)) for u, cs in f.items()}
+        return {u: cs for u, cs in kept.items() if cs}
     if isinstance(op, For):
         top = f
         for _ in range(4 * _MAX_COMMITS):
-            nxt = _a_join(f, _a_flow(lw, op.body.ops, top, None))
+            nxt = _a_join(f, _a_flow(lw, op.body.ops, top, None, tracked))
             if nxt == top:
                 break
             top = nxt
         else:
             raise ValueError("the A-operand flow of a loop did not converge")
-        return _a_join(f, _a_flow(lw, op.body.ops, top, record))
+        return _a_join(f, _a_flow(lw, op.body.ops, top, record, tracked))
     if isinstance(op, If):
-        out = _a_flow(lw, op.then_body.ops, f, record)
-        return _a_join(out, _a_flow(lw, op.else_body.ops, f, record) if op.else_body is not None else f)
+        out = _a_flow(lw, op.then_body.ops, f, record, tracked)
+        other = _a_flow(lw, op.else_body.ops, f, record, tracked) if op.else_body is not None else f
+        return _a_join(out, other)
     return f
+
+
+def stage_depths(lw: Any) -> dict[int, int]:
+    """The buffers of each staged register A's ring (mma uid -> ``R``): one more than the most
+    executions of the op whose MMAs may be in flight at any of its stores (``_a_flow_op``; the
+    waits the lowering adds before accumulator loads only retire more)."""
+    record: dict[int, list[APending]] = {}
+    _a_flow(lw, lw.tk.body.ops, {}, record, _is_staged)
+    return {uid: 1 + max(len(st.get(uid, ())) for st in states) for uid, states in record.items()}
 
 
 def a_ranges(lw: Any) -> dict[int, int]:
@@ -613,8 +701,10 @@ def _flow_op(lw: Any, op: Op, f: Flow) -> Flow:
 def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile) -> list[Instr]:
     """The single-thread ``tcgen05.mma`` issues of ``op`` (module docstring)."""
     a_tmem = tu.a_store is not None
-    if not (isinstance(a, RegisterTile if a_tmem else SharedTileView) and isinstance(b, SharedTileView)):
-        src = "a register tile stored to TMEM" if a_tmem else "shared memory"
+    a_reg = a_tmem or tu.a_stage is not None
+    if not (isinstance(a, RegisterTile if a_reg else SharedTileView) and isinstance(b, SharedTileView)):
+        src = ("a register tile stored to TMEM" if a_tmem else "a register tile staged through shared memory"
+               if a_reg else "shared memory")
         raise ValueError(f"{tu.atom.name} reads A from {src} and B from shared memory")
     m, n, k = tu.tile_mnk
     if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
@@ -640,6 +730,9 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     if scales is not None:
         out += scales[0]
     stores: list[Instr] = []
+    bump: list[Instr] = []
+    if tu.a_stage is not None:
+        stores, a, bump = st.stage_a(lw, op, tu, a)
     if a_tmem:
         if op.uid not in st.a_stored:       # lowered alone (not by a block: a legality check)
             stores = st.a_stores_before(lw, [op])
@@ -664,7 +757,7 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     st.unwaited, st.uncommitted = st.unwaited | {rid}, st.uncommitted | {rid}
     if tu.cta_group == 2 and (tu.n_atoms != 1 or op.b.type.shape[0] * 2 != n):
         raise ValueError(f"{tu}: the pair's B must be one atom's N, each CTA's b holding half of it")
-    return stores + [_issuer(lw, st, out)]          # one branch around the issuing thread's MMAs
+    return stores + [_issuer(lw, st, out)] + bump   # one branch around the issuing thread's MMAs
 
 
 def _issuer(lw: Any, st: TmemState, body: list[Instr]) -> IfThen:
