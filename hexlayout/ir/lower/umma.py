@@ -330,12 +330,16 @@ class TmemState:
         """The TMEM loads of the pending accumulators ``op`` (or an op nested in it) touches."""
         out: list[Instr] = []
         for rid in [r for r in self.pending if _touches(op, r)]:
+            if rid in lw.handoff and op.blocks():     # another role's: loaded where read, each time
+                continue
             p = self.pending.pop(rid)
-            if p.region != lw.group_threads[-1]:
+            handoff = lw.handoff.get(rid)
+            if p.region != lw.group_threads[-1] and handoff != lw.group_threads[-1]:
                 lo, hi = p.region
                 raise ValueError(f"the accumulator %{p.tile.array.name} of a tcgen05 mma run by threads "
-                                 f"[{lo}, {hi}) is read by other threads")
-            out += self._load(lw, p)
+                                 f"[{lo}, {hi}) is read by threads {list(lw.group_threads[-1])}, not the "
+                                 f"warp role its tile belongs to")
+            out += self._load(lw, p, handoff=p.region != lw.group_threads[-1])
         return out
 
     @property
@@ -346,11 +350,15 @@ class TmemState:
     def flow(self, f: Flow) -> None:
         self.unwaited, self.uncommitted = f
 
-    def _load(self, lw: Any, p: _Pending, store: bool = False) -> list[Instr]:
-        """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers)."""
+    def _load(self, lw: Any, p: _Pending, store: bool = False, handoff: bool = False) -> list[Instr]:
+        """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers;
+        ``handoff``: read by another warp role than the MMA's, ordered by the author's barriers
+        alone - the commit counter and flow are the issuer's)."""
         tu = p.tu
         out: list[Instr] = []
-        if not store and p.rid in self.uncommitted:
+        if handoff:
+            pass
+        elif not store and p.rid in self.uncommitted:
             raise ValueError(f"the accumulator %{p.tile.array.name} is read while a tcgen05 mma on it may "
                              "not be committed yet (no wgmma_commit after that mma on every path here), so "
                              "no barrier says when its result is in tensor memory: commit (and wgmma_wait) "
@@ -369,8 +377,11 @@ class TmemState:
             regs_q = RegRef(p.tile.array, q * regs, regs)
             out.append(Tcgen05St(tu.ld_shape, tu.ld_num, taddr, regs_q) if store
                        else Tcgen05Ld(tu.ld_shape, tu.ld_num, regs_q, taddr))
-        out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
-                Tcgen05Fence("after_thread_sync")]
+        if handoff:        # after the author's wait on the MMAs' commit; before its release (an arrive)
+            out = [Tcgen05Fence("after_thread_sync"), *out, Tcgen05Wait("ld"), Tcgen05Fence("before_thread_sync")]
+        else:
+            out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"),
+                    lw.region_barrier(), Tcgen05Fence("after_thread_sync")]
         for ins in out:
             ins.origin = f"tcgen05.{'st' if store else 'ld'} of the accumulator"
         return out
@@ -620,8 +631,12 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
         raise ValueError(f"{tu} covers {m}x{n}x{k}, the operands are "
                          f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1]}")
-    if tu.threads != lw.gthreads:
+    handoff = lw.handoff.get(op.c.root.id)      # read by another warp role (ir.accumulator_handoff)
+    if tu.threads != (lw.gthreads if handoff is None else handoff[1] - handoff[0]):
         raise ValueError(f"{tu} is read by {tu.threads} threads; {lw.gthreads} threads run the mma")
+    if handoff is not None and tu.a_store is not None:
+        raise ValueError(f"the accumulator %{op.c.name} is read by another warp role; the mma's register A "
+                         "is written to TMEM by the threads running it: give it a shared A")
     if c.values * c.threads != m * n:
         raise ValueError(f"the accumulator %{op.c.name} is not one register tile of {m}x{n} values")
     st = TmemState.of(lw)
