@@ -136,7 +136,7 @@ from ..lowered_tcgen05 import (
     TmemRef,
     TmemRelinquish,
 )
-from ..tile import Alloc, For, If, Mma, Op, Permute, Slice, SubTile, Value
+from ..tile import Alloc, For, If, MbarrierWait, Mma, Op, Permute, Slice, SubTile, Sync, Value
 from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaFence as TileWgmmaFence
 from ..tile import WgmmaWait as TileWgmmaWait
@@ -330,7 +330,7 @@ class TmemState:
         """The TMEM loads of the pending accumulators ``op`` (or an op nested in it) touches."""
         out: list[Instr] = []
         for rid in [r for r in self.pending if _touches(op, r)]:
-            if rid in lw.handoff and op.blocks():     # another role's: loaded where read, each time
+            if rid in lw.handoff and _descend(op):     # another role's: loaded where read, after its wait
                 continue
             p = self.pending.pop(rid)
             handoff = lw.handoff.get(rid)
@@ -378,7 +378,8 @@ class TmemState:
             out.append(Tcgen05St(tu.ld_shape, tu.ld_num, taddr, regs_q) if store
                        else Tcgen05Ld(tu.ld_shape, tu.ld_num, regs_q, taddr))
         if handoff:        # after the author's wait on the MMAs' commit; before its release (an arrive)
-            out = [Tcgen05Fence("after_thread_sync"), *out, Tcgen05Wait("ld"), Tcgen05Fence("before_thread_sync")]
+            out = [Tcgen05Fence("after_thread_sync"), *out, Tcgen05Wait("ld"),
+                   Tcgen05Fence("before_thread_sync")]
         else:
             out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"),
                     lw.region_barrier(), Tcgen05Fence("after_thread_sync")]
@@ -550,6 +551,15 @@ def a_ranges(lw: Any) -> dict[int, int]:
 def _memory_view(op: Op) -> bool:
     """Whether ``op`` only names a window of a shared or global tile (no register changes)."""
     return isinstance(op, (Slice, SubTile, Permute)) and all(v.scope != Scope.REGISTER for v in op.results())
+
+
+def _descend(op: Op) -> bool:
+    """Whether the load of a handed-off accumulator read in ``op`` goes inside it: a loop (a load
+    per iteration), a warp-group branch, or a branch holding a barrier wait (the author's wait
+    for the MMAs' commit may be there); before any other op reading it."""
+    if isinstance(op, For) or (isinstance(op, If) and op.warp_groups):
+        return True
+    return any(isinstance(o, (MbarrierWait, Sync)) for b in op.blocks() for o in b.walk())
 
 
 def _touches(op: Op, root_id: int) -> bool:
