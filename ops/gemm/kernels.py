@@ -450,7 +450,7 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
     unrolled by ``S`` (one register tile per stage, its TMEM columns its own)."""
     acc_full, acc_empty = acc_bars
     S = acc_full.count
-    accs = [hl.register(f32, (BM, BN)) for _ in range(S)]
+    accs = [hl.register(f32, (BM, BN), name=f"acc{s}") for s in range(S)]
     rounds = hl.cdiv(my_tiles, S)
     # epilogue registers: what the producer's and MMA group's 40 leave of the 64 Ki, at most 232
     regs = min(232, (65536 // 128 - 80) // CONSUMERS // 8 * 8)

@@ -25,6 +25,7 @@ from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
 from hexlayout.layout.tv_maps import same_function
 
+from ..accumulator_handoff import handoff_regions
 from ..assignment import EMPTY, Assignment
 from ..expr import ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
@@ -201,16 +202,36 @@ class Lowering:
         if self._handoff is None:
             self._handoff = {}
             if self.arch.name == "sm_100a":
-                from ..accumulator_handoff import handoff_regions
-                from .legality import _op_regions
-                saved, self.group_threads = self.group_threads, [(0, self.threads)]
-                try:
-                    regions = handoff_regions(self.tk, _op_regions(self))
-                finally:
-                    self.group_threads = saved
+                regions = handoff_regions(self.tk, self.op_regions())
                 self._handoff = {op.c.root.id: regions[op.uid] for op in self.tk.body.walk()
                                  if isinstance(op, Mma) and op.uid in regions}
         return self._handoff
+
+    def op_regions(self) -> dict[int, tuple[int, int]]:
+        """The thread range ``[lo, hi)`` that runs each op of the kernel (by ``id(op)``)."""
+        regions: dict[int, tuple[int, int]] = {}
+        saved, self.group_threads = self.group_threads, [(0, self.threads)]
+
+        def walk(b: Block) -> None:
+            for op in b.ops:
+                regions[id(op)] = self.group_threads[-1]
+                if isinstance(op, For):
+                    walk(op.body)
+                elif isinstance(op, If):
+                    for region, body in zip(self.branch_regions(op), (op.then_body, op.else_body)):
+                        if body is None:
+                            continue
+                        if region is not None:
+                            self.group_threads.append(region)
+                        walk(body)
+                        if region is not None:
+                            self.group_threads.pop()
+
+        try:
+            walk(self.tk.body)
+        finally:
+            self.group_threads = saved
+        return regions
 
     # --- the threads running the current region (warp specialization) -----------------
     @property

@@ -78,6 +78,18 @@ commit / wait) runs unchanged:
   always sound. A load placed in program order before the author's ``wgmma_wait`` (the
   previous tile's epilogue at the top of a loop whose MMAs follow) so still reads finished
   results.
+* **an accumulator handed to another warp role** (``ir.accumulator_handoff``: an op other than
+  an mma on it runs in another warp-group region than the mma, e.g. an MMA warp group and
+  epilogue warp groups): its register tile and its tiling's ``tcgen05.ld`` belong to the
+  readers' threads; the MMA role only issues into its columns. The readers load it before
+  their first op naming it, inside their loops (a load per iteration) and inside a branch
+  that holds a barrier wait (the author's wait for the MMAs' commit): ``tcgen05.fence::
+  after_thread_sync``, the loads, ``wait::ld``, ``tcgen05.fence::before_thread_sync`` - no
+  commit wait or barrier of the lowering's, since the commit counter is the issuer's: the
+  author orders them (``hl.arrive(full, s, who="mma")`` after the MMAs, ``hl.wait`` on it
+  before the read, an arrive on an empty barrier after it that the MMA role waits on before
+  its next MMA into those columns); the emulator rejects either order missing. Each handed-off
+  accumulator gets its own columns (a rotation of stages: one register tile per stage).
 * **loop-carried accumulators**: an accumulator defined before a loop whose body issues a
   tcgen05 mma on it is in TMEM at every iteration's start: it is stored (``tcgen05.st``)
   before the loop even when that mma does not accumulate, so a read at the top of the body
