@@ -205,7 +205,13 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
 
     On sm_100a every k-tile's MMAs release their stage themselves (one ``tcgen05.commit`` onto
     its empty barrier, no wait in the k-loop); the tile's MMAs are committed once more after the
-    loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``."""
+    loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``.
+
+    Persistent with one CTA per MMA (``GRID > 0``, ``CLUSTER=1``): ``128 (2 + CONSUMERS)``
+    threads - the TMA warp group, an MMA warp group, ``CONSUMERS`` epilogue warp groups - and
+    the accumulator in ``arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` TMEM stages
+    (``ACC_STAGES=2``: both 256-column stages of BN = 256 fill the 512 columns), so the MMAs of
+    the CTA's next tile run while the epilogue drains the current one (``_overlapped_roles``)."""
     return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
 
 
