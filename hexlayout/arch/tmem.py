@@ -126,8 +126,8 @@ def accumulator_stages(n: int, elem_bits: int = 32, most: int | None = None, res
     cols = -(-n * elem_bits // 32)
     fit = (TMEM_COLUMNS - reserved) // cols if cols else 0
     if fit < 1:
-        raise ValueError(f"an accumulator of {n} x {elem_bits}-bit columns ({cols} TMEM columns) does not fit "
-                         f"in the {TMEM_COLUMNS - reserved} free columns of tensor memory")
+        raise ValueError(f"an accumulator of {n} x {elem_bits}-bit columns ({cols} TMEM columns) does not "
+                         f"fit in the {TMEM_COLUMNS - reserved} free columns of tensor memory")
     return fit if most is None else max(1, min(fit, most))
 
 
