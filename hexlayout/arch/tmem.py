@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from ..layout import Layout
 
 __all__ = ["TMEM_LANES", "TMEM_COLUMNS", "TMEM_DP", "TmemShape", "TMEM_SHAPES", "tmem_copy_layout",
+           "accumulator_stages",
            "check_alloc_columns", "lane_quarter", "accumulator_layout", "operand_a_layout", "tmem_ld_ptx"]
 
 TMEM_LANES = 128
@@ -109,6 +110,25 @@ def check_alloc_columns(ncols: int, in_use: int = 0) -> None:
     if in_use + ncols > TMEM_COLUMNS:
         raise ValueError(f"tcgen05.alloc: {ncols} columns with {in_use} in use exceed the {TMEM_COLUMNS} "
                          "columns of tensor memory")
+
+
+def accumulator_stages(n: int, elem_bits: int = 32, most: int | None = None, reserved: int = 0) -> int:
+    """How many ``M x n`` accumulators (``n * elem_bits / 32`` TMEM columns each) a kernel can
+    rotate through in tensor memory: ``floor((512 - reserved) / columns)``, at most ``most``.
+    Stage ``s`` of a rotation holds the accumulator of tile ``i`` with ``i % stages == s``, so
+    the MMAs of tile ``i + 1`` write other columns than the epilogue of tile ``i`` reads: two
+    stages overlap them, more absorb an epilogue slower than a tile's MMAs.
+
+    Example:
+        >>> accumulator_stages(256), accumulator_stages(128), accumulator_stages(128, most=2)
+        (2, 4, 2)
+    """
+    cols = -(-n * elem_bits // 32)
+    fit = (TMEM_COLUMNS - reserved) // cols if cols else 0
+    if fit < 1:
+        raise ValueError(f"an accumulator of {n} x {elem_bits}-bit columns ({cols} TMEM columns) does not "
+                         f"fit in the {TMEM_COLUMNS - reserved} free columns of tensor memory")
+    return fit if most is None else max(1, min(fit, most))
 
 
 def lane_quarter(warp: int) -> range:

@@ -217,21 +217,29 @@ def _shared(s: Any, views: dict[int, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _tmem(s: Any) -> list[dict[str, Any]]:
+def _tmem(s: Any, regions: dict[int, Any]) -> list[dict[str, Any]]:
     """The tensor memory of the tcgen05 mmas (sm_100a): per accumulator its TMEM layout
     ``(row, col) -> lane << 16 | column``, the ``tcgen05.ld`` synthesis chose and the register
-    TV layout the epilogue works in."""
-    from hexlayout.arch.tmem import accumulator_layout
+    TV layout the epilogue works in; ``readers``: the threads of another warp role that read it
+    (``ir.accumulator_handoff``), ``fits``: how many accumulators of its columns fit in TMEM
+    (the stages a rotation can take, ``arch.tmem.accumulator_stages``)."""
+    from hexlayout.ir.accumulator_handoff import handoff_regions
+
+    handoff = handoff_regions(s.kernel, regions)
+    from hexlayout.arch.tmem import TMEM_COLUMNS, accumulator_layout
     from hexlayout.ir.tile import Mma
     from hexlayout.ir.tiled_umma import TiledUmma
 
     out = []
+    tiles: list[int] = []
     for op in s.kernel.body.walk():
         tu = s.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
-        if not isinstance(tu, TiledUmma) or any(e["accumulator"] == op.c.root.name for e in out):
+        if not isinstance(tu, TiledUmma) or op.c.root.id in tiles:
             continue
+        tiles.append(op.c.root.id)
         m, n, _ = tu.tile_mnk
-        out.append({
+        readers = handoff.get(op.uid)
+        out.append({"fits": TMEM_COLUMNS // tu.columns, "readers": list(readers) if readers else None,
             "accumulator": op.c.root.name, "atom": tu.atom.name, "atoms_n": tu.n_atoms, "k_steps": tu.k_tiles,
             "shape": [m, n], "lanes": 128, "columns": tu.columns, "cta_group": tu.cta_group,
             "tmem_layout": str(accumulator_layout(m * tu.cta_group, n, tu.cta_group)),
@@ -253,7 +261,8 @@ def explain_report(result: Any, spec: str, arch: str) -> dict[str, Any]:
 
     s = result.synthesis
     tk = s.kernel
-    views = Legality(tk, arch, s.assignment).views()      # the views of exactly what synthesis chose
+    leg = Legality(tk, arch, s.assignment)
+    views = leg.views()      # the views of exactly what synthesis chose
     cost = s.cost.as_dict() if result.cost_computed else dict.fromkeys(s.cost.as_dict())
     return {
         "version": JSON_VERSION,
@@ -275,7 +284,7 @@ def explain_report(result: Any, spec: str, arch: str) -> dict[str, Any]:
                       for d in s.decisions if len(d.alternatives) > 1],
         "cost": cost,
         "requirements": _requirements(s),
-        "tmem": _tmem(s),
+        "tmem": _tmem(s, leg.regions),
         "offline": [lay.describe() for lay in getattr(s.lowered, "offline", {}).values()],
         "notes": list(result.notes),
         "pictures": [],
@@ -409,6 +418,15 @@ def _tmem_lines(tmem: list[dict[str, Any]]) -> list[str]:
                      f"warp, {t['registers_per_load']} registers each{split}); warp w reads lanes "
                      "32*(w%4)..+31")
         lines.append(f"      register TV layout of the epilogue {t['register_tv']}")
+        if t.get("readers"):
+            lo, hi = t["readers"]
+            lines.append(f"      handed off: issued by another warp role, read by threads [{lo}, {hi}) after "
+                         "the author's barrier wait")
+    handed = [t for t in tmem if t.get("readers")]
+    if handed:
+        used = sum(t["columns"] for t in tmem)
+        lines.append(f"  {len(handed)} accumulator stage(s) handed to readers, {used} of 512 columns in use; "
+                     f"{handed[0]['fits']} accumulators of {handed[0]['columns']} columns fit")
     return lines
 
 

@@ -80,7 +80,7 @@ from .mma import finish_accumulator, instruction_atom
 from .numerics import atom_numpy, to_compute
 from .proxy import check_async_read
 from .shadow import Conflict
-from .tmem import check_a_stores, check_cells, check_group, pair_of, tmem_state
+from .tmem import check_a_stores, check_cells, check_group, check_loads_done, pair_of, tmem_state
 from .wgmma import _desc_operand
 
 __all__ = ["HANDLERS"]
@@ -227,6 +227,8 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
         parts.append((c, A, lanes, cols))
     for c, A, lanes, cols in parts:
         st = tmem_state(c)
+        if c is m:       # no other thread's tcgen05.ld of D still unordered before this MMA
+            check_loads_done(m, ins, issuer, lanes, cols, "tcgen05.mma D" + _where(m, c))
         if scaled is None:
             D = A @ B.T
         else:                               # per lane quarter q: rows 32q.., SFB from its own replica

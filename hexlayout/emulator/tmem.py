@@ -54,7 +54,7 @@ from .machine import Active, Machine
 from .warps import whole_units
 
 __all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit", "check_group", "pair_of",
-           "check_a_stores"]
+           "check_a_stores", "check_loads_done"]
 
 
 def _grid(dtype: type) -> np.ndarray:
@@ -95,6 +95,16 @@ class TmemState:
     st_instr: dict[int, Instr] = field(default_factory=dict)
     #: the in-flight MMA that reads each cell as its A operand (0: none)
     a_reading: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    #: the cluster-wide thread id + 1 of the last tcgen05.ld of each cell (0: none) and its epoch at
+    #: its wait::ld (``LD_IN_FLIGHT`` before): an MMA into the cell must be ordered after it
+    ld_by: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    ld_epoch: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    #: per warp, the cells of its loads not yet waited for: ``(lanes [32, R], cols [32, R], threads)``
+    ld_cells: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = field(default_factory=dict)
+
+
+#: the epoch of a cell's last tcgen05.ld before its warp's wait::ld (no MMA may be ordered after it)
+LD_IN_FLIGHT = np.iinfo(np.int32).max
 
 
 def tmem_state(m: Machine) -> TmemState:
@@ -343,6 +353,9 @@ def tcgen05_ld(m: Machine, ins: Tcgen05Ld, x: Active) -> None:
         lo, hi = m.reg_range(ins.dst, env, ins)
         m.regs.pending_marks(ins.dst.array, write=True)[warp, lo:hi] = op.ident
         st.loads.setdefault(int(warp[0]) // 32, []).append((op.ident, np.unique(cols), ins, ins.dst))
+        st.ld_by[lanes, cols] = (m.shadow.clocks.off + warp + 1)[:, None]
+        st.ld_epoch[lanes, cols] = LD_IN_FLIGHT
+        st.ld_cells.setdefault(int(warp[0]) // 32, []).append((lanes, cols, warp))
 
 
 def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
@@ -422,6 +435,33 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
                    "tcgen05.fence::after_thread_sync before the issue)", thread=issuer, buffer="tmem")
 
 
+def check_loads_done(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
+                     what: str) -> None:
+    """The cells ``(lanes, cols)`` an MMA issued by thread ``issuer`` (of ``m``'s cluster clocks)
+    writes: every ``tcgen05.ld`` of them by another thread was waited for (``wait::ld``) and that
+    wait happened before the issue (``fence::before_thread_sync``, then a barrier or an mbarrier
+    arrival the issuer waited on) - else the MMA overwrites an accumulator still being read (an
+    epilogue of the previous tile in another warp role)."""
+    if not m.options.check_races:
+        return
+    st = tmem_state(m)
+    by = st.ld_by[lanes, cols]
+    clocks = m.shadow.clocks
+    me = clocks.off + issuer
+    for src in np.unique(by[by > 0]) - 1:
+        if src == me:
+            continue
+        cells = by == src + 1
+        need = int(st.ld_epoch[lanes, cols][cells].max())
+        if clocks.c[issuer, src] < need:
+            i = tuple(np.argwhere(cells)[0])
+            m.fail(AsyncHazardError, ins, f"{what}: writes TMEM cell (lane {int(lanes[i])}, column "
+                   f"{int(cols[i])}) that thread {int(src - clocks.off)} reads with tcgen05.ld, without "
+                   f"the issuing thread {issuer} being ordered after that read (its tcgen05.wait::ld, "
+                   "fence::before_thread_sync, then an arrive the issuer waits on, e.g. the accumulator's "
+                   "empty barrier)", thread=issuer, buffer="tmem")
+
+
 def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
     if not len(x.tids):
         return
@@ -431,7 +471,12 @@ def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
     if ins.kind != "ld":
         return
     st = tmem_state(m)
+    clocks = m.shadow.clocks
     for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::ld"):
+        for lanes, cols, threads in st.ld_cells.pop(int(warp[0]) // 32, []):
+            mine = st.ld_by[lanes, cols] == (clocks.off + threads + 1)[:, None]
+            epoch = np.broadcast_to(clocks.epoch(threads)[:, None], lanes.shape)
+            st.ld_epoch[lanes[mine], cols[mine]] = epoch[mine]
         for ident, _cols, _ld, ref in st.loads.pop(int(warp[0]) // 32, []):
             marks = m.regs.pending_write.get(ref.array)
             if marks is not None:

@@ -280,23 +280,28 @@ def mma_per_source_iteration(lowered: Any) -> int | None:
 
     best: list[int] = []
 
-    def count(body: list[Any]) -> int:
-        """MMA per execution of ``body``, without the run-time loops nested in it."""
-        n = 0
+    def count(body: list[Any]) -> tuple[int, bool]:
+        """MMA per execution of ``body``, without the run-time loops nested in it, and whether
+        such a loop issues MMA (then ``body``'s loop is not innermost: a tile loop around a k-loop
+        whose first k-tile is peeled)."""
+        n, nested = 0, False
         for ins in body:
             if isinstance(ins, (MmaSync, Wgmma, Tcgen05Mma)):
                 n += 1
             elif isinstance(ins, ForLoop):
                 lo, hi = _const(ins.start), _const(ins.stop)
+                inner, deeper = count(ins.body)
                 if lo is not None and hi is not None:
-                    n += count(ins.body) * max(0, -(-(hi - lo) // ins.step))
-                else:
-                    inner = count(ins.body)
-                    if inner:
+                    n += inner * max(0, -(-(hi - lo) // ins.step))
+                    nested |= deeper
+                elif inner or deeper:
+                    nested = True
+                    if inner and not deeper:
                         best.append(inner)
             elif isinstance(ins, IfThen):
-                n += max(count(ins.then_body), count(ins.else_body))
-        return n
+                (t, dt), (e, de) = count(ins.then_body), count(ins.else_body)
+                n, nested = n + max(t, e), nested or dt or de
+        return n, nested
 
     count(lowered.body)
     return max(best) if best else None

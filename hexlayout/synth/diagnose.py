@@ -82,7 +82,7 @@ def _tile(v: Value) -> str:
 def no_mma(s: Any, op: Mma) -> SynthesisError:
     """No atom / warp arrangement of ``s.arch`` computes ``op``."""
     a, b, c = op.a.type, op.b.type, op.c.type
-    threads = s.threads_of(op)
+    threads = s.mma_threads(op)
     what = (f"{describe_op(op)}: no mma atom of {s.arch} computes {c.dtype} += {a.dtype} ({a.scope}) x "
             f"{b.dtype} ({b.scope}) for a {c.shape[0]}x{c.shape[1]}x{a.shape[1]} tile with {threads} threads")
     if op.atom is not None:

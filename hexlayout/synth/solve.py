@@ -44,6 +44,7 @@ from typing import Any
 
 from constraint import BacktrackingSolver, Constraint, Problem
 
+from hexlayout.ir.accumulator_handoff import handoff_regions
 from hexlayout.ir.assignment import EMPTY, Assignment
 from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, lower_kernel
 from hexlayout.ir.lower.legality import Legality
@@ -202,6 +203,10 @@ class _Synth:
         self.g: LayoutGraph = build_graph(tk)
         self.base = Legality(tk, arch, copy_cost=self.copy_cost)
         self.regions = self.base.regions
+        # tcgen05 accumulators read by another warp role: their tiles belong to the readers
+        self.handoff = handoff_regions(tk, self.regions) if arch == "sm_100a" else {}
+        self.handoff_roots = {op.c.root.id: self.handoff[op.uid] for op in tk.body.walk()
+                              if isinstance(op, Mma) and op.uid in self.handoff}
         self.register_values = [v for vs in self.g.classes().values() for v in vs]
         # the assignment being checked: register layouts and mma choices, then shared layouts
         # (rebound, never changed; the program itself is never changed)
@@ -230,12 +235,19 @@ class _Synth:
         lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
         return hi - lo
 
+    def mma_threads(self, op: Mma) -> int:
+        """The threads an mma's tiling is chosen for: the readers of a handed-off tcgen05
+        accumulator (``ir.accumulator_handoff``), else the threads running it."""
+        lo, hi = self.handoff.get(op.uid, (0, self.threads_of(op)))
+        return hi - lo
+
     def class_threads(self) -> dict[int, int]:
         out: dict[int, int] = {}
         for op in self.tk.body.walk():
             for v in op.results() + op.operands():
                 if v.type.scope == Scope.REGISTER:
-                    out.setdefault(self.g.find(v.id), self.threads_of(op))
+                    lo, hi = self.handoff_roots.get(v.root.id, (0, self.threads_of(op)))
+                    out.setdefault(self.g.find(v.id), hi - lo)
         return out
 
     def register_assignment(self, ra: RegisterAssignment, choice: dict[int, TiledMma]) -> Assignment:
@@ -514,7 +526,7 @@ class _Synth:
     def mma_search(self) -> _MmaSearch:
         """The candidates of every mma op (an op with none is an error) and the search over them."""
         mma_ops = self.g.mmas
-        cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.threads_of(op),
+        cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.mma_threads(op),
                                                                self.other_accumulator_columns(op)))
                  for op in mma_ops}
         for op in mma_ops:

@@ -39,6 +39,7 @@ from typing import Any
 
 import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
+from hexlayout.arch.tmem import accumulator_stages
 from hexlayout.lang import f32
 
 __all__ = ["gemm_sm80_kernel", "gemm_sm90_kernel", "gemm_sm100_kernel",
@@ -204,7 +205,13 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
 
     On sm_100a every k-tile's MMAs release their stage themselves (one ``tcgen05.commit`` onto
     its empty barrier, no wait in the k-loop); the tile's MMAs are committed once more after the
-    loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``."""
+    loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``.
+
+    Persistent with one CTA per MMA (``GRID > 0``, ``CLUSTER=1``): ``128 (2 + CONSUMERS)``
+    threads - the TMA warp group, an MMA warp group, ``CONSUMERS`` epilogue warp groups - and
+    the accumulator in ``arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` TMEM stages
+    (``ACC_STAGES=2``: both 256-column stages of BN = 256 fill the 512 columns), so the MMAs of
+    the CTA's next tile run while the epilogue drains the current one (``_overlapped_roles``)."""
     return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
 
 
@@ -238,12 +245,18 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
 
     tag = arch.replace("_", "").rstrip("a")             # sm90, sm100: the kernel name's architecture
 
-    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"]), cluster=cluster_of,
+    def overlapped(c: dict[str, Any]) -> bool:        # sm_100a persistent, one CTA per MMA: an MMA warp
+        return arch == "sm_100a" and bool(c["GRID"]) and c["CLUSTER"] == 1    # group, epilogue ones
+
+    @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"] + overlapped(c)), cluster=cluster_of,
                name=f"gemm_{tag}_{dt}_{_suffix(a_layout, b_layout, ld)}")
     def gemm(a: a_type, b: b_type, c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
-             GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1):
+             GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1, ACC_STAGES: int = 2):
         staged = stage_epilogue or STAGE_EPILOGUE
+        # sm_100a persistent (one CTA per MMA): an MMA warp group issues tile i + 1's MMAs into the
+        # next accumulator stage in TMEM while the epilogue warp groups drain tile i's
+        overlap = overlapped({"GRID": GRID, "CLUSTER": CLUSTER})
         paired = arch == "sm_100a" and CLUSTER == 2        # a pair of CTAs per tcgen05.mma
         if paired and (BM != 128 or BN % 32 or BN > 256):
             raise ValueError(f"hexlayout gemm: gemm_sm100 with CLUSTER=2 runs a pair of CTAs per MMA: BM=128 "
@@ -273,6 +286,12 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
         if paired:      # the odd CTA's epilogue has read its accumulator: the next tile's MMA may write it
             acc_free = hl.mbarrier(1, name="acc_free")
             hl.mbarrier_init(acc_free, 0, arrivals=1)
+        if overlap:     # the accumulator stages in TMEM: filled by the MMA group, drained by the epilogue
+            n_acc = accumulator_stages(BN, most=ACC_STAGES)
+            acc_bars = (hl.mbarrier(n_acc, name="acc_full"), hl.mbarrier(n_acc, name="acc_empty"))
+            for s in range(n_acc):
+                hl.mbarrier_init(acc_bars[0], s, arrivals=1)
+                hl.mbarrier_init(acc_bars[1], s, arrivals=128 * CONSUMERS)
         if clustered or paired:
             hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
         else:
@@ -346,6 +365,11 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                     else:
                         hl.copy(hl.view(b, tile=(BK, BNs), origin=(k * BK, nb)), sb[:, :, s], mbarrier=bar,
                                 pair_barrier=pair_bar)
+        if overlap:
+            with hl.else_():
+                _overlapped_roles(c, sa, sb, sc, ring, acc_bars, my_tiles, num_k, origin, dt, BM, BN, W,
+                                  STAGES, CONSUMERS, staged, mk, b_layout)
+            return
         with hl.else_():
             hl.setmaxnreg(232, increase=True)
             for t in hl.range(my_tiles):
@@ -413,6 +437,72 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
             hl.cluster_sync()        # no CTA exits while its peer may still multicast into it
 
     return gemm
+
+
+def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tuple[Any, Any], my_tiles: Any,
+                      num_k: Any, origin: Any, dt: DType, BM: int, BN: int, W: int, STAGES: int,
+                      CONSUMERS: int, staged: bool, mk: bool, b_layout: str) -> None:
+    """The MMA and epilogue roles of the persistent sm_100a GEMM (warp groups ``1`` and
+    ``2 .. 1 + CONSUMERS``; warp group 0 is the TMA producer). The accumulator rotates through
+    ``S = arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` stages in TMEM (``acc_bars``: their
+    full and empty barriers, ``S`` each) (``BN`` columns
+    each: 2 for BN = 256, up to 4 for BN = 128): the ``j``-th tile of the CTA goes to stage
+    ``j % S``. The MMA group waits for stage ``s`` to be drained (``acc_empty[s]``, the
+    epilogue's ``128 CONSUMERS`` arrivals of the previous use), issues the tile's k-loop
+    (each k-tile's MMAs release their ring stage) and commits onto ``acc_full[s]``; the
+    epilogue groups wait on ``acc_full[s]``, read the accumulator (``tcgen05.ld``, their lane
+    quarters), store it and arrive on ``acc_empty[s]``. So the MMAs of tile ``j + 1`` run while
+    the epilogue of tile ``j`` does (no wait on the stage the epilogue reads). The tile loop is
+    unrolled by ``S`` (one register tile per stage, its TMEM columns its own)."""
+    acc_full, acc_empty = acc_bars
+    S = acc_full.count
+    accs = [hl.register(f32, (BM, BN), name=f"acc{s}") for s in range(S)]
+    rounds = hl.cdiv(my_tiles, S)
+    # epilogue registers: what the producer's and MMA group's 40 leave of the 64 Ki, at most 232
+    regs = min(232, (65536 // 128 - 80) // CONSUMERS // 8 * 8)
+    with hl.warp_group(1):
+        hl.setmaxnreg(40, increase=False)
+        for u in hl.range(rounds):
+            for s in range(S):
+                t = u * S + s
+                acc = accs[s]
+
+                def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
+                    it = t * num_k + k
+                    st = it % STAGES
+                    ring.wait_full(it)
+                    hl.wgmma_fence()
+                    hl.mma(sa[:, :, st] if mk else sa[:, :, st].T,
+                           sb[:, :, st] if b_layout == "nk" else sb[:, :, st].T, acc, accumulate=not first)
+                    ring.release(st, who="mma")         # the ring stage is free once these MMAs completed
+
+                with hl.if_(t < my_tiles):
+                    with hl.if_(u > 0):                 # the epilogue drained this stage's previous tile
+                        hl.wait(acc_empty, s, phase=(u - 1) % 2)
+                    with hl.if_(num_k > 0):
+                        consume(0, True)
+                    for k in hl.range(1, num_k, unroll=2):
+                        consume(k, False)
+                    hl.arrive(acc_full, s, who="mma")   # the tile's MMAs completed: stage s is readable
+    with hl.else_():
+        hl.setmaxnreg(regs, increase=True)
+        for u in hl.range(rounds):
+            for s in range(S):
+                t = u * S + s
+                acc = accs[s]
+                with hl.if_(t < my_tiles):
+                    m0, n0 = origin(t)
+                    hl.wait(acc_full, s, phase=u % 2)
+                    with hl.if_(num_k.eq(0)):           # K = 0: no MMA wrote it, the product is zero
+                        hl.assign(acc, hl.zeros((BM, BN), f32))
+                    if not staged:
+                        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+                    for j in range(BN // W if staged else 0):
+                        hl.syncthreads()
+                        hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
+                        hl.syncthreads()
+                        hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+                    hl.arrive(acc_empty, s)             # its TMEM columns are read: the next MMAs may write
 
 
 #: The GEMM factory of each architecture (sm_89 runs the Ampere kernel).

@@ -37,6 +37,53 @@ def test_persistent_four_tiles_on_two_blocks():
     _check(hl.f16, dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=2), 200, 120, 136)
 
 
+@pytest.mark.parametrize("consts,shape", [
+    (dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=1), (200, 120, 136)),   # 4 tiles: stages wrap
+    (dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=2), (300, 120, 72)),    # 3 tiles per CTA
+    (dict(BM=64, BN=128, BK=64, STAGES=3, CONSUMERS=2, GRID=1, STAGE_EPILOGUE=True), (70, 136, 136)),
+])
+def test_persistent_accumulator_stages_rotate_and_wrap(consts, shape):
+    """The persistent kernel's MMA warp group fills accumulator stage ``j % 2`` with the CTA's
+    ``j``-th tile while the epilogue warp groups drain the other; ragged M, N and K."""
+    _check(hl.f16, consts, *shape)
+
+
+def test_persistent_k_zero_writes_a_zero_product():
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1,
+                                                           GRID=1), "sm_100a")
+    c = np.full((200, 120), np.nan, np.float16)
+    z = {"a": np.zeros((200, 0), np.float16), "b": np.zeros((120, 0), np.float16)}
+    run(syn.lowered.kernel, {**z, "c": c})
+    assert np.all(c == 0)
+
+
+def test_persistent_mma_role_runs_ahead_of_the_epilogue():
+    """Warp group 0 loads (TMA), warp group 1 issues the MMAs, warp groups 2.. run the epilogue.
+    After committing tile ``j`` onto ``acc_full[s]`` the MMA group goes on to tile ``j + 1`` in the
+    other stage: before its MMAs it waits only for the ring and for ``acc_empty`` of *that* stage
+    (tile ``j - 1``'s epilogue), never for the epilogue of tile ``j``; the epilogue groups issue
+    no MMA and wait on ``acc_full`` before their tcgen05.ld."""
+    from hexlayout.ir import lowered as L
+    from hexlayout.ir import lowered_tcgen05 as T
+
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1,
+                                                           GRID=2), "sm_100a")
+    lk = syn.lowered.kernel
+    assert lk.threads == 384
+    producer = next(i for i in lk.body if isinstance(i, L.IfThen) and i.else_body)
+    roles = next(i for i in producer.else_body if isinstance(i, L.IfThen) and i.else_body)
+    mma, epilogue = list(L.walk_instrs(roles.then_body)), list(L.walk_instrs(roles.else_body))
+    assert any(isinstance(i, T.Tcgen05Mma) for i in mma)
+    assert not any(isinstance(i, (T.Tcgen05Mma, T.Tcgen05Commit)) for i in epilogue)
+    events = [(type(i).__name__, i.bar.name, str(i.bar.index)) for i in mma
+              if isinstance(i, (L.MbarWait, T.Tcgen05Commit)) and i.bar.name.startswith("acc_")]
+    assert events == [("MbarWait", "acc_empty", "0"), ("Tcgen05Commit", "acc_full", "0"),
+                      ("MbarWait", "acc_empty", "1"), ("Tcgen05Commit", "acc_full", "1")]
+    assert not any(isinstance(i, L.MbarWait) and i.bar.name in ("acc_full", "tc_done") for i in mma)
+    first_ld = next(n for n, i in enumerate(epilogue) if isinstance(i, T.Tcgen05Ld))
+    assert any(isinstance(i, L.MbarWait) and i.bar.name == "acc_full" for i in epilogue[:first_ld])
+
+
 def test_mn_major_a_and_b():
     """A stored K x M and B stored K x N: MN-major shared stages, read through MN-major descriptors
     (instruction-descriptor bits 15 and 16)."""
@@ -96,6 +143,30 @@ def test_builds_for_sm100_with_tcgen05_sass():
     # 35.5 (benchmarks/results/static-sm100.md)
     lp = st.main_loop
     assert lp.mma_opcode.startswith("UTCHMMA") and lp.mix.get("ELECT", 0) == 0, lp
+    assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 38, lp
+
+
+@pytest.mark.nvrtc
+def test_persistent_builds_for_sm100_with_an_mma_warp_group():
+    """The persistent config (128x128x64, an MMA warp group and one epilogue warp group beside
+    the producer): no spills, the tcgen05 MMA and loads in the SASS, the MMA loop as short as
+    the non-persistent kernel's (benchmarks/results/static-sm100.md)."""
+    from hexlayout.ops.gemm.config import CONFIGS
+    from hexlayout.ops.gemm.op import gemm_build
+
+    from hexlayout.runtime.sass import count_prefix
+
+    cfg = CONFIGS["sm_100a"][0]
+    assert cfg.persistent and cfg.cluster == 1
+    b = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", cfg, 4096, 4096)
+    st = b.stats
+    assert not st.spills and st.local_memory_instructions == 0, st.summary()
+    counts = b.compiled.sass_counts()
+    for prefix in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG"):
+        assert count_prefix(counts, prefix) >= 1, (prefix, sorted(counts))
+    assert len(st.setmaxnreg) == 3, st.setmaxnreg         # producer, MMA issuer, epilogue
+    lp = st.main_loop
+    assert lp.mma_opcode.startswith("UTCHMMA") and lp.k_tiles == 2, lp
     assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 38, lp
 
 

@@ -25,6 +25,7 @@ from hexlayout.errors import HexlayoutError
 from hexlayout.layout import ComposedLayout, Layout
 from hexlayout.layout.tv_maps import same_function
 
+from ..accumulator_handoff import handoff_regions
 from ..assignment import EMPTY, Assignment
 from ..expr import BinOp, ExprLike, Var, as_expr
 from ..functions import ALU_FUNCTIONS
@@ -192,6 +193,45 @@ class Lowering:
         self.elect: list[ExprLike] = [as_expr(self.tid).eq(0)]
         self.group_threads: list[tuple[int, int]] = [(0, self.threads)]
         self.tmem: Any = None        # tensor memory of tcgen05 mmas (``umma.TmemState``), on first use
+        self._handoff: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def handoff(self) -> dict[int, tuple[int, int]]:
+        """Per root id of a tcgen05 accumulator read by another warp role, the readers' threads
+        (``ir.accumulator_handoff``; computed at the kernel's top level on first use)."""
+        if self._handoff is None:
+            self._handoff = {}
+            if self.arch.name == "sm_100a":
+                regions = handoff_regions(self.tk, self.op_regions())
+                self._handoff = {op.c.root.id: regions[op.uid] for op in self.tk.body.walk()
+                                 if isinstance(op, Mma) and op.uid in regions}
+        return self._handoff
+
+    def op_regions(self) -> dict[int, tuple[int, int]]:
+        """The thread range ``[lo, hi)`` that runs each op of the kernel (by ``id(op)``)."""
+        regions: dict[int, tuple[int, int]] = {}
+        saved, self.group_threads = self.group_threads, [(0, self.threads)]
+
+        def walk(b: Block) -> None:
+            for op in b.ops:
+                regions[id(op)] = self.group_threads[-1]
+                if isinstance(op, For):
+                    walk(op.body)
+                elif isinstance(op, If):
+                    for region, body in zip(self.branch_regions(op), (op.then_body, op.else_body)):
+                        if body is None:
+                            continue
+                        if region is not None:
+                            self.group_threads.append(region)
+                        walk(body)
+                        if region is not None:
+                            self.group_threads.pop()
+
+        try:
+            walk(self.tk.body)
+        finally:
+            self.group_threads = saved
+        return regions
 
     # --- the threads running the current region (warp specialization) -----------------
     @property
@@ -270,7 +310,8 @@ class Lowering:
         if not isinstance(lay, Layout):
             raise self.fail(op, f"register tile %{v.name} has no TV layout ({lay}); "
                             "give one or run synthesis")
-        threads = self.gthreads
+        region = self.handoff.get(v.root.id, self.group_threads[-1])   # a handed-off accumulator:
+        threads = region[1] - region[0]                                  # its readers' registers
         if lay.size() % threads:
             raise self.fail(op, f"TV layout {lay} of %{v.name} does not spread over the "
                             f"{threads} threads that run it")
@@ -285,7 +326,7 @@ class Lowering:
         arr = RegArray(self._reg_name(v.name), v.type.dtype, values)
         self.regs.append(arr)
         tile = RegisterTile(arr, v.type.dtype, tuple(v.type.shape), lay, threads)
-        tile.extra["range"] = self.group_threads[-1]
+        tile.extra["range"] = region
         return tile
 
     def scratch(self, base: str, dtype: Any, count: int) -> RegArray:
@@ -301,7 +342,8 @@ class Lowering:
         t = self.views[v.id]
         if not isinstance(t, RegisterTile):
             raise self.fail(op, f"%{v.name} is a {v.scope} tile, not a register tile")
-        if t.extra.get("range") != self.group_threads[-1]:
+        issuer = isinstance(op, Mma) and v is op.c and v.root.id in self.handoff    # its MMA role
+        if t.extra.get("range") != self.group_threads[-1] and not issuer:
             lo, hi = t.extra.get("range", (0, 0))
             raise self.fail(op, f"register tile %{v.name} belongs to threads [{lo}, {hi}); this op runs on "
                             f"threads {list(self.group_threads[-1])}")
@@ -356,8 +398,10 @@ class Lowering:
         v = op.result
         if v.scope == Scope.SHARED:
             self.views[v.id] = self.alloc_shared(v, op)
+        elif v.scope == Scope.REGISTER and v.root.id not in self.handoff:   # (a handed-off one: at
+            self.views[v.id] = self.alloc_register(v, op)                  # its first use)
         elif v.scope == Scope.REGISTER:
-            self.views[v.id] = self.alloc_register(v, op)
+            pass
         else:
             raise self.fail(op, f"cannot allocate a {v.scope} tile")
         return []

@@ -34,7 +34,7 @@ from ..assignment import Assignment
 from ..expr import as_expr
 from ..lowered import Instr
 from ..registry import OpRegistry
-from ..tile import Alloc, Block, Copy, For, GlobalView, If, Op, Permute, Slice, SubTile, TileKernel, Value
+from ..tile import Alloc, Copy, GlobalView, Op, Permute, Slice, SubTile, TileKernel, Value
 from ..types import Scope
 from .copy_rules import CopyChoice, CopyContext, legal_copies, lower_choice
 from .kernel import Lowering, LoweringError
@@ -170,23 +170,5 @@ def _view(leg: Legality, op: Op) -> list[Instr]:
 
 
 def _op_regions(lw: Lowering) -> dict[int, tuple[int, int]]:
-    """The thread range ``[lo, hi)`` that runs each op of the kernel (by ``id(op)``)."""
-    regions: dict[int, tuple[int, int]] = {}
-
-    def walk(b: Block) -> None:
-        for op in b.ops:
-            regions[id(op)] = lw.group_threads[-1]
-            if isinstance(op, For):
-                walk(op.body)
-            elif isinstance(op, If):
-                for region, body in zip(lw.branch_regions(op), (op.then_body, op.else_body)):
-                    if body is None:
-                        continue
-                    if region is not None:
-                        lw.group_threads.append(region)
-                    walk(body)
-                    if region is not None:
-                        lw.group_threads.pop()
-
-    walk(lw.tk.body)
-    return regions
+    """The thread range ``[lo, hi)`` that runs each op of the kernel (``Lowering.op_regions``)."""
+    return lw.op_regions()

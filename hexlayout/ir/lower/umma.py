@@ -90,6 +90,18 @@ commit / wait) runs unchanged:
   always sound. A load placed in program order before the author's ``wgmma_wait`` (the
   previous tile's epilogue at the top of a loop whose MMAs follow) so still reads finished
   results.
+* **an accumulator handed to another warp role** (``ir.accumulator_handoff``: an op other than
+  an mma on it runs in another warp-group region than the mma, e.g. an MMA warp group and
+  epilogue warp groups): its register tile and its tiling's ``tcgen05.ld`` belong to the
+  readers' threads; the MMA role only issues into its columns. The readers load it before
+  their first op naming it, inside their loops (a load per iteration) and inside a branch
+  that holds a barrier wait (the author's wait for the MMAs' commit): ``tcgen05.fence::
+  after_thread_sync``, the loads, ``wait::ld``, ``tcgen05.fence::before_thread_sync`` - no
+  commit wait or barrier of the lowering's, since the commit counter is the issuer's: the
+  author orders them (``hl.arrive(full, s, who="mma")`` after the MMAs, ``hl.wait`` on it
+  before the read, an arrive on an empty barrier after it that the MMA role waits on before
+  its next MMA into those columns); the emulator rejects either order missing. Each handed-off
+  accumulator gets its own columns (a rotation of stages: one register tile per stage).
 * **loop-carried accumulators**: an accumulator defined before a loop whose body issues a
   tcgen05 mma on it is in TMEM at every iteration's start: it is stored (``tcgen05.st``)
   before the loop even when that mma does not accumulate, so a read at the top of the body
@@ -150,7 +162,7 @@ from ..lowered_tcgen05 import (
     TmemRef,
     TmemRelinquish,
 )
-from ..tile import Alloc, For, If, Mma, Op, Permute, Slice, SubTile, Value
+from ..tile import Alloc, For, If, MbarrierWait, Mma, Op, Permute, Slice, SubTile, Sync, Value
 from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaFence as TileWgmmaFence
 from ..tile import WgmmaWait as TileWgmmaWait
@@ -387,12 +399,16 @@ class TmemState:
         """The TMEM loads of the pending accumulators ``op`` (or an op nested in it) touches."""
         out: list[Instr] = []
         for rid in [r for r in self.pending if _touches(op, r)]:
+            if rid in lw.handoff and _descend(op):     # another role's: loaded where read, after its wait
+                continue
             p = self.pending.pop(rid)
-            if p.region != lw.group_threads[-1]:
+            handoff = lw.handoff.get(rid)
+            if p.region != lw.group_threads[-1] and handoff != lw.group_threads[-1]:
                 lo, hi = p.region
                 raise ValueError(f"the accumulator %{p.tile.array.name} of a tcgen05 mma run by threads "
-                                 f"[{lo}, {hi}) is read by other threads")
-            out += self._load(lw, p)
+                                 f"[{lo}, {hi}) is read by threads {list(lw.group_threads[-1])}, not the "
+                                 f"warp role its tile belongs to")
+            out += self._load(lw, p, handoff=p.region != lw.group_threads[-1])
         return out
 
     @property
@@ -403,11 +419,15 @@ class TmemState:
     def flow(self, f: Flow) -> None:
         self.unwaited, self.uncommitted = f
 
-    def _load(self, lw: Any, p: _Pending, store: bool = False) -> list[Instr]:
-        """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers)."""
+    def _load(self, lw: Any, p: _Pending, store: bool = False, handoff: bool = False) -> list[Instr]:
+        """The accumulator's ``tcgen05.ld`` (``store``: ``tcgen05.st`` of its registers;
+        ``handoff``: read by another warp role than the MMA's, ordered by the author's barriers
+        alone - the commit counter and flow are the issuer's)."""
         tu = p.tu
         out: list[Instr] = []
-        if not store and p.rid in self.uncommitted:
+        if handoff:
+            pass
+        elif not store and p.rid in self.uncommitted:
             raise ValueError(f"the accumulator %{p.tile.array.name} is read while a tcgen05 mma on it may "
                              "not be committed yet (no wgmma_commit after that mma on every path here), so "
                              "no barrier says when its result is in tensor memory: commit (and wgmma_wait) "
@@ -426,8 +446,12 @@ class TmemState:
             regs_q = RegRef(p.tile.array, q * regs, regs)
             out.append(Tcgen05St(tu.ld_shape, tu.ld_num, taddr, regs_q) if store
                        else Tcgen05Ld(tu.ld_shape, tu.ld_num, regs_q, taddr))
-        out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
-                Tcgen05Fence("after_thread_sync")]
+        if handoff:        # after the author's wait on the MMAs' commit; before its release (an arrive)
+            out = [Tcgen05Fence("after_thread_sync"), *out, Tcgen05Wait("ld"),
+                   Tcgen05Fence("before_thread_sync")]
+        else:
+            out += [Tcgen05Wait("st" if store else "ld"), Tcgen05Fence("before_thread_sync"),
+                    lw.region_barrier(), Tcgen05Fence("after_thread_sync")]
         for ins in out:
             ins.origin = f"tcgen05.{'st' if store else 'ld'} of the accumulator"
         return out
@@ -629,6 +653,15 @@ def _memory_view(op: Op) -> bool:
     return isinstance(op, (Slice, SubTile, Permute)) and all(v.scope != Scope.REGISTER for v in op.results())
 
 
+def _descend(op: Op) -> bool:
+    """Whether the load of a handed-off accumulator read in ``op`` goes inside it: a loop (a load
+    per iteration), a warp-group branch, or a branch holding a barrier wait (the author's wait
+    for the MMAs' commit may be there); before any other op reading it."""
+    if isinstance(op, For) or (isinstance(op, If) and op.warp_groups):
+        return True
+    return any(isinstance(o, (MbarrierWait, Sync)) for b in op.blocks() for o in b.walk())
+
+
 def _touches(op: Op, root_id: int) -> bool:
     """Whether ``op`` or an op nested in it reads or writes the tile ``root_id`` other than as the
     accumulator of an mma (a tcgen05 mma keeps it in TMEM)."""
@@ -710,8 +743,12 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
         raise ValueError(f"{tu} covers {m}x{n}x{k}, the operands are "
                          f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1]}")
-    if tu.threads != lw.gthreads:
+    handoff = lw.handoff.get(op.c.root.id)      # read by another warp role (ir.accumulator_handoff)
+    if tu.threads != (lw.gthreads if handoff is None else handoff[1] - handoff[0]):
         raise ValueError(f"{tu} is read by {tu.threads} threads; {lw.gthreads} threads run the mma")
+    if handoff is not None and tu.a_store is not None:
+        raise ValueError(f"the accumulator %{op.c.name} is read by another warp role; the mma's register A "
+                         "is written to TMEM by the threads running it: give it a shared A")
     if c.values * c.threads != m * n:
         raise ValueError(f"the accumulator %{op.c.name} is not one register tile of {m}x{n} values")
     st = TmemState.of(lw)
