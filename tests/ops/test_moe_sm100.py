@@ -10,16 +10,17 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
-from hexlayout.ops import fused_moe  # noqa: E402
-from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 from test_moe_op import close, make, reference  # noqa: E402
 
 import hexlayout.lang as hl  # noqa: E402
+import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
+from hexlayout.ops import fused_moe  # noqa: E402
+from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 
 
 @pytest.mark.parametrize(("t", "h", "i", "e", "k", "dt", "act", "used", "ws"), [
     (3, 96, 80, 8, 2, torch.bfloat16, "silu", 5, False),        # swap-AB, BM 16; H, I ragged
+    (2, 352, 328, 8, 2, torch.float16, "silu", 2, False),       # 6 k-tiles: the 4-stage ring wraps
     (40, 64, 72, 2, 4, torch.float16, "gelu", 2, True),         # large-token kernels (80 slots per expert)
 ])
 def test_fused_moe_on_sm100_matches_float64(t, h, i, e, k, dt, act, used, ws, built) -> None:
