@@ -40,7 +40,6 @@ from .sync import (
     wait,
     wait_group,
     wgmma_commit,
-    wgmma_fence,
     wgmma_wait,
 )
 from .tensor import Tile
@@ -52,7 +51,7 @@ NEG_INF = float("-inf")
 
 def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, ahead: int | None = None,
              async_proxy: bool = False, wgmma_in_flight: bool = False,
-             mma_release: bool = False) -> Iterator[tuple[Any, Any]]:
+             mma_release: bool = False, unroll: bool | int = False) -> Iterator[tuple[Any, Any]]:
     """The multistage k-loop: ``load(k, s)`` fills stage ``s`` with k-tile ``k`` by
     asynchronous copies ``ahead`` k-tiles before the body consumes it.
 
@@ -72,9 +71,8 @@ def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, 
     phase completes once every mma issued so far completed); before the refill of stage ``s =
     (k + ahead) % stages`` each thread waits on ``done[s]`` for the phase of k-tile ``k + ahead -
     stages``, the last reader of the stage (parity ``((k + ahead) // stages + 1) % 2``; the first
-    round, ``k + ahead < stages``, passes at once), then ``hl.wgmma_fence()``
-    (``tcgen05.fence::after_thread_sync``: tensor-memory writes after the wait, such as an A
-    operand stored for the k-tile's mma, are ordered after the mmas it retired). After the
+    round, ``k + ahead < stages``, passes at once; the body's ``hl.wgmma_fence()`` before its
+    mmas orders what they write to tensor memory after the mmas the wait retired). After the
     loop ``hl.wgmma_commit()`` and ``hl.wgmma_wait(0)``: the accumulators are complete. With
     ``ahead = stages - 2`` the wait is for the mmas of two k-tiles back, so the mmas of the last
     k-tile run while the next one is prepared.
@@ -90,6 +88,7 @@ def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, 
         wgmma_in_flight (bool): the body leaves a wgmma group in flight at its end.
         mma_release (bool): the body's tcgen05 mmas release the stages (sm_100a); the body
             commits and waits for none of them.
+        unroll (bool | int): the runtime loop's unrolling (``hl.range``'s ``unroll``).
 
     Returns:
         Iterator[tuple[Expr, Expr]]: ``(k, s)`` once (the body is traced once).
@@ -127,7 +126,7 @@ def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, 
     for j in range(ahead):
         load(j, j)
         commit_group()
-    for k in range_(num_k):
+    for k in range_(num_k, unroll=unroll):
         wait_group(ahead - 1)
         if async_proxy:
             fence_proxy_async()
@@ -170,8 +169,9 @@ def mma_stages(stages: int) -> Barriers:
 def wait_stage_free(done: Barriers, it: ExprLike, stages: int) -> None:
     """Wait until stage ``it % stages`` may be refilled with iteration ``it``: the phase of
     ``done[it % stages]`` that the mmas of iteration ``it - stages`` completed (parity
-    ``((it // stages) % 2) ^ 1``: the first round passes at once), then
-    ``hl.wgmma_fence()`` (tensor-memory operations after the wait follow the retired mmas).
+    ``((it // stages) % 2) ^ 1``: the first round passes at once). The ``hl.wgmma_fence()``
+    (``tcgen05.fence::after_thread_sync``) that precedes the next mma orders the tensor-memory
+    operations issued for it (an A operand's ``tcgen05.st``) after the mmas the wait retired.
 
     Args:
         done (Barriers): the ring's ``mma_stages`` barriers.
@@ -182,7 +182,6 @@ def wait_stage_free(done: Barriers, it: ExprLike, stages: int) -> None:
         KernelError: as ``hl.wait``.
     """
     wait(done, it % stages, phase=((it // stages) % 2) ^ 1)
-    wgmma_fence()
 
 
 class Ring:

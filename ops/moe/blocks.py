@@ -22,6 +22,8 @@ __all__ = ["load_tile", "moe_grid", "expert_block", "k_tile_range", "split_range
 #: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
 #: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
+#: sm_100a's swap-AB k loops (``in_flight_loop``) are unrolled by the compiler by this factor
+UNROLL_SM100 = 2
 
 
 def load_tile(view: Any, shape: tuple[int, ...]) -> Any:
@@ -146,7 +148,7 @@ def in_flight_loop(num_k: Any, stages: int, load: Callable[[Any, Any], None], ar
     sm_90a the body keeps one wgmma group in flight (``mma_group_end``)."""
     tc = mma_release(arch)
     return hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True, wgmma_in_flight=not tc,
-                       mma_release=tc)
+                       mma_release=tc, unroll=UNROLL_SM100 if tc else False)
 
 
 def mma_group_end(arch: str) -> None:
