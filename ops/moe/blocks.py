@@ -159,6 +159,18 @@ def mma_group_end(arch: str) -> None:
         hl.wgmma_wait(1)
 
 
+def _check_pipeline(name: str, stages: int, finish: bool, unroll: int, ku: int, arch: str) -> None:
+    """``wgmma_pipeline``'s arguments: a ``ValueError`` naming kernel ``name`` unless ``stages >=
+    3``, ``unroll`` an even multiple of ``ku`` (2 and 1 with a finish; on sm_100a no finish)."""
+    check_in_flight_stages(name, stages)
+    if ku < 1 or unroll < 2 or unroll % 2 or unroll % ku or (finish and (unroll, ku) != (2, 1)):
+        raise ValueError(f"{name}: wgmma_pipeline unroll ({unroll}) must be an even multiple of ku ({ku}) "
+                         "(unroll 2 and ku 1 with a finish)")
+    if mma_release(arch) and (finish or ku != 1 or unroll != 2):
+        raise ValueError(f"{name}: on {arch} the mmas release their stage: wgmma_pipeline takes no finish, "
+                         f"ku 1 and unroll 2 (got finish={finish}, ku={ku}, unroll={unroll})")
+
+
 def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
                    step: Callable[[Any, Any, int], None],
                    finish: Callable[[Any, int], None] | None = None, unroll: int = 2, ku: int = 1,
@@ -203,15 +215,8 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
 
     After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
     ``name``: ``check_in_flight_stages``)."""
-    check_in_flight_stages(name, stages)
-    if ku < 1 or unroll < 2 or unroll % 2 or unroll % ku or (finish is not None and (unroll, ku) != (2, 1)):
-        raise ValueError(f"{name}: wgmma_pipeline unroll ({unroll}) must be an even multiple of ku ({ku}) "
-                         "(unroll 2 and ku 1 with a finish)")
-    tc = mma_release(arch)
-    if tc and (finish is not None or ku != 1 or unroll != 2):
-        raise ValueError(f"{name}: on {arch} the mmas release their stage: wgmma_pipeline takes no finish, "
-                         f"ku 1 and unroll 2 (got finish={finish is not None}, ku={ku}, unroll={unroll})")
-    released = hl.mma_stages(stages) if tc else None
+    _check_pipeline(name, stages, finish is not None, unroll, ku, arch)
+    released = hl.mma_stages(stages) if mma_release(arch) else None
     ahead = stages - 2
     for j in range(ahead):
         for h in range(ku):
