@@ -18,10 +18,10 @@ stage holds, beside the operand tiles, the weight factors of its k-tile (gate an
 separately), written by the threads when the stage is loaded (one f32 scale per row, its
 exponent byte repeated for the k-tile's four k-blocks) and copied to tensor memory by the
 issuing thread (``tcgen05.cp``) before its MMAs; ``STAGES`` cp.async stages loaded ``STAGES - 2``
-ahead, each released by its k-tile's MMAs and copies when they complete (``blocks.in_flight_loop``:
-a ``tcgen05.commit`` onto the stage's mbarrier, which the refill two k-tiles later waits on; no
-wait for the MMAs in the loop). ``split=True``: the split-K forms (``s_t``-scaled f32 partials added atomically), as
-the sm_90a kernels'.
+ahead, each released by its k-tile's MMAs and copies when they complete
+(``blocks.in_flight_loop``: a ``tcgen05.commit`` onto the stage's mbarrier, which the refill two
+k-tiles later waits on; no wait for the MMAs in the loop). ``split=True``: the split-K forms
+(``s_t``-scaled f32 partials added atomically), as the sm_90a kernels'.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.

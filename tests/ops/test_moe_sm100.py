@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_moe_op import close, make, reference  # noqa: E402
-
-import hexlayout.lang as hl  # noqa: E402
 import hexlayout.ops  # noqa: E402,F401 - registers torch.ops.hexlayout.fused_moe
 from hexlayout.ops import fused_moe  # noqa: E402
 from hexlayout.ops.moe import kernels_sm90 as k90  # noqa: E402
 from hexlayout.ops.moe.blocks import UNROLL_SM100  # noqa: E402
+from test_moe_op import close, make, reference  # noqa: E402
+
+import hexlayout.lang as hl  # noqa: E402
 
 
 @pytest.mark.parametrize(("t", "h", "i", "e", "k", "dt", "act", "used", "ws"), [
@@ -115,4 +115,5 @@ def test_sm100_k_loops_release_stages_by_the_mmas_commit_without_waiting(kind: s
     assert commits and set(commits) == {ring} and mmas, (commits, mmas)
     assert not any(isinstance(i, L.MbarWait) and i.bar.name == "tc_done" for i in body)
     if kind != "ws":     # the refill of the stage two k-tiles back waits for its MMAs' commit
-        assert len([i for i in body if isinstance(i, L.MbarWait) and i.bar.name == "mma_done"]) == len(commits)
+        waits = [i for i in body if isinstance(i, L.MbarWait) and i.bar.name == "mma_done"]
+        assert len(waits) == len(commits), (len(waits), len(commits))
