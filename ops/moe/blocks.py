@@ -203,20 +203,20 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
       ``wgmma_wait(1)``, ``finish(2j, 0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j
       + 1, 1)``. No group crosses the back edge: ptxas serializes every wgmma (C7514) when a group
       is in flight across it while an accumulator is read in the loop.
-
-    - sm_100a (``mma_release(arch)``, ``finish`` ``None``, ``ku`` 1): ``step`` issues its mmas and
-      commits none; the k-tile's mmas release its buffer themselves (``hl.arrive(done, buffer,
-      who="mma")``, a ``tcgen05.commit`` onto the buffer's barrier of ``hl.mma_stages``) and the
-      loop waits for no mma: the refill of step ``p - 2``'s buffer waits on its barrier
-      (``hl.wait_stage_free``: the mmas of k-tile ``k - 2`` and every one before them completed),
-      which also retires the mmas that read the tensor-memory A operand of ``step``'s slot
-      (``U`` = 2: k-tile ``k - 2``'s) before ``step`` rewrites it. After the loop one
-      ``wgmma_commit`` for the accumulators.
+    - sm_100a (``mma_release(arch)``, ``finish`` ``None``, ``ku`` 1, ``unroll`` 2): ``step`` issues
+      its mmas and commits none; the mmas of slot ``s`` release what they read themselves
+      (``hl.arrive(done, s, who="mma")``, a ``tcgen05.commit`` onto the slot's barrier of
+      ``hl.mma_stages(2)``) and the loop waits for no mma: before k-tile ``k = 2 j + s`` refills
+      the buffer of ``k - 2`` (the same slot one iteration back) each thread waits on ``done[s]``
+      for phase ``j - 1`` (parity ``(j % 2) ^ 1``; iteration 0 passes at once), which also retires
+      the mmas that read the tensor-memory A columns of slot ``s`` (``k - 2``'s) before ``step``
+      rewrites them; one barrier per slot keeps the barrier index a constant of the unrolled
+      body. After the loop one ``wgmma_commit`` for the accumulators.
 
     After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
     ``name``: ``check_in_flight_stages``)."""
     _check_pipeline(name, stages, finish is not None, unroll, ku, arch)
-    released = hl.mma_stages(stages) if mma_release(arch) else None
+    released = hl.mma_stages(unroll) if mma_release(arch) else None   # one per unrolled slot
     ahead = stages - 2
     for j in range(ahead):
         for h in range(ku):
@@ -226,19 +226,19 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
     def buffer(p: Any, h: int) -> Any:   # k-tile h of step p
         return p % stages if ku == 1 else p % stages * ku + h
 
-    def tile(k: Any, p: Any, slot: int) -> None:   # k-tile k of step p
+    def tile(k: Any, p: Any, slot: int, j: Any) -> None:   # k-tile k of step p, slot of iteration j
         if slot % ku == 0:
             hl.wait_group(ahead - 1)
             hl.fence_proxy_async()
             hl.syncthreads()
-            if released is not None:     # the mmas of k-tile k - 2 (the buffer's last reader) completed
-                hl.wait_stage_free(released, k + ahead, stages)
+            if released is not None:     # the slot's mmas of iteration j - 1 (k - 2: the buffer's last
+                hl.wait(released, slot, phase=(j % 2) ^ 1)   # reader) completed (j = 0: at once)
             for h in range(ku):
                 load(k + ahead * ku + h if ku > 1 else k + ahead, buffer(p + ahead, h))
             hl.commit_group()
         step(k, buffer(p, slot % ku), slot)
         if released is not None:
-            hl.arrive(released, buffer(p, 0), who="mma")
+            hl.arrive(released, slot, who="mma")
         elif finish is None:
             hl.wgmma_wait(1)
 
@@ -246,7 +246,7 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
     for j in hl.range(num_k // unroll):
         for s in range(unroll):
             k = unroll * j + s
-            tile(k, k if ku == 1 else steps * j + s // ku, s)
+            tile(k, k if ku == 1 else steps * j + s // ku, s, j)
         if finish is not None:
             hl.wgmma_wait(1)
             finish(2 * j, 0)
@@ -258,7 +258,7 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
             more = (num_k % 2).eq(1) if unroll == 2 else (num_k % unroll) > s
             tail.enter_context(hl.if_(more))
             k = num_k - 1 if unroll == 2 else done * unroll + s   # (2: the last k-tile)
-            tile(k, k if ku == 1 else done * steps + s // ku, s)
+            tile(k, k if ku == 1 else done * steps + s // ku, s, done)
             if finish is not None:
                 hl.wgmma_wait(0)
                 finish(k, s)

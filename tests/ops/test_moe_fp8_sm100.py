@@ -22,6 +22,7 @@ from test_moe_fp8 import check, make, reference  # noqa: E402
 @pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "block", "bm"), [
     (7, 5, 256, 176, 4, 2, torch.bfloat16, True, 16),     # swap-AB; I % 64: up tiles straddle scale blocks
     (8, 140, 256, 64, 2, 1, torch.float16, False, 128),   # large-token, warp-specialized
+    (11, 136, 896, 64, 2, 1, torch.bfloat16, True, 128),  # block scales; 7 k-tiles: the 6-stage ring wraps
 ])
 def test_fp8_moe_on_sm100_matches_float64(seed, t, h, inter, e, k, dtype, block, bm, built) -> None:
     assert fp8_block_m(t * k, e, "sm_100a") == bm
