@@ -121,7 +121,7 @@ from .offline import offline
 from .ops import assign, cast, copy, fill, full, iota, max_reduce, min_reduce, mma, rearrange, reduce, zeros
 from .ops import sum_ as sum  # noqa: A004
 from .packed import bitcast, pack, unpack
-from .pipeline import OnlineSoftmax, Ring, pipeline
+from .pipeline import OnlineSoftmax, Ring, mma_stages, pipeline, wait_stage_free
 from .regroup import concat, interleave, reshape
 from .scan import scan
 from .spec import Dim, Tensor, dims
@@ -144,7 +144,7 @@ from .tensor import GlobalTensor, Tile
 from .views import getitem as _getitem  # noqa: F401 - the ops behind a[i], t.T, t.permute, t.tile
 
 __all__ = [
-    "pipeline", "Ring", "OnlineSoftmax",
+    "pipeline", "mma_stages", "wait_stage_free", "Ring", "OnlineSoftmax",
     "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "offline", "GlobalTensor", "Tile",
     "TaskMapping",
     "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1", "i4", "u4", "i8", "u8", "i32", "u32", "i64",

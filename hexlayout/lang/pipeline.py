@@ -39,17 +39,19 @@ from .sync import (
     syncthreads,
     wait,
     wait_group,
+    wgmma_commit,
     wgmma_wait,
 )
 from .tensor import Tile
 
-__all__ = ["pipeline", "Ring", "OnlineSoftmax"]
+__all__ = ["pipeline", "mma_stages", "wait_stage_free", "Ring", "OnlineSoftmax"]
 
 NEG_INF = float("-inf")
 
 
 def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, ahead: int | None = None,
-             async_proxy: bool = False, wgmma_in_flight: bool = False) -> Iterator[tuple[Any, Any]]:
+             async_proxy: bool = False, wgmma_in_flight: bool = False,
+             mma_release: bool = False, unroll: bool | int = False) -> Iterator[tuple[Any, Any]]:
     """The multistage k-loop: ``load(k, s)`` fills stage ``s`` with k-tile ``k`` by
     asynchronous copies ``ahead`` k-tiles before the body consumes it.
 
@@ -62,6 +64,19 @@ def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, 
     ``wgmma_in_flight``: the body leaves one wgmma group running) and ``hl.wait_group(0)``.
     Loads past ``num_k`` read out of bounds and fill with zeros (views carry their extent).
 
+    ``mma_release`` (sm_100a, the body's tensor-core mmas read the stages): the mmas release
+    their stage themselves and the body waits for none of them. After the body of k-tile ``k``,
+    ``hl.arrive(done, k % stages, who="mma")`` (a ``tcgen05.commit`` onto the stage's barrier of
+    an array ``done[stages]`` of one arrival each, made before the first load: the barrier's
+    phase completes once every mma issued so far completed); before the refill of stage ``s =
+    (k + ahead) % stages`` each thread waits on ``done[s]`` for the phase of k-tile ``k + ahead -
+    stages``, the last reader of the stage (parity ``((k + ahead) // stages + 1) % 2``; the first
+    round, ``k + ahead < stages``, passes at once; the body's ``hl.wgmma_fence()`` before its
+    mmas orders what they write to tensor memory after the mmas the wait retired). After the
+    loop ``hl.wgmma_commit()`` and ``hl.wgmma_wait(0)``: the accumulators are complete. With
+    ``ahead = stages - 2`` the wait is for the mmas of two k-tiles back, so the mmas of the last
+    k-tile run while the next one is prepared.
+
     Args:
         num_k (int | Expr): the number of k-tiles.
         stages (int): the shared buffers of the ring (static, >= 2).
@@ -71,6 +86,9 @@ def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, 
             still reading it).
         async_proxy (bool): the body reads the stages through the async proxy (wgmma).
         wgmma_in_flight (bool): the body leaves a wgmma group in flight at its end.
+        mma_release (bool): the body's tcgen05 mmas release the stages (sm_100a); the body
+            commits and waits for none of them.
+        unroll (bool | int): the runtime loop's unrolling (``hl.range``'s ``unroll``).
 
     Returns:
         Iterator[tuple[Expr, Expr]]: ``(k, s)`` once (the body is traced once).
@@ -104,21 +122,66 @@ def pipeline(num_k: ExprLike, stages: int, load: Callable[[Any, Any], None], *, 
     if stages < 2 or not 1 <= ahead < stages:
         raise ValueError(f"hl.pipeline: stages={stages}, ahead={ahead}: need stages >= 2 and "
                          f"1 <= ahead < stages")
+    done = mma_stages(stages) if mma_release else None
     for j in range(ahead):
         load(j, j)
         commit_group()
-    for k in range_(num_k):
+    for k in range_(num_k, unroll=unroll):
         wait_group(ahead - 1)
         if async_proxy:
             fence_proxy_async()
         syncthreads()
         kn = k + ahead
+        if done is not None:
+            wait_stage_free(done, kn, stages)
         load(kn, kn % stages)
         commit_group()
         yield k, k % stages
-    if wgmma_in_flight:
+        if done is not None:
+            arrive(done, k % stages, who="mma")
+    if done is not None:
+        wgmma_commit()
+    if wgmma_in_flight or done is not None:
         wgmma_wait(0)
     wait_group(0)
+
+
+def mma_stages(stages: int) -> Barriers:
+    """The barriers ``done[stages]`` (one arrival each) on which tensor-core mmas release the
+    stages of a ring they read (``hl.arrive(done, s, who="mma")``, ``wait_stage_free``); the
+    kernel's next block barrier makes their initialization visible.
+
+    Args:
+        stages (int): the stages of the ring.
+
+    Returns:
+        Barriers: the array, named ``mma_done``.
+
+    Raises:
+        KernelError: as ``hl.mbarrier`` / ``hl.mbarrier_init``.
+    """
+    done = mbarrier(stages, name="mma_done")
+    for st in range(stages):
+        mbarrier_init(done, st, arrivals=1)
+    return done
+
+
+def wait_stage_free(done: Barriers, it: ExprLike, stages: int) -> None:
+    """Wait until stage ``it % stages`` may be refilled with iteration ``it``: the phase of
+    ``done[it % stages]`` that the mmas of iteration ``it - stages`` completed (parity
+    ``((it // stages) % 2) ^ 1``: the first round passes at once). The ``hl.wgmma_fence()``
+    (``tcgen05.fence::after_thread_sync``) that precedes the next mma orders the tensor-memory
+    operations issued for it (an A operand's ``tcgen05.st``) after the mmas the wait retired.
+
+    Args:
+        done (Barriers): the ring's ``mma_stages`` barriers.
+        it (int | Expr): the iteration that refills the stage.
+        stages (int): the stages of the ring.
+
+    Raises:
+        KernelError: as ``hl.wait``.
+    """
+    wait(done, it % stages, phase=((it // stages) % 2) ^ 1)
 
 
 class Ring:

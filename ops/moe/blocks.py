@@ -16,11 +16,14 @@ from hexlayout.lang import f32, i32
 __all__ = ["load_tile", "moe_grid", "expert_block", "k_tile_range", "split_range", "split_k0", "block_rows",
            "routed_rows", "sorted_rows", "sorted_tokens", "gathered_stages", "ws_ring", "produce_ring",
            "consume_ring", "warp_specialized", "wgmma_pipeline", "wgmma_in_flight", "check_in_flight_stages",
+           "mma_release", "in_flight_loop", "mma_group_end",
            "PRODUCER_REGS", "CONSUMER_REGS"]
 
 #: setmaxnreg budgets of the warp-specialized kernels: producer (index math of 128 gathered rows,
 #: cp.async addresses) and consumers; 128 * 40 + 256 * 232 <= 64K registers
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
+#: sm_100a's swap-AB k loops (``in_flight_loop``) are unrolled by the compiler by this factor
+UNROLL_SM100 = 2
 
 
 def load_tile(view: Any, shape: tuple[int, ...]) -> Any:
@@ -116,23 +119,62 @@ def check_in_flight_stages(name: str, stages: int) -> None:
 
 
 def wgmma_in_flight(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
-                    mmas: list[tuple[Any, Any]], b: Any) -> None:
+                    mmas: list[tuple[Any, Any]], b: Any, arch: str = "sm_90a") -> None:
     """The k loop of shared-memory swap-AB wgmma with one group in flight across the back edge:
     per k-tile ``st``, ``acc += a[:, :, st] @ b[:, :, st]`` for each ``(a, acc)`` of ``mmas``,
     committed as one group and waited down to 1; cp.async ``stages - 2`` k-tiles ahead, so a
-    stage stays free for the group in flight (``check_in_flight_stages``)."""
+    stage stays free for the group in flight (``check_in_flight_stages``). On sm_100a
+    (``mma_release``) the k-tile's mmas release its stage themselves and nothing waits for them
+    in the loop (``in_flight_loop``)."""
     check_in_flight_stages(name, stages)
-    for _kt, st in hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True, wgmma_in_flight=True):
+    for _kt, st in in_flight_loop(num_k, stages, load, arch):
         hl.wgmma_fence()
         for a, acc in mmas:
             hl.mma(a[:, :, st], b[:, :, st], acc)
+        mma_group_end(arch)
+
+
+def mma_release(arch: str) -> bool:
+    """Whether the mmas of ``arch`` release a stage they read themselves (sm_100a: ``tcgen05.commit``
+    onto the stage's barrier, ``hl.arrive(..., who="mma")``) instead of a wait for them in the
+    issuing loop (sm_90a: ``wgmma.wait_group``)."""
+    return arch == "sm_100a"
+
+
+def in_flight_loop(num_k: Any, stages: int, load: Callable[[Any, Any], None], arch: str) -> Any:
+    """``hl.pipeline`` of a swap-AB k loop whose mmas stay in flight: cp.async ``stages - 2``
+    k-tiles ahead into shared stages read through the async proxy; on sm_100a the mmas release
+    their stage (``mma_release``: the refill of a stage waits for the mmas two k-tiles back), on
+    sm_90a the body keeps one wgmma group in flight (``mma_group_end``)."""
+    tc = mma_release(arch)
+    return hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True, wgmma_in_flight=not tc,
+                       mma_release=tc, unroll=UNROLL_SM100 if tc else False)
+
+
+def mma_group_end(arch: str) -> None:
+    """The end of a k-tile's mmas in ``in_flight_loop``: sm_90a commits them as one wgmma group and
+    waits down to one group in flight; sm_100a nothing (the pipeline's stage release follows)."""
+    if not mma_release(arch):
         hl.wgmma_commit()
         hl.wgmma_wait(1)
 
 
+def _check_pipeline(name: str, stages: int, finish: bool, unroll: int, ku: int, arch: str) -> None:
+    """``wgmma_pipeline``'s arguments: a ``ValueError`` naming kernel ``name`` unless ``stages >=
+    3``, ``unroll`` an even multiple of ``ku`` (2 and 1 with a finish; on sm_100a no finish)."""
+    check_in_flight_stages(name, stages)
+    if ku < 1 or unroll < 2 or unroll % 2 or unroll % ku or (finish and (unroll, ku) != (2, 1)):
+        raise ValueError(f"{name}: wgmma_pipeline unroll ({unroll}) must be an even multiple of ku ({ku}) "
+                         "(unroll 2 and ku 1 with a finish)")
+    if mma_release(arch) and (finish or ku != 1 or unroll != 2):
+        raise ValueError(f"{name}: on {arch} the mmas release their stage: wgmma_pipeline takes no finish, "
+                         f"ku 1 and unroll 2 (got finish={finish}, ku={ku}, unroll={unroll})")
+
+
 def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any], None],
                    step: Callable[[Any, Any, int], None],
-                   finish: Callable[[Any, int], None] | None = None, unroll: int = 2, ku: int = 1) -> None:
+                   finish: Callable[[Any, int], None] | None = None, unroll: int = 2, ku: int = 1,
+                   arch: str = "sm_90a") -> None:
     """The k-loop of a swap-AB sm_90a kernel that does not wait for each k-tile's wgmma group.
 
     The shared ring holds ``stages`` steps of ``ku`` k-tiles each (``stages * ku`` buffers: step
@@ -161,13 +203,20 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
       ``wgmma_wait(1)``, ``finish(2j, 0)`` while ``2j + 1``'s runs, ``wgmma_wait(0)``, ``finish(2j
       + 1, 1)``. No group crosses the back edge: ptxas serializes every wgmma (C7514) when a group
       is in flight across it while an accumulator is read in the loop.
+    - sm_100a (``mma_release(arch)``, ``finish`` ``None``, ``ku`` 1, ``unroll`` 2): ``step`` issues
+      its mmas and commits none; the mmas of slot ``s`` release what they read themselves
+      (``hl.arrive(done, s, who="mma")``, a ``tcgen05.commit`` onto the slot's barrier of
+      ``hl.mma_stages(2)``) and the loop waits for no mma: before k-tile ``k = 2 j + s`` refills
+      the buffer of ``k - 2`` (the same slot one iteration back) each thread waits on ``done[s]``
+      for phase ``j - 1`` (parity ``(j % 2) ^ 1``; iteration 0 passes at once), which also retires
+      the mmas that read the tensor-memory A columns of slot ``s`` (``k - 2``'s) before ``step``
+      rewrites them; one barrier per slot keeps the barrier index a constant of the unrolled
+      body. After the loop one ``wgmma_commit`` for the accumulators.
 
     After the loop ``wgmma_wait(0)``. Needs ``stages >= 3`` (else a ``ValueError`` naming kernel
     ``name``: ``check_in_flight_stages``)."""
-    check_in_flight_stages(name, stages)
-    if ku < 1 or unroll < 2 or unroll % 2 or unroll % ku or (finish is not None and (unroll, ku) != (2, 1)):
-        raise ValueError(f"{name}: wgmma_pipeline unroll ({unroll}) must be an even multiple of ku ({ku}) "
-                         "(unroll 2 and ku 1 with a finish)")
+    _check_pipeline(name, stages, finish is not None, unroll, ku, arch)
+    released = hl.mma_stages(unroll) if mma_release(arch) else None   # one per unrolled slot
     ahead = stages - 2
     for j in range(ahead):
         for h in range(ku):
@@ -177,23 +226,27 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
     def buffer(p: Any, h: int) -> Any:   # k-tile h of step p
         return p % stages if ku == 1 else p % stages * ku + h
 
-    def tile(k: Any, p: Any, slot: int) -> None:   # k-tile k of step p
+    def tile(k: Any, p: Any, slot: int, j: Any) -> None:   # k-tile k of step p, slot of iteration j
         if slot % ku == 0:
             hl.wait_group(ahead - 1)
             hl.fence_proxy_async()
             hl.syncthreads()
+            if released is not None:     # the slot's mmas of iteration j - 1 (k - 2: the buffer's last
+                hl.wait(released, slot, phase=(j % 2) ^ 1)   # reader) completed (j = 0: at once)
             for h in range(ku):
                 load(k + ahead * ku + h if ku > 1 else k + ahead, buffer(p + ahead, h))
             hl.commit_group()
         step(k, buffer(p, slot % ku), slot)
-        if finish is None:
+        if released is not None:
+            hl.arrive(released, slot, who="mma")
+        elif finish is None:
             hl.wgmma_wait(1)
 
     steps = unroll // ku   # steps per iteration
     for j in hl.range(num_k // unroll):
         for s in range(unroll):
             k = unroll * j + s
-            tile(k, k if ku == 1 else steps * j + s // ku, s)
+            tile(k, k if ku == 1 else steps * j + s // ku, s, j)
         if finish is not None:
             hl.wgmma_wait(1)
             finish(2 * j, 0)
@@ -205,10 +258,12 @@ def wgmma_pipeline(name: str, num_k: Any, stages: int, load: Callable[[Any, Any]
             more = (num_k % 2).eq(1) if unroll == 2 else (num_k % unroll) > s
             tail.enter_context(hl.if_(more))
             k = num_k - 1 if unroll == 2 else done * unroll + s   # (2: the last k-tile)
-            tile(k, k if ku == 1 else done * steps + s // ku, s)
+            tile(k, k if ku == 1 else done * steps + s // ku, s, done)
             if finish is not None:
                 hl.wgmma_wait(0)
                 finish(k, s)
+    if released is not None:    # the accumulators' mmas, waited for before their tensor-memory loads
+        hl.wgmma_commit()
     hl.wgmma_wait(0)
     hl.wait_group(0)
 
@@ -243,15 +298,20 @@ def produce_ring(a: Any, rows: Any, w: Any, e: Any, w_rows: tuple[Any, ...], sa:
 
 
 def consume_ring(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Ring, num_k: Any,
-             stages: int, consumers: int, scale_x: Any = None, scale_y: Any = None) -> None:
+             stages: int, consumers: int, scale_x: Any = None, scale_y: Any = None,
+             arch: str = "sm_90a") -> None:
     """The consumer warp groups of a ``*_ws`` kernel: ``acc_x = A @ X^T``, ``acc_y = A @ Y^T`` over the
     k-tiles of the ring (A: ``sa``, token rows; X / Y: ``sx`` / ``sy``, weight rows). Without scales
     the first k-tile writes the accumulators (scale-d 0) and one group stays in flight; with block
     scales each half's partial ``p`` of k-tile ``kt`` (scale-d 0) is added as ``acc += p * scale(kt)``
     (scales loaded before the wait; a callable is evaluated at the addition): the x half's while the
     y half's wgmma runs, the y half's after it (the other consumer warp group's wgmmas keep the
-    tensor cores busy meanwhile)."""
+    tensor cores busy meanwhile). On sm_100a (``mma_release``) the k-tile's MMAs release its stage
+    themselves (``ring.release(st, who="mma")``, the ring's one ``empty`` arrival); without scales
+    nothing waits for them in the loop (one commit after it, waited for before the accumulators'
+    tensor-memory loads)."""
     warps = hl.spatial(consumers, 1)
+    tc = mma_release(arch)
     blocked = scale_x is not None
     px = hl.register(f32, acc_x.shape) if blocked else acc_x
     py = hl.register(f32, acc_y.shape) if blocked else acc_y
@@ -266,13 +326,18 @@ def consume_ring(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Rin
         if blocked:
             hl.wgmma_commit()
         hl.mma(sa[:, :, st], sy[:, :, st], py, warps=warps, accumulate=not (first or blocked))
+        if tc:                   # the stage is free once these MMAs completed
+            ring.release(st, who="mma")
+            if not blocked:
+                return
         hl.wgmma_commit()
         hl.wgmma_wait(1)         # blocked: x of k-tile kt is done, y runs; else k-tile kt - 1 is done
         if blocked:
             hl.assign(acc_x, acc_x + px * (gx() if callable(gx) else gx))
             hl.wgmma_wait(0)     # (a wgmma in flight across the loop's back edge while a partial is
             hl.assign(acc_y, acc_y + py * (gy() if callable(gy) else gy))   # read: ptxas C7514)
-            ring.release(st)
+            if not tc:
+                ring.release(st)
         elif not first:
             ring.release((kt - 1) % stages)
 
@@ -280,6 +345,8 @@ def consume_ring(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Rin
         tile(0, True)
     for kt in hl.range(1, num_k):
         tile(kt, False)
+    if tc and not blocked:       # the accumulators' MMAs: one commit, waited for before their loads
+        hl.wgmma_commit()
     hl.wgmma_wait(0)
     if not blocked:
         with hl.if_(num_k.eq(0)):                             # K = 0: the products are zero
@@ -287,28 +354,30 @@ def consume_ring(sa: Any, sx: Any, sy: Any, acc_x: Any, acc_y: Any, ring: hl.Rin
             hl.assign(acc_y, hl.zeros(acc_y.shape, f32))
 
 
-def ws_ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int) -> tuple[Any, ...]:
+def ws_ring(dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int,
+            arch: str = "sm_90a") -> tuple[Any, ...]:
     """Shared stages of a ``*_ws`` kernel (``dt`` token rows, two ``dt`` weight halves) and its
     full / empty mbarriers (full: 128 producer threads + the TMA expect-tx arrival; empty: one per
-    consumer)."""
+    consumer warp group, on sm_100a one: the MMAs' commit, ``mma_release``)."""
     sa = hl.shared(dt, (bm, bk, stages))
     sx = hl.shared(dt, (bn, bk, stages))
     sy = hl.shared(dt, (bn, bk, stages))
-    ring = hl.Ring(stages, producers=129, consumers=consumers)
+    ring = hl.Ring(stages, producers=129, consumers=1 if mma_release(arch) else consumers)
     hl.syncthreads()
     return sa, sx, sy, ring
 
 
 def warp_specialized(a: Any, rows: Callable[[], Any], w: Any, e: Any, w_rows: tuple[Any, Any], kx: Any,
                      dt: Any, bm: int, bn: int, bk: int, stages: int, consumers: int,
-                     consume: Callable[[Callable[..., None]], None]) -> None:
+                     consume: Callable[[Callable[..., None]], None], arch: str = "sm_90a") -> None:
     """A ``*_ws`` block over ``ceil(kx / bk)`` k-tiles: the ``ws_ring`` stages; warp group 0, its
     registers lowered to ``PRODUCER_REGS``, fills them (``produce_ring``: the rows ``rows()`` of
     ``a``, computed there, and ``bn`` weight rows from each of ``w_rows`` of expert ``e``); the
     consumer warp groups, raised to ``CONSUMER_REGS``, run ``consume(mainloop)``, where
-    ``mainloop(acc_x, acc_y, scale_x=None, scale_y=None)`` is ``consume_ring`` over that ring."""
+    ``mainloop(acc_x, acc_y, scale_x=None, scale_y=None)`` is ``consume_ring`` over that ring
+    (``arch``: sm_100a's MMAs release the stages, ``mma_release``)."""
     num_k = hl.cdiv(kx, bk)
-    sa, sx, sy, ring = ws_ring(dt, bm, bn, bk, stages, consumers)
+    sa, sx, sy, ring = ws_ring(dt, bm, bn, bk, stages, consumers, arch)
     with hl.warp_group(0):
         hl.setmaxnreg(PRODUCER_REGS, increase=False)
         produce_ring(a, rows(), w, e, w_rows, sa, (sx, sy), ring, num_k, stages)
@@ -316,7 +385,7 @@ def warp_specialized(a: Any, rows: Callable[[], Any], w: Any, e: Any, w_rows: tu
         hl.setmaxnreg(CONSUMER_REGS)
 
         def mainloop(acc_x: Any, acc_y: Any, *scales: Any) -> None:
-            consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, stages, consumers, *scales)
+            consume_ring(sa, sx, sy, acc_x, acc_y, ring, num_k, stages, consumers, *scales, arch=arch)
 
         consume(mainloop)
 

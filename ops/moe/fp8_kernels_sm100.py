@@ -18,9 +18,10 @@ stage holds, beside the operand tiles, the weight factors of its k-tile (gate an
 separately), written by the threads when the stage is loaded (one f32 scale per row, its
 exponent byte repeated for the k-tile's four k-blocks) and copied to tensor memory by the
 issuing thread (``tcgen05.cp``) before its MMAs; ``STAGES`` cp.async stages loaded ``STAGES - 2``
-ahead with one commit group in flight across the back edge (``blocks.wgmma_in_flight``'s
-schedule). ``split=True``: the split-K forms (``s_t``-scaled f32 partials added atomically), as
-the sm_90a kernels'.
+ahead, each released by its k-tile's MMAs and copies when they complete
+(``blocks.in_flight_loop``: a ``tcgen05.commit`` onto the stage's mbarrier, which the refill two
+k-tiles later waits on; no wait for the MMAs in the loop). ``split=True``: the split-K forms
+(``s_t``-scaled f32 partials added atomically), as the sm_90a kernels'.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
@@ -31,7 +32,15 @@ import hexlayout.lang as hl
 from hexlayout.arch.dtypes import DType
 from hexlayout.lang import e4m3, f32, i32, u8, u32
 
-from .blocks import block_rows, check_in_flight_stages, expert_block, gathered_stages, k_tile_range, load_tile
+from .blocks import (
+    block_rows,
+    check_in_flight_stages,
+    expert_block,
+    gathered_stages,
+    in_flight_loop,
+    k_tile_range,
+    load_tile,
+)
 from .fp8_kernels_sm89 import SCALE_BLOCK
 from .fp8_kernels_sm90 import store_gate_up
 
@@ -70,14 +79,13 @@ def _factors(ws: Any, e: Any, r0: Any, kb: Any, nb: Any) -> Any:
 
 
 def _mainloop(num_k: Any, stages: int, load: Any, mmas: list[tuple[Any, Any, Any]], sa: Any, ft: Any) -> None:
-    """``acc += (W * 2^SFW) @ xq`` per k-tile for each ``(weights, factors, acc)``, one commit
-    group in flight across the back edge (``wgmma_in_flight``'s schedule)."""
-    for _kt, st in hl.pipeline(num_k, stages, load, ahead=stages - 2, async_proxy=True, wgmma_in_flight=True):
+    """``acc += (W * 2^SFW) @ xq`` per k-tile for each ``(weights, factors, acc)``; the k-tile's
+    MMAs (and factor copies) release its stage when they complete, no wait for them in the loop
+    (``blocks.in_flight_loop``: the refill of a stage waits for the MMAs two k-tiles back)."""
+    for _kt, st in in_flight_loop(num_k, stages, load, "sm_100a"):
         hl.wgmma_fence()
         for sw, fw, acc in mmas:
             hl.mma(sw[:, :, st], sa[:, :, st], acc, scale_a=fw[:, :, st], scale_b=ft)
-        hl.wgmma_commit()
-        hl.wgmma_wait(1)
 
 
 def _unit_factors() -> Any:

@@ -112,7 +112,7 @@ def moe_fp8_gate_up_sm90_kernel(dtype: DType, split: bool = False, arch: str = "
 
                 wgmma_pipeline(name, num_k, STAGES, load, step, finish)
             else:  # one group in flight; cp.async STAGES - 2 ahead: a stage stays free for it
-                wgmma_in_flight(name, num_k, STAGES, load, [(sg, acc_g), (su, acc_u)], sa)
+                wgmma_in_flight(name, num_k, STAGES, load, [(sg, acc_g), (su, acc_u)], sa, arch)
             sx = load_tile(xs[hl.where(rrow >= 0, rrow // TOPK, -1)], (1, BM))
             g = acc_g * sx
             u = acc_u * sx
@@ -175,7 +175,7 @@ def moe_fp8_down_sm90_kernel(dtype: DType, split: bool = False, arch: str = "sm_
 
                 wgmma_pipeline(name, num_k, STAGES, load, step, finish)
             else:  # one group in flight; cp.async STAGES - 2 ahead: a stage stays free for it
-                wgmma_in_flight(name, num_k, STAGES, load, [(sb, acc)], sa)
+                wgmma_in_flight(name, num_k, STAGES, load, [(sb, acc)], sa, arch)
             out = scale_down(acc, hs, tw, ws, e, rrow, col, ROUTER, BLOCK_SCALE)
             if split:                                    # scaled partials; padding rows: none
                 hl.atomic_add(y[rrow, col], out)
@@ -252,7 +252,7 @@ def moe_fp8_gate_up_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
                 return sorted_tokens(sorted_ids, m0, BM, Tx, TOPK)
 
             warp_specialized(xq, tokens, w, e, (n0, Ix + n0), Kx, e4m3, BM, BN, BK, STAGES, CONSUMERS,
-                             consume)
+                             consume, arch)
 
     return moe_fp8_gate_up_sm90_ws
 
@@ -306,6 +306,7 @@ def moe_fp8_down_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
             def slots() -> Any:                          # the producer's rows of hq
                 return sorted_rows(sorted_ids, m0, BM, TKx)
 
-            warp_specialized(hq, slots, w, e, (n0, n0 + H2), Kx, e4m3, BM, H2, BK, STAGES, CONSUMERS, consume)
+            warp_specialized(hq, slots, w, e, (n0, n0 + H2), Kx, e4m3, BM, H2, BK, STAGES, CONSUMERS, consume,
+                             arch)
 
     return moe_fp8_down_sm90_ws

@@ -40,7 +40,9 @@ from .blocks import (
     block_rows,
     expert_block,
     gathered_stages,
+    in_flight_loop,
     load_tile,
+    mma_group_end,
     sorted_rows,
     sorted_tokens,
     warp_specialized,
@@ -77,13 +79,13 @@ def sm90_consts(bm: int) -> dict[str, Any]:
     return {"BM": bm, "BN": 64, "BK": 64, "STAGES": SWAP_STAGES}
 
 
-def _mma_group(pairs: Any) -> None:
-    """One wgmma group over ``(A, B, acc)`` triples, kept in flight (the previous one retired)."""
+def _mma_group(pairs: Any, arch: str) -> None:
+    """The mmas of one k-tile over ``(A, B, acc)`` triples, kept in flight (sm_90a: one wgmma group,
+    the previous one retired; sm_100a: they release their stage, ``blocks.in_flight_loop``)."""
     hl.wgmma_fence()
     for a, b, acc in pairs:
         hl.mma(a, b, acc)
-    hl.wgmma_commit()
-    hl.wgmma_wait(1)
+    mma_group_end(arch)
 
 
 @cache
@@ -108,10 +110,9 @@ def moe_gate_up_sm90_kernel(dtype: DType, act: str = "silu", arch: str = "sm_90a
                                                  w13, e, (n0, Ix + n0), BN)
             acc_g = hl.zeros((BN, BM), f32)
             acc_u = hl.zeros((BN, BM), f32)
-            # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
-            for _kt, st in hl.pipeline(hl.cdiv(Kx, BK), STAGES, load, ahead=STAGES - 2, async_proxy=True,
-                                       wgmma_in_flight=True):
-                _mma_group(((sg[:, :, st], sa[:, :, st], acc_g), (su[:, :, st], sa[:, :, st], acc_u)))
+            # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the mmas in flight
+            for _kt, st in in_flight_loop(hl.cdiv(Kx, BK), STAGES, load, arch):
+                _mma_group(((sg[:, :, st], sa[:, :, st], acc_g), (su[:, :, st], sa[:, :, st], acc_u)), arch)
             g, u = acc_g, acc_u
             if SCALE_IN:
                 w = load_tile(topk_w[rrow], (1, BM))
@@ -138,11 +139,9 @@ def moe_down_sm90_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
             rid, rrow = block_rows(sorted_ids, m0, BM, y.shape[0])
             sa, (sb,), load = gathered_stages(inter, None, m0, None, dt, BM, BK, STAGES, w2, e, (n0,), BN)
             acc = hl.zeros((BN, BM), f32)
-            # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the wgmma group in flight
-            num_k = hl.cdiv(inter.shape[1], BK)
-            for _kt, st in hl.pipeline(num_k, STAGES, load, ahead=STAGES - 2, async_proxy=True,
-                                       wgmma_in_flight=True):
-                _mma_group(((sb[:, :, st], sa[:, :, st], acc),))
+            # cp.async STAGES - 2 k-tiles ahead: one more stage stays free for the mmas in flight
+            for _kt, st in in_flight_loop(hl.cdiv(inter.shape[1], BK), STAGES, load, arch):
+                _mma_group(((sb[:, :, st], sa[:, :, st], acc),), arch)
             out = acc
             if not SCALE_IN:
                 out = out * load_tile(topk_w[rrow], (1, BM))
@@ -189,7 +188,8 @@ def moe_gate_up_sm90_ws_kernel(dtype: DType, act: str = "silu", arch: str = "sm_
             def tokens() -> Any:                                     # the producer's rows of x
                 return sorted_tokens(sorted_ids, m0, BM, Tx, TOPK)
 
-            warp_specialized(x, tokens, w13, e, (n0, Ix + n0), Kx, dt, BM, BN, BK, STAGES, CONSUMERS, consume)
+            warp_specialized(x, tokens, w13, e, (n0, Ix + n0), Kx, dt, BM, BN, BK, STAGES, CONSUMERS, consume,
+                             arch)
 
     return moe_gate_up_sm90_ws
 
@@ -229,7 +229,7 @@ def moe_down_sm90_ws_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
                 return hl.iota((BM, 1), 0) + m0
 
             warp_specialized(inter, positions, w2, e, (n0, n0 + H2), inter.shape[1], dt, BM, H2, BK, STAGES,
-                             CONSUMERS, consume)
+                             CONSUMERS, consume, arch)
 
     return moe_down_sm90_ws
 

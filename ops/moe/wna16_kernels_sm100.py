@@ -21,11 +21,12 @@ output columns by ``BM`` sorted rows, 16 / 32 / 64), and the same source shape: 
   ``fence.proxy.async`` and a ``(BN, BK, STAGES)`` shared ring per weight tile; both need the
   barrier. The accumulators are read back with ``tcgen05.ld`` after the loop.
 
-The loop is ``blocks.wgmma_pipeline``'s (the wgmma commit / wait are tcgen05 commits onto
-mbarriers on sm_100a), unrolled by 2: k-tile ``k``'s MMA stays in flight while k-tile ``k + 1``
-is dequantized and stored into the other unrolled copy's A columns; an op's columns are rewritten
-two k-tiles later, after the wait following k-tile ``k + 1`` retired everything up to ``k``, and the
-activation stage refilled at ``k`` is ``k - 2``'s, as on sm_90a.
+The loop is ``blocks.wgmma_pipeline``'s sm_100a form, unrolled by 2: each k-tile's MMAs release
+its activation stage themselves (a ``tcgen05.commit`` onto the stage's mbarrier, no wait for the
+MMAs in the loop); k-tile ``k``'s MMAs stay in flight while k-tiles ``k + 1`` and ``k + 2`` are
+dequantized. The refill at k-tile ``k`` of ``k - 2``'s stage waits on that stage's barrier, which
+also retires the MMAs that read the A columns of ``k``'s unrolled copy (``k - 2``'s) before
+``k``'s tensor-memory store rewrites them.
 """
 
 # Annotations are evaluated when a kernel is defined: the tensor types depend on the dtype.
@@ -107,9 +108,9 @@ def moe_wna16_gate_up_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split:
                 hl.wgmma_fence()
                 hl.mma(wg, sa[:, :, st], acc_g, warps=hl.spatial(WG, 1))  # A from registers
                 hl.mma(wu, sa[:, :, st], acc_u, warps=hl.spatial(WG, 1))
-                hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
+                # left in flight while the next k-tile is dequantized; they release the stage
 
-            wgmma_pipeline(name, num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step, arch="sm_100a")
             g, u = acc_g, acc_u
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 g = g * _channel_scales(s, e * 2 * half + n0, BN, dt)
@@ -179,9 +180,9 @@ def moe_wna16_down_sm100_kernel(dtype: DType, bits: int, bk: int = 64, split: bo
                 w = _dequant(q, s, z, row0, ktile(kt) * BK, BN, BK, GROUP, ZERO, dt, bits, sc)
                 hl.wgmma_fence()
                 hl.mma(w, sa[:, :, st], acc, warps=hl.spatial(WG, 1))  # A from registers
-                hl.wgmma_commit()  # left in flight while the next k-tile is dequantized
+                # left in flight while the next k-tile is dequantized; they release the stage
 
-            wgmma_pipeline(name, num_k, STAGES, load, step)
+            wgmma_pipeline(name, num_k, STAGES, load, step, arch="sm_100a")
             if GROUP >= PER_CHANNEL:  # per-channel scales, once after the k loop
                 acc = acc * _channel_scales(s, row0, BN, dt)
             out = acc if ROUTER else acc * load_tile(tw[rrow], (1, BM))

@@ -204,3 +204,30 @@ def test_an_invariant_index_load_moves_before_the_loop(guard: bool) -> None:
     run(kernel, {"ids": ids, "x": x, "y": want})
     ref = np.array([sum(x[ids[t] * 4 + (64 if guard else 0) + j] for j in range(4)) for t in range(16)])
     assert np.array_equal(got, want, equal_nan=True) and np.allclose(got[:16], ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("unroll", [2, True])
+def test_a_partially_unrolled_loop_is_optimized_a_fully_unrolled_one_is_not(unroll) -> None:
+    """``#pragma unroll 2`` keeps a loop (the compiler unrolls the rewritten, equal body): its
+    invariant index load moves before it as for ``unroll=False``; ``unroll=True`` (the loop
+    disappears into constants) is left to the compiler."""
+    from hexlayout.ir.lowered import LdGlobal, walk_instrs
+
+    kernel = _gather_loop(False)
+    next(i for i in kernel.body if isinstance(i, ForLoop)).unroll = unroll
+    opt = optimize_loops(kernel)
+    loop = next(i for i in opt.body if isinstance(i, ForLoop))
+    assert loop.unroll == unroll
+    loads = [i.src.param.name for i in walk_instrs(loop.body) if isinstance(i, LdGlobal)]
+    assert loads == (["ids", "x"] if unroll is True else ["x"]), loads
+    if unroll is True:
+        assert opt is kernel
+        return
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 80, 32).astype(np.int32)
+    x = rng.standard_normal(512).astype(np.float32)
+    got, want = (np.full(32, np.nan, np.float32) for _ in range(2))
+    run(opt, {"ids": ids, "x": x, "y": got})
+    run(kernel, {"ids": ids, "x": x, "y": want})
+    ref = np.array([sum(x[ids[t] * 4 + j] for j in range(4)) for t in range(16)])
+    assert np.array_equal(got, want, equal_nan=True) and np.allclose(got[:16], ref, rtol=1e-6)

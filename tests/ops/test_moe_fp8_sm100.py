@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import hexlayout.ops  # noqa: E402,F401 - registers the ops
 from hexlayout.ops.moe import fp8_kernels_sm90 as f90  # noqa: E402
+from hexlayout.ops.moe.blocks import UNROLL_SM100  # noqa: E402
 from hexlayout.ops.moe.fp8 import SWAP_STAGES, fp8_block_m, prepare_fp8  # noqa: E402
 from test_moe_fp8 import check, make, reference  # noqa: E402
 
@@ -21,6 +22,7 @@ from test_moe_fp8 import check, make, reference  # noqa: E402
 @pytest.mark.parametrize(("seed", "t", "h", "inter", "e", "k", "dtype", "block", "bm"), [
     (7, 5, 256, 176, 4, 2, torch.bfloat16, True, 16),     # swap-AB; I % 64: up tiles straddle scale blocks
     (8, 140, 256, 64, 2, 1, torch.float16, False, 128),   # large-token, warp-specialized
+    (11, 136, 896, 64, 2, 1, torch.bfloat16, True, 128),  # block scales; 7 k-tiles: the 6-stage ring wraps
 ])
 def test_fp8_moe_on_sm100_matches_float64(seed, t, h, inter, e, k, dtype, block, bm, built) -> None:
     assert fp8_block_m(t * k, e, "sm_100a") == bm
@@ -120,7 +122,8 @@ def test_ue8m0_kernels_compile_for_sm100_with_the_block_scaled_mma(which, bm, sp
     assert not st.spills and st.stack_frame == 0, st.summary()
     lp = st.main_loop
     assert lp is not None and lp.mma_opcode.startswith("UTCQMMA"), st.summary()
-    assert lp.mma == (8 if which == "gate_up" else 4), st.summary()   # 4 k-steps of 32 per (gate, up) tile
+    # 4 k-steps of 32 per (gate, up) tile and k-tile, UNROLL_SM100 k-tiles per iteration
+    assert lp.mma == (8 if which == "gate_up" else 4) * UNROLL_SM100, st.summary()
     assert any(o.startswith("UTCCP") for o in lp.mix)
     assert not any(o.startswith(("FFMA", "FMUL")) for o in lp.mix), lp.mix
     assert any(o.startswith("LDTM") for o in b.compiled.sass_counts())

@@ -84,6 +84,15 @@ def test_ragged_sizes_with_half_the_experts_remote() -> None:
     _check(out, want, torch.bfloat16)
 
 
+def test_the_stage_ring_wraps_with_the_mmas_releasing_it() -> None:
+    """H = 352, I = 160 in k-tiles of 32 (groups of 32): 11 and 5 k-tiles through the 4 activation
+    stages, an odd count (the unrolled loop's tail): each refill waits for the MMAs that release
+    the stage (and the tensor-memory A columns of the same unrolled copy) two k-tiles back."""
+    out, want = _run("awq", 4, 32, torch.float16, 3, 4, 2, "silu", "random", seed=59, h=352, i=160)
+    _check(out, want, torch.float16)
+    assert len(_LAUNCHED) == 2 and all("_sm100_" in n and "_k32" in n for n in _LAUNCHED), _LAUNCHED
+
+
 def test_router_weight_on_input() -> None:
     out, want = _run("gptq", 4, 32, torch.float16, 4, 4, 1, "gelu", "random", seed=37, on_input=True)
     _check(out, want, torch.float16)

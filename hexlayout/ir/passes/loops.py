@@ -1,7 +1,9 @@
 """Loop-invariant code motion and strength reduction of a lowered kernel's sequential loops.
 
-For every ``ForLoop`` that the code generator keeps as a loop (``unroll=False`` and no
-register array indexed by its variable), the address, predicate and descriptor
+For every ``ForLoop`` that the code generator keeps as a loop (``unroll`` ``False`` or a
+partial unroll factor ``n``, ``#pragma unroll n``: the rewritten body is an equal program
+whatever the compiler then unrolls; not ``True``, and no register array indexed by its
+variable), the address, predicate and descriptor
 expressions of the instructions in its body (``pred``, ``GlobalRef.offset``,
 ``SharedRef.offset``, ``SmemDesc.offset`` (whose thread-index terms, a warp group's
 offset, stay in place), mbarrier indices and wait parities, TMA
@@ -122,8 +124,9 @@ def _divides_by_variable(e: Expr) -> bool:
 
 
 def _is_sequential(loop: ForLoop) -> bool:
-    """The code generator keeps ``loop`` as a loop (it unrolls those indexing registers)."""
-    if loop.unroll is not False:
+    """The code generator keeps ``loop`` as a loop, partially unrolled or not (it unrolls fully
+    those marked ``unroll=True`` and those indexing register arrays with the loop variable)."""
+    if loop.unroll is True:
         return False
     for ins in list(walk_instrs(loop.body)):
         for v in vars(ins).values():
