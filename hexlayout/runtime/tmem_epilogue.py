@@ -9,10 +9,13 @@ Definitions (per warp instruction stream, as :mod:`hexlayout.runtime.stats`):
   suffix in the SASS) and ``16x64b`` / ``16x32bx2`` (``16dp64bit`` / ``16dp32bit``), 2 for
   ``16x128b`` (``16dp128bit``), 4 for ``16x256b`` (``16dp256bit``).
 - **the epilogue**: when the first accumulator load lies in a loop holding no MMA (an epilogue
-  walking the accumulator in sub-tiles), one iteration of the innermost such loop, its ``values``
-  the registers its loads fill; otherwise the straight span from the first accumulator load to
-  the last output store (``STG`` / ``ST`` / ``UTMASTG`` / ``UBLKCP`` / ``UTMAREDG``) after the
-  last load, the main loop's instructions excluded, its ``values`` those of every load in it.
+  walking the accumulator in sub-tiles, or an epilogue warp role's loop over tiles), one
+  iteration of the innermost such loop, its ``values`` the registers its loads fill; otherwise
+  the straight span from the first accumulator load to the last output store (``STG`` / ``ST`` /
+  ``UTMASTG`` / ``UBLKCP`` / ``UTMAREDG``) after the last load, the main loop's instructions
+  excluded, its ``values`` those of every load in it. Either way without the side paths a
+  conditional forward branch in it jumps over that store nothing (the accumulator's fill for an
+  empty K range, say).
 - **instructions per value** = the epilogue's executed instructions (``@!PT`` padding excluded,
   the loads included) ÷ ``values``: what the kernel spends per accumulator element a thread holds,
   comparable across tile shapes and load shapes.
@@ -92,7 +95,7 @@ def tmem_epilogue(code: list[Instruction], main: Loop | None, spans: list[Loop])
     around = [lp for lp in spans if lp.first <= first <= lp.last and not lp.mma]
     if around:
         lp = min(around, key=lambda s: s.last - s.first)
-        idx = list(range(lp.first, lp.last + 1))
+        idx = [j for j in range(lp.first, lp.last + 1) if j not in _side_paths(code, lp.first, lp.last)]
     else:
         stores = [j for j, ins in enumerate(code) if ins.base in _OUTPUT_STORES and not ins.never
                   and j > loads[-1]]
