@@ -159,6 +159,30 @@ def mma_stages(stages: int) -> Barriers:
 
     Raises:
         KernelError: as ``hl.mbarrier`` / ``hl.mbarrier_init``.
+
+    Example:
+        A 2-stage ring whose stages the mmas release (tcgen05 commits on sm_100a)::
+
+            @hl.kernel(threads=128)
+            def ring(a: hl.f16["M", "K"], b: hl.f16["N", "K"], c: hl.f32["M", "N"]):
+                sa, sb = hl.shared(hl.f16, (64, 16, 2)), hl.shared(hl.f16, (64, 16, 2))
+                done = hl.mma_stages(2)
+                acc = hl.zeros((64, 64), hl.f32)
+                hl.syncthreads()
+                for k in hl.range(4):
+                    hl.wait_stage_free(done, k, 2)       # the mmas of k - 2 are done with it
+                    hl.copy(a.tile((64, 16), (0, k * 16)), sa[:, :, k % 2])
+                    hl.copy(b.tile((64, 16), (0, k * 16)), sb[:, :, k % 2])
+                    hl.fence_proxy_async()
+                    hl.syncthreads()
+                    hl.wgmma_fence()
+                    hl.mma(sa[:, :, k % 2], sb[:, :, k % 2], acc)
+                    hl.arrive(done, k % 2, who="mma")
+                hl.wgmma_commit()
+                hl.wgmma_wait(0)
+                hl.copy(acc, c.tile((64, 64), (0, 0)))
+
+            _ = ring.trace()
     """
     done = mbarrier(stages, name="mma_done")
     for st in range(stages):
@@ -178,8 +202,26 @@ def wait_stage_free(done: Barriers, it: ExprLike, stages: int) -> None:
         it (int | Expr): the iteration that refills the stage.
         stages (int): the stages of the ring.
 
+    Returns:
+        None: the calling threads continue once the stage is free.
+
     Raises:
         KernelError: as ``hl.wait``.
+
+    Example:
+        Refilling stage ``k % 2`` of a ring the mmas release (``hl.mma_stages`` has the whole
+        k-loop)::
+
+            @hl.kernel(threads=128)
+            def refill(a: hl.f16["M", "K"]):
+                sa = hl.shared(hl.f16, (64, 16, 2))
+                done = hl.mma_stages(2)
+                hl.syncthreads()
+                for k in hl.range(4):
+                    hl.wait_stage_free(done, k, 2)
+                    hl.copy(a.tile((64, 16), (0, k * 16)), sa[:, :, k % 2])
+
+            _ = refill.trace()
     """
     wait(done, it % stages, phase=((it // stages) % 2) ^ 1)
 
