@@ -48,15 +48,6 @@ def test_persistent_accumulator_stages_rotate_and_wrap(consts, shape):
     _check(hl.f16, consts, *shape)
 
 
-def test_persistent_k_zero_writes_a_zero_product():
-    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1,
-                                                           GRID=1), "sm_100a")
-    c = np.full((200, 120), np.nan, np.float16)
-    z = {"a": np.zeros((200, 0), np.float16), "b": np.zeros((120, 0), np.float16)}
-    run(syn.lowered.kernel, {**z, "c": c})
-    assert np.all(c == 0)
-
-
 def test_persistent_mma_role_runs_ahead_of_the_epilogue():
     """Warp group 0 loads (TMA), warp group 1 issues the MMAs, warp groups 2.. run the epilogue.
     After committing tile ``j`` onto ``acc_full[s]`` the MMA group goes on to tile ``j + 1`` in the
@@ -91,11 +82,14 @@ def test_mn_major_a_and_b():
            a_layout="km")
 
 
-def test_k_zero_writes_a_zero_product():
-    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=64, BN=64, BK=64, STAGES=2, CONSUMERS=1),
-                     "sm_100a")
-    c = np.full((64, 64), np.nan, np.float16)
-    run(syn.lowered.kernel, {"a": np.zeros((64, 0), np.float16), "b": np.zeros((64, 0), np.float16), "c": c})
+@pytest.mark.parametrize(("consts", "m", "n"), [
+    (dict(BM=64, BN=64, BK=64, STAGES=2, CONSUMERS=1), 64, 64),
+    (dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=1), 200, 120),     # persistent: 4 tiles
+])
+def test_k_zero_writes_a_zero_product(consts, m, n):
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**consts), "sm_100a")
+    c = np.full((m, n), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": np.zeros((m, 0), np.float16), "b": np.zeros((n, 0), np.float16), "c": c})
     assert np.all(c == 0)
 
 
