@@ -15,7 +15,7 @@ import pytest
 
 import hexlayout.lang as hl
 from hexlayout.arch.tmem import operand_a_layout
-from hexlayout.emulator import AsyncHazardError, run
+from hexlayout.emulator import AsyncHazardError, IllegalInstructionError, run
 from hexlayout.ir import lowered as L
 from hexlayout.ir import lowered_tcgen05 as T
 from hexlayout.ir.expr import RegRead
@@ -94,7 +94,7 @@ def test_cost_model_and_refusals() -> None:
 
 # --- the emulator's checks on hand-written kernels ------------------------------------------------
 
-def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False):
+def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False, a_halves=8):
     """D[64, 16] = A[64, 16] @ B[16, :16]^T with A stored by the 128 threads into TMEM column 32 on
     (tcgen05.st.16x256b.x1: the layout ``operand_a_layout(64, 16, 16)``), one SM100_64x16x16 TS
     MMA, a commit, every thread's wait, then each warp's tcgen05.ld.16x256b.x2 of D."""
@@ -114,7 +114,7 @@ def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False):
     body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.BarSync(),
              T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32),
              L.LdGlobal(rr(areg), L.GlobalRef(A, tid * 8), 128),
-             T.Tcgen05St("16x256b", 1, taddr + lane0 + 32, rr(areg), loc=here("store A"))]
+             T.Tcgen05St("16x256b", 1, taddr + lane0 + 32, rr(areg, 0, a_halves), loc=here("store A"))]
     if wait_st:
         body.append(T.Tcgen05Wait("st"))
     body.append(T.Tcgen05Fence("before_thread_sync"))
@@ -186,3 +186,13 @@ def test_a_in_tmem_hazards_are_errors(kw, words) -> None:
         run(_a_kernel(**kw), _a_args())
     assert words in str(e.value), str(e.value)
     assert "tmem_a" in str(e.value)
+
+
+def test_a_store_from_a_register_slice_of_the_wrong_size_is_an_error() -> None:
+    """tcgen05.st.16x256b.x1 reads 4 32-bit registers per thread: a slice of 4 f16 (8 bytes) is
+    an illegal instruction."""
+    with pytest.raises(IllegalInstructionError) as e:
+        run(_a_kernel(a_halves=4), _a_args())
+    msg = str(e.value)
+    assert "tcgen05.st.16x256b.x1: register slice areg holds 8 bytes, the store reads 4 32-bit" in msg, msg
+    assert "tmem_a" in msg and "store A" in msg, msg
