@@ -165,3 +165,32 @@ def test_the_emulated_fp4_kernel_compiles_for_sm_100a(form):
     counts = ck.sass_counts()
     assert count_prefix(counts, "UTCCP") >= 2, sorted(counts)
     assert sum(v for k, v in counts.items() if k.startswith("UTC") and "MMA" in k) >= K // 64, sorted(counts)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("form", ["mxf4", "nvfp4"])
+def test_the_ptx_executor_runs_the_printed_fp4_mma_bit_exactly(form):
+    """The PTX NVRTC made of the printed kernel, executed: the descriptor's E2M1 formats, factor type
+    and IDs decoded from the register bits, the scale vector from the qualifier."""
+    import hexlayout.runtime as rt
+
+    args, want = _data(form, 11)
+    rt.emulate(fp4_kernel(form), *(args[k] for k in ("A", "B", "SA", "SB", "D")), mode="ptx")
+    np.testing.assert_array_equal(args["D"], want)
+
+
+@pytest.mark.nvrtc
+def test_the_ptx_executor_refuses_ue4m3_factors_with_scale_vec_2x():
+    """A printed NVFP4 MMA mutated to ``scale_vec::2X``: its descriptor's UE4M3 factors are not valid
+    for 2X (one factor per 32), which only PTX mode sees."""
+    import hexlayout.runtime as rt
+    from hexlayout.codegen import generate
+    from hexlayout.ptx import PtxError
+
+    kern = fp4_kernel("nvfp4")
+    src = generate(kern).source
+    bad = src.replace("kind::mxf4nvf4.block_scale.scale_vec::4X", "kind::mxf4nvf4.block_scale.scale_vec::2X")
+    assert bad != src
+    args, _ = _data("nvfp4", 12)
+    with pytest.raises(PtxError, match="takes ue8m0 factors, not ue4m3"):
+        rt.emulate(kern, *(args[n] for n in ("A", "B", "SA", "SB", "D")), mode="ptx", source=bad)
