@@ -322,34 +322,26 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
         scale_a (Tile | None): block scales of ``a``: a shared ``u8`` tile of UE8M0 exponents of
             shape (M rounded up to a multiple of 128, K/32) (whole 128-row atoms of the factors'
             layout; rows past M are not read); ``a[m, k]`` counts ``2^(scale_a[m, k // 32] -
-            127)`` times (255: NaN).
-            Given with ``scale_b``, for fp8 (e4m3 / e5m2) shared operands and an f32
-            accumulator: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
-            2^(scale_b[:, kb] - 127))^T`` over the 32-wide K blocks ``kb``. Only sm_100a
-            computes it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, its factors copied
-            to tensor memory with ``tcgen05.cp``; synthesis gives the scale tiles their
-            shared-memory layout and the factors their TMEM columns); elsewhere synthesis
-            refuses the op, naming it.
-        scale_b (Tile | None): block scales of ``b``: a shared ``u8`` (N rounded up to a multiple
-            of 128, K/32) tile.
-        packed (DType | None): ``hl.e2m1``: ``a`` and ``b`` are shared ``u8`` tiles of packed FP4
-            (OCP e2m1) values, (M, K/2) and (N, K/2) bytes, element ``2j`` of a row in the low
-            nibble of byte ``j`` (the layout of MXFP4 / NVFP4 checkpoints); K is twice their
-            columns. Given with block scales of one factor per row and per ``VS`` K elements
-            (``c (+)= sum_k a[:, k] sa[:, k // VS] b[:, k] sb[:, k // VS]``), whose tiles say
-            the form: ``u8`` (rows, K/32): MXFP4, UE8M0 factors ``2^(e - 127)`` per 32
-            (``kind::mxf4.block_scale.scale_vec::2X``); ``ue4m3`` (rows, K/16): NVFP4, UE4M3
-            factors per 16 (``kind::mxf4nvf4 ... scale_vec::4X``); ``u8`` (rows, K/16): UE8M0
-            per 16 (mxf4nvf4 4X). Only sm_100a computes it; K a multiple of 64.
+            127)`` times (255: NaN). With ``scale_b``, fp8 (e4m3 / e5m2) shared operands, f32
+            ``c``: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
+            2^(scale_b[:, kb] - 127))^T`` over 32-wide K blocks ``kb``. Only sm_100a computes
+            it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, factors copied to TMEM with
+            ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM columns);
+            elsewhere synthesis refuses the op, naming it.
+        scale_b (Tile | None): block scales of ``b``: shared ``u8`` (N rounded up to 128, K/32).
+        packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are shared ``u8`` (M, K/2) / (N, K/2)
+            tiles of packed FP4, element ``2j`` in the low nibble of byte ``j``; with scales of one
+            factor per ``VS`` K elements (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
+            ``u8`` (rows, K/32): MXFP4, UE8M0 (kind::mxf4 scale_vec::2X); ``ue4m3`` (rows, K/16):
+            NVFP4 (kind::mxf4nvf4 4X); ``u8`` (rows, K/16): UE8M0 per 16. sm_100a; K % 64 == 0.
 
     Returns:
         None: the ``Mma`` op is appended to the kernel being traced.
 
     Raises:
         KernelError: called outside a kernel trace; an operand is not a tile, is not a
-            matrix, or is in the wrong scope (``c`` must be a register tile); block scales or
-            ``packed`` operands of a combination no block-scaled MMA computes (UE4M3 factors per
-            32 K elements, fp8 operands with factors per 16, ``packed`` without scales); M, N or K
+            matrix, or is in the wrong scope (``c`` must be a register tile); scales / ``packed``
+            no block-scaled MMA takes (e.g. UE4M3 per 32, fp8 with factors per 16); M, N or K
             disagree between ``a``, ``b`` and ``c``; ``a`` and ``b`` differ in element type;
             ``c`` is not f32/f16/s32 or does not match integer/floating inputs; ``atom`` is
             unknown, not an mma atom, of other element types, does not divide the shape or
