@@ -15,7 +15,7 @@ import hexlayout.lang as hl
 from hexlayout.emulator import run
 from hexlayout.ir import lowered_tcgen05 as T
 from hexlayout.lang.errors import KernelError
-from hexlayout.synth.solve import synthesize
+from hexlayout.synth.solve import SynthesisError, synthesize
 
 M, N, KH, KS = hl.dims("M N KH KS")
 BN = 32
@@ -127,6 +127,14 @@ def test_fp4_gemm_matches_float64_on_ragged_shapes(form, m, n, k) -> None:
     fb = np.repeat(_factor(sfb, form), vs, axis=1)[:, :k]
     want = (_e2m1(ca) * fa) @ (_e2m1(cb) * fb).T
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_fp4_off_sm100_is_refused_by_name() -> None:
+    with pytest.raises(SynthesisError) as e:
+        synthesize(fp4_gemm("nvfp4").trace(), "sm_90a")
+    msg = str(e.value)
+    assert "block scales (scale_a / scale_b)" in msg and "FP4 kind::mxf4 / mxf4nvf4" in msg, msg
+    assert "fp4_gemm_nvfp4" in msg and "packed=hl.e2m1)" in msg, msg
 
 
 def _bad(which: str):
