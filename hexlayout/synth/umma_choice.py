@@ -60,7 +60,10 @@ them.
 
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
 ``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
-256, A and B e4m3 / e5m2, possibly mixed); its factors' layouts are ``arch.block_scale``'s.
+256, A and B e4m3 / e5m2, possibly mixed) or, for packed e2m1 operands (``operand_form``), the FP4
+atoms ``SM100_128x{n}x64_F32E2M1E2M1_{UE8M0|UE4M3}_VS{32|16}_{MXF4|MXF4NVF4}_SS`` of the factor
+type and scale vector the scale tiles give (``arch.sm100.block_scaled_kind``, K-major only); its
+factors' layouts are ``arch.block_scale``'s.
 
 Example:
     >>> from hexlayout.arch.dtypes import BF16, F32
@@ -76,8 +79,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from hexlayout.arch import get_atom
-from hexlayout.arch.dtypes import DType
-from hexlayout.arch.sm100 import block_scaled_n_values, kind_of, umma_n_values
+from hexlayout.arch.dtypes import E2M1, DType
+from hexlayout.arch.sm100 import (
+    block_scaled_kind,
+    block_scaled_n_values,
+    kind_of,
+    umma_block_scaled_atom,
+    umma_n_values,
+)
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_SHAPES
 from hexlayout.ir.tile import Mma
 from hexlayout.ir.tiled_umma import TiledUmma
@@ -187,12 +196,21 @@ def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, 
     return why if src is None else None
 
 
+def _scale_form(scaled: bool | tuple[str, int]) -> tuple[str, int] | None:
+    """``(factor type, VS)`` of a ``scaled`` argument (True: UE8M0 per 32 K elements)."""
+    if scaled is True:
+        return ("ue8m0", 32)
+    return scaled or None
+
+
 def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                 scaled: bool = False, cta_group: int = 1) -> str | None:
+                 scaled: bool | tuple[str, int] = False, cta_group: int = 1) -> str | None:
     """Why no tcgen05 tiling computes an ``m x n x k`` tile (``m`` rows per CTA) for ``threads``
-    threads (None: one may); ``scaled``: block-scaled (kind::mxf8f6f4); ``cta_group`` 2: the pair form."""
+    threads (None: one may); ``scaled``: block-scaled, True or ``(factor type, VS)`` (kind::mxf8f6f4,
+    or kind::mxf4 / mxf4nvf4 for e2m1 operands); ``cta_group`` 2: the pair form."""
+    form = _scale_form(scaled)
     try:
-        kind = kind_of(da)
+        kind = block_scaled_kind(da, db, *form) if form else kind_of(da)
     except ValueError as e:
         return str(e)
     if cta_group == 2:
@@ -204,10 +222,9 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
         if n > 256 or n % 16:
             return (f"N = {n}: the pair's tcgen05.mma computes the pair's B (both halves) in one atom, N a "
                     "multiple of 16 up to 256")
-    if scaled:
-        if kind != "f8f6f4" or db.name not in ("e4m3", "e5m2") or dc.name != "f32":
-            return ("the block-scaled tcgen05.mma (kind::mxf8f6f4) multiplies e4m3 / e5m2 into an f32 "
-                    "accumulator")
+    if form:
+        if dc.name != "f32":
+            return f"the block-scaled tcgen05.mma (kind::{kind}) accumulates into f32"
         if m != 128:
             return f"M = {m}: the one-CTA block-scaled tcgen05.mma computes M = 128 rows"
         if n % 8:
@@ -239,6 +256,9 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
     other accumulators taking ``other_columns`` TMEM columns."""
     if umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
         return []
+    form = _scale_form(scaled)
+    if form and da.bits == 4:                       # e2m1 operands are K-major only
+        majors = tuple(mj for mj in majors if mj == ("K", "K"))
     stores: list = [None]
     stage: SmemOperandStage | None = None
     a_tmem = False
@@ -272,8 +292,9 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
                 continue
             for am, bm in majors:
                 src = "TS" if a_tmem else "SS"
-                name = f"SM100_{pair}{m_atom}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_" + (
-                    "UE8M0_SS" if scaled else src)
+                name = (umma_block_scaled_atom(m_atom, atom_n, da, db, cta_group, scale_type=form[0],
+                                               vs=form[1]).name if form else
+                        f"SM100_{pair}{m_atom}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_{src}")
                 atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
                 for a_store in stores:
                     out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
@@ -311,10 +332,26 @@ def umma_candidates(op: Mma, threads: int, other_columns: int = 0) -> list[Tiled
     if a.scope not in (Scope.SHARED, Scope.REGISTER) or b.scope != Scope.SHARED or c.scope != Scope.REGISTER \
             or op.atom is not None:
         return []
-    m, k = a.shape
+    m = a.shape[0]
+    da, db, k, form = operand_form(op)
     group = 2 if c.shape[1] == 2 * b.shape[0] else 1
-    return umma_tilings(m, c.shape[1], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None,
+    return umma_tilings(m, c.shape[1], k, da, db, c.dtype, threads, scaled=form or False,
                         cta_group=group, a_register=a.scope == Scope.REGISTER, other_columns=other_columns)
+
+
+def operand_form(op: Mma) -> tuple[DType, DType, int, tuple[str, int] | None]:
+    """``(A type, B type, K, block scale)`` of ``op``: packed e2m1 operands (``op.packed``) are
+    ``u8`` tiles of ``K / 2`` bytes a row (``arch.fp4``); the block scale ``(factor type, VS)``:
+    ``ue4m3`` for ``ue4m3`` scale tiles, else ``ue8m0``, and ``VS = K /`` the scale tile's columns
+    (None: not block-scaled)."""
+    a, b = op.a.type, op.b.type
+    packed = getattr(op, "packed", None)
+    da, db = (E2M1, E2M1) if packed == "e2m1" else (a.dtype, b.dtype)
+    k = a.shape[1] * (2 if packed == "e2m1" else 1)
+    if op.scale_a is None:
+        return da, db, k, None
+    st = op.scale_a.type
+    return da, db, k, ("ue4m3" if st.dtype.name == "ue4m3" else "ue8m0", k // max(1, st.shape[1]))
 
 
 def a_source_comparison(tu: TiledUmma) -> str:

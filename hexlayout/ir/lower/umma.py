@@ -58,10 +58,12 @@ commit / wait) runs unchanged:
   after the accumulators allocated so far), once per mma op; the issuing thread copies them,
   before its MMAs, with one ``tcgen05.cp.32x128b.warpx4`` per 512-byte atom of the scale tile
   (its shared layout must be ``scale_smem_layout``: rows ``128 i``, k-blocks ``4 j`` at byte
-  ``512 (j + i * kgroups)``, TMEM column ``(rows / 32) j + 4 i``), and the MMA of k-step ``k`` reads
-  column ``(rows / 32) (k // 4)`` on, byte ``k % 4``. The thread's tcgen05 operations run in
-  issue order, so the next k-tile's copy into the same columns follows this k-tile's MMAs
-  (as CUTLASS's block-scaled mainloops do).
+  ``512 (j + i * kgroups)``, TMEM column ``(rows / 32) j + 4 i``), and the MMA of k-step ``k``, whose
+  ``nsf = K / VS`` factors per row are k-blocks ``f = k nsf ..`` (1X: 1; FP4 2X: 2, 4X: 4), reads
+  column ``(rows / 32) (f // 4)`` on, bytes ``f % 4 ..``. Packed e2m1 operands (``op.packed``: u8
+  tiles of ``K / 2`` bytes a row) are described as 8-bit operands, a K = 64 step being 32 bytes. The
+  thread's tcgen05 operations run in issue order, so the next k-tile's copy into the same columns
+  follows this k-tile's MMAs (as CUTLASS's block-scaled mainloops do).
 * **arrive(bar, who="mma")** -> the issuing thread's ``tcgen05.commit`` onto ``bar`` (a pair's:
   ``cta_group::2``, multicast to both CTAs): the barrier's arrival once the mmas issued so far
   completed (a pipeline stage released by the tensor cores); not counted as a commit here.
@@ -740,9 +742,10 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
                if a_reg else "shared memory")
         raise ValueError(f"{tu.atom.name} reads A from {src} and B from shared memory")
     m, n, k = tu.tile_mnk
-    if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
+    per_unit = 2 if op.packed == "e2m1" else 1          # packed e2m1: two elements a byte of the u8 tile
+    if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1] * per_unit):
         raise ValueError(f"{tu} covers {m}x{n}x{k}, the operands are "
-                         f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1]}")
+                         f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1] * per_unit}")
     handoff = lw.handoff.get(op.c.root.id)      # read by another warp role (ir.accumulator_handoff)
     if tu.threads != (lw.gthreads if handoff is None else handoff[1] - handoff[0]):
         raise ValueError(f"{tu} is read by {tu.threads} threads; {lw.gthreads} threads run the mma")
@@ -782,7 +785,7 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
         if a_tmem:
             descs.append(TmemRef(base + a_col + inst.k * a_step))
         for role, view, mode, major, r in operands:
-            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits, tu.cta_group)
+            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits, tu.cta_group, per_unit)
             if isinstance(d, str):
                 raise ValueError(f"operand {role}: {d}")
             descs.append(d)
@@ -845,10 +848,14 @@ def _block_scales(lw: Any, op: Mma, tu: TiledUmma, st: TmemState, base: Any) -> 
                 cps.append(Tcgen05Cp("32x128b.warpx4", base + col + (rows // 32) * j + 4 * i, src))
         cols[role] = (col, rows)
 
+    nsf = tu.atom.shape_mnk[2] // tu.atom.scale_vec        # factors per row one MMA reads
+
     def operands(k: int, n0: int) -> dict[str, Any]:
         (ca, ra), (cb, rb) = cols["a"], cols["b"]
-        return {"sfa": base + ca + (ra // 32) * (k // 4), "sfb": base + cb + (rb // 32) * (k // 4) + n0 // 32,
-                "sfa_id": k % 4, "sfb_id": k % 4}
+        first = k * nsf                                     # the MMA's first k-block
+        g = first // SF_ATOM_KBLOCKS
+        return {"sfa": base + ca + (ra // 32) * g, "sfb": base + cb + (rb // 32) * g + n0 // 32,
+                "sfa_id": first % SF_ATOM_KBLOCKS, "sfb_id": first % SF_ATOM_KBLOCKS}
 
     return cps, operands
 
