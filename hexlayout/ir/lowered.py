@@ -262,11 +262,15 @@ class MbarInit(Instr):
 @dataclass(eq=False)
 class MbarArrive(Instr):
     """mbarrier.arrive (with ``tx_bytes`` > 0: arrive.expect_tx); with ``cta``, on the barrier
-    of the cluster's CTA of that rank (``mapa`` + ``mbarrier.arrive.shared::cluster``)."""
+    of the cluster's CTA of that rank (``mapa`` + ``mbarrier.arrive.shared::cluster``), with the
+    release semantics of ``scope``: ``"cta"`` (the default ``.release.cta``) or ``"cluster"``
+    (``.release.cluster``: the arriving threads' earlier accesses - their fenced tcgen05.ld of a
+    pair's TMEM - are ordered before whatever the peer CTA's waiting threads do next)."""
 
     bar: MbarRef
     tx_bytes: int = 0
     cta: ExprLike | None = None
+    scope: str = "cta"
 
 
 @dataclass(eq=False)

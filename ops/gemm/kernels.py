@@ -198,8 +198,11 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
     expects both CTAs' bytes), the one barrier the even CTA waits on before the MMA; the odd CTA's
     consumers take no part in the k-loop. Each k-tile's MMAs release their stage in both CTAs when
     they complete (``hl.arrive(..., who="mma")``: the commit multicast to both empty barriers),
-    and the odd CTA tells the even one when its epilogue has read its accumulator (``acc_free``),
-    before the next tile's MMAs overwrite it. ``peer_release=False`` lets each CTA's loads complete
+    and (``GRID=0``) the odd CTA tells the even one when its epilogue has read its accumulator
+    (``acc_free``), before the next tile's MMAs overwrite it. Persistent (``GRID > 0`` pairs): the
+    roles and TMEM accumulator stages of the one-CTA persistent kernel below, the even CTA's MMA
+    warp group issuing for the pair and both CTAs' epilogue warp groups releasing a stage on the
+    even CTA's ``acc_empty`` (``_overlapped_roles``). ``peer_release=False`` lets each CTA's loads complete
     on its own barrier: the even CTA's MMA reads the odd CTA's stage unordered with its loads, the
     broken pipeline the emulator must reject.
 
@@ -207,11 +210,11 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
     its empty barrier, no wait in the k-loop); the tile's MMAs are committed once more after the
     loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``.
 
-    Persistent with one CTA per MMA (``GRID > 0``, ``CLUSTER=1``): ``128 (2 + CONSUMERS)``
-    threads - the TMA warp group, an MMA warp group, ``CONSUMERS`` epilogue warp groups - and
-    the accumulator in ``arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` TMEM stages
+    Persistent (``GRID > 0``, one CTA or a pair per MMA): ``128 (2 + CONSUMERS)`` threads per
+    CTA - the TMA warp group, an MMA warp group, ``CONSUMERS`` epilogue warp groups - and the
+    accumulator in ``arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` TMEM stages
     (``ACC_STAGES=2``: both 256-column stages of BN = 256 fill the 512 columns), so the MMAs of
-    the CTA's next tile run while the epilogue drains the current one (``_overlapped_roles``)."""
+    the next tile run while the epilogue drains the current one (``_overlapped_roles``)."""
     return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
 
 
@@ -487,7 +490,8 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
                         ring.wait_full(it)
                         hl.wgmma_fence()
                         hl.mma(sa[:, :, st] if mk else sa[:, :, st].T,
-                               sb[:, :, st] if b_layout == "nk" else sb[:, :, st].T, acc, accumulate=not first)
+                               sb[:, :, st] if b_layout == "nk" else sb[:, :, st].T, acc,
+                               accumulate=not first)
                         ring.release(st, who="mma")         # the ring stage is free once these MMAs completed
 
                     with hl.if_(t < my_tiles):

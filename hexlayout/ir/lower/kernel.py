@@ -742,7 +742,11 @@ class Lowering:
             pred = (t % 32).eq(0)
         elif op.who == "warpgroup":
             pred = (t % 128).eq(0)
-        return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, op.cta, pred=pred)]
+        # an arrive on a peer CTA's barrier in a kernel of tcgen05 mmas may release TMEM reads to the
+        # peer's MMA issuer (a pair's epilogue: the even CTA's MMAs write the odd CTA's TMEM): cluster scope
+        tc = op.cta is not None and any(isinstance(tu, TiledUmma) for tu in self.assignment.mma.values())
+        return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, op.cta, pred=pred,
+                           scope="cluster" if tc else "cta")]
 
     @LOWERING.register(MbarrierWait)
     def op_MbarrierWait(self, op: MbarrierWait) -> list[Instr]:
