@@ -22,6 +22,7 @@ from hexlayout.ir.lowered import (
     MbarInit,
     MbarWait,
     SetMaxNReg,
+    WarpSync,
 )
 
 from .emitter import Emitter, asm
@@ -86,6 +87,10 @@ def bar_sync(em: Emitter, ins: BarSync) -> list[str]:
     return asm(f"bar.sync {int(ins.barrier_id)}, {int(ins.threads)};", [], [])
 
 
+def warp_sync(em: Emitter, ins: WarpSync) -> list[str]:
+    return ["__syncwarp();"]
+
+
 def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
     if em.arch not in _SM90_UP:
         raise em.error(f"fence.proxy.async needs sm_90; the kernel is for {em.arch}")
@@ -108,4 +113,5 @@ def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:
 
 
 PRINTERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive, MbarWait: mbar_wait, BarSync: bar_sync,
+            WarpSync: warp_sync,
             FenceProxyAsync: fence_proxy_async, SetMaxNReg: set_max_nreg, ClusterBarrier: cluster_barrier}

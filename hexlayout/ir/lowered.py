@@ -40,7 +40,7 @@ __all__ = [
     "Instr", "LdGlobal", "StGlobal", "LdShared", "StShared", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
-    "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop",
+    "WarpSync", "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop",
     "IfThen", "ElectIf", "elect_if", "merge_elected", "LoweredKernel", "walk_instrs",
 ]
 
@@ -285,6 +285,13 @@ class MbarWait(Instr):
 class BarSync(Instr):
     barrier_id: int = 0
     threads: int | None = None      # None: the whole block
+
+
+@dataclass(eq=False)
+class WarpSync(Instr):
+    """``bar.warp.sync 0xffffffff`` (``__syncwarp()``): every lane of the warp arrives before any
+    goes on, and the lanes' earlier memory accesses are ordered before their later ones - so one
+    lane's later release (an elected ``mbarrier.arrive``) covers the whole warp's work."""
 
 
 @dataclass(eq=False)

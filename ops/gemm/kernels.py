@@ -290,11 +290,11 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
             acc_free = hl.mbarrier(1, name="acc_free")          # may write it
             hl.mbarrier_init(acc_free, 0, arrivals=1)
         if overlap:     # the accumulator stages in TMEM: filled by the MMA group, drained by the epilogue
-            n_acc = accumulator_stages(BN, most=ACC_STAGES)     # (a pair: both CTAs' epilogues release
+            n_acc = accumulator_stages(BN, most=ACC_STAGES)     # (a pair: both CTAs' epilogue warps
             acc_bars = (hl.mbarrier(n_acc, name="acc_full"), hl.mbarrier(n_acc, name="acc_empty"))
-            for s in range(n_acc):                              # the even CTA's acc_empty)
+            for s in range(n_acc):                              # release the even CTA's acc_empty)
                 hl.mbarrier_init(acc_bars[0], s, arrivals=1)
-                hl.mbarrier_init(acc_bars[1], s, arrivals=128 * CONSUMERS * (2 if paired else 1))
+                hl.mbarrier_init(acc_bars[1], s, arrivals=2 * 4 * CONSUMERS if paired else 128 * CONSUMERS)
         if clustered or paired:
             hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
         else:
@@ -465,11 +465,12 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
     on its ``acc_empty[s]``; its MMAs write both CTAs' TMEM (each CTA its ``BM`` rows, the same
     columns) and its ``hl.arrive(acc_full, s, who="mma")`` is the pair's commit, multicast to both
     CTAs' ``acc_full[s]``. The epilogue groups of both CTAs wait on their own ``acc_full[s]`` and
-    release the stage on the *even* CTA's ``acc_empty[s]`` (``hl.arrive(..., cta=0)``: a remote
-    arrive with cluster-scope release, after the loads' ``tcgen05.wait::ld`` and
-    ``tcgen05.fence::before_thread_sync``), which expects both CTAs' ``128 CONSUMERS`` arrivals:
-    the next MMA into the stage's columns is ordered after the odd CTA's reads too. The odd CTA's
-    MMA group has nothing to issue."""
+    release the stage on the *even* CTA's ``acc_empty[s]`` (``hl.arrive(..., cta=0, who="warp")``:
+    per warp, after the loads' ``tcgen05.wait::ld`` and ``tcgen05.fence::before_thread_sync``, a
+    ``__syncwarp`` and lane 0's remote arrive with cluster-scope release, as CuTe DSL's elected
+    per-warp release), which expects both CTAs' ``4 CONSUMERS`` warps: the next MMA into the
+    stage's columns is ordered after the odd CTA's reads too. The odd CTA's MMA group has nothing
+    to issue."""
     acc_full, acc_empty = acc_bars
     S = acc_full.count
     accs = [hl.register(f32, (BM, BN), name=f"acc{s}") for s in range(S)]
@@ -521,8 +522,12 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
                         hl.syncthreads()
                         hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
                     # its TMEM columns are read: the next MMAs may write (a pair: the even CTA's MMAs
-                    # write both CTAs' columns, so both CTAs release the even CTA's barrier)
-                    hl.arrive(acc_empty, s, cta=None if rank is None else 0)
+                    # write both CTAs' columns, so each warp of both CTAs releases the even CTA's
+                    # barrier: lane 0 after a __syncwarp, a remote arrive at cluster scope)
+                    if rank is None:
+                        hl.arrive(acc_empty, s)
+                    else:
+                        hl.arrive(acc_empty, s, cta=0, who="warp")
 
 
 #: The GEMM factory of each architecture (sm_89 runs the Ampere kernel).

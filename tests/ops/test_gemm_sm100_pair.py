@@ -171,9 +171,9 @@ def test_persistent_pair_roles(persistent_pair):
     """Warp group 0 loads, warp group 1 of the even CTA issues the pair's MMAs (the odd CTA's only
     exits), warp groups 2.. of both CTAs run the epilogue. The MMA group commits tile ``j`` onto
     ``acc_full[s]`` (multicast to both CTAs) and waits only on ``acc_empty`` of the stage it is
-    about to write; the epilogue releases the stage on the even CTA's ``acc_empty`` (a remote
-    arrive with cluster-scope release) after its loads' ``wait::ld`` and
-    ``fence::before_thread_sync``; the barrier expects both CTAs' arrivals."""
+    about to write; each epilogue warp releases the stage on the even CTA's ``acc_empty`` (after
+    its loads' ``wait::ld`` and ``fence::before_thread_sync``, a ``__syncwarp`` and lane 0's remote
+    arrive with cluster-scope release); the barrier expects both CTAs' epilogue warps."""
     lk = persistent_pair
     assert lk.threads == 384 and lk.cluster == (2, 1, 1)
     producer = next(i for i in lk.body if isinstance(i, L.IfThen) and i.else_body)
@@ -191,14 +191,15 @@ def test_persistent_pair_roles(persistent_pair):
     assert len(releases) == 2
     for n in releases:
         arrive = epilogue[n]
-        assert str(arrive.cta) == "0" and arrive.scope == "cluster" and arrive.pred is None
+        assert str(arrive.cta) == "0" and arrive.scope == "cluster" and arrive.pred is not None
+        assert isinstance(epilogue[n - 1], L.WarpSync)
         waited = max(j for j, i in enumerate(epilogue[:n])
                      if isinstance(i, T.Tcgen05Wait) and i.kind == "ld")
         assert any(isinstance(i, T.Tcgen05Fence) and i.kind == "before_thread_sync"
                    for i in epilogue[waited:n])
     inits = [i.arrivals for i in walk_instrs(lk.body)
              if isinstance(i, L.MbarInit) and i.bar.name == "acc_empty"]
-    assert inits == [2 * 128, 2 * 128]
+    assert inits == [2 * 4, 2 * 4]         # per stage: the 4 epilogue warps of each CTA
 
 
 def _run_logged(lk, monkeypatch, shape=(300, 104, 200)):
@@ -288,3 +289,24 @@ def test_without_the_fence_after_the_loads_the_emulator_rejects_the_mma():
             body[n + 1].kind = "after_thread_sync"
     with pytest.raises(AsyncHazardError, match="no tcgen05.fence::before_thread_sync followed"):
         run(lk, _args(300, 104, 200, "nk", 4)[2])
+
+
+def test_an_elected_arrive_without_its_warp_sync_is_an_emulator_error():
+    """Lane 0's arrive releases only its own loads without the ``__syncwarp`` before it: the
+    next MMA into the stage is unordered with lanes 1..31's reads."""
+    from hexlayout.emulator import AsyncHazardError
+
+    lk = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**PERSISTENT), "sm_100a").lowered.kernel
+
+    def drop(body):
+        for n, i in enumerate(body):
+            if isinstance(i, L.WarpSync):
+                body[n] = L.Comment("(no __syncwarp)")
+            for sub in (getattr(i, "body", None), getattr(i, "then_body", None), getattr(i, "else_body", None)):
+                if isinstance(sub, list):
+                    drop(sub)
+
+    drop(lk.body)
+    assert not any(isinstance(i, L.WarpSync) for i in walk_instrs(lk.body))
+    with pytest.raises(AsyncHazardError, match="reads with tcgen05.ld"):
+        run(lk, _args(300, 104, 200, "nk", 6)[2])

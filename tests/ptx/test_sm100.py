@@ -110,11 +110,13 @@ def test_gemm_cta_pair_matches_float64(cfg: str, shape, blocks: int) -> None:
 def test_persistent_pair_accumulator_stages_match_float64(shape) -> None:
     """The persistent pair with an MMA warp group and two TMEM accumulator stages: 4 tiles on one
     pair (stages 0, 1, 0, 1), ragged M, N and K (K = 40: one partial k-tile, the k-loop empty);
-    both CTAs' epilogues release a stage by a cluster-scope remote arrive on the even CTA's
-    acc_empty. (K = 0 has no tensor map - extents must be >= 1 - and never launches: the op
-    writes the zero product itself; the IR emulator runs the kernel's K = 0 path.)"""
+    each epilogue warp of both CTAs releases a stage by a ``__syncwarp`` and lane 0's cluster-scope
+    remote arrive on the even CTA's acc_empty. (K = 0 has no tensor map - extents must be >= 1 -
+    and never launches: the op writes the zero product itself; the IR emulator runs the kernel's
+    K = 0 path.)"""
     rep, c, want = _run("small persistent pair", *shape)
     assert rep.opcodes.get("mbarrier.arrive.release.cluster.shared::cluster.b64")
+    assert rep.opcodes.get("bar.warp.sync")
     assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
     assert len(rep.blocks) == 2
     assert _err(c, want) < 1e-2
