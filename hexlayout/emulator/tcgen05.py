@@ -56,9 +56,12 @@ completes: when the first arrival of its ``tcgen05.commit.cta_group::2`` lands (
 the issuing thread's MMAs and copies of its own cta_group). ``multicast`` (a CTA mask) arrives
 on the barrier of the same name and index in every CTA of the mask. A reader of D in either CTA
 must have observed an arrival of that commit (the race detector's vector clocks span the
-cluster). Errors: the odd CTA issuing, no pair in the cluster, the pair's TMEM not allocated (or
-its allocation not yet joined), its operand bytes written while the MMA is in flight, reading D
-before the commit arrived. Block-scaled and ``tcgen05.cp`` with cta_group::2 are not emulated.
+cluster), and the issue must be ordered after every earlier ``tcgen05.ld`` of D's cells in
+both CTAs (``tmem.check_loads_done``: the odd CTA's readers release them by arriving on a barrier
+of the even CTA that the issuer waits on). Errors: the odd CTA issuing, no pair in the cluster,
+the pair's TMEM not allocated (or its allocation not yet joined), its operand bytes written while
+the MMA is in flight, reading D before the commit arrived, writing D unordered after a read of
+it in either CTA. Block-scaled and ``tcgen05.cp`` with cta_group::2 are not emulated.
 """
 
 from __future__ import annotations
@@ -232,8 +235,8 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
         parts.append((c, A, lanes, cols))
     for c, A, lanes, cols in parts:
         st = tmem_state(c)
-        if c is m:       # no other thread's tcgen05.ld of D still unordered before this MMA
-            check_loads_done(m, ins, issuer, lanes, cols, "tcgen05.mma D" + _where(m, c))
+        # no other thread's tcgen05.ld of D (in either CTA of a pair) still unordered before this MMA
+        check_loads_done(m, ins, issuer, lanes, cols, "tcgen05.mma D" + _where(m, c), owner=c)
         if scaled is None:
             D = A @ B.T
         else:                               # per lane quarter q: rows 32q.., SFB from its own replica

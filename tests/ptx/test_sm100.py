@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.config import CONFIGS, GemmConfig
 from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 
 import hexlayout.lang as hl
@@ -26,6 +26,8 @@ _EP = (False, False, "none", False)
 
 def _config(name: str):
     cfgs = CONFIGS["sm_100a"]
+    if name == "small persistent pair":          # built for 200 x 64: GRID = 1, one pair walks every tile
+        return GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, persistent=True, cluster=2)
     if name in ("pair", "persistent pair"):
         return next(c for c in cfgs if c.cluster == 2 and c.persistent == (name == "persistent pair"))
     if name == "persistent":
@@ -43,7 +45,8 @@ _BUILDS: dict[str, object] = {}
 
 def _build(name: str):
     if name not in _BUILDS:
-        _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, 200, compile=False)
+        n = 64 if name == "small persistent pair" else 200
+        _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, n, compile=False)
     return _BUILDS[name]
 
 
@@ -100,6 +103,24 @@ def test_gemm_cta_pair_matches_float64(cfg: str, shape, blocks: int) -> None:
     assert len(rep.blocks) == blocks
     assert _err(c, want) < 1e-2
     _, c_ir, _ = _run(cfg, *shape, mode="ir")
+    np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(300, 104, 200), (300, 104, 40)])
+def test_persistent_pair_accumulator_stages_match_float64(shape) -> None:
+    """The persistent pair with an MMA warp group and two TMEM accumulator stages: 4 tiles on one
+    pair (stages 0, 1, 0, 1), ragged M, N and K (K = 40: one partial k-tile, the k-loop empty);
+    each epilogue warp of both CTAs releases a stage by a ``__syncwarp`` and lane 0's cluster-scope
+    remote arrive on the even CTA's acc_empty. (K = 0 has no tensor map - extents must be >= 1 -
+    and never launches: the op writes the zero product itself; the IR emulator runs the kernel's
+    K = 0 path.)"""
+    rep, c, want = _run("small persistent pair", *shape)
+    assert rep.opcodes.get("mbarrier.arrive.release.cluster.shared::cluster.b64")
+    assert rep.opcodes.get("bar.warp.sync")
+    assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
+    assert len(rep.blocks) == 2
+    assert _err(c, want) < 1e-2
+    _, c_ir, _ = _run("small persistent pair", *shape, mode="ir")
     np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
 
 

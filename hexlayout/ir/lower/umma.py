@@ -52,7 +52,10 @@ commit / wait) runs unchanged:
   ``tc_done`` barrier, so every thread of both CTAs waits on its own barrier as for one CTA (both
   count the commits). The kernel's tcgen05 mmas are all of one cta_group; the epilogue's barrier
   before the deallocation is a cluster barrier too. An accumulator whose register values a pair's
-  MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop).
+  MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop); one
+  no op wrote before (an MMA role's loop-carried stage) needs no store, as for one CTA. Handed
+  to reader roles, both CTAs' readers load their own lanes; the author's arrive releasing the
+  columns goes to the even CTA's barrier (``hl.arrive(..., cta=0)``), which the issuer waits on.
 * **block scales** (a block-scaled atom: ``hl.mma(..., scale_a=, scale_b=)``): each operand's
   factors get their own TMEM columns (``arch.block_scale.scale_columns``, from a multiple of 4,
   after the accumulators allocated so far), once per mma op; the issuing thread copies them,
@@ -473,13 +476,14 @@ class TmemState:
             carried = isinstance(op, For) and self.defined_outside(rid, op)
             if rid in self.pending or (o.accumulate is False and not carried):
                 continue
-            if tu.cta_group == 2:
+            written = self.written_before(rid, op)
+            if tu.cta_group == 2 and written:
                 raise ValueError(f"the pair's tcgen05 mma (cta_group::2) on %{o.c.name} would add to "
                                  "register values (its tcgen05.st into both CTAs' TMEM would need a cluster "
                                  "barrier): give its first mma accumulate=False (or k > 0 in a k-loop with "
                                  "nothing to add before)")
             p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1], rid)
-            if self.written_before(rid, op):
+            if written:
                 out += self._load(lw, p, store=True)
             self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
         return out
