@@ -115,10 +115,12 @@ class ASourceCost:
         return self.moves + self.sync
 
 
-def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, ASourceCost]:
+def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 1) -> dict[str, ASourceCost]:
     """The cost model of the module docstring for an ``m x k`` register A of ``bits``-bit elements
     run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (a source absent when it cannot
-    hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it).
+    hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it); ``a_sets``:
+    ``R``, the sets of TMEM columns (or shared buffers) A rotates through, one per execution of the
+    op that may be in flight at its store plus one (``ir.mma_in_flight``).
 
     Example:
         >>> c = a_source_costs(64, 64, 16)
@@ -129,13 +131,13 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, A
     stage = smem_a_stage(m, k, bits, threads)
     if stage is not None:
         sts, width = stage.stores, stage.vector_elems * bits
-        out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes,
+        out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes * a_sets,
                                   f"{sts} st.shared.b{width} + {sts} address computations per thread, "
                                   "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")
     cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
     if cands:
         best = cands[0]
-        out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns, 0,
+        out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns * a_sets, 0,
                                   f"{best.stores} tcgen05.st.{best.shape}.x{best.num} per warp, wait::st, "
                                   "fence::before_thread_sync, barrier, fence::after_thread_sync")
     return out
@@ -143,10 +145,11 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, A
 
 def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                       scaled: bool = False, cta_group: int = 1,
-                      other_columns: int = 0) -> tuple[str | None, str]:
+                      other_columns: int = 0, a_sets: int = 1) -> tuple[str | None, str]:
     """Where a register A of an ``m x n x k`` tcgen05.mma goes (module docstring): ``("tmem",
     why not shared)``, ``("smem", why not TMEM)`` or ``(None, why neither)``; ``other_columns``: the
-    TMEM columns of the kernel's other accumulators."""
+    TMEM columns of the kernel's other accumulators; ``a_sets``: the sets of A's ring
+    (``a_source_costs``)."""
     if scaled:
         return None, ("a block-scaled tcgen05.mma on a register A is not built (its factors' tcgen05.cp "
                       "reads shared tiles; stage A through a shared tile: hl.copy, then hl.mma on it)")
@@ -156,7 +159,7 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     why = umma_refusal(m, n, k, da, db, dc, threads)
     if why is not None:
         return None, why
-    costs = a_source_costs(m, k, da.bits, threads)
+    costs = a_source_costs(m, k, da.bits, threads, a_sets)
     t, sm = costs.get("tmem"), costs.get("smem")
     if threads != 128:
         why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
@@ -165,8 +168,9 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     elif t is None:
         why_t = f"no tcgen05.st writes a {m}x{k} A operand into TMEM"
     elif t.tmem_columns > MAX_A_COLUMNS or t.tmem_columns + n + other_columns > TMEM_COLUMNS:
-        why_t = (f"A in TMEM needs {t.tmem_columns} columns beside the accumulators' {n + other_columns} "
-                 f"(at most {MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all)")
+        sets = f" ({a_sets} sets of {t.tmem_columns // a_sets}: executions in flight)" if a_sets > 1 else ""
+        why_t = (f"A in TMEM needs {t.tmem_columns} columns{sets} beside the accumulators' "
+                 f"{n + other_columns} (at most {MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all)")
     elif sm is not None and t.instructions > sm.instructions:
         why_t = (f"A through TMEM takes {t.instructions} instructions per k-tile, through shared memory "
                  f"{sm.instructions}")
@@ -180,10 +184,11 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
 
 
 def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0) -> str | None:
+                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0,
+                       a_sets: int = 1) -> str | None:
     """Why no tcgen05 tiling takes a register A (None: TMEM or shared memory feeds it;
     ``register_a_source``)."""
-    src, why = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns)
+    src, why = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns, a_sets)
     return why if src is None else None
 
 
@@ -231,19 +236,19 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
 def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                  majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
                  scaled: bool = False, cta_group: int = 1, a_register: bool = False,
-                 other_columns: int = 0) -> list[TiledUmma]:
+                 other_columns: int = 0, a_sets: int = 1) -> list[TiledUmma]:
     """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``);
     ``m`` rows per CTA, ``cta_group`` 2: the pair's (one atom of the pair's M = 2m, N = n);
     ``a_register``: A is a register tile, written into TMEM (``_TS`` atoms) or staged through
     shared memory (``_SS`` atoms, A K-major) as ``register_a_source`` decides with the kernel's
-    other accumulators taking ``other_columns`` TMEM columns."""
+    other accumulators taking ``other_columns`` TMEM columns and A's ring ``a_sets`` sets."""
     if umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
         return []
     stores: list = [None]
     stage: SmemOperandStage | None = None
     a_tmem = False
     if a_register:
-        src, _ = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns)
+        src, _ = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns, a_sets)
         if src is None:
             return []
         if src == "tmem":
@@ -277,7 +282,8 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
                 atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
                 for a_store in stores:
                     out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
-                                         ep.origins, full, chunk, a_store=a_store, a_stage=stage))
+                                         ep.origins, full, chunk, a_store=a_store, a_stage=stage,
+                                         a_sets=a_sets if a_register else 1))
     return out
 
 
@@ -301,10 +307,11 @@ def _table(tv: Layout) -> np.ndarray:
     return np.asarray(tv.indices(), dtype=np.int64).reshape(v, t).T
 
 
-def umma_candidates(op: Mma, threads: int, other_columns: int = 0) -> list[TiledUmma]:
+def umma_candidates(op: Mma, threads: int, other_columns: int = 0, a_sets: int = 1) -> list[TiledUmma]:
     """The tcgen05 tilings of ``op`` run by ``threads`` threads: B in shared memory, A in shared
     memory or a register tile fed through TMEM or shared memory (module docstring; the kernel's
-    other accumulators take ``other_columns`` TMEM columns), no atom given (``atom=`` names an
+    other accumulators take ``other_columns`` TMEM columns, a register A's ring ``a_sets`` sets), no
+    atom given (``atom=`` names an
     mma.sync / wgmma atom, not built on sm_100a); the pair's (``cta_group::2``) when ``c`` has
     twice ``b``'s rows."""
     a, b, c = op.a.type, op.b.type, op.c.type
@@ -314,18 +321,20 @@ def umma_candidates(op: Mma, threads: int, other_columns: int = 0) -> list[Tiled
     m, k = a.shape
     group = 2 if c.shape[1] == 2 * b.shape[0] else 1
     return umma_tilings(m, c.shape[1], k, a.dtype, b.dtype, c.dtype, threads, scaled=op.scale_a is not None,
-                        cta_group=group, a_register=a.scope == Scope.REGISTER, other_columns=other_columns)
+                        cta_group=group, a_register=a.scope == Scope.REGISTER, other_columns=other_columns,
+                        a_sets=a_sets)
 
 
 def a_source_comparison(tu: TiledUmma) -> str:
     """Why ``tu`` feeds its register A through TMEM rather than shared memory, or the reverse: the
     cost model's numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
-    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
+    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads, tu.a_sets)
     t, sm = c.get("tmem"), c.get("smem")
-    shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes per stage)"
+    ring = f" in {tu.a_sets} sets" if tu.a_sets > 1 else ""
+    shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes{ring or ' per stage'})"
               if sm is not None else "none (no K-major canonical layout holds it)")
-    tmem = (f"{t.instructions} ({t.detail}; {t.tmem_columns} columns)" if t is not None
+    tmem = (f"{t.instructions} ({t.detail}; {t.tmem_columns} columns{ring})" if t is not None
             else "none (no tcgen05.st writes it from these threads)")
     if tu.a_store is not None:
         return f"A source by cost per k-tile and warp: shared memory {shared} against TMEM's {tmem}"
