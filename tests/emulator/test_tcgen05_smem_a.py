@@ -110,7 +110,7 @@ def test_two_warp_groups_stage_a_through_a_shared_ring(two_groups) -> None:
     np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)
     (choice,) = _mma_choices(two_groups)
     assert "_SS" in choice and "register A staged through shared memory (64x32 K-major, 64-byte swizzle, " \
-        "1 st.shared.b128 per thread)" in choice, choice
+        "1 st.shared.b128 per thread, a ring of 2)" in choice, choice
     body = list(walk(two_groups.lowered.kernel.body))
     staged = [i for i in body if i.origin == "st.shared of the register A operand"]
     assert [type(i).__name__ for i in staged] == ["StShared", "FenceProxyAsync", "BarSync", "Tcgen05Fence",

@@ -104,7 +104,8 @@ def walk(body):
 
 
 def a_stores(syn) -> list[T.Tcgen05St]:
-    return [i for i in walk(syn.lowered.kernel.body) if isinstance(i, T.Tcgen05St) and "register A" in i.origin]
+    body = walk(syn.lowered.kernel.body)
+    return [i for i in body if isinstance(i, T.Tcgen05St) and "register A" in i.origin]
 
 
 def alloc(syn) -> list[int]:
