@@ -227,6 +227,26 @@ def test_the_choice_counts_the_sets_against_the_512_columns() -> None:
     assert src == "smem" and "needs 64 columns (2 sets of 32: executions in flight)" in why, why
 
 
+def test_explain_shows_the_sets_and_the_columns(capsys) -> None:
+    """``hexlayout explain FILE:ring_gemm -D pending=1 --arch sm_100a``: the accumulator's entry
+    lists the mma's register A in TMEM with its 16 columns per set and its 2 sets, and the 64
+    columns allocated; the text says how the sets rotate."""
+    import json
+
+    from hexlayout.cli import main
+
+    spec = f"{__file__}:ring_gemm"
+    assert main(["explain", spec, "--arch", "sm_100a", "-D", "pending=1", "--json"]) == 0
+    (t,) = json.loads(capsys.readouterr().out)["tmem"]
+    (a,) = t["a_in_tmem"]
+    assert (a["columns"], a["sets"], t["allocated"]) == (16, 2, 64), t
+    assert a["file"].endswith("test_tcgen05_tmem_a_ring.py") and a["line"] > 0
+    assert main(["explain", spec, "--arch", "sm_100a", "-D", "pending=1"]) == 0
+    text = capsys.readouterr().out
+    assert "64 columns allocated" in text, text
+    assert "written to TMEM: 2 sets of 16 columns (one per execution of the mma in flight" in text, text
+
+
 @pytest.mark.nvrtc
 def test_nvrtc_sm100a_rotates_the_a_columns_without_spills(in_flight_one) -> None:
     """NVRTC for sm_100a: no spills, no local memory, no warnings; the main loop writes A with STTM
