@@ -33,24 +33,25 @@ execution of the op (one k-step group) and per warp:
 * TMEM: ``stores`` ``tcgen05.st`` (``tmem_choice.tmem_a_candidates``, usually 1) + ``wait::st``
   + two ``tcgen05.fence`` + a barrier of the warp group (the issuing thread must see every
   warp's stores; consecutive register-A mmas share one wait, fence pair and barrier), and
-  ``K x bits / 32`` TMEM columns beside the accumulator (a column range per mma op: the
-  register tile's lifetime rule, rewritten only after the MMA reading it retired, is the
-  columns' too). Only one warp group of one CTA (128 threads, ``cta_group::1``), no block
+  ``R x K x bits / 32`` TMEM columns beside the accumulator: ``R`` sets of A's columns, one more
+  than the executions of the op whose MMAs may still read A at its store
+  (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight. Only one warp group of one CTA (128 threads, ``cta_group::1``), no block
   scales, 8- or 16-bit A;
 * shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
   share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
   (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
   ``tcgen05.fence::after_thread_sync``: ``2 S + 3``; and ``M x K x bits / 8`` bytes of shared
-  memory per buffer of the ring (``ir.lower.umma.stage_depths``: as many buffers as executions
-  of the op may be in flight at its store, plus one).
+  memory per buffer of the ring, ``R`` buffers (``ir.lower.umma.stage_depths``: as many as
+  executions of the op may be in flight at its store, plus one).
 
 Per op, with ``C`` the TMEM columns of the kernel's other accumulators (``other_columns``),
-TMEM is chosen when it is possible, ``K x bits / 32 <= MAX_A_COLUMNS``, ``K x bits / 32 + N + C
-<= 512`` and its instructions do not exceed shared's (ties go to TMEM: no shared bytes); else
+TMEM is chosen when it is possible, ``R x K x bits / 32 <= MAX_A_COLUMNS``, ``R x K x bits / 32 + N
++ C <= 512`` and its instructions do not exceed shared's (ties go to TMEM: no shared bytes); else
 shared memory (``register_a_source``). One ``tcgen05.st`` per warp moves what takes ``M x K x
 bits / 16384`` ``st.shared.v4`` per thread: they tie at a single k-step of M = 64 (5 and 5), TMEM
 is cheaper from there on (M = 64, K = 64: 5 against 11), so shared memory is chosen where TMEM
-does not fit: two warp groups, A over 256 columns, A beside accumulators over 512 columns.
+does not fit: two warp groups, A (all its sets) over 256 columns, A beside accumulators over 512
+columns.
 What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): a pair
 of CTAs (``cta_group::2``: the odd CTA's stores would need a cluster barrier before the even
 CTA's issue), a block-scaled op, a tile no K-major canonical layout holds. ``explain`` shows the

@@ -11,24 +11,29 @@ commit / wait) runs unchanged:
   permit, a fenced block barrier, and every thread reading the address into ``tmem_base``;
   it ends with a fenced block barrier and warp 0's ``tcgen05.dealloc``.
 * **A from TMEM** (``TiledUmma.a_store``: ``a`` is a register tile, a ``_TS`` atom): each such op
-  gets ``a_columns`` TMEM columns (after the columns allocated so far), shared with the other such
-  ops that are never stored while its MMA may be in flight nor it while theirs may (``a_ranges``:
-  a flow of commits and ``wgmma_wait`` over the kernel, as for the accumulators); before the first of
-  a run of consecutive such ops of a block (only ``wgmma_fence`` between them), every thread
-  writes each op's A registers there with the op's ``tcgen05.st`` (warp ``w``: lanes
-  ``32*(w%4) + lane``, columns ``a_column + column`` of the store's origins), then
+  gets ``R`` sets of ``a_columns`` TMEM columns (after the columns allocated so far), ``R`` = one
+  more than the most executions of the op whose MMAs may be in flight at its store
+  (``ir.mma_in_flight``: commits and ``wgmma_wait``, the tensor cores' arrivals on barriers at a
+  constant index and the waits on them); execution ``e`` (a per-thread counter, kept only when
+  ``R > 1``) writes set ``e % R``, so none of the ``R - 1`` latest executions, in flight, has its A
+  rewritten (an MMA is retired in order of commits). The sets are shared with the other such ops
+  that are never stored while its MMA may be in flight nor it while theirs may (``a_ranges``; the
+  range holds the most sets of its members). A store that may find unboundedly many executions in
+  flight (no wait in the loop retires them) is an error naming the op. Before the first of a run
+  of consecutive such ops of a block (only ``wgmma_fence`` between them), every thread writes each
+  op's A registers into its current set with the op's ``tcgen05.st`` (warp ``w``: lanes
+  ``32*(w%4) + lane``, columns ``set + column`` of the store's origins), then
   ``tcgen05.wait::st``, ``tcgen05.fence::before_thread_sync``, a barrier of the threads and
   ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's
   stores (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of
-  k-step ``k`` reads A at column ``a_column + k * 8``. The op's columns are
-  rewritten by its next execution: as for the register A of wgmma, the program must have retired
-  the MMAs that read them (a ``wgmma_wait``) by then; the emulator reports a store into columns
-  an in-flight MMA reads.
+  k-step ``k`` reads A at column ``set + k * 8``. The emulator and the PTX executor report a store
+  into columns an in-flight MMA reads (a wait for an earlier barrier phase than the latest
+  arrival's, which the flow assumes, retires fewer MMAs than counted).
 * **A staged through shared memory** (``TiledUmma.a_stage``: ``a`` is a register tile, an ``_SS``
   atom): each such op gets a ring of ``R`` buffers of ``a_stage.layout`` (K-major, swizzled,
   aligned to 1024 bytes) in shared memory, ``R`` = one more than the most executions of the op
-  whose MMAs may be in flight at its store (``stage_depths``: the commit / ``wgmma_wait`` flow of
-  ``a_ranges``, counting executions); execution ``e`` (a per-thread counter, kept only when ``R >
+  whose MMAs may be in flight at its store (``stage_depths``: the flow of ``ir.mma_in_flight``, as
+  for an A in TMEM); execution ``e`` (a per-thread counter, kept only when ``R >
   1``) writes buffer ``e % R``. Before the MMAs every thread stores its registers there
   (``st.shared``, ``copy.lower_reg_mem``), then ``fence.proxy.async`` (the MMA reads through the
   async proxy), a barrier of the threads running the op and ``tcgen05.fence::after_thread_sync``;
