@@ -27,24 +27,24 @@ BK = 32
 KX = 4 * BK + 16          # ragged K: 5 k-tiles, the last one half wide (zero-filled)
 
 
-def ring_gemm(pending: int = 1):
+def ring_gemm(pending: int = 1, bk: int = BK):
     """``c[64, 16] = (2 a)[64, K] @ b[16, K]^T`` on one warp group: each k-tile of ``a`` loaded into
     registers and doubled there (the register A of one mma op, not unrolled), ``b``'s k-tile into
     stage ``k % 4`` of a shared ring, ``wgmma_wait(pending)`` after each k-tile's commit (``pending``
-    earlier executions of the mma may read A at its store)."""
+    earlier executions of the mma may read A at its store); k-tiles of ``bk``."""
 
-    @hl.kernel(threads=128, name=f"tmem_a_ring_w{pending}")
+    @hl.kernel(threads=128, name=f"tmem_a_ring_w{pending}" + ("" if bk == BK else f"_k{bk}"))
     def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
-        sb = hl.shared(hl.f16, (16, BK, 4))
+        sb = hl.shared(hl.f16, (16, bk, 4))
         acc = hl.zeros((64, 16), hl.f32)
-        for kt in hl.range(hl.cdiv(a.shape[1], BK)):
-            hl.copy(b.tile((16, BK), (0, kt * BK)), sb[:, :, kt % 4])
+        for kt in hl.range(hl.cdiv(a.shape[1], bk)):
+            hl.copy(b.tile((16, bk), (0, kt * bk)), sb[:, :, kt % 4])
             hl.commit_group()
             hl.wait_group(0)
             hl.fence_proxy_async()
             hl.syncthreads()
-            w = hl.register(hl.f16, (64, BK))
-            hl.copy(a.tile((64, BK), (0, kt * BK)), w)
+            w = hl.register(hl.f16, (64, bk))
+            hl.copy(a.tile((64, bk), (0, kt * bk)), w)
             hl.wgmma_fence()
             hl.mma(w + w, sb[:, :, kt % 4], acc)
             hl.wgmma_commit()
@@ -225,6 +225,22 @@ def test_the_choice_counts_the_sets_against_the_512_columns() -> None:
     assert register_a_source(128, 256, 64, f16, f16, f32, 128, other_columns=208)[0] == "tmem"
     src, why = register_a_source(128, 256, 64, f16, f16, f32, 128, other_columns=208, a_sets=2)
     assert src == "smem" and "needs 64 columns (2 sets of 32: executions in flight)" in why, why
+
+
+def test_sets_over_the_a_columns_fall_back_to_the_shared_ring() -> None:
+    """k-tiles of 256 (128 A columns per set): ``wgmma_wait(1)`` - two sets, 256 columns, fit;
+    ``wgmma_wait(2)`` - three sets, 384 columns, over the 256 an A may take: staged through a shared
+    ring of three buffers instead (the choice says why)."""
+    syn = synthesize(ring_gemm(1, 256).trace(), "sm_100a")
+    (choice,) = mma_choices(syn)
+    assert "A from TMEM (2 sets of 128 columns" in choice and alloc(syn) == [512], choice
+    syn = synthesize(ring_gemm(2, 256).trace(), "sm_100a")
+    (choice,) = mma_choices(syn)
+    assert "_SS" in choice and "staged through shared memory" in choice and "a ring of 3" in choice, choice
+    (ring,) = [b for b in syn.lowered.kernel.smem if b.name.endswith("_stage")]
+    assert ring.nbytes == 3 * 64 * 256 * 2
+    alt = next(d for d in syn.decisions if d.subject.startswith("mma at")).alternatives[0]
+    assert "A in TMEM needs 384 columns (3 sets of 128: executions in flight)" in alt.reason, alt.reason
 
 
 def test_explain_shows_the_sets_and_the_columns(capsys) -> None:
