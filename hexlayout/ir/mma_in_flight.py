@@ -18,8 +18,9 @@ executions that may be in flight, latest first, each as ``(commits, marks)``: th
   executor report (an A rewritten under the MMA that reads it). An arrive or a wait at a computed
   index marks or retires nothing (no static pairing of the two);
 * a loop: the least fixpoint of its entry joined with its back edge (a loop may run zero times);
-  a branch: its paths joined. The join keeps, per position (``i``-th latest execution), the
-  fewer commits and the marks of both paths, and the longer list.
+  a branch: its paths joined (a branch of some warp groups with the path of the others, which
+  skip it). The join keeps, per position (``i``-th latest execution), the fewer commits and the
+  marks both paths have, and the longer list.
 
 Counts saturate: an op's list holds at most ``MAX_RING`` executions (a longer one: unboundedly
 many may be in flight), an execution's commits at the largest ``n`` of the kernel's
@@ -79,8 +80,8 @@ def _key(bar: object, index: object) -> tuple[int, int] | None:
 
 
 def _join(a: InFlight, b: InFlight) -> InFlight:
-    """Either path's executions: per op the longer list, per position fewer commits and the
-    marks of both."""
+    """Either path's executions: per op the longer list, per position the fewer commits and the
+    marks both paths have."""
     out = dict(a)
     for u, c in b.items():
         x = out.get(u, ())
