@@ -35,8 +35,8 @@ execution of the op (one k-step group) and per warp:
   warp's stores; consecutive register-A mmas share one wait, fence pair and barrier), and
   ``R x K x bits / 32`` TMEM columns beside the accumulator: ``R`` sets of A's columns, one more
   than the executions of the op whose MMAs may still read A at its store
-  (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight. Only one warp group of one CTA (128 threads, ``cta_group::1``), no block
-  scales, 8- or 16-bit A;
+  (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight.
+  Only one warp group of one CTA (128 threads, ``cta_group::1``), no block scales, 8- or 16-bit A;
 * shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
   share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
   (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
@@ -52,7 +52,8 @@ bits / 16384`` ``st.shared.v4`` per thread: they tie at a single k-step of M = 6
 is cheaper from there on (M = 64, K = 64: 5 against 11), so shared memory is chosen where TMEM
 does not fit: two warp groups, A (all its sets) over 256 columns, A beside accumulators over 512
 columns.
-What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): a pair
+What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
+with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``), a pair
 of CTAs (``cta_group::2``: the odd CTA's stores would need a cluster barrier before the even
 CTA's issue), a block-scaled op, a tile no K-major canonical layout holds. ``explain`` shows the
 comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
@@ -80,6 +81,7 @@ from hexlayout.arch import get_atom
 from hexlayout.arch.dtypes import DType
 from hexlayout.arch.sm100 import block_scaled_n_values, kind_of, umma_n_values
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_SHAPES
+from hexlayout.ir.mma_in_flight import MAX_RING
 from hexlayout.ir.tile import Mma
 from hexlayout.ir.tiled_umma import TiledUmma
 from hexlayout.ir.types import Scope
@@ -160,6 +162,11 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     why = umma_refusal(m, n, k, da, db, dc, threads)
     if why is not None:
         return None, why
+    if a_sets > MAX_RING:
+        return None, (f"up to {a_sets - 1} earlier executions of the mma may still read A where it runs (no "
+                      "wgmma_wait, nor a wait at a constant index on a barrier its MMAs arrive on, bounds "
+                      "them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
+                      "before the mma runs again")
     costs = a_source_costs(m, k, da.bits, threads, a_sets)
     t, sm = costs.get("tmem"), costs.get("smem")
     if threads != 128:

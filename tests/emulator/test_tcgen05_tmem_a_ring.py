@@ -216,6 +216,36 @@ def test_a_loop_that_never_waits_is_an_error_naming_the_op() -> None:
         synthesize(k.trace(), "sm_100a")
     msg = str(e.value)
     assert "tmem_a_no_wait" in msg and "hl.mma(w, sb, acc)" in msg and "bounds them" in msg, msg
+    assert "no ring of TMEM columns or shared buffers holds A" in msg, msg
+
+
+def test_a_pipeline_whose_mmas_release_stages_at_a_computed_index_is_an_error() -> None:
+    """``hl.pipeline(..., mma_release=True)``: the arrivals and waits on its stage barriers are at
+    ``k % stages``, which the in-flight count does not pair (only constant indices), so a register A
+    in its body has no bound on the executions in flight: an error naming the op, not a ring that
+    might be too short."""
+
+    @hl.kernel(threads=128, name="tmem_a_pipeline")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        sb = hl.shared(hl.f16, (16, BK, 3))
+        acc = hl.zeros((64, 16), hl.f32)
+
+        def load(kk, s):
+            hl.copy(b.tile((16, BK), (0, kk * BK)), sb[:, :, s])
+
+        hl.syncthreads()
+        num_k = hl.cdiv(a.shape[1], BK)
+        for kk, s in hl.pipeline(num_k, 3, load, ahead=1, async_proxy=True, mma_release=True):
+            w = hl.register(hl.f16, (64, BK))
+            hl.copy(a.tile((64, BK), (0, kk * BK)), w)
+            hl.wgmma_fence()
+            hl.mma(w, sb[:, :, s], acc)
+        hl.copy(acc, c.tile((64, 16), (0, 0)))
+
+    with pytest.raises(HexlayoutError) as e:
+        synthesize(k.trace(), "sm_100a")
+    msg = str(e.value)
+    assert "tmem_a_pipeline" in msg and "hl.mma(w, sb[:, :, s], acc)" in msg and "constant index" in msg, msg
 
 
 def test_the_choice_counts_the_sets_against_the_512_columns() -> None:

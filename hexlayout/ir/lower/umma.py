@@ -281,8 +281,8 @@ class TmemState:
                 op = next(o for o in lw.tk.body.walk() if o.uid == uid)
                 raise ValueError(f"the register A %{op.a.name} is written to TMEM while up to "
                                  f"{depth[uid] - 1} earlier executions of the mma may still read it (no "
-                                 "wgmma_wait, nor a wait on the barrier its MMAs arrive on, bounds them): "
-                                 "wait for the MMAs before the mma runs again")
+                                 "wgmma_wait, nor a wait at a constant index on a barrier its MMAs arrive "
+                                 "on, bounds them): wait for the MMAs before the mma runs again")
             if rng not in self.range_cols:
                 need = self.used + tu.a_columns * sets.get(rng, 1)
                 if need > TMEM_COLUMNS:
