@@ -9,14 +9,19 @@ executions that may be in flight, latest first, each as ``(commits, marks)``: th
 
 * ``wgmma_commit`` adds one commit to each execution; ``wgmma_wait(n)`` retires those with more
   than ``n`` commits (at most ``n`` commit groups still run: every older one completed);
-* ``hl.arrive(bar, i, who="mma")`` at a constant index ``i`` (a ``tcgen05.commit`` onto ``bar[i]``:
-  the phase completes once every MMA issued before it completed) marks each execution with
-  ``(bar, i)``; ``hl.wait(bar, i, phase)`` at a constant ``i`` retires the executions marked with
-  ``(bar, i)``. The wait is taken to be for the latest arrival onto ``bar[i]`` before it (the phase
-  that arrival completes, as ``hl.wait_stage_free`` and the MoE pipelines wait); a wait for an
-  earlier phase retires fewer executions than counted here, which the emulator and the PTX
-  executor report (an A rewritten under the MMA that reads it). An arrive or a wait at a computed
-  index marks or retires nothing (no static pairing of the two);
+* ``hl.arrive(bar, i, who="mma")`` (a ``tcgen05.commit`` onto ``bar[i]``: the phase completes once
+  every MMA issued before it completed) marks each execution with the barrier ``bar[i]``;
+  ``hl.wait(bar, i, phase)`` retires the executions marked with ``bar[i]``. The wait is taken to be
+  for the latest arrival onto ``bar[i]`` before it (the phase that arrival completes, as
+  ``hl.wait_stage_free`` and the MoE pipelines wait); a wait for an earlier phase retires fewer
+  executions than counted here, which the emulator and the PTX executor report (an A rewritten
+  under the MMA that reads it). The index is a constant, or ``(v + c) % S`` with ``v`` the
+  variable of an enclosing loop (``c``, ``S`` constants: a ring of barriers, as ``hl.pipeline``'s
+  ``mma_release`` stages): the mark is then kept relative to ``v`` - residue ``c mod S`` - and
+  each back edge of that loop (``v`` grows by its step) moves it to ``c - step mod S``, so a wait
+  at ``(v + c') % S`` retires what an arrival ``(c - c') mod S`` iterations back marked (plus
+  whole turns). Marks relative to a loop's variable are dropped when the loop ends. An arrive or a
+  wait at any other index marks or retires nothing (no static pairing of the two);
 * a loop: the least fixpoint of its entry joined with its back edge (a loop may run zero times);
   a branch: its paths joined (a branch of some warp groups with the path of the others, which
   skip it). The join keeps, per position (``i``-th latest execution), the fewer commits and the
@@ -53,13 +58,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .expr import const_value, is_const
+from .expr import BinOp, Const, Var, const_value, is_const
 from .tile import Block, For, If, MbarrierArrive, MbarrierWait, Op, WgmmaCommit, WgmmaWait
 
 __all__ = ["Execution", "InFlight", "MAX_RING", "commit_cap", "in_flight", "ring_depths", "conflicts"]
 
-#: one execution in flight: (commits since it, barriers (id of the array, index) the MMAs arrived on since)
-Execution = tuple[int, frozenset[tuple[int, int]]]
+#: one execution in flight: (commits since it, the barriers the MMAs arrived on since: ``_key``)
+Execution = tuple[int, frozenset[tuple[int, ...]]]
 #: per tracked op uid: its executions that may be in flight, latest first (absent: none)
 InFlight = dict[int, tuple[Execution, ...]]
 #: executions of one op in flight the flow counts (a ring holds at most this many)
@@ -74,9 +79,40 @@ def commit_cap(body: Block) -> int:
     return min(_MAX_COMMITS, max(waits, default=0) + 1)
 
 
-def _key(bar: object, index: object) -> tuple[int, int] | None:
-    """The barrier ``bar[index]`` at a constant index (None: a computed one)."""
-    return (id(bar), const_value(index)) if is_const(index) else None
+def _key(bar: object, index: object) -> tuple[int, ...] | None:
+    """The mark of the barrier ``bar[index]``: ``(bar, index)`` at a constant index, ``(bar, v, S,
+    c % S)`` at ``(v + c) % S`` (module docstring); None: an index the flow does not pair."""
+    if is_const(index):
+        return (id(bar), const_value(index))
+    if not (isinstance(index, BinOp) and index.op == "%" and isinstance(index.b, Const)
+            and index.b.value > 0):
+        return None
+    ring, x = index.b.value, index.a
+    if isinstance(x, Var):
+        return (id(bar), id(x), ring, 0)
+    if isinstance(x, BinOp) and x.op in ("+", "-"):
+        v, c = (x.a, x.b) if isinstance(x.a, Var) else (x.b, x.a)
+        if isinstance(v, Var) and isinstance(c, Const) and (x.op == "+" or v is x.a):
+            return (id(bar), id(v), ring, (c.value if x.op == "+" else -c.value) % ring)
+    return None
+
+
+def _next_iteration(f: InFlight, loop: For) -> InFlight:
+    """The marks after the back edge of ``loop``: those relative to its variable move by its step
+    (the same barrier is ``step`` fewer than the variable's new value)."""
+    var = id(loop.var)
+
+    def move(k: tuple[int, ...]) -> tuple[int, ...]:
+        return (*k[:3], (k[3] - loop.step) % k[2]) if len(k) == 4 and k[1] == var else k
+
+    return {u: tuple((c, frozenset(move(k) for k in m)) for c, m in es) for u, es in f.items()}
+
+
+def _after_loop(f: InFlight, loop: For) -> InFlight:
+    """The marks after ``loop``: those relative to its variable dropped (fewer retire later)."""
+    var = id(loop.var)
+    return {u: tuple((c, frozenset(k for k in m if not (len(k) == 4 and k[1] == var))) for c, m in es)
+            for u, es in f.items()}
 
 
 def _join(a: InFlight, b: InFlight) -> InFlight:
@@ -123,13 +159,13 @@ def _flow_op(op: Op, f: InFlight, record: dict[int, list[InFlight]] | None,
     if isinstance(op, For):
         top = f
         for _ in range(4 * _MAX_COMMITS):
-            nxt = _join(f, _flow(op.body.ops, top, None, tracked, cap))
+            nxt = _join(f, _next_iteration(_flow(op.body.ops, top, None, tracked, cap), op))
             if nxt == top:
                 break
             top = nxt
         else:
             raise ValueError("the in-flight flow of a loop did not converge")
-        return _join(f, _flow(op.body.ops, top, record, tracked, cap))
+        return _after_loop(_join(f, _flow(op.body.ops, top, record, tracked, cap)), op)
     if isinstance(op, If):
         out = _flow(op.then_body.ops, f, record, tracked, cap)
         other = _flow(op.else_body.ops, f, record, tracked, cap) if op.else_body is not None else f

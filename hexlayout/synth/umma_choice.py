@@ -164,8 +164,8 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
         return None, why
     if a_sets > MAX_RING:
         return None, (f"up to {a_sets - 1} earlier executions of the mma may still read A where it runs (no "
-                      "wgmma_wait, nor a wait at a constant index on a barrier its MMAs arrive on, bounds "
-                      "them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
+                      "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or ring index, "
+                      "bounds them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
                       "before the mma runs again")
     costs = a_source_costs(m, k, da.bits, threads, a_sets)
     t, sm = costs.get("tmem"), costs.get("smem")

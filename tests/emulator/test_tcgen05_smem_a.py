@@ -207,7 +207,7 @@ def test_a_loop_that_never_waits_is_an_error_naming_the_op() -> None:
         synthesize(k.trace(), "sm_100a")
     msg = str(e.value)
     assert "smem_a_no_wait" in msg and "hl.mma(w, sb, acc)" in msg, msg
-    assert "no wgmma_wait, nor a wait at a constant index" in msg, msg
+    assert "no wgmma_wait, nor a wait on a barrier its MMAs arrive on" in msg, msg
 
 
 def test_a_pairs_register_a_is_refused_naming_the_kernel_op_and_line() -> None:

@@ -14,15 +14,15 @@ commit / wait) runs unchanged:
   gets ``R`` sets of ``a_columns`` TMEM columns (after the columns allocated so far), ``R`` = one
   more than the most executions of the op whose MMAs may be in flight at its store
   (``ir.mma_in_flight``: commits and ``wgmma_wait``, the tensor cores' arrivals on barriers at a
-  constant index and the waits on them); execution ``e`` (a per-thread counter, kept only when
-  ``R > 1``) writes set ``e % R``, so none of the ``R - 1`` latest executions, in flight, has its A
-  rewritten (an MMA is retired in order of commits). The sets are shared with the other such ops
-  that are never stored while its MMA may be in flight nor it while theirs may (``a_ranges``; the
-  range holds the most sets of its members). A store that may find unboundedly many executions in
-  flight (no wait in the loop retires them) is an error naming the op. Before the first of a run
-  of consecutive such ops of a block (only ``wgmma_fence`` between them), every thread writes each
-  op's A registers into its current set with the op's ``tcgen05.st`` (warp ``w``: lanes
-  ``32*(w%4) + lane``, columns ``set + column`` of the store's origins), then
+  constant index or a ring index ``(k + c) % S`` and the waits on them); execution ``e`` (a
+  per-thread counter, kept only when ``R > 1``) writes set ``e % R``, so none of the ``R - 1``
+  latest executions, in flight, has its A rewritten (an MMA is retired in order of commits). The
+  sets are shared with the other such ops that are never stored while its MMA may be in flight
+  nor it while theirs may (``a_ranges``; the range holds the most sets of its members). A store
+  that may find unboundedly many executions in flight (no wait in the loop retires them) is an
+  error naming the op. Before the first of a run of consecutive such ops of a block (only
+  ``wgmma_fence`` between them), every thread writes each op's A registers into its current set
+  with the op's ``tcgen05.st`` (warp ``w``: lanes ``32*(w%4) + lane``, columns ``set + column`` of the store's origins), then
   ``tcgen05.wait::st``, ``tcgen05.fence::before_thread_sync``, a barrier of the threads and
   ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's
   stores (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of
@@ -281,8 +281,8 @@ class TmemState:
                 op = next(o for o in lw.tk.body.walk() if o.uid == uid)
                 raise ValueError(f"the register A %{op.a.name} is written to TMEM while up to "
                                  f"{depth[uid] - 1} earlier executions of the mma may still read it (no "
-                                 "wgmma_wait, nor a wait at a constant index on a barrier its MMAs arrive "
-                                 "on, bounds them): wait for the MMAs before the mma runs again")
+                                 "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or "
+                                 "ring index, bounds them): wait for the MMAs before the mma runs again")
             if rng not in self.range_cols:
                 need = self.used + tu.a_columns * sets.get(rng, 1)
                 if need > TMEM_COLUMNS:
