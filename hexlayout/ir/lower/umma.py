@@ -17,18 +17,18 @@ commit / wait) runs unchanged:
   constant index or a ring index ``(k + c) % S`` and the waits on them); execution ``e`` (a
   per-thread counter, kept only when ``R > 1``) writes set ``e % R``, so none of the ``R - 1``
   latest executions, in flight, has its A rewritten (an MMA is retired in order of commits). The
-  sets are shared with the other such ops that are never stored while its MMA may be in flight
-  nor it while theirs may (``a_ranges``; the range holds the most sets of its members). A store
-  that may find unboundedly many executions in flight (no wait in the loop retires them) is an
-  error naming the op. Before the first of a run of consecutive such ops of a block (only
-  ``wgmma_fence`` between them), every thread writes each op's A registers into its current set
-  with the op's ``tcgen05.st`` (warp ``w``: lanes ``32*(w%4) + lane``, columns ``set + column`` of the store's origins), then
+  sets are shared with the other such ops that are never stored while its MMA may be in flight nor
+  it while theirs may (``a_ranges``; the range holds the most sets of its members). A store that may
+  find unboundedly many executions in flight (no wait in the loop retires them) is an error naming
+  the op. Before the first of a run of consecutive such ops of a block (only ``wgmma_fence`` between
+  them), every thread writes each op's A registers into its current set with the op's ``tcgen05.st``
+  (warp ``w``: lanes ``32*(w%4) + lane``, columns ``set + column`` of the store's origins), then
   ``tcgen05.wait::st``, ``tcgen05.fence::before_thread_sync``, a barrier of the threads and
-  ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's
-  stores (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of
-  k-step ``k`` reads A at column ``set + k * 8``. The emulator and the PTX executor report a store
-  into columns an in-flight MMA reads (a wait for an earlier barrier phase than the latest
-  arrival's, which the flow assumes, retires fewer MMAs than counted).
+  ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's stores
+  (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of k-step
+  ``k`` reads A at column ``set + k * 8``. The emulator and the PTX executor report a store into
+  columns an in-flight MMA reads (a wait for an earlier barrier phase than the latest arrival's,
+  which the flow assumes, retires fewer MMAs than counted).
 * **A staged through shared memory** (``TiledUmma.a_stage``: ``a`` is a register tile, an ``_SS``
   atom): each such op gets a ring of ``R`` buffers of ``a_stage.layout`` (K-major, swizzled,
   aligned to 1024 bytes) in shared memory, ``R`` = one more than the most executions of the op
