@@ -102,7 +102,8 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
                    "TMEM or a shared buffer synthesis stages it through")
         elif a.scope == Scope.REGISTER:
             why = register_a_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                     op.scale_a is not None, group, s.other_accumulator_columns(op))
+                                     op.scale_a is not None, group, s.other_accumulator_columns(op),
+                                     s.a_sets(op))
         else:
             da, db, k, form = operand_form(op)
             why = umma_refusal(c.shape[0], c.shape[1], k, da, db, c.dtype, threads, form or False, group)

@@ -33,25 +33,27 @@ execution of the op (one k-step group) and per warp:
 * TMEM: ``stores`` ``tcgen05.st`` (``tmem_choice.tmem_a_candidates``, usually 1) + ``wait::st``
   + two ``tcgen05.fence`` + a barrier of the warp group (the issuing thread must see every
   warp's stores; consecutive register-A mmas share one wait, fence pair and barrier), and
-  ``K x bits / 32`` TMEM columns beside the accumulator (a column range per mma op: the
-  register tile's lifetime rule, rewritten only after the MMA reading it retired, is the
-  columns' too). Only one warp group of one CTA (128 threads, ``cta_group::1``), no block
-  scales, 8- or 16-bit A;
+  ``R x K x bits / 32`` TMEM columns beside the accumulator: ``R`` sets of A's columns, one more
+  than the executions of the op whose MMAs may still read A at its store
+  (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight.
+  Only one warp group of one CTA (128 threads, ``cta_group::1``), no block scales, 8- or 16-bit A;
 * shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
   share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
   (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
   ``tcgen05.fence::after_thread_sync``: ``2 S + 3``; and ``M x K x bits / 8`` bytes of shared
-  memory per buffer of the ring (``ir.lower.umma.stage_depths``: as many buffers as executions
-  of the op may be in flight at its store, plus one).
+  memory per buffer of the ring, ``R`` buffers (``ir.lower.umma.stage_depths``: as many as
+  executions of the op may be in flight at its store, plus one).
 
 Per op, with ``C`` the TMEM columns of the kernel's other accumulators (``other_columns``),
-TMEM is chosen when it is possible, ``K x bits / 32 <= MAX_A_COLUMNS``, ``K x bits / 32 + N + C
-<= 512`` and its instructions do not exceed shared's (ties go to TMEM: no shared bytes); else
+TMEM is chosen when it is possible, ``R x K x bits / 32 <= MAX_A_COLUMNS``, ``R x K x bits / 32 + N
++ C <= 512`` and its instructions do not exceed shared's (ties go to TMEM: no shared bytes); else
 shared memory (``register_a_source``). One ``tcgen05.st`` per warp moves what takes ``M x K x
 bits / 16384`` ``st.shared.v4`` per thread: they tie at a single k-step of M = 64 (5 and 5), TMEM
 is cheaper from there on (M = 64, K = 64: 5 against 11), so shared memory is chosen where TMEM
-does not fit: two warp groups, A over 256 columns, A beside accumulators over 512 columns.
-What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): a pair
+does not fit: two warp groups, A (all its sets) over 256 columns, A beside accumulators over 512
+columns.
+What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
+with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``), a pair
 of CTAs (``cta_group::2``: the odd CTA's stores would need a cluster barrier before the even
 CTA's issue), a block-scaled op, a tile no K-major canonical layout holds. ``explain`` shows the
 comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
@@ -88,6 +90,7 @@ from hexlayout.arch.sm100 import (
     umma_n_values,
 )
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_SHAPES
+from hexlayout.ir.mma_in_flight import MAX_RING
 from hexlayout.ir.tile import Mma
 from hexlayout.ir.tiled_umma import TiledUmma
 from hexlayout.ir.types import Scope
@@ -124,10 +127,12 @@ class ASourceCost:
         return self.moves + self.sync
 
 
-def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, ASourceCost]:
+def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 1) -> dict[str, ASourceCost]:
     """The cost model of the module docstring for an ``m x k`` register A of ``bits``-bit elements
     run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (a source absent when it cannot
-    hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it).
+    hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it); ``a_sets``:
+    ``R``, the sets of TMEM columns (or shared buffers) A rotates through, one per execution of the
+    op that may be in flight at its store plus one (``ir.mma_in_flight``).
 
     Example:
         >>> c = a_source_costs(64, 64, 16)
@@ -138,13 +143,13 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, A
     stage = smem_a_stage(m, k, bits, threads)
     if stage is not None:
         sts, width = stage.stores, stage.vector_elems * bits
-        out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes,
+        out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes * a_sets,
                                   f"{sts} st.shared.b{width} + {sts} address computations per thread, "
                                   "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")
     cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
     if cands:
         best = cands[0]
-        out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns, 0,
+        out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns * a_sets, 0,
                                   f"{best.stores} tcgen05.st.{best.shape}.x{best.num} per warp, wait::st, "
                                   "fence::before_thread_sync, barrier, fence::after_thread_sync")
     return out
@@ -152,10 +157,11 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128) -> dict[str, A
 
 def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                       scaled: bool = False, cta_group: int = 1,
-                      other_columns: int = 0) -> tuple[str | None, str]:
+                      other_columns: int = 0, a_sets: int = 1) -> tuple[str | None, str]:
     """Where a register A of an ``m x n x k`` tcgen05.mma goes (module docstring): ``("tmem",
     why not shared)``, ``("smem", why not TMEM)`` or ``(None, why neither)``; ``other_columns``: the
-    TMEM columns of the kernel's other accumulators."""
+    TMEM columns of the kernel's other accumulators; ``a_sets``: the sets of A's ring
+    (``a_source_costs``)."""
     if scaled:
         return None, ("a block-scaled tcgen05.mma on a register A is not built (its factors' tcgen05.cp "
                       "reads shared tiles; stage A through a shared tile: hl.copy, then hl.mma on it)")
@@ -165,7 +171,12 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     why = umma_refusal(m, n, k, da, db, dc, threads)
     if why is not None:
         return None, why
-    costs = a_source_costs(m, k, da.bits, threads)
+    if a_sets > MAX_RING:
+        return None, (f"up to {a_sets - 1} earlier executions of the mma may still read A where it runs (no "
+                      "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or ring index, "
+                      "bounds them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
+                      "before the mma runs again")
+    costs = a_source_costs(m, k, da.bits, threads, a_sets)
     t, sm = costs.get("tmem"), costs.get("smem")
     if threads != 128:
         why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
@@ -174,8 +185,9 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     elif t is None:
         why_t = f"no tcgen05.st writes a {m}x{k} A operand into TMEM"
     elif t.tmem_columns > MAX_A_COLUMNS or t.tmem_columns + n + other_columns > TMEM_COLUMNS:
-        why_t = (f"A in TMEM needs {t.tmem_columns} columns beside the accumulators' {n + other_columns} "
-                 f"(at most {MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all)")
+        sets = f" ({a_sets} sets of {t.tmem_columns // a_sets}: executions in flight)" if a_sets > 1 else ""
+        why_t = (f"A in TMEM needs {t.tmem_columns} columns{sets} beside the accumulators' "
+                 f"{n + other_columns} (at most {MAX_A_COLUMNS} for A, {TMEM_COLUMNS} in all)")
     elif sm is not None and t.instructions > sm.instructions:
         why_t = (f"A through TMEM takes {t.instructions} instructions per k-tile, through shared memory "
                  f"{sm.instructions}")
@@ -189,10 +201,11 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
 
 
 def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0) -> str | None:
+                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0,
+                       a_sets: int = 1) -> str | None:
     """Why no tcgen05 tiling takes a register A (None: TMEM or shared memory feeds it;
     ``register_a_source``)."""
-    src, why = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns)
+    src, why = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns, a_sets)
     return why if src is None else None
 
 
@@ -248,12 +261,12 @@ def umma_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
 def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
                  majors: tuple[tuple[str, str], ...] = (("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")),
                  scaled: bool = False, cta_group: int = 1, a_register: bool = False,
-                 other_columns: int = 0) -> list[TiledUmma]:
+                 other_columns: int = 0, a_sets: int = 1) -> list[TiledUmma]:
     """The tcgen05 tilings of the module docstring, best first (empty: see ``umma_refusal``);
     ``m`` rows per CTA, ``cta_group`` 2: the pair's (one atom of the pair's M = 2m, N = n);
     ``a_register``: A is a register tile, written into TMEM (``_TS`` atoms) or staged through
     shared memory (``_SS`` atoms, A K-major) as ``register_a_source`` decides with the kernel's
-    other accumulators taking ``other_columns`` TMEM columns."""
+    other accumulators taking ``other_columns`` TMEM columns and A's ring ``a_sets`` sets."""
     if umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group) is not None:
         return []
     form = _scale_form(scaled)
@@ -263,7 +276,7 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
     stage: SmemOperandStage | None = None
     a_tmem = False
     if a_register:
-        src, _ = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns)
+        src, _ = register_a_source(m, n, k, da, db, dc, threads, scaled, cta_group, other_columns, a_sets)
         if src is None:
             return []
         if src == "tmem":
@@ -298,7 +311,8 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
                 atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
                 for a_store in stores:
                     out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
-                                         ep.origins, full, chunk, a_store=a_store, a_stage=stage))
+                                         ep.origins, full, chunk, a_store=a_store, a_stage=stage,
+                                         a_sets=a_sets if a_register else 1))
     return out
 
 
@@ -322,10 +336,11 @@ def _table(tv: Layout) -> np.ndarray:
     return np.asarray(tv.indices(), dtype=np.int64).reshape(v, t).T
 
 
-def umma_candidates(op: Mma, threads: int, other_columns: int = 0) -> list[TiledUmma]:
+def umma_candidates(op: Mma, threads: int, other_columns: int = 0, a_sets: int = 1) -> list[TiledUmma]:
     """The tcgen05 tilings of ``op`` run by ``threads`` threads: B in shared memory, A in shared
     memory or a register tile fed through TMEM or shared memory (module docstring; the kernel's
-    other accumulators take ``other_columns`` TMEM columns), no atom given (``atom=`` names an
+    other accumulators take ``other_columns`` TMEM columns, a register A's ring ``a_sets`` sets), no
+    atom given (``atom=`` names an
     mma.sync / wgmma atom, not built on sm_100a); the pair's (``cta_group::2``) when ``c`` has
     twice ``b``'s rows."""
     a, b, c = op.a.type, op.b.type, op.c.type
@@ -336,7 +351,8 @@ def umma_candidates(op: Mma, threads: int, other_columns: int = 0) -> list[Tiled
     da, db, k, form = operand_form(op)
     group = 2 if c.shape[1] == 2 * b.shape[0] else 1
     return umma_tilings(m, c.shape[1], k, da, db, c.dtype, threads, scaled=form or False,
-                        cta_group=group, a_register=a.scope == Scope.REGISTER, other_columns=other_columns)
+                        cta_group=group, a_register=a.scope == Scope.REGISTER, other_columns=other_columns,
+                        a_sets=a_sets)
 
 
 def operand_form(op: Mma) -> tuple[DType, DType, int, tuple[str, int] | None]:
@@ -358,11 +374,12 @@ def a_source_comparison(tu: TiledUmma) -> str:
     """Why ``tu`` feeds its register A through TMEM rather than shared memory, or the reverse: the
     cost model's numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
-    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads)
+    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads, tu.a_sets)
     t, sm = c.get("tmem"), c.get("smem")
-    shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes per stage)"
+    ring = f" in {tu.a_sets} sets" if tu.a_sets > 1 else ""
+    shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes{ring or ' per stage'})"
               if sm is not None else "none (no K-major canonical layout holds it)")
-    tmem = (f"{t.instructions} ({t.detail}; {t.tmem_columns} columns)" if t is not None
+    tmem = (f"{t.instructions} ({t.detail}; {t.tmem_columns} columns{ring})" if t is not None
             else "none (no tcgen05.st writes it from these threads)")
     if tu.a_store is not None:
         return f"A source by cost per k-tile and warp: shared memory {shared} against TMEM's {tmem}"

@@ -271,21 +271,43 @@ def test_stage_released_before_the_mma_completes_is_caught() -> None:
 def test_register_a_through_tmem(wait: bool) -> None:
     """``hl.mma`` on a register tile: the printed ``tcgen05.st.16x64b`` of A into TMEM and the
     ``_TS`` tcgen05.mma reading ``[a_tmem]``, executed from the PTX against float64 over 6 k-tiles;
-    with ``wgmma_wait(2)`` instead of 1 k-tile ``k + 2``'s store rewrites the A the MMA of ``k``
-    still reads, which the executor reports."""
+    with ``wgmma_wait(2)`` instead of 1 the MMA of k-tile ``k`` may still run at ``k + 2``'s store of
+    the same unrolled A, which therefore rotates through two sets of columns (no race reported)."""
     from tests.emulator.test_tcgen05_tmem_a import _gemm_args, _tmem_a_gemm
 
     bld = rt.build(_tmem_a_gemm(wait), "sm_100a", compile=False)
     args, want = _gemm_args()
-    if not wait:
-        with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
-            rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
-        return
     rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
     assert rep.opcodes.get("tcgen05.st.sync.aligned.16x64b.x8.b32")
     assert rep.opcodes.get("tcgen05.wait::st.sync.aligned")
     assert "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2" in bld.generated.source  # A: [a_tmem]
+    assert ("_aset" in bld.generated.source) == (not wait)      # the execution counter of the sets
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_register_a_ring_in_tmem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One register-A mma per k-tile left in flight by ``wgmma_wait(1)`` (5 ragged k-tiles): its A
+    rotates through two TMEM column sets and the PTX matches float64 with no race; forced to one
+    set, the executor reports the store into the columns the previous MMA reads."""
+    import hexlayout.ir.lower.umma as lu
+    from tests.emulator.test_tcgen05_tmem_a_ring import gemm_args, ring_gemm
+
+    bld = rt.build(ring_gemm(1), "sm_100a", compile=False)
+    args, want = gemm_args()
+    rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+    real = lu.a_ranges
+
+    def one_set(lw):
+        ranges, depth, sets = real(lw)
+        return ranges, {u: 1 for u in depth}, {r: 1 for r in sets}
+
+    monkeypatch.setattr(lu, "a_ranges", one_set)
+    monkeypatch.setenv("HEXLAYOUT_BUILD_CACHE", "0")         # synthesize again, under the patch
+    bad = rt.build(ring_gemm(1), "sm_100a", compile=False)
+    assert "_aset" not in bad.generated.source
+    with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
+        rt.emulate(bad, *gemm_args()[0].values(), mode="ptx")
 
 
 # --- a register A operand staged through shared memory by synthesis --------------------------------
