@@ -40,8 +40,8 @@ __all__ = [
     "Instr", "LdGlobal", "StGlobal", "LdShared", "StShared", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
-    "WarpSync", "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop",
-    "IfThen", "ElectIf", "elect_if", "merge_elected", "LoweredKernel", "walk_instrs",
+    "WarpSync", "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment",
+    "ForLoop", "IfThen", "ElectIf", "elect_if", "merge_elected", "LoweredKernel", "walk_instrs",
 ]
 
 

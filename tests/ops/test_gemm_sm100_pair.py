@@ -302,7 +302,8 @@ def test_an_elected_arrive_without_its_warp_sync_is_an_emulator_error():
         for n, i in enumerate(body):
             if isinstance(i, L.WarpSync):
                 body[n] = L.Comment("(no __syncwarp)")
-            for sub in (getattr(i, "body", None), getattr(i, "then_body", None), getattr(i, "else_body", None)):
+            for attr in ("body", "then_body", "else_body"):
+                sub = getattr(i, attr, None)
                 if isinstance(sub, list):
                     drop(sub)
 
