@@ -11,8 +11,9 @@
 * ``sm100`` (tcgen05.mma atoms ``SM100_128x256x16_F32BF16BF16_SS`` ...), ``tcgen05`` (their
   instruction and shared-memory descriptors), ``tmem`` (tensor memory: accumulator layouts,
   tcgen05.ld/st shapes, allocation rules), ``tcgen05_ops`` (alloc, commit, fence, wait PTX),
-  ``tcgen05_cp`` (tcgen05.cp shapes: shared memory -> TMEM), ``block_scale`` (UE8M0 block scale
-  factors of the block-scaled tcgen05.mma: shared-memory and TMEM layouts).
+  ``tcgen05_cp`` (tcgen05.cp shapes: shared memory -> TMEM), ``block_scale`` (UE8M0 / UE4M3 block
+  scale factors of the block-scaled tcgen05.mma: scale vectors, shared-memory and TMEM layouts),
+  ``fp4`` (e2m1 values and their packed shared-memory format, kind::mxf4 / mxf4nvf4).
 
 Importing this package loads neither torch nor CUDA; atom tables are built on first use.
 """

@@ -13,6 +13,12 @@ into one byte per element).
 element in the low nibble); in registers one code is held per byte (its low nibble), as the
 emulator stores it too (``numpy()`` is ``uint8``: the code, not the value), and the only
 operation on such a tile is ``hl.cast`` to f16 / bf16 (``e2m1_f16`` / ``e2m1_bf16``).
+
+``ue4m3`` is NVFP4's block scale factor: an unsigned E4M3 byte (4 exponent bits, bias 7, 3
+mantissa bits; bit 7 is not part of the format): ``e = 0``: ``m / 8 * 2^-6``, else
+``(1 + m / 8) * 2^(e - 7)``, ``0x7F`` NaN, largest 448 (``arch.block_scale.from_ue4m3``). Its
+``kind`` is ``bits``: a tile of it holds the codes (``numpy()``: ``uint8``) and is only copied
+(to shared memory, where ``tcgen05.cp`` moves it to tensor memory for a block-scaled MMA).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 
 __all__ = [
     "DType", "DTYPES", "get_dtype", "F16", "BF16", "F32", "F64", "TF32", "S4", "U4", "S8", "U8", "S32",
-    "U32", "S64", "B16", "PRED", "E4M3", "E5M2", "E2M1",
+    "U32", "S64", "B16", "PRED", "E4M3", "E5M2", "E2M1", "UE4M3",
 ]
 
 
@@ -57,7 +63,7 @@ class DType:
                              "e5m2": ml_dtypes.float8_e5m2}[self.name])
         table = {"f16": np.float16, "f32": np.float32, "tf32": np.float32, "f64": np.float64,
                  "s4": np.int8, "u4": np.uint8,
-                 "e2m1": np.uint8, "s8": np.int8, "u8": np.uint8, "s32": np.int32,
+                 "e2m1": np.uint8, "ue4m3": np.uint8, "s8": np.int8, "u8": np.uint8, "s32": np.int32,
                  "u32": np.uint32, "s64": np.int64, "b16": np.uint16, "pred": np.bool_}
         return np.dtype(table[self.name])
 
@@ -76,6 +82,7 @@ TF32 = DType("tf32", 32, "tf32", "TF32", "float", "float")
 E4M3 = DType("e4m3", 8, "e4m3", "E4M3", "float", "__nv_fp8_e4m3")
 E5M2 = DType("e5m2", 8, "e5m2", "E5M2", "float", "__nv_fp8_e5m2")
 E2M1 = DType("e2m1", 4, "e2m1", "E2M1", "float", "unsigned char")
+UE4M3 = DType("ue4m3", 8, "ue4m3", "UE4M3", "bits", "unsigned char")
 S4 = DType("s4", 4, "s4", "S4", "int", "int8_t")
 U4 = DType("u4", 4, "u4", "U4", "uint", "uint8_t")
 S8 = DType("s8", 8, "s8", "S8", "int", "int8_t")
@@ -87,7 +94,8 @@ B16 = DType("b16", 16, "b16", "B16", "bits", "uint16_t")
 PRED = DType("pred", 1, "pred", "PRED", "bits", "bool")
 
 DTYPES: dict[str, DType] = {
-    d.name: d for d in (F16, BF16, F32, F64, TF32, E4M3, E5M2, E2M1, S4, U4, S8, U8, S32, U32, S64, B16, PRED)
+    d.name: d for d in (F16, BF16, F32, F64, TF32, E4M3, E5M2, E2M1, UE4M3, S4, U4, S8, U8, S32, U32, S64,
+                        B16, PRED)
 }
 _BY_CUTE: dict[str, DType] = {d.cute: d for d in DTYPES.values()}
 _ALIASES = {

@@ -13,11 +13,14 @@ A major (0 K, 1 MN), ``[16,17)`` B major, ``[17,23)`` N >> 3, ``[24,29)`` M >> 4
 **Block-scaled instruction descriptor** (PTX ISA "Instruction descriptor format for
 .kind::mxf8f6f4 / .kind::mxf4 / .kind::mxf4nvf4"; CuTe ``UMMA::InstrDescriptorBlockScaled``):
 ``[0,2)`` sparsity selector, ``[2,3)`` sparsity, ``[4,6)`` B scale-factor ID, ``[7,10)`` A format,
-``[10,13)`` B format (0 E4M3, 1 E5M2), ``[13,14)`` / ``[14,15)`` negate A / B, ``[15,16)`` /
-``[16,17)`` A / B major, ``[17,23)`` N >> 3, ``[23,24)`` scale type (0 UE4M3, 1 UE8M0),
-``[24,29)`` M >> 4, ``[29,31)`` A scale-factor ID, ``[31,32)`` K size (0: K = 32). There is no
-D format field (D is f32). A scale-factor ID is the byte, 0..3, of the 32-bit TMEM column where
-the instruction's factors start (CuTe takes it from bits 30..31 of the factors' TMEM address).
+``[10,13)`` B format (kind::mxf8f6f4: 0 E4M3, 1 E5M2 (3 E2M3, 4 E3M2, 5 E2M1 not modelled);
+kind::mxf4 / mxf4nvf4: 1 E2M1), ``[13,14)`` / ``[14,15)`` negate A / B, ``[15,16)`` /
+``[16,17)`` A / B major (MN-major only for 8-bit formats), ``[17,23)`` N >> 3, ``[23,24)`` scale
+type (0 UE4M3, 1 UE8M0), ``[24,29)`` M >> 4, ``[29,31)`` A scale-factor ID, ``[31,32)`` K size
+(0: K = 32 for mxf8f6f4, 64 for mxf4 / mxf4nvf4; 1: K = 96, not modelled). There is no D format
+field (D is f32). A scale-factor ID is the byte, 0..3, of the 32-bit TMEM column where the
+instruction's factors start (CuTe takes it from bits 30..31 of the factors' TMEM address); an
+MMA reading ``K / VS`` factors per row (2X: 2, 4X: 4) reads bytes ``id .. id + K/VS - 1``.
 
 **Shared-memory descriptor** (PTX ISA "Shared memory descriptor", CuTe
 ``UMMA::SmemDescriptor``): ``[0,14)`` start address >> 4, ``[16,30)`` leading byte
@@ -36,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..layout import ComposedLayout, Layout
-from .dtypes import BF16, E4M3, E5M2, F16, F32, DType
+from .block_scale import SCALE_VECS, factors_per_mma
+from .dtypes import BF16, E2M1, E4M3, E5M2, F16, F32, DType
 from .gmma import GmmaDescriptor, gmma_desc_addresses, make_gmma_desc
 from .sm100 import MMA_KINDS, kind_of
 
@@ -48,7 +52,7 @@ __all__ = ["InstrDescriptor", "InstrDescriptorBlockScaled",
 UMMA_LAYOUT_TYPE: dict[int | str, int] = {0: 0, "128B_BASE32B": 1, 128: 2, 64: 4, 32: 6}
 
 _D_FORMAT = {"f16": 0, "f32": 1}
-_DTYPES = {d.name: d for d in (F16, BF16, F32, E4M3, E5M2)}
+_DTYPES = {d.name: d for d in (F16, BF16, F32, E4M3, E5M2, E2M1)}
 
 
 def _bits(value: int, lo: int, hi: int) -> int:
@@ -109,12 +113,21 @@ class InstrDescriptor:
 
 
 _SCALE_FORMAT = {"ue4m3": 0, "ue8m0": 1}
+#: operand formats (bits 7..9 / 10..12) per block-scaled kind (CuTe ``MXF8F6F4Format``, ``MXF4Format``)
+_SCALED_FORMATS: dict[str, dict[str, int]] = {
+    "mxf8f6f4": MMA_KINDS["f8f6f4"], "mxf4": {"e2m1": 1}, "mxf4nvf4": {"e2m1": 1},
+}
+#: K elements per scale factor of each (kind, scale type) a descriptor can name; mxf4nvf4 with ue8m0
+#: may be 2X or 4X (the PTX qualifier says which, the descriptor does not)
+_MMA_K = {"mxf8f6f4": 32, "mxf4": 64, "mxf4nvf4": 64}
 
 
 @dataclass(frozen=True)
 class InstrDescriptorBlockScaled:
-    """The instruction descriptor of a block-scaled ``tcgen05.mma`` (kind::mxf8f6f4; ``m`` the whole
-    MMA's M); ``a_sf_id`` / ``b_sf_id``: the byte (0..3) of the scale factors' TMEM columns."""
+    """The instruction descriptor of a block-scaled ``tcgen05.mma`` (``kind`` mxf8f6f4, mxf4 or
+    mxf4nvf4; ``m`` the whole MMA's M); ``a_sf_id`` / ``b_sf_id``: the byte (0..3) of the scale
+    factors' TMEM columns where the MMA's first factor is (``vs``: K elements per factor, 16 or 32;
+    the ID must leave room for the MMA's ``K / vs`` factors in the column: a multiple of it)."""
 
     a_dtype: DType
     b_dtype: DType
@@ -127,6 +140,8 @@ class InstrDescriptorBlockScaled:
     scale_type: str = "ue8m0"
     negate_a: bool = False
     negate_b: bool = False
+    kind: str = "mxf8f6f4"
+    vs: int = 32
 
     def encode(self) -> int:
         """The 32-bit value passed as ``idesc``.
@@ -134,16 +149,31 @@ class InstrDescriptorBlockScaled:
         Example:
             >>> hex(InstrDescriptorBlockScaled(E4M3, E4M3, 128, 64).encode())
             '0x8900000'
+            >>> hex(InstrDescriptorBlockScaled(E2M1, E2M1, 128, 64, scale_type="ue4m3", kind="mxf4nvf4",
+            ...                                vs=16).encode())
+            '0x8100480'
         """
-        fmt = MMA_KINDS["f8f6f4"]
+        if self.kind not in _SCALED_FORMATS:
+            raise ValueError(f"tcgen05.mma block_scale: kind {self.kind!r} is not one of "
+                             f"{', '.join(_SCALED_FORMATS)}")
+        fmt = _SCALED_FORMATS[self.kind]
         for role, d in (("A", self.a_dtype), ("B", self.b_dtype)):
             if d.name not in fmt:
-                raise ValueError(f"tcgen05.mma.kind::mxf8f6f4: {role} {d.name} is not e4m3 or e5m2")
+                raise ValueError(f"tcgen05.mma.kind::{self.kind}: {role} {d.name} is not {' or '.join(fmt)}")
         if self.scale_type not in _SCALE_FORMAT:
             raise ValueError(f"tcgen05.mma block_scale: scale type {self.scale_type!r} is not ue4m3 or ue8m0")
+        per = factors_per_mma(self.kind, self.vs)
+        if self.scale_type not in SCALE_VECS[(self.kind, self.vs)]:
+            valid = " or ".join(SCALE_VECS[(self.kind, self.vs)])
+            raise ValueError(f"tcgen05.mma.kind::{self.kind} with one factor per {self.vs} K elements takes "
+                             f"{valid} factors, not {self.scale_type}")
         for role, sf in (("A", self.a_sf_id), ("B", self.b_sf_id)):
-            if not 0 <= sf < 4:
-                raise ValueError(f"tcgen05.mma block_scale: {role} scale-factor ID {sf} is not a byte 0..3")
+            if not 0 <= sf < 4 or sf % per:
+                raise ValueError(f"tcgen05.mma.kind::{self.kind} block_scale: {role} scale-factor ID {sf} is "
+                                 f"not a byte 0..3 that is a multiple of {per} (the MMA reads {per} factors "
+                                 "per row)")
+        if self.kind != "mxf8f6f4" and (self.a_major, self.b_major) != ("K", "K"):
+            raise ValueError(f"tcgen05.mma.kind::{self.kind}: e2m1 operands are K-major only")
         if self.m % 16 or not 0 < self.m >> 4 < 32 or self.n % 8 or not 0 < self.n >> 3 < 64:
             raise ValueError(f"tcgen05.mma: M={self.m} / N={self.n} do not fit the descriptor")
         return (self.b_sf_id << 4 | fmt[self.a_dtype.name] << 7 | fmt[self.b_dtype.name] << 10
@@ -152,19 +182,32 @@ class InstrDescriptorBlockScaled:
                 | (self.m >> 4) << 24 | self.a_sf_id << 29)
 
     @staticmethod
-    def decode(value: int) -> InstrDescriptorBlockScaled:
-        """The fields of a block-scaled ``value`` (dense, K = 32 only)."""
+    def decode(value: int, kind: str = "mxf8f6f4", vs: int | None = None) -> InstrDescriptorBlockScaled:
+        """The fields of a block-scaled ``value`` of an MMA of ``kind`` (dense, bit 31 = 0: K = 32 for
+        mxf8f6f4, 64 for mxf4 / mxf4nvf4). ``vs`` (the PTX's scale_vec) defaults to 32 but for an
+        mxf4nvf4 descriptor with UE4M3 factors (16)."""
         if _bits(value, 0, 3) or _bits(value, 31, 32):
             raise ValueError(f"tcgen05.mma block_scale descriptor {value:#x}: sparse or K=96 forms are not "
                              "modelled")
-        names = {v: k for k, v in MMA_KINDS["f8f6f4"].items()}
+        if kind not in _SCALED_FORMATS:
+            raise ValueError(f"tcgen05.mma block_scale: kind {kind!r} is not one of "
+                             f"{', '.join(_SCALED_FORMATS)}")
+        names = {v: k for k, v in _SCALED_FORMATS[kind].items()}
         scale = {v: k for k, v in _SCALE_FORMAT.items()}[_bits(value, 23, 24)]
-        return InstrDescriptorBlockScaled(
+        for f in (_bits(value, 7, 10), _bits(value, 10, 13)):
+            if f not in names:
+                raise ValueError(f"tcgen05.mma.kind::{kind} descriptor {value:#x}: operand format {f} is not "
+                                 f"one of {', '.join(f'{v} ({k})' for k, v in names.items())}")
+        if vs is None:
+            vs = 16 if scale == "ue4m3" else 32
+        out = InstrDescriptorBlockScaled(
             a_dtype=_DTYPES[names[_bits(value, 7, 10)]], b_dtype=_DTYPES[names[_bits(value, 10, 13)]],
             m=_bits(value, 24, 29) << 4, n=_bits(value, 17, 23) << 3,
             a_major="MN" if _bits(value, 15, 16) else "K", b_major="MN" if _bits(value, 16, 17) else "K",
             a_sf_id=_bits(value, 29, 31), b_sf_id=_bits(value, 4, 6), scale_type=scale,
-            negate_a=bool(_bits(value, 13, 14)), negate_b=bool(_bits(value, 14, 15)))
+            negate_a=bool(_bits(value, 13, 14)), negate_b=bool(_bits(value, 14, 15)), kind=kind, vs=vs)
+        out.encode()            # the same checks as encoding (ID alignment, factor type per kind)
+        return out
 
 
 @dataclass(frozen=True)

@@ -222,14 +222,27 @@ def _tmem(s: Any, regions: dict[int, Any]) -> list[dict[str, Any]]:
     ``(row, col) -> lane << 16 | column``, the ``tcgen05.ld`` synthesis chose and the register
     TV layout the epilogue works in; ``readers``: the threads of another warp role that read it
     (``ir.accumulator_handoff``), ``fits``: how many accumulators of its columns fit in TMEM
-    (the stages a rotation can take, ``arch.tmem.accumulator_stages``)."""
+    (the stages a rotation can take, ``arch.tmem.accumulator_stages``); ``a_in_tmem``: the mmas
+    into it whose register A is written to TMEM, each with its columns per set and its sets ``R``
+    (one per execution in flight at its store plus one, ``ir.mma_in_flight``); ``allocated``: the
+    kernel's TMEM allocation in columns."""
     from hexlayout.ir.accumulator_handoff import handoff_regions
+    from hexlayout.ir.lowered_tcgen05 import TmemAlloc
 
     handoff = handoff_regions(s.kernel, regions)
     from hexlayout.arch.tmem import TMEM_COLUMNS, accumulator_layout
+    from hexlayout.ir.lowered import walk_instrs
     from hexlayout.ir.tile import Mma
     from hexlayout.ir.tiled_umma import TiledUmma
 
+    allocs = [i.ncols for i in walk_instrs(s.lowered.kernel.body) if isinstance(i, TmemAlloc)]
+    allocated = max(allocs, default=0)
+    a_in: dict[int, list[dict[str, Any]]] = {}
+    for op in s.kernel.body.walk():
+        tu = s.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
+        if isinstance(tu, TiledUmma) and tu.a_store is not None:
+            a_in.setdefault(op.c.root.id, []).append({"columns": tu.a_columns, "sets": tu.a_sets,
+                                                      "file": _file(op.loc), "line": _line(op.loc)})
     out = []
     tiles: list[int] = []
     for op in s.kernel.body.walk():
@@ -246,6 +259,7 @@ def _tmem(s: Any, regions: dict[int, Any]) -> list[dict[str, Any]]:
             "load": f"tcgen05.ld.{tu.ld_shape}.x{tu.ld_num}", "loads_per_warp": len(tu.loads),
             "registers_per_load": tu.regs_per_load, "threads": tu.threads, "column_block": tu.chunk,
             "register_tv": str(tu.register_tv), "file": _file(op.loc), "line": _line(op.loc),
+            "a_in_tmem": a_in.get(op.c.root.id, []), "allocated": allocated,
         })
     return out
 
@@ -402,7 +416,8 @@ def _tmem_lines(tmem: list[dict[str, Any]]) -> list[str]:
     """The text of the tensor-memory accumulators (tcgen05, sm_100a)."""
     if not tmem:
         return []
-    lines = ["\ntensor memory (tcgen05 accumulators: TMEM layout (row, col) -> lane << 16 | column)"]
+    lines = ["\ntensor memory (tcgen05 accumulators: TMEM layout (row, col) -> lane << 16 | column; "
+             f"{tmem[0].get('allocated', 0)} columns allocated)"]
     for t in tmem:
         m, n = t["shape"]
         who = ("one thread of the pair's even CTA (cta_group::2: the pair's M = "
@@ -418,6 +433,11 @@ def _tmem_lines(tmem: list[dict[str, Any]]) -> list[str]:
                      f"warp, {t['registers_per_load']} registers each{split}); warp w reads lanes "
                      "32*(w%4)..+31")
         lines.append(f"      register TV layout of the epilogue {t['register_tv']}")
+        for a in t.get("a_in_tmem", []):
+            sets = (f"{a['sets']} sets of {a['columns']} columns (one per execution of the mma in flight at "
+                    f"its tcgen05.st, plus one; execution e writes set e % {a['sets']})" if a["sets"] > 1
+                    else f"{a['columns']} columns (no earlier execution in flight at its tcgen05.st)")
+            lines.append(f"      register A of the mma at line {a['line']} written to TMEM: {sets}")
         if t.get("readers"):
             lo, hi = t["readers"]
             lines.append(f"      handed off: issued by another warp role, read by threads [{lo}, {hi}) after "

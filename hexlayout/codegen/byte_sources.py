@@ -62,25 +62,70 @@ def _int(s: Any) -> int | None:
         return None
 
 
+class _Facts:
+    """Facts keyed by register element ``(id(array), i)``, indexed by the array written and by
+    the arrays their sources read (``sources(value)``), so that forgetting an array or a range
+    of it visits only the facts that name it."""
+
+    def __init__(self, sources: Any) -> None:
+        self.sources = sources
+        self.facts: dict[tuple[int, int], Any] = {}
+        self.by_dst: dict[int, set[tuple[int, int]]] = {}
+        self.by_src: dict[int, set[tuple[int, int]]] = {}
+
+    def get(self, key: tuple[int, int]) -> Any:
+        return self.facts.get(key)
+
+    def set(self, key: tuple[int, int], value: Any) -> None:
+        if key in self.facts:
+            self.pop(key)
+        self.facts[key] = value
+        self.by_dst.setdefault(key[0], set()).add(key)
+        for src in self.sources(value):
+            self.by_src.setdefault(id(src[0]), set()).add(key)
+
+    def pop(self, key: tuple[int, int]) -> None:
+        value = self.facts.pop(key)
+        self.by_dst[key[0]].discard(key)
+        for src in self.sources(value):
+            self.by_src[id(src[0])].discard(key)
+
+    def clear(self) -> None:
+        self.facts.clear()
+        self.by_dst.clear()
+        self.by_src.clear()
+
+    def forget(self, a: int, keep: Any) -> None:
+        """Drop the facts about elements of array ``a`` and those whose sources read ``a``,
+        except where ``keep(key, value)``."""
+        for key in [*self.by_dst.get(a, ()), *self.by_src.get(a, ())]:
+            value = self.facts.get(key)
+            if value is not None and not keep(key, value):
+                self.pop(key)
+
+
 class ByteSources:
     """The known sources of ``u8`` register elements at the current point of printing."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[int, int], Source] = {}
-        self._pairs: dict[tuple[int, int], tuple[Source, Source]] = {}   # a byte of two nibbles
+        self._known = _Facts(lambda v: (v,))
+        self._pairs = _Facts(lambda v: (v[0], v[1]))   # a byte of two nibbles
 
     def source(self, array: RegArray, i: int) -> Source:
         """The source of ``array[i]``: a recorded one, else (for ``u8``) the element itself."""
-        return self._known.get((id(array), i), (array, i, "byte"))
+        return self._known.facts.get((id(array), i), (array, i, "byte"))
 
     def forget_all(self) -> None:
         self._known.clear()
         self._pairs.clear()
 
     def _forget(self, arrays: list[RegArray]) -> None:
+        """Forget the elements of ``arrays`` and what was derived from them (a pair: from its
+        first nibble's array)."""
         ids = {id(a) for a in arrays}
-        self._known = {k: v for k, v in self._known.items() if k[0] not in ids and id(v[0]) not in ids}
-        self._pairs = {k: v for k, v in self._pairs.items() if k[0] not in ids and id(v[0][0]) not in ids}
+        for a in ids:
+            self._known.forget(a, lambda k, v: k[0] not in ids and id(v[0]) not in ids)
+            self._pairs.forget(a, lambda k, v: k[0] not in ids and id(v[0][0]) not in ids)
 
     def _forget_range(self, array: RegArray, lo: int, hi: int) -> None:
         a = id(array)
@@ -88,10 +133,11 @@ class ByteSources:
         def hit(s: Source) -> bool:
             return id(s[0]) == a and lo <= s[1] < hi
 
-        self._known = {k: v for k, v in self._known.items()
-                       if not (k[0] == a and lo <= k[1] < hi) and not hit(v)}
-        self._pairs = {k: v for k, v in self._pairs.items()
-                       if not (k[0] == a and lo <= k[1] < hi) and not hit(v[0]) and not hit(v[1])}
+        def mine(k: tuple[int, int]) -> bool:
+            return k[0] == a and lo <= k[1] < hi
+
+        self._known.forget(a, lambda k, v: not mine(k) and not hit(v))
+        self._pairs.forget(a, lambda k, v: not mine(k) and not hit(v[0]) and not hit(v[1]))
 
     def observe(self, ins: Instr) -> None:
         """Update the sources after ``ins`` (printed at the current point)."""
@@ -110,12 +156,12 @@ class ByteSources:
         pairs = self._nibble_pairs(ins)
         if pairs:
             for i, p in enumerate(pairs):
-                self._pairs[(id(dst.array), d0 + i)] = p
+                self._pairs.set((id(dst.array), d0 + i), p)
             return
         if new:
             for i, s in enumerate(new):
                 if s is not None and not (s[0] is dst.array and d0 <= s[1] < d0 + dst.count):
-                    self._known[(id(dst.array), d0 + i)] = s
+                    self._known.set((id(dst.array), d0 + i), s)
 
     def _nibble_pairs(self, ins: Alu) -> list[tuple[Source, Source]] | None:
         """The nibble sources of each element ``ins`` writes when it is a ``nibble_pair_<sa><sb>``

@@ -15,7 +15,7 @@ __all__ = ["c_type", "vector_type", "float_literal", "to_float", "from_float", "
 
 _C_TYPES = {
     "f16": "half", "bf16": "__nv_bfloat16", "f32": "float", "f64": "double", "tf32": "float",
-    "e4m3": "__nv_fp8_e4m3", "e5m2": "__nv_fp8_e5m2", "e2m1": "unsigned char",
+    "e4m3": "__nv_fp8_e4m3", "e5m2": "__nv_fp8_e5m2", "e2m1": "unsigned char", "ue4m3": "unsigned char",
     "s8": "signed char", "u8": "unsigned char",
     "s32": "int", "u32": "unsigned", "s64": "long long", "b16": "unsigned short", "pred": "bool",
 }

@@ -3,7 +3,9 @@ barriers, the async-proxy fence, ``setmaxnreg`` and the cluster forms (sm_90): a
 peer CTA's barrier (``mapa`` to its ``shared::cluster`` address, then
 ``mbarrier.arrive.shared::cluster`` with the default ``.release.cta`` semantics, as CUTLASS's
 ``ClusterBarrier::arrive(cta_id)``: the arriving consumers' reads are done - wgmma.wait - so
-no cluster-scope fence is needed before the peer's TMA overwrites the stage) and the cluster
+no cluster-scope fence is needed before the peer's TMA overwrites the stage; ``scope="cluster"``
+prints ``.release.cluster``, the release of a pair's epilogue whose fenced ``tcgen05.ld`` must
+precede the peer CTA's next MMA into the same TMEM columns) and the cluster
 barrier (``fence.mbarrier_init``, then ``barrier.cluster.arrive.release`` / ``wait.acquire``).
 
 An mbarrier is 8 bytes of dynamic shared memory placed after the buffers; ``MbarWait`` is a
@@ -20,6 +22,7 @@ from hexlayout.ir.lowered import (
     MbarInit,
     MbarWait,
     SetMaxNReg,
+    WarpSync,
 )
 
 from .emitter import Emitter, asm
@@ -51,8 +54,11 @@ def mbar_arrive(em: Emitter, ins: MbarArrive) -> list[str]:
         _need_cluster(em, "an arrive on a peer CTA's mbarrier")
         if ins.tx_bytes:
             raise em.error("an arrive on a peer CTA's mbarrier cannot expect transaction bytes")
+        if ins.scope not in ("cta", "cluster"):
+            raise em.error(f"mbarrier.arrive with release scope {ins.scope!r} (cta or cluster)")
+        sem = ".release.cluster" if ins.scope == "cluster" else ""
         return asm("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-                   "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}", [],
+                   f"mbarrier.arrive{sem}.shared::cluster.b64 _, [remote];\n}}", [],
                    [f'"r"({addr})', f'"r"({em.expr(ins.cta)})'])
     if ins.tx_bytes:
         if em.arch not in _SM90_UP:
@@ -81,6 +87,10 @@ def bar_sync(em: Emitter, ins: BarSync) -> list[str]:
     return asm(f"bar.sync {int(ins.barrier_id)}, {int(ins.threads)};", [], [])
 
 
+def warp_sync(em: Emitter, ins: WarpSync) -> list[str]:
+    return ["__syncwarp();"]
+
+
 def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
     if em.arch not in _SM90_UP:
         raise em.error(f"fence.proxy.async needs sm_90; the kernel is for {em.arch}")
@@ -103,4 +113,5 @@ def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:
 
 
 PRINTERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive, MbarWait: mbar_wait, BarSync: bar_sync,
+            WarpSync: warp_sync,
             FenceProxyAsync: fence_proxy_async, SetMaxNReg: set_max_nreg, ClusterBarrier: cluster_barrier}

@@ -8,10 +8,10 @@ LBO, SBO, the fixed version 1 at bit 46 and the layout type at bits 61..63 -- 0 
 is the wgmma one, so a window-start descriptor advanced by ``hl_gmma_desc_add`` serves as for
 wgmma. The 32-bit instruction descriptor is a constant computed here
 (``hexlayout.arch.tcgen05.InstrDescriptor``; for a block-scaled atom
-``InstrDescriptorBlockScaled`` with the scale-factor bytes ``sfa_id`` / ``sfb_id``, and the
-factors' TMEM addresses as two more operands). ``tcgen05.cp`` takes a TMEM address and the
-sm_100a descriptor of its shared source. A ``tcgen05.st`` of 16- or 8-bit registers (a register A
-operand) packs ``32 / bits`` consecutive elements per 32-bit register. The registers a
+``InstrDescriptorBlockScaled`` of its kind and scale vector, with the scale-factor bytes ``sfa_id``
+/ ``sfb_id``, and the factors' TMEM addresses as two more operands). ``tcgen05.cp`` takes a TMEM
+address and the sm_100a descriptor of its shared source. A ``tcgen05.st`` of 16- or 8-bit
+registers (a register A operand) packs ``32 / bits`` consecutive elements per 32-bit register. The registers a
 ``tcgen05.ld`` writes are tied to the following ``tcgen05.wait::ld`` by empty ``asm``
 statements, so that no use moves above it.
 """
@@ -19,6 +19,7 @@ statements, so that no use moves above it.
 from __future__ import annotations
 
 from hexlayout.arch.mma_atom import MmaAtom
+from hexlayout.arch.sm100 import scaled_kind_of
 from hexlayout.arch.tcgen05 import InstrDescriptor, InstrDescriptorBlockScaled
 from hexlayout.arch.tcgen05_cp import CP_SHAPES
 from hexlayout.arch.tcgen05_ops import tcgen05_ptx
@@ -115,7 +116,8 @@ def _block_scaled_mma(em: Emitter, ins: Tcgen05Mma, atom: MmaAtom) -> list[str]:
                        "addresses of both operands' scale factors")
     try:
         idesc = InstrDescriptorBlockScaled(atom.a_dtype, atom.b_dtype, atom.m, atom.n, atom.a_major,
-                                           atom.b_major, ins.sfa_id, ins.sfb_id, atom.scale_type).encode()
+                                           atom.b_major, ins.sfa_id, ins.sfb_id, atom.scale_type,
+                                           kind=scaled_kind_of(atom), vs=atom.scale_vec).encode()
     except ValueError as e:
         raise em.error(str(e)) from None
     text = ("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"

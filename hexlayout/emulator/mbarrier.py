@@ -27,6 +27,9 @@ completes its bytes on each destination CTA's barrier. Clocks span the cluster's
 (``shadow.py``), so these arrivals and transfers release and acquire across CTAs like local
 ones.
 
+``WarpSync`` (``bar.warp.sync``, whole warps) joins each warp's clocks, so an arrive by one
+elected lane after it releases the whole warp's earlier accesses.
+
 ``tcgen05.commit`` (sm_100a) is an arrival that lands like a transfer: it counts at once but
 holds the phase with one pending transaction until it lands, and its landing completes the
 committed MMAs (their accumulators reach tensor memory, ``emulator/tcgen05.py``).
@@ -39,11 +42,12 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from hexlayout.ir.lowered import Instr, MbarArrive, MbarInit, MbarRef
+from hexlayout.ir.lowered import Instr, MbarArrive, MbarInit, MbarRef, WarpSync
 
 from .cpasync import complete_rows
 from .errors import EmulationError, IllegalInstructionError, OutOfBoundsError
 from .machine import Active, AsyncOp, Machine
+from .warps import whole_units
 
 __all__ = [
     "HANDLERS",
@@ -207,4 +211,14 @@ def mbar_arrive(m: Machine, ins: MbarArrive, x: Active) -> None:
             _maybe_complete(tm, st)
 
 
-HANDLERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive}
+def warp_sync(m: Machine, ins: WarpSync, x: Active) -> None:
+    """``bar.warp.sync`` of whole warps: each warp's clocks join (a barrier among its lanes), so a
+    lane's later release - an elected arrive - publishes every lane's earlier accesses."""
+    if not len(x.tids):
+        return
+    grid = whole_units(m, ins, x.tids, 32, "bar.warp.sync (__syncwarp)")
+    if m.options.check_races:
+        m.shadow.clocks.join_units(grid)
+
+
+HANDLERS = {MbarInit: mbar_init, MbarArrive: mbar_arrive, WarpSync: warp_sync}

@@ -28,15 +28,19 @@ until the issuing thread's next ``tcgen05.commit`` lands; it is ordered before t
 later MMAs (which read its result), while any other reader of its cells before the commit
 landed (a ``tcgen05.ld``, another thread's MMA) is an error.
 
-**Block-scaled MMA** (``atom.scale_type`` "ue8m0", kind::mxf8f6f4, K = 32)::
+**Block-scaled MMA** (``atom.scale_type`` "ue8m0" or "ue4m3"; kind::mxf8f6f4, K = 32, or kind::mxf4 /
+mxf4nvf4, K = 64 with e2m1 operands packed two per byte, ``arch.fp4``), ``VS = atom.scale_vec`` K
+elements per factor, ``K / VS`` factors per row (``j``)::
 
-    D (+)= (A * 2^(SFA - 127)) @ (B * 2^(SFB - 127))^T
+    D[m, n] (+)= sum_k A[m, k] SFA[m, k // VS] B[n, k] SFB[n, k // VS]
 
-with ``SFA[m]`` the byte ``sfa_id`` of TMEM column ``sfa + m // 32`` in lane ``m`` and, for the D
-rows of lane quarter ``q``, ``SFB[n]`` the byte ``sfb_id`` of column ``sfb + n // 32`` in lane
-``32 q + n % 32`` (``arch.block_scale``: each subpartition reads its own replica). A factor
-cell must be allocated and written by a completed copy the issuer observed or by an earlier
-copy of the issuing thread; a never-written byte holds the poison 0xFF, i.e. NaN.
+with ``SFA[m, j]`` the byte ``sfa_id + j`` of TMEM column ``sfa + m // 32`` in lane ``m`` and, for the
+D rows of lane quarter ``q``, ``SFB[n, j]`` the byte ``sfb_id + j`` of column ``sfb + n // 32`` in
+lane ``32 q + n % 32`` (``arch.block_scale``: each subpartition reads its own replica), decoded as
+UE8M0 (``2^(e - 127)``) or UE4M3; the products are summed exactly (float64) and rounded to f32 once
+per MMA. A factor cell must be allocated and written by a completed copy the issuer observed or
+by an earlier copy of the issuing thread; a never-written byte holds the poison 0xFF, i.e. NaN
+(both encodings).
 
 **cta_group::2** (a pair of CTAs of a cluster, ranks ``2p`` and ``2p + 1``; ``tmem.py`` for the
 pair's allocation). A thread of the even CTA issues; the descriptors (and a TMEM A address) are
@@ -52,9 +56,12 @@ completes: when the first arrival of its ``tcgen05.commit.cta_group::2`` lands (
 the issuing thread's MMAs and copies of its own cta_group). ``multicast`` (a CTA mask) arrives
 on the barrier of the same name and index in every CTA of the mask. A reader of D in either CTA
 must have observed an arrival of that commit (the race detector's vector clocks span the
-cluster). Errors: the odd CTA issuing, no pair in the cluster, the pair's TMEM not allocated (or
-its allocation not yet joined), its operand bytes written while the MMA is in flight, reading D
-before the commit arrived. Block-scaled and ``tcgen05.cp`` with cta_group::2 are not emulated.
+cluster), and the issue must be ordered after every earlier ``tcgen05.ld`` of D's cells in
+both CTAs (``tmem.check_loads_done``: the odd CTA's readers release them by arriving on a barrier
+of the even CTA that the issuer waits on). Errors: the odd CTA issuing, no pair in the cluster,
+the pair's TMEM not allocated (or its allocation not yet joined), its operand bytes written while
+the MMA is in flight, reading D before the commit arrived, writing D unordered after a read of
+it in either CTA. Block-scaled and ``tcgen05.cp`` with cta_group::2 are not emulated.
 """
 
 from __future__ import annotations
@@ -64,8 +71,9 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.arch.block_scale import UE8M0_BIAS
+from hexlayout.arch.block_scale import decode_factors
 from hexlayout.arch.dtypes import U8
+from hexlayout.arch.fp4 import from_e2m1, unpack_fp4
 from hexlayout.arch.tcgen05 import UmmaDescriptor
 from hexlayout.arch.tcgen05_cp import CP_SHAPES, tmem_cp_layout
 from hexlayout.arch.tmem import accumulator_layout
@@ -196,9 +204,9 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
         if isinstance(ins.a, TmemRef):
             av, a_cells[id(c)] = _tmem_a(c, ins, a_base, rows_a, K, atom.a_dtype, issuer, "A" + _where(m, c))
         else:
-            av, aidx = _smem_operand(m, ins, ins.a, env, rows_a, K, atom.a_dtype, "A")
+            av, aidx = _operand(m, ins, ins.a, env, rows_a, K, atom.a_dtype, "A")
             reads[id(c)].append(aidx)
-        bv, bidx = _smem_operand(m, ins, ins.b, env, rows_b, K, atom.b_dtype, "B")
+        bv, bidx = _operand(m, ins, ins.b, env, rows_b, K, atom.b_dtype, "B")
         reads[id(c)].append(bidx)
         if c is not m:                    # same offsets, the pair's bytes
             npd_a, npd_b = atom_numpy(atom.a_dtype), atom_numpy(atom.b_dtype)
@@ -227,14 +235,16 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
         parts.append((c, A, lanes, cols))
     for c, A, lanes, cols in parts:
         st = tmem_state(c)
-        if c is m:       # no other thread's tcgen05.ld of D still unordered before this MMA
-            check_loads_done(m, ins, issuer, lanes, cols, "tcgen05.mma D" + _where(m, c))
+        # no other thread's tcgen05.ld of D (in either CTA of a pair) still unordered before this MMA
+        check_loads_done(m, ins, issuer, lanes, cols, "tcgen05.mma D" + _where(m, c), owner=c)
         if scaled is None:
             D = A @ B.T
         else:                               # per lane quarter q: rows 32q.., SFB from its own replica
-            sa, sb = scaled
-            As_ = A.astype(np.float64) * sa[:, None]
-            D = np.concatenate([As_[32 * q:32 * q + 32] @ (B.astype(np.float64) * sb[q][:, None]).T
+            sa, sb = scaled                 # [M, K / VS], [4, N, K / VS]: factors per K element
+            vs = atom.scale_vec
+            As_ = A.astype(np.float64) * np.repeat(sa, vs, axis=1)
+            Bf = B.astype(np.float64)
+            D = np.concatenate([As_[32 * q:32 * q + 32] @ (Bf * np.repeat(sb[q], vs, axis=1)).T
                                 for q in range(M // 32)], axis=0)
         if m.ev_uniform(ins.accumulate, env, ins, "enable_input_d"):
             D = D + st.future[lanes, cols].view(np.float32)
@@ -250,13 +260,25 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
         issued.append((c, op))
 
 
-def _scale_bytes(m: Machine, ins: Tcgen05Mma, addr: ExprLike, byte: int, lanes: np.ndarray,
-                 cols: np.ndarray, issuer: int, env: dict, what: str) -> np.ndarray:
-    """``2^(e - 127)`` of the byte ``byte`` of the factor cells ``(lanes, cols)`` (relative to the
-    address ``addr``), checked: allocated, and not written by a copy the issuing thread is not
-    ordered after."""
-    if not 0 <= byte < 4:
-        m.fail(IllegalInstructionError, ins, f"{what} scale-factor ID {byte} is not a byte 0..3")
+def _operand(m: Machine, ins: Tcgen05Mma, desc: SmemDesc, env: dict, rows: int, k: int, dtype: Any,
+             what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(values [rows, k], byte addresses)`` of a shared operand; e2m1 is packed (``arch.fp4``):
+    the descriptor reads ``k / 2`` bytes per row, element ``j`` is nibble ``j % 2`` of byte ``j // 2``."""
+    if dtype.name != "e2m1":
+        return _smem_operand(m, ins, desc, env, rows, k, dtype, what)
+    raw, idx = _smem_operand(m, ins, desc, env, rows, k // 2, U8, what)
+    return from_e2m1(unpack_fp4(raw)).astype(np.float32), idx
+
+
+def _scale_bytes(m: Machine, ins: Tcgen05Mma, addr: ExprLike, byte: int, nsf: int, scale_type: str,
+                 lanes: np.ndarray, cols: np.ndarray, issuer: int, env: dict, what: str) -> np.ndarray:
+    """The factors ``[cells, nsf]`` in bytes ``byte .. byte + nsf - 1`` of the factor cells ``(lanes,
+    cols)`` (relative to the address ``addr``), decoded as ``scale_type``; checked: the ID is a byte
+    leaving room for ``nsf`` factors (a multiple of ``nsf``), the cells allocated, and not written by a
+    copy the issuing thread is not ordered after."""
+    if not 0 <= byte < 4 or byte % nsf:
+        m.fail(IllegalInstructionError, ins, f"{what} scale-factor ID {byte} is not a byte 0..3 that is a "
+               f"multiple of {nsf} (the MMA reads {nsf} factors per row)")
     base = m.ev_uniform(addr, env, ins, f"{what} scale-factor address")
     if base >> 16:
         m.fail(IllegalInstructionError, ins, f"{what} scale factors: TMEM address {base:#x} is not at lane 0 "
@@ -285,26 +307,28 @@ def _scale_bytes(m: Machine, ins: Tcgen05Mma, addr: ExprLike, byte: int, lanes: 
                        f"tcgen05.cp whose commit thread {issuer} has not observed (wait on the commit's "
                        "mbarrier first)",
                        thread=issuer, buffer="tmem", other_instr=cp)
-    e = (st.future[lanes, cols] >> np.uint32(8 * byte)) & np.uint32(0xFF)
-    e = e.astype(np.int64)
-    return np.where(e == 255, np.nan, np.ldexp(1.0, e - UE8M0_BIAS))
+    words = st.future[lanes, cols][:, None]
+    e = (words >> (np.uint32(8) * (byte + np.arange(nsf, dtype=np.uint32)))) & np.uint32(0xFF)
+    return decode_factors(e, scale_type)
 
 
-def _block_scales(m: Machine, ins: Tcgen05Mma, atom: object, x: Active, M: int, N: int
+def _block_scales(m: Machine, ins: Tcgen05Mma, atom: Any, x: Active, M: int, N: int
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """``(sa [M], sb [4, N])``: the factors of A's rows and, per lane quarter, of B's rows."""
+    """``(sa [M, nsf], sb [4, N, nsf])``: the factors of A's rows and, per lane quarter, of B's rows
+    (``nsf = K / VS`` per row)."""
     if ins.sfa is None or ins.sfb is None:
         m.fail(IllegalInstructionError, ins, f"{atom.name} is block-scaled: give the TMEM addresses of "  # type: ignore[attr-defined]
                "its scale factors (sfa, sfb)")
     if M != 128:
         m.fail(IllegalInstructionError, ins, f"{atom.name}: only M = 128 is emulated")  # type: ignore[attr-defined]
     issuer = int(x.tids[0])
+    nsf, st = atom.shape_mnk[2] // atom.scale_vec, atom.scale_type
     r = np.arange(M)
-    sa = _scale_bytes(m, ins, ins.sfa, ins.sfa_id, r, r // 32, issuer, x.env, "A")  # type: ignore[arg-type]
+    sa = _scale_bytes(m, ins, ins.sfa, ins.sfa_id, nsf, st, r, r // 32, issuer, x.env, "A")  # type: ignore[arg-type]
     n = np.arange(N)
     q = np.arange(4)[:, None]
-    sb = _scale_bytes(m, ins, ins.sfb, ins.sfb_id, 32 * q + n % 32, np.broadcast_to(n // 32, (4, N)),
-                      issuer, x.env, "B").reshape(4, N)  # type: ignore[arg-type]
+    sb = _scale_bytes(m, ins, ins.sfb, ins.sfb_id, nsf, st, 32 * q + n % 32, np.broadcast_to(n // 32, (4, N)),
+                      issuer, x.env, "B").reshape(4, N, nsf)  # type: ignore[arg-type]
     return sa, sb
 
 

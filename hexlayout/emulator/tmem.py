@@ -22,6 +22,11 @@ source line):
   the destination registers of an ``ld`` are in flight until ``wait::ld`` (using them earlier is
   an ``AsyncHazardError``); a cell an MMA writes may be read only after the MMA's commit
   arrived on its mbarrier and the reading thread observed that (``emulator/tcgen05.py``);
+* an MMA writing cells another thread read with ``tcgen05.ld`` must be ordered after that read:
+  the reader's ``wait::ld``, its ``fence::before_thread_sync`` (the read's epoch is taken there),
+  then a release the issuer acquired (a barrier; an mbarrier arrival the issuer waited on - for a
+  pair's MMA, which writes both CTAs' TMEM, the odd CTA's readers' remote arrivals on the even
+  CTA's barrier); else ``AsyncHazardError`` naming the reader (``check_loads_done``);
 * a ``tcgen05.st`` is in flight until its warp's ``tcgen05.wait::st``: an MMA reading the cells
   as its A operand before that is an ``AsyncHazardError``, and so is one whose issuing thread has
   not observed the storing thread's progress at its ``wait::st`` (happens-before through a
@@ -102,10 +107,14 @@ class TmemState:
     ld_epoch: np.ndarray = field(default_factory=lambda: _grid(np.int64))
     #: per warp, the cells of its loads not yet waited for: ``(lanes [32, R], cols [32, R], threads)``
     ld_cells: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    #: per warp, the cells of its waited loads whose threads have not run fence::before_thread_sync
+    ld_unfenced: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
 
 #: the epoch of a cell's last tcgen05.ld before its warp's wait::ld (no MMA may be ordered after it)
 LD_IN_FLIGHT = np.iinfo(np.int32).max
+#: ... after the wait::ld, before the reading thread's tcgen05.fence::before_thread_sync
+LD_UNFENCED = LD_IN_FLIGHT - 1
 
 
 def tmem_state(m: Machine) -> TmemState:
@@ -426,50 +435,63 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
         return
     late = _unordered(m, issuer, st.st_by[lanes, cols], st.st_epoch[lanes, cols])
     if late is not None:
-        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {late[0]} stored "
+        src = late[0] - m.shadow.clocks.off
+        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {src} stored "
                f"(tcgen05.st) without the issuing thread {issuer} synchronizing with it after its "
                "tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier, "
                "tcgen05.fence::after_thread_sync before the issue)", thread=issuer, buffer="tmem")
 
 
 def _unordered(m: Machine, issuer: int, by: np.ndarray,
-               epoch: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+               epoch: np.ndarray) -> tuple[int, int, tuple[int, ...]] | None:
     """The first other thread whose TMEM accesses are not ordered before thread ``issuer``'s
-    issue. Per cell, ``by`` holds ``1 +`` the accessing thread's cluster clock index (0: none)
-    and ``epoch`` that thread's epoch once the access is done (at its ``wait::st`` /
-    ``wait::ld``; ``LD_IN_FLIGHT`` before). Thread ``src``'s accesses happen before the issue iff
-    ``clocks[issuer, src] >= max(epoch[by == src + 1])``. Returns ``src``'s thread index in
-    ``m`` with the index (into ``by``) of its first cell, or ``None`` when every other thread's
-    access is ordered (the issuer's own always are)."""
+    issue. Per cell, ``by`` holds ``1 +`` the accessing thread's index in the cluster's clocks (0:
+    none) and ``epoch`` that thread's epoch once the access is done (at its ``wait::st``, or its
+    ``fence::before_thread_sync`` after ``wait::ld``; ``LD_IN_FLIGHT`` / ``LD_UNFENCED`` before).
+    Thread ``src``'s accesses happen before the issue iff
+    ``clocks[issuer, src] >= need = max(epoch[by == src + 1])``. Returns ``(src, need, the index
+    (into by) of src's first cell)``, or ``None`` when every other thread's access is ordered (the
+    issuer's own always are)."""
     clocks = m.shadow.clocks
     me = clocks.off + issuer
     for src in np.unique(by[by > 0]) - 1:
         if src == me:
             continue
         cells = by == src + 1
-        if clocks.c[issuer, src] < int(epoch[cells].max()):
-            return int(src - clocks.off), tuple(int(i) for i in np.argwhere(cells)[0])
+        need = int(epoch[cells].max())
+        if clocks.c[issuer, src] < need:
+            return int(src), need, tuple(int(i) for i in np.argwhere(cells)[0])
     return None
 
 
 def check_loads_done(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
-                     what: str) -> None:
-    """The cells ``(lanes, cols)`` an MMA issued by thread ``issuer`` (of ``m``'s cluster clocks)
-    writes: every ``tcgen05.ld`` of them by another thread was waited for (``wait::ld``) and that
-    wait happened before the issue (``fence::before_thread_sync``, then a barrier or an mbarrier
-    arrival the issuer waited on) - else the MMA overwrites an accumulator still being read (an
-    epilogue of the previous tile in another warp role)."""
+                     what: str, owner: Machine | None = None) -> None:
+    """The cells ``(lanes, cols)`` of the TMEM of ``owner`` (default ``m``; a pair's MMA writes
+    both CTAs') that an MMA issued by thread ``issuer`` of ``m`` writes: every ``tcgen05.ld`` of
+    them by another thread was waited for (``wait::ld``), fenced (``fence::before_thread_sync``:
+    the cell's epoch is its reader's at the fence) and that fence happened before the issue (a
+    barrier, or an mbarrier arrival - a peer CTA's remote one included - that the issuer waited
+    on: the clocks span the cluster) - else the MMA overwrites an accumulator still being read
+    (an epilogue of the previous tile in another warp role, or in the pair's other CTA)."""
     if not m.options.check_races:
         return
-    st = tmem_state(m)
+    c = m if owner is None else owner
+    st = tmem_state(c)
     late = _unordered(m, issuer, st.ld_by[lanes, cols], st.ld_epoch[lanes, cols])
     if late is not None:
-        src, i = late
+        src, need, i = late
+        clocks = m.shadow.clocks
+        t = clocks.c.shape[0]
+        reader = (f"thread {src - clocks.off}" if c is m else
+                  f"thread {src % t} of block {c.block} (cluster rank {src // t})")
+        how = {LD_IN_FLIGHT: " (its tcgen05.wait::ld has not run)",
+               LD_UNFENCED: " (it waited, tcgen05.wait::ld, but no tcgen05.fence::before_thread_sync "
+                            "followed)"}.get(need, "")
         m.fail(AsyncHazardError, ins, f"{what}: writes TMEM cell (lane {int(lanes[i])}, column "
-               f"{int(cols[i])}) that thread {src} reads with tcgen05.ld, without "
-               f"the issuing thread {issuer} being ordered after that read (its tcgen05.wait::ld, "
+               f"{int(cols[i])}) that {reader} reads with tcgen05.ld, without the issuing thread "
+               f"{issuer} of block {m.block} being ordered after that read{how} (its tcgen05.wait::ld, "
                "fence::before_thread_sync, then an arrive the issuer waits on, e.g. the accumulator's "
-               "empty barrier)", thread=issuer, buffer="tmem")
+               "empty barrier - the even CTA's, for a pair's MMA)", thread=issuer, buffer="tmem")
 
 
 def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
@@ -483,10 +505,11 @@ def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
     st = tmem_state(m)
     clocks = m.shadow.clocks
     for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::ld"):
-        for lanes, cols, threads in st.ld_cells.pop(int(warp[0]) // 32, []):
+        done = st.ld_cells.pop(int(warp[0]) // 32, [])
+        for lanes, cols, threads in done:       # completed; ordered for other threads once fenced
             mine = st.ld_by[lanes, cols] == (clocks.off + threads + 1)[:, None]
-            epoch = np.broadcast_to(clocks.epoch(threads)[:, None], lanes.shape)
-            st.ld_epoch[lanes[mine], cols[mine]] = epoch[mine]
+            st.ld_epoch[lanes[mine], cols[mine]] = LD_UNFENCED
+        st.ld_unfenced.setdefault(int(warp[0]) // 32, []).extend(done)
         for ident, _cols, _ld, ref in st.loads.pop(int(warp[0]) // 32, []):
             marks = m.regs.pending_write.get(ref.array)
             if marks is not None:
@@ -497,9 +520,28 @@ def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
 
 
 def tcgen05_fence(m: Machine, ins: Tcgen05Fence, x: Active) -> None:
+    """``fence::before_thread_sync``: the executing threads' completed loads (``wait::ld``) take
+    their epochs now, so a later release (barrier, arrive) orders them before its observers."""
     if ins.kind not in ("before_thread_sync", "after_thread_sync"):
         m.fail(IllegalInstructionError, ins, f"tcgen05.fence::{ins.kind} is not before_thread_sync or "
                "after_thread_sync")
+    if ins.kind != "before_thread_sync" or not len(x.tids):
+        return
+    st = tmem_state(m)
+    clocks = m.shadow.clocks
+    for w in np.unique(x.tids // 32):
+        keep = []
+        for lanes, cols, threads in st.ld_unfenced.pop(int(w), []):
+            on = np.isin(threads, x.tids)
+            if not on.all():
+                keep.append((lanes[~on], cols[~on], threads[~on]))
+            lanes, cols, threads = lanes[on], cols[on], threads[on]
+            mine = (st.ld_by[lanes, cols] == (clocks.off + threads + 1)[:, None]) & \
+                (st.ld_epoch[lanes, cols] == LD_UNFENCED)
+            epoch = np.broadcast_to(clocks.epoch(threads)[:, None], lanes.shape)
+            st.ld_epoch[lanes[mine], cols[mine]] = epoch[mine]
+        if keep:
+            st.ld_unfenced[int(w)] = keep
 
 
 HANDLERS = {TmemAlloc: tmem_alloc, TmemDealloc: tmem_dealloc, TmemRelinquish: tmem_relinquish,

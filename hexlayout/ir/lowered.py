@@ -40,8 +40,8 @@ __all__ = [
     "Instr", "LdGlobal", "StGlobal", "LdShared", "StShared", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
     "Ldmatrix", "Stmatrix", "MmaSync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad",
     "TmaStore", "TmaStoreCommit", "TmaStoreWait", "MbarInit", "MbarArrive", "MbarWait", "BarSync",
-    "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment", "ForLoop",
-    "IfThen", "ElectIf", "elect_if", "merge_elected", "LoweredKernel", "walk_instrs",
+    "WarpSync", "FenceProxyAsync", "Alu", "Shfl", "SHFL_MODES", "SetMaxNReg", "ClusterBarrier", "Comment",
+    "ForLoop", "IfThen", "ElectIf", "elect_if", "merge_elected", "LoweredKernel", "walk_instrs",
 ]
 
 
@@ -262,11 +262,15 @@ class MbarInit(Instr):
 @dataclass(eq=False)
 class MbarArrive(Instr):
     """mbarrier.arrive (with ``tx_bytes`` > 0: arrive.expect_tx); with ``cta``, on the barrier
-    of the cluster's CTA of that rank (``mapa`` + ``mbarrier.arrive.shared::cluster``)."""
+    of the cluster's CTA of that rank (``mapa`` + ``mbarrier.arrive.shared::cluster``), with the
+    release semantics of ``scope``: ``"cta"`` (the default ``.release.cta``) or ``"cluster"``
+    (``.release.cluster``: the arriving threads' earlier accesses - their fenced tcgen05.ld of a
+    pair's TMEM - are ordered before whatever the peer CTA's waiting threads do next)."""
 
     bar: MbarRef
     tx_bytes: int = 0
     cta: ExprLike | None = None
+    scope: str = "cta"
 
 
 @dataclass(eq=False)
@@ -281,6 +285,13 @@ class MbarWait(Instr):
 class BarSync(Instr):
     barrier_id: int = 0
     threads: int | None = None      # None: the whole block
+
+
+@dataclass(eq=False)
+class WarpSync(Instr):
+    """``bar.warp.sync 0xffffffff`` (``__syncwarp()``): every lane of the warp arrives before any
+    goes on, and the lanes' earlier memory accesses are ordered before their later ones - so one
+    lane's later release (an elected ``mbarrier.arrive``) covers the whole warp's work."""
 
 
 @dataclass(eq=False)

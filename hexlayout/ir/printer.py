@@ -238,9 +238,14 @@ def _copy(op: Copy) -> str:
         multicast=_maybe(_e, op.multicast), other=_maybe(repr, op.other))
 
 
+def _ref(v: Any) -> str:
+    return f"%{v.name}"
+
+
 def _mma(op: Mma) -> str:
     opts = _opts(atom=op.atom or None, warps=_maybe(str, op.warps)) + ("" if op.k_inner else " k_outer")
-    opts += _opts(accumulate=None if op.accumulate is True else _scalar(op.accumulate))
+    opts += _opts(accumulate=None if op.accumulate is True else _scalar(op.accumulate),
+                  scale_a=_maybe(_ref, op.scale_a), scale_b=_maybe(_ref, op.scale_b), packed=op.packed)
     return f"mma %{op.a.name}, %{op.b.name} -> %{op.c.name}{opts}"
 
 

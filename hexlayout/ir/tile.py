@@ -22,7 +22,8 @@ Ops and their meaning (all block-wide unless stated):
   given), optionally masked, or completing on an mbarrier (bulk/TMA copies).
 - ``Mma(a, b, c)``: ``c += a @ b^T`` over (M,K) x (N,K) -> (M,N) tiles (``accumulate`` False or a
   run-time zero: ``c = a @ b^T``); with ``scale_a`` / ``scale_b`` (shared UE8M0 exponents per row
-  and 32 K elements) the operands are block-scaled first.
+  and 32 K elements, or for ``packed`` e2m1 operands UE8M0 / UE4M3 factors per 32 or 16) the
+  operands are block-scaled first.
 - ``Cast``, ``Elementwise``, ``Fill``, ``Reduce``, ``Scan``, ``Rearrange``: register-tile math.
 - ``Sync`` (block barrier), ``AsyncCommit`` / ``AsyncWait`` (cp.async groups),
   ``MbarrierInit`` / ``MbarrierArrive`` / ``MbarrierWait`` (transaction barriers),
@@ -346,6 +347,10 @@ class Mma(Op):
     # c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] * 2^(scale_b[:, kb] - 127))^T
     scale_a: Value | None = None
     scale_b: Value | None = None
+    # "e2m1": a and b are u8 tiles of packed FP4 pairs (element 2j in the low nibble of byte j), K =
+    # twice their columns; the block scales then hold one factor per 32 (u8: UE8M0) or 16 (ue4m3 or
+    # u8) K elements
+    packed: str | None = None
 
 
 @dataclass(eq=False)

@@ -27,7 +27,9 @@ same layout as one CTA's ``M = 128`` accumulator.
 
 **A from tensor memory** (``a_store`` given, a ``_TS`` atom, ``cta_group::1``, 128 threads): ``a``
 is a register tile; before the MMAs the threads write it into the ``a_columns`` TMEM columns of
-the op (``arch.tmem.operand_a_layout``) with ``a_store`` (``synth.tmem_choice.TmemOperandStore``:
+the op (``arch.tmem.operand_a_layout``; ``a_sets`` = ``R`` sets of them when ``R - 1`` earlier
+executions of the op may be in flight at its store: execution ``e`` writes set ``e % R``) with
+``a_store`` (``synth.tmem_choice.TmemOperandStore``:
 ``tcgen05.st.{shape}.x{num}`` at its origins), and the k-step ``k`` MMA reads A at column
 ``k * 256 / 32`` of them. ``a_tv`` is then the store's element register layout.
 
@@ -68,6 +70,7 @@ class TiledUmma:
     k_inner: bool = True
     a_store: Any = None       # A from TMEM: its tcgen05.st (synth.tmem_choice.TmemOperandStore)
     a_stage: Any = None       # A staged through shared memory (synth.smem_stage.SmemOperandStage)
+    a_sets: int = 1           # register A: R, the TMEM column sets / shared buffers its A rotates through
 
     def __post_init__(self) -> None:
         if self.atom.kind != "tcgen05":
@@ -161,10 +164,14 @@ class TiledUmma:
         a = ""
         if self.a_store is not None:
             s = self.a_store
-            a = (f", A from TMEM ({self.a_columns} columns) written by tcgen05.st.{s.shape}.x{s.num} "
-                 f"({s.stores} per warp)")
+            cols = f"{self.a_columns} columns"
+            if self.a_sets > 1:
+                cols = (f"{self.a_sets} sets of {cols}, one per execution in flight at its store plus one: "
+                        f"{self.a_sets * self.a_columns}")
+            a = f", A from TMEM ({cols}) written by tcgen05.st.{s.shape}.x{s.num} ({s.stores} per warp)"
         elif self.a_stage is not None:
-            a = f", register A staged through shared memory ({self.a_stage})"
+            ring = f", a ring of {self.a_sets}" if self.a_sets > 1 else ""
+            a = f", register A staged through shared memory ({self.a_stage}{ring})"
         return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}{pair}, accumulator "
                 f"in TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
                 f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split}){a}")

@@ -31,8 +31,9 @@ API (each name's docstring states its semantics, arguments, errors and an exampl
   accept), ``.strides(...)``, ``hl.Tensor(dtype, shape, stride)``; ``hl.offline(hl.u4[R, K])``
   (``offline``: a weight whose tile storage order synthesis chooses with the register fragment
   it feeds; ``build.offline_layouts``);
-  element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 e2m1 i4 u4 i8 u8 i32 u32 i64 b16 bool_``
-  (``e2m1``: OCP FP4, packed two per byte in global memory like ``u4``; cast to f16 / bf16).
+  element types ``f16 bf16 f32 f64 tf32 e4m3 e5m2 e2m1 ue4m3 i4 u4 i8 u8 i32 u32 i64 b16 bool_``
+  (``e2m1``: OCP FP4, packed two per byte in global memory like ``u4``; cast to f16 / bf16;
+  ``ue4m3``: NVFP4's block scale factors, only copied and given to ``mma(scale_a=, scale_b=)``).
 - launch (``launch``): ``grid``, ``spatial``, ``repeat``, ``cdiv``, ``thread_index``,
   ``warp_index``, ``lane_index``, ``warp_group_index``, ``cluster_rank``.
 - tiles (``memory``, ``views``, ``tensor``, ``indirect``): ``view`` (global windows with ragged-edge
@@ -85,6 +86,7 @@ from .dtypes import (
     u4,
     u8,
     u32,
+    ue4m3,
 )
 from .errors import KernelError
 from .indirect import load
@@ -147,8 +149,8 @@ __all__ = [
     "pipeline", "mma_stages", "wait_stage_free", "Ring", "OnlineSoftmax",
     "kernel", "Kernel", "KernelError", "Tensor", "Dim", "dims", "offline", "GlobalTensor", "Tile",
     "TaskMapping",
-    "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1", "i4", "u4", "i8", "u8", "i32", "u32", "i64",
-    "s8",
+    "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1", "ue4m3", "i4", "u4", "i8", "u8", "i32",
+    "u32", "i64", "s8",
     "s32", "s64", "b16", "bool_",
     "grid", "spatial", "repeat", "cdiv", "thread_index", "warp_index", "lane_index", "warp_group_index",
     "cluster_rank",

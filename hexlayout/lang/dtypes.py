@@ -15,7 +15,7 @@ from hexlayout.arch.dtypes import DTYPES, DType, get_dtype
 from .spec import Tensor
 
 __all__ = [
-    "ElemType", "canonical", "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1",
+    "ElemType", "canonical", "f16", "bf16", "f32", "f64", "tf32", "e4m3", "e5m2", "e2m1", "ue4m3",
     "i4", "u4", "i8", "u8",
     "s8", "i32", "s32", "u32", "i64", "s64", "b16", "bool_",
 ]
@@ -46,7 +46,7 @@ def _e(name: str) -> ElemType:
 
 
 f16, bf16, f32, f64, tf32 = _e("f16"), _e("bf16"), _e("f32"), _e("f64"), _e("tf32")
-e4m3, e5m2, e2m1 = _e("e4m3"), _e("e5m2"), _e("e2m1")
+e4m3, e5m2, e2m1, ue4m3 = _e("e4m3"), _e("e5m2"), _e("e2m1"), _e("ue4m3")
 i4, u4, i8, u8, i32, u32, i64 = _e("s4"), _e("u4"), _e("s8"), _e("u8"), _e("s32"), _e("u32"), _e("s64")
 s8, s32, s64 = i8, i32, i64
 b16, bool_ = _e("b16"), _e("pred")

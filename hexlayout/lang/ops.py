@@ -31,8 +31,9 @@ from typing import Any
 
 from hexlayout.arch import get_atom
 from hexlayout.arch.copy_atom import CopyAtom
-from hexlayout.arch.dtypes import DType
+from hexlayout.arch.dtypes import DType, get_dtype
 from hexlayout.arch.mma_atom import MmaAtom
+from hexlayout.arch.sm100 import block_scaled_kind
 from hexlayout.ir.expr import Expr
 from hexlayout.ir.mapping import TaskMapping
 from hexlayout.ir.mapping import spatial as _spatial
@@ -275,7 +276,7 @@ _ACC = {"f32", "f16", "s32"}
 
 def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
         warps: TaskMapping | tuple[int, ...] | None = None, *, accumulate: bool | Expr = True,
-        scale_a: Tile | None = None, scale_b: Tile | None = None) -> None:
+        scale_a: Tile | None = None, scale_b: Tile | None = None, packed: DType | None = None) -> None:
     """Matrix multiply-accumulate: ``c += a @ b^T`` (``c = a @ b^T`` when not ``accumulate``).
 
     ``c[m, n] += sum_k a[m, k] * b[n, k]`` for ``a`` of shape (M, K), ``b`` of shape
@@ -321,23 +322,26 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
         scale_a (Tile | None): block scales of ``a``: a shared ``u8`` tile of UE8M0 exponents of
             shape (M rounded up to a multiple of 128, K/32) (whole 128-row atoms of the factors'
             layout; rows past M are not read); ``a[m, k]`` counts ``2^(scale_a[m, k // 32] -
-            127)`` times (255: NaN).
-            Given with ``scale_b``, for fp8 (e4m3 / e5m2) shared operands and an f32
-            accumulator: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
-            2^(scale_b[:, kb] - 127))^T`` over the 32-wide K blocks ``kb``. Only sm_100a
-            computes it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, its factors copied
-            to tensor memory with ``tcgen05.cp``; synthesis gives the scale tiles their
-            shared-memory layout and the factors their TMEM columns); elsewhere synthesis
-            refuses the op, naming it.
-        scale_b (Tile | None): block scales of ``b``: a shared ``u8`` (N rounded up to a multiple
-            of 128, K/32) tile.
+            127)`` times (255: NaN). With ``scale_b``, fp8 (e4m3 / e5m2) shared operands, f32
+            ``c``: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
+            2^(scale_b[:, kb] - 127))^T`` over 32-wide K blocks ``kb``. Only sm_100a computes
+            it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, factors copied to TMEM with
+            ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM columns);
+            elsewhere synthesis refuses the op, naming it.
+        scale_b (Tile | None): block scales of ``b``: shared ``u8`` (N rounded up to 128, K/32).
+        packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are shared ``u8`` (M, K/2) / (N, K/2)
+            tiles of packed FP4, element ``2j`` in the low nibble of byte ``j``; with scales of one
+            factor per ``VS`` K elements (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
+            ``u8`` (rows, K/32): MXFP4, UE8M0 (kind::mxf4 scale_vec::2X); ``ue4m3`` (rows, K/16):
+            NVFP4 (kind::mxf4nvf4 4X); ``u8`` (rows, K/16): UE8M0 per 16. sm_100a; K % 64 == 0.
 
     Returns:
         None: the ``Mma`` op is appended to the kernel being traced.
 
     Raises:
         KernelError: called outside a kernel trace; an operand is not a tile, is not a
-            matrix, or is in the wrong scope (``c`` must be a register tile); M, N or K
+            matrix, or is in the wrong scope (``c`` must be a register tile); scales / ``packed``
+            no block-scaled MMA takes (e.g. UE4M3 per 32, fp8 with factors per 16); M, N or K
             disagree between ``a``, ``b`` and ``c``; ``a`` and ``b`` differ in element type;
             ``c`` is not f32/f16/s32 or does not match integer/floating inputs; ``atom`` is
             unknown, not an mma atom, of other element types, does not divide the shape or
@@ -361,26 +365,48 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
             step.trace()
     """
     ctx, loc = begin("mma")
-    ta, tb, tc = _mma_tiles(ctx, loc, a, b, c)
+    pk = _packed(ctx, loc, packed, scale_a, scale_b)
+    ta, tb, tc = _mma_tiles(ctx, loc, a, b, c, pk)
     if atom is not None:
         _check_mma_atom(ctx, loc, atom, ta, tb, tc)
     wm = None if warps is None else _mma_warps(ctx, loc, warps)
     acc_flag = _accumulate_flag(ctx, loc, accumulate)
-    sa, sb = _block_scales(ctx, loc, ta, tb, tc, scale_a, scale_b, atom)
+    sa, sb = _block_scales(ctx, loc, ta, tb, tc, scale_a, scale_b, atom, pk)
     ctx.emit(Mma(ta.value, tb.value, tc.value, atom, wm, accumulate=acc_flag, loc=loc, scale_a=sa,
-                 scale_b=sb))
+                 scale_b=sb, packed=pk))
 
 
-def _mma_tiles(ctx: Any, loc: Any, a: Any, b: Any, c: Any) -> tuple[Tile, Tile, Tile]:
+def _packed(ctx: Any, loc: Any, packed: Any, scale_a: Any, scale_b: Any) -> str | None:
+    """``mma``'s ``packed=``: None or ``hl.e2m1`` (with block scales)."""
+    if packed is None:
+        return None
+    if not isinstance(packed, DType) or packed.name != "e2m1":
+        raise ctx.error("mma", loc, f"packed={packed!r}: the only packed operand type is hl.e2m1 (FP4, two "
+                        "per byte of a u8 tile)")
+    if scale_a is None and scale_b is None:
+        raise ctx.error("mma", loc, "packed=hl.e2m1 operands are multiplied by the block-scaled tcgen05.mma "
+                        "only: give scale_a and scale_b (UE8M0 per 32 K elements: MXFP4; UE4M3 per 16: "
+                        "NVFP4)")
+    return "e2m1"
+
+
+def _mma_tiles(ctx: Any, loc: Any, a: Any, b: Any, c: Any, packed: str | None = None
+               ) -> tuple[Tile, Tile, Tile]:
     """``mma``'s operands as tiles: ``a`` / ``b`` in registers or shared memory, ``c`` in
-    registers, their shapes and element types checked (``_check_mma_operands``)."""
+    registers, their shapes and element types checked (``_check_mma_operands``; ``packed``: ``a``
+    / ``b`` are shared u8 tiles of packed e2m1 pairs)."""
     ta = as_tile(ctx, "mma", loc, a, "a")
     tb = as_tile(ctx, "mma", loc, b, "b")
     tc = as_tile(ctx, "mma", loc, c, "c")
     require_scope(ctx, "mma", loc, ta, "a", (R, S))
     require_scope(ctx, "mma", loc, tb, "b", (R, S))
     require_scope(ctx, "mma", loc, tc, "c (the accumulator)", (R,))
-    _check_mma_operands(ctx, loc, ta, tb, tc)
+    if packed is not None:
+        for role, t in (("a", ta), ("b", tb)):
+            if t.value.type.dtype.name != "u8" or t.value.type.scope != Scope.SHARED:
+                raise ctx.error("mma", loc, f"packed=hl.{packed}: {role} must be a shared u8 tile of packed "
+                                f"{packed} pairs (two FP4 values a byte); {role} is {describe(t.value)}")
+    _check_mma_operands(ctx, loc, ta, tb, tc, packed)
     return ta, tb, tc
 
 
@@ -393,10 +419,11 @@ def _accumulate_flag(ctx: Any, loc: Any, accumulate: Any) -> bool | Expr:
 
 
 def _block_scales(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, scale_a: Any, scale_b: Any,
-                  atom: str | None) -> tuple[Any, Any]:
-    """The values of ``mma``'s block-scale tiles (both or neither): shared ``u8`` tiles of shape
-    (M, K/32) and (N, K/32), rows rounded up to a multiple of 128, for fp8 shared operands and an
-    f32 accumulator."""
+                  atom: str | None, packed: str | None = None) -> tuple[Any, Any]:
+    """The values of ``mma``'s block-scale tiles (both or neither): shared tiles of shape (M, K/VS)
+    and (N, K/VS), rows rounded up to a multiple of 128, for an f32 accumulator: ``u8`` (UE8M0) with
+    VS = 32 for fp8 shared operands; for ``packed`` e2m1 operands ``u8`` with VS 32 or 16 or ``ue4m3``
+    with VS 16 (``arch.sm100.block_scaled_kind``)."""
     if scale_a is None and scale_b is None:
         return None, None
     if scale_a is None or scale_b is None:
@@ -404,28 +431,47 @@ def _block_scales(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, scale_a: Any
     if atom is not None:
         raise ctx.error("mma", loc, f"atom={atom}: a block-scaled mma's atom is chosen by synthesis (leave "
                         "atom= out)")
-    for role, t in (("a", ta), ("b", tb)):
-        if t.value.type.dtype.name not in ("e4m3", "e5m2") or t.value.type.scope != Scope.SHARED:
-            raise ctx.error("mma", loc, f"block scales need fp8 (e4m3 / e5m2) operands in shared memory; "
-                            f"{role} is {describe(t.value)}")
+    if packed is None:
+        for role, t in (("a", ta), ("b", tb)):
+            if t.value.type.dtype.name not in ("e4m3", "e5m2") or t.value.type.scope != Scope.SHARED:
+                raise ctx.error("mma", loc, "block scales need fp8 (e4m3 / e5m2) operands in shared memory, "
+                                "or u8 tiles of packed e2m1 with packed=hl.e2m1; "
+                                f"{role} is {describe(t.value)}")
     if tc.value.type.dtype.name != "f32":
         raise ctx.error("mma", loc, f"block scales need an f32 accumulator; c is {describe(tc.value)}")
-    k = ta.shape[1]
-    if k % 32:
-        raise ctx.error("mma", loc, f"block scales cover 32 K elements each; K = {k} is not a multiple of 32")
-    out = []
-    for role, s, n in (("scale_a", scale_a, ta.shape[0]), ("scale_b", scale_b, tb.shape[0])):
-        rows = -(-n // 128) * 128
+    k = ta.shape[1] * (2 if packed else 1)
+    step = 64 if packed else 32
+    if k % step:
+        raise ctx.error("mma", loc, f"K = {k} is not a multiple of the block-scaled MMA's K = {step}")
+    tiles = []
+    for role, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         t = as_tile(ctx, "mma", loc, s, role)
         require_scope(ctx, "mma", loc, t, role, (S,))
-        if t.value.type.dtype.name != "u8" or tuple(t.shape) != (rows, k // 32):
-            raise ctx.error("mma", loc, f"{role} {describe(t.value)} must be a u8 ({rows}, {k // 32}) tile "
-                            "of UE8M0 exponents (one per row and 32 K elements)")
+        tiles.append(t)
+    sa = tiles[0]
+    st = sa.value.type.dtype.name
+    cols = sa.shape[1] if sa.ndim == 2 else 0
+    vs = k // cols if cols and k % cols == 0 else 0
+    fmt = "ue4m3" if st == "ue4m3" else "ue8m0"
+    try:
+        if st not in ("u8", "ue4m3"):
+            raise ValueError("factors are u8 (UE8M0 exponents) or ue4m3 tiles")
+        block_scaled_kind(get_dtype(packed or ta.dtype.name), get_dtype(packed or tb.dtype.name), fmt, vs)
+    except ValueError as e:
+        raise ctx.error("mma", loc, f"scale_a {describe(sa.value)} for a {describe(ta.value)}"
+                        f"{' (packed e2m1)' if packed else ''} of K = {k}: {e}") from None
+    out = []
+    for role, t, n in (("scale_a", tiles[0], ta.shape[0]), ("scale_b", tiles[1], tb.shape[0])):
+        rows = -(-n // 128) * 128
+        if t.value.type.dtype.name != st or tuple(t.shape) != (rows, k // vs):
+            what = "UE4M3 factors" if st == "ue4m3" else "UE8M0 exponents"
+            raise ctx.error("mma", loc, f"{role} {describe(t.value)} must be a {st} ({rows}, {k // vs}) tile "
+                            f"of {what} (one per row and {vs} K elements)")
         out.append(t.value)
     return out[0], out[1]
 
 
-def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile) -> None:
+def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, packed: str | None = None) -> None:
     """An mma's operands: matrices whose M, N, K agree, ``a`` and ``b`` of one element type (or
     two fp8 types), ``c`` an f32 / f16 / s32 accumulator that matches integer or float inputs."""
     for role, t in (("a", ta), ("b", tb), ("c", tc)):
@@ -448,7 +494,7 @@ def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile) -> Non
         raise ctx.error("mma", loc, f"a {da} and b {db} have different element types")
     if tc.dtype.name not in _ACC:
         raise ctx.error("mma", loc, f"the accumulator c {dc} must be f32, f16 or s32")
-    if (tc.dtype.name == "s32") != (ta.dtype.kind in ("int", "uint")):
+    if (tc.dtype.name == "s32") != (ta.dtype.kind in ("int", "uint") and packed is None):
         raise ctx.error("mma", loc, f"a {da} cannot accumulate into c {dc}")
 
 

@@ -326,15 +326,18 @@ def arrive(bars: Barriers | BarrierRef, i: ExprLike | None = None, tx_bytes: int
     Each arrival counts once towards the phase's expected arrivals; with ``tx_bytes`` the
     arrival also adds that many bytes the phase waits for (the bytes of TMA copies issued
     with ``hl.copy(..., mbarrier=bars[i])``; ``tile.nbytes`` gives them). ``who`` says
-    which of the executing threads arrive: every ``"thread"``, one per ``"warp"``, one per
+    which of the executing threads arrive: every ``"thread"``, one per ``"warp"`` (lane 0, after a
+    ``__syncwarp()`` so that its arrival releases the whole warp's earlier work), one per
     ``"warpgroup"``, or ``"one"`` elected thread; ``"mma"``: the tensor cores arrive, once
     every tcgen05 mma the executing threads issued so far has completed (sm_100a:
     ``tcgen05.commit`` onto the barrier by the mmas' issuing thread; in a kernel of CTA pairs,
     ``cta_group::2``, onto the barrier at ``i`` of both CTAs of the pair) - a stage the mmas read
     is released without a wait in the issuing loop. With ``cta`` (a kernel with a cluster) the
     arrival goes to barrier ``i`` of the cluster's CTA of rank ``cta`` (``mapa`` +
-    ``mbarrier.arrive.release.cluster.shared::cluster``; ``cta`` may be this CTA's rank):
-    a stage that a peer multicasts into is released to that peer this way.
+    ``mbarrier.arrive.shared::cluster``, at cluster scope, ``.release.cluster``, in a kernel of
+    tcgen05 mmas; ``cta`` may be this CTA's rank): a stage that a peer multicasts into is
+    released to that peer this way, and so are TMEM columns a pair's MMA (issued by the even CTA)
+    writes in the odd CTA, after the odd CTA's epilogue read them.
 
     Args:
         bars (Barriers | BarrierRef): the array (with ``i``) or ``bars[i]``.

@@ -55,8 +55,9 @@ opcode -- forms implemented -- module:
   / u8, A from a descriptor or registers, f32 / f16 / s32 D, descriptor swizzle modes and
   transposes; fence / commit_group / wait_group -- wgmma
 - ``tcgen05`` -- tensor memory per CTA (alloc / dealloc / relinquish_alloc_permit, cta_group::1
-  and ::2, the exit check); ``mma`` kind::f16, kind::f8f6f4 and kind::mxf8f6f4.block_scale
-  (UE8M0), cta_group::1 and ::2, A from a descriptor or TMEM, the shared-memory and instruction
+  and ::2, the exit check); ``mma`` kind::f16, kind::f8f6f4, kind::mxf8f6f4.block_scale
+  (UE8M0) and the FP4 kind::mxf4 / mxf4nvf4.block_scale (packed e2m1, UE8M0 / UE4M3 factors,
+  scale_vec 2X / 4X), cta_group::1 and ::2, A from a descriptor or TMEM, the shared-memory and instruction
   descriptors decoded from the register bits, in flight until ``commit`` (incl.
   ``.multicast::cluster``) lands on its mbarrier; ``ld`` / ``st`` 32x32b / 16x64b / 16x128b /
   16x256b ``.xN``; ``cp`` (the shapes of ``arch.tcgen05_cp``, cta_group::1); ``wait::ld/st``;

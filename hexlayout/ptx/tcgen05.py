@@ -16,12 +16,15 @@ Family Instructions"), executed from the printed PTX with the semantics of the I
   thread issues one): ``a`` / ``b`` are 64-bit shared-memory descriptors (``arch.tcgen05.
   UmmaDescriptor``, read as wgmma's canonical layouts) or ``a`` is a TMEM address ``[a]``;
   ``idesc`` is decoded bit by bit (``InstrDescriptor`` for kind::f16 / kind::f8f6f4,
-  ``InstrDescriptorBlockScaled`` for kind::mxf8f6f4.block_scale): types, M, N, majors, negation.
-  ``K = 256 / bits(A)``. Then ``D (+)= A @ B^T`` (float64, rounded once to f32) into the cells of
-  ``accumulator_layout(M, N, G)`` at ``d`` (``p``: accumulate). Block-scaled:
-  ``D (+)= (A * 2^(SFA - 127)) @ (B * 2^(SFB - 127))^T`` with ``SFA[m]`` the byte ``a_sf_id`` of
-  column ``sfa + m // 32`` in lane ``m`` and, for the rows of lane quarter ``q``, ``SFB[n]`` the
-  byte ``b_sf_id`` of column ``sfb + n // 32`` in lane ``32 q + n % 32``. ``cta_group::2`` (issued
+  ``InstrDescriptorBlockScaled`` for kind::mxf8f6f4 / mxf4 / mxf4nvf4 ``.block_scale``): types, M,
+  N, majors, negation. ``K = 256 / bits(A)`` (e2m1: 64, packed two per byte, ``arch.fp4``). Then
+  ``D (+)= A @ B^T`` (float64, rounded once to f32) into the cells of ``accumulator_layout(M, N,
+  G)`` at ``d`` (``p``: accumulate). Block-scaled, ``VS`` K elements per factor (the qualifier:
+  ``.scale_vec::1X`` / ``2X`` / ``.block32``: 32, ``.scale_vec::4X`` / ``.block16``: 16), ``K / VS``
+  factors per row: ``D[m, n] (+)= sum_k A[m, k] SFA[m, k // VS] B[n, k] SFB[n, k // VS]`` with
+  ``SFA[m, j]`` the byte ``a_sf_id + j`` of column ``sfa + m // 32`` in lane ``m`` and, for the rows
+  of lane quarter ``q``, ``SFB[n, j]`` the byte ``b_sf_id + j`` of column ``sfb + n // 32`` in lane
+  ``32 q + n % 32``, decoded as the descriptor's UE8M0 or UE4M3. ``cta_group::2`` (issued
   from the even CTA): CTA ``c`` of the pair reads its own ``M/2`` rows of A and ``N/2`` rows of
   B at the same shared offsets, and gets ``D_c (+)= A_c @ [B_0; B_1]^T`` in its own TMEM.
 * Asynchrony: the result is computed at issue (the shared operands are read then; touching
@@ -51,7 +54,7 @@ Family Instructions"), executed from the printed PTX with the semantics of the I
 Not modelled: a register of a ``tcgen05.ld`` read before ``tcgen05.wait::ld`` (registers have no
 pending marks here), the happens-before of a ``tcgen05.ld`` after the commit it reads (the IR
 emulator's vector clocks; here, the cells are pending until the arrival lands), sparse and
-``.ws`` MMAs, f16 accumulators, kind::tf32 / i8 / mxf4.
+``.ws`` MMAs, f16 accumulators, kind::tf32 / i8, kind::mxf8f6f4 with e2m1 / e2m3 / e3m2 operands.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ from typing import Any
 
 import numpy as np
 
-from hexlayout.arch.block_scale import UE8M0_BIAS
+from hexlayout.arch.block_scale import decode_factors
+from hexlayout.arch.fp4 import from_e2m1, unpack_fp4
 from hexlayout.arch.tcgen05 import (
     InstrDescriptor,
     InstrDescriptorBlockScaled,
@@ -81,7 +85,24 @@ from .warp import _ELEM, warps_of
 __all__ = ["TmemCta", "tmem_of", "check_exit", "check_mma_reads"]
 
 POISON = np.uint32(0xFFFFFFFF)
-_BITS = {"f16": 16, "bf16": 16, "e4m3": 8, "e5m2": 8}
+_BITS = {"f16": 16, "bf16": 16, "e4m3": 8, "e5m2": 8, "e2m1": 4}
+#: block-scaled MMA qualifiers -> K elements per factor (``block16`` / ``block32``: the newer spelling)
+_SCALE_VEC = {"scale_vec::1X": 32, "scale_vec::2X": 32, "scale_vec::4X": 16, "block32": 32, "block16": 16}
+_VEC_OF_KIND = {"mxf8f6f4": ("scale_vec::1X", "block32"), "mxf4": ("scale_vec::2X", "block32"),
+                "mxf4nvf4": ("scale_vec::2X", "scale_vec::4X", "block32", "block16")}
+
+
+def _scale_vec(m: Machine, t: int, kind: str, parts: Any) -> int:
+    """K elements per scale factor of a block-scaled MMA, from its qualifier (checked against the
+    kind: 1X mxf8f6f4, 2X mxf4 / mxf4nvf4, 4X mxf4nvf4)."""
+    given = [p for p in parts if p in _SCALE_VEC]
+    if len(given) != 1:
+        raise _fail(m, t, f"tcgen05.mma.kind::{kind}.block_scale: give one scale-vector qualifier "
+                    f"({' or '.join('.' + q for q in _VEC_OF_KIND[kind])})")
+    if given[0] not in _VEC_OF_KIND[kind]:
+        raise _fail(m, t, f"tcgen05.mma.kind::{kind}.block_scale.{given[0]}: kind::{kind} takes "
+                    f"{' or '.join('.' + q for q in _VEC_OF_KIND[kind])}")
+    return _SCALE_VEC[given[0]]
 
 
 @dataclass
@@ -360,7 +381,11 @@ def _smem_flat(m: Machine, b: int, addr: np.ndarray, nbytes: int, t: int, what: 
 def _operand(
     m: Machine, b: int, d: UmmaDescriptor, major: str, dt: str, rows: int, k: int, t: int, what: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``([rows, k]`` float64 values, flat byte indices) of a descriptor operand in block ``b``."""
+    """``([rows, k]`` float64 values, flat byte indices) of a descriptor operand in block ``b``; e2m1
+    is packed two per byte (``arch.fp4``): ``k / 2`` bytes a row, read as an 8-bit operand."""
+    if dt == "e2m1":
+        at = _smem_flat(m, b, umma_desc_addresses(d, major, 8, rows, k // 2), 1, t, what)
+        return from_e2m1(unpack_fp4(m.smem[at].reshape(rows, k // 2))), at.reshape(-1)
     bits = _BITS[dt]
     at = _smem_flat(m, b, umma_desc_addresses(d, major, bits, rows, k), bits // 8, t, what)
     raw = m.smem[at].reshape(-1).view(np.uint8 if bits == 8 else np.uint16)
@@ -402,8 +427,10 @@ def _readable(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray, w
     return st.future[lanes, cols]
 
 
-def _scales(m: Machine, t: int, b: int, op: Any, byte: int, M: int, N: int, role: str) -> np.ndarray:
-    """``2^(e - 127)``: ``[M]`` for A, ``[M // 32, N]`` (one per lane quarter) for B."""
+def _scales(m: Machine, t: int, b: int, op: Any, byte: int, nsf: int, scale_type: str, M: int, N: int,
+            role: str) -> np.ndarray:
+    """The factors (bytes ``byte .. byte + nsf - 1`` of each cell, decoded as ``scale_type``): ``[M,
+    nsf]`` for A, ``[M // 32, N, nsf]`` (one per lane quarter) for B."""
     base = int(np.asarray(m.address(op, np.array([t])))[0])
     if base >> 16:
         raise _fail(m, t, f"{role} scale factors at TMEM address {base:#x}: not at lane 0")
@@ -417,9 +444,9 @@ def _scales(m: Machine, t: int, b: int, op: Any, byte: int, M: int, N: int, role
             np.broadcast_to(32 * q + n % 32, (M // 32, N)),
             np.broadcast_to(base + n // 32, (M // 32, N)),
         )
-    words = _readable(m, t, b, lanes, cols, f"{role} scale factors")
-    e = (words >> np.uint32(8 * byte)) & np.uint32(0xFF)
-    return np.where(e == 0xFF, np.nan, np.exp2(e.astype(np.float64) - UE8M0_BIAS))
+    words = _readable(m, t, b, lanes, cols, f"{role} scale factors")[..., None]
+    e = (words >> (np.uint32(8) * (byte + np.arange(nsf, dtype=np.uint32)))) & np.uint32(0xFF)
+    return decode_factors(e, scale_type)
 
 
 def _new_op(m: Machine, kind: str, t: int, group: int) -> _Op:
@@ -444,17 +471,18 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), "")
     scaled = "block_scale" in parts
     if (
-        kind not in ("f16", "f8f6f4", "mxf8f6f4")
-        or (kind == "mxf8f6f4") != scaled
+        kind not in ("f16", "f8f6f4", "mxf8f6f4", "mxf4", "mxf4nvf4")
+        or kind.startswith("mx") != scaled
         or "ws" in parts
         or "sp" in parts
     ):
         raise m.unsupported()
+    vs = _scale_vec(m, t, kind, parts) if scaled else 0
     ops = ins.operands
     idesc = int(np.asarray(m.read(ops[3], "u32", np.array([t]))).astype(np.uint32)[0])
     try:
         if scaled:
-            dd: Any = InstrDescriptorBlockScaled.decode(idesc)
+            dd: Any = InstrDescriptorBlockScaled.decode(idesc, kind, vs)
         else:
             if idesc & 0b111:
                 raise ValueError("sparse MMAs are not modelled (bits 0..2 are not 0)")
@@ -506,8 +534,10 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     if scaled:
         if group == 2:
             raise m.unsupported("block-scaled cta_group::2 MMAs")
-        sa = _scales(m, t, blocks[0], ops[4], dd.a_sf_id, M, N, "A")
-        sb = _scales(m, t, blocks[0], ops[5], dd.b_sf_id, M, N, "B")
+        nsf = K // vs
+        sa = _scales(m, t, blocks[0], ops[4], dd.a_sf_id, nsf, dd.scale_type, M, N, "A")
+        sb = _scales(m, t, blocks[0], ops[5], dd.b_sf_id, nsf, dd.scale_type, M, N, "B")
+        sa, sb = np.repeat(sa, vs, axis=-1), np.repeat(sb, vs, axis=-1)
     op = _new_op(m, "tcgen05.mma", t, group)
     op.a_reads = a_reads
     for b, lanes, cols in a_reads:          # A's cells stay read until the MMA completes
@@ -518,9 +548,9 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
         others = [o for o in np.unique(pend[pend > 0]) if _state(m)["ops"][int(o)].thread != t]
         if others:
             raise _fail(m, t, "D: TMEM cells another thread's in-flight tcgen05 op writes", PtxRaceError)
-        if scaled:
-            As_ = A * sa[:, None]
-            D = np.concatenate([As_[32 * q : 32 * q + 32] @ (B * sb[q][:, None]).T for q in range(M // 32)])
+        if scaled:                          # factors per K element: sa [M, K], sb [M // 32, N, K]
+            As_ = A * sa
+            D = np.concatenate([As_[32 * q : 32 * q + 32] @ (B * sb[q]).T for q in range(M // 32)])
         else:
             D = A @ B.T
         if acc:

@@ -108,7 +108,7 @@ class BoundArgs:
 _TORCH_DTYPES = {
     "f16": "float16", "bf16": "bfloat16", "f32": "float32", "tf32": "float32", "f64": "float64",
     "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "s8": "int8", "u8": "uint8", "s32": "int32",
-    "u32": "uint32", "s64": "int64", "b16": "uint16", "pred": "bool",
+    "u32": "uint32", "s64": "int64", "b16": "uint16", "pred": "bool", "ue4m3": "uint8",
 }
 
 

@@ -24,6 +24,7 @@ numbered in a table). Anything else (functions, foreign classes) makes ``encode`
 from __future__ import annotations
 
 import enum
+import functools
 import gc
 import importlib
 import json
@@ -38,13 +39,15 @@ FORMAT = 1
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _slots(cls: type) -> list[str]:
+@functools.cache
+def _slots(cls: type) -> tuple[str, ...]:
+    """The slot names of ``cls`` and its bases (once per class)."""
     out: list[str] = []
     for c in cls.__mro__:
         for s in c.__dict__.get("__slots__", ()):
             if s not in ("__dict__", "__weakref__") and s not in out:
                 out.append(s)
-    return out
+    return tuple(out)
 
 
 def _class_ok(cls: type) -> bool:
@@ -120,10 +123,16 @@ class _Encoder:
 
 def encode(obj: Any) -> tuple[bytes, list[bytes]]:
     """``(document, blobs)``: the JSON document of ``obj``'s graph and its ``bytes`` values."""
-    enc = _Encoder()
-    root = enc.value(obj)
-    doc = {"format": FORMAT, "classes": enc.classes, "table": enc.table, "root": root}
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode(), enc.blobs
+    gc_was = gc.isenabled()
+    gc.disable()                  # many small records, no garbage: collection would only cost time
+    try:
+        enc = _Encoder()
+        root = enc.value(obj)
+        doc = {"format": FORMAT, "classes": enc.classes, "table": enc.table, "root": root}
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode(), enc.blobs
+    finally:
+        if gc_was:
+            gc.enable()
 
 
 #: Packages whose modules a document may cause to be imported (data model only: never the

@@ -91,9 +91,10 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
         what += f" and warps={op.warps}"
     if op.scale_a is not None and s.arch != "sm_100a":
         what += (" with block scales (scale_a / scale_b): only sm_100a's block-scaled tcgen05.mma "
-                 "(kind::mxf8f6f4) applies them; scale the products in registers on " + s.arch)
+                 "(kind::mxf8f6f4, FP4 kind::mxf4 / mxf4nvf4) applies them; scale the products in registers "
+                 "on " + s.arch)
     if s.arch == "sm_100a":
-        from .umma_choice import register_a_refusal, umma_refusal
+        from .umma_choice import operand_form, register_a_refusal, umma_refusal
 
         group = 2 if c.shape[1] == 2 * b.shape[0] else 1
         if b.scope != Scope.SHARED or a.scope not in (Scope.SHARED, Scope.REGISTER):
@@ -101,10 +102,11 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
                    "TMEM or a shared buffer synthesis stages it through")
         elif a.scope == Scope.REGISTER:
             why = register_a_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                     op.scale_a is not None, group, s.other_accumulator_columns(op))
+                                     op.scale_a is not None, group, s.other_accumulator_columns(op),
+                                     s.a_sets(op))
         else:
-            why = umma_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                 op.scale_a is not None, group)
+            da, db, k, form = operand_form(op)
+            why = umma_refusal(c.shape[0], c.shape[1], k, da, db, c.dtype, threads, form or False, group)
         if op.atom is not None:
             why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
         if why:

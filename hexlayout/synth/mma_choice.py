@@ -95,15 +95,16 @@ def _mma_names(arch: str, types: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def mma_candidates(op: Mma, arch: str, threads: int,
-                   other_columns: int = 0) -> list[TiledMma] | list[TiledUmma]:
+def mma_candidates(op: Mma, arch: str, threads: int, other_columns: int = 0,
+                   a_sets: int = 1) -> list[TiledMma] | list[TiledUmma]:
     """Every legal TiledMma for ``op`` run by ``threads`` threads, best first; on sm_100a, an
     mma with a shared operand gets the tcgen05 tilings of ``umma_choice`` (``TiledUmma``; a
     register A through tensor memory or shared memory, the kernel's other accumulators taking
-    ``other_columns`` TMEM columns), one on register operands the mma.sync atoms (sm_100a runs
+    ``other_columns`` TMEM columns; a register A in TMEM taking ``a_sets`` sets of columns, one
+    per execution in flight at its store plus one), one on register operands the mma.sync atoms (sm_100a runs
     every sm_80 instruction)."""
     if arch == "sm_100a" and (op.a.type.scope == Scope.SHARED or op.b.type.scope == Scope.SHARED):
-        return umma_candidates(op, threads, other_columns)
+        return umma_candidates(op, threads, other_columns, a_sets)
     if op.scale_a is not None:       # block scales: the block-scaled tcgen05.mma of sm_100a only
         return []
     m, k = op.a.type.shape

@@ -48,6 +48,7 @@ from hexlayout.ir.accumulator_handoff import handoff_regions
 from hexlayout.ir.assignment import EMPTY, Assignment
 from hexlayout.ir.lower.kernel import LoweredProgram, LoweringError, lower_kernel
 from hexlayout.ir.lower.legality import Legality
+from hexlayout.ir.mma_in_flight import commit_cap, ring_depths
 from hexlayout.ir.tile import (
     Cast,
     Copy,
@@ -211,6 +212,7 @@ class _Synth:
         # the assignment being checked: register layouts and mma choices, then shared layouts
         # (rebound, never changed; the program itself is never changed)
         self.current: Assignment = EMPTY
+        self._a_sets: dict[int, int] | None = None     # register-A mma uid -> R (a_sets)
         self.shared_roots = [op.result for op in tk.body.walk()
                              if type(op).__name__ == "Alloc" and op.result.type.scope == Scope.SHARED]
         self.uses = uses_of(tk)
@@ -527,7 +529,8 @@ class _Synth:
         """The candidates of every mma op (an op with none is an error) and the search over them."""
         mma_ops = self.g.mmas
         cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.mma_threads(op),
-                                                               self.other_accumulator_columns(op)))
+                                                               self.other_accumulator_columns(op),
+                                                               self.a_sets(op)))
                  for op in mma_ops}
         for op in mma_ops:
             if not cands[id(op)]:
@@ -543,6 +546,21 @@ class _Synth:
         cols = {o.c.root.id: o.c.type.shape[1] for o in self.g.mmas
                 if Scope.SHARED in (o.a.type.scope, o.b.type.scope) and o.c.root.id != op.c.root.id}
         return sum(cols.values())
+
+    def a_sets(self, op: Mma) -> int:
+        """On sm_100a, for an mma on a register A: ``R``, one more than the most of its executions
+        whose MMAs may be in flight where it runs (``ir.mma_in_flight``): the TMEM column sets (or
+        shared buffers) its A rotates through so that none in flight is rewritten."""
+        if self.arch != "sm_100a" or op.a.type.scope != Scope.REGISTER:
+            return 1
+        if self._a_sets is None:
+            body = self.tk.body
+
+            def register_a(o: Op) -> bool:
+                return isinstance(o, Mma) and o.a.type.scope == Scope.REGISTER
+
+            self._a_sets = ring_depths(body.ops, register_a, commit_cap(body))
+        return self._a_sets.get(op.uid, 1)
 
     def best_solution(self, search: _MmaSearch) -> tuple[tuple[float, Any, float] | None, _Failure]:
         """The cheapest ``(cost, (choice, assignment, shared, shared decisions, index, cost),
@@ -682,7 +700,8 @@ class _Synth:
                 m, n, k = chosen.tile_mnk
                 a, b, c = op.a.type, op.b.type, op.c.type
                 _, why = register_a_source(m, n, k, a.dtype, b.dtype, c.dtype, chosen.threads,
-                                           other_columns=self.other_accumulator_columns(op))
+                                           other_columns=self.other_accumulator_columns(op),
+                                           a_sets=self.a_sets(op))
                 alts.insert(0, Alternative("A written to TMEM for the _TS atom", "rejected",
                                            f"{why}; {a_source_comparison(chosen)}"))
             out.append(Decision(f"mma at {_loc(op)}", op, None, str(chosen), alts))

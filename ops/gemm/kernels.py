@@ -209,8 +209,11 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
     expects both CTAs' bytes), the one barrier the even CTA waits on before the MMA; the odd CTA's
     consumers take no part in the k-loop. Each k-tile's MMAs release their stage in both CTAs when
     they complete (``hl.arrive(..., who="mma")``: the commit multicast to both empty barriers),
-    and the odd CTA tells the even one when its epilogue has read its accumulator (``acc_free``),
-    before the next tile's MMAs overwrite it. ``peer_release=False`` lets each CTA's loads complete
+    and (``GRID=0``) the odd CTA tells the even one when its epilogue has read its accumulator
+    (``acc_free``), before the next tile's MMAs overwrite it. Persistent (``GRID > 0`` pairs): the
+    roles and TMEM accumulator stages of the one-CTA persistent kernel below, the even CTA's MMA
+    warp group issuing for the pair and both CTAs' epilogue warp groups releasing a stage on the
+    even CTA's ``acc_empty`` (``_overlapped_roles``). ``peer_release=False`` lets each CTA's loads complete
     on its own barrier: the even CTA's MMA reads the odd CTA's stage unordered with its loads, the
     broken pipeline the emulator must reject.
 
@@ -218,11 +221,11 @@ def gemm_sm100_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool =
     its empty barrier, no wait in the k-loop); the tile's MMAs are committed once more after the
     loop, the wait for that commit preceding the epilogue's ``tcgen05.ld``.
 
-    Persistent with one CTA per MMA (``GRID > 0``, ``CLUSTER=1``): ``128 (2 + CONSUMERS)``
-    threads - the TMA warp group, an MMA warp group, ``CONSUMERS`` epilogue warp groups - and
-    the accumulator in ``arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` TMEM stages
+    Persistent (``GRID > 0``, one CTA or a pair per MMA): ``128 (2 + CONSUMERS)`` threads per
+    CTA - the TMA warp group, an MMA warp group, ``CONSUMERS`` epilogue warp groups - and the
+    accumulator in ``arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` TMEM stages
     (``ACC_STAGES=2``: both 256-column stages of BN = 256 fill the 512 columns), so the MMAs of
-    the CTA's next tile run while the epilogue drains the current one (``_overlapped_roles``)."""
+    the next tile run while the epilogue drains the current one (``_overlapped_roles``)."""
     return _warp_specialized_gemm("sm_100a", dtype, b_layout, stage_epilogue, peer_release, a_layout, ld)
 
 
@@ -256,8 +259,8 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
 
     tag = arch.replace("_", "").rstrip("a")             # sm90, sm100: the kernel name's architecture
 
-    def overlapped(c: dict[str, Any]) -> bool:        # sm_100a persistent, one CTA per MMA: an MMA warp
-        return arch == "sm_100a" and bool(c["GRID"]) and c["CLUSTER"] == 1    # group, epilogue ones
+    def overlapped(c: dict[str, Any]) -> bool:        # sm_100a persistent (one CTA or a pair per MMA): an
+        return arch == "sm_100a" and bool(c["GRID"])  # MMA warp group, epilogue ones
 
     @hl.kernel(threads=lambda c: 128 * (1 + c["CONSUMERS"] + overlapped(c)), cluster=cluster_of,
                name=f"gemm_{tag}_{dt}_{_suffix(a_layout, b_layout, ld)}")
@@ -265,8 +268,8 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
              *, BM: int = 128, BN: int = 256, BK: int = 64, STAGES: int = 4, CONSUMERS: int = 2,
              GRID: int = 0, STAGE_EPILOGUE: bool = False, CLUSTER: int = 1, ACC_STAGES: int = 2):
         staged = stage_epilogue or STAGE_EPILOGUE
-        # sm_100a persistent (one CTA per MMA): an MMA warp group issues tile i + 1's MMAs into the
-        # next accumulator stage in TMEM while the epilogue warp groups drain tile i's
+        # sm_100a persistent (one CTA or a pair per MMA): an MMA warp group issues tile i + 1's MMAs into
+        # the next accumulator stage in TMEM while the epilogue warp groups drain tile i's
         overlap = overlapped({"GRID": GRID, "CLUSTER": CLUSTER})
         paired = arch == "sm_100a" and CLUSTER == 2        # a pair of CTAs per tcgen05.mma
         if paired and (BM != 128 or BN % 32 or BN > 256):
@@ -294,15 +297,15 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                        consumers=1 if tc else CONSUMERS * (2 if clustered and peer_release else 1))
         # the pair (peer_release): both CTAs' loads of a stage complete on the even CTA's full barrier
         pair_bar = paired and peer_release
-        if paired:      # the odd CTA's epilogue has read its accumulator: the next tile's MMA may write it
-            acc_free = hl.mbarrier(1, name="acc_free")
+        if paired and not overlap:  # the odd CTA's epilogue has read its accumulator: the next tile's MMA
+            acc_free = hl.mbarrier(1, name="acc_free")          # may write it
             hl.mbarrier_init(acc_free, 0, arrivals=1)
         if overlap:     # the accumulator stages in TMEM: filled by the MMA group, drained by the epilogue
-            n_acc = accumulator_stages(BN, most=ACC_STAGES)
+            n_acc = accumulator_stages(BN, most=ACC_STAGES)     # (a pair: both CTAs' epilogue warps
             acc_bars = (hl.mbarrier(n_acc, name="acc_full"), hl.mbarrier(n_acc, name="acc_empty"))
-            for s in range(n_acc):
+            for s in range(n_acc):                              # release the even CTA's acc_empty)
                 hl.mbarrier_init(acc_bars[0], s, arrivals=1)
-                hl.mbarrier_init(acc_bars[1], s, arrivals=128 * CONSUMERS)
+                hl.mbarrier_init(acc_bars[1], s, arrivals=2 * 4 * CONSUMERS if paired else 128 * CONSUMERS)
         if clustered or paired:
             hl.cluster_sync()        # the peer arrives on / multicasts into these barriers
         else:
@@ -379,7 +382,9 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
         if overlap:
             with hl.else_():
                 _overlapped_roles(c, sa, sb, sc, ring, acc_bars, my_tiles, num_k, origin, dt, BM, BN, W,
-                                  STAGES, CONSUMERS, mk, b_layout)
+                                  STAGES, CONSUMERS, mk, b_layout, rank if paired else None)
+            if paired:
+                hl.cluster_sync()    # no CTA exits while its peer may still multicast or arrive into it
             return
         with hl.else_():
             hl.setmaxnreg(232, increase=True)
@@ -446,7 +451,7 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
 
 def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tuple[Any, Any], my_tiles: Any,
                       num_k: Any, origin: Any, dt: DType, BM: int, BN: int, W: int, STAGES: int,
-                      CONSUMERS: int, mk: bool, b_layout: str) -> None:
+                      CONSUMERS: int, mk: bool, b_layout: str, rank: Any = None) -> None:
     """The MMA and epilogue roles of the persistent sm_100a GEMM (warp groups ``1`` and
     ``2 .. 1 + CONSUMERS``; warp group 0 is the TMA producer). The accumulator rotates through
     ``S = arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` stages in TMEM (``acc_bars``: their
@@ -459,7 +464,19 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
     quarters), store it (``sc``: the staging tile, ``None`` for a store from registers; see
     ``_store_accumulator``) and arrive on ``acc_empty[s]``. So the MMAs of tile ``j + 1`` run while
     the epilogue of tile ``j`` does (no wait on the stage the epilogue reads). The tile loop is
-    unrolled by ``S`` (one register tile per stage, its TMEM columns its own)."""
+    unrolled by ``S`` (one register tile per stage, its TMEM columns its own).
+
+    A pair of CTAs per MMA (``rank``: the CTA's cluster rank; ``cta_group::2``): only the even
+    CTA's MMA group runs - it waits on its own full barriers (both CTAs' loads complete there) and
+    on its ``acc_empty[s]``; its MMAs write both CTAs' TMEM (each CTA its ``BM`` rows, the same
+    columns) and its ``hl.arrive(acc_full, s, who="mma")`` is the pair's commit, multicast to both
+    CTAs' ``acc_full[s]``. The epilogue groups of both CTAs wait on their own ``acc_full[s]`` and
+    release the stage on the *even* CTA's ``acc_empty[s]`` (``hl.arrive(..., cta=0, who="warp")``:
+    per warp, after the loads' ``tcgen05.wait::ld`` and ``tcgen05.fence::before_thread_sync``, a
+    ``__syncwarp`` and lane 0's remote arrive with cluster-scope release, as CuTe DSL's elected
+    per-warp release), which expects both CTAs' ``4 CONSUMERS`` warps: the next MMA into the
+    stage's columns is ordered after the odd CTA's reads too. The odd CTA's MMA group has nothing
+    to issue."""
     acc_full, acc_empty = acc_bars
     S = acc_full.count
     accs = [hl.register(f32, (BM, BN), name=f"acc{s}") for s in range(S)]
@@ -468,28 +485,30 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
     regs = min(232, (65536 // 128 - 80) // CONSUMERS // 8 * 8)
     with hl.warp_group(1):
         hl.setmaxnreg(40, increase=False)
-        for u in hl.range(rounds):
-            for s in range(S):
-                t = u * S + s
-                acc = accs[s]
+        with hl.if_(rank.eq(0)) if rank is not None else contextlib.nullcontext():
+            for u in hl.range(rounds):
+                for s in range(S):
+                    t = u * S + s
+                    acc = accs[s]
 
-                def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
-                    it = t * num_k + k
-                    st = it % STAGES
-                    ring.wait_full(it)
-                    hl.wgmma_fence()
-                    hl.mma(sa[:, :, st] if mk else sa[:, :, st].T,
-                           sb[:, :, st] if b_layout == "nk" else sb[:, :, st].T, acc, accumulate=not first)
-                    ring.release(st, who="mma")         # the ring stage is free once these MMAs completed
+                    def consume(k: Any, first: bool, t: Any = t, acc: Any = acc) -> None:
+                        it = t * num_k + k
+                        st = it % STAGES
+                        ring.wait_full(it)
+                        hl.wgmma_fence()
+                        hl.mma(sa[:, :, st] if mk else sa[:, :, st].T,
+                               sb[:, :, st] if b_layout == "nk" else sb[:, :, st].T, acc,
+                               accumulate=not first)
+                        ring.release(st, who="mma")         # the ring stage is free once these MMAs completed
 
-                with hl.if_(t < my_tiles):
-                    with hl.if_(u > 0):                 # the epilogue drained this stage's previous tile
-                        hl.wait(acc_empty, s, phase=(u - 1) % 2)
-                    with hl.if_(num_k > 0):
-                        consume(0, True)
-                    for k in hl.range(1, num_k, unroll=2):
-                        consume(k, False)
-                    hl.arrive(acc_full, s, who="mma")   # the tile's MMAs completed: stage s is readable
+                    with hl.if_(t < my_tiles):
+                        with hl.if_(u > 0):                 # the epilogue drained this stage's previous tile
+                            hl.wait(acc_empty, s, phase=(u - 1) % 2)
+                        with hl.if_(num_k > 0):
+                            consume(0, True)
+                        for k in hl.range(1, num_k, unroll=2):
+                            consume(k, False)
+                        hl.arrive(acc_full, s, who="mma")   # the tile's MMAs completed: stage s is readable
     with hl.else_():
         hl.setmaxnreg(regs, increase=True)
         for u in hl.range(rounds):
@@ -502,7 +521,13 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
                     with hl.if_(num_k.eq(0)):           # K = 0: no MMA wrote it, the product is zero
                         hl.assign(acc, hl.zeros((BM, BN), f32))
                     _store_accumulator(acc, c, sc, m0, n0, dt, W)
-                    hl.arrive(acc_empty, s)             # its TMEM columns are read: the next MMAs may write
+                    # its TMEM columns are read: the next MMAs may write (a pair: the even CTA's MMAs
+                    # write both CTAs' columns, so each warp of both CTAs releases the even CTA's
+                    # barrier: lane 0 after a __syncwarp, a remote arrive at cluster scope)
+                    if rank is None:
+                        hl.arrive(acc_empty, s)
+                    else:
+                        hl.arrive(acc_empty, s, cta=0, who="warp")
 
 
 #: The GEMM factory of each architecture (sm_89 runs the Ampere kernel).

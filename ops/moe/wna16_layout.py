@@ -69,6 +69,8 @@ def _layouts(arch: str, dtype: Any, wt: Any, bits: int, bk: int, gate_up: bool, 
 
 #: the kernels' ``GROUP`` for one group over K (``wna16.ONE_GROUP``)
 _ONE_GROUP = 1 << 30
+#: the ``GROUP`` of the kernel synthesized for grouped scales (any group size: the same layouts)
+_LAYOUT_GROUP = 128
 
 
 def wna16_offline_layouts(arch: str, dtype: Any, bits: int, size_k: int, group_size: int,
@@ -78,11 +80,18 @@ def wna16_offline_layouts(arch: str, dtype: Any, bits: int, size_k: int, group_s
     ``s`` the scales, ``z`` the zero points (only when the kernel reads them: ``zero`` 0, AWQ);
     activations ``dtype`` (a language dtype), ``bits`` 4 or 8 (weights ``u4`` / ``u8``, or
     ``weight``: ``e2m1`` for MXFP4), input dim ``size_k``, ``group_size`` (-1: per channel);
-    memoized per kernel."""
-    from hexlayout.lang import u4, u8
+    memoized per kernel.
+
+    The layouts are those of the operand fragments and scale columns, which the activations'
+    16-bit type (f16 or bf16) and the group size (``GROUP`` fixes only which k-tiles load a
+    group's scales, not how) do not change: the kernel synthesized is the f16 one with groups of
+    128 (or per channel), so formats that differ only there share one synthesis. Every launch
+    compares the layouts of the kernel it runs with the weights' key (``wna16._same_layout``)."""
+    from hexlayout.lang import bf16, f16, u4, u8
 
     wt = weight or (u4 if bits == 4 else u8)
-    group = _ONE_GROUP if group_size == -1 else group_size
+    group = _ONE_GROUP if group_size == -1 else _LAYOUT_GROUP
+    dtype = f16 if dtype == bf16 else dtype
     return _layouts(arch, dtype, wt, bits, k_tile(size_k, group_size), gate_up, group, zero)
 
 

@@ -46,7 +46,7 @@ def _cute_pack(**f: int) -> int:
 
 
 def test_block_scaled_atoms() -> None:
-    names = [n for n in list_atoms(kind="tcgen05") if "UE8M0" in n]
+    names = [n for n in list_atoms(kind="tcgen05") if n.endswith("UE8M0_SS")]
     # CuTe SM100_MMA_MXF8F6F4_SS: M = 128, N % 8; _2x1SM_SS: M = 256, N % 16; 8 <= N <= 256
     assert len(names) == (32 + 16) * 4
     a = get_atom("SM100_128x8x32_F32E4M3E5M2_UE8M0_SS")

@@ -65,7 +65,7 @@ def test_two_warp_groups_stage_a_through_a_shared_ring(two_groups) -> None:
     np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)
     (choice,) = _mma_choices(two_groups)
     assert "_SS" in choice and "register A staged through shared memory (64x32 K-major, 64-byte swizzle, " \
-        "1 st.shared.b128 per thread)" in choice, choice
+        "1 st.shared.b128 per thread, a ring of 2)" in choice, choice
     body = list(walk(two_groups.lowered.kernel.body))
     staged = [i for i in body if i.origin == "st.shared of the register A operand"]
     assert [type(i).__name__ for i in staged] == ["StShared", "FenceProxyAsync", "BarSync", "Tcgen05Fence",
@@ -161,7 +161,8 @@ def test_a_loop_that_never_waits_is_an_error_naming_the_op() -> None:
     with pytest.raises(HexlayoutError) as e:
         synthesize(k.trace(), "sm_100a")
     msg = str(e.value)
-    assert "smem_a_no_wait" in msg and "hl.mma(w, sb, acc)" in msg and "no wgmma_wait bounds them" in msg, msg
+    assert "smem_a_no_wait" in msg and "hl.mma(w, sb, acc)" in msg, msg
+    assert "no wgmma_wait, nor a wait on a barrier its MMAs arrive on" in msg, msg
 
 
 def test_a_pairs_register_a_is_refused_naming_the_kernel_op_and_line() -> None:

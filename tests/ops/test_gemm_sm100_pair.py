@@ -36,6 +36,9 @@ def _args(m, n, k, b_layout, seed):
     ("kn", (136, 72, 136), {**SMALL, "STAGE_EPILOGUE": True}),       # N-major B halves, TMA-store epilogue
     ("nk", (130, 136, 264), {**SMALL, "BN": 128, "STAGES": 3, "CONSUMERS": 2}),
     ("nk", (600, 136, 136), {**SMALL, "GRID": 2}),    # persistent: 2 pairs walk 3 x 3 tiles (5 and 4)
+    ("nk", (600, 56, 136), {**SMALL, "GRID": 1}),     # 3 tiles on one pair: accumulator stages 0, 1, 0
+    ("nk", (300, 200, 136), {**SMALL, "BN": 128, "STAGES": 3, "CONSUMERS": 2, "GRID": 1,
+                             "STAGE_EPILOGUE": True}),    # 4 tiles, two epilogue warp groups, TMA stores
 ])
 def test_emulated_pair_gemm_matches_float64(b_layout, shape, consts):
     """M = 300: the second pair's odd CTA holds rows 384.. past M (it still runs its half of the
@@ -114,7 +117,8 @@ def test_pair_config_builds_for_sm100_with_2cta_sass():
     assert any(op.startswith("LDTM") for op in counts) and any(op.startswith("UTMALDG") for op in counts)
     # the MMA loop: the even CTA's one full barrier, the issue guarded by the elected lane (no ELECT
     # loop per UTCHMMA), the stage released by the commit: at or below CuTe DSL's persistent 2x1
-    # figure (44.5 per k-tile, benchmarks/results/static-sm100.md; 36 here)
+    # figure (44.5 per k-tile, benchmarks/results/static-sm100.md; 35 here, in the MMA warp group)
+    assert len(bld.stats.setmaxnreg) == 3, bld.stats.setmaxnreg     # producer, MMA issuer, epilogue
     lp = bld.stats.main_loop
     assert lp.mma_opcode.startswith("UTCHMMA.2CTA") and lp.mix.get("ELECT", 0) == 0, lp
     assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 44.5, lp
@@ -144,3 +148,166 @@ def test_op_build_of_a_pair_config_with_a_fused_epilogue_matches_float64():
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64).T + bias.astype(np.float64), 0)
     err = np.abs(c.astype(np.float64) - want) / (np.abs(want) + 1)
     assert err.max() < 1e-2
+
+
+# --- the persistent pair: an MMA warp group runs ahead of both CTAs' epilogues ---------------------
+
+PERSISTENT = {**SMALL, "GRID": 1}
+
+
+@pytest.fixture(scope="module")
+def persistent_pair():
+    return synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**PERSISTENT), "sm_100a").lowered.kernel
+
+
+def test_persistent_pair_k_zero_writes_a_zero_product(persistent_pair):
+    c = np.full((300, 104), np.nan, np.float16)
+    z = {"a": np.zeros((300, 0), np.float16), "b": np.zeros((104, 0), np.float16)}
+    run(persistent_pair, {**z, "c": c})
+    assert np.all(c == 0)
+
+
+def test_persistent_pair_roles(persistent_pair):
+    """Warp group 0 loads, warp group 1 of the even CTA issues the pair's MMAs (the odd CTA's only
+    exits), warp groups 2.. of both CTAs run the epilogue. The MMA group commits tile ``j`` onto
+    ``acc_full[s]`` (multicast to both CTAs) and waits only on ``acc_empty`` of the stage it is
+    about to write; each epilogue warp releases the stage on the even CTA's ``acc_empty`` (after
+    its loads' ``wait::ld`` and ``fence::before_thread_sync``, a ``__syncwarp`` and lane 0's remote
+    arrive with cluster-scope release); the barrier expects both CTAs' epilogue warps."""
+    lk = persistent_pair
+    assert lk.threads == 384 and lk.cluster == (2, 1, 1)
+    producer = next(i for i in lk.body if isinstance(i, L.IfThen) and i.else_body)
+    roles = next(i for i in producer.else_body if isinstance(i, L.IfThen) and i.else_body)
+    mma, epilogue = list(walk_instrs(roles.then_body)), list(walk_instrs(roles.else_body))
+    commits = [i for i in mma if isinstance(i, T.Tcgen05Commit) and i.bar.name == "acc_full"]
+    assert len(commits) == 2 and all(i.cta_group == 2 and i.multicast is not None for i in commits)
+    events = [(type(i).__name__, i.bar.name, str(i.bar.index)) for i in mma
+              if isinstance(i, (L.MbarWait, T.Tcgen05Commit)) and i.bar.name.startswith("acc_")]
+    assert events == [("MbarWait", "acc_empty", "0"), ("Tcgen05Commit", "acc_full", "0"),
+                      ("MbarWait", "acc_empty", "1"), ("Tcgen05Commit", "acc_full", "1")]
+    assert not any(isinstance(i, (T.Tcgen05Mma, T.Tcgen05Commit)) for i in epilogue)
+    releases = [n for n, i in enumerate(epilogue)
+                if isinstance(i, L.MbarArrive) and i.bar.name == "acc_empty"]
+    assert len(releases) == 2
+    for n in releases:
+        arrive = epilogue[n]
+        assert str(arrive.cta) == "0" and arrive.scope == "cluster" and arrive.pred is not None
+        assert isinstance(epilogue[n - 1], L.WarpSync)
+        waited = max(j for j, i in enumerate(epilogue[:n])
+                     if isinstance(i, T.Tcgen05Wait) and i.kind == "ld")
+        assert any(isinstance(i, T.Tcgen05Fence) and i.kind == "before_thread_sync"
+                   for i in epilogue[waited:n])
+    inits = [i.arrivals for i in walk_instrs(lk.body)
+             if isinstance(i, L.MbarInit) and i.bar.name == "acc_empty"]
+    assert inits == [2 * 4, 2 * 4]         # per stage: the 4 epilogue warps of each CTA
+
+
+def _run_logged(lk, monkeypatch, shape=(300, 104, 200)):
+    """Run ``lk`` on random data recording, per tile, the clock of each MMA's issuer and the
+    (thread, epoch) of each epilogue ``tcgen05.ld`` (the race detector's vector clocks)."""
+    from hexlayout.emulator import interpreter
+
+    h = dict(interpreter.HANDLERS)
+    state = {"tile": 0, "done": {0: 0, 1: 0}, "mmas": [], "loads": []}
+
+    def mma(m, ins, x):
+        if len(x.tids):
+            state["mmas"].append((state["tile"], m.shadow.clocks.c[int(x.tids[0])].copy()))
+        h[T.Tcgen05Mma](m, ins, x)
+
+    def commit(m, ins, x):
+        h[T.Tcgen05Commit](m, ins, x)
+        state["tile"] += bool(len(x.tids)) and ins.bar.name == "acc_full"
+
+    def load(m, ins, x):
+        cl = m.shadow.clocks
+        state["loads"] += [(m.rank, state["done"][m.rank], cl.off + int(t), int(cl.c[t, cl.off + t]))
+                           for t in x.tids]
+        h[T.Tcgen05Ld](m, ins, x)
+
+    def arrive(m, ins, x):
+        h[L.MbarArrive](m, ins, x)
+        state["done"][m.rank] += bool(len(x.tids)) and ins.bar.name == "acc_empty"
+
+    for ty, fn in ((T.Tcgen05Mma, mma), (T.Tcgen05Commit, commit), (T.Tcgen05Ld, load),
+                   (L.MbarArrive, arrive)):
+        monkeypatch.setitem(interpreter.HANDLERS, ty, fn)
+    a, b, args = _args(*shape, "nk", 11)
+    run(lk, args)
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(args["c"].astype(np.float64), want, rtol=1e-2, atol=1e-2)
+    return state
+
+
+def test_persistent_pair_mmas_of_the_next_tile_are_not_ordered_after_the_epilogue(persistent_pair,
+                                                                                    monkeypatch):
+    """4 tiles on one pair (stages 0, 1, 0, 1), by happens-before: no MMA of tile ``j + 1`` is
+    ordered after any tcgen05.ld of tile ``j``'s epilogue in either CTA (the tensor cores may run
+    it while both CTAs drain tile ``j``), while every MMA of tile ``j + 2`` (the same TMEM columns)
+    is ordered after every load of tile ``j`` in both CTAs (the even CTA's acc_empty)."""
+    st = _run_logged(persistent_pair, monkeypatch)
+    assert st["tile"] == 4 and st["done"] == {0: 4, 1: 4}
+
+    def seen(j, i, rank):            # per (MMA of tile j, load of tile i in CTA rank): ordered?
+        lds = [(g, e) for r, t, g, e in st["loads"] if r == rank and t == i]
+        assert lds
+        return {bool(clk[g] >= e) for t, clk in st["mmas"] if t == j for g, e in lds}
+
+    for j in range(1, 4):
+        for rank in (0, 1):
+            assert seen(j, j - 1, rank) == {False}, (j, rank)
+            if j >= 2:
+                assert seen(j, j - 2, rank) == {True}, (j, rank)
+
+
+def test_without_the_odd_ctas_release_the_emulator_rejects_the_mma(monkeypatch):
+    """Each CTA's epilogue releases its own acc_empty (the arrive on the even CTA's barrier missing
+    for the odd CTA, the barrier expecting one CTA's arrivals): the even CTA's MMA into a stage then
+    overwrites the odd CTA's TMEM columns unordered with its epilogue's reads - the emulator names
+    the odd CTA's reader."""
+    from hexlayout.emulator import AsyncHazardError
+
+    lk = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**PERSISTENT), "sm_100a").lowered.kernel
+    for i in walk_instrs(lk.body):
+        if isinstance(i, L.MbarArrive) and i.bar.name == "acc_empty":
+            i.cta = None
+        if isinstance(i, L.MbarInit) and i.bar.name == "acc_empty":
+            i.arrivals //= 2
+    with pytest.raises(AsyncHazardError, match=r"in the pair's CTA \(block \(1,\).*reads with tcgen05.ld"):
+        run(lk, _args(300, 104, 200, "nk", 3)[2])
+
+
+def test_without_the_fence_after_the_loads_the_emulator_rejects_the_mma():
+    """The epilogue's tcgen05.fence::before_thread_sync after its wait::ld left out: its arrive no
+    longer orders the loads before the next MMA into their columns."""
+    from hexlayout.emulator import AsyncHazardError
+
+    lk = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**PERSISTENT), "sm_100a").lowered.kernel
+    body = list(walk_instrs(lk.body))
+    for n, i in enumerate(body[:-1]):
+        if isinstance(i, T.Tcgen05Wait) and i.kind == "ld" and isinstance(body[n + 1], T.Tcgen05Fence):
+            body[n + 1].kind = "after_thread_sync"
+    with pytest.raises(AsyncHazardError, match="no tcgen05.fence::before_thread_sync followed"):
+        run(lk, _args(300, 104, 200, "nk", 4)[2])
+
+
+def test_an_elected_arrive_without_its_warp_sync_is_an_emulator_error():
+    """Lane 0's arrive releases only its own loads without the ``__syncwarp`` before it: the
+    next MMA into the stage is unordered with lanes 1..31's reads."""
+    from hexlayout.emulator import AsyncHazardError
+
+    lk = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**PERSISTENT), "sm_100a").lowered.kernel
+
+    def drop(body):
+        for n, i in enumerate(body):
+            if isinstance(i, L.WarpSync):
+                body[n] = L.Comment("(no __syncwarp)")
+            for attr in ("body", "then_body", "else_body"):
+                sub = getattr(i, attr, None)
+                if isinstance(sub, list):
+                    drop(sub)
+
+    drop(lk.body)
+    assert not any(isinstance(i, L.WarpSync) for i in walk_instrs(lk.body))
+    with pytest.raises(AsyncHazardError, match="reads with tcgen05.ld"):
+        run(lk, _args(300, 104, 200, "nk", 6)[2])

@@ -54,6 +54,24 @@ def test_the_layout_is_derived_from_the_arch_and_the_warps() -> None:
     assert prefill.key == four.key
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+def test_bf16_and_other_group_sizes_share_the_synthesized_layouts(arch: str) -> None:
+    """``wna16_offline_layouts`` synthesizes the f16 kernel with groups of 128 for every 16-bit
+    activation type and group size: the bf16 AWQ kernel with groups of 64 (BK 64) and of 32 (BK
+    32) built here chooses the same layouts for ``q``, ``s`` and ``z``."""
+    from hexlayout.ops.moe import wna16_kernels_sm80, wna16_kernels_sm90, wna16_kernels_sm100
+    from hexlayout.ops.moe.wna16_layout import kernel_tiles, offline_key, wna16_offline_layouts
+
+    fac = {"sm_80": wna16_kernels_sm80.moe_wna16_down_kernel,
+           "sm_90a": wna16_kernels_sm90.moe_wna16_down_sm90_kernel,
+           "sm_100a": wna16_kernels_sm100.moe_wna16_down_sm100_kernel}[arch]
+    for group, bk in ((64, 64), (32, 32)):
+        built = build(fac(hl.bf16, 4, bk, False, hl.u4), arch, compile=False,
+                      **kernel_tiles(arch, bk, group, 0)).offline_layouts
+        shared = wna16_offline_layouts(arch, hl.bf16, 4, 256, group, False, zero=0)
+        assert set(built) == {"q", "s", "z"} and offline_key(built) == offline_key(shared)
+
+
 @pytest.mark.parametrize("idx", range(4))
 def test_the_permutation_is_a_bijection_giving_each_thread_one_run(idx: int) -> None:
     lay = _layouts()[idx]

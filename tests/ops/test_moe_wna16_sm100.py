@@ -184,3 +184,32 @@ def test_an_arch_without_kernels_is_refused() -> None:
     (q, s, _), _ = checkpoint("gptq", 4, 2, 64, 64, 32, torch.float16, torch.Generator().manual_seed(61))
     with pytest.raises(ArgumentError, match="arch.*sm_80, sm_89, sm_90a, sm_100a, got 'sm_120'"):
         prepare_wna16(q, s, quant_format="gptq", bits=4, group_size=32, arch="sm_120")
+
+
+@pytest.mark.parametrize(("kernel", "bits", "bk", "consts", "ncols", "sets"), [
+    ("gate_up", 4, 64, {"BM": 64, "ZERO": 0, "TOPK": 2}, 256, 4),
+    ("down", 4, 32, {"BM": 32, "ZERO": 8, "GROUP": 32}, 64, 2),
+])
+def test_tensor_memory_columns(kernel, bits, bk, consts, ncols, sets) -> None:
+    """The TMEM allocation: the accumulators (gate-up: two of ``BM`` columns; down: one) and one
+    set of A columns per unrolled mma (``BK`` x 16 / 32 each) - the two slots' MMAs are in flight at
+    each other's stores, the tail reuses slot 0's columns (its wait on the slot's barrier retires
+    slot 0's last MMAs), and no mma has its own previous execution in flight at its store (the
+    slot's wait retires it), so no mma takes a ring of sets (``ir.mma_in_flight``). Gate-up BM 64:
+    128 + 4 x 32 = 256 columns; down BM 32: 32 + 2 x 16 = 64."""
+    from hexlayout.ops.moe.wna16_kernels_sm100 import moe_wna16_down_sm100_kernel as down
+    from hexlayout.ops.moe.wna16_kernels_sm100 import moe_wna16_gate_up_sm100_kernel as gate_up
+
+    from hexlayout.ir import lowered as L
+    from hexlayout.ir import lowered_tcgen05 as T
+    from hexlayout.lang import bf16
+    from hexlayout.synth.solve import synthesize
+
+    make = gate_up if kernel == "gate_up" else down
+    syn = synthesize(make(bf16, bits, bk, False).trace(WG=1, **consts), "sm_100a")
+    body = list(L.walk_instrs(syn.lowered.kernel.body))
+    assert [i.ncols for i in body if isinstance(i, T.TmemAlloc)] == [ncols]
+    stores = {str(i.taddr) for i in body if isinstance(i, T.Tcgen05St) and "register A" in i.origin}
+    assert len(stores) == sets and not any("_aset" in s for s in stores), stores
+    mmas = [i for op, i in syn.lowered.choices if type(op).__name__ == "Mma"]
+    assert mmas and all(f"A from TMEM ({bk // 2} columns)" in i for i in mmas), mmas

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from hexlayout.ops.gemm.config import CONFIGS
+from hexlayout.ops.gemm.config import CONFIGS, GemmConfig
 from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 
 import hexlayout.lang as hl
@@ -26,6 +26,8 @@ _EP = (False, False, "none", False)
 
 def _config(name: str):
     cfgs = CONFIGS["sm_100a"]
+    if name == "small persistent pair":          # built for 200 x 64: GRID = 1, one pair walks every tile
+        return GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, persistent=True, cluster=2)
     if name in ("pair", "persistent pair"):
         return next(c for c in cfgs if c.cluster == 2 and c.persistent == (name == "persistent pair"))
     if name == "persistent":
@@ -43,7 +45,8 @@ _BUILDS: dict[str, object] = {}
 
 def _build(name: str):
     if name not in _BUILDS:
-        _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, 200, compile=False)
+        n = 64 if name == "small persistent pair" else 200
+        _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, n, compile=False)
     return _BUILDS[name]
 
 
@@ -100,6 +103,24 @@ def test_gemm_cta_pair_matches_float64(cfg: str, shape, blocks: int) -> None:
     assert len(rep.blocks) == blocks
     assert _err(c, want) < 1e-2
     _, c_ir, _ = _run(cfg, *shape, mode="ir")
+    np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(300, 104, 200), (300, 104, 40)])
+def test_persistent_pair_accumulator_stages_match_float64(shape) -> None:
+    """The persistent pair with an MMA warp group and two TMEM accumulator stages: 4 tiles on one
+    pair (stages 0, 1, 0, 1), ragged M, N and K (K = 40: one partial k-tile, the k-loop empty);
+    each epilogue warp of both CTAs releases a stage by a ``__syncwarp`` and lane 0's cluster-scope
+    remote arrive on the even CTA's acc_empty. (K = 0 has no tensor map - extents must be >= 1 -
+    and never launches: the op writes the zero product itself; the IR emulator runs the kernel's
+    K = 0 path.)"""
+    rep, c, want = _run("small persistent pair", *shape)
+    assert rep.opcodes.get("mbarrier.arrive.release.cluster.shared::cluster.b64")
+    assert rep.opcodes.get("bar.warp.sync")
+    assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
+    assert len(rep.blocks) == 2
+    assert _err(c, want) < 1e-2
+    _, c_ir, _ = _run("small persistent pair", *shape, mode="ir")
     np.testing.assert_allclose(c, c_ir, rtol=2**-7, atol=0)
 
 
@@ -250,21 +271,43 @@ def test_stage_released_before_the_mma_completes_is_caught() -> None:
 def test_register_a_through_tmem(wait: bool) -> None:
     """``hl.mma`` on a register tile: the printed ``tcgen05.st.16x64b`` of A into TMEM and the
     ``_TS`` tcgen05.mma reading ``[a_tmem]``, executed from the PTX against float64 over 6 k-tiles;
-    with ``wgmma_wait(2)`` instead of 1 k-tile ``k + 2``'s store rewrites the A the MMA of ``k``
-    still reads, which the executor reports."""
+    with ``wgmma_wait(2)`` instead of 1 the MMA of k-tile ``k`` may still run at ``k + 2``'s store of
+    the same unrolled A, which therefore rotates through two sets of columns (no race reported)."""
     from tests.emulator.test_tcgen05_tmem_a import _gemm_args, _tmem_a_gemm
 
     bld = rt.build(_tmem_a_gemm(wait), "sm_100a", compile=False)
     args, want = _gemm_args()
-    if not wait:
-        with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
-            rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
-        return
     rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
     assert rep.opcodes.get("tcgen05.st.sync.aligned.16x64b.x8.b32")
     assert rep.opcodes.get("tcgen05.wait::st.sync.aligned")
     assert "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2" in bld.generated.source  # A: [a_tmem]
+    assert ("_aset" in bld.generated.source) == (not wait)      # the execution counter of the sets
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_register_a_ring_in_tmem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One register-A mma per k-tile left in flight by ``wgmma_wait(1)`` (5 ragged k-tiles): its A
+    rotates through two TMEM column sets and the PTX matches float64 with no race; forced to one
+    set, the executor reports the store into the columns the previous MMA reads."""
+    import hexlayout.ir.lower.umma as lu
+    from tests.emulator.test_tcgen05_tmem_a_ring import gemm_args, ring_gemm
+
+    bld = rt.build(ring_gemm(1), "sm_100a", compile=False)
+    args, want = gemm_args()
+    rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+    real = lu.a_ranges
+
+    def one_set(lw):
+        ranges, depth, sets = real(lw)
+        return ranges, {u: 1 for u in depth}, {r: 1 for r in sets}
+
+    monkeypatch.setattr(lu, "a_ranges", one_set)
+    monkeypatch.setenv("HEXLAYOUT_BUILD_CACHE", "0")         # synthesize again, under the patch
+    bad = rt.build(ring_gemm(1), "sm_100a", compile=False)
+    assert "_aset" not in bad.generated.source
+    with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
+        rt.emulate(bad, *gemm_args()[0].values(), mode="ptx")
 
 
 # --- a register A operand staged through shared memory by synthesis --------------------------------

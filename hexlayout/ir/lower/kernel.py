@@ -52,6 +52,7 @@ from ..lowered import (
     SmemBuffer,
     TmaDesc,
     TmaLoad,
+    WarpSync,
     WgmmaCommit,
     WgmmaFence,
     WgmmaWait,
@@ -736,13 +737,19 @@ class Lowering:
                 raise self.fail(op, "arrive(who='mma') is a tcgen05.commit: the kernel has no tcgen05 mma "
                                     f"(sm_100a); it is lowered for {self.arch.name}")
             return umma_arrive(self, self.mbar_ref(op.bar, op.index, op))
+        sync: list[Instr] = []
         if op.who == "one":
             pred = self.elect[-1]
-        elif op.who == "warp":
+        elif op.who == "warp":      # lane 0 arrives for its warp, after a __syncwarp orders the lanes' work
             pred = (t % 32).eq(0)
+            sync = [WarpSync()]
         elif op.who == "warpgroup":
             pred = (t % 128).eq(0)
-        return [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, op.cta, pred=pred)]
+        # an arrive on a peer CTA's barrier in a kernel of tcgen05 mmas may release TMEM reads to the
+        # peer's MMA issuer (a pair's epilogue: the even CTA's MMAs write the odd CTA's TMEM): cluster scope
+        tc = op.cta is not None and any(isinstance(tu, TiledUmma) for tu in self.assignment.mma.values())
+        return sync + [MbarArrive(self.mbar_ref(op.bar, op.index, op), op.tx_bytes, op.cta, pred=pred,
+                                  scope="cluster" if tc else "cta")]
 
     @LOWERING.register(MbarrierWait)
     def op_MbarrierWait(self, op: MbarrierWait) -> list[Instr]:

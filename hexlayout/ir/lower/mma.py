@@ -53,10 +53,13 @@ def _task_offset(tm: TiledMma, dim: int, worker: ExprLike, r: int) -> ExprLike:
 
 
 def _desc(tm: TiledMma, view: SharedTileView, dim: int, major: str, tid: Var, r: int, k: int,
-          elem_bits: int, cta_group: int = 1) -> SmemDesc | str:
+          elem_bits: int, cta_group: int = 1, per_unit: int = 1) -> SmemDesc | str:
     """Descriptor of the operand sub-tile of task ``r`` at k-step ``k`` (symbolic in the warp group);
-    ``cta_group`` 2: of one CTA's share (half the atom's rows) of a pair's tcgen05.mma operand."""
+    ``cta_group`` 2: of one CTA's share (half the atom's rows) of a pair's tcgen05.mma operand;
+    ``per_unit``: the atom's K elements per unit of the view (packed e2m1 in a u8 tile: 2, so a
+    K = 64 step is 32 units of ``elem_bits`` = 8)."""
     m_a, n_a, k_a = tm.atom.shape_mnk
+    k_a //= per_unit
     ext = (m_a if dim == 0 else n_a) // cta_group
     big = view.shape[0]
     inner = view.layout

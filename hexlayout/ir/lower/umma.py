@@ -11,24 +11,29 @@ commit / wait) runs unchanged:
   permit, a fenced block barrier, and every thread reading the address into ``tmem_base``;
   it ends with a fenced block barrier and warp 0's ``tcgen05.dealloc``.
 * **A from TMEM** (``TiledUmma.a_store``: ``a`` is a register tile, a ``_TS`` atom): each such op
-  gets ``a_columns`` TMEM columns (after the columns allocated so far), shared with the other such
-  ops that are never stored while its MMA may be in flight nor it while theirs may (``a_ranges``:
-  a flow of commits and ``wgmma_wait`` over the kernel, as for the accumulators); before the first of
-  a run of consecutive such ops of a block (only ``wgmma_fence`` between them), every thread
-  writes each op's A registers there with the op's ``tcgen05.st`` (warp ``w``: lanes
-  ``32*(w%4) + lane``, columns ``a_column + column`` of the store's origins), then
+  gets ``R`` sets of ``a_columns`` TMEM columns (after the columns allocated so far), ``R`` = one
+  more than the most executions of the op whose MMAs may be in flight at its store
+  (``ir.mma_in_flight``: commits and ``wgmma_wait``, the tensor cores' arrivals on barriers at a
+  constant index or a ring index ``(k + c) % S`` and the waits on them); execution ``e`` (a
+  per-thread counter, kept only when ``R > 1``) writes set ``e % R``, so none of the ``R - 1``
+  latest executions, in flight, has its A rewritten (an MMA is retired in order of commits). The
+  sets are shared with the other such ops that are never stored while its MMA may be in flight nor
+  it while theirs may (``a_ranges``; the range holds the most sets of its members). A store that may
+  find unboundedly many executions in flight (no wait in the loop retires them) is an error naming
+  the op. Before the first of a run of consecutive such ops of a block (only ``wgmma_fence`` between
+  them), every thread writes each op's A registers into its current set with the op's ``tcgen05.st``
+  (warp ``w``: lanes ``32*(w%4) + lane``, columns ``set + column`` of the store's origins), then
   ``tcgen05.wait::st``, ``tcgen05.fence::before_thread_sync``, a barrier of the threads and
-  ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's
-  stores (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of
-  k-step ``k`` reads A at column ``a_column + k * 8``. The op's columns are
-  rewritten by its next execution: as for the register A of wgmma, the program must have retired
-  the MMAs that read them (a ``wgmma_wait``) by then; the emulator reports a store into columns
-  an in-flight MMA reads.
+  ``tcgen05.fence::after_thread_sync``, so that the issuing thread's MMAs see every warp's stores
+  (the run may hold windows of shared tiles, the B operands, between its mmas); the MMA of k-step
+  ``k`` reads A at column ``set + k * 8``. The emulator and the PTX executor report a store into
+  columns an in-flight MMA reads (a wait for an earlier barrier phase than the latest arrival's,
+  which the flow assumes, retires fewer MMAs than counted).
 * **A staged through shared memory** (``TiledUmma.a_stage``: ``a`` is a register tile, an ``_SS``
   atom): each such op gets a ring of ``R`` buffers of ``a_stage.layout`` (K-major, swizzled,
   aligned to 1024 bytes) in shared memory, ``R`` = one more than the most executions of the op
-  whose MMAs may be in flight at its store (``stage_depths``: the commit / ``wgmma_wait`` flow of
-  ``a_ranges``, counting executions); execution ``e`` (a per-thread counter, kept only when ``R >
+  whose MMAs may be in flight at its store (``stage_depths``: the flow of ``ir.mma_in_flight``, as
+  for an A in TMEM); execution ``e`` (a per-thread counter, kept only when ``R >
   1``) writes buffer ``e % R``. Before the MMAs every thread stores its registers there
   (``st.shared``, ``copy.lower_reg_mem``), then ``fence.proxy.async`` (the MMA reads through the
   async proxy), a barrier of the threads running the op and ``tcgen05.fence::after_thread_sync``;
@@ -52,16 +57,21 @@ commit / wait) runs unchanged:
   ``tc_done`` barrier, so every thread of both CTAs waits on its own barrier as for one CTA (both
   count the commits). The kernel's tcgen05 mmas are all of one cta_group; the epilogue's barrier
   before the deallocation is a cluster barrier too. An accumulator whose register values a pair's
-  MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop).
+  MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop); one
+  no op wrote before (an MMA role's loop-carried stage) needs no store, as for one CTA. Handed
+  to reader roles, both CTAs' readers load their own lanes; the author's arrive releasing the
+  columns goes to the even CTA's barrier (``hl.arrive(..., cta=0)``), which the issuer waits on.
 * **block scales** (a block-scaled atom: ``hl.mma(..., scale_a=, scale_b=)``): each operand's
   factors get their own TMEM columns (``arch.block_scale.scale_columns``, from a multiple of 4,
   after the accumulators allocated so far), once per mma op; the issuing thread copies them,
   before its MMAs, with one ``tcgen05.cp.32x128b.warpx4`` per 512-byte atom of the scale tile
   (its shared layout must be ``scale_smem_layout``: rows ``128 i``, k-blocks ``4 j`` at byte
-  ``512 (j + i * kgroups)``, TMEM column ``(rows / 32) j + 4 i``), and the MMA of k-step ``k`` reads
-  column ``(rows / 32) (k // 4)`` on, byte ``k % 4``. The thread's tcgen05 operations run in
-  issue order, so the next k-tile's copy into the same columns follows this k-tile's MMAs
-  (as CUTLASS's block-scaled mainloops do).
+  ``512 (j + i * kgroups)``, TMEM column ``(rows / 32) j + 4 i``), and the MMA of k-step ``k``, whose
+  ``nsf = K / VS`` factors per row are k-blocks ``f = k nsf ..`` (1X: 1; FP4 2X: 2, 4X: 4), reads
+  column ``(rows / 32) (f // 4)`` on, bytes ``f % 4 ..``. Packed e2m1 operands (``op.packed``: u8
+  tiles of ``K / 2`` bytes a row) are described as 8-bit operands, a K = 64 step being 32 bytes. The
+  thread's tcgen05 operations run in issue order, so the next k-tile's copy into the same columns
+  follows this k-tile's MMAs (as CUTLASS's block-scaled mainloops do).
 * **arrive(bar, who="mma")** -> the issuing thread's ``tcgen05.commit`` onto ``bar`` (a pair's:
   ``cta_group::2``, multicast to both CTAs): the barrier's arrival once the mmas issued so far
   completed (a pipeline stage released by the tensor cores); not counted as a commit here.
@@ -162,6 +172,7 @@ from ..lowered_tcgen05 import (
     TmemRef,
     TmemRelinquish,
 )
+from ..mma_in_flight import MAX_RING, InFlight, commit_cap, conflicts, in_flight, ring_depths
 from ..tile import Alloc, For, If, MbarrierWait, Mma, Op, Permute, Slice, SubTile, Sync, Value
 from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaFence as TileWgmmaFence
@@ -208,7 +219,8 @@ class TmemState:
     scale_cols: dict[tuple[int, str], int] = field(default_factory=dict)   # (mma uid, "a"/"b") -> column
     a_cols: dict[int, int] = field(default_factory=dict)     # mma uid -> first column of its TMEM A
     a_stored: set[int] = field(default_factory=set)          # mma uids whose A the block stored already
-    a_range: dict[int, int] | None = None                    # mma uid -> its A columns' range (a_ranges)
+    a_range: tuple[dict[int, int], dict[int, int], dict[int, int]] | None = None   # a_ranges
+    a_counters: dict[int, RegArray] = field(default_factory=dict)  # mma uid -> its A sets' counter (R > 1)
     depths: dict[int, int] | None = None                     # mma uid -> buffers of its staged A ring
     stages: dict[int, tuple[SharedTileView, RegArray | None]] = field(default_factory=dict)
     range_cols: dict[int, int] = field(default_factory=dict)  # range -> first column
@@ -264,21 +276,55 @@ class TmemState:
 
     def a_column_of(self, uid: int, tu: TiledUmma, lw: Any = None) -> int:
         """The first TMEM column of the A operand of the mma ``uid`` (a ``_TS`` tiling): its
-        range's (``a_ranges``), allocated when the range is first used."""
+        range's (``a_ranges``: ``R`` sets of ``a_columns`` each), allocated when first used."""
         if uid not in self.a_cols:
             if self.a_range is None:
-                self.a_range = a_ranges(lw) if lw is not None else {}
-            rng = self.a_range.get(uid, -uid - 1)
+                self.a_range = a_ranges(lw) if lw is not None else ({}, {}, {})
+            ranges, depth, sets = self.a_range
+            rng = ranges.get(uid, -uid - 1)
+            if depth.get(uid, 1) > MAX_RING:
+                op = next(o for o in lw.tk.body.walk() if o.uid == uid)
+                raise ValueError(f"the register A %{op.a.name} is written to TMEM while up to "
+                                 f"{depth[uid] - 1} earlier executions of the mma may still read it (no "
+                                 "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or "
+                                 "ring index, bounds them): wait for the MMAs before the mma runs again")
             if rng not in self.range_cols:
-                if self.used + tu.a_columns > TMEM_COLUMNS:
-                    need = self.used + tu.a_columns
+                need = self.used + tu.a_columns * sets.get(rng, 1)
+                if need > TMEM_COLUMNS:
                     raise ValueError(f"the tcgen05 accumulators and A operands in TMEM need {need} columns, "
                                      f"more than the {TMEM_COLUMNS} there are: "
                                      "stage a register A through a shared tile (hl.copy, then hl.mma on it)")
                 self.range_cols[rng] = self.used
-                self.used += tu.a_columns
+                self.used = need
             self.a_cols[uid] = self.range_cols[rng]
         return self.a_cols[uid]
+
+    def a_sets(self, uid: int) -> int:
+        """``R``, the column sets the mma ``uid``'s A rotates through (``a_ranges``)."""
+        return 1 if self.a_range is None else self.a_range[1].get(uid, 1)
+
+    def a_set_column(self, lw: Any, op: Mma, tu: TiledUmma) -> ExprLike:
+        """The first TMEM column of the set the current execution of ``op`` writes its A into:
+        its range's first column, plus ``(e % R) * a_columns`` for execution ``e`` (a per-thread
+        counter, kept only when ``R > 1``; ``a_bump`` advances it after the MMAs)."""
+        col = self.a_column_of(op.uid, tu, lw)
+        depth = self.a_sets(op.uid)
+        if depth == 1:
+            return col
+        if op.uid not in self.a_counters:
+            counter = lw.scratch(f"{op.a.root.name}_aset", S32, 1)
+            self.a_counters[op.uid] = counter
+            self.ring_counters.append(counter)
+        return _mod(RegRead(self.a_counters[op.uid], 0), depth) * tu.a_columns + col
+
+    def a_bump(self, op: Mma) -> list[Instr]:
+        """The increment of ``op``'s execution counter (none when its A has one set)."""
+        counter = self.a_counters.get(op.uid)
+        if counter is None:
+            return []
+        bump = Alu("add", RegRef(counter, 0, 1), (RegRef(counter, 0, 1), 1))
+        bump.origin = "tcgen05.st of the register A operand"
+        return [bump]
 
     def a_stores_before(self, lw: Any, ops: list[Op]) -> list[Instr]:
         """``ops[0]`` an mma whose register A goes to TMEM and is not stored yet: the
@@ -305,7 +351,7 @@ class TmemState:
             if a.values != regs * len(s.origins):
                 raise ValueError(f"the register A %{o.a.name} holds {a.values} values per thread; its "
                                  f"tcgen05.st.{s.shape}.x{s.num} write {regs * len(s.origins)}")
-            col = self.a_column_of(o.uid, tu, lw)
+            col = self.a_set_column(lw, o, tu)
             for q, (lane, c) in enumerate(s.origins):
                 taddr = base + (lane0 + lane) * TMEM_DP + col + c
                 out.append(Tcgen05St(s.shape, s.num, taddr, RegRef(a.array, q * regs, regs), loc=o.loc))
@@ -471,13 +517,14 @@ class TmemState:
             carried = isinstance(op, For) and self.defined_outside(rid, op)
             if rid in self.pending or (o.accumulate is False and not carried):
                 continue
-            if tu.cta_group == 2:
+            written = self.written_before(rid, op)
+            if tu.cta_group == 2 and written:
                 raise ValueError(f"the pair's tcgen05 mma (cta_group::2) on %{o.c.name} would add to "
                                  "register values (its tcgen05.st into both CTAs' TMEM would need a cluster "
                                  "barrier): give its first mma accumulate=False (or k > 0 in a k-loop with "
                                  "nothing to add before)")
             p = _Pending(lw.register_of(o.c, o), tu, self.column_of(o.c.root, tu), lw.group_threads[-1], rid)
-            if self.written_before(rid, op):
+            if written:
                 out += self._load(lw, p, store=True)
             self.pending[rid] = p           # its values are in TMEM now (until a register use loads them)
         return out
@@ -538,14 +585,6 @@ def same_region_ops(op: Op) -> list[Op]:
     return out
 
 
-#: per tracked mma uid (an A in TMEM, a staged A): the commits since each of its executions whose
-#: MMAs may still be in flight at a point, fewest first, over the paths reaching it (absent: none)
-APending = dict[int, tuple[int, ...]]
-_MAX_COMMITS = 64
-#: executions of one op in flight the flow counts (a staged A's ring holds at most this many buffers)
-MAX_RING = 8
-
-
 def _is_ts(lw: Any, op: Op) -> bool:
     tu = lw.assignment.mma.get(op.uid) if isinstance(op, Mma) else None
     return isinstance(tu, TiledUmma) and tu.a_store is not None
@@ -556,96 +595,45 @@ def _is_staged(lw: Any, op: Op) -> bool:
     return isinstance(tu, TiledUmma) and tu.a_stage is not None
 
 
-def _a_join(a: APending, b: APending) -> APending:
-    """Either path's executions: per op, the longer list, each entry the fewer commits."""
-    out = dict(a)
-    for u, c in b.items():
-        x = out.get(u, ())
-        out[u] = tuple(min(p, q) for p, q in zip(x, c)) + (x[len(c):] if len(x) > len(c) else c[len(x):])
-    return out
-
-
-def _a_flow(lw: Any, ops: list[Op], f: APending, record: dict[int, list[APending]] | None,
-            tracked: Any = _is_ts) -> APending:
-    for o in ops:
-        f = _a_flow_op(lw, o, f, record, tracked)
-    return f
-
-
-def _commit_cap(lw: Any) -> int:
-    """Commits past which an execution's count need not grow: more than any ``wgmma_wait(n)``
-    leaves in flight, so every wait retires it alike."""
-    return min(_MAX_COMMITS, TmemState.of(lw).barriers)      # the largest wgmma_wait(n) + 1
-
-
-def _a_flow_op(lw: Any, op: Op, f: APending, record: dict[int, list[APending]] | None,
-               tracked: Any = _is_ts) -> APending:
-    """The flow after ``op`` of the executions of the ``tracked`` mmas (``a_ranges``, ``stage_depths``):
-    an execution starts with 0 commits, a ``wgmma_commit`` adds one to each, a ``wgmma_wait(n)``
-    retires those with more than ``n``; ``record``: each tracked mma's state at its store."""
-    if tracked(lw, op):
-        if record is not None:
-            record.setdefault(op.uid, []).append(dict(f))
-        return {**f, op.uid: ((0,) + f.get(op.uid, ()))[:MAX_RING]}
-    if isinstance(op, TileWgmmaCommit):
-        cap = _commit_cap(lw)
-        return {u: tuple(min(c + 1, cap) for c in cs) for u, cs in f.items()}
-    if isinstance(op, TileWgmmaWait):
-        kept = {u: tuple(c for c in cs if c <= int(op.pending)) for u, cs in f.items()}
-        return {u: cs for u, cs in kept.items() if cs}
-    if isinstance(op, For):
-        top = f
-        for _ in range(4 * _MAX_COMMITS):
-            nxt = _a_join(f, _a_flow(lw, op.body.ops, top, None, tracked))
-            if nxt == top:
-                break
-            top = nxt
-        else:
-            raise ValueError("the A-operand flow of a loop did not converge")
-        return _a_join(f, _a_flow(lw, op.body.ops, top, record, tracked))
-    if isinstance(op, If):
-        out = _a_flow(lw, op.then_body.ops, f, record, tracked)
-        other = _a_flow(lw, op.else_body.ops, f, record, tracked) if op.else_body is not None else f
-        return _a_join(out, other)
-    return f
+def _record(lw: Any, tracked: Any) -> dict[int, list[InFlight]]:
+    """The in-flight flow (``ir.mma_in_flight``) of the ``tracked`` mmas over the kernel."""
+    return in_flight(lw.tk.body.ops, lambda o: tracked(lw, o), commit_cap(lw.tk.body))
 
 
 def stage_depths(lw: Any) -> dict[int, int]:
     """The buffers of each staged register A's ring (mma uid -> ``R``): one more than the most
-    executions of the op whose MMAs may be in flight at any of its stores (``_a_flow_op``; the
-    waits the lowering adds before accumulator loads only retire more)."""
-    record: dict[int, list[APending]] = {}
-    _a_flow(lw, lw.tk.body.ops, {}, record, _is_staged)
-    return {uid: 1 + max(len(st.get(uid, ())) for st in states) for uid, states in record.items()}
+    executions of the op whose MMAs may be in flight at any of its stores (``ir.mma_in_flight``;
+    the waits the lowering adds before accumulator loads only retire more)."""
+    return ring_depths(lw.tk.body.ops, lambda o: _is_staged(lw, o), commit_cap(lw.tk.body))
 
 
-def a_ranges(lw: Any) -> dict[int, int]:
-    """The TMEM column range of each A-in-TMEM mma (uid -> range): mmas share a range when neither
-    is stored while the other's MMA may be in flight, i.e. at every store of either the other is
-    retired: issued, then ``n + 1`` commits, then a ``wgmma_wait(n)`` on every path (the waits the
-    lowering adds before accumulator loads only retire more, so the rule is conservative). Greedy
-    in program order: an mma takes the first range none of whose mmas conflicts with it (the
-    unrolled copies of a k-step alternate between two ranges; the tail's copies after the loop
-    reuse them)."""
-    record: dict[int, list[APending]] = {}
-    _a_flow(lw, lw.tk.body.ops, {}, record)
+def a_ranges(lw: Any) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """The TMEM columns of the A-in-TMEM mmas: ``(range of each mma uid, column sets R of each mma
+    uid, column sets of each range)``. An mma's ``R`` is one more than the most of its own
+    executions whose MMAs may be in flight at its store (``ir.mma_in_flight``): its execution ``e``
+    writes set ``e % R``, so none of the ``R - 1`` latest, in flight, is rewritten. Mmas share a
+    range when neither is stored while the other's MMA may be in flight (at every store of either
+    the other is retired: the waits the lowering adds before accumulator loads only retire more, so
+    the rule is conservative); the range then holds the most sets of its members, each member
+    rotating through its own ``R``. Greedy in program order: an mma takes the first range none of
+    whose mmas conflicts with it (the unrolled copies of a k-step alternate between two ranges; the
+    tail's copies after the loop reuse them)."""
+    record = _record(lw, _is_ts)
+    depth = ring_depths([], lambda o: False, 1, record)
     cols = {uid: lw.assignment.mma[uid].a_columns for uid in record}
-
-    def conflict(x: int, y: int) -> bool:
-        return any(y in st for st in record[x]) or any(x in st for st in record[y])
-
     ranges: list[list[int]] = []
     out: dict[int, int] = {}
     for uid in record:
         for i, members in enumerate(ranges):
-            if cols[members[0]] == cols[uid] and not any(conflict(uid, v) for v in members):
+            if cols[members[0]] == cols[uid] and not any(conflicts(record, uid, v) for v in members):
                 members.append(uid)
                 out[uid] = i
                 break
         else:
             ranges.append([uid])
             out[uid] = len(ranges) - 1
-    return out
+    sets = {i: max(depth[u] for u in members) for i, members in enumerate(ranges)}
+    return out, depth, sets
 
 
 def _memory_view(op: Op) -> bool:
@@ -740,9 +728,10 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
                if a_reg else "shared memory")
         raise ValueError(f"{tu.atom.name} reads A from {src} and B from shared memory")
     m, n, k = tu.tile_mnk
-    if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1]):
+    per_unit = 2 if op.packed == "e2m1" else 1          # packed e2m1: two elements a byte of the u8 tile
+    if (m, n, k) != (op.c.type.shape[0], op.c.type.shape[1], op.a.type.shape[1] * per_unit):
         raise ValueError(f"{tu} covers {m}x{n}x{k}, the operands are "
-                         f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1]}")
+                         f"{op.c.type.shape[0]}x{op.c.type.shape[1]}x{op.a.type.shape[1] * per_unit}")
     handoff = lw.handoff.get(op.c.root.id)      # read by another warp role (ir.accumulator_handoff)
     if tu.threads != (lw.gthreads if handoff is None else handoff[1] - handoff[0]):
         raise ValueError(f"{tu} is read by {tu.threads} threads; {lw.gthreads} threads run the mma")
@@ -773,7 +762,8 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
     if a_tmem:
         if op.uid not in st.a_stored:       # lowered alone (not by a block: a legality check)
             stores = st.a_stores_before(lw, [op])
-        a_col = st.a_column_of(op.uid, tu, lw)
+        a_col = st.a_set_column(lw, op, tu)
+        bump = st.a_bump(op)
         a_step = tu.atom.shape_mnk[2] * bits // 32          # columns of one k-step of A
     for inst in tm.instances():
         descs: list[Any] = []
@@ -782,7 +772,7 @@ def lower_umma(lw: Any, op: Mma, tu: TiledUmma, a: Any, b: Any, c: RegisterTile)
         if a_tmem:
             descs.append(TmemRef(base + a_col + inst.k * a_step))
         for role, view, mode, major, r in operands:
-            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits, tu.cta_group)
+            d = _desc(tm, view, mode, major, lw.gtid, r, inst.k, bits, tu.cta_group, per_unit)
             if isinstance(d, str):
                 raise ValueError(f"operand {role}: {d}")
             descs.append(d)
@@ -845,10 +835,14 @@ def _block_scales(lw: Any, op: Mma, tu: TiledUmma, st: TmemState, base: Any) -> 
                 cps.append(Tcgen05Cp("32x128b.warpx4", base + col + (rows // 32) * j + 4 * i, src))
         cols[role] = (col, rows)
 
+    nsf = tu.atom.shape_mnk[2] // tu.atom.scale_vec        # factors per row one MMA reads
+
     def operands(k: int, n0: int) -> dict[str, Any]:
         (ca, ra), (cb, rb) = cols["a"], cols["b"]
-        return {"sfa": base + ca + (ra // 32) * (k // 4), "sfb": base + cb + (rb // 32) * (k // 4) + n0 // 32,
-                "sfa_id": k % 4, "sfb_id": k % 4}
+        first = k * nsf                                     # the MMA's first k-block
+        g = first // SF_ATOM_KBLOCKS
+        return {"sfa": base + ca + (ra // 32) * g, "sfb": base + cb + (rb // 32) * g + n0 // 32,
+                "sfa_id": first % SF_ATOM_KBLOCKS, "sfb_id": first % SF_ATOM_KBLOCKS}
 
     return cps, operands
 
