@@ -83,6 +83,7 @@ from .shared import (
     uses_of,
 )
 from .umma_choice import a_source_comparison, register_a_source
+from .umma_pair import PairChoice, pair_rewrite
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -820,7 +821,33 @@ def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
     predicted cost (``.cost``). A fully explicit program (every layout, atom and warp
     arrangement given) synthesizes too: its decisions are the program's own.
     """
-    try:
-        return _Synth(tk, arch).run()
-    except LoweringError as e:
-        raise SynthesisError(tk.name, e.located, [e.op] if e.op else []) from None
+    paired, choice = pair_rewrite(tk, arch)
+    syn = None
+    if paired is not None and choice is not None:
+        try:
+            syn = _Synth(paired, arch).run()
+        except (LoweringError, SynthesisError) as e:      # the one-CTA program below, with the reason
+            choice = choice.refused(f"the pair form did not synthesize: {str(e).splitlines()[0]}")
+    if syn is None:
+        try:
+            syn = _Synth(tk, arch).run()
+        except LoweringError as e:
+            raise SynthesisError(tk.name, e.located, [e.op] if e.op else []) from None
+    if choice is not None:
+        syn.decisions.insert(0, _pair_decision(syn, choice))
+    return syn
+
+
+def _pair_decision(syn: Synthesis, choice: PairChoice) -> Decision:
+    """The 2-CTA pair choice (``umma_pair``) as a decision, the cost model's numbers in both forms."""
+    op = next((o for o in syn.kernel.body.walk() if choice.mma is not None and o.uid == choice.mma.uid),
+              None)
+    one, two = choice.costs.get(1), choice.costs.get(2)
+    pair = Alternative(f"2-CTA pair: {two}", "chosen" if choice.paired else "rejected",
+                       "" if choice.paired else choice.reason)
+    single = Alternative(f"one CTA per MMA: {one}", "rejected" if choice.paired else "chosen",
+                         "the pair stages half of B and issues half the MMAs per CTA" if choice.paired else "")
+    chosen = (f"tcgen05.mma.cta_group::2: {choice.reason}" if choice.paired
+              else f"tcgen05.mma.cta_group::1 (no pair: {choice.reason})")
+    return Decision(f"2-CTA pair at {_loc(op)}" if op is not None else "2-CTA pair", op, None, chosen,
+                    [pair, single])

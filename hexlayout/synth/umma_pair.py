@@ -1,0 +1,365 @@
+"""Synthesized 2-CTA tile pairs (sm_100a): a one-CTA ``hl.mma`` of a 2-CTA cluster whose two CTAs
+load the same B tile becomes one ``tcgen05.mma.cta_group::2`` per pair, each CTA staging half of B.
+
+A kernel of ``(2, 1, 1)`` clusters in which each CTA runs ``c[128, N] (+)= a[128, K] @ b[N, K]^T`` with
+its own 128 rows of A and a B tile both CTAs load at the same coordinates computes, per pair, exactly
+what one ``tcgen05.mma.cta_group::2`` of ``M = 256`` computes when CTA ``r`` stages only rows ``r N / 2
+..`` of B (``ir.tiled_umma``: the pair form of ``hl.mma``, ``b`` of ``N / 2`` rows, ``c`` of ``N``
+columns). ``pair_rewrite`` finds that pattern and rewrites a copy of the program into the pair form
+(the program given is never changed):
+
+* every B shared buffer's N mode is halved (the buffer and all its views);
+* each TMA load of B (a global view at origin ``(n0, ..)``, extent ``e``) loads rows ``n0 + r N / 2``
+  (``r`` the cluster rank), extent ``min(e - r N / 2, N / 2)``;
+* every TMA load completing on a barrier of the B loads (the stage's ``full`` barriers; A's loads must
+  complete there too) completes on the even CTA's barrier (``pair_barrier``, the bytes of both CTAs);
+* an ``arrive.expect_tx`` on those barriers expecting ``t`` bytes (``t`` = the bytes of its loads, A's
+  ``t_A`` and B's ``t_B``) is made by the even CTA only, expecting ``2 t_A + t_B`` (both CTAs' A, the
+  pair's B once);
+* a wait on those barriers is the even CTA's only: the odd CTA's threads that waited there run the
+  ``hl.mma`` (which issues nothing on the odd CTA) and then wait for the pair's commit as before
+  (``wgmma_commit`` / ``arrive(who="mma")``: the even CTA's ``tcgen05.commit`` multicast to both CTAs,
+  ``ir.lower.umma``), so every program wait after the MMAs stays correct in both CTAs.
+
+The class covered (anything else keeps ``cta_group::1`` with the reason in ``explain``): sm_100a, a
+kernel of ``(2, 1, 1)`` clusters; every ``hl.mma`` on shared operands has 128 rows of A per CTA, ``N``
+(the accumulator's columns = B's rows) a multiple of 32 up to 256, 16-bit or 8-bit operands without
+block scales; B is a view of a shared buffer (its N mode whole: slices and transposes only) with no
+given layout that only those mmas read and only TMA loads (``mbarrier=``, no multicast, no mask)
+write, each from a global view read by nothing else whose origin and extent, like the bounds and
+conditions of every loop and branch around the loads and the mmas, do not depend on the cluster rank
+(the block index ``x`` appears only under ``// c`` with ``c`` even: both CTAs of a cluster, blocks
+``2j`` and ``2j + 1``, see the same value); A's buffer (not B's) is written by TMA loads only; the
+loads' barriers hold nothing but A and B loads and every ``expect_tx`` on them expects exactly the
+bytes of their loads; a ``hl.cluster_sync()`` follows the barriers' initialization (the odd CTA's
+loads complete on the even CTA's barriers); and no loop that issues an MMA into an accumulator also
+reads or writes it otherwise (the odd CTA's read of its accumulator would then race the even CTA's
+next MMA into it: the explicit pair form orders them with its own barrier).
+
+Whether the pair pays is ``umma_choice.pair_costs``: never more shared bytes, TMA bytes or MMA issues
+per CTA, so it is taken wherever the class holds; a rewritten program that does not synthesize (no
+shared layout the pair's descriptors accept, e.g.) falls back to the one-CTA program with the error
+as the reason (``hexlayout.synth.solve.synthesize``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+
+from hexlayout.ir.expr import BinOp, Expr, ExprLike, Select, UnOp, Var, as_expr, const_value, emin, is_const
+from hexlayout.ir.tile import (
+    Alloc,
+    Block,
+    ClusterSync,
+    Copy,
+    GlobalView,
+    If,
+    Mbarrier,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierWait,
+    Mma,
+    Op,
+    Permute,
+    Slice,
+    TileKernel,
+    Value,
+)
+from hexlayout.ir.types import Scope
+from hexlayout.ir.walk import Visit, walk_with_context
+
+from .shared import root_mode_map, uses_of
+from .umma_choice import PairCost, pair_costs
+
+__all__ = ["PairChoice", "pair_rewrite"]
+
+_PAIR_CLUSTERS = ((2,), (2, 1), (2, 1, 1))
+
+
+@dataclass
+class PairChoice:
+    """Whether the kernel's mmas became a 2-CTA pair: ``paired``, ``reason`` (why not, or what was
+    rewritten), the first mma concerned and the per-CTA costs of both forms (``pair_costs``)."""
+
+    paired: bool
+    reason: str
+    mma: Mma | None = None
+    costs: dict[int, PairCost] = field(default_factory=dict)
+
+    def refused(self, reason: str) -> PairChoice:
+        return PairChoice(False, reason, self.mma, self.costs)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _loc(op: Op | None) -> str:
+    return f" at {op.loc}" if op is not None and op.loc is not None else ""
+
+
+def _rank_free(e: ExprLike, bx: Var) -> bool:
+    """Whether ``e`` provably has the same value in both CTAs of a ``(2, 1, 1)`` cluster (blocks
+    ``2j`` and ``2j + 1`` along x): ``bx`` appears only as ``bx // c`` with ``c`` even."""
+    if not isinstance(e, Expr):
+        return True
+    if isinstance(e, Var):
+        return e != bx
+    if isinstance(e, BinOp):
+        if e.op == "//" and isinstance(e.a, Var) and e.a == bx and is_const(e.b):
+            return const_value(e.b) % 2 == 0
+        return _rank_free(e.a, bx) and _rank_free(e.b, bx)
+    if isinstance(e, UnOp):
+        return _rank_free(e.a, bx)
+    if isinstance(e, Select):
+        return all(_rank_free(x, bx) for x in (e.cond, e.a, e.b))
+    return True
+
+
+def _context_rank_free(v: Visit, bx: Var) -> str | None:
+    """Why the loops and branches around ``v.op`` may differ between the CTAs (None: they do not)."""
+    for p in v.parents:
+        if isinstance(p, If) and p.warp_groups is None and not _rank_free(p.cond, bx):
+            return f"the branch{_loc(p)} (if {p.cond}) depends on the cluster rank"
+        if hasattr(p, "start") and not (_rank_free(p.start, bx) and _rank_free(p.stop, bx)):
+            return f"the loop{_loc(p)} runs a number of times that depends on the cluster rank"
+    return None
+
+
+def _view_chain(v: Value, defs: dict[int, Op]) -> list[Op]:
+    """The view ops from ``v``'s root buffer to ``v``."""
+    out = []
+    while v.base is not None:
+        op = defs.get(v.id)
+        if op is None:
+            break
+        out.append(op)
+        v = op.src       # type: ignore[attr-defined]
+    return out[::-1]
+
+
+def _whole_n(v: Value, nmode: int, defs: dict[int, Op], modes: dict) -> bool:
+    """Whether the view ``v`` keeps its root's mode ``nmode`` whole (only slices of other modes and
+    transposes between them)."""
+    if v.base is None:
+        return True
+    if not all(isinstance(o, (Slice, Permute)) for o in _view_chain(v, defs)):
+        return False
+    return nmode in modes.get(v.id, (None, []))[1]
+
+
+def _nbytes(v: Value) -> int:
+    return v.type.size * v.type.dtype.bits // 8
+
+
+def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[int, int]]]:
+    """The analysis of the module docstring: the mmas, the B buffers (root id -> N mode) and the
+    loads' barriers (id -> (A bytes, B bytes) of their loads); ``_Refused`` with the reason."""
+    visits = {v.op.uid: v for v in walk_with_context(tk)}
+    ops = [v.op for v in visits.values()]
+    bx = tk.launch.block_index[0]
+    mmas = [o for o in ops if isinstance(o, Mma)]
+    defs = {o.result.id: o for o in ops if isinstance(o, (Slice, Permute)) or type(o).__name__ == "SubTile"}
+    modes = root_mode_map(tk)
+    uses = uses_of(tk)
+    gviews = {o.result.id: o for o in ops if isinstance(o, GlobalView)}
+    b_roots: dict[int, int] = {}
+    a_roots: set[int] = set()
+    for op in mmas:
+        m, k = op.a.type.shape
+        n = op.c.type.shape[1]
+        if op.scale_a is not None:
+            raise _Refused(f"the mma{_loc(op)} is block-scaled: a pair's block-scaled tcgen05.mma is not built")
+        if op.atom is not None:
+            raise _Refused(f"the mma{_loc(op)} names its atom ({op.atom})")
+        if m != 128:
+            raise _Refused(f"the mma{_loc(op)} has M = {m} rows of A per CTA; the pair's tcgen05.mma takes 128 "
+                           "per CTA (M = 256 for the pair)")
+        if n % 32 or n > 256 or op.b.type.shape[0] != n:
+            raise _Refused(f"the mma{_loc(op)} has N = {n}: a pair splits B's N rows in two halves of N / 2 "
+                           "(N a multiple of 32 up to 256, one atom)")
+        if op.a.type.dtype.bits not in (8, 16) or op.c.type.dtype.name != "f32":
+            raise _Refused(f"the mma{_loc(op)}: the pair is built for 8- and 16-bit operands into f32")
+        root, bm = modes.get(op.b.id, (op.b, [0, 1]))
+        nmode = bm[0]
+        if root.type.has_layout:
+            raise _Refused(f"B's shared tile %{root.name} has a given layout ({root.type.layout}): the pair "
+                           "stages half of it in a layout synthesis chooses")
+        if not _whole_n(op.b, nmode, defs, modes) or root.type.shape[nmode] != n:
+            raise _Refused(f"the mma's B %{op.b.name}{_loc(op)} is not a whole-N view of its shared tile "
+                           f"%{root.name}")
+        if b_roots.get(root.id, nmode) != nmode:
+            raise _Refused(f"B's shared tile %{root.name} is read with N along two modes")
+        b_roots[root.id] = nmode
+        a_roots.add(op.a.root.id)
+        why = _context_rank_free(visits[op.uid], bx)
+        if why is not None:
+            raise _Refused(f"the mma{_loc(op)}: {why}")
+    if set(b_roots) & a_roots:
+        raise _Refused("a shared tile is both an A and a B operand")
+    bars: dict[int, tuple[Mbarrier, list[Copy]]] = {}
+    for rid in list(b_roots) + sorted(a_roots):
+        is_b = rid in b_roots
+        for op in uses.get(rid, []):
+            if isinstance(op, Alloc) or (isinstance(op, Mma) and op in mmas
+                                         and (op.b.root.id if is_b else op.a.root.id) == rid
+                                         and (op.a.root.id if is_b else op.b.root.id) != rid):
+                continue
+            if not (isinstance(op, Copy) and op.dst.root.id == rid and op.src.id in gviews):
+                raise _Refused(f"{op.name}{_loc(op)} reads or writes the mma operand's shared tile "
+                               f"%{op.values()[0].root.name if op.values() else '?'} (only the mmas may read "
+                               "it and TMA loads write it)")
+            if not isinstance(op.mbarrier, Mbarrier) or op.mask is not None or op.pair_barrier:
+                raise _Refused(f"the copy{_loc(op)} into the mma operand's shared tile is not a TMA load "
+                               "completing on an mbarrier")
+            if op.multicast is not None:
+                raise _Refused(f"the copy{_loc(op)} is a multicast TMA (each CTA a part of the tile into "
+                               "both): only loads that both CTAs issue at the same coordinates are "
+                               "turned into the pair's halves")
+            bars.setdefault(id(op.mbarrier), (op.mbarrier, []))[1].append(op)
+            if is_b:
+                gv = gviews[op.src.id]
+                if not _whole_n(op.dst, b_roots[rid], defs, modes) or len(gv.origin) != len(op.src.type.shape):
+                    raise _Refused(f"the load of B{_loc(op)} does not write whole rows of its N mode")
+                exprs = list(gv.origin) + list(gv.extent)
+                if not all(_rank_free(e, bx) for e in exprs):
+                    raise _Refused(f"the load of B{_loc(op)} reads coordinates that depend on the cluster "
+                                   f"rank ({', '.join(str(e) for e in gv.origin)}): the CTAs do not share "
+                                   "its B tile")
+                if sum(1 for o in ops if gv.result in o.inputs()) != 1:
+                    raise _Refused(f"the global view of B{_loc(gv)} is read by more than its load")
+                why = _context_rank_free(visits[op.uid], bx)
+                if why is not None:
+                    raise _Refused(f"the load of B{_loc(op)}: {why}")
+    b_bars = {id(c.mbarrier) for rid in b_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
+    a_bars = {id(c.mbarrier) for rid in a_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
+    if not b_bars or a_bars - b_bars:
+        raise _Refused("A's loads do not complete on the barriers of B's loads (the even CTA could not "
+                       "wait for the odd CTA's A before the pair's MMA)")
+    if len({b.name for b in tk.mbarriers}) != len(tk.mbarriers):
+        raise _Refused("two mbarriers of the kernel share a name")
+    out: dict[str, tuple[int, int]] = {}
+    for key in b_bars:
+        bar, copies = bars[key]
+        others = [o for o in ops if isinstance(o, Copy) and o.mbarrier is bar and o not in copies]
+        if others:
+            raise _Refused(f"the barrier %{bar.name} also completes the copy{_loc(others[0])}")
+        a_bytes = sum(_nbytes(c.dst) for c in copies if c.dst.root.id in a_roots)
+        b_bytes = sum(_nbytes(c.dst) for c in copies if c.dst.root.id in b_roots)
+        for o in ops:
+            if isinstance(o, MbarrierArrive) and o.bar is bar and o.tx_bytes and o.tx_bytes != a_bytes + b_bytes:
+                raise _Refused(f"the arrive on %{bar.name}{_loc(o)} expects {o.tx_bytes} bytes, its loads "
+                               f"bring {a_bytes + b_bytes}")
+            if isinstance(o, MbarrierArrive) and o.bar is bar and o.cta is not None:
+                raise _Refused(f"the arrive on %{bar.name}{_loc(o)} goes to another CTA")
+        out[bar.name] = (a_bytes, b_bytes)
+    _check_prologue(tk, b_bars)
+    _check_accumulators(tk, mmas, visits)
+    return mmas, b_roots, out
+
+
+def _check_prologue(tk: TileKernel, bars: set[int]) -> None:
+    """A ``hl.cluster_sync()`` follows the last initialization of the loads' barriers (top level)."""
+    last = max((i for i, o in enumerate(tk.body.ops) if isinstance(o, MbarrierInit) and id(o.bar) in bars),
+               default=None)
+    if last is None or not any(isinstance(o, ClusterSync) for o in tk.body.ops[last:]):
+        raise _Refused("no hl.cluster_sync() follows the initialization of the loads' barriers (the odd CTA's "
+                       "loads complete on the even CTA's barriers)")
+
+
+def _check_accumulators(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit]) -> None:
+    """No loop issuing an MMA into an accumulator reads or writes it otherwise (module docstring)."""
+    for op in mmas:
+        rid = op.c.root.id
+        for loop in visits[op.uid].loops:
+            for o in loop.body.walk():
+                if isinstance(o, Mma) or not any(v.root.id == rid for v in o.values()):
+                    continue
+                raise _Refused(f"the accumulator %{op.c.name} is read or written{_loc(o)} in the loop{_loc(loop)} "
+                               "that issues its next MMAs: the odd CTA's access would race the even CTA's "
+                               "next MMA (write the pair form, which orders them with a barrier)")
+
+
+def pair_rewrite(tk: TileKernel, arch: str) -> tuple[TileKernel | None, PairChoice | None]:
+    """The pair form of ``tk`` (a rewritten copy) and the choice, or ``(None, choice)`` with the reason
+    it is not paired, or ``(None, None)`` where there is nothing to decide (not sm_100a, not a kernel of
+    2-CTA clusters, no mma on shared operands, or the program already in the pair form)."""
+    if arch != "sm_100a" or tuple(tk.launch.cluster or ()) not in _PAIR_CLUSTERS or not tk.launch.block_index:
+        return None, None
+    mmas = [o for o in tk.body.walk() if isinstance(o, Mma)
+            and o.a.type.scope == Scope.SHARED and o.b.type.scope == Scope.SHARED]
+    if not mmas or any(o.c.type.shape[1] == 2 * o.b.type.shape[0] for o in mmas):
+        return None, None
+    first = mmas[0]
+    m, k = first.a.type.shape
+    costs = pair_costs(m, first.c.type.shape[1], k, first.a.type.dtype.bits)
+    choice = PairChoice(False, "", first, costs)
+    if any(o.a.type.scope != Scope.SHARED for o in tk.body.walk() if isinstance(o, Mma)):
+        return None, choice.refused("an mma of the kernel reads a register A (every tcgen05.mma of a kernel "
+                                    "takes one cta_group)")
+    try:
+        _, b_roots, bars = _plan(tk)
+    except _Refused as e:
+        return None, choice.refused(str(e))
+    out = copy.deepcopy(tk)            # op uids and value ids kept
+    _rewrite(out, b_roots, bars)
+    n = first.c.type.shape[1]
+    return out, PairChoice(True, f"both CTAs of each cluster load the same {n}-row B tile: each stages its half "
+                           f"({n // 2} rows), the even CTA issues tcgen05.mma.cta_group::2 for both", first, costs)
+
+
+def _rewrite(tk: TileKernel, b_roots: dict[int, int], bars: dict[str, tuple[int, int]]) -> None:
+    """The pair form (module docstring), in place on ``tk`` (a copy)."""
+    modes = root_mode_map(tk)
+    bx = tk.launch.block_index[0]
+    rank = as_expr(bx) % 2
+    even = rank.eq(0)
+    ops = list(tk.body.walk())
+    # B buffers and their views: the N mode halved
+    roots = {v.root.id: v.root for o in ops for v in o.values() if v.root.id in b_roots}
+    halves = {rid: r.type.shape[b_roots[rid]] // 2 for rid, r in roots.items()}
+    seen: set[int] = set()
+    for o in ops:
+        for v in o.values():
+            rid = v.root.id
+            if rid not in b_roots or v.id in seen:
+                continue
+            seen.add(v.id)
+            nmode = b_roots[rid]
+            vm = list(range(len(v.type.shape))) if v.base is None else modes[v.id][1]
+            shape = tuple(s // 2 if m == nmode else s for s, m in zip(v.type.shape, vm))
+            v.type = replace(v.type, shape=shape)
+    for o in ops:
+        if isinstance(o, Copy) and o.dst.root.id in b_roots:
+            half = halves[o.dst.root.id]
+            nmode = b_roots[o.dst.root.id]
+            dm = list(range(len(o.dst.type.shape))) if o.dst.base is None else modes[o.dst.id][1]
+            i = dm.index(nmode)
+            gv = next(g for g in ops if isinstance(g, GlobalView) and g.result is o.src)
+            origin, extent = list(gv.origin), list(gv.extent)
+            origin[i] = as_expr(origin[i]) + rank * half
+            extent[i] = emin(as_expr(extent[i]) - rank * half, half)
+            gv.origin, gv.extent = tuple(origin), tuple(extent)
+            gv.result.type = replace(gv.result.type, shape=tuple(half if j == i else s for j, s in
+                                                                  enumerate(gv.result.type.shape)))
+    # the loads' barriers (named as in the original: the copy's objects are new)
+    for o in ops:
+        if isinstance(o, Copy) and isinstance(o.mbarrier, Mbarrier) and o.mbarrier.name in bars:
+            o.pair_barrier = True
+    _guard(tk.body, bars, even)
+
+
+def _guard(block: Block, bars: dict[str, tuple[int, int]], even: Expr) -> None:
+    """Waits on the loads' barriers and their ``expect_tx`` arrives: the even CTA's only, expecting both
+    CTAs' A and the pair's B once."""
+    for i, o in enumerate(block.ops):
+        if isinstance(o, MbarrierWait) and o.bar.name in bars:
+            block.ops[i] = If(even, Block([o]), loc=o.loc)
+        elif isinstance(o, MbarrierArrive) and o.bar.name in bars and o.tx_bytes:
+            a, b = bars[o.bar.name]
+            o.tx_bytes = 2 * a + b
+            block.ops[i] = If(even, Block([o]), loc=o.loc)
+        else:
+            for nested in o.blocks():
+                _guard(nested, bars, even)
