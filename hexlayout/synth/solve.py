@@ -83,7 +83,7 @@ from .shared import (
     uses_of,
 )
 from .umma_choice import a_source_comparison, register_a_source
-from .umma_pair import PairChoice, pair_rewrite
+from .cta_pair import PairChoice, pair_rewrite
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -839,7 +839,7 @@ def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
 
 
 def _pair_decision(syn: Synthesis, choice: PairChoice) -> Decision:
-    """The 2-CTA pair choice (``umma_pair``) as a decision, the cost model's numbers in both forms."""
+    """The 2-CTA pair choice (``cta_pair``) as a decision, the cost model's numbers in both forms."""
     op = next((o for o in syn.kernel.body.walk() if choice.mma is not None and o.uid == choice.mma.uid),
               None)
     one, two = choice.costs.get(1), choice.costs.get(2)

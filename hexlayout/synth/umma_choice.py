@@ -58,7 +58,7 @@ comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM
 the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
 them.
 
-**Whether a pair pays** (``pair_costs``, the choice of ``synth.umma_pair`` for a one-CTA program of
+**Whether a pair pays** (``pair_costs``, the choice of ``synth.cta_pair`` for a one-CTA program of
 2-CTA clusters whose CTAs load the same B tile): per CTA and k-tile of ``BM x BN x BK`` (``e`` bytes an
 element), the one-CTA MMAs stage ``BN x BK`` elements of B (``BN BK e`` shared bytes a stage, ``(BM + BN)
 BK e`` TMA bytes a k-tile) and issue ``BK / 16`` MMAs in each CTA; the pair stages ``BN / 2 x BK`` (``BN BK

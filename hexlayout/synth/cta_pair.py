@@ -273,6 +273,9 @@ def _check_accumulators(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit
     for op in mmas:
         rid = op.c.root.id
         for loop in visits[op.uid].loops:
+            if is_const(loop.start) and is_const(loop.stop) and \
+                    const_value(loop.stop) - const_value(loop.start) <= loop.step:
+                continue            # runs at most once
             for o in loop.body.walk():
                 if isinstance(o, Mma) or not any(v.root.id == rid for v in o.values()):
                     continue
