@@ -170,12 +170,13 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
         m, k = op.a.type.shape
         n = op.c.type.shape[1]
         if op.scale_a is not None:
-            raise _Refused(f"the mma{_loc(op)} is block-scaled: a pair's block-scaled tcgen05.mma is not built")
+            raise _Refused(f"the mma{_loc(op)} is block-scaled: a pair's block-scaled tcgen05.mma is not "
+                           "built")
         if op.atom is not None:
             raise _Refused(f"the mma{_loc(op)} names its atom ({op.atom})")
         if m != 128:
-            raise _Refused(f"the mma{_loc(op)} has M = {m} rows of A per CTA; the pair's tcgen05.mma takes 128 "
-                           "per CTA (M = 256 for the pair)")
+            raise _Refused(f"the mma{_loc(op)} has M = {m} rows of A per CTA; the pair's tcgen05.mma takes "
+                           "128 per CTA (M = 256 for the pair)")
         if n % 32 or n > 256 or op.b.type.shape[0] != n:
             raise _Refused(f"the mma{_loc(op)} has N = {n}: a pair splits B's N rows in two halves of N / 2 "
                            "(N a multiple of 32 up to 256, one atom)")
@@ -220,7 +221,8 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
             bars.setdefault(id(op.mbarrier), (op.mbarrier, []))[1].append(op)
             if is_b:
                 gv = gviews[op.src.id]
-                if not _whole_n(op.dst, b_roots[rid], defs, modes) or len(gv.origin) != len(op.src.type.shape):
+                whole = _whole_n(op.dst, b_roots[rid], defs, modes)
+                if not whole or len(gv.origin) != len(op.src.type.shape):
                     raise _Refused(f"the load of B{_loc(op)} does not write whole rows of its N mode")
                 exprs = list(gv.origin) + list(gv.extent)
                 if not all(_rank_free(e, bx) for e in exprs):
@@ -248,7 +250,7 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
         a_bytes = sum(_nbytes(c.dst) for c in copies if c.dst.root.id in a_roots)
         b_bytes = sum(_nbytes(c.dst) for c in copies if c.dst.root.id in b_roots)
         for o in ops:
-            if isinstance(o, MbarrierArrive) and o.bar is bar and o.tx_bytes and o.tx_bytes != a_bytes + b_bytes:
+            if isinstance(o, MbarrierArrive) and o.bar is bar and o.tx_bytes not in (0, a_bytes + b_bytes):
                 raise _Refused(f"the arrive on %{bar.name}{_loc(o)} expects {o.tx_bytes} bytes, its loads "
                                f"bring {a_bytes + b_bytes}")
             if isinstance(o, MbarrierArrive) and o.bar is bar and o.cta is not None:
@@ -264,8 +266,8 @@ def _check_prologue(tk: TileKernel, bars: set[int]) -> None:
     last = max((i for i, o in enumerate(tk.body.ops) if isinstance(o, MbarrierInit) and id(o.bar) in bars),
                default=None)
     if last is None or not any(isinstance(o, ClusterSync) for o in tk.body.ops[last:]):
-        raise _Refused("no hl.cluster_sync() follows the initialization of the loads' barriers (the odd CTA's "
-                       "loads complete on the even CTA's barriers)")
+        raise _Refused("no hl.cluster_sync() follows the initialization of the loads' barriers (the odd "
+                       "CTA's loads complete on the even CTA's barriers)")
 
 
 def _check_accumulators(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit]) -> None:
@@ -279,9 +281,9 @@ def _check_accumulators(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit
             for o in loop.body.walk():
                 if isinstance(o, Mma) or not any(v.root.id == rid for v in o.values()):
                     continue
-                raise _Refused(f"the accumulator %{op.c.name} is read or written{_loc(o)} in the loop{_loc(loop)} "
-                               "that issues its next MMAs: the odd CTA's access would race the even CTA's "
-                               "next MMA (write the pair form, which orders them with a barrier)")
+                raise _Refused(f"the accumulator %{op.c.name} is read or written{_loc(o)} in the loop"
+                               f"{_loc(loop)} that issues its next MMAs: the odd CTA's access would race the "
+                               "even CTA's next MMA (write the pair form, which orders them with a barrier)")
 
 
 def pair_rewrite(tk: TileKernel, arch: str) -> tuple[TileKernel | None, PairChoice | None]:
@@ -308,8 +310,9 @@ def pair_rewrite(tk: TileKernel, arch: str) -> tuple[TileKernel | None, PairChoi
     out = copy.deepcopy(tk)            # op uids and value ids kept
     _rewrite(out, b_roots, bars)
     n = first.c.type.shape[1]
-    return out, PairChoice(True, f"both CTAs of each cluster load the same {n}-row B tile: each stages its half "
-                           f"({n // 2} rows), the even CTA issues tcgen05.mma.cta_group::2 for both", first, costs)
+    why = (f"both CTAs of each cluster load the same {n}-row B tile: each stages its half ({n // 2} rows), "
+           "the even CTA issues tcgen05.mma.cta_group::2 for both")
+    return out, PairChoice(True, why, first, costs)
 
 
 def _rewrite(tk: TileKernel, b_roots: dict[int, int], bars: dict[str, tuple[int, int]]) -> None:

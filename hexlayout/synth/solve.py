@@ -68,6 +68,7 @@ from hexlayout.ir.types import Scope
 from hexlayout.layout import ComposedLayout, Layout
 
 from .cost import CostBreakdown, instr_cost
+from .cta_pair import PairChoice, pair_rewrite
 from .diagnose import joint_conflict, no_mma, register_conflict, shared_conflict
 from .errors import SynthesisError
 from .graph import LayoutGraph, build_graph
@@ -83,7 +84,6 @@ from .shared import (
     uses_of,
 )
 from .umma_choice import a_source_comparison, register_a_source
-from .cta_pair import PairChoice, pair_rewrite
 
 __all__ = ["synthesize", "Synthesis", "SynthesisError", "Decision", "Alternative"]
 
@@ -845,8 +845,9 @@ def _pair_decision(syn: Synthesis, choice: PairChoice) -> Decision:
     one, two = choice.costs.get(1), choice.costs.get(2)
     pair = Alternative(f"2-CTA pair: {two}", "chosen" if choice.paired else "rejected",
                        "" if choice.paired else choice.reason)
+    cheaper = "the pair stages half of B and issues half the MMAs per CTA"
     single = Alternative(f"one CTA per MMA: {one}", "rejected" if choice.paired else "chosen",
-                         "the pair stages half of B and issues half the MMAs per CTA" if choice.paired else "")
+                         cheaper if choice.paired else "")
     chosen = (f"tcgen05.mma.cta_group::2: {choice.reason}" if choice.paired
               else f"tcgen05.mma.cta_group::1 (no pair: {choice.reason})")
     return Decision(f"2-CTA pair at {_loc(op)}" if op is not None else "2-CTA pair", op, None, chosen,

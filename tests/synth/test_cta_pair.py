@@ -31,8 +31,8 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
     ``tiles`` times (the accumulator's epilogue in the loop of its MMAs)."""
 
     @hl.kernel(threads=256, cluster=(2, 1, 1), name="cluster_gemm")
-    def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N], *, BM: int = 128, BN: int = 64, BK: int = 64,  # type: ignore
-             STAGES: int = 2):
+    def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N],  # type: ignore
+             *, BM: int = 128, BN: int = 64, BK: int = 64, STAGES: int = 2):
         Mx, Kx = a.shape
         Nx = c.shape[1]
         tiles_n = hl.cdiv(Nx, BN)
@@ -58,8 +58,8 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
                     hl.copy(hl.view(a, tile=(BM, BK), origin=(m0, k * BK)), sa[:, :, s], mbarrier=bar)
                     if multicast:
                         with hl.if_(rank.eq(0)):
-                            hl.copy(hl.view(b, tile=(H, BK), origin=(n0, k * BK)), sb[0:H, :, s], mbarrier=bar,
-                                    multicast=3)
+                            hl.copy(hl.view(b, tile=(H, BK), origin=(n0, k * BK)), sb[0:H, :, s],
+                                    mbarrier=bar, multicast=3)
                         with hl.else_():
                             hl.copy(hl.view(b, tile=(H, BK), origin=(n0 + H, k * BK)), sb[H:BN, :, s],
                                     mbarrier=bar, multicast=3)
@@ -117,7 +117,8 @@ def test_the_plain_cluster_kernel_gets_the_pair_mma_with_half_of_b_per_cta(paire
     sb = next(v for v, _ in paired.layouts() if v.name == "sb")
     assert sb.type.shape == (32, 64, 2)                               # half of the 64-row B tile
     # the even CTA expects both CTAs' A (2 x 128 x 64) and the pair's B (64 x 64) once
-    assert [i.tx_bytes for i in body if isinstance(i, L.MbarArrive) and i.tx_bytes] == [(2 * 128 + 64) * 64 * 2]
+    expects = [i.tx_bytes for i in body if isinstance(i, L.MbarArrive) and i.tx_bytes]
+    assert expects == [(2 * 128 + 64) * 64 * 2]
     assert any(isinstance(i, T.Tcgen05Commit) and i.cta_group == 2 and i.multicast == 3 for i in body)
     d = _pair_decision(paired)
     assert d is not None and d.chosen.startswith("tcgen05.mma.cta_group::2")
