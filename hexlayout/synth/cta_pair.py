@@ -47,7 +47,19 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 
-from hexlayout.ir.expr import BinOp, Expr, ExprLike, Select, UnOp, Var, as_expr, const_value, emin, is_const
+from hexlayout.ir.expr import (
+    BinOp,
+    Expr,
+    ExprLike,
+    Select,
+    UnOp,
+    Var,
+    as_expr,
+    const_value,
+    emin,
+    is_const,
+    substitute,
+)
 from hexlayout.ir.tile import (
     Alloc,
     Block,
@@ -117,10 +129,12 @@ def _rank_free(e: ExprLike, bx: Var) -> bool:
     return True
 
 
-def _context_rank_free(v: Visit, bx: Var) -> str | None:
-    """Why the loops and branches around ``v.op`` may differ between the CTAs (None: they do not)."""
+def _context_rank_free(v: Visit, bx: Var, skip_rank_tests: bool = False) -> str | None:
+    """Why the loops and branches around ``v.op`` may differ between the CTAs (None: they do not;
+    ``skip_rank_tests``: branches that test the rank itself are ``_branch_rank``'s)."""
     for p in v.parents:
-        if isinstance(p, If) and p.warp_groups is None and not _rank_free(p.cond, bx):
+        if isinstance(p, If) and p.warp_groups is None and not _rank_free(p.cond, bx) and not (
+                skip_rank_tests and is_const(substitute(p.cond, {bx: 2 * Var("cluster", lo=0)}))):
             return f"the branch{_loc(p)} (if {p.cond}) depends on the cluster rank"
         if hasattr(p, "start") and not (_rank_free(p.start, bx) and _rank_free(p.stop, bx)):
             return f"the loop{_loc(p)} runs a number of times that depends on the cluster rank"
@@ -153,9 +167,11 @@ def _nbytes(v: Value) -> int:
     return v.type.size * v.type.dtype.bits // 8
 
 
-def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[int, int]]]:
-    """The analysis of the module docstring: the mmas, the B buffers (root id -> N mode) and the
-    loads' barriers (id -> (A bytes, B bytes) of their loads); ``_Refused`` with the reason."""
+def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[int, int]],
+                                   dict[int, tuple[int, int, int]]]:
+    """The analysis of the module docstring: the mmas, the B buffers (root id -> N mode), the
+    loads' barriers (name -> (A bytes, B bytes) of their loads) and the multicast loads of B (uid ->
+    (the rank issuing it, its first row of B, its rows)); ``_Refused`` with the reason."""
     visits = {v.op.uid: v for v in walk_with_context(tk)}
     ops = [v.op for v in visits.values()]
     bx = tk.launch.block_index[0]
@@ -200,6 +216,9 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
     if set(b_roots) & a_roots:
         raise _Refused("a shared tile is both an A and a B operand")
     bars: dict[int, tuple[Mbarrier, list[Copy]]] = {}
+    halves: dict[int, tuple[int, int, int]] = {}      # multicast load uid -> (rank, first row, rows)
+    windows: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    root_of = {v.root.id: v.root for o in ops for v in o.values()}
     for rid in list(b_roots) + sorted(a_roots):
         is_b = rid in b_roots
         for op in uses.get(rid, []):
@@ -214,12 +233,15 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
             if not isinstance(op.mbarrier, Mbarrier) or op.mask is not None or op.pair_barrier:
                 raise _Refused(f"the copy{_loc(op)} into the mma operand's shared tile is not a TMA load "
                                "completing on an mbarrier")
-            if op.multicast is not None:
-                raise _Refused(f"the copy{_loc(op)} is a multicast TMA (each CTA a part of the tile into "
-                               "both): only loads that both CTAs issue at the same coordinates are "
-                               "turned into the pair's halves")
             bars.setdefault(id(op.mbarrier), (op.mbarrier, []))[1].append(op)
-            if is_b:
+            if op.multicast is not None:
+                if not is_b:
+                    raise _Refused(f"the load of A{_loc(op)} is a multicast TMA: each CTA of a pair has its "
+                                   "own rows of A")
+                half = _multicast_half(op, b_roots[rid], visits[op.uid], gviews[op.src.id], defs, bx)
+                halves[op.uid] = half
+                windows.setdefault((rid, half[0]), []).append(half[1:])
+            elif is_b:
                 gv = gviews[op.src.id]
                 whole = _whole_n(op.dst, b_roots[rid], defs, modes)
                 if not whole or len(gv.origin) != len(op.src.type.shape):
@@ -234,6 +256,16 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
                 why = _context_rank_free(visits[op.uid], bx)
                 if why is not None:
                     raise _Refused(f"the load of B{_loc(op)}: {why}")
+    for (rid, r), ws in windows.items():
+        half = root_of[rid].type.shape[b_roots[rid]] // 2
+        ws.sort()
+        if any(lo < r * half or lo + h > (r + 1) * half for lo, h in ws) or \
+                any(a[0] + a[1] > b[0] for a, b in zip(ws, ws[1:])) or sum(h for _, h in ws) != half:
+            raise _Refused(f"the multicast loads of CTA {r} into B's shared tile %{root_of[rid].name} write "
+                           f"rows {[(lo, lo + h) for lo, h in ws]}, not its half of the pair's B "
+                           f"({r * half} .. {(r + 1) * half}) once")
+    if {rid for rid, _ in windows} and len({r for _, r in windows}) != 2:
+        raise _Refused("the multicast loads of B are issued by one CTA of the cluster only")
     b_bars = {id(c.mbarrier) for rid in b_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
     a_bars = {id(c.mbarrier) for rid in a_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
     if not b_bars or a_bars - b_bars:
@@ -258,7 +290,69 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
         out[bar.name] = (a_bytes, b_bytes)
     _check_prologue(tk, b_bars)
     _check_accumulators(tk, mmas, visits)
-    return mmas, b_roots, out
+    return mmas, b_roots, out, halves
+
+
+def _branch_rank(v: Visit, bx: Var) -> tuple[int | None, str | None]:
+    """The one cluster rank that runs ``v.op`` when a branch around it tests the rank (``None``: both
+    run it), or the reason it is not known."""
+    q = Var("cluster", lo=0)
+    runs = [True, True]
+    for p in v.parents:
+        if not isinstance(p, If) or p.warp_groups is not None or _rank_free(p.cond, bx):
+            continue
+        then = any(o is v.op for o in p.then_body.walk())
+        for r in (0, 1):
+            c = substitute(p.cond, {bx: 2 * q + r})
+            if not is_const(c):
+                return None, f"the branch{_loc(p)} (if {p.cond}) is not a test of the cluster rank"
+            runs[r] = runs[r] and bool(const_value(c)) == then
+    if runs == [True, True]:
+        return None, None
+    if runs == [False, False]:
+        return None, "no CTA runs it"
+    return runs.index(True), None
+
+
+def _multicast_half(op: Copy, nmode: int, v: Visit, gv: GlobalView, defs: dict[int, Op],
+                    bx: Var) -> tuple[int, int, int]:
+    """(rank, first row, rows) of a multicast load of B into both CTAs: the rank that issues it (a
+    branch on the rank around it), the window of B's N mode it writes (a constant ``SubTile`` offset),
+    and the check that the B row of buffer row ``j`` (its global origin less the window's first row,
+    plus ``j``) does not depend on the rank; ``_Refused`` otherwise."""
+    if not is_const(op.multicast) or const_value(op.multicast) != 3:
+        raise _Refused(f"the multicast load of B{_loc(op)} writes CTAs {op.multicast}, not both of the pair")
+    r, why = _branch_rank(v, bx)
+    if r is None:
+        raise _Refused(f"the multicast load of B{_loc(op)}: {why or 'both CTAs issue it'} (each CTA of the "
+                       "pair loads its own half)")
+    chain = _view_chain(op.dst, defs)
+    if not chain or type(chain[0]).__name__ != "SubTile" or \
+            not all(isinstance(o, (Slice, Permute)) for o in chain[1:]):
+        raise _Refused(f"the multicast load of B{_loc(op)} does not write a window of rows of B's shared "
+                       "tile")
+    sub = chain[0]
+    off = sub.offset[nmode]      # type: ignore[attr-defined]
+    rows = sub.result.type.shape[nmode]
+    if not is_const(off):
+        raise _Refused(f"the multicast load of B{_loc(op)} writes rows from {off}, not a constant")
+    dm = list(range(len(sub.result.type.shape)))
+    for o in chain[1:]:
+        if isinstance(o, Slice):
+            dm = [m for m, i in zip(dm, o.index) if i is None]
+        else:
+            dm = [dm[p] for p in o.perm]      # type: ignore[attr-defined]
+    if nmode not in dm or len(gv.origin) != len(dm):
+        raise _Refused(f"the multicast load of B{_loc(op)} does not write whole rows of its N mode")
+    i = dm.index(nmode)
+    base = [as_expr(e) - (const_value(off) if j == i else 0) for j, e in enumerate(gv.origin)]
+    if not all(_rank_free(e, bx) for e in base):
+        raise _Refused(f"the multicast loads of B{_loc(op)} read rows that depend on the cluster rank "
+                       f"(row 0 of the tile at {', '.join(str(e) for e in base)})")
+    why = _context_rank_free(v, bx, skip_rank_tests=True)
+    if why is not None:
+        raise _Refused(f"the load of B{_loc(op)}: {why}")
+    return r, const_value(off), rows
 
 
 def _check_prologue(tk: TileKernel, bars: set[int]) -> None:
@@ -304,20 +398,23 @@ def pair_rewrite(tk: TileKernel, arch: str) -> tuple[TileKernel | None, PairChoi
         return None, choice.refused("an mma of the kernel reads a register A (every tcgen05.mma of a kernel "
                                     "takes one cta_group)")
     try:
-        _, b_roots, bars = _plan(tk)
+        _, b_roots, bars, mcast = _plan(tk)
     except _Refused as e:
         return None, choice.refused(str(e))
     out = copy.deepcopy(tk)            # op uids and value ids kept
-    _rewrite(out, b_roots, bars)
+    _rewrite(out, b_roots, bars, mcast)
     n = first.c.type.shape[1]
     why = (f"both CTAs of each cluster load the same {n}-row B tile: each stages its half ({n // 2} rows), "
            "the even CTA issues tcgen05.mma.cta_group::2 for both")
     return out, PairChoice(True, why, first, costs)
 
 
-def _rewrite(tk: TileKernel, b_roots: dict[int, int], bars: dict[str, tuple[int, int]]) -> None:
+def _rewrite(tk: TileKernel, b_roots: dict[int, int], bars: dict[str, tuple[int, int]],
+             mcast: dict[int, tuple[int, int, int]]) -> None:
     """The pair form (module docstring), in place on ``tk`` (a copy)."""
     modes = root_mode_map(tk)
+    defs = {o.result.id: o for o in tk.body.walk()
+            if isinstance(o, (Slice, Permute)) or type(o).__name__ == "SubTile"}
     bx = tk.launch.block_index[0]
     rank = as_expr(bx) % 2
     even = rank.eq(0)
@@ -332,12 +429,21 @@ def _rewrite(tk: TileKernel, b_roots: dict[int, int], bars: dict[str, tuple[int,
             if rid not in b_roots or v.id in seen:
                 continue
             seen.add(v.id)
+            if any(type(d).__name__ == "SubTile" for d in _view_chain(v, defs)):
+                continue            # a window of rows (a multicast load's): its rows stay
             nmode = b_roots[rid]
             vm = list(range(len(v.type.shape))) if v.base is None else modes[v.id][1]
             shape = tuple(s // 2 if m == nmode else s for s, m in zip(v.type.shape, vm))
             v.type = replace(v.type, shape=shape)
     for o in ops:
-        if isinstance(o, Copy) and o.dst.root.id in b_roots:
+        if isinstance(o, Copy) and o.uid in mcast:       # CTA r's rows r H .. go to rows 0 .. of its half
+            r = mcast[o.uid][0]
+            sub = _view_chain(o.dst, defs)[0]
+            nmode = b_roots[o.dst.root.id]
+            sub.offset = tuple(as_expr(x) - r * halves[o.dst.root.id] if j == nmode else x  # type: ignore
+                               for j, x in enumerate(sub.offset))   # type: ignore[attr-defined]
+            o.multicast = None
+        elif isinstance(o, Copy) and o.dst.root.id in b_roots:
             half = halves[o.dst.root.id]
             nmode = b_roots[o.dst.root.id]
             dm = list(range(len(o.dst.type.shape))) if o.dst.base is None else modes[o.dst.id][1]

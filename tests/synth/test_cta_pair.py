@@ -104,16 +104,18 @@ def _pair_decision(syn):
     return found[0] if found else None
 
 
-@pytest.fixture(scope="module")
-def paired():
-    return synthesize(cluster_gemm().trace(), "sm_100a")
+@pytest.fixture(scope="module", params=[False, True], ids=["same-coordinates", "multicast"])
+def paired(request):
+    """B loaded by both CTAs at the same coordinates, or in halves each CTA multicasts into both."""
+    return synthesize(cluster_gemm(multicast=request.param).trace(), "sm_100a")
 
 
 def test_the_plain_cluster_kernel_gets_the_pair_mma_with_half_of_b_per_cta(paired):
     assert _atoms(paired) == {"SM100_2x1SM_256x64x16_F32F16F16_SS"}
     body = list(walk_instrs(paired.lowered.kernel.body))
     loads = [i for i in body if isinstance(i, L.TmaLoad)]
-    assert len(loads) == 2 and all(i.pair_bar for i in loads)      # A and B on the even CTA's barrier
+    # A and B on the even CTA's barrier, no multicast left (each CTA loads its half of B)
+    assert len(loads) in (2, 3) and all(i.pair_bar and not i.multicast for i in loads)
     sb = next(v for v, _ in paired.layouts() if v.name == "sb")
     assert sb.type.shape == (32, 64, 2)                               # half of the 64-row B tile
     # the even CTA expects both CTAs' A (2 x 128 x 64) and the pair's B (64 x 64) once
@@ -164,7 +166,7 @@ def test_the_same_kernel_on_sm90_is_unchanged():
     ({}, {"BM": 64}, "has M = 64 rows of A per CTA"),
     ({}, {"BN": 48}, "has N = 48"),
     ({"b_rank": True}, {}, "reads coordinates that depend on the cluster rank"),
-    ({"multicast": True}, {}, "is a multicast TMA"),
+    ({"multicast": True, "b_rank": True}, {}, "read rows that depend on the cluster rank"),
     ({"tiles": 2}, {}, "in the loop"),
 ])
 def test_outside_the_class_the_mma_stays_one_cta_with_the_reason(kw, consts, reason):
