@@ -196,3 +196,27 @@ def test_the_synthesized_pair_builds_for_sm100_with_2cta_sass():
     assert counts.get("UTCHMMA.2CTA", 0) >= 1, sorted(counts)
     assert counts.get("UTCBAR.2CTA.MULTICAST", 0) >= 1, sorted(counts)
     assert any(op.startswith("LDTM") for op in counts) and any(op.startswith("UTMALDG") for op in counts)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("multicast", [False, True])
+def test_the_synthesized_pair_matches_float64_in_the_ptx_executor(multicast):
+    """The PTX NVRTC made from the printed pair (so the printing is checked too): the pair's MMA and its
+    multicast commit run; ragged M, N and K."""
+    import hexlayout.runtime as rt
+    from hexlayout.runtime import build
+
+    bld = build(cluster_gemm(multicast=multicast), "sm_100a", compile=False)
+    m, n, k = 200, 88, 136
+    rng = np.random.default_rng(m + n + k + multicast)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    rep = rt.emulate(bld, a, b, c, mode="ptx")
+    assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
+    commit = "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
+    assert rep.opcodes.get(commit)
+    loads = [op for op in rep.opcodes if op.startswith("cp.async.bulk.tensor")]
+    assert loads and all("cta_group::2" in op and "multicast" not in op for op in loads), loads
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)
