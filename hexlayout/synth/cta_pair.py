@@ -126,7 +126,7 @@ def _rank_free(e: ExprLike, bx: Var) -> bool:
         return _rank_free(e.a, bx)
     if isinstance(e, Select):
         return all(_rank_free(x, bx) for x in (e.cond, e.a, e.b))
-    return True
+    return is_const(e)          # a run-time register value (RegRead): not known to be the same
 
 
 def _context_rank_free(v: Visit, bx: Var, skip_rank_tests: bool = False) -> str | None:

@@ -27,7 +27,8 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
     rows ``.. + BM r``) of columns ``BN (j % tiles_n) ..``; warp group 0 loads A and B by TMA into a
     ``STAGES`` ring, warp group 1 runs ``hl.mma`` per k-tile with sm_90a's commit / wait / release.
     ``b_rank``: CTA ``r`` loads B at columns ``+ BN r`` (the CTAs do not share B); ``multicast``: each
-    CTA loads half of B into both CTAs (the sm_90a cluster idiom); ``tiles``: the block takes the tile
+    CTA loads half of B into both CTAs (the sm_90a cluster idiom; the consumers of both CTAs release
+    each stage); ``tiles``: the block takes the tile
     ``tiles`` times (the accumulator's epilogue in the loop of its MMAs)."""
 
     @hl.kernel(threads=256, cluster=(2, 1, 1), name="cluster_gemm")
@@ -44,7 +45,8 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
         H = BN // 2
         sa = hl.shared(dt, (BM, BK, STAGES))
         sb = hl.shared(dt, (BN, BK, STAGES))
-        ring = hl.Ring(STAGES, producers=1, consumers=1)
+        # multicast: a stage is written by both CTAs, so both CTAs' consumers release it
+        ring = hl.Ring(STAGES, producers=1, consumers=2 if multicast else 1)
         hl.cluster_sync()
         stage_bytes = sa[:, :, 0].nbytes + sb[:, :, 0].nbytes
         with hl.warp_group(0):
@@ -65,6 +67,11 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
                                     mbarrier=bar, multicast=3)
                     else:
                         hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=bar)
+        def release(stage):
+            ring.release(stage)
+            if multicast:
+                ring.release(stage, cta=1 - rank)
+
         with hl.else_():
             for t in hl.range(tiles):
                 acc = hl.register(f32, (BM, BN))
@@ -78,7 +85,7 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
                     hl.wgmma_commit()
                     hl.wgmma_wait(1)
                     if not first:
-                        ring.release((it + STAGES - 1) % STAGES)
+                        release((it + STAGES - 1) % STAGES)
 
                 with hl.if_(num_k > 0):
                     consume(0, True)
@@ -86,7 +93,7 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
                     consume(k, False)
                 hl.wgmma_wait(0)
                 with hl.if_(num_k > 0):
-                    ring.release((t * num_k + num_k - 1) % STAGES)
+                    release((t * num_k + num_k - 1) % STAGES)
                 with hl.if_(num_k.eq(0)):
                     hl.assign(acc, hl.zeros((BM, BN), f32))
                 hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
@@ -153,13 +160,25 @@ def test_explain_shows_the_pair_choice_with_its_costs(paired):
     assert "one CTA per MMA: cta_group::1" in text
 
 
-def test_the_same_kernel_on_sm90_is_unchanged():
-    tk = cluster_gemm().trace()
+@pytest.mark.parametrize("multicast", [False, True])
+def test_the_same_kernel_on_sm90_is_unchanged(multicast):
+    """wgmma, the whole B tile per CTA (multicast: B's halves still multicast), no pair barrier; and it
+    is a correct sm_90a kernel (float64 in the emulator)."""
+    tk = cluster_gemm(multicast=multicast).trace()
     assert pair_rewrite(tk, "sm_90a") == (None, None)
     syn = synthesize(tk, "sm_90a")
     assert _atoms(syn) == {"SM90_64x64x16_F32F16F16_SS"} and _pair_decision(syn) is None
-    assert not any(getattr(i, "pair_bar", False) for i in walk_instrs(syn.lowered.kernel.body))
+    loads = [i for i in walk_instrs(syn.lowered.kernel.body) if isinstance(i, L.TmaLoad)]
+    assert not any(i.pair_bar for i in loads) and sum(bool(i.multicast) for i in loads) == 2 * multicast
     assert next(v for v, _ in syn.layouts() if v.name == "sb").type.shape == (64, 64, 2)
+    m, n, k = 300, 104, 200
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    np.testing.assert_allclose(c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64).T,
+                               rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize(("kw", "consts", "reason"), [
