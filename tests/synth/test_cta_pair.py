@@ -239,3 +239,21 @@ def test_the_synthesized_pair_matches_float64_in_the_ptx_executor(multicast):
     assert loads and all("cta_group::2" in op and "multicast" not in op for op in loads), loads
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_a_deep_ring_gets_as_many_commit_barriers_so_the_lagging_odd_cta_waits_correctly():
+    """STAGES = 4 with wgmma_wait(1): the odd CTA's consumers are paced only by their own stage
+    releases, so the even CTA may issue 4 commits past the one they wait for; with the 2 commit
+    barriers wgmma_wait(1) alone asks for, a barrier would run two phases ahead of the odd CTA's
+    waiters (the emulator reports the commit landing on a phase it does not belong to); the lowering
+    gives the pair 4. Twelve k-tiles: the ring wraps three times."""
+    syn = synthesize(cluster_gemm().trace(STAGES=4), "sm_100a")
+    assert {b.name: b.count for b in syn.lowered.kernel.mbarriers}["tc_done"] == 4
+    m, n, k = 256, 64, 64 * 12
+    rng = np.random.default_rng(12)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    np.testing.assert_allclose(c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64).T,
+                               rtol=1e-2, atol=1e-2)

@@ -50,7 +50,11 @@ commit / wait) runs unchanged:
   with the descriptors of its own tiles (each CTA's A: its 128 rows; B: its half, the same
   offsets in both CTAs), and commits with ``tcgen05.commit.cta_group::2`` multicast to both CTAs'
   ``tc_done`` barrier, so every thread of both CTAs waits on its own barrier as for one CTA (both
-  count the commits). The kernel's tcgen05 mmas are all of one cta_group; the epilogue's barrier
+  count the commits; ``B`` is at least the stages of the deepest ring whose TMA loads complete on the
+  even CTA's barrier, rounded up to a power of two: the odd CTA's waiters are paced only by their
+  own stage releases, so the even CTA may issue up to a ring of commits beyond the one they wait
+  for, and none of those may land on that barrier twice). The kernel's tcgen05 mmas are all of one
+  cta_group; the epilogue's barrier
   before the deallocation is a cluster barrier too. An accumulator whose register values a pair's
   MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop).
 * **block scales** (a block-scaled atom: ``hl.mma(..., scale_a=, scale_b=)``): each operand's
@@ -162,7 +166,7 @@ from ..lowered_tcgen05 import (
     TmemRef,
     TmemRelinquish,
 )
-from ..tile import Alloc, For, If, MbarrierWait, Mma, Op, Permute, Slice, SubTile, Sync, Value
+from ..tile import Alloc, Copy, For, If, Mbarrier, MbarrierWait, Mma, Op, Permute, Slice, SubTile, Sync, Value
 from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaFence as TileWgmmaFence
 from ..tile import WgmmaWait as TileWgmmaWait
@@ -235,6 +239,11 @@ class TmemState:
                                      f"(2, 1, 1) CTAs; the kernel's cluster is {launch.cluster}")
                 lw.tmem.group = 2
                 lw.tmem.even = (as_expr(launch.block_index[0]) % 2).eq(0)
+                stages = max((o.mbarrier.count for o in lw.tk.body.walk() if isinstance(o, Copy)
+                              and o.pair_barrier and isinstance(o.mbarrier, Mbarrier)), default=1)
+                if stages > lw.tmem.barriers:       # the odd CTA's waits may lag by a ring (docstring)
+                    lw.tmem.barriers = 1 << (stages - 1).bit_length()
+                    lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers)
             for i, o in enumerate(lw.tk.body.walk()):
                 lw.tmem.order[o.uid] = i
                 for v in o.values():
