@@ -77,6 +77,7 @@ from hexlayout.ir.tile import (
     Slice,
     TileKernel,
     Value,
+    WgmmaWait,
 )
 from hexlayout.ir.types import Scope
 from hexlayout.ir.walk import Visit, walk_with_context
@@ -290,6 +291,7 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
         out[bar.name] = (a_bytes, b_bytes)
     _check_prologue(tk, b_bars)
     _check_accumulators(tk, mmas, visits)
+    _check_pacing(tk, mmas, visits)
     return mmas, b_roots, out, halves
 
 
@@ -353,6 +355,22 @@ def _multicast_half(op: Copy, nmode: int, v: Visit, gv: GlobalView, defs: dict[i
     if why is not None:
         raise _Refused(f"the load of B{_loc(op)}: {why}")
     return r, const_value(off), rows
+
+
+def _check_pacing(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit]) -> None:
+    """The odd CTA's waits for the MMAs inside their loop are paced by its own stage releases: refused
+    when the MMAs release stages themselves (``arrive(who="mma")``), which would let the even CTA
+    run unboundedly many commits ahead of them."""
+    mma_release = next((o for o in tk.body.walk() if isinstance(o, MbarrierArrive) and o.who == "mma"), None)
+    if mma_release is None:
+        return
+    for op in mmas:
+        for loop in visits[op.uid].loops:
+            wait = next((o for o in loop.body.walk() if isinstance(o, WgmmaWait)), None)
+            if wait is not None:
+                raise _Refused(f"the MMAs release stages themselves (arrive(who=\"mma\"){_loc(mma_release)}) "
+                               f"and are waited for in their loop{_loc(wait)}: nothing would keep the odd "
+                               "CTA's waits within the commit barriers of the even CTA's commits")
 
 
 def _check_prologue(tk: TileKernel, bars: set[int]) -> None:
