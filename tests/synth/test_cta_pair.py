@@ -22,17 +22,19 @@ from hexlayout.synth.solve import synthesize
 M, N, K = hl.dims("M N K")
 
 
-def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, tiles: int = 1):
+def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, tiles: int = 1,
+                 kn: bool = False):
     """``c = a @ b^T`` by 2-CTA clusters: cluster ``j`` takes rows ``2 BM j ..`` (CTA ``r`` its ``BM``
     rows ``.. + BM r``) of columns ``BN (j % tiles_n) ..``; warp group 0 loads A and B by TMA into a
     ``STAGES`` ring, warp group 1 runs ``hl.mma`` per k-tile with sm_90a's commit / wait / release.
     ``b_rank``: CTA ``r`` loads B at columns ``+ BN r`` (the CTAs do not share B); ``multicast``: each
     CTA loads half of B into both CTAs (the sm_90a cluster idiom; the consumers of both CTAs release
     each stage); ``tiles``: the block takes the tile
-    ``tiles`` times (the accumulator's epilogue in the loop of its MMAs)."""
+    ``tiles`` times (the accumulator's epilogue in the loop of its MMAs); ``kn``: B stored ``K x N``
+    (an N-major stage, read transposed)."""
 
     @hl.kernel(threads=256, cluster=(2, 1, 1), name="cluster_gemm")
-    def gemm(a: dt[M, K], b: dt[N, K], c: dt[M, N],  # type: ignore
+    def gemm(a: dt[M, K], b: dt[(K, N) if kn else (N, K)], c: dt[M, N],  # type: ignore
              *, BM: int = 128, BN: int = 64, BK: int = 64, STAGES: int = 2):
         Mx, Kx = a.shape
         Nx = c.shape[1]
@@ -44,7 +46,7 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
         num_k = hl.cdiv(Kx, BK)
         H = BN // 2
         sa = hl.shared(dt, (BM, BK, STAGES))
-        sb = hl.shared(dt, (BN, BK, STAGES))
+        sb = hl.shared(dt, (BK, BN, STAGES) if kn else (BN, BK, STAGES))
         # multicast: a stage is written by both CTAs, so both CTAs' consumers release it
         ring = hl.Ring(STAGES, producers=1, consumers=2 if multicast else 1)
         hl.cluster_sync()
@@ -65,6 +67,8 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
                         with hl.else_():
                             hl.copy(hl.view(b, tile=(H, BK), origin=(n0 + H, k * BK)), sb[H:BN, :, s],
                                     mbarrier=bar, multicast=3)
+                    elif kn:
+                        hl.copy(hl.view(b, tile=(BK, BN), origin=(k * BK, n0)), sb[:, :, s], mbarrier=bar)
                     else:
                         hl.copy(hl.view(b, tile=(BN, BK), origin=(n0, k * BK)), sb[:, :, s], mbarrier=bar)
         def release(stage):
@@ -81,7 +85,7 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
                     s = it % STAGES
                     ring.wait_full(it)
                     hl.wgmma_fence()
-                    hl.mma(sa[:, :, s], sb[:, :, s], acc, accumulate=not first)
+                    hl.mma(sa[:, :, s], sb[:, :, s].T if kn else sb[:, :, s], acc, accumulate=not first)
                     hl.wgmma_commit()
                     hl.wgmma_wait(1)
                     if not first:
@@ -149,6 +153,21 @@ def test_the_synthesized_pair_matches_float64(paired, shape):
     assert len(rep.blocks) == 2 * -(-m // 256) * -(-n // 64)
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_an_n_major_b_pairs_too():
+    """B stored K x N: the stage is BK x BN, read transposed; each CTA stages BN / 2 of its columns."""
+    syn = synthesize(cluster_gemm(kn=True).trace(BN=128), "sm_100a")
+    assert _atoms(syn) == {"SM100_2x1SM_256x128x16_F32F16F16_SS"}
+    assert next(v for v, _ in syn.layouts() if v.name == "sb").type.shape == (64, 64, 2)
+    m, n, k = 300, 136, 200
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": a, "b": np.ascontiguousarray(b.T), "c": c})
+    np.testing.assert_allclose(c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64).T,
+                               rtol=1e-2, atol=1e-2)
 
 
 def test_explain_shows_the_pair_choice_with_its_costs(paired):
