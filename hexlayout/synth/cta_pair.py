@@ -9,8 +9,11 @@ columns). ``pair_rewrite`` finds that pattern and rewrites a copy of the program
 (the program given is never changed):
 
 * every B shared buffer's N mode is halved (the buffer and all its views);
-* each TMA load of B (a global view at origin ``(n0, ..)``, extent ``e``) loads rows ``n0 + r N / 2``
-  (``r`` the cluster rank), extent ``min(e - r N / 2, N / 2)``;
+* each TMA load of B both CTAs issue (a global view at origin ``(n0, ..)``, extent ``e``) loads rows
+  ``n0 + r N / 2`` (``r`` the cluster rank), extent ``min(e - r N / 2, N / 2)``;
+* a multicast load of B (the sm_90a cluster idiom: CTA ``r``, in a branch on the rank, loads rows
+  ``lo ..`` of B's tile into both CTAs, ``lo`` in its half) loads them into its own CTA only, at row
+  ``lo - r N / 2`` of its half;
 * every TMA load completing on a barrier of the B loads (the stage's ``full`` barriers; A's loads must
   complete there too) completes on the even CTA's barrier (``pair_barrier``, the bytes of both CTAs);
 * an ``arrive.expect_tx`` on those barriers expecting ``t`` bytes (``t`` = the bytes of its loads, A's
@@ -25,16 +28,23 @@ The class covered (anything else keeps ``cta_group::1`` with the reason in ``exp
 kernel of ``(2, 1, 1)`` clusters; every ``hl.mma`` on shared operands has 128 rows of A per CTA, ``N``
 (the accumulator's columns = B's rows) a multiple of 32 up to 256, 16-bit or 8-bit operands without
 block scales; B is a view of a shared buffer (its N mode whole: slices and transposes only) with no
-given layout that only those mmas read and only TMA loads (``mbarrier=``, no multicast, no mask)
-write, each from a global view read by nothing else whose origin and extent, like the bounds and
-conditions of every loop and branch around the loads and the mmas, do not depend on the cluster rank
-(the block index ``x`` appears only under ``// c`` with ``c`` even: both CTAs of a cluster, blocks
-``2j`` and ``2j + 1``, see the same value); A's buffer (not B's) is written by TMA loads only; the
+given layout that only those mmas read and only TMA loads (``mbarrier=``, no mask) write, each from
+a global view read by nothing else whose origin and extent, like the bounds and conditions of every
+loop and branch around the loads and the mmas, do not depend on the cluster rank (the block index
+``x`` appears only under ``// c`` with ``c`` even: both CTAs of a cluster, blocks ``2j`` and ``2j +
+1``, see the same value) - or multicast loads into both CTAs, each issued by one rank (a branch whose
+condition is constant for each rank) into a constant window of rows of that rank's half, the windows
+of each rank covering its half once, and the B row of buffer row 0 (the origin less the window's
+first row) not depending on the rank; A's buffer (not B's) is written by TMA loads only, none
+multicast; the
 loads' barriers hold nothing but A and B loads and every ``expect_tx`` on them expects exactly the
 bytes of their loads; a ``hl.cluster_sync()`` follows the barriers' initialization (the odd CTA's
 loads complete on the even CTA's barriers); and no loop that issues an MMA into an accumulator also
 reads or writes it otherwise (the odd CTA's read of its accumulator would then race the even CTA's
-next MMA into it: the explicit pair form orders them with its own barrier).
+next MMA into it: the explicit pair form orders them with its own barrier); and where the MMAs are
+waited for inside their loop, no MMA releases a stage (``arrive(who="mma")``): the odd CTA's waits
+are then paced by its own stage releases, and the lowering gives the pair as many commit barriers
+as that ring has stages (``ir.lower.umma``).
 
 Whether the pair pays is ``umma_choice.pair_costs``: never more shared bytes, TMA bytes or MMA issues
 per CTA, so it is taken wherever the class holds; a rewritten program that does not synthesize (no

@@ -23,7 +23,7 @@ M, N, K = hl.dims("M N K")
 
 
 def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, tiles: int = 1,
-                 kn: bool = False):
+                 kn: bool = False, zeros: bool = False):
     """``c = a @ b^T`` by 2-CTA clusters: cluster ``j`` takes rows ``2 BM j ..`` (CTA ``r`` its ``BM``
     rows ``.. + BM r``) of columns ``BN (j % tiles_n) ..``; warp group 0 loads A and B by TMA into a
     ``STAGES`` ring, warp group 1 runs ``hl.mma`` per k-tile with sm_90a's commit / wait / release.
@@ -31,7 +31,8 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
     CTA loads half of B into both CTAs (the sm_90a cluster idiom; the consumers of both CTAs release
     each stage); ``tiles``: the block takes the tile
     ``tiles`` times (the accumulator's epilogue in the loop of its MMAs); ``kn``: B stored ``K x N``
-    (an N-major stage, read transposed)."""
+    (an N-major stage, read transposed); ``zeros``: the accumulator starts as a zero register tile
+    that every MMA adds to."""
 
     @hl.kernel(threads=256, cluster=(2, 1, 1), name="cluster_gemm")
     def gemm(a: dt[M, K], b: dt[(K, N) if kn else (N, K)], c: dt[M, N],  # type: ignore
@@ -78,14 +79,15 @@ def cluster_gemm(dt=hl.f16, *, b_rank: bool = False, multicast: bool = False, ti
 
         with hl.else_():
             for t in hl.range(tiles):
-                acc = hl.register(f32, (BM, BN))
+                acc = hl.zeros((BM, BN), f32) if zeros else hl.register(f32, (BM, BN))
 
                 def consume(k, first, t=t, acc=acc):
                     it = t * num_k + k
                     s = it % STAGES
                     ring.wait_full(it)
                     hl.wgmma_fence()
-                    hl.mma(sa[:, :, s], sb[:, :, s].T if kn else sb[:, :, s], acc, accumulate=not first)
+                    hl.mma(sa[:, :, s], sb[:, :, s].T if kn else sb[:, :, s], acc,
+                           accumulate=zeros or not first)
                     hl.wgmma_commit()
                     hl.wgmma_wait(1)
                     if not first:
@@ -221,6 +223,16 @@ def test_a_refused_kernel_synthesizes_one_cta_with_the_reason_in_its_decision():
     d = _pair_decision(syn)
     assert d.chosen.startswith("tcgen05.mma.cta_group::1 (no pair: the load of B")
     assert d.alternatives[0].status == "rejected" and "cluster rank" in d.alternatives[0].reason
+
+
+def test_a_pair_form_that_does_not_lower_falls_back_to_one_cta_with_the_error():
+    """A zero register accumulator every MMA adds to: its tcgen05.st before the pair's MMA would need
+    a cluster barrier (the lowering refuses it), so the kernel keeps cta_group::1 and says why."""
+    syn = synthesize(cluster_gemm(zeros=True).trace(), "sm_100a")
+    assert _atoms(syn) == {"SM100_128x64x16_F32F16F16_SS"}
+    d = _pair_decision(syn)
+    assert d.chosen.startswith("tcgen05.mma.cta_group::1 (no pair: the pair form did not synthesize: ")
+    assert d.alternatives[0].status == "rejected"
 
 
 @pytest.mark.nvrtc
