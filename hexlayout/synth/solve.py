@@ -848,7 +848,7 @@ def _pair_decision(syn: Synthesis, choice: PairChoice) -> Decision:
     cheaper = "the pair stages half of B and issues half the MMAs per CTA"
     single = Alternative(f"one CTA per MMA: {one}", "rejected" if choice.paired else "chosen",
                          cheaper if choice.paired else "")
-    chosen = (f"tcgen05.mma.cta_group::2: {choice.reason}" if choice.paired
-              else f"tcgen05.mma.cta_group::1 (no pair: {choice.reason})")
+    chosen = (f"tcgen05.mma.{two}: {choice.reason}" if choice.paired
+              else f"tcgen05.mma.{one}; no pair: {choice.reason}")
     return Decision(f"2-CTA pair at {_loc(op)}" if op is not None else "2-CTA pair", op, None, chosen,
                     [pair, single])

@@ -136,7 +136,7 @@ def test_the_plain_cluster_kernel_gets_the_pair_mma_with_half_of_b_per_cta(paire
     assert expects == [(2 * 128 + 64) * 64 * 2]
     assert any(isinstance(i, T.Tcgen05Commit) and i.cta_group == 2 and i.multicast == 3 for i in body)
     d = _pair_decision(paired)
-    assert d is not None and d.chosen.startswith("tcgen05.mma.cta_group::2")
+    assert d is not None and d.chosen.startswith("tcgen05.mma.cta_group::2 (a pair of CTAs per MMA)")
     assert [a.status for a in d.alternatives] == ["chosen", "rejected"]
     assert "B 4096 shared bytes a stage, 20480 TMA bytes" in d.alternatives[0].what
     assert "B 8192 shared bytes a stage, 24576 TMA bytes" in d.alternatives[1].what
@@ -177,8 +177,10 @@ def test_explain_shows_the_pair_choice_with_its_costs(paired):
     from hexlayout.cli.kernels import SynthesisResult
 
     text = format_report(explain_report(SynthesisResult(paired.kernel, paired, 0.0, 0.0, {}), "x", "sm_100a"))
-    assert "tcgen05.mma.cta_group::2: both CTAs of each cluster load the same 64-row B tile" in text
-    assert "one CTA per MMA: cta_group::1" in text
+    assert ("tcgen05.mma.cta_group::2 (a pair of CTAs per MMA): B 4096 shared bytes a stage, 20480 TMA "
+            "bytes and 2 tcgen05.mma per CTA and k-tile: both CTAs of each cluster load the same 64-row B "
+            "tile") in text
+    assert "one CTA per MMA: cta_group::1 (one CTA per MMA): B 8192 shared bytes a stage" in text
 
 
 @pytest.mark.parametrize("multicast", [False, True])
@@ -221,7 +223,8 @@ def test_a_refused_kernel_synthesizes_one_cta_with_the_reason_in_its_decision():
     syn = synthesize(cluster_gemm(b_rank=True).trace(), "sm_100a")
     assert _atoms(syn) == {"SM100_128x64x16_F32F16F16_SS"}
     d = _pair_decision(syn)
-    assert d.chosen.startswith("tcgen05.mma.cta_group::1 (no pair: the load of B")
+    assert d.chosen.startswith("tcgen05.mma.cta_group::1 (one CTA per MMA): B 8192 shared bytes a stage")
+    assert "; no pair: the load of B" in d.chosen
     assert d.alternatives[0].status == "rejected" and "cluster rank" in d.alternatives[0].reason
 
 
@@ -231,7 +234,7 @@ def test_a_pair_form_that_does_not_lower_falls_back_to_one_cta_with_the_error():
     syn = synthesize(cluster_gemm(zeros=True).trace(), "sm_100a")
     assert _atoms(syn) == {"SM100_128x64x16_F32F16F16_SS"}
     d = _pair_decision(syn)
-    assert d.chosen.startswith("tcgen05.mma.cta_group::1 (no pair: the pair form did not synthesize: ")
+    assert "; no pair: the pair form did not synthesize: " in d.chosen
     assert d.alternatives[0].status == "rejected"
 
 
