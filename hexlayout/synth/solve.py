@@ -839,16 +839,14 @@ def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
 
 
 def _pair_decision(syn: Synthesis, choice: PairChoice) -> Decision:
-    """The 2-CTA pair choice (``cta_pair``) as a decision, the cost model's numbers in both forms."""
+    """The 2-CTA pair choice (``cta_pair``) as a decision: both forms with the cost model's numbers,
+    the reason on the one not taken."""
     op = next((o for o in syn.kernel.body.walk() if choice.mma is not None and o.uid == choice.mma.uid),
               None)
-    one, two = choice.costs.get(1), choice.costs.get(2)
-    pair = Alternative(f"2-CTA pair: {two}", "chosen" if choice.paired else "rejected",
-                       "" if choice.paired else choice.reason)
-    cheaper = "the pair stages half of B and issues half the MMAs per CTA"
-    single = Alternative(f"one CTA per MMA: {one}", "rejected" if choice.paired else "chosen",
-                         cheaper if choice.paired else "")
-    chosen = (f"tcgen05.mma.{two}: {choice.reason}" if choice.paired
-              else f"tcgen05.mma.{one}; no pair: {choice.reason}")
-    return Decision(f"2-CTA pair at {_loc(op)}" if op is not None else "2-CTA pair", op, None, chosen,
-                    [pair, single])
+    pair = Alternative(f"tcgen05.mma.{choice.costs.get(2)}", "chosen" if choice.paired else "rejected",
+                       choice.reason)
+    why = f"{choice.reason}; the pair stages half of B and issues half the MMAs per CTA"
+    single = Alternative(f"tcgen05.mma.{choice.costs.get(1)}", "rejected" if choice.paired else "chosen",
+                         why if choice.paired else "")
+    return Decision(f"2-CTA pair at {_loc(op)}" if op is not None else "2-CTA pair", op, None,
+                    (pair if choice.paired else single).what, [pair, single])
