@@ -39,9 +39,12 @@ first row) not depending on the rank; A's buffer (not B's) is written by TMA loa
 multicast; the
 loads' barriers hold nothing but A and B loads and every ``expect_tx`` on them expects exactly the
 bytes of their loads; a ``hl.cluster_sync()`` follows the barriers' initialization (the odd CTA's
-loads complete on the even CTA's barriers); and no loop that issues an MMA into an accumulator also
-reads or writes it otherwise (the odd CTA's read of its accumulator would then race the even CTA's
-next MMA into it: the explicit pair form orders them with its own barrier); and where the MMAs are
+loads complete on the even CTA's barriers); a loop that issues MMAs into an accumulator and also reads
+it (a loop over tiles: the epilogue of tile ``t`` before the MMAs of tile ``t + 1``) is run by the
+MMAs' threads alone (no warp roles inside), and gets a barrier ``pair_acc_free`` of the even CTA that
+the odd CTA arrives on when its iteration ends and the even CTA waits on before the next one's MMAs
+overwrite the odd CTA's accumulator (the pair GEMM's ``acc_free``, ``_free_accumulators``); and where
+the MMAs are
 waited for inside their loop, no MMA releases a stage (``arrive(who="mma")``): the odd CTA's waits
 are then paced by its own stage releases, and the lowering gives the pair as many commit barriers
 as that ring has stages (``ir.lower.umma``).
@@ -75,6 +78,7 @@ from hexlayout.ir.tile import (
     Block,
     ClusterSync,
     Copy,
+    For,
     GlobalView,
     If,
     Mbarrier,
@@ -179,10 +183,11 @@ def _nbytes(v: Value) -> int:
 
 
 def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[int, int]],
-                                   dict[int, tuple[int, int, int]]]:
+                                   dict[int, tuple[int, int, int]], list[int]]:
     """The analysis of the module docstring: the mmas, the B buffers (root id -> N mode), the
     loads' barriers (name -> (A bytes, B bytes) of their loads) and the multicast loads of B (uid ->
-    (the rank issuing it, its first row of B, its rows)); ``_Refused`` with the reason."""
+    (the rank issuing it, its first row of B, its rows)) and the tile loops (``_tile_loops``);
+    ``_Refused`` with the reason."""
     visits = {v.op.uid: v for v in walk_with_context(tk)}
     ops = [v.op for v in visits.values()]
     bx = tk.launch.block_index[0]
@@ -300,9 +305,9 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
                 raise _Refused(f"the arrive on %{bar.name}{_loc(o)} goes to another CTA")
         out[bar.name] = (a_bytes, b_bytes)
     _check_prologue(tk, b_bars)
-    _check_accumulators(tk, mmas, visits)
+    loops = _tile_loops(tk, mmas, visits)
     _check_pacing(tk, mmas, visits)
-    return mmas, b_roots, out, halves
+    return mmas, b_roots, out, halves, loops
 
 
 def _branch_rank(v: Visit, bx: Var) -> tuple[int | None, str | None]:
@@ -392,20 +397,54 @@ def _check_prologue(tk: TileKernel, bars: set[int]) -> None:
                        "CTA's loads complete on the even CTA's barriers)")
 
 
-def _check_accumulators(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit]) -> None:
-    """No loop issuing an MMA into an accumulator reads or writes it otherwise (module docstring)."""
+def _tile_loops(tk: TileKernel, mmas: list[Mma], visits: dict[int, Visit]) -> list[int]:
+    """The loops (uids) that issue MMAs into an accumulator and also read or write it otherwise: a
+    loop over tiles, whose next MMAs must wait until the odd CTA's epilogue read its accumulator
+    (``_free_accumulators``). Refused where that is not one loop run by the threads of the MMAs (a
+    warp-group branch inside it: the MMAs and the epilogue in different roles)."""
+    out: list[int] = []
     for op in mmas:
         rid = op.c.root.id
+        hits = []
         for loop in visits[op.uid].loops:
             if is_const(loop.start) and is_const(loop.stop) and \
                     const_value(loop.stop) - const_value(loop.start) <= loop.step:
                 continue            # runs at most once
-            for o in loop.body.walk():
-                if isinstance(o, Mma) or not any(v.root.id == rid for v in o.values()):
-                    continue
-                raise _Refused(f"the accumulator %{op.c.name} is read or written{_loc(o)} in the loop"
-                               f"{_loc(loop)} that issues its next MMAs: the odd CTA's access would race the "
-                               "even CTA's next MMA (write the pair form, which orders them with a barrier)")
+            if any(not isinstance(o, Mma) and any(v.root.id == rid for v in o.values())
+                   for o in loop.body.walk()):
+                hits.append(loop)
+        if len(hits) > 1:
+            raise _Refused(f"the accumulator %{op.c.name} is read or written in two nested loops"
+                           f"{_loc(hits[0])} that issue its MMAs")
+        for loop in hits:
+            if any(isinstance(o, If) and o.warp_groups for o in loop.body.walk()):
+                raise _Refused(f"the accumulator %{op.c.name} is read in the loop{_loc(loop)} that issues "
+                               "its next MMAs by other warp roles (write the pair form, ordering them with a "
+                               "barrier)")
+            if loop.uid not in out:
+                out.append(loop.uid)
+    return out
+
+
+def _free_accumulators(tk: TileKernel, loops: list[int], even: Expr) -> None:
+    """For each tile loop (``_tile_loops``): a barrier ``pair_acc_free<i>`` of the even CTA (1 arrival)
+    the odd CTA arrives on at the end of every iteration but the last (its epilogue has read the
+    accumulator), and the even CTA waits on at the start of every iteration but the first, before
+    the iteration's MMAs may overwrite the odd CTA's accumulator (the pair GEMM's ``acc_free``)."""
+    sync = next(i for i, o in enumerate(tk.body.ops) if isinstance(o, ClusterSync)
+                and not any(isinstance(x, MbarrierInit) for x in tk.body.ops[i:]))
+    found = [o for o in tk.body.walk() if isinstance(o, For) and o.uid in loops]
+    for n, loop in enumerate(found):
+        bar = Mbarrier(f"pair_acc_free{n}", 1, loc=loop.loc)
+        tk.mbarriers.append(bar)
+        tk.body.ops.insert(sync, MbarrierInit(bar, 0, 1, loc=loop.loc))
+        sync += 1
+        it = (as_expr(loop.var) - loop.start) // loop.step
+        wait = MbarrierWait(bar, 0, (it - 1) % 2, loc=loop.loc)
+        arrive = MbarrierArrive(bar, 0, who="one", cta=0, loc=loop.loc)
+        loop.body.ops.insert(0, If((as_expr(loop.var) > loop.start) & even, Block([wait]), loc=loop.loc))
+        last = as_expr(loop.var) + loop.step < loop.stop
+        loop.body.ops.append(If(last & even.logical_not(), Block([arrive]), loc=loop.loc))
 
 
 def pair_rewrite(tk: TileKernel, arch: str) -> tuple[TileKernel | None, PairChoice | None]:
@@ -426,11 +465,12 @@ def pair_rewrite(tk: TileKernel, arch: str) -> tuple[TileKernel | None, PairChoi
         return None, choice.refused("an mma of the kernel reads a register A (every tcgen05.mma of a kernel "
                                     "takes one cta_group)")
     try:
-        _, b_roots, bars, mcast = _plan(tk)
+        _, b_roots, bars, mcast, loops = _plan(tk)
     except _Refused as e:
         return None, choice.refused(str(e))
     out = copy.deepcopy(tk)            # op uids and value ids kept
     _rewrite(out, b_roots, bars, mcast)
+    _free_accumulators(out, loops, (as_expr(out.launch.block_index[0]) % 2).eq(0))
     n = first.c.type.shape[1]
     why = (f"both CTAs of each cluster load the same {n}-row B tile: each stages its half ({n // 2} rows), "
            "the even CTA issues tcgen05.mma.cta_group::2 for both")

@@ -210,7 +210,6 @@ def test_the_same_kernel_on_sm90_is_unchanged(multicast):
     ({}, {"BN": 48}, "has N = 48"),
     ({"b_rank": True}, {}, "reads coordinates that depend on the cluster rank"),
     ({"multicast": True, "b_rank": True}, {}, "read rows that depend on the cluster rank"),
-    ({"tiles": 2}, {}, "in the loop"),
 ])
 def test_outside_the_class_the_mma_stays_one_cta_with_the_reason(kw, consts, reason):
     tk = cluster_gemm(**kw).trace(**consts)
@@ -218,6 +217,26 @@ def test_outside_the_class_the_mma_stays_one_cta_with_the_reason(kw, consts, rea
     assert out is None and choice is not None and not choice.paired
     assert reason in choice.reason, choice.reason
     assert "test_cta_pair.py" in choice.reason      # the source line of the op it names
+
+
+def test_a_tile_loop_gets_the_accumulator_barrier_and_matches_float64():
+    """The block takes its tile 3 times (the accumulator's epilogue in the loop of its MMAs): the even
+    CTA waits on ``pair_acc_free0`` before each next tile's MMAs, which the odd CTA arrives on after
+    its epilogue; the phases wrap (emulator: no deadlock, float64)."""
+    syn = synthesize(cluster_gemm(tiles=3).trace(), "sm_100a")
+    assert _atoms(syn) == {"SM100_2x1SM_256x64x16_F32F16F16_SS"}
+    body = list(walk_instrs(syn.lowered.kernel.body))
+    assert any(isinstance(i, L.MbarWait) and i.bar.name == "pair_acc_free0" for i in body)
+    assert any(isinstance(i, L.MbarArrive) and i.bar.name == "pair_acc_free0" and i.cta is not None
+               for i in body)
+    m, n, k = 256, 64, 128
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": a, "b": b, "c": c})
+    np.testing.assert_allclose(c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64).T,
+                               rtol=1e-2, atol=1e-2)
 
 
 def test_a_refused_kernel_synthesizes_one_cta_with_the_reason_in_its_decision():
