@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hexlayout.ir.expr import (
     BinOp,
@@ -196,6 +197,22 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
     modes = root_mode_map(tk)
     uses = uses_of(tk)
     gviews = {o.result.id: o for o in ops if isinstance(o, GlobalView)}
+    b_roots, a_roots = _operand_roots(mmas, modes, defs, visits, bx)
+    if set(b_roots) & a_roots:
+        raise _Refused("a shared tile is both an A and a B operand")
+    bars, halves = _operand_loads(tk, ops, mmas, b_roots, a_roots, uses, gviews, defs, modes, visits, bx)
+    b_bars = {id(c.mbarrier) for rid in b_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
+    out = _barrier_bytes(tk, ops, bars, b_bars, a_roots, b_roots, uses)
+    _check_prologue(tk, b_bars)
+    loops = _tile_loops(tk, mmas, visits)
+    _check_pacing(tk, mmas, visits)
+    return mmas, b_roots, out, halves, loops
+
+
+def _operand_roots(mmas: list[Mma], modes: Any, defs: dict[int, Any], visits: dict[int, Visit],
+                   bx: Var) -> tuple[dict[int, int], set[int]]:
+    """The shared tiles the mmas read: B's (root id -> its N mode) and A's; ``_Refused`` when an
+    mma is outside the pair's class."""
     b_roots: dict[int, int] = {}
     a_roots: set[int] = set()
     for op in mmas:
@@ -229,8 +246,16 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
         why = _context_rank_free(visits[op.uid], bx)
         if why is not None:
             raise _Refused(f"the mma{_loc(op)}: {why}")
-    if set(b_roots) & a_roots:
-        raise _Refused("a shared tile is both an A and a B operand")
+    return b_roots, a_roots
+
+
+def _operand_loads(tk: TileKernel, ops: list[Op], mmas: list[Mma], b_roots: dict[int, int],
+                   a_roots: set[int], uses: Any, gviews: dict[int, Any], defs: dict[int, Any], modes: Any,
+                   visits: dict[int, Visit], bx: Var) -> tuple[dict[int, tuple[Mbarrier, list[Copy]]],
+                                                                dict[int, tuple[int, int, int]]]:
+    """The TMA loads into the operands' shared tiles by barrier, and the multicast loads of B
+    (uid -> (the rank issuing it, its first row of B, its rows)); ``_Refused`` when a load is outside
+    the pair's class."""
     bars: dict[int, tuple[Mbarrier, list[Copy]]] = {}
     halves: dict[int, tuple[int, int, int]] = {}      # multicast load uid -> (rank, first row, rows)
     windows: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -282,7 +307,14 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
                            f"({r * half} .. {(r + 1) * half}) once")
     if {rid for rid, _ in windows} and len({r for _, r in windows}) != 2:
         raise _Refused("the multicast loads of B are issued by one CTA of the cluster only")
-    b_bars = {id(c.mbarrier) for rid in b_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
+    return bars, halves
+
+
+def _barrier_bytes(tk: TileKernel, ops: list[Op], bars: dict[int, tuple[Mbarrier, list[Copy]]],
+                   b_bars: set[int], a_roots: set[int], b_roots: dict[int, int],
+                   uses: Any) -> dict[str, tuple[int, int]]:
+    """The stage barriers' loads: name -> (A bytes, B bytes); ``_Refused`` when A's loads complete
+    elsewhere, a barrier completes other copies or an arrive expects other bytes."""
     a_bars = {id(c.mbarrier) for rid in a_roots for c in uses.get(rid, []) if isinstance(c, Copy)}
     if not b_bars or a_bars - b_bars:
         raise _Refused("A's loads do not complete on the barriers of B's loads (the even CTA could not "
@@ -304,10 +336,7 @@ def _plan(tk: TileKernel) -> tuple[list[Mma], dict[int, int], dict[str, tuple[in
             if isinstance(o, MbarrierArrive) and o.bar is bar and o.cta is not None:
                 raise _Refused(f"the arrive on %{bar.name}{_loc(o)} goes to another CTA")
         out[bar.name] = (a_bytes, b_bytes)
-    _check_prologue(tk, b_bars)
-    loops = _tile_loops(tk, mmas, visits)
-    _check_pacing(tk, mmas, visits)
-    return mmas, b_roots, out, halves, loops
+    return out
 
 
 def _branch_rank(v: Visit, bx: Var) -> tuple[int | None, str | None]:
