@@ -60,10 +60,12 @@ arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import hexlayout.lang as hl
+from hexlayout.arch.tmem import TMEM_COLUMNS
 
 from ..host.device import kernel_arch, sm_count
 from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
@@ -78,6 +80,7 @@ __all__ = [
     "paged_attention_consts",
     "paged_whole_pages",
     "paged_attention_sm90_consts",
+    "paged_attention_sm100_consts",
     "run_paged_attention",
 ]
 
@@ -133,6 +136,33 @@ def paged_attention_sm90_consts(
     hd = consts["HEAD_DIM"]
     ksplit = 2 if hd <= 128 else 1
     return {**consts, "BN": 64, "WG": 1, "KSPLIT": ksplit, "OVERLAP": hd <= (64 if ksplit == 2 else 128)}
+
+
+def paged_attention_sm100_consts(
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+) -> dict[str, Any]:
+    """The constants of ``paged_attention_sm90_kernel`` built for sm_100a (tcgen05, the same source):
+    the sm_90a kernel's (``paged_attention_sm90_consts``) where their accumulators and P fit in
+    the 512 TMEM columns, else without ``OVERLAP``, then with one consumer warp group.
+
+    Per consumer warp group the build holds in TMEM (one f32 column per accumulator column, one
+    column per two 16-bit elements of P): a score tile per key-loop segment (``2 * BN``; ``BN``
+    with a window: every block masked, one segment), the output accumulator (``HEAD_DIM``) and P
+    in ``R`` sets of ``BN / 2`` (``R`` = 3 with ``OVERLAP``: the ``P V`` of the previous block in
+    flight at the store, 1 without). The lowering gives each accumulator its own columns, and
+    synthesis stages P through shared memory where TMEM would overflow, whose register layout
+    the S tile's ``tcgen05.ld`` does not give (``tests/ops/test_attention_sm100.py`` builds each
+    configuration this returns)."""
+    c = paged_attention_sm90_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
+
+    def columns(ksplit: int, overlap: bool) -> int:
+        scores = c["BN"] * (1 if window else 2)
+        return ksplit * (scores + c["HEAD_DIM"] + c["BN"] // 2 * (3 if overlap else 1))
+
+    for ksplit, overlap in ((c["KSPLIT"], c["OVERLAP"]), (c["KSPLIT"], False), (1, c["HEAD_DIM"] <= 128), (1, False)):
+        if columns(ksplit, overlap) <= TMEM_COLUMNS:
+            return {**c, "KSPLIT": ksplit, "OVERLAP": overlap}
+    raise ValueError(f"paged attention on sm_100a: head size {head_size} does not fit in tensor memory")
 
 
 def paged_attention(
@@ -209,15 +239,21 @@ def run_paged_attention(
     left, right = window_size
     window = left >= 0 or right >= 0
     qk_scale, cap_arg = score_scales(softmax_scale, softcap, d)
-    sm90 = kernel_arch(q.device) == "sm_90a"
-    consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
-    kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
+    arch = kernel_arch(q.device)
     sinks, has_sinks = sinks_arg(sinks, q.device)
+    shape = (d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
+    tc = None                                                  # the wgmma / tcgen05 kernel's constants
+    if arch == "sm_90a":
+        tc = paged_attention_sm90_consts(*shape)
+    elif arch == "sm_100a":
+        tc = paged_attention_sm100_consts(*shape)
+    sm90 = tc is not None
     if sm90:
-        consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
+        consts = tc
+        kernel_of = functools.partial(paged_attention_sm90_kernel, arch=arch)
     else:
-        consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0,
-                           heavy=has_sinks or fmt is not None)
+        kernel_of = paged_attention_kernel
+        consts = paged_attention_consts(*shape, heavy=has_sinks or fmt is not None)
     consts["SINKS"] = has_sinks
     splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
     dt = lang_dtype(q.dtype)
