@@ -81,6 +81,8 @@ __all__ = [
     "paged_whole_pages",
     "paged_attention_sm90_consts",
     "paged_attention_sm100_consts",
+    "paged_sm100_tcgen05",
+    "SM100_TCGEN05_HEADS",
     "run_paged_attention",
 ]
 
@@ -165,6 +167,23 @@ def paged_attention_sm100_consts(
     raise ValueError(f"paged attention on sm_100a: head size {head_size} does not fit in tensor memory")
 
 
+#: Padded head sizes whose sm_100a paged attention runs the tcgen05 build of
+#: ``paged_attention_sm90_kernel`` (``paged_sm100_tcgen05``).
+SM100_TCGEN05_HEADS: frozenset[int] = frozenset()
+
+
+def paged_sm100_tcgen05(head_size: int) -> bool:
+    """Whether sm_100a paged attention of ``head_size`` runs the tcgen05 build (else the mma.sync
+    kernel): for the head sizes of ``SM100_TCGEN05_HEADS``. Both builds match float64 in the
+    emulator and compile without spills (``tests/ops/test_attention_sm100.py``); the choice is
+    by the static numbers (``hexlayout.runtime.stats``, f16, block size 16, GQA 8, causal): the
+    main loop's non-MMA instructions per warp and 64-key block are 481 (head size 64) and 760
+    (128) in the tcgen05 build against 312 (2 x 156: 32-key blocks) and 333 for the mma.sync
+    kernel, whose unmasked blocks read whole pages as windows where the sm_90a kernel's source
+    gathers rows through the block table (its wgmma build: 487 and 701)."""
+    return head_dim_tile(head_size) in SM100_TCGEN05_HEADS
+
+
 def paged_attention(
     q: Any,
     key_cache: Any,
@@ -245,7 +264,7 @@ def run_paged_attention(
     tc = None                                                  # the wgmma / tcgen05 kernel's constants
     if arch == "sm_90a":
         tc = paged_attention_sm90_consts(*shape)
-    elif arch == "sm_100a":
+    elif arch == "sm_100a" and paged_sm100_tcgen05(d):
         tc = paged_attention_sm100_consts(*shape)
     sm90 = tc is not None
     if sm90:
