@@ -93,7 +93,8 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
     o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
     lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
 
-    @hl.kernel(threads=lambda c: 128 * c["WG"] * c.get("KSPLIT", 1), name=f"paged_attention_{_tag(arch)}_{dt}")
+    @hl.kernel(threads=lambda c: 128 * c["WG"] * c.get("KSPLIT", 1),
+               name=f"paged_attention_{_tag(arch)}_{dt}")
     def paged_attention_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
                              k_cache: cdt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
                              v_cache: cdt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore

@@ -147,21 +147,22 @@ def paged_attention_sm100_consts(
     the sm_90a kernel's (``paged_attention_sm90_consts``) where their accumulators and P fit in
     the 512 TMEM columns, else without ``OVERLAP``, then with one consumer warp group.
 
-    Per consumer warp group the build holds in TMEM (one f32 column per accumulator column, one
-    column per two 16-bit elements of P): a score tile per key-loop segment (``2 * BN``; ``BN``
-    with a window: every block masked, one segment), the output accumulator (``HEAD_DIM``) and P
-    in ``R`` sets of ``BN / 2`` (``R`` = 3 with ``OVERLAP``: the ``P V`` of the previous block in
-    flight at the store, 1 without). The lowering gives each accumulator its own columns, and
-    synthesis stages P through shared memory where TMEM would overflow, whose register layout
-    the S tile's ``tcgen05.ld`` does not give (``tests/ops/test_attention_sm100.py`` builds each
-    configuration this returns)."""
+    Per consumer warp group the build holds in TMEM (one column per f32 accumulator column, one
+    per two 16-bit elements of P) a ``BN``-column score tile per key-loop segment (two; one with a
+    window: every block masked) and one more with ``OVERLAP`` (the first block's, issued before
+    the loop), the output accumulator (``HEAD_DIM``) and P (``BN / 2``): the lowering gives each
+    accumulator its own columns, and where P would not fit synthesis stages it through shared
+    memory, whose register layout the S tile's ``tcgen05.ld`` does not give (no build). One warp
+    group takes ``OVERLAP`` up to head size 128, as on sm_90a. The tests run every configuration
+    this returns in the emulator but head size 256 with a window (the same constants as without)."""
     c = paged_attention_sm90_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
 
     def columns(ksplit: int, overlap: bool) -> int:
-        scores = c["BN"] * (1 if window else 2)
-        return ksplit * (scores + c["HEAD_DIM"] + c["BN"] // 2 * (3 if overlap else 1))
+        scores = c["BN"] * ((1 if window else 2) + overlap)
+        return ksplit * (scores + c["HEAD_DIM"] + c["BN"] // 2)
 
-    for ksplit, overlap in ((c["KSPLIT"], c["OVERLAP"]), (c["KSPLIT"], False), (1, c["HEAD_DIM"] <= 128), (1, False)):
+    tries = ((c["KSPLIT"], c["OVERLAP"]), (c["KSPLIT"], False), (1, c["HEAD_DIM"] <= 128), (1, False))
+    for ksplit, overlap in tries:
         if columns(ksplit, overlap) <= TMEM_COLUMNS:
             return {**c, "KSPLIT": ksplit, "OVERLAP": overlap}
     raise ValueError(f"paged attention on sm_100a: head size {head_size} does not fit in tensor memory")
