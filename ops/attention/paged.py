@@ -170,19 +170,32 @@ def paged_attention_sm100_consts(
 
 #: Padded head sizes whose sm_100a paged attention runs the tcgen05 build of
 #: ``paged_attention_sm90_kernel`` (``paged_sm100_tcgen05``).
-SM100_TCGEN05_HEADS: frozenset[int] = frozenset()
+SM100_TCGEN05_HEADS: frozenset[int] = frozenset({256})
 
 
-def paged_sm100_tcgen05(head_size: int) -> bool:
-    """Whether sm_100a paged attention of ``head_size`` runs the tcgen05 build (else the mma.sync
-    kernel): for the head sizes of ``SM100_TCGEN05_HEADS``. Both builds match float64 in the
-    emulator and compile without spills (``tests/ops/test_attention_sm100.py``); the choice is
-    by the static numbers (``hexlayout.runtime.stats``, f16, block size 16, GQA 8, causal): the
-    main loop's non-MMA instructions per warp and 64-key block are 481 (head size 64) and 760
-    (128) in the tcgen05 build against 312 (2 x 156: 32-key blocks) and 333 for the mma.sync
-    kernel, whose unmasked blocks read whole pages as windows where the sm_90a kernel's source
-    gathers rows through the block table (its wgmma build: 487 and 701)."""
-    return head_dim_tile(head_size) in SM100_TCGEN05_HEADS
+def paged_sm100_tcgen05(head_size: int, fp8: bool = False) -> bool:
+    """Whether sm_100a paged attention of ``head_size`` (``fp8``: an FP8 cache) runs the tcgen05
+    build of the sm_90a kernel (else the mma.sync kernel): padded head sizes in
+    ``SM100_TCGEN05_HEADS``, caches of q's type. Both builds match float64 in the emulator and
+    compile without spills (``tests/ops/test_attention_sm100.py``); the static numbers decide
+    (``hexlayout.runtime.stats``, f16, block size 16, GQA 8, causal): the main loop's non-MMA
+    instructions per warp and 64-key block of 64 rows are
+
+    ========= ============== =============== ========================
+    head size tcgen05 build  mma.sync kernel  (sm_90a wgmma build)
+    ========= ============== =============== ========================
+    64        481            312 (2 x 156)    487
+    128       760            333              701
+    256       1209           1620 (4 x 405)   1104
+    ========= ============== =============== ========================
+
+    and the mma.sync kernel's warps issue their HMMAs besides (68, 132 and 260). Below 256 the
+    mma.sync kernel reads whole pages as windows in its unmasked blocks where the sm_90a source
+    gathers each row through the block table (the wgmma build's counts are of that source too); at
+    256 the mma.sync kernel takes 16 keys a step (its registers) and the tcgen05 build 64, with
+    S and O in tensor memory. FP8 caches keep the mma.sync kernel (the conversion path of the
+    tcgen05 build is not measured)."""
+    return not fp8 and head_dim_tile(head_size) in SM100_TCGEN05_HEADS
 
 
 def paged_attention(
@@ -265,7 +278,7 @@ def run_paged_attention(
     tc = None                                                  # the wgmma / tcgen05 kernel's constants
     if arch == "sm_90a":
         tc = paged_attention_sm90_consts(*shape)
-    elif arch == "sm_100a" and paged_sm100_tcgen05(d):
+    elif arch == "sm_100a" and paged_sm100_tcgen05(d, fmt is not None):
         tc = paged_attention_sm100_consts(*shape)
     sm90 = tc is not None
     if sm90:

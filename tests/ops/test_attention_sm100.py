@@ -82,8 +82,9 @@ def _tcgen05_only(built: list) -> None:
 
 @pytest.fixture
 def tcgen05(sm100: list, monkeypatch: pytest.MonkeyPatch) -> list:
-    """``sm100`` with every head size dispatched to the tcgen05 build."""
-    monkeypatch.setattr(paged_mod, "SM100_TCGEN05_HEADS", frozenset({64, 128, 256}))
+    """``sm100`` with every paged case dispatched to the tcgen05 build (the op takes it for head
+    size 256 only: ``paged.paged_sm100_tcgen05``)."""
+    monkeypatch.setattr(paged_mod, "paged_sm100_tcgen05", lambda head_size, fp8=False: True)
     return sm100
 
 
@@ -95,9 +96,8 @@ TCGEN05_CASES = [
     (2, [6, 2], [150, 2], 4, 4, 64, 16, "NHD", torch.float16, {"window_size": (70, 0)}, 0),
     # head size 128, one warp group with OVERLAP; softcap, not causal, split-KV partials
     (1, [3, 1], [33, 140], 8, 1, 128, 32, "HND", torch.bfloat16, {"causal": False, "softcap": 5.0}, 2),
-    # head size 96 padded to 128; 256
+    # head size 96 padded to 128
     (3, [5, 4], [3, 30], 4, 1, 96, 64, "HND", torch.float16, {"causal": False, "window_size": (3, 2)}, 0),
-    (7, [1, 3], [19, 4], 2, 1, 256, 16, "NHD", torch.float16, {"softmax_scale": 0.3}, 0),
 ]
 
 
@@ -128,6 +128,19 @@ def test_paged_attention_tcgen05_build_with_fp8_cache_and_sinks(tcgen05: list) -
     _tcgen05_only(tcgen05)
 
 
+@pytest.mark.parametrize("d", [256, 200])
+def test_paged_attention_head_size_256_dispatches_to_the_tcgen05_build(sm100: list, d: int) -> None:
+    """Unforced: head sizes padded to 256 run ``paged_attention_sm100_*`` (a window and sinks:
+    rows with no visible key give 0 and the sink)."""
+    a = paged_case.make_case(7, [1, 3], [19, 4], 2, 1, d, 16, "NHD", torch.float16)
+    sinks = _sinks(2, 7)
+    out, lse = hexlayout.ops.paged_attention(**a, softmax_scale=0.3, window_size=(3, 0), sinks=sinks,
+                                             return_lse=True)
+    want = with_sinks(paged_case.reference(a, 0.3, True, (3, 0), 0.0), sinks)
+    paged_case._check(out, lse, want, a["q"].shape[0], 2e-3)
+    _tcgen05_only(sm100)
+
+
 def test_tcgen05_constants_fit_tensor_memory() -> None:
     """Per consumer warp group a score tile per key-loop segment, O and P's sets: the sm_90a
     constants where they fit 512 columns, else without OVERLAP, then one warp group."""
@@ -153,7 +166,7 @@ def test_the_varlen_kernel_is_refused_for_sm100_by_its_row_reduction() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_paged_attention_runs_the_mma_sync_kernel_on_sm100(sm100: list, dtype: torch.dtype) -> None:
-    assert not paged_mod.paged_sm100_tcgen05(128)
+    assert not paged_mod.paged_sm100_tcgen05(128) and not paged_mod.paged_sm100_tcgen05(256, fp8=True)
     a = paged_case.make_case(11, [1, 4, 2], [90, 9, 33], 4, 2, 128, 16, "NHD", dtype)
     out, lse = hexlayout.ops.paged_attention(**a, num_splits=0, return_lse=True)
     want = paged_case.reference(a, None, True, (-1, -1), 0.0)
