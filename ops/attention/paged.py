@@ -55,7 +55,10 @@ SM count (``choose_splits``; 1 on the CPU), never from tensor contents.
 
 On sm_90a (a Hopper device, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` in the emulator) the kernel
 is ``attention_kernels_sm90.paged_attention_sm90_kernel`` (wgmma for both products, same
-arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
+arguments and split-KV partials); on sm_100a the same kernel built with tcgen05
+(``paged_attention_sm100_*``, constants ``paged_attention_sm100_consts``) for head sizes padded
+to 256 without an FP8 cache (``paged_sm100_tcgen05``: the static numbers), the mma.sync kernel
+otherwise; sm_80 / sm_89 run the mma.sync kernel.
 """
 
 from __future__ import annotations

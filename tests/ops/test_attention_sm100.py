@@ -206,3 +206,39 @@ def test_compiles_for_sm100_with_hmma_and_no_spills(which: str) -> None:
     counts = b.compiled.sass_counts()
     assert any(op.startswith("HMMA") for op in counts), counts
     assert b.stats.main_loop is not None and b.stats.main_loop.mma_opcode.startswith("HMMA")
+
+
+@pytest.mark.nvrtc
+def test_the_dispatched_tcgen05_build_compiles_with_utchmma_ldtm_and_fewer_non_mma() -> None:
+    """Head size 256 (``paged.SM100_TCGEN05_HEADS``): NVRTC compiles the tcgen05 build without
+    spills, S and O in tensor memory (UTCHMMA, LDTM, STTM; no HMMA / HGMMA), 16 + 4 UTCHMMA per
+    64-key block (Q K^T over K = 256, P V over 64 keys), and its main loop runs fewer non-MMA
+    instructions per 64-key block than the mma.sync kernel's (16 keys a step) four steps: the
+    dispatch's reason. (NVRTC takes minutes on this build: the only compile of the dispatched
+    tcgen05 kernel.)"""
+    import hexlayout.lang as hl
+    from hexlayout.ops.attention.kernels_sm90 import paged_attention_sm90_kernel
+    from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
+    from hexlayout.runtime import build
+
+    shape = (256, 16, 8, 1, True, False, False)
+    assert paged_mod.paged_sm100_tcgen05(256)
+    b = build(paged_attention_sm90_kernel(hl.f16, arch="sm_100a"), "sm_100a",
+              **{**paged_mod.paged_attention_sm100_consts(*shape), "SINKS": False})
+    r = b.compiled.resources
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_frame == 0, r
+    st = b.stats
+    assert st.local_memory_instructions == 0 and not st.warnings, st.summary()
+    counts = b.compiled.sass_counts()
+
+    def n(prefix: str) -> int:
+        return sum(v for op, v in counts.items() if op.startswith(prefix))
+
+    assert n("UTCHMMA") > 0 and n("LDTM") > 0 and n("STTM") > 0, sorted(counts)
+    assert n("HMMA") == 0 and n("HGMMA") == 0, sorted(counts)
+    lp = st.main_loop
+    assert lp is not None and lp.mma_opcode == "UTCHMMA" and lp.mma == 16 + 4, st.summary()
+    c80 = {**paged_mod.paged_attention_consts(*shape, heavy=False), "SINKS": False}
+    mma_sync = build(paged_attention_kernel(hl.f16, False, None), "sm_100a", **c80).stats.main_loop
+    assert mma_sync is not None and mma_sync.mma_opcode.startswith("HMMA")
+    assert lp.non_mma < mma_sync.non_mma * (64 // c80["BN"]), (lp.non_mma, mma_sync.non_mma, c80["BN"])
