@@ -55,6 +55,7 @@ def test_refusals_name_the_reason(args, words):
 @pytest.fixture(scope="module")
 def sm90_source_on_sm100():
     from hexlayout.ops.gemm.kernels import gemm_sm90_kernel
+
     from hexlayout.synth.solve import synthesize
 
     tk = gemm_sm90_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1)
