@@ -17,17 +17,17 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+import hexlayout.ops  # noqa: E402,F401 - registers the ops
 import test_attention_varlen_op as varlen_case  # noqa: E402
 import test_paged_attention_op as paged_case  # noqa: E402
-from test_attention_fp8_kv import fp8_case  # noqa: E402
-from test_attention_sinks import _sinks, with_sinks  # noqa: E402
-
-import hexlayout.ops  # noqa: E402,F401 - registers the ops
-from hexlayout.ir.lowered import MmaSync, walk_instrs  # noqa: E402
-from hexlayout.ir.lowered_tcgen05 import Tcgen05Ld, Tcgen05Mma, Tcgen05St  # noqa: E402
 from hexlayout.ops.attention import paged as paged_mod  # noqa: E402
 from hexlayout.ops.attention import varlen as varlen_mod  # noqa: E402
 from hexlayout.ops.host import device as device_mod  # noqa: E402
+from test_attention_fp8_kv import fp8_case  # noqa: E402
+from test_attention_sinks import _sinks, with_sinks  # noqa: E402
+
+from hexlayout.ir.lowered import MmaSync, walk_instrs  # noqa: E402
+from hexlayout.ir.lowered_tcgen05 import Tcgen05Ld, Tcgen05Mma, Tcgen05St  # noqa: E402
 from hexlayout.synth.errors import SynthesisError  # noqa: E402
 
 
@@ -154,9 +154,10 @@ def test_the_varlen_kernel_is_refused_for_sm100_by_its_row_reduction() -> None:
     """The sm_90a varlen kernel's two consumer warp groups share one 128-row tile; a tcgen05
     accumulator of 128 rows is read by each warp group in half of its columns, so the softmax's
     row maximum would need both warp groups: synthesis refuses it (the op runs mma.sync)."""
-    import hexlayout.lang as hl
     from hexlayout.ops.attention.kernels_sm90 import attention_varlen_sm90_consts as consts
     from hexlayout.ops.attention.kernels_sm90 import attention_varlen_sm90_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     with pytest.raises(SynthesisError, match=r"attention_varlen_sm100_f16.*reduce"):
@@ -185,11 +186,12 @@ def test_attention_varlen_runs_the_mma_sync_kernel_on_sm100(sm100: list) -> None
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("which", ["paged", "paged-e4m3", "varlen"])
 def test_compiles_for_sm100_with_hmma_and_no_spills(which: str) -> None:
-    import hexlayout.lang as hl
     from hexlayout.ops.attention.paged import paged_attention_consts, paged_whole_pages
     from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
     from hexlayout.ops.attention.varlen import attention_varlen_consts
     from hexlayout.ops.attention.varlen_kernels_sm80 import attention_varlen_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     if which == "varlen":                                   # the builds the ops make for these
@@ -216,9 +218,10 @@ def test_the_dispatched_tcgen05_build_compiles_with_utchmma_ldtm_and_fewer_non_m
     instructions per 64-key block than the mma.sync kernel's (16 keys a step) four steps: the
     dispatch's reason. (NVRTC takes minutes on this build: the only compile of the dispatched
     tcgen05 kernel.)"""
-    import hexlayout.lang as hl
     from hexlayout.ops.attention.kernels_sm90 import paged_attention_sm90_kernel
     from hexlayout.ops.attention.paged_kernels_sm80 import paged_attention_kernel
+
+    import hexlayout.lang as hl
     from hexlayout.runtime import build
 
     shape = (256, 16, 8, 1, True, False, False)
