@@ -321,7 +321,7 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             return []
         if src == "tmem":
             a_tmem = True
-            stores = tmem_a_candidates(m, k, da.bits)[:2]
+            stores = a_store_candidates(m, k, da.bits)
         else:
             stage = smem_a_stage(m, k, da.bits, threads)
         majors = tuple(dict.fromkeys(("K", bm) for _, bm in majors))
@@ -353,6 +353,23 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
                     out.append(TiledUmma(atom, n // atom_n, k // atom.shape_mnk[2], threads, ep.shape, ep.num,
                                          ep.origins, full, chunk, a_store=a_store, a_stage=stage,
                                          a_sets=a_sets if a_register else 1))
+    return out
+
+
+def a_store_candidates(m: int, k: int, bits: int) -> list:
+    """The ``tcgen05.st`` candidates a register A of ``m x k`` ``bits``-bit elements is tried with:
+    the two best, then every other store of the fewest ``tcgen05.st`` per warp whose register
+    layout those do not have. The register layout of A is decided together with the op that
+    produces it (an accumulator loaded from TMEM, then exponentiated and cast in place, keeps its
+    load's layout), so every cheapest layout stays a candidate: an ``M = 64`` S tile read by
+    ``16x256b.x8`` is stored as P by ``16x128b.x8``, the third of the three one-store layouts."""
+    cands = tmem_a_candidates(m, k, bits)
+    out = cands[:2]
+    seen = {str(c.register_tv) for c in out}
+    for c in cands[2:]:
+        if c.stores == cands[0].stores and str(c.register_tv) not in seen:
+            seen.add(str(c.register_tv))
+            out.append(c)
     return out
 
 

@@ -72,20 +72,29 @@ SQT, SQH, SKB, SKS, SKC, SVB, SVS, SVC, SBT = hl.dims("SQT SQH SKB SKS SKC SVB S
 SKT, SKH, SVT, SVH = hl.dims("SKT SKH SVT SVH")
 
 
+def _tag(arch: str) -> str:
+    """The architecture a kernel's name carries: ``sm90`` for ``sm_90a``, ``sm100`` for ``sm_100a``."""
+    return arch.replace("_", "").rstrip("a")
+
+
 @cache
-def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: DType | None = None) -> Any:
+def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: DType | None = None,
+                                arch: str = "sm_90a") -> Any:
     """The sm_90a paged attention kernel for ``dtype`` (f16 / bf16); ``split``: split-KV partial
     outputs (see the module docstring and ``attention_kernels.paged_attention_kernel``).
     Constants: ``BM`` (= 64 * ``WG``), ``BN``, ``HEAD_DIM``, ``BLOCK``, ``WG``, ``CAUSAL``,
     ``WINDOW``, ``SOFTCAP``, ``TILES``, ``SPLITS``, ``SINKS``. ``cache_dtype`` (e4m3 / e5m2): FP8
     caches, converted on their way to shared memory (register loads instead of cp.async; the
-    fp8 wgmma would need Q and P in FP8 too), scales as in the sm_80 kernel."""
+    fp8 wgmma would need Q and P in FP8 too), scales as in the sm_80 kernel. ``arch``: the
+    target the kernel's name carries (``paged_attention_sm100_f16`` for ``"sm_100a"``: the same
+    source, built with tcgen05 there; module docstring)."""
     dt = dtype
     cdt = cache_dtype or dtype
     o_t = f32[SP, TQ, H, D] if split else dt[TQ, H, D]  # type: ignore
     lse_t = f32[SP, H, TQ] if split else f32[H, TQ]
 
-    @hl.kernel(threads=lambda c: 128 * c["WG"] * c.get("KSPLIT", 1), name=f"paged_attention_sm90_{dt}")
+    @hl.kernel(threads=lambda c: 128 * c["WG"] * c.get("KSPLIT", 1),
+               name=f"paged_attention_{_tag(arch)}_{dt}")
     def paged_attention_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
                              k_cache: cdt[NB, BS, KVH, D].strides(SKB, SKS, SKC, 1),  # type: ignore
                              v_cache: cdt[NB, BS, KVH, D].strides(SVB, SVS, SVC, 1),  # type: ignore
@@ -223,7 +232,7 @@ def paged_attention_sm90_kernel(dtype: DType, split: bool = False, cache_dtype: 
 
 
 @cache
-def attention_varlen_sm90_kernel(dtype: DType) -> Any:
+def attention_varlen_sm90_kernel(dtype: DType, arch: str = "sm_90a") -> Any:
     """The sm_90a varlen (prefill) kernel for ``dtype``, FlashAttention-3's structure: the
     semantics, arguments (the query tiles per sequence ``tiles`` a launch argument) and constants
     ``BM`` / ``BN`` / ``HEAD_DIM`` / ``LEFT`` / ``RIGHT`` / ``SOFTCAP`` of
@@ -247,7 +256,7 @@ def attention_varlen_sm90_kernel(dtype: DType) -> Any:
     aligned bases and row strides (TMA)."""
     dt = dtype
 
-    @hl.kernel(threads=384, name=f"attention_varlen_sm90_{dt}")
+    @hl.kernel(threads=384, name=f"attention_varlen_{_tag(arch)}_{dt}")
     def attention_varlen_sm90(q: dt[TQ, H, D].strides(SQT, SQH, 1),  # type: ignore
                               k: dt[TK, KVH, D].strides(SKT, SKH, 1),  # type: ignore
                               v: dt[TK, KVH, D].strides(SVT, SVH, 1),  # type: ignore

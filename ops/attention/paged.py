@@ -55,15 +55,20 @@ SM count (``choose_splits``; 1 on the CPU), never from tensor contents.
 
 On sm_90a (a Hopper device, or ``HEXLAYOUT_EMULATE_ARCH=sm_90a`` in the emulator) the kernel
 is ``attention_kernels_sm90.paged_attention_sm90_kernel`` (wgmma for both products, same
-arguments and split-KV partials); sm_80 / sm_89 run the mma.sync kernel.
+arguments and split-KV partials); on sm_100a the same kernel built with tcgen05
+(``paged_attention_sm100_*``, constants ``paged_attention_sm100_consts``) for head sizes padded
+to 256 without an FP8 cache (``paged_sm100_tcgen05``: the static numbers), the mma.sync kernel
+otherwise; sm_80 / sm_89 run the mma.sync kernel.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import hexlayout.lang as hl
+from hexlayout.arch.tmem import TMEM_COLUMNS
 
 from ..host.device import kernel_arch, sm_count
 from ..host.launch import build_for, fresh, lang_dtype, rows_input, run_kernel
@@ -78,6 +83,9 @@ __all__ = [
     "paged_attention_consts",
     "paged_whole_pages",
     "paged_attention_sm90_consts",
+    "paged_attention_sm100_consts",
+    "paged_sm100_tcgen05",
+    "SM100_TCGEN05_HEADS",
     "run_paged_attention",
 ]
 
@@ -133,6 +141,64 @@ def paged_attention_sm90_consts(
     hd = consts["HEAD_DIM"]
     ksplit = 2 if hd <= 128 else 1
     return {**consts, "BN": 64, "WG": 1, "KSPLIT": ksplit, "OVERLAP": hd <= (64 if ksplit == 2 else 128)}
+
+
+def paged_attention_sm100_consts(
+    head_size: int, block_size: int, group: int, max_seqlen_q: int, causal: bool, window: bool, softcap: bool
+) -> dict[str, Any]:
+    """The constants of ``paged_attention_sm90_kernel`` built for sm_100a (tcgen05, the same source):
+    the sm_90a kernel's (``paged_attention_sm90_consts``) where their accumulators and P fit in
+    the 512 TMEM columns, else without ``OVERLAP``, then with one consumer warp group.
+
+    Per consumer warp group the build holds in TMEM (one column per f32 accumulator column, one
+    per two 16-bit elements of P) a ``BN``-column score tile per key-loop segment (two; one with a
+    window: every block masked) and one more with ``OVERLAP`` (the first block's, issued before
+    the loop), the output accumulator (``HEAD_DIM``) and P (``BN / 2``): the lowering gives each
+    accumulator its own columns, and where P would not fit synthesis stages it through shared
+    memory, whose register layout the S tile's ``tcgen05.ld`` does not give (no build). One warp
+    group takes ``OVERLAP`` up to head size 128, as on sm_90a. The tests run every configuration
+    this returns in the emulator but head size 256 with a window (the same constants as without)."""
+    c = paged_attention_sm90_consts(head_size, block_size, group, max_seqlen_q, causal, window, softcap)
+
+    def columns(ksplit: int, overlap: bool) -> int:
+        scores = c["BN"] * ((1 if window else 2) + overlap)
+        return ksplit * (scores + c["HEAD_DIM"] + c["BN"] // 2)
+
+    tries = ((c["KSPLIT"], c["OVERLAP"]), (c["KSPLIT"], False), (1, c["HEAD_DIM"] <= 128), (1, False))
+    for ksplit, overlap in tries:
+        if columns(ksplit, overlap) <= TMEM_COLUMNS:
+            return {**c, "KSPLIT": ksplit, "OVERLAP": overlap}
+    raise ValueError(f"paged attention on sm_100a: head size {head_size} does not fit in tensor memory")
+
+
+#: Padded head sizes whose sm_100a paged attention runs the tcgen05 build of
+#: ``paged_attention_sm90_kernel`` (``paged_sm100_tcgen05``).
+SM100_TCGEN05_HEADS: frozenset[int] = frozenset({256})
+
+
+def paged_sm100_tcgen05(head_size: int, fp8: bool = False) -> bool:
+    """Whether sm_100a paged attention of ``head_size`` (``fp8``: an FP8 cache) runs the tcgen05
+    build of the sm_90a kernel (else the mma.sync kernel): padded head sizes in
+    ``SM100_TCGEN05_HEADS``, caches of q's type. Both builds match float64 in the emulator and
+    compile without spills (``tests/ops/test_attention_sm100.py``); the static numbers decide
+    (``hexlayout.runtime.stats``, f16, block size 16, GQA 8, causal): the main loop's non-MMA
+    instructions per warp and 64-key block of 64 rows are
+
+    ========= ============== =============== ========================
+    head size tcgen05 build  mma.sync kernel  (sm_90a wgmma build)
+    ========= ============== =============== ========================
+    64        481            312 (2 x 156)    487
+    128       760            333              701
+    256       1209           1620 (4 x 405)   1104
+    ========= ============== =============== ========================
+
+    and the mma.sync kernel's warps issue their HMMAs besides (68, 132 and 260). Below 256 the
+    mma.sync kernel reads whole pages as windows in its unmasked blocks where the sm_90a source
+    gathers each row through the block table (the wgmma build's counts are of that source too); at
+    256 the mma.sync kernel takes 16 keys a step (its registers) and the tcgen05 build 64, with
+    S and O in tensor memory. FP8 caches keep the mma.sync kernel (the conversion path of the
+    tcgen05 build is not measured)."""
+    return not fp8 and head_dim_tile(head_size) in SM100_TCGEN05_HEADS
 
 
 def paged_attention(
@@ -209,15 +275,21 @@ def run_paged_attention(
     left, right = window_size
     window = left >= 0 or right >= 0
     qk_scale, cap_arg = score_scales(softmax_scale, softcap, d)
-    sm90 = kernel_arch(q.device) == "sm_90a"
-    consts_of = paged_attention_sm90_consts if sm90 else paged_attention_consts
-    kernel_of = paged_attention_sm90_kernel if sm90 else paged_attention_kernel
+    arch = kernel_arch(q.device)
     sinks, has_sinks = sinks_arg(sinks, q.device)
+    shape = (d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
+    tc = None                                                  # the wgmma / tcgen05 kernel's constants
+    if arch == "sm_90a":
+        tc = paged_attention_sm90_consts(*shape)
+    elif arch == "sm_100a" and paged_sm100_tcgen05(d, fmt is not None):
+        tc = paged_attention_sm100_consts(*shape)
+    sm90 = tc is not None
     if sm90:
-        consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0)
+        consts = tc
+        kernel_of = functools.partial(paged_attention_sm90_kernel, arch=arch)
     else:
-        consts = consts_of(d, bs, h // kvh, max_seqlen_q, causal, window, cap_arg > 0,
-                           heavy=has_sinks or fmt is not None)
+        kernel_of = paged_attention_kernel
+        consts = paged_attention_consts(*shape, heavy=has_sinks or fmt is not None)
     consts["SINKS"] = has_sinks
     splits = num_splits or choose_splits(q.device, b * kvh * consts["TILES"], max_seqlen_k)
     dt = lang_dtype(q.dtype)

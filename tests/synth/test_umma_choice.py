@@ -81,3 +81,15 @@ def test_sm90_kernel_source_lowers_to_tcgen05_on_sm100(sm90_source_on_sm100):
     assert any(isinstance(i, T.Tcgen05Commit) for i in instrs)
     loads = [i for i in instrs if isinstance(i, T.Tcgen05Ld)]
     assert [(i.shape, i.num) for i in loads] == [("32x32b", 64)]
+
+
+def test_a_register_p_keeps_the_layout_its_score_load_gives():
+    """Attention's P = cast(exp(S)) is the register A of P V: its tcgen05.st candidates hold the
+    layout of every S load of the fewest loads. M = 64: S read by 16x256b.x8 (the best load) is
+    stored by 16x128b.x8, the third one-store candidate; the first two alone had no such layout."""
+    best = umma_tilings(64, 64, 64, F16, F16, F32, 128)[0]
+    assert (best.ld_shape, best.ld_num) == ("16x256b", 8)
+    stores = {str(tu.a_store.register_tv): tu.a_store for tu in
+              umma_tilings(64, 64, 64, F16, F16, F32, 128, a_register=True)}
+    got = stores.get(str(best.register_tv))
+    assert got is not None and (got.shape, got.num, got.stores) == ("16x128b", 8, 1), sorted(stores)

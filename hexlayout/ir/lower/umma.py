@@ -82,8 +82,10 @@ commit / wait) runs unchanged:
   ``cta_group::2``, multicast to both CTAs): the barrier's arrival once the mmas issued so far
   completed (a pipeline stage released by the tensor cores); not counted as a commit here.
 * **wgmma_commit** -> the elected thread's ``tcgen05.commit`` onto barrier ``c % B`` of the
-  lowering's ``tc_done[B]`` mbarriers (``B`` = the largest ``n`` of the kernel's
-  ``wgmma_wait(n)`` + 1), ``c`` the commits so far (a per-thread counter ``tc_commits``);
+  lowering's ``tc_done`` mbarriers of its warp group (``B`` = the largest ``n`` of the kernel's
+  ``wgmma_wait(n)`` + 1; ``B`` barriers per warp group of the block, those of the first warp group
+  of the region that commits: two consumer warp groups issuing their own MMAs at once never share
+  a barrier), ``c`` the commits so far (a per-thread counter ``tc_commits``);
   **wgmma_wait(n)** -> every thread waits for commit ``j = c - 1 - n`` (if any): barrier
   ``j % B``, phase parity ``(j // B) & 1``, then ``tcgen05.fence::after_thread_sync``.
   With ``B = n + 1`` a barrier never runs two phases ahead of its waiters: commit ``j + B`` is
@@ -229,6 +231,7 @@ class TmemState:
     base: RegArray
     commits: RegArray
     barriers: int
+    regions: int = 1            # warp groups of the block: each issuing region commits onto its own barriers
     columns: dict[int, int] = field(default_factory=dict)       # accumulator root id -> first column
     used: int = 0
     pending: dict[int, _Pending] = field(default_factory=dict)  # accumulator root id -> its load
@@ -255,8 +258,8 @@ class TmemState:
         if lw.tmem is None:
             waits = [op.pending for op in lw.tk.body.walk() if isinstance(op, TileWgmmaWait)]
             lw.tmem = TmemState(lw.scratch("tmem_base", U32, 1), lw.scratch("tc_commits", S32, 1),
-                                max([int(w) for w in waits], default=0) + 1)
-            lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers)
+                                max([int(w) for w in waits], default=0) + 1, max(1, lw.threads // 128))
+            lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers * lw.tmem.regions)
             groups = {tu.cta_group for tu in lw.assignment.mma.values() if isinstance(tu, TiledUmma)}
             if len(groups) > 1:
                 raise ValueError("the kernel's tcgen05 mmas mix one-CTA and pair (cta_group::2) MMAs; every "
@@ -287,8 +290,15 @@ class TmemState:
             n *= 2
         return n
 
-    def bar(self, index: ExprLike) -> MbarRef:
-        return MbarRef(BAR, index, self.barriers)
+    def bar(self, index: ExprLike, lw: Any = None) -> MbarRef:
+        """Barrier ``index`` of the ``tc_done`` barriers of the warp-group region ``lw`` lowers in
+        (the first warp group's with no ``lw``): warp groups that issue and commit their own MMAs
+        at once (two consumer warp groups, each with its accumulators) each count their own commits
+        (``tc_commits`` is per thread), so each gets its own ``barriers`` barriers - one barrier
+        shared by two issuers would complete a phase per commit of either, and a waiter's parity
+        would name the other's phase."""
+        region = 0 if lw is None else lw.group_threads[-1][0] // 128
+        return MbarRef(BAR, region * self.barriers + index, self.barriers * self.regions)
 
     def column_of(self, root: Value, tu: TiledUmma) -> int:
         if root.id not in self.columns:
@@ -444,7 +454,8 @@ class TmemState:
         word, _ = lw.exchange_buffer("tmem_addr", U32, 16)
         tid = as_expr(lw.tid)
         warp0 = tid < 32
-        out: list[Instr] = [MbarInit(self.bar(i), 1, pred=tid.eq(0)) for i in range(self.barriers)]
+        out: list[Instr] = [MbarInit(MbarRef(BAR, i, self.barriers * self.regions), 1, pred=tid.eq(0))
+                            for i in range(self.barriers * self.regions)]
         g = self.group
         out += [Alu("mov", RegRef(self.commits, 0, 1), (0,))] + [
             Alu("mov", RegRef(c, 0, 1), (0,)) for c in self.ring_counters]
@@ -504,7 +515,7 @@ class TmemState:
                              "no barrier says when its result is in tensor memory: commit (and wgmma_wait) "
                              "before reading it")
         if not store and p.rid in self.unwaited:      # no wgmma_wait(0) covers it on every path
-            out += _wait_for(self, 0)
+            out += _wait_for(self, 0, lw)
             self.unwaited = self.uncommitted
         gtid = as_expr(lw.gtid)
         lane0 = (gtid // 32) % 4 * 32
@@ -910,9 +921,9 @@ def umma_commit(lw: Any) -> list[Instr]:
     st.uncommitted = frozenset()
     cnt = RegRead(st.commits, 0)
     if st.group == 2:          # the pair's commit lands on both CTAs' barrier
-        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)), cta_group=2, multicast=3)
+        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers), lw), cta_group=2, multicast=3)
     else:
-        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers)))
+        commit = Tcgen05Commit(st.bar(_mod(cnt, st.barriers), lw))
     return [_issuer(lw, st, [commit]), Alu("add", RegRef(st.commits, 0, 1), (RegRef(st.commits, 0, 1), 1))]
 
 
@@ -933,13 +944,13 @@ def umma_wait(lw: Any, pending: int) -> list[Instr]:
         raise ValueError(f"wgmma_wait({pending}) with {st.barriers} commit barriers")
     if pending == 0:
         st.unwaited = st.uncommitted
-    return _wait_for(st, pending)
+    return _wait_for(st, pending, lw)
 
 
-def _wait_for(st: TmemState, pending: int) -> list[Instr]:
+def _wait_for(st: TmemState, pending: int, lw: Any = None) -> list[Instr]:
     """Every thread waits for commit ``c - 1 - pending`` (if there was one)."""
     j = as_expr(RegRead(st.commits, 0)) - 1 - pending
-    wait = [MbarWait(st.bar(_mod(j, st.barriers)), _div(j, st.barriers) & 1),
+    wait = [MbarWait(st.bar(_mod(j, st.barriers), lw), _div(j, st.barriers) & 1),
             Tcgen05Fence("after_thread_sync")]
     return [IfThen(as_expr(RegRead(st.commits, 0)) > pending, wait)]
 
