@@ -127,18 +127,20 @@ def _smem_operand(m: Machine, ins: Tcgen05Mma | Tcgen05Cp, desc: SmemDesc, env: 
 
 
 def _tmem_a(m: Machine, ins: Tcgen05Mma, base: int, rows: int, k: int, dtype: object, issuer: int,
-            what: str = "A") -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """A ``[rows, k]`` from ``m``'s TMEM at ``base`` (``arch.tmem.operand_a_layout``: the
-    accumulator's lanes, elements packed in 32-bit columns, low bits first), and its cells;
-    checked: no in-flight MMA writes them, the ``tcgen05.st`` that wrote them were waited for
-    and observed by the issuing thread ``issuer`` (``tmem.check_a_stores``)."""
+            what: str = "A", owner: Machine | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """A ``[rows, k]`` from the TMEM of ``owner`` (default ``m``; the pair's other CTA for its rows)
+    at ``base`` (``arch.tmem.operand_a_layout``: the accumulator's lanes, elements packed in 32-bit
+    columns, low bits first), and its cells; checked: no in-flight MMA writes them, the
+    ``tcgen05.st`` that wrote them were waited for and observed by the issuing thread ``issuer`` of
+    ``m`` (``tmem.check_a_stores``)."""
+    c = m if owner is None else owner
     npd = atom_numpy(dtype)
     words = k * npd.itemsize // 4
-    lanes, cols = _cells(m, ins, base, rows, words, rows, what)
-    st = tmem_state(m)
+    lanes, cols = _cells(c, ins, base, rows, words, rows, what)
+    st = tmem_state(c)
     if st.mma_pending[lanes, cols].any():
         m.fail(IllegalInstructionError, ins, f"{what}: reads TMEM cells an in-flight tcgen05.mma writes")
-    check_a_stores(m, ins, issuer, lanes, cols, what)
+    check_a_stores(m, ins, issuer, lanes, cols, what, owner=c)
     return np.ascontiguousarray(st.future[lanes, cols]).view(npd).reshape(rows, k), (lanes, cols)
 
 
@@ -202,7 +204,8 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
     a_cells: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for c in ctas:
         if isinstance(ins.a, TmemRef):
-            av, a_cells[id(c)] = _tmem_a(c, ins, a_base, rows_a, K, atom.a_dtype, issuer, "A" + _where(m, c))
+            av, a_cells[id(c)] = _tmem_a(m, ins, a_base, rows_a, K, atom.a_dtype, issuer, "A" + _where(m, c),
+                                         owner=c)
         else:
             av, aidx = _operand(m, ins, ins.a, env, rows_a, K, atom.a_dtype, "A")
             reads[id(c)].append(aidx)

@@ -36,7 +36,7 @@ execution of the op (one k-step group) and per warp:
   ``R x K x bits / 32`` TMEM columns beside the accumulator: ``R`` sets of A's columns, one more
   than the executions of the op whose MMAs may still read A at its store
   (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight.
-  Only one warp group of one CTA (128 threads, ``cta_group::1``), no block scales, 8- or 16-bit A;
+  Only one warp group per CTA (128 threads), no block scales, 8- or 16-bit A;
 * shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
   share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
   (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
@@ -52,10 +52,17 @@ bits / 16384`` ``st.shared.v4`` per thread: they tie at a single k-step of M = 6
 is cheaper from there on (M = 64, K = 64: 5 against 11), so shared memory is chosen where TMEM
 does not fit: two warp groups, A (all its sets) over 256 columns, A beside accumulators over 512
 columns.
+**A pair of CTAs** (``cta_group::2``) takes a register A the same two ways, each CTA writing its
+own 128 rows: into its own TMEM at the same columns (the ``SM100_2x1SM_256xNx16_..._TS`` atom reads
+A at one address in both CTAs) or into its own copy of the shared ring (the even CTA's descriptors
+name the same offsets in both CTAs); the barrier after the stores is then a cluster barrier, so the
+odd CTA's stores precede the even CTA's issue (same instruction count). **A block-scaled op**
+(kind::mxf8f6f4, fp8 A) stages a register A through shared memory: the PTX ISA has an ``[a-tmem]``
+form of the block-scaled MMA, but its ``_TS`` atoms are not built here.
 What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
-with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``), a pair
-of CTAs (``cta_group::2``: the odd CTA's stores would need a cluster barrier before the even
-CTA's issue), a block-scaled op, a tile no K-major canonical layout holds. ``explain`` shows the
+with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``),
+what ``umma_refusal`` refuses (e.g. a block-scaled pair), a tile no K-major canonical layout holds
+(packed e2m1 A is a shared u8 tile only: the language takes no register FP4 A). ``explain`` shows the
 comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
 the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
 them.
@@ -162,13 +169,7 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     why not shared)``, ``("smem", why not TMEM)`` or ``(None, why neither)``; ``other_columns``: the
     TMEM columns of the kernel's other accumulators; ``a_sets``: the sets of A's ring
     (``a_source_costs``)."""
-    if scaled:
-        return None, ("a block-scaled tcgen05.mma on a register A is not built (its factors' tcgen05.cp "
-                      "reads shared tiles; stage A through a shared tile: hl.copy, then hl.mma on it)")
-    if cta_group != 1:
-        return None, ("a pair's tcgen05.mma (cta_group::2) on a register A is not built (the odd CTA's "
-                      "stores would need a cluster barrier before the even CTA's issue)")
-    why = umma_refusal(m, n, k, da, db, dc, threads)
+    why = umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group)
     if why is not None:
         return None, why
     if a_sets > MAX_RING:
@@ -178,7 +179,10 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
                       "before the mma runs again")
     costs = a_source_costs(m, k, da.bits, threads, a_sets)
     t, sm = costs.get("tmem"), costs.get("smem")
-    if threads != 128:
+    if scaled:
+        why_t = ("a block-scaled tcgen05.mma with A in TMEM (the [a-tmem] form of kind::mxf8f6f4 / mxf4 / "
+                 "mxf4nvf4) is not built: no block-scaled _TS atom")
+    elif threads != 128:
         why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
     elif da.bits not in (8, 16):
         why_t = f"{da.name} A: only 8- and 16-bit A operands are read from TMEM"
