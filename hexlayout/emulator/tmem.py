@@ -421,13 +421,12 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
     and the issuer observed every storing thread's ``wait::st`` (module docstring; the clocks span
     the cluster, so the odd CTA's stores are observed through a cluster barrier)."""
     c = m if owner is None else owner
-    where = "" if c is m else f" (block {c.block}, cluster rank {c.rank})"
     st = tmem_state(c)
     pend = st.st_pending[lanes, cols]
     if pend.any():
         i = np.argwhere(pend)[0]
         m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cell (lane {int(lanes[tuple(i)])}, column "
-               f"{int(cols[tuple(i)])}){where} written by a tcgen05.st its warp has not waited for "
+               f"{int(cols[tuple(i)])}) written by a tcgen05.st its warp has not waited for "
                "(tcgen05.wait::st, then a fenced barrier, before the MMA's issue)", thread=issuer,
                buffer="tmem",
                other_instr=st.st_instr.get(int(pend[tuple(i)])))
@@ -435,7 +434,7 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
     if (by == 0).any():
         i = np.argwhere(by == 0)[0]
         m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cell (lane {int(lanes[tuple(i)])}, column "
-               f"{int(cols[tuple(i)])}){where} that no tcgen05.st wrote (A in TMEM is stored before the "
+               f"{int(cols[tuple(i)])}) that no tcgen05.st wrote (A in TMEM is stored before the "
                "MMA's issue, and the issuer synchronizes with the stores)", thread=issuer, buffer="tmem")
     if not m.options.check_races:
         return
@@ -447,8 +446,8 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
         cells = (by == src + 1)
         need = int(st.st_epoch[lanes, cols][cells].max())
         if clocks.c[issuer, src] < need:
-            m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {int(src - c.shadow.clocks.off)}"
-                   f"{where} stored (tcgen05.st) without the issuing thread {issuer} synchronizing with it "
+            m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {int(src - c.shadow.clocks.off)} "
+                   f"stored (tcgen05.st) without the issuing thread {issuer} synchronizing with it "
                    "after its tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier - a cluster "
                    "barrier for the pair's other CTA - and tcgen05.fence::after_thread_sync before the "
                    "issue)", thread=issuer, buffer="tmem")

@@ -376,7 +376,7 @@ class TmemState:
             raise ValueError(f"the register A %{op.a.name} of a pair's tcgen05.mma (cta_group::2) is written by "
                              f"threads [{lo}, {hi}); the cluster barrier before the even CTA's issue needs every "
                              "thread of both CTAs: write it outside warp-group branches")
-        return ClusterBarrier()
+        return ClusterBarrier(init_fence=False)
 
     def stage_a(self, lw: Any, op: Mma, tu: TiledUmma, a: RegisterTile) -> tuple[list[Instr], SharedTileView,
                                                                                list[Instr]]:
