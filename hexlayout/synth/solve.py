@@ -699,8 +699,10 @@ class _Synth:
             elif getattr(chosen, "a_stage", None) is not None:   # a register A staged through shared memory
                 m, n, k = chosen.tile_mnk
                 a, b, c = op.a.type, op.b.type, op.c.type
+                at = chosen.atom
                 _, why = register_a_source(m, n, k, a.dtype, b.dtype, c.dtype, chosen.threads,
-                                           other_columns=self.other_accumulator_columns(op),
+                                           (at.scale_type, at.scale_vec) if at.scale_type else False,
+                                           chosen.cta_group, other_columns=self.other_accumulator_columns(op),
                                            a_sets=self.a_sets(op))
                 alts.insert(0, Alternative("A written to TMEM for the _TS atom", "rejected",
                                            f"{why}; {a_source_comparison(chosen)}"))

@@ -134,12 +134,14 @@ class ASourceCost:
         return self.moves + self.sync
 
 
-def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 1) -> dict[str, ASourceCost]:
+def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 1,
+                   cta_group: int = 1) -> dict[str, ASourceCost]:
     """The cost model of the module docstring for an ``m x k`` register A of ``bits``-bit elements
     run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (a source absent when it cannot
     hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it); ``a_sets``:
     ``R``, the sets of TMEM columns (or shared buffers) A rotates through, one per execution of the
-    op that may be in flight at its store plus one (``ir.mma_in_flight``).
+    op that may be in flight at its store plus one (``ir.mma_in_flight``); ``cta_group`` 2: a pair's
+    MMA, whose barrier after the stores is a cluster barrier (one instruction either way).
 
     Example:
         >>> c = a_source_costs(64, 64, 16)
@@ -147,23 +149,24 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 
         (1, 4, 8, 3)
     """
     out = {}
+    bar = "cluster barrier" if cta_group == 2 else "barrier"
     stage = smem_a_stage(m, k, bits, threads)
     if stage is not None:
         sts, width = stage.stores, stage.vector_elems * bits
         out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes * a_sets,
                                   f"{sts} st.shared.b{width} + {sts} address computations per thread, "
-                                  "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")
+                                  f"fence.proxy.async, {bar}, tcgen05.fence::after_thread_sync")
     cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
     if cands:
         best = cands[0]
         out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns * a_sets, 0,
                                   f"{best.stores} tcgen05.st.{best.shape}.x{best.num} per warp, wait::st, "
-                                  "fence::before_thread_sync, barrier, fence::after_thread_sync")
+                                  f"fence::before_thread_sync, {bar}, fence::after_thread_sync")
     return out
 
 
 def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                      scaled: bool = False, cta_group: int = 1,
+                      scaled: bool | tuple[str, int] = False, cta_group: int = 1,
                       other_columns: int = 0, a_sets: int = 1) -> tuple[str | None, str]:
     """Where a register A of an ``m x n x k`` tcgen05.mma goes (module docstring): ``("tmem",
     why not shared)``, ``("smem", why not TMEM)`` or ``(None, why neither)``; ``other_columns``: the
@@ -177,7 +180,7 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
                       "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or ring index, "
                       "bounds them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
                       "before the mma runs again")
-    costs = a_source_costs(m, k, da.bits, threads, a_sets)
+    costs = a_source_costs(m, k, da.bits, threads, a_sets, cta_group)
     t, sm = costs.get("tmem"), costs.get("smem")
     if scaled:
         why_t = ("a block-scaled tcgen05.mma with A in TMEM (the [a-tmem] form of kind::mxf8f6f4 / mxf4 / "
@@ -205,7 +208,7 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
 
 
 def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0,
+                       scaled: bool | tuple[str, int] = False, cta_group: int = 1, other_columns: int = 0,
                        a_sets: int = 1) -> str | None:
     """Why no tcgen05 tiling takes a register A (None: TMEM or shared memory feeds it;
     ``register_a_source``)."""
@@ -378,7 +381,7 @@ def a_source_comparison(tu: TiledUmma) -> str:
     """Why ``tu`` feeds its register A through TMEM rather than shared memory, or the reverse: the
     cost model's numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
-    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads, tu.a_sets)
+    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads, tu.a_sets, tu.cta_group)
     t, sm = c.get("tmem"), c.get("smem")
     ring = f" in {tu.a_sets} sets" if tu.a_sets > 1 else ""
     shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes{ring or ' per stage'})"

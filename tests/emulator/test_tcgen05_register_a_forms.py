@@ -1,0 +1,302 @@
+"""sm_100a: a register tile as the A operand of a pair's (``cta_group::2``) and of a block-scaled
+(kind::mxf8f6f4) ``tcgen05.mma``. The pair's A goes, per the cost model, into each CTA's own TMEM
+(one warp group: ``tcgen05.st`` of its 128 rows, the ``_2x1SM_..._TS`` atom) or each CTA's own copy
+of a shared ring (two warp groups), then a cluster barrier before the even CTA's issue; a
+block-scaled op stages an fp8 A (here converted from f16 in registers) through shared memory.
+Each matches float64 in the emulator on ragged shapes; the emulator reports, in either CTA of the
+pair, an A the issuer reads before the odd CTA stored it (no cluster barrier) and an A rewritten
+under the in-flight MMA (a ring one set short)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hexlayout.lang as hl
+from hexlayout.emulator import AsyncHazardError, RaceError, run
+from hexlayout.ir import lowered as L
+from hexlayout.ir import lowered_tcgen05 as T
+from hexlayout.synth.solve import synthesize
+from hexlayout.synth.umma_choice import register_a_source
+
+M, N, K, KB, MP, NP = hl.dims("M N K KB MP NP")
+BK = 64
+PAIR_SHAPE = (200, 56, 3 * BK - 16)   # one pair (rows 0..255), N under the pair's 64, 3 k-tiles
+BS_SHAPE = (100, 24, 224)             # M, N under the tile's 128 x 32, K: 2 k-tiles, the last 96 wide
+
+
+def pair_gemm(threads: int = 128):
+    """``c = (2 a) @ b^T`` on pairs of CTAs: CTA ``pid`` holds A's rows ``128 pid ..`` in registers
+    (loaded per k-tile, doubled there), its half of B's 64 rows (``32 r ..``, cluster rank ``r``) in
+    stage ``k % 2`` of a shared ring, each k-tile's MMA left in flight (``wgmma_wait(1)``: A's ring
+    has two sets). 128 threads: A into TMEM; 256 (two warp groups): A staged through shared memory."""
+
+    @hl.kernel(threads=threads, cluster=(2, 1, 1), name=f"pair_reg_a_t{threads}")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        pid = hl.grid(hl.spatial(2 * hl.cdiv(a.shape[0], 256)))
+        r = hl.cluster_rank()
+        sb = hl.shared(hl.f16, (32, BK, 2))
+        acc = hl.register(hl.f32, (128, 64))
+        for kt in hl.range(hl.cdiv(a.shape[1], BK)):
+            hl.copy(b.tile((32, BK), (r * 32, kt * BK)), sb[:, :, kt % 2])
+            hl.commit_group()
+            hl.wait_group(0)
+            hl.fence_proxy_async()
+            hl.cluster_sync()
+            w = hl.register(hl.f16, (128, BK))
+            hl.copy(a.tile((128, BK), (pid * 128, kt * BK)), w)
+            hl.wgmma_fence()
+            hl.mma(w + w, sb[:, :, kt % 2], acc, accumulate=kt > 0)
+            hl.wgmma_commit()
+            hl.wgmma_wait(1)
+        hl.wgmma_wait(0)
+        hl.copy(acc, c.tile((128, 64), (pid * 128, 0)))
+
+    return k
+
+
+@hl.kernel(threads=128, name="bs_reg_a")
+def bs_reg_a(a: hl.f16[M, K], b: hl.e4m3[N, K], sfa: hl.u8[MP, KB], sfb: hl.u8[NP, KB], c: hl.f32[M, N]):
+    """``c = sum_kb (e4m3(2 a) 2^(sfa - 127)) @ (b 2^(sfb - 127))^T`` per 32-wide k-block: ``a``'s
+    k-tile loaded into registers as f16, doubled and converted to e4m3 there (the register A of the
+    block-scaled MMA), ``b`` and the factors (rows padded to 128) through shared tiles."""
+    sb = hl.shared(hl.e4m3, (32, 128))
+    ssa = hl.shared(hl.u8, (128, 4))
+    ssb = hl.shared(hl.u8, (128, 4))
+    acc = hl.register(hl.f32, (128, 32))
+    ra = hl.register(hl.u8, (128, 4))
+    rb = hl.register(hl.u8, (128, 4))
+    for kt in hl.range(hl.cdiv(a.shape[1], 128)):
+        hl.copy(b.tile((32, 128), (0, kt * 128)), sb)
+        hl.copy(sfa.tile((128, 4), (0, kt * 4)), ra)
+        hl.copy(ra, ssa)
+        hl.copy(sfb.tile((128, 4), (0, kt * 4)), rb)
+        hl.copy(rb, ssb)
+        w = hl.register(hl.f16, (128, 128))
+        hl.copy(a.tile((128, 128), (0, kt * 128)), w)
+        hl.commit_group()
+        hl.wait_group(0)
+        hl.fence_proxy_async()
+        hl.syncthreads()
+        hl.wgmma_fence()
+        hl.mma(hl.cast(w * 2.0, hl.e4m3), sb, acc, accumulate=kt > 0, scale_a=ssa, scale_b=ssb)
+        hl.wgmma_commit()
+        hl.wgmma_wait(0)
+        hl.syncthreads()
+    hl.copy(acc, c.tile((128, 32), (0, 0)))
+
+
+def pair_args(shape=PAIR_SHAPE, seed: int = 5) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    m, n, k = shape
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
+    want = 2 * a.astype(np.float64) @ b.astype(np.float64).T
+    return {"a": a, "b": b, "c": np.full((m, n), np.nan, np.float32)}, want
+
+
+def bs_args(seed: int = 7) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    m, n, k = BS_SHAPE
+    kb = 8                                   # k / 32 = 7 blocks, padded to whole 4-byte rows
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-2, 2, (n, k)).astype(ml_dtypes.float8_e4m3fn)
+    sa = rng.integers(118, 136, (128, kb)).astype(np.uint8)
+    sb = rng.integers(118, 136, (128, kb)).astype(np.uint8)
+    a8 = (a.astype(np.float32) * 2).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    fa = np.repeat(np.ldexp(1.0, sa[:m].astype(np.int64) - 127), 32, axis=1)[:, :k]
+    fb = np.repeat(np.ldexp(1.0, sb[:n].astype(np.int64) - 127), 32, axis=1)[:, :k]
+    want = (a8 * fa) @ (b.astype(np.float64) * fb).T
+    return {"a": a, "b": b, "sfa": sa, "sfb": sb, "c": np.full((m, n), np.nan, np.float32)}, want
+
+
+def walk(body):
+    for i in body:
+        yield i
+        for sub in ("body", "then_body", "else_body"):
+            yield from walk(getattr(i, sub, None) or [])
+
+
+def _choice(syn) -> str:
+    (c,) = [c for op, c in syn.lowered.choices if type(op).__name__ == "Mma"]
+    return c
+
+
+def _alternative(syn):
+    d = next(d for d in syn.decisions if d.subject.startswith("mma at"))
+    return d.alternatives[0]
+
+
+@pytest.fixture(scope="module")
+def pair_tmem():
+    return synthesize(pair_gemm(128).trace(), "sm_100a")
+
+
+@pytest.fixture(scope="module")
+def pair_smem():
+    return synthesize(pair_gemm(256).trace(), "sm_100a")
+
+
+@pytest.fixture(scope="module")
+def scaled():
+    return synthesize(bs_reg_a.trace(), "sm_100a")
+
+
+def test_pair_register_a_in_each_ctas_tmem_matches_float64(pair_tmem) -> None:
+    args, want = pair_args()
+    run(pair_tmem.lowered.kernel, args)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+    c = _choice(pair_tmem)
+    assert c.startswith("SM100_2x1SM_256x64x16_F32F16F16_TS x1 (N) x4 (K)"), c
+    assert "A from TMEM (2 sets of 32 columns" in c and "tcgen05.st.32x32b.x32" in c, c
+    body = list(walk(pair_tmem.lowered.kernel.body))
+    stores = [i for i in body if i.origin == "tcgen05.st of the register A operand"]
+    assert [type(i).__name__ for i in stores] == ["Tcgen05St", "Tcgen05Wait", "Tcgen05Fence", "ClusterBarrier",
+                                                  "Tcgen05Fence", "Alu"], stores
+    assert not stores[3].init_fence
+    mmas = [i for i in body if isinstance(i, T.Tcgen05Mma)]
+    assert mmas and all(isinstance(i.a, T.TmemRef) for i in mmas)
+    alt = _alternative(pair_tmem)
+    assert alt.status == "rejected" and "shared memory 19 instructions (8 st.shared.b128" in alt.reason, alt.reason
+    assert "against TMEM's 5 (1 tcgen05.st.32x32b.x32 per warp, wait::st, fence::before_thread_sync, cluster " \
+        "barrier, fence::after_thread_sync; 64 columns in 2 sets)" in alt.reason, alt.reason
+
+
+def test_pair_register_a_staged_in_each_ctas_shared_ring_matches_float64(pair_smem) -> None:
+    args, want = pair_args(seed=6)
+    run(pair_smem.lowered.kernel, args)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+    c = _choice(pair_smem)
+    assert c.startswith("SM100_2x1SM_256x64x16_F32F16F16_SS x1 (N) x4 (K)"), c
+    assert "register A staged through shared memory (128x64 K-major, 128-byte swizzle, 4 st.shared.b128 " \
+        "per thread, a ring of 2)" in c, c
+    body = list(walk(pair_smem.lowered.kernel.body))
+    staged = [i for i in body if i.origin == "st.shared of the register A operand"]
+    assert [type(i).__name__ for i in staged] == ["StShared"] * 4 + ["FenceProxyAsync", "ClusterBarrier",
+                                                                     "Tcgen05Fence", "Alu"], staged
+    assert all(isinstance(i.a, L.SmemDesc) for i in body if isinstance(i, T.Tcgen05Mma))
+    assert "256 threads: tcgen05.st writes A from one warp group's lanes" in _alternative(pair_smem).reason
+
+
+def _unsynchronized(monkeypatch) -> None:
+    """The lowering with a CTA barrier where the cluster barrier goes: the odd CTA's stores are not
+    ordered before the even CTA's issue."""
+    import hexlayout.ir.lower.umma as lu
+
+    monkeypatch.setattr(lu.TmemState, "a_barrier", lambda self, lw, op: lw.region_barrier())
+
+
+@pytest.mark.parametrize(("threads", "k", "error", "words"), [
+    (128, 48, AsyncHazardError, "A in the pair's CTA (block (1,), cluster rank 1): reads TMEM cell (lane 0, "
+                                "column 64) that no tcgen05.st wrote"),
+    (256, 48, RaceError, "block (1,), thread 0:\n  write-after-read race on shared buffer"),
+])
+def test_without_the_cluster_barrier_the_emulator_reports_the_odd_ctas_a(monkeypatch, threads, k, error,
+                                                                          words) -> None:
+    """One k-tile: the even CTA's MMA reads the odd CTA's A before it was stored (TMEM: cells no
+    ``tcgen05.st`` wrote; shared: the odd CTA's later store races with the MMA's read)."""
+    _unsynchronized(monkeypatch)
+    syn = synthesize(pair_gemm(threads).trace(), "sm_100a")
+    assert not [i for i in walk(syn.lowered.kernel.body) if isinstance(i, L.ClusterBarrier)
+                and "register A" in i.origin]
+    with pytest.raises(error) as e:
+        run(syn.lowered.kernel, pair_args((200, 56, k))[0])
+    assert words in str(e.value) and f"pair_reg_a_t{threads}" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_a_pairs_ring_one_set_short_is_reported(monkeypatch, threads) -> None:
+    """Forced to one set of A (TMEM columns or shared buffer) under ``wgmma_wait(1)``: a store of
+    k-tile ``k + 1`` rewrites the A the MMA of ``k`` still reads."""
+    import hexlayout.ir.lower.umma as lu
+
+    depths, ranges = lu.stage_depths, lu.a_ranges
+
+    def one_set(lw):
+        r, d, s = ranges(lw)
+        return r, {u: 1 for u in d}, {i: 1 for i in s}
+
+    monkeypatch.setattr(lu, "stage_depths", lambda lw: {u: 1 for u in depths(lw)})
+    monkeypatch.setattr(lu, "a_ranges", one_set)
+    syn = synthesize(pair_gemm(threads).trace(), "sm_100a")
+    with pytest.raises(AsyncHazardError) as e:
+        run(syn.lowered.kernel, pair_args()[0])
+    msg = str(e.value)
+    assert ("which an in-flight tcgen05.mma reads as its A operand" if threads == 128 else
+            "while an in-flight tcgen05.mma reads it") in msg, msg
+    assert "hl.mma(w + w, sb[:, :, kt % 2], acc, accumulate=kt > 0)" in msg, msg
+
+
+def test_the_odd_cta_rewriting_a_under_the_inflight_mma_is_reported(monkeypatch) -> None:
+    """Only the odd CTA's A stays in set 0 (the even CTA's rotates): its store of k-tile 1 rewrites
+    the A the pair's MMA of k-tile 0 (left in flight by ``wgmma_wait(1)``) still reads there."""
+    import hexlayout.ir.lower.umma as lu
+    from hexlayout.ir.expr import select
+
+    real = lu.TmemState.a_set_column
+
+    def odd_in_set_0(self, lw, op, tu):
+        return select(self.even, real(self, lw, op, tu), self.a_column_of(op.uid, tu, lw))
+
+    monkeypatch.setattr(lu.TmemState, "a_set_column", odd_in_set_0)
+    syn = synthesize(pair_gemm(128).trace(), "sm_100a")
+    with pytest.raises(AsyncHazardError) as e:
+        run(syn.lowered.kernel, pair_args()[0])
+    msg = str(e.value)
+    assert "block (1,)" in msg and "which an in-flight tcgen05.mma reads as its A operand" in msg, msg
+    assert "Tcgen05St [tcgen05.st of the register A operand]" in msg, msg
+
+
+def test_block_scaled_register_a_staged_through_shared_memory_matches_float64(scaled) -> None:
+    args, want = bs_args()
+    run(scaled.lowered.kernel, args)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    c = _choice(scaled)
+    assert c.startswith("SM100_128x32x32_F32E4M3E4M3_UE8M0_SS x1 (N) x4 (K)"), c
+    assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 8 st.shared.b128" in c, c
+    body = list(walk(scaled.lowered.kernel.body))
+    mmas = [i for i in body if isinstance(i, T.Tcgen05Mma)]
+    assert len(mmas) == 4 and all(isinstance(i.a, L.SmemDesc) and i.sfa is not None for i in mmas)
+    assert sum(isinstance(i, T.Tcgen05Cp) for i in body) == 2
+    alt = _alternative(scaled)
+    assert alt.status == "rejected" and "block-scaled tcgen05.mma with A in TMEM" in alt.reason, alt.reason
+
+
+def test_the_choice_for_pairs_and_block_scales() -> None:
+    f16, f32, e4m3 = hl.f16, hl.f32, hl.e4m3
+    assert register_a_source(128, 64, 64, f16, f16, f32, 128, cta_group=2)[0] == "tmem"
+    assert register_a_source(128, 64, 64, f16, f16, f32, 256, cta_group=2)[0] == "smem"
+    assert register_a_source(128, 64, 64, f16, f16, f32, 128, cta_group=2, other_columns=448)[0] == "smem"
+    assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 128, scaled=True)[0] == "smem"
+    src, why = register_a_source(64, 64, 64, f16, f16, f32, 128, cta_group=2)
+    assert src is None and "128 rows per CTA" in why
+    src, why = register_a_source(128, 64, 64, e4m3, e4m3, f32, 128, scaled=True, cta_group=2)
+    assert src is None and "block-scaled tcgen05.mma of a pair" in why
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize(("which", "want"), [
+    ("pair_tmem", {"STTM": 1, "UTCHMMA": 4, "UCGABAR_ARV": 2}),
+    ("pair_smem", {"STS": 4, "UTCHMMA": 4, "UCGABAR_ARV": 2}),
+    ("scaled", {"STS": 8, "UTCQMMA": 4, "UTCCP": 2}),
+])
+def test_nvrtc_sm100a_builds_without_spills(which, want) -> None:
+    """NVRTC for sm_100a: no spills, no local memory; the main loop holds A's stores (STTM: A into
+    TMEM; STS.128: the staged ring), the MMAs (UTCHMMA.2CTA for the pair, UTCQMMA block-scaled with
+    its factors' UTCCP) and, for the pair, the cluster barrier after the stores besides the
+    kernel's own ``cluster_sync``."""
+    from hexlayout.runtime import build
+
+    kern = {"pair_tmem": lambda: pair_gemm(128), "pair_smem": lambda: pair_gemm(256),
+            "scaled": lambda: bs_reg_a}[which]()
+    b = build(kern, "sm_100a")
+    st = b.stats
+    assert not st.spills and st.local_memory_instructions == 0 and not st.warnings, st.summary()
+    ml = st.main_loop.mix if st.main_loop is not None else {}
+    for op, n in want.items():
+        assert ml.get(op, 0) >= n, (op, ml)
+    counts = b.compiled.sass_counts()
+    if which.startswith("pair"):
+        assert counts.get("UTCHMMA.2CTA", 0) >= 4, sorted(counts)
+    assert (ml.get("STTM", 0) > 0) == (which == "pair_tmem"), ml
