@@ -100,7 +100,8 @@ def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
 def cluster_barrier(em: Emitter, ins: ClusterBarrier) -> list[str]:
     _need_cluster(em, "barrier.cluster")
     fence = "fence.mbarrier_init.release.cluster;\n" if ins.init_fence else ""
-    return asm(fence + "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;", [], [])
+    return asm(fence + "barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;", [], [])
 
 
 def set_max_nreg(em: Emitter, ins: SetMaxNReg) -> list[str]:

@@ -127,7 +127,8 @@ def _smem_operand(m: Machine, ins: Tcgen05Mma | Tcgen05Cp, desc: SmemDesc, env: 
 
 
 def _tmem_a(m: Machine, ins: Tcgen05Mma, base: int, rows: int, k: int, dtype: object, issuer: int,
-            what: str = "A", owner: Machine | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+            what: str = "A", owner: Machine | None = None
+            ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """A ``[rows, k]`` from the TMEM of ``owner`` (default ``m``; the pair's other CTA for its rows)
     at ``base`` (``arch.tmem.operand_a_layout``: the accumulator's lanes, elements packed in 32-bit
     columns, low bits first), and its cells; checked: no in-flight MMA writes them, the

@@ -292,8 +292,9 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     **The pair form** (a kernel launched in 2-CTA clusters, ``cluster=(2, 1, 1)``; sm_100a):
     ``c`` of shape (M, N) with ``a`` (M, K) shared or in registers (each CTA's own rows; a register
     ``a`` is written to each CTA's TMEM or staged through each CTA's shared memory, then a cluster
-    barrier before the even CTA's issue) and shared ``b`` of N/2 rows: ``b`` is this CTA's half of the B of its pair (the CTAs of ranks 2p and
-    2p + 1), and every CTA of the pair computes ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T``
+    barrier before the even CTA's issue) and shared ``b`` of N/2 rows: ``b`` is this CTA's half of
+    the B of its pair (the CTAs of ranks 2p and 2p + 1), and every CTA of the pair computes
+    ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T``
     (columns [0, N/2) from the even CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it
     as one ``tcgen05.mma.cta_group::2`` (M = 128 rows per CTA, the pair's 256; N up to 256) that
     the even CTA issues; both CTAs' ``a`` and ``b`` must be in place (e.g. ``hl.cluster_sync()``
@@ -436,8 +437,8 @@ def _block_scales(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, scale_a: Any
     if packed is None:
         for role, t, scopes in (("a", ta, (Scope.SHARED, Scope.REGISTER)), ("b", tb, (Scope.SHARED,))):
             if t.value.type.dtype.name not in ("e4m3", "e5m2") or t.value.type.scope not in scopes:
-                raise ctx.error("mma", loc, "block scales need fp8 (e4m3 / e5m2) operands, b in shared memory "
-                                "and a in shared memory or registers, or u8 tiles of packed e2m1 with "
+                raise ctx.error("mma", loc, "block scales need fp8 (e4m3 / e5m2) operands, b in shared "
+                                "memory and a in shared memory or registers, or u8 tiles of packed e2m1 with "
                                 f"packed=hl.e2m1; {role} is {describe(t.value)}")
     if tc.value.type.dtype.name != "f32":
         raise ctx.error("mma", loc, f"block scales need an f32 accumulator; c is {describe(tc.value)}")
@@ -489,8 +490,9 @@ def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, packed
             and ta.value.type.scope in (R, S) and tb.value.type.scope == S)
     if bn != cn and not pair:
         raise ctx.error("mma", loc, f"b {db} but c {dc}; N differs ({bn} vs {cn})"
-                        + ("" if cn != 2 * bn else "; c may have twice b's rows only for a shared b (a shared or "
-                           "in registers) in a kernel of 2-CTA clusters (cluster=(2, 1, 1)): the pair form"))
+                        + ("" if cn != 2 * bn else "; c may have twice b's rows only for a shared b (a "
+                           "shared or in registers) in a kernel of 2-CTA clusters (cluster=(2, 1, 1)): the "
+                           "pair form"))
     fp8 = {"e4m3", "e5m2"}
     if ta.dtype != tb.dtype and not (ta.dtype.name in fp8 and tb.dtype.name in fp8):
         raise ctx.error("mma", loc, f"a {da} and b {db} have different element types")

@@ -152,15 +152,16 @@ def test_pair_register_a_in_each_ctas_tmem_matches_float64(pair_tmem) -> None:
     assert "A from TMEM (2 sets of 32 columns" in c and "tcgen05.st.32x32b.x32" in c, c
     body = list(walk(pair_tmem.lowered.kernel.body))
     stores = [i for i in body if i.origin == "tcgen05.st of the register A operand"]
-    assert [type(i).__name__ for i in stores] == ["Tcgen05St", "Tcgen05Wait", "Tcgen05Fence", "ClusterBarrier",
-                                                  "Tcgen05Fence", "Alu"], stores
+    assert [type(i).__name__ for i in stores] == ["Tcgen05St", "Tcgen05Wait", "Tcgen05Fence",
+                                                  "ClusterBarrier", "Tcgen05Fence", "Alu"], stores
     assert not stores[3].init_fence
     mmas = [i for i in body if isinstance(i, T.Tcgen05Mma)]
     assert mmas and all(isinstance(i.a, T.TmemRef) for i in mmas)
     alt = _alternative(pair_tmem)
-    assert alt.status == "rejected" and "shared memory 19 instructions (8 st.shared.b128" in alt.reason, alt.reason
-    assert "against TMEM's 5 (1 tcgen05.st.32x32b.x32 per warp, wait::st, fence::before_thread_sync, cluster " \
-        "barrier, fence::after_thread_sync; 64 columns in 2 sets)" in alt.reason, alt.reason
+    assert alt.status == "rejected" and "shared memory 19 instructions (8 st.shared.b128" in alt.reason, \
+        alt.reason
+    assert "against TMEM's 5 (1 tcgen05.st.32x32b.x32 per warp, wait::st, fence::before_thread_sync, " \
+        "cluster barrier, fence::after_thread_sync; 64 columns in 2 sets)" in alt.reason, alt.reason
 
 
 def test_pair_register_a_staged_in_each_ctas_shared_ring_matches_float64(pair_smem) -> None:
@@ -254,7 +255,8 @@ def test_block_scaled_register_a_staged_through_shared_memory_matches_float64(sc
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     c = _choice(scaled)
     assert c.startswith("SM100_128x32x32_F32E4M3E4M3_UE8M0_SS x1 (N) x4 (K)"), c
-    assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 8 st.shared.b128" in c, c
+    assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 8 st.shared.b128" \
+        in c, c
     body = list(walk(scaled.lowered.kernel.body))
     mmas = [i for i in body if isinstance(i, T.Tcgen05Mma)]
     assert len(mmas) == 4 and all(isinstance(i.a, L.SmemDesc) and i.sfa is not None for i in mmas)

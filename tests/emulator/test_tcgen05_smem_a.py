@@ -183,7 +183,8 @@ def test_cost_model_chooses_per_op() -> None:
     assert register_a_source(128, 256, 64, f16, f16, f32, 128)[0] == "tmem"
     assert register_a_source(128, 256, 64, f16, f16, f32, 128, other_columns=256)[0] == "smem"
     assert register_a_source(128, 16, 1024, f16, f16, f32, 128)[0] == "smem"     # 512 A columns
-    assert register_a_refusal(128, 64, 64, f16, f16, f32, 128, cta_group=2) is None   # the pair's: each CTA its rows
+    # the pair's: each CTA writes its own rows
+    assert register_a_refusal(128, 64, 64, f16, f16, f32, 128, cta_group=2) is None
 
 
 def test_a_loop_that_never_waits_is_an_error_naming_the_op() -> None:

@@ -373,9 +373,9 @@ class TmemState:
             return lw.region_barrier()
         if lw.group_threads[-1] != (0, lw.threads):
             lo, hi = lw.group_threads[-1]
-            raise ValueError(f"the register A %{op.a.name} of a pair's tcgen05.mma (cta_group::2) is written by "
-                             f"threads [{lo}, {hi}); the cluster barrier before the even CTA's issue needs every "
-                             "thread of both CTAs: write it outside warp-group branches")
+            raise ValueError(f"the register A %{op.a.name} of a pair's tcgen05.mma (cta_group::2) is "
+                             f"written by threads [{lo}, {hi}); the cluster barrier before the even CTA's "
+                             "issue needs every thread of both CTAs: write it outside warp-group branches")
         return ClusterBarrier(init_fence=False)
 
     def stage_a(self, lw: Any, op: Mma, tu: TiledUmma, a: RegisterTile) -> tuple[list[Instr], SharedTileView,
