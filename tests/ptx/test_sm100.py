@@ -348,7 +348,8 @@ def test_pair_register_a_from_the_ptx(threads: int) -> None:
     assert rep.opcodes.get("barrier.cluster.arrive.release.aligned", 0) >= 2 * 2 * 3   # 2 per k-tile and CTA
     a_tmem = "tcgen05.mma.cta_group::2.kind::f16 [%0], [%1], %2" in bld.generated.source
     assert a_tmem == (threads == 128)
-    assert bool(rep.opcodes.get("tcgen05.st.sync.aligned.32x32b.x32.b32")) == (threads == 128), sorted(rep.opcodes)
+    stores = bool(rep.opcodes.get("tcgen05.st.sync.aligned.32x32b.x32.b32"))
+    assert stores == (threads == 128), sorted(rep.opcodes)
     assert any(op.startswith("st.shared.v4") for op in rep.opcodes) == (threads == 256), sorted(rep.opcodes)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
 
@@ -381,6 +382,7 @@ def test_block_scaled_register_a_from_the_ptx() -> None:
     bld = rt.build(bs_reg_a, "sm_100a", compile=False)
     args, want = bs_args()
     rep = rt.emulate(bld, *args.values(), mode="ptx")
-    assert rep.opcodes.get("tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X"), sorted(rep.opcodes)
+    mma = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X"
+    assert rep.opcodes.get(mma), sorted(rep.opcodes)
     assert any(op.startswith("st.shared.v4") for op in rep.opcodes), sorted(rep.opcodes)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
