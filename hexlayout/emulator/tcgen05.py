@@ -18,8 +18,10 @@ result (the hardware runs a thread's MMAs in order).
 
 A read from TMEM (a ``_TS`` atom, ``arch.tmem.operand_a_layout``) must have been written by
 ``tcgen05.st`` that their warps waited for (``wait::st``) and the issuing thread observed
-(``tmem.check_a_stores``); its cells stay marked as read until the MMA completes, and a
-``tcgen05.st`` into them before that is an error.
+(``tmem.check_a_stores``; a cell no ``tcgen05.st`` wrote is an error); its cells stay marked as
+read until the MMA completes, and a ``tcgen05.st`` into them before that is an error. For a
+pair's MMA the same holds in each CTA's TMEM: the odd CTA's stores must be observed by the even
+CTA's issuer (a cluster barrier after them).
 
 ``Tcgen05Cp``: one thread copies shared memory (its descriptor, read at issue; the bytes stay
 marked as read until completion, so overwriting them earlier is an error) to the TMEM cells of

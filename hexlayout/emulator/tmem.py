@@ -31,8 +31,10 @@ source line):
   as its A operand before that is an ``AsyncHazardError``, and so is one whose issuing thread has
   not observed the storing thread's progress at its ``wait::st`` (happens-before through a
   barrier or mbarrier, the race detector's vector clocks: ``wait::st``, ``fence::before_thread_sync``,
-  barrier, ``fence::after_thread_sync``, then the issue); a ``tcgen05.st`` into cells an in-flight
-  MMA reads as its A operand (its commit has not landed) is an ``AsyncHazardError``.
+  barrier, ``fence::after_thread_sync``, then the issue; for a pair's MMA each CTA's stores, the odd
+  CTA's through a cluster barrier), and so is one reading A cells no ``tcgen05.st`` wrote; a
+  ``tcgen05.st`` into cells an in-flight MMA reads as its A operand (its commit has not landed) is
+  an ``AsyncHazardError``.
 """
 
 from __future__ import annotations

@@ -229,6 +229,29 @@ def test_a_pairs_ring_one_set_short_is_reported(monkeypatch, threads) -> None:
     assert "hl.mma(w + w, sb[:, :, kt % 2], acc, accumulate=kt > 0)" in msg, msg
 
 
+def test_the_odd_ctas_a_read_before_its_wait_st_is_reported(monkeypatch) -> None:
+    """Only the even CTA's warps wait for their A stores (``tcgen05.wait::st``): the pair's MMA
+    reads the odd CTA's cells while its stores are in flight."""
+    import hexlayout.ir.lower.umma as lu
+
+    real = lu.TmemState.a_stores_before
+
+    def even_waits(self, lw, ops):
+        out = real(self, lw, ops)
+        for i in out:
+            if isinstance(i, T.Tcgen05Wait):
+                i.pred = self.even
+        return out
+
+    monkeypatch.setattr(lu.TmemState, "a_stores_before", even_waits)
+    syn = synthesize(pair_gemm(128).trace(), "sm_100a")
+    with pytest.raises(AsyncHazardError) as e:
+        run(syn.lowered.kernel, pair_args()[0])
+    msg = str(e.value)
+    assert "A in the pair's CTA (block (1,), cluster rank 1): reads TMEM cell" in msg, msg
+    assert "written by a tcgen05.st its warp has not waited for" in msg, msg
+
+
 def test_the_odd_cta_rewriting_a_under_the_inflight_mma_is_reported(monkeypatch) -> None:
     """Only the odd CTA's A stays in set 0 (the even CTA's rotates): its store of k-tile 1 rewrites
     the A the pair's MMA of k-tile 0 (left in flight by ``wgmma_wait(1)``) still reads there."""
