@@ -36,7 +36,7 @@ execution of the op (one k-step group) and per warp:
   ``R x K x bits / 32`` TMEM columns beside the accumulator: ``R`` sets of A's columns, one more
   than the executions of the op whose MMAs may still read A at its store
   (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight.
-  Only one warp group per CTA (128 threads), no block scales, 8- or 16-bit A;
+  Only one warp group per CTA (128 threads), 8- or 16-bit A (block-scaled: fp8);
 * shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
   share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
   (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
@@ -57,8 +57,9 @@ own 128 rows: into its own TMEM at the same columns (the ``SM100_2x1SM_256xNx16_
 A at one address in both CTAs) or into its own copy of the shared ring (the even CTA's descriptors
 name the same offsets in both CTAs); the barrier after the stores is then a cluster barrier, so the
 odd CTA's stores precede the even CTA's issue (same instruction count). **A block-scaled op**
-(kind::mxf8f6f4, fp8 A) stages a register A through shared memory: the PTX ISA has an ``[a-tmem]``
-form of the block-scaled MMA, but its ``_TS`` atoms are not built here.
+(kind::mxf8f6f4, fp8 A) takes a register A the same two ways: the ``[a-tmem]`` form
+(``SM100_128xNx32_F32{A}{B}_UE8M0_TS``: A's columns beside the accumulator's and the factors') or
+the shared ring; the FP4 kinds take no register A (packed e2m1 operands are shared u8 tiles).
 What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
 with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``),
 what ``umma_refusal`` refuses (e.g. a block-scaled pair), a tile no K-major canonical layout holds
@@ -182,9 +183,9 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
                       "before the mma runs again")
     costs = a_source_costs(m, k, da.bits, threads, a_sets, cta_group)
     t, sm = costs.get("tmem"), costs.get("smem")
-    if scaled:
-        why_t = ("a block-scaled tcgen05.mma with A in TMEM (the [a-tmem] form of kind::mxf8f6f4 / mxf4 / "
-                 "mxf4nvf4) is not built: no block-scaled _TS atom")
+    if scaled and da.bits != 8:
+        why_t = (f"{da.name} A: the block-scaled tcgen05.mma reads A from TMEM (the [a-tmem] form) only "
+                 "for kind::mxf8f6f4 (fp8 A) here")
     elif threads != 128:
         why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
     elif da.bits not in (8, 16):
@@ -313,7 +314,8 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             for am, bm in majors:
                 src = "TS" if a_tmem else "SS"
                 name = (umma_block_scaled_atom(m_atom, atom_n, da, db, cta_group, scale_type=form[0],
-                                               vs=form[1]).name if form else
+                                               vs=form[1], a_source="tmem" if a_tmem else "smem").name
+                        if form else
                         f"SM100_{pair}{m_atom}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_{src}")
                 atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
                 for a_store in stores:

@@ -2,7 +2,8 @@
 (kind::mxf8f6f4) ``tcgen05.mma``. The pair's A goes, per the cost model, into each CTA's own TMEM
 (one warp group: ``tcgen05.st`` of its 128 rows, the ``_2x1SM_..._TS`` atom) or each CTA's own copy
 of a shared ring (two warp groups), then a cluster barrier before the even CTA's issue; a
-block-scaled op stages an fp8 A (here converted from f16 in registers) through shared memory.
+block-scaled op's fp8 A (here converted from f16 in registers) goes into TMEM (the ``[a-tmem]``
+form, ``..._UE8M0_TS``) or through a shared ring the same way.
 Each matches float64 in the emulator on ragged shapes; the emulator reports, in either CTA of the
 pair, an A the issuer reads before the odd CTA stored it (no cluster barrier) and an A rewritten
 under the in-flight MMA (a ring one set short)."""
@@ -56,35 +57,40 @@ def pair_gemm(threads: int = 128):
     return k
 
 
-@hl.kernel(threads=128, name="bs_reg_a")
-def bs_reg_a(a: hl.f16[M, K], b: hl.e4m3[N, K], sfa: hl.u8[MP, KB], sfb: hl.u8[NP, KB], c: hl.f32[M, N]):
+def bs_gemm(threads: int = 128):
     """``c = sum_kb (e4m3(2 a) 2^(sfa - 127)) @ (b 2^(sfb - 127))^T`` per 32-wide k-block: ``a``'s
     k-tile loaded into registers as f16, doubled and converted to e4m3 there (the register A of the
-    block-scaled MMA), ``b`` and the factors (rows padded to 128) through shared tiles."""
-    sb = hl.shared(hl.e4m3, (32, 128))
-    ssa = hl.shared(hl.u8, (128, 4))
-    ssb = hl.shared(hl.u8, (128, 4))
-    acc = hl.register(hl.f32, (128, 32))
-    ra = hl.register(hl.u8, (128, 4))
-    rb = hl.register(hl.u8, (128, 4))
-    for kt in hl.range(hl.cdiv(a.shape[1], 128)):
-        hl.copy(b.tile((32, 128), (0, kt * 128)), sb)
-        hl.copy(sfa.tile((128, 4), (0, kt * 4)), ra)
-        hl.copy(ra, ssa)
-        hl.copy(sfb.tile((128, 4), (0, kt * 4)), rb)
-        hl.copy(rb, ssb)
-        w = hl.register(hl.f16, (128, 128))
-        hl.copy(a.tile((128, 128), (0, kt * 128)), w)
-        hl.commit_group()
-        hl.wait_group(0)
-        hl.fence_proxy_async()
-        hl.syncthreads()
-        hl.wgmma_fence()
-        hl.mma(hl.cast(w * 2.0, hl.e4m3), sb, acc, accumulate=kt > 0, scale_a=ssa, scale_b=ssb)
-        hl.wgmma_commit()
-        hl.wgmma_wait(0)
-        hl.syncthreads()
-    hl.copy(acc, c.tile((128, 32), (0, 0)))
+    block-scaled MMA), ``b`` and the factors (rows padded to 128) through shared tiles. 128 threads:
+    A into TMEM (the ``[a-tmem]`` form); 256 (two warp groups): A staged through shared memory."""
+
+    @hl.kernel(threads=threads, name=f"bs_reg_a_t{threads}")
+    def k(a: hl.f16[M, K], b: hl.e4m3[N, K], sfa: hl.u8[MP, KB], sfb: hl.u8[NP, KB], c: hl.f32[M, N]):
+        sb = hl.shared(hl.e4m3, (32, 128))
+        ssa = hl.shared(hl.u8, (128, 4))
+        ssb = hl.shared(hl.u8, (128, 4))
+        acc = hl.register(hl.f32, (128, 32))
+        ra = hl.register(hl.u8, (128, 4))
+        rb = hl.register(hl.u8, (128, 4))
+        for kt in hl.range(hl.cdiv(a.shape[1], 128)):
+            hl.copy(b.tile((32, 128), (0, kt * 128)), sb)
+            hl.copy(sfa.tile((128, 4), (0, kt * 4)), ra)
+            hl.copy(ra, ssa)
+            hl.copy(sfb.tile((128, 4), (0, kt * 4)), rb)
+            hl.copy(rb, ssb)
+            w = hl.register(hl.f16, (128, 128))
+            hl.copy(a.tile((128, 128), (0, kt * 128)), w)
+            hl.commit_group()
+            hl.wait_group(0)
+            hl.fence_proxy_async()
+            hl.syncthreads()
+            hl.wgmma_fence()
+            hl.mma(hl.cast(w * 2.0, hl.e4m3), sb, acc, accumulate=kt > 0, scale_a=ssa, scale_b=ssb)
+            hl.wgmma_commit()
+            hl.wgmma_wait(0)
+            hl.syncthreads()
+        hl.copy(acc, c.tile((128, 32), (0, 0)))
+
+    return k
 
 
 def pair_args(shape=PAIR_SHAPE, seed: int = 5) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -140,7 +146,7 @@ def pair_smem():
 
 @pytest.fixture(scope="module")
 def scaled():
-    return synthesize(bs_reg_a.trace(), "sm_100a")
+    return {t: synthesize(bs_gemm(t).trace(), "sm_100a") for t in (128, 256)}
 
 
 def test_pair_register_a_in_each_ctas_tmem_matches_float64(pair_tmem) -> None:
@@ -272,20 +278,36 @@ def test_the_odd_cta_rewriting_a_under_the_inflight_mma_is_reported(monkeypatch)
     assert "Tcgen05St [tcgen05.st of the register A operand]" in msg, msg
 
 
-def test_block_scaled_register_a_staged_through_shared_memory_matches_float64(scaled) -> None:
+@pytest.mark.parametrize("threads", [128, 256])
+def test_block_scaled_register_a_matches_float64(scaled, threads) -> None:
+    syn = scaled[threads]
     args, want = bs_args()
-    run(scaled.lowered.kernel, args)
+    run(syn.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    c = _choice(scaled)
-    assert c.startswith("SM100_128x32x32_F32E4M3E4M3_UE8M0_SS x1 (N) x4 (K)"), c
-    assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 8 st.shared.b128" \
-        in c, c
-    body = list(walk(scaled.lowered.kernel.body))
+    c = _choice(syn)
+    body = list(walk(syn.lowered.kernel.body))
     mmas = [i for i in body if isinstance(i, T.Tcgen05Mma)]
-    assert len(mmas) == 4 and all(isinstance(i.a, L.SmemDesc) and i.sfa is not None for i in mmas)
+    assert len(mmas) == 4 and all(i.sfa is not None for i in mmas)
     assert sum(isinstance(i, T.Tcgen05Cp) for i in body) == 2
-    alt = _alternative(scaled)
-    assert alt.status == "rejected" and "block-scaled tcgen05.mma with A in TMEM" in alt.reason, alt.reason
+    alt = _alternative(syn)
+    assert alt.status == "rejected"
+    if threads == 128:      # the [a-tmem] form: one tcgen05.st.32x32b.x32 per warp against 8 st.shared.v4
+        assert c.startswith("SM100_128x32x32_F32E4M3E4M3_UE8M0_TS x1 (N) x4 (K)"), c
+        assert "A from TMEM (32 columns) written by tcgen05.st.32x32b.x32" in c, c
+        assert all(isinstance(i.a, T.TmemRef) for i in mmas)
+        assert "shared memory 19 instructions (8 st.shared.b128" in alt.reason, alt.reason
+        # TMEM: the accumulator's columns [0, 32), A's [32, 64) (k-step k at 32 + 8 k: 32 e4m3 a
+        # column set of 4 bytes), the factors' after them
+        assert [str(i.a.addr) for i in mmas] == [f"tmem_base[0] + {32 + 8 * k}" for k in range(4)], \
+            [str(i.a.addr) for i in mmas]
+        cps = [int(str(i.taddr).rsplit("+", 1)[1]) for i in body if isinstance(i, T.Tcgen05Cp)]
+        assert min(cps) >= 64, cps
+    else:
+        assert c.startswith("SM100_128x32x32_F32E4M3E4M3_UE8M0_SS x1 (N) x4 (K)"), c
+        assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 4 " \
+            "st.shared.b128" in c, c
+        assert all(isinstance(i.a, L.SmemDesc) for i in mmas)
+        assert "256 threads: tcgen05.st writes A from one warp group's lanes" in alt.reason, alt.reason
 
 
 def test_the_choice_for_pairs_and_block_scales() -> None:
@@ -293,7 +315,9 @@ def test_the_choice_for_pairs_and_block_scales() -> None:
     assert register_a_source(128, 64, 64, f16, f16, f32, 128, cta_group=2)[0] == "tmem"
     assert register_a_source(128, 64, 64, f16, f16, f32, 256, cta_group=2)[0] == "smem"
     assert register_a_source(128, 64, 64, f16, f16, f32, 128, cta_group=2, other_columns=448)[0] == "smem"
-    assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 128, scaled=True)[0] == "smem"
+    assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 128, scaled=True)[0] == "tmem"
+    assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 256, scaled=True)[0] == "smem"
+    assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 128, scaled=True, other_columns=480)[0] == "smem"
     src, why = register_a_source(64, 64, 64, f16, f16, f32, 128, cta_group=2)
     assert src is None and "128 rows per CTA" in why
     src, why = register_a_source(128, 64, 64, e4m3, e4m3, f32, 128, scaled=True, cta_group=2)
@@ -304,7 +328,8 @@ def test_the_choice_for_pairs_and_block_scales() -> None:
 @pytest.mark.parametrize(("which", "want"), [
     ("pair_tmem", {"STTM": 1, "UTCHMMA": 4, "UCGABAR_ARV": 2}),
     ("pair_smem", {"STS": 4, "UTCHMMA": 4, "UCGABAR_ARV": 2}),
-    ("scaled", {"STS": 8, "UTCQMMA": 4, "UTCCP": 2}),
+    ("scaled_tmem", {"STTM": 1, "UTCQMMA": 4, "UTCCP": 2}),
+    ("scaled_smem", {"STS": 4, "UTCQMMA": 4, "UTCCP": 2}),
 ])
 def test_nvrtc_sm100a_builds_without_spills(which, want) -> None:
     """NVRTC for sm_100a: no spills, no local memory; the main loop holds A's stores (STTM: A into
@@ -314,7 +339,7 @@ def test_nvrtc_sm100a_builds_without_spills(which, want) -> None:
     from hexlayout.runtime import build
 
     kern = {"pair_tmem": lambda: pair_gemm(128), "pair_smem": lambda: pair_gemm(256),
-            "scaled": lambda: bs_reg_a}[which]()
+            "scaled_tmem": lambda: bs_gemm(128), "scaled_smem": lambda: bs_gemm(256)}[which]()
     b = build(kern, "sm_100a")
     st = b.stats
     assert not st.spills and st.local_memory_instructions == 0 and not st.warnings, st.summary()
@@ -324,4 +349,4 @@ def test_nvrtc_sm100a_builds_without_spills(which, want) -> None:
     counts = b.compiled.sass_counts()
     if which.startswith("pair"):
         assert counts.get("UTCHMMA.2CTA", 0) >= 4, sorted(counts)
-    assert (ml.get("STTM", 0) > 0) == (which == "pair_tmem"), ml
+    assert (ml.get("STTM", 0) > 0) == which.endswith("tmem"), ml

@@ -373,16 +373,19 @@ def test_pair_register_a_rewritten_under_the_inflight_mma_is_reported_from_the_p
         rt.emulate(bad, *pair_args()[0].values(), mode="ptx")
 
 
-def test_block_scaled_register_a_from_the_ptx() -> None:
-    """A block-scaled (kind::mxf8f6f4) MMA on an fp8 register A converted from f16 in registers,
-    staged through shared memory, its factors copied with ``tcgen05.cp``: executed from the PTX
-    against float64 (ragged M, N, K)."""
-    from tests.emulator.test_tcgen05_register_a_forms import bs_args, bs_reg_a
+@pytest.mark.parametrize("threads", [128, 256])
+def test_block_scaled_register_a_from_the_ptx(threads: int) -> None:
+    """A block-scaled (kind::mxf8f6f4) MMA on an fp8 register A converted from f16 in registers
+    (``cvt.rn.satfinite.e4m3x2.f16x2``), written to TMEM (one warp group: the ``[a_tmem]`` form) or
+    staged through shared memory (two), its factors copied with ``tcgen05.cp``: executed from the
+    PTX against float64 (ragged M, N, K)."""
+    from tests.emulator.test_tcgen05_register_a_forms import bs_args, bs_gemm
 
-    bld = rt.build(bs_reg_a, "sm_100a", compile=False)
+    bld = rt.build(bs_gemm(threads), "sm_100a", compile=False)
     args, want = bs_args()
     rep = rt.emulate(bld, *args.values(), mode="ptx")
     mma = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X"
     assert rep.opcodes.get(mma), sorted(rep.opcodes)
-    assert any(op.startswith("st.shared.v4") for op in rep.opcodes), sorted(rep.opcodes)
+    assert bool(rep.opcodes.get("tcgen05.st.sync.aligned.32x32b.x32.b32")) == (threads == 128)
+    assert any(op.startswith("st.shared.v4") for op in rep.opcodes) == (threads == 256), sorted(rep.opcodes)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
