@@ -93,6 +93,10 @@ def bs_gemm(threads: int = 128):
     return k
 
 
+#: what ``hexlayout explain tests.emulator.test_tcgen05_register_a_forms:PAIR_TMEM`` explains
+PAIR_TMEM = pair_gemm(128)
+
+
 def pair_args(shape=PAIR_SHAPE, seed: int = 5) -> tuple[dict[str, np.ndarray], np.ndarray]:
     m, n, k = shape
     rng = np.random.default_rng(seed)
@@ -322,6 +326,17 @@ def test_the_choice_for_pairs_and_block_scales() -> None:
     assert src is None and "128 rows per CTA" in why
     src, why = register_a_source(128, 64, 64, e4m3, e4m3, f32, 128, scaled=True, cta_group=2)
     assert src is None and "block-scaled tcgen05.mma of a pair" in why
+
+
+def test_explain_shows_the_pairs_a_source(capsys) -> None:
+    from hexlayout.cli import main
+
+    assert main(["explain", f"{__name__}:PAIR_TMEM", "--arch", "sm_100a"]) == 0
+    out = capsys.readouterr().out
+    assert "chose SM100_2x1SM_256x64x16_F32F16F16_TS" in out, out
+    assert "rejected  A staged through shared memory for the _SS atom: A source by cost per k-tile and " \
+        "warp: shared memory 19 instructions" in out, out
+    assert "register A of the mma at line" in out and "written to TMEM: 2 sets of 32 columns" in out, out
 
 
 @pytest.mark.nvrtc
