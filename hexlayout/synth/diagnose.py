@@ -107,6 +107,7 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
         else:
             da, db, k, form = operand_form(op)
             why = umma_refusal(c.shape[0], c.shape[1], k, da, db, c.dtype, threads, form or False, group)
+        why = s.pair_register_a_refusal(op) or why
         if op.atom is not None:
             why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
         if why:

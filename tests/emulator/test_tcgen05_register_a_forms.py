@@ -328,6 +328,37 @@ def test_the_choice_for_pairs_and_block_scales() -> None:
     assert src is None and "block-scaled tcgen05.mma of a pair" in why
 
 
+def test_a_pairs_register_a_in_a_warp_role_is_refused_naming_the_op() -> None:
+    """The cluster barrier after a pair's register A stores needs every thread of both CTAs: an mma
+    in a warp-group branch is refused by synthesis, naming kernel, op and line."""
+    from hexlayout.errors import HexlayoutError
+
+    @hl.kernel(threads=256, cluster=(2, 1, 1), name="pair_reg_a_role")
+    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
+        pid = hl.grid(hl.spatial(2 * hl.cdiv(a.shape[0], 256)))
+        r = hl.cluster_rank()
+        sb = hl.shared(hl.f16, (32, BK))
+        hl.copy(b.tile((32, BK), (r * 32, 0)), sb)
+        hl.commit_group()
+        hl.wait_group(0)
+        hl.fence_proxy_async()
+        hl.cluster_sync()
+        with hl.warp_group(1):
+            w = hl.register(hl.f16, (128, BK))
+            hl.copy(a.tile((128, BK), (pid * 128, 0)), w)
+            acc = hl.register(hl.f32, (128, 64))
+            hl.mma(w, sb, acc, accumulate=False)
+            hl.wgmma_commit()
+            hl.wgmma_wait(0)
+            hl.copy(acc, c.tile((128, 64), (pid * 128, 0)))
+
+    with pytest.raises(HexlayoutError) as e:
+        synthesize(k.trace(), "sm_100a")
+    msg = str(e.value)
+    assert "pair_reg_a_role" in msg and "hl.mma(w, sb, acc, accumulate=False)" in msg, msg
+    assert "written by the threads running the mma, here threads [128, 256); the cluster barrier" in msg, msg
+
+
 def test_explain_shows_the_pairs_a_source(capsys) -> None:
     from hexlayout.cli import main
 
