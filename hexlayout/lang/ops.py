@@ -332,8 +332,9 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
             ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM columns);
             elsewhere synthesis refuses the op, naming it.
         scale_b (Tile | None): block scales of ``b``: shared ``u8`` (N rounded up to 128, K/32).
-        packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are shared ``u8`` (M, K/2) / (N, K/2)
-            tiles of packed FP4, element ``2j`` in the low nibble of byte ``j``; with scales of one
+        packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are ``u8`` (M, K/2) / (N, K/2) tiles of
+            packed FP4 (``b`` shared, ``a`` shared or in registers), element ``2j`` in the low
+            nibble of byte ``j``; with scales of one
             factor per ``VS`` K elements (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
             ``u8`` (rows, K/32): MXFP4, UE8M0 (kind::mxf4 scale_vec::2X); ``ue4m3`` (rows, K/16):
             NVFP4 (kind::mxf4nvf4 4X); ``u8`` (rows, K/16): UE8M0 per 16. sm_100a; K % 64 == 0.
@@ -405,9 +406,10 @@ def _mma_tiles(ctx: Any, loc: Any, a: Any, b: Any, c: Any, packed: str | None = 
     require_scope(ctx, "mma", loc, tb, "b", (R, S))
     require_scope(ctx, "mma", loc, tc, "c (the accumulator)", (R,))
     if packed is not None:
-        for role, t in (("a", ta), ("b", tb)):
-            if t.value.type.dtype.name != "u8" or t.value.type.scope != Scope.SHARED:
-                raise ctx.error("mma", loc, f"packed=hl.{packed}: {role} must be a shared u8 tile of packed "
+        for role, t, scopes in (("a", ta, (Scope.SHARED, Scope.REGISTER)), ("b", tb, (Scope.SHARED,))):
+            if t.value.type.dtype.name != "u8" or t.value.type.scope not in scopes:
+                where = "a shared or register" if role == "a" else "a shared"
+                raise ctx.error("mma", loc, f"packed=hl.{packed}: {role} must be {where} u8 tile of packed "
                                 f"{packed} pairs (two FP4 values a byte); {role} is {describe(t.value)}")
     _check_mma_operands(ctx, loc, ta, tb, tc, packed)
     return ta, tb, tc

@@ -712,9 +712,8 @@ class _Synth:
                                            a_source_comparison(chosen)))
             elif getattr(chosen, "a_stage", None) is not None:   # a register A staged through shared memory
                 m, n, k = chosen.tile_mnk
-                a, b, c = op.a.type, op.b.type, op.c.type
                 at = chosen.atom
-                _, why = register_a_source(m, n, k, a.dtype, b.dtype, c.dtype, chosen.threads,
+                _, why = register_a_source(m, n, k, at.a_dtype, at.b_dtype, op.c.type.dtype, chosen.threads,
                                            (at.scale_type, at.scale_vec) if at.scale_type else False,
                                            chosen.cta_group, other_columns=self.other_accumulator_columns(op),
                                            a_sets=self.a_sets(op))

@@ -59,12 +59,12 @@ name the same offsets in both CTAs); the barrier after the stores is then a clus
 odd CTA's stores precede the even CTA's issue (same instruction count). **A block-scaled op**
 (kind::mxf8f6f4, fp8 A) takes a register A the same two ways: the ``[a-tmem]`` form
 (``SM100_128xNx32_F32{A}{B}_UE8M0_TS``: A's columns beside the accumulator's and the factors') or
-the shared ring; the FP4 kinds take no register A (packed e2m1 operands are shared u8 tiles).
+the shared ring; the FP4 kinds (kind::mxf4 / mxf4nvf4) stage a packed e2m1 register A (a u8 tile of
+``K / 2`` bytes a row) through the shared ring as 8-bit elements (their ``[a-tmem]`` form is not built).
 What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
 with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``),
-what ``umma_refusal`` refuses (e.g. a block-scaled pair), a tile no K-major canonical layout holds
-(packed e2m1 A is a shared u8 tile only: the language takes no register FP4 A). ``explain`` shows the
-comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
+what ``umma_refusal`` refuses (e.g. a block-scaled pair), a tile no K-major canonical layout holds.
+``explain`` shows the comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
 the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
 them.
 
@@ -181,11 +181,12 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
                       "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or ring index, "
                       "bounds them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
                       "before the mma runs again")
-    costs = a_source_costs(m, k, da.bits, threads, a_sets, cta_group)
+    sk, sbits = _staged(k, da.bits)
+    costs = a_source_costs(m, sk, sbits, threads, a_sets, cta_group)
     t, sm = costs.get("tmem"), costs.get("smem")
     if scaled and da.bits != 8:
         why_t = (f"{da.name} A: the block-scaled tcgen05.mma reads A from TMEM (the [a-tmem] form) only "
-                 "for kind::mxf8f6f4 (fp8 A) here")
+                 "for kind::mxf8f6f4 (fp8 A) here; packed e2m1 A is read through a descriptor")
     elif threads != 128:
         why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
     elif da.bits not in (8, 16):
@@ -206,6 +207,12 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
         return None, (f"{why_t}; no K-major canonical shared layout holds a {m}x{k} {da.name} A for "
                       f"{threads} threads")
     return "smem", why_t
+
+
+def _staged(k: int, bits: int) -> tuple[int, int]:
+    """``(K, bits)`` of a register A as its shared buffer holds it: packed e2m1 (4-bit) A is a u8 tile
+    of ``K / 2`` bytes a row (``arch.fp4``), staged as 8-bit elements."""
+    return (k // 2, 8) if bits == 4 else (k, bits)
 
 
 def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
@@ -291,7 +298,7 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             a_tmem = True
             stores = tmem_a_candidates(m, k, da.bits)[:2]
         else:
-            stage = smem_a_stage(m, k, da.bits, threads)
+            stage = smem_a_stage(m, *_staged(k, da.bits), threads)
         majors = tuple(dict.fromkeys(("K", bm) for _, bm in majors))
     m_atom = m * cta_group
     if cta_group == 2:
@@ -383,7 +390,7 @@ def a_source_comparison(tu: TiledUmma) -> str:
     """Why ``tu`` feeds its register A through TMEM rather than shared memory, or the reverse: the
     cost model's numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
-    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads, tu.a_sets, tu.cta_group)
+    c = a_source_costs(m, *_staged(k, tu.atom.a_dtype.bits), tu.threads, tu.a_sets, tu.cta_group)
     t, sm = c.get("tmem"), c.get("smem")
     ring = f" in {tu.a_sets} sets" if tu.a_sets > 1 else ""
     shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes{ring or ' per stage'})"

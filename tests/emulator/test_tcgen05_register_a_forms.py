@@ -3,7 +3,8 @@
 (one warp group: ``tcgen05.st`` of its 128 rows, the ``_2x1SM_..._TS`` atom) or each CTA's own copy
 of a shared ring (two warp groups), then a cluster barrier before the even CTA's issue; a
 block-scaled op's fp8 A (here converted from f16 in registers) goes into TMEM (the ``[a-tmem]``
-form, ``..._UE8M0_TS``) or through a shared ring the same way.
+form, ``..._UE8M0_TS``) or through a shared ring the same way; a packed e2m1 (MXFP4) register A
+(here negated in registers: ``^ 0x88`` flips both nibbles' sign bits) through the shared ring.
 Each matches float64 in the emulator on ragged shapes; the emulator reports, in either CTA of the
 pair, an A the issuer reads before the odd CTA stored it (no cluster barrier) and an A rewritten
 under the in-flight MMA (a ring one set short)."""
@@ -93,6 +94,43 @@ def bs_gemm(threads: int = 128):
     return k
 
 
+def fp4_gemm():
+    """MXFP4: ``c = sum_k (-a[:, k]) sfa[:, k // 32] b[:, k] sfb[:, k // 32]`` over packed e2m1 ``a`` /
+    ``b`` (``K / 2`` bytes a row): ``a``'s 128-byte k-tile loaded into a u8 register tile and negated
+    there (``^ 0x88``), ``b`` and the UE8M0 factors through shared tiles; one 128 x 32 tile per block."""
+
+    @hl.kernel(threads=128, name="fp4_reg_a")
+    def k(a: hl.u8[M, K], b: hl.u8[N, K], sfa: hl.u8[MP, KB], sfb: hl.u8[NP, KB], c: hl.f32[M, N]):
+        pid_m, pid_n = hl.grid(hl.spatial(hl.cdiv(a.shape[0], 128), hl.cdiv(b.shape[0], 32)))
+        m0, n0 = pid_m * 128, pid_n * 32
+        sb = hl.shared(hl.u8, (32, 128))
+        ssa = hl.shared(hl.u8, (128, 8))
+        ssb = hl.shared(hl.u8, (128, 8))
+        ra = hl.register(hl.u8, (128, 8))
+        rb = hl.register(hl.u8, (128, 8))
+        acc = hl.register(hl.f32, (128, 32))
+        for kt in hl.range(hl.cdiv(a.shape[1], 128)):
+            hl.copy(hl.view(b, (32, 128), (n0, kt * 128)), sb)
+            hl.copy(hl.view(sfa, (128, 8), (m0, kt * 8)), ra)
+            hl.copy(ra, ssa)
+            hl.copy(hl.view(sfb, (128, 8), (n0, kt * 8)), rb)
+            hl.copy(rb, ssb)
+            w = hl.register(hl.u8, (128, 128))
+            hl.copy(hl.view(a, (128, 128), (m0, kt * 128)), w)
+            hl.commit_group()
+            hl.wait_group(0)
+            hl.fence_proxy_async()
+            hl.syncthreads()
+            hl.wgmma_fence()
+            hl.mma(w ^ 0x88, sb, acc, accumulate=kt > 0, scale_a=ssa, scale_b=ssb, packed=hl.e2m1)
+            hl.wgmma_commit()
+            hl.wgmma_wait(0)
+            hl.syncthreads()
+        hl.copy(acc, hl.view(c, (128, 32), (m0, n0)))
+
+    return k
+
+
 #: what ``hexlayout explain tests.emulator.test_tcgen05_register_a_forms:PAIR_TMEM`` explains
 PAIR_TMEM = pair_gemm(128)
 
@@ -119,6 +157,28 @@ def bs_args(seed: int = 7) -> tuple[dict[str, np.ndarray], np.ndarray]:
     fb = np.repeat(np.ldexp(1.0, sb[:n].astype(np.int64) - 127), 32, axis=1)[:, :k]
     want = (a8 * fa) @ (b.astype(np.float64) * fb).T
     return {"a": a, "b": b, "sfa": sa, "sfb": sb, "c": np.full((m, n), np.nan, np.float32)}, want
+
+
+def fp4_args(seed: int = 9) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Ragged M, N, K (150 x 40 x 320: two row tiles, two column tiles, 3 k-tiles, the last half)."""
+    from tests.synth.test_umma_fp4 import _e2m1, _factor
+
+    m, n, k = 150, 40, 320
+    rng = np.random.default_rng(seed)
+    ca = rng.integers(0, 16, (m, k)).astype(np.uint8)
+    cb = rng.integers(0, 16, (n, k)).astype(np.uint8)
+    ks = 16                                           # factor rows padded to 16 bytes (the loads')
+    sfa = rng.integers(122, 132, (m, ks)).astype(np.uint8)
+    sfb = rng.integers(122, 132, (n, ks)).astype(np.uint8)
+
+    def pack(c):
+        return (c[:, 0::2] | (c[:, 1::2] << 4)).astype(np.uint8)
+
+    fa = np.repeat(_factor(sfa, "mxfp4"), 32, axis=1)[:, :k]
+    fb = np.repeat(_factor(sfb, "mxfp4"), 32, axis=1)[:, :k]
+    want = -(_e2m1(ca) * fa) @ (_e2m1(cb) * fb).T
+    args = {"a": pack(ca), "b": pack(cb), "sfa": sfa, "sfb": sfb, "c": np.full((m, n), np.nan, np.float32)}
+    return args, want
 
 
 def walk(body):
@@ -314,6 +374,21 @@ def test_block_scaled_register_a_matches_float64(scaled, threads) -> None:
         assert "256 threads: tcgen05.st writes A from one warp group's lanes" in alt.reason, alt.reason
 
 
+def test_fp4_register_a_staged_through_shared_memory_matches_float64() -> None:
+    syn = synthesize(fp4_gemm().trace(), "sm_100a")
+    args, want = fp4_args()
+    run(syn.lowered.kernel, args)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    c = _choice(syn)
+    assert c.startswith("SM100_128x32x64_F32E2M1E2M1_UE8M0_VS32_MXF4_SS x1 (N) x4 (K) = 128x32x256"), c
+    # the packed tile as 128-byte rows of bytes: the buffer a K = 64 step reads 32 bytes of
+    assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 8 st.shared.b128" \
+        in c, c
+    alt = _alternative(syn)
+    assert "e2m1 A: the block-scaled tcgen05.mma reads A from TMEM (the [a-tmem] form) only for " \
+        "kind::mxf8f6f4" in alt.reason, alt.reason
+
+
 def test_the_choice_for_pairs_and_block_scales() -> None:
     f16, f32, e4m3 = hl.f16, hl.f32, hl.e4m3
     assert register_a_source(128, 64, 64, f16, f16, f32, 128, cta_group=2)[0] == "tmem"
@@ -322,6 +397,7 @@ def test_the_choice_for_pairs_and_block_scales() -> None:
     assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 128, scaled=True)[0] == "tmem"
     assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 256, scaled=True)[0] == "smem"
     assert register_a_source(128, 32, 128, e4m3, e4m3, f32, 128, scaled=True, other_columns=480)[0] == "smem"
+    assert register_a_source(128, 32, 256, hl.e2m1, hl.e2m1, f32, 128, scaled=True)[0] == "smem"
     src, why = register_a_source(64, 64, 64, f16, f16, f32, 128, cta_group=2)
     assert src is None and "128 rows per CTA" in why
     src, why = register_a_source(128, 64, 64, e4m3, e4m3, f32, 128, scaled=True, cta_group=2)
@@ -376,6 +452,7 @@ def test_explain_shows_the_pairs_a_source(capsys) -> None:
     ("pair_smem", {"STS": 4, "UTCHMMA": 4, "UCGABAR_ARV": 2}),
     ("scaled_tmem", {"STTM": 1, "UTCQMMA": 4, "UTCCP": 2}),
     ("scaled_smem", {"STS": 4, "UTCQMMA": 4, "UTCCP": 2}),
+    ("fp4", {"STS": 8, "UTCOMMA": 4, "UTCCP": 4}),
 ])
 def test_nvrtc_sm100a_builds_without_spills(which, want) -> None:
     """NVRTC for sm_100a: no spills, no local memory; the main loop holds A's stores (STTM: A into
@@ -385,7 +462,8 @@ def test_nvrtc_sm100a_builds_without_spills(which, want) -> None:
     from hexlayout.runtime import build
 
     kern = {"pair_tmem": lambda: pair_gemm(128), "pair_smem": lambda: pair_gemm(256),
-            "scaled_tmem": lambda: bs_gemm(128), "scaled_smem": lambda: bs_gemm(256)}[which]()
+            "scaled_tmem": lambda: bs_gemm(128), "scaled_smem": lambda: bs_gemm(256),
+            "fp4": fp4_gemm}[which]()
     b = build(kern, "sm_100a")
     st = b.stats
     assert not st.spills and st.local_memory_instructions == 0 and not st.warnings, st.summary()

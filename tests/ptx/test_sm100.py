@@ -389,3 +389,17 @@ def test_block_scaled_register_a_from_the_ptx(threads: int) -> None:
     assert bool(rep.opcodes.get("tcgen05.st.sync.aligned.32x32b.x32.b32")) == (threads == 128)
     assert any(op.startswith("st.shared.v4") for op in rep.opcodes) == (threads == 256), sorted(rep.opcodes)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_fp4_register_a_from_the_ptx() -> None:
+    """MXFP4 (kind::mxf4) on a packed e2m1 register A negated in registers (``^ 0x88``) and staged
+    through shared memory as 128-byte rows: executed from the PTX against float64 (ragged M, N, K)."""
+    from tests.emulator.test_tcgen05_register_a_forms import fp4_args, fp4_gemm
+
+    bld = rt.build(fp4_gemm(), "sm_100a", compile=False)
+    args, want = fp4_args()
+    rep = rt.emulate(bld, *args.values(), mode="ptx")
+    mma = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.scale_vec::2X"
+    assert rep.opcodes.get(mma), sorted(rep.opcodes)
+    assert any(op.startswith("st.shared.v4") for op in rep.opcodes), sorted(rep.opcodes)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
