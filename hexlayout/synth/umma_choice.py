@@ -64,8 +64,8 @@ the shared ring; the FP4 kinds (kind::mxf4 / mxf4nvf4) stage a packed e2m1 regis
 What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
 with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``),
 what ``umma_refusal`` refuses (e.g. a block-scaled pair), a tile no K-major canonical layout holds.
-``explain`` shows the comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
-the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
+``explain`` shows the comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an
+SM holds (512 / the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
 them.
 
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
