@@ -290,16 +290,14 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     operand layouts unless they are given.
 
     **The pair form** (a kernel launched in 2-CTA clusters, ``cluster=(2, 1, 1)``; sm_100a):
-    ``c`` of shape (M, N) with ``a`` (M, K) shared or in registers (each CTA's own rows; a register
-    ``a`` is written to each CTA's TMEM or staged through each CTA's shared memory, then a cluster
-    barrier before the even CTA's issue) and shared ``b`` of N/2 rows: ``b`` is this CTA's half of
-    the B of its pair (the CTAs of ranks 2p and 2p + 1), and every CTA of the pair computes
-    ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T``
-    (columns [0, N/2) from the even CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it
-    as one ``tcgen05.mma.cta_group::2`` (M = 128 rows per CTA, the pair's 256; N up to 256) that
-    the even CTA issues; both CTAs' ``a`` and ``b`` must be in place (e.g. ``hl.cluster_sync()``
-    after they are written) before it, and each ``b`` stays read until the MMA's
-    ``hl.wgmma_wait``.
+    ``c`` (M, N), ``a`` (M, K) shared or in registers (each CTA's rows, a register ``a`` written to
+    each CTA's TMEM or shared buffer, a cluster barrier before the issue), shared ``b`` of N/2 rows:
+    ``b`` is this CTA's half of the B of its pair (CTAs 2p and 2p + 1), and each CTA of the pair
+    computes ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T`` (columns [0, N/2) from the even
+    CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it as one ``tcgen05.mma.cta_group::2``
+    (M = 128 rows per CTA, the pair's 256; N up to 256) that the even CTA issues; both CTAs' ``a``
+    and ``b`` must be in place (e.g. ``hl.cluster_sync()`` after they are written) before it, and
+    each ``b`` stays read until the MMA's ``hl.wgmma_wait``.
 
     Args:
         a (Tile): the (M, K) left operand, register or shared.
@@ -325,17 +323,16 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
             shape (M rounded up to a multiple of 128, K/32) (whole 128-row atoms of the factors'
             layout; rows past M are not read); ``a[m, k]`` counts ``2^(scale_a[m, k // 32] -
             127)`` times (255: NaN). With ``scale_b``, fp8 (e4m3 / e5m2) operands (``b`` shared,
-            ``a`` shared or in registers: synthesis stages a register ``a`` through shared memory), f32
-            ``c``: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
-            2^(scale_b[:, kb] - 127))^T`` over 32-wide K blocks ``kb``. Only sm_100a computes
-            it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, factors copied to TMEM with
-            ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM columns);
-            elsewhere synthesis refuses the op, naming it.
+            ``a`` shared or in registers), f32 ``c``: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb]
+            - 127)) @ (b[:, kb] * 2^(scale_b[:, kb] - 127))^T`` over 32-wide K blocks ``kb``. Only
+            sm_100a computes it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, factors copied
+            to TMEM with ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM
+            columns); elsewhere synthesis refuses the op, naming it.
         scale_b (Tile | None): block scales of ``b``: shared ``u8`` (N rounded up to 128, K/32).
         packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are ``u8`` (M, K/2) / (N, K/2) tiles of
             packed FP4 (``b`` shared, ``a`` shared or in registers), element ``2j`` in the low
-            nibble of byte ``j``; with scales of one
-            factor per ``VS`` K elements (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
+            nibble of byte ``j``; with scales of one factor per ``VS`` K elements
+            (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
             ``u8`` (rows, K/32): MXFP4, UE8M0 (kind::mxf4 scale_vec::2X); ``ue4m3`` (rows, K/16):
             NVFP4 (kind::mxf4nvf4 4X); ``u8`` (rows, K/16): UE8M0 per 16. sm_100a; K % 64 == 0.
 
