@@ -292,9 +292,8 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     **The pair form** (a kernel launched in 2-CTA clusters, ``cluster=(2, 1, 1)``; sm_100a):
     ``c`` (M, N), ``a`` (M, K) shared or in registers (each CTA's rows, a register ``a`` written to
     each CTA's TMEM or shared buffer, a cluster barrier before the issue), shared ``b`` of N/2 rows:
-    ``b`` is this CTA's half of the B of its pair (CTAs 2p and 2p + 1), and each CTA of the pair
-    computes ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T`` (columns [0, N/2) from the even
-    CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it as one ``tcgen05.mma.cta_group::2``
+    ``b`` is this CTA's half of its pair's B (CTAs 2p, 2p + 1); each CTA computes ``c += a @
+    concat(b of CTA 2p, b of CTA 2p+1)^T``. Synthesis runs it as one ``tcgen05.mma.cta_group::2``
     (M = 128 rows per CTA, the pair's 256; N up to 256) that the even CTA issues; both CTAs' ``a``
     and ``b`` must be in place (e.g. ``hl.cluster_sync()`` after they are written) before it, and
     each ``b`` stays read until the MMA's ``hl.wgmma_wait``.
