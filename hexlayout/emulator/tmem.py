@@ -39,6 +39,7 @@ source line):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -345,19 +346,29 @@ def _check_observed(m: Machine, ins: Instr, warp: np.ndarray, lanes: np.ndarray,
                    thread=int(warp[rows[0]]), buffer="tmem", other_instr=mma)
 
 
+def _warp_cells(m: Machine, ins: Tcgen05Ld | Tcgen05St, x: Active, regs: Any, what: str,
+                verb: str) -> Iterator[tuple[np.ndarray, dict[Any, Any], np.ndarray, np.ndarray]]:
+    """Per whole warp of ``x`` executing the ``tcgen05.ld`` / ``st`` ``ins``: ``(warp, env, lanes,
+    cols)``, the ``[32, R]`` TMEM cells of its fragment, each checked to be allocated, and its
+    register slice ``regs`` checked to hold the ``R`` 32-bit registers per thread the access
+    moves (``verb``: "load writes" / "store reads", for the error)."""
+    for warp in whole_units(m, ins, x.tids, 32, what):
+        env = {**x.env, m.tvar: warp}
+        lanes, cols = _fragment_cells(m, ins, warp, env)
+        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), what)
+        if m.reg_bytes_of(regs) != 4 * lanes.shape[1]:
+            m.fail(IllegalInstructionError, ins, f"{what}.{ins.shape}.x{ins.num}: register slice "
+                   f"{regs.array.name} holds {m.reg_bytes_of(regs)} bytes, the {verb} "
+                   f"{lanes.shape[1]} 32-bit registers per thread")
+        yield warp, env, lanes, cols
+
+
 def tcgen05_ld(m: Machine, ins: Tcgen05Ld, x: Active) -> None:
     if not len(x.tids):
         return
     st = tmem_state(m)
-    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.ld"):
-        env = {**x.env, m.tvar: warp}
-        lanes, cols = _fragment_cells(m, ins, warp, env)
-        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.ld")
+    for warp, env, lanes, cols in _warp_cells(m, ins, x, ins.dst, "tcgen05.ld", "load writes"):
         _check_observed(m, ins, warp, lanes, cols)
-        if m.reg_bytes_of(ins.dst) != 4 * lanes.shape[1]:
-            m.fail(IllegalInstructionError, ins, f"tcgen05.ld.{ins.shape}.x{ins.num}: register slice "
-                   f"{ins.dst.array.name} holds {m.reg_bytes_of(ins.dst)} bytes, the load writes "
-                   f"{lanes.shape[1]} 32-bit registers per thread")
         data = np.ascontiguousarray(st.cells[lanes, cols]).view(np.uint8).reshape(32, -1)
         m.write_reg_bytes(ins.dst, warp, env, ins, data)
         op = m.new_async("tcgen05.ld", ins, warp)
@@ -373,10 +384,7 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
     if not len(x.tids):
         return
     st = tmem_state(m)
-    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.st"):
-        env = {**x.env, m.tvar: warp}
-        lanes, cols = _fragment_cells(m, ins, warp, env)
-        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.st")
+    for warp, env, lanes, cols in _warp_cells(m, ins, x, ins.src, "tcgen05.st", "store reads"):
         if st.mma_pending[lanes, cols].any():
             m.fail(AsyncHazardError, ins, "tcgen05.st writes TMEM cells an in-flight tcgen05.mma writes")
         reading = st.a_reading[lanes, cols]
@@ -387,10 +395,6 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
                    f"{int(cols[r, c])}), which an in-flight tcgen05.mma reads as its A operand (its "
                    "tcgen05.commit has not landed: wait on the commit's mbarrier before rewriting A)",
                    thread=int(warp[r]), buffer="tmem", other_instr=None if op is None else op.instr)
-        if m.reg_bytes_of(ins.src) != 4 * lanes.shape[1]:
-            m.fail(IllegalInstructionError, ins, f"tcgen05.st.{ins.shape}.x{ins.num}: register slice "
-                   f"{ins.src.array.name} holds {m.reg_bytes_of(ins.src)} bytes, the store reads "
-                   f"{lanes.shape[1]} 32-bit registers per thread")
         raw = m.read_reg_bytes(ins.src, warp, env, ins)
         st.cells[lanes, cols] = np.ascontiguousarray(raw).view(np.uint32).reshape(lanes.shape)
         st.future[lanes, cols] = st.cells[lanes, cols]
@@ -440,19 +444,36 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
                "MMA's issue, and the issuer synchronizes with the stores)", thread=issuer, buffer="tmem")
     if not m.options.check_races:
         return
+    late = _unordered(m, issuer, st.st_by[lanes, cols], st.st_epoch[lanes, cols])
+    if late is not None:
+        src = late[0] - c.shadow.clocks.off
+        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {src} stored "
+               f"(tcgen05.st) without the issuing thread {issuer} synchronizing with it after its "
+               "tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier - a cluster barrier for "
+               "the pair's other CTA - and tcgen05.fence::after_thread_sync before the issue)",
+               thread=issuer, buffer="tmem")
+
+
+def _unordered(m: Machine, issuer: int, by: np.ndarray,
+               epoch: np.ndarray) -> tuple[int, int, tuple[int, ...]] | None:
+    """The first other thread whose TMEM accesses are not ordered before thread ``issuer``'s
+    issue. Per cell, ``by`` holds ``1 +`` the accessing thread's index in the cluster's clocks (0:
+    none) and ``epoch`` that thread's epoch once the access is done (at its ``wait::st``, or its
+    ``fence::before_thread_sync`` after ``wait::ld``; ``LD_IN_FLIGHT`` / ``LD_UNFENCED`` before).
+    Thread ``src``'s accesses happen before the issue iff
+    ``clocks[issuer, src] >= need = max(epoch[by == src + 1])``. Returns ``(src, need, the index
+    (into by) of src's first cell)``, or ``None`` when every other thread's access is ordered (the
+    issuer's own always are)."""
     clocks = m.shadow.clocks
     me = clocks.off + issuer
     for src in np.unique(by[by > 0]) - 1:
         if src == me:
             continue
-        cells = (by == src + 1)
-        need = int(st.st_epoch[lanes, cols][cells].max())
+        cells = by == src + 1
+        need = int(epoch[cells].max())
         if clocks.c[issuer, src] < need:
-            m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {int(src - c.shadow.clocks.off)} "
-                   f"stored (tcgen05.st) without the issuing thread {issuer} synchronizing with it "
-                   "after its tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier - a cluster "
-                   "barrier for the pair's other CTA - and tcgen05.fence::after_thread_sync before the "
-                   "issue)", thread=issuer, buffer="tmem")
+            return int(src), need, tuple(int(i) for i in np.argwhere(cells)[0])
+    return None
 
 
 def check_loads_done(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
@@ -468,27 +489,21 @@ def check_loads_done(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, col
         return
     c = m if owner is None else owner
     st = tmem_state(c)
-    by = st.ld_by[lanes, cols]
-    clocks = m.shadow.clocks
-    me = clocks.off + issuer
-    t = clocks.c.shape[0]
-    for src in np.unique(by[by > 0]) - 1:
-        if src == me:
-            continue
-        cells = by == src + 1
-        need = int(st.ld_epoch[lanes, cols][cells].max())
-        if clocks.c[issuer, src] < need:
-            i = tuple(np.argwhere(cells)[0])
-            reader = (f"thread {int(src - clocks.off)}" if c is m else
-                      f"thread {int(src) % t} of block {c.block} (cluster rank {int(src) // t})")
-            how = {LD_IN_FLIGHT: " (its tcgen05.wait::ld has not run)",
-                   LD_UNFENCED: " (it waited, tcgen05.wait::ld, but no tcgen05.fence::before_thread_sync "
-                                "followed)"}.get(need, "")
-            m.fail(AsyncHazardError, ins, f"{what}: writes TMEM cell (lane {int(lanes[i])}, column "
-                   f"{int(cols[i])}) that {reader} reads with tcgen05.ld, without the issuing thread "
-                   f"{issuer} of block {m.block} being ordered after that read{how} (its tcgen05.wait::ld, "
-                   "fence::before_thread_sync, then an arrive the issuer waits on, e.g. the accumulator's "
-                   "empty barrier - the even CTA's, for a pair's MMA)", thread=issuer, buffer="tmem")
+    late = _unordered(m, issuer, st.ld_by[lanes, cols], st.ld_epoch[lanes, cols])
+    if late is not None:
+        src, need, i = late
+        clocks = m.shadow.clocks
+        t = clocks.c.shape[0]
+        reader = (f"thread {src - clocks.off}" if c is m else
+                  f"thread {src % t} of block {c.block} (cluster rank {src // t})")
+        how = {LD_IN_FLIGHT: " (its tcgen05.wait::ld has not run)",
+               LD_UNFENCED: " (it waited, tcgen05.wait::ld, but no tcgen05.fence::before_thread_sync "
+                            "followed)"}.get(need, "")
+        m.fail(AsyncHazardError, ins, f"{what}: writes TMEM cell (lane {int(lanes[i])}, column "
+               f"{int(cols[i])}) that {reader} reads with tcgen05.ld, without the issuing thread "
+               f"{issuer} of block {m.block} being ordered after that read{how} (its tcgen05.wait::ld, "
+               "fence::before_thread_sync, then an arrive the issuer waits on, e.g. the accumulator's "
+               "empty barrier - the even CTA's, for a pair's MMA)", thread=issuer, buffer="tmem")
 
 
 def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
