@@ -29,7 +29,9 @@ one scale per 32 K elements), read from tensor memory at the addresses ``[sfa_tm
 ``[sfb_tmem]`` (layout: ``block_scale.py``). Shapes (CuTe's static asserts): ``cta_group::1``
 ``M = 128``, ``N % 8 == 0``; ``cta_group::2`` ``M = 256``, ``N % 16 == 0``; ``8 <= N <= 256``.
 Names ``SM100_{M}x{N}x32_F32{A}{B}_UE8M0_SS`` (and ``SM100_2x1SM_...``); same thread / value
-layouts as the unscaled atoms, ``scale_type = "ue8m0"``, ``scale_vec = 32``.
+layouts as the unscaled atoms, ``scale_type = "ue8m0"``, ``scale_vec = 32``. The ``[a-tmem]`` form
+(A from TMEM, K-major, ``..._UE8M0_TS``: ``tcgen05.mma...block_scale [d], [a], b_desc, idesc, [sfa],
+[sfb], p``) is built for these fp8 kinds; for the FP4 kinds only the ``_SS`` form is.
 
 **FP4** (``kind::mxf4.block_scale.scale_vec::2X``, ``kind::mxf4nvf4.block_scale.scale_vec::{2X,4X}``;
 CuTe ``SM100_MMA_MXF4_SS<..., VS>``): e2m1 A and B (``E2M1`` = 1 in the descriptor's format
@@ -173,12 +175,13 @@ def block_scaled_kind(da: DType, db: DType, scale_type: str, vs: int) -> str:
 
 def umma_block_scaled_atom(m: int, n: int, da: DType, db: DType, cta_group: int = 1, a_major: str = "K",
                            b_major: str = "K", scale_type: str = "ue8m0", vs: int = 32,
-                           kind: str | None = None) -> MmaAtom:
+                           kind: str | None = None, a_source: str = "smem") -> MmaAtom:
     """The block-scaled ``tcgen05.mma.cta_group::{g}.kind::{kind}.block_scale.scale_vec::{1X|2X|4X}``
     atom ``m x n x K`` (A and B from shared memory, f32 accumulator in TMEM, ``scale_type`` factors
     per ``vs`` K elements in TMEM); ``K`` = 32 for fp8 operands, 64 for e2m1 (packed two per byte in
     shared memory: 32 bytes per row either way). ``kind`` (default ``block_scaled_kind``) may name
-    ``mxf4nvf4`` for e2m1 with ue8m0 per 32 too.
+    ``mxf4nvf4`` for e2m1 with ue8m0 per 32 too. ``a_source="tmem"``: A read from tensor memory
+    (``[a_tmem]``, a ``_TS`` atom, K-major), built for kind::mxf8f6f4 (fp8 A) only.
 
     Example:
         >>> umma_block_scaled_atom(128, 64, E4M3, E4M3).name
@@ -195,6 +198,11 @@ def umma_block_scaled_atom(m: int, n: int, da: DType, db: DType, cta_group: int 
             raise ValueError(f"block-scaled tcgen05.mma: kind::{kind} does not multiply {da.name} x "
                              f"{db.name} with {scale_type} factors per {vs} K elements (kind::{chosen} does)")
         chosen = kind
+    if a_source not in ("smem", "tmem"):
+        raise ValueError(f"tcgen05.mma: A comes from 'smem' or 'tmem', not {a_source!r}")
+    if a_source == "tmem" and (chosen != "mxf8f6f4" or a_major != "K"):
+        raise ValueError(f"block-scaled tcgen05.mma.kind::{chosen}: A from tensor memory is built for "
+                         "kind::mxf8f6f4 with a K-major A only")
     if chosen != "mxf8f6f4" and (a_major, b_major) != ("K", "K"):
         raise ValueError(f"tcgen05.mma.kind::{chosen}: e2m1 operands are K-major only (got "
                          f"a_major={a_major!r}, b_major={b_major!r})")
@@ -205,15 +213,17 @@ def umma_block_scaled_atom(m: int, n: int, da: DType, db: DType, cta_group: int 
     k = 256 // da.bits
     pair = "2x1SM_" if cta_group == 2 else ""
     tag = "" if chosen == "mxf8f6f4" else f"_VS{vs}_{chosen.upper()}"
-    name = f"SM100_{pair}{m}x{n}x{k}_{F32.cute}{da.cute}{db.cute}_{scale_type.upper()}{tag}_SS"
+    src = "TS" if a_source == "tmem" else "SS"
+    name = f"SM100_{pair}{m}x{n}x{k}_{F32.cute}{da.cute}{db.cute}_{scale_type.upper()}{tag}_{src}"
     return MmaAtom(
         name=name, kind="tcgen05", shape_mnk=(m, n, k), thr_id=Layout(cta_group),
         a_layout=_operand(cta_group, m, k), b_layout=_operand(cta_group, n, k),
         c_layout=_operand(cta_group, m, n), a_dtype=da, b_dtype=db, c_dtype=F32,
         arch="sm_100a", ptx=(f"tcgen05.mma.cta_group::{cta_group}.kind::{chosen}.block_scale."
                              f"scale_vec::{SCALE_VEC_NAME[(chosen, vs)]}"),
-        ptx_operands="[d_tmem], a_desc, b_desc, idesc, [sfa_tmem], [sfb_tmem], enable_input_d",
-        regs_a=0, regs_b=0, regs_c=0, a_source="smem", b_source="smem", a_major=a_major, b_major=b_major,
+        ptx_operands=(f"[d_tmem], {'[a_tmem]' if a_source == 'tmem' else 'a_desc'}, b_desc, idesc, "
+                      "[sfa_tmem], [sfb_tmem], enable_input_d"),
+        regs_a=0, regs_b=0, regs_c=0, a_source=a_source, b_source="smem", a_major=a_major, b_major=b_major,
         options=(("a_major", a_major), ("b_major", b_major)), c_source="tmem", cta_group=cta_group,
         scale_type=scale_type, scale_vec=vs,
     )
@@ -250,15 +260,17 @@ def _table() -> dict[str, Callable[..., MmaAtom]]:
     for group, m in BLOCK_SCALED_SHAPES:
         for n in block_scaled_n_values(group, m):
             for da, db, st, vs, kind in scaled:
-                atom = umma_block_scaled_atom(m, n, da, db, group, scale_type=st, vs=vs, kind=kind)
-                out[atom.name] = _scaled_factory(m, n, da, db, group, st, vs, kind)
+                for src in ("smem", "tmem") if da.bits == 8 else ("smem",):
+                    atom = umma_block_scaled_atom(m, n, da, db, group, scale_type=st, vs=vs, kind=kind,
+                                                  a_source=src)
+                    out[atom.name] = _scaled_factory(m, n, da, db, group, st, vs, kind, src)
     return out
 
 
 def _scaled_factory(m: int, n: int, da: DType, db: DType, group: int, scale_type: str, vs: int,
-                    kind: str | None) -> Callable[..., MmaAtom]:
+                    kind: str | None, a_source: str = "smem") -> Callable[..., MmaAtom]:
     def make(a_major: str = "K", b_major: str = "K") -> MmaAtom:
-        return umma_block_scaled_atom(m, n, da, db, group, a_major, b_major, scale_type, vs, kind)
+        return umma_block_scaled_atom(m, n, da, db, group, a_major, b_major, scale_type, vs, kind, a_source)
 
     return make
 

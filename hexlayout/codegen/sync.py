@@ -99,7 +99,8 @@ def fence_proxy_async(em: Emitter, ins: FenceProxyAsync) -> list[str]:
 
 def cluster_barrier(em: Emitter, ins: ClusterBarrier) -> list[str]:
     _need_cluster(em, "barrier.cluster")
-    return asm("fence.mbarrier_init.release.cluster;\nbarrier.cluster.arrive.release.aligned;\n"
+    fence = "fence.mbarrier_init.release.cluster;\n" if ins.init_fence else ""
+    return asm(fence + "barrier.cluster.arrive.release.aligned;\n"
                "barrier.cluster.wait.acquire.aligned;", [], [])
 
 

@@ -111,9 +111,10 @@ def tcgen05_mma(em: Emitter, ins: Tcgen05Mma) -> list[str]:
 
 
 def _block_scaled_mma(em: Emitter, ins: Tcgen05Mma, atom: MmaAtom) -> list[str]:
-    if ins.sfa is None or ins.sfb is None or isinstance(ins.a, TmemRef):
-        raise em.error(f"{atom.name}: a block-scaled MMA takes A and B from shared memory and the TMEM "
-                       "addresses of both operands' scale factors")
+    if ins.sfa is None or ins.sfb is None:
+        raise em.error(f"{atom.name}: a block-scaled MMA takes the TMEM addresses of both operands' scale "
+                       "factors")
+    ts = isinstance(ins.a, TmemRef)
     try:
         idesc = InstrDescriptorBlockScaled(atom.a_dtype, atom.b_dtype, atom.m, atom.n, atom.a_major,
                                            atom.b_major, ins.sfa_id, ins.sfb_id, atom.scale_type,
@@ -121,8 +122,9 @@ def _block_scaled_mma(em: Emitter, ins: Tcgen05Mma, atom: MmaAtom) -> list[str]:
     except ValueError as e:
         raise em.error(str(e)) from None
     text = ("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
-            f"{atom.ptx} [%0], %1, %2, %3, [%5], [%6], p;\n}}")
-    return _issue(em, text, [f'"r"({em.expr(ins.d)})', f'"l"({_desc(em, ins.a, "A")})',
+            f"{atom.ptx} [%0], {'[%1]' if ts else '%1'}, %2, %3, [%5], [%6], p;\n}}")
+    a_op = f'"r"({em.expr(ins.a.addr)})' if ts else f'"l"({_desc(em, ins.a, "A")})'  # type: ignore[union-attr]
+    return _issue(em, text, [f'"r"({em.expr(ins.d)})', a_op,
                              f'"l"({_desc(em, ins.b, "B")})', f'"r"({idesc:#x}u)',
                              f'"r"({em.expr(ins.accumulate)})', f'"r"({em.expr(ins.sfa)})',
                              f'"r"({em.expr(ins.sfb)})'])

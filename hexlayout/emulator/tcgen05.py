@@ -18,8 +18,10 @@ result (the hardware runs a thread's MMAs in order).
 
 A read from TMEM (a ``_TS`` atom, ``arch.tmem.operand_a_layout``) must have been written by
 ``tcgen05.st`` that their warps waited for (``wait::st``) and the issuing thread observed
-(``tmem.check_a_stores``); its cells stay marked as read until the MMA completes, and a
-``tcgen05.st`` into them before that is an error.
+(``tmem.check_a_stores``; a cell no ``tcgen05.st`` wrote is an error); its cells stay marked as
+read until the MMA completes, and a ``tcgen05.st`` into them before that is an error. For a
+pair's MMA the same holds in each CTA's TMEM: the odd CTA's stores must be observed by the even
+CTA's issuer (a cluster barrier after them).
 
 ``Tcgen05Cp``: one thread copies shared memory (its descriptor, read at issue; the bytes stay
 marked as read until completion, so overwriting them earlier is an error) to the TMEM cells of
@@ -127,18 +129,21 @@ def _smem_operand(m: Machine, ins: Tcgen05Mma | Tcgen05Cp, desc: SmemDesc, env: 
 
 
 def _tmem_a(m: Machine, ins: Tcgen05Mma, base: int, rows: int, k: int, dtype: object, issuer: int,
-            what: str = "A") -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """A ``[rows, k]`` from ``m``'s TMEM at ``base`` (``arch.tmem.operand_a_layout``: the
-    accumulator's lanes, elements packed in 32-bit columns, low bits first), and its cells;
-    checked: no in-flight MMA writes them, the ``tcgen05.st`` that wrote them were waited for
-    and observed by the issuing thread ``issuer`` (``tmem.check_a_stores``)."""
+            what: str = "A", owner: Machine | None = None
+            ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """A ``[rows, k]`` from the TMEM of ``owner`` (default ``m``; the pair's other CTA for its rows)
+    at ``base`` (``arch.tmem.operand_a_layout``: the accumulator's lanes, elements packed in 32-bit
+    columns, low bits first), and its cells; checked: no in-flight MMA writes them, the
+    ``tcgen05.st`` that wrote them were waited for and observed by the issuing thread ``issuer`` of
+    ``m`` (``tmem.check_a_stores``)."""
+    c = m if owner is None else owner
     npd = atom_numpy(dtype)
     words = k * npd.itemsize // 4
-    lanes, cols = _cells(m, ins, base, rows, words, rows, what)
-    st = tmem_state(m)
+    lanes, cols = _cells(c, ins, base, rows, words, rows, what)
+    st = tmem_state(c)
     if st.mma_pending[lanes, cols].any():
         m.fail(IllegalInstructionError, ins, f"{what}: reads TMEM cells an in-flight tcgen05.mma writes")
-    check_a_stores(m, ins, issuer, lanes, cols, what)
+    check_a_stores(m, ins, issuer, lanes, cols, what, owner=c)
     return np.ascontiguousarray(st.future[lanes, cols]).view(npd).reshape(rows, k), (lanes, cols)
 
 
@@ -202,7 +207,8 @@ def tcgen05_mma(m: Machine, ins: Tcgen05Mma, x: Active) -> None:
     a_cells: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for c in ctas:
         if isinstance(ins.a, TmemRef):
-            av, a_cells[id(c)] = _tmem_a(c, ins, a_base, rows_a, K, atom.a_dtype, issuer, "A" + _where(m, c))
+            av, a_cells[id(c)] = _tmem_a(m, ins, a_base, rows_a, K, atom.a_dtype, issuer, "A" + _where(m, c),
+                                         owner=c)
         else:
             av, aidx = _operand(m, ins, ins.a, env, rows_a, K, atom.a_dtype, "A")
             reads[id(c)].append(aidx)

@@ -31,8 +31,10 @@ source line):
   as its A operand before that is an ``AsyncHazardError``, and so is one whose issuing thread has
   not observed the storing thread's progress at its ``wait::st`` (happens-before through a
   barrier or mbarrier, the race detector's vector clocks: ``wait::st``, ``fence::before_thread_sync``,
-  barrier, ``fence::after_thread_sync``, then the issue); a ``tcgen05.st`` into cells an in-flight
-  MMA reads as its A operand (its commit has not landed) is an ``AsyncHazardError``.
+  barrier, ``fence::after_thread_sync``, then the issue; for a pair's MMA each CTA's stores, the odd
+  CTA's through a cluster barrier), and so is one reading A cells no ``tcgen05.st`` wrote; a
+  ``tcgen05.st`` into cells an in-flight MMA reads as its A operand (its commit has not landed) is
+  an ``AsyncHazardError``.
 """
 
 from __future__ import annotations
@@ -418,11 +420,14 @@ def _wait_st(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
 
 
 def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
-                   what: str) -> None:
-    """The cells ``(lanes, cols)`` an MMA issued by thread ``issuer`` reads as its A operand: no
-    ``tcgen05.st`` into them still in flight (before its warp's ``wait::st``), and the issuer
-    observed every storing thread's ``wait::st`` (module docstring)."""
-    st = tmem_state(m)
+                   what: str, owner: Machine | None = None) -> None:
+    """The cells ``(lanes, cols)`` of the TMEM of ``owner`` (default ``m``; a pair's MMA reads each
+    CTA's A in that CTA's TMEM) that an MMA issued by thread ``issuer`` of ``m`` reads as its A
+    operand: each written by a ``tcgen05.st``, none still in flight (before its warp's ``wait::st``),
+    and the issuer observed every storing thread's ``wait::st`` (module docstring; the clocks span
+    the cluster, so the odd CTA's stores are observed through a cluster barrier)."""
+    c = m if owner is None else owner
+    st = tmem_state(c)
     pend = st.st_pending[lanes, cols]
     if pend.any():
         i = np.argwhere(pend)[0]
@@ -431,15 +436,22 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
                "(tcgen05.wait::st, then a fenced barrier, before the MMA's issue)", thread=issuer,
                buffer="tmem",
                other_instr=st.st_instr.get(int(pend[tuple(i)])))
+    by = st.st_by[lanes, cols]
+    if (by == 0).any():
+        i = np.argwhere(by == 0)[0]
+        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cell (lane {int(lanes[tuple(i)])}, column "
+               f"{int(cols[tuple(i)])}) that no tcgen05.st wrote (A in TMEM is stored before the "
+               "MMA's issue, and the issuer synchronizes with the stores)", thread=issuer, buffer="tmem")
     if not m.options.check_races:
         return
     late = _unordered(m, issuer, st.st_by[lanes, cols], st.st_epoch[lanes, cols])
     if late is not None:
-        src = late[0] - m.shadow.clocks.off
+        src = late[0] - c.shadow.clocks.off
         m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {src} stored "
                f"(tcgen05.st) without the issuing thread {issuer} synchronizing with it after its "
-               "tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier, "
-               "tcgen05.fence::after_thread_sync before the issue)", thread=issuer, buffer="tmem")
+               "tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier - a cluster barrier for "
+               "the pair's other CTA - and tcgen05.fence::after_thread_sync before the issue)",
+               thread=issuer, buffer="tmem")
 
 
 def _unordered(m: Machine, issuer: int, by: np.ndarray,

@@ -339,8 +339,11 @@ class Shfl(Instr):
 
 @dataclass(eq=False)
 class ClusterBarrier(Instr):
-    """``fence.mbarrier_init.release.cluster``, then ``barrier.cluster.arrive.release`` and
+    """``fence.mbarrier_init.release.cluster`` (unless ``init_fence`` is False: no mbarrier was
+    initialized since the last one), then ``barrier.cluster.arrive.release`` and
     ``barrier.cluster.wait.acquire``: every thread of the cluster's CTAs arrives first."""
+
+    init_fence: bool = True
 
 
 @dataclass(eq=False)

@@ -25,8 +25,9 @@ CTA's thread issues for both, each CTA's A holds its 128 rows and its B half of 
 (``N/2``, the same shared offsets in both CTAs), and each CTA's rows of D are in its own TMEM in the
 same layout as one CTA's ``M = 128`` accumulator.
 
-**A from tensor memory** (``a_store`` given, a ``_TS`` atom, ``cta_group::1``, 128 threads): ``a``
-is a register tile; before the MMAs the threads write it into the ``a_columns`` TMEM columns of
+**A from tensor memory** (``a_store`` given, a ``_TS`` atom, 128 threads per CTA; a pair's: each
+CTA writes its own 128 rows into its own TMEM at the same columns): ``a`` is a register tile;
+before the MMAs the threads write it into the ``a_columns`` TMEM columns of
 the op (``arch.tmem.operand_a_layout``; ``a_sets`` = ``R`` sets of them when ``R - 1`` earlier
 executions of the op may be in flight at its store: execution ``e`` writes set ``e % R``) with
 ``a_store`` (``synth.tmem_choice.TmemOperandStore``:
@@ -35,7 +36,8 @@ executions of the op may be in flight at its store: execution ``e`` writes set `
 
 **A staged through shared memory** (``a_stage`` given, an ``_SS`` atom, A K-major): ``a`` is a
 register tile; before the MMAs the threads store it into a shared buffer the lowering allocates
-(one of a ring, ``ir.lower.umma``) in ``a_stage.layout`` (``synth.smem_stage.SmemOperandStage``)
+(one of a ring, ``ir.lower.umma``; a pair's: each CTA its own rows, at the same offsets) in
+``a_stage.layout`` (``synth.smem_stage.SmemOperandStage``)
 and the MMAs read it through descriptors as any shared A. ``a_tv`` is then ``a_stage.register_tv``.
 
 The same object answers the questions the register-layout solver asks a ``TiledMma``

@@ -290,14 +290,13 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
     operand layouts unless they are given.
 
     **The pair form** (a kernel launched in 2-CTA clusters, ``cluster=(2, 1, 1)``; sm_100a):
-    ``c`` of shape (M, N) with shared ``a`` (M, K) and shared
-    ``b`` of N/2 rows: ``b`` is this CTA's half of the B of its pair (the CTAs of ranks 2p and
-    2p + 1), and every CTA of the pair computes ``c += a @ concat(b of CTA 2p, b of CTA 2p+1)^T``
-    (columns [0, N/2) from the even CTA's ``b``, [N/2, N) from the odd one's). Synthesis runs it
-    as one ``tcgen05.mma.cta_group::2`` (M = 128 rows per CTA, the pair's 256; N up to 256) that
-    the even CTA issues; both CTAs' ``a`` and ``b`` must be in place (e.g. ``hl.cluster_sync()``
-    after they are written) before it, and each ``b`` stays read until the MMA's
-    ``hl.wgmma_wait``.
+    ``c`` (M, N), ``a`` (M, K) shared or in registers (each CTA's rows, a register ``a`` written to
+    each CTA's TMEM or shared buffer, a cluster barrier before the issue), shared ``b`` of N/2 rows:
+    ``b`` is this CTA's half of its pair's B (CTAs 2p, 2p + 1); each CTA computes ``c += a @
+    concat(b of CTA 2p, b of CTA 2p+1)^T``. Synthesis runs it as one ``tcgen05.mma.cta_group::2``
+    (M = 128 rows per CTA, the pair's 256; N up to 256) that the even CTA issues; both CTAs' ``a``
+    and ``b`` must be in place (e.g. ``hl.cluster_sync()`` after they are written) before it, and
+    each ``b`` stays read until the MMA's ``hl.wgmma_wait``.
 
     Args:
         a (Tile): the (M, K) left operand, register or shared.
@@ -322,16 +321,17 @@ def mma(a: Tile, b: Tile, c: Tile, atom: str | None = None,
         scale_a (Tile | None): block scales of ``a``: a shared ``u8`` tile of UE8M0 exponents of
             shape (M rounded up to a multiple of 128, K/32) (whole 128-row atoms of the factors'
             layout; rows past M are not read); ``a[m, k]`` counts ``2^(scale_a[m, k // 32] -
-            127)`` times (255: NaN). With ``scale_b``, fp8 (e4m3 / e5m2) shared operands, f32
-            ``c``: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb] - 127)) @ (b[:, kb] *
-            2^(scale_b[:, kb] - 127))^T`` over 32-wide K blocks ``kb``. Only sm_100a computes
-            it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, factors copied to TMEM with
-            ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM columns);
-            elsewhere synthesis refuses the op, naming it.
+            127)`` times (255: NaN). With ``scale_b``, fp8 (e4m3 / e5m2) operands (``b`` shared,
+            ``a`` shared or in registers), f32 ``c``: ``c (+)= sum_kb (a[:, kb] * 2^(scale_a[:, kb]
+            - 127)) @ (b[:, kb] * 2^(scale_b[:, kb] - 127))^T`` over 32-wide K blocks ``kb``. Only
+            sm_100a computes it (the block-scaled ``tcgen05.mma``, kind::mxf8f6f4, factors copied
+            to TMEM with ``tcgen05.cp``; synthesis lays out the scale tiles and their TMEM
+            columns); elsewhere synthesis refuses the op, naming it.
         scale_b (Tile | None): block scales of ``b``: shared ``u8`` (N rounded up to 128, K/32).
-        packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are shared ``u8`` (M, K/2) / (N, K/2)
-            tiles of packed FP4, element ``2j`` in the low nibble of byte ``j``; with scales of one
-            factor per ``VS`` K elements (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
+        packed (DType | None): ``hl.e2m1``: ``a`` / ``b`` are ``u8`` (M, K/2) / (N, K/2) tiles of
+            packed FP4 (``b`` shared, ``a`` shared or in registers), element ``2j`` in the low
+            nibble of byte ``j``; with scales of one factor per ``VS`` K elements
+            (``c (+)= sum_k a[:,k] sa[:,k//VS] b[:,k] sb[:,k//VS]``):
             ``u8`` (rows, K/32): MXFP4, UE8M0 (kind::mxf4 scale_vec::2X); ``ue4m3`` (rows, K/16):
             NVFP4 (kind::mxf4nvf4 4X); ``u8`` (rows, K/16): UE8M0 per 16. sm_100a; K % 64 == 0.
 
@@ -402,9 +402,10 @@ def _mma_tiles(ctx: Any, loc: Any, a: Any, b: Any, c: Any, packed: str | None = 
     require_scope(ctx, "mma", loc, tb, "b", (R, S))
     require_scope(ctx, "mma", loc, tc, "c (the accumulator)", (R,))
     if packed is not None:
-        for role, t in (("a", ta), ("b", tb)):
-            if t.value.type.dtype.name != "u8" or t.value.type.scope != Scope.SHARED:
-                raise ctx.error("mma", loc, f"packed=hl.{packed}: {role} must be a shared u8 tile of packed "
+        for role, t, scopes in (("a", ta, (Scope.SHARED, Scope.REGISTER)), ("b", tb, (Scope.SHARED,))):
+            if t.value.type.dtype.name != "u8" or t.value.type.scope not in scopes:
+                where = "a shared or register" if role == "a" else "a shared"
+                raise ctx.error("mma", loc, f"packed=hl.{packed}: {role} must be {where} u8 tile of packed "
                                 f"{packed} pairs (two FP4 values a byte); {role} is {describe(t.value)}")
     _check_mma_operands(ctx, loc, ta, tb, tc, packed)
     return ta, tb, tc
@@ -432,11 +433,11 @@ def _block_scales(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, scale_a: Any
         raise ctx.error("mma", loc, f"atom={atom}: a block-scaled mma's atom is chosen by synthesis (leave "
                         "atom= out)")
     if packed is None:
-        for role, t in (("a", ta), ("b", tb)):
-            if t.value.type.dtype.name not in ("e4m3", "e5m2") or t.value.type.scope != Scope.SHARED:
-                raise ctx.error("mma", loc, "block scales need fp8 (e4m3 / e5m2) operands in shared memory, "
-                                "or u8 tiles of packed e2m1 with packed=hl.e2m1; "
-                                f"{role} is {describe(t.value)}")
+        for role, t, scopes in (("a", ta, (Scope.SHARED, Scope.REGISTER)), ("b", tb, (Scope.SHARED,))):
+            if t.value.type.dtype.name not in ("e4m3", "e5m2") or t.value.type.scope not in scopes:
+                raise ctx.error("mma", loc, "block scales need fp8 (e4m3 / e5m2) operands, b in shared "
+                                "memory and a in shared memory or registers, or u8 tiles of packed e2m1 with "
+                                f"packed=hl.e2m1; {role} is {describe(t.value)}")
     if tc.value.type.dtype.name != "f32":
         raise ctx.error("mma", loc, f"block scales need an f32 accumulator; c is {describe(tc.value)}")
     k = ta.shape[1] * (2 if packed else 1)
@@ -484,11 +485,12 @@ def _check_mma_operands(ctx: Any, loc: Any, ta: Tile, tb: Tile, tc: Tile, packed
     if am != cm:
         raise ctx.error("mma", loc, f"a {da} but c {dc}; M differs ({am} vs {cm})")
     pair = (cn == 2 * bn and tuple(ctx.cluster or ()) in ((2,), (2, 1), (2, 1, 1))
-            and ta.value.type.scope == S and tb.value.type.scope == S)
+            and ta.value.type.scope in (R, S) and tb.value.type.scope == S)
     if bn != cn and not pair:
         raise ctx.error("mma", loc, f"b {db} but c {dc}; N differs ({bn} vs {cn})"
-                        + ("" if cn != 2 * bn else "; c may have twice b's rows only for shared a and b in a "
-                           "kernel of 2-CTA clusters (cluster=(2, 1, 1)): the pair form"))
+                        + ("" if cn != 2 * bn else "; c may have twice b's rows only for a shared b (a "
+                           "shared or in registers) in a kernel of 2-CTA clusters (cluster=(2, 1, 1)): the "
+                           "pair form"))
     fp8 = {"e4m3", "e5m2"}
     if ta.dtype != tb.dtype and not (ta.dtype.name in fp8 and tb.dtype.name in fp8):
         raise ctx.error("mma", loc, f"a {da} and b {db} have different element types")

@@ -599,6 +599,15 @@ def _cvt(m: Any, ins: Instruction, idx: Any) -> None:
         el = v.copy().view(np.uint8).reshape(-1, 2).view(NP[st[:-2]]).astype(np.float32)
         m.write(ins.operands[0], "u32", idx, _pack(el, dt))
         return
+    if dt in ("e4m3x2", "e5m2x2") and st in ("f16x2", "bf16x2"):   # half i -> byte i, rounded once
+        v = np.atleast_1d(np.asarray(m.read(ins.operands[1], "u32", idx), dtype=np.uint32))
+        halves = v.copy().view(np.uint16).reshape(-1, 2)
+        el = (halves.view(np.float16).astype(np.float32) if st == "f16x2"
+              else (halves.astype(np.uint32) << np.uint32(16)).view(np.float32))
+        q = np.stack([np.atleast_1d(convert(el[:, j], dt[:-2], "f32", parts)) for j in (0, 1)], axis=1)
+        pair = q.copy().view(np.uint8).reshape(-1, 2).astype(np.uint16)
+        m.write(ins.operands[0], "u16", idx, pair[:, 0] | (pair[:, 1] << np.uint16(8)))
+        return
     if "x2" in dt or "x2" in st:
         raise m.unsupported()
     v = m.read(ins.operands[1], st, idx)

@@ -505,8 +505,6 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
         blocks.append(_peer(m, t))
     rows_a, rows_b = M // group, N // group
     a_tmem = isinstance(ops[1], Addr)
-    if a_tmem and scaled:
-        raise m.unsupported("block-scaled MMAs with A in tensor memory")
     bdesc = _desc(m, ops[2], t, "B")
     adesc = None if a_tmem else _desc(m, ops[1], t, "A")
     a_base = int(m.address(ops[1], np.array([t]))[0]) if a_tmem else 0

@@ -101,12 +101,13 @@ def no_mma(s: Any, op: Mma) -> SynthesisError:
             why = ("tcgen05.mma reads B from shared memory and A from shared memory or (a register tile) "
                    "TMEM or a shared buffer synthesis stages it through")
         elif a.scope == Scope.REGISTER:
-            why = register_a_refusal(c.shape[0], c.shape[1], a.shape[1], a.dtype, b.dtype, c.dtype, threads,
-                                     op.scale_a is not None, group, s.other_accumulator_columns(op),
-                                     s.a_sets(op))
+            da, db, k, form = operand_form(op)
+            why = register_a_refusal(c.shape[0], c.shape[1], k, da, db, c.dtype, threads, form or False,
+                                     group, s.other_accumulator_columns(op), s.a_sets(op))
         else:
             da, db, k, form = operand_form(op)
             why = umma_refusal(c.shape[0], c.shape[1], k, da, db, c.dtype, threads, form or False, group)
+        why = s.pair_register_a_refusal(op) or why
         if op.atom is not None:
             why = f"atom={op.atom}: on sm_100a synthesis chooses the tcgen05 atom (leave atom= out)"
         if why:

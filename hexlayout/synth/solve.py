@@ -244,6 +244,20 @@ class _Synth:
         lo, hi = self.handoff.get(op.uid, (0, self.threads_of(op)))
         return hi - lo
 
+    def pair_register_a_refusal(self, op: Mma) -> str | None:
+        """Why a pair's mma (``c`` with twice ``b``'s rows) cannot take its register A where it runs:
+        the cluster barrier after the stores needs every thread of both CTAs, so the op must run
+        outside warp-group branches (None: it may, or it is not a pair's register-A mma)."""
+        if (self.arch != "sm_100a" or op.a.type.scope != Scope.REGISTER
+                or op.c.type.shape[1] != 2 * op.b.type.shape[0]):
+            return None
+        lo, hi = self.regions.get(id(op), (0, self.tk.launch.threads))
+        if (lo, hi) == (0, self.tk.launch.threads):
+            return None
+        return (f"a pair's register A (cta_group::2) is written by the threads running the mma, here threads "
+                f"[{lo}, {hi}); the cluster barrier between its stores and the even CTA's issue needs every "
+                "thread of both CTAs: run the mma outside warp-group branches, or give it a shared A")
+
     def class_threads(self) -> dict[int, int]:
         out: dict[int, int] = {}
         for op in self.tk.body.walk():
@@ -529,9 +543,9 @@ class _Synth:
     def mma_search(self) -> _MmaSearch:
         """The candidates of every mma op (an op with none is an error) and the search over them."""
         mma_ops = self.g.mmas
-        cands = {id(op): self.prefer_majors(op, mma_candidates(op, self.arch, self.mma_threads(op),
-                                                               self.other_accumulator_columns(op),
-                                                               self.a_sets(op)))
+        cands = {id(op): [] if self.pair_register_a_refusal(op) else
+                 self.prefer_majors(op, mma_candidates(op, self.arch, self.mma_threads(op),
+                                                       self.other_accumulator_columns(op), self.a_sets(op)))
                  for op in mma_ops}
         for op in mma_ops:
             if not cands[id(op)]:
@@ -699,9 +713,10 @@ class _Synth:
                                            a_source_comparison(chosen)))
             elif getattr(chosen, "a_stage", None) is not None:   # a register A staged through shared memory
                 m, n, k = chosen.tile_mnk
-                a, b, c = op.a.type, op.b.type, op.c.type
-                _, why = register_a_source(m, n, k, a.dtype, b.dtype, c.dtype, chosen.threads,
-                                           other_columns=self.other_accumulator_columns(op),
+                at = chosen.atom
+                _, why = register_a_source(m, n, k, at.a_dtype, at.b_dtype, op.c.type.dtype, chosen.threads,
+                                           (at.scale_type, at.scale_vec) if at.scale_type else False,
+                                           chosen.cta_group, other_columns=self.other_accumulator_columns(op),
                                            a_sets=self.a_sets(op))
                 alts.insert(0, Alternative("A written to TMEM for the _TS atom", "rejected",
                                            f"{why}; {a_source_comparison(chosen)}"))

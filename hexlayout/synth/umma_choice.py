@@ -36,7 +36,7 @@ execution of the op (one k-step group) and per warp:
   ``R x K x bits / 32`` TMEM columns beside the accumulator: ``R`` sets of A's columns, one more
   than the executions of the op whose MMAs may still read A at its store
   (``ir.mma_in_flight``; synthesis passes it as ``a_sets``), so no store rewrites an A in flight.
-  Only one warp group of one CTA (128 threads, ``cta_group::1``), no block scales, 8- or 16-bit A;
+  Only one warp group per CTA (128 threads), 8- or 16-bit A (block-scaled: fp8);
 * shared: ``S = M x K / (T x e)`` ``st.shared`` of ``e`` elements (16 bytes where the threads
   share the tile evenly) per thread and as many address computations, a ``fence.proxy.async``
   (tcgen05.mma reads through the async proxy), a barrier of the ``T`` threads and
@@ -52,12 +52,20 @@ bits / 16384`` ``st.shared.v4`` per thread: they tie at a single k-step of M = 6
 is cheaper from there on (M = 64, K = 64: 5 against 11), so shared memory is chosen where TMEM
 does not fit: two warp groups, A (all its sets) over 256 columns, A beside accumulators over 512
 columns.
+**A pair of CTAs** (``cta_group::2``) takes a register A the same two ways, each CTA writing its
+own 128 rows: into its own TMEM at the same columns (the ``SM100_2x1SM_256xNx16_..._TS`` atom reads
+A at one address in both CTAs) or into its own copy of the shared ring (the even CTA's descriptors
+name the same offsets in both CTAs); the barrier after the stores is then a cluster barrier, so the
+odd CTA's stores precede the even CTA's issue (same instruction count). **A block-scaled op**
+(kind::mxf8f6f4, fp8 A) takes a register A the same two ways: the ``[a-tmem]`` form
+(``SM100_128xNx32_F32{A}{B}_UE8M0_TS``: A's columns beside the accumulator's and the factors') or
+the shared ring; the FP4 kinds (kind::mxf4 / mxf4nvf4) stage a packed e2m1 register A (a u8 tile of
+``K / 2`` bytes a row) through the shared ring as 8-bit elements (their ``[a-tmem]`` form is not built).
 What neither source serves is refused (``register_a_refusal``, the diagnostic's reason): an op
-with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``), a pair
-of CTAs (``cta_group::2``: the odd CTA's stores would need a cluster barrier before the even
-CTA's issue), a block-scaled op, a tile no K-major canonical layout holds. ``explain`` shows the
-comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM holds (512 /
-the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
+with unboundedly many executions in flight at its store (``R`` over ``ir.mma_in_flight.MAX_RING``),
+what ``umma_refusal`` refuses (e.g. a block-scaled pair), a tile no K-major canonical layout holds.
+``explain`` shows the comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an
+SM holds (512 / the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
 them.
 
 **Whether a pair pays** (``pair_costs``, the choice of ``synth.cta_pair`` for a one-CTA program of
@@ -135,12 +143,14 @@ class ASourceCost:
         return self.moves + self.sync
 
 
-def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 1) -> dict[str, ASourceCost]:
+def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 1,
+                   cta_group: int = 1) -> dict[str, ASourceCost]:
     """The cost model of the module docstring for an ``m x k`` register A of ``bits``-bit elements
     run by ``threads`` threads: ``{"tmem": ..., "smem": ...}`` (a source absent when it cannot
     hold the tile: no ``tcgen05.st`` writes it, no K-major canonical layout holds it); ``a_sets``:
     ``R``, the sets of TMEM columns (or shared buffers) A rotates through, one per execution of the
-    op that may be in flight at its store plus one (``ir.mma_in_flight``).
+    op that may be in flight at its store plus one (``ir.mma_in_flight``); ``cta_group`` 2: a pair's
+    MMA, whose barrier after the stores is a cluster barrier (one instruction either way).
 
     Example:
         >>> c = a_source_costs(64, 64, 16)
@@ -148,18 +158,19 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 
         (1, 4, 8, 3)
     """
     out = {}
+    bar = "cluster barrier" if cta_group == 2 else "barrier"
     stage = smem_a_stage(m, k, bits, threads)
     if stage is not None:
         sts, width = stage.stores, stage.vector_elems * bits
         out["smem"] = ASourceCost("smem", 2 * sts, 3, 0, stage.nbytes * a_sets,
                                   f"{sts} st.shared.b{width} + {sts} address computations per thread, "
-                                  "fence.proxy.async, barrier, tcgen05.fence::after_thread_sync")
+                                  f"fence.proxy.async, {bar}, tcgen05.fence::after_thread_sync")
     cands = tmem_a_candidates(m, k, bits) if threads == 128 else []
     if cands:
         best = cands[0]
         out["tmem"] = ASourceCost("tmem", best.stores, 4, best.columns * a_sets, 0,
                                   f"{best.stores} tcgen05.st.{best.shape}.x{best.num} per warp, wait::st, "
-                                  "fence::before_thread_sync, barrier, fence::after_thread_sync")
+                                  f"fence::before_thread_sync, {bar}, fence::after_thread_sync")
     return out
 
 
@@ -196,19 +207,13 @@ def pair_costs(bm: int, bn: int, bk: int, bits: int) -> dict[int, PairCost]:
 
 
 def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                      scaled: bool = False, cta_group: int = 1,
+                      scaled: bool | tuple[str, int] = False, cta_group: int = 1,
                       other_columns: int = 0, a_sets: int = 1) -> tuple[str | None, str]:
     """Where a register A of an ``m x n x k`` tcgen05.mma goes (module docstring): ``("tmem",
     why not shared)``, ``("smem", why not TMEM)`` or ``(None, why neither)``; ``other_columns``: the
     TMEM columns of the kernel's other accumulators; ``a_sets``: the sets of A's ring
     (``a_source_costs``)."""
-    if scaled:
-        return None, ("a block-scaled tcgen05.mma on a register A is not built (its factors' tcgen05.cp "
-                      "reads shared tiles; stage A through a shared tile: hl.copy, then hl.mma on it)")
-    if cta_group != 1:
-        return None, ("a pair's tcgen05.mma (cta_group::2) on a register A is not built (the odd CTA's "
-                      "stores would need a cluster barrier before the even CTA's issue)")
-    why = umma_refusal(m, n, k, da, db, dc, threads)
+    why = umma_refusal(m, n, k, da, db, dc, threads, scaled, cta_group)
     if why is not None:
         return None, why
     if a_sets > MAX_RING:
@@ -216,9 +221,13 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
                       "wgmma_wait, nor a wait on a barrier its MMAs arrive on at a constant or ring index, "
                       "bounds them), so no ring of TMEM columns or shared buffers holds A: wait for the MMAs "
                       "before the mma runs again")
-    costs = a_source_costs(m, k, da.bits, threads, a_sets)
+    sk, sbits = _staged(k, da.bits)
+    costs = a_source_costs(m, sk, sbits, threads, a_sets, cta_group)
     t, sm = costs.get("tmem"), costs.get("smem")
-    if threads != 128:
+    if scaled and da.bits != 8:
+        why_t = (f"{da.name} A: the block-scaled tcgen05.mma reads A from TMEM (the [a-tmem] form) only "
+                 "for kind::mxf8f6f4 (fp8 A) here; packed e2m1 A is read through a descriptor")
+    elif threads != 128:
         why_t = f"{threads} threads: tcgen05.st writes A from one warp group's lanes (128 threads)"
     elif da.bits not in (8, 16):
         why_t = f"{da.name} A: only 8- and 16-bit A operands are read from TMEM"
@@ -240,8 +249,14 @@ def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, t
     return "smem", why_t
 
 
+def _staged(k: int, bits: int) -> tuple[int, int]:
+    """``(K, bits)`` of a register A as its shared buffer holds it: packed e2m1 (4-bit) A is a u8 tile
+    of ``K / 2`` bytes a row (``arch.fp4``), staged as 8-bit elements."""
+    return (k // 2, 8) if bits == 4 else (k, bits)
+
+
 def register_a_refusal(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,
-                       scaled: bool = False, cta_group: int = 1, other_columns: int = 0,
+                       scaled: bool | tuple[str, int] = False, cta_group: int = 1, other_columns: int = 0,
                        a_sets: int = 1) -> str | None:
     """Why no tcgen05 tiling takes a register A (None: TMEM or shared memory feeds it;
     ``register_a_source``)."""
@@ -323,7 +338,7 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             a_tmem = True
             stores = a_store_candidates(m, k, da.bits)
         else:
-            stage = smem_a_stage(m, k, da.bits, threads)
+            stage = smem_a_stage(m, *_staged(k, da.bits), threads)
         majors = tuple(dict.fromkeys(("K", bm) for _, bm in majors))
     m_atom = m * cta_group
     if cta_group == 2:
@@ -346,7 +361,8 @@ def umma_tilings(m: int, n: int, k: int, da: DType, db: DType, dc: DType, thread
             for am, bm in majors:
                 src = "TS" if a_tmem else "SS"
                 name = (umma_block_scaled_atom(m_atom, atom_n, da, db, cta_group, scale_type=form[0],
-                                               vs=form[1]).name if form else
+                                               vs=form[1], a_source="tmem" if a_tmem else "smem").name
+                        if form else
                         f"SM100_{pair}{m_atom}x{atom_n}x{256 // da.bits}_{dc.cute}{da.cute}{db.cute}_{src}")
                 atom = get_atom(name, b_major=bm) if a_tmem else get_atom(name, a_major=am, b_major=bm)
                 for a_store in stores:
@@ -431,7 +447,7 @@ def a_source_comparison(tu: TiledUmma) -> str:
     """Why ``tu`` feeds its register A through TMEM rather than shared memory, or the reverse: the
     cost model's numbers for both (``explain`` shows it beside the choice)."""
     m, _, k = tu.tile_mnk
-    c = a_source_costs(m, k, tu.atom.a_dtype.bits, tu.threads, tu.a_sets)
+    c = a_source_costs(m, *_staged(k, tu.atom.a_dtype.bits), tu.threads, tu.a_sets, tu.cta_group)
     t, sm = c.get("tmem"), c.get("smem")
     ring = f" in {tu.a_sets} sets" if tu.a_sets > 1 else ""
     shared = (f"{sm.instructions} instructions ({sm.detail}; {sm.smem_bytes} bytes{ring or ' per stage'})"

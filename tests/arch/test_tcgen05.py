@@ -37,8 +37,8 @@ def test_sm100a_target_and_atoms_listed() -> None:
     # shapes: cta_group::1 M=64 (N%8), M=128 (N%16); cta_group::2 M=128 (N%32), M=256 (N%16)
     assert (len(umma_n_values(1, 64)), len(umma_n_values(1, 128)), len(umma_n_values(2, 128)),
             len(umma_n_values(2, 256))) == (32, 16, 8, 16)
-    # dense: 72 shapes x 6 type combinations x SS/TS; block-scaled (SS): 48 shapes x (4 mxf8f6f4 + 4 FP4)
-    assert len(UMMA) == 72 * 6 * 2 + (32 + 16) * (4 + 4)
+    # dense: 72 shapes x 6 type combinations x SS/TS; block-scaled: 48 shapes x (4 mxf8f6f4 x SS/TS + 4 FP4)
+    assert len(UMMA) == 72 * 6 * 2 + (32 + 16) * (4 * 2 + 4)
     assert set(UMMA) <= set(list_atoms("sm_100a", "mma"))
     assert not set(UMMA) & set(list_atoms("sm_90a")) and not set(UMMA) & set(list_atoms("sm_80"))
     assert not set(list_atoms(kind="wgmma")) & set(list_atoms("sm_100a"))  # Blackwell has no wgmma

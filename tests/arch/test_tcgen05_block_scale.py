@@ -21,7 +21,8 @@ from hexlayout.arch.block_scale import (
     scale_tmem_layout,
     to_ue8m0,
 )
-from hexlayout.arch.dtypes import E4M3, E5M2
+from hexlayout.arch.dtypes import E2M1, E4M3, E5M2
+from hexlayout.arch.sm100 import umma_block_scaled_atom
 from hexlayout.arch.tcgen05 import InstrDescriptorBlockScaled, UmmaDescriptor
 from hexlayout.arch.tcgen05_cp import CP_SHAPES, cp_smem_addresses, tmem_cp_layout
 from hexlayout.arch.tcgen05_ops import tcgen05_ptx
@@ -62,6 +63,15 @@ def test_block_scaled_atoms() -> None:
                 "SM100_2x1SM_256x24x32_F32E4M3E4M3_UE8M0_SS", "SM100_128x64x32_F32E4M3E4M3_UE8M0_TS"):
         assert bad not in names
     assert get_atom("SM100_128x64x32_F32E4M3E4M3_UE8M0_SS", b_major="MN").b_major == "MN"
+    # the [a-tmem] form (PTX ISA: tcgen05.mma...block_scale [d], [a], b_desc, idesc, [sfa], [sfb], p):
+    # fp8 kinds only, A K-major, the same shapes
+    ts = [n for n in list_atoms(kind="tcgen05") if n.endswith("UE8M0_TS")]
+    assert sorted(t[:-3] for t in ts) == sorted(n[:-3] for n in names)
+    t = get_atom("SM100_128x64x32_F32E4M3E5M2_UE8M0_TS", b_major="MN")
+    assert (t.a_source, t.a_major, t.b_major, t.ptx) == ("tmem", "K", "MN", a.ptx)
+    assert t.ptx_operands.startswith("[d_tmem], [a_tmem], b_desc, idesc, [sfa_tmem], [sfb_tmem]")
+    with pytest.raises(ValueError, match="A from tensor memory is built for kind::mxf8f6f4"):
+        umma_block_scaled_atom(128, 64, E2M1, E2M1, a_source="tmem")
 
 
 @pytest.mark.parametrize(("a", "b", "m", "n", "am", "bm", "sfa", "sfb"), [

@@ -72,6 +72,12 @@ CASES = {
     "cvt.sat.u8.s32": ("cvt.sat.u8.s32 %rs1, 300;\n cvt.u32.u16 %r10, %rs1;", (255, 0)),
     "cvt.rn.satfinite.e4m3x2.f32": ("cvt.rn.satfinite.e4m3x2.f32 %rs1, 0f3F800000, 0f44000000;\n"
                                     " cvt.u32.u16 %r10, %rs1;", (0x387E, 0)),
+    "cvt.rn.satfinite.e4m3x2.f16x2 half i to byte i": ("mov.b32 %r1, 0x3C006000;\n"
+                                                        " cvt.rn.satfinite.e4m3x2.f16x2 %rs1, %r1;\n"
+                                                        " cvt.u32.u16 %r10, %rs1;", (0x387E, 0)),
+    "cvt.rn.satfinite.e5m2x2.f16x2 saturates": ("mov.b32 %r1, 0x7BFFBC00;\n"
+                                                " cvt.rn.satfinite.e5m2x2.f16x2 %rs1, %r1;\n"
+                                                " cvt.u32.u16 %r10, %rs1;", (0x7BBC, 0)),
     "add.f16x2": ("mov.b32 %r1, 0x3C004000;\n add.rn.f16x2 %r10, %r1, %r1;", (0x40004400, 0)),
     "mul.bf16x2": ("mov.b32 %r1, 0x3F804000;\n fma.rn.bf16x2 %r10, %r1, %r1, %r1;", (0x400040C0, 0)),
     "mov.b32 packs lo first": ("mov.b16 %rs1, 0x1111;\n mov.b16 %rs2, 0x2222;\n mov.b32 %r10, {%rs1, %rs2};",

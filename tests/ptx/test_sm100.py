@@ -329,3 +329,78 @@ def test_register_a_staged_through_shared_memory() -> None:
     assert "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p" in bld.generated.source  # A: descriptor
     assert "[tcgen05.st of the register A operand]" not in bld.generated.source
     np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)
+
+
+# --- a register A of a pair's and of a block-scaled MMA ----------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_pair_register_a_from_the_ptx(threads: int) -> None:
+    """A pair's register A, executed from the PTX against float64 (ragged M, N, K): one warp group
+    writes each CTA's rows into its own TMEM (``tcgen05.st``, the ``[a_tmem]`` form of
+    ``tcgen05.mma.cta_group::2``), two warp groups stage them in each CTA's shared ring
+    (``st.shared.v4``, descriptors); a cluster barrier after the stores either way."""
+    from tests.emulator.test_tcgen05_register_a_forms import pair_args, pair_gemm
+
+    bld = rt.build(pair_gemm(threads), "sm_100a", compile=False)
+    args, want = pair_args()
+    rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
+    assert rep.opcodes.get("tcgen05.mma.cta_group::2.kind::f16")
+    assert rep.opcodes.get("barrier.cluster.arrive.release.aligned", 0) >= 2 * 2 * 3   # 2 per k-tile and CTA
+    a_tmem = "tcgen05.mma.cta_group::2.kind::f16 [%0], [%1], %2" in bld.generated.source
+    assert a_tmem == (threads == 128)
+    stores = bool(rep.opcodes.get("tcgen05.st.sync.aligned.32x32b.x32.b32"))
+    assert stores == (threads == 128), sorted(rep.opcodes)
+    assert any(op.startswith("st.shared.v4") for op in rep.opcodes) == (threads == 256), sorted(rep.opcodes)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_pair_register_a_rewritten_under_the_inflight_mma_is_reported_from_the_ptx(monkeypatch) -> None:
+    """One set of TMEM columns for the pair's A under ``wgmma_wait(1)``: the executor reports the
+    store of k-tile 1 into the columns the MMA of k-tile 0 still reads."""
+    import hexlayout.ir.lower.umma as lu
+    from tests.emulator.test_tcgen05_register_a_forms import pair_args, pair_gemm
+
+    real = lu.a_ranges
+
+    def one_set(lw):
+        ranges, depth, sets = real(lw)
+        return ranges, {u: 1 for u in depth}, {r: 1 for r in sets}
+
+    monkeypatch.setattr(lu, "a_ranges", one_set)
+    monkeypatch.setenv("HEXLAYOUT_BUILD_CACHE", "0")
+    bad = rt.build(pair_gemm(128), "sm_100a", compile=False)
+    with pytest.raises(PtxError, match="is still read as its A operand by the tcgen05.mma"):
+        rt.emulate(bad, *pair_args()[0].values(), mode="ptx")
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_block_scaled_register_a_from_the_ptx(threads: int) -> None:
+    """A block-scaled (kind::mxf8f6f4) MMA on an fp8 register A converted from f16 in registers
+    (``cvt.rn.satfinite.e4m3x2.f16x2``), written to TMEM (one warp group: the ``[a_tmem]`` form) or
+    staged through shared memory (two), its factors copied with ``tcgen05.cp``: executed from the
+    PTX against float64 (ragged M, N, K)."""
+    from tests.emulator.test_tcgen05_register_a_forms import bs_args, bs_gemm
+
+    bld = rt.build(bs_gemm(threads), "sm_100a", compile=False)
+    args, want = bs_args()
+    rep = rt.emulate(bld, *args.values(), mode="ptx")
+    mma = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X"
+    assert rep.opcodes.get(mma), sorted(rep.opcodes)
+    assert bool(rep.opcodes.get("tcgen05.st.sync.aligned.32x32b.x32.b32")) == (threads == 128)
+    assert any(op.startswith("st.shared.v4") for op in rep.opcodes) == (threads == 256), sorted(rep.opcodes)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_fp4_register_a_from_the_ptx() -> None:
+    """MXFP4 (kind::mxf4) on a packed e2m1 register A negated in registers (``^ 0x88``) and staged
+    through shared memory as 128-byte rows: executed from the PTX against float64 (ragged M, N, K)."""
+    from tests.emulator.test_tcgen05_register_a_forms import fp4_args, fp4_gemm
+
+    bld = rt.build(fp4_gemm(), "sm_100a", compile=False)
+    args, want = fp4_args()
+    rep = rt.emulate(bld, *args.values(), mode="ptx")
+    mma = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.scale_vec::2X"
+    assert rep.opcodes.get(mma), sorted(rep.opcodes)
+    assert any(op.startswith("st.shared.v4") for op in rep.opcodes), sorted(rep.opcodes)
+    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

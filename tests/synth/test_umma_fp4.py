@@ -165,7 +165,7 @@ def _bad(which: str):
 @pytest.mark.parametrize(("which", "words"), [
     ("ue4m3_2x", "ue4m3 factors are not valid"),
     ("e4m3_16", "take one factor per 32 K elements, not 16"),
-    ("e4m3_packed", "a must be a shared u8 tile of packed e2m1 pairs"),
+    ("e4m3_packed", "a must be a shared or register u8 tile of packed e2m1 pairs"),
     ("no_scales", "give scale_a and scale_b"),
     ("mixed", "scale_b %"),
 ])

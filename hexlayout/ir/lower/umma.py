@@ -391,7 +391,7 @@ class TmemState:
                 taddr = base + (lane0 + lane) * TMEM_DP + col + c
                 out.append(Tcgen05St(s.shape, s.num, taddr, RegRef(a.array, q * regs, regs), loc=o.loc))
             self.a_stored.add(o.uid)
-        sync = [Tcgen05Wait("st"), Tcgen05Fence("before_thread_sync"), lw.region_barrier(),
+        sync = [Tcgen05Wait("st"), Tcgen05Fence("before_thread_sync"), self.a_barrier(lw, run[-1][0]),
                 Tcgen05Fence("after_thread_sync")]
         for ins in sync:
             ins.loc = run[-1][0].loc
@@ -399,6 +399,19 @@ class TmemState:
         for ins in out:
             ins.origin = "tcgen05.st of the register A operand"
         return out
+
+    def a_barrier(self, lw: Any, op: Mma) -> Instr:
+        """The barrier between the stores of ``op``'s register A and its issue: of the threads running
+        the op, or (a pair's MMA) of the cluster, so that the odd CTA's stores precede the even CTA's
+        issue; a pair's register A written by a warp role (not every thread of the CTA) is an error."""
+        if self.group == 1:
+            return lw.region_barrier()
+        if lw.group_threads[-1] != (0, lw.threads):
+            lo, hi = lw.group_threads[-1]
+            raise ValueError(f"the register A %{op.a.name} of a pair's tcgen05.mma (cta_group::2) is "
+                             f"written by threads [{lo}, {hi}); the cluster barrier before the even CTA's "
+                             "issue needs every thread of both CTAs: write it outside warp-group branches")
+        return ClusterBarrier(init_fence=False)
 
     def stage_a(self, lw: Any, op: Mma, tu: TiledUmma, a: RegisterTile) -> tuple[list[Instr], SharedTileView,
                                                                                list[Instr]]:
@@ -432,7 +445,7 @@ class TmemState:
         plan = lower_reg_mem(a, view, False, lw.gtid, op.a.type.dtype.bits)
         if isinstance(plan, str):
             raise ValueError(f"the register A %{op.a.name} staged through shared memory: {plan}")
-        out = plan.instrs + [FenceProxyAsync(), lw.region_barrier(), Tcgen05Fence("after_thread_sync")]
+        out = plan.instrs + [FenceProxyAsync(), self.a_barrier(lw, op), Tcgen05Fence("after_thread_sync")]
         for ins in out + bump:
             ins.origin = "st.shared of the register A operand"
         return out, view, bump
