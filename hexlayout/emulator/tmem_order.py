@@ -86,9 +86,11 @@ class TmemOrder:
         self.ld_epoch[lanes, cols] = LD_IN_FLIGHT
         self.ld_cells.setdefault(warp, []).append((lanes, cols, threads, gids))
 
-    def loads_in_flight(self, cols: np.ndarray) -> bool:
-        """Whether a load not yet waited for reads one of the columns ``cols``."""
-        return any(np.isin(c, cols).any() for lst in self.ld_cells.values() for _l, c, _t, _g in lst)
+    def load_in_flight(self, cols: np.ndarray) -> int | None:
+        """The warp key of a load not yet waited for that reads one of the columns ``cols`` (None:
+        there is none)."""
+        hits = (w for w, lst in self.ld_cells.items() for _l, c, _t, _g in lst if np.isin(c, cols).any())
+        return next(hits, None)
 
     def wait_ld(self, warp: int) -> None:
         """``tcgen05.wait::ld`` of warp key ``warp``: its loads completed, not yet fenced."""
@@ -138,6 +140,14 @@ class TmemOrder:
             ep = np.broadcast_to(np.array([epochs_of[int(t)] for t in threads], dtype=np.int64)[:, None],
                                  lanes.shape)
             self.st_epoch[lanes[mine], cols[mine]] = ep[mine]
+
+    def store_in_flight(self, lanes: np.ndarray, cols: np.ndarray) -> Unordered | None:
+        """The first of the cells a ``tcgen05.st`` wrote whose warp has not run ``wait::st``."""
+        hit = (self.st_by[lanes, cols] > 0) & (self.st_epoch[lanes, cols] == ST_IN_FLIGHT)
+        if not hit.any():
+            return None
+        i = tuple(np.argwhere(hit)[0])
+        return Unordered(int(self.st_by[lanes, cols][i]) - 1, int(lanes[i]), int(cols[i]), ST_IN_FLIGHT)
 
     def unordered_store(self, lanes: np.ndarray, cols: np.ndarray, me: int,
                         row: np.ndarray) -> Unordered | None:

@@ -28,6 +28,8 @@ def _config(name: str):
     cfgs = CONFIGS["sm_100a"]
     if name == "small persistent pair":          # built for 200 x 64: GRID = 1, one pair walks every tile
         return GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, persistent=True, cluster=2)
+    if name == "small persistent":               # ... one CTA walks every tile
+        return GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, persistent=True, cluster=1)
     if name in ("pair", "persistent pair"):
         return next(c for c in cfgs if c.cluster == 2 and c.persistent == (name == "persistent pair"))
     if name == "persistent":
@@ -45,7 +47,7 @@ _BUILDS: dict[str, object] = {}
 
 def _build(name: str):
     if name not in _BUILDS:
-        n = 64 if name == "small persistent pair" else 200
+        n = 64 if name.startswith("small persistent") else 200
         _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, n, compile=False)
     return _BUILDS[name]
 
