@@ -28,7 +28,7 @@ from .alu import HANDLERS, _reg
 from .cluster import cluster_barrier, release_clusters
 from .errors import PtxDeadlockError, PtxError
 from .machine import BARRIER, CONVERGE, EXITED, RUN, WAIT, GlobalRegion, Machine
-from .mbarrier import describe_waits, land_all, try_wait
+from .mbarrier import describe_waits, land_all, mbarrier_waits, try_wait
 from .memops import CpAsyncQueue
 from .parse import Imm, Instruction, Module, Sym, parse_ptx
 from .srcmap import SourceMap
@@ -314,7 +314,7 @@ def _deadlock(m: Machine) -> None:
     m.ins = ins
     raise PtxDeadlockError(
         f"threads wait at barrier {bid} ({ins.opcode}) where {arrived} of the {need} expected "
-        "threads arrived, and no other thread can run",
+        f"threads arrived, and no other thread can run{mbarrier_waits(m)}",
         **m.where(t),
     )
 

@@ -47,7 +47,7 @@ from .machine import EXITED, RUN, SHARED_WINDOW, WAIT, Machine
 from .parse import Instruction
 
 __all__ = ["Mbarrier", "barrier_index", "arrive", "complete_tx", "try_wait", "describe_waits",
-           "pend_transaction", "pend_commit", "land", "land_all"]
+           "mbarrier_waits", "pend_transaction", "pend_commit", "land", "land_all"]
 
 
 @dataclass
@@ -294,4 +294,20 @@ def describe_waits(m: Machine) -> PtxDeadlockError | None:
         if b is not None
         else "threads wait on a cluster barrier, "
     )
-    return PtxDeadlockError(what + f"and none of the {live} live threads can run", **m.where(t))
+    also = mbarrier_waits(m) if b is None else ""
+    return PtxDeadlockError(what + f"and none of the {live} live threads can run{also}", **m.where(t))
+
+
+def mbarrier_waits(m: Machine, limit: int = 3) -> str:
+    """The mbarrier waits of parked threads, for a deadlock message (empty when none): per barrier
+    its phase and pending counts, the first waiting thread and the PTX line of its wait."""
+    parked = np.nonzero((m.state == WAIT) & (m.waiting_on >= 0))[0]  # type: ignore[attr-defined]
+    out = []
+    for key in list(dict.fromkeys(int(k) for k in m.waiting_on[parked]))[:limit]:  # type: ignore[attr-defined]
+        t = int(parked[m.waiting_on[parked] == key][0])  # type: ignore[attr-defined]
+        b = _table(m).get(key)
+        ins = m.entry.body[int(m.pc[t])]
+        state = "" if b is None else f" (phase {b.phase}: {b.pending} of {b.expected} arrivals pending)"
+        out.append(f"thread {int(m.tid[t])} of block {m.blocks[key // m.smem_size]} waits on the mbarrier "
+                   f"at shared offset {key % m.smem_size}{state} at PTX line {ins.line}: `{ins.text}`")
+    return "; meanwhile " + "; ".join(out) if out else ""
