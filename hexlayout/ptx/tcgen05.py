@@ -48,13 +48,26 @@ Family Instructions"), executed from the printed PTX with the semantics of the I
   is an error.
 * ``tcgen05.ld`` / ``tcgen05.st .sync.aligned.{shape}.xN.b32`` (a whole warp): registers from /
   to ``tmem_copy_layout(shape, N)`` at the address, which must lie in the warp's lane quarter
-  (``warp % 4``); ``tcgen05.wait::ld`` / ``wait::st`` (loads and stores are performed at issue);
-  ``tcgen05.fence::before_thread_sync`` / ``after_thread_sync``: no effect on the CPU.
+  (``warp % 4``); loads and stores are performed at issue, ``tcgen05.wait::ld`` / ``wait::st``
+  and ``tcgen05.fence::before_thread_sync`` order them (below); ``fence::after_thread_sync``: no
+  effect on the CPU.
+* Ordering, by the vector clocks of ``ptx.clocks`` (barriers, mbarrier arrivals and waits, cluster
+  barriers, ``bar.warp.sync``) and the rules the IR emulator checks (``emulator.tmem_order``,
+  shared with it), each a ``PtxRaceError`` at the instruction: an MMA writing cells that another
+  thread (of either CTA of a pair) read with ``tcgen05.ld`` unless that read was waited for
+  (``wait::ld``), fenced (``fence::before_thread_sync``) and released to the issuer (a barrier, an
+  arrival the issuer waited on: the accumulator's empty barrier); a ``tcgen05.ld`` of cells whose
+  MMA's commit arrived by a thread that has not observed the arrival (acquired the barrier's
+  phase); an MMA reading A cells a ``tcgen05.st`` wrote before that store's ``wait::st``, or after
+  it but unordered with the storing thread; a ``tcgen05.dealloc`` of columns a load not yet
+  waited for reads. The clocks are cumulative per barrier (a waiter acquires every release so
+  far), which can hide a missing release, never report a false one.
 
-Not modelled: a register of a ``tcgen05.ld`` read before ``tcgen05.wait::ld`` (registers have no
-pending marks here), the happens-before of a ``tcgen05.ld`` after the commit it reads (the IR
-emulator's vector clocks; here, the cells are pending until the arrival lands), sparse and
-``.ws`` MMAs, f16 accumulators, kind::tf32 / i8, kind::mxf8f6f4 with e2m1 / e2m3 / e3m2 operands.
+* The destination registers of a ``tcgen05.ld`` are in flight until its warp's ``wait::ld``: an
+  instruction reading one before is a ``PtxRaceError`` naming the load (``Machine.pend_regs``).
+
+Not modelled: sparse and ``.ws`` MMAs, f16 accumulators, kind::tf32 / i8, kind::mxf8f6f4 with
+e2m1 / e2m3 / e3m2 operands.
 """
 
 from __future__ import annotations
@@ -763,6 +776,7 @@ def _ld_st(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
             _check_observed(m, warp, st, lanes, cols)
             for j, r in enumerate(regs):
                 m.write(r, "b32", warp, st.cells[lanes[:, j], cols[:, j]])
+            m.pend_regs([r.name for r in regs], warp, ins)
             if clk is not None:
                 st.order.load(key, lanes, cols, warp, clk.col[warp])
                 st.loads[key] = (ins, w)
@@ -788,6 +802,7 @@ def _wait(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
         t = int(warp[0])
         st, key = tmem_of(m, int(m.blk[t])), int(m.warp[t])
         if kind == "wait::ld":
+            m.clear_pending(warp)
             st.order.wait_ld(key)
             st.loads.pop(key, None)
         elif clk is not None:

@@ -302,12 +302,18 @@ def test_small_persistent_accumulator_stages_match_float64() -> None:
 @pytest.mark.parametrize(("name", "group"), [("small persistent", 1), ("small persistent pair", 2)])
 def test_accumulator_released_before_its_reads_are_ordered_is_caught(name: str, group: int,
                                                                     mutation: str) -> None:
-    """The first stage's epilogue with its ``tcgen05.fence::before_thread_sync`` or its
-    ``tcgen05.wait::ld`` dropped, or its release of acc_empty moved before its ``tcgen05.ld``: the
-    MMAs of the third tile (the same stage, 4 or 6 tiles of 300 x 104) overwrite an accumulator whose
-    reads they are not ordered after - an error at the ``tcgen05.mma`` naming the reading thread."""
+    """The first stage's epilogue with its ``tcgen05.fence::before_thread_sync`` dropped, or its
+    release of acc_empty moved before its ``tcgen05.ld``: the MMAs of the third tile (the same
+    stage, 4 or 6 tiles of 300 x 104) overwrite an accumulator whose reads they are not ordered
+    after - an error at the ``tcgen05.mma`` naming the reading thread. With its ``tcgen05.wait::ld``
+    dropped, the first read of a loaded register is the error, naming the ``tcgen05.ld``."""
     pattern, repl, flags = _MUTATIONS[mutation](name)
     bad = _mutated(name, pattern, repl, flags)
+    if mutation == "no wait::ld":       # the first use of the load's registers is already an error
+        with pytest.raises(PtxRaceError, match=r"reads register %\w+, which the tcgen05\.ld\S* at PTX line "
+                           r"\d+ still writes \(tcgen05\.wait::ld first\)"):
+            _run(name, 300, 104, 40, source=bad)
+        return
     want = (rf"tcgen05\.mma\.cta_group::{group}\.kind::f16: D: writes TMEM cell \(lane \d+, column \d+\) "
             r"that thread \d+ reads with tcgen05\.ld, without the issuing thread \d+ being ordered after "
             r"that read(.|\n)*at PTX line \d+: `tcgen05\.mma")
@@ -324,15 +330,6 @@ def test_dropped_accumulator_release_is_a_deadlock_naming_the_wait(name: str) ->
             r"0: (128 of 128|8 of 8) arrivals pending\) at PTX line \d+: `mbarrier\.try_wait")
     with pytest.raises(PtxDeadlockError, match=want):
         _run(name, 300, 104, 40, source=bad)
-
-
-def test_dealloc_before_wait_ld_is_an_error() -> None:
-    """The epilogue's ``tcgen05.wait::ld`` dropped (one tile per CTA): the dealloc frees columns whose
-    load has not completed."""
-    bad = _mutated("m64", _WAIT_LD, ";")
-    with pytest.raises(PtxRaceError, match=r"tcgen05\.dealloc\S*: columns \[0, \d+\) before the tcgen05\.ld "
-                       r"of warp \d+ \(PTX line \d+\) that reads them completed"):
-        _run("m64", 64, 56, 136, source=bad)
 
 
 def test_accumulator_read_without_observing_its_commit_is_caught() -> None:
