@@ -454,6 +454,7 @@ def _readable(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray, w
                 PtxRaceError,
                 buffer="tmem",
             )
+    _check_observed(m, np.array([t]), st, lanes.reshape(1, -1), cols.reshape(1, -1), f"{what}: ")
     return st.future[lanes, cols]
 
 
@@ -828,9 +829,12 @@ def _who(m: Machine, b: int, g: int) -> str:
     return f"thread {tid}" + ("" if peer == b else f" of block {m.blocks[peer]} (cluster rank {rank})")
 
 
-def _check_observed(m: Machine, warp: np.ndarray, st: TmemCta, lanes: np.ndarray, cols: np.ndarray) -> None:
-    """A ``tcgen05.ld`` by ``warp`` of cells a completed MMA / copy wrote: each reading thread
-    observed its commit's arrival (acquired a clock holding the committing thread's epoch there)."""
+def _check_observed(m: Machine, warp: np.ndarray, st: TmemCta, lanes: np.ndarray, cols: np.ndarray,
+                    what: str = "") -> None:
+    """The threads ``warp`` (row ``i`` reads the cells ``lanes[i], cols[i]``: a ``tcgen05.ld``, or
+    the issuer of an MMA reading A / scale factors in TMEM) read cells a completed MMA / copy wrote:
+    each observed its commit's arrival (acquired a clock holding the committing thread's epoch
+    there)."""
     clk = getattr(m, "clocks", None)
     if clk is None or m.races is None:
         return
@@ -840,9 +844,10 @@ def _check_observed(m: Machine, warp: np.ndarray, st: TmemCta, lanes: np.ndarray
         rows = np.flatnonzero((wr == ident).any(axis=1) & (clk.c[warp, g] < epoch))
         if len(rows):
             r = int(warp[rows[0]])
-            raise _fail(m, r, f"reads TMEM cells whose {mma.opcode.split('.')[1]}'s tcgen05.commit arrived "
-                        f"(PTX line {mma.line}), but thread {int(m.tid[r])} has not observed that arrival "
-                        "(wait on the commit's mbarrier first)", PtxRaceError, buffer="tmem")
+            kind = mma.opcode.split(".")[1]
+            raise _fail(m, r, f"{what}reads TMEM cells that the tcgen05.{kind} at PTX line {mma.line} wrote, "
+                        f"whose tcgen05.commit arrived, but thread {int(m.tid[r])} has not observed that "
+                        "arrival (wait on the commit's mbarrier first)", PtxRaceError, buffer="tmem")
 
 
 def _check_loads_done(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray) -> None:

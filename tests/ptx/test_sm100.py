@@ -336,8 +336,8 @@ def test_accumulator_read_without_observing_its_commit_is_caught() -> None:
     """Only the first epilogue warp waits on the accumulator's barrier (which lands the commit): the
     other warps' ``tcgen05.ld`` reads completed cells without having observed the arrival."""
     bad = _mutated("m64", r"(hl_mbar_wait\(smem_base \+ \d+, tc_commits\[0\])", r"if (tid / 32 % 4 == 0) \1")
-    with pytest.raises(PtxRaceError, match=r"tcgen05\.ld\S*: reads TMEM cells whose mma's tcgen05\.commit "
-                       r"arrived \(PTX line \d+\), but thread \d+ has not observed that arrival"):
+    with pytest.raises(PtxRaceError, match=r"tcgen05\.ld\S*: reads TMEM cells that the tcgen05\.mma at PTX "
+                       r"line \d+ wrote, whose tcgen05\.commit arrived, but thread \d+ has not observed"):
         _run("m64", 64, 56, 136, source=bad)
 
 
