@@ -241,7 +241,9 @@ class Machine:
         """Registers ``names`` of ``threads`` are written by the asynchronous ``ins`` until
         ``clear_pending(threads)``."""
         for n in names:
-            p = self.reg_pending.setdefault(n, np.zeros(self.T, dtype=bool))
+            p = self.reg_pending.get(n)
+            if p is None:
+                p = self.reg_pending[n] = np.zeros(self.T, dtype=bool)
             p[threads] = True
             self.reg_pending_ins[n] = ins
 
