@@ -37,6 +37,7 @@ source line):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -330,19 +331,29 @@ def _check_observed(m: Machine, ins: Instr, warp: np.ndarray, lanes: np.ndarray,
                    thread=int(warp[rows[0]]), buffer="tmem", other_instr=mma)
 
 
+def _warp_cells(m: Machine, ins: Tcgen05Ld | Tcgen05St, x: Active, regs: Any, what: str,
+                verb: str) -> Iterator[tuple[np.ndarray, dict[Any, Any], np.ndarray, np.ndarray]]:
+    """Per whole warp of ``x`` executing the ``tcgen05.ld`` / ``st`` ``ins``: ``(warp, env, lanes,
+    cols)``, the ``[32, R]`` TMEM cells of its fragment, each checked to be allocated, and its
+    register slice ``regs`` checked to hold the ``R`` 32-bit registers per thread the access
+    moves (``verb``: "load writes" / "store reads", for the error)."""
+    for warp in whole_units(m, ins, x.tids, 32, what):
+        env = {**x.env, m.tvar: warp}
+        lanes, cols = _fragment_cells(m, ins, warp, env)
+        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), what)
+        if m.reg_bytes_of(regs) != 4 * lanes.shape[1]:
+            m.fail(IllegalInstructionError, ins, f"{what}.{ins.shape}.x{ins.num}: register slice "
+                   f"{regs.array.name} holds {m.reg_bytes_of(regs)} bytes, the {verb} "
+                   f"{lanes.shape[1]} 32-bit registers per thread")
+        yield warp, env, lanes, cols
+
+
 def tcgen05_ld(m: Machine, ins: Tcgen05Ld, x: Active) -> None:
     if not len(x.tids):
         return
     st = tmem_state(m)
-    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.ld"):
-        env = {**x.env, m.tvar: warp}
-        lanes, cols = _fragment_cells(m, ins, warp, env)
-        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.ld")
+    for warp, env, lanes, cols in _warp_cells(m, ins, x, ins.dst, "tcgen05.ld", "load writes"):
         _check_observed(m, ins, warp, lanes, cols)
-        if m.reg_bytes_of(ins.dst) != 4 * lanes.shape[1]:
-            m.fail(IllegalInstructionError, ins, f"tcgen05.ld.{ins.shape}.x{ins.num}: register slice "
-                   f"{ins.dst.array.name} holds {m.reg_bytes_of(ins.dst)} bytes, the load writes "
-                   f"{lanes.shape[1]} 32-bit registers per thread")
         data = np.ascontiguousarray(st.cells[lanes, cols]).view(np.uint8).reshape(32, -1)
         m.write_reg_bytes(ins.dst, warp, env, ins, data)
         op = m.new_async("tcgen05.ld", ins, warp)
@@ -356,10 +367,7 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
     if not len(x.tids):
         return
     st = tmem_state(m)
-    for warp in whole_units(m, ins, x.tids, 32, "tcgen05.st"):
-        env = {**x.env, m.tvar: warp}
-        lanes, cols = _fragment_cells(m, ins, warp, env)
-        check_cells(m, ins, lanes.reshape(-1), cols.reshape(-1), "tcgen05.st")
+    for warp, env, lanes, cols in _warp_cells(m, ins, x, ins.src, "tcgen05.st", "store reads"):
         if st.mma_pending[lanes, cols].any():
             m.fail(AsyncHazardError, ins, "tcgen05.st writes TMEM cells an in-flight tcgen05.mma writes")
         reading = st.a_reading[lanes, cols]
@@ -370,10 +378,6 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
                    f"{int(cols[r, c])}), which an in-flight tcgen05.mma reads as its A operand (its "
                    "tcgen05.commit has not landed: wait on the commit's mbarrier before rewriting A)",
                    thread=int(warp[r]), buffer="tmem", other_instr=None if op is None else op.instr)
-        if m.reg_bytes_of(ins.src) != 4 * lanes.shape[1]:
-            m.fail(IllegalInstructionError, ins, f"tcgen05.st.{ins.shape}.x{ins.num}: register slice "
-                   f"{ins.src.array.name} holds {m.reg_bytes_of(ins.src)} bytes, the store reads "
-                   f"{lanes.shape[1]} 32-bit registers per thread")
         raw = m.read_reg_bytes(ins.src, warp, env, ins)
         st.cells[lanes, cols] = np.ascontiguousarray(raw).view(np.uint32).reshape(lanes.shape)
         st.future[lanes, cols] = st.cells[lanes, cols]

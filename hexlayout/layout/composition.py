@@ -28,7 +28,7 @@ from typing import Any
 
 from .composed import ComposedLayout
 from .inttuple import IntTuple, ceil_div, fmt, is_int, is_tuple, signum
-from .layout import Layout, coalesce_x, make_layout
+from .layout import Layout, _trusted, coalesce_x, make_layout
 from .swizzle import Swizzle
 
 __all__ = ["composition", "with_shape", "Tiler"]
@@ -40,11 +40,11 @@ def _impl(ls: Any, ld: Any, rs: Any, rd: Any, lhs: Layout, rhs: Any) -> Layout:
     """CuTe's ``detail::composition_impl`` on a flat (coalesced) ``ls:ld`` and any ``rs:rd``."""
     if is_tuple(rs):
         modes = [_impl(ls, ld, s, d, lhs, rhs) for s, d in zip(rs, rd)]
-        return Layout(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
+        return _trusted(tuple(m.shape for m in modes), tuple(m.stride for m in modes))
     if rd == 0:
-        return Layout(rs, 0)
+        return _trusted(rs, 0)
     if not is_tuple(ls):
-        return Layout(rs, rd * ld)
+        return _trusted(rs, rd * ld)
     result_shape: list[int] = []
     result_stride: list[int] = []
     rest_shape, rest_stride = rs, rd
@@ -84,12 +84,12 @@ def _impl(ls: Any, ld: Any, rs: Any, rd: Any, lhs: Layout, rhs: Any) -> Layout:
         rest_shape //= new_shape
         rest_stride = next_stride
     if not result_shape:
-        return Layout(rest_shape, rest_stride * ld[-1])
+        return _trusted(rest_shape, rest_stride * ld[-1])
     if rest_shape == 1:
         if len(result_shape) == 1:
-            return Layout(result_shape[0], result_stride[0])
-        return Layout(tuple(result_shape), tuple(result_stride))
-    return Layout(tuple(result_shape) + (rest_shape,), tuple(result_stride) + (rest_stride * ld[-1],))
+            return _trusted(result_shape[0], result_stride[0])
+        return _trusted(tuple(result_shape), tuple(result_stride))
+    return _trusted(tuple(result_shape) + (rest_shape,), tuple(result_stride) + (rest_stride * ld[-1],))
 
 
 def composition(lhs: Any, rhs: Tiler) -> Any:

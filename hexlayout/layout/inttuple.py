@@ -28,6 +28,7 @@ __all__ = [
     "is_int",
     "is_tuple",
     "as_inttuple",
+    "all_positive",
     "product",
     "product_each",
     "rank",
@@ -72,8 +73,10 @@ def is_tuple(x: Any) -> bool:
 
 def as_inttuple(x: Any, what: str = "IntTuple") -> IntTuple:
     """Normalize lists to tuples and numpy integers to ints; reject anything else."""
+    if type(x) is int:
+        return x
     if isinstance(x, (list, tuple)):
-        return tuple(as_inttuple(e, what) for e in x)
+        return tuple([as_inttuple(e, what) for e in x])
     if isinstance(x, bool) or not is_int(x):
         raise ValueError(f"{what}: {x!r} is not an int or a tuple of ints")
     return int(x)
@@ -252,9 +255,25 @@ def tuple_max(t: IntTuple) -> int:
 
 def congruent(a: IntTuple, b: IntTuple) -> bool:
     """Same nesting profile."""
-    if is_tuple(a) and is_tuple(b):
-        return len(a) == len(b) and all(congruent(x, y) for x, y in zip(a, b))
-    return not is_tuple(a) and not is_tuple(b)
+    ta, tb = isinstance(a, tuple), isinstance(b, tuple)
+    if ta and tb:
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            if not congruent(x, y):
+                return False
+        return True
+    return not ta and not tb
+
+
+def all_positive(t: IntTuple) -> bool:
+    """Every leaf of ``t`` is positive."""
+    if isinstance(t, tuple):
+        for e in t:
+            if not all_positive(e):
+                return False
+        return True
+    return t > 0
 
 
 def compatible(a: IntTuple, b: IntTuple) -> bool:

@@ -28,6 +28,7 @@ from hexlayout.memo import memoized
 
 from .inttuple import (
     IntTuple,
+    all_positive,
     as_inttuple,
     compact_col_major,
     compact_row_major,
@@ -81,6 +82,14 @@ def require_layout(x: Any, op: str) -> None:
         raise ValueError(f"{op}: {x!r} is not a Layout")
 
 
+def _trusted(shape: IntTuple, stride: IntTuple) -> Layout:
+    """``Layout(shape, stride)`` without the checks, for the algebra's own results: ``shape``
+    and ``stride`` already ints / tuples, congruent, extents positive."""
+    out = object.__new__(Layout)
+    out._shape, out._stride, out._hash = shape, stride, None
+    return out
+
+
 class Layout:
     """``shape:stride`` as in CuTe; ``Layout(shape)`` has compact column-major strides
     (extent-1 modes get stride 0, as CuTe's ``make_layout`` does for static shapes)."""
@@ -89,9 +98,9 @@ class Layout:
 
     def __init__(self, shape: IntTuple, stride: IntTuple | None = None) -> None:
         shape = as_inttuple(shape, "Layout shape")
-        for s in tuple_flatten(shape) if is_tuple(shape) else (shape,):
-            if s <= 0:
-                raise ValueError(f"Layout: shape {fmt(shape)} has a non-positive extent {s}")
+        if not all_positive(shape):
+            s = next(v for v in (tuple_flatten(shape) if is_tuple(shape) else (shape,)) if v <= 0)
+            raise ValueError(f"Layout: shape {fmt(shape)} has a non-positive extent {s}")
         if stride is None:
             stride = compact_col_major(shape)
         else:
@@ -141,7 +150,7 @@ class Layout:
         if is_tuple(self._shape):
             if not -len(self._shape) <= i < len(self._shape):
                 raise ModeIndexError(f"Layout {self}: mode {i} out of range for rank {len(self._shape)}")
-            return Layout(self._shape[i], self._stride[i])
+            return _trusted(self._shape[i], self._stride[i])
         if i in (0, -1):
             return self
         raise ModeIndexError(f"Layout {self}: mode {i} out of range for a rank-1 layout")
@@ -336,9 +345,9 @@ def _bw_coalesce(old_shape: Sequence[int], old_stride: Sequence[int], new_shape:
             nd.insert(0, d)
     if len(ns) == 1:
         if ns[0] == 1:
-            return Layout(1, 0)
-        return Layout(ns[0], nd[0])
-    return Layout(tuple(ns), tuple(nd))
+            return _trusted(1, 0)
+        return _trusted(ns[0], nd[0])
+    return _trusted(tuple(ns), tuple(nd))
 
 
 def _flat(x: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -69,6 +69,7 @@ from hexlayout.ir.types import Scope
 from hexlayout.layout import ComposedLayout, Layout
 
 from .cost import CostBreakdown, instr_cost
+from .cta_pair import PairChoice, pair_rewrite
 from .diagnose import joint_conflict, no_mma, register_conflict, shared_conflict
 from .errors import SynthesisError
 from .graph import LayoutGraph, build_graph
@@ -839,7 +840,32 @@ def synthesize(tk: TileKernel, arch: str = "sm_80") -> Synthesis:
     predicted cost (``.cost``). A fully explicit program (every layout, atom and warp
     arrangement given) synthesizes too: its decisions are the program's own.
     """
-    try:
-        return _Synth(tk, arch).run()
-    except LoweringError as e:
-        raise SynthesisError(tk.name, e.located, [e.op] if e.op else []) from None
+    paired, choice = pair_rewrite(tk, arch)
+    syn = None
+    if paired is not None and choice is not None:
+        try:
+            syn = _Synth(paired, arch).run()
+        except (LoweringError, SynthesisError) as e:      # the one-CTA program below, with the reason
+            choice = choice.refused(f"the pair form did not synthesize: {str(e).splitlines()[0]}")
+    if syn is None:
+        try:
+            syn = _Synth(tk, arch).run()
+        except LoweringError as e:
+            raise SynthesisError(tk.name, e.located, [e.op] if e.op else []) from None
+    if choice is not None:
+        syn.decisions.insert(0, _pair_decision(syn, choice))
+    return syn
+
+
+def _pair_decision(syn: Synthesis, choice: PairChoice) -> Decision:
+    """The 2-CTA pair choice (``cta_pair``) as a decision: both forms with the cost model's numbers,
+    the reason on the one not taken."""
+    op = next((o for o in syn.kernel.body.walk() if choice.mma is not None and o.uid == choice.mma.uid),
+              None)
+    pair = Alternative(f"tcgen05.mma.{choice.costs.get(2)}", "chosen" if choice.paired else "rejected",
+                       choice.reason)
+    why = f"{choice.reason}; the pair stages half of B and issues half the MMAs per CTA"
+    single = Alternative(f"tcgen05.mma.{choice.costs.get(1)}", "rejected" if choice.paired else "chosen",
+                         why if choice.paired else "")
+    return Decision(f"2-CTA pair at {_loc(op)}" if op is not None else "2-CTA pair", op, None,
+                    (pair if choice.paired else single).what, [pair, single])

@@ -60,6 +60,14 @@ comparison (``a_source_comparison``). The TMEM columns also bound the CTAs an SM
 the allocation): ``ir.lower.umma.a_ranges`` lets mmas that are never in flight together share
 them.
 
+**Whether a pair pays** (``pair_costs``, the choice of ``synth.cta_pair`` for a one-CTA program of
+2-CTA clusters whose CTAs load the same B tile): per CTA and k-tile of ``BM x BN x BK`` (``e`` bytes an
+element), the one-CTA MMAs stage ``BN x BK`` elements of B (``BN BK e`` shared bytes a stage, ``(BM + BN)
+BK e`` TMA bytes a k-tile) and issue ``BK / 16`` MMAs in each CTA; the pair stages ``BN / 2 x BK`` (``BN BK
+e / 2`` bytes, ``(BM + BN / 2) BK e`` TMA bytes) and the even CTA issues ``BK / 16`` MMAs for both CTAs
+(the odd CTA none). The pair is never more in any of the three, and strictly less in the first two, so
+it is chosen wherever it applies (its conditions, not its costs, decide).
+
 A block-scaled op (``scale_a`` / ``scale_b`` given) gets the block-scaled atoms
 ``SM100_128x{n}x32_F32{A}{B}_UE8M0_SS`` (kind::mxf8f6f4: ``M = 128``, ``n`` a multiple of 8 up to
 256, A and B e4m3 / e5m2, possibly mixed) or, for packed e2m1 operands (``operand_form``), the FP4
@@ -101,7 +109,7 @@ from .smem_stage import SmemOperandStage, smem_a_stage
 from .tmem_choice import tmem_a_candidates, tmem_epilogue_candidates
 
 __all__ = ["umma_tilings", "umma_candidates", "umma_refusal", "ASourceCost", "a_source_costs",
-           "register_a_source", "register_a_refusal", "a_source_comparison"]
+           "register_a_source", "register_a_refusal", "a_source_comparison", "PairCost", "pair_costs"]
 
 #: epilogue loads offered to the search per atom (best first; ``tmem_choice`` ranks them)
 MAX_LOADS = 4
@@ -153,6 +161,38 @@ def a_source_costs(m: int, k: int, bits: int, threads: int = 128, a_sets: int = 
                                   f"{best.stores} tcgen05.st.{best.shape}.x{best.num} per warp, wait::st, "
                                   "fence::before_thread_sync, barrier, fence::after_thread_sync")
     return out
+
+
+@dataclass(frozen=True)
+class PairCost:
+    """What one CTA of a 2-CTA cluster spends per k-tile on a ``BM x BN x BK`` one-CTA tile: the
+    shared bytes of one stage of B, the TMA bytes it loads (A and B) and the ``tcgen05.mma`` it
+    issues (``cta_group`` 1: each CTA its own; 2: the pair's, issued by the even CTA; per CTA: half)."""
+
+    cta_group: int
+    b_smem_bytes: int
+    tma_bytes: int
+    mma_issues: float
+
+    def __str__(self) -> str:
+        who = "one CTA per MMA" if self.cta_group == 1 else "a pair of CTAs per MMA"
+        return (f"cta_group::{self.cta_group} ({who}): B {self.b_smem_bytes} shared bytes a stage, "
+                f"{self.tma_bytes} TMA bytes and {self.mma_issues:g} tcgen05.mma per CTA and k-tile")
+
+
+def pair_costs(bm: int, bn: int, bk: int, bits: int) -> dict[int, PairCost]:
+    """The per-CTA costs of the one-CTA MMAs (key 1) and of the pair's (key 2) for a CTA tile of
+    ``bm x bn x bk`` with ``bits``-bit operands (module docstring: whether a pair pays).
+
+    Example:
+        >>> c = pair_costs(128, 256, 64, 16)
+        >>> (c[1].b_smem_bytes, c[2].b_smem_bytes, c[1].tma_bytes, c[2].tma_bytes, c[2].mma_issues)
+        (32768, 16384, 49152, 32768, 2.0)
+    """
+    e = bits // 8
+    steps = bk // (256 // bits)
+    return {1: PairCost(1, bn * bk * e, (bm + bn) * bk * e, steps),
+            2: PairCost(2, bn // 2 * bk * e, (bm + bn // 2) * bk * e, steps / 2)}
 
 
 def register_a_source(m: int, n: int, k: int, da: DType, db: DType, dc: DType, threads: int,

@@ -101,6 +101,23 @@ def _epilogue_window(bm: int, bn: int, dt: DType) -> int:
     return w
 
 
+def _store_accumulator(acc: Any, c: Any, sc: Any, m0: Any, n0: Any, dt: DType, W: int) -> None:
+    """Store the ``BM x BN`` fp32 accumulator ``acc`` as ``dt`` into ``c[m0:m0+BM, n0:n0+BN]``
+    (the fusion point of epilogues): with ``sc=None`` in one register-to-global store; else
+    staged through the ``BM x W`` shared tile ``sc`` in ``BN / W`` column windows, window ``j``
+    being columns ``[jW, (j+1)W)``: a barrier (the previous window's, or tile's, reader of
+    ``sc`` is done), ``acc``'s window cast into ``sc``, a barrier, ``sc`` copied to ``c``."""
+    BM, BN = acc.shape
+    if sc is None:
+        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
+        return
+    for j in range(BN // W):
+        hl.syncthreads()
+        hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
+        hl.syncthreads()
+        hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+
+
 @cache
 def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = False,
                      a_layout: str = "mk", ld: tuple[bool, bool] = (False, False)) -> Any:
@@ -155,18 +172,12 @@ def gemm_sm80_kernel(dtype: DType, b_layout: str = "nk", stage_epilogue: bool = 
         # at 255; at 64x64x64 with a K x N B, ptxas held 96 registers and spilled 8 B with
         # 64-column windows, none with 32; 32 at 128x128x64 spilled 4 B instead)
         W = min(BK, 32) if (BM, BN) == (64, 64) else BK
-        if not staged:
-            hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
-        elif BN % W:
+        if staged and BN % W:
             raise ValueError(f"hexlayout gemm: gemm_sm80 stages its epilogue in {W}-column windows: "
                              f"BN ({BN}) must be a multiple of {W}")
         # (an M-major A's stages are BK x BM: the window gets its own BM x W tile)
         sc = (sa[:, :W, 0] if mk else hl.shared(dt, (BM, W))) if staged else None
-        for j in range(BN // W if staged else 0):
-            hl.syncthreads()
-            hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
-            hl.syncthreads()
-            hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+        _store_accumulator(acc, c, sc, m0, n0, dt, W)
 
     return gemm
 
@@ -371,7 +382,7 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
         if overlap:
             with hl.else_():
                 _overlapped_roles(c, sa, sb, sc, ring, acc_bars, my_tiles, num_k, origin, dt, BM, BN, W,
-                                  STAGES, CONSUMERS, staged, mk, b_layout, rank if paired else None)
+                                  STAGES, CONSUMERS, mk, b_layout, rank if paired else None)
             if paired:
                 hl.cluster_sync()    # no CTA exits while its peer may still multicast or arrive into it
             return
@@ -428,13 +439,7 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
                 # window's (or tile's) TMA store to have read sc
                 # (a cluster's second tile past the last column - odd tile counts - stores nothing)
                 with hl.if_(n0 < Nx) if clustered else contextlib.nullcontext():
-                    if not staged:
-                        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
-                    for j in range(BN // W if staged else 0):
-                        hl.syncthreads()
-                        hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
-                        hl.syncthreads()
-                        hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+                    _store_accumulator(acc, c, sc, m0, n0, dt, W)
                 if paired:            # (the TMEM loads are behind: the epilogue read acc)
                     with hl.if_((t + 1 < my_tiles) & rank.eq(1)):
                         hl.arrive(acc_free, 0, who="one", cta=0)
@@ -446,7 +451,7 @@ def _warp_specialized_gemm(arch: str, dtype: DType, b_layout: str, stage_epilogu
 
 def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tuple[Any, Any], my_tiles: Any,
                       num_k: Any, origin: Any, dt: DType, BM: int, BN: int, W: int, STAGES: int,
-                      CONSUMERS: int, staged: bool, mk: bool, b_layout: str, rank: Any = None) -> None:
+                      CONSUMERS: int, mk: bool, b_layout: str, rank: Any = None) -> None:
     """The MMA and epilogue roles of the persistent sm_100a GEMM (warp groups ``1`` and
     ``2 .. 1 + CONSUMERS``; warp group 0 is the TMA producer). The accumulator rotates through
     ``S = arch.tmem.accumulator_stages(BN, most=ACC_STAGES)`` stages in TMEM (``acc_bars``: their
@@ -456,7 +461,8 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
     epilogue's ``128 CONSUMERS`` arrivals of the previous use), issues the tile's k-loop
     (each k-tile's MMAs release their ring stage) and commits onto ``acc_full[s]``; the
     epilogue groups wait on ``acc_full[s]``, read the accumulator (``tcgen05.ld``, their lane
-    quarters), store it and arrive on ``acc_empty[s]``. So the MMAs of tile ``j + 1`` run while
+    quarters), store it (``sc``: the staging tile, ``None`` for a store from registers; see
+    ``_store_accumulator``) and arrive on ``acc_empty[s]``. So the MMAs of tile ``j + 1`` run while
     the epilogue of tile ``j`` does (no wait on the stage the epilogue reads). The tile loop is
     unrolled by ``S`` (one register tile per stage, its TMEM columns its own).
 
@@ -514,13 +520,7 @@ def _overlapped_roles(c: Any, sa: Any, sb: Any, sc: Any, ring: Any, acc_bars: tu
                     hl.wait(acc_full, s, phase=u % 2)
                     with hl.if_(num_k.eq(0)):           # K = 0: no MMA wrote it, the product is zero
                         hl.assign(acc, hl.zeros((BM, BN), f32))
-                    if not staged:
-                        hl.copy(hl.cast(acc, dt), hl.view(c, tile=(BM, BN), origin=(m0, n0)))
-                    for j in range(BN // W if staged else 0):
-                        hl.syncthreads()
-                        hl.copy(hl.cast(acc[:, j * W:(j + 1) * W], dt), sc)
-                        hl.syncthreads()
-                        hl.copy(sc, hl.view(c, tile=(BM, W), origin=(m0, n0 + j * W)))
+                    _store_accumulator(acc, c, sc, m0, n0, dt, W)
                     # its TMEM columns are read: the next MMAs may write (a pair: the even CTA's MMAs
                     # write both CTAs' columns, so each warp of both CTAs releases the even CTA's
                     # barrier: lane 0 after a __syncwarp, a remote arrive at cluster scope)

@@ -20,7 +20,7 @@ M, N, K = 128, 32, 64
 
 def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_late=False, dealloc=True,
                 relinquish=True, same_quarter=False, store_before_wait=False, threads_issue=1, waiters=128,
-                first_accumulates=False):
+                first_accumulates=False, acc_regs=N):
     """A 128 x 32 x 64 f16 GEMM: 128B-swizzled K-major A and B in shared memory, four
     SM100_128x32x16 MMAs by thread 0 into the TMEM columns warp 0 allocated (their address read back
     from shared memory), a commit on an mbarrier, every
@@ -32,7 +32,7 @@ def umma_kernel(*, ncols=64, alloc_twice=False, commit=True, wait=True, wait_ld_
     sB = kb.shared("sB", "f16", N * K, align=1024)
     tm = kb.shared("tmem_addr", "u32", 1, align=16)
     bar = kb.mbar("mma_done")
-    acc = kb.reg("acc", "f32", N)
+    acc = kb.reg("acc", "f32", acc_regs)
     ta = kb.reg("taddr", "u32", 1)
     taddr = RegRead(ta, 0)  # the TMEM address tcgen05.alloc wrote to shared memory
     warp0 = (tid < 32)
@@ -129,6 +129,7 @@ def test_warp_outside_its_lane_quarter_is_an_error():
 
 
 @pytest.mark.parametrize(("kw", "words"), [
+    ({"acc_regs": 16}, "tcgen05.ld.32x32b.x32: register slice acc holds 64 bytes, the load writes 32 32-bit"),
     ({"ncols": 48}, "48 columns: not a power of two"),
     ({"alloc_twice": True}, "no free block"),
     ({"dealloc": False}, "exits with TMEM columns [0, 64) still allocated"),

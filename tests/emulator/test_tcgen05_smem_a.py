@@ -19,37 +19,14 @@ from hexlayout.ir import lowered_tcgen05 as T
 from hexlayout.synth.solve import synthesize
 from hexlayout.synth.umma_choice import a_source_costs, register_a_refusal, register_a_source
 
-M, N, K = hl.dims("M N K")
-BK = 32
+from .register_a_gemm import BK, K, M, N, gemm_args, load_k_tile, register_a_gemm, walk
+
 KX = 4 * BK + 8           # ragged K: 5 k-tiles, the last one 8 wide (zero-filled)
 
 
 def two_group_gemm(pending: int = 1):
-    """``c[64, 16] = (2 a)[64, K] @ b[16, K]^T`` run by 256 threads (two warp groups: no tcgen05.st
-    writes A into TMEM): each k-tile of ``a`` loaded into registers and doubled there (the register
-    A), ``b``'s k-tile into stage ``k % 4`` of a shared ring, each k-tile's MMA left in flight
-    (``wgmma_wait(pending)``: ``pending`` earlier executions of the mma may read A at its store)."""
-
-    @hl.kernel(threads=256, name=f"smem_a_two_groups_w{pending}")
-    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
-        sb = hl.shared(hl.f16, (16, BK, 4))
-        acc = hl.zeros((64, 16), hl.f32)
-        for kt in hl.range(hl.cdiv(a.shape[1], BK)):
-            hl.copy(b.tile((16, BK), (0, kt * BK)), sb[:, :, kt % 4])
-            hl.commit_group()
-            hl.wait_group(0)
-            hl.fence_proxy_async()
-            hl.syncthreads()
-            w = hl.register(hl.f16, (64, BK))
-            hl.copy(a.tile((64, BK), (0, kt * BK)), w)
-            hl.wgmma_fence()
-            hl.mma(w + w, sb[:, :, kt % 4], acc)
-            hl.wgmma_commit()
-            hl.wgmma_wait(pending)
-        hl.wgmma_wait(0)
-        hl.copy(acc, c.tile((64, 16), (0, 0)))
-
-    return k
+    """``register_a_gemm`` on 256 threads (two warp groups: no tcgen05.st writes A into TMEM)."""
+    return register_a_gemm(f"smem_a_two_groups_w{pending}", 256, pending)
 
 
 def two_accumulator_gemm():
@@ -62,14 +39,7 @@ def two_accumulator_gemm():
         acc = hl.zeros((64, 256), hl.f32)
         acc2 = hl.zeros((64, 256), hl.f32)
         for kt in hl.range(hl.cdiv(a.shape[1], BK)):
-            hl.copy(b.tile((256, BK), (0, kt * BK)), sb[:, :, kt % 2])
-            hl.commit_group()
-            hl.wait_group(0)
-            hl.fence_proxy_async()
-            hl.syncthreads()
-            w = hl.register(hl.f16, (64, BK))
-            hl.copy(a.tile((64, BK), (0, kt * BK)), w)
-            hl.wgmma_fence()
+            w = load_k_tile(a, b, sb[:, :, kt % 2], kt)
             hl.mma(w + w, sb[:, :, kt % 2], acc)
             hl.mma(w, sb[:, :, kt % 2], acc2)
             hl.wgmma_commit()
@@ -78,21 +48,6 @@ def two_accumulator_gemm():
         hl.copy(acc2, d.tile((64, 256), (0, 0)))
 
     return k
-
-
-def gemm_args(n: int = 16, seed: int = 37, kx: int = KX) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(-1, 1, (64, kx)).astype(np.float16)
-    b = rng.uniform(-1, 1, (n, kx)).astype(np.float16)
-    want = a.astype(np.float64) @ b.astype(np.float64).T
-    return {"a": a, "b": b, "c": np.full((64, n), np.nan, np.float32)}, want
-
-
-def walk(body):
-    for i in body:
-        yield i
-        for sub in ("body", "then_body", "else_body"):
-            yield from walk(getattr(i, sub, None) or [])
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +60,7 @@ def _mma_choices(syn) -> list[str]:
 
 
 def test_two_warp_groups_stage_a_through_a_shared_ring(two_groups) -> None:
-    args, want = gemm_args()
+    args, want = gemm_args(KX)
     run(two_groups.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)
     (choice,) = _mma_choices(two_groups)
@@ -139,7 +94,7 @@ def test_a_ring_one_buffer_short_is_reported_by_the_emulator(monkeypatch) -> Non
     syn = synthesize(two_group_gemm().trace(), "sm_100a")
     assert not [b for b in syn.lowered.kernel.smem if b.name.endswith("_stage") and b.nbytes != 4096]
     with pytest.raises(AsyncHazardError) as e:
-        run(syn.lowered.kernel, gemm_args()[0])
+        run(syn.lowered.kernel, gemm_args(KX)[0])
     msg = str(e.value)
     assert "while an in-flight" in msg and "smem_a_two_groups_w1" in msg, msg
     assert "hl.mma(w + w, sb[:, :, kt % 4], acc)" in msg, msg
@@ -149,7 +104,7 @@ def test_deeper_waits_get_deeper_rings() -> None:
     syn = synthesize(two_group_gemm(pending=2).trace(), "sm_100a")
     (ring,) = [b for b in syn.lowered.kernel.smem if b.name.endswith("_stage")]
     assert ring.nbytes == 3 * 4096
-    args, want = gemm_args(seed=41)
+    args, want = gemm_args(KX, seed=41)
     run(syn.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)
 
@@ -164,7 +119,7 @@ def test_two_accumulators_of_256_columns_stage_both_register_as() -> None:
     assert sorted(b.nbytes for b in syn.lowered.kernel.smem if b.name.endswith("_stage")) == [4096, 4096]
     alt = next(d for d in syn.decisions if d.subject.startswith("mma at")).alternatives[0]
     assert "A in TMEM needs 16 columns beside the accumulators' 512" in alt.reason, alt.reason
-    args, want = gemm_args(n=256, seed=43, kx=3 * BK - 16)
+    args, want = gemm_args(3 * BK - 16, n=256, seed=43)
     args["d"] = np.full((64, 256), np.nan, np.float32)
     run(syn.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], 2 * want, rtol=1e-5, atol=1e-5)

@@ -6,8 +6,8 @@ against float64 on random data over several k-tiles (the B ring and each unrolle
 columns reused; a ring of two sets of them where a deeper wait leaves the previous MMA in
 flight); and the emulator's checks of an A in TMEM on hand-written kernels: read before
 ``tcgen05.wait::st``, read by an issuer that did not synchronize with the storing warps, A's
-columns rewritten while the MMA reading them is in flight; and a register A two warp groups run,
-which synthesis stages through shared memory instead (``test_tcgen05_smem_a``)."""
+columns rewritten while the MMA reading them is in flight. (A register A two warp groups run is
+staged through shared memory instead: ``test_tcgen05_smem_a``.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 import hexlayout.lang as hl
 from hexlayout.arch.tmem import operand_a_layout
-from hexlayout.emulator import AsyncHazardError, run
+from hexlayout.emulator import AsyncHazardError, IllegalInstructionError, run
 from hexlayout.ir import lowered as L
 from hexlayout.ir import lowered_tcgen05 as T
 from hexlayout.ir.expr import RegRead
@@ -24,60 +24,24 @@ from hexlayout.synth.solve import synthesize
 from hexlayout.synth.umma_choice import a_source_costs, register_a_refusal, register_a_source
 
 from .kbuild import KB, gparam, here, rr
-
-M, N, K = hl.dims("M N K")
-BK = 32
+from .register_a_gemm import BK, gemm_args, register_a_gemm, walk
 
 
 def _tmem_a_gemm(wait: bool = True):
-    """``c[64, 16] = (2 a)[64, K] @ b[16, K]^T``: each k-tile of ``a`` loaded into registers and
-    doubled there (the register A), ``b``'s k-tile into stage ``k % 4`` of a shared ring; the loop
-    unrolled by 2 (each unrolled mma has its own A), each k-tile's MMA left in flight
-    (``wgmma_wait(1)``; ``wait`` False: ``wgmma_wait(2)``, so k-tile ``k + 2`` rewrites the A the MMA
-    of ``k`` may still read)."""
-
-    @hl.kernel(threads=128, name="tmem_a_gemm" + ("" if wait else "_nowait"))
-    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
-        sb = hl.shared(hl.f16, (16, BK, 4))
-        acc = hl.zeros((64, 16), hl.f32)
-        for j in hl.range(a.shape[1] // (2 * BK)):
-            for s in range(2):
-                kt = 2 * j + s
-                hl.copy(b.tile((16, BK), (0, kt * BK)), sb[:, :, kt % 4])
-                hl.commit_group()
-                hl.wait_group(0)
-                hl.fence_proxy_async()
-                hl.syncthreads()
-                w = hl.register(hl.f16, (64, BK))
-                hl.copy(a.tile((64, BK), (0, kt * BK)), w)
-                hl.wgmma_fence()
-                hl.mma(w + w, sb[:, :, kt % 4], acc)
-                hl.wgmma_commit()
-                hl.wgmma_wait(1 if wait else 2)
-        hl.wgmma_wait(0)
-        hl.copy(acc, c.tile((64, 16), (0, 0)))
-
-    return k
+    """``register_a_gemm`` on one warp group, unrolled by 2 (each unrolled mma has its own A), each
+    k-tile's MMA left in flight (``wgmma_wait(1)``; ``wait`` False: ``wgmma_wait(2)``, so k-tile
+    ``k + 2``'s store of A runs while the MMA of ``k`` may still read it)."""
+    return register_a_gemm("tmem_a_gemm" + ("" if wait else "_nowait"), 128, 1 if wait else 2, unroll=2)
 
 
 def _gemm_args(seed=29):
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(-1, 1, (64, 6 * BK)).astype(np.float16)      # 6 k-tiles: the B ring wraps
-    b = rng.uniform(-1, 1, (16, 6 * BK)).astype(np.float16)
-    want = 2 * a.astype(np.float64) @ b.astype(np.float64).T
-    return {"a": a, "b": b, "c": np.full((64, 16), np.nan, np.float32)}, want
+    args, want = gemm_args(6 * BK, seed=seed)      # 6 k-tiles: the B ring wraps
+    return args, 2 * want
 
 
 @pytest.fixture(scope="module")
 def synthesized():
     return synthesize(_tmem_a_gemm().trace(), "sm_100a")
-
-
-def _walk(body):
-    for i in body:
-        yield i
-        for sub in ("body", "then_body", "else_body"):
-            yield from _walk(getattr(i, sub, []))
 
 
 def test_register_a_through_tmem_matches_float64(synthesized) -> None:
@@ -87,7 +51,7 @@ def test_register_a_through_tmem_matches_float64(synthesized) -> None:
     mmas = [i for op, i in synthesized.lowered.choices if type(op).__name__ == "Mma"]
     assert mmas and all("_TS" in i and "A from TMEM (16 columns) written by tcgen05.st.16x64b.x8" in i
                         for i in mmas), mmas
-    body = list(_walk(synthesized.lowered.kernel.body))
+    body = list(walk(synthesized.lowered.kernel.body))
     a_ops = [i for i in body if isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)]
     assert a_ops and all(isinstance(i, T.Tcgen05Mma) and isinstance(i.a, T.TmemRef)
                          for i in body if isinstance(i, T.Tcgen05Mma))
@@ -113,7 +77,7 @@ def test_a_left_in_flight_by_a_deeper_wait_rotates_through_two_sets() -> None:
     args, want = _gemm_args()
     run(syn.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
-    body = list(_walk(syn.lowered.kernel.body))
+    body = list(walk(syn.lowered.kernel.body))
     assert [i.ncols for i in body if isinstance(i, T.TmemAlloc)] == [128]
     mmas = [i for op, i in syn.lowered.choices if type(op).__name__ == "Mma"]
     assert mmas and all("A from TMEM (2 sets of 16 columns" in i for i in mmas), mmas
@@ -137,7 +101,7 @@ def test_cost_model_and_refusals() -> None:
 
 # --- the emulator's checks on hand-written kernels ------------------------------------------------
 
-def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False):
+def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False, a_halves=8):
     """D[64, 16] = A[64, 16] @ B[16, :16]^T with A stored by the 128 threads into TMEM column 32 on
     (tcgen05.st.16x256b.x1: the layout ``operand_a_layout(64, 16, 16)``), one SM100_64x16x16 TS
     MMA, a commit, every thread's wait, then each warp's tcgen05.ld.16x256b.x2 of D."""
@@ -157,7 +121,7 @@ def _a_kernel(*, wait_st=True, barrier=True, rewrite_in_flight=False):
     body += [T.Tcgen05Fence("before_thread_sync"), L.FenceProxyAsync(), L.BarSync(),
              T.Tcgen05Fence("after_thread_sync"), L.LdShared(rr(ta), L.SharedRef(tm, 0), 32),
              L.LdGlobal(rr(areg), L.GlobalRef(A, tid * 8), 128),
-             T.Tcgen05St("16x256b", 1, taddr + lane0 + 32, rr(areg), loc=here("store A"))]
+             T.Tcgen05St("16x256b", 1, taddr + lane0 + 32, rr(areg, 0, a_halves), loc=here("store A"))]
     if wait_st:
         body.append(T.Tcgen05Wait("st"))
     body.append(T.Tcgen05Fence("before_thread_sync"))
@@ -231,34 +195,11 @@ def test_a_in_tmem_hazards_are_errors(kw, words) -> None:
     assert "tmem_a" in str(e.value)
 
 
-def test_register_a_on_two_warp_groups_is_staged_through_shared_memory() -> None:
-    """A register A run by two warp groups: no tiling writes it into TMEM (one warp group's
-    lanes), so synthesis stages it through shared memory (the ``_SS`` atom) and says why."""
-
-    @hl.kernel(threads=256, name="tmem_a_two_groups")
-    def k(a: hl.f16[M, K], b: hl.f16[N, K], c: hl.f32[M, N]):
-        sb = hl.shared(hl.f16, (16, BK))
-        hl.copy(b.tile((16, BK), (0, 0)), sb)
-        hl.commit_group()
-        hl.wait_group(0)
-        hl.fence_proxy_async()
-        hl.syncthreads()
-        w = hl.register(hl.f16, (64, BK))
-        hl.copy(a.tile((64, BK), (0, 0)), w)
-        acc = hl.zeros((64, 16), hl.f32)
-        hl.mma(w, sb, acc)
-        hl.wgmma_commit()
-        hl.wgmma_wait(0)
-        hl.copy(acc, c.tile((64, 16), (0, 0)))
-
-    syn = synthesize(k.trace(), "sm_100a")
-    (choice,) = [i for op, i in syn.lowered.choices if type(op).__name__ == "Mma"]
-    assert "_SS" in choice and "register A staged through shared memory" in choice, choice
-    alt = next(d for d in syn.decisions if d.subject.startswith("mma at")).alternatives[0]
-    assert alt.status == "rejected" and "one warp group's lanes" in alt.reason, alt
-    rng = np.random.default_rng(5)
-    args = {"a": rng.uniform(-1, 1, (64, BK)).astype(np.float16),
-            "b": rng.uniform(-1, 1, (16, BK)).astype(np.float16), "c": np.full((64, 16), np.nan, np.float32)}
-    run(syn.lowered.kernel, args)
-    want = args["a"].astype(np.float64) @ args["b"].astype(np.float64).T
-    np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5)
+def test_a_store_from_a_register_slice_of_the_wrong_size_is_an_error() -> None:
+    """tcgen05.st.16x256b.x1 reads 4 32-bit registers per thread: a slice of 4 f16 (8 bytes) is
+    an illegal instruction."""
+    with pytest.raises(IllegalInstructionError) as e:
+        run(_a_kernel(a_halves=4), _a_args())
+    msg = str(e.value)
+    assert "tcgen05.st.16x256b.x1: register slice areg holds 8 bytes, the store reads 4 32-bit" in msg, msg
+    assert "tmem_a" in msg and "store A" in msg, msg

@@ -48,15 +48,6 @@ def test_persistent_accumulator_stages_rotate_and_wrap(consts, shape):
     _check(hl.f16, consts, *shape)
 
 
-def test_persistent_k_zero_writes_a_zero_product():
-    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1,
-                                                           GRID=1), "sm_100a")
-    c = np.full((200, 120), np.nan, np.float16)
-    z = {"a": np.zeros((200, 0), np.float16), "b": np.zeros((120, 0), np.float16)}
-    run(syn.lowered.kernel, {**z, "c": c})
-    assert np.all(c == 0)
-
-
 def test_persistent_mma_role_runs_ahead_of_the_epilogue():
     """Warp group 0 loads (TMA), warp group 1 issues the MMAs, warp groups 2.. run the epilogue.
     After committing tile ``j`` onto ``acc_full[s]`` the MMA group goes on to tile ``j + 1`` in the
@@ -91,11 +82,14 @@ def test_mn_major_a_and_b():
            a_layout="km")
 
 
-def test_k_zero_writes_a_zero_product():
-    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(BM=64, BN=64, BK=64, STAGES=2, CONSUMERS=1),
-                     "sm_100a")
-    c = np.full((64, 64), np.nan, np.float16)
-    run(syn.lowered.kernel, {"a": np.zeros((64, 0), np.float16), "b": np.zeros((64, 0), np.float16), "c": c})
+@pytest.mark.parametrize(("consts", "m", "n"), [
+    (dict(BM=64, BN=64, BK=64, STAGES=2, CONSUMERS=1), 64, 64),
+    (dict(BM=128, BN=64, BK=64, STAGES=2, CONSUMERS=1, GRID=1), 200, 120),     # persistent: 4 tiles
+])
+def test_k_zero_writes_a_zero_product(consts, m, n):
+    syn = synthesize(gemm_sm100_kernel(hl.f16, "nk").trace(**consts), "sm_100a")
+    c = np.full((m, n), np.nan, np.float16)
+    run(syn.lowered.kernel, {"a": np.zeros((m, 0), np.float16), "b": np.zeros((n, 0), np.float16), "c": c})
     assert np.all(c == 0)
 
 
@@ -122,28 +116,39 @@ def test_gemm_op_dispatches_to_sm100(monkeypatch):
     assert "gemm_sm100_bf16" in bld.generated.name
 
 
-@pytest.mark.nvrtc
-def test_builds_for_sm100_with_tcgen05_sass():
-    from hexlayout.ops.gemm.config import CONFIGS
+def _checked_build(cfg):
+    """``gemm_build`` of ``cfg`` (bf16, 4096 x 4096): no spills or local memory, the tcgen05 MMA, TMEM
+    load and commit and the TMA load in the SASS, and a main loop of UTCHMMA with at most 38
+    non-MMA instructions per k-tile (CuTe DSL's dense 128x128 example 73, its persistent one 35.5:
+    benchmarks/results/static-sm100.md). Returns the build's stats and SASS opcode counts."""
     from hexlayout.ops.gemm.op import gemm_build
 
     from hexlayout.runtime.sass import count_prefix
 
-    cfg = CONFIGS["sm_100a"][1]          # 128x128x64, one consumer warp group
     b = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", cfg, 4096, 4096)
     st = b.stats
     assert not st.spills and st.local_memory_instructions == 0, st.summary()
     counts = b.compiled.sass_counts()
     for prefix in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG"):
         assert count_prefix(counts, prefix) >= 1, (prefix, sorted(counts))
+    lp = st.main_loop
+    assert lp.mma_opcode.startswith("UTCHMMA"), lp
+    assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 38, lp
+    return st, counts
+
+
+@pytest.mark.nvrtc
+def test_builds_for_sm100_with_tcgen05_sass():
+    from hexlayout.ops.gemm.config import CONFIGS
+
+    from hexlayout.runtime.sass import count_prefix
+
+    st, counts = _checked_build(CONFIGS["sm_100a"][1])      # 128x128x64, one consumer warp group
     assert count_prefix(counts, "HGMMA") == 0
     # the MMA loop (two k-tiles per iteration): full-barrier wait, 4 UTCHMMA and the stage's commit
     # guarded by the elected lane's predicate (no ELECT loop per instruction, no branch, no wait on
-    # the MMAs): 35 non-MMA per k-tile here, CuTe DSL's dense 128x128 example 73, its persistent one
-    # 35.5 (benchmarks/results/static-sm100.md)
-    lp = st.main_loop
-    assert lp.mma_opcode.startswith("UTCHMMA") and lp.mix.get("ELECT", 0) == 0, lp
-    assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 38, lp
+    # the MMAs): 35 non-MMA per k-tile here
+    assert st.main_loop.mix.get("ELECT", 0) == 0, st.main_loop
 
 
 @pytest.mark.nvrtc
@@ -152,22 +157,12 @@ def test_persistent_builds_for_sm100_with_an_mma_warp_group():
     the producer): no spills, the tcgen05 MMA and loads in the SASS, the MMA loop as short as
     the non-persistent kernel's (benchmarks/results/static-sm100.md)."""
     from hexlayout.ops.gemm.config import CONFIGS
-    from hexlayout.ops.gemm.op import gemm_build
-
-    from hexlayout.runtime.sass import count_prefix
 
     cfg = CONFIGS["sm_100a"][0]
     assert cfg.persistent and cfg.cluster == 1
-    b = gemm_build(hl.bf16, "nk", (False, False, "none", False), "sm_100a", cfg, 4096, 4096)
-    st = b.stats
-    assert not st.spills and st.local_memory_instructions == 0, st.summary()
-    counts = b.compiled.sass_counts()
-    for prefix in ("UTCHMMA", "LDTM", "UTCBAR", "UTMALDG"):
-        assert count_prefix(counts, prefix) >= 1, (prefix, sorted(counts))
+    st, _ = _checked_build(cfg)
     assert len(st.setmaxnreg) == 3, st.setmaxnreg         # producer, MMA issuer, epilogue
-    lp = st.main_loop
-    assert lp.mma_opcode.startswith("UTCHMMA") and lp.k_tiles == 2, lp
-    assert lp.non_mma_per_ktile is not None and lp.non_mma_per_ktile <= 38, lp
+    assert st.main_loop.k_tiles == 2, st.main_loop
 
 
 def test_zeroed_accumulator_is_stored_to_tmem_once():

@@ -395,10 +395,11 @@ def test_register_a_staged_through_shared_memory() -> None:
     the printed ``st.shared.v4`` of A into its ring, ``fence.proxy.async``, the barrier and the
     ``_SS`` tcgen05.mma reading A through a descriptor, executed from the PTX against float64
     over a ragged K (5 k-tiles through a ring of 2)."""
-    from tests.emulator.test_tcgen05_smem_a import gemm_args, two_group_gemm
+    from tests.emulator.register_a_gemm import gemm_args
+    from tests.emulator.test_tcgen05_smem_a import KX, two_group_gemm
 
     bld = rt.build(two_group_gemm(), "sm_100a", compile=False)
-    args, want = gemm_args()
+    args, want = gemm_args(KX)
     rep = rt.emulate(bld, args["a"], args["b"], args["c"], mode="ptx")
     assert any(op.startswith("st.shared.v4") for op in rep.opcodes), sorted(rep.opcodes)
     assert any(op.startswith("fence.proxy.async") for op in rep.opcodes), sorted(rep.opcodes)

@@ -55,7 +55,13 @@ commit / wait) runs unchanged:
   with the descriptors of its own tiles (each CTA's A: its 128 rows; B: its half, the same
   offsets in both CTAs), and commits with ``tcgen05.commit.cta_group::2`` multicast to both CTAs'
   ``tc_done`` barrier, so every thread of both CTAs waits on its own barrier as for one CTA (both
-  count the commits). The kernel's tcgen05 mmas are all of one cta_group; the epilogue's barrier
+  count the commits; where a loop waits both on a ring whose TMA loads complete on the even CTA's
+  barrier and for the MMAs' commits - the MMAs retired per k-tile, their stages released by the
+  consumers, no ``arrive(who="mma")`` in the kernel - ``B`` is at least that ring's
+  stages, rounded up to a power of two: the odd CTA's waiters are paced only by their own stage
+  releases, so the even CTA may issue up to a ring of commits beyond the one they wait for, none
+  of which may land on that barrier twice). The kernel's tcgen05 mmas are all of one
+  cta_group; the epilogue's barrier
   before the deallocation is a cluster barrier too. An accumulator whose register values a pair's
   MMA would add to is an error (its ``tcgen05.st`` would need a cluster barrier in the loop); one
   no op wrote before (an MMA role's loop-carried stage) needs no store, as for one CTA. Handed
@@ -173,7 +179,22 @@ from ..lowered_tcgen05 import (
     TmemRelinquish,
 )
 from ..mma_in_flight import MAX_RING, InFlight, commit_cap, conflicts, in_flight, ring_depths
-from ..tile import Alloc, For, If, MbarrierWait, Mma, Op, Permute, Slice, SubTile, Sync, Value
+from ..tile import (
+    Alloc,
+    Copy,
+    For,
+    If,
+    Mbarrier,
+    MbarrierArrive,
+    MbarrierWait,
+    Mma,
+    Op,
+    Permute,
+    Slice,
+    SubTile,
+    Sync,
+    Value,
+)
 from ..tile import WgmmaCommit as TileWgmmaCommit
 from ..tile import WgmmaFence as TileWgmmaFence
 from ..tile import WgmmaWait as TileWgmmaWait
@@ -247,6 +268,10 @@ class TmemState:
                                      f"(2, 1, 1) CTAs; the kernel's cluster is {launch.cluster}")
                 lw.tmem.group = 2
                 lw.tmem.even = (as_expr(launch.block_index[0]) % 2).eq(0)
+                stages = _paced_ring(lw.tk.body)
+                if stages > lw.tmem.barriers:       # the odd CTA's waits may lag by a ring (docstring)
+                    lw.tmem.barriers = 1 << (stages - 1).bit_length()
+                    lw.mbars[BAR] = MbarRef(BAR, 0, lw.tmem.barriers)
             for i, o in enumerate(lw.tk.body.walk()):
                 lw.tmem.order[o.uid] = i
                 for v in o.values():
@@ -634,6 +659,38 @@ def a_ranges(lw: Any) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
             out[uid] = len(ranges) - 1
     sets = {i: max(depth[u] for u in members) for i, members in enumerate(ranges)}
     return out, depth, sets
+
+
+def _loop_level(block: Any) -> list[Op]:
+    """The ops of ``block`` and of its branches, not of its nested loops."""
+    out: list[Op] = []
+    for o in block.ops:
+        out.append(o)
+        if not isinstance(o, For):
+            for b in o.blocks():
+                out += _loop_level(b)
+    return out
+
+
+def _paced_ring(body: Any) -> int:
+    """The stages of the deepest ring whose TMA loads complete on a pair's even CTA's barrier
+    (``pair_barrier``) and whose barrier a loop waits on beside a ``wgmma_wait`` (the MMAs retired
+    per k-tile: the odd CTA's waiters are paced by their own releases of that ring); 1 if none, or
+    if the MMAs release stages themselves (``arrive(who="mma")``: then the author paces the odd CTA,
+    as the pair GEMM's accumulator barrier does)."""
+    if any(isinstance(o, MbarrierArrive) and o.who == "mma" for o in body.walk()):
+        return 1            # the MMAs release stages: the odd CTA's waiters are not paced by them
+    counts = {id(o.mbarrier): o.mbarrier.count for o in body.walk()
+              if isinstance(o, Copy) and o.pair_barrier and isinstance(o.mbarrier, Mbarrier)}
+    best = 1
+    for loop in body.walk():
+        if not isinstance(loop, For):
+            continue
+        level = _loop_level(loop.body)
+        if any(isinstance(o, TileWgmmaWait) for o in level):
+            best = max([best] + [counts[id(o.bar)] for o in level
+                                 if isinstance(o, MbarrierWait) and id(o.bar) in counts])
+    return best
 
 
 def _memory_view(op: Op) -> bool:
