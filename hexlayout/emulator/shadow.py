@@ -42,31 +42,36 @@ __all__ = ["VectorClocks", "SmemShadow", "Conflict"]
 
 
 class VectorClocks:
-    def __init__(self, threads: int, offset: int = 0, width: int | None = None) -> None:
+    """``c[t]``: thread ``t``'s clock row, its own epoch in column ``col[t]`` (``offset + t``, or
+    the given ``cols``: the PTX executor names a batch's threads by their cluster-wide index)."""
+
+    def __init__(self, threads: int, offset: int = 0, width: int | None = None,
+                 cols: np.ndarray | None = None) -> None:
         self.off = offset
-        self.c = np.zeros((threads, threads if width is None else width), dtype=np.int32)
         t = np.arange(threads)
-        self.c[t, offset + t] = 1
+        self.col = offset + t if cols is None else np.asarray(cols, dtype=np.int64)
+        self.c = np.zeros((threads, threads if width is None else width), dtype=np.int32)
+        self.c[t, self.col] = 1
 
     def epoch(self, tids: np.ndarray) -> np.ndarray:
-        return self.c[tids, self.off + tids]
+        return self.c[tids, self.col[tids]]
 
     def barrier(self, tids: np.ndarray) -> None:
         """bar.sync among ``tids``: everyone learns the join, then advances its epoch."""
         self.c[tids] = self.c[tids].max(axis=0)
-        self.c[tids, self.off + tids] += 1
+        self.c[tids, self.col[tids]] += 1
 
     def join_units(self, grid: np.ndarray) -> None:
         """A collective ``.sync.aligned`` instruction: each row of ``grid`` (a warp or warp group)
         joins its clocks, like a barrier among those threads."""
         rows = self.c[grid]
         self.c[grid] = np.broadcast_to(rows.max(axis=1, keepdims=True), rows.shape)
-        self.c[grid, self.off + grid] += 1
+        self.c[grid, self.col[grid]] += 1
 
     def release(self, tids: np.ndarray) -> np.ndarray:
         """The join of ``tids``' clocks (to publish), then ``tids`` advance their epochs."""
         out = self.c[tids].max(axis=0)
-        self.c[tids, self.off + tids] += 1
+        self.c[tids, self.col[tids]] += 1
         return out
 
     def acquire(self, tids: np.ndarray, clock: np.ndarray) -> None:

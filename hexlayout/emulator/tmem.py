@@ -59,6 +59,7 @@ from hexlayout.ir.lowered_tcgen05 import (
 
 from .errors import AsyncHazardError, IllegalInstructionError, OutOfBoundsError
 from .machine import Active, Machine
+from .tmem_order import TmemOrder
 from .warps import whole_units
 
 __all__ = ["HANDLERS", "TmemState", "tmem_state", "check_cells", "check_exit", "check_group", "pair_of",
@@ -96,27 +97,13 @@ class TmemState:
     stores: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, Instr]]] = field(
         default_factory=dict)
     next_store: int = 1
-    #: the cluster-wide thread id + 1 of the last tcgen05.st into each cell (0: none), its epoch at
-    #: its wait::st, and the instruction
-    st_by: np.ndarray = field(default_factory=lambda: _grid(np.int64))
-    st_epoch: np.ndarray = field(default_factory=lambda: _grid(np.int64))
+    #: the instruction of each tcgen05.st
     st_instr: dict[int, Instr] = field(default_factory=dict)
     #: the in-flight MMA that reads each cell as its A operand (0: none)
     a_reading: np.ndarray = field(default_factory=lambda: _grid(np.int64))
-    #: the cluster-wide thread id + 1 of the last tcgen05.ld of each cell (0: none) and its epoch at
-    #: its wait::ld (``LD_IN_FLIGHT`` before): an MMA into the cell must be ordered after it
-    ld_by: np.ndarray = field(default_factory=lambda: _grid(np.int64))
-    ld_epoch: np.ndarray = field(default_factory=lambda: _grid(np.int64))
-    #: per warp, the cells of its loads not yet waited for: ``(lanes [32, R], cols [32, R], threads)``
-    ld_cells: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = field(default_factory=dict)
-    #: per warp, the cells of its waited loads whose threads have not run fence::before_thread_sync
-    ld_unfenced: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = field(default_factory=dict)
-
-
-#: the epoch of a cell's last tcgen05.ld before its warp's wait::ld (no MMA may be ordered after it)
-LD_IN_FLIGHT = np.iinfo(np.int32).max
-#: ... after the wait::ld, before the reading thread's tcgen05.fence::before_thread_sync
-LD_UNFENCED = LD_IN_FLIGHT - 1
+    #: the last tcgen05.ld / tcgen05.st of each cell by cluster-wide thread id and the epoch an MMA
+    #: must be ordered after (``tmem_order``: shared with the PTX executor)
+    order: TmemOrder = field(default_factory=TmemOrder)
 
 
 def tmem_state(m: Machine) -> TmemState:
@@ -375,9 +362,7 @@ def tcgen05_ld(m: Machine, ins: Tcgen05Ld, x: Active) -> None:
         lo, hi = m.reg_range(ins.dst, env, ins)
         m.regs.pending_marks(ins.dst.array, write=True)[warp, lo:hi] = op.ident
         st.loads.setdefault(int(warp[0]) // 32, []).append((op.ident, np.unique(cols), ins, ins.dst))
-        st.ld_by[lanes, cols] = (m.shadow.clocks.off + warp + 1)[:, None]
-        st.ld_epoch[lanes, cols] = LD_IN_FLIGHT
-        st.ld_cells.setdefault(int(warp[0]) // 32, []).append((lanes, cols, warp))
+        st.order.load(int(warp[0]) // 32, lanes, cols, warp, m.shadow.clocks.off + warp)
 
 
 def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
@@ -402,7 +387,7 @@ def tcgen05_st(m: Machine, ins: Tcgen05St, x: Active) -> None:
         ident = st.next_store
         st.next_store += 1
         st.st_pending[lanes, cols] = ident
-        st.st_by[lanes, cols] = (m.shadow.clocks.off + warp + 1)[:, None]
+        st.order.store(int(warp[0]) // 32, lanes, cols, warp, m.shadow.clocks.off + warp)
         st.st_instr[ident] = ins
         st.stores.setdefault(int(warp[0]) // 32, []).append((ident, lanes, cols, warp, ins))
 
@@ -412,11 +397,10 @@ def _wait_st(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
     st = tmem_state(m)
     clocks = m.shadow.clocks
     for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::st"):
-        for ident, lanes, cols, threads, _st in st.stores.pop(int(warp[0]) // 32, []):
+        for ident, lanes, cols, _threads, _st in st.stores.pop(int(warp[0]) // 32, []):
             mine = st.st_pending[lanes, cols] == ident
             st.st_pending[lanes[mine], cols[mine]] = 0
-            epoch = np.broadcast_to(clocks.epoch(threads)[:, None], lanes.shape)
-            st.st_epoch[lanes[mine], cols[mine]] = epoch[mine]
+        st.order.wait_st(int(warp[0]) // 32, dict(zip(warp.tolist(), clocks.epoch(warp).tolist())))
 
 
 def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
@@ -436,7 +420,7 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
                "(tcgen05.wait::st, then a fenced barrier, before the MMA's issue)", thread=issuer,
                buffer="tmem",
                other_instr=st.st_instr.get(int(pend[tuple(i)])))
-    by = st.st_by[lanes, cols]
+    by = st.order.st_by[lanes, cols]
     if (by == 0).any():
         i = np.argwhere(by == 0)[0]
         m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cell (lane {int(lanes[tuple(i)])}, column "
@@ -444,36 +428,14 @@ def check_a_stores(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols:
                "MMA's issue, and the issuer synchronizes with the stores)", thread=issuer, buffer="tmem")
     if not m.options.check_races:
         return
-    late = _unordered(m, issuer, st.st_by[lanes, cols], st.st_epoch[lanes, cols])
-    if late is not None:
-        src = late[0] - c.shadow.clocks.off
-        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {src} stored "
+    clocks = m.shadow.clocks
+    u = st.order.unordered_store(lanes, cols, clocks.off + issuer, clocks.c[issuer])
+    if u is not None:
+        m.fail(AsyncHazardError, ins, f"{what}: reads TMEM cells thread {u.gid - c.shadow.clocks.off} stored "
                f"(tcgen05.st) without the issuing thread {issuer} synchronizing with it after its "
                "tcgen05.wait::st (tcgen05.fence::before_thread_sync, a barrier - a cluster barrier for "
                "the pair's other CTA - and tcgen05.fence::after_thread_sync before the issue)",
                thread=issuer, buffer="tmem")
-
-
-def _unordered(m: Machine, issuer: int, by: np.ndarray,
-               epoch: np.ndarray) -> tuple[int, int, tuple[int, ...]] | None:
-    """The first other thread whose TMEM accesses are not ordered before thread ``issuer``'s
-    issue. Per cell, ``by`` holds ``1 +`` the accessing thread's index in the cluster's clocks (0:
-    none) and ``epoch`` that thread's epoch once the access is done (at its ``wait::st``, or its
-    ``fence::before_thread_sync`` after ``wait::ld``; ``LD_IN_FLIGHT`` / ``LD_UNFENCED`` before).
-    Thread ``src``'s accesses happen before the issue iff
-    ``clocks[issuer, src] >= need = max(epoch[by == src + 1])``. Returns ``(src, need, the index
-    (into by) of src's first cell)``, or ``None`` when every other thread's access is ordered (the
-    issuer's own always are)."""
-    clocks = m.shadow.clocks
-    me = clocks.off + issuer
-    for src in np.unique(by[by > 0]) - 1:
-        if src == me:
-            continue
-        cells = by == src + 1
-        need = int(epoch[cells].max())
-        if clocks.c[issuer, src] < need:
-            return int(src), need, tuple(int(i) for i in np.argwhere(cells)[0])
-    return None
 
 
 def check_loads_done(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, cols: np.ndarray,
@@ -489,21 +451,17 @@ def check_loads_done(m: Machine, ins: Instr, issuer: int, lanes: np.ndarray, col
         return
     c = m if owner is None else owner
     st = tmem_state(c)
-    late = _unordered(m, issuer, st.ld_by[lanes, cols], st.ld_epoch[lanes, cols])
-    if late is not None:
-        src, need, i = late
-        clocks = m.shadow.clocks
-        t = clocks.c.shape[0]
-        reader = (f"thread {src - clocks.off}" if c is m else
-                  f"thread {src % t} of block {c.block} (cluster rank {src // t})")
-        how = {LD_IN_FLIGHT: " (its tcgen05.wait::ld has not run)",
-               LD_UNFENCED: " (it waited, tcgen05.wait::ld, but no tcgen05.fence::before_thread_sync "
-                            "followed)"}.get(need, "")
-        m.fail(AsyncHazardError, ins, f"{what}: writes TMEM cell (lane {int(lanes[i])}, column "
-               f"{int(cols[i])}) that {reader} reads with tcgen05.ld, without the issuing thread "
-               f"{issuer} of block {m.block} being ordered after that read{how} (its tcgen05.wait::ld, "
-               "fence::before_thread_sync, then an arrive the issuer waits on, e.g. the accumulator's "
-               "empty barrier - the even CTA's, for a pair's MMA)", thread=issuer, buffer="tmem")
+    clocks = m.shadow.clocks
+    t = clocks.c.shape[0]
+    u = st.order.unordered_load(lanes, cols, clocks.off + issuer, clocks.c[issuer])
+    if u is not None:
+        reader = (f"thread {u.gid - clocks.off}" if c is m else
+                  f"thread {u.gid % t} of block {c.block} (cluster rank {u.gid // t})")
+        m.fail(AsyncHazardError, ins, f"{what}: writes TMEM cell (lane {u.lane}, column {u.col}) that "
+               f"{reader} reads with tcgen05.ld, without the issuing thread {issuer} of block {m.block} "
+               f"being ordered after that read{u.why()} (its tcgen05.wait::ld, fence::before_thread_sync, "
+               "then an arrive the issuer waits on, e.g. the accumulator's empty barrier - the even "
+               "CTA's, for a pair's MMA)", thread=issuer, buffer="tmem")
 
 
 def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
@@ -515,13 +473,8 @@ def tcgen05_wait(m: Machine, ins: Tcgen05Wait, x: Active) -> None:
     if ins.kind != "ld":
         return
     st = tmem_state(m)
-    clocks = m.shadow.clocks
     for warp in whole_units(m, ins, x.tids, 32, "tcgen05.wait::ld"):
-        done = st.ld_cells.pop(int(warp[0]) // 32, [])
-        for lanes, cols, threads in done:       # completed; ordered for other threads once fenced
-            mine = st.ld_by[lanes, cols] == (clocks.off + threads + 1)[:, None]
-            st.ld_epoch[lanes[mine], cols[mine]] = LD_UNFENCED
-        st.ld_unfenced.setdefault(int(warp[0]) // 32, []).extend(done)
+        st.order.wait_ld(int(warp[0]) // 32)    # completed; ordered for other threads once fenced
         for ident, _cols, _ld, ref in st.loads.pop(int(warp[0]) // 32, []):
             marks = m.regs.pending_write.get(ref.array)
             if marks is not None:
@@ -542,18 +495,7 @@ def tcgen05_fence(m: Machine, ins: Tcgen05Fence, x: Active) -> None:
     st = tmem_state(m)
     clocks = m.shadow.clocks
     for w in np.unique(x.tids // 32):
-        keep = []
-        for lanes, cols, threads in st.ld_unfenced.pop(int(w), []):
-            on = np.isin(threads, x.tids)
-            if not on.all():
-                keep.append((lanes[~on], cols[~on], threads[~on]))
-            lanes, cols, threads = lanes[on], cols[on], threads[on]
-            mine = (st.ld_by[lanes, cols] == (clocks.off + threads + 1)[:, None]) & \
-                (st.ld_epoch[lanes, cols] == LD_UNFENCED)
-            epoch = np.broadcast_to(clocks.epoch(threads)[:, None], lanes.shape)
-            st.ld_epoch[lanes[mine], cols[mine]] = epoch[mine]
-        if keep:
-            st.ld_unfenced[int(w)] = keep
+        st.order.fence(int(w), x.tids, clocks.epoch(x.tids))
 
 
 HANDLERS = {TmemAlloc: tmem_alloc, TmemDealloc: tmem_dealloc, TmemRelinquish: tmem_relinquish,

@@ -61,7 +61,10 @@ opcode -- forms implemented -- module:
   descriptors decoded from the register bits, in flight until ``commit`` (incl.
   ``.multicast::cluster``) lands on its mbarrier; ``ld`` / ``st`` 32x32b / 16x64b / 16x128b /
   16x256b ``.xN``; ``cp`` (the shapes of ``arch.tcgen05_cp``, cta_group::1); ``wait::ld/st``;
-  ``fence::before/after_thread_sync`` -- tcgen05
+  ``fence::before/after_thread_sync``; the IR emulator's TMEM ordering rules by vector clocks
+  (``clocks``): an MMA overwriting cells whose ``tcgen05.ld`` is not waited, fenced and released
+  to its issuer, a ``tcgen05.ld`` that did not observe its MMA's commit, an MMA reading A cells
+  a ``tcgen05.st`` wrote unwaited or unordered, a dealloc before ``wait::ld`` -- tcgen05
 - ``mapa barrier.cluster`` -- ``mapa.shared::cluster``, cluster arrive / wait -- cluster
 - ``shfl vote ldmatrix stmatrix mma elect`` -- shfl.sync up / down / bfly / idx; vote all /
   any / uni / ballot; ldmatrix / stmatrix m8n8 .x1 .x2 .x4 (.trans) .b16; mma.sync m16n8k8
@@ -83,12 +86,13 @@ build (sm_80, sm_89, sm_90a, sm_100a) with its families; all are handled (``test
 and every family runs in PTX mode in ``tests/ptx``.
 
 Limits: warps run in lockstep with per-thread masks, so a missing ``__syncwarp`` is not
-seen; race detection compares accesses of different warps only, and not atomics; a wgmma
+seen in shared memory (for tensor memory it is: a warp's clocks join only at ``bar.warp.sync``);
+race detection compares accesses of different warps only, and not atomics; a wgmma
 computes when issued (one legal completion order), so reading its accumulators before
-``wgmma.wait_group`` is not seen; likewise a ``tcgen05.ld`` register read before
-``tcgen05.wait::ld``. A ``tcgen05.ld`` of cells whose MMA's commit has landed is not checked
-for having observed that arrival (the IR emulator's vector clocks): the cells are pending until
-the arrival lands, which is when a thread waits on the barrier.
+``wgmma.wait_group`` is not seen (a ``tcgen05.ld`` register read before ``tcgen05.wait::ld``
+is an error). Happens-before by vector clocks (``clocks``) exists in kernels with
+tcgen05 instructions only, and orders tensor-memory accesses only (shared memory keeps its
+barrier epochs).
 """
 
 from .errors import (

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import clocks
 from .alu import _reg
 from .errors import PtxError
 from .machine import CLUSTER_RANK_SHIFT, EXITED, RUN, WAIT, Machine
@@ -87,6 +88,11 @@ def cluster_barrier(m: Machine, ins: Instruction, idx: Any) -> bool:
     st = _state(m)
     if "arrive" in ins.parts:
         st["arrived"][threads] += 1
+        if getattr(m, "clocks", None) is not None:     # each cluster's arrivals release into its clock
+            own = st.setdefault("clock", {})
+            cl = _clusters(m)
+            for c in np.unique(cl[threads]):
+                own[int(c)] = clocks.release(m, threads[cl[threads] == c], own.get(int(c)))
         m.pc[threads] += 1
         release_clusters(m)
         return True
@@ -95,6 +101,8 @@ def cluster_barrier(m: Machine, ins: Instruction, idx: Any) -> bool:
     ready = _complete(m, st, threads)
     go = threads[ready]
     st["waited"][go] += 1
+    for c in np.unique(_clusters(m)[go]) if "clock" in st else []:
+        clocks.acquire(m, go[_clusters(m)[go] == c], st["clock"].get(int(c)))
     m.pc[go] += 1
     park = threads[~ready]
     m.state[park] = WAIT

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from . import alu, bulk, mbarrier, memops, tcgen05, warp, wgmma  # noqa: F401  (register the instruction handlers)
+from . import alu, bulk, clocks, mbarrier, memops, tcgen05, warp, wgmma  # noqa: F401  (register the instruction handlers)
 from .alu import HANDLERS, _reg
 from .cluster import cluster_barrier, release_clusters
 from .errors import PtxDeadlockError, PtxError
 from .machine import BARRIER, CONVERGE, EXITED, RUN, WAIT, GlobalRegion, Machine
-from .mbarrier import describe_waits, land_all, try_wait
+from .mbarrier import describe_waits, land_all, mbarrier_waits, try_wait
 from .memops import CpAsyncQueue
 from .parse import Imm, Instruction, Module, Sym, parse_ptx
 from .srcmap import SourceMap
@@ -107,6 +107,7 @@ def _bar(m: Machine, ins: Instruction, idx: Any) -> bool:
                 ((mask >> np.arange(32)) & 1) == 1, (len(np.unique(m.warp[np.arange(m.T)[idx]])), 32)
             ),
         )
+        clocks.join_warps(m, np.arange(m.T)[idx])
         return False
     if "red" in parts:
         raise m.unsupported()
@@ -128,6 +129,7 @@ def _bar(m: Machine, ins: Instruction, idx: Any) -> bool:
             )
         st["count"] = count if count is not None else st["count"]
         st["arrived"] += len(mine)
+        st["clock"] = clocks.release(m, mine, st.get("clock"))
         st["ins"] = ins
         if not arrive:
             st["waiting"].append(mine)
@@ -147,6 +149,7 @@ def _release(m: Machine, b: int) -> None:
         if st["arrived"] >= need and st["arrived"] > 0:
             for w in st["waiting"]:
                 m.state[w] = np.where(m.state[w] == BARRIER, RUN, m.state[w])
+                clocks.acquire(m, w, st.get("clock"))
             del m.barriers[(bb, bid)]
             if m.races is not None:
                 m.races.epoch[b] += 1
@@ -311,7 +314,7 @@ def _deadlock(m: Machine) -> None:
     m.ins = ins
     raise PtxDeadlockError(
         f"threads wait at barrier {bid} ({ins.opcode}) where {arrived} of the {need} expected "
-        "threads arrived, and no other thread can run",
+        f"threads arrived, and no other thread can run{mbarrier_waits(m)}",
         **m.where(t),
     )
 
@@ -395,6 +398,7 @@ def run_ptx(
         m.cpasync = CpAsyncQueue(m.T)  # type: ignore[attr-defined]
         m.barriers = {}  # type: ignore[attr-defined]
         m.waiting_on = np.full(m.T, -1, dtype=np.int64)  # type: ignore[attr-defined]
+        m.clocks = clocks.make(m)  # type: ignore[attr-defined]
         _step_all(m, report, max_steps)
         tcgen05.check_exit(m)
         report.blocks.extend(batch)

@@ -105,6 +105,10 @@ class Machine:
                                     dtype=np.int64).reshape(self.nb, self.csize)
         self.cluster_id = cid
         self.regs: dict[str, np.ndarray] = {}
+        #: registers an asynchronous load (``tcgen05.ld``) writes, per thread, until its wait
+        #: (``tcgen05.wait::ld``): reading one before is an error (``pend_regs``)
+        self.reg_pending: dict[str, np.ndarray] = {}
+        self.reg_pending_ins: dict[str, Instruction] = {}
         self.rtypes = entry.regs
         self.pc = np.zeros(self.T, dtype=np.int64)
         self.state = np.zeros(self.T, dtype=np.int8)
@@ -209,6 +213,8 @@ class Machine:
                 v = self.special(op.name, idx)
                 return v.astype(NP[t]) if t != "pred" else v.astype(bool)
             r = self.reg(op.name)
+            if self.reg_pending and op.name in self.reg_pending:
+                self._check_pending(op.name, idx)
             if r.dtype == np.bool_:
                 v = r[idx]
                 return ~v if op.neg else v
@@ -230,6 +236,34 @@ class Machine:
         if isinstance(op, Vec):
             raise self.unsupported("a vector operand here")
         raise PtxError(f"cannot read operand {op!r}", kernel=self.kernel, site=self.site())
+
+    def pend_regs(self, names: list[str], threads: np.ndarray, ins: Instruction) -> None:
+        """Registers ``names`` of ``threads`` are written by the asynchronous ``ins`` until
+        ``clear_pending(threads)``."""
+        for n in names:
+            p = self.reg_pending.get(n)
+            if p is None:
+                p = self.reg_pending[n] = np.zeros(self.T, dtype=bool)
+            p[threads] = True
+            self.reg_pending_ins[n] = ins
+
+    def clear_pending(self, threads: np.ndarray) -> None:
+        """The asynchronous loads of ``threads`` completed (their wait)."""
+        for n in list(self.reg_pending):
+            p = self.reg_pending[n]
+            p[threads] = False
+            if not p.any():
+                del self.reg_pending[n]
+                self.reg_pending_ins.pop(n, None)
+
+    def _check_pending(self, name: str, idx: Any) -> None:
+        hit = self.reg_pending[name][idx]
+        if np.any(hit):
+            t = int(np.arange(self.T)[idx][np.flatnonzero(np.atleast_1d(hit))[0]])
+            ld = self.reg_pending_ins.get(name)
+            what = f"the {ld.opcode} at PTX line {ld.line}" if ld is not None else "an asynchronous load"
+            raise PtxRaceError(f"reads register {name}, which {what} still writes (tcgen05.wait::ld first)",
+                               **self.where(t))
 
     def write(self, op: Any, t: str, idx: Any, val: Any) -> None:
         """Write ``val`` (PTX type ``t``) to register operand ``op`` for threads ``idx``."""

@@ -40,13 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from . import clocks
 from .alu import _reg
 from .errors import PtxDeadlockError, PtxError
 from .machine import EXITED, RUN, SHARED_WINDOW, WAIT, Machine
 from .parse import Instruction
 
 __all__ = ["Mbarrier", "barrier_index", "arrive", "complete_tx", "try_wait", "describe_waits",
-           "pend_transaction", "pend_commit", "land", "land_all"]
+           "mbarrier_waits", "pend_transaction", "pend_commit", "land", "land_all"]
 
 
 @dataclass
@@ -56,6 +57,10 @@ class Mbarrier:
     tx: int = 0
     phase: int = 0
     waiters: list[np.ndarray] = field(default_factory=list)
+    #: the join of the clocks released into the barrier (``clocks``), and its value when the last
+    #: phase completed (what a passed wait acquires); None: nothing released yet
+    clock: np.ndarray | None = None
+    completed: np.ndarray | None = None
 
 
 def _table(m: Machine) -> dict[int, Mbarrier]:
@@ -94,6 +99,7 @@ def _complete(m: Machine, key: int, b: Mbarrier) -> None:
     while b.pending <= 0 and b.tx == 0 and b.expected > 0:
         b.phase += 1
         b.pending = b.expected
+        b.completed = b.clock
         for w in b.waiters:
             m.state[w] = np.where(m.state[w] == WAIT, RUN, m.state[w])
         b.waiters = []
@@ -101,10 +107,12 @@ def _complete(m: Machine, key: int, b: Mbarrier) -> None:
             m.races.epoch[key // m.smem_size] += 1
 
 
-def arrive(m: Machine, key: int, count: int, t: int, tx: int = 0) -> int:
-    """``count`` arrivals (after ``tx`` expected bytes) on the barrier at ``key``; returns the
-    phase they belong to."""
+def arrive(m: Machine, key: int, count: int, t: int, tx: int = 0, clock: np.ndarray | None = None) -> int:
+    """``count`` arrivals (after ``tx`` expected bytes) on the barrier at ``key``, releasing
+    ``clock`` into it; returns the phase they belong to."""
     b = _get(m, key, t)
+    if clock is not None:
+        b.clock = clock if b.clock is None else np.maximum(b.clock, clock)
     b.tx += tx
     ph = b.phase
     if count > b.pending:
@@ -118,9 +126,12 @@ def arrive(m: Machine, key: int, count: int, t: int, tx: int = 0) -> int:
     return ph
 
 
-def complete_tx(m: Machine, key: int, nbytes: int, t: int) -> None:
-    """``nbytes`` transaction bytes completed on the barrier at ``key`` (a TMA copy landed)."""
+def complete_tx(m: Machine, key: int, nbytes: int, t: int, clock: np.ndarray | None = None) -> None:
+    """``nbytes`` transaction bytes completed on the barrier at ``key`` (a TMA copy landed; its
+    issuer's ``clock`` at the issue is released into the barrier)."""
     b = _get(m, key, t)
+    if clock is not None:
+        b.clock = clock if b.clock is None else np.maximum(b.clock, clock)
     b.tx -= nbytes
     _complete(m, key, b)
 
@@ -136,13 +147,15 @@ def pend_transaction(m: Machine, key: int, flat: np.ndarray, data: np.ndarray, t
     m.check_mma_reads(np.asarray(flat).reshape(1, -1), np.array([t]), "a TMA copy")
     m.tma_pending[flat] += 1
     m.tma_pending_count += 1
-    _queue(m).append({"flat": flat, "data": data, "key": key, "bytes": len(data), "thread": t})
+    _queue(m).append({"flat": flat, "data": data, "key": key, "bytes": len(data), "thread": t,
+                      "clock": clocks.release(m, np.array([t]), None)})
 
 
-def pend_commit(m: Machine, key: int, complete: Any, t: int) -> None:
+def pend_commit(m: Machine, key: int, complete: Any, t: int, clock: np.ndarray | None = None) -> None:
     """A ``tcgen05.commit`` of thread ``t``: when it lands, ``complete()`` finishes the MMAs and
-    copies it tracks, then one arrival on the barrier at ``key``."""
-    _queue(m).append({"key": key, "commit": complete, "thread": t})
+    copies it tracks, then one arrival on the barrier at ``key`` releasing ``clock`` (thread
+    ``t``'s at the commit)."""
+    _queue(m).append({"key": key, "commit": complete, "thread": t, "clock": clock})
 
 
 def _queue(m: Machine) -> list[dict[str, Any]]:
@@ -162,12 +175,12 @@ def land(m: Machine, key: int) -> None:
     for c in mine:
         if "commit" in c:
             c["commit"]()
-            arrive(m, key, 1, c["thread"])
+            arrive(m, key, 1, c["thread"], clock=c["clock"])
             continue
         m.tma_pending[c["flat"]] -= 1
         m.tma_pending_count -= 1
         m.smem[c["flat"]] = c["data"]
-        complete_tx(m, key, c["bytes"], c["thread"])
+        complete_tx(m, key, c["bytes"], c["thread"], clock=c["clock"])
 
 
 def land_all(m: Machine) -> bool:
@@ -228,7 +241,8 @@ def _mbarrier(m: Machine, ins: Instruction, idx: Any) -> None:
         if op == "arrive_drop":
             b = _get(m, int(k), int(t))
             b.expected -= 1
-        phases[i] = arrive(m, int(k), 1 if expect else int(v), int(t), tx=int(v) if expect else 0)
+        phases[i] = arrive(m, int(k), 1 if expect else int(v), int(t), tx=int(v) if expect else 0,
+                           clock=clocks.release(m, np.array([t]), None))
     if ops[0] is not None:
         m.write(ops[0], "b64", idx, phases)
 
@@ -250,6 +264,8 @@ def try_wait(m: Machine, ins: Instruction, idx: Any) -> bool:
         if not _done(b, int(x), parity):
             land(m, int(k))
         ok[i] = _done(b, int(x), parity)
+        if ok[i]:
+            clocks.acquire(m, np.array([t]), b.completed)
     go = threads[ok]
     if len(go):
         m.write(ins.operands[0], "pred", go, np.ones(len(go), dtype=bool))
@@ -278,4 +294,20 @@ def describe_waits(m: Machine) -> PtxDeadlockError | None:
         if b is not None
         else "threads wait on a cluster barrier, "
     )
-    return PtxDeadlockError(what + f"and none of the {live} live threads can run", **m.where(t))
+    also = mbarrier_waits(m) if b is None else ""
+    return PtxDeadlockError(what + f"and none of the {live} live threads can run{also}", **m.where(t))
+
+
+def mbarrier_waits(m: Machine, limit: int = 3) -> str:
+    """The mbarrier waits of parked threads, for a deadlock message (empty when none): per barrier
+    its phase and pending counts, the first waiting thread and the PTX line of its wait."""
+    parked = np.nonzero((m.state == WAIT) & (m.waiting_on >= 0))[0]  # type: ignore[attr-defined]
+    out = []
+    for key in list(dict.fromkeys(int(k) for k in m.waiting_on[parked]))[:limit]:  # type: ignore[attr-defined]
+        t = int(parked[m.waiting_on[parked] == key][0])  # type: ignore[attr-defined]
+        b = _table(m).get(key)
+        ins = m.entry.body[int(m.pc[t])]
+        state = "" if b is None else f" (phase {b.phase}: {b.pending} of {b.expected} arrivals pending)"
+        out.append(f"thread {int(m.tid[t])} of block {m.blocks[key // m.smem_size]} waits on the mbarrier "
+                   f"at shared offset {key % m.smem_size}{state} at PTX line {ins.line}: `{ins.text}`")
+    return "; meanwhile " + "; ".join(out) if out else ""

@@ -48,13 +48,26 @@ Family Instructions"), executed from the printed PTX with the semantics of the I
   is an error.
 * ``tcgen05.ld`` / ``tcgen05.st .sync.aligned.{shape}.xN.b32`` (a whole warp): registers from /
   to ``tmem_copy_layout(shape, N)`` at the address, which must lie in the warp's lane quarter
-  (``warp % 4``); ``tcgen05.wait::ld`` / ``wait::st`` (loads and stores are performed at issue);
-  ``tcgen05.fence::before_thread_sync`` / ``after_thread_sync``: no effect on the CPU.
+  (``warp % 4``); loads and stores are performed at issue, ``tcgen05.wait::ld`` / ``wait::st``
+  and ``tcgen05.fence::before_thread_sync`` order them (below); ``fence::after_thread_sync``: no
+  effect on the CPU.
+* Ordering, by the vector clocks of ``ptx.clocks`` (barriers, mbarrier arrivals and waits, cluster
+  barriers, ``bar.warp.sync``) and the rules the IR emulator checks (``emulator.tmem_order``,
+  shared with it), each a ``PtxRaceError`` at the instruction: an MMA writing cells that another
+  thread (of either CTA of a pair) read with ``tcgen05.ld`` unless that read was waited for
+  (``wait::ld``), fenced (``fence::before_thread_sync``) and released to the issuer (a barrier, an
+  arrival the issuer waited on: the accumulator's empty barrier); a ``tcgen05.ld`` of cells whose
+  MMA's commit arrived by a thread that has not observed the arrival (acquired the barrier's
+  phase); an MMA reading A cells a ``tcgen05.st`` wrote before that store's ``wait::st``, or after
+  it but unordered with the storing thread; a ``tcgen05.dealloc`` of columns a load not yet
+  waited for reads. The clocks are cumulative per barrier (a waiter acquires every release so
+  far), which can hide a missing release, never report a false one.
 
-Not modelled: a register of a ``tcgen05.ld`` read before ``tcgen05.wait::ld`` (registers have no
-pending marks here), the happens-before of a ``tcgen05.ld`` after the commit it reads (the IR
-emulator's vector clocks; here, the cells are pending until the arrival lands), sparse and
-``.ws`` MMAs, f16 accumulators, kind::tf32 / i8, kind::mxf8f6f4 with e2m1 / e2m3 / e3m2 operands.
+* The destination registers of a ``tcgen05.ld`` are in flight until its warp's ``wait::ld``: an
+  instruction reading one before is a ``PtxRaceError`` naming the load (``Machine.pend_regs``).
+
+Not modelled: sparse and ``.ws`` MMAs, f16 accumulators, kind::tf32 / i8, kind::mxf8f6f4 with
+e2m1 / e2m3 / e3m2 operands.
 """
 
 from __future__ import annotations
@@ -74,7 +87,9 @@ from hexlayout.arch.tcgen05 import (
 )
 from hexlayout.arch.tcgen05_cp import CP_SHAPES, cp_smem_addresses, tmem_cp_layout
 from hexlayout.arch.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SHAPES, accumulator_layout, tmem_copy_layout
+from hexlayout.emulator.tmem_order import TmemOrder
 
+from . import clocks as hb
 from .alu import _reg
 from .errors import PtxError, PtxIllegalInstructionError, PtxOutOfBoundsError, PtxRaceError
 from .machine import Machine
@@ -120,6 +135,15 @@ class TmemCta:
     allocated_by: Instruction | None = None
     relinquished: Instruction | None = None
     group: tuple[int, Instruction] | None = None
+    #: the tcgen05.ld / st of each cell an MMA must be ordered with (shared with the IR emulator)
+    order: TmemOrder = field(default_factory=TmemOrder)
+    #: the completed op that last wrote each cell (0: none); ``writers[id]``: (issuer's clock column,
+    #: its epoch at the commit, the instruction)
+    writer: np.ndarray = field(default_factory=lambda: np.zeros((TMEM_LANES, TMEM_COLUMNS), np.int64))
+    writers: dict[int, tuple[int, int, Instruction]] = field(default_factory=dict)
+    #: per warp, the tcgen05.ld / st not yet waited for (``wait::ld`` / ``wait::st``)
+    loads: dict[int, tuple[Instruction, int]] = field(default_factory=dict)
+    stores: dict[int, tuple[Instruction, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -318,6 +342,12 @@ def _dealloc(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
                 "flight (commit it and wait on its mbarrier first)",
                 PtxRaceError,
             )
+        w = st.order.load_in_flight(np.arange(start, start + n))
+        if w is not None:
+            ld, lw = st.loads[w]
+            raise _fail(m, t, f"columns [{start}, {start + n}) before the tcgen05.ld of warp {lw} (PTX line "
+                        f"{ld.line}) that reads them completed (tcgen05.wait::ld first)", PtxRaceError,
+                        buffer="tmem")
         del st.allocs[start]
 
 
@@ -424,6 +454,7 @@ def _readable(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray, w
                 PtxRaceError,
                 buffer="tmem",
             )
+    _check_observed(m, np.array([t]), st, lanes.reshape(1, -1), cols.reshape(1, -1), f"{what}: ")
     return st.future[lanes, cols]
 
 
@@ -540,8 +571,11 @@ def _mma_one(m: Machine, ins: Instruction, t: int) -> None:
     op.a_reads = a_reads
     for b, lanes, cols in a_reads:          # A's cells stay read until the MMA completes
         tmem_of(m, b).a_reading[lanes, cols] = op.ident
+    for b, lanes, cols in a_reads:
+        _check_a_stores(m, t, b, lanes, cols)
     for b, A in zip(blocks, As):
         lanes, cols = _acc_cells(m, t, b, d_base, M, N, group, "D")
+        _check_loads_done(m, t, b, lanes, cols)
         pend = tmem_of(m, b).pending[lanes, cols]
         others = [o for o in np.unique(pend[pend > 0]) if _state(m)["ops"][int(o)].thread != t]
         if others:
@@ -611,7 +645,10 @@ def check_mma_reads(m: Machine, at: np.ndarray, threads: np.ndarray, what: str) 
         )
 
 
-def _complete(m: Machine, ops: list[_Op]) -> None:
+def _complete(m: Machine, ops: list[_Op], by: tuple[int, int] | None = None) -> None:
+    """The ``ops`` complete (a commit landed): their results become the cells; ``by``: the
+    committing thread's clock column and its epoch at the commit, which a reader of the cells
+    must have observed (``_check_observed``)."""
     s = _state(m)
     for op in ops:
         if op.done:
@@ -622,6 +659,9 @@ def _complete(m: Machine, ops: list[_Op]) -> None:
             mine = st.pending[lanes, cols] == op.ident
             st.cells[lanes[mine], cols[mine]] = vals[mine]
             st.pending[lanes[mine], cols[mine]] = 0
+            if by is not None:
+                st.writer[lanes[mine], cols[mine]] = op.ident
+                st.writers[op.ident] = (by[0], by[1], op.ins)
         for b, lanes, cols in op.a_reads:
             st = tmem_of(m, b)
             mine = st.a_reading[lanes, cols] == op.ident
@@ -656,8 +696,10 @@ def _commit(m: Machine, ins: Instruction, t: int) -> None:
                 keys.append(tb * m.smem_size + off)
         if not keys:
             raise _fail(m, t, "ctaMask 0 arrives on no barrier")
+    rel = hb.release(m, np.array([t]), None)   # the commit's arrival publishes the issuer's clock
+    by = None if rel is None else (int(m.clocks.col[t]), int(rel[m.clocks.col[t]]))  # type: ignore[attr-defined]
     for k in keys:
-        pend_commit(m, k, lambda ops=ops: _complete(m, ops), t)
+        pend_commit(m, k, lambda ops=ops: _complete(m, ops, by), t, rel)
 
 
 # --- loads and stores ----------------------------------------------------------------------------
@@ -727,13 +769,125 @@ def _ld_st(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
             _in_flight(m, warp, lanes, cols, st.a_reading, "is still read as its A operand by the {op} "
                        "at PTX line {line} (its tcgen05.commit has not arrived: wait on that mbarrier "
                        "before rewriting A)")
+        key, w = int(m.warp[t]), int(m.tid[t]) // 32
+        clk = getattr(m, "clocks", None)
         if ins.parts[1] == "ld":
+            _check_observed(m, warp, st, lanes, cols)
             for j, r in enumerate(regs):
                 m.write(r, "b32", warp, st.cells[lanes[:, j], cols[:, j]])
+            m.pend_regs([r.name for r in regs], warp, ins)
+            if clk is not None:
+                st.order.load(key, lanes, cols, warp, clk.col[warp])
+                st.loads[key] = (ins, w)
         else:
             vals = np.stack([np.asarray(m.read(r, "b32", warp)).astype(np.uint32) for r in regs], axis=1)
             st.cells[lanes, cols] = vals
             st.future[lanes, cols] = vals
+            st.writer[lanes, cols] = 0
+            if clk is not None:
+                st.order.store(key, lanes, cols, warp, clk.col[warp])
+                st.stores[key] = (ins, w)
+
+
+def _wait(m: Machine, ins: Instruction, warps: np.ndarray) -> None:
+    """``wait::ld`` / ``wait::st`` of whole warps: their loads (stores) completed; the cells of a
+    load become ordered for other threads at its threads' ``fence::before_thread_sync``, those of a
+    store take the storing threads' epochs now (``emulator.tmem_order``)."""
+    kind = ins.parts[1]
+    if kind not in ("wait::ld", "wait::st"):
+        raise m.unsupported()
+    clk = getattr(m, "clocks", None)
+    for warp in warps:
+        t = int(warp[0])
+        st, key = tmem_of(m, int(m.blk[t])), int(m.warp[t])
+        if kind == "wait::ld":
+            m.clear_pending(warp)
+            st.order.wait_ld(key)
+            st.loads.pop(key, None)
+        elif clk is not None:
+            st.order.wait_st(key, dict(zip(warp.tolist(), clk.epoch(warp).tolist())))
+            st.stores.pop(key, None)
+
+
+def _fence(m: Machine, threads: np.ndarray) -> None:
+    """``fence::before_thread_sync`` by ``threads``: their waited loads take their epochs now, so a
+    later release (barrier, arrive) orders the loads before its observers."""
+    clk = getattr(m, "clocks", None)
+    if clk is None:
+        return
+    for key in np.unique(m.warp[threads]):
+        mine = threads[m.warp[threads] == key]
+        tmem_of(m, int(m.blk[mine[0]])).order.fence(int(key), mine, clk.epoch(mine))
+
+
+def _who(m: Machine, b: int, g: int) -> str:
+    """Clock column ``g`` of block ``b``'s cluster, in words."""
+    rank, tid = divmod(g, m.ntid)
+    peer = int(m.cta_of_rank[b, rank])
+    return f"thread {tid}" + ("" if peer == b else f" of block {m.blocks[peer]} (cluster rank {rank})")
+
+
+def _check_observed(m: Machine, warp: np.ndarray, st: TmemCta, lanes: np.ndarray, cols: np.ndarray,
+                    what: str = "") -> None:
+    """The threads ``warp`` (row ``i`` reads the cells ``lanes[i], cols[i]``: a ``tcgen05.ld``, or
+    the issuer of an MMA reading A / scale factors in TMEM) read cells a completed MMA / copy wrote:
+    each observed its commit's arrival (acquired a clock holding the committing thread's epoch
+    there)."""
+    clk = getattr(m, "clocks", None)
+    if clk is None or m.races is None:
+        return
+    wr = st.writer[lanes, cols]
+    for ident in np.unique(wr[wr > 0]):
+        g, epoch, mma = st.writers[int(ident)]
+        rows = np.flatnonzero((wr == ident).any(axis=1) & (clk.c[warp, g] < epoch))
+        if len(rows):
+            r = int(warp[rows[0]])
+            kind = mma.opcode.split(".")[1]
+            raise _fail(m, r, f"{what}reads TMEM cells that the tcgen05.{kind} at PTX line {mma.line} wrote, "
+                        f"whose tcgen05.commit arrived, but thread {int(m.tid[r])} has not observed that "
+                        "arrival (wait on the commit's mbarrier first)", PtxRaceError, buffer="tmem")
+
+
+def _check_loads_done(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray) -> None:
+    """An MMA issued by thread ``t`` writes the cells ``(lanes, cols)`` of block ``b``'s TMEM: every
+    ``tcgen05.ld`` of them by another thread was waited for, fenced (``fence::before_thread_sync``)
+    and that fence happened before the issue (a release the issuer acquired: the accumulator's
+    empty barrier) - else the MMA overwrites an accumulator still being read."""
+    clk = getattr(m, "clocks", None)
+    if clk is None or m.races is None:
+        return
+    st = tmem_of(m, b)
+    u = st.order.unordered_load(lanes, cols, int(clk.col[t]), clk.c[t])
+    if u is None:
+        return
+    where = "" if b == int(m.blk[t]) else f" of block {m.blocks[b]} (the pair's other CTA)"
+    raise _fail(m, t, f"D: writes TMEM cell (lane {u.lane}, column {u.col}){where} that "
+                f"{_who(m, int(m.blk[t]), u.gid)} reads with tcgen05.ld, without the issuing thread "
+                f"{int(m.tid[t])} being ordered after that read{u.why()} (the reader's tcgen05.wait::ld, "
+                "tcgen05.fence::before_thread_sync, then an arrive the issuer waits on, e.g. the "
+                "accumulator's empty barrier - the even CTA's, for a pair's MMA)", PtxRaceError,
+                buffer="tmem")
+
+
+def _check_a_stores(m: Machine, t: int, b: int, lanes: np.ndarray, cols: np.ndarray) -> None:
+    """An MMA issued by thread ``t`` reads the cells as its A operand: no ``tcgen05.st`` into them
+    is still in flight (before its warp's ``wait::st``), and ``t`` is ordered after every other
+    storing thread's ``wait::st`` (fence::before_thread_sync, a barrier, fence::after_thread_sync)."""
+    clk = getattr(m, "clocks", None)
+    if clk is None or m.races is None:
+        return
+    st = tmem_of(m, b)
+    u = st.order.store_in_flight(lanes, cols)
+    if u is not None:           # in flight: not even the storing thread itself may read it yet
+        raise _fail(m, t, f"A: reads TMEM cell (lane {u.lane}, column {u.col}) written by a tcgen05.st of "
+                    f"{_who(m, b, u.gid)} whose warp has not run tcgen05.wait::st", PtxRaceError,
+                    buffer="tmem")
+    u = st.order.unordered_store(lanes, cols, int(clk.col[t]), clk.c[t])
+    if u is not None:
+        raise _fail(m, t, f"A: reads TMEM cells {_who(m, b, u.gid)} stored (tcgen05.st) without the issuing "
+                    f"thread {int(m.tid[t])} synchronizing with it after its tcgen05.wait::st "
+                    "(tcgen05.fence::before_thread_sync, a barrier, tcgen05.fence::after_thread_sync before "
+                    "the issue)", PtxRaceError, buffer="tmem")
 
 
 @_reg("tcgen05")
@@ -743,6 +897,8 @@ def _tcgen05(m: Machine, ins: Instruction, idx: Any) -> None:
     if op == "fence":
         if ins.parts[1] not in ("fence::before_thread_sync", "fence::after_thread_sync"):
             raise m.unsupported()
+        if ins.parts[1] == "fence::before_thread_sync":
+            _fence(m, threads)
         return
     if op in ("mma", "cp", "commit"):
         fn = {"mma": _mma_one, "cp": _cp_one, "commit": _commit}[op]
@@ -760,5 +916,7 @@ def _tcgen05(m: Machine, ins: Instruction, idx: Any) -> None:
             tmem_of(m, int(m.blk[int(w[0])])).relinquished = ins
     elif op in ("ld", "st"):
         _ld_st(m, ins, warps)
-    elif op != "wait":  # wait::ld / wait::st: loads and stores are performed at issue
+    elif op == "wait":  # loads and stores are performed at issue; the waits order them
+        _wait(m, ins, warps)
+    else:
         raise m.unsupported()

@@ -17,7 +17,7 @@ from hexlayout.ops.gemm.op import _arg_order, gemm_fused
 
 import hexlayout.lang as hl
 import hexlayout.runtime as rt
-from hexlayout.ptx import PtxDeadlockError, PtxError
+from hexlayout.ptx import PtxDeadlockError, PtxError, PtxRaceError
 
 from .test_ops import ptx_runs  # noqa: F401  (fixture)
 
@@ -28,6 +28,8 @@ def _config(name: str):
     cfgs = CONFIGS["sm_100a"]
     if name == "small persistent pair":          # built for 200 x 64: GRID = 1, one pair walks every tile
         return GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, persistent=True, cluster=2)
+    if name == "small persistent":               # ... one CTA walks every tile
+        return GemmConfig("sm_100a", 128, 64, 64, 2, CONSUMERS=1, persistent=True, cluster=1)
     if name in ("pair", "persistent pair"):
         return next(c for c in cfgs if c.cluster == 2 and c.persistent == (name == "persistent pair"))
     if name == "persistent":
@@ -45,7 +47,7 @@ _BUILDS: dict[str, object] = {}
 
 def _build(name: str):
     if name not in _BUILDS:
-        n = 64 if name == "small persistent pair" else 200
+        n = 64 if name.startswith("small persistent") else 200
         _BUILDS[name] = gemm_fused(hl.bf16, "nk", _EP, "sm_100a", _config(name), 200, n, compile=False)
     return _BUILDS[name]
 
@@ -197,9 +199,9 @@ def test_fused_moe_wna16(sm100: list[str], fmt: str, bits: int, group: int, dtyp
 # --- mutations of the printed source that only PTX mode sees ---------------------------------------
 
 
-def _mutated(name: str, pattern: str, repl: str) -> str:
+def _mutated(name: str, pattern: str, repl: str, flags: int = 0) -> str:
     bld, _ = _build(name)
-    bad, n = re.subn(pattern, repl, bld.generated.source, count=1)  # type: ignore[attr-defined]
+    bad, n = re.subn(pattern, repl, bld.generated.source, count=1, flags=flags)  # type: ignore[attr-defined]
     assert n == 1, f"the printed source no longer matches {pattern!r}"
     return bad
 
@@ -262,6 +264,81 @@ def test_stage_released_before_the_mma_completes_is_caught() -> None:
     assert _err(c, want) < 1e-2
     with pytest.raises(PtxError, match=r"a TMA copy writes shared byte \d+, which the tcgen05\.mma"):
         _run("m64", 64, 56, 576, source=bad)
+
+
+# --- the accumulator's release: the next MMA into a stage is ordered after its epilogue's reads ------
+
+_WAIT_LD = r'asm volatile\("tcgen05\.wait::ld\.sync\.aligned;\\n" ::: "memory"\);'
+_FENCE_AFTER_WAIT = (_WAIT_LD + r'(\s*#pragma unroll\s*for \(int v = 0; v < \d+; \+\+v\) '
+                     r'asm volatile\(""[^;]*;\s*)asm volatile\("tcgen05\.fence::before_thread_sync;\\n" '
+                     r'::: "memory"\);')
+#: the epilogue's release of the accumulator stage: all its threads arrive (one CTA); __syncwarp, then
+#: lane 0's remote arrive on the even CTA's barrier (the pair)
+_ARRIVE = {
+    "small persistent": r'asm volatile\("\{\\n\.reg \.b64 state;\\nmbarrier\.arrive\.shared::cta\.b64 state, '
+                        r'\[%0\];\\n\}\\n"\s*:: "r"\(smem_base \+ \d+\)\s*: "memory"\);',
+    "small persistent pair": r'__syncwarp\(\);\s*if \(loop_inv\[\d+\]\) \{\s*asm volatile\("\{\\n\.reg \.b32 '
+                             r'remote;[^;]*;[^;]*;\\n\}\\n"[^;]*;\s*\}',
+}
+_MUTATIONS = {
+    "no fence::before_thread_sync": lambda name: (
+        _FENCE_AFTER_WAIT, r'asm volatile("tcgen05.wait::ld.sync.aligned;\\n" ::: "memory");\1', 0),
+    "no wait::ld": lambda name: (_WAIT_LD, ";", 0),
+    "arrive before the loads": lambda name: (
+        r"(// \[tcgen05\.ld of the accumulator\])(.*?)(" + _ARRIVE[name] + ")", r"\3\n\1\2", re.S),
+}
+
+
+def test_small_persistent_accumulator_stages_match_float64() -> None:
+    """The persistent one-CTA GEMM with two TMEM accumulator stages, 3 tiles on each of 2 CTAs (stages
+    0, 1, 0: the third tile's MMAs are ordered after the first tile's epilogue by its release of
+    acc_empty), K = 40: no error, float64's product."""
+    rep, c, want = _run("small persistent", 300, 104, 40)
+    assert rep.opcodes.get("tcgen05.mma.cta_group::1.kind::f16") and len(rep.blocks) == 2
+    assert _err(c, want) < 1e-2
+
+
+@pytest.mark.parametrize("mutation", list(_MUTATIONS))
+@pytest.mark.parametrize(("name", "group"), [("small persistent", 1), ("small persistent pair", 2)])
+def test_accumulator_released_before_its_reads_are_ordered_is_caught(name: str, group: int,
+                                                                    mutation: str) -> None:
+    """The first stage's epilogue with its ``tcgen05.fence::before_thread_sync`` dropped, or its
+    release of acc_empty moved before its ``tcgen05.ld``: the MMAs of the third tile (the same
+    stage, 4 or 6 tiles of 300 x 104) overwrite an accumulator whose reads they are not ordered
+    after - an error at the ``tcgen05.mma`` naming the reading thread. With its ``tcgen05.wait::ld``
+    dropped, the first read of a loaded register is the error, naming the ``tcgen05.ld``."""
+    pattern, repl, flags = _MUTATIONS[mutation](name)
+    bad = _mutated(name, pattern, repl, flags)
+    if mutation == "no wait::ld":       # the first use of the load's registers is already an error
+        with pytest.raises(PtxRaceError, match=r"reads register %\w+, which the tcgen05\.ld\S* at PTX line "
+                           r"\d+ still writes \(tcgen05\.wait::ld first\)"):
+            _run(name, 300, 104, 40, source=bad)
+        return
+    want = (rf"tcgen05\.mma\.cta_group::{group}\.kind::f16: D: writes TMEM cell \(lane \d+, column \d+\) "
+            r"that thread \d+ reads with tcgen05\.ld, without the issuing thread \d+ being ordered after "
+            r"that read(.|\n)*at PTX line \d+: `tcgen05\.mma")
+    with pytest.raises(PtxRaceError, match=want):
+        _run(name, 300, 104, 40, source=bad)
+
+
+@pytest.mark.parametrize("name", ["small persistent", "small persistent pair"])
+def test_dropped_accumulator_release_is_a_deadlock_naming_the_wait(name: str) -> None:
+    """The first stage's release of acc_empty dropped: the MMA warp waits for it forever at the third
+    tile; the deadlock names that mbarrier wait and its pending arrivals."""
+    bad = _mutated(name, _ARRIVE[name], ";")
+    want = (r"meanwhile thread 128 of block \(0, 0, 0\) waits on the mbarrier at shared offset \d+ \(phase "
+            r"0: (128 of 128|8 of 8) arrivals pending\) at PTX line \d+: `mbarrier\.try_wait")
+    with pytest.raises(PtxDeadlockError, match=want):
+        _run(name, 300, 104, 40, source=bad)
+
+
+def test_accumulator_read_without_observing_its_commit_is_caught() -> None:
+    """Only the first epilogue warp waits on the accumulator's barrier (which lands the commit): the
+    other warps' ``tcgen05.ld`` reads completed cells without having observed the arrival."""
+    bad = _mutated("m64", r"(hl_mbar_wait\(smem_base \+ \d+, tc_commits\[0\])", r"if (tid / 32 % 4 == 0) \1")
+    with pytest.raises(PtxRaceError, match=r"tcgen05\.ld\S*: reads TMEM cells that the tcgen05\.mma at PTX "
+                       r"line \d+ wrote, whose tcgen05\.commit arrived, but thread \d+ has not observed"):
+        _run("m64", 64, 56, 136, source=bad)
 
 
 # --- a register A operand fed through tensor memory -------------------------------------------------

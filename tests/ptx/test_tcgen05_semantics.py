@@ -99,6 +99,23 @@ def test_alloc_writes_the_address_and_st_ld_round_trip_through_the_16x64b_map() 
             "    tcgen05.ld.sync.aligned.32x32b.x2.b32 {%r40}, [%r2];\n" + _DEALLOC,
             "1 registers, .32x32b.x2 moves 2",
         ),
+        (   # the load's registers in flight until tcgen05.wait::ld
+            "    tcgen05.ld.sync.aligned.32x32b.x1.b32 {%r40}, [%r2];\n    mov.u32 %r10, %r40;\n" + _DEALLOC,
+            r"reads register %r40, which the tcgen05\.ld\.sync\.aligned\.32x32b\.x1\.b32 at PTX line \d+ "
+            r"still writes \(tcgen05\.wait::ld first\)",
+        ),
+        (
+            "    tcgen05.ld.sync.aligned.32x32b.x1.b32 {%r40}, [%r2];\n" + _DEALLOC,
+            r"columns \[0, 64\) before the tcgen05\.ld of warp 0 \(PTX line \d+\) that reads them completed",
+        ),
+        (   # A in TMEM written by a tcgen05.st its warp has not waited for
+            "    add.u32 %r30, %r2, 32;\n    tcgen05.st.sync.aligned.32x32b.x8.b32 [%r30], "
+            "{%r0, %r0, %r0, %r0, %r0, %r0, %r0, %r0};\n    mov.u32 %r50, 0x4100490;\n    mov.b64 %rd4, "
+            "0x4000404000010000;\n    tcgen05.mma.cta_group::1.kind::f16 [%r2], [%r30], %rd4, %r50, 0;\n"
+            + _DEALLOC,
+            r"A: reads TMEM cell \(lane 0, column 32\) written by a tcgen05\.st of thread 0 whose warp has "
+            r"not run tcgen05\.wait::st",
+        ),
     ],
 )
 def test_tensor_memory_errors(body: str, match: str) -> None:
