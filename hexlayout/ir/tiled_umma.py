@@ -174,6 +174,7 @@ class TiledUmma:
         elif self.a_stage is not None:
             ring = f", a ring of {self.a_sets}" if self.a_sets > 1 else ""
             a = f", register A staged through shared memory ({self.a_stage}{ring})"
-        return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}{pair}, accumulator "
-                f"in TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
+        majors = f" (A {self.atom.a_major}-major, B {self.atom.b_major}-major)"
+        return (f"{self.atom.name} x{self.n_atoms} (N) x{self.k_tiles} (K) = {m}x{n}x{k}{majors}{pair}, "
+                f"accumulator in TMEM ({m} lanes x {n} columns), read by {self.threads} threads with "
                 f"tcgen05.ld.{self.ld_shape}.x{self.ld_num} ({len(self.loads)} per warp{split}){a}")

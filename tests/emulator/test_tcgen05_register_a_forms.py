@@ -380,7 +380,8 @@ def test_fp4_register_a_staged_through_shared_memory_matches_float64() -> None:
     run(syn.lowered.kernel, args)
     np.testing.assert_allclose(args["c"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     c = _choice(syn)
-    assert c.startswith("SM100_128x32x64_F32E2M1E2M1_UE8M0_VS32_MXF4_SS x1 (N) x4 (K) = 128x32x256"), c
+    assert c.startswith("SM100_128x32x64_F32E2M1E2M1_UE8M0_VS32_MXF4_SS x1 (N) x4 (K) = 128x32x256 "
+                        "(A K-major"), c
     # the packed tile as 128-byte rows of bytes: the buffer a K = 64 step reads 32 bytes of
     assert "register A staged through shared memory (128x128 K-major, 128-byte swizzle, 8 st.shared.b128" \
         in c, c
